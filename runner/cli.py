@@ -1,0 +1,291 @@
+"""The `dtrun` command line. The only module that prints or exits."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from runner import __version__
+from runner.errors import DtrunError
+from runner.spec import ModelSpec, ScalingMode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from runner.pipeline import Sweep, SweepEvents
+    from runner.results import TrainResult
+    from runner.spec import BenchSpec, Inventory, LaunchPlan, RunResult
+
+app = typer.Typer(
+    name="dtrun",
+    help="Measure whether distributed training really scales: plan, launch, report.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals may hold secrets
+)
+
+
+def _console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Print dtrun's own errors as one message and exit with their code; bugs keep tracebacks."""
+    try:
+        yield
+    except DtrunError as exc:
+        from rich.markup import escape
+
+        _console(stderr=True).print(f"[bold red]error:[/] {escape(exc.message)}", soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"dtrun {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Measure whether distributed training really scales: plan, launch, report."""
+
+
+@app.command()
+def bench(
+    nodes: Annotated[
+        str, typer.Option("--nodes", "-n", help="Node counts to sweep, comma-separated.")
+    ] = "1,2",
+    procs_per_node: Annotated[
+        int, typer.Option("--procs-per-node", "-p", help="Processes (GPUs) per node.")
+    ] = 1,
+    steps: Annotated[int, typer.Option(help="Training steps per launch, warm-up included.")] = 20,
+    warmup: Annotated[int, typer.Option(help="Untimed steps at the start of each launch.")] = 5,
+    mode: Annotated[
+        ScalingMode,
+        typer.Option(help="weak: fixed batch per process; strong: fixed global batch."),
+    ] = ScalingMode.WEAK,
+    repeat: Annotated[int, typer.Option(help="Launches per node count (3+ trims outliers).")] = 1,
+    workload: Annotated[
+        str, typer.Option(help="Built-in workload run on every process.")
+    ] = "train",
+    launcher: Annotated[str, typer.Option(help="How processes are started on the nodes.")] = (
+        "torchrun"
+    ),
+    batch: Annotated[
+        int, typer.Option(help="Sequences per process per step (strong: at the fewest nodes).")
+    ] = 8,
+    global_batch: Annotated[
+        int | None, typer.Option(help="Strong scaling: the fixed global batch.")
+    ] = None,
+    layers: Annotated[int, typer.Option(help="Transformer layers.")] = ModelSpec.layers,
+    d_model: Annotated[int, typer.Option(help="Model width.")] = ModelSpec.d_model,
+    heads: Annotated[int, typer.Option(help="Attention heads (must divide --d-model).")] = (
+        ModelSpec.heads
+    ),
+    seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = ModelSpec.seq_len,
+    vocab: Annotated[int, typer.Option(help="Vocabulary size.")] = ModelSpec.vocab,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", "-e", help="KEY=VALUE exported on every node; repeatable."),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds before one launch is stopped.")] = 600.0,
+    port: Annotated[
+        int, typer.Option(help="Rendezvous port on the first node (MASTER_PORT is port+1).")
+    ] = 29400,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Directory that receives runs/<run-id>/.")
+    ] = Path("runs"),
+    run_id: Annotated[
+        str | None, typer.Option(help="Name of this run (default: time-stamped).")
+    ] = None,
+    local_nodes: Annotated[
+        int | None,
+        typer.Option(help="Size of the embedded cluster (default: the largest --nodes)."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print every node's launch script; run nothing.")
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Do not stream node output (logs are kept).")
+    ] = False,
+) -> None:
+    """Run a scaling sweep and write runs/<run-id>/ with logs, results and a report.
+
+    With no cluster given it runs on the embedded local cluster: simulated nodes on
+    127.0.0.2, 127.0.0.3, ... of this machine, each running its real launch script.
+    """
+    from runner.inventory import embedded_inventory
+    from runner.options import check_run_id, new_run_id, parse_env, parse_node_counts
+    from runner.plan import validate_bench
+    from runner.spec import BenchSpec
+
+    with user_errors():
+        counts = parse_node_counts(nodes)
+        spec = BenchSpec(
+            run_id=check_run_id(run_id) if run_id is not None else new_run_id(),
+            node_counts=counts,
+            procs_per_node=procs_per_node,
+            workload=workload,
+            launcher=launcher,
+            mode=mode,
+            steps=steps,
+            warmup=warmup,
+            repeat=repeat,
+            batch=batch,
+            global_batch=global_batch,
+            model=ModelSpec(layers, d_model, heads, seq_len, vocab),
+            env=parse_env(env or []),
+            rdzv_port=port,
+            timeout_s=timeout,
+        )
+        validate_bench(spec)  # before any cluster is built or any directory made
+        inventory = embedded_inventory(local_nodes or max(counts))
+        if dry_run:
+            _print_plans(inventory, spec)
+            return
+        sweep = _run(inventory, spec, output, quiet)
+    _print_summary(sweep)
+
+
+def _print_plans(inventory: Inventory, spec: BenchSpec) -> None:
+    """Every node's script for every node count, secret-looking --env values redacted."""
+    from runner.pipeline import plan_sweep
+
+    for nodes, plan in plan_sweep(inventory, spec.redacted()).items():
+        for launch in plan.launches:
+            node = launch.node
+            typer.echo(
+                f"# ---- {nodes} node(s): {launch.script_name} on {node.name} ({node.address}) "
+                f"via {plan.launcher}, world size {plan.world_size} ----"
+            )
+            typer.echo(launch.script)
+
+
+def _run(inventory: Inventory, spec: BenchSpec, output: Path, quiet: bool) -> Sweep:
+    from runner.execute.local import LocalExecutor
+    from runner.pipeline import run_sweep
+    from runner.record import create_run_dir
+
+    run_dir = create_run_dir(output, spec.run_id)
+    console = _console()
+    console.print(
+        f"dtrun {__version__}: run [bold]{spec.run_id}[/] on {inventory.description}, "
+        f"nodes {','.join(map(str, spec.node_counts))}, {spec.mode.value} scaling -> {run_dir.path}"
+    )
+    display = SweepDisplay(console, total=len(spec.node_counts) * spec.repeat, quiet=quiet)
+    try:
+        with display.progress:
+            return run_sweep(inventory, spec, run_dir, LocalExecutor(), display.events())
+    except DtrunError:
+        console.print(f"finished launches and the report are kept in {run_dir.path}")
+        raise
+
+
+class SweepDisplay:
+    """A rich progress bar over the sweep, with each node's output streamed above it."""
+
+    STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red")
+
+    def __init__(self, console: Console, *, total: int, quiet: bool) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.console = console
+        self.quiet = quiet
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self.task = self.progress.add_task("starting", total=total)
+
+    def events(self) -> SweepEvents:
+        from runner.pipeline import SweepEvents
+
+        return SweepEvents(on_line=self.on_line, on_start=self.on_start, on_done=self.on_done)
+
+    def on_line(self, node: str, line: str) -> None:
+        if self.quiet:
+            return
+        from rich.text import Text
+
+        index = int(node.rsplit("-", 1)[-1]) if node[-1:].isdigit() else 0
+        style = self.STYLES[index % len(self.STYLES)]
+        self.console.print(Text.assemble((f"[{node}] ", style), line), soft_wrap=True)
+
+    def on_start(self, plan: LaunchPlan, repeat: int) -> None:
+        self.progress.update(
+            self.task,
+            description=f"{plan.nnodes} node(s), {plan.world_size} processes, launch {repeat + 1}",
+        )
+
+    def on_done(self, run: RunResult, result: TrainResult | None) -> None:
+        self.progress.advance(self.task)
+        label = f"{run.nodes} node(s), launch {run.repeat + 1}"
+        if result is None:
+            self.console.print(f"[red]x[/] {label}: {run.status.value} after {run.wall_s:.1f} s")
+            return
+        self.console.print(
+            f"[green]ok[/] {label}: {result.tokens_per_s:,.0f} tokens/s, "
+            f"step p50 {result.step_time_p50 * 1000:.1f} ms, {result.proof}, {run.wall_s:.1f} s"
+        )
+
+
+def _print_summary(sweep: Sweep) -> None:
+    from rich.table import Table
+
+    console = _console()
+    table = Table(title="scaling", title_justify="left")
+    for column in ("nodes", "processes", "tokens/s", "speedup", "efficiency", "communication"):
+        table.add_column(column, justify="left" if column == "communication" else "right")
+    report = sweep.report
+    for row in report.rows if report else ():
+        table.add_row(
+            str(row.nodes),
+            str(row.world_size),
+            f"{row.tokens_per_s:,.0f}",
+            f"{row.speedup:.2f}x",
+            f"{row.efficiency:.0%}",
+            row.proof,
+        )
+    console.print(table)
+    console.print(f"report: {sweep.run_dir.report}")
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory, e.g. runs/<run-id>.")],
+) -> None:
+    """Rebuild summary.json, report.md and the plot of a run from its saved results."""
+    from runner.record import RunDir
+    from runner.report import build_report
+
+    with user_errors():
+        built = build_report(RunDir(run_dir))
+    typer.echo(f"rebuilt {built.run_dir.report} ({len(built.rows)} node counts)")
+
+
+def main() -> None:
+    app()

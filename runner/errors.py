@@ -1,0 +1,104 @@
+"""One exception tree for dtrun.
+
+Each error says what failed, why, and what to run next; the CLI prints ``str(error)`` without a
+traceback and exits with ``error.exit_code``. Anything else that escapes is a bug and keeps its
+traceback.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runner.spec import NodeResult
+
+
+class DtrunError(Exception):
+    """Base of every error dtrun expects and reports to the user."""
+
+    exit_code = 1
+
+    def __init__(self, what: str, *, why: str = "", fix: str = "") -> None:
+        self.what = what
+        self.why = why
+        self.fix = fix
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        text = self.what
+        if self.why:
+            text += f": {self.why}"
+        if self.fix:
+            text += f"\n  next: {self.fix}"
+        return text
+
+
+class UsageError(DtrunError):
+    """Bad input from the user: options, node counts, files, directories."""
+
+    exit_code = 2
+
+
+class InventoryError(UsageError):
+    """The inventory cannot be built or does not hold what was asked of it."""
+
+
+class PlanError(UsageError):
+    """The benchmark cannot be planned on this inventory."""
+
+
+class OutputDirError(UsageError):
+    """The run directory cannot be created or written."""
+
+
+class ResultError(DtrunError):
+    """A result file is missing, malformed, or of an unknown schema version."""
+
+
+class RunError(DtrunError):
+    """A launch on the nodes failed."""
+
+    node_results: tuple[NodeResult, ...] = ()  # how every node ended, set by the executor
+
+
+class NodeFailedError(RunError):
+    """One node's launch exited non-zero; the other nodes were stopped."""
+
+    def __init__(self, node: str, address: str, exit_code: int, log_path: str, tail: str) -> None:
+        self.node = node
+        self.exit_code_of_node = exit_code
+        self.log_path = log_path
+        self.tail = tail
+        super().__init__(
+            f"{node} ({address}) failed with {describe_exit(exit_code)}; "
+            "the other nodes were stopped",
+            why=f"last lines of {log_path}:\n{indent(tail)}" if tail else f"{log_path} is empty",
+            fix=f"read {log_path}, fix the cause, and run the bench again",
+        )
+
+
+class RunTimeoutError(RunError):
+    """A launch ran past its timeout; every node was stopped."""
+
+
+class RunInterruptedError(RunError):
+    """The user interrupted the run (Ctrl-C); every process dtrun started was stopped."""
+
+    exit_code = 130
+
+
+def describe_exit(code: int) -> str:
+    """``exit code 1`` or ``signal SIGKILL`` (asyncio reports a signal as a negative code)."""
+    if code < 0:
+        import signal
+
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())

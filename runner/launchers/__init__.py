@@ -1,0 +1,10 @@
+"""The launcher registry: one small module per launcher, looked up by name."""
+
+from __future__ import annotations
+
+from runner.launchers.base import Launcher, PlanContext
+from runner.launchers.torchrun import Torchrun
+
+LAUNCHERS: dict[str, Launcher] = {launcher.name: launcher for launcher in (Torchrun(),)}
+
+__all__ = ["LAUNCHERS", "Launcher", "PlanContext"]

@@ -1,0 +1,53 @@
+"""Parsing of the CLI's free-form option values into typed values. Pure."""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+from runner.errors import UsageError
+
+
+def parse_node_counts(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> (1, 2, 4): sorted, without repeats. Range checks happen in the plan."""
+    counts: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        try:
+            counts.add(int(part))
+        except ValueError:
+            raise UsageError(
+                f"--nodes {text!r} is not a list of node counts",
+                why=f"{part!r} is not a whole number" if part else "it has an empty entry",
+                fix="pass whole numbers separated by commas, e.g. --nodes 1,2,4",
+            ) from None
+    return tuple(sorted(counts))
+
+
+def parse_env(items: list[str]) -> tuple[tuple[str, str], ...]:
+    """``["A=1", "B=x=y"]`` -> (("A", "1"), ("B", "x=y")). Names are checked in the plan."""
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(
+                f"--env {item!r} is not KEY=VALUE",
+                fix="pass --env NAME=VALUE, once per variable",
+            )
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+def new_run_id() -> str:
+    """Sortable by time, unique enough for concurrent runs: 20261123-101500-3fa2."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id names a directory and a rendezvous: letters, digits, '.', '_' and '-' only."""
+    if not run_id or not all(c.isalnum() or c in "._-" for c in run_id) or run_id[0] == ".":
+        raise UsageError(
+            f"--run-id {run_id!r} cannot name a run directory",
+            why="use letters, digits, '.', '_' and '-', not starting with '.'",
+            fix="pass e.g. --run-id baseline-1, or leave it out to get a fresh one",
+        )
+    return run_id

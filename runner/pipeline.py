@@ -1,0 +1,137 @@
+"""The sweep: for each node count and repeat, plan -> execute -> collect, recording as it goes.
+
+Nothing finished is ever lost: runs.json is rewritten after every launch, and the summary and
+report are rebuilt on the way out whether the sweep completed, failed or was interrupted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from runner.errors import DtrunError, RunError, RunInterruptedError, RunTimeoutError
+from runner.execute import Executor, LineSink, discard
+from runner.plan import RESULT_FILE, build_plan
+from runner.record import RunDir, write_manifest, write_plans, write_runs
+from runner.report import Report, build_report
+from runner.results import TrainResult, load_train_result
+from runner.spec import BenchSpec, Inventory, LaunchPlan, RunResult, RunStatus
+
+
+def _ignore_start(plan: LaunchPlan, repeat: int) -> None:
+    pass
+
+
+def _ignore_done(run: RunResult, result: TrainResult | None) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class SweepEvents:
+    """What the caller hears while the sweep runs (the CLI draws progress from these)."""
+
+    on_line: LineSink = discard
+    on_start: Callable[[LaunchPlan, int], None] = _ignore_start
+    on_done: Callable[[RunResult, TrainResult | None], None] = _ignore_done
+
+
+@dataclass
+class Sweep:
+    run_dir: RunDir
+    runs: list[RunResult] = field(default_factory=list)
+    report: Report | None = None
+
+
+def plan_sweep(inventory: Inventory, bench: BenchSpec) -> dict[int, LaunchPlan]:
+    """Every node count's plan, built before anything runs so bad input fails first."""
+    return {nodes: build_plan(inventory, bench, nodes) for nodes in bench.node_counts}
+
+
+def run_sweep(
+    inventory: Inventory,
+    bench: BenchSpec,
+    run_dir: RunDir,
+    executor: Executor,
+    events: SweepEvents | None = None,
+) -> Sweep:
+    """Run the whole sweep into ``run_dir``; raise the first RunError after recording it."""
+    events = events or SweepEvents()
+    plans = plan_sweep(inventory, bench)
+    write_manifest(run_dir, bench, inventory)
+    write_plans(run_dir, plans)
+    sweep = Sweep(run_dir)
+    status, error = "running", None
+    current: tuple[int, int, float] | None = None  # the launch under way: nodes, repeat, start
+    try:
+        for nodes, plan in plans.items():
+            for repeat in range(bench.repeat):
+                events.on_start(plan, repeat)
+                current = (nodes, repeat, time.monotonic())
+                run, result, failure = _launch(plan, repeat, run_dir, bench, executor, events)
+                current = None
+                sweep.runs.append(run)
+                write_runs(run_dir, sweep.runs, status, error)
+                events.on_done(run, result)
+                if failure is not None:
+                    status, error = "failed", failure.message
+                    raise failure
+        status = "complete"
+    except KeyboardInterrupt:
+        status, error = "interrupted", "interrupted by the user (Ctrl-C)"
+        if current is not None:
+            nodes, repeat, started = current
+            workdir = run_dir.point(nodes, repeat).relative_to(run_dir.path)
+            sweep.runs.append(
+                RunResult(
+                    nodes,
+                    repeat,
+                    RunStatus.INTERRUPTED,
+                    time.monotonic() - started,
+                    str(workdir),
+                    (),
+                    error,
+                )
+            )
+        raise RunInterruptedError(
+            "interrupted",
+            why="every process dtrun started was stopped",
+            fix=f"finished launches are kept in {run_dir.path}; rebuild the report with "
+            f"`dtrun report {run_dir.path}`",
+        ) from None
+    finally:
+        write_runs(run_dir, sweep.runs, status, error)
+        sweep.report = build_report(run_dir)
+    return sweep
+
+
+def _launch(
+    plan: LaunchPlan,
+    repeat: int,
+    run_dir: RunDir,
+    bench: BenchSpec,
+    executor: Executor,
+    events: SweepEvents,
+) -> tuple[RunResult, TrainResult | None, DtrunError | None]:
+    """One launch of one plan; a failure comes back as a value so it can be recorded first."""
+    workdir = run_dir.point(plan.nnodes, repeat)
+    relative = str(workdir.relative_to(run_dir.path))
+    started = time.monotonic()
+    try:
+        nodes = executor.run(plan, workdir, timeout_s=bench.timeout_s, on_line=events.on_line)
+        result = load_train_result(workdir / RESULT_FILE)
+    except DtrunError as exc:
+        status = RunStatus.TIMEOUT if isinstance(exc, RunTimeoutError) else RunStatus.FAILED
+        node_results = exc.node_results if isinstance(exc, RunError) else ()
+        run = RunResult(
+            plan.nnodes,
+            repeat,
+            status,
+            time.monotonic() - started,
+            relative,
+            node_results,
+            exc.message,
+        )
+        return run, None, exc
+    run = RunResult(plan.nnodes, repeat, RunStatus.OK, time.monotonic() - started, relative, nodes)
+    return run, result, None

@@ -1,0 +1,180 @@
+"""The run directory: what a sweep records, where, and how it is read back.
+
+    runs/<run-id>/
+      manifest.json     what was asked and where it ran (bench spec, inventory, machine, versions)
+      plan/n<N>/        every node's rendered launch script for each node count
+      n<N>/r<k>/        one launch: node scripts, node logs, result.json from rank 0
+      runs.json         how every launch ended, rewritten after each one
+      summary.json      derived: the scaling table (rebuilt by `dtrun report`)
+      report.md         derived: the report
+      throughput.png    derived: throughput against nodes with the ideal line
+
+The derived files are made from manifest.json, runs.json and the result files alone.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from runner import __version__
+from runner.errors import OutputDirError, ResultError
+from runner.spec import BenchSpec, Inventory, LaunchPlan, RunResult, RunStatus
+
+MANIFEST_SCHEMA = "dtrun.manifest/1"
+RUNS_SCHEMA = "dtrun.runs/1"
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def write_json(path: Path, data: object) -> None:
+    """Write atomically, so a crash never leaves half a file where a whole one was."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    partial.replace(path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultError(
+            f"{path} is missing",
+            why=f"{path.parent} is not a complete dtrun run directory",
+            fix="pass the directory that `dtrun bench` printed (runs/<run-id>)",
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise ResultError(f"{path} is not valid JSON", why=str(exc)) from None
+
+
+def machine() -> dict[str, Any]:
+    """The machine dtrun itself runs on (the embedded cluster's only machine)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "python": platform.python_version(),
+    }
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / "manifest.json"
+
+    @property
+    def runs(self) -> Path:
+        return self.path / "runs.json"
+
+    @property
+    def summary(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def report(self) -> Path:
+        return self.path / "report.md"
+
+    @property
+    def plot(self) -> Path:
+        return self.path / "throughput.png"
+
+    def point(self, nodes: int, repeat: int) -> Path:
+        return self.path / f"n{nodes}" / f"r{repeat}"
+
+    def plan_dir(self, nodes: int) -> Path:
+        return self.path / "plan" / f"n{nodes}"
+
+
+def create_run_dir(output: Path, run_id: str) -> RunDir:
+    """Make runs/<run-id>/, or say why it cannot be made, before anything else happens."""
+    path = output / run_id
+    try:
+        path.mkdir(parents=True, exist_ok=False)
+        probe = path / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except FileExistsError:
+        raise OutputDirError(
+            f"run directory {path} already exists",
+            why="each run gets a directory of its own, so earlier results are never overwritten",
+            fix="pass a new --run-id, or leave it out to get a fresh one",
+        ) from None
+    except OSError as exc:
+        raise OutputDirError(
+            f"cannot write the run directory {path}",
+            why=exc.strerror or str(exc),
+            fix="pass --output with a directory you can write, e.g. --output ./runs",
+        ) from None
+    return RunDir(path)
+
+
+def write_manifest(run_dir: RunDir, bench: BenchSpec, inventory: Inventory) -> None:
+    bench_data = asdict(bench.redacted())
+    bench_data["env"] = [list(pair) for pair in bench_data["env"]]
+    write_json(
+        run_dir.manifest,
+        {
+            "schema": MANIFEST_SCHEMA,
+            "run_id": bench.run_id,
+            "created_at": now_iso(),
+            "dtrun_version": __version__,
+            "machine": machine(),
+            "inventory": asdict(inventory),
+            "bench": bench_data,
+        },
+    )
+
+
+def write_plans(run_dir: RunDir, plans: dict[int, LaunchPlan]) -> None:
+    for nodes, plan in plans.items():
+        directory = run_dir.plan_dir(nodes)
+        directory.mkdir(parents=True, exist_ok=True)
+        for launch in plan.launches:
+            script = directory / launch.script_name
+            script.write_text(launch.script)
+            script.chmod(0o700)  # may hold --env values
+
+
+def write_runs(run_dir: RunDir, runs: list[RunResult], status: str, error: str | None) -> None:
+    write_json(
+        run_dir.runs,
+        {
+            "schema": RUNS_SCHEMA,
+            "status": status,
+            "error": error,
+            "updated_at": now_iso(),
+            "runs": [asdict(run) for run in runs],
+        },
+    )
+
+
+def ok_runs(runs_data: dict[str, Any]) -> list[tuple[int, int, str]]:
+    """(nodes, repeat, directory) of every launch that finished with a result."""
+    return [
+        (int(run["nodes"]), int(run["repeat"]), str(run["run_dir"]))
+        for run in runs_data["runs"]
+        if run["status"] == RunStatus.OK.value
+    ]

@@ -1,0 +1,170 @@
+"""The typed, frozen values that dtrun's stages hand each other.
+
+Data flows one way: Inventory + BenchSpec -> LaunchPlan (pure) -> executor -> RunResult ->
+report. Nothing here does I/O; validation of user input happens where the input is parsed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+# Variable names whose values never reach a log, a report or the terminal.
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SAS", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name))
+
+
+class ScalingMode(StrEnum):
+    """How the work changes with the node count (shared/FACTS.md section 7)."""
+
+    WEAK = "weak"  # fixed work per process: the global batch grows with the world size
+    STRONG = "strong"  # fixed total work: the global batch is split across the world
+
+
+class Accelerator(StrEnum):
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One machine that runs one launch script."""
+
+    name: str  # stable label used in logs: node-0, node-1, ...
+    address: str  # the address other nodes reach it on (rendezvous, --local-addr)
+    slots: int = 1  # processes it is meant to run: its GPUs, or a CPU share on CPU nodes
+    cpus: int = 1  # cores this node may use; split between its processes
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The nodes a benchmark may use, and how to run Python on them."""
+
+    source: str  # where it came from: "embedded", "hosts:FILE", "stack:NAME"
+    nodes: tuple[Node, ...]
+    python_bin: str  # directory, on every node, holding python and torchrun
+    code_dir: str  # directory, on every node, that holds the runner/workloads package
+    accelerator: Accelerator = Accelerator.CPU
+    size: str | None = None  # Azure VM size when known (catalog key)
+
+    @property
+    def description(self) -> str:
+        return f"{self.source}: {len(self.nodes)} node(s), {self.accelerator.value}"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A GPT-style decoder: layers x (attention + MLP), tied embedding."""
+
+    layers: int = 2
+    d_model: int = 128
+    heads: int = 4
+    seq_len: int = 64
+    vocab: int = 1024
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """Everything the user asked of one `dtrun bench` sweep."""
+
+    run_id: str
+    node_counts: tuple[int, ...] = (1, 2)
+    procs_per_node: int = 1
+    workload: str = "train"
+    launcher: str = "torchrun"
+    mode: ScalingMode = ScalingMode.WEAK
+    steps: int = 20
+    warmup: int = 3
+    repeat: int = 1
+    batch: int = 8  # per process in weak mode; per process at the smallest node count in strong
+    global_batch: int | None = None  # strong mode: the fixed global batch (default from batch)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    env: tuple[tuple[str, str], ...] = ()  # user --env KEY=VALUE, in order; later keys win
+    rdzv_port: int = 29400
+    timeout_s: float = 600.0
+
+    @property
+    def master_port(self) -> int:
+        """MASTER_PORT sits next to the rendezvous port."""
+        return self.rdzv_port + 1
+
+    def redacted(self) -> BenchSpec:
+        """This spec with the values of secret-looking --env variables replaced."""
+        env = tuple((k, REDACTED if is_secret_name(k) else v) for k, v in self.env)
+        return replace(self, env=env)
+
+    def strong_global_batch(self) -> int:
+        if self.global_batch is not None:
+            return self.global_batch
+        return self.batch * self.procs_per_node * min(self.node_counts)
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One exported variable of a launch script, with the reason it is there."""
+
+    key: str
+    value: str
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """What one node runs for one point of the sweep."""
+
+    node: Node
+    node_rank: int
+    script_name: str
+    script: str
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Every node's rendered launch for one node count. Pure data: print it, test it, run it."""
+
+    launcher: str
+    workload: str
+    nnodes: int
+    procs_per_node: int
+    world_size: int
+    batch_per_proc: int
+    rdzv_id: str
+    master_addr: str
+    master_port: int
+    launches: tuple[NodeLaunch, ...]
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """How one node's launch ended."""
+
+    node: str
+    address: str
+    exit_code: int | None  # None: still running when dtrun stopped it
+    log_path: str
+    wall_s: float
+
+
+class RunStatus(StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One launch of one plan: a (node count, repeat) point of the sweep."""
+
+    nodes: int
+    repeat: int
+    status: RunStatus
+    wall_s: float
+    run_dir: str  # relative to the sweep's directory, e.g. "n2/r0"
+    node_results: tuple[NodeResult, ...] = ()
+    error: str | None = None

@@ -1,0 +1,1 @@
+"""Programs that run on the nodes. They import only torch and the standard library."""

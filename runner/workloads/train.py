@@ -1,0 +1,323 @@
+"""GPT-style data-parallel training throughput on synthetic tokens.
+
+Runs on every process of a launch (torchrun or any launcher that provides RANK, LOCAL_RANK and
+WORLD_SIZE, plus MASTER_ADDR/MASTER_PORT). Imports only torch and the standard library, because
+this file is what gets staged onto the nodes.
+
+After ``--warmup`` untimed steps it times ``--steps - --warmup`` steps and rank 0 writes one JSON
+result (schema ``dtrun.train/1``, documented in the README) that also proves the ranks really
+communicated: each rank starts from different random weights and trains on different tokens, so
+its parameters can only end up equal to rank 0's through DDP's broadcast and gradient all-reduce.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import resource
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+SCHEMA = "dtrun.train/1"
+SYNC_TOLERANCE = 1e-9  # relative difference of parameter fingerprints still called "equal"
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention, then a 4x GELU MLP."""
+
+    def __init__(self, d_model: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.fc = nn.Linear(d_model, 4 * d_model)
+        self.out = nn.Linear(4 * d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, width = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(width, dim=2)
+        shape = (batch, seq, self.heads, width // self.heads)
+        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(batch, seq, width))
+        out: torch.Tensor = x + self.out(F.gelu(self.fc(self.ln2(x))))
+        return out
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab: int, seq_len: int, layers: int, d_model: int, heads: int) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Embedding(seq_len, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab, bias=False)
+        self.head.weight = self.tok.weight  # tied, as in GPT-2
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        # GPT-2's initialisation: small normal weights, zero biases, so the loss starts at ln(V).
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.tok(tokens) + self.pos(positions)
+        for block in self.blocks:
+            x = block(x)
+        logits: torch.Tensor = self.head(self.ln_f(x))
+        return logits
+
+
+def flops_per_token(params: int, layers: int, heads: int, head_dim: int, seq_len: int) -> int:
+    """Training FLOPs per token, 6N + 12*L*H*Q*T (PaLM appendix B; shared/FACTS.md section 7).
+
+    N counts the parameters that take part in matrix multiplies: everything but the position
+    embedding (the tied token embedding is counted once, for the LM head).
+    """
+    return 6 * params + 12 * layers * heads * head_dim * seq_len
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def fingerprint(model: nn.Module) -> float:
+    """A position-weighted sum of every parameter: equal only when the parameters are."""
+    with torch.no_grad():
+        flat = torch.cat([p.detach().reshape(-1).double().cpu() for p in model.parameters()])
+        weights = torch.linspace(1.0, 2.0, flat.numel(), dtype=torch.float64)
+        return float((flat * weights).sum())
+
+
+def gather_floats(value: float, device: torch.device) -> list[float]:
+    mine = torch.tensor([value], dtype=torch.float64, device=device)
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    return [float(t.item()) for t in every]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=8, help="sequences per process per step")
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=1024)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--mode", choices=("weak", "strong"), default="weak")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="per-device peak, for MFU")
+    parser.add_argument("--timeout", type=int, default=600, help="collective timeout, seconds")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--out", default="result.json")
+    return parser.parse_args(argv)
+
+
+def setup(args: argparse.Namespace) -> tuple[torch.device, str]:
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if args.device == "cuda":
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
+    return device, backend
+
+
+def rank_info() -> dict[str, Any]:
+    env = os.environ
+    return {
+        "rank": dist.get_rank(),
+        "local_rank": int(env.get("LOCAL_RANK", "0")),
+        "group_rank": int(env.get("GROUP_RANK", env.get("NODE_RANK", "0"))),
+        "node": env.get("DTRUN_NODE_NAME", socket.gethostname()),
+        "address": env.get("DTRUN_NODE_ADDR", ""),
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
+
+
+def train(args: argparse.Namespace) -> int:
+    started = datetime.datetime.now(datetime.UTC)
+    device, backend = setup(args)
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    # The all-reduce every later number depends on: the sum of 1..world, computed by all ranks.
+    check = torch.tensor([float(rank + 1)], device=device)
+    dist.all_reduce(check)
+    allreduce_ok = check.item() == world * (world + 1) / 2
+
+    torch.manual_seed(args.seed + rank)  # different weights per rank, on purpose
+    model = GPT(args.vocab, args.seq_len, args.layers, args.d_model, args.heads).to(device)
+    initial = gather_floats(fingerprint(model), device)
+    ddp = DistributedDataParallel(model)  # broadcasts rank 0's weights to every rank
+    optimizer = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+
+    # Different tokens per rank: a small pool of random sequences the model can learn.
+    generator = torch.Generator().manual_seed(args.seed * 1000 + rank)
+    pool = torch.randint(0, args.vocab, (64, args.seq_len + 1), generator=generator).to(device)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bfloat16")
+
+    times: list[float] = []
+    losses: list[float] = []
+    log_every = max(1, args.steps // 5)
+    for step in range(args.steps):
+        rows = (torch.arange(args.batch, device=device) + step * args.batch) % pool.shape[0]
+        batch = pool[rows]
+        synchronize(device)
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        with autocast:
+            logits = ddp(batch[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, args.vocab).float(), batch[:, 1:].reshape(-1))
+        torch.autograd.backward(loss)
+        optimizer.step()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+        losses.append(float(loss.item()))
+        if rank == 0 and (step + 1) % log_every == 0:
+            print(
+                f"step {step + 1}/{args.steps} loss {losses[-1]:.3f} "
+                f"step_time {times[-1] * 1000:.1f} ms",
+                flush=True,
+            )
+
+    final = gather_floats(fingerprint(model), device)
+    divergence = max(abs(f - final[0]) / max(1.0, abs(final[0])) for f in final)
+    ranks: list[dict[str, Any] | None] = [None] * world
+    dist.all_gather_object(ranks, rank_info())
+    in_sync = divergence <= SYNC_TOLERANCE and allreduce_ok
+
+    if rank == 0:
+        timed = times[args.warmup :]
+        elapsed = sum(timed)
+        global_batch = args.batch * world
+        tokens_per_s = global_batch * args.seq_len * len(timed) / elapsed
+        head_dim = args.d_model // args.heads
+        params = sum(p.numel() for p in model.parameters())
+        matmul_params = params - model.pos.weight.numel()
+        fpt = flops_per_token(matmul_params, args.layers, args.heads, head_dim, args.seq_len)
+        mfu = None
+        if args.peak_tflops:
+            mfu = tokens_per_s * fpt / (world * args.peak_tflops * 1e12)
+        result = {
+            "schema": SCHEMA,
+            "workload": "train",
+            "started_at": started.isoformat(),
+            "finished_at": datetime.datetime.now(datetime.UTC).isoformat(),
+            "world_size": world,
+            "nnodes": len({r["node"] for r in ranks if r}),
+            "procs_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+            "backend": backend,
+            "device": device.type,
+            "device_name": torch.cuda.get_device_name(device)
+            if device.type == "cuda"
+            else platform.processor() or platform.machine(),
+            "dtype": args.dtype,
+            "torch_version": torch.__version__,
+            "python_version": platform.python_version(),
+            "mode": args.mode,
+            "model": {
+                "layers": args.layers,
+                "d_model": args.d_model,
+                "heads": args.heads,
+                "seq_len": args.seq_len,
+                "vocab": args.vocab,
+                "params": params,
+                "matmul_params": matmul_params,
+            },
+            "batch_per_proc": args.batch,
+            "global_batch": global_batch,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "timed_steps": len(timed),
+            "step_time_s": {
+                "p50": percentile(timed, 50),
+                "p90": percentile(timed, 90),
+                "mean": elapsed / len(timed),
+                "min": min(timed),
+                "max": max(timed),
+            },
+            "tokens_per_s": tokens_per_s,
+            "samples_per_s": global_batch * len(timed) / elapsed,
+            "flops_per_token": fpt,
+            "peak_tflops": args.peak_tflops,
+            "mfu": mfu,
+            "loss": {"first": losses[0], "last": losses[-1]},
+            "peak_memory_bytes": peak_memory_bytes(device),
+            "communication": {
+                "backend": backend,
+                "allreduce_ok": allreduce_ok,
+                "initial_params_differed": len(set(initial)) == world if world > 1 else None,
+                "params_in_sync": in_sync,
+                "max_divergence": divergence,
+                "initial_fingerprints": initial,
+                "final_fingerprints": final,
+            },
+            "ranks": ranks,
+        }
+        out = Path(args.out)
+        partial = out.with_name(out.name + ".partial")
+        partial.write_text(json.dumps(result, indent=2) + "\n")
+        partial.replace(out)
+        print(
+            f"dtrun: {tokens_per_s:,.0f} tokens/s on {world} processes; "
+            f"parameters {'in sync' if in_sync else 'NOT in sync'} across ranks; wrote {out}",
+            flush=True,
+        )
+    dist.destroy_process_group()
+    if not in_sync:
+        print(
+            f"dtrun: rank {rank}: ranks did not communicate correctly "
+            f"(all-reduce ok: {allreduce_ok}, parameter divergence {divergence:.3g})",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 3
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return train(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
