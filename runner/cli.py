@@ -11,14 +11,15 @@ import typer
 
 from runner import __version__
 from runner.errors import DtrunError
-from runner.spec import ModelSpec, ScalingMode
+from runner.spec import BenchSpec, ModelSpec, ScalingMode
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from runner.pipeline import Sweep, SweepEvents
+    from runner.record import RunDir
     from runner.results import TrainResult
-    from runner.spec import BenchSpec, Inventory, LaunchPlan, RunResult
+    from runner.spec import Inventory, LaunchPlan, RunResult
 
 app = typer.Typer(
     name="dtrun",
@@ -71,8 +72,12 @@ def bench(
     procs_per_node: Annotated[
         int, typer.Option("--procs-per-node", "-p", help="Processes (GPUs) per node.")
     ] = 1,
-    steps: Annotated[int, typer.Option(help="Training steps per launch, warm-up included.")] = 20,
-    warmup: Annotated[int, typer.Option(help="Untimed steps at the start of each launch.")] = 5,
+    steps: Annotated[int, typer.Option(help="Training steps per launch, warm-up included.")] = (
+        BenchSpec.steps
+    ),
+    warmup: Annotated[int, typer.Option(help="Untimed steps at the start of each launch.")] = (
+        BenchSpec.warmup
+    ),
     mode: Annotated[
         ScalingMode,
         typer.Option(help="weak: fixed batch per process; strong: fixed global batch."),
@@ -86,7 +91,7 @@ def bench(
     ),
     batch: Annotated[
         int, typer.Option(help="Sequences per process per step (strong: at the fewest nodes).")
-    ] = 8,
+    ] = BenchSpec.batch,
     global_batch: Annotated[
         int | None, typer.Option(help="Strong scaling: the fixed global batch.")
     ] = None,
@@ -101,10 +106,12 @@ def bench(
         list[str] | None,
         typer.Option("--env", "-e", help="KEY=VALUE exported on every node; repeatable."),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds before one launch is stopped.")] = 600.0,
+    timeout: Annotated[float, typer.Option(help="Seconds before one launch is stopped.")] = (
+        BenchSpec.timeout_s
+    ),
     port: Annotated[
         int, typer.Option(help="Rendezvous port on the first node (MASTER_PORT is port+1).")
-    ] = 29400,
+    ] = BenchSpec.rdzv_port,
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Directory that receives runs/<run-id>/.")
     ] = Path("runs"),
@@ -130,7 +137,6 @@ def bench(
     from runner.inventory import embedded_inventory
     from runner.options import check_run_id, new_run_id, parse_env, parse_node_counts
     from runner.plan import validate_bench
-    from runner.spec import BenchSpec
 
     with user_errors():
         counts = parse_node_counts(nodes)
@@ -177,20 +183,15 @@ def _print_plans(inventory: Inventory, spec: BenchSpec) -> None:
 def _run(inventory: Inventory, spec: BenchSpec, output: Path, quiet: bool) -> Sweep:
     from runner.execute.local import LocalExecutor
     from runner.pipeline import run_sweep
-    from runner.record import create_run_dir
 
-    run_dir = create_run_dir(output, spec.run_id)
     console = _console()
-    console.print(
-        f"dtrun {__version__}: run [bold]{spec.run_id}[/] on {inventory.description}, "
-        f"nodes {','.join(map(str, spec.node_counts))}, {spec.mode.value} scaling -> {run_dir.path}"
-    )
-    display = SweepDisplay(console, total=len(spec.node_counts) * spec.repeat, quiet=quiet)
+    display = SweepDisplay(console, spec, inventory, quiet=quiet)
     try:
         with display.progress:
-            return run_sweep(inventory, spec, run_dir, LocalExecutor(), display.events())
+            return run_sweep(inventory, spec, output, LocalExecutor(), display.events())
     except DtrunError:
-        console.print(f"finished launches and the report are kept in {run_dir.path}")
+        if display.run_dir is not None:
+            console.print(f"finished launches and the report are kept in {display.run_dir.path}")
         raise
 
 
@@ -199,7 +200,9 @@ class SweepDisplay:
 
     STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red")
 
-    def __init__(self, console: Console, *, total: int, quiet: bool) -> None:
+    def __init__(
+        self, console: Console, spec: BenchSpec, inventory: Inventory, *, quiet: bool
+    ) -> None:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -210,7 +213,10 @@ class SweepDisplay:
         )
 
         self.console = console
+        self.spec = spec
+        self.inventory = inventory
         self.quiet = quiet
+        self.run_dir: RunDir | None = None
         self.progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
@@ -219,12 +225,27 @@ class SweepDisplay:
             TimeElapsedColumn(),
             console=console,
         )
-        self.task = self.progress.add_task("starting", total=total)
+        total = len(spec.node_counts) * spec.repeat
+        self.task = self.progress.add_task("planning", total=total)
 
     def events(self) -> SweepEvents:
         from runner.pipeline import SweepEvents
 
-        return SweepEvents(on_line=self.on_line, on_start=self.on_start, on_done=self.on_done)
+        return SweepEvents(
+            on_begin=self.on_begin,
+            on_line=self.on_line,
+            on_start=self.on_start,
+            on_done=self.on_done,
+        )
+
+    def on_begin(self, run_dir: RunDir) -> None:
+        self.run_dir = run_dir
+        spec = self.spec
+        self.console.print(
+            f"dtrun {__version__}: run [bold]{spec.run_id}[/] on {self.inventory.description}, "
+            f"nodes {','.join(map(str, spec.node_counts))}, {spec.mode.value} scaling "
+            f"-> {run_dir.path}"
+        )
 
     def on_line(self, node: str, line: str) -> None:
         if self.quiet:
@@ -289,3 +310,7 @@ def report(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -9,14 +9,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from runner.errors import DtrunError, RunError, RunInterruptedError, RunTimeoutError
 from runner.execute import Executor, LineSink, discard
 from runner.plan import RESULT_FILE, build_plan
-from runner.record import RunDir, write_manifest, write_plans, write_runs
+from runner.record import RunDir, create_run_dir, write_manifest, write_plans, write_runs
 from runner.report import Report, build_report
 from runner.results import TrainResult, load_train_result
 from runner.spec import BenchSpec, Inventory, LaunchPlan, RunResult, RunStatus
+
+
+def _ignore_begin(run_dir: RunDir) -> None:
+    pass
 
 
 def _ignore_start(plan: LaunchPlan, repeat: int) -> None:
@@ -31,6 +36,7 @@ def _ignore_done(run: RunResult, result: TrainResult | None) -> None:
 class SweepEvents:
     """What the caller hears while the sweep runs (the CLI draws progress from these)."""
 
+    on_begin: Callable[[RunDir], None] = _ignore_begin
     on_line: LineSink = discard
     on_start: Callable[[LaunchPlan, int], None] = _ignore_start
     on_done: Callable[[RunResult, TrainResult | None], None] = _ignore_done
@@ -51,13 +57,18 @@ def plan_sweep(inventory: Inventory, bench: BenchSpec) -> dict[int, LaunchPlan]:
 def run_sweep(
     inventory: Inventory,
     bench: BenchSpec,
-    run_dir: RunDir,
+    output: Path,
     executor: Executor,
     events: SweepEvents | None = None,
 ) -> Sweep:
-    """Run the whole sweep into ``run_dir``; raise the first RunError after recording it."""
+    """Plan every point, then run the sweep into output/<run-id>/.
+
+    Raises the first RunError after recording it; bad input fails before the directory exists.
+    """
     events = events or SweepEvents()
     plans = plan_sweep(inventory, bench)
+    run_dir = create_run_dir(output, bench.run_id)
+    events.on_begin(run_dir)
     write_manifest(run_dir, bench, inventory)
     write_plans(run_dir, plans)
     sweep = Sweep(run_dir)

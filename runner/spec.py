@@ -79,7 +79,7 @@ class BenchSpec:
     launcher: str = "torchrun"
     mode: ScalingMode = ScalingMode.WEAK
     steps: int = 20
-    warmup: int = 3
+    warmup: int = 5
     repeat: int = 1
     batch: int = 8  # per process in weak mode; per process at the smallest node count in strong
     global_batch: int | None = None  # strong mode: the fixed global batch (default from batch)

@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from runner.inventory import embedded_inventory, local_cluster
+from runner.spec import BenchSpec, Inventory
+
+GOLDEN = Path(__file__).parent / "golden"
+DTRUN = [sys.executable, "-m", "runner.cli"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite tests/golden/ from the current output instead of comparing",
+    )
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
+    """Compare text with tests/golden/NAME; --update-golden rewrites the file."""
+    update = request.config.getoption("--update-golden")
+
+    def check(name: str, text: str) -> None:
+        path = GOLDEN / name
+        if update:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            return
+        assert path.exists(), f"{path} is missing: run pytest --update-golden"
+        expected = path.read_text()
+        if text != expected:
+            diff = "".join(
+                difflib.unified_diff(
+                    expected.splitlines(True), text.splitlines(True), str(path), "rendered"
+                )
+            )
+            pytest.fail(f"{name} differs from its golden file (pytest --update-golden):\n{diff}")
+
+    return check
+
+
+@pytest.fixture
+def fixed_inventory() -> Inventory:
+    """An embedded-style inventory with fixed paths, so rendered scripts are reproducible."""
+    return local_cluster(4, python_bin="/opt/dtrun/venv/bin", code_dir="/opt/dtrun", cpu_count=8)
+
+
+@pytest.fixture
+def spec() -> BenchSpec:
+    return BenchSpec(run_id="test-run")
+
+
+@pytest.fixture
+def live_inventory() -> Inventory:
+    """The real embedded cluster of this machine."""
+    return embedded_inventory(2)
+
+
+def require_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: `./dev test` installs it (apt-get install {name})")
+    return path
+
+
+def processes_under(directory: Path) -> list[psutil.Process]:
+    """Processes whose working directory is inside ``directory`` (every node process is)."""
+    found = []
+    root = str(directory.resolve())
+    for proc in psutil.process_iter(["cwd"]):
+        cwd = proc.info.get("cwd")
+        if cwd and (cwd == root or cwd.startswith(root + os.sep)) and proc.pid != os.getpid():
+            found.append(proc)
+    return found
+
+
+def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
+    """Poll until ``condition`` holds; a synchronisation point, not a timing assertion."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def run_dtrun(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*DTRUN, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.fixture
+def no_leftovers(tmp_path: Path) -> Iterator[Path]:
+    """A working directory that must hold no running process when the test ends."""
+    yield tmp_path
+    left = processes_under(tmp_path)
+    for proc in left:
+        proc.kill()
+    assert not left, f"processes left behind: {[p.cmdline() for p in left]}"

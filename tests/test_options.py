@@ -1,0 +1,43 @@
+"""Parsing of free-form option values."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from runner.errors import UsageError
+from runner.options import check_run_id, new_run_id, parse_env, parse_node_counts
+
+
+def test_node_counts_are_sorted_and_deduplicated():
+    assert parse_node_counts("4,1, 2,2") == (1, 2, 4)
+
+
+@pytest.mark.parametrize("text", ["two", "1,,2", "1.5", ""])
+def test_node_counts_that_are_not_numbers_are_refused(text):
+    with pytest.raises(UsageError, match="is not a list of node counts") as caught:
+        parse_node_counts(text)
+    assert "--nodes 1,2,4" in caught.value.message
+
+
+def test_env_splits_on_the_first_equals_sign():
+    assert parse_env(["A=1", "B=x=y", "C="]) == (("A", "1"), ("B", "x=y"), ("C", ""))
+
+
+@pytest.mark.parametrize("item", ["NOEQUALS", "=value"])
+def test_env_without_a_name_or_equals_is_refused(item):
+    with pytest.raises(UsageError, match="is not KEY=VALUE"):
+        parse_env([item])
+
+
+def test_run_ids_are_time_stamped_and_valid():
+    run_id = new_run_id()
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", run_id)
+    assert check_run_id(run_id) == run_id
+
+
+@pytest.mark.parametrize("run_id", ["../up", "a b", ".hidden", "", "x/y"])
+def test_run_ids_that_cannot_name_a_directory_are_refused(run_id):
+    with pytest.raises(UsageError, match="cannot name a run directory"):
+        check_run_id(run_id)

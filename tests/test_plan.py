@@ -1,0 +1,127 @@
+"""build_plan turns an inventory, a bench spec and a node count into every node's launch."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from runner.errors import PlanError
+from runner.plan import build_plan, validate_bench
+from runner.spec import BenchSpec, Inventory, ModelSpec, ScalingMode
+
+
+def test_plan_has_one_launch_per_node_with_ranks_in_inventory_order(fixed_inventory, spec):
+    plan = build_plan(fixed_inventory, spec, 3)
+    assert [launch.node_rank for launch in plan.launches] == [0, 1, 2]
+    assert [launch.node.address for launch in plan.launches] == [
+        "127.0.0.2",
+        "127.0.0.3",
+        "127.0.0.4",
+    ]
+    assert [launch.script_name for launch in plan.launches] == [
+        "node-0.sh",
+        "node-1.sh",
+        "node-2.sh",
+    ]
+    assert plan.nnodes == 3
+    assert plan.master_addr == "127.0.0.2"
+
+
+def test_world_size_is_nodes_times_processes_per_node(fixed_inventory, spec):
+    plan = build_plan(fixed_inventory, replace(spec, procs_per_node=2), 4)
+    assert plan.world_size == 8
+    assert "--nproc-per-node=2" in plan.launches[0].script
+
+
+def test_rendezvous_id_is_unique_per_run_and_node_count(fixed_inventory, spec):
+    ids = {
+        build_plan(fixed_inventory, replace(spec, run_id=run_id), nodes).rdzv_id
+        for run_id in ("a", "b")
+        for nodes in (1, 2)
+    }
+    assert len(ids) == 4
+
+
+def test_plan_is_pure(fixed_inventory, spec):
+    assert build_plan(fixed_inventory, spec, 2) == build_plan(fixed_inventory, spec, 2)
+
+
+def test_weak_scaling_keeps_the_batch_per_process(fixed_inventory, spec):
+    batches = {n: build_plan(fixed_inventory, spec, n).batch_per_proc for n in (1, 2, 4)}
+    assert batches == {1: 8, 2: 8, 4: 8}
+
+
+def test_strong_scaling_splits_a_fixed_global_batch(fixed_inventory, spec):
+    strong = replace(spec, mode=ScalingMode.STRONG, node_counts=(1, 2, 4), batch=16)
+    batches = {n: build_plan(fixed_inventory, strong, n).batch_per_proc for n in (1, 2, 4)}
+    assert batches == {1: 16, 2: 8, 4: 4}
+    assert "--batch 4" in build_plan(fixed_inventory, strong, 4).launches[0].script
+
+
+def test_strong_scaling_rejects_a_global_batch_that_does_not_divide(fixed_inventory, spec):
+    strong = replace(spec, mode=ScalingMode.STRONG, node_counts=(1, 3), global_batch=8)
+    with pytest.raises(PlanError, match="cannot split a global batch of 8 over 3"):
+        validate_bench(strong)
+
+
+def test_more_nodes_than_the_inventory_holds_is_refused(fixed_inventory, spec):
+    with pytest.raises(PlanError, match="cannot run on 5 nodes") as caught:
+        build_plan(fixed_inventory, spec, 5)
+    assert "holds 4 node(s)" in caught.value.message
+    assert caught.value.exit_code == 2
+
+
+def test_unknown_launcher_suggests_the_closest_name(fixed_inventory, spec):
+    with pytest.raises(PlanError, match="unknown launcher 'torchrn'") as caught:
+        build_plan(fixed_inventory, replace(spec, launcher="torchrn"), 1)
+    assert "did you mean 'torchrun'" in caught.value.message
+
+
+def test_unknown_workload_lists_the_known_ones(fixed_inventory, spec):
+    with pytest.raises(PlanError, match="unknown workload 'resnet'") as caught:
+        build_plan(fixed_inventory, replace(spec, workload="resnet"), 1)
+    assert "known workloads: train" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"steps": 0}, "--steps must be at least 1"),
+        ({"warmup": 20}, "--warmup must be at least 0 and less than --steps"),
+        ({"repeat": 0}, "--repeat must be at least 1"),
+        ({"node_counts": (0, 2)}, "--nodes needs node counts of at least 1"),
+        ({"node_counts": ()}, "--nodes needs node counts of at least 1"),
+        ({"model": ModelSpec(d_model=130, heads=4)}, "--d-model must be a multiple of --heads"),
+        ({"env": (("1BAD", "x"),)}, "--env '1BAD' is not a valid variable name"),
+        ({"env": (("A;rm -rf /", "x"),)}, "is not a valid variable name"),
+        ({"rdzv_port": 70000}, "--port must be between 1 and 65534"),
+    ],
+)
+def test_bad_bench_specs_are_refused_with_the_flag_named(spec, change, message):
+    with pytest.raises(PlanError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        validate_bench(replace(spec, **change))
+
+
+def test_user_env_comes_last_and_replaces_dtrun_defaults(fixed_inventory, spec):
+    user = replace(spec, env=(("OMP_NUM_THREADS", "3"), ("NCCL_DEBUG", "INFO")))
+    script = build_plan(fixed_inventory, user, 1).launches[0].script
+    assert script.count("export OMP_NUM_THREADS=") == 1
+    assert script.index("export OMP_NUM_THREADS=3") < script.index("export NCCL_DEBUG=INFO")
+
+
+def test_threads_per_process_share_the_node_cores(fixed_inventory, spec):
+    # 8 cores over 4 simulated nodes: 2 per node, 1 per process with 2 processes per node
+    one = build_plan(fixed_inventory, spec, 2).launches[0].script
+    two = build_plan(fixed_inventory, replace(spec, procs_per_node=2), 2).launches[0].script
+    assert "export OMP_NUM_THREADS=2" in one
+    assert "export OMP_NUM_THREADS=1" in two
+
+
+def test_only_node_zero_hosts_the_rendezvous(fixed_inventory: Inventory, spec: BenchSpec):
+    plan = build_plan(fixed_inventory, spec, 3)
+    hosts = ["is_host=1" in launch.script for launch in plan.launches]
+    assert hosts == [True, False, False]
+    for launch in plan.launches:
+        assert "--rdzv-endpoint=127.0.0.2:29400" in launch.script
+        assert f"--local-addr={launch.node.address}" in launch.script
