@@ -15,7 +15,7 @@ from runner.errors import DtrunError, RunError, RunInterruptedError, RunTimeoutE
 from runner.execute import Executor, LineSink, discard
 from runner.plan import RESULT_FILE, build_plan
 from runner.record import RunDir, create_run_dir, write_manifest, write_plans, write_runs
-from runner.report import Report, build_report
+from runner.report import Report, build_report, warm_up_plotting
 from runner.results import TrainResult, load_train_result
 from runner.spec import BenchSpec, Inventory, LaunchPlan, RunResult, RunStatus
 
@@ -71,6 +71,7 @@ def run_sweep(
     events.on_begin(run_dir)
     write_manifest(run_dir, bench, inventory)
     write_plans(run_dir, plans)
+    warm_up_plotting()
     sweep = Sweep(run_dir)
     status, error = "running", None
     current: tuple[int, int, float] | None = None  # the launch under way: nodes, repeat, start

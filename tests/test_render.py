@@ -14,7 +14,7 @@ from runner.spec import BenchSpec, ModelSpec, ScalingMode
 from tests.conftest import require_tool
 
 NASTY = (
-    ("WANDB_PROJECT", "it's a \"test\" $(touch /tmp/pwned) `id` ; rm -rf /"),
+    ("WANDB_PROJECT", 'it\'s a "test" $(touch /tmp/pwned) `id` ; rm -rf /'),
     ("EMPTY", ""),
     ("SPACES", "  a  b  "),
     ("NEWLINE", "one\ntwo"),
@@ -67,7 +67,8 @@ def test_every_launch_script_passes_shellcheck(fixed_inventory):
 def test_env_values_reach_the_process_unchanged_and_unexecuted(fixed_inventory, tmp_path):
     script = build_plan(fixed_inventory, CASES["user-env"], 1).launches[0].script
     exports = script[script.index("export WANDB_PROJECT") : script.index("\n\n# torchrun")]
-    probe = f"{exports}\nfor k in WANDB_PROJECT EMPTY SPACES NEWLINE; do printf '%s\\0' \"${{!k}}\"; done\n"
+    names = " ".join(name for name, _ in NASTY)
+    probe = f"{exports}\nfor k in {names}; do printf '%s\\0' \"${{!k}}\"; done\n"
     out = subprocess.run(["bash", "-c", probe], cwd=tmp_path, capture_output=True, check=True)
     assert out.stdout.split(b"\0")[:-1] == [value.encode() for _, value in NASTY]
     assert not (tmp_path / "pwned").exists()

@@ -12,7 +12,9 @@ from tests.factories import fake_run_dir
 
 def test_report_states_efficiency_and_formula_per_node_count(tmp_path, fixed_inventory):
     bench = BenchSpec(run_id="r1", node_counts=(1, 2, 4))
-    run_dir = fake_run_dir(tmp_path / "r1", bench, fixed_inventory, {1: [1000], 2: [1800], 4: [3000]})
+    run_dir = fake_run_dir(
+        tmp_path / "r1", bench, fixed_inventory, {1: [1000], 2: [1800], 4: [3000]}
+    )
     build_report(run_dir)
     text = run_dir.report.read_text()
     assert "| 2 | 2 | 1,800 |" in text and "| 1.80x | 90% |" in text
@@ -45,7 +47,9 @@ def test_rebuilding_a_report_gives_the_same_files(tmp_path, fixed_inventory):
 
 def test_summary_carries_rows_status_and_formula(tmp_path, fixed_inventory):
     bench = BenchSpec(run_id="r4")
-    run_dir = fake_run_dir(tmp_path / "r4", bench, fixed_inventory, {1: [1000], 2: [1500]}, "failed")
+    run_dir = fake_run_dir(
+        tmp_path / "r4", bench, fixed_inventory, {1: [1000], 2: [1500]}, "failed"
+    )
     build_report(run_dir)
     summary = json.loads(run_dir.summary.read_text())
     assert summary["schema"] == "dtrun.summary/1"

@@ -18,7 +18,7 @@ def test_reader_and_workload_agree_on_the_schema_version():
 
 def test_other_schema_versions_are_refused_by_name():
     data = result_data(world=1, tokens_per_s=1.0) | {"schema": "dtrun.train/99"}
-    with pytest.raises(ResultError, match="'dtrun.train/99'"):
+    with pytest.raises(ResultError, match=r"'dtrun\.train/99'"):
         parse_train_result(data, "r.json")
 
 

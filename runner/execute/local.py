@@ -176,7 +176,7 @@ class LocalExecutor:
                 node.stopped = True
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(node.popen.pid, signal.SIGTERM)
-            victims.extend(p for p in node.descendants.values() if p.is_running())
+            victims.extend(p for p in node.descendants.values() if _alive(p))
         for proc in victims:
             with contextlib.suppress(psutil.Error):
                 proc.terminate()
@@ -189,13 +189,30 @@ class LocalExecutor:
                     os.killpg(node.popen.pid, signal.SIGKILL)
                 node.popen.wait()
             node.poll()
-        _, alive = psutil.wait_procs(victims, timeout=max(0.0, deadline - time.monotonic()))
+        alive = _wait_gone(victims, deadline)
         for proc in alive:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-        psutil.wait_procs(alive, timeout=5)
+        _wait_gone(alive, time.monotonic() + 5)
         for node in nodes:
             node.reader.join(timeout=5)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    """Running, and not a zombie waiting for a parent (often init) to reap it."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _wait_gone(procs: list[psutil.Process], deadline: float) -> list[psutil.Process]:
+    """Wait until every process is gone or the deadline passes; return those still alive."""
+    while True:
+        alive = [proc for proc in procs if _alive(proc)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
 
 
 def _failure(node: _Node) -> NodeFailedError:

@@ -1,0 +1,122 @@
+"""dtrun's overhead on one embedded 2-node bench point, against two bare torchrun commands.
+
+Baseline (B): what an engineer types by hand in two terminals: two `torchrun` commands with a
+c10d rendezvous on 127.0.0.2 and 127.0.0.3, running the same training workload with the same
+arguments and thread settings. Candidate (A): `dtrun bench --nodes 2` with the same workload,
+which plans, renders, launches, streams, collects, and writes the report and plot.
+
+Runs A and B alternately (A B A B ...) after one warm-up of each, and prints the wall times,
+the ratio A/B of each pair, and their median. Target from issue #2: median ratio <= 1.10.
+
+    .venv/bin/python benchmarks/overhead_vs_bare_torchrun.py [--rounds 5] [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def workload_args(steps: int, warmup: int, out: Path) -> list[str]:
+    return [
+        "-m", "runner.workloads.train", "--steps", str(steps), "--warmup", str(warmup),
+        "--batch", "8", "--seq-len", "64", "--layers", "2", "--d-model", "128", "--heads", "4",
+        "--vocab", "1024", "--device", "cpu", "--mode", "weak", "--timeout", "600",
+        "--out", str(out),
+    ]  # fmt: skip
+
+
+def bare(steps: int, warmup: int, port: int, run: str, workdir: Path) -> float:
+    """Two torchrun commands, as typed by hand, started together; wall time until both exit."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    common = [
+        str(BIN / "torchrun"), "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.2:{port}", f"--rdzv-id={run}", "--max-restarts=0",
+    ]  # fmt: skip
+    log = (workdir / "bare.log").open("wb")
+    start = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            [
+                *common,
+                f"--rdzv-conf=is_host={int(i == 0)}",
+                f"--local-addr=127.0.0.{i + 2}",
+                *workload_args(steps, warmup, workdir / "result.json"),
+            ],
+            env=env,
+            cwd=workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i in range(2)
+    ]
+    codes = [proc.wait() for proc in procs]
+    elapsed = time.perf_counter() - start
+    log.close()
+    if codes != [0, 0] or not (workdir / "result.json").is_file():
+        tail = (workdir / "bare.log").read_text()[-3000:]
+        raise SystemExit(f"bare torchrun failed: exit codes {codes}\n{tail}")
+    return elapsed
+
+
+def dtrun(steps: int, warmup: int, port: int, run: str, workdir: Path) -> float:
+    command = [
+        str(BIN / "dtrun"), "bench", "--nodes", "2", "--steps", str(steps),
+        "--warmup", str(warmup), "--port", str(port), "--output", str(workdir),
+        "--run-id", run, "--quiet",
+    ]  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=workdir, capture_output=True, check=False)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0 or not (workdir / run / "report.md").is_file():
+        raise SystemExit(f"dtrun failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="counted A/B pairs")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--port", type=int, default=29700)
+    args = parser.parse_args()
+
+    print(
+        f"machine: {platform.node()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    print(f"one point: 2 embedded nodes x 1 process, {args.steps} steps ({args.warmup} warm-up)")
+    pairs: list[tuple[float, float]] = []
+    with tempfile.TemporaryDirectory(prefix="dtrun-bench-") as tmp:
+        for i in range(args.rounds + 1):
+            a_dir = Path(tmp) / f"a{i}"
+            b_dir = Path(tmp) / f"b{i}"
+            a_dir.mkdir()
+            b_dir.mkdir()
+            a = dtrun(args.steps, args.warmup, args.port, f"a{i}", a_dir)
+            b = bare(args.steps, args.warmup, args.port + 10, f"b{i}", b_dir)
+            label = "warm-up" if i == 0 else f"round {i}"
+            print(f"{label:>8}: dtrun {a:6.2f} s   bare torchrun {b:6.2f} s   ratio {a / b:.3f}")
+            if i:
+                pairs.append((a, b))
+    ratios = [a / b for a, b in pairs]
+    print(
+        f"median: dtrun {statistics.median(a for a, _ in pairs):.2f} s, "
+        f"bare {statistics.median(b for _, b in pairs):.2f} s, "
+        f"ratio {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
+        "target <= 1.10"
+    )
+
+
+if __name__ == "__main__":
+    main()

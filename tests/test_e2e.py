@@ -1,0 +1,154 @@
+"""Real sweeps on the embedded cluster: torchrun, gloo, the train workload, the report.
+
+These start real torchrun processes on 127.0.0.2, 127.0.0.3, ... and take several seconds each.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+import pytest
+
+from runner.errors import NodeFailedError
+from runner.execute.local import LocalExecutor
+from runner.pipeline import run_sweep
+from runner.spec import BenchSpec, LaunchPlan, NodeResult
+from tests.conftest import DTRUN, processes_under, run_dtrun, wait_for
+
+pytestmark = pytest.mark.e2e
+
+QUICK = ("--steps", "6", "--warmup", "2", "--quiet")
+
+
+def test_two_node_sweep_writes_results_report_and_proof_of_communication(no_leftovers):
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "bench", "--nodes", "1,2", *QUICK, "--output", str(out), "--run-id", "e2e",
+        "--port", "29610", "--env", "HF_TOKEN=hunter2", cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = out / "e2e"
+
+    result = json.loads((run / "n2" / "r0" / "result.json").read_text())
+    comm = result["communication"]
+    assert result["world_size"] == 2
+    assert comm["allreduce_ok"] is True
+    assert comm["initial_params_differed"] is True  # each rank started from its own weights
+    assert comm["params_in_sync"] is True  # ... and DDP made them equal
+    assert len(set(comm["initial_fingerprints"])) == 2
+    assert len(set(comm["final_fingerprints"])) == 1
+    assert {(r["node"], r["address"]) for r in result["ranks"]} == {
+        ("node-0", "127.0.0.2"),
+        ("node-1", "127.0.0.3"),
+    }
+    assert result["tokens_per_s"] > 0
+    assert result["step_time_s"]["p90"] >= result["step_time_s"]["p50"] > 0
+
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "complete"
+    assert [row["nodes"] for row in summary["rows"]] == [1, 2]
+    two = summary["rows"][1]
+    assert two["tokens_per_s"] == pytest.approx(result["tokens_per_s"])
+    assert two["efficiency"] == pytest.approx(
+        result["tokens_per_s"] / (2 * summary["rows"][0]["tokens_per_s"])
+    )
+
+    report = (run / "report.md").read_text()
+    assert "| 2 | 2 |" in report
+    assert "in sync: 2 ranks on 2 nodes" in report
+    assert (run / "throughput.png").read_bytes()[:4] == b"\x89PNG"
+    for name in ("plan/n1/node-0.sh", "plan/n2/node-1.sh", "n2/r0/node-0.log", "n2/r0/node-1.log"):
+        assert (run / name).is_file(), name
+    assert "step 6/6" in (run / "n2" / "r0" / "node-0.log").read_text()
+    for name in ("manifest.json", "summary.json", "report.md", "runs.json"):
+        assert "hunter2" not in (run / name).read_text()
+
+    rebuilt = run_dtrun("report", str(run), cwd=no_leftovers)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert (run / "report.md").read_text() == report
+
+
+class CrashingNode:
+    """An executor that makes node 1 crash once node 0's torchrun is up, at ``nodes`` nodes."""
+
+    def __init__(self, nodes: int) -> None:
+        self.nodes = nodes
+        self.inner = LocalExecutor()
+
+    def run(self, plan: LaunchPlan, workdir: Path, **kwargs: object) -> tuple[NodeResult, ...]:
+        if plan.nnodes == self.nodes:
+            port = int(plan.launches[0].script.split("--rdzv-endpoint=127.0.0.2:")[1][:5])
+            crash = (
+                "#!/usr/bin/env bash\n"
+                f"until (exec 3<>/dev/tcp/127.0.0.2/{port}) 2>/dev/null; do sleep 0.1; done\n"
+                "echo 'node-1: simulated crash'\nexit 1\n"
+            )
+            launches = list(plan.launches)
+            launches[1] = replace(launches[1], script=crash)
+            plan = replace(plan, launches=tuple(launches))
+        return self.inner.run(plan, workdir, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_crashing_node_fails_the_sweep_fast_and_keeps_earlier_results(
+    no_leftovers, live_inventory
+):
+    bench = BenchSpec(run_id="crash", node_counts=(1, 2), steps=6, warmup=2, rdzv_port=29620)
+    with pytest.raises(NodeFailedError) as caught:
+        run_sweep(live_inventory, bench, no_leftovers / "runs", CrashingNode(2))
+    error = caught.value
+    assert error.node == "node-1"
+    assert "exit code 1" in error.message
+    assert "simulated crash" in error.message
+    # node 0's real torchrun was waiting for node 1 at the rendezvous; dtrun stopped it
+    assert [(r.node, r.exit_code) for r in error.node_results] == [("node-0", None), ("node-1", 1)]
+
+    run = no_leftovers / "runs" / "crash"
+    runs = json.loads((run / "runs.json").read_text())
+    assert runs["status"] == "failed"
+    assert [(r["nodes"], r["status"]) for r in runs["runs"]] == [(1, "ok"), (2, "failed")]
+    assert (run / "n1" / "r0" / "result.json").is_file()
+    summary = json.loads((run / "summary.json").read_text())
+    assert [row["nodes"] for row in summary["rows"]] == [1]
+    assert "Status: **failed**" in (run / "report.md").read_text()
+
+
+def test_ctrl_c_stops_every_process_and_keeps_the_record(no_leftovers):
+    out = no_leftovers / "runs"
+    proc = subprocess.Popen(
+        [*DTRUN, "bench", "--nodes", "2", "--steps", "100000", "--warmup", "1", "--quiet",
+         "--output", str(out), "--run-id", "sigint", "--port", "29630"],
+        cwd=no_leftovers, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    point = out / "sigint" / "n2" / "r0"
+
+    def training() -> bool:
+        # torchrun's workers, unlike its agents, have RANK in their environment
+        workers = []
+        for p in processes_under(point):
+            try:
+                if "RANK" in p.environ():
+                    workers.append(p)
+            except psutil.Error:
+                pass
+        return len(workers) == 2
+
+    try:
+        wait_for(training, timeout=120, what="both ranks to have started")
+    except BaseException:
+        proc.kill()
+        raise
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout + stderr
+    assert "interrupted" in stderr
+    assert "Traceback" not in stderr
+    assert processes_under(no_leftovers) == []
+    runs = json.loads((out / "sigint" / "runs.json").read_text())
+    assert runs["status"] == "interrupted"
+    assert [(r["nodes"], r["status"]) for r in runs["runs"]] == [(2, "interrupted")]
+    assert (out / "sigint" / "report.md").is_file()

@@ -1,0 +1,128 @@
+"""The local executor: streaming, logs, fail-fast, timeout, Ctrl-C, nothing left behind.
+
+Nodes here run small bash scripts, so the behaviour is checked without torch; the tests in
+test_e2e.py check the same behaviour with real torchrun launches.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from runner.errors import NodeFailedError, RunTimeoutError
+from runner.execute.local import LocalExecutor
+from runner.spec import LaunchPlan, Node, NodeLaunch
+from tests.conftest import processes_under, wait_for
+
+# A node that behaves like torchrun: its worker lives in a session of its own.
+LIKE_TORCHRUN = """
+setsid sleep 600 &
+echo "worker $! started"
+wait
+"""
+
+
+def plan_of(*scripts: str) -> LaunchPlan:
+    launches = tuple(
+        NodeLaunch(
+            node=Node(f"node-{i}", f"127.0.0.{i + 2}"),
+            node_rank=i,
+            script_name=f"node-{i}.sh",
+            script="#!/usr/bin/env bash\nset -euo pipefail\n" + textwrap.dedent(body),
+        )
+        for i, body in enumerate(scripts)
+    )
+    return LaunchPlan(
+        "fake", "fake", len(launches), 1, len(launches), 1, "id", "127.0.0.2", 1, launches
+    )
+
+
+class Lines:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, node: str, line: str) -> None:
+        with self.lock:
+            self.lines.append((node, line))
+
+
+def test_every_node_runs_and_its_output_is_streamed_and_saved(no_leftovers):
+    lines = Lines()
+    plan = plan_of("echo hello from 0\necho bye >&2", "echo hello from 1")
+    results = LocalExecutor().run(plan, no_leftovers / "p", timeout_s=60, on_line=lines)
+    assert [r.exit_code for r in results] == [0, 0]
+    assert ("node-0", "hello from 0") in lines.lines
+    assert ("node-0", "bye") in lines.lines
+    assert ("node-1", "hello from 1") in lines.lines
+    assert (no_leftovers / "p" / "node-1.log").read_text() == "hello from 1\n"
+    assert (no_leftovers / "p" / "node-0.sh").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_failing_node_stops_the_others_and_is_named_with_its_log(no_leftovers):
+    plan = plan_of(LIKE_TORCHRUN, "echo 'loading data'\necho 'CUDA error: boom'\nexit 3")
+    with pytest.raises(NodeFailedError) as caught:
+        LocalExecutor().run(plan, no_leftovers / "p", timeout_s=600, on_line=Lines())
+    error = caught.value
+    assert error.node == "node-1"
+    assert "node-1 (127.0.0.3) failed with exit code 3" in error.message
+    assert "CUDA error: boom" in error.message
+    assert "node-1.log" in error.message
+    assert [(r.node, r.exit_code) for r in error.node_results] == [("node-0", None), ("node-1", 3)]
+    assert processes_under(no_leftovers) == []
+
+
+def test_a_launch_past_its_timeout_is_stopped_and_the_running_nodes_named(no_leftovers):
+    plan = plan_of(LIKE_TORCHRUN, "echo done")
+    with pytest.raises(RunTimeoutError, match="did not finish within 1 s") as caught:
+        LocalExecutor().run(plan, no_leftovers / "p", timeout_s=1, on_line=Lines())
+    assert "still running when stopped: node-0" in caught.value.message
+    assert "node-1" not in caught.value.why
+    assert processes_under(no_leftovers) == []
+
+
+def test_a_process_that_ignores_sigterm_is_killed(no_leftovers):
+    stubborn = "trap '' TERM\necho ready\nwhile true; do sleep 0.2; done"
+    plan = plan_of(stubborn, "sleep 0.5\nexit 1")
+    with pytest.raises(NodeFailedError):
+        LocalExecutor(grace_s=0.5).run(plan, no_leftovers / "p", timeout_s=60, on_line=Lines())
+    assert processes_under(no_leftovers) == []
+
+
+def test_a_signal_death_is_reported_as_the_signal(no_leftovers):
+    plan = plan_of("kill -KILL $$")
+    with pytest.raises(NodeFailedError, match="failed with signal SIGKILL"):
+        LocalExecutor().run(plan, no_leftovers / "p", timeout_s=60, on_line=Lines())
+
+
+def test_ctrl_c_stops_every_node_process_before_dtrun_exits(no_leftovers):
+    driver = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        from tests.test_executor import plan_of, LIKE_TORCHRUN
+        from runner.execute.local import LocalExecutor
+
+        def line(node, text):
+            print(node, text, flush=True)
+
+        plan = plan_of(LIKE_TORCHRUN, LIKE_TORCHRUN)
+        LocalExecutor().run(plan, Path({str(no_leftovers / "p")!r}), timeout_s=600, on_line=line)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True, cwd=".", bufsize=1
+    )
+    assert proc.stdout is not None
+    started = [proc.stdout.readline(), proc.stdout.readline()]
+    assert all("worker" in line for line in started), started
+    wait_for(lambda: len(processes_under(no_leftovers)) >= 4, timeout=30, what="4 node processes")
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    assert processes_under(no_leftovers) == []
