@@ -73,3 +73,17 @@ def test_secret_looking_env_values_never_reach_the_run_record(tmp_path, fixed_in
     for name in ("manifest.json", "summary.json", "report.md", "runs.json"):
         assert "hunter2" not in (run_dir.path / name).read_text(), name
     assert "INFO" in run_dir.manifest.read_text()
+
+
+def test_embedded_points_with_more_processes_than_cores_are_flagged(tmp_path, fixed_inventory):
+    bench = BenchSpec(run_id="r7", node_counts=(1, 2, 4))
+    run_dir = fake_run_dir(
+        tmp_path / "r7", bench, fixed_inventory, {1: [1000], 2: [1900], 4: [3000]}
+    )
+    manifest = json.loads(run_dir.manifest.read_text())
+    manifest["machine"]["cpu_count"] = 2
+    run_dir.manifest.write_text(json.dumps(manifest))
+    build_report(run_dir)
+    assert "Note: at 4 node(s) the embedded cluster runs more processes than" in (
+        run_dir.report.read_text()
+    )

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -19,6 +20,8 @@ from runner.errors import NodeFailedError, RunError, RunTimeoutError
 from runner.execute import LineSink, tail
 from runner.spec import LaunchPlan, NodeLaunch, NodeResult
 
+TRACK_EVERY_S = 1.0  # how often the process tree below each node is recorded
+
 
 @dataclass
 class _Node:
@@ -28,30 +31,17 @@ class _Node:
     popen: subprocess.Popen[bytes]
     log_path: Path
     started: float
-    reader: threading.Thread
-    returncode: int | None = None
+    threads: list[threading.Thread] = field(default_factory=list)  # log reader, exit waiter
+    returncode: int | None = None  # set by the waiter thread when the script's process exits
     ended: float | None = None
     stopped: bool = False  # dtrun stopped it before it exited on its own
+    # Every process seen below the node, by (pid, start time) so a reused pid is not confused.
+    # torchrun puts its workers in sessions of their own: the node's process group misses them.
     descendants: dict[tuple[int, float], psutil.Process] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return self.launch.node.name
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            self.returncode = self.popen.poll()
-            if self.returncode is not None:
-                self.ended = time.monotonic()
-        return self.returncode
-
-    def track(self) -> None:
-        """Remember every process below the node: torchrun puts its workers in new sessions,
-        so the node's process group alone does not reach them."""
-        with contextlib.suppress(psutil.Error):
-            for child in psutil.Process(self.popen.pid).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    self.descendants[(child.pid, child.create_time())] = child
 
     def result(self) -> NodeResult:
         end = self.ended if self.ended is not None else time.monotonic()
@@ -64,27 +54,6 @@ class _Node:
         )
 
 
-def _pump(stream: IO[bytes], log: IO[bytes], name: str, on_line: LineSink) -> None:
-    with stream, log:
-        for raw in iter(stream.readline, b""):
-            log.write(raw)
-            log.flush()
-            on_line(name, raw.decode(errors="replace").rstrip("\r\n"))
-
-
-@contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Let cleanup finish even if Ctrl-C is pressed again; the interrupt arrives afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 class LocalExecutor:
     """Runs each node's rendered script with bash, in its own process group and session.
 
@@ -92,20 +61,20 @@ class LocalExecutor:
     of every node, SIGKILL after ``grace_s``). The same happens on timeout and on Ctrl-C.
     """
 
-    def __init__(self, *, grace_s: float = 5.0, poll_s: float = 0.1) -> None:
+    def __init__(self, *, grace_s: float = 5.0) -> None:
         self.grace_s = grace_s
-        self.poll_s = poll_s
 
     def run(
         self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
     ) -> tuple[NodeResult, ...]:
         workdir.mkdir(parents=True, exist_ok=True)
+        exits: queue.Queue[_Node] = queue.Queue()
         nodes: list[_Node] = []
         verdict: _Node | RunTimeoutError | None = None
         try:
             for launch in plan.launches:
-                nodes.append(self._start(launch, workdir, on_line))
-            verdict = self._supervise(nodes, timeout_s, plan.nnodes)
+                nodes.append(_start(launch, workdir, on_line, exits))
+            verdict = _supervise(nodes, exits, timeout_s, plan.nnodes)
         finally:
             with _sigint_deferred():
                 self._stop(nodes)
@@ -116,63 +85,12 @@ class LocalExecutor:
         error.node_results = results
         raise error
 
-    def _start(self, launch: NodeLaunch, workdir: Path, on_line: LineSink) -> _Node:
-        script = workdir / launch.script_name
-        script.write_text(launch.script)
-        script.chmod(0o700)
-        log_path = workdir / f"{launch.node.name}.log"
-        popen = subprocess.Popen(
-            ["bash", launch.script_name],
-            cwd=workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: Ctrl-C reaches dtrun, not nodes
-        )
-        assert popen.stdout is not None  # we asked for a pipe
-        reader = threading.Thread(
-            target=_pump,
-            args=(popen.stdout, log_path.open("wb"), launch.node.name, on_line),
-            name=f"dtrun-log-{launch.node.name}",
-            daemon=True,
-        )
-        reader.start()
-        return _Node(launch, popen, log_path, time.monotonic(), reader)
-
-    def _supervise(
-        self, nodes: list[_Node], timeout_s: float, nnodes: int
-    ) -> _Node | RunTimeoutError | None:
-        """Wait until every node exits 0 (None), one fails (that node), or time runs out."""
-        deadline = time.monotonic() + timeout_s
-        next_track = 0.0
-        while True:
-            now = time.monotonic()
-            if now >= next_track:
-                for node in nodes:
-                    node.track()
-                next_track = now + 0.5
-            running = [node for node in nodes if node.poll() is None]
-            failed = [node for node in nodes if node.returncode not in (None, 0)]
-            if failed:
-                return min(failed, key=lambda n: n.ended or now)
-            if not running:
-                return None
-            if now >= deadline:
-                names = ", ".join(node.name for node in running)
-                return RunTimeoutError(
-                    f"the launch on {nnodes} node(s) did not finish within {timeout_s:g} s",
-                    why=f"still running when stopped: {names}",
-                    fix="raise --timeout, or read the node logs for where it hung",
-                )
-            time.sleep(self.poll_s)
-
     def _stop(self, nodes: list[_Node]) -> None:
         """Stop every process of every node that is still there, then reap the nodes."""
-        for node in nodes:
-            node.track()
+        _track(nodes)
         victims: list[psutil.Process] = []
         for node in nodes:
-            if node.poll() is None:
+            if node.returncode is None:
                 node.stopped = True
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(node.popen.pid, signal.SIGTERM)
@@ -188,14 +106,104 @@ class LocalExecutor:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(node.popen.pid, signal.SIGKILL)
                 node.popen.wait()
-            node.poll()
         alive = _wait_gone(victims, deadline)
         for proc in alive:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         _wait_gone(alive, time.monotonic() + 5)
         for node in nodes:
-            node.reader.join(timeout=5)
+            for thread in node.threads:
+                thread.join(timeout=5)
+
+
+def _start(
+    launch: NodeLaunch, workdir: Path, on_line: LineSink, exits: queue.Queue[_Node]
+) -> _Node:
+    script = workdir / launch.script_name
+    script.write_text(launch.script)
+    script.chmod(0o700)
+    log_path = workdir / f"{launch.node.name}.log"
+    popen = subprocess.Popen(
+        ["bash", launch.script_name],
+        cwd=workdir,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: Ctrl-C reaches dtrun, not the nodes
+    )
+    node = _Node(launch, popen, log_path, time.monotonic())
+    assert popen.stdout is not None  # asked for above
+    node.threads = [
+        threading.Thread(
+            target=_pump,
+            args=(popen.stdout, log_path.open("wb"), node.name, on_line),
+            name=f"dtrun-log-{node.name}",
+            daemon=True,
+        ),
+        threading.Thread(
+            target=_wait, args=(node, exits), name=f"dtrun-wait-{node.name}", daemon=True
+        ),
+    ]
+    for thread in node.threads:
+        thread.start()
+    return node
+
+
+def _pump(stream: IO[bytes], log: IO[bytes], name: str, on_line: LineSink) -> None:
+    with stream, log:
+        for raw in iter(stream.readline, b""):
+            log.write(raw)
+            log.flush()
+            on_line(name, raw.decode(errors="replace").rstrip("\r\n"))
+
+
+def _wait(node: _Node, exits: queue.Queue[_Node]) -> None:
+    code = node.popen.wait()
+    node.ended = time.monotonic()
+    node.returncode = code
+    exits.put(node)
+
+
+def _supervise(
+    nodes: list[_Node], exits: queue.Queue[_Node], timeout_s: float, nnodes: int
+) -> _Node | RunTimeoutError | None:
+    """Wait until every node exits 0 (None), one fails (that node), or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    running = len(nodes)
+    next_track = 0.0
+    while running:
+        now = time.monotonic()
+        if now >= next_track:
+            _track(nodes)
+            next_track = now + TRACK_EVERY_S
+        if now >= deadline:
+            names = ", ".join(node.name for node in nodes if node.returncode is None)
+            return RunTimeoutError(
+                f"the launch on {nnodes} node(s) did not finish within {timeout_s:g} s",
+                why=f"still running when stopped: {names}",
+                fix="raise --timeout, or read the node logs for where it hung",
+            )
+        try:
+            node = exits.get(timeout=min(next_track, deadline) - now)
+        except queue.Empty:
+            continue
+        running -= 1
+        if node.returncode != 0:
+            return node
+    return None
+
+
+def _track(nodes: Iterable[_Node]) -> None:
+    """Record the processes below each node, from one reading of the process table."""
+    children: dict[int, list[psutil.Process]] = {}
+    for proc in psutil.process_iter(["ppid", "create_time"]):
+        children.setdefault(proc.info["ppid"], []).append(proc)
+    for node in nodes:
+        stack = [node.popen.pid]
+        while stack:
+            for child in children.get(stack.pop(), ()):
+                node.descendants[(child.pid, child.info["create_time"])] = child
+                stack.append(child.pid)
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -215,8 +223,23 @@ def _wait_gone(procs: list[psutil.Process], deadline: float) -> list[psutil.Proc
         time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Let cleanup finish even if Ctrl-C is pressed again; the interrupt arrives afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _failure(node: _Node) -> NodeFailedError:
     assert node.returncode is not None  # only exited nodes are verdicts
+    for thread in node.threads:
+        thread.join(timeout=5)  # the log is complete once its pipe closes
     return NodeFailedError(
         node.name,
         node.launch.node.address,
