@@ -298,11 +298,11 @@ def train(args: argparse.Namespace) -> int:
         partial = out.with_name(out.name + ".partial")
         partial.write_text(json.dumps(result, indent=2) + "\n")
         partial.replace(out)
-        print(
-            f"dtrun: {tokens_per_s:,.0f} tokens/s on {world} processes; "
-            f"parameters {'in sync' if in_sync else 'NOT in sync'} across ranks; wrote {out}",
-            flush=True,
-        )
+        if world == 1:
+            proof = "single process"
+        else:
+            proof = f"parameters {'in sync' if in_sync else 'NOT in sync'} across {world} ranks"
+        print(f"dtrun: {tokens_per_s:,.0f} tokens/s; {proof}; wrote {out}", flush=True)
     dist.destroy_process_group()
     if not in_sync:
         print(
