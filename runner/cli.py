@@ -159,7 +159,7 @@ def bench(
             timeout_s=timeout,
         )
         validate_bench(spec)  # before any cluster is built or any directory made
-        inventory = embedded_inventory(local_nodes or max(counts))
+        inventory = embedded_inventory(local_nodes if local_nodes is not None else max(counts))
         if dry_run:
             _print_plans(inventory, spec)
             return

@@ -23,6 +23,7 @@ def dtrun(*args: str):
         (["--nodes", "two"], "--nodes 'two' is not a list of node counts"),
         (["--nodes", "1,2", "--local-nodes", "1"], "cannot run on 2 nodes"),
         (["--nodes", "64"], "the embedded cluster cannot simulate 64 nodes"),
+        (["--local-nodes", "0"], "the embedded cluster cannot simulate 0 nodes"),
         (["--workload", "resnet"], "unknown workload 'resnet'"),
         (["--launcher", "torchrn"], "did you mean 'torchrun'"),
         (["--env", "NOVALUE"], "--env 'NOVALUE' is not KEY=VALUE"),
