@@ -7,10 +7,19 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
+from runner.catalog import peak_tflops_for
 from runner.errors import PlanError
 from runner.launchers import LAUNCHERS, PlanContext
 from runner.render import render
-from runner.spec import BenchSpec, EnvVar, Inventory, LaunchPlan, NodeLaunch, ScalingMode
+from runner.spec import (
+    Accelerator,
+    BenchSpec,
+    EnvVar,
+    Inventory,
+    LaunchPlan,
+    NodeLaunch,
+    ScalingMode,
+)
 
 RESULT_FILE = "result.json"  # written by rank 0 beside the launch scripts
 
@@ -22,33 +31,26 @@ WorkloadArgs = Callable[[BenchSpec, Inventory, int], tuple[str, ...]]
 
 def _train_args(bench: BenchSpec, inventory: Inventory, batch_per_proc: int) -> tuple[str, ...]:
     model = bench.model
-    args: list[object] = [
-        "--steps",
-        bench.steps,
-        "--warmup",
-        bench.warmup,
-        "--batch",
-        batch_per_proc,
-        "--seq-len",
-        model.seq_len,
-        "--layers",
-        model.layers,
-        "--d-model",
-        model.d_model,
-        "--heads",
-        model.heads,
-        "--vocab",
-        model.vocab,
-        "--device",
-        inventory.accelerator.value,
-        "--mode",
-        bench.mode.value,
-        "--timeout",
-        int(bench.timeout_s),
-        "--out",
-        RESULT_FILE,
-    ]
-    return tuple(str(arg) for arg in args)
+    options: dict[str, object] = {
+        "--steps": bench.steps,
+        "--warmup": bench.warmup,
+        "--batch": batch_per_proc,
+        "--seq-len": model.seq_len,
+        "--layers": model.layers,
+        "--d-model": model.d_model,
+        "--heads": model.heads,
+        "--vocab": model.vocab,
+        "--device": inventory.accelerator.value,
+        "--mode": bench.mode.value,
+        "--timeout": int(bench.timeout_s),
+        "--out": RESULT_FILE,
+    }
+    if inventory.accelerator is Accelerator.CUDA:
+        options["--dtype"] = "bfloat16"  # MFU is measured against the bf16 peak
+    peak = peak_tflops_for(inventory.size)
+    if peak is not None:
+        options["--peak-tflops"] = peak
+    return tuple(str(part) for pair in options.items() for part in pair)
 
 
 # Workload name -> (python module run on every process, its arguments).

@@ -8,7 +8,7 @@ import pytest
 
 from runner.errors import PlanError
 from runner.plan import build_plan, validate_bench
-from runner.spec import BenchSpec, Inventory, ModelSpec, ScalingMode
+from runner.spec import Accelerator, BenchSpec, Inventory, ModelSpec, ScalingMode
 
 
 def test_plan_has_one_launch_per_node_with_ranks_in_inventory_order(fixed_inventory, spec):
@@ -125,3 +125,19 @@ def test_only_node_zero_hosts_the_rendezvous(fixed_inventory: Inventory, spec: B
     for launch in plan.launches:
         assert "--rdzv-endpoint=127.0.0.2:29400" in launch.script
         assert f"--local-addr={launch.node.address}" in launch.script
+
+
+def test_gpu_inventories_train_in_bf16_and_report_mfu_against_the_catalog_peak(
+    fixed_inventory, spec
+):
+    gpu = replace(fixed_inventory, accelerator=Accelerator.CUDA, size="Standard_ND96isr_H100_v5")
+    script = build_plan(gpu, spec, 2).launches[0].script
+    assert "--device cuda" in script
+    assert "--dtype bfloat16" in script
+    assert "--peak-tflops 989.0" in script
+
+
+def test_cpu_inventories_have_no_peak_and_stay_in_float32(fixed_inventory, spec):
+    script = build_plan(fixed_inventory, spec, 1).launches[0].script
+    assert "--peak-tflops" not in script
+    assert "--dtype" not in script
