@@ -168,3 +168,38 @@ class RunResult:
     run_dir: str  # relative to the sweep's directory, e.g. "n2/r0"
     node_results: tuple[NodeResult, ...] = ()
     error: str | None = None
+
+
+class StorageKind(StrEnum):
+    AZURE_FILES = "azurefiles"  # Azure Files premium, NFS 4.1
+    NETAPP = "netapp"  # Azure NetApp Files, NFS 4.1 on a delegated subnet
+    LUSTRE = "lustre"  # Azure Managed Lustre on its own subnet
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    kind: StorageKind
+    size_gib: int
+    mount_path: str
+    lustre_sku: str
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """An Azure InfiniBand cluster as the stack configuration describes it (validated)."""
+
+    name_prefix: str
+    location: str
+    vm_size: str
+    node_count: int
+    admin_user: str
+    admin_cidrs: tuple[str, ...]
+    ssh_public_key: str | None  # None: generate a key pair and export the private key
+    storage: StorageSpec
+    spot: bool
+    spot_max_price: float  # -1: up to the on-demand price
+    image: str  # URN: the catalog's for the size, or the override
+    head_vm_size: str
+    vnet_cidr: str
+    tags: tuple[tuple[str, str], ...]
+    python_packages: tuple[str, ...]
