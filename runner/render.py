@@ -1,11 +1,13 @@
 """The single Jinja environment that lays out every rendered artifact.
 
 Python computes values; templates only place them. Undefined variables are errors
-(StrictUndefined) and every value that reaches a shell goes through the ``shquote`` filter.
+(StrictUndefined) and every value that reaches a shell goes through the ``shquote`` filter; every value that reaches
+YAML goes through ``yaml_str`` or ``yaml_block``.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Mapping
 from functools import cache
@@ -28,6 +30,21 @@ def shquote(value: object) -> str:
     return shlex.quote(str(value))
 
 
+def yaml_str(value: object) -> str:
+    """A YAML double-quoted scalar (JSON strings are valid YAML): safe for any text."""
+    return json.dumps(str(value))
+
+
+def yaml_block(text: str, indent: int) -> str:
+    """A YAML literal block scalar, indented by ``indent`` spaces: the text kept verbatim."""
+    chomp = "" if text.endswith("\n") else "-"
+    if text.endswith("\n\n"):
+        chomp = "+"
+    lines = text.splitlines()
+    pad = " " * indent
+    return f"|{chomp}\n" + "\n".join(pad + line if line else "" for line in lines)
+
+
 @cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -39,6 +56,8 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["shquote"] = shquote
+    env.filters["yaml_str"] = yaml_str
+    env.filters["yaml_block"] = yaml_block
     return env
 
 

@@ -183,6 +183,20 @@ class StorageSpec:
     mount_path: str
     lustre_sku: str
 
+    # Where dtrun keeps its things on the shared storage (part of the stack outputs contract).
+    @property
+    def dtrun_dir(self) -> str:
+        return f"{self.mount_path}/.dtrun"
+
+    @property
+    def registry_dir(self) -> str:
+        """One JSON file per booted machine (README: "Node registry")."""
+        return f"{self.dtrun_dir}/nodes"
+
+    @property
+    def venv_dir(self) -> str:
+        return f"{self.dtrun_dir}/venv"
+
 
 @dataclass(frozen=True)
 class ClusterSpec:

@@ -2,7 +2,8 @@
 
 Runs on every process of a launch (torchrun or any launcher that provides RANK, LOCAL_RANK and
 WORLD_SIZE, plus MASTER_ADDR/MASTER_PORT). Imports only torch and the standard library, because
-this file is what gets staged onto the nodes.
+this file is what gets staged onto the nodes, whose Python may be as old as 3.10
+(Ubuntu 22.04 HPC images).
 
 After ``--warmup`` untimed steps it times ``--steps - --warmup`` steps and rank 0 writes one JSON
 result (schema ``dtrun.train/1``, documented in the README) that also proves the ranks really
@@ -176,7 +177,7 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 
 def train(args: argparse.Namespace) -> int:
-    started = datetime.datetime.now(datetime.UTC)
+    started = datetime.datetime.now(datetime.timezone.utc)
     device, backend = setup(args)
     rank, world = dist.get_rank(), dist.get_world_size()
 
@@ -242,7 +243,7 @@ def train(args: argparse.Namespace) -> int:
             "schema": SCHEMA,
             "workload": "train",
             "started_at": started.isoformat(),
-            "finished_at": datetime.datetime.now(datetime.UTC).isoformat(),
+            "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "world_size": world,
             "nnodes": len({r["node"] for r in ranks if r}),
             "procs_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),

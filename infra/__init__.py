@@ -1,0 +1,1 @@
+"""The dtrun Pulumi program: an Azure InfiniBand cluster as components."""

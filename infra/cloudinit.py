@@ -1,0 +1,109 @@
+"""cloud-init for the head VM and the GPU nodes, rendered from templates/cloud-init/. Pure.
+
+Every machine mounts the shared storage, (nodes) waits for its InfiniBand ports, installs the
+Python environment on the shared storage once for the cluster, and registers itself there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner.catalog import SIZES
+from runner.render import render
+from runner.spec import ClusterSpec, StorageKind
+
+MAX_CUSTOM_DATA_BYTES = 64 * 1024  # Azure's limit on decoded custom data (FACTS s4)
+BOOTSTRAP_LOG = "/var/log/dtrun-bootstrap.log"
+IB_STATE_FILE = "/run/dtrun/ib-state"
+
+
+@dataclass(frozen=True)
+class Mount:
+    fstype: str
+    options: str
+    why: str
+
+
+# Each storage kind's recommended client options (FACTS s4).
+MOUNTS: dict[StorageKind, Mount] = {
+    StorageKind.AZURE_FILES: Mount(
+        "nfs",
+        "vers=4,minorversion=1,sec=sys,nconnect=4",
+        "Azure Files NFS 4.1; nconnect=4 spreads the traffic over four TCP connections.",
+    ),
+    StorageKind.NETAPP: Mount(
+        "nfs",
+        "rw,hard,rsize=262144,wsize=262144,vers=4.1,tcp",
+        "NetApp Files NFS 4.1: hard mounts and 256 KiB transfers, as NetApp recommends.",
+    ),
+    StorageKind.LUSTRE: Mount(
+        "lustre",
+        "noatime,flock",
+        "Lustre over TCP: no access-time writes; flock for the cluster-wide install lock.",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class CloudFile:
+    path: str
+    mode: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Boot:
+    """What one machine's cloud-init needs, as plain values (Outputs already resolved)."""
+
+    role: str  # "head" or "node"
+    cluster: ClusterSpec
+    mount_source: str  # e.g. ACCOUNT.file.core.windows.net:/ACCOUNT/SHARE
+    host_key_private: str  # OpenSSH ed25519 private key
+    host_key_public: str
+
+
+def render_cloud_init(boot: Boot) -> str:
+    cluster = boot.cluster
+    storage = cluster.storage
+    size = SIZES[cluster.vm_size]
+    mount = MOUNTS[storage.kind]
+    context = {
+        "role": boot.role,
+        "vm_size": cluster.vm_size if boot.role == "node" else cluster.head_vm_size,
+        "storage_kind": storage.kind.value,
+        "mount_path": storage.mount_path,
+        "mount_source": boot.mount_source,
+        "mount_fstype": mount.fstype,
+        "mount_options": mount.options,
+        "mount_why": mount.why,
+        "dtrun_dir": storage.dtrun_dir,
+        "registry": storage.registry_dir,
+        "venv": storage.venv_dir,
+        "packages": cluster.python_packages,
+        "ib_ports": size.ib_ports,
+        "ib_state_file": IB_STATE_FILE,
+        "log": BOOTSTRAP_LOG,
+        "env": size.env,
+    }
+    scripts = ["dtrun-bootstrap", "dtrun-mount", "dtrun-python-env", "dtrun-register"]
+    if boot.role == "node":
+        scripts.insert(2, "dtrun-ib-check")
+    files = [
+        CloudFile(f"/usr/local/sbin/{name}", "0755", render(f"cloud-init/{name}.sh.j2", context))
+        for name in scripts
+    ]
+    if boot.role == "node":
+        files.append(
+            CloudFile(
+                "/etc/profile.d/dtrun-nccl.sh", "0644", render("cloud-init/nccl-env.sh.j2", context)
+            )
+        )
+    return render(
+        "cloud-init/cloud-config.yaml.j2",
+        {
+            **context,
+            "host_key_private": boot.host_key_private,
+            "host_key_public": boot.host_key_public,
+            "files": files,
+        },
+    )

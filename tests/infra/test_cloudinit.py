@@ -1,0 +1,142 @@
+"""cloud-init for head and nodes: valid YAML, scripts that pass shellcheck, the right mounts."""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+
+import pytest
+import yaml
+
+from infra.cloudinit import MAX_CUSTOM_DATA_BYTES, MOUNTS, Boot, render_cloud_init
+from runner.clusterconfig import cluster_spec
+from runner.render import render
+from runner.spec import StorageKind
+from tests.conftest import require_tool
+
+TODAY = datetime.date(2026, 11, 23)
+# Placeholder text, not a key: cloud-init only has to carry it verbatim.
+PRIVATE = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nTEST-ONLY\nNOT-A-KEY\n-----END OPENSSH PRIVATE KEY-----\n"
+)
+PUBLIC = "ssh-ed25519 AAAATESTONLY dtrun-host"
+SOURCES = {
+    StorageKind.AZURE_FILES: "dtrunnfs1.file.core.windows.net:/dtrunnfs1/shared",
+    StorageKind.NETAPP: "10.42.2.4:/shared",
+    StorageKind.LUSTRE: "10.42.3.5@tcp:/lustrefs",
+}
+STORAGE = {
+    StorageKind.AZURE_FILES: {},
+    StorageKind.NETAPP: {"storageKind": "netapp", "storageSizeGib": 4096},
+    StorageKind.LUSTRE: {"storageKind": "lustre", "storageSizeGib": 8192},
+}
+
+
+def boot(role="node", kind=StorageKind.AZURE_FILES, size="Standard_ND96isr_H100_v5", **extra):
+    cluster = cluster_spec(
+        {"adminCidrs": ["203.0.113.4/32"], "vmSize": size, **STORAGE[kind], **extra}, today=TODAY
+    )
+    return Boot(role, cluster, SOURCES[kind], PRIVATE, PUBLIC)
+
+
+CASES = {
+    f"{role}-{kind.value}-{size}": boot(role, kind, size)
+    for role in ("head", "node")
+    for kind in StorageKind
+    for size in ("Standard_ND96isr_H100_v5", "Standard_ND96asr_v4", "Standard_HB176rs_v4")
+}
+
+
+def files(document):
+    return {item["path"]: item["content"] for item in document["write_files"]}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cloud_init_is_yaml_that_carries_every_file_verbatim(name):
+    text = render_cloud_init(CASES[name])
+    assert text.startswith("#cloud-config\n")
+    assert len(text.encode()) <= MAX_CUSTOM_DATA_BYTES
+    document = yaml.safe_load(text)
+    assert document["ssh_keys"] == {"ed25519_private": PRIVATE, "ed25519_public": PUBLIC}
+    assert document["ssh_pwauth"] is False
+    assert document["runcmd"] == [["/usr/local/sbin/dtrun-bootstrap"]]
+    assert "/usr/local/sbin/dtrun-mount" in files(document)
+
+
+def test_every_script_passes_bash_n_and_shellcheck():
+    shellcheck = require_tool("shellcheck")
+    for name, case in CASES.items():
+        for path, content in files(yaml.safe_load(render_cloud_init(case))).items():
+            parsed = subprocess.run(["bash", "-n"], input=content, text=True, capture_output=True)
+            assert parsed.returncode == 0, f"{name} {path}: {parsed.stderr}"
+            checked = subprocess.run(
+                [shellcheck, "--shell=bash", "--severity=style", "-"],
+                input=content, text=True, capture_output=True,
+            )  # fmt: skip
+            assert checked.returncode == 0, f"{name} {path}:\n{checked.stdout}"
+
+
+@pytest.mark.parametrize("kind", list(StorageKind))
+def test_the_mount_uses_the_kinds_recommended_options(kind):
+    mount = files(yaml.safe_load(render_cloud_init(boot(kind=kind))))["/usr/local/sbin/dtrun-mount"]
+    assert f"source={SOURCES[kind]}" in mount.replace("'", "")
+    assert f"fstype={MOUNTS[kind].fstype}" in mount
+    assert f"options={MOUNTS[kind].options}" in mount
+    assert "target=/shared" in mount
+    assert "_netdev,nofail" in mount
+
+
+def test_azure_files_mounts_nfs_4_1_with_nconnect():
+    assert MOUNTS[StorageKind.AZURE_FILES].options == "vers=4,minorversion=1,sec=sys,nconnect=4"
+    assert MOUNTS[StorageKind.LUSTRE].options == "noatime,flock"
+
+
+def test_nodes_check_infiniband_and_get_the_size_nccl_settings_the_head_does_not():
+    node = files(yaml.safe_load(render_cloud_init(boot("node"))))
+    head = files(yaml.safe_load(render_cloud_init(boot("head"))))
+    assert "expected=8" in node["/usr/local/sbin/dtrun-ib-check"]
+    assert (
+        "export NCCL_TOPO_FILE=/opt/microsoft/ndv5/topo.xml" in node["/etc/profile.d/dtrun-nccl.sh"]
+    )
+    assert "/usr/local/sbin/dtrun-ib-check" not in head
+    assert "/etc/profile.d/dtrun-nccl.sh" not in head
+    assert "dtrun-ib-check" not in head["/usr/local/sbin/dtrun-bootstrap"]
+
+
+def test_the_python_environment_is_installed_once_under_a_lock_on_the_shared_storage():
+    env = files(yaml.safe_load(render_cloud_init(boot(pythonPackages=["torch==2.6.0", "numpy"]))))
+    script = env["/usr/local/sbin/dtrun-python-env"]
+    assert "venv=/shared/.dtrun/venv" in script
+    assert "flock 9" in script
+    assert "/.dtrun-ready" in script
+    assert "install --quiet torch==2.6.0 numpy" in script
+
+
+def test_nodes_register_in_the_registry_on_the_shared_storage():
+    script = files(yaml.safe_load(render_cloud_init(boot())))["/usr/local/sbin/dtrun-register"]
+    assert "registry=/shared/.dtrun/nodes" in script
+    assert '"schema": "dtrun.node/1"' in script
+
+
+def test_golden_cloud_init(golden):
+    for name in ("node-azurefiles-Standard_ND96isr_H100_v5", "head-netapp-Standard_ND96asr_v4",
+                 "node-lustre-Standard_HB176rs_v4"):  # fmt: skip
+        golden(f"cloud-init/{name}.yaml", render_cloud_init(CASES[name]))
+
+
+def test_the_registry_entry_written_at_boot_is_valid_json(tmp_path):
+    """Run the register script for real, with a fake registry path."""
+    cluster = boot().cluster
+    script = render(
+        "cloud-init/dtrun-register.sh.j2",
+        {"registry": str(tmp_path / "nodes"), "ib_state_file": str(tmp_path / "ib"),
+         "role": "node", "vm_size": cluster.vm_size},
+    )  # fmt: skip
+    (tmp_path / "ib").write_text("8/8\n")
+    subprocess.run(["bash", "-c", script, "register", "active", "ready"], check=True)
+    [entry] = list((tmp_path / "nodes").glob("*.json"))
+    data = yaml.safe_load(entry.read_text())
+    assert data["schema"] == "dtrun.node/1"
+    assert (data["ib_ports_active"], data["ib_ports_expected"]) == (8, 8)
+    assert (data["infiniband"], data["python"]) == ("active", "ready")
+    assert data["vm_size"] == "Standard_ND96isr_H100_v5"
