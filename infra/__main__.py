@@ -1,11 +1,25 @@
-"""The dtrun Pulumi program (placeholder).
+"""The dtrun Pulumi program (`Pulumi.yaml`: `main: infra/`): an Azure InfiniBand cluster."""
 
-`Pulumi.yaml` points here (`main: infra/`). The Azure InfiniBand cluster — network, head VM,
-GPU scale set and shared storage as components — is not written yet; until it is, `pulumi up`
-stops with this message instead of creating a half-built stack.
-"""
+import sys
+from pathlib import Path
 
-raise SystemExit(
-    "dtrun: the Azure cluster program in infra/ is a placeholder; "
-    "use the embedded cluster (`dtrun bench`) until it lands."
-)
+# Pulumi runs this directory as a script; make the repository (runner/, infra/) importable.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pulumi
+
+from infra.config import load_cluster
+from infra.program import build
+from runner.catalog import SIZES, retirement_warning
+from runner.errors import DtrunError
+
+try:
+    cluster = load_cluster()
+except DtrunError as error:
+    # A clean message without a Python traceback in `pulumi up`'s diagnostics.
+    raise pulumi.RunError(error.message) from None
+warning = retirement_warning(SIZES[cluster.vm_size])
+if warning:
+    pulumi.log.warn(warning)
+for key, value in build(cluster).items():
+    pulumi.export(key, value)

@@ -1,8 +1,8 @@
 """The single Jinja environment that lays out every rendered artifact.
 
 Python computes values; templates only place them. Undefined variables are errors
-(StrictUndefined) and every value that reaches a shell goes through the ``shquote`` filter; every value that reaches
-YAML goes through ``yaml_str`` or ``yaml_block``.
+(StrictUndefined); every value that reaches a shell goes through the ``shquote`` filter, and
+every value that reaches YAML through ``yaml_str`` or ``yaml_block``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,107 @@
+"""The GPU nodes: one scale set, shaped so InfiniBand connects all of them (FACTS s3, s4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_azure_native import compute
+
+from infra.machines import image_reference, linux_keys_only
+from runner.catalog import SIZES
+from runner.spec import ClusterSpec
+
+
+@dataclass(frozen=True)
+class GpuClusterArgs:
+    cluster: ClusterSpec
+    resource_group_name: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    admin_public_key: pulumi.Input[str]
+    custom_data: pulumi.Input[str]
+    tags: dict[str, str]
+
+
+class GpuCluster(pulumi.ComponentResource):
+    scale_set_name: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: GpuClusterArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("dtrun:azure:GpuCluster", name, None, opts)
+        cluster = args.cluster
+        size = SIZES[cluster.vm_size]
+        child = pulumi.ResourceOptions(parent=self)
+        placement = compute.ProximityPlacementGroup(
+            f"{name}-ppg",
+            resource_group_name=args.resource_group_name,
+            location=cluster.location,
+            proximity_placement_group_type="Standard",
+            tags=args.tags,
+            opts=child,
+        )
+        spot = (
+            {
+                "priority": "Spot",
+                "eviction_policy": "Delete",
+                "billing_profile": compute.BillingProfileArgs(max_price=cluster.spot_max_price),
+            }
+            if cluster.spot
+            else {"priority": "Regular"}
+        )
+        scale_set = compute.VirtualMachineScaleSet(
+            f"{name}-vmss",
+            resource_group_name=args.resource_group_name,
+            location=cluster.location,
+            sku=compute.SkuArgs(name=size.name, tier="Standard", capacity=cluster.node_count),
+            # InfiniBand joins only the VMs of one Uniform scale set in one placement group.
+            orchestration_mode="Uniform",
+            single_placement_group=True,
+            # Extra VMs would join the IB fabric and then vanish; one fault domain keeps the
+            # set on one fabric (common practice, FACTS s3).
+            overprovision=False,
+            platform_fault_domain_count=1,
+            proximity_placement_group=compute.SubResourceArgs(id=placement.id),
+            upgrade_policy=compute.UpgradePolicyArgs(mode=compute.UpgradeMode.MANUAL),
+            virtual_machine_profile=compute.VirtualMachineScaleSetVMProfileArgs(
+                os_profile=compute.VirtualMachineScaleSetOSProfileArgs(
+                    computer_name_prefix=f"{cluster.name_prefix}node",
+                    admin_username=cluster.admin_user,
+                    custom_data=args.custom_data,
+                    linux_configuration=linux_keys_only(cluster.admin_user, args.admin_public_key),
+                ),
+                storage_profile=compute.VirtualMachineScaleSetStorageProfileArgs(
+                    image_reference=image_reference(cluster.image),
+                    os_disk=compute.VirtualMachineScaleSetOSDiskArgs(
+                        create_option="FromImage",
+                        caching=compute.CachingTypes.READ_WRITE,
+                        managed_disk=compute.VirtualMachineScaleSetManagedDiskParametersArgs(
+                            storage_account_type="Premium_LRS"
+                        ),
+                    ),
+                ),
+                network_profile=compute.VirtualMachineScaleSetNetworkProfileArgs(
+                    network_interface_configurations=[
+                        compute.VirtualMachineScaleSetNetworkConfigurationArgs(
+                            name="nic",
+                            primary=True,
+                            # Only where the size supports it (FACTS s1): NCv3 does not.
+                            enable_accelerated_networking=size.accelerated_networking,
+                            # No public IP configuration: nodes are reached through the head.
+                            ip_configurations=[
+                                compute.VirtualMachineScaleSetIPConfigurationArgs(
+                                    name="ipconfig",
+                                    primary=True,
+                                    subnet=compute.ApiEntityReferenceArgs(id=args.subnet_id),
+                                )
+                            ],
+                        )
+                    ]
+                ),
+                **spot,
+            ),
+            tags=args.tags,
+            opts=child,
+        )
+        self.scale_set_name = scale_set.name
+        self.register_outputs({"scale_set_name": self.scale_set_name})

@@ -1,0 +1,26 @@
+"""pulumi.Config -> ClusterSpec. The keys, types and defaults are Pulumi.yaml's (one source)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pulumi
+
+from runner.clusterconfig import NAMESPACE, cluster_spec, schema
+from runner.spec import ClusterSpec
+
+
+def load_cluster(config: pulumi.Config | None = None) -> ClusterSpec:
+    config = config or pulumi.Config(NAMESPACE)
+    getters: dict[str, Callable[[str], object]] = {
+        "string": config.get,
+        "integer": config.get_int,
+        "boolean": config.get_bool,
+        "array": config.get_object,
+    }
+    values = {}
+    for key, setting in schema().items():
+        value = getters[setting.type](key)
+        if value is not None:
+            values[key] = value
+    return cluster_spec(values)

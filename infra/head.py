@@ -1,0 +1,92 @@
+"""The head VM: the only machine with a public IP, SSH jump host to the nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_azure_native import compute, network
+
+from infra.machines import image_reference, linux_keys_only
+from runner.spec import ClusterSpec
+
+
+@dataclass(frozen=True)
+class HeadArgs:
+    cluster: ClusterSpec
+    resource_group_name: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    admin_public_key: pulumi.Input[str]
+    custom_data: pulumi.Input[str]
+    tags: dict[str, str]
+
+
+class HeadNode(pulumi.ComponentResource):
+    public_address: pulumi.Output[str]
+    private_address: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: HeadArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("dtrun:azure:HeadNode", name, None, opts)
+        cluster = args.cluster
+        child = pulumi.ResourceOptions(parent=self)
+        ip = network.PublicIPAddress(
+            f"{name}-ip",
+            resource_group_name=args.resource_group_name,
+            location=cluster.location,
+            sku=network.PublicIPAddressSkuArgs(name="Standard"),  # closed unless an NSG allows
+            public_ip_allocation_method="Static",
+            tags=args.tags,
+            opts=child,
+        )
+        nic = network.NetworkInterface(
+            f"{name}-nic",
+            resource_group_name=args.resource_group_name,
+            location=cluster.location,
+            ip_configurations=[
+                network.NetworkInterfaceIPConfigurationArgs(
+                    name="primary",
+                    primary=True,
+                    subnet=network.SubnetArgs(id=args.subnet_id),
+                    public_ip_address=network.PublicIPAddressArgs(id=ip.id),
+                    private_ip_allocation_method="Dynamic",
+                )
+            ],
+            tags=args.tags,
+            opts=child,
+        )
+        compute.VirtualMachine(
+            f"{name}-vm",
+            resource_group_name=args.resource_group_name,
+            location=cluster.location,
+            hardware_profile=compute.HardwareProfileArgs(vm_size=cluster.head_vm_size),
+            os_profile=compute.OSProfileArgs(
+                computer_name=f"{cluster.name_prefix}-head",
+                admin_username=cluster.admin_user,
+                custom_data=args.custom_data,
+                linux_configuration=linux_keys_only(cluster.admin_user, args.admin_public_key),
+            ),
+            storage_profile=compute.StorageProfileArgs(
+                image_reference=image_reference(cluster.image),
+                os_disk=compute.OSDiskArgs(
+                    create_option="FromImage",
+                    delete_option="Delete",
+                    managed_disk=compute.ManagedDiskParametersArgs(
+                        storage_account_type="Premium_LRS"
+                    ),
+                ),
+            ),
+            network_profile=compute.NetworkProfileArgs(
+                network_interfaces=[compute.NetworkInterfaceReferenceArgs(id=nic.id, primary=True)]
+            ),
+            tags=args.tags,
+            opts=child,
+        )
+        self.public_address = ip.ip_address.apply(lambda address: address or "")
+        self.private_address = nic.ip_configurations.apply(
+            lambda configs: (configs or [])[0].private_ip_address or ""
+        )
+        self.register_outputs(
+            {"public_address": self.public_address, "private_address": self.private_address}
+        )

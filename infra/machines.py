@@ -1,0 +1,37 @@
+"""Pieces the head VM and the scale set share: the image, the SSH-keys-only Linux settings."""
+
+from __future__ import annotations
+
+import base64
+
+import pulumi
+from pulumi_azure_native import compute
+
+from runner.catalog import Image
+
+
+def image_reference(urn: str) -> compute.ImageReferenceArgs:
+    image = Image.parse(urn)
+    return compute.ImageReferenceArgs(
+        publisher=image.publisher, offer=image.offer, sku=image.sku, version=image.version
+    )
+
+
+def linux_keys_only(user: str, public_key: pulumi.Input[str]) -> compute.LinuxConfigurationArgs:
+    return compute.LinuxConfigurationArgs(
+        disable_password_authentication=True,
+        ssh=compute.SshConfigurationArgs(
+            public_keys=[
+                compute.SshPublicKeyArgs(
+                    path=f"/home/{user}/.ssh/authorized_keys", key_data=public_key
+                )
+            ]
+        ),
+    )
+
+
+def custom_data(cloud_init: pulumi.Output[str]) -> pulumi.Output[str]:
+    """Base64 cloud-init, kept secret: it carries the host's private key."""
+    return pulumi.Output.secret(
+        cloud_init.apply(lambda text: base64.b64encode(text.encode()).decode())
+    )

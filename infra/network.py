@@ -1,0 +1,138 @@
+"""The VNet: a head subnet reachable by SSH from the admin CIDRs only, a node subnet reachable
+from the head only, and the subnets shared storage needs. Never overlaps 172.16.0.0/16."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+from pulumi_azure_native import network
+
+from runner.clusterconfig import subnets
+from runner.spec import ClusterSpec, StorageKind
+
+SSH_DENY_PRIORITY = 4096  # the lowest priority: evaluated after every allow rule
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    cluster: ClusterSpec
+    resource_group_name: pulumi.Input[str]
+    tags: dict[str, str]
+
+
+def _ssh_rules(sources: list[str], allow_name: str) -> list[network.SecurityRuleArgs]:
+    """Allow SSH from each source; deny it from everywhere else (the default rules would let
+    every address in the VNet in)."""
+    rules = [
+        network.SecurityRuleArgs(
+            name=f"{allow_name}-{index}",
+            priority=100 + index,
+            direction="Inbound",
+            access="Allow",
+            protocol="Tcp",
+            source_address_prefix=source,
+            source_port_range="*",
+            destination_address_prefix="*",
+            destination_port_range="22",
+        )
+        for index, source in enumerate(sources)
+    ]
+    rules.append(
+        network.SecurityRuleArgs(
+            name="deny-other-ssh",
+            priority=SSH_DENY_PRIORITY,
+            direction="Inbound",
+            access="Deny",
+            protocol="Tcp",
+            source_address_prefix="*",
+            source_port_range="*",
+            destination_address_prefix="*",
+            destination_port_range="22",
+        )
+    )
+    return rules
+
+
+class Network(pulumi.ComponentResource):
+    head_subnet_id: pulumi.Output[str]
+    nodes_subnet_id: pulumi.Output[str]
+    storage_subnet_id: pulumi.Output[str] | None  # NetApp's delegated or Lustre's own subnet
+
+    def __init__(
+        self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("dtrun:azure:Network", name, None, opts)
+        cluster = args.cluster
+        child = pulumi.ResourceOptions(parent=self)
+        cidrs = subnets(cluster.vnet_cidr)
+        group, location = args.resource_group_name, cluster.location
+
+        head_nsg = network.NetworkSecurityGroup(
+            f"{name}-head-nsg",
+            security_rules=_ssh_rules(list(cluster.admin_cidrs), "ssh-from-admin"),
+            tags=args.tags,
+            resource_group_name=group,
+            location=location,
+            opts=child,
+        )
+        nodes_nsg = network.NetworkSecurityGroup(
+            f"{name}-nodes-nsg",
+            security_rules=_ssh_rules([cidrs["head"]], "ssh-from-head"),
+            tags=args.tags,
+            resource_group_name=group,
+            location=location,
+            opts=child,
+        )
+        vnet = network.VirtualNetwork(
+            f"{name}-vnet",
+            address_space=network.AddressSpaceArgs(address_prefixes=[cluster.vnet_cidr]),
+            tags=args.tags,
+            resource_group_name=group,
+            location=location,
+            opts=child,
+        )
+        # Azure Files NFS admits clients through the subnets' Microsoft.Storage endpoint.
+        endpoints = (
+            [network.ServiceEndpointPropertiesFormatArgs(service="Microsoft.Storage")]
+            if cluster.storage.kind is StorageKind.AZURE_FILES
+            else None
+        )
+
+        def subnet(role: str, after: pulumi.Resource, **props: Any) -> network.Subnet:
+            # One subnet after the other: Azure rejects concurrent changes to one VNet.
+            return network.Subnet(
+                f"{name}-{role}",
+                resource_group_name=group,
+                virtual_network_name=vnet.name,
+                address_prefix=cidrs[role],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[after]),
+                **props,
+            )
+
+        head = subnet(
+            "head",
+            vnet,
+            network_security_group=network.NetworkSecurityGroupArgs(id=head_nsg.id),
+            service_endpoints=endpoints,
+        )
+        nodes = subnet(
+            "nodes",
+            head,
+            network_security_group=network.NetworkSecurityGroupArgs(id=nodes_nsg.id),
+            service_endpoints=endpoints,
+        )
+        self.head_subnet_id = head.id
+        self.nodes_subnet_id = nodes.id
+        self.storage_subnet_id = None
+        if cluster.storage.kind is StorageKind.NETAPP:
+            delegation = network.DelegationArgs(
+                name="netapp", service_name="Microsoft.NetApp/volumes"
+            )
+            self.storage_subnet_id = subnet("netapp", nodes, delegations=[delegation]).id
+        elif cluster.storage.kind is StorageKind.LUSTRE:
+            self.storage_subnet_id = subnet("lustre", nodes).id
+        self.register_outputs(
+            {"head_subnet_id": self.head_subnet_id, "nodes_subnet_id": self.nodes_subnet_id}
+        )

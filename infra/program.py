@@ -1,0 +1,120 @@
+"""The whole cluster: resource group, network, shared storage, head VM, GPU scale set, keys.
+
+``build`` returns the stack outputs, version 1 of the contract that runner/outputs.py parses
+(README: "Stack outputs").
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pulumi
+import pulumi_tls as tls
+from pulumi_azure_native import resources
+
+from infra.cloudinit import Boot, render_cloud_init
+from infra.cluster import GpuCluster, GpuClusterArgs
+from infra.head import HeadArgs, HeadNode
+from infra.machines import custom_data
+from infra.network import Network, NetworkArgs
+from infra.storage import SharedStorage, StorageArgs
+from runner.catalog import SIZES
+from runner.clusterconfig import subnets
+from runner.spec import ClusterSpec
+
+OUTPUTS_VERSION = 1
+
+
+def _boot(
+    role: str, cluster: ClusterSpec, mount_source: pulumi.Output[str], key: tls.PrivateKey
+) -> pulumi.Output[str]:
+    cloud_init = pulumi.Output.all(
+        mount_source, key.private_key_openssh, key.public_key_openssh
+    ).apply(lambda v: render_cloud_init(Boot(role, cluster, v[0], v[1], v[2].strip())))
+    return custom_data(cloud_init)
+
+
+def nodes_host_pattern(nodes_cidr: str) -> str:
+    """known_hosts pattern for every address of the /24 node subnet: 10.42.1.*"""
+    network = ipaddress.ip_network(nodes_cidr)
+    return ".".join(str(network.network_address).split(".")[:3]) + ".*"
+
+
+def build(cluster: ClusterSpec) -> dict[str, object]:
+    size = SIZES[cluster.vm_size]
+    tags = {"dtrun-cluster": cluster.name_prefix, "managed-by": "dtrun", **dict(cluster.tags)}
+    group = resources.ResourceGroup(
+        f"{cluster.name_prefix}-rg", location=cluster.location, tags=tags
+    )
+    net = Network("net", NetworkArgs(cluster, group.name, tags))
+    shared = SharedStorage(
+        "storage",
+        StorageArgs(
+            cluster,
+            group.name,
+            [net.head_subnet_id, net.nodes_subnet_id],
+            net.storage_subnet_id,
+            tags,
+        ),
+    )
+    # Host keys made once and kept in state: every node shares one (they are one scale set).
+    head_key = tls.PrivateKey("head-host-key", algorithm="ED25519")
+    node_key = tls.PrivateKey("node-host-key", algorithm="ED25519")
+    # The admin's key pair, generated when no public key is configured; its private half is
+    # a secret output that dtrun reads to reach the cluster.
+    public_key: pulumi.Input[str]
+    private_key: pulumi.Output[str] | None = None
+    if cluster.ssh_public_key:
+        public_key = cluster.ssh_public_key
+    else:
+        admin_key = tls.PrivateKey("admin-key", algorithm="ED25519")
+        public_key = admin_key.public_key_openssh
+        private_key = pulumi.Output.secret(admin_key.private_key_openssh)
+    head = HeadNode(
+        "head",
+        HeadArgs(
+            cluster,
+            group.name,
+            net.head_subnet_id,
+            public_key,
+            _boot("head", cluster, shared.mount_source, head_key),
+            tags,
+        ),
+    )
+    GpuCluster(
+        "gpu",
+        GpuClusterArgs(
+            cluster,
+            group.name,
+            net.nodes_subnet_id,
+            public_key,
+            _boot("node", cluster, shared.mount_source, node_key),
+            tags,
+        ),
+    )
+    pattern = nodes_host_pattern(subnets(cluster.vnet_cidr)["nodes"])
+    known_hosts = pulumi.Output.all(
+        head.public_address, head.private_address, head_key.public_key_openssh,
+        node_key.public_key_openssh,
+    ).apply(
+        lambda v: [f"{v[0]},{v[1]} {v[2].strip()}", f"{pattern} {v[3].strip()}"]
+    )  # fmt: skip
+    storage = cluster.storage
+    return {
+        "version": OUTPUTS_VERSION,
+        "resource_group": group.name,
+        "location": cluster.location,
+        "head_public_address": head.public_address,
+        "head_private_address": head.private_address,
+        "ssh_user": cluster.admin_user,
+        "ssh_private_key": private_key,
+        "known_hosts": known_hosts,
+        "node_count": cluster.node_count,
+        "vm_size": size.name,
+        "gpus_per_node": size.gpu_count,
+        "nodes_subnet": subnets(cluster.vnet_cidr)["nodes"],
+        "storage_kind": storage.kind.value,
+        "mount_path": storage.mount_path,
+        "registry_path": storage.registry_dir,
+        "python_bin": f"{storage.venv_dir}/bin",
+    }
