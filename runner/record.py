@@ -142,7 +142,7 @@ def write_manifest(run_dir: RunDir, bench: BenchSpec, inventory: Inventory) -> N
             "created_at": now_iso(),
             "dtrun_version": __version__,
             "machine": machine(),
-            "inventory": asdict(inventory),
+            "inventory": asdict(inventory.redacted()),
             "bench": bench_data,
         },
     )

@@ -42,6 +42,20 @@ class Node:
 
 
 @dataclass(frozen=True)
+class SshAccess:
+    """How to reach the nodes of a real cluster over SSH."""
+
+    user: str
+    port: int = 22
+    jump_host: str | None = None  # reach the nodes through this host (the head VM)
+    known_hosts: tuple[str, ...] = ()  # lines to check host keys against; empty: the user's
+    private_key: str | None = field(default=None, repr=False)  # secret: never printed
+
+    def redacted(self) -> SshAccess:
+        return replace(self, private_key=REDACTED if self.private_key else None)
+
+
+@dataclass(frozen=True)
 class Inventory:
     """The nodes a benchmark may use, and how to run Python on them."""
 
@@ -51,10 +65,16 @@ class Inventory:
     code_dir: str  # directory, on every node, that holds the runner/workloads package
     accelerator: Accelerator = Accelerator.CPU
     size: str | None = None  # Azure VM size when known (catalog key)
+    ssh: SshAccess | None = None  # None: the nodes are processes on this machine
+    shared_dir: str | None = None  # a directory every node mounts, when there is one
 
     @property
     def description(self) -> str:
         return f"{self.source}: {len(self.nodes)} node(s), {self.accelerator.value}"
+
+    def redacted(self) -> Inventory:
+        """This inventory without secrets, for records and reports."""
+        return replace(self, ssh=self.ssh.redacted() if self.ssh else None)
 
 
 @dataclass(frozen=True)

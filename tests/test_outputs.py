@@ -1,0 +1,131 @@
+"""Stack outputs (contract version 1) and node registry entries -> Inventory."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.clusterconfig import cluster_spec
+from runner.outputs import (
+    OutputsError,
+    inventory_from_stack,
+    parse_outputs,
+    parse_registry_entry,
+)
+from runner.spec import Accelerator
+
+DATA = Path(__file__).parent / "data"
+RECORDED = sorted((DATA / "outputs").glob("v1-*.json"))
+
+
+def load(name):
+    return json.loads((DATA / "outputs" / name).read_text())
+
+
+def registry():
+    return [
+        parse_registry_entry(json.loads(path.read_text()), path.name)
+        for path in sorted((DATA / "registry").glob("*.json"))
+    ]
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.name)
+def test_every_recorded_version_1_file_parses(path):
+    outputs = parse_outputs(json.loads(path.read_text()), path.name)
+    assert outputs.version == 1
+    assert outputs.known_hosts
+
+
+def test_the_program_exports_exactly_the_recorded_contract():
+    """Guards the contract: a key added or dropped in infra/ must be a new version."""
+    from tests.infra.harness import run
+
+    exported = run(
+        cluster_spec({"adminCidrs": ["203.0.113.4/32"]}, today=datetime.date(2026, 11, 23))
+    ).outputs
+    for path in RECORDED:
+        assert set(json.loads(path.read_text())) == set(exported), path.name
+    assert parse_outputs(exported, "program").python_bin == "/shared/.dtrun/venv/bin"
+
+
+def test_an_inventory_holds_the_registered_nodes_in_address_order():
+    outputs = parse_outputs(load("v1-h100-azurefiles-generated-key.json"), "recorded")
+    inventory = inventory_from_stack("dev", outputs, registry())
+    assert inventory.source == "stack:dev"
+    assert [(n.name, n.address) for n in inventory.nodes] == [
+        ("node-0", "10.42.1.4"),
+        ("node-1", "10.42.1.5"),
+        ("node-2", "10.42.1.6"),
+        ("node-3", "10.42.1.10"),
+    ]
+    assert {n.slots for n in inventory.nodes} == {8}
+    assert {n.cpus for n in inventory.nodes} == {96}
+    assert inventory.accelerator is Accelerator.CUDA
+    assert inventory.size == "Standard_ND96isr_H100_v5"
+    assert inventory.python_bin == "/shared/.dtrun/venv/bin"
+    assert inventory.code_dir == "/shared/.dtrun/code"
+    assert inventory.shared_dir == "/shared"
+
+
+def test_nodes_are_reached_through_the_head_with_strict_host_keys():
+    outputs = parse_outputs(load("v1-h100-azurefiles-generated-key.json"), "recorded")
+    ssh = inventory_from_stack("dev", outputs, registry()).ssh
+    assert ssh is not None
+    assert (ssh.user, ssh.jump_host) == ("azureuser", "20.0.113.10")
+    assert ssh.known_hosts[1].startswith("10.42.1.* ssh-ed25519 ")
+    assert ssh.private_key and ssh.private_key.startswith("-----BEGIN OPENSSH PRIVATE KEY")
+    assert "PRIVATE KEY" not in repr(ssh)
+    assert "PRIVATE KEY" not in repr(inventory_from_stack("dev", outputs).redacted())
+
+
+def test_a_cluster_with_its_own_key_has_no_private_key_and_cpu_nodes_run_on_cpu():
+    outputs = parse_outputs(load("v1-hb176-lustre-own-key.json"), "recorded")
+    inventory = inventory_from_stack("hpc", outputs)
+    assert outputs.ssh_private_key is None
+    assert inventory.accelerator is Accelerator.CPU
+    assert inventory.nodes == ()
+    assert outputs.storage_kind == "lustre"
+
+
+def test_registry_entries_say_when_a_node_is_ready():
+    entry = registry()[1]
+    assert entry.ready
+    degraded = json.loads((DATA / "registry" / "dtrunnode000000.json").read_text())
+    degraded["infiniband"] = "degraded"
+    assert not parse_registry_entry(degraded, "x").ready
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"version": 2}, "made by a newer dtrun"),
+        ({"version": None}, "outputs version None"),
+        ({"node_count": "four"}, "'node_count' is 'four', not a int"),
+        ({"node_count": True}, "not a int"),
+        ({"ssh_private_key": "[secret]"}, "masked as [secret]"),
+        ({"known_hosts": ["10.42.1.*"]}, "not 'HOSTS TYPE KEY'"),
+    ],
+)
+def test_bad_outputs_name_the_field(change, message):
+    data = load("v1-h100-azurefiles-generated-key.json") | change
+    with pytest.raises(OutputsError, match=message.replace("[", r"\[")):
+        parse_outputs(data, "outputs.json")
+
+
+def test_a_missing_field_is_named_with_the_command_to_fix_it():
+    data = load("v1-h100-azurefiles-generated-key.json")
+    del data["python_bin"]
+    with pytest.raises(OutputsError, match="has no 'python_bin'") as caught:
+        parse_outputs(data, "outputs.json")
+    assert "dtrun outputs --stack NAME --save FILE" in caught.value.message
+
+
+def test_registry_entries_of_another_schema_or_with_bad_addresses_are_refused():
+    entry = json.loads((DATA / "registry" / "dtrunnode000000.json").read_text())
+    with pytest.raises(OutputsError, match="not a dtrun node registry entry"):
+        parse_registry_entry(entry | {"schema": "other"}, "n.json")
+    with pytest.raises(OutputsError, match="not an IP address"):
+        parse_registry_entry(entry | {"address": "node-0"}, "n.json")
