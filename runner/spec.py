@@ -39,6 +39,11 @@ class Node:
     address: str  # the address other nodes reach it on (rendezvous, --local-addr)
     slots: int = 1  # processes it is meant to run: its GPUs, or a CPU share on CPU nodes
     cpus: int = 1  # cores this node may use; split between its processes
+    # How to log in, where it differs from the inventory's SshAccess (hosts files).
+    ssh_host: str | None = None  # default: address
+    ssh_port: int | None = None
+    ssh_user: str | None = None
+    ssh_key: str | None = None  # path of a private key file
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,8 @@ class SshAccess:
     jump_host: str | None = None  # reach the nodes through this host (the head VM)
     known_hosts: tuple[str, ...] = ()  # lines to check host keys against; empty: the user's
     private_key: str | None = field(default=None, repr=False)  # secret: never printed
+    key_path: str | None = None  # a private key file, when not given inline
+    workdir: str = "/tmp/dtrun"  # where dtrun stages scripts on nodes without shared storage
 
     def redacted(self) -> SshAccess:
         return replace(self, private_key=REDACTED if self.private_key else None)

@@ -1,0 +1,128 @@
+"""Real OpenSSH sshd instances on 127.0.0.2, 127.0.0.3, ...: the test cluster for SSH runs.
+
+Each instance has its own host key, listens on its own loopback address, accepts only the
+generated client key (no passwords, no PAM) and runs as the user running the tests.
+"""
+
+from __future__ import annotations
+
+import getpass
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+PORT = 2222
+ENABLE = "install OpenSSH's server (`apt-get install openssh-server`; `./dev test` does it)"
+
+
+@dataclass(frozen=True)
+class SshHost:
+    address: str
+    port: int
+    host_key: str  # "ssh-ed25519 AAAA..."
+    config: Path
+
+    @property
+    def known_hosts_line(self) -> str:
+        return f"[{self.address}]:{self.port} {self.host_key}"
+
+
+@dataclass
+class SshCluster:
+    root: Path
+    user: str
+    key: Path  # the client's private key
+    known_hosts: Path  # every instance's host key
+    hosts: list[SshHost]
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def stop(self, address: str) -> None:
+        """Stop one instance, as a node going away would."""
+        process = self.processes.pop(address)
+        process.terminate()
+        process.wait(timeout=10)
+
+    def start(self, host: SshHost) -> None:
+        self.processes[host.address] = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(host.config)],
+            stdout=subprocess.DEVNULL,
+            stderr=(self.root / f"sshd-{host.address}.log").open("ab"),
+        )
+        _wait_listening(host.address, host.port)
+
+    def close(self) -> None:
+        for address in list(self.processes):
+            self.stop(address)
+
+
+def available() -> bool:
+    return Path(SSHD).exists() and shutil.which("ssh-keygen") is not None
+
+
+def _keygen(path: Path, comment: str) -> str:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+    )
+    return " ".join(path.with_suffix(".pub").read_text().split()[:2])
+
+
+def _wait_listening(address: str, port: int, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((address, port), timeout=1).close()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sshd on {address}:{port} did not start") from None
+            time.sleep(0.05)
+        else:
+            return
+
+
+def start_cluster(root: Path, count: int, port: int = PORT) -> SshCluster:
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation dir
+    root.mkdir(parents=True, exist_ok=True)
+    _keygen(root / "client_key", "dtrun-tests")
+    authorized = root / "authorized_keys"
+    authorized.write_text((root / "client_key.pub").read_text())
+    authorized.chmod(0o600)
+    hosts = []
+    for index in range(count):
+        address = f"127.0.0.{index + 2}"
+        home = root / address
+        home.mkdir()
+        host_key = _keygen(home / "ssh_host_ed25519_key", f"host-{address}")
+        config = home / "sshd_config"
+        config.write_text(
+            f"ListenAddress {address}:{port}\n"
+            f"HostKey {home / 'ssh_host_ed25519_key'}\n"
+            f"PidFile {home / 'sshd.pid'}\n"
+            f"AuthorizedKeysFile {authorized}\n"
+            "PubkeyAuthentication yes\n"
+            "PasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\n"
+            "PermitRootLogin prohibit-password\n"
+            "UsePAM no\n"
+            "StrictModes no\n"
+            "AcceptEnv DTRUN_*\n"
+            "MaxStartups 200\n"
+            "MaxSessions 200\n"
+            "LogLevel ERROR\n"
+            "Subsystem sftp internal-sftp\n"
+        )
+        hosts.append(SshHost(address, port, host_key, config))
+    known_hosts = root / "known_hosts"
+    known_hosts.write_text("".join(host.known_hosts_line + "\n" for host in hosts))
+    cluster = SshCluster(root, getpass.getuser(), root / "client_key", known_hosts, hosts)
+    try:
+        for host in hosts:
+            cluster.start(host)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
