@@ -1,0 +1,256 @@
+"""Launches on real machines over SSH: stage, run every node's script, stop, collect.
+
+Every process of a launch carries DTRUN_LAUNCH=<random tag> in its environment (set on the
+command line, so no sshd AcceptEnv is needed); stopping a launch signals every process with the
+tag on every node and checks that none is left. Staging uses the shared storage when the
+inventory has one (written once), each node's workdir otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from runner.errors import NodeFailedError, RunError, RunTimeoutError
+from runner.execute import LineSink, tail
+from runner.execute.sshsession import SshError, SshSession, lost_connection
+from runner.plan import RESULT_FILE
+from runner.render import render
+from runner.spec import Inventory, LaunchPlan, Node, NodeLaunch, NodeResult
+
+TAG = "DTRUN_LAUNCH"
+
+
+def code_files() -> dict[str, bytes]:
+    """What the nodes import: runner/__init__.py and runner/workloads/ (relative path -> bytes)."""
+    package = Path(__file__).resolve().parent.parent
+    files = [package / "__init__.py", *sorted((package / "workloads").glob("*.py"))]
+    return {str(f.relative_to(package.parent)): f.read_bytes() for f in files}
+
+
+def remote_launch_dir(inventory: Inventory, workdir: Path) -> str:
+    """runs/<id>/n<N>/r<k> here -> <shared>/.dtrun/runs/<id>/n<N>/r<k> (or <workdir>/runs/...)."""
+    ssh = inventory.ssh
+    base = (
+        f"{inventory.shared_dir}/.dtrun" if inventory.shared_dir else (ssh.workdir if ssh else "")
+    )
+    return f"{base}/runs/{workdir.parent.parent.name}/{workdir.parent.name}/{workdir.name}"
+
+
+@dataclass
+class _Ended:
+    launch: NodeLaunch
+    exit_code: int | None  # None: stopped by dtrun
+    wall_s: float
+    error: RunError | None = None  # the connection was lost
+
+
+class SshExecutor:
+    """Runs a LaunchPlan's node scripts over an SshSession (Executor protocol)."""
+
+    def __init__(self, session: SshSession, *, grace_s: float = 5.0) -> None:
+        self.session = session
+        self.inventory = session.inventory
+        self.grace_s = grace_s
+        self._code_staged: set[str] = set()
+
+    def run(
+        self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
+    ) -> tuple[NodeResult, ...]:
+        workdir.mkdir(parents=True, exist_ok=True)
+        return self.session.call(self._run(plan, workdir, timeout_s, on_line))
+
+    # -- staging --------------------------------------------------------------------------
+    def _staging_nodes(self, nodes: list[Node]) -> list[Node]:
+        """Shared storage: one node writes for all. Otherwise every node gets its own copy."""
+        return nodes[:1] if self.inventory.shared_dir else nodes
+
+    async def _put(self, node: Node, files: dict[str, tuple[bytes, int]]) -> None:
+        connection = await self.session.connection(node)
+        with lost_connection(node):
+            async with self.session.limit, connection.start_sftp_client() as sftp:
+                for path, (content, mode) in files.items():
+                    await sftp.makedirs(str(Path(path).parent), exist_ok=True)
+                    async with sftp.open(path, "wb") as remote:
+                        await remote.write(content)
+                    await sftp.chmod(path, mode)
+
+    async def _stage(self, plan: LaunchPlan, remote_dir: str) -> None:
+        nodes = [launch.node for launch in plan.launches]
+        code_dir = self.inventory.code_dir
+        code = {f"{code_dir}/{rel}": (data, 0o644) for rel, data in code_files().items()}
+        scripts = {
+            f"{remote_dir}/{launch.script_name}": (launch.script.encode(), 0o700)
+            for launch in plan.launches
+        }
+        uploads = []
+        for node in self._staging_nodes(nodes):
+            files = dict(scripts)
+            if node.name not in self._code_staged:
+                files.update(code)
+            uploads.append(self._put(node, files))
+        await asyncio.gather(*uploads)
+        self._code_staged.update(node.name for node in self._staging_nodes(nodes))
+        if self.inventory.shared_dir:
+            self._code_staged.update(node.name for node in nodes)
+
+    # -- one launch -----------------------------------------------------------------------
+    async def _node(
+        self, launch: NodeLaunch, remote_dir: str, tag: str, log: IO[bytes], on_line: LineSink
+    ) -> _Ended:
+        node = launch.node
+        started = time.monotonic()
+        command = (
+            f"cd {shlex.quote(remote_dir)} && "
+            f"{TAG}={tag} exec setsid bash {shlex.quote(launch.script_name)}"
+        )
+        try:
+            connection = await self.session.connection(node)
+            with lost_connection(node):
+                import asyncssh
+
+                process = await connection.create_process(command, stderr=asyncssh.STDOUT)
+                async for line in process.stdout:
+                    log.write(line.encode())
+                    log.flush()
+                    on_line(node.name, line.rstrip("\r\n"))
+                await process.wait_closed()
+        except SshError as error:
+            self.session.forget(node)
+            return _Ended(launch, None, time.monotonic() - started, error)
+        status = process.exit_status
+        if status is None or status < 0:  # killed by a signal
+            signal = process.exit_signal[0] if process.exit_signal else "?"
+            on_line(node.name, f"dtrun: the launch ended by signal {signal}")
+            status = 128
+        return _Ended(launch, status, time.monotonic() - started)
+
+    async def _run(
+        self, plan: LaunchPlan, workdir: Path, timeout_s: float, on_line: LineSink
+    ) -> tuple[NodeResult, ...]:
+        remote_dir = remote_launch_dir(self.inventory, workdir)
+        await self._stage(plan, remote_dir)
+        tag = secrets.token_hex(8)
+        logs = {
+            launch.node.name: (workdir / f"{launch.node.name}.log").open("wb")
+            for launch in plan.launches
+        }
+        tasks = {
+            asyncio.create_task(
+                self._node(launch, remote_dir, tag, logs[launch.node.name], on_line)
+            ): launch
+            for launch in plan.launches
+        }
+        ended: dict[str, _Ended] = {}
+        verdict: RunError | None = None
+        left: list[str] = []
+        try:
+            verdict = await self._supervise(tasks, ended, timeout_s, workdir)
+        finally:
+            for task in tasks:
+                task.cancel()
+            left = await asyncio.shield(self._stop_everywhere(plan, tag, ended))
+            for log in logs.values():
+                log.close()
+        if left and verdict is None:
+            verdict = RunError(
+                "processes of the launch were left behind",
+                why="; ".join(left),
+                fix="stop them by hand (they carry DTRUN_LAUNCH in their environment)",
+            )
+        elif left and verdict is not None:
+            verdict.why += "\nafter stopping: " + "; ".join(left)
+        results = tuple(
+            NodeResult(
+                node=launch.node.name,
+                address=launch.node.address,
+                exit_code=ended[launch.node.name].exit_code if launch.node.name in ended else None,
+                log_path=str(workdir / f"{launch.node.name}.log"),
+                wall_s=ended[launch.node.name].wall_s if launch.node.name in ended else 0.0,
+            )
+            for launch in plan.launches
+        )
+        if verdict is not None:
+            verdict.node_results = results
+            raise verdict
+        await self._collect(plan, remote_dir, workdir)
+        return results
+
+    async def _supervise(
+        self,
+        tasks: dict[asyncio.Task[_Ended], NodeLaunch],
+        ended: dict[str, _Ended],
+        timeout_s: float,
+        workdir: Path,
+    ) -> RunError | None:
+        """Until every node exits 0 (None), one fails or is lost, or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        pending = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(
+                pending, timeout=max(0.0, deadline - time.monotonic()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )  # fmt: skip
+            if not done:
+                names = ", ".join(sorted(tasks[task].node.name for task in pending))
+                return RunTimeoutError(
+                    f"the launch on {len(tasks)} node(s) did not finish within {timeout_s:g} s",
+                    why=f"still running when stopped: {names}",
+                    fix="raise --timeout, or read the node logs for where it hung",
+                )
+            for task in done:
+                result = task.result()
+                ended[result.launch.node.name] = result
+                if result.error is not None:
+                    return result.error
+                if result.exit_code != 0:
+                    node = result.launch.node
+                    log = workdir / f"{node.name}.log"
+                    return NodeFailedError(
+                        node.name, node.address, result.exit_code or 1, str(log), tail(log)
+                    )
+        return None
+
+    async def _stop_everywhere(
+        self, plan: LaunchPlan, tag: str, ended: dict[str, _Ended]
+    ) -> list[str]:
+        """Stop the launch's processes on every reachable node; say where any is left."""
+        script = render(
+            "remote/stop.sh.j2",
+            {"tag_name": TAG, "tag": tag, "grace_steps": max(1, int(self.grace_s / 0.2))},
+        )
+        lost = {name for name, end in ended.items() if end.error is not None}
+
+        async def stop(node: Node) -> str | None:
+            try:
+                connection = await self.session.connection(node)
+                with lost_connection(node):
+                    result = await connection.run("bash -s", input=script, check=False)
+            except SshError:
+                return f"{node.name}: unreachable, so its processes could not be checked"
+            left = str(result.stdout).rpartition("dtrun-left:")[2].split()
+            return f"{node.name}: pids {' '.join(left)} survived SIGKILL" if left else None
+
+        reachable = [launch.node for launch in plan.launches if launch.node.name not in lost]
+        problems = [p for p in await asyncio.gather(*(stop(node) for node in reachable)) if p]
+        problems += [f"{name}: its connection was lost; check it by hand" for name in sorted(lost)]
+        return problems
+
+    async def _collect(self, plan: LaunchPlan, remote_dir: str, workdir: Path) -> None:
+        """Copy rank 0's result back; without shared storage it is on one node, any of them."""
+        for node in self._staging_nodes([launch.node for launch in plan.launches]) + [
+            launch.node for launch in plan.launches
+        ]:
+            connection = await self.session.connection(node)
+            with lost_connection(node), contextlib.suppress(OSError):
+                async with connection.start_sftp_client() as sftp:
+                    path = f"{remote_dir}/{RESULT_FILE}"
+                    if await sftp.exists(path):
+                        await sftp.get(path, str(workdir / RESULT_FILE))
+                        return

@@ -1,0 +1,278 @@
+"""SSH connections to an inventory's nodes (asyncssh), opened once and reused.
+
+One event loop per session (asyncio.Runner), so connections survive between launches of a
+sweep. Nodes are reached directly or through the inventory's jump host; host keys are checked
+against the stack's known_hosts lines or the user's known_hosts file, and a new key is only
+recorded when asked (--accept-new-host-keys), never silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from runner.errors import RunError, UsageError
+from runner.spec import Inventory, Node
+
+if TYPE_CHECKING:
+    import asyncssh
+
+T = TypeVar("T")
+Notice = Callable[[str], None]
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+class SshError(RunError):
+    """A node could not be reached or lost its connection."""
+
+
+class SshLoginError(UsageError):
+    """The node refused the user or key: the hosts file or stack settings are wrong."""
+
+
+class HostKeyError(UsageError):
+    """A node's host key is unknown or has changed."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+    user: str
+    key_path: str | None
+
+    @property
+    def known_hosts_name(self) -> str:
+        """How known_hosts names this host: plain on port 22, [host]:port otherwise."""
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+    def __str__(self) -> str:
+        return f"{self.user}@{self.host}:{self.port}"
+
+
+def endpoint(inventory: Inventory, node: Node) -> Endpoint:
+    ssh = inventory.ssh
+    if ssh is None:
+        raise UsageError(f"{inventory.source} has no SSH access", fix="use --hosts or --stack")
+    return Endpoint(
+        host=node.ssh_host or node.address,
+        port=node.ssh_port or ssh.port,
+        user=node.ssh_user or ssh.user,
+        key_path=node.ssh_key or ssh.key_path,
+    )
+
+
+class SshSession:
+    def __init__(
+        self,
+        inventory: Inventory,
+        *,
+        accept_new_host_keys: bool = False,
+        known_hosts_file: str = DEFAULT_KNOWN_HOSTS,
+        concurrency: int = 64,
+        connect_timeout: float = 15.0,
+        retries: int = 3,
+        notice: Notice = lambda message: None,
+    ) -> None:
+        self.inventory = inventory
+        self.accept_new = accept_new_host_keys
+        self.known_hosts_file = Path(known_hosts_file).expanduser()
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.notice = notice
+        self.concurrency = concurrency
+        self._runner = asyncio.Runner()
+        self._connections: dict[str, asyncssh.SSHClientConnection] = {}
+        self._pending: dict[str, asyncio.Task[asyncssh.SSHClientConnection]] = {}
+        self._jump: asyncio.Task[asyncssh.SSHClientConnection] | None = None
+        self._limit: asyncio.Semaphore | None = None
+
+    # -- the event loop -------------------------------------------------------------------
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the session's loop; Ctrl-C cancels it, then KeyboardInterrupt."""
+        return self._runner.run(coroutine)
+
+    def close(self) -> None:
+        async def close_all() -> None:
+            for connection in self._connections.values():
+                connection.close()
+            for connection in self._connections.values():
+                with contextlib.suppress(Exception):
+                    await connection.wait_closed()
+
+        with contextlib.suppress(Exception):
+            self._runner.run(close_all())
+        self._runner.close()
+
+    def __enter__(self) -> SshSession:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    @property
+    def limit(self) -> asyncio.Semaphore:
+        """At most ``concurrency`` SSH operations at once (made on the loop that uses it)."""
+        if self._limit is None:
+            self._limit = asyncio.Semaphore(self.concurrency)
+        return self._limit
+
+    # -- connections ----------------------------------------------------------------------
+    async def connection(self, node: Node) -> asyncssh.SSHClientConnection:
+        """The node's connection, opened on first use; concurrent callers share one attempt."""
+        if node.name in self._connections:
+            return self._connections[node.name]
+        if node.name not in self._pending:
+            self._pending[node.name] = asyncio.ensure_future(self._open(node))
+        try:
+            connection = await self._pending[node.name]
+        finally:
+            self._pending.pop(node.name, None)
+        self._connections[node.name] = connection
+        return connection
+
+    def forget(self, node: Node) -> None:
+        """Drop a node's connection (after it was lost), so the next use reconnects."""
+        connection = self._connections.pop(node.name, None)
+        if connection is not None:
+            connection.abort()
+
+    async def _open(self, node: Node) -> asyncssh.SSHClientConnection:
+        tunnel = await self._jump_connection()
+        return await self._connect(node.name, endpoint(self.inventory, node), tunnel)
+
+    async def _jump_connection(self) -> asyncssh.SSHClientConnection | None:
+        ssh = self.inventory.ssh
+        if ssh is None or not ssh.jump_host:
+            return None
+        if self._jump is None:
+            user, _, host = ssh.jump_host.rpartition("@")
+            host, _, port = host.partition(":")
+            target = Endpoint(host, int(port or 22), user or ssh.user, ssh.key_path)
+            self._jump = asyncio.ensure_future(self._connect("the jump host", target, None))
+        return await self._jump
+
+    def _known_hosts(self) -> Any:
+        import asyncssh
+
+        ssh = self.inventory.ssh
+        if ssh is not None and ssh.known_hosts:
+            return asyncssh.import_known_hosts("\n".join(ssh.known_hosts) + "\n")
+        if self.known_hosts_file.exists():
+            return asyncssh.read_known_hosts(str(self.known_hosts_file))
+        return asyncssh.import_known_hosts("")
+
+    def _client_keys(self, target: Endpoint) -> list[Any] | None:
+        import asyncssh
+
+        ssh = self.inventory.ssh
+        if target.key_path:
+            return [target.key_path]
+        if ssh is not None and ssh.private_key:
+            return [asyncssh.import_private_key(ssh.private_key)]
+        return None  # the user's default keys and agent
+
+    async def _connect(
+        self, name: str, target: Endpoint, tunnel: asyncssh.SSHClientConnection | None
+    ) -> asyncssh.SSHClientConnection:
+        import asyncssh
+
+        delay = 1.0
+        for attempt in range(1, self.retries + 1):
+            try:
+                async with self.limit:
+                    return await asyncssh.connect(
+                        target.host,
+                        port=target.port,
+                        username=target.user,
+                        client_keys=self._client_keys(target),
+                        known_hosts=self._known_hosts(),
+                        tunnel=tunnel,
+                        connect_timeout=self.connect_timeout,
+                        keepalive_interval=15,
+                    )
+            except asyncssh.HostKeyNotVerifiable:
+                return await self._unknown_host_key(name, target, tunnel)
+            except asyncssh.PermissionDenied:
+                key = target.key_path or "your default keys"
+                raise SshLoginError(
+                    f"cannot log in to {name} as {target.user!r} ({target})",
+                    why=f"the server refused the key ({key})",
+                    fix="check user and key for this host in the hosts file (or the stack's "
+                    "outputs), and that the key is in the node's authorized_keys",
+                ) from None
+            except (OSError, asyncssh.Error) as exc:
+                if attempt == self.retries:
+                    raise SshError(
+                        f"cannot reach {name} ({target})",
+                        why=f"{exc} (after {self.retries} attempts)",
+                        fix="check that the node is up and its sshd listens there; "
+                        "`dtrun exec ... -- true` tries every node",
+                    ) from None
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def _unknown_host_key(
+        self, name: str, target: Endpoint, tunnel: asyncssh.SSHClientConnection | None
+    ) -> asyncssh.SSHClientConnection:
+        import asyncssh
+
+        known = self._known_hosts()
+        trusted = known.match(target.host, "", target.port)[0]
+        stack_keys = bool(self.inventory.ssh and self.inventory.ssh.known_hosts)
+        if trusted:
+            raise HostKeyError(
+                f"the host key of {name} ({target.known_hosts_name}) has CHANGED",
+                why="it differs from the one on record: the node was rebuilt, or someone is in "
+                "the middle",
+                fix=f"verify it; if the change is expected, remove the old line from "
+                f"{'the stack outputs (dtrun up again)' if stack_keys else self.known_hosts_file}",
+            )
+        if not self.accept_new or stack_keys:
+            scan = f"ssh-keyscan -p {target.port} {target.host} >> {self.known_hosts_file}"
+            raise HostKeyError(
+                f"the host key of {name} ({target.known_hosts_name}) is not known",
+                why=f"it is not in {self.known_hosts_file}, and dtrun never accepts keys silently",
+                fix=f"check its fingerprint, then pass --accept-new-host-keys to record it, or "
+                f"run `{scan}`",
+            )
+        connection = await asyncssh.connect(
+            target.host,
+            port=target.port,
+            username=target.user,
+            client_keys=self._client_keys(target),
+            known_hosts=None,  # accepting this once, on request; recorded below
+            tunnel=tunnel,
+            connect_timeout=self.connect_timeout,
+        )
+        key = connection.get_server_host_key()
+        assert key is not None  # a connected server has presented its key
+        line = f"{target.known_hosts_name} {key.export_public_key().decode().strip()}\n"
+        self.known_hosts_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.known_hosts_file.open("a") as known_hosts:
+            known_hosts.write(line)
+        self.notice(
+            f"recorded the new host key of {name} ({target.known_hosts_name}, "
+            f"{key.get_fingerprint()}) in {self.known_hosts_file}"
+        )
+        return connection
+
+
+@contextlib.contextmanager
+def lost_connection(node: Node) -> Iterator[None]:
+    """A connection that drops mid-command becomes an SshError naming the node."""
+    import asyncssh
+
+    try:
+        yield
+    except (asyncssh.ConnectionLost, asyncssh.DisconnectError, BrokenPipeError) as exc:
+        raise SshError(
+            f"lost the SSH connection to {node.name} ({node.address})",
+            why=f"{exc}: its sshd stopped, or the node went down",
+            fix="check the node; dtrun stopped the launch on the other nodes",
+        ) from None
