@@ -21,10 +21,10 @@ from runner.errors import InventoryError
 from runner.spec import Accelerator, Inventory, Node, SshAccess
 
 TOP_FIELDS = {
-    "hosts", "user", "port", "key", "slots", "python", "workdir", "shared", "jump", "size",
-    "accelerator",
+    "hosts", "user", "port", "key", "slots", "cpus", "python", "workdir", "shared", "jump",
+    "size", "accelerator", "known_hosts",
 }  # fmt: skip
-HOST_FIELDS = {"host", "address", "port", "user", "key", "slots"}
+HOST_FIELDS = {"host", "address", "port", "user", "key", "slots", "cpus"}
 
 
 class HostsFileError(InventoryError):
@@ -90,11 +90,15 @@ def _port(node: yaml.Node, source: str) -> int:
     return port
 
 
+def _count(node: yaml.Node, source: str, field: str) -> int:
+    count: int = _scalar(node, source, field, int)
+    if count < 1:
+        raise _error(source, node.start_mark.line + 1, f"'{field}' is {count}, not at least 1")
+    return count
+
+
 def _slots(node: yaml.Node, source: str) -> int:
-    slots: int = _scalar(node, source, "slots", int)
-    if slots < 1:
-        raise _error(source, node.start_mark.line + 1, f"'slots' is {slots}, not at least 1")
-    return slots
+    return _count(node, source, "slots")
 
 
 def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
@@ -114,6 +118,7 @@ def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
         "port": lambda n: _port(n, source),
         "key": lambda n: str(Path(_scalar(n, source, "key", str)).expanduser()),
         "slots": lambda n: _slots(n, source),
+        "cpus": lambda n: _count(n, source, "cpus"),
     }
     common = {name: read[name](node) for name, node in top.items() if name in read}
     hosts_node = top["hosts"]
@@ -145,7 +150,7 @@ def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
                 name=f"node-{index}",
                 address=merged.get("address", host),
                 slots=merged.get("slots", 1),
-                cpus=os.cpu_count() or 1,
+                cpus=merged.get("cpus", os.cpu_count() or 1),
                 ssh_host=host,
                 ssh_port=port,
                 ssh_user=merged.get("user"),
@@ -177,6 +182,7 @@ def _inventory(
     workdir = text("workdir", "/tmp/dtrun") or "/tmp/dtrun"
     shared = text("shared", None)
     jump = text("jump", None)
+    known_hosts = text("known_hosts", None)
     return Inventory(
         source=f"hosts:{source}",
         nodes=nodes,
@@ -184,7 +190,12 @@ def _inventory(
         code_dir=f"{shared}/.dtrun/code" if shared else f"{workdir}/{defaults.code_dir_name}",
         accelerator=accelerator,
         size=size,
-        ssh=SshAccess(user=defaults.user, jump_host=jump, workdir=workdir),
+        ssh=SshAccess(
+            user=defaults.user,
+            jump_host=jump,
+            workdir=workdir,
+            known_hosts_file=str(Path(known_hosts).expanduser()) if known_hosts else None,
+        ),
         shared_dir=shared,
     )
 

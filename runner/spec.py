@@ -56,6 +56,7 @@ class SshAccess:
     known_hosts: tuple[str, ...] = ()  # lines to check host keys against; empty: the user's
     private_key: str | None = field(default=None, repr=False)  # secret: never printed
     key_path: str | None = None  # a private key file, when not given inline
+    known_hosts_file: str | None = None  # where to check host keys; None: ~/.ssh/known_hosts
     workdir: str = "/tmp/dtrun"  # where dtrun stages scripts on nodes without shared storage
 
     def redacted(self) -> SshAccess:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import shutil
@@ -14,6 +15,8 @@ import pytest
 
 from runner.inventory import embedded_inventory, local_cluster
 from runner.spec import BenchSpec, Inventory
+from tests import sshd
+from tests.sshd import SshCluster
 
 GOLDEN = Path(__file__).parent / "golden"
 DTRUN = [sys.executable, "-m", "runner.cli"]
@@ -101,11 +104,32 @@ def run_dtrun(*args: str, cwd: Path, timeout: float = 240) -> subprocess.Complet
     )
 
 
+@pytest.fixture(scope="session")
+def sshd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshCluster]:
+    """Four real sshd instances on 127.0.0.2 ... 127.0.0.5, port 2222, for the whole run."""
+    if not sshd.available():
+        pytest.skip(f"sshd is not installed: {sshd.ENABLE}")
+    cluster = sshd.start_cluster(tmp_path_factory.mktemp("sshd"), count=4)
+    yield cluster
+    cluster.close()
+
+
+def launch_processes() -> list[psutil.Process]:
+    """Processes of any dtrun launch over SSH (they carry DTRUN_LAUNCH) still running here."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if "DTRUN_LAUNCH" in proc.environ() and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
 @pytest.fixture
 def no_leftovers(tmp_path: Path) -> Iterator[Path]:
     """A working directory that must hold no running process when the test ends."""
     yield tmp_path
-    left = processes_under(tmp_path)
+    left = processes_under(tmp_path) + launch_processes()
     for proc in left:
-        proc.kill()
-    assert not left, f"processes left behind: {[p.cmdline() for p in left]}"
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    assert not left, f"processes left behind: {[p.info for p in left]}"

@@ -6,6 +6,7 @@ generated client key (no passwords, no PAM) and runs as the user running the tes
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import shutil
 import socket
@@ -41,10 +42,17 @@ class SshCluster:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def stop(self, address: str) -> None:
-        """Stop one instance, as a node going away would."""
+        """Stop one instance and every session it serves, as a node going away would."""
+        import psutil
+
         process = self.processes.pop(address)
+        sessions = psutil.Process(process.pid).children(recursive=True)
         process.terminate()
         process.wait(timeout=10)
+        for session in sessions:
+            if session.name().startswith("sshd"):
+                with contextlib.suppress(psutil.Error):
+                    session.kill()
 
     def start(self, host: SshHost) -> None:
         self.processes[host.address] = subprocess.Popen(

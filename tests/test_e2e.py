@@ -73,12 +73,12 @@ def test_two_node_sweep_writes_results_report_and_proof_of_communication(no_left
     assert (run / "report.md").read_text() == report
 
 
-class CrashingNode:
-    """An executor that makes node 1 crash once node 0's torchrun is up, at ``nodes`` nodes."""
+class CrashingNode(LocalExecutor):
+    """The local executor, but node 1 crashes once node 0's torchrun is up, at ``nodes`` nodes."""
 
     def __init__(self, nodes: int) -> None:
+        super().__init__()
         self.nodes = nodes
-        self.inner = LocalExecutor()
 
     def run(self, plan: LaunchPlan, workdir: Path, **kwargs: object) -> tuple[NodeResult, ...]:
         if plan.nnodes == self.nodes:
@@ -91,7 +91,7 @@ class CrashingNode:
             launches = list(plan.launches)
             launches[1] = replace(launches[1], script=crash)
             plan = replace(plan, launches=tuple(launches))
-        return self.inner.run(plan, workdir, **kwargs)  # type: ignore[arg-type]
+        return super().run(plan, workdir, **kwargs)  # type: ignore[arg-type]
 
 
 def test_a_crashing_node_fails_the_sweep_fast_and_keeps_earlier_results(

@@ -8,12 +8,23 @@ A KeyboardInterrupt also stops every node before it propagates.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from runner.spec import LaunchPlan, NodeResult
 
 LineSink = Callable[[str, str], None]  # (node name, one line of its output without newline)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """How a short script ended on one node: its output and exit code, or why it did not run."""
+
+    output: str = ""
+    exit_code: int | None = None
+    error: str | None = None  # the node could not be reached
+
 
 TAIL_LINES = 20  # lines of a failed node's log quoted in the error
 
@@ -22,6 +33,14 @@ class Executor(Protocol):
     def run(
         self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
     ) -> tuple[NodeResult, ...]: ...
+
+    def command(
+        self, scripts: dict[str, str], on_line: LineSink | None = None
+    ) -> dict[str, Answer]:
+        """Run a short bash script on each named node at once (node name -> script), streaming
+        its output to ``on_line`` when given. An unreachable node gets an error instead of an
+        exit code; a refused login or an unknown host key raises at once."""
+        ...
 
 
 def tail(path: Path, lines: int = TAIL_LINES) -> str:

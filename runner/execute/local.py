@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import queue
 import signal
@@ -17,7 +18,7 @@ from typing import IO
 import psutil
 
 from runner.errors import NodeFailedError, RunError, RunTimeoutError
-from runner.execute import LineSink, tail
+from runner.execute import Answer, LineSink, tail
 from runner.spec import LaunchPlan, NodeLaunch, NodeResult
 
 TRACK_EVERY_S = 1.0  # how often the process tree below each node is recorded
@@ -84,6 +85,47 @@ class LocalExecutor:
         error = verdict if isinstance(verdict, RunError) else _failure(verdict)
         error.node_results = results
         raise error
+
+    def command(
+        self, scripts: dict[str, str], on_line: LineSink | None = None
+    ) -> dict[str, Answer]:
+        """Each script runs with bash as its simulated node, all at once."""
+        lines: dict[str, list[str]] = {name: [] for name in scripts}
+        lock = threading.Lock()
+
+        def collect(name: str, line: str) -> None:
+            with lock:
+                lines[name].append(line)
+                if on_line is not None:
+                    on_line(name, line)
+
+        answers: dict[str, Answer] = {}
+        processes = {
+            name: subprocess.Popen(
+                ["bash", "-s"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "DTRUN_NODE_NAME": name},
+            )
+            for name in scripts
+        }
+        readers = []
+        for name, process in processes.items():
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(scripts[name].encode())
+            process.stdin.close()
+            reader = threading.Thread(
+                target=_pump, args=(process.stdout, io.BytesIO(), name, collect), daemon=True
+            )
+            reader.start()
+            readers.append(reader)
+        for reader in readers:
+            reader.join()
+        for name, process in processes.items():
+            answers[name] = Answer("\n".join(lines[name]), process.wait())
+        return answers
 
     def _stop(self, nodes: list[_Node]) -> None:
         """Stop every process of every node that is still there, then reap the nodes."""

@@ -13,16 +13,20 @@ import contextlib
 import secrets
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from runner.errors import NodeFailedError, RunError, RunTimeoutError
-from runner.execute import LineSink, tail
+from runner.execute import Answer, LineSink, tail
 from runner.execute.sshsession import SshError, SshSession, lost_connection
 from runner.plan import RESULT_FILE
 from runner.render import render
 from runner.spec import Inventory, LaunchPlan, Node, NodeLaunch, NodeResult
+
+if TYPE_CHECKING:
+    import asyncssh
 
 TAG = "DTRUN_LAUNCH"
 
@@ -41,6 +45,38 @@ def remote_launch_dir(inventory: Inventory, workdir: Path) -> str:
         f"{inventory.shared_dir}/.dtrun" if inventory.shared_dir else (ssh.workdir if ssh else "")
     )
     return f"{base}/runs/{workdir.parent.parent.name}/{workdir.parent.name}/{workdir.name}"
+
+
+DRAIN_S = 2.0  # how long output may trail a script's exit (a background child may hold it open)
+
+
+async def _stream(process: asyncssh.SSHClientProcess[str], sink: Callable[[str], None]) -> None:
+    """Pass every line to ``sink`` until the output ends, or shortly after the script exited.
+
+    OpenSSH reports the exit status when the script exits, even while a process it left in
+    the background keeps the output open; such a process is stopped with the launch.
+    """
+
+    async def read() -> None:
+        async for line in process.stdout:
+            if line:  # "" marks the end of the stream; a blank line is "\n"
+                sink(line.rstrip("\r\n"))
+
+    reader = asyncio.ensure_future(read())
+    try:
+        while not reader.done():
+            if process.exit_status is not None or process.exit_signal is not None:
+                await asyncio.wait({reader}, timeout=DRAIN_S)
+                break
+            await asyncio.wait({reader}, timeout=0.1)
+        if reader.done():
+            reader.result()  # raise what reading raised (e.g. the connection was lost)
+        if process.exit_status is None and process.exit_signal is None:
+            # The output ended first; the exit status follows with the channel's close.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait_closed(), timeout=DRAIN_S)
+    finally:
+        reader.cancel()
 
 
 @dataclass
@@ -65,6 +101,43 @@ class SshExecutor:
     ) -> tuple[NodeResult, ...]:
         workdir.mkdir(parents=True, exist_ok=True)
         return self.session.call(self._run(plan, workdir, timeout_s, on_line))
+
+    def command(
+        self, scripts: dict[str, str], on_line: LineSink | None = None
+    ) -> dict[str, Answer]:
+        by_name = {node.name: node for node in self.inventory.nodes}
+        return self.session.call(
+            self._command({by_name[name]: script for name, script in scripts.items()}, on_line)
+        )
+
+    async def _command(
+        self, scripts: dict[Node, str], on_line: LineSink | None
+    ) -> dict[str, Answer]:
+        async def one(node: Node, script: str) -> Answer:
+            import asyncssh
+
+            lines: list[str] = []
+            try:
+                connection = await self.session.connection(node)
+                async with self.session.limit:
+                    with lost_connection(node):
+                        process = await connection.create_process(
+                            "bash -s", input=script.rstrip("\n") + "\n", stderr=asyncssh.STDOUT
+                        )
+
+                        def sink(line: str) -> None:
+                            lines.append(line)
+                            if on_line is not None:
+                                on_line(node.name, line)
+
+                        await _stream(process, sink)
+            except SshError as error:
+                self.session.forget(node)
+                return Answer("\n".join(lines), None, f"{error.what}: {error.why}")
+            return Answer("\n".join(lines), process.exit_status)
+
+        answers = await asyncio.gather(*(one(node, script) for node, script in scripts.items()))
+        return {node.name: answer for node, answer in zip(scripts, answers, strict=True)}
 
     # -- staging --------------------------------------------------------------------------
     def _staging_nodes(self, nodes: list[Node]) -> list[Node]:
@@ -106,9 +179,11 @@ class SshExecutor:
     ) -> _Ended:
         node = launch.node
         started = time.monotonic()
+        # Its own session and process group; --wait, because the login shell already leads a
+        # process group, so plain setsid would fork and report success at once.
         command = (
             f"cd {shlex.quote(remote_dir)} && "
-            f"{TAG}={tag} exec setsid bash {shlex.quote(launch.script_name)}"
+            f"{TAG}={tag} exec setsid --wait bash {shlex.quote(launch.script_name)}"
         )
         try:
             connection = await self.session.connection(node)
@@ -116,11 +191,13 @@ class SshExecutor:
                 import asyncssh
 
                 process = await connection.create_process(command, stderr=asyncssh.STDOUT)
-                async for line in process.stdout:
-                    log.write(line.encode())
+
+                def sink(line: str) -> None:
+                    log.write(line.encode() + b"\n")
                     log.flush()
-                    on_line(node.name, line.rstrip("\r\n"))
-                await process.wait_closed()
+                    on_line(node.name, line)
+
+                await _stream(process, sink)
         except SshError as error:
             self.session.forget(node)
             return _Ended(launch, None, time.monotonic() - started, error)

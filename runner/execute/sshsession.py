@@ -80,7 +80,9 @@ class SshSession:
     ) -> None:
         self.inventory = inventory
         self.accept_new = accept_new_host_keys
-        self.known_hosts_file = Path(known_hosts_file).expanduser()
+        ssh = inventory.ssh
+        chosen = ssh.known_hosts_file if ssh and ssh.known_hosts_file else known_hosts_file
+        self.known_hosts_file = Path(chosen).expanduser()
         self.connect_timeout = connect_timeout
         self.retries = retries
         self.notice = notice
@@ -135,6 +137,13 @@ class SshSession:
         self._connections[node.name] = connection
         return connection
 
+    async def head(self) -> asyncssh.SSHClientConnection:
+        """The connection to the jump host (a stack's head VM)."""
+        connection = await self._jump_connection()
+        if connection is None:
+            raise UsageError(f"{self.inventory.source} has no head node to go through")
+        return connection
+
     def forget(self, node: Node) -> None:
         """Drop a node's connection (after it was lost), so the next use reconnects."""
         connection = self._connections.pop(node.name, None)
@@ -152,7 +161,7 @@ class SshSession:
         if self._jump is None:
             user, _, host = ssh.jump_host.rpartition("@")
             host, _, port = host.partition(":")
-            target = Endpoint(host, int(port or 22), user or ssh.user, ssh.key_path)
+            target = Endpoint(host, int(port or ssh.port), user or ssh.user, ssh.key_path)
             self._jump = asyncio.ensure_future(self._connect("the jump host", target, None))
         return await self._jump
 
