@@ -32,6 +32,14 @@ class Accelerator(StrEnum):
 
 
 @dataclass(frozen=True)
+class SshAccess:
+    """How a head node reaches the other nodes, for launchers that start ranks over SSH."""
+
+    port: int = 22
+    identity_file: str | None = None  # private key on the head node; None: ssh's own defaults
+
+
+@dataclass(frozen=True)
 class Node:
     """One machine that runs one launch script."""
 
@@ -51,6 +59,9 @@ class Inventory:
     code_dir: str  # directory, on every node, that holds the runner/workloads package
     accelerator: Accelerator = Accelerator.CPU
     size: str | None = None  # Azure VM size when known (catalog key)
+    # None: the nodes run no sshd (the embedded cluster), so launchers use their no-SSH modes.
+    ssh: SshAccess | None = None
+    interface: str = "eth0"  # the network interface the nodes reach each other on
 
     @property
     def description(self) -> str:
@@ -66,6 +77,51 @@ class ModelSpec:
     heads: int = 4
     seq_len: int = 64
     vocab: int = 1024
+
+
+class Rendezvous(StrEnum):
+    """How torchrun's agents find each other."""
+
+    C10D = "c10d"  # a c10d store on the first node; torchrun numbers the nodes itself
+    STATIC = "static"  # fixed --node-rank per node, master address and port given
+
+
+class HorovodController(StrEnum):
+    GLOO = "gloo"
+    MPI = "mpi"
+
+
+class TfStrategy(StrEnum):
+    """The tf.distribute strategy the TF_CONFIG files are laid out for."""
+
+    MULTI_WORKER_MIRRORED = "multi-worker-mirrored"  # one worker per node
+    PARAMETER_SERVER = "parameter-server"  # workers, parameter servers and a chief
+
+
+@dataclass(frozen=True)
+class LauncherOptions:
+    """Settings that only some launchers read; each launcher reads its own."""
+
+    rendezvous: Rendezvous = Rendezvous.C10D  # torchrun
+    zero_stage: int = 2  # deepspeed: the ZeRO stage of the built-in workloads' config
+    horovod_controller: HorovodController = HorovodController.GLOO  # horovodrun
+    tf_strategy: TfStrategy = TfStrategy.MULTI_WORKER_MIRRORED  # tensorflow
+    tf_ps: int = 1  # tensorflow, parameter-server strategy: parameter server tasks
+
+
+class ProgramKind(StrEnum):
+    MODULE = "module"  # python -m TARGET ARGS, with the nodes' Python
+    SCRIPT = "script"  # python TARGET ARGS, with the nodes' Python
+    EXECUTABLE = "executable"  # TARGET ARGS, run as it is
+
+
+@dataclass(frozen=True)
+class Program:
+    """What every process of a launch runs; each launcher places it in its own syntax."""
+
+    kind: ProgramKind
+    target: str
+    args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +143,9 @@ class BenchSpec:
     env: tuple[tuple[str, str], ...] = ()  # user --env KEY=VALUE, in order; later keys win
     rdzv_port: int = 29400
     timeout_s: float = 600.0
+    launch: LauncherOptions = field(default_factory=LauncherOptions)
+    nccl_debug: bool = False  # NCCL_DEBUG=INFO on every node
+    cluster_env: bool = False  # also export the MPI-style cluster variables (README)
 
     @property
     def master_port(self) -> int:
@@ -105,12 +164,45 @@ class BenchSpec:
 
 
 @dataclass(frozen=True)
+class RunSpec:
+    """Everything the user asked of one `dtrun run`: their own program, on every node."""
+
+    run_id: str
+    program: Program
+    nodes: int = 1
+    procs_per_node: int = 1
+    launcher: str = "torchrun"
+    env: tuple[tuple[str, str], ...] = ()
+    rdzv_port: int = 29400
+    timeout_s: float | None = None  # None: as long as the program runs
+    launch: LauncherOptions = field(default_factory=LauncherOptions)
+    nccl_debug: bool = False
+    cluster_env: bool = False
+
+    @property
+    def master_port(self) -> int:
+        return self.rdzv_port + 1
+
+    def redacted(self) -> RunSpec:
+        env = tuple((k, REDACTED if is_secret_name(k) else v) for k, v in self.env)
+        return replace(self, env=env)
+
+
+@dataclass(frozen=True)
 class EnvVar:
     """One exported variable of a launch script, with the reason it is there."""
 
     key: str
     value: str
     why: str = ""
+
+
+@dataclass(frozen=True)
+class CliArg:
+    """Command-line arguments of a launcher, with the reason they are there."""
+
+    args: tuple[str, ...]
+    why: str
 
 
 @dataclass(frozen=True)
@@ -121,6 +213,18 @@ class NodeLaunch:
     node_rank: int
     script_name: str
     script: str
+    # A service node runs servers that never exit on their own (TensorFlow's parameter servers):
+    # the launch is done when every other node has exited 0, and then it is stopped.
+    service: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchFile:
+    """A file a launch needs beside its scripts: hostfile, config, wrapper. Same on every node."""
+
+    name: str
+    content: str
+    mode: int = 0o644
 
 
 @dataclass(frozen=True)
@@ -132,11 +236,15 @@ class LaunchPlan:
     nnodes: int
     procs_per_node: int
     world_size: int
-    batch_per_proc: int
+    batch_per_proc: int | None  # None: not a built-in workload
     rdzv_id: str
     master_addr: str
     master_port: int
+    # The nodes that run a script: every node, or only the head for launchers that start the
+    # other nodes' ranks themselves (mpirun, horovodrun, deepspeed over pdsh).
     launches: tuple[NodeLaunch, ...]
+    files: tuple[LaunchFile, ...] = ()  # written beside the scripts on every node
+    nodes: tuple[Node, ...] = ()  # every node of this point, whether it runs a script or not
 
 
 @dataclass(frozen=True)
