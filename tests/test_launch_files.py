@@ -137,20 +137,30 @@ def test_each_worker_gets_a_tf_config_naming_every_worker_and_itself(cluster, no
 
 
 @pytest.mark.parametrize("nodes", NODE_COUNTS)
-def test_parameter_server_configs_place_chief_workers_and_servers(nodes):
-    p = plan("tensorflow-ps", "h100", nodes)
+@pytest.mark.parametrize("servers", [1, 2, 5])
+def test_parameter_server_configs_place_chief_workers_and_servers(nodes, servers):
+    options = LauncherOptions(tf_strategy=TfStrategy.PARAMETER_SERVER, tf_ps=servers)
+    run = RunSpec("golden", TF_PROGRAM, nodes=nodes, launcher="tensorflow", launch=options)
+    p = build_run_plan(CLUSTERS["h100"], run)
     configs = [json.loads(f.content) for f in p.files]
     cluster = configs[0]["cluster"]
     assert all(config["cluster"] == cluster for config in configs)
     assert cluster["chief"] == ["10.2.0.4:29400"]
     assert len(cluster["worker"]) == nodes
-    assert len(cluster["ps"]) == 2
+    assert len(cluster["ps"]) == servers
     # every task has an address of its own, and each task's file says which one it is
     every = [addr for addrs in cluster.values() for addr in addrs]
     assert len(set(every)) == len(every)
     tasks = sorted((c["task"]["type"], c["task"]["index"]) for c in configs)
-    expected = [("chief", 0), ("ps", 0), ("ps", 1)] + [("worker", i) for i in range(nodes)]
+    expected = [("chief", 0)] + [("ps", i) for i in range(servers)]
+    expected += [("worker", i) for i in range(nodes)]
     assert tasks == sorted(expected)
+    # each task's own entry in its list is the address of the node whose script starts it
+    for f in p.files:
+        task = json.loads(f.content)["task"]
+        host = cluster[task["type"]][task["index"]].split(":")[0]
+        [launch] = [launch for launch in p.launches if f'"$(<{f.name})"' in launch.script]
+        assert launch.node.address == host, f.name
     # the chief runs in the foreground of node 0; the other nodes only serve
     assert [launch.service for launch in p.launches] == [False] + [True] * (nodes - 1)
     assert 'TF_CONFIG="$(<tf-config-chief-0.json)" /shared' in p.launches[0].script

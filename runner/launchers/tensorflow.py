@@ -54,9 +54,14 @@ def tasks(ctx: PlanContext) -> tuple[Task, ...]:
     )
 
 
+def by_role(task: Task) -> tuple[int, int]:
+    """Chief, workers, parameter servers, each by index: TF_CONFIG's lists are index-ordered."""
+    return (CHIEF, WORKER, PS).index(task.type), task.index
+
+
 def tf_config(ctx: PlanContext, task: Task, every: tuple[Task, ...]) -> str:
     cluster: dict[str, list[str]] = {}
-    for other in every:
+    for other in sorted(every, key=by_role):  # a task's index is its place in its list
         cluster.setdefault(other.type, []).append(
             f"{ctx.nodes[other.node_rank].address}:{other.port}"
         )
@@ -75,9 +80,10 @@ class Tensorflow:
 
     def files(self, ctx: PlanContext) -> tuple[LaunchFile, ...]:
         every = tasks(ctx)
-        # Sorted by task type and index: the order a reader looks for them in.
-        ordered = sorted(every, key=lambda t: ((CHIEF, WORKER, PS).index(t.type), t.index))
-        return tuple(LaunchFile(task.file, tf_config(ctx, task, every)) for task in ordered)
+        return tuple(
+            LaunchFile(task.file, tf_config(ctx, task, every))
+            for task in sorted(every, key=by_role)
+        )
 
     def node_context(self, ctx: PlanContext, node_rank: int) -> dict[str, object]:
         mine = [task for task in tasks(ctx) if task.node_rank == node_rank]
