@@ -158,3 +158,50 @@ def test_horovodrun_trains_on_two_nodes(no_leftovers):
     if not os.environ.get("DTRUN_E2E_SSH"):
         pytest.skip("set DTRUN_E2E_SSH=1 once sshd runs on 127.0.0.2 and 127.0.0.3 (issue #5)")
     assert_trained_together(bench("horovodrun", 29690, no_leftovers))
+
+
+# A TensorFlow-shaped program without TensorFlow: it reads TF_CONFIG as tf.distribute would;
+# workers and parameter servers then serve forever (server.join()), the chief "trains" and ends.
+TF_PROGRAM = """
+import json, os, time
+config = json.loads(os.environ["TF_CONFIG"])
+task = config["task"]
+with open(f"{task['type']}-{task['index']}.json", "w") as out:
+    json.dump({"config": config, "node": os.environ["DTRUN_NODE_NAME"]}, out)
+if task["type"] in ("worker", "ps") and "chief" in config["cluster"]:
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize(
+    ("strategy", "tasks"),
+    [
+        ("multi-worker-mirrored", {"worker-0": "node-0", "worker-1": "node-1"}),
+        (
+            "parameter-server",
+            {"chief-0": "node-0", "worker-0": "node-0", "worker-1": "node-1", "ps-0": "node-0"},
+        ),
+    ],
+)
+def test_tensorflow_tasks_run_with_their_tf_config_and_servers_stop_with_the_chief(
+    no_leftovers, strategy, tasks
+):
+    script = no_leftovers / "tf_train.py"
+    script.write_text(TF_PROGRAM)
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "run", "--launcher", "tensorflow", "--tf-strategy", strategy, "--nodes", "2",
+        "--port", "29680", "--timeout", "120", "--output", str(out), "--run-id", "tf",
+        "--", "python", str(script), cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    launch = out / "tf" / "launch"
+    for task, node in tasks.items():
+        seen = json.loads((launch / f"{task}.json").read_text())
+        assert seen["node"] == node
+        assert f"{seen['config']['task']['type']}-{seen['config']['task']['index']}" == task
+    record = json.loads((out / "tf" / "run.json").read_text())
+    assert record["status"] == "ok"
+    # with a chief, node 1 only serves: dtrun stopped it once the chief was done
+    exits = [node["exit_code"] for node in record["nodes"]]
+    assert exits == ([0, None] if strategy == "parameter-server" else [0, 0])
