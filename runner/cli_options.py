@@ -9,7 +9,7 @@ import typer
 
 from runner.spec import HorovodController, LauncherOptions, Rendezvous, TfStrategy
 
-LAUNCHER_NAMES = "torchrun, deepspeed, horovodrun, mpirun, tensorflow"
+LAUNCHER_NAMES = "torchrun, deepspeed, horovodrun, mpirun, tensorflow"  # = LAUNCHERS, tested
 _DEFAULTS = LauncherOptions()
 
 Launcher = Annotated[

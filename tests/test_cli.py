@@ -151,3 +151,11 @@ def test_run_takes_the_command_without_dashes_once_it_starts(tmp_path):
     assert result.exit_code == 0, result.output
     assert "train.py --nodes 3" in result.stdout  # the program's own --nodes, not dtrun's
     assert "--nnodes=1" in result.stdout
+
+
+def test_the_launcher_help_names_every_registered_launcher():
+    from runner.cli_options import LAUNCHER_NAMES
+    from runner.launchers import LAUNCHERS
+
+    # The help text is written out so that `dtrun --help` need not import the launchers.
+    assert LAUNCHER_NAMES.split(", ") == list(LAUNCHERS)
