@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, replace
 
 from runner.errors import UsageError
-from runner.spec import EnvVar
+from runner.spec import CliArg, EnvVar
 
 # A single-placement-group scale set holds at most 100 VMs, 300 by support request (FACTS s3).
 MAX_NODES = 100
@@ -79,6 +79,7 @@ class VmSize:
     busbw_single_node_gbs: float | None = None  # expected all-reduce busbw on one VM (GB/s)
     busbw_health_threshold_gbs: float | None = None  # Azure node health check pass mark
     env: tuple[EnvVar, ...] = ()  # NCCL/UCX settings for this size, each with why
+    mpi_args: tuple[CliArg, ...] = ()  # OpenMPI binding and collectives for this size, with why
     retired_on: datetime.date | None = None
     retires_on: datetime.date | None = None  # announced retirement
     successors: tuple[str, ...] = ()
@@ -129,6 +130,21 @@ def _nd_env(topo: str) -> tuple[EnvVar, ...]:
     )
 
 
+# OpenMPI options of Azure's NCCL health check for the 8-GPU ND sizes (FACTS s5). Ranks are placed
+# with --map-by ppr:N:node by the mpirun launcher, N being the processes per node.
+_ND_MPI = (
+    CliArg(("--bind-to", "numa"), "each rank on the NUMA domain of its GPU (Azure NCCL check)"),
+    CliArg(
+        ("--mca", "coll_hcoll_enable", "0"),
+        "no HCOLL collectives: NCCL does the collectives, MPI only starts ranks (Azure check)",
+    ),
+)
+# With no size known (the embedded cluster, whose simulated nodes share this machine's cores),
+# binding would pin every node's first rank to the same core.
+_UNKNOWN_SIZE_MPI = (
+    CliArg(("--bind-to", "none"), "no size known: simulated nodes share this machine's cores"),
+)
+
 _NDV4_ENV = _nd_env("/opt/microsoft/ndv4/topo.xml")
 _NDV5_ENV = (
     *_nd_env("/opt/microsoft/ndv5/topo.xml"),
@@ -170,26 +186,31 @@ _SIZES = (
         name="Standard_ND40rs_v2", family="NDv2", vcpus=40, memory_gb=672, ib_name="EDR",
         ib_gbps=100, gpu_count=8, gpu=V100_SXM, image=V100_IMAGE,
         topo_file="/opt/microsoft/ndv2-topo.xml", busbw_health_threshold_gbs=110.0, env=_NDV2_ENV,
+        mpi_args=_ND_MPI,
     ),
     replace(
         _ND, name="Standard_ND96asr_v4", family="NDv4", memory_gb=900, gpu=A100_40,
         ib_name="HDR", ib_gbps=200, topo_file="/opt/microsoft/ndv4/topo.xml",
         busbw_single_node_gbs=231.0, busbw_health_threshold_gbs=228.0, env=_NDV4_ENV,
+        mpi_args=_ND_MPI,
     ),
     replace(
         _ND, name="Standard_ND96amsr_A100_v4", family="NDv4", memory_gb=1900, gpu=A100_80,
         ib_name="HDR", ib_gbps=200, topo_file="/opt/microsoft/ndv4/topo.xml",
         busbw_single_node_gbs=231.0, busbw_health_threshold_gbs=228.0, env=_NDV4_ENV,
+        mpi_args=_ND_MPI,
     ),
     replace(
         _ND, name="Standard_ND96isr_H100_v5", family="NDv5", memory_gb=1900, gpu=H100,
         ib_name="NDR", ib_gbps=400, topo_file="/opt/microsoft/ndv5/topo.xml",
         busbw_single_node_gbs=479.0, busbw_health_threshold_gbs=460.0, env=_NDV5_ENV,
+        mpi_args=_ND_MPI,
     ),
     replace(
         _ND, name="Standard_ND96isr_H200_v5", family="NDv5", memory_gb=1850, gpu=H200,
         ib_name="NDR", ib_gbps=400, topo_file="/opt/microsoft/ndv5/topo.xml",
         busbw_single_node_gbs=480.0, busbw_health_threshold_gbs=431.0, env=_H200_ENV,
+        mpi_args=_ND_MPI,
     ),
     replace(
         _ND, name="Standard_ND96isr_MI300X_v5", family="NDv5-MI300X", memory_gb=1850,
@@ -321,6 +342,18 @@ def check_node_count(nodes: int) -> int:
         ),
         fix=f"set nodeCount between 1 and {MAX_NODES}",
     )
+
+
+def size_env(size_name: str | None) -> tuple[EnvVar, ...]:
+    """The NCCL/UCX settings of a known size; none for the embedded cluster or unknown machines."""
+    size = SIZES.get(size_name or "")
+    return size.env if size is not None else ()
+
+
+def mpi_args_for(size_name: str | None) -> tuple[CliArg, ...]:
+    """OpenMPI's binding and collective options for a size, with why."""
+    size = SIZES.get(size_name or "")
+    return size.mpi_args if size is not None else _UNKNOWN_SIZE_MPI
 
 
 def peak_tflops_for(size_name: str | None) -> float | None:

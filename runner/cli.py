@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from runner import __version__
+from runner import cli_options as opts
 from runner.errors import DtrunError
-from runner.spec import BenchSpec, ModelSpec, ScalingMode
+from runner.spec import BenchSpec, ModelSpec, RunSpec, ScalingMode
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from runner.pipeline import Sweep, SweepEvents
+    from runner.pipeline import ProgramRun, Sweep, SweepEvents
     from runner.record import RunDir
     from runner.results import TrainResult
     from runner.spec import Inventory, LaunchPlan, RunResult
@@ -70,9 +71,7 @@ def bench(
     nodes: Annotated[
         str, typer.Option("--nodes", "-n", help="Node counts to sweep, comma-separated.")
     ] = "1,2",
-    procs_per_node: Annotated[
-        int, typer.Option("--procs-per-node", "-p", help="Processes (GPUs) per node.")
-    ] = 1,
+    procs_per_node: opts.ProcsPerNode = 1,
     steps: Annotated[int, typer.Option(help="Training steps per launch, warm-up included.")] = (
         BenchSpec.steps
     ),
@@ -87,9 +86,7 @@ def bench(
     workload: Annotated[
         str, typer.Option(help="Built-in workload run on every process.")
     ] = "train",
-    launcher: Annotated[str, typer.Option(help="How processes are started on the nodes.")] = (
-        "torchrun"
-    ),
+    launcher: opts.Launcher = "torchrun",
     batch: Annotated[
         int, typer.Option(help="Sequences per process per step (strong: at the fewest nodes).")
     ] = BenchSpec.batch,
@@ -103,32 +100,26 @@ def bench(
     ),
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = ModelSpec.seq_len,
     vocab: Annotated[int, typer.Option(help="Vocabulary size.")] = ModelSpec.vocab,
-    env: Annotated[
-        list[str] | None,
-        typer.Option("--env", "-e", help="KEY=VALUE exported on every node; repeatable."),
-    ] = None,
+    env: opts.Env = None,
     timeout: Annotated[float, typer.Option(help="Seconds before one launch is stopped.")] = (
         BenchSpec.timeout_s
     ),
-    port: Annotated[
-        int, typer.Option(help="Rendezvous port on the first node (MASTER_PORT is port+1).")
-    ] = BenchSpec.rdzv_port,
-    output: Annotated[
-        Path, typer.Option("--output", "-o", help="Directory that receives runs/<run-id>/.")
-    ] = Path("runs"),
-    run_id: Annotated[
-        str | None, typer.Option(help="Name of this run (default: time-stamped).")
-    ] = None,
+    port: opts.Port = BenchSpec.rdzv_port,
+    output: opts.Output = Path("runs"),
+    run_id: opts.RunId = None,
     local_nodes: Annotated[
         int | None,
         typer.Option(help="Size of the embedded cluster (default: the largest --nodes)."),
     ] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print every node's launch script; run nothing.")
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="Do not stream node output (logs are kept).")
-    ] = False,
+    nccl_debug: opts.NcclDebug = False,
+    cluster_env: opts.ClusterEnv = False,
+    rendezvous: opts.RendezvousOpt = opts.DEFAULT_RENDEZVOUS,
+    zero_stage: opts.ZeroStage = opts.DEFAULT_ZERO_STAGE,
+    horovod_controller: opts.HorovodControllerOpt = opts.DEFAULT_HOROVOD_CONTROLLER,
+    tf_strategy: opts.TfStrategyOpt = opts.DEFAULT_TF_STRATEGY,
+    tf_ps: opts.TfPs = opts.DEFAULT_TF_PS,
+    dry_run: opts.DryRun = False,
+    quiet: opts.Quiet = False,
 ) -> None:
     """Run a scaling sweep and write runs/<run-id>/ with logs, results and a report.
 
@@ -157,6 +148,11 @@ def bench(
             env=parse_env(env or []),
             rdzv_port=port,
             timeout_s=timeout,
+            launch=opts.launcher_options(
+                rendezvous, zero_stage, horovod_controller, tf_strategy, tf_ps
+            ),
+            nccl_debug=nccl_debug,
+            cluster_env=cluster_env,
         )
         validate_bench(spec)  # before any cluster is built or any directory made
         inventory = embedded_inventory(local_nodes if local_nodes is not None else max(counts))
@@ -171,14 +167,23 @@ def _print_plans(inventory: Inventory, spec: BenchSpec) -> None:
     """Every node's script for every node count, secret-looking --env values redacted."""
     from runner.pipeline import plan_sweep
 
-    for nodes, plan in plan_sweep(inventory, spec.redacted()).items():
-        for launch in plan.launches:
-            node = launch.node
-            typer.echo(
-                f"# ---- {nodes} node(s): {launch.script_name} on {node.name} ({node.address}) "
-                f"via {plan.launcher}, world size {plan.world_size} ----"
-            )
-            typer.echo(launch.script)
+    for plan in plan_sweep(inventory, spec.redacted()).values():
+        _print_plan(plan)
+
+
+def _print_plan(plan: LaunchPlan) -> None:
+    """Each script and launch file of one plan, under a header naming it."""
+    where = f"{plan.nnodes} node(s) via {plan.launcher}, world size {plan.world_size}"
+    for launch in plan.launches:
+        node = launch.node
+        typer.echo(
+            f"# ---- {plan.nnodes} node(s): {launch.script_name} on {node.name} ({node.address}) "
+            f"via {plan.launcher}, world size {plan.world_size} ----"
+        )
+        typer.echo(launch.script)
+    for file in plan.files:
+        typer.echo(f"# ---- {where}: launch file {file.name} (every node) ----")
+        typer.echo(file.content)
 
 
 def _run(inventory: Inventory, spec: BenchSpec, output: Path, quiet: bool) -> Sweep:
@@ -196,10 +201,20 @@ def _run(inventory: Inventory, spec: BenchSpec, output: Path, quiet: bool) -> Sw
         raise
 
 
+NODE_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red")
+
+
+def print_node_line(console: Console, node: str, line: str) -> None:
+    """One line of a node's output, prefixed [node-i] in that node's colour."""
+    from rich.text import Text
+
+    index = int(node.rsplit("-", 1)[-1]) if node[-1:].isdigit() else 0
+    style = NODE_STYLES[index % len(NODE_STYLES)]
+    console.print(Text.assemble((f"[{node}] ", style), line), soft_wrap=True)
+
+
 class SweepDisplay:
     """A rich progress bar over the sweep, with each node's output streamed above it."""
-
-    STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red")
 
     def __init__(
         self, console: Console, spec: BenchSpec, inventory: Inventory, *, quiet: bool
@@ -251,13 +266,8 @@ class SweepDisplay:
         )
 
     def on_line(self, node: str, line: str) -> None:
-        if self.quiet:
-            return
-        from rich.text import Text
-
-        index = int(node.rsplit("-", 1)[-1]) if node[-1:].isdigit() else 0
-        style = self.STYLES[index % len(self.STYLES)]
-        self.console.print(Text.assemble((f"[{node}] ", style), line), soft_wrap=True)
+        if not self.quiet:
+            print_node_line(self.console, node, line)
 
     def on_start(self, plan: LaunchPlan, repeat: int) -> None:
         self.progress.update(
@@ -296,6 +306,96 @@ def _print_summary(sweep: Sweep) -> None:
         )
     console.print(table)
     console.print(f"report: {sweep.run_dir.report}")
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def run(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(help="Your program and its arguments, after --.", show_default=False),
+    ] = None,
+    nodes: Annotated[int, typer.Option("--nodes", "-n", help="Nodes to run on.")] = 1,
+    procs_per_node: opts.ProcsPerNode = 1,
+    launcher: opts.Launcher = "torchrun",
+    env: opts.Env = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Seconds before the run is stopped (default: none).")
+    ] = None,
+    port: opts.Port = RunSpec.rdzv_port,
+    output: opts.Output = Path("runs"),
+    run_id: opts.RunId = None,
+    local_nodes: Annotated[
+        int | None, typer.Option(help="Size of the embedded cluster (default: --nodes).")
+    ] = None,
+    nccl_debug: opts.NcclDebug = False,
+    cluster_env: opts.ClusterEnv = False,
+    rendezvous: opts.RendezvousOpt = opts.DEFAULT_RENDEZVOUS,
+    zero_stage: opts.ZeroStage = opts.DEFAULT_ZERO_STAGE,
+    horovod_controller: opts.HorovodControllerOpt = opts.DEFAULT_HOROVOD_CONTROLLER,
+    tf_strategy: opts.TfStrategyOpt = opts.DEFAULT_TF_STRATEGY,
+    tf_ps: opts.TfPs = opts.DEFAULT_TF_PS,
+    dry_run: opts.DryRun = False,
+    quiet: opts.Quiet = False,
+) -> None:
+    """Run your own program on every node with the chosen launcher.
+
+    dtrun run --launcher deepspeed --nodes 2 -- python my_train.py --my-args
+
+    It writes runs/<run-id>/launch/ (scripts, launch files, node logs, and what the program
+    writes to its working directory) and runs/<run-id>/run.json.
+    """
+    from runner.inventory import embedded_inventory
+    from runner.options import check_run_id, new_run_id, parse_command, parse_env
+    from runner.plan import validate_run
+
+    with user_errors():
+        spec = RunSpec(
+            run_id=check_run_id(run_id) if run_id is not None else new_run_id(),
+            program=parse_command(command or []),
+            nodes=nodes,
+            procs_per_node=procs_per_node,
+            launcher=launcher,
+            env=parse_env(env or []),
+            rdzv_port=port,
+            timeout_s=timeout,
+            launch=opts.launcher_options(
+                rendezvous, zero_stage, horovod_controller, tf_strategy, tf_ps
+            ),
+            nccl_debug=nccl_debug,
+            cluster_env=cluster_env,
+        )
+        validate_run(spec)
+        inventory = embedded_inventory(local_nodes if local_nodes is not None else nodes)
+        if dry_run:
+            from runner.plan import build_run_plan
+
+            _print_plan(build_run_plan(inventory, spec.redacted()))
+            return
+        done = _run_program(inventory, spec, output, quiet)
+    _console().print(
+        f"[green]ok[/] {done.plan.nnodes} node(s), {done.plan.world_size} processes via "
+        f"{done.plan.launcher}: every node exited 0 in {done.wall_s:.1f} s; "
+        f"logs and outputs in {done.launch_dir}"
+    )
+
+
+def _run_program(inventory: Inventory, spec: RunSpec, output: Path, quiet: bool) -> ProgramRun:
+    from runner.execute.local import LocalExecutor
+    from runner.pipeline import run_program
+
+    console = _console()
+
+    def on_begin(run_dir: RunDir, plan: LaunchPlan) -> None:
+        console.print(
+            f"dtrun {__version__}: run [bold]{spec.run_id}[/] on {inventory.description}, "
+            f"{plan.nnodes} node(s) x {plan.procs_per_node} via {plan.launcher} -> {run_dir.path}"
+        )
+
+    def on_line(node: str, line: str) -> None:
+        if not quiet:
+            print_node_line(console, node, line)
+
+    return run_program(inventory, spec, output, LocalExecutor(), on_line, on_begin)
 
 
 @app.command()

@@ -74,7 +74,7 @@ class NodeFailedError(RunError):
             f"{node} ({address}) failed with {describe_exit(exit_code)}; "
             "the other nodes were stopped",
             why=f"last lines of {log_path}:\n{indent(tail)}" if tail else f"{log_path} is empty",
-            fix=f"read {log_path}, fix the cause, and run the bench again",
+            fix=f"read {log_path}, fix the cause, and run again",
         )
 
 

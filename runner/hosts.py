@@ -22,7 +22,7 @@ from runner.spec import Accelerator, Inventory, Node, SshAccess
 
 TOP_FIELDS = {
     "hosts", "user", "port", "key", "slots", "cpus", "python", "workdir", "shared", "jump",
-    "size", "accelerator", "known_hosts",
+    "size", "accelerator", "known_hosts", "interface",
 }  # fmt: skip
 HOST_FIELDS = {"host", "address", "port", "user", "key", "slots", "cpus"}
 
@@ -157,12 +157,18 @@ def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
                 ssh_key=merged.get("key"),
             )
         )
-    return _inventory(source, tuple(nodes), top, defaults)
+    return _inventory(source, tuple(nodes), top, common, defaults)
 
 
 def _inventory(
-    source: str, nodes: tuple[Node, ...], top: dict[str, yaml.Node], defaults: Defaults
+    source: str,
+    nodes: tuple[Node, ...],
+    top: dict[str, yaml.Node],
+    common: dict[str, Any],
+    defaults: Defaults,
 ) -> Inventory:
+    """``top``: the file's top-level fields; ``common``: the per-host defaults read from them."""
+
     def text(field: str, default: str | None) -> str | None:
         return _scalar(top[field], source, field, str) if field in top else default
 
@@ -192,10 +198,14 @@ def _inventory(
         size=size,
         ssh=SshAccess(
             user=defaults.user,
+            port=int(str(common.get("port", 22))),
+            # Head-only launchers ssh from node 0 with the same key path (README: Hosts files).
+            identity_file=str(common["key"]) if "key" in common else None,
             jump_host=jump,
             workdir=workdir,
             known_hosts_file=str(Path(known_hosts).expanduser()) if known_hosts else None,
         ),
+        interface=text("interface", "eth0") or "eth0",
         shared_dir=shared,
     )
 
@@ -227,7 +237,7 @@ def parse_mpi_hostfile(text: str, source: str, defaults: Defaults) -> Inventory:
         nodes.append(Node(f"node-{len(nodes)}", host, slots=slots, cpus=os.cpu_count() or 1))
     if not nodes:
         raise _error(source, 1, "no hosts in the file", "write one line per host: HOST slots=N")
-    return _inventory(source, tuple(nodes), {}, defaults)
+    return _inventory(source, tuple(nodes), {}, {}, defaults)
 
 
 def parse_hosts_file(text: str, source: str, defaults: Defaults) -> Inventory:

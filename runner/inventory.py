@@ -31,6 +31,8 @@ def local_cluster(size: int, *, python_bin: str, code_dir: str, cpu_count: int) 
         python_bin=python_bin,
         code_dir=code_dir,
         accelerator=Accelerator.CPU,
+        ssh=None,  # no sshd on the simulated nodes yet: launchers use their no-SSH modes
+        interface="lo",  # every simulated node's address is on the loopback interface
     )
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 
 from runner.errors import UsageError
+from runner.spec import Program, ProgramKind
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)*)?\Z")
 
 
 def parse_node_counts(text: str) -> tuple[int, ...]:
@@ -51,3 +55,32 @@ def check_run_id(run_id: str) -> str:
             fix="pass e.g. --run-id baseline-1, or leave it out to get a fresh one",
         )
     return run_id
+
+
+def parse_command(argv: list[str]) -> Program:
+    """The command after `dtrun run ... --`, as a Program every launcher can place.
+
+    ``python SCRIPT ...`` and ``python -m MODULE ...`` (a bare python, python3, python3.11)
+    run with the nodes' Python, the inventory's, which holds torch and the launchers; anything
+    else, an interpreter given by its path included, runs as it is.
+    """
+    if not argv:
+        raise UsageError(
+            "dtrun run needs a command to run",
+            why="nothing came after the options",
+            fix="pass the command after --, e.g. dtrun run --nodes 2 -- python train.py --lr 3e-4",
+        )
+    first, rest = argv[0], argv[1:]
+    if not _PYTHON.match(first):
+        return Program(ProgramKind.EXECUTABLE, first, tuple(rest))
+    if len(rest) >= 2 and rest[0] == "-m":
+        return Program(ProgramKind.MODULE, rest[1], tuple(rest[2:]))
+    if rest and not rest[0].startswith("-"):
+        return Program(ProgramKind.SCRIPT, rest[0], tuple(rest[1:]))
+    raise UsageError(
+        f"cannot tell what `{' '.join(argv[:3])}` runs",
+        why="dtrun runs `python SCRIPT ARGS` or `python -m MODULE ARGS` with the nodes' Python, "
+        "and other interpreter options have no place in every launcher's syntax",
+        fix="pass python SCRIPT or python -m MODULE (PYTHON* settings go in --env), or run the "
+        "interpreter by its full path",
+    )

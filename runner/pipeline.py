@@ -1,4 +1,5 @@
 """The sweep: for each node count and repeat, plan -> execute -> collect, recording as it goes.
+And `dtrun run`: the user's own program, planned, executed and recorded once.
 
 Nothing finished is ever lost: runs.json is rewritten after every launch, and the summary and
 report are rebuilt on the way out whether the sweep completed, failed or was interrupted.
@@ -6,6 +7,7 @@ report are rebuilt on the way out whether the sweep completed, failed or was int
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,11 +15,27 @@ from pathlib import Path
 
 from runner.errors import DtrunError, RunError, RunInterruptedError, RunTimeoutError
 from runner.execute import Executor, LineSink, discard
-from runner.plan import RESULT_FILE, build_plan
-from runner.record import RunDir, create_run_dir, write_manifest, write_plans, write_runs
+from runner.plan import RESULT_FILE, build_plan, build_run_plan
+from runner.record import (
+    RunDir,
+    create_run_dir,
+    launch_dir,
+    write_manifest,
+    write_plans,
+    write_run_record,
+    write_runs,
+)
 from runner.report import Report, build_report, warm_up_plotting
 from runner.results import TrainResult, load_train_result
-from runner.spec import BenchSpec, Inventory, LaunchPlan, RunResult, RunStatus
+from runner.spec import (
+    BenchSpec,
+    Inventory,
+    LaunchPlan,
+    NodeResult,
+    RunResult,
+    RunSpec,
+    RunStatus,
+)
 
 
 def _ignore_begin(run_dir: RunDir) -> None:
@@ -147,3 +165,73 @@ def _launch(
         return run, None, exc
     run = RunResult(plan.nnodes, repeat, RunStatus.OK, time.monotonic() - started, relative, nodes)
     return run, result, None
+
+
+@dataclass(frozen=True)
+class ProgramRun:
+    """A finished `dtrun run`: where it ran and how every node ended."""
+
+    run_dir: RunDir
+    launch_dir: Path
+    plan: LaunchPlan
+    nodes: tuple[NodeResult, ...]
+    wall_s: float
+
+
+def run_program(
+    inventory: Inventory,
+    spec: RunSpec,
+    output: Path,
+    executor: Executor,
+    on_line: LineSink = discard,
+    on_begin: Callable[[RunDir, LaunchPlan], None] | None = None,
+) -> ProgramRun:
+    """`dtrun run`: plan the user's program, run it once in output/<run-id>/launch/, record it.
+
+    Bad input fails before the directory exists; a failed, timed-out or interrupted run is
+    recorded in run.json before its error is raised.
+    """
+    plan = build_run_plan(inventory, spec)
+    run_dir = create_run_dir(output, spec.run_id)
+    workdir = launch_dir(run_dir)
+    write_run_record(run_dir, spec, inventory, plan, status="running")
+    if on_begin is not None:
+        on_begin(run_dir, plan)
+    started = time.monotonic()
+    timeout = spec.timeout_s if spec.timeout_s is not None else math.inf
+    try:
+        nodes = executor.run(plan, workdir, timeout_s=timeout, on_line=on_line)
+    except RunError as exc:
+        status = RunStatus.TIMEOUT if isinstance(exc, RunTimeoutError) else RunStatus.FAILED
+        write_run_record(
+            run_dir,
+            spec,
+            inventory,
+            plan,
+            status=status.value,
+            error=exc.message,
+            wall_s=time.monotonic() - started,
+            nodes=exc.node_results,
+        )
+        raise
+    except KeyboardInterrupt:
+        error = "interrupted by the user (Ctrl-C)"
+        write_run_record(
+            run_dir,
+            spec,
+            inventory,
+            plan,
+            status=RunStatus.INTERRUPTED.value,
+            error=error,
+            wall_s=time.monotonic() - started,
+        )
+        raise RunInterruptedError(
+            "interrupted",
+            why="every process dtrun started was stopped",
+            fix=f"node logs are kept in {workdir}",
+        ) from None
+    wall = time.monotonic() - started
+    write_run_record(
+        run_dir, spec, inventory, plan, status=RunStatus.OK.value, wall_s=wall, nodes=nodes
+    )
+    return ProgramRun(run_dir, workdir, plan, nodes, wall)

@@ -1,23 +1,36 @@
-"""build_plan: (inventory, bench spec, node count) -> LaunchPlan. Pure: no I/O, no clock."""
+"""Plans: (inventory, what to run, node count) -> LaunchPlan. Pure: no I/O, no clock.
+
+``build_plan`` plans a point of a `dtrun bench` sweep (a built-in workload), ``build_run_plan``
+the user's own program for `dtrun run`; both go through ``plan_launch``, so every launcher sees
+the same environment, settings and checks whatever it runs.
+"""
 
 from __future__ import annotations
 
 import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
-from runner.catalog import peak_tflops_for
+from runner.catalog import peak_tflops_for, size_env
+from runner.engines import ENGINES
 from runner.errors import PlanError
 from runner.launchers import LAUNCHERS, PlanContext
+from runner.launchers.base import HOSTFILE, hostfile
 from runner.render import render
 from runner.spec import (
     Accelerator,
     BenchSpec,
     EnvVar,
     Inventory,
+    LauncherOptions,
+    LaunchFile,
     LaunchPlan,
     NodeLaunch,
+    Program,
+    ProgramKind,
+    RunSpec,
     ScalingMode,
 )
 
@@ -53,10 +66,43 @@ def _train_args(bench: BenchSpec, inventory: Inventory, batch_per_proc: int) -> 
     return tuple(str(part) for pair in options.items() for part in pair)
 
 
-# Workload name -> (python module run on every process, its arguments).
-WORKLOADS: dict[str, tuple[str, WorkloadArgs]] = {
-    "train": ("runner.workloads.train", _train_args),
+@dataclass(frozen=True)
+class Workload:
+    modules: Mapping[str, str]  # engine name -> Python module run on every process
+    args: WorkloadArgs
+
+
+WORKLOADS: dict[str, Workload] = {
+    "train": Workload(
+        {"ddp": "runner.workloads.train", "deepspeed": "runner.workloads.train_deepspeed"},
+        _train_args,
+    ),
 }
+
+DEFAULT_JOIN_TIMEOUT_S = 600  # how long nodes wait for each other when no --timeout is given
+
+
+class LaunchRequest(Protocol):
+    """What `dtrun bench` (BenchSpec) and `dtrun run` (RunSpec) share about starting processes."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def launcher(self) -> str: ...
+    @property
+    def procs_per_node(self) -> int: ...
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def rdzv_port(self) -> int: ...
+    @property
+    def master_port(self) -> int: ...
+    @property
+    def launch(self) -> LauncherOptions: ...
+    @property
+    def nccl_debug(self) -> bool: ...
+    @property
+    def cluster_env(self) -> bool: ...
 
 
 def lookup(kind: str, name: str, registry: Mapping[str, T]) -> T:
@@ -70,6 +116,26 @@ def lookup(kind: str, name: str, registry: Mapping[str, T]) -> T:
         why=f"{hint}known {kind}s: {', '.join(sorted(registry))}",
         fix=f"pass --{kind} with one of those names",
     )
+
+
+def validate_launch(request: LaunchRequest) -> None:
+    """Reject launch settings no node count could run, before anything starts."""
+    if request.procs_per_node < 1:
+        raise PlanError("--procs-per-node must be at least 1", why=f"got {request.procs_per_node}")
+    if not 1 <= request.rdzv_port <= 65534:
+        raise PlanError("--port must be between 1 and 65534", why=f"got {request.rdzv_port}")
+    for key, _ in request.env:
+        if not _ENV_KEY.match(key):
+            raise PlanError(
+                f"--env {key!r} is not a valid variable name",
+                why="names are letters, digits and underscores, not starting with a digit",
+                fix="pass --env NAME=VALUE",
+            )
+    if request.launch.zero_stage not in (1, 2, 3):
+        raise PlanError("--zero-stage must be 1, 2 or 3", why=f"got {request.launch.zero_stage}")
+    if request.launch.tf_ps < 1:
+        raise PlanError("--tf-ps must be at least 1", why=f"got {request.launch.tf_ps}")
+    lookup("launcher", request.launcher, LAUNCHERS)
 
 
 def validate_bench(bench: BenchSpec) -> None:
@@ -106,20 +172,47 @@ def validate_bench(bench: BenchSpec) -> None:
             "--d-model must be a multiple of --heads",
             why=f"{model.d_model} is not divisible by {model.heads}",
         )
-    if not 1 <= bench.rdzv_port <= 65534:
-        raise PlanError("--port must be between 1 and 65534", why=f"got {bench.rdzv_port}")
-    for key, _ in bench.env:
-        if not _ENV_KEY.match(key):
-            raise PlanError(
-                f"--env {key!r} is not a valid variable name",
-                why="names are letters, digits and underscores, not starting with a digit",
-                fix="pass --env NAME=VALUE",
-            )
-    lookup("launcher", bench.launcher, LAUNCHERS)
-    lookup("workload", bench.workload, WORKLOADS)
+    validate_launch(bench)
+    builtin_module(bench)
     if bench.mode is ScalingMode.STRONG:
         for n in bench.node_counts:
             batch_per_proc(bench, n)
+
+
+def validate_run(run: RunSpec) -> None:
+    if run.nodes < 1:
+        raise PlanError("--nodes must be at least 1", why=f"got {run.nodes}")
+    if run.timeout_s is not None and run.timeout_s <= 0:
+        raise PlanError("--timeout must be more than 0 seconds", why=f"got {run.timeout_s:g}")
+    if not run.program.target:
+        raise PlanError(
+            "dtrun run needs a command to run",
+            why="nothing came after the options",
+            fix="pass the command after --, e.g. dtrun run --nodes 2 -- python train.py",
+        )
+    validate_launch(run)
+
+
+def builtin_module(bench: BenchSpec) -> tuple[str, str]:
+    """(engine, module) that runs the bench's built-in workload under its launcher."""
+    launcher = lookup("launcher", bench.launcher, LAUNCHERS)
+    workload = lookup("workload", bench.workload, WORKLOADS)
+    if launcher.engine is None:
+        raise PlanError(
+            f"the {launcher.name} launcher cannot run dtrun's built-in workloads",
+            why="they are PyTorch programs; the TensorFlow launcher lays out TF_CONFIG for "
+            "TensorFlow programs",
+            fix=f"run your own program with it: dtrun run --launcher {launcher.name} "
+            "--nodes 2 -- python your_train.py",
+        )
+    module = workload.modules.get(launcher.engine)
+    if module is None:
+        raise PlanError(
+            f"the {bench.workload} workload cannot run under {launcher.name}",
+            why=f"it has no {launcher.engine} version",
+            fix="pass another --launcher, e.g. torchrun",
+        )
+    return launcher.engine, module
 
 
 def batch_per_proc(bench: BenchSpec, nodes: int) -> int:
@@ -150,6 +243,31 @@ def base_env(threads_per_proc: int) -> tuple[EnvVar, ...]:
     )
 
 
+def debug_env(nccl_debug: bool) -> tuple[EnvVar, ...]:
+    if not nccl_debug:
+        return ()
+    return (
+        EnvVar("NCCL_DEBUG", "INFO", "--nccl-debug: NCCL logs its version, network and rings."),
+    )
+
+
+def cluster_env(inventory: Inventory, nodes: int, procs_per_node: int) -> tuple[EnvVar, ...]:
+    """The MPI-style cluster variables of --cluster-env (README: "The environment ...")."""
+    selected = inventory.nodes[:nodes]
+    slots = ",".join(f"{node.address}:{procs_per_node}" for node in selected)
+    return (
+        EnvVar("CLUSTER_NUM_WORKERS", str(nodes), "--cluster-env: nodes (workers) in this launch"),
+        EnvVar("CLUSTER_GPUS_PER_WORKER", str(procs_per_node), "--cluster-env: processes per node"),
+        EnvVar("CLUSTER_HOST_SLOTS", slots, "--cluster-env: every node as ADDRESS:SLOTS"),
+        EnvVar(
+            "CLUSTER_HOSTFILE",
+            HOSTFILE,
+            "--cluster-env: the MPI-style hostfile, relative to the launch directory",
+        ),
+        EnvVar("CLUSTER_NUM_PROCS", str(nodes * procs_per_node), "--cluster-env: processes in all"),
+    )
+
+
 def merge_env(base: Iterable[EnvVar], user: Iterable[tuple[str, str]]) -> tuple[EnvVar, ...]:
     """dtrun's settings first, the user's --env last; a user value replaces dtrun's."""
     merged: dict[str, EnvVar] = {var.key: var for var in base}
@@ -164,51 +282,105 @@ def rdzv_id(run_id: str, nodes: int) -> str:
 
 
 def build_plan(inventory: Inventory, bench: BenchSpec, nodes: int) -> LaunchPlan:
+    """One point of a bench sweep: the built-in workload on ``nodes`` nodes."""
     validate_bench(bench)
+    engine, module = builtin_module(bench)
+    workload = WORKLOADS[bench.workload]
+    per_proc = batch_per_proc(bench, nodes)
+    setup = ENGINES[engine].setup(bench, inventory, per_proc, nodes * bench.procs_per_node)
+    program = Program(
+        ProgramKind.MODULE, module, (*workload.args(bench, inventory, per_proc), *setup.args)
+    )
+    return plan_launch(
+        inventory,
+        bench,
+        nodes,
+        program,
+        workload=bench.workload,
+        join_timeout_s=int(bench.timeout_s),
+        batch_per_proc=per_proc,
+        extra_files=setup.files,
+    )
+
+
+def build_run_plan(inventory: Inventory, run: RunSpec) -> LaunchPlan:
+    """`dtrun run`: the user's program on ``run.nodes`` nodes."""
+    validate_run(run)
+    timeout = int(run.timeout_s) if run.timeout_s is not None else DEFAULT_JOIN_TIMEOUT_S
+    return plan_launch(
+        inventory, run, run.nodes, run.program, workload="run", join_timeout_s=max(1, timeout)
+    )
+
+
+def plan_launch(
+    inventory: Inventory,
+    request: LaunchRequest,
+    nodes: int,
+    program: Program,
+    *,
+    workload: str,
+    join_timeout_s: int,
+    batch_per_proc: int | None = None,
+    extra_files: tuple[LaunchFile, ...] = (),
+) -> LaunchPlan:
+    """Every node's script and every launch file for ``program`` on ``nodes`` nodes."""
     if not 1 <= nodes <= len(inventory.nodes):
         raise PlanError(
             f"cannot run on {nodes} nodes",
             why=f"the inventory ({inventory.source}) holds {len(inventory.nodes)} node(s)",
             fix=f"pass --nodes with counts up to {len(inventory.nodes)}, or add nodes",
         )
-    launcher = lookup("launcher", bench.launcher, LAUNCHERS)
-    module, workload_args = lookup("workload", bench.workload, WORKLOADS)
+    launcher = lookup("launcher", request.launcher, LAUNCHERS)
     selected = inventory.nodes[:nodes]
-    per_proc = batch_per_proc(bench, nodes)
-    threads = max(1, min(node.cpus for node in selected) // bench.procs_per_node)
+    threads = max(1, min(node.cpus for node in selected) // request.procs_per_node)
+    dtrun_env = (
+        *base_env(threads),
+        *size_env(inventory.size),
+        *debug_env(request.nccl_debug),
+        *(cluster_env(inventory, nodes, request.procs_per_node) if request.cluster_env else ()),
+    )
     ctx = PlanContext(
-        run_id=bench.run_id,
-        rdzv_id=rdzv_id(bench.run_id, nodes),
+        run_id=request.run_id,
+        rdzv_id=rdzv_id(request.run_id, nodes),
         nodes=selected,
-        procs_per_node=bench.procs_per_node,
+        procs_per_node=request.procs_per_node,
         master_addr=selected[0].address,
-        master_port=bench.master_port,
-        rdzv_port=bench.rdzv_port,
-        join_timeout_s=int(bench.timeout_s),
+        master_port=request.master_port,
+        rdzv_port=request.rdzv_port,
+        join_timeout_s=join_timeout_s,
         python_bin=inventory.python_bin,
         code_dir=inventory.code_dir,
-        env=merge_env(base_env(threads), bench.env),
-        workload_module=module,
-        workload_args=workload_args(bench, inventory, per_proc),
+        env=merge_env(dtrun_env, request.env),
+        program=program,
+        options=request.launch,
+        size=inventory.size,
+        ssh=inventory.ssh,
+        interface=inventory.interface,
     )
     launches = tuple(
         NodeLaunch(
-            node=node,
-            node_rank=rank,
-            script_name=f"node-{rank}.sh",
-            script=render(launcher.template, launcher.node_context(ctx, rank)),
+            node=selected[script.node_rank],
+            node_rank=script.node_rank,
+            script_name=f"node-{script.node_rank}.sh",
+            script=render(launcher.template, launcher.node_context(ctx, script.node_rank)),
+            service=script.service,
         )
-        for rank, node in enumerate(selected)
+        for script in launcher.scripts(ctx)
     )
+    files = (*launcher.files(ctx), *extra_files)
+    if request.cluster_env and all(f.name != HOSTFILE for f in files):
+        files = (*files, hostfile(ctx))
     return LaunchPlan(
         launcher=launcher.name,
-        workload=bench.workload,
+        workload=workload,
         nnodes=nodes,
-        procs_per_node=bench.procs_per_node,
+        procs_per_node=request.procs_per_node,
         world_size=ctx.world_size,
-        batch_per_proc=per_proc,
+        batch_per_proc=batch_per_proc,
         rdzv_id=ctx.rdzv_id,
         master_addr=ctx.master_addr,
         master_port=ctx.master_port,
         launches=launches,
+        files=files,
+        nodes=selected,
     )

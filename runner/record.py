@@ -2,7 +2,7 @@
 
     runs/<run-id>/
       manifest.json     what was asked and where it ran (bench spec, inventory, machine, versions)
-      plan/n<N>/        every node's rendered launch script for each node count
+      plan/n<N>/        every node's rendered launch script and launch file for each node count
       n<N>/r<k>/        one launch: node scripts, node logs, result.json from rank 0
       runs.json         how every launch ended, rewritten after each one
       summary.json      derived: the scaling table (rebuilt by `dtrun report`)
@@ -27,7 +27,15 @@ import psutil
 
 from runner import __version__
 from runner.errors import OutputDirError, ResultError
-from runner.spec import BenchSpec, Inventory, LaunchPlan, RunResult, RunStatus
+from runner.spec import (
+    BenchSpec,
+    Inventory,
+    LaunchPlan,
+    NodeResult,
+    RunResult,
+    RunSpec,
+    RunStatus,
+)
 
 MANIFEST_SCHEMA = "dtrun.manifest/1"
 RUNS_SCHEMA = "dtrun.runs/1"
@@ -156,6 +164,10 @@ def write_plans(run_dir: RunDir, plans: dict[int, LaunchPlan]) -> None:
             script = directory / launch.script_name
             script.write_text(launch.script)
             script.chmod(0o700)  # may hold --env values
+        for file in plan.files:
+            path = directory / file.name
+            path.write_text(file.content)
+            path.chmod(file.mode)
 
 
 def write_runs(run_dir: RunDir, runs: list[RunResult], status: str, error: str | None) -> None:
@@ -178,3 +190,45 @@ def ok_runs(runs_data: dict[str, Any]) -> list[tuple[int, int, str]]:
         for run in runs_data["runs"]
         if run["status"] == RunStatus.OK.value
     ]
+
+
+RUN_SCHEMA = "dtrun.run/1"
+
+
+def launch_dir(run_dir: RunDir) -> Path:
+    """`dtrun run`'s launch directory: scripts, launch files, node logs, the program's outputs."""
+    return run_dir.path / "launch"
+
+
+def write_run_record(
+    run_dir: RunDir,
+    spec: RunSpec,
+    inventory: Inventory,
+    plan: LaunchPlan,
+    *,
+    status: str,
+    error: str | None = None,
+    wall_s: float | None = None,
+    nodes: tuple[NodeResult, ...] = (),
+) -> None:
+    """run.json: what `dtrun run` was asked, where, and how it ended (secrets redacted)."""
+    spec_data = asdict(spec.redacted())
+    spec_data["env"] = [list(pair) for pair in spec_data["env"]]
+    write_json(
+        run_dir.path / "run.json",
+        {
+            "schema": RUN_SCHEMA,
+            "run_id": spec.run_id,
+            "updated_at": now_iso(),
+            "dtrun_version": __version__,
+            "status": status,
+            "error": error,
+            "wall_s": wall_s,
+            "launcher": plan.launcher,
+            "world_size": plan.world_size,
+            "spec": spec_data,
+            "inventory": asdict(inventory),
+            "machine": machine(),
+            "nodes": [asdict(node) for node in nodes],
+        },
+    )

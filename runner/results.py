@@ -42,6 +42,8 @@ class TrainResult:
     initial_params_differed: bool | None
     params_in_sync: bool
     rank_nodes: tuple[str, ...]  # the node each rank ran on, by rank
+    engine: str = "ddp"  # ddp or deepspeed (results written before engines existed: ddp)
+    zero_stage: int | None = None  # DeepSpeed's ZeRO stage
 
     @property
     def proof(self) -> str:
@@ -90,6 +92,8 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
             initial_params_differed=comm["initial_params_differed"],
             params_in_sync=bool(comm["params_in_sync"]),
             rank_nodes=tuple(str(rank["node"]) for rank in data["ranks"]),
+            engine=str(data.get("engine", "ddp")),
+            zero_stage=None if data.get("zero_stage") is None else int(data["zero_stage"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultError(

@@ -48,11 +48,14 @@ class Node:
 
 @dataclass(frozen=True)
 class SshAccess:
-    """How to reach the nodes of a real cluster over SSH."""
+    """How the nodes of a real cluster are reached over SSH: by dtrun from this machine, and
+    by a head-only launcher (mpirun, horovodrun, DeepSpeed over pdsh) from node 0."""
 
-    user: str
+    user: str | None = None  # None: the local user name
     port: int = 22
-    jump_host: str | None = None  # reach the nodes through this host (the head VM)
+    # The private key node 0 uses to reach the other nodes; None: ssh's own defaults there.
+    identity_file: str | None = None
+    jump_host: str | None = None  # dtrun reaches the nodes through this host (the head VM)
     known_hosts: tuple[str, ...] = ()  # lines to check host keys against; empty: the user's
     private_key: str | None = field(default=None, repr=False)  # secret: never printed
     key_path: str | None = None  # a private key file, when not given inline
@@ -73,8 +76,11 @@ class Inventory:
     code_dir: str  # directory, on every node, that holds the runner/workloads package
     accelerator: Accelerator = Accelerator.CPU
     size: str | None = None  # Azure VM size when known (catalog key)
-    ssh: SshAccess | None = None  # None: the nodes are processes on this machine
+    # None: the nodes are processes on this machine and run no sshd (the embedded cluster),
+    # so launchers use their no-SSH modes.
+    ssh: SshAccess | None = None
     shared_dir: str | None = None  # a directory every node mounts, when there is one
+    interface: str = "eth0"  # the network interface the nodes reach each other on
 
     @property
     def description(self) -> str:
@@ -96,6 +102,51 @@ class ModelSpec:
     vocab: int = 1024
 
 
+class Rendezvous(StrEnum):
+    """How torchrun's agents find each other."""
+
+    C10D = "c10d"  # a c10d store on the first node; torchrun numbers the nodes itself
+    STATIC = "static"  # fixed --node-rank per node, master address and port given
+
+
+class HorovodController(StrEnum):
+    GLOO = "gloo"
+    MPI = "mpi"
+
+
+class TfStrategy(StrEnum):
+    """The tf.distribute strategy the TF_CONFIG files are laid out for."""
+
+    MULTI_WORKER_MIRRORED = "multi-worker-mirrored"  # one worker per node
+    PARAMETER_SERVER = "parameter-server"  # workers, parameter servers and a chief
+
+
+@dataclass(frozen=True)
+class LauncherOptions:
+    """Settings that only some launchers read; each launcher reads its own."""
+
+    rendezvous: Rendezvous = Rendezvous.C10D  # torchrun
+    zero_stage: int = 2  # deepspeed: the ZeRO stage of the built-in workloads' config
+    horovod_controller: HorovodController = HorovodController.GLOO  # horovodrun
+    tf_strategy: TfStrategy = TfStrategy.MULTI_WORKER_MIRRORED  # tensorflow
+    tf_ps: int = 1  # tensorflow, parameter-server strategy: parameter server tasks
+
+
+class ProgramKind(StrEnum):
+    MODULE = "module"  # python -m TARGET ARGS, with the nodes' Python
+    SCRIPT = "script"  # python TARGET ARGS, with the nodes' Python
+    EXECUTABLE = "executable"  # TARGET ARGS, run as it is
+
+
+@dataclass(frozen=True)
+class Program:
+    """What every process of a launch runs; each launcher places it in its own syntax."""
+
+    kind: ProgramKind
+    target: str
+    args: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class BenchSpec:
     """Everything the user asked of one `dtrun bench` sweep."""
@@ -115,6 +166,9 @@ class BenchSpec:
     env: tuple[tuple[str, str], ...] = ()  # user --env KEY=VALUE, in order; later keys win
     rdzv_port: int = 29400
     timeout_s: float = 600.0
+    launch: LauncherOptions = field(default_factory=LauncherOptions)
+    nccl_debug: bool = False  # NCCL_DEBUG=INFO on every node
+    cluster_env: bool = False  # also export the MPI-style cluster variables (README)
 
     @property
     def master_port(self) -> int:
@@ -133,12 +187,45 @@ class BenchSpec:
 
 
 @dataclass(frozen=True)
+class RunSpec:
+    """Everything the user asked of one `dtrun run`: their own program, on every node."""
+
+    run_id: str
+    program: Program
+    nodes: int = 1
+    procs_per_node: int = 1
+    launcher: str = "torchrun"
+    env: tuple[tuple[str, str], ...] = ()
+    rdzv_port: int = 29400
+    timeout_s: float | None = None  # None: as long as the program runs
+    launch: LauncherOptions = field(default_factory=LauncherOptions)
+    nccl_debug: bool = False
+    cluster_env: bool = False
+
+    @property
+    def master_port(self) -> int:
+        return self.rdzv_port + 1
+
+    def redacted(self) -> RunSpec:
+        env = tuple((k, REDACTED if is_secret_name(k) else v) for k, v in self.env)
+        return replace(self, env=env)
+
+
+@dataclass(frozen=True)
 class EnvVar:
     """One exported variable of a launch script, with the reason it is there."""
 
     key: str
     value: str
     why: str = ""
+
+
+@dataclass(frozen=True)
+class CliArg:
+    """Command-line arguments of a launcher, with the reason they are there."""
+
+    args: tuple[str, ...]
+    why: str
 
 
 @dataclass(frozen=True)
@@ -149,6 +236,18 @@ class NodeLaunch:
     node_rank: int
     script_name: str
     script: str
+    # A service node runs servers that never exit on their own (TensorFlow's parameter servers):
+    # the launch is done when every other node has exited 0, and then it is stopped.
+    service: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchFile:
+    """A file a launch needs beside its scripts: hostfile, config, wrapper. Same on every node."""
+
+    name: str
+    content: str
+    mode: int = 0o644
 
 
 @dataclass(frozen=True)
@@ -160,11 +259,15 @@ class LaunchPlan:
     nnodes: int
     procs_per_node: int
     world_size: int
-    batch_per_proc: int
+    batch_per_proc: int | None  # None: not a built-in workload
     rdzv_id: str
     master_addr: str
     master_port: int
+    # The nodes that run a script: every node, or only the head for launchers that start the
+    # other nodes' ranks themselves (mpirun, horovodrun, deepspeed over pdsh).
     launches: tuple[NodeLaunch, ...]
+    files: tuple[LaunchFile, ...] = ()  # written beside the scripts on every node
+    nodes: tuple[Node, ...] = ()  # every node of this point, whether it runs a script or not
 
 
 @dataclass(frozen=True)

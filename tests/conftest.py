@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from runner.inventory import embedded_inventory, local_cluster
-from runner.spec import BenchSpec, Inventory
+from runner.spec import Accelerator, BenchSpec, Inventory, Node, SshAccess
 from tests import sshd
 from tests.sshd import SshCluster
 
@@ -58,6 +58,34 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
 def fixed_inventory() -> Inventory:
     """An embedded-style inventory with fixed paths, so rendered scripts are reproducible."""
     return local_cluster(4, python_bin="/opt/dtrun/venv/bin", code_dir="/opt/dtrun", cpu_count=8)
+
+
+def gpu_cluster(size: str, ssh: SshAccess, subnet: str) -> Inventory:
+    """Four 8-GPU nodes of a catalog size, reached over ssh: a real cluster's inventory."""
+    return Inventory(
+        source="hosts:golden",
+        nodes=tuple(Node(f"vm-{i}", f"{subnet}.{i + 4}", slots=8, cpus=96) for i in range(4)),
+        python_bin="/shared/dtrun/venv/bin",
+        code_dir="/shared/dtrun",
+        accelerator=Accelerator.CUDA,
+        size=size,
+        ssh=ssh,
+        interface="eth0",
+    )
+
+
+# The golden clusters: the embedded one (CPU) and two Azure sizes, each as 4 nodes.
+CLUSTERS: dict[str, Inventory] = {
+    "embedded": local_cluster(
+        4, python_bin="/opt/dtrun/venv/bin", code_dir="/opt/dtrun", cpu_count=8
+    ),
+    "a100": gpu_cluster("Standard_ND96asr_v4", SshAccess(port=2222), "10.1.0"),
+    "h100": gpu_cluster(
+        "Standard_ND96isr_H100_v5",
+        SshAccess(port=22, identity_file="/home/azureuser/.ssh/id_ed25519"),
+        "10.2.0",
+    ),
+}
 
 
 @pytest.fixture

@@ -26,6 +26,9 @@ def dtrun(*args: str):
         (["--local-nodes", "0"], "the embedded cluster cannot simulate 0 nodes"),
         (["--workload", "resnet"], "unknown workload 'resnet'"),
         (["--launcher", "torchrn"], "did you mean 'torchrun'"),
+        (["--launcher", "mpirn"], "did you mean 'mpirun'"),
+        (["--launcher", "tensorflow"], "dtrun run --launcher tensorflow"),
+        (["--launcher", "deepspeed", "--zero-stage", "4"], "--zero-stage must be 1, 2 or 3"),
         (["--env", "NOVALUE"], "--env 'NOVALUE' is not KEY=VALUE"),
         (["--warmup", "30"], "--warmup must be at least 0 and less than --steps"),
         (["--run-id", "../x"], "cannot name a run directory"),
@@ -85,7 +88,7 @@ def test_dry_run_prints_every_node_script_and_runs_nothing(tmp_path):
 def test_help_lists_every_command_with_a_line_of_help():
     result = dtrun("--help")
     assert result.exit_code == 0
-    for command in ("bench", "report"):
+    for command in ("bench", "run", "report"):
         assert command in result.stdout
 
 
@@ -94,3 +97,65 @@ def test_report_on_a_directory_that_is_not_a_run_says_so(tmp_path):
     assert result.exit_code == 1
     assert "manifest.json is missing" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_dry_run_prints_launch_files_beside_the_scripts(tmp_path):
+    result = dtrun("bench", "--dry-run", "--nodes", "2", "--launcher", "deepspeed")
+    assert result.exit_code == 0, result.output
+    assert "launch file ds_config.json (every node)" in result.stdout
+    assert "launch file hostfile (every node)" in result.stdout
+    assert "--node_rank=1" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "dtrun run needs a command"),
+        (["--"], "dtrun run needs a command"),
+        (["--", "python"], "cannot tell what `python` runs"),
+        (["--nodes", "0", "--", "python", "t.py"], "--nodes must be at least 1"),
+        (["--timeout", "0", "--", "python", "t.py"], "--timeout must be more than 0"),
+        (["--launcher", "horovod", "--", "python", "t.py"], "did you mean 'horovodrun'"),
+        (
+            ["--launcher", "tensorflow", "-p", "2", "--", "python", "t.py"],
+            "one worker per node",
+        ),
+        (["--nodes", "40", "--", "python", "t.py"], "cannot simulate 40 nodes"),
+    ],
+)
+def test_run_bad_input_gives_one_message_and_exit_code_2(tmp_path, args, message):
+    result = dtrun("run", "--output", str(tmp_path / "runs"), *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_run_dry_run_prints_the_program_quoted_in_every_file(tmp_path):
+    result = dtrun(
+        "run", "--dry-run", "--nodes", "2", "--launcher", "mpirun", "-e", "API_KEY=hunter2",
+        "--", "python", "train.py", "--name", "it's $(id)",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "node-0.sh on node-0 (127.0.0.2) via mpirun, world size 2" in out
+    assert "launch file launch-env.sh (every node)" in out
+    assert "launch file local-rsh.sh (every node)" in out
+    assert "train.py \"$@\" --name 'it'\"'\"'s $(id)'" in out
+    assert "hunter2" not in out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_run_takes_the_command_without_dashes_once_it_starts(tmp_path):
+    result = dtrun("run", "--dry-run", "python", "train.py", "--nodes", "3")
+    assert result.exit_code == 0, result.output
+    assert "train.py --nodes 3" in result.stdout  # the program's own --nodes, not dtrun's
+    assert "--nnodes=1" in result.stdout
+
+
+def test_the_launcher_help_names_every_registered_launcher():
+    from runner.cli_options import LAUNCHER_NAMES
+    from runner.launchers import LAUNCHERS
+
+    # The help text is written out so that `dtrun --help` need not import the launchers.
+    assert LAUNCHER_NAMES.split(", ") == list(LAUNCHERS)

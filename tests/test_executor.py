@@ -16,7 +16,7 @@ import pytest
 
 from runner.errors import NodeFailedError, RunTimeoutError
 from runner.execute.local import LocalExecutor
-from runner.spec import LaunchPlan, Node, NodeLaunch
+from runner.spec import LaunchFile, LaunchPlan, Node, NodeLaunch
 from tests.conftest import processes_under, wait_for
 
 # A node that behaves like torchrun: its worker lives in a session of its own.
@@ -27,18 +27,19 @@ wait
 """
 
 
-def plan_of(*scripts: str) -> LaunchPlan:
+def plan_of(*scripts: str, services: tuple[int, ...] = (), files=()) -> LaunchPlan:
     launches = tuple(
         NodeLaunch(
             node=Node(f"node-{i}", f"127.0.0.{i + 2}"),
             node_rank=i,
             script_name=f"node-{i}.sh",
             script="#!/usr/bin/env bash\nset -euo pipefail\n" + textwrap.dedent(body),
+            service=i in services,
         )
         for i, body in enumerate(scripts)
     )
     return LaunchPlan(
-        "fake", "fake", len(launches), 1, len(launches), 1, "id", "127.0.0.2", 1, launches
+        "fake", "fake", len(launches), 1, len(launches), 1, "id", "127.0.0.2", 1, launches, files
     )
 
 
@@ -125,4 +126,28 @@ def test_ctrl_c_stops_every_node_process_before_dtrun_exits(no_leftovers):
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
     assert proc.returncode != 0
+    assert processes_under(no_leftovers) == []
+
+
+def test_launch_files_are_written_beside_the_scripts_before_any_node_starts(no_leftovers):
+    files = (LaunchFile("hostfile", "127.0.0.2 slots=1\n"), LaunchFile("wrap.sh", "echo", 0o755))
+    plan = plan_of("cat hostfile\ntest -x wrap.sh", files=files)
+    lines = Lines()
+    LocalExecutor().run(plan, no_leftovers / "p", timeout_s=60, on_line=lines)
+    assert ("node-0", "127.0.0.2 slots=1") in lines.lines
+    assert (no_leftovers / "p" / "hostfile").stat().st_mode & 0o777 == 0o644
+
+
+def test_service_nodes_are_stopped_once_every_other_node_is_done(no_leftovers):
+    # node 1 serves (TensorFlow's parameter servers) and would never exit on its own
+    plan = plan_of("sleep 0.5\necho trained", LIKE_TORCHRUN, services=(1,))
+    results = LocalExecutor().run(plan, no_leftovers / "p", timeout_s=60, on_line=Lines())
+    assert [(r.node, r.exit_code) for r in results] == [("node-0", 0), ("node-1", None)]
+    assert processes_under(no_leftovers) == []
+
+
+def test_a_service_node_that_fails_fails_the_launch(no_leftovers):
+    plan = plan_of(LIKE_TORCHRUN, "echo 'ps crashed'\nexit 4", services=(1,))
+    with pytest.raises(NodeFailedError, match=r"node-1 \(127\.0\.0\.3\) failed with exit code 4"):
+        LocalExecutor().run(plan, no_leftovers / "p", timeout_s=60, on_line=Lines())
     assert processes_under(no_leftovers) == []

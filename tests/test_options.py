@@ -7,7 +7,8 @@ import re
 import pytest
 
 from runner.errors import UsageError
-from runner.options import check_run_id, new_run_id, parse_env, parse_node_counts
+from runner.options import check_run_id, new_run_id, parse_command, parse_env, parse_node_counts
+from runner.spec import Program, ProgramKind
 
 
 def test_node_counts_are_sorted_and_deduplicated():
@@ -41,3 +42,31 @@ def test_run_ids_are_time_stamped_and_valid():
 def test_run_ids_that_cannot_name_a_directory_are_refused(run_id):
     with pytest.raises(UsageError, match="cannot name a run directory"):
         check_run_id(run_id)
+
+
+@pytest.mark.parametrize(
+    ("argv", "kind", "target", "args"),
+    [
+        (["python", "train.py", "--lr", "3e-4"], ProgramKind.SCRIPT, "train.py", ("--lr", "3e-4")),
+        (["python3", "-m", "pkg.train", "-m"], ProgramKind.MODULE, "pkg.train", ("-m",)),
+        (["python3.11", "t.py"], ProgramKind.SCRIPT, "t.py", ()),
+        (["./train.sh", "a b"], ProgramKind.EXECUTABLE, "./train.sh", ("a b",)),
+        (["/v/bin/python", "-u", "t.py"], ProgramKind.EXECUTABLE, "/v/bin/python", ("-u", "t.py")),
+    ],
+)
+def test_commands_run_python_with_the_nodes_python_and_the_rest_as_they_are(
+    argv, kind, target, args
+):
+    assert parse_command(argv) == Program(kind, target, args)
+
+
+def test_an_empty_command_is_refused_with_an_example():
+    with pytest.raises(UsageError, match="needs a command") as caught:
+        parse_command([])
+    assert "-- python train.py" in caught.value.message
+
+
+@pytest.mark.parametrize("argv", [["python"], ["python", "-u", "t.py"], ["python", "-m"]])
+def test_python_without_a_script_or_module_is_refused(argv):
+    with pytest.raises(UsageError, match="cannot tell what"):
+        parse_command(argv)

@@ -8,7 +8,7 @@ import pytest
 
 from runner.errors import ResultError
 from runner.results import TRAIN_SCHEMA, load_train_result, parse_train_result
-from runner.workloads import train
+from runner.workloads import gpt, train
 from tests.factories import result_data
 
 
@@ -58,4 +58,12 @@ def test_workload_percentiles_interpolate_like_numpy():
 
 def test_flops_per_token_follows_6n_plus_attention():
     # 6N + 12 L H Q T with N=1e6, L=2, H=4, Q=32, T=64
-    assert train.flops_per_token(1_000_000, 2, 4, 32, 64) == 6_000_000 + 12 * 2 * 4 * 32 * 64
+    assert gpt.flops_per_token(1_000_000, 2, 4, 32, 64) == 6_000_000 + 12 * 2 * 4 * 32 * 64
+
+
+def test_results_name_their_engine_and_older_ones_read_as_ddp():
+    data = result_data(world=2, tokens_per_s=1.0)
+    assert parse_train_result(data, "r").engine == "ddp"
+    assert parse_train_result(data, "r").zero_stage is None
+    deepspeed = parse_train_result(data | {"engine": "deepspeed", "zero_stage": 3}, "r")
+    assert (deepspeed.engine, deepspeed.zero_stage) == ("deepspeed", 3)

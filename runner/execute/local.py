@@ -69,6 +69,7 @@ class LocalExecutor:
         self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
     ) -> tuple[NodeResult, ...]:
         workdir.mkdir(parents=True, exist_ok=True)
+        write_launch_files(plan, workdir)
         exits: queue.Queue[_Node] = queue.Queue()
         nodes: list[_Node] = []
         verdict: _Node | RunTimeoutError | None = None
@@ -158,6 +159,14 @@ class LocalExecutor:
                 thread.join(timeout=5)
 
 
+def write_launch_files(plan: LaunchPlan, workdir: Path) -> None:
+    """The plan's hostfile, configs and wrappers, beside the scripts (the nodes share it here)."""
+    for file in plan.files:
+        path = workdir / file.name
+        path.write_text(file.content)
+        path.chmod(file.mode)
+
+
 def _start(
     launch: NodeLaunch, workdir: Path, on_line: LineSink, exits: queue.Queue[_Node]
 ) -> _Node:
@@ -209,9 +218,13 @@ def _wait(node: _Node, exits: queue.Queue[_Node]) -> None:
 def _supervise(
     nodes: list[_Node], exits: queue.Queue[_Node], timeout_s: float, nnodes: int
 ) -> _Node | RunTimeoutError | None:
-    """Wait until every node exits 0 (None), one fails (that node), or time runs out."""
+    """Wait until every node exits 0 (None), one fails (that node), or time runs out.
+
+    Service nodes (NodeLaunch.service) are not waited for: once every other node has exited 0
+    the launch is done, and the caller stops them.
+    """
     deadline = time.monotonic() + timeout_s
-    running = len(nodes)
+    running = sum(1 for node in nodes if not node.launch.service)
     next_track = 0.0
     while running:
         now = time.monotonic()
@@ -229,9 +242,10 @@ def _supervise(
             node = exits.get(timeout=min(next_track, deadline) - now)
         except queue.Empty:
             continue
-        running -= 1
         if node.returncode != 0:
             return node
+        if not node.launch.service:
+            running -= 1
     return None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +62,7 @@ def endpoint(inventory: Inventory, node: Node) -> Endpoint:
     return Endpoint(
         host=node.ssh_host or node.address,
         port=node.ssh_port or ssh.port,
-        user=node.ssh_user or ssh.user,
+        user=node.ssh_user or ssh.user or getpass.getuser(),
         key_path=node.ssh_key or ssh.key_path,
     )
 
@@ -161,7 +162,9 @@ class SshSession:
         if self._jump is None:
             user, _, host = ssh.jump_host.rpartition("@")
             host, _, port = host.partition(":")
-            target = Endpoint(host, int(port or ssh.port), user or ssh.user, ssh.key_path)
+            target = Endpoint(
+                host, int(port or ssh.port), user or ssh.user or getpass.getuser(), ssh.key_path
+            )
             self._jump = asyncio.ensure_future(self._connect("the jump host", target, None))
         return await self._jump
 

@@ -1,14 +1,18 @@
 """GPT-style data-parallel training throughput on synthetic tokens.
 
-Runs on every process of a launch (torchrun or any launcher that provides RANK, LOCAL_RANK and
-WORLD_SIZE, plus MASTER_ADDR/MASTER_PORT). Imports only torch and the standard library, because
-this file is what gets staged onto the nodes, whose Python may be as old as 3.10
-(Ubuntu 22.04 HPC images).
+Runs on every process of a launch started by any launcher that provides the environment contract
+(RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; README "The environment each process
+sees"). Imports only torch, the standard library and its sibling modules, because these files are
+what gets staged onto the nodes, whose Python may be as old as 3.10 (Ubuntu 22.04 HPC images).
 
 After ``--warmup`` untimed steps it times ``--steps - --warmup`` steps and rank 0 writes one JSON
 result (schema ``dtrun.train/1``, documented in the README) that also proves the ranks really
 communicated: each rank starts from different random weights and trains on different tokens, so
-its parameters can only end up equal to rank 0's through DDP's broadcast and gradient all-reduce.
+its parameters can only end up equal to rank 0's through the engine's broadcast and gradient
+all-reduce.
+
+The engine is the seam between data-parallel libraries: this module trains with PyTorch's
+DistributedDataParallel; ``train_deepspeed`` runs the same loop and result through DeepSpeed.
 """
 
 from __future__ import annotations
@@ -23,81 +27,71 @@ import resource
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, Protocol
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+from runner.workloads.gpt import GPT, fingerprint, flops_per_token, lm_loss
 
 SCHEMA = "dtrun.train/1"
 # Relative difference of parameter fingerprints still called "equal". Gloo's all-reduce is not
 # bit-identical across ranks at every world size (4 ranks on CPU differ in the last bits), and
 # float32 rounding accumulates over the steps; ranks that never communicated differ by ~1e-2.
 SYNC_TOLERANCE = 1e-6
+LEARNING_RATE = 1e-3
 
 
-class Block(nn.Module):
-    """Pre-norm transformer block: causal self-attention, then a 4x GELU MLP."""
+class Engine(Protocol):
+    """One data-parallel library's way of training the model, one step at a time."""
 
-    def __init__(self, d_model: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
-        self.ln2 = nn.LayerNorm(d_model)
-        self.fc = nn.Linear(d_model, 4 * d_model)
-        self.out = nn.Linear(4 * d_model, d_model)
+    name: str
+    zero_stage: int | None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, seq, width = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(width, dim=2)
-        shape = (batch, seq, self.heads, width // self.heads)
-        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(batch, seq, width))
-        out: torch.Tensor = x + self.out(F.gelu(self.fc(self.ln2(x))))
-        return out
+    def step(self, batch: torch.Tensor) -> torch.Tensor:
+        """Forward, backward and optimizer step on one batch of token rows; returns the loss."""
+        ...
+
+    def fingerprint(self) -> float:
+        """The fingerprint of this rank's full parameters."""
+        ...
 
 
-class GPT(nn.Module):
-    def __init__(self, vocab: int, seq_len: int, layers: int, d_model: int, heads: int) -> None:
-        super().__init__()
-        self.tok = nn.Embedding(vocab, d_model)
-        self.pos = nn.Embedding(seq_len, d_model)
-        self.blocks = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab, bias=False)
-        self.head.weight = self.tok.weight  # tied, as in GPT-2
-        self.apply(self._init_weights)
+class DdpEngine:
+    """PyTorch DistributedDataParallel with AdamW; bf16 through autocast when asked."""
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        # GPT-2's initialisation: small normal weights, zero biases, so the loss starts at ln(V).
-        if isinstance(module, nn.Linear | nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+    name: str = "ddp"
+    zero_stage: int | None = None
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.tok(tokens) + self.pos(positions)
-        for block in self.blocks:
-            x = block(x)
-        logits: torch.Tensor = self.head(self.ln_f(x))
-        return logits
+    def __init__(self, model: GPT, args: argparse.Namespace, device: torch.device) -> None:
+        self.model = model
+        self.ddp = DistributedDataParallel(model)  # broadcasts rank 0's weights to every rank
+        self.optimizer = torch.optim.AdamW(self.ddp.parameters(), lr=LEARNING_RATE)
+        self.autocast = torch.autocast(
+            device.type, dtype=torch.bfloat16, enabled=args.dtype == "bfloat16"
+        )
+
+    def step(self, batch: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.autocast:
+            loss = lm_loss(self.ddp(batch[:, :-1]), batch[:, 1:])
+        torch.autograd.backward(loss)
+        self.optimizer.step()
+        return loss
+
+    def fingerprint(self) -> float:
+        return fingerprint(self.model)
 
 
-def flops_per_token(params: int, layers: int, heads: int, head_dim: int, seq_len: int) -> int:
-    """Training FLOPs per token, 6N + 12*L*H*Q*T (PaLM appendix B; shared/FACTS.md section 7).
+def init_torch_distributed(args: argparse.Namespace, backend: str) -> None:
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
 
-    N counts the parameters that take part in matrix multiplies: everything but the position
-    embedding (the tied token embedding is counted once, for the LM head).
-    """
-    return 6 * params + 12 * layers * heads * head_dim * seq_len
+
+EngineFactory = Callable[[GPT, argparse.Namespace, torch.device], Engine]
+InitDistributed = Callable[[argparse.Namespace, str], None]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -107,14 +101,6 @@ def percentile(values: list[float], q: float) -> float:
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def fingerprint(model: nn.Module) -> float:
-    """A position-weighted sum of every parameter: equal only when the parameters are."""
-    with torch.no_grad():
-        flat = torch.cat([p.detach().reshape(-1).double().cpu() for p in model.parameters()])
-        weights = torch.linspace(1.0, 2.0, flat.numel(), dtype=torch.float64)
-        return float((flat * weights).sum())
 
 
 def gather_floats(value: float, device: torch.device) -> list[float]:
@@ -141,17 +127,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=int, default=600, help="collective timeout, seconds")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--out", default="result.json")
+    # DeepSpeed's launcher appends --local_rank=N to the program's arguments; LOCAL_RANK from the
+    # environment contract is what counts.
+    parser.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
-def setup(args: argparse.Namespace) -> tuple[torch.device, str]:
+def setup(args: argparse.Namespace, init: InitDistributed) -> tuple[torch.device, str]:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if args.device == "cuda":
         torch.cuda.set_device(local_rank)
         device, backend = torch.device("cuda", local_rank), "nccl"
     else:
         device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
+    init(args, backend)
     return device, backend
 
 
@@ -179,9 +168,13 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
 
 
-def train(args: argparse.Namespace) -> int:
+def train(
+    args: argparse.Namespace,
+    make_engine: EngineFactory = DdpEngine,
+    init: InitDistributed = init_torch_distributed,
+) -> int:
     started = datetime.datetime.now(datetime.timezone.utc)
-    device, backend = setup(args)
+    device, backend = setup(args, init)
     rank, world = dist.get_rank(), dist.get_world_size()
 
     # The all-reduce every later number depends on: the sum of 1..world, computed by all ranks.
@@ -192,13 +185,14 @@ def train(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed + rank)  # different weights per rank, on purpose
     model = GPT(args.vocab, args.seq_len, args.layers, args.d_model, args.heads).to(device)
     initial = gather_floats(fingerprint(model), device)
-    ddp = DistributedDataParallel(model)  # broadcasts rank 0's weights to every rank
-    optimizer = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+    # Counted before the engine may partition the parameters (ZeRO-3 leaves each rank a shard).
+    params = sum(p.numel() for p in model.parameters())
+    matmul_params = params - model.pos.weight.numel()
+    engine = make_engine(model, args, device)
 
     # Different tokens per rank: a small pool of random sequences the model can learn.
     generator = torch.Generator().manual_seed(args.seed * 1000 + rank)
     pool = torch.randint(0, args.vocab, (64, args.seq_len + 1), generator=generator).to(device)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bfloat16")
 
     times: list[float] = []
     losses: list[float] = []
@@ -208,12 +202,7 @@ def train(args: argparse.Namespace) -> int:
         batch = pool[rows]
         synchronize(device)
         start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        with autocast:
-            logits = ddp(batch[:, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, args.vocab).float(), batch[:, 1:].reshape(-1))
-        torch.autograd.backward(loss)
-        optimizer.step()
+        loss = engine.step(batch)
         synchronize(device)
         times.append(time.perf_counter() - start)
         losses.append(float(loss.item()))
@@ -224,7 +213,7 @@ def train(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    final = gather_floats(fingerprint(model), device)
+    final = gather_floats(engine.fingerprint(), device)
     divergence = max(abs(f - final[0]) / max(1.0, abs(final[0])) for f in final)
     initial_divergence = max(abs(f - initial[0]) / max(1.0, abs(initial[0])) for f in initial)
     ranks: list[dict[str, Any] | None] = [None] * world
@@ -237,8 +226,6 @@ def train(args: argparse.Namespace) -> int:
         global_batch = args.batch * world
         tokens_per_s = global_batch * args.seq_len * len(timed) / elapsed
         head_dim = args.d_model // args.heads
-        params = sum(p.numel() for p in model.parameters())
-        matmul_params = params - model.pos.weight.numel()
         fpt = flops_per_token(matmul_params, args.layers, args.heads, head_dim, args.seq_len)
         mfu = None
         if args.peak_tflops:
@@ -246,6 +233,8 @@ def train(args: argparse.Namespace) -> int:
         result = {
             "schema": SCHEMA,
             "workload": "train",
+            "engine": engine.name,
+            "zero_stage": engine.zero_stage,
             "started_at": started.isoformat(),
             "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "world_size": world,
@@ -321,16 +310,22 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def exit_now(code: int) -> NoReturn:
+    """Leave without interpreter finalisation.
+
+    With gloo, tearing down torch's C++ state at exit sometimes aborts ("terminate called without
+    an active exception", SIGABRT) after the work is done and the result written: about 1 launch
+    in 15 on a 2-core machine with torch 2.13. The process group is destroyed and every file
+    closed by now; only the standard streams need flushing.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     return train(parse_args(argv))
 
 
 if __name__ == "__main__":
-    code = main()
-    # Leave without interpreter finalisation. With gloo, tearing down torch's C++ state at exit
-    # sometimes aborts ("terminate called without an active exception", SIGABRT) after the work
-    # is done and the result written: about 1 launch in 15 on a 2-core machine with torch 2.13.
-    # The process group is destroyed and every file closed by now; only the streams need flushing.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_now(main())

@@ -1,0 +1,80 @@
+"""Options `dtrun bench` and `dtrun run` share, defined once (typer Annotated aliases)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runner.spec import HorovodController, LauncherOptions, Rendezvous, TfStrategy
+
+LAUNCHER_NAMES = "torchrun, deepspeed, horovodrun, mpirun, tensorflow"  # = LAUNCHERS, tested
+_DEFAULTS = LauncherOptions()
+
+Launcher = Annotated[
+    str, typer.Option(help=f"How processes are started on the nodes: {LAUNCHER_NAMES}.")
+]
+ProcsPerNode = Annotated[
+    int, typer.Option("--procs-per-node", "-p", help="Processes (GPUs) per node.")
+]
+Env = Annotated[
+    list[str] | None,
+    typer.Option("--env", "-e", help="KEY=VALUE exported on every node; repeatable; wins."),
+]
+Port = Annotated[
+    int, typer.Option(help="Rendezvous port on the first node (MASTER_PORT is port+1).")
+]
+Output = Annotated[Path, typer.Option("--output", "-o", help="Directory that receives <run-id>/.")]
+RunId = Annotated[str | None, typer.Option(help="Name of this run (default: time-stamped).")]
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Print every node's script and launch file; run nothing.")
+]
+Quiet = Annotated[
+    bool, typer.Option("--quiet", "-q", help="Do not stream node output (logs are kept).")
+]
+NcclDebug = Annotated[
+    bool, typer.Option("--nccl-debug", help="Export NCCL_DEBUG=INFO on every node.")
+]
+ClusterEnv = Annotated[
+    bool,
+    typer.Option(
+        "--cluster-env",
+        help="Also export the MPI-style CLUSTER_* variables (workers, GPUs per worker, "
+        "host:slots list, hostfile, processes).",
+    ),
+]
+RendezvousOpt = Annotated[
+    Rendezvous,
+    typer.Option("--rendezvous", help="torchrun: c10d rendezvous, or static --node-rank."),
+]
+ZeroStage = Annotated[
+    int, typer.Option("--zero-stage", help="deepspeed: ZeRO stage (1, 2, 3) of the workload.")
+]
+HorovodControllerOpt = Annotated[
+    HorovodController,
+    typer.Option("--horovod-controller", help="horovodrun: start ranks with gloo or mpi."),
+]
+TfStrategyOpt = Annotated[
+    TfStrategy, typer.Option("--tf-strategy", help="tensorflow: the TF_CONFIG layout.")
+]
+TfPs = Annotated[
+    int, typer.Option("--tf-ps", help="tensorflow, parameter-server: parameter server tasks.")
+]
+
+
+def launcher_options(
+    rendezvous: Rendezvous,
+    zero_stage: int,
+    horovod_controller: HorovodController,
+    tf_strategy: TfStrategy,
+    tf_ps: int,
+) -> LauncherOptions:
+    return LauncherOptions(rendezvous, zero_stage, horovod_controller, tf_strategy, tf_ps)
+
+
+DEFAULT_RENDEZVOUS = _DEFAULTS.rendezvous
+DEFAULT_ZERO_STAGE = _DEFAULTS.zero_stage
+DEFAULT_HOROVOD_CONTROLLER = _DEFAULTS.horovod_controller
+DEFAULT_TF_STRATEGY = _DEFAULTS.tf_strategy
+DEFAULT_TF_PS = _DEFAULTS.tf_ps
