@@ -155,16 +155,21 @@ class SshExecutor:
                     await sftp.chmod(path, mode)
 
     async def _stage(self, plan: LaunchPlan, remote_dir: str) -> None:
-        nodes = [launch.node for launch in plan.launches]
+        """Code, scripts and launch files to every node of the point: a head-only launcher
+        starts ranks on nodes that run no script of their own, and they need the files too."""
+        nodes = list(plan.nodes) or [launch.node for launch in plan.launches]
         code_dir = self.inventory.code_dir
         code = {f"{code_dir}/{rel}": (data, 0o644) for rel, data in code_files().items()}
-        scripts = {
+        launch_files = {
             f"{remote_dir}/{launch.script_name}": (launch.script.encode(), 0o700)
             for launch in plan.launches
         }
+        launch_files.update(
+            {f"{remote_dir}/{file.name}": (file.content.encode(), file.mode) for file in plan.files}
+        )
         uploads = []
         for node in self._staging_nodes(nodes):
-            files = dict(scripts)
+            files = dict(launch_files)
             if node.name not in self._code_staged:
                 files.update(code)
             uploads.append(self._put(node, files))
@@ -266,16 +271,19 @@ class SshExecutor:
         timeout_s: float,
         workdir: Path,
     ) -> RunError | None:
-        """Until every node exits 0 (None), one fails or is lost, or time runs out."""
+        """Until every node exits 0 (None), one fails or is lost, or time runs out. Service nodes
+        (TensorFlow's parameter servers) are not waited for; they are stopped afterwards."""
         deadline = time.monotonic() + timeout_s
         pending = set(tasks)
-        while pending:
+        while any(not tasks[task].service for task in pending):
             done, pending = await asyncio.wait(
                 pending, timeout=max(0.0, deadline - time.monotonic()),
                 return_when=asyncio.FIRST_COMPLETED,
             )  # fmt: skip
             if not done:
-                names = ", ".join(sorted(tasks[task].node.name for task in pending))
+                names = ", ".join(
+                    sorted(tasks[t].node.name for t in pending if not tasks[t].service)
+                )
                 return RunTimeoutError(
                     f"the launch on {len(tasks)} node(s) did not finish within {timeout_s:g} s",
                     why=f"still running when stopped: {names}",
@@ -321,9 +329,7 @@ class SshExecutor:
 
     async def _collect(self, plan: LaunchPlan, remote_dir: str, workdir: Path) -> None:
         """Copy rank 0's result back; without shared storage it is on one node, any of them."""
-        for node in self._staging_nodes([launch.node for launch in plan.launches]) + [
-            launch.node for launch in plan.launches
-        ]:
+        for node in list(plan.nodes) or [launch.node for launch in plan.launches]:
             connection = await self.session.connection(node)
             with lost_connection(node), contextlib.suppress(OSError):
                 async with connection.start_sftp_client() as sftp:

@@ -83,6 +83,17 @@ class Launcher(Protocol):
         ...
 
 
+def node_ssh_options(ssh: SshAccess) -> tuple[str, ...]:
+    """ssh options node 0 uses to reach the other nodes for a head-only launcher: the cluster's
+    key and, when the inventory names one, its known_hosts file (both at the same path there)."""
+    options: tuple[str, ...] = ()
+    if ssh.identity_file:
+        options = ("-i", ssh.identity_file)
+    if ssh.known_hosts_file:
+        options = (*options, "-o", f"UserKnownHostsFile={ssh.known_hosts_file}")
+    return options
+
+
 def every_node(ctx: PlanContext) -> tuple[Script, ...]:
     return tuple(Script(rank) for rank in range(ctx.nnodes))
 

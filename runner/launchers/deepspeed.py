@@ -21,6 +21,7 @@ from runner.launchers.base import (
     head_only,
     hostfile,
     launch_env,
+    node_ssh_options,
 )
 from runner.spec import EnvVar, LaunchFile, ProgramKind
 
@@ -88,7 +89,7 @@ class DeepSpeedLauncher:
         context.update(
             deepspeed=f"{ctx.python_bin}/deepspeed",
             over_ssh=ctx.ssh is not None,
-            identity_file=ctx.ssh.identity_file if ctx.ssh else None,
+            ssh_append=" ".join(node_ssh_options(ctx.ssh)) if ctx.ssh else "",
             options=options,
             program=argv,
         )

@@ -20,6 +20,7 @@ from runner.launchers.base import (
     head_only,
     hostfile,
     launch_env,
+    node_ssh_options,
 )
 from runner.render import render
 from runner.spec import CliArg, LaunchFile
@@ -90,9 +91,7 @@ def remote_shell(ctx: PlanContext) -> tuple[CliArg, ...]:
                 "all from mpirun",
             ),
         )
-    ssh: tuple[str, ...] = ("-p", str(ctx.ssh.port))
-    if ctx.ssh.identity_file:
-        ssh = (*ssh, "-i", ctx.ssh.identity_file)
+    ssh = ("-p", str(ctx.ssh.port), *node_ssh_options(ctx.ssh))
     return (
         CliArg(
             ("--mca", "plm_rsh_args", " ".join(ssh)),

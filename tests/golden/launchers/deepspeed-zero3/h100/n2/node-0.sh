@@ -47,7 +47,8 @@ export NCCL_P2P_NET_CHUNKSIZE=2097152
 # no PXN rail relaying through NVLink (Azure NDv5 tuning)
 export NCCL_PXN_DISABLE=1
 
-# pdsh starts the other nodes' ranks over ssh with the cluster's key (DeepSpeed adds the port).
+# pdsh starts the other nodes' ranks over ssh with the cluster's key and known hosts
+# (DeepSpeed adds the port).
 export PDSH_SSH_ARGS_APPEND='-i /home/azureuser/.ssh/id_ed25519'
 # DeepSpeed on the head node only: it starts deepspeed.launcher.launch on every node of the
 # hostfile over pdsh, exporting .deepspeed_env there; each rank runs launch-env.sh, which maps
