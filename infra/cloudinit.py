@@ -49,6 +49,18 @@ class CloudFile:
     path: str
     mode: str
     content: str
+    owner: str = "root:root"
+    append: bool = False
+    defer: bool = False  # written in the final stage, once the admin user exists
+
+
+@dataclass(frozen=True)
+class ClusterKey:
+    """The key pair the nodes use to reach each other (head-only launchers: mpirun, pdsh)."""
+
+    private: str
+    public: str
+    known_hosts_line: str  # "10.42.1.* ssh-ed25519 ...": every node's host key, checked strictly
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,18 @@ class Boot:
     mount_source: str  # e.g. ACCOUNT.file.core.windows.net:/ACCOUNT/SHARE
     host_key_private: str  # OpenSSH ed25519 private key
     host_key_public: str
+    cluster_key: ClusterKey | None = None  # nodes only
+
+
+def _node_to_node_ssh(user: str, key: ClusterKey) -> list[CloudFile]:
+    """ssh from any node to any other as the admin user, host keys checked (not trusted blindly)."""
+    home, owner = f"/home/{user}/.ssh", f"{user}:{user}"
+    return [
+        CloudFile(f"{home}/id_ed25519", "0600", key.private, owner, defer=True),
+        CloudFile(f"{home}/id_ed25519.pub", "0644", key.public + "\n", owner, defer=True),
+        CloudFile(f"{home}/authorized_keys", "0600", key.public + "\n", owner, True, True),
+        CloudFile("/etc/ssh/ssh_known_hosts", "0644", key.known_hosts_line + "\n"),
+    ]
 
 
 def render_cloud_init(boot: Boot) -> str:
@@ -98,6 +122,8 @@ def render_cloud_init(boot: Boot) -> str:
                 "/etc/profile.d/dtrun-nccl.sh", "0644", render("cloud-init/nccl-env.sh.j2", context)
             )
         )
+    if boot.cluster_key is not None:
+        files.extend(_node_to_node_ssh(cluster.admin_user, boot.cluster_key))
     return render(
         "cloud-init/cloud-config.yaml.j2",
         {

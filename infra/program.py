@@ -7,12 +7,13 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 import pulumi
 import pulumi_tls as tls
 from pulumi_azure_native import resources
 
-from infra.cloudinit import Boot, render_cloud_init
+from infra.cloudinit import Boot, ClusterKey, render_cloud_init
 from infra.cluster import GpuCluster, GpuClusterArgs
 from infra.head import HeadArgs, HeadNode
 from infra.machines import custom_data
@@ -26,11 +27,33 @@ OUTPUTS_VERSION = 1
 
 
 def _boot(
-    role: str, cluster: ClusterSpec, mount_source: pulumi.Output[str], key: tls.PrivateKey
+    role: str,
+    cluster: ClusterSpec,
+    mount_source: pulumi.Output[str],
+    key: tls.PrivateKey,
+    cluster_key: tls.PrivateKey | None = None,
 ) -> pulumi.Output[str]:
+    pattern = nodes_host_pattern(subnets(cluster.vnet_cidr)["nodes"])
+    node_to_node = (
+        pulumi.Output.all(cluster_key.private_key_openssh, cluster_key.public_key_openssh)
+        if cluster_key
+        else pulumi.Output.from_input([])
+    )
+
+    def render(values: list[Any]) -> str:
+        source, host_private, host_public, node_keys = values
+        shared_key = None
+        if node_keys:
+            shared_key = ClusterKey(
+                node_keys[0], node_keys[1].strip(), f"{pattern} {host_public.strip()}"
+            )
+        return render_cloud_init(
+            Boot(role, cluster, source, host_private, host_public.strip(), shared_key)
+        )
+
     cloud_init = pulumi.Output.all(
-        mount_source, key.private_key_openssh, key.public_key_openssh
-    ).apply(lambda v: render_cloud_init(Boot(role, cluster, v[0], v[1], v[2].strip())))
+        mount_source, key.private_key_openssh, key.public_key_openssh, node_to_node
+    ).apply(render)
     return custom_data(cloud_init)
 
 
@@ -60,6 +83,8 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
     # Host keys made once and kept in state: every node shares one (they are one scale set).
     head_key = tls.PrivateKey("head-host-key", algorithm="ED25519")
     node_key = tls.PrivateKey("node-host-key", algorithm="ED25519")
+    # The nodes' own key pair, so a launcher on node 0 can ssh to the others (mpirun, pdsh).
+    cluster_key = tls.PrivateKey("cluster-key", algorithm="ED25519")
     # The admin's key pair, generated when no public key is configured; its private half is
     # a secret output that dtrun reads to reach the cluster.
     public_key: pulumi.Input[str]
@@ -88,7 +113,7 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
             group.name,
             net.nodes_subnet_id,
             public_key,
-            _boot("node", cluster, shared.mount_source, node_key),
+            _boot("node", cluster, shared.mount_source, node_key, cluster_key),
             tags,
         ),
     )

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import yaml
 
-from infra.cloudinit import MAX_CUSTOM_DATA_BYTES, MOUNTS, Boot, render_cloud_init
+from infra.cloudinit import MAX_CUSTOM_DATA_BYTES, MOUNTS, Boot, ClusterKey, render_cloud_init
 from runner.clusterconfig import cluster_spec
 from runner.render import render
 from runner.spec import StorageKind
@@ -20,6 +20,11 @@ PRIVATE = (
     "-----BEGIN OPENSSH PRIVATE KEY-----\nTEST-ONLY\nNOT-A-KEY\n-----END OPENSSH PRIVATE KEY-----\n"
 )
 PUBLIC = "ssh-ed25519 AAAATESTONLY dtrun-host"
+CLUSTER_KEY = ClusterKey(
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nTEST-ONLY-CLUSTER\n-----END OPENSSH PRIVATE KEY-----\n",
+    "ssh-ed25519 AAAACLUSTERTESTONLY dtrun-cluster",
+    f"10.42.1.* {PUBLIC}",
+)
 SOURCES = {
     StorageKind.AZURE_FILES: "dtrunnfs1.file.core.windows.net:/dtrunnfs1/shared",
     StorageKind.NETAPP: "10.42.2.4:/shared",
@@ -36,7 +41,9 @@ def boot(role="node", kind=StorageKind.AZURE_FILES, size="Standard_ND96isr_H100_
     cluster = cluster_spec(
         {"adminCidrs": ["203.0.113.4/32"], "vmSize": size, **STORAGE[kind], **extra}, today=TODAY
     )
-    return Boot(role, cluster, SOURCES[kind], PRIVATE, PUBLIC)
+    return Boot(
+        role, cluster, SOURCES[kind], PRIVATE, PUBLIC, CLUSTER_KEY if role == "node" else None
+    )
 
 
 CASES = {
@@ -67,6 +74,8 @@ def test_every_script_passes_bash_n_and_shellcheck():
     shellcheck = require_tool("shellcheck")
     for name, case in CASES.items():
         for path, content in files(yaml.safe_load(render_cloud_init(case))).items():
+            if not path.startswith(("/usr/local/sbin/", "/etc/profile.d/")):
+                continue  # keys and known_hosts, not shell
             parsed = subprocess.run(["bash", "-n"], input=content, text=True, capture_output=True)
             assert parsed.returncode == 0, f"{name} {path}: {parsed.stderr}"
             checked = subprocess.run(
@@ -140,3 +149,17 @@ def test_the_registry_entry_written_at_boot_is_valid_json(tmp_path):
     assert (data["ib_ports_active"], data["ib_ports_expected"]) == (8, 8)
     assert (data["infiniband"], data["python"]) == ("active", "ready")
     assert data["vm_size"] == "Standard_ND96isr_H100_v5"
+
+
+def test_nodes_can_ssh_to_each_other_with_host_keys_checked_and_the_head_cannot():
+    node = yaml.safe_load(render_cloud_init(boot("node")))["write_files"]
+    by_path = {item["path"]: item for item in node}
+    key = by_path["/home/azureuser/.ssh/id_ed25519"]
+    assert (key["permissions"], key["owner"], key["defer"]) == ("0600", "azureuser:azureuser", True)
+    assert key["content"] == CLUSTER_KEY.private
+    authorized = by_path["/home/azureuser/.ssh/authorized_keys"]
+    assert authorized["append"] is True
+    assert authorized["content"] == CLUSTER_KEY.public + "\n"
+    assert by_path["/etc/ssh/ssh_known_hosts"]["content"] == f"10.42.1.* {PUBLIC}\n"
+    head = {item["path"] for item in yaml.safe_load(render_cloud_init(boot("head")))["write_files"]}
+    assert not any(path.startswith("/home/") for path in head)

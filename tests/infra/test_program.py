@@ -265,3 +265,12 @@ def test_every_resource_carries_the_cluster_tags():
         if resource.type.startswith("azure-native:") and "tags" in resource.inputs:
             assert resource.inputs["tags"]["team"] == "ml-infra", resource.name
             assert resource.inputs["tags"]["dtrun-cluster"] == "dtrun"
+
+
+def test_nodes_get_the_cluster_key_and_the_node_host_key_for_strict_checks():
+    p = program(cluster())
+    assert [d.name for d in p.of_type(":PrivateKey")].count("cluster-key") == 1
+    files = {i["path"]: i["content"] for i in node_cloud_init(p)["write_files"]}
+    node_line = p.outputs["known_hosts"][1]
+    assert files["/etc/ssh/ssh_known_hosts"] == node_line + "\n"
+    assert files["/home/azureuser/.ssh/id_ed25519"].startswith("-----BEGIN OPENSSH PRIVATE KEY")
