@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
-import contextlib
 import gc
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner import __version__
+from runner import __version__, cli_stack
 from runner import cli_options as opts
-from runner.errors import DtrunError
+from runner.cli_common import console, print_node_line, user_errors
+from runner.cli_display import (
+    SweepDisplay,
+    print_exec_summary,
+    print_plan,
+    print_plans,
+    print_summary,
+)
+from runner.errors import DtrunError, UsageError
 from runner.spec import BenchSpec, ModelSpec, RunSpec, ScalingMode
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
-    from runner.pipeline import ProgramRun, Sweep, SweepEvents
+    from runner.clusters import Cluster, ClusterChoice
+    from runner.pipeline import ProgramRun, Sweep
     from runner.record import RunDir
-    from runner.results import TrainResult
-    from runner.spec import Inventory, LaunchPlan, RunResult
+    from runner.spec import LaunchPlan
 
 app = typer.Typer(
     name="dtrun",
@@ -30,24 +36,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,  # locals may hold secrets
 )
-
-
-def _console(stderr: bool = False) -> Console:
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False)
-
-
-@contextlib.contextmanager
-def user_errors() -> Iterator[None]:
-    """Print dtrun's own errors as one message and exit with their code; bugs keep tracebacks."""
-    try:
-        yield
-    except DtrunError as exc:
-        from rich.markup import escape
-
-        _console(stderr=True).print(f"[bold red]error:[/] {escape(exc.message)}", soft_wrap=True)
-        raise typer.Exit(exc.exit_code) from None
 
 
 def _version(value: bool) -> None:
@@ -111,6 +99,13 @@ def bench(
         int | None,
         typer.Option(help="Size of the embedded cluster (default: the largest --nodes)."),
     ] = None,
+    hosts: opts.Hosts = None,
+    stack: opts.Stack = None,
+    outputs: opts.OutputsFile = None,
+    accept_new_host_keys: opts.AcceptNewHostKeys = False,
+    check: opts.Check = False,
+    ready_timeout: opts.ReadyTimeout = opts.DEFAULT_READY_TIMEOUT,
+    teardown: opts.Teardown = False,
     nccl_debug: opts.NcclDebug = False,
     cluster_env: opts.ClusterEnv = False,
     rendezvous: opts.RendezvousOpt = opts.DEFAULT_RENDEZVOUS,
@@ -123,14 +118,14 @@ def bench(
 ) -> None:
     """Run a scaling sweep and write runs/<run-id>/ with logs, results and a report.
 
-    With no cluster given it runs on the embedded local cluster: simulated nodes on
-    127.0.0.2, 127.0.0.3, ... of this machine, each running its real launch script.
+    On the machines of --hosts, --stack or --outputs over SSH; with none of them, on the
+    embedded local cluster: simulated nodes on 127.0.0.2, 127.0.0.3, ... of this machine,
+    each running its real launch script.
     """
-    from runner.inventory import embedded_inventory
     from runner.options import check_run_id, new_run_id, parse_env, parse_node_counts
     from runner.plan import validate_bench
 
-    with user_errors():
+    with user_errors(), _stack_kept_or_destroyed(stack, teardown and not dry_run):
         counts = parse_node_counts(nodes)
         spec = BenchSpec(
             run_id=check_run_id(run_id) if run_id is not None else new_run_id(),
@@ -155,157 +150,80 @@ def bench(
             cluster_env=cluster_env,
         )
         validate_bench(spec)  # before any cluster is built or any directory made
-        inventory = embedded_inventory(local_nodes if local_nodes is not None else max(counts))
-        if dry_run:
-            _print_plans(inventory, spec)
-            return
-        sweep = _run(inventory, spec, output, quiet)
-    _print_summary(sweep)
+        choice = _choice(
+            hosts, stack, outputs,
+            local_nodes if local_nodes is not None else max(counts),
+            accept_new_host_keys, check,
+            ready_timeout, teardown,
+        )  # fmt: skip
+        with _cluster(choice) as cluster:
+            if dry_run:
+                print_plans(cluster.inventory, spec)
+                return
+            sweep = _run(cluster, spec, output, quiet)
+    print_summary(sweep)
 
 
-def _print_plans(inventory: Inventory, spec: BenchSpec) -> None:
-    """Every node's script for every node count, secret-looking --env values redacted."""
-    from runner.pipeline import plan_sweep
+def _choice(
+    hosts: Path | None,
+    stack: str | None,
+    outputs: Path | None,
+    local_nodes: int,
+    accept_new: bool,
+    check: bool,
+    ready_timeout: float,
+    teardown: bool,
+) -> ClusterChoice:
+    from runner.clusters import ClusterChoice
 
-    for plan in plan_sweep(inventory, spec.redacted()).values():
-        _print_plan(plan)
-
-
-def _print_plan(plan: LaunchPlan) -> None:
-    """Each script and launch file of one plan, under a header naming it."""
-    where = f"{plan.nnodes} node(s) via {plan.launcher}, world size {plan.world_size}"
-    for launch in plan.launches:
-        node = launch.node
-        typer.echo(
-            f"# ---- {plan.nnodes} node(s): {launch.script_name} on {node.name} ({node.address}) "
-            f"via {plan.launcher}, world size {plan.world_size} ----"
+    if teardown and stack is None:
+        raise UsageError(
+            "--teardown destroys a Pulumi stack, and no --stack was given",
+            fix="pass --stack NAME with --teardown, or leave --teardown out",
         )
-        typer.echo(launch.script)
-    for file in plan.files:
-        typer.echo(f"# ---- {where}: launch file {file.name} (every node) ----")
-        typer.echo(file.content)
+    return ClusterChoice(hosts, stack, outputs, local_nodes, accept_new, check, ready_timeout)
 
 
-def _run(inventory: Inventory, spec: BenchSpec, output: Path, quiet: bool) -> Sweep:
-    from runner.execute.local import LocalExecutor
+@contextmanager
+def _cluster(choice: ClusterChoice) -> Iterator[Cluster]:
+    from runner.clusters import open_cluster
+
+    out = console()
+    with open_cluster(choice, lambda message: out.print(f"dtrun: {message}")) as cluster:
+        yield cluster
+
+
+@contextmanager
+def _stack_kept_or_destroyed(stack: str | None, teardown: bool) -> Iterator[None]:
+    """After a command on a stack's cluster (also after a failure or Ctrl-C), destroy it with
+    --teardown; the last lines say what was destroyed or what is still running and billing."""
+    try:
+        yield
+    finally:
+        if stack is not None:
+            if teardown:
+                cli_stack.destroy_and_say(stack)
+            else:
+                console(stderr=True).print(
+                    f"dtrun: stack {stack} is still running and billing; "
+                    f"`dtrun down --stack {stack}` removes it"
+                )
+
+
+def _run(cluster: Cluster, spec: BenchSpec, output: Path, quiet: bool) -> Sweep:
     from runner.pipeline import run_sweep
 
-    console = _console()
-    display = SweepDisplay(console, spec, inventory, quiet=quiet)
+    out = console()
+    display = SweepDisplay(out, spec, cluster.inventory, quiet=quiet)
     try:
         with display.progress:
-            return run_sweep(inventory, spec, output, LocalExecutor(), display.events())
+            return run_sweep(
+                cluster.inventory, spec, output, cluster.executor, display.events(), cluster.ready
+            )
     except DtrunError:
         if display.run_dir is not None:
-            console.print(f"finished launches and the report are kept in {display.run_dir.path}")
+            out.print(f"finished launches and the report are kept in {display.run_dir.path}")
         raise
-
-
-NODE_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red")
-
-
-def print_node_line(console: Console, node: str, line: str) -> None:
-    """One line of a node's output, prefixed [node-i] in that node's colour."""
-    from rich.text import Text
-
-    index = int(node.rsplit("-", 1)[-1]) if node[-1:].isdigit() else 0
-    style = NODE_STYLES[index % len(NODE_STYLES)]
-    console.print(Text.assemble((f"[{node}] ", style), line), soft_wrap=True)
-
-
-class SweepDisplay:
-    """A rich progress bar over the sweep, with each node's output streamed above it."""
-
-    def __init__(
-        self, console: Console, spec: BenchSpec, inventory: Inventory, *, quiet: bool
-    ) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self.console = console
-        self.spec = spec
-        self.inventory = inventory
-        self.quiet = quiet
-        self.run_dir: RunDir | None = None
-        self.progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            # Redrawing is for people watching a terminal; logs and pipes get the final state.
-            auto_refresh=console.is_terminal,
-        )
-        total = len(spec.node_counts) * spec.repeat
-        self.task = self.progress.add_task("planning", total=total)
-
-    def events(self) -> SweepEvents:
-        from runner.pipeline import SweepEvents
-
-        return SweepEvents(
-            on_begin=self.on_begin,
-            on_line=self.on_line,
-            on_start=self.on_start,
-            on_done=self.on_done,
-        )
-
-    def on_begin(self, run_dir: RunDir) -> None:
-        self.run_dir = run_dir
-        spec = self.spec
-        self.console.print(
-            f"dtrun {__version__}: run [bold]{spec.run_id}[/] on {self.inventory.description}, "
-            f"nodes {','.join(map(str, spec.node_counts))}, {spec.mode.value} scaling "
-            f"-> {run_dir.path}"
-        )
-
-    def on_line(self, node: str, line: str) -> None:
-        if not self.quiet:
-            print_node_line(self.console, node, line)
-
-    def on_start(self, plan: LaunchPlan, repeat: int) -> None:
-        self.progress.update(
-            self.task,
-            description=f"{plan.nnodes} node(s), {plan.world_size} processes, launch {repeat + 1}",
-        )
-
-    def on_done(self, run: RunResult, result: TrainResult | None) -> None:
-        self.progress.advance(self.task)
-        label = f"{run.nodes} node(s), launch {run.repeat + 1}"
-        if result is None:
-            self.console.print(f"[red]x[/] {label}: {run.status.value} after {run.wall_s:.1f} s")
-            return
-        self.console.print(
-            f"[green]ok[/] {label}: {result.tokens_per_s:,.0f} tokens/s, "
-            f"step p50 {result.step_time_p50 * 1000:.1f} ms, {result.proof}, {run.wall_s:.1f} s"
-        )
-
-
-def _print_summary(sweep: Sweep) -> None:
-    from rich.table import Table
-
-    console = _console()
-    table = Table(title="scaling", title_justify="left")
-    for column in ("nodes", "processes", "tokens/s", "speedup", "efficiency", "communication"):
-        table.add_column(column, justify="left" if column == "communication" else "right")
-    report = sweep.report
-    for row in report.rows if report else ():
-        table.add_row(
-            str(row.nodes),
-            str(row.world_size),
-            f"{row.tokens_per_s:,.0f}",
-            f"{row.speedup:.2f}x",
-            f"{row.efficiency:.0%}",
-            row.proof,
-        )
-    console.print(table)
-    console.print(f"report: {sweep.run_dir.report}")
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -327,6 +245,13 @@ def run(
     local_nodes: Annotated[
         int | None, typer.Option(help="Size of the embedded cluster (default: --nodes).")
     ] = None,
+    hosts: opts.Hosts = None,
+    stack: opts.Stack = None,
+    outputs: opts.OutputsFile = None,
+    accept_new_host_keys: opts.AcceptNewHostKeys = False,
+    check: opts.Check = False,
+    ready_timeout: opts.ReadyTimeout = opts.DEFAULT_READY_TIMEOUT,
+    teardown: opts.Teardown = False,
     nccl_debug: opts.NcclDebug = False,
     cluster_env: opts.ClusterEnv = False,
     rendezvous: opts.RendezvousOpt = opts.DEFAULT_RENDEZVOUS,
@@ -344,11 +269,10 @@ def run(
     It writes runs/<run-id>/launch/ (scripts, launch files, node logs, and what the program
     writes to its working directory) and runs/<run-id>/run.json.
     """
-    from runner.inventory import embedded_inventory
     from runner.options import check_run_id, new_run_id, parse_command, parse_env
     from runner.plan import validate_run
 
-    with user_errors():
+    with user_errors(), _stack_kept_or_destroyed(stack, teardown and not dry_run):
         spec = RunSpec(
             run_id=check_run_id(run_id) if run_id is not None else new_run_id(),
             program=parse_command(command or []),
@@ -365,37 +289,87 @@ def run(
             cluster_env=cluster_env,
         )
         validate_run(spec)
-        inventory = embedded_inventory(local_nodes if local_nodes is not None else nodes)
-        if dry_run:
-            from runner.plan import build_run_plan
+        choice = _choice(
+            hosts, stack, outputs,
+            local_nodes if local_nodes is not None else nodes,
+            accept_new_host_keys, check,
+            ready_timeout, teardown,
+        )  # fmt: skip
+        with _cluster(choice) as cluster:
+            if dry_run:
+                from runner.plan import build_run_plan
 
-            _print_plan(build_run_plan(inventory, spec.redacted()))
-            return
-        done = _run_program(inventory, spec, output, quiet)
-    _console().print(
+                print_plan(build_run_plan(cluster.inventory, spec.redacted()))
+                return
+            done = _run_program(cluster, spec, output, quiet)
+    console().print(
         f"[green]ok[/] {done.plan.nnodes} node(s), {done.plan.world_size} processes via "
         f"{done.plan.launcher}: every node exited 0 in {done.wall_s:.1f} s; "
         f"logs and outputs in {done.launch_dir}"
     )
 
 
-def _run_program(inventory: Inventory, spec: RunSpec, output: Path, quiet: bool) -> ProgramRun:
-    from runner.execute.local import LocalExecutor
+def _run_program(cluster: Cluster, spec: RunSpec, output: Path, quiet: bool) -> ProgramRun:
     from runner.pipeline import run_program
 
-    console = _console()
+    out = console()
+    inventory = cluster.inventory
 
     def on_begin(run_dir: RunDir, plan: LaunchPlan) -> None:
-        console.print(
+        out.print(
             f"dtrun {__version__}: run [bold]{spec.run_id}[/] on {inventory.description}, "
             f"{plan.nnodes} node(s) x {plan.procs_per_node} via {plan.launcher} -> {run_dir.path}"
         )
 
     def on_line(node: str, line: str) -> None:
         if not quiet:
-            print_node_line(console, node, line)
+            print_node_line(out, node, line)
 
-    return run_program(inventory, spec, output, LocalExecutor(), on_line, on_begin)
+    return run_program(
+        inventory, spec, output, cluster.executor, on_line, on_begin, ready=cluster.ready
+    )
+
+
+@app.command("exec", context_settings={"allow_interspersed_args": False})
+def exec_command(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The command, after --; one argument is a shell line.", show_default=False
+        ),
+    ] = None,
+    nodes: Annotated[
+        str | None,
+        typer.Option("--nodes", "-n", help="Only these nodes: indices or names, comma-separated."),
+    ] = None,
+    hosts: opts.Hosts = None,
+    stack: opts.Stack = None,
+    outputs: opts.OutputsFile = None,
+    local_nodes: Annotated[int, typer.Option(help="Size of the embedded cluster.")] = 2,
+    accept_new_host_keys: opts.AcceptNewHostKeys = False,
+    ready_timeout: opts.ReadyTimeout = opts.DEFAULT_READY_TIMEOUT,
+) -> None:
+    """Run a command on every node at once; show each node's output and exit code.
+
+    dtrun exec --hosts hosts.yaml -- nvidia-smi -L
+    """
+    from runner.options import parse_command_line, select_nodes
+
+    with user_errors():
+        line = parse_command_line(command or [])
+        choice = _choice(
+            hosts, stack, outputs, local_nodes, accept_new_host_keys, False, ready_timeout, False
+        )
+        with _cluster(choice) as cluster:
+            chosen = select_nodes(cluster.inventory.nodes, nodes)
+            out = console()
+            answers = cluster.executor.command(
+                {node.name: line for node in chosen},
+                lambda node, text: print_node_line(out, node, text),
+            )
+    failed = print_exec_summary(chosen, answers)
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -411,121 +385,10 @@ def report(
     typer.echo(f"rebuilt {built.run_dir.report} ({len(built.rows)} node counts)")
 
 
-StackName = Annotated[
-    str, typer.Option("--stack", "-s", help="Pulumi stack; Pulumi.<stack>.yaml holds its settings.")
-]
-
-
-def _echo_raw(line: str) -> None:
-    typer.echo(line.rstrip("\n"))
-
-
-@app.command()
-def up(stack: StackName) -> None:
-    """Create or update a stack's Azure cluster (pulumi up) and print its outputs."""
-    from runner.stack import check_stack_name
-    from runner.stack import up as stack_up
-
-    with user_errors():
-        name = check_stack_name(stack)
-        result = stack_up(name, _echo_raw)
-    _print_outputs(result.shown())
-    typer.echo(
-        f"the cluster bills while it runs: `dtrun down --stack {name}` removes all of it; "
-        f"`dtrun outputs --stack {name} --save cluster.json` keeps its outputs"
-    )
-
-
-@app.command()
-def down(stack: StackName) -> None:
-    """Destroy every resource of a stack (pulumi destroy); safe to run again."""
-    from runner.stack import check_stack_name
-    from runner.stack import down as stack_down
-
-    with user_errors():
-        name = check_stack_name(stack)
-        destroyed = stack_down(name, _echo_raw)
-    if not destroyed:
-        typer.echo(f"nothing to destroy: stack {name} holds no resources")
-        return
-    typer.echo(f"destroyed {len(destroyed)} resources of stack {name}; nothing of it bills now:")
-    for line in destroyed:
-        typer.echo(f"  {line}")
-
-
-@app.command()
-def outputs(
-    stack: StackName,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (secrets masked).")] = False,
-    save: Annotated[
-        Path | None,
-        typer.Option(help="Write the outputs, secrets included, to this file (mode 0600)."),
-    ] = None,
-) -> None:
-    """Print a stack's outputs (the versioned contract dtrun reads); secrets are masked."""
-    import json
-
-    from runner.stack import check_stack_name
-    from runner.stack import outputs as stack_outputs
-
-    with user_errors():
-        result = stack_outputs(check_stack_name(stack))
-        if save is not None:
-            _save_private(save, json.dumps(result.values, indent=2) + "\n")
-    if as_json:
-        typer.echo(json.dumps(result.shown(), indent=2))
-    else:
-        _print_outputs(result.shown())
-    if save is not None:
-        typer.echo(f"saved to {save} (mode 0600: it holds the cluster's private key)")
-
-
-def _save_private(path: Path, text: str) -> None:
-    import os
-
-    from runner.errors import OutputDirError
-
-    try:
-        path.unlink(missing_ok=True)  # created afresh, so it is never readable by others
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-    except OSError as exc:
-        raise OutputDirError(
-            f"cannot write {path}",
-            why=exc.strerror or str(exc),
-            fix="pass --save with a writable path",
-        ) from None
-
-
-def _print_outputs(values: dict[str, object]) -> None:
-    width = max((len(key) for key in values), default=0)
-    for key, value in values.items():
-        typer.echo(f"{key:<{width}}  {value}")
-
-
-@app.command()
-def sizes() -> None:
-    """List the InfiniBand VM sizes dtrun knows: GPUs, InfiniBand, image, expected busbw."""
-    from rich.table import Table
-
-    from runner.catalog import SIZES, known_sizes, retirement_warning
-
-    table = Table(title="InfiniBand sizes (shared/FACTS.md)", title_justify="left")
-    for column in ("size", "GPUs", "InfiniBand", "image", "busbw 1 VM", "note"):
-        table.add_column(column)
-    usable = set(known_sizes())
-    for size in SIZES.values():
-        gpus = f"{size.gpu_count}x {size.gpu.model}" if size.gpu else "-"
-        ib = f"{size.ib_ports}x {size.ib_name} {size.ib_gbps} Gb/s"
-        busbw = f"{size.busbw_single_node_gbs:g} GB/s" if size.busbw_single_node_gbs else "-"
-        note = (
-            retirement_warning(size) or ""
-            if size.name in usable
-            else f"not usable: retired {size.retired_on}"
-        )
-        table.add_row(size.name, gpus, ib, size.image.sku, busbw, note)
-    _console().print(table)
+app.command()(cli_stack.up)
+app.command()(cli_stack.down)
+app.command()(cli_stack.outputs)
+app.command()(cli_stack.sizes)
 
 
 def main() -> None:

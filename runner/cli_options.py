@@ -78,3 +78,44 @@ DEFAULT_ZERO_STAGE = _DEFAULTS.zero_stage
 DEFAULT_HOROVOD_CONTROLLER = _DEFAULTS.horovod_controller
 DEFAULT_TF_STRATEGY = _DEFAULTS.tf_strategy
 DEFAULT_TF_PS = _DEFAULTS.tf_ps
+
+
+# Where to run: none of these is the embedded cluster.
+Hosts = Annotated[
+    Path | None,
+    typer.Option(help="Run on the machines of this hosts file (YAML, or MPI `HOST slots=N`)."),
+]
+Stack = Annotated[
+    str | None, typer.Option("--stack", "-s", help="Run on the cluster of this Pulumi stack.")
+]
+OutputsFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--outputs", help="Run on the cluster whose outputs this file holds (dtrun outputs --save)."
+    ),
+]
+AcceptNewHostKeys = Annotated[
+    bool,
+    typer.Option(
+        "--accept-new-host-keys",
+        help="Record host keys not yet in known_hosts (never a changed one) and say so.",
+    ),
+]
+Check = Annotated[
+    bool,
+    typer.Option(
+        "--check", help="Before every launch, check GPUs, InfiniBand ports and Python on nodes."
+    ),
+]
+ReadyTimeout = Annotated[
+    float,
+    typer.Option(help="Seconds to wait for nodes to register and answer before giving up."),
+]
+Teardown = Annotated[
+    bool,
+    typer.Option(
+        "--teardown/--keep",
+        help="With --stack: destroy it afterwards, even after a failure or Ctrl-C (default keep).",
+    ),
+]
+DEFAULT_READY_TIMEOUT = 900.0

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 import secrets
+import shlex
 import time
+from collections.abc import Sequence
 
 from runner.errors import UsageError
-from runner.spec import Program, ProgramKind
+from runner.spec import Node, Program, ProgramKind
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?\Z")
 
@@ -84,3 +86,29 @@ def parse_command(argv: list[str]) -> Program:
         fix="pass python SCRIPT or python -m MODULE (PYTHON* settings go in --env), or run the "
         "interpreter by its full path",
     )
+
+
+def parse_command_line(words: list[str]) -> str:
+    """`dtrun exec -- CMD`: one argument is a shell line as it is; several are quoted words."""
+    if not words:
+        raise UsageError(
+            "no command to run", fix="put it after --, e.g. dtrun exec -- nvidia-smi -L"
+        )
+    return words[0] if len(words) == 1 else shlex.join(words)
+
+
+def select_nodes(nodes: Sequence[Node], text: str | None) -> tuple[Node, ...]:
+    """`--nodes 0,2` or `--nodes node-0,node-2`: those nodes, in inventory order."""
+    if text is None:
+        return tuple(nodes)
+    by_name = {node.name: node for node in nodes}
+    wanted = set()
+    for part in text.replace(" ", "").split(","):
+        name = f"node-{part}" if part.isdigit() else part
+        if name not in by_name:
+            raise UsageError(
+                f"--nodes {text!r} names {part!r}, which is not a node of this cluster",
+                fix=f"use indices or names among {', '.join(by_name)}",
+            )
+        wanted.add(name)
+    return tuple(node for node in nodes if node.name in wanted)

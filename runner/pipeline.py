@@ -72,16 +72,25 @@ def plan_sweep(inventory: Inventory, bench: BenchSpec) -> dict[int, LaunchPlan]:
     return {nodes: build_plan(inventory, bench, nodes) for nodes in bench.node_counts}
 
 
+def _always_ready(plan: LaunchPlan) -> None:
+    pass
+
+
+Ready = Callable[[LaunchPlan], None]  # the readiness barrier before a launch; raises if not
+
+
 def run_sweep(
     inventory: Inventory,
     bench: BenchSpec,
     output: Path,
     executor: Executor,
     events: SweepEvents | None = None,
+    ready: Ready = _always_ready,
 ) -> Sweep:
     """Plan every point, then run the sweep into output/<run-id>/.
 
     Raises the first RunError after recording it; bad input fails before the directory exists.
+    ``ready`` runs before every launch (nodes reachable and, with --check, healthy).
     """
     events = events or SweepEvents()
     plans = plan_sweep(inventory, bench)
@@ -98,7 +107,9 @@ def run_sweep(
             for repeat in range(bench.repeat):
                 events.on_start(plan, repeat)
                 current = (nodes, repeat, time.monotonic())
-                run, result, failure = _launch(plan, repeat, run_dir, bench, executor, events)
+                run, result, failure = _launch(
+                    plan, repeat, run_dir, bench, executor, events, ready
+                )
                 current = None
                 sweep.runs.append(run)
                 write_runs(run_dir, sweep.runs, status, error)
@@ -142,12 +153,14 @@ def _launch(
     bench: BenchSpec,
     executor: Executor,
     events: SweepEvents,
+    ready: Ready,
 ) -> tuple[RunResult, TrainResult | None, DtrunError | None]:
     """One launch of one plan; a failure comes back as a value so it can be recorded first."""
     workdir = run_dir.point(plan.nnodes, repeat)
     relative = str(workdir.relative_to(run_dir.path))
     started = time.monotonic()
     try:
+        ready(plan)
         nodes = executor.run(plan, workdir, timeout_s=bench.timeout_s, on_line=events.on_line)
         result = load_train_result(workdir / RESULT_FILE)
     except DtrunError as exc:
@@ -185,6 +198,7 @@ def run_program(
     executor: Executor,
     on_line: LineSink = discard,
     on_begin: Callable[[RunDir, LaunchPlan], None] | None = None,
+    ready: Ready = _always_ready,
 ) -> ProgramRun:
     """`dtrun run`: plan the user's program, run it once in output/<run-id>/launch/, record it.
 
@@ -200,6 +214,7 @@ def run_program(
     started = time.monotonic()
     timeout = spec.timeout_s if spec.timeout_s is not None else math.inf
     try:
+        ready(plan)
         nodes = executor.run(plan, workdir, timeout_s=timeout, on_line=on_line)
     except RunError as exc:
         status = RunStatus.TIMEOUT if isinstance(exc, RunTimeoutError) else RunStatus.FAILED

@@ -7,7 +7,8 @@ import stat
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli import _save_private, app
+from runner.cli import app
+from runner.cli_stack import _save_private
 
 runner = CliRunner(env={"COLUMNS": "200"})
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import secrets
 import shlex
 import time
@@ -276,10 +277,12 @@ class SshExecutor:
         deadline = time.monotonic() + timeout_s
         pending = set(tasks)
         while any(not tasks[task].service for task in pending):
+            remaining = deadline - time.monotonic()  # inf: `dtrun run` without --timeout
             done, pending = await asyncio.wait(
-                pending, timeout=max(0.0, deadline - time.monotonic()),
+                pending,
+                timeout=None if math.isinf(remaining) else max(0.0, remaining),
                 return_when=asyncio.FIRST_COMPLETED,
-            )  # fmt: skip
+            )
             if not done:
                 names = ", ".join(
                     sorted(tasks[t].node.name for t in pending if not tasks[t].service)
