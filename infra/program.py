@@ -132,6 +132,7 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
         "head_public_address": head.public_address,
         "head_private_address": head.private_address,
         "ssh_user": cluster.admin_user,
+        "ssh_port": 22,
         "ssh_private_key": private_key,
         "known_hosts": known_hosts,
         "node_count": cluster.node_count,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,6 +27,7 @@ from runner.spec import BenchSpec, ModelSpec, RunSpec, ScalingMode
 
 if TYPE_CHECKING:
     from runner.clusters import Cluster, ClusterChoice
+    from runner.outputs import StackOutputs
     from runner.pipeline import ProgramRun, Sweep
     from runner.record import RunDir
     from runner.spec import LaunchPlan
@@ -125,7 +128,8 @@ def bench(
     from runner.options import check_run_id, new_run_id, parse_env, parse_node_counts
     from runner.plan import validate_bench
 
-    with user_errors(), _stack_kept_or_destroyed(stack, teardown and not dry_run):
+    watch = _StackWatch(stack, teardown and not dry_run)
+    with _last_word_on_billing(watch), user_errors():
         counts = parse_node_counts(nodes)
         spec = BenchSpec(
             run_id=check_run_id(run_id) if run_id is not None else new_run_id(),
@@ -156,12 +160,12 @@ def bench(
             accept_new_host_keys, check,
             ready_timeout, teardown,
         )  # fmt: skip
-        with _cluster(choice) as cluster:
+        with _cluster(choice, watch) as cluster:
             if dry_run:
                 print_plans(cluster.inventory, spec)
                 return
             sweep = _run(cluster, spec, output, quiet)
-    print_summary(sweep)
+        print_summary(sweep)
 
 
 def _choice(
@@ -184,30 +188,44 @@ def _choice(
     return ClusterChoice(hosts, stack, outputs, local_nodes, accept_new, check, ready_timeout)
 
 
+@dataclass
+class _StackWatch:
+    """What a command learned about its --stack, for the last word on billing."""
+
+    name: str | None
+    teardown: bool
+    outputs: StackOutputs | None = None  # read: the stack exists and bills
+
+
 @contextmanager
-def _cluster(choice: ClusterChoice) -> Iterator[Cluster]:
+def _cluster(choice: ClusterChoice, watch: _StackWatch) -> Iterator[Cluster]:
     from runner.clusters import open_cluster
 
     out = console()
-    with open_cluster(choice, lambda message: out.print(f"dtrun: {message}")) as cluster:
+
+    def seen(outputs: StackOutputs) -> None:
+        watch.outputs = outputs
+
+    with open_cluster(choice, lambda message: out.print(f"dtrun: {message}"), seen) as cluster:
         yield cluster
 
 
 @contextmanager
-def _stack_kept_or_destroyed(stack: str | None, teardown: bool) -> Iterator[None]:
-    """After a command on a stack's cluster (also after a failure or Ctrl-C), destroy it with
-    --teardown; the last lines say what was destroyed or what is still running and billing."""
+def _last_word_on_billing(watch: _StackWatch) -> Iterator[None]:
+    """Around a command (outside its error printing, so this comes last): with --teardown,
+    destroy the stack, also after a failure or Ctrl-C; without, say that it still bills."""
     try:
         yield
     finally:
-        if stack is not None:
-            if teardown:
-                cli_stack.destroy_and_say(stack)
-            else:
-                console(stderr=True).print(
-                    f"dtrun: stack {stack} is still running and billing; "
-                    f"`dtrun down --stack {stack}` removes it"
-                )
+        if watch.name is not None and watch.teardown and watch.outputs is not None:
+            with contextlib.suppress(typer.Exit), user_errors():
+                cli_stack.destroy_and_say(watch.name)
+        elif watch.name is not None and watch.outputs is not None:
+            outputs = watch.outputs
+            console(stderr=True).print(
+                f"dtrun: stack {watch.name} is still running and billing: {outputs.node_count} x "
+                f"{outputs.vm_size} and the head VM; `dtrun down --stack {watch.name}` removes it"
+            )
 
 
 def _run(cluster: Cluster, spec: BenchSpec, output: Path, quiet: bool) -> Sweep:
@@ -272,10 +290,11 @@ def run(
     from runner.options import check_run_id, new_run_id, parse_command, parse_env
     from runner.plan import validate_run
 
-    with user_errors(), _stack_kept_or_destroyed(stack, teardown and not dry_run):
+    watch = _StackWatch(stack, teardown and not dry_run)
+    with _last_word_on_billing(watch), user_errors():
         spec = RunSpec(
             run_id=check_run_id(run_id) if run_id is not None else new_run_id(),
-            program=parse_command(command or []),
+            program=parse_command(command or [], Path.cwd()),
             nodes=nodes,
             procs_per_node=procs_per_node,
             launcher=launcher,
@@ -295,18 +314,18 @@ def run(
             accept_new_host_keys, check,
             ready_timeout, teardown,
         )  # fmt: skip
-        with _cluster(choice) as cluster:
+        with _cluster(choice, watch) as cluster:
             if dry_run:
                 from runner.plan import build_run_plan
 
                 print_plan(build_run_plan(cluster.inventory, spec.redacted()))
                 return
             done = _run_program(cluster, spec, output, quiet)
-    console().print(
-        f"[green]ok[/] {done.plan.nnodes} node(s), {done.plan.world_size} processes via "
-        f"{done.plan.launcher}: every node exited 0 in {done.wall_s:.1f} s; "
-        f"logs and outputs in {done.launch_dir}"
-    )
+        console().print(
+            f"[green]ok[/] {done.plan.nnodes} node(s), {done.plan.world_size} processes via "
+            f"{done.plan.launcher}: every node exited 0 in {done.wall_s:.1f} s; "
+            f"logs and outputs in {done.launch_dir}"
+        )
 
 
 def _run_program(cluster: Cluster, spec: RunSpec, output: Path, quiet: bool) -> ProgramRun:
@@ -360,7 +379,7 @@ def exec_command(
         choice = _choice(
             hosts, stack, outputs, local_nodes, accept_new_host_keys, False, ready_timeout, False
         )
-        with _cluster(choice) as cluster:
+        with _cluster(choice, _StackWatch(None, False)) as cluster:
             chosen = select_nodes(cluster.inventory.nodes, nodes)
             out = console()
             answers = cluster.executor.command(

@@ -30,6 +30,10 @@ def user_errors() -> Iterator[None]:
 
         console(stderr=True).print(f"[bold red]error:[/] {escape(exc.message)}", soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        # Ctrl-C outside a launch (connecting, waiting for nodes): what was started is stopped.
+        console(stderr=True).print("[bold red]error:[/] interrupted", soft_wrap=True)
+        raise typer.Exit(130) from None
 
 
 NODE_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red")

@@ -102,8 +102,13 @@ def _stack_outputs(choice: ClusterChoice) -> StackOutputs:
 
 
 @contextlib.contextmanager
-def open_cluster(choice: ClusterChoice, notice: Notice) -> Iterator[Cluster]:
-    """The cluster to run on, connected, for the duration of a command."""
+def open_cluster(
+    choice: ClusterChoice,
+    notice: Notice,
+    on_outputs: Callable[[StackOutputs], None] = lambda outputs: None,
+) -> Iterator[Cluster]:
+    """The cluster to run on, connected, for the duration of a command. ``on_outputs`` hears
+    a stack's outputs as soon as they are read (from then on, the stack is known to exist)."""
     if choice.hosts is None and choice.stack_name is None:
         from runner.execute.local import LocalExecutor
 
@@ -127,6 +132,7 @@ def open_cluster(choice: ClusterChoice, notice: Notice) -> Iterator[Cluster]:
     name = choice.stack_name
     assert name is not None
     outputs = _stack_outputs(choice)
+    on_outputs(outputs)
     access = inventory_from_stack(name, outputs)  # no nodes yet: they register at boot
     with SshSession(access, notice=notice) as session:
         notice(f"waiting for the {outputs.node_count} node(s) of stack {name} to register")

@@ -7,6 +7,7 @@ import secrets
 import shlex
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from runner.errors import UsageError
 from runner.spec import Node, Program, ProgramKind
@@ -59,12 +60,14 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def parse_command(argv: list[str]) -> Program:
+def parse_command(argv: list[str], cwd: Path | None = None) -> Program:
     """The command after `dtrun run ... --`, as a Program every launcher can place.
 
     ``python SCRIPT ...`` and ``python -m MODULE ...`` (a bare python, python3, python3.11)
     run with the nodes' Python, the inventory's, which holds torch and the launchers; anything
-    else, an interpreter given by its path included, runs as it is.
+    else, an interpreter given by its path included, runs as it is. A relative script or
+    executable path is taken from ``cwd`` (where dtrun was started), since every process runs
+    in its launch directory.
     """
     if not argv:
         raise UsageError(
@@ -73,12 +76,17 @@ def parse_command(argv: list[str]) -> Program:
             fix="pass the command after --, e.g. dtrun run --nodes 2 -- python train.py --lr 3e-4",
         )
     first, rest = argv[0], argv[1:]
+
+    def anchored(path: str) -> str:
+        return str(cwd / path) if cwd is not None and not Path(path).is_absolute() else path
+
     if not _PYTHON.match(first):
-        return Program(ProgramKind.EXECUTABLE, first, tuple(rest))
+        target = anchored(first) if "/" in first else first  # a bare name is looked up in PATH
+        return Program(ProgramKind.EXECUTABLE, target, tuple(rest))
     if len(rest) >= 2 and rest[0] == "-m":
         return Program(ProgramKind.MODULE, rest[1], tuple(rest[2:]))
     if rest and not rest[0].startswith("-"):
-        return Program(ProgramKind.SCRIPT, rest[0], tuple(rest[1:]))
+        return Program(ProgramKind.SCRIPT, anchored(rest[0]), tuple(rest[1:]))
     raise UsageError(
         f"cannot tell what `{' '.join(argv[:3])}` runs",
         why="dtrun runs `python SCRIPT ARGS` or `python -m MODULE ARGS` with the nodes' Python, "

@@ -42,6 +42,7 @@ class StackOutputs:
     registry_path: str
     python_bin: str
     ssh_private_key: str | None = field(default=None, repr=False)  # when generated; secret
+    ssh_port: int = 22  # optional in the file: absent means 22
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,14 @@ def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
             fix="save the outputs with `dtrun outputs --stack NAME --save FILE`, "
             "which keeps the secret (mode 0600)",
         )
+    port = data.get("ssh_port", 22)
+    if isinstance(port, float) and port.is_integer():
+        port = int(port)
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise OutputsError(f"{source}: 'ssh_port' is {port!r}, not a port number")
     return StackOutputs(
         version=OUTPUTS_VERSION,
+        ssh_port=port,
         known_hosts=tuple(known_hosts),
         node_count=_field(data, "node_count", int, source),
         gpus_per_node=_field(data, "gpus_per_node", int, source),
@@ -171,6 +178,7 @@ def inventory_from_stack(
         size=outputs.vm_size,
         ssh=SshAccess(
             user=outputs.ssh_user,
+            port=outputs.ssh_port,
             jump_host=outputs.head_public_address,
             known_hosts=outputs.known_hosts,
             private_key=outputs.ssh_private_key,

@@ -70,3 +70,13 @@ def test_an_empty_command_is_refused_with_an_example():
 def test_python_without_a_script_or_module_is_refused(argv):
     with pytest.raises(UsageError, match="cannot tell what"):
         parse_command(argv)
+
+
+def test_relative_script_and_executable_paths_are_taken_from_where_dtrun_started(tmp_path):
+    script = parse_command(["python", "train.py", "--lr", "1"], tmp_path)
+    assert script == Program(ProgramKind.SCRIPT, str(tmp_path / "train.py"), ("--lr", "1"))
+    tool = parse_command(["./bin/run.sh"], tmp_path)
+    assert tool.target == str(tmp_path / "bin" / "run.sh")
+    assert parse_command(["hostname"], tmp_path).target == "hostname"  # from PATH
+    assert parse_command(["python", "/abs/t.py"], tmp_path).target == "/abs/t.py"
+    assert parse_command(["python", "-m", "pkg.train"], tmp_path).target == "pkg.train"

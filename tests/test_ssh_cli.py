@@ -1,0 +1,88 @@
+"""`dtrun bench` and `dtrun exec` on a hosts file of real sshd instances (127.0.0.2-5:2222)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_dtrun
+from tests.test_ssh import hosts_file_text
+
+pytestmark = pytest.mark.e2e
+
+
+def write_hosts(cluster, tmp, **fields):
+    path = tmp / "hosts.yaml"
+    path.write_text(hosts_file_text(cluster, tmp, **fields))
+    return path
+
+
+def test_bench_over_ssh_from_a_hosts_file_at_2_and_4_nodes(sshd_cluster, no_leftovers):
+    hosts = write_hosts(sshd_cluster, no_leftovers)
+    done = run_dtrun(
+        "bench", "--hosts", str(hosts), "--nodes", "2,4", "--steps", "4", "--warmup", "1",
+        "--port", "29740", "--output", str(no_leftovers / "runs"), "--run-id", "ssh", "--quiet",
+        "--check", cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = no_leftovers / "runs" / "ssh"
+    summary = json.loads((run / "summary.json").read_text())
+    assert [(row["nodes"], row["in_sync"]) for row in summary["rows"]] == [(2, True), (4, True)]
+    four = json.loads((run / "n4" / "r0" / "result.json").read_text())
+    assert sorted(rank["address"] for rank in four["ranks"]) == [
+        "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5",
+    ]  # fmt: skip
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["inventory"]["source"] == f"hosts:{hosts}"
+    assert "hosts:" in (run / "report.md").read_text()
+
+
+@pytest.mark.parametrize(("launcher", "port"), [("mpirun", 29750), ("deepspeed", 29760)])
+def test_head_only_launchers_start_the_other_nodes_ranks_over_real_ssh(
+    sshd_cluster, no_leftovers, launcher, port
+):
+    hosts = write_hosts(sshd_cluster, no_leftovers, count=2)
+    done = run_dtrun(
+        "bench", "--hosts", str(hosts), "--launcher", launcher, "--nodes", "2", "--steps", "3",
+        "--warmup", "1", "--port", str(port), "--output", str(no_leftovers / "runs"),
+        "--run-id", launcher, "--quiet", cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(
+        (no_leftovers / "runs" / launcher / "n2" / "r0" / "result.json").read_text()
+    )
+    assert {rank["node"] for rank in result["ranks"]} == {"node-0", "node-1"}
+    assert result["communication"]["params_in_sync"] is True
+    # only node 0 ran a script: the launcher itself reached node 1 over ssh
+    assert not (no_leftovers / "runs" / launcher / "n2" / "r0" / "node-1.log").exists()
+
+
+def test_exec_runs_on_every_host_and_fails_when_one_fails(sshd_cluster, tmp_path):
+    hosts = write_hosts(sshd_cluster, tmp_path)
+    ok = run_dtrun("exec", "--hosts", str(hosts), "--", "echo from $SSH_CONNECTION", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    for address in ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"):
+        assert f"{address} 2222" in ok.stdout
+    failing = run_dtrun(
+        "exec", "--hosts", str(hosts), "--nodes", "1,3", "--", "test", "$(hostname)", "=", "x",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert failing.returncode == 1
+    assert "2 of 2 node(s) failed" in failing.stderr
+
+
+def test_an_unknown_host_key_stops_the_command_with_the_way_to_accept_it(sshd_cluster, tmp_path):
+    known = tmp_path / "empty_known_hosts"
+    known.write_text("")
+    hosts = write_hosts(sshd_cluster, tmp_path, count=2, known_hosts=known)
+    refused = run_dtrun("exec", "--hosts", str(hosts), "--", "true", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "is not known" in refused.stderr and "--accept-new-host-keys" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    accepted = run_dtrun(
+        "exec", "--hosts", str(hosts), "--accept-new-host-keys", "--", "true", cwd=tmp_path
+    )
+    assert accepted.returncode == 0, accepted.stderr
+    assert "recorded the new host key of node-0" in accepted.stdout
+    assert len(known.read_text().splitlines()) == 2
