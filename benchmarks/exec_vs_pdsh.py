@@ -1,0 +1,99 @@
+"""`dtrun exec` on 16 loopback nodes against `pdsh -R ssh` running the same command.
+
+Starts 16 real OpenSSH sshd instances on 127.0.0.2 ... 127.0.0.17 (port 2222, their own host
+keys, one client key; the tests' fixture), then runs `hostname` on all of them through each
+tool, alternately (A B A B ...) after one warm-up of each, and prints each pair's ratio of wall
+times and the median. Both check host keys against the same known_hosts file and use the same
+key. Target from issue #5: median ratio <= 1.0.
+
+    .venv/bin/python benchmarks/exec_vs_pdsh.py [--rounds 9] [--nodes 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.sshd import available, start_cluster
+
+BIN = Path(sys.executable).parent
+
+
+def timed(command: list[str], env: dict[str, str], expect: int) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - start
+    # One answer per node: dtrun prints "[node-i] HOSTNAME", pdsh "ADDRESS: HOSTNAME".
+    answered = sum(1 for line in done.stdout.splitlines() if line.endswith(platform.node()))
+    if done.returncode != 0 or answered != expect:
+        raise SystemExit(f"{command[0]} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--nodes", type=int, default=16)
+    args = parser.parse_args()
+    if not available() or shutil.which("pdsh") is None:
+        raise SystemExit("needs sshd and pdsh: apt-get install openssh-server pdsh")
+    print(
+        f"machine: {platform.node()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{subprocess.run(['pdsh', '-V'], capture_output=True, text=True).stdout.split()[0]}"
+    )
+    with tempfile.TemporaryDirectory(prefix="dtrun-exec-bench-") as tmp:
+        cluster = start_cluster(Path(tmp) / "sshd", args.nodes)
+        try:
+            addresses = [host.address for host in cluster.hosts]
+            hosts = Path(tmp) / "hosts.yaml"
+            hosts.write_text(
+                f"user: {cluster.user}\nport: 2222\nkey: {cluster.key}\n"
+                f"known_hosts: {cluster.known_hosts}\nhosts: [{', '.join(addresses)}]\n"
+            )
+            dtrun = [str(BIN / "dtrun"), "exec", "--hosts", str(hosts), "--", "hostname"]
+            pdsh = [
+                "pdsh", "-R", "ssh", "-l", getpass.getuser(), "-w", ",".join(addresses),
+                "hostname",
+            ]  # fmt: skip
+            env = dict(
+                os.environ,
+                PDSH_SSH_ARGS_APPEND=(
+                    f"-p 2222 -i {cluster.key} -o UserKnownHostsFile={cluster.known_hosts} "
+                    "-o BatchMode=yes"
+                ),
+            )
+            print(f"{args.nodes} nodes; command: hostname")
+            pairs = []
+            for index in range(args.rounds + 1):
+                a = timed(dtrun, env, args.nodes)
+                b = timed(pdsh, env, args.nodes)
+                label = "warm-up" if index == 0 else f"round {index}"
+                print(f"{label:>8}: dtrun exec {a:6.3f} s   pdsh {b:6.3f} s   ratio {a / b:.3f}")
+                if index:
+                    pairs.append((a, b))
+        finally:
+            cluster.close()
+    ratios = [a / b for a, b in pairs]
+    a_median = statistics.median(a for a, _ in pairs)
+    b_median = statistics.median(b for _, b in pairs)
+    print(
+        f"median: dtrun exec {a_median:.3f} s, pdsh {b_median:.3f} s, "
+        f"ratio {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
+        "target <= 1.0"
+    )
+
+
+if __name__ == "__main__":
+    main()
