@@ -86,3 +86,42 @@ def test_an_unknown_host_key_stops_the_command_with_the_way_to_accept_it(sshd_cl
     assert accepted.returncode == 0, accepted.stderr
     assert "recorded the new host key of node-0" in accepted.stdout
     assert len(known.read_text().splitlines()) == 2
+
+
+def test_ctrl_c_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers):
+    import contextlib
+    import signal
+    import subprocess
+
+    import psutil
+
+    from tests.conftest import DTRUN, launch_processes, wait_for
+
+    hosts = write_hosts(sshd_cluster, no_leftovers, count=2)
+    proc = subprocess.Popen(
+        [*DTRUN, "bench", "--hosts", str(hosts), "--nodes", "2", "--steps", "100000",
+         "--warmup", "1", "--port", "29780", "--output", str(no_leftovers / "runs"),
+         "--run-id", "sigint", "--quiet"],
+        cwd=no_leftovers, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def training() -> bool:
+        workers = []
+        for p in launch_processes():
+            with contextlib.suppress(psutil.Error):  # a process that just ended
+                if "RANK" in p.environ():
+                    workers.append(p)
+        return len(workers) == 2
+
+    try:
+        wait_for(training, timeout=120, what="both remote ranks to have started")
+    except BaseException:
+        proc.kill()
+        raise
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout + stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert launch_processes() == []
+    runs = json.loads((no_leftovers / "runs" / "sigint" / "runs.json").read_text())
+    assert runs["status"] == "interrupted"
