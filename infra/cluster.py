@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pulumi
 from pulumi_azure_native import compute
 
-from infra.machines import image_reference, linux_keys_only
+from infra.machines import MachineArgs, image_reference, linux_keys_only
 from runner.catalog import SIZES
-from runner.spec import ClusterSpec
-
-
-@dataclass(frozen=True)
-class GpuClusterArgs:
-    cluster: ClusterSpec
-    resource_group_name: pulumi.Input[str]
-    subnet_id: pulumi.Input[str]
-    admin_public_key: pulumi.Input[str]
-    custom_data: pulumi.Input[str]
-    tags: dict[str, str]
 
 
 class GpuCluster(pulumi.ComponentResource):
     scale_set_name: pulumi.Output[str]
 
     def __init__(
-        self, name: str, args: GpuClusterArgs, opts: pulumi.ResourceOptions | None = None
+        self, name: str, args: MachineArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("dtrun:azure:GpuCluster", name, None, opts)
         cluster = args.cluster

@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pulumi
 from pulumi_azure_native import compute, network
 
-from infra.machines import image_reference, linux_keys_only
-from runner.spec import ClusterSpec
-
-
-@dataclass(frozen=True)
-class HeadArgs:
-    cluster: ClusterSpec
-    resource_group_name: pulumi.Input[str]
-    subnet_id: pulumi.Input[str]
-    admin_public_key: pulumi.Input[str]
-    custom_data: pulumi.Input[str]
-    tags: dict[str, str]
+from infra.machines import MachineArgs, image_reference, linux_keys_only
 
 
 class HeadNode(pulumi.ComponentResource):
@@ -26,7 +13,7 @@ class HeadNode(pulumi.ComponentResource):
     private_address: pulumi.Output[str]
 
     def __init__(
-        self, name: str, args: HeadArgs, opts: pulumi.ResourceOptions | None = None
+        self, name: str, args: MachineArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("dtrun:azure:HeadNode", name, None, opts)
         cluster = args.cluster

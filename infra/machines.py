@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 
 import pulumi
 from pulumi_azure_native import compute
 
 from runner.catalog import Image
+from runner.spec import ClusterSpec
+
+
+@dataclass(frozen=True)
+class MachineArgs:
+    """What the head VM and the GPU scale set are made from."""
+
+    cluster: ClusterSpec
+    resource_group_name: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    admin_public_key: pulumi.Input[str]
+    custom_data: pulumi.Input[str]  # base64 cloud-init, secret
+    tags: dict[str, str]
 
 
 def image_reference(urn: str) -> compute.ImageReferenceArgs:

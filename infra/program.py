@@ -14,9 +14,9 @@ import pulumi_tls as tls
 from pulumi_azure_native import resources
 
 from infra.cloudinit import Boot, ClusterKey, render_cloud_init
-from infra.cluster import GpuCluster, GpuClusterArgs
-from infra.head import HeadArgs, HeadNode
-from infra.machines import custom_data
+from infra.cluster import GpuCluster
+from infra.head import HeadNode
+from infra.machines import MachineArgs, custom_data
 from infra.network import Network, NetworkArgs
 from infra.storage import SharedStorage, StorageArgs
 from runner.catalog import SIZES
@@ -97,7 +97,7 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
         private_key = pulumi.Output.secret(admin_key.private_key_openssh)
     head = HeadNode(
         "head",
-        HeadArgs(
+        MachineArgs(
             cluster,
             group.name,
             net.head_subnet_id,
@@ -108,7 +108,7 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
     )
     GpuCluster(
         "gpu",
-        GpuClusterArgs(
+        MachineArgs(
             cluster,
             group.name,
             net.nodes_subnet_id,
