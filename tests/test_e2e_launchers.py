@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -146,20 +144,31 @@ def test_a_failing_user_program_fails_the_run_and_names_the_node(no_leftovers):
 
 
 horovod = pytest.mark.skipif(
-    importlib.util.find_spec("horovod") is None or shutil.which("sshd") is None,
+    importlib.util.find_spec("horovod") is None,
     reason="a real Horovod run needs `import horovod.torch` (Horovod 0.28.1 does not build "
     "against torch 2.13, shared/FACTS.md section 8: install a Horovod that builds with this "
-    "torch) and sshd on the embedded nodes' loopback addresses (issue #5); its launch files "
-    "are checked with stub binaries in tests/test_launch_stubs.py",
+    "torch); its launch files are checked with stub binaries in tests/test_launch_stubs.py",
 )
 
 
 @horovod
-def test_horovodrun_trains_on_two_nodes(no_leftovers):
+def test_horovodrun_trains_on_two_nodes_over_real_ssh(sshd_cluster, no_leftovers):
+    """horovodrun ssh-es from node 0 to the other node: the loopback sshd cluster serves."""
+    from tests.test_ssh import hosts_file_text
+
     pytest.importorskip("horovod.torch")
-    if not os.environ.get("DTRUN_E2E_SSH"):
-        pytest.skip("set DTRUN_E2E_SSH=1 once sshd runs on 127.0.0.2 and 127.0.0.3 (issue #5)")
-    assert_trained_together(bench("horovodrun", 29690, no_leftovers))
+    hosts = no_leftovers / "hosts.yaml"
+    hosts.write_text(hosts_file_text(sshd_cluster, no_leftovers, count=2))
+    done = run_dtrun(
+        "bench", "--hosts", str(hosts), "--launcher", "horovodrun", "--nodes", "2", "--steps",
+        "3", "--warmup", "1", "--port", "29690", "--output", str(no_leftovers / "runs"),
+        "--run-id", "horovod", "--quiet", cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(
+        (no_leftovers / "runs" / "horovod" / "n2" / "r0" / "result.json").read_text()
+    )
+    assert result["communication"]["params_in_sync"] is True
 
 
 # A TensorFlow-shaped program without TensorFlow: it reads TF_CONFIG as tf.distribute would;
