@@ -56,6 +56,30 @@ class ResultError(DtrunError):
     """A result file is missing, malformed, or of an unknown schema version."""
 
 
+class StoreError(DtrunError):
+    """The results store (--results) cannot be used: no credentials, access denied, no bucket.
+
+    Found before anything runs, so like a usage error it exits 2 and leaves nothing behind.
+    """
+
+    exit_code = 2
+
+
+class UploadError(StoreError):
+    """The run finished (however it ended) but its upload did not; the local copy is kept.
+
+    Its own exit code, so a script can tell "results only on this machine" from a failed run.
+    """
+
+    exit_code = 3
+
+
+class UploadInterruptedError(UploadError):
+    """The user interrupted the upload (Ctrl-C); the local copy is kept."""
+
+    exit_code = 130
+
+
 class RunError(DtrunError):
     """A launch on the nodes failed."""
 

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import pytest
@@ -17,6 +18,9 @@ from runner.inventory import embedded_inventory, local_cluster
 from runner.spec import Accelerator, BenchSpec, Inventory, Node, SshAccess
 from tests import sshd
 from tests.sshd import SshCluster
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.client import S3Client
 
 GOLDEN = Path(__file__).parent / "golden"
 DTRUN = [sys.executable, "-m", "runner.cli"]
@@ -161,3 +165,43 @@ def no_leftovers(tmp_path: Path) -> Iterator[Path]:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     assert not left, f"processes left behind: {[p.info for p in left]}"
+
+
+@pytest.fixture
+def aws_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No AWS setting of this machine reaches the test: no AWS_* variables, empty shared
+    files, no instance metadata service; one region."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    empty = tmp_path / "aws-empty"
+    empty.write_text("")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+@pytest.fixture
+def s3(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Client]:
+    """moto's in-process S3 holding the bucket tests.aws.BUCKET; credentials in the environment."""
+    import boto3
+    from moto import mock_aws
+
+    from tests.aws import BUCKET
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        client = boto3.client("s3")
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+@pytest.fixture
+def no_aws_credentials(aws_env: None) -> Iterator[None]:
+    """moto's S3 (so nothing leaves the machine) and no credentials anywhere boto3 looks."""
+    from moto import mock_aws
+
+    with mock_aws(config={"core": {"mock_credentials": False}}):
+        yield

@@ -1,0 +1,477 @@
+"""Where a finished run directory goes besides runs/<run-id>/: `--results s3://bucket/prefix`.
+
+The local run directory is always the primary copy; a store only ever receives a copy of it,
+and nothing here deletes or changes a local file. Two halves:
+
+- ``parse_results_url`` is pure: it checks the URL before anything else happens.
+- ``S3Store`` acts: ``preflight()`` before the run (credentials from boto3's usual chain, the
+  bucket reachable and ours to use) so a bad store fails in seconds, not after the sweep;
+  ``upload()`` after it, every file under the run directory to ``prefix/<run-id>/<path>``.
+
+boto3 is imported inside the methods that use it, so `dtrun --help` stays fast. Nothing here
+prints: progress is reported through a callback and failures as StoreError.
+"""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from runner.errors import StoreError, UploadError, UploadInterruptedError, UsageError
+from runner.spec import REDACTED
+
+if TYPE_CHECKING:
+    from boto3.session import Session
+    from botocore.exceptions import ClientError
+    from mypy_boto3_s3.client import S3Client
+    from s3transfer.futures import TransferFuture
+    from s3transfer.subscribers import BaseSubscriber
+
+# Content types a browser or the S3 console should show rather than download; anything else
+# is stored as S3's default binary/octet-stream.
+CONTENT_TYPES = {
+    ".json": "application/json",
+    ".md": "text/markdown; charset=utf-8",
+    ".html": "text/html; charset=utf-8",
+    ".png": "image/png",
+    ".log": "text/plain; charset=utf-8",
+    ".txt": "text/plain; charset=utf-8",
+    ".sh": "text/x-shellscript; charset=utf-8",
+}
+
+# Secret-looking --env values are replaced in the uploaded copy of every file up to this size
+# (launch scripts hold them verbatim; a program may echo them into its log). Larger files are
+# a program's outputs (checkpoints) and are uploaded as they are.
+SCAN_LIMIT = 64 * 1024 * 1024
+# Shorter values ("true", "1", "yes") would be replaced all over JSON and logs.
+MIN_SECRET_LENGTH = 6
+
+# Bucket names: 3-63 characters of lowercase letters, digits, '.' and '-', starting and ending
+# with a letter or digit (the rules of AWS S3, which S3-compatible stores follow).
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+# 403 answers: HEAD requests carry no body, so S3 gives only the status as the code.
+_DENIED = {
+    "403", "AccessDenied", "Forbidden", "AllAccessDisabled", "InvalidAccessKeyId",
+    "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired",
+}  # fmt: skip
+_MISSING = {"404", "NoSuchBucket", "NotFound"}
+_CREDENTIALS_HELP = (
+    "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE=NAME for a profile "
+    "of ~/.aws/config (`aws configure --profile NAME`, `aws sso login --profile NAME`); "
+    "or leave --results out to keep the run in runs/ only"
+)
+
+
+@dataclass(frozen=True)
+class StoreUrl:
+    """``s3://bucket/prefix``: where runs go, each under ``prefix/<run-id>/``."""
+
+    scheme: str
+    bucket: str
+    prefix: str = ""  # without leading or trailing '/'; may be empty
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
+
+    def key(self, run_id: str, relative: str = "") -> str:
+        return "/".join(part for part in (self.prefix, run_id, relative) if part)
+
+    def run_url(self, run_id: str) -> str:
+        """``s3://bucket/prefix/<run-id>/``, the URL printed when the upload is done."""
+        return f"{self.scheme}://{self.bucket}/{self.key(run_id)}/"
+
+
+def parse_results_url(text: str) -> StoreUrl:
+    """``s3://bucket/some/prefix`` -> StoreUrl; anything else is a UsageError saying why."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        guess = f"s3://{text.lstrip('/')}" if text and ":" not in text else "s3://bucket/prefix"
+        raise UsageError(
+            f"--results {text!r} is not a store URL",
+            why="it names no scheme",
+            fix=f"pass --results s3://BUCKET/PREFIX, e.g. --results {guess}",
+        )
+    if scheme.lower() in ("s3a", "s3n", "https", "http"):
+        raise UsageError(
+            f"--results {text!r} is not an s3:// URL",
+            why=f"{scheme}:// is another tool's spelling; boto3 takes the bucket and prefix",
+            fix="pass --results s3://BUCKET/PREFIX (an S3-compatible endpoint goes in "
+            "AWS_ENDPOINT_URL_S3)",
+        )
+    if scheme != "s3":
+        raise UsageError(
+            f"--results {text!r} names a store dtrun cannot write",
+            why=f"supported: {', '.join(f'{name}://' for name in STORES)}",
+            fix="pass --results s3://BUCKET/PREFIX, or leave --results out to keep runs/ only",
+        )
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise UsageError(
+            f"--results {text!r} names no bucket",
+            fix="pass --results s3://BUCKET/PREFIX, e.g. --results s3://my-results/dtrun",
+        )
+    problem = bucket_name_problem(bucket)
+    if problem:
+        raise UsageError(
+            f"--results {text!r}: {bucket!r} is not a valid bucket name",
+            why=problem,
+            fix="pass the bucket's exact name, e.g. --results s3://my-results/dtrun",
+        )
+    return StoreUrl(scheme, bucket, prefix.strip("/"))
+
+
+def bucket_name_problem(bucket: str) -> str:
+    """Why ``bucket`` cannot be an S3 bucket name, or "" when it can."""
+    if not 3 <= len(bucket) <= 63:
+        return f"bucket names have 3 to 63 characters, not {len(bucket)}"
+    if not _BUCKET.match(bucket):
+        return (
+            "bucket names hold lowercase letters, digits, '.' and '-' only, "
+            "and start and end with a letter or digit"
+        )
+    if ".." in bucket:
+        return "bucket names have no two '.' in a row"
+    try:
+        ipaddress.IPv4Address(bucket)
+    except ValueError:
+        return ""
+    return "a bucket name cannot be an IP address"
+
+
+@dataclass(frozen=True)
+class UploadProgress:
+    files_done: int
+    files_total: int
+    bytes_done: int
+    bytes_total: int
+
+
+ProgressSink = Callable[[UploadProgress], None]
+
+
+def _ignore_progress(progress: UploadProgress) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A finished upload: where the run now is, and every object written."""
+
+    url: str
+    keys: tuple[str, ...]
+    bytes: int
+
+
+class ResultsStore(Protocol):
+    """One store per URL scheme (see STORES)."""
+
+    url: StoreUrl
+
+    def preflight(self) -> None: ...
+
+    def upload(
+        self,
+        run_dir: Path,
+        on_progress: ProgressSink = _ignore_progress,
+        secrets: Sequence[str] = (),
+    ) -> Upload: ...
+
+
+def files_to_upload(run_dir: Path) -> list[Path]:
+    """Every regular file under ``run_dir``, sorted, without half-written temporaries.
+
+    ``*.partial*`` are the atomic writes of record.py caught mid-way; ``.write-test`` is the
+    probe that checks the directory can be written. Symbolic links to directories are not
+    followed (a program's working directory may link to a dataset).
+    """
+    found = []
+    for root, dirs, names in os.walk(run_dir):
+        dirs.sort()
+        for name in sorted(names):
+            path = Path(root) / name
+            if ".partial" in name or name == ".write-test" or not path.is_file():
+                continue
+            found.append(path)
+    return found
+
+
+def redacted_body(path: Path, secrets: Sequence[bytes]) -> bytes | None:
+    """The file's bytes with every secret replaced, or None when it holds none (or is huge)."""
+    if not secrets or path.stat().st_size > SCAN_LIMIT:
+        return None
+    data = path.read_bytes()
+    if not any(secret in data for secret in secrets):
+        return None
+    for secret in secrets:
+        data = data.replace(secret, REDACTED.encode())
+    return data
+
+
+def secret_values(values: Sequence[str]) -> list[bytes]:
+    """The values worth replacing: long enough not to be ordinary words, longest first."""
+    chosen = {v.encode() for v in values if len(v) >= MIN_SECRET_LENGTH}
+    return sorted(chosen, key=len, reverse=True)
+
+
+class _Tally:
+    """Progress of one upload, added to from the transfer threads."""
+
+    def __init__(self, files_total: int, bytes_total: int, on_progress: ProgressSink) -> None:
+        self._lock = threading.Lock()
+        self._on_progress = on_progress
+        self.files_done = 0
+        self.files_total = files_total
+        self.bytes_done = 0
+        self.bytes_total = bytes_total
+
+    def add(self, nbytes: int = 0, files: int = 0) -> None:
+        with self._lock:
+            # A retried part rewinds with a negative count; never show less than nothing.
+            self.bytes_done = max(0, self.bytes_done + nbytes)
+            self.files_done += files
+            snapshot = UploadProgress(
+                self.files_done, self.files_total, self.bytes_done, self.bytes_total
+            )
+        self._on_progress(snapshot)
+
+
+def _subscriber(tally: _Tally) -> BaseSubscriber:
+    from s3transfer.subscribers import BaseSubscriber
+
+    class Subscriber(BaseSubscriber):
+        def on_progress(self, future: TransferFuture, bytes_transferred: int, **_: Any) -> None:
+            tally.add(nbytes=bytes_transferred)
+
+        def on_done(self, future: TransferFuture, **_: Any) -> None:
+            tally.add(files=1)
+
+    return Subscriber()
+
+
+class S3Store:
+    """An S3 bucket (or an S3-compatible store at AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL).
+
+    Credentials come from boto3's default chain: environment variables, AWS_PROFILE and the
+    shared files, SSO, container and instance roles. Tests pass a ``session`` of their own.
+    """
+
+    def __init__(self, url: StoreUrl, session: Session | None = None) -> None:
+        self.url = url
+        self._session = session
+        self._client: S3Client | None = None
+
+    def client(self) -> S3Client:
+        return self._boto()[1]
+
+    def _boto(self) -> tuple[Session, S3Client]:
+        """The session (boto3's default chain unless a test gave one) and its S3 client."""
+        import boto3.session
+        from botocore.exceptions import BotoCoreError
+
+        try:
+            if self._session is None:
+                self._session = boto3.session.Session()
+            if self._client is None:
+                self._client = self._session.client("s3")
+        except BotoCoreError as exc:
+            raise self._credentials_error(exc) from None
+        return self._session, self._client
+
+    def preflight(self) -> None:
+        """Credentials found, the bucket exists and they may use it; else a StoreError."""
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+        session, client = self._boto()
+        try:
+            credentials = session.get_credentials()
+        except BotoCoreError as exc:
+            raise self._credentials_error(exc) from None
+        if credentials is None:
+            raise self._credentials_error(NoCredentialsError())
+        try:
+            client.head_bucket(Bucket=self.url.bucket)
+        except ClientError as exc:
+            raise self._bucket_error(exc) from None
+        except BotoCoreError as exc:
+            raise self._transport_error(exc) from None
+
+    def upload(
+        self,
+        run_dir: Path,
+        on_progress: ProgressSink = _ignore_progress,
+        secrets: Sequence[str] = (),
+    ) -> Upload:
+        """Copy every file of ``run_dir`` to ``prefix/<run-id>/``; the local files stay.
+
+        ``secrets`` (secret-looking --env values) are replaced by <redacted> in the copies.
+        Every file is tried; then a failure raises UploadError naming how many did not go.
+        """
+        from boto3.s3.transfer import TransferConfig, create_transfer_manager
+
+        run_id = run_dir.name
+        files = files_to_upload(run_dir)
+        hidden = secret_values(secrets)
+        bodies = {path: redacted_body(path, hidden) for path in files}
+        sizes = {
+            path: path.stat().st_size if body is None else len(body)
+            for path, body in bodies.items()
+        }
+        tally = _Tally(len(files), sum(sizes.values()), on_progress)
+        tally.add()
+        # Files go up several at a time (runs are many small logs and JSON files); a large
+        # one goes in 8 MiB parts, also several at a time.
+        config = TransferConfig(max_concurrency=8, use_threads=True)
+        futures: dict[str, TransferFuture] = {}
+        keys = {path: self.url.key(run_id, path.relative_to(run_dir).as_posix()) for path in files}
+        manager = create_transfer_manager(self.client(), config)
+        try:
+            for path, body in bodies.items():
+                kind = CONTENT_TYPES.get(path.suffix)
+                extra = {"ContentType": kind} if kind else {}
+                source: str | io.BytesIO = str(path) if body is None else io.BytesIO(body)
+                futures[keys[path]] = manager.upload(
+                    source, self.url.bucket, keys[path], extra, [_subscriber(tally)]
+                )
+            failures = self._wait(futures)
+        except KeyboardInterrupt:
+            manager.shutdown(cancel=True, cancel_msg="interrupted by the user (Ctrl-C)")
+            raise UploadInterruptedError(
+                f"upload to {self.url.run_url(run_id)} interrupted",
+                why=f"{tally.files_done} of {len(files)} files were uploaded",
+                fix=f"the local copy is kept in {run_dir}; {_copy_hint(run_dir, self.url)}",
+            ) from None
+        manager.shutdown()
+        if failures:
+            key, error = failures[0]
+            raise UploadError(
+                f"{len(failures)} of {len(files)} files did not upload to "
+                f"{self.url.run_url(run_id)}",
+                why=f"{key}: {error}",
+                fix=f"the local copy is kept in {run_dir}; {_copy_hint(run_dir, self.url)}",
+            )
+        return Upload(self.url.run_url(run_id), tuple(futures), sum(sizes.values()))
+
+    @staticmethod
+    def _wait(futures: dict[str, TransferFuture]) -> list[tuple[str, str]]:
+        from botocore.exceptions import BotoCoreError, ClientError
+        from s3transfer.exceptions import S3UploadFailedError
+
+        failures = []
+        for key, future in futures.items():
+            try:
+                future.result()
+            except ClientError as exc:
+                failures.append((key, _client_error_text(exc)))
+            except (BotoCoreError, S3UploadFailedError, OSError) as exc:
+                failures.append((key, str(exc)))
+        return failures
+
+    def _credentials_error(self, exc: Exception) -> StoreError:
+        from botocore.exceptions import NoCredentialsError, ProfileNotFound
+
+        if isinstance(exc, ProfileNotFound):
+            return StoreError(
+                f"cannot use --results {self.url}: {exc}",
+                why="AWS_PROFILE (or --profile in the config) names a profile that "
+                "~/.aws/config and ~/.aws/credentials do not define",
+                fix="`aws configure --profile NAME`, or unset AWS_PROFILE",
+            )
+        if isinstance(exc, NoCredentialsError):
+            return StoreError(
+                f"no AWS credentials for --results {self.url}",
+                why="boto3 found none in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, "
+                "~/.aws/credentials, ~/.aws/config, nor a container or instance role; "
+                "nothing was run",
+                fix=_CREDENTIALS_HELP,
+            )
+        return StoreError(
+            f"the AWS credentials for --results {self.url} could not be loaded",
+            why=f"{exc}; nothing was run",
+            fix=_CREDENTIALS_HELP,
+        )
+
+    def _bucket_error(self, exc: ClientError) -> StoreError:
+        code = _error_code(exc)
+        bucket = self.url.bucket
+        if code in _MISSING:
+            return StoreError(
+                f"no bucket {bucket} for --results {self.url}",
+                why=f"{self._where()} answered {code}: the bucket does not exist; nothing was run",
+                fix=f"create it (`aws s3 mb s3://{bucket}`) or correct the name in --results",
+            )
+        if code in _DENIED:
+            return StoreError(
+                f"access denied to bucket {bucket} for --results {self.url}",
+                why=f"{self._where()} answered {code} to {self._identity()}; nothing was run",
+                fix="allow s3:ListBucket and s3:PutObject on the bucket for that identity, "
+                "or use credentials that have them (AWS_PROFILE=NAME)",
+            )
+        return StoreError(
+            f"cannot use bucket {bucket} for --results {self.url}",
+            why=f"{self._where()} answered {_client_error_text(exc)}; nothing was run",
+            fix="check the bucket name, AWS_DEFAULT_REGION and, for an S3-compatible store, "
+            "AWS_ENDPOINT_URL_S3",
+        )
+
+    def _transport_error(self, exc: Exception) -> StoreError:
+        return StoreError(
+            f"cannot reach {self._where()} for --results {self.url}",
+            why=f"{exc}; nothing was run",
+            fix="check the network; for an S3-compatible store, check AWS_ENDPOINT_URL_S3 "
+            "(or AWS_ENDPOINT_URL)",
+        )
+
+    def _where(self) -> str:
+        endpoint = self.client().meta.endpoint_url
+        return "S3" if _is_aws(endpoint) else f"the S3 endpoint {endpoint}"
+
+    def _identity(self) -> str:
+        """Who the credentials are, when STS says so quickly; never a key or a secret."""
+        from botocore.config import Config
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        session, client = self._boto()
+        if not _is_aws(client.meta.endpoint_url):
+            return "these credentials"  # an S3-compatible store has no AWS STS to ask
+        quick = Config(connect_timeout=3, read_timeout=5, retries={"total_max_attempts": 1})
+        try:
+            arn = session.client("sts", config=quick).get_caller_identity()["Arn"]
+        except ClientError as exc:
+            return f"credentials that STS rejects too ({_error_code(exc)})"
+        except BotoCoreError:
+            return "these credentials"
+        return arn
+
+
+def _is_aws(endpoint: str) -> bool:
+    host = endpoint.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", "")) or "an error"
+
+
+def _client_error_text(exc: ClientError) -> str:
+    error = exc.response.get("Error", {})
+    code, message = error.get("Code", ""), error.get("Message", "")
+    return f"{code}: {message}" if message else str(code or exc)
+
+
+def _copy_hint(run_dir: Path, url: StoreUrl) -> str:
+    return f"copy it later with `aws s3 sync {run_dir} {url.run_url(run_dir.name)}`"
+
+
+# URL scheme -> store. The local run directory needs no entry: it is always written.
+STORES: dict[str, Callable[[StoreUrl], ResultsStore]] = {"s3": S3Store}
+
+
+def open_store(url: StoreUrl) -> ResultsStore:
+    return STORES[url.scheme](url)
