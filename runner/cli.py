@@ -98,6 +98,7 @@ def bench(
     port: opts.Port = BenchSpec.rdzv_port,
     output: opts.Output = Path("runs"),
     run_id: opts.RunId = None,
+    results: opts.Results = None,
     local_nodes: Annotated[
         int | None,
         typer.Option(help="Size of the embedded cluster (default: the largest --nodes)."),
@@ -125,6 +126,7 @@ def bench(
     embedded local cluster: simulated nodes on 127.0.0.2, 127.0.0.3, ... of this machine,
     each running its real launch script.
     """
+    from runner.cli_store import check_results, upload_after
     from runner.options import check_run_id, new_run_id, parse_env, parse_node_counts
     from runner.plan import validate_bench
 
@@ -154,13 +156,17 @@ def bench(
             cluster_env=cluster_env,
         )
         validate_bench(spec)  # before any cluster is built or any directory made
+        store = check_results(results, dry_run=dry_run)  # so is the store
         choice = _choice(
             hosts, stack, outputs,
             local_nodes if local_nodes is not None else max(counts),
             accept_new_host_keys, check,
             ready_timeout, teardown,
         )  # fmt: skip
-        with _cluster(choice, watch) as cluster:
+        with (
+            upload_after(store, output / spec.run_id, spec.env),
+            _cluster(choice, watch) as cluster,
+        ):
             if dry_run:
                 print_plans(cluster.inventory, spec)
                 return
@@ -260,6 +266,7 @@ def run(
     port: opts.Port = RunSpec.rdzv_port,
     output: opts.Output = Path("runs"),
     run_id: opts.RunId = None,
+    results: opts.Results = None,
     local_nodes: Annotated[
         int | None, typer.Option(help="Size of the embedded cluster (default: --nodes).")
     ] = None,
@@ -287,6 +294,7 @@ def run(
     It writes runs/<run-id>/launch/ (scripts, launch files, node logs, and what the program
     writes to its working directory) and runs/<run-id>/run.json.
     """
+    from runner.cli_store import check_results, upload_after
     from runner.options import check_run_id, new_run_id, parse_command, parse_env
     from runner.plan import validate_run
 
@@ -308,13 +316,17 @@ def run(
             cluster_env=cluster_env,
         )
         validate_run(spec)
+        store = check_results(results, dry_run=dry_run)  # before any cluster or directory
         choice = _choice(
             hosts, stack, outputs,
             local_nodes if local_nodes is not None else nodes,
             accept_new_host_keys, check,
             ready_timeout, teardown,
         )  # fmt: skip
-        with _cluster(choice, watch) as cluster:
+        with (
+            upload_after(store, output / spec.run_id, spec.env),
+            _cluster(choice, watch) as cluster,
+        ):
             if dry_run:
                 from runner.plan import build_run_plan
 

@@ -27,6 +27,15 @@ Port = Annotated[
 ]
 Output = Annotated[Path, typer.Option("--output", "-o", help="Directory that receives <run-id>/.")]
 RunId = Annotated[str | None, typer.Option(help="Name of this run (default: time-stamped).")]
+Results = Annotated[
+    str | None,
+    typer.Option(
+        metavar="s3://BUCKET/PREFIX",
+        help="Also upload the run directory to s3://BUCKET/PREFIX/<run-id>/ when it ends, "
+        "however it ends; the local copy is kept. AWS credentials from the usual chain, "
+        "checked before anything runs (not in a dry run).",
+    ),
+]
 DryRun = Annotated[
     bool, typer.Option("--dry-run", help="Print every node's script and launch file; run nothing.")
 ]
