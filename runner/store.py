@@ -259,19 +259,19 @@ class S3Store:
     """An S3 bucket (or an S3-compatible store at AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL).
 
     Credentials come from boto3's default chain: environment variables, AWS_PROFILE and the
-    shared files, SSO, container and instance roles. Tests pass a ``session`` of their own.
+    shared files, SSO, container and instance roles.
     """
 
-    def __init__(self, url: StoreUrl, session: Session | None = None) -> None:
+    def __init__(self, url: StoreUrl) -> None:
         self.url = url
-        self._session = session
+        self._session: Session | None = None
         self._client: S3Client | None = None
 
     def client(self) -> S3Client:
         return self._boto()[1]
 
     def _boto(self) -> tuple[Session, S3Client]:
-        """The session (boto3's default chain unless a test gave one) and its S3 client."""
+        """A session on boto3's default chain, and its S3 client, made once."""
         import boto3.session
         from botocore.exceptions import BotoCoreError
 
