@@ -126,6 +126,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peak-tflops", type=float, default=None, help="per-device peak, for MFU")
     parser.add_argument("--timeout", type=int, default=600, help="collective timeout, seconds")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument(
+        "--busbw-iters", type=int, default=0, help="after training, time all-reduces (0: skip)"
+    )
     parser.add_argument("--out", default="result.json")
     # DeepSpeed's launcher appends --local_rank=N to the program's arguments; LOCAL_RANK from the
     # environment contract is what counts.
@@ -154,6 +157,32 @@ def rank_info() -> dict[str, Any]:
         "address": env.get("DTRUN_NODE_ADDR", ""),
         "hostname": socket.gethostname(),
         "pid": os.getpid(),
+        "os": os_name(),
+    }
+
+
+def os_name() -> str:
+    """The node's OS as /etc/os-release names it (the image, as the node sees it)."""
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return platform.platform()
+
+
+def versions(device: torch.device) -> dict[str, str | None]:
+    """The node-side software a result depends on (the run manifest has dtrun's side)."""
+    nccl = None
+    if device.type == "cuda":
+        nccl = ".".join(str(part) for part in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
+    deepspeed = sys.modules.get("deepspeed")
+    return {
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "nccl_version": nccl,
+        "deepspeed_version": getattr(deepspeed, "__version__", None) if deepspeed else None,
     }
 
 
@@ -219,6 +248,12 @@ def train(
     ranks: list[dict[str, Any] | None] = [None] * world
     dist.all_gather_object(ranks, rank_info())
     in_sync = divergence <= SYNC_TOLERANCE and allreduce_ok
+    busbw = None
+    if args.busbw_iters > 0 and world > 1:
+        from runner.workloads.allreduce import probe
+
+        # DDP all-reduces float32 gradients (also under bf16 autocast): 4 bytes per parameter.
+        busbw = probe(params * 4, min(5, args.busbw_iters), args.busbw_iters, device)
 
     if rank == 0:
         timed = times[args.warmup :]
@@ -246,8 +281,7 @@ def train(
             if device.type == "cuda"
             else platform.processor() or platform.machine(),
             "dtype": args.dtype,
-            "torch_version": torch.__version__,
-            "python_version": platform.python_version(),
+            **versions(device),
             "mode": args.mode,
             "model": {
                 "layers": args.layers,
@@ -287,6 +321,7 @@ def train(
                 "initial_fingerprints": initial,
                 "final_fingerprints": final,
             },
+            "busbw": busbw,
             "ranks": ranks,
         }
         out = Path(args.out)
