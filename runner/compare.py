@@ -57,6 +57,7 @@ def _setup(report: Report) -> dict[str, str]:
         "launcher": str(bench.get("launcher")),
         "cluster": str(manifest["inventory"].get("source")),
         "size": str(manifest["inventory"].get("size")),
+        "image": str(manifest.get("image")),
         "processes per node": str(bench.get("procs_per_node")),
         "dtrun": str(manifest.get("dtrun_version")),
     }

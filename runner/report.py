@@ -75,7 +75,10 @@ class _Plot:
 
 THROUGHPUT = _Plot("throughput.png", "tokens/s against nodes, with the ideal linear line")
 EFFICIENCY = _Plot("efficiency.png", "scaling efficiency against nodes, with the ideal 100% line")
-BUSBW = _Plot("busbw.png", "all-reduce bus bandwidth against message size, with the expected")
+BUSBW = _Plot(
+    "busbw.png",
+    "all-reduce bus bandwidth against message size, with the size's expected busbw where known",
+)
 PLOTS = (THROUGHPUT, EFFICIENCY, BUSBW)
 
 

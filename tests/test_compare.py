@@ -1,0 +1,80 @@
+"""`dtrun compare RUN_A RUN_B`: rows matched by node count, ratios, and what differs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from runner.cli import app
+from runner.compare import compare
+from runner.report import analyse
+from runner.spec import BenchSpec, ModelSpec
+from tests.factories import fake_run_dir
+
+runner = CliRunner(env={"COLUMNS": "200"})
+
+
+def test_rows_pair_node_counts_and_give_the_ratio(tmp_path, fixed_inventory):
+    a = fake_run_dir(
+        tmp_path / "a", BenchSpec(run_id="a", node_counts=(1, 2)), fixed_inventory,
+        {1: [1000], 2: [1600]}, busbw={2: 2.0},
+    )  # fmt: skip
+    b = fake_run_dir(
+        tmp_path / "b",
+        BenchSpec(run_id="b", node_counts=(1, 2, 4), model=ModelSpec(layers=4)),
+        fixed_inventory,
+        {1: [1100], 2: [2000], 4: [3000]},
+        busbw={2: 3.0, 4: 2.5},
+    )
+    comparison = compare(analyse(a), analyse(b))
+    assert comparison.metric == "tokens/s"
+    rows = {row.nodes: row for row in comparison.rows}
+    assert set(rows) == {1, 2, 4}
+    assert rows[2].a == 1600 and rows[2].b == 2000 and rows[2].ratio == pytest.approx(1.25)
+    assert rows[2].a_efficiency == pytest.approx(0.8)
+    assert rows[2].b_efficiency == pytest.approx(2000 / (2 * 1100))
+    assert (rows[2].a_busbw, rows[2].b_busbw) == (2.0, 3.0)
+    assert rows[4].a is None and rows[4].ratio is None  # A never ran 4 nodes
+    differs = {what: (in_a, in_b) for what, in_a, in_b in comparison.differences}
+    assert "model" in differs and "layers 2" in differs["model"][0]
+    assert "layers 4" in differs["model"][1]
+    assert "launcher" not in differs  # the same in both: not listed
+
+
+def test_cli_prints_side_by_side_and_json(tmp_path, fixed_inventory):
+    for name, values in (("a", [1000.0, 1500.0]), ("b", [1000.0, 1800.0])):
+        fake_run_dir(
+            tmp_path / name, BenchSpec(run_id=name), fixed_inventory,
+            {1: values[:1], 2: values[1:]},
+        )  # fmt: skip
+    done = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert done.exit_code == 0, done.output
+    assert re.search(r"│\s+2 │\s+1,500 │\s+1,800 │\s+1\.20 │\s+75% │\s+90% │", done.output)
+    assert "set-ups: the same in every recorded respect" in done.output
+    done = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"])
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout)
+    assert data["schema"] == "dtrun.compare/1"
+    assert [row["ratio"] for row in data["rows"]] == [pytest.approx(1.0), pytest.approx(1.2)]
+
+
+def test_runs_of_different_workloads_are_refused(tmp_path, fixed_inventory):
+    fake_run_dir(tmp_path / "t", BenchSpec(run_id="t"), fixed_inventory, {1: [1000]})
+    fake_run_dir(
+        tmp_path / "ar", BenchSpec(run_id="ar", workload="allreduce"), fixed_inventory, {2: [1.0]}
+    )
+    done = runner.invoke(app, ["compare", str(tmp_path / "t"), str(tmp_path / "ar")])
+    assert done.exit_code == 2
+    assert "cannot compare run t (train) with run ar (allreduce)" in done.output
+    assert "Traceback" not in done.output
+
+
+def test_a_directory_that_is_no_run_is_a_clear_error(tmp_path, fixed_inventory):
+    fake_run_dir(tmp_path / "t", BenchSpec(run_id="t"), fixed_inventory, {1: [1000]})
+    (tmp_path / "empty").mkdir()
+    done = runner.invoke(app, ["compare", str(tmp_path / "t"), str(tmp_path / "empty")])
+    assert done.exit_code == 2, done.output
+    assert "Traceback" not in done.output
