@@ -22,6 +22,7 @@ from runner.cli_common import (
     user_errors,
 )
 from runner.cli_display import (
+    RegistryBar,
     SweepDisplay,
     print_comparison,
     print_exec_summary,
@@ -244,7 +245,13 @@ def _cluster(choice: ClusterChoice, watch: _StackWatch) -> Iterator[Cluster]:
     def seen(outputs: StackOutputs) -> None:
         watch.outputs = outputs
 
-    with open_cluster(choice, lambda message: out.print(f"dtrun: {message}"), seen) as cluster:
+    with (
+        RegistryBar(out) as registry_bar,
+        open_cluster(
+            choice, lambda message: out.print(f"dtrun: {message}"), seen, registry_bar
+        ) as cluster,
+    ):
+        registry_bar.stop()  # the cluster is open: the sweep's own bar may start
         yield cluster
 
 

@@ -13,6 +13,7 @@ from runner.workloads.sizes import format_size
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.progress import Progress, TaskID
     from rich.table import Table
 
     from runner.compare import Comparison
@@ -145,6 +146,64 @@ class SweepDisplay:
     def on_health(self, health: Health) -> None:
         style = {"passed": "green", "warned": "yellow", "failed": "red"}.get(health.status, "dim")
         self.console.print(f"[{style}]{health.describe()}[/]")
+
+
+class RegistryBar:
+    """A progress bar while a stack's nodes boot and register: ready nodes of those wanted.
+
+    Use as a context manager around the cluster's opening; the bar stops once every node is
+    ready (before the sweep's own bar starts) or when the block ends, whichever comes first.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
+
+    def __enter__(self) -> RegistryBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+    def __call__(self, registered: int, ready: int, wanted: int, waited: float) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        if self.task is None:
+            if ready >= wanted:
+                return  # every node was ready at the first look: nothing to watch
+            self.progress = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                auto_refresh=self.console.is_terminal,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("nodes ready", total=wanted)
+        if self.progress is None:
+            return
+        self.progress.update(
+            self.task,
+            completed=ready,
+            description=f"nodes ready ({registered} of {wanted} registered)",
+        )
+        if ready >= wanted:
+            self.stop()
 
 
 def print_summary(sweep: Sweep) -> None:

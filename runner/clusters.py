@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.errors import InventoryError, UsageError
 from runner.execute import Executor
@@ -21,6 +22,9 @@ from runner.inventory import embedded_inventory
 from runner.outputs import StackOutputs, inventory_from_stack, parse_outputs
 from runner.readiness import wait_until_ready
 from runner.spec import Inventory, LaunchPlan, Node
+
+if TYPE_CHECKING:
+    from runner.execute.registry import RegistryPoll
 
 Notice = Callable[[str], None]
 
@@ -106,6 +110,7 @@ def open_cluster(
     choice: ClusterChoice,
     notice: Notice,
     on_outputs: Callable[[StackOutputs], None] = lambda outputs: None,
+    on_poll: RegistryPoll | None = None,
 ) -> Iterator[Cluster]:
     """The cluster to run on, connected, for the duration of a command. ``on_outputs`` hears
     a stack's outputs as soon as they are read (from then on, the stack is known to exist)."""
@@ -127,7 +132,7 @@ def open_cluster(
             yield Cluster(inventory, SshExecutor(session), choice)
         return
 
-    from runner.execute.registry import wait_for_registry
+    from runner.execute.registry import no_poll, wait_for_registry
 
     name = choice.stack_name
     assert name is not None
@@ -137,6 +142,10 @@ def open_cluster(
     with SshSession(access, notice=notice) as session:
         notice(f"waiting for the {outputs.node_count} node(s) of stack {name} to register")
         session.inventory = wait_for_registry(
-            session, name, outputs, timeout_s=choice.ready_timeout_s
+            session,
+            name,
+            outputs,
+            timeout_s=choice.ready_timeout_s,
+            on_poll=on_poll if on_poll is not None else no_poll,
         )
         yield Cluster(session.inventory, SshExecutor(session), choice)

@@ -225,8 +225,15 @@ def test_the_stack_outputs_source_reaches_registered_nodes_through_the_head(sshd
 
     access = inventory_from_stack("loop", outputs)
     with SshSession(access) as session:
-        inventory = wait_for_registry(session, "loop", outputs, timeout_s=5, poll_s=0.1)
+        polls: list[tuple[int, int, int]] = []
+        inventory = wait_for_registry(
+            session, "loop", outputs, timeout_s=5, poll_s=0.1,
+            on_poll=lambda registered, ready, wanted, waited: polls.append(
+                (registered, ready, wanted)
+            ),
+        )  # fmt: skip
         assert [n.address for n in inventory.nodes] == ["127.0.0.3", "127.0.0.4"]
+        assert polls == [(2, 2, 2)]  # both ready at the first look
         session.inventory = inventory
         answers = SshExecutor(session).command(
             {"node-0": "hostname -I >/dev/null; echo $SSH_CONNECTION", "node-1": "true"}
@@ -255,11 +262,18 @@ def test_a_stack_node_that_never_becomes_ready_is_named(sshd_cluster, tmp_path):
     from runner.outputs import inventory_from_stack
 
     access = inventory_from_stack("loop", outputs)
+    polls: list[tuple[int, int, int]] = []
     with (
         SshSession(access) as session,
         pytest.raises(NotReadyError) as caught,
     ):
-        wait_for_registry(session, "loop", outputs, timeout_s=0)
+        wait_for_registry(
+            session, "loop", outputs, timeout_s=0,
+            on_poll=lambda registered, ready, wanted, waited: polls.append(
+                (registered, ready, wanted)
+            ),
+        )  # fmt: skip
+    assert polls == [(1, 0, 2)]  # one registered, not ready; one missing
     assert "dtrunnode000000: infiniband degraded, python ready" in caught.value.message
     assert "1 node(s) not registered yet" in caught.value.message
 

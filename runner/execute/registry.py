@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 from runner.execute.sshsession import SshSession
 from runner.outputs import RegistryEntry, StackOutputs, inventory_from_stack, parse_registry_entry
 from runner.readiness import NotReadyError
 from runner.spec import Inventory
+
+# Told after every look at the registry: nodes registered, of them ready, wanted, seconds waited.
+RegistryPoll = Callable[[int, int, int, float], None]
+
+
+def no_poll(registered: int, ready: int, wanted: int, waited: float) -> None:
+    pass
 
 
 async def read_registry(session: SshSession, outputs: StackOutputs) -> list[RegistryEntry]:
@@ -34,16 +42,18 @@ def wait_for_registry(
     *,
     timeout_s: float,
     poll_s: float = 10.0,
+    on_poll: RegistryPoll = no_poll,
 ) -> Inventory:
     """The stack's inventory once all its nodes registered ready, or NotReadyError naming
-    the ones that did not."""
+    the ones that did not. ``on_poll`` hears the count after every look (a progress bar)."""
     started = time.monotonic()
     while True:
         nodes = [e for e in session.call(read_registry(session, outputs)) if e.role == "node"]
         ready = [entry for entry in nodes if entry.ready]
+        waited = time.monotonic() - started
+        on_poll(len(nodes), min(len(ready), outputs.node_count), outputs.node_count, waited)
         if len(ready) >= outputs.node_count:
             return inventory_from_stack(stack, outputs, ready)
-        waited = time.monotonic() - started
         if waited >= timeout_s:
             reasons = [
                 f"{e.hostname}: infiniband {e.infiniband}, python {e.python}"
