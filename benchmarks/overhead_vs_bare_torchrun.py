@@ -3,7 +3,9 @@
 Baseline (B): what an engineer types by hand in two terminals: two `torchrun` commands with a
 c10d rendezvous on 127.0.0.2 and 127.0.0.3, running the same training workload with the same
 arguments and thread settings. Candidate (A): `dtrun bench --nodes 2` with the same workload,
-which plans, renders, launches, streams, collects, and writes the report and plot.
+which plans, renders, launches, streams, collects, and writes the report and plots. dtrun
+runs with --no-busbw: the all-reduce probe after training is extra measurement the bare
+commands do not do, not overhead.
 
 Runs A and B alternately (A B A B ...) after one warm-up of each, and prints the wall times,
 the ratio A/B of each pair, and their median. Target from issue #2: median ratio <= 1.10.
@@ -73,7 +75,7 @@ def dtrun(steps: int, warmup: int, port: int, run: str, workdir: Path) -> float:
     command = [
         str(BIN / "dtrun"), "bench", "--nodes", "2", "--steps", str(steps),
         "--warmup", str(warmup), "--port", str(port), "--output", str(workdir),
-        "--run-id", run, "--quiet",
+        "--run-id", run, "--quiet", "--no-busbw",  # the bare commands time no all-reduce probe
     ]  # fmt: skip
     start = time.perf_counter()
     done = subprocess.run(command, cwd=workdir, capture_output=True, check=False)
