@@ -23,7 +23,7 @@ from runner.cli_display import (
     print_summary,
 )
 from runner.errors import DtrunError, UsageError
-from runner.spec import BenchSpec, ModelSpec, RunSpec, ScalingMode
+from runner.spec import BenchSpec, RunSpec, ScalingMode, StrategySpec
 
 if TYPE_CHECKING:
     from runner.clusters import Cluster, ClusterChoice
@@ -84,13 +84,17 @@ def bench(
     global_batch: Annotated[
         int | None, typer.Option(help="Strong scaling: the fixed global batch.")
     ] = None,
-    layers: Annotated[int, typer.Option(help="Transformer layers.")] = ModelSpec.layers,
-    d_model: Annotated[int, typer.Option(help="Model width.")] = ModelSpec.d_model,
-    heads: Annotated[int, typer.Option(help="Attention heads (must divide --d-model).")] = (
-        ModelSpec.heads
-    ),
-    seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = ModelSpec.seq_len,
-    vocab: Annotated[int, typer.Option(help="Vocabulary size.")] = ModelSpec.vocab,
+    preset: opts.Preset = "tiny",
+    layers: opts.Layers = None,
+    d_model: opts.DModel = None,
+    heads: opts.Heads = None,
+    seq_len: opts.SeqLen = None,
+    vocab: opts.Vocab = None,
+    strategy: opts.Strategy = None,
+    schedule: opts.Schedule = None,
+    micro_batches: opts.MicroBatches = None,
+    pp_size: opts.PpSize = None,
+    stages_per_rank: opts.StagesPerRank = None,
     env: opts.Env = None,
     timeout: Annotated[float, typer.Option(help="Seconds before one launch is stopped.")] = (
         BenchSpec.timeout_s
@@ -127,6 +131,7 @@ def bench(
     """
     from runner.options import check_run_id, new_run_id, parse_env, parse_node_counts
     from runner.plan import validate_bench
+    from runner.presets import resolve_model
 
     watch = _StackWatch(stack, teardown and not dry_run)
     with _last_word_on_billing(watch), user_errors():
@@ -143,7 +148,9 @@ def bench(
             repeat=repeat,
             batch=batch,
             global_batch=global_batch,
-            model=ModelSpec(layers, d_model, heads, seq_len, vocab),
+            model=resolve_model(
+                preset, layers=layers, d_model=d_model, heads=heads, seq_len=seq_len, vocab=vocab
+            ),
             env=parse_env(env or []),
             rdzv_port=port,
             timeout_s=timeout,
@@ -152,6 +159,7 @@ def bench(
             ),
             nccl_debug=nccl_debug,
             cluster_env=cluster_env,
+            strategy=StrategySpec(strategy, schedule, micro_batches, pp_size, stages_per_rank),
         )
         validate_bench(spec)  # before any cluster is built or any directory made
         choice = _choice(
