@@ -137,6 +137,7 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
         "known_hosts": known_hosts,
         "node_count": cluster.node_count,
         "vm_size": size.name,
+        "image": cluster.image,
         "gpus_per_node": size.gpu_count,
         "nodes_subnet": subnets(cluster.vnet_cidr)["nodes"],
         "storage_kind": storage.kind.value,

@@ -78,6 +78,8 @@ class VmSize:
     topo_file: str | None = None  # NCCL topology file the image ships for this size
     busbw_single_node_gbs: float | None = None  # expected all-reduce busbw on one VM (GB/s)
     busbw_health_threshold_gbs: float | None = None  # Azure node health check pass mark
+    busbw_health_size: str = "8G"  # the message size that pass mark is measured at
+    busbw_cross_node_gbs: tuple[float, float] | None = None  # expected range across nodes
     env: tuple[EnvVar, ...] = ()  # NCCL/UCX settings for this size, each with why
     mpi_args: tuple[CliArg, ...] = ()  # OpenMPI binding and collectives for this size, with why
     retired_on: datetime.date | None = None
@@ -186,31 +188,31 @@ _SIZES = (
         name="Standard_ND40rs_v2", family="NDv2", vcpus=40, memory_gb=672, ib_name="EDR",
         ib_gbps=100, gpu_count=8, gpu=V100_SXM, image=V100_IMAGE,
         topo_file="/opt/microsoft/ndv2-topo.xml", busbw_health_threshold_gbs=110.0, env=_NDV2_ENV,
-        mpi_args=_ND_MPI,
+        mpi_args=_ND_MPI, busbw_cross_node_gbs=(12.0, 12.5),  # ~12; EDR line rate 12.5
     ),
     replace(
         _ND, name="Standard_ND96asr_v4", family="NDv4", memory_gb=900, gpu=A100_40,
         ib_name="HDR", ib_gbps=200, topo_file="/opt/microsoft/ndv4/topo.xml",
         busbw_single_node_gbs=231.0, busbw_health_threshold_gbs=228.0, env=_NDV4_ENV,
-        mpi_args=_ND_MPI,
+        mpi_args=_ND_MPI, busbw_cross_node_gbs=(185.0, 190.0),
     ),
     replace(
         _ND, name="Standard_ND96amsr_A100_v4", family="NDv4", memory_gb=1900, gpu=A100_80,
         ib_name="HDR", ib_gbps=200, topo_file="/opt/microsoft/ndv4/topo.xml",
         busbw_single_node_gbs=231.0, busbw_health_threshold_gbs=228.0, env=_NDV4_ENV,
-        mpi_args=_ND_MPI,
+        mpi_args=_ND_MPI, busbw_cross_node_gbs=(185.0, 190.0),
     ),
     replace(
         _ND, name="Standard_ND96isr_H100_v5", family="NDv5", memory_gb=1900, gpu=H100,
         ib_name="NDR", ib_gbps=400, topo_file="/opt/microsoft/ndv5/topo.xml",
         busbw_single_node_gbs=479.0, busbw_health_threshold_gbs=460.0, env=_NDV5_ENV,
-        mpi_args=_ND_MPI,
+        mpi_args=_ND_MPI, busbw_health_size="16G", busbw_cross_node_gbs=(370.0, 450.0),
     ),
     replace(
         _ND, name="Standard_ND96isr_H200_v5", family="NDv5", memory_gb=1850, gpu=H200,
         ib_name="NDR", ib_gbps=400, topo_file="/opt/microsoft/ndv5/topo.xml",
         busbw_single_node_gbs=480.0, busbw_health_threshold_gbs=431.0, env=_H200_ENV,
-        mpi_args=_ND_MPI,
+        mpi_args=_ND_MPI, busbw_cross_node_gbs=(370.0, 450.0),
     ),
     replace(
         _ND, name="Standard_ND96isr_MI300X_v5", family="NDv5-MI300X", memory_gb=1850,
@@ -362,3 +364,41 @@ def peak_tflops_for(size_name: str | None) -> float | None:
     if size is None or size.gpu is None or not size.gpu.peak_verified:
         return None
     return size.gpu.peak_bf16_tflops
+
+
+@dataclass(frozen=True)
+class ExpectedBusbw:
+    """What all-reduce busbw a size should reach (FACTS s6), and where the figure comes from."""
+
+    low: float
+    high: float
+    source: str
+
+    def describe(self) -> str:
+        value = f"{self.low:g}" if self.low == self.high else f"{self.low:g}-{self.high:g}"
+        return f"{value} GB/s ({self.source})"
+
+
+def expected_busbw(size_name: str | None, nodes: int, procs_per_node: int) -> ExpectedBusbw | None:
+    """The expected all-reduce busbw of a size: on one VM, or across VMs, with all its GPUs
+    (each GPU has its own NIC on ND sizes: fewer processes per node move less)."""
+    size = SIZES.get(size_name or "")
+    if size is None or procs_per_node != size.gpu_count:
+        return None
+    short = size.name.removeprefix("Standard_")
+    if nodes == 1 and size.busbw_single_node_gbs is not None:
+        value = size.busbw_single_node_gbs
+        return ExpectedBusbw(value, value, f"one {short}, {size.gpu_count} GPUs, 8 GB messages")
+    if nodes > 1 and size.busbw_cross_node_gbs is not None:
+        low, high = size.busbw_cross_node_gbs
+        return ExpectedBusbw(low, high, f"{short} across nodes, ring over InfiniBand")
+    return None
+
+
+def health_threshold(size_name: str | None) -> tuple[float, str] | None:
+    """The single-node busbw a healthy VM of this size passes (Azure's health check), and the
+    message size it is measured at; None when the catalog has no such figure."""
+    size = SIZES.get(size_name or "")
+    if size is None or size.busbw_health_threshold_gbs is None:
+        return None
+    return size.busbw_health_threshold_gbs, size.busbw_health_size

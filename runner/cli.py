@@ -14,16 +14,25 @@ import typer
 
 from runner import __version__, cli_stack
 from runner import cli_options as opts
-from runner.cli_common import console, print_node_line, user_errors
+from runner.cli_common import (
+    console,
+    human_output_to_stderr,
+    print_json,
+    print_node_line,
+    user_errors,
+)
 from runner.cli_display import (
     SweepDisplay,
+    print_comparison,
     print_exec_summary,
     print_plan,
     print_plans,
     print_summary,
+    report_table,
+    sweep_json,
 )
 from runner.errors import DtrunError, UsageError
-from runner.spec import BenchSpec, RunSpec, ScalingMode, StrategySpec
+from runner.spec import AllreduceSpec, BenchSpec, HealthGate, RunSpec, ScalingMode, StrategySpec
 
 if TYPE_CHECKING:
     from runner.clusters import Cluster, ClusterChoice
@@ -75,7 +84,8 @@ def bench(
     ] = ScalingMode.WEAK,
     repeat: Annotated[int, typer.Option(help="Launches per node count (3+ trims outliers).")] = 1,
     workload: Annotated[
-        str, typer.Option(help="Built-in workload run on every process.")
+        str,
+        typer.Option(help="Built-in workload on every process: train (GPT), or allreduce."),
     ] = "train",
     launcher: opts.Launcher = "torchrun",
     batch: Annotated[
@@ -120,6 +130,17 @@ def bench(
     horovod_controller: opts.HorovodControllerOpt = opts.DEFAULT_HOROVOD_CONTROLLER,
     tf_strategy: opts.TfStrategyOpt = opts.DEFAULT_TF_STRATEGY,
     tf_ps: opts.TfPs = opts.DEFAULT_TF_PS,
+    sizes: opts.Sizes = None,
+    ar_dtype: opts.ArDtype = opts.DEFAULT_AR_DTYPE,
+    ar_iters: opts.ArIters = opts.DEFAULT_AR_ITERS,
+    ar_warmup: opts.ArWarmup = opts.DEFAULT_AR_WARMUP,
+    busbw: opts.Busbw = True,
+    health_gate: opts.HealthGateOpt = True,
+    strict: opts.Strict = False,
+    health_threshold: opts.HealthThreshold = None,
+    health_size: opts.HealthSize = None,
+    project_tokens: opts.ProjectTokens = BenchSpec.project_tokens,
+    json_out: opts.Json = False,
     dry_run: opts.DryRun = False,
     quiet: opts.Quiet = False,
 ) -> None:
@@ -134,7 +155,12 @@ def bench(
     from runner.presets import resolve_model
 
     watch = _StackWatch(stack, teardown and not dry_run)
-    with _last_word_on_billing(watch), user_errors():
+    with human_output_to_stderr(json_out), _last_word_on_billing(watch), user_errors():
+        if json_out and dry_run:
+            raise UsageError(
+                "--json prints a sweep's summary, and --dry-run runs no sweep",
+                fix="leave out one of them",
+            )
         counts = parse_node_counts(nodes)
         spec = BenchSpec(
             run_id=check_run_id(run_id) if run_id is not None else new_run_id(),
@@ -160,6 +186,10 @@ def bench(
             nccl_debug=nccl_debug,
             cluster_env=cluster_env,
             strategy=StrategySpec(strategy, schedule, micro_batches, pp_size, stages_per_rank),
+            allreduce=AllreduceSpec(sizes, ar_dtype, ar_warmup, ar_iters),
+            busbw=busbw,
+            health=HealthGate(health_gate, strict, health_threshold, health_size),
+            project_tokens=project_tokens,
         )
         validate_bench(spec)  # before any cluster is built or any directory made
         choice = _choice(
@@ -172,8 +202,10 @@ def bench(
             if dry_run:
                 print_plans(cluster.inventory, spec)
                 return
-            sweep = _run(cluster, spec, output, quiet)
+            sweep = _run(cluster, spec, output, quiet, json_out)
         print_summary(sweep)
+        if json_out:
+            print_json(sweep_json(sweep.run_dir))
 
 
 def _choice(
@@ -236,7 +268,7 @@ def _last_word_on_billing(watch: _StackWatch) -> Iterator[None]:
             )
 
 
-def _run(cluster: Cluster, spec: BenchSpec, output: Path, quiet: bool) -> Sweep:
+def _run(cluster: Cluster, spec: BenchSpec, output: Path, quiet: bool, json_out: bool) -> Sweep:
     from runner.pipeline import run_sweep
 
     out = console()
@@ -249,6 +281,8 @@ def _run(cluster: Cluster, spec: BenchSpec, output: Path, quiet: bool) -> Sweep:
     except DtrunError:
         if display.run_dir is not None:
             out.print(f"finished launches and the report are kept in {display.run_dir.path}")
+            if json_out and display.run_dir.summary.exists():
+                print_json(sweep_json(display.run_dir))  # scripts get the partial summary too
         raise
 
 
@@ -402,14 +436,52 @@ def exec_command(
 @app.command()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory, e.g. runs/<run-id>.")],
+    json_out: opts.Json = False,
 ) -> None:
-    """Rebuild summary.json, report.md and the plot of a run from its saved results."""
+    """Rebuild summary.json, report.md, report.html and the plots from a run's saved results."""
     from runner.record import RunDir
     from runner.report import build_report
 
-    with user_errors():
-        built = build_report(RunDir(run_dir))
-    typer.echo(f"rebuilt {built.run_dir.report} ({len(built.rows)} node counts)")
+    with human_output_to_stderr(json_out), user_errors():
+        built = build_report(_run_dir(run_dir))
+        console().print(report_table(built))
+        console().print(f"rebuilt {built.run_dir.report} and {built.run_dir.html.name}")
+        if json_out:
+            print_json(sweep_json(RunDir(run_dir)))
+
+
+def _run_dir(path: Path) -> RunDir:
+    from runner.record import RunDir
+
+    if not (path / "manifest.json").is_file():
+        hint = (
+            "it is a `dtrun run` directory: its record is run.json and its outputs are in launch/"
+            if (path / "run.json").is_file()
+            else "it holds no manifest.json"
+        )
+        raise UsageError(
+            f"{path} is not a `dtrun bench` run directory",
+            why=hint,
+            fix="pass a directory that `dtrun bench` printed, e.g. runs/<run-id>",
+        )
+    return RunDir(path)
+
+
+@app.command()
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="The first run directory (the baseline).")],
+    run_b: Annotated[Path, typer.Argument(help="The second run directory.")],
+    json_out: opts.Json = False,
+) -> None:
+    """Show two runs side by side, by node count, and what differs between their set-ups."""
+    from runner.compare import compare as compare_runs
+    from runner.report import analyse
+
+    with human_output_to_stderr(json_out), user_errors():
+        result = compare_runs(analyse(_run_dir(run_a)), analyse(_run_dir(run_b)))
+        print_comparison(result)
+        if json_out:
+            print_json(result.to_json())
 
 
 app.command()(cli_stack.up)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -14,10 +15,37 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+_HUMAN_TO_STDERR = False  # --json: stdout carries the JSON alone
+
+
 def console(stderr: bool = False) -> Console:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr or _HUMAN_TO_STDERR, highlight=False)
+
+
+@contextlib.contextmanager
+def human_output_to_stderr(enabled: bool) -> Iterator[None]:
+    """With --json, every console (progress, node lines, tables) writes to stderr."""
+    global _HUMAN_TO_STDERR
+    previous, _HUMAN_TO_STDERR = _HUMAN_TO_STDERR, enabled or _HUMAN_TO_STDERR
+    try:
+        yield
+    finally:
+        _HUMAN_TO_STDERR = previous
+
+
+def echo(text: str) -> None:
+    """A plain line for people: stdout, or stderr under --json."""
+    typer.echo(text, err=_HUMAN_TO_STDERR)
+
+
+def print_json(data: object) -> None:
+    """One JSON document on stdout, for scripts."""
+    import json
+
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
 
 
 @contextlib.contextmanager

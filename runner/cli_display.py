@@ -9,14 +9,19 @@ import typer
 
 from runner import __version__
 from runner.cli_common import console, print_node_line
+from runner.workloads.sizes import format_size
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
+    from runner.compare import Comparison
     from runner.execute import Answer
+    from runner.health import Health
     from runner.pipeline import Sweep, SweepEvents
     from runner.record import RunDir
-    from runner.results import TrainResult
+    from runner.report import Report
+    from runner.results import Result
     from runner.spec import BenchSpec, Inventory, LaunchPlan, Node, RunResult
 
 
@@ -84,6 +89,8 @@ class SweepDisplay:
             on_line=self.on_line,
             on_start=self.on_start,
             on_done=self.on_done,
+            on_gate_node=self.on_gate_node,
+            on_health=self.on_health,
         )
 
     def on_begin(self, run_dir: RunDir) -> None:
@@ -105,37 +112,132 @@ class SweepDisplay:
             description=f"{plan.nnodes} node(s), {plan.world_size} processes, launch {repeat + 1}",
         )
 
-    def on_done(self, run: RunResult, result: TrainResult | None) -> None:
+    def on_done(self, run: RunResult, result: Result | None) -> None:
+        from runner.results import TrainResult
+
         self.progress.advance(self.task)
         label = f"{run.nodes} node(s), launch {run.repeat + 1}"
         if result is None:
             self.console.print(f"[red]x[/] {label}: {run.status.value} after {run.wall_s:.1f} s")
             return
-        self.console.print(
-            f"[green]ok[/] {label}: {result.tokens_per_s:,.0f} tokens/s, "
-            f"step p50 {result.step_time_p50 * 1000:.1f} ms, {result.proof}, {run.wall_s:.1f} s"
+        if isinstance(result, TrainResult):
+            busbw = (
+                f", busbw {result.busbw.at_gradient.in_place.busbw:.2f} GB/s"
+                if result.busbw
+                else ""
+            )
+            what = (
+                f"{result.tokens_per_s:,.0f} tokens/s, "
+                f"step p50 {result.step_time_p50 * 1000:.1f} ms{busbw}"
+            )
+        else:
+            what = (
+                f"busbw {result.largest.in_place.busbw:.2f} GB/s at "
+                f"{format_size(result.largest.size)}, peak {result.peak_busbw:.2f} GB/s"
+            )
+        self.console.print(f"[green]ok[/] {label}: {what}, {result.proof}, {run.wall_s:.1f} s")
+
+    def on_gate_node(self, node: Node, index: int, total: int) -> None:
+        self.progress.update(
+            self.task, description=f"health gate: {node.name} ({index + 1} of {total})"
         )
+
+    def on_health(self, health: Health) -> None:
+        style = {"passed": "green", "warned": "yellow", "failed": "red"}.get(health.status, "dim")
+        self.console.print(f"[{style}]{health.describe()}[/]")
 
 
 def print_summary(sweep: Sweep) -> None:
+    """The sweep's table: scaling for training, bus bandwidth for all-reduce."""
+    out = console()
+    report = sweep.report
+    if report is not None:
+        out.print(report_table(report))
+        out.print(f"report: {sweep.run_dir.report} (and {sweep.run_dir.html.name})")
+
+
+def report_table(report: Report) -> Table:
     from rich.table import Table
 
-    out = console()
-    table = Table(title="scaling", title_justify="left")
-    for column in ("nodes", "processes", "tokens/s", "speedup", "efficiency", "communication"):
+    table = Table(title=f"{report.workload}: {report.status}", title_justify="left")
+    if report.workload == "allreduce":
+        columns = ("nodes", "processes", "size", "busbw", "peak busbw", "expected", "correctness")
+        for column in columns:
+            table.add_column(column, justify="left" if column == "correctness" else "right")
+        for ar in report.busbw_rows:
+            want = ar.expected.describe().split(" (")[0] if ar.expected else "-"
+            table.add_row(
+                str(ar.nodes),
+                str(ar.world_size),
+                format_size(ar.largest_size),
+                f"{ar.busbw:.2f} GB/s",
+                f"{ar.peak_busbw:.2f} GB/s",
+                want,
+                ar.proof,
+            )
+        return table
+    for column in ("nodes", "processes", "tokens/s", "speedup", "efficiency", "busbw",
+                   "communication"):  # fmt: skip
         table.add_column(column, justify="left" if column == "communication" else "right")
-    report = sweep.report
-    for row in report.rows if report else ():
+    for row in report.rows:
         table.add_row(
             str(row.nodes),
             str(row.world_size),
             f"{row.tokens_per_s:,.0f}",
             f"{row.speedup:.2f}x",
             f"{row.efficiency:.0%}",
+            "-" if row.busbw is None else f"{row.busbw:.2f} GB/s",
             row.proof,
         )
+    return table
+
+
+def print_comparison(result: Comparison) -> None:
+    from rich.table import Table
+
+    out = console()
+    table = Table(title=f"{result.workload}: {result.a} (A) against {result.b} (B)",
+                  title_justify="left")  # fmt: skip
+    unit = "GB/s" if result.workload == "allreduce" else "tokens/s"
+    columns = ["nodes", f"A {unit}", f"B {unit}", "B / A"]
+    if result.workload != "allreduce":
+        columns += ["A eff.", "B eff.", "A busbw", "B busbw"]
+    for column in columns:
+        table.add_column(column, justify="right")
+
+    def number(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    for row in result.rows:
+        main = ",.2f" if result.workload == "allreduce" else ",.0f"
+        cells = [str(row.nodes), number(row.a, main), number(row.b, main), number(row.ratio, ".2f")]
+        if result.workload != "allreduce":
+            cells += [number(row.a_efficiency, ".0%"), number(row.b_efficiency, ".0%"),
+                      number(row.a_busbw, ".2f"), number(row.b_busbw, ".2f")]  # fmt: skip
+        table.add_row(*cells)
     out.print(table)
-    out.print(f"report: {sweep.run_dir.report}")
+    if not result.differences:
+        out.print("set-ups: the same in every recorded respect")
+        return
+    setups = Table(title="what differs", title_justify="left")
+    for column in ("", "A", "B"):
+        setups.add_column(column)
+    for what, a, b in result.differences:
+        setups.add_row(what, a, b)
+    out.print(setups)
+
+
+def sweep_json(run_dir: RunDir) -> dict[str, object]:
+    """What --json prints: summary.json, and where the run's files are."""
+    import json
+
+    summary: dict[str, object] = json.loads(run_dir.summary.read_text())
+    return {
+        **summary,
+        "run_dir": str(run_dir.path),
+        "report": str(run_dir.report),
+        "report_html": str(run_dir.html),
+    }
 
 
 def print_exec_summary(nodes: Sequence[Node], answers: dict[str, Answer]) -> int:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from runner.spec import (
+    AllreduceSpec,
     HorovodController,
     LauncherOptions,
     ModelSpec,
@@ -225,3 +226,76 @@ Teardown = Annotated[
     ),
 ]
 DEFAULT_READY_TIMEOUT = 900.0
+
+# `dtrun bench` only: the all-reduce measurement, the health gate and the report.
+_AR = "All-reduce (--workload allreduce, and each training launch's probe)"
+_GATE = "Health gate (before the sweep)"
+_OUT = "Report and output"
+_AR_DEFAULTS = AllreduceSpec()
+Sizes = Annotated[
+    str | None,
+    typer.Option(
+        help="Message sizes: MIN:MAX doubling (nccl-tests -b/-e) or a list like 1M,16M. "
+        "Default 4K:16M on CPUs, 4K:1G on GPUs.",
+        rich_help_panel=_AR,
+    ),
+]
+ArDtype = Annotated[
+    str, typer.Option("--ar-dtype", help="float32, bfloat16 or float16.", rich_help_panel=_AR)
+]
+ArIters = Annotated[
+    int, typer.Option("--ar-iters", help="Timed operations per size.", rich_help_panel=_AR)
+]
+ArWarmup = Annotated[
+    int,
+    typer.Option("--ar-warmup", help="Untimed operations at the largest and smallest size.",
+                 rich_help_panel=_AR),
+]  # fmt: skip
+Busbw = Annotated[
+    bool,
+    typer.Option(
+        "--busbw/--no-busbw",
+        help="After training, time all-reduces up to the gradients' size on the same ranks "
+        "(the report's 'where scaling is lost').",
+        rich_help_panel=_AR,
+    ),
+]
+HealthGateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--health-gate/--no-health-gate",
+        help="Check each node's single-node all-reduce busbw against the size's pass mark "
+        "first (skipped where none is known).",
+        rich_help_panel=_GATE,
+    ),
+]
+Strict = Annotated[
+    bool,
+    typer.Option("--strict", help="Stop (exit 4) instead of warning when a node is below the mark.",
+                 rich_help_panel=_GATE),
+]  # fmt: skip
+HealthThreshold = Annotated[
+    float | None,
+    typer.Option(
+        help="Pass mark in GB/s busbw (default: the catalog's for the size).",
+        rich_help_panel=_GATE,
+    ),
+]
+HealthSize = Annotated[
+    str | None,
+    typer.Option(help="The gate's message size (default: the catalog's, e.g. 8G).",
+                 rich_help_panel=_GATE),
+]  # fmt: skip
+ProjectTokens = Annotated[
+    int,
+    typer.Option(help="Tokens for the report's time-to-train projection.", rich_help_panel=_OUT),
+]
+Json = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print the summary as JSON on stdout; everything else goes to stderr."
+    ),
+]
+DEFAULT_AR_DTYPE = _AR_DEFAULTS.dtype
+DEFAULT_AR_ITERS = _AR_DEFAULTS.iters
+DEFAULT_AR_WARMUP = _AR_DEFAULTS.warmup

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from runner.cli_common import console, user_errors
+from runner.cli_common import console, echo, user_errors
 
 StackName = Annotated[
     str, typer.Option("--stack", "-s", help="Pulumi stack; Pulumi.<stack>.yaml holds its settings.")
@@ -15,7 +15,7 @@ StackName = Annotated[
 
 
 def _echo_raw(line: str) -> None:
-    typer.echo(line.rstrip("\n"))
+    echo(line.rstrip("\n"))
 
 
 def up(stack: StackName) -> None:
@@ -27,7 +27,7 @@ def up(stack: StackName) -> None:
         name = check_stack_name(stack)
         result = stack_up(name, _echo_raw)
     _print_outputs(result.shown())
-    typer.echo(
+    echo(
         f"the cluster bills while it runs: `dtrun down --stack {name}` removes all of it; "
         f"`dtrun outputs --stack {name} --save cluster.json` keeps its outputs"
     )
@@ -47,11 +47,11 @@ def destroy_and_say(stack: str) -> None:
     name = check_stack_name(stack)
     destroyed = stack_down(name, _echo_raw)
     if not destroyed:
-        typer.echo(f"nothing to destroy: stack {name} holds no resources")
+        echo(f"nothing to destroy: stack {name} holds no resources")
         return
-    typer.echo(f"destroyed {len(destroyed)} resources of stack {name}; nothing of it bills now:")
+    echo(f"destroyed {len(destroyed)} resources of stack {name}; nothing of it bills now:")
     for line in destroyed:
-        typer.echo(f"  {line}")
+        echo(f"  {line}")
 
 
 def outputs(
@@ -73,11 +73,11 @@ def outputs(
         if save is not None:
             _save_private(save, json.dumps(result.values, indent=2) + "\n")
     if as_json:
-        typer.echo(json.dumps(result.shown(), indent=2))
+        echo(json.dumps(result.shown(), indent=2))
     else:
         _print_outputs(result.shown())
     if save is not None:
-        typer.echo(f"saved to {save} (mode 0600: it holds the cluster's private key)")
+        echo(f"saved to {save} (mode 0600: it holds the cluster's private key)")
 
 
 def _save_private(path: Path, text: str) -> None:
@@ -101,7 +101,7 @@ def _save_private(path: Path, text: str) -> None:
 def _print_outputs(values: dict[str, object]) -> None:
     width = max((len(key) for key in values), default=0)
     for key, value in values.items():
-        typer.echo(f"{key:<{width}}  {value}")
+        echo(f"{key:<{width}}  {value}")
 
 
 def sizes() -> None:

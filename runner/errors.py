@@ -82,6 +82,12 @@ class RunTimeoutError(RunError):
     """A launch ran past its timeout; every node was stopped."""
 
 
+class HealthGateError(RunError):
+    """--strict: a node's single-node all-reduce was below the expected bus bandwidth."""
+
+    exit_code = 4
+
+
 class RunInterruptedError(RunError):
     """The user interrupted the run (Ctrl-C); every process dtrun started was stopped."""
 

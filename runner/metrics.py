@@ -13,7 +13,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from runner.results import TrainResult
+from runner.catalog import ExpectedBusbw, expected_busbw
+from runner.results import AllreduceResult, TrainResult
 from runner.spec import ScalingMode
 
 FORMULAS: dict[ScalingMode, str] = {
@@ -55,6 +56,9 @@ class ScalingRow:
     mfu: float | None
     proof: str
     in_sync: bool
+    busbw: float | None = None  # all-reduce busbw at the gradients' size, trimmed mean (GB/s)
+    gradient_bytes: int | None = None
+    peak_memory_bytes: int | None = None  # the most any launch's rank 0 used
 
 
 def scaling_rows(results: Mapping[int, Sequence[TrainResult]]) -> tuple[ScalingRow, ...]:
@@ -86,6 +90,170 @@ def scaling_rows(results: Mapping[int, Sequence[TrainResult]]) -> tuple[ScalingR
                 mfu=trimmed_mean(mfus) if mfus else None,
                 proof=runs[-1].proof,
                 in_sync=all(r.params_in_sync for r in runs),
+                busbw=_probe_busbw(runs),
+                gradient_bytes=next((r.busbw.gradient_bytes for r in runs if r.busbw), None),
+                peak_memory_bytes=max(r.peak_memory_bytes for r in runs),
+            )
+        )
+    return tuple(rows)
+
+
+def _probe_busbw(runs: Sequence[TrainResult]) -> float | None:
+    values = [r.busbw.at_gradient.in_place.busbw for r in runs if r.busbw is not None]
+    return trimmed_mean(values) if values else None
+
+
+@dataclass(frozen=True)
+class ProjectionRow:
+    """Time to train on a fixed number of tokens: at the measured rate, and ideally."""
+
+    nodes: int
+    measured_s: float  # tokens / X(N)
+    ideal_s: float  # tokens / X(N0) * N0 / N: the smallest count's time divided evenly
+    lost_s: float  # measured - ideal
+
+
+def projection(rows: Sequence[ScalingRow], tokens: int) -> tuple[ProjectionRow, ...]:
+    if not rows:
+        return ()
+    base = rows[0]
+    base_s = tokens / base.tokens_per_s
+    out = []
+    for row in rows:
+        measured = tokens / row.tokens_per_s
+        ideal = base_s * base.nodes / row.nodes
+        out.append(ProjectionRow(row.nodes, measured, ideal, measured - ideal))
+    return tuple(out)
+
+
+def allreduce_seconds(size_bytes: int, busbw_gbs: float, world: int) -> float:
+    """The time one all-reduce of ``size_bytes`` takes at ``busbw``: t = S / algbw and
+    algbw = busbw / (2(n-1)/n), nccl-tests' definitions turned around."""
+    factor = 2 * (world - 1) / world
+    return size_bytes * factor / (busbw_gbs * 1e9)
+
+
+SCALES_WELL = 0.9  # efficiency from which a node count is said to scale well
+NETWORK_SHORT = 0.8  # busbw below this share of the expected low end: the network underdelivers
+COMM_BOUND = 0.3  # all-reduce time above this share of the step: communication-bound
+
+
+@dataclass(frozen=True)
+class LossRow:
+    """Where one node count's scaling went: its efficiency beside its measured busbw."""
+
+    nodes: int
+    world_size: int
+    efficiency: float
+    busbw: float | None
+    expected: ExpectedBusbw | None
+    comm_s: float | None  # the gradients' all-reduce at the measured busbw, one step
+    comm_share: float | None  # of the step time p50 (an upper bound: DDP overlaps it)
+    verdict: str
+
+
+def where_scaling_is_lost(
+    rows: Sequence[ScalingRow], size_name: str | None, oversubscribed: Sequence[int] = ()
+) -> tuple[LossRow, ...]:
+    out = []
+    for row in rows:
+        expected = expected_busbw(size_name, row.nodes, row.world_size // row.nodes)
+        comm_s = share = None
+        if row.busbw and row.gradient_bytes and row.world_size > 1:
+            comm_s = allreduce_seconds(row.gradient_bytes, row.busbw, row.world_size)
+            share = comm_s / row.step_time_p50
+        out.append(
+            LossRow(
+                row.nodes,
+                row.world_size,
+                row.efficiency,
+                row.busbw,
+                expected,
+                comm_s,
+                share,
+                _verdict(row, rows[0], expected, share, row.nodes in oversubscribed),
+            )
+        )
+    return tuple(out)
+
+
+def _verdict(
+    row: ScalingRow,
+    base: ScalingRow,
+    expected: ExpectedBusbw | None,
+    share: float | None,
+    oversubscribed: bool,
+) -> str:
+    if row is base:
+        return "the baseline every efficiency is measured against"
+    if row.efficiency >= SCALES_WELL:
+        return f"scales well ({row.efficiency:.0%})"
+    lost = f"{1 - row.efficiency:.0%} lost"
+    if row.busbw is None or share is None:
+        return f"{lost}; no all-reduce probe to say why (rerun without --no-busbw)"
+    if expected is not None and row.busbw < NETWORK_SHORT * expected.low:
+        return (
+            f"{lost}: the network is short, {row.busbw:.1f} GB/s busbw is "
+            f"{row.busbw / expected.low:.0%} of the expected {expected.describe()}; check that "
+            "NCCL uses InfiniBand (--nccl-debug), the size's NCCL settings and the placement group"
+        )
+    if share >= COMM_BOUND:
+        return (
+            f"{lost}: communication-bound, the gradients' all-reduce takes about {share:.0%} of "
+            "the step at the measured busbw; a larger batch per process, gradient accumulation "
+            "or a faster network would win it back"
+        )
+    if oversubscribed:
+        return (
+            f"{lost}, and the all-reduce takes only about {share:.0%} of the step: the embedded "
+            "cluster runs more processes than this machine has cores, so they wait for CPU"
+        )
+    return (
+        f"{lost}, though the all-reduce takes only about {share:.0%} of the step: look for "
+        "stragglers (slow or throttled nodes), data loading, or per-step synchronisation"
+    )
+
+
+@dataclass(frozen=True)
+class BusbwRow:
+    """One node count of an all-reduce sweep."""
+
+    nodes: int
+    world_size: int
+    repeats: int
+    largest_size: int
+    busbw: float  # in-place busbw at the largest size, trimmed mean over repeats (GB/s)
+    busbw_min: float
+    busbw_max: float
+    peak_busbw: float  # the best size's, trimmed mean
+    avg_busbw: float  # nccl-tests' average over sizes, trimmed mean
+    expected: ExpectedBusbw | None
+    proof: str
+    correct: bool
+
+
+def busbw_rows(
+    results: Mapping[int, Sequence[AllreduceResult]], size_name: str | None
+) -> tuple[BusbwRow, ...]:
+    rows = []
+    for nodes, runs in sorted(results.items()):
+        if not runs:
+            continue
+        largest = [r.largest.in_place.busbw for r in runs]
+        rows.append(
+            BusbwRow(
+                nodes=nodes,
+                world_size=runs[0].world_size,
+                repeats=len(runs),
+                largest_size=runs[0].largest.size,
+                busbw=trimmed_mean(largest),
+                busbw_min=min(largest),
+                busbw_max=max(largest),
+                peak_busbw=trimmed_mean([r.peak_busbw for r in runs]),
+                avg_busbw=trimmed_mean([r.avg_busbw for r in runs]),
+                expected=expected_busbw(size_name, nodes, runs[0].world_size // nodes),
+                proof=runs[-1].proof,
+                correct=all(r.wrong == 0 for r in runs),
             )
         )
     return tuple(rows)

@@ -43,6 +43,7 @@ class StackOutputs:
     python_bin: str
     ssh_private_key: str | None = field(default=None, repr=False)  # when generated; secret
     ssh_port: int = 22  # optional in the file: absent means 22
+    image: str | None = None  # optional in the file: the nodes' image URN
 
 
 @dataclass(frozen=True)
@@ -114,9 +115,13 @@ def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
         port = int(port)
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
         raise OutputsError(f"{source}: 'ssh_port' is {port!r}, not a port number")
+    image = data.get("image")
+    if image is not None and not isinstance(image, str):
+        raise OutputsError(f"{source}: 'image' is {image!r}, not an image URN")
     return StackOutputs(
         version=OUTPUTS_VERSION,
         ssh_port=port,
+        image=image,
         known_hosts=tuple(known_hosts),
         node_count=_field(data, "node_count", int, source),
         gpus_per_node=_field(data, "gpus_per_node", int, source),
@@ -184,4 +189,5 @@ def inventory_from_stack(
             private_key=outputs.ssh_private_key,
         ),
         shared_dir=outputs.mount_path,
+        image=outputs.image,
     )

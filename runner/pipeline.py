@@ -15,7 +15,8 @@ from pathlib import Path
 
 from runner.errors import DtrunError, RunError, RunInterruptedError, RunTimeoutError
 from runner.execute import Executor, LineSink, discard
-from runner.plan import RESULT_FILE, build_plan, build_run_plan
+from runner.health import GateProgress, Health, run_gate
+from runner.plan import RESULT_FILE, build_plan, build_run_plan, launch_env
 from runner.record import (
     RunDir,
     create_run_dir,
@@ -26,11 +27,12 @@ from runner.record import (
     write_runs,
 )
 from runner.report import Report, build_report, warm_up_plotting
-from runner.results import TrainResult, load_train_result
+from runner.results import Result, load_result
 from runner.spec import (
     BenchSpec,
     Inventory,
     LaunchPlan,
+    Node,
     NodeResult,
     RunResult,
     RunSpec,
@@ -46,7 +48,15 @@ def _ignore_start(plan: LaunchPlan, repeat: int) -> None:
     pass
 
 
-def _ignore_done(run: RunResult, result: TrainResult | None) -> None:
+def _ignore_done(run: RunResult, result: Result | None) -> None:
+    pass
+
+
+def _ignore_node(node: Node, index: int, total: int) -> None:
+    pass
+
+
+def _ignore_health(health: Health) -> None:
     pass
 
 
@@ -57,7 +67,9 @@ class SweepEvents:
     on_begin: Callable[[RunDir], None] = _ignore_begin
     on_line: LineSink = discard
     on_start: Callable[[LaunchPlan, int], None] = _ignore_start
-    on_done: Callable[[RunResult, TrainResult | None], None] = _ignore_done
+    on_done: Callable[[RunResult, Result | None], None] = _ignore_done
+    on_gate_node: GateProgress = _ignore_node  # the health gate starts checking a node
+    on_health: Callable[[Health], None] = _ignore_health  # the gate's verdict
 
 
 @dataclass
@@ -65,6 +77,7 @@ class Sweep:
     run_dir: RunDir
     runs: list[RunResult] = field(default_factory=list)
     report: Report | None = None
+    health: Health | None = None
 
 
 def plan_sweep(inventory: Inventory, bench: BenchSpec) -> dict[int, LaunchPlan]:
@@ -96,13 +109,28 @@ def run_sweep(
     plans = plan_sweep(inventory, bench)
     run_dir = create_run_dir(output, bench.run_id)
     events.on_begin(run_dir)
-    write_manifest(run_dir, bench, inventory)
+    largest = max(plans)
+    write_manifest(run_dir, bench, inventory, launch_env(inventory, bench.redacted(), largest))
     write_plans(run_dir, plans)
     warm_up_plotting()
     sweep = Sweep(run_dir)
     status, error = "running", None
     current: tuple[int, int, float] | None = None  # the launch under way: nodes, repeat, start
     try:
+        try:
+            sweep.health = run_gate(
+                inventory,
+                bench,
+                run_dir.path,
+                executor,
+                ready=ready,
+                on_line=events.on_line,
+                on_node=events.on_gate_node,
+            )
+        except DtrunError as exc:
+            status, error = "failed", exc.message
+            raise
+        events.on_health(sweep.health)
         for nodes, plan in plans.items():
             for repeat in range(bench.repeat):
                 events.on_start(plan, repeat)
@@ -154,7 +182,7 @@ def _launch(
     executor: Executor,
     events: SweepEvents,
     ready: Ready,
-) -> tuple[RunResult, TrainResult | None, DtrunError | None]:
+) -> tuple[RunResult, Result | None, DtrunError | None]:
     """One launch of one plan; a failure comes back as a value so it can be recorded first."""
     workdir = run_dir.point(plan.nnodes, repeat)
     relative = str(workdir.relative_to(run_dir.path))
@@ -162,7 +190,7 @@ def _launch(
     try:
         ready(plan)
         nodes = executor.run(plan, workdir, timeout_s=bench.timeout_s, on_line=events.on_line)
-        result = load_train_result(workdir / RESULT_FILE)
+        result = load_result(workdir / RESULT_FILE)
     except DtrunError as exc:
         status = RunStatus.TIMEOUT if isinstance(exc, RunTimeoutError) else RunStatus.FAILED
         node_results = exc.node_results if isinstance(exc, RunError) else ()

@@ -20,8 +20,10 @@ from runner.launchers.base import HOSTFILE, hostfile
 from runner.render import render
 from runner.spec import (
     Accelerator,
+    AllreduceSpec,
     BenchSpec,
     EnvVar,
+    HealthGate,
     Inventory,
     LauncherOptions,
     LaunchFile,
@@ -34,6 +36,7 @@ from runner.spec import (
     StrategySpec,
 )
 from runner.strategies import STRATEGIES, EngineSetup, Strategy, strategy_name
+from runner.workloads.sizes import message_sizes
 
 RESULT_FILE = "result.json"  # written by rank 0 beside the launch scripts
 
@@ -66,7 +69,29 @@ def _train_args(bench: BenchSpec, inventory: Inventory, batch_per_proc: int) -> 
     peak = peak_tflops_for(inventory.size)
     if peak is not None:
         options["--peak-tflops"] = peak
+    if bench.busbw:
+        # After training, the same ranks time all-reduces up to the gradients' size.
+        options["--busbw-iters"] = bench.allreduce.iters
     return tuple(str(part) for pair in options.items() for part in pair)
+
+
+def allreduce_args(
+    spec: AllreduceSpec, inventory: Inventory, timeout_s: float, sizes: str | None = None
+) -> tuple[str, ...]:
+    options: dict[str, object] = {
+        "--sizes": sizes or spec.sizes_for(inventory.accelerator),
+        "--dtype": spec.dtype,
+        "--warmup": spec.warmup,
+        "--iters": spec.iters,
+        "--device": inventory.accelerator.value,
+        "--timeout": int(timeout_s),
+        "--out": RESULT_FILE,
+    }
+    return tuple(str(part) for pair in options.items() for part in pair)
+
+
+def _allreduce_args(bench: BenchSpec, inventory: Inventory, _: int) -> tuple[str, ...]:
+    return allreduce_args(bench.allreduce, inventory, bench.timeout_s)
 
 
 @dataclass(frozen=True)
@@ -78,11 +103,16 @@ class Workload:
     trains: bool = False  # True: it trains the GPT, and --strategy picks how (strategies.py)
 
 
+ALLREDUCE_MODULE = "runner.workloads.allreduce"
 WORKLOADS: dict[str, Workload] = {
     "train": Workload(
         {"ddp": "runner.workloads.train", "deepspeed": "runner.workloads.train_deepspeed"},
         _train_args,
         trains=True,
+    ),
+    # The same measurement under every launcher: it needs torch.distributed, not an engine.
+    "allreduce": Workload(
+        {"ddp": ALLREDUCE_MODULE, "deepspeed": ALLREDUCE_MODULE}, _allreduce_args, trains=False
     ),
 }
 
@@ -179,12 +209,59 @@ def validate_bench(bench: BenchSpec) -> None:
             "--d-model must be a multiple of --heads",
             why=f"{model.d_model} is not divisible by {model.heads}",
         )
+    validate_allreduce(bench.allreduce)
+    validate_health(bench.health)
     validate_launch(bench)
     strategy = builtin(bench).strategy
     for n in bench.node_counts:
         batch = batch_per_proc(bench, n)
         if strategy is not None:
             strategy.check(bench, n * bench.procs_per_node, batch)
+
+
+DTYPES = ("float32", "bfloat16", "float16")  # the all-reduce workload's --dtype choices
+
+
+def validate_allreduce(spec: AllreduceSpec) -> None:
+    """Reject all-reduce settings the workload would refuse, before anything starts."""
+    if spec.sizes is not None:
+        try:
+            message_sizes(spec.sizes)
+        except ValueError as exc:
+            raise PlanError(
+                f"--sizes {spec.sizes!r} is not a list of message sizes",
+                why=str(exc),
+                fix="pass MIN:MAX (doubling, as nccl-tests -b/-e), e.g. 4K:64M, or a list: 1M,16M",
+            ) from None
+    if spec.dtype not in DTYPES:
+        raise PlanError(
+            f"--ar-dtype {spec.dtype!r} is not a type the all-reduce measures",
+            fix=f"pass one of {', '.join(DTYPES)}",
+        )
+    if spec.iters < 1:
+        raise PlanError("--ar-iters must be at least 1", why=f"got {spec.iters}")
+    if spec.warmup < 0:
+        raise PlanError("--ar-warmup must be 0 or more", why=f"got {spec.warmup}")
+
+
+def validate_health(gate: HealthGate) -> None:
+    if gate.threshold_gbs is not None and gate.threshold_gbs <= 0:
+        raise PlanError(
+            "--health-threshold must be more than 0 GB/s", why=f"got {gate.threshold_gbs:g}"
+        )
+    if gate.size is not None:
+        try:
+            sizes = message_sizes(gate.size)
+        except ValueError as exc:
+            sizes, why = [], str(exc)
+        else:
+            why = f"it names {len(sizes)} sizes"
+        if len(sizes) != 1:
+            raise PlanError(
+                f"--health-size {gate.size!r} is not one message size",
+                why=why,
+                fix="pass one size, e.g. --health-size 8G (Azure's health check)",
+            )
 
 
 def validate_run(run: RunSpec) -> None:
@@ -315,6 +392,19 @@ def cluster_env(inventory: Inventory, nodes: int, procs_per_node: int) -> tuple[
     )
 
 
+def launch_env(inventory: Inventory, request: LaunchRequest, nodes: int) -> tuple[EnvVar, ...]:
+    """Every variable dtrun exports on ``nodes`` nodes, the user's --env last."""
+    selected = inventory.nodes[:nodes]
+    threads = max(1, min(node.cpus for node in selected) // request.procs_per_node)
+    dtrun_env = (
+        *base_env(threads),
+        *size_env(inventory.size),
+        *debug_env(request.nccl_debug),
+        *(cluster_env(inventory, nodes, request.procs_per_node) if request.cluster_env else ()),
+    )
+    return merge_env(dtrun_env, request.env)
+
+
 def merge_env(base: Iterable[EnvVar], user: Iterable[tuple[str, str]]) -> tuple[EnvVar, ...]:
     """dtrun's settings first, the user's --env last; a user value replaces dtrun's."""
     merged: dict[str, EnvVar] = {var.key: var for var in base}
@@ -352,7 +442,7 @@ def build_plan(inventory: Inventory, bench: BenchSpec, nodes: int) -> LaunchPlan
         program,
         workload=bench.workload,
         join_timeout_s=int(bench.timeout_s),
-        batch_per_proc=per_proc,
+        batch_per_proc=per_proc if workload.trains else None,
         extra_files=setup.files,
     )
 
@@ -386,13 +476,6 @@ def plan_launch(
         )
     launcher = lookup("launcher", request.launcher, LAUNCHERS)
     selected = inventory.nodes[:nodes]
-    threads = max(1, min(node.cpus for node in selected) // request.procs_per_node)
-    dtrun_env = (
-        *base_env(threads),
-        *size_env(inventory.size),
-        *debug_env(request.nccl_debug),
-        *(cluster_env(inventory, nodes, request.procs_per_node) if request.cluster_env else ()),
-    )
     ctx = PlanContext(
         run_id=request.run_id,
         rdzv_id=rdzv_id(request.run_id, nodes),
@@ -404,7 +487,7 @@ def plan_launch(
         join_timeout_s=join_timeout_s,
         python_bin=inventory.python_bin,
         code_dir=inventory.code_dir,
-        env=merge_env(dtrun_env, request.env),
+        env=launch_env(inventory, request, nodes),
         program=program,
         options=request.launch,
         size=inventory.size,

@@ -6,8 +6,11 @@
       n<N>/r<k>/        one launch: node scripts, node logs, result.json from rank 0
       runs.json         how every launch ended, rewritten after each one
       summary.json      derived: the scaling table (rebuilt by `dtrun report`)
+      health.json       the health gate's verdict, when it ran or why it did not
+      health/<node>/    the gate's single-node all-reduce launch on each node
       report.md         derived: the report
-      throughput.png    derived: throughput against nodes with the ideal line
+      report.html       derived: the same report, self-contained (plots inlined)
+      *.png             derived: throughput, efficiency and busbw plots
 
 The derived files are made from manifest.json, runs.json and the result files alone.
 """
@@ -19,22 +22,27 @@ import json
 import os
 import platform
 import socket
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from runner import __version__
+from runner import __version__, manifest
+from runner.catalog import SIZES
 from runner.errors import OutputDirError, ResultError
 from runner.spec import (
+    REDACTED,
     BenchSpec,
+    EnvVar,
     Inventory,
     LaunchPlan,
     NodeResult,
     RunResult,
     RunSpec,
     RunStatus,
+    is_secret_name,
 )
 
 MANIFEST_SCHEMA = "dtrun.manifest/1"
@@ -106,8 +114,8 @@ class RunDir:
         return self.path / "report.md"
 
     @property
-    def plot(self) -> Path:
-        return self.path / "throughput.png"
+    def html(self) -> Path:
+        return self.path / "report.html"
 
     def point(self, nodes: int, repeat: int) -> Path:
         return self.path / f"n{nodes}" / f"r{repeat}"
@@ -139,7 +147,20 @@ def create_run_dir(output: Path, run_id: str) -> RunDir:
     return RunDir(path)
 
 
-def write_manifest(run_dir: RunDir, bench: BenchSpec, inventory: Inventory) -> None:
+def image_of(inventory: Inventory) -> dict[str, str | None]:
+    """The nodes' image: as the cluster reported it, else the catalog's for the size."""
+    if inventory.image is not None:
+        return {"urn": inventory.image, "source": inventory.source}
+    size = SIZES.get(inventory.size or "")
+    if size is not None:
+        return {"urn": size.image.urn, "source": f"the catalog's image for {size.name}"}
+    return {"urn": None, "source": "unknown: the nodes' own OS (see each rank's os in results)"}
+
+
+def write_manifest(
+    run_dir: RunDir, bench: BenchSpec, inventory: Inventory, launch_env: tuple[EnvVar, ...] = ()
+) -> None:
+    """manifest.json: everything needed to reproduce the run, secrets redacted (README)."""
     bench_data = asdict(bench.redacted())
     bench_data["env"] = [list(pair) for pair in bench_data["env"]]
     write_json(
@@ -152,6 +173,20 @@ def write_manifest(run_dir: RunDir, bench: BenchSpec, inventory: Inventory) -> N
             "machine": machine(),
             "inventory": asdict(inventory.redacted()),
             "bench": bench_data,
+            "launcher": bench.launcher,
+            "size": inventory.size,
+            "image": image_of(inventory),
+            "versions": manifest.versions(),
+            "git": manifest.git_revision(),
+            "launch_environment": [
+                {
+                    "key": var.key,
+                    "value": REDACTED if is_secret_name(var.key) else var.value,
+                    "why": var.why,
+                }
+                for var in launch_env
+            ],
+            "environment": manifest.redact_environment(os.environ),
         },
     )
 
@@ -183,7 +218,7 @@ def write_runs(run_dir: RunDir, runs: list[RunResult], status: str, error: str |
     )
 
 
-def ok_runs(runs_data: dict[str, Any]) -> list[tuple[int, int, str]]:
+def ok_runs(runs_data: Mapping[str, Any]) -> list[tuple[int, int, str]]:
     """(nodes, repeat, directory) of every launch that finished with a result."""
     return [
         (int(run["nodes"]), int(run["repeat"]), str(run["run_dir"]))
@@ -227,8 +262,12 @@ def write_run_record(
             "launcher": plan.launcher,
             "world_size": plan.world_size,
             "spec": spec_data,
-            "inventory": asdict(inventory),
+            "inventory": asdict(inventory.redacted()),
             "machine": machine(),
             "nodes": [asdict(node) for node in nodes],
+            "image": image_of(inventory),
+            "versions": manifest.versions(),
+            "git": manifest.git_revision(),
+            "environment": manifest.redact_environment(os.environ),
         },
     )

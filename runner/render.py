@@ -45,6 +45,30 @@ def yaml_block(text: str, indent: int) -> str:
     return f"|{chomp}\n" + "\n".join(pad + line if line else "" for line in lines)
 
 
+def duration(seconds: float) -> str:
+    """A span of time in the unit that reads best: 42 s, 12.5 min, 3.2 h, 4.1 days."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def byte_size(size: int) -> str:
+    """nccl-tests' spelling where exact (4K, 64M, 1G), else the bytes with separators."""
+    for unit, scale in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if size % scale == 0:
+            return f"{size // scale}{unit}"
+    return f"{size:,} B"
+
+
+def cell(value: object) -> str:
+    """Text for one Markdown table cell: pipes escaped, lines joined."""
+    return " ".join(str(value).splitlines()).replace("|", "\\|")
+
+
 @cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -58,6 +82,9 @@ def environment() -> jinja2.Environment:
     env.filters["shquote"] = shquote
     env.filters["yaml_str"] = yaml_str
     env.filters["yaml_block"] = yaml_block
+    env.filters["duration"] = duration
+    env.filters["cell"] = cell
+    env.filters["byte_size"] = byte_size
     return env
 
 

@@ -1,12 +1,13 @@
-"""The workload's result file (schema dtrun.train/1) as a typed value.
+"""The workloads' result files (schemas dtrun.train/1, dtrun.allreduce/1) as typed values.
 
-The schema is documented in the README ("Result files"); runner/workloads/train.py writes it.
+The schemas are documented in the README ("Result files"); runner/workloads/train.py and
+runner/workloads/allreduce.py write them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,39 @@ from typing import Any
 from runner.errors import ResultError
 
 TRAIN_SCHEMA = "dtrun.train/1"
+ALLREDUCE_SCHEMA = "dtrun.allreduce/1"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One all-reduce size in one mode (out of place or in place), as nccl-tests prints it."""
+
+    time_us: float
+    algbw: float  # GB/s, 1e9 bytes
+    busbw: float  # GB/s
+    wrong: int
+
+
+@dataclass(frozen=True)
+class SizeRow:
+    size: int  # bytes of the whole array
+    count: int  # elements
+    dtype: str
+    out_of_place: Timing
+    in_place: Timing
+
+
+@dataclass(frozen=True)
+class BusbwProbe:
+    """A training launch's all-reduce probe: busbw up to the gradients' size, same ranks."""
+
+    gradient_bytes: int
+    rows: tuple[SizeRow, ...]
+
+    @property
+    def at_gradient(self) -> SizeRow:
+        """The largest size measured: the gradients' own, or the cap below it."""
+        return self.rows[-1]
 
 
 @dataclass(frozen=True)
@@ -44,6 +78,11 @@ class TrainResult:
     rank_nodes: tuple[str, ...]  # the node each rank ran on, by rank
     engine: str = "ddp"  # ddp or deepspeed (results written before engines existed: ddp)
     zero_stage: int | None = None  # DeepSpeed's ZeRO stage
+    busbw: BusbwProbe | None = None  # None: one process, or the probe was turned off
+    python_version: str | None = None
+    nccl_version: str | None = None
+    deepspeed_version: str | None = None
+    rank_os: tuple[str, ...] = ()  # each rank's node OS, by rank (empty in older results)
 
     @property
     def proof(self) -> str:
@@ -94,6 +133,11 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
             rank_nodes=tuple(str(rank["node"]) for rank in data["ranks"]),
             engine=str(data.get("engine", "ddp")),
             zero_stage=None if data.get("zero_stage") is None else int(data["zero_stage"]),
+            busbw=_probe(data.get("busbw")),
+            python_version=data.get("python_version"),
+            nccl_version=data.get("nccl_version"),
+            deepspeed_version=data.get("deepspeed_version"),
+            rank_os=tuple(str(rank.get("os", "")) for rank in data["ranks"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultError(
@@ -102,7 +146,129 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
         ) from None
 
 
+def _timing(data: Mapping[str, Any]) -> Timing:
+    return Timing(
+        time_us=float(data["time_us"]),
+        algbw=float(data["algbw"]),
+        busbw=float(data["busbw"]),
+        wrong=int(data["wrong"]),
+    )
+
+
+def _rows(data: Any) -> tuple[SizeRow, ...]:
+    rows = tuple(
+        SizeRow(
+            size=int(row["size"]),
+            count=int(row["count"]),
+            dtype=str(row["type"]),
+            out_of_place=_timing(row["out_of_place"]),
+            in_place=_timing(row["in_place"]),
+        )
+        for row in data
+    )
+    if not rows:
+        raise ValueError("'rows' is empty")
+    return rows
+
+
+def _probe(data: Mapping[str, Any] | None) -> BusbwProbe | None:
+    if data is None:
+        return None
+    return BusbwProbe(gradient_bytes=int(data["gradient_bytes"]), rows=_rows(data["rows"]))
+
+
+@dataclass(frozen=True)
+class AllreduceResult:
+    world_size: int
+    nnodes: int
+    procs_per_node: int
+    backend: str
+    device: str
+    device_name: str
+    dtype: str
+    torch_version: str
+    python_version: str | None
+    nccl_version: str | None
+    iters: int
+    rows: tuple[SizeRow, ...]
+    wrong: int
+    rank_nodes: tuple[str, ...]
+
+    @property
+    def peak_busbw(self) -> float:
+        """The highest in-place busbw of any size (the network at its best)."""
+        return max(row.in_place.busbw for row in self.rows)
+
+    @property
+    def avg_busbw(self) -> float:
+        """nccl-tests' "Avg bus bandwidth": the in-place mean over every size."""
+        return sum(row.in_place.busbw for row in self.rows) / len(self.rows)
+
+    @property
+    def largest(self) -> SizeRow:
+        return self.rows[-1]
+
+    @property
+    def proof(self) -> str:
+        if self.world_size == 1:
+            return "1 process"
+        if self.wrong:
+            return f"FAILED: {self.wrong} wrong elements"
+        return f"correct sums: {self.world_size} ranks on {len(set(self.rank_nodes))} nodes"
+
+
+def parse_allreduce_result(data: Mapping[str, Any], source: str) -> AllreduceResult:
+    try:
+        return AllreduceResult(
+            world_size=int(data["world_size"]),
+            nnodes=int(data["nnodes"]),
+            procs_per_node=int(data["procs_per_node"]),
+            backend=str(data["backend"]),
+            device=str(data["device"]),
+            device_name=str(data["device_name"]),
+            dtype=str(data["dtype"]),
+            torch_version=str(data["torch_version"]),
+            python_version=data.get("python_version"),
+            nccl_version=data.get("nccl_version"),
+            iters=int(data["iters"]),
+            rows=_rows(data["rows"]),
+            wrong=int(data["communication"]["wrong"]),
+            rank_nodes=tuple(str(rank["node"]) for rank in data["ranks"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultError(
+            f"{source} is not a complete {ALLREDUCE_SCHEMA} result",
+            why=f"missing or malformed field {exc}",
+        ) from None
+
+
+Result = TrainResult | AllreduceResult
+PARSERS: dict[str, Callable[[Mapping[str, Any], str], Result]] = {
+    TRAIN_SCHEMA: parse_train_result,
+    ALLREDUCE_SCHEMA: parse_allreduce_result,
+}
+
+
+def parse_result(data: Mapping[str, Any], source: str) -> Result:
+    """Either workload's result, by its schema."""
+    parser = PARSERS.get(str(data.get("schema")))
+    if parser is None:
+        raise ResultError(
+            f"{source} has schema {data.get('schema')!r}",
+            why=f"this dtrun reads {', '.join(map(repr, PARSERS))}",
+            fix="rerun the bench with this dtrun, or read the file with the dtrun that wrote it",
+        )
+    return parser(data, source)
+
+
 def load_train_result(path: Path) -> TrainResult:
+    result = load_result(path)
+    if not isinstance(result, TrainResult):
+        raise ResultError(f"{path} is not a training result", why="it has the all-reduce schema")
+    return result
+
+
+def load_result(path: Path) -> Result:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -113,4 +279,4 @@ def load_train_result(path: Path) -> TrainResult:
         ) from None
     except json.JSONDecodeError as exc:
         raise ResultError(f"{path} is not valid JSON", why=str(exc)) from None
-    return parse_train_result(data, str(path))
+    return parse_result(data, str(path))

@@ -11,7 +11,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 # Variable names whose values never reach a log, a report or the terminal.
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SAS", re.IGNORECASE)
+_SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SAS|CONNECTION_STRING|PRIVATE|DSN",
+    re.IGNORECASE,
+)
 REDACTED = "<redacted>"
 
 
@@ -81,6 +84,7 @@ class Inventory:
     ssh: SshAccess | None = None
     shared_dir: str | None = None  # a directory every node mounts, when there is one
     interface: str = "eth0"  # the network interface the nodes reach each other on
+    image: str | None = None  # the nodes' OS image (URN), when the cluster says
 
     @property
     def description(self) -> str:
@@ -174,6 +178,33 @@ class Program:
 
 
 @dataclass(frozen=True)
+class AllreduceSpec:
+    """The all-reduce measurement, in nccl-tests' all_reduce_perf terms (-b/-e, -d, -w, -n)."""
+
+    sizes: str | None = None  # "4K:64M" doubling or "1M,16M"; None: the accelerator's default
+    dtype: str = "float32"
+    warmup: int = 5
+    iters: int = 20
+
+    def sizes_for(self, accelerator: Accelerator) -> str:
+        """The message sizes to measure: the asked ones, or a range that finishes on this
+        accelerator in seconds (gloo over loopback moves ~1 GB/s; NCCL hundreds)."""
+        if self.sizes is not None:
+            return self.sizes
+        return "4K:1G" if accelerator is Accelerator.CUDA else "4K:16M"
+
+
+@dataclass(frozen=True)
+class HealthGate:
+    """A single-node all-reduce on every node before the sweep, against an expected busbw."""
+
+    enabled: bool = True
+    strict: bool = False  # fail the sweep below the threshold, instead of warning
+    threshold_gbs: float | None = None  # None: the catalog's pass mark for the size
+    size: str | None = None  # message size; None: the catalog's (8G, as Azure's health check)
+
+
+@dataclass(frozen=True)
 class BenchSpec:
     """Everything the user asked of one `dtrun bench` sweep."""
 
@@ -196,6 +227,10 @@ class BenchSpec:
     nccl_debug: bool = False  # NCCL_DEBUG=INFO on every node
     cluster_env: bool = False  # also export the MPI-style cluster variables (README)
     strategy: StrategySpec = field(default_factory=StrategySpec)  # the train workload's
+    allreduce: AllreduceSpec = field(default_factory=AllreduceSpec)
+    busbw: bool = True  # training launches also measure all-reduce busbw at the gradient size
+    health: HealthGate = field(default_factory=HealthGate)
+    project_tokens: int = 10**9  # the report's time-to-train projection: tokens to train on
 
     @property
     def master_port(self) -> int:

@@ -6,12 +6,45 @@ import json
 from pathlib import Path
 from typing import Any
 
+from runner.plan import launch_env
 from runner.record import RunDir, write_manifest, write_runs
-from runner.results import TRAIN_SCHEMA, TrainResult, parse_train_result
+from runner.results import ALLREDUCE_SCHEMA, TRAIN_SCHEMA, TrainResult, parse_train_result
 from runner.spec import BenchSpec, Inventory, RunResult, RunStatus
 
 
-def result_data(*, world: int, tokens_per_s: float, in_sync: bool = True) -> dict[str, Any]:
+def size_row(size: int, busbw: float, world: int, wrong: int = 0) -> dict[str, Any]:
+    """One all-reduce row as the workload writes it, consistent with nccl-tests' formulas."""
+    factor = 2 * (world - 1) / world if world > 1 else 0.0
+    algbw = busbw / factor if factor else 0.0
+    time_us = size / (algbw * 1e9) * 1e6 if algbw else 0.0
+    mode = {"time_us": time_us, "algbw": algbw, "busbw": busbw, "wrong": wrong}
+    return {"size": size, "count": size // 4, "type": "float32", "redop": "sum",
+            "out_of_place": dict(mode), "in_place": dict(mode)}  # fmt: skip
+
+
+def allreduce_data(*, world: int, busbw: dict[int, float], wrong: int = 0) -> dict[str, Any]:
+    """An all-reduce result with the given in-place busbw per message size."""
+    return {
+        "schema": ALLREDUCE_SCHEMA,
+        "workload": "allreduce",
+        "world_size": world,
+        "nnodes": world,
+        "procs_per_node": 1,
+        "backend": "gloo",
+        "device": "cpu",
+        "device_name": "x86_64",
+        "dtype": "float32",
+        "torch_version": "2.13.0+cpu",
+        "iters": 20,
+        "rows": [size_row(size, value, world) for size, value in sorted(busbw.items())],
+        "communication": {"backend": "gloo", "wrong": wrong, "allreduce_ok": wrong == 0},
+        "ranks": [{"node": f"node-{r}"} for r in range(world)],
+    }
+
+
+def result_data(
+    *, world: int, tokens_per_s: float, in_sync: bool = True, busbw: float | None = None
+) -> dict[str, Any]:
     seq, batch = 64, 8
     samples = tokens_per_s / seq
     step = batch * world / samples
@@ -41,7 +74,17 @@ def result_data(*, world: int, tokens_per_s: float, in_sync: bool = True) -> dic
             "params_in_sync": in_sync,
         },
         "ranks": [{"node": f"node-{r}"} for r in range(world)],
+        # The probe: busbw at 4 KiB (half) and at the gradients' 64 KiB.
+        "busbw": None
+        if busbw is None or world == 1
+        else {
+            "gradient_bytes": GRADIENT_BYTES,
+            "rows": [size_row(4096, busbw / 2, world), size_row(GRADIENT_BYTES, busbw, world)],
+        },
     }
+
+
+GRADIENT_BYTES = 65536
 
 
 def train_result(*, world: int, tokens_per_s: float) -> TrainResult:
@@ -54,17 +97,25 @@ def fake_run_dir(
     inventory: Inventory,
     throughput: dict[int, list[float]],
     status: str = "complete",
+    busbw: dict[int, float] | None = None,
 ) -> RunDir:
-    """A run directory as a sweep would leave it, with the given tokens/s per launch."""
+    """A run directory as a sweep would leave it, with the given tokens/s per launch (or, for
+    the allreduce workload, busbw at 1 MiB per launch) and probe busbw per node count."""
     run_dir = RunDir(path)
     path.mkdir(parents=True)
-    write_manifest(run_dir, bench, inventory)
+    largest = min(max(bench.node_counts), len(inventory.nodes))
+    write_manifest(run_dir, bench, inventory, launch_env(inventory, bench.redacted(), largest))
     runs = []
     for nodes, values in throughput.items():
         for repeat, tokens in enumerate(values):
             point = run_dir.point(nodes, repeat)
             point.mkdir(parents=True)
-            data = result_data(world=nodes * bench.procs_per_node, tokens_per_s=tokens)
+            world = nodes * bench.procs_per_node
+            if bench.workload == "allreduce":
+                data = allreduce_data(world=world, busbw={4096: tokens / 4, 1 << 20: tokens})
+            else:
+                probe = (busbw or {}).get(nodes)
+                data = result_data(world=world, tokens_per_s=tokens, busbw=probe)
             (point / "result.json").write_text(json.dumps(data))
             rel = str(point.relative_to(path))
             runs.append(RunResult(nodes, repeat, RunStatus.OK, 1.0, rel))

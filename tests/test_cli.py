@@ -94,9 +94,18 @@ def test_help_lists_every_command_with_a_line_of_help():
 
 def test_report_on_a_directory_that_is_not_a_run_says_so(tmp_path):
     result = dtrun("report", str(tmp_path))
-    assert result.exit_code == 1
-    assert "manifest.json is missing" in result.stderr
+    assert result.exit_code == 2
+    assert "is not a `dtrun bench` run directory: it holds no manifest.json" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_report_on_a_dtrun_run_directory_says_what_it_is(tmp_path):
+    (tmp_path / "run.json").write_text("{}")
+    result = dtrun("report", str(tmp_path))
+    assert result.exit_code == 2
+    assert "it is a `dtrun run` directory" in result.stderr
+    for command in ("compare",):
+        assert dtrun(command, str(tmp_path), str(tmp_path)).exit_code == 2
 
 
 def test_dry_run_prints_launch_files_beside_the_scripts(tmp_path):

@@ -25,14 +25,20 @@ pytestmark = pytest.mark.e2e
 QUICK = ("--steps", "6", "--warmup", "2", "--quiet")
 
 
-def test_two_node_sweep_writes_results_report_and_proof_of_communication(no_leftovers):
+def test_two_node_sweep_with_repeats_writes_results_report_and_proof_of_communication(
+    no_leftovers,
+):
     out = no_leftovers / "runs"
     done = run_dtrun(
-        "bench", "--nodes", "1,2", *QUICK, "--output", str(out), "--run-id", "e2e",
-        "--port", "29610", "--env", "HF_TOKEN=hunter2", cwd=no_leftovers,
+        "bench", "--nodes", "1,2", "--repeat", "3", *QUICK, "--output", str(out),
+        "--run-id", "e2e", "--port", "29610", "--env", "HF_TOKEN=hunter2", "--json",
+        cwd=no_leftovers,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     run = out / "e2e"
+    printed = json.loads(done.stdout)  # --json: stdout is the summary alone
+    assert printed["run_dir"] == str(run)
+    assert "tokens/s" in done.stderr  # ... and the people's output went to stderr
 
     result = json.loads((run / "n2" / "r0" / "result.json").read_text())
     comm = result["communication"]
@@ -48,29 +54,84 @@ def test_two_node_sweep_writes_results_report_and_proof_of_communication(no_left
     }
     assert result["tokens_per_s"] > 0
     assert result["step_time_s"]["p90"] >= result["step_time_s"]["p50"] > 0
+    # the probe: the same ranks timed all-reduces up to the gradients' size after training
+    probe = result["busbw"]
+    assert probe["gradient_bytes"] == 4 * result["model"]["params"]
+    assert probe["rows"][-1]["size"] == probe["gradient_bytes"]
+    assert all(row["in_place"]["wrong"] == 0 for row in probe["rows"])
+    assert json.loads((run / "n1" / "r0" / "result.json").read_text())["busbw"] is None
 
+    # the report against the results: trimmed means of three launches, spread, formulas
     summary = json.loads((run / "summary.json").read_text())
+    assert summary == {k: v for k, v in printed.items() if not k.startswith("report") and
+                       k != "run_dir"}  # fmt: skip
     assert summary["status"] == "complete"
     assert [row["nodes"] for row in summary["rows"]] == [1, 2]
-    two = summary["rows"][1]
-    assert two["tokens_per_s"] == pytest.approx(result["tokens_per_s"])
-    assert two["efficiency"] == pytest.approx(
-        result["tokens_per_s"] / (2 * summary["rows"][0]["tokens_per_s"])
-    )
-
     report = (run / "report.md").read_text()
-    assert "| 2 | 2 |" in report
+    expected = {}
+    for nodes in (1, 2):
+        launches = [
+            json.loads((run / f"n{nodes}" / f"r{k}" / "result.json").read_text()) for k in range(3)
+        ]
+        values = sorted(launch["tokens_per_s"] for launch in launches)
+        row = summary["rows"][nodes - 1]
+        assert row["repeats"] == 3
+        assert row["tokens_per_s"] == pytest.approx(values[1])  # fastest and slowest dropped
+        assert (row["tokens_per_s_min"], row["tokens_per_s_max"]) == (values[0], values[2])
+        expected[nodes] = values[1]
+        assert (
+            f"| {nodes} | {nodes} | {values[1]:,.0f} | {values[0]:,.0f} to {values[2]:,.0f} |"
+            in report
+        )
+        if nodes == 2:
+            busbws = sorted(launch["busbw"]["rows"][-1]["in_place"]["busbw"] for launch in launches)
+            assert row["busbw"] == pytest.approx(busbws[1])
+            assert f"| 2 | 2 | {row['efficiency'] * 100:.0f}% | {busbws[1]:.2f} GB/s |" in report
+    two = summary["rows"][1]
+    assert two["efficiency"] == pytest.approx(expected[2] / (2 * expected[1]))
     assert "in sync: 2 ranks on 2 nodes" in report
-    assert (run / "throughput.png").read_bytes()[:4] == b"\x89PNG"
+    assert "## Time to train" in report and "## Where scaling is lost" in report
+    for plot in ("throughput.png", "efficiency.png", "busbw.png"):
+        assert (run / plot).read_bytes()[:4] == b"\x89PNG", plot
+    assert (run / "report.html").read_text().count("data:image/png;base64,") == 3
     for name in ("plan/n1/node-0.sh", "plan/n2/node-1.sh", "n2/r0/node-0.log", "n2/r0/node-1.log"):
         assert (run / name).is_file(), name
     assert "step 6/6" in (run / "n2" / "r0" / "node-0.log").read_text()
-    for name in ("manifest.json", "summary.json", "report.md", "runs.json"):
+    for name in ("manifest.json", "summary.json", "report.md", "report.html", "runs.json"):
         assert "hunter2" not in (run / name).read_text()
 
+    derived = ("summary.json", "report.md", "report.html", "throughput.png", "efficiency.png",
+               "busbw.png")  # fmt: skip
+    before = {name: (run / name).read_bytes() for name in derived}
     rebuilt = run_dtrun("report", str(run), cwd=no_leftovers)
     assert rebuilt.returncode == 0, rebuilt.stderr
-    assert (run / "report.md").read_text() == report
+    assert {name: (run / name).read_bytes() for name in derived} == before
+
+
+def test_an_allreduce_sweep_measures_busbw_per_size_and_node_count(no_leftovers):
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "bench", "--workload", "allreduce", "--nodes", "1,2", "-p", "1", "--sizes", "4K:256K",
+        "--ar-iters", "5", "--quiet", "--output", str(out), "--run-id", "ar", "--port", "29640",
+        "--json", cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["workload"] == "allreduce"
+    one, two = summary["busbw_rows"]
+    assert (one["world_size"], one["busbw"]) == (1, 0.0)  # one rank moves nothing: factor 0
+    assert two["world_size"] == 2 and two["busbw"] > 0 and two["correct"]
+    result = json.loads((out / "ar" / "n2" / "r0" / "result.json").read_text())
+    assert result["schema"] == "dtrun.allreduce/1"
+    assert [row["size"] for row in result["rows"]] == [4096 * 2**k for k in range(7)]
+    for row in result["rows"]:
+        for mode in ("out_of_place", "in_place"):
+            timing = row[mode]
+            assert timing["wrong"] == 0
+            # nccl-tests: algbw = S / t, busbw = algbw * 2(n-1)/n (= algbw at n = 2)
+            assert timing["algbw"] == pytest.approx(row["size"] / 1e9 / (timing["time_us"] / 1e6))
+            assert timing["busbw"] == pytest.approx(timing["algbw"])
+    assert "| 2 | 2 | 256K |" in (out / "ar" / "report.md").read_text()
 
 
 class CrashingNode(LocalExecutor):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runner.metrics import scaling_rows, trimmed_mean
+from runner.results import TrainResult, parse_train_result
 from tests.factories import train_result
 
 
@@ -60,3 +61,127 @@ def test_repeats_are_trimmed_and_their_spread_kept():
 
 def test_node_counts_without_results_have_no_row():
     assert scaling_rows({1: [], 2: []}) == ()
+
+
+# All-reduce bandwidth, as nccl-tests computes it (FACTS s7): hand-computed figures.
+
+
+@pytest.mark.parametrize(
+    ("world", "algbw", "busbw"),
+    [
+        (2, 10.0, 10.0),  # factor 2(2-1)/2 = 1
+        (4, 10.0, 15.0),  # factor 2(4-1)/4 = 1.5
+        (8, 10.0, 17.5),  # factor 2(8-1)/8 = 1.75
+        (16, 10.0, 18.75),  # factor 2(16-1)/16 = 1.875
+    ],
+)
+def test_algbw_and_busbw_are_nccl_tests_figures(world, algbw, busbw):
+    from runner.workloads.allreduce import bandwidths, bus_factor
+
+    # 1 GB (1e9 bytes, not GiB) in 0.1 s is 10 GB/s of algorithm bandwidth
+    assert bandwidths(1_000_000_000, 0.1, world) == pytest.approx((algbw, busbw))
+    assert bus_factor(world) * algbw == pytest.approx(busbw)
+
+
+def test_a_gib_in_five_milliseconds_on_eight_ranks():
+    """Sizes are powers of 1024 (-b 1G), bandwidths powers of 1000: 1073741824 B / 5 ms =
+    214.748 GB/s algbw; x 1.75 = 375.810 GB/s busbw."""
+    from runner.workloads.allreduce import bandwidths
+
+    algbw, busbw = bandwidths(1024**3, 0.005, 8)
+    assert (round(algbw, 3), round(busbw, 3)) == (214.748, 375.810)
+
+
+def test_allreduce_seconds_turns_the_formula_around():
+    from runner.metrics import allreduce_seconds
+
+    # 64 MB over 4 ranks at 15 GB/s busbw: algbw 10 GB/s, so 6.4 ms
+    assert allreduce_seconds(64_000_000, 15.0, 4) == pytest.approx(0.0064)
+
+
+def test_time_to_train_divides_the_first_count_s_time_evenly():
+    from runner.metrics import projection
+
+    rows = scaling_rows(
+        {
+            1: [train_result(world=1, tokens_per_s=1000)],
+            2: [train_result(world=2, tokens_per_s=1600)],
+            4: [train_result(world=4, tokens_per_s=4000)],
+        }
+    )
+    got = [(p.nodes, p.measured_s, p.ideal_s, p.lost_s) for p in projection(rows, 1_000_000)]
+    assert got == [
+        (1, 1000.0, 1000.0, 0.0),
+        (2, 625.0, 500.0, 125.0),
+        (4, 250.0, 250.0, 0.0),
+    ]
+
+
+def _probed(world: int, tokens_per_s: float, busbw: float) -> TrainResult:
+    from tests.factories import result_data
+
+    data = result_data(world=world, tokens_per_s=tokens_per_s, busbw=busbw)
+    return parse_train_result(data, "test")
+
+
+def test_where_scaling_is_lost_names_the_network_when_busbw_is_short():
+    from runner.metrics import where_scaling_is_lost
+
+    rows = scaling_rows(
+        {
+            1: [_probed(8, 8000, 470.0)],
+            2: [_probed(16, 9600, 120.0)],  # 60% efficiency, busbw far below 370
+            4: [_probed(32, 30000, 400.0)],  # 94%: scales well
+        }
+    )
+    # 8 processes per node: the H100 size's expectations apply
+    losses = where_scaling_is_lost(rows, "Standard_ND96isr_H100_v5")
+    assert losses[0].expected is not None and losses[0].expected.low == 479.0
+    second = losses[1].expected
+    assert second is not None and (second.low, second.high) == (370.0, 450.0)
+    assert "the baseline" in losses[0].verdict
+    assert "the network is short, 120.0 GB/s busbw is 32% of the expected 370-450" in (
+        losses[1].verdict
+    )
+    assert losses[2].verdict == "scales well (94%)"
+
+
+def test_where_scaling_is_lost_without_a_probe_says_so():
+    from runner.metrics import where_scaling_is_lost
+
+    rows = scaling_rows(
+        {
+            1: [train_result(world=1, tokens_per_s=1000)],
+            2: [train_result(world=2, tokens_per_s=1000)],
+        }
+    )
+    losses = where_scaling_is_lost(rows, None)
+    assert losses[1].busbw is None and losses[1].comm_share is None
+    assert "no all-reduce probe" in losses[1].verdict
+
+
+def test_expected_busbw_needs_every_gpu_of_the_size():
+    from runner.catalog import expected_busbw
+
+    one_node = expected_busbw("Standard_ND96asr_v4", 1, 8)
+    four_nodes = expected_busbw("Standard_ND96asr_v4", 4, 8)
+    assert one_node is not None and one_node.describe().startswith("231 GB/s")
+    assert four_nodes is not None and four_nodes.describe().startswith("185-190 GB/s")
+    assert expected_busbw("Standard_ND96asr_v4", 1, 4) is None  # half the GPUs, half the NICs
+    assert expected_busbw(None, 2, 1) is None
+    assert expected_busbw("Standard_ND96isr_MI300X_v5", 2, 8) is None  # no figure in FACTS
+
+
+def test_busbw_rows_trim_repeats_and_keep_the_spread():
+    from runner.metrics import busbw_rows
+    from runner.results import parse_allreduce_result
+    from tests.factories import allreduce_data
+
+    runs = [
+        parse_allreduce_result(allreduce_data(world=2, busbw={4096: 0.1, 1 << 20: v}), "t")
+        for v in (1.0, 4.0, 1.5)
+    ]
+    (row,) = busbw_rows({2: runs}, None)
+    assert (row.busbw, row.busbw_min, row.busbw_max) == (1.5, 1.0, 4.0)
+    assert row.largest_size == 1 << 20 and row.correct and row.expected is None
+    assert row.avg_busbw == pytest.approx((0.1 + 1.5) / 2)

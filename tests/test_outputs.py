@@ -40,7 +40,8 @@ def test_every_recorded_version_1_file_parses(path):
 
 
 def test_the_program_exports_exactly_the_recorded_contract():
-    """Guards the contract: a key added or dropped in infra/ must be a new version."""
+    """Guards the contract: a key dropped or changed in infra/ must be a new version; one added
+    must be optional for readers (like ssh_port and image) and recorded here."""
     from tests.infra.harness import run
 
     exported = run(
@@ -49,6 +50,17 @@ def test_the_program_exports_exactly_the_recorded_contract():
     for path in RECORDED:
         assert set(json.loads(path.read_text())) == set(exported), path.name
     assert parse_outputs(exported, "program").python_bin == "/shared/.dtrun/venv/bin"
+
+
+def test_outputs_without_the_optional_keys_still_parse():
+    data = load("v1-h100-azurefiles-generated-key.json")
+    del data["image"], data["ssh_port"]
+    outputs = parse_outputs(data, "older")
+    assert outputs.image is None and outputs.ssh_port == 22
+    assert inventory_from_stack("dev", outputs, registry()).image is None
+    data["image"] = 7
+    with pytest.raises(OutputsError, match="'image' is 7, not an image URN"):
+        parse_outputs(data, "bad")
 
 
 def test_an_inventory_holds_the_registered_nodes_in_address_order():

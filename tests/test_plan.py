@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
 
 from runner.errors import PlanError
 from runner.plan import build_plan, validate_bench
-from runner.spec import Accelerator, BenchSpec, Inventory, ModelSpec, ScalingMode
+from runner.spec import (
+    Accelerator,
+    AllreduceSpec,
+    BenchSpec,
+    HealthGate,
+    Inventory,
+    ModelSpec,
+    ScalingMode,
+)
 
 
 def test_plan_has_one_launch_per_node_with_ranks_in_inventory_order(fixed_inventory, spec):
@@ -81,7 +90,7 @@ def test_unknown_launcher_suggests_the_closest_name(fixed_inventory, spec):
 def test_unknown_workload_lists_the_known_ones(fixed_inventory, spec):
     with pytest.raises(PlanError, match="unknown workload 'resnet'") as caught:
         build_plan(fixed_inventory, replace(spec, workload="resnet"), 1)
-    assert "known workloads: train" in caught.value.message
+    assert "known workloads: allreduce, train" in caught.value.message
 
 
 @pytest.mark.parametrize(
@@ -96,6 +105,14 @@ def test_unknown_workload_lists_the_known_ones(fixed_inventory, spec):
         ({"env": (("1BAD", "x"),)}, "--env '1BAD' is not a valid variable name"),
         ({"env": (("A;rm -rf /", "x"),)}, "is not a valid variable name"),
         ({"rdzv_port": 70000}, "--port must be between 1 and 65534"),
+        ({"allreduce": AllreduceSpec(sizes="4X:1M")}, "--sizes '4X:1M' is not a list of"),
+        ({"allreduce": AllreduceSpec(sizes="1M:4K")}, "the first size must be positive and not"),
+        ({"allreduce": AllreduceSpec(dtype="int8")}, "--ar-dtype 'int8' is not a type"),
+        ({"allreduce": AllreduceSpec(iters=0)}, "--ar-iters must be at least 1"),
+        ({"allreduce": AllreduceSpec(warmup=-1)}, "--ar-warmup must be 0 or more"),
+        ({"health": HealthGate(threshold_gbs=0)}, "--health-threshold must be more than 0"),
+        ({"health": HealthGate(size="1M:4M")}, "--health-size '1M:4M' is not one message size"),
+        ({"health": HealthGate(size="lots")}, "--health-size 'lots' is not one message size"),
     ],
 )
 def test_bad_bench_specs_are_refused_with_the_flag_named(spec, change, message):
@@ -141,3 +158,32 @@ def test_cpu_inventories_have_no_peak_and_stay_in_float32(fixed_inventory, spec)
     script = build_plan(fixed_inventory, spec, 1).launches[0].script
     assert "--peak-tflops" not in script
     assert "--dtype" not in script
+
+
+def test_the_allreduce_workload_runs_the_same_module_under_every_pytorch_launcher(
+    fixed_inventory, spec
+):
+    bench = replace(spec, workload="allreduce", allreduce=AllreduceSpec(sizes="1M,16M", iters=7))
+    for launcher in ("torchrun", "deepspeed", "mpirun"):
+        plan = build_plan(fixed_inventory, replace(bench, launcher=launcher), 2)
+        scripts = "".join(launch.script for launch in plan.launches)
+        scripts += "".join(file.content for file in plan.files)  # mpirun's launch-env.sh
+        assert re.search(r"(-m|--module) runner\.workloads\.allreduce", scripts)
+        assert "--sizes 1M,16M --dtype float32 --warmup 5 --iters 7 --device cpu" in scripts
+        assert "--deepspeed-config" not in scripts  # no engine: no DeepSpeed config
+        assert all(f.name != "ds_config.json" for f in plan.files)
+        assert plan.batch_per_proc is None
+
+
+def test_allreduce_sizes_default_to_the_accelerator_s_range(fixed_inventory, spec):
+    assert AllreduceSpec().sizes_for(Accelerator.CPU) == "4K:16M"
+    assert AllreduceSpec().sizes_for(Accelerator.CUDA) == "4K:1G"
+    plan = build_plan(fixed_inventory, replace(spec, workload="allreduce"), 1)
+    assert "--sizes 4K:16M" in plan.launches[0].script
+
+
+def test_training_launches_probe_busbw_unless_told_not_to(fixed_inventory, spec):
+    on = build_plan(fixed_inventory, spec, 2).launches[0].script
+    off = build_plan(fixed_inventory, replace(spec, busbw=False), 2).launches[0].script
+    assert "--busbw-iters 20" in on
+    assert "--busbw-iters" not in off

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from runner.record import RunDir
 from runner.report import build_report
@@ -22,7 +23,9 @@ def test_report_states_efficiency_and_formula_per_node_count(tmp_path, fixed_inv
     assert "weak scaling (fixed batch per process): E(N) = T(N0) / T(N)" in text
     assert "embedded local cluster" in text
     assert "![tokens/s against nodes" in text
-    assert run_dir.plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert "![scaling efficiency against nodes" in text
+    for plot in ("throughput.png", "efficiency.png"):
+        assert (run_dir.path / plot).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_strong_mode_states_the_strong_formula(tmp_path, fixed_inventory):
@@ -40,9 +43,10 @@ def test_rebuilding_a_report_gives_the_same_files(tmp_path, fixed_inventory):
         tmp_path / "r3", bench, fixed_inventory, {1: [900, 1000, 1100], 2: [1700, 1800, 1900]}
     )
     build_report(run_dir)
-    first = (run_dir.report.read_text(), run_dir.summary.read_text())
+    names = ("report.md", "report.html", "summary.json", "throughput.png", "efficiency.png")
+    first = {name: (run_dir.path / name).read_bytes() for name in names}
     build_report(RunDir(run_dir.path))
-    assert (run_dir.report.read_text(), run_dir.summary.read_text()) == first
+    assert {name: (run_dir.path / name).read_bytes() for name in names} == first
 
 
 def test_summary_carries_rows_status_and_formula(tmp_path, fixed_inventory):
@@ -52,7 +56,7 @@ def test_summary_carries_rows_status_and_formula(tmp_path, fixed_inventory):
     )
     build_report(run_dir)
     summary = json.loads(run_dir.summary.read_text())
-    assert summary["schema"] == "dtrun.summary/1"
+    assert summary["schema"] == "dtrun.summary/2"
     assert summary["status"] == "failed"
     assert [row["efficiency"] for row in summary["rows"]] == [1.0, 0.75]
     assert "Status: **failed**" in run_dir.report.read_text()
@@ -63,14 +67,14 @@ def test_a_run_with_no_finished_launch_still_gets_a_report(tmp_path, fixed_inven
     run_dir = fake_run_dir(tmp_path / "r5", bench, fixed_inventory, {}, "failed")
     build_report(run_dir)
     assert "No launch finished" in run_dir.report.read_text()
-    assert not run_dir.plot.exists()
+    assert not list(run_dir.path.glob("*.png"))
 
 
 def test_secret_looking_env_values_never_reach_the_run_record(tmp_path, fixed_inventory):
     bench = BenchSpec(run_id="r6", env=(("WANDB_API_KEY", "hunter2"), ("NCCL_DEBUG", "INFO")))
     run_dir = fake_run_dir(tmp_path / "r6", bench, fixed_inventory, {1: [1000]})
     build_report(run_dir)
-    for name in ("manifest.json", "summary.json", "report.md", "runs.json"):
+    for name in ("manifest.json", "summary.json", "report.md", "report.html", "runs.json"):
         assert "hunter2" not in (run_dir.path / name).read_text(), name
     assert "INFO" in run_dir.manifest.read_text()
 
@@ -87,3 +91,113 @@ def test_embedded_points_with_more_processes_than_cores_are_flagged(tmp_path, fi
     assert "Note: at 4 node(s) the embedded cluster runs more processes than" in (
         run_dir.report.read_text()
     )
+
+
+def test_the_html_report_is_self_contained_and_escapes_what_it_shows(tmp_path, fixed_inventory):
+    bench = BenchSpec(run_id="r8", env=(("NOTE", "<script>alert(1)</script>"),))
+    run_dir = fake_run_dir(tmp_path / "r8", bench, fixed_inventory, {1: [1000], 2: [1800]})
+    build_report(run_dir)
+    html = run_dir.html.read_text()
+    assert html.startswith("<!DOCTYPE html>")
+    assert "<h2>Scaling</h2>" in html
+    # every image inline, nothing fetched from elsewhere
+    images = re.findall(r'<img src="([^"]*)"', html)
+    assert len(images) == 2 and all(src.startswith("data:image/png;base64,") for src in images)
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert not re.search(r'(src|href)="(?!data:)', html)
+
+
+def test_time_to_train_projects_the_token_budget(tmp_path, fixed_inventory):
+    bench = BenchSpec(run_id="r9", node_counts=(1, 2), project_tokens=36_000_000)
+    run_dir = fake_run_dir(tmp_path / "r9", bench, fixed_inventory, {1: [1000], 2: [1600]})
+    build_report(run_dir)
+    text = run_dir.report.read_text()
+    # 36e6 tokens at 1000 tokens/s: 10 h; at 1600: 6.25 h against the ideal 5 h
+    assert "| 1 | 10.0 h | 10.0 h | none |" in text
+    assert "| 2 | 6.2 h | 5.0 h | 75.0 min |" in text
+    summary = json.loads(run_dir.summary.read_text())
+    assert [round(row["measured_s"]) for row in summary["time_to_train"]] == [36000, 22500]
+
+
+def test_where_scaling_is_lost_pairs_efficiency_with_busbw(tmp_path, fixed_inventory):
+    bench = BenchSpec(run_id="r10", node_counts=(1, 2, 4))
+    run_dir = fake_run_dir(
+        tmp_path / "r10",
+        bench,
+        fixed_inventory,
+        {1: [1000], 2: [1900], 4: [2000]},
+        busbw={2: 0.5, 4: 0.0002},
+    )
+    build_report(run_dir)
+    text = run_dir.report.read_text()
+    section = text.split("## Where scaling is lost")[1].split("## Launches")[0]
+    assert "| 2 | 2 | 95% | 0.50 GB/s | - |" in section
+    assert "scales well (95%)" in section
+    # 64 KiB at 0.0002 GB/s busbw over 4 ranks: 65536 * 1.5 / 2e5 = 491.52 ms of the
+    # 1024 ms step (8 sequences x 4 ranks at 2000/64 sequences/s)
+    assert "| 4 | 4 | 50% | 0.00 GB/s | - | 491.52 ms | 48% |" in section
+    assert "communication-bound" in section
+    assert "![all-reduce bus bandwidth against message size" in text
+    assert (run_dir.path / "busbw.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_an_allreduce_sweep_reports_busbw_by_node_count_and_size(tmp_path, fixed_inventory):
+    bench = BenchSpec(run_id="r11", workload="allreduce", node_counts=(1, 2), repeat=3)
+    run_dir = fake_run_dir(
+        tmp_path / "r11", bench, fixed_inventory, {1: [0.0, 0.0, 0.0], 2: [1.0, 4.0, 1.6]}
+    )
+    report = build_report(run_dir)
+    text = run_dir.report.read_text()
+    assert text.startswith("# dtrun all-reduce report: r11")
+    # trimmed mean of 1.0, 1.6 and 4.0 drops both ends: 1.6
+    assert "| 2 | 2 | 1M | 1.60 GB/s | 1.00 to 4.00 |" in text
+    assert "busbw = algbw x 2(n-1)/n" in text
+    assert "### 2 node(s), by size (first launch)" in text
+    assert [row.busbw for row in report.busbw_rows] == [0.0, 1.6]
+    assert not (run_dir.path / "throughput.png").exists()
+    assert (run_dir.path / "busbw.png").is_file()
+    summary = json.loads(run_dir.summary.read_text())
+    assert summary["workload"] == "allreduce" and summary["rows"] == []
+    assert summary["busbw_rows"][1]["busbw"] == 1.6
+
+
+def test_the_health_gate_verdict_is_in_the_report(tmp_path, fixed_inventory):
+    from runner.health import Health, NodeHealth, write_health
+
+    bench = BenchSpec(run_id="r12")
+    run_dir = fake_run_dir(tmp_path / "r12", bench, fixed_inventory, {1: [1000]})
+    write_health(
+        run_dir.path,
+        Health("warned", threshold_gbs=460.0, threshold_source="catalog", size="16G",
+               procs_per_node=8,
+               nodes=(NodeHealth("node-0", "10.0.0.4", 471.2, True),
+                      NodeHealth("node-1", "10.0.0.5", 301.0, False))),
+    )  # fmt: skip
+    build_report(run_dir)
+    text = run_dir.report.read_text()
+    assert "the pass mark is 460 GB/s busbw (catalog). Verdict: **warned**" in text
+    assert "| node-1 | 10.0.0.5 | 301.00 GB/s | BELOW |" in text
+    assert json.loads(run_dir.summary.read_text())["health"]["status"] == "warned"
+
+
+def test_the_manifest_records_versions_revision_and_a_redacted_environment(
+    tmp_path, fixed_inventory, monkeypatch
+):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2")
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:hunter3@proxy:3128")
+    bench = BenchSpec(run_id="r13")
+    run_dir = fake_run_dir(tmp_path / "r13", bench, fixed_inventory, {1: [1000]})
+    manifest = json.loads(run_dir.manifest.read_text())
+    assert manifest["versions"]["dtrun"] == "0.1.0"
+    assert manifest["versions"]["torch"].startswith("2.13.0")
+    assert manifest["environment"]["AWS_SECRET_ACCESS_KEY"] == "<redacted>"
+    assert manifest["environment"]["HTTPS_PROXY"] == "http://<redacted>@proxy:3128"
+    assert manifest["launcher"] == "torchrun"
+    assert manifest["image"]["urn"] is None
+    git = manifest["git"]
+    assert git is None or len(git["revision"]) == 40
+    build_report(run_dir)
+    for name in ("manifest.json", "report.md", "report.html"):
+        text = (run_dir.path / name).read_text()
+        assert "hunter2" not in text and "hunter3" not in text, name
+    assert "## Reproducing this run" in run_dir.report.read_text()

@@ -22,18 +22,21 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from runner.workloads.allreduce import probe as probe_allreduce
 from runner.workloads.ddp import DdpEngine
-from runner.workloads.engine import Engine, EngineFactory
+from runner.workloads.engine import EngineFactory
 from runner.workloads.fsdp import FsdpEngine
+from runner.workloads.gpt import param_counts
 from runner.workloads.pipeline_parallel import SCHEDULES, PipelineEngine
 from runner.workloads.result import (
     Measured,
     build_result,
+    exit_now,
     peak_memory_bytes,
     rank_info,
     write_result,
@@ -76,6 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peak-tflops", type=float, default=None, help="per-device peak, for MFU")
     parser.add_argument("--timeout", type=int, default=600, help="collective timeout, seconds")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument(
+        "--busbw-iters", type=int, default=0, help="after training, time all-reduces (0: skip)"
+    )
     parser.add_argument("--out", default="result.json")
     # DeepSpeed's launcher appends --local_rank=N to the program's arguments; LOCAL_RANK from the
     # environment contract is what counts.
@@ -153,6 +159,12 @@ def train(
     dist.all_gather_object(ranks, rank_info())
     peaks: list[int | None] = [None] * world
     dist.all_gather_object(peaks, peak_memory_bytes(device))
+    busbw = None
+    if args.busbw_iters > 0 and world > 1:
+        # Float32 gradients (also under bf16 autocast): 4 bytes per parameter of the whole model,
+        # what DDP all-reduces every step (FSDP reduce-scatters as much; a pipeline, its share).
+        gradient_bytes = 4 * param_counts(args.vocab, args.seq_len, args.layers, args.d_model)[0]
+        busbw = probe_allreduce(gradient_bytes, min(5, args.busbw_iters), args.busbw_iters, device)
     measured = Measured(
         started=started,
         backend=backend,
@@ -162,6 +174,7 @@ def train(
         peak_memory=[int(p or 0) for p in peaks],
         ranks=[r or {} for r in ranks],
         allreduce_ok=allreduce_ok,
+        busbw=busbw,
     )
     ok = proof.ok and allreduce_ok
     if rank == 0:
@@ -178,9 +191,12 @@ def train(
         print(f"dtrun: {result['tokens_per_s']:,.0f} tokens/s; {said}; wrote {out}", flush=True)
     dist.destroy_process_group()
     if not ok:
-        for check in proof.checks:
-            if not check.ok:
-                print(f"dtrun: rank {rank}: {check.name}: {check.detail}", file=sys.stderr)
+        for failed_check in proof.checks:
+            if not failed_check.ok:
+                print(
+                    f"dtrun: rank {rank}: {failed_check.name}: {failed_check.detail}",
+                    file=sys.stderr,
+                )
         print(
             f"dtrun: rank {rank}: ranks did not communicate correctly "
             f"(all-reduce ok: {allreduce_ok})",
@@ -189,19 +205,6 @@ def train(
         )
         return 3
     return 0
-
-
-def exit_now(code: int) -> NoReturn:
-    """Leave without interpreter finalisation.
-
-    With gloo, tearing down torch's C++ state at exit sometimes aborts ("terminate called without
-    an active exception", SIGABRT) after the work is done and the result written: about 1 launch
-    in 15 on a 2-core machine with torch 2.13. The process group is destroyed and every file
-    closed by now; only the standard streams need flushing.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
