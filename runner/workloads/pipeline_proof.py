@@ -59,6 +59,7 @@ def pipeline_proof(layout: Layout, records: list[dict[str, Any]]) -> Proof:
     if layout.stages > 1:
         checks += _transfers(layout, by_stage)
         checks.append(_tied(layout, by_stage))
+    checks.append(_loss(layout, by_stage))
     in_sync = [check for check in checks if check.name == "tied embedding"]
     initial_differed: bool | None = None
     initial_off: float | None = None
@@ -113,6 +114,25 @@ def _transfers(layout: Layout, by_stage: dict[tuple[int, int], dict[str, Any]]) 
             else f"gradients differ or are missing at {', '.join(bad_backward)}",
         ),
     ]
+
+
+def _loss(layout: Layout, by_stage: dict[tuple[int, int], dict[str, Any]]) -> Check:
+    """The loss is computed on the last stage only, once per micro-batch: what it was computed
+    from came through every stage before it."""
+    last = layout.stages - 1
+    wrong = [
+        f"stage {stage} of pipeline {replica} computed {record['losses']}"
+        for (replica, stage), record in sorted(by_stage.items())
+        if record["losses"] != (layout.micro_batches if stage == last else 0)
+    ]
+    return Check(
+        "loss",
+        not wrong,
+        f"only the last stage of each of the {layout.replicas} pipeline(s) computed the loss, "
+        f"{layout.micro_batches} micro-batches"
+        if not wrong
+        else f"losses in the wrong place: {', '.join(wrong)}",
+    )
 
 
 def _same(sent: list[float], received: list[float], expected: int) -> bool:
