@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -202,10 +203,33 @@ def bench(
             if dry_run:
                 print_plans(cluster.inventory, spec)
                 return
+            if choice.hosts is None and choice.stack_name is None:
+                _require_packages(spec)  # the embedded nodes run this very interpreter
             sweep = _run(cluster, spec, output, quiet, json_out)
         print_summary(sweep)
         if json_out:
             print_json(sweep_json(sweep.run_dir))
+
+
+def _require_packages(spec: BenchSpec) -> None:
+    import importlib.util
+
+    from runner.plan import builtin, node_packages
+
+    strategy = builtin(spec).strategy
+    for package in node_packages(spec):
+        if importlib.util.find_spec(package) is None:
+            needs = (
+                f"--strategy {strategy.name}"
+                if strategy is not None and strategy.engine == "deepspeed"
+                else f"--launcher {spec.launcher}"
+            )
+            raise UsageError(
+                f"{needs} needs {package}, and this Python has none",
+                why=f"the embedded cluster's nodes run {sys.executable}",
+                fix=f"install it ({sys.executable} -m pip install {package}, or ./dev setup), "
+                "or pass another --strategy",
+            )
 
 
 def _choice(

@@ -150,7 +150,8 @@ def lookup(kind: str, name: str, registry: Mapping[str, T]) -> T:
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise PlanError(
         f"unknown {kind} {name!r}",
-        why=f"{hint}known {kind}s: {', '.join(sorted(registry))}",
+        why=f"{hint}known {kind[:-1] + 'ies' if kind.endswith('y') else kind + 's'}: "
+        f"{', '.join(sorted(registry))}",
         fix=f"pass --{kind} with one of those names",
     )
 
@@ -317,6 +318,15 @@ def builtin(bench: BenchSpec) -> Builtin:
             fix="pass another --launcher, e.g. torchrun",
         )
     return Builtin(module, strategy)
+
+
+def node_packages(bench: BenchSpec) -> tuple[str, ...]:
+    """Python packages beyond torch that every node needs for this bench: DeepSpeed for the
+    deepspeed launcher and for the ZeRO strategies under any launcher."""
+    launcher = lookup("launcher", bench.launcher, LAUNCHERS)
+    strategy = builtin(bench).strategy
+    engines = {launcher.engine, strategy.engine if strategy is not None else None}
+    return ("deepspeed",) if "deepspeed" in engines else ()
 
 
 def replicas(bench: BenchSpec, nodes: int) -> int:
