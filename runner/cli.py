@@ -33,7 +33,15 @@ from runner.cli_display import (
     sweep_json,
 )
 from runner.errors import DtrunError, UsageError
-from runner.spec import AllreduceSpec, BenchSpec, HealthGate, RunSpec, ScalingMode, StrategySpec
+from runner.spec import (
+    AllreduceSpec,
+    BenchSpec,
+    HealthGate,
+    RunSpec,
+    ScalingMode,
+    StrategySpec,
+    TrainDtype,
+)
 
 if TYPE_CHECKING:
     from runner.clusters import Cluster, ClusterChoice
@@ -106,6 +114,7 @@ def bench(
     micro_batches: opts.MicroBatches = None,
     pp_size: opts.PpSize = None,
     stages_per_rank: opts.StagesPerRank = None,
+    dtype: opts.Dtype = TrainDtype.AUTO,
     env: opts.Env = None,
     timeout: Annotated[float, typer.Option(help="Seconds before one launch is stopped.")] = (
         BenchSpec.timeout_s
@@ -187,6 +196,7 @@ def bench(
             nccl_debug=nccl_debug,
             cluster_env=cluster_env,
             strategy=StrategySpec(strategy, schedule, micro_batches, pp_size, stages_per_rank),
+            dtype=dtype,
             allreduce=AllreduceSpec(sizes, ar_dtype, ar_warmup, ar_iters),
             busbw=busbw,
             health=HealthGate(health_gate, strict, health_threshold, health_size),

@@ -15,6 +15,7 @@ from runner.spec import (
     PipelineSchedule,
     Rendezvous,
     TfStrategy,
+    TrainDtype,
 )
 
 LAUNCHER_NAMES = "torchrun, deepspeed, horovodrun, mpirun, tensorflow"  # = LAUNCHERS, tested
@@ -143,6 +144,14 @@ Vocab = Annotated[
         help=f"Vocabulary size (tiny: {ModelSpec.vocab}).",
         rich_help_panel=_MODEL,
         show_default=False,
+    ),
+]
+Dtype = Annotated[
+    TrainDtype,
+    typer.Option(
+        help="What training computes in: auto is bfloat16 on GPUs and float32 on CPUs; "
+        "bfloat16 on CPUs is emulated (slower), for trying the code path.",
+        rich_help_panel=_STRATEGY,
     ),
 ]
 Strategy = Annotated[

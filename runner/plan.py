@@ -19,7 +19,6 @@ from runner.launchers import LAUNCHERS, PlanContext
 from runner.launchers.base import HOSTFILE, hostfile
 from runner.render import render
 from runner.spec import (
-    Accelerator,
     AllreduceSpec,
     BenchSpec,
     EnvVar,
@@ -35,7 +34,7 @@ from runner.spec import (
     ScalingMode,
     StrategySpec,
 )
-from runner.strategies import STRATEGIES, EngineSetup, Strategy, strategy_name
+from runner.strategies import STRATEGIES, EngineSetup, Strategy, bf16, strategy_name
 from runner.workloads.sizes import message_sizes
 
 RESULT_FILE = "result.json"  # written by rank 0 beside the launch scripts
@@ -64,8 +63,8 @@ def _train_args(bench: BenchSpec, inventory: Inventory, batch_per_proc: int) -> 
     }
     if model.preset is not None:
         options["--preset"] = model.preset  # recorded in the result
-    if inventory.accelerator is Accelerator.CUDA:
-        options["--dtype"] = "bfloat16"  # MFU is measured against the bf16 peak
+    if bf16(bench, inventory):
+        options["--dtype"] = "bfloat16"
     peak = peak_tflops_for(inventory.size)
     if peak is not None:
         options["--peak-tflops"] = peak

@@ -115,6 +115,14 @@ class PipelineSchedule(StrEnum):
     INTERLEAVED_1F1B = "interleaved-1f1b"  # 1F1B over 2+ stages per rank (Megatron-LM)
 
 
+class TrainDtype(StrEnum):
+    """What the training workload computes in (README "Training strategies")."""
+
+    AUTO = "auto"  # bfloat16 on GPUs, float32 on CPUs
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"  # autocast (DeepSpeed: its bf16 mode); emulated, slower, on CPUs
+
+
 @dataclass(frozen=True)
 class StrategySpec:
     """How the built-in training workload trains (README "Training strategies").
@@ -227,6 +235,7 @@ class BenchSpec:
     nccl_debug: bool = False  # NCCL_DEBUG=INFO on every node
     cluster_env: bool = False  # also export the MPI-style cluster variables (README)
     strategy: StrategySpec = field(default_factory=StrategySpec)  # the train workload's
+    dtype: TrainDtype = TrainDtype.AUTO  # the train workload's arithmetic
     allreduce: AllreduceSpec = field(default_factory=AllreduceSpec)
     busbw: bool = True  # training launches also measure all-reduce busbw at the gradient size
     health: HealthGate = field(default_factory=HealthGate)

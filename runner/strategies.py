@@ -22,9 +22,18 @@ from runner.spec import (
     LaunchFile,
     PipelineSchedule,
     StrategySpec,
+    TrainDtype,
 )
 
 DS_CONFIG = "ds_config.json"
+
+
+def bf16(bench: BenchSpec, inventory: Inventory) -> bool:
+    """Whether the training workload computes in bfloat16: asked, or by default on GPUs (where
+    MFU is measured against the bf16 peak)."""
+    if bench.dtype is TrainDtype.AUTO:
+        return inventory.accelerator is Accelerator.CUDA
+    return bench.dtype is TrainDtype.BFLOAT16
 
 
 @dataclass(frozen=True)
@@ -123,8 +132,8 @@ class Zero:
             "train_micro_batch_size_per_gpu": batch,
             "gradient_accumulation_steps": 1,
             "zero_optimization": {"stage": self.stage},
-            # bf16 on GPUs, as the torch strategies' autocast; CPU trains in float32.
-            "bf16": {"enabled": inventory.accelerator is Accelerator.CUDA},
+            # bf16 as the torch strategies' autocast: by default on GPUs, float32 on CPUs.
+            "bf16": {"enabled": bf16(bench, inventory)},
             # The workload prints its own progress; DeepSpeed's per-step log would drown it.
             "steps_per_print": 1_000_000_000,
             "wall_clock_breakdown": False,

@@ -51,7 +51,8 @@ def assert_on_two_nodes(result: dict[str, Any]) -> None:
     ("schedule", "port", "extra", "stages"),
     [
         ("gpipe", 29800, (), 2),
-        ("1f1b", 29810, (), 2),
+        # bf16 autocast on CPU: the last stage sends bf16 logits to the loss.
+        ("1f1b", 29810, ("--dtype", "bfloat16"), 2),
         # Two stages per rank: 4 stages need 4 layers (the tiny preset has 2).
         ("interleaved-1f1b", 29820, ("--layers", "4"), 4),
     ],
@@ -65,6 +66,7 @@ def test_each_pipeline_schedule_trains_over_two_nodes_and_proves_what_crossed(
     )  # fmt: skip
     result = result_at(run, 2)
     assert_on_two_nodes(result)
+    assert result["dtype"] == ("bfloat16" if "--dtype" in extra else "float32")
     assert (result["strategy"], result["schedule"], result["micro_batches"]) == (
         "pipeline",
         schedule,

@@ -3,6 +3,7 @@ before anything starts (README "Training strategies")."""
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import replace
 
@@ -13,6 +14,7 @@ from runner.errors import PlanError
 from runner.plan import build_plan, node_packages, validate_bench
 from runner.presets import PRESETS, describe, matmul_param_count, param_count, resolve_model
 from runner.spec import (
+    Accelerator,
     BenchSpec,
     Inventory,
     LauncherOptions,
@@ -21,8 +23,10 @@ from runner.spec import (
     PipelineSchedule,
     ScalingMode,
     StrategySpec,
+    TrainDtype,
 )
 from runner.workloads import gpt
+from tests.conftest import CLUSTERS
 
 
 def pipeline(**fields: object) -> StrategySpec:
@@ -213,3 +217,31 @@ def test_every_point_of_the_sweep_is_checked_not_only_the_first():
     spec = bench(pipeline(micro_batches=2), node_counts=(1, 2, 4), model=ModelSpec(layers=4))
     with pytest.raises(PlanError, match="at least as many micro-batches as stages \\(4\\)"):
         validate_bench(spec)
+
+
+# bf16: by default on GPUs, asked for on CPUs
+
+
+@pytest.mark.parametrize(
+    ("cluster", "dtype", "bf16"),
+    [
+        ("embedded", TrainDtype.AUTO, False),
+        ("embedded", TrainDtype.BFLOAT16, True),
+        ("h100", TrainDtype.AUTO, True),
+        ("h100", TrainDtype.FLOAT32, False),
+    ],
+)
+def test_bf16_is_the_default_on_gpus_and_asked_for_elsewhere(cluster, dtype, bf16):
+    inventory = CLUSTERS[cluster]
+    procs = 8 if inventory.accelerator is Accelerator.CUDA else 1
+    for strategy in ("ddp", "zero3"):
+        spec = replace(
+            BenchSpec("t", node_counts=(2,), procs_per_node=procs),
+            strategy=StrategySpec(strategy),
+            dtype=dtype,
+        )
+        plan = build_plan(inventory, spec, 2)
+        assert (train_args(plan).get("--dtype") == "bfloat16") is bf16
+        if strategy == "zero3":
+            config = json.loads(next(f.content for f in plan.files if f.name == "ds_config.json"))
+            assert config["bf16"] == {"enabled": bf16}
