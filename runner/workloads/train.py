@@ -50,6 +50,12 @@ ENGINES: dict[str, EngineFactory] = {
 
 InitDistributed = Callable[[argparse.Namespace, str], None]
 
+# Engines live until the process leaves through exit_now, which runs no destructor. Freed when
+# ``train`` returned, their C++ state (DDP's reducer and the gloo process group it holds, after
+# destroy_process_group) sometimes spun forever on one rank, the result already written: 2 of
+# 8 two-rank DDP launches on this 2-core machine with torch 2.13; none of 40 since.
+_ALIVE: list[object] = []
+
 
 def init_torch_distributed(args: argparse.Namespace, backend: str) -> None:
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
@@ -128,6 +134,7 @@ def train(
     allreduce_ok = check.item() == world * (world + 1) / 2
 
     engine = (make_engine or ENGINES[args.strategy])(args, device)
+    _ALIVE.append(engine)
     # Different tokens per replica: a small pool of random sequences the model can learn. The
     # ranks of one pipeline share theirs: the first stage reads the inputs, the last the targets.
     generator = torch.Generator().manual_seed(args.seed * 1000 + engine.data_rank)
