@@ -218,6 +218,8 @@ def _summary(report: Report) -> dict[str, Any]:
         "error": report.runs["error"],
         "workload": report.workload,
         "mode": report.mode.value,
+        # How it trained (train sweeps): the strategy, and a pipeline's schedule and micro-batches.
+        "strategy": report.first.strategy_text if isinstance(report.first, TrainResult) else None,
         "size": manifest["inventory"].get("size"),
         "efficiency_formula": FORMULAS[report.mode] if report.rows else None,
         "busbw_formula": BUSBW_FORMULA if report.workload == "allreduce" else None,

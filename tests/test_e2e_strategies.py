@@ -103,6 +103,9 @@ def test_a_pipeline_sweep_from_one_node_keeps_the_batch_per_pipeline(no_leftover
     assert (one["stages"], one["communication"]["proof"]) == (1, "single process")
     assert (two["stages"], two["communication"]["proof"]) == (2, "pipeline")
     assert one["global_batch"] == two["global_batch"] == 8  # one pipeline at both sizes
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["strategy"] == "pipeline (1f1b, 4 micro-batches)"
+    assert [row["samples_per_s"] > 0 for row in summary["rows"]] == [True, True]
 
 
 def test_fsdp_shards_over_two_nodes_and_its_reduced_gradient_averages_both(no_leftovers):
