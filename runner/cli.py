@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,7 +34,15 @@ from runner.cli_display import (
     sweep_json,
 )
 from runner.errors import DtrunError, UsageError
-from runner.spec import AllreduceSpec, BenchSpec, HealthGate, ModelSpec, RunSpec, ScalingMode
+from runner.spec import (
+    AllreduceSpec,
+    BenchSpec,
+    HealthGate,
+    RunSpec,
+    ScalingMode,
+    StrategySpec,
+    TrainDtype,
+)
 
 if TYPE_CHECKING:
     from runner.clusters import Cluster, ClusterChoice
@@ -95,13 +104,18 @@ def bench(
     global_batch: Annotated[
         int | None, typer.Option(help="Strong scaling: the fixed global batch.")
     ] = None,
-    layers: Annotated[int, typer.Option(help="Transformer layers.")] = ModelSpec.layers,
-    d_model: Annotated[int, typer.Option(help="Model width.")] = ModelSpec.d_model,
-    heads: Annotated[int, typer.Option(help="Attention heads (must divide --d-model).")] = (
-        ModelSpec.heads
-    ),
-    seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = ModelSpec.seq_len,
-    vocab: Annotated[int, typer.Option(help="Vocabulary size.")] = ModelSpec.vocab,
+    preset: opts.Preset = "tiny",
+    layers: opts.Layers = None,
+    d_model: opts.DModel = None,
+    heads: opts.Heads = None,
+    seq_len: opts.SeqLen = None,
+    vocab: opts.Vocab = None,
+    strategy: opts.Strategy = None,
+    schedule: opts.Schedule = None,
+    micro_batches: opts.MicroBatches = None,
+    pp_size: opts.PpSize = None,
+    stages_per_rank: opts.StagesPerRank = None,
+    dtype: opts.Dtype = TrainDtype.AUTO,
     env: opts.Env = None,
     timeout: Annotated[float, typer.Option(help="Seconds before one launch is stopped.")] = (
         BenchSpec.timeout_s
@@ -151,6 +165,7 @@ def bench(
     from runner.cli_store import check_results, upload_after
     from runner.options import check_run_id, new_run_id, parse_env, parse_node_counts
     from runner.plan import validate_bench
+    from runner.presets import resolve_model
 
     watch = _StackWatch(stack, teardown and not dry_run)
     with human_output_to_stderr(json_out), _last_word_on_billing(watch), user_errors():
@@ -172,7 +187,9 @@ def bench(
             repeat=repeat,
             batch=batch,
             global_batch=global_batch,
-            model=ModelSpec(layers, d_model, heads, seq_len, vocab),
+            model=resolve_model(
+                preset, layers=layers, d_model=d_model, heads=heads, seq_len=seq_len, vocab=vocab
+            ),
             env=parse_env(env or []),
             rdzv_port=port,
             timeout_s=timeout,
@@ -181,6 +198,8 @@ def bench(
             ),
             nccl_debug=nccl_debug,
             cluster_env=cluster_env,
+            strategy=StrategySpec(strategy, schedule, micro_batches, pp_size, stages_per_rank),
+            dtype=dtype,
             allreduce=AllreduceSpec(sizes, ar_dtype, ar_warmup, ar_iters),
             busbw=busbw,
             health=HealthGate(health_gate, strict, health_threshold, health_size),
@@ -201,10 +220,33 @@ def bench(
             if dry_run:
                 print_plans(cluster.inventory, spec)
                 return
+            if choice.hosts is None and choice.stack_name is None:
+                _require_packages(spec)  # the embedded nodes run this very interpreter
             sweep = _run(cluster, spec, output, quiet, json_out)
         print_summary(sweep)
         if json_out:
             print_json(sweep_json(sweep.run_dir))
+
+
+def _require_packages(spec: BenchSpec) -> None:
+    import importlib.util
+
+    from runner.plan import builtin, node_packages
+
+    strategy = builtin(spec).strategy
+    for package in node_packages(spec):
+        if importlib.util.find_spec(package) is None:
+            needs = (
+                f"--strategy {strategy.name}"
+                if strategy is not None and strategy.engine == "deepspeed"
+                else f"--launcher {spec.launcher}"
+            )
+            raise UsageError(
+                f"{needs} needs {package}, and this Python has none",
+                why=f"the embedded cluster's nodes run {sys.executable}",
+                fix=f"install it ({sys.executable} -m pip install {package}, or ./dev setup), "
+                "or pass another --strategy",
+            )
 
 
 def _choice(

@@ -11,8 +11,11 @@ from runner.spec import (
     AllreduceSpec,
     HorovodController,
     LauncherOptions,
+    ModelSpec,
+    PipelineSchedule,
     Rendezvous,
     TfStrategy,
+    TrainDtype,
 )
 
 LAUNCHER_NAMES = "torchrun, deepspeed, horovodrun, mpirun, tensorflow"  # = LAUNCHERS, tested
@@ -64,7 +67,10 @@ RendezvousOpt = Annotated[
     typer.Option("--rendezvous", help="torchrun: c10d rendezvous, or static --node-rank."),
 ]
 ZeroStage = Annotated[
-    int, typer.Option("--zero-stage", help="deepspeed: ZeRO stage (1, 2, 3) of the workload.")
+    int | None,
+    typer.Option(
+        "--zero-stage", help="ZeRO stage (1, 2, 3) of the train workload: --strategy zeroN."
+    ),
 ]
 HorovodControllerOpt = Annotated[
     HorovodController,
@@ -80,7 +86,7 @@ TfPs = Annotated[
 
 def launcher_options(
     rendezvous: Rendezvous,
-    zero_stage: int,
+    zero_stage: int | None,
     horovod_controller: HorovodController,
     tf_strategy: TfStrategy,
     tf_ps: int,
@@ -93,6 +99,110 @@ DEFAULT_ZERO_STAGE = _DEFAULTS.zero_stage
 DEFAULT_HOROVOD_CONTROLLER = _DEFAULTS.horovod_controller
 DEFAULT_TF_STRATEGY = _DEFAULTS.tf_strategy
 DEFAULT_TF_PS = _DEFAULTS.tf_ps
+
+
+# `dtrun bench` only: the training workload's model and strategy, each in a help panel of its
+# own. The names are written out so that `dtrun --help` imports no registry; tests compare them.
+PRESET_NAMES = "tiny, mini, 125m, 350m, 760m, 1.3b"  # = presets.PRESETS
+STRATEGY_NAMES = "ddp, fsdp, zero1, zero2, zero3, pipeline"  # = strategies.STRATEGIES
+_MODEL = "Model"
+_STRATEGY = "Training strategy"
+
+Preset = Annotated[
+    str,
+    typer.Option(
+        help=f"GPT shape: {PRESET_NAMES}; the options below replace its fields.",
+        rich_help_panel=_MODEL,
+    ),
+]
+Layers = Annotated[
+    int | None,
+    typer.Option(
+        help=f"Transformer layers (tiny: {ModelSpec.layers}).",
+        rich_help_panel=_MODEL,
+        show_default=False,
+    ),
+]
+DModel = Annotated[
+    int | None,
+    typer.Option(
+        help=f"Model width (tiny: {ModelSpec.d_model}).",
+        rich_help_panel=_MODEL,
+        show_default=False,
+    ),
+]
+Heads = Annotated[
+    int | None,
+    typer.Option(
+        help=f"Attention heads, dividing the width (tiny: {ModelSpec.heads}).",
+        rich_help_panel=_MODEL,
+        show_default=False,
+    ),
+]
+SeqLen = Annotated[
+    int | None,
+    typer.Option(
+        help=f"Tokens per sequence (tiny: {ModelSpec.seq_len}).",
+        rich_help_panel=_MODEL,
+        show_default=False,
+    ),
+]
+Vocab = Annotated[
+    int | None,
+    typer.Option(
+        help=f"Vocabulary size (tiny: {ModelSpec.vocab}).",
+        rich_help_panel=_MODEL,
+        show_default=False,
+    ),
+]
+Dtype = Annotated[
+    TrainDtype,
+    typer.Option(
+        help="What training computes in: auto is bfloat16 on GPUs and float32 on CPUs; "
+        "bfloat16 on CPUs is emulated (slower), for trying the code path.",
+        rich_help_panel=_STRATEGY,
+    ),
+]
+Strategy = Annotated[
+    str | None,
+    typer.Option(
+        help=f"How the model trains: {STRATEGY_NAMES} (default: ddp; zero2 under deepspeed).",
+        rich_help_panel=_STRATEGY,
+        show_default=False,
+    ),
+]
+Schedule = Annotated[
+    PipelineSchedule | None,
+    typer.Option(
+        help="pipeline: the schedule (default: 1f1b).",
+        rich_help_panel=_STRATEGY,
+        show_default=False,
+    ),
+]
+MicroBatches = Annotated[
+    int | None,
+    typer.Option(
+        help="pipeline: micro-batches per step, dividing the batch (default: 4).",
+        rich_help_panel=_STRATEGY,
+        show_default=False,
+    ),
+]
+PpSize = Annotated[
+    int | None,
+    typer.Option(
+        help="pipeline: ranks per pipeline; the rest are data-parallel (default: every rank).",
+        rich_help_panel=_STRATEGY,
+        show_default=False,
+    ),
+]
+StagesPerRank = Annotated[
+    int | None,
+    typer.Option(
+        help="pipeline: model stages per rank (default: 1; interleaved-1f1b: 2).",
+        rich_help_panel=_STRATEGY,
+        show_default=False,
+    ),
+]
 
 
 # Where to run: none of these is the embedded cluster.

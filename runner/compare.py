@@ -69,6 +69,9 @@ def _setup(report: Report) -> dict[str, str]:
         facts["batch per process"] = str(bench.get("batch"))
         facts["steps"] = f"{bench.get('steps')} ({bench.get('warmup')} warm-up)"
         facts["ZeRO stage (deepspeed)"] = str(bench.get("launch", {}).get("zero_stage"))
+        strategy = bench.get("strategy")
+        if strategy:  # as given on the command line; the result below says what ran
+            facts["strategy options"] = ", ".join(f"{k} {v}" for k, v in strategy.items())
     git = manifest.get("git")
     if git:
         facts["git revision"] = git["revision"][:12] + (" (dirty)" if git["dirty"] else "")
@@ -80,6 +83,7 @@ def _setup(report: Report) -> dict[str, str]:
         facts["dtype"] = first.dtype
         if isinstance(first, TrainResult):
             facts["engine"] = first.engine
+            facts["strategy"] = first.strategy_text
     return facts
 
 

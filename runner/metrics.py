@@ -58,7 +58,7 @@ class ScalingRow:
     in_sync: bool
     busbw: float | None = None  # all-reduce busbw at the gradients' size, trimmed mean (GB/s)
     gradient_bytes: int | None = None
-    peak_memory_bytes: int | None = None  # the most any launch's rank 0 used
+    peak_memory_bytes: int | None = None  # the most any rank of any launch used
 
 
 def scaling_rows(results: Mapping[int, Sequence[TrainResult]]) -> tuple[ScalingRow, ...]:
@@ -89,10 +89,10 @@ def scaling_rows(results: Mapping[int, Sequence[TrainResult]]) -> tuple[ScalingR
                 efficiency=speedup * base_nodes / nodes,
                 mfu=trimmed_mean(mfus) if mfus else None,
                 proof=runs[-1].proof,
-                in_sync=all(r.params_in_sync for r in runs),
+                in_sync=all(r.verified for r in runs),
                 busbw=_probe_busbw(runs),
                 gradient_bytes=next((r.busbw.gradient_bytes for r in runs if r.busbw), None),
-                peak_memory_bytes=max(r.peak_memory_bytes for r in runs),
+                peak_memory_bytes=max(r.peak_memory_max_bytes or r.peak_memory_bytes for r in runs),
             )
         )
     return tuple(rows)

@@ -14,13 +14,11 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from runner.catalog import peak_tflops_for, size_env
-from runner.engines import ENGINES, EngineSetup
 from runner.errors import PlanError
 from runner.launchers import LAUNCHERS, PlanContext
 from runner.launchers.base import HOSTFILE, hostfile
 from runner.render import render
 from runner.spec import (
-    Accelerator,
     AllreduceSpec,
     BenchSpec,
     EnvVar,
@@ -34,7 +32,9 @@ from runner.spec import (
     ProgramKind,
     RunSpec,
     ScalingMode,
+    StrategySpec,
 )
+from runner.strategies import STRATEGIES, EngineSetup, Strategy, bf16, strategy_name
 from runner.workloads.sizes import message_sizes
 
 RESULT_FILE = "result.json"  # written by rank 0 beside the launch scripts
@@ -61,8 +61,10 @@ def _train_args(bench: BenchSpec, inventory: Inventory, batch_per_proc: int) -> 
         "--timeout": int(bench.timeout_s),
         "--out": RESULT_FILE,
     }
-    if inventory.accelerator is Accelerator.CUDA:
-        options["--dtype"] = "bfloat16"  # MFU is measured against the bf16 peak
+    if model.preset is not None:
+        options["--preset"] = model.preset  # recorded in the result
+    if bf16(bench, inventory):
+        options["--dtype"] = "bfloat16"
     peak = peak_tflops_for(inventory.size)
     if peak is not None:
         options["--peak-tflops"] = peak
@@ -93,9 +95,11 @@ def _allreduce_args(bench: BenchSpec, inventory: Inventory, _: int) -> tuple[str
 
 @dataclass(frozen=True)
 class Workload:
-    modules: Mapping[str, str]  # engine name -> Python module run on every process
+    # Python module run on every process, by engine: "ddp" for a torch.distributed program,
+    # "deepspeed" for DeepSpeed's (a Launcher.engine, or a training strategy's engine).
+    modules: Mapping[str, str]
     args: WorkloadArgs
-    trains: bool = True  # trains a model: the engine's setup (e.g. DeepSpeed's config) applies
+    trains: bool = False  # True: it trains the GPT, and --strategy picks how (strategies.py)
 
 
 ALLREDUCE_MODULE = "runner.workloads.allreduce"
@@ -103,6 +107,7 @@ WORKLOADS: dict[str, Workload] = {
     "train": Workload(
         {"ddp": "runner.workloads.train", "deepspeed": "runner.workloads.train_deepspeed"},
         _train_args,
+        trains=True,
     ),
     # The same measurement under every launcher: it needs torch.distributed, not an engine.
     "allreduce": Workload(
@@ -144,7 +149,8 @@ def lookup(kind: str, name: str, registry: Mapping[str, T]) -> T:
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise PlanError(
         f"unknown {kind} {name!r}",
-        why=f"{hint}known {kind}s: {', '.join(sorted(registry))}",
+        why=f"{hint}known {kind[:-1] + 'ies' if kind.endswith('y') else kind + 's'}: "
+        f"{', '.join(sorted(registry))}",
         fix=f"pass --{kind} with one of those names",
     )
 
@@ -162,7 +168,7 @@ def validate_launch(request: LaunchRequest) -> None:
                 why="names are letters, digits and underscores, not starting with a digit",
                 fix="pass --env NAME=VALUE",
             )
-    if request.launch.zero_stage not in (1, 2, 3):
+    if request.launch.zero_stage not in (None, 1, 2, 3):
         raise PlanError("--zero-stage must be 1, 2 or 3", why=f"got {request.launch.zero_stage}")
     if request.launch.tf_ps < 1:
         raise PlanError("--tf-ps must be at least 1", why=f"got {request.launch.tf_ps}")
@@ -206,10 +212,11 @@ def validate_bench(bench: BenchSpec) -> None:
     validate_allreduce(bench.allreduce)
     validate_health(bench.health)
     validate_launch(bench)
-    builtin_module(bench)
-    if bench.mode is ScalingMode.STRONG:
-        for n in bench.node_counts:
-            batch_per_proc(bench, n)
+    strategy = builtin(bench).strategy
+    for n in bench.node_counts:
+        batch = batch_per_proc(bench, n)
+        if strategy is not None:
+            strategy.check(bench, n * bench.procs_per_node, batch)
 
 
 DTYPES = ("float32", "bfloat16", "float16")  # the all-reduce workload's --dtype choices
@@ -271,8 +278,15 @@ def validate_run(run: RunSpec) -> None:
     validate_launch(run)
 
 
-def builtin_module(bench: BenchSpec) -> tuple[str, str]:
-    """(engine, module) that runs the bench's built-in workload under its launcher."""
+@dataclass(frozen=True)
+class Builtin:
+    """What runs a bench's built-in workload under its launcher."""
+
+    module: str  # the Python module every process runs
+    strategy: Strategy | None  # how it trains; None: the workload trains no model
+
+
+def builtin(bench: BenchSpec) -> Builtin:
     launcher = lookup("launcher", bench.launcher, LAUNCHERS)
     workload = lookup("workload", bench.workload, WORKLOADS)
     if launcher.engine is None:
@@ -283,29 +297,70 @@ def builtin_module(bench: BenchSpec) -> tuple[str, str]:
             fix=f"run your own program with it: dtrun run --launcher {launcher.name} "
             "--nodes 2 -- python your_train.py",
         )
-    module = workload.modules.get(launcher.engine)
+    strategy: Strategy | None = None
+    engine = launcher.engine
+    if workload.trains:
+        strategy = lookup("strategy", strategy_name(bench, launcher.engine), STRATEGIES)
+        engine = strategy.engine
+    elif bench.strategy != StrategySpec() or bench.launch.zero_stage is not None:
+        raise PlanError(
+            f"the {bench.workload} workload trains no model",
+            why="--strategy, --zero-stage and the pipeline options choose how the train "
+            "workload trains",
+            fix="leave them out, or pass --workload train",
+        )
+    module = workload.modules.get(engine)
     if module is None:
         raise PlanError(
             f"the {bench.workload} workload cannot run under {launcher.name}",
-            why=f"it has no {launcher.engine} version",
+            why=f"it has no {engine} version",
             fix="pass another --launcher, e.g. torchrun",
         )
-    return launcher.engine, module
+    return Builtin(module, strategy)
+
+
+def node_packages(bench: BenchSpec) -> tuple[str, ...]:
+    """Python packages beyond torch that every node needs for this bench: DeepSpeed for the
+    deepspeed launcher and for the ZeRO strategies under any launcher."""
+    launcher = lookup("launcher", bench.launcher, LAUNCHERS)
+    strategy = builtin(bench).strategy
+    engines = {launcher.engine, strategy.engine if strategy is not None else None}
+    return ("deepspeed",) if "deepspeed" in engines else ()
+
+
+def replicas(bench: BenchSpec, nodes: int) -> int:
+    """Data-parallel replicas at ``nodes`` nodes: every process, or every pipeline."""
+    world = nodes * bench.procs_per_node
+    strategy = builtin(bench).strategy
+    return world if strategy is None else strategy.replicas(bench, world)
+
+
+def strong_global_batch(bench: BenchSpec) -> int:
+    """--global-batch, or --batch per replica at the fewest nodes."""
+    if bench.global_batch is not None:
+        return bench.global_batch
+    return bench.batch * replicas(bench, min(bench.node_counts))
 
 
 def batch_per_proc(bench: BenchSpec, nodes: int) -> int:
-    """Weak scaling keeps each process's batch; strong scaling splits a fixed global batch."""
+    """Sequences per data-parallel replica per step: per process, or per pipeline.
+
+    Weak scaling keeps each replica's batch; strong scaling splits a fixed global batch.
+    """
     if bench.mode is ScalingMode.WEAK:
         return bench.batch
     world = nodes * bench.procs_per_node
-    total = bench.strong_global_batch()
-    if total % world:
+    count = replicas(bench, nodes)
+    total = strong_global_batch(bench)
+    if total % count:
+        unit = "processes" if count == world else "pipelines"
         raise PlanError(
-            f"strong scaling cannot split a global batch of {total} over {world} processes",
-            why=f"{total} is not divisible by {world} ({nodes} nodes x {bench.procs_per_node})",
+            f"strong scaling cannot split a global batch of {total} over {count} {unit}",
+            why=f"{total} is not divisible by {count} ({nodes} nodes x "
+            f"{bench.procs_per_node}{'' if count == world else ' / --pp-size'})",
             fix="pass a --global-batch divisible by every world size of the sweep",
         )
-    return total // world
+    return total // count
 
 
 def base_env(threads_per_proc: int) -> tuple[EnvVar, ...]:
@@ -375,14 +430,19 @@ def rdzv_id(run_id: str, nodes: int) -> str:
 def build_plan(inventory: Inventory, bench: BenchSpec, nodes: int) -> LaunchPlan:
     """One point of a bench sweep: the built-in workload on ``nodes`` nodes."""
     validate_bench(bench)
-    engine, module = builtin_module(bench)
+    chosen = builtin(bench)
     workload = WORKLOADS[bench.workload]
     per_proc = batch_per_proc(bench, nodes)
-    setup = EngineSetup()
-    if workload.trains:
-        setup = ENGINES[engine].setup(bench, inventory, per_proc, nodes * bench.procs_per_node)
+    world = nodes * bench.procs_per_node
+    setup = (
+        chosen.strategy.setup(bench, inventory, per_proc, world)
+        if chosen.strategy is not None
+        else EngineSetup()
+    )
     program = Program(
-        ProgramKind.MODULE, module, (*workload.args(bench, inventory, per_proc), *setup.args)
+        ProgramKind.MODULE,
+        chosen.module,
+        (*workload.args(bench, inventory, per_proc), *setup.args),
     )
     return plan_launch(
         inventory,

@@ -64,6 +64,7 @@ class Report:
     expected: tuple[tuple[int, ExpectedBusbw | None], ...] = ()
     health: dict[str, Any] | None = None
     first: Result | None = None  # the first finished launch's result
+    widest: Result | None = None  # the last finished launch at the most nodes (its proof)
     summary: dict[str, Any] = field(default_factory=dict)  # what summary.json holds
 
 
@@ -135,6 +136,7 @@ def analyse(run_dir: RunDir) -> Report:
             projection=projection(rows, tokens),
             losses=where_scaling_is_lost(rows, size, oversubscribed(manifest, rows)),
             first=_first(trained),
+            widest=_widest(trained),
         )
     report = replace(
         report, series=tuple(sorted(series.items())), expected=tuple(sorted(expected.items()))
@@ -144,6 +146,10 @@ def analyse(run_dir: RunDir) -> Report:
 
 def _first(results: Mapping[int, Sequence[T]]) -> T | None:
     return next((rs[0] for _, rs in sorted(results.items()) if rs), None)
+
+
+def _widest(results: Mapping[int, Sequence[T]]) -> T | None:
+    return next((rs[-1] for _, rs in sorted(results.items(), reverse=True) if rs), None)
 
 
 def build_report(run_dir: RunDir) -> Report:
@@ -190,6 +196,7 @@ def build_report(run_dir: RunDir) -> Report:
         "health": report.health,
         "formula": FORMULAS[report.mode],
         "first": report.first,
+        "widest": report.widest,
         "measured_on": measured_on(manifest, report.first),
         "oversubscribed": oversubscribed(manifest, report.rows),
         "reproduce": reproducibility(manifest, report.first),
@@ -214,6 +221,8 @@ def _summary(report: Report) -> dict[str, Any]:
         "error": report.runs["error"],
         "workload": report.workload,
         "mode": report.mode.value,
+        # How it trained (train sweeps): the strategy, and a pipeline's schedule and micro-batches.
+        "strategy": report.first.strategy_text if isinstance(report.first, TrainResult) else None,
         "size": manifest["inventory"].get("size"),
         "efficiency_formula": FORMULAS[report.mode] if report.rows else None,
         "busbw_formula": BUSBW_FORMULA if report.workload == "allreduce" else None,

@@ -10,10 +10,11 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from runner.errors import ResultError
 
+T = TypeVar("T")
 TRAIN_SCHEMA = "dtrun.train/1"
 ALLREDUCE_SCHEMA = "dtrun.allreduce/1"
 
@@ -83,15 +84,65 @@ class TrainResult:
     nccl_version: str | None = None
     deepspeed_version: str | None = None
     rank_os: tuple[str, ...] = ()  # each rank's node OS, by rank (empty in older results)
+    # How it trained (README "Training strategies"); results from before strategies read as
+    # DDP, or as the ZeRO stage they name.
+    strategy: str = "ddp"
+    preset: str | None = None  # the model preset the shape started from
+    data_parallel: int | None = None  # replicas splitting the global batch (None: world size)
+    schedule: str | None = None  # pipeline only, as are the four below
+    micro_batches: int | None = None
+    pp_size: int | None = None  # ranks per pipeline
+    stages: int | None = None
+    stages_per_rank: int | None = None
+    peak_memory_max_bytes: int | None = None  # the most any rank used (rank 0's is above)
+    proof_kind: str = "data parallel"  # "data parallel", "pipeline" or "single process"
+    checks: tuple[ProofCheck, ...] = ()  # what the proof checked (empty in older results)
+
+    @property
+    def verified(self) -> bool:
+        """The ranks were shown to communicate: every check of the strategy's proof passed."""
+        return self.params_in_sync and self.allreduce_ok and all(c.ok for c in self.checks)
 
     @property
     def proof(self) -> str:
         """Whether the ranks were shown to communicate (see the workload's docstring)."""
         if self.world_size == 1:
             return "1 process"
-        if not (self.params_in_sync and self.allreduce_ok):
-            return "FAILED: ranks disagree"
-        return f"in sync: {self.world_size} ranks on {len(set(self.rank_nodes))} nodes"
+        failed = [check.name for check in self.checks if not check.ok]
+        if not self.verified:
+            return f"FAILED: {', '.join(failed) if failed else 'ranks disagree'}"
+        where = f"{self.world_size} ranks on {len(set(self.rank_nodes))} nodes"
+        if self.proof_kind == "pipeline":
+            return f"pipeline verified: {where}"
+        return f"in sync: {where}"
+
+    @property
+    def strategy_text(self) -> str:
+        """'ddp', 'zero3', or 'pipeline (1f1b, 4 micro-batches)'."""
+        if self.strategy != "pipeline":
+            return self.strategy
+        return f"pipeline ({self.schedule}, {self.micro_batches} micro-batches)"
+
+    @property
+    def layout_text(self) -> str | None:
+        """A pipeline's layout at this launch's size: '4 stages (2 per rank) over 2 ranks,
+        1 pipeline'; None for the other strategies."""
+        if self.strategy != "pipeline":
+            return None
+        per_rank = f" ({self.stages_per_rank} per rank)" if (self.stages_per_rank or 1) > 1 else ""
+        pipelines = self.data_parallel or 1
+        return (
+            f"{self.stages} stage{'s' if self.stages != 1 else ''}{per_rank} over {self.pp_size} "
+            f"rank{'s' if self.pp_size != 1 else ''}, {pipelines} "
+            f"pipeline{'s' if pipelines != 1 else ''}"
+        )
+
+
+@dataclass(frozen=True)
+class ProofCheck:
+    name: str
+    ok: bool
+    detail: str
 
 
 def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
@@ -138,12 +189,36 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
             nccl_version=data.get("nccl_version"),
             deepspeed_version=data.get("deepspeed_version"),
             rank_os=tuple(str(rank.get("os", "")) for rank in data["ranks"]),
+            strategy=str(data.get("strategy") or _old_strategy(data)),
+            preset=_opt(data["model"].get("preset"), str),
+            data_parallel=_opt(data.get("data_parallel"), int),
+            schedule=_opt(data.get("schedule"), str),
+            micro_batches=_opt(data.get("micro_batches"), int),
+            pp_size=_opt(data.get("pp_size"), int),
+            stages=_opt(data.get("stages"), int),
+            stages_per_rank=_opt(data.get("stages_per_rank"), int),
+            peak_memory_max_bytes=_opt(data.get("peak_memory_max_bytes"), int),
+            proof_kind=str(comm.get("proof", "data parallel")),
+            checks=tuple(
+                ProofCheck(str(c["name"]), bool(c["ok"]), str(c["detail"]))
+                for c in comm.get("checks", ())
+            ),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultError(
             f"{source} is not a complete {TRAIN_SCHEMA} result",
             why=f"missing or malformed field {exc}",
         ) from None
+
+
+def _old_strategy(data: Mapping[str, Any]) -> str:
+    """Results from before strategies: DDP, or DeepSpeed's ZeRO stage."""
+    stage = data.get("zero_stage")
+    return "ddp" if stage is None else f"zero{stage}"
+
+
+def _opt(value: Any, kind: Callable[[Any], T]) -> T | None:
+    return None if value is None else kind(value)
 
 
 def _timing(data: Mapping[str, Any]) -> Timing:

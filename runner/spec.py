@@ -104,6 +104,38 @@ class ModelSpec:
     heads: int = 4
     seq_len: int = 64
     vocab: int = 1024
+    preset: str | None = None  # the preset (runner/presets.py) the shape started from
+
+
+class PipelineSchedule(StrEnum):
+    """torch.distributed.pipelining schedules the pipeline strategy can run."""
+
+    GPIPE = "gpipe"  # every forward, then every backward
+    ONE_F_ONE_B = "1f1b"  # one forward, one backward in the steady state
+    INTERLEAVED_1F1B = "interleaved-1f1b"  # 1F1B over 2+ stages per rank (Megatron-LM)
+
+
+class TrainDtype(StrEnum):
+    """What the training workload computes in (README "Training strategies")."""
+
+    AUTO = "auto"  # bfloat16 on GPUs, float32 on CPUs
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"  # autocast (DeepSpeed: its bf16 mode); emulated, slower, on CPUs
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """How the built-in training workload trains (README "Training strategies").
+
+    None means "not given": the plan resolves the defaults per point, and refuses pipeline
+    settings given to another strategy.
+    """
+
+    name: str | None = None  # ddp, fsdp, zero1, zero2, zero3, pipeline; None: the launcher's
+    schedule: PipelineSchedule | None = None  # pipeline; None: 1f1b
+    micro_batches: int | None = None  # pipeline: micro-batches per step; None: 4
+    pp_size: int | None = None  # pipeline: ranks per pipeline; None: every rank of the point
+    stages_per_rank: int | None = None  # pipeline; None: 1, or 2 for interleaved-1f1b
 
 
 class Rendezvous(StrEnum):
@@ -130,7 +162,9 @@ class LauncherOptions:
     """Settings that only some launchers read; each launcher reads its own."""
 
     rendezvous: Rendezvous = Rendezvous.C10D  # torchrun
-    zero_stage: int = 2  # deepspeed: the ZeRO stage of the built-in workloads' config
+    # The ZeRO stage of the built-in training workload, short for --strategy zeroN; None: not
+    # given (the deepspeed launcher then trains with ZeRO 2).
+    zero_stage: int | None = None
     horovod_controller: HorovodController = HorovodController.GLOO  # horovodrun
     tf_strategy: TfStrategy = TfStrategy.MULTI_WORKER_MIRRORED  # tensorflow
     tf_ps: int = 1  # tensorflow, parameter-server strategy: parameter server tasks
@@ -200,6 +234,8 @@ class BenchSpec:
     launch: LauncherOptions = field(default_factory=LauncherOptions)
     nccl_debug: bool = False  # NCCL_DEBUG=INFO on every node
     cluster_env: bool = False  # also export the MPI-style cluster variables (README)
+    strategy: StrategySpec = field(default_factory=StrategySpec)  # the train workload's
+    dtype: TrainDtype = TrainDtype.AUTO  # the train workload's arithmetic
     allreduce: AllreduceSpec = field(default_factory=AllreduceSpec)
     busbw: bool = True  # training launches also measure all-reduce busbw at the gradient size
     health: HealthGate = field(default_factory=HealthGate)
@@ -214,11 +250,6 @@ class BenchSpec:
         """This spec with the values of secret-looking --env variables replaced."""
         env = tuple((k, REDACTED if is_secret_name(k) else v) for k, v in self.env)
         return replace(self, env=env)
-
-    def strong_global_batch(self) -> int:
-        if self.global_batch is not None:
-            return self.global_batch
-        return self.batch * self.procs_per_node * min(self.node_counts)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,22 @@ def dtrun(*args: str):
             ["--mode", "strong", "--nodes", "1,3", "--global-batch", "8"],
             "cannot split a global batch of 8 over 3 processes",
         ),
+        (["--strategy", "zer3"], "did you mean 'zero3'"),
+        (["--preset", "2b"], "unknown preset '2b'"),
+        (["--strategy", "ddp", "--micro-batches", "4"], "only apply to the pipeline strategy"),
+        (["--strategy", "pipeline", "--schedule", "2f2b"], "'2f2b' is not one of"),
+        (
+            ["--strategy", "pipeline", "--nodes", "2", "--micro-batches", "1"],
+            "1f1b needs at least as many micro-batches as stages (2)",
+        ),
+        (
+            ["--strategy", "pipeline", "--nodes", "4", "--pp-size", "3", "--layers", "4"],
+            "--pp-size 3 does not divide the 4 processes",
+        ),
+        (
+            ["--strategy", "pipeline", "--micro-batches", "3"],
+            "--micro-batches 3 does not divide the batch",
+        ),
     ],
 )
 def test_bad_input_gives_one_message_and_exit_code_2(tmp_path, args, message):
@@ -168,3 +184,18 @@ def test_the_launcher_help_names_every_registered_launcher():
 
     # The help text is written out so that `dtrun --help` need not import the launchers.
     assert LAUNCHER_NAMES.split(", ") == list(LAUNCHERS)
+
+
+def test_a_zero_strategy_without_deepspeed_installed_is_refused_before_any_launch(
+    tmp_path, monkeypatch
+):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name)
+    )
+    result = dtrun("bench", "--output", str(tmp_path / "runs"), "--strategy", "zero3")
+    assert result.exit_code == 2, result.output
+    assert "--strategy zero3 needs deepspeed, and this Python has none" in result.stderr
+    assert not (tmp_path / "runs").exists()

@@ -75,7 +75,7 @@ def test_deepspeed_trains_with_zero_2_on_two_nodes(no_leftovers):
     config = json.loads((no_leftovers / "runs/deepspeed/n2/r0/ds_config.json").read_text())
     assert config["zero_optimization"] == {"stage": 2}
     report = (no_leftovers / "runs/deepspeed/report.md").read_text()
-    assert "| Engine | deepspeed, ZeRO stage 2 |" in report
+    assert "| Strategy | zero2 (DeepSpeed ZeRO stage 2) |" in report
 
 
 def test_mpirun_trains_on_two_nodes_and_cleans_up_its_session_dirs(no_leftovers, monkeypatch):

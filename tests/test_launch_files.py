@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import cache
 
 import pytest
@@ -22,10 +23,13 @@ from runner.spec import (
     HorovodController,
     LauncherOptions,
     LaunchPlan,
+    ModelSpec,
+    PipelineSchedule,
     Program,
     ProgramKind,
     Rendezvous,
     RunSpec,
+    StrategySpec,
     TfStrategy,
 )
 from tests.conftest import CLUSTERS, require_tool
@@ -46,8 +50,17 @@ CASES: dict[str, tuple[str, LauncherOptions]] = {
         "tensorflow",
         LauncherOptions(tf_strategy=TfStrategy.PARAMETER_SERVER, tf_ps=2),
     ),
+    **{case: ("torchrun", LauncherOptions()) for case in ("torchrun-fsdp", "torchrun-zero3")},
+    "torchrun-pipeline": ("torchrun", LauncherOptions()),
 }
 NODE_COUNTS = (1, 2, 4)
+# case -> how the built-in workload trains (README "Training strategies"), under torchrun. The
+# pipeline spans every rank of a point (up to 32 on the GPU clusters), one layer per stage.
+STRATEGY_CASES: dict[str, StrategySpec] = {
+    "torchrun-fsdp": StrategySpec("fsdp"),
+    "torchrun-zero3": StrategySpec("zero3"),
+    "torchrun-pipeline": StrategySpec("pipeline", PipelineSchedule.GPIPE, micro_batches=8),
+}
 
 
 @cache
@@ -59,6 +72,8 @@ def plan(case: str, cluster: str, nodes: int) -> LaunchPlan:
         return build_run_plan(inventory, run)
     gpus = 8 if inventory.accelerator is Accelerator.CUDA else 1
     bench = BenchSpec("golden", launcher=launcher, procs_per_node=gpus, launch=options)
+    if case in STRATEGY_CASES:
+        bench = replace(bench, strategy=STRATEGY_CASES[case], model=ModelSpec(layers=32))
     return build_plan(inventory, bench, nodes)
 
 

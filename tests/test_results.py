@@ -8,12 +8,12 @@ import pytest
 
 from runner.errors import ResultError
 from runner.results import TRAIN_SCHEMA, load_train_result, parse_train_result
-from runner.workloads import gpt, train
+from runner.workloads import gpt, result
 from tests.factories import result_data
 
 
 def test_reader_and_workload_agree_on_the_schema_version():
-    assert train.SCHEMA == TRAIN_SCHEMA
+    assert result.SCHEMA == TRAIN_SCHEMA
 
 
 def test_other_schema_versions_are_refused_by_name():
@@ -51,9 +51,9 @@ def test_proof_names_ranks_and_nodes_or_the_failure():
 
 def test_workload_percentiles_interpolate_like_numpy():
     values = [4.0, 1.0, 3.0, 2.0]
-    assert train.percentile(values, 50) == 2.5
-    assert train.percentile(values, 90) == pytest.approx(3.7)
-    assert train.percentile([7.0], 90) == 7.0
+    assert result.percentile(values, 50) == 2.5
+    assert result.percentile(values, 90) == pytest.approx(3.7)
+    assert result.percentile([7.0], 90) == 7.0
 
 
 def test_flops_per_token_follows_6n_plus_attention():

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import sys
@@ -28,6 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from runner.workloads.result import rank_info, versions, write_result
 from runner.workloads.sizes import message_sizes
 
 SCHEMA = "dtrun.allreduce/1"
@@ -177,9 +177,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    # The same rank record and versions as training results.
-    from runner.workloads.train import rank_info, versions
-
     started = datetime.datetime.now(datetime.timezone.utc)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if args.device == "cuda":
@@ -221,9 +218,7 @@ def run(args: argparse.Namespace) -> int:
             "ranks": ranks,
         }
         out = Path(args.out)
-        partial = out.with_name(out.name + ".partial")
-        partial.write_text(json.dumps(result, indent=2) + "\n")
-        partial.replace(out)
+        write_result(out, result)
         print(
             f"dtrun: all-reduce over {world} ranks, {len(rows)} sizes: peak busbw "
             f"{max(in_place):.2f} GB/s, {wrong} wrong elements; wrote {out}",
@@ -237,6 +232,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from runner.workloads.train import exit_now
+    from runner.workloads.result import exit_now
 
     exit_now(run(parse_args()))

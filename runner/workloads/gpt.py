@@ -5,6 +5,8 @@ Torch and the standard library only: this file is staged onto the nodes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -34,6 +36,14 @@ class Block(nn.Module):
         return out
 
 
+def init_weights(module: nn.Module) -> None:
+    """GPT-2's initialisation: small normal weights, zero biases, so the loss starts at ln(V)."""
+    if isinstance(module, nn.Linear | nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
 class GPT(nn.Module):
     def __init__(self, vocab: int, seq_len: int, layers: int, d_model: int, heads: int) -> None:
         super().__init__()
@@ -43,15 +53,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab, bias=False)
         self.head.weight = self.tok.weight  # tied, as in GPT-2
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        # GPT-2's initialisation: small normal weights, zero biases, so the loss starts at ln(V).
-        if isinstance(module, nn.Linear | nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+        self.apply(init_weights)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(tokens.shape[1], device=tokens.device)
@@ -67,6 +69,19 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
 
+def param_counts(vocab: int, seq_len: int, layers: int, d_model: int) -> tuple[int, int]:
+    """(parameters, matmul parameters) of a GPT of this shape, the tied embedding counted once.
+
+    Computed from the shape, so that every strategy reports the whole model's counts whatever
+    part of it a rank holds. Matmul parameters are all but the position embedding (the N of
+    ``flops_per_token``). runner/presets.py has the same formula; a test checks both against
+    the real model.
+    """
+    d = d_model
+    params = (vocab + seq_len) * d + layers * (12 * d * d + 13 * d) + 2 * d
+    return params, params - seq_len * d
+
+
 def flops_per_token(params: int, layers: int, heads: int, head_dim: int, seq_len: int) -> int:
     """Training FLOPs per token, 6N + 12*L*H*Q*T (PaLM appendix B; shared/FACTS.md section 7).
 
@@ -78,7 +93,31 @@ def flops_per_token(params: int, layers: int, heads: int, head_dim: int, seq_len
 
 def fingerprint(model: nn.Module) -> float:
     """A position-weighted sum of every parameter: equal only when the parameters are."""
+    return fingerprint_tensors(model.parameters())
+
+
+def fingerprint_tensors(tensors: Iterable[torch.Tensor]) -> float:
+    """A position-weighted sum of the tensors' elements: sum of x_i * (1 + i / (n - 1)).
+
+    Computed in float64 where the tensors are, a chunk at a time (a whole GPT in float64 on the
+    CPU would take 21 GB at 1.3B parameters), so the same bits give the same number on every
+    rank. Linear: the fingerprint of an average of gradients is the average of their
+    fingerprints, which the gradient check relies on.
+    """
+    flats = [t.detach().reshape(-1) for t in tensors]
+    scale = 1.0 / max(1, sum(flat.numel() for flat in flats) - 1)
+    total, offset = 0.0, 0
     with torch.no_grad():
-        flat = torch.cat([p.detach().reshape(-1).double().cpu() for p in model.parameters()])
-        weights = torch.linspace(1.0, 2.0, flat.numel(), dtype=torch.float64)
-        return float((flat * weights).sum())
+        for flat in flats:
+            for start in range(0, flat.numel(), _CHUNK):
+                part = flat[start : start + _CHUNK].double()
+                first = offset + start
+                index = torch.arange(
+                    first, first + part.numel(), dtype=torch.float64, device=part.device
+                )
+                total += float((part * (1.0 + index * scale)).sum())
+            offset += flat.numel()
+    return total
+
+
+_CHUNK = 1 << 24  # elements: 128 MiB of float64 at a time

@@ -1,125 +1,84 @@
-"""GPT-style data-parallel training throughput on synthetic tokens.
+"""GPT-style training throughput on synthetic tokens, under one training strategy.
 
 Runs on every process of a launch started by any launcher that provides the environment contract
 (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; README "The environment each process
 sees"). Imports only torch, the standard library and its sibling modules, because these files are
 what gets staged onto the nodes, whose Python may be as old as 3.10 (Ubuntu 22.04 HPC images).
 
-After ``--warmup`` untimed steps it times ``--steps - --warmup`` steps and rank 0 writes one JSON
-result (schema ``dtrun.train/1``, documented in the README) that also proves the ranks really
-communicated: each rank starts from different random weights and trains on different tokens, so
-its parameters can only end up equal to rank 0's through the engine's broadcast and gradient
-all-reduce.
+After ``--warmup`` untimed steps it times ``--steps - --warmup`` steps; then the engine proves
+that the ranks really communicated (``proof``) and rank 0 writes one JSON result (schema
+``dtrun.train/1``, documented in the README). A launch whose proof fails exits with code 3.
 
-The engine is the seam between data-parallel libraries: this module trains with PyTorch's
-DistributedDataParallel; ``train_deepspeed`` runs the same loop and result through DeepSpeed.
+``--strategy`` picks the engine: DDP, FSDP or a pipeline here (``ENGINES``); DeepSpeed's ZeRO
+runs the same loop and result from ``train_deepspeed``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import math
 import os
-import platform
-import resource
-import socket
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
-from runner.workloads.gpt import GPT, fingerprint, flops_per_token, lm_loss
+from runner.workloads.allreduce import probe as probe_allreduce
+from runner.workloads.ddp import DdpEngine
+from runner.workloads.engine import EngineFactory
+from runner.workloads.fsdp import FsdpEngine
+from runner.workloads.gpt import param_counts
+from runner.workloads.pipeline_parallel import SCHEDULES, PipelineEngine
+from runner.workloads.result import (
+    Measured,
+    build_result,
+    exit_now,
+    peak_memory_bytes,
+    rank_info,
+    write_result,
+)
 
-SCHEMA = "dtrun.train/1"
-# Relative difference of parameter fingerprints still called "equal". Gloo's all-reduce is not
-# bit-identical across ranks at every world size (4 ranks on CPU differ in the last bits), and
-# float32 rounding accumulates over the steps; ranks that never communicated differ by ~1e-2.
-SYNC_TOLERANCE = 1e-6
-LEARNING_RATE = 1e-3
+ENGINES: dict[str, EngineFactory] = {
+    "ddp": DdpEngine,
+    "fsdp": FsdpEngine,
+    "pipeline": PipelineEngine,
+}
 
+InitDistributed = Callable[[argparse.Namespace, str], None]
 
-class Engine(Protocol):
-    """One data-parallel library's way of training the model, one step at a time."""
-
-    name: str
-    zero_stage: int | None
-
-    def step(self, batch: torch.Tensor) -> torch.Tensor:
-        """Forward, backward and optimizer step on one batch of token rows; returns the loss."""
-        ...
-
-    def fingerprint(self) -> float:
-        """The fingerprint of this rank's full parameters."""
-        ...
-
-
-class DdpEngine:
-    """PyTorch DistributedDataParallel with AdamW; bf16 through autocast when asked."""
-
-    name: str = "ddp"
-    zero_stage: int | None = None
-
-    def __init__(self, model: GPT, args: argparse.Namespace, device: torch.device) -> None:
-        self.model = model
-        self.ddp = DistributedDataParallel(model)  # broadcasts rank 0's weights to every rank
-        self.optimizer = torch.optim.AdamW(self.ddp.parameters(), lr=LEARNING_RATE)
-        self.autocast = torch.autocast(
-            device.type, dtype=torch.bfloat16, enabled=args.dtype == "bfloat16"
-        )
-
-    def step(self, batch: torch.Tensor) -> torch.Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
-        with self.autocast:
-            loss = lm_loss(self.ddp(batch[:, :-1]), batch[:, 1:])
-        torch.autograd.backward(loss)
-        self.optimizer.step()
-        return loss
-
-    def fingerprint(self) -> float:
-        return fingerprint(self.model)
+# Engines live until the process leaves through exit_now, which runs no destructor. Freed when
+# ``train`` returned, their C++ state (DDP's reducer and the gloo process group it holds, after
+# destroy_process_group) sometimes spun forever on one rank, the result already written: 2 of
+# 8 two-rank DDP launches on this 2-core machine with torch 2.13; none of 40 since.
+_ALIVE: list[object] = []
 
 
 def init_torch_distributed(args: argparse.Namespace, backend: str) -> None:
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
 
 
-EngineFactory = Callable[[GPT, argparse.Namespace, torch.device], Engine]
-InitDistributed = Callable[[argparse.Namespace, str], None]
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def gather_floats(value: float, device: torch.device) -> list[float]:
-    mine = torch.tensor([value], dtype=torch.float64, device=device)
-    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-    dist.all_gather(every, mine)
-    return [float(t.item()) for t in every]
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=8, help="sequences per process per step")
+    parser.add_argument(
+        "--batch", type=int, default=8, help="sequences per step, per process (or pipeline)"
+    )
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=1024)
+    parser.add_argument("--preset", default=None, help="the preset the shape came from")
+    parser.add_argument("--strategy", choices=sorted(ENGINES), default="ddp")
+    parser.add_argument("--schedule", choices=sorted(SCHEDULES), default="1f1b")
+    parser.add_argument("--micro-batches", type=int, default=4, help="pipeline, per step")
+    parser.add_argument("--pp-size", type=int, default=None, help="pipeline: ranks per pipeline")
+    parser.add_argument("--stages-per-rank", type=int, default=1)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--mode", choices=("weak", "strong"), default="weak")
@@ -147,59 +106,22 @@ def setup(args: argparse.Namespace, init: InitDistributed) -> tuple[torch.device
     return device, backend
 
 
-def rank_info() -> dict[str, Any]:
-    env = os.environ
-    return {
-        "rank": dist.get_rank(),
-        "local_rank": int(env.get("LOCAL_RANK", "0")),
-        "group_rank": int(env.get("GROUP_RANK", env.get("NODE_RANK", "0"))),
-        "node": env.get("DTRUN_NODE_NAME", socket.gethostname()),
-        "address": env.get("DTRUN_NODE_ADDR", ""),
-        "hostname": socket.gethostname(),
-        "pid": os.getpid(),
-        "os": os_name(),
-    }
-
-
-def os_name() -> str:
-    """The node's OS as /etc/os-release names it (the image, as the node sees it)."""
-    try:
-        for line in Path("/etc/os-release").read_text().splitlines():
-            if line.startswith("PRETTY_NAME="):
-                return line.split("=", 1)[1].strip().strip('"')
-    except OSError:
-        pass
-    return platform.platform()
-
-
-def versions(device: torch.device) -> dict[str, str | None]:
-    """The node-side software a result depends on (the run manifest has dtrun's side)."""
-    nccl = None
-    if device.type == "cuda":
-        nccl = ".".join(str(part) for part in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
-    deepspeed = sys.modules.get("deepspeed")
-    return {
-        "torch_version": torch.__version__,
-        "python_version": platform.python_version(),
-        "nccl_version": nccl,
-        "deepspeed_version": getattr(deepspeed, "__version__", None) if deepspeed else None,
-    }
-
-
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def peak_memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
+def first_losses(losses: list[float]) -> list[float]:
+    """Every rank's losses -> those of the first rank that computed any (a pipeline's last
+    stage computes them; the other ranks have none)."""
+    every: list[list[float] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, losses)
+    return next((mine for mine in every if mine), [])
 
 
 def train(
     args: argparse.Namespace,
-    make_engine: EngineFactory = DdpEngine,
+    make_engine: EngineFactory | None = None,
     init: InitDistributed = init_torch_distributed,
 ) -> int:
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -211,20 +133,15 @@ def train(
     dist.all_reduce(check)
     allreduce_ok = check.item() == world * (world + 1) / 2
 
-    torch.manual_seed(args.seed + rank)  # different weights per rank, on purpose
-    model = GPT(args.vocab, args.seq_len, args.layers, args.d_model, args.heads).to(device)
-    initial = gather_floats(fingerprint(model), device)
-    # Counted before the engine may partition the parameters (ZeRO-3 leaves each rank a shard).
-    params = sum(p.numel() for p in model.parameters())
-    matmul_params = params - model.pos.weight.numel()
-    engine = make_engine(model, args, device)
-
-    # Different tokens per rank: a small pool of random sequences the model can learn.
-    generator = torch.Generator().manual_seed(args.seed * 1000 + rank)
+    engine = (make_engine or ENGINES[args.strategy])(args, device)
+    _ALIVE.append(engine)
+    # Different tokens per replica: a small pool of random sequences the model can learn. The
+    # ranks of one pipeline share theirs: the first stage reads the inputs, the last the targets.
+    generator = torch.Generator().manual_seed(args.seed * 1000 + engine.data_rank)
     pool = torch.randint(0, args.vocab, (64, args.seq_len + 1), generator=generator).to(device)
 
     times: list[float] = []
-    losses: list[float] = []
+    losses: list[torch.Tensor | None] = []
     log_every = max(1, args.steps // 5)
     for step in range(args.steps):
         rows = (torch.arange(args.batch, device=device) + step * args.batch) % pool.shape[0]
@@ -234,128 +151,67 @@ def train(
         loss = engine.step(batch)
         synchronize(device)
         times.append(time.perf_counter() - start)
-        losses.append(float(loss.item()))
+        losses.append(loss)
         if rank == 0 and (step + 1) % log_every == 0:
+            said = "" if loss is None else f" loss {float(loss.item()):.3f}"
             print(
-                f"step {step + 1}/{args.steps} loss {losses[-1]:.3f} "
-                f"step_time {times[-1] * 1000:.1f} ms",
+                f"step {step + 1}/{args.steps}{said} step_time {times[-1] * 1000:.1f} ms",
                 flush=True,
             )
 
-    final = gather_floats(engine.fingerprint(), device)
-    divergence = max(abs(f - final[0]) / max(1.0, abs(final[0])) for f in final)
-    initial_divergence = max(abs(f - initial[0]) / max(1.0, abs(initial[0])) for f in initial)
+    # The probe: rows no step trained on, the same number as a step's.
+    probe = pool[(torch.arange(args.batch, device=device) + 32) % pool.shape[0]]
+    proof = engine.prove(probe)
     ranks: list[dict[str, Any] | None] = [None] * world
     dist.all_gather_object(ranks, rank_info())
-    in_sync = divergence <= SYNC_TOLERANCE and allreduce_ok
+    peaks: list[int | None] = [None] * world
+    dist.all_gather_object(peaks, peak_memory_bytes(device))
     busbw = None
     if args.busbw_iters > 0 and world > 1:
-        from runner.workloads.allreduce import probe
-
-        # DDP all-reduces float32 gradients (also under bf16 autocast): 4 bytes per parameter.
-        busbw = probe(params * 4, min(5, args.busbw_iters), args.busbw_iters, device)
-
+        # Float32 gradients (also under bf16 autocast): 4 bytes per parameter of the whole model,
+        # what DDP all-reduces every step (FSDP reduce-scatters as much; a pipeline, its share).
+        gradient_bytes = 4 * param_counts(args.vocab, args.seq_len, args.layers, args.d_model)[0]
+        busbw = probe_allreduce(gradient_bytes, min(5, args.busbw_iters), args.busbw_iters, device)
+    measured = Measured(
+        started=started,
+        backend=backend,
+        device=device,
+        times=times,
+        losses=first_losses([float(x.item()) for x in losses if x is not None]),
+        peak_memory=[int(p or 0) for p in peaks],
+        ranks=[r or {} for r in ranks],
+        allreduce_ok=allreduce_ok,
+        busbw=busbw,
+    )
+    ok = proof.ok and allreduce_ok
     if rank == 0:
-        timed = times[args.warmup :]
-        elapsed = sum(timed)
-        global_batch = args.batch * world
-        tokens_per_s = global_batch * args.seq_len * len(timed) / elapsed
-        head_dim = args.d_model // args.heads
-        fpt = flops_per_token(matmul_params, args.layers, args.heads, head_dim, args.seq_len)
-        mfu = None
-        if args.peak_tflops:
-            mfu = tokens_per_s * fpt / (world * args.peak_tflops * 1e12)
-        result = {
-            "schema": SCHEMA,
-            "workload": "train",
-            "engine": engine.name,
-            "zero_stage": engine.zero_stage,
-            "started_at": started.isoformat(),
-            "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "world_size": world,
-            "nnodes": len({r["node"] for r in ranks if r}),
-            "procs_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-            "backend": backend,
-            "device": device.type,
-            "device_name": torch.cuda.get_device_name(device)
-            if device.type == "cuda"
-            else platform.processor() or platform.machine(),
-            "dtype": args.dtype,
-            **versions(device),
-            "mode": args.mode,
-            "model": {
-                "layers": args.layers,
-                "d_model": args.d_model,
-                "heads": args.heads,
-                "seq_len": args.seq_len,
-                "vocab": args.vocab,
-                "params": params,
-                "matmul_params": matmul_params,
-            },
-            "batch_per_proc": args.batch,
-            "global_batch": global_batch,
-            "steps": args.steps,
-            "warmup": args.warmup,
-            "timed_steps": len(timed),
-            "step_time_s": {
-                "p50": percentile(timed, 50),
-                "p90": percentile(timed, 90),
-                "mean": elapsed / len(timed),
-                "min": min(timed),
-                "max": max(timed),
-            },
-            "tokens_per_s": tokens_per_s,
-            "samples_per_s": global_batch * len(timed) / elapsed,
-            "flops_per_token": fpt,
-            "peak_tflops": args.peak_tflops,
-            "mfu": mfu,
-            "loss": {"first": losses[0], "last": losses[-1]},
-            "peak_memory_bytes": peak_memory_bytes(device),
-            "communication": {
-                "backend": backend,
-                "allreduce_ok": allreduce_ok,
-                "initial_params_differed": len(set(initial)) == world if world > 1 else None,
-                "params_in_sync": in_sync,
-                "max_divergence": divergence,
-                "initial_divergence": initial_divergence,
-                "initial_fingerprints": initial,
-                "final_fingerprints": final,
-            },
-            "busbw": busbw,
-            "ranks": ranks,
-        }
+        result = build_result(args, engine, proof, measured)
         out = Path(args.out)
-        partial = out.with_name(out.name + ".partial")
-        partial.write_text(json.dumps(result, indent=2) + "\n")
-        partial.replace(out)
+        write_result(out, result)
+        failed = [check.name for check in proof.checks if not check.ok]
         if world == 1:
-            proof = "single process"
+            said = "single process"
+        elif ok:
+            said = f"{proof.kind}: {', '.join(c.name for c in proof.checks)} verified"
         else:
-            proof = f"parameters {'in sync' if in_sync else 'NOT in sync'} across {world} ranks"
-        print(f"dtrun: {tokens_per_s:,.0f} tokens/s; {proof}; wrote {out}", flush=True)
+            said = f"{proof.kind}: FAILED {', '.join(failed) or 'all-reduce'}"
+        print(f"dtrun: {result['tokens_per_s']:,.0f} tokens/s; {said}; wrote {out}", flush=True)
     dist.destroy_process_group()
-    if not in_sync:
+    if not ok:
+        for failed_check in proof.checks:
+            if not failed_check.ok:
+                print(
+                    f"dtrun: rank {rank}: {failed_check.name}: {failed_check.detail}",
+                    file=sys.stderr,
+                )
         print(
             f"dtrun: rank {rank}: ranks did not communicate correctly "
-            f"(all-reduce ok: {allreduce_ok}, parameter divergence {divergence:.3g})",
+            f"(all-reduce ok: {allreduce_ok})",
             file=sys.stderr,
             flush=True,
         )
         return 3
     return 0
-
-
-def exit_now(code: int) -> NoReturn:
-    """Leave without interpreter finalisation.
-
-    With gloo, tearing down torch's C++ state at exit sometimes aborts ("terminate called without
-    an active exception", SIGABRT) after the work is done and the result written: about 1 launch
-    in 15 on a 2-core machine with torch 2.13. The process group is destroyed and every file
-    closed by now; only the standard streams need flushing.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,41 +12,85 @@ Imports only torch, deepspeed, the standard library and its sibling modules.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import deepspeed
 import torch
+import torch.distributed as dist
+from deepspeed.utils import safe_get_full_grad
 
 from runner.workloads import train
-from runner.workloads.gpt import GPT, fingerprint, lm_loss
+from runner.workloads.engine import LEARNING_RATE, Precision, replica_model
+from runner.workloads.gpt import lm_loss
+from runner.workloads.proof import Proof, prove_data_parallel
+from runner.workloads.result import exit_now
 
 
 class DeepSpeedEngine:
-    name: str = "deepspeed"
+    """DeepSpeed with the ZeRO stage of the generated config; bf16 when the config says so."""
 
-    def __init__(self, model: GPT, args: argparse.Namespace, device: torch.device) -> None:
+    name = "deepspeed"
+
+    def __init__(self, args: argparse.Namespace, device: torch.device) -> None:
+        self.args, self.device = args, device
         config: dict[str, Any] = json.loads(Path(args.deepspeed_config).read_text())
         self.zero_stage: int | None = int(config.get("zero_optimization", {}).get("stage", 0))
-        optimizer = torch.optim.AdamW(model.parameters(), lr=train.LEARNING_RATE)
+        self.strategy = f"zero{self.zero_stage}"
+        model, self.initial = replica_model(args, device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
         # Broadcasts rank 0's weights (ZeRO 1 and 2) or partitions them from rank 0's (ZeRO 3).
         self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+        self.replicas = dist.get_world_size()
+        self.data_rank = dist.get_rank()
+        # DeepSpeed's bf16 casts the model itself, with no autocast: the proof's own gradient
+        # runs the same arithmetic on the same (bf16) parameters. Through autocast instead, it
+        # missed the reduced gradient by a tenth of the ranks' spread, and the proof failed.
+        self.precision: Precision = contextlib.nullcontext
 
-    def step(self, batch: torch.Tensor) -> torch.Tensor:
+    def _backward(self, batch: torch.Tensor) -> torch.Tensor:
         loss: torch.Tensor = lm_loss(self.engine(batch[:, :-1]), batch[:, 1:])
         self.engine.backward(loss)
+        return loss
+
+    def step(self, batch: torch.Tensor) -> torch.Tensor:
+        loss = self._backward(batch)
         self.engine.step()
         return loss
 
-    def fingerprint(self) -> float:
+    @contextlib.contextmanager
+    def full_parameters(self) -> Iterator[list[tuple[str, torch.Tensor]]]:
         module = self.engine.module
+        named = list(module.named_parameters())
         if self.zero_stage == 3:
-            # Each rank holds a shard: gather the full parameters to fingerprint them.
-            with deepspeed.zero.GatheredParameters(list(module.parameters())):
-                return fingerprint(module)
-        return fingerprint(module)
+            # Each rank holds a shard: gather the full parameters while the proof reads them.
+            with deepspeed.zero.GatheredParameters([p for _, p in named]):
+                yield [(name, p.detach().clone()) for name, p in named]
+        else:
+            yield named
+
+    def reduced_gradients(self, batch: torch.Tensor) -> list[torch.Tensor]:
+        self._backward(batch)  # reduces (ZeRO 1), reduce-scatters (ZeRO 2, 3) the gradients
+        grads = []
+        for _, p in self.engine.module.named_parameters():
+            grad = safe_get_full_grad(p)  # the whole reduced gradient, gathered where sharded
+            if grad is None:
+                raise RuntimeError("a parameter received no gradient")
+            grads.append(grad)
+        self.engine.optimizer.zero_grad()
+        return grads
+
+    def prove(self, probe: torch.Tensor) -> Proof:
+        return prove_data_parallel(
+            self, self.args, probe, self.initial, self.device, self.precision
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {}
 
 
 def init_deepspeed(args: argparse.Namespace, backend: str) -> None:
@@ -69,4 +113,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    train.exit_now(main())
+    exit_now(main())

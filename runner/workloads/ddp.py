@@ -1,0 +1,69 @@
+"""PyTorch DistributedDataParallel: every rank holds the whole model and averages gradients.
+
+Torch, the standard library and sibling modules only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from runner.workloads.engine import LEARNING_RATE, precision, replica_model
+from runner.workloads.gpt import lm_loss
+from runner.workloads.proof import Proof, named_parameters, prove_data_parallel
+
+
+class DdpEngine:
+    """DDP with AdamW; bf16 through autocast when asked."""
+
+    name = "ddp"
+    strategy = "ddp"
+    zero_stage: int | None = None
+
+    def __init__(self, args: argparse.Namespace, device: torch.device) -> None:
+        self.args, self.device = args, device
+        self.model, self.initial = replica_model(args, device)
+        self.ddp = DistributedDataParallel(self.model)  # broadcasts rank 0's weights to every rank
+        self.optimizer = torch.optim.AdamW(self.ddp.parameters(), lr=LEARNING_RATE)
+        self.precision = precision(args, device)
+        self.replicas = dist.get_world_size()
+        self.data_rank = dist.get_rank()
+
+    def _backward(self, batch: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.precision():
+            loss = lm_loss(self.ddp(batch[:, :-1]), batch[:, 1:])
+        torch.autograd.backward(loss)
+        return loss
+
+    def step(self, batch: torch.Tensor) -> torch.Tensor:
+        loss = self._backward(batch)
+        self.optimizer.step()
+        return loss
+
+    def full_parameters(self) -> contextlib.AbstractContextManager[list[tuple[str, torch.Tensor]]]:
+        return named_parameters(self.model)
+
+    def reduced_gradients(self, batch: torch.Tensor) -> list[torch.Tensor]:
+        self._backward(batch)  # DDP all-reduces the gradients during backward
+        return [_grad(p) for p in self.model.parameters()]
+
+    def prove(self, probe: torch.Tensor) -> Proof:
+        return prove_data_parallel(
+            self, self.args, probe, self.initial, self.device, self.precision
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+
+def _grad(parameter: torch.Tensor) -> torch.Tensor:
+    # Every parameter takes part in the loss; a missing gradient would be a bug worth a crash.
+    if parameter.grad is None:
+        raise RuntimeError("a parameter received no gradient")
+    return parameter.grad

@@ -1,0 +1,71 @@
+"""What every training engine offers the loop in ``train``, and the pieces engines share.
+
+An engine is one library's way of training the GPT (README "Training strategies"): DDP, FSDP,
+a pipeline, or DeepSpeed's ZeRO. Torch, the standard library and sibling modules only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+from runner.workloads.gpt import GPT, fingerprint
+from runner.workloads.proof import Proof, gather_floats
+
+LEARNING_RATE = 1e-3
+
+Precision = Callable[[], contextlib.AbstractContextManager[Any]]
+
+
+class Engine(Protocol):
+    """One strategy's way of training the model, one step at a time."""
+
+    name: str  # the library that trains: ddp, fsdp, pipeline, deepspeed
+    strategy: str  # ddp, fsdp, pipeline, zero1, zero2, zero3
+    zero_stage: int | None  # DeepSpeed's ZeRO stage
+    replicas: int  # data-parallel replicas of the model, which split the global batch
+    data_rank: int  # which replica's tokens this rank trains on
+
+    def step(self, batch: torch.Tensor) -> torch.Tensor | None:
+        """Forward, backward and optimizer step on one batch of token rows (this replica's).
+
+        Returns the loss where this rank computes it (every rank but a pipeline's inner ones),
+        without waiting for it: the loop reads it after the step's timing.
+        """
+        ...
+
+    def prove(self, probe: torch.Tensor) -> Proof:
+        """After training: show that the ranks communicated. Every rank calls it."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """This strategy's own result fields (a pipeline's schedule and stages)."""
+        ...
+
+
+EngineFactory = Callable[[argparse.Namespace, torch.device], Engine]
+
+
+def precision(args: argparse.Namespace, device: torch.device) -> Precision:
+    """bf16 autocast when asked (GPUs, for MFU against the bf16 peak), else float32."""
+
+    def enter() -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.dtype == "bfloat16")
+
+    return enter
+
+
+def replica_model(args: argparse.Namespace, device: torch.device) -> tuple[GPT, list[float]]:
+    """The whole GPT, from a different seed on every rank, and every rank's fingerprint of it.
+
+    Different on purpose: weights that end up equal (or consistent) can only have got so
+    through the engine's communication.
+    """
+    torch.manual_seed(args.seed + dist.get_rank())
+    model = GPT(args.vocab, args.seq_len, args.layers, args.d_model, args.heads).to(device)
+    return model, gather_floats(fingerprint(model), device)

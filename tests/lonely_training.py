@@ -1,0 +1,24 @@
+"""The training workload with a fake engine whose ranks never communicate: DDP's loop on the
+bare model, so gradients are never averaged. Its proof must fail, and the launch exit 3."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from runner.workloads import train
+from runner.workloads.ddp import DdpEngine
+from runner.workloads.result import exit_now
+
+
+class LonelyDdp(DdpEngine):
+    """Each rank trains alone (DDP's constructor still broadcasts rank 0's weights once)."""
+
+    def __init__(self, args: argparse.Namespace, device: torch.device) -> None:
+        super().__init__(args, device)
+        self.ddp = self.model  # type: ignore[assignment]
+
+
+if __name__ == "__main__":
+    exit_now(train.train(train.parse_args(), LonelyDdp))
