@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from runner.catalog import ExpectedBusbw, expected_busbw
 from runner.results import AllreduceResult, TrainResult
@@ -59,6 +60,23 @@ class ScalingRow:
     busbw: float | None = None  # all-reduce busbw at the gradients' size, trimmed mean (GB/s)
     gradient_bytes: int | None = None
     peak_memory_bytes: int | None = None  # the most any rank of any launch used
+    strategy: str = "ddp"
+    replicas: int | None = None  # data-parallel replicas (None: every process)
+    pp_size: int | None = None  # pipeline: ranks per pipeline
+    bubble: float | None = None  # pipeline: share of each step a rank idles in the bubble
+
+
+# Gradient-synchronisation traffic per step, in all-reduces of the whole gradient (the ZeRO
+# paper, section 7: DDP and ZeRO 1-2 move 2Ψ per rank, as one all-reduce; ZeRO 3 and FSDP's
+# full sharding add an all-gather of the parameters for the backward pass, 3Ψ: 1.5 all-reduces).
+ALLREDUCES_PER_STEP = {"ddp": 1.0, "zero1": 1.0, "zero2": 1.0, "zero3": 1.5, "fsdp": 1.5}
+
+
+def pipeline_bubble(pp: int, micro_batches: int, stages_per_rank: int = 1) -> float:
+    """The share of a step each rank of a pipeline idles: (p-1) / (v*m + p - 1) for p ranks,
+    m micro-batches and v stages per rank (GPipe and 1F1B: v = 1; Megatron-LM's interleaved
+    schedule divides the bubble by v)."""
+    return (pp - 1) / (stages_per_rank * micro_batches + pp - 1)
 
 
 def scaling_rows(results: Mapping[int, Sequence[TrainResult]]) -> tuple[ScalingRow, ...]:
@@ -93,9 +111,23 @@ def scaling_rows(results: Mapping[int, Sequence[TrainResult]]) -> tuple[ScalingR
                 busbw=_probe_busbw(runs),
                 gradient_bytes=next((r.busbw.gradient_bytes for r in runs if r.busbw), None),
                 peak_memory_bytes=max(r.peak_memory_max_bytes or r.peak_memory_bytes for r in runs),
+                **_layout(runs[0]),
             )
         )
     return tuple(rows)
+
+
+def _layout(result: TrainResult) -> dict[str, Any]:
+    """The strategy's layout fields of a ScalingRow."""
+    bubble = None
+    if result.strategy == "pipeline" and result.pp_size and result.micro_batches:
+        bubble = pipeline_bubble(result.pp_size, result.micro_batches, result.stages_per_rank or 1)
+    return {
+        "strategy": result.strategy,
+        "replicas": result.data_parallel,
+        "pp_size": result.pp_size if result.strategy == "pipeline" else None,
+        "bubble": bubble,
+    }
 
 
 def _probe_busbw(runs: Sequence[TrainResult]) -> float | None:
@@ -160,8 +192,8 @@ def where_scaling_is_lost(
         expected = expected_busbw(size_name, row.nodes, row.world_size // row.nodes)
         comm_s = share = None
         if row.busbw and row.gradient_bytes and row.world_size > 1:
-            comm_s = allreduce_seconds(row.gradient_bytes, row.busbw, row.world_size)
-            share = comm_s / row.step_time_p50
+            comm_s = gradient_sync_seconds(row)
+            share = None if comm_s is None else comm_s / row.step_time_p50
         out.append(
             LossRow(
                 row.nodes,
@@ -177,6 +209,21 @@ def where_scaling_is_lost(
     return tuple(out)
 
 
+def gradient_sync_seconds(row: ScalingRow) -> float | None:
+    """One step's gradient synchronisation at the measured busbw, as the strategy does it:
+    a pipeline's replicas all-reduce only their stage's share of the gradient (none with a single
+    pipeline); ZeRO 3 and FSDP move 1.5 times what DDP does."""
+    assert row.busbw is not None and row.gradient_bytes is not None
+    if row.strategy == "pipeline":
+        replicas = row.replicas or 1
+        if replicas < 2:
+            return None
+        per_stage = row.gradient_bytes // (row.pp_size or 1)
+        return allreduce_seconds(per_stage, row.busbw, replicas)
+    factor = ALLREDUCES_PER_STEP.get(row.strategy, 1.0)
+    return factor * allreduce_seconds(row.gradient_bytes, row.busbw, row.world_size)
+
+
 def _verdict(
     row: ScalingRow,
     base: ScalingRow,
@@ -189,8 +236,19 @@ def _verdict(
     if row.efficiency >= SCALES_WELL:
         return f"scales well ({row.efficiency:.0%})"
     lost = f"{1 - row.efficiency:.0%} lost"
-    if row.busbw is None or share is None:
+    if row.bubble is not None and row.bubble > (base.bubble or 0.0) + 0.05:
+        return (
+            f"{lost}: each rank of the {row.pp_size}-rank pipeline idles about {row.bubble:.0%} "
+            "of the step in the pipeline's bubble, (p-1)/(v·m+p-1); more micro-batches, or the "
+            "interleaved schedule, shrink it"
+        )
+    if row.busbw is None:
         return f"{lost}; no all-reduce probe to say why (rerun without --no-busbw)"
+    if share is None:
+        return (
+            f"{lost}; one pipeline has no gradient all-reduce: look at its stages' balance and "
+            "the point-to-point transfers between them"
+        )
     if expected is not None and row.busbw < NETWORK_SHORT * expected.low:
         return (
             f"{lost}: the network is short, {row.busbw:.1f} GB/s busbw is "
