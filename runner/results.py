@@ -158,14 +158,7 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
         comm = data["communication"]
         steps = data["step_time_s"]
         return TrainResult(
-            world_size=int(data["world_size"]),
-            nnodes=int(data["nnodes"]),
-            procs_per_node=int(data["procs_per_node"]),
-            backend=str(data["backend"]),
-            device=str(data["device"]),
-            device_name=str(data["device_name"]),
-            dtype=str(data["dtype"]),
-            torch_version=str(data["torch_version"]),
+            **_launch_fields(data),
             params=int(data["model"]["params"]),
             global_batch=int(data["global_batch"]),
             seq_len=int(data["model"]["seq_len"]),
@@ -181,12 +174,9 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
             allreduce_ok=bool(comm["allreduce_ok"]),
             initial_params_differed=comm["initial_params_differed"],
             params_in_sync=bool(comm["params_in_sync"]),
-            rank_nodes=tuple(str(rank["node"]) for rank in data["ranks"]),
             engine=str(data.get("engine", "ddp")),
             zero_stage=None if data.get("zero_stage") is None else int(data["zero_stage"]),
             busbw=_probe(data.get("busbw")),
-            python_version=data.get("python_version"),
-            nccl_version=data.get("nccl_version"),
             deepspeed_version=data.get("deepspeed_version"),
             rank_os=tuple(str(rank.get("os", "")) for rank in data["ranks"]),
             strategy=str(data.get("strategy") or _old_strategy(data)),
@@ -209,6 +199,23 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
             f"{source} is not a complete {TRAIN_SCHEMA} result",
             why=f"missing or malformed field {exc}",
         ) from None
+
+
+def _launch_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields every workload's result has: where and with what the launch ran."""
+    return {
+        "world_size": int(data["world_size"]),
+        "nnodes": int(data["nnodes"]),
+        "procs_per_node": int(data["procs_per_node"]),
+        "backend": str(data["backend"]),
+        "device": str(data["device"]),
+        "device_name": str(data["device_name"]),
+        "dtype": str(data["dtype"]),
+        "torch_version": str(data["torch_version"]),
+        "python_version": data.get("python_version"),
+        "nccl_version": data.get("nccl_version"),
+        "rank_nodes": tuple(str(rank["node"]) for rank in data["ranks"]),
+    }
 
 
 def _old_strategy(data: Mapping[str, Any]) -> str:
@@ -295,20 +302,10 @@ class AllreduceResult:
 def parse_allreduce_result(data: Mapping[str, Any], source: str) -> AllreduceResult:
     try:
         return AllreduceResult(
-            world_size=int(data["world_size"]),
-            nnodes=int(data["nnodes"]),
-            procs_per_node=int(data["procs_per_node"]),
-            backend=str(data["backend"]),
-            device=str(data["device"]),
-            device_name=str(data["device_name"]),
-            dtype=str(data["dtype"]),
-            torch_version=str(data["torch_version"]),
-            python_version=data.get("python_version"),
-            nccl_version=data.get("nccl_version"),
+            **_launch_fields(data),
             iters=int(data["iters"]),
             rows=_rows(data["rows"]),
             wrong=int(data["communication"]["wrong"]),
-            rank_nodes=tuple(str(rank["node"]) for rank in data["ranks"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultError(
