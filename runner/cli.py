@@ -293,7 +293,6 @@ def _cluster(choice: ClusterChoice, watch: _StackWatch) -> Iterator[Cluster]:
             choice, lambda message: out.print(f"dtrun: {message}"), seen, registry_bar
         ) as cluster,
     ):
-        registry_bar.stop()  # the cluster is open: the sweep's own bar may start
         yield cluster
 
 
@@ -507,11 +506,15 @@ def _run_dir(path: Path) -> RunDir:
     from runner.record import RunDir
 
     if not (path / "manifest.json").is_file():
-        hint = (
-            "it is a `dtrun run` directory: its record is run.json and its outputs are in launch/"
-            if (path / "run.json").is_file()
-            else "it holds no manifest.json"
-        )
+        if not path.is_dir():
+            hint = "no such directory"
+        elif (path / "run.json").is_file():
+            hint = (
+                "it is a `dtrun run` directory: its record is run.json and its outputs are in "
+                "launch/"
+            )
+        else:
+            hint = "it holds no manifest.json"
         raise UsageError(
             f"{path} is not a `dtrun bench` run directory",
             why=hint,

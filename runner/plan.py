@@ -189,6 +189,7 @@ def validate_bench(bench: BenchSpec) -> None:
         "--seq-len": model.seq_len,
         "--vocab": model.vocab,
         "--timeout": bench.timeout_s,
+        "--project-tokens": bench.project_tokens,
     }
     for flag, value in positive.items():
         if value <= 0:
