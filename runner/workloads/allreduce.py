@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -27,7 +26,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runner.workloads.result import rank_info, versions, write_result
+from runner.workloads.result import (
+    device_name,
+    local_device,
+    rank_info,
+    versions,
+    write_result,
+)
 from runner.workloads.sizes import message_sizes
 
 SCHEMA = "dtrun.allreduce/1"
@@ -178,12 +183,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> int:
     started = datetime.datetime.now(datetime.timezone.utc)
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if args.device == "cuda":
-        torch.cuda.set_device(local_rank)
-        device, backend = torch.device("cuda", local_rank), "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
+    device, backend = local_device(args.device)
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
     world = dist.get_world_size()
     rows = measure(message_sizes(args.sizes), DTYPES[args.dtype], args.warmup, args.iters, device)
@@ -202,9 +202,7 @@ def run(args: argparse.Namespace) -> int:
             "procs_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
             "backend": backend,
             "device": device.type,
-            "device_name": torch.cuda.get_device_name(device)
-            if device.type == "cuda"
-            else platform.processor() or platform.machine(),
+            "device_name": device_name(device),
             "dtype": args.dtype,
             **versions(device),
             "warmup": args.warmup,

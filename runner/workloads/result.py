@@ -93,6 +93,22 @@ def versions(device: torch.device) -> dict[str, str | None]:
     }
 
 
+def local_device(kind: str) -> tuple[torch.device, str]:
+    """This process's device (LOCAL_RANK's GPU for "cuda", else the CPU) and its backend."""
+    if kind == "cuda":
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank), "nccl"
+    return torch.device("cpu"), "gloo"
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine()
+
+
 def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
@@ -135,9 +151,7 @@ def build_result(
         "procs_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
         "backend": measured.backend,
         "device": device.type,
-        "device_name": torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else platform.processor() or platform.machine(),
+        "device_name": device_name(device),
         "dtype": args.dtype,
         **versions(device),
         "mode": args.mode,

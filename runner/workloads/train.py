@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from runner.workloads.result import (
     Measured,
     build_result,
     exit_now,
+    local_device,
     peak_memory_bytes,
     rank_info,
     write_result,
@@ -96,12 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def setup(args: argparse.Namespace, init: InitDistributed) -> tuple[torch.device, str]:
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if args.device == "cuda":
-        torch.cuda.set_device(local_rank)
-        device, backend = torch.device("cuda", local_rank), "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
+    device, backend = local_device(args.device)
     init(args, backend)
     return device, backend
 
