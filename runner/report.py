@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
+import io
 import os
 import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner import __version__
 from runner.catalog import ExpectedBusbw, expected_busbw
@@ -33,13 +35,18 @@ from runner.metrics import (
     where_scaling_is_lost,
 )
 from runner.record import RunDir, ok_runs, read_json, write_json
-from runner.render import render
+from runner.render import environment, render
 from runner.results import AllreduceResult, Result, SizeRow, TrainResult, load_result
 from runner.spec import ScalingMode
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 SUMMARY_SCHEMA = "dtrun.summary/2"
 T = TypeVar("T")
 DEFAULT_PROJECT_TOKENS = 10**9
+# Held while the report is built or its tools are warmed up (warm_up_plotting).
+_TOOLS = threading.Lock()
 BUSBW_FORMULA = (
     "algbw = S / t (GB = 1e9 bytes, t averaged over the ranks); busbw = algbw * 2(n-1)/n "
     "for n ranks (nccl-tests)"
@@ -154,6 +161,11 @@ def _widest(results: Mapping[int, Sequence[T]]) -> T | None:
 
 def build_report(run_dir: RunDir) -> Report:
     """Read the recorded files; write summary.json, report.md, report.html and the plots."""
+    with _TOOLS:  # matplotlib is not thread-safe: wait for a warm-up still drawing
+        return _build_report(run_dir)
+
+
+def _build_report(run_dir: RunDir) -> Report:
     report = analyse(run_dir)
     manifest = report.manifest
     title = f"dtrun {manifest['run_id']}"
@@ -163,8 +175,10 @@ def build_report(run_dir: RunDir) -> Report:
 
         label = f"{title} ({report.mode.value})"
         plot_throughput(report.rows, run_dir.path / THROUGHPUT.name, title=label)
-        plot_efficiency(report.rows, run_dir.path / EFFICIENCY.name, title=label)
-        made |= {THROUGHPUT, EFFICIENCY}
+        made.add(THROUGHPUT)
+        if len(report.rows) > 1:  # one node count is its own baseline: 100% says nothing
+            plot_efficiency(report.rows, run_dir.path / EFFICIENCY.name, title=label)
+            made.add(EFFICIENCY)
     if report.series:
         from runner.plots import plot_busbw
 
@@ -203,9 +217,11 @@ def build_report(run_dir: RunDir) -> Report:
     }
     plots = {plot.name.removesuffix(".png"): plot for plot in PLOTS if plot in made}
     files = {key: (plot.alt, plot.name) for key, plot in plots.items()}
-    run_dir.report.write_text(render("report.md.j2", {**context, "plots": files}))
-    inline = {key: (plot.alt, _data_uri(run_dir.path / plot.name)) for key, plot in plots.items()}
-    body = markdown_to_html(render("report.md.j2", {**context, "plots": inline}))
+    markdown = render("report.md.j2", {**context, "plots": files})
+    run_dir.report.write_text(markdown)
+    body = markdown_to_html(markdown)
+    for plot in plots.values():  # the HTML carries its plots inside: one file to send
+        body = body.replace(f'src="{plot.name}"', f'src="{_data_uri(run_dir.path / plot.name)}"')
     run_dir.html.write_text(
         render("report.html.j2", {"title": f"dtrun report: {manifest['run_id']}", "body": body})
     )
@@ -236,10 +252,15 @@ def _summary(report: Report) -> dict[str, Any]:
 
 def markdown_to_html(text: str) -> str:
     """CommonMark with tables; raw HTML in the text is escaped, not passed through."""
+    html: str = _markdown().render(text)
+    return html
+
+
+@functools.cache
+def _markdown() -> MarkdownIt:
     from markdown_it import MarkdownIt
 
-    html: str = MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
-    return html
+    return MarkdownIt("commonmark", {"html": False}).enable("table")
 
 
 def _data_uri(path: Path) -> str:
@@ -294,22 +315,35 @@ def reproducibility(manifest: Mapping[str, Any], first: Result | None) -> list[t
 
 
 def warm_up_plotting() -> threading.Thread:
-    """Import matplotlib in the background while the nodes run.
+    """Get the report's tools ready in the background while the nodes run.
 
-    The import costs about a third of a second; done here it overlaps the launches instead of
-    adding to the wall time after the last one.
+    matplotlib's import, its font cache and first text layout, the Markdown parser and the
+    report templates' compilation cost about half a second together; done here they overlap the
+    launches instead of adding to the wall time after the last one.
     """
-    thread = threading.Thread(target=_import_plotting, name="dtrun-warm-plotting", daemon=True)
+    thread = threading.Thread(target=_warm_up, name="dtrun-warm-report", daemon=True)
     thread.start()
     return thread
 
 
-def _import_plotting() -> None:
+def _warm_up() -> None:
     # Linux nice values are per thread: this thread only takes CPU the nodes leave idle.
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    import matplotlib.backends.backend_agg
-    import matplotlib.figure  # noqa: F401
+    with _TOOLS:
+        _warm_up_tools()
+
+
+def _warm_up_tools() -> None:
+    from matplotlib.figure import Figure
+
+    # Drawing text once loads the font list and the font the plots use.
+    fig = Figure(figsize=(1, 1), dpi=20)
+    fig.subplots().set_title("warm-up")
+    fig.savefig(io.BytesIO(), format="png")
+    _markdown()
+    for template in ("report.md.j2", "report.html.j2"):
+        environment().get_template(template)
 
 
 def oversubscribed(manifest: Mapping[str, Any], rows: Sequence[ScalingRow]) -> list[int]:

@@ -107,6 +107,18 @@ def test_the_html_report_is_self_contained_and_escapes_what_it_shows(tmp_path, f
     assert not re.search(r'(src|href)="(?!data:)', html)
 
 
+def test_one_node_count_draws_no_efficiency_plot(tmp_path, fixed_inventory):
+    bench = BenchSpec(run_id="r8b", node_counts=(2,))
+    run_dir = fake_run_dir(tmp_path / "r8b", bench, fixed_inventory, {2: [1800]})
+    (run_dir.path / "efficiency.png").write_bytes(b"from an earlier build")
+    build_report(run_dir)
+    assert (run_dir.path / "throughput.png").is_file()
+    assert not (run_dir.path / "efficiency.png").exists()
+    assert "![scaling efficiency against nodes" not in run_dir.report.read_text()
+    images = re.findall(r'<img src="([^"]*)"', run_dir.html.read_text())
+    assert len(images) == 1 and images[0].startswith("data:image/png;base64,")
+
+
 def test_time_to_train_projects_the_token_budget(tmp_path, fixed_inventory):
     bench = BenchSpec(run_id="r9", node_counts=(1, 2), project_tokens=36_000_000)
     run_dir = fake_run_dir(tmp_path / "r9", bench, fixed_inventory, {1: [1000], 2: [1600]})
