@@ -214,7 +214,7 @@ def bench(
             ready_timeout, teardown,
         )  # fmt: skip
         with (
-            upload_after(store, output / spec.run_id, spec.env),
+            upload_after(store, output / spec.run_id, spec.secrets()),
             _cluster(choice, watch) as cluster,
         ):
             if dry_run:
@@ -406,7 +406,7 @@ def run(
             ready_timeout, teardown,
         )  # fmt: skip
         with (
-            upload_after(store, output / spec.run_id, spec.env),
+            upload_after(store, output / spec.run_id, spec.secrets()),
             _cluster(choice, watch) as cluster,
         ):
             if dry_run:

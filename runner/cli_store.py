@@ -1,7 +1,7 @@
 """`--results URL` on `dtrun bench` and `dtrun run`: check the store first, upload the run last.
 
     store = check_results(results, dry_run=dry_run)        # after the input is validated
-    with upload_after(store, output / run_id, spec.env):    # around the cluster and the run
+    with upload_after(store, output / run_id, spec.secrets()):    # around the cluster and the run
         ...
 
 The store is checked before any cluster is built or any directory made, so a missing
@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from runner.cli_common import console
 from runner.errors import UploadError
-from runner.spec import is_secret_name
 
 if TYPE_CHECKING:
     from runner.store import ResultsStore, UploadProgress
@@ -43,18 +42,18 @@ def check_results(url: str | None, *, dry_run: bool) -> ResultsStore | None:
 
 @contextmanager
 def upload_after(
-    store: ResultsStore | None, run_dir: Path, env: Sequence[tuple[str, str]]
+    store: ResultsStore | None, run_dir: Path, secrets: Sequence[str]
 ) -> Iterator[None]:
     """Upload ``run_dir`` when the block ends, if the block made it; re-raise what it raised.
 
     A directory that existed before is never uploaded: it is another run's (dtrun refuses to
-    write into it). The values of secret-looking --env variables are redacted in the copies.
+    write into it). ``secrets`` (the spec's secret-looking --env values and program arguments)
+    are redacted in the copies.
     """
     if store is None:
         yield
         return
     existed = run_dir.exists()
-    secrets = [value for name, value in env if is_secret_name(name)]
     try:
         yield
     except BaseException:

@@ -8,13 +8,12 @@ own versions (their torch, NCCL, Python) come back in the workloads' results.
 from __future__ import annotations
 
 import importlib.metadata
-import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from runner.spec import REDACTED, is_secret_name
+from runner.spec import REDACTED, is_secret_name, redact_url_credentials
 
 # Distributions whose versions change what a run measures or how it was launched.
 PACKAGES = (
@@ -31,9 +30,6 @@ PACKAGES = (
     "matplotlib",
 )
 
-# user:password@ in URLs (proxies, package indexes, databases), whatever the variable's name.
-_URL_CREDENTIALS = re.compile(r"(://)[^/@\s]+@")
-
 
 def versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
     """Each package's installed version; None where it is not installed."""
@@ -46,14 +42,10 @@ def versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
     return found
 
 
-def redact_value(value: str) -> str:
-    return _URL_CREDENTIALS.sub(rf"\g<1>{REDACTED}@", value)
-
-
 def redact_environment(env: Mapping[str, str]) -> dict[str, str]:
     """The environment, sorted, with secret-looking names' values and URL credentials hidden."""
     return {
-        key: REDACTED if is_secret_name(key) else redact_value(value)
+        key: REDACTED if is_secret_name(key) else redact_url_credentials(value)
         for key, value in sorted(env.items())
     }
 

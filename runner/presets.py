@@ -66,7 +66,10 @@ def resolve_model(
     seq_len: int | None = None,
     vocab: int | None = None,
 ) -> ModelSpec:
-    """A preset's shape with the fields given on the command line replacing its own."""
+    """A preset's shape with the fields given on the command line replacing its own.
+
+    A shape that no longer is the preset's is not recorded under the preset's name.
+    """
     base = lookup("preset", preset, PRESETS)
     given: dict[str, Any] = {
         "layers": layers,
@@ -75,4 +78,5 @@ def resolve_model(
         "seq_len": seq_len,
         "vocab": vocab,
     }
-    return replace(base, **{key: value for key, value in given.items() if value is not None})
+    model = replace(base, **{key: value for key, value in given.items() if value is not None})
+    return model if model == base else replace(model, preset=None)

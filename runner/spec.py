@@ -18,8 +18,63 @@ _SECRET_NAME = re.compile(
 REDACTED = "<redacted>"
 
 
+# The words of an option's name (--hf-token, --db_password) that mark its value secret. Whole
+# words, unlike variable names: --tokenizer and --keep-last say nothing secret.
+_SECRET_WORD = re.compile(
+    r"key|apikey|token|secret|passw(or)?d|pwd|pass|credentials?|auth|cookie|sas|dsn|private",
+    re.IGNORECASE,
+)
+# user:password@ in URLs (proxies, package indexes, databases), whatever carries them.
+_URL_CREDENTIALS = re.compile(r"(://)([^/@\s]+)@")
+
+
 def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
+
+
+def redact_url_credentials(value: str) -> str:
+    return _URL_CREDENTIALS.sub(rf"\g<1>{REDACTED}@", value)
+
+
+def _is_secret_option(name: str) -> bool:
+    return any(_SECRET_WORD.fullmatch(word) for word in re.split(r"[-_.]", name) if word)
+
+
+def secret_args(args: tuple[str, ...]) -> tuple[str, ...]:
+    """The values in a program's arguments that records must not show: those of options named
+    like secrets (``--hf-token X``, ``--api-key=X``, ``DB_PASSWORD=X``) and URL credentials."""
+    return _scan_args(args)[1]
+
+
+def redact_args(args: tuple[str, ...]) -> tuple[str, ...]:
+    """``args`` with every value ``secret_args`` names replaced by <redacted>."""
+    return _scan_args(args)[0]
+
+
+def _scan_args(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    redacted: list[str] = []
+    found: list[str] = []
+    hide_next = False
+    for arg in args:
+        if hide_next and not arg.startswith("-"):
+            redacted.append(REDACTED)
+            found.append(arg)
+            hide_next = False
+            continue
+        name, equals, value = arg.partition("=")
+        secret_name = _is_secret_option(name.lstrip("-"))
+        hide_next = not equals and arg.startswith("-") and secret_name
+        if equals and value and secret_name:
+            redacted.append(f"{name}={REDACTED}")
+            found.append(value)
+            continue
+        found.extend(match.group(2) for match in _URL_CREDENTIALS.finditer(arg))
+        redacted.append(redact_url_credentials(arg))
+    return tuple(redacted), tuple(dict.fromkeys(found))
+
+
+def secret_values(env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    return tuple(value for name, value in env if is_secret_name(name) and value)
 
 
 class ScalingMode(StrEnum):
@@ -251,6 +306,10 @@ class BenchSpec:
         env = tuple((k, REDACTED if is_secret_name(k) else v) for k, v in self.env)
         return replace(self, env=env)
 
+    def secrets(self) -> tuple[str, ...]:
+        """The values ``redacted`` hides, for copies of files that hold them (results store)."""
+        return secret_values(self.env)
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -273,8 +332,14 @@ class RunSpec:
         return self.rdzv_port + 1
 
     def redacted(self) -> RunSpec:
+        """This spec with secret-looking --env values and program arguments replaced."""
         env = tuple((k, REDACTED if is_secret_name(k) else v) for k, v in self.env)
-        return replace(self, env=env)
+        program = replace(self.program, args=redact_args(self.program.args))
+        return replace(self, env=env, program=program)
+
+    def secrets(self) -> tuple[str, ...]:
+        """The values ``redacted`` hides, for copies of files that hold them (results store)."""
+        return secret_values(self.env) + secret_args(self.program.args)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.e2e
 
 QUICK = ("--steps", "6", "--warmup", "2", "--quiet")
 NASTY = ("it's", "$(touch pwned)", "a  b", "", "--nodes", "x;y")
+SECRET = ("--hf-token", "s3cr3t-Value")  # the program gets it; run.json does not show it
 
 # A user program: records what each process sees, in a file of its own per rank.
 PROGRAM = """
@@ -103,7 +104,7 @@ def test_run_gives_a_user_program_the_contract_and_its_arguments_unchanged(
     out = no_leftovers / "runs"
     done = run_dtrun(
         "run", "--launcher", launcher, "--nodes", "2", "--port", str(port), "--cluster-env",
-        "--output", str(out), "--run-id", "mine", "--", "python", str(script), *NASTY,
+        "--output", str(out), "--run-id", "mine", "--", "python", str(script), *NASTY, *SECRET,
         cwd=no_leftovers,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -111,7 +112,7 @@ def test_run_gives_a_user_program_the_contract_and_its_arguments_unchanged(
     assert f"logs and outputs in {launch}" in " ".join(done.stdout.split())
     for rank in (0, 1):
         seen = json.loads((launch / f"rank-{rank}.json").read_text())
-        assert seen["argv"] == [*argv_prefix, *NASTY]
+        assert seen["argv"] == [*argv_prefix, *NASTY, *SECRET]
         assert seen["RANK"] == str(rank)
         assert seen["LOCAL_RANK"] == "0"
         assert seen["WORLD_SIZE"] == "2"
@@ -124,6 +125,8 @@ def test_run_gives_a_user_program_the_contract_and_its_arguments_unchanged(
     assert not (launch / "pwned").exists()
     record = json.loads((out / "mine" / "run.json").read_text())
     assert record["status"] == "ok"
+    assert record["spec"]["program"]["args"] == [*NASTY, "--hf-token", "<redacted>"]
+    assert SECRET[1] not in (out / "mine" / "run.json").read_text()
     assert [node["exit_code"] for node in record["nodes"]] == [0] * len(record["nodes"])
 
 

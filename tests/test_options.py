@@ -8,7 +8,7 @@ import pytest
 
 from runner.errors import UsageError
 from runner.options import check_run_id, new_run_id, parse_command, parse_env, parse_node_counts
-from runner.spec import Program, ProgramKind
+from runner.spec import Program, ProgramKind, RunSpec
 
 
 def test_node_counts_are_sorted_and_deduplicated():
@@ -80,3 +80,30 @@ def test_relative_script_and_executable_paths_are_taken_from_where_dtrun_started
     assert parse_command(["hostname"], tmp_path).target == "hostname"  # from PATH
     assert parse_command(["python", "/abs/t.py"], tmp_path).target == "/abs/t.py"
     assert parse_command(["python", "-m", "pkg.train"], tmp_path).target == "pkg.train"
+
+
+@pytest.mark.parametrize(
+    ("args", "redacted", "secrets"),
+    [
+        (
+            ("--hf-token", "abc", "--lr", "0.1"),
+            ("--hf-token", "<redacted>", "--lr", "0.1"),
+            ("abc",),
+        ),
+        (("--api-key=k1",), ("--api-key=<redacted>",), ("k1",)),
+        (("DB_PASSWORD=pw",), ("DB_PASSWORD=<redacted>",), ("pw",)),
+        (("--db", "postgres://u:p@db/x"), ("--db", "postgres://<redacted>@db/x"), ("u:p",)),
+        # whole words only: a tokenizer or a kept checkpoint is no secret
+        (
+            ("--tokenizer", "gpt2", "--keep-last", "3"),
+            ("--tokenizer", "gpt2", "--keep-last", "3"),
+            (),
+        ),
+        # a flag with no value hides nothing after it but a value
+        (("--auth", "--lr", "0.1"), ("--auth", "--lr", "0.1"), ()),
+    ],
+)
+def test_secret_looking_program_arguments_are_redacted_in_records(args, redacted, secrets):
+    spec = RunSpec(run_id="r", program=Program(ProgramKind.SCRIPT, "train.py", args))
+    assert spec.redacted().program.args == redacted
+    assert spec.secrets() == secrets
