@@ -182,6 +182,12 @@ config = json.loads(os.environ["TF_CONFIG"])
 task = config["task"]
 with open(f"{task['type']}-{task['index']}.json", "w") as out:
     json.dump({"config": config, "node": os.environ["DTRUN_NODE_NAME"]}, out)
+if task["type"] == "chief":  # as a real chief, it is done only once every task has joined
+    others = [f"{kind}-{i}.json" for kind, hosts in config["cluster"].items()
+              for i in range(len(hosts)) if kind != "chief"]
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(name) for name in others) and time.monotonic() < deadline:
+        time.sleep(0.05)
 if task["type"] in ("worker", "ps") and "chief" in config["cluster"]:
     time.sleep(600)
 """

@@ -75,7 +75,8 @@ class LocalExecutor:
         verdict: _Node | RunTimeoutError | None = None
         try:
             for launch in plan.launches:
-                nodes.append(_start(launch, workdir, on_line, exits))
+                with _sigint_deferred():  # a node that was started is one that gets stopped
+                    nodes.append(_start(launch, workdir, on_line, exits))
             verdict = _supervise(nodes, exits, timeout_s, plan.nnodes)
         finally:
             with _sigint_deferred():
@@ -281,15 +282,25 @@ def _wait_gone(procs: list[psutil.Process], deadline: float) -> list[psutil.Proc
 
 @contextlib.contextmanager
 def _sigint_deferred() -> Iterator[None]:
-    """Let cleanup finish even if Ctrl-C is pressed again; the interrupt arrives afterwards."""
+    """Ctrl-C waits until the block is done, then arrives as it would have.
+
+    A Python handler, not a signal mask: the kernel may hand SIGINT to any thread that does not
+    block it (the log pumps), and Python then runs the handler in the main thread anyway.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(signal.SIGINT, None)  # Python's default raises KeyboardInterrupt
+            elif previous == signal.SIG_DFL:
+                signal.raise_signal(signal.SIGINT)
 
 
 def _failure(node: _Node) -> NodeFailedError:
