@@ -26,7 +26,8 @@ from runner.record import (
     write_run_record,
     write_runs,
 )
-from runner.report import Report, build_report, warm_up_plotting
+from runner.report import Report
+from runner.report_builder import ReportBuilder
 from runner.results import Result, load_result
 from runner.spec import (
     BenchSpec,
@@ -112,7 +113,7 @@ def run_sweep(
     largest = max(plans)
     write_manifest(run_dir, bench, inventory, launch_env(inventory, bench.redacted(), largest))
     write_plans(run_dir, plans)
-    warm_up_plotting()
+    reporter = ReportBuilder()  # readies its tools while the nodes run
     sweep = Sweep(run_dir)
     status, error = "running", None
     current: tuple[int, int, float] | None = None  # the launch under way: nodes, repeat, start
@@ -170,7 +171,7 @@ def run_sweep(
         ) from None
     finally:
         write_runs(run_dir, sweep.runs, status, error)
-        sweep.report = build_report(run_dir)
+        sweep.report = reporter.build(run_dir)
     return sweep
 
 

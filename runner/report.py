@@ -9,11 +9,8 @@ same inputs writes the same bytes.
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
 import io
-import os
-import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -45,8 +42,6 @@ if TYPE_CHECKING:
 SUMMARY_SCHEMA = "dtrun.summary/2"
 T = TypeVar("T")
 DEFAULT_PROJECT_TOKENS = 10**9
-# Held while the report is built or its tools are warmed up (warm_up_plotting).
-_TOOLS = threading.Lock()
 BUSBW_FORMULA = (
     "algbw = S / t (GB = 1e9 bytes, t averaged over the ranks); busbw = algbw * 2(n-1)/n "
     "for n ranks (nccl-tests)"
@@ -161,11 +156,6 @@ def _widest(results: Mapping[int, Sequence[T]]) -> T | None:
 
 def build_report(run_dir: RunDir) -> Report:
     """Read the recorded files; write summary.json, report.md, report.html and the plots."""
-    with _TOOLS:  # matplotlib is not thread-safe: wait for a warm-up still drawing
-        return _build_report(run_dir)
-
-
-def _build_report(run_dir: RunDir) -> Report:
     report = analyse(run_dir)
     manifest = report.manifest
     title = f"dtrun {manifest['run_id']}"
@@ -314,27 +304,8 @@ def reproducibility(manifest: Mapping[str, Any], first: Result | None) -> list[t
     return rows
 
 
-def warm_up_plotting() -> threading.Thread:
-    """Get the report's tools ready in the background while the nodes run.
-
-    matplotlib's import, its font cache and first text layout, the Markdown parser and the
-    report templates' compilation cost about half a second together; done here they overlap the
-    launches instead of adding to the wall time after the last one.
-    """
-    thread = threading.Thread(target=_warm_up, name="dtrun-warm-report", daemon=True)
-    thread.start()
-    return thread
-
-
-def _warm_up() -> None:
-    # Linux nice values are per thread: this thread only takes CPU the nodes leave idle.
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    with _TOOLS:
-        _warm_up_tools()
-
-
-def _warm_up_tools() -> None:
+def warm_up_tools() -> None:
+    """Import and load what building a report needs, so that the first report is fast."""
     from matplotlib.figure import Figure
 
     # Drawing text once loads the font list and the font the plots use.
