@@ -2,8 +2,9 @@
 
 Each pipeline schedule trains the tiny GPT split over 2 nodes and proves its activations and
 gradients crossed between them; FSDP and ZeRO 3 (DeepSpeed's engine under torchrun) shard the
-model over 2 nodes and prove their reduced gradient averaged both ranks'. Each test has ports of
-its own (29800-29899); each runs a few steps only.
+model over 2 nodes and prove their reduced gradient averaged both ranks'; pipeline and FSDP also
+train under mpirun, and FSDP under the deepspeed launcher. Each test has ports of its own
+(29800-29899); each runs a few steps only.
 """
 
 from __future__ import annotations
@@ -132,3 +133,33 @@ def test_zero3_runs_deepspeed_under_torchrun_over_two_nodes(no_leftovers):
     config = json.loads((run / "n2" / "r0" / "ds_config.json").read_text())
     assert config["zero_optimization"] == {"stage": 3}
     assert "| Strategy | zero3 (DeepSpeed ZeRO stage 3) |" in (run / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("launcher", "strategy", "port", "proof", "checks"),
+    [
+        (
+            "mpirun",
+            "pipeline",
+            29860,
+            "pipeline",
+            {"activations", "gradients", "tied embedding", "loss"},
+        ),
+        ("mpirun", "fsdp", 29870, "data parallel", {"weights", "gradients"}),
+        ("deepspeed", "fsdp", 29880, "data parallel", {"weights", "gradients"}),
+    ],
+)
+def test_strategies_train_under_the_other_launchers_too(
+    no_leftovers, launcher, strategy, port, proof, checks
+):
+    # The launcher only starts the ranks (mpirun's wrapper maps OMPI_* to the PyTorch contract;
+    # DeepSpeed's launcher sets it itself); the strategy's process groups form as under torchrun.
+    run = bench(
+        f"{launcher}-{strategy}", port, no_leftovers, "2", "--launcher", launcher,
+        "--strategy", strategy, "--no-busbw",
+    )  # fmt: skip
+    result = result_at(run, 2)
+    assert_on_two_nodes(result)
+    assert (result["strategy"], result["communication"]["proof"]) == (strategy, proof)
+    assert checks_of(result) == dict.fromkeys(checks, True)
+    assert launcher in (run / "n2" / "r0" / "node-0.sh").read_text()
