@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -20,6 +20,12 @@ from runner.spec import (
 
 LAUNCHER_NAMES = "torchrun, deepspeed, horovodrun, mpirun, tensorflow"  # = LAUNCHERS, tested
 _DEFAULTS = LauncherOptions()
+
+
+def _no_default(panel: str, help: str) -> Any:  # typer.Option's own return type
+    """An option in ``panel`` whose default (None) is explained in its help, not shown."""
+    return typer.Option(help=help, rich_help_panel=panel, show_default=False)
+
 
 Launcher = Annotated[
     str, typer.Option(help=f"How processes are started on the nodes: {LAUNCHER_NAMES}.")
@@ -117,43 +123,23 @@ Preset = Annotated[
 ]
 Layers = Annotated[
     int | None,
-    typer.Option(
-        help=f"Transformer layers (tiny: {ModelSpec.layers}).",
-        rich_help_panel=_MODEL,
-        show_default=False,
-    ),
+    _no_default(_MODEL, f"Transformer layers (tiny: {ModelSpec.layers})."),
 ]
 DModel = Annotated[
     int | None,
-    typer.Option(
-        help=f"Model width (tiny: {ModelSpec.d_model}).",
-        rich_help_panel=_MODEL,
-        show_default=False,
-    ),
+    _no_default(_MODEL, f"Model width (tiny: {ModelSpec.d_model})."),
 ]
 Heads = Annotated[
     int | None,
-    typer.Option(
-        help=f"Attention heads, dividing the width (tiny: {ModelSpec.heads}).",
-        rich_help_panel=_MODEL,
-        show_default=False,
-    ),
+    _no_default(_MODEL, f"Attention heads, dividing the width (tiny: {ModelSpec.heads})."),
 ]
 SeqLen = Annotated[
     int | None,
-    typer.Option(
-        help=f"Tokens per sequence (tiny: {ModelSpec.seq_len}).",
-        rich_help_panel=_MODEL,
-        show_default=False,
-    ),
+    _no_default(_MODEL, f"Tokens per sequence (tiny: {ModelSpec.seq_len})."),
 ]
 Vocab = Annotated[
     int | None,
-    typer.Option(
-        help=f"Vocabulary size (tiny: {ModelSpec.vocab}).",
-        rich_help_panel=_MODEL,
-        show_default=False,
-    ),
+    _no_default(_MODEL, f"Vocabulary size (tiny: {ModelSpec.vocab})."),
 ]
 Dtype = Annotated[
     TrainDtype,
@@ -165,43 +151,27 @@ Dtype = Annotated[
 ]
 Strategy = Annotated[
     str | None,
-    typer.Option(
-        help=f"How the model trains: {STRATEGY_NAMES} (default: ddp; zero2 under deepspeed).",
-        rich_help_panel=_STRATEGY,
-        show_default=False,
+    _no_default(
+        _STRATEGY, f"How the model trains: {STRATEGY_NAMES} (default: ddp; zero2 under deepspeed)."
     ),
 ]
 Schedule = Annotated[
     PipelineSchedule | None,
-    typer.Option(
-        help="pipeline: the schedule (default: 1f1b).",
-        rich_help_panel=_STRATEGY,
-        show_default=False,
-    ),
+    _no_default(_STRATEGY, "pipeline: the schedule (default: 1f1b)."),
 ]
 MicroBatches = Annotated[
     int | None,
-    typer.Option(
-        help="pipeline: micro-batches per step, dividing the batch (default: 4).",
-        rich_help_panel=_STRATEGY,
-        show_default=False,
-    ),
+    _no_default(_STRATEGY, "pipeline: micro-batches per step, dividing the batch (default: 4)."),
 ]
 PpSize = Annotated[
     int | None,
-    typer.Option(
-        help="pipeline: ranks per pipeline; the rest are data-parallel (default: every rank).",
-        rich_help_panel=_STRATEGY,
-        show_default=False,
+    _no_default(
+        _STRATEGY, "pipeline: ranks per pipeline; the rest are data-parallel (default: every rank)."
     ),
 ]
 StagesPerRank = Annotated[
     int | None,
-    typer.Option(
-        help="pipeline: model stages per rank (default: 1; interleaved-1f1b: 2).",
-        rich_help_panel=_STRATEGY,
-        show_default=False,
-    ),
+    _no_default(_STRATEGY, "pipeline: model stages per rank (default: 1; interleaved-1f1b: 2)."),
 ]
 
 
