@@ -77,6 +77,10 @@ def secret_values(env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
     return tuple(value for name, value in env if is_secret_name(name) and value)
 
 
+def redact_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((name, REDACTED if is_secret_name(name) else value) for name, value in env)
+
+
 class ScalingMode(StrEnum):
     """How the work changes with the node count (shared/FACTS.md section 7)."""
 
@@ -303,8 +307,7 @@ class BenchSpec:
 
     def redacted(self) -> BenchSpec:
         """This spec with the values of secret-looking --env variables replaced."""
-        env = tuple((k, REDACTED if is_secret_name(k) else v) for k, v in self.env)
-        return replace(self, env=env)
+        return replace(self, env=redact_env(self.env))
 
     def secrets(self) -> tuple[str, ...]:
         """The values ``redacted`` hides, for copies of files that hold them (results store)."""
@@ -333,9 +336,8 @@ class RunSpec:
 
     def redacted(self) -> RunSpec:
         """This spec with secret-looking --env values and program arguments replaced."""
-        env = tuple((k, REDACTED if is_secret_name(k) else v) for k, v in self.env)
         program = replace(self.program, args=redact_args(self.program.args))
-        return replace(self, env=env, program=program)
+        return replace(self, env=redact_env(self.env), program=program)
 
     def secrets(self) -> tuple[str, ...]:
         """The values ``redacted`` hides, for copies of files that hold them (results store)."""
