@@ -10,7 +10,7 @@ import pulumi
 
 from infra.config import load_cluster
 from infra.program import build
-from runner.catalog import SIZES, retirement_warning
+from runner.azure.catalog import SIZES, retirement_warning
 from runner.errors import DtrunError
 
 try:

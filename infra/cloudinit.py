@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.catalog import SIZES
+from runner.azure.catalog import SIZES
 from runner.render import render
-from runner.spec import ClusterSpec, StorageKind
+from runner.spec.cluster import ClusterSpec, StorageKind
 
-MAX_CUSTOM_DATA_BYTES = 64 * 1024  # Azure's limit on decoded custom data (FACTS s4)
+MAX_CUSTOM_DATA_BYTES = 64 * 1024  # Azure's limit on decoded custom data (docs/facts.md §4)
 BOOTSTRAP_LOG = "/var/log/dtrun-bootstrap.log"
 IB_STATE_FILE = "/run/dtrun/ib-state"
 
@@ -24,7 +24,7 @@ class Mount:
     why: str
 
 
-# Each storage kind's recommended client options (FACTS s4).
+# Each storage kind's recommended client options (docs/facts.md §4).
 MOUNTS: dict[StorageKind, Mount] = {
     StorageKind.AZURE_FILES: Mount(
         "nfs",

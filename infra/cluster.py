@@ -1,4 +1,4 @@
-"""The GPU nodes: one scale set, shaped so InfiniBand connects all of them (FACTS s3, s4)."""
+"""The GPU nodes: one scale set, shaped so InfiniBand connects all of them (docs/facts.md §3-4)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pulumi
 from pulumi_azure_native import compute
 
 from infra.machines import MachineArgs, image_reference, linux_keys_only
-from runner.catalog import SIZES
+from runner.azure.catalog import SIZES
 
 
 class GpuCluster(pulumi.ComponentResource):
@@ -45,7 +45,7 @@ class GpuCluster(pulumi.ComponentResource):
             orchestration_mode="Uniform",
             single_placement_group=True,
             # Extra VMs would join the IB fabric and then vanish; one fault domain keeps the
-            # set on one fabric (common practice, FACTS s3).
+            # set on one fabric (common practice, docs/facts.md §3).
             overprovision=False,
             platform_fault_domain_count=1,
             proximity_placement_group=compute.SubResourceArgs(id=placement.id),
@@ -72,7 +72,7 @@ class GpuCluster(pulumi.ComponentResource):
                         compute.VirtualMachineScaleSetNetworkConfigurationArgs(
                             name="nic",
                             primary=True,
-                            # Only where the size supports it (FACTS s1): NCv3 does not.
+                            # Only where the size supports it (docs/facts.md §1): NCv3 does not.
                             enable_accelerated_networking=size.accelerated_networking,
                             # No public IP configuration: nodes are reached through the head.
                             ip_configurations=[

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pulumi
 
-from runner.clusterconfig import NAMESPACE, cluster_spec, schema
-from runner.spec import ClusterSpec
+from runner.azure.config import NAMESPACE, cluster_spec, schema
+from runner.spec.cluster import ClusterSpec
 
 
 def load_cluster(config: pulumi.Config | None = None) -> ClusterSpec:

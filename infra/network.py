@@ -9,8 +9,8 @@ from typing import Any
 import pulumi
 from pulumi_azure_native import network
 
-from runner.clusterconfig import subnets
-from runner.spec import ClusterSpec, StorageKind
+from runner.azure.config import subnets
+from runner.spec.cluster import ClusterSpec, StorageKind
 
 SSH_DENY_PRIORITY = 4096  # the lowest priority: evaluated after every allow rule
 

@@ -1,7 +1,7 @@
 """The whole cluster: resource group, network, shared storage, head VM, GPU scale set, keys.
 
-``build`` returns the stack outputs, version 1 of the contract that runner/outputs.py parses
-(README: "Stack outputs").
+``build`` returns the stack outputs, version 1 of the contract that runner/cluster/outputs.py parses
+(docs/azure.md "Stack outputs").
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from infra.head import HeadNode
 from infra.machines import MachineArgs, custom_data
 from infra.network import Network, NetworkArgs
 from infra.storage import SharedStorage, StorageArgs
-from runner.catalog import SIZES
-from runner.clusterconfig import subnets
-from runner.spec import ClusterSpec
+from runner.azure.catalog import SIZES
+from runner.azure.config import subnets
+from runner.spec.cluster import ClusterSpec
 
 OUTPUTS_VERSION = 1
 

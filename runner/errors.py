@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from runner.spec import NodeResult
+    from runner.spec.outcome import NodeResult
 
 
 class DtrunError(Exception):

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 import psutil
 import pytest
 
-from runner.inventory import embedded_inventory, local_cluster
-from runner.spec import Accelerator, BenchSpec, Inventory, Node, SshAccess
+from runner.cluster.embedded import embedded_inventory, local_cluster
+from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
+from runner.spec.request import BenchSpec
 from tests import sshd
 from tests.sshd import SshCluster
 

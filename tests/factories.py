@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runner.plan import launch_env
-from runner.record import RunDir, write_manifest, write_runs
-from runner.results import ALLREDUCE_SCHEMA, TRAIN_SCHEMA, TrainResult, parse_train_result
-from runner.spec import BenchSpec, Inventory, RunResult, RunStatus
+from runner.plan.env import launch_env
+from runner.record.rundir import RunDir, write_manifest, write_runs
+from runner.report.results import ALLREDUCE_SCHEMA, TRAIN_SCHEMA, TrainResult, parse_train_result
+from runner.spec.cluster import Inventory
+from runner.spec.outcome import RunResult, RunStatus, SweepStatus
+from runner.spec.request import BenchSpec
 
 
 def size_row(size: int, busbw: float, world: int, wrong: int = 0) -> dict[str, Any]:
@@ -96,7 +98,7 @@ def fake_run_dir(
     bench: BenchSpec,
     inventory: Inventory,
     throughput: dict[int, list[float]],
-    status: str = "complete",
+    status: SweepStatus = SweepStatus.COMPLETE,
     busbw: dict[int, float] | None = None,
 ) -> RunDir:
     """A run directory as a sweep would leave it, with the given tokens/s per launch (or, for

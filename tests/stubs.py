@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.execute.local import write_launch_files
-from runner.spec import LaunchPlan
+from runner.spec.launch import LaunchPlan
 
 STUBS = ("torchrun", "deepspeed", "horovodrun", "mpirun", "python")
 

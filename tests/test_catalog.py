@@ -1,4 +1,4 @@
-"""The InfiniBand size catalog and its validation (shared/FACTS.md sections 1, 2, 5, 6)."""
+"""The InfiniBand size catalog and its validation (docs/facts.md sections 1, 2, 5, 6)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from runner.catalog import (
+from runner.azure.catalog import (
     SIZES,
     CatalogError,
     Image,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli import app
+from runner.cli.app import app
 
 runner = CliRunner(env={"COLUMNS": "200"})
 
@@ -179,8 +179,8 @@ def test_run_takes_the_command_without_dashes_once_it_starts(tmp_path):
 
 
 def test_the_launcher_help_names_every_registered_launcher():
-    from runner.cli_options import LAUNCHER_NAMES
-    from runner.launchers import LAUNCHERS
+    from runner.cli.options import LAUNCHER_NAMES
+    from runner.plan.launchers import LAUNCHERS
 
     # The help text is written out so that `dtrun --help` need not import the launchers.
     assert LAUNCHER_NAMES.split(", ") == list(LAUNCHERS)
@@ -199,3 +199,32 @@ def test_a_zero_strategy_without_deepspeed_installed_is_refused_before_any_launc
     assert result.exit_code == 2, result.output
     assert "--strategy zero3 needs deepspeed, and this Python has none" in result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_dry_run_shows_the_whole_sweep_plan_gate_points_repeats_and_environment(tmp_path):
+    result = dtrun(
+        "bench", "--dry-run", "--nodes", "1,2", "--repeat", "2", "--procs-per-node", "2",
+        "--health-threshold", "0.5", "--health-size", "64K", "--env", "DB_PASSWORD=hunter2",
+        "--output", str(tmp_path / "runs"),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    # the gate checks each of the sweep's 2 nodes alone, before the sweep, as it will run
+    assert "# ==== health gate: 2 launch(es), each node alone with 2 processes at 64K" in out
+    assert "# ==== health gate launch -> health/node-0" in out
+    assert "# ==== health gate launch -> health/node-1" in out
+    assert out.count("-m runner.workloads.allreduce --sizes 64K") == 2
+    # every point with its repeats, and where each launch's files will go
+    assert "# ==== point: 1 node(s), 2 launch(es) -> n1/r0, n1/r1" in out
+    assert "# ==== point: 2 node(s), 2 launch(es) -> n2/r0, n2/r1" in out
+    # the environment the manifest will record, secrets redacted as everywhere else
+    environment = out.split("# ==== environment recorded in manifest.json")[1]
+    assert "OMP_NUM_THREADS=" in environment and "DB_PASSWORD=<redacted>" in environment
+    assert "hunter2" not in out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_dry_run_says_why_there_is_no_gate(tmp_path):
+    result = dtrun("bench", "--dry-run", "--nodes", "1", "--output", str(tmp_path / "runs"))
+    assert result.exit_code == 0, result.output
+    assert "# ==== health gate: skipped: no expected single-node bus bandwidth" in result.stdout

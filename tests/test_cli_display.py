@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from runner.cli_display import RegistryBar
+from runner.cli.display import RegistryBar
 
 
 def _console() -> tuple[Console, io.StringIO]:

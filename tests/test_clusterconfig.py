@@ -7,9 +7,9 @@ import datetime
 import pytest
 import yaml
 
-from runner.catalog import CatalogError
-from runner.clusterconfig import PROJECT_FILE, ConfigError, cluster_spec, schema, subnets
-from runner.spec import StorageKind
+from runner.azure.catalog import CatalogError
+from runner.azure.config import PROJECT_FILE, ConfigError, cluster_spec, schema, subnets
+from runner.spec.cluster import StorageKind
 
 TODAY = datetime.date(2026, 11, 23)
 MINIMAL = {"adminCidrs": ["203.0.113.4/32"]}

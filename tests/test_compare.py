@@ -8,10 +8,10 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli import app
-from runner.compare import compare
-from runner.report import analyse
-from runner.spec import BenchSpec, ModelSpec
+from runner.cli.app import app
+from runner.report.build import analyse
+from runner.report.compare import compare
+from runner.spec.request import BenchSpec, ModelSpec
 from tests.factories import fake_run_dir
 
 runner = CliRunner(env={"COLUMNS": "200"})

@@ -16,9 +16,12 @@ import pytest
 
 from runner.errors import NodeFailedError
 from runner.execute.local import LocalExecutor
-from runner.pipeline import run_sweep
-from runner.spec import BenchSpec, LaunchPlan, NodeResult
+from runner.spec.launch import LaunchPlan
+from runner.spec.outcome import NodeResult
+from runner.spec.request import BenchSpec
+from runner.sweep.run import run_sweep
 from tests.conftest import DTRUN, processes_under, run_dtrun, wait_for
+from tests.plans import sweep_plan
 
 pytestmark = pytest.mark.e2e
 
@@ -160,7 +163,7 @@ def test_a_crashing_node_fails_the_sweep_fast_and_keeps_earlier_results(
 ):
     bench = BenchSpec(run_id="crash", node_counts=(1, 2), steps=6, warmup=2, rdzv_port=29620)
     with pytest.raises(NodeFailedError) as caught:
-        run_sweep(live_inventory, bench, no_leftovers / "runs", CrashingNode(2))
+        run_sweep(sweep_plan(live_inventory, bench), no_leftovers / "runs", CrashingNode(2))
     error = caught.value
     assert error.node == "node-1"
     assert "exit code 1" in error.message

@@ -149,7 +149,7 @@ def test_a_failing_user_program_fails_the_run_and_names_the_node(no_leftovers):
 horovod = pytest.mark.skipif(
     importlib.util.find_spec("horovod") is None,
     reason="a real Horovod run needs `import horovod.torch` (Horovod 0.28.1 does not build "
-    "against torch 2.13, shared/FACTS.md section 8: install a Horovod that builds with this "
+    "against torch 2.13, docs/facts.md §8: install a Horovod that builds with this "
     "torch); its launch files are checked with stub binaries in tests/test_launch_stubs.py",
 )
 

@@ -1,4 +1,4 @@
-"""Real launches of every training strategy on the embedded cluster (README "Training strategies").
+"""Real launches of every training strategy on the embedded cluster (docs/workloads.md).
 
 Each pipeline schedule trains the tiny GPT split over 2 nodes and proves its activations and
 gradients crossed between them; FSDP and ZeRO 3 (DeepSpeed's engine under torchrun) shard the

@@ -16,7 +16,8 @@ import pytest
 
 from runner.errors import NodeFailedError, RunTimeoutError
 from runner.execute.local import LocalExecutor
-from runner.spec import LaunchFile, LaunchPlan, Node, NodeLaunch
+from runner.spec.cluster import Node
+from runner.spec.launch import LaunchFile, LaunchPlan, NodeLaunch
 from tests.conftest import processes_under, wait_for
 
 # A node that behaves like torchrun: its worker lives in a session of its own.

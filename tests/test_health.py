@@ -9,10 +9,20 @@ import pytest
 
 from runner.errors import HealthGateError
 from runner.execute.local import LocalExecutor
-from runner.health import GatePlan, gate_launch, plan_gate
-from runner.pipeline import run_sweep
-from runner.spec import AllreduceSpec, BenchSpec, HealthGate
+from runner.plan.resolve import resolve_bench
+from runner.plan.sweep import GatePlan
+from runner.plan.sweep import plan_gate as plan_resolved_gate
+from runner.spec.cluster import Inventory
+from runner.spec.outcome import GateStatus
+from runner.spec.request import AllreduceSpec, BenchSpec, HealthGate
+from runner.sweep.gate import judge
+from runner.sweep.run import run_sweep
 from tests.conftest import CLUSTERS
+from tests.plans import sweep_plan
+
+
+def plan_gate(inventory: Inventory, spec: BenchSpec) -> GatePlan | str:
+    return plan_resolved_gate(resolve_bench(spec), inventory)
 
 
 def test_the_embedded_cluster_has_no_pass_mark_so_the_gate_says_why_it_skips(spec):
@@ -30,7 +40,7 @@ def test_turned_off_is_a_reason_too(spec):
 def test_an_h100_cluster_is_checked_like_azure_s_health_check(spec):
     gate = plan_gate(CLUSTERS["h100"], replace(spec, node_counts=(1, 2, 4), procs_per_node=2))
     assert isinstance(gate, GatePlan)
-    # FACTS s6: 460 GB/s at 16 GB on all 8 GPUs, whatever the sweep's processes per node
+    # docs/facts.md §6: 460 GB/s at 16 GB on all 8 GPUs, whatever the sweep's processes per node
     assert (gate.threshold_gbs, gate.size, gate.procs_per_node) == (460.0, "16G", 8)
     assert [node.name for node in gate.nodes] == ["vm-0", "vm-1", "vm-2", "vm-3"]
     assert "Standard_ND96isr_H100_v5" in gate.threshold_source
@@ -60,7 +70,8 @@ def test_each_node_is_launched_alone_with_all_its_gpus(spec):
     inventory = CLUSTERS["h100"]
     gate = plan_gate(inventory, replace(spec, node_counts=(2,)))
     assert isinstance(gate, GatePlan)
-    plans = [gate_launch(inventory, spec, gate, node) for node in gate.nodes]
+    plans = [check.plan for check in gate.checks]
+    assert [check.workdir for check in gate.checks] == ["health/vm-0", "health/vm-1"]
     assert [p.nnodes for p in plans] == [1, 1]
     assert [p.launches[0].node.name for p in plans] == ["vm-0", "vm-1"]
     assert plans[0].rdzv_id != plans[1].rdzv_id
@@ -79,7 +90,7 @@ def test_strict_stops_before_the_sweep_and_records_why(no_leftovers, live_invent
         health=HealthGate(strict=True, threshold_gbs=1e6, size="64K"),
     )  # fmt: skip
     with pytest.raises(HealthGateError, match=r"1 below the mark \(node-0 \(") as caught:
-        run_sweep(live_inventory, bench, no_leftovers / "runs", LocalExecutor())
+        run_sweep(sweep_plan(live_inventory, bench), no_leftovers / "runs", LocalExecutor())
     assert caught.value.exit_code == 4
     run = no_leftovers / "runs" / "gate-strict"
     health = json.loads((run / "health.json").read_text())
@@ -99,10 +110,41 @@ def test_below_the_mark_warns_and_the_sweep_goes_on(no_leftovers, live_inventory
         allreduce=AllreduceSpec(sizes="4K:64K", iters=5), rdzv_port=29655,
         health=HealthGate(threshold_gbs=1e6, size="64K"),
     )  # fmt: skip
-    sweep = run_sweep(live_inventory, bench, no_leftovers / "runs", LocalExecutor())
+    sweep = run_sweep(sweep_plan(live_inventory, bench), no_leftovers / "runs", LocalExecutor())
     assert sweep.health is not None and sweep.health.status == "warned"
     assert sweep.report is not None and sweep.report.status == "complete"
     (row,) = sweep.report.busbw_rows
     assert row.world_size == 2 and row.correct and row.busbw > 0
     text = (no_leftovers / "runs" / "gate-warn" / "report.md").read_text()
     assert "Verdict: **warned**" in text and "| node-0 | 127.0.0.2 |" in text
+
+
+def _outcome(busbw: float | None):
+    from runner.errors import NodeFailedError
+    from runner.report.results import parse_result
+    from runner.spec.outcome import RunResult, RunStatus
+    from runner.sweep.launch import Outcome
+    from tests.factories import allreduce_data
+
+    if busbw is None:
+        error = NodeFailedError("vm-2", "10.0.0.6", 1, "health/vm-2/node-0.log", "")
+        return Outcome(RunResult(1, 0, RunStatus.FAILED, 1.0, "health/x"), error=error)
+    result = parse_result(allreduce_data(world=8, busbw={1 << 24: busbw}), "r")
+    return Outcome(RunResult(1, 0, RunStatus.OK, 1.0, "health/x"), result)
+
+
+@pytest.mark.parametrize(
+    ("strict", "status"), [(False, GateStatus.WARNED), (True, GateStatus.FAILED)]
+)
+def test_the_gate_judges_each_node_s_result_against_the_mark(spec, strict, status):
+    gate = plan_gate(CLUSTERS["h100"], replace(spec, node_counts=(3,)))
+    assert isinstance(gate, GatePlan)
+    health = judge(gate, [_outcome(471.0), _outcome(301.0), _outcome(None)], strict=strict)
+    assert health.status is status
+    assert [(n.node, n.busbw, n.passed) for n in health.nodes] == [
+        ("vm-0", 471.0, True), ("vm-1", 301.0, False), ("vm-2", None, False),
+    ]  # fmt: skip
+    assert health.nodes[2].error is not None and "vm-2 (10.0.0.6) failed" in health.nodes[2].error
+    assert "2 below the mark (vm-1 (301.0 GB/s), vm-2 (did not run))" in health.describe()
+    every = judge(gate, [_outcome(471.0)] * 3, strict=True)
+    assert every.status is GateStatus.PASSED

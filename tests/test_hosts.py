@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.hosts import Defaults, HostsFileError, parse_hosts_file
-from runner.spec import Accelerator
+from runner.cluster.hosts import Defaults, HostsFileError, parse_hosts_file
+from runner.spec.cluster import Accelerator
 
 DEFAULTS = Defaults(user="me", python_bin="/opt/venv/bin")
 

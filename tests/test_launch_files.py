@@ -16,13 +16,12 @@ from functools import cache
 
 import pytest
 
-from runner.plan import build_plan, build_run_plan
-from runner.spec import (
-    Accelerator,
+from runner.spec.cluster import Accelerator
+from runner.spec.launch import LaunchPlan
+from runner.spec.request import (
     BenchSpec,
     HorovodController,
     LauncherOptions,
-    LaunchPlan,
     ModelSpec,
     PipelineSchedule,
     Program,
@@ -33,6 +32,7 @@ from runner.spec import (
     TfStrategy,
 )
 from tests.conftest import CLUSTERS, require_tool
+from tests.plans import build_plan, build_run_plan
 
 TF_PROGRAM = Program(ProgramKind.SCRIPT, "train_tf.py", ("--epochs", "1"))
 
@@ -54,8 +54,8 @@ CASES: dict[str, tuple[str, LauncherOptions]] = {
     "torchrun-pipeline": ("torchrun", LauncherOptions()),
 }
 NODE_COUNTS = (1, 2, 4)
-# case -> how the built-in workload trains (README "Training strategies"), under torchrun. The
-# pipeline spans every rank of a point (up to 32 on the GPU clusters), one layer per stage.
+# case -> how the built-in workload trains (docs/workloads.md), under torchrun.
+# The pipeline spans every rank of a point (up to 32 on the GPU clusters), one layer per stage.
 STRATEGY_CASES: dict[str, StrategySpec] = {
     "torchrun-fsdp": StrategySpec("fsdp"),
     "torchrun-zero3": StrategySpec("zero3"),

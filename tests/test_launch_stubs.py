@@ -15,19 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from runner.inventory import local_cluster
-from runner.plan import build_run_plan
-from runner.spec import (
+from runner.cluster.embedded import local_cluster
+from runner.spec.cluster import Inventory, SshAccess
+from runner.spec.request import (
     HorovodController,
-    Inventory,
     LauncherOptions,
     Program,
     ProgramKind,
     Rendezvous,
     RunSpec,
-    SshAccess,
     TfStrategy,
 )
+from tests.plans import build_run_plan
 from tests.stubs import (
     Player,
     StubCluster,

@@ -7,20 +7,20 @@ from dataclasses import replace
 
 import pytest
 
-from runner.catalog import SIZES
+from runner.azure.catalog import SIZES
 from runner.errors import PlanError
-from runner.launchers import LAUNCHERS
-from runner.plan import build_plan, build_run_plan
-from runner.spec import (
+from runner.plan.launchers import LAUNCHERS
+from runner.spec.cluster import SshAccess
+from runner.spec.request import (
     BenchSpec,
     LauncherOptions,
     Program,
     ProgramKind,
     RunSpec,
-    SshAccess,
     TfStrategy,
 )
 from tests.conftest import CLUSTERS
+from tests.plans import build_plan, build_run_plan
 
 H100 = CLUSTERS["h100"]
 EMBEDDED = CLUSTERS["embedded"]

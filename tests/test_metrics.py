@@ -1,11 +1,11 @@
-"""Scaling arithmetic against hand-computed values (shared/FACTS.md section 7)."""
+"""Scaling arithmetic against hand-computed values (docs/facts.md §7)."""
 
 from __future__ import annotations
 
 import pytest
 
-from runner.metrics import scaling_rows, trimmed_mean
-from runner.results import TrainResult, parse_train_result
+from runner.report.metrics import scaling_rows, trimmed_mean
+from runner.report.results import TrainResult, parse_train_result
 from tests.factories import train_result
 
 
@@ -63,7 +63,7 @@ def test_node_counts_without_results_have_no_row():
     assert scaling_rows({1: [], 2: []}) == ()
 
 
-# All-reduce bandwidth, as nccl-tests computes it (FACTS s7): hand-computed figures.
+# All-reduce bandwidth, as nccl-tests computes it (docs/facts.md §7): hand-computed figures.
 
 
 @pytest.mark.parametrize(
@@ -93,14 +93,14 @@ def test_a_gib_in_five_milliseconds_on_eight_ranks():
 
 
 def test_allreduce_seconds_turns_the_formula_around():
-    from runner.metrics import allreduce_seconds
+    from runner.report.metrics import allreduce_seconds
 
     # 64 MB over 4 ranks at 15 GB/s busbw: algbw 10 GB/s, so 6.4 ms
     assert allreduce_seconds(64_000_000, 15.0, 4) == pytest.approx(0.0064)
 
 
 def test_time_to_train_divides_the_first_count_s_time_evenly():
-    from runner.metrics import projection
+    from runner.report.metrics import projection
 
     rows = scaling_rows(
         {
@@ -125,7 +125,7 @@ def _probed(world: int, tokens_per_s: float, busbw: float) -> TrainResult:
 
 
 def test_where_scaling_is_lost_names_the_network_when_busbw_is_short():
-    from runner.metrics import where_scaling_is_lost
+    from runner.report.metrics import where_scaling_is_lost
 
     rows = scaling_rows(
         {
@@ -147,7 +147,7 @@ def test_where_scaling_is_lost_names_the_network_when_busbw_is_short():
 
 
 def test_where_scaling_is_lost_without_a_probe_says_so():
-    from runner.metrics import where_scaling_is_lost
+    from runner.report.metrics import where_scaling_is_lost
 
     rows = scaling_rows(
         {
@@ -161,7 +161,7 @@ def test_where_scaling_is_lost_without_a_probe_says_so():
 
 
 def test_expected_busbw_needs_every_gpu_of_the_size():
-    from runner.catalog import expected_busbw
+    from runner.azure.catalog import expected_busbw
 
     one_node = expected_busbw("Standard_ND96asr_v4", 1, 8)
     four_nodes = expected_busbw("Standard_ND96asr_v4", 4, 8)
@@ -173,8 +173,8 @@ def test_expected_busbw_needs_every_gpu_of_the_size():
 
 
 def test_busbw_rows_trim_repeats_and_keep_the_spread():
-    from runner.metrics import busbw_rows
-    from runner.results import parse_allreduce_result
+    from runner.report.metrics import busbw_rows
+    from runner.report.results import parse_allreduce_result
     from tests.factories import allreduce_data
 
     runs = [
@@ -196,7 +196,7 @@ def _with(world: int, tokens_per_s: float, busbw: float | None, **fields: object
 
 
 def test_gradient_sync_counts_what_each_strategy_moves():
-    from runner.metrics import allreduce_seconds, gradient_sync_seconds
+    from runner.report.metrics import allreduce_seconds, gradient_sync_seconds
 
     one = allreduce_seconds(65536, 2.0, 4)  # 64 KiB * 2(3)/4 / 2 GB/s
     assert one == pytest.approx(65536 * 1.5 / 2e9)
@@ -214,7 +214,7 @@ def test_gradient_sync_counts_what_each_strategy_moves():
 
 
 def test_pipeline_bubble_against_hand_computed_values():
-    from runner.metrics import pipeline_bubble
+    from runner.report.metrics import pipeline_bubble
 
     assert pipeline_bubble(1, 4) == 0.0
     assert pipeline_bubble(2, 4) == pytest.approx(1 / 5)  # (p-1)/(m+p-1)
@@ -223,7 +223,7 @@ def test_pipeline_bubble_against_hand_computed_values():
 
 
 def test_where_scaling_is_lost_names_a_pipeline_bubble():
-    from runner.metrics import where_scaling_is_lost
+    from runner.report.metrics import where_scaling_is_lost
 
     layout = {"strategy": "pipeline", "micro_batches": 2, "data_parallel": 1}
     rows = scaling_rows(

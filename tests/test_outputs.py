@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from runner.clusterconfig import cluster_spec
-from runner.outputs import (
+from runner.azure.config import cluster_spec
+from runner.cluster.outputs import (
     OutputsError,
     inventory_from_stack,
     parse_outputs,
     parse_registry_entry,
 )
-from runner.spec import Accelerator
+from runner.spec.cluster import Accelerator
 
 DATA = Path(__file__).parent / "data"
 RECORDED = sorted((DATA / "outputs").glob("v1-*.json"))

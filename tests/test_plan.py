@@ -8,16 +8,10 @@ from dataclasses import replace
 import pytest
 
 from runner.errors import PlanError
-from runner.plan import build_plan, validate_bench
-from runner.spec import (
-    Accelerator,
-    AllreduceSpec,
-    BenchSpec,
-    HealthGate,
-    Inventory,
-    ModelSpec,
-    ScalingMode,
-)
+from runner.plan.resolve import resolve_bench
+from runner.spec.cluster import Accelerator, Inventory
+from runner.spec.request import AllreduceSpec, BenchSpec, HealthGate, ModelSpec, ScalingMode
+from tests.plans import build_plan
 
 
 def test_plan_has_one_launch_per_node_with_ranks_in_inventory_order(fixed_inventory, spec):
@@ -71,7 +65,7 @@ def test_strong_scaling_splits_a_fixed_global_batch(fixed_inventory, spec):
 def test_strong_scaling_rejects_a_global_batch_that_does_not_divide(fixed_inventory, spec):
     strong = replace(spec, mode=ScalingMode.STRONG, node_counts=(1, 3), global_batch=8)
     with pytest.raises(PlanError, match="cannot split a global batch of 8 over 3"):
-        validate_bench(strong)
+        resolve_bench(strong)
 
 
 def test_more_nodes_than_the_inventory_holds_is_refused(fixed_inventory, spec):
@@ -118,7 +112,7 @@ def test_unknown_workload_lists_the_known_ones(fixed_inventory, spec):
 )
 def test_bad_bench_specs_are_refused_with_the_flag_named(spec, change, message):
     with pytest.raises(PlanError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        validate_bench(replace(spec, **change))
+        resolve_bench(replace(spec, **change))
 
 
 def test_user_env_comes_last_and_replaces_dtrun_defaults(fixed_inventory, spec):
@@ -188,3 +182,43 @@ def test_training_launches_probe_busbw_unless_told_not_to(fixed_inventory, spec)
     off = build_plan(fixed_inventory, replace(spec, busbw=False), 2).launches[0].script
     assert "--busbw-iters 20" in on
     assert "--busbw-iters" not in off
+
+
+def test_resolving_names_the_launcher_framework_and_every_point_once(spec):
+    from runner.plan.strategies import STRATEGIES
+    from runner.spec.request import Framework, LauncherName
+
+    strong = replace(
+        spec, launcher="deepspeed", mode=ScalingMode.STRONG, node_counts=(1, 2, 4), batch=8
+    )
+    resolved = resolve_bench(strong)
+    assert resolved.launch.name is LauncherName.DEEPSPEED
+    assert resolved.strategy is STRATEGIES["zero2"]  # the deepspeed launcher's own way to train
+    assert resolved.framework is Framework.DEEPSPEED
+    assert resolved.module == "runner.workloads.train_deepspeed"
+    assert [(p.nodes, p.world_size, p.batch_per_replica) for p in resolved.points] == [
+        (1, 1, 8), (2, 2, 4), (4, 4, 2),
+    ]  # fmt: skip
+    assert resolved.packages == ("deepspeed",)
+
+
+def test_a_sweep_plan_holds_every_launch_in_the_order_it_runs(fixed_inventory, spec):
+    from tests.plans import sweep_plan
+
+    plan = sweep_plan(fixed_inventory, replace(spec, node_counts=(1, 2), repeat=3))
+    assert [p.nnodes for p in plan.points] == [1, 2]
+    assert [launch.workdir for launch in plan.launches] == [
+        "n1/r0", "n1/r1", "n1/r2", "n2/r0", "n2/r1", "n2/r2",
+    ]  # fmt: skip
+    assert all(launch.plan is plan.points[launch.plan.nnodes - 1] for launch in plan.launches)
+    assert isinstance(plan.gate, str)  # no pass mark for this machine: a reason, not launches
+    assert plan.gate_launches == ()
+    assert {var.key for var in plan.environment} >= {"OMP_NUM_THREADS", "PYTHONUNBUFFERED"}
+
+
+def test_a_sweep_larger_than_the_inventory_is_refused_when_planned(fixed_inventory, spec):
+    from tests.plans import sweep_plan
+
+    too_many = len(fixed_inventory.nodes) + 1
+    with pytest.raises(PlanError, match=f"cannot run on {too_many} nodes"):
+        sweep_plan(fixed_inventory, replace(spec, node_counts=(1, too_many)))

@@ -8,10 +8,10 @@ from dataclasses import replace
 import jinja2
 import pytest
 
-from runner.plan import build_plan
 from runner.render import render, shquote
-from runner.spec import BenchSpec, ModelSpec, ScalingMode
+from runner.spec.request import BenchSpec, ModelSpec, ScalingMode
 from tests.conftest import require_tool
+from tests.plans import build_plan
 
 NASTY = (
     ("WANDB_PROJECT", 'it\'s a "test" $(touch /tmp/pwned) `id` ; rm -rf /'),

@@ -10,10 +10,11 @@ import signal
 import psutil
 import pytest
 
-from runner.record import RunDir
-from runner.report import build_report
-from runner.report_builder import ReportBuilder
-from runner.spec import BenchSpec, ScalingMode
+from runner.record.rundir import RunDir
+from runner.report.build import build_report
+from runner.report.builder import ReportBuilder
+from runner.spec.outcome import SweepStatus
+from runner.spec.request import BenchSpec, ScalingMode
 from tests.factories import fake_run_dir
 
 
@@ -58,7 +59,7 @@ def test_rebuilding_a_report_gives_the_same_files(tmp_path, fixed_inventory):
 def test_summary_carries_rows_status_and_formula(tmp_path, fixed_inventory):
     bench = BenchSpec(run_id="r4")
     run_dir = fake_run_dir(
-        tmp_path / "r4", bench, fixed_inventory, {1: [1000], 2: [1500]}, "failed"
+        tmp_path / "r4", bench, fixed_inventory, {1: [1000], 2: [1500]}, SweepStatus.FAILED
     )
     build_report(run_dir)
     summary = json.loads(run_dir.summary.read_text())
@@ -70,7 +71,7 @@ def test_summary_carries_rows_status_and_formula(tmp_path, fixed_inventory):
 
 def test_a_run_with_no_finished_launch_still_gets_a_report(tmp_path, fixed_inventory):
     bench = BenchSpec(run_id="r5")
-    run_dir = fake_run_dir(tmp_path / "r5", bench, fixed_inventory, {}, "failed")
+    run_dir = fake_run_dir(tmp_path / "r5", bench, fixed_inventory, {}, SweepStatus.FAILED)
     build_report(run_dir)
     assert "No launch finished" in run_dir.report.read_text()
     assert not list(run_dir.path.glob("*.png"))
@@ -180,13 +181,14 @@ def test_an_allreduce_sweep_reports_busbw_by_node_count_and_size(tmp_path, fixed
 
 
 def test_the_health_gate_verdict_is_in_the_report(tmp_path, fixed_inventory):
-    from runner.health import Health, NodeHealth, write_health
+    from runner.record.rundir import write_health
+    from runner.spec.outcome import GateStatus, Health, NodeHealth
 
     bench = BenchSpec(run_id="r12")
     run_dir = fake_run_dir(tmp_path / "r12", bench, fixed_inventory, {1: [1000]})
     write_health(
         run_dir.path,
-        Health("warned", threshold_gbs=460.0, threshold_source="catalog", size="16G",
+        Health(GateStatus.WARNED, threshold_gbs=460.0, threshold_source="catalog", size="16G",
                procs_per_node=8,
                nodes=(NodeHealth("node-0", "10.0.0.4", 471.2, True),
                       NodeHealth("node-1", "10.0.0.5", 301.0, False))),

@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from runner.cluster.hosts import Defaults, parse_hosts_file
+from runner.cluster.outputs import parse_outputs
+from runner.cluster.readiness import NotReadyError, wait_until_ready
+from runner.cluster.registry import wait_for_registry
 from runner.errors import NodeFailedError
-from runner.execute.registry import wait_for_registry
 from runner.execute.ssh import SshExecutor
 from runner.execute.sshsession import HostKeyError, SshError, SshLoginError, SshSession
-from runner.hosts import Defaults, parse_hosts_file
-from runner.outputs import parse_outputs
-from runner.readiness import NotReadyError, wait_until_ready
-from runner.spec import Inventory, LaunchPlan, NodeLaunch
+from runner.spec.cluster import Inventory
+from runner.spec.launch import LaunchPlan, NodeLaunch
 from tests.conftest import launch_processes
 from tests.sshd import SshCluster
 
@@ -221,7 +222,7 @@ def test_the_stack_outputs_source_reaches_registered_nodes_through_the_head(sshd
         "python_bin": PYTHON_BIN,
     }
     outputs = parse_outputs(recorded, "loopback-outputs.json")
-    from runner.outputs import inventory_from_stack
+    from runner.cluster.outputs import inventory_from_stack
 
     access = inventory_from_stack("loop", outputs)
     with SshSession(access) as session:
@@ -259,7 +260,7 @@ def test_a_stack_node_that_never_becomes_ready_is_named(sshd_cluster, tmp_path):
         "registry_path": str(registry),
     }
     outputs = parse_outputs(recorded, "loopback-outputs.json")
-    from runner.outputs import inventory_from_stack
+    from runner.cluster.outputs import inventory_from_stack
 
     access = inventory_from_stack("loop", outputs)
     polls: list[tuple[int, int, int]] = []

@@ -7,8 +7,8 @@ import stat
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli import app
-from runner.cli_stack import _save_private
+from runner.cli.app import app
+from runner.cli.stack import _save_private
 
 runner = CliRunner(env={"COLUMNS": "200"})
 

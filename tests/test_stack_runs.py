@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import runner.stack
-from runner.cli import app
-from runner.stack import Outputs
+import runner.azure.stack
+from runner.azure.stack import Outputs
+from runner.cli.app import app
 
 DATA = Path(__file__).parent / "data"
 RESOURCES = ["azure-native:compute:VirtualMachineScaleSet gpu-vmss", "tls:index:PrivateKey key"]
@@ -53,8 +53,8 @@ def loopback_stack(sshd_cluster, tmp_path, monkeypatch):
         destroyed.append(name)
         return RESOURCES
 
-    monkeypatch.setattr(runner.stack, "outputs", lambda name: Outputs(values, frozenset()))
-    monkeypatch.setattr(runner.stack, "down", down)
+    monkeypatch.setattr(runner.azure.stack, "outputs", lambda name: Outputs(values, frozenset()))
+    monkeypatch.setattr(runner.azure.stack, "down", down)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "rank.py").write_text("import os\nprint('rank', os.environ['RANK'])\n")
     (tmp_path / "fail.py").write_text("raise SystemExit(3)\n")

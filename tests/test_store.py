@@ -12,7 +12,9 @@ import pytest
 from moto.core.authorization import enable_iam_authentication
 
 from runner.errors import StoreError, UploadError, UsageError
-from runner.store import S3Store, StoreUrl, UploadProgress, files_to_upload, parse_results_url
+from runner.store.base import UploadProgress, files_to_upload
+from runner.store.s3 import STORES, S3Store
+from runner.store.url import SCHEMES, StoreUrl, parse_results_url
 from tests.aws import ACCOUNT, BUCKET, LIST_ONLY, stored, user_keys
 
 
@@ -222,3 +224,7 @@ def test_a_denied_upload_names_how_many_files_failed_and_keeps_the_local_copy(
     assert error.exit_code == 3
     assert {path: path.read_bytes() for path in files_to_upload(run_dir)} == local
     assert (run_dir / "runs.json.partial").exists()
+
+
+def test_every_scheme_the_url_parser_accepts_has_a_store():
+    assert tuple(STORES) == SCHEMES

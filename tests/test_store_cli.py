@@ -11,10 +11,11 @@ import pytest
 from moto.core.authorization import enable_iam_authentication
 from typer.testing import CliRunner
 
-from runner.cli import app
-from runner.cli_store import upload_after
+from runner.cli.app import app
+from runner.cli.store import upload_after
 from runner.errors import RunInterruptedError
-from runner.store import S3Store, parse_results_url
+from runner.store.s3 import S3Store
+from runner.store.url import parse_results_url
 from tests.aws import ACCOUNT, BUCKET, LIST_ONLY, stored, user_keys
 
 QUICK = ("--nodes", "1", "--steps", "3", "--warmup", "1", "--quiet")

@@ -1,5 +1,5 @@
 """Training strategies and model presets in the plan: what each point runs, and what is refused
-before anything starts (README "Training strategies")."""
+before anything starts (docs/workloads.md "Training strategies")."""
 
 from __future__ import annotations
 
@@ -11,14 +11,13 @@ import pytest
 import torch
 
 from runner.errors import PlanError
-from runner.plan import build_plan, node_packages, validate_bench
-from runner.presets import PRESETS, describe, matmul_param_count, param_count, resolve_model
-from runner.spec import (
-    Accelerator,
+from runner.plan.presets import PRESETS, describe, matmul_param_count, param_count, resolve_model
+from runner.plan.resolve import resolve_bench
+from runner.spec.cluster import Accelerator, Inventory
+from runner.spec.launch import LaunchPlan
+from runner.spec.request import (
     BenchSpec,
-    Inventory,
     LauncherOptions,
-    LaunchPlan,
     ModelSpec,
     PipelineSchedule,
     ScalingMode,
@@ -27,6 +26,7 @@ from runner.spec import (
 )
 from runner.workloads import gpt
 from tests.conftest import CLUSTERS
+from tests.plans import build_plan
 
 
 def pipeline(**fields: object) -> StrategySpec:
@@ -149,10 +149,10 @@ def test_interleaving_puts_two_stages_on_each_rank_by_default(fixed_inventory: I
 
 def test_zero_stage_is_short_for_the_zero_strategy():
     spec = replace(BenchSpec("t"), launch=LauncherOptions(zero_stage=3))
-    assert node_packages(spec) == ("deepspeed",)
-    validate_bench(spec)
-    assert node_packages(BenchSpec("t")) == ()
-    assert node_packages(BenchSpec("t", launcher="deepspeed")) == ("deepspeed",)
+    assert resolve_bench(spec).packages == ("deepspeed",)
+    resolve_bench(spec)
+    assert resolve_bench(BenchSpec("t")).packages == ()
+    assert resolve_bench(BenchSpec("t", launcher="deepspeed")).packages == ("deepspeed",)
 
 
 # Refused before anything starts, each with one message
@@ -211,14 +211,14 @@ def test_zero_stage_is_short_for_the_zero_strategy():
 )
 def test_points_a_strategy_cannot_run_are_refused_by_the_plan(spec: BenchSpec, message: str):
     with pytest.raises(PlanError, match=message):
-        validate_bench(spec)
+        resolve_bench(spec)
 
 
 def test_every_point_of_the_sweep_is_checked_not_only_the_first():
     # 2 micro-batches suit the 1- and 2-rank pipelines; the 4-rank one needs 4 for 1f1b.
     spec = bench(pipeline(micro_batches=2), node_counts=(1, 2, 4), model=ModelSpec(layers=4))
     with pytest.raises(PlanError, match="at least as many micro-batches as stages \\(4\\)"):
-        validate_bench(spec)
+        resolve_bench(spec)
 
 
 # bf16: by default on GPUs, asked for on CPUs

@@ -19,7 +19,8 @@ import psutil
 
 from runner.errors import NodeFailedError, RunError, RunTimeoutError
 from runner.execute import Answer, LineSink, tail
-from runner.spec import LaunchPlan, NodeLaunch, NodeResult
+from runner.spec.launch import LaunchPlan, NodeLaunch
+from runner.spec.outcome import NodeResult
 
 TRACK_EVERY_S = 1.0  # how often the process tree below each node is recorded
 

@@ -22,9 +22,10 @@ from typing import IO, TYPE_CHECKING
 from runner.errors import NodeFailedError, RunError, RunTimeoutError
 from runner.execute import Answer, LineSink, tail
 from runner.execute.sshsession import SshError, SshSession, lost_connection
-from runner.plan import RESULT_FILE
 from runner.render import render
-from runner.spec import Inventory, LaunchPlan, Node, NodeLaunch, NodeResult
+from runner.spec.cluster import Inventory, Node
+from runner.spec.launch import RESULT_FILE, LaunchPlan, NodeLaunch
+from runner.spec.outcome import NodeResult
 
 if TYPE_CHECKING:
     import asyncssh

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner.errors import RunError, UsageError
-from runner.spec import Inventory, Node
+from runner.spec.cluster import Inventory, Node
 
 if TYPE_CHECKING:
     import asyncssh

@@ -2,13 +2,13 @@
 
 For each message size S (bytes of the whole array), out of place and in place: time ``--iters``
 back-to-back all-reduces (sum), take the time per operation averaged over the ranks, then
-algbw = S / t and busbw = algbw * 2(n-1)/n (GB = 1e9 bytes; shared/FACTS.md section 7), and
+algbw = S / t and busbw = algbw * 2(n-1)/n (GB = 1e9 bytes; docs/facts.md §7), and
 check one more operation's result element by element (#wrong). Before the sizes, ``--warmup``
 operations at the largest and at the smallest size. nccl on GPU, gloo on CPU.
 
 Out of place goes through torch's functional all_reduce (a new output tensor, the input left
 as it was), in place through dist.all_reduce, which is what DDP uses. Rank 0 writes one JSON
-result (schema dtrun.allreduce/1, README "Result files"). Imports only torch, the standard
+result (schema dtrun.allreduce/1, docs/workloads.md). Imports only torch, the standard
 library and its sibling modules: this file is staged onto the nodes (Python 3.10 or later).
 """
 

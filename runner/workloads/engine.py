@@ -1,7 +1,7 @@
 """What every training engine offers the loop in ``train``, and the pieces engines share.
 
-An engine is one library's way of training the GPT (README "Training strategies"): DDP, FSDP,
-a pipeline, or DeepSpeed's ZeRO. Torch, the standard library and sibling modules only.
+An engine is one library's way of training the GPT (docs/workloads.md "Training strategies"):
+DDP, FSDP, a pipeline, or DeepSpeed's ZeRO. Torch, the standard library and sibling modules only.
 """
 
 from __future__ import annotations

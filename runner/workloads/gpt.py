@@ -74,7 +74,7 @@ def param_counts(vocab: int, seq_len: int, layers: int, d_model: int) -> tuple[i
 
     Computed from the shape, so that every strategy reports the whole model's counts whatever
     part of it a rank holds. Matmul parameters are all but the position embedding (the N of
-    ``flops_per_token``). runner/presets.py has the same formula; a test checks both against
+    ``flops_per_token``). runner/plan/presets.py has the same formula; a test checks both against
     the real model.
     """
     d = d_model
@@ -83,7 +83,7 @@ def param_counts(vocab: int, seq_len: int, layers: int, d_model: int) -> tuple[i
 
 
 def flops_per_token(params: int, layers: int, heads: int, head_dim: int, seq_len: int) -> int:
-    """Training FLOPs per token, 6N + 12*L*H*Q*T (PaLM appendix B; shared/FACTS.md section 7).
+    """Training FLOPs per token, 6N + 12*L*H*Q*T (PaLM appendix B; docs/facts.md §7).
 
     N counts the parameters that take part in matrix multiplies: everything but the position
     embedding (the tied token embedding is counted once, for the LM head).

@@ -2,7 +2,7 @@
 
 Every strategy starts each rank from different random weights (a pipeline: each replica) and
 trains it on different tokens; what a strategy must then show depends on what it keeps where
-(README "Training strategies"):
+(docs/workloads.md "Training strategies"):
 
 - data parallel (DDP, FSDP, ZeRO 1-3): every rank sees the same full parameters at the end
   (gathered where they are sharded), and on a probe batch the engine's reduced gradient equals

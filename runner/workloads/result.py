@@ -1,4 +1,4 @@
-"""The training workload's result file (schema ``dtrun.train/1``, documented in the README).
+"""The training workload's result file (schema ``dtrun.train/1``, documented in docs/workloads.md).
 
 Torch, the standard library and sibling modules only.
 """

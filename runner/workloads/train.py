@@ -1,13 +1,14 @@
 """GPT-style training throughput on synthetic tokens, under one training strategy.
 
 Runs on every process of a launch started by any launcher that provides the environment contract
-(RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; README "The environment each process
-sees"). Imports only torch, the standard library and its sibling modules, because these files are
-what gets staged onto the nodes, whose Python may be as old as 3.10 (Ubuntu 22.04 HPC images).
+(RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; docs/launchers.md "The environment each
+process sees"). Imports only torch, the standard library and its sibling modules, because these
+files are what gets staged onto the nodes, whose Python may be as old as 3.10 (Ubuntu 22.04
+HPC images).
 
 After ``--warmup`` untimed steps it times ``--steps - --warmup`` steps; then the engine proves
 that the ranks really communicated (``proof``) and rank 0 writes one JSON result (schema
-``dtrun.train/1``, documented in the README). A launch whose proof fails exits with code 3.
+``dtrun.train/1``, documented in docs/workloads.md). A launch whose proof fails exits with code 3.
 
 ``--strategy`` picks the engine: DDP, FSDP or a pipeline here (``ENGINES``); DeepSpeed's ZeRO
 runs the same loop and result from ``train_deepspeed``.

@@ -4,7 +4,7 @@ DeepSpeed owns data parallelism here: ``deepspeed.initialize`` wraps the model w
 stage of the generated config (``--deepspeed-config``, rendered by dtrun into the launch
 directory). The optimizer is a plain torch AdamW handed to DeepSpeed, not an ``"optimizer"``
 block in the config, which would compile DeepSpeed's fused Adam first (about 45 s on a CPU
-machine, shared/FACTS.md section 8).
+machine, docs/facts.md §8).
 
 Imports only torch, deepspeed, the standard library and its sibling modules.
 """

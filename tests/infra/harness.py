@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pulumi.runtime import rpc
 
 from infra.program import build
-from runner.spec import ClusterSpec
+from runner.spec.cluster import ClusterSpec
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from infra.cloudinit import MAX_CUSTOM_DATA_BYTES, MOUNTS, Boot, ClusterKey, render_cloud_init
-from runner.clusterconfig import cluster_spec
+from runner.azure.config import cluster_spec
 from runner.render import render
-from runner.spec import StorageKind
+from runner.spec.cluster import StorageKind
 from tests.conftest import require_tool
 
 TODAY = datetime.date(2026, 11, 23)

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from infra.cloudinit import MOUNTS
-from runner.catalog import SIZES, known_sizes
-from runner.clusterconfig import RDMA_NETWORK, cluster_spec
-from runner.spec import ClusterSpec, StorageKind
+from runner.azure.catalog import SIZES, known_sizes
+from runner.azure.config import RDMA_NETWORK, cluster_spec
+from runner.spec.cluster import ClusterSpec, StorageKind
 from tests.infra.harness import Program, run
 
 TODAY = datetime.date(2026, 11, 23)

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")"
 
-# The environment contract of every dtrun launcher (README: "The environment each process sees").
+# The environment contract of every dtrun launcher (docs/launchers.md: "The environment each process sees").
 export MASTER_ADDR=10.1.0.4
 export MASTER_PORT=29401
 export WORLD_SIZE=2

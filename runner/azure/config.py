@@ -1,0 +1,323 @@
+"""Stack configuration -> ClusterSpec, validated. Pure, but for reading Pulumi.yaml's schema.
+
+The keys, types and defaults come from the `config:` block of Pulumi.yaml, so the Pulumi
+program, `dtrun up`'s early check and the Pulumi CLI all agree on them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from runner.azure.catalog import Image, check_node_count, get_size
+from runner.errors import UsageError
+from runner.spec.cluster import ClusterSpec, StorageKind, StorageSpec
+
+NAMESPACE = "dtrun"
+PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
+
+# Azure's InfiniBand (RDMA) network uses this range: a VNet overlapping it breaks IB
+# (docs/facts.md §3).
+RDMA_NETWORK = ipaddress.ip_network("172.16.0.0/16")
+
+# Azure Managed Lustre SKUs: capacity in TiB is a positive multiple of the step (docs/facts.md §4).
+LUSTRE_STEP_TIB = {
+    "AMLFS-Durable-Premium-40": 48,
+    "AMLFS-Durable-Premium-125": 16,
+    "AMLFS-Durable-Premium-250": 8,
+    "AMLFS-Durable-Premium-500": 4,
+}
+AZURE_FILES_GIB = (100, 102400)  # premium file share quota limits
+# Narrower than these, an admin range is a network; wider, it is "the internet" (0.0.0.0/1 ...).
+WIDEST_ADMIN_PREFIX = {4: 8, 6: 16}
+RESERVED_USERS = {"root", "admin", "administrator", "user", "guest", "test", "sys", "support"}
+_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
+_PREFIX = re.compile(r"[a-z][a-z0-9]{1,11}\Z")
+_LOCATION = re.compile(r"[a-z][a-z0-9]+\Z")
+_KEY_TYPES = ("ssh-ed25519 ", "ssh-rsa ", "ecdsa-sha2-")
+
+
+class ConfigError(UsageError):
+    """A stack setting that cannot make a working, safe cluster."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str  # without the namespace: nodeCount
+    type: str  # string, integer, boolean, array
+    default: object  # None: required
+    description: str
+
+
+@cache
+def schema(project_file: Path = PROJECT_FILE) -> dict[str, Setting]:
+    """The settings Pulumi.yaml declares under the dtrun: namespace."""
+    declared = yaml.safe_load(project_file.read_text())["config"]
+    settings = {}
+    for name, spec in declared.items():
+        key = name.removeprefix(f"{NAMESPACE}:")
+        settings[key] = Setting(key, spec["type"], spec.get("default"), spec["description"])
+    return settings
+
+
+def _error(key: str, what: str, fix: str) -> ConfigError:
+    return ConfigError(f"{NAMESPACE}:{key} {what}", fix=fix)
+
+
+def _coerce(setting: Setting, raw: object) -> object:
+    """Values read back from a stack file are strings; turn them into the declared type."""
+    if not isinstance(raw, str) or setting.type == "string":
+        return raw
+    try:
+        if setting.type == "integer":
+            return int(raw)
+        if setting.type == "boolean":
+            return {"true": True, "false": False}[raw.lower()]
+        return json.loads(raw)
+    except (ValueError, KeyError):
+        raise _error(
+            setting.key, f"is {raw!r}, not a {setting.type}", f"set it to a {setting.type}"
+        ) from None
+
+
+def _typed(setting: Setting, value: object) -> object:
+    expected: dict[str, Callable[[object], bool]] = {
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+        "array": lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
+    }
+    if not expected[setting.type](value):
+        raise _error(
+            setting.key, f"is {value!r}, not a {setting.type}", f"set it to a {setting.type}"
+        )
+    return value
+
+
+def resolve(values: Mapping[str, object]) -> dict[str, object]:
+    """Declared defaults overlaid with ``values`` (keys with or without 'dtrun:'), type-checked."""
+    settings = schema()
+    given = {key.removeprefix(f"{NAMESPACE}:"): value for key, value in values.items()}
+    for key in given:
+        if key not in settings:
+            close = difflib.get_close_matches(key, list(settings), n=1)
+            hint = f"did you mean {NAMESPACE}:{close[0]}?" if close else "see Pulumi.yaml"
+            raise ConfigError(f"{NAMESPACE}:{key} is not a dtrun setting", fix=hint)
+    resolved: dict[str, object] = {}
+    for key, setting in settings.items():
+        if key in given:
+            resolved[key] = _typed(setting, _coerce(setting, given[key]))
+        elif setting.default is None:
+            raise _error(
+                key,
+                "must be set",
+                f"pulumi config set --path '{key}[0]' ... ({setting.description})",
+            )
+        else:
+            resolved[key] = setting.default
+    return resolved
+
+
+def cluster_spec(
+    values: Mapping[str, object], *, today: datetime.date | None = None
+) -> ClusterSpec:
+    """Validate the stack settings and return the cluster they describe."""
+    v = resolve(values)
+    size = get_size(str(v["vmSize"]), today=today)
+    node_count = int(str(v["nodeCount"]))
+    check_node_count(node_count)
+    image = str(v["image"]) or size.image.urn
+    Image.parse(image)
+    return ClusterSpec(
+        name_prefix=_prefix(str(v["namePrefix"])),
+        location=_location(str(v["location"])),
+        vm_size=size.name,
+        node_count=node_count,
+        admin_user=_admin_user(str(v["adminUser"])),
+        admin_cidrs=admin_cidrs(_strings(v["adminCidrs"]), bool(v["allowSshFromInternet"])),
+        ssh_public_key=_public_key(str(v["sshPublicKey"])),
+        storage=_storage(v),
+        spot=bool(v["spot"]),
+        spot_max_price=_spot_price(str(v["spotMaxPrice"])),
+        image=image,
+        head_vm_size=str(v["headVmSize"]),
+        vnet_cidr=vnet_cidr(str(v["vnetCidr"])),
+        tags=_tags(_strings(v["tags"])),
+        python_packages=tuple(_strings(v["pythonPackages"])),
+    )
+
+
+def _strings(value: object) -> list[str]:
+    return [str(item) for item in value] if isinstance(value, list) else []
+
+
+def admin_cidrs(cidrs: list[str], allow_internet: bool) -> tuple[str, ...]:
+    if not cidrs:
+        raise _error(
+            "adminCidrs",
+            "is empty, so nobody could reach the cluster",
+            "pulumi config set --path 'adminCidrs[0]' YOUR.PUBLIC.IP/32",
+        )
+    networks = []
+    for cidr in cidrs:
+        try:
+            network = ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            raise _error(
+                "adminCidrs", f"holds {cidr!r}, which is not a CIDR", "use e.g. 203.0.113.4/32"
+            ) from None
+        if str(network) != cidr and network.prefixlen != network.max_prefixlen:
+            raise _error(
+                "adminCidrs",
+                f"holds {cidr!r}, which has host bits set",
+                f"did you mean {network}?",
+            )
+        if network.prefixlen < WIDEST_ADMIN_PREFIX[network.version] and not allow_internet:
+            raise _error(
+                "adminCidrs",
+                f"holds {cidr}, which opens SSH to the whole internet or a large part of it",
+                "use your own address (e.g. 203.0.113.4/32), or set "
+                "dtrun:allowSshFromInternet true if you really mean it",
+            )
+        networks.append(str(network))
+    return tuple(networks)
+
+
+def vnet_cidr(cidr: str) -> str:
+    try:
+        network = ipaddress.ip_network(cidr)
+    except ValueError:
+        raise _error(
+            "vnetCidr", f"is {cidr!r}, not an IPv4 network", "use e.g. 10.42.0.0/16"
+        ) from None
+    if not isinstance(network, ipaddress.IPv4Network) or network.prefixlen > 22:
+        raise _error(
+            "vnetCidr",
+            f"is {cidr}; it needs four /24 subnets (head, nodes, NetApp, Lustre)",
+            "use an IPv4 network of /22 or larger, e.g. 10.42.0.0/16",
+        )
+    if network.overlaps(RDMA_NETWORK):
+        raise _error(
+            "vnetCidr",
+            f"{cidr} overlaps 172.16.0.0/16, the range Azure's InfiniBand network uses",
+            "use a range outside it, e.g. 10.42.0.0/16",
+        )
+    return str(network)
+
+
+def subnets(vnet: str) -> dict[str, str]:
+    """The /24 subnets carved from the VNet, in a fixed order."""
+    blocks = ipaddress.ip_network(vnet).subnets(new_prefix=24)
+    return {name: str(next(blocks)) for name in ("head", "nodes", "netapp", "lustre")}
+
+
+def _storage(v: Mapping[str, object]) -> StorageSpec:
+    try:
+        kind = StorageKind(str(v["storageKind"]))
+    except ValueError:
+        kinds = ", ".join(kind.value for kind in StorageKind)
+        raise _error("storageKind", f"is {v['storageKind']!r}", f"use one of {kinds}") from None
+    size = int(str(v["storageSizeGib"]))
+    sku = str(v["lustreSku"])
+    if kind is StorageKind.AZURE_FILES and not AZURE_FILES_GIB[0] <= size <= AZURE_FILES_GIB[1]:
+        raise _error(
+            "storageSizeGib",
+            f"is {size}; an Azure Files premium share holds 100 to 102400 GiB",
+            "set a size in that range",
+        )
+    if kind is StorageKind.NETAPP and (size < 1024 or size % 1024):
+        raise _error(
+            "storageSizeGib",
+            f"is {size}; NetApp capacity pools grow in whole TiB (1024 GiB), from 1 TiB",
+            f"use {max(1024, -(-size // 1024) * 1024)}",
+        )
+    if kind is StorageKind.LUSTRE:
+        _lustre(sku, size)
+    path = str(v["mountPath"])
+    if not re.fullmatch(r"(/[A-Za-z0-9._-]+)+", path):
+        raise _error(
+            "mountPath", f"is {path!r}", "use an absolute path of plain names, e.g. /shared"
+        )
+    return StorageSpec(kind=kind, size_gib=size, mount_path=path, lustre_sku=sku)
+
+
+def _lustre(sku: str, size_gib: int) -> None:
+    if sku not in LUSTRE_STEP_TIB:
+        raise _error("lustreSku", f"is {sku!r}", f"use one of {', '.join(LUSTRE_STEP_TIB)}")
+    step = LUSTRE_STEP_TIB[sku]
+    if size_gib % 1024 or (size_gib // 1024) % step:
+        raise _error(
+            "storageSizeGib",
+            f"is {size_gib} GiB; {sku} comes in steps of {step} TiB ({step * 1024} GiB)",
+            f"use a multiple of {step * 1024}, e.g. {step * 1024}",
+        )
+
+
+def _spot_price(text: str) -> float:
+    try:
+        price = float(text)
+    except ValueError:
+        price = 0.0
+    if price != -1 and price <= 0:
+        raise _error(
+            "spotMaxPrice", f"is {text!r}", "use -1 (up to on-demand) or a price in USD, e.g. 12.5"
+        )
+    return price
+
+
+def _admin_user(user: str) -> str:
+    if not _USER.match(user) or user in RESERVED_USERS:
+        raise _error(
+            "adminUser",
+            f"is {user!r}, which Azure or Linux does not accept as a login",
+            "use lowercase letters, digits, '-' and '_', not root or admin; e.g. azureuser",
+        )
+    return user
+
+
+def _public_key(key: str) -> str | None:
+    key = key.strip()
+    if not key:
+        return None
+    if not key.startswith(_KEY_TYPES) or "\n" in key:
+        raise _error(
+            "sshPublicKey",
+            "is not an OpenSSH public key line",
+            "pass the contents of ~/.ssh/id_ed25519.pub, or leave it empty to generate a key",
+        )
+    return key
+
+
+def _prefix(prefix: str) -> str:
+    if not _PREFIX.match(prefix):
+        raise _error(
+            "namePrefix",
+            f"is {prefix!r}",
+            "use 2 to 12 lowercase letters and digits, starting with a letter",
+        )
+    return prefix
+
+
+def _location(location: str) -> str:
+    if not _LOCATION.match(location):
+        raise _error("location", f"is {location!r}", "use an Azure region name, e.g. eastus")
+    return location
+
+
+def _tags(items: list[str]) -> tuple[tuple[str, str], ...]:
+    tags = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise _error("tags", f"holds {item!r}, not KEY=VALUE", "use e.g. team=ml-infra")
+        tags.append((key, value))
+    return tuple(tags)

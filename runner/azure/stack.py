@@ -1,0 +1,154 @@
+"""The only user of pulumi.automation: bring a stack up, read its outputs, destroy it.
+
+The program is the one in this repository (Pulumi.yaml, infra/); the stack's settings live in
+Pulumi.<stack>.yaml or are set with `pulumi config set`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.azure.config import NAMESPACE, cluster_spec
+from runner.errors import DtrunError, UsageError
+from runner.spec.cluster import ClusterSpec
+
+if TYPE_CHECKING:
+    from pulumi import automation as auto
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]  # where Pulumi.yaml is
+INSTALL = "curl -fsSL https://get.pulumi.com | sh"
+_STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}\Z")
+
+Printer = Callable[[str], None]
+
+
+class PulumiMissingError(DtrunError):
+    def __init__(self, command: str) -> None:
+        super().__init__(
+            f"the Pulumi CLI is not installed (dtrun drives Pulumi through it); install it with "
+            f"`{INSTALL}` (https://www.pulumi.com/docs/install/), then run `{command}` again"
+        )
+
+
+class StackError(DtrunError):
+    """Pulumi could not do what was asked of a stack."""
+
+
+@dataclass(frozen=True)
+class Outputs:
+    values: dict[str, Any]
+    secret_keys: frozenset[str]
+
+    def shown(self) -> dict[str, Any]:
+        """The outputs with secret values masked, for the terminal."""
+        return {k: "[secret]" if k in self.secret_keys else v for k, v in self.values.items()}
+
+
+def check_stack_name(name: str) -> str:
+    if not _STACK_NAME.match(name):
+        raise UsageError(
+            f"--stack {name!r} is not a stack name",
+            fix="use letters, digits, '-', '_' and '.', e.g. --stack dev",
+        )
+    return name
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(line for line in text.strip().splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def _pulumi(command: str, stack: str) -> Iterator[None]:
+    """Turn the Automation API's failures into dtrun errors that say what to do."""
+    from pulumi.automation import errors
+
+    try:
+        yield
+    except FileNotFoundError:
+        raise PulumiMissingError(command) from None
+    except errors.StackNotFoundError:
+        raise StackError(
+            f"there is no stack {stack!r} in this project",
+            fix=f"create it with `dtrun up --stack {stack}`",
+        ) from None
+    except errors.CommandError as error:
+        raise StackError(f"`{command}` failed", why=_tail(str(error))) from None
+
+
+def _select(stack: str, *, create: bool) -> auto.Stack:
+    from pulumi import automation as auto
+
+    select = auto.create_or_select_stack if create else auto.select_stack
+    return select(stack_name=stack, work_dir=str(PROJECT_DIR))
+
+
+def stack_config(stack: auto.Stack) -> ClusterSpec:
+    """Validate the stack's dtrun: settings before Pulumi runs the program (exit 2 if bad)."""
+    values = {
+        key: item.value
+        for key, item in stack.get_all_config().items()
+        if key.startswith(f"{NAMESPACE}:")
+    }
+    return cluster_spec(values)
+
+
+def _created(stack: auto.Stack) -> list[str]:
+    """The resources a stack holds now, as TYPE NAME lines (best effort, for error messages)."""
+    with contextlib.suppress(Exception):
+        resources = (stack.export_stack().deployment or {}).get("resources", [])
+        return [
+            f"{r['type']} {r['urn'].rsplit('::', 1)[-1]}"
+            for r in resources
+            if r.get("custom") and not r["type"].startswith("pulumi:")
+        ]
+    return []
+
+
+def up(stack: str, on_output: Printer) -> Outputs:
+    command = f"dtrun up --stack {stack}"
+    with _pulumi(command, stack):
+        selected = _select(stack, create=True)
+        stack_config(selected)
+        try:
+            result = selected.up(on_output=on_output, color="never")
+        except Exception:
+            created = _created(selected)
+            if created:
+                listed = "\n".join(f"  {line}" for line in created)
+                on_output(
+                    f"{len(created)} resources exist after the failed update (still billing):\n"
+                    f"{listed}\nremove them with `dtrun down --stack {stack}`"
+                )
+            raise
+    return Outputs(
+        {k: v.value for k, v in result.outputs.items()},
+        frozenset(k for k, v in result.outputs.items() if v.secret),
+    )
+
+
+def outputs(stack: str) -> Outputs:
+    with _pulumi(f"dtrun outputs --stack {stack}", stack):
+        values = _select(stack, create=False).outputs()
+    return Outputs(
+        {k: v.value for k, v in values.items()}, frozenset(k for k, v in values.items() if v.secret)
+    )
+
+
+def down(stack: str, on_output: Printer) -> list[str]:
+    """Destroy every resource of the stack; returns what was there. Safe to repeat."""
+    command = f"dtrun down --stack {stack}"
+    from pulumi.automation import errors
+
+    with _pulumi(command, stack):
+        try:
+            selected = _select(stack, create=False)
+        except errors.StackNotFoundError:
+            return []
+        existing = _created(selected)
+        selected.destroy(on_output=on_output, color="never")  # a no-op on an empty stack
+    return existing

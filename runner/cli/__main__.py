@@ -1,0 +1,5 @@
+"""`python -m runner.cli`: the dtrun command line."""
+
+from runner.cli.app import main
+
+main()

@@ -1,0 +1,337 @@
+"""How a sweep looks while it runs and when it ends: progress, node lines, plans, the table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import typer
+
+from runner import __version__
+from runner.cli.common import console, print_node_line
+from runner.workloads.sizes import format_size
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+    from rich.table import Table
+
+    from runner.execute import Answer
+    from runner.plan.sweep import SweepPlan
+    from runner.record.rundir import RunDir
+    from runner.report.build import Report
+    from runner.report.compare import Comparison
+    from runner.report.results import Result
+    from runner.spec.cluster import Node
+    from runner.spec.launch import LaunchPlan
+    from runner.spec.outcome import Health, RunResult
+    from runner.sweep.run import Sweep, SweepEvents
+
+
+def print_sweep_plan(sweep: SweepPlan) -> None:
+    """The whole sweep as it would run: the health gate's launches, then every point with its
+    repeats, then the environment the manifest records (secrets already redacted)."""
+    gate = sweep.gate
+    if isinstance(gate, str):
+        typer.echo(f"# ==== health gate: skipped: {gate}")
+    else:
+        typer.echo(
+            f"# ==== health gate: {len(gate.checks)} launch(es), each node alone with "
+            f"{gate.procs_per_node} processes at {gate.size}, pass mark {gate.threshold_gbs:g} "
+            f"GB/s ({gate.threshold_source})"
+        )
+        for check in gate.checks:
+            typer.echo(f"# ==== health gate launch -> {check.workdir}")
+            print_plan(check.plan)
+    for plan in sweep.points:
+        dirs = ", ".join(each.workdir for each in sweep.launches if each.plan is plan)
+        typer.echo(f"# ==== point: {plan.nnodes} node(s), {sweep.spec.repeat} launch(es) -> {dirs}")
+        print_plan(plan)
+    typer.echo("# ==== environment recorded in manifest.json (the largest point's)")
+    for var in sweep.environment:
+        typer.echo(f"{var.key}={var.value}")
+
+
+def print_plan(plan: LaunchPlan) -> None:
+    """Each script and launch file of one plan, under a header naming it."""
+    where = f"{plan.nnodes} node(s) via {plan.launcher}, world size {plan.world_size}"
+    for launch in plan.launches:
+        node = launch.node
+        typer.echo(
+            f"# ---- {plan.nnodes} node(s): {launch.script_name} on {node.name} ({node.address}) "
+            f"via {plan.launcher}, world size {plan.world_size} ----"
+        )
+        typer.echo(launch.script)
+    for file in plan.files:
+        typer.echo(f"# ---- {where}: launch file {file.name} (every node) ----")
+        typer.echo(file.content)
+
+
+class SweepDisplay:
+    """A rich progress bar over the sweep, with each node's output streamed above it."""
+
+    def __init__(self, console: Console, plan: SweepPlan, *, quiet: bool) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.console = console
+        self.spec = plan.spec
+        self.inventory = plan.inventory
+        self.quiet = quiet
+        self.run_dir: RunDir | None = None
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            # Redrawing is for people watching a terminal; logs and pipes get the final state.
+            auto_refresh=console.is_terminal,
+        )
+        total = len(plan.launches)
+        self.task = self.progress.add_task("planning", total=total)
+
+    def events(self) -> SweepEvents:
+        from runner.sweep.run import SweepEvents
+
+        return SweepEvents(
+            on_begin=self.on_begin,
+            on_line=self.on_line,
+            on_start=self.on_start,
+            on_done=self.on_done,
+            on_gate_node=self.on_gate_node,
+            on_health=self.on_health,
+        )
+
+    def on_begin(self, run_dir: RunDir) -> None:
+        self.run_dir = run_dir
+        spec = self.spec
+        self.console.print(
+            f"dtrun {__version__}: run [bold]{spec.run_id}[/] on {self.inventory.description}, "
+            f"nodes {','.join(map(str, spec.node_counts))}, {spec.mode.value} scaling "
+            f"-> {run_dir.path}"
+        )
+
+    def on_line(self, node: str, line: str) -> None:
+        if not self.quiet:
+            print_node_line(self.console, node, line)
+
+    def on_start(self, plan: LaunchPlan, repeat: int) -> None:
+        self.progress.update(
+            self.task,
+            description=f"{plan.nnodes} node(s), {plan.world_size} processes, launch {repeat + 1}",
+        )
+
+    def on_done(self, run: RunResult, result: Result | None) -> None:
+        from runner.report.results import TrainResult
+
+        self.progress.advance(self.task)
+        label = f"{run.nodes} node(s), launch {run.repeat + 1}"
+        if result is None:
+            self.console.print(f"[red]x[/] {label}: {run.status.value} after {run.wall_s:.1f} s")
+            return
+        if isinstance(result, TrainResult):
+            busbw = (
+                f", busbw {result.busbw.at_gradient.in_place.busbw:.2f} GB/s"
+                if result.busbw
+                else ""
+            )
+            what = (
+                f"{result.tokens_per_s:,.0f} tokens/s, "
+                f"step p50 {result.step_time_p50 * 1000:.1f} ms{busbw}"
+            )
+        else:
+            what = (
+                f"busbw {result.largest.in_place.busbw:.2f} GB/s at "
+                f"{format_size(result.largest.size)}, peak {result.peak_busbw:.2f} GB/s"
+            )
+        self.console.print(f"[green]ok[/] {label}: {what}, {result.proof}, {run.wall_s:.1f} s")
+
+    def on_gate_node(self, node: Node, index: int, total: int) -> None:
+        self.progress.update(
+            self.task, description=f"health gate: {node.name} ({index + 1} of {total})"
+        )
+
+    def on_health(self, health: Health) -> None:
+        style = {"passed": "green", "warned": "yellow", "failed": "red"}.get(health.status, "dim")
+        self.console.print(f"[{style}]{health.describe()}[/]")
+
+
+class RegistryBar:
+    """A progress bar while a stack's nodes boot and register: ready nodes of those wanted.
+
+    Use as a context manager around the cluster's opening; the bar stops once every node is
+    ready (before the sweep's own bar starts) or when the block ends, whichever comes first.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
+
+    def __enter__(self) -> RegistryBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+    def __call__(self, registered: int, ready: int, wanted: int, waited: float) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        if self.task is None:
+            if ready >= wanted:
+                return  # every node was ready at the first look: nothing to watch
+            self.progress = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                auto_refresh=self.console.is_terminal,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("nodes ready", total=wanted)
+        if self.progress is None:
+            return
+        self.progress.update(
+            self.task,
+            completed=ready,
+            description=f"nodes ready ({registered} of {wanted} registered)",
+        )
+        if ready >= wanted:
+            self.stop()
+
+
+def print_summary(sweep: Sweep) -> None:
+    """The sweep's table: scaling for training, bus bandwidth for all-reduce."""
+    out = console()
+    report = sweep.report
+    if report is not None:
+        out.print(report_table(report))
+        out.print(f"report: {sweep.run_dir.report} (and {sweep.run_dir.html.name})")
+
+
+def report_table(report: Report) -> Table:
+    from rich.table import Table
+
+    table = Table(title=f"{report.workload}: {report.status}", title_justify="left")
+    if report.workload == "allreduce":
+        columns = ("nodes", "processes", "size", "busbw", "peak busbw", "expected", "correctness")
+        for column in columns:
+            table.add_column(column, justify="left" if column == "correctness" else "right")
+        for ar in report.busbw_rows:
+            want = ar.expected.describe().split(" (")[0] if ar.expected else "-"
+            table.add_row(
+                str(ar.nodes),
+                str(ar.world_size),
+                format_size(ar.largest_size),
+                f"{ar.busbw:.2f} GB/s",
+                f"{ar.peak_busbw:.2f} GB/s",
+                want,
+                ar.proof,
+            )
+        return table
+    for column in ("nodes", "processes", "tokens/s", "speedup", "efficiency", "busbw",
+                   "communication"):  # fmt: skip
+        table.add_column(column, justify="left" if column == "communication" else "right")
+    for row in report.rows:
+        table.add_row(
+            str(row.nodes),
+            str(row.world_size),
+            f"{row.tokens_per_s:,.0f}",
+            f"{row.speedup:.2f}x",
+            f"{row.efficiency:.0%}",
+            "-" if row.busbw is None else f"{row.busbw:.2f} GB/s",
+            row.proof,
+        )
+    return table
+
+
+def print_comparison(result: Comparison) -> None:
+    from rich.table import Table
+
+    out = console()
+    table = Table(title=f"{result.workload}: {result.a} (A) against {result.b} (B)",
+                  title_justify="left")  # fmt: skip
+    unit = "GB/s" if result.workload == "allreduce" else "tokens/s"
+    columns = ["nodes", f"A {unit}", f"B {unit}", "B / A"]
+    if result.workload != "allreduce":
+        columns += ["A eff.", "B eff.", "A busbw", "B busbw"]
+    for column in columns:
+        table.add_column(column, justify="right")
+
+    def number(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    for row in result.rows:
+        main = ",.2f" if result.workload == "allreduce" else ",.0f"
+        cells = [str(row.nodes), number(row.a, main), number(row.b, main), number(row.ratio, ".2f")]
+        if result.workload != "allreduce":
+            cells += [number(row.a_efficiency, ".0%"), number(row.b_efficiency, ".0%"),
+                      number(row.a_busbw, ".2f"), number(row.b_busbw, ".2f")]  # fmt: skip
+        table.add_row(*cells)
+    out.print(table)
+    if not result.differences:
+        out.print("set-ups: the same in every recorded respect")
+        return
+    setups = Table(title="what differs", title_justify="left")
+    for column in ("", "A", "B"):
+        setups.add_column(column)
+    for what, a, b in result.differences:
+        setups.add_row(what, a, b)
+    out.print(setups)
+
+
+def sweep_json(run_dir: RunDir) -> dict[str, object]:
+    """What --json prints: summary.json, and where the run's files are."""
+    import json
+
+    summary: dict[str, object] = json.loads(run_dir.summary.read_text())
+    return {
+        **summary,
+        "run_dir": str(run_dir.path),
+        "report": str(run_dir.report),
+        "report_html": str(run_dir.html),
+    }
+
+
+def print_exec_summary(nodes: Sequence[Node], answers: dict[str, Answer]) -> int:
+    """A table of every node's exit code (or why it could not run); returns how many failed."""
+    from rich.table import Table
+
+    table = Table(title_justify="left")
+    for column in ("node", "address", "exit", "error"):
+        table.add_column(column)
+    failed = 0
+    for node in nodes:
+        answer = answers[node.name]
+        ok = answer.error is None and answer.exit_code == 0
+        failed += not ok
+        exit_code = "-" if answer.exit_code is None else str(answer.exit_code)
+        style = "" if ok else "red"
+        table.add_row(node.name, node.address, f"[{style}]{exit_code}[/]" if style else exit_code,
+                      answer.error or "")  # fmt: skip
+    console().print(table)
+    if failed:
+        console(stderr=True).print(f"dtrun: {failed} of {len(nodes)} node(s) failed")
+    return failed

@@ -1,0 +1,316 @@
+"""`dtrun bench`, `dtrun run` and `dtrun exec`: the commands that start processes on a cluster."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from runner import __version__
+from runner.cli import options as opts
+from runner.cli.common import console, print_json, print_node_line, user_errors
+from runner.cli.display import (
+    SweepDisplay,
+    print_exec_summary,
+    print_plan,
+    print_summary,
+    print_sweep_plan,
+    sweep_json,
+)
+from runner.cli.groups import grouped
+from runner.cli.options import (
+    AllreduceOptions,
+    GateOptions,
+    Launching,
+    ModelOptions,
+    StrategyOptions,
+    Where,
+)
+from runner.cli.session import StackWatch, choose, opened, session
+from runner.errors import DtrunError, UsageError
+from runner.spec.request import BenchSpec, RunSpec, ScalingMode
+
+if TYPE_CHECKING:
+    from runner.cluster.connect import Cluster
+    from runner.plan.resolve import ResolvedBench, ResolvedRun
+    from runner.plan.sweep import SweepPlan
+    from runner.record.rundir import RunDir
+    from runner.spec.launch import LaunchPlan
+    from runner.sweep.program import ProgramRun
+    from runner.sweep.run import Sweep
+
+app = typer.Typer()
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What `dtrun bench` sweeps and how long each launch trains."""
+
+    nodes: Annotated[
+        str, typer.Option("--nodes", "-n", help="Node counts to sweep, comma-separated.")
+    ] = "1,2"
+    steps: Annotated[int, typer.Option(help="Training steps per launch, warm-up included.")] = (
+        BenchSpec.steps
+    )
+    warmup: Annotated[int, typer.Option(help="Untimed steps at the start of each launch.")] = (
+        BenchSpec.warmup
+    )
+    mode: Annotated[
+        ScalingMode,
+        typer.Option(help="weak: fixed batch per process; strong: fixed global batch."),
+    ] = ScalingMode.WEAK
+    repeat: Annotated[int, typer.Option(help="Launches per node count (3+ trims outliers).")] = 1
+    workload: Annotated[
+        str,
+        typer.Option(help="Built-in workload on every process: train (GPT), or allreduce."),
+    ] = "train"
+    batch: Annotated[
+        int, typer.Option(help="Sequences per process per step (strong: at the fewest nodes).")
+    ] = BenchSpec.batch
+    global_batch: Annotated[
+        int | None, typer.Option(help="Strong scaling: the fixed global batch.")
+    ] = None
+    timeout: Annotated[float, typer.Option(help="Seconds before one launch is stopped.")] = (
+        BenchSpec.timeout_s
+    )
+    project_tokens: opts.ProjectTokens = BenchSpec.project_tokens
+
+
+def _run_id(launching: Launching) -> str:
+    from runner.cli.parse import check_run_id, new_run_id
+
+    return check_run_id(launching.run_id) if launching.run_id is not None else new_run_id()
+
+
+def bench_spec(
+    sweep: SweepOptions,
+    model: ModelOptions,
+    strategy: StrategyOptions,
+    allreduce: AllreduceOptions,
+    gate: GateOptions,
+    launching: Launching,
+) -> BenchSpec:
+    """The options of `dtrun bench`, as one BenchSpec (parsed, not yet checked)."""
+    from runner.cli.parse import parse_env, parse_node_counts
+    from runner.plan.presets import resolve_model
+
+    shape = {name: getattr(model, name) for name in ("layers", "d_model", "heads", "seq_len")}
+    return BenchSpec(
+        _run_id(launching),
+        launcher=launching.launcher,
+        procs_per_node=launching.procs_per_node,
+        env=parse_env(launching.env or []),
+        rdzv_port=launching.port,
+        launch=launching.options,
+        nccl_debug=launching.nccl_debug,
+        cluster_env=launching.cluster_env,
+        node_counts=parse_node_counts(sweep.nodes),
+        workload=sweep.workload,
+        mode=sweep.mode,
+        steps=sweep.steps,
+        warmup=sweep.warmup,
+        repeat=sweep.repeat,
+        batch=sweep.batch,
+        global_batch=sweep.global_batch,
+        model=resolve_model(model.preset, vocab=model.vocab, **shape),
+        timeout_s=sweep.timeout,
+        strategy=strategy.spec,
+        dtype=strategy.dtype,
+        allreduce=allreduce.spec,
+        busbw=allreduce.busbw,
+        health=gate.spec,
+        project_tokens=sweep.project_tokens,
+    )
+
+
+@app.command()
+@grouped
+def bench(
+    sweep: SweepOptions,
+    model: ModelOptions,
+    strategy: StrategyOptions,
+    allreduce: AllreduceOptions,
+    gate: GateOptions,
+    launching: Launching,
+    where: Where,
+    json_out: opts.Json = False,
+) -> None:
+    """Run a scaling sweep and write runs/<run-id>/ with logs, results and a report.
+
+    On the machines of --hosts, --stack or --outputs over SSH; with none of them, on the
+    embedded local cluster: simulated nodes on 127.0.0.2, 127.0.0.3, ... of this machine,
+    each running its real launch script.
+    """
+    from runner.plan.resolve import resolve_bench
+    from runner.plan.sweep import plan_sweep
+
+    with session(launching, where, json_out=json_out) as current:
+        if json_out and launching.dry_run:
+            raise UsageError(
+                "--json prints a sweep's summary, and --dry-run runs no sweep",
+                fix="leave out one of them",
+            )
+        resolved = resolve_bench(bench_spec(sweep, model, strategy, allreduce, gate, launching))
+        with current.cluster(resolved.spec, resolved.largest) as cluster:
+            if launching.dry_run:
+                print_sweep_plan(plan_sweep(resolved.redacted(), cluster.inventory))
+                return
+            if cluster.choice.embedded:
+                _require_packages(resolved)  # the embedded nodes run this very interpreter
+            done = _sweep(cluster, plan_sweep(resolved, cluster.inventory), launching, json_out)
+        print_summary(done)
+        if json_out:
+            print_json(sweep_json(done.run_dir))
+
+
+def _require_packages(resolved: ResolvedBench) -> None:
+    import importlib.util
+
+    from runner.spec.request import Framework
+
+    for package in resolved.packages:
+        if importlib.util.find_spec(package) is None:
+            strategy = resolved.strategy
+            needs = (
+                f"--strategy {strategy.name}"
+                if strategy is not None and strategy.framework is Framework.DEEPSPEED
+                else f"--launcher {resolved.launch.name}"
+            )
+            raise UsageError(
+                f"{needs} needs {package}, and this Python has none",
+                why=f"the embedded cluster's nodes run {sys.executable}",
+                fix=f"install it ({sys.executable} -m pip install {package}, or ./dev setup), "
+                "or pass another --strategy",
+            )
+
+
+def _sweep(cluster: Cluster, plan: SweepPlan, launching: Launching, json_out: bool) -> Sweep:
+    from runner.sweep.run import run_sweep
+
+    out = console()
+    display = SweepDisplay(out, plan, quiet=launching.quiet)
+    try:
+        with display.progress:
+            return run_sweep(
+                plan, launching.output, cluster.executor, display.events(), cluster.ready
+            )
+    except DtrunError:
+        if display.run_dir is not None:
+            out.print(f"finished launches and the report are kept in {display.run_dir.path}")
+            if json_out and display.run_dir.summary.exists():
+                print_json(sweep_json(display.run_dir))  # scripts get the partial summary too
+        raise
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+@grouped
+def run(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(help="Your program and its arguments, after --.", show_default=False),
+    ] = None,
+    nodes: Annotated[int, typer.Option("--nodes", "-n", help="Nodes to run on.")] = 1,
+    timeout: Annotated[
+        float | None, typer.Option(help="Seconds before the run is stopped (default: none).")
+    ] = None,
+    *,
+    launching: Launching,
+    where: Where,
+) -> None:
+    """Run your own program on every node with the chosen launcher.
+
+    dtrun run --launcher deepspeed --nodes 2 -- python my_train.py --my-args
+
+    It writes runs/<run-id>/launch/ (scripts, launch files, node logs, and what the program
+    writes to its working directory) and runs/<run-id>/run.json.
+    """
+    from runner.cli.parse import parse_command, parse_env
+    from runner.plan.resolve import resolve_run
+    from runner.plan.sweep import plan_run
+
+    with session(launching, where) as current:
+        spec = RunSpec(
+            _run_id(launching),
+            launcher=launching.launcher,
+            procs_per_node=launching.procs_per_node,
+            env=parse_env(launching.env or []),
+            rdzv_port=launching.port,
+            launch=launching.options,
+            nccl_debug=launching.nccl_debug,
+            cluster_env=launching.cluster_env,
+            program=parse_command(command or [], Path.cwd()),
+            nodes=nodes,
+            timeout_s=timeout,
+        )
+        resolved = resolve_run(spec)
+        with current.cluster(spec, nodes) as cluster:
+            if launching.dry_run:
+                print_plan(plan_run(resolved.redacted(), cluster.inventory))
+                return
+            done = _run_program(cluster, resolved, launching)
+        console().print(
+            f"[green]ok[/] {done.plan.nnodes} node(s), {done.plan.world_size} processes via "
+            f"{done.plan.launcher}: every node exited 0 in {done.wall_s:.1f} s; "
+            f"logs and outputs in {done.launch_dir}"
+        )
+
+
+def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) -> ProgramRun:
+    from runner.sweep.program import run_program
+
+    out = console()
+    inventory = cluster.inventory
+
+    def on_begin(run_dir: RunDir, plan: LaunchPlan) -> None:
+        out.print(
+            f"dtrun {__version__}: run [bold]{resolved.spec.run_id}[/] on "
+            f"{inventory.description}, {plan.nnodes} node(s) x {plan.procs_per_node} via "
+            f"{plan.launcher} -> {run_dir.path}"
+        )
+
+    def on_line(node: str, line: str) -> None:
+        if not launching.quiet:
+            print_node_line(out, node, line)
+
+    return run_program(
+        resolved, inventory, launching.output, cluster.executor, on_line, on_begin, cluster.ready
+    )
+
+
+@app.command("exec", context_settings={"allow_interspersed_args": False})
+@grouped
+def exec_command(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The command, after --; one argument is a shell line.", show_default=False
+        ),
+    ] = None,
+    nodes: Annotated[
+        str | None,
+        typer.Option("--nodes", "-n", help="Only these nodes: indices or names, comma-separated."),
+    ] = None,
+    *,
+    where: Where,
+) -> None:
+    """Run a command on every node at once; show each node's output and exit code.
+
+    dtrun exec --hosts hosts.yaml -- nvidia-smi -L
+    """
+    from runner.cli.parse import parse_command_line, select_nodes
+
+    with user_errors():
+        line = parse_command_line(command or [])
+        with opened(choose(where, 2), StackWatch(None, False)) as cluster:
+            chosen = select_nodes(cluster.inventory.nodes, nodes)
+            out = console()
+            answers = cluster.executor.command(
+                {node.name: line for node in chosen},
+                lambda node, text: print_node_line(out, node, text),
+            )
+    failed = print_exec_summary(chosen, answers)
+    if failed:
+        raise typer.Exit(1)

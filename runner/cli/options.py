@@ -1,0 +1,373 @@
+"""Every option of the launch commands, defined once (typer Annotated aliases), and the option
+groups (frozen dataclasses, spread into commands by runner.cli.groups) that commands share:
+``Where`` (bench, run, exec), ``Launching`` (bench, run) and bench's own groups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from runner.spec.request import (
+    AllreduceSpec,
+    HealthGate,
+    HorovodController,
+    LauncherOptions,
+    ModelSpec,
+    PipelineSchedule,
+    Rendezvous,
+    StrategySpec,
+    TfStrategy,
+    TrainDtype,
+)
+
+LAUNCHER_NAMES = "torchrun, deepspeed, horovodrun, mpirun, tensorflow"  # = LAUNCHERS, tested
+_DEFAULTS = LauncherOptions()
+
+
+def _no_default(panel: str, help: str) -> Any:  # typer.Option's own return type
+    """An option in ``panel`` whose default (None) is explained in its help, not shown."""
+    return typer.Option(help=help, rich_help_panel=panel, show_default=False)
+
+
+Launcher = Annotated[
+    str, typer.Option(help=f"How processes are started on the nodes: {LAUNCHER_NAMES}.")
+]
+ProcsPerNode = Annotated[
+    int, typer.Option("--procs-per-node", "-p", help="Processes (GPUs) per node.")
+]
+Env = Annotated[
+    list[str] | None,
+    typer.Option("--env", "-e", help="KEY=VALUE exported on every node; repeatable; wins."),
+]
+Port = Annotated[
+    int, typer.Option(help="Rendezvous port on the first node (MASTER_PORT is port+1).")
+]
+Output = Annotated[Path, typer.Option("--output", "-o", help="Directory that receives <run-id>/.")]
+RunId = Annotated[str | None, typer.Option(help="Name of this run (default: time-stamped).")]
+Results = Annotated[
+    str | None,
+    typer.Option(
+        metavar="s3://BUCKET/PREFIX",
+        help="Also upload the run directory to s3://BUCKET/PREFIX/<run-id>/ when it ends, "
+        "however it ends; the local copy is kept. AWS credentials from the usual chain, "
+        "checked before anything runs (not in a dry run).",
+    ),
+]
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Print every node's script and launch file; run nothing.")
+]
+Quiet = Annotated[
+    bool, typer.Option("--quiet", "-q", help="Do not stream node output (logs are kept).")
+]
+NcclDebug = Annotated[
+    bool, typer.Option("--nccl-debug", help="Export NCCL_DEBUG=INFO on every node.")
+]
+ClusterEnv = Annotated[
+    bool,
+    typer.Option(
+        "--cluster-env",
+        help="Also export the MPI-style CLUSTER_* variables (workers, GPUs per worker, "
+        "host:slots list, hostfile, processes).",
+    ),
+]
+RendezvousOpt = Annotated[
+    Rendezvous,
+    typer.Option("--rendezvous", help="torchrun: c10d rendezvous, or static --node-rank."),
+]
+ZeroStage = Annotated[
+    int | None,
+    typer.Option(
+        "--zero-stage", help="ZeRO stage (1, 2, 3) of the train workload: --strategy zeroN."
+    ),
+]
+HorovodControllerOpt = Annotated[
+    HorovodController,
+    typer.Option("--horovod-controller", help="horovodrun: start ranks with gloo or mpi."),
+]
+TfStrategyOpt = Annotated[
+    TfStrategy, typer.Option("--tf-strategy", help="tensorflow: the TF_CONFIG layout.")
+]
+TfPs = Annotated[
+    int, typer.Option("--tf-ps", help="tensorflow, parameter-server: parameter server tasks.")
+]
+
+
+# `dtrun bench` only: the training workload's model and strategy, each in a help panel of its
+# own. The names are written out so that `dtrun --help` imports no registry; tests compare them.
+PRESET_NAMES = "tiny, mini, 125m, 350m, 760m, 1.3b"  # = presets.PRESETS
+STRATEGY_NAMES = "ddp, fsdp, zero1, zero2, zero3, pipeline"  # = strategies.STRATEGIES
+_MODEL = "Model"
+_STRATEGY = "Training strategy"
+
+Preset = Annotated[
+    str,
+    typer.Option(
+        help=f"GPT shape: {PRESET_NAMES}; the options below replace its fields.",
+        rich_help_panel=_MODEL,
+    ),
+]
+Layers = Annotated[
+    int | None,
+    _no_default(_MODEL, f"Transformer layers (tiny: {ModelSpec.layers})."),
+]
+DModel = Annotated[
+    int | None,
+    _no_default(_MODEL, f"Model width (tiny: {ModelSpec.d_model})."),
+]
+Heads = Annotated[
+    int | None,
+    _no_default(_MODEL, f"Attention heads, dividing the width (tiny: {ModelSpec.heads})."),
+]
+SeqLen = Annotated[
+    int | None,
+    _no_default(_MODEL, f"Tokens per sequence (tiny: {ModelSpec.seq_len})."),
+]
+Vocab = Annotated[
+    int | None,
+    _no_default(_MODEL, f"Vocabulary size (tiny: {ModelSpec.vocab})."),
+]
+Dtype = Annotated[
+    TrainDtype,
+    typer.Option(
+        help="What training computes in: auto is bfloat16 on GPUs and float32 on CPUs; "
+        "bfloat16 on CPUs is emulated (slower), for trying the code path.",
+        rich_help_panel=_STRATEGY,
+    ),
+]
+Strategy = Annotated[
+    str | None,
+    _no_default(
+        _STRATEGY, f"How the model trains: {STRATEGY_NAMES} (default: ddp; zero2 under deepspeed)."
+    ),
+]
+Schedule = Annotated[
+    PipelineSchedule | None,
+    _no_default(_STRATEGY, "pipeline: the schedule (default: 1f1b)."),
+]
+MicroBatches = Annotated[
+    int | None,
+    _no_default(_STRATEGY, "pipeline: micro-batches per step, dividing the batch (default: 4)."),
+]
+PpSize = Annotated[
+    int | None,
+    _no_default(
+        _STRATEGY, "pipeline: ranks per pipeline; the rest are data-parallel (default: every rank)."
+    ),
+]
+StagesPerRank = Annotated[
+    int | None,
+    _no_default(_STRATEGY, "pipeline: model stages per rank (default: 1; interleaved-1f1b: 2)."),
+]
+
+
+# Where to run: none of these is the embedded cluster.
+Hosts = Annotated[
+    Path | None,
+    typer.Option(help="Run on the machines of this hosts file (YAML, or MPI `HOST slots=N`)."),
+]
+Stack = Annotated[
+    str | None, typer.Option("--stack", "-s", help="Run on the cluster of this Pulumi stack.")
+]
+OutputsFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--outputs", help="Run on the cluster whose outputs this file holds (dtrun outputs --save)."
+    ),
+]
+AcceptNewHostKeys = Annotated[
+    bool,
+    typer.Option(
+        "--accept-new-host-keys",
+        help="Record host keys not yet in known_hosts (never a changed one) and say so.",
+    ),
+]
+Check = Annotated[
+    bool,
+    typer.Option(
+        "--check", help="Before every launch, check GPUs, InfiniBand ports and Python on nodes."
+    ),
+]
+ReadyTimeout = Annotated[
+    float,
+    typer.Option(help="Seconds to wait for nodes to register and answer before giving up."),
+]
+LocalNodes = Annotated[
+    int | None,
+    typer.Option(
+        help="Size of the embedded cluster (default: the nodes the command needs; exec: 2)."
+    ),
+]
+Teardown = Annotated[
+    bool,
+    typer.Option(
+        "--teardown/--keep",
+        help="With --stack: destroy it afterwards, even after a failure or Ctrl-C (default keep).",
+    ),
+]
+DEFAULT_READY_TIMEOUT = 900.0
+
+# `dtrun bench` only: the all-reduce measurement, the health gate and the report.
+_AR = "All-reduce (--workload allreduce, and each training launch's probe)"
+_GATE = "Health gate (before the sweep)"
+_OUT = "Report and output"
+_AR_DEFAULTS = AllreduceSpec()
+Sizes = Annotated[
+    str | None,
+    typer.Option(
+        help="Message sizes: MIN:MAX doubling (nccl-tests -b/-e) or a list like 1M,16M. "
+        "Default 4K:16M on CPUs, 4K:1G on GPUs.",
+        rich_help_panel=_AR,
+    ),
+]
+ArDtype = Annotated[
+    str, typer.Option("--ar-dtype", help="float32, bfloat16 or float16.", rich_help_panel=_AR)
+]
+ArIters = Annotated[
+    int, typer.Option("--ar-iters", help="Timed operations per size.", rich_help_panel=_AR)
+]
+ArWarmup = Annotated[
+    int,
+    typer.Option("--ar-warmup", help="Untimed operations at the largest and smallest size.",
+                 rich_help_panel=_AR),
+]  # fmt: skip
+Busbw = Annotated[
+    bool,
+    typer.Option(
+        "--busbw/--no-busbw",
+        help="After training, time all-reduces up to the gradients' size on the same ranks "
+        "(the report's 'where scaling is lost').",
+        rich_help_panel=_AR,
+    ),
+]
+HealthGateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--health-gate/--no-health-gate",
+        help="Check each node's single-node all-reduce busbw against the size's pass mark "
+        "first (skipped where none is known).",
+        rich_help_panel=_GATE,
+    ),
+]
+Strict = Annotated[
+    bool,
+    typer.Option("--strict", help="Stop (exit 4) instead of warning when a node is below the mark.",
+                 rich_help_panel=_GATE),
+]  # fmt: skip
+HealthThreshold = Annotated[
+    float | None,
+    typer.Option(
+        help="Pass mark in GB/s busbw (default: the catalog's for the size).",
+        rich_help_panel=_GATE,
+    ),
+]
+HealthSize = Annotated[
+    str | None,
+    typer.Option(help="The gate's message size (default: the catalog's, e.g. 8G).",
+                 rich_help_panel=_GATE),
+]  # fmt: skip
+ProjectTokens = Annotated[
+    int,
+    typer.Option(help="Tokens for the report's time-to-train projection.", rich_help_panel=_OUT),
+]
+Json = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print the summary as JSON on stdout; everything else goes to stderr."
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Where:
+    """Which cluster a command runs on: none of hosts, stack, outputs is the embedded one."""
+
+    hosts: Hosts = None
+    stack: Stack = None
+    outputs: OutputsFile = None
+    local_nodes: LocalNodes = None
+    accept_new_host_keys: AcceptNewHostKeys = False
+    ready_timeout: ReadyTimeout = DEFAULT_READY_TIMEOUT
+
+
+@dataclass(frozen=True)
+class Launching:
+    """How `dtrun bench` and `dtrun run` start processes, and what they keep."""
+
+    procs_per_node: ProcsPerNode = 1
+    launcher: Launcher = "torchrun"
+    env: Env = None
+    port: Port = 29400
+    nccl_debug: NcclDebug = False
+    cluster_env: ClusterEnv = False
+    rendezvous: RendezvousOpt = _DEFAULTS.rendezvous
+    zero_stage: ZeroStage = _DEFAULTS.zero_stage
+    horovod_controller: HorovodControllerOpt = _DEFAULTS.horovod_controller
+    tf_strategy: TfStrategyOpt = _DEFAULTS.tf_strategy
+    tf_ps: TfPs = _DEFAULTS.tf_ps
+    output: Output = Path("runs")
+    run_id: RunId = None
+    results: Results = None
+    check: Check = False
+    teardown: Teardown = False
+    dry_run: DryRun = False
+    quiet: Quiet = False
+
+    @property
+    def options(self) -> LauncherOptions:
+        return LauncherOptions(
+            self.rendezvous, self.zero_stage, self.horovod_controller, self.tf_strategy, self.tf_ps
+        )
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    preset: Preset = "tiny"
+    layers: Layers = None
+    d_model: DModel = None
+    heads: Heads = None
+    seq_len: SeqLen = None
+    vocab: Vocab = None
+
+
+@dataclass(frozen=True)
+class StrategyOptions:
+    strategy: Strategy = None
+    schedule: Schedule = None
+    micro_batches: MicroBatches = None
+    pp_size: PpSize = None
+    stages_per_rank: StagesPerRank = None
+    dtype: Dtype = TrainDtype.AUTO
+
+    @property
+    def spec(self) -> StrategySpec:
+        return StrategySpec(
+            self.strategy, self.schedule, self.micro_batches, self.pp_size, self.stages_per_rank
+        )
+
+
+@dataclass(frozen=True)
+class AllreduceOptions:
+    sizes: Sizes = None
+    ar_dtype: ArDtype = _AR_DEFAULTS.dtype
+    ar_iters: ArIters = _AR_DEFAULTS.iters
+    ar_warmup: ArWarmup = _AR_DEFAULTS.warmup
+    busbw: Busbw = True
+
+    @property
+    def spec(self) -> AllreduceSpec:
+        return AllreduceSpec(self.sizes, self.ar_dtype, self.ar_warmup, self.ar_iters)
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    health_gate: HealthGateOpt = True
+    strict: Strict = False
+    health_threshold: HealthThreshold = None
+    health_size: HealthSize = None
+
+    @property
+    def spec(self) -> HealthGate:
+        return HealthGate(self.health_gate, self.strict, self.health_threshold, self.health_size)

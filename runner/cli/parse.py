@@ -1,0 +1,123 @@
+"""Parsing of the CLI's free-form option values into typed values. Pure."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from runner.errors import UsageError
+from runner.spec.cluster import Node
+from runner.spec.request import Program, ProgramKind
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)*)?\Z")
+
+
+def parse_node_counts(text: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> (1, 2, 4): sorted, without repeats. Range checks happen in the plan."""
+    counts: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        try:
+            counts.add(int(part))
+        except ValueError:
+            raise UsageError(
+                f"--nodes {text!r} is not a list of node counts",
+                why=f"{part!r} is not a whole number" if part else "it has an empty entry",
+                fix="pass whole numbers separated by commas, e.g. --nodes 1,2,4",
+            ) from None
+    return tuple(sorted(counts))
+
+
+def parse_env(items: list[str]) -> tuple[tuple[str, str], ...]:
+    """``["A=1", "B=x=y"]`` -> (("A", "1"), ("B", "x=y")). Names are checked in the plan."""
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(
+                f"--env {item!r} is not KEY=VALUE",
+                fix="pass --env NAME=VALUE, once per variable",
+            )
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+def new_run_id() -> str:
+    """Sortable by time, unique enough for concurrent runs: 20261123-101500-3fa2."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id names a directory and a rendezvous: letters, digits, '.', '_' and '-' only."""
+    if not run_id or not all(c.isalnum() or c in "._-" for c in run_id) or run_id[0] == ".":
+        raise UsageError(
+            f"--run-id {run_id!r} cannot name a run directory",
+            why="use letters, digits, '.', '_' and '-', not starting with '.'",
+            fix="pass e.g. --run-id baseline-1, or leave it out to get a fresh one",
+        )
+    return run_id
+
+
+def parse_command(argv: list[str], cwd: Path | None = None) -> Program:
+    """The command after `dtrun run ... --`, as a Program every launcher can place.
+
+    ``python SCRIPT ...`` and ``python -m MODULE ...`` (a bare python, python3, python3.11)
+    run with the nodes' Python, the inventory's, which holds torch and the launchers; anything
+    else, an interpreter given by its path included, runs as it is. A relative script or
+    executable path is taken from ``cwd`` (where dtrun was started), since every process runs
+    in its launch directory.
+    """
+    if not argv:
+        raise UsageError(
+            "dtrun run needs a command to run",
+            why="nothing came after the options",
+            fix="pass the command after --, e.g. dtrun run --nodes 2 -- python train.py --lr 3e-4",
+        )
+    first, rest = argv[0], argv[1:]
+
+    def anchored(path: str) -> str:
+        return str(cwd / path) if cwd is not None and not Path(path).is_absolute() else path
+
+    if not _PYTHON.match(first):
+        target = anchored(first) if "/" in first else first  # a bare name is looked up in PATH
+        return Program(ProgramKind.EXECUTABLE, target, tuple(rest))
+    if len(rest) >= 2 and rest[0] == "-m":
+        return Program(ProgramKind.MODULE, rest[1], tuple(rest[2:]))
+    if rest and not rest[0].startswith("-"):
+        return Program(ProgramKind.SCRIPT, anchored(rest[0]), tuple(rest[1:]))
+    raise UsageError(
+        f"cannot tell what `{' '.join(argv[:3])}` runs",
+        why="dtrun runs `python SCRIPT ARGS` or `python -m MODULE ARGS` with the nodes' Python, "
+        "and other interpreter options have no place in every launcher's syntax",
+        fix="pass python SCRIPT or python -m MODULE (PYTHON* settings go in --env), or run the "
+        "interpreter by its full path",
+    )
+
+
+def parse_command_line(words: list[str]) -> str:
+    """`dtrun exec -- CMD`: one argument is a shell line as it is; several are quoted words."""
+    if not words:
+        raise UsageError(
+            "no command to run", fix="put it after --, e.g. dtrun exec -- nvidia-smi -L"
+        )
+    return words[0] if len(words) == 1 else shlex.join(words)
+
+
+def select_nodes(nodes: Sequence[Node], text: str | None) -> tuple[Node, ...]:
+    """`--nodes 0,2` or `--nodes node-0,node-2`: those nodes, in inventory order."""
+    if text is None:
+        return tuple(nodes)
+    by_name = {node.name: node for node in nodes}
+    wanted = set()
+    for part in text.replace(" ", "").split(","):
+        name = f"node-{part}" if part.isdigit() else part
+        if name not in by_name:
+            raise UsageError(
+                f"--nodes {text!r} names {part!r}, which is not a node of this cluster",
+                fix=f"use indices or names among {', '.join(by_name)}",
+            )
+        wanted.add(name)
+    return tuple(node for node in nodes if node.name in wanted)

@@ -1,0 +1,127 @@
+"""What `dtrun bench`, `run` and `exec` share around their own work: choosing and opening the
+cluster, checking the results store before and uploading after, and the last word on a stack
+that still bills (or its teardown). A command body says only what it does on the cluster."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import typer
+
+from runner.cli.common import console, human_output_to_stderr, user_errors
+from runner.cli.display import RegistryBar
+from runner.cli.options import Launching, Where
+from runner.errors import UsageError
+
+if TYPE_CHECKING:
+    from runner.cluster.connect import Cluster, ClusterChoice
+    from runner.cluster.outputs import StackOutputs
+    from runner.spec.request import LaunchRequest
+
+
+@dataclass
+class StackWatch:
+    """What a command learned about its --stack, for the last word on billing."""
+
+    name: str | None
+    teardown: bool
+    outputs: StackOutputs | None = None  # read: the stack exists and bills
+
+
+def choose(
+    where: Where, local_nodes: int, *, check: bool = False, teardown: bool = False
+) -> ClusterChoice:
+    from runner.cluster.connect import ClusterChoice
+
+    if teardown and where.stack is None:
+        raise UsageError(
+            "--teardown destroys a Pulumi stack, and no --stack was given",
+            fix="pass --stack NAME with --teardown, or leave --teardown out",
+        )
+    return ClusterChoice(
+        where.hosts,
+        where.stack,
+        where.outputs,
+        where.local_nodes if where.local_nodes is not None else local_nodes,
+        where.accept_new_host_keys,
+        check,
+        where.ready_timeout,
+    )
+
+
+@contextmanager
+def opened(choice: ClusterChoice, watch: StackWatch) -> Iterator[Cluster]:
+    """The chosen cluster, open for the block; a stack's node registration drawn as a bar."""
+    from runner.cluster.connect import open_cluster
+
+    out = console()
+
+    def seen(outputs: StackOutputs) -> None:
+        watch.outputs = outputs
+
+    with (
+        RegistryBar(out) as registry_bar,
+        open_cluster(
+            choice, lambda message: out.print(f"dtrun: {message}"), seen, registry_bar
+        ) as cluster,
+    ):
+        yield cluster
+
+
+@contextmanager
+def last_word_on_billing(watch: StackWatch) -> Iterator[None]:
+    """Around a command (outside its error printing, so this comes last): with --teardown,
+    destroy the stack, also after a failure or Ctrl-C; without, say that it still bills."""
+    from runner.cli.stack import destroy_and_say
+
+    try:
+        yield
+    finally:
+        if watch.name is not None and watch.teardown and watch.outputs is not None:
+            with contextlib.suppress(typer.Exit), user_errors():
+                destroy_and_say(watch.name)
+        elif watch.name is not None and watch.outputs is not None:
+            outputs = watch.outputs
+            console(stderr=True).print(
+                f"dtrun: stack {watch.name} is still running and billing: {outputs.node_count} x "
+                f"{outputs.vm_size} and the head VM; `dtrun down --stack {watch.name}` removes it"
+            )
+
+
+class Session:
+    """One launch command under way: its options and the stack it may have to speak of."""
+
+    def __init__(self, launching: Launching, where: Where) -> None:
+        self.launching, self.where = launching, where
+        self.watch = StackWatch(where.stack, launching.teardown and not launching.dry_run)
+
+    @contextmanager
+    def cluster(self, spec: LaunchRequest, local_nodes: int) -> Iterator[Cluster]:
+        """Check the store, open the cluster, and upload the run directory when the block ends
+        (however it ends). Called once the request is checked, so bad input costs nothing."""
+        from runner.cli.store import check_results, upload_after
+
+        launching = self.launching
+        store = check_results(launching.results, dry_run=launching.dry_run)
+        choice = choose(self.where, local_nodes, check=launching.check, teardown=launching.teardown)
+        with (
+            upload_after(store, launching.output / spec.run_id, spec.secrets()),
+            opened(choice, self.watch) as cluster,
+        ):
+            yield cluster
+
+
+@contextmanager
+def session(launching: Launching, where: Where, *, json_out: bool = False) -> Iterator[Session]:
+    """A launch command's frame: user errors printed as one line, the stack's last word."""
+    current = Session(launching, where)
+    with (
+        human_output_to_stderr(json_out),
+        last_word_on_billing(current.watch),
+        user_errors(),
+    ):
+        yield current

@@ -1,0 +1,133 @@
+"""`dtrun up`, `down`, `outputs` and `sizes`: the Azure cluster of a Pulumi stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runner.cli.common import console, echo, user_errors
+
+app = typer.Typer()
+
+StackName = Annotated[
+    str, typer.Option("--stack", "-s", help="Pulumi stack; Pulumi.<stack>.yaml holds its settings.")
+]
+
+
+def _echo_raw(line: str) -> None:
+    echo(line.rstrip("\n"))
+
+
+@app.command()
+def up(stack: StackName) -> None:
+    """Create or update a stack's Azure cluster (pulumi up) and print its outputs."""
+    from runner.azure.stack import check_stack_name
+    from runner.azure.stack import up as stack_up
+
+    with user_errors():
+        name = check_stack_name(stack)
+        result = stack_up(name, _echo_raw)
+    _print_outputs(result.shown())
+    echo(
+        f"the cluster bills while it runs: `dtrun down --stack {name}` removes all of it; "
+        f"`dtrun outputs --stack {name} --save cluster.json` keeps its outputs"
+    )
+
+
+@app.command()
+def down(stack: StackName) -> None:
+    """Destroy every resource of a stack (pulumi destroy); safe to run again."""
+    with user_errors():
+        destroy_and_say(stack)
+
+
+def destroy_and_say(stack: str) -> None:
+    """Destroy the stack and say what went (or that nothing was there)."""
+    from runner.azure.stack import check_stack_name
+    from runner.azure.stack import down as stack_down
+
+    name = check_stack_name(stack)
+    destroyed = stack_down(name, _echo_raw)
+    if not destroyed:
+        echo(f"nothing to destroy: stack {name} holds no resources")
+        return
+    echo(f"destroyed {len(destroyed)} resources of stack {name}; nothing of it bills now:")
+    for line in destroyed:
+        echo(f"  {line}")
+
+
+@app.command()
+def outputs(
+    stack: StackName,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (secrets masked).")] = False,
+    save: Annotated[
+        Path | None,
+        typer.Option(help="Write the outputs, secrets included, to this file (mode 0600)."),
+    ] = None,
+) -> None:
+    """Print a stack's outputs (the versioned contract dtrun reads); secrets are masked."""
+    import json
+
+    from runner.azure.stack import check_stack_name
+    from runner.azure.stack import outputs as stack_outputs
+
+    with user_errors():
+        result = stack_outputs(check_stack_name(stack))
+        if save is not None:
+            _save_private(save, json.dumps(result.values, indent=2) + "\n")
+    if as_json:
+        echo(json.dumps(result.shown(), indent=2))
+    else:
+        _print_outputs(result.shown())
+    if save is not None:
+        echo(f"saved to {save} (mode 0600: it holds the cluster's private key)")
+
+
+def _save_private(path: Path, text: str) -> None:
+    import os
+
+    from runner.errors import OutputDirError
+
+    try:
+        path.unlink(missing_ok=True)  # created afresh, so it is never readable by others
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+    except OSError as exc:
+        raise OutputDirError(
+            f"cannot write {path}",
+            why=exc.strerror or str(exc),
+            fix="pass --save with a writable path",
+        ) from None
+
+
+def _print_outputs(values: dict[str, object]) -> None:
+    width = max((len(key) for key in values), default=0)
+    for key, value in values.items():
+        echo(f"{key:<{width}}  {value}")
+
+
+@app.command()
+def sizes() -> None:
+    """List the InfiniBand VM sizes dtrun knows: GPUs, InfiniBand, image, expected busbw."""
+    from rich.table import Table
+
+    from runner.azure.catalog import SIZES, known_sizes, retirement_warning
+
+    table = Table(title="InfiniBand sizes (docs/facts.md)", title_justify="left")
+    for column in ("size", "GPUs", "InfiniBand", "image", "busbw 1 VM", "note"):
+        table.add_column(column)
+    usable = set(known_sizes())
+    for size in SIZES.values():
+        gpus = f"{size.gpu_count}x {size.gpu.model}" if size.gpu else "-"
+        ib = f"{size.ib_ports}x {size.ib_name} {size.ib_gbps} Gb/s"
+        busbw = f"{size.busbw_single_node_gbs:g} GB/s" if size.busbw_single_node_gbs else "-"
+        note = (
+            retirement_warning(size) or ""
+            if size.name in usable
+            else f"not usable: retired {size.retired_on}"
+        )
+        table.add_row(size.name, gpus, ib, size.image.sku, busbw, note)
+    console().print(table)

@@ -1,0 +1,118 @@
+"""`--results URL` on `dtrun bench` and `dtrun run`: check the store first, upload the run last.
+
+    store = check_results(results, dry_run=dry_run)        # after the input is validated
+    with upload_after(store, output / run_id, spec.secrets()):    # around the cluster and the run
+        ...
+
+The store is checked before any cluster is built or any directory made, so a missing
+credential costs seconds, not a sweep. The upload happens however the run ends (complete,
+failed, interrupted); after a failure the original error is still the one dtrun exits with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.cli.common import console
+from runner.errors import UploadError
+
+if TYPE_CHECKING:
+    from runner.store.base import ResultsStore, UploadProgress
+
+
+def check_results(url: str | None, *, dry_run: bool) -> ResultsStore | None:
+    """The store --results names, its credentials and bucket checked; None without --results.
+
+    A dry run only checks the URL: it prints plans and contacts nothing, S3 included (the
+    real run checks the store before it starts anything).
+    """
+    if url is None:
+        return None
+    from runner.store.s3 import open_store
+    from runner.store.url import parse_results_url
+
+    store = open_store(parse_results_url(url))
+    if dry_run:
+        return None
+    store.preflight()
+    return store
+
+
+@contextmanager
+def upload_after(
+    store: ResultsStore | None, run_dir: Path, secrets: Sequence[str]
+) -> Iterator[None]:
+    """Upload ``run_dir`` when the block ends, if the block made it; re-raise what it raised.
+
+    A directory that existed before is never uploaded: it is another run's (dtrun refuses to
+    write into it). ``secrets`` (the spec's secret-looking --env values and program arguments)
+    are redacted in the copies.
+    """
+    if store is None:
+        yield
+        return
+    existed = run_dir.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed and run_dir.is_dir():
+            try:
+                _upload(store, run_dir, secrets)
+            except UploadError as exc:
+                # The run's own error is the one to exit with; say what became of the copy.
+                _say_error(exc.message)
+        raise
+    if not existed and run_dir.is_dir():
+        _upload(store, run_dir, secrets)
+
+
+def _upload(store: ResultsStore, run_dir: Path, secrets: Sequence[str]) -> None:
+    """Upload with a progress bar (files and bytes), then print where the run now is."""
+    from rich.filesize import decimal
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    out = console()
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[files]}"),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=out,
+        auto_refresh=out.is_terminal,  # as the sweep's bar: logs and pipes get the final state
+    )
+    task = progress.add_task(f"uploading to {store.url}", total=None, files="")
+
+    def on_progress(done: UploadProgress) -> None:
+        progress.update(
+            task,
+            completed=done.bytes_done,
+            total=done.bytes_total,
+            files=f"{done.files_done}/{done.files_total} files",
+        )
+
+    with progress:
+        upload = store.upload(run_dir, on_progress, secrets)
+    out.print(
+        f"[green]uploaded[/] {len(upload.keys)} files ({decimal(upload.bytes)}) to {upload.url}",
+        soft_wrap=True,
+    )
+
+
+def _say_error(message: str) -> None:
+    from rich.markup import escape
+
+    console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)

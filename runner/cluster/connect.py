@@ -1,0 +1,157 @@
+"""Which cluster a command runs on: the embedded one, a hosts file, or a Pulumi stack.
+
+``open_cluster`` turns the user's choice into an Inventory and the Executor that reaches it
+(local processes or SSH), waits for a stack's nodes to register, and gives the readiness
+barrier that runs before every launch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.cluster.embedded import embedded_inventory
+from runner.cluster.hosts import Defaults, parse_hosts_file
+from runner.cluster.outputs import StackOutputs, inventory_from_stack, parse_outputs
+from runner.cluster.readiness import wait_until_ready
+from runner.errors import InventoryError, UsageError
+from runner.execute import Executor
+from runner.spec.cluster import Inventory, Node
+from runner.spec.launch import LaunchPlan
+
+if TYPE_CHECKING:
+    from runner.cluster.registry import RegistryPoll
+
+Notice = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ClusterChoice:
+    """Where to run, as the options said (at most one of hosts, stack, outputs)."""
+
+    hosts: Path | None = None
+    stack: str | None = None
+    outputs: Path | None = None
+    local_nodes: int = 1  # size of the embedded cluster when none of the above is given
+    accept_new_host_keys: bool = False
+    check: bool = False  # health checks (GPUs, InfiniBand, Python) before every launch
+    ready_timeout_s: float = 900.0
+
+    def __post_init__(self) -> None:
+        given = [flag for flag, value in self._sources() if value is not None]
+        if len(given) > 1:
+            raise UsageError(
+                f"{' and '.join(given)} name two clusters",
+                fix="pass one of --hosts, --stack and --outputs (none: the embedded cluster)",
+            )
+
+    def _sources(self) -> list[tuple[str, object]]:
+        return [("--hosts", self.hosts), ("--stack", self.stack), ("--outputs", self.outputs)]
+
+    @property
+    def embedded(self) -> bool:
+        """None of --hosts, --stack and --outputs: the embedded cluster, on this machine."""
+        return self.hosts is None and self.stack_name is None
+
+    @property
+    def stack_name(self) -> str | None:
+        if self.stack is not None:
+            return self.stack
+        return self.outputs.stem if self.outputs is not None else None
+
+
+@dataclass
+class Cluster:
+    inventory: Inventory
+    executor: Executor
+    choice: ClusterChoice
+
+    def ready(self, plan: LaunchPlan) -> None:
+        """The barrier before a launch: its nodes answer and, with --check, are healthy."""
+        nodes: Sequence[Node] = plan.nodes or tuple(launch.node for launch in plan.launches)
+        if self.inventory.ssh is None and not self.choice.check:
+            return  # processes on this machine: nothing to reach
+        wait_until_ready(
+            self.executor.command,
+            self.inventory,
+            nodes,
+            check=self.choice.check,
+            timeout_s=self.choice.ready_timeout_s,
+        )
+
+
+def _read(path: Path, what: str) -> str:
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise InventoryError(
+            f"cannot read the {what} {path}",
+            why=exc.strerror or str(exc),
+            fix=f"pass an existing, readable file to --{what.split()[0]}",
+        ) from None
+
+
+def _stack_outputs(choice: ClusterChoice) -> StackOutputs:
+    if choice.outputs is not None:
+        text = _read(choice.outputs, "outputs file")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InventoryError(f"{choice.outputs} is not JSON", why=str(exc)) from None
+        return parse_outputs(data, str(choice.outputs))
+    from runner.azure.stack import check_stack_name
+    from runner.azure.stack import outputs as read_outputs
+
+    assert choice.stack is not None  # only called for --stack or --outputs
+    return parse_outputs(read_outputs(check_stack_name(choice.stack)).values, choice.stack)
+
+
+@contextlib.contextmanager
+def open_cluster(
+    choice: ClusterChoice,
+    notice: Notice,
+    on_outputs: Callable[[StackOutputs], None] = lambda outputs: None,
+    on_poll: RegistryPoll | None = None,
+) -> Iterator[Cluster]:
+    """The cluster to run on, connected, for the duration of a command. ``on_outputs`` hears
+    a stack's outputs as soon as they are read (from then on, the stack is known to exist)."""
+    if choice.embedded:
+        from runner.execute.local import LocalExecutor
+
+        yield Cluster(embedded_inventory(choice.local_nodes), LocalExecutor(), choice)
+        return
+
+    from runner.execute.ssh import SshExecutor
+    from runner.execute.sshsession import SshSession
+
+    if choice.hosts is not None:
+        defaults = Defaults(getpass.getuser(), python_bin=embedded_inventory(1).python_bin)
+        inventory = parse_hosts_file(_read(choice.hosts, "hosts file"), str(choice.hosts), defaults)
+        with SshSession(
+            inventory, accept_new_host_keys=choice.accept_new_host_keys, notice=notice
+        ) as session:
+            yield Cluster(inventory, SshExecutor(session), choice)
+        return
+
+    from runner.cluster.registry import no_poll, wait_for_registry
+
+    name = choice.stack_name
+    assert name is not None
+    outputs = _stack_outputs(choice)
+    on_outputs(outputs)
+    access = inventory_from_stack(name, outputs)  # no nodes yet: they register at boot
+    with SshSession(access, notice=notice) as session:
+        notice(f"waiting for the {outputs.node_count} node(s) of stack {name} to register")
+        session.inventory = wait_for_registry(
+            session,
+            name,
+            outputs,
+            timeout_s=choice.ready_timeout_s,
+            on_poll=on_poll if on_poll is not None else no_poll,
+        )
+        yield Cluster(session.inventory, SshExecutor(session), choice)

@@ -1,0 +1,247 @@
+"""Hosts files -> Inventory: YAML (host, port, user, key, slots) or an MPI hostfile (HOST slots=N).
+
+Pure: takes the file's text and name; every error names the file, the line and the field.
+The format is documented in docs/clusters.md ("Hosts files").
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runner.azure.catalog import SIZES
+from runner.errors import InventoryError
+from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
+
+TOP_FIELDS = {
+    "hosts", "user", "port", "key", "slots", "cpus", "python", "workdir", "shared", "jump",
+    "size", "accelerator", "known_hosts", "interface",
+}  # fmt: skip
+HOST_FIELDS = {"host", "address", "port", "user", "key", "slots", "cpus"}
+
+
+class HostsFileError(InventoryError):
+    """A hosts file dtrun cannot use."""
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What a hosts file leaves unsaid."""
+
+    user: str
+    python_bin: str  # the same path on every host, e.g. this machine's virtualenv
+    code_dir_name: str = "code"
+
+
+def _error(source: str, line: int, what: str, fix: str = "") -> HostsFileError:
+    return HostsFileError(f"{source}, line {line}: {what}", fix=fix)
+
+
+def _scalar(node: yaml.Node, source: str, field: str, kind: type) -> Any:
+    line = node.start_mark.line + 1
+    if not isinstance(node, yaml.ScalarNode):
+        raise _error(source, line, f"'{field}' must be a single value")
+    loader = yaml.SafeLoader("")
+    try:
+        value: Any = loader.construct_object(node, deep=True)
+    finally:
+        loader.dispose()
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _error(source, line, f"'{field}' is {value!r}, not a whole number")
+    elif kind is str:
+        value = str(value)
+    return value
+
+
+def _fields(node: yaml.Node, source: str, allowed: set[str], what: str) -> dict[str, yaml.Node]:
+    if not isinstance(node, yaml.MappingNode):
+        raise _error(source, node.start_mark.line + 1, f"{what} must be a mapping of fields")
+    fields: dict[str, yaml.Node] = {}
+    for key_node, value_node in node.value:
+        key = str(key_node.value)
+        line = key_node.start_mark.line + 1
+        if key not in allowed:
+            close = difflib.get_close_matches(key, sorted(allowed), n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise _error(
+                source,
+                line,
+                f"unknown field '{key}'",
+                f"{hint}fields: {', '.join(sorted(allowed))}",
+            )
+        if key in fields:
+            raise _error(source, line, f"field '{key}' appears twice")
+        fields[key] = value_node
+    return fields
+
+
+def _port(node: yaml.Node, source: str) -> int:
+    port: int = _scalar(node, source, "port", int)
+    if not 1 <= port <= 65535:
+        raise _error(source, node.start_mark.line + 1, f"'port' is {port}, not 1 to 65535")
+    return port
+
+
+def _count(node: yaml.Node, source: str, field: str) -> int:
+    count: int = _scalar(node, source, field, int)
+    if count < 1:
+        raise _error(source, node.start_mark.line + 1, f"'{field}' is {count}, not at least 1")
+    return count
+
+
+def _slots(node: yaml.Node, source: str) -> int:
+    return _count(node, source, "slots")
+
+
+def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 1
+        raise _error(source, line, f"not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if root is None:
+        raise _error(source, 1, "the file is empty", "list the hosts under 'hosts:'")
+    top = _fields(root, source, TOP_FIELDS, "the file")
+    if "hosts" not in top:
+        raise _error(source, 1, "there is no 'hosts' list", "add hosts: [10.0.0.4, 10.0.0.5]")
+    read: dict[str, Callable[[yaml.Node], Any]] = {
+        "user": lambda n: _scalar(n, source, "user", str),
+        "port": lambda n: _port(n, source),
+        "key": lambda n: str(Path(_scalar(n, source, "key", str)).expanduser()),
+        "slots": lambda n: _slots(n, source),
+        "cpus": lambda n: _count(n, source, "cpus"),
+    }
+    common = {name: read[name](node) for name, node in top.items() if name in read}
+    hosts_node = top["hosts"]
+    if not isinstance(hosts_node, yaml.SequenceNode) or not hosts_node.value:
+        raise _error(source, hosts_node.start_mark.line + 1, "'hosts' must be a non-empty list")
+    nodes = []
+    seen: dict[tuple[str, int], int] = {}
+    for index, item in enumerate(hosts_node.value):
+        line = item.start_mark.line + 1
+        if isinstance(item, yaml.ScalarNode):
+            fields: dict[str, Any] = {"host": _scalar(item, source, "host", str)}
+        else:
+            given = _fields(item, source, HOST_FIELDS, f"host {index + 1}")
+            if "host" not in given:
+                raise _error(source, line, f"host {index + 1} has no 'host' field")
+            fields = {
+                name: read[name](node) if name in read else _scalar(node, source, name, str)
+                for name, node in given.items()
+            }
+        merged = {**common, **fields}
+        host, port = merged["host"], merged.get("port", 22)
+        if (host, port) in seen:
+            raise _error(
+                source, line, f"{host}:{port} is listed twice (also line {seen[host, port]})"
+            )
+        seen[host, port] = line
+        nodes.append(
+            Node(
+                name=f"node-{index}",
+                address=merged.get("address", host),
+                slots=merged.get("slots", 1),
+                cpus=merged.get("cpus", os.cpu_count() or 1),
+                ssh_host=host,
+                ssh_port=port,
+                ssh_user=merged.get("user"),
+                ssh_key=merged.get("key"),
+            )
+        )
+    return _inventory(source, tuple(nodes), top, common, defaults)
+
+
+def _inventory(
+    source: str,
+    nodes: tuple[Node, ...],
+    top: dict[str, yaml.Node],
+    common: dict[str, Any],
+    defaults: Defaults,
+) -> Inventory:
+    """``top``: the file's top-level fields; ``common``: the per-host defaults read from them."""
+
+    def text(field: str, default: str | None) -> str | None:
+        return _scalar(top[field], source, field, str) if field in top else default
+
+    size = text("size", None)
+    if size is not None and size not in SIZES:
+        raise _error(
+            source, top["size"].start_mark.line + 1, f"'size' {size!r} is not in the catalog"
+        )
+    accelerator_name = text("accelerator", "cuda" if size and SIZES[size].gpu_count else "cpu")
+    try:
+        accelerator = Accelerator(str(accelerator_name))
+    except ValueError:
+        line = top["accelerator"].start_mark.line + 1
+        raise _error(
+            source, line, f"'accelerator' is {accelerator_name!r}", "use cpu or cuda"
+        ) from None
+    workdir = text("workdir", "/tmp/dtrun") or "/tmp/dtrun"
+    shared = text("shared", None)
+    jump = text("jump", None)
+    known_hosts = text("known_hosts", None)
+    return Inventory(
+        source=f"hosts:{source}",
+        nodes=nodes,
+        python_bin=text("python", defaults.python_bin) or defaults.python_bin,
+        code_dir=f"{shared}/.dtrun/code" if shared else f"{workdir}/{defaults.code_dir_name}",
+        accelerator=accelerator,
+        size=size,
+        ssh=SshAccess(
+            user=defaults.user,
+            port=int(str(common.get("port", 22))),
+            # Head-only launchers ssh from node 0 with the same key path (docs/clusters.md).
+            identity_file=str(common["key"]) if "key" in common else None,
+            jump_host=jump,
+            workdir=workdir,
+            known_hosts_file=str(Path(known_hosts).expanduser()) if known_hosts else None,
+        ),
+        interface=text("interface", "eth0") or "eth0",
+        shared_dir=shared,
+    )
+
+
+def parse_mpi_hostfile(text: str, source: str, defaults: Defaults) -> Inventory:
+    """OpenMPI's format: one `HOST [slots=N] [max_slots=N]` per line, # starts a comment."""
+    nodes: list[Node] = []
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        words = raw.split("#", 1)[0].split()
+        if not words:
+            continue
+        host, slots = words[0], 1
+        for word in words[1:]:
+            key, sep, value = word.partition("=")
+            if key not in ("slots", "max_slots") or not sep:
+                raise _error(
+                    source, number, f"'{word}' is not slots=N", "write lines as HOST slots=N"
+                )
+            if not value.isdigit() or int(value) < 1:
+                raise _error(
+                    source, number, f"'{key}' is {value!r}, not a whole number of at least 1"
+                )
+            if key == "slots":
+                slots = int(value)
+        if host in seen:
+            raise _error(source, number, f"{host} is listed twice (also line {seen[host]})")
+        seen[host] = number
+        nodes.append(Node(f"node-{len(nodes)}", host, slots=slots, cpus=os.cpu_count() or 1))
+    if not nodes:
+        raise _error(source, 1, "no hosts in the file", "write one line per host: HOST slots=N")
+    return _inventory(source, tuple(nodes), {}, {}, defaults)
+
+
+def parse_hosts_file(text: str, source: str, defaults: Defaults) -> Inventory:
+    """YAML when the file is a mapping (it has `hosts:`), an MPI hostfile otherwise."""
+    if re.search(r"^[A-Za-z_]+\s*:(\s|$)", text, re.MULTILINE):
+        return parse_yaml_hosts(text, source, defaults)
+    return parse_mpi_hostfile(text, source, defaults)

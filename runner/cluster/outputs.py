@@ -1,0 +1,194 @@
+"""The stack outputs contract (version 1) and the node registry, parsed into an Inventory.
+
+`pulumi up` exports the outputs (infra/program.py); every booted node writes one registry entry
+on the shared storage (templates/cloud-init/dtrun-register.sh.j2). Both are documented in
+docs/azure.md ("Stack outputs", "Boot: cloud-init and the node registry"). Parsing is pure
+and tested against recorded files.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.azure.catalog import SIZES
+from runner.errors import UsageError
+from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
+
+OUTPUTS_VERSION = 1
+REGISTRY_SCHEMA = "dtrun.node/1"
+
+
+class OutputsError(UsageError):
+    """Stack outputs or a registry entry that dtrun cannot use."""
+
+
+@dataclass(frozen=True)
+class StackOutputs:
+    version: int
+    resource_group: str
+    location: str
+    head_public_address: str
+    head_private_address: str
+    ssh_user: str
+    known_hosts: tuple[str, ...]
+    node_count: int
+    vm_size: str
+    gpus_per_node: int
+    nodes_subnet: str
+    storage_kind: str
+    mount_path: str
+    registry_path: str
+    python_bin: str
+    ssh_private_key: str | None = field(default=None, repr=False)  # when generated; secret
+    ssh_port: int = 22  # optional in the file: absent means 22
+    image: str | None = None  # optional in the file: the nodes' image URN
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    hostname: str
+    address: str
+    role: str  # "node" or "head"
+    vm_size: str
+    gpus: int
+    ib_ports_active: int
+    ib_ports_expected: int
+    infiniband: str  # "active", "degraded" or "none"
+    python: str  # "ready" or "failed"
+
+    @property
+    def ready(self) -> bool:
+        return self.infiniband == "active" and self.python == "ready"
+
+
+def _field(data: Mapping[str, Any], key: str, kind: type, source: str) -> Any:
+    if key not in data:
+        raise OutputsError(
+            f"{source} has no {key!r}",
+            why="it is not a complete dtrun stack outputs (version 1) document",
+            fix="save the outputs again with `dtrun outputs --stack NAME --save FILE`",
+        )
+    value = data[key]
+    if kind is int and isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON from some tools writes 2 as 2.0
+    # bool is an int in Python; a stack output that is true is not a node count.
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise OutputsError(f"{source}: {key!r} is {value!r}, not a {kind.__name__}")
+    return value
+
+
+def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
+    """Check the contract version and pull out every field, or say which one is wrong."""
+    version = data.get("version")
+    if not isinstance(version, int | float) or int(version) != OUTPUTS_VERSION:
+        newer = isinstance(version, int | float) and version > OUTPUTS_VERSION
+        raise OutputsError(
+            f"{source} holds stack outputs version {version!r}",
+            why=f"this dtrun reads version {OUTPUTS_VERSION}"
+            + (", so the stack was made by a newer dtrun" if newer else ""),
+            fix="use the dtrun that made the stack" if newer else "run `dtrun up` again",
+        )
+    strings = {
+        key: _field(data, key, str, source)
+        for key in (
+            "resource_group", "location", "head_public_address", "head_private_address",
+            "ssh_user", "vm_size", "nodes_subnet", "storage_kind", "mount_path",
+            "registry_path", "python_bin",
+        )
+    }  # fmt: skip
+    known_hosts = _field(data, "known_hosts", list, source)
+    if not all(isinstance(line, str) and len(line.split()) >= 3 for line in known_hosts):
+        raise OutputsError(f"{source}: 'known_hosts' holds lines that are not 'HOSTS TYPE KEY'")
+    private_key = data.get("ssh_private_key")
+    if private_key is not None and not isinstance(private_key, str):
+        raise OutputsError(f"{source}: 'ssh_private_key' is not a string")
+    if private_key == "[secret]":
+        raise OutputsError(
+            f"{source} has its private key masked as [secret]",
+            fix="save the outputs with `dtrun outputs --stack NAME --save FILE`, "
+            "which keeps the secret (mode 0600)",
+        )
+    port = data.get("ssh_port", 22)
+    if isinstance(port, float) and port.is_integer():
+        port = int(port)
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise OutputsError(f"{source}: 'ssh_port' is {port!r}, not a port number")
+    image = data.get("image")
+    if image is not None and not isinstance(image, str):
+        raise OutputsError(f"{source}: 'image' is {image!r}, not an image URN")
+    return StackOutputs(
+        version=OUTPUTS_VERSION,
+        ssh_port=port,
+        image=image,
+        known_hosts=tuple(known_hosts),
+        node_count=_field(data, "node_count", int, source),
+        gpus_per_node=_field(data, "gpus_per_node", int, source),
+        ssh_private_key=private_key,
+        **strings,
+    )
+
+
+def parse_registry_entry(data: Mapping[str, Any], source: str) -> RegistryEntry:
+    if data.get("schema") != REGISTRY_SCHEMA:
+        raise OutputsError(
+            f"{source} is not a dtrun node registry entry",
+            why=f"its schema is {data.get('schema')!r}, not {REGISTRY_SCHEMA!r}",
+        )
+    entry = RegistryEntry(
+        hostname=_field(data, "hostname", str, source),
+        address=_field(data, "address", str, source),
+        role=_field(data, "role", str, source),
+        vm_size=_field(data, "vm_size", str, source),
+        gpus=_field(data, "gpus", int, source),
+        ib_ports_active=_field(data, "ib_ports_active", int, source),
+        ib_ports_expected=_field(data, "ib_ports_expected", int, source),
+        infiniband=_field(data, "infiniband", str, source),
+        python=_field(data, "python", str, source),
+    )
+    try:
+        ipaddress.ip_address(entry.address)
+    except ValueError:
+        raise OutputsError(f"{source}: 'address' is {entry.address!r}, not an IP address") from None
+    return entry
+
+
+def inventory_from_stack(
+    stack: str, outputs: StackOutputs, registry: Sequence[RegistryEntry] = ()
+) -> Inventory:
+    """The cluster as dtrun uses it: nodes from the registry (ordered by address), reached
+    through the head VM, with host keys checked against the stack's known_hosts."""
+    entries = sorted(
+        (entry for entry in registry if entry.role == "node"),
+        key=lambda entry: ipaddress.ip_address(entry.address),
+    )
+    size = SIZES.get(outputs.vm_size)
+    cpus = size.vcpus if size else 1
+    nodes = tuple(
+        Node(
+            name=f"node-{index}",
+            address=entry.address,
+            slots=entry.gpus or outputs.gpus_per_node or 1,
+            cpus=cpus,
+        )
+        for index, entry in enumerate(entries)
+    )
+    return Inventory(
+        source=f"stack:{stack}",
+        nodes=nodes,
+        python_bin=outputs.python_bin,
+        code_dir=f"{outputs.mount_path}/.dtrun/code",
+        accelerator=Accelerator.CUDA if outputs.gpus_per_node else Accelerator.CPU,
+        size=outputs.vm_size,
+        ssh=SshAccess(
+            user=outputs.ssh_user,
+            port=outputs.ssh_port,
+            jump_host=outputs.head_public_address,
+            known_hosts=outputs.known_hosts,
+            private_key=outputs.ssh_private_key,
+        ),
+        shared_dir=outputs.mount_path,
+        image=outputs.image,
+    )

@@ -1,0 +1,109 @@
+"""Before every launch: every node reachable, registered (stack clusters) and, with --check,
+healthy (GPU count, InfiniBand ports ACTIVE, Python with torch). A timeout names who is not.
+
+Transport-free: the executor's ``command`` runs the scripts (locally or over SSH).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from runner.azure.catalog import SIZES
+from runner.errors import RunError
+from runner.execute import Answer
+from runner.render import render
+from runner.spec.cluster import Accelerator, Inventory, Node
+
+
+class NotReadyError(RunError):
+    """Some nodes did not become ready in time."""
+
+
+@dataclass(frozen=True)
+class Health:
+    gpus: int
+    ib_active: int
+    ib_total: int
+    torch: str  # "ok 2.13.0" or "failed <last line of the error>"
+    bind: str | None = None  # embedded nodes: "ok" or "failed ADDRESS"
+
+
+def check_script(inventory: Inventory, node: Node) -> str:
+    embedded = inventory.ssh is None
+    return render(
+        "remote/check.sh.j2",
+        {
+            "python": f"{inventory.python_bin}/python",
+            "bind_address": node.address if embedded else "",
+        },
+    )
+
+
+def parse_health(output: str) -> Health:
+    values: dict[str, str] = {}
+    torch, bind = "failed (no answer)", None
+    for line in output.splitlines():
+        if line.startswith("dtrun-health "):
+            values.update(part.partition("=")[::2] for part in line.split()[1:] if "=" in part)
+        elif line.startswith("dtrun-torch "):
+            torch = line.removeprefix("dtrun-torch ")
+        elif line.startswith("dtrun-bind "):
+            bind = line.removeprefix("dtrun-bind ")
+    count = {key: int(values.get(key, "0")) for key in ("gpus", "ib_active", "ib_total")}
+    return Health(count["gpus"], count["ib_active"], count["ib_total"], torch, bind)
+
+
+def problems(inventory: Inventory, node: Node, health: Health) -> list[str]:
+    """What is wrong with a node, judged against what its inventory and size promise."""
+    found = []
+    if inventory.accelerator is Accelerator.CUDA and health.gpus < node.slots:
+        found.append(f"{health.gpus} of {node.slots} GPUs visible")
+    size = SIZES.get(inventory.size or "")
+    if size is not None and size.ib_ports and health.ib_active < size.ib_ports:
+        found.append(f"{health.ib_active} of {size.ib_ports} InfiniBand ports ACTIVE")
+    if not health.torch.startswith("ok"):
+        found.append(f"torch does not import ({health.torch})")
+    if health.bind is not None and not health.bind.startswith("ok"):
+        found.append(f"cannot bind {node.address}")
+    return found
+
+
+def wait_until_ready(
+    command: Callable[[dict[str, str]], dict[str, Answer]],
+    inventory: Inventory,
+    nodes: Sequence[Node],
+    *,
+    check: bool,
+    timeout_s: float,
+    poll_s: float = 5.0,
+) -> None:
+    """Return once every node answers (and, with ``check``, is healthy), or NotReadyError."""
+    scripts = {
+        node.name: check_script(inventory, node) if check else "echo dtrun-ready" for node in nodes
+    }
+    started = time.monotonic()
+    while True:
+        answers = command(scripts)
+        reasons: dict[str, str] = {}
+        for node in nodes:
+            answer = answers[node.name]
+            if answer.error is not None:
+                reasons[node.name] = answer.error
+            elif check:
+                found = problems(inventory, node, parse_health(answer.output))
+                if found:
+                    reasons[node.name] = ", ".join(found)
+        if not reasons:
+            return
+        waited = time.monotonic() - started
+        if waited >= timeout_s:
+            listed = "; ".join(f"{name}: {reason}" for name, reason in sorted(reasons.items()))
+            raise NotReadyError(
+                f"{len(reasons)} of {len(nodes)} node(s) not ready after {waited:.0f} s",
+                why=listed,
+                fix="fix those nodes (`dtrun exec` runs a command on every node), or wait "
+                "longer with --ready-timeout",
+            )
+        time.sleep(poll_s)

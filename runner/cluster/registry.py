@@ -1,0 +1,78 @@
+"""A stack cluster's nodes, as they registered on the shared storage (read through the head)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+from runner.cluster.outputs import (
+    RegistryEntry,
+    StackOutputs,
+    inventory_from_stack,
+    parse_registry_entry,
+)
+from runner.cluster.readiness import NotReadyError
+from runner.execute.sshsession import SshSession
+from runner.spec.cluster import Inventory
+
+# Told after every look at the registry: nodes registered, of them ready, wanted, seconds waited.
+RegistryPoll = Callable[[int, int, int, float], None]
+
+
+def no_poll(registered: int, ready: int, wanted: int, waited: float) -> None:
+    pass
+
+
+async def read_registry(session: SshSession, outputs: StackOutputs) -> list[RegistryEntry]:
+    head = await session.head()
+    entries = []
+    async with head.start_sftp_client() as sftp:
+        if not await sftp.exists(outputs.registry_path):
+            return []
+        for name in sorted(await sftp.listdir(outputs.registry_path)):
+            if not name.endswith(".json"):
+                continue  # e.g. a .partial being written
+            path = f"{outputs.registry_path}/{name}"
+            async with sftp.open(path) as file:
+                data = json.loads(await file.read())
+            entries.append(parse_registry_entry(data, path))
+    return entries
+
+
+def wait_for_registry(
+    session: SshSession,
+    stack: str,
+    outputs: StackOutputs,
+    *,
+    timeout_s: float,
+    poll_s: float = 10.0,
+    on_poll: RegistryPoll = no_poll,
+) -> Inventory:
+    """The stack's inventory once all its nodes registered ready, or NotReadyError naming
+    the ones that did not. ``on_poll`` hears the count after every look (a progress bar)."""
+    started = time.monotonic()
+    while True:
+        nodes = [e for e in session.call(read_registry(session, outputs)) if e.role == "node"]
+        ready = [entry for entry in nodes if entry.ready]
+        waited = time.monotonic() - started
+        on_poll(len(nodes), min(len(ready), outputs.node_count), outputs.node_count, waited)
+        if len(ready) >= outputs.node_count:
+            return inventory_from_stack(stack, outputs, ready)
+        if waited >= timeout_s:
+            reasons = [
+                f"{e.hostname}: infiniband {e.infiniband}, python {e.python}"
+                for e in nodes
+                if not e.ready
+            ]
+            missing = outputs.node_count - len(nodes)
+            if missing > 0:
+                reasons.append(f"{missing} node(s) not registered yet")
+            raise NotReadyError(
+                f"{outputs.node_count - len(ready)} of {outputs.node_count} node(s) of stack "
+                f"{stack} not ready after {waited:.0f} s",
+                why="; ".join(reasons),
+                fix=f"read the nodes' /var/log/dtrun-bootstrap.log (`dtrun exec --stack {stack} "
+                "-- tail /var/log/dtrun-bootstrap.log`), or wait longer with --ready-timeout",
+            )
+        time.sleep(poll_s)

@@ -1,0 +1,93 @@
+"""One launch: every node's rendered script and every launch file for a program on N nodes.
+Every launch dtrun makes (a sweep's point, a health-gate check, `dtrun run`) is laid out here,
+so every launcher sees the same environment and settings whatever it runs. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner.errors import PlanError
+from runner.plan.env import launch_env
+from runner.plan.launchers.base import HOSTFILE, PlanContext, hostfile
+from runner.plan.resolve import ResolvedLaunch
+from runner.render import render
+from runner.spec.cluster import Inventory
+from runner.spec.launch import LaunchFile, LaunchPlan, NodeLaunch
+from runner.spec.request import Program
+
+
+def rdzv_id(run_id: str, nodes: int) -> str:
+    return f"dtrun-{run_id}-n{nodes}"
+
+
+def require_nodes(inventory: Inventory, nodes: int) -> None:
+    """The one check a plan makes: the inventory holds the nodes the request needs."""
+    if not 1 <= nodes <= len(inventory.nodes):
+        raise PlanError(
+            f"cannot run on {nodes} nodes",
+            why=f"the inventory ({inventory.source}) holds {len(inventory.nodes)} node(s)",
+            fix=f"pass --nodes with counts up to {len(inventory.nodes)}, or add nodes",
+        )
+
+
+@dataclass(frozen=True)
+class What:
+    """What one launch runs, beside where: the program and how it is recorded."""
+
+    program: Program
+    workload: str  # "train", "allreduce", "health", "run"
+    join_timeout_s: int
+    batch_per_proc: int | None = None  # None: not a built-in training workload
+    extra_files: tuple[LaunchFile, ...] = ()
+
+
+def plan_launch(inventory: Inventory, launch: ResolvedLaunch, nodes: int, what: What) -> LaunchPlan:
+    """Every node's script and every launch file for ``what`` on the first ``nodes`` nodes."""
+    require_nodes(inventory, nodes)
+    request, launcher = launch.request, launch.launcher
+    selected = inventory.nodes[:nodes]
+    ctx = PlanContext(
+        run_id=request.run_id,
+        rdzv_id=rdzv_id(request.run_id, nodes),
+        nodes=selected,
+        procs_per_node=request.procs_per_node,
+        master_addr=selected[0].address,
+        master_port=request.master_port,
+        rdzv_port=request.rdzv_port,
+        join_timeout_s=what.join_timeout_s,
+        python_bin=inventory.python_bin,
+        code_dir=inventory.code_dir,
+        env=launch_env(inventory, request, nodes),
+        program=what.program,
+        options=request.launch,
+        size=inventory.size,
+        ssh=inventory.ssh,
+        interface=inventory.interface,
+    )
+    launches = tuple(
+        NodeLaunch(
+            node=selected[script.node_rank],
+            node_rank=script.node_rank,
+            script_name=f"node-{script.node_rank}.sh",
+            script=render(launcher.template, launcher.node_context(ctx, script.node_rank)),
+            service=script.service,
+        )
+        for script in launcher.scripts(ctx)
+    )
+    files = (*launcher.files(ctx), *what.extra_files)
+    if request.cluster_env and all(f.name != HOSTFILE for f in files):
+        files = (*files, hostfile(ctx))
+    return LaunchPlan(
+        launcher=launcher.name,
+        workload=what.workload,
+        nnodes=nodes,
+        procs_per_node=request.procs_per_node,
+        world_size=ctx.world_size,
+        batch_per_proc=what.batch_per_proc,
+        rdzv_id=ctx.rdzv_id,
+        master_addr=ctx.master_addr,
+        master_port=ctx.master_port,
+        launches=launches,
+        files=files,
+        nodes=selected,
+    )

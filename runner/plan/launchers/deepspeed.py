@@ -1,0 +1,113 @@
+"""DeepSpeed's launcher: from the head node over pdsh/ssh, or on every node with --no_ssh.
+
+With SSH between the nodes (a real cluster), only node 0 runs a script: `deepspeed --hostfile`
+starts deepspeed.launcher.launch on every node over pdsh, with the environment of
+.deepspeed_env (pdsh forwards nothing else, docs/facts.md §8), and each rank runs
+launch-env.sh, which maps DeepSpeed's CROSS_RANK and LOCAL_SIZE onto the contract. Without SSH
+(the embedded cluster), every node runs `deepspeed --no_ssh --node_rank=i` with the same hostfile.
+"""
+
+from __future__ import annotations
+
+from runner.errors import PlanError
+from runner.plan.launchers.base import (
+    HOSTFILE,
+    LAUNCH_ENV,
+    PlanContext,
+    RankSource,
+    Script,
+    common_context,
+    every_node,
+    head_only,
+    hostfile,
+    launch_env,
+    node_ssh_options,
+)
+from runner.spec.launch import EnvVar, LaunchFile
+from runner.spec.request import Framework, ProgramKind
+
+DEEPSPEED_ENV = ".deepspeed_env"
+
+# What deepspeed.launcher.launch sets in every rank it starts (deepspeed/launcher/launch.py).
+RANKS = RankSource(
+    launcher="deepspeed",
+    rank="RANK",
+    local_rank="LOCAL_RANK",
+    world_size="WORLD_SIZE",
+    local_world_size="LOCAL_SIZE",
+    node_rank="CROSS_RANK",
+)
+
+# DeepSpeed runs Python itself: a module with --module, a script as is, the rest with --no_python.
+_PROGRAM_FLAGS: dict[ProgramKind, tuple[str, ...]] = {
+    ProgramKind.MODULE: ("--module",),
+    ProgramKind.SCRIPT: (),
+    ProgramKind.EXECUTABLE: ("--no_python",),
+}
+
+# DeepSpeed writes each .deepspeed_env value into pdsh's remote command, stripped and, when it
+# holds more than plain characters, inside double quotes, where these would be interpreted by
+# the remote shell (deepspeed/launcher/multinode_runner.py, add_export).
+_UNSAFE_IN_DOUBLE_QUOTES = frozenset('"$`\\\n\r')
+
+
+class DeepSpeedLauncher:
+    name = "deepspeed"
+    template = "launch/deepspeed.sh.j2"
+    framework: Framework | None = Framework.DEEPSPEED
+
+    def scripts(self, ctx: PlanContext) -> tuple[Script, ...]:
+        return every_node(ctx) if ctx.ssh is None else head_only(ctx)
+
+    def files(self, ctx: PlanContext) -> tuple[LaunchFile, ...]:
+        if ctx.ssh is None:
+            return (hostfile(ctx),)
+        return (hostfile(ctx), deepspeed_env(ctx.env), launch_env(ctx, RANKS))
+
+    def node_context(self, ctx: PlanContext, node_rank: int) -> dict[str, object]:
+        context = common_context(ctx, node_rank)
+        program = ctx.program
+        common = (
+            f"--hostfile={HOSTFILE}",
+            f"--master_addr={ctx.master_addr}",
+            f"--master_port={ctx.master_port}",
+        )
+        if ctx.ssh is None:
+            options: tuple[str, ...] = (*common, "--no_ssh", f"--node_rank={node_rank}")
+            argv = (*_PROGRAM_FLAGS[program.kind], program.target, *program.args)
+        else:
+            options = (
+                *common,
+                "--launcher=pdsh",
+                f"--ssh_port={ctx.ssh.port}",
+                # DeepSpeed's own ssh check ignores identity files (docs/facts.md §8); pdsh
+                # uses them.
+                "--no_ssh_check",
+                # With one node DeepSpeed would skip pdsh and .deepspeed_env and start it
+                # locally; forced, the 1-node point of a sweep launches as the others do.
+                *(("--force_multi",) if ctx.nnodes == 1 else ()),
+            )
+            argv = ("--no_python", f"./{LAUNCH_ENV}")
+        context.update(
+            deepspeed=f"{ctx.python_bin}/deepspeed",
+            over_ssh=ctx.ssh is not None,
+            ssh_append=" ".join(node_ssh_options(ctx.ssh)) if ctx.ssh else "",
+            options=options,
+            program=argv,
+        )
+        return context
+
+
+def deepspeed_env(env: tuple[EnvVar, ...]) -> LaunchFile:
+    """`.deepspeed_env`: KEY=VALUE lines DeepSpeed exports on every node (no comments allowed)."""
+    for var in env:
+        if var.value != var.value.strip() or _UNSAFE_IN_DOUBLE_QUOTES & set(var.value):
+            raise PlanError(
+                f"{var.key}'s value cannot reach the other nodes through DeepSpeed's "
+                f"{DEEPSPEED_ENV}",
+                why="DeepSpeed strips each value and puts it in pdsh's remote command inside "
+                'double quotes, where $, `, \\, " and line breaks would be interpreted',
+                fix="pass a value without those characters or outer spaces, or another launcher",
+            )
+    lines = "".join(f"{var.key}={var.value}\n" for var in env)
+    return LaunchFile(DEEPSPEED_ENV, lines, 0o600)  # may hold --env secrets

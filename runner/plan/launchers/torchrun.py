@@ -1,0 +1,42 @@
+"""torchrun: a c10d rendezvous hosted by the first node of the point, or a static one."""
+
+from __future__ import annotations
+
+from runner.plan.launchers.base import PlanContext, Script, common_context, every_node
+from runner.spec.launch import LaunchFile
+from runner.spec.request import Framework, ProgramKind
+
+# torchrun runs Python itself: a module with -m, a script as is, anything else with --no-python.
+_PROGRAM_FLAGS: dict[ProgramKind, tuple[str, ...]] = {
+    ProgramKind.MODULE: ("-m",),
+    ProgramKind.SCRIPT: (),
+    ProgramKind.EXECUTABLE: ("--no-python",),
+}
+
+
+class Torchrun:
+    name = "torchrun"
+    template = "launch/torchrun.sh.j2"
+    framework: Framework | None = Framework.TORCH
+
+    def scripts(self, ctx: PlanContext) -> tuple[Script, ...]:
+        return every_node(ctx)
+
+    def files(self, ctx: PlanContext) -> tuple[LaunchFile, ...]:
+        return ()
+
+    def node_context(self, ctx: PlanContext, node_rank: int) -> dict[str, object]:
+        program = ctx.program
+        context = common_context(ctx, node_rank)
+        context.update(
+            torchrun=f"{ctx.python_bin}/torchrun",
+            rendezvous=ctx.options.rendezvous.value,
+            rdzv_endpoint=f"{ctx.master_addr}:{ctx.rdzv_port}",
+            rdzv_id=ctx.rdzv_id,
+            # torch decides who hosts the c10d store by matching the endpoint against local
+            # addresses, and every 127.x address matches on the embedded cluster: say it.
+            rdzv_conf=f"is_host={1 if node_rank == 0 else 0},join_timeout={ctx.join_timeout_s}",
+            local_addr=ctx.nodes[node_rank].address,
+            program=(*_PROGRAM_FLAGS[program.kind], program.target, *program.args),
+        )
+        return context

@@ -1,0 +1,152 @@
+"""The whole of a sweep as one frozen value, before anything runs: the health gate's launches,
+every point with its repeats, and the environment the manifest records. `--dry-run` prints it;
+runner.sweep runs it launch by launch. Also `dtrun run`'s single launch. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from runner.azure.catalog import health_threshold
+from runner.plan.env import launch_env
+from runner.plan.launch import What, plan_launch, require_nodes
+from runner.plan.resolve import Point, ResolvedBench, ResolvedRun
+from runner.plan.strategies import EngineSetup, bf16
+from runner.plan.workloads import ALLREDUCE_MODULE, allreduce_args
+from runner.spec.cluster import Accelerator, Inventory, Node
+from runner.spec.launch import EnvVar, LaunchPlan
+from runner.spec.request import BenchSpec, Program, ProgramKind
+
+HEALTH_DIR = "health"  # the gate's launches, one directory per node, in the run directory
+GATE_SIZE = {Accelerator.CUDA: "1G", Accelerator.CPU: "16M"}  # where the catalog has no mark
+
+
+class LaunchKind(StrEnum):
+    GATE = "health"  # one node's single-node all-reduce before the sweep
+    POINT = "point"  # one repeat of one node count
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a sweep, with where its files go."""
+
+    kind: LaunchKind
+    plan: LaunchPlan
+    workdir: str  # relative to the run directory: health/node-0, n2/r0
+    repeat: int = 0
+
+
+@dataclass(frozen=True)
+class GatePlan:
+    """What the health gate checks: every node of the sweep, each alone, at one message size."""
+
+    threshold_gbs: float
+    threshold_source: str
+    size: str
+    procs_per_node: int
+    checks: tuple[Launch, ...]  # one per node
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return tuple(check.plan.nodes[0] for check in self.checks)
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """Every launch of a `dtrun bench` sweep, in the order they run."""
+
+    resolved: ResolvedBench
+    inventory: Inventory
+    gate: GatePlan | str  # str: why there is no gate (health.json says "skipped" and why)
+    points: tuple[LaunchPlan, ...]  # one per node count, smallest first
+    launches: tuple[Launch, ...]  # every point with its repeats, in order
+    environment: tuple[EnvVar, ...]  # the largest point's, as the manifest records it
+
+    @property
+    def spec(self) -> BenchSpec:
+        return self.resolved.spec
+
+    @property
+    def gate_launches(self) -> tuple[Launch, ...]:
+        return self.gate.checks if isinstance(self.gate, GatePlan) else ()
+
+
+def plan_sweep(resolved: ResolvedBench, inventory: Inventory) -> SweepPlan:
+    require_nodes(inventory, resolved.largest)
+    spec = resolved.spec
+    points = tuple(plan_point(resolved, inventory, point) for point in resolved.points)
+    launches = tuple(
+        Launch(LaunchKind.POINT, plan, f"n{plan.nnodes}/r{repeat}", repeat)
+        for plan in points
+        for repeat in range(spec.repeat)
+    )
+    environment = launch_env(inventory, spec.redacted(), resolved.largest)
+    return SweepPlan(
+        resolved, inventory, plan_gate(resolved, inventory), points, launches, environment
+    )
+
+
+def plan_point(resolved: ResolvedBench, inventory: Inventory, point: Point) -> LaunchPlan:
+    """One node count of the sweep: the built-in workload on ``point.nodes`` nodes."""
+    spec, strategy, workload = resolved.spec, resolved.strategy, resolved.workload
+    batch = point.batch_per_replica
+    setup = (
+        strategy.setup(spec, inventory, batch, point.world_size)
+        if strategy is not None
+        else EngineSetup()
+    )
+    args = workload.args(spec, inventory, batch, bf16(spec, inventory))
+    program = Program(ProgramKind.MODULE, resolved.module, (*args, *setup.args))
+    what = What(
+        program,
+        workload.name,
+        int(spec.timeout_s),
+        batch if workload.trains else None,
+        setup.files,
+    )
+    return plan_launch(inventory, resolved.launch, point.nodes, what)
+
+
+def plan_gate(resolved: ResolvedBench, inventory: Inventory) -> GatePlan | str:
+    """The health gate for this sweep, or why there is none."""
+    spec = resolved.spec
+    gate = spec.health
+    if not gate.enabled:
+        return "turned off (--no-health-gate)"
+    catalog = health_threshold(inventory.size)
+    if gate.threshold_gbs is not None:
+        threshold, source = gate.threshold_gbs, "--health-threshold"
+        size = gate.size or (catalog[1] if catalog else GATE_SIZE[inventory.accelerator])
+    elif catalog is not None:
+        threshold, size = catalog
+        source = f"Azure's health-check pass mark for {inventory.size}"
+        size = gate.size or size
+    else:
+        machine = "the embedded CPU cluster" if inventory.source == "embedded" else "this machine"
+        return (
+            f"no expected single-node bus bandwidth for {machine}; "
+            "pass --health-threshold GBS to gate on your own figure"
+        )
+    nodes = inventory.nodes[: resolved.largest]
+    # On GPUs a node is checked with all its GPUs, as the pass mark was measured; on CPUs with
+    # the processes the sweep runs per node.
+    procs = nodes[0].slots if inventory.accelerator is Accelerator.CUDA else spec.procs_per_node
+    if procs < 2:
+        return "one process per node: a single-node all-reduce would move no data"
+    args = allreduce_args(spec.allreduce, inventory, spec.timeout_s, sizes=size)
+    what = What(Program(ProgramKind.MODULE, ALLREDUCE_MODULE, args), "health", int(spec.timeout_s))
+    checks = []
+    for node in nodes:
+        request = replace(spec, run_id=f"{spec.run_id}-health-{node.name}", procs_per_node=procs)
+        alone = replace(inventory, nodes=(node,))
+        plan = plan_launch(alone, replace(resolved.launch, request=request), 1, what)
+        checks.append(Launch(LaunchKind.GATE, plan, f"{HEALTH_DIR}/{node.name}"))
+    return GatePlan(threshold, source, size, procs, tuple(checks))
+
+
+def plan_run(resolved: ResolvedRun, inventory: Inventory) -> LaunchPlan:
+    """`dtrun run`: the user's program on ``spec.nodes`` nodes."""
+    spec = resolved.spec
+    what = What(spec.program, "run", resolved.join_timeout_s)
+    return plan_launch(inventory, resolved.launch, spec.nodes, what)

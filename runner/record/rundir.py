@@ -1,0 +1,283 @@
+"""The run directory: what a sweep records, where, and how it is read back.
+
+    runs/<run-id>/
+      manifest.json     what was asked and where it ran (bench spec, inventory, machine, versions)
+      plan/n<N>/        every node's rendered launch script and launch file for each node count
+      n<N>/r<k>/        one launch: node scripts, node logs, result.json from rank 0
+      runs.json         how every launch ended, rewritten after each one
+      summary.json      derived: the scaling table (rebuilt by `dtrun report`)
+      health.json       the health gate's verdict, when it ran or why it did not
+      health/<node>/    the gate's single-node all-reduce launch on each node
+      report.md         derived: the report
+      report.html       derived: the same report, self-contained (plots inlined)
+      *.png             derived: throughput, efficiency and busbw plots
+
+The derived files are made from manifest.json, runs.json and the result files alone.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from runner import __version__
+from runner.azure.catalog import SIZES
+from runner.errors import OutputDirError, ResultError
+from runner.record import manifest
+from runner.redact import REDACTED, is_secret_name
+from runner.spec.cluster import Inventory
+from runner.spec.launch import EnvVar, LaunchPlan
+from runner.spec.outcome import Health, NodeResult, RunResult, RunStatus, SweepStatus
+from runner.spec.request import BenchSpec, RunSpec
+
+MANIFEST_SCHEMA = "dtrun.manifest/1"
+HEALTH_SCHEMA = "dtrun.health/1"
+HEALTH_FILE = "health.json"
+RUNS_SCHEMA = "dtrun.runs/1"
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def write_json(path: Path, data: object) -> None:
+    """Write atomically, so a crash never leaves half a file where a whole one was."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    partial.replace(path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultError(
+            f"{path} is missing",
+            why=f"{path.parent} is not a complete dtrun run directory",
+            fix="pass the directory that `dtrun bench` printed (runs/<run-id>)",
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise ResultError(f"{path} is not valid JSON", why=str(exc)) from None
+
+
+def machine() -> dict[str, Any]:
+    """The machine dtrun itself runs on (the embedded cluster's only machine)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "python": platform.python_version(),
+    }
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / "manifest.json"
+
+    @property
+    def runs(self) -> Path:
+        return self.path / "runs.json"
+
+    @property
+    def summary(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def report(self) -> Path:
+        return self.path / "report.md"
+
+    @property
+    def html(self) -> Path:
+        return self.path / "report.html"
+
+    def point(self, nodes: int, repeat: int) -> Path:
+        return self.path / f"n{nodes}" / f"r{repeat}"
+
+    def plan_dir(self, nodes: int) -> Path:
+        return self.path / "plan" / f"n{nodes}"
+
+
+def create_run_dir(output: Path, run_id: str) -> RunDir:
+    """Make runs/<run-id>/, or say why it cannot be made, before anything else happens."""
+    path = output / run_id
+    try:
+        path.mkdir(parents=True, exist_ok=False)
+        probe = path / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except FileExistsError:
+        raise OutputDirError(
+            f"run directory {path} already exists",
+            why="each run gets a directory of its own, so earlier results are never overwritten",
+            fix="pass a new --run-id, or leave it out to get a fresh one",
+        ) from None
+    except OSError as exc:
+        raise OutputDirError(
+            f"cannot write the run directory {path}",
+            why=exc.strerror or str(exc),
+            fix="pass --output with a directory you can write, e.g. --output ./runs",
+        ) from None
+    return RunDir(path)
+
+
+def image_of(inventory: Inventory) -> dict[str, str | None]:
+    """The nodes' image: as the cluster reported it, else the catalog's for the size."""
+    if inventory.image is not None:
+        return {"urn": inventory.image, "source": inventory.source}
+    size = SIZES.get(inventory.size or "")
+    if size is not None:
+        return {"urn": size.image.urn, "source": f"the catalog's image for {size.name}"}
+    return {"urn": None, "source": "unknown: the nodes' own OS (see each rank's os in results)"}
+
+
+def write_manifest(
+    run_dir: RunDir, bench: BenchSpec, inventory: Inventory, launch_env: tuple[EnvVar, ...] = ()
+) -> None:
+    """manifest.json: everything needed to reproduce the run, secrets redacted (docs/bench.md)."""
+    bench_data = asdict(bench.redacted())
+    bench_data["env"] = [list(pair) for pair in bench_data["env"]]
+    write_json(
+        run_dir.manifest,
+        {
+            "schema": MANIFEST_SCHEMA,
+            "run_id": bench.run_id,
+            "created_at": now_iso(),
+            "dtrun_version": __version__,
+            "machine": machine(),
+            "inventory": asdict(inventory.redacted()),
+            "bench": bench_data,
+            "launcher": bench.launcher,
+            "size": inventory.size,
+            "image": image_of(inventory),
+            "versions": manifest.versions(),
+            "git": manifest.git_revision(),
+            "launch_environment": [
+                {
+                    "key": var.key,
+                    "value": REDACTED if is_secret_name(var.key) else var.value,
+                    "why": var.why,
+                }
+                for var in launch_env
+            ],
+            "environment": manifest.redact_environment(os.environ),
+        },
+    )
+
+
+def write_plans(run_dir: RunDir, plans: Sequence[LaunchPlan]) -> None:
+    """plan/n<N>/: every point's scripts and launch files, as rendered before the sweep ran."""
+    for plan in plans:
+        directory = run_dir.plan_dir(plan.nnodes)
+        directory.mkdir(parents=True, exist_ok=True)
+        for launch in plan.launches:
+            script = directory / launch.script_name
+            script.write_text(launch.script)
+            script.chmod(0o700)  # may hold --env values
+        for file in plan.files:
+            path = directory / file.name
+            path.write_text(file.content)
+            path.chmod(file.mode)
+
+
+def write_runs(
+    run_dir: RunDir, runs: Sequence[RunResult], status: SweepStatus, error: str | None
+) -> None:
+    write_json(
+        run_dir.runs,
+        {
+            "schema": RUNS_SCHEMA,
+            "status": status,
+            "error": error,
+            "updated_at": now_iso(),
+            "runs": [asdict(run) for run in runs],
+        },
+    )
+
+
+def ok_runs(runs_data: Mapping[str, Any]) -> list[tuple[int, int, str]]:
+    """(nodes, repeat, directory) of every launch that finished with a result."""
+    return [
+        (int(run["nodes"]), int(run["repeat"]), str(run["run_dir"]))
+        for run in runs_data["runs"]
+        if run["status"] == RunStatus.OK.value
+    ]
+
+
+RUN_SCHEMA = "dtrun.run/1"
+
+
+def launch_dir(run_dir: RunDir) -> Path:
+    """`dtrun run`'s launch directory: scripts, launch files, node logs, the program's outputs."""
+    return run_dir.path / "launch"
+
+
+def write_run_record(
+    run_dir: RunDir,
+    spec: RunSpec,
+    inventory: Inventory,
+    plan: LaunchPlan,
+    *,
+    status: RunStatus,
+    error: str | None = None,
+    wall_s: float | None = None,
+    nodes: tuple[NodeResult, ...] = (),
+) -> None:
+    """run.json: what `dtrun run` was asked, where, and how it ended (secrets redacted)."""
+    spec_data = asdict(spec.redacted())
+    spec_data["env"] = [list(pair) for pair in spec_data["env"]]
+    write_json(
+        run_dir.path / "run.json",
+        {
+            "schema": RUN_SCHEMA,
+            "run_id": spec.run_id,
+            "updated_at": now_iso(),
+            "dtrun_version": __version__,
+            "status": status,
+            "error": error,
+            "wall_s": wall_s,
+            "launcher": plan.launcher,
+            "world_size": plan.world_size,
+            "spec": spec_data,
+            "inventory": asdict(inventory.redacted()),
+            "machine": machine(),
+            "nodes": [asdict(node) for node in nodes],
+            "image": image_of(inventory),
+            "versions": manifest.versions(),
+            "git": manifest.git_revision(),
+            "environment": manifest.redact_environment(os.environ),
+        },
+    )
+
+
+def write_health(run_path: Path, health: Health) -> None:
+    """health.json: the health gate's verdict and every node's figure."""
+    data: dict[str, Any] = {"schema": HEALTH_SCHEMA, "checked_at": now_iso(), **asdict(health)}
+    write_json(run_path / HEALTH_FILE, data)
+
+
+def read_health(run_path: Path) -> dict[str, Any] | None:
+    path = run_path / HEALTH_FILE
+    return read_json(path) if path.exists() else None

@@ -1,0 +1,325 @@
+"""Rebuild the report of a run directory from its recorded files alone.
+
+Inputs: manifest.json, runs.json, health.json and each launch's result.json. Outputs:
+summary.json, report.md, a self-contained report.html (the same Markdown, rendered, with the
+plots inlined) and the plots. Nothing here reads a clock or the machine, so rebuilding from the
+same inputs writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import io
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from runner import __version__
+from runner.azure.catalog import ExpectedBusbw, expected_busbw
+from runner.record.rundir import RunDir, ok_runs, read_health, read_json, write_json
+from runner.render import environment, render
+from runner.report.metrics import (
+    FORMULAS,
+    BusbwRow,
+    LossRow,
+    ProjectionRow,
+    ScalingRow,
+    busbw_rows,
+    projection,
+    scaling_rows,
+    where_scaling_is_lost,
+)
+from runner.report.results import AllreduceResult, Result, SizeRow, TrainResult, load_result
+from runner.spec.request import ScalingMode
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+
+SUMMARY_SCHEMA = "dtrun.summary/2"
+T = TypeVar("T")
+DEFAULT_PROJECT_TOKENS = 10**9
+BUSBW_FORMULA = (
+    "algbw = S / t (GB = 1e9 bytes, t averaged over the ranks); busbw = algbw * 2(n-1)/n "
+    "for n ranks (nccl-tests)"
+)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a run directory's recorded files say, before anything is written."""
+
+    run_dir: RunDir
+    status: str
+    workload: str
+    mode: ScalingMode
+    manifest: dict[str, Any]
+    runs: dict[str, Any]
+    rows: tuple[ScalingRow, ...] = ()  # training sweeps
+    busbw_rows: tuple[BusbwRow, ...] = ()  # all-reduce sweeps
+    projection: tuple[ProjectionRow, ...] = ()
+    losses: tuple[LossRow, ...] = ()
+    series: tuple[tuple[int, tuple[SizeRow, ...]], ...] = ()  # busbw by size, per node count
+    expected: tuple[tuple[int, ExpectedBusbw | None], ...] = ()
+    health: dict[str, Any] | None = None
+    first: Result | None = None  # the first finished launch's result
+    widest: Result | None = None  # the last finished launch at the most nodes (its proof)
+    summary: dict[str, Any] = field(default_factory=dict)  # what summary.json holds
+
+
+@dataclass(frozen=True)
+class _Plot:
+    name: str  # file name in the run directory
+    alt: str  # what it shows, for the Markdown image and the HTML alt text
+
+
+THROUGHPUT = _Plot("throughput.png", "tokens/s against nodes, with the ideal linear line")
+EFFICIENCY = _Plot("efficiency.png", "scaling efficiency against nodes, with the ideal 100% line")
+BUSBW = _Plot(
+    "busbw.png",
+    "all-reduce bus bandwidth against message size, with the size's expected busbw where known",
+)
+PLOTS = (THROUGHPUT, EFFICIENCY, BUSBW)
+
+
+def load_results(run_dir: RunDir, runs_data: Mapping[str, Any]) -> dict[int, list[Result]]:
+    """Every finished launch's result, by node count, in launch order."""
+    results: dict[int, list[Result]] = defaultdict(list)
+    for nodes, _, directory in ok_runs(runs_data):
+        results[nodes].append(load_result(run_dir.path / directory / "result.json"))
+    return dict(results)
+
+
+def _only(results: Mapping[int, Sequence[Result]], kind: type[T]) -> dict[int, list[T]]:
+    return {n: [r for r in rs if isinstance(r, kind)] for n, rs in results.items()}
+
+
+def analyse(run_dir: RunDir) -> Report:
+    """Read a run directory's recorded files and compute every table; writes nothing."""
+    manifest = read_json(run_dir.manifest)
+    runs_data = read_json(run_dir.runs)
+    bench = manifest["bench"]
+    workload = str(bench.get("workload", "train"))
+    mode = ScalingMode(bench["mode"])
+    size = manifest["inventory"].get("size")
+    results = load_results(run_dir, runs_data)
+    base = Report(
+        run_dir,
+        runs_data["status"],
+        workload,
+        mode,
+        manifest,
+        runs_data,
+        health=read_health(run_dir.path),
+    )
+    series: dict[int, tuple[SizeRow, ...]] = {}
+    expected: dict[int, ExpectedBusbw | None] = {}
+    if workload == "allreduce":
+        measured = _only(results, AllreduceResult)
+        rows_ar = busbw_rows(measured, size)
+        series = {n: rs[0].rows for n, rs in measured.items() if rs}
+        expected = {row.nodes: row.expected for row in rows_ar}
+        report = replace(base, busbw_rows=rows_ar, first=_first(measured))
+    else:
+        trained = _only(results, TrainResult)
+        rows = scaling_rows(trained)
+        tokens = int(bench.get("project_tokens", DEFAULT_PROJECT_TOKENS))
+        for nodes, rs in trained.items():
+            probe = next((r.busbw for r in rs if r.busbw is not None), None)
+            if probe is not None:
+                series[nodes] = probe.rows
+                expected[nodes] = expected_busbw(size, nodes, rs[0].world_size // nodes)
+        report = replace(
+            base,
+            rows=rows,
+            projection=projection(rows, tokens),
+            losses=where_scaling_is_lost(rows, size, oversubscribed(manifest, rows)),
+            first=_first(trained),
+            widest=_widest(trained),
+        )
+    report = replace(
+        report, series=tuple(sorted(series.items())), expected=tuple(sorted(expected.items()))
+    )
+    return replace(report, summary=_summary(report))
+
+
+def _first(results: Mapping[int, Sequence[T]]) -> T | None:
+    return next((rs[0] for _, rs in sorted(results.items()) if rs), None)
+
+
+def _widest(results: Mapping[int, Sequence[T]]) -> T | None:
+    return next((rs[-1] for _, rs in sorted(results.items(), reverse=True) if rs), None)
+
+
+def build_report(run_dir: RunDir) -> Report:
+    """Read the recorded files; write summary.json, report.md, report.html and the plots."""
+    report = analyse(run_dir)
+    manifest = report.manifest
+    title = f"dtrun {manifest['run_id']}"
+    made: set[_Plot] = set()
+    if report.rows:
+        from runner.report.plots import plot_efficiency, plot_throughput
+
+        label = f"{title} ({report.mode.value})"
+        plot_throughput(report.rows, run_dir.path / THROUGHPUT.name, title=label)
+        made.add(THROUGHPUT)
+        if len(report.rows) > 1:  # one node count is its own baseline: 100% says nothing
+            plot_efficiency(report.rows, run_dir.path / EFFICIENCY.name, title=label)
+            made.add(EFFICIENCY)
+    if report.series:
+        from runner.report.plots import plot_busbw
+
+        plot_busbw(
+            dict(report.series),
+            dict(report.expected),
+            run_dir.path / BUSBW.name,
+            title=f"{title}: all-reduce",
+        )
+        made.add(BUSBW)
+    for plot in PLOTS:
+        if plot not in made:
+            (run_dir.path / plot.name).unlink(missing_ok=True)
+
+    write_json(run_dir.summary, report.summary)
+    bench = manifest["bench"]
+    context: dict[str, Any] = {
+        "version": __version__,
+        "manifest": manifest,
+        "bench": bench,
+        "runs": report.runs,
+        "workload": report.workload,
+        "rows": report.rows,
+        "busbw_rows": report.busbw_rows,
+        "projection": report.projection,
+        "project_tokens": int(bench.get("project_tokens", DEFAULT_PROJECT_TOKENS)),
+        "losses": report.losses,
+        "series": report.series,
+        "health": report.health,
+        "formula": FORMULAS[report.mode],
+        "first": report.first,
+        "widest": report.widest,
+        "measured_on": measured_on(manifest, report.first),
+        "oversubscribed": oversubscribed(manifest, report.rows),
+        "reproduce": reproducibility(manifest, report.first),
+    }
+    plots = {plot.name.removesuffix(".png"): plot for plot in PLOTS if plot in made}
+    files = {key: (plot.alt, plot.name) for key, plot in plots.items()}
+    markdown = render("report.md.j2", {**context, "plots": files})
+    run_dir.report.write_text(markdown)
+    body = markdown_to_html(markdown)
+    for plot in plots.values():  # the HTML carries its plots inside: one file to send
+        body = body.replace(f'src="{plot.name}"', f'src="{_data_uri(run_dir.path / plot.name)}"')
+    run_dir.html.write_text(
+        render("report.html.j2", {"title": f"dtrun report: {manifest['run_id']}", "body": body})
+    )
+    return report
+
+
+def _summary(report: Report) -> dict[str, Any]:
+    manifest, health = report.manifest, report.health
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "run_id": manifest["run_id"],
+        "status": report.status,
+        "error": report.runs["error"],
+        "workload": report.workload,
+        "mode": report.mode.value,
+        # How it trained (train sweeps): the strategy, and a pipeline's schedule and micro-batches.
+        "strategy": report.first.strategy_text if isinstance(report.first, TrainResult) else None,
+        "size": manifest["inventory"].get("size"),
+        "efficiency_formula": FORMULAS[report.mode] if report.rows else None,
+        "busbw_formula": BUSBW_FORMULA if report.workload == "allreduce" else None,
+        "rows": [asdict(row) for row in report.rows],
+        "busbw_rows": [asdict(row) for row in report.busbw_rows],
+        "time_to_train": [asdict(row) for row in report.projection],
+        "where_scaling_is_lost": [asdict(row) for row in report.losses],
+        "health": None if health is None else {k: health.get(k) for k in ("status", "note")},
+    }
+
+
+def markdown_to_html(text: str) -> str:
+    """CommonMark with tables; raw HTML in the text is escaped, not passed through."""
+    html: str = _markdown().render(text)
+    return html
+
+
+@functools.cache
+def _markdown() -> MarkdownIt:
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).enable("table")
+
+
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def measured_on(manifest: Mapping[str, Any], first: Result | None) -> str:
+    inventory = manifest["inventory"]
+    machine = manifest["machine"]
+    nodes = len(inventory["nodes"])
+    if inventory["source"] == "embedded":
+        return (
+            f"embedded local cluster: {nodes} simulated node(s) on one machine "
+            f"({machine['hostname']}: {machine['cpu']}, {machine['cpu_count']} cores, "
+            f"{machine['memory_bytes'] / 2**30:.0f} GiB)"
+        )
+    device = f", {first.device_name}" if first else ""
+    size = f" {inventory['size']}" if inventory.get("size") else ""
+    return f"{inventory['source']}: {nodes}{size} node(s){device}"
+
+
+def reproducibility(manifest: Mapping[str, Any], first: Result | None) -> list[tuple[str, str]]:
+    """The manifest's facts a reader needs to reproduce the run, as (what, value) rows."""
+    rows: list[tuple[str, str]] = []
+    versions = manifest.get("versions") or {}
+    local = ", ".join(f"{k} {v}" for k, v in versions.items() if v is not None)
+    if local:
+        rows.append(("dtrun's machine", local))
+    if first is not None:
+        node = [f"torch {first.torch_version}"]
+        node += [f"Python {first.python_version}"] if first.python_version else []
+        node += [f"NCCL {first.nccl_version}"] if first.nccl_version else []
+        if isinstance(first, TrainResult) and first.deepspeed_version:
+            node.append(f"DeepSpeed {first.deepspeed_version}")
+        if isinstance(first, TrainResult) and first.rank_os and first.rank_os[0]:
+            node.append(first.rank_os[0])
+        rows.append(("the nodes", ", ".join(node)))
+    git = manifest.get("git")
+    if git:
+        dirty = " (with local changes)" if git["dirty"] else ""
+        rows.append(("source", f"git {git['revision'][:12]}{dirty}"))
+    image = manifest.get("image") or {}
+    if image.get("urn"):
+        rows.append(("image", f"{image['urn']} ({image['source']})"))
+    nodes = manifest["inventory"]["nodes"]
+    rows.append(("nodes", ", ".join(f"{n['name']} {n['address']}" for n in nodes)))
+    launch_env = manifest.get("launch_environment") or []
+    if launch_env:
+        pairs = ", ".join(f"`{var['key']}={var['value']}`" for var in launch_env)
+        rows.append(("launch environment", pairs))
+    return rows
+
+
+def warm_up_tools() -> None:
+    """Import and load what building a report needs, so that the first report is fast."""
+    from matplotlib.figure import Figure
+
+    # Drawing text once loads the font list and the font the plots use.
+    fig = Figure(figsize=(1, 1), dpi=20)
+    fig.subplots().set_title("warm-up")
+    fig.savefig(io.BytesIO(), format="png")
+    _markdown()
+    for template in ("report.md.j2", "report.html.j2"):
+        environment().get_template(template)
+
+
+def oversubscribed(manifest: Mapping[str, Any], rows: Sequence[ScalingRow]) -> list[int]:
+    """Node counts at which the embedded cluster ran more processes than this machine has cores:
+    their efficiency measures the shared CPU, not the launcher or the communication."""
+    if manifest["inventory"]["source"] != "embedded":
+        return []
+    cores = manifest["machine"]["cpu_count"] or 1
+    return [row.nodes for row in rows if row.world_size > cores]

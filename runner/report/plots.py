@@ -1,0 +1,127 @@
+"""The report's plots, drawn with matplotlib's object-oriented API on the Agg canvas (no pyplot
+state, no GUI backend). Each is written atomically, and the same rows give the same bytes, so a
+rebuilt report is identical to the first."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.azure.catalog import ExpectedBusbw
+from runner.report.metrics import ScalingRow
+from runner.report.results import SizeRow
+from runner.workloads.sizes import format_size
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+# PNG metadata names the matplotlib version only; no date, so rebuilds match byte for byte.
+_METADATA = {"Software": None}
+
+
+def _figure() -> tuple[Figure, Axes]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.2), dpi=110)
+    return fig, fig.subplots()
+
+
+def _save(fig: Figure, path: Path) -> None:
+    fig.tight_layout()
+    partial = path.with_name(path.stem + ".partial.png")
+    fig.savefig(partial, metadata=_METADATA)
+    partial.replace(path)
+
+
+def plot_throughput(rows: Sequence[ScalingRow], path: Path, *, title: str) -> None:
+    """tokens/s against nodes with the ideal linear line and the spread over repeats."""
+    fig, ax = _figure()
+    nodes = [row.nodes for row in rows]
+    measured = [row.tokens_per_s for row in rows]
+    spread = [
+        [row.tokens_per_s - row.tokens_per_s_min for row in rows],
+        [row.tokens_per_s_max - row.tokens_per_s for row in rows],
+    ]
+    ax.plot(nodes, [row.ideal_tokens_per_s for row in rows], "--", color="grey", label="ideal")
+    ax.errorbar(nodes, measured, yerr=spread, marker="o", capsize=4, label="measured")
+    for row in rows:
+        ax.annotate(
+            f"{row.efficiency:.0%}",
+            (row.nodes, row.tokens_per_s),
+            textcoords="offset points",
+            xytext=(6, -12),
+            fontsize=8,
+        )
+    ax.set_xticks(nodes)
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("tokens/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, path)
+
+
+def plot_efficiency(rows: Sequence[ScalingRow], path: Path, *, title: str) -> None:
+    """Scaling efficiency against nodes, with the ideal 100% line."""
+    fig, ax = _figure()
+    nodes = [row.nodes for row in rows]
+    ax.plot(nodes, [100.0] * len(nodes), "--", color="grey", label="ideal")
+    ax.plot(nodes, [row.efficiency * 100 for row in rows], marker="o", label="measured")
+    for row in rows:
+        ax.annotate(
+            f"{row.efficiency:.0%}",
+            (row.nodes, row.efficiency * 100),
+            textcoords="offset points",
+            xytext=(6, -12),
+            fontsize=8,
+        )
+    ax.set_xticks(nodes)
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("scaling efficiency (%)")
+    ax.set_ylim(0, max(110.0, max(row.efficiency * 100 for row in rows) + 10))
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, path)
+
+
+def plot_busbw(
+    series: Mapping[int, Sequence[SizeRow]],
+    expected: Mapping[int, ExpectedBusbw | None],
+    path: Path,
+    *,
+    title: str,
+) -> None:
+    """In-place busbw against message size, one line per node count, with each node count's
+    expected busbw from the catalog as a dotted line (or band, for a range) where known."""
+    fig, ax = _figure()
+    sizes: set[int] = set()
+    for index, (nodes, rows) in enumerate(sorted(series.items())):
+        colour = f"C{index}"
+        xs = [row.size for row in rows]
+        sizes.update(xs)
+        ax.plot(xs, [row.in_place.busbw for row in rows], marker="o", ms=3, color=colour,
+                label=f"{nodes} node(s)")  # fmt: skip
+        want = expected.get(nodes)
+        if want is not None:
+            if want.low == want.high:
+                ax.axhline(want.low, ls=":", color=colour, label=f"expected, {nodes} node(s)")
+            else:
+                ax.axhspan(want.low, want.high, color=colour, alpha=0.12,
+                           label=f"expected, {nodes} node(s)")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ticks = sorted(sizes)
+    if len(ticks) > 8:
+        ticks = ticks[:: -(-len(ticks) // 8)]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([format_size(size) for size in ticks], fontsize=8)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s), in place")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, path)

@@ -1,0 +1,124 @@
+"""The machines: an Inventory of Nodes and how to reach them, and the Azure cluster a stack
+describes (ClusterSpec). Frozen values; stdlib and runner.redact only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from runner.redact import REDACTED
+
+
+class Accelerator(StrEnum):
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One machine that runs one launch script."""
+
+    name: str  # stable label used in logs: node-0, node-1, ...
+    address: str  # the address other nodes reach it on (rendezvous, --local-addr)
+    slots: int = 1  # processes it is meant to run: its GPUs, or a CPU share on CPU nodes
+    cpus: int = 1  # cores this node may use; split between its processes
+    # How to log in, where it differs from the inventory's SshAccess (hosts files).
+    ssh_host: str | None = None  # default: address
+    ssh_port: int | None = None
+    ssh_user: str | None = None
+    ssh_key: str | None = None  # path of a private key file
+
+
+@dataclass(frozen=True)
+class SshAccess:
+    """How the nodes of a real cluster are reached over SSH: by dtrun from this machine, and
+    by a head-only launcher (mpirun, horovodrun, DeepSpeed over pdsh) from node 0."""
+
+    user: str | None = None  # None: the local user name
+    port: int = 22
+    # The private key node 0 uses to reach the other nodes; None: ssh's own defaults there.
+    identity_file: str | None = None
+    jump_host: str | None = None  # dtrun reaches the nodes through this host (the head VM)
+    known_hosts: tuple[str, ...] = ()  # lines to check host keys against; empty: the user's
+    private_key: str | None = field(default=None, repr=False)  # secret: never printed
+    key_path: str | None = None  # a private key file, when not given inline
+    known_hosts_file: str | None = None  # where to check host keys; None: ~/.ssh/known_hosts
+    workdir: str = "/tmp/dtrun"  # where dtrun stages scripts on nodes without shared storage
+
+    def redacted(self) -> SshAccess:
+        return replace(self, private_key=REDACTED if self.private_key else None)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The nodes a benchmark may use, and how to run Python on them."""
+
+    source: str  # where it came from: "embedded", "hosts:FILE", "stack:NAME"
+    nodes: tuple[Node, ...]
+    python_bin: str  # directory, on every node, holding python and torchrun
+    code_dir: str  # directory, on every node, that holds the runner/workloads package
+    accelerator: Accelerator = Accelerator.CPU
+    size: str | None = None  # Azure VM size when known (catalog key)
+    # None: the nodes are processes on this machine and run no sshd (the embedded cluster),
+    # so launchers use their no-SSH modes.
+    ssh: SshAccess | None = None
+    shared_dir: str | None = None  # a directory every node mounts, when there is one
+    interface: str = "eth0"  # the network interface the nodes reach each other on
+    image: str | None = None  # the nodes' OS image (URN), when the cluster says
+
+    @property
+    def description(self) -> str:
+        return f"{self.source}: {len(self.nodes)} node(s), {self.accelerator.value}"
+
+    def redacted(self) -> Inventory:
+        """This inventory without secrets, for records and reports."""
+        return replace(self, ssh=self.ssh.redacted() if self.ssh else None)
+
+
+class StorageKind(StrEnum):
+    AZURE_FILES = "azurefiles"  # Azure Files premium, NFS 4.1
+    NETAPP = "netapp"  # Azure NetApp Files, NFS 4.1 on a delegated subnet
+    LUSTRE = "lustre"  # Azure Managed Lustre on its own subnet
+
+
+@dataclass(frozen=True)
+class StorageSpec:
+    kind: StorageKind
+    size_gib: int
+    mount_path: str
+    lustre_sku: str
+
+    # Where dtrun keeps its things on the shared storage (part of the stack outputs contract).
+    @property
+    def dtrun_dir(self) -> str:
+        return f"{self.mount_path}/.dtrun"
+
+    @property
+    def registry_dir(self) -> str:
+        """One JSON file per booted machine (docs/azure.md, "Boot")."""
+        return f"{self.dtrun_dir}/nodes"
+
+    @property
+    def venv_dir(self) -> str:
+        return f"{self.dtrun_dir}/venv"
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """An Azure InfiniBand cluster as the stack configuration describes it (validated)."""
+
+    name_prefix: str
+    location: str
+    vm_size: str
+    node_count: int
+    admin_user: str
+    admin_cidrs: tuple[str, ...]
+    ssh_public_key: str | None  # None: generate a key pair and export the private key
+    storage: StorageSpec
+    spot: bool
+    spot_max_price: float  # -1: up to the on-demand price
+    image: str  # URN: the catalog's for the size, or the override
+    head_vm_size: str
+    vnet_cidr: str
+    tags: tuple[tuple[str, str], ...]
+    python_packages: tuple[str, ...]

@@ -1,0 +1,69 @@
+"""What a plan hands an executor: every node's rendered script and launch files for one launch.
+Frozen values; stdlib and runner.spec.cluster only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner.spec.cluster import Node
+
+RESULT_FILE = "result.json"  # what rank 0 of a built-in workload writes beside the launch scripts
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One exported variable of a launch script, with the reason it is there."""
+
+    key: str
+    value: str
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class CliArg:
+    """Command-line arguments of a launcher, with the reason they are there."""
+
+    args: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """What one node runs for one point of the sweep."""
+
+    node: Node
+    node_rank: int
+    script_name: str
+    script: str
+    # A service node runs servers that never exit on their own (TensorFlow's parameter servers):
+    # the launch is done when every other node has exited 0, and then it is stopped.
+    service: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchFile:
+    """A file a launch needs beside its scripts: hostfile, config, wrapper. Same on every node."""
+
+    name: str
+    content: str
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Every node's rendered launch for one node count. Pure data: print it, test it, run it."""
+
+    launcher: str
+    workload: str
+    nnodes: int
+    procs_per_node: int
+    world_size: int
+    batch_per_proc: int | None  # None: not a built-in workload
+    rdzv_id: str
+    master_addr: str
+    master_port: int
+    # The nodes that run a script: every node, or only the head for launchers that start the
+    # other nodes' ranks themselves (mpirun, horovodrun, deepspeed over pdsh).
+    launches: tuple[NodeLaunch, ...]
+    files: tuple[LaunchFile, ...] = ()  # written beside the scripts on every node
+    nodes: tuple[Node, ...] = ()  # every node of this point, whether it runs a script or not

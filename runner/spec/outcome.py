@@ -1,0 +1,100 @@
+"""How launches ended: each node's exit, each (node count, repeat) point's status. Frozen
+values; stdlib only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """How one node's launch ended."""
+
+    node: str
+    address: str
+    exit_code: int | None  # None: still running when dtrun stopped it
+    log_path: str
+    wall_s: float
+
+
+class RunStatus(StrEnum):
+    """How one launch ended (runs.json, run.json)."""
+
+    RUNNING = "running"  # run.json while `dtrun run` is under way; never in runs.json
+    OK = "ok"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One launch of one plan: a (node count, repeat) point of the sweep."""
+
+    nodes: int
+    repeat: int
+    status: RunStatus
+    wall_s: float
+    run_dir: str  # relative to the sweep's directory, e.g. "n2/r0"
+    node_results: tuple[NodeResult, ...] = ()
+    error: str | None = None
+
+
+class SweepStatus(StrEnum):
+    """How a whole sweep stands (runs.json "status")."""
+
+    RUNNING = "running"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class GateStatus(StrEnum):
+    """The health gate's verdict (health.json "status")."""
+
+    PASSED = "passed"
+    WARNED = "warned"  # some nodes below the pass mark; the sweep runs
+    FAILED = "failed"  # some nodes below it under --strict; the sweep stops
+    SKIPPED = "skipped"  # no pass mark known, one process per node, or --no-health-gate
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """One node's health-gate check."""
+
+    node: str
+    address: str
+    busbw: float | None  # in-place busbw at the gate's size, GB/s; None: it did not run
+    passed: bool
+    error: str | None = None
+    directory: str = ""  # relative to the run directory
+
+
+@dataclass(frozen=True)
+class Health:
+    """The health gate's outcome (health.json)."""
+
+    status: GateStatus
+    note: str = ""
+    threshold_gbs: float | None = None
+    threshold_source: str | None = None
+    size: str | None = None
+    procs_per_node: int | None = None
+    nodes: tuple[NodeHealth, ...] = ()
+
+    @property
+    def below(self) -> tuple[NodeHealth, ...]:
+        return tuple(node for node in self.nodes if not node.passed)
+
+    def describe(self) -> str:
+        if self.status is GateStatus.SKIPPED:
+            return f"health gate skipped: {self.note}"
+        checked = f"{len(self.nodes)} node(s) at {self.size}, pass mark {self.threshold_gbs:g} GB/s"
+        if not self.below:
+            return f"health gate passed: {checked}"
+        names = ", ".join(
+            f"{n.node} ({n.busbw:.1f} GB/s)" if n.busbw is not None else f"{n.node} (did not run)"
+            for n in self.below
+        )
+        return f"health gate: {len(self.below)} below the mark ({names}); {checked}"

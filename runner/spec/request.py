@@ -1,0 +1,223 @@
+"""What the user asked: a `dtrun bench` sweep (BenchSpec) or a `dtrun run` (RunSpec), with the
+model, strategy, launcher and measurement settings they name. Frozen values, checked by
+runner.plan.resolve; stdlib and runner.redact only."""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass, field, replace
+from enum import StrEnum
+
+from runner.redact import redact_args, redact_env, secret_args, secret_values
+from runner.spec.cluster import Accelerator
+
+
+class ScalingMode(StrEnum):
+    """How the work changes with the node count (docs/facts.md §7)."""
+
+    WEAK = "weak"  # fixed work per process: the global batch grows with the world size
+    STRONG = "strong"  # fixed total work: the global batch is split across the world
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A GPT-style decoder: layers x (attention + MLP), tied embedding."""
+
+    layers: int = 2
+    d_model: int = 128
+    heads: int = 4
+    seq_len: int = 64
+    vocab: int = 1024
+    preset: str | None = None  # the preset (runner/plan/presets.py) the shape started from
+
+
+class PipelineSchedule(StrEnum):
+    """torch.distributed.pipelining schedules the pipeline strategy can run."""
+
+    GPIPE = "gpipe"  # every forward, then every backward
+    ONE_F_ONE_B = "1f1b"  # one forward, one backward in the steady state
+    INTERLEAVED_1F1B = "interleaved-1f1b"  # 1F1B over 2+ stages per rank (Megatron-LM)
+
+
+class TrainDtype(StrEnum):
+    """What the training workload computes in (docs/workloads.md "Training strategies")."""
+
+    AUTO = "auto"  # bfloat16 on GPUs, float32 on CPUs
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"  # autocast (DeepSpeed: its bf16 mode); emulated, slower, on CPUs
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """How the built-in training workload trains (docs/workloads.md "Training strategies").
+
+    None means "not given": the plan resolves the defaults per point, and refuses pipeline
+    settings given to another strategy.
+    """
+
+    name: str | None = None  # ddp, fsdp, zero1, zero2, zero3, pipeline; None: the launcher's
+    schedule: PipelineSchedule | None = None  # pipeline; None: 1f1b
+    micro_batches: int | None = None  # pipeline: micro-batches per step; None: 4
+    pp_size: int | None = None  # pipeline: ranks per pipeline; None: every rank of the point
+    stages_per_rank: int | None = None  # pipeline; None: 1, or 2 for interleaved-1f1b
+
+
+class Rendezvous(StrEnum):
+    """How torchrun's agents find each other."""
+
+    C10D = "c10d"  # a c10d store on the first node; torchrun numbers the nodes itself
+    STATIC = "static"  # fixed --node-rank per node, master address and port given
+
+
+class HorovodController(StrEnum):
+    GLOO = "gloo"
+    MPI = "mpi"
+
+
+class TfStrategy(StrEnum):
+    """The tf.distribute strategy the TF_CONFIG files are laid out for."""
+
+    MULTI_WORKER_MIRRORED = "multi-worker-mirrored"  # one worker per node
+    PARAMETER_SERVER = "parameter-server"  # workers, parameter servers and a chief
+
+
+@dataclass(frozen=True)
+class LauncherOptions:
+    """Settings that only some launchers read; each launcher reads its own."""
+
+    rendezvous: Rendezvous = Rendezvous.C10D  # torchrun
+    # The ZeRO stage of the built-in training workload, short for --strategy zeroN; None: not
+    # given (the deepspeed launcher then trains with ZeRO 2).
+    zero_stage: int | None = None
+    horovod_controller: HorovodController = HorovodController.GLOO  # horovodrun
+    tf_strategy: TfStrategy = TfStrategy.MULTI_WORKER_MIRRORED  # tensorflow
+    tf_ps: int = 1  # tensorflow, parameter-server strategy: parameter server tasks
+
+
+class LauncherName(StrEnum):
+    """How processes are started on the nodes (runner/plan/launchers/, one module each)."""
+
+    TORCHRUN = "torchrun"
+    DEEPSPEED = "deepspeed"
+    HOROVODRUN = "horovodrun"
+    MPIRUN = "mpirun"
+    TENSORFLOW = "tensorflow"
+
+
+class Framework(StrEnum):
+    """The distributed library a built-in workload's processes train with: what a launcher
+    starts by default and what a training strategy needs. It picks the workload's module
+    (runner/plan/workloads.py). Not to be confused with an engine (embedded, SSH, Slurm: where
+    the nodes come from and how scripts start on them) or the workloads' training engine (DDP,
+    FSDP, pipeline, DeepSpeed), which result.json records as "engine"."""
+
+    TORCH = "torch"  # torch.distributed: runner.workloads.train (DDP, FSDP, pipelines)
+    DEEPSPEED = "deepspeed"  # DeepSpeed's engine: runner.workloads.train_deepspeed (ZeRO 1-3)
+
+
+class ProgramKind(StrEnum):
+    MODULE = "module"  # python -m TARGET ARGS, with the nodes' Python
+    SCRIPT = "script"  # python TARGET ARGS, with the nodes' Python
+    EXECUTABLE = "executable"  # TARGET ARGS, run as it is
+
+
+@dataclass(frozen=True)
+class Program:
+    """What every process of a launch runs; each launcher places it in its own syntax."""
+
+    kind: ProgramKind
+    target: str
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AllreduceSpec:
+    """The all-reduce measurement, in nccl-tests' all_reduce_perf terms (-b/-e, -d, -w, -n)."""
+
+    sizes: str | None = None  # "4K:64M" doubling or "1M,16M"; None: the accelerator's default
+    dtype: str = "float32"
+    warmup: int = 5
+    iters: int = 20
+
+    def sizes_for(self, accelerator: Accelerator) -> str:
+        """The message sizes to measure: the asked ones, or a range that finishes on this
+        accelerator in seconds (gloo over loopback moves ~1 GB/s; NCCL hundreds)."""
+        if self.sizes is not None:
+            return self.sizes
+        return "4K:1G" if accelerator is Accelerator.CUDA else "4K:16M"
+
+
+@dataclass(frozen=True)
+class HealthGate:
+    """A single-node all-reduce on every node before the sweep, against an expected busbw."""
+
+    enabled: bool = True
+    strict: bool = False  # fail the sweep below the threshold, instead of warning
+    threshold_gbs: float | None = None  # None: the catalog's pass mark for the size
+    size: str | None = None  # message size; None: the catalog's (8G, as Azure's health check)
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """What `dtrun bench` and `dtrun run` share about starting processes on the nodes."""
+
+    run_id: str
+    _: KW_ONLY
+    launcher: str = "torchrun"  # a LauncherName, as typed; runner.plan.resolve checks it
+    procs_per_node: int = 1
+    env: tuple[tuple[str, str], ...] = ()  # user --env KEY=VALUE, in order; later keys win
+    rdzv_port: int = 29400
+    launch: LauncherOptions = field(default_factory=LauncherOptions)
+    nccl_debug: bool = False  # NCCL_DEBUG=INFO on every node
+    cluster_env: bool = False  # also export the MPI-style cluster variables (docs/launchers.md)
+
+    @property
+    def master_port(self) -> int:
+        """MASTER_PORT sits next to the rendezvous port."""
+        return self.rdzv_port + 1
+
+    def secrets(self) -> tuple[str, ...]:
+        """The values ``redacted`` hides, for copies of files that hold them (results store)."""
+        return secret_values(self.env)
+
+
+@dataclass(frozen=True)
+class BenchSpec(LaunchRequest):
+    """Everything the user asked of one `dtrun bench` sweep."""
+
+    node_counts: tuple[int, ...] = (1, 2)
+    workload: str = "train"
+    mode: ScalingMode = ScalingMode.WEAK
+    steps: int = 20
+    warmup: int = 5
+    repeat: int = 1
+    batch: int = 8  # per process in weak mode; per process at the smallest node count in strong
+    global_batch: int | None = None  # strong mode: the fixed global batch (default from batch)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    timeout_s: float = 600.0
+    strategy: StrategySpec = field(default_factory=StrategySpec)  # the train workload's
+    dtype: TrainDtype = TrainDtype.AUTO  # the train workload's arithmetic
+    allreduce: AllreduceSpec = field(default_factory=AllreduceSpec)
+    busbw: bool = True  # training launches also measure all-reduce busbw at the gradient size
+    health: HealthGate = field(default_factory=HealthGate)
+    project_tokens: int = 10**9  # the report's time-to-train projection: tokens to train on
+
+    def redacted(self) -> BenchSpec:
+        """This spec with the values of secret-looking --env variables replaced."""
+        return replace(self, env=redact_env(self.env))
+
+
+@dataclass(frozen=True)
+class RunSpec(LaunchRequest):
+    """Everything the user asked of one `dtrun run`: their own program, on every node."""
+
+    program: Program
+    nodes: int = 1
+    timeout_s: float | None = None  # None: as long as the program runs
+
+    def redacted(self) -> RunSpec:
+        """This spec with secret-looking --env values and program arguments replaced."""
+        program = replace(self.program, args=redact_args(self.program.args))
+        return replace(self, env=redact_env(self.env), program=program)
+
+    def secrets(self) -> tuple[str, ...]:
+        return super().secrets() + secret_args(self.program.args)

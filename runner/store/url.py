@@ -1,0 +1,95 @@
+"""`--results URL`, parsed and checked before anything else happens. Pure."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+
+from runner.errors import UsageError
+
+# Bucket names: 3-63 characters of lowercase letters, digits, '.' and '-', starting and ending
+# with a letter or digit (the rules of AWS S3, which S3-compatible stores follow).
+SCHEMES = ("s3",)  # the keys of runner.store.s3.STORES (a test keeps them equal)
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+
+
+@dataclass(frozen=True)
+class StoreUrl:
+    """``s3://bucket/prefix``: where runs go, each under ``prefix/<run-id>/``."""
+
+    scheme: str
+    bucket: str
+    prefix: str = ""  # without leading or trailing '/'; may be empty
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
+
+    def key(self, run_id: str, relative: str = "") -> str:
+        return "/".join(part for part in (self.prefix, run_id, relative) if part)
+
+    def run_url(self, run_id: str) -> str:
+        """``s3://bucket/prefix/<run-id>/``, the URL printed when the upload is done."""
+        return f"{self.scheme}://{self.bucket}/{self.key(run_id)}/"
+
+
+def parse_results_url(text: str) -> StoreUrl:
+    """``s3://bucket/some/prefix`` -> StoreUrl; anything else is a UsageError saying why."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        guess = f"s3://{text.lstrip('/')}" if text and ":" not in text else "s3://bucket/prefix"
+        raise UsageError(
+            f"--results {text!r} is not a store URL",
+            why="it names no scheme",
+            fix=f"pass --results s3://BUCKET/PREFIX, e.g. --results {guess}",
+        )
+    if scheme.lower() in ("s3a", "s3n", "https", "http"):
+        raise UsageError(
+            f"--results {text!r} is not an s3:// URL",
+            why=f"{scheme}:// is another tool's spelling; boto3 takes the bucket and prefix",
+            fix="pass --results s3://BUCKET/PREFIX (an S3-compatible endpoint goes in "
+            "AWS_ENDPOINT_URL_S3)",
+        )
+    if scheme != "s3":
+        raise UsageError(
+            f"--results {text!r} names a store dtrun cannot write",
+            why=f"supported: {', '.join(f'{name}://' for name in SCHEMES)}",
+            fix="pass --results s3://BUCKET/PREFIX, or leave --results out to keep runs/ only",
+        )
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise UsageError(
+            f"--results {text!r} names no bucket",
+            fix="pass --results s3://BUCKET/PREFIX, e.g. --results s3://my-results/dtrun",
+        )
+    problem = bucket_name_problem(bucket)
+    if problem:
+        raise UsageError(
+            f"--results {text!r}: {bucket!r} is not a valid bucket name",
+            why=problem,
+            fix="pass the bucket's exact name, e.g. --results s3://my-results/dtrun",
+        )
+    return StoreUrl(scheme, bucket, prefix.strip("/"))
+
+
+def bucket_name_problem(bucket: str) -> str:
+    """Why ``bucket`` cannot be an S3 bucket name, or "" when it can."""
+    if not 3 <= len(bucket) <= 63:
+        return f"bucket names have 3 to 63 characters, not {len(bucket)}"
+    if not _BUCKET.match(bucket):
+        return (
+            "bucket names hold lowercase letters, digits, '.' and '-' only, "
+            "and start and end with a letter or digit"
+        )
+    if ".." in bucket:
+        return "bucket names have no two '.' in a row"
+    try:
+        ipaddress.IPv4Address(bucket)
+    except ValueError:
+        return ""
+    return "a bucket name cannot be an IP address"
+
+
+def _is_aws(endpoint: str) -> bool:
+    host = endpoint.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))

@@ -1,0 +1,69 @@
+"""One launch of a plan, executed: its node scripts run, its result read, its end recorded as a
+value. Every launch of a sweep (health-gate checks and points) and `dtrun run` go through here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.errors import DtrunError, RunError, RunTimeoutError
+from runner.execute import Executor, LineSink
+from runner.plan.sweep import Launch
+from runner.report.results import Result, load_result
+from runner.spec.launch import RESULT_FILE, LaunchPlan
+from runner.spec.outcome import NodeResult, RunResult, RunStatus
+
+Ready = Callable[[LaunchPlan], None]  # the readiness barrier before a launch; raises if not
+
+
+def always_ready(plan: LaunchPlan) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one launch ended; a failure comes back as a value so it can be recorded first."""
+
+    run: RunResult
+    result: Result | None = None  # the workload's result.json, when it ended well
+    error: DtrunError | None = None
+
+
+def status_of(error: DtrunError) -> RunStatus:
+    return RunStatus.TIMEOUT if isinstance(error, RunTimeoutError) else RunStatus.FAILED
+
+
+def run_launch(
+    launch: Launch,
+    run_path: Path,
+    executor: Executor,
+    *,
+    timeout_s: float,
+    on_line: LineSink,
+    ready: Ready,
+) -> Outcome:
+    """Wait for the launch's nodes, run it into run_path/<its workdir>, read its result."""
+    plan = launch.plan
+    workdir = run_path / launch.workdir
+    started = time.monotonic()
+    try:
+        ready(plan)
+        nodes: tuple[NodeResult, ...] = executor.run(
+            plan, workdir, timeout_s=timeout_s, on_line=on_line
+        )
+        result = load_result(workdir / RESULT_FILE)
+    except DtrunError as exc:
+        node_results = exc.node_results if isinstance(exc, RunError) else ()
+        wall = time.monotonic() - started
+        run = RunResult(
+            plan.nnodes, launch.repeat, status_of(exc), wall, launch.workdir, node_results,
+            exc.message,
+        )  # fmt: skip
+        return Outcome(run, error=exc)
+    wall = time.monotonic() - started
+    return Outcome(
+        RunResult(plan.nnodes, launch.repeat, RunStatus.OK, wall, launch.workdir, nodes), result
+    )

@@ -1,0 +1,76 @@
+"""`dtrun run`: the user's own program, planned, executed once and recorded in run.json."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.errors import RunError, RunInterruptedError
+from runner.execute import Executor, LineSink, discard
+from runner.plan.resolve import ResolvedRun
+from runner.plan.sweep import plan_run
+from runner.record.rundir import RunDir, create_run_dir, launch_dir, write_run_record
+from runner.spec.cluster import Inventory
+from runner.spec.launch import LaunchPlan
+from runner.spec.outcome import NodeResult, RunStatus
+from runner.sweep.launch import Ready, always_ready, status_of
+
+
+@dataclass(frozen=True)
+class ProgramRun:
+    """A finished `dtrun run`: where it ran and how every node ended."""
+
+    run_dir: RunDir
+    launch_dir: Path
+    plan: LaunchPlan
+    nodes: tuple[NodeResult, ...]
+    wall_s: float
+
+
+def run_program(
+    resolved: ResolvedRun,
+    inventory: Inventory,
+    output: Path,
+    executor: Executor,
+    on_line: LineSink = discard,
+    on_begin: Callable[[RunDir, LaunchPlan], None] | None = None,
+    ready: Ready = always_ready,
+) -> ProgramRun:
+    """Plan the user's program, run it once in output/<run-id>/launch/, record it.
+
+    A failed, timed-out or interrupted run is recorded in run.json before its error is raised.
+    """
+    spec = resolved.spec
+    plan = plan_run(resolved, inventory)
+    run_dir = create_run_dir(output, spec.run_id)
+    workdir = launch_dir(run_dir)
+    write_run_record(run_dir, spec, inventory, plan, status=RunStatus.RUNNING)
+    if on_begin is not None:
+        on_begin(run_dir, plan)
+    started = time.monotonic()
+    timeout = spec.timeout_s if spec.timeout_s is not None else math.inf
+    try:
+        ready(plan)
+        nodes = executor.run(plan, workdir, timeout_s=timeout, on_line=on_line)
+    except RunError as exc:
+        write_run_record(
+            run_dir, spec, inventory, plan, status=status_of(exc), error=exc.message,
+            wall_s=time.monotonic() - started, nodes=exc.node_results,
+        )  # fmt: skip
+        raise
+    except KeyboardInterrupt:
+        write_run_record(
+            run_dir, spec, inventory, plan, status=RunStatus.INTERRUPTED,
+            error="interrupted by the user (Ctrl-C)", wall_s=time.monotonic() - started,
+        )  # fmt: skip
+        raise RunInterruptedError(
+            "interrupted",
+            why="every process dtrun started was stopped",
+            fix=f"node logs are kept in {workdir}",
+        ) from None
+    wall = time.monotonic() - started
+    write_run_record(run_dir, spec, inventory, plan, status=RunStatus.OK, wall_s=wall, nodes=nodes)
+    return ProgramRun(run_dir, workdir, plan, nodes, wall)

@@ -1,0 +1,190 @@
+"""Running a sweep plan: the health gate's launches, then every point with its repeats, each
+recorded as it ends.
+
+Nothing finished is ever lost: runs.json is rewritten after every launch, and the summary and
+report are rebuilt on the way out whether the sweep completed, failed or was interrupted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.errors import DtrunError, RunInterruptedError
+from runner.execute import Executor, LineSink, discard
+from runner.plan.sweep import Launch, SweepPlan
+from runner.record.rundir import (
+    RunDir,
+    create_run_dir,
+    write_health,
+    write_manifest,
+    write_plans,
+    write_runs,
+)
+from runner.report.build import Report
+from runner.report.builder import ReportBuilder
+from runner.report.results import Result
+from runner.spec.cluster import Node
+from runner.spec.launch import LaunchPlan
+from runner.spec.outcome import GateStatus, Health, RunResult, RunStatus, SweepStatus
+from runner.sweep.gate import judge, refuse, skipped
+from runner.sweep.launch import Outcome, Ready, always_ready, run_launch
+
+INTERRUPTED = "interrupted by the user (Ctrl-C)"
+
+
+def _ignore_begin(run_dir: RunDir) -> None:
+    pass
+
+
+def _ignore_start(plan: LaunchPlan, repeat: int) -> None:
+    pass
+
+
+def _ignore_done(run: RunResult, result: Result | None) -> None:
+    pass
+
+
+def _ignore_node(node: Node, index: int, total: int) -> None:
+    pass
+
+
+def _ignore_health(health: Health) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class SweepEvents:
+    """What the caller hears while the sweep runs (the CLI draws progress from these)."""
+
+    on_begin: Callable[[RunDir], None] = _ignore_begin
+    on_line: LineSink = discard
+    on_start: Callable[[LaunchPlan, int], None] = _ignore_start
+    on_done: Callable[[RunResult, Result | None], None] = _ignore_done
+    on_gate_node: Callable[[Node, int, int], None] = _ignore_node  # a gate check starts
+    on_health: Callable[[Health], None] = _ignore_health  # the gate's verdict
+
+
+@dataclass
+class Sweep:
+    run_dir: RunDir
+    runs: list[RunResult] = field(default_factory=list)
+    report: Report | None = None
+    health: Health | None = None
+
+
+class _Runner:
+    """One sweep plan under way: its run directory, its records, the launch it is in."""
+
+    def __init__(
+        self,
+        plan: SweepPlan,
+        run_dir: RunDir,
+        executor: Executor,
+        events: SweepEvents,
+        ready: Ready,
+    ) -> None:
+        self.plan, self.executor, self.events, self.ready = plan, executor, events, ready
+        self.sweep = Sweep(run_dir)
+        self.status = SweepStatus.RUNNING
+        self.error: str | None = None
+        self.current: tuple[Launch, float] | None = None  # the point under way, and its start
+
+    def launch(self, launch: Launch) -> Outcome:
+        """Every launch of the sweep, the gate's and the points', runs through here."""
+        return run_launch(
+            launch,
+            self.sweep.run_dir.path,
+            self.executor,
+            timeout_s=self.plan.spec.timeout_s,
+            on_line=self.events.on_line,
+            ready=self.ready,
+        )
+
+    def gate(self) -> Health:
+        gate, path = self.plan.gate, self.sweep.run_dir.path
+        if isinstance(gate, str):
+            health = skipped(gate)
+        else:
+            outcomes = []
+            for index, check in enumerate(gate.checks):
+                self.events.on_gate_node(check.plan.nodes[0], index, len(gate.checks))
+                outcomes.append(self.launch(check))
+            health = judge(gate, outcomes, strict=self.plan.spec.health.strict)
+        write_health(path, health)
+        if health.status is GateStatus.FAILED:
+            raise refuse(health, str(path))
+        return health
+
+    def points(self) -> None:
+        for launch in self.plan.launches:
+            self.events.on_start(launch.plan, launch.repeat)
+            self.current = (launch, time.monotonic())
+            outcome = self.launch(launch)
+            self.current = None
+            self.record(outcome.run)
+            self.events.on_done(outcome.run, outcome.result)
+            if outcome.error is not None:
+                self.status, self.error = SweepStatus.FAILED, outcome.error.message
+                raise outcome.error
+
+    def record(self, run: RunResult) -> None:
+        self.sweep.runs.append(run)
+        write_runs(self.sweep.run_dir, self.sweep.runs, self.status, self.error)
+
+    def interrupted(self) -> None:
+        self.status, self.error = SweepStatus.INTERRUPTED, INTERRUPTED
+        if self.current is not None:
+            launch, started = self.current
+            wall = time.monotonic() - started
+            self.sweep.runs.append(
+                RunResult(
+                    launch.plan.nnodes, launch.repeat, RunStatus.INTERRUPTED, wall,
+                    launch.workdir, (), INTERRUPTED,
+                )
+            )  # fmt: skip
+
+
+def run_sweep(
+    plan: SweepPlan,
+    output: Path,
+    executor: Executor,
+    events: SweepEvents | None = None,
+    ready: Ready = always_ready,
+) -> Sweep:
+    """Run a sweep plan into output/<run-id>/: the gate, then every launch of every point.
+
+    Raises the first RunError after recording it. ``ready`` runs before every launch (nodes
+    reachable and, with --check, healthy).
+    """
+    events = events or SweepEvents()
+    spec = plan.spec
+    run_dir = create_run_dir(output, spec.run_id)
+    events.on_begin(run_dir)
+    write_manifest(run_dir, spec, plan.inventory, plan.environment)
+    write_plans(run_dir, plan.points)
+    reporter = ReportBuilder()  # readies its tools while the nodes run
+    runner = _Runner(plan, run_dir, executor, events, ready)
+    try:
+        try:
+            runner.sweep.health = runner.gate()
+        except DtrunError as exc:
+            runner.status, runner.error = SweepStatus.FAILED, exc.message
+            raise
+        events.on_health(runner.sweep.health)
+        runner.points()
+        runner.status = SweepStatus.COMPLETE
+    except KeyboardInterrupt:
+        runner.interrupted()
+        raise RunInterruptedError(
+            "interrupted",
+            why="every process dtrun started was stopped",
+            fix=f"finished launches are kept in {run_dir.path}; rebuild the report with "
+            f"`dtrun report {run_dir.path}`",
+        ) from None
+    finally:
+        write_runs(run_dir, runner.sweep.runs, runner.status, runner.error)
+        runner.sweep.report = reporter.build(run_dir)
+    return runner.sweep
