@@ -97,9 +97,13 @@ def bench_spec(
     from runner.cli.parse import parse_env, parse_node_counts
     from runner.plan.presets import resolve_model
 
+    # Parsed in the order the command always checked them, so the first bad value is reported.
+    counts = parse_node_counts(sweep.nodes)
+    run_id = _run_id(launching)
     shape = {name: getattr(model, name) for name in ("layers", "d_model", "heads", "seq_len")}
+    resolved_model = resolve_model(model.preset, vocab=model.vocab, **shape)
     return BenchSpec(
-        _run_id(launching),
+        run_id,
         launcher=launching.launcher,
         procs_per_node=launching.procs_per_node,
         env=parse_env(launching.env or []),
@@ -107,7 +111,7 @@ def bench_spec(
         launch=launching.options,
         nccl_debug=launching.nccl_debug,
         cluster_env=launching.cluster_env,
-        node_counts=parse_node_counts(sweep.nodes),
+        node_counts=counts,
         workload=sweep.workload,
         mode=sweep.mode,
         steps=sweep.steps,
@@ -115,7 +119,7 @@ def bench_spec(
         repeat=sweep.repeat,
         batch=sweep.batch,
         global_batch=sweep.global_batch,
-        model=resolve_model(model.preset, vocab=model.vocab, **shape),
+        model=resolved_model,
         timeout_s=sweep.timeout,
         strategy=strategy.spec,
         dtype=strategy.dtype,
@@ -232,8 +236,10 @@ def run(
     from runner.plan.sweep import plan_run
 
     with session(launching, where) as current:
+        run_id = _run_id(launching)
+        program = parse_command(command or [], Path.cwd())
         spec = RunSpec(
-            _run_id(launching),
+            run_id,
             launcher=launching.launcher,
             procs_per_node=launching.procs_per_node,
             env=parse_env(launching.env or []),
@@ -241,7 +247,7 @@ def run(
             launch=launching.options,
             nccl_debug=launching.nccl_debug,
             cluster_env=launching.cluster_env,
-            program=parse_command(command or [], Path.cwd()),
+            program=program,
             nodes=nodes,
             timeout_s=timeout,
         )

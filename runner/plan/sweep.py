@@ -15,7 +15,7 @@ from runner.plan.resolve import Point, ResolvedBench, ResolvedRun
 from runner.plan.strategies import EngineSetup, bf16
 from runner.plan.workloads import ALLREDUCE_MODULE, allreduce_args
 from runner.spec.cluster import Accelerator, Inventory, Node
-from runner.spec.launch import EnvVar, LaunchPlan
+from runner.spec.launch import EnvVar, LaunchPlan, point_dir
 from runner.spec.request import BenchSpec, Program, ProgramKind
 
 HEALTH_DIR = "health"  # the gate's launches, one directory per node, in the run directory
@@ -73,11 +73,12 @@ class SweepPlan:
 
 
 def plan_sweep(resolved: ResolvedBench, inventory: Inventory) -> SweepPlan:
-    require_nodes(inventory, resolved.largest)
+    for point in resolved.points:  # smallest first: the first count that does not fit is named
+        require_nodes(inventory, point.nodes)
     spec = resolved.spec
     points = tuple(plan_point(resolved, inventory, point) for point in resolved.points)
     launches = tuple(
-        Launch(LaunchKind.POINT, plan, f"n{plan.nnodes}/r{repeat}", repeat)
+        Launch(LaunchKind.POINT, plan, point_dir(plan.nnodes, repeat), repeat)
         for plan in points
         for repeat in range(spec.repeat)
     )

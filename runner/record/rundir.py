@@ -35,7 +35,7 @@ from runner.errors import OutputDirError, ResultError
 from runner.record import manifest
 from runner.redact import REDACTED, is_secret_name
 from runner.spec.cluster import Inventory
-from runner.spec.launch import EnvVar, LaunchPlan
+from runner.spec.launch import EnvVar, LaunchPlan, point_dir
 from runner.spec.outcome import Health, NodeResult, RunResult, RunStatus, SweepStatus
 from runner.spec.request import BenchSpec, RunSpec
 
@@ -114,7 +114,7 @@ class RunDir:
         return self.path / "report.html"
 
     def point(self, nodes: int, repeat: int) -> Path:
-        return self.path / f"n{nodes}" / f"r{repeat}"
+        return self.path / point_dir(nodes, repeat)
 
     def plan_dir(self, nodes: int) -> Path:
         return self.path / "plan" / f"n{nodes}"

@@ -10,6 +10,11 @@ from runner.spec.cluster import Node
 RESULT_FILE = "result.json"  # what rank 0 of a built-in workload writes beside the launch scripts
 
 
+def point_dir(nodes: int, repeat: int) -> str:
+    """Where one launch of a sweep's point keeps its files, relative to the run directory."""
+    return f"n{nodes}/r{repeat}"
+
+
 @dataclass(frozen=True)
 class EnvVar:
     """One exported variable of a launch script, with the reason it is there."""

@@ -47,7 +47,7 @@ class Upload:
 
 
 class ResultsStore(Protocol):
-    """One store per URL scheme (see STORES)."""
+    """One store per URL scheme (see runner.store.s3.STORES)."""
 
     url: StoreUrl
 
@@ -64,9 +64,9 @@ class ResultsStore(Protocol):
 def files_to_upload(run_dir: Path) -> list[Path]:
     """Every regular file under ``run_dir``, sorted, without half-written temporaries.
 
-    ``*.partial*`` are the atomic writes of record.py caught mid-way; ``.write-test`` is the
-    probe that checks the directory can be written. Symbolic links to directories are not
-    followed (a program's working directory may link to a dataset).
+    ``*.partial*`` are the atomic writes of runner/record/rundir.py caught mid-way;
+    ``.write-test`` is the probe that checks the directory can be written. Symbolic links to
+    directories are not followed (a program's working directory may link to a dataset).
     """
     found = []
     for root, dirs, names in os.walk(run_dir):

@@ -1,10 +1,8 @@
 """Where a finished run directory goes besides runs/<run-id>/: `--results s3://bucket/prefix`.
 
 The local run directory is always the primary copy; a store only ever receives a copy of it,
-and nothing here deletes or changes a local file. Two halves:
-
-- ``parse_results_url`` is pure: it checks the URL before anything else happens.
-- ``S3Store`` acts: ``preflight()`` before the run (credentials from boto3's usual chain, the
+and nothing here deletes or changes a local file. The URL is parsed first (runner/store/url.py);
+``S3Store`` acts: ``preflight()`` before the run (credentials from boto3's usual chain, the
   bucket reachable and ours to use) so a bad store fails in seconds, not after the sweep;
   ``upload()`` after it, every file under the run directory to ``prefix/<run-id>/<path>``.
 
@@ -32,14 +30,6 @@ from runner.store.base import (
     secret_values,
 )
 from runner.store.url import StoreUrl, _is_aws
-
-if TYPE_CHECKING:
-    from boto3.session import Session
-    from botocore.exceptions import ClientError
-    from mypy_boto3_s3.client import S3Client
-    from s3transfer.futures import TransferFuture
-    from s3transfer.subscribers import BaseSubscriber
-
 
 if TYPE_CHECKING:
     from boto3.session import Session

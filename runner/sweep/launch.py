@@ -1,6 +1,6 @@
-"""One launch of a plan, executed: its node scripts run, its result read, its end recorded as a
-value. Every launch of a sweep (health-gate checks and points) and `dtrun run` go through here.
-"""
+"""One launch of a sweep plan, executed: its node scripts run, its result read, how it ended
+returned as a value (the caller records it). Every launch of a sweep, health-gate checks and
+points alike, goes through ``run_launch``."""
 
 from __future__ import annotations
 
