@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.cluster.embedded import embedded_inventory
-from runner.cluster.hosts import Defaults, parse_hosts_file
 from runner.cluster.outputs import StackOutputs, inventory_from_stack, parse_outputs
 from runner.cluster.readiness import wait_until_ready
 from runner.errors import InventoryError, UsageError
@@ -130,6 +129,8 @@ def open_cluster(
     from runner.execute.sshsession import SshSession
 
     if choice.hosts is not None:
+        from runner.cluster.hosts import Defaults, parse_hosts_file  # yaml: only for hosts files
+
         defaults = Defaults(getpass.getuser(), python_bin=embedded_inventory(1).python_bin)
         inventory = parse_hosts_file(_read(choice.hosts, "hosts file"), str(choice.hosts), defaults)
         with SshSession(
