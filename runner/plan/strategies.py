@@ -31,7 +31,7 @@ def bf16(bench: BenchSpec, inventory: Inventory) -> bool:
 
 
 @dataclass(frozen=True)
-class EngineSetup:
+class StrategySetup:
     args: tuple[str, ...] = ()  # appended to the workload's own arguments
     files: tuple[LaunchFile, ...] = ()  # written beside the launch scripts
 
@@ -56,7 +56,7 @@ class Strategy(Protocol):
 
     def setup(
         self, bench: BenchSpec, inventory: Inventory, batch: int, world_size: int
-    ) -> EngineSetup: ...
+    ) -> StrategySetup: ...
 
 
 def _refuse_pipeline_options(spec: StrategySpec, strategy: str) -> None:
@@ -91,8 +91,8 @@ class TorchDataParallel:
 
     def setup(
         self, bench: BenchSpec, inventory: Inventory, batch: int, world_size: int
-    ) -> EngineSetup:
-        return EngineSetup(self.args)
+    ) -> StrategySetup:
+        return StrategySetup(self.args)
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class Zero:
 
     def setup(
         self, bench: BenchSpec, inventory: Inventory, batch: int, world_size: int
-    ) -> EngineSetup:
+    ) -> StrategySetup:
         config = {
             # DeepSpeed checks train = micro x accumulation x world; dtrun accumulates nothing.
             "train_batch_size": batch * world_size,
@@ -132,7 +132,7 @@ class Zero:
             "wall_clock_breakdown": False,
         }
         content = json.dumps(config, indent=2) + "\n"
-        return EngineSetup(("--deepspeed-config", DS_CONFIG), (LaunchFile(DS_CONFIG, content),))
+        return StrategySetup(("--deepspeed-config", DS_CONFIG), (LaunchFile(DS_CONFIG, content),))
 
 
 @dataclass(frozen=True)
@@ -269,7 +269,7 @@ class Pipeline:
 
     def setup(
         self, bench: BenchSpec, inventory: Inventory, batch: int, world_size: int
-    ) -> EngineSetup:
+    ) -> StrategySetup:
         layout = self.layout(bench, world_size)
         options = {
             "--strategy": self.name,
@@ -278,7 +278,7 @@ class Pipeline:
             "--pp-size": layout.pp,
             "--stages-per-rank": layout.stages_per_rank,
         }
-        return EngineSetup(tuple(str(part) for pair in options.items() for part in pair))
+        return StrategySetup(tuple(str(part) for pair in options.items() for part in pair))
 
 
 _ALL: tuple[Strategy, ...] = (

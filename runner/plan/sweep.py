@@ -12,7 +12,7 @@ from runner.azure.catalog import health_threshold
 from runner.plan.env import launch_env
 from runner.plan.launch import What, plan_launch, require_nodes
 from runner.plan.resolve import Point, ResolvedBench, ResolvedRun
-from runner.plan.strategies import EngineSetup, bf16
+from runner.plan.strategies import StrategySetup, bf16
 from runner.plan.workloads import ALLREDUCE_MODULE, allreduce_args
 from runner.spec.cluster import Accelerator, Inventory, Node
 from runner.spec.launch import EnvVar, LaunchPlan, point_dir
@@ -95,7 +95,7 @@ def plan_point(resolved: ResolvedBench, inventory: Inventory, point: Point) -> L
     setup = (
         strategy.setup(spec, inventory, batch, point.world_size)
         if strategy is not None
-        else EngineSetup()
+        else StrategySetup()
     )
     args = workload.args(spec, inventory, batch, bf16(spec, inventory))
     program = Program(ProgramKind.MODULE, resolved.module, (*args, *setup.args))
