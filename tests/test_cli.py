@@ -139,7 +139,7 @@ def test_dry_run_prints_launch_files_beside_the_scripts(tmp_path):
         (["--"], "dtrun run needs a command"),
         (["--", "python"], "cannot tell what `python` runs"),
         (["--nodes", "0", "--", "python", "t.py"], "--nodes must be at least 1"),
-        (["--timeout", "0", "--", "python", "t.py"], "--timeout must be more than 0"),
+        (["--timeout", "0", "--", "python", "t.py"], "--timeout must be a number of seconds above 0"),
         (["--launcher", "horovod", "--", "python", "t.py"], "did you mean 'horovodrun'"),
         (
             ["--launcher", "tensorflow", "-p", "2", "--", "python", "t.py"],
@@ -228,3 +228,30 @@ def test_dry_run_says_why_there_is_no_gate(tmp_path):
     result = dtrun("bench", "--dry-run", "--nodes", "1", "--output", str(tmp_path / "runs"))
     assert result.exit_code == 0, result.output
     assert "# ==== health gate: skipped: no expected single-node bus bandwidth" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bench", "--timeout", "nan"], "--timeout must be a number of seconds above 0"),
+        (["bench", "--timeout", "inf"], "--timeout must be a number of seconds above 0"),
+        (["bench", "--timeout", "0"], "--timeout must be a number of seconds above 0"),
+        (["bench", "--ready-timeout", "nan"], "--ready-timeout must be a number of seconds"),
+        (["bench", "--health-threshold", "nan"], "--health-threshold must be more than 0"),
+        (["bench", "--health-threshold", "inf"], "--health-threshold must be more than 0"),
+        (["run", "--timeout", "nan", "--", "python", "x.py"], "--timeout must be a number"),
+        (["run", "--timeout", "-inf", "--", "python", "x.py"], "--timeout must be a number"),
+        (["exec", "--ready-timeout", "inf", "--", "true"], "--ready-timeout must be a number"),
+    ],
+)
+def test_numbers_that_are_not_finite_are_refused_with_one_message(tmp_path, args, message):
+    command, *rest = args
+    result = (
+        dtrun(command, "--dry-run", "--output", str(tmp_path / "runs"), *rest)
+        if (command != "exec")
+        else dtrun(*args)
+    )
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "runs").exists()

@@ -36,7 +36,9 @@ def choose(
     where: Where, local_nodes: int, *, check: bool = False, teardown: bool = False
 ) -> ClusterChoice:
     from runner.cluster.connect import ClusterChoice
+    from runner.plan.checks import check_seconds
 
+    check_seconds("--ready-timeout", where.ready_timeout)
     if teardown and where.stack is None:
         raise UsageError(
             "--teardown destroys a Pulumi stack, and no --stack was given",

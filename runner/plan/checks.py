@@ -3,6 +3,7 @@ settings that fit together. Each failure is a PlanError saying what to pass inst
 
 from __future__ import annotations
 
+import math
 import re
 
 from runner.errors import PlanError
@@ -10,6 +11,17 @@ from runner.plan.launchers import LAUNCHERS
 from runner.plan.registry import lookup
 from runner.spec.request import AllreduceSpec, BenchSpec, HealthGate, LaunchRequest, RunSpec
 from runner.workloads.sizes import message_sizes
+
+
+def check_seconds(flag: str, value: float) -> None:
+    """A duration in seconds: a finite number above 0 (nan and inf reach int() and sleep())."""
+    if not math.isfinite(value) or value <= 0:
+        raise PlanError(
+            f"{flag} must be a number of seconds above 0",
+            why=f"got {value:g}",
+            fix=f"pass e.g. {flag} 600",
+        )
+
 
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 DTYPES = ("float32", "bfloat16", "float16")  # the all-reduce workload's --dtype choices
@@ -48,12 +60,12 @@ def check_bench(bench: BenchSpec) -> None:
         "--heads": model.heads,
         "--seq-len": model.seq_len,
         "--vocab": model.vocab,
-        "--timeout": bench.timeout_s,
         "--project-tokens": bench.project_tokens,
     }
     for flag, value in positive.items():
         if value <= 0:
             raise PlanError(f"{flag} must be at least 1", why=f"got {value}")
+    check_seconds("--timeout", bench.timeout_s)
     if not bench.node_counts or any(n < 1 for n in bench.node_counts):
         raise PlanError(
             "--nodes needs node counts of at least 1",
@@ -98,7 +110,7 @@ def check_allreduce(spec: AllreduceSpec) -> None:
 
 
 def check_health(gate: HealthGate) -> None:
-    if gate.threshold_gbs is not None and gate.threshold_gbs <= 0:
+    if gate.threshold_gbs is not None and not (0 < gate.threshold_gbs < math.inf):
         raise PlanError(
             "--health-threshold must be more than 0 GB/s", why=f"got {gate.threshold_gbs:g}"
         )
@@ -120,8 +132,8 @@ def check_health(gate: HealthGate) -> None:
 def check_run(run: RunSpec) -> None:
     if run.nodes < 1:
         raise PlanError("--nodes must be at least 1", why=f"got {run.nodes}")
-    if run.timeout_s is not None and run.timeout_s <= 0:
-        raise PlanError("--timeout must be more than 0 seconds", why=f"got {run.timeout_s:g}")
+    if run.timeout_s is not None:
+        check_seconds("--timeout", run.timeout_s)
     if not run.program.target:
         raise PlanError(
             "dtrun run needs a command to run",
