@@ -139,7 +139,7 @@ def test_dry_run_prints_launch_files_beside_the_scripts(tmp_path):
         (["--"], "dtrun run needs a command"),
         (["--", "python"], "cannot tell what `python` runs"),
         (["--nodes", "0", "--", "python", "t.py"], "--nodes must be at least 1"),
-        (["--timeout", "0", "--", "python", "t.py"], "--timeout must be a number of seconds above 0"),
+        (["--timeout", "0", "--", "python", "t.py"], "--timeout must be a number of seconds"),
         (["--launcher", "horovod", "--", "python", "t.py"], "did you mean 'horovodrun'"),
         (
             ["--launcher", "tensorflow", "-p", "2", "--", "python", "t.py"],

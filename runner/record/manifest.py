@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from runner.redact import REDACTED, is_secret_name, redact_url_credentials
+from runner.redact import redact_var
 
 # Distributions whose versions change what a run measures or how it was launched.
 PACKAGES = (
@@ -43,11 +43,9 @@ def versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
 
 
 def redact_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment, sorted, with secret-looking names' values and URL credentials hidden."""
-    return {
-        key: REDACTED if is_secret_name(key) else redact_url_credentials(value)
-        for key, value in sorted(env.items())
-    }
+    """The environment, sorted, with secret-looking names' values, URL credentials and
+    token-shaped values hidden."""
+    return {key: redact_var(key, value) for key, value in sorted(env.items())}
 
 
 def source_root() -> Path:

@@ -33,7 +33,7 @@ from runner import __version__
 from runner.azure.catalog import SIZES
 from runner.errors import OutputDirError, ResultError
 from runner.record import manifest
-from runner.redact import REDACTED, is_secret_name
+from runner.redact import redact_var
 from runner.spec.cluster import Inventory
 from runner.spec.launch import EnvVar, LaunchPlan, point_dir
 from runner.spec.outcome import Health, NodeResult, RunResult, RunStatus, SweepStatus
@@ -177,7 +177,7 @@ def write_manifest(
             "launch_environment": [
                 {
                     "key": var.key,
-                    "value": REDACTED if is_secret_name(var.key) else var.value,
+                    "value": redact_var(var.key, var.value),
                     "why": var.why,
                 }
                 for var in launch_env
