@@ -7,6 +7,7 @@ traceback.
 
 from __future__ import annotations
 
+import signal
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -112,10 +113,40 @@ class HealthGateError(RunError):
     exit_code = 4
 
 
-class RunInterruptedError(RunError):
-    """The user interrupted the run (Ctrl-C); every process dtrun started was stopped."""
+# SIGTERM and SIGHUP stop dtrun the way Ctrl-C does (runner/cli/app.py turns them into SIGINT);
+# the first one that arrived decides the exit code and the words in the records.
+_stop_signal: list[signal.Signals] = []
 
-    exit_code = 130
+
+def stopped_by(signum: int) -> None:
+    """Remember the signal that is stopping dtrun (the first one counts)."""
+    if not _stop_signal:
+        _stop_signal.append(signal.Signals(signum))
+
+
+def stop_signal() -> signal.Signals:
+    return _stop_signal[0] if _stop_signal else signal.SIGINT
+
+
+def interruption() -> str:
+    """What stopped the run, as records say it."""
+    stop = stop_signal()
+    return (
+        "interrupted by the user (Ctrl-C)" if stop is signal.SIGINT else f"stopped by {stop.name}"
+    )
+
+
+def interrupted_exit_code() -> int:
+    """128 + the signal, as shells report a process a signal stopped: 130, 143, 129."""
+    return 128 + int(stop_signal())
+
+
+class RunInterruptedError(RunError):
+    """Ctrl-C, SIGTERM or SIGHUP stopped the run; every process dtrun started was stopped."""
+
+    def __init__(self, what: str, *, why: str = "", fix: str = "") -> None:
+        super().__init__(what, why=why, fix=fix)
+        self.exit_code = interrupted_exit_code()
 
 
 def describe_exit(code: int) -> str:

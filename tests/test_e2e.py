@@ -181,11 +181,19 @@ def test_a_crashing_node_fails_the_sweep_fast_and_keeps_earlier_results(
     assert "Status: **failed**" in (run / "report.md").read_text()
 
 
-def test_ctrl_c_stops_every_process_and_keeps_the_record(no_leftovers):
+@pytest.mark.parametrize(
+    ("stop", "code", "said"),
+    [
+        (signal.SIGINT, 130, "interrupted by the user (Ctrl-C)"),
+        (signal.SIGTERM, 143, "stopped by SIGTERM"),  # timeout, CI cancels, systemd, kill
+        (signal.SIGHUP, 129, "stopped by SIGHUP"),  # the terminal or SSH session closed
+    ],
+)
+def test_a_signal_stops_every_process_and_keeps_the_record(no_leftovers, stop, code, said):
     out = no_leftovers / "runs"
     proc = subprocess.Popen(
         [*DTRUN, "bench", "--nodes", "2", "--steps", "100000", "--warmup", "1", "--quiet",
-         "--output", str(out), "--run-id", "sigint", "--port", "29630"],
+         "--output", str(out), "--run-id", "sigint", "--port", str(29630 + int(stop))],
         cwd=no_leftovers, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     point = out / "sigint" / "n2" / "r0"
@@ -206,13 +214,13 @@ def test_ctrl_c_stops_every_process_and_keeps_the_record(no_leftovers):
     except BaseException:
         proc.kill()
         raise
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stdout + stderr
-    assert "interrupted" in stderr
+    assert proc.returncode == code, stdout + stderr
+    assert said in stderr
     assert "Traceback" not in stderr
     assert processes_under(no_leftovers) == []
     runs = json.loads((out / "sigint" / "runs.json").read_text())
-    assert runs["status"] == "interrupted"
+    assert (runs["status"], runs["error"]) == ("interrupted", said)
     assert [(r["nodes"], r["status"]) for r in runs["runs"]] == [(2, "interrupted")]
     assert (out / "sigint" / "report.md").is_file()

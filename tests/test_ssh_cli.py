@@ -88,7 +88,10 @@ def test_an_unknown_host_key_stops_the_command_with_the_way_to_accept_it(sshd_cl
     assert len(known.read_text().splitlines()) == 2
 
 
-def test_ctrl_c_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers):
+@pytest.mark.parametrize(
+    ("stop", "code"), [("SIGINT", 130), ("SIGTERM", 143)], ids=["ctrl-c", "sigterm"]
+)
+def test_a_signal_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers, stop, code):
     import contextlib
     import signal
     import subprocess
@@ -100,7 +103,7 @@ def test_ctrl_c_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers):
     hosts = write_hosts(sshd_cluster, no_leftovers, count=2)
     proc = subprocess.Popen(
         [*DTRUN, "bench", "--hosts", str(hosts), "--nodes", "2", "--steps", "100000",
-         "--warmup", "1", "--port", "29780", "--output", str(no_leftovers / "runs"),
+         "--warmup", "1", "--port", str(29780 + code % 10), "--output", str(no_leftovers / "runs"),
          "--run-id", "sigint", "--quiet"],
         cwd=no_leftovers, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -118,10 +121,11 @@ def test_ctrl_c_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers):
     except BaseException:
         proc.kill()
         raise
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, stop))
     stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stdout + stderr
-    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert proc.returncode == code, stdout + stderr
+    assert ("interrupted" if stop == "SIGINT" else "stopped by SIGTERM") in stderr
+    assert "Traceback" not in stderr
     assert launch_processes() == []
     runs = json.loads((no_leftovers / "runs" / "sigint" / "runs.json").read_text())
     assert runs["status"] == "interrupted"

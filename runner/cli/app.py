@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import signal
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -38,7 +40,18 @@ def _main(
     """Measure whether distributed training really scales: plan, launch, report."""
 
 
+def _stop_like_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM and SIGHUP (timeout, CI cancels, a closed terminal, systemd) stop dtrun the way
+    Ctrl-C does: one path stops every process dtrun started and records the run as stopped."""
+    from runner.errors import stopped_by
+
+    stopped_by(signum)
+    signal.raise_signal(signal.SIGINT)
+
+
 def main() -> None:
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop_like_ctrl_c)
     try:
         app()
     finally:

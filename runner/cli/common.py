@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from runner.errors import DtrunError
+from runner.errors import DtrunError, interrupted_exit_code, interruption
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -59,9 +59,10 @@ def user_errors() -> Iterator[None]:
         console(stderr=True).print(f"[bold red]error:[/] {escape(exc.message)}", soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
-        # Ctrl-C outside a launch (connecting, waiting for nodes): what was started is stopped.
-        console(stderr=True).print("[bold red]error:[/] interrupted", soft_wrap=True)
-        raise typer.Exit(130) from None
+        # Ctrl-C (or SIGTERM, SIGHUP) outside a launch (connecting, waiting for nodes): what was
+        # started is stopped.
+        console(stderr=True).print(f"[bold red]error:[/] {interruption()}", soft_wrap=True)
+        raise typer.Exit(interrupted_exit_code()) from None
 
 
 NODE_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red")

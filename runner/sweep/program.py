@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.errors import RunError, RunInterruptedError
+from runner.errors import RunError, RunInterruptedError, interruption
 from runner.execute import Executor, LineSink, discard
 from runner.plan.resolve import ResolvedRun
 from runner.plan.sweep import plan_run
@@ -64,10 +64,10 @@ def run_program(
     except KeyboardInterrupt:
         write_run_record(
             run_dir, spec, inventory, plan, status=RunStatus.INTERRUPTED,
-            error="interrupted by the user (Ctrl-C)", wall_s=time.monotonic() - started,
+            error=interruption(), wall_s=time.monotonic() - started,
         )  # fmt: skip
         raise RunInterruptedError(
-            "interrupted",
+            interruption(),
             why="every process dtrun started was stopped",
             fix=f"node logs are kept in {workdir}",
         ) from None

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.errors import DtrunError, RunInterruptedError
+from runner.errors import DtrunError, RunInterruptedError, interruption
 from runner.execute import Executor, LineSink, discard
 from runner.plan.sweep import Launch, SweepPlan
 from runner.record.rundir import (
@@ -31,8 +31,6 @@ from runner.spec.launch import LaunchPlan
 from runner.spec.outcome import GateStatus, Health, RunResult, RunStatus, SweepStatus
 from runner.sweep.gate import judge, refuse, skipped
 from runner.sweep.launch import Outcome, Ready, always_ready, run_launch
-
-INTERRUPTED = "interrupted by the user (Ctrl-C)"
 
 
 def _ignore_begin(run_dir: RunDir) -> None:
@@ -135,14 +133,14 @@ class _Runner:
         write_runs(self.sweep.run_dir, self.sweep.runs, self.status, self.error)
 
     def interrupted(self) -> None:
-        self.status, self.error = SweepStatus.INTERRUPTED, INTERRUPTED
+        self.status, self.error = SweepStatus.INTERRUPTED, interruption()
         if self.current is not None:
             launch, started = self.current
             wall = time.monotonic() - started
             self.sweep.runs.append(
                 RunResult(
                     launch.plan.nnodes, launch.repeat, RunStatus.INTERRUPTED, wall,
-                    launch.workdir, (), INTERRUPTED,
+                    launch.workdir, (), self.error,
                 )
             )  # fmt: skip
 
@@ -179,7 +177,7 @@ def run_sweep(
     except KeyboardInterrupt:
         runner.interrupted()
         raise RunInterruptedError(
-            "interrupted",
+            interruption(),
             why="every process dtrun started was stopped",
             fix=f"finished launches are kept in {run_dir.path}; rebuild the report with "
             f"`dtrun report {run_dir.path}`",
