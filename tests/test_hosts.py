@@ -36,7 +36,13 @@ def test_yaml_hosts_with_defaults_and_per_host_overrides():
         """
     )
     first, second = inventory.nodes
-    assert (first.name, first.address, first.ssh_port, first.slots) == ("node-0", "10.0.0.4", 22, 8)
+    # no port given: the user's ssh config decides, as `ssh 10.0.0.4` would (then 22)
+    assert (first.name, first.address, first.ssh_port, first.slots) == (
+        "node-0",
+        "10.0.0.4",
+        None,
+        8,
+    )
     assert first.ssh_user == "azureuser"
     assert first.ssh_key == str(Path("~/.ssh/cluster").expanduser())
     assert (second.ssh_port, second.slots, second.ssh_user) == (2222, 4, "other")

@@ -11,7 +11,7 @@ import contextlib
 import getpass
 import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,6 +110,21 @@ def _stack_outputs(choice: ClusterChoice) -> StackOutputs:
     return parse_outputs(read_outputs(check_stack_name(choice.stack)).values, choice.stack)
 
 
+def _through_ssh_config(inventory: Inventory) -> Inventory:
+    """A hosts file may name Host aliases of the user's ~/.ssh/config: dtrun logs in through the
+    alias, as `ssh ALIAS` would, and the nodes reach each other (rendezvous, MASTER_ADDR) at the
+    alias's HostName."""
+    from runner.execute.sshsession import endpoint
+
+    nodes = []
+    for node in inventory.nodes:
+        target = endpoint(inventory, node)
+        if target.hostname and node.address == target.host:  # no address of its own given
+            node = replace(node, address=target.hostname, ssh_host=target.host)
+        nodes.append(node)
+    return replace(inventory, nodes=tuple(nodes))
+
+
 @contextlib.contextmanager
 def open_cluster(
     choice: ClusterChoice,
@@ -133,6 +148,7 @@ def open_cluster(
 
         defaults = Defaults(getpass.getuser(), python_bin=embedded_inventory(1).python_bin)
         inventory = parse_hosts_file(_read(choice.hosts, "hosts file"), str(choice.hosts), defaults)
+        inventory = _through_ssh_config(inventory)
         with SshSession(
             inventory, accept_new_host_keys=choice.accept_new_host_keys, notice=notice
         ) as session:

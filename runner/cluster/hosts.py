@@ -125,7 +125,7 @@ def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
     if not isinstance(hosts_node, yaml.SequenceNode) or not hosts_node.value:
         raise _error(source, hosts_node.start_mark.line + 1, "'hosts' must be a non-empty list")
     nodes = []
-    seen: dict[tuple[str, int], int] = {}
+    seen: dict[tuple[str, int | None], int] = {}
     for index, item in enumerate(hosts_node.value):
         line = item.start_mark.line + 1
         if isinstance(item, yaml.ScalarNode):
@@ -139,10 +139,10 @@ def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
                 for name, node in given.items()
             }
         merged = {**common, **fields}
-        host, port = merged["host"], merged.get("port", 22)
+        host, port = merged["host"], merged.get("port")  # None: the ssh config's, else 22
         if (host, port) in seen:
             raise _error(
-                source, line, f"{host}:{port} is listed twice (also line {seen[host, port]})"
+                source, line, f"{host}:{port or 22} is listed twice (also line {seen[host, port]})"
             )
         seen[host, port] = line
         nodes.append(
@@ -197,8 +197,10 @@ def _inventory(
         accelerator=accelerator,
         size=size,
         ssh=SshAccess(
-            user=defaults.user,
-            port=int(str(common.get("port", 22))),
+            # Unsaid, the user and port come from the user's ~/.ssh/config for each host, as
+            # `ssh HOST` would take them (then the local user and 22).
+            user=str(common["user"]) if "user" in common else None,
+            port=int(str(common["port"])) if "port" in common else None,
             # Head-only launchers ssh from node 0 with the same key path (docs/clusters.md).
             identity_file=str(common["key"]) if "key" in common else None,
             jump_host=jump,

@@ -41,29 +41,73 @@ class HostKeyError(UsageError):
 
 @dataclass(frozen=True)
 class Endpoint:
-    host: str
+    """Where one SSH login goes, as OpenSSH's `ssh HOST` would resolve it."""
+
+    host: str  # as given: a name, an address, or a Host alias of the user's ~/.ssh/config
     port: int
     user: str
     key_path: str | None
+    hostname: str = ""  # the config's HostName for ``host``; empty: ``host`` itself
+
+    @property
+    def address(self) -> str:
+        return self.hostname or self.host
 
     @property
     def known_hosts_name(self) -> str:
         """How known_hosts names this host: plain on port 22, [host]:port otherwise."""
-        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+        return self.address if self.port == 22 else f"[{self.address}]:{self.port}"
 
     def __str__(self) -> str:
-        return f"{self.user}@{self.host}:{self.port}"
+        alias = f" ({self.host})" if self.address != self.host else ""
+        return f"{self.user}@{self.address}:{self.port}{alias}"
+
+
+def user_ssh_config() -> list[str]:
+    """The user's OpenSSH client config, read for every host as `ssh` reads it."""
+    path = Path("~/.ssh/config").expanduser()
+    return [str(path)] if path.is_file() else []
+
+
+def resolve(host: str, port: int | None, user: str | None, key_path: str | None) -> Endpoint:
+    """``host`` as `ssh` would reach it: what is given explicitly wins (as `ssh -p -l` does),
+    the rest comes from ~/.ssh/config (HostName, Port, User), then 22 and the local user."""
+    import asyncssh
+
+    explicit: dict[str, Any] = {}
+    if port is not None:
+        explicit["port"] = port
+    if user is not None:
+        explicit["username"] = user
+    try:
+        options = asyncssh.SSHClientConnectionOptions(
+            host=host, config=user_ssh_config(), client_keys=None, **explicit
+        )
+    except (OSError, ValueError, asyncssh.Error) as exc:  # pragma: no cover - a broken config
+        raise UsageError(
+            f"cannot read the ssh config for {host}",
+            why=str(exc),
+            fix="fix ~/.ssh/config (`ssh -G HOST` shows what OpenSSH makes of it)",
+        ) from None
+    hostname = str(options.host)
+    return Endpoint(
+        host,
+        int(options.port),
+        str(options.username or getpass.getuser()),
+        key_path,
+        hostname if hostname != host else "",
+    )
 
 
 def endpoint(inventory: Inventory, node: Node) -> Endpoint:
     ssh = inventory.ssh
     if ssh is None:
         raise UsageError(f"{inventory.source} has no SSH access", fix="use --hosts or --stack")
-    return Endpoint(
-        host=node.ssh_host or node.address,
-        port=node.ssh_port or ssh.port,
-        user=node.ssh_user or ssh.user or getpass.getuser(),
-        key_path=node.ssh_key or ssh.key_path,
+    return resolve(
+        node.ssh_host or node.address,
+        node.ssh_port or ssh.port,
+        node.ssh_user or ssh.user,
+        node.ssh_key or ssh.key_path,
     )
 
 
@@ -162,9 +206,7 @@ class SshSession:
         if self._jump is None:
             user, _, host = ssh.jump_host.rpartition("@")
             host, _, port = host.partition(":")
-            target = Endpoint(
-                host, int(port or ssh.port), user or ssh.user or getpass.getuser(), ssh.key_path
-            )
+            target = resolve(host, int(port) if port else ssh.port, user or ssh.user, ssh.key_path)
             self._jump = asyncio.ensure_future(self._connect("the jump host", target, None))
         return await self._jump
 
@@ -178,7 +220,7 @@ class SshSession:
             return asyncssh.read_known_hosts(str(self.known_hosts_file))
         return asyncssh.import_known_hosts("")
 
-    def _client_keys(self, target: Endpoint) -> list[Any] | None:
+    def _client_keys(self, target: Endpoint) -> list[Any] | tuple[()]:
         import asyncssh
 
         ssh = self.inventory.ssh
@@ -186,7 +228,7 @@ class SshSession:
             return [target.key_path]
         if ssh is not None and ssh.private_key:
             return [asyncssh.import_private_key(ssh.private_key)]
-        return None  # the user's default keys and agent
+        return ()  # as `ssh` does: the config's IdentityFile, the default keys and the agent
 
     async def _connect(
         self, name: str, target: Endpoint, tunnel: asyncssh.SSHClientConnection | None
@@ -201,9 +243,11 @@ class SshSession:
                         target.host,
                         port=target.port,
                         username=target.user,
+                        config=user_ssh_config(),  # HostName, IdentityFile, ProxyJump, ...
                         client_keys=self._client_keys(target),
                         known_hosts=self._known_hosts(),
-                        tunnel=tunnel,
+                        # no jump host of dtrun's own: the config's ProxyJump, if it has one
+                        tunnel=tunnel if tunnel is not None else (),
                         connect_timeout=self.connect_timeout,
                         keepalive_interval=15,
                     )
@@ -257,9 +301,10 @@ class SshSession:
             target.host,
             port=target.port,
             username=target.user,
+            config=user_ssh_config(),
             client_keys=self._client_keys(target),
             known_hosts=None,  # accepting this once, on request; recorded below
-            tunnel=tunnel,
+            tunnel=tunnel if tunnel is not None else (),
             connect_timeout=self.connect_timeout,
         )
         key = connection.get_server_host_key()

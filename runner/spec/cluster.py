@@ -34,8 +34,8 @@ class SshAccess:
     """How the nodes of a real cluster are reached over SSH: by dtrun from this machine, and
     by a head-only launcher (mpirun, horovodrun, DeepSpeed over pdsh) from node 0."""
 
-    user: str | None = None  # None: the local user name
-    port: int = 22
+    user: str | None = None  # None: the user's ssh config for the host, else the local user
+    port: int | None = None  # None: the user's ssh config for the host, else 22
     # The private key node 0 uses to reach the other nodes; None: ssh's own defaults there.
     identity_file: str | None = None
     jump_host: str | None = None  # dtrun reaches the nodes through this host (the head VM)

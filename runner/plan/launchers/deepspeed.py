@@ -79,7 +79,7 @@ class DeepSpeedLauncher:
             options = (
                 *common,
                 "--launcher=pdsh",
-                f"--ssh_port={ctx.ssh.port}",
+                *((f"--ssh_port={ctx.ssh.port}",) if ctx.ssh.port is not None else ()),
                 # DeepSpeed's own ssh check ignores identity files (docs/facts.md §8); pdsh
                 # uses them.
                 "--no_ssh_check",

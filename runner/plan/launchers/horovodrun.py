@@ -57,7 +57,7 @@ class Horovodrun:
     def node_context(self, ctx: PlanContext, node_rank: int) -> dict[str, object]:
         ssh: tuple[str, ...] = ()
         if ctx.ssh is not None:
-            ssh = ("-p", str(ctx.ssh.port))
+            ssh = ("-p", str(ctx.ssh.port)) if ctx.ssh.port is not None else ()
             if ctx.ssh.identity_file:
                 ssh = (*ssh, "-i", ctx.ssh.identity_file)
         context = common_context(ctx, node_rank)

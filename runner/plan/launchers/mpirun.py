@@ -92,7 +92,8 @@ def remote_shell(ctx: PlanContext) -> tuple[CliArg, ...]:
                 "all from mpirun",
             ),
         )
-    ssh = ("-p", str(ctx.ssh.port), *node_ssh_options(ctx.ssh))
+    port = ("-p", str(ctx.ssh.port)) if ctx.ssh.port is not None else ()
+    ssh = (*port, *node_ssh_options(ctx.ssh))
     return (
         CliArg(
             ("--mca", "plm_rsh_args", " ".join(ssh)),
