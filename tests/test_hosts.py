@@ -122,3 +122,36 @@ def test_yaml_errors_name_the_file_line_and_field(text, message):
 def test_mpi_hostfile_errors_name_the_line(text, message):
     with pytest.raises(HostsFileError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_hosts_file(text, "hostfile", DEFAULTS)
+
+
+@pytest.mark.parametrize("host", ["10.0.0.4:2222", "gpu-a:22", "[fe80::1]:2222"])
+def test_an_mpi_line_with_a_port_is_refused_with_the_syntax_named(host):
+    with pytest.raises(HostsFileError, match="gives a port, and an MPI hostfile line") as caught:
+        parse_hosts_file(f"{host} slots=1\n", "hosts.txt", DEFAULTS)
+    assert "line 1" in caught.value.message and "Port N" in caught.value.message
+
+
+def test_hosts_files_as_editors_save_them(tmp_path):
+    """A UTF-8 byte-order mark is not part of the first host; UTF-16 and binary files are
+    refused with exit 2, saying what they are."""
+    from typer.testing import CliRunner
+
+    from runner.cli.app import app
+
+    def dry_run(path):
+        return CliRunner().invoke(app, ["run", "--dry-run", "--hosts", str(path), "--", "true"])
+
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes(b"\xef\xbb\xbf127.0.0.2 slots=1\n")
+    done = dry_run(bom)
+    assert done.exit_code == 0, done.output
+    assert "MASTER_ADDR=127.0.0.2\n" in done.stdout and "\ufeff" not in done.stdout
+    utf16 = tmp_path / "u16.txt"
+    utf16.write_text("127.0.0.2 slots=1\n", encoding="utf-16")
+    binary = tmp_path / "bin.txt"
+    binary.write_bytes(b"h\x00\x00\xff\xfe")
+    for path, said in ((utf16, "(the file is UTF-16)"), (binary, "byte 3 is b'\\xff'")):
+        done = dry_run(path)
+        assert done.exit_code == 2, done.output
+        assert f"the hosts file {path} is not UTF-8 text" in done.stderr and said in done.stderr
+        assert "Traceback" not in done.output

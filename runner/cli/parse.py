@@ -13,6 +13,7 @@ from runner.errors import UsageError
 from runner.spec.cluster import Node
 from runner.spec.request import Program, ProgramKind
 
+MAX_RUN_ID = 100  # directory names stop at 255 bytes; the rendezvous id adds a prefix
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?\Z")
 
 
@@ -52,6 +53,12 @@ def new_run_id() -> str:
 
 def check_run_id(run_id: str) -> str:
     """A run id names a directory and a rendezvous: letters, digits, '.', '_' and '-' only."""
+    if len(run_id) > MAX_RUN_ID:
+        raise UsageError(
+            f"--run-id is {len(run_id)} characters long",
+            why=f"it names a directory and a rendezvous id: at most {MAX_RUN_ID} characters",
+            fix="pass a shorter --run-id, or leave it out to get a fresh one",
+        )
     if not run_id or not all(c.isalnum() or c in "._-" for c in run_id) or run_id[0] == ".":
         raise UsageError(
             f"--run-id {run_id!r} cannot name a run directory",

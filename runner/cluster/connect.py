@@ -85,13 +85,24 @@ class Cluster:
 
 
 def _read(path: Path, what: str) -> str:
+    """A text file as editors write it: UTF-8, with or without a byte-order mark."""
     try:
-        return path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise InventoryError(
             f"cannot read the {what} {path}",
             why=exc.strerror or str(exc),
             fix=f"pass an existing, readable file to --{what.split()[0]}",
+        ) from None
+    try:
+        return data.decode("utf-8-sig")  # a BOM (Windows editors) is not part of a host name
+    except UnicodeDecodeError as exc:
+        utf16 = data.startswith((b"\xff\xfe", b"\xfe\xff"))
+        raise InventoryError(
+            f"the {what} {path} is not UTF-8 text",
+            why=f"byte {exc.start} is {data[exc.start : exc.start + 1]!r}"
+            + (" (the file is UTF-16)" if utf16 else ""),
+            fix="save it as UTF-8 text (`iconv -f UTF-16 -t UTF-8`), one host per line",
         ) from None
 
 

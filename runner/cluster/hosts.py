@@ -221,6 +221,14 @@ def parse_mpi_hostfile(text: str, source: str, defaults: Defaults) -> Inventory:
         if not words:
             continue
         host, slots = words[0], 1
+        if re.fullmatch(r"[^:\[\]]+:\d+", host) or re.fullmatch(r"\[.*\]:\d+", host):
+            raise _error(
+                source,
+                number,
+                f"{host!r} gives a port, and an MPI hostfile line names a host only",
+                "write `HOST slots=N`, and give the SSH port in ~/.ssh/config (Host HOST / "
+                "Port N) or use a YAML hosts file with `port:`",
+            )
         for word in words[1:]:
             key, sep, value = word.partition("=")
             if key not in ("slots", "max_slots") or not sep:
