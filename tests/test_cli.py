@@ -256,3 +256,32 @@ def test_numbers_that_are_not_finite_are_refused_with_one_message(tmp_path, args
     assert message in result.stderr
     assert "Traceback" not in result.output
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("ignored", "expect"),
+    [
+        # a normal start: SIGTERM and SIGHUP are stopped like Ctrl-C
+        ((), {"SIGINT": "default_int_handler", "SIGTERM": "stop", "SIGHUP": "stop"}),
+        # `nohup dtrun ...`: SIGHUP stays ignored, so closing the terminal does not stop it
+        (("SIGHUP",), {"SIGINT": "default_int_handler", "SIGTERM": "stop", "SIGHUP": "ignored"}),
+        # `dtrun ... &` from a script ignores SIGINT; SIGTERM must still stop dtrun
+        (("SIGINT",), {"SIGINT": "default_int_handler", "SIGTERM": "stop", "SIGHUP": "stop"}),
+    ],
+)
+def test_which_signals_stop_dtrun_follows_what_its_parent_ignored(ignored, expect):
+    import subprocess
+    import sys
+
+    code = (
+        "import signal\n"
+        f"for name in {list(ignored)!r}: signal.signal(getattr(signal, name), signal.SIG_IGN)\n"
+        "from runner.cli.app import _stop_on_signals, _stop_like_ctrl_c\n"
+        "_stop_on_signals()\n"
+        "for name in ('SIGINT', 'SIGTERM', 'SIGHUP'):\n"
+        "    h = signal.getsignal(getattr(signal, name))\n"
+        "    print(name, 'ignored' if h == signal.SIG_IGN else 'stop' if h is _stop_like_ctrl_c"
+        " else getattr(h, '__name__', h))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert dict(line.split() for line in out.stdout.splitlines()) == expect

@@ -49,9 +49,18 @@ def _stop_like_ctrl_c(signum: int, frame: FrameType | None) -> None:
     signal.raise_signal(signal.SIGINT)
 
 
-def main() -> None:
+def _stop_on_signals() -> None:
+    # A signal the parent chose to ignore stays ignored (`nohup` ignores SIGHUP). SIGINT ignored
+    # by a non-interactive shell's `&` is restored, since SIGTERM and SIGHUP are delivered as it.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _stop_like_ctrl_c)
+        if signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, _stop_like_ctrl_c)
+
+
+def main() -> None:
+    _stop_on_signals()
     try:
         app()
     finally:
