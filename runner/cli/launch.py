@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -85,6 +85,21 @@ def _run_id(launching: Launching) -> str:
     return check_run_id(launching.run_id) if launching.run_id is not None else new_run_id()
 
 
+def _launch_request(launching: Launching) -> dict[str, Any]:
+    """The LaunchRequest fields `dtrun bench` and `dtrun run` both take from their options."""
+    from runner.cli.parse import parse_env
+
+    return {
+        "launcher": launching.launcher,
+        "procs_per_node": launching.procs_per_node,
+        "env": parse_env(launching.env or []),
+        "rdzv_port": launching.port,
+        "launch": launching.options,
+        "nccl_debug": launching.nccl_debug,
+        "cluster_env": launching.cluster_env,
+    }
+
+
 def bench_spec(
     sweep: SweepOptions,
     model: ModelOptions,
@@ -94,7 +109,7 @@ def bench_spec(
     launching: Launching,
 ) -> BenchSpec:
     """The options of `dtrun bench`, as one BenchSpec (parsed, not yet checked)."""
-    from runner.cli.parse import parse_env, parse_node_counts
+    from runner.cli.parse import parse_node_counts
     from runner.plan.presets import resolve_model
 
     # Parsed in the order the command always checked them, so the first bad value is reported.
@@ -104,13 +119,7 @@ def bench_spec(
     resolved_model = resolve_model(model.preset, vocab=model.vocab, **shape)
     return BenchSpec(
         run_id,
-        launcher=launching.launcher,
-        procs_per_node=launching.procs_per_node,
-        env=parse_env(launching.env or []),
-        rdzv_port=launching.port,
-        launch=launching.options,
-        nccl_debug=launching.nccl_debug,
-        cluster_env=launching.cluster_env,
+        **_launch_request(launching),
         node_counts=counts,
         workload=sweep.workload,
         mode=sweep.mode,
@@ -231,7 +240,7 @@ def run(
     It writes runs/<run-id>/launch/ (scripts, launch files, node logs, and what the program
     writes to its working directory) and runs/<run-id>/run.json.
     """
-    from runner.cli.parse import parse_command, parse_env
+    from runner.cli.parse import parse_command
     from runner.plan.resolve import resolve_run
     from runner.plan.sweep import plan_run
 
@@ -240,13 +249,7 @@ def run(
         program = parse_command(command or [], Path.cwd())
         spec = RunSpec(
             run_id,
-            launcher=launching.launcher,
-            procs_per_node=launching.procs_per_node,
-            env=parse_env(launching.env or []),
-            rdzv_port=launching.port,
-            launch=launching.options,
-            nccl_debug=launching.nccl_debug,
-            cluster_env=launching.cluster_env,
+            **_launch_request(launching),
             program=program,
             nodes=nodes,
             timeout_s=timeout,

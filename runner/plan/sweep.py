@@ -6,7 +6,6 @@ runner.sweep runs it launch by launch. Also `dtrun run`'s single launch. Pure.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
 from runner.azure.catalog import health_threshold
 from runner.plan.env import launch_env
@@ -22,16 +21,10 @@ HEALTH_DIR = "health"  # the gate's launches, one directory per node, in the run
 GATE_SIZE = {Accelerator.CUDA: "1G", Accelerator.CPU: "16M"}  # where the catalog has no mark
 
 
-class LaunchKind(StrEnum):
-    GATE = "health"  # one node's single-node all-reduce before the sweep
-    POINT = "point"  # one repeat of one node count
-
-
 @dataclass(frozen=True)
 class Launch:
-    """One launch of a sweep, with where its files go."""
+    """One launch of a sweep (a gate check, or one repeat of a point), with where its files go."""
 
-    kind: LaunchKind
     plan: LaunchPlan
     workdir: str  # relative to the run directory: health/node-0, n2/r0
     repeat: int = 0
@@ -78,7 +71,7 @@ def plan_sweep(resolved: ResolvedBench, inventory: Inventory) -> SweepPlan:
     spec = resolved.spec
     points = tuple(plan_point(resolved, inventory, point) for point in resolved.points)
     launches = tuple(
-        Launch(LaunchKind.POINT, plan, point_dir(plan.nnodes, repeat), repeat)
+        Launch(plan, point_dir(plan.nnodes, repeat), repeat)
         for plan in points
         for repeat in range(spec.repeat)
     )
@@ -142,7 +135,7 @@ def plan_gate(resolved: ResolvedBench, inventory: Inventory) -> GatePlan | str:
         request = replace(spec, run_id=f"{spec.run_id}-health-{node.name}", procs_per_node=procs)
         alone = replace(inventory, nodes=(node,))
         plan = plan_launch(alone, replace(resolved.launch, request=request), 1, what)
-        checks.append(Launch(LaunchKind.GATE, plan, f"{HEALTH_DIR}/{node.name}"))
+        checks.append(Launch(plan, f"{HEALTH_DIR}/{node.name}"))
     return GatePlan(threshold, source, size, procs, tuple(checks))
 
 
