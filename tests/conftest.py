@@ -131,6 +131,15 @@ def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> Non
         time.sleep(0.1)
 
 
+def default_signals() -> None:
+    """For a child dtrun: the signal dispositions of a terminal's command, whatever this test
+    run inherited (`nohup` ignores SIGHUP, a script's `&` SIGINT)."""
+    import signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def run_dtrun(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*DTRUN, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False

@@ -275,6 +275,10 @@ def test_which_signals_stop_dtrun_follows_what_its_parent_ignored(ignored, expec
 
     code = (
         "import signal\n"
+        # as a terminal starts a command, whatever this test run inherited (nohup, &)
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+        "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
         f"for name in {list(ignored)!r}: signal.signal(getattr(signal, name), signal.SIG_IGN)\n"
         "from runner.cli.app import _stop_on_signals, _stop_like_ctrl_c\n"
         "_stop_on_signals()\n"

@@ -20,7 +20,7 @@ from runner.spec.launch import LaunchPlan
 from runner.spec.outcome import NodeResult
 from runner.spec.request import BenchSpec
 from runner.sweep.run import run_sweep
-from tests.conftest import DTRUN, processes_under, run_dtrun, wait_for
+from tests.conftest import DTRUN, default_signals, processes_under, run_dtrun, wait_for
 from tests.plans import sweep_plan
 
 pytestmark = pytest.mark.e2e
@@ -195,6 +195,7 @@ def test_a_signal_stops_every_process_and_keeps_the_record(no_leftovers, stop, c
         [*DTRUN, "bench", "--nodes", "2", "--steps", "100000", "--warmup", "1", "--quiet",
          "--output", str(out), "--run-id", "sigint", "--port", str(29630 + int(stop))],
         cwd=no_leftovers, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_signals,
     )  # fmt: skip
     point = out / "sigint" / "n2" / "r0"
 

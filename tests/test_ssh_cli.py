@@ -98,7 +98,7 @@ def test_a_signal_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers
 
     import psutil
 
-    from tests.conftest import DTRUN, launch_processes, wait_for
+    from tests.conftest import DTRUN, default_signals, launch_processes, wait_for
 
     hosts = write_hosts(sshd_cluster, no_leftovers, count=2)
     proc = subprocess.Popen(
@@ -106,6 +106,7 @@ def test_a_signal_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers
          "--warmup", "1", "--port", str(29780 + code % 10), "--output", str(no_leftovers / "runs"),
          "--run-id", "sigint", "--quiet"],
         cwd=no_leftovers, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_signals,
     )  # fmt: skip
 
     def training() -> bool:
