@@ -289,3 +289,23 @@ def test_which_signals_stop_dtrun_follows_what_its_parent_ignored(ignored, expec
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert dict(line.split() for line in out.stdout.splitlines()) == expect
+
+
+def test_a_port_another_program_listens_on_is_named_before_anything_starts(tmp_path):
+    import json
+    import socket
+
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.2", 29871))
+        held.listen()  # as another run's rendezvous store would
+        result = dtrun(
+            "bench", "--nodes", "1", "--port", "29870", "--quiet",
+            "--output", str(tmp_path / "runs"), "--run-id", "busy",
+        )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "port 29871 on 127.0.0.2 is in use" in result.stderr
+    assert "pass another --port" in result.stderr and "Traceback" not in result.output
+    runs = json.loads((tmp_path / "runs" / "busy" / "runs.json").read_text())
+    assert runs["status"] == "failed" and "is in use" in runs["error"]
+    assert not list((tmp_path / "runs" / "busy").glob("n1/r0/*.log"))  # no node was started

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from runner.cluster.embedded import embedded_inventory
 from runner.cluster.outputs import StackOutputs, inventory_from_stack, parse_outputs
-from runner.cluster.readiness import wait_until_ready
+from runner.cluster.readiness import check_ports_free, wait_until_ready
 from runner.errors import InventoryError, UsageError
 from runner.execute import Executor
 from runner.spec.cluster import Inventory, Node
@@ -73,8 +73,11 @@ class Cluster:
     def ready(self, plan: LaunchPlan) -> None:
         """The barrier before a launch: its nodes answer and, with --check, are healthy."""
         nodes: Sequence[Node] = plan.nodes or tuple(launch.node for launch in plan.launches)
-        if self.inventory.ssh is None and not self.choice.check:
-            return  # processes on this machine: nothing to reach
+        if self.inventory.ssh is None:
+            # MASTER_PORT sits next to the rendezvous port (LaunchRequest.master_port)
+            check_ports_free(plan.master_addr, (plan.master_port - 1, plan.master_port))
+            if not self.choice.check:
+                return  # processes on this machine: nothing to reach
         wait_until_ready(
             self.executor.command,
             self.inventory,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from runner.azure.catalog import SIZES
-from runner.errors import RunError
+from runner.errors import RunError, UsageError
 from runner.execute import Answer
 from runner.render import render
 from runner.spec.cluster import Accelerator, Inventory, Node
@@ -19,6 +19,31 @@ from runner.spec.cluster import Accelerator, Inventory, Node
 
 class NotReadyError(RunError):
     """Some nodes did not become ready in time."""
+
+
+class PortInUseError(UsageError):
+    """A port the launch listens on is held by another program (often another run)."""
+
+
+def check_ports_free(address: str, ports: Sequence[int]) -> None:
+    """On this machine (the embedded cluster): the launch's ports can be listened on. Without
+    this, a second run on the same --port fails inside torchrun with a rendezvous traceback."""
+    import socket
+
+    for port in ports:
+        with socket.socket() as probe:
+            # SO_REUSEADDR as the rendezvous store sets it: a port left in TIME_WAIT by the last
+            # run is free; one another program listens on is not.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((address, port))
+            except OSError as exc:
+                raise PortInUseError(
+                    f"port {port} on {address} is in use",
+                    why=f"{exc.strerror}: another run or program listens there",
+                    fix="pass another --port (the launch uses it and the port after it), or "
+                    "wait for the other run to end",
+                ) from None
 
 
 @dataclass(frozen=True)
