@@ -219,6 +219,8 @@ def test_a_signal_stops_every_process_and_keeps_the_record(no_leftovers, stop, c
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == code, stdout + stderr
     assert said in stderr
+    # the first word after the signal says what is being stopped
+    assert f"dtrun: {said}: stopping 2 node(s)..." in stdout + stderr
     assert "Traceback" not in stderr
     assert processes_under(no_leftovers) == []
     runs = json.loads((out / "sigint" / "runs.json").read_text())

@@ -13,7 +13,7 @@ import pytest
 
 from runner.cluster.hosts import Defaults, parse_hosts_file
 from runner.cluster.outputs import parse_outputs
-from runner.cluster.readiness import NotReadyError, wait_until_ready
+from runner.cluster.readiness import NotReadyError, Patience, wait_until_ready
 from runner.cluster.registry import wait_for_registry
 from runner.errors import NodeFailedError
 from runner.execute.ssh import SshExecutor
@@ -185,19 +185,25 @@ def test_an_unreachable_node_is_named_by_the_readiness_barrier(sshd_cluster, tmp
     with SshSession(inventory, retries=1, connect_timeout=2) as session:
         executor = SshExecutor(session)
         with pytest.raises(NotReadyError) as caught:
-            wait_until_ready(executor.command, inventory, inventory.nodes, check=False, timeout_s=0)
+            wait_until_ready(
+                executor.command, inventory, inventory.nodes, check=False, patience=Patience(0)
+            )
     assert "2 of 2 node(s) not ready" in caught.value.message
-    assert "node-0: cannot reach node-0" in caught.value.message
+    assert "node-0 (127.0.0.2): cannot reach node-0" in caught.value.message
 
 
 def test_the_readiness_check_finds_the_python_environment_on_every_node(sshd_cluster, tmp_path):
     inventory = hosts(sshd_cluster, tmp_path)
     with SshSession(inventory) as session:
         executor = SshExecutor(session)
-        wait_until_ready(executor.command, inventory, inventory.nodes, check=True, timeout_s=30)
+        wait_until_ready(
+            executor.command, inventory, inventory.nodes, check=True, patience=Patience(30)
+        )
         broken = replace(inventory, python_bin="/nonexistent/bin")
         with pytest.raises(NotReadyError, match="torch does not import"):
-            wait_until_ready(executor.command, broken, broken.nodes, check=True, timeout_s=0)
+            wait_until_ready(
+                executor.command, broken, broken.nodes, check=True, patience=Patience(0)
+            )
 
 
 def test_the_stack_outputs_source_reaches_registered_nodes_through_the_head(sshd_cluster, tmp_path):

@@ -89,7 +89,9 @@ def test_an_unknown_host_key_stops_the_command_with_the_way_to_accept_it(sshd_cl
 
 
 @pytest.mark.parametrize(
-    ("stop", "code"), [("SIGINT", 130), ("SIGTERM", 143)], ids=["ctrl-c", "sigterm"]
+    ("stop", "code"),
+    [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)],
+    ids=["ctrl-c", "sigterm", "sighup"],
 )
 def test_a_signal_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers, stop, code):
     import contextlib
@@ -125,7 +127,9 @@ def test_a_signal_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers
     proc.send_signal(getattr(signal, stop))
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == code, stdout + stderr
-    assert ("interrupted" if stop == "SIGINT" else "stopped by SIGTERM") in stderr
+    said = "interrupted by the user (Ctrl-C)" if stop == "SIGINT" else f"stopped by {stop}"
+    assert said in stderr
+    assert f"dtrun: {said}: stopping 2 node(s)..." in stdout + stderr
     assert "Traceback" not in stderr
     assert launch_processes() == []
     runs = json.loads((no_leftovers / "runs" / "sigint" / "runs.json").read_text())

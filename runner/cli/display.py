@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
     from rich.table import Table
 
+    from runner.cluster.readiness import Waiting
     from runner.execute import Answer
     from runner.plan.sweep import SweepPlan
     from runner.record.rundir import RunDir
@@ -97,6 +98,13 @@ class SweepDisplay:
         )
         total = len(plan.launches)
         self.task = self.progress.add_task("planning", total=total)
+        self.wait_lines = WaitLines(console)
+
+    def on_waiting(self, waiting: Waiting) -> None:
+        """Nodes not all answering before a launch: the bar says so live (with the seconds
+        waited), and a line is printed when who answered changes."""
+        self.progress.update(self.task, description=waiting.describe())
+        self.wait_lines(waiting)
 
     def events(self) -> SweepEvents:
         from runner.sweep.run import SweepEvents
@@ -162,6 +170,21 @@ class SweepDisplay:
     def on_health(self, health: Health) -> None:
         style = {"passed": "green", "warned": "yellow", "failed": "red"}.get(health.status, "dim")
         self.console.print(f"[{style}]{health.describe()}[/]")
+
+
+class WaitLines:
+    """Prints a look at the nodes when who answered changes (and at the first look), so a
+    log shows the wait without a line every poll."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.last: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+
+    def __call__(self, waiting: Waiting) -> None:
+        state = (waiting.answered, tuple(label for label, _ in waiting.missing))
+        if state != self.last:
+            self.console.print(f"dtrun: {waiting.describe()}", highlight=False)
+            self.last = state
 
 
 class RegistryBar:

@@ -14,6 +14,7 @@ from runner.cli import options as opts
 from runner.cli.common import console, print_json, print_node_line, user_errors
 from runner.cli.display import (
     SweepDisplay,
+    WaitLines,
     print_exec_summary,
     print_plan,
     print_summary,
@@ -205,6 +206,7 @@ def _sweep(cluster: Cluster, plan: SweepPlan, launching: Launching, json_out: bo
 
     out = console()
     display = SweepDisplay(out, plan, quiet=launching.quiet)
+    cluster.on_wait = display.on_waiting
     try:
         with display.progress:
             return run_sweep(
@@ -272,6 +274,7 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
 
     out = console()
     inventory = cluster.inventory
+    cluster.on_wait = WaitLines(out)
 
     def on_begin(run_dir: RunDir, plan: LaunchPlan) -> None:
         out.print(

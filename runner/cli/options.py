@@ -192,7 +192,16 @@ Check = Annotated[
 ]
 ReadyTimeout = Annotated[
     float,
-    typer.Option(help="Seconds to wait for nodes to register and answer before giving up."),
+    typer.Option(
+        help="Stacks: seconds to wait for nodes to boot, register and answer before giving up."
+    ),
+]
+ConnectTimeout = Annotated[
+    float,
+    typer.Option(
+        help="Hosts files: seconds every node has to answer SSH (tried every 2 s) before the "
+        "run fails, naming the nodes that did not."
+    ),
 ]
 LocalNodes = Annotated[
     int | None,
@@ -208,6 +217,7 @@ Teardown = Annotated[
     ),
 ]
 DEFAULT_READY_TIMEOUT = 900.0
+DEFAULT_CONNECT_TIMEOUT = 30.0
 
 # `dtrun bench` only: the all-reduce measurement, the health gate and the report.
 _AR = "All-reduce (--workload allreduce, and each training launch's probe)"
@@ -290,6 +300,7 @@ class Where:
     local_nodes: LocalNodes = None
     accept_new_host_keys: AcceptNewHostKeys = False
     ready_timeout: ReadyTimeout = DEFAULT_READY_TIMEOUT
+    connect_timeout: ConnectTimeout = DEFAULT_CONNECT_TIMEOUT
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import typer
 from runner.cli.common import console, human_output_to_stderr, user_errors
 from runner.cli.display import RegistryBar
 from runner.cli.options import Launching, Where
-from runner.errors import UsageError
+from runner.errors import UsageError, interruption
 
 if TYPE_CHECKING:
     from runner.cluster.connect import Cluster, ClusterChoice
@@ -39,6 +39,7 @@ def choose(
     from runner.plan.checks import check_seconds
 
     check_seconds("--ready-timeout", where.ready_timeout)
+    check_seconds("--connect-timeout", where.connect_timeout)
     if teardown and where.stack is None:
         raise UsageError(
             "--teardown destroys a Pulumi stack, and no --stack was given",
@@ -52,6 +53,7 @@ def choose(
         where.accept_new_host_keys,
         check,
         where.ready_timeout,
+        where.connect_timeout,
     )
 
 
@@ -71,6 +73,9 @@ def opened(choice: ClusterChoice, watch: StackWatch) -> Iterator[Cluster]:
             choice, lambda message: out.print(f"dtrun: {message}"), seen, registry_bar
         ) as cluster,
     ):
+        cluster.executor.on_stopping = lambda running: out.print(
+            f"dtrun: {interruption()}: stopping {running} node(s)...", highlight=False
+        )
         yield cluster
 
 

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING
 
 from runner.cluster.embedded import embedded_inventory
 from runner.cluster.outputs import StackOutputs, inventory_from_stack, parse_outputs
-from runner.cluster.readiness import check_ports_free, wait_until_ready
+from runner.cluster.readiness import (
+    Patience,
+    WaitSink,
+    check_ports_free,
+    no_wait_sink,
+    wait_until_ready,
+)
 from runner.errors import InventoryError, UsageError
 from runner.execute import Executor
 from runner.spec.cluster import Inventory, Node
@@ -40,6 +46,17 @@ class ClusterChoice:
     accept_new_host_keys: bool = False
     check: bool = False  # health checks (GPUs, InfiniBand, Python) before every launch
     ready_timeout_s: float = 900.0
+    connect_timeout_s: float = 30.0  # hosts files: their nodes are up, or the run fails fast
+
+    @property
+    def patience(self) -> Patience:
+        """How long a launch waits for its nodes. A hosts file's nodes should already be up,
+        so a dead one fails the run within --connect-timeout (a look every 2 s, each
+        connection attempt bounded by ``attempt_s``); a stack's may still be booting."""
+        if self.hosts is not None:
+            attempt = min(10.0, max(2.0, self.connect_timeout_s / 3))
+            return Patience(self.connect_timeout_s, 2.0, attempt, "--connect-timeout")
+        return Patience(self.ready_timeout_s)
 
     def __post_init__(self) -> None:
         given = [flag for flag, value in self._sources() if value is not None]
@@ -69,6 +86,7 @@ class Cluster:
     inventory: Inventory
     executor: Executor
     choice: ClusterChoice
+    on_wait: WaitSink = no_wait_sink  # hears each look at nodes that have not all answered
 
     def ready(self, plan: LaunchPlan) -> None:
         """The barrier before a launch: its nodes answer and, with --check, are healthy."""
@@ -83,7 +101,8 @@ class Cluster:
             self.inventory,
             nodes,
             check=self.choice.check,
-            timeout_s=self.choice.ready_timeout_s,
+            patience=self.choice.patience,
+            on_wait=self.on_wait,
         )
 
 
@@ -164,7 +183,12 @@ def open_cluster(
         inventory = parse_hosts_file(_read(choice.hosts, "hosts file"), str(choice.hosts), defaults)
         inventory = _through_ssh_config(inventory)
         with SshSession(
-            inventory, accept_new_host_keys=choice.accept_new_host_keys, notice=notice
+            inventory,
+            accept_new_host_keys=choice.accept_new_host_keys,
+            notice=notice,
+            # one attempt per look: the readiness barrier retries until --connect-timeout
+            connect_timeout=choice.patience.attempt_s,
+            retries=1,
         ) as session:
             yield Cluster(inventory, SshExecutor(session), choice)
         return

@@ -95,20 +95,61 @@ def problems(inventory: Inventory, node: Node, health: Health) -> list[str]:
     return found
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """One look at the nodes while waiting for them: who answered, who not yet, and why."""
+
+    answered: tuple[str, ...]  # "node-0 (10.0.0.4)"
+    missing: tuple[tuple[str, str], ...]  # ("node-1 (10.0.0.5)", why it did not answer)
+    waited_s: float
+    timeout_s: float
+
+    def describe(self) -> str:
+        total = len(self.answered) + len(self.missing)
+        names = ", ".join(label for label, _ in self.missing)
+        if not self.missing:
+            return f"all {total} node(s) answered after {self.waited_s:.0f} s"
+        return (
+            f"waiting for nodes to answer: {len(self.answered)} of {total} answered, not yet "
+            f"{names} ({self.waited_s:.0f} s of {self.timeout_s:.0f} s)"
+        )
+
+
+WaitSink = Callable[[Waiting], None]
+
+
+def no_wait_sink(waiting: Waiting) -> None:
+    """Hear nothing of the wait (the final error still names every node)."""
+
+
+@dataclass(frozen=True)
+class Patience:
+    """How long to wait for nodes: ``timeout_s`` in all, a look every ``poll_s``, and no new
+    look that could not finish (``attempt_s``: its connect timeout) before the deadline."""
+
+    timeout_s: float
+    poll_s: float = 5.0
+    attempt_s: float = 0.0
+    option: str = "--ready-timeout"  # how the user gives more time
+
+
 def wait_until_ready(
     command: Callable[[dict[str, str]], dict[str, Answer]],
     inventory: Inventory,
     nodes: Sequence[Node],
     *,
     check: bool,
-    timeout_s: float,
-    poll_s: float = 5.0,
+    patience: Patience,
+    on_wait: WaitSink = no_wait_sink,
 ) -> None:
-    """Return once every node answers (and, with ``check``, is healthy), or NotReadyError."""
+    """Return once every node answers (and, with ``check``, is healthy), or NotReadyError
+    naming every node that did not and why. ``on_wait`` hears each look that finds some
+    node missing, and the last one once all have answered after a wait."""
     scripts = {
         node.name: check_script(inventory, node) if check else "echo dtrun-ready" for node in nodes
     }
     started = time.monotonic()
+    looked_before = False
     while True:
         answers = command(scripts)
         reasons: dict[str, str] = {}
@@ -120,15 +161,26 @@ def wait_until_ready(
                 found = problems(inventory, node, parse_health(answer.output))
                 if found:
                     reasons[node.name] = ", ".join(found)
-        if not reasons:
-            return
         waited = time.monotonic() - started
-        if waited >= timeout_s:
-            listed = "; ".join(f"{name}: {reason}" for name, reason in sorted(reasons.items()))
+        label = {node.name: f"{node.name} ({node.address})" for node in nodes}
+        waiting = Waiting(
+            tuple(label[name] for name in scripts if name not in reasons),
+            tuple((label[name], reasons[name]) for name in scripts if name in reasons),
+            waited,
+            patience.timeout_s,
+        )
+        if not reasons:
+            if looked_before:
+                on_wait(waiting)
+            return
+        if waited + patience.poll_s + patience.attempt_s > patience.timeout_s:
+            listed = "; ".join(f"{label}: {why}" for label, why in waiting.missing)
             raise NotReadyError(
                 f"{len(reasons)} of {len(nodes)} node(s) not ready after {waited:.0f} s",
                 why=listed,
-                fix="fix those nodes (`dtrun exec` runs a command on every node), or wait "
-                "longer with --ready-timeout",
+                fix=f"fix those nodes (`dtrun exec` runs a command on every node), or wait "
+                f"longer with {patience.option}",
             )
-        time.sleep(poll_s)
+        on_wait(waiting)
+        looked_before = True
+        time.sleep(patience.poll_s)

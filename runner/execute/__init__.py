@@ -16,6 +16,11 @@ from runner.spec.launch import LaunchPlan
 from runner.spec.outcome import NodeResult
 
 LineSink = Callable[[str, str], None]  # (node name, one line of its output without newline)
+StopSink = Callable[[int], None]  # hears, at once, how many nodes a stop (Ctrl-C...) is stopping
+
+
+def quiet_stop(running: int) -> None:
+    """Hear nothing when a stop begins (the records still say the run was interrupted)."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,8 @@ TAIL_LINES = 20  # lines of a failed node's log quoted in the error
 
 
 class Executor(Protocol):
+    on_stopping: StopSink  # called when Ctrl-C, SIGTERM or SIGHUP starts stopping a launch
+
     def run(
         self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
     ) -> tuple[NodeResult, ...]: ...

@@ -18,7 +18,7 @@ from typing import IO
 import psutil
 
 from runner.errors import NodeFailedError, RunError, RunTimeoutError
-from runner.execute import Answer, LineSink, tail
+from runner.execute import Answer, LineSink, StopSink, quiet_stop, tail
 from runner.spec.launch import LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
 
@@ -65,6 +65,7 @@ class LocalExecutor:
 
     def __init__(self, *, grace_s: float = 5.0) -> None:
         self.grace_s = grace_s
+        self.on_stopping: StopSink = quiet_stop
 
     def run(
         self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
@@ -79,6 +80,10 @@ class LocalExecutor:
                 with _sigint_deferred():  # a node that was started is one that gets stopped
                     nodes.append(_start(launch, workdir, on_line, exits))
             verdict = _supervise(nodes, exits, timeout_s, plan.nnodes)
+        except KeyboardInterrupt:
+            with _sigint_deferred():
+                self.on_stopping(sum(node.returncode is None for node in nodes))
+            raise
         finally:
             with _sigint_deferred():
                 self._stop(nodes)

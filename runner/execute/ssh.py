@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from runner.errors import NodeFailedError, RunError, RunTimeoutError
-from runner.execute import Answer, LineSink, tail
+from runner.execute import Answer, LineSink, StopSink, quiet_stop, tail
 from runner.execute.sshsession import SshError, SshSession, lost_connection
 from runner.render import render
 from runner.spec.cluster import Inventory, Node
@@ -94,6 +94,7 @@ class SshExecutor:
 
     def __init__(self, session: SshSession, *, grace_s: float = 5.0) -> None:
         self.session = session
+        self.on_stopping: StopSink = quiet_stop
         self.inventory = session.inventory
         self.grace_s = grace_s
         self._code_staged: set[str] = set()
@@ -236,6 +237,9 @@ class SshExecutor:
         left: list[str] = []
         try:
             verdict = await self._supervise(tasks, ended, timeout_s, workdir)
+        except asyncio.CancelledError:  # Ctrl-C, SIGTERM or SIGHUP (the session's loop)
+            self.on_stopping(len(tasks) - len(ended))
+            raise
         finally:
             for task in tasks:
                 task.cancel()

@@ -265,7 +265,8 @@ class SshSession:
                 if attempt == self.retries:
                     raise SshError(
                         f"cannot reach {name} ({target})",
-                        why=f"{exc} (after {self.retries} attempts)",
+                        why=(str(exc) or f"no SSH answer in {self.connect_timeout:.0f} s")
+                        + (f" (after {self.retries} attempts)" if self.retries > 1 else ""),
                         fix="check that the node is up and its sshd listens there; "
                         "`dtrun exec ... -- true` tries every node",
                     ) from None
