@@ -13,6 +13,7 @@ Three rules, applied together:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 REDACTED = "<redacted>"
 
@@ -128,3 +129,23 @@ def secret_values(env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
 
 def redact_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     return tuple((name, redact_var(name, value)) for name, value in env)
+
+
+# The secret values this process was given (--env values and program arguments that look
+# secret): free text that may quote them (an error message, a failed node's last log lines) is
+# scrubbed of them before it is printed or recorded. One command per process, so one set.
+_known: set[str] = set()
+_SHORTEST = 4  # shorter values would blank out ordinary words
+
+
+def remember_secrets(values: Iterable[str]) -> None:
+    """Add to the values ``redact_text`` hides wherever they appear."""
+    _known.update(value for value in values if len(value) >= _SHORTEST)
+
+
+def redact_text(text: str) -> str:
+    """Free text as the terminal and the records show it: every remembered secret value, the
+    credentials inside URLs and token-shaped words hidden."""
+    for secret in sorted(_known, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return redact_value(text)

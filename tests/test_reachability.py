@@ -62,9 +62,8 @@ def test_a_dead_node_in_a_hosts_file_fails_the_run_within_the_connect_timeout(
     with dead() as port:
         text = hosts_file_text(sshd_cluster, no_leftovers, count=1)
         hosts = no_leftovers / "hosts.yaml"
-        hosts.write_text(
-            text.replace("hosts: [127.0.0.2]", f"hosts: [127.0.0.2, {{host: {DEAD}, port: {port}}}]")
-        )
+        two = f"hosts: [127.0.0.2, {{host: {DEAD}, port: {port}}}]"
+        hosts.write_text(text.replace("hosts: [127.0.0.2]", two))
         started = time.monotonic()
         done = run_dtrun(
             "run", "--hosts", str(hosts), "--nodes", "2", "--connect-timeout", "8",
@@ -78,7 +77,7 @@ def test_a_dead_node_in_a_hosts_file_fails_the_run_within_the_connect_timeout(
     # the live line while waiting: who answered, who not
     assert f"1 of 2 answered, not yet node-1 ({DEAD})" in out
     # the failure names the dead node, why, and how to give it longer
-    assert f"1 of 2 node(s) not ready after" in out and f"node-1 ({DEAD}): cannot reach" in out
+    assert "1 of 2 node(s) not ready after" in out and f"node-1 ({DEAD}): cannot reach" in out
     assert "--connect-timeout" in out and "Traceback" not in out
     run = json.loads((no_leftovers / "runs" / "dead" / "run.json").read_text())
     assert run["status"] == "failed" and f"node-1 ({DEAD})" in run["error"]

@@ -120,3 +120,36 @@ def test_a_run_record_holds_none_of_them(no_leftovers, monkeypatch):
     assert "run.json" in written
     assert {name: leaks(body) for name, body in written.items() if leaks(body)} == {}
     assert not any(b"z" * 24 in body for body in written.values())
+
+
+@pytest.mark.e2e
+def test_a_failing_program_that_prints_them_shows_none_in_its_error_or_records(
+    no_leftovers, monkeypatch
+):
+    """The failure message quotes the node's last log lines, and the program printed every
+    secret it was given before failing: the terminal, the error and run.json hide them all."""
+    for name, (value, _) in MACHINE_ENV.items():
+        monkeypatch.setenv(name, value)
+    out = no_leftovers / "runs"
+    script = no_leftovers / "leaky.py"
+    names = [*PLANTED_ENV, *MACHINE_ENV]
+    script.write_text(
+        "import os, sys\n"
+        f"for name in {names!r}:\n"
+        "    print(name, os.environ[name], flush=True)\n"
+        "print('args', sys.argv[1:], flush=True)\n"
+        "url, password = os.environ['DATABASE_URL'], os.environ['DB_PASS']\n"
+        "raise RuntimeError(f'cannot connect to {url} as {password}')\n"
+    )
+    result = dtrun(
+        "run", "--output", str(out), "--run-id", "leaky", "--port", "29718", *ENV_ARGS, "--",
+        "python", str(script), "--api-key", "sk-" + "w" * 24,
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "node-0 (127.0.0.2) failed with exit code" in result.output
+    assert leaks(result.output) == [] and "w" * 24 not in result.output
+    assert f"DB_PASS {REDACTED}" in result.output  # the lines are shown, less the secrets
+    written = records(out / "leaky")
+    assert "hunter2pass" in (out / "leaky" / "launch" / "node-0.log").read_text()  # kept whole
+    assert {name: leaks(body) for name, body in written.items() if leaks(body)} == {}
+    assert not any(b"w" * 24 in body for body in written.values())

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from runner.errors import DtrunError, interrupted_exit_code, interruption
+from runner.redact import redact_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -56,7 +57,8 @@ def user_errors() -> Iterator[None]:
     except DtrunError as exc:
         from rich.markup import escape
 
-        console(stderr=True).print(f"[bold red]error:[/] {escape(exc.message)}", soft_wrap=True)
+        message = escape(redact_text(exc.message))
+        console(stderr=True).print(f"[bold red]error:[/] {message}", soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
         # Ctrl-C (or SIGTERM, SIGHUP) outside a launch (connecting, waiting for nodes): what was
@@ -74,4 +76,5 @@ def print_node_line(console: Console, node: str, line: str) -> None:
 
     index = int(node.rsplit("-", 1)[-1]) if node[-1:].isdigit() else 0
     style = NODE_STYLES[index % len(NODE_STYLES)]
-    console.print(Text.assemble((f"[{node}] ", style), line), soft_wrap=True)
+    # what the program printed, less the secrets it was given (the node log keeps it whole)
+    console.print(Text.assemble((f"[{node}] ", style), redact_text(line)), soft_wrap=True)

@@ -32,6 +32,7 @@ from runner.cli.options import (
 )
 from runner.cli.session import StackWatch, choose, opened, session
 from runner.errors import DtrunError, UsageError
+from runner.redact import remember_secrets
 from runner.spec.request import BenchSpec, RunSpec, ScalingMode
 
 if TYPE_CHECKING:
@@ -167,7 +168,9 @@ def bench(
                 "--json prints a sweep's summary, and --dry-run runs no sweep",
                 fix="leave out one of them",
             )
-        resolved = resolve_bench(bench_spec(sweep, model, strategy, allreduce, gate, launching))
+        spec = bench_spec(sweep, model, strategy, allreduce, gate, launching)
+        remember_secrets(spec.secrets())  # never printed or recorded, even in an error
+        resolved = resolve_bench(spec)
         with current.cluster(resolved.spec, resolved.largest) as cluster:
             if launching.dry_run:
                 print_sweep_plan(plan_sweep(resolved.redacted(), cluster.inventory))
@@ -256,6 +259,7 @@ def run(
             nodes=nodes,
             timeout_s=timeout,
         )
+        remember_secrets(spec.secrets())  # never printed or recorded, even in an error
         resolved = resolve_run(spec)
         with current.cluster(spec, nodes) as cluster:
             if launching.dry_run:

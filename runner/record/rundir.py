@@ -23,7 +23,7 @@ import os
 import platform
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from runner import __version__
 from runner.azure.catalog import SIZES
 from runner.errors import OutputDirError, ResultError
 from runner.record import manifest
-from runner.redact import redact_var
+from runner.redact import redact_text, redact_var
 from runner.spec.cluster import Inventory
 from runner.spec.launch import EnvVar, LaunchPlan, point_dir
 from runner.spec.outcome import Health, NodeResult, RunResult, RunStatus, SweepStatus
@@ -210,9 +210,12 @@ def write_runs(
         {
             "schema": RUNS_SCHEMA,
             "status": status,
-            "error": error,
+            "error": redact_text(error) if error is not None else None,
             "updated_at": now_iso(),
-            "runs": [asdict(run) for run in runs],
+            "runs": [
+                asdict(replace(run, error=redact_text(run.error) if run.error else run.error))
+                for run in runs
+            ],
         },
     )
 
@@ -256,7 +259,7 @@ def write_run_record(
             "updated_at": now_iso(),
             "dtrun_version": __version__,
             "status": status,
-            "error": error,
+            "error": redact_text(error) if error is not None else None,
             "wall_s": wall_s,
             "launcher": plan.launcher,
             "world_size": plan.world_size,
