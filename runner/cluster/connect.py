@@ -117,7 +117,7 @@ def _read(path: Path, what: str) -> str:
             fix=f"pass an existing, readable file to --{what.split()[0]}",
         ) from None
     try:
-        return data.decode("utf-8-sig")  # a BOM (Windows editors) is not part of a host name
+        text = data.decode("utf-8-sig")  # a BOM (Windows editors) is not part of a host name
     except UnicodeDecodeError as exc:
         utf16 = data.startswith((b"\xff\xfe", b"\xfe\xff"))
         raise InventoryError(
@@ -126,6 +126,15 @@ def _read(path: Path, what: str) -> str:
             + (" (the file is UTF-16)" if utf16 else ""),
             fix="save it as UTF-8 text (`iconv -f UTF-16 -t UTF-8`), one host per line",
         ) from None
+    control = next((c for c in text if ord(c) < 32 and c not in "\t\n\r"), None)
+    if control is not None:
+        line = text.count("\n", 0, text.index(control)) + 1
+        raise InventoryError(
+            f"the {what} {path} is not a text file",
+            why=f"line {line} holds the control character {control!r}",
+            fix=f"pass the {what} itself (text: UTF-8, one host per line or YAML)",
+        )
+    return text
 
 
 def _stack_outputs(choice: ClusterChoice) -> StackOutputs:
@@ -134,7 +143,11 @@ def _stack_outputs(choice: ClusterChoice) -> StackOutputs:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise InventoryError(f"{choice.outputs} is not JSON", why=str(exc)) from None
+            raise InventoryError(
+                f"{choice.outputs} is not JSON",
+                why=str(exc) if text.strip() else "the file is empty",
+                fix="save the outputs again with `dtrun outputs --stack NAME --save FILE`",
+            ) from None
         return parse_outputs(data, str(choice.outputs))
     from runner.azure.stack import check_stack_name
     from runner.azure.stack import outputs as read_outputs

@@ -82,7 +82,20 @@ def _field(data: Mapping[str, Any], key: str, kind: type, source: str) -> Any:
 
 def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
     """Check the contract version and pull out every field, or say which one is wrong."""
+    if not isinstance(data, Mapping):
+        raise OutputsError(
+            f"{source} does not hold stack outputs",
+            why=f"it holds a JSON {type(data).__name__ if data is not None else 'null'}, "
+            "not an object of outputs",
+            fix="save them with `dtrun outputs --stack NAME --save FILE`",
+        )
     version = data.get("version")
+    if version is None:
+        raise OutputsError(
+            f"{source} does not hold stack outputs",
+            why="it has no 'version' field, which every dtrun stack's outputs carry",
+            fix="save them with `dtrun outputs --stack NAME --save FILE`",
+        )
     if not isinstance(version, int | float) or int(version) != OUTPUTS_VERSION:
         newer = isinstance(version, int | float) and version > OUTPUTS_VERSION
         raise OutputsError(

@@ -9,7 +9,14 @@ import re
 from runner.errors import PlanError
 from runner.plan.launchers import LAUNCHERS
 from runner.plan.registry import lookup
-from runner.spec.request import AllreduceSpec, BenchSpec, HealthGate, LaunchRequest, RunSpec
+from runner.spec.request import (
+    AllreduceSpec,
+    BenchSpec,
+    HealthGate,
+    LaunchRequest,
+    RunSpec,
+    ScalingMode,
+)
 from runner.workloads.sizes import message_sizes
 
 
@@ -77,6 +84,16 @@ def check_bench(bench: BenchSpec) -> None:
             "--warmup must be at least 0 and less than --steps",
             why=f"warm-up {bench.warmup}, steps {bench.steps}: no step would be timed",
         )
+    if bench.global_batch is not None:
+        if bench.global_batch < 1:
+            raise PlanError("--global-batch must be at least 1", why=f"got {bench.global_batch}")
+        if bench.mode is ScalingMode.WEAK:
+            raise PlanError(
+                "--global-batch fixes the batch of strong scaling, and the mode is weak",
+                why="weak scaling keeps --batch per process, so the global batch grows with "
+                "the nodes",
+                fix="pass --mode strong with --global-batch, or --batch for weak scaling",
+            )
     if model.d_model % model.heads:
         raise PlanError(
             "--d-model must be a multiple of --heads",
