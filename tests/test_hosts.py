@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.cluster.hostlines import HostsFileError
-from runner.cluster.hosts import Defaults, parse_hosts_file
+from runner.cluster.hostlines import HostsFileError, is_host_list
+from runner.cluster.hosts import Defaults, parse_hosts_file, parse_hosts_value
 from runner.spec.cluster import Accelerator
 
 DEFAULTS = Defaults(user="me", python_bin="/opt/venv/bin")
@@ -265,3 +265,82 @@ def test_a_slot_count_that_reads_like_a_port_is_refused_saying_so(text):
         caught.value
     )
     assert "if you meant a port, give it in ~/.ssh/config" in caught.value.fix
+
+
+@pytest.mark.parametrize(
+    ("value", "is_list"),
+    [
+        ("h1:4,h2:4", True),
+        ("worker-0:2, worker-1:2", True),
+        ("10.0.0.4:8", True),
+        ("[fe80::1]:4", True),
+        ("h1,h2", True),  # OpenMPI --host h1,h2: one slot each
+        ("gpu0", False),  # a lone word is a file name (that may not exist)
+        ("hosts.yaml", False),
+        ("fe80::1", False),  # a bare IPv6 address says no slots: not told from a name
+        ("h1:x", False),
+        ("./h1:4", False),  # a / is a path
+        ("conf/h1:4,h2:4", False),
+    ],
+)
+def test_hosts_given_on_the_command_line_are_told_from_a_file_name(value, is_list):
+    assert is_host_list(value) is is_list
+
+
+def test_hosts_given_on_the_command_line_as_mlp_mpi_hosts_or_horovod_h():
+    inventory = parse_hosts_value("worker-0:2,worker-1:2", DEFAULTS)
+    assert [(n.name, n.address, n.slots) for n in inventory.nodes] == [
+        ("node-0", "worker-0", 2),
+        ("node-1", "worker-1", 2),
+    ]
+    assert inventory.source == "hosts:worker-0:2,worker-1:2"
+    assert [(n.address, n.slots) for n in parse_hosts_value("10.0.0.4:8", DEFAULTS).nodes] == [
+        ("10.0.0.4", 8)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("h1:4,h2:x", "--hosts value, item 2: 'h2:x': the slots after ':' are 'x'"),
+        ("h1:4,,h2:4", "--hosts value, item 2: empty (two commas in a row)"),
+        ("h1:4,h2:4,h1:4", "--hosts value, item 3: h1 is listed twice (also item 1)"),
+        ("h1:4,h2:2222", "--hosts value, item 2: 'h2:2222' gives 2222 slots"),
+        ("h1:4,a b:4", "--hosts value, item 2: 'a b' is not a host name or address"),
+    ],
+)
+def test_hosts_given_on_the_command_line_name_the_item_in_errors(value, message):
+    with pytest.raises(HostsFileError) as caught:
+        parse_hosts_value(value, DEFAULTS)
+    assert message in caught.value.message
+
+
+def test_bench_dry_run_on_hosts_given_as_horovod_h_needs_no_sshd(tmp_path, monkeypatch):
+    """`dtrun bench --hosts "$MLP_MPI_HOSTS" --dry-run`: the hosts themselves, no file; a file
+    of that name would win; a lone word that is no file is still a missing hosts file."""
+    from typer.testing import CliRunner
+
+    from runner.cli.app import app
+
+    monkeypatch.chdir(tmp_path)
+
+    def dry_run(hosts):
+        args = ["bench", "--dry-run", "--nodes", "2", "--hosts", hosts, "--output", "runs"]
+        return CliRunner().invoke(app, args)
+
+    done = dry_run("127.0.0.2:2,127.0.0.3:2")
+    assert done.exit_code == 0, done.output
+    assert "node-0.sh on node-0 (127.0.0.2)" in done.stdout
+    assert "node-1.sh on node-1 (127.0.0.3)" in done.stdout
+    (tmp_path / "127.0.0.2:2,127.0.0.3:2").write_text("127.0.0.4\n127.0.0.5\n")
+    done = dry_run("127.0.0.2:2,127.0.0.3:2")
+    assert done.exit_code == 0, done.output
+    assert "node-0.sh on node-0 (127.0.0.4)" in done.stdout
+    refused = dry_run("127.0.0.2:2,127.0.0.3:2222")
+    assert refused.exit_code == 2
+    assert "--hosts value, item 2: '127.0.0.3:2222' gives 2222 slots" in refused.stderr
+    assert "if you meant a port" in refused.stderr and "Traceback" not in refused.output
+    missing = dry_run("gpu0")
+    assert missing.exit_code == 2
+    assert "cannot read the hosts file gpu0: No such file or directory" in missing.stderr
+    assert "or the hosts themselves as HOST:SLOTS items" in missing.stderr

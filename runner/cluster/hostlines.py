@@ -224,3 +224,25 @@ def read_lines(text: str, source: str) -> tuple[Entry, ...]:
             f"{source}, line 1", "no hosts in the file", "write one line per host: HOST slots=N"
         )
     return _unique(entries, source)
+
+
+HOSTS_VALUE = "--hosts value"
+
+
+def is_host_list(value: str) -> bool:
+    """--hosts given the hosts themselves rather than a file: no ``/``, and a comma or a final
+    ``:N`` (``h1:4,h2:4``, ``10.0.0.4:8``, ``"$MLP_MPI_HOSTS"``). A lone word such as ``gpu0``
+    is a file name; an existing file of the value's name wins (the caller checks)."""
+    value = value.strip()
+    return "/" not in value and ("," in value or _has_slots(value))
+
+
+def read_host_list(value: str) -> tuple[Entry, ...]:
+    """The hosts of a --hosts value ``h1:4,h2:4``; errors name the item."""
+    entries: list[Entry] = []
+    for index, item in enumerate(_items(value.strip()), start=1):
+        where = f"{HOSTS_VALUE}, item {index}"
+        if not item:
+            raise located(where, "empty (two commas in a row)", _LIST_FIX)
+        entries.append(_list_item(item, where, f"item {index}"))
+    return _unique(entries, HOSTS_VALUE)

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from runner.azure.catalog import SIZES
-from runner.cluster.hostlines import Entry, HostsFileError, located, read_lines
+from runner.cluster.hostlines import Entry, HostsFileError, located, read_host_list, read_lines
 from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
 
 TOP_FIELDS = {
@@ -227,3 +227,8 @@ def parse_hosts_file(text: str, source: str, defaults: Defaults) -> Inventory:
     if _YAML_FIELD.search(text):
         return parse_yaml_hosts(text, source, defaults)
     return _from_entries(source, read_lines(text, source), defaults)
+
+
+def parse_hosts_value(value: str, defaults: Defaults) -> Inventory:
+    """--hosts given the hosts themselves (hostlines.is_host_list): `h1:4,h2:4`."""
+    return _from_entries(value.strip(), read_host_list(value), defaults)
