@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.cluster.hosts import Defaults, HostsFileError, parse_hosts_file
+from runner.cluster.hostlines import HostsFileError, is_host_list
+from runner.cluster.hosts import Defaults, parse_hosts_file, parse_hosts_value
 from runner.spec.cluster import Accelerator
 
 DEFAULTS = Defaults(user="me", python_bin="/opt/venv/bin")
@@ -155,3 +156,191 @@ def test_hosts_files_as_editors_save_them(tmp_path):
         assert done.exit_code == 2, done.output
         assert f"the hosts file {path} is not UTF-8 text" in done.stderr and said in done.stderr
         assert "Traceback" not in done.output
+
+
+def hosts_of(text: str, source: str = "hostfile") -> list[tuple[str, int]]:
+    return [(n.address, n.slots) for n in parse_hosts_file(text, source, DEFAULTS).nodes]
+
+
+@pytest.mark.parametrize(
+    ("text", "hosts"),
+    [
+        pytest.param(  # OpenMPI's hostfile (mpirun(1), "Specifying Host Nodes")
+            "node1 slots=4 max_slots=8\nnode2 slots=4\n",
+            [("node1", 4), ("node2", 4)],
+            id="openmpi",
+        ),
+        pytest.param(  # mpirun(1): with max_slots alone, slots default to the limit
+            "aa slots=4 max_slots=4\nbb max_slots=4\ncc slots=4\n",
+            [("aa", 4), ("bb", 4), ("cc", 4)],
+            id="openmpi-max-slots",
+        ),
+        pytest.param(  # DeepSpeed's hostfile ("Resource Configuration (multi-node)")
+            "worker-1 slots=4\nworker-2 slots=4\n",
+            [("worker-1", 4), ("worker-2", 4)],
+            id="deepspeed",
+        ),
+        pytest.param(  # Volcano Engine / BytePlus MLP's $MLP_MPI_HOSTFILE, its documented line
+            "172.22.128.95 slots=2\n172.22.128.96 slots=2\n",
+            [("172.22.128.95", 2), ("172.22.128.96", 2)],
+            id="volcano-mlp-mpi-hostfile",
+        ),
+        pytest.param(  # Horovod's -H, Volcano's $MLP_MPI_HOSTS, OpenMPI's --host
+            "server1:4,server2:4\n",
+            [("server1", 4), ("server2", 4)],
+            id="horovod-list",
+        ),
+        pytest.param(
+            "# the cluster\nh1:4, h2:4,\nh3:2  # a comma ends line 2: the list goes on\n",
+            [("h1", 4), ("h2", 4), ("h3", 2)],
+            id="list-across-lines",
+        ),
+        pytest.param(  # OpenMPI --host: a host without :N has one slot
+            "h1\nh2:2\n",
+            [("h1", 1), ("h2", 2)],
+            id="list-with-a-lone-host",
+        ),
+        pytest.param(
+            "# nodes\r\n\r\nnode1  \r\n\t node2\t# the second\r\n   \r\n",
+            [("node1", 1), ("node2", 1)],
+            id="plain-list-crlf-comments-blanks-trailing-spaces",
+        ),
+        pytest.param(  # a bare IPv6 address is not HOST:PORT; brackets are dropped
+            "fe80::1 slots=2\n[fe80::2] slots=4\n2001:db8::7\n",
+            [("fe80::1", 2), ("fe80::2", 4), ("2001:db8::7", 1)],
+            id="ipv6-mpi-lines",
+        ),
+        pytest.param(  # in a list, [v6]:N is slots; a bare address has none to give
+            "[fe80::1]:4,fe80::2\n",
+            [("fe80::1", 4), ("fe80::2", 1)],
+            id="ipv6-list",
+        ),
+    ],
+)
+def test_hosts_files_as_each_ecosystem_writes_them(text, hosts):
+    assert hosts_of(text) == hosts
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "a slots=2\nb:4,c:4\n",
+            "hostfile, line 2: 'b:4,c:4' is a host:slots list (HOST:SLOTS,HOST:SLOTS), and "
+            "line 1 is an MPI hostfile line (HOST slots=N): a file holds one shape",
+        ),
+        (
+            "# comment\nlone\nb:4\na slots=2\n",
+            "hostfile, line 4: 'a slots=2' is an MPI hostfile line (HOST slots=N), and line 3 "
+            "is a host:slots list",
+        ),
+        ("h1:4,,h2:4\n", "hostfile, line 1: an empty item between two commas"),
+        ("h1:4\nh2:0\n", "hostfile, line 2: 'h2:0': the slots after ':' are '0', not a whole"),
+        ("h1:x,h2\n", "hostfile, line 1: 'h1:x': the slots after ':' are 'x'"),
+        ("h1:4\nh2:4,h1:2\n", "hostfile, line 2: h1 is listed twice (also line 1)"),
+        ("user@h1:4,h2\n", "hostfile, line 1: 'user@h1' is not a host name or address"),
+        ("[fe80::1:4,h2\n", "hostfile, line 1: '[fe80::1:4' is not an IPv6 address in brackets"),
+        ("[h1]:4,h2\n", "hostfile, line 1: '[h1]' is not an IPv6 address in brackets"),
+        ("fe80::zz,h2\n", "hostfile, line 1: 'fe80::zz' is not a host name or address"),
+        ("[fe80::1]x slots=1\n", "hostfile, line 1: '[fe80::1]x' is not an IPv6 address"),
+    ],
+)
+def test_line_shape_errors_name_the_line(text, message):
+    with pytest.raises(HostsFileError) as caught:
+        parse_hosts_file(text, "hostfile", DEFAULTS)
+    assert message in caught.value.message
+    assert caught.value.exit_code == 2
+
+
+def test_a_list_colon_is_slots_so_h1_22_is_22_processes_not_ssh():
+    assert hosts_of("h1:22\n") == [("h1", 22)]  # a 22-process host exists; documented
+
+
+@pytest.mark.parametrize("text", ["h1:2222\n", "h0,h1:65\n"])
+def test_a_slot_count_that_reads_like_a_port_is_refused_saying_so(text):
+    with pytest.raises(HostsFileError) as caught:
+        parse_hosts_file(text, "hostfile", DEFAULTS)
+    assert "hostfile, line 1:" in caught.value.message
+    assert "slots: in a host:slots list `:N` is processes on the host, at most 64" in str(
+        caught.value
+    )
+    assert "if you meant a port, give it in ~/.ssh/config" in caught.value.fix
+
+
+@pytest.mark.parametrize(
+    ("value", "is_list"),
+    [
+        ("h1:4,h2:4", True),
+        ("worker-0:2, worker-1:2", True),
+        ("10.0.0.4:8", True),
+        ("[fe80::1]:4", True),
+        ("h1,h2", True),  # OpenMPI --host h1,h2: one slot each
+        ("gpu0", False),  # a lone word is a file name (that may not exist)
+        ("hosts.yaml", False),
+        ("fe80::1", False),  # a bare IPv6 address says no slots: not told from a name
+        ("h1:x", False),
+        ("./h1:4", False),  # a / is a path
+        ("conf/h1:4,h2:4", False),
+    ],
+)
+def test_hosts_given_on_the_command_line_are_told_from_a_file_name(value, is_list):
+    assert is_host_list(value) is is_list
+
+
+def test_hosts_given_on_the_command_line_as_mlp_mpi_hosts_or_horovod_h():
+    inventory = parse_hosts_value("worker-0:2,worker-1:2", DEFAULTS)
+    assert [(n.name, n.address, n.slots) for n in inventory.nodes] == [
+        ("node-0", "worker-0", 2),
+        ("node-1", "worker-1", 2),
+    ]
+    assert inventory.source == "hosts:worker-0:2,worker-1:2"
+    assert [(n.address, n.slots) for n in parse_hosts_value("10.0.0.4:8", DEFAULTS).nodes] == [
+        ("10.0.0.4", 8)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("h1:4,h2:x", "--hosts value, item 2: 'h2:x': the slots after ':' are 'x'"),
+        ("h1:4,,h2:4", "--hosts value, item 2: empty (two commas in a row)"),
+        ("h1:4,h2:4,h1:4", "--hosts value, item 3: h1 is listed twice (also item 1)"),
+        ("h1:4,h2:2222", "--hosts value, item 2: 'h2:2222' gives 2222 slots"),
+        ("h1:4,a b:4", "--hosts value, item 2: 'a b' is not a host name or address"),
+    ],
+)
+def test_hosts_given_on_the_command_line_name_the_item_in_errors(value, message):
+    with pytest.raises(HostsFileError) as caught:
+        parse_hosts_value(value, DEFAULTS)
+    assert message in caught.value.message
+
+
+def test_bench_dry_run_on_hosts_given_as_horovod_h_needs_no_sshd(tmp_path, monkeypatch):
+    """`dtrun bench --hosts "$MLP_MPI_HOSTS" --dry-run`: the hosts themselves, no file; a file
+    of that name would win; a lone word that is no file is still a missing hosts file."""
+    from typer.testing import CliRunner
+
+    from runner.cli.app import app
+
+    monkeypatch.chdir(tmp_path)
+
+    def dry_run(hosts):
+        args = ["bench", "--dry-run", "--nodes", "2", "--hosts", hosts, "--output", "runs"]
+        return CliRunner().invoke(app, args)
+
+    done = dry_run("127.0.0.2:2,127.0.0.3:2")
+    assert done.exit_code == 0, done.output
+    assert "node-0.sh on node-0 (127.0.0.2)" in done.stdout
+    assert "node-1.sh on node-1 (127.0.0.3)" in done.stdout
+    (tmp_path / "127.0.0.2:2,127.0.0.3:2").write_text("127.0.0.4\n127.0.0.5\n")
+    done = dry_run("127.0.0.2:2,127.0.0.3:2")
+    assert done.exit_code == 0, done.output
+    assert "node-0.sh on node-0 (127.0.0.4)" in done.stdout
+    refused = dry_run("127.0.0.2:2,127.0.0.3:2222")
+    assert refused.exit_code == 2
+    assert "--hosts value, item 2: '127.0.0.3:2222' gives 2222 slots" in refused.stderr
+    assert "if you meant a port" in refused.stderr and "Traceback" not in refused.output
+    missing = dry_run("gpu0")
+    assert missing.exit_code == 2
+    assert "cannot read the hosts file gpu0: No such file or directory" in missing.stderr
+    assert "or the hosts themselves as HOST:SLOTS items" in missing.stderr

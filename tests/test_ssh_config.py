@@ -70,3 +70,13 @@ def test_a_run_on_aliases_meets_at_the_alias_s_hostname(user_home, tmp_path, no_
     assert done.returncode == 0, done.stdout + done.stderr
     assert "master 127.0.0.2 rank 0" in done.stdout
     assert "master 127.0.0.2 rank 1" in done.stdout
+
+
+def test_hosts_given_on_the_command_line_reach_every_node(user_home, tmp_path):
+    """`--hosts "$MLP_MPI_HOSTS"`: Horovod -H's host:slots items, no file; ports and keys come
+    from ~/.ssh/config, as for a hosts file."""
+    _, env = user_home
+    done = dtrun(env, "exec", "--hosts", "gpu0:1,gpu1:1", "--", "echo reached", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[node-0] reached" in done.stdout and "[node-1] reached" in done.stdout
+    assert "│ node-0 │ 127.0.0.2 │ 0" in done.stdout and "│ node-1 │ 127.0.0.3 │ 0" in done.stdout

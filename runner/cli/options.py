@@ -165,8 +165,12 @@ StagesPerRank = Annotated[
 
 # Where to run: none of these is the embedded cluster.
 Hosts = Annotated[
-    Path | None,
-    typer.Option(help="Run on the machines of this hosts file (YAML, or MPI `HOST slots=N`)."),
+    str | None,
+    typer.Option(
+        metavar="FILE|HOSTS",
+        help="Run on the machines of a hosts file (YAML, MPI `HOST slots=N`, `h1:4,h2:4` lists) "
+        'or on these hosts: h1:4,h2:4 (as Horovod -H, "$MLP_MPI_HOSTS").',
+    ),
 ]
 Stack = Annotated[
     str | None, typer.Option("--stack", "-s", help="Run on the cluster of this Pulumi stack.")

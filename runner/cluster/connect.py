@@ -39,7 +39,7 @@ Notice = Callable[[str], None]
 class ClusterChoice:
     """Where to run, as the options said (at most one of hosts, stack, outputs)."""
 
-    hosts: Path | None = None
+    hosts: str | None = None  # a hosts file, or the hosts themselves: h1:4,h2:4
     stack: str | None = None
     outputs: Path | None = None
     local_nodes: int = 1  # size of the embedded cluster when none of the above is given
@@ -106,7 +106,7 @@ class Cluster:
         )
 
 
-def _read(path: Path, what: str) -> str:
+def _read(path: Path, what: str, fix: str = "") -> str:
     """A text file as editors write it: UTF-8, with or without a byte-order mark."""
     try:
         data = path.read_bytes()
@@ -114,7 +114,7 @@ def _read(path: Path, what: str) -> str:
         raise InventoryError(
             f"cannot read the {what} {path}",
             why=exc.strerror or str(exc),
-            fix=f"pass an existing, readable file to --{what.split()[0]}",
+            fix=fix or f"pass an existing, readable file to --{what.split()[0]}",
         ) from None
     try:
         text = data.decode("utf-8-sig")  # a BOM (Windows editors) is not part of a host name
@@ -135,6 +135,23 @@ def _read(path: Path, what: str) -> str:
             fix=f"pass the {what} itself (text: UTF-8, one host per line or YAML)",
         )
     return text
+
+
+def _hosts_inventory(hosts: str) -> Inventory:
+    """--hosts FILE, or --hosts h1:4,h2:4 (the hosts themselves) where no such file exists."""
+    from runner.cluster.hostlines import is_host_list
+    from runner.cluster.hosts import Defaults, parse_hosts_file, parse_hosts_value  # yaml: here
+
+    defaults = Defaults(getpass.getuser(), python_bin=embedded_inventory(1).python_bin)
+    if not Path(hosts).exists() and is_host_list(hosts):
+        return parse_hosts_value(hosts, defaults)
+    text = _read(
+        Path(hosts),
+        "hosts file",
+        fix="pass an existing, readable file to --hosts, or the hosts themselves as "
+        "HOST:SLOTS items (--hosts gpu-a:8,gpu-b:8)",
+    )
+    return parse_hosts_file(text, hosts, defaults)
 
 
 def _stack_outputs(choice: ClusterChoice) -> StackOutputs:
@@ -190,11 +207,7 @@ def open_cluster(
     from runner.execute.sshsession import SshSession
 
     if choice.hosts is not None:
-        from runner.cluster.hosts import Defaults, parse_hosts_file  # yaml: only for hosts files
-
-        defaults = Defaults(getpass.getuser(), python_bin=embedded_inventory(1).python_bin)
-        inventory = parse_hosts_file(_read(choice.hosts, "hosts file"), str(choice.hosts), defaults)
-        inventory = _through_ssh_config(inventory)
+        inventory = _through_ssh_config(_hosts_inventory(choice.hosts))
         with SshSession(
             inventory,
             accept_new_host_keys=choice.accept_new_host_keys,

@@ -1,7 +1,8 @@
-"""Hosts files -> Inventory: YAML (host, port, user, key, slots) or an MPI hostfile (HOST slots=N).
+"""Hosts files -> Inventory: YAML (host, port, user, key, slots), or lines as the MPI ecosystem
+writes them (hostlines.py: `HOST slots=N`, `h1:4,h2:4`); and --hosts given the hosts themselves.
 
 Pure: takes the file's text and name; every error names the file, the line and the field.
-The format is documented in docs/clusters.md ("Hosts files").
+The shapes are documented in docs/clusters.md ("Hosts files").
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import yaml
 
 from runner.azure.catalog import SIZES
-from runner.errors import InventoryError
+from runner.cluster.hostlines import Entry, HostsFileError, located, read_host_list, read_lines
 from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
 
 TOP_FIELDS = {
@@ -25,10 +26,6 @@ TOP_FIELDS = {
     "size", "accelerator", "known_hosts", "interface",
 }  # fmt: skip
 HOST_FIELDS = {"host", "address", "port", "user", "key", "slots", "cpus"}
-
-
-class HostsFileError(InventoryError):
-    """A hosts file dtrun cannot use."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +38,7 @@ class Defaults:
 
 
 def _error(source: str, line: int, what: str, fix: str = "") -> HostsFileError:
-    return HostsFileError(f"{source}, line {line}: {what}", fix=fix)
+    return located(f"{source}, line {line}", what, fix)
 
 
 def _scalar(node: yaml.Node, source: str, field: str, kind: type) -> Any:
@@ -212,46 +209,26 @@ def _inventory(
     )
 
 
-def parse_mpi_hostfile(text: str, source: str, defaults: Defaults) -> Inventory:
-    """OpenMPI's format: one `HOST [slots=N] [max_slots=N]` per line, # starts a comment."""
-    nodes: list[Node] = []
-    seen: dict[str, int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        words = raw.split("#", 1)[0].split()
-        if not words:
-            continue
-        host, slots = words[0], 1
-        if re.fullmatch(r"[^:\[\]]+:\d+", host) or re.fullmatch(r"\[.*\]:\d+", host):
-            raise _error(
-                source,
-                number,
-                f"{host!r} gives a port, and an MPI hostfile line names a host only",
-                "write `HOST slots=N`, and give the SSH port in ~/.ssh/config (Host HOST / "
-                "Port N) or use a YAML hosts file with `port:`",
-            )
-        for word in words[1:]:
-            key, sep, value = word.partition("=")
-            if key not in ("slots", "max_slots") or not sep:
-                raise _error(
-                    source, number, f"'{word}' is not slots=N", "write lines as HOST slots=N"
-                )
-            if not value.isdigit() or int(value) < 1:
-                raise _error(
-                    source, number, f"'{key}' is {value!r}, not a whole number of at least 1"
-                )
-            if key == "slots":
-                slots = int(value)
-        if host in seen:
-            raise _error(source, number, f"{host} is listed twice (also line {seen[host]})")
-        seen[host] = number
-        nodes.append(Node(f"node-{len(nodes)}", host, slots=slots, cpus=os.cpu_count() or 1))
-    if not nodes:
-        raise _error(source, 1, "no hosts in the file", "write one line per host: HOST slots=N")
-    return _inventory(source, tuple(nodes), {}, {}, defaults)
+def _from_entries(source: str, entries: tuple[Entry, ...], defaults: Defaults) -> Inventory:
+    nodes = tuple(
+        Node(f"node-{index}", entry.host, slots=entry.slots, cpus=os.cpu_count() or 1)
+        for index, entry in enumerate(entries)
+    )
+    return _inventory(source, nodes, {}, {}, defaults)
+
+
+_YAML_FIELD = re.compile(r"^[A-Za-z_]+\s*:(\s|$)", re.MULTILINE)  # `hosts:`, `user: me`
 
 
 def parse_hosts_file(text: str, source: str, defaults: Defaults) -> Inventory:
-    """YAML when the file is a mapping (it has `hosts:`), an MPI hostfile otherwise."""
-    if re.search(r"^[A-Za-z_]+\s*:(\s|$)", text, re.MULTILINE):
+    """The one reader of hosts files, by their shape (docs/clusters.md, "Hosts files"): YAML
+    when a line starts with a field (`hosts:`); otherwise lines, MPI `HOST slots=N` or host:slots
+    lists `h1:4,h2:4`, told apart by hostlines.lines_shape."""
+    if _YAML_FIELD.search(text):
         return parse_yaml_hosts(text, source, defaults)
-    return parse_mpi_hostfile(text, source, defaults)
+    return _from_entries(source, read_lines(text, source), defaults)
+
+
+def parse_hosts_value(value: str, defaults: Defaults) -> Inventory:
+    """--hosts given the hosts themselves (hostlines.is_host_list): `h1:4,h2:4`."""
+    return _from_entries(value.strip(), read_host_list(value), defaults)
