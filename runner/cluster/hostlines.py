@@ -29,13 +29,19 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a host name, an ssh alias,
 _LIST_FIX = "items are HOST or HOST:SLOTS, e.g. gpu-a:4,gpu-b:4 ([fe80::1]:4 for IPv6)"
 
 
+_FORMAT_FIX = (
+    'correct that line; docs/clusters.md ("Hosts files") shows each accepted shape and field'
+)
+
+
 class HostsFileError(InventoryError):
     """A hosts file (or --hosts value) dtrun cannot use."""
 
 
 def located(where: str, what: str, fix: str = "") -> HostsFileError:
     """An error at ``where``: "hosts.txt, line 3" or "--hosts value, item 2"."""
-    return HostsFileError(f"{where}: {what}", fix=fix)
+    # every mistake says what to do: its own fix, else where the format is written down
+    return HostsFileError(f"{where}: {what}", fix=fix or _FORMAT_FIX)
 
 
 class Shape(enum.Enum):
@@ -133,7 +139,11 @@ def _mpi_line(line: str, where: str, at: str) -> Entry:
         if key not in ("slots", "max_slots") or not sep:
             raise located(where, f"'{word}' is not slots=N", "write lines as HOST slots=N")
         if not value.isdigit() or int(value) < 1:
-            raise located(where, f"'{key}' is {value!r}, not a whole number of at least 1")
+            raise located(
+                where,
+                f"'{key}' is {value!r}, not a whole number of at least 1",
+                f"write {key}=N with the number of processes the host runs, e.g. {key}=8",
+            )
         counts[key] = int(value)
     # OpenMPI: with max_slots alone, "the slots value defaults to the limit" (mpirun(1))
     slots = counts.get("slots", counts.get("max_slots", 1))

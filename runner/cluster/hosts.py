@@ -83,7 +83,13 @@ def _fields(node: yaml.Node, source: str, allowed: set[str], what: str) -> dict[
 def _port(node: yaml.Node, source: str) -> int:
     port: int = _scalar(node, source, "port", int)
     if not 1 <= port <= 65535:
-        raise _error(source, node.start_mark.line + 1, f"'port' is {port}, not 1 to 65535")
+        raise _error(
+            source,
+            node.start_mark.line + 1,
+            f"'port' is {port}, not 1 to 65535",
+            "give the port the host's sshd listens on (22 unless it was changed), or leave "
+            "'port' out to take ~/.ssh/config's",
+        )
     return port
 
 
