@@ -53,6 +53,11 @@ class OutputDirError(UsageError):
     """The run directory cannot be created or written."""
 
 
+class DamagedRunError(UsageError):
+    """A file `dtrun report` or `dtrun compare` reads is missing, unreadable or not what dtrun
+    writes; found before anything is written, so the run directory is left as it was."""
+
+
 class ResultError(DtrunError):
     """A result file is missing, malformed, or of an unknown schema version."""
 

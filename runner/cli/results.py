@@ -38,7 +38,10 @@ def report(
 def _run_dir(path: Path) -> RunDir:
     from runner.record.rundir import RunDir
 
-    if not (path / "manifest.json").is_file():
+    manifest = path / "manifest.json"
+    # Anything named manifest.json makes it a run directory: what is wrong with a damaged one
+    # (a directory, unreadable, not JSON) is said when it is read.
+    if not (path.is_dir() and (manifest.exists() or manifest.is_symlink())):
         if not path.is_dir():
             hint = "no such directory"
         elif (path / "run.json").is_file():

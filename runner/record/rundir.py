@@ -12,7 +12,8 @@
       report.html       derived: the same report, self-contained (plots inlined)
       *.png             derived: throughput, efficiency and busbw plots
 
-The derived files are made from manifest.json, runs.json and the result files alone.
+The derived files are made from manifest.json, runs.json and the result files alone
+(read back and checked by runner/report/recorded.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import psutil
 
 from runner import __version__
 from runner.azure.catalog import SIZES
-from runner.errors import OutputDirError, ResultError
+from runner.errors import OutputDirError
 from runner.record import manifest
 from runner.redact import redact_text, redact_var
 from runner.spec.cluster import Inventory
@@ -54,19 +55,6 @@ def write_json(path: Path, data: object) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(data, indent=2, default=str) + "\n")
     partial.replace(path)
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ResultError(
-            f"{path} is missing",
-            why=f"{path.parent} is not a complete dtrun run directory",
-            fix="pass the directory that `dtrun bench` printed (runs/<run-id>)",
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise ResultError(f"{path} is not valid JSON", why=str(exc)) from None
 
 
 def machine() -> dict[str, Any]:
@@ -279,8 +267,3 @@ def write_health(run_path: Path, health: Health) -> None:
     """health.json: the health gate's verdict and every node's figure."""
     data: dict[str, Any] = {"schema": HEALTH_SCHEMA, "checked_at": now_iso(), **asdict(health)}
     write_json(run_path / HEALTH_FILE, data)
-
-
-def read_health(run_path: Path) -> dict[str, Any] | None:
-    path = run_path / HEALTH_FILE
-    return read_json(path) if path.exists() else None

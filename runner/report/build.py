@@ -3,7 +3,8 @@
 Inputs: manifest.json, runs.json, health.json and each launch's result.json. Outputs:
 summary.json, report.md, a self-contained report.html (the same Markdown, rendered, with the
 plots inlined) and the plots. Nothing here reads a clock or the machine, so rebuilding from the
-same inputs writes the same bytes.
+same inputs writes the same bytes. The inputs are read and checked whole, before anything is
+written (runner/report/recorded.py): a damaged run directory is refused and left as it was.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import base64
 import functools
 import io
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner import __version__
 from runner.azure.catalog import ExpectedBusbw, expected_busbw
-from runner.record.rundir import RunDir, ok_runs, read_health, read_json, write_json
+from runner.record.rundir import RunDir, write_json
 from runner.render import environment, render
 from runner.report.metrics import (
     FORMULAS,
@@ -32,7 +32,8 @@ from runner.report.metrics import (
     scaling_rows,
     where_scaling_is_lost,
 )
-from runner.report.results import AllreduceResult, Result, SizeRow, TrainResult, load_result
+from runner.report.recorded import check_writable, read_recorded
+from runner.report.results import AllreduceResult, Result, SizeRow, TrainResult
 from runner.spec.request import ScalingMode
 
 if TYPE_CHECKING:
@@ -82,14 +83,14 @@ BUSBW = _Plot(
     "all-reduce bus bandwidth against message size, with the size's expected busbw where known",
 )
 PLOTS = (THROUGHPUT, EFFICIENCY, BUSBW)
-
-
-def load_results(run_dir: RunDir, runs_data: Mapping[str, Any]) -> dict[int, list[Result]]:
-    """Every finished launch's result, by node count, in launch order."""
-    results: dict[int, list[Result]] = defaultdict(list)
-    for nodes, _, directory in ok_runs(runs_data):
-        results[nodes].append(load_result(run_dir.path / directory / "result.json"))
-    return dict(results)
+# What build_report writes (write_json goes through NAME.partial) or removes.
+OUTPUTS = (
+    "summary.json",
+    "summary.json.partial",
+    "report.md",
+    "report.html",
+    *(plot.name for plot in PLOTS),
+)
 
 
 def _only(results: Mapping[int, Sequence[Result]], kind: type[T]) -> dict[int, list[T]]:
@@ -98,13 +99,12 @@ def _only(results: Mapping[int, Sequence[Result]], kind: type[T]) -> dict[int, l
 
 def analyse(run_dir: RunDir) -> Report:
     """Read a run directory's recorded files and compute every table; writes nothing."""
-    manifest = read_json(run_dir.manifest)
-    runs_data = read_json(run_dir.runs)
+    recorded = read_recorded(run_dir)  # every input checked: a damaged one is refused here
+    manifest, runs_data, results = recorded.manifest, recorded.runs, recorded.results
     bench = manifest["bench"]
-    workload = str(bench.get("workload", "train"))
+    workload = recorded.workload
     mode = ScalingMode(bench["mode"])
     size = manifest["inventory"].get("size")
-    results = load_results(run_dir, runs_data)
     base = Report(
         run_dir,
         runs_data["status"],
@@ -112,7 +112,7 @@ def analyse(run_dir: RunDir) -> Report:
         mode,
         manifest,
         runs_data,
-        health=read_health(run_dir.path),
+        health=recorded.health,
     )
     series: dict[int, tuple[SizeRow, ...]] = {}
     expected: dict[int, ExpectedBusbw | None] = {}
@@ -156,6 +156,7 @@ def _widest(results: Mapping[int, Sequence[T]]) -> T | None:
 def build_report(run_dir: RunDir) -> Report:
     """Read the recorded files; write summary.json, report.md, report.html and the plots."""
     report = analyse(run_dir)
+    check_writable(run_dir, OUTPUTS)  # nothing is written unless all of it can be
     manifest = report.manifest
     title = f"dtrun {manifest['run_id']}"
     made: set[_Plot] = set()

@@ -1,0 +1,163 @@
+"""Reading a run directory's JSON records back, with one message for whatever is wrong.
+
+    runs = read_record(path, obj({"status": TEXT, "runs": list_of(obj({"nodes": COUNT}))}))
+
+A shape says what a value must be. The first value that does not fit is named by where it is
+in the file (``'runs[1].status'``), what it is and what it should have been; a file that cannot
+be read at all (missing, a directory, not UTF-8, empty, cut short, not JSON) is named with how.
+Either way the error is a DamagedRunError (exit 2): nothing has been written yet. Fields a shape
+does not name are not looked at, so records a later dtrun extends still read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from runner.errors import DamagedRunError
+
+# (value, where it is in the file) -> what is wrong with it, or None when it fits
+Shape = Callable[[Any, str], str | None]
+
+RESTORE = (
+    "restore it from a copy of the run (the --results bucket it was uploaded to, a backup) or "
+    "run the sweep again; nothing was written"
+)
+
+
+def damaged(path: Path, why: str, fix: str = RESTORE) -> DamagedRunError:
+    return DamagedRunError(f"{path} is damaged", why=why, fix=fix)
+
+
+def read_record(path: Path, shape: Shape, *, missing: str = "") -> Any:
+    """The JSON in ``path``, checked against ``shape``; ``missing`` says why it must exist."""
+    data = _load(path, missing)
+    check_record(path, data, shape)
+    return data
+
+
+def check_record(path: Path, data: Any, shape: Shape) -> None:
+    problem = shape(data, "")
+    if problem is not None:
+        raise damaged(path, problem)
+
+
+def _load(path: Path, missing: str) -> Any:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DamagedRunError(
+            f"{path} is missing", why=missing or "the run directory is incomplete", fix=RESTORE
+        ) from None
+    except IsADirectoryError:
+        raise damaged(path, "it is a directory, not a file") from None
+    except OSError as exc:
+        raise damaged(path, f"it cannot be read: {exc.strerror or exc}") from None
+    if not raw.strip():
+        raise damaged(path, "it is empty" if not raw else "it holds only white space")
+    try:
+        text = raw.decode("utf-8-sig")  # dtrun writes UTF-8; an editor may have added a BOM
+    except UnicodeDecodeError as exc:
+        raise damaged(
+            path, f"byte {exc.start} (0x{raw[exc.start]:02x}) is not UTF-8, so it is not JSON"
+        ) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        ends_early = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+        cut = " (the file ends early: cut short?)" if ends_early else ""
+        raise damaged(path, f"line {exc.lineno} column {exc.colno}: {exc.msg}{cut}") from None
+    except RecursionError:
+        raise damaged(path, "it nests deeper than any record dtrun writes") from None
+
+
+def describe(value: Any) -> str:
+    """A value as a message names it: null, true, 'text', 3, a list, an object."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:40] + "...")
+    if isinstance(value, list):
+        return "a list" if value else "an empty list"
+    if isinstance(value, dict):
+        return "an object"
+    return repr(value)
+
+
+def _name(where: str) -> str:
+    return f"'{where}'" if where else "it"
+
+
+def _wrong(value: Any, where: str, expected: str) -> str:
+    verb = "is" if where else "holds"
+    return f"{_name(where)} {verb} {describe(value)}, not {expected}"
+
+
+def kind(expected: str, *types: type, positive: bool = False) -> Shape:
+    """A JSON scalar of one of ``types`` (true and false are no numbers), above 0 if asked."""
+
+    def check(value: Any, where: str) -> str | None:
+        fits = isinstance(value, types) and (bool in types or not isinstance(value, bool))
+        if fits and positive:
+            fits = value > 0  # NaN is not
+        return None if fits else _wrong(value, where, expected)
+
+    return check
+
+
+TEXT = kind("text", str)
+NUMBER = kind("a number", int, float)
+POSITIVE = kind("a number above 0", int, float, positive=True)
+WHOLE = kind("a whole number", int)
+COUNT = kind("a whole number above 0", int, positive=True)
+FLAG = kind("true or false", bool)
+
+
+def nullable(shape: Shape) -> Shape:
+    return lambda value, where: None if value is None else shape(value, where)
+
+
+def one_of(*choices: str) -> Shape:
+    expected = "one of " + ", ".join(map(repr, choices))
+    return lambda value, where: None if value in choices else _wrong(value, where, expected)
+
+
+def obj(fields: Mapping[str, Shape], optional: Mapping[str, Shape] | None = None) -> Shape:
+    """A JSON object with every key of ``fields``, and ``optional``'s keys where present."""
+
+    def check(value: Any, where: str) -> str | None:
+        if not isinstance(value, dict):
+            return _wrong(value, where, "a JSON object")
+        absent = next((key for key in fields if key not in value), None)
+        if absent is not None:
+            return f"{_name(where)} has no '{absent}'"
+        for key, shape in {**fields, **(optional or {})}.items():
+            if key in value:
+                problem = shape(value[key], f"{where}.{key}" if where else key)
+                if problem is not None:
+                    return problem
+        return None
+
+    return check
+
+
+def list_of(item: Shape, *, nonempty: bool = False) -> Shape:
+    def check(value: Any, where: str) -> str | None:
+        if not isinstance(value, list):
+            return _wrong(value, where, "a list")
+        if nonempty and not value:
+            return f"{_name(where)} is an empty list"
+        for index, each in enumerate(value):
+            problem = item(each, f"{where}[{index}]")
+            if problem is not None:
+                return problem
+        return None
+
+    return check
+
+
+ANY_OBJECT = obj({})

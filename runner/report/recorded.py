@@ -1,0 +1,267 @@
+"""What `dtrun report` and `dtrun compare` read from a run directory, checked before any use.
+
+Every file the report is made from (manifest.json, runs.json, health.json, each finished
+launch's result.json) is read and checked here, whole, before anything is written: a damaged
+run directory is refused with one message naming the file and what is wrong with it (exit 2),
+and left as it was. The shapes below hold what the report reads, not everything the files hold.
+
+Tolerated, as normal states of a run: launches that did not finish (their result.json is never
+read), a sweep still `running` (stopped before it recorded its end), leftover ``*.partial``
+files, and derived files (summary.json, report.md, report.html, the plots), which are rebuilt.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from runner.errors import DamagedRunError, ResultError
+from runner.record.readback import (
+    ANY_OBJECT,
+    COUNT,
+    FLAG,
+    NUMBER,
+    POSITIVE,
+    RESTORE,
+    TEXT,
+    WHOLE,
+    check_record,
+    damaged,
+    list_of,
+    nullable,
+    obj,
+    one_of,
+    read_record,
+)
+from runner.record.rundir import HEALTH_FILE, RunDir, ok_runs
+from runner.report.results import (
+    ALLREDUCE_SCHEMA,
+    TRAIN_SCHEMA,
+    AllreduceResult,
+    Result,
+    TrainResult,
+    parse_result,
+)
+from runner.spec.outcome import GateStatus, RunStatus, SweepStatus
+from runner.spec.request import ScalingMode
+
+# Each workload's result, as the report reads it.
+RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {
+    "train": TrainResult,
+    "allreduce": AllreduceResult,
+}
+
+
+def _values(choices: type[StrEnum]) -> list[str]:
+    return [choice.value for choice in choices]
+
+
+# manifest.json: what the report's header, "Reproducing this run" and `dtrun compare` read.
+_BENCH = obj(
+    {
+        "workload": one_of(*RESULT_TYPES),
+        "launcher": TEXT,
+        "mode": one_of(*_values(ScalingMode)),
+    },
+    optional={
+        "project_tokens": COUNT,
+        "launch": ANY_OBJECT,
+        "strategy": nullable(ANY_OBJECT),
+    },
+)
+MANIFEST = obj(
+    {
+        "run_id": TEXT,
+        "created_at": TEXT,
+        "bench": _BENCH,
+        "inventory": obj(
+            {"source": TEXT, "nodes": list_of(obj({"name": TEXT, "address": TEXT}))},
+            optional={"size": nullable(TEXT)},
+        ),
+        "machine": obj(
+            {"hostname": TEXT, "cpu": TEXT, "cpu_count": nullable(WHOLE), "memory_bytes": NUMBER}
+        ),
+    },
+    optional={
+        "dtrun_version": nullable(TEXT),
+        "image": nullable(obj({"urn": nullable(TEXT), "source": nullable(TEXT)})),
+        "versions": nullable(ANY_OBJECT),
+        "git": nullable(obj({"revision": TEXT, "dirty": FLAG})),
+        "launch_environment": nullable(list_of(obj({"key": TEXT, "value": TEXT}))),
+    },
+)
+_MODEL = {key: WHOLE for key in ("layers", "d_model", "heads", "seq_len", "vocab")}
+BENCH_BY_WORKLOAD = {
+    "train": obj(
+        {
+            "bench": obj(
+                {"model": obj(_MODEL, optional={"preset": nullable(TEXT)})}
+                | {key: WHOLE for key in ("procs_per_node", "steps", "warmup", "repeat")}
+            )
+        }
+    ),
+    "allreduce": obj(
+        {"bench": obj({"allreduce": obj({"dtype": TEXT, "warmup": WHOLE, "iters": WHOLE})})}
+    ),
+}
+
+RUNS = obj(
+    {
+        "status": one_of(*_values(SweepStatus)),
+        "error": nullable(TEXT),
+        "runs": list_of(
+            obj(
+                {
+                    "nodes": COUNT,
+                    "repeat": WHOLE,
+                    "status": one_of(*_values(RunStatus)),
+                    "wall_s": NUMBER,
+                    "run_dir": TEXT,
+                }
+            )
+        ),
+    }
+)
+
+HEALTH = obj(
+    {
+        "status": one_of(*_values(GateStatus)),
+        "note": TEXT,
+        "threshold_gbs": nullable(NUMBER),
+        "threshold_source": nullable(TEXT),
+        "size": nullable(TEXT),
+        "procs_per_node": nullable(WHOLE),
+        "nodes": list_of(
+            obj(
+                {
+                    "node": TEXT,
+                    "address": TEXT,
+                    "busbw": nullable(NUMBER),
+                    "passed": FLAG,
+                    "error": nullable(TEXT),
+                    "directory": TEXT,
+                }
+            )
+        ),
+    }
+)
+HEALTH_JUDGED = obj({"threshold_gbs": NUMBER})  # a gate that ran has its pass mark
+
+# result.json: the fields the report's arithmetic divides by or needs to be there; whatever
+# else is wrong, parse_result names.
+_TIMING = obj({key: NUMBER for key in ("time_us", "algbw", "busbw", "wrong")})
+_ROW = {"size": COUNT, "count": NUMBER, "type": TEXT, "out_of_place": _TIMING, "in_place": _TIMING}
+_ROWS = list_of(obj(_ROW), nonempty=True)
+_LAUNCH = {
+    "world_size": COUNT,
+    "nnodes": COUNT,
+    "procs_per_node": COUNT,
+    "backend": TEXT,
+    "device": TEXT,
+    "device_name": TEXT,
+    "dtype": TEXT,
+    "torch_version": TEXT,
+    "ranks": list_of(obj({"node": TEXT}), nonempty=True),
+}
+RESULTS = {
+    TRAIN_SCHEMA: obj(
+        _LAUNCH
+        | {
+            "model": obj({"params": NUMBER, "seq_len": NUMBER}),
+            "tokens_per_s": POSITIVE,
+            "samples_per_s": NUMBER,
+            "step_time_s": obj({"p50": POSITIVE, "p90": NUMBER}),
+            "communication": obj({"allreduce_ok": FLAG, "params_in_sync": FLAG}),
+        },
+        optional={"busbw": nullable(obj({"gradient_bytes": COUNT, "rows": _ROWS}))},
+    ),
+    ALLREDUCE_SCHEMA: obj(
+        _LAUNCH | {"iters": NUMBER, "rows": _ROWS, "communication": obj({"wrong": NUMBER})}
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A run directory's recorded files, each checked."""
+
+    manifest: dict[str, Any]
+    runs: dict[str, Any]
+    health: dict[str, Any] | None
+    results: dict[int, list[Result]]  # every finished launch's, by node count, in launch order
+
+    @property
+    def workload(self) -> str:
+        return str(self.manifest["bench"]["workload"])
+
+
+def read_recorded(run_dir: RunDir) -> Recorded:
+    """Read and check every file the report is made from; raise DamagedRunError at the first
+    file that is missing, unreadable or not as dtrun writes it."""
+    manifest = read_record(run_dir.manifest, MANIFEST)
+    workload = str(manifest["bench"]["workload"])
+    check_record(run_dir.manifest, manifest, BENCH_BY_WORKLOAD[workload])
+    runs = read_record(
+        run_dir.runs,
+        RUNS,
+        missing="the sweep recorded no launch: it stopped before its first launch ended, "
+        "or the file was removed",
+    )
+    health = None
+    if (run_dir.path / HEALTH_FILE).is_symlink() or (run_dir.path / HEALTH_FILE).exists():
+        health = read_record(run_dir.path / HEALTH_FILE, HEALTH)
+        if health["status"] != GateStatus.SKIPPED:
+            check_record(run_dir.path / HEALTH_FILE, health, HEALTH_JUDGED)
+    results: dict[int, list[Result]] = defaultdict(list)
+    for nodes, _, directory in ok_runs(runs):
+        results[nodes].append(_result(run_dir, directory, workload))
+    return Recorded(manifest, runs, health, dict(results))
+
+
+def _result(run_dir: RunDir, directory: str, workload: str) -> Result:
+    """A finished launch's result.json: runs.json says it ended ok, so rank 0 wrote one."""
+    path = run_dir.path / directory / "result.json"
+    data = read_record(
+        path,
+        ANY_OBJECT,
+        missing=f"{run_dir.runs.name} records the launch in {directory} as finished (ok), "
+        "and a finished launch leaves rank 0's result there",
+    )
+    shape = RESULTS.get(str(data.get("schema")))
+    if shape is not None:
+        check_record(path, data, shape)
+    try:
+        result = parse_result(data, str(path))
+    except ResultError as exc:  # a schema this dtrun does not read, a field its parser refused
+        raise DamagedRunError(exc.what, why=exc.why, fix=exc.fix or RESTORE) from None
+    if not isinstance(result, RESULT_TYPES[workload]):
+        raise damaged(
+            path,
+            f"it holds a {data['schema']} result, but the sweep's workload is {workload} "
+            f"({run_dir.manifest.name})",
+        )
+    return result
+
+
+def check_writable(run_dir: RunDir, names: Iterable[str]) -> None:
+    """Before `dtrun report` writes: each file it (re)writes can be, so none is half-written."""
+    for name in names:
+        path = run_dir.path / name
+        if (path.exists() or path.is_symlink()) and not path.is_file():
+            raise DamagedRunError(
+                f"{path} is in the way",
+                why=f"it is not a plain file, and `dtrun report` writes its {name} there",
+                fix=f"move it out of {run_dir.path} and run `dtrun report` again; "
+                "nothing was written",
+            )
+        if not os.access(path if path.exists() else run_dir.path, os.W_OK):
+            raise DamagedRunError(
+                f"{path} cannot be written",
+                why="permission denied",
+                fix=f"run `dtrun report` as a user who may write {run_dir.path}; "
+                "nothing was written",
+            )
