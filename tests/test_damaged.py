@@ -167,6 +167,11 @@ CASES = {
     "runs-bad-status": Case(
         "a/runs.json", edit(put(None, "status")), "'status' is null, not one of 'running'"
     ),
+    "runs-entry-outside": Case(
+        "a/runs.json",
+        edit(put("../../etc", "runs", "0", "run_dir")),
+        "a launch's 'run_dir' is '../../etc', outside the run directory",
+    ),
     "result-missing": Case("a/n2/r0/result.json", removed, "records the launch in n2/r0 as"),
     "result-not-json": Case("a/n1/r0/result.json", text("{\n"), "line 2 column 1"),
     "result-null-throughput": Case(

@@ -17,6 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from runner.errors import DamagedRunError, ResultError
@@ -224,6 +225,13 @@ def read_recorded(run_dir: RunDir) -> Recorded:
 
 def _result(run_dir: RunDir, directory: str, workload: str) -> Result:
     """A finished launch's result.json: runs.json says it ended ok, so rank 0 wrote one."""
+    inside = Path(directory)
+    if inside.is_absolute() or ".." in inside.parts:
+        raise damaged(
+            run_dir.runs,
+            f"a launch's 'run_dir' is {directory!r}, outside the run directory; dtrun records "
+            "each launch as n<N>/r<k> inside it",
+        )
     path = run_dir.path / directory / "result.json"
     data = read_record(
         path,
