@@ -5,11 +5,14 @@ The logs in tests/data/failures/ were recorded from the real launchers (its READ
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from runner.execute.failure import ERROR_LINES, TAIL_LINES, explain, read_failure
+from runner.errors import NodeFailedError
+from runner.execute.failure import ERROR_LINES, TAIL_LINES, explain, explain_log, read_failure
+from tests.conftest import run_dtrun
 
 LOGS = Path(__file__).parent / "data" / "failures"
 RAISED = "ValueError: bad shard 17"
@@ -184,3 +187,46 @@ def test_a_log_with_nothing_recognised_is_quoted_by_its_last_lines():
     assert said.splitlines()[-1] == "    node-0.sh: line 9: torchrun: not found"
     assert len(said.splitlines()) == 1 + TAIL_LINES
     assert explain("\n\n") == ""
+
+
+@pytest.mark.parametrize("path", sorted(LOGS.glob("*.log")), ids=lambda path: path.stem)
+def test_every_recorded_failure_is_told_in_a_bounded_message(path):
+    error = NodeFailedError("node-1", "127.0.0.3", 1, str(path), explain_log(path))
+    lines = error.message.splitlines()
+    assert len(lines) <= 30
+    assert lines[0].startswith("node-1 (127.0.0.3) failed with exit code 1; the other nodes")
+    assert lines[-1] == f"  next: read {path}, fix the cause, and run again"
+
+
+def test_the_message_says_the_rank_then_its_error_then_the_launcher_s_summary():
+    path = LOGS / "torchrun.log"
+    message = NodeFailedError("node-1", "127.0.0.3", 1, str(path), explain_log(path)).message
+    assert message.splitlines()[0] == (
+        "node-1 (127.0.0.3) failed with exit code 1; the other nodes were stopped: "
+        "rank 1 (local rank 0) exited with exit code 1; its error:"
+    )
+    assert message.index(RAISED) < message.index("the launcher's summary:")
+    assert message.index("the launcher's summary:") < message.index("ChildFailedError")
+    assert "torch/distributed/run.py" not in message
+
+
+@pytest.mark.e2e
+def test_a_failed_run_prints_and_records_the_program_s_own_exception(no_leftovers):
+    script = no_leftovers / "bad.py"
+    script.write_text(
+        "import os\n\n\ndef load_shard(n):\n    raise ValueError(f'bad shard {n}')\n\n\n"
+        "if os.environ['RANK'] == '1':\n    load_shard(17)\n"
+    )
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "run", "--nodes", "2", "--port", "29786", "--output", str(out), "--run-id", "bad",
+        "--", "python", str(script), cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = done.stderr[done.stderr.index("error: node-1 (127.0.0.3) failed") :]
+    assert "rank 1 (local rank 0) exited with exit code 1; its error:" in said
+    assert said.index(RAISED) < said.index("ChildFailedError")
+    record = json.loads((out / "bad" / "run.json").read_text())
+    assert record["status"] == "failed"
+    assert RAISED in record["error"]
+    assert "its error:" in record["error"]
