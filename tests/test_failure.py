@@ -70,6 +70,16 @@ def test_the_launchers_own_lines_are_not_taken_for_the_program_s_output():
     assert failure.exit == "signal SIGKILL"
 
 
+def test_deepspeed_s_first_rank_to_fail_is_named_not_the_ranks_stopped_after_it():
+    stopped = (
+        "127.0.0.2: [2026-11-24 05:50:52,001] [ERROR] [launch.py:259:sigkill_handler] "
+        "['./launch-env.sh', '--local_rank=0'] exits with return code = -15"
+    )
+    failure = read_failure(log("deepspeed-pdsh") + stopped + "\n")
+    assert (failure.host, failure.exit) == ("127.0.0.3", "exit code 1")
+    assert failure.summary[-1].endswith("exits with return code = -15")
+
+
 @pytest.mark.parametrize("name", ["torchrun-exit3", "mpirun-exit3"])
 def test_a_rank_that_left_no_traceback_shows_its_last_output_and_its_own_exit_code(name):
     failure = read_failure(log(name))

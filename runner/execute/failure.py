@@ -366,6 +366,8 @@ def _read_launcher_line(
         message = text[record.end() :]
         if match := re.search(r"exits with return code = (-?\d+)", message):
             summary.append(line.source + message)
+            if "exit" in facts:
+                return  # the first rank to fail is the one named; the others were stopped
             facts["exit"] = describe_exit(int(match.group(1)))
             if rank := re.search(r"--local_rank=(\d+)", message):
                 facts["local_rank"] = rank.group(1)
