@@ -95,15 +95,17 @@ class RunError(DtrunError):
 class NodeFailedError(RunError):
     """One node's launch exited non-zero; the other nodes were stopped."""
 
-    def __init__(self, node: str, address: str, exit_code: int, log_path: str, tail: str) -> None:
+    def __init__(self, node: str, address: str, exit_code: int, log_path: str, detail: str) -> None:
+        """``detail``: what the node's log says of the failure (runner.execute.failure.explain),
+        its failing rank's own error first; empty when the log is."""
         self.node = node
         self.exit_code_of_node = exit_code
         self.log_path = log_path
-        self.tail = tail
+        self.detail = detail
         super().__init__(
             f"{node} ({address}) failed with {describe_exit(exit_code)}; "
             "the other nodes were stopped",
-            why=f"last lines of {log_path}:\n{indent(tail)}" if tail else f"{log_path} is empty",
+            why=detail or f"{log_path} is empty",
             fix=f"read {log_path}, fix the cause, and run again",
         )
 

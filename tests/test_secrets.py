@@ -149,6 +149,10 @@ def test_a_failing_program_that_prints_them_shows_none_in_its_error_or_records(
     assert "node-0 (127.0.0.2) failed with exit code" in result.output
     assert leaks(result.output) == [] and "w" * 24 not in result.output
     assert f"DB_PASS {REDACTED}" in result.output  # the lines are shown, less the secrets
+    # the failure message quotes the program's own error, less the secrets
+    assert f"RuntimeError: cannot connect to postgres://{REDACTED}@db/x as {REDACTED}" in (
+        result.output
+    )
     written = records(out / "leaky")
     assert "hunter2pass" in (out / "leaky" / "launch" / "node-0.log").read_text()  # kept whole
     assert {name: leaks(body) for name, body in written.items() if leaks(body)} == {}

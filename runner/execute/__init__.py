@@ -32,9 +32,6 @@ class Answer:
     error: str | None = None  # the node could not be reached
 
 
-TAIL_LINES = 20  # lines of a failed node's log quoted in the error
-
-
 class Executor(Protocol):
     on_stopping: StopSink  # called when Ctrl-C, SIGTERM or SIGHUP starts stopping a launch
 
@@ -49,14 +46,6 @@ class Executor(Protocol):
         its output to ``on_line`` when given. An unreachable node gets an error instead of an
         exit code; a refused login or an unknown host key raises at once."""
         ...
-
-
-def tail(path: Path, lines: int = TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def discard(node: str, line: str) -> None:

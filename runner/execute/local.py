@@ -18,7 +18,8 @@ from typing import IO
 import psutil
 
 from runner.errors import NodeFailedError, RunError, RunTimeoutError
-from runner.execute import Answer, LineSink, StopSink, quiet_stop, tail
+from runner.execute import Answer, LineSink, StopSink, quiet_stop
+from runner.execute.failure import explain_log
 from runner.spec.launch import LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
 
@@ -318,5 +319,5 @@ def _failure(node: _Node) -> NodeFailedError:
         node.launch.node.address,
         node.returncode,
         str(node.log_path),
-        tail(node.log_path),
+        explain_log(node.log_path),
     )

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from runner.errors import NodeFailedError, RunError, RunTimeoutError
-from runner.execute import Answer, LineSink, StopSink, quiet_stop, tail
+from runner.execute import Answer, LineSink, StopSink, quiet_stop
+from runner.execute.failure import explain_log
 from runner.execute.sshsession import SshError, SshSession, lost_connection
 from runner.render import render
 from runner.spec.cluster import Inventory, Node
@@ -306,7 +307,7 @@ class SshExecutor:
                     node = result.launch.node
                     log = workdir / f"{node.name}.log"
                     return NodeFailedError(
-                        node.name, node.address, result.exit_code or 1, str(log), tail(log)
+                        node.name, node.address, result.exit_code or 1, str(log), explain_log(log)
                     )
         return None
 
