@@ -12,8 +12,10 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 SSHD = "/usr/sbin/sshd"
 PORT = 2222
@@ -97,11 +99,16 @@ def _wait_listening(address: str, port: int, timeout: float = 15) -> None:
 
 
 def start_cluster(
-    root: Path, count: int, port: int = PORT, *, first: int = 2, settings: str = ""
+    root: Path,
+    count: int,
+    port: int = PORT,
+    *,
+    first: int = 2,
+    settings: Mapping[str, str] = MappingProxyType({}),
 ) -> SshCluster:
-    """``count`` instances on 127.0.0.<first>, the next addresses, ...; ``settings``: lines
-    of sshd_config that come before the defaults (sshd takes the first value it reads), e.g.
-    "LogLevel DEBUG1" or "MaxAuthTries 2"."""
+    """``count`` instances on 127.0.0.<first>, the next addresses, ...; ``settings``: lines of
+    sshd_config by address, read before the defaults (sshd takes the first value it reads),
+    e.g. {"127.0.0.40": "LogLevel DEBUG1\n"}."""
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation dir
     root.mkdir(parents=True, exist_ok=True)
     _keygen(root / "client_key", "dtrun-tests")
@@ -132,7 +139,7 @@ def start_cluster(
             "LogLevel ERROR\n"
             "Subsystem sftp internal-sftp\n"
         )
-        config.write_text(settings + defaults)
+        config.write_text(settings.get(address, "") + defaults)
         hosts.append(SshHost(address, port, host_key, config))
     known_hosts = root / "known_hosts"
     known_hosts.write_text("".join(host.known_hosts_line + "\n" for host in hosts))

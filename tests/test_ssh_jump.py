@@ -1,7 +1,7 @@
 """Nodes behind a jump host, as OpenSSH users reach them: ProxyJump in ~/.ssh/config, or the
 hosts file's `jump:`, against real sshd on 127.0.0.40 (the jump) and 127.0.0.41-42 (the nodes).
 
-On loopback every address is reachable directly, so the jump sshd logs at DEBUG1: every
+On loopback every address is reachable directly, so the jump's sshd logs at DEBUG1: every
 forwarded channel it opens (`server_request_direct_tcpip: ... target ADDRESS port PORT`) shows a
 node reached through it. Ignoring ProxyJump would still log in, but leave no such line.
 """
@@ -32,7 +32,7 @@ def jump_cluster(tmp_path_factory: pytest.TempPathFactory):
     if not sshd.available():
         pytest.skip(f"sshd is not installed: {sshd.ENABLE}")
     cluster = sshd.start_cluster(
-        tmp_path_factory.mktemp("jump"), count=3, port=PORT, first=40, settings="LogLevel DEBUG1\n"
+        tmp_path_factory.mktemp("jump"), 3, PORT, first=40, settings={JUMP: "LogLevel DEBUG1\n"}
     )
     yield cluster
     cluster.close()
@@ -71,12 +71,17 @@ class JumpLog:
         self.path = cluster.root / f"sshd-{JUMP}.log"
         self.mark = self.path.stat().st_size
 
-    def targets(self) -> set[str]:
+    def text(self) -> str:
         with self.path.open("rb") as log:
             log.seek(self.mark)
-            text = log.read().decode(errors="replace")
-        found = re.findall(r"server_request_direct_tcpip: .* target (\S+) port (\d+)", text)
+            return log.read().decode(errors="replace")
+
+    def targets(self) -> set[str]:
+        found = re.findall(r"server_request_direct_tcpip: .* target (\S+) port (\d+)", self.text())
         return {f"{address}:{port}" for address, port in found}
+
+    def logins(self) -> int:
+        return self.text().count("Accepted publickey for ")
 
 
 def dtrun(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -94,6 +99,30 @@ def test_proxyjump_in_the_ssh_config_reaches_every_node_through_the_jump(jump_cl
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[node-0] reached" in done.stdout and "[node-1] reached" in done.stdout
     assert log.targets() == {f"{address}:{PORT}" for address in NODES}
+    assert log.logins() == 1  # one connection to the jump carries every node's
+
+
+def test_an_unknown_jump_host_key_names_the_jump_and_is_recorded_once_when_accepted(
+    jump_cluster, tmp_path
+):
+    env = user_env(jump_cluster, tmp_path, BEHIND_JUMPBOX)
+    known = tmp_path / "home" / ".ssh" / "known_hosts"
+    known.write_text("".join(host.known_hosts_line + "\n" for host in jump_cluster.hosts[1:]))
+    hosts = write_hosts(tmp_path, "[node-a, node-b]")
+    refused = dtrun(env, "exec", "--hosts", str(hosts), "--", "true", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"the host key of the jump host jumpbox ([{JUMP}]:{PORT}) is not known" in (
+        refused.stderr
+    )
+    assert f"ssh-keyscan -p {PORT} {JUMP} >> {known}" in refused.stderr
+    accepted = dtrun(
+        env, "exec", "--hosts", str(hosts), "--accept-new-host-keys", "--", "echo reached",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert "[node-0] reached" in accepted.stdout and "[node-1] reached" in accepted.stdout
+    assert accepted.stdout.count("recorded the new host key of the jump host jumpbox") == 1
+    assert known.read_text().count(f"[{JUMP}]:{PORT} ") == 1
 
 
 def test_a_run_through_the_config_s_jump_meets_at_the_nodes_addresses(
