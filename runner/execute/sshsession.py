@@ -329,7 +329,9 @@ class SshSession:
         import asyncssh
 
         known = self._known_hosts()
-        trusted = known.match(target.host, "", target.port)[0]
+        # Under the name the connection checked: the alias's HostName, [host]:port off port 22
+        # (hashed entries included), as `ssh` looks it up.
+        trusted = known.match(target.address, "", None if target.port == 22 else target.port)[0]
         stack_keys = bool(self.inventory.ssh and self.inventory.ssh.known_hosts)
         if trusted:
             raise HostKeyError(
