@@ -157,3 +157,32 @@ def test_the_hosts_file_s_jump_reaches_every_node_through_it(jump_cluster, tmp_p
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[node-0] reached" in done.stdout and "[node-1] reached" in done.stdout
     assert log.targets() == {f"{address}:{PORT}" for address in NODES}
+
+
+@pytest.mark.parametrize(
+    ("config", "jump", "refused"),
+    [
+        (
+            f"Host *\n  ProxyJump jumpbox\n{JUMPBOX}",
+            None,
+            "the ProxyJump of ~/.ssh/config goes round in a circle: jumpbox -> jumpbox",
+        ),
+        (JUMPBOX, f"{JUMP}:ssh", f"cannot read the jump host '{JUMP}:ssh'"),
+    ],
+    ids=["proxyjump-circle", "jump-port-not-a-number"],
+)
+def test_a_jump_that_cannot_work_is_refused_before_connecting(
+    tmp_path, monkeypatch, config, jump, refused
+):
+    from runner.cluster.hosts import Defaults, parse_hosts_file
+    from runner.errors import UsageError
+    from runner.execute.sshsession import SshSession
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text(config)
+    text = f"hosts: [{NODES[0]}]\n" + (f"jump: {jump}\n" if jump else "")
+    inventory = parse_hosts_file(text, "hosts.yaml", Defaults("someone", "/usr/bin"))
+    with SshSession(inventory, retries=1) as session, pytest.raises(UsageError) as caught:
+        session.call(session.connection(inventory.nodes[0]))
+    assert caught.value.message.startswith(refused)

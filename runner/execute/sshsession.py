@@ -239,10 +239,11 @@ class SshSession:
 
     async def _hop(self, spec: str, chain: tuple[str, ...]) -> asyncssh.SSHClientConnection:
         """The last jump host of a ProxyJump ("a,b": b, reached through a), logged into once
-        and shared by every node behind it, as one `ssh -J` per node would not be."""
+        and shared by every node behind it (`ssh` logs into it once per node)."""
         if spec in chain:
+            circle = " -> ".join((*chain, spec))
             raise UsageError(
-                f"the ProxyJump of ~/.ssh/config goes round in a circle: {' -> '.join(chain)}",
+                f"the ProxyJump of ~/.ssh/config goes round in a circle: {circle}",
                 fix="exclude the jump hosts from the `Host` that sets ProxyJump (Host * !jump)",
             )
         if spec not in self._hops:
