@@ -305,14 +305,10 @@ class SshSession:
             except asyncssh.HostKeyNotVerifiable:
                 return await self._unknown_host_key(name, target, tunnel)
             except asyncssh.PermissionDenied:
-                key = target.key_path or "your default keys"
-                raise SshLoginError(
-                    f"cannot log in to {name} as {target.user!r} ({target})",
-                    why=f"the server refused the key ({key})",
-                    fix="check user and key for this host in the hosts file (or the stack's "
-                    "outputs), and that the key is in the node's authorized_keys",
-                ) from None
+                raise _login_refused(name, target, too_many_keys=False) from None
             except (OSError, asyncssh.Error) as exc:
+                if isinstance(exc, asyncssh.DisconnectError) and TOO_MANY_KEYS in exc.reason:
+                    raise _login_refused(name, target, too_many_keys=True) from None
                 if attempt == self.retries:
                     raise SshError(
                         f"cannot reach {name} ({target})",
@@ -371,6 +367,29 @@ class SshSession:
             f"{key.get_fingerprint()}) in {self.known_hosts_file}"
         )
         return connection
+
+
+TOO_MANY_KEYS = "Too many authentication failures"  # OpenSSH's sshd, past its MaxAuthTries
+
+
+def _login_refused(name: str, target: Endpoint, *, too_many_keys: bool) -> SshLoginError:
+    if too_many_keys:
+        why = (
+            "it cut the login off after too many keys (its MaxAuthTries): the ssh agent's keys "
+            "are offered before the host's own"
+        )
+        fix = (
+            "add `IdentitiesOnly yes` beside the host's IdentityFile in ~/.ssh/config, or "
+            "remove keys from the agent (`ssh-add -D`)"
+        )
+    else:
+        key = target.key_path or "the IdentityFile of ~/.ssh/config, your default keys, the agent"
+        why = f"the server refused the key ({key})"
+        fix = (
+            "check user and key for this host in the hosts file (or the stack's outputs), and "
+            "that the key is in the node's authorized_keys"
+        )
+    return SshLoginError(f"cannot log in to {name} as {target.user!r} ({target})", why=why, fix=fix)
 
 
 def _opened(task: asyncio.Task[asyncssh.SSHClientConnection]) -> bool:
