@@ -12,8 +12,10 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 SSHD = "/usr/sbin/sshd"
 PORT = 2222
@@ -46,12 +48,16 @@ class SshCluster:
         import psutil
 
         process = self.processes.pop(address)
-        sessions = psutil.Process(process.pid).children(recursive=True)
+        sessions: list[psutil.Process] = []
+        for _ in range(10):  # a session that ends while they are listed makes psutil give up
+            with contextlib.suppress(psutil.NoSuchProcess):
+                sessions = psutil.Process(process.pid).children(recursive=True)
+                break
         process.terminate()
         process.wait(timeout=10)
         for session in sessions:
-            if session.name().startswith("sshd"):
-                with contextlib.suppress(psutil.Error):
+            with contextlib.suppress(psutil.Error):  # it may have ended by now
+                if session.name().startswith("sshd"):
                     session.kill()
 
     def start(self, host: SshHost) -> None:
@@ -92,7 +98,17 @@ def _wait_listening(address: str, port: int, timeout: float = 15) -> None:
             return
 
 
-def start_cluster(root: Path, count: int, port: int = PORT) -> SshCluster:
+def start_cluster(
+    root: Path,
+    count: int,
+    port: int = PORT,
+    *,
+    first: int = 2,
+    settings: Mapping[str, str] = MappingProxyType({}),
+) -> SshCluster:
+    """``count`` instances on 127.0.0.<first>, the next addresses, ...; ``settings``: lines of
+    sshd_config by address, read before the defaults (sshd takes the first value it reads),
+    e.g. {"127.0.0.40": "LogLevel DEBUG1\n"}."""
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation dir
     root.mkdir(parents=True, exist_ok=True)
     _keygen(root / "client_key", "dtrun-tests")
@@ -101,12 +117,12 @@ def start_cluster(root: Path, count: int, port: int = PORT) -> SshCluster:
     authorized.chmod(0o600)
     hosts = []
     for index in range(count):
-        address = f"127.0.0.{index + 2}"
+        address = f"127.0.0.{index + first}"
         home = root / address
         home.mkdir()
         host_key = _keygen(home / "ssh_host_ed25519_key", f"host-{address}")
         config = home / "sshd_config"
-        config.write_text(
+        defaults = (
             f"ListenAddress {address}:{port}\n"
             f"HostKey {home / 'ssh_host_ed25519_key'}\n"
             f"PidFile {home / 'sshd.pid'}\n"
@@ -123,6 +139,7 @@ def start_cluster(root: Path, count: int, port: int = PORT) -> SshCluster:
             "LogLevel ERROR\n"
             "Subsystem sftp internal-sftp\n"
         )
+        config.write_text(settings.get(address, "") + defaults)
         hosts.append(SshHost(address, port, host_key, config))
     known_hosts = root / "known_hosts"
     known_hosts.write_text("".join(host.known_hosts_line + "\n" for host in hosts))

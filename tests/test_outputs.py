@@ -114,7 +114,7 @@ def test_registry_entries_say_when_a_node_is_ready():
     ("change", "message"),
     [
         ({"version": 2}, "made by a newer dtrun"),
-        ({"version": None}, "outputs version None"),
+        ({"version": None}, "it has no 'version' field"),
         ({"node_count": "four"}, "'node_count' is 'four', not a int"),
         ({"node_count": True}, "not a int"),
         ({"ssh_private_key": "[secret]"}, "masked as [secret]"),

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import subprocess
 
 import pytest
 
-from tests.conftest import DTRUN
+from tests import sshd
+from tests.conftest import DTRUN, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -80,3 +82,76 @@ def test_hosts_given_on_the_command_line_reach_every_node(user_home, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[node-0] reached" in done.stdout and "[node-1] reached" in done.stdout
     assert "│ node-0 │ 127.0.0.2 │ 0" in done.stdout and "│ node-1 │ 127.0.0.3 │ 0" in done.stdout
+
+
+PICKY = "127.0.0.46"  # accepts one key only, and cuts a login off after 2 wrong ones
+PICKY_PORT = 2246
+
+
+@pytest.fixture(scope="module")
+def picky_node(tmp_path_factory):
+    if not sshd.available():
+        pytest.skip(f"sshd is not installed: {sshd.ENABLE}")
+    cluster = sshd.start_cluster(
+        tmp_path_factory.mktemp("picky"), 1, PICKY_PORT, first=46,
+        settings={PICKY: "MaxAuthTries 2\n"},
+    )  # fmt: skip
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def agent(tmp_path):
+    """An ssh agent holding three keys no node accepts, as a busy user's agent does."""
+    socket = tmp_path / "agent.sock"
+    process = subprocess.Popen(
+        ["ssh-agent", "-D", "-a", str(socket)], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(socket.exists, timeout=10, what="ssh-agent's socket")
+        for index in range(3):
+            key = tmp_path / f"agent_key_{index}"
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True
+            )
+            subprocess.run(
+                ["ssh-add", "-q", str(key)], env={**os.environ, "SSH_AUTH_SOCK": str(socket)},
+                check=True, capture_output=True,
+            )  # fmt: skip
+        yield str(socket)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.mark.parametrize("identities_only", [True, False], ids=["IdentitiesOnly", "agent-first"])
+def test_the_config_s_identity_file_logs_in_where_the_default_key_does_not(
+    picky_node, agent, tmp_path, identities_only
+):
+    home = tmp_path / "home"
+    ssh = home / ".ssh"
+    ssh.mkdir(parents=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ssh / "id_ed25519")], check=True
+    )  # the default key: not authorized on the node
+    shutil.copy(picky_node.key, ssh / "other_key")
+    (ssh / "other_key").chmod(0o600)
+    shutil.copy(picky_node.known_hosts, ssh / "known_hosts")
+    (ssh / "config").write_text(
+        f"Host picky\n  HostName {PICKY}\n  Port {PICKY_PORT}\n  IdentityFile ~/.ssh/other_key\n"
+        + ("  IdentitiesOnly yes\n" if identities_only else "")
+    )
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(f"cpus: 1\ninterface: lo\nworkdir: {tmp_path / 'remote'}\nhosts: [picky]\n")
+    env = {**os.environ, "HOME": str(home), "SSH_AUTH_SOCK": agent}
+    done = dtrun(env, "exec", "--hosts", str(hosts), "--", "echo reached", cwd=tmp_path)
+    if identities_only:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "[node-0] reached" in done.stdout
+    else:
+        # As with `ssh`: the agent's keys go first, and the node gives up before other_key.
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert f"cannot log in to node-0 as {getpass.getuser()!r}" in done.stderr
+        assert "cut the login off after too many keys" in done.stderr
+        assert "add `IdentitiesOnly yes`" in done.stderr

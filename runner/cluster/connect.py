@@ -104,6 +104,10 @@ class Cluster:
             patience=self.choice.patience,
             on_wait=self.on_wait,
         )
+        if self.inventory.ssh is not None:
+            from runner.cluster.peers import check_peers  # head-only launchers: node 0's ssh
+
+            check_peers(self.executor.command, self.inventory, plan)
 
 
 def _read(path: Path, what: str, fix: str = "") -> str:

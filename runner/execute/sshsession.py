@@ -1,7 +1,9 @@
 """SSH connections to an inventory's nodes (asyncssh), opened once and reused.
 
 One event loop per session (asyncio.Runner), so connections survive between launches of a
-sweep. Nodes are reached directly or through the inventory's jump host; host keys are checked
+sweep. Nodes are reached directly, through the inventory's jump host, or through the ProxyJump
+hosts of the user's ~/.ssh/config (each jump host logged into once and shared); host keys are
+checked
 against the stack's known_hosts lines or the user's known_hosts file, and a new key is only
 recorded when asked (--accept-new-host-keys), never silently.
 """
@@ -48,6 +50,7 @@ class Endpoint:
     user: str
     key_path: str | None
     hostname: str = ""  # the config's HostName for ``host``; empty: ``host`` itself
+    proxy_jump: str = ""  # the config's ProxyJump for ``host`` ("a,b": through a, then b)
 
     @property
     def address(self) -> str:
@@ -96,7 +99,21 @@ def resolve(host: str, port: int | None, user: str | None, key_path: str | None)
         str(options.username or getpass.getuser()),
         key_path,
         hostname if hostname != host else "",
+        options.tunnel if isinstance(options.tunnel, str) else "",
     )
+
+
+def jump_endpoint(spec: str, port: int | None, user: str | None, key: str | None) -> Endpoint:
+    """One jump host as ProxyJump and the hosts file's `jump:` write it: [USER@]HOST[:PORT]."""
+    given_user, _, host = spec.rpartition("@")
+    host, _, given_port = host.partition(":")
+    if not host or (given_port and not given_port.isdigit()):
+        raise UsageError(
+            f"cannot read the jump host {spec!r}",
+            why="a jump host is written [USER@]HOST[:PORT]",
+            fix="fix the hosts file's `jump:` or the ProxyJump of ~/.ssh/config",
+        )
+    return resolve(host, int(given_port) if given_port else port, given_user or user, key)
 
 
 def endpoint(inventory: Inventory, node: Node) -> Endpoint:
@@ -136,6 +153,7 @@ class SshSession:
         self._connections: dict[str, asyncssh.SSHClientConnection] = {}
         self._pending: dict[str, asyncio.Task[asyncssh.SSHClientConnection]] = {}
         self._jump: asyncio.Task[asyncssh.SSHClientConnection] | None = None
+        self._hops: dict[str, asyncio.Task[asyncssh.SSHClientConnection]] = {}
         self._limit: asyncio.Semaphore | None = None
 
     # -- the event loop -------------------------------------------------------------------
@@ -144,12 +162,17 @@ class SshSession:
         return self._runner.run(coroutine)
 
     def close(self) -> None:
-        async def close_all() -> None:
-            for connection in self._connections.values():
+        async def close(connections: list[asyncssh.SSHClientConnection]) -> None:
+            for connection in connections:
                 connection.close()
-            for connection in self._connections.values():
+            for connection in connections:
                 with contextlib.suppress(Exception):
                     await connection.wait_closed()
+
+        async def close_all() -> None:
+            await close(list(self._connections.values()))
+            jumps = [*self._hops.values(), *([self._jump] if self._jump else [])]
+            await close([task.result() for task in jumps if _opened(task)])  # nodes' tunnels
 
         with contextlib.suppress(Exception):
             self._runner.run(close_all())
@@ -196,19 +219,48 @@ class SshSession:
             connection.abort()
 
     async def _open(self, node: Node) -> asyncssh.SSHClientConnection:
+        target = endpoint(self.inventory, node)
+        # The inventory's jump host wins over the config's ProxyJump, as `ssh -J` does.
         tunnel = await self._jump_connection()
-        return await self._connect(node.name, endpoint(self.inventory, node), tunnel)
+        if tunnel is None and target.proxy_jump:
+            tunnel = await self._hop(target.proxy_jump, ())
+        return await self._connect(node.name, target, tunnel)
 
     async def _jump_connection(self) -> asyncssh.SSHClientConnection | None:
         ssh = self.inventory.ssh
         if ssh is None or not ssh.jump_host:
             return None
         if self._jump is None:
-            user, _, host = ssh.jump_host.rpartition("@")
-            host, _, port = host.partition(":")
-            target = resolve(host, int(port) if port else ssh.port, user or ssh.user, ssh.key_path)
-            self._jump = asyncio.ensure_future(self._connect("the jump host", target, None))
+            target = jump_endpoint(ssh.jump_host, ssh.port, ssh.user, ssh.key_path)
+            self._jump = asyncio.ensure_future(
+                self._through(f"the jump host {ssh.jump_host}", target, target.proxy_jump, ())
+            )
         return await self._jump
+
+    async def _hop(self, spec: str, chain: tuple[str, ...]) -> asyncssh.SSHClientConnection:
+        """The last jump host of a ProxyJump ("a,b": b, reached through a), logged into once
+        and shared by every node behind it (`ssh` logs into it once per node)."""
+        if spec in chain:
+            circle = " -> ".join((*chain, spec))
+            raise UsageError(
+                f"the ProxyJump of ~/.ssh/config goes round in a circle: {circle}",
+                fix="exclude the jump hosts from the `Host` that sets ProxyJump (Host * !jump)",
+            )
+        if spec not in self._hops:
+            earlier, _, last = spec.rpartition(",")
+            target = jump_endpoint(last, None, None, None)  # the rest from ~/.ssh/config
+            # The hops before it, or else its own ProxyJump, as OpenSSH takes them.
+            through = earlier or target.proxy_jump
+            self._hops[spec] = asyncio.ensure_future(
+                self._through(f"the jump host {last}", target, through, (*chain, spec))
+            )
+        return await self._hops[spec]
+
+    async def _through(
+        self, name: str, target: Endpoint, proxy_jump: str, chain: tuple[str, ...]
+    ) -> asyncssh.SSHClientConnection:
+        tunnel = await self._hop(proxy_jump, chain) if proxy_jump else None
+        return await self._connect(name, target, tunnel)
 
     def _known_hosts(self) -> Any:
         import asyncssh
@@ -243,25 +295,20 @@ class SshSession:
                         target.host,
                         port=target.port,
                         username=target.user,
-                        config=user_ssh_config(),  # HostName, IdentityFile, ProxyJump, ...
+                        config=user_ssh_config(),  # HostName, User, IdentityFile, ...
                         client_keys=self._client_keys(target),
                         known_hosts=self._known_hosts(),
-                        # no jump host of dtrun's own: the config's ProxyJump, if it has one
-                        tunnel=tunnel if tunnel is not None else (),
+                        tunnel=tunnel,  # None: direct (ProxyJump hosts were opened above)
                         connect_timeout=self.connect_timeout,
                         keepalive_interval=15,
                     )
             except asyncssh.HostKeyNotVerifiable:
                 return await self._unknown_host_key(name, target, tunnel)
             except asyncssh.PermissionDenied:
-                key = target.key_path or "your default keys"
-                raise SshLoginError(
-                    f"cannot log in to {name} as {target.user!r} ({target})",
-                    why=f"the server refused the key ({key})",
-                    fix="check user and key for this host in the hosts file (or the stack's "
-                    "outputs), and that the key is in the node's authorized_keys",
-                ) from None
+                raise _login_refused(name, target, too_many_keys=False) from None
             except (OSError, asyncssh.Error) as exc:
+                if isinstance(exc, asyncssh.DisconnectError) and TOO_MANY_KEYS in exc.reason:
+                    raise _login_refused(name, target, too_many_keys=True) from None
                 if attempt == self.retries:
                     raise SshError(
                         f"cannot reach {name} ({target})",
@@ -280,7 +327,9 @@ class SshSession:
         import asyncssh
 
         known = self._known_hosts()
-        trusted = known.match(target.host, "", target.port)[0]
+        # Under the name the connection checked: the alias's HostName, [host]:port off port 22
+        # (hashed entries included), as `ssh` looks it up.
+        trusted = known.match(target.address, "", None if target.port == 22 else target.port)[0]
         stack_keys = bool(self.inventory.ssh and self.inventory.ssh.known_hosts)
         if trusted:
             raise HostKeyError(
@@ -291,7 +340,7 @@ class SshSession:
                 f"{'the stack outputs (dtrun up again)' if stack_keys else self.known_hosts_file}",
             )
         if not self.accept_new or stack_keys:
-            scan = f"ssh-keyscan -p {target.port} {target.host} >> {self.known_hosts_file}"
+            scan = f"ssh-keyscan -p {target.port} {target.address} >> {self.known_hosts_file}"
             raise HostKeyError(
                 f"the host key of {name} ({target.known_hosts_name}) is not known",
                 why=f"it is not in {self.known_hosts_file}, and dtrun never accepts keys silently",
@@ -305,7 +354,7 @@ class SshSession:
             config=user_ssh_config(),
             client_keys=self._client_keys(target),
             known_hosts=None,  # accepting this once, on request; recorded below
-            tunnel=tunnel if tunnel is not None else (),
+            tunnel=tunnel,
             connect_timeout=self.connect_timeout,
         )
         key = connection.get_server_host_key()
@@ -319,6 +368,33 @@ class SshSession:
             f"{key.get_fingerprint()}) in {self.known_hosts_file}"
         )
         return connection
+
+
+TOO_MANY_KEYS = "Too many authentication failures"  # OpenSSH's sshd, past its MaxAuthTries
+
+
+def _login_refused(name: str, target: Endpoint, *, too_many_keys: bool) -> SshLoginError:
+    if too_many_keys:
+        why = (
+            "it cut the login off after too many keys (its MaxAuthTries): the ssh agent's keys "
+            "are offered before the host's own"
+        )
+        fix = (
+            "add `IdentitiesOnly yes` beside the host's IdentityFile in ~/.ssh/config, or "
+            "remove keys from the agent (`ssh-add -D`)"
+        )
+    else:
+        key = target.key_path or "the IdentityFile of ~/.ssh/config, your default keys, the agent"
+        why = f"the server refused the key ({key})"
+        fix = (
+            "check user and key for this host in the hosts file (or the stack's outputs), and "
+            "that the key is in the node's authorized_keys"
+        )
+    return SshLoginError(f"cannot log in to {name} as {target.user!r} ({target})", why=why, fix=fix)
+
+
+def _opened(task: asyncio.Task[asyncssh.SSHClientConnection]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None
 
 
 @contextlib.contextmanager
