@@ -286,3 +286,15 @@ def test_bad_stack_settings(settings, must_say):
 
 def test_the_table_holds_at_least_a_hundred_bad_inputs():
     assert len(CLI) + len(HOSTS) + len(OUTPUTS) + len(SETTINGS) >= 100
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "deepspeed"])
+def test_a_key_path_with_a_space_for_a_head_only_launcher(workdir, launcher):
+    """mpirun's plm_rsh_args and pdsh's PDSH_SSH_ARGS_APPEND split ssh options on spaces."""
+    (workdir / "hosts.yaml").write_text("key: /keys/my key\nhosts: [a, b]\n")
+    refused(
+        ["bench", "--dry-run", "--output", str(workdir / "runs"), "--hosts", "hosts.yaml",
+         "--launcher", launcher, "--nodes", "2"],
+        workdir,
+        "the key path '/keys/my key' has a space",
+    )  # fmt: skip

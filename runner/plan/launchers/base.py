@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from runner import __version__
+from runner.errors import PlanError
 from runner.render import render
 from runner.spec.cluster import Node, SshAccess
 from runner.spec.launch import EnvVar, LaunchFile
@@ -81,6 +82,15 @@ class Launcher(Protocol):
 def node_ssh_options(ssh: SshAccess) -> tuple[str, ...]:
     """ssh options node 0 uses to reach the other nodes for a head-only launcher: the cluster's
     key and, when the inventory names one, its known_hosts file (both at the same path there)."""
+    for what, path in (("key", ssh.identity_file), ("known_hosts file", ssh.known_hosts_file)):
+        if path and any(char.isspace() for char in path):
+            raise PlanError(
+                f"the {what} path {path!r} has a space, and a head-only launcher cannot pass it",
+                why="mpirun's plm_rsh_args and pdsh's PDSH_SSH_ARGS_APPEND split node 0's ssh "
+                "options on spaces, so its ssh would be given a broken path",
+                fix=f"move the {what} to a path without spaces (the same path on node 0), or "
+                "use --launcher torchrun, which needs no ssh between nodes",
+            )
     options: tuple[str, ...] = ()
     if ssh.identity_file:
         options = ("-i", ssh.identity_file)
