@@ -97,6 +97,7 @@ class TrainResult:
     peak_memory_max_bytes: int | None = None  # the most any rank used (rank 0's is above)
     proof_kind: str = "data parallel"  # "data parallel", "pipeline" or "single process"
     checks: tuple[ProofCheck, ...] = ()  # what the proof checked (empty in older results)
+    step_times: tuple[float, ...] = ()  # rank 0's timed steps, seconds (empty in older results)
 
     @property
     def verified(self) -> bool:
@@ -167,6 +168,7 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
             samples_per_s=float(data["samples_per_s"]),
             step_time_p50=float(steps["p50"]),
             step_time_p90=float(steps["p90"]),
+            step_times=tuple(float(t) for t in data.get("step_times_s") or ()),
             mfu=None if data["mfu"] is None else float(data["mfu"]),
             peak_memory_bytes=int(data["peak_memory_bytes"]),
             loss_first=float(data["loss"]["first"]),

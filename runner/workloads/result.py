@@ -177,6 +177,9 @@ def build_result(
             "min": min(timed),
             "max": max(timed),
         },
+        # every timed step, in order (rank 0's clock; DDP's ranks wait for each other every
+        # step): the report's statistics and their confidence intervals come from these
+        "step_times_s": [round(seconds, 7) for seconds in timed],
         "tokens_per_s": tokens_per_s,
         "samples_per_s": global_batch * len(timed) / elapsed,
         "flops_per_token": fpt,
