@@ -1,4 +1,7 @@
-"""The scaling model (runner/report/model.py) against hand-computed rows."""
+"""The scaling model (runner/report/model.py) against hand-computed rows and published tables.
+
+The published figures and every input's source are in docs/facts.md §10.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from runner.report.metrics import scaling_rows, where_scaling_is_lost
+from runner.report.metrics import allreduce_seconds, scaling_rows, where_scaling_is_lost
 from runner.report.model import (
     Assumptions,
     Point,
     compute_seconds,
+    efficiency,
     finding,
     model_gap,
     predict,
@@ -171,3 +175,84 @@ def test_the_summary_carries_the_prediction_per_row(tmp_path, fixed_inventory):
     section = run_dir.report.read_text().split("### Predicted against measured")[1]
     assert "| 2 | 2 | 1 | 1024.0 ms | 1024.0 to 682.7 ms | 50% | 50 to 75% | within |" in section
     assert "hidden under up\nto 100% of the backward pass" in section
+
+
+# --- published tables (docs/facts.md §10) --------------------------------------------------
+
+
+def test_perfect_strong_scaling_is_the_100_50_25_seconds_example():
+    """docs/facts.md §7: 100 s on 1 VM, 50 s on 2, 25 s on 4 is perfect strong scaling."""
+    times = {1: 100.0, 2: 50.0, 4: 25.0}
+    assert [times[1] / t for t in times.values()] == [1.0, 2.0, 4.0]  # speedup T(1)/T(N)
+    assert [efficiency(STRONG, (1, 100.0), (n, t)) for n, t in times.items()] == [1.0] * 3
+    # the model, with nothing to communicate, predicts the same table from the 1-VM time
+    points = [Point(n, n, t, 0.0) for n, t in times.items()]
+    predicted = predict(points, STRONG)
+    assert [p.step_s for p in predicted] == [100.0, 50.0, 25.0]
+    assert [p.efficiency for p in predicted] == [1.0, 1.0, 1.0]
+
+
+def test_the_formulas_reproduce_tensorflows_published_dgx1_speedups():
+    """TensorFlow's benchmarks (May 2017, DGX-1, synthetic data, images/s) against the
+    speedups its announcement states: 7.99x (99%) for InceptionV3, 7.91x (98%) for ResNet-50.
+    Tolerance: 0.5% on the speedup and 1 point on the efficiency, as the announcement
+    rounds (and truncates) what the table's rounded rates give."""
+    table = {"InceptionV3": (142, 1131, 7.99, 0.99), "ResNet-50": (219, 1734, 7.91, 0.98)}
+    for model, (one, eight, speedup, stated) in table.items():
+        assert eight / one == pytest.approx(speedup, rel=0.005), model
+        assert eight / (8 * one) == pytest.approx(stated, abs=0.01), model
+
+
+def test_the_formulas_reproduce_goyal_et_al_time_to_train():
+    """ResNet-50 on ImageNet: 29 hours on 8 GPUs, one hour on 256, "~90% scaling efficiency".
+    Fixed total work (90 epochs): strong efficiency N0·T(N0) / (N·T(N)). Tolerance 2 points:
+    both times and the efficiency are rounded in the sources."""
+    assert efficiency(STRONG, (8, 29.0), (256, 1.0)) == pytest.approx(0.90, abs=0.02)
+
+
+# Horovod's 512-GPU benchmark, each input from docs/facts.md §10: tf_cnn_benchmarks at 64
+# images per GPU (weak scaling), fp32 gradients, 4 GPUs per server behind one 25 Gbit/s NIC.
+NIC_GBS = 25 / 8  # 3.125 GB/s: a ring through each server's one NIC reaches at most this busbw
+HOROVOD = {  # model: (parameters, images/s on one P100 at batch 64, {GPUs: published E})
+    "VGG-16": (138_357_544, 154, {128: 0.79, 512: 0.68}),
+    "Inception V3": (27_161_264, 142, {128: 0.90, 512: 0.90}),
+    "Inception V3 without its auxiliary head": (23_800_000, 142, {128: 0.90, 512: 0.90}),
+}
+
+
+def _horovod(params: int, images_per_s: float, gpus: int):
+    compute = 64 / images_per_s
+    sync = allreduce_seconds(4 * params, NIC_GBS, gpus)
+    return predict([Point(1, 1, compute, 0.0), Point(gpus, gpus, compute, sync)], WEAK)[1]
+
+
+def test_the_model_brackets_horovods_published_efficiencies():
+    """Each published efficiency lies in the model's range: no overlap (at the NIC's full
+    rate, the most it can give) to the all-reduce hidden under the whole backward pass.
+    Tolerance: the published figures are whole percentages, so half a point either side."""
+    for model, (params, rate, published) in HOROVOD.items():
+        for gpus, stated in published.items():
+            prediction = _horovod(params, rate, gpus)
+            assert prediction.low is not None and prediction.high is not None
+            assert prediction.low - 0.005 <= stated <= prediction.high + 0.005, (model, gpus)
+
+
+def test_no_overlap_cannot_explain_horovods_vgg16():
+    """VGG-16's 553 MB of gradients take 354 ms to all-reduce at 25 Gbit/s, against 416 ms of
+    compute on a DGX-1's P100: without overlap no network of that speed gives more than 54%,
+    and Horovod published 68%. Unless its GPUs were much slower (no overlap would need 751 ms
+    of compute), the overlap the model allows is needed to explain the table."""
+    params, rate, published = HOROVOD["VGG-16"]
+    no_overlap = _horovod(params, rate, 512).efficiency_no_overlap
+    assert no_overlap == pytest.approx(0.540, abs=0.002)
+    assert published[512] - no_overlap > 0.10
+    # and the finding says so when overlap is assumed away
+    zero = Assumptions(overlap=0.0)
+    sync = allreduce_seconds(4 * params, NIC_GBS, 512)
+    prediction = predict([Point(1, 1, 64 / rate, 0.0), Point(512, 512, 64 / rate, sync)],
+                         WEAK, zero)[1]  # fmt: skip
+    assert finding(published[512], prediction, zero).startswith(
+        "measured is 14 points above the model (54%)"
+    )
+    # the compute c that would give 68% with no overlap: c / (c + sync) = 0.68
+    assert published[512] / (1 - published[512]) * sync == pytest.approx(0.751, abs=0.001)
