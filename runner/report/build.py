@@ -32,6 +32,7 @@ from runner.report.metrics import (
     scaling_rows,
     where_scaling_is_lost,
 )
+from runner.report.model import ASSUMED
 from runner.report.recorded import check_writable, read_recorded
 from runner.report.results import AllreduceResult, Result, SizeRow, TrainResult
 from runner.spec.request import ScalingMode
@@ -135,7 +136,7 @@ def analyse(run_dir: RunDir) -> Report:
             base,
             rows=rows,
             projection=projection(rows, tokens),
-            losses=where_scaling_is_lost(rows, size, oversubscribed(manifest, rows)),
+            losses=where_scaling_is_lost(rows, size, oversubscribed(manifest, rows), mode),
             first=_first(trained),
             widest=_widest(trained),
         )
@@ -196,6 +197,7 @@ def build_report(run_dir: RunDir) -> Report:
         "projection": report.projection,
         "project_tokens": int(bench.get("project_tokens", DEFAULT_PROJECT_TOKENS)),
         "losses": report.losses,
+        "model": ASSUMED,
         "series": report.series,
         "health": report.health,
         "formula": FORMULAS[report.mode],
@@ -236,6 +238,7 @@ def _summary(report: Report) -> dict[str, Any]:
         "busbw_rows": [asdict(row) for row in report.busbw_rows],
         "time_to_train": [asdict(row) for row in report.projection],
         "where_scaling_is_lost": [asdict(row) for row in report.losses],
+        "model": asdict(ASSUMED) | {"formula": ASSUMED.describe()} if report.rows else None,
         "health": None if health is None else {k: health.get(k) for k in ("status", "note")},
     }
 

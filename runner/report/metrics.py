@@ -15,6 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.azure.catalog import ExpectedBusbw, expected_busbw
+from runner.report.model import (
+    ASSUMED,
+    Assumptions,
+    Point,
+    Prediction,
+    finding,
+    model_gap,
+    predict,
+)
 from runner.report.results import AllreduceResult, TrainResult
 from runner.spec.request import ScalingMode
 
@@ -182,13 +191,25 @@ class LossRow:
     comm_s: float | None  # the gradients' all-reduce at the measured busbw, one step
     comm_share: float | None  # of the step time p50 (an upper bound: DDP overlaps it)
     verdict: str
+    # The model (runner/report/model.py): the step time and efficiency that gradient
+    # communication alone would give, with no overlap and with the stated one.
+    predicted_step_time_s: float | None = None
+    predicted_step_time_no_overlap_s: float | None = None
+    predicted_efficiency: float | None = None
+    predicted_efficiency_no_overlap: float | None = None
+    model_gap: float | None = None  # efficiency outside the model's range: <0 below, >0 above
+    model_finding: str = ""
 
 
 def where_scaling_is_lost(
-    rows: Sequence[ScalingRow], size_name: str | None, oversubscribed: Sequence[int] = ()
+    rows: Sequence[ScalingRow],
+    size_name: str | None,
+    oversubscribed: Sequence[int] = (),
+    mode: ScalingMode = ScalingMode.WEAK,
+    assumptions: Assumptions = ASSUMED,
 ) -> tuple[LossRow, ...]:
     out = []
-    for row in rows:
+    for row, prediction in zip(rows, model_predictions(rows, mode, assumptions), strict=True):
         expected = expected_busbw(size_name, row.nodes, row.world_size // row.nodes)
         comm_s = share = None
         if row.busbw and row.gradient_bytes and row.world_size > 1:
@@ -204,9 +225,46 @@ def where_scaling_is_lost(
                 comm_s,
                 share,
                 _verdict(row, rows[0], expected, share, row.nodes in oversubscribed),
+                predicted_step_time_s=prediction.step_s,
+                predicted_step_time_no_overlap_s=prediction.step_no_overlap_s,
+                predicted_efficiency=prediction.efficiency,
+                predicted_efficiency_no_overlap=prediction.efficiency_no_overlap,
+                model_gap=model_gap(row.efficiency, prediction),
+                model_finding=(
+                    "the baseline the model starts from"
+                    if row is rows[0]
+                    else finding(
+                        row.efficiency, prediction, assumptions, row.nodes in oversubscribed
+                    )
+                ),
             )
         )
     return tuple(out)
+
+
+def model_predictions(
+    rows: Sequence[ScalingRow], mode: ScalingMode, assumptions: Assumptions
+) -> tuple[Prediction, ...]:
+    """Each row's step time as the model predicts it from the first row's and the measured
+    busbw (runner/report/model.py). A pipeline is left out: its step is set by its stages'
+    balance and its bubble, which the model does not describe."""
+    if any(row.strategy == "pipeline" for row in rows):
+        why = "a pipeline's step depends on its stages and bubble; the model covers DDP, ZeRO, FSDP"
+        return tuple(Prediction(row.nodes, missing=why) for row in rows)
+    points = [
+        Point(row.nodes, row.replicas or row.world_size, row.step_time_p50, _sync(row))
+        for row in rows
+    ]
+    return predict(points, mode, assumptions)
+
+
+def _sync(row: ScalingRow) -> float | None:
+    """One step's gradient sync: none with one process, unknown without a probe."""
+    if row.world_size == 1:
+        return 0.0
+    if row.busbw and row.gradient_bytes:
+        return gradient_sync_seconds(row)
+    return None
 
 
 def gradient_sync_seconds(row: ScalingRow) -> float | None:
