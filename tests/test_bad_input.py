@@ -3,7 +3,7 @@ what to do, no traceback, and creates or changes nothing (docs/bench.md, "Exit c
 
 One table per kind of input: command-line values, hosts files, stack outputs files, stack
 settings. Damaged run directories for `report` and `compare` have their own table in
-tests/test_damaged.py (35 cases). Every case runs the real command (Typer's runner, in process) in
+tests/test_damaged.py (39 cases). Every case runs the real command (Typer's runner, in process) in
 an empty working directory, with --output inside it; the directory must hold the same files,
 byte for byte, afterwards.
 """
