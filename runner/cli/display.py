@@ -278,13 +278,16 @@ def report_table(report: Report) -> Table:
             )
         return table
     table.caption = (
-        "tokens/s, speedup and efficiency at the median step time; n = timed steps x launches; "
-        "CI: 95% bootstrap interval"
+        "tokens/s, speedup and efficiency at the median step time, efficiency with its 95% "
+        "bootstrap interval in brackets; n = timed steps x launches"
     )
     table.caption_justify = "left"
-    for column in ("nodes", "processes", "n", "tokens/s", "speedup", "efficiency (95% CI)",
-                   "verdict", "busbw", "communication"):  # fmt: skip
-        table.add_column(column, justify="left" if column == "communication" else "right")
+    for column in ("nodes", "processes", "n", "tokens/s", "speedup", "efficiency", "verdict",
+                   "busbw", "communication"):  # fmt: skip
+        # the figures and the verdict whole on a narrow terminal; the proof's words wrap
+        wrap = column in ("processes", "busbw", "communication")
+        table.add_column(column, justify="left" if column == "communication" else "right",
+                         no_wrap=not wrap)  # fmt: skip
     for row in report.rows:
         table.add_row(
             str(row.nodes),
