@@ -292,6 +292,7 @@ def test_the_report_leads_with_each_node_count_s_verdict(tmp_path, fixed_invento
         "the 90% target"
     ) in lead
     assert "- 4 node(s), n = 40 steps x 1 launch(es): **loses**: efficiency 60%" in lead
+    assert "its interval holds the noise between steps only" in lead  # one launch each
     # the table: n, the interval of every figure, the verdict; the statistic said below it
     assert f"| 2 | 2 | 40 x 1 | {two.tokens_per_s:,.0f} |" in text
     assert f"| {two.speedup:.2f}x ({two.speedup_low:.2f}x to {two.speedup_high:.2f}x) |" in text
@@ -334,5 +335,6 @@ def test_rebuilding_a_report_with_bootstrap_intervals_gives_the_same_files(
     names = ("report.md", "report.html", "summary.json", "throughput.png", "efficiency.png")
     first = {name: (run_dir.path / name).read_bytes() for name in names}
     assert json.loads(first["summary.json"])["rows"][1]["efficiency_low"] is not None
+    assert b"noise between steps only" not in first["report.md"]  # three launches each
     build_report(RunDir(run_dir.path))
     assert {name: (run_dir.path / name).read_bytes() for name in names} == first
