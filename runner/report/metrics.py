@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runner.azure.catalog import ExpectedBusbw, expected_busbw
 from runner.report.results import AllreduceResult, TrainResult
@@ -21,7 +21,7 @@ from runner.report.stats import (
     DEFAULT_TARGET,
     Verdict,
     bootstrap_tokens_per_s,
-    interval,
+    intervals,
     judge,
     launch_samples_per_s,
     launch_tokens_per_s,
@@ -31,10 +31,6 @@ from runner.report.stats import (
 )
 from runner.report.stats import trimmed_mean as trimmed_mean  # re-exported: it lived here
 from runner.spec.request import ScalingMode
-
-if TYPE_CHECKING:
-    import numpy as np
-    from numpy.typing import NDArray
 
 FORMULAS: dict[ScalingMode, str] = {
     ScalingMode.WEAK: (
@@ -142,7 +138,7 @@ def scaling_rows(
                 gradient_bytes=next((r.busbw.gradient_bytes for r in runs if r.busbw), None),
                 peak_memory_bytes=max(r.peak_memory_max_bytes or r.peak_memory_bytes for r in runs),
                 **_layout(runs[0]),
-                **_intervals(nodes / base_nodes, draws[nodes], draws[base_nodes]),
+                **intervals(nodes / base_nodes, draws[nodes], draws[base_nodes]),
                 target_efficiency=target,
                 steps_n=min(len(r.step_times) or r.timed_steps for r in runs),
                 launches_n=len(runs),
@@ -151,24 +147,6 @@ def scaling_rows(
             )
         )
     return tuple(_judged(row, rows[0]) for row in rows)
-
-
-def _intervals(
-    scale: float, draws: NDArray[np.float64] | None, base: NDArray[np.float64] | None
-) -> dict[str, Any]:
-    """A point's 95% intervals from its bootstrap draws and the baseline's, drawn independently
-    (``scale``: its node count over the baseline's; 1 is the baseline itself)."""
-    out: dict[str, Any] = {}
-    if draws is not None:
-        out["tokens_per_s_low"], out["tokens_per_s_high"] = interval(draws)
-    if scale == 1:  # the baseline: 1x and 100% by definition
-        out |= dict.fromkeys(("speedup_low", "speedup_high"), 1.0)
-        out |= dict.fromkeys(("efficiency_low", "efficiency_high"), 1.0)
-    elif draws is not None and base is not None:
-        low, high = interval(draws / base)
-        out |= {"speedup_low": low, "speedup_high": high}
-        out |= {"efficiency_low": low / scale, "efficiency_high": high / scale}
-    return out
 
 
 def _judged(row: ScalingRow, base: ScalingRow) -> ScalingRow:

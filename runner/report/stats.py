@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runner.report.results import TrainResult
 from runner.spec.request import BenchSpec
@@ -155,6 +155,25 @@ def interval(draws: NDArray[np.float64]) -> tuple[float, float]:
     tail = (1 - CONFIDENCE) / 2 * 100
     low, high = np.percentile(draws, [tail, 100 - tail])
     return float(low), float(high)
+
+
+def intervals(
+    scale: float, draws: NDArray[np.float64] | None, base: NDArray[np.float64] | None
+) -> dict[str, Any]:
+    """A point's 95% intervals of throughput, speedup and efficiency, as ScalingRow's fields,
+    from its bootstrap draws and the baseline's, drawn independently (``scale``: its node count
+    over the baseline's; 1 is the baseline itself). Absent: no interval."""
+    out: dict[str, Any] = {}
+    if draws is not None:
+        out["tokens_per_s_low"], out["tokens_per_s_high"] = interval(draws)
+    if scale == 1:  # the baseline: 1x and 100% by definition
+        out |= dict.fromkeys(("speedup_low", "speedup_high"), 1.0)
+        out |= dict.fromkeys(("efficiency_low", "efficiency_high"), 1.0)
+    elif draws is not None and base is not None:
+        low, high = interval(draws / base)
+        out |= {"speedup_low": low, "speedup_high": high}
+        out |= {"efficiency_low": low / scale, "efficiency_high": high / scale}
+    return out
 
 
 def judge(low: float | None, high: float | None, target: float) -> Verdict:
