@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,14 @@ def test_old_results_with_repeats_get_an_interval_from_the_launches_alone():
     assert point.efficiency_low is not None and point.efficiency_high is not None
     assert 1900 / 2020 <= point.efficiency_low <= point.efficiency_high <= 1940 / 1980
     assert point.verdict is Verdict.SCALES
+
+
+def test_two_points_with_the_same_step_times_are_still_drawn_independently():
+    # strong scaling: the same global batch at 1 and 2 nodes, and (by chance) the same steps
+    one, two = (
+        replace(train_result(world=world, step_times=ONE_NODE), global_batch=16) for world in (1, 2)
+    )
+    point = scaling_rows({1: [one], 2: [two]})[1]
+    assert point.speedup == 1.0 and point.efficiency == 0.5
+    assert point.efficiency_low is not None and point.efficiency_high is not None
+    assert point.efficiency_low < 0.48 and point.efficiency_high > 0.52

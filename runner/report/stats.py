@@ -108,10 +108,12 @@ def step_spread(results: Sequence[TrainResult]) -> Spread:
 
 
 def _seed(results: Sequence[TrainResult]) -> int:
-    """The generator's seed: a hash of what the draws are made from, so rebuilds agree."""
+    """The generator's seed: a hash of what the draws are made from, so rebuilds agree (and of
+    the world size, so two points never share draws, even with the same step times)."""
     digest = hashlib.sha256()
     for r in results:
-        digest.update(repr((r.global_batch, r.seq_len, r.step_time_p50, r.step_times)).encode())
+        figures = (r.world_size, r.global_batch, r.seq_len, r.step_time_p50, r.step_times)
+        digest.update(repr(figures).encode())
     return int.from_bytes(digest.digest()[:8], "little")
 
 
