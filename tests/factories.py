@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from runner.plan.env import launch_env
 from runner.record.rundir import RunDir, write_manifest, write_runs
 from runner.report.results import ALLREDUCE_SCHEMA, TRAIN_SCHEMA, TrainResult, parse_train_result
+from runner.report.stats import percentile
 from runner.spec.cluster import Inventory
 from runner.spec.outcome import RunResult, RunStatus, SweepStatus
 from runner.spec.request import BenchSpec
@@ -45,11 +47,27 @@ def allreduce_data(*, world: int, busbw: dict[int, float], wrong: int = 0) -> di
 
 
 def result_data(
-    *, world: int, tokens_per_s: float, in_sync: bool = True, busbw: float | None = None
+    *,
+    world: int,
+    tokens_per_s: float | None = None,
+    in_sync: bool = True,
+    busbw: float | None = None,
+    step_times: Sequence[float] | None = None,
 ) -> dict[str, Any]:
+    """A training result at ``tokens_per_s`` (every step alike, no per-step times: as an older
+    dtrun wrote it), or with ``step_times`` (seconds, as recorded) and figures computed from
+    them as the workload computes them: tokens/s at the mean step, p50 and p90."""
     seq, batch = 64, 8
-    samples = tokens_per_s / seq
-    step = batch * world / samples
+    if step_times is None:
+        assert tokens_per_s is not None
+        samples = tokens_per_s / seq
+        step = batch * world / samples
+        timed, steps = 10, {"p50": step, "p90": step * 1.1}
+    else:
+        timed = len(step_times)
+        tokens_per_s = batch * world * seq * timed / sum(step_times)
+        samples = tokens_per_s / seq
+        steps = {"p50": percentile(list(step_times), 50), "p90": percentile(list(step_times), 90)}
     return {
         "schema": TRAIN_SCHEMA,
         "workload": "train",
@@ -63,10 +81,11 @@ def result_data(
         "torch_version": "2.13.0+cpu",
         "model": {"params": 1000, "seq_len": seq},
         "global_batch": batch * world,
-        "timed_steps": 10,
+        "timed_steps": timed,
         "tokens_per_s": tokens_per_s,
         "samples_per_s": samples,
-        "step_time_s": {"p50": step, "p90": step * 1.1},
+        "step_time_s": steps,
+        **({} if step_times is None else {"step_times_s": list(step_times)}),
         "mfu": None,
         "peak_memory_bytes": 1 << 20,
         "loss": {"first": 6.9, "last": 6.5},
@@ -89,8 +108,11 @@ def result_data(
 GRADIENT_BYTES = 65536
 
 
-def train_result(*, world: int, tokens_per_s: float) -> TrainResult:
-    return parse_train_result(result_data(world=world, tokens_per_s=tokens_per_s), "factory")
+def train_result(
+    *, world: int, tokens_per_s: float | None = None, step_times: Sequence[float] | None = None
+) -> TrainResult:
+    data = result_data(world=world, tokens_per_s=tokens_per_s, step_times=step_times)
+    return parse_train_result(data, "factory")
 
 
 def fake_run_dir(
@@ -100,24 +122,32 @@ def fake_run_dir(
     throughput: dict[int, list[float]],
     status: SweepStatus = SweepStatus.COMPLETE,
     busbw: dict[int, float] | None = None,
+    step_times: Mapping[int, Sequence[Sequence[float]]] | None = None,
 ) -> RunDir:
     """A run directory as a sweep would leave it, with the given tokens/s per launch (or, for
-    the allreduce workload, busbw at 1 MiB per launch) and probe busbw per node count."""
+    the allreduce workload, busbw at 1 MiB per launch) and probe busbw per node count; or,
+    per node count in ``step_times``, each launch's recorded step times."""
     run_dir = RunDir(path)
     path.mkdir(parents=True)
     largest = min(max(bench.node_counts), len(inventory.nodes))
     write_manifest(run_dir, bench, inventory, launch_env(inventory, bench.redacted(), largest))
     runs = []
-    for nodes, values in throughput.items():
-        for repeat, tokens in enumerate(values):
+    launches: dict[int, list[tuple[float | None, Sequence[float] | None]]] = {
+        nodes: [(tokens, None) for tokens in values] for nodes, values in throughput.items()
+    }
+    for nodes, series in (step_times or {}).items():
+        launches[nodes] = [(None, times) for times in series]
+    for nodes, values in sorted(launches.items()):
+        for repeat, (tokens, times) in enumerate(values):
             point = run_dir.point(nodes, repeat)
             point.mkdir(parents=True)
             world = nodes * bench.procs_per_node
             if bench.workload == "allreduce":
+                assert tokens is not None
                 data = allreduce_data(world=world, busbw={4096: tokens / 4, 1 << 20: tokens})
             else:
                 probe = (busbw or {}).get(nodes)
-                data = result_data(world=world, tokens_per_s=tokens, busbw=probe)
+                data = result_data(world=world, tokens_per_s=tokens, busbw=probe, step_times=times)
             (point / "result.json").write_text(json.dumps(data))
             rel = str(point.relative_to(path))
             runs.append(RunResult(nodes, repeat, RunStatus.OK, 1.0, rel))

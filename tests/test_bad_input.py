@@ -3,7 +3,7 @@ what to do, no traceback, and creates or changes nothing (docs/bench.md, "Exit c
 
 One table per kind of input: command-line values, hosts files, stack outputs files, stack
 settings. Damaged run directories for `report` and `compare` have their own table in
-tests/test_damaged.py (35 cases). Every case runs the real command (Typer's runner, in process) in
+tests/test_damaged.py (39 cases). Every case runs the real command (Typer's runner, in process) in
 an empty working directory, with --output inside it; the directory must hold the same files,
 byte for byte, afterwards.
 """
@@ -88,6 +88,9 @@ CLI = [
     ("bench --connect-timeout inf", "--connect-timeout must be a number of seconds above 0"),
     ("bench --teardown", "--teardown destroys a Pulumi stack, and no --stack was given"),
     ("bench --project-tokens 0", "--project-tokens must be at least 1"),
+    ("bench --target-efficiency 90", "--target-efficiency must be a fraction above 0"),
+    ("bench --target-efficiency 0", "--target-efficiency must be a fraction above 0"),
+    ("bench --target-efficiency nan", "--target-efficiency must be a fraction above 0"),
     ("bench --preset gigantic", "unknown preset 'gigantic'"),
     ("bench --layers 0", "--layers must be at least 1"),
     ("bench --d-model 30 --heads 4", "--d-model must be a multiple of --heads"),

@@ -40,3 +40,32 @@ def test_the_registry_bar_stops_when_the_wait_fails():
         assert bar.progress is not None
     assert bar.progress is None
     assert "nodes ready (1 of 2 registered)" in out.getvalue()
+
+
+def test_the_end_table_shows_n_the_efficiency_interval_and_the_verdict(
+    tmp_path, fixed_inventory, monkeypatch
+):
+    import random
+
+    from runner.cli.display import print_verdicts, report_table
+    from runner.report.build import analyse
+    from runner.spec.request import BenchSpec
+    from tests.factories import fake_run_dir
+
+    rng = random.Random(5)
+    times = {n: [[0.0336 * n**0.5 * rng.lognormvariate(0, 0.05) for _ in range(30)]]
+             for n in (1, 2)}  # fmt: skip
+    run = fake_run_dir(tmp_path / "t", BenchSpec(run_id="t"), fixed_inventory, {},
+                       step_times=times)  # fmt: skip
+    report = analyse(run)
+    row = report.rows[1]
+    assert row.efficiency_low is not None and row.efficiency_high is not None
+    console, out = _console()
+    console.print(report_table(report))
+    text = out.getvalue()
+    cell = f"{row.efficiency:.0%} ({row.efficiency_low * 100:.0f}-{row.efficiency_high * 100:.0f}%)"
+    assert cell in text and "30x1" in text and "loses" in text and "baseline" in text
+    assert "tokens/s, speedup and efficiency at the median step time" in text
+    monkeypatch.setattr("runner.cli.display.console", lambda: console)
+    print_verdicts(report)
+    assert f"2 node(s): loses: {row.verdict_reason}" in out.getvalue()

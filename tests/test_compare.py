@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from runner.cli.app import app
+from runner.record.rundir import RunDir
 from runner.report.build import analyse
 from runner.report.compare import compare
 from runner.spec.request import BenchSpec, ModelSpec
@@ -30,7 +31,7 @@ def test_rows_pair_node_counts_and_give_the_ratio(tmp_path, fixed_inventory):
         busbw={2: 3.0, 4: 2.5},
     )
     comparison = compare(analyse(a), analyse(b))
-    assert comparison.metric == "tokens/s"
+    assert comparison.metric == "tokens/s at the median step"
     rows = {row.nodes: row for row in comparison.rows}
     assert set(rows) == {1, 2, 4}
     assert rows[2].a == 1600 and rows[2].b == 2000 and rows[2].ratio == pytest.approx(1.25)
@@ -52,12 +53,15 @@ def test_cli_prints_side_by_side_and_json(tmp_path, fixed_inventory):
         )  # fmt: skip
     done = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert done.exit_code == 0, done.output
-    assert re.search(r"│\s+2 │\s+1,500 │\s+1,800 │\s+1\.20 │\s+75% │\s+90% │", done.output)
+    # no per-step times in these results: no intervals, so no call on the change
+    assert re.search(
+        r"│\s+2 │\s+1,500 │\s+- │\s+1,800 │\s+- │\s+1\.20 │\s+- │\s+75% │\s+90% │", done.output
+    )
     assert "set-ups: the same in every recorded respect" in done.output
     done = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"])
     assert done.exit_code == 0, done.output
     data = json.loads(done.stdout)
-    assert data["schema"] == "dtrun.compare/1"
+    assert data["schema"] == "dtrun.compare/2"
     assert [row["ratio"] for row in data["rows"]] == [pytest.approx(1.0), pytest.approx(1.2)]
 
 
@@ -78,3 +82,32 @@ def test_a_directory_that_is_no_run_is_a_clear_error(tmp_path, fixed_inventory):
     done = runner.invoke(app, ["compare", str(tmp_path / "t"), str(tmp_path / "empty")])
     assert done.exit_code == 2, done.output
     assert "Traceback" not in done.output
+
+
+def _steps(median_s: float, steps: int, seed: int) -> list[float]:
+    import random
+
+    rng = random.Random(seed)
+    return [median_s * rng.lognormvariate(0.0, 0.05) for _ in range(steps)]
+
+
+def test_a_difference_is_a_change_only_when_the_intervals_do_not_overlap(tmp_path, fixed_inventory):
+    # A: 33.6 ms at 1 node, 36 ms at 2; B: the same at 1 node (other noise), 45 ms at 2
+    runs = {"a": (0.0336, 0.036, 1), "b": (0.0336, 0.045, 3)}
+    for name, (one_s, two_s, seed) in runs.items():
+        steps = {1: [_steps(one_s, 40, seed)], 2: [_steps(two_s, 40, seed + 1)]}
+        fake_run_dir(tmp_path / name, BenchSpec(run_id=name), fixed_inventory, {}, step_times=steps)
+    a, b = tmp_path / "a", tmp_path / "b"
+    rows = {row.nodes: row for row in compare(analyse(RunDir(a)), analyse(RunDir(b))).rows}
+    one, two = rows[1], rows[2]
+    assert one.change == "within noise" and one.ratio != 1.0
+    assert one.a_low is not None and one.b_high is not None and one.a_high is not None
+    assert one.b_low is not None and one.b_low <= one.a_high and one.a_low <= one.b_high
+    assert two.change == "lower"
+    assert two.b_high is not None and two.a_low is not None and two.b_high < two.a_low
+    assert (two.a_verdict, two.b_verdict) == ("scales", "loses")  # 93% and 75%
+    assert two.b_efficiency_low is not None and two.b_efficiency_high is not None
+    done = runner.invoke(app, ["compare", str(a), str(b)])
+    assert done.exit_code == 0, done.output
+    assert re.search(r"│\s+2 │.*│\s+lower │", done.output)
+    assert re.search(r"│\s+1 │.*│\s+within noise │", done.output)

@@ -184,6 +184,21 @@ CASES = {
         edit(put(0, "tokens_per_s")),
         "'tokens_per_s' is 0, not a number above 0",
     ),
+    "result-zero-step-time": Case(
+        "a/n2/r0/result.json",
+        edit(put([0.03, 0], "step_times_s")),
+        "'step_times_s[1]' is 0, not a number above 0",
+    ),
+    "result-step-times-text": Case(
+        "a/n1/r0/result.json",
+        edit(put("fast", "step_times_s")),
+        "'step_times_s' is 'fast', not a list",
+    ),
+    "manifest-zero-target": Case(
+        "a/manifest.json",
+        edit(put(0, "bench", "target_efficiency")),
+        "'bench.target_efficiency' is 0, not a number above 0",
+    ),
     "result-probe-rows-empty": Case(
         "a/n2/r0/result.json", edit(put([], "busbw", "rows")), "'busbw.rows' is an empty list"
     ),

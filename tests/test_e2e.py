@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import statistics
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -64,7 +65,8 @@ def test_two_node_sweep_with_repeats_writes_results_report_and_proof_of_communic
     assert all(row["in_place"]["wrong"] == 0 for row in probe["rows"])
     assert json.loads((run / "n1" / "r0" / "result.json").read_text())["busbw"] is None
 
-    # the report against the results: trimmed means of three launches, spread, formulas
+    # the report against the results: each launch's tokens/s at its median step time (from
+    # its recorded step times), trimmed means of three launches, spread, intervals, verdicts
     summary = json.loads((run / "summary.json").read_text())
     assert summary == {k: v for k, v in printed.items() if not k.startswith("report") and
                        k != "run_dir"}  # fmt: skip
@@ -76,22 +78,30 @@ def test_two_node_sweep_with_repeats_writes_results_report_and_proof_of_communic
         launches = [
             json.loads((run / f"n{nodes}" / f"r{k}" / "result.json").read_text()) for k in range(3)
         ]
-        values = sorted(launch["tokens_per_s"] for launch in launches)
-        row = summary["rows"][nodes - 1]
-        assert row["repeats"] == 3
-        assert row["tokens_per_s"] == pytest.approx(values[1])  # fastest and slowest dropped
-        assert (row["tokens_per_s_min"], row["tokens_per_s_max"]) == (values[0], values[2])
-        expected[nodes] = values[1]
-        assert (
-            f"| {nodes} | {nodes} | {values[1]:,.0f} | {values[0]:,.0f} to {values[2]:,.0f} |"
-            in report
+        values = sorted(
+            launch["global_batch"]
+            * launch["model"]["seq_len"]
+            / statistics.median(launch["step_times_s"])
+            for launch in launches
         )
+        assert all(len(launch["step_times_s"]) == 4 for launch in launches)  # 6 steps, 2 warm-up
+        row = summary["rows"][nodes - 1]
+        assert row["repeats"] == 3 and (row["steps_n"], row["launches_n"]) == (4, 3)
+        assert row["tokens_per_s_low"] <= row["tokens_per_s"] <= row["tokens_per_s_high"]
+        assert row["tokens_per_s"] == pytest.approx(values[1])  # fastest and slowest dropped
+        assert row["tokens_per_s_min"] == pytest.approx(values[0])
+        assert row["tokens_per_s_max"] == pytest.approx(values[2])
+        expected[nodes] = values[1]
+        assert f"| {nodes} | {nodes} | 4 x 3 | {row['tokens_per_s']:,.0f} |" in report
         if nodes == 2:
             busbws = sorted(launch["busbw"]["rows"][-1]["in_place"]["busbw"] for launch in launches)
             assert row["busbw"] == pytest.approx(busbws[1])
             assert f"| 2 | 2 | {row['efficiency'] * 100:.0f}% | {busbws[1]:.2f} GB/s |" in report
     two = summary["rows"][1]
     assert two["efficiency"] == pytest.approx(expected[2] / (2 * expected[1]))
+    assert two["efficiency_low"] <= two["efficiency_high"]
+    assert two["verdict"] in ("scales", "loses", "inconclusive")  # whichever the numbers say
+    assert f"- 2 node(s), n = 4 steps x 3 launch(es): **{two['verdict']}**" in report
     assert "in sync: 2 ranks on 2 nodes" in report
     assert "## Time to train" in report and "## Where scaling is lost" in report
     # the model: a prediction at 2 nodes from the 1-node step time and the probed busbw

@@ -94,6 +94,8 @@ def test_unknown_workload_lists_the_known_ones(fixed_inventory, spec):
         ({"warmup": 20}, "--warmup must be at least 0 and less than --steps"),
         ({"repeat": 0}, "--repeat must be at least 1"),
         ({"project_tokens": 0}, "--project-tokens must be at least 1"),
+        ({"target_efficiency": 1.5}, "--target-efficiency must be a fraction above 0"),
+        ({"target_efficiency": -0.1}, "--target-efficiency must be a fraction above 0"),
         ({"node_counts": (0, 2)}, "--nodes needs node counts of at least 1"),
         ({"node_counts": ()}, "--nodes needs node counts of at least 1"),
         ({"model": ModelSpec(d_model=130, heads=4)}, "--d-model must be a multiple of --heads"),

@@ -25,8 +25,16 @@ def test_report_states_efficiency_and_formula_per_node_count(tmp_path, fixed_inv
     )
     build_report(run_dir)
     text = run_dir.report.read_text()
-    assert "| 2 | 2 | 1,800 |" in text and "| 1.80x | 90% |" in text
-    assert "| 4 | 4 | 3,000 |" in text and "| 3.00x | 75% |" in text
+    # results without per-step times (an older dtrun's): figures from the recorded p50, no
+    # interval, no verdict
+    assert (
+        "| 2 | 2 | 10 x 1 | 1,800 | - |" in text
+        and "| 1.80x (-) | 90% (-) | inconclusive |" in text
+    )
+    assert (
+        "| 4 | 4 | 10 x 1 | 3,000 | - |" in text
+        and "| 3.00x (-) | 75% (-) | inconclusive |" in text
+    )
     assert "weak scaling (fixed batch per process): E(N) = T(N0) / T(N)" in text
     assert "embedded local cluster" in text
     assert "![tokens/s against nodes" in text
@@ -63,7 +71,7 @@ def test_summary_carries_rows_status_and_formula(tmp_path, fixed_inventory):
     )
     build_report(run_dir)
     summary = json.loads(run_dir.summary.read_text())
-    assert summary["schema"] == "dtrun.summary/2"
+    assert summary["schema"] == "dtrun.summary/3"
     assert summary["status"] == "failed"
     assert [row["efficiency"] for row in summary["rows"]] == [1.0, 0.75]
     assert "Status: **failed**" in run_dir.report.read_text()
@@ -151,7 +159,7 @@ def test_where_scaling_is_lost_pairs_efficiency_with_busbw(tmp_path, fixed_inven
     text = run_dir.report.read_text()
     section = text.split("## Where scaling is lost")[1].split("## Launches")[0]
     assert "| 2 | 2 | 95% | 0.50 GB/s | - |" in section
-    assert "scales well (95%)" in section
+    assert "95%, at or above the 90% target, but not shown to scale: inconclusive" in section
     # 64 KiB at 0.0002 GB/s busbw over 4 ranks: 65536 * 1.5 / 2e5 = 491.52 ms of the
     # 1024 ms step (8 sequences x 4 ranks at 2000/64 sequences/s)
     assert "| 4 | 4 | 50% | 0.00 GB/s | - | 491.52 ms | 48% |" in section
@@ -253,3 +261,80 @@ def test_the_report_is_built_here_when_the_helper_died(tmp_path, fixed_inventory
     report = builder.build(run_dir)
     assert report.rows[1].efficiency == pytest.approx(0.9)
     assert (run_dir.path / "report.html").is_file()
+
+
+def _steps(median_s: float, spread: float, steps: int, seed: int) -> list[float]:
+    """Step times around ``median_s``, lognormal as a shared CPU gives them."""
+    import random
+
+    rng = random.Random(seed)
+    return [median_s * rng.lognormvariate(0.0, spread) for _ in range(steps)]
+
+
+def test_the_report_leads_with_each_node_count_s_verdict(tmp_path, fixed_inventory):
+    bench = BenchSpec(run_id="v1", node_counts=(1, 2, 4), steps=45, warmup=5)
+    times = {
+        1: [_steps(0.0336, 0.05, 40, 1)],
+        2: [[t * 1.03 for t in _steps(0.0336, 0.05, 40, 2)]],  # 97%: scales
+        4: [_steps(0.0336 / 0.6, 0.05, 40, 3)],  # 60%: loses
+    }
+    run_dir = fake_run_dir(tmp_path / "v1", bench, fixed_inventory, {}, step_times=times)
+    report = build_report(run_dir)
+    text = run_dir.report.read_text()
+    lead = text.split("## Verdict")[1].split("| Measured on")[0]
+    assert text.index("## Verdict") < text.index("| Measured on") < text.index("## Scaling")
+    assert "- 1 node(s), n = 40 steps x 1 launch(es): **baseline**" in lead
+    two = report.rows[1]
+    assert two.efficiency_low is not None and two.efficiency_high is not None
+    assert (
+        f"- 2 node(s), n = 40 steps x 1 launch(es): **scales**: efficiency {two.efficiency:.0%}, "
+        f"95% CI {two.efficiency_low * 100:.0f}-{two.efficiency_high * 100:.0f}%, at or above "
+        "the 90% target"
+    ) in lead
+    assert "- 4 node(s), n = 40 steps x 1 launch(es): **loses**: efficiency 60%" in lead
+    assert "its interval holds the noise between steps only" in lead  # one launch each
+    # the table: n, the interval of every figure, the verdict; the statistic said below it
+    assert f"| 2 | 2 | 40 x 1 | {two.tokens_per_s:,.0f} |" in text
+    assert f"| {two.speedup:.2f}x ({two.speedup_low:.2f}x to {two.speedup_high:.2f}x) |" in text
+    assert "| scales |" in text and "| loses |" in text
+    assert "Every figure comes from one statistic, the median step time" in text
+    assert "<h2>Verdict</h2>" in run_dir.html.read_text()
+    summary = json.loads(run_dir.summary.read_text())
+    assert summary["target_efficiency"] == 0.9
+    assert summary["statistic"].startswith("median step time")
+    row = summary["rows"][1]
+    assert row["verdict"] == "scales" and row["efficiency"] == two.efficiency
+    assert row["efficiency_low"] <= row["efficiency"] <= row["efficiency_high"]
+    assert (row["steps_n"], row["launches_n"]) == (40, 1)
+    assert [r["verdict"] for r in summary["rows"]] == ["baseline", "scales", "loses"]
+
+
+def test_the_target_comes_from_the_manifest_and_defaults_to_90_percent(tmp_path, fixed_inventory):
+    times = {1: [_steps(0.0336, 0.05, 40, 1)], 2: [_steps(0.0336 / 0.6, 0.05, 40, 2)]}
+    bench = BenchSpec(run_id="v2", target_efficiency=0.5)
+    run_dir = fake_run_dir(tmp_path / "v2", bench, fixed_inventory, {}, step_times=times)
+    assert build_report(run_dir).rows[1].verdict == "scales"  # 60% against 50%
+    assert "the target of 50%" in run_dir.report.read_text()
+    manifest = json.loads(run_dir.manifest.read_text())
+    del manifest["bench"]["target_efficiency"]  # as dtrun wrote it before the option
+    run_dir.manifest.write_text(json.dumps(manifest))
+    assert build_report(run_dir).rows[1].verdict == "loses"
+    assert json.loads(run_dir.summary.read_text())["target_efficiency"] == 0.9
+
+
+def test_rebuilding_a_report_with_bootstrap_intervals_gives_the_same_files(
+    tmp_path, fixed_inventory
+):
+    bench = BenchSpec(run_id="v3", repeat=3)
+    times = {
+        nodes: [_steps(0.0336 * (1 + nodes / 10), 0.2, 20, 10 * nodes + k) for k in range(3)]
+        for nodes in (1, 2)
+    }
+    run_dir = fake_run_dir(tmp_path / "v3", bench, fixed_inventory, {}, step_times=times)
+    build_report(run_dir)
+    names = ("report.md", "report.html", "summary.json", "throughput.png", "efficiency.png")
+    first = {name: (run_dir.path / name).read_bytes() for name in names}
+    assert json.loads(first["summary.json"])["rows"][1]["efficiency_low"] is not None
+    assert b"noise between steps only" not in first["report.md"]  # three launches each
+    build_report(RunDir(run_dir.path))
+    assert {name: (run_dir.path / name).read_bytes() for name in names} == first

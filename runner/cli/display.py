@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from runner.plan.sweep import SweepPlan
     from runner.record.rundir import RunDir
     from runner.report.build import Report
-    from runner.report.compare import Comparison
+    from runner.report.metrics import ScalingRow
     from runner.report.results import Result
     from runner.spec.cluster import Node
     from runner.spec.launch import LaunchPlan
@@ -146,14 +146,16 @@ class SweepDisplay:
             self.console.print(f"[red]x[/] {label}: {run.status.value} after {run.wall_s:.1f} s")
             return
         if isinstance(result, TrainResult):
+            from runner.report.stats import launch_tokens_per_s, median_step
+
             busbw = (
                 f", busbw {result.busbw.at_gradient.in_place.busbw:.2f} GB/s"
                 if result.busbw
                 else ""
             )
             what = (
-                f"{result.tokens_per_s:,.0f} tokens/s, "
-                f"step p50 {result.step_time_p50 * 1000:.1f} ms{busbw}"
+                f"{launch_tokens_per_s(result):,.0f} tokens/s at the median step "
+                f"({median_step(result) * 1000:.1f} ms, n = {result.timed_steps}){busbw}"
             )
         else:
             what = (
@@ -251,6 +253,7 @@ def print_summary(sweep: Sweep) -> None:
     report = sweep.report
     if report is not None:
         out.print(report_table(report))
+        print_verdicts(report)
         out.print(f"report: {sweep.run_dir.report} (and {sweep.run_dir.html.name})")
 
 
@@ -274,55 +277,54 @@ def report_table(report: Report) -> Table:
                 ar.proof,
             )
         return table
-    for column in ("nodes", "processes", "tokens/s", "speedup", "efficiency", "busbw",
-                   "communication"):  # fmt: skip
-        table.add_column(column, justify="left" if column == "communication" else "right")
+    table.caption = (
+        "tokens/s, speedup and efficiency at the median step time, efficiency with its 95% "
+        "bootstrap interval in brackets; n = timed steps x launches"
+    )
+    table.caption_justify = "left"
+    for column in ("nodes", "processes", "n", "tokens/s", "speedup", "efficiency", "verdict",
+                   "busbw", "communication"):  # fmt: skip
+        # the figures and the verdict whole on a narrow terminal; the proof's words wrap
+        wrap = column in ("processes", "busbw", "communication")
+        table.add_column(column, justify="left" if column == "communication" else "right",
+                         no_wrap=not wrap)  # fmt: skip
     for row in report.rows:
         table.add_row(
             str(row.nodes),
             str(row.world_size),
+            f"{row.steps_n}x{row.launches_n}",
             f"{row.tokens_per_s:,.0f}",
             f"{row.speedup:.2f}x",
-            f"{row.efficiency:.0%}",
+            _efficiency_cell(row),
+            str(row.verdict),
             "-" if row.busbw is None else f"{row.busbw:.2f} GB/s",
             row.proof,
         )
     return table
 
 
-def print_comparison(result: Comparison) -> None:
-    from rich.table import Table
+def _efficiency_cell(row: ScalingRow) -> str:
+    if row.verdict == "baseline":  # 100% by definition
+        return f"{row.efficiency:.0%}"
+    return efficiency_text(row.efficiency, row.efficiency_low, row.efficiency_high)
 
+
+def efficiency_text(value: float | None, low: float | None, high: float | None) -> str:
+    """'92% (88-96%)'; a figure without an interval stands alone."""
+    if value is None:
+        return "-"
+    if low is None or high is None:
+        return f"{value:.0%}"
+    return f"{value:.0%} ({low * 100:.0f}-{high * 100:.0f}%)"
+
+
+def print_verdicts(report: Report) -> None:
+    """Below the table: each judged node count's verdict and why, in the report's words."""
     out = console()
-    table = Table(title=f"{result.workload}: {result.a} (A) against {result.b} (B)",
-                  title_justify="left")  # fmt: skip
-    unit = "GB/s" if result.workload == "allreduce" else "tokens/s"
-    columns = ["nodes", f"A {unit}", f"B {unit}", "B / A"]
-    if result.workload != "allreduce":
-        columns += ["A eff.", "B eff.", "A busbw", "B busbw"]
-    for column in columns:
-        table.add_column(column, justify="right")
-
-    def number(value: float | None, spec: str) -> str:
-        return "-" if value is None else format(value, spec)
-
-    for row in result.rows:
-        main = ",.2f" if result.workload == "allreduce" else ",.0f"
-        cells = [str(row.nodes), number(row.a, main), number(row.b, main), number(row.ratio, ".2f")]
-        if result.workload != "allreduce":
-            cells += [number(row.a_efficiency, ".0%"), number(row.b_efficiency, ".0%"),
-                      number(row.a_busbw, ".2f"), number(row.b_busbw, ".2f")]  # fmt: skip
-        table.add_row(*cells)
-    out.print(table)
-    if not result.differences:
-        out.print("set-ups: the same in every recorded respect")
-        return
-    setups = Table(title="what differs", title_justify="left")
-    for column in ("", "A", "B"):
-        setups.add_column(column)
-    for what, a, b in result.differences:
-        setups.add_row(what, a, b)
-    out.print(setups)
+    for row in report.rows[1:]:
+        style = {"scales": "green", "loses": "red"}.get(str(row.verdict), "yellow")
+        out.print(f"{row.nodes} node(s): [{style}]{row.verdict}[/]: {row.verdict_reason}",
+                  highlight=False)  # fmt: skip
 
 
 def sweep_json(run_dir: RunDir) -> dict[str, object]:

@@ -79,6 +79,7 @@ class SweepOptions:
         BenchSpec.timeout_s
     )
     project_tokens: opts.ProjectTokens = BenchSpec.project_tokens
+    target_efficiency: opts.TargetEfficiency = BenchSpec.target_efficiency
 
 
 def _run_id(launching: Launching) -> str:
@@ -138,6 +139,7 @@ def bench_spec(
         busbw=allreduce.busbw,
         health=gate.spec,
         project_tokens=sweep.project_tokens,
+        target_efficiency=sweep.target_efficiency,
     )
 
 

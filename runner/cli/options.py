@@ -286,6 +286,14 @@ ProjectTokens = Annotated[
     int,
     typer.Option(help="Tokens for the report's time-to-train projection.", rich_help_panel=_OUT),
 ]
+TargetEfficiency = Annotated[
+    float,
+    typer.Option(
+        help="Efficiency a node count must reach to scale, as a fraction (0.9: 90%): the "
+        "report's verdicts.",
+        rich_help_panel=_OUT,
+    ),
+]
 Json = Annotated[
     bool,
     typer.Option(

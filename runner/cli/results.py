@@ -9,11 +9,12 @@ import typer
 
 from runner.cli import options as opts
 from runner.cli.common import console, human_output_to_stderr, print_json, user_errors
-from runner.cli.display import print_comparison, report_table, sweep_json
+from runner.cli.display import efficiency_text, print_verdicts, report_table, sweep_json
 from runner.errors import UsageError
 
 if TYPE_CHECKING:
     from runner.record.rundir import RunDir
+    from runner.report.compare import Comparison
 
 app = typer.Typer()
 
@@ -30,6 +31,7 @@ def report(
     with human_output_to_stderr(json_out), user_errors():
         built = build_report(_run_dir(run_dir))
         console().print(report_table(built))
+        print_verdicts(built)
         console().print(f"rebuilt {built.run_dir.report} and {built.run_dir.html.name}")
         if json_out:
             print_json(sweep_json(RunDir(run_dir)))
@@ -74,3 +76,61 @@ def compare(
         print_comparison(result)
         if json_out:
             print_json(result.to_json())
+
+
+def print_comparison(result: Comparison) -> None:
+    from rich.table import Table
+
+    out = console()
+    table = Table(title=f"{result.workload}: {result.a} (A) against {result.b} (B)",
+                  title_justify="left")  # fmt: skip
+    train = result.workload != "allreduce"
+    unit = "tokens/s" if train else "GB/s"
+    columns = ["nodes", f"A {unit}", f"B {unit}", "B / A"]
+    if train:
+        columns[1:3] = [f"A {unit}", "A 95% CI", f"B {unit}", "B 95% CI"]
+        columns += ["change", "A eff. (95% CI)", "B eff. (95% CI)", "A busbw", "B busbw"]
+        table.caption = (
+            "tokens/s and efficiency at the median step time; a change only where the two 95% "
+            "intervals do not overlap"
+        )
+        table.caption_justify = "left"
+    for column in columns:
+        table.add_column(column, justify="right")
+
+    def number(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    def between(low: float | None, high: float | None, spec: str) -> str:
+        return "-" if low is None or high is None else f"{low:{spec}}-{high:{spec}}"
+
+    for row in result.rows:
+        main = ",.0f" if train else ",.2f"
+        if train:
+            cells = [
+                str(row.nodes),
+                number(row.a, main),
+                between(row.a_low, row.a_high, main),
+                number(row.b, main),
+                between(row.b_low, row.b_high, main),
+                number(row.ratio, ".2f"),
+                row.change or "-",
+                efficiency_text(row.a_efficiency, row.a_efficiency_low, row.a_efficiency_high),
+                efficiency_text(row.b_efficiency, row.b_efficiency_low, row.b_efficiency_high),
+                number(row.a_busbw, ".2f"),
+                number(row.b_busbw, ".2f"),
+            ]
+        else:
+            cells = [str(row.nodes), number(row.a, main), number(row.b, main),
+                     number(row.ratio, ".2f")]  # fmt: skip
+        table.add_row(*cells)
+    out.print(table)
+    if not result.differences:
+        out.print("set-ups: the same in every recorded respect")
+        return
+    setups = Table(title="what differs", title_justify="left")
+    for column in ("", "A", "B"):
+        setups.add_column(column)
+    for what, a, b in result.differences:
+        setups.add_row(what, a, b)
+    out.print(setups)

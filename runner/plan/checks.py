@@ -73,6 +73,12 @@ def check_bench(bench: BenchSpec) -> None:
         if value <= 0:
             raise PlanError(f"{flag} must be at least 1", why=f"got {value}")
     check_seconds("--timeout", bench.timeout_s)
+    if not 0 < bench.target_efficiency <= 1:  # also refuses nan
+        raise PlanError(
+            "--target-efficiency must be a fraction above 0 and at most 1",
+            why=f"got {bench.target_efficiency:g}",
+            fix="pass e.g. --target-efficiency 0.9 for 90%",
+        )
     if not bench.node_counts or any(n < 1 for n in bench.node_counts):
         raise PlanError(
             "--nodes needs node counts of at least 1",

@@ -35,17 +35,29 @@ from runner.report.metrics import (
 from runner.report.model import ASSUMED
 from runner.report.recorded import check_writable, read_recorded
 from runner.report.results import AllreduceResult, Result, SizeRow, TrainResult
+from runner.report.stats import CONFIDENCE, DEFAULT_TARGET, NO_STEPS, RESAMPLES, STATISTIC
 from runner.spec.request import ScalingMode
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
 
-SUMMARY_SCHEMA = "dtrun.summary/2"
+SUMMARY_SCHEMA = "dtrun.summary/3"
 T = TypeVar("T")
 DEFAULT_PROJECT_TOKENS = 10**9
 BUSBW_FORMULA = (
     "algbw = S / t (GB = 1e9 bytes, t averaged over the ranks); busbw = algbw * 2(n-1)/n "
     "for n ranks (nccl-tests)"
+)
+
+STATISTIC_TEXT = (
+    f"{STATISTIC}: a launch's tokens/s = global batch x sequence length / its median step "
+    "time (rank 0's timed steps); a node count's = the mean over its launches, the fastest and "
+    "slowest dropped first from three or more (MLPerf-style)"
+)
+INTERVAL_TEXT = (
+    f"{CONFIDENCE:.0%} percentile interval of a hierarchical bootstrap ({RESAMPLES} draws: "
+    "launches, then each drawn launch's steps, with replacement; speedup and efficiency from "
+    "the point's and the baseline's draws, drawn independently; the seed a hash of the data)"
 )
 
 
@@ -77,8 +89,15 @@ class _Plot:
     alt: str  # what it shows, for the Markdown image and the HTML alt text
 
 
-THROUGHPUT = _Plot("throughput.png", "tokens/s against nodes, with the ideal linear line")
-EFFICIENCY = _Plot("efficiency.png", "scaling efficiency against nodes, with the ideal 100% line")
+THROUGHPUT = _Plot(
+    "throughput.png",
+    "tokens/s against nodes (median step, 95% CI as error bars), with the ideal linear line",
+)
+EFFICIENCY = _Plot(
+    "efficiency.png",
+    "scaling efficiency against nodes (median step, 95% CI as error bars), with the ideal 100% "
+    "line and the target",
+)
 BUSBW = _Plot(
     "busbw.png",
     "all-reduce bus bandwidth against message size, with the size's expected busbw where known",
@@ -125,7 +144,7 @@ def analyse(run_dir: RunDir) -> Report:
         report = replace(base, busbw_rows=rows_ar, first=_first(measured))
     else:
         trained = _only(results, TrainResult)
-        rows = scaling_rows(trained)
+        rows = scaling_rows(trained, float(bench.get("target_efficiency", DEFAULT_TARGET)))
         tokens = int(bench.get("project_tokens", DEFAULT_PROJECT_TOKENS))
         for nodes, rs in trained.items():
             probe = next((r.busbw for r in rs if r.busbw is not None), None)
@@ -201,6 +220,10 @@ def build_report(run_dir: RunDir) -> Report:
         "series": report.series,
         "health": report.health,
         "formula": FORMULAS[report.mode],
+        "statistic": STATISTIC_TEXT,
+        "interval": INTERVAL_TEXT,
+        "confidence": CONFIDENCE,
+        "no_steps": NO_STEPS,
         "first": report.first,
         "widest": report.widest,
         "measured_on": measured_on(manifest, report.first),
@@ -233,6 +256,11 @@ def _summary(report: Report) -> dict[str, Any]:
         "strategy": report.first.strategy_text if isinstance(report.first, TrainResult) else None,
         "size": manifest["inventory"].get("size"),
         "efficiency_formula": FORMULAS[report.mode] if report.rows else None,
+        # Training: what every throughput, speedup and efficiency is computed from, and how
+        # sure it is (docs/report.md "The statistic" and "Intervals and verdicts").
+        "statistic": STATISTIC_TEXT if report.rows else None,
+        "interval": INTERVAL_TEXT if report.rows else None,
+        "target_efficiency": report.rows[0].target_efficiency if report.rows else None,
         "busbw_formula": BUSBW_FORMULA if report.workload == "allreduce" else None,
         "rows": [asdict(row) for row in report.rows],
         "busbw_rows": [asdict(row) for row in report.busbw_rows],

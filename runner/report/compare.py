@@ -1,6 +1,8 @@
 """`dtrun compare RUN_A RUN_B`: two runs side by side, from their saved results. Read-only.
 
-Rows are matched by node count. Beside the figures it lists what differs between the two runs'
+Rows are matched by node count; training figures are at the median step time, with each run's
+95% interval, and a difference is called a change only when the two intervals do not overlap
+(runner/report/stats.py). Beside the figures it lists what differs between the two runs'
 set-ups (launcher, size, model, versions, ...), since a ratio means little without it.
 """
 
@@ -14,7 +16,22 @@ from runner.errors import UsageError
 from runner.report.build import Report
 from runner.report.results import TrainResult
 
-COMPARE_SCHEMA = "dtrun.compare/1"
+COMPARE_SCHEMA = "dtrun.compare/2"
+WITHIN_NOISE = "within noise"
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One run's figures at one node count, as `dtrun compare` shows them."""
+
+    value: float  # tokens/s at the median step (training) or busbw in GB/s (all-reduce)
+    low: float | None = None  # the 95% interval of ``value`` (training; None: none)
+    high: float | None = None
+    efficiency: float | None = None
+    efficiency_low: float | None = None
+    efficiency_high: float | None = None
+    verdict: str | None = None
+    busbw: float | None = None  # training: the probe's busbw at the gradient size
 
 
 @dataclass(frozen=True)
@@ -27,6 +44,19 @@ class CompareRow:
     b_efficiency: float | None
     a_busbw: float | None  # training: the probe's busbw at the gradient size
     b_busbw: float | None
+    a_low: float | None = None  # training: each run's 95% interval of its tokens/s
+    a_high: float | None = None
+    b_low: float | None = None
+    b_high: float | None = None
+    # "higher" or "lower" (B against A) only when the two intervals do not overlap; else
+    # "within noise"; None where either run has no interval at this node count
+    change: str | None = None
+    a_efficiency_low: float | None = None
+    a_efficiency_high: float | None = None
+    b_efficiency_low: float | None = None
+    b_efficiency_high: float | None = None
+    a_verdict: str | None = None
+    b_verdict: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,11 +72,53 @@ class Comparison:
         return {"schema": COMPARE_SCHEMA, **asdict(self)}
 
 
-def _figures(report: Report) -> dict[int, tuple[float, float | None, float | None]]:
-    """node count -> (main figure, efficiency, busbw)."""
+def _figures(report: Report) -> dict[int, Figures]:
     if report.workload == "allreduce":
-        return {row.nodes: (row.busbw, None, None) for row in report.busbw_rows}
-    return {row.nodes: (row.tokens_per_s, row.efficiency, row.busbw) for row in report.rows}
+        return {row.nodes: Figures(row.busbw) for row in report.busbw_rows}
+    return {
+        row.nodes: Figures(
+            row.tokens_per_s,
+            row.tokens_per_s_low,
+            row.tokens_per_s_high,
+            row.efficiency,
+            row.efficiency_low,
+            row.efficiency_high,
+            str(row.verdict),
+            row.busbw,
+        )
+        for row in report.rows
+    }
+
+
+def change(a: Figures, b: Figures) -> str | None:
+    """B against A: a change only when the two 95% intervals do not overlap."""
+    if a.low is None or a.high is None or b.low is None or b.high is None:
+        return None
+    if b.low > a.high:
+        return "higher"
+    if b.high < a.low:
+        return "lower"
+    return WITHIN_NOISE
+
+
+# CompareRow's field for each run ("a" or "b" + suffix) -> the Figures attribute it holds
+_SIDE = {"": "value", "_low": "low", "_high": "high", "_efficiency": "efficiency",
+         "_efficiency_low": "efficiency_low", "_efficiency_high": "efficiency_high",
+         "_verdict": "verdict", "_busbw": "busbw"}  # fmt: skip
+
+
+def _row(nodes: int, a: Figures | None, b: Figures | None) -> CompareRow:
+    sides = {
+        side + suffix: None if figures is None else getattr(figures, attr)
+        for side, figures in (("a", a), ("b", b))
+        for suffix, attr in _SIDE.items()
+    }
+    return CompareRow(
+        nodes=nodes,
+        ratio=b.value / a.value if a is not None and b is not None and a.value else None,
+        change=change(a, b) if a is not None and b is not None else None,
+        **sides,
+    )
 
 
 def _setup(report: Report) -> dict[str, str]:
@@ -96,19 +168,14 @@ def compare(a: Report, b: Report) -> Comparison:
             fix="compare two training runs or two all-reduce runs",
         )
     fa, fb = _figures(a), _figures(b)
-    rows = []
-    for nodes in sorted(set(fa) | set(fb)):
-        xa, ea, ba = fa.get(nodes, (None, None, None))
-        xb, eb, bb = fb.get(nodes, (None, None, None))
-        ratio = xb / xa if xa and xb is not None else None
-        rows.append(CompareRow(nodes, xa, xb, ratio, ea, eb, ba, bb))
+    rows = [_row(nodes, fa.get(nodes), fb.get(nodes)) for nodes in sorted(set(fa) | set(fb))]
     sa, sb = _setup(a), _setup(b)
     differences = tuple(
         (key, sa.get(key, "-"), sb.get(key, "-"))
         for key in dict.fromkeys([*sa, *sb])
         if sa.get(key) != sb.get(key)
     )
-    metric = "busbw (GB/s)" if a.workload == "allreduce" else "tokens/s"
+    metric = "busbw (GB/s)" if a.workload == "allreduce" else "tokens/s at the median step"
     return Comparison(
         a.manifest["run_id"], b.manifest["run_id"], a.workload, metric, tuple(rows), differences
     )

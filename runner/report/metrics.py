@@ -5,13 +5,14 @@ Definitions from docs/facts.md §7. With throughput X (tokens/s) and step time T
   strong (fixed total work):      E(N) = N0·T(N0) / (N·T(N))  = X(N)·N0 / (N·X(N0))
   speedup S(N) = X(N) / X(N0); N0 is the smallest node count measured (normally 1).
 Both modes reduce to the same throughput form; what differs is what the workload held fixed.
+X is the statistic of runner/report/stats.py: tokens per step over each launch's median step
+time, combined over launches MLPerf-style; its 95% intervals and the verdicts come from there.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from runner.azure.catalog import ExpectedBusbw, expected_busbw
@@ -25,6 +26,19 @@ from runner.report.model import (
     predict,
 )
 from runner.report.results import AllreduceResult, TrainResult
+from runner.report.stats import (
+    DEFAULT_TARGET,
+    Verdict,
+    bootstrap_tokens_per_s,
+    intervals,
+    judge,
+    launch_samples_per_s,
+    launch_tokens_per_s,
+    noise_text,
+    reason,
+    step_spread,
+)
+from runner.report.stats import trimmed_mean as trimmed_mean  # re-exported: it lived here
 from runner.spec.request import ScalingMode
 
 FORMULAS: dict[ScalingMode, str] = {
@@ -39,26 +53,16 @@ FORMULAS: dict[ScalingMode, str] = {
 }
 
 
-def trimmed_mean(values: Sequence[float]) -> float:
-    """MLPerf-style: with three or more repeats drop the fastest and slowest, average the rest."""
-    if not values:
-        raise ValueError("no values")
-    ordered = sorted(values)
-    if len(ordered) >= 3:
-        ordered = ordered[1:-1]
-    return statistics.fmean(ordered)
-
-
 @dataclass(frozen=True)
 class ScalingRow:
     nodes: int
     world_size: int
     repeats: int
-    tokens_per_s: float  # trimmed mean over repeats
-    tokens_per_s_min: float
+    tokens_per_s: float  # at each launch's median step time, trimmed mean over launches
+    tokens_per_s_min: float  # the slowest launch's, at its median step time
     tokens_per_s_max: float
     samples_per_s: float
-    step_time_p50: float  # median over repeats of each repeat's p50
+    step_time_p50: float  # median over launches of each launch's median step time
     step_time_p90: float
     ideal_tokens_per_s: float
     speedup: float
@@ -73,6 +77,21 @@ class ScalingRow:
     replicas: int | None = None  # data-parallel replicas (None: every process)
     pp_size: int | None = None  # pipeline: ranks per pipeline
     bubble: float | None = None  # pipeline: share of each step a rank idles in the bubble
+    # The statistic's uncertainty (runner/report/stats.py): 95% bootstrap intervals (None:
+    # nothing to resample), the verdict against the target efficiency, and n.
+    tokens_per_s_low: float | None = None
+    tokens_per_s_high: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    efficiency_low: float | None = None
+    efficiency_high: float | None = None
+    verdict: Verdict = Verdict.INCONCLUSIVE
+    verdict_reason: str = ""
+    target_efficiency: float = DEFAULT_TARGET
+    steps_n: int = 0  # timed steps per launch (the fewest of any launch)
+    launches_n: int = 0
+    step_time_p10: float | None = None  # None without per-step times
+    step_spread: float | None = None  # (p90 - p10) / p50 of the step times
 
 
 # Gradient-synchronisation traffic per step, in all-reduces of the whole gradient (the ZeRO
@@ -88,29 +107,36 @@ def pipeline_bubble(pp: int, micro_batches: int, stages_per_rank: int = 1) -> fl
     return (pp - 1) / (stages_per_rank * micro_batches + pp - 1)
 
 
-def scaling_rows(results: Mapping[int, Sequence[TrainResult]]) -> tuple[ScalingRow, ...]:
-    """One row per node count that has at least one result, ordered by node count."""
+def scaling_rows(
+    results: Mapping[int, Sequence[TrainResult]], target: float = DEFAULT_TARGET
+) -> tuple[ScalingRow, ...]:
+    """One row per node count that has at least one result, ordered by node count, each
+    judged against ``target`` efficiency."""
     measured = {n: list(rs) for n, rs in sorted(results.items()) if rs}
     if not measured:
         return ()
     base_nodes = min(measured)
-    base = trimmed_mean([r.tokens_per_s for r in measured[base_nodes]])
+    base = trimmed_mean([launch_tokens_per_s(r) for r in measured[base_nodes]])
+    draws = {nodes: bootstrap_tokens_per_s(runs) for nodes, runs in measured.items()}
     rows = []
     for nodes, runs in measured.items():
-        throughput = trimmed_mean([r.tokens_per_s for r in runs])
-        mfus = [r.mfu for r in runs if r.mfu is not None]
+        launches = [launch_tokens_per_s(r) for r in runs]
+        throughput = trimmed_mean(launches)
+        # MFU scaled to the same statistic: the workload's figure is at its mean step time
+        mfus = [r.mfu * launch_tokens_per_s(r) / r.tokens_per_s for r in runs if r.mfu is not None]
         speedup = throughput / base
+        spread = step_spread(runs)
         rows.append(
             ScalingRow(
                 nodes=nodes,
                 world_size=runs[0].world_size,
                 repeats=len(runs),
                 tokens_per_s=throughput,
-                tokens_per_s_min=min(r.tokens_per_s for r in runs),
-                tokens_per_s_max=max(r.tokens_per_s for r in runs),
-                samples_per_s=trimmed_mean([r.samples_per_s for r in runs]),
-                step_time_p50=statistics.median(r.step_time_p50 for r in runs),
-                step_time_p90=statistics.median(r.step_time_p90 for r in runs),
+                tokens_per_s_min=min(launches),
+                tokens_per_s_max=max(launches),
+                samples_per_s=trimmed_mean([launch_samples_per_s(r) for r in runs]),
+                step_time_p50=spread.p50,
+                step_time_p90=spread.p90,
                 ideal_tokens_per_s=base * nodes / base_nodes,
                 speedup=speedup,
                 efficiency=speedup * base_nodes / nodes,
@@ -121,9 +147,34 @@ def scaling_rows(results: Mapping[int, Sequence[TrainResult]]) -> tuple[ScalingR
                 gradient_bytes=next((r.busbw.gradient_bytes for r in runs if r.busbw), None),
                 peak_memory_bytes=max(r.peak_memory_max_bytes or r.peak_memory_bytes for r in runs),
                 **_layout(runs[0]),
+                **intervals(nodes / base_nodes, draws[nodes], draws[base_nodes]),
+                target_efficiency=target,
+                steps_n=min(len(r.step_times) or r.timed_steps for r in runs),
+                launches_n=len(runs),
+                step_time_p10=spread.p10,
+                step_spread=spread.relative,
             )
         )
-    return tuple(rows)
+    return tuple(_judged(row, rows[0]) for row in rows)
+
+
+def _judged(row: ScalingRow, base: ScalingRow) -> ScalingRow:
+    """The row with its verdict against its target, and the verdict's reason."""
+    if row is base:
+        verdict = Verdict.BASELINE
+    else:
+        verdict = judge(row.efficiency_low, row.efficiency_high, row.target_efficiency)
+    noise = noise_text([(r.nodes, r.step_spread, _launch_spread(r)) for r in (base, row)])
+    bounds = (row.efficiency_low, row.efficiency_high)
+    said = reason(verdict, row.efficiency, bounds, row.target_efficiency, noise)
+    return replace(row, verdict=verdict, verdict_reason=said)
+
+
+def _launch_spread(row: ScalingRow) -> float | None:
+    """The launches' min-max width as a share of the point's tokens/s (None: one launch)."""
+    if row.launches_n < 2:
+        return None
+    return (row.tokens_per_s_max - row.tokens_per_s_min) / row.tokens_per_s
 
 
 def _layout(result: TrainResult) -> dict[str, Any]:
@@ -174,7 +225,6 @@ def allreduce_seconds(size_bytes: int, busbw_gbs: float, world: int) -> float:
     return size_bytes * factor / (busbw_gbs * 1e9)
 
 
-SCALES_WELL = 0.9  # efficiency from which a node count is said to scale well
 NETWORK_SHORT = 0.8  # busbw below this share of the expected low end: the network underdelivers
 COMM_BOUND = 0.3  # all-reduce time above this share of the step: communication-bound
 
@@ -291,8 +341,13 @@ def _verdict(
 ) -> str:
     if row is base:
         return "the baseline every efficiency is measured against"
-    if row.efficiency >= SCALES_WELL:
-        return f"scales well ({row.efficiency:.0%})"
+    if row.verdict is Verdict.SCALES:
+        return f"scales ({row.efficiency:.0%}, its 95% interval at or above the target)"
+    if row.efficiency >= row.target_efficiency:
+        return (
+            f"{row.efficiency:.0%}, at or above the {row.target_efficiency:.0%} target, but not "
+            f"shown to scale: {row.verdict.value} (see the verdict)"
+        )
     lost = f"{1 - row.efficiency:.0%} lost"
     if row.bubble is not None and row.bubble > (base.bubble or 0.0) + 0.05:
         return (

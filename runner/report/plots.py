@@ -35,17 +35,24 @@ def _save(fig: Figure, path: Path) -> None:
     partial.replace(path)
 
 
+def _bars(rows: Sequence[ScalingRow], value: str) -> list[list[float]]:
+    """Error bars below and above each row's ``value`` from its 95% interval (none without
+    one; never negative, should a figure sit outside its own interval)."""
+    below, above = [], []
+    for row in rows:
+        figure, low, high = (getattr(row, f"{value}{end}") for end in ("", "_low", "_high"))
+        below.append(0.0 if low is None else max(0.0, figure - low))
+        above.append(0.0 if high is None else max(0.0, high - figure))
+    return [below, above]
+
+
 def plot_throughput(rows: Sequence[ScalingRow], path: Path, *, title: str) -> None:
-    """tokens/s against nodes with the ideal linear line and the spread over repeats."""
+    """tokens/s (median step) against nodes with its 95% interval and the ideal linear line."""
     fig, ax = _figure()
     nodes = [row.nodes for row in rows]
-    measured = [row.tokens_per_s for row in rows]
-    spread = [
-        [row.tokens_per_s - row.tokens_per_s_min for row in rows],
-        [row.tokens_per_s_max - row.tokens_per_s for row in rows],
-    ]
     ax.plot(nodes, [row.ideal_tokens_per_s for row in rows], "--", color="grey", label="ideal")
-    ax.errorbar(nodes, measured, yerr=spread, marker="o", capsize=4, label="measured")
+    ax.errorbar(nodes, [row.tokens_per_s for row in rows], yerr=_bars(rows, "tokens_per_s"),
+                marker="o", capsize=4, label=f"measured, 95% CI (n = {_n(rows)})")  # fmt: skip
     for row in rows:
         ax.annotate(
             f"{row.efficiency:.0%}",
@@ -56,7 +63,7 @@ def plot_throughput(rows: Sequence[ScalingRow], path: Path, *, title: str) -> No
         )
     ax.set_xticks(nodes)
     ax.set_xlabel("nodes")
-    ax.set_ylabel("tokens/s")
+    ax.set_ylabel("tokens/s (median step)")
     ax.set_ylim(bottom=0)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
@@ -65,14 +72,19 @@ def plot_throughput(rows: Sequence[ScalingRow], path: Path, *, title: str) -> No
 
 
 def plot_efficiency(rows: Sequence[ScalingRow], path: Path, *, title: str) -> None:
-    """Scaling efficiency against nodes, with the ideal 100% line."""
+    """Scaling efficiency against nodes with its 95% interval, the ideal 100% line and the
+    target the verdicts are judged against."""
     fig, ax = _figure()
     nodes = [row.nodes for row in rows]
+    percent = [[value * 100 for value in side] for side in _bars(rows, "efficiency")]
+    target = rows[0].target_efficiency * 100
     ax.plot(nodes, [100.0] * len(nodes), "--", color="grey", label="ideal")
-    ax.plot(nodes, [row.efficiency * 100 for row in rows], marker="o", label="measured")
+    ax.axhline(target, ls=":", color="C3", label=f"target {target:g}%")
+    ax.errorbar(nodes, [row.efficiency * 100 for row in rows], yerr=percent, marker="o",
+                capsize=4, label=f"measured, 95% CI (n = {_n(rows)})")  # fmt: skip
     for row in rows:
         ax.annotate(
-            f"{row.efficiency:.0%}",
+            f"{row.efficiency:.0%} {row.verdict}",
             (row.nodes, row.efficiency * 100),
             textcoords="offset points",
             xytext=(6, -12),
@@ -80,12 +92,22 @@ def plot_efficiency(rows: Sequence[ScalingRow], path: Path, *, title: str) -> No
         )
     ax.set_xticks(nodes)
     ax.set_xlabel("nodes")
-    ax.set_ylabel("scaling efficiency (%)")
-    ax.set_ylim(0, max(110.0, max(row.efficiency * 100 for row in rows) + 10))
+    ax.set_ylabel("scaling efficiency (%), median step")
+    top = max(row.efficiency_high or row.efficiency for row in rows) * 100
+    ax.set_ylim(0, max(110.0, top + 10))
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
     _save(fig, path)
+
+
+def _n(rows: Sequence[ScalingRow]) -> str:
+    """n as steps x launches; "varies" when the points differ (a sweep cut short)."""
+    counts = {(row.steps_n, row.launches_n) for row in rows}
+    if len(counts) > 1:
+        return "varies"
+    ((steps, launches),) = counts
+    return f"{steps} steps x {launches} launch(es)"
 
 
 def plot_busbw(

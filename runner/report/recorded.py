@@ -70,6 +70,7 @@ _BENCH = obj(
     },
     optional={
         "project_tokens": COUNT,
+        "target_efficiency": POSITIVE,
         "launch": ANY_OBJECT,
         "strategy": nullable(ANY_OBJECT),
     },
@@ -173,12 +174,17 @@ RESULTS = {
         _LAUNCH
         | {
             "model": obj({"params": NUMBER, "seq_len": NUMBER}),
+            "global_batch": COUNT,
             "tokens_per_s": POSITIVE,
             "samples_per_s": NUMBER,
             "step_time_s": obj({"p50": POSITIVE, "p90": NUMBER}),
             "communication": obj({"allreduce_ok": FLAG, "params_in_sync": FLAG}),
         },
-        optional={"busbw": nullable(obj({"gradient_bytes": COUNT, "rows": _ROWS}))},
+        optional={
+            "busbw": nullable(obj({"gradient_bytes": COUNT, "rows": _ROWS})),
+            # the statistic's input: each a step's seconds (runner/report/stats.py)
+            "step_times_s": nullable(list_of(POSITIVE)),
+        },
     ),
     ALLREDUCE_SCHEMA: obj(
         _LAUNCH | {"iters": NUMBER, "rows": _ROWS, "communication": obj({"wrong": NUMBER})}

@@ -200,6 +200,9 @@ class BenchSpec(LaunchRequest):
     busbw: bool = True  # training launches also measure all-reduce busbw at the gradient size
     health: HealthGate = field(default_factory=HealthGate)
     project_tokens: int = 10**9  # the report's time-to-train projection: tokens to train on
+    # the report's verdicts: a node count scales when its efficiency's whole 95% interval is
+    # at or above this fraction (docs/report.md "Intervals and verdicts")
+    target_efficiency: float = 0.9
 
     def redacted(self) -> BenchSpec:
         """This spec with the values of secret-looking --env variables replaced."""
