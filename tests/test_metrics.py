@@ -93,7 +93,7 @@ def test_a_gib_in_five_milliseconds_on_eight_ranks():
 
 
 def test_allreduce_seconds_turns_the_formula_around():
-    from runner.report.metrics import allreduce_seconds
+    from runner.report.losses import allreduce_seconds
 
     # 64 MB over 4 ranks at 15 GB/s busbw: algbw 10 GB/s, so 6.4 ms
     assert allreduce_seconds(64_000_000, 15.0, 4) == pytest.approx(0.0064)
@@ -125,7 +125,7 @@ def _probed(world: int, tokens_per_s: float, busbw: float) -> TrainResult:
 
 
 def test_where_scaling_is_lost_names_the_network_when_busbw_is_short():
-    from runner.report.metrics import where_scaling_is_lost
+    from runner.report.losses import where_scaling_is_lost
 
     rows = scaling_rows(
         {
@@ -149,7 +149,7 @@ def test_where_scaling_is_lost_names_the_network_when_busbw_is_short():
 
 
 def test_where_scaling_is_lost_without_a_probe_says_so():
-    from runner.report.metrics import where_scaling_is_lost
+    from runner.report.losses import where_scaling_is_lost
 
     rows = scaling_rows(
         {
@@ -198,7 +198,7 @@ def _with(world: int, tokens_per_s: float, busbw: float | None, **fields: object
 
 
 def test_gradient_sync_counts_what_each_strategy_moves():
-    from runner.report.metrics import allreduce_seconds, gradient_sync_seconds
+    from runner.report.losses import allreduce_seconds, gradient_sync_seconds
 
     one = allreduce_seconds(65536, 2.0, 4)  # 64 KiB * 2(3)/4 / 2 GB/s
     assert one == pytest.approx(65536 * 1.5 / 2e9)
@@ -225,7 +225,7 @@ def test_pipeline_bubble_against_hand_computed_values():
 
 
 def test_where_scaling_is_lost_names_a_pipeline_bubble():
-    from runner.report.metrics import where_scaling_is_lost
+    from runner.report.losses import where_scaling_is_lost
 
     layout = {"strategy": "pipeline", "micro_batches": 2, "data_parallel": 1}
     rows = scaling_rows(

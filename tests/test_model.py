@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from runner.report.metrics import allreduce_seconds, scaling_rows, where_scaling_is_lost
+from runner.report.losses import allreduce_seconds, where_scaling_is_lost
+from runner.report.metrics import scaling_rows
 from runner.report.model import (
     Assumptions,
     Point,
@@ -256,3 +257,14 @@ def test_no_overlap_cannot_explain_horovods_vgg16():
     )
     # the compute c that would give 68% with no overlap: c / (c + sync) = 0.68
     assert published[512] / (1 - published[512]) * sync == pytest.approx(0.751, abs=0.001)
+
+
+def test_the_gap_is_judged_from_the_measured_interval():
+    """A point whose 95% interval reaches the model's range agrees with it; one whose whole
+    interval lies below is as far below as the interval's upper end."""
+    prediction = predict([Point(1, 1, 1.0, 0.0), Point(2, 2, 1.0, 1.0)], WEAK)[1]  # 50-75%
+    assert model_gap(0.40, prediction) == pytest.approx(-0.10)
+    assert model_gap(0.40, prediction, (0.30, 0.55)) == 0.0
+    assert model_gap(0.40, prediction, (0.30, 0.45)) == pytest.approx(-0.05)
+    assert model_gap(0.95, prediction, (0.90, 0.99)) == pytest.approx(0.15)
+    assert finding(0.40, prediction, interval=(0.30, 0.55)).startswith("within the model")

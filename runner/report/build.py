@@ -21,16 +21,15 @@ from runner import __version__
 from runner.azure.catalog import ExpectedBusbw, expected_busbw
 from runner.record.rundir import RunDir, write_json
 from runner.render import environment, render
+from runner.report.losses import LossRow, where_scaling_is_lost
 from runner.report.metrics import (
     FORMULAS,
     BusbwRow,
-    LossRow,
     ProjectionRow,
     ScalingRow,
     busbw_rows,
     projection,
     scaling_rows,
-    where_scaling_is_lost,
 )
 from runner.report.model import ASSUMED
 from runner.report.recorded import check_writable, read_recorded

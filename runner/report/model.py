@@ -2,7 +2,7 @@
 
 The model (docs/report.md, "The model"; docs/facts.md §7 and §10). From the smallest node
 count's measured step time T(N0) and each node count's gradient synchronisation time C(N), one
-step's all-reduce traffic at the busbw measured there (metrics.gradient_sync_seconds):
+step's all-reduce traffic at the busbw measured there (losses.gradient_sync_seconds):
 
   compute      c(N0) = T(N0) - exposed(N0)        (exposed(N0) = 0 with one process)
                c(N)  = c(N0)                      weak scaling: the work per process is fixed
@@ -156,16 +156,25 @@ def predict(
     return tuple(out)
 
 
-def model_gap(measured: float, prediction: Prediction) -> float | None:
+Interval = tuple[float | None, float | None]  # the measured efficiency's 95% interval
+
+
+def model_gap(
+    measured: float, prediction: Prediction, interval: Interval = (None, None)
+) -> float | None:
     """How far the measured efficiency lies outside the model's range: negative below it,
-    positive above, 0 within; None without a prediction."""
+    positive above, 0 where they meet; None without a prediction. With the measurement's
+    interval, the gap is from the interval's nearer end: a point whose interval reaches the
+    model's range agrees with it, however far its middle is."""
     low, high = prediction.low, prediction.high
     if low is None or high is None:
         return None
-    if measured < low:
-        return measured - low
-    if measured > high:
-        return measured - high
+    measured_low = measured if interval[0] is None else interval[0]
+    measured_high = measured if interval[1] is None else interval[1]
+    if measured_high < low:
+        return measured_high - low
+    if measured_low > high:
+        return measured_low - high
     return 0.0
 
 
@@ -174,9 +183,10 @@ def finding(
     prediction: Prediction,
     assumptions: Assumptions = ASSUMED,
     oversubscribed: bool = False,
+    interval: Interval = (None, None),
 ) -> str:
     """What the comparison of measured and predicted efficiency says, in a sentence."""
-    gap = model_gap(measured, prediction)
+    gap = model_gap(measured, prediction, interval)
     low, high = prediction.low, prediction.high
     if gap is None or low is None or high is None:
         return f"no prediction: {prediction.missing}"

@@ -1,0 +1,194 @@
+"""Where scaling is lost: each node count's gradient synchronisation at the busbw its launches
+measured, against its step time and the catalog's expected busbw, and the scaling model's
+prediction beside the measured efficiency (runner/report/model.py; docs/report.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runner.azure.catalog import ExpectedBusbw, expected_busbw
+from runner.report.metrics import ALLREDUCES_PER_STEP, ScalingRow
+from runner.report.model import (
+    ASSUMED,
+    Assumptions,
+    Point,
+    Prediction,
+    finding,
+    model_gap,
+    predict,
+)
+from runner.report.stats import Verdict
+from runner.spec.request import ScalingMode
+
+
+def allreduce_seconds(size_bytes: int, busbw_gbs: float, world: int) -> float:
+    """The time one all-reduce of ``size_bytes`` takes at ``busbw``: t = S / algbw and
+    algbw = busbw / (2(n-1)/n), nccl-tests' definitions turned around."""
+    factor = 2 * (world - 1) / world
+    return size_bytes * factor / (busbw_gbs * 1e9)
+
+
+NETWORK_SHORT = 0.8  # busbw below this share of the expected low end: the network underdelivers
+COMM_BOUND = 0.3  # all-reduce time above this share of the step: communication-bound
+
+
+@dataclass(frozen=True)
+class LossRow:
+    """Where one node count's scaling went: its efficiency beside its measured busbw."""
+
+    nodes: int
+    world_size: int
+    efficiency: float
+    busbw: float | None
+    expected: ExpectedBusbw | None
+    comm_s: float | None  # the gradients' all-reduce at the measured busbw, one step
+    comm_share: float | None  # of the step time p50 (an upper bound: DDP overlaps it)
+    verdict: str
+    # The model (runner/report/model.py): the step time and efficiency that gradient
+    # communication alone would give, with no overlap and with the stated one.
+    predicted_step_time_s: float | None = None
+    predicted_step_time_no_overlap_s: float | None = None
+    predicted_efficiency: float | None = None
+    predicted_efficiency_no_overlap: float | None = None
+    model_gap: float | None = None  # efficiency outside the model's range: <0 below, >0 above
+    model_finding: str = ""
+
+
+def where_scaling_is_lost(
+    rows: Sequence[ScalingRow],
+    size_name: str | None,
+    oversubscribed: Sequence[int] = (),
+    mode: ScalingMode = ScalingMode.WEAK,
+    assumptions: Assumptions = ASSUMED,
+) -> tuple[LossRow, ...]:
+    out = []
+    for row, prediction in zip(rows, model_predictions(rows, mode, assumptions), strict=True):
+        expected = expected_busbw(size_name, row.nodes, row.world_size // row.nodes)
+        comm_s = share = None
+        if row.busbw and row.gradient_bytes and row.world_size > 1:
+            comm_s = gradient_sync_seconds(row)
+            share = None if comm_s is None else comm_s / row.step_time_p50
+        interval = (row.efficiency_low, row.efficiency_high)  # the model is judged against it
+        out.append(
+            LossRow(
+                row.nodes,
+                row.world_size,
+                row.efficiency,
+                row.busbw,
+                expected,
+                comm_s,
+                share,
+                _verdict(row, rows[0], expected, share, row.nodes in oversubscribed),
+                predicted_step_time_s=prediction.step_s,
+                predicted_step_time_no_overlap_s=prediction.step_no_overlap_s,
+                predicted_efficiency=prediction.efficiency,
+                predicted_efficiency_no_overlap=prediction.efficiency_no_overlap,
+                model_gap=model_gap(row.efficiency, prediction, interval),
+                model_finding=(
+                    "the baseline the model starts from"
+                    if row is rows[0]
+                    else finding(
+                        row.efficiency,
+                        prediction,
+                        assumptions,
+                        row.nodes in oversubscribed,
+                        interval,
+                    )
+                ),
+            )
+        )
+    return tuple(out)
+
+
+def model_predictions(
+    rows: Sequence[ScalingRow], mode: ScalingMode, assumptions: Assumptions
+) -> tuple[Prediction, ...]:
+    """Each row's step time as the model predicts it from the first row's and the measured
+    busbw (runner/report/model.py). A pipeline is left out: its step is set by its stages'
+    balance and its bubble, which the model does not describe."""
+    if any(row.strategy == "pipeline" for row in rows):
+        why = "a pipeline's step depends on its stages and bubble; the model covers DDP, ZeRO, FSDP"
+        return tuple(Prediction(row.nodes, missing=why) for row in rows)
+    points = [
+        Point(row.nodes, row.replicas or row.world_size, row.step_time_p50, _sync(row))
+        for row in rows
+    ]
+    return predict(points, mode, assumptions)
+
+
+def _sync(row: ScalingRow) -> float | None:
+    """One step's gradient sync: none with one process, unknown without a probe."""
+    if row.world_size == 1:
+        return 0.0
+    if row.busbw and row.gradient_bytes:
+        return gradient_sync_seconds(row)
+    return None
+
+
+def gradient_sync_seconds(row: ScalingRow) -> float | None:
+    """One step's gradient synchronisation at the measured busbw, as the strategy does it:
+    a pipeline's replicas all-reduce only their stage's share of the gradient (none with a single
+    pipeline); ZeRO 3 and FSDP move 1.5 times what DDP does."""
+    assert row.busbw is not None and row.gradient_bytes is not None
+    if row.strategy == "pipeline":
+        replicas = row.replicas or 1
+        if replicas < 2:
+            return None
+        per_stage = row.gradient_bytes // (row.pp_size or 1)
+        return allreduce_seconds(per_stage, row.busbw, replicas)
+    factor = ALLREDUCES_PER_STEP.get(row.strategy, 1.0)
+    return factor * allreduce_seconds(row.gradient_bytes, row.busbw, row.world_size)
+
+
+def _verdict(
+    row: ScalingRow,
+    base: ScalingRow,
+    expected: ExpectedBusbw | None,
+    share: float | None,
+    oversubscribed: bool,
+) -> str:
+    if row is base:
+        return "the baseline every efficiency is measured against"
+    if row.verdict is Verdict.SCALES:
+        return f"scales ({row.efficiency:.0%}, its 95% interval at or above the target)"
+    if row.efficiency >= row.target_efficiency:
+        return (
+            f"{row.efficiency:.0%}, at or above the {row.target_efficiency:.0%} target, but not "
+            f"shown to scale: {row.verdict.value} (see the verdict)"
+        )
+    lost = f"{1 - row.efficiency:.0%} lost"
+    if row.bubble is not None and row.bubble > (base.bubble or 0.0) + 0.05:
+        return (
+            f"{lost}: each rank of the {row.pp_size}-rank pipeline idles about {row.bubble:.0%} "
+            "of the step in the pipeline's bubble, (p-1)/(v·m+p-1); more micro-batches, or the "
+            "interleaved schedule, shrink it"
+        )
+    if row.busbw is None:
+        return f"{lost}; no all-reduce probe to say why (rerun without --no-busbw)"
+    if share is None:
+        return (
+            f"{lost}; one pipeline has no gradient all-reduce: look at its stages' balance and "
+            "the point-to-point transfers between them"
+        )
+    if expected is not None and row.busbw < NETWORK_SHORT * expected.low:
+        return (
+            f"{lost}: the network is short, {row.busbw:.1f} GB/s busbw is "
+            f"{row.busbw / expected.low:.0%} of the expected {expected.describe()}; check that "
+            "NCCL uses InfiniBand (--nccl-debug), the size's NCCL settings and the placement group"
+        )
+    if share >= COMM_BOUND:
+        return (
+            f"{lost}: communication-bound, the gradients' all-reduce takes about {share:.0%} of "
+            "the step at the measured busbw; a larger batch per process, gradient accumulation "
+            "or a faster network would win it back"
+        )
+    if oversubscribed:
+        return (
+            f"{lost}, and the all-reduce takes only about {share:.0%} of the step: the embedded "
+            "cluster runs more processes than this machine has cores, so they wait for CPU"
+        )
+    return (
+        f"{lost}, though the all-reduce takes only about {share:.0%} of the step: look for "
+        "stragglers (slow or throttled nodes), data loading, or per-step synchronisation"
+    )
