@@ -44,8 +44,49 @@ def allreduce_data(*, world: int, busbw: dict[int, float], wrong: int = 0) -> di
     }
 
 
+def noise_data(
+    nodes: list[str],
+    *,
+    steal: float = 0.0,
+    other_cores: float = 0.0,
+    probe_s: list[float] | None = None,
+    shared: bool = False,
+    cpus: int = 2,
+    window_s: float = 1.0,
+) -> dict[str, Any]:
+    """A result's ``noise`` with the given figures on every node: one machine per node, or
+    one machine for all of them (``shared``, the embedded cluster)."""
+    return {
+        "window_s": window_s,
+        "nodes": [
+            {
+                "node": node,
+                "machine": "m" if shared else f"m-{node}",
+                "nodes_on_machine": list(nodes) if shared else [node],
+                "cpus": cpus,
+                "loadavg_1m": 0.5,
+                "steal_share": steal,
+                "busy_share": 0.9,
+                "other_cores": other_cores,
+                "other_share": other_cores / cpus,
+            }
+            for node in nodes
+        ],
+        "probe": {
+            "steps": 3 if probe_s else 0,
+            "rank_s": probe_s,
+            "why": None if probe_s else "one rank: nothing to compare",
+        },
+    }
+
+
 def result_data(
-    *, world: int, tokens_per_s: float, in_sync: bool = True, busbw: float | None = None
+    *,
+    world: int,
+    tokens_per_s: float,
+    in_sync: bool = True,
+    busbw: float | None = None,
+    noise: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     seq, batch = 64, 8
     samples = tokens_per_s / seq
@@ -83,6 +124,7 @@ def result_data(
             "gradient_bytes": GRADIENT_BYTES,
             "rows": [size_row(4096, busbw / 2, world), size_row(GRADIENT_BYTES, busbw, world)],
         },
+        "noise": noise,
     }
 
 
@@ -100,9 +142,11 @@ def fake_run_dir(
     throughput: dict[int, list[float]],
     status: SweepStatus = SweepStatus.COMPLETE,
     busbw: dict[int, float] | None = None,
+    noise: dict[int, list[dict[str, Any]]] | None = None,
 ) -> RunDir:
     """A run directory as a sweep would leave it, with the given tokens/s per launch (or, for
-    the allreduce workload, busbw at 1 MiB per launch) and probe busbw per node count."""
+    the allreduce workload, busbw at 1 MiB per launch), probe busbw per node count and each
+    launch's noise (noise_data) per node count."""
     run_dir = RunDir(path)
     path.mkdir(parents=True)
     largest = min(max(bench.node_counts), len(inventory.nodes))
@@ -117,7 +161,10 @@ def fake_run_dir(
                 data = allreduce_data(world=world, busbw={4096: tokens / 4, 1 << 20: tokens})
             else:
                 probe = (busbw or {}).get(nodes)
-                data = result_data(world=world, tokens_per_s=tokens, busbw=probe)
+                launch_noise = (noise or {}).get(nodes, [None] * len(values))[repeat]
+                data = result_data(
+                    world=world, tokens_per_s=tokens, busbw=probe, noise=launch_noise
+                )
             (point / "result.json").write_text(json.dumps(data))
             rel = str(point.relative_to(path))
             runs.append(RunResult(nodes, repeat, RunStatus.OK, 1.0, rel))
