@@ -1,4 +1,5 @@
-"""How noisy a node was: /proc/stat and /proc/loadavg read, shares of CPU time, the straggler.
+"""How noisy a node was: /proc/stat and /proc/loadavg read, shares of CPU time, the straggler;
+and the manifest's sample of this machine before a sweep.
 
 The recorded files in tests/data/noise/ are this machine's /proc/stat one second apart (2 CPUs,
 USER_HZ 100) and its /proc/loadavg.
@@ -6,10 +7,14 @@ USER_HZ 100) and its /proc/loadavg.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from runner.record.noise_sample import MachineSample, tree_cpu_s
 from runner.workloads.noise import (
     STRAGGLER_RATIO,
     CpuTimes,
@@ -27,6 +32,8 @@ from runner.workloads.noise import (
 )
 
 DATA = Path(__file__).parent / "data" / "noise"
+# A child that burns some CPU and prints how much it used (user and system seconds).
+BUSY_CHILD = "import os\nsum(range(3_000_000))\nt = os.times()\nprint(t.user + t.system)"
 
 
 def recorded(name: str) -> CpuTimes:
@@ -178,3 +185,22 @@ def test_a_strategy_that_cannot_compute_alone_records_why_and_no_times():
     gathered = [{**window("m", 0.6), "alone_s": None, "alone_why": why}] * 2
     noise = launch_noise(gathered, ["node-0", "node-1"], 3)
     assert noise["probe"] == {"steps": 0, "rank_s": None, "why": why}
+
+
+def test_dtruns_own_cpu_time_counts_its_children_once_they_are_reaped():
+    before = tree_cpu_s()
+    child = subprocess.run(
+        [sys.executable, "-c", BUSY_CHILD], capture_output=True, text=True, check=True
+    )
+    used = float(child.stdout)  # what the child measured of itself
+    assert tree_cpu_s() - before >= used - 0.02  # ticks of 10 ms, at most one each way
+
+
+def test_the_machine_sample_gives_shares_of_cpu_time_and_the_load_average():
+    sample = MachineSample(0.05).result()
+    assert sample is not None
+    assert sample["cpus"] == os.cpu_count()
+    assert sample["sample_s"] >= 0.05
+    for share in ("steal_share", "busy_share", "other_share"):
+        assert 0.0 <= sample[share] <= 1.0
+    assert sample["loadavg_1m"] is not None and sample["loadavg_1m"] >= 0
