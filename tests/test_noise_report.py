@@ -160,3 +160,16 @@ def test_a_damaged_noise_figure_is_refused_naming_the_field(tmp_path, fixed_inve
     with pytest.raises(DamagedRunError) as caught:
         build_report(run_dir)
     assert "noise.probe.rank_s[0]" in str(caught.value)
+
+
+def test_dtrun_report_prints_each_unreliable_point_under_its_table(tmp_path, fixed_inventory):
+    from typer.testing import CliRunner
+
+    from runner.cli.app import app
+
+    slow = quiet(probe_s=(0.030, 0.048))
+    run_dir = build(tmp_path, fixed_inventory, {1: [quiet(["node-0"], ())], 2: [slow]})
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["report", str(run_dir.path)])
+    assert result.exit_code == 0, result.output
+    assert "noise: Rank 1 on node-1 is a straggler: it took 1.60x as long" in result.output
+    assert "noise: The 1-node point" not in result.output  # a quiet point says nothing
