@@ -62,8 +62,8 @@ def sample_machine(seconds: float = SAMPLE_S) -> dict[str, Any]:
 
 
 class MachineSample:
-    """sample_machine in a thread, started now; ``result`` waits for it (half a second at
-    most)."""
+    """sample_machine in a thread, started now; ``result`` waits for it (half a second from
+    the start at most)."""
 
     def __init__(self, seconds: float = SAMPLE_S) -> None:
         self._result: dict[str, Any] | None = None
@@ -77,6 +77,8 @@ class MachineSample:
         with contextlib.suppress(OSError, psutil.Error):
             self._result = sample_machine(seconds)
 
-    def result(self) -> dict[str, Any] | None:
-        self._thread.join()
+    def result(self, *, wait: bool = True) -> dict[str, Any] | None:
+        """The sample; None if it failed, or if it is not done and ``wait`` is False."""
+        if wait:
+            self._thread.join()
         return self._result

@@ -188,7 +188,8 @@ def run_sweep(
         ) from None
     finally:
         write_runs(run_dir, runner.sweep.runs, runner.status, runner.error)
-        if sample is not None:
-            record_machine_noise(run_dir, sample.result())
+        if sample is not None:  # after a Ctrl-C, not a moment more for it
+            interrupted = runner.status is SweepStatus.INTERRUPTED
+            record_machine_noise(run_dir, sample.result(wait=not interrupted))
         runner.sweep.report = reporter.build(run_dir)
     return runner.sweep
