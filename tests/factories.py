@@ -46,6 +46,42 @@ def allreduce_data(*, world: int, busbw: dict[int, float], wrong: int = 0) -> di
     }
 
 
+def noise_data(
+    nodes: list[str],
+    *,
+    steal: float = 0.0,
+    other_cores: float = 0.0,
+    probe_s: list[float] | None = None,
+    shared: bool = False,
+    cpus: int = 2,
+    window_s: float = 1.0,
+) -> dict[str, Any]:
+    """A result's ``noise`` with the given figures on every node: one machine per node, or
+    one machine for all of them (``shared``, the embedded cluster)."""
+    return {
+        "window_s": window_s,
+        "nodes": [
+            {
+                "node": node,
+                "machine": "m" if shared else f"m-{node}",
+                "nodes_on_machine": list(nodes) if shared else [node],
+                "cpus": cpus,
+                "loadavg_1m": 0.5,
+                "steal_share": steal,
+                "busy_share": 0.9,
+                "other_cores": other_cores,
+                "other_share": other_cores / cpus,
+            }
+            for node in nodes
+        ],
+        "probe": {
+            "steps": 3 if probe_s else 0,
+            "rank_s": probe_s,
+            "why": None if probe_s else "one rank: nothing to compare",
+        },
+    }
+
+
 def result_data(
     *,
     world: int,
@@ -53,6 +89,7 @@ def result_data(
     in_sync: bool = True,
     busbw: float | None = None,
     step_times: Sequence[float] | None = None,
+    noise: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A training result at ``tokens_per_s`` (every step alike, no per-step times: as an older
     dtrun wrote it), or with ``step_times`` (seconds, as recorded) and figures computed from
@@ -102,6 +139,7 @@ def result_data(
             "gradient_bytes": GRADIENT_BYTES,
             "rows": [size_row(4096, busbw / 2, world), size_row(GRADIENT_BYTES, busbw, world)],
         },
+        "noise": noise,
     }
 
 
@@ -123,10 +161,12 @@ def fake_run_dir(
     status: SweepStatus = SweepStatus.COMPLETE,
     busbw: dict[int, float] | None = None,
     step_times: Mapping[int, Sequence[Sequence[float]]] | None = None,
+    noise: dict[int, list[dict[str, Any]]] | None = None,
 ) -> RunDir:
     """A run directory as a sweep would leave it, with the given tokens/s per launch (or, for
     the allreduce workload, busbw at 1 MiB per launch) and probe busbw per node count; or,
-    per node count in ``step_times``, each launch's recorded step times."""
+    per node count in ``step_times``, each launch's recorded step times; and each launch's
+    noise (noise_data) per node count."""
     run_dir = RunDir(path)
     path.mkdir(parents=True)
     largest = min(max(bench.node_counts), len(inventory.nodes))
@@ -147,7 +187,11 @@ def fake_run_dir(
                 data = allreduce_data(world=world, busbw={4096: tokens / 4, 1 << 20: tokens})
             else:
                 probe = (busbw or {}).get(nodes)
-                data = result_data(world=world, tokens_per_s=tokens, busbw=probe, step_times=times)
+                launch_noise = (noise or {}).get(nodes, [None] * len(values))[repeat]
+                data = result_data(
+                    world=world, tokens_per_s=tokens, busbw=probe, step_times=times,
+                    noise=launch_noise,
+                )  # fmt: skip
             (point / "result.json").write_text(json.dumps(data))
             rel = str(point.relative_to(path))
             runs.append(RunResult(nodes, repeat, RunStatus.OK, 1.0, rel))

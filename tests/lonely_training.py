@@ -19,6 +19,9 @@ class LonelyDdp(DdpEngine):
         super().__init__(args, device)
         self.ddp = self.model  # type: ignore[assignment]
 
+    def compute_alone(self, batch: torch.Tensor) -> str | None:
+        return "the lonely engine is not probed"  # its bare model has no no_sync
+
 
 if __name__ == "__main__":
     exit_now(train.train(train.parse_args(), LonelyDdp))

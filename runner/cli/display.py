@@ -254,7 +254,16 @@ def print_summary(sweep: Sweep) -> None:
     if report is not None:
         out.print(report_table(report))
         print_verdicts(report)
+        print_noise(report)
         out.print(f"report: {sweep.run_dir.report} (and {sweep.run_dir.html.name})")
+
+
+def print_noise(report: Report) -> None:
+    """Under the table, each point the report calls unreliable, and why (its Noise section)."""
+    if report.noise is not None:
+        for point in report.noise.points:
+            for finding in point.findings:
+                console().print(f"[yellow]noise:[/] {finding}")
 
 
 def report_table(report: Report) -> Table:

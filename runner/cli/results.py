@@ -9,7 +9,13 @@ import typer
 
 from runner.cli import options as opts
 from runner.cli.common import console, human_output_to_stderr, print_json, user_errors
-from runner.cli.display import efficiency_text, print_verdicts, report_table, sweep_json
+from runner.cli.display import (
+    efficiency_text,
+    print_noise,
+    print_verdicts,
+    report_table,
+    sweep_json,
+)
 from runner.errors import UsageError
 
 if TYPE_CHECKING:
@@ -32,6 +38,7 @@ def report(
         built = build_report(_run_dir(run_dir))
         console().print(report_table(built))
         print_verdicts(built)
+        print_noise(built)
         console().print(f"rebuilt {built.run_dir.report} and {built.run_dir.html.name}")
         if json_out:
             print_json(sweep_json(RunDir(run_dir)))

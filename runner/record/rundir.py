@@ -171,8 +171,18 @@ def write_manifest(
                 for var in launch_env
             ],
             "environment": manifest.redact_environment(os.environ),
+            # this machine's steal and other load as the sweep began (embedded cluster only),
+            # added by record_machine_noise once its half-second sample is done
+            "noise": None,
         },
     )
+
+
+def record_machine_noise(run_dir: RunDir, sample: dict[str, Any] | None) -> None:
+    """Add the sample of this machine before the sweep (noise_sample) to manifest.json."""
+    data = json.loads(run_dir.manifest.read_text())
+    data["noise"] = sample
+    write_json(run_dir.manifest, data)
 
 
 def write_plans(run_dir: RunDir, plans: Sequence[LaunchPlan]) -> None:

@@ -32,6 +32,7 @@ from runner.report.metrics import (
     scaling_rows,
 )
 from runner.report.model import ASSUMED
+from runner.report.noise import NoiseReport, noise_report
 from runner.report.recorded import check_writable, read_recorded
 from runner.report.results import AllreduceResult, Result, SizeRow, TrainResult
 from runner.report.stats import CONFIDENCE, DEFAULT_TARGET, NO_STEPS, RESAMPLES, STATISTIC
@@ -79,6 +80,7 @@ class Report:
     health: dict[str, Any] | None = None
     first: Result | None = None  # the first finished launch's result
     widest: Result | None = None  # the last finished launch at the most nodes (its proof)
+    noise: NoiseReport | None = None  # training sweeps: steal, other load, stragglers
     summary: dict[str, Any] = field(default_factory=dict)  # what summary.json holds
 
 
@@ -157,6 +159,9 @@ def analyse(run_dir: RunDir) -> Report:
             losses=where_scaling_is_lost(rows, size, oversubscribed(manifest, rows), mode),
             first=_first(trained),
             widest=_widest(trained),
+            noise=noise_report(
+                {n: [r.noise for r in rs] for n, rs in trained.items()}, manifest.get("noise")
+            ),
         )
     report = replace(
         report, series=tuple(sorted(series.items())), expected=tuple(sorted(expected.items()))
@@ -227,6 +232,7 @@ def build_report(run_dir: RunDir) -> Report:
         "widest": report.widest,
         "measured_on": measured_on(manifest, report.first),
         "oversubscribed": oversubscribed(manifest, report.rows),
+        "noise": report.noise,
         "reproduce": reproducibility(manifest, report.first),
     }
     plots = {plot.name.removesuffix(".png"): plot for plot in PLOTS if plot in made}
@@ -267,6 +273,7 @@ def _summary(report: Report) -> dict[str, Any]:
         "where_scaling_is_lost": [asdict(row) for row in report.losses],
         "model": asdict(ASSUMED) | {"formula": ASSUMED.describe()} if report.rows else None,
         "health": None if health is None else {k: health.get(k) for k in ("status", "note")},
+        "noise": None if report.noise is None else report.noise.summary(),
     }
 
 

@@ -94,6 +94,16 @@ MANIFEST = obj(
         "versions": nullable(ANY_OBJECT),
         "git": nullable(obj({"revision": TEXT, "dirty": FLAG})),
         "launch_environment": nullable(list_of(obj({"key": TEXT, "value": TEXT}))),
+        # this machine before the sweep (the embedded cluster): what the Noise section reads
+        "noise": nullable(
+            obj(
+                {},
+                optional={
+                    key: nullable(NUMBER)
+                    for key in ("loadavg_1m", "steal_share", "other_cores", "other_share")
+                },
+            )
+        ),
     },
 )
 _MODEL = {key: WHOLE for key in ("layers", "d_model", "heads", "seq_len", "vocab")}
@@ -158,6 +168,18 @@ HEALTH_JUDGED = obj({"threshold_gbs": NUMBER})  # a gate that ran has its pass m
 _TIMING = obj({key: NUMBER for key in ("time_us", "algbw", "busbw", "wrong")})
 _ROW = {"size": COUNT, "count": NUMBER, "type": TEXT, "out_of_place": _TIMING, "in_place": _TIMING}
 _ROWS = list_of(obj(_ROW), nonempty=True)
+_NOISY_NODE = {"node": TEXT, "nodes_on_machine": list_of(TEXT), "cpus": nullable(COUNT)} | {
+    key: nullable(NUMBER) for key in ("loadavg_1m", "steal_share", "other_cores", "other_share")
+}
+_NOISE = obj(
+    {
+        "window_s": NUMBER,
+        "nodes": list_of(obj(_NOISY_NODE)),
+        "probe": obj(
+            {"steps": WHOLE, "rank_s": nullable(list_of(POSITIVE)), "why": nullable(TEXT)}
+        ),
+    }
+)
 _LAUNCH = {
     "world_size": COUNT,
     "nnodes": COUNT,
@@ -184,6 +206,7 @@ RESULTS = {
             "busbw": nullable(obj({"gradient_bytes": COUNT, "rows": _ROWS})),
             # the statistic's input: each a step's seconds (runner/report/stats.py)
             "step_times_s": nullable(list_of(POSITIVE)),
+            "noise": nullable(_NOISE),
         },
     ),
     ALLREDUCE_SCHEMA: obj(

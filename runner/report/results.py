@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from runner.errors import ResultError
+from runner.report.noise import LaunchNoise, parse_noise
 
 T = TypeVar("T")
 TRAIN_SCHEMA = "dtrun.train/1"
@@ -98,6 +99,7 @@ class TrainResult:
     proof_kind: str = "data parallel"  # "data parallel", "pipeline" or "single process"
     checks: tuple[ProofCheck, ...] = ()  # what the proof checked (empty in older results)
     step_times: tuple[float, ...] = ()  # rank 0's timed steps, seconds (empty in older results)
+    noise: LaunchNoise | None = None  # steal, other load, the straggler probe (None: older)
 
     @property
     def verified(self) -> bool:
@@ -169,6 +171,7 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
             step_time_p50=float(steps["p50"]),
             step_time_p90=float(steps["p90"]),
             step_times=tuple(float(t) for t in data.get("step_times_s") or ()),
+            noise=parse_noise(data.get("noise"), [str(rank["node"]) for rank in data["ranks"]]),
             mfu=None if data["mfu"] is None else float(data["mfu"]),
             peak_memory_bytes=int(data["peak_memory_bytes"]),
             loss_first=float(data["loss"]["first"]),

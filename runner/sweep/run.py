@@ -15,9 +15,11 @@ from pathlib import Path
 from runner.errors import DtrunError, RunInterruptedError, interruption
 from runner.execute import Executor, LineSink, discard
 from runner.plan.sweep import Launch, SweepPlan
+from runner.record.noise_sample import MachineSample
 from runner.record.rundir import (
     RunDir,
     create_run_dir,
+    record_machine_noise,
     write_health,
     write_manifest,
     write_plans,
@@ -163,6 +165,8 @@ def run_sweep(
     events.on_begin(run_dir)
     write_manifest(run_dir, spec, plan.inventory, plan.environment)
     write_plans(run_dir, plan.points)
+    # On the embedded cluster the nodes are this machine: how busy it is as the sweep begins.
+    sample = MachineSample() if plan.inventory.source == "embedded" else None
     reporter = ReportBuilder()  # readies its tools while the nodes run
     runner = _Runner(plan, run_dir, executor, events, ready)
     try:
@@ -184,5 +188,8 @@ def run_sweep(
         ) from None
     finally:
         write_runs(run_dir, runner.sweep.runs, runner.status, runner.error)
+        if sample is not None:  # after a Ctrl-C, not a moment more for it
+            interrupted = runner.status is SweepStatus.INTERRUPTED
+            record_machine_noise(run_dir, sample.result(wait=not interrupted))
         runner.sweep.report = reporter.build(run_dir)
     return runner.sweep

@@ -61,6 +61,16 @@ class DdpEngine:
     def describe(self) -> dict[str, Any]:
         return {}
 
+    def compute_alone(self, batch: torch.Tensor) -> str | None:
+        # Under no_sync the backward all-reduces nothing (the model has no buffers for the
+        # forward to broadcast); the gradients it leaves are dropped before the next step.
+        with self.ddp.no_sync():
+            with self.precision():
+                loss = lm_loss(self.ddp(batch[:, :-1]), batch[:, 1:])
+            torch.autograd.backward(loss)
+        self.optimizer.zero_grad(set_to_none=True)
+        return None
+
 
 def _grad(parameter: torch.Tensor) -> torch.Tensor:
     # Every parameter takes part in the loss; a missing gradient would be a bug worth a crash.

@@ -47,6 +47,13 @@ class Engine(Protocol):
         """This strategy's own result fields (a pipeline's schedule and stages)."""
         ...
 
+    def compute_alone(self, batch: torch.Tensor) -> str | None:
+        """For the straggler probe: one forward and backward on this rank alone, without
+        communicating, its gradients dropped after (training state unchanged). Returns None
+        when done; else, having done nothing, why this strategy cannot compute without the
+        other ranks."""
+        ...
+
 
 EngineFactory = Callable[[argparse.Namespace, torch.device], Engine]
 

@@ -82,6 +82,9 @@ class FsdpEngine:
     def describe(self) -> dict[str, Any]:
         return {}
 
+    def compute_alone(self, batch: torch.Tensor) -> str | None:
+        return "FSDP's forward all-gathers each block's parameters from every rank"
+
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor

@@ -43,6 +43,7 @@ class Measured:
     ranks: list[dict[str, Any]]  # rank_info() by rank
     allreduce_ok: bool
     busbw: dict[str, Any] | None  # the all-reduce probe after training (allreduce.probe)
+    noise: dict[str, Any] | None = None  # how noisy the nodes were (noise.launch_noise)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -202,6 +203,9 @@ def build_result(
             "ok": proof.ok and measured.allreduce_ok,
         },
         "busbw": measured.busbw,
+        # CPU steal and other load on each node over the timed steps, and each rank's compute
+        # alone (the straggler probe); the report judges them (docs/report.md "Noise")
+        "noise": measured.noise,
         "ranks": measured.ranks,
     }
 

@@ -6,9 +6,11 @@ process sees"). Imports only torch, the standard library and its sibling modules
 files are what gets staged onto the nodes, whose Python may be as old as 3.10 (Ubuntu 22.04
 HPC images).
 
-After ``--warmup`` untimed steps it times ``--steps - --warmup`` steps; then the engine proves
-that the ranks really communicated (``proof``) and rank 0 writes one JSON result (schema
-``dtrun.train/1``, documented in docs/workloads.md). A launch whose proof fails exits with code 3.
+After ``--warmup`` untimed steps it times ``--steps - --warmup`` steps, recording how noisy each
+node was meanwhile (``noise``); each rank then times ``--probe-steps`` forward and backward
+passes alone, to find a rank slower than the rest; then the engine proves that the ranks
+really communicated (``proof``) and rank 0 writes one JSON result (schema ``dtrun.train/1``,
+documented in docs/workloads.md). A launch whose proof fails exits with code 3.
 
 ``--strategy`` picks the engine: DDP, FSDP or a pipeline here (``ENGINES``); DeepSpeed's ZeRO
 runs the same loop and result from ``train_deepspeed``.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -27,9 +30,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from runner.workloads import noise
 from runner.workloads.allreduce import probe as probe_allreduce
 from runner.workloads.ddp import DdpEngine
-from runner.workloads.engine import EngineFactory
+from runner.workloads.engine import Engine, EngineFactory
 from runner.workloads.fsdp import FsdpEngine
 from runner.workloads.gpt import param_counts
 from runner.workloads.pipeline_parallel import SCHEDULES, PipelineEngine
@@ -89,6 +93,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--busbw-iters", type=int, default=0, help="after training, time all-reduces (0: skip)"
     )
+    parser.add_argument(
+        "--probe-steps",
+        type=int,
+        default=3,
+        help="after training, forward and backward passes each rank times alone (0: skip)",
+    )
     parser.add_argument("--out", default="result.json")
     # DeepSpeed's launcher appends --local_rank=N to the program's arguments; LOCAL_RANK from the
     # environment contract is what counts.
@@ -115,6 +125,86 @@ def first_losses(losses: list[float]) -> list[float]:
     return next((mine for mine in every if mine), [])
 
 
+def probe_compute(
+    engine: Engine, batch: torch.Tensor, steps: int, device: torch.device
+) -> tuple[float | None, str | None]:
+    """This rank's median time of a forward and backward pass alone, seconds; or why not.
+
+    Under DDP every rank waits for the slowest at each step, so step times cannot tell which
+    rank is slow; without the gradient all-reduce each rank's own compute shows.
+    """
+    if steps <= 0:
+        return None, "turned off (--probe-steps 0)"
+    if dist.get_world_size() == 1:
+        return None, "one rank: nothing to compare"
+    times = []
+    for _ in range(steps):
+        synchronize(device)
+        start = time.perf_counter()
+        why = engine.compute_alone(batch)
+        synchronize(device)
+        if why is not None:
+            return None, why
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), None
+
+
+def run_steps(
+    args: argparse.Namespace, engine: Engine, pool: torch.Tensor, device: torch.device
+) -> tuple[list[float], list[torch.Tensor | None], noise.Snapshot]:
+    """Every step, timed: the times and losses, and the node's CPU times as the first timed
+    step began (the noise window's start)."""
+    times: list[float] = []
+    losses: list[torch.Tensor | None] = []
+    log_every = max(1, args.steps // 5)
+    window_start = noise.snapshot()
+    for step in range(args.steps):
+        if step == args.warmup:
+            window_start = noise.snapshot()
+        rows = (torch.arange(args.batch, device=device) + step * args.batch) % pool.shape[0]
+        batch = pool[rows]
+        synchronize(device)
+        start = time.perf_counter()
+        loss = engine.step(batch)
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+        losses.append(loss)
+        if dist.get_rank() == 0 and (step + 1) % log_every == 0:
+            said = "" if loss is None else f" loss {float(loss.item()):.3f}"
+            print(
+                f"step {step + 1}/{args.steps}{said} step_time {times[-1] * 1000:.1f} ms",
+                flush=True,
+            )
+    return times, losses, window_start
+
+
+def measure_noise(
+    args: argparse.Namespace,
+    engine: Engine,
+    pool: torch.Tensor,
+    device: torch.device,
+    window: dict[str, Any],
+) -> dict[str, Any]:
+    """After the timed steps: the straggler probe on every rank, then every rank's window and
+    probe gathered into the result's ``noise``; rank 0 names any straggler in its log."""
+    same = pool[torch.arange(args.batch, device=device) % pool.shape[0]]  # a step's worth
+    alone_s, alone_why = probe_compute(engine, same, args.probe_steps, device)
+    mine = {**window, "alone_s": alone_s, "alone_why": alone_why, "node": rank_info()["node"]}
+    every: list[dict[str, Any] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    gathered = [g or {} for g in every]
+    nodes = [str(g["node"]) for g in gathered]
+    measured = noise.launch_noise(gathered, nodes, args.probe_steps)
+    if dist.get_rank() == 0:
+        for slow in noise.stragglers(measured["probe"]["rank_s"] or [], nodes):
+            print(
+                f"dtrun: rank {slow['rank']} on {slow['node']} computed {slow['ratio']:.2f}x as "
+                f"long as the median of the other ranks: a straggler",
+                flush=True,
+            )
+    return measured
+
+
 def train(
     args: argparse.Namespace,
     make_engine: EngineFactory | None = None,
@@ -136,24 +226,9 @@ def train(
     generator = torch.Generator().manual_seed(args.seed * 1000 + engine.data_rank)
     pool = torch.randint(0, args.vocab, (64, args.seq_len + 1), generator=generator).to(device)
 
-    times: list[float] = []
-    losses: list[torch.Tensor | None] = []
-    log_every = max(1, args.steps // 5)
-    for step in range(args.steps):
-        rows = (torch.arange(args.batch, device=device) + step * args.batch) % pool.shape[0]
-        batch = pool[rows]
-        synchronize(device)
-        start = time.perf_counter()
-        loss = engine.step(batch)
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-        losses.append(loss)
-        if rank == 0 and (step + 1) % log_every == 0:
-            said = "" if loss is None else f" loss {float(loss.item()):.3f}"
-            print(
-                f"step {step + 1}/{args.steps}{said} step_time {times[-1] * 1000:.1f} ms",
-                flush=True,
-            )
+    times, losses, window_start = run_steps(args, engine, pool, device)
+    window = noise.rank_window(window_start, noise.snapshot())
+    launch_noise = measure_noise(args, engine, pool, device, window)
 
     # The probe: rows no step trained on, the same number as a step's.
     probe = pool[(torch.arange(args.batch, device=device) + 32) % pool.shape[0]]
@@ -178,6 +253,7 @@ def train(
         ranks=[r or {} for r in ranks],
         allreduce_ok=allreduce_ok,
         busbw=busbw,
+        noise=launch_noise,
     )
     ok = proof.ok and allreduce_ok
     if rank == 0:

@@ -1,0 +1,108 @@
+"""Real embedded sweeps with noise made on purpose: the report must name it.
+
+Nothing in dtrun is told about the noise: the tests make it from outside, with a process that
+burns CPU, and (for the straggler) by stopping and continuing one rank's process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import processes_under, run_dtrun
+
+pytestmark = pytest.mark.e2e
+
+BURN = [sys.executable, "-c", "while True: pass"]
+
+
+@contextlib.contextmanager
+def burning() -> Iterator[None]:
+    """A process spinning on the CPU meanwhile (in its own session: the scheduler shares CPU
+    time between sessions, as it does between the embedded nodes)."""
+    hog = subprocess.Popen(BURN, start_new_session=True)
+    try:
+        yield
+    finally:
+        hog.kill()
+        hog.wait()
+
+
+def throttle(root: Path, node: str, stop: threading.Event) -> None:
+    """Until ``stop``: once the timed steps have begun (rank 0 logged a step), let ``node``'s
+    rank run 10 ms in every 50 (SIGSTOP and SIGCONT): a node throttled to a fifth of a CPU,
+    as a cgroup CPU quota or a hot, clocked-down machine would."""
+    ranks: list[psutil.Process] = []
+    while not stop.is_set() and not ranks:
+        logs = list(root.glob("runs/*/n*/r*/node-0.log"))
+        if any("step " in log.read_text() for log in logs):
+            ranks = [p for p in processes_under(root) if _rank_of(p, node)]
+        stop.wait(0.02)
+    while not stop.is_set():
+        with contextlib.suppress(psutil.Error):
+            for rank in ranks:
+                rank.suspend()
+            stop.wait(0.04)
+            for rank in ranks:
+                rank.resume()
+        stop.wait(0.01)
+    with contextlib.suppress(psutil.Error):
+        for rank in ranks:
+            rank.resume()
+
+
+def _rank_of(proc: psutil.Process, node: str) -> bool:
+    """A training rank (torchrun sets RANK for its workers, not for itself) of ``node``."""
+    with contextlib.suppress(psutil.Error):
+        env = proc.environ()
+        return env.get("DTRUN_NODE_NAME") == node and "RANK" in env
+    return False
+
+
+def bench(cwd: Path, run_id: str, port: int) -> dict[str, object]:
+    out = cwd / "runs"
+    done = run_dtrun(
+        "bench", "--nodes", "2", "--steps", "20", "--warmup", "2", "--no-busbw", "--quiet",
+        "--output", str(out), "--run-id", run_id, "--port", str(port), cwd=cwd,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = out / run_id
+    summary: dict[str, object] = json.loads((run / "summary.json").read_text())
+    summary["report"] = (run / "report.md").read_text()
+    return summary
+
+
+def test_a_throttled_rank_is_named_a_straggler(no_leftovers):
+    stop = threading.Event()
+    slowing = threading.Thread(target=throttle, args=(no_leftovers, "node-1", stop))
+    slowing.start()
+    try:
+        summary = bench(no_leftovers, "slow", 29651)
+    finally:
+        stop.set()
+        slowing.join()
+    point = summary["noise"]["points"][0]  # type: ignore[index]
+    assert [(s["rank"], s["node"]) for s in point["stragglers"]] == [(1, "node-1")]
+    assert point["verdict"] == "unreliable"
+    assert "Rank 1 on node-1 is a straggler: it took" in str(summary["report"])
+
+
+def test_a_cpu_burning_process_during_the_bench_is_reported_as_other_load(no_leftovers):
+    with burning():
+        summary = bench(no_leftovers, "busy", 29653)
+    point = summary["noise"]["points"][0]  # type: ignore[index]
+    assert point["other_cores"] > 0.2
+    assert point["verdict"] == "unreliable"
+    report = str(summary["report"])
+    assert "The 2-node point is unreliable: node-0 and node-1 (one machine) spent" in report
+    assert "every node is a process group on this one machine" in report
+    before = summary["noise"]["before"]  # type: ignore[index]
+    assert before["other_cores"] > 0.2  # the burner was running before the sweep, too

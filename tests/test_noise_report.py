@@ -1,0 +1,175 @@
+"""The report's Noise section and summary.json's ``noise``, from hand-made results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runner.errors import DamagedRunError
+from runner.record.rundir import RunDir, record_machine_noise
+from runner.report.build import build_report
+from runner.report.noise import point_noise
+from runner.report.results import parse_train_result
+from runner.spec.request import BenchSpec
+from tests.factories import fake_run_dir, noise_data, result_data
+
+NODES = ["node-0", "node-1"]
+
+
+def noise_section(run_dir: RunDir) -> str:
+    text = run_dir.report.read_text()
+    return text[text.index("## Noise") : text.index("## Time to train")]
+
+
+def build(tmp_path, inventory, noise, repeat=1):
+    bench = BenchSpec(run_id="n", repeat=repeat)
+    throughput = {1: [1000.0] * repeat, 2: [1900.0] * repeat}
+    run_dir = fake_run_dir(tmp_path / "n", bench, inventory, throughput, noise=noise)
+    build_report(run_dir)
+    return run_dir
+
+
+def quiet(nodes=NODES, probe_s=(0.030, 0.031)):
+    return noise_data(nodes, steal=0.001, other_cores=0.05, probe_s=list(probe_s) or None)
+
+
+def test_a_quiet_sweep_says_no_point_crossed_a_threshold(tmp_path, fixed_inventory):
+    run_dir = build(
+        tmp_path, fixed_inventory, {1: [noise_data(["node-0"], other_cores=0.05)], 2: [quiet()]}
+    )
+    section = noise_section(run_dir)
+    assert "No measured point crossed a noise threshold" in section
+    assert "unreliable" not in section.split("|---")[1]  # no row says it
+    summary = json.loads(run_dir.summary.read_text())["noise"]
+    assert [p["verdict"] for p in summary["points"]] == ["quiet", "quiet"]
+    assert summary["thresholds"] == {
+        "steal_share": 0.05,
+        "other_cores": 0.2,
+        "straggler_ratio": 1.25,
+    }
+
+
+def test_other_load_on_one_node_makes_its_point_unreliable_and_names_the_node(
+    tmp_path, fixed_inventory
+):
+    noisy = quiet()
+    noisy["nodes"][1].update(other_cores=0.24, other_share=0.12)
+    run_dir = build(tmp_path, fixed_inventory, {1: [quiet(["node-0"], ())], 2: [noisy]})
+    section = noise_section(run_dir)
+    assert (
+        "The 2-node point is unreliable: node-1 spent 12% of its CPU on other work "
+        "(0.24 cores over the 1.0 s of timed steps), launch 1 of 1" in section
+    )
+    assert "| 2 | 1 of 1 | 0.1% | 0.24 cores (12.0%) |" in section
+    point = json.loads(run_dir.summary.read_text())["noise"]["points"][1]
+    assert (point["verdict"], point["other_where"], point["other_cores"]) == (
+        "unreliable",
+        "node-1",
+        0.24,
+    )
+
+
+def test_a_slow_rank_is_named_a_straggler_with_its_node_and_ratio(tmp_path, fixed_inventory):
+    slow = quiet(probe_s=(0.030, 0.048))
+    run_dir = build(tmp_path, fixed_inventory, {1: [quiet(["node-0"], ())], 2: [slow]})
+    section = noise_section(run_dir)
+    assert (
+        "Rank 1 on node-1 is a straggler: it took 1.60x as long as the median of the other "
+        "ranks to compute a step alone, launch 1 of 1." in section
+    )
+    assert "1.60x the median of the others (rank 1 on node-1, median of 3 passes)" in section
+    point = json.loads(run_dir.summary.read_text())["noise"]["points"][1]
+    assert point["stragglers"] == [
+        {"rank": 1, "node": "node-1", "ratio": pytest.approx(1.6), "launch": 1}
+    ]
+
+
+def test_a_straggler_on_a_busy_node_names_the_likely_cause():
+    busy = noise_data(NODES, other_cores=0.9, probe_s=[0.030, 0.060], shared=True)
+    point = point_noise(2, [parse_train_result(result_data(world=2, tokens_per_s=1, noise=busy),
+                                               "t").noise])  # fmt: skip
+    assert "node-1 also had steal or other load then: a likely cause" in point.findings[-1]
+    assert point.findings[0].startswith(
+        "The 2-node point is unreliable: node-0 and node-1 (one machine) spent 45% of their CPU"
+    )
+
+
+def test_steal_above_five_percent_is_reported(tmp_path, fixed_inventory):
+    run_dir = build(
+        tmp_path,
+        fixed_inventory,
+        {1: [quiet(["node-0"], ())], 2: [noise_data(NODES, steal=0.08, probe_s=[0.03, 0.03])]},
+    )
+    assert "node-0 lost 8% of its CPU time to steal" in noise_section(run_dir)
+
+
+def test_the_worst_launch_of_a_point_is_the_one_reported(tmp_path, fixed_inventory):
+    calm, loud = quiet(), noise_data(NODES, other_cores=0.5, probe_s=[0.03, 0.03])
+    run_dir = build(
+        tmp_path,
+        fixed_inventory,
+        {1: [quiet(["node-0"], ())] * 3, 2: [calm, loud, calm]},
+        repeat=3,
+    )
+    section = noise_section(run_dir)
+    assert "| 2 | 3 of 3 |" in section
+    assert "0.50 cores over the 1.0 s of timed steps), launch 2 of 3" in section
+
+
+def test_the_embedded_cluster_is_said_to_share_one_machine(tmp_path, fixed_inventory):
+    shared = noise_data(NODES, probe_s=[0.03, 0.03], shared=True)
+    one = noise_data(["node-0"], shared=True)
+    run_dir = build(tmp_path, fixed_inventory, {1: [one], 2: [shared]})
+    assert "every node is a process group on this one machine" in noise_section(run_dir)
+
+
+def test_results_without_noise_figures_say_so(tmp_path, fixed_inventory):
+    run_dir = build(tmp_path, fixed_inventory, None)
+    assert "The results carry no noise figures" in noise_section(run_dir)
+    points = json.loads(run_dir.summary.read_text())["noise"]["points"]
+    assert [p["verdict"] for p in points] == ["not measured", "not measured"]
+
+
+def test_a_busy_machine_before_the_sweep_is_reported(tmp_path, fixed_inventory):
+    run_dir = build(tmp_path, fixed_inventory, {1: [quiet(["node-0"], ())], 2: [quiet()]})
+    before = {
+        "sample_s": 0.5,
+        "cpus": 2,
+        "loadavg_1m": 1.9,
+        "dtrun_cpu_s": 0.1,
+        "steal_share": 0.0,
+        "busy_share": 0.8,
+        "other_cores": 1.3,
+        "other_share": 0.65,
+    }
+    record_machine_noise(run_dir, before)
+    build_report(run_dir)
+    section = noise_section(run_dir)
+    assert "This machine was already busy before the sweep: other work used 1.30 cores" in section
+    assert "load average (1 minute) was 1.90 on 2 cores" in section
+    assert json.loads(run_dir.summary.read_text())["noise"]["before"] == before
+
+
+def test_a_damaged_noise_figure_is_refused_naming_the_field(tmp_path, fixed_inventory):
+    run_dir = build(tmp_path, fixed_inventory, {1: [quiet(["node-0"], ())], 2: [quiet()]})
+    path = run_dir.point(2, 0) / "result.json"
+    data = json.loads(path.read_text())
+    data["noise"]["probe"]["rank_s"] = ["fast", 0.03]
+    path.write_text(json.dumps(data))
+    with pytest.raises(DamagedRunError) as caught:
+        build_report(run_dir)
+    assert "noise.probe.rank_s[0]" in str(caught.value)
+
+
+def test_dtrun_report_prints_each_unreliable_point_under_its_table(tmp_path, fixed_inventory):
+    from typer.testing import CliRunner
+
+    from runner.cli.app import app
+
+    slow = quiet(probe_s=(0.030, 0.048))
+    run_dir = build(tmp_path, fixed_inventory, {1: [quiet(["node-0"], ())], 2: [slow]})
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["report", str(run_dir.path)])
+    assert result.exit_code == 0, result.output
+    assert "noise: Rank 1 on node-1 is a straggler: it took 1.60x as long" in result.output
+    assert "noise: The 1-node point" not in result.output  # a quiet point says nothing
