@@ -101,7 +101,7 @@ def bare(sizes: list[int], warmup: int, iters: int, port: int, run: str, work: P
 def dtrun(spec: str, warmup: int, iters: int, port: int, run: str, work: Path) -> Busbw:
     command = [
         str(BIN / "dtrun"), "bench", "--workload", "allreduce", "--nodes", "2", "-p", "1",
-        "--sizes", spec, "--ar-warmup", str(warmup), "--ar-iters", str(iters),
+        "--repeat", "1", "--sizes", spec, "--ar-warmup", str(warmup), "--ar-iters", str(iters),
         "--port", str(port), "--output", str(work), "--run-id", run, "--quiet",
     ]  # fmt: skip
     done = subprocess.run(command, cwd=work, capture_output=True, text=True, check=False)

@@ -47,7 +47,7 @@ def point(
     command = [
         str(BIN / "dtrun"), "bench", "--nodes", "2", "--launcher", launcher,
         "--steps", str(args.steps), "--warmup", str(args.warmup), "--port", str(port),
-        "--output", str(workdir), "--run-id", run_id, "--quiet",
+        "--output", str(workdir), "--run-id", run_id, "--repeat", "1", "--quiet",
     ]  # fmt: skip
     start = time.perf_counter()
     done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, check=False)

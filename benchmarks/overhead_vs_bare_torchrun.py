@@ -76,7 +76,7 @@ def bare(steps: int, warmup: int, port: int, run: str, workdir: Path) -> float:
 def dtrun(steps: int, warmup: int, port: int, run: str, workdir: Path, exe: str) -> float:
     command = [
         exe, "bench", "--nodes", "2", "--steps", str(steps),
-        "--warmup", str(warmup), "--port", str(port), "--output", str(workdir),
+        "--warmup", str(warmup), "--repeat", "1", "--port", str(port), "--output", str(workdir),
         "--run-id", run, "--quiet", "--no-busbw",  # the bare commands time no all-reduce probe
     ]  # fmt: skip
     start = time.perf_counter()

@@ -31,7 +31,7 @@ def dtrun(*args: str):
         (["--launcher", "tensorflow"], "dtrun run --launcher tensorflow"),
         (["--launcher", "deepspeed", "--zero-stage", "4"], "--zero-stage must be 1, 2 or 3"),
         (["--env", "NOVALUE"], "--env 'NOVALUE' is not KEY=VALUE"),
-        (["--warmup", "30"], "--warmup must be at least 0 and less than --steps"),
+        (["--warmup", "60"], "--warmup must be at least 0 and less than --steps"),
         (["--run-id", "../x"], "cannot name a run directory"),
         (
             ["--mode", "strong", "--nodes", "1,3", "--global-batch", "8"],

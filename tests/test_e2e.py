@@ -26,7 +26,7 @@ from tests.plans import sweep_plan
 
 pytestmark = pytest.mark.e2e
 
-QUICK = ("--steps", "6", "--warmup", "2", "--quiet")
+QUICK = ("--steps", "6", "--warmup", "2", "--repeat", "1", "--quiet")  # fast, not a verdict
 
 
 def test_two_node_sweep_with_repeats_writes_results_report_and_proof_of_communication(
@@ -34,7 +34,7 @@ def test_two_node_sweep_with_repeats_writes_results_report_and_proof_of_communic
 ):
     out = no_leftovers / "runs"
     done = run_dtrun(
-        "bench", "--nodes", "1,2", "--repeat", "3", *QUICK, "--output", str(out),
+        "bench", "--nodes", "1,2", *QUICK, "--repeat", "3", "--output", str(out),
         "--run-id", "e2e", "--port", "29610", "--env", "HF_TOKEN=hunter2", "--json",
         cwd=no_leftovers,
     )  # fmt: skip
@@ -206,7 +206,8 @@ def test_a_crashing_node_fails_the_sweep_fast_and_keeps_earlier_results(
 def test_a_signal_stops_every_process_and_keeps_the_record(no_leftovers, stop, code, said):
     out = no_leftovers / "runs"
     proc = subprocess.Popen(
-        [*DTRUN, "bench", "--nodes", "2", "--steps", "100000", "--warmup", "1", "--quiet",
+        [*DTRUN, "bench", "--nodes", "2", "--steps", "100000", "--warmup", "1", "--repeat", "1",
+         "--quiet",
          "--output", str(out), "--run-id", "sigint", "--port", str(29630 + int(stop))],
         cwd=no_leftovers, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=default_signals,

@@ -18,7 +18,7 @@ from tests.conftest import run_dtrun
 
 pytestmark = pytest.mark.e2e
 
-QUICK = ("--steps", "6", "--warmup", "2", "--quiet")
+QUICK = ("--steps", "6", "--warmup", "2", "--repeat", "1", "--quiet")
 NASTY = ("it's", "$(touch pwned)", "a  b", "", "--nodes", "x;y")
 SECRET = ("--hf-token", "s3cr3t-Value")  # the program gets it; run.json does not show it
 
@@ -164,7 +164,8 @@ def test_horovodrun_trains_on_two_nodes_over_real_ssh(sshd_cluster, no_leftovers
     hosts.write_text(hosts_file_text(sshd_cluster, no_leftovers, count=2))
     done = run_dtrun(
         "bench", "--hosts", str(hosts), "--launcher", "horovodrun", "--nodes", "2", "--steps",
-        "3", "--warmup", "1", "--port", "29690", "--output", str(no_leftovers / "runs"),
+        "3", "--warmup", "1", "--repeat", "1", "--port", "29690",
+        "--output", str(no_leftovers / "runs"),
         "--run-id", "horovod", "--quiet", cwd=no_leftovers,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

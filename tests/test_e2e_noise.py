@@ -70,7 +70,8 @@ def _rank_of(proc: psutil.Process, node: str) -> bool:
 def bench(cwd: Path, run_id: str, port: int) -> dict[str, object]:
     out = cwd / "runs"
     done = run_dtrun(
-        "bench", "--nodes", "2", "--steps", "20", "--warmup", "2", "--no-busbw", "--quiet",
+        "bench", "--nodes", "2", "--steps", "20", "--warmup", "2", "--repeat", "1", "--no-busbw",
+        "--quiet",
         "--output", str(out), "--run-id", run_id, "--port", str(port), cwd=cwd,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

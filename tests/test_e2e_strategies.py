@@ -19,7 +19,7 @@ from tests.conftest import run_dtrun
 
 pytestmark = pytest.mark.e2e
 
-QUICK = ("--steps", "6", "--warmup", "2", "--quiet")
+QUICK = ("--steps", "6", "--warmup", "2", "--repeat", "1", "--quiet")
 
 
 def bench(run_id: str, port: int, cwd: Path, nodes: str, *extra: str) -> Path:

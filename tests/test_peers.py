@@ -251,7 +251,7 @@ def test_a_bench_whose_node_0_cannot_ssh_to_a_node_stops_before_mpirun_starts(
         )
         done = run_dtrun(
             "bench", "--hosts", str(hosts), "--launcher", "mpirun", "--nodes", "2",
-            "--steps", "3", "--warmup", "1", "--no-health-gate", "--port", "29870",
+            "--steps", "3", "--warmup", "1", "--repeat", "1", "--no-health-gate", "--port", "29870",
             "--output", str(no_leftovers / "runs"), "--run-id", "peers", cwd=no_leftovers,
         )  # fmt: skip
     finally:

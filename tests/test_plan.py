@@ -91,7 +91,7 @@ def test_unknown_workload_lists_the_known_ones(fixed_inventory, spec):
     ("change", "message"),
     [
         ({"steps": 0}, "--steps must be at least 1"),
-        ({"warmup": 20}, "--warmup must be at least 0 and less than --steps"),
+        ({"warmup": 60}, "--warmup must be at least 0 and less than --steps"),
         ({"repeat": 0}, "--repeat must be at least 1"),
         ({"project_tokens": 0}, "--project-tokens must be at least 1"),
         ({"target_efficiency": 1.5}, "--target-efficiency must be a fraction above 0"),

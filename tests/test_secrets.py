@@ -89,7 +89,8 @@ def test_a_bench_and_its_upload_hold_none_of_them(s3, no_leftovers, monkeypatch)
         monkeypatch.setenv(name, value)
     out = no_leftovers / "runs"
     result = dtrun(
-        "bench", "--nodes", "1", "--steps", "3", "--warmup", "1", "--port", "29710",
+        "bench", "--nodes", "1", "--steps", "3", "--warmup", "1", "--repeat", "1",
+        "--port", "29710",
         "--output", str(out), "--run-id", "planted", "--results", f"s3://{BUCKET}/p", *ENV_ARGS,
     )  # fmt: skip
     assert result.exit_code == 0, result.output

@@ -22,6 +22,7 @@ def test_bench_over_ssh_from_a_hosts_file_at_2_and_4_nodes(sshd_cluster, no_left
     hosts = write_hosts(sshd_cluster, no_leftovers)
     done = run_dtrun(
         "bench", "--hosts", str(hosts), "--nodes", "2,4", "--steps", "4", "--warmup", "1",
+        "--repeat", "1",
         "--port", "29740", "--output", str(no_leftovers / "runs"), "--run-id", "ssh", "--quiet",
         "--check", cwd=no_leftovers,
     )  # fmt: skip
@@ -45,7 +46,8 @@ def test_head_only_launchers_start_the_other_nodes_ranks_over_real_ssh(
     hosts = write_hosts(sshd_cluster, no_leftovers, count=2)
     done = run_dtrun(
         "bench", "--hosts", str(hosts), "--launcher", launcher, "--nodes", "2", "--steps", "3",
-        "--warmup", "1", "--port", str(port), "--output", str(no_leftovers / "runs"),
+        "--warmup", "1", "--repeat", "1", "--port", str(port),
+        "--output", str(no_leftovers / "runs"),
         "--run-id", launcher, "--quiet", cwd=no_leftovers,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -105,7 +107,8 @@ def test_a_signal_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers
     hosts = write_hosts(sshd_cluster, no_leftovers, count=2)
     proc = subprocess.Popen(
         [*DTRUN, "bench", "--hosts", str(hosts), "--nodes", "2", "--steps", "100000",
-         "--warmup", "1", "--port", str(29780 + code % 10), "--output", str(no_leftovers / "runs"),
+         "--warmup", "1", "--repeat", "1", "--port", str(29780 + code % 10),
+         "--output", str(no_leftovers / "runs"),
          "--run-id", "sigint", "--quiet"],
         cwd=no_leftovers, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=default_signals,

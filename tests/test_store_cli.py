@@ -18,7 +18,7 @@ from runner.store.s3 import S3Store
 from runner.store.url import parse_results_url
 from tests.aws import ACCOUNT, BUCKET, LIST_ONLY, stored, user_keys
 
-QUICK = ("--nodes", "1", "--steps", "3", "--warmup", "1", "--quiet")
+QUICK = ("--nodes", "1", "--steps", "3", "--warmup", "1", "--repeat", "1", "--quiet")
 
 
 def dtrun(*args: str):

@@ -64,7 +64,9 @@ class SweepOptions:
         ScalingMode,
         typer.Option(help="weak: fixed batch per process; strong: fixed global batch."),
     ] = ScalingMode.WEAK
-    repeat: Annotated[int, typer.Option(help="Launches per node count (3+ trims outliers).")] = 1
+    repeat: Annotated[int, typer.Option(help="Launches per node count (3+ trims outliers).")] = (
+        BenchSpec.repeat
+    )
     workload: Annotated[
         str,
         typer.Option(help="Built-in workload on every process: train (GPT), or allreduce."),

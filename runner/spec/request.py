@@ -187,9 +187,11 @@ class BenchSpec(LaunchRequest):
     node_counts: tuple[int, ...] = (1, 2)
     workload: str = "train"
     mode: ScalingMode = ScalingMode.WEAK
-    steps: int = 20
-    warmup: int = 5
-    repeat: int = 1
+    # Defaults chosen to reach a verdict (docs/report.md, "Defaults"): 50 timed steps a launch
+    # and 5 launches a node count, so the interval holds the noise between launches too.
+    steps: int = 60
+    warmup: int = 10
+    repeat: int = 5
     batch: int = 8  # per process in weak mode; per process at the smallest node count in strong
     global_batch: int | None = None  # strong mode: the fixed global batch (default from batch)
     model: ModelSpec = field(default_factory=ModelSpec)
