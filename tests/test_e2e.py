@@ -175,7 +175,9 @@ class CrashingNode(LocalExecutor):
 def test_a_crashing_node_fails_the_sweep_fast_and_keeps_earlier_results(
     no_leftovers, live_inventory
 ):
-    bench = BenchSpec(run_id="crash", node_counts=(1, 2), steps=6, warmup=2, rdzv_port=29620)
+    bench = BenchSpec(
+        run_id="crash", node_counts=(1, 2), steps=6, warmup=2, repeat=1, rdzv_port=29620
+    )
     with pytest.raises(NodeFailedError) as caught:
         run_sweep(sweep_plan(live_inventory, bench), no_leftovers / "runs", CrashingNode(2))
     error = caught.value

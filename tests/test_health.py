@@ -106,7 +106,7 @@ def test_strict_stops_before_the_sweep_and_records_why(no_leftovers, live_invent
 @pytest.mark.e2e
 def test_below_the_mark_warns_and_the_sweep_goes_on(no_leftovers, live_inventory):
     bench = BenchSpec(
-        run_id="gate-warn", node_counts=(1,), procs_per_node=2, workload="allreduce",
+        run_id="gate-warn", node_counts=(1,), procs_per_node=2, workload="allreduce", repeat=1,
         allreduce=AllreduceSpec(sizes="4K:64K", iters=5), rdzv_port=29655,
         health=HealthGate(threshold_gbs=1e6, size="64K"),
     )  # fmt: skip
