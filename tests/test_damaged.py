@@ -184,6 +184,19 @@ CASES = {
         edit(put(0, "tokens_per_s")),
         "'tokens_per_s' is 0, not a number above 0",
     ),
+    "result-infinite-step-time": Case(
+        "a/n1/r0/result.json",
+        edit(put([0.03, float("inf")], "step_times_s")),
+        "'step_times_s[1]' is inf, not a number above 0",
+    ),
+    "result-zero-sequence": Case(
+        "a/n1/r0/result.json",
+        edit(put(0, "model", "seq_len")),
+        "'model.seq_len' is 0, not a whole number above 0",
+    ),
+    "manifest-noise-no-sample": Case(
+        "a/manifest.json", edit(put({"steal_share": 0.0}, "noise")), "'noise' has no 'sample_s'"
+    ),
     "result-zero-step-time": Case(
         "a/n2/r0/result.json",
         edit(put([0.03, 0], "step_times_s")),

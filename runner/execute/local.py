@@ -82,7 +82,8 @@ class LocalExecutor:
                     nodes.append(_start(launch, workdir, on_line, exits))
             verdict = _supervise(nodes, exits, timeout_s, plan.nnodes)
         except KeyboardInterrupt:
-            with _sigint_deferred():
+            # saying so must not replace the interruption (a closed terminal, a broken pipe)
+            with _sigint_deferred(), contextlib.suppress(Exception):
                 self.on_stopping(sum(node.returncode is None for node in nodes))
             raise
         finally:

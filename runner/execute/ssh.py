@@ -239,7 +239,8 @@ class SshExecutor:
         try:
             verdict = await self._supervise(tasks, ended, timeout_s, workdir)
         except asyncio.CancelledError:  # Ctrl-C, SIGTERM or SIGHUP (the session's loop)
-            self.on_stopping(len(tasks) - len(ended))
+            with contextlib.suppress(Exception):  # a closed terminal must not replace the stop
+                self.on_stopping(len(tasks) - len(ended))
             raise
         finally:
             for task in tasks:

@@ -12,6 +12,7 @@ does not name are not looked at, so records a later dtrun extends still read.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -102,8 +103,10 @@ def kind(expected: str, *types: type, positive: bool = False) -> Shape:
 
     def check(value: Any, where: str) -> str | None:
         fits = isinstance(value, types) and (bool in types or not isinstance(value, bool))
+        if fits and isinstance(value, float):
+            fits = math.isfinite(value)  # json reads NaN and Infinity; no figure dtrun writes is
         if fits and positive:
-            fits = value > 0  # NaN is not
+            fits = value > 0
         return None if fits else _wrong(value, where, expected)
 
     return check

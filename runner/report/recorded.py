@@ -97,7 +97,8 @@ MANIFEST = obj(
         # this machine before the sweep (the embedded cluster): what the Noise section reads
         "noise": nullable(
             obj(
-                {},
+                # the Noise section's "before the sweep" line reads every one of these
+                {"sample_s": POSITIVE, "cpus": COUNT},
                 optional={
                     key: nullable(NUMBER)
                     for key in ("loadavg_1m", "steal_share", "other_cores", "other_share")
@@ -195,7 +196,7 @@ RESULTS = {
     TRAIN_SCHEMA: obj(
         _LAUNCH
         | {
-            "model": obj({"params": NUMBER, "seq_len": NUMBER}),
+            "model": obj({"params": NUMBER, "seq_len": COUNT}),
             "global_batch": COUNT,
             "tokens_per_s": POSITIVE,
             "samples_per_s": NUMBER,

@@ -9,10 +9,10 @@ if ! command -v ssh >/dev/null 2>&1; then
   echo "dtrun-peer-no-ssh"
   exit 0
 fi
-ssh_options=(-p 2222 -i /keys/id_ed25519 -o UserKnownHostsFile=/keys/known_hosts)
+ssh_options=(-p 2222 -i /keys/id_ed25519 -o UserKnownHostsFile=/keys/known_hosts)  # may be empty: bash < 4.4 and set -u
 peer() {
   local said code=0
-  said=$(timeout 30 ssh -n -o BatchMode=yes -o ConnectTimeout=10 "${ssh_options[@]}" "$2" true 2>&1) || code=$?
+  said=$(timeout 30 ssh -n -o BatchMode=yes -o ConnectTimeout=10 ${ssh_options[@]+"${ssh_options[@]}"} "$2" true 2>&1) || code=$?
   if [ "$code" -eq 0 ]; then
     echo "dtrun-peer $1 ok"
   else
