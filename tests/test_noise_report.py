@@ -173,3 +173,33 @@ def test_dtrun_report_prints_each_unreliable_point_under_its_table(tmp_path, fix
     assert result.exit_code == 0, result.output
     assert "noise: Rank 1 on node-1 is a straggler: it took 1.60x as long" in result.output
     assert "noise: The 1-node point" not in result.output  # a quiet point says nothing
+
+
+@pytest.mark.parametrize(("noisy_at", "verdict"), [(None, "loses"), (2, "inconclusive"),
+                                                   (1, "inconclusive")])  # fmt: skip
+def test_a_verdict_stands_only_on_points_measured_quietly(
+    tmp_path, fixed_inventory, noisy_at, verdict
+):
+    """2 nodes at two thirds of the 1-node speed, clearly below the target: *loses*, unless
+    the point or its baseline was measured in noise, which makes it *inconclusive*."""
+    steps = {
+        1: [[0.030 + 0.0001 * (i % 5) for i in range(50)] for _ in range(3)],
+        2: [[0.045 + 0.0001 * (i % 5) for i in range(50)] for _ in range(3)],
+    }
+    loud = noise_data(["node-0"], other_cores=0.6, probe_s=[0.03])
+    noise = {
+        1: [loud if noisy_at == 1 else quiet(["node-0"], ())] * 3,
+        2: [noise_data(NODES, other_cores=0.6, probe_s=[0.03, 0.03]) if noisy_at == 2
+            else quiet()] * 3,
+    }  # fmt: skip
+    bench = BenchSpec(run_id="v", repeat=3)
+    run_dir = fake_run_dir(
+        tmp_path / "v", bench, fixed_inventory, {}, step_times=steps, noise=noise
+    )
+    build_report(run_dir)
+    row = json.loads(run_dir.summary.read_text())["rows"][1]
+    assert row["verdict"] == verdict
+    if noisy_at is not None:
+        assert "would be loses" in row["verdict_reason"]
+        assert f"the {noisy_at}-node point was measured in noise" in row["verdict_reason"]
+        assert f"**inconclusive**: {row['verdict_reason']}" in run_dir.report.read_text()

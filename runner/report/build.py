@@ -35,7 +35,14 @@ from runner.report.model import ASSUMED
 from runner.report.noise import NoiseReport, noise_report
 from runner.report.recorded import check_writable, read_recorded
 from runner.report.results import AllreduceResult, Result, SizeRow, TrainResult
-from runner.report.stats import CONFIDENCE, DEFAULT_TARGET, NO_STEPS, RESAMPLES, STATISTIC
+from runner.report.stats import (
+    CONFIDENCE,
+    DEFAULT_TARGET,
+    NO_STEPS,
+    RESAMPLES,
+    STATISTIC,
+    Verdict,
+)
 from runner.spec.request import ScalingMode
 
 if TYPE_CHECKING:
@@ -145,7 +152,11 @@ def analyse(run_dir: RunDir) -> Report:
         report = replace(base, busbw_rows=rows_ar, first=_first(measured))
     else:
         trained = _only(results, TrainResult)
+        noise = noise_report(
+            {n: [r.noise for r in rs] for n, rs in trained.items()}, manifest.get("noise")
+        )
         rows = scaling_rows(trained, float(bench.get("target_efficiency", DEFAULT_TARGET)))
+        rows = verdicts_on_quiet_points(rows, noise)
         tokens = int(bench.get("project_tokens", DEFAULT_PROJECT_TOKENS))
         for nodes, rs in trained.items():
             probe = next((r.busbw for r in rs if r.busbw is not None), None)
@@ -159,14 +170,37 @@ def analyse(run_dir: RunDir) -> Report:
             losses=where_scaling_is_lost(rows, size, oversubscribed(manifest, rows), mode),
             first=_first(trained),
             widest=_widest(trained),
-            noise=noise_report(
-                {n: [r.noise for r in rs] for n, rs in trained.items()}, manifest.get("noise")
-            ),
+            noise=noise,
         )
     report = replace(
         report, series=tuple(sorted(series.items())), expected=tuple(sorted(expected.items()))
     )
     return replace(report, summary=_summary(report))
+
+
+def verdicts_on_quiet_points(
+    rows: tuple[ScalingRow, ...], noise: NoiseReport
+) -> tuple[ScalingRow, ...]:
+    """A verdict stands only on figures measured quietly: where the Noise section calls the
+    point or the baseline unreliable, *scales* and *loses* become *inconclusive*, saying why
+    (docs/report.md, "Noise")."""
+    unreliable = {point.nodes: point.findings[0] for point in noise.points if point.unreliable}
+    if not rows or not unreliable:
+        return rows
+    base = rows[0].nodes
+    judged = []
+    for row in rows:
+        which = row.nodes if row.nodes in unreliable else base if base in unreliable else None
+        if row.verdict in (Verdict.SCALES, Verdict.LOSES) and which is not None:
+            row = replace(
+                row,
+                verdict=Verdict.INCONCLUSIVE,
+                verdict_reason=f"{row.verdict_reason}, would be {row.verdict}, but the "
+                f"{which}-node point was measured in noise ({unreliable[which]}); to decide: "
+                "rerun on a quieter machine",
+            )
+        judged.append(row)
+    return tuple(judged)
 
 
 def _first(results: Mapping[int, Sequence[T]]) -> T | None:

@@ -236,7 +236,10 @@ def point_noise(nodes: int, launches: Sequence[LaunchNoise | None]) -> PointNois
         nodes=nodes,
         launches=len(launches),
         measured=len(measured),
-        shared_machine=bool(every) and all(len(n.nodes_on_machine) == nodes for n in every),
+        # one node is on one machine whatever the cluster: only two or more sharing one tell
+        shared_machine=nodes > 1
+        and bool(every)
+        and all(len(n.nodes_on_machine) == nodes for n in every),
         cpus=next((node.cpus for node in every if node.cpus), None),
         steal_share=steal[1].steal_share if steal else None,
         steal_where=_where(steal[1])[0] if steal else None,
