@@ -186,3 +186,29 @@ def test_a_jump_that_cannot_work_is_refused_before_connecting(
     with SshSession(inventory, retries=1) as session, pytest.raises(UsageError) as caught:
         session.call(session.connection(inventory.nodes[0]))
     assert caught.value.message.startswith(refused)
+
+
+def test_a_jump_connection_that_failed_or_closed_is_opened_again():
+    """A failed opening is not kept (the next readiness look tries again, as for a node), nor
+    one whose connection has closed since (a bastion restarted mid-sweep)."""
+    import asyncio
+
+    from runner.execute.sshsession import _spent
+
+    class Connection:
+        def __init__(self, closed: bool) -> None:
+            self.closed = closed
+
+        def is_closed(self) -> bool:
+            return self.closed
+
+    async def check() -> list[bool]:
+        loop = asyncio.get_running_loop()
+        pending, failed, open_, closed = (loop.create_future() for _ in range(4))
+        failed.set_exception(OSError("connection refused"))
+        open_.set_result(Connection(closed=False))
+        closed.set_result(Connection(closed=True))
+        failed.exception()  # retrieved, as _spent does
+        return [_spent(f) for f in (pending, failed, open_, closed)]
+
+    assert asyncio.run(check()) == [False, True, False, True]

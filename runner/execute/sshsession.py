@@ -230,7 +230,7 @@ class SshSession:
         ssh = self.inventory.ssh
         if ssh is None or not ssh.jump_host:
             return None
-        if self._jump is None:
+        if self._jump is None or _spent(self._jump):
             target = jump_endpoint(ssh.jump_host, ssh.port, ssh.user, ssh.key_path)
             self._jump = asyncio.ensure_future(
                 self._through(f"the jump host {ssh.jump_host}", target, target.proxy_jump, ())
@@ -246,7 +246,7 @@ class SshSession:
                 f"the ProxyJump of ~/.ssh/config goes round in a circle: {circle}",
                 fix="exclude the jump hosts from the `Host` that sets ProxyJump (Host * !jump)",
             )
-        if spec not in self._hops:
+        if spec not in self._hops or _spent(self._hops[spec]):
             earlier, _, last = spec.rpartition(",")
             target = jump_endpoint(last, None, None, None)  # the rest from ~/.ssh/config
             # The hops before it, or else its own ProxyJump, as OpenSSH takes them.
@@ -395,6 +395,16 @@ def _login_refused(name: str, target: Endpoint, *, too_many_keys: bool) -> SshLo
 
 def _opened(task: asyncio.Task[asyncssh.SSHClientConnection]) -> bool:
     return task.done() and not task.cancelled() and task.exception() is None
+
+
+def _spent(opening: asyncio.Future[asyncssh.SSHClientConnection]) -> bool:
+    """A jump host's connection that cannot carry another node: its opening failed (the next
+    look tries again, as for a node), or it has closed since (the bastion restarted)."""
+    if not opening.done():
+        return False
+    if opening.cancelled() or opening.exception() is not None:
+        return True
+    return opening.result().is_closed()
 
 
 @contextlib.contextmanager
