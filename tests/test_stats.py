@@ -204,3 +204,19 @@ def test_two_points_with_the_same_step_times_are_still_drawn_independently():
     assert point.speedup == 1.0 and point.efficiency == 0.5
     assert point.efficiency_low is not None and point.efficiency_high is not None
     assert point.efficiency_low < 0.48 and point.efficiency_high > 0.52
+
+
+def test_long_launches_are_drawn_in_chunks_with_the_same_statistic(monkeypatch):
+    """Memory stays bounded at any --steps: the steps are drawn a chunk of resamples at a time.
+    Chunked or not, the interval is of the same statistic, around the same figure."""
+    import runner.report.stats as stats
+
+    results = [train_result(world=1, step_times=noisy(0.0336, 0.15, 400, seed)) for seed in (1, 2)]
+    whole = bootstrap_tokens_per_s(results, resamples=400)
+    monkeypatch.setattr(stats, "DRAWN_AT_ONCE", 400 * 7)  # 7 resamples a chunk
+    chunked = bootstrap_tokens_per_s(results, resamples=400)
+    assert whole is not None and chunked is not None and chunked.shape == whole.shape == (400,)
+    (low, high), (c_low, c_high) = interval(whole), interval(chunked)
+    assert abs(c_low - low) < 0.05 * low and abs(c_high - high) < 0.05 * high
+    figure = sum(launch_tokens_per_s(r) for r in results) / 2
+    assert c_low <= figure <= c_high

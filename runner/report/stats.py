@@ -117,6 +117,9 @@ def _seed(results: Sequence[TrainResult]) -> int:
     return int.from_bytes(digest.digest()[:8], "little")
 
 
+DRAWN_AT_ONCE = 4_000_000  # step indices drawn at a time: about 32 MB, plus their times
+
+
 def bootstrap_tokens_per_s(
     results: Sequence[TrainResult], resamples: int = RESAMPLES
 ) -> NDArray[np.float64] | None:
@@ -137,12 +140,17 @@ def bootstrap_tokens_per_s(
             if rows.size == 0:
                 continue
             steps = np.asarray(result.step_times, dtype=np.float64)
-            if steps.size:
-                chosen = rng.integers(0, steps.size, size=(rows.size, steps.size))
-                medians = np.median(steps[chosen], axis=1)
-            else:
-                medians = np.full(rows.size, result.step_time_p50)
-            draws[rows, slot] = result.global_batch * result.seq_len / medians
+            tokens = result.global_batch * result.seq_len
+            if not steps.size:
+                draws[rows, slot] = tokens / result.step_time_p50
+                continue
+            # In chunks, so memory stays bounded at any --steps; one chunk (the same draws as
+            # unchunked) for every run of up to DRAWN_AT_ONCE / RESAMPLES steps a launch.
+            per_chunk = max(1, DRAWN_AT_ONCE // steps.size)
+            for start in range(0, rows.size, per_chunk):
+                part = rows[start : start + per_chunk]
+                chosen = rng.integers(0, steps.size, size=(part.size, steps.size))
+                draws[part, slot] = tokens / np.median(steps[chosen], axis=1)
     draws.sort(axis=1)
     if count >= 3:  # the same MLPerf-style trimming as the figure itself
         draws = draws[:, 1:-1]
