@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from runner.errors import UsageError
 from runner.execute import Answer
-from runner.plan.launchers.base import node_ssh_options
+from runner.plan.launchers.base import node_ssh_options, ssh_port_option
 from runner.render import render
 from runner.spec.cluster import Inventory, Node, SshAccess
 from runner.spec.launch import LaunchPlan
@@ -40,20 +40,16 @@ class PeerSsh:
     to_head: bool = False  # it also logs into node 0 itself (pdsh does: every host of its list)
 
 
-def _port(ssh: SshAccess) -> tuple[str, ...]:
-    return ("-p", str(ssh.port)) if ssh.port is not None else ()
-
-
 def _mpirun(ssh: SshAccess) -> PeerSsh:
     # --mca plm_rsh_args (runner/plan/launchers/mpirun.py); OpenMPI starts no daemon over ssh
     # on the node it runs on.
-    return PeerSsh((*_port(ssh), *node_ssh_options(ssh)))
+    return PeerSsh((*ssh_port_option(ssh), *node_ssh_options(ssh)))
 
 
 def _deepspeed(ssh: SshAccess) -> PeerSsh:
     # PDSH_SSH_ARGS_APPEND (templates/launch/deepspeed.sh.j2), to which DeepSpeed appends
     # `-p PORT` from --ssh_port (deepspeed/launcher/multinode_runner.py, PDSHRunner).
-    return PeerSsh((*node_ssh_options(ssh), *_port(ssh)), to_head=True)
+    return PeerSsh((*node_ssh_options(ssh), *ssh_port_option(ssh)), to_head=True)
 
 
 def _horovodrun(ssh: SshAccess) -> PeerSsh:
@@ -61,7 +57,7 @@ def _horovodrun(ssh: SshAccess) -> PeerSsh:
     # (and recorded), then the -p and -i that horovodrun was given (launchers/horovodrun.py).
     key = ("-i", ssh.identity_file) if ssh.identity_file else ()
     lenient = ("-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no")
-    return PeerSsh((*lenient, *_port(ssh), *key))
+    return PeerSsh((*lenient, *ssh_port_option(ssh), *key))
 
 
 # The launchers that start every other node's ranks over ssh from node 0.

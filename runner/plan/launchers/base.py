@@ -79,6 +79,11 @@ class Launcher(Protocol):
         ...
 
 
+def ssh_port_option(ssh: SshAccess) -> tuple[str, ...]:
+    """`-p PORT` when the inventory names the port; none when ~/.ssh/config (or 22) decides."""
+    return ("-p", str(ssh.port)) if ssh.port is not None else ()
+
+
 def node_ssh_options(ssh: SshAccess) -> tuple[str, ...]:
     """ssh options node 0 uses to reach the other nodes for a head-only launcher: the cluster's
     key and, when the inventory names one, its known_hosts file (both at the same path there)."""

@@ -17,6 +17,7 @@ from runner.plan.launchers.base import (
     head_only,
     host_slots,
     launch_env,
+    ssh_port_option,
 )
 from runner.spec.launch import LaunchFile
 from runner.spec.request import Framework, HorovodController
@@ -57,7 +58,7 @@ class Horovodrun:
     def node_context(self, ctx: PlanContext, node_rank: int) -> dict[str, object]:
         ssh: tuple[str, ...] = ()
         if ctx.ssh is not None:
-            ssh = ("-p", str(ctx.ssh.port)) if ctx.ssh.port is not None else ()
+            ssh = ssh_port_option(ctx.ssh)
             if ctx.ssh.identity_file:
                 ssh = (*ssh, "-i", ctx.ssh.identity_file)
         context = common_context(ctx, node_rank)

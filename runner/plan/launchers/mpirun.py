@@ -21,6 +21,7 @@ from runner.plan.launchers.base import (
     hostfile,
     launch_env,
     node_ssh_options,
+    ssh_port_option,
 )
 from runner.render import render
 from runner.spec.launch import CliArg, LaunchFile
@@ -92,8 +93,7 @@ def remote_shell(ctx: PlanContext) -> tuple[CliArg, ...]:
                 "all from mpirun",
             ),
         )
-    port = ("-p", str(ctx.ssh.port)) if ctx.ssh.port is not None else ()
-    ssh = (*port, *node_ssh_options(ctx.ssh))
+    ssh = (*ssh_port_option(ctx.ssh), *node_ssh_options(ctx.ssh))
     return (
         CliArg(
             ("--mca", "plm_rsh_args", " ".join(ssh)),
