@@ -72,9 +72,13 @@ NODE_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red")
 
 def print_node_line(console: Console, node: str, line: str) -> None:
     """One line of a node's output, prefixed [node-i] in that node's colour."""
+    import re
+
     from rich.text import Text
 
-    index = int(node.rsplit("-", 1)[-1]) if node[-1:].isdigit() else 0
+    # the node's number (node-3, gpu017 from Slurm), else the same colour for the same name
+    number = re.search(r"(\d+)$", node)
+    index = int(number.group(1)) if number else sum(node.encode())
     style = NODE_STYLES[index % len(NODE_STYLES)]
     # what the program printed, less the secrets it was given (the node log keeps it whole)
     console.print(Text.assemble((f"[{node}] ", style), redact_text(line)), soft_wrap=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
     from rich.table import Table
 
+    from runner.cluster.connect import Preview
     from runner.cluster.readiness import Waiting
     from runner.execute import Answer
     from runner.plan.sweep import SweepPlan
@@ -29,9 +31,14 @@ if TYPE_CHECKING:
     from runner.sweep.run import Sweep, SweepEvents
 
 
-def print_sweep_plan(sweep: SweepPlan) -> None:
+def print_sweep_plan(
+    sweep: SweepPlan, preview: Preview | None = None, run_dir: Path | None = None
+) -> None:
     """The whole sweep as it would run: the health gate's launches, then every point with its
-    repeats, then the environment the manifest records (secrets already redacted)."""
+    repeats, then the environment the manifest records (secrets already redacted). An engine's
+    ``preview`` adds its allocation request and how each launch starts (Slurm's srun lines)."""
+    if preview is not None:
+        typer.echo(f"# ==== allocation\n{preview.allocation}")
     gate = sweep.gate
     if isinstance(gate, str):
         typer.echo(f"# ==== health gate: skipped: {gate}")
@@ -43,18 +50,22 @@ def print_sweep_plan(sweep: SweepPlan) -> None:
         )
         for check in gate.checks:
             typer.echo(f"# ==== health gate launch -> {check.workdir}")
-            print_plan(check.plan)
+            print_plan(check.plan, preview, str((run_dir or Path()) / check.workdir))
     for plan in sweep.points:
         dirs = ", ".join(each.workdir for each in sweep.launches if each.plan is plan)
         typer.echo(f"# ==== point: {plan.nnodes} node(s), {sweep.spec.repeat} launch(es) -> {dirs}")
-        print_plan(plan)
+        first = next(each.workdir for each in sweep.launches if each.plan is plan)
+        print_plan(plan, preview, str((run_dir or Path()) / first))
     typer.echo("# ==== environment recorded in manifest.json (the largest point's)")
     for var in sweep.environment:
         typer.echo(f"{var.key}={var.value}")
 
 
-def print_plan(plan: LaunchPlan) -> None:
-    """Each script and launch file of one plan, under a header naming it."""
+def print_plan(plan: LaunchPlan, preview: Preview | None = None, workdir: str = "") -> None:
+    """Each script and launch file of one plan, under a header naming it; with an engine's
+    ``preview``, how it starts the launch in ``workdir`` first."""
+    if preview is not None:
+        typer.echo(preview.launch(plan, workdir))
     where = f"{plan.nnodes} node(s) via {plan.launcher}, world size {plan.world_size}"
     for launch in plan.launches:
         node = launch.node

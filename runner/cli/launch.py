@@ -167,6 +167,7 @@ def bench(
     from runner.plan.sweep import plan_sweep
 
     with session(launching, where, json_out=json_out) as current:
+        current.drain_failing = gate.drain_failing
         if json_out and launching.dry_run:
             raise UsageError(
                 "--json prints a sweep's summary, and --dry-run runs no sweep",
@@ -177,7 +178,11 @@ def bench(
         resolved = resolve_bench(spec)
         with current.cluster(resolved.spec, resolved.largest) as cluster:
             if launching.dry_run:
-                print_sweep_plan(plan_sweep(resolved.redacted(), cluster.inventory))
+                print_sweep_plan(
+                    plan_sweep(resolved.redacted(), cluster.inventory),
+                    cluster.preview,
+                    launching.output / resolved.spec.run_id,
+                )
                 return
             if cluster.choice.embedded:
                 _require_packages(resolved)  # the embedded nodes run this very interpreter
@@ -267,7 +272,10 @@ def run(
         resolved = resolve_run(spec)
         with current.cluster(spec, nodes) as cluster:
             if launching.dry_run:
-                print_plan(plan_run(resolved.redacted(), cluster.inventory))
+                workdir = launching.output / run_id / "launch"
+                print_plan(
+                    plan_run(resolved.redacted(), cluster.inventory), cluster.preview, str(workdir)
+                )
                 return
             done = _run_program(cluster, resolved, launching)
         console().print(

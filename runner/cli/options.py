@@ -22,6 +22,7 @@ from runner.spec.request import (
     TfStrategy,
     TrainDtype,
 )
+from runner.spec.slurm import DEFAULT_QUEUE_TIMEOUT_S, SlurmRequest
 
 LAUNCHER_NAMES = "torchrun, deepspeed, horovodrun, mpirun, tensorflow"  # = LAUNCHERS, tested
 _DEFAULTS = LauncherOptions()
@@ -220,6 +221,43 @@ Teardown = Annotated[
         help="With --stack: destroy it afterwards, even after a failure or Ctrl-C (default keep).",
     ),
 ]
+# --slurm and the sbatch options passed through to the allocation dtrun asks for.
+_SLURM = "Slurm (--slurm)"
+
+
+def _sbatch(flag: str, what: str) -> Any:  # typer.Option's own return type
+    return typer.Option(
+        f"--{flag}",
+        help=f"--slurm: sbatch --{flag} of the allocation dtrun asks for ({what}).",
+        rich_help_panel=_SLURM,
+        show_default=False,
+    )
+
+
+SlurmOpt = Annotated[
+    bool,
+    typer.Option(
+        "--slurm",
+        help="Run on Slurm: inside the allocation dtrun runs in (salloc, sbatch), or one it asks "
+        "for with the largest node count and cancels at the end; every launch is an srun step.",
+        rich_help_panel=_SLURM,
+    ),
+]
+Partition = Annotated[str | None, _sbatch("partition", "a partition from sinfo")]
+Account = Annotated[str | None, _sbatch("account", "the account charged")]
+Qos = Annotated[str | None, _sbatch("qos", "a quality of service")]
+TimeLimit = Annotated[str | None, _sbatch("time", "its time limit, e.g. 30 or 2:00:00")]
+Constraint = Annotated[str | None, _sbatch("constraint", "node features, e.g. ib&a100")]
+Exclude = Annotated[str | None, _sbatch("exclude", "nodes not to use, e.g. gpu[03,07]")]
+Nodelist = Annotated[str | None, _sbatch("nodelist", "nodes it must have")]
+QueueTimeout = Annotated[
+    float,
+    typer.Option(
+        help="--slurm: seconds dtrun's allocation may wait in the queue (saying Slurm's reason) "
+        "before dtrun cancels it and stops.",
+        rich_help_panel=_SLURM,
+    ),
+]
 DEFAULT_READY_TIMEOUT = 900.0
 DEFAULT_CONNECT_TIMEOUT = 30.0
 
@@ -282,6 +320,15 @@ HealthSize = Annotated[
     typer.Option(help="The gate's message size (default: the catalog's, e.g. 8G).",
                  rich_help_panel=_GATE),
 ]  # fmt: skip
+DrainFailing = Annotated[
+    bool,
+    typer.Option(
+        "--drain-failing",
+        help="--slurm: drain the nodes the gate finds below the mark (scontrol update "
+        "state=drain, with the reason) and leave them out of the sweep.",
+        rich_help_panel=_GATE,
+    ),
+]
 ProjectTokens = Annotated[
     int,
     typer.Option(help="Tokens for the report's time-to-train projection.", rich_help_panel=_OUT),
@@ -313,6 +360,37 @@ class Where:
     accept_new_host_keys: AcceptNewHostKeys = False
     ready_timeout: ReadyTimeout = DEFAULT_READY_TIMEOUT
     connect_timeout: ConnectTimeout = DEFAULT_CONNECT_TIMEOUT
+    slurm: SlurmOpt = False
+    partition: Partition = None
+    account: Account = None
+    qos: Qos = None
+    time: TimeLimit = None
+    constraint: Constraint = None
+    exclude: Exclude = None
+    nodelist: Nodelist = None
+    queue_timeout: QueueTimeout = DEFAULT_QUEUE_TIMEOUT_S
+
+    def slurm_request(self, drain_failing: bool = False) -> SlurmRequest | None:
+        """--slurm's request; Slurm options without --slurm are refused (they would be lost)."""
+        from runner.errors import UsageError
+
+        request = SlurmRequest(
+            self.partition, self.account, self.qos, self.time, self.constraint, self.exclude,
+            self.nodelist, self.queue_timeout, drain_failing,
+        )  # fmt: skip
+        if self.slurm:
+            return request
+        given = [flag for flag, _ in request.passed_through()]
+        if drain_failing:
+            given.append("--drain-failing")
+        if self.queue_timeout != DEFAULT_QUEUE_TIMEOUT_S:
+            given.append("--queue-timeout")
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} shape a Slurm allocation, and --slurm was not given",
+                fix="add --slurm, or leave them out",
+            )
+        return None
 
 
 @dataclass(frozen=True)
@@ -390,6 +468,7 @@ class GateOptions:
     strict: Strict = False
     health_threshold: HealthThreshold = None
     health_size: HealthSize = None
+    drain_failing: DrainFailing = False
 
     @property
     def spec(self) -> HealthGate:

@@ -33,13 +33,22 @@ class StackWatch:
 
 
 def choose(
-    where: Where, local_nodes: int, *, check: bool = False, teardown: bool = False
+    where: Where,
+    local_nodes: int,
+    *,
+    check: bool = False,
+    teardown: bool = False,
+    dry_run: bool = False,
+    job_name: str = "dtrun",
+    drain_failing: bool = False,
 ) -> ClusterChoice:
     from runner.cluster.connect import ClusterChoice
     from runner.plan.checks import check_seconds
 
     check_seconds("--ready-timeout", where.ready_timeout)
     check_seconds("--connect-timeout", where.connect_timeout)
+    check_seconds("--queue-timeout", where.queue_timeout)
+    slurm = where.slurm_request(drain_failing)
     if teardown and where.stack is None:
         raise UsageError(
             "--teardown destroys a Pulumi stack, and no --stack was given",
@@ -54,6 +63,9 @@ def choose(
         check,
         where.ready_timeout,
         where.connect_timeout,
+        slurm,
+        dry_run,
+        job_name,
     )
 
 
@@ -105,6 +117,7 @@ class Session:
     def __init__(self, launching: Launching, where: Where) -> None:
         self.launching, self.where = launching, where
         self.watch = StackWatch(where.stack, launching.teardown and not launching.dry_run)
+        self.drain_failing = False  # bench's --drain-failing, set before the cluster opens
 
     @contextmanager
     def cluster(self, spec: LaunchRequest, local_nodes: int) -> Iterator[Cluster]:
@@ -114,7 +127,15 @@ class Session:
 
         launching = self.launching
         store = check_results(launching.results, dry_run=launching.dry_run)
-        choice = choose(self.where, local_nodes, check=launching.check, teardown=launching.teardown)
+        choice = choose(
+            self.where,
+            local_nodes,
+            check=launching.check,
+            teardown=launching.teardown,
+            dry_run=launching.dry_run,
+            job_name=f"dtrun-{spec.run_id}",
+            drain_failing=self.drain_failing,
+        )
         with (
             upload_after(store, launching.output / spec.run_id, spec.secrets()),
             opened(choice, self.watch) as cluster,

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from runner.cluster.embedded import embedded_inventory
 from runner.cluster.outputs import StackOutputs, inventory_from_stack, parse_outputs
@@ -28,11 +28,21 @@ from runner.errors import InventoryError, UsageError
 from runner.execute import Executor
 from runner.spec.cluster import Inventory, Node
 from runner.spec.launch import LaunchPlan
+from runner.spec.slurm import SlurmRequest
 
 if TYPE_CHECKING:
     from runner.cluster.registry import RegistryPoll
 
 Notice = Callable[[str], None]
+
+
+class Preview(Protocol):
+    """An engine's own lines in a dry run: the allocation, how each launch starts."""
+
+    @property
+    def allocation(self) -> str: ...
+
+    def launch(self, plan: LaunchPlan, workdir: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,9 @@ class ClusterChoice:
     check: bool = False  # health checks (GPUs, InfiniBand, Python) before every launch
     ready_timeout_s: float = 900.0
     connect_timeout_s: float = 30.0  # hosts files: their nodes are up, or the run fails fast
+    slurm: SlurmRequest | None = None  # --slurm: the nodes of a Slurm allocation
+    dry_run: bool = False  # --slurm outside an allocation asks for none
+    job_name: str = "dtrun"  # the Slurm job dtrun asks for
 
     @property
     def patience(self) -> Patience:
@@ -60,6 +73,11 @@ class ClusterChoice:
 
     def __post_init__(self) -> None:
         given = [flag for flag, value in self._sources() if value is not None]
+        if self.slurm is not None and (self.hosts is not None or self.outputs is not None):
+            raise UsageError(
+                "--slurm runs on the nodes Slurm gives, and --hosts or --outputs names others",
+                fix="pass --slurm alone (or with --stack NAME for a stack's own Slurm)",
+            )
         if len(given) > 1:
             raise UsageError(
                 f"{' and '.join(given)} name two clusters",
@@ -72,7 +90,7 @@ class ClusterChoice:
     @property
     def embedded(self) -> bool:
         """None of --hosts, --stack and --outputs: the embedded cluster, on this machine."""
-        return self.hosts is None and self.stack_name is None
+        return self.hosts is None and self.stack_name is None and self.slurm is None
 
     @property
     def stack_name(self) -> str | None:
@@ -87,11 +105,15 @@ class Cluster:
     executor: Executor
     choice: ClusterChoice
     on_wait: WaitSink = no_wait_sink  # hears each look at nodes that have not all answered
+    engine: str = "local"  # "local", "ssh" or "slurm": how the executor reaches the nodes
+    preview: Preview | None = None  # what a dry run prints beside each plan (Slurm)
 
     def ready(self, plan: LaunchPlan) -> None:
         """The barrier before a launch: its nodes answer and, with --check, are healthy."""
         nodes: Sequence[Node] = plan.nodes or tuple(launch.node for launch in plan.launches)
-        if self.inventory.ssh is None:
+        if self.engine == "slurm" and not self.choice.check:
+            return  # Slurm gave the job these nodes: they are up
+        if self.engine == "local":
             # MASTER_PORT sits next to the rendezvous port (LaunchRequest.master_port)
             check_ports_free(plan.master_addr, (plan.master_port - 1, plan.master_port))
             if not self.choice.check:
@@ -201,6 +223,17 @@ def open_cluster(
 ) -> Iterator[Cluster]:
     """The cluster to run on, connected, for the duration of a command. ``on_outputs`` hears
     a stack's outputs as soon as they are read (from then on, the stack is known to exist)."""
+    if choice.slurm is not None:
+        if choice.stack is not None:
+            raise UsageError(
+                "--stack with --slurm is not built yet",
+                fix="run dtrun --slurm on the stack's head node, or leave out --slurm",
+            )
+        from runner.cluster.slurmjob import open_slurm
+
+        with open_slurm(choice, notice) as cluster:
+            yield cluster
+        return
     if choice.embedded:
         from runner.execute.local import LocalExecutor
 
@@ -220,7 +253,7 @@ def open_cluster(
             connect_timeout=choice.patience.attempt_s,
             retries=1,
         ) as session:
-            yield Cluster(inventory, SshExecutor(session), choice)
+            yield Cluster(inventory, SshExecutor(session), choice, engine="ssh")
         return
 
     from runner.cluster.registry import no_poll, wait_for_registry
@@ -239,4 +272,4 @@ def open_cluster(
             timeout_s=choice.ready_timeout_s,
             on_poll=on_poll if on_poll is not None else no_poll,
         )
-        yield Cluster(session.inventory, SshExecutor(session), choice)
+        yield Cluster(session.inventory, SshExecutor(session), choice, engine="ssh")

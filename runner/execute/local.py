@@ -78,16 +78,16 @@ class LocalExecutor:
         verdict: _Node | RunTimeoutError | None = None
         try:
             for launch in plan.launches:
-                with _sigint_deferred():  # a node that was started is one that gets stopped
+                with sigint_deferred():  # a node that was started is one that gets stopped
                     nodes.append(_start(launch, workdir, on_line, exits))
             verdict = _supervise(nodes, exits, timeout_s, plan.nnodes)
         except KeyboardInterrupt:
             # saying so must not replace the interruption (a closed terminal, a broken pipe)
-            with _sigint_deferred(), contextlib.suppress(Exception):
+            with sigint_deferred(), contextlib.suppress(Exception):
                 self.on_stopping(sum(node.returncode is None for node in nodes))
             raise
         finally:
-            with _sigint_deferred():
+            with sigint_deferred():
                 self._stop(nodes)
         results = tuple(node.result() for node in nodes)
         if verdict is None:
@@ -289,7 +289,7 @@ def _wait_gone(procs: list[psutil.Process], deadline: float) -> list[psutil.Proc
 
 
 @contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
+def sigint_deferred() -> Iterator[None]:
     """Ctrl-C waits until the block is done, then arrives as it would have.
 
     A Python handler, not a signal mask: the kernel may hand SIGINT to any thread that does not

@@ -63,6 +63,7 @@ def plan_launch(inventory: Inventory, launch: ResolvedLaunch, nodes: int, what: 
         size=inventory.size,
         ssh=inventory.ssh,
         interface=inventory.interface,
+        scheduler=inventory.scheduler,
     )
     launches = tuple(
         NodeLaunch(

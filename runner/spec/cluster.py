@@ -65,6 +65,8 @@ class Inventory:
     shared_dir: str | None = None  # a directory every node mounts, when there is one
     interface: str = "eth0"  # the network interface the nodes reach each other on
     image: str | None = None  # the nodes' OS image (URN), when the cluster says
+    # "slurm": Slurm starts every process (srun), and node names are Slurm's node names
+    scheduler: str | None = None
 
     @property
     def description(self) -> str:

@@ -36,6 +36,7 @@ class PlanContext:
     size: str | None = None  # catalog size of the nodes, when known
     ssh: SshAccess | None = None  # None: no sshd on the nodes, launchers use no-SSH modes
     interface: str = "eth0"
+    scheduler: str | None = None  # "slurm": mpirun starts its daemons with srun
 
     @property
     def nnodes(self) -> int:
@@ -155,8 +156,12 @@ def host_slots(ctx: PlanContext) -> tuple[str, ...]:
 
 
 def hostfile(ctx: PlanContext) -> LaunchFile:
-    """MPI-style hostfile, one `ADDRESS slots=N` line per node, in node-rank order."""
-    lines = "".join(f"{node.address} slots={ctx.procs_per_node}\n" for node in ctx.nodes)
+    """MPI-style hostfile, one `ADDRESS slots=N` line per node, in node-rank order. Under Slurm
+    the nodes go by their Slurm names, which mpirun hands to srun to start its daemons."""
+    slurm = ctx.scheduler == "slurm"
+    lines = "".join(
+        f"{node.name if slurm else node.address} slots={ctx.procs_per_node}\n" for node in ctx.nodes
+    )
     return LaunchFile(HOSTFILE, lines)
 
 

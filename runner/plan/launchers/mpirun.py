@@ -50,14 +50,16 @@ class Mpirun:
 
     def files(self, ctx: PlanContext) -> tuple[LaunchFile, ...]:
         files: tuple[LaunchFile, ...] = (hostfile(ctx), launch_env(ctx, RANKS))
-        if ctx.ssh is None:
+        if ctx.ssh is None and ctx.scheduler is None:
             agent = render("launch/local-rsh.sh.j2", {"version": __version__, "run_id": ctx.run_id})
             files = (*files, LaunchFile(LOCAL_RSH, agent, 0o755))
         return files
 
     def node_context(self, ctx: PlanContext, node_rank: int) -> dict[str, object]:
         context = common_context(ctx, node_rank)
-        context.update(mpi_args=mpi_args(ctx), local_agent=ctx.ssh is None)
+        context.update(
+            mpi_args=mpi_args(ctx), local_agent=ctx.ssh is None and ctx.scheduler is None
+        )
         return context
 
 
@@ -85,6 +87,14 @@ def mpi_args(ctx: PlanContext) -> tuple[CliArg, ...]:
 
 
 def remote_shell(ctx: PlanContext) -> tuple[CliArg, ...]:
+    if ctx.scheduler == "slurm":
+        return (
+            CliArg(
+                ("--mca", "ras", "^slurm"),
+                "inside the Slurm job, mpirun starts its daemons with srun; the hostfile, not the "
+                "job's task layout, says each node's ranks",
+            ),
+        )
     if ctx.ssh is None:
         return (
             CliArg(

@@ -1,0 +1,210 @@
+"""Slurm as an inventory source: the allocation dtrun runs in, and its nodes (docs/slurm.md).
+
+Inside an allocation (SLURM_JOB_ID set: under salloc, in an sbatch script) dtrun uses that
+allocation's nodes and leaves the allocation as it found it. Outside one, it asks for a single
+allocation of the sweep's largest node count (an sbatch job whose only work is to hold the
+nodes), waits in the queue once, runs every point inside it (a point of n nodes on the first n),
+and cancels it when the command ends, however it ends.
+
+Every Slurm command goes through a SlurmShell: here on a login node, or on a stack's head
+over ssh. Only Slurm's documented output formats are read (sbatch --parsable, squeue -o,
+sinfo -o, scontrol show hostnames).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from runner.errors import InventoryError, RunError, UsageError
+from runner.execute.slurmshell import LIVE, POLL_S, SlurmShell, job_state
+from runner.spec.cluster import Accelerator, Inventory, Node
+from runner.spec.slurm import SlurmRequest
+
+HOLD = "exec sleep infinity"  # the batch script of the allocation dtrun asks for
+# A node name dtrun puts in file names and scripts; Slurm's own names are of this shape.
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class QueueTimeoutError(RunError):
+    """dtrun's allocation waited in the queue past --queue-timeout; it was cancelled."""
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The Slurm job whose nodes dtrun runs on."""
+
+    job_id: str
+    nodes: tuple[str, ...]  # Slurm node names, in the order `scontrol show hostnames` gives
+    owned: bool  # dtrun asked for it, so dtrun cancels it
+
+
+def allocation_request(request: SlurmRequest, nodes: int, name: str) -> list[str]:
+    """The sbatch line dtrun submits: N whole nodes held by a job that only sleeps, so that
+    every point of the sweep runs on the same nodes after one wait in the queue."""
+    return [
+        "sbatch",
+        "--parsable",
+        f"--job-name={name}",
+        f"--nodes={nodes}",
+        "--ntasks-per-node=1",
+        "--exclusive",  # nobody else's work on the nodes while they are measured
+        "--output=/dev/null",
+        *(f"{flag}={value}" for flag, value in request.passed_through()),
+        f"--wrap={HOLD}",
+    ]
+
+
+PendingSink = Callable[[str, str, float, float], None]  # job id, Slurm's reason, waited, timeout
+
+
+def submit(shell: SlurmShell, request: SlurmRequest, nodes: int, name: str) -> str:
+    """Submit the allocation request; its job id. A request Slurm refuses is bad input."""
+    argv = allocation_request(request, nodes, name)
+    done = shell.run(argv)
+    if done.returncode != 0:
+        said = " ".join(line.strip() for line in done.stderr.strip().splitlines())
+        raise UsageError(
+            f"Slurm refused dtrun's request for {nodes} node(s)",
+            why=said or f"sbatch exited {done.returncode}",
+            fix="check --partition, --account, --qos, --time, --constraint, --nodelist and "
+            "--exclude against `sinfo` and `sacctmgr show assoc user=$USER`",
+        )
+    job_id = done.stdout.strip().split(";")[0]  # --parsable: JOBID[;CLUSTER]
+    if not job_id.isdigit():
+        raise InventoryError(f"sbatch answered {done.stdout.strip()!r}, not a job id")
+    return job_id
+
+
+def wait_running(
+    shell: SlurmShell,
+    job_id: str,
+    *,
+    timeout_s: float,
+    on_pending: PendingSink,
+    clock: Callable[[], float] = time.monotonic,
+) -> str:
+    """Wait until the job runs; its node list. Past ``timeout_s`` a QueueTimeoutError says
+    Slurm's last reason (the caller cancels the job)."""
+    started = clock()
+    reason = ""
+    while True:
+        seen = job_state(shell, job_id)
+        waited = clock() - started
+        if seen is None or seen[0] not in LIVE:
+            state = seen[0] if seen else "gone"
+            raise RunError(
+                f"Slurm job {job_id} ended before it started ({state})",
+                why=seen[1] if seen and seen[1] not in ("", "None") else "see `scontrol show job`",
+                fix=f"ask Slurm why (`sacct -j {job_id}`), then run again",
+            )
+        state, reason, nodelist = seen
+        if state == "RUNNING":
+            return nodelist
+        on_pending(job_id, reason, waited, timeout_s)
+        if waited >= timeout_s:
+            raise QueueTimeoutError(
+                f"Slurm job {job_id} waited {waited:.0f} s in the queue and did not start",
+                why=f"Slurm's reason: {reason} (squeue -j {job_id}); dtrun cancelled it",
+                fix="raise --queue-timeout, ask for fewer nodes, or another --partition",
+            )
+        time.sleep(POLL_S)
+
+
+def hostnames(shell: SlurmShell, nodelist: str) -> tuple[str, ...]:
+    """Slurm's compressed node list (gpu[01-04]) as names, by `scontrol show hostnames`."""
+    names = tuple(shell.check(["scontrol", "show", "hostnames", nodelist], "expand").split())
+    for name in names:
+        if not _NODE_NAME.match(name):
+            raise InventoryError(
+                f"Slurm node name {name!r} is not one dtrun can use",
+                why="dtrun names log files and scripts after nodes: letters, digits, . _ -",
+            )
+    return names
+
+
+def gpus_of(gres: str) -> int:
+    """GPUs in sinfo's %G, e.g. gpu:8, gpu:a100:4(S:0-1),gpu:t4:2 or (null)."""
+    count = 0
+    for item in re.sub(r"\([^)]*\)", "", gres).split(","):
+        parts = item.split(":")
+        if parts[0] == "gpu" and len(parts) >= 2 and parts[-1].isdigit():
+            count += int(parts[-1])
+    return count
+
+
+def slurm_nodes(shell: SlurmShell, names: Sequence[str]) -> tuple[Node, ...]:
+    """Each named node with its address (NodeAddr), CPUs and GPUs, in the order named."""
+    out = shell.check(
+        ["sinfo", "-N", "-h", "-n", ",".join(names), "-o", "%N|%o|%c|%G"], "describe the nodes"
+    )
+    found: dict[str, Node] = {}
+    for line in out.splitlines():
+        name, address, cpus, gres = [*line.split("|"), "", "", ""][:4]
+        gpus = gpus_of(gres)
+        found.setdefault(
+            name,
+            Node(
+                name=name,
+                address=address or name,
+                slots=gpus or 1,
+                cpus=int(cpus) if cpus.isdigit() else 1,
+            ),
+        )
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise InventoryError(f"sinfo does not describe node(s) {', '.join(missing)}")
+    return tuple(found[name] for name in names)
+
+
+def cpus_per_node(value: str, count: int) -> tuple[int, ...] | None:
+    """SLURM_JOB_CPUS_PER_NODE (72(x2),36: CPUs the job has on each node, in node order) as
+    one count per node; None when it is absent or does not cover ``count`` nodes."""
+    counts: list[int] = []
+    for item in filter(None, value.replace(" ", "").split(",")):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", item)
+        if match is None:
+            return None
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return tuple(counts) if len(counts) == count else None
+
+
+def candidate_nodes(shell: SlurmShell, request: SlurmRequest) -> tuple[str, ...]:
+    """For a dry run outside an allocation: the nodes such a request could be given, in
+    Slurm's order (the ones Slurm grants may differ)."""
+    if request.nodelist is not None:
+        return hostnames(shell, request.nodelist)
+    command = ["sinfo", "-N", "-h", "-o", "%N"]
+    if request.partition is not None:
+        command += ["-p", request.partition]
+    names = list(dict.fromkeys(shell.check(command, "list the nodes").split()))
+    excluded = set(hostnames(shell, request.exclude)) if request.exclude else set()
+    return tuple(name for name in names if name not in excluded)
+
+
+def slurm_inventory(
+    job: str, nodes: tuple[Node, ...], *, python_bin: str, code_dir: str
+) -> Inventory:
+    """The allocation's nodes. They run this machine's Python and checkout, at the same paths
+    (Slurm's nodes share the login node's file systems: docs/slurm.md)."""
+    gpus = min(node.slots for node in nodes) if any(n.slots > 1 for n in nodes) else 0
+    loopback = all(node.address.startswith("127.") for node in nodes)
+    return Inventory(
+        source=job,
+        nodes=nodes,
+        python_bin=python_bin,
+        code_dir=code_dir,
+        accelerator=Accelerator.CUDA if gpus else Accelerator.CPU,
+        ssh=None,  # Slurm starts every process: no ssh between nodes
+        interface="lo" if loopback else "eth0",
+        scheduler="slurm",
+    )
+
+
+def inside_allocation(environ: Mapping[str, str] | None = None) -> str | None:
+    """The job id of the allocation dtrun runs inside (salloc, sbatch), if any."""
+    job = (os.environ if environ is None else environ).get("SLURM_JOB_ID", "").strip()
+    return job or None

@@ -1,0 +1,119 @@
+"""Open a Slurm cluster for one command: find or ask for the allocation, read its nodes, and
+cancel what dtrun asked for when the command ends, however it ends (docs/slurm.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from runner.cluster.embedded import embedded_inventory
+from runner.cluster.slurm import (
+    allocation_request,
+    candidate_nodes,
+    cpus_per_node,
+    hostnames,
+    inside_allocation,
+    slurm_inventory,
+    slurm_nodes,
+    submit,
+    wait_running,
+)
+from runner.execute.local import sigint_deferred
+from runner.execute.slurm import SlurmExecutor, SlurmPreview
+from runner.execute.slurmshell import SlurmShell, cancel, job_state
+from runner.spec.cluster import Inventory, Node
+
+if TYPE_CHECKING:
+    from runner.cluster.connect import Cluster, ClusterChoice
+
+Notice = Callable[[str], None]
+PENDING_EVERY_S = 30.0  # a job still pending for the same reason is mentioned this often
+
+
+def _inventory(source: str, nodes: tuple[Node, ...]) -> Inventory:
+    here = embedded_inventory(1)  # this interpreter and checkout, at the same paths there
+    return slurm_inventory(source, nodes, python_bin=here.python_bin, code_dir=here.code_dir)
+
+
+def _cluster(choice: ClusterChoice, shell: SlurmShell, job: str, inventory: Inventory) -> Cluster:
+    from runner.cluster.connect import Cluster
+
+    gpus = min(node.slots for node in inventory.nodes) if inventory.accelerator == "cuda" else 0
+    executor = SlurmExecutor(shell, job, gpus_per_node=gpus)
+    preview = SlurmPreview(executor, allocation_line(choice))
+    return Cluster(inventory, executor, choice, engine="slurm", preview=preview)
+
+
+def pending_notice(notice: Notice) -> Callable[[str, str, float, float], None]:
+    """Say why the job waits when Slurm's reason changes, and every 30 s while it does not."""
+    said: dict[str, object] = {"reason": None, "at": 0.0}
+
+    def heard(job: str, reason: str, waited: float, timeout: float) -> None:
+        if reason != said["reason"] or waited - float(said["at"]) >= PENDING_EVERY_S:  # type: ignore[arg-type]
+            notice(
+                f"Slurm job {job} is pending ({reason}): {waited:.0f} s of --queue-timeout "
+                f"{timeout:g} s"
+            )
+            said.update(reason=reason, at=waited)
+
+    return heard
+
+
+@contextlib.contextmanager
+def open_slurm(
+    choice: ClusterChoice, notice: Notice, shell: SlurmShell | None = None
+) -> Iterator[Cluster]:
+    request = choice.slurm
+    assert request is not None  # only called for --slurm
+    shell = shell or SlurmShell()
+    job = inside_allocation()
+    if job is not None:
+        if request.passed_through():
+            given = ", ".join(flag for flag, _ in request.passed_through())
+            notice(f"inside Slurm job {job}: its nodes are used, and {given} do not apply")
+        seen = job_state(shell, job) or ("", "", "")
+        nodelist = os.environ.get("SLURM_JOB_NODELIST") or seen[2]
+        names = hostnames(shell, nodelist)
+        notice(f"inside Slurm job {job}: {len(names)} node(s), {','.join(names)}")
+        nodes = slurm_nodes(shell, names)
+        # the job's own share of each node: all of it only when the allocation is exclusive
+        cpus = cpus_per_node(os.environ.get("SLURM_JOB_CPUS_PER_NODE", ""), len(nodes))
+        if cpus is not None:
+            nodes = tuple(replace(node, cpus=n) for node, n in zip(nodes, cpus, strict=True))
+        yield _cluster(choice, shell, job, _inventory(f"slurm:job {job}", nodes))
+        return
+    count = choice.local_nodes
+    if choice.dry_run:
+        names = candidate_nodes(shell, request)[:count]
+        nodes = slurm_nodes(shell, names)
+        inventory = _inventory("slurm:dry run (nodes as sinfo lists them)", nodes)
+        yield _cluster(choice, shell, "JOBID", inventory)
+        return
+    job = submit(shell, request, count, choice.job_name)
+    notice(f"Slurm job {job} asks for {count} node(s); scancel {job} is run when dtrun ends")
+    try:
+        nodelist = wait_running(
+            shell, job, timeout_s=request.queue_timeout_s, on_pending=pending_notice(notice)
+        )
+        names = hostnames(shell, nodelist)
+        notice(f"Slurm job {job} runs on {len(names)} node(s): {','.join(names)}")
+        inventory = _inventory(f"slurm:job {job}", slurm_nodes(shell, names))
+        yield _cluster(choice, shell, job, inventory)
+    finally:
+        with sigint_deferred():
+            cancel(shell, job)
+        notice(f"Slurm job {job} cancelled; squeue no longer lists it")
+
+
+def allocation_line(choice: ClusterChoice) -> str:
+    """The allocation request a dry run prints."""
+    import shlex
+
+    assert choice.slurm is not None
+    job = inside_allocation()
+    if job is not None:
+        return f"# the allocation: the Slurm job this runs inside ({job}); none is asked for"
+    return shlex.join(allocation_request(choice.slurm, choice.local_nodes, choice.job_name))

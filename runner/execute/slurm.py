@@ -1,0 +1,338 @@
+"""Launches through Slurm: one srun job step per launch, one task per node (docs/slurm.md).
+
+Each node's task runs srun-node.sh, which picks that node's rendered launch script (the same
+scripts every engine runs) by SLURMD_NODENAME. srun's --label prefixes each line with its task;
+the wrapper's first line binds the task to its node, its last says how the script ended, so
+each node gets its own log here and the failing node is named. --kill-on-bad-exit makes Slurm
+stop the step when a node fails; a timeout, Ctrl-C, SIGTERM or SIGHUP cancels the step with
+scancel and waits until squeue no longer lists it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shlex
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from runner import __version__
+from runner.errors import NodeFailedError, RunError, RunTimeoutError, UsageError
+from runner.execute import Answer, LineSink, StopSink, quiet_stop
+from runner.execute.failure import explain_log
+from runner.execute.local import write_launch_files
+from runner.execute.slurmshell import SlurmShell, cancel
+from runner.render import render
+from runner.spec.launch import LaunchPlan
+from runner.spec.outcome import NodeResult
+
+TAG = "DTRUN_LAUNCH"  # every process of a launch carries it, as over SSH (runner/execute/ssh.py)
+WRAPPER = "srun-node.sh"
+SRUN_LOG = "srun.log"  # srun's own messages, and anything a task printed before it was bound
+NOT_SHARED = 97  # the guard's exit: the run directory is not on that node
+_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
+_BOUND = re.compile(r"^dtrun: slurm task \S+ of job \S+ runs (\S+) on (\S+)$")
+_EXITED = re.compile(r"^dtrun: (\S+) on (\S+) exited (\d+)$")
+# Run by each task before the wrapper: a run directory the node does not share fails clearly.
+_GUARD = (
+    'cd -- "$1" 2>/dev/null && [ -r ./srun-node.sh ] || { echo "dtrun: the run directory $1 is '
+    'not on ${SLURMD_NODENAME:-this node}"; exit 97; }; exec bash ./srun-node.sh'
+)
+
+
+def wrapper(plan: LaunchPlan, run_id: str) -> str:
+    scripts = [(launch.node.name, launch.script_name) for launch in plan.launches]
+    return render("launch/srun-node.sh.j2", {"version": __version__, "run_id": run_id,
+                                              "scripts": scripts})  # fmt: skip
+
+
+def step_command(
+    plan: LaunchPlan, job_id: str, workdir: str, name: str, gpus_per_node: int = 0
+) -> list[str]:
+    """The srun line of one launch: a task on each node that runs a script, all of its CPUs
+    (and GPUs) to the task, Slurm stopping the step when one task fails."""
+    nodes = [launch.node for launch in plan.launches]
+    command = [
+        "srun",
+        f"--jobid={job_id}",
+        f"--job-name={name}",
+        f"--nodes={len(nodes)}",
+        f"--ntasks={len(nodes)}",
+        "--ntasks-per-node=1",
+        f"--nodelist={','.join(node.name for node in nodes)}",
+        f"--cpus-per-task={min(node.cpus for node in nodes)}",
+        "--kill-on-bad-exit=1",
+        "--label",
+        f"--chdir={workdir}",
+    ]
+    if gpus_per_node:
+        command.append(f"--gres=gpu:{gpus_per_node}")  # a step sees only the GPUs it asks for
+    return [*command, "bash", "-c", _GUARD, "dtrun-srun", workdir]
+
+
+@dataclass
+class _Step:
+    """What the output of one running step has said so far."""
+
+    workdir: Path
+    names: dict[str, str]  # script name -> node name
+    on_line: LineSink
+    logs: dict[str, IO[bytes]] = field(default_factory=dict)
+    bound: dict[str, str] = field(default_factory=dict)  # task -> node name
+    exits: dict[str, tuple[int, float]] = field(default_factory=dict)  # node -> (code, when)
+    guard: list[str] = field(default_factory=list)  # nodes that do not share the run dir
+    started: float = field(default_factory=time.monotonic)
+
+    def line(self, raw: bytes) -> None:
+        text = raw.decode(errors="replace").rstrip("\r\n")
+        label = _LABEL.match(text)
+        node = self.bound.get(label.group(1)) if label else None
+        if label and node is None:
+            content = label.group(2)
+            bound = _BOUND.match(content)
+            if bound and bound.group(1) in self.names:
+                node = self.bound[label.group(1)] = self.names[bound.group(1)]
+            elif content.startswith("dtrun: the run directory "):
+                self.guard.append(content.rsplit(" ", 1)[-1])
+        if node is None:
+            self._write(SRUN_LOG, raw)
+            self.on_line("slurm", text)
+            return
+        content = label.group(2) if label else text
+        ended = _EXITED.match(content)
+        if ended and ended.group(2) == node:
+            self.exits[node] = (int(ended.group(3)), time.monotonic())
+        self._write(f"{node}.log", (content + "\n").encode())
+        self.on_line(node, content)
+
+    def _write(self, name: str, data: bytes) -> None:
+        if name not in self.logs:
+            self.logs[name] = (self.workdir / name).open("ab")
+        self.logs[name].write(data)
+        self.logs[name].flush()
+
+    def close(self) -> None:
+        for log in self.logs.values():
+            log.close()
+
+
+class SlurmExecutor:
+    """Runs a LaunchPlan's node scripts as one srun step in a Slurm job (Executor protocol)."""
+
+    def __init__(
+        self, shell: SlurmShell, job_id: str, *, gpus_per_node: int = 0, grace_s: float = 15.0
+    ) -> None:
+        self.shell, self.job_id, self.grace_s = shell, job_id, grace_s
+        self.gpus_per_node = gpus_per_node
+        self.on_stopping: StopSink = quiet_stop
+
+    def run(
+        self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
+    ) -> tuple[NodeResult, ...]:
+        if any(launch.service for launch in plan.launches):
+            raise UsageError(
+                f"--launcher {plan.launcher} is not supported with --slurm",
+                fix="use --launcher torchrun, deepspeed or mpirun",
+            )
+        workdir = workdir.resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        write_launch_files(plan, workdir)
+        for launch in plan.launches:
+            script = workdir / launch.script_name
+            script.write_text(launch.script)
+            script.chmod(0o700)
+        (workdir / WRAPPER).write_text(wrapper(plan, workdir.parent.parent.name))
+        (workdir / WRAPPER).chmod(0o755)
+        tag = secrets.token_hex(6)
+        name = f"dtrun-{tag}"
+        step = _Step(workdir, {each.script_name: each.node.name for each in plan.launches}, on_line)
+        process = self.shell.popen(
+            step_command(plan, self.job_id, str(workdir), name, self.gpus_per_node),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches dtrun, which cancels the step itself
+            env={**os.environ, TAG: tag},
+        )
+        reader = threading.Thread(target=_pump, args=(process, step), daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            timed_out = _wait(process, timeout_s)
+        except KeyboardInterrupt:
+            with contextlib.suppress(Exception):
+                self.on_stopping(len(plan.launches) - len(step.exits))
+            raise
+        finally:
+            if process.poll() is None:
+                self._stop(process, name)
+            reader.join(timeout=10)
+            step.close()
+        return self._verdict(plan, process.returncode, step, timed_out, timeout_s)
+
+    def _stop(self, process: subprocess.Popen[bytes], name: str) -> None:
+        """Cancel the step (Slurm signals every process of it on every node), then srun."""
+        found = self.shell.run(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j"])
+        ids = [line.split("|")[0] for line in found.stdout.splitlines() if line.endswith(name)]
+        for step_id in ids:
+            cancel(self.shell, step_id)
+        try:
+            process.wait(timeout=self.grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def _verdict(
+        self, plan: LaunchPlan, code: int, step: _Step, timed_out: bool, timeout_s: float
+    ) -> tuple[NodeResult, ...]:
+        now = time.monotonic()
+        results = tuple(
+            NodeResult(
+                node=launch.node.name,
+                address=launch.node.address,
+                exit_code=step.exits.get(launch.node.name, (None, now))[0],
+                log_path=str(step.workdir / f"{launch.node.name}.log"),
+                wall_s=step.exits.get(launch.node.name, (None, now))[1] - step.started,
+            )
+            for launch in plan.launches
+        )
+        error: RunError | None = None
+        failed = sorted((when, node) for node, (c, when) in step.exits.items() if c != 0)
+        if step.guard:
+            raise UsageError(
+                f"the run directory {step.guard[0]} is not on every node of the Slurm job",
+                why="Slurm's nodes run the scripts where dtrun writes them: a directory they share",
+                fix="pass --output a directory on a file system every node mounts (your home "
+                "directory on most clusters)",
+            )
+        if timed_out:
+            running = ", ".join(r.node for r in results if r.exit_code is None)
+            error = RunTimeoutError(
+                f"the launch on {plan.nnodes} node(s) did not finish within {timeout_s:g} s",
+                why=f"still running when its Slurm step was cancelled: {running}",
+                fix="raise --timeout, or read the node logs for where it hung",
+            )
+        elif failed:
+            node = failed[0][1]
+            launch = next(each for each in plan.launches if each.node.name == node)
+            log = step.workdir / f"{node}.log"
+            error = NodeFailedError(
+                node, launch.node.address, step.exits[node][0], str(log), explain_log(log)
+            )
+        elif code != 0 or len(step.exits) < len(plan.launches):
+            srun_log = step.workdir / SRUN_LOG
+            text = srun_log.read_text(errors="replace") if srun_log.exists() else ""
+            said = text.strip().splitlines()
+            error = RunError(
+                f"srun did not run the launch on {plan.nnodes} node(s) (exit {code})",
+                why=said[-1] if said else "srun said nothing",
+                fix=f"read {srun_log}; check the job with `squeue -j {self.job_id}`",
+            )
+        if error is None:
+            return results
+        error.node_results = results
+        raise error
+
+    def command(
+        self, scripts: dict[str, str], on_line: LineSink | None = None
+    ) -> dict[str, Answer]:
+        """Each script on its node as a one-task step (--overlap: beside any other step)."""
+        one = ["srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1"]
+        processes = {
+            name: self.shell.popen(
+                [*one, f"--nodelist={name}", "bash", "-s"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            for name in scripts
+        }
+        lock = threading.Lock()
+        lines: dict[str, list[str]] = {name: [] for name in scripts}
+
+        def read(name: str, process: subprocess.Popen[bytes]) -> None:
+            assert process.stdin is not None and process.stdout is not None
+            with contextlib.suppress(BrokenPipeError):
+                process.stdin.write(scripts[name].encode())
+                process.stdin.close()
+            for raw in iter(process.stdout.readline, b""):
+                text = raw.decode(errors="replace").rstrip("\r\n")
+                with lock:
+                    lines[name].append(text)
+                    if on_line is not None:
+                        on_line(name, text)
+
+        threads = [
+            threading.Thread(target=read, args=(name, process), daemon=True)
+            for name, process in processes.items()
+        ]
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            for process in processes.values():
+                if process.poll() is None:
+                    process.terminate()
+        answers = {}
+        for name, process in processes.items():
+            code = process.wait()
+            said = lines[name]
+            if code != 0 and said and said[-1].startswith("srun: error"):
+                answers[name] = Answer("\n".join(said), error=said[-1])
+            else:
+                answers[name] = Answer("\n".join(said), code)
+        return answers
+
+
+def _pump(process: subprocess.Popen[bytes], step: _Step) -> None:
+    assert process.stdout is not None
+    with process.stdout:
+        for raw in iter(process.stdout.readline, b""):
+            step.line(raw)
+
+
+def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait for srun to end; True when ``timeout_s`` passed first."""
+    deadline = time.monotonic() + timeout_s
+    while process.poll() is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=min(0.2, left))
+    return False
+
+
+def shell_line(command: list[str]) -> str:
+    """A command as the user could paste it (dry runs)."""
+    return shlex.join(command)
+
+
+@dataclass(frozen=True)
+class SlurmPreview:
+    """What a dry run prints beside each plan: the allocation request, every srun line."""
+
+    executor: SlurmExecutor
+    allocation: str = ""
+
+    def launch(self, plan: LaunchPlan, workdir: str) -> str:
+        path = Path(workdir)
+        command = step_command(
+            plan, self.executor.job_id, str(path.resolve()), "dtrun-TAG",
+            self.executor.gpus_per_node,
+        )  # fmt: skip
+        return (
+            f"# ---- {plan.nnodes} node(s): the srun line (one job step, a task per node) ----\n"
+            f"{shell_line(command)}\n"
+            f"# ---- {plan.nnodes} node(s): {WRAPPER}, run by each task ----\n"
+            f"{wrapper(plan, path.parent.parent.name)}"
+        )

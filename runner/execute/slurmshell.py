@@ -1,0 +1,113 @@
+"""Where Slurm's commands run (here, or on a stack's head over ssh), and the two questions
+every Slurm engine part asks: how a job stands, and cancelling one until squeue agrees."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runner.errors import InventoryError, RunError
+
+POLL_S = 1.0  # how often squeue is asked while a job waits or ends
+CANCEL_WAIT_S = 60.0  # how long a cancelled job may take to leave squeue before dtrun says so
+# Job states in which the job still holds nodes or may still be given some (squeue's %T).
+LIVE = frozenset(
+    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",
+     "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "REQUEUE_HOLD", "REQUEUE_FED"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SlurmShell:
+    """Where Slurm's commands run: here (a login node), or on a stack's head through ssh."""
+
+    prefix: tuple[str, ...] = ()  # ("ssh", OPTIONS..., "user@head"): one shell line follows
+
+    def argv(self, command: Sequence[str]) -> list[str]:
+        return [*self.prefix, shlex.join(command)] if self.prefix else list(command)
+
+    def popen(self, command: Sequence[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        try:
+            return subprocess.Popen(self.argv(command), **kwargs)  # type: ignore[call-overload,no-any-return]
+        except FileNotFoundError:
+            raise _not_installed(command[0]) from None
+
+    def run(
+        self, command: Sequence[str], *, stdin: str | None = None, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(
+                self.argv(command),
+                input=stdin,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise _not_installed(command[0]) from None
+        except subprocess.TimeoutExpired:
+            raise InventoryError(
+                f"`{shlex.join(command)}` did not answer within {timeout_s:g} s",
+                why="Slurm's controller is slow or unreachable",
+                fix="check it with `scontrol ping` and `sinfo`, then run again",
+            ) from None
+
+    def check(self, command: Sequence[str], doing: str) -> str:
+        """The command's standard output; a clear error naming what failed when it fails."""
+        done = self.run(command)
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout).strip().splitlines()
+            last = said[-1] if said else f"exit {done.returncode}"
+            raise InventoryError(
+                f"Slurm could not {doing}",
+                why=f"`{shlex.join(command)}` said: {last}",
+                fix="check the Slurm options you passed (partition, account, nodes) and that "
+                "`sinfo` works here",
+            )
+        return done.stdout
+
+
+def _not_installed(tool: str) -> InventoryError:
+    return InventoryError(
+        f"{tool} is not installed here",
+        why="--slurm runs Slurm's commands (sbatch, srun, squeue, scancel, sinfo, scontrol)",
+        fix="run dtrun on a Slurm login node, or put Slurm's client commands on PATH",
+    )
+
+
+def job_state(shell: SlurmShell, job_id: str) -> tuple[str, str, str] | None:
+    """(state, reason, node list) of a job squeue still lists; None once it has left."""
+    done = shell.run(["squeue", "-h", "-j", job_id, "-o", "%T|%r|%N"])
+    line = done.stdout.strip()
+    if done.returncode != 0 or not line:
+        return None  # squeue says "Invalid job id" for a job that has left its records
+    state, reason, nodelist = [*line.splitlines()[0].split("|", 2), "", ""][:3]
+    return state, reason, nodelist
+
+
+def cancel(shell: SlurmShell, target: str, *, wait_s: float = CANCEL_WAIT_S) -> None:
+    """scancel a job (or JOB.STEP), then wait until squeue no longer lists it as live."""
+    shell.run(["scancel", target])
+    job_id = target.split(".")[0]
+    deadline = time.monotonic() + wait_s
+    while True:
+        if "." in target:
+            done = shell.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"])
+            if target not in done.stdout.split():
+                return
+            state = "running"
+        else:
+            seen = job_state(shell, job_id)
+            if seen is None or seen[0] not in LIVE:
+                return
+            state = seen[0]
+        if time.monotonic() >= deadline:
+            raise RunError(
+                f"Slurm job {target} is still {state} {wait_s:.0f} s after dtrun cancelled it",
+                fix=f"check it with `squeue -j {job_id}` and cancel it with `scancel {target}`",
+            )
+        time.sleep(POLL_S / 4)
