@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +17,7 @@ import pytest
 from runner.cluster.embedded import embedded_inventory, local_cluster
 from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
 from runner.spec.request import BenchSpec
-from tests import sshd
+from tests import slurmd, sshd
 from tests.sshd import SshCluster
 
 if TYPE_CHECKING:
@@ -140,10 +140,13 @@ def default_signals() -> None:
         signal.signal(signum, signal.SIG_DFL)
 
 
-def run_dtrun(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def run_dtrun(
+    *args: str, cwd: Path, timeout: float = 240, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*DTRUN, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
-    )
+        [*DTRUN, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+        env=env,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -154,6 +157,24 @@ def sshd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshCluste
     cluster = sshd.start_cluster(tmp_path_factory.mktemp("sshd"), count=4)
     yield cluster
     cluster.close()
+
+
+@pytest.fixture(scope="session")
+def slurm_daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurmd.SlurmCluster]:
+    """A real Slurm cluster (munged, slurmctld, two slurmd as n1 and n2) for the whole run."""
+    why = slurmd.missing()
+    if why is not None:
+        pytest.skip(f"no Slurm test cluster: {why}")
+    cluster = slurmd.start(tmp_path_factory.mktemp("slurm"))
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def slurm(slurm_daemons: slurmd.SlurmCluster) -> slurmd.SlurmCluster:
+    """The Slurm test cluster with no job in it and every node idle."""
+    slurm_daemons.reset()
+    return slurm_daemons
 
 
 def launch_processes() -> list[psutil.Process]:

@@ -1,0 +1,189 @@
+"""A real Slurm cluster on this machine: Debian's munged, one slurmctld and two slurmd.
+
+The configuration is the one shown to work on this kind of machine (docs/slurm.md, "Testing",
+from ../shared/slurm/one-machine.conf), with one change: each slurmd runs in a UTS namespace of
+its own whose host name is its node's name, so that every node has a host name of its own as on
+a real cluster (OpenMPI and `hostname` see n1 and n2, not this machine's name twice). Nodes
+listen on 127.0.0.21 and 127.0.0.22; each has one CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENABLE = (
+    "install Slurm and munge as root (`apt-get install slurmctld slurmd slurm-client munge`; "
+    "`./dev test` does it)"
+)
+NODES = {"n1": ("127.0.0.21", 6818), "n2": ("127.0.0.22", 6819)}
+CTLD_PORT = 6817
+TOOLS = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "sbatch", "unshare")
+
+
+def missing() -> str | None:
+    """Why this machine cannot run the test cluster, or None."""
+    if os.geteuid() != 0:
+        return f"slurmd runs as root and these tests run as uid {os.geteuid()}"
+    absent = [tool for tool in TOOLS if shutil.which(tool) is None]
+    return f"{', '.join(absent)} not installed: {ENABLE}" if absent else None
+
+
+def _conf(root: Path) -> str:
+    host = socket.gethostname().split(".")[0]
+    nodes = "\n".join(
+        f"NodeName={name} NodeHostname={name} NodeAddr={address} Port={port} CPUs=1 State=UNKNOWN"
+        for name, (address, port) in NODES.items()
+    )
+    return f"""\
+ClusterName=dtrunci
+SlurmctldHost={host}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort={CTLD_PORT}
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool/%n
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd-%n.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+SlurmctldTimeout=30
+SlurmdTimeout=30
+InactiveLimit=0
+MinJobAge=30
+KillWait=5
+{nodes}
+PartitionName=debug Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+TmpFS={root}/tmp/%n
+"""
+
+
+@dataclass
+class SlurmCluster:
+    root: Path
+    conf: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    started_munged: bool = False
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """This environment, outside any allocation, with this cluster's configuration."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env["SLURM_CONF"] = str(self.conf)
+        return env
+
+    def run(self, *command: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            command, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    def jobs(self) -> list[str]:
+        """`JOBID STATE NAME` of every job squeue lists (pending, running, completing)."""
+        return self.run("squeue", "-h", "-o", "%i %T %j").stdout.split("\n")[:-1]
+
+    def steps(self) -> list[str]:
+        return self.run("squeue", "-h", "-s", "-o", "%i %j").stdout.split("\n")[:-1]
+
+    def reset(self) -> None:
+        """No job left, every node idle: the state each test starts from."""
+        self.run("scancel", "--user", "root")
+        deadline = time.monotonic() + 30
+        while self.jobs() or not self._all_idle():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the test Slurm cluster did not settle: {self.jobs()}")
+            time.sleep(0.2)
+
+    def _all_idle(self) -> bool:
+        states = self.run("sinfo", "-h", "-N", "-o", "%T").stdout.split()
+        if any(state.startswith(("down", "drain")) for state in states):
+            for name in NODES:
+                self.run("scontrol", "update", f"nodename={name}", "state=resume")
+        return bool(states) and all(state == "idle" for state in states)
+
+    def close(self) -> None:
+        self.run("scancel", "--user", "root")
+        for process in reversed(self.processes):
+            process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        _kill_stepds(self.conf)
+        if self.started_munged:
+            subprocess.run(["pkill", "-x", "munged"], check=False)
+
+
+def _kill_stepds(conf: Path) -> None:
+    """slurmstepd processes of this cluster that outlived their slurmd (a failed launch)."""
+    import psutil
+
+    for proc in psutil.process_iter(["name"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.info["name"] == "slurmstepd" and proc.environ().get("SLURM_CONF") == str(conf):
+                proc.kill()
+
+
+def _munge_works() -> bool:
+    munge = subprocess.run(["munge", "-n"], capture_output=True, check=False)
+    if munge.returncode != 0:
+        return False
+    return subprocess.run(["unmunge"], input=munge.stdout, capture_output=True).returncode == 0
+
+
+def start(root: Path) -> SlurmCluster:
+    for sub in ("state", "log", *(f"spool/{n}" for n in NODES), *(f"tmp/{n}" for n in NODES)):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    conf = root / "slurm.conf"
+    conf.write_text(_conf(root))
+    cluster = SlurmCluster(root, conf)
+    if not _munge_works():
+        Path("/run/munge").mkdir(parents=True, exist_ok=True)
+        shutil.chown("/run/munge", "munge", "munge")
+        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
+        cluster.started_munged = True
+    env = dict(cluster.env)
+    logs = root / "log"
+
+    def daemon(name: str, command: list[str]) -> None:
+        with (logs / f"{name}.out").open("wb") as out:
+            cluster.processes.append(
+                subprocess.Popen(
+                    command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            )
+
+    daemon("slurmctld", ["slurmctld", "-D", "-i"])
+    for name in NODES:
+        # a host name of its own, as every real node has (see the module's docstring)
+        line = f"hostname {name} && exec slurmd -D -N {name}"
+        daemon(f"slurmd-{name}", ["unshare", "--uts", "sh", "-c", line])
+    deadline = time.monotonic() + 30
+    while not cluster._all_idle():
+        if time.monotonic() > deadline or any(p.poll() is not None for p in cluster.processes):
+            cluster.close()
+            said = "".join(p.read_text()[-500:] for p in logs.glob("*.out"))
+            raise RuntimeError(f"the test Slurm cluster did not start: {said}")
+        time.sleep(0.2)
+    return cluster

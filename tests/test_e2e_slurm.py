@@ -1,0 +1,202 @@
+"""dtrun on a real Slurm cluster (tests/slurmd.py: slurmctld and two slurmd, n1 and n2): a
+sweep in the allocation dtrun asks for, a failing node, SIGTERM, a job stuck pending, exec,
+mpirun and torchrun inside an allocation made with salloc, dry runs and refused requests."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DTRUN, default_signals, launch_processes, run_dtrun, wait_for
+
+pytestmark = pytest.mark.e2e
+
+QUICK = ("--steps", "6", "--warmup", "2", "--repeat", "1", "--quiet")
+SLEEPER = "import time; time.sleep(600)\n"
+FAIL_ON_RANK_1 = """\
+import os, sys, time
+if os.environ["NODE_RANK"] == "1":
+    print("rank 1 gives up", flush=True)
+    sys.exit(3)
+time.sleep(600)
+"""
+
+
+def _write(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.write_text(text)
+    return path
+
+
+def test_a_sweep_runs_in_one_allocation_that_is_cancelled_at_the_end(slurm, no_leftovers):
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "bench", "--slurm", "--nodes", "1,2", *QUICK, "--output", str(out), "--run-id", "s1",
+        "--port", "29630", cwd=no_leftovers, env=slurm.env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert "Slurm job" in said and "runs on 2 node(s): n1,n2" in said
+    assert "cancelled; squeue no longer lists it" in said
+    assert slurm.jobs() == []  # the allocation is gone
+    run = out / "s1"
+    result = json.loads((run / "n2" / "r0" / "result.json").read_text())
+    assert {(r["node"], r["address"]) for r in result["ranks"]} == {
+        ("n1", "127.0.0.21"),
+        ("n2", "127.0.0.22"),
+    }
+    assert result["communication"]["params_in_sync"] is True
+    # every point ran as an srun step of the same job, each node's task bound to its script
+    log = (run / "n2" / "r0" / "n2.log").read_text()
+    assert "runs node-1.sh on n2" in log and "node-1.sh on n2 exited 0" in log
+    first = (run / "n1" / "r0" / "n1.log").read_text().split(" of job ")[1].split()[0]
+    assert f"of job {first} " in log
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert json.dumps(manifest).count(f"slurm:job {first}") >= 1
+    assert (run / "report.md").exists()
+
+
+def test_a_static_rendezvous_run_inside_salloc_leaves_the_allocation_to_its_owner(
+    slurm, no_leftovers
+):
+    script = _write(no_leftovers, "hello.py", "import os; print('rank', os.environ['RANK'])\n")
+    done = subprocess.run(
+        ["salloc", "-N2", *DTRUN, "run", "--slurm", "--nodes", "2", "--rendezvous", "static",
+         "--port", "29632", "--output", str(no_leftovers / "runs"), "--", "python", str(script)],
+        cwd=no_leftovers, env=slurm.env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "inside Slurm job" in done.stdout + done.stderr
+    assert "[n1] rank 0" in done.stdout and "[n2] rank 1" in done.stdout
+    assert "scancel" not in done.stdout + done.stderr  # salloc's job is salloc's to end
+
+
+def test_mpirun_inside_the_allocation_starts_its_daemons_with_srun(slurm, no_leftovers):
+    script = _write(
+        no_leftovers,
+        "ranks.py",
+        "import os, socket\n"
+        "env = os.environ\n"
+        "print('rank', env['RANK'], 'node', env['NODE_RANK'], socket.gethostname())\n",
+    )
+    done = subprocess.run(
+        ["salloc", "-N2", *DTRUN, "run", "--slurm", "--launcher", "mpirun", "--nodes", "2",
+         "--output", str(no_leftovers / "runs"), "--", "python", str(script)],
+        cwd=no_leftovers, env=slurm.env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    # one script on n1 (mpirun); the rank on n2 ran on n2, started by mpirun through srun
+    assert "rank 0 node 0 n1" in done.stdout and "rank 1 node 1 n2" in done.stdout
+    launch = next((no_leftovers / "runs").iterdir()) / "launch"
+    assert (launch / "hostfile").read_text() == "n1 slots=1\nn2 slots=1\n"
+
+
+def test_a_failing_node_stops_the_step_is_named_and_the_job_is_gone(slurm, no_leftovers):
+    script = _write(no_leftovers, "fail.py", FAIL_ON_RANK_1)
+    started = time.monotonic()
+    done = run_dtrun(
+        "run", "--slurm", "--nodes", "2", "--port", "29634", "--output",
+        str(no_leftovers / "runs"), "--", "python", str(script),
+        cwd=no_leftovers, env=slurm.env, timeout=120,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stdout + done.stderr
+    # torchrun on n2 exits 1; the message names the rank's own exit and output
+    assert "n2 (127.0.0.22) failed with exit code 1" in done.stderr
+    assert "rank 1 (local rank 0) exited with exit code 3" in done.stderr
+    assert "rank 1 gives up" in done.stderr
+    assert took < 60  # n1 was stopped, not waited for (it sleeps 600 s)
+    assert slurm.jobs() == []
+    record = json.loads(next((no_leftovers / "runs").iterdir()).joinpath("run.json").read_text())
+    exits = {node["node"]: node["exit_code"] for node in record["nodes"]}
+    assert exits == {"n1": None, "n2": 1}  # n1 stopped by Slurm, n2 failed
+
+
+def test_sigterm_cancels_the_step_and_the_job_and_leaves_no_process(slurm, no_leftovers):
+    script = _write(no_leftovers, "sleep.py", SLEEPER)
+    with (no_leftovers / "dtrun.out").open("w+") as out:
+        dtrun = subprocess.Popen(
+            [*DTRUN, "run", "--slurm", "--nodes", "2", "--port", "29636", "--output",
+             str(no_leftovers / "runs"), "--", "python", str(script)],
+            cwd=no_leftovers, env=slurm.env, stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=default_signals,
+        )  # fmt: skip
+        wait_for(
+            lambda: (
+                len([p for p in launch_processes() if "sleep.py" in " ".join(p.cmdline())]) >= 2
+            ),
+            timeout=60,
+            what="both nodes' programs to start",
+        )
+        dtrun.send_signal(signal.SIGTERM)
+        assert dtrun.wait(timeout=60) == 143
+        out.seek(0)
+        said = out.read()
+    assert "stopped by SIGTERM: stopping 2 node(s)" in said, said
+    assert slurm.jobs() == [] and slurm.steps() == []
+    assert launch_processes() == []
+    record = json.loads(next((no_leftovers / "runs").iterdir()).joinpath("run.json").read_text())
+    assert record["status"] == "interrupted"
+
+
+def test_a_job_stuck_pending_says_why_and_gives_up_at_the_queue_timeout(slurm, no_leftovers):
+    blocker = slurm.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 300")
+    assert blocker.returncode == 0, blocker.stderr
+    started = time.monotonic()
+    done = run_dtrun(
+        "bench", "--slurm", "--nodes", "2", *QUICK, "--queue-timeout", "4", "--output",
+        str(no_leftovers / "runs"), cwd=no_leftovers, env=slurm.env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert "is pending (Resources)" in said or "is pending (Priority)" in said
+    assert "waited" in said and "dtrun cancelled it" in said
+    assert time.monotonic() - started < 60
+    assert [job.split()[0] for job in slurm.jobs()] == [blocker.stdout.strip()]
+
+
+def test_exec_runs_on_every_node_of_the_allocation(slurm, no_leftovers):
+    done = run_dtrun(
+        "exec", "--slurm", "--", "echo on $(hostname) as $SLURMD_NODENAME",
+        cwd=no_leftovers, env=slurm.env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[n1] on n1 as n1" in done.stdout and "[n2] on n2 as n2" in done.stdout
+    assert slurm.jobs() == []
+
+
+def test_a_dry_run_prints_the_request_and_every_srun_line_and_submits_nothing(slurm, no_leftovers):
+    done = run_dtrun(
+        "bench", "--slurm", "--nodes", "1,2", "--partition", "debug", "--time", "10",
+        "--dry-run", "--run-id", "dry", cwd=no_leftovers, env=slurm.env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sbatch --parsable --job-name=dtrun-dry --nodes=2" in done.stdout
+    assert "--partition=debug --time=10" in done.stdout
+    assert done.stdout.count("srun --jobid=JOBID") == 2  # one step per point
+    assert "--nodelist=n1,n2" in done.stdout and "srun-node.sh" in done.stdout
+    assert slurm.jobs() == []
+    assert not (no_leftovers / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--partition", "nosuch"), "Slurm refused dtrun's request for 2 node(s)"),
+        (("--time", "soon"), "Slurm refused dtrun's request"),
+        (("--nodelist", "n9"), "Slurm refused dtrun's request"),
+    ],
+)
+def test_a_request_slurm_refuses_is_one_clear_error(slurm, no_leftovers, args, said):
+    done = run_dtrun(
+        "bench", "--slurm", "--nodes", "1,2", *QUICK, *args, "--output",
+        str(no_leftovers / "runs"), cwd=no_leftovers, env=slurm.env,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert slurm.jobs() == []
