@@ -200,3 +200,22 @@ def test_a_request_slurm_refuses_is_one_clear_error(slurm, no_leftovers, args, s
     assert done.returncode == 2, done.stdout + done.stderr
     assert said in done.stderr and "Traceback" not in done.stderr
     assert slurm.jobs() == []
+
+
+def test_drain_failing_drains_the_nodes_below_the_mark_with_the_reason(slurm, no_leftovers):
+    # one CPU per node cannot reach 1000 GB/s: both nodes fail the gate
+    done = run_dtrun(
+        "bench", "--slurm", "--nodes", "1,2", "-p", "2", "--health-threshold", "1000",
+        "--drain-failing", *QUICK, "--run-id", "gate", "--output", str(no_leftovers / "runs"),
+        cwd=no_leftovers, env=slurm.env,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "--drain-failing drained n1, n2 in Slurm" in done.stderr
+    states = slurm.run("sinfo", "-h", "-N", "-o", "%N|%T|%E").stdout.splitlines()
+    for line in states:
+        _, state, reason = line.split("|")
+        assert state.startswith("drain"), line
+        assert reason.startswith("dtrun health gate, run gate: all-reduce"), line
+    health = json.loads((no_leftovers / "runs" / "gate" / "health.json").read_text())
+    assert health["status"] == "failed" and "drained n1, n2" in health["note"]
+    assert slurm.jobs() == []

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from runner.record.rundir import RunDir
     from runner.spec.launch import LaunchPlan
     from runner.sweep.program import ProgramRun
-    from runner.sweep.run import Sweep
+    from runner.sweep.run import Drain, Sweep
 
 app = typer.Typer()
 
@@ -213,6 +213,17 @@ def _require_packages(resolved: ResolvedBench) -> None:
             )
 
 
+def _drain(cluster: Cluster, plan: SweepPlan) -> Drain | None:
+    """--drain-failing: the Slurm executor drains the nodes below the gate's mark."""
+    from runner.execute.slurm import SlurmExecutor
+
+    request, executor = cluster.choice.slurm, cluster.executor
+    if request is None or not request.drain_failing or not isinstance(executor, SlurmExecutor):
+        return None
+    run_id = plan.spec.run_id
+    return lambda nodes: executor.drain(nodes, run_id)
+
+
 def _sweep(cluster: Cluster, plan: SweepPlan, launching: Launching, json_out: bool) -> Sweep:
     from runner.sweep.run import run_sweep
 
@@ -222,7 +233,12 @@ def _sweep(cluster: Cluster, plan: SweepPlan, launching: Launching, json_out: bo
     try:
         with display.progress:
             return run_sweep(
-                plan, launching.output, cluster.executor, display.events(), cluster.ready
+                plan,
+                launching.output,
+                cluster.executor,
+                display.events(),
+                cluster.ready,
+                _drain(cluster, plan),
             )
     except DtrunError:
         if display.run_dir is not None:

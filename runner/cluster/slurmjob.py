@@ -52,6 +52,8 @@ def pending_notice(notice: Notice) -> Callable[[str, str, float, float], None]:
     said: dict[str, object] = {"reason": None, "at": 0.0}
 
     def heard(job: str, reason: str, waited: float, timeout: float) -> None:
+        if reason in ("None", "") and waited < PENDING_EVERY_S:
+            return  # just submitted: Slurm has not looked at it yet
         if reason != said["reason"] or waited - float(said["at"]) >= PENDING_EVERY_S:  # type: ignore[arg-type]
             notice(
                 f"Slurm job {job} is pending ({reason}): {waited:.0f} s of --queue-timeout "

@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -30,7 +31,7 @@ from runner.execute.local import write_launch_files
 from runner.execute.slurmshell import SlurmShell, cancel
 from runner.render import render
 from runner.spec.launch import LaunchPlan
-from runner.spec.outcome import NodeResult
+from runner.spec.outcome import NodeHealth, NodeResult
 
 TAG = "DTRUN_LAUNCH"  # every process of a launch carries it, as over SSH (runner/execute/ssh.py)
 WRAPPER = "srun-node.sh"
@@ -238,6 +239,23 @@ class SlurmExecutor:
             return results
         error.node_results = results
         raise error
+
+    def drain(self, nodes: Sequence[NodeHealth], run_id: str) -> str:
+        """Drain nodes the health gate found below its mark, each with the reason (scontrol
+        update): Slurm lets the job end, then gives them to no one until they are resumed."""
+        for node in nodes:
+            figure = f"{node.busbw:.1f} GB/s" if node.busbw is not None else "did not run"
+            reason = f"dtrun health gate, run {run_id}: all-reduce {figure}"
+            done = self.shell.run(
+                ["scontrol", "update", f"nodename={node.node}", "state=drain", f"reason={reason}"]
+            )
+            if done.returncode != 0:
+                raise RunError(
+                    f"Slurm did not drain {node.node}",
+                    why=(done.stderr or done.stdout).strip() or f"exit {done.returncode}",
+                    fix="draining needs Slurm operator rights: ask an admin, or pass --exclude",
+                )
+        return f"--drain-failing drained {', '.join(node.node for node in nodes)} in Slurm"
 
     def command(
         self, scripts: dict[str, str], on_line: LineSink | None = None

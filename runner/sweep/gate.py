@@ -42,7 +42,14 @@ def judge(gate: GatePlan, outcomes: Sequence[Outcome], *, strict: bool) -> Healt
 
 
 def refuse(health: Health, run_path: str) -> HealthGateError:
-    """The error that stops a sweep whose gate failed under --strict."""
+    """The error that stops a sweep whose gate failed under --strict or --drain-failing."""
+    if health.note:  # the scheduler took the nodes out
+        return HealthGateError(
+            health.describe(),
+            why=f"{health.note}; the sweep stops before it runs on them",
+            fix=f"read {run_path}/{HEALTH_DIR} and run again: Slurm gives the next allocation "
+            "other nodes (`scontrol update nodename=NAME state=resume` returns one to service)",
+        )
     return HealthGateError(
         health.describe(),
         why="--strict stops the sweep before it runs on unhealthy nodes",

@@ -8,8 +8,8 @@ report are rebuilt on the way out whether the sweep completed, failed or was int
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runner.errors import DtrunError, RunInterruptedError, interruption
@@ -30,7 +30,14 @@ from runner.report.builder import ReportBuilder
 from runner.report.results import Result
 from runner.spec.cluster import Node
 from runner.spec.launch import LaunchPlan
-from runner.spec.outcome import GateStatus, Health, RunResult, RunStatus, SweepStatus
+from runner.spec.outcome import (
+    GateStatus,
+    Health,
+    NodeHealth,
+    RunResult,
+    RunStatus,
+    SweepStatus,
+)
 from runner.sweep.gate import judge, refuse, skipped
 from runner.sweep.launch import Outcome, Ready, always_ready, run_launch
 
@@ -75,6 +82,10 @@ class Sweep:
     health: Health | None = None
 
 
+# --drain-failing: takes the nodes below the gate's mark out of the scheduler; says what it did.
+Drain = Callable[[Sequence[NodeHealth]], str]
+
+
 class _Runner:
     """One sweep plan under way: its run directory, its records, the launch it is in."""
 
@@ -85,8 +96,10 @@ class _Runner:
         executor: Executor,
         events: SweepEvents,
         ready: Ready,
+        drain: Drain | None = None,
     ) -> None:
         self.plan, self.executor, self.events, self.ready = plan, executor, events, ready
+        self.drain = drain
         self.sweep = Sweep(run_dir)
         self.status = SweepStatus.RUNNING
         self.error: str | None = None
@@ -113,6 +126,9 @@ class _Runner:
                 self.events.on_gate_node(check.plan.nodes[0], index, len(gate.checks))
                 outcomes.append(self.launch(check))
             health = judge(gate, outcomes, strict=self.plan.spec.health.strict)
+            if health.below and self.drain is not None:
+                # --drain-failing: the scheduler keeps them out of this and later jobs
+                health = replace(health, status=GateStatus.FAILED, note=self.drain(health.below))
         write_health(path, health)
         if health.status is GateStatus.FAILED:
             raise refuse(health, str(path))
@@ -153,6 +169,7 @@ def run_sweep(
     executor: Executor,
     events: SweepEvents | None = None,
     ready: Ready = always_ready,
+    drain: Drain | None = None,
 ) -> Sweep:
     """Run a sweep plan into output/<run-id>/: the gate, then every launch of every point.
 
@@ -168,7 +185,7 @@ def run_sweep(
     # On the embedded cluster the nodes are this machine: how busy it is as the sweep begins.
     sample = MachineSample() if plan.inventory.source == "embedded" else None
     reporter = ReportBuilder()  # readies its tools while the nodes run
-    runner = _Runner(plan, run_dir, executor, events, ready)
+    runner = _Runner(plan, run_dir, executor, events, ready, drain)
     try:
         try:
             runner.sweep.health = runner.gate()

@@ -1,0 +1,174 @@
+"""The Slurm engine's pure parts: what it reads from Slurm's documented formats, the lines it
+submits and starts, how one step's labelled output becomes per-node logs and exits, and the
+wrapper each task runs (golden, shellcheck, and run as srun would run it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.cluster.slurm import (
+    allocation_request,
+    cpus_per_node,
+    gpus_of,
+    inside_allocation,
+    slurm_inventory,
+)
+from runner.execute.slurm import _Step, step_command, wrapper
+from runner.plan.launch import What, plan_launch
+from runner.plan.resolve import resolve_run
+from runner.spec.cluster import Node
+from runner.spec.request import Program, ProgramKind, RunSpec
+from runner.spec.slurm import SlurmRequest
+from tests.conftest import require_tool
+
+NODES = (
+    Node("gpu01", "10.0.0.4", slots=8, cpus=96),
+    Node("gpu02", "10.0.0.5", slots=8, cpus=96),
+)
+
+
+def _plan(launcher: str = "torchrun", nodes: int = 2):
+    inventory = slurm_inventory("slurm:job 7", NODES, python_bin="/opt/venv/bin", code_dir="/opt")
+    spec = RunSpec(
+        "r1", launcher=launcher, procs_per_node=8,
+        program=Program(ProgramKind.SCRIPT, "/home/u/train.py", ("--lr", "1e-3")), nodes=nodes,
+    )  # fmt: skip
+    resolved = resolve_run(spec)
+    what = What(spec.program, "run", 60)
+    return plan_launch(inventory, resolved.launch, nodes, what)
+
+
+@pytest.mark.parametrize(
+    ("gres", "gpus"),
+    [("(null)", 0), ("gpu:8", 8), ("gpu:a100:4(S:0-1)", 4), ("gpu:t4:2,gpu:a10:1", 3),
+     ("gpu:h100:8(S:0-1),mps:100", 8), ("", 0)],
+)  # fmt: skip
+def test_gpus_are_read_from_sinfo_gres(gres, gpus):
+    assert gpus_of(gres) == gpus
+
+
+@pytest.mark.parametrize(
+    ("value", "count", "cpus"),
+    [("72(x2),36", 3, (72, 72, 36)), ("1(x2)", 2, (1, 1)), ("8", 1, (8,)), ("8", 2, None),
+     ("", 2, None), ("x", 1, None)],
+)  # fmt: skip
+def test_the_allocations_cpus_per_node(value, count, cpus):
+    assert cpus_per_node(value, count) == cpus
+
+
+def test_inside_an_allocation_is_slurm_job_id():
+    assert inside_allocation({"SLURM_JOB_ID": "42"}) == "42"
+    assert inside_allocation({"SLURM_JOB_ID": " "}) is None
+    assert inside_allocation({}) is None
+
+
+def test_the_allocation_request_holds_the_largest_count_and_every_passed_option():
+    request = SlurmRequest(partition="gpu", account="ml", qos="high", time="2:00:00",
+                           constraint="ib&a100", exclude="gpu[03]", nodelist=None)  # fmt: skip
+    assert allocation_request(request, 8, "dtrun-r1") == [
+        "sbatch", "--parsable", "--job-name=dtrun-r1", "--nodes=8", "--ntasks-per-node=1",
+        "--exclusive", "--output=/dev/null", "--partition=gpu", "--account=ml", "--qos=high",
+        "--time=2:00:00", "--constraint=ib&a100", "--exclude=gpu[03]",
+        "--wrap=exec sleep infinity",
+    ]  # fmt: skip
+
+
+def test_a_launch_is_one_step_a_task_per_node_with_all_its_cpus_and_gpus():
+    plan = _plan()
+    command = step_command(plan, "7", "/home/u/runs/r1/launch", "dtrun-ab", gpus_per_node=8)
+    assert command[:12] == [
+        "srun", "--jobid=7", "--job-name=dtrun-ab", "--nodes=2", "--ntasks=2",
+        "--ntasks-per-node=1", "--nodelist=gpu01,gpu02", "--cpus-per-task=96",
+        "--kill-on-bad-exit=1", "--label", "--chdir=/home/u/runs/r1/launch", "--gres=gpu:8",
+    ]  # fmt: skip
+    assert command[-2:] == ["dtrun-srun", "/home/u/runs/r1/launch"]
+
+
+def test_mpirun_under_slurm_runs_on_the_head_with_a_hostfile_of_slurm_names():
+    plan = _plan("mpirun")
+    assert [launch.node.name for launch in plan.launches] == ["gpu01"]
+    hostfile = next(f for f in plan.files if f.name == "hostfile")
+    assert hostfile.content == "gpu01 slots=8\ngpu02 slots=8\n"
+    assert "ras '^slurm'" in plan.launches[0].script
+    assert "plm_rsh" not in plan.launches[0].script and "local-rsh" not in plan.launches[0].script
+
+
+def test_the_step_output_becomes_each_nodes_log_and_exit(tmp_path):
+    seen: list[tuple[str, str]] = []
+    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"},
+                 lambda node, line: seen.append((node, line)))  # fmt: skip
+    for raw in [
+        "srun: warning: something about the job\n",
+        "1: dtrun: slurm task 1 of job 7 runs node-1.sh on gpu02\n",
+        " 0: dtrun: slurm task 0 of job 7 runs node-0.sh on gpu01\n",
+        "0: step 1 loss 7.0\n",
+        "1: Traceback (most recent call last):\n",
+        "1: dtrun: node-1.sh on gpu02 exited 3\n",
+        "0: dtrun: node-0.sh on gpu01 exited 0\n",
+    ]:
+        step.line(raw.encode())
+    step.close()
+    assert step.exits["gpu02"][0] == 3 and step.exits["gpu01"][0] == 0
+    assert (tmp_path / "gpu01.log").read_text().splitlines()[1] == "step 1 loss 7.0"
+    assert "Traceback" in (tmp_path / "gpu02.log").read_text()
+    assert (tmp_path / "srun.log").read_text() == "srun: warning: something about the job\n"
+    assert ("slurm", "srun: warning: something about the job") in seen
+    assert ("gpu01", "step 1 loss 7.0") in seen
+
+
+def test_a_node_without_the_run_directory_is_noticed(tmp_path):
+    step = _Step(tmp_path, {"node-0.sh": "gpu01"}, lambda node, line: None)
+    step.line(b"0: dtrun: the run directory /home/u/runs/r1/launch is not on gpu01\n")
+    step.close()
+    assert step.guard == ["gpu01"]
+
+
+def test_the_wrapper_is_golden_and_shellcheck_clean(tmp_path, golden):
+    text = wrapper(_plan(), "r1")
+    golden("slurm/srun-node.sh", text)
+    path = tmp_path / "srun-node.sh"
+    path.write_text(text)
+    shellcheck = require_tool("shellcheck")
+    checked = subprocess.run(
+        [shellcheck, "--shell=bash", "--severity=style", str(path)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout
+
+
+@pytest.mark.parametrize(("node", "code"), [("gpu01", 0), ("gpu02", 5)])
+def test_the_wrapper_runs_its_nodes_script_and_says_how_it_ended(tmp_path, node, code):
+    plan = _plan()
+    (tmp_path / "srun-node.sh").write_text(wrapper(plan, "r1"))
+    (tmp_path / "node-0.sh").write_text("echo zero\n")
+    (tmp_path / "node-1.sh").write_text("echo one; exit 5\n")
+    env = {**os.environ, "SLURMD_NODENAME": node, "SLURM_PROCID": "0", "SLURM_JOB_ID": "7"}
+    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh")], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    script = "node-0.sh" if node == "gpu01" else "node-1.sh"
+    assert done.returncode == code
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"dtrun: slurm task 0 of job 7 runs {script} on {node}"
+    assert lines[-1] == f"dtrun: {script} on {node} exited {code}"
+
+
+def test_the_wrapper_refuses_a_node_without_a_script(tmp_path):
+    (tmp_path / "srun-node.sh").write_text(wrapper(_plan(), "r1"))
+    env = {**os.environ, "SLURMD_NODENAME": "gpu09"}
+    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh")], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 2 and "gpu09, which has no script" in done.stderr
+
+
+def test_a_slurm_inventory_is_cuda_with_gpus_and_names_its_scheduler(tmp_path):
+    inventory = slurm_inventory("slurm:job 7", NODES, python_bin="/v/bin", code_dir="/c")
+    assert inventory.accelerator == "cuda" and inventory.scheduler == "slurm"
+    assert inventory.interface == "eth0" and inventory.ssh is None
+    local = slurm_inventory(
+        "slurm:job 8", (Node("n1", "127.0.0.21"),), python_bin="/v/bin", code_dir="/c"
+    )
+    assert local.accelerator == "cpu" and local.interface == "lo"
+    assert Path("/c") == Path(local.code_dir)
