@@ -1,0 +1,154 @@
+"""One 2-node point through `dtrun bench --slurm`, against the same training started by a
+hand-written sbatch script with `srun torchrun` (issue 14: ratio target <= 1.10).
+
+Baseline (B): an sbatch script as a Slurm user writes it: two nodes, `srun` starting one
+`torchrun` per node with a c10d rendezvous on the first node, the same training workload with the
+same arguments and thread settings; timed from `sbatch --wait` to its return. Candidate (A):
+`dtrun bench --slurm --nodes 2` with the same workload: it asks for the allocation (sbatch),
+waits for it, renders the scripts, starts them with one srun step, collects, writes the report,
+and cancels the allocation, timed from start to exit. dtrun runs with --no-busbw and
+--no-health-gate (extra measurement the script does not do, not overhead). Also timed: from
+starting dtrun to its first node's script starting (the wrapper's first line, streamed).
+
+The cluster is the test suite's real one (tests/slurmd.py: slurmctld and two slurmd on this
+machine, one CPU each), started for the run; A and B alternate after one warm-up of each.
+
+    .venv/bin/python benchmarks/slurm_vs_sbatch.py [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+BIN = Path(sys.executable).parent
+
+from overhead_vs_bare_torchrun import workload_args  # noqa: E402  (beside this file)
+
+from tests import slurmd  # noqa: E402
+
+FIRST_LINE = "dtrun: slurm task"
+
+
+def sbatch_script(steps: int, warmup: int, port: int, run: str, workdir: Path) -> str:
+    """What a Slurm user writes by hand for the same point."""
+    first, second = (address for address, _ in slurmd.NODES.values())
+    train = " ".join(workload_args(steps, warmup, workdir / "result.json"))
+    return f"""#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --exclusive
+#SBATCH --output={workdir}/slurm-%j.out
+export PYTHONPATH={REPO} OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 GLOO_SOCKET_IFNAME=lo
+addresses=({first} {second})
+srun --kill-on-bad-exit=1 bash -c 'exec {BIN}/torchrun --nnodes=2 --nproc-per-node=1 \\
+  --rdzv-backend=c10d --rdzv-endpoint={first}:{port} --rdzv-id={run} \\
+  --rdzv-conf=is_host=$((SLURM_NODEID == 0)) --local-addr=${{addresses[$SLURM_NODEID]}} \\
+  --max-restarts=0 {train}'
+"""
+
+
+def by_hand(cluster: slurmd.SlurmCluster, steps: int, warmup: int, port: int, run: str,
+            workdir: Path) -> float:  # fmt: skip
+    script = workdir / "job.sh"
+    script.write_text(sbatch_script(steps, warmup, port, run, workdir))
+    start = time.perf_counter()
+    done = subprocess.run(["sbatch", "--wait", str(script)], env=cluster.env, cwd=workdir,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0 or not (workdir / "result.json").is_file():
+        logs = "".join(p.read_text()[-2000:] for p in workdir.glob("slurm-*.out"))
+        raise SystemExit(f"sbatch failed ({done.returncode}): {done.stderr}\n{logs}")
+    return elapsed
+
+
+def dtrun(cluster: slurmd.SlurmCluster, steps: int, warmup: int, port: int, run: str,
+          workdir: Path) -> tuple[float, float]:  # fmt: skip
+    """(wall time of the whole command, time until its first node's script started)."""
+    command = [
+        str(BIN / "dtrun"), "bench", "--slurm", "--nodes", "2", "--steps", str(steps),
+        "--warmup", str(warmup), "--repeat", "1", "--port", str(port), "--output", str(workdir),
+        "--run-id", run, "--no-busbw", "--no-health-gate",
+    ]  # fmt: skip
+    first = None
+    start = time.perf_counter()
+    with subprocess.Popen(command, env=cluster.env, cwd=workdir, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as process:  # fmt: skip
+        assert process.stdout is not None
+        said = []
+        for line in process.stdout:
+            said.append(line)
+            if first is None and FIRST_LINE in line:
+                first = time.perf_counter() - start
+        code = process.wait()
+    elapsed = time.perf_counter() - start
+    if code != 0 or first is None or not (workdir / run / "report.md").is_file():
+        raise SystemExit(f"dtrun failed ({code}): {''.join(said)[-3000:]}")
+    return elapsed, first
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="counted A/B pairs")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--port", type=int, default=29800)
+    args = parser.parse_args()
+    # `timeout` and Ctrl-C stop the run through the finally below, which stops the cluster
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    why = slurmd.missing()
+    if why is not None:
+        raise SystemExit(f"cannot start the Slurm test cluster: {why}")
+    print(
+        f"machine: {platform.node()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    print(f"one point: 2 Slurm nodes x 1 process, {args.steps} steps ({args.warmup} warm-up)")
+    pairs: list[tuple[float, float]] = []
+    firsts: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="dtrun-slurm-bench-") as tmp:
+        cluster = slurmd.start(Path(tmp) / "slurm")
+        try:
+            for i in range(args.rounds + 1):
+                a_dir, b_dir = Path(tmp) / f"a{i}", Path(tmp) / f"b{i}"
+                a_dir.mkdir()
+                b_dir.mkdir()
+                cluster.reset()
+                a, first = dtrun(cluster, args.steps, args.warmup, args.port, f"a{i}", a_dir)
+                cluster.reset()
+                b = by_hand(cluster, args.steps, args.warmup, args.port + 10, f"b{i}", b_dir)
+                label = "warm-up" if i == 0 else f"round {i}"
+                print(
+                    f"{label:>8}: dtrun --slurm {a:6.2f} s (first node started at {first:5.2f} s)"
+                    f"   sbatch+srun torchrun {b:6.2f} s   ratio {a / b:.3f}"
+                )
+                if i:
+                    pairs.append((a, b))
+                    firsts.append(first)
+        finally:
+            cluster.close()
+    ratios = [a / b for a, b in pairs]
+    print(
+        f"median: dtrun --slurm {statistics.median(a for a, _ in pairs):.2f} s, "
+        f"sbatch {statistics.median(b for _, b in pairs):.2f} s, "
+        f"ratio {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
+        "target <= 1.10 (issue 14)"
+    )
+    print(
+        f"dtrun --slurm to the first node's script: median {statistics.median(firsts):.2f} s "
+        f"(min {min(firsts):.2f}, max {max(firsts):.2f})"
+    )
+
+
+if __name__ == "__main__":
+    main()
