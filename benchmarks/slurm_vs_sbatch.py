@@ -3,7 +3,8 @@ hand-written sbatch script with `srun torchrun` (issue 14: ratio target <= 1.10)
 
 Baseline (B): an sbatch script as a Slurm user writes it: two nodes, `srun` starting one
 `torchrun` per node with a c10d rendezvous on the first node, the same training workload with the
-same arguments and thread settings; timed from `sbatch --wait` to its return. Candidate (A):
+same arguments and thread settings; timed from submitting it to the job leaving squeue (asked
+every 50 ms). Candidate (A):
 `dtrun bench --slurm --nodes 2` with the same workload: it asks for the allocation (sbatch),
 waits for it, renders the scripts, starts them with one srun step, collects, writes the report,
 and cancels the allocation, timed from start to exit. dtrun runs with --no-busbw and
@@ -50,8 +51,8 @@ def sbatch_script(steps: int, warmup: int, port: int, run: str, workdir: Path) -
 #SBATCH --exclusive
 #SBATCH --output={workdir}/slurm-%j.out
 export PYTHONPATH={REPO} OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 GLOO_SOCKET_IFNAME=lo
-addresses=({first} {second})
-srun --kill-on-bad-exit=1 bash -c 'exec {BIN}/torchrun --nnodes=2 --nproc-per-node=1 \\
+srun --kill-on-bad-exit=1 bash -c 'addresses=({first} {second})
+exec {BIN}/torchrun --nnodes=2 --nproc-per-node=1 \\
   --rdzv-backend=c10d --rdzv-endpoint={first}:{port} --rdzv-id={run} \\
   --rdzv-conf=is_host=$((SLURM_NODEID == 0)) --local-addr=${{addresses[$SLURM_NODEID]}} \\
   --max-restarts=0 {train}'
@@ -63,8 +64,13 @@ def by_hand(cluster: slurmd.SlurmCluster, steps: int, warmup: int, port: int, ru
     script = workdir / "job.sh"
     script.write_text(sbatch_script(steps, warmup, port, run, workdir))
     start = time.perf_counter()
-    done = subprocess.run(["sbatch", "--wait", str(script)], env=cluster.env, cwd=workdir,
+    done = subprocess.run(["sbatch", "--parsable", str(script)], env=cluster.env, cwd=workdir,
                           capture_output=True, text=True, check=False)  # fmt: skip
+    # `sbatch --wait` looks at the job every few seconds (it returned at 10.0 s every time):
+    # the job's end is taken from squeue, asked every 50 ms, instead
+    job = done.stdout.strip()
+    while done.returncode == 0 and cluster.run("squeue", "-h", "-j", job, "-o", "%T").stdout:
+        time.sleep(0.05)
     elapsed = time.perf_counter() - start
     if done.returncode != 0 or not (workdir / "result.json").is_file():
         logs = "".join(p.read_text()[-2000:] for p in workdir.glob("slurm-*.out"))

@@ -152,7 +152,16 @@ def _munge_works() -> bool:
     return subprocess.run(["unmunge"], input=munge.stdout, capture_output=True).returncode == 0
 
 
+def _ports_free() -> None:
+    """Another Slurm on these ports would answer for this one (and its jobs would be ours)."""
+    for address, port in [("127.0.0.1", CTLD_PORT), *NODES.values()]:
+        with socket.socket() as probe:
+            if probe.connect_ex((address, port)) == 0:
+                raise RuntimeError(f"{address}:{port} is in use: is another Slurm running here?")
+
+
 def start(root: Path) -> SlurmCluster:
+    _ports_free()
     for sub in ("state", "log", *(f"spool/{n}" for n in NODES), *(f"tmp/{n}" for n in NODES)):
         (root / sub).mkdir(parents=True, exist_ok=True)
     conf = root / "slurm.conf"

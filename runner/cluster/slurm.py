@@ -111,7 +111,8 @@ def wait_running(
                 why=f"Slurm's reason: {reason} (squeue -j {job_id}); dtrun cancelled it",
                 fix="raise --queue-timeout, ask for fewer nodes, or another --partition",
             )
-        time.sleep(POLL_S)
+        # quick looks first (a free cluster starts a job within a second), then every POLL_S
+        time.sleep(min(POLL_S, 0.05 + waited / 10))
 
 
 def hostnames(shell: SlurmShell, nodelist: str) -> tuple[str, ...]:
