@@ -1,20 +1,25 @@
 """cloud-init for the head VM and the GPU nodes, rendered from templates/cloud-init/. Pure.
 
 Every machine mounts the shared storage, (nodes) waits for its InfiniBand ports, installs the
-Python environment on the shared storage once for the cluster, and registers itself there.
+Python environment on the shared storage once for the cluster, and registers itself there; with
+dtrun:scheduler slurm it then joins Slurm (the head as controller, the nodes as slurmd).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from infra.slurm import slurm_files
 from runner.azure.catalog import SIZES
 from runner.render import render
-from runner.spec.cluster import ClusterSpec, StorageKind
+from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind
 
 MAX_CUSTOM_DATA_BYTES = 64 * 1024  # Azure's limit on decoded custom data (docs/facts.md §4)
 BOOTSTRAP_LOG = "/var/log/dtrun-bootstrap.log"
 IB_STATE_FILE = "/run/dtrun/ib-state"
+SLURM_STAGED = "/etc/dtrun/slurm"  # root's copies until the packages are in (dtrun-slurm)
+SLURM_PACKAGES = {"head": ("slurmctld", "slurm-client"), "node": ("slurmd", "slurm-client")}
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,42 @@ class Boot:
     host_key_private: str  # OpenSSH ed25519 private key
     host_key_public: str
     cluster_key: ClusterKey | None = None  # nodes only
+    munge_key: str | None = field(default=None, repr=False)  # base64; with scheduler slurm
+
+
+def _slurm(boot: Boot, machine: Mapping[str, object]) -> list[CloudFile]:
+    """Slurm's configuration and munge key, staged for dtrun-slurm, and the script itself."""
+    if boot.munge_key is None:
+        raise ValueError("a Slurm cluster's machines need the munge key")
+    conf = slurm_files(boot.cluster)
+    confs = {"slurm.conf": conf.slurm_conf}
+    if conf.gres_conf is not None:
+        confs["gres.conf"] = conf.gres_conf
+    context = {
+        **machine,
+        "slurm_staged": SLURM_STAGED,
+        "slurm_daemon": "slurmctld" if boot.role == "head" else "slurmd",
+        "slurm_packages": SLURM_PACKAGES[boot.role],
+        "slurm_confs": list(confs),
+        "node_count": len(conf.node_names),
+    }
+    files = [CloudFile(f"{SLURM_STAGED}/{name}", "0644", text) for name, text in confs.items()]
+    files += [
+        CloudFile(f"{SLURM_STAGED}/munge.key.b64", "0400", boot.munge_key + "\n"),
+        CloudFile(f"{SLURM_STAGED}/node-names", "0644", "\n".join(conf.node_names) + "\n"),
+        CloudFile(
+            "/usr/local/sbin/dtrun-slurm", "0755", render("cloud-init/dtrun-slurm.sh.j2", context)
+        ),
+    ]
+    if boot.role == "node":
+        files.append(
+            CloudFile(
+                "/etc/systemd/system/slurmd.service.d/dtrun-infiniband.conf",
+                "0644",
+                render("cloud-init/slurmd-infiniband.conf.j2", context),
+            )
+        )
+    return files
 
 
 def _node_to_node_ssh(user: str, key: ClusterKey) -> list[CloudFile]:
@@ -91,7 +132,7 @@ def render_cloud_init(boot: Boot) -> str:
     storage = cluster.storage
     size = SIZES[cluster.vm_size]
     mount = MOUNTS[storage.kind]
-    context = {
+    context: dict[str, object] = {
         "role": boot.role,
         "vm_size": cluster.vm_size if boot.role == "node" else cluster.head_vm_size,
         "storage_kind": storage.kind.value,
@@ -108,6 +149,7 @@ def render_cloud_init(boot: Boot) -> str:
         "ib_state_file": IB_STATE_FILE,
         "log": BOOTSTRAP_LOG,
         "env": size.env,
+        "slurm": cluster.scheduler is Scheduler.SLURM,
     }
     scripts = ["dtrun-bootstrap", "dtrun-mount", "dtrun-python-env", "dtrun-register"]
     if boot.role == "node":
@@ -124,6 +166,8 @@ def render_cloud_init(boot: Boot) -> str:
         )
     if boot.cluster_key is not None:
         files.extend(_node_to_node_ssh(cluster.admin_user, boot.cluster_key))
+    if cluster.scheduler is Scheduler.SLURM:
+        files.extend(_slurm(boot, context))
     return render(
         "cloud-init/cloud-config.yaml.j2",
         {

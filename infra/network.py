@@ -1,5 +1,6 @@
 """The VNet: a head subnet reachable by SSH from the admin CIDRs only, a node subnet reachable
-from the head only, and the subnets shared storage needs. Never overlaps 172.16.0.0/16."""
+from the head only, and the subnets shared storage needs. Never overlaps 172.16.0.0/16. With
+Slurm, its ports are open between the head and node subnets and closed to everything else."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from typing import Any
 import pulumi
 from pulumi_azure_native import network
 
+from infra.slurm import SLURMCTLD_PORT, SLURMD_PORT
 from runner.azure.config import subnets
-from runner.spec.cluster import ClusterSpec, StorageKind
+from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind
 
 SSH_DENY_PRIORITY = 4096  # the lowest priority: evaluated after every allow rule
+SLURM_ALLOW_PRIORITY = 3000  # after the SSH allows (100 + one per admin CIDR)
+SLURM_DENY_PRIORITY = 4095
+SLURM_PORTS = f"{SLURMCTLD_PORT}-{SLURMD_PORT}"  # slurmctld on the head, slurmd on the nodes
 
 
 @dataclass(frozen=True)
@@ -22,37 +27,45 @@ class NetworkArgs:
     tags: dict[str, str]
 
 
+def _inbound(
+    name: str, priority: int, access: str, source: str, ports: str
+) -> network.SecurityRuleArgs:
+    return network.SecurityRuleArgs(
+        name=name,
+        priority=priority,
+        direction="Inbound",
+        access=access,
+        protocol="Tcp",
+        source_address_prefix=source,
+        source_port_range="*",
+        destination_address_prefix="*",
+        destination_port_range=ports,
+    )
+
+
 def _ssh_rules(sources: list[str], allow_name: str) -> list[network.SecurityRuleArgs]:
     """Allow SSH from each source; deny it from everywhere else (the default rules would let
     every address in the VNet in)."""
     rules = [
-        network.SecurityRuleArgs(
-            name=f"{allow_name}-{index}",
-            priority=100 + index,
-            direction="Inbound",
-            access="Allow",
-            protocol="Tcp",
-            source_address_prefix=source,
-            source_port_range="*",
-            destination_address_prefix="*",
-            destination_port_range="22",
-        )
+        _inbound(f"{allow_name}-{index}", 100 + index, "Allow", source, "22")
         for index, source in enumerate(sources)
     ]
-    rules.append(
-        network.SecurityRuleArgs(
-            name="deny-other-ssh",
-            priority=SSH_DENY_PRIORITY,
-            direction="Inbound",
-            access="Deny",
-            protocol="Tcp",
-            source_address_prefix="*",
-            source_port_range="*",
-            destination_address_prefix="*",
-            destination_port_range="22",
-        )
-    )
+    rules.append(_inbound("deny-other-ssh", SSH_DENY_PRIORITY, "Deny", "*", "22"))
     return rules
+
+
+def _slurm_rules(cluster: ClusterSpec) -> list[network.SecurityRuleArgs]:
+    """slurmctld's and slurmd's ports from the head and node subnets only. The default
+    AllowVnetInBound rule would admit every address the VNet reaches (peerings, gateways)."""
+    if cluster.scheduler is not Scheduler.SLURM:
+        return []
+    cidrs = subnets(cluster.vnet_cidr)
+    allows = [
+        _inbound(f"slurm-from-{role}", SLURM_ALLOW_PRIORITY + index, "Allow", cidrs[role],
+                 SLURM_PORTS)
+        for index, role in enumerate(("head", "nodes"))
+    ]  # fmt: skip
+    return [*allows, _inbound("deny-other-slurm", SLURM_DENY_PRIORITY, "Deny", "*", SLURM_PORTS)]
 
 
 class Network(pulumi.ComponentResource):
@@ -71,7 +84,10 @@ class Network(pulumi.ComponentResource):
 
         head_nsg = network.NetworkSecurityGroup(
             f"{name}-head-nsg",
-            security_rules=_ssh_rules(list(cluster.admin_cidrs), "ssh-from-admin"),
+            security_rules=[
+                *_ssh_rules(list(cluster.admin_cidrs), "ssh-from-admin"),
+                *_slurm_rules(cluster),
+            ],
             tags=args.tags,
             resource_group_name=group,
             location=location,
@@ -79,7 +95,7 @@ class Network(pulumi.ComponentResource):
         )
         nodes_nsg = network.NetworkSecurityGroup(
             f"{name}-nodes-nsg",
-            security_rules=_ssh_rules([cidrs["head"]], "ssh-from-head"),
+            security_rules=[*_ssh_rules([cidrs["head"]], "ssh-from-head"), *_slurm_rules(cluster)],
             tags=args.tags,
             resource_group_name=group,
             location=location,

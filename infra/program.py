@@ -1,6 +1,6 @@
 """The whole cluster: resource group, network, shared storage, head VM, GPU scale set, keys.
 
-``build`` returns the stack outputs, version 1 of the contract that runner/cluster/outputs.py parses
+``build`` returns the stack outputs, version 2 of the contract that runner/cluster/outputs.py parses
 (docs/azure.md "Stack outputs").
 """
 
@@ -18,12 +18,13 @@ from infra.cluster import GpuCluster
 from infra.head import HeadNode
 from infra.machines import MachineArgs, custom_data
 from infra.network import Network, NetworkArgs
+from infra.slurm import PARTITION, munge_key
 from infra.storage import SharedStorage, StorageArgs
 from runner.azure.catalog import SIZES
 from runner.azure.config import subnets
-from runner.spec.cluster import ClusterSpec
+from runner.spec.cluster import ClusterSpec, Scheduler
 
-OUTPUTS_VERSION = 1
+OUTPUTS_VERSION = 2
 
 
 def _boot(
@@ -31,6 +32,7 @@ def _boot(
     cluster: ClusterSpec,
     mount_source: pulumi.Output[str],
     key: tls.PrivateKey,
+    munge: pulumi.Output[str | None],
     cluster_key: tls.PrivateKey | None = None,
 ) -> pulumi.Output[str]:
     pattern = nodes_host_pattern(subnets(cluster.vnet_cidr)["nodes"])
@@ -41,18 +43,18 @@ def _boot(
     )
 
     def render(values: list[Any]) -> str:
-        source, host_private, host_public, node_keys = values
+        source, host_private, host_public, node_keys, munge_b64 = values
         shared_key = None
         if node_keys:
             shared_key = ClusterKey(
                 node_keys[0], node_keys[1].strip(), f"{pattern} {host_public.strip()}"
             )
         return render_cloud_init(
-            Boot(role, cluster, source, host_private, host_public.strip(), shared_key)
+            Boot(role, cluster, source, host_private, host_public.strip(), shared_key, munge_b64)
         )
 
     cloud_init = pulumi.Output.all(
-        mount_source, key.private_key_openssh, key.public_key_openssh, node_to_node
+        mount_source, key.private_key_openssh, key.public_key_openssh, node_to_node, munge
     ).apply(render)
     return custom_data(cloud_init)
 
@@ -61,6 +63,15 @@ def nodes_host_pattern(nodes_cidr: str) -> str:
     """known_hosts pattern for every address of the /24 node subnet: 10.42.1.*"""
     network = ipaddress.ip_network(nodes_cidr)
     return ".".join(str(network.network_address).split(".")[:3]) + ".*"
+
+
+def _munge_key(cluster: ClusterSpec) -> pulumi.Output[str | None]:
+    """With Slurm, the cluster's munge key (base64, secret): derived from an ed25519 key that
+    pulumi-tls makes once and keeps in state, as pulumi-random is not a dependency."""
+    if cluster.scheduler is not Scheduler.SLURM:
+        return pulumi.Output.from_input(None)
+    seed = tls.PrivateKey("munge-key-seed", algorithm="ED25519")
+    return pulumi.Output.secret(seed.private_key_openssh.apply(munge_key))
 
 
 def build(cluster: ClusterSpec) -> dict[str, object]:
@@ -95,6 +106,7 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
         admin_key = tls.PrivateKey("admin-key", algorithm="ED25519")
         public_key = admin_key.public_key_openssh
         private_key = pulumi.Output.secret(admin_key.private_key_openssh)
+    munge = _munge_key(cluster)
     head = HeadNode(
         "head",
         MachineArgs(
@@ -102,7 +114,7 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
             group.name,
             net.head_subnet_id,
             public_key,
-            _boot("head", cluster, shared.mount_source, head_key),
+            _boot("head", cluster, shared.mount_source, head_key, munge),
             tags,
         ),
     )
@@ -113,7 +125,7 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
             group.name,
             net.nodes_subnet_id,
             public_key,
-            _boot("node", cluster, shared.mount_source, node_key, cluster_key),
+            _boot("node", cluster, shared.mount_source, node_key, munge, cluster_key),
             tags,
         ),
     )
@@ -144,4 +156,6 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
         "mount_path": storage.mount_path,
         "registry_path": storage.registry_dir,
         "python_bin": f"{storage.venv_dir}/bin",
+        "scheduler": cluster.scheduler.value,
+        "slurm_partition": PARTITION if cluster.scheduler is Scheduler.SLURM else None,
     }

@@ -1,4 +1,4 @@
-"""Stack outputs (contract version 1) and node registry entries -> Inventory."""
+"""Stack outputs (contract versions 1 and 2) and node registry entries -> Inventory."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from runner.azure.config import cluster_spec
 from runner.cluster.outputs import (
+    OUTPUTS_VERSION,
     OutputsError,
     inventory_from_stack,
     parse_outputs,
@@ -18,7 +19,9 @@ from runner.cluster.outputs import (
 from runner.spec.cluster import Accelerator
 
 DATA = Path(__file__).parent / "data"
-RECORDED = sorted((DATA / "outputs").glob("v1-*.json"))
+RECORDED = sorted((DATA / "outputs").glob("v*.json"))
+# Keys version 2 added; a version 1 file has every other key of the program's outputs.
+V2_KEYS = {"scheduler", "slurm_partition"}
 
 
 def load(name):
@@ -33,10 +36,38 @@ def registry():
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.name)
-def test_every_recorded_version_1_file_parses(path):
-    outputs = parse_outputs(json.loads(path.read_text()), path.name)
-    assert outputs.version == 1
+def test_every_recorded_file_parses_as_its_version(path):
+    data = json.loads(path.read_text())
+    outputs = parse_outputs(data, path.name)
+    assert outputs.version == data["version"] == int(path.name[1])
     assert outputs.known_hosts
+
+
+def test_a_version_1_stack_has_no_scheduler_and_a_version_2_stack_says_slurm():
+    old = parse_outputs(load("v1-h100-azurefiles-generated-key.json"), "v1")
+    assert (old.scheduler, old.slurm_partition) == ("none", None)
+    new = parse_outputs(load("v2-h100-azurefiles-slurm.json"), "v2")
+    assert (new.version, new.scheduler, new.slurm_partition) == (2, "slurm", "nodes")
+    assert inventory_from_stack("dev", new, registry()).nodes == (
+        inventory_from_stack("dev", old, registry()).nodes
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"scheduler": "pbs"}, "'scheduler' is 'pbs', not one of none, slurm"),
+        ({"slurm_partition": None}, "Slurm stack's 'slurm_partition' is None"),
+        ({"scheduler": "none"}, "'slurm_partition' is 'nodes' without Slurm"),
+    ],
+)
+def test_a_bad_version_2_scheduler_is_named(change, message):
+    with pytest.raises(OutputsError, match=message):
+        parse_outputs(load("v2-h100-azurefiles-slurm.json") | change, "outputs.json")
+    data = load("v2-h100-azurefiles-slurm.json")
+    del data["scheduler"]
+    with pytest.raises(OutputsError, match="has no 'scheduler'"):
+        parse_outputs(data, "outputs.json")
 
 
 def test_the_program_exports_exactly_the_recorded_contract():
@@ -47,9 +78,14 @@ def test_the_program_exports_exactly_the_recorded_contract():
     exported = run(
         cluster_spec({"adminCidrs": ["203.0.113.4/32"]}, today=datetime.date(2026, 11, 23))
     ).outputs
+    assert exported["version"] == OUTPUTS_VERSION == 2
     for path in RECORDED:
-        assert set(json.loads(path.read_text())) == set(exported), path.name
-    assert parse_outputs(exported, "program").python_bin == "/shared/.dtrun/venv/bin"
+        recorded = json.loads(path.read_text())
+        expected = set(exported) - (V2_KEYS if recorded["version"] == 1 else set())
+        assert set(recorded) == expected, path.name
+    parsed = parse_outputs(exported, "program")
+    assert parsed.python_bin == "/shared/.dtrun/venv/bin"
+    assert (parsed.scheduler, parsed.slurm_partition) == ("none", None)
 
 
 def test_outputs_without_the_optional_keys_still_parse():
@@ -113,7 +149,7 @@ def test_registry_entries_say_when_a_node_is_ready():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": 2}, "made by a newer dtrun"),
+        ({"version": 3}, "made by a newer dtrun"),
         ({"version": None}, "it has no 'version' field"),
         ({"node_count": "four"}, "'node_count' is 'four', not a int"),
         ({"node_count": True}, "not a int"),

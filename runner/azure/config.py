@@ -13,14 +13,16 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cache
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 
 from runner.azure.catalog import Image, check_node_count, get_size
 from runner.errors import UsageError
-from runner.spec.cluster import ClusterSpec, StorageKind, StorageSpec
+from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind, StorageSpec
 
 NAMESPACE = "dtrun"
 PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
@@ -44,6 +46,7 @@ _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
 _PREFIX = re.compile(r"[a-z][a-z0-9]{1,11}\Z")
 _LOCATION = re.compile(r"[a-z][a-z0-9]+\Z")
 _KEY_TYPES = ("ssh-ed25519 ", "ssh-rsa ", "ecdsa-sha2-")
+_Choice = TypeVar("_Choice", bound=StrEnum)
 
 
 class ConfigError(UsageError):
@@ -153,7 +156,17 @@ def cluster_spec(
         vnet_cidr=vnet_cidr(str(v["vnetCidr"])),
         tags=_tags(_strings(v["tags"])),
         python_packages=tuple(_strings(v["pythonPackages"])),
+        scheduler=_choice("scheduler", Scheduler, v["scheduler"]),
     )
+
+
+def _choice(key: str, choices: type[_Choice], value: object) -> _Choice:
+    """One of an enum's values, or one message naming them all."""
+    try:
+        return choices(str(value))
+    except ValueError:
+        names = ", ".join(choice.value for choice in choices)
+        raise _error(key, f"is {value!r}", f"use one of {names}") from None
 
 
 def _strings(value: object) -> list[str]:
@@ -221,11 +234,7 @@ def subnets(vnet: str) -> dict[str, str]:
 
 
 def _storage(v: Mapping[str, object]) -> StorageSpec:
-    try:
-        kind = StorageKind(str(v["storageKind"]))
-    except ValueError:
-        kinds = ", ".join(kind.value for kind in StorageKind)
-        raise _error("storageKind", f"is {v['storageKind']!r}", f"use one of {kinds}") from None
+    kind = _choice("storageKind", StorageKind, v["storageKind"])
     size = int(str(v["storageSizeGib"]))
     sku = str(v["lustreSku"])
     if kind is StorageKind.AZURE_FILES and not AZURE_FILES_GIB[0] <= size <= AZURE_FILES_GIB[1]:

@@ -1,4 +1,4 @@
-"""The stack outputs contract (version 1) and the node registry, parsed into an Inventory.
+"""The stack outputs contract (versions 1 and 2) and the node registry, parsed into an Inventory.
 
 `pulumi up` exports the outputs (infra/program.py); every booted node writes one registry entry
 on the shared storage (templates/cloud-init/dtrun-register.sh.j2). Both are documented in
@@ -17,7 +17,9 @@ from runner.azure.catalog import SIZES
 from runner.errors import UsageError
 from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
 
-OUTPUTS_VERSION = 1
+OUTPUTS_VERSION = 2  # what `dtrun up` writes: version 1 and a scheduler (docs/azure.md)
+READ_VERSIONS = (1, 2)  # version 1 stacks have no scheduler: "none"
+SCHEDULERS = ("none", "slurm")
 REGISTRY_SCHEMA = "dtrun.node/1"
 
 
@@ -45,6 +47,8 @@ class StackOutputs:
     ssh_private_key: str | None = field(default=None, repr=False)  # when generated; secret
     ssh_port: int = 22  # optional in the file: absent means 22
     image: str | None = None  # optional in the file: the nodes' image URN
+    scheduler: str = "none"  # version 2: "none" or "slurm"
+    slurm_partition: str | None = None  # version 2, with Slurm: the partition of every node
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ def _field(data: Mapping[str, Any], key: str, kind: type, source: str) -> Any:
     if key not in data:
         raise OutputsError(
             f"{source} has no {key!r}",
-            why="it is not a complete dtrun stack outputs (version 1) document",
+            why="it is not a complete dtrun stack outputs document",
             fix="save the outputs again with `dtrun outputs --stack NAME --save FILE`",
         )
     value = data[key]
@@ -96,11 +100,11 @@ def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
             why="it has no 'version' field, which every dtrun stack's outputs carry",
             fix="save them with `dtrun outputs --stack NAME --save FILE`",
         )
-    if not isinstance(version, int | float) or int(version) != OUTPUTS_VERSION:
+    if not isinstance(version, int | float) or version not in READ_VERSIONS:
         newer = isinstance(version, int | float) and version > OUTPUTS_VERSION
         raise OutputsError(
             f"{source} holds stack outputs version {version!r}",
-            why=f"this dtrun reads version {OUTPUTS_VERSION}"
+            why=f"this dtrun reads versions {' and '.join(map(str, READ_VERSIONS))}"
             + (", so the stack was made by a newer dtrun" if newer else ""),
             fix="use the dtrun that made the stack" if newer else "run `dtrun up` again",
         )
@@ -133,15 +137,34 @@ def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
     if image is not None and not isinstance(image, str):
         raise OutputsError(f"{source}: 'image' is {image!r}, not an image URN")
     return StackOutputs(
-        version=OUTPUTS_VERSION,
+        version=int(version),
         ssh_port=port,
         image=image,
+        **_scheduler(data, int(version), source),
         known_hosts=tuple(known_hosts),
         node_count=_field(data, "node_count", int, source),
         gpus_per_node=_field(data, "gpus_per_node", int, source),
         ssh_private_key=private_key,
         **strings,
     )
+
+
+def _scheduler(data: Mapping[str, Any], version: int, source: str) -> dict[str, Any]:
+    """Version 2's scheduler and Slurm partition; a version 1 stack has no scheduler."""
+    if version == 1:
+        return {}
+    scheduler = _field(data, "scheduler", str, source)
+    if scheduler not in SCHEDULERS:
+        raise OutputsError(
+            f"{source}: 'scheduler' is {scheduler!r}, not one of {', '.join(SCHEDULERS)}",
+            fix="use the dtrun that made the stack",
+        )
+    partition = data.get("slurm_partition")
+    if scheduler == "slurm" and not (isinstance(partition, str) and partition):
+        raise OutputsError(f"{source}: a Slurm stack's 'slurm_partition' is {partition!r}")
+    if scheduler == "none" and partition is not None:
+        raise OutputsError(f"{source}: 'slurm_partition' is {partition!r} without Slurm")
+    return {"scheduler": scheduler, "slurm_partition": partition}
 
 
 def parse_registry_entry(data: Mapping[str, Any], source: str) -> RegistryEntry:

@@ -83,6 +83,13 @@ class StorageKind(StrEnum):
     LUSTRE = "lustre"  # Azure Managed Lustre on its own subnet
 
 
+class Scheduler(StrEnum):
+    """Who hands out the nodes: nobody (dtrun reaches them over SSH) or Slurm on the head."""
+
+    NONE = "none"
+    SLURM = "slurm"  # slurmctld on the head, slurmd on every node (docs/azure.md "Slurm")
+
+
 @dataclass(frozen=True)
 class StorageSpec:
     kind: StorageKind
@@ -124,3 +131,4 @@ class ClusterSpec:
     vnet_cidr: str
     tags: tuple[tuple[str, str], ...]
     python_packages: tuple[str, ...]
+    scheduler: Scheduler = Scheduler.NONE
