@@ -121,27 +121,36 @@ class SlurmCluster:
         return bool(states) and all(state == "idle" for state in states)
 
     def close(self) -> None:
+        """Cancel every job and let it end, then stop the node daemons, then the controller."""
         self.run("scancel", "--user", "root")
-        for process in reversed(self.processes):
-            process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        _kill_stepds(self.conf)
+        deadline = time.monotonic() + 10
+        while self.jobs() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        controller, *nodes = self.processes
+        for group in (nodes, [controller]):
+            for process in group:
+                process.terminate()
+            for process in group:
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        _kill_stepds(self.root)
         if self.started_munged:
             subprocess.run(["pkill", "-x", "munged"], check=False)
 
 
-def _kill_stepds(conf: Path) -> None:
-    """slurmstepd processes of this cluster that outlived their slurmd (a failed launch)."""
+def _kill_stepds(root: Path) -> None:
+    """slurmstepd processes of this cluster that outlived their slurmd (a failed launch): they
+    write this cluster's logs. (Their environment is overwritten by their process title.)"""
     import psutil
 
     for proc in psutil.process_iter(["name"]):
         with contextlib.suppress(psutil.Error):
-            if proc.info["name"] == "slurmstepd" and proc.environ().get("SLURM_CONF") == str(conf):
+            if proc.info["name"] == "slurmstepd" and any(
+                f.path.startswith(str(root)) for f in proc.open_files()
+            ):
                 proc.kill()
 
 

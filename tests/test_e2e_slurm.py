@@ -219,3 +219,46 @@ def test_drain_failing_drains_the_nodes_below_the_mark_with_the_reason(slurm, no
     health = json.loads((no_leftovers / "runs" / "gate" / "health.json").read_text())
     assert health["status"] == "failed" and "drained n1, n2" in health["note"]
     assert slurm.jobs() == []
+
+
+def test_a_stacks_own_slurm_is_driven_through_its_head(slurm, no_leftovers, tmp_path_factory):
+    """--outputs (or --stack) with --slurm: Slurm's commands run on the head over ssh (an sshd
+    on 127.0.0.30 whose sessions see the test cluster's SLURM_CONF, as a head's see
+    /etc/slurm), launch directories go to the shared storage and come back."""
+    from tests import sshd
+
+    if not sshd.available():
+        pytest.skip(f"sshd is not installed: {sshd.ENABLE}")
+    head = sshd.start_cluster(
+        tmp_path_factory.mktemp("head"), 1, first=30,
+        settings={"127.0.0.30": f"SetEnv SLURM_CONF={slurm.conf}\n"},
+    )  # fmt: skip
+    try:
+        shared = no_leftovers / "shared"
+        outputs = json.loads(
+            Path(__file__).parent.joinpath("data/outputs/v2-h100-azurefiles-slurm.json").read_text()
+        )
+        outputs.update(
+            head_public_address="127.0.0.30", ssh_port=sshd.PORT, ssh_user=head.user,
+            ssh_private_key=head.key.read_text(), known_hosts=[head.hosts[0].known_hosts_line],
+            mount_path=str(shared), python_bin=str(Path(DTRUN[0]).parent),
+            vm_size="Standard_HB176rs_v4", gpus_per_node=0, slurm_partition="debug",
+        )  # fmt: skip
+        file = no_leftovers / "outputs.json"
+        file.write_text(json.dumps(outputs))
+        out = no_leftovers / "runs"
+        done = run_dtrun(
+            "bench", "--outputs", str(file), "--slurm", "--nodes", "1,2", *QUICK,
+            "--no-health-gate", "--port", "29640", "--output", str(out), "--run-id", "head",
+            cwd=no_leftovers, env={**slurm.env, "SLURM_CONF": "/nonexistent"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        # the launch ran in the shared storage, and its result came back here
+        assert (shared / ".dtrun" / "runs" / "head" / "n2" / "r0" / "node-1.sh").is_file()
+        assert (shared / ".dtrun" / "code" / "runner" / "workloads" / "train.py").is_file()
+        result = json.loads((out / "head" / "n2" / "r0" / "result.json").read_text())
+        assert {r["node"] for r in result["ranks"]} == {"n1", "n2"}
+        assert (out / "head" / "report.md").is_file()
+        assert slurm.jobs() == []
+    finally:
+        head.close()

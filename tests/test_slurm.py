@@ -172,3 +172,13 @@ def test_a_slurm_inventory_is_cuda_with_gpus_and_names_its_scheduler(tmp_path):
     )
     assert local.accelerator == "cpu" and local.interface == "lo"
     assert Path("/c") == Path(local.code_dir)
+
+
+def test_a_stack_without_slurm_is_refused_with_what_to_set(tmp_path):
+    from tests.conftest import run_dtrun
+
+    v1 = Path(__file__).parent / "data" / "outputs" / "v1-h100-azurefiles-generated-key.json"
+    done = run_dtrun("bench", "--slurm", "--outputs", str(v1), "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "has no Slurm (dtrun:scheduler is none)" in done.stderr
+    assert "pulumi config set dtrun:scheduler slurm" in done.stderr

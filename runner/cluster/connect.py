@@ -73,9 +73,9 @@ class ClusterChoice:
 
     def __post_init__(self) -> None:
         given = [flag for flag, value in self._sources() if value is not None]
-        if self.slurm is not None and (self.hosts is not None or self.outputs is not None):
+        if self.slurm is not None and self.hosts is not None:
             raise UsageError(
-                "--slurm runs on the nodes Slurm gives, and --hosts or --outputs names others",
+                "--slurm runs on the nodes Slurm gives, and --hosts names others",
                 fix="pass --slurm alone (or with --stack NAME for a stack's own Slurm)",
             )
         if len(given) > 1:
@@ -224,14 +224,18 @@ def open_cluster(
     """The cluster to run on, connected, for the duration of a command. ``on_outputs`` hears
     a stack's outputs as soon as they are read (from then on, the stack is known to exist)."""
     if choice.slurm is not None:
-        if choice.stack is not None:
-            raise UsageError(
-                "--stack with --slurm is not built yet",
-                fix="run dtrun --slurm on the stack's head node, or leave out --slurm",
-            )
-        from runner.cluster.slurmjob import open_slurm
+        from runner.cluster.slurmjob import open_slurm, stack_head
 
-        with open_slurm(choice, notice) as cluster:
+        if choice.stack_name is None:
+            with open_slurm(choice, notice) as cluster:
+                yield cluster
+            return
+        outputs = _stack_outputs(choice)  # a stack's own Slurm, through its head
+        on_outputs(outputs)
+        with (
+            stack_head(choice.stack_name, outputs) as head,
+            open_slurm(choice, notice, head) as cluster,
+        ):
             yield cluster
         return
     if choice.embedded:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.cluster.embedded import embedded_inventory
@@ -21,28 +23,69 @@ from runner.cluster.slurm import (
     submit,
     wait_running,
 )
+from runner.errors import UsageError
 from runner.execute.local import sigint_deferred
 from runner.execute.slurm import SlurmExecutor, SlurmPreview
 from runner.execute.slurmshell import SlurmShell, cancel, job_state
+from runner.execute.slurmstage import HeadStaging, head_shell
 from runner.spec.cluster import Inventory, Node
 
 if TYPE_CHECKING:
     from runner.cluster.connect import Cluster, ClusterChoice
+    from runner.cluster.outputs import StackOutputs
 
 Notice = Callable[[str], None]
 PENDING_EVERY_S = 30.0  # a job still pending for the same reason is mentioned this often
 
 
-def _inventory(source: str, nodes: tuple[Node, ...]) -> Inventory:
-    here = embedded_inventory(1)  # this interpreter and checkout, at the same paths there
-    return slurm_inventory(source, nodes, python_bin=here.python_bin, code_dir=here.code_dir)
+@dataclass(frozen=True)
+class Head:
+    """A stack's own Slurm, reached through its head VM (outputs version 2)."""
+
+    shell: SlurmShell
+    staging: HeadStaging
+    python_bin: str  # the cluster's Python environment on the shared storage
+    partition: str | None
+    size: str
 
 
-def _cluster(choice: ClusterChoice, shell: SlurmShell, job: str, inventory: Inventory) -> Cluster:
+@contextlib.contextmanager
+def stack_head(name: str, outputs: StackOutputs) -> Iterator[Head]:
+    """The head's shell (ssh with the stack's key and host keys) for the command's length."""
+    if outputs.scheduler != "slurm":
+        raise UsageError(
+            f"stack {name} has no Slurm (dtrun:scheduler is {outputs.scheduler})",
+            fix=f"`pulumi config set dtrun:scheduler slurm --stack {name}` and `dtrun up`, or "
+            "leave out --slurm",
+        )
+    with tempfile.TemporaryDirectory(prefix="dtrun-head-") as private:
+        shell = head_shell(
+            outputs.head_public_address, outputs.ssh_user, outputs.ssh_port,
+            outputs.known_hosts, outputs.ssh_private_key, Path(private),
+        )  # fmt: skip
+        mount = outputs.mount_path
+        staging = HeadStaging(shell, mount, f"{mount}/.dtrun/code")
+        yield Head(shell, staging, outputs.python_bin, outputs.slurm_partition, outputs.vm_size)
+
+
+def _inventory(source: str, nodes: tuple[Node, ...], head: Head | None) -> Inventory:
+    if head is None:
+        here = embedded_inventory(1)  # this interpreter and checkout, at the same paths there
+        return slurm_inventory(source, nodes, python_bin=here.python_bin, code_dir=here.code_dir)
+    inventory = slurm_inventory(
+        source, nodes, python_bin=head.python_bin, code_dir=head.staging.code_dir
+    )
+    return replace(inventory, shared_dir=head.staging.shared_dir, size=head.size)
+
+
+def _cluster(
+    choice: ClusterChoice, shell: SlurmShell, job: str, inventory: Inventory, head: Head | None
+) -> Cluster:
     from runner.cluster.connect import Cluster
 
     gpus = min(node.slots for node in inventory.nodes) if inventory.accelerator == "cuda" else 0
-    executor = SlurmExecutor(shell, job, gpus_per_node=gpus)
+    staging = head.staging if head is not None else None
+    executor = SlurmExecutor(shell, job, gpus_per_node=gpus, staging=staging)
     preview = SlurmPreview(executor, allocation_line(choice))
     return Cluster(inventory, executor, choice, engine="slurm", preview=preview)
 
@@ -66,12 +109,14 @@ def pending_notice(notice: Notice) -> Callable[[str, str, float, float], None]:
 
 @contextlib.contextmanager
 def open_slurm(
-    choice: ClusterChoice, notice: Notice, shell: SlurmShell | None = None
+    choice: ClusterChoice, notice: Notice, head: Head | None = None
 ) -> Iterator[Cluster]:
     request = choice.slurm
     assert request is not None  # only called for --slurm
-    shell = shell or SlurmShell()
-    job = inside_allocation()
+    shell = head.shell if head is not None else SlurmShell()
+    if head is not None and request.partition is None:
+        request = replace(request, partition=head.partition)  # the stack's one partition
+    job = inside_allocation() if head is None else None  # a stack's Slurm: never this shell's
     if job is not None:
         if request.passed_through():
             given = ", ".join(flag for flag, _ in request.passed_through())
@@ -85,14 +130,14 @@ def open_slurm(
         cpus = cpus_per_node(os.environ.get("SLURM_JOB_CPUS_PER_NODE", ""), len(nodes))
         if cpus is not None:
             nodes = tuple(replace(node, cpus=n) for node, n in zip(nodes, cpus, strict=True))
-        yield _cluster(choice, shell, job, _inventory(f"slurm:job {job}", nodes))
+        yield _cluster(choice, shell, job, _inventory(f"slurm:job {job}", nodes, head), head)
         return
     count = choice.local_nodes
     if choice.dry_run:
         names = candidate_nodes(shell, request)[:count]
         nodes = slurm_nodes(shell, names)
-        inventory = _inventory("slurm:dry run (nodes as sinfo lists them)", nodes)
-        yield _cluster(choice, shell, "JOBID", inventory)
+        inventory = _inventory("slurm:dry run (nodes as sinfo lists them)", nodes, head)
+        yield _cluster(choice, shell, "JOBID", inventory, head)
         return
     job = submit(shell, request, count, choice.job_name)
     notice(f"Slurm job {job} asks for {count} node(s); scancel {job} is run when dtrun ends")
@@ -102,8 +147,8 @@ def open_slurm(
         )
         names = hostnames(shell, nodelist)
         notice(f"Slurm job {job} runs on {len(names)} node(s): {','.join(names)}")
-        inventory = _inventory(f"slurm:job {job}", slurm_nodes(shell, names))
-        yield _cluster(choice, shell, job, inventory)
+        inventory = _inventory(f"slurm:job {job}", slurm_nodes(shell, names), head)
+        yield _cluster(choice, shell, job, inventory, head)
     finally:
         with sigint_deferred():
             cancel(shell, job)

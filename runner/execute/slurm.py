@@ -11,7 +11,6 @@ scancel and waits until squeue no longer lists it.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import secrets
 import shlex
@@ -29,6 +28,7 @@ from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
 from runner.execute.local import write_launch_files
 from runner.execute.slurmshell import SlurmShell, cancel
+from runner.execute.slurmstage import HeadStaging
 from runner.render import render
 from runner.spec.launch import LaunchPlan
 from runner.spec.outcome import NodeHealth, NodeResult
@@ -127,10 +127,18 @@ class SlurmExecutor:
     """Runs a LaunchPlan's node scripts as one srun step in a Slurm job (Executor protocol)."""
 
     def __init__(
-        self, shell: SlurmShell, job_id: str, *, gpus_per_node: int = 0, grace_s: float = 15.0
+        self,
+        shell: SlurmShell,
+        job_id: str,
+        *,
+        gpus_per_node: int = 0,
+        staging: HeadStaging | None = None,
+        grace_s: float = 15.0,
     ) -> None:
         self.shell, self.job_id, self.grace_s = shell, job_id, grace_s
         self.gpus_per_node = gpus_per_node
+        # a stack's Slurm: launch directories go to its shared storage, and come back
+        self.staging = staging
         self.on_stopping: StopSink = quiet_stop
 
     def run(
@@ -150,16 +158,21 @@ class SlurmExecutor:
             script.chmod(0o700)
         (workdir / WRAPPER).write_text(wrapper(plan, workdir.parent.parent.name))
         (workdir / WRAPPER).chmod(0o755)
+        there = self.staging.push(workdir) if self.staging else str(workdir)
         tag = secrets.token_hex(6)
         name = f"dtrun-{tag}"
         step = _Step(workdir, {each.script_name: each.node.name for each in plan.launches}, on_line)
         process = self.shell.popen(
-            step_command(plan, self.job_id, str(workdir), name, self.gpus_per_node),
+            # every process of the launch carries the tag, here and through the head's ssh
+            [
+                "env",
+                f"{TAG}={tag}",
+                *step_command(plan, self.job_id, there, name, self.gpus_per_node),
+            ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches dtrun, which cancels the step itself
-            env={**os.environ, TAG: tag},
         )
         reader = threading.Thread(target=_pump, args=(process, step), daemon=True)
         reader.start()
@@ -175,6 +188,8 @@ class SlurmExecutor:
                 self._stop(process, name)
             reader.join(timeout=10)
             step.close()
+        if self.staging is not None:
+            self.staging.pull(there, workdir)  # result.json and what the program wrote
         return self._verdict(plan, process.returncode, step, timed_out, timeout_s)
 
     def _stop(self, process: subprocess.Popen[bytes], name: str) -> None:
