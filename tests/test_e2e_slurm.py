@@ -262,3 +262,33 @@ def test_a_stacks_own_slurm_is_driven_through_its_head(slurm, no_leftovers, tmp_
         assert slurm.jobs() == []
     finally:
         head.close()
+
+
+def test_deepspeed_runs_on_every_node_without_ssh_under_slurm(slurm, no_leftovers):
+    pytest.importorskip("deepspeed")
+    script = _write(
+        no_leftovers,
+        "ds.py",
+        "import os; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n",
+    )
+    done = run_dtrun(
+        "run", "--slurm", "--launcher", "deepspeed", "--nodes", "2", "--port", "29642",
+        "--output", str(no_leftovers / "runs"), "--", "python", str(script),
+        cwd=no_leftovers, env=slurm.env, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[n1] rank 0 of 2" in done.stdout and "[n2] rank 1 of 2" in done.stdout
+    assert slurm.jobs() == []
+
+
+def test_a_launch_past_its_timeout_is_cancelled_in_slurm(slurm, no_leftovers):
+    script = _write(no_leftovers, "sleep.py", SLEEPER)
+    done = run_dtrun(
+        "run", "--slurm", "--nodes", "2", "--timeout", "4", "--port", "29644", "--output",
+        str(no_leftovers / "runs"), "--", "python", str(script),
+        cwd=no_leftovers, env=slurm.env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "did not finish within 4 s" in done.stderr
+    assert "still running when its Slurm step was cancelled: n1, n2" in done.stderr
+    assert slurm.jobs() == [] and slurm.steps() == []
