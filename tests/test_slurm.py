@@ -182,3 +182,17 @@ def test_a_stack_without_slurm_is_refused_with_what_to_set(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert "has no Slurm (dtrun:scheduler is none)" in done.stderr
     assert "pulumi config set dtrun:scheduler slurm" in done.stderr
+
+
+def test_a_node_that_does_not_see_the_run_directory_is_a_clear_usage_error(tmp_path):
+    from runner.errors import UsageError
+    from runner.execute.slurm import SlurmExecutor
+    from runner.execute.slurmshell import SlurmShell
+
+    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None)
+    step.line(b"1: dtrun: the run directory /home/u/runs/r1/launch is not on gpu02\n")
+    step.close()
+    with pytest.raises(UsageError) as raised:
+        SlurmExecutor(SlurmShell(), "7")._verdict(_plan(), 97, step, False, 60)
+    assert "the run directory is not on gpu02, a node of the Slurm job" in raised.value.message
+    assert "pass --output a directory on a file system every node mounts" in raised.value.message

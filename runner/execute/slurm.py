@@ -87,7 +87,7 @@ class _Step:
     logs: dict[str, IO[bytes]] = field(default_factory=dict)
     bound: dict[str, str] = field(default_factory=dict)  # task -> node name
     exits: dict[str, tuple[int, float]] = field(default_factory=dict)  # node -> (code, when)
-    guard: list[str] = field(default_factory=list)  # nodes that do not share the run dir
+    guard: list[str] = field(default_factory=list)  # nodes that do not see the run directory
     started: float = field(default_factory=time.monotonic)
 
     def line(self, raw: bytes) -> None:
@@ -222,7 +222,7 @@ class SlurmExecutor:
         failed = sorted((when, node) for node, (c, when) in step.exits.items() if c != 0)
         if step.guard:
             raise UsageError(
-                f"the run directory {step.guard[0]} is not on every node of the Slurm job",
+                f"the run directory is not on {', '.join(step.guard)}, a node of the Slurm job",
                 why="Slurm's nodes run the scripts where dtrun writes them: a directory they share",
                 fix="pass --output a directory on a file system every node mounts (your home "
                 "directory on most clusters)",
