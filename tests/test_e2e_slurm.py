@@ -80,9 +80,12 @@ def test_mpirun_inside_the_allocation_starts_its_daemons_with_srun(slurm, no_lef
     script = _write(
         no_leftovers,
         "ranks.py",
+        # one write per line: both ranks' output reaches node 0's stream through mpirun, and
+        # print's separate writes of each word could interleave
         "import os, socket\n"
         "env = os.environ\n"
-        "print('rank', env['RANK'], 'node', env['NODE_RANK'], socket.gethostname())\n",
+        "line = f\"rank {env['RANK']} node {env['NODE_RANK']} {socket.gethostname()}\\n\"\n"
+        "os.write(1, line.encode())\n",
     )
     done = subprocess.run(
         ["salloc", "-N2", *DTRUN, "run", "--slurm", "--launcher", "mpirun", "--nodes", "2",
