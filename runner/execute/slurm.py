@@ -26,7 +26,7 @@ from runner import __version__
 from runner.errors import NodeFailedError, RunError, RunTimeoutError, UsageError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
-from runner.execute.local import write_launch_files
+from runner.execute.local import sigint_deferred, write_launch_files
 from runner.execute.slurmshell import SlurmShell, cancel
 from runner.execute.slurmstage import HeadStaging
 from runner.render import render
@@ -185,7 +185,8 @@ class SlurmExecutor:
             raise
         finally:
             if process.poll() is None:
-                self._stop(process, name)
+                with sigint_deferred():  # a second Ctrl-C does not cut the stop short
+                    self._stop(process, name)
             reader.join(timeout=10)
             step.close()
         if self.staging is not None:
@@ -193,11 +194,20 @@ class SlurmExecutor:
         return self._verdict(plan, process.returncode, step, timed_out, timeout_s)
 
     def _stop(self, process: subprocess.Popen[bytes], name: str) -> None:
-        """Cancel the step (Slurm signals every process of it on every node), then srun."""
-        found = self.shell.run(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j"])
-        ids = [line.split("|")[0] for line in found.stdout.splitlines() if line.endswith(name)]
+        """Cancel the step (Slurm signals every process of it on every node), then srun. A
+        step Slurm does not list yet (srun just started) is stopped through srun, which
+        passes SIGTERM on to its tasks."""
+        deadline = time.monotonic() + 2.0
+        ids: list[str] = []
+        while not ids and process.poll() is None and time.monotonic() < deadline:
+            found = self.shell.run(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j"])
+            ids = [line.split("|")[0] for line in found.stdout.splitlines() if line.endswith(name)]
+            if not ids:
+                time.sleep(0.1)
         for step_id in ids:
             cancel(self.shell, step_id)
+        if not ids and process.poll() is None:
+            process.terminate()
         try:
             process.wait(timeout=self.grace_s)
         except subprocess.TimeoutExpired:
