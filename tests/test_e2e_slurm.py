@@ -148,7 +148,9 @@ def test_sigterm_cancels_the_step_and_the_job_and_leaves_no_process(slurm, no_le
 
 
 def test_a_job_stuck_pending_says_why_and_gives_up_at_the_queue_timeout(slurm, no_leftovers):
-    blocker = slurm.run("sbatch", "--parsable", "-N2", "--exclusive", "--wrap", "sleep 300")
+    blocker = slurm.run(
+        "sbatch", "--parsable", "-N2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 300"
+    )
     assert blocker.returncode == 0, blocker.stderr
     started = time.monotonic()
     done = run_dtrun(
