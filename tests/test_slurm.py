@@ -16,6 +16,7 @@ from runner.cluster.slurm import (
     gpus_of,
     inside_allocation,
     slurm_inventory,
+    slurm_nodes,
 )
 from runner.execute.slurm import _Step, step_command, wrapper
 from runner.plan.launch import What, plan_launch
@@ -32,7 +33,9 @@ NODES = (
 
 
 def _plan(launcher: str = "torchrun", nodes: int = 2):
-    inventory = slurm_inventory("slurm:job 7", NODES, python_bin="/opt/venv/bin", code_dir="/opt")
+    inventory = slurm_inventory(
+        "slurm:job 7", NODES, gpus=8, python_bin="/opt/venv/bin", code_dir="/opt"
+    )
     spec = RunSpec(
         "r1", launcher=launcher, procs_per_node=8,
         program=Program(ProgramKind.SCRIPT, "/home/u/train.py", ("--lr", "1e-3")), nodes=nodes,
@@ -164,11 +167,11 @@ def test_the_wrapper_refuses_a_node_without_a_script(tmp_path):
 
 
 def test_a_slurm_inventory_is_cuda_with_gpus_and_names_its_scheduler(tmp_path):
-    inventory = slurm_inventory("slurm:job 7", NODES, python_bin="/v/bin", code_dir="/c")
+    inventory = slurm_inventory("slurm:job 7", NODES, gpus=8, python_bin="/v/bin", code_dir="/c")
     assert inventory.accelerator == "cuda" and inventory.scheduler == "slurm"
     assert inventory.interface == "eth0" and inventory.ssh is None
     local = slurm_inventory(
-        "slurm:job 8", (Node("n1", "127.0.0.21"),), python_bin="/v/bin", code_dir="/c"
+        "slurm:job 8", (Node("n1", "127.0.0.21"),), gpus=0, python_bin="/v/bin", code_dir="/c"
     )
     assert local.accelerator == "cpu" and local.interface == "lo"
     assert Path("/c") == Path(local.code_dir)
@@ -196,3 +199,14 @@ def test_a_node_that_does_not_see_the_run_directory_is_a_clear_usage_error(tmp_p
         SlurmExecutor(SlurmShell(), "7")._verdict(_plan(), 97, step, False, 60)
     assert "the run directory is not on gpu02, a node of the Slurm job" in raised.value.message
     assert "pass --output a directory on a file system every node mounts" in raised.value.message
+
+
+def test_nodes_with_one_gpu_each_are_gpu_nodes():
+    class Sinfo:
+        def check(self, command, doing):
+            return "g1|10.0.0.4|16|gpu:a100:1(S:0)\ng2|10.0.0.5|16|gpu:1\n"
+
+    nodes, gpus = slurm_nodes(Sinfo(), ["g1", "g2"])  # type: ignore[arg-type]
+    assert gpus == 1 and [node.slots for node in nodes] == [1, 1]
+    inventory = slurm_inventory("slurm:job 9", nodes, gpus=gpus, python_bin="/v", code_dir="/c")
+    assert inventory.accelerator == "cuda"

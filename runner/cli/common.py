@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -72,7 +73,6 @@ NODE_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red")
 
 def print_node_line(console: Console, node: str, line: str) -> None:
     """One line of a node's output, prefixed [node-i] in that node's colour."""
-    import re
 
     from rich.text import Text
 

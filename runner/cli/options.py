@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from runner.errors import UsageError
 from runner.spec.request import (
     AllreduceSpec,
     HealthGate,
@@ -372,8 +373,6 @@ class Where:
 
     def slurm_request(self, drain_failing: bool = False) -> SlurmRequest | None:
         """--slurm's request; Slurm options without --slurm are refused (they would be lost)."""
-        from runner.errors import UsageError
-
         request = SlurmRequest(
             self.partition, self.account, self.qos, self.time, self.constraint, self.exclude,
             self.nodelist, self.queue_timeout, drain_failing,

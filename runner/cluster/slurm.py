@@ -17,7 +17,6 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from runner.errors import InventoryError, RunError, UsageError
 from runner.execute.slurmshell import LIVE, POLL_S, SlurmShell, job_state
@@ -31,15 +30,6 @@ _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 class QueueTimeoutError(RunError):
     """dtrun's allocation waited in the queue past --queue-timeout; it was cancelled."""
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """The Slurm job whose nodes dtrun runs on."""
-
-    job_id: str
-    nodes: tuple[str, ...]  # Slurm node names, in the order `scontrol show hostnames` gives
-    owned: bool  # dtrun asked for it, so dtrun cancels it
 
 
 def allocation_request(request: SlurmRequest, nodes: int, name: str) -> list[str]:
@@ -90,7 +80,6 @@ def wait_running(
     """Wait until the job runs; its node list. Past ``timeout_s`` a QueueTimeoutError says
     Slurm's last reason (the caller cancels the job)."""
     started = clock()
-    reason = ""
     while True:
         seen = job_state(shell, job_id)
         waited = clock() - started
@@ -137,15 +126,17 @@ def gpus_of(gres: str) -> int:
     return count
 
 
-def slurm_nodes(shell: SlurmShell, names: Sequence[str]) -> tuple[Node, ...]:
-    """Each named node with its address (NodeAddr), CPUs and GPUs, in the order named."""
+def slurm_nodes(shell: SlurmShell, names: Sequence[str]) -> tuple[tuple[Node, ...], int]:
+    """Each named node with its address (NodeAddr), CPUs and GPUs (its slots), in the order
+    named; and the fewest GPUs any of them has (0: CPU nodes)."""
     out = shell.check(
         ["sinfo", "-N", "-h", "-n", ",".join(names), "-o", "%N|%o|%c|%G"], "describe the nodes"
     )
     found: dict[str, Node] = {}
+    gpus_found: dict[str, int] = {}
     for line in out.splitlines():
         name, address, cpus, gres = [*line.split("|"), "", "", ""][:4]
-        gpus = gpus_of(gres)
+        gpus = gpus_found.setdefault(name, gpus_of(gres))
         found.setdefault(
             name,
             Node(
@@ -158,7 +149,7 @@ def slurm_nodes(shell: SlurmShell, names: Sequence[str]) -> tuple[Node, ...]:
     missing = [name for name in names if name not in found]
     if missing:
         raise InventoryError(f"sinfo does not describe node(s) {', '.join(missing)}")
-    return tuple(found[name] for name in names)
+    return tuple(found[name] for name in names), min(gpus_found[name] for name in names)
 
 
 def cpus_per_node(value: str, count: int) -> tuple[int, ...] | None:
@@ -187,11 +178,11 @@ def candidate_nodes(shell: SlurmShell, request: SlurmRequest) -> tuple[str, ...]
 
 
 def slurm_inventory(
-    job: str, nodes: tuple[Node, ...], *, python_bin: str, code_dir: str
+    job: str, nodes: tuple[Node, ...], *, gpus: int, python_bin: str, code_dir: str
 ) -> Inventory:
-    """The allocation's nodes. They run this machine's Python and checkout, at the same paths
-    (Slurm's nodes share the login node's file systems: docs/slurm.md)."""
-    gpus = min(node.slots for node in nodes) if any(n.slots > 1 for n in nodes) else 0
+    """The allocation's nodes, with ``gpus`` each (0: CPU nodes). They run this machine's
+    Python and checkout, at the same paths (Slurm's nodes share the login node's file
+    systems: docs/slurm.md)."""
     loopback = all(node.address.startswith("127.") for node in nodes)
     return Inventory(
         source=job,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -68,12 +69,14 @@ def stack_head(name: str, outputs: StackOutputs) -> Iterator[Head]:
         yield Head(shell, staging, outputs.python_bin, outputs.slurm_partition, outputs.vm_size)
 
 
-def _inventory(source: str, nodes: tuple[Node, ...], head: Head | None) -> Inventory:
+def _inventory(source: str, nodes: tuple[Node, ...], gpus: int, head: Head | None) -> Inventory:
     if head is None:
         here = embedded_inventory(1)  # this interpreter and checkout, at the same paths there
-        return slurm_inventory(source, nodes, python_bin=here.python_bin, code_dir=here.code_dir)
+        return slurm_inventory(
+            source, nodes, gpus=gpus, python_bin=here.python_bin, code_dir=here.code_dir
+        )
     inventory = slurm_inventory(
-        source, nodes, python_bin=head.python_bin, code_dir=head.staging.code_dir
+        source, nodes, gpus=gpus, python_bin=head.python_bin, code_dir=head.staging.code_dir
     )
     return replace(inventory, shared_dir=head.staging.shared_dir, size=head.size)
 
@@ -92,17 +95,18 @@ def _cluster(
 
 def pending_notice(notice: Notice) -> Callable[[str, str, float, float], None]:
     """Say why the job waits when Slurm's reason changes, and every 30 s while it does not."""
-    said: dict[str, object] = {"reason": None, "at": 0.0}
+    last_reason, said_at = "", 0.0
 
     def heard(job: str, reason: str, waited: float, timeout: float) -> None:
+        nonlocal last_reason, said_at
         if reason in ("None", "") and waited < PENDING_EVERY_S:
             return  # just submitted: Slurm has not looked at it yet
-        if reason != said["reason"] or waited - float(said["at"]) >= PENDING_EVERY_S:  # type: ignore[arg-type]
+        if reason != last_reason or waited - said_at >= PENDING_EVERY_S:
             notice(
                 f"Slurm job {job} is pending ({reason}): {waited:.0f} s of --queue-timeout "
                 f"{timeout:g} s"
             )
-            said.update(reason=reason, at=waited)
+            last_reason, said_at = reason, waited
 
     return heard
 
@@ -125,18 +129,18 @@ def open_slurm(
         nodelist = os.environ.get("SLURM_JOB_NODELIST") or seen[2]
         names = hostnames(shell, nodelist)
         notice(f"inside Slurm job {job}: {len(names)} node(s), {','.join(names)}")
-        nodes = slurm_nodes(shell, names)
+        nodes, gpus = slurm_nodes(shell, names)
         # the job's own share of each node: all of it only when the allocation is exclusive
         cpus = cpus_per_node(os.environ.get("SLURM_JOB_CPUS_PER_NODE", ""), len(nodes))
         if cpus is not None:
             nodes = tuple(replace(node, cpus=n) for node, n in zip(nodes, cpus, strict=True))
-        yield _cluster(choice, shell, job, _inventory(f"slurm:job {job}", nodes, head), head)
+        yield _cluster(choice, shell, job, _inventory(f"slurm:job {job}", nodes, gpus, head), head)
         return
     count = choice.local_nodes
     if choice.dry_run:
         names = candidate_nodes(shell, request)[:count]
-        nodes = slurm_nodes(shell, names)
-        inventory = _inventory("slurm:dry run (nodes as sinfo lists them)", nodes, head)
+        nodes, gpus = slurm_nodes(shell, names)
+        inventory = _inventory("slurm:dry run (nodes as sinfo lists them)", nodes, gpus, head)
         yield _cluster(choice, shell, "JOBID", inventory, head)
         return
     job = submit(shell, request, count, choice.job_name)
@@ -147,7 +151,8 @@ def open_slurm(
         )
         names = hostnames(shell, nodelist)
         notice(f"Slurm job {job} runs on {len(names)} node(s): {','.join(names)}")
-        inventory = _inventory(f"slurm:job {job}", slurm_nodes(shell, names), head)
+        nodes, gpus = slurm_nodes(shell, names)
+        inventory = _inventory(f"slurm:job {job}", nodes, gpus, head)
         yield _cluster(choice, shell, job, inventory, head)
     finally:
         with sigint_deferred():
@@ -157,8 +162,6 @@ def open_slurm(
 
 def allocation_line(choice: ClusterChoice) -> str:
     """The allocation request a dry run prints."""
-    import shlex
-
     assert choice.slurm is not None
     job = inside_allocation()
     if job is not None:

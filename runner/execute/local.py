@@ -10,7 +10,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -100,18 +100,9 @@ class LocalExecutor:
         self, scripts: dict[str, str], on_line: LineSink | None = None
     ) -> dict[str, Answer]:
         """Each script runs with bash as its simulated node, all at once."""
-        lines: dict[str, list[str]] = {name: [] for name in scripts}
-        lock = threading.Lock()
 
-        def collect(name: str, line: str) -> None:
-            with lock:
-                lines[name].append(line)
-                if on_line is not None:
-                    on_line(name, line)
-
-        answers: dict[str, Answer] = {}
-        processes = {
-            name: subprocess.Popen(
+        def start(name: str) -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
                 ["bash", "-s"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -119,23 +110,9 @@ class LocalExecutor:
                 start_new_session=True,
                 env={**os.environ, "DTRUN_NODE_NAME": name},
             )
-            for name in scripts
-        }
-        readers = []
-        for name, process in processes.items():
-            assert process.stdin is not None and process.stdout is not None
-            process.stdin.write(scripts[name].encode())
-            process.stdin.close()
-            reader = threading.Thread(
-                target=_pump, args=(process.stdout, io.BytesIO(), name, collect), daemon=True
-            )
-            reader.start()
-            readers.append(reader)
-        for reader in readers:
-            reader.join()
-        for name, process in processes.items():
-            answers[name] = Answer("\n".join(lines[name]), process.wait())
-        return answers
+
+        ended = run_scripts(scripts, start, on_line)
+        return {name: Answer("\n".join(lines), code) for name, (lines, code) in ended.items()}
 
     def _stop(self, nodes: list[_Node]) -> None:
         """Stop every process of every node that is still there, then reap the nodes."""
@@ -166,6 +143,45 @@ class LocalExecutor:
         for node in nodes:
             for thread in node.threads:
                 thread.join(timeout=5)
+
+
+def run_scripts(
+    scripts: dict[str, str],
+    start: Callable[[str], subprocess.Popen[bytes]],
+    on_line: LineSink | None = None,
+) -> dict[str, tuple[list[str], int]]:
+    """Each node's short script, all at once: ``start(node)`` starts a process that reads the
+    script on its stdin (bash -s here, srun ... bash -s under Slurm). Every node's output lines,
+    streamed to ``on_line`` as they come, and its exit code."""
+    lines: dict[str, list[str]] = {name: [] for name in scripts}
+    lock = threading.Lock()
+
+    def collect(name: str, line: str) -> None:
+        with lock:
+            lines[name].append(line)
+            if on_line is not None:
+                on_line(name, line)
+
+    processes = {name: start(name) for name in scripts}
+    readers = []
+    try:
+        for name, process in processes.items():
+            assert process.stdin is not None and process.stdout is not None
+            with contextlib.suppress(BrokenPipeError):  # it may end without reading
+                process.stdin.write(scripts[name].encode())
+                process.stdin.close()
+            reader = threading.Thread(
+                target=_pump, args=(process.stdout, io.BytesIO(), name, collect), daemon=True
+            )
+            reader.start()
+            readers.append(reader)
+        for reader in readers:
+            reader.join()
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.terminate()
+    return {name: (lines[name], process.wait()) for name, process in processes.items()}
 
 
 def write_launch_files(plan: LaunchPlan, workdir: Path) -> None:

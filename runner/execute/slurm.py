@@ -26,7 +26,7 @@ from runner import __version__
 from runner.errors import NodeFailedError, RunError, RunTimeoutError, UsageError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
-from runner.execute.local import sigint_deferred, write_launch_files
+from runner.execute.local import run_scripts, sigint_deferred, write_launch_files
 from runner.execute.slurmshell import SlurmShell, cancel
 from runner.execute.slurmstage import HeadStaging
 from runner.render import render
@@ -43,7 +43,7 @@ _EXITED = re.compile(r"^dtrun: (\S+) on (\S+) exited (\d+)$")
 # Run by each task before the wrapper: a run directory the node does not share fails clearly.
 _GUARD = (
     'cd -- "$1" 2>/dev/null && [ -r ./srun-node.sh ] || { echo "dtrun: the run directory $1 is '
-    'not on ${SLURMD_NODENAME:-this node}"; exit 97; }; exec bash ./srun-node.sh'
+    f'not on ${{SLURMD_NODENAME:-this node}}"; exit {NOT_SHARED}; }}; exec bash ./srun-node.sh'
 )
 
 
@@ -285,50 +285,21 @@ class SlurmExecutor:
     def command(
         self, scripts: dict[str, str], on_line: LineSink | None = None
     ) -> dict[str, Answer]:
-        """Each script on its node as a one-task step (--overlap: beside any other step)."""
+        """Each script on its node as a one-task step (--overlap: beside any other step). A
+        node srun could not start the step on gets an error, not an exit code."""
         one = ["srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1"]
-        processes = {
-            name: self.shell.popen(
+
+        def start(name: str) -> subprocess.Popen[bytes]:
+            return self.shell.popen(
                 [*one, f"--nodelist={name}", "bash", "-s"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            for name in scripts
-        }
-        lock = threading.Lock()
-        lines: dict[str, list[str]] = {name: [] for name in scripts}
 
-        def read(name: str, process: subprocess.Popen[bytes]) -> None:
-            assert process.stdin is not None and process.stdout is not None
-            with contextlib.suppress(BrokenPipeError):
-                process.stdin.write(scripts[name].encode())
-                process.stdin.close()
-            for raw in iter(process.stdout.readline, b""):
-                text = raw.decode(errors="replace").rstrip("\r\n")
-                with lock:
-                    lines[name].append(text)
-                    if on_line is not None:
-                        on_line(name, text)
-
-        threads = [
-            threading.Thread(target=read, args=(name, process), daemon=True)
-            for name, process in processes.items()
-        ]
-        try:
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        finally:
-            for process in processes.values():
-                if process.poll() is None:
-                    process.terminate()
         answers = {}
-        for name, process in processes.items():
-            code = process.wait()
-            said = lines[name]
+        for name, (said, code) in run_scripts(scripts, start, on_line).items():
             if code != 0 and said and said[-1].startswith("srun: error"):
                 answers[name] = Answer("\n".join(said), error=said[-1])
             else:
@@ -355,11 +326,6 @@ def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> bool:
     return False
 
 
-def shell_line(command: list[str]) -> str:
-    """A command as the user could paste it (dry runs)."""
-    return shlex.join(command)
-
-
 @dataclass(frozen=True)
 class SlurmPreview:
     """What a dry run prints beside each plan: the allocation request, every srun line."""
@@ -375,7 +341,7 @@ class SlurmPreview:
         )  # fmt: skip
         return (
             f"# ---- {plan.nnodes} node(s): the srun line (one job step, a task per node) ----\n"
-            f"{shell_line(command)}\n"
+            f"{shlex.join(command)}\n"
             f"# ---- {plan.nnodes} node(s): {WRAPPER}, run by each task ----\n"
             f"{wrapper(plan, path.parent.parent.name)}"
         )
