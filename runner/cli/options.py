@@ -212,7 +212,8 @@ ConnectTimeout = Annotated[
 LocalNodes = Annotated[
     int | None,
     typer.Option(
-        help="Size of the embedded cluster (default: the nodes the command needs; exec: 2)."
+        help="Size of the embedded cluster, or of the allocation --slurm asks for outside one "
+        "(default: the nodes the command needs; exec: 2)."
     ),
 ]
 Teardown = Annotated[

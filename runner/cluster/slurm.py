@@ -60,8 +60,9 @@ def submit(shell: SlurmShell, request: SlurmRequest, nodes: int, name: str) -> s
         raise UsageError(
             f"Slurm refused dtrun's request for {nodes} node(s)",
             why=said or f"sbatch exited {done.returncode}",
-            fix="check --partition, --account, --qos, --time, --constraint, --nodelist and "
-            "--exclude against `sinfo` and `sacctmgr show assoc user=$USER`",
+            fix="check that Slurm answers here (`scontrol ping`), then --partition, --account, "
+            "--qos, --time, --constraint, --nodelist and --exclude against `sinfo` and "
+            "`sacctmgr show assoc user=$USER`",
         )
     job_id = done.stdout.strip().split(";")[0]  # --parsable: JOBID[;CLUSTER]
     if not job_id.isdigit():
