@@ -3,8 +3,9 @@
 The configuration is the one shown to work on this kind of machine (docs/slurm.md, "Testing",
 from ../shared/slurm/one-machine.conf), with one change: each slurmd runs in a UTS namespace of
 its own whose host name is its node's name, so that every node has a host name of its own as on
-a real cluster (OpenMPI and `hostname` see n1 and n2, not this machine's name twice). Nodes
-listen on 127.0.0.21 and 127.0.0.22; each has one CPU.
+a real cluster (OpenMPI and `hostname` see n1 and n2, not this machine's name twice), and a
+mount namespace whose /etc/hosts also names both nodes, so that each resolves the other's name.
+Nodes listen on 127.0.0.21 and 127.0.0.22; each has one CPU.
 """
 
 from __future__ import annotations
@@ -193,10 +194,16 @@ def start(root: Path) -> SlurmCluster:
             )
 
     daemon("slurmctld", ["slurmctld", "-D", "-i"])
+    # Every node resolves every node's name, as a real cluster's DNS or /etc/hosts lets it
+    # (Gloo, under Horovod, looks up the host name): this machine's /etc/hosts and the nodes,
+    # bound over /etc/hosts in each node's own mount namespace only.
+    hosts = root / "hosts"
+    names = "".join(f"{address} {name}\n" for name, (address, _) in NODES.items())
+    hosts.write_text(Path("/etc/hosts").read_text() + names)
     for name in NODES:
         # a host name of its own, as every real node has (see the module's docstring)
-        line = f"hostname {name} && exec slurmd -D -N {name}"
-        daemon(f"slurmd-{name}", ["unshare", "--uts", "sh", "-c", line])
+        line = f"hostname {name} && mount --bind {hosts} /etc/hosts && exec slurmd -D -N {name}"
+        daemon(f"slurmd-{name}", ["unshare", "--uts", "--mount", "sh", "-c", line])
     deadline = time.monotonic() + 30
     while not cluster._all_idle():
         if time.monotonic() > deadline or any(p.poll() is not None for p in cluster.processes):

@@ -297,3 +297,49 @@ def test_a_launch_past_its_timeout_is_cancelled_in_slurm(slurm, no_leftovers):
     assert "did not finish within 4 s" in done.stderr
     assert "still running when its Slurm step was cancelled: n1, n2" in done.stderr
     assert slurm.jobs() == [] and slurm.steps() == []
+
+
+def test_horovodrun_trains_with_horovod_through_srun(slurm, no_leftovers):
+    """horovodrun on n1 reaches each node with horovod-ssh.sh, a one-task srun step there."""
+    from tests.test_e2e_launchers import require_horovod
+
+    require_horovod()
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "bench", "--slurm", "--launcher", "horovodrun", "--nodes", "2", *QUICK,
+        "--no-health-gate", "--output", str(out), "--run-id", "hvd", "--port", "29646",
+        cwd=no_leftovers, env=slurm.env, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((out / "hvd" / "n2" / "r0" / "result.json").read_text())
+    assert result["engine"] == "horovod" and result["communication"]["ok"] is True
+    assert {(r["node"], r["hostname"]) for r in result["ranks"]} == {("n1", "n1"), ("n2", "n2")}
+    assert slurm.jobs() == [] and slurm.steps() == []
+
+
+def test_sigterm_stops_horovodrun_and_its_srun_steps(slurm, no_leftovers):
+    from tests.test_e2e_launchers import require_horovod
+
+    require_horovod()
+    script = _write(no_leftovers, "sleep.py", SLEEPER)
+    with (no_leftovers / "dtrun.out").open("w+") as out:
+        dtrun = subprocess.Popen(
+            [*DTRUN, "run", "--slurm", "--launcher", "horovodrun", "--nodes", "2", "--port",
+             "29648", "--output", str(no_leftovers / "runs"), "--", "python", str(script)],
+            cwd=no_leftovers, env=slurm.env, stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=default_signals,
+        )  # fmt: skip
+        wait_for(
+            lambda: (
+                len([p for p in launch_processes() if "sleep.py" in " ".join(p.cmdline())]) >= 2
+            ),
+            timeout=90,
+            what="both nodes' programs to start",
+        )
+        dtrun.send_signal(signal.SIGTERM)
+        assert dtrun.wait(timeout=60) == 143
+        out.seek(0)
+        said = out.read()
+    assert "stopped by SIGTERM" in said, said
+    wait_for(lambda: slurm.steps() == [] and slurm.jobs() == [], timeout=30, what="no step")
+    assert [p.cmdline() for p in launch_processes()] == []

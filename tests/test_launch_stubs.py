@@ -209,10 +209,16 @@ def test_horovodrun_gets_slots_ssh_and_the_network_interface(stubs):
     stubs.run_scripts(plan)
     [call] = stubs.calls("horovodrun")
     assert call.argv == [
-        "-np", "4", "-H", "127.0.0.2:2,127.0.0.3:2", "--gloo", "-p", "2222", "-i",
-        "/keys/id_ed25519", "--network-interfaces", "lo", "--start-timeout", "600",
-        "./launch-env.sh",
+        "-np", "4", "-H", "127.0.0.2:2,127.0.0.3:2", "--gloo", "--network-interfaces", "lo",
+        "--start-timeout", "600", "./launch-env.sh",
     ]  # fmt: skip
+    # Its ssh is dtrun's, first on PATH: OpenSSH with the cluster's port and key, host keys checked.
+    shim = Path(call.env["PATH"].split(":")[0]) / "ssh"
+    assert shim.resolve() == (stubs.workdir / "horovod-ssh.sh").resolve()
+    text = shim.read_text().split("\nexec ")[1]  # the command, after the comments
+    assert "-o StrictHostKeyChecking=yes" in text and "StrictHostKeyChecking=no" not in text
+    assert "-i /keys/id_ed25519 -o IdentitiesOnly=yes" in text and "-p 2222" in text
+    assert call.env["DTRUN_REAL_SSH"].endswith("/ssh")
 
 
 def test_mpirun_places_ranks_node_by_node_and_forwards_every_variable(stubs):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +23,7 @@ from runner.spec.request import Program, ProgramKind, RunSpec
 from tests import sshd
 from tests.conftest import require_tool
 from tests.plans import build_run_plan
-from tests.stubs import StubCluster, option, values_of
+from tests.stubs import StubCluster, option
 from tests.test_ssh import PYTHON_BIN
 
 SSH = SshAccess(port=2222, identity_file="/keys/id_ed25519", known_hosts_file="/keys/known_hosts")
@@ -63,9 +64,14 @@ def deepspeed_ssh(argv: list[str], env: dict[str, str]) -> list[str]:
 
 
 def horovodrun_ssh(argv: list[str], env: dict[str, str]) -> list[str]:
-    # horovod/runner/util/remote.py: SSH_COMMAND_PREFIX, then -p --ssh-port, -i --ssh-identity-file
-    prefix = ["-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no"]
-    return [*prefix, "-p", *values_of(argv, "-p"), "-i", *values_of(argv, "-i")]
+    # horovodrun's ssh is horovod-ssh.sh, first on node 0's PATH: OpenSSH's options are the
+    # words of its exec line, up to Horovod's own ConnectTimeout.
+    shim = Path(env["PATH"].split(":")[0]) / "ssh"
+    assert shim.resolve().name == "horovod-ssh.sh"
+    line = shim.read_text().split("\nexec ")[1].replace("\\\n", " ")
+    words = shlex.split(line.splitlines()[0])
+    assert words[0].startswith("${DTRUN_REAL_SSH") and words[1:3] == ["-o", "BatchMode=yes"]
+    return words[3 : words.index("${timeout[@]}")]
 
 
 LAUNCHER_SSH = {"mpirun": mpirun_ssh, "deepspeed": deepspeed_ssh, "horovodrun": horovodrun_ssh}
@@ -154,7 +160,7 @@ def test_every_node_that_node_0_cannot_reach_is_named_with_ssh_s_words():
         "node-1 (127.0.0.3): Host key verification failed.; "
         "node-3 (127.0.0.5): no answer in 30 s"
     )
-    assert "ssh -o BatchMode=yes -o PasswordAuthentication=no" in error.message
+    assert "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes" in error.message
     assert "--launcher torchrun" in error.message
 
 

@@ -100,7 +100,7 @@ TfPs = Annotated[
 # `dtrun bench` only: the training workload's model and strategy, each in a help panel of its
 # own. The names are written out so that `dtrun --help` imports no registry; tests compare them.
 PRESET_NAMES = "tiny, mini, 125m, 350m, 760m, 1.3b"  # = presets.PRESETS
-STRATEGY_NAMES = "ddp, fsdp, zero1, zero2, zero3, pipeline"  # = strategies.STRATEGIES
+STRATEGY_NAMES = "ddp, fsdp, horovod, zero1, zero2, zero3, pipeline"  # = strategies.STRATEGIES
 _MODEL = "Model"
 _STRATEGY = "Training strategy"
 
@@ -142,7 +142,9 @@ Dtype = Annotated[
 Strategy = Annotated[
     str | None,
     _no_default(
-        _STRATEGY, f"How the model trains: {STRATEGY_NAMES} (default: ddp; zero2 under deepspeed)."
+        _STRATEGY,
+        f"How the model trains: {STRATEGY_NAMES} "
+        "(default: ddp; zero2 under deepspeed; horovod under horovodrun).",
     ),
 ]
 Schedule = Annotated[

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from runner.errors import UsageError
 from runner.execute import Answer
 from runner.plan.launchers.base import node_ssh_options, ssh_port_option
+from runner.plan.launchers.horovodrun import ssh_option_groups
 from runner.render import render
 from runner.spec.cluster import Inventory, Node, SshAccess
 from runner.spec.launch import LaunchPlan
@@ -53,11 +54,9 @@ def _deepspeed(ssh: SshAccess) -> PeerSsh:
 
 
 def _horovodrun(ssh: SshAccess) -> PeerSsh:
-    # Horovod's own ssh (horovod/runner/util/remote.py): no password, any host key accepted
-    # (and recorded), then the -p and -i that horovodrun was given (launchers/horovodrun.py).
-    key = ("-i", ssh.identity_file) if ssh.identity_file else ()
-    lenient = ("-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=no")
-    return PeerSsh((*lenient, *ssh_port_option(ssh), *key))
+    # horovodrun's ssh is dtrun's horovod-ssh.sh, which runs OpenSSH with these options
+    # (runner/plan/launchers/horovodrun.py), host keys checked.
+    return PeerSsh(tuple(word for group in ssh_option_groups(ssh) for word in group))
 
 
 # The launchers that start every other node's ranks over ssh from node 0.

@@ -69,10 +69,12 @@ class ResolvedBench:
 
     @property
     def packages(self) -> tuple[str, ...]:
-        """Python packages beyond torch every node needs: DeepSpeed for the deepspeed launcher
+        """Python packages beyond torch every node needs: Horovod for horovodrun's own strategy;
+        DeepSpeed for the deepspeed launcher
         and for the ZeRO strategies under any launcher."""
         frameworks = {self.launch.launcher.framework, self.framework}
-        return ("deepspeed",) if Framework.DEEPSPEED in frameworks else ()
+        needed = {Framework.DEEPSPEED: "deepspeed", Framework.HOROVOD: "horovod"}
+        return tuple(package for f, package in needed.items() if f in frameworks)
 
     def redacted(self) -> ResolvedBench:
         """The same sweep with secret-looking --env values hidden: for printing and records."""
@@ -111,6 +113,12 @@ def resolve_bench(spec: BenchSpec) -> ResolvedBench:
     if workload.trains:
         strategy = lookup("strategy", strategy_name(spec, launcher.framework), STRATEGIES)
         framework = strategy.framework
+        if framework is Framework.HOROVOD and launcher.framework is not Framework.HOROVOD:
+            raise PlanError(
+                f"--strategy horovod cannot run under {launcher.name}",
+                why="hvd.init() needs the ranks that a Horovod launcher sets up",
+                fix="pass --launcher horovodrun, or another --strategy (ddp, fsdp, ...)",
+            )
     elif spec.strategy != StrategySpec() or spec.launch.zero_stage is not None:
         raise PlanError(
             f"the {spec.workload} workload trains no model",

@@ -77,7 +77,8 @@ def _refuse_pipeline_options(spec: StrategySpec, strategy: str) -> None:
 
 @dataclass(frozen=True)
 class TorchDataParallel:
-    """Data parallelism in torch.distributed: DDP (replicas) or FSDP (sharded, fully_shard)."""
+    """Data parallelism in torch.distributed: DDP (replicas) or FSDP (sharded, fully_shard);
+    or with Horovod's DistributedOptimizer (replicas; framework HOROVOD: train_horovod.py)."""
 
     name: str
     args: tuple[str, ...]  # the workload's --strategy (DDP is its default: none)
@@ -284,6 +285,7 @@ class Pipeline:
 _ALL: tuple[Strategy, ...] = (
     TorchDataParallel("ddp", ()),
     TorchDataParallel("fsdp", ("--strategy", "fsdp")),
+    TorchDataParallel("horovod", (), Framework.HOROVOD),
     Zero(1),
     Zero(2),
     Zero(3),
@@ -293,7 +295,11 @@ STRATEGIES: dict[str, Strategy] = {strategy.name: strategy for strategy in _ALL}
 
 # Without --strategy or --zero-stage, each launcher's own way to train (by its framework): the
 # DeepSpeed launcher trains with DeepSpeed, as it did before strategies existed.
-DEFAULT_STRATEGY: dict[Framework, str] = {Framework.TORCH: "ddp", Framework.DEEPSPEED: "zero2"}
+DEFAULT_STRATEGY: dict[Framework, str] = {
+    Framework.TORCH: "ddp",
+    Framework.DEEPSPEED: "zero2",
+    Framework.HOROVOD: "horovod",
+}
 
 
 def strategy_name(bench: BenchSpec, launcher_framework: Framework) -> str:

@@ -87,14 +87,20 @@ WORKLOADS: dict[str, Workload] = {
             {
                 Framework.TORCH: "runner.workloads.train",
                 Framework.DEEPSPEED: "runner.workloads.train_deepspeed",
+                Framework.HOROVOD: "runner.workloads.train_horovod",
             },
             train_args,
             trains=True,
         ),
-        # The same measurement under every launcher: it needs torch.distributed, not DeepSpeed.
+        # The same measurement under every launcher: torch.distributed's all-reduce (DeepSpeed
+        # all-reduces through it too), or Horovod's under horovodrun.
         Workload(
             "allreduce",
-            {Framework.TORCH: ALLREDUCE_MODULE, Framework.DEEPSPEED: ALLREDUCE_MODULE},
+            {
+                Framework.TORCH: ALLREDUCE_MODULE,
+                Framework.DEEPSPEED: ALLREDUCE_MODULE,
+                Framework.HOROVOD: "runner.workloads.allreduce_horovod",
+            },
             _allreduce_args,
         ),
     )

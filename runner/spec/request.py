@@ -112,6 +112,7 @@ class Framework(StrEnum):
 
     TORCH = "torch"  # torch.distributed: runner.workloads.train (DDP, FSDP, pipelines)
     DEEPSPEED = "deepspeed"  # DeepSpeed's engine: runner.workloads.train_deepspeed (ZeRO 1-3)
+    HOROVOD = "horovod"  # Horovod's DistributedOptimizer: runner.workloads.train_horovod
 
 
 class ProgramKind(StrEnum):

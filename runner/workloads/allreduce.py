@@ -19,7 +19,7 @@ import datetime
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -106,16 +106,22 @@ def _wrong(op: Callable[[torch.Tensor], torch.Tensor], buffer: torch.Tensor) -> 
 
 
 def measure(
-    sizes: list[int], dtype: torch.dtype, warmup: int, iters: int, device: torch.device
+    sizes: list[int],
+    dtype: torch.dtype,
+    warmup: int,
+    iters: int,
+    device: torch.device,
+    modes: Mapping[str, Callable[[torch.Tensor], torch.Tensor]] = MODES,
 ) -> list[dict[str, Any]]:
-    """One row per size: out of place and in place, time, algbw, busbw and #wrong."""
+    """One row per size: out of place and in place, time, algbw, busbw and #wrong. ``modes``
+    are the two all-reduces timed (torch.distributed's; Horovod's under train_horovod)."""
     world = dist.get_world_size()
     element = torch.tensor([], dtype=dtype).element_size()
     for size in (max(sizes), min(sizes)):  # warm up connections and buffers at both ends
         buffer = torch.zeros(max(1, size // element), dtype=dtype, device=device)
         for _ in range(warmup):
-            _in_place(buffer)
-            _out_of_place(buffer)
+            modes["in_place"](buffer)
+            modes["out_of_place"](buffer)
     rows = []
     for size in sizes:
         count = max(1, size // element)
@@ -124,7 +130,7 @@ def measure(
         buffer = torch.zeros(count, dtype=dtype, device=device)
         kind = str(dtype).split(".")[-1]
         row: dict[str, Any] = {"size": size_bytes, "count": count, "type": kind, "redop": "sum"}
-        for mode, op in MODES.items():
+        for mode, op in modes.items():
             buffer.zero_()
             seconds = _time(op, buffer, iters)
             algbw, busbw = bandwidths(size_bytes, seconds, world)
@@ -154,10 +160,17 @@ def probe_sizes(gradient_bytes: int, device_type: str) -> list[int]:
     return [*sizes, top]
 
 
-def probe(gradient_bytes: int, warmup: int, iters: int, device: torch.device) -> dict[str, Any]:
+def probe(
+    gradient_bytes: int,
+    warmup: int,
+    iters: int,
+    device: torch.device,
+    modes: Mapping[str, Callable[[torch.Tensor], torch.Tensor]] = MODES,
+) -> dict[str, Any]:
     """A training launch's all-reduce probe: the same ranks, after training, timing float32
     all-reduces up to the size of the gradients that DDP all-reduces every step."""
-    rows = measure(probe_sizes(gradient_bytes, device.type), torch.float32, warmup, iters, device)
+    sizes = probe_sizes(gradient_bytes, device.type)
+    rows = measure(sizes, torch.float32, warmup, iters, device, modes)
     return {
         "gradient_bytes": gradient_bytes,
         "dtype": "float32",
@@ -181,12 +194,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run(args: argparse.Namespace) -> int:
+def init_torch(args: argparse.Namespace, backend: str) -> None:
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
+
+
+def run(
+    args: argparse.Namespace,
+    init: Callable[[argparse.Namespace, str], None] = init_torch,
+    modes: Mapping[str, Callable[[torch.Tensor], torch.Tensor]] = MODES,
+    library: str = "torch.distributed",
+) -> int:
+    """Measure and write the result; ``init`` opens the process group (and Horovod, under
+    allreduce_horovod), ``modes`` are the all-reduces timed, ``library`` says whose they are."""
     started = datetime.datetime.now(datetime.timezone.utc)
     device, backend = local_device(args.device)
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
+    init(args, backend)
     world = dist.get_world_size()
-    rows = measure(message_sizes(args.sizes), DTYPES[args.dtype], args.warmup, args.iters, device)
+    sizes = message_sizes(args.sizes)
+    rows = measure(sizes, DTYPES[args.dtype], args.warmup, args.iters, device, modes)
     ranks: list[dict[str, Any] | None] = [None] * world
     dist.all_gather_object(ranks, rank_info())
     wrong = sum(row[mode]["wrong"] for row in rows for mode in MODES)
@@ -212,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
             "rows": rows,
             "peak_busbw": max(in_place),
             "avg_busbw": sum(in_place) / len(in_place),  # nccl-tests' "Avg bus bandwidth"
+            "library": library,
             "communication": {"backend": backend, "wrong": wrong, "allreduce_ok": wrong == 0},
             "ranks": ranks,
         }

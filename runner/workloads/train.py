@@ -242,7 +242,13 @@ def train(
         # Float32 gradients (also under bf16 autocast): 4 bytes per parameter of the whole model,
         # what DDP all-reduces every step (FSDP reduce-scatters as much; a pipeline, its share).
         gradient_bytes = 4 * param_counts(args.vocab, args.seq_len, args.layers, args.d_model)[0]
-        busbw = probe_allreduce(gradient_bytes, min(5, args.busbw_iters), args.busbw_iters, device)
+        warmup = min(5, args.busbw_iters)
+        # An engine with its own collectives (Horovod) times those; the others, torch's.
+        own_probe = getattr(engine, "allreduce_probe", None)
+        if own_probe is not None:
+            busbw = own_probe(gradient_bytes, warmup, args.busbw_iters)
+        else:
+            busbw = probe_allreduce(gradient_bytes, warmup, args.busbw_iters, device)
     measured = Measured(
         started=started,
         backend=backend,

@@ -1,13 +1,17 @@
 """horovodrun, from the head node: every rank on every node through launch-env.sh.
 
-Horovod reaches every node that is not one of the head's own addresses over ssh, with Gloo
-(`--gloo`, no MPI needed) or through mpirun (`--mpi`). The built-in workloads keep training
-with torch.distributed, so a launcher comparison measures launching, not another all-reduce;
-Horovod programs run with `dtrun run --launcher horovodrun` call hvd.init() as usual.
+Horovod reaches every node that is not one of the head's own addresses with the first `ssh` on
+PATH, with Gloo (`--gloo`, no MPI needed) or through mpirun (`--mpi`). dtrun puts its own
+horovod-ssh.sh there (docs/launchers.md "horovodrun"): on the embedded cluster it runs the
+command on this machine, under Slurm it starts it with srun on that node, and with SSH it runs
+OpenSSH with the cluster's port, key and known hosts, host keys checked (Horovod's own ssh
+line accepts any host key). The built-in workloads train with Horovod itself under it
+(``--strategy horovod``, runner/workloads/train_horovod.py).
 """
 
 from __future__ import annotations
 
+from runner import __version__
 from runner.plan.launchers.base import (
     LAUNCH_ENV,
     PlanContext,
@@ -19,6 +23,8 @@ from runner.plan.launchers.base import (
     launch_env,
     ssh_port_option,
 )
+from runner.render import render
+from runner.spec.cluster import SshAccess
 from runner.spec.launch import LaunchFile
 from runner.spec.request import Framework, HorovodController
 
@@ -47,20 +53,15 @@ RANKS: dict[HorovodController, RankSource] = {
 class Horovodrun:
     name = "horovodrun"
     template = "launch/horovodrun.sh.j2"
-    framework: Framework | None = Framework.TORCH
+    framework: Framework | None = Framework.HOROVOD
 
     def scripts(self, ctx: PlanContext) -> tuple[Script, ...]:
         return head_only(ctx)
 
     def files(self, ctx: PlanContext) -> tuple[LaunchFile, ...]:
-        return (launch_env(ctx, RANKS[ctx.options.horovod_controller]),)
+        return (launch_env(ctx, RANKS[ctx.options.horovod_controller]), horovod_ssh(ctx))
 
     def node_context(self, ctx: PlanContext, node_rank: int) -> dict[str, object]:
-        ssh: tuple[str, ...] = ()
-        if ctx.ssh is not None:
-            ssh = ssh_port_option(ctx.ssh)
-            if ctx.ssh.identity_file:
-                ssh = (*ssh, "-i", ctx.ssh.identity_file)
         context = common_context(ctx, node_rank)
         context.update(
             horovodrun=f"{ctx.python_bin}/horovodrun",
@@ -68,11 +69,60 @@ class Horovodrun:
                 ("-np", str(ctx.world_size)),
                 ("-H", ",".join(host_slots(ctx))),
                 (f"--{ctx.options.horovod_controller.value}",),
-                *((ssh,) if ssh else ()),
                 ("--network-interfaces", ctx.interface),
                 ("--start-timeout", str(ctx.join_timeout_s)),
             ),
             controller=ctx.options.horovod_controller.value,
             launch_env=f"./{LAUNCH_ENV}",
+            horovod_ssh=HOROVOD_SSH,
         )
         return context
+
+
+HOROVOD_SSH = "horovod-ssh.sh"
+MODES = {
+    "local": (
+        "on the embedded cluster, which has no sshd",
+        "every simulated node is this machine, so COMMAND runs here.",
+    ),
+    "slurm": (
+        "under Slurm, through srun",
+        "COMMAND runs as a one-task srun step on HOST, in this allocation.",
+    ),
+    "ssh": (
+        "over OpenSSH with the cluster's settings",
+        "OpenSSH runs with the cluster's port, key and known hosts, in batch mode, host keys "
+        "checked.",
+    ),
+}
+
+
+def ssh_option_groups(ssh: SshAccess) -> tuple[tuple[str, ...], ...]:
+    """OpenSSH's options in horovod-ssh.sh over SSH (after -o BatchMode=yes), one group per
+    line; Horovod's own (no password, any host key) are dropped, so the user's ~/.ssh/config
+    and these decide."""
+    groups: list[tuple[str, ...]] = [("-o", "StrictHostKeyChecking=yes")]
+    if ssh.known_hosts_file:
+        groups.append(("-o", f"UserKnownHostsFile={ssh.known_hosts_file}"))
+    if ssh.identity_file:
+        groups.append(("-i", ssh.identity_file, "-o", "IdentitiesOnly=yes"))
+    if port := ssh_port_option(ssh):
+        groups.append(port)
+    return tuple(groups)
+
+
+def horovod_ssh(ctx: PlanContext) -> LaunchFile:
+    """horovod-ssh.sh, the `ssh` horovodrun finds first on node 0's PATH (module docstring)."""
+    mode = "slurm" if ctx.scheduler == "slurm" else "local" if ctx.ssh is None else "ssh"
+    options = ssh_option_groups(ctx.ssh) if ctx.ssh is not None and mode == "ssh" else ()
+    how, what = MODES[mode]
+    context = {
+        "version": __version__,
+        "run_id": ctx.run_id,
+        "mode": mode,
+        "how": how,
+        "what": what,
+        "ssh_options": options,
+        "slurm_names": [(node.address, node.name) for node in ctx.nodes],
+    }
+    return LaunchFile(HOROVOD_SSH, render("launch/horovod-ssh.sh.j2", context), 0o755)

@@ -22,8 +22,15 @@ export OMP_NUM_THREADS=2
 export PYTHONUNBUFFERED=1
 
 # horovodrun on the head node only: it starts every rank on every node (mpi controller),
-# over ssh for every node that is not this one, passing this environment on; each rank runs
-# launch-env.sh, which maps Horovod's rank variables to the environment contract.
+# through the first `ssh` on PATH for every node that is not this one, passing this environment
+# on; each rank runs launch-env.sh, which maps Horovod's rank variables to the environment
+# contract. That ssh is horovod-ssh.sh (it says how it reaches a node); OpenSSH's own is kept
+# for it in DTRUN_REAL_SSH.
+DTRUN_REAL_SSH="$(type -P ssh || true)"
+export DTRUN_REAL_SSH
+mkdir -p horovod-bin
+ln -sfn ../horovod-ssh.sh horovod-bin/ssh
+PATH="$PWD/horovod-bin:$PATH"
 exec /opt/dtrun/venv/bin/horovodrun \
   -np 1 \
   -H 127.0.0.2:1 \

@@ -48,13 +48,19 @@ export NCCL_P2P_NET_CHUNKSIZE=2097152
 export NCCL_PXN_DISABLE=1
 
 # horovodrun on the head node only: it starts every rank on every node (mpi controller),
-# over ssh for every node that is not this one, passing this environment on; each rank runs
-# launch-env.sh, which maps Horovod's rank variables to the environment contract.
+# through the first `ssh` on PATH for every node that is not this one, passing this environment
+# on; each rank runs launch-env.sh, which maps Horovod's rank variables to the environment
+# contract. That ssh is horovod-ssh.sh (it says how it reaches a node); OpenSSH's own is kept
+# for it in DTRUN_REAL_SSH.
+DTRUN_REAL_SSH="$(type -P ssh || true)"
+export DTRUN_REAL_SSH
+mkdir -p horovod-bin
+ln -sfn ../horovod-ssh.sh horovod-bin/ssh
+PATH="$PWD/horovod-bin:$PATH"
 exec /shared/dtrun/venv/bin/horovodrun \
   -np 8 \
   -H 10.2.0.4:8 \
   --mpi \
-  -p 22 -i /home/azureuser/.ssh/id_ed25519 \
   --network-interfaces eth0 \
   --start-timeout 600 \
   ./launch-env.sh
