@@ -92,7 +92,7 @@ def _run_id(launching: Launching) -> str:
 
 def _launch_request(launching: Launching) -> dict[str, Any]:
     """The LaunchRequest fields `dtrun bench` and `dtrun run` both take from their options."""
-    from runner.cli.parse import parse_env
+    from runner.cli.parse import parse_env, parse_platforms
 
     return {
         "launcher": launching.launcher,
@@ -102,6 +102,8 @@ def _launch_request(launching: Launching) -> dict[str, Any]:
         "launch": launching.options,
         "nccl_debug": launching.nccl_debug,
         "cluster_env": launching.cluster_env,
+        "platform_env": parse_platforms(launching.platform_env or []),
+        "success": launching.success,
     }
 
 
