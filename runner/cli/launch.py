@@ -296,9 +296,13 @@ def run(
                 )
                 return
             done = _run_program(cluster, resolved, launching)
+        stopped = sum(node.stopped_after_worker0 for node in done.nodes)
+        ended = f"node 0 exited 0, {stopped} node(s) stopped after it" if stopped else (
+            "every node exited 0"
+        )  # fmt: skip
         console().print(
             f"[green]ok[/] {done.plan.nnodes} node(s), {done.plan.world_size} processes via "
-            f"{done.plan.launcher}: every node exited 0 in {done.wall_s:.1f} s; "
+            f"{done.plan.launcher}: {ended} in {done.wall_s:.1f} s; "
             f"logs and outputs in {done.launch_dir}"
         )
 
