@@ -271,3 +271,44 @@ def test_tensorflow_tasks_run_with_their_tf_config_and_servers_stop_with_the_chi
     # with a chief, node 1 only serves: dtrun stopped it once the chief was done
     exits = [node["exit_code"] for node in record["nodes"]]
     assert exits == ([0, None] if strategy == "parameter-server" else [0, 0])
+
+
+# Node 1 never ends on its own; node 0 ends once node 1 has started, saying what it saw.
+WORKER0_PROGRAM = """
+import json, os, pathlib, time
+if os.environ["NODE_RANK"] == "1":
+    pathlib.Path("node-1-started").touch()
+    time.sleep(3600)
+while not pathlib.Path("node-1-started").exists():
+    time.sleep(0.05)
+config = pathlib.Path(os.environ["SAGEMAKER_BASE_DIR"], "input/config/resourceconfig.json")
+seen = {key: os.environ.get(key) for key in ("MLP_ROLE_INDEX", "MLP_MPI_NP", "SM_CURRENT_HOST")}
+seen["resourceconfig"] = json.loads(config.read_text())
+pathlib.Path("node-0.json").write_text(json.dumps(seen))
+"""
+
+
+def test_under_worker0_the_run_succeeds_when_node_0_does_and_node_1_is_stopped(no_leftovers):
+    """Volcano's rule: node 0 exits 0 while node 1 still runs. The tensorflow launcher runs the
+    program directly on each node (torchrun's agents would wait for each other at exit)."""
+    script = no_leftovers / "worker0.py"
+    script.write_text(WORKER0_PROGRAM)
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "run", "--launcher", "tensorflow", "--nodes", "2", "--port", "29700", "--timeout", "120",
+        "--success", "worker0", "--platform-env", "volcano,sagemaker", "--output", str(out),
+        "--run-id", "w0", "--", "python", str(script), cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "node 0 exited 0, 1 node(s) stopped after it" in " ".join(done.stdout.split())
+    launch = out / "w0" / "launch"
+    seen = json.loads((launch / "node-0.json").read_text())
+    assert seen["MLP_ROLE_INDEX"] == "0" and seen["MLP_MPI_NP"] == "2"
+    assert seen["SM_CURRENT_HOST"] == "127.0.0.2"
+    assert seen["resourceconfig"]["hosts"] == ["127.0.0.2", "127.0.0.3"]
+    record = json.loads((out / "w0" / "run.json").read_text())
+    assert record["status"] == "ok"
+    assert record["spec"]["success"] == "worker0"
+    assert record["spec"]["platform_env"] == ["volcano", "sagemaker"]
+    ended = [(n["node"], n["exit_code"], n["stopped_after_worker0"]) for n in record["nodes"]]
+    assert ended == [("node-0", 0, False), ("node-1", None, True)]

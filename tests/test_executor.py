@@ -16,8 +16,10 @@ import pytest
 
 from runner.errors import NodeFailedError, RunTimeoutError
 from runner.execute.local import LocalExecutor
+from runner.execute.success import Next, after_exit, mark_stopped, settle
 from runner.spec.cluster import Node
 from runner.spec.launch import LaunchFile, LaunchPlan, NodeLaunch
+from runner.spec.outcome import NodeResult, SuccessRule
 from tests.conftest import processes_under, wait_for
 
 # A node that behaves like torchrun: its worker lives in a session of its own.
@@ -28,7 +30,12 @@ wait
 """
 
 
-def plan_of(*scripts: str, services: tuple[int, ...] = (), files=()) -> LaunchPlan:
+def plan_of(
+    *scripts: str,
+    services: tuple[int, ...] = (),
+    files=(),
+    success: SuccessRule = SuccessRule.ALL,
+) -> LaunchPlan:
     launches = tuple(
         NodeLaunch(
             node=Node(f"node-{i}", f"127.0.0.{i + 2}"),
@@ -40,8 +47,9 @@ def plan_of(*scripts: str, services: tuple[int, ...] = (), files=()) -> LaunchPl
         for i, body in enumerate(scripts)
     )
     return LaunchPlan(
-        "fake", "fake", len(launches), 1, len(launches), 1, "id", "127.0.0.2", 1, launches, files
-    )
+        "fake", "fake", len(launches), 1, len(launches), 1, "id", "127.0.0.2", 1, launches, files,
+        success=success,
+    )  # fmt: skip
 
 
 class Lines:
@@ -152,3 +160,54 @@ def test_a_service_node_that_fails_fails_the_launch(no_leftovers):
     with pytest.raises(NodeFailedError, match=r"node-1 \(127\.0\.0\.3\) failed with exit code 4"):
         LocalExecutor().run(plan, no_leftovers / "p", timeout_s=60, on_line=Lines())
     assert processes_under(no_leftovers) == []
+
+
+def test_under_worker0_node_0_exiting_0_ends_the_launch_and_stops_the_others(no_leftovers):
+    # node 0 finishes once the others' workers run (a synchronisation: they exist to be stopped)
+    worker = "setsid sleep 600 &\ntouch started-$$\nwait"
+    node_0 = "until [ $(ls started-* 2>/dev/null | wc -l) -ge 2 ]; do sleep 0.05; done\necho ok"
+    plan = plan_of(node_0, worker, worker, success=SuccessRule.WORKER0)
+    results = LocalExecutor().run(plan, no_leftovers / "p", timeout_s=600, on_line=Lines())
+    assert [(r.node, r.exit_code, r.stopped_after_worker0) for r in results] == [
+        ("node-0", 0, False),
+        ("node-1", None, True),
+        ("node-2", None, True),
+    ]
+    assert processes_under(no_leftovers) == []
+
+
+def test_under_worker0_a_node_failing_before_node_0_is_done_still_fails_fast(no_leftovers):
+    plan = plan_of(LIKE_TORCHRUN, "echo 'bad shard'\nexit 3", success=SuccessRule.WORKER0)
+    with pytest.raises(NodeFailedError, match=r"node-1 \(127\.0\.0\.3\) failed with exit code 3"):
+        LocalExecutor().run(plan, no_leftovers / "p", timeout_s=600, on_line=Lines())
+    assert processes_under(no_leftovers) == []
+
+
+def test_under_the_default_rule_node_0_exiting_0_waits_for_the_others(no_leftovers):
+    plan = plan_of("echo trained", LIKE_TORCHRUN)
+    with pytest.raises(RunTimeoutError, match="still running when stopped: node-1"):
+        LocalExecutor().run(plan, no_leftovers / "p", timeout_s=1, on_line=Lines())
+    assert processes_under(no_leftovers) == []
+
+
+def test_the_success_rule_decides_on_each_exit_in_the_order_they_happened():
+    zero, one = plan_of("true", "true").launches
+    assert after_exit(SuccessRule.ALL, zero, 0) is Next.WAIT
+    assert after_exit(SuccessRule.WORKER0, zero, 0) is Next.DONE
+    assert after_exit(SuccessRule.WORKER0, one, 0) is Next.WAIT
+    assert after_exit(SuccessRule.WORKER0, zero, 1) is Next.FAILED
+    # a failure after node 0 exited 0 is dtrun stopping it, not a failure of the launch
+    done = settle(SuccessRule.WORKER0, [(2.0, one, 143), (1.0, zero, 0)])
+    assert (done.next, done.launch, done.at) == (Next.DONE, zero, 1.0)
+    failed = settle(SuccessRule.WORKER0, [(0.5, one, 3), (1.0, zero, 0)])
+    assert (failed.next, failed.launch) == (Next.FAILED, one)
+    assert settle(SuccessRule.ALL, [(1.0, zero, 0), (2.0, one, 0)]).next is Next.WAIT
+
+
+def test_only_worker0_marks_the_nodes_dtrun_stopped_as_stopped_after_worker_0():
+    results = (NodeResult("node-0", "a", 0, "l", 1.0), NodeResult("node-1", "b", None, "l", 1.0))
+    assert [r.stopped_after_worker0 for r in mark_stopped(SuccessRule.WORKER0, results)] == [
+        False,
+        True,
+    ]
+    assert mark_stopped(SuccessRule.ALL, results) == results

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,13 @@ from runner.cluster.slurm import (
     slurm_inventory,
     slurm_nodes,
 )
-from runner.execute.slurm import _Step, step_command, wrapper
+from runner.errors import NodeFailedError
+from runner.execute.slurm import SlurmExecutor, _Step, step_command, wrapper
+from runner.execute.slurmshell import SlurmShell
 from runner.plan.launch import What, plan_launch
 from runner.plan.resolve import resolve_run
 from runner.spec.cluster import Node
+from runner.spec.outcome import SuccessRule
 from runner.spec.request import Program, ProgramKind, RunSpec
 from runner.spec.slurm import SlurmRequest
 from tests.conftest import require_tool
@@ -210,3 +214,36 @@ def test_nodes_with_one_gpu_each_are_gpu_nodes():
     assert gpus == 1 and [node.slots for node in nodes] == [1, 1]
     inventory = slurm_inventory("slurm:job 9", nodes, gpus=gpus, python_bin="/v", code_dir="/c")
     assert inventory.accelerator == "cuda"
+
+
+def _ended_step(tmp_path, *exits: tuple[str, int, float]) -> _Step:
+    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None)
+    step.started = 0.0
+    step.exits.update({node: (code, when) for node, code, when in exits})
+    return step
+
+
+def test_under_worker0_the_step_ends_at_node_0_s_exit_and_the_rest_were_stopped(tmp_path):
+    plan = replace(_plan(), success=SuccessRule.WORKER0)
+    # gpu02's wrapper said "exited 143" after node 0 was done: that is dtrun's scancel
+    step = _ended_step(tmp_path, ("gpu01", 0, 5.0), ("gpu02", 143, 6.0))
+    assert step.settled(plan).at == 5.0
+    executor = SlurmExecutor(SlurmShell(), "7")
+    results = executor._verdict(plan, -15, step, timed_out=False, timeout_s=60)
+    assert [(r.node, r.exit_code, r.stopped_after_worker0) for r in results] == [
+        ("gpu01", 0, False),
+        ("gpu02", None, True),
+    ]
+
+
+def test_under_worker0_a_node_that_failed_before_node_0_finished_fails_the_step(tmp_path):
+    plan = replace(_plan(), success=SuccessRule.WORKER0)
+    step = _ended_step(tmp_path, ("gpu02", 3, 2.0), ("gpu01", 0, 5.0))
+    with pytest.raises(NodeFailedError, match=r"gpu02 .* failed with exit code 3"):
+        SlurmExecutor(SlurmShell(), "7")._verdict(plan, 1, step, timed_out=False, timeout_s=60)
+
+
+def test_under_the_default_rule_node_0_s_exit_does_not_end_the_step(tmp_path):
+    step = _ended_step(tmp_path, ("gpu01", 0, 5.0), ("gpu02", 143, 6.0))
+    with pytest.raises(NodeFailedError, match=r"gpu02 .* failed with exit code 143"):
+        SlurmExecutor(SlurmShell(), "7")._verdict(_plan(), 1, step, timed_out=False, timeout_s=60)

@@ -92,7 +92,7 @@ def _run_id(launching: Launching) -> str:
 
 def _launch_request(launching: Launching) -> dict[str, Any]:
     """The LaunchRequest fields `dtrun bench` and `dtrun run` both take from their options."""
-    from runner.cli.parse import parse_env
+    from runner.cli.parse import parse_env, parse_platforms
 
     return {
         "launcher": launching.launcher,
@@ -102,6 +102,8 @@ def _launch_request(launching: Launching) -> dict[str, Any]:
         "launch": launching.options,
         "nccl_debug": launching.nccl_debug,
         "cluster_env": launching.cluster_env,
+        "platform_env": parse_platforms(launching.platform_env or []),
+        "success": launching.success,
     }
 
 
@@ -294,9 +296,13 @@ def run(
                 )
                 return
             done = _run_program(cluster, resolved, launching)
+        stopped = sum(node.stopped_after_worker0 for node in done.nodes)
+        ended = f"node 0 exited 0, {stopped} node(s) stopped after it" if stopped else (
+            "every node exited 0"
+        )  # fmt: skip
         console().print(
             f"[green]ok[/] {done.plan.nnodes} node(s), {done.plan.world_size} processes via "
-            f"{done.plan.launcher}: every node exited 0 in {done.wall_s:.1f} s; "
+            f"{done.plan.launcher}: {ended} in {done.wall_s:.1f} s; "
             f"logs and outputs in {done.launch_dir}"
         )
 

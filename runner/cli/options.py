@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from runner.errors import UsageError
+from runner.spec.outcome import SuccessRule
 from runner.spec.request import (
     AllreduceSpec,
     HealthGate,
@@ -73,6 +74,24 @@ ClusterEnv = Annotated[
         "--cluster-env",
         help="Also export the MPI-style CLUSTER_* variables (workers, GPUs per worker, "
         "host:slots list, hostfile, processes).",
+    ),
+]
+PlatformEnvOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--platform-env",
+        metavar="PLATFORMS",
+        help="Also export these platforms' own variables on every node, so programs written "
+        "for them run unchanged: azureml, volcano, sagemaker (comma-separated or repeated).",
+        show_default=False,
+    ),
+]
+SuccessOpt = Annotated[
+    SuccessRule,
+    typer.Option(
+        "--success",
+        help="When a launch succeeds: all (every node exits 0) or worker0 (node 0 exits 0; "
+        "the nodes still running are then stopped, as on Volcano Engine).",
     ),
 ]
 RendezvousOpt = Annotated[
@@ -405,6 +424,8 @@ class Launching:
     port: Port = 29400
     nccl_debug: NcclDebug = False
     cluster_env: ClusterEnv = False
+    platform_env: PlatformEnvOpt = None
+    success: SuccessOpt = SuccessRule.ALL
     rendezvous: RendezvousOpt = _DEFAULTS.rendezvous
     zero_stage: ZeroStage = _DEFAULTS.zero_stage
     horovod_controller: HorovodControllerOpt = _DEFAULTS.horovod_controller

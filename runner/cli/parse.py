@@ -11,7 +11,7 @@ from pathlib import Path
 
 from runner.errors import UsageError
 from runner.spec.cluster import Node
-from runner.spec.request import Program, ProgramKind
+from runner.spec.request import PlatformEnv, Program, ProgramKind
 
 MAX_RUN_ID = 100  # directory names stop at 255 bytes; the rendezvous id adds a prefix
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?\Z")
@@ -44,6 +44,23 @@ def parse_env(items: list[str]) -> tuple[tuple[str, str], ...]:
             )
         pairs.append((key, value))
     return tuple(pairs)
+
+
+def parse_platforms(items: Sequence[str]) -> tuple[PlatformEnv, ...]:
+    """``["azureml,volcano", "sagemaker"]`` -> each named platform once, in order given."""
+    names = [name.strip().lower() for item in items for name in item.split(",")]
+    valid = ", ".join(platform.value for platform in PlatformEnv)
+    platforms: list[PlatformEnv] = []
+    for name in names:
+        if name not in {platform.value for platform in PlatformEnv}:
+            raise UsageError(
+                f"--platform-env {name!r} is not a platform dtrun knows",
+                why=f"the platforms whose environments dtrun provides: {valid}",
+                fix=f"pass one or more of {valid}, separated by commas",
+            )
+        if PlatformEnv(name) not in platforms:
+            platforms.append(PlatformEnv(name))
+    return tuple(platforms)
 
 
 def new_run_id() -> str:

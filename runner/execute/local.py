@@ -20,6 +20,7 @@ import psutil
 from runner.errors import NodeFailedError, RunError, RunTimeoutError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
+from runner.execute.success import Next, after_exit, mark_stopped
 from runner.spec.launch import LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
 
@@ -61,7 +62,8 @@ class LocalExecutor:
     """Runs each node's rendered script with bash, in its own process group and session.
 
     Fail-fast: the first node to exit non-zero stops all the others (SIGTERM to every process
-    of every node, SIGKILL after ``grace_s``). The same happens on timeout and on Ctrl-C.
+    of every node, SIGKILL after ``grace_s``). The same happens on timeout and on Ctrl-C, and,
+    under --success worker0, once node 0 has exited 0 (runner/execute/success.py).
     """
 
     def __init__(self, *, grace_s: float = 5.0) -> None:
@@ -80,7 +82,7 @@ class LocalExecutor:
             for launch in plan.launches:
                 with sigint_deferred():  # a node that was started is one that gets stopped
                     nodes.append(_start(launch, workdir, on_line, exits))
-            verdict = _supervise(nodes, exits, timeout_s, plan.nnodes)
+            verdict = _supervise(nodes, exits, timeout_s, plan)
         except KeyboardInterrupt:
             # saying so must not replace the interruption (a closed terminal, a broken pipe)
             with sigint_deferred(), contextlib.suppress(Exception):
@@ -91,7 +93,7 @@ class LocalExecutor:
                 self._stop(nodes)
         results = tuple(node.result() for node in nodes)
         if verdict is None:
-            return results
+            return mark_stopped(plan.success, results)
         error = verdict if isinstance(verdict, RunError) else _failure(verdict)
         error.node_results = results
         raise error
@@ -188,6 +190,7 @@ def write_launch_files(plan: LaunchPlan, workdir: Path) -> None:
     """The plan's hostfile, configs and wrappers, beside the scripts (the nodes share it here)."""
     for file in plan.files:
         path = workdir / file.name
+        path.parent.mkdir(parents=True, exist_ok=True)  # --platform-env sagemaker's per node
         path.write_text(file.content)
         path.chmod(file.mode)
 
@@ -241,12 +244,14 @@ def _wait(node: _Node, exits: queue.Queue[_Node]) -> None:
 
 
 def _supervise(
-    nodes: list[_Node], exits: queue.Queue[_Node], timeout_s: float, nnodes: int
+    nodes: list[_Node], exits: queue.Queue[_Node], timeout_s: float, plan: LaunchPlan
 ) -> _Node | RunTimeoutError | None:
-    """Wait until every node exits 0 (None), one fails (that node), or time runs out.
+    """Wait until the launch succeeds by its rule (None), a node fails (that node), or time
+    runs out.
 
     Service nodes (NodeLaunch.service) are not waited for: once every other node has exited 0
-    the launch is done, and the caller stops them.
+    the launch is done, and the caller stops them (as it stops every node still running once
+    node 0 has exited 0 under --success worker0).
     """
     deadline = time.monotonic() + timeout_s
     running = sum(1 for node in nodes if not node.launch.service)
@@ -259,7 +264,7 @@ def _supervise(
         if now >= deadline:
             names = ", ".join(node.name for node in nodes if node.returncode is None)
             return RunTimeoutError(
-                f"the launch on {nnodes} node(s) did not finish within {timeout_s:g} s",
+                f"the launch on {plan.nnodes} node(s) did not finish within {timeout_s:g} s",
                 why=f"still running when stopped: {names}",
                 fix="raise --timeout, or read the node logs for where it hung",
             )
@@ -267,8 +272,12 @@ def _supervise(
             node = exits.get(timeout=min(next_track, deadline) - now)
         except queue.Empty:
             continue
-        if node.returncode != 0:
+        assert node.returncode is not None  # set before the node is queued
+        step = after_exit(plan.success, node.launch, node.returncode)
+        if step is Next.FAILED:
             return node
+        if step is Next.DONE:
+            return None
         if not node.launch.service:
             running -= 1
     return None

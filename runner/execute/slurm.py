@@ -17,7 +17,7 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -29,6 +29,7 @@ from runner.execute.failure import explain_log
 from runner.execute.local import run_scripts, sigint_deferred, write_launch_files
 from runner.execute.slurmshell import SlurmShell, cancel
 from runner.execute.slurmstage import HeadStaging
+from runner.execute.success import Next, Settled, mark_stopped, settle
 from runner.render import render
 from runner.spec.launch import LaunchPlan
 from runner.spec.outcome import NodeHealth, NodeResult
@@ -112,6 +113,12 @@ class _Step:
         self._write(f"{node}.log", (content + "\n").encode())
         self.on_line(node, content)
 
+    def settled(self, plan: LaunchPlan) -> Settled:
+        """The node exit, so far, that decides the launch by its rule (--success)."""
+        launches = {launch.node.name: launch for launch in plan.launches}
+        exits = [(when, launches[node], code) for node, (code, when) in list(self.exits.items())]
+        return settle(plan.success, exits)
+
     def _write(self, name: str, data: bytes) -> None:
         if name not in self.logs:
             self.logs[name] = (self.workdir / name).open("ab")
@@ -178,7 +185,7 @@ class SlurmExecutor:
         reader.start()
         timed_out = False
         try:
-            timed_out = _wait(process, timeout_s)
+            timed_out = _wait(process, timeout_s, lambda: step.settled(plan).next is Next.DONE)
         except KeyboardInterrupt:
             with contextlib.suppress(Exception):
                 self.on_stopping(len(plan.launches) - len(step.exits))
@@ -218,18 +225,22 @@ class SlurmExecutor:
         self, plan: LaunchPlan, code: int, step: _Step, timed_out: bool, timeout_s: float
     ) -> tuple[NodeResult, ...]:
         now = time.monotonic()
+        settled = step.settled(plan)
+        done = settled.next is Next.DONE  # worker0: exits after node 0's are dtrun's stop
+        exits = {n: e for n, e in step.exits.items() if not done or e[1] <= (settled.at or now)}
         results = tuple(
             NodeResult(
                 node=launch.node.name,
                 address=launch.node.address,
-                exit_code=step.exits.get(launch.node.name, (None, now))[0],
+                exit_code=exits.get(launch.node.name, (None, now))[0],
                 log_path=str(step.workdir / f"{launch.node.name}.log"),
-                wall_s=step.exits.get(launch.node.name, (None, now))[1] - step.started,
+                wall_s=exits.get(launch.node.name, (None, now))[1] - step.started,
             )
             for launch in plan.launches
         )
+        if done:
+            results = mark_stopped(plan.success, results)
         error: RunError | None = None
-        failed = sorted((when, node) for node, (c, when) in step.exits.items() if c != 0)
         if step.guard:
             raise UsageError(
                 f"the run directory is not on {', '.join(step.guard)}, a node of the Slurm job",
@@ -244,14 +255,11 @@ class SlurmExecutor:
                 why=f"still running when its Slurm step was cancelled: {running}",
                 fix="raise --timeout, or read the node logs for where it hung",
             )
-        elif failed:
-            node = failed[0][1]
-            launch = next(each for each in plan.launches if each.node.name == node)
+        elif settled.next is Next.FAILED and settled.launch is not None:
+            node, address = settled.launch.node.name, settled.launch.node.address
             log = step.workdir / f"{node}.log"
-            error = NodeFailedError(
-                node, launch.node.address, step.exits[node][0], str(log), explain_log(log)
-            )
-        elif code != 0 or len(step.exits) < len(plan.launches):
+            error = NodeFailedError(node, address, step.exits[node][0], str(log), explain_log(log))
+        elif not done and (code != 0 or len(step.exits) < len(plan.launches)):
             srun_log = step.workdir / SRUN_LOG
             text = srun_log.read_text(errors="replace") if srun_log.exists() else ""
             said = text.strip().splitlines()
@@ -314,10 +322,11 @@ def _pump(process: subprocess.Popen[bytes], step: _Step) -> None:
             step.line(raw)
 
 
-def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    """Wait for srun to end; True when ``timeout_s`` passed first."""
+def _wait(process: subprocess.Popen[bytes], timeout_s: float, done: Callable[[], bool]) -> bool:
+    """Wait for srun to end, or until ``done()`` (node 0 exited 0 under --success worker0:
+    the caller stops the step); True when ``timeout_s`` passed first."""
     deadline = time.monotonic() + timeout_s
-    while process.poll() is None:
+    while process.poll() is None and not done():
         left = deadline - time.monotonic()
         if left <= 0:
             return True

@@ -23,6 +23,7 @@ from runner.errors import NodeFailedError, RunError, RunTimeoutError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
 from runner.execute.sshsession import SshError, SshSession, lost_connection
+from runner.execute.success import Next, after_exit, mark_stopped
 from runner.render import render
 from runner.spec.cluster import Inventory, Node
 from runner.spec.launch import RESULT_FILE, LaunchPlan, NodeLaunch
@@ -237,7 +238,7 @@ class SshExecutor:
         verdict: RunError | None = None
         left: list[str] = []
         try:
-            verdict = await self._supervise(tasks, ended, timeout_s, workdir)
+            verdict = await self._supervise(plan, tasks, ended, timeout_s, workdir)
         except asyncio.CancelledError:  # Ctrl-C, SIGTERM or SIGHUP (the session's loop)
             with contextlib.suppress(Exception):  # a closed terminal must not replace the stop
                 self.on_stopping(len(tasks) - len(ended))
@@ -270,17 +271,19 @@ class SshExecutor:
             verdict.node_results = results
             raise verdict
         await self._collect(plan, remote_dir, workdir)
-        return results
+        return mark_stopped(plan.success, results)
 
     async def _supervise(
         self,
+        plan: LaunchPlan,
         tasks: dict[asyncio.Task[_Ended], NodeLaunch],
         ended: dict[str, _Ended],
         timeout_s: float,
         workdir: Path,
     ) -> RunError | None:
-        """Until every node exits 0 (None), one fails or is lost, or time runs out. Service nodes
-        (TensorFlow's parameter servers) are not waited for; they are stopped afterwards."""
+        """Until the launch succeeds by its rule (None), a node fails or is lost, or time runs
+        out. Service nodes (TensorFlow's parameter servers) are not waited for; they are stopped
+        afterwards, as every node still running is once node 0 has exited 0 under worker0."""
         deadline = time.monotonic() + timeout_s
         pending = set(tasks)
         while any(not tasks[task].service for task in pending):
@@ -304,12 +307,16 @@ class SshExecutor:
                 ended[result.launch.node.name] = result
                 if result.error is not None:
                     return result.error
-                if result.exit_code != 0:
+                code = 1 if result.exit_code is None else result.exit_code
+                step = after_exit(plan.success, result.launch, code)
+                if step is Next.FAILED:
                     node = result.launch.node
                     log = workdir / f"{node.name}.log"
                     return NodeFailedError(
-                        node.name, node.address, result.exit_code or 1, str(log), explain_log(log)
+                        node.name, node.address, code, str(log), explain_log(log)
                     )
+                if step is Next.DONE:
+                    return None
         return None
 
     async def _stop_everywhere(

@@ -4,11 +4,12 @@ so every launcher sees the same environment and settings whatever it runs. Pure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from runner.errors import PlanError
 from runner.plan.env import launch_env
 from runner.plan.launchers.base import HOSTFILE, PlanContext, hostfile
+from runner.plan.platforms import platform_layout
 from runner.plan.resolve import ResolvedLaunch
 from runner.render import render
 from runner.spec.cluster import Inventory
@@ -65,6 +66,10 @@ def plan_launch(inventory: Inventory, launch: ResolvedLaunch, nodes: int, what: 
         interface=inventory.interface,
         scheduler=inventory.scheduler,
     )
+    platform = platform_layout(
+        ctx, inventory.accelerator, request.platform_env, (key for key, _ in request.env)
+    )
+    ctx = replace(ctx, node_env=platform.env)
     launches = tuple(
         NodeLaunch(
             node=selected[script.node_rank],
@@ -75,8 +80,8 @@ def plan_launch(inventory: Inventory, launch: ResolvedLaunch, nodes: int, what: 
         )
         for script in launcher.scripts(ctx)
     )
-    files = (*launcher.files(ctx), *what.extra_files)
-    if request.cluster_env and all(f.name != HOSTFILE for f in files):
+    files = (*launcher.files(ctx), *what.extra_files, *platform.files)
+    if (request.cluster_env or platform.hostfile) and all(f.name != HOSTFILE for f in files):
         files = (*files, hostfile(ctx))
     return LaunchPlan(
         launcher=launcher.name,
@@ -91,4 +96,5 @@ def plan_launch(inventory: Inventory, launch: ResolvedLaunch, nodes: int, what: 
         launches=launches,
         files=files,
         nodes=selected,
+        success=request.success,
     )

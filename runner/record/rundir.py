@@ -196,6 +196,7 @@ def write_plans(run_dir: RunDir, plans: Sequence[LaunchPlan]) -> None:
             script.chmod(0o700)  # may hold --env values
         for file in plan.files:
             path = directory / file.name
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(file.content)
             path.chmod(file.mode)
 

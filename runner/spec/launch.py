@@ -1,11 +1,12 @@
 """What a plan hands an executor: every node's rendered script and launch files for one launch.
-Frozen values; stdlib and runner.spec.cluster only."""
+Frozen values; stdlib, runner.spec.cluster and runner.spec.outcome only."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from runner.spec.cluster import Node
+from runner.spec.outcome import SuccessRule
 
 RESULT_FILE = "result.json"  # what rank 0 of a built-in workload writes beside the launch scripts
 
@@ -22,6 +23,21 @@ class EnvVar:
     key: str
     value: str
     why: str = ""
+
+
+@dataclass(frozen=True)
+class NodeEnv:
+    """A variable each node exports with a value of its own (a platform's "current host"),
+    or with one value that must not travel through a head-only launcher's forwarding (JSON).
+    ``values[i]`` is node rank i's; launch-env.sh picks it by NODE_RANK on every rank."""
+
+    key: str
+    values: tuple[str, ...]
+    why: str = ""
+
+    @property
+    def shared(self) -> bool:
+        return len(set(self.values)) == 1
 
 
 @dataclass(frozen=True)
@@ -72,3 +88,4 @@ class LaunchPlan:
     launches: tuple[NodeLaunch, ...]
     files: tuple[LaunchFile, ...] = ()  # written beside the scripts on every node
     nodes: tuple[Node, ...] = ()  # every node of this point, whether it runs a script or not
+    success: SuccessRule = SuccessRule.ALL  # when the launch has succeeded (--success)

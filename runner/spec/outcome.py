@@ -7,6 +7,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 
+class SuccessRule(StrEnum):
+    """When a launch has succeeded (--success; docs/launchers.md "When a launch succeeds")."""
+
+    ALL = "all"  # every node's script exited 0
+    # node 0's script exited 0 (Volcano Engine's MPI rule); the nodes still running are stopped
+    WORKER0 = "worker0"
+
+
 @dataclass(frozen=True)
 class NodeResult:
     """How one node's launch ended."""
@@ -16,6 +24,8 @@ class NodeResult:
     exit_code: int | None  # None: still running when dtrun stopped it
     log_path: str
     wall_s: float
+    # --success worker0: still running when node 0 exited 0, so stopped (not a failure)
+    stopped_after_worker0: bool = False
 
 
 class RunStatus(StrEnum):

@@ -1,6 +1,6 @@
 """What the user asked: a `dtrun bench` sweep (BenchSpec) or a `dtrun run` (RunSpec), with the
 model, strategy, launcher and measurement settings they name. Frozen values, checked by
-runner.plan.resolve; stdlib and runner.redact only."""
+runner.plan.resolve; stdlib, runner.redact and runner.spec.outcome only."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from enum import StrEnum
 
 from runner.redact import redact_args, redact_env, secret_args, secret_values
 from runner.spec.cluster import Accelerator
+from runner.spec.outcome import SuccessRule
 
 
 class ScalingMode(StrEnum):
@@ -93,6 +94,15 @@ class LauncherOptions:
     tf_ps: int = 1  # tensorflow, parameter-server strategy: parameter server tasks
 
 
+class PlatformEnv(StrEnum):
+    """A managed platform whose own environment variables --platform-env exports on every node,
+    so programs written for it run unchanged (runner/plan/platforms.py, docs/launchers.md)."""
+
+    AZUREML = "azureml"  # Azure Machine Learning
+    VOLCANO = "volcano"  # Volcano Engine's machine learning platform (MLP_*)
+    SAGEMAKER = "sagemaker"  # Amazon SageMaker training (SM_*, resourceconfig.json)
+
+
 class LauncherName(StrEnum):
     """How processes are started on the nodes (runner/plan/launchers/, one module each)."""
 
@@ -170,6 +180,8 @@ class LaunchRequest:
     launch: LauncherOptions = field(default_factory=LauncherOptions)
     nccl_debug: bool = False  # NCCL_DEBUG=INFO on every node
     cluster_env: bool = False  # also export the MPI-style cluster variables (docs/launchers.md)
+    platform_env: tuple[PlatformEnv, ...] = ()  # also export these platforms' variables
+    success: SuccessRule = SuccessRule.ALL  # when a launch has succeeded
 
     @property
     def master_port(self) -> int:

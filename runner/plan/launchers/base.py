@@ -9,7 +9,7 @@ from runner import __version__
 from runner.errors import PlanError
 from runner.render import render
 from runner.spec.cluster import Node, SshAccess
-from runner.spec.launch import EnvVar, LaunchFile
+from runner.spec.launch import EnvVar, LaunchFile, NodeEnv
 from runner.spec.request import Framework, LauncherOptions, Program, ProgramKind
 
 HOSTFILE = "hostfile"  # MPI-style `HOST slots=N` lines, read by deepspeed and mpirun
@@ -37,6 +37,9 @@ class PlanContext:
     ssh: SshAccess | None = None  # None: no sshd on the nodes, launchers use no-SSH modes
     interface: str = "eth0"
     scheduler: str | None = None  # "slurm": mpirun starts its daemons with srun
+    # Exported by each node with its own value, after ``env`` (--platform-env); launch-env.sh
+    # sets them again on every rank of a head-only launcher, by NODE_RANK.
+    node_env: tuple[NodeEnv, ...] = ()
 
     @property
     def nnodes(self) -> int:
@@ -129,6 +132,7 @@ def common_context(ctx: PlanContext, node_rank: int) -> dict[str, object]:
         "code_dir": ctx.code_dir,
         "python_bin": ctx.python_bin,
         "env": ctx.env,
+        "node_env": [EnvVar(var.key, var.values[node_rank], var.why) for var in ctx.node_env],
     }
 
 
@@ -201,6 +205,7 @@ def launch_env(ctx: PlanContext, source: RankSource) -> LaunchFile:
         "ranks": [(name, f'"${{{var}:?{missing}}}"') for name, var in mapping.items()],
         "node_rank_set": source.node_rank is not None,
         "names": [node.name for node in ctx.nodes],
+        "node_env": ctx.node_env,
         "addresses": [node.address for node in ctx.nodes],
         "command": command,
         "args": args,
