@@ -15,6 +15,7 @@ from runner.workloads import gpt
 from runner.workloads.pipeline_stage import GPTStage
 from runner.workloads.stagecost import (
     Cost,
+    Pieces,
     Shape,
     balanced_split,
     block_cost,
@@ -127,6 +128,33 @@ def test_balanced_is_the_best_contiguous_split_and_never_worse_than_even():
         best = min(slowest(shape, b) for b in every_split(layers, stages))
         assert slowest(shape, blocks) == best, (shape, stages, blocks)
         assert slowest(shape, blocks) <= slowest(shape, even_split(shape, stages))
+
+
+def test_measured_pieces_weigh_the_split_instead_of_the_counted_flops():
+    # A head that takes as long as 4 blocks: 8 blocks and 4 with the head, 8 units each.
+    measured = Pieces(block=0.01, embedding=0.0, head=0.04)
+    assert split("balanced", Shape(12, 128, 64, 16_000), 2, measured) == [8, 4]
+    assert split("balanced", Shape(12, 128, 64, 16_000), 2) == [11, 1]  # counted: 9.6 blocks
+    assert split("even", Shape(12, 128, 64, 16_000), 2, measured) == [6, 6]
+
+
+def test_balanced_is_the_best_split_for_any_measured_weights():
+    rng = random.Random(4)
+    for _ in range(200):
+        layers, pieces = rng.randint(2, 9), Pieces(rng.random(), rng.random(), 5 * rng.random())
+        stages = rng.randint(2, min(layers, 4))
+        shape = Shape(layers, 64, 16, 100)
+        blocks = split("balanced", shape, stages, pieces)
+        best = min(weighed(pieces, b) for b in every_split(layers, stages))
+        assert weighed(pieces, blocks) == best
+
+
+def weighed(pieces: Pieces, blocks: list[int]) -> float:
+    """The slowest stage of ``blocks`` by ``pieces``."""
+    costs = [n * pieces.block for n in blocks]
+    costs[0] += pieces.embedding
+    costs[-1] += pieces.head
+    return max(costs)
 
 
 def test_more_stages_than_layers_are_refused():

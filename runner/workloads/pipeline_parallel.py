@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -40,9 +41,9 @@ from runner.workloads.engine import LEARNING_RATE, precision
 from runner.workloads.gpt import fingerprint_tensors, lm_loss
 from runner.workloads.pipeline_proof import Layout, pipeline_proof
 from runner.workloads.pipeline_stage import GPTStage, Record
-from runner.workloads.pipeline_timing import StageInput, gather_stage_times, time_stage
+from runner.workloads.pipeline_timing import StageInput, gather_stage_times, profile, time_stage
 from runner.workloads.proof import Proof, single_process
-from runner.workloads.stagecost import Shape, shares, split, stage_costs
+from runner.workloads.stagecost import Pieces, Shape, shares, split, stage_costs
 
 # --schedule -> the schedule class; "looped" ones take every local stage, the others one.
 SCHEDULES: dict[str, Callable[..., Any]] = {
@@ -73,7 +74,10 @@ class PipelineEngine:
         count = self.layout.stages
         self.indices = self.layout.local_stages(rank)
         self.shape = Shape(args.layers, args.d_model, args.seq_len, args.vocab)
-        self.blocks = split(args.stage_split, self.shape, count)
+        self.pieces: Pieces | None = None  # what balanced weighed: seconds measured here
+        if args.stage_split == "balanced":
+            self.pieces = profile(self._stage_input(), args.heads, self.precision, device)
+        self.blocks = split(args.stage_split, self.shape, count, self.pieces)
         starts = [sum(self.blocks[:i]) for i in range(count + 1)]
         self.stage_times: list[float] | None = None  # probe_stages's, by stage
         seed = (args.seed + self.replica) * 1_000_003  # apart from every other part's seed
@@ -224,19 +228,26 @@ class PipelineEngine:
             return single_process([every[0]["final"]])
         return pipeline_proof(self.layout, every)
 
+    def _stage_input(self) -> StageInput:
+        args = self.args
+        micro = args.batch // args.micro_batches
+        return StageInput(micro, args.micro_batches, args.seq_len, args.d_model, args.vocab)
+
     def probe_stages(self, steps: int) -> None:
         """Time each stage's forward and backward alone on its rank (pipeline_timing)."""
         if steps <= 0:
             return
-        args = self.args
-        shape = StageInput(
-            args.batch // args.micro_batches, args.micro_batches, args.seq_len, args.d_model,
-            args.vocab,
-        )  # fmt: skip
-        mine = {
-            index: time_stage(module, module.first, module.last, shape, self.device, steps)
-            for index, module in zip(self.indices, self.modules, strict=True)
-        }
+        shape = self._stage_input()
+        # One position of the pipelines at a time: a stage that finished early would otherwise
+        # leave the cores it shared (the embedded cluster's) to the others, and flatter them.
+        mine: dict[int, float] = {}
+        for turn in range(self.layout.pp):
+            if dist.get_rank() % self.layout.pp == turn:
+                for index, module in zip(self.indices, self.modules, strict=True):
+                    mine[index] = time_stage(
+                        module, module.first, module.last, shape, self.device, steps
+                    )
+            dist.barrier()
         self.stage_times = gather_stage_times(mine, self.layout.stages)
 
     def describe(self) -> dict[str, Any]:
@@ -251,6 +262,8 @@ class PipelineEngine:
             "stage_blocks": self.blocks,
             "stage_cost_share": [round(share, 6) for share in cost_share],
             "stage_param_share": [round(share, 6) for share in param_share],
+            # balanced only: a micro-batch's forward and backward through each piece, seconds
+            "stage_pieces_s": None if self.pieces is None else asdict(self.pieces),
             "stage_time_s": None
             if self.stage_times is None
             else [round(seconds, 7) for seconds in self.stage_times],

@@ -147,6 +147,7 @@ def build_result(
         "stage_blocks": None,
         "stage_cost_share": None,
         "stage_param_share": None,
+        "stage_pieces_s": None,
         "stage_time_s": None,
         **engine.describe(),
         "data_parallel": engine.replicas,

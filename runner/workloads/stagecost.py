@@ -10,9 +10,11 @@ as runner/workloads/gpt.py's ``param_counts`` counts them, with the tied embeddi
 (the first stage's token embedding, the last stage's head) each on its own stage.
 
 ``--stage-split even`` cuts the blocks as evenly as the layers allow (the embedding and the head
-land on the end stages on top); ``balanced`` picks the contiguous split whose slowest stage, by
-training FLOPs, is the cheapest. The standard library only: the workload, the plan and the
-report all use it.
+land on the end stages on top); ``balanced`` picks the contiguous split whose slowest stage is
+the cheapest, weighing the pieces by what they cost: counted training FLOPs, or seconds measured
+on the device (the workload measures them: on CPUs, and at small widths, a block's small matrix
+multiplies and element-wise work take longer per FLOP than the head's one large one). The
+standard library only: the workload, the plan and the report all use it.
 """
 
 from __future__ import annotations
@@ -63,6 +65,21 @@ def head_cost(shape: Shape) -> Cost:
     return Cost(TRAINING_PASSES * 2 * d * v, v * d + 2 * d)
 
 
+@dataclass(frozen=True)
+class Pieces:
+    """What a split weighs, in any one unit (FLOPs, or seconds measured): one block, the first
+    stage's embeddings, the last stage's final norm, head and loss."""
+
+    block: float
+    embedding: float
+    head: float
+
+
+def counted(shape: Shape) -> Pieces:
+    """The pieces by training FLOPs per token."""
+    return Pieces(block_cost(shape).flops, embedding_cost(shape).flops, head_cost(shape).flops)
+
+
 def stage_costs(shape: Shape, blocks: list[int]) -> list[Cost]:
     """Each stage's cost, given how many blocks each stage holds (in order)."""
     block, costs = block_cost(shape), []
@@ -83,9 +100,10 @@ def even_split(shape: Shape, stages: int) -> list[int]:
     return [(i + 1) * layers // stages - i * layers // stages for i in range(stages)]
 
 
-def balanced_split(shape: Shape, stages: int) -> list[int]:
+def balanced_split(shape: Shape, stages: int, pieces: Pieces | None = None) -> list[int]:
     """Blocks per stage, contiguous and in order, every stage at least one block, whose
-    slowest stage (training FLOPs per token, embedding and head counted) is the cheapest.
+    slowest stage (by ``pieces``, embedding and head included; counted FLOPs without) is the
+    cheapest.
 
     Exact, in two dynamic programmes over (stage, blocks left), O(S·L²) each for L layers: the
     first finds the cheapest slowest stage; the second, among the splits that reach it, the one
@@ -95,27 +113,26 @@ def balanced_split(shape: Shape, stages: int) -> list[int]:
     """
     _check(shape, stages)
     even = even_split(shape, stages)
-    cost = _stage_cost(shape, stages)
+    cost = _stage_cost(pieces or counted(shape), stages)
     slowest = _minimax(shape.layers, stages, cost)
     if max(cost(s, n) for s, n in enumerate(even)) <= slowest:
         return even
     return _smoothest(shape.layers, stages, cost, slowest)
 
 
-def _stage_cost(shape: Shape, stages: int) -> Callable[[int, int], int]:
-    block = block_cost(shape).flops
-    first, last = embedding_cost(shape).flops, head_cost(shape).flops
+def _stage_cost(pieces: Pieces, stages: int) -> Callable[[int, int], float]:
+    block, first, last = pieces.block, pieces.embedding, pieces.head
 
-    def cost(stage: int, count: int) -> int:
+    def cost(stage: int, count: int) -> float:
         return count * block + (first if stage == 0 else 0) + (last if stage == stages - 1 else 0)
 
     return cost
 
 
-def _minimax(layers: int, stages: int, cost: Callable[[int, int], int]) -> int:
+def _minimax(layers: int, stages: int, cost: Callable[[int, int], float]) -> float:
     """The cheapest slowest stage over every split with at least one block per stage."""
     # best[n]: the cheapest slowest stage of stages s.. holding the last n blocks
-    best = [0] + [_NEVER] * layers  # no stages left: only 0 blocks fit
+    best: list[float] = [0.0] + [_NEVER] * layers  # no stages left: only 0 blocks fit
     for s in range(stages - 1, -1, -1):
         left = stages - s  # stages s.. each need one block
         best = [
@@ -131,11 +148,11 @@ def _minimax(layers: int, stages: int, cost: Callable[[int, int], int]) -> int:
 
 
 def _smoothest(
-    layers: int, stages: int, cost: Callable[[int, int], int], ceiling: int
+    layers: int, stages: int, cost: Callable[[int, int], float], ceiling: float
 ) -> list[int]:
     """The split with no stage above ``ceiling`` and the smallest sum of squared costs."""
     # best[s][n], take[s][n]: stages s.. holding the last n blocks: the sum, the first's blocks
-    best = [[_NEVER] * (layers + 1) for _ in range(stages + 1)]
+    best: list[list[float]] = [[_NEVER] * (layers + 1) for _ in range(stages + 1)]
     take = [[0] * (layers + 1) for _ in range(stages + 1)]
     best[stages][0] = 0
     for s in range(stages - 1, -1, -1):
@@ -152,18 +169,19 @@ def _smoothest(
     return blocks
 
 
-_NEVER = 1 << 200  # larger than any stage's cost, or sum of their squares
+_NEVER = float("inf")  # above any stage's cost, or sum of their squares
 
-SPLITS: dict[str, Callable[[Shape, int], list[int]]] = {
-    "even": even_split,
+SPLITS: dict[str, Callable[[Shape, int, Pieces | None], list[int]]] = {
+    "even": lambda shape, stages, _: even_split(shape, stages),
     "balanced": balanced_split,
 }
 
 
-def split(kind: str, shape: Shape, stages: int) -> list[int]:
-    """``--stage-split``'s blocks per stage."""
+def split(kind: str, shape: Shape, stages: int, pieces: Pieces | None = None) -> list[int]:
+    """``--stage-split``'s blocks per stage (``pieces``: what balanced weighs; counted FLOPs
+    without)."""
     _check(shape, stages)
-    return SPLITS[kind](shape, stages)
+    return SPLITS[kind](shape, stages, pieces)
 
 
 def shares(costs: list[Cost]) -> tuple[list[float], list[float]]:
