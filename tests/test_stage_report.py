@@ -69,7 +69,7 @@ def test_an_even_pipeline_says_what_balanced_would_make_of_its_slowest_stage(
     tmp_path, fixed_inventory
 ):
     section = build(tmp_path, fixed_inventory, "even", [4, 4], None)
-    assert "the slowest stage holds 68.8% of the FLOPs; split balanced, 53.2%." in section
+    assert "the slowest stage holds 68.8% of the FLOPs; split by counted FLOPs, 53.2%." in section
     assert "| 1 | 1 | blocks 4-7, LM head | 68.8% | 49.9% | - | - |" in section
 
 

@@ -71,7 +71,7 @@ class StageTable:
     split: str  # --stage-split
     rows: tuple[StageRow, ...]
     even_slowest: float  # the slowest stage's share of the FLOPs, split evenly
-    balanced_slowest: float  # and balanced
+    balanced_slowest: float  # and balanced by counted FLOPs (a launch balances by measured time)
 
     @property
     def slowest(self) -> float:
