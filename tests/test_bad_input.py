@@ -109,6 +109,8 @@ CLI = [
     ("bench --strategy pipeline --micro-batches 0", "--micro-batches must be at least 1"),
     ("bench --strategy pipeline --pp-size 3 --nodes 2", "--pp-size 3 does not divide"),
     ("bench --stages-per-rank 0", "only apply to the pipeline strategy"),
+    ("bench --strategy fsdp --stage-split balanced", "--stage-split only apply to the pipeline"),
+    ("bench --strategy pipeline --stage-split lopsided", "'lopsided' is not one of"),
     ("bench --dtype float8", "'float8' is not one of"),
     ("bench --workload allreduce --sizes 1M:1K", "not above the second"),
     ("bench --workload allreduce --sizes 12Q", "'12Q' is not a size"),

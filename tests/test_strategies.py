@@ -21,6 +21,7 @@ from runner.spec.request import (
     ModelSpec,
     PipelineSchedule,
     ScalingMode,
+    StageSplit,
     StrategySpec,
     TrainDtype,
 )
@@ -147,6 +148,15 @@ def test_interleaving_puts_two_stages_on_each_rank_by_default(fixed_inventory: I
     assert train_args(build_plan(fixed_inventory, spec, 2))["--stages-per-rank"] == "2"
 
 
+def test_the_stage_split_reaches_the_workload_even_unless_balanced_is_asked(
+    fixed_inventory: Inventory,
+):
+    spec = bench(pipeline(micro_batches=2), model=ModelSpec(layers=4))
+    assert train_args(build_plan(fixed_inventory, spec, 2))["--stage-split"] == "even"
+    balanced = replace(spec, strategy=pipeline(micro_batches=2, stage_split=StageSplit.BALANCED))
+    assert train_args(build_plan(fixed_inventory, balanced, 2))["--stage-split"] == "balanced"
+
+
 def test_zero_stage_is_short_for_the_zero_strategy():
     spec = replace(BenchSpec("t"), launch=LauncherOptions(zero_stage=3))
     assert resolve_bench(spec).packages == ("deepspeed",)
@@ -163,6 +173,10 @@ def test_zero_stage_is_short_for_the_zero_strategy():
     [
         (bench(StrategySpec("zer3")), "unknown strategy 'zer3'"),
         (bench(StrategySpec("ddp", micro_batches=4)), "--micro-batches only apply to the pipeline"),
+        (
+            bench(StrategySpec("zero2", stage_split=StageSplit.BALANCED)),
+            "--stage-split only apply to the pipeline",
+        ),
         (
             bench(StrategySpec("fsdp", schedule=PipelineSchedule.GPIPE)),
             "--schedule only apply to the pipeline",

@@ -20,6 +20,7 @@ from runner.spec.request import (
     ModelSpec,
     PipelineSchedule,
     Rendezvous,
+    StageSplit,
     StrategySpec,
     TfStrategy,
     TrainDtype,
@@ -183,6 +184,14 @@ PpSize = Annotated[
 StagesPerRank = Annotated[
     int | None,
     _no_default(_STRATEGY, "pipeline: model stages per rank (default: 1; interleaved-1f1b: 2)."),
+]
+StageSplitOpt = Annotated[
+    StageSplit | None,
+    _no_default(
+        _STRATEGY,
+        "pipeline: blocks per stage, even (default) or balanced (the slowest stage by FLOPs, "
+        "embedding and LM head counted, made as fast as it can be).",
+    ),
 ]
 
 
@@ -463,13 +472,15 @@ class StrategyOptions:
     micro_batches: MicroBatches = None
     pp_size: PpSize = None
     stages_per_rank: StagesPerRank = None
+    stage_split: StageSplitOpt = None
     dtype: Dtype = TrainDtype.AUTO
 
     @property
     def spec(self) -> StrategySpec:
         return StrategySpec(
-            self.strategy, self.schedule, self.micro_batches, self.pp_size, self.stages_per_rank
-        )
+            self.strategy, self.schedule, self.micro_batches, self.pp_size, self.stages_per_rank,
+            self.stage_split,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

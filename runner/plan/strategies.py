@@ -17,7 +17,14 @@ from typing import Protocol
 from runner.errors import PlanError
 from runner.spec.cluster import Accelerator, Inventory
 from runner.spec.launch import LaunchFile
-from runner.spec.request import BenchSpec, Framework, PipelineSchedule, StrategySpec, TrainDtype
+from runner.spec.request import (
+    BenchSpec,
+    Framework,
+    PipelineSchedule,
+    StageSplit,
+    StrategySpec,
+    TrainDtype,
+)
 
 DS_CONFIG = "ds_config.json"
 
@@ -65,6 +72,7 @@ def _refuse_pipeline_options(spec: StrategySpec, strategy: str) -> None:
         "--micro-batches": spec.micro_batches,
         "--pp-size": spec.pp_size,
         "--stages-per-rank": spec.stages_per_rank,
+        "--stage-split": spec.stage_split,
     }
     named = [flag for flag, value in given.items() if value is not None]
     if named:
@@ -191,6 +199,7 @@ class PipelineLayout:
     pp: int
     replicas: int
     stages_per_rank: int
+    stage_split: StageSplit = StageSplit.EVEN
 
     @property
     def stages(self) -> int:
@@ -220,7 +229,10 @@ class Pipeline:
         schedule = spec.schedule or DEFAULT_SCHEDULE
         stages_per_rank = spec.stages_per_rank or SCHEDULES[schedule].stages_per_rank
         micro_batches = spec.micro_batches or DEFAULT_MICRO_BATCHES
-        return PipelineLayout(schedule, micro_batches, pp, world_size // pp, stages_per_rank)
+        return PipelineLayout(
+            schedule, micro_batches, pp, world_size // pp, stages_per_rank,
+            spec.stage_split or StageSplit.EVEN,
+        )  # fmt: skip
 
     def replicas(self, bench: BenchSpec, world_size: int) -> int:
         return self.layout(bench, world_size).replicas
@@ -278,6 +290,7 @@ class Pipeline:
             "--micro-batches": layout.micro_batches,
             "--pp-size": layout.pp,
             "--stages-per-rank": layout.stages_per_rank,
+            "--stage-split": layout.stage_split.value,
         }
         return StrategySetup(tuple(str(part) for pair in options.items() for part in pair))
 

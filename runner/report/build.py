@@ -35,6 +35,7 @@ from runner.report.model import ASSUMED
 from runner.report.noise import NoiseReport, noise_report
 from runner.report.recorded import check_writable, read_recorded
 from runner.report.results import AllreduceResult, Result, SizeRow, TrainResult
+from runner.report.stages import StageTable, stage_tables
 from runner.report.stats import (
     CONFIDENCE,
     DEFAULT_TARGET,
@@ -88,6 +89,7 @@ class Report:
     first: Result | None = None  # the first finished launch's result
     widest: Result | None = None  # the last finished launch at the most nodes (its proof)
     noise: NoiseReport | None = None  # training sweeps: steal, other load, stragglers
+    stages: tuple[StageTable, ...] = ()  # pipeline sweeps: each node count's stages
     summary: dict[str, Any] = field(default_factory=dict)  # what summary.json holds
 
 
@@ -171,6 +173,7 @@ def analyse(run_dir: RunDir) -> Report:
             first=_first(trained),
             widest=_widest(trained),
             noise=noise,
+            stages=stage_tables(trained, bench["model"]),
         )
     report = replace(
         report, series=tuple(sorted(series.items())), expected=tuple(sorted(expected.items()))
@@ -267,6 +270,7 @@ def build_report(run_dir: RunDir) -> Report:
         "measured_on": measured_on(manifest, report.first),
         "oversubscribed": oversubscribed(manifest, report.rows),
         "noise": report.noise,
+        "stages": report.stages,
         "reproduce": reproducibility(manifest, report.first),
     }
     plots = {plot.name.removesuffix(".png"): plot for plot in PLOTS if plot in made}

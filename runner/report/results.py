@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from runner.errors import ResultError
 from runner.report.noise import LaunchNoise, parse_noise
+from runner.report.stages import StageSplit, parse_stage_split
 
 T = TypeVar("T")
 TRAIN_SCHEMA = "dtrun.train/1"
@@ -95,6 +96,7 @@ class TrainResult:
     pp_size: int | None = None  # ranks per pipeline
     stages: int | None = None
     stages_per_rank: int | None = None
+    split: StageSplit | None = None  # a pipeline's stages (None: other strategies, older results)
     peak_memory_max_bytes: int | None = None  # the most any rank used (rank 0's is above)
     proof_kind: str = "data parallel"  # "data parallel", "pipeline" or "single process"
     checks: tuple[ProofCheck, ...] = ()  # what the proof checked (empty in older results)
@@ -124,7 +126,9 @@ class TrainResult:
         """'ddp', 'zero3', or 'pipeline (1f1b, 4 micro-batches)'."""
         if self.strategy != "pipeline":
             return self.strategy
-        return f"pipeline ({self.schedule}, {self.micro_batches} micro-batches)"
+        kind = self.split.kind if self.split is not None else "even"
+        split = "" if kind == "even" else f", {kind} stages"
+        return f"pipeline ({self.schedule}, {self.micro_batches} micro-batches{split})"
 
     @property
     def layout_text(self) -> str | None:
@@ -192,6 +196,7 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
             pp_size=_opt(data.get("pp_size"), int),
             stages=_opt(data.get("stages"), int),
             stages_per_rank=_opt(data.get("stages_per_rank"), int),
+            split=parse_stage_split(data),
             peak_memory_max_bytes=_opt(data.get("peak_memory_max_bytes"), int),
             proof_kind=str(comm.get("proof", "data parallel")),
             checks=tuple(

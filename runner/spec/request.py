@@ -39,6 +39,13 @@ class PipelineSchedule(StrEnum):
     INTERLEAVED_1F1B = "interleaved-1f1b"  # 1F1B over 2+ stages per rank (Megatron-LM)
 
 
+class StageSplit(StrEnum):
+    """How a pipeline's stages share the GPT's blocks (runner/workloads/stagecost.py)."""
+
+    EVEN = "even"  # as evenly as the layers allow; the embedding and head on the end stages
+    BALANCED = "balanced"  # the slowest stage by training FLOPs (embedding, head) the cheapest
+
+
 class TrainDtype(StrEnum):
     """What the training workload computes in (docs/workloads.md "Training strategies")."""
 
@@ -60,6 +67,7 @@ class StrategySpec:
     micro_batches: int | None = None  # pipeline: micro-batches per step; None: 4
     pp_size: int | None = None  # pipeline: ranks per pipeline; None: every rank of the point
     stages_per_rank: int | None = None  # pipeline; None: 1, or 2 for interleaved-1f1b
+    stage_split: StageSplit | None = None  # pipeline; None: even
 
 
 class Rendezvous(StrEnum):

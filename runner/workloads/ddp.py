@@ -61,6 +61,9 @@ class DdpEngine:
     def describe(self) -> dict[str, Any]:
         return {}
 
+    def probe_stages(self, steps: int) -> None:
+        return None  # one model on every rank: nothing differs between ranks by design
+
     def compute_alone(self, batch: torch.Tensor) -> str | None:
         # Under no_sync the backward all-reduces nothing (the model has no buffers for the
         # forward to broadcast); the gradients it leaves are dropped before the next step.

@@ -47,6 +47,12 @@ class Engine(Protocol):
         """This strategy's own result fields (a pipeline's schedule and stages)."""
         ...
 
+    def probe_stages(self, steps: int) -> None:
+        """After training, every rank calls it: time the parts of the model that differ by
+        design, alone (a pipeline's stages), for ``describe`` to report; nothing for the data-
+        parallel strategies, whose ranks all compute the same model."""
+        ...
+
     def compute_alone(self, batch: torch.Tensor) -> str | None:
         """For the straggler probe: one forward and backward on this rank alone, without
         communicating, its gradients dropped after (training state unchanged). Returns None

@@ -82,6 +82,9 @@ class FsdpEngine:
     def describe(self) -> dict[str, Any]:
         return {}
 
+    def probe_stages(self, steps: int) -> None:
+        return None  # one model on every rank: nothing differs between ranks by design
+
     def compute_alone(self, batch: torch.Tensor) -> str | None:
         return "FSDP's forward all-gathers each block's parameters from every rank"
 

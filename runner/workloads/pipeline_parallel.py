@@ -1,17 +1,18 @@
 """Pipeline parallelism with torch.distributed.pipelining: the GPT's blocks split into stages.
 
+``--stage-split`` picks how many blocks each stage holds (runner/workloads/stagecost.py): as
+even as the layers allow, or balanced by training FLOPs with the embedding and the head counted.
 Ranks are numbered pipeline by pipeline: ``--pp-size`` ranks per pipeline, ``world / pp`` data-
 parallel pipelines side by side. Stage s of a pipeline lives on its rank s % pp (for
-interleaved-1f1b each rank holds ``--stages-per-rank`` stages: r, r + pp, ...). The first stage
-holds the token and position embeddings, the last the final norm and the LM head; the tied
-embedding is two copies there, kept equal as Megatron-LM keeps them: their gradients are summed
-over the first and last rank of each pipeline before every optimizer step. Between pipelines,
-each stage's gradients are averaged, and every stage starts from replica 0's weights (broadcast,
-as DDP does).
+interleaved-1f1b each rank holds ``--stages-per-rank`` stages: r, r + pp, ...). The stages are
+pipeline_stage's; the tied embedding is two copies, on the first and last stage, kept equal as
+Megatron-LM keeps them: their gradients are summed over the first and last rank of each
+pipeline before every optimizer step. Between pipelines, each stage's gradients are averaged,
+and every stage starts from replica 0's weights (broadcast, as DDP does).
 
-Every stage is built from its own seed (the run's seed, the pipeline and the part), so the ranks
-of one pipeline build one consistent model without any rank building all of it, and the
-pipelines start from different weights on purpose (the proof shows they end up equal).
+Every stage is built from its own seed (the run's seed, the pipeline and the part), so the
+pipelines start from different weights on purpose (the proof shows they end up equal), and a
+block is built from the same seed whichever stage holds it: both splits train one model.
 
 Shapes are given to ``PipelineStage`` ahead (``input_args``/``output_args`` on the meta device),
 so no shape-inference pass runs before the first step.
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import asdict
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -36,17 +37,13 @@ from torch.distributed.pipelining import (
     ScheduleInterleaved1F1B,
 )
 
-from runner.workloads.engine import LEARNING_RATE, Precision, precision
-from runner.workloads.gpt import Block, fingerprint_tensors, init_weights, lm_loss
-from runner.workloads.pipeline_proof import (
-    ACTIVATIONS_RECEIVED,
-    ACTIVATIONS_SENT,
-    GRADIENTS_RECEIVED,
-    GRADIENTS_SENT,
-    Layout,
-    pipeline_proof,
-)
+from runner.workloads.engine import LEARNING_RATE, precision
+from runner.workloads.gpt import fingerprint_tensors, lm_loss
+from runner.workloads.pipeline_proof import Layout, pipeline_proof
+from runner.workloads.pipeline_stage import GPTStage, Record
+from runner.workloads.pipeline_timing import StageInput, gather_stage_times, profile, time_stage
 from runner.workloads.proof import Proof, single_process
+from runner.workloads.stagecost import Pieces, Shape, shares, split, stage_costs
 
 # --schedule -> the schedule class; "looped" ones take every local stage, the others one.
 SCHEDULES: dict[str, Callable[..., Any]] = {
@@ -56,118 +53,6 @@ SCHEDULES: dict[str, Callable[..., Any]] = {
 }
 LOOPED = {"interleaved-1f1b"}
 BUCKET = 1 << 24  # elements per gradient all-reduce between pipelines (64 MiB of float32)
-
-
-@dataclass
-class Record:
-    """What one stage saw on the probe step, one fingerprint per micro-batch."""
-
-    taps: dict[str, list[float]] = field(
-        default_factory=lambda: {
-            name: []
-            for name in (ACTIVATIONS_RECEIVED, ACTIVATIONS_SENT, GRADIENTS_RECEIVED, GRADIENTS_SENT)
-        }
-    )
-
-
-class Tap(torch.autograd.Function):
-    """Identity; its backward fingerprints the gradient passing through (when recording)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, record: Record | None, name: str) -> torch.Tensor:
-        ctx.record, ctx.name = record, name
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        if ctx.record is not None:
-            ctx.record.taps[ctx.name].append(fingerprint_tensors([grad]))
-        return grad, None, None
-
-
-M = TypeVar("M", bound=nn.Module)
-
-
-def _tap(x: torch.Tensor, record: Record | None, name: str) -> torch.Tensor:
-    out: torch.Tensor = Tap.apply(x, record, name)  # type: ignore[no-untyped-call]
-    return out
-
-
-def _seeded(seed: int, make: Callable[[], M], device: torch.device) -> M:
-    """A part built and initialised from its own seed: the same on every rank that builds it."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        module = make()
-        module.apply(init_weights)
-    return module.to(device)
-
-
-class GPTStage(nn.Module):
-    """Stage ``index`` of ``count`` of runner/workloads/gpt.py's GPT: the same parts, split."""
-
-    def __init__(
-        self,
-        args: argparse.Namespace,
-        index: int,
-        count: int,
-        seed: int,
-        device: torch.device,
-        precision: Precision,
-    ) -> None:
-        super().__init__()
-        self.first, self.last = index == 0, index == count - 1
-        self.precision = precision
-        self.record: Record | None = None  # set for the probe step
-        d, vocab = args.d_model, args.vocab
-        # Every part's seed: the pipeline's, then a number per part; the token embedding and the
-        # LM head share theirs, so the tied weight's two copies start equal.
-        embedding_seed, position_seed, final_seed = seed, seed + 1, seed + 2
-        if self.first:
-            self.tok = _seeded(embedding_seed, lambda: nn.Embedding(vocab, d), device)
-            self.pos = _seeded(position_seed, lambda: nn.Embedding(args.seq_len, d), device)
-        layers = stage_layers(args.layers, count, index)
-        self.blocks = nn.ModuleList(
-            _seeded(seed + 3 + i, lambda: Block(d, args.heads), device) for i in layers
-        )
-        if self.last:
-            self.ln_f = _seeded(final_seed, lambda: nn.LayerNorm(d), device)
-            self.head = nn.Linear(d, vocab, bias=False, device=device)
-            with torch.no_grad():
-                tied = _seeded(embedding_seed, lambda: nn.Embedding(vocab, d), device)
-                self.head.weight.copy_(tied.weight)
-
-    def tied_weight(self) -> torch.Tensor | None:
-        """This stage's copy of the tied embedding (the first stage's, else the last's)."""
-        weight: torch.Tensor | None = None
-        if self.first:
-            weight = self.tok.weight
-        elif self.last:
-            weight = self.head.weight
-        return weight
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        record = self.record
-        with self.precision():
-            if self.first:
-                positions = torch.arange(x.shape[1], device=x.device)
-                x = self.tok(x) + self.pos(positions)
-            else:
-                if record is not None:
-                    record.taps[ACTIVATIONS_RECEIVED].append(fingerprint_tensors([x]))
-                x = _tap(x, record, GRADIENTS_SENT)
-            for block in self.blocks:
-                x = block(x)
-            if self.last:
-                logits: torch.Tensor = self.head(self.ln_f(x))
-                return logits
-            if record is not None:
-                record.taps[ACTIVATIONS_SENT].append(fingerprint_tensors([x]))
-            return _tap(x, record, GRADIENTS_RECEIVED)
-
-
-def stage_layers(layers: int, stages: int, index: int) -> range:
-    """The blocks of stage ``index``: as even a split as the layers allow, in order."""
-    return range(index * layers // stages, (index + 1) * layers // stages)
 
 
 class PipelineEngine:
@@ -188,9 +73,17 @@ class PipelineEngine:
 
         count = self.layout.stages
         self.indices = self.layout.local_stages(rank)
+        self.shape = Shape(args.layers, args.d_model, args.seq_len, args.vocab)
+        self.pieces: Pieces | None = None  # what balanced weighed: seconds measured here
+        if args.stage_split == "balanced":
+            self.pieces = profile(self._stage_input(), args.heads, self.precision, device)
+        self.blocks = split(args.stage_split, self.shape, count, self.pieces)
+        starts = [sum(self.blocks[:i]) for i in range(count + 1)]
+        self.stage_times: list[float] | None = None  # probe_stages's, by stage
         seed = (args.seed + self.replica) * 1_000_003  # apart from every other part's seed
         self.modules = [
-            GPTStage(args, i, count, seed, device, self.precision) for i in self.indices
+            GPTStage(args, i, count, range(starts[i], starts[i + 1]), seed, device, self.precision)
+            for i in self.indices
         ]
         self.initial = {i: _fingerprint(m) for i, m in zip(self.indices, self.modules, strict=True)}
         if self.dp_group is not None:  # every pipeline starts from pipeline 0's weights
@@ -335,13 +228,45 @@ class PipelineEngine:
             return single_process([every[0]["final"]])
         return pipeline_proof(self.layout, every)
 
+    def _stage_input(self) -> StageInput:
+        args = self.args
+        micro = args.batch // args.micro_batches
+        return StageInput(micro, args.micro_batches, args.seq_len, args.d_model, args.vocab)
+
+    def probe_stages(self, steps: int) -> None:
+        """Time each stage's forward and backward alone on its rank (pipeline_timing)."""
+        if steps <= 0:
+            return
+        shape = self._stage_input()
+        # One position of the pipelines at a time: a stage that finished early would otherwise
+        # leave the cores it shared (the embedded cluster's) to the others, and flatter them.
+        mine: dict[int, float] = {}
+        for turn in range(self.layout.pp):
+            if dist.get_rank() % self.layout.pp == turn:
+                for index, module in zip(self.indices, self.modules, strict=True):
+                    mine[index] = time_stage(
+                        module, module.first, module.last, shape, self.device, steps
+                    )
+            dist.barrier()
+        self.stage_times = gather_stage_times(mine, self.layout.stages)
+
     def describe(self) -> dict[str, Any]:
+        cost_share, param_share = shares(stage_costs(self.shape, self.blocks))
         return {
             "schedule": self.args.schedule,
             "micro_batches": self.layout.micro_batches,
             "stages": self.layout.stages,
             "stages_per_rank": self.layout.stages_per_rank,
             "pp_size": self.layout.pp,
+            "stage_split": self.args.stage_split,
+            "stage_blocks": self.blocks,
+            "stage_cost_share": [round(share, 6) for share in cost_share],
+            "stage_param_share": [round(share, 6) for share in param_share],
+            # balanced only: a micro-batch's forward and backward through each piece, seconds
+            "stage_pieces_s": None if self.pieces is None else asdict(self.pieces),
+            "stage_time_s": None
+            if self.stage_times is None
+            else [round(seconds, 7) for seconds in self.stage_times],
         }
 
     def compute_alone(self, batch: torch.Tensor) -> str | None:

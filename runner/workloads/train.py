@@ -46,6 +46,7 @@ from runner.workloads.result import (
     rank_info,
     write_result,
 )
+from runner.workloads.stagecost import SPLITS
 
 ENGINES: dict[str, EngineFactory] = {
     "ddp": DdpEngine,
@@ -84,6 +85,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--micro-batches", type=int, default=4, help="pipeline, per step")
     parser.add_argument("--pp-size", type=int, default=None, help="pipeline: ranks per pipeline")
     parser.add_argument("--stages-per-rank", type=int, default=1)
+    parser.add_argument(
+        "--stage-split",
+        choices=sorted(SPLITS),
+        default="even",
+        help="pipeline: blocks per stage as even as the layers allow, or balanced by FLOPs",
+    )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--mode", choices=("weak", "strong"), default="weak")
@@ -97,7 +104,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--probe-steps",
         type=int,
         default=3,
-        help="after training, forward and backward passes each rank times alone (0: skip)",
+        help="after training, forward and backward passes each rank (and each pipeline stage) "
+        "times alone (0: skip)",
     )
     parser.add_argument("--out", default="result.json")
     # DeepSpeed's launcher appends --local_rank=N to the program's arguments; LOCAL_RANK from the
@@ -229,6 +237,7 @@ def train(
     times, losses, window_start = run_steps(args, engine, pool, device)
     window = noise.rank_window(window_start, noise.snapshot())
     launch_noise = measure_noise(args, engine, pool, device, window)
+    engine.probe_stages(args.probe_steps)
 
     # The probe: rows no step trained on, the same number as a step's.
     probe = pool[(torch.arange(args.batch, device=device) + 32) % pool.shape[0]]

@@ -92,6 +92,9 @@ class DeepSpeedEngine:
     def describe(self) -> dict[str, Any]:
         return {}
 
+    def probe_stages(self, steps: int) -> None:
+        return None  # one model on every rank: nothing differs between ranks by design
+
     def compute_alone(self, batch: torch.Tensor) -> str | None:
         # ZeRO 1's no_sync might serve; untried, so every stage is left unprobed.
         return "ZeRO 2 and 3 reduce gradients within every backward (DeepSpeed's no_sync refuses)"
