@@ -104,6 +104,9 @@ class HorovodEngine:
     def describe(self) -> dict[str, Any]:
         return {"horovod": {"version": horovod.__version__, "controller": _controller()}}
 
+    def probe_stages(self, steps: int) -> None:
+        return None  # one model on every rank: nothing differs between ranks by design
+
     def compute_alone(self, batch: torch.Tensor) -> str | None:
         # Horovod's hooks sit on the model's own parameters and all-reduce whatever backward
         # accumulates there: a copy of the model (no hooks) computes the same pass alone.
