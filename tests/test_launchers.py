@@ -38,7 +38,10 @@ def exports(script: str) -> dict[str, str]:
 
 
 def test_the_registry_holds_one_launcher_per_name():
-    assert sorted(LAUNCHERS) == ["deepspeed", "horovodrun", "mpirun", "tensorflow", "torchrun"]
+    assert sorted(LAUNCHERS) == [
+        "deepspeed", "horovod-spark", "horovodrun", "mpirun", "tensorflow", "torchdistributor",
+        "torchrun",
+    ]  # fmt: skip
     for name, launcher in LAUNCHERS.items():
         assert launcher.name == name
 

@@ -27,7 +27,10 @@ from runner.spec.request import (
 )
 from runner.spec.slurm import DEFAULT_QUEUE_TIMEOUT_S, SlurmRequest
 
-LAUNCHER_NAMES = "torchrun, deepspeed, horovodrun, mpirun, tensorflow"  # = LAUNCHERS, tested
+# = LAUNCHERS, tested
+LAUNCHER_NAMES = (
+    "torchrun, deepspeed, horovodrun, mpirun, tensorflow, torchdistributor, horovod-spark"
+)
 _DEFAULTS = LauncherOptions()
 
 
@@ -381,6 +384,18 @@ Json = Annotated[
 ]
 
 
+SparkMaster = Annotated[
+    str | None,
+    typer.Option(
+        "--spark",
+        metavar="MASTER",
+        help="Run on a Spark master's executors, one per node, with --launcher "
+        "torchdistributor or horovod-spark: local-cluster[N,1,1024] (N executors here), "
+        "spark://HOST:7077, yarn (docs/spark.md).",
+    ),
+]
+
+
 @dataclass(frozen=True)
 class Where:
     """Which cluster a command runs on: none of hosts, stack, outputs is the embedded one."""
@@ -401,6 +416,7 @@ class Where:
     exclude: Exclude = None
     nodelist: Nodelist = None
     queue_timeout: QueueTimeout = DEFAULT_QUEUE_TIMEOUT_S
+    spark: SparkMaster = None
 
     def slurm_request(self, drain_failing: bool = False) -> SlurmRequest | None:
         """--slurm's request; Slurm options without --slurm are refused (they would be lost)."""

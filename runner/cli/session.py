@@ -66,6 +66,7 @@ def choose(
         slurm,
         dry_run,
         job_name,
+        where.spark,
     )
 
 
@@ -111,6 +112,19 @@ def last_word_on_billing(watch: StackWatch) -> Iterator[None]:
             )
 
 
+SPARK_LAUNCHERS = ("torchdistributor", "horovod-spark")
+
+
+def check_engine(spark: str | None, launcher: str) -> None:
+    """--spark runs its own launchers only (the others start ranks Spark does not know of)."""
+    if spark is not None and launcher not in SPARK_LAUNCHERS:
+        raise UsageError(
+            f"--launcher {launcher} cannot start ranks on Spark's executors",
+            why="under --spark, Spark starts one task per node and the launcher runs inside it",
+            fix="pass --launcher torchdistributor (TorchDistributor) or horovod-spark",
+        )
+
+
 class Session:
     """One launch command under way: its options and the stack it may have to speak of."""
 
@@ -126,6 +140,7 @@ class Session:
         from runner.cli.store import check_results, upload_after
 
         launching = self.launching
+        check_engine(self.where.spark, spec.launcher)
         store = check_results(launching.results, dry_run=launching.dry_run)
         choice = choose(
             self.where,

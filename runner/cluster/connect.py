@@ -60,6 +60,7 @@ class ClusterChoice:
     slurm: SlurmRequest | None = None  # --slurm: the nodes of a Slurm allocation
     dry_run: bool = False  # --slurm outside an allocation asks for none
     job_name: str = "dtrun"  # the Slurm job dtrun asks for
+    spark: str | None = None  # --spark MASTER: the executors of a Spark master are the nodes
 
     @property
     def patience(self) -> Patience:
@@ -78,6 +79,12 @@ class ClusterChoice:
                 "--slurm runs on the nodes Slurm gives, and --hosts names others",
                 fix="pass --slurm alone (or with --stack NAME for a stack's own Slurm)",
             )
+        if self.spark is not None and (given or self.slurm is not None):
+            raise UsageError(
+                f"--spark runs on a Spark master's executors, and "
+                f"{(given or ['--slurm'])[0]} names other nodes",
+                fix="pass --spark MASTER alone",
+            )
         if len(given) > 1:
             raise UsageError(
                 f"{' and '.join(given)} name two clusters",
@@ -90,7 +97,12 @@ class ClusterChoice:
     @property
     def embedded(self) -> bool:
         """None of --hosts, --stack and --outputs: the embedded cluster, on this machine."""
-        return self.hosts is None and self.stack_name is None and self.slurm is None
+        return (
+            self.hosts is None
+            and self.stack_name is None
+            and self.slurm is None
+            and self.spark is None
+        )
 
     @property
     def stack_name(self) -> str | None:
@@ -105,12 +117,14 @@ class Cluster:
     executor: Executor
     choice: ClusterChoice
     on_wait: WaitSink = no_wait_sink  # hears each look at nodes that have not all answered
-    engine: str = "local"  # "local", "ssh" or "slurm": how the executor reaches the nodes
+    engine: str = "local"  # "local", "ssh", "slurm", "spark": how the executor reaches them
     preview: Preview | None = None  # what a dry run prints beside each plan (Slurm)
 
     def ready(self, plan: LaunchPlan) -> None:
         """The barrier before a launch: its nodes answer and, with --check, are healthy."""
         nodes: Sequence[Node] = plan.nodes or tuple(launch.node for launch in plan.launches)
+        if self.engine == "spark":
+            return  # Spark's barrier job waits for its executors, or is refused at once
         if self.engine == "slurm" and not self.choice.check:
             return  # Slurm gave the job these nodes: they are up
         if self.engine == "local":
@@ -237,6 +251,15 @@ def open_cluster(
             open_slurm(choice, notice, head) as cluster,
         ):
             yield cluster
+        return
+    if choice.spark is not None:
+        from runner.cluster.spark import spark_inventory
+        from runner.execute.spark import SparkExecutor, SparkPreview
+
+        inventory = spark_inventory(choice.spark, choice.local_nodes)
+        executor = SparkExecutor(choice.spark, f"{inventory.python_bin}/python", inventory.code_dir)
+        preview = SparkPreview(executor, len(inventory.nodes))
+        yield Cluster(inventory, executor, choice, engine="spark", preview=preview)
         return
     if choice.embedded:
         from runner.execute.local import LocalExecutor

@@ -119,6 +119,8 @@ class LauncherName(StrEnum):
     HOROVODRUN = "horovodrun"
     MPIRUN = "mpirun"
     TENSORFLOW = "tensorflow"
+    TORCHDISTRIBUTOR = "torchdistributor"  # Spark's TorchDistributor (--spark only)
+    HOROVOD_SPARK = "horovod-spark"  # horovod.spark.run (--spark only)
 
 
 class Framework(StrEnum):

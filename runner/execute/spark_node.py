@@ -1,0 +1,120 @@
+"""What runs inside each Spark task: the node's rendered script, logged and accounted for.
+
+TorchDistributor (function form) and horovod.spark call ``node_main`` in every rank's process
+on the executors. It runs ``node-<NODE_RANK>.sh`` from the launch directory, which the driver
+and the executors share (local-cluster: this machine; a real cluster: shared storage), writes
+every line to ``<node>.log`` there and prints it tagged ``dtrun-node R:`` (TorchDistributor
+streams task output to the driver), records the exit code in ``<node>.exit``, and fails the
+task when the script does, so Spark fails the job at once and names the partition.
+
+The script runs in a process group of its own, which ``node_main`` stops (SIGTERM, then
+SIGKILL) when it is stopped itself or when its parent, the Spark-started process, goes away:
+a cancelled Spark job leaves no rank behind.
+
+Standard library only: this module is imported on the executors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+EXIT_SUFFIX = ".exit"
+TAG = "dtrun-node"
+GRACE_S = 5.0
+
+
+def contract_from_horovod(env: dict[str, str], master_port: int) -> dict[str, str]:
+    """The environment contract under horovod.spark, which sets Horovod's variables only
+    (docs/launchers.md "The environment each process sees"). One process per Spark task, one
+    task per node: the node is the rank. Horovod's own local and cross ranks group processes by
+    host name, which every executor of a local-cluster shares. The torch bookkeeping group
+    meets on Horovod's rendezvous host."""
+    mapped = {
+        "RANK": env["HOROVOD_RANK"],
+        "WORLD_SIZE": env["HOROVOD_SIZE"],
+        "NODE_RANK": env["HOROVOD_RANK"],
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+    }
+    mapped["MASTER_ADDR"] = env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1")
+    mapped["MASTER_PORT"] = str(master_port)
+    return {**env, **mapped}
+
+
+def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None) -> int:
+    """Run this rank's node script; its exit code, or SystemExit with it when it failed."""
+    env = dict(os.environ)
+    if horovod_port is not None:
+        env = contract_from_horovod(env, horovod_port)
+    node_rank = int(env["NODE_RANK"])
+    local_rank = int(env.get("LOCAL_RANK", "0"))
+    name = names[node_rank]
+    stem = name if local_rank == 0 else f"{name}.{local_rank}"
+    where = Path(launch_dir)
+    with (where / f"{stem}.log").open("ab") as log:
+        code = _run(where / f"node-{node_rank}.sh", env, log, node_rank)
+    (where / f"{stem}{EXIT_SUFFIX}").write_text(f"{code}\n")
+    if code != 0:
+        sys.exit(code)
+    return code
+
+
+def _run(script: Path, env: dict[str, str], log: Any, node_rank: int) -> int:
+    proc = subprocess.Popen(
+        ["bash", str(script)],
+        cwd=script.parent,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        process_group=0,
+    )
+    stopping = threading.Event()
+
+    def stop(*_: object) -> None:
+        if stopping.is_set():
+            return
+        stopping.set()
+        for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 0.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            deadline = time.monotonic() + wait
+            while proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, stop)
+    _stop_with_parent(stop)
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        log.write(raw)
+        log.flush()
+        line = raw.decode(errors="replace").rstrip("\n")
+        print(f"{TAG} {node_rank}: {line}", flush=True)
+    code = proc.wait()
+    return 128 + signal.SIGTERM if stopping.is_set() and code < 0 else code
+
+
+def _stop_with_parent(stop: Any) -> None:
+    """Stop the script when the process that started this one goes (a cancelled Spark task's
+    worker is killed; its children would live on, orphaned)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        stop()
+
+    threading.Thread(target=watch, name="dtrun-parent-watch", daemon=True).start()

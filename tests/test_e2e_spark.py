@@ -1,0 +1,130 @@
+"""dtrun on a real Spark (pyspark's local-cluster: a master, workers and two executor JVMs on
+this machine, each a node): a 1,2-node sweep with each Spark launcher, a failing node, SIGTERM,
+and refused requests. Spark needs Java (./dev test installs default-jre-headless)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import DTRUN, default_signals, launch_processes, run_dtrun, wait_for
+
+pytestmark = pytest.mark.e2e
+
+MASTER = "local-cluster[2,1,1024]"
+QUICK = ("--steps", "6", "--warmup", "2", "--repeat", "1", "--no-health-gate", "--quiet")
+
+
+@pytest.fixture(autouse=True)
+def _java() -> None:
+    if shutil.which("java") is None:  # ./dev test installs it: missing is a broken setup
+        pytest.fail("Spark needs Java: run ./dev setup (apt-get install default-jre-headless)")
+
+
+def _results(run: Path, nodes: int) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads((run / f"n{nodes}" / "r0" / "result.json").read_text())
+    return result
+
+
+@pytest.mark.parametrize(
+    ("launcher", "engine"), [("torchdistributor", "ddp"), ("horovod-spark", "horovod")]
+)
+def test_a_sweep_runs_on_spark_executors_with_each_spark_launcher(no_leftovers, launcher, engine):
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "bench", "--spark", MASTER, "--launcher", launcher, "--nodes", "1,2", *QUICK,
+        "--output", str(out), "--run-id", "sp", cwd=no_leftovers, timeout=400,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = out / "sp"
+    result = _results(run, 2)
+    assert result["engine"] == engine
+    assert [rank["node"] for rank in result["ranks"]] == ["spark-0", "spark-1"]
+    assert result["communication"]["ok"] is True
+    assert _results(run, 1)["world_size"] == 1
+    for node in ("spark-0", "spark-1"):  # node_main's own log and exit code, per node
+        assert (run / "n2" / "r0" / f"{node}.exit").read_text().strip() == "0"
+        assert "dtrun" in (run / "n2" / "r0" / f"{node}.log").read_text() or node != "spark-0"
+    assert "Spark is up" in (run / "n2" / "r0" / "spark-driver.log").read_text()
+    assert (run / "report.md").exists()
+
+
+FAIL_ON_NODE_1 = """\
+import os, sys, time
+if os.environ["NODE_RANK"] == "1":
+    print("node 1 gives up", flush=True)
+    sys.exit(3)
+time.sleep(600)
+"""
+
+
+def test_a_failed_task_fails_the_point_and_names_the_node(no_leftovers):
+    script = no_leftovers / "fail.py"
+    script.write_text(FAIL_ON_NODE_1)
+    done = run_dtrun(
+        "run", "--spark", MASTER, "--launcher", "torchdistributor", "--nodes", "2",
+        "--output", str(no_leftovers / "runs"), "--run-id", "f", "--", "python", str(script),
+        cwd=no_leftovers, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "spark-1 (127.0.0.1) failed with exit code 3" in done.stderr
+    assert "node 1 gives up" in (no_leftovers / "runs" / "f" / "launch" / "spark-1.log").read_text()
+    record = json.loads((no_leftovers / "runs" / "f" / "run.json").read_text())
+    assert record["status"] == "failed"
+
+
+def _sleeping() -> list[str]:
+    found = []
+    for proc in launch_processes():
+        with contextlib.suppress(psutil.Error):  # it may end while being looked at
+            if "sleep.py" in " ".join(proc.cmdline()):
+                found.append(str(proc.pid))
+    return found
+
+
+def test_sigterm_stops_the_driver_the_executors_and_every_rank(no_leftovers):
+    script = no_leftovers / "sleep.py"
+    script.write_text("import time; print('sleeping', flush=True); time.sleep(600)\n")
+    with (no_leftovers / "dtrun.out").open("w+") as out:
+        dtrun = subprocess.Popen(
+            [*DTRUN, "run", "--spark", MASTER, "--launcher", "torchdistributor", "--nodes", "2",
+             "--output", str(no_leftovers / "runs"), "--", "python", str(script)],
+            cwd=no_leftovers, stdout=out, stderr=subprocess.STDOUT, preexec_fn=default_signals,
+        )  # fmt: skip
+        wait_for(
+            lambda: len(_sleeping()) >= 2,
+            timeout=180,
+            what="both nodes' programs to start",
+        )
+        dtrun.send_signal(signal.SIGTERM)
+        assert dtrun.wait(timeout=90) == 143
+        out.seek(0)
+        said = out.read()
+    assert "stopped by SIGTERM" in said, said
+    wait_for(lambda: launch_processes() == [], timeout=30, what="no process of the launch")
+    record = json.loads(next((no_leftovers / "runs").iterdir()).joinpath("run.json").read_text())
+    assert record["status"] == "interrupted"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--spark", "local[2]", "--launcher", "torchdistributor"), "local[N] run every task"),
+        (("--spark", MASTER, "--launcher", "torchrun"), "cannot start ranks on Spark"),
+        (("--launcher", "torchdistributor"), "runs under Spark"),
+        (("--spark", MASTER, "--hosts", "a:1,b:1", "--launcher", "torchdistributor"), "--spark"),
+    ],
+    ids=["local-master", "torchrun", "no-spark", "spark-and-hosts"],
+)
+def test_a_spark_request_dtrun_cannot_serve_is_one_clear_error(no_leftovers, args, said):
+    done = run_dtrun("bench", *args, "--nodes", "2", cwd=no_leftovers)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,121 @@
+"""The Spark engine without Spark: masters, the inventory, the plan, node_main on a real
+script, and how the executor reads each node's end from the files node_main writes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from runner.cluster.spark import executors, spark_inventory
+from runner.errors import NodeFailedError, PlanError, UsageError
+from runner.execute.spark import node_failure, node_results
+from runner.execute.spark_node import contract_from_horovod, node_main
+from runner.plan.launchers.spark import SPARK_CONFIG
+from runner.spec.cluster import Node
+from runner.spec.launch import LaunchPlan, NodeLaunch
+from tests.plans import build_run_plan
+from tests.test_launch_stubs import run_spec
+
+
+@pytest.mark.parametrize(
+    ("master", "nodes"),
+    [
+        ("local-cluster[2,1,1024]", 2),
+        ("local-cluster[ 4 , 2 , 512 ]", 4),
+        ("spark://head:7077", 8),
+        ("spark://a:7077,b:7077", 8),
+        ("yarn", 8),
+        ("k8s://https://api:6443", 8),
+    ],
+)
+def test_each_master_gives_its_executors_as_nodes(master, nodes):
+    assert executors(master, 8) == nodes
+
+
+@pytest.mark.parametrize(
+    "master", ["local", "local[2]", "local[*]", "local-cluster[0,1,1024]", "spark:/x", ""]
+)
+def test_a_master_without_an_executor_per_node_is_refused(master):
+    with pytest.raises(UsageError) as caught:
+        executors(master, 2)
+    assert caught.value.exit_code == 2 and "local-cluster[N,1,1024]" in caught.value.fix
+
+
+def test_the_inventory_names_nodes_by_barrier_partition():
+    inventory = spark_inventory("local-cluster[3,1,1024]", 1)
+    assert [node.name for node in inventory.nodes] == ["spark-0", "spark-1", "spark-2"]
+    assert inventory.scheduler == "spark" and inventory.interface == "lo"
+    assert inventory.source == "spark:local-cluster[3,1,1024]"
+
+
+def test_spark_launchers_refuse_other_engines_and_render_no_launcher_of_their_own(tmp_path):
+    not_spark = replace(spark_inventory("local-cluster[2,1,1024]", 2), scheduler=None)
+    with pytest.raises(PlanError, match="runs under Spark"):
+        build_run_plan(not_spark, run_spec("torchdistributor"))
+    plan = build_run_plan(spark_inventory("local-cluster[2,1,1024]", 2), run_spec("horovod-spark"))
+    assert [launch.node.name for launch in plan.launches] == ["spark-0", "spark-1"]
+    script = plan.launches[1].script
+    assert "export MASTER_ADDR" not in script and "export NODE_RANK" not in script
+    assert "come from horovod.spark" in script and "DTRUN_NODE_NAME=spark-1" in script
+    assert [f.name for f in plan.files] == [SPARK_CONFIG]
+
+
+def test_horovod_variables_become_the_contract_with_the_node_as_the_rank():
+    env = {
+        "HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "1",
+        "HOROVOD_CROSS_RANK": "0", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.4", "KEEP": "x",
+    }  # fmt: skip
+    mapped = contract_from_horovod(env, 29500)
+    assert {k: mapped[k] for k in ("RANK", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK")} == {
+        "RANK": "1", "WORLD_SIZE": "2", "NODE_RANK": "1", "LOCAL_RANK": "0",
+    }  # fmt: skip
+    assert (mapped["MASTER_ADDR"], mapped["MASTER_PORT"], mapped["KEEP"]) == (
+        "10.0.0.4",
+        "29500",
+        "x",
+    )
+
+
+def test_node_main_runs_the_node_script_logs_it_and_records_its_exit(tmp_path, monkeypatch, capsys):
+    (tmp_path / "node-1.sh").write_text('echo "rank $RANK here"; exit 3\n')
+    monkeypatch.setenv("NODE_RANK", "1")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(SystemExit) as ended:
+        node_main(str(tmp_path), ["spark-0", "spark-1"])
+    assert ended.value.code == 3
+    assert (tmp_path / "spark-1.exit").read_text() == "3\n"
+    assert (tmp_path / "spark-1.log").read_text() == "rank 1 here\n"
+    assert "dtrun-node 1: rank 1 here" in capsys.readouterr().out
+    (tmp_path / "node-1.sh").write_text("pwd\n")  # it runs in the launch directory
+    assert node_main(str(tmp_path), ["spark-0", "spark-1"]) == 0
+    assert (tmp_path / "spark-1.exit").read_text() == "0\n"
+    assert (tmp_path / "spark-1.log").read_text().endswith(f"{tmp_path}\n")
+
+
+def _plan(names: list[str]) -> LaunchPlan:
+    launches = tuple(
+        NodeLaunch(Node(name, "127.0.0.1"), i, f"node-{i}.sh", "") for i, name in enumerate(names)
+    )
+    return LaunchPlan("torchdistributor", "train", len(names), 1, len(names), 8, "r", "h", 1,
+                      launches)  # fmt: skip
+
+
+def test_the_failed_node_is_the_one_whose_exit_file_says_so_first(tmp_path):
+    plan = _plan(["spark-0", "spark-1", "spark-2"])
+    (tmp_path / "spark-2.exit").write_text("7\n")
+    (tmp_path / "spark-1.exit").write_text("0\n")
+    (tmp_path / "spark-2.log").write_text("boom\n")
+    results = node_results(plan, tmp_path)
+    assert [r.exit_code for r in results] == [None, 0, 7]  # spark-0 never finished: stopped
+    driver = NodeFailedError("spark-driver", "127.0.0.1", 1, "d.log", "")
+    error = node_failure(results, driver)
+    assert isinstance(error, NodeFailedError) and error.node == "spark-2"
+    assert error.node_results == results
+
+
+def test_without_a_failed_node_the_driver_is_the_failure(tmp_path):
+    results = node_results(_plan(["spark-0"]), tmp_path)
+    driver = NodeFailedError("spark-driver", "127.0.0.1", 1, str(Path("d.log")), "no Java")
+    assert node_failure(results, driver) is driver
