@@ -3,9 +3,13 @@
 Each launcher runs the same point through `dtrun bench --nodes 2 --launcher X` (the built-in
 training workload, 20 steps with 5 warm-up by default): torchrun (c10d rendezvous, the baseline),
 deepspeed (ZeRO 2, --no_ssh on each node), mpirun (OpenMPI with the local remote-shell agent),
-and horovodrun where Horovod is importable. After one warm-up round, the launchers run in turn,
-round after round (torchrun, deepspeed, mpirun, torchrun, ...), and each round's wall times are
-divided by that round's torchrun time; the medians of those ratios are printed.
+horovodrun (training with Horovod's DistributedOptimizer) where Horovod is importable, and, where
+pyspark is, the Spark launchers on `--spark 'local-cluster[2,1,1024]'` (two executor JVMs started
+per launch): torchdistributor (TorchDistributor, DDP) and horovod-spark (horovod.spark.run,
+Horovod). Every launch runs with --no-health-gate. After one warm-up round, the launchers run in
+turn, round after round (torchrun, deepspeed, mpirun, torchrun, ...), and each round's wall times
+and tokens/s are divided by that round's torchrun figures; the medians of those ratios are
+printed. `--launchers a,b` runs a subset (torchrun is always the baseline).
 
 DeepSpeed compiles a shared-memory op with g++ on its first launch on a machine (cached in
 ~/.cache/torch_extensions). That cost is measured apart: one launch with an empty
@@ -32,10 +36,20 @@ BIN = Path(sys.executable).parent
 BASELINE = "torchrun"
 
 
-def launchers() -> list[str]:
+SPARK = ("--spark", "local-cluster[2,1,1024]")
+EXTRA = {"torchdistributor": SPARK, "horovod-spark": SPARK}
+
+
+def launchers(only: str | None) -> list[str]:
     names = [BASELINE, "deepspeed", "mpirun"]
     if importlib.util.find_spec("horovod") is not None:
         names.append("horovodrun")
+    if importlib.util.find_spec("pyspark") is not None:
+        names.append("torchdistributor")
+        if "horovodrun" in names:
+            names.append("horovod-spark")
+    if only:
+        names = [BASELINE, *(n for n in names if n in only.split(",") and n != BASELINE)]
     return names
 
 
@@ -48,6 +62,7 @@ def point(
         str(BIN / "dtrun"), "bench", "--nodes", "2", "--launcher", launcher,
         "--steps", str(args.steps), "--warmup", str(args.warmup), "--port", str(port),
         "--output", str(workdir), "--run-id", run_id, "--repeat", "1", "--quiet",
+        "--no-health-gate", *EXTRA.get(launcher, ()),
     ]  # fmt: skip
     start = time.perf_counter()
     done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, check=False)
@@ -64,9 +79,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--port", type=int, default=29720)
+    parser.add_argument("--launchers", default=None, help="a subset, comma-separated")
     args = parser.parse_args()
 
-    names = launchers()
+    names = launchers(args.launchers)
     ports = {name: args.port + 10 * i for i, name in enumerate(names)}
     print(
         f"machine: {platform.node()}, {platform.processor() or platform.machine()}, "
@@ -79,37 +95,43 @@ def main() -> None:
     walls: dict[str, list[float]] = {name: [] for name in names}
     tokens: dict[str, list[float]] = {name: [] for name in names}
     ratios: dict[str, list[float]] = {name: [] for name in names}
+    rate_ratios: dict[str, list[float]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="dtrun-launchers-") as tmp:
         workdir = Path(tmp)
         env = dict(os.environ)
         for round_ in range(args.rounds + 1):
-            times = {}
+            times, rates = {}, {}
             for name in names:
-                times[name], rate = point(name, args, ports[name], workdir, env)
+                times[name], rates[name] = point(name, args, ports[name], workdir, env)
                 if round_:
                     walls[name].append(times[name])
-                    tokens[name].append(rate)
+                    tokens[name].append(rates[name])
                     ratios[name].append(times[name] / times[BASELINE])
+                    rate_ratios[name].append(rates[name] / rates[BASELINE])
             label = "warm-up" if round_ == 0 else f"round {round_}"
             print(f"{label:>8}: " + "   ".join(f"{n} {times[n]:6.2f} s" for n in names))
 
-        cold_env = dict(env, TORCH_EXTENSIONS_DIR=str(workdir / "empty-torch-extensions"))
-        cold, _ = point("deepspeed", args, ports["deepspeed"], workdir, cold_env)
+        cold = None
+        if "deepspeed" in names:
+            cold_env = dict(env, TORCH_EXTENSIONS_DIR=str(workdir / "empty-torch-extensions"))
+            cold, _ = point("deepspeed", args, ports["deepspeed"], workdir, cold_env)
 
     print()
-    print(f"{'launcher':<11} {'median wall':>11} {'ratio to torchrun':>18} {'min-max':>13} "
-          f"{'tokens/s':>9}")  # fmt: skip
+    print(f"{'launcher':<16} {'median wall':>11} {'wall / torchrun':>16} {'min-max':>13} "
+          f"{'tokens/s':>9} {'tokens/s / torchrun':>20} {'min-max':>13}")  # fmt: skip
     for name in names:
-        r = ratios[name]
+        r, t = ratios[name], rate_ratios[name]
         print(
-            f"{name:<11} {statistics.median(walls[name]):9.2f} s {statistics.median(r):18.3f} "
-            f"{min(r):6.3f}-{max(r):.3f} {statistics.median(tokens[name]):9,.0f}"
+            f"{name:<16} {statistics.median(walls[name]):9.2f} s {statistics.median(r):16.3f} "
+            f"{min(r):6.3f}-{max(r):.3f} {statistics.median(tokens[name]):9,.0f} "
+            f"{statistics.median(t):20.3f} {min(t):6.3f}-{max(t):.3f}"
         )
-    warm = statistics.median(walls["deepspeed"])
-    print(
-        f"deepspeed first launch with an empty torch_extensions cache: {cold:.2f} s, "
-        f"so its one-off op compile costs about {cold - warm:.1f} s"
-    )
+    if cold is not None:
+        warm = statistics.median(walls["deepspeed"])
+        print(
+            f"deepspeed first launch with an empty torch_extensions cache: {cold:.2f} s, "
+            f"so its one-off op compile costs about {cold - warm:.1f} s"
+        )
 
 
 if __name__ == "__main__":
