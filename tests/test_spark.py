@@ -54,7 +54,10 @@ def test_spark_launchers_refuse_other_engines_and_render_no_launcher_of_their_ow
     not_spark = replace(spark_inventory("local-cluster[2,1,1024]", 2), scheduler=None)
     with pytest.raises(PlanError, match="runs under Spark"):
         build_run_plan(not_spark, run_spec("torchdistributor"))
-    plan = build_run_plan(spark_inventory("local-cluster[2,1,1024]", 2), run_spec("horovod-spark"))
+    spark = spark_inventory("local-cluster[2,1,1024]", 2)
+    with pytest.raises(PlanError, match="one process per node"):
+        build_run_plan(spark, run_spec("horovod-spark", procs=2))
+    plan = build_run_plan(spark, run_spec("horovod-spark", procs=1))
     assert [launch.node.name for launch in plan.launches] == ["spark-0", "spark-1"]
     script = plan.launches[1].script
     assert "export MASTER_ADDR" not in script and "export NODE_RANK" not in script

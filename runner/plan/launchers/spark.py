@@ -36,6 +36,13 @@ class _SparkLauncher:
 
     def scripts(self, ctx: PlanContext) -> tuple[Script, ...]:
         _spark_only(ctx, self.name)
+        if ctx.procs_per_node != 1:
+            raise PlanError(
+                f"--launcher {self.name} runs one process per node on CPU executors",
+                why=f"--procs-per-node is {ctx.procs_per_node}; one Spark task is one node, and "
+                "dtrun asks Spark for no GPUs yet (docs/spark.md)",
+                fix="leave out --procs-per-node (1)",
+            )
         return every_node(ctx)
 
     def files(self, ctx: PlanContext) -> tuple[LaunchFile, ...]:
