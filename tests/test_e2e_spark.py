@@ -128,3 +128,43 @@ def test_a_spark_request_dtrun_cannot_serve_is_one_clear_error(no_leftovers, arg
     done = run_dtrun("bench", *args, "--nodes", "2", cwd=no_leftovers)
     assert done.returncode == 2, done.stdout + done.stderr
     assert said in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def standalone(tmp_path_factory):
+    from tests import sparkstandalone
+
+    cluster = sparkstandalone.start(tmp_path_factory.mktemp("spark-standalone"))
+    yield cluster
+    cluster.close()
+
+
+def test_a_standalone_master_runs_each_node_on_its_own_worker(standalone, no_leftovers):
+    """spark://: executors are the workers' children on 127.0.0.41 and .42, not the driver's."""
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "bench", "--spark", standalone.url, "--launcher", "torchdistributor", "--nodes", "2",
+        *QUICK, "--output", str(out), "--run-id", "sa", cwd=no_leftovers, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = _results(out / "sa", 2)
+    assert result["communication"]["ok"] is True
+    # each node's rank ran on an executor of its own worker (Spark chooses which)
+    assert sorted(rank["address"] for rank in result["ranks"]) == ["127.0.0.41", "127.0.0.42"]
+    wait_for(lambda: launch_processes() == [], timeout=30, what="the executors to end")
+
+
+def test_sigterm_on_a_standalone_master_leaves_no_executor_or_rank(standalone, no_leftovers):
+    script = no_leftovers / "sleep.py"
+    script.write_text("import time; print('sleeping', flush=True); time.sleep(600)\n")
+    with (no_leftovers / "dtrun.out").open("w+") as out:
+        dtrun = subprocess.Popen(
+            [*DTRUN, "run", "--spark", standalone.url, "--launcher", "torchdistributor",
+             "--nodes", "2", "--output", str(no_leftovers / "runs"), "--", "python", str(script)],
+            cwd=no_leftovers, stdout=out, stderr=subprocess.STDOUT, preexec_fn=default_signals,
+        )  # fmt: skip
+        wait_for(lambda: len(_sleeping()) >= 2, timeout=180, what="both nodes' programs to start")
+        dtrun.send_signal(signal.SIGTERM)
+        assert dtrun.wait(timeout=90) == 143
+    # the executors are the workers' children: Spark's master ends them once the driver is gone
+    wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the launch")

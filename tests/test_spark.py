@@ -3,6 +3,8 @@ script, and how the executor reads each node's end from the files node_main writ
 
 from __future__ import annotations
 
+import os
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 from runner.cluster.spark import executors, spark_inventory
 from runner.errors import NodeFailedError, PlanError, UsageError
 from runner.execute.spark import node_failure, node_results
-from runner.execute.spark_node import contract_from_horovod, node_main
+from runner.execute.spark_node import contract_from_horovod, executor_address, node_main
 from runner.plan.launchers.spark import SPARK_CONFIG
 from runner.spec.cluster import Node
 from runner.spec.launch import LaunchPlan, NodeLaunch
@@ -122,3 +124,34 @@ def test_without_a_failed_node_the_driver_is_the_failure(tmp_path):
     results = node_results(_plan(["spark-0"]), tmp_path)
     driver = NodeFailedError("spark-driver", "127.0.0.1", 1, str(Path("d.log")), "no Java")
     assert node_failure(results, driver) is driver
+
+
+@pytest.mark.parametrize(
+    ("env", "address"),
+    [
+        (
+            {"SPARK_LOCAL_IP": "127.0.0.42", "SPARK_LOG_URL_STDERR": "http://10.0.0.9:1/x"},
+            "127.0.0.42",
+        ),
+        ({"SPARK_LOG_URL_STDERR": "http://10.0.0.9:45561/logPage/?executorId=0"}, "10.0.0.9"),
+        ({}, None),
+    ],
+)
+def test_the_executor_address_is_what_spark_tells_its_processes(env, address):
+    assert executor_address(env) == address
+
+
+def test_the_node_script_records_the_executor_address_when_known(tmp_path):
+    plan = build_run_plan(
+        spark_inventory("spark://h:7077", 2), run_spec("torchdistributor", procs=1)
+    )
+    script = tmp_path / "node-1.sh"
+    script.write_text(plan.launches[1].script.replace("exec ", "echo $DTRUN_NODE_ADDR; : ", 1))
+
+    def address(**env: str) -> str:
+        env = {"PATH": os.environ["PATH"], **env}
+        run = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
+        return run.stdout.splitlines()[-1]
+
+    assert address(DTRUN_EXECUTOR_ADDR="10.0.0.7") == "10.0.0.7"
+    assert address() == "spark-executor"

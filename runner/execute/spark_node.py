@@ -26,6 +26,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 EXIT_SUFFIX = ".exit"
 TAG = "dtrun-node"
@@ -50,11 +51,23 @@ def contract_from_horovod(env: dict[str, str], master_port: int) -> dict[str, st
     return {**env, **mapped}
 
 
+def executor_address(env: dict[str, str]) -> str | None:
+    """The executor's host, as Spark gives it to its processes: SPARK_LOCAL_IP where the worker
+    set one, else the host of the executor's log URL (standalone and YARN set it)."""
+    if env.get("SPARK_LOCAL_IP"):
+        return env["SPARK_LOCAL_IP"]
+    host = urlsplit(env.get("SPARK_LOG_URL_STDERR", "")).hostname
+    return host or None
+
+
 def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None) -> int:
     """Run this rank's node script; its exit code, or SystemExit with it when it failed."""
     env = dict(os.environ)
     if horovod_port is not None:
         env = contract_from_horovod(env, horovod_port)
+    address = executor_address(env)
+    if address is not None:  # recorded as the node's address (templates/launch/base.sh.j2)
+        env["DTRUN_EXECUTOR_ADDR"] = address
     node_rank = int(env["NODE_RANK"])
     local_rank = int(env.get("LOCAL_RANK", "0"))
     name = names[node_rank]
