@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from runner.cluster.connect import Cluster
     from runner.plan.resolve import ResolvedBench, ResolvedRun
     from runner.plan.sweep import SweepPlan
+    from runner.record.resume import Resumed
     from runner.record.rundir import RunDir
     from runner.spec.launch import LaunchPlan
     from runner.sweep.program import ProgramRun
@@ -54,6 +55,7 @@ class SweepOptions:
     nodes: Annotated[
         str, typer.Option("--nodes", "-n", help="Node counts to sweep, comma-separated.")
     ] = "1,2"
+    resume: opts.Resume = None
     steps: Annotated[int, typer.Option(help="Training steps per launch, warm-up included.")] = (
         BenchSpec.steps
     )
@@ -175,7 +177,16 @@ def bench(
                 "--json prints a sweep's summary, and --dry-run runs no sweep",
                 fix="leave out one of them",
             )
-        spec = bench_spec(sweep, model, strategy, allreduce, gate, launching)
+        resumed = None
+        resume = sweep.resume
+        if resume is not None:  # the recorded sweep, run where this command says
+            from runner.cli.resume import resume_request
+
+            resumed = resume_request(resume, (sweep, model, strategy, allreduce, gate), launching)
+            spec = resumed.spec
+            current.launching = launching = replace(launching, output=resume.parent)
+        else:
+            spec = bench_spec(sweep, model, strategy, allreduce, gate, launching)
         remember_secrets(spec.secrets())  # never printed or recorded, even in an error
         resolved = resolve_bench(spec)
         with current.cluster(resolved.spec, resolved.largest) as cluster:
@@ -188,7 +199,8 @@ def bench(
                 return
             if cluster.choice.embedded:
                 _require_packages(resolved)  # the embedded nodes run this very interpreter
-            done = _sweep(cluster, plan_sweep(resolved, cluster.inventory), launching, json_out)
+            plan = plan_sweep(resolved, cluster.inventory)
+            done = _sweep(cluster, plan, launching, json_out, resumed)
         print_summary(done)
         if json_out:
             print_json(sweep_json(done.run_dir))
@@ -226,7 +238,13 @@ def _drain(cluster: Cluster, plan: SweepPlan) -> Drain | None:
     return lambda nodes: executor.drain(nodes, run_id)
 
 
-def _sweep(cluster: Cluster, plan: SweepPlan, launching: Launching, json_out: bool) -> Sweep:
+def _sweep(
+    cluster: Cluster,
+    plan: SweepPlan,
+    launching: Launching,
+    json_out: bool,
+    resumed: Resumed | None = None,
+) -> Sweep:
     from runner.sweep.run import run_sweep
 
     out = console()
@@ -241,6 +259,7 @@ def _sweep(cluster: Cluster, plan: SweepPlan, launching: Launching, json_out: bo
                 display.events(),
                 cluster.ready,
                 _drain(cluster, plan),
+                resumed,
             )
     except DtrunError:
         if display.run_dir is not None:

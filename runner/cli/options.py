@@ -376,6 +376,16 @@ TargetEfficiency = Annotated[
         rich_help_panel=_OUT,
     ),
 ]
+Resume = Annotated[
+    Path | None,
+    typer.Option(
+        "--resume",
+        metavar="RUN_DIR",
+        help="Run what the sweep recorded in RUN_DIR still lacks (launches without a result), "
+        "on this or another cluster, into RUN_DIR, and rebuild its one report.",
+        show_default=False,
+    ),
+]
 Json = Annotated[
     bool,
     typer.Option(

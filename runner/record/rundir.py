@@ -178,6 +178,20 @@ def write_manifest(
     )
 
 
+def record_resume(run_dir: RunDir, inventory: Inventory, kept: int) -> None:
+    """--resume: manifest.json's ``resumed`` list says when, on which cluster, keeping what."""
+    data = json.loads(run_dir.manifest.read_text())
+    data.setdefault("resumed", []).append(
+        {
+            "at": now_iso(),
+            "inventory": asdict(inventory.redacted()),
+            "launches_kept": kept,
+            "dtrun_version": __version__,
+        }
+    )
+    write_json(run_dir.manifest, data)
+
+
 def record_machine_noise(run_dir: RunDir, sample: dict[str, Any] | None) -> None:
     """Add the sample of this machine before the sweep (noise_sample) to manifest.json."""
     data = json.loads(run_dir.manifest.read_text())

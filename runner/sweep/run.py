@@ -16,10 +16,12 @@ from runner.errors import DtrunError, RunInterruptedError, interruption
 from runner.execute import Executor, LineSink, discard
 from runner.plan.sweep import Launch, SweepPlan
 from runner.record.noise_sample import MachineSample
+from runner.record.resume import Resumed
 from runner.record.rundir import (
     RunDir,
     create_run_dir,
     record_machine_noise,
+    record_resume,
     write_health,
     write_manifest,
     write_plans,
@@ -134,8 +136,10 @@ class _Runner:
             raise refuse(health, str(path))
         return health
 
-    def points(self) -> None:
+    def points(self, resumed: Resumed | None = None) -> None:
         for launch in self.plan.launches:
+            if resumed is not None and resumed.is_done(launch.plan.nnodes, launch.repeat):
+                continue  # --resume: finished with a result before; kept as it was
             self.events.on_start(launch.plan, launch.repeat)
             self.current = (launch, time.monotonic())
             outcome = self.launch(launch)
@@ -170,22 +174,31 @@ def run_sweep(
     events: SweepEvents | None = None,
     ready: Ready = always_ready,
     drain: Drain | None = None,
+    resumed: Resumed | None = None,
 ) -> Sweep:
     """Run a sweep plan into output/<run-id>/: the gate, then every launch of every point.
 
     Raises the first RunError after recording it. ``ready`` runs before every launch (nodes
-    reachable and, with --check, healthy).
+    reachable and, with --check, healthy). ``resumed`` (--resume): the run directory exists and
+    its launches done are kept; only the others run, and the report covers them all.
     """
     events = events or SweepEvents()
     spec = plan.spec
-    run_dir = create_run_dir(output, spec.run_id)
-    events.on_begin(run_dir)
-    write_manifest(run_dir, spec, plan.inventory, plan.environment)
+    if resumed is None:
+        run_dir = create_run_dir(output, spec.run_id)
+        events.on_begin(run_dir)
+        write_manifest(run_dir, spec, plan.inventory, plan.environment)
+    else:
+        run_dir = resumed.run_dir
+        events.on_begin(run_dir)
+        record_resume(run_dir, plan.inventory, len(resumed.done))
     write_plans(run_dir, plan.points)
     # On the embedded cluster the nodes are this machine: how busy it is as the sweep begins.
     sample = MachineSample() if plan.inventory.source == "embedded" else None
     reporter = ReportBuilder()  # readies its tools while the nodes run
     runner = _Runner(plan, run_dir, executor, events, ready, drain)
+    if resumed is not None:
+        runner.sweep.runs.extend(resumed.done)
     try:
         try:
             runner.sweep.health = runner.gate()
@@ -193,15 +206,16 @@ def run_sweep(
             runner.status, runner.error = SweepStatus.FAILED, exc.message
             raise
         events.on_health(runner.sweep.health)
-        runner.points()
+        runner.points(resumed)
         runner.status = SweepStatus.COMPLETE
     except KeyboardInterrupt:
         runner.interrupted()
         raise RunInterruptedError(
             interruption(),
             why="every process dtrun started was stopped",
-            fix=f"finished launches are kept in {run_dir.path}; rebuild the report with "
-            f"`dtrun report {run_dir.path}`",
+            fix=f"finished launches are kept in {run_dir.path}; run the rest with "
+            f"`dtrun bench --resume {run_dir.path}` (or rebuild the report as it is with "
+            f"`dtrun report {run_dir.path}`)",
         ) from None
     finally:
         write_runs(run_dir, runner.sweep.runs, runner.status, runner.error)
