@@ -260,6 +260,7 @@ def _sweep(
                 cluster.ready,
                 _drain(cluster, plan),
                 resumed,
+                cluster.executor.command if cluster.engine == "ssh" else None,
             )
     except DtrunError:
         if display.run_dir is not None:

@@ -36,6 +36,7 @@ class RunStatus(StrEnum):
     FAILED = "failed"
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"
+    EVICTED = "evicted"  # a node was evicted (a spot VM taken back) or vanished (--resume)
 
 
 @dataclass(frozen=True)

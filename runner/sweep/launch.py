@@ -9,12 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.errors import DtrunError, RunError, RunTimeoutError
+from runner.errors import DtrunError, RunError, RunInterruptedError, RunTimeoutError
 from runner.execute import Executor, LineSink
 from runner.plan.sweep import Launch
 from runner.report.results import Result, load_result
 from runner.spec.launch import RESULT_FILE, LaunchPlan
 from runner.spec.outcome import NodeResult, RunResult, RunStatus
+from runner.sweep.eviction import Command, EvictedError, check_eviction
 
 Ready = Callable[[LaunchPlan], None]  # the readiness barrier before a launch; raises if not
 
@@ -33,6 +34,8 @@ class Outcome:
 
 
 def status_of(error: DtrunError) -> RunStatus:
+    if isinstance(error, EvictedError):
+        return RunStatus.EVICTED
     return RunStatus.TIMEOUT if isinstance(error, RunTimeoutError) else RunStatus.FAILED
 
 
@@ -44,8 +47,11 @@ def run_launch(
     timeout_s: float,
     on_line: LineSink,
     ready: Ready,
+    evictions: Command | None = None,
 ) -> Outcome:
-    """Wait for the launch's nodes, run it into run_path/<its workdir>, read its result."""
+    """Wait for the launch's nodes, run it into run_path/<its workdir>, read its result.
+    ``evictions``: on real machines, how to ask the nodes whether one was evicted when the
+    launch failed (runner/sweep/eviction.py)."""
     plan = launch.plan
     workdir = run_path / launch.workdir
     started = time.monotonic()
@@ -55,7 +61,12 @@ def run_launch(
             plan, workdir, timeout_s=timeout_s, on_line=on_line
         )
         result = load_result(workdir / RESULT_FILE)
-    except DtrunError as exc:
+    except DtrunError as caught:
+        exc = caught
+        # a node that failed or was lost, not dtrun stopping the launch itself
+        stopped = (RunTimeoutError, RunInterruptedError, EvictedError)
+        if evictions is not None and isinstance(exc, RunError) and not isinstance(exc, stopped):
+            exc = check_eviction(evictions, plan, exc, str(run_path))
         node_results = exc.node_results if isinstance(exc, RunError) else ()
         wall = time.monotonic() - started
         run = RunResult(

@@ -40,6 +40,7 @@ from runner.spec.outcome import (
     RunStatus,
     SweepStatus,
 )
+from runner.sweep.eviction import Command
 from runner.sweep.gate import judge, refuse, skipped
 from runner.sweep.launch import Outcome, Ready, always_ready, run_launch
 
@@ -99,9 +100,10 @@ class _Runner:
         events: SweepEvents,
         ready: Ready,
         drain: Drain | None = None,
+        evictions: Command | None = None,
     ) -> None:
         self.plan, self.executor, self.events, self.ready = plan, executor, events, ready
-        self.drain = drain
+        self.drain, self.evictions = drain, evictions
         self.sweep = Sweep(run_dir)
         self.status = SweepStatus.RUNNING
         self.error: str | None = None
@@ -116,6 +118,7 @@ class _Runner:
             timeout_s=self.plan.spec.timeout_s,
             on_line=self.events.on_line,
             ready=self.ready,
+            evictions=self.evictions,
         )
 
     def gate(self) -> Health:
@@ -175,12 +178,15 @@ def run_sweep(
     ready: Ready = always_ready,
     drain: Drain | None = None,
     resumed: Resumed | None = None,
+    evictions: Command | None = None,
 ) -> Sweep:
     """Run a sweep plan into output/<run-id>/: the gate, then every launch of every point.
 
     Raises the first RunError after recording it. ``ready`` runs before every launch (nodes
     reachable and, with --check, healthy). ``resumed`` (--resume): the run directory exists and
     its launches done are kept; only the others run, and the report covers them all.
+    ``evictions`` (real machines over SSH): after a failed launch, ask the nodes whether one
+    was evicted (runner/sweep/eviction.py).
     """
     events = events or SweepEvents()
     spec = plan.spec
@@ -196,7 +202,7 @@ def run_sweep(
     # On the embedded cluster the nodes are this machine: how busy it is as the sweep begins.
     sample = MachineSample() if plan.inventory.source == "embedded" else None
     reporter = ReportBuilder()  # readies its tools while the nodes run
-    runner = _Runner(plan, run_dir, executor, events, ready, drain)
+    runner = _Runner(plan, run_dir, executor, events, ready, drain, evictions)
     if resumed is not None:
         runner.sweep.runs.extend(resumed.done)
     try:

@@ -1,0 +1,78 @@
+"""After a failed launch on real machines: was a node evicted? (issue 16; docs/bench.md)
+
+A spot VM that Azure takes back gets a Scheduled Event of type ``Preempt`` naming it, about 30 s
+ahead, in the instance metadata service (IMDS) every VM of the cluster can read; then it is
+gone. So when a launch fails over SSH, dtrun asks the launch's nodes what Scheduled Events say
+(templates/remote/scheduled-events.sh.j2): a node named in a ``Preempt`` event, or a node that
+no longer answers at all, turns the failure into an :class:`EvictedError` ("evicted"), whose fix
+is `dtrun bench --resume`. Nodes that answer with no such event leave the failure as it was.
+
+``DTRUN_IMDS_URL`` overrides the metadata service's address (tests: a fake on loopback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+
+from runner import __version__
+from runner.errors import RunError
+from runner.execute import Answer
+from runner.render import render
+from runner.spec.launch import LaunchPlan
+
+IMDS = "http://169.254.169.254"
+Command = Callable[[dict[str, str]], dict[str, Answer]]
+
+
+class EvictedError(RunError):
+    """A node of the launch was evicted (a spot VM taken back) or vanished."""
+
+
+def preempted(output: str) -> bool:
+    """Whether the script's output shows a Preempt event naming this VM."""
+    lines = dict(line.split(" ", 1) for line in output.splitlines() if " " in line)
+    vm = lines.get("dtrun-vm", "").strip()
+    try:
+        events = json.loads(lines.get("dtrun-events", "{}")).get("Events", [])
+    except (ValueError, AttributeError):
+        return False
+    return any(
+        event.get("EventType") == "Preempt"
+        and (not event.get("Resources") or vm in event["Resources"])
+        for event in events
+        if isinstance(event, dict)
+    )
+
+
+def check_eviction(command: Command, plan: LaunchPlan, error: RunError, run_dir: str) -> RunError:
+    """``error`` as it was, or an EvictedError naming the evicted and vanished nodes."""
+    script = render(
+        "remote/scheduled-events.sh.j2",
+        {"version": __version__, "imds": os.environ.get("DTRUN_IMDS_URL", IMDS)},
+    )
+    nodes = plan.nodes or tuple(launch.node for launch in plan.launches)
+    try:
+        answers = command({node.name: script for node in nodes})
+    except Exception:
+        return error
+    said = []
+    for node in nodes:
+        answer = answers.get(node.name)
+        if answer is None or answer.error is not None:
+            why = answer.error if answer is not None else "no answer"
+            said.append(f"{node.name} ({node.address}) vanished: {why}")
+        elif preempted(answer.output):
+            said.append(f"{node.name} ({node.address}) was evicted: Azure's Scheduled Events "
+                        "name it in a Preempt event")  # fmt: skip
+    if not said:
+        return error
+    evicted = EvictedError(
+        "evicted: " + "; ".join(said),
+        why=error.message,
+        fix=f"the finished points are kept in {run_dir}; run the rest with `dtrun bench "
+        f"--resume {run_dir}` (on this cluster once its nodes are back, or on another)",
+    )
+    evicted.node_results = error.node_results
+    return evicted
