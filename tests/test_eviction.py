@@ -17,6 +17,7 @@ from runner.execute import Answer
 from runner.execute.ssh import SshExecutor
 from runner.execute.sshsession import SshSession
 from runner.plan.sweep import Launch
+from runner.spec.cluster import Inventory
 from runner.spec.outcome import RunStatus
 from runner.sweep.eviction import EvictedError, check_eviction, preempted
 from runner.sweep.launch import run_launch
@@ -68,7 +69,7 @@ def test_a_node_that_does_not_answer_vanished(tmp_path):
     assert "dtrun bench --resume runs/x" in error.fix and error.why == failure.message
 
 
-def hosts_like():  # type: ignore[no-untyped-def]
+def hosts_like() -> Inventory:
     from runner.cluster.hosts import Defaults, parse_hosts_value
 
     return parse_hosts_value("127.0.0.2:1,127.0.0.3:1", Defaults("me", "/opt/venv/bin"))
