@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -202,7 +203,8 @@ def start(root: Path) -> SlurmCluster:
     hosts.write_text(Path("/etc/hosts").read_text() + names)
     for name in NODES:
         # a host name of its own, as every real node has (see the module's docstring)
-        line = f"hostname {name} && mount --bind {hosts} /etc/hosts && exec slurmd -D -N {name}"
+        bind = f"mount --bind {shlex.quote(str(hosts))} /etc/hosts"
+        line = f"hostname {name} && {bind} && exec slurmd -D -N {name}"
         daemon(f"slurmd-{name}", ["unshare", "--uts", "--mount", "sh", "-c", line])
     deadline = time.monotonic() + 30
     while not cluster._all_idle():

@@ -40,6 +40,9 @@ def _said(vm: str, events: object) -> str:
         (_said("vm-1", {"Events": []}), False),
         ("dtrun-vm vm-1\ndtrun-events <html>not json\n", False),
         ("", False),  # no IMDS: not on Azure
+        (_said("vm-1", {"Events": None}), False),
+        (_said("vm-1", []), False),
+        (_said("vm1", {"Events": [{"EventType": "Preempt", "Resources": "vm10"}]}), False),
     ],
 )
 def test_a_preempt_event_naming_this_vm_is_an_eviction(output, evicted):

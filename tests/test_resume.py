@@ -74,6 +74,22 @@ def test_a_redacted_secret_must_be_given_again(tmp_path):
     assert "--env WANDB_API_KEY=VALUE" in caught.value.fix
 
 
+def test_a_value_redacted_in_part_must_be_given_again_too(tmp_path):
+    spec = replace(SPEC, env=(("MLFLOW_TRACKING_URI", "https://user:pw@mlflow.example"),))
+    run_dir = _run_dir(tmp_path, spec)
+    with pytest.raises(UsageError, match="MLFLOW_TRACKING_URI redacted"):
+        read_resume(run_dir.path, ())
+    given = (("MLFLOW_TRACKING_URI", "https://user:pw@mlflow.example"),)
+    assert read_resume(run_dir.path, given).spec.env == given
+
+
+def test_an_option_given_at_its_default_value_is_refused_too(tmp_path):
+    run_dir = _run_dir(tmp_path, replace(SPEC, env=()))
+    done = run_dtrun("bench", "--resume", str(run_dir.path), "--launcher", "torchrun", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--launcher would change it" in done.stderr
+
+
 def test_resume_refuses_options_that_would_change_the_sweep(tmp_path):
     run_dir = _run_dir(tmp_path, replace(SPEC, env=()))
     before = run_dir.runs.read_text()

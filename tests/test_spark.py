@@ -120,6 +120,11 @@ def test_the_failed_node_is_the_one_whose_exit_file_says_so_first(tmp_path):
     assert error.node_results == results
 
 
+def test_an_exit_file_cut_short_reads_as_no_exit(tmp_path):
+    (tmp_path / "spark-0.exit").write_text("")
+    assert [r.exit_code for r in node_results(_plan(["spark-0"]), tmp_path)] == [None]
+
+
 def test_without_a_failed_node_the_driver_is_the_failure(tmp_path):
     results = node_results(_plan(["spark-0"]), tmp_path)
     driver = NodeFailedError("spark-driver", "127.0.0.1", 1, str(Path("d.log")), "no Java")

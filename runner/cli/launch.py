@@ -151,7 +151,8 @@ def bench_spec(
 
 @app.command()
 @grouped
-def bench(
+def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option groups
+    ctx: typer.Context,
     sweep: SweepOptions,
     model: ModelOptions,
     strategy: StrategyOptions,
@@ -182,7 +183,7 @@ def bench(
         if resume is not None:  # the recorded sweep, run where this command says
             from runner.cli.resume import resume_request
 
-            resumed = resume_request(resume, (sweep, model, strategy, allreduce, gate), launching)
+            resumed = resume_request(ctx, resume, launching)
             spec = resumed.spec
             current.launching = launching = replace(launching, output=resume.parent)
         else:

@@ -1,9 +1,10 @@
 """`dtrun bench --resume RUN_DIR`: the options it takes, and the recorded sweep it runs.
 
 The sweep is the one the run directory records (runner/record/resume.py): options that would
-change it (node counts, steps, launcher, model, ...) are refused rather than ignored. What may
-differ is where it runs (--hosts, --stack, --slurm, --spark, --local-nodes: the same or a new
-cluster), --env values given again for redacted secrets, and how it is shown or kept.
+change it (node counts, steps, launcher, model, ...) are refused rather than ignored, even when
+given at their default value. What may be given is where it runs (--hosts, --stack, --slurm,
+--spark, --local-nodes, ...: the same or a new cluster), --env values given again for redacted
+secrets, and how it is shown or kept.
 """
 
 from __future__ import annotations
@@ -12,31 +13,34 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import typer
+
+from runner.cli.options import Where
 from runner.errors import UsageError
 from runner.record.resume import Resumed, read_resume
 
-# Launching options that do not change the sweep: allowed beside --resume.
-AS_YOU_LIKE = {"env", "results", "check", "teardown", "dry_run", "quiet"}
+# Options that do not change the sweep: allowed beside --resume.
+AS_YOU_LIKE = {
+    "resume", "env", "results", "check", "teardown", "dry_run", "quiet", "json_out",
+    *(field.name for field in dataclasses.fields(Where)),
+}  # fmt: skip
 
 
-def _default(field: dataclasses.Field[Any]) -> Any:
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return field.default
+def given_options(ctx: typer.Context, allowed: set[str]) -> list[str]:
+    """The options of the running command given on its command line (or in the environment),
+    at whatever value, other than ``allowed``; as flags."""
+    given = []
+    for param in ctx.command.params:
+        if param.name is None or param.name in allowed:
+            continue
+        source = ctx.get_parameter_source(param.name)
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            given.append(next((o for o in param.opts if o.startswith("--")), param.opts[0]))
+    return given
 
 
-def changed(group: Any, allowed: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
-    """The options of an option group that differ from their defaults, as flags."""
-    return [
-        "--" + field.name.replace("_", "-")
-        for field in dataclasses.fields(group)
-        if field.name not in allowed and getattr(group, field.name) != _default(field)
-    ]
-
-
-def resume_request(path: Path, groups: tuple[Any, ...], launching: Any) -> Resumed:
-    given = [flag for group in groups for flag in changed(group, {"resume"})]
-    given += changed(launching, AS_YOU_LIKE)
+def resume_request(ctx: typer.Context, path: Path, launching: Any) -> Resumed:
+    given = given_options(ctx, AS_YOU_LIKE)
     if given:
         raise UsageError(
             f"--resume runs the sweep {path} records, and {', '.join(given)} would change it",

@@ -70,6 +70,8 @@ class SparkExecutor:
             path = workdir / launch.script_name
             path.write_text(launch.script)
             path.chmod(0o700)
+        for stale in workdir.glob(f"*{EXIT_SUFFIX}"):  # an earlier attempt's (--resume)
+            stale.unlink()
         tag = secrets.token_hex(8)
         script = driver_script(plan, self.master, self.python, self.code_dir, tag)
         driver = NodeLaunch(Node(DRIVER, "127.0.0.1"), 0, DRIVER_SCRIPT, script)
@@ -78,10 +80,11 @@ class SparkExecutor:
         def demux(name: str, line: str) -> None:
             # node_main's lines, streamed by TorchDistributor: `dtrun-node R: text`
             head, _, rest = line.partition(": ")
-            if head.startswith(f"{TAG} ") and head[len(TAG) + 1 :] in names:
+            tagged = head.startswith(f"{TAG} ")
+            if tagged and head[len(TAG) + 1 :] in names:
                 on_line(names[head[len(TAG) + 1 :]], rest)
-            elif not head.startswith(f"{TAG} "):
-                on_line(name, line)
+            else:  # the driver's own (`dtrun-node -: ...`) and Spark's
+                on_line(name, rest if tagged else line)
 
         self.local.on_stopping = self.on_stopping
         try:
@@ -106,12 +109,21 @@ def node_results(plan: LaunchPlan, workdir: Path, stopped: bool = False) -> tupl
     results = []
     for launch in plan.launches:
         exit_file = workdir / f"{launch.node.name}{EXIT_SUFFIX}"
-        code = int(exit_file.read_text()) if exit_file.exists() and not stopped else None
+        code = None if stopped else _exit_code(exit_file)
         log = workdir / f"{launch.node.name}.log"
         results.append(
             NodeResult(launch.node.name, launch.node.address, code, str(log), wall_s=0.0)
         )
     return tuple(results)
+
+
+def _exit_code(path: Path) -> int | None:
+    """What node_main recorded; None where it recorded nothing (stopped first) or was killed
+    while writing it."""
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def node_failure(results: tuple[NodeResult, ...], driver: NodeFailedError) -> RunError:

@@ -74,7 +74,9 @@ def launch(spark: Any, config: dict[str, Any], launch_dir: str) -> None:
             args=(launch_dir, names, config["master_port"]),
             num_proc=len(names),
             start_timeout=config["start_timeout_s"],
-            nics=[config["interface"]],
+            # a local-cluster's executors meet on lo; elsewhere Horovod finds the interfaces
+            # every host shares itself (docs/spark.md)
+            nics=[config["interface"]] if config["interface"] == "lo" else None,
             use_gloo=True,
             verbose=0,
         )
@@ -96,7 +98,10 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, on_signal)
     print(f"{TAG} -: starting Spark on {master}", flush=True)
     spark = session(master, config, launch_dir)
-    print(f"{TAG} -: Spark is up; {config['launcher']} starts {len(config['nodes'])} task(s)")
+    print(
+        f"{TAG} -: Spark is up; {config['launcher']} starts {len(config['nodes'])} task(s)",
+        flush=True,
+    )
 
     def cancel_on_stop() -> None:
         # Not in the signal handler: the main thread is inside a py4j call then. horovod.spark

@@ -73,7 +73,7 @@ def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None
     name = names[node_rank]
     stem = name if local_rank == 0 else f"{name}.{local_rank}"
     where = Path(launch_dir)
-    with (where / f"{stem}.log").open("ab") as log:
+    with (where / f"{stem}.log").open("wb") as log:
         code = _run(where / f"node-{node_rank}.sh", env, log, node_rank)
     (where / f"{stem}{EXIT_SUFFIX}").write_text(f"{code}\n")
     if code != 0:

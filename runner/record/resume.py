@@ -96,7 +96,8 @@ def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
     except (TypeError, ValueError, KeyError, StopIteration) as exc:
         raise damaged(run_dir.manifest, f"its sweep cannot be read back: {exc}") from None
     given = dict(env)
-    hidden = [name for name, value in spec.env if value == REDACTED and name not in given]
+    # a whole value (secret-looking name) or a part of one (URL credentials, tokens) hidden
+    hidden = [name for name, value in spec.env if REDACTED in value and name not in given]
     if hidden:
         raise UsageError(
             f"the run recorded {', '.join(hidden)} redacted, and resuming needs the values",

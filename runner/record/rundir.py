@@ -192,10 +192,15 @@ def record_resume(run_dir: RunDir, inventory: Inventory, kept: int) -> None:
     write_json(run_dir.manifest, data)
 
 
-def record_machine_noise(run_dir: RunDir, sample: dict[str, Any] | None) -> None:
+def record_machine_noise(
+    run_dir: RunDir, sample: dict[str, Any] | None, resumed: bool = False
+) -> None:
     """Add the sample of this machine before the sweep (noise_sample) to manifest.json."""
     data = json.loads(run_dir.manifest.read_text())
-    data["noise"] = sample
+    if resumed:  # the original sweep's sample stays; this one goes with its resume
+        data["resumed"][-1]["noise"] = sample
+    else:
+        data["noise"] = sample
     write_json(run_dir.manifest, data)
 
 

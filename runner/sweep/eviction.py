@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 
 from runner import __version__
-from runner.errors import RunError
+from runner.errors import DtrunError, RunError
 from runner.execute import Answer
 from runner.render import render
 from runner.spec.launch import LaunchPlan
@@ -35,15 +35,19 @@ def preempted(output: str) -> bool:
     lines = dict(line.split(" ", 1) for line in output.splitlines() if " " in line)
     vm = lines.get("dtrun-vm", "").strip()
     try:
-        events = json.loads(lines.get("dtrun-events", "{}")).get("Events", [])
-    except (ValueError, AttributeError):
+        data = json.loads(lines.get("dtrun-events", "{}"))
+    except ValueError:
         return False
-    return any(
-        event.get("EventType") == "Preempt"
-        and (not event.get("Resources") or vm in event["Resources"])
-        for event in events
-        if isinstance(event, dict)
-    )
+    events = data.get("Events") if isinstance(data, dict) else None
+    if not isinstance(events, list):
+        return False
+    for event in events:
+        if not isinstance(event, dict) or event.get("EventType") != "Preempt":
+            continue
+        resources = event.get("Resources")
+        if resources in (None, []) or (isinstance(resources, list) and vm in resources):
+            return True  # no list: every VM in the event's scope; a list: the VMs it names
+    return False
 
 
 def check_eviction(command: Command, plan: LaunchPlan, error: RunError, run_dir: str) -> RunError:
@@ -55,7 +59,7 @@ def check_eviction(command: Command, plan: LaunchPlan, error: RunError, run_dir:
     nodes = plan.nodes or tuple(launch.node for launch in plan.launches)
     try:
         answers = command({node.name: script for node in nodes})
-    except Exception:
+    except (DtrunError, OSError):  # a refused login, a changed host key: the failure stands
         return error
     said = []
     for node in nodes:

@@ -54,6 +54,8 @@ def run_launch(
     launch failed (runner/sweep/eviction.py)."""
     plan = launch.plan
     workdir = run_path / launch.workdir
+    # an earlier attempt's result (--resume runs failed launches again in their directories)
+    (workdir / RESULT_FILE).unlink(missing_ok=True)
     started = time.monotonic()
     try:
         ready(plan)

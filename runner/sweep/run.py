@@ -198,7 +198,10 @@ def run_sweep(
         run_dir = resumed.run_dir
         events.on_begin(run_dir)
         record_resume(run_dir, plan.inventory, len(resumed.done))
-    write_plans(run_dir, plan.points)
+    # plan/n<N>/: as rendered before its launches ran (a resumed point's kept launches keep
+    # theirs, and each launch directory holds its own scripts)
+    kept = {run.nodes for run in resumed.done} if resumed is not None else set()
+    write_plans(run_dir, [point for point in plan.points if point.nnodes not in kept])
     # On the embedded cluster the nodes are this machine: how busy it is as the sweep begins.
     sample = MachineSample() if plan.inventory.source == "embedded" else None
     reporter = ReportBuilder()  # readies its tools while the nodes run
@@ -227,6 +230,6 @@ def run_sweep(
         write_runs(run_dir, runner.sweep.runs, runner.status, runner.error)
         if sample is not None:  # after a Ctrl-C, not a moment more for it
             interrupted = runner.status is SweepStatus.INTERRUPTED
-            record_machine_noise(run_dir, sample.result(wait=not interrupted))
+            record_machine_noise(run_dir, sample.result(wait=not interrupted), resumed is not None)
         runner.sweep.report = reporter.build(run_dir)
     return runner.sweep

@@ -3,7 +3,8 @@
 # (over OpenSSH with the cluster's settings). horovodrun runs `ssh -o PasswordAuthentication=no -o StrictHostKeyChecking=no HOST
 # [-p PORT] [-i KEY] [-o ConnectTimeout=S] COMMAND` (horovod/runner/util/remote.py) through the
 # first ssh on PATH; node 0's script puts this file there as horovod-bin/ssh. Horovod's own
-# options are read and dropped: OpenSSH runs with the cluster's port, key and known hosts, in batch mode, host keys checked.
+# options are read and dropped: OpenSSH runs with the cluster's port, key and known hosts, in batch mode, host keys checked. COMMAND (which holds the environment Horovod
+# passes on, --env values included) goes to bash on stdin, not on a command line `ps` shows.
 set -euo pipefail
 host=""
 timeout=()
@@ -28,4 +29,4 @@ fi
 exec "${DTRUN_REAL_SSH:?is not set: start horovodrun from node-0.sh}" -o BatchMode=yes \
   -o StrictHostKeyChecking=yes \
   -p 2222 \
-  "${timeout[@]}" -- "$host" "$*"
+  "${timeout[@]}" -- "$host" bash -s <<<"$*"

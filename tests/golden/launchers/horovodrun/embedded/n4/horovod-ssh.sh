@@ -3,7 +3,8 @@
 # (on the embedded cluster, which has no sshd). horovodrun runs `ssh -o PasswordAuthentication=no -o StrictHostKeyChecking=no HOST
 # [-p PORT] [-i KEY] [-o ConnectTimeout=S] COMMAND` (horovod/runner/util/remote.py) through the
 # first ssh on PATH; node 0's script puts this file there as horovod-bin/ssh. Horovod's own
-# options are read and dropped: every simulated node is this machine, so COMMAND runs here.
+# options are read and dropped: every simulated node is this machine, so COMMAND runs here. COMMAND (which holds the environment Horovod
+# passes on, --env values included) goes to bash on stdin, not on a command line `ps` shows.
 set -euo pipefail
 host=""
 while [ $# -gt 0 ]; do
@@ -24,4 +25,4 @@ if [ -z "$host" ] || [ $# -eq 0 ]; then
   exit 255
 fi
 # Every simulated node is this machine: run COMMAND here, as ssh would on $host.
-exec bash -c "$*"
+exec bash -s <<<"$*"
