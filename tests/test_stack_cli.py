@@ -74,7 +74,7 @@ def test_saved_outputs_are_readable_by_their_owner_only(tmp_path):
 
 
 def v3(**change: object) -> dict[str, object]:
-    values = json.loads((OUTPUTS / "v3-h100-azurefiles-expiry.json").read_text())
+    values: dict[str, object] = json.loads((OUTPUTS / "v3-h100-azurefiles-expiry.json").read_text())
     in_5h = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=5, minutes=1)
     return values | {"expires_at": in_5h.strftime("%Y-%m-%dT%H:%M:%SZ")} | change
 
