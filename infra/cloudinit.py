@@ -7,19 +7,26 @@ dtrun:scheduler slurm it then joins Slurm (the head as controller, the nodes as 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from infra.slurm import slurm_files
 from runner.azure.catalog import SIZES
 from runner.render import render
-from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind
+from runner.spec.cluster import ClusterSpec, ExpiryAction, Scheduler, StorageKind
 
 MAX_CUSTOM_DATA_BYTES = 64 * 1024  # Azure's limit on decoded custom data (docs/facts.md §4)
 BOOTSTRAP_LOG = "/var/log/dtrun-bootstrap.log"
 IB_STATE_FILE = "/run/dtrun/ib-state"
 SLURM_STAGED = "/etc/dtrun/slurm"  # root's copies until the packages are in (dtrun-slurm)
 SLURM_PACKAGES = {"head": ("slurmctld", "slurm-client"), "node": ("slurmd", "slurm-client")}
+EXPIRY_SCRIPT = Path(__file__).with_name("expiry_script.py")  # shipped verbatim to the head
+EXPIRY_CONFIG = "/etc/dtrun/expiry.json"
+EXPIRY_TIMER = "dtrun-expiry.timer"
+# sshd probes a silent client every minute and drops it after three unanswered probes.
+CLIENT_ALIVE = {"alive_interval_s": 60, "alive_count": 3}
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,15 @@ class ClusterKey:
 
 
 @dataclass(frozen=True)
+class HeadExpiry:
+    """What the head's expiry timer needs that only Azure knows (Outputs resolved). The rules
+    themselves are the resource group's tags, read at every run."""
+
+    group_id: str  # /subscriptions/S/resourceGroups/G: the only scope the identity has
+    client_id: str  # the head's user-assigned identity, named in the IMDS token request
+
+
+@dataclass(frozen=True)
 class Boot:
     """What one machine's cloud-init needs, as plain values (Outputs already resolved)."""
 
@@ -79,6 +95,7 @@ class Boot:
     host_key_public: str
     cluster_key: ClusterKey | None = None  # nodes only
     munge_key: str | None = field(default=None, repr=False)  # base64; with scheduler slurm
+    expiry: HeadExpiry | None = None  # the head, when dtrun:ttlHours or idleMinutes is on
 
 
 def _slurm(boot: Boot, machine: Mapping[str, object]) -> list[CloudFile]:
@@ -114,6 +131,26 @@ def _slurm(boot: Boot, machine: Mapping[str, object]) -> list[CloudFile]:
             )
         )
     return files
+
+
+def _expiry(cluster: ClusterSpec, expiry: HeadExpiry) -> list[CloudFile]:
+    """The expiry script, its settings, its systemd service and timer; sshd's liveness probes."""
+    config = {"group_id": expiry.group_id, "client_id": expiry.client_id}
+    script = "/usr/local/sbin/dtrun-expiry"
+    what = {ExpiryAction.SCALESET: "GPU scale set", ExpiryAction.GROUP: "resource group"}
+    context = {"what": what[cluster.expiry.action], "script": script, "config": EXPIRY_CONFIG}
+    unit = "/etc/systemd/system/dtrun-expiry"
+    return [
+        CloudFile(EXPIRY_CONFIG, "0644", json.dumps(config, indent=2) + "\n"),
+        CloudFile(script, "0755", EXPIRY_SCRIPT.read_text()),
+        CloudFile(f"{unit}.service", "0644", render("cloud-init/dtrun-expiry.service.j2", context)),
+        CloudFile(f"{unit}.timer", "0644", render("cloud-init/dtrun-expiry.timer.j2", context)),
+        CloudFile(
+            "/etc/ssh/sshd_config.d/dtrun-client-alive.conf",
+            "0644",
+            render("cloud-init/sshd-client-alive.conf.j2", CLIENT_ALIVE),
+        ),
+    ]
 
 
 def _node_to_node_ssh(user: str, key: ClusterKey) -> list[CloudFile]:
@@ -168,6 +205,8 @@ def render_cloud_init(boot: Boot) -> str:
         files.extend(_node_to_node_ssh(cluster.admin_user, boot.cluster_key))
     if cluster.scheduler is Scheduler.SLURM:
         files.extend(_slurm(boot, context))
+    if boot.expiry is not None:
+        files.extend(_expiry(cluster, boot.expiry))
     return render(
         "cloud-init/cloud-config.yaml.j2",
         {
@@ -175,5 +214,6 @@ def render_cloud_init(boot: Boot) -> str:
             "host_key_private": boot.host_key_private,
             "host_key_public": boot.host_key_public,
             "files": files,
+            "timers": [EXPIRY_TIMER] if boot.expiry is not None else [],
         },
     )

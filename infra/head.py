@@ -67,6 +67,13 @@ class HeadNode(pulumi.ComponentResource):
             network_profile=compute.NetworkProfileArgs(
                 network_interfaces=[compute.NetworkInterfaceReferenceArgs(id=nic.id, primary=True)]
             ),
+            # Expiry's identity: the head's timer takes its tokens from IMDS (docs/azure.md).
+            identity=compute.VirtualMachineIdentityArgs(
+                type=compute.ResourceIdentityType.USER_ASSIGNED,
+                user_assigned_identities=[args.identity_id],
+            )
+            if args.identity_id is not None
+            else None,
             tags=args.tags,
             opts=child,
         )

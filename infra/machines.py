@@ -22,6 +22,7 @@ class MachineArgs:
     admin_public_key: pulumi.Input[str]
     custom_data: pulumi.Input[str]  # base64 cloud-init, secret
     tags: dict[str, str]
+    identity_id: pulumi.Input[str] | None = None  # the head's user-assigned identity (expiry)
 
 
 def image_reference(urn: str) -> compute.ImageReferenceArgs:

@@ -1,11 +1,12 @@
 """The whole cluster: resource group, network, shared storage, head VM, GPU scale set, keys.
 
-``build`` returns the stack outputs, version 2 of the contract that runner/cluster/outputs.py parses
+``build`` returns the stack outputs, version 3 of the contract that runner/cluster/outputs.py parses
 (docs/azure.md "Stack outputs").
 """
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 from typing import Any
 
@@ -13,8 +14,9 @@ import pulumi
 import pulumi_tls as tls
 from pulumi_azure_native import resources
 
-from infra.cloudinit import Boot, ClusterKey, render_cloud_init
+from infra.cloudinit import Boot, ClusterKey, HeadExpiry, render_cloud_init
 from infra.cluster import GpuCluster
+from infra.expiry import ExpiryArgs, ExpiryIdentity
 from infra.head import HeadNode
 from infra.machines import MachineArgs, custom_data
 from infra.network import Network, NetworkArgs
@@ -22,9 +24,11 @@ from infra.slurm import PARTITION, munge_key
 from infra.storage import SharedStorage, StorageArgs
 from runner.azure.catalog import SIZES
 from runner.azure.config import subnets
+from runner.azure.expiry import deadline, group_tags
 from runner.spec.cluster import ClusterSpec, Scheduler
 
-OUTPUTS_VERSION = 2
+OUTPUTS_VERSION = 3
+NO_EXPIRY: pulumi.Output[HeadExpiry | None] = pulumi.Output.from_input(None)
 
 
 def _boot(
@@ -34,6 +38,7 @@ def _boot(
     key: tls.PrivateKey,
     munge: pulumi.Output[str | None],
     cluster_key: tls.PrivateKey | None = None,
+    expiry: pulumi.Output[HeadExpiry | None] = NO_EXPIRY,
 ) -> pulumi.Output[str]:
     pattern = nodes_host_pattern(subnets(cluster.vnet_cidr)["nodes"])
     node_to_node = (
@@ -43,18 +48,21 @@ def _boot(
     )
 
     def render(values: list[Any]) -> str:
-        source, host_private, host_public, node_keys, munge_b64 = values
+        source, host_private, host_public, node_keys, munge_b64, head_expiry = values
         shared_key = None
         if node_keys:
             shared_key = ClusterKey(
                 node_keys[0], node_keys[1].strip(), f"{pattern} {host_public.strip()}"
             )
         return render_cloud_init(
-            Boot(role, cluster, source, host_private, host_public.strip(), shared_key, munge_b64)
-        )
+            Boot(
+                role, cluster, source, host_private, host_public.strip(), shared_key, munge_b64,
+                head_expiry,
+            )
+        )  # fmt: skip
 
     cloud_init = pulumi.Output.all(
-        mount_source, key.private_key_openssh, key.public_key_openssh, node_to_node, munge
+        mount_source, key.private_key_openssh, key.public_key_openssh, node_to_node, munge, expiry
     ).apply(render)
     return custom_data(cloud_init)
 
@@ -74,11 +82,39 @@ def _munge_key(cluster: ClusterSpec) -> pulumi.Output[str | None]:
     return pulumi.Output.secret(seed.private_key_openssh.apply(munge_key))
 
 
+def expires_at(cluster: ClusterSpec, now: datetime.datetime) -> str | None:
+    """The deadline: the one `dtrun up`/`extend` wrote, else ttlHours from now (a plain
+    `pulumi up`); None when ttlHours is 0."""
+    expiry = cluster.expiry
+    if not expiry.ttl_hours:
+        return None
+    return expiry.expires_at or deadline(now, expiry.ttl_hours)
+
+
+def _expiry(
+    cluster: ClusterSpec, group: resources.ResourceGroup, tags: dict[str, str]
+) -> tuple[pulumi.Output[HeadExpiry | None], pulumi.Output[str] | None]:
+    """With expiry on: the head's identity and its role on the group, and what the head's
+    cloud-init needs; both None-valued when dtrun:ttlHours and idleMinutes are 0."""
+    if not cluster.expiry.enabled:
+        return NO_EXPIRY, None
+    identity = ExpiryIdentity("expiry", ExpiryArgs(cluster, group.name, group.id, tags))
+    head = pulumi.Output.all(group.id, identity.client_id).apply(
+        lambda v: HeadExpiry(group_id=v[0], client_id=v[1])
+    )
+    return head, identity.identity_id
+
+
 def build(cluster: ClusterSpec) -> dict[str, object]:
     size = SIZES[cluster.vm_size]
     tags = {"dtrun-cluster": cluster.name_prefix, "managed-by": "dtrun", **dict(cluster.tags)}
+    deadline_at = expires_at(cluster, datetime.datetime.now(datetime.UTC))
+    # Only the group carries the expiry tags: the head's timer reads them there, and a new
+    # deadline at each `dtrun up` then updates one resource, not all of them.
     group = resources.ResourceGroup(
-        f"{cluster.name_prefix}-rg", location=cluster.location, tags=tags
+        f"{cluster.name_prefix}-rg",
+        location=cluster.location,
+        tags={**tags, **group_tags(cluster.expiry, deadline_at)},
     )
     net = Network("net", NetworkArgs(cluster, group.name, tags))
     shared = SharedStorage(
@@ -107,6 +143,7 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
         public_key = admin_key.public_key_openssh
         private_key = pulumi.Output.secret(admin_key.private_key_openssh)
     munge = _munge_key(cluster)
+    head_expiry, identity_id = _expiry(cluster, group, tags)
     head = HeadNode(
         "head",
         MachineArgs(
@@ -114,8 +151,9 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
             group.name,
             net.head_subnet_id,
             public_key,
-            _boot("head", cluster, shared.mount_source, head_key, munge),
+            _boot("head", cluster, shared.mount_source, head_key, munge, expiry=head_expiry),
             tags,
+            identity_id,
         ),
     )
     GpuCluster(
@@ -158,4 +196,7 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
         "python_bin": f"{storage.venv_dir}/bin",
         "scheduler": cluster.scheduler.value,
         "slurm_partition": PARTITION if cluster.scheduler is Scheduler.SLURM else None,
+        "expires_at": deadline_at,
+        "idle_minutes": cluster.expiry.idle_minutes,
+        "expiry_action": cluster.expiry.action.value if cluster.expiry.enabled else None,
     }

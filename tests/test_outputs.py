@@ -1,4 +1,4 @@
-"""Stack outputs (contract versions 1 and 2) and node registry entries -> Inventory."""
+"""Stack outputs (contract versions 1 to 3) and node registry entries -> Inventory."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from runner.spec.cluster import Accelerator
 
 DATA = Path(__file__).parent / "data"
 RECORDED = sorted((DATA / "outputs").glob("v*.json"))
-# Keys version 2 added; a version 1 file has every other key of the program's outputs.
-V2_KEYS = {"scheduler", "slurm_partition"}
+# Keys each version added; a version N file has every key of the program's outputs but those
+# added after N.
+ADDED = {2: {"scheduler", "slurm_partition"}, 3: {"expires_at", "idle_minutes", "expiry_action"}}
 
 
 def load(name):
@@ -78,14 +79,45 @@ def test_the_program_exports_exactly_the_recorded_contract():
     exported = run(
         cluster_spec({"adminCidrs": ["203.0.113.4/32"]}, today=datetime.date(2026, 11, 23))
     ).outputs
-    assert exported["version"] == OUTPUTS_VERSION == 2
+    assert exported["version"] == OUTPUTS_VERSION == 3
     for path in RECORDED:
         recorded = json.loads(path.read_text())
-        expected = set(exported) - (V2_KEYS if recorded["version"] == 1 else set())
-        assert set(recorded) == expected, path.name
+        later = [keys for version, keys in ADDED.items() if version > recorded["version"]]
+        assert set(recorded) == set(exported).difference(*later), path.name
     parsed = parse_outputs(exported, "program")
     assert parsed.python_bin == "/shared/.dtrun/venv/bin"
     assert (parsed.scheduler, parsed.slurm_partition) == ("none", None)
+    assert (parsed.idle_minutes, parsed.expiry_action) == (60, "scaleset")
+    assert parsed.expires_at is not None and parsed.expires_at.endswith("Z")
+
+
+def test_a_version_3_stack_says_when_it_expires_and_older_ones_have_no_expiry():
+    new = parse_outputs(load("v3-h100-azurefiles-expiry.json"), "v3")
+    assert (new.expires_at, new.idle_minutes, new.expiry_action) == (
+        "2026-11-23T22:05:00Z", 60, "scaleset",
+    )  # fmt: skip
+    old = parse_outputs(load("v2-h100-azurefiles-slurm.json"), "v2")
+    assert (old.expires_at, old.idle_minutes, old.expiry_action) == (None, 0, None)
+    off = parse_outputs(
+        load("v3-h100-azurefiles-expiry.json")
+        | {"expires_at": None, "idle_minutes": 0, "expiry_action": None},
+        "v3",
+    )
+    assert off.expires_at is None and off.expiry_action is None
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"expires_at": "tomorrow"}, "'tomorrow', not an ISO 8601 time"),
+        ({"expires_at": 5}, "'expires_at' is 5, not a time or null"),
+        ({"idle_minutes": "60"}, "'idle_minutes' is '60', not a int"),
+        ({"expiry_action": "vm"}, "'expiry_action' is 'vm', not one of scaleset, group"),
+    ],
+)
+def test_a_bad_version_3_expiry_is_named(change, message):
+    with pytest.raises(OutputsError, match=message):
+        parse_outputs(load("v3-h100-azurefiles-expiry.json") | change, "outputs.json")
 
 
 def test_outputs_without_the_optional_keys_still_parse():
@@ -149,7 +181,7 @@ def test_registry_entries_say_when_a_node_is_ready():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": 3}, "made by a newer dtrun"),
+        ({"version": 4}, "made by a newer dtrun"),
         ({"version": None}, "it has no 'version' field"),
         ({"node_count": "four"}, "'node_count' is 'four', not a int"),
         ({"node_count": True}, "not a int"),

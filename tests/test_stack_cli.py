@@ -1,14 +1,25 @@
-"""`dtrun up/down/outputs/sizes`: clear messages without the Pulumi CLI, stack names, sizes."""
+"""`dtrun up/down/outputs/extend/sizes`: clear messages without the Pulumi CLI, stack names,
+sizes, and the expiry each prints."""
 
 from __future__ import annotations
 
+import datetime
+import json
 import stat
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import runner.azure.stack as azure_stack
+from runner.azure.config import cluster_spec
+from runner.azure.stack import Outputs
 from runner.cli.app import app
+from runner.cli.session import expiry_notice
 from runner.cli.stack import _save_private
+from runner.cluster.outputs import parse_outputs
+
+OUTPUTS = Path(__file__).parent / "data" / "outputs"
 
 runner = CliRunner(env={"COLUMNS": "200"})
 
@@ -20,17 +31,19 @@ def no_pulumi_cli(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))  # and no ~/.pulumi
 
 
-@pytest.mark.parametrize("command", ["up", "down", "outputs"])
+@pytest.mark.parametrize(
+    "command", [["up"], ["down"], ["outputs"], ["extend", "--hours", "4"]], ids=lambda c: c[0]
+)
 def test_without_the_pulumi_cli_each_command_says_how_to_install_it_in_one_line(
     no_pulumi_cli, command
 ):
-    result = runner.invoke(app, [command, "--stack", "dev"])
+    result = runner.invoke(app, [*command, "--stack", "dev"])
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert "the Pulumi CLI is not installed" in lines[0]
     assert "curl -fsSL https://get.pulumi.com | sh" in lines[0]
-    assert f"dtrun {command} --stack dev" in lines[0]
+    assert f"dtrun {' '.join(command[:1])} --stack dev" in lines[0]
     assert "Traceback" not in result.output
 
 
@@ -58,3 +71,64 @@ def test_saved_outputs_are_readable_by_their_owner_only(tmp_path):
     _save_private(path, '{"ssh_private_key": "x"}\n')
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.read_text() == '{"ssh_private_key": "x"}\n'
+
+
+def v3(**change: object) -> dict[str, object]:
+    values: dict[str, object] = json.loads((OUTPUTS / "v3-h100-azurefiles-expiry.json").read_text())
+    in_5h = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=5, minutes=1)
+    return values | {"expires_at": in_5h.strftime("%Y-%m-%dT%H:%M:%SZ")} | change
+
+
+def test_outputs_say_when_the_stack_removes_itself_and_how_to_move_it(monkeypatch):
+    monkeypatch.setattr(azure_stack, "outputs", lambda name: Outputs(v3(), frozenset()))
+    result = runner.invoke(app, ["outputs", "--stack", "dev"])
+    assert result.exit_code == 0, result.output
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("expiry deletes the GPU scale set at ")
+    assert "(in 5 h 00 min) or after 60 min without an SSH connection to the head" in last
+    assert last.endswith("`dtrun extend --stack dev --hours N` moves the deadline")
+
+
+def test_up_warns_before_the_update_when_the_stack_has_no_deadline(monkeypatch):
+    spec = cluster_spec({"adminCidrs": ["203.0.113.4/32"], "ttlHours": 0}, today=None)
+
+    def up(name, on_output, on_spec):
+        on_spec(spec)
+        return Outputs(v3(expires_at=None), frozenset())
+
+    monkeypatch.setattr(azure_stack, "up", up)
+    result = runner.invoke(app, ["up", "--stack", "dev"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: dtrun:ttlHours is 0, so this cluster has no deadline; it removes itself "
+        "only after 60 idle minutes" in result.stderr
+    )
+    assert "expiry deletes the GPU scale set after 60 min without" in result.stdout
+
+
+def test_extend_prints_the_new_deadline(monkeypatch):
+    asked = []
+
+    def extend(name, hours, on_output):
+        asked.append((name, hours))
+        return Outputs(v3(), frozenset())
+
+    monkeypatch.setattr(azure_stack, "extend", extend)
+    result = runner.invoke(app, ["extend", "--stack", "dev", "--hours", "5"])
+    assert result.exit_code == 0, result.output
+    assert asked == [("dev", 5.0)]
+    assert "(in 5 h 00 min)" in result.stdout
+
+
+@pytest.mark.parametrize("hours", ["0", "-2", "721"])
+def test_extend_refuses_hours_that_are_no_deadline_before_pulumi_runs(no_pulumi_cli, hours):
+    result = runner.invoke(app, ["extend", "--stack", "dev", "--hours", hours])
+    assert result.exit_code == 2
+    assert f"--hours {float(hours):g} is not a time to expire in" in result.stderr
+
+
+def test_a_bench_on_a_stack_says_when_it_expires_but_not_for_stacks_made_before_expiry():
+    new = parse_outputs(v3(), "v3")
+    assert (expiry_notice("dev", new) or "").startswith("expiry deletes the GPU scale set at")
+    old = parse_outputs(json.loads((OUTPUTS / "v2-h100-azurefiles-slurm.json").read_text()), "v2")
+    assert expiry_notice("dev", old) is None

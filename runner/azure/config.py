@@ -21,6 +21,7 @@ from typing import TypeVar
 import yaml
 
 from runner.azure.catalog import Image, check_node_count, get_size
+from runner.azure.expiry import expiry_spec
 from runner.errors import UsageError
 from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind, StorageSpec
 
@@ -157,6 +158,12 @@ def cluster_spec(
         tags=_tags(_strings(v["tags"])),
         python_packages=tuple(_strings(v["pythonPackages"])),
         scheduler=_choice("scheduler", Scheduler, v["scheduler"]),
+        expiry=expiry_spec(
+            int(str(v["ttlHours"])),
+            int(str(v["idleMinutes"])),
+            str(v["expiryAction"]),
+            str(v["expiresAt"]),
+        ),
     )
 
 

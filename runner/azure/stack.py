@@ -7,6 +7,7 @@ Pulumi.<stack>.yaml or are set with `pulumi config set`.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -14,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.azure.config import NAMESPACE, cluster_spec
+from runner.azure.expiry import deadline
 from runner.errors import DtrunError, UsageError
-from runner.spec.cluster import ClusterSpec
+from runner.spec.cluster import ClusterSpec, ExpirySpec
 
 if TYPE_CHECKING:
     from pulumi import automation as auto
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
 PROJECT_DIR = Path(__file__).resolve().parents[2]  # where Pulumi.yaml is
 INSTALL = "curl -fsSL https://get.pulumi.com | sh"
 _STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}\Z")
+MAX_EXTEND_HOURS = 24 * 30  # a deadline further off is no deadline: set dtrun:ttlHours 0
 
 Printer = Callable[[str], None]
 
@@ -109,26 +112,72 @@ def _created(stack: auto.Stack) -> list[str]:
     return []
 
 
-def up(stack: str, on_output: Printer) -> Outputs:
-    command = f"dtrun up --stack {stack}"
-    with _pulumi(command, stack):
-        selected = _select(stack, create=True)
-        stack_config(selected)
-        try:
-            result = selected.up(on_output=on_output, color="never")
-        except Exception:
-            created = _created(selected)
-            if created:
-                listed = "\n".join(f"  {line}" for line in created)
-                on_output(
-                    f"{len(created)} resources exist after the failed update (still billing):\n"
-                    f"{listed}\nremove them with `dtrun down --stack {stack}`"
-                )
-            raise
+def _pin_deadline(stack: auto.Stack, expiry: ExpirySpec, hours: float) -> str | None:
+    """Write dtrun:expiresAt (now + hours) into the stack's settings, for the program to tag
+    the group with; with dtrun:ttlHours 0, remove it. Returns the deadline."""
+    from pulumi import automation as auto
+
+    key = f"{NAMESPACE}:expiresAt"
+    if not expiry.ttl_hours:
+        if key in stack.get_all_config():
+            stack.remove_config(key)
+        return None
+    at = deadline(datetime.datetime.now(datetime.UTC), hours)
+    stack.set_config(key, auto.ConfigValue(value=at))
+    return at
+
+
+def _update(stack: auto.Stack, name: str, on_output: Printer) -> Outputs:
+    try:
+        result = stack.up(on_output=on_output, color="never")
+    except Exception:
+        created = _created(stack)
+        if created:
+            listed = "\n".join(f"  {line}" for line in created)
+            on_output(
+                f"{len(created)} resources exist after the failed update (still billing):\n"
+                f"{listed}\nremove them with `dtrun down --stack {name}`"
+            )
+        raise
     return Outputs(
         {k: v.value for k, v in result.outputs.items()},
         frozenset(k for k, v in result.outputs.items() if v.secret),
     )
+
+
+def up(stack: str, on_output: Printer, on_spec: Callable[[ClusterSpec], None]) -> Outputs:
+    """pulumi up, the deadline first set to dtrun:ttlHours from now. ``on_spec`` hears the
+    checked settings before anything is created (for the warning about ttlHours 0)."""
+    command = f"dtrun up --stack {stack}"
+    with _pulumi(command, stack):
+        selected = _select(stack, create=True)
+        spec = stack_config(selected)
+        on_spec(spec)
+        _pin_deadline(selected, spec.expiry, spec.expiry.ttl_hours)
+        return _update(selected, stack, on_output)
+
+
+def extend(stack: str, hours: float, on_output: Printer) -> Outputs:
+    """Move the deadline to ``hours`` from now: dtrun:expiresAt, then pulumi up. A whole update,
+    not one targeted at the group, so the stack outputs carry the new deadline too; with the
+    settings unchanged it changes the group's tags and nothing else."""
+    command = f"dtrun extend --stack {stack} --hours {hours:g}"
+    if not 0 < hours <= MAX_EXTEND_HOURS:
+        raise UsageError(
+            f"--hours {hours:g} is not a time to expire in",
+            fix=f"give hours from now, more than 0 and at most {MAX_EXTEND_HOURS}",
+        )
+    with _pulumi(command, stack):
+        selected = _select(stack, create=False)
+        spec = stack_config(selected)
+        if not spec.expiry.ttl_hours:
+            raise UsageError(
+                f"stack {stack} has no deadline to move (dtrun:ttlHours is 0)",
+                fix=f"pulumi config set --stack {stack} dtrun:ttlHours HOURS, then "
+                f"`dtrun up --stack {stack}`",
+            )
+        _pin_deadline(selected, spec.expiry, hours)
+        return _update(selected, stack, on_output)
 
 
 def outputs(stack: str) -> Outputs:

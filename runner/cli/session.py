@@ -79,6 +79,9 @@ def opened(choice: ClusterChoice, watch: StackWatch) -> Iterator[Cluster]:
 
     def seen(outputs: StackOutputs) -> None:
         watch.outputs = outputs
+        line = expiry_notice(watch.name, outputs)
+        if line:
+            out.print(f"dtrun: {line}", highlight=False)
 
     with (
         RegistryBar(out) as registry_bar,
@@ -90,6 +93,18 @@ def opened(choice: ClusterChoice, watch: StackWatch) -> Iterator[Cluster]:
             f"dtrun: {interruption()}: stopping {running} node(s)...", highlight=False
         )
         yield cluster
+
+
+def expiry_notice(stack: str | None, outputs: StackOutputs) -> str | None:
+    """When the stack removes itself; None for stacks made before expiry (outputs < 3)."""
+    import datetime
+
+    from runner.azure.expiry import describe
+
+    if outputs.version < 3:
+        return None
+    now = datetime.datetime.now(datetime.UTC)
+    return describe(stack, outputs.expires_at, outputs.idle_minutes, outputs.expiry_action, now)
 
 
 @contextmanager
@@ -106,9 +121,12 @@ def last_word_on_billing(watch: StackWatch) -> Iterator[None]:
                 destroy_and_say(watch.name)
         elif watch.name is not None and watch.outputs is not None:
             outputs = watch.outputs
+            line = expiry_notice(watch.name, outputs)
             console(stderr=True).print(
                 f"dtrun: stack {watch.name} is still running and billing: {outputs.node_count} x "
                 f"{outputs.vm_size} and the head VM; `dtrun down --stack {watch.name}` removes it"
+                + (f"; {line}" if line else ""),
+                highlight=False,
             )
 
 

@@ -1,13 +1,16 @@
-"""`dtrun up`, `down`, `outputs` and `sizes`: the Azure cluster of a Pulumi stack."""
+"""`dtrun up`, `down`, `outputs`, `extend` and `sizes`: the Azure cluster of a Pulumi stack."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from runner.cli.common import console, echo, user_errors
+
+if TYPE_CHECKING:
+    from runner.spec.cluster import ClusterSpec
 
 app = typer.Typer()
 
@@ -20,20 +23,63 @@ def _echo_raw(line: str) -> None:
     echo(line.rstrip("\n"))
 
 
+def expiry_line(stack: str | None, values: dict[str, object]) -> str:
+    """When and how the stack removes itself, from its outputs (docs/azure.md "Expiry")."""
+    import datetime
+
+    from runner.azure.expiry import describe, expiry_fields
+
+    expires_at, idle, action = expiry_fields(values)
+    return describe(stack, expires_at, idle, action, datetime.datetime.now(datetime.UTC))
+
+
+def _warn_without_deadline(spec: ClusterSpec) -> None:
+    if not spec.expiry.ttl_hours:
+        console(stderr=True).print(
+            "dtrun: warning: dtrun:ttlHours is 0, so this cluster has no deadline"
+            + (
+                f"; it removes itself only after {spec.expiry.idle_minutes} idle minutes"
+                if spec.expiry.idle_minutes
+                else " and no idle rule: it bills until `dtrun down`"
+            ),
+            highlight=False,
+        )
+
+
 @app.command()
 def up(stack: StackName) -> None:
-    """Create or update a stack's Azure cluster (pulumi up) and print its outputs."""
+    """Create or update a stack's Azure cluster (pulumi up) and print its outputs; the
+    deadline moves to dtrun:ttlHours from now."""
     from runner.azure.stack import check_stack_name
     from runner.azure.stack import up as stack_up
 
     with user_errors():
         name = check_stack_name(stack)
-        result = stack_up(name, _echo_raw)
+        result = stack_up(name, _echo_raw, _warn_without_deadline)
     _print_outputs(result.shown())
+    echo(expiry_line(name, result.values))
     echo(
         f"the cluster bills while it runs: `dtrun down --stack {name}` removes all of it; "
         f"`dtrun outputs --stack {name} --save cluster.json` keeps its outputs"
     )
+
+
+@app.command()
+def extend(
+    stack: StackName,
+    hours: Annotated[
+        float, typer.Option(help="The new deadline, in hours from now (it can also come sooner).")
+    ],
+) -> None:
+    """Move a stack's deadline to N hours from now (the resource group's tag, which the head's
+    expiry timer reads every minute)."""
+    from runner.azure.stack import check_stack_name
+    from runner.azure.stack import extend as stack_extend
+
+    with user_errors():
+        name = check_stack_name(stack)
+        result = stack_extend(name, hours, _echo_raw)
+    echo(expiry_line(name, result.values))
 
 
 @app.command()
@@ -81,6 +127,7 @@ def outputs(
         echo(json.dumps(result.shown(), indent=2))
     else:
         _print_outputs(result.shown())
+        echo(expiry_line(stack, result.values))
     if save is not None:
         echo(f"saved to {save} (mode 0600: it holds the cluster's private key)")
 

@@ -1,4 +1,4 @@
-"""The stack outputs contract (versions 1 and 2) and the node registry, parsed into an Inventory.
+"""The stack outputs contract (versions 1 to 3) and the node registry, parsed into an Inventory.
 
 `pulumi up` exports the outputs (infra/program.py); every booted node writes one registry entry
 on the shared storage (templates/cloud-init/dtrun-register.sh.j2). Both are documented in
@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.azure.catalog import SIZES
+from runner.azure.expiry import ExpiryError, parse_iso
 from runner.errors import UsageError
 from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
 
-OUTPUTS_VERSION = 2  # what `dtrun up` writes: version 1 and a scheduler (docs/azure.md)
-READ_VERSIONS = (1, 2)  # version 1 stacks have no scheduler: "none"
+OUTPUTS_VERSION = 3  # what `dtrun up` writes: version 2 and the expiry (docs/azure.md)
+READ_VERSIONS = (1, 2, 3)  # version 1 stacks have no scheduler: "none"; 1 and 2 no expiry
 SCHEDULERS = ("none", "slurm")
+EXPIRY_ACTIONS = ("scaleset", "group")
 REGISTRY_SCHEMA = "dtrun.node/1"
 
 
@@ -49,6 +51,9 @@ class StackOutputs:
     image: str | None = None  # optional in the file: the nodes' image URN
     scheduler: str = "none"  # version 2: "none" or "slurm"
     slurm_partition: str | None = None  # version 2, with Slurm: the partition of every node
+    expires_at: str | None = None  # version 3: the deadline (ISO 8601 UTC); None: none
+    idle_minutes: int = 0  # version 3: the idle rule; 0: none
+    expiry_action: str | None = None  # version 3: "scaleset" or "group"; None: expiry off
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,7 @@ def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
         newer = isinstance(version, int | float) and version > OUTPUTS_VERSION
         raise OutputsError(
             f"{source} holds stack outputs version {version!r}",
-            why=f"this dtrun reads versions {' and '.join(map(str, READ_VERSIONS))}"
+            why=f"this dtrun reads versions {', '.join(map(str, READ_VERSIONS))}"
             + (", so the stack was made by a newer dtrun" if newer else ""),
             fix="use the dtrun that made the stack" if newer else "run `dtrun up` again",
         )
@@ -141,6 +146,7 @@ def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
         ssh_port=port,
         image=image,
         **_scheduler(data, int(version), source),
+        **_expiry(data, int(version), source),
         known_hosts=tuple(known_hosts),
         node_count=_field(data, "node_count", int, source),
         gpus_per_node=_field(data, "gpus_per_node", int, source),
@@ -165,6 +171,27 @@ def _scheduler(data: Mapping[str, Any], version: int, source: str) -> dict[str, 
     if scheduler == "none" and partition is not None:
         raise OutputsError(f"{source}: 'slurm_partition' is {partition!r} without Slurm")
     return {"scheduler": scheduler, "slurm_partition": partition}
+
+
+def _expiry(data: Mapping[str, Any], version: int, source: str) -> dict[str, Any]:
+    """Version 3's expiry: when and how the cluster removes itself (docs/azure.md "Expiry")."""
+    if version < 3:
+        return {}
+    expires_at = data.get("expires_at", "absent")
+    if expires_at is not None:
+        if not isinstance(expires_at, str):
+            raise OutputsError(f"{source}: 'expires_at' is {expires_at!r}, not a time or null")
+        try:
+            parse_iso(expires_at, "expires_at")
+        except ExpiryError as error:
+            raise OutputsError(f"{source}: {error.what}") from None
+    idle = _field(data, "idle_minutes", int, source)
+    action = data.get("expiry_action", "absent")
+    if action is not None and action not in EXPIRY_ACTIONS:
+        raise OutputsError(
+            f"{source}: 'expiry_action' is {action!r}, not one of {', '.join(EXPIRY_ACTIONS)}"
+        )
+    return {"expires_at": expires_at, "idle_minutes": idle, "expiry_action": action}
 
 
 def parse_registry_entry(data: Mapping[str, Any], source: str) -> RegistryEntry:

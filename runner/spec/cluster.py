@@ -112,6 +112,28 @@ class StorageSpec:
         return f"{self.dtrun_dir}/venv"
 
 
+class ExpiryAction(StrEnum):
+    """What the head's expiry timer deletes (docs/azure.md "Expiry")."""
+
+    SCALESET = "scaleset"  # the GPU scale set: the bill that matters; head and storage stay
+    GROUP = "group"  # the whole resource group, shared storage and the head included
+
+
+@dataclass(frozen=True)
+class ExpirySpec:
+    """When the cluster removes itself, without any client: a deadline and an idle rule."""
+
+    ttl_hours: int = 12  # 0: no deadline
+    idle_minutes: int = 60  # 0: no idle rule
+    action: ExpiryAction = ExpiryAction.SCALESET
+    expires_at: str = ""  # ISO 8601 UTC, set by dtrun up/extend; "": ttl_hours from the update
+
+    @property
+    def enabled(self) -> bool:
+        """Either rule on: the head gets an identity that may delete, and the timer."""
+        return self.ttl_hours > 0 or self.idle_minutes > 0
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """An Azure InfiniBand cluster as the stack configuration describes it (validated)."""
@@ -132,3 +154,4 @@ class ClusterSpec:
     tags: tuple[tuple[str, str], ...]
     python_packages: tuple[str, ...]
     scheduler: Scheduler = Scheduler.NONE
+    expiry: ExpirySpec = ExpirySpec()

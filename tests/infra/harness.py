@@ -60,18 +60,44 @@ def _nic(args: pulumi.runtime.MockResourceArgs) -> dict[str, Any]:
     return {"ipConfigurations": configs}
 
 
+def _vm(args: pulumi.runtime.MockResourceArgs) -> dict[str, Any]:
+    """Azure answers a VM's user-assigned identities (a list of IDs given) as a map by ID."""
+    identity = args.inputs.get("identity")
+    if not identity:
+        return {}
+    return {"identity": {**identity, "userAssignedIdentities": {
+        key: {} for key in identity.get("userAssignedIdentities", [])
+    }}}  # fmt: skip
+
+
 # What Azure computes for a resource, where the program reads it back.
 COMPUTED: dict[str, Callable[[pulumi.runtime.MockResourceArgs], dict[str, Any]]] = {
     "tls:index/privateKey:PrivateKey": _ed25519,
     "azure-native:network:PublicIPAddress": lambda _: {"ipAddress": "20.0.113.10"},
     "azure-native:network:NetworkInterface": _nic,
+    "azure-native:compute:VirtualMachine": _vm,
     "azure-native:netapp:CapacityPoolVolume": lambda _: {
         "mountTargets": [{"ipAddress": "10.42.2.4", "fileSystemId": "fs-1"}]
     },
     "azure-native:storagecache:AmlFilesystem": lambda _: {
         "clientInfo": {"mgsAddress": "10.42.3.5", "mountCommand": "mount -t lustre ..."}
     },
+    "azure-native:managedidentity:UserAssignedIdentity": lambda _: {
+        "clientId": IDENTITY_CLIENT_ID,
+        "principalId": IDENTITY_PRINCIPAL_ID,
+    },
 }
+SUBSCRIPTION = "00000000-0000-4000-8000-000000000001"
+IDENTITY_CLIENT_ID = "11111111-1111-4111-8111-111111111111"
+IDENTITY_PRINCIPAL_ID = "22222222-2222-4222-8222-222222222222"
+
+
+def mock_id(typ: str, name: str) -> str:
+    """A resource group's ID as Azure writes it (the expiry role's scope and its subscription
+    come from it); other resources keep a plain mock ID."""
+    if typ == "azure-native:resources:ResourceGroup":
+        return f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{name}mock"
+    return f"/mock/{typ}/{name}"
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -84,7 +110,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.declared.append(Declared(args.typ, args.name, inputs, bool(args.custom), secret))
         state = {"name": f"{args.name}mock", **args.inputs}
         state.update(COMPUTED.get(args.typ, lambda _: {})(args))
-        return f"/mock/{args.typ}/{args.name}", state
+        return mock_id(args.typ, args.name), state
 
     def call(
         self, args: pulumi.runtime.MockCallArgs

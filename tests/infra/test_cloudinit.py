@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import datetime
 import subprocess
+from dataclasses import replace
 
 import pytest
 import yaml
 
-from infra.cloudinit import MAX_CUSTOM_DATA_BYTES, MOUNTS, Boot, ClusterKey, render_cloud_init
+from infra.cloudinit import (
+    MAX_CUSTOM_DATA_BYTES,
+    MOUNTS,
+    Boot,
+    ClusterKey,
+    HeadExpiry,
+    render_cloud_init,
+)
 from runner.azure.config import cluster_spec
 from runner.render import render
 from runner.spec.cluster import StorageKind
@@ -52,6 +60,11 @@ CASES = {
     for kind in StorageKind
     for size in ("Standard_ND96isr_H100_v5", "Standard_ND96asr_v4", "Standard_HB176rs_v4")
 }
+EXPIRY = HeadExpiry(
+    "/subscriptions/00000000-0000-4000-8000-000000000001/resourceGroups/dtrun-rg1a2b3c4d",
+    "11111111-1111-4111-8111-111111111111",
+)
+CASES["head-expiry"] = replace(boot("head"), expiry=EXPIRY)
 
 
 def files(document):
@@ -66,7 +79,8 @@ def test_cloud_init_is_yaml_that_carries_every_file_verbatim(name):
     document = yaml.safe_load(text)
     assert document["ssh_keys"] == {"ed25519_private": PRIVATE, "ed25519_public": PUBLIC}
     assert document["ssh_pwauth"] is False
-    assert document["runcmd"] == [["/usr/local/sbin/dtrun-bootstrap"]]
+    timers = [["systemctl", "enable", "--now", "dtrun-expiry.timer"]] if "expiry" in name else []
+    assert document["runcmd"] == [*timers, ["/usr/local/sbin/dtrun-bootstrap"]]
     assert "/usr/local/sbin/dtrun-mount" in files(document)
 
 
@@ -76,6 +90,8 @@ def test_every_script_passes_bash_n_and_shellcheck():
         for path, content in files(yaml.safe_load(render_cloud_init(case))).items():
             if not path.startswith(("/usr/local/sbin/", "/etc/profile.d/")):
                 continue  # keys and known_hosts, not shell
+            if content.startswith("#!/usr/bin/env python3"):
+                continue  # dtrun-expiry: Python, run for real in tests/test_expiry_script.py
             parsed = subprocess.run(["bash", "-n"], input=content, text=True, capture_output=True)
             assert parsed.returncode == 0, f"{name} {path}: {parsed.stderr}"
             checked = subprocess.run(
@@ -129,7 +145,7 @@ def test_nodes_register_in_the_registry_on_the_shared_storage():
 
 def test_golden_cloud_init(golden):
     for name in ("node-azurefiles-Standard_ND96isr_H100_v5", "head-netapp-Standard_ND96asr_v4",
-                 "node-lustre-Standard_HB176rs_v4"):  # fmt: skip
+                 "node-lustre-Standard_HB176rs_v4", "head-expiry"):  # fmt: skip
         golden(f"cloud-init/{name}.yaml", render_cloud_init(CASES[name]))
 
 

@@ -236,9 +236,9 @@ def test_host_keys_reach_cloud_init_and_known_hosts():
     assert node_key != head_key
 
 
-def test_outputs_follow_the_version_2_contract():
+def test_outputs_follow_the_version_3_contract():
     outputs = program(cluster(nodeCount=3)).outputs
-    assert outputs["version"] == 2
+    assert outputs["version"] == 3
     assert (outputs["scheduler"], outputs["slurm_partition"]) == ("none", None)
     assert outputs["head_public_address"] == "20.0.113.10"
     assert outputs["ssh_user"] == "azureuser"
