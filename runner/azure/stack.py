@@ -109,11 +109,17 @@ def _created(stack: auto.Stack) -> list[str]:
     return []
 
 
-def up(stack: str, on_output: Printer) -> Outputs:
+def up(
+    stack: str, on_output: Printer, on_config: Callable[[ClusterSpec], None] | None = None
+) -> Outputs:
+    """pulumi up; ``on_config`` hears the checked settings before anything is created (what
+    `dtrun up` says the cluster will cost)."""
     command = f"dtrun up --stack {stack}"
     with _pulumi(command, stack):
         selected = _select(stack, create=True)
-        stack_config(selected)
+        spec = stack_config(selected)
+        if on_config is not None:
+            on_config(spec)
         try:
             result = selected.up(on_output=on_output, color="never")
         except Exception:

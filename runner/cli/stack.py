@@ -25,10 +25,12 @@ def up(stack: StackName) -> None:
     """Create or update a stack's Azure cluster (pulumi up) and print its outputs."""
     from runner.azure.stack import check_stack_name
     from runner.azure.stack import up as stack_up
+    from runner.cli.cost import stack_hourly
 
     with user_errors():
         name = check_stack_name(stack)
-        result = stack_up(name, _echo_raw)
+        # said before Pulumi creates anything: what the cluster will bill an hour
+        result = stack_up(name, _echo_raw, lambda spec: echo(stack_hourly(spec)))
     _print_outputs(result.shown())
     echo(
         f"the cluster bills while it runs: `dtrun down --stack {name}` removes all of it; "

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from runner.azure.prices import sweep_price
 from runner.errors import DtrunError, RunInterruptedError, interruption
 from runner.execute import Executor, LineSink, discard
 from runner.plan.sweep import Launch, SweepPlan
@@ -104,6 +105,7 @@ class _Runner:
         self.status = SweepStatus.RUNNING
         self.error: str | None = None
         self.current: tuple[Launch, float] | None = None  # the point under way, and its start
+        self.started = time.monotonic()  # the sweep's start: its run directory was just made
 
     def launch(self, launch: Launch) -> Outcome:
         """Every launch of the sweep, the gate's and the points', runs through here."""
@@ -148,7 +150,11 @@ class _Runner:
 
     def record(self, run: RunResult) -> None:
         self.sweep.runs.append(run)
-        write_runs(self.sweep.run_dir, self.sweep.runs, self.status, self.error)
+        self.write_runs()
+
+    def write_runs(self) -> None:
+        wall = time.monotonic() - self.started
+        write_runs(self.sweep.run_dir, self.sweep.runs, self.status, self.error, wall)
 
     def interrupted(self) -> None:
         self.status, self.error = SweepStatus.INTERRUPTED, interruption()
@@ -179,13 +185,17 @@ def run_sweep(
     events = events or SweepEvents()
     spec = plan.spec
     run_dir = create_run_dir(output, spec.run_id)
+    started = time.monotonic()
     events.on_begin(run_dir)
-    write_manifest(run_dir, spec, plan.inventory, plan.environment)
+    inventory = plan.inventory
+    price = sweep_price(spec.price_per_node_hour, inventory.size, inventory.region)
+    write_manifest(run_dir, spec, inventory, plan.environment, price)
     write_plans(run_dir, plan.points)
     # On the embedded cluster the nodes are this machine: how busy it is as the sweep begins.
     sample = MachineSample() if plan.inventory.source == "embedded" else None
     reporter = ReportBuilder()  # readies its tools while the nodes run
     runner = _Runner(plan, run_dir, executor, events, ready, drain)
+    runner.started = started
     try:
         try:
             runner.sweep.health = runner.gate()
@@ -204,7 +214,7 @@ def run_sweep(
             f"`dtrun report {run_dir.path}`",
         ) from None
     finally:
-        write_runs(run_dir, runner.sweep.runs, runner.status, runner.error)
+        runner.write_runs()
         if sample is not None:  # after a Ctrl-C, not a moment more for it
             interrupted = runner.status is SweepStatus.INTERRUPTED
             record_machine_noise(run_dir, sample.result(wait=not interrupted))
