@@ -1,4 +1,4 @@
-"""List prices of the catalog's InfiniBand sizes, per region (docs/facts.md §8), and the one
+"""List prices of the catalog's InfiniBand sizes, per region (docs/facts.md §13), and the one
 price a sweep is costed at.
 
 Pay-as-you-go Linux, USD per VM-hour, as SkyPilot's Azure catalog lists them (it is built from
@@ -21,7 +21,7 @@ PRICES_SOURCE = (
     "commit 098741e7), pay-as-you-go Linux list prices from Azure's Retail Prices API"
 )
 
-# (size, region) -> USD per VM-hour. docs/facts.md §8 lists each figure with its source row.
+# (size, region) -> USD per VM-hour. docs/facts.md §13 lists each figure with its source row.
 LIST_PRICES: dict[tuple[str, str], float] = {
     ("Standard_ND96isr_H100_v5", "eastus"): 98.32,
     ("Standard_ND96isr_H100_v5", "eastus2"): 98.32,
@@ -69,7 +69,7 @@ def list_price(size: str | None, region: str | None) -> Price | None:
     return Price(
         value,
         f"list price of {size} in {region.lower()}, pay-as-you-go Linux, as of {PRICES_AS_OF} "
-        "(docs/facts.md §8)",
+        "(docs/facts.md §13)",
     )
 
 

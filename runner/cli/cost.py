@@ -111,7 +111,7 @@ def stack_hourly(spec: ClusterSpec) -> str:
         where = ", ".join(regions_priced(spec.vm_size)) or "no region"
         return (
             f"cost: no list price for {spec.vm_size} in {spec.location} (dtrun's list has "
-            f"{where}: docs/facts.md §8); {spec.node_count} node(s){head_text}, billed by the "
+            f"{where}: docs/facts.md §13); {spec.node_count} node(s){head_text}, billed by the "
             "second from creation to `dtrun down`"
         )
     total = spec.node_count * node.usd_per_node_hour + (head.usd_per_node_hour if head else 0.0)

@@ -109,7 +109,7 @@ def check_max_cost(guess: Estimate, max_cost: float | None) -> None:
             f"--max-cost {max_cost:g} needs a price to hold the estimate against, and this "
             "cluster has none",
             why="the catalog lists prices only for known sizes in some regions (docs/facts.md "
-            "§8), and the embedded cluster, hosts files and Slurm name no size",
+            "§13), and the embedded cluster, hosts files and Slurm name no size",
             fix="pass --price-per-node-hour USD, or leave --max-cost out",
         )
     if guess.cost <= max_cost:
