@@ -169,3 +169,16 @@ def test_up_prints_the_hourly_cost_before_pulumi_creates_anything(monkeypatch):
     result = CliRunner().invoke(app, ["up", "--stack", "dev"])
     assert said_before_up and result.exit_code == 1
     assert "cost: 2 x Standard_ND96isr_H100_v5 at $98.32 an hour" in result.stdout
+
+
+def test_an_allreduce_sweep_costs_its_points_but_no_tokens(tmp_path, fixed_inventory):
+    bench = BenchSpec(run_id="ar", node_counts=(1, 2), repeat=1, workload="allreduce")
+    run_dir = fake_run_dir(
+        tmp_path / "ar", bench, fixed_inventory, {1: [10.0], 2: [8.0]}, price=TEN,
+        launch_wall_s={1: 36.0, 2: 36.0},
+    )  # fmt: skip
+    cost = build_report(run_dir).cost
+    assert cost is not None
+    assert [point.cost_usd for point in cost.points] == pytest.approx([0.1, 0.2])
+    assert cost.points[1].usd_per_million_tokens is None and cost.points[1].cost_efficiency is None
+    assert "| 2 | 1 | 36.0 s | 0.0200 | $0.2000 | - | - | - | - | - |" in run_dir.report.read_text()
