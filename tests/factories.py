@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runner.azure.prices import Price
 from runner.plan.env import launch_env
 from runner.record.rundir import RunDir, write_manifest, write_runs
 from runner.report.results import ALLREDUCE_SCHEMA, TRAIN_SCHEMA, TrainResult, parse_train_result
@@ -162,15 +163,22 @@ def fake_run_dir(
     busbw: dict[int, float] | None = None,
     step_times: Mapping[int, Sequence[Sequence[float]]] | None = None,
     noise: dict[int, list[dict[str, Any]]] | None = None,
+    *,
+    price: Price | None = None,
+    launch_wall_s: Mapping[int, float] | None = None,
+    sweep_wall_s: float | None = None,
 ) -> RunDir:
     """A run directory as a sweep would leave it, with the given tokens/s per launch (or, for
     the allreduce workload, busbw at 1 MiB per launch) and probe busbw per node count; or,
     per node count in ``step_times``, each launch's recorded step times; and each launch's
-    noise (noise_data) per node count."""
+    noise (noise_data) per node count. The cost inputs: the price recorded, each node count's
+    launch wall time (default 1 s) and the sweep's wall time."""
     run_dir = RunDir(path)
     path.mkdir(parents=True)
     largest = min(max(bench.node_counts), len(inventory.nodes))
-    write_manifest(run_dir, bench, inventory, launch_env(inventory, bench.redacted(), largest))
+    write_manifest(
+        run_dir, bench, inventory, launch_env(inventory, bench.redacted(), largest), price
+    )
     runs = []
     launches: dict[int, list[tuple[float | None, Sequence[float] | None]]] = {
         nodes: [(tokens, None) for tokens in values] for nodes, values in throughput.items()
@@ -194,6 +202,7 @@ def fake_run_dir(
                 )  # fmt: skip
             (point / "result.json").write_text(json.dumps(data))
             rel = str(point.relative_to(path))
-            runs.append(RunResult(nodes, repeat, RunStatus.OK, 1.0, rel))
-    write_runs(run_dir, runs, status, None)
+            wall = (launch_wall_s or {}).get(nodes, 1.0)
+            runs.append(RunResult(nodes, repeat, RunStatus.OK, wall, rel))
+    write_runs(run_dir, runs, status, None, sweep_wall_s)
     return run_dir

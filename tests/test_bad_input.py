@@ -37,6 +37,11 @@ CLI = [
     ("bench --warmup -1", "--warmup must be at least 0"),
     ("bench --warmup 100 --steps 10", "no step would be timed"),
     ("bench --repeat 0", "--repeat must be at least 1"),
+    ("bench --price-per-node-hour 0", "--price-per-node-hour 0 is not a price"),
+    ("bench --price-per-node-hour nan", "--price-per-node-hour nan is not a price"),
+    ("bench --max-cost -3", "--max-cost -3 is not a price"),
+    ("bench --max-cost 5", "--max-cost 5 needs a price"),
+    ("bench --max-cost 1 --price-per-node-hour 10", "estimated cost $6.67 is above --max-cost 1"),
     ("bench --mode sideways", "'sideways' is not one of"),
     ("bench --workload nonsense", "unknown workload 'nonsense'"),
     ("bench --batch 0", "--batch must be at least 1"),
@@ -257,6 +262,17 @@ def test_a_bad_command_line_value(workdir, line, must_say):
     if args[0] in ("bench", "run"):  # never the user's runs/: an --output of the test's own
         args[1:1] = ["--output", str(workdir / "runs"), "--dry-run"]
     refused(args, workdir, must_say)
+
+
+def test_max_cost_refuses_a_real_sweep_before_anything_is_asked_for(workdir):
+    # no --dry-run: the refusal comes before the hosts are reached and before runs/ is made
+    # (hosts that do not resolve, so a sweep that got past it could not start anything)
+    args = [
+        "bench", "--output", str(workdir / "runs"),
+        "--hosts", "nohost-a.invalid:1,nohost-b.invalid:1", "--connect-timeout", "1",
+        "--nodes", "1,2", "--price-per-node-hour", "98.32", "--max-cost", "50",
+    ]  # fmt: skip
+    refused(args, workdir, "estimated cost $65.55 is above --max-cost 50")
 
 
 @pytest.mark.parametrize(("name", "content", "must_say"), HOSTS, ids=[n for n, _, _ in HOSTS])

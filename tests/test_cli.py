@@ -102,6 +102,30 @@ def test_dry_run_prints_every_node_script_and_runs_nothing(tmp_path):
     assert not Path(tmp_path / "runs").exists()
 
 
+def test_dry_run_ends_with_the_sweeps_estimate_named_as_a_guess(tmp_path):
+    result = dtrun(
+        "bench", "--dry-run", "--nodes", "1,2", "--output", str(tmp_path / "runs"),
+        "--price-per-node-hour", "10",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    *_, hours, cost = result.stdout.splitlines()
+    # 2 points x 5 launches x (60 s + 60 steps x 1 s); the 2 nodes bill while any runs
+    assert hours.startswith("# ==== estimate (a guess, not a measurement): 10 launch(es) x 120 s")
+    assert "60 s start-up + 60 steps x 1 s, guessed" in hours
+    assert "0.667 node-hours" in hours
+    assert cost == (
+        "# ==== estimated cost: $6.67 at $10 a node-hour (--price-per-node-hour); at most $33.33"
+    )
+
+
+def test_dry_run_without_a_price_says_how_to_give_one(tmp_path):
+    result = dtrun("bench", "--dry-run", "--nodes", "1", "--output", str(tmp_path / "runs"))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1] == (
+        "# ==== estimated cost: no price: pass --price-per-node-hour USD to cost it"
+    )
+
+
 def test_help_lists_every_command_with_a_line_of_help():
     result = dtrun("--help")
     assert result.exit_code == 0

@@ -147,7 +147,8 @@ def _update(stack: auto.Stack, name: str, on_output: Printer) -> Outputs:
 
 def up(stack: str, on_output: Printer, on_spec: Callable[[ClusterSpec], None]) -> Outputs:
     """pulumi up, the deadline first set to dtrun:ttlHours from now. ``on_spec`` hears the
-    checked settings before anything is created (for the warning about ttlHours 0)."""
+    checked settings before anything is created (what `dtrun up` says the cluster bills an
+    hour, the warning about ttlHours 0)."""
     command = f"dtrun up --stack {stack}"
     with _pulumi(command, stack):
         selected = _select(stack, create=True)

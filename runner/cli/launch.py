@@ -12,6 +12,14 @@ import typer
 from runner import __version__
 from runner.cli import options as opts
 from runner.cli.common import console, print_json, print_node_line, user_errors
+from runner.cli.cost import (
+    MaxCost,
+    PricePerNodeHour,
+    checked_usd,
+    print_estimate,
+    refuse_early,
+    refuse_on,
+)
 from runner.cli.display import (
     SweepDisplay,
     WaitLines,
@@ -84,6 +92,8 @@ class SweepOptions:
     )
     project_tokens: opts.ProjectTokens = BenchSpec.project_tokens
     target_efficiency: opts.TargetEfficiency = BenchSpec.target_efficiency
+    price_per_node_hour: PricePerNodeHour = None
+    max_cost: MaxCost = None
 
 
 def _run_id(launching: Launching) -> str:
@@ -126,6 +136,8 @@ def bench_spec(
     run_id = _run_id(launching)
     shape = {name: getattr(model, name) for name in ("layers", "d_model", "heads", "seq_len")}
     resolved_model = resolve_model(model.preset, vocab=model.vocab, **shape)
+    price = checked_usd("--price-per-node-hour", sweep.price_per_node_hour)
+    max_cost = checked_usd("--max-cost", sweep.max_cost)
     return BenchSpec(
         run_id,
         **_launch_request(launching),
@@ -146,6 +158,8 @@ def bench_spec(
         health=gate.spec,
         project_tokens=sweep.project_tokens,
         target_efficiency=sweep.target_efficiency,
+        price_per_node_hour=price,
+        max_cost=max_cost,
     )
 
 
@@ -190,13 +204,16 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
             spec = bench_spec(sweep, model, strategy, allreduce, gate, launching)
         remember_secrets(spec.secrets())  # never printed or recorded, even in an error
         resolved = resolve_bench(spec)
+        refuse_early(resolved.spec, where, resolved.largest)  # --max-cost: nothing asked for yet
         with current.cluster(resolved.spec, resolved.largest) as cluster:
+            guess = refuse_on(resolved.spec, cluster.inventory)  # before the run directory
             if launching.dry_run:
                 print_sweep_plan(
                     plan_sweep(resolved.redacted(), cluster.inventory),
                     cluster.preview,
                     launching.output / resolved.spec.run_id,
                 )
+                print_estimate(guess)
                 return
             if cluster.choice.embedded:
                 _require_packages(resolved)  # the embedded nodes run this very interpreter

@@ -33,6 +33,13 @@ def expiry_line(stack: str | None, values: dict[str, object]) -> str:
     return describe(stack, expires_at, idle, action, datetime.datetime.now(datetime.UTC))
 
 
+def _before_up(spec: ClusterSpec) -> None:
+    from runner.cli.cost import stack_hourly
+
+    echo(stack_hourly(spec))
+    _warn_without_deadline(spec)
+
+
 def _warn_without_deadline(spec: ClusterSpec) -> None:
     if not spec.expiry.ttl_hours:
         console(stderr=True).print(
@@ -55,7 +62,9 @@ def up(stack: StackName) -> None:
 
     with user_errors():
         name = check_stack_name(stack)
-        result = stack_up(name, _echo_raw, _warn_without_deadline)
+        # said before Pulumi creates anything: what the cluster will bill an hour, and a
+        # warning when it has no deadline
+        result = stack_up(name, _echo_raw, _before_up)
     _print_outputs(result.shown())
     echo(expiry_line(name, result.values))
     echo(

@@ -245,6 +245,7 @@ def inventory_from_stack(
         code_dir=f"{outputs.mount_path}/.dtrun/code",
         accelerator=Accelerator.CUDA if outputs.gpus_per_node else Accelerator.CPU,
         size=outputs.vm_size,
+        region=outputs.location,
         ssh=SshAccess(
             user=outputs.ssh_user,
             port=outputs.ssh_port,

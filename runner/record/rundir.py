@@ -32,6 +32,7 @@ import psutil
 
 from runner import __version__
 from runner.azure.catalog import SIZES
+from runner.azure.prices import Price
 from runner.errors import OutputDirError
 from runner.record import manifest
 from runner.redact import redact_text, redact_var
@@ -142,7 +143,11 @@ def image_of(inventory: Inventory) -> dict[str, str | None]:
 
 
 def write_manifest(
-    run_dir: RunDir, bench: BenchSpec, inventory: Inventory, launch_env: tuple[EnvVar, ...] = ()
+    run_dir: RunDir,
+    bench: BenchSpec,
+    inventory: Inventory,
+    launch_env: tuple[EnvVar, ...] = (),
+    price: Price | None = None,
 ) -> None:
     """manifest.json: everything needed to reproduce the run, secrets redacted (docs/bench.md)."""
     bench_data = asdict(bench.redacted())
@@ -160,6 +165,8 @@ def write_manifest(
             "launcher": bench.launcher,
             "size": inventory.size,
             "image": image_of(inventory),
+            # what a node costs an hour and where the figure comes from; None: no price known
+            "price": asdict(price) if price is not None else None,
             "versions": manifest.versions(),
             "git": manifest.git_revision(),
             "launch_environment": [
@@ -221,8 +228,14 @@ def write_plans(run_dir: RunDir, plans: Sequence[LaunchPlan]) -> None:
 
 
 def write_runs(
-    run_dir: RunDir, runs: Sequence[RunResult], status: SweepStatus, error: str | None
+    run_dir: RunDir,
+    runs: Sequence[RunResult],
+    status: SweepStatus,
+    error: str | None,
+    wall_s: float | None = None,
 ) -> None:
+    """runs.json; ``wall_s``: the sweep's wall time so far, from its run directory's creation
+    (the cost section's sweep time: docs/report.md "Cost")."""
     write_json(
         run_dir.runs,
         {
@@ -230,6 +243,7 @@ def write_runs(
             "status": status,
             "error": redact_text(error) if error is not None else None,
             "updated_at": now_iso(),
+            "wall_s": wall_s,
             "runs": [
                 asdict(replace(run, error=redact_text(run.error) if run.error else run.error))
                 for run in runs

@@ -21,6 +21,7 @@ from runner import __version__
 from runner.azure.catalog import ExpectedBusbw, expected_busbw
 from runner.record.rundir import RunDir, write_json
 from runner.render import environment, render
+from runner.report.cost import SweepCost, sweep_cost
 from runner.report.losses import LossRow, where_scaling_is_lost
 from runner.report.metrics import (
     FORMULAS,
@@ -90,6 +91,7 @@ class Report:
     widest: Result | None = None  # the last finished launch at the most nodes (its proof)
     noise: NoiseReport | None = None  # training sweeps: steal, other load, stragglers
     stages: tuple[StageTable, ...] = ()  # pipeline sweeps: each node count's stages
+    cost: SweepCost | None = None  # node-hours and cost per point, the sweep's total and idle
     summary: dict[str, Any] = field(default_factory=dict)  # what summary.json holds
 
 
@@ -176,7 +178,10 @@ def analyse(run_dir: RunDir) -> Report:
             stages=stage_tables(trained, bench["model"]),
         )
     report = replace(
-        report, series=tuple(sorted(series.items())), expected=tuple(sorted(expected.items()))
+        report,
+        series=tuple(sorted(series.items())),
+        expected=tuple(sorted(expected.items())),
+        cost=sweep_cost(manifest, runs_data, report.rows),
     )
     return replace(report, summary=_summary(report))
 
@@ -271,6 +276,7 @@ def build_report(run_dir: RunDir) -> Report:
         "oversubscribed": oversubscribed(manifest, report.rows),
         "noise": report.noise,
         "stages": report.stages,
+        "cost": report.cost,
         "reproduce": reproducibility(manifest, report.first),
     }
     plots = {plot.name.removesuffix(".png"): plot for plot in PLOTS if plot in made}
@@ -312,6 +318,7 @@ def _summary(report: Report) -> dict[str, Any]:
         "model": asdict(ASSUMED) | {"formula": ASSUMED.describe()} if report.rows else None,
         "health": None if health is None else {k: health.get(k) for k in ("status", "note")},
         "noise": None if report.noise is None else report.noise.summary(),
+        "cost": None if report.cost is None else report.cost.summary(),
     }
 
 

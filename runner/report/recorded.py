@@ -94,6 +94,8 @@ MANIFEST = obj(
         "versions": nullable(ANY_OBJECT),
         "git": nullable(obj({"revision": TEXT, "dirty": FLAG})),
         "launch_environment": nullable(list_of(obj({"key": TEXT, "value": TEXT}))),
+        # what a node cost an hour (the report's Cost section divides and multiplies by it)
+        "price": nullable(obj({"usd_per_node_hour": POSITIVE, "source": TEXT})),
         # this machine before the sweep (the embedded cluster): what the Noise section reads
         "noise": nullable(
             obj(
@@ -137,7 +139,8 @@ RUNS = obj(
                 }
             )
         ),
-    }
+    },
+    optional={"wall_s": nullable(NUMBER)},  # the sweep's wall time (the Cost section's)
 )
 
 HEALTH = obj(

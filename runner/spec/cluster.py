@@ -59,6 +59,7 @@ class Inventory:
     code_dir: str  # directory, on every node, that holds the runner/workloads package
     accelerator: Accelerator = Accelerator.CPU
     size: str | None = None  # Azure VM size when known (catalog key)
+    region: str | None = None  # Azure region when known (the list price's key, with size)
     # None: the nodes are processes on this machine and run no sshd (the embedded cluster),
     # so launchers use their no-SSH modes.
     ssh: SshAccess | None = None

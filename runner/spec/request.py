@@ -228,6 +228,10 @@ class BenchSpec(LaunchRequest):
     # the report's verdicts: a node count scales when its efficiency's whole 95% interval is
     # at or above this fraction (docs/report.md "Intervals and verdicts")
     target_efficiency: float = 0.9
+    # What a node costs an hour (USD), over the catalog's list price (docs/report.md "Cost"),
+    # and the most the sweep's estimate may come to before it is refused.
+    price_per_node_hour: float | None = None
+    max_cost: float | None = None
 
     def redacted(self) -> BenchSpec:
         """This spec with the values of secret-looking --env variables replaced."""

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from runner.azure.prices import sweep_price
 from runner.errors import DtrunError, RunInterruptedError, interruption
 from runner.execute import Executor, LineSink, discard
 from runner.plan.sweep import Launch, SweepPlan
@@ -108,6 +109,7 @@ class _Runner:
         self.status = SweepStatus.RUNNING
         self.error: str | None = None
         self.current: tuple[Launch, float] | None = None  # the point under way, and its start
+        self.started = time.monotonic()  # the sweep's start: its run directory was just made
 
     def launch(self, launch: Launch) -> Outcome:
         """Every launch of the sweep, the gate's and the points', runs through here."""
@@ -155,7 +157,11 @@ class _Runner:
 
     def record(self, run: RunResult) -> None:
         self.sweep.runs.append(run)
-        write_runs(self.sweep.run_dir, self.sweep.runs, self.status, self.error)
+        self.write_runs()
+
+    def write_runs(self) -> None:
+        wall = time.monotonic() - self.started
+        write_runs(self.sweep.run_dir, self.sweep.runs, self.status, self.error, wall)
 
     def interrupted(self) -> None:
         self.status, self.error = SweepStatus.INTERRUPTED, interruption()
@@ -190,14 +196,17 @@ def run_sweep(
     """
     events = events or SweepEvents()
     spec = plan.spec
+    started = time.monotonic()
+    inventory = plan.inventory
+    price = sweep_price(spec.price_per_node_hour, inventory.size, inventory.region)
     if resumed is None:
         run_dir = create_run_dir(output, spec.run_id)
         events.on_begin(run_dir)
-        write_manifest(run_dir, spec, plan.inventory, plan.environment)
+        write_manifest(run_dir, spec, inventory, plan.environment, price)
     else:
         run_dir = resumed.run_dir
         events.on_begin(run_dir)
-        record_resume(run_dir, plan.inventory, len(resumed.done))
+        record_resume(run_dir, inventory, len(resumed.done))
     # plan/n<N>/: as rendered before its launches ran (a resumed point's kept launches keep
     # theirs, and each launch directory holds its own scripts)
     kept = {run.nodes for run in resumed.done} if resumed is not None else set()
@@ -206,6 +215,7 @@ def run_sweep(
     sample = MachineSample() if plan.inventory.source == "embedded" else None
     reporter = ReportBuilder()  # readies its tools while the nodes run
     runner = _Runner(plan, run_dir, executor, events, ready, drain, evictions)
+    runner.started = started
     if resumed is not None:
         runner.sweep.runs.extend(resumed.done)
     try:
@@ -227,7 +237,7 @@ def run_sweep(
             f"`dtrun report {run_dir.path}`)",
         ) from None
     finally:
-        write_runs(run_dir, runner.sweep.runs, runner.status, runner.error)
+        runner.write_runs()
         if sample is not None:  # after a Ctrl-C, not a moment more for it
             interrupted = runner.status is SweepStatus.INTERRUPTED
             record_machine_noise(run_dir, sample.result(wait=not interrupted), resumed is not None)

@@ -1,0 +1,123 @@
+"""`dtrun bench`'s price and cost limit, and `dtrun up`'s hourly cost: what a sweep or a stack
+will cost, said before anything bills (docs/report.md "Cost")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from runner.cli.common import echo
+
+if TYPE_CHECKING:
+    from runner.cli.options import Where
+    from runner.plan.estimate import Estimate
+    from runner.spec.cluster import ClusterSpec, Inventory
+    from runner.spec.request import BenchSpec
+
+_COST = "Cost"
+
+
+# `dtrun bench`'s SweepOptions carry these two.
+PricePerNodeHour = Annotated[
+    float | None,
+    typer.Option(
+        metavar="USD",
+        help="What one node costs an hour, in US dollars: over the catalog's list price "
+        "(spot, reserved, your own rate), and the only price on the embedded cluster, hosts "
+        "files and Slurm. Without a price the report's cost columns say 'no price'.",
+        rich_help_panel=_COST,
+        show_default=False,
+    ),
+]
+MaxCost = Annotated[
+    float | None,
+    typer.Option(
+        metavar="USD",
+        help="Refuse (exit 2, nothing started) a sweep whose estimated cost is above this "
+        "(--dry-run prints the estimate and how it is made).",
+        rich_help_panel=_COST,
+        show_default=False,
+    ),
+]
+
+
+def checked_usd(flag: str, value: float | None) -> float | None:
+    """A money option, checked (a finite amount above zero)."""
+    from runner.azure.prices import check_usd
+
+    return check_usd(flag, value)
+
+
+def bench_estimate(spec: BenchSpec, inventory: Inventory | None, nodes: int) -> Estimate:
+    """The sweep's estimate on this cluster; before it is open (``inventory`` None), on
+    ``nodes`` nodes at --price-per-node-hour."""
+    from runner.azure.prices import sweep_price
+    from runner.plan.estimate import estimate
+
+    price = sweep_price(
+        spec.price_per_node_hour,
+        inventory.size if inventory else None,
+        inventory.region if inventory else None,
+    )
+    return estimate(
+        spec.node_counts,
+        spec.repeat,
+        workload=spec.workload,
+        steps=spec.steps,
+        timeout_s=spec.timeout_s,
+        cluster_nodes=len(inventory.nodes) if inventory else nodes,
+        price=price,
+    )
+
+
+def refuse_early(spec: BenchSpec, where: Where, nodes: int) -> None:
+    """--max-cost, before the cluster opens (an allocation dtrun asks Slurm for bills from its
+    start): where the price is --price-per-node-hour, or where no catalog price can come (no
+    stack), the refusal comes before anything is asked for."""
+    from runner.plan.estimate import check_max_cost
+
+    if spec.max_cost is None or (where.stack is not None and spec.price_per_node_hour is None):
+        return  # a stack's list price is known once its outputs are read
+    check_max_cost(bench_estimate(spec, None, nodes), spec.max_cost)
+
+
+def refuse_on(spec: BenchSpec, inventory: Inventory) -> Estimate:
+    """--max-cost on the open cluster, before the sweep's run directory exists."""
+    from runner.plan.estimate import check_max_cost
+
+    guess = bench_estimate(spec, inventory, len(inventory.nodes))
+    check_max_cost(guess, spec.max_cost)
+    return guess
+
+
+def print_estimate(guess: Estimate) -> None:
+    for line in guess.lines():
+        echo(f"# ==== {line}")
+
+
+def stack_hourly(spec: ClusterSpec) -> str:
+    """What a stack's VMs cost an hour at list price, as `dtrun up` says before creating it."""
+    from runner.azure.prices import list_price, regions_priced
+
+    node = list_price(spec.vm_size, spec.location)
+    head = list_price(spec.head_vm_size, spec.location)
+    head_text = (
+        f" + the head VM {spec.head_vm_size} ${head.usd_per_node_hour:g}"
+        if head is not None
+        else f" + the head VM {spec.head_vm_size} (not in dtrun's price list)"
+    )
+    if node is None:
+        where = ", ".join(regions_priced(spec.vm_size)) or "no region"
+        return (
+            f"cost: no list price for {spec.vm_size} in {spec.location} (dtrun's list has "
+            f"{where}: docs/facts.md §13); {spec.node_count} node(s){head_text}, billed by the "
+            "second from creation to `dtrun down`"
+        )
+    total = spec.node_count * node.usd_per_node_hour + (head.usd_per_node_hour if head else 0.0)
+    spot = "; Spot VMs bill less, at Azure's spot rate" if spec.spot else ""
+    return (
+        f"cost: {spec.node_count} x {spec.vm_size} at ${node.usd_per_node_hour:g} an hour"
+        f"{head_text} = ${total:,.2f} an hour at list price ({node.source}){spot}; billed from "
+        "creation to `dtrun down`, storage and traffic not included"
+    )
