@@ -55,8 +55,9 @@ def _warn_without_deadline(spec: ClusterSpec) -> None:
 
 @app.command()
 def up(stack: StackName) -> None:
-    """Create or update a stack's Azure cluster (pulumi up) and print its outputs; the
-    deadline moves to dtrun:ttlHours from now."""
+    """Create or update a stack's Azure cluster (pulumi up) and print its outputs.
+
+    Its deadline moves to dtrun:ttlHours from now."""
     from runner.azure.stack import check_stack_name
     from runner.azure.stack import up as stack_up
 
@@ -80,8 +81,10 @@ def extend(
         float, typer.Option(help="The new deadline, in hours from now (it can also come sooner).")
     ],
 ) -> None:
-    """Move a stack's deadline to N hours from now (the resource group's tag, which the head's
-    expiry timer reads every minute)."""
+    """Move a stack's deadline to N hours from now.
+
+    The deadline is a tag on the resource group, which the head's expiry timer reads every
+    minute."""
     from runner.azure.stack import check_stack_name
     from runner.azure.stack import extend as stack_extend
 

@@ -186,6 +186,15 @@ def run_scripts(
     return {name: (lines[name], process.wait()) for name, process in processes.items()}
 
 
+def write_scripts(plan: LaunchPlan, workdir: Path) -> None:
+    """Every node's script beside the launch files (mode 0700: they may hold --env values), for
+    executors that start them from elsewhere (srun, a Spark task)."""
+    for launch in plan.launches:
+        script = workdir / launch.script_name
+        script.write_text(launch.script)
+        script.chmod(0o700)
+
+
 def write_launch_files(plan: LaunchPlan, workdir: Path) -> None:
     """The plan's hostfile, configs and wrappers, beside the scripts (the nodes share it here)."""
     for file in plan.files:

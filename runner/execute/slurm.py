@@ -26,7 +26,7 @@ from runner import __version__
 from runner.errors import NodeFailedError, RunError, RunTimeoutError, UsageError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
-from runner.execute.local import run_scripts, sigint_deferred, write_launch_files
+from runner.execute.local import run_scripts, sigint_deferred, write_launch_files, write_scripts
 from runner.execute.slurmshell import SlurmShell, cancel
 from runner.execute.slurmstage import HeadStaging
 from runner.execute.success import Next, Settled, mark_stopped, settle
@@ -159,10 +159,7 @@ class SlurmExecutor:
         workdir = workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         write_launch_files(plan, workdir)
-        for launch in plan.launches:
-            script = workdir / launch.script_name
-            script.write_text(launch.script)
-            script.chmod(0o700)
+        write_scripts(plan, workdir)
         (workdir / WRAPPER).write_text(wrapper(plan, workdir.parent.parent.name))
         (workdir / WRAPPER).chmod(0o755)
         there = self.staging.push(workdir) if self.staging else str(workdir)

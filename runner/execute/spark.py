@@ -19,7 +19,7 @@ from runner import __version__
 from runner.errors import NodeFailedError, RunError, UsageError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
-from runner.execute.local import LocalExecutor, write_launch_files
+from runner.execute.local import LocalExecutor, write_launch_files, write_scripts
 from runner.execute.spark_node import EXIT_SUFFIX, TAG
 from runner.render import render
 from runner.spec.cluster import Node
@@ -66,10 +66,7 @@ class SparkExecutor:
         workdir = workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         write_launch_files(plan, workdir)
-        for launch in plan.launches:  # run by each Spark task's node_main, not from here
-            path = workdir / launch.script_name
-            path.write_text(launch.script)
-            path.chmod(0o700)
+        write_scripts(plan, workdir)  # run by each Spark task's node_main, not from here
         for stale in workdir.glob(f"*{EXIT_SUFFIX}"):  # an earlier attempt's (--resume)
             stale.unlink()
         tag = secrets.token_hex(8)

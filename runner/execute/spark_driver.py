@@ -37,9 +37,9 @@ def session(master: str, config: dict[str, Any], launch_dir: str) -> Any:
     executor_env = {
         "PYTHONPATH": config["code_dir"],
         "PYSPARK_PYTHON": config["python"],
-        # every process dtrun starts carries its launch tag, as on the other engines
-        **{k: v for k, v in os.environ.items() if k == "DTRUN_LAUNCH"},
     }
+    if "DTRUN_LAUNCH" in os.environ:  # every process of the launch carries its tag
+        executor_env["DTRUN_LAUNCH"] = os.environ["DTRUN_LAUNCH"]
     builder = (
         SparkSession.builder.master(master)
         .appName(f"dtrun {config['run_id']}")
