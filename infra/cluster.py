@@ -11,6 +11,9 @@ from runner.azure.catalog import SIZES
 
 class GpuCluster(pulumi.ComponentResource):
     scale_set_name: pulumi.Output[str]
+    # When Azure created the scale set (its timeCreated): where the nodes' paid time begins,
+    # for the report's time paid before a sweep (docs/report.md "Cost").
+    created_at: pulumi.Output[str]
 
     def __init__(
         self, name: str, args: MachineArgs, opts: pulumi.ResourceOptions | None = None
@@ -91,4 +94,7 @@ class GpuCluster(pulumi.ComponentResource):
             opts=child,
         )
         self.scale_set_name = scale_set.name
-        self.register_outputs({"scale_set_name": self.scale_set_name})
+        self.created_at = scale_set.time_created
+        self.register_outputs(
+            {"scale_set_name": self.scale_set_name, "created_at": self.created_at}
+        )

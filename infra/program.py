@@ -1,6 +1,6 @@
 """The whole cluster: resource group, network, shared storage, head VM, GPU scale set, keys.
 
-``build`` returns the stack outputs, version 3 of the contract that runner/cluster/outputs.py parses
+``build`` returns the stack outputs, version 4 of the contract that runner/cluster/outputs.py parses
 (docs/azure.md "Stack outputs").
 """
 
@@ -27,7 +27,7 @@ from runner.azure.config import subnets
 from runner.azure.expiry import deadline, group_tags
 from runner.spec.cluster import ClusterSpec, Scheduler
 
-OUTPUTS_VERSION = 3
+OUTPUTS_VERSION = 4
 NO_EXPIRY: pulumi.Output[HeadExpiry | None] = pulumi.Output.from_input(None)
 
 
@@ -156,7 +156,7 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
             identity_id,
         ),
     )
-    GpuCluster(
+    gpu = GpuCluster(
         "gpu",
         MachineArgs(
             cluster,
@@ -199,4 +199,5 @@ def build(cluster: ClusterSpec) -> dict[str, object]:
         "expires_at": deadline_at,
         "idle_minutes": cluster.expiry.idle_minutes,
         "expiry_action": cluster.expiry.action.value if cluster.expiry.enabled else None,
+        "nodes_created_at": gpu.created_at,
     }

@@ -1,4 +1,4 @@
-"""Stack outputs (contract versions 1 to 3) and node registry entries -> Inventory."""
+"""Stack outputs (contract versions 1 to 4) and node registry entries -> Inventory."""
 
 from __future__ import annotations
 
@@ -22,7 +22,11 @@ DATA = Path(__file__).parent / "data"
 RECORDED = sorted((DATA / "outputs").glob("v*.json"))
 # Keys each version added; a version N file has every key of the program's outputs but those
 # added after N.
-ADDED = {2: {"scheduler", "slurm_partition"}, 3: {"expires_at", "idle_minutes", "expiry_action"}}
+ADDED = {
+    2: {"scheduler", "slurm_partition"},
+    3: {"expires_at", "idle_minutes", "expiry_action"},
+    4: {"nodes_created_at"},
+}
 
 
 def load(name):
@@ -54,6 +58,34 @@ def test_a_version_1_stack_has_no_scheduler_and_a_version_2_stack_says_slurm():
     )
 
 
+def test_a_version_4_stack_says_when_its_nodes_were_created_and_the_inventory_keeps_it():
+    outputs = parse_outputs(load("v4-h100-azurefiles-created.json"), "v4")
+    assert outputs.nodes_created_at == "2026-11-23T09:58:41.4632871+00:00"
+    inventory = inventory_from_stack("bench", outputs, registry())
+    assert inventory.nodes_created_at == outputs.nodes_created_at
+    # older stacks do not know it; nor does a v4 file whose provider left it null
+    assert parse_outputs(load("v3-h100-azurefiles-expiry.json"), "v3").nodes_created_at is None
+    unknown = load("v4-h100-azurefiles-created.json") | {"nodes_created_at": None}
+    assert parse_outputs(unknown, "v4").nodes_created_at is None
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("yesterday", "nodes_created_at is 'yesterday', not an ISO 8601 time with its zone"),
+        ("2026-11-23T09:58:41", "not an ISO 8601 time with its zone"),
+        (1732355921, "'nodes_created_at' is 1732355921, not a time or null"),
+    ],
+)
+def test_a_bad_version_4_creation_time_is_named(value, message):
+    data = load("v4-h100-azurefiles-created.json") | {"nodes_created_at": value}
+    with pytest.raises(OutputsError, match=message):
+        parse_outputs(data, "outputs.json")
+    del data["nodes_created_at"]
+    with pytest.raises(OutputsError, match="has no 'nodes_created_at'"):
+        parse_outputs(data, "outputs.json")
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -74,12 +106,12 @@ def test_a_bad_version_2_scheduler_is_named(change, message):
 def test_the_program_exports_exactly_the_recorded_contract():
     """Guards the contract: a key dropped or changed in infra/ must be a new version; one added
     must be optional for readers (like ssh_port and image) and recorded here."""
-    from tests.infra.harness import run
+    from tests.infra.harness import SCALE_SET_CREATED, run
 
     exported = run(
         cluster_spec({"adminCidrs": ["203.0.113.4/32"]}, today=datetime.date(2026, 11, 23))
     ).outputs
-    assert exported["version"] == OUTPUTS_VERSION == 3
+    assert exported["version"] == OUTPUTS_VERSION == 4
     for path in RECORDED:
         recorded = json.loads(path.read_text())
         later = [keys for version, keys in ADDED.items() if version > recorded["version"]]
@@ -89,6 +121,8 @@ def test_the_program_exports_exactly_the_recorded_contract():
     assert (parsed.scheduler, parsed.slurm_partition) == ("none", None)
     assert (parsed.idle_minutes, parsed.expiry_action) == (60, "scaleset")
     assert parsed.expires_at is not None and parsed.expires_at.endswith("Z")
+    # the scale set's own timeCreated, as Azure answers it (the mock's), not the program's clock
+    assert parsed.nodes_created_at == SCALE_SET_CREATED
 
 
 def test_a_version_3_stack_says_when_it_expires_and_older_ones_have_no_expiry():
@@ -181,7 +215,7 @@ def test_registry_entries_say_when_a_node_is_ready():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": 4}, "made by a newer dtrun"),
+        ({"version": 5}, "made by a newer dtrun"),
         ({"version": None}, "it has no 'version' field"),
         ({"node_count": "four"}, "'node_count' is 'four', not a int"),
         ({"node_count": True}, "not a int"),

@@ -1,4 +1,4 @@
-"""The stack outputs contract (versions 1 to 3) and the node registry, parsed into an Inventory.
+"""The stack outputs contract (versions 1 to 4) and the node registry, parsed into an Inventory.
 
 `pulumi up` exports the outputs (infra/program.py); every booted node writes one registry entry
 on the shared storage (templates/cloud-init/dtrun-register.sh.j2). Both are documented in
@@ -18,8 +18,9 @@ from runner.azure.expiry import ExpiryError, parse_iso
 from runner.errors import UsageError
 from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
 
-OUTPUTS_VERSION = 3  # what `dtrun up` writes: version 2 and the expiry (docs/azure.md)
-READ_VERSIONS = (1, 2, 3)  # version 1 stacks have no scheduler: "none"; 1 and 2 no expiry
+OUTPUTS_VERSION = 4  # what `dtrun up` writes: version 3 and the nodes' creation (docs/azure.md)
+# version 1 stacks have no scheduler: "none"; 1 and 2 no expiry; 1 to 3 no creation time
+READ_VERSIONS = (1, 2, 3, 4)
 SCHEDULERS = ("none", "slurm")
 EXPIRY_ACTIONS = ("scaleset", "group")
 REGISTRY_SCHEMA = "dtrun.node/1"
@@ -54,6 +55,7 @@ class StackOutputs:
     expires_at: str | None = None  # version 3: the deadline (ISO 8601 UTC); None: none
     idle_minutes: int = 0  # version 3: the idle rule; 0: none
     expiry_action: str | None = None  # version 3: "scaleset" or "group"; None: expiry off
+    nodes_created_at: str | None = None  # version 4: the scale set's timeCreated (ISO 8601)
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
         image=image,
         **_scheduler(data, int(version), source),
         **_expiry(data, int(version), source),
+        **_created(data, int(version), source),
         known_hosts=tuple(known_hosts),
         node_count=_field(data, "node_count", int, source),
         gpus_per_node=_field(data, "gpus_per_node", int, source),
@@ -192,6 +195,24 @@ def _expiry(data: Mapping[str, Any], version: int, source: str) -> dict[str, Any
             f"{source}: 'expiry_action' is {action!r}, not one of {', '.join(EXPIRY_ACTIONS)}"
         )
     return {"expires_at": expires_at, "idle_minutes": idle, "expiry_action": action}
+
+
+def _created(data: Mapping[str, Any], version: int, source: str) -> dict[str, Any]:
+    """Version 4's nodes_created_at: when Azure created the scale set, where the nodes' paid
+    time begins (docs/report.md "Cost"). Null is read as unknown (a provider that left it out)."""
+    if version < 4:
+        return {}
+    if "nodes_created_at" not in data:
+        _field(data, "nodes_created_at", str, source)  # names it missing
+    created = data["nodes_created_at"]
+    if created is not None:
+        if not isinstance(created, str):
+            raise OutputsError(f"{source}: 'nodes_created_at' is {created!r}, not a time or null")
+        try:
+            parse_iso(created, "nodes_created_at")
+        except ExpiryError as error:
+            raise OutputsError(f"{source}: {error.what}") from None
+    return {"nodes_created_at": created}
 
 
 def parse_registry_entry(data: Mapping[str, Any], source: str) -> RegistryEntry:
@@ -255,4 +276,5 @@ def inventory_from_stack(
         ),
         shared_dir=outputs.mount_path,
         image=outputs.image,
+        nodes_created_at=outputs.nodes_created_at,
     )

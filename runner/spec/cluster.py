@@ -68,6 +68,9 @@ class Inventory:
     image: str | None = None  # the nodes' OS image (URN), when the cluster says
     # "slurm": Slurm starts every process (srun), and node names are Slurm's node names
     scheduler: str | None = None
+    # when the nodes were created (ISO 8601), where the cluster says (a stack's outputs v4):
+    # the report's time paid before a sweep begins from it (docs/report.md "Cost")
+    nodes_created_at: str | None = None
 
     @property
     def description(self) -> str:

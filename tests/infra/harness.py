@@ -76,6 +76,8 @@ COMPUTED: dict[str, Callable[[pulumi.runtime.MockResourceArgs], dict[str, Any]]]
     "azure-native:network:PublicIPAddress": lambda _: {"ipAddress": "20.0.113.10"},
     "azure-native:network:NetworkInterface": _nic,
     "azure-native:compute:VirtualMachine": _vm,
+    # as Azure writes it: seven fractional digits and an offset
+    "azure-native:compute:VirtualMachineScaleSet": lambda _: {"timeCreated": SCALE_SET_CREATED},
     "azure-native:netapp:CapacityPoolVolume": lambda _: {
         "mountTargets": [{"ipAddress": "10.42.2.4", "fileSystemId": "fs-1"}]
     },
@@ -87,6 +89,7 @@ COMPUTED: dict[str, Callable[[pulumi.runtime.MockResourceArgs], dict[str, Any]]]
         "principalId": IDENTITY_PRINCIPAL_ID,
     },
 }
+SCALE_SET_CREATED = "2026-11-23T09:58:41.4632871+00:00"
 SUBSCRIPTION = "00000000-0000-4000-8000-000000000001"
 IDENTITY_CLIENT_ID = "11111111-1111-4111-8111-111111111111"
 IDENTITY_PRINCIPAL_ID = "22222222-2222-4222-8222-222222222222"

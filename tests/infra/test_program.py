@@ -13,7 +13,7 @@ from infra.cloudinit import MOUNTS
 from runner.azure.catalog import SIZES, known_sizes
 from runner.azure.config import RDMA_NETWORK, cluster_spec
 from runner.spec.cluster import ClusterSpec, StorageKind
-from tests.infra.harness import Program, run
+from tests.infra.harness import SCALE_SET_CREATED, Program, run
 
 TODAY = datetime.date(2026, 11, 23)
 ADMIN = "203.0.113.4/32"
@@ -236,9 +236,10 @@ def test_host_keys_reach_cloud_init_and_known_hosts():
     assert node_key != head_key
 
 
-def test_outputs_follow_the_version_3_contract():
+def test_outputs_follow_the_version_4_contract():
     outputs = program(cluster(nodeCount=3)).outputs
-    assert outputs["version"] == 3
+    assert outputs["version"] == 4
+    assert outputs["nodes_created_at"] == SCALE_SET_CREATED  # the scale set's, from Azure
     assert (outputs["scheduler"], outputs["slurm_partition"]) == ("none", None)
     assert outputs["head_public_address"] == "20.0.113.10"
     assert outputs["ssh_user"] == "azureuser"

@@ -269,7 +269,7 @@ def test_the_machines_carry_the_conf_of_the_stack_and_the_outputs_say_slurm():
     assert conf["content"] == slurm_files(cluster).slurm_conf
     assert "NodeName=dtrunnode[000000-000005]" in conf["content"]
     assert "NodeName=DEFAULT CPUs=96 RealMemory=1848320 Gres=gpu:8 " in conf["content"]
-    assert (p.outputs["version"], p.outputs["scheduler"]) == (3, "slurm")
+    assert (p.outputs["version"], p.outputs["scheduler"]) == (4, "slurm")
     assert p.outputs["slurm_partition"] == PARTITION
     counts = {n: len(program(slurm_cluster(nodeCount=n)).resources) for n in (2, 100)}
     assert counts[2] == counts[100]
