@@ -167,18 +167,20 @@ def fake_run_dir(
     price: Price | None = None,
     launch_wall_s: Mapping[int, float] | None = None,
     sweep_wall_s: float | None = None,
+    paid_before: dict[str, Any] | None = None,
 ) -> RunDir:
     """A run directory as a sweep would leave it, with the given tokens/s per launch (or, for
     the allreduce workload, busbw at 1 MiB per launch) and probe busbw per node count; or,
     per node count in ``step_times``, each launch's recorded step times; and each launch's
     noise (noise_data) per node count. The cost inputs: the price recorded, each node count's
-    launch wall time (default 1 s) and the sweep's wall time."""
+    launch wall time (default 1 s), the sweep's wall time and the time paid before it."""
     run_dir = RunDir(path)
     path.mkdir(parents=True)
     largest = min(max(bench.node_counts), len(inventory.nodes))
     write_manifest(
-        run_dir, bench, inventory, launch_env(inventory, bench.redacted(), largest), price
-    )
+        run_dir, bench, inventory, launch_env(inventory, bench.redacted(), largest), price,
+        paid_before,
+    )  # fmt: skip
     runs = []
     launches: dict[int, list[tuple[float | None, Sequence[float] | None]]] = {
         nodes: [(tokens, None) for tokens in values] for nodes, values in throughput.items()
@@ -204,5 +206,5 @@ def fake_run_dir(
             rel = str(point.relative_to(path))
             wall = (launch_wall_s or {}).get(nodes, 1.0)
             runs.append(RunResult(nodes, repeat, RunStatus.OK, wall, rel))
-    write_runs(run_dir, runs, status, None, sweep_wall_s)
+    write_runs(run_dir, runs, status, None, () if sweep_wall_s is None else (sweep_wall_s,))
     return run_dir

@@ -60,3 +60,11 @@ def test_an_interrupted_sweep_resumes_to_one_report_running_only_what_is_missing
     manifest = json.loads((run / "manifest.json").read_text())
     assert [entry["launches_kept"] for entry in manifest["resumed"]] == [2]
     assert list(out.iterdir()) == [run]  # one run directory, one report
+    # each run of dtrun's wall time, and the launch the Ctrl-C stopped (if the 4-node point
+    # had begun) kept as replaced: both were paid for, and the cost counts them
+    first, second = runs["segment_wall_s"]
+    assert first > 0 and second > 0 and runs["wall_s"] == pytest.approx(first + second)
+    assert all((r["nodes"], r["status"]) == (4, "interrupted") for r in runs["replaced"])
+    cost = summary["cost"]
+    assert cost["segment_wall_s"] == [first, second]
+    assert cost["points"][-1]["launches"] == 1 + len(runs["replaced"])

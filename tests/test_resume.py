@@ -63,6 +63,29 @@ def test_the_recorded_sweep_reads_back_as_it_was_given(tmp_path):
     assert resumed.is_done(1, 0) and not resumed.is_done(2, 0)
 
 
+def test_a_resume_keeps_the_earlier_wall_times_and_the_launches_it_runs_again(tmp_path):
+    run_dir = _run_dir(tmp_path)
+    write_runs(
+        run_dir,
+        [RunResult(1, 0, RunStatus.OK, 3.0, "n1/r0")],
+        SweepStatus.INTERRUPTED,
+        "interrupted",
+        (40.0, 25.0),  # a sweep already resumed once
+        (RunResult(2, 0, RunStatus.FAILED, 2.0, "n2/r0", (), "node-1 failed"),),
+    )
+    data = json.loads(run_dir.runs.read_text())
+    assert data["wall_s"] == 65.0 and data["segment_wall_s"] == [40.0, 25.0]
+    resumed = read_resume(run_dir.path, (("WANDB_API_KEY", "s3cret-value"),))
+    assert resumed.walls == (40.0, 25.0)
+    assert [(r.nodes, r.status) for r in resumed.replaced] == [(2, RunStatus.FAILED)]
+    # a runs.json from before dtrun kept each run's wall time: one run, its wall_s
+    (tmp_path / "old").mkdir()
+    _run_dir(tmp_path / "old")
+    old = read_resume(tmp_path / "old" / SPEC.run_id, (("WANDB_API_KEY", "s3cret-value"),))
+    assert old.walls == (None,)
+    assert [(r.nodes, r.status) for r in old.replaced] == [(2, RunStatus.INTERRUPTED)]
+
+
 def test_from_dict_is_the_inverse_of_asdict_for_defaults_too():
     assert from_dict(BenchSpec, asdict(BenchSpec("x"))) == BenchSpec("x")
 

@@ -37,6 +37,11 @@ class Resumed:
     run_dir: RunDir
     spec: BenchSpec
     done: tuple[RunResult, ...]  # finished with a result: kept, not run again
+    # the launches that ended without a result (run again now), and those an earlier resume
+    # replaced: runs.json keeps them as "replaced", since their time was paid for
+    replaced: tuple[RunResult, ...] = ()
+    # each earlier run of dtrun on this sweep, its wall time (None: not recorded)
+    walls: tuple[float | None, ...] = ()
 
     def is_done(self, nodes: int, repeat: int) -> bool:
         return any(run.nodes == nodes and run.repeat == repeat for run in self.done)
@@ -93,6 +98,15 @@ def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
             for run in runs["runs"]
             if run.get("status") == RunStatus.OK.value
         )
+        replaced = tuple(from_dict(RunResult, run) for run in runs.get("replaced", [])) + tuple(
+            from_dict(RunResult, run)
+            for run in runs["runs"]
+            if run.get("status") != RunStatus.OK.value
+        )
+        walls = tuple(
+            None if wall is None else float(wall)
+            for wall in runs.get("segment_wall_s") or [runs.get("wall_s")]
+        )
     except (TypeError, ValueError, KeyError, StopIteration) as exc:
         raise damaged(run_dir.manifest, f"its sweep cannot be read back: {exc}") from None
     given = dict(env)
@@ -107,4 +121,4 @@ def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
     merged = tuple((name, given.get(name, value)) for name, value in spec.env)
     extra = tuple((name, value) for name, value in env if name not in dict(spec.env))
     spec = dataclasses.replace(spec, env=merged + extra)
-    return Resumed(run_dir, spec, done)
+    return Resumed(run_dir, spec, done, replaced, walls)

@@ -148,8 +148,10 @@ def write_manifest(
     inventory: Inventory,
     launch_env: tuple[EnvVar, ...] = (),
     price: Price | None = None,
+    paid_before: dict[str, Any] | None = None,
 ) -> None:
-    """manifest.json: everything needed to reproduce the run, secrets redacted (docs/bench.md)."""
+    """manifest.json: everything needed to reproduce the run, secrets redacted (docs/bench.md).
+    ``paid_before``: runner/record/paid.py's, None where the cluster does not say."""
     bench_data = asdict(bench.redacted())
     bench_data["env"] = [list(pair) for pair in bench_data["env"]]
     write_json(
@@ -167,6 +169,9 @@ def write_manifest(
             "image": image_of(inventory),
             # what a node costs an hour and where the figure comes from; None: no price known
             "price": asdict(price) if price is not None else None,
+            # what the nodes billed before the sweep began, from when and why then (None: the
+            # cluster does not say when its nodes were created)
+            "paid_before": paid_before,
             "versions": manifest.versions(),
             "git": manifest.git_revision(),
             "launch_environment": [
@@ -185,14 +190,18 @@ def write_manifest(
     )
 
 
-def record_resume(run_dir: RunDir, inventory: Inventory, kept: int) -> None:
-    """--resume: manifest.json's ``resumed`` list says when, on which cluster, keeping what."""
+def record_resume(
+    run_dir: RunDir, inventory: Inventory, kept: int, paid_before: dict[str, Any] | None = None
+) -> None:
+    """--resume: manifest.json's ``resumed`` list says when, on which cluster, keeping what,
+    and what that cluster billed before the resume began."""
     data = json.loads(run_dir.manifest.read_text())
     data.setdefault("resumed", []).append(
         {
             "at": now_iso(),
             "inventory": asdict(inventory.redacted()),
             "launches_kept": kept,
+            "paid_before": paid_before,
             "dtrun_version": __version__,
         }
     )
@@ -232,10 +241,15 @@ def write_runs(
     runs: Sequence[RunResult],
     status: SweepStatus,
     error: str | None,
-    wall_s: float | None = None,
+    segment_wall_s: Sequence[float | None] = (),
+    replaced: Sequence[RunResult] = (),
 ) -> None:
-    """runs.json; ``wall_s``: the sweep's wall time so far, from its run directory's creation
-    (the cost section's sweep time: docs/report.md "Cost")."""
+    """runs.json. ``segment_wall_s``: the wall time of each run of dtrun on this sweep (the
+    first, then each --resume), from its start to now; ``wall_s`` is their sum (None when one
+    is not known). ``replaced``: launches that ended without a result and that a --resume ran
+    again; they were paid for (the cost section's figures: docs/report.md "Cost")."""
+    known = [wall for wall in segment_wall_s if wall is not None]
+    wall_s = sum(known) if known and len(known) == len(segment_wall_s) else None
     write_json(
         run_dir.runs,
         {
@@ -244,12 +258,15 @@ def write_runs(
             "error": redact_text(error) if error is not None else None,
             "updated_at": now_iso(),
             "wall_s": wall_s,
-            "runs": [
-                asdict(replace(run, error=redact_text(run.error) if run.error else run.error))
-                for run in runs
-            ],
+            "segment_wall_s": list(segment_wall_s),
+            "runs": [_run(run) for run in runs],
+            "replaced": [_run(run) for run in replaced],
         },
     )
+
+
+def _run(run: RunResult) -> dict[str, Any]:
+    return asdict(replace(run, error=redact_text(run.error) if run.error else run.error))
 
 
 def ok_runs(runs_data: Mapping[str, Any]) -> list[tuple[int, int, str]]:

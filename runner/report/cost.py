@@ -12,9 +12,14 @@ runs.json's launches and sweep wall time, and the scaling rows.
   cost per token vs N0    = C(N) / C(N0) = N·X(N0) / (N0·X(N)) = 1 / E(N)
   cost-efficiency         = C(N0) / C(N) = E(N): scaling efficiency is cost-efficiency
   paid                    = the cluster's nodes x the sweep's wall time (run directory made to
-                            the last launch recorded), in node-hours
-  idle and boot           = paid - the points' node-hours (nodes waiting while smaller points
+                            the last launch recorded), in node-hours; a resumed sweep adds each
+                            run of dtrun's nodes x its wall time
+  idle during the sweep   = paid - the points' node-hours (nodes waiting while smaller points
                             ran, the health gate, readiness waits, dtrun's own work)
+  before the sweep        = each run of dtrun's nodes x the time from the later of the nodes'
+                            creation and the last record on them to its start
+                            (manifest.json's paid_before: runner/record/paid.py)
+  billed in all           = paid + before the sweep
 """
 
 from __future__ import annotations
@@ -43,6 +48,20 @@ class PointCost:
 
 
 @dataclass(frozen=True)
+class Before:
+    """What the nodes had billed before one run of dtrun on the sweep began (the first, or a
+    --resume), as manifest.json's paid_before recorded it."""
+
+    run: int  # which run of dtrun on the sweep: 1 the first, 2 the first --resume, ...
+    nodes: int
+    since: str  # ISO 8601 UTC
+    reason: str  # "the nodes were created", or the last record on them before
+    seconds: float
+    node_hours: float
+    cost_usd: float | None
+
+
+@dataclass(frozen=True)
 class SweepCost:
     usd_per_node_hour: float | None
     price_source: str | None
@@ -57,6 +76,17 @@ class SweepCost:
     total_cost_usd: float | None  # what the cluster billed during the sweep
     idle_cost_usd: float | None
     embedded: bool
+    # each run of dtrun on the sweep (the first, then each --resume): its nodes, its wall time
+    segment_nodes: tuple[int, ...] = ()
+    segment_wall_s: tuple[float | None, ...] = ()
+    # the time paid before each run of dtrun began, where its cluster said when its nodes were
+    # created; before_known: every run's did
+    before: tuple[Before, ...] = ()
+    before_known: bool = False
+    before_node_hours: float | None = None
+    before_cost_usd: float | None = None
+    billed_node_hours: float | None = None  # paid + before; None unless both are known
+    billed_cost_usd: float | None = None
 
     def summary(self) -> dict[str, Any]:
         """summary.json's "cost" object."""
@@ -103,20 +133,49 @@ def point_costs(
     return tuple(points)
 
 
+def _before(run: int, recorded: Mapping[str, Any], price: float | None) -> Before:
+    node_hours = int(recorded["nodes"]) * float(recorded["seconds"]) / SECONDS_PER_HOUR
+    return Before(
+        run=run,
+        nodes=int(recorded["nodes"]),
+        since=str(recorded["from"]),
+        reason=str(recorded["since"]),
+        seconds=float(recorded["seconds"]),
+        node_hours=node_hours,
+        cost_usd=_times(price, node_hours),
+    )
+
+
 def sweep_cost(
     manifest: Mapping[str, Any], runs_data: Mapping[str, Any], rows: Sequence[ScalingRow]
 ) -> SweepCost:
     """The Cost section of a run directory's report, from its recorded files."""
     priced = manifest.get("price")
     price = float(priced["usd_per_node_hour"]) if priced else None
-    runs = runs_data["runs"]
+    # a launch a --resume ran again was paid for all the same
+    runs = [*runs_data["runs"], *runs_data.get("replaced", [])]
     points = point_costs(runs, rows, price)
     launch_node_hours = sum(point.node_hours for point in points)
     cluster_nodes = len(manifest["inventory"]["nodes"])
     wall = runs_data.get("wall_s")
-    paid = None if wall is None else cluster_nodes * float(wall) / SECONDS_PER_HOUR
+    segments = [manifest, *manifest.get("resumed", [])]  # each holds its inventory
+    nodes = tuple(len(segment["inventory"]["nodes"]) for segment in segments)
+    walls = tuple(runs_data.get("segment_wall_s") or [wall])
+    known = [float(w) for w in walls if w is not None]
+    paid: float | None
+    if len(known) == len(nodes):
+        paid = sum(n * w for n, w in zip(nodes, known, strict=True)) / SECONDS_PER_HOUR
+    else:  # a run directory from before dtrun kept each run's wall time
+        paid = None if wall is None else cluster_nodes * float(wall) / SECONDS_PER_HOUR
     # a sweep's launches never outlast it; rounding is all that could make this negative
     idle = None if paid is None else max(0.0, paid - launch_node_hours)
+    before = tuple(
+        _before(run, recorded, price)
+        for run, recorded in enumerate((segment.get("paid_before") for segment in segments), 1)
+        if recorded is not None
+    )
+    before_hours = sum(b.node_hours for b in before) if before else None
+    billed = None if paid is None or before_hours is None else paid + before_hours
     return SweepCost(
         usd_per_node_hour=price,
         price_source=str(priced["source"]) if priced else None,
@@ -131,4 +190,12 @@ def sweep_cost(
         total_cost_usd=_times(price, paid),
         idle_cost_usd=_times(price, idle),
         embedded=manifest["inventory"]["source"] == "embedded",
+        segment_nodes=nodes,
+        segment_wall_s=tuple(None if w is None else float(w) for w in walls),
+        before=before,
+        before_known=len(before) == len(segments),
+        before_node_hours=before_hours,
+        before_cost_usd=_times(price, before_hours),
+        billed_node_hours=billed,
+        billed_cost_usd=_times(price, billed),
     )

@@ -7,6 +7,7 @@ report are rebuilt on the way out whether the sweep completed, failed or was int
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -17,6 +18,7 @@ from runner.errors import DtrunError, RunInterruptedError, interruption
 from runner.execute import Executor, LineSink, discard
 from runner.plan.sweep import Launch, SweepPlan
 from runner.record.noise_sample import MachineSample
+from runner.record.paid import paid_before
 from runner.record.resume import Resumed
 from runner.record.rundir import (
     RunDir,
@@ -110,6 +112,10 @@ class _Runner:
         self.error: str | None = None
         self.current: tuple[Launch, float] | None = None  # the point under way, and its start
         self.started = time.monotonic()  # the sweep's start: its run directory was just made
+        # --resume: the earlier runs of dtrun on this sweep, their wall times, and their
+        # launches without a result that run again now
+        self.earlier_walls: tuple[float | None, ...] = ()
+        self.replaced: tuple[RunResult, ...] = ()
 
     def launch(self, launch: Launch) -> Outcome:
         """Every launch of the sweep, the gate's and the points', runs through here."""
@@ -160,8 +166,10 @@ class _Runner:
         self.write_runs()
 
     def write_runs(self) -> None:
-        wall = time.monotonic() - self.started
-        write_runs(self.sweep.run_dir, self.sweep.runs, self.status, self.error, wall)
+        walls = (*self.earlier_walls, time.monotonic() - self.started)
+        write_runs(
+            self.sweep.run_dir, self.sweep.runs, self.status, self.error, walls, self.replaced
+        )
 
     def interrupted(self) -> None:
         self.status, self.error = SweepStatus.INTERRUPTED, interruption()
@@ -199,14 +207,17 @@ def run_sweep(
     started = time.monotonic()
     inventory = plan.inventory
     price = sweep_price(spec.price_per_node_hour, inventory.size, inventory.region)
+    now = datetime.datetime.now(datetime.UTC)
     if resumed is None:
+        before = paid_before(output, inventory, now)
         run_dir = create_run_dir(output, spec.run_id)
         events.on_begin(run_dir)
-        write_manifest(run_dir, spec, inventory, plan.environment, price)
+        write_manifest(run_dir, spec, inventory, plan.environment, price, before)
     else:
         run_dir = resumed.run_dir
         events.on_begin(run_dir)
-        record_resume(run_dir, inventory, len(resumed.done))
+        before = paid_before(run_dir.path.parent, inventory, now)
+        record_resume(run_dir, inventory, len(resumed.done), before)
     # plan/n<N>/: as rendered before its launches ran (a resumed point's kept launches keep
     # theirs, and each launch directory holds its own scripts)
     kept = {run.nodes for run in resumed.done} if resumed is not None else set()
@@ -218,6 +229,7 @@ def run_sweep(
     runner.started = started
     if resumed is not None:
         runner.sweep.runs.extend(resumed.done)
+        runner.earlier_walls, runner.replaced = resumed.walls, resumed.replaced
     try:
         try:
             runner.sweep.health = runner.gate()
