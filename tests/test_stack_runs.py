@@ -7,6 +7,7 @@ order of the last lines are real.
 
 from __future__ import annotations
 
+import datetime
 import json
 import sys
 from pathlib import Path
@@ -97,3 +98,52 @@ def test_without_teardown_the_last_line_says_the_stack_still_bills(loopback_stac
     last = result.output.strip().splitlines()[-1]
     assert "stack loop is still running and billing: 2 x Standard_ND96isr_H100_v5" in last
     assert "dtrun down --stack loop" in last
+
+
+def _created(created_at: str, **more: object) -> None:
+    """The loopback stack as outputs version 4, its scale set created at ``created_at``."""
+    values = runner.azure.stack.outputs("loop").values | more | {
+        "version": 4, "scheduler": "none", "slurm_partition": None, "expires_at": None,
+        "idle_minutes": 0, "expiry_action": None, "nodes_created_at": created_at,
+    }  # fmt: skip
+    runner.azure.stack.outputs = lambda name: Outputs(values, frozenset())  # type: ignore[assignment]
+
+
+def test_a_dry_run_says_what_the_nodes_have_billed_since_they_were_created(loopback_stack):
+    _created("2026-11-24T09:00:00Z")
+    result = dtrun(
+        "bench", "--stack", "loop", "--nodes", "1,2", "--dry-run",
+        "--price-per-node-hour", "10",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if "paid before the sweep" in x)
+    assert "2 node(s) have billed since 2026-11-24T09:00:00Z (the nodes were created)" in line
+    hours = float(line.split(": ")[2].split(" node-hours")[0])
+    assert hours > 2 * 1  # two nodes, over an hour since 09:00 by the time any test runs
+    usd = float(line.split("node-hours, $")[1].split(" so far")[0].replace(",", ""))
+    assert usd == pytest.approx(hours * 10, abs=0.01)  # at --price-per-node-hour
+    assert not Path("runs").exists()  # a dry run writes nothing
+
+
+@pytest.mark.e2e
+def test_a_sweep_on_the_stack_records_and_reports_the_time_paid_before_it(loopback_stack):
+    created = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=30)
+    _created(created.strftime("%Y-%m-%dT%H:%M:%SZ"), gpus_per_node=0)  # gloo on these CPUs
+    args = ["bench", "--stack", "loop", "--nodes", "1", "--steps", "3", "--warmup", "1",
+            "--repeat", "1", "--procs-per-node", "1", "--no-health-gate", "--quiet",
+            "--port", "29776",
+            "--price-per-node-hour", "10"]  # fmt: skip
+    first = dtrun(*args, "--run-id", "first")
+    assert first.exit_code == 0, first.output
+    manifest = json.loads(Path("runs/first/manifest.json").read_text())
+    before = manifest["paid_before"]
+    assert before["since"] == "the nodes were created" and before["nodes"] == 2
+    assert 30 * 60 <= before["seconds"] < 40 * 60
+    report = Path("runs/first/report.md").read_text()
+    assert "| paid before the sweep | " in report and "| billed in all | " in report
+    # a second sweep on the same nodes pays only from the first one's last record
+    second = dtrun(*args, "--run-id", "second")
+    assert second.exit_code == 0, second.output
+    again = json.loads(Path("runs/second/manifest.json").read_text())["paid_before"]
+    assert again["since"] == "the last record of run first on the same nodes"
+    assert again["seconds"] < 120

@@ -10,6 +10,9 @@ import typer
 from runner.cli.common import echo
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from runner.azure.prices import Price
     from runner.cli.options import Where
     from runner.plan.estimate import Estimate
     from runner.spec.cluster import ClusterSpec, Inventory
@@ -91,9 +94,31 @@ def refuse_on(spec: BenchSpec, inventory: Inventory) -> Estimate:
     return guess
 
 
-def print_estimate(guess: Estimate) -> None:
+def print_estimate(guess: Estimate, before: str | None = None) -> None:
     for line in guess.lines():
         echo(f"# ==== {line}")
+    if before is not None:
+        echo(f"# ==== {before}")
+
+
+def before_line(results: Path, inventory: Inventory, price: Price | None) -> str | None:
+    """--dry-run: what the nodes have billed so far, which a sweep started now would record as
+    its time paid before (runner/record/paid.py); None where the cluster does not say when its
+    nodes were created."""
+    import datetime
+
+    from runner.record.paid import paid_before
+
+    before = paid_before(results, inventory, datetime.datetime.now(datetime.UTC))
+    if before is None:
+        return None
+    node_hours = before["nodes"] * before["seconds"] / 3600
+    money = "" if price is None else f", ${node_hours * price.usd_per_node_hour:,.2f}"
+    return (
+        f"paid before the sweep: {before['nodes']} node(s) have billed since {before['from']} "
+        f"({before['since']}): {node_hours:.3f} node-hours{money} so far, which the sweep's "
+        "report adds to what it pays"
+    )
 
 
 def stack_hourly(spec: ClusterSpec) -> str:

@@ -15,6 +15,7 @@ from runner.cli.common import console, print_json, print_node_line, user_errors
 from runner.cli.cost import (
     MaxCost,
     PricePerNodeHour,
+    before_line,
     checked_usd,
     print_estimate,
     refuse_early,
@@ -213,7 +214,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
                     cluster.preview,
                     launching.output / resolved.spec.run_id,
                 )
-                print_estimate(guess)
+                print_estimate(guess, before_line(launching.output, cluster.inventory, guess.price))
                 return
             if cluster.choice.embedded:
                 _require_packages(resolved)  # the embedded nodes run this very interpreter
