@@ -110,17 +110,18 @@ def _created(created_at: str, **more: object) -> None:
 
 
 def test_a_dry_run_says_what_the_nodes_have_billed_since_they_were_created(loopback_stack):
-    _created("2026-11-24T09:00:00Z")
+    created = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=90)
+    _created(created.strftime("%Y-%m-%dT%H:%M:%SZ"))
     result = dtrun(
         "bench", "--stack", "loop", "--nodes", "1,2", "--dry-run",
         "--price-per-node-hour", "10",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if "paid before the sweep" in x)
-    assert "2 node(s) have billed since 2026-11-24T09:00:00Z (the nodes were created)" in line
-    hours = float(line.split(": ")[2].split(" node-hours")[0])
-    assert hours > 2 * 1  # two nodes, over an hour since 09:00 by the time any test runs
-    usd = float(line.split("node-hours, $")[1].split(" so far")[0].replace(",", ""))
+    assert f"2 node(s) from {created:%Y-%m-%dT%H:%M:%S}Z (the nodes were created) to now" in line
+    hours = float(line.split("to now: ")[1].split(" node-hours")[0])
+    assert hours == pytest.approx(3.0, abs=0.05)  # 2 nodes x 90 min, and the seconds since
+    usd = float(line.split("node-hours, $")[1].split(",")[0])
     assert usd == pytest.approx(hours * 10, abs=0.01)  # at --price-per-node-hour
     assert not Path("runs").exists()  # a dry run writes nothing
 
@@ -145,5 +146,5 @@ def test_a_sweep_on_the_stack_records_and_reports_the_time_paid_before_it(loopba
     second = dtrun(*args, "--run-id", "second")
     assert second.exit_code == 0, second.output
     again = json.loads(Path("runs/second/manifest.json").read_text())["paid_before"]
-    assert again["since"] == "the last record of run first on the same nodes"
+    assert again["since"] == "the end of sweep first on the same nodes"
     assert again["seconds"] < 120

@@ -115,9 +115,9 @@ def before_line(results: Path, inventory: Inventory, price: Price | None) -> str
     node_hours = before["nodes"] * before["seconds"] / 3600
     money = "" if price is None else f", ${node_hours * price.usd_per_node_hour:,.2f}"
     return (
-        f"paid before the sweep: {before['nodes']} node(s) have billed since {before['from']} "
-        f"({before['since']}): {node_hours:.3f} node-hours{money} so far, which the sweep's "
-        "report adds to what it pays"
+        f"paid before the sweep: {before['nodes']} node(s) from {before['from']} "
+        f"({before['since']}) to now: {node_hours:.3f} node-hours{money}, which a sweep "
+        "started now adds to what it pays"
     )
 
 

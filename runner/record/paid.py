@@ -4,21 +4,26 @@
 A stack's nodes bill from the moment Azure creates them: while they boot, while cloud-init
 installs, and while nobody uses them. The stack says when its scale set was created (outputs
 version 4, `nodes_created_at`); the time from then to the sweep's start was paid for this sweep,
-unless an earlier sweep or `dtrun run` on the same nodes already counted it. So the start of
-the time before is the later of the nodes' creation and the last record of any run directory
-beside this one (the same results directory) made on the same nodes: the same inventory
-source and the same creation time, so a stack brought down and up again is new nodes. Run
-directories that cannot be read are passed over (they are not this sweep's to judge).
+unless an earlier sweep on the same nodes already counted it. So the start of the time before is
+the later of the nodes' creation and the end of the last sweep beside this one (the same results
+directory) that ran on the same nodes. Nodes are the same when the cluster's creation time, size
+and region are (a stack brought down and up again is new nodes; one stack reached as `--stack`
+and as `--outputs FILE` is the same). A resumed sweep ran on each of its clusters in turn: its
+part on these nodes ended at its start plus that part's wall time (runs.json `segment_wall_s`),
+its last part when runs.json was last written. A `dtrun run` is no sweep: its time has no cost
+section, so it stays in the next sweep's time before. Run directories that cannot be read are
+passed over (they are not this sweep's to judge).
 
-Only the cluster knows when its nodes were created; for the embedded cluster, a hosts file or a
-Slurm allocation the record says nothing (None), and the report says the time is not known.
+Only the cluster knows when its nodes were created; for the embedded cluster, a hosts file, a
+Slurm allocation or a Spark cluster the record says nothing (None), and the report says the time
+is not known.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,37 +46,56 @@ def paid_before(
     except ExpiryError:
         return None  # the outputs' reader checked it; a hand-edited record is not ours to fix
     reason = CREATED
-    for ended, record in _earlier(results, inventory):
+    for ended, sweep in _ends(results, inventory):
         if since < ended <= now:
-            since, reason = ended, f"the last record of run {record} on the same nodes"
+            since, reason = ended, f"the end of sweep {sweep} on the same nodes"
     return {
         "from": iso(since),
         "since": reason,
+        # a clock behind Azure's can put the creation after the start: nothing paid before
         "seconds": max(0.0, (now - since).total_seconds()),
         "nodes": len(inventory.nodes),
     }
 
 
-def _earlier(results: Path, inventory: Inventory) -> Iterator[tuple[datetime.datetime, str]]:
-    """(last record, run directory) of every run directory in ``results`` made on the same
-    nodes: a sweep's runs.json or a `dtrun run`'s run.json."""
+def _ends(results: Path, inventory: Inventory) -> Iterator[tuple[datetime.datetime, str]]:
+    """(when it ended, run directory) of each part of every sweep in ``results`` that ran on
+    the inventory's nodes."""
     if not results.is_dir():
         return
     for directory in results.iterdir():
-        for record, holder in (("runs.json", "manifest.json"), ("run.json", "run.json")):
-            try:
-                last = json.loads((directory / record).read_text())
-                made = json.loads((directory / holder).read_text())
-                # a resumed sweep ran on the manifest's inventory and on each resume's
-                used = [made["inventory"]] + [r["inventory"] for r in made.get("resumed", [])]
-                if any(_same(inventory, other) for other in used):
-                    yield parse_iso(last["updated_at"], "updated_at"), directory.name
-            except (OSError, ValueError, KeyError, TypeError, AttributeError, ExpiryError):
-                continue
+        try:
+            manifest = json.loads((directory / "manifest.json").read_text())
+            runs = json.loads((directory / "runs.json").read_text())
+            parts = [(manifest["inventory"], manifest["created_at"])] + [
+                (entry["inventory"], entry["at"]) for entry in manifest.get("resumed", [])
+            ]
+            walls = runs.get("segment_wall_s") or []
+            for index, (used, started) in enumerate(parts):
+                if not _same(inventory, used):
+                    continue
+                if index == len(parts) - 1:  # the last part: until runs.json's last write
+                    yield parse_iso(runs["updated_at"], "updated_at"), directory.name
+                elif index < len(walls) and walls[index] is not None:
+                    wall = datetime.timedelta(seconds=float(walls[index]))
+                    yield parse_iso(started, "created_at") + wall, directory.name
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, ExpiryError):
+            continue
 
 
-def _same(inventory: Inventory, recorded: dict[str, Any]) -> bool:
-    return (recorded["source"], recorded.get("nodes_created_at")) == (
-        inventory.source,
-        inventory.nodes_created_at,
+def _same(inventory: Inventory, recorded: Mapping[str, Any]) -> bool:
+    """The same nodes: the same creation time (to the microsecond, as Python reads Azure's),
+    size and region."""
+    created = recorded.get("nodes_created_at")
+    if not isinstance(created, str) or inventory.nodes_created_at is None:
+        return False
+    try:
+        same_time = parse_iso(created, "nodes_created_at") == parse_iso(
+            inventory.nodes_created_at, "nodes_created_at"
+        )
+    except ExpiryError:
+        return False
+    return same_time and (recorded.get("size"), recorded.get("region")) == (
+        inventory.size,
+        inventory.region,
     )

@@ -17,9 +17,9 @@ runs.json's launches and sweep wall time, and the scaling rows.
   idle during the sweep   = paid - the points' node-hours (nodes waiting while smaller points
                             ran, the health gate, readiness waits, dtrun's own work)
   before the sweep        = each run of dtrun's nodes x the time from the later of the nodes'
-                            creation and the last record on them to its start
+                            creation and the end of the last sweep on them to its start
                             (manifest.json's paid_before: runner/record/paid.py)
-  billed in all           = paid + before the sweep
+  billed in all           = paid + before the sweep, only when every part of both is known
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from runner.record.paid import CREATED
 from runner.report.metrics import ScalingRow
 
 SECONDS_PER_HOUR = 3600.0
@@ -55,7 +56,8 @@ class Before:
     run: int  # which run of dtrun on the sweep: 1 the first, 2 the first --resume, ...
     nodes: int
     since: str  # ISO 8601 UTC
-    reason: str  # "the nodes were created", or the last record on them before
+    reason: str  # "the nodes were created", or the end of the last sweep on them
+    from_creation: bool  # from the nodes' creation: their boot and set-up are in it
     seconds: float
     node_hours: float
     cost_usd: float | None
@@ -78,7 +80,7 @@ class SweepCost:
     embedded: bool
     # each run of dtrun on the sweep (the first, then each --resume): its nodes, its wall time
     segment_nodes: tuple[int, ...] = ()
-    segment_wall_s: tuple[float | None, ...] = ()
+    segment_wall_s: tuple[float, ...] = ()  # () when runs.json does not hold each one
     # the time paid before each run of dtrun began, where its cluster said when its nodes were
     # created; before_known: every run's did
     before: tuple[Before, ...] = ()
@@ -133,6 +135,15 @@ def point_costs(
     return tuple(points)
 
 
+def _walls(runs_data: Mapping[str, Any], segments: int) -> tuple[float, ...]:
+    """Each run of dtrun's wall time, one per run of dtrun on the sweep; () when runs.json does
+    not hold them all (recorded before dtrun kept them, or a resume stopped before writing)."""
+    walls = runs_data.get("segment_wall_s") or [runs_data.get("wall_s")]
+    if len(walls) != segments or None in walls:
+        return ()
+    return tuple(float(wall) for wall in walls)
+
+
 def _before(run: int, recorded: Mapping[str, Any], price: float | None) -> Before:
     node_hours = int(recorded["nodes"]) * float(recorded["seconds"]) / SECONDS_PER_HOUR
     return Before(
@@ -140,6 +151,7 @@ def _before(run: int, recorded: Mapping[str, Any], price: float | None) -> Befor
         nodes=int(recorded["nodes"]),
         since=str(recorded["from"]),
         reason=str(recorded["since"]),
+        from_creation=recorded["since"] == CREATED,
         seconds=float(recorded["seconds"]),
         node_hours=node_hours,
         cost_usd=_times(price, node_hours),
@@ -160,12 +172,11 @@ def sweep_cost(
     wall = runs_data.get("wall_s")
     segments = [manifest, *manifest.get("resumed", [])]  # each holds its inventory
     nodes = tuple(len(segment["inventory"]["nodes"]) for segment in segments)
-    walls = tuple(runs_data.get("segment_wall_s") or [wall])
-    known = [float(w) for w in walls if w is not None]
+    walls = _walls(runs_data, len(segments))
     paid: float | None
-    if len(known) == len(nodes):
-        paid = sum(n * w for n, w in zip(nodes, known, strict=True)) / SECONDS_PER_HOUR
-    else:  # a run directory from before dtrun kept each run's wall time
+    if walls:
+        paid = sum(n * w for n, w in zip(nodes, walls, strict=True)) / SECONDS_PER_HOUR
+    else:  # recorded before dtrun kept each run's wall time: the one it kept, on the first nodes
         paid = None if wall is None else cluster_nodes * float(wall) / SECONDS_PER_HOUR
     # a sweep's launches never outlast it; rounding is all that could make this negative
     idle = None if paid is None else max(0.0, paid - launch_node_hours)
@@ -174,8 +185,12 @@ def sweep_cost(
         for run, recorded in enumerate((segment.get("paid_before") for segment in segments), 1)
         if recorded is not None
     )
+    before_known = len(before) == len(segments)
     before_hours = sum(b.node_hours for b in before) if before else None
-    billed = None if paid is None or before_hours is None else paid + before_hours
+    # in all only when every part is known: never a total that leaves a part out unsaid
+    billed = None
+    if paid is not None and before_hours is not None and before_known:
+        billed = paid + before_hours if walls or len(segments) == 1 else None
     return SweepCost(
         usd_per_node_hour=price,
         price_source=str(priced["source"]) if priced else None,
@@ -191,9 +206,9 @@ def sweep_cost(
         idle_cost_usd=_times(price, idle),
         embedded=manifest["inventory"]["source"] == "embedded",
         segment_nodes=nodes,
-        segment_wall_s=tuple(None if w is None else float(w) for w in walls),
+        segment_wall_s=walls,
         before=before,
-        before_known=len(before) == len(segments),
+        before_known=before_known,
         before_node_hours=before_hours,
         before_cost_usd=_times(price, before_hours),
         billed_node_hours=billed,

@@ -75,6 +75,7 @@ _BENCH = obj(
         "strategy": nullable(ANY_OBJECT),
     },
 )
+_PAID_BEFORE = obj({"from": TEXT, "since": TEXT, "seconds": NUMBER, "nodes": WHOLE})
 MANIFEST = obj(
     {
         "run_id": TEXT,
@@ -96,6 +97,15 @@ MANIFEST = obj(
         "launch_environment": nullable(list_of(obj({"key": TEXT, "value": TEXT}))),
         # what a node cost an hour (the report's Cost section divides and multiplies by it)
         "price": nullable(obj({"usd_per_node_hour": POSITIVE, "source": TEXT})),
+        # what the nodes billed before the sweep, and each --resume's cluster and its time
+        # before (the Cost section's "paid before" rows and its per-run figures)
+        "paid_before": nullable(_PAID_BEFORE),
+        "resumed": list_of(
+            obj(
+                {"at": TEXT, "inventory": obj({"nodes": list_of(ANY_OBJECT)})},
+                optional={"paid_before": nullable(_PAID_BEFORE)},
+            )
+        ),
         # this machine before the sweep (the embedded cluster): what the Noise section reads
         "noise": nullable(
             obj(
@@ -140,7 +150,13 @@ RUNS = obj(
             )
         ),
     },
-    optional={"wall_s": nullable(NUMBER)},  # the sweep's wall time (the Cost section's)
+    # the sweep's wall time, each run of dtrun's, and the launches a --resume ran again: what
+    # the Cost section adds up
+    optional={
+        "wall_s": nullable(NUMBER),
+        "segment_wall_s": list_of(nullable(NUMBER)),
+        "replaced": list_of(obj({"nodes": COUNT, "wall_s": NUMBER})),
+    },
 )
 
 HEALTH = obj(
