@@ -267,11 +267,12 @@ def test_no_total_when_one_run_of_dtrun_does_not_know_its_time_before(tmp_path, 
     assert "billed in all" not in text
 
 
-def test_a_resumed_run_directory_without_each_wall_time_gives_no_breakdown_and_no_total(
+def test_a_resumed_run_directory_without_each_wall_time_says_what_was_paid_is_not_known(
     tmp_path, stack
 ):
-    """runs.json written before dtrun kept each run's wall time: only its wall_s, on the first
-    run's nodes, and no per-run line or total that would credit it to the wrong nodes."""
+    """runs.json written before dtrun kept each run's wall time: its wall_s was only the last
+    run's, so neither a per-run line, nor a paid figure on the first run's nodes, nor a total;
+    the time before each run, which the manifest does record, is still shown."""
     bench = BenchSpec(run_id="old", node_counts=(1,), repeat=1)
     first = {"from": "2026-11-23T09:58:41Z", "since": CREATED, "seconds": 1800.0, "nodes": 4}
     run_dir = fake_run_dir(
@@ -284,11 +285,18 @@ def test_a_resumed_run_directory_without_each_wall_time_gives_no_breakdown_and_n
     run_dir.runs.write_text(json.dumps(data))
     cost = build_report(RunDir(run_dir.path)).cost
     assert cost is not None and cost.segment_wall_s == ()
-    assert cost.paid_node_hours == pytest.approx(2.0)  # 4 nodes x 1,800 s, as recorded
+    assert cost.paid_node_hours is None and cost.idle_node_hours is None
     assert cost.billed_node_hours is None
+    assert cost.before_node_hours == pytest.approx(4 * 1860 / 3600)
     text = run_dir.report.read_text()
-    assert "runs of dtrun (the first" not in text
-    assert "| billed in all | not given: runs.json does not hold each run of dtrun's" in text
+    assert (
+        "| sweep wall time | not known: not every run of dtrun on this sweep (the first and 1 "
+        "--resume) recorded its wall time" in text
+    )
+    assert "| paid before run 2 of dtrun | 0.0667 node-hours" in text
+    assert (
+        "| billed in all | not given: what the cluster paid during the sweep is not known" in text
+    )
 
 
 @pytest.mark.parametrize(
@@ -308,3 +316,14 @@ def test_a_damaged_cost_record_is_refused_naming_it(tmp_path, stack, where, chan
     with pytest.raises(DamagedRunError, match=named) as caught:
         build_report(RunDir(run_dir.path))
     assert caught.value.exit_code == 2
+
+
+def test_a_resume_that_stopped_before_writing_has_no_end_on_its_nodes(tmp_path, stack):
+    """Sweep s: 300 s on another stack from 10:00, then resumed on these nodes at 10:20 and
+    killed before it wrote runs.json (which still holds the first part's wall time, written at
+    10:05): its end on these nodes is not known, so the time before runs from their creation."""
+    runs = tmp_path / "runs"
+    other = {**SAME, "source": "stack:spot", "nodes_created_at": "2026-11-23T08:00:00Z"}
+    sweep(runs, "s", [(other, "10:00:00"), (SAME, "10:20:00")], "10:05:00", [300.0])
+    before = paid_before(runs, stack, at("11:00:00"))
+    assert before is not None and before["since"] == CREATED

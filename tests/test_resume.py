@@ -11,7 +11,7 @@ import pytest
 
 from runner.errors import UsageError
 from runner.record.resume import from_dict, read_resume
-from runner.record.rundir import RunDir, write_json, write_manifest, write_runs
+from runner.record.rundir import RunDir, record_resume, write_json, write_manifest, write_runs
 from runner.spec.outcome import NodeResult, RunResult, RunStatus, SuccessRule, SweepStatus
 from runner.spec.request import (
     BenchSpec,
@@ -65,12 +65,13 @@ def test_the_recorded_sweep_reads_back_as_it_was_given(tmp_path):
 
 def test_a_resume_keeps_the_earlier_wall_times_and_the_launches_it_runs_again(tmp_path):
     run_dir = _run_dir(tmp_path)
+    record_resume(run_dir, ssh_cluster(2), 1)  # a sweep already resumed once
     write_runs(
         run_dir,
         [RunResult(1, 0, RunStatus.OK, 3.0, "n1/r0")],
         SweepStatus.INTERRUPTED,
         "interrupted",
-        (40.0, 25.0),  # a sweep already resumed once
+        (40.0, 25.0),
         (RunResult(2, 0, RunStatus.FAILED, 2.0, "n2/r0", (), "node-1 failed"),),
     )
     data = json.loads(run_dir.runs.read_text())
@@ -82,8 +83,28 @@ def test_a_resume_keeps_the_earlier_wall_times_and_the_launches_it_runs_again(tm
     (tmp_path / "old").mkdir()
     _run_dir(tmp_path / "old")
     old = read_resume(tmp_path / "old" / SPEC.run_id, (("WANDB_API_KEY", "s3cret-value"),))
-    assert old.walls == (None,)
+    assert old.walls == (None,)  # its wall_s was never written
     assert [(r.nodes, r.status) for r in old.replaced] == [(2, RunStatus.INTERRUPTED)]
+
+
+def test_each_earlier_run_of_dtrun_keeps_its_own_place_in_the_wall_times(tmp_path):
+    """A resume that stopped before it wrote runs.json has no wall time: the next resume's
+    lands after it, not in its place; and a runs.json from before dtrun kept each one held only
+    the last run's wall time as wall_s."""
+    run_dir = _run_dir(tmp_path)
+    data = json.loads(run_dir.manifest.read_text())
+    data["resumed"] = [{"at": "2026-11-23T10:20:00Z", "inventory": data["inventory"]}] * 2
+    write_json(run_dir.manifest, data)
+    runs = [RunResult(1, 0, RunStatus.OK, 3.0, "n1/r0")]
+    write_runs(run_dir, runs, SweepStatus.INTERRUPTED, "x", (40.0, 25.0))  # the third never wrote
+    resumed = read_resume(run_dir.path, (("WANDB_API_KEY", "s3cret-value"),))
+    assert resumed.walls == (40.0, 25.0, None)
+    old = json.loads(run_dir.runs.read_text())
+    del old["segment_wall_s"]
+    old["wall_s"] = 25.0
+    write_json(run_dir.runs, old)
+    resumed = read_resume(run_dir.path, (("WANDB_API_KEY", "s3cret-value"),))
+    assert resumed.walls == (None, None, 25.0)
 
 
 def test_from_dict_is_the_inverse_of_asdict_for_defaults_too():

@@ -71,14 +71,17 @@ def _ends(results: Path, inventory: Inventory) -> Iterator[tuple[datetime.dateti
                 (entry["inventory"], entry["at"]) for entry in manifest.get("resumed", [])
             ]
             walls = runs.get("segment_wall_s") or []
+            # the last part wrote runs.json last, unless it stopped before writing it
+            last_wrote = len(walls) == len(parts) or (not walls and len(parts) == 1)
             for index, (used, started) in enumerate(parts):
                 if not _same(inventory, used):
                     continue
-                if index == len(parts) - 1:  # the last part: until runs.json's last write
+                if index == len(parts) - 1 and last_wrote:
                     yield parse_iso(runs["updated_at"], "updated_at"), directory.name
                 elif index < len(walls) and walls[index] is not None:
                     wall = datetime.timedelta(seconds=float(walls[index]))
                     yield parse_iso(started, "created_at") + wall, directory.name
+                # else: a part whose end is not recorded is passed over
         except (OSError, ValueError, KeyError, TypeError, AttributeError, ExpiryError):
             continue
 

@@ -80,6 +80,17 @@ def _value(hint: Any, value: Any) -> Any:
     return value
 
 
+def _walls(runs: dict[str, Any], parts: int) -> tuple[float | None, ...]:
+    """Each earlier run of dtrun's wall time, one per part the manifest records (the first run,
+    then each resume), None where it is not known: a resume stopped before it wrote runs.json,
+    or a runs.json from before dtrun kept each one (its wall_s was the last run's)."""
+    recorded = runs.get("segment_wall_s")
+    if recorded is None:
+        recorded = [None] * (parts - 1) + [runs.get("wall_s")]
+    walls = [None if wall is None else float(wall) for wall in recorded][:parts]
+    return (*walls, *[None] * (parts - len(walls)))
+
+
 def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
     """The recorded sweep of run directory ``path``; ``env``: --env given again with --resume,
     for values the manifest holds redacted."""
@@ -103,10 +114,7 @@ def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
             for run in runs["runs"]
             if run.get("status") != RunStatus.OK.value
         )
-        walls = tuple(
-            None if wall is None else float(wall)
-            for wall in runs.get("segment_wall_s") or [runs.get("wall_s")]
-        )
+        walls = _walls(runs, 1 + len(manifest.get("resumed", [])))
     except (TypeError, ValueError, KeyError, StopIteration) as exc:
         raise damaged(run_dir.manifest, f"its sweep cannot be read back: {exc}") from None
     given = dict(env)

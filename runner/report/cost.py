@@ -176,8 +176,10 @@ def sweep_cost(
     paid: float | None
     if walls:
         paid = sum(n * w for n, w in zip(nodes, walls, strict=True)) / SECONDS_PER_HOUR
-    else:  # recorded before dtrun kept each run's wall time: the one it kept, on the first nodes
-        paid = None if wall is None else cluster_nodes * float(wall) / SECONDS_PER_HOUR
+    elif len(segments) == 1 and wall is not None:  # recorded before dtrun kept each run's
+        paid = cluster_nodes * float(wall) / SECONDS_PER_HOUR
+    else:  # a run of dtrun whose wall time is not recorded: what was paid is not known
+        paid = None
     # a sweep's launches never outlast it; rounding is all that could make this negative
     idle = None if paid is None else max(0.0, paid - launch_node_hours)
     before = tuple(
@@ -190,7 +192,7 @@ def sweep_cost(
     # in all only when every part is known: never a total that leaves a part out unsaid
     billed = None
     if paid is not None and before_hours is not None and before_known:
-        billed = paid + before_hours if walls or len(segments) == 1 else None
+        billed = paid + before_hours
     return SweepCost(
         usd_per_node_hour=price,
         price_source=str(priced["source"]) if priced else None,
