@@ -147,6 +147,38 @@ def test_sigterm_cancels_the_step_and_the_job_and_leaves_no_process(slurm, no_le
     assert record["status"] == "interrupted"
 
 
+def test_a_sigkilled_dtrun_leaves_no_job_once_its_lease_runs_out(slurm, no_leftovers):
+    """SIGKILL runs none of dtrun's own code: its job ends itself a lease after the last
+    renewal (runner/cluster/slurmlease.py), and with it every step and program."""
+    script = _write(no_leftovers, "sleep.py", SLEEPER)
+    with (no_leftovers / "dtrun.out").open("w+") as out:
+        dtrun = subprocess.Popen(
+            [*DTRUN, "run", "--slurm", "--nodes", "2", "--port", "29638", "--output",
+             str(no_leftovers / "runs"), "--", "python", str(script)],
+            cwd=no_leftovers, env={**slurm.env, "DTRUN_SLURM_LEASE_S": "10"}, stdout=out,
+            stderr=subprocess.STDOUT, preexec_fn=default_signals,
+        )  # fmt: skip
+
+        def sleepers() -> int:
+            return len([p for p in launch_processes() if "sleep.py" in " ".join(p.cmdline())])
+
+        wait_for(lambda: sleepers() >= 2, timeout=60, what="both nodes' programs to start")
+        time.sleep(15)  # a lease and a half: renewed while dtrun lives, the job holds
+        assert len(slurm.jobs()) == 1 and sleepers() >= 2
+        dtrun.kill()
+        dtrun.wait(timeout=10)
+        killed = time.monotonic()
+        wait_for(
+            lambda: slurm.jobs() == [] and launch_processes() == [],
+            timeout=60,
+            what="the job and every program to end",
+        )
+        took = time.monotonic() - killed
+    # the lease (10 s), one poll (2 s) and Slurm's teardown of the steps
+    assert took < 25, took
+    assert slurm.steps() == []
+
+
 def test_a_job_stuck_pending_says_why_and_gives_up_at_the_queue_timeout(slurm, no_leftovers):
     blocker = slurm.run(
         "sbatch", "--parsable", "-N2", "--exclusive", "--output=/dev/null", "--wrap", "sleep 300"

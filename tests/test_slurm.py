@@ -19,6 +19,7 @@ from runner.cluster.slurm import (
     slurm_inventory,
     slurm_nodes,
 )
+from runner.cluster.slurmlease import hold_script
 from runner.errors import NodeFailedError
 from runner.execute.slurm import SlurmExecutor, _Step, step_command, wrapper
 from runner.execute.slurmshell import SlurmShell
@@ -76,11 +77,11 @@ def test_inside_an_allocation_is_slurm_job_id():
 def test_the_allocation_request_holds_the_largest_count_and_every_passed_option():
     request = SlurmRequest(partition="gpu", account="ml", qos="high", time="2:00:00",
                            constraint="ib&a100", exclude="gpu[03]", nodelist=None)  # fmt: skip
-    assert allocation_request(request, 8, "dtrun-r1") == [
+    assert allocation_request(request, 8, "dtrun-r1", 300) == [
         "sbatch", "--parsable", "--job-name=dtrun-r1", "--nodes=8", "--ntasks-per-node=1",
-        "--exclusive", "--output=/dev/null", "--partition=gpu", "--account=ml", "--qos=high",
-        "--time=2:00:00", "--constraint=ib&a100", "--exclude=gpu[03]",
-        "--wrap=exec sleep infinity",
+        "--exclusive", "--output=/dev/null", "--comment=dtrun-lease:0", "--partition=gpu",
+        "--account=ml", "--qos=high", "--time=2:00:00", "--constraint=ib&a100",
+        "--exclude=gpu[03]", f"--wrap={hold_script(300)}",
     ]  # fmt: skip
 
 

@@ -4,7 +4,8 @@ Inside an allocation (SLURM_JOB_ID set: under salloc, in an sbatch script) dtrun
 allocation's nodes and leaves the allocation as it found it. Outside one, it asks for a single
 allocation of the sweep's largest node count (an sbatch job whose only work is to hold the
 nodes), waits in the queue once, runs every point inside it (a point of n nodes on the first n),
-and cancels it when the command ends, however it ends.
+and cancels it when the command ends, however it ends; killed outright, dtrun stops renewing
+the job's lease and the job ends itself (runner/cluster/slurmlease.py).
 
 Every Slurm command goes through a SlurmShell: here on a login node, or on a stack's head
 over ssh. Only Slurm's documented output formats are read (sbatch --parsable, squeue -o,
@@ -18,12 +19,12 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from runner.cluster.slurmlease import COMMENT, hold_script, lease_seconds
 from runner.errors import InventoryError, RunError, UsageError
 from runner.execute.slurmshell import LIVE, POLL_S, SlurmShell, job_state
 from runner.spec.cluster import Accelerator, Inventory, Node
 from runner.spec.slurm import SlurmRequest
 
-HOLD = "exec sleep infinity"  # the batch script of the allocation dtrun asks for
 # A node name dtrun puts in file names and scripts; Slurm's own names are of this shape.
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -32,9 +33,13 @@ class QueueTimeoutError(RunError):
     """dtrun's allocation waited in the queue past --queue-timeout; it was cancelled."""
 
 
-def allocation_request(request: SlurmRequest, nodes: int, name: str) -> list[str]:
-    """The sbatch line dtrun submits: N whole nodes held by a job that only sleeps, so that
-    every point of the sweep runs on the same nodes after one wait in the queue."""
+def allocation_request(
+    request: SlurmRequest, nodes: int, name: str, lease_s: int | None = None
+) -> list[str]:
+    """The sbatch line dtrun submits: N whole nodes held by a job that only waits, so that
+    every point of the sweep runs on the same nodes after one wait in the queue; it ends
+    itself when dtrun stops renewing its lease (runner/cluster/slurmlease.py)."""
+    lease = lease_seconds() if lease_s is None else lease_s
     return [
         "sbatch",
         "--parsable",
@@ -43,17 +48,18 @@ def allocation_request(request: SlurmRequest, nodes: int, name: str) -> list[str
         "--ntasks-per-node=1",
         "--exclusive",  # nobody else's work on the nodes while they are measured
         "--output=/dev/null",
+        f"--comment={COMMENT}0",
         *(f"{flag}={value}" for flag, value in request.passed_through()),
-        f"--wrap={HOLD}",
+        f"--wrap={hold_script(lease)}",
     ]
 
 
 PendingSink = Callable[[str, str, float, float], None]  # job id, Slurm's reason, waited, timeout
 
 
-def submit(shell: SlurmShell, request: SlurmRequest, nodes: int, name: str) -> str:
+def submit(shell: SlurmShell, request: SlurmRequest, nodes: int, name: str, lease_s: int) -> str:
     """Submit the allocation request; its job id. A request Slurm refuses is bad input."""
-    argv = allocation_request(request, nodes, name)
+    argv = allocation_request(request, nodes, name, lease_s)
     done = shell.run(argv)
     if done.returncode != 0:
         said = " ".join(line.strip() for line in done.stderr.strip().splitlines())

@@ -24,6 +24,7 @@ from runner.cluster.slurm import (
     submit,
     wait_running,
 )
+from runner.cluster.slurmlease import Lease, lease_seconds
 from runner.errors import UsageError
 from runner.execute.local import sigint_deferred
 from runner.execute.slurm import SlurmExecutor, SlurmPreview
@@ -143,17 +144,20 @@ def open_slurm(
         inventory = _inventory("slurm:dry run (nodes as sinfo lists them)", nodes, gpus, head)
         yield _cluster(choice, shell, "JOBID", inventory, head)
         return
-    job = submit(shell, request, count, choice.job_name)
+    lease_s = lease_seconds()
+    job = submit(shell, request, count, choice.job_name, lease_s)
     notice(f"Slurm job {job} asks for {count} node(s); scancel {job} is run when dtrun ends")
     try:
-        nodelist = wait_running(
-            shell, job, timeout_s=request.queue_timeout_s, on_pending=pending_notice(notice)
-        )
-        names = hostnames(shell, nodelist)
-        notice(f"Slurm job {job} runs on {len(names)} node(s): {','.join(names)}")
-        nodes, gpus = slurm_nodes(shell, names)
-        inventory = _inventory(f"slurm:job {job}", nodes, gpus, head)
-        yield _cluster(choice, shell, job, inventory, head)
+        # renewed while dtrun lives; if it is killed outright, the job ends itself
+        with Lease(shell, job, lease_s):
+            nodelist = wait_running(
+                shell, job, timeout_s=request.queue_timeout_s, on_pending=pending_notice(notice)
+            )
+            names = hostnames(shell, nodelist)
+            notice(f"Slurm job {job} runs on {len(names)} node(s): {','.join(names)}")
+            nodes, gpus = slurm_nodes(shell, names)
+            inventory = _inventory(f"slurm:job {job}", nodes, gpus, head)
+            yield _cluster(choice, shell, job, inventory, head)
     finally:
         with sigint_deferred():
             cancel(shell, job)
