@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import typer
@@ -49,6 +49,10 @@ def choose(
     check_seconds("--connect-timeout", where.connect_timeout)
     check_seconds("--queue-timeout", where.queue_timeout)
     slurm = where.slurm_request(drain_failing)
+    if slurm is not None:  # checked with the options: nothing is asked of Slurm before
+        from runner.cluster.slurmlease import lease_seconds
+
+        slurm = replace(slurm, lease_s=lease_seconds())
     if teardown and where.stack is None:
         raise UsageError(
             "--teardown destroys a Pulumi stack, and no --stack was given",

@@ -19,7 +19,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from runner.cluster.slurmlease import COMMENT, hold_script, lease_seconds
+from runner.cluster.slurmlease import COMMENT, hold_script
 from runner.errors import InventoryError, RunError, UsageError
 from runner.execute.slurmshell import LIVE, POLL_S, SlurmShell, job_state
 from runner.spec.cluster import Accelerator, Inventory, Node
@@ -33,13 +33,10 @@ class QueueTimeoutError(RunError):
     """dtrun's allocation waited in the queue past --queue-timeout; it was cancelled."""
 
 
-def allocation_request(
-    request: SlurmRequest, nodes: int, name: str, lease_s: int | None = None
-) -> list[str]:
+def allocation_request(request: SlurmRequest, nodes: int, name: str) -> list[str]:
     """The sbatch line dtrun submits: N whole nodes held by a job that only waits, so that
     every point of the sweep runs on the same nodes after one wait in the queue; it ends
     itself when dtrun stops renewing its lease (runner/cluster/slurmlease.py)."""
-    lease = lease_seconds() if lease_s is None else lease_s
     return [
         "sbatch",
         "--parsable",
@@ -50,16 +47,16 @@ def allocation_request(
         "--output=/dev/null",
         f"--comment={COMMENT}0",
         *(f"{flag}={value}" for flag, value in request.passed_through()),
-        f"--wrap={hold_script(lease)}",
+        f"--wrap={hold_script(request.lease_s)}",
     ]
 
 
 PendingSink = Callable[[str, str, float, float], None]  # job id, Slurm's reason, waited, timeout
 
 
-def submit(shell: SlurmShell, request: SlurmRequest, nodes: int, name: str, lease_s: int) -> str:
+def submit(shell: SlurmShell, request: SlurmRequest, nodes: int, name: str) -> str:
     """Submit the allocation request; its job id. A request Slurm refuses is bad input."""
-    argv = allocation_request(request, nodes, name, lease_s)
+    argv = allocation_request(request, nodes, name)
     done = shell.run(argv)
     if done.returncode != 0:
         said = " ".join(line.strip() for line in done.stderr.strip().splitlines())

@@ -24,7 +24,7 @@ from runner.cluster.slurm import (
     submit,
     wait_running,
 )
-from runner.cluster.slurmlease import Lease, lease_seconds
+from runner.cluster.slurmlease import Lease
 from runner.errors import UsageError
 from runner.execute.local import sigint_deferred
 from runner.execute.slurm import SlurmExecutor, SlurmPreview
@@ -144,12 +144,12 @@ def open_slurm(
         inventory = _inventory("slurm:dry run (nodes as sinfo lists them)", nodes, gpus, head)
         yield _cluster(choice, shell, "JOBID", inventory, head)
         return
-    lease_s = lease_seconds()
-    job = submit(shell, request, count, choice.job_name, lease_s)
+    job = submit(shell, request, count, choice.job_name)
     notice(f"Slurm job {job} asks for {count} node(s); scancel {job} is run when dtrun ends")
     try:
         # renewed while dtrun lives; if it is killed outright, the job ends itself
-        with Lease(shell, job, lease_s):
+        lease = Lease(shell, job, request.lease_s, notice) if request.lease_s else None
+        with lease or contextlib.nullcontext():
             nodelist = wait_running(
                 shell, job, timeout_s=request.queue_timeout_s, on_pending=pending_notice(notice)
             )

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_QUEUE_TIMEOUT_S = 3600.0  # an hour in the queue, then dtrun cancels its request
+# how long dtrun's own job outlives a dtrun killed outright (runner/cluster/slurmlease.py)
+DEFAULT_LEASE_S = 300
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,7 @@ class SlurmRequest:
     nodelist: str | None = None
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
     drain_failing: bool = False  # the health gate drains the nodes that fail it
+    lease_s: int = DEFAULT_LEASE_S  # DTRUN_SLURM_LEASE_S; 0: no lease
 
     def passed_through(self) -> tuple[tuple[str, str], ...]:
         """(sbatch option, value) for every option the user gave, in sbatch's spelling."""
