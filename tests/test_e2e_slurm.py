@@ -174,8 +174,9 @@ def test_a_sigkilled_dtrun_leaves_no_job_once_its_lease_runs_out(slurm, no_lefto
             what="the job and every program to end",
         )
         took = time.monotonic() - killed
-    # the lease (10 s), one poll (2 s) and Slurm's teardown of the steps
-    assert took < 25, took
+    # the lease (10 s) after the script last saw a renewal (up to one 5 s poll after the kill),
+    # checked every 5 s, and Slurm's teardown of the steps
+    assert took < 30, took
     assert slurm.steps() == []
 
 
