@@ -180,14 +180,7 @@ def _expiry(data: Mapping[str, Any], version: int, source: str) -> dict[str, Any
     """Version 3's expiry: when and how the cluster removes itself (docs/azure.md "Expiry")."""
     if version < 3:
         return {}
-    expires_at = data.get("expires_at", "absent")
-    if expires_at is not None:
-        if not isinstance(expires_at, str):
-            raise OutputsError(f"{source}: 'expires_at' is {expires_at!r}, not a time or null")
-        try:
-            parse_iso(expires_at, "expires_at")
-        except ExpiryError as error:
-            raise OutputsError(f"{source}: {error.what}") from None
+    expires_at = _time_or_null(data.get("expires_at", "absent"), "expires_at", source)
     idle = _field(data, "idle_minutes", int, source)
     action = data.get("expiry_action", "absent")
     if action is not None and action not in EXPIRY_ACTIONS:
@@ -204,15 +197,20 @@ def _created(data: Mapping[str, Any], version: int, source: str) -> dict[str, An
         return {}
     if "nodes_created_at" not in data:
         _field(data, "nodes_created_at", str, source)  # names it missing
-    created = data["nodes_created_at"]
-    if created is not None:
-        if not isinstance(created, str):
-            raise OutputsError(f"{source}: 'nodes_created_at' is {created!r}, not a time or null")
-        try:
-            parse_iso(created, "nodes_created_at")
-        except ExpiryError as error:
-            raise OutputsError(f"{source}: {error.what}") from None
-    return {"nodes_created_at": created}
+    return {"nodes_created_at": _time_or_null(data["nodes_created_at"], "nodes_created_at", source)}
+
+
+def _time_or_null(value: Any, key: str, source: str) -> str | None:
+    """An output that is an ISO 8601 time with its zone, or null; anything else is named."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise OutputsError(f"{source}: {key!r} is {value!r}, not a time or null")
+    try:
+        parse_iso(value, key)
+    except ExpiryError as error:
+        raise OutputsError(f"{source}: {error.what}") from None
+    return value
 
 
 def parse_registry_entry(data: Mapping[str, Any], source: str) -> RegistryEntry:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar, Union
 
 from runner.errors import UsageError
 from runner.record.readback import damaged, kind, list_of, obj, read_record
-from runner.record.rundir import RunDir
+from runner.record.rundir import RunDir, segment_walls
 from runner.redact import REDACTED
 from runner.spec.outcome import RunResult, RunStatus
 from runner.spec.request import BenchSpec
@@ -80,17 +80,6 @@ def _value(hint: Any, value: Any) -> Any:
     return value
 
 
-def _walls(runs: dict[str, Any], parts: int) -> tuple[float | None, ...]:
-    """Each earlier run of dtrun's wall time, one per part the manifest records (the first run,
-    then each resume), None where it is not known: a resume stopped before it wrote runs.json,
-    or a runs.json from before dtrun kept each one (its wall_s was the last run's)."""
-    recorded = runs.get("segment_wall_s")
-    if recorded is None:
-        recorded = [None] * (parts - 1) + [runs.get("wall_s")]
-    walls = [None if wall is None else float(wall) for wall in recorded][:parts]
-    return (*walls, *[None] * (parts - len(walls)))
-
-
 def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
     """The recorded sweep of run directory ``path``; ``env``: --env given again with --resume,
     for values the manifest holds redacted."""
@@ -114,7 +103,7 @@ def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
             for run in runs["runs"]
             if run.get("status") != RunStatus.OK.value
         )
-        walls = _walls(runs, 1 + len(manifest.get("resumed", [])))
+        walls = segment_walls(runs, 1 + len(manifest.get("resumed", [])))
     except (TypeError, ValueError, KeyError, StopIteration) as exc:
         raise damaged(run_dir.manifest, f"its sweep cannot be read back: {exc}") from None
     given = dict(env)

@@ -265,6 +265,18 @@ def write_runs(
     )
 
 
+def segment_walls(runs_data: Mapping[str, Any], parts: int) -> tuple[float | None, ...]:
+    """runs.json's wall time of each run of dtrun on the sweep, one per part the manifest
+    records (the first run, then each resume), None where it is not known: a resume stopped
+    before it wrote runs.json, or a runs.json from before dtrun kept each one (its wall_s was
+    the last run's)."""
+    recorded = runs_data.get("segment_wall_s")
+    if recorded is None:
+        recorded = [None] * (parts - 1) + [runs_data.get("wall_s")]
+    walls = [None if wall is None else float(wall) for wall in recorded][:parts]
+    return (*walls, *[None] * (parts - len(walls)))
+
+
 def _run(run: RunResult) -> dict[str, Any]:
     return asdict(replace(run, error=redact_text(run.error) if run.error else run.error))
 

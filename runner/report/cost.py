@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from runner.record.paid import CREATED
+from runner.record.rundir import segment_walls
 from runner.report.metrics import ScalingRow
 
 SECONDS_PER_HOUR = 3600.0
@@ -135,15 +136,6 @@ def point_costs(
     return tuple(points)
 
 
-def _walls(runs_data: Mapping[str, Any], segments: int) -> tuple[float, ...]:
-    """Each run of dtrun's wall time, one per run of dtrun on the sweep; () when runs.json does
-    not hold them all (recorded before dtrun kept them, or a resume stopped before writing)."""
-    walls = runs_data.get("segment_wall_s") or [runs_data.get("wall_s")]
-    if len(walls) != segments or None in walls:
-        return ()
-    return tuple(float(wall) for wall in walls)
-
-
 def _before(run: int, recorded: Mapping[str, Any], price: float | None) -> Before:
     node_hours = int(recorded["nodes"]) * float(recorded["seconds"]) / SECONDS_PER_HOUR
     return Before(
@@ -172,7 +164,9 @@ def sweep_cost(
     wall = runs_data.get("wall_s")
     segments = [manifest, *manifest.get("resumed", [])]  # each holds its inventory
     nodes = tuple(len(segment["inventory"]["nodes"]) for segment in segments)
-    walls = _walls(runs_data, len(segments))
+    # each run of dtrun's wall time; () unless runs.json holds every one
+    known = segment_walls(runs_data, len(segments))
+    walls = () if None in known else tuple(float(w) for w in known if w is not None)
     paid: float | None
     if walls:
         paid = sum(n * w for n, w in zip(nodes, walls, strict=True)) / SECONDS_PER_HOUR
