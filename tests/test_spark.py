@@ -3,11 +3,16 @@ script, and how the executor reads each node's end from the files node_main writ
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 
 from runner.cluster.spark import executors, spark_inventory
@@ -160,3 +165,76 @@ def test_the_node_script_records_the_executor_address_when_known(tmp_path):
 
     assert address(DTRUN_EXECUTOR_ADDR="10.0.0.7") == "10.0.0.7"
     assert address() == "spark-executor"
+
+
+# node_main in a process of its own, as a Spark task's rank runs it: `hand` says how the stop
+# arrives (a signal on a thread that is not the main one, or a SIGKILL of node_main itself).
+RANK_PROCESS = """\
+import os, signal, sys, threading, time
+from pathlib import Path
+from runner.execute.spark_node import node_main
+
+where = Path(sys.argv[1])
+
+def hand():
+    while not (where / "spark-0.log").exists() or b"up" not in (where / "spark-0.log").read_bytes():
+        time.sleep(0.05)
+    if sys.argv[2] == "thread":  # the kernel may hand a process's signal to any of its threads
+        watch = next(t for t in threading.enumerate() if t.name == "dtrun-parent-watch")
+        signal.pthread_kill(watch.ident, signal.SIGTERM)
+    else:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+threading.Thread(target=hand, daemon=True).start()
+node_main(str(where), ["spark-0"])
+"""
+
+# the program and a child it leaves in the background, both in the script's process group
+NODE_SCRIPT = """\
+sleep 600 &
+echo "$!" > background.pid
+echo "$$" > program.pid
+echo up
+exec sleep 601
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.parametrize(
+    ("hand", "deaf"), [("thread", False), ("sigkill", False), ("sigkill", True)],
+    ids=["signal-on-a-thread", "sigkill", "sigkill-term-ignored"],
+)  # fmt: skip
+def test_a_stopped_rank_leaves_no_process_of_its_node_script(tmp_path, hand, deaf):
+    """A SIGTERM the kernel hands to node_main's watch thread still stops the script at once
+    (the main thread is not blocked reading its output), and a node_main killed outright has
+    its script's whole process group ended by its guard: SIGKILL where SIGTERM is ignored."""
+    (tmp_path / "node-0.sh").write_text(("trap '' TERM\n" if deaf else "") + NODE_SCRIPT)
+    env = {**os.environ, "NODE_RANK": "0", "PYTHONPATH": str(Path(__file__).parents[1])}
+    rank = subprocess.Popen(
+        [sys.executable, "-c", RANK_PROCESS, str(tmp_path), hand],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        code = rank.wait(timeout=30)
+        pids = [int((tmp_path / f"{n}.pid").read_text()) for n in ("program", "background")]
+        deadline = time.monotonic() + 10
+        while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(_gone(pid) for pid in pids), pids
+        if hand == "thread":
+            assert code == 143, rank.stderr.read() if rank.stderr else ""
+            assert (tmp_path / "spark-0.exit").read_text() == "143\n"
+        else:
+            assert code == -signal.SIGKILL
+    finally:
+        rank.kill()
+        for name in ("program", "background"):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((tmp_path / f"{name}.pid").read_text()), signal.SIGKILL)

@@ -8,8 +8,9 @@ streams task output to the driver), records the exit code in ``<node>.exit``, an
 task when the script does, so Spark fails the job at once and names the partition.
 
 The script runs in a process group of its own, which ``node_main`` stops (SIGTERM, then
-SIGKILL) when it is stopped itself or when its parent, the Spark-started process, goes away:
-a cancelled Spark job leaves no rank behind.
+SIGKILL) when it is stopped itself or when its parent, the Spark-started process, goes away,
+and which a guard process ends when ``node_main`` is killed outright: a cancelled Spark job
+leaves no rank behind.
 
 Standard library only: this module is imported on the executors.
 """
@@ -91,10 +92,12 @@ def _run(script: Path, env: dict[str, str], log: Any, node_rank: int) -> int:
         stderr=subprocess.STDOUT,
         process_group=0,
     )
+    guard = _guard(proc.pid)
+    once = threading.Lock()
     stopping = threading.Event()
 
     def stop(*_: object) -> None:
-        if stopping.is_set():
+        if not once.acquire(blocking=False):  # the signal, the kernel's and the watch's: once
             return
         stopping.set()
         for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 0.0)):
@@ -109,13 +112,57 @@ def _run(script: Path, env: dict[str, str], log: Any, node_rank: int) -> int:
             signal.signal(sig, stop)
     _stop_with_parent(stop)
     assert proc.stdout is not None
-    for raw in proc.stdout:
+    pump = threading.Thread(
+        target=_pump, args=(proc.stdout, log, node_rank), name="dtrun-node-output", daemon=True
+    )
+    pump.start()
+    code = _wait(proc)
+    assert guard.stdin is not None
+    guard.stdin.close()  # what the script left running in its group ends with it
+    pump.join()
+    return 128 + signal.SIGTERM if stopping.is_set() and code < 0 else code
+
+
+def _pump(output: Any, log: Any, node_rank: int) -> None:
+    for raw in output:
         log.write(raw)
         log.flush()
         line = raw.decode(errors="replace").rstrip("\n")
         print(f"{TAG} {node_rank}: {line}", flush=True)
-    code = proc.wait()
-    return 128 + signal.SIGTERM if stopping.is_set() and code < 0 else code
+
+
+def _wait(proc: subprocess.Popen[bytes]) -> int:
+    """The script's exit code. The main thread waits in short sleeps, not in a read of the
+    script's output: the kernel hands a process's signal to any thread that does not block it,
+    and Python runs the handler in the main thread only when that thread next runs Python code,
+    which a read blocked until the script prints never does."""
+    while True:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout=0.2)
+
+
+# Run as `sh -c GUARD dtrun-node-guard PGID`, its standard input a pipe only node_main writes:
+# the pipe reads end of file when node_main ends, however it ends (a SIGKILL from torchrun's
+# escalation or from Spark's kill of its Python worker runs no code of node_main's), and the
+# guard then ends the script's process group: SIGTERM, then SIGKILL after GRACE_S.
+GUARD = (
+    'cat >/dev/null; kill -TERM "-$1" 2>/dev/null || exit 0; i=0; '
+    f'while [ "$i" -lt {int(GRACE_S * 10)} ]; do kill -0 "-$1" 2>/dev/null || exit 0; '
+    'sleep 0.1; i=$((i + 1)); done; kill -KILL "-$1" 2>/dev/null; exit 0'
+)
+
+
+def _guard(group: int) -> subprocess.Popen[bytes]:
+    """The guard of the script's process group, in a session of its own: a stop of node_main's
+    own group (torchrun ends its ranks with killpg) does not reach it."""
+    return subprocess.Popen(
+        ["sh", "-c", GUARD, "dtrun-node-guard", str(group)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd="/",
+        start_new_session=True,
+    )
 
 
 def _stop_with_parent(stop: Any) -> None:
