@@ -112,12 +112,16 @@ def require_tool(name: str) -> str:
 
 
 def processes_under(directory: Path) -> list[psutil.Process]:
-    """Processes whose working directory is inside ``directory`` (every node process is)."""
+    """Processes whose working directory is inside ``directory`` (every node process is), and
+    which still run: a zombie has ended, and waits only for its parent (init, for an orphan,
+    which in a container may be slow to reap it) to collect its exit status."""
     found = []
     root = str(directory.resolve())
-    for proc in psutil.process_iter(["cwd"]):
+    for proc in psutil.process_iter(["cwd", "status"]):
         cwd = proc.info.get("cwd")
-        if cwd and (cwd == root or cwd.startswith(root + os.sep)) and proc.pid != os.getpid():
+        if proc.info.get("status") == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
+            continue
+        if cwd and (cwd == root or cwd.startswith(root + os.sep)):
             found.append(proc)
     return found
 

@@ -5,6 +5,7 @@ These start real torchrun processes on 127.0.0.2, 127.0.0.3, ... and take severa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import statistics
@@ -21,7 +22,14 @@ from runner.spec.launch import LaunchPlan
 from runner.spec.outcome import NodeResult
 from runner.spec.request import BenchSpec
 from runner.sweep.run import run_sweep
-from tests.conftest import DTRUN, default_signals, processes_under, run_dtrun, wait_for
+from tests.conftest import (
+    DTRUN,
+    default_signals,
+    launch_processes,
+    processes_under,
+    run_dtrun,
+    wait_for,
+)
 from tests.plans import sweep_plan
 
 pytestmark = pytest.mark.e2e
@@ -195,6 +203,38 @@ def test_a_crashing_node_fails_the_sweep_fast_and_keeps_earlier_results(
     summary = json.loads((run / "summary.json").read_text())
     assert [row["nodes"] for row in summary["rows"]] == [1]
     assert "Status: **failed**" in (run / "report.md").read_text()
+
+
+def test_a_sigkilled_dtrun_leaves_no_process_of_its_launch(no_leftovers):
+    """SIGKILL runs none of dtrun's code: the launch's guard (runner/execute/guard.py) sees
+    dtrun's pipe close and stops every process carrying the launch's tag, torchrun's workers in
+    their own sessions included."""
+    out = no_leftovers / "runs"
+    proc = subprocess.Popen(
+        [*DTRUN, "bench", "--nodes", "2", "--steps", "100000", "--warmup", "1", "--repeat", "1",
+         "--quiet", "--output", str(out), "--run-id", "killed", "--port", "29642"],
+        cwd=no_leftovers, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=default_signals,
+    )  # fmt: skip
+    point = out / "killed" / "n2" / "r0"
+
+    def workers() -> int:
+        found = 0
+        for p in processes_under(point):
+            with contextlib.suppress(psutil.Error):
+                found += "RANK" in p.environ()  # torchrun's workers, not its agents
+        return found
+
+    try:
+        wait_for(lambda: workers() == 2, timeout=120, what="both ranks to have started")
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    wait_for(
+        lambda: processes_under(no_leftovers) == [] and launch_processes() == [],
+        timeout=20,
+        what="the guard to stop every process of the launch",
+    )
 
 
 @pytest.mark.parametrize(

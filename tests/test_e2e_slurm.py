@@ -5,6 +5,8 @@ mpirun and torchrun inside an allocation made with salloc, dry runs and refused 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import signal
 import subprocess
 import time
@@ -12,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DTRUN, default_signals, launch_processes, run_dtrun, wait_for
+from tests.conftest import (
+    DTRUN,
+    default_signals,
+    launch_processes,
+    processes_under,
+    run_dtrun,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -178,6 +187,44 @@ def test_a_sigkilled_dtrun_leaves_no_job_once_its_lease_runs_out(slurm, no_lefto
     # checked every 5 s, and Slurm's teardown of the steps
     assert took < 30, took
     assert slurm.steps() == []
+
+
+def test_inside_a_users_allocation_a_sigkilled_dtruns_steps_end_and_the_job_stays(
+    slurm, no_leftovers
+):
+    """The allocation is its owner's (salloc, here with more to do after dtrun) and outlives
+    dtrun: the step guard (runner/execute/slurm.py) cancels dtrun's step when dtrun is gone."""
+    script = _write(no_leftovers, "sleep.py", SLEEPER)
+    dtrun_line = shlex.join(
+        [*DTRUN, "run", "--slurm", "--nodes", "2", "--port", "29640", "--output",
+         str(no_leftovers / "runs"), "--", "python", str(script)]
+    )  # fmt: skip
+    owner = subprocess.Popen(
+        ["salloc", "-N2", "bash", "-c", f"{dtrun_line} & echo $! > dtrun.pid; wait; sleep 300"],
+        cwd=no_leftovers, env=slurm.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+
+        def sleepers() -> int:
+            return len([p for p in launch_processes() if "sleep.py" in " ".join(p.cmdline())])
+
+        wait_for(lambda: sleepers() >= 2, timeout=60, what="both nodes' programs to start")
+        assert len(slurm.steps()) == 1
+        os.kill(int((no_leftovers / "dtrun.pid").read_text()), signal.SIGKILL)
+        wait_for(
+            lambda: slurm.steps() == [] and launch_processes() == [],
+            timeout=30,
+            what="dtrun's step and its programs to end",
+        )
+        assert len(slurm.jobs()) == 1  # the owner's allocation is the owner's to end
+    finally:  # the owner ends the allocation, and salloc and its shell with it
+        slurm.run("scancel", "--user", "root")
+        os.killpg(owner.pid, signal.SIGKILL)
+        owner.wait(timeout=30)
+        for proc in processes_under(no_leftovers):  # salloc's shell, in a group of its own
+            proc.kill()
+    wait_for(lambda: slurm.jobs() == [], timeout=30, what="the allocation to end")
 
 
 def test_a_job_stuck_pending_says_why_and_gives_up_at_the_queue_timeout(slurm, no_leftovers):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from runner.cluster.slurm import (
 )
 from runner.cluster.slurmlease import hold_script
 from runner.errors import NodeFailedError
-from runner.execute.slurm import SlurmExecutor, _Step, step_command, wrapper
+from runner.execute.guard import drop_guard
+from runner.execute.slurm import SlurmExecutor, _Step, step_command, step_guard, wrapper
 from runner.execute.slurmshell import SlurmShell
 from runner.plan.launch import What, plan_launch
 from runner.plan.resolve import resolve_run
@@ -250,3 +252,36 @@ def test_under_the_default_rule_node_0_s_exit_does_not_end_the_step(tmp_path):
     step = _ended_step(tmp_path, ("gpu01", 0, 5.0), ("gpu02", 143, 6.0))
     with pytest.raises(NodeFailedError, match=r"gpu02 .* failed with exit code 143"):
         SlurmExecutor(SlurmShell(), "7")._verdict(_plan(), 1, step, timed_out=False, timeout_s=60)
+
+
+FAKE_SQUEUE = """\
+#!/bin/sh
+# -s: the steps of job 12; otherwise the job itself
+case "$*" in
+  *-s*) printf '12.0|dtrun-other\\n12.3|dtrun-abc\\n12.4|xdtrun-abc\\n' ;;
+  *) echo 12 ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("end", ["closed", "dropped"])
+def test_the_step_guard_cancels_only_its_own_step_and_only_when_dtrun_is_gone(
+    tmp_path, monkeypatch, end
+):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text(FAKE_SQUEUE)
+    (bin_dir / "scancel").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/cancelled\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    guard = step_guard(SlurmShell(), "12", "dtrun-abc")
+    if end == "closed":  # what dtrun's end, a SIGKILL included, does to the guard's pipe
+        assert guard.stdin is not None
+        guard.stdin.close()
+        assert guard.wait(timeout=20) == 0
+        assert (tmp_path / "cancelled").read_text() == "12.3\n"
+    else:
+        drop_guard(guard)
+        time.sleep(0.3)
+        assert not (tmp_path / "cancelled").exists()

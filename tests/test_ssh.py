@@ -20,7 +20,7 @@ from runner.execute.ssh import SshExecutor
 from runner.execute.sshsession import HostKeyError, SshError, SshLoginError, SshSession
 from runner.spec.cluster import Inventory
 from runner.spec.launch import LaunchPlan, NodeLaunch
-from tests.conftest import launch_processes
+from tests.conftest import launch_processes, processes_under, wait_for
 from tests.sshd import SshCluster
 
 DATA = Path(__file__).parent / "data"
@@ -112,13 +112,15 @@ def test_a_node_whose_sshd_goes_away_mid_run_is_named(sshd_cluster, tmp_path):
             SshExecutor(session).run(plan, workdir(tmp_path), timeout_s=120, on_line=on_line)
     finally:
         sshd_cluster.start(sshd_cluster.hosts[1])
-        survivors = launch_processes()
-        for proc in survivors:
-            proc.kill()
     assert "lost the SSH connection to node-1 (127.0.0.3)" in caught.value.message
     assert "node-1: its connection was lost; check it by hand" in caught.value.message
-    # node-0 was stopped by dtrun; only the unreachable node's process could survive
-    assert {p.environ().get("DTRUN_NODE_NAME", "node-1") for p in survivors} <= {"node-1"}
+    # node-0 was stopped by dtrun; node-1's own guard saw its connection close and stopped its
+    # launch (templates/remote/launch.sh.j2), which dtrun could not check from here
+    try:
+        wait_for(lambda: launch_processes() == [], timeout=20, what="node-1's guard's stop")
+    finally:
+        for proc in launch_processes():
+            proc.kill()
 
 
 def test_an_unknown_host_key_is_refused_with_the_command_to_accept_it(sshd_cluster, tmp_path):
@@ -292,3 +294,50 @@ def test_processes_of_launches_carry_their_tag(sshd_cluster, no_leftovers):
     with SshSession(inventory) as session, pytest.raises(NodeFailedError):
         SshExecutor(session).run(plan, workdir(no_leftovers), timeout_s=60, on_line=print)
     assert launch_processes() == []  # the setsid'ed sleep included
+
+
+# dtrun's side of a launch in a process of its own, killed outright below: none of its code runs
+KILLED_EXECUTOR = """\
+import sys
+from pathlib import Path
+from runner.cluster.hosts import Defaults, parse_hosts_file
+from runner.execute.ssh import SshExecutor
+from runner.execute.sshsession import SshSession
+from tests.test_ssh import bash_plan
+
+where = Path(sys.argv[1])
+inventory = parse_hosts_file((where / "hosts.yaml").read_text(), "hosts.yaml",
+                             Defaults(sys.argv[2], sys.argv[3]))
+body = "setsid sleep 600 &\\necho started\\nwait\\n"  # a child in a session of its own too
+plan = bash_plan(inventory, body, body)
+with SshSession(inventory) as session:
+    SshExecutor(session).run(plan, where / "runs" / "run1" / "n2" / "r0", timeout_s=300,
+                             on_line=lambda node, line: print(node, line, flush=True))
+"""
+
+
+def test_a_sigkilled_dtrun_leaves_no_process_of_its_launch_on_any_node(sshd_cluster, no_leftovers):
+    """SIGKILL runs none of dtrun's code: each node's guard sees the connection close and stops
+    every process of the launch there (templates/remote/launch.sh.j2)."""
+    (no_leftovers / "hosts.yaml").write_text(hosts_file_text(sshd_cluster, no_leftovers, count=2))
+    dtrun = subprocess.Popen(
+        [sys.executable, "-c", KILLED_EXECUTOR, str(no_leftovers), sshd_cluster.user, PYTHON_BIN],
+        cwd=Path(__file__).parents[1], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert dtrun.stdout is not None
+        started = 0
+        for line in dtrun.stdout:  # until both nodes said so, or dtrun ended
+            started += "started" in line
+            if started == 2:
+                break
+        assert started == 2 and len(launch_processes()) >= 4  # bash and sleep, twice
+        dtrun.kill()
+        dtrun.wait(timeout=10)
+        wait_for(
+            lambda: launch_processes() == [] and processes_under(no_leftovers) == [],
+            timeout=20,
+            what="the guards to stop it all, and the login shells to end",
+        )
+    finally:
+        dtrun.kill()

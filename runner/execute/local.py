@@ -6,6 +6,7 @@ import contextlib
 import io
 import os
 import queue
+import secrets
 import signal
 import subprocess
 import threading
@@ -20,6 +21,7 @@ import psutil
 from runner.errors import NodeFailedError, RunError, RunTimeoutError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
+from runner.execute.guard import TAG, drop_guard, start_guard, stop_script
 from runner.execute.success import Next, after_exit, mark_stopped
 from runner.spec.launch import LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
@@ -63,7 +65,8 @@ class LocalExecutor:
 
     Fail-fast: the first node to exit non-zero stops all the others (SIGTERM to every process
     of every node, SIGKILL after ``grace_s``). The same happens on timeout and on Ctrl-C, and,
-    under --success worker0, once node 0 has exited 0 (runner/execute/success.py).
+    under --success worker0, once node 0 has exited 0 (runner/execute/success.py). A guard
+    (runner/execute/guard.py) stops them all the same way if dtrun is killed outright.
     """
 
     def __init__(self, *, grace_s: float = 5.0) -> None:
@@ -71,17 +74,27 @@ class LocalExecutor:
         self.on_stopping: StopSink = quiet_stop
 
     def run(
-        self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
+        self,
+        plan: LaunchPlan,
+        workdir: Path,
+        *,
+        timeout_s: float,
+        on_line: LineSink,
+        tag: str | None = None,
     ) -> tuple[NodeResult, ...]:
+        """``tag``: what every process of the launch carries as DTRUN_LAUNCH (a random one
+        when not given), which a SIGKILLed dtrun's guard finds them by."""
         workdir.mkdir(parents=True, exist_ok=True)
         write_launch_files(plan, workdir)
         exits: queue.Queue[_Node] = queue.Queue()
         nodes: list[_Node] = []
         verdict: _Node | RunTimeoutError | None = None
+        tag = tag or secrets.token_hex(8)
+        guard = start_guard(["bash", "-c", stop_script(tag, self.grace_s)])
         try:
             for launch in plan.launches:
                 with sigint_deferred():  # a node that was started is one that gets stopped
-                    nodes.append(_start(launch, workdir, on_line, exits))
+                    nodes.append(_start(launch, workdir, on_line, exits, tag))
             verdict = _supervise(nodes, exits, timeout_s, plan)
         except KeyboardInterrupt:
             # saying so must not replace the interruption (a closed terminal, a broken pipe)
@@ -91,6 +104,7 @@ class LocalExecutor:
         finally:
             with sigint_deferred():
                 self._stop(nodes)
+                drop_guard(guard)
         results = tuple(node.result() for node in nodes)
         if verdict is None:
             return mark_stopped(plan.success, results)
@@ -205,7 +219,7 @@ def write_launch_files(plan: LaunchPlan, workdir: Path) -> None:
 
 
 def _start(
-    launch: NodeLaunch, workdir: Path, on_line: LineSink, exits: queue.Queue[_Node]
+    launch: NodeLaunch, workdir: Path, on_line: LineSink, exits: queue.Queue[_Node], tag: str
 ) -> _Node:
     script = workdir / launch.script_name
     script.write_text(launch.script)
@@ -218,6 +232,7 @@ def _start(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: Ctrl-C reaches dtrun, not the nodes
+        env={**os.environ, TAG: tag},
     )
     node = _Node(launch, popen, log_path, time.monotonic())
     assert popen.stdout is not None  # asked for above

@@ -26,6 +26,7 @@ from runner import __version__
 from runner.errors import NodeFailedError, RunError, RunTimeoutError, UsageError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
+from runner.execute.guard import TAG, drop_guard, start_guard
 from runner.execute.local import run_scripts, sigint_deferred, write_launch_files, write_scripts
 from runner.execute.slurmshell import SlurmShell, cancel
 from runner.execute.slurmstage import HeadStaging
@@ -34,7 +35,6 @@ from runner.render import render
 from runner.spec.launch import LaunchPlan
 from runner.spec.outcome import NodeHealth, NodeResult
 
-TAG = "DTRUN_LAUNCH"  # every process of a launch carries it, as over SSH (runner/execute/ssh.py)
 WRAPPER = "srun-node.sh"
 SRUN_LOG = "srun.log"  # srun's own messages, and anything a task printed before it was bound
 NOT_SHARED = 97  # the guard's exit: the run directory is not on that node
@@ -166,18 +166,23 @@ class SlurmExecutor:
         tag = secrets.token_hex(6)
         name = f"dtrun-{tag}"
         step = _Step(workdir, {each.script_name: each.node.name for each in plan.launches}, on_line)
-        process = self.shell.popen(
-            # every process of the launch carries the tag, here and through the head's ssh
-            [
-                "env",
-                f"{TAG}={tag}",
-                *step_command(plan, self.job_id, there, name, self.gpus_per_node),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # Ctrl-C reaches dtrun, which cancels the step itself
-        )
+        guard = step_guard(self.shell, self.job_id, name)  # first: no moment without it
+        try:
+            process = self.shell.popen(
+                # every process of the launch carries the tag, here and through the head's ssh
+                [
+                    "env",
+                    f"{TAG}={tag}",
+                    *step_command(plan, self.job_id, there, name, self.gpus_per_node),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches dtrun, which cancels the step itself
+            )
+        except BaseException:
+            drop_guard(guard)
+            raise
         reader = threading.Thread(target=_pump, args=(process, step), daemon=True)
         reader.start()
         timed_out = False
@@ -191,6 +196,7 @@ class SlurmExecutor:
             if process.poll() is None:
                 with sigint_deferred():  # a second Ctrl-C does not cut the stop short
                     self._stop(process, name)
+            drop_guard(guard)
             reader.join(timeout=10)
             step.close()
         if self.staging is not None:
@@ -310,6 +316,26 @@ class SlurmExecutor:
             else:
                 answers[name] = Answer("\n".join(said), code)
         return answers
+
+
+# Run with `sh -c CANCEL dtrun-step-cancel JOB NAME` where Slurm's commands run: scancel the
+# step named NAME in JOB once squeue lists it (srun may still be waiting for the step to be
+# created), for up to 5 minutes, or until the job itself has ended.
+CANCEL = (
+    'i=0; while [ "$i" -lt 600 ]; do '
+    'ids=$(squeue -h -s -j "$1" -o "%i|%j" 2>/dev/null | sed -n "s/|$2\\$//p"); '
+    '[ -z "$ids" ] || exec scancel $ids; '
+    '[ -n "$(squeue -h -j "$1" -o %i 2>/dev/null)" ] || exit 0; '
+    "sleep 0.5; i=$((i + 1)); done"
+)
+
+
+def step_guard(shell: SlurmShell, job_id: str, name: str) -> subprocess.Popen[bytes]:
+    """The guard (runner/execute/guard.py) that cancels the step when dtrun ends without
+    stopping it. Inside a job dtrun asked for, the lease ends the job too (runner/cluster/
+    slurmlease.py); inside a user's own allocation, which outlives dtrun, this is what stops
+    dtrun's steps."""
+    return start_guard(shell.argv(["sh", "-c", CANCEL, "dtrun-step-cancel", job_id, name]))
 
 
 def _pump(process: subprocess.Popen[bytes], step: _Step) -> None:

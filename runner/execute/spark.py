@@ -90,6 +90,7 @@ class SparkExecutor:
                 workdir,
                 timeout_s=timeout_s,
                 on_line=demux,
+                tag=tag,  # the driver's own, which its executors carry too
             )
         except NodeFailedError as failed:
             results = node_results(plan, workdir)

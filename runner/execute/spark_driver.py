@@ -25,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from runner.execute.guard import TAG as LAUNCH_TAG
 from runner.execute.spark_node import TAG, node_main
 
 GROUP = "dtrun-launch"
@@ -38,8 +39,8 @@ def session(master: str, config: dict[str, Any], launch_dir: str) -> Any:
         "PYTHONPATH": config["code_dir"],
         "PYSPARK_PYTHON": config["python"],
     }
-    if "DTRUN_LAUNCH" in os.environ:  # every process of the launch carries its tag
-        executor_env["DTRUN_LAUNCH"] = os.environ["DTRUN_LAUNCH"]
+    if LAUNCH_TAG in os.environ:  # every process of the launch carries its tag
+        executor_env[LAUNCH_TAG] = os.environ[LAUNCH_TAG]
     builder = (
         SparkSession.builder.master(master)
         .appName(f"dtrun {config['run_id']}")

@@ -12,7 +12,7 @@ SIGKILL) when it is stopped itself or when its parent, the Spark-started process
 and which a guard process ends when ``node_main`` is killed outright: a cancelled Spark job
 leaves no rank behind.
 
-Standard library only: this module is imported on the executors.
+Standard library and runner.execute.guard only: this module is imported on the executors.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from runner.execute.guard import start_guard
 
 EXIT_SUFFIX = ".exit"
 TAG = "dtrun-node"
@@ -92,7 +94,7 @@ def _run(script: Path, env: dict[str, str], log: Any, node_rank: int) -> int:
         stderr=subprocess.STDOUT,
         process_group=0,
     )
-    guard = _guard(proc.pid)
+    guard = start_guard(["sh", "-c", END_GROUP, "dtrun-node-stop", str(proc.pid)])
     once = threading.Lock()
     stopping = threading.Event()
 
@@ -141,28 +143,16 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
             return proc.wait(timeout=0.2)
 
 
-# Run as `sh -c GUARD dtrun-node-guard PGID`, its standard input a pipe only node_main writes:
-# the pipe reads end of file when node_main ends, however it ends (a SIGKILL from torchrun's
-# escalation or from Spark's kill of its Python worker runs no code of node_main's), and the
-# guard then ends the script's process group: SIGTERM, then SIGKILL after GRACE_S.
-GUARD = (
-    'cat >/dev/null; kill -TERM "-$1" 2>/dev/null || exit 0; i=0; '
+# Run by the guard (runner/execute/guard.py) as `sh -c END_GROUP dtrun-node-stop PGID` once
+# node_main ends, however it ends (a SIGKILL from torchrun's escalation or from Spark's kill of
+# its Python worker runs no code of node_main's): the script's process group gets SIGTERM, then
+# SIGKILL after GRACE_S. The guard is in a session of its own: a stop of node_main's own group
+# (torchrun ends its ranks with killpg) does not reach it.
+END_GROUP = (
+    'kill -TERM "-$1" 2>/dev/null || exit 0; i=0; '
     f'while [ "$i" -lt {int(GRACE_S * 10)} ]; do kill -0 "-$1" 2>/dev/null || exit 0; '
     'sleep 0.1; i=$((i + 1)); done; kill -KILL "-$1" 2>/dev/null; exit 0'
 )
-
-
-def _guard(group: int) -> subprocess.Popen[bytes]:
-    """The guard of the script's process group, in a session of its own: a stop of node_main's
-    own group (torchrun ends its ranks with killpg) does not reach it."""
-    return subprocess.Popen(
-        ["sh", "-c", GUARD, "dtrun-node-guard", str(group)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd="/",
-        start_new_session=True,
-    )
 
 
 def _stop_with_parent(stop: Any) -> None:

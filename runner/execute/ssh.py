@@ -2,17 +2,19 @@
 
 Every process of a launch carries DTRUN_LAUNCH=<random tag> in its environment (set on the
 command line, so no sshd AcceptEnv is needed); stopping a launch signals every process with the
-tag on every node and checks that none is left. Staging uses the shared storage when the
-inventory has one (written once), each node's workdir otherwise.
+tag on every node and checks that none is left. Each node's script is started by a wrapper
+whose guard does that stop on the node if dtrun's connection closes first (a SIGKILLed dtrun:
+templates/remote/launch.sh.j2). Staging uses the shared storage when the inventory has one
+(written once), each node's workdir otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import math
 import secrets
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from typing import IO, TYPE_CHECKING
 from runner.errors import NodeFailedError, RunError, RunTimeoutError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
+from runner.execute.guard import TAG, WAIT_FOR_END, stop_script
 from runner.execute.sshsession import SshError, SshSession, lost_connection
 from runner.execute.success import Next, after_exit, mark_stopped
 from runner.render import render
@@ -31,8 +34,6 @@ from runner.spec.outcome import NodeResult
 
 if TYPE_CHECKING:
     import asyncssh
-
-TAG = "DTRUN_LAUNCH"
 
 
 def code_files() -> dict[str, bytes]:
@@ -52,6 +53,22 @@ def remote_launch_dir(inventory: Inventory, workdir: Path) -> str:
 
 
 DRAIN_S = 2.0  # how long output may trail a script's exit (a background child may hold it open)
+
+
+def launch_command(remote_dir: str, script: str, tag: str, grace_s: float) -> str:
+    """What the node's login shell runs for one launch: the script, with the guard that stops
+    the launch there if dtrun's connection closes first (templates/remote/launch.sh.j2).
+
+    The wrapper is a POSIX sh script; the login shell is whatever the node's account has (bash,
+    dash, zsh, fish, csh). It gets one line they all read alike, with no character any of them
+    treats specially: sh runs the wrapper, carried in base64."""
+    wrapper = render(
+        "remote/launch.sh.j2",
+        {"dir": remote_dir, "script": script, "tag_name": TAG, "tag": tag,
+         "stop": stop_script(tag, grace_s), "wait_for_end": WAIT_FOR_END},
+    )  # fmt: skip
+    carried = base64.b64encode(wrapper.encode()).decode()
+    return f"exec sh -c 'eval \"$(printf %s {carried} | base64 -d)\"'"
 
 
 async def _stream(process: asyncssh.SSHClientProcess[str], sink: Callable[[str], None]) -> None:
@@ -189,12 +206,7 @@ class SshExecutor:
     ) -> _Ended:
         node = launch.node
         started = time.monotonic()
-        # Its own session and process group; --wait, because the login shell already leads a
-        # process group, so plain setsid would fork and report success at once.
-        command = (
-            f"cd {shlex.quote(remote_dir)} && "
-            f"{TAG}={tag} exec setsid --wait bash {shlex.quote(launch.script_name)}"
-        )
+        command = launch_command(remote_dir, launch.script_name, tag, self.grace_s)
         try:
             connection = await self.session.connection(node)
             with lost_connection(node):
@@ -323,10 +335,7 @@ class SshExecutor:
         self, plan: LaunchPlan, tag: str, ended: dict[str, _Ended]
     ) -> list[str]:
         """Stop the launch's processes on every reachable node; say where any is left."""
-        script = render(
-            "remote/stop.sh.j2",
-            {"tag_name": TAG, "tag": tag, "grace_steps": max(1, int(self.grace_s / 0.2))},
-        )
+        script = stop_script(tag, self.grace_s)
         lost = {name for name, end in ended.items() if end.error is not None}
 
         async def stop(node: Node) -> str | None:

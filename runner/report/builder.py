@@ -21,6 +21,8 @@ import contextlib
 import gc
 import multiprocessing
 import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -65,8 +67,18 @@ def _warm_up() -> None:
 
 
 def _lowest_priority() -> None:
-    """The helper's start: out of dtrun's session and to the back of the CPU queue."""
+    """The helper's start: out of dtrun's session and to the back of the CPU queue, and gone
+    with dtrun however dtrun ends (a SIGKILLed dtrun's helper would otherwise wait for work
+    forever: its task queue's pipe is held open by its own copy of the queue)."""
     os.setsid()  # Ctrl-C at the terminal is dtrun's to handle; and an autogroup of its own
     with contextlib.suppress(OSError):  # kernels without autogroups have no such file
         Path("/proc/self/autogroup").write_text("19")
     os.nice(19)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="dtrun-report-parent-watch", daemon=True).start()

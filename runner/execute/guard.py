@@ -1,0 +1,58 @@
+"""A guard: a process that runs one command when dtrun ends without having stopped a launch.
+
+SIGKILL (an OOM kill, `kill -9`, a CI runner's hard stop) runs none of dtrun's code, so nothing
+dtrun does at its end can stop what it started. The guard is a small ``sh`` in a session of its
+own, reading a pipe that only dtrun writes (it never does): the pipe reads end of file when
+dtrun ends, however it ends, and the guard then runs its command (stop every process of the
+launch here; cancel a Slurm step). When dtrun stops or ends the launch itself, it drops the
+guard, which then runs nothing. The SSH engine's guard runs on each node
+(templates/remote/launch.sh.j2); a Spark task's, beside its script (runner/execute/spark_node.py).
+
+Standard library only at import: Spark's executors import it with node_main.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+
+TAG = "DTRUN_LAUNCH"  # every process of a launch carries TAG=<random tag> in its environment
+# What a guard waits with: reading a pipe nobody writes ends only at its end of file. A loop in
+# the guard's own shell, not a `cat` it waits for: the guard is one process, which whoever
+# drops it ends by its pid, and a child killed by something else cannot set it off.
+WAIT_FOR_END = "while read -r _; do :; done"
+
+
+def start_guard(command: Sequence[str]) -> subprocess.Popen[bytes]:
+    """The guard of ``command``; keep it until the launch is stopped or over."""
+    return subprocess.Popen(
+        ["sh", "-c", WAIT_FOR_END + ' && exec "$@"', "dtrun-guard", *command],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd="/",
+        start_new_session=True,  # not stopped with dtrun's own process group
+    )
+
+
+def drop_guard(guard: subprocess.Popen[bytes]) -> None:
+    """The launch was stopped or is over: the guard ends without running its command."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(guard.pid, signal.SIGKILL)
+    guard.wait()
+    if guard.stdin is not None:
+        guard.stdin.close()
+
+
+def stop_script(tag: str, grace_s: float) -> str:
+    """A bash script that stops every process carrying the launch's tag on the machine it runs
+    on: SIGTERM, SIGKILL after ``grace_s``; it prints ``dtrun-left: PIDS`` (normally none)."""
+    from runner.render import render  # not at the top: Spark's executors import this module
+
+    return render(
+        "remote/stop.sh.j2",
+        {"tag_name": TAG, "tag": tag, "grace_steps": max(1, int(grace_s / 0.2))},
+    )

@@ -1,0 +1,126 @@
+"""The command dtrun's SSH engine gives each node's login shell (templates/remote/launch.sh.j2),
+run here under sh (dash) and bash as a login shell would run it, with no sshd: the script's
+output and exit code come through, and the guard stops every process of the launch when the
+connection's input closes (as it does when dtrun is SIGKILLed)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import re
+import secrets
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from runner.execute.guard import TAG
+from runner.execute.ssh import launch_command
+from tests.conftest import launch_processes, require_tool, wait_for
+
+ONE_LINE = r"""exec sh -c 'eval "\$\(printf %s ([A-Za-z0-9+/=]+) \| base64 -d\)"'"""
+ODD_DIR = 'it\'s a "dir" $(touch pwned) `id`'
+
+
+def wrapper(where: Path, script: str, tag: str) -> str:
+    return launch_command(str(where), script, tag, 1.0)
+
+
+def ours(tag: str) -> list[psutil.Process]:
+    """This test's processes of the launch: another run's on this machine are not ours."""
+    found = []
+    for proc in launch_processes():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(TAG) == tag:
+                found.append(proc)
+    return found
+
+
+@pytest.fixture
+def launch_dir(tmp_path: Path) -> Path:
+    where = tmp_path / ODD_DIR
+    where.mkdir()
+    return where
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_the_script_runs_in_its_directory_and_its_exit_code_comes_through(
+    tmp_path, launch_dir, shell
+):
+    (launch_dir / "node-0.sh").write_text('pwd\necho "tag $DTRUN_LAUNCH"\nexit 3\n')
+    tag = secrets.token_hex(4)
+    # another node's process of the same launch on this machine: a guard that outlived its
+    # script's normal end would stop it when the connection closes
+    other = subprocess.Popen(["sleep", "600"], env={**os.environ, TAG: tag})
+    try:
+        for _ in range(10):
+            login = subprocess.Popen(
+                [shell, "-c", wrapper(launch_dir, "node-0.sh", tag)], cwd=tmp_path,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            assert login.stdout is not None and login.stdin is not None
+            assert login.stdout.read() == f"{launch_dir}\ntag {tag}\n"
+            assert login.wait(timeout=30) == 3
+            login.stdin.close()  # the connection closes after the exit status, as sshd's does
+            login.stdout.close()
+        time.sleep(0.5)
+        assert other.poll() is None, "a guard ran its stop after a normal end"
+    finally:
+        other.kill()
+        other.wait()
+    assert not list(tmp_path.rglob("pwned"))  # the odd directory name ran nothing
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_a_script_ended_by_a_signal_reports_128_plus_it(launch_dir, shell):
+    (launch_dir / "node-0.sh").write_text("kill -TERM $$\n")
+    done = subprocess.run(
+        [shell, "-c", wrapper(launch_dir, "node-0.sh", secrets.token_hex(4))],
+        stdin=subprocess.PIPE, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 128 + signal.SIGTERM
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_when_the_input_closes_the_guard_stops_every_process_of_the_launch(launch_dir, shell):
+    # a child in a session of its own, as torchrun's workers are
+    (launch_dir / "node-0.sh").write_text("setsid sleep 600 &\necho started\nwait\n")
+    tag = secrets.token_hex(4)
+    login = subprocess.Popen(
+        [shell, "-c", wrapper(launch_dir, "node-0.sh", tag)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert login.stdout is not None and login.stdout.readline() == "started\n"
+        wait_for(lambda: len(ours(tag)) == 2, timeout=10, what="bash and sleep")
+        assert login.stdin is not None
+        login.stdin.close()  # sshd closes it when dtrun's connection goes
+        wait_for(lambda: ours(tag) == [], timeout=15, what="the guard's stop")
+        assert login.wait(timeout=10) in (128 + signal.SIGTERM, 128 + signal.SIGKILL)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(login.pid, signal.SIGKILL)
+        login.wait()
+
+
+def test_the_login_shell_gets_one_line_any_shell_reads_alike(launch_dir):
+    """No quote, backslash, $ or ; of the directory or the script reaches the login shell:
+    fish and csh read it as sh does."""
+    line = wrapper(launch_dir, "node-0.sh", "t3")
+    assert re.fullmatch(ONE_LINE, line), line
+
+
+def test_the_wrapper_passes_shellcheck_as_sh(launch_dir):
+    shellcheck = require_tool("shellcheck")
+    found = re.fullmatch(ONE_LINE, wrapper(launch_dir, "node-0.sh", "t3"))
+    assert found is not None
+    carried = found.group(1)
+    checked = subprocess.run(
+        [shellcheck, "--shell=sh", "--severity=style", "-"],
+        input=base64.b64decode(carried).decode(), text=True, capture_output=True,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout
