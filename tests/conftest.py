@@ -126,6 +126,14 @@ def processes_under(directory: Path) -> list[psutil.Process]:
     return found
 
 
+def ended(pid: int) -> bool:
+    """The process has exited: gone, or a zombie waiting for its parent to collect it."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
     """Poll until ``condition`` holds; a synchronisation point, not a timing assertion."""
     deadline = time.monotonic() + timeout

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from runner.execute.guard import drop_guard, start_guard, stop_script
-from tests.conftest import wait_for
+from tests.conftest import ended, wait_for
 
 # a stand-in for dtrun: it starts a guard that writes a file, then ends as told
 DTRUN = """\
@@ -35,19 +35,11 @@ def _dtrun(tmp_path: Path, end: str) -> tuple[int, int]:
     return done.returncode, int(done.stdout.split()[0])
 
 
-def _ended(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
-
-
 def test_a_sigkilled_dtruns_guard_runs_its_command(tmp_path):
     code, guard = _dtrun(tmp_path, "sigkill")
     assert code == -signal.SIGKILL
     wait_for(lambda: (tmp_path / "ran").exists(), timeout=10, what="the guard's command")
-    wait_for(lambda: _ended(guard), timeout=10, what="the guard to end")
+    wait_for(lambda: ended(guard), timeout=10, what="the guard to end")
 
 
 def test_a_dtrun_that_exits_without_dropping_its_guard_has_it_run(tmp_path):
@@ -58,7 +50,7 @@ def test_a_dtrun_that_exits_without_dropping_its_guard_has_it_run(tmp_path):
 
 def test_a_dropped_guard_runs_nothing(tmp_path):
     code, guard = _dtrun(tmp_path, "drop")
-    assert code == 0 and _ended(guard)
+    assert code == 0 and ended(guard)
     time.sleep(0.5)
     assert not (tmp_path / "ran").exists()
 

@@ -12,7 +12,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import psutil
 import pytest
 
 from runner.cluster.spark import executors, spark_inventory
@@ -22,6 +21,7 @@ from runner.execute.spark_node import contract_from_horovod, executor_address, n
 from runner.plan.launchers.spark import SPARK_CONFIG
 from runner.spec.cluster import Node
 from runner.spec.launch import LaunchPlan, NodeLaunch
+from tests.conftest import ended
 from tests.plans import build_run_plan
 from tests.test_launch_stubs import run_spec
 
@@ -199,14 +199,6 @@ exec sleep 601
 """
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-
-
 @pytest.mark.parametrize(
     ("hand", "deaf"), [("thread", False), ("sigkill", False), ("sigkill", True)],
     ids=["signal-on-a-thread", "sigkill", "sigkill-term-ignored"],
@@ -225,9 +217,9 @@ def test_a_stopped_rank_leaves_no_process_of_its_node_script(tmp_path, hand, dea
         code = rank.wait(timeout=30)
         pids = [int((tmp_path / f"{n}.pid").read_text()) for n in ("program", "background")]
         deadline = time.monotonic() + 10
-        while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+        while not all(ended(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert all(_gone(pid) for pid in pids), pids
+        assert all(ended(pid) for pid in pids), pids
         if hand == "thread":
             assert code == 143, rank.stderr.read() if rank.stderr else ""
             assert (tmp_path / "spark-0.exit").read_text() == "143\n"
