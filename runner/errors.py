@@ -49,6 +49,11 @@ class PlanError(UsageError):
     """The benchmark cannot be planned on this inventory."""
 
 
+class UnsafeValueError(UsageError):
+    """A value would reach a script or config unquoted (runner/render.py): input validation
+    should have refused it first, so the message names the value and where it was going."""
+
+
 class OutputDirError(UsageError):
     """The run directory cannot be created or written."""
 

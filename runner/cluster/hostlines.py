@@ -15,17 +15,16 @@ Pure: text in, entries out; hosts.py makes them an Inventory. Sources: docs/clus
 from __future__ import annotations
 
 import enum
-import ipaddress
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from runner.cluster.names import HOST_NAME, host_problem, is_ipv6
 from runner.errors import InventoryError
 
 # Above this a host:slots list's `:N` is more likely an SSH port than processes on one host
 # (`h1:22`, `h1:2222`); a hostfile line `HOST slots=N` says slots unambiguously and has no cap.
 MAX_LIST_SLOTS = 64
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a host name, an ssh alias, an IPv4 address
 _LIST_FIX = "items are HOST or HOST:SLOTS, e.g. gpu-a:4,gpu-b:4 ([fe80::1]:4 for IPv6)"
 
 
@@ -58,14 +57,6 @@ class Entry:
     host: str  # an address or name as ssh takes it: IPv6 without brackets
     slots: int
     at: str  # "line 3" or "item 2", for errors that point back at it
-
-
-def _ipv6(text: str) -> bool:
-    try:
-        ipaddress.IPv6Address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _has_slots(word: str) -> bool:
@@ -118,7 +109,7 @@ def _bracketed(word: str, where: str) -> str:
     if not word.startswith("["):
         return word
     inner = word[1:].removesuffix("]")
-    if not word.endswith("]") or not _ipv6(inner):
+    if not word.endswith("]") or not is_ipv6(inner):
         raise located(where, f"{word!r} is not an IPv6 address in brackets", _LIST_FIX)
     return inner
 
@@ -147,7 +138,11 @@ def _mpi_line(line: str, where: str, at: str) -> Entry:
         counts[key] = int(value)
     # OpenMPI: with max_slots alone, "the slots value defaults to the limit" (mpirun(1))
     slots = counts.get("slots", counts.get("max_slots", 1))
-    return Entry(_bracketed(host, where), slots, at)
+    named = _bracketed(host, where)
+    problem = host_problem(named)
+    if problem:
+        raise located(where, f"the host {host!r} {problem}", "write lines as HOST slots=N")
+    return Entry(named, slots, at)
 
 
 def _split_item(item: str) -> tuple[str, str | None]:
@@ -166,7 +161,7 @@ def _split_item(item: str) -> tuple[str, str | None]:
 def _list_item(item: str, where: str, at: str) -> Entry:
     written, slots_text = _split_item(item)
     host = _bracketed(written, where)
-    if host == written and not (_NAME.fullmatch(host) or _ipv6(host)):
+    if host == written and not (HOST_NAME.fullmatch(host) or is_ipv6(host)):
         raise located(where, f"{written!r} is not a host name or address", _LIST_FIX)
     if slots_text is None:
         return Entry(host, 1, at)

@@ -19,6 +19,7 @@ import yaml
 
 from runner.azure.catalog import SIZES
 from runner.cluster.hostlines import Entry, HostsFileError, located, read_host_list, read_lines
+from runner.cluster.names import control_character, host_problem, login_problem
 from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
 
 TOP_FIELDS = {
@@ -55,7 +56,49 @@ def _scalar(node: yaml.Node, source: str, field: str, kind: type) -> Any:
             raise _error(source, line, f"'{field}' is {value!r}, not a whole number")
     elif kind is str:
         value = str(value)
+        control = control_character(value)
+        if control:
+            raise _error(
+                source,
+                line,
+                f"'{field}' holds a control character ({control})",
+                "write it on one line, without escapes such as \\n in a quoted string",
+            )
+        _check_name(field, value, source, line)
     return value
+
+
+# The fields that name a machine or an account: they reach ssh, launchers and scripts' comments.
+_NAME_CHECKS: dict[str, Callable[[str], str | None]] = {
+    "host": host_problem,
+    "address": host_problem,
+    "user": login_problem,
+}
+
+
+def _jump_problem(value: str) -> str | None:
+    """``[USER@]HOST[:PORT]``, as ssh's ProxyJump writes one jump host. The value is not quoted
+    back: a password written into it (``user:pw@host``) must not reach the terminal."""
+    user, at, rest = value.rpartition("@")
+    host, colon, port = rest.partition(":")
+    if (at and login_problem(user)) or host_problem(host) or (colon and not port.isdigit()):
+        return "is not [USER@]HOST[:PORT] (a login name, a host name or address, a port number)"
+    return None
+
+
+def _check_name(field: str, value: str, source: str, line: int) -> None:
+    check = _NAME_CHECKS.get(field)
+    problem = check(value) if check else None
+    if problem:
+        raise _error(source, line, f"'{field}' {value!r} {problem}")
+    if field == "jump" and _jump_problem(value):
+        raise _error(
+            source,
+            line,
+            f"'jump' {_jump_problem(value)}",
+            "give the jump host as ProxyJump takes it, e.g. admin@203.0.113.7:22; a password "
+            "has no place there: use a key (the hosts file's key:, or ~/.ssh/config)",
+        )
 
 
 def _fields(node: yaml.Node, source: str, allowed: set[str], what: str) -> dict[str, yaml.Node]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from runner.azure.catalog import SIZES
 from runner.azure.expiry import ExpiryError, parse_iso
+from runner.cluster.names import control_character, host_problem, login_problem
 from runner.errors import UsageError
 from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
 
@@ -88,7 +89,31 @@ def _field(data: Mapping[str, Any], key: str, kind: type, source: str) -> Any:
     # bool is an int in Python; a stack output that is true is not a node count.
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
         raise OutputsError(f"{source}: {key!r} is {value!r}, not a {kind.__name__}")
+    if isinstance(value, str):
+        _check_text(key, value, source)
     return value
+
+
+# The outputs that name a machine or an account, and the check each must pass.
+_NAME_CHECKS = {
+    "head_public_address": host_problem,
+    "head_private_address": host_problem,
+    "ssh_user": login_problem,
+}
+
+
+def _check_text(key: str, value: str, source: str) -> None:
+    """No control character in any text a stack or registry entry gives: they reach scripts,
+    known_hosts and the terminal (docs/security.md, "Threat model")."""
+    control = control_character(value)
+    check = _NAME_CHECKS.get(key)
+    problem = f"holds a control character ({control})" if control else check and check(value)
+    if problem:
+        raise OutputsError(
+            f"{source}: {key!r} {problem}",
+            why="a stack made by `dtrun up` never holds one: the file was changed by hand",
+            fix="save the outputs again with `dtrun outputs --stack NAME --save FILE`",
+        )
 
 
 def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
@@ -123,9 +148,7 @@ def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
             "registry_path", "python_bin",
         )
     }  # fmt: skip
-    known_hosts = _field(data, "known_hosts", list, source)
-    if not all(isinstance(line, str) and len(line.split()) >= 3 for line in known_hosts):
-        raise OutputsError(f"{source}: 'known_hosts' holds lines that are not 'HOSTS TYPE KEY'")
+    known_hosts = _known_hosts(data, source)
     private_key = data.get("ssh_private_key")
     if private_key is not None and not isinstance(private_key, str):
         raise OutputsError(f"{source}: 'ssh_private_key' is not a string")
@@ -140,9 +163,7 @@ def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
         port = int(port)
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
         raise OutputsError(f"{source}: 'ssh_port' is {port!r}, not a port number")
-    image = data.get("image")
-    if image is not None and not isinstance(image, str):
-        raise OutputsError(f"{source}: 'image' is {image!r}, not an image URN")
+    image = _image(data, source)
     return StackOutputs(
         version=int(version),
         ssh_port=port,
@@ -156,6 +177,24 @@ def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
         ssh_private_key=private_key,
         **strings,
     )
+
+
+def _known_hosts(data: Mapping[str, Any], source: str) -> list[str]:
+    known_hosts: list[Any] = _field(data, "known_hosts", list, source)
+    if not all(isinstance(line, str) and len(line.split()) >= 3 for line in known_hosts):
+        raise OutputsError(f"{source}: 'known_hosts' holds lines that are not 'HOSTS TYPE KEY'")
+    for line in known_hosts:
+        _check_text("known_hosts", line, source)
+    return known_hosts
+
+
+def _image(data: Mapping[str, Any], source: str) -> str | None:
+    image = data.get("image")
+    if image is not None and not isinstance(image, str):
+        raise OutputsError(f"{source}: 'image' is {image!r}, not an image URN")
+    if image is not None:
+        _check_text("image", image, source)
+    return image
 
 
 def _scheduler(data: Mapping[str, Any], version: int, source: str) -> dict[str, Any]:

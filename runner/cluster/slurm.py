@@ -19,6 +19,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from runner.cluster.names import host_problem
 from runner.cluster.slurmlease import COMMENT, hold_script
 from runner.errors import InventoryError, RunError, UsageError
 from runner.execute.slurmshell import LIVE, POLL_S, SlurmShell, job_state
@@ -26,7 +27,7 @@ from runner.spec.cluster import Accelerator, Inventory, Node
 from runner.spec.slurm import SlurmRequest
 
 # A node name dtrun puts in file names and scripts; Slurm's own names are of this shape.
-_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class QueueTimeoutError(RunError):
@@ -112,7 +113,7 @@ def hostnames(shell: SlurmShell, nodelist: str) -> tuple[str, ...]:
     """Slurm's compressed node list (gpu[01-04]) as names, by `scontrol show hostnames`."""
     names = tuple(shell.check(["scontrol", "show", "hostnames", nodelist], "expand").split())
     for name in names:
-        if not _NODE_NAME.match(name):
+        if not _NODE_NAME.fullmatch(name):
             raise InventoryError(
                 f"Slurm node name {name!r} is not one dtrun can use",
                 why="dtrun names log files and scripts after nodes: letters, digits, . _ -",
@@ -153,6 +154,14 @@ def slurm_nodes(shell: SlurmShell, names: Sequence[str]) -> tuple[tuple[Node, ..
     missing = [name for name in names if name not in found]
     if missing:
         raise InventoryError(f"sinfo does not describe node(s) {', '.join(missing)}")
+    for node in found.values():
+        problem = host_problem(node.address)
+        if problem:
+            raise InventoryError(
+                f"Slurm gives node {node.name} the address {node.address!r}, which {problem}",
+                why="dtrun places a node's address in its launch script and the rendezvous",
+                fix="correct the node's NodeAddr in slurm.conf (scontrol show node NAME)",
+            )
     return tuple(found[name] for name in names), min(gpus_found[name] for name in names)
 
 

@@ -1,0 +1,57 @@
+"""What a host, an address or a login name from outside may be: one check for every source
+(hosts files in each dialect, --hosts, stack outputs, the node registry, Slurm's answers).
+
+A value that fails is bad input, refused where it is read with the file and line that gave it;
+it never reaches a script (docs/security.md, "Threat model"). Pure.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+# A host name, an ssh alias or an IPv4 address: what ssh, OpenMPI and Slurm take as a host.
+# No leading '-' (ssh would read an option), no space, quote, '$', ';' or control character.
+HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# A login name as POSIX and useradd take it (a trailing '$' is Samba's machine accounts).
+LOGIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?")
+# Characters that end or bend a line: C0 and C1 controls, DEL, Unicode line separators.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def control_character(text: str) -> str | None:
+    """The first control character ``text`` holds, as an escape (``\\n``), or None."""
+    found = CONTROL.search(text)
+    return repr(found.group(0))[1:-1] if found else None
+
+
+def host_problem(text: str) -> str | None:
+    """Why ``text`` is not a host name, ssh alias or IP address; None when it is one."""
+    if HOST_NAME.fullmatch(text) or is_ipv6(text):
+        return None
+    control = control_character(text)
+    if control:
+        return f"holds a control character ({control})"
+    if not text:
+        return "is empty"
+    if text.startswith("-"):
+        return "starts with '-', which ssh would read as an option"
+    return "is not a host name or address (letters, digits, '.', '_' and '-', or IPv6)"
+
+
+def login_problem(text: str) -> str | None:
+    """Why ``text`` is not a login name; None when it is one."""
+    if LOGIN_NAME.fullmatch(text):
+        return None
+    control = control_character(text)
+    if control:
+        return f"holds a control character ({control})"
+    return "is not a login name (letters, digits, '.', '_' and '-')"
