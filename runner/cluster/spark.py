@@ -51,7 +51,8 @@ def spark_inventory(master: str, largest: int) -> Inventory:
         executor_wait_s()  # each launch's driver reads it: a bad value is refused here, first
     except ValueError as bad:
         raise UsageError(
-            str(bad), why="it is how long a launch waits for Spark to give it its executors",
+            str(bad),
+            why="it is how long a launch waits for Spark to give it its executors",
             fix=f"set {WAIT_ENV} to e.g. 120, or unset it",
         ) from None
     local = LOCAL_CLUSTER.fullmatch(master)
