@@ -91,6 +91,12 @@ class UploadInterruptedError(UploadError):
     exit_code = 130
 
 
+class SiteError(DtrunError):
+    """A service of the site that dtrun relies on does not answer (Slurm's munge or controller,
+    a Spark master): not the user's input, so not exit 2; the message says which service and
+    who can bring it back."""
+
+
 class RunError(DtrunError):
     """A launch on the nodes failed."""
 
@@ -159,6 +165,16 @@ class RunInterruptedError(RunError):
     def __init__(self, what: str, *, why: str = "", fix: str = "") -> None:
         super().__init__(what, why=why, fix=fix)
         self.exit_code = interrupted_exit_code()
+
+
+class LaunchInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGTERM, SIGHUP) stopped a launch; raised by an executor once every node is
+    stopped, with how each node ended (its exit code, or None where the stop ended it), so the
+    records say each node's state, not none."""
+
+    def __init__(self, node_results: tuple[NodeResult, ...]) -> None:
+        super().__init__()
+        self.node_results = node_results
 
 
 def describe_exit(code: int) -> str:

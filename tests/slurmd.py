@@ -122,6 +122,23 @@ class SlurmCluster:
                 self.run("scontrol", "update", f"nodename={name}", "state=resume")
         return bool(states) and all(state == "idle" for state in states)
 
+    def kill_node(self, name: str) -> None:
+        """SIGKILL the node's slurmd (its steps' slurmstepd live on, as on a real node)."""
+        index = 1 + list(NODES).index(name)
+        self.processes[index].kill()
+        self.processes[index].wait()
+
+    def restart_node(self, name: str) -> None:
+        """Start the node's slurmd again (after kill_node) and wait until Slurm has it idle."""
+        index = 1 + list(NODES).index(name)
+        self.processes[index] = _node_daemon(self.root, self.env, name)
+        self.run("scontrol", "update", f"nodename={name}", "state=resume")
+        deadline = time.monotonic() + 60
+        while not self._all_idle():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not come back: {self.run('sinfo', '-N').stdout}")
+            time.sleep(0.5)
+
     def close(self) -> None:
         """Cancel every job and let it end, then stop the node daemons, then the controller."""
         self.run("scancel", "--user", "root")
@@ -171,6 +188,18 @@ def _ports_free() -> None:
                 raise RuntimeError(f"{address}:{port} is in use: is another Slurm running here?")
 
 
+def _node_daemon(root: Path, env: Mapping[str, str], name: str) -> subprocess.Popen[bytes]:
+    """The node's slurmd, with a host name of its own, as every real node has (see the
+    module's docstring); unshare and sh exec it, so the process is slurmd itself."""
+    bind = f"mount --bind {shlex.quote(str(root / 'hosts'))} /etc/hosts"
+    line = f"hostname {name} && {bind} && exec slurmd -D -N {name}"
+    with (root / "log" / f"slurmd-{name}.out").open("ab") as out:
+        return subprocess.Popen(
+            ["unshare", "--uts", "--mount", "sh", "-c", line],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
 def start(root: Path) -> SlurmCluster:
     _ports_free()
     for sub in ("state", "log", *(f"spool/{n}" for n in NODES), *(f"tmp/{n}" for n in NODES)):
@@ -202,10 +231,7 @@ def start(root: Path) -> SlurmCluster:
     names = "".join(f"{address} {name}\n" for name, (address, _) in NODES.items())
     hosts.write_text(Path("/etc/hosts").read_text() + names)
     for name in NODES:
-        # a host name of its own, as every real node has (see the module's docstring)
-        bind = f"mount --bind {shlex.quote(str(hosts))} /etc/hosts"
-        line = f"hostname {name} && {bind} && exec slurmd -D -N {name}"
-        daemon(f"slurmd-{name}", ["unshare", "--uts", "--mount", "sh", "-c", line])
+        cluster.processes.append(_node_daemon(root, env, name))
     deadline = time.monotonic() + 30
     while not cluster._all_idle():
         if time.monotonic() > deadline or any(p.poll() is not None for p in cluster.processes):

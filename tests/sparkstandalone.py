@@ -51,7 +51,20 @@ class StandaloneSpark:
                 proc.wait()
 
 
-def start(root: Path) -> StandaloneSpark:
+def executor_pids(worker: int) -> list[int]:
+    """The executor JVMs worker ``worker`` started (its children, in its work directory)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info.get("cmdline") or [])
+        if "CoarseGrainedExecutorBackend" in line and f"--hostname {WORKERS[worker]}" in line:
+            found.append(proc.pid)
+    return found
+
+
+def start(root: Path, memory: str = "1g") -> StandaloneSpark:
+    """``memory``: what each worker offers its executors (an executor asks for 1g)."""
     with socket.socket() as probe:
         if probe.connect_ex(MASTER) == 0:
             raise RuntimeError(f"{MASTER[0]}:{MASTER[1]} is taken: a Spark master still runs")
@@ -84,7 +97,7 @@ def start(root: Path) -> StandaloneSpark:
         daemon(
             f"worker-{i}",
             ["org.apache.spark.deploy.worker.Worker", cluster.url, "--host", host, "--cores", "1",
-             "--memory", "1g", "--webui-port", "0", "--work-dir", str(work)],
+             "--memory", memory, "--webui-port", "0", "--work-dir", str(work)],
             {"SPARK_LOCAL_IP": host},
         )  # fmt: skip
     deadline = time.monotonic() + 90

@@ -423,3 +423,103 @@ def test_sigterm_stops_horovodrun_and_its_srun_steps(slurm, no_leftovers):
     assert "stopped by SIGTERM" in said, said
     wait_for(lambda: slurm.steps() == [] and slurm.jobs() == [], timeout=30, what="no step")
     assert [p.cmdline() for p in launch_processes()] == []
+
+
+def _start_sleepers(slurm, where: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """dtrun running a 2-node sleeper in its own allocation, both programs up; and the job."""
+    script = _write(where, "sleep.py", SLEEPER)
+    out = (where / "dtrun.out").open("w+")
+    dtrun = subprocess.Popen(
+        [*DTRUN, "run", "--slurm", "--nodes", "2", *extra, "--output", str(where / "runs"),
+         "--run-id", "f", "--", "python", str(script)],
+        cwd=where, env=slurm.env, stdout=out, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=default_signals,
+    )  # fmt: skip
+    wait_for(
+        lambda: len([p for p in launch_processes() if "sleep.py" in " ".join(p.cmdline())]) >= 2,
+        timeout=60,
+        what="both nodes' programs to start",
+    )
+    return dtrun, slurm.jobs()[0].split()[0]
+
+
+def _ended(
+    dtrun: subprocess.Popen[str], where: Path, timeout: float
+) -> tuple[int, str, dict[str, tuple[int | None, str | None]]]:
+    code = dtrun.wait(timeout=timeout)
+    said = (where / "dtrun.out").read_text()
+    record = json.loads((where / "runs" / "f" / "run.json").read_text())
+    return code, said, {n["node"]: (n["exit_code"], n["cause"]) for n in record["nodes"]}
+
+
+@pytest.mark.parametrize("fault", ["set-down", "slurmd-killed"])
+def test_a_node_slurm_loses_mid_run_is_named_and_recorded_as_lost(slurm, no_leftovers, fault):
+    """`scontrol update state=down`, or n2's slurmd killed (Slurm finds it after SlurmdTimeout,
+    30 s here): the error and the record name n2, and n1 is recorded as stopped."""
+    dtrun, _job = _start_sleepers(slurm, no_leftovers, "--port", "29650")
+    try:
+        if fault == "set-down":
+            slurm.run("scontrol", "update", "nodename=n2", "state=down", "reason=dtrun test")
+        else:
+            slurm.kill_node("n2")
+        code, said, nodes = _ended(dtrun, no_leftovers, timeout=120)
+    finally:
+        if fault == "slurmd-killed":
+            slurm.restart_node("n2")
+    assert code == 1, said
+    assert "error: Slurm lost node n2 (node failure)" in said, said
+    assert "srun did not run the launch" not in said
+    assert nodes == {"n1": (None, None), "n2": (None, "node failure (Slurm)")}
+    wait_for(lambda: slurm.jobs() == [], timeout=30, what="the job to end")
+
+
+def test_an_outside_scancel_is_said_and_recorded_as_not_dtruns_doing(slurm, no_leftovers):
+    dtrun, job = _start_sleepers(slurm, no_leftovers, "--port", "29652")
+    slurm.run("scancel", job)
+    code, said, nodes = _ended(dtrun, no_leftovers, timeout=60)
+    assert code == 1, said
+    assert f"error: Slurm job {job} was cancelled from outside dtrun" in said, said
+    assert f"Slurm job {job} had already ended (CANCELLED)" in said
+    assert "squeue no longer lists it" not in said  # dtrun did not cancel it
+    cause = "cancelled from outside dtrun (scancel)"
+    assert nodes == {"n1": (None, cause), "n2": (None, cause)}
+
+
+def test_a_job_that_reaches_its_time_limit_says_so_and_what_to_set(slurm, no_leftovers):
+    """--time 1 (a minute: Slurm's smallest limit); Slurm checks limits every 30 s or so."""
+    dtrun, job = _start_sleepers(slurm, no_leftovers, "--port", "29654", "--time", "1")
+    code, said, nodes = _ended(dtrun, no_leftovers, timeout=150)
+    assert code == 1, said
+    assert f"error: Slurm job {job} reached its time limit (1:00)" in said, said
+    assert "next: pass a longer --time" in said
+    assert nodes == {"n1": (None, "time limit (Slurm)"), "n2": (None, "time limit (Slurm)")}
+
+
+def test_more_nodes_than_the_partition_holds_is_bad_input_naming_its_size(slurm, no_leftovers):
+    done = run_dtrun(
+        "bench", "--slurm", "--nodes", "1,3", *QUICK, "--output", str(no_leftovers / "runs"),
+        cwd=no_leftovers, env=slurm.env,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Slurm partition debug has 2: its nodes: n1, n2" in done.stderr
+    assert "DTRUN_SLURM_LEASE_S" not in done.stderr and "Traceback" not in done.stderr
+    assert slurm.jobs() == []
+
+
+def test_munge_not_answering_is_the_sites_failure_not_bad_input(slurm, no_leftovers):
+    """A client whose munge socket is absent: what every Slurm command here says when munged
+    is down, without stopping the munged the test cluster shares."""
+    conf = no_leftovers / "slurm.conf"
+    conf.write_text(
+        slurm.conf.read_text().replace(
+            "AuthType=auth/munge", f"AuthType=auth/munge\nAuthInfo=socket={no_leftovers}/none"
+        )
+    )
+    for args in (("run", "--slurm", "--nodes", "2", "--", "true"), ("bench", "--slurm")):
+        done = run_dtrun(
+            *args[:3], "--output", str(no_leftovers / "runs"), *args[3:],
+            cwd=no_leftovers, env={**slurm.env, "SLURM_CONF": str(conf)},
+        )  # fmt: skip
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "munge, is not answering on this machine" in done.stderr
+        assert "--partition" not in done.stderr and "Traceback" not in done.stderr

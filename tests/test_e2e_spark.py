@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +111,15 @@ def test_sigterm_stops_the_driver_the_executors_and_every_rank(no_leftovers):
         out.seek(0)
         said = out.read()
     assert "stopped by SIGTERM" in said, said
+    assert "Traceback" not in said and "py4j" not in said.lower(), said
     wait_for(lambda: launch_processes() == [], timeout=30, what="no process of the launch")
     record = json.loads(next((no_leftovers / "runs").iterdir()).joinpath("run.json").read_text())
     assert record["status"] == "interrupted"
+    # each node's state, not none: both were running, so both were stopped
+    assert [(n["node"], n["exit_code"]) for n in record["nodes"]] == [
+        ("spark-0", None),
+        ("spark-1", None),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -167,4 +175,76 @@ def test_sigterm_on_a_standalone_master_leaves_no_executor_or_rank(standalone, n
         dtrun.send_signal(signal.SIGTERM)
         assert dtrun.wait(timeout=90) == 143
     # the executors are the workers' children: Spark's master ends them once the driver is gone
+    wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the launch")
+
+
+def test_a_master_that_does_not_answer_fails_at_once_saying_so(no_leftovers):
+    started = time.monotonic()
+    done = run_dtrun(
+        "run", "--spark", "spark://127.0.0.40:7199", "--launcher", "torchdistributor",
+        "--nodes", "2", "--output", str(no_leftovers / "runs"), "--", "true",
+        cwd=no_leftovers, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "cannot connect to the Spark master at spark://127.0.0.40:7199" in done.stderr
+    assert "Traceback" not in done.stderr and "stopped SparkContext" not in done.stderr
+    assert time.monotonic() - started < 30  # was about 68 s
+
+
+@pytest.fixture
+def small_standalone(tmp_path_factory):
+    from tests import sparkstandalone
+
+    cluster = sparkstandalone.start(tmp_path_factory.mktemp("spark-small"), memory="512m")
+    yield cluster
+    cluster.close()
+
+
+def test_workers_too_small_for_an_executor_fail_the_launch_saying_what_to_change(
+    small_standalone, no_leftovers
+):
+    """Workers of 512 MiB and executors of 1 GiB: Spark gives the application no executor; the
+    launch ends after the executor wait, not at --timeout."""
+    started = time.monotonic()
+    done = run_dtrun(
+        "run", "--spark", small_standalone.url, "--launcher", "torchdistributor", "--nodes", "2",
+        "--output", str(no_leftovers / "runs"), "--run-id", "small", "--", "true",
+        cwd=no_leftovers, timeout=240, env={**os.environ, "DTRUN_SPARK_EXECUTOR_WAIT_S": "15"},
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Spark gave this launch 0 of the 2 executor(s) it needs within 15 s" in done.stderr
+    assert "1g of memory" in done.stderr and "spark-defaults.conf" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert time.monotonic() - started < 150
+    record = json.loads((no_leftovers / "runs" / "small" / "run.json").read_text())
+    assert [n["exit_code"] for n in record["nodes"]] == [None, None]
+
+
+def test_an_executor_killed_is_the_failed_node_and_the_stopped_one_is_null(
+    standalone, no_leftovers
+):
+    from tests import sparkstandalone
+
+    script = no_leftovers / "sleep.py"
+    script.write_text("import time; print('sleeping', flush=True); time.sleep(600)\n")
+    with (no_leftovers / "dtrun.out").open("w+") as out:
+        dtrun = subprocess.Popen(
+            [*DTRUN, "run", "--spark", standalone.url, "--launcher", "torchdistributor",
+             "--nodes", "2", "--output", str(no_leftovers / "runs"), "--run-id", "k", "--",
+             "python", str(script)],
+            cwd=no_leftovers, stdout=out, stderr=subprocess.STDOUT, preexec_fn=default_signals,
+        )  # fmt: skip
+        wait_for(lambda: len(_sleeping()) >= 2, timeout=180, what="both nodes' programs to start")
+        (executor,) = sparkstandalone.executor_pids(1)
+        os.kill(executor, signal.SIGKILL)
+        assert dtrun.wait(timeout=120) == 1
+        out.seek(0)
+        said = out.read()
+    record = json.loads((no_leftovers / "runs" / "k" / "run.json").read_text())
+    nodes = {n["node"]: (n["exit_code"], n["cause"] is not None) for n in record["nodes"]}
+    lost = next(node for node, (code, _) in nodes.items() if code is not None)
+    assert nodes[lost] == (137, True), nodes  # the executor's own exit, as Spark reported it
+    assert [value for node, value in nodes.items() if node != lost] == [(None, False)], nodes
+    assert f"error: {lost} (spark-executor) failed with exit code 137" in said, said
+    assert "ExecutorLostFailure" in said and "Traceback" not in said
     wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the launch")

@@ -24,6 +24,7 @@ from runner.cluster.slurmlease import hold_script
 from runner.errors import NodeFailedError
 from runner.execute.guard import drop_guard
 from runner.execute.slurm import SlurmExecutor, _Step, step_command, step_guard, wrapper
+from runner.execute.slurmfault import Heard
 from runner.execute.slurmshell import SlurmShell
 from runner.plan.launch import What, plan_launch
 from runner.plan.resolve import resolve_run
@@ -285,3 +286,24 @@ def test_the_step_guard_cancels_only_its_own_step_and_only_when_dtrun_is_gone(
         drop_guard(guard)
         time.sleep(0.3)
         assert not (tmp_path / "cancelled").exists()
+
+
+@pytest.mark.parametrize(
+    ("lines", "lost", "cancelled", "due_to"),
+    [
+        (["srun: error: Node failure on n2"], ["n2"], None, ""),
+        (["slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO "
+          "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"], [], "STEP 3.0", "NODE FAILURE"),
+        (["slurmstepd-n1: error: *** JOB 4 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO TIME "
+          "LIMIT ***"], [], "JOB 4", "TIME LIMIT"),
+        (["slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT 2026-11-25T17:29:15 ***"], [],
+         "STEP 2.0", ""),
+        (["srun: error: n1: task 0: Terminated", "a program printing *** STEP"], [], None, ""),
+    ],
+    ids=["node-failure", "step-node-failure", "time-limit", "scancel", "neither"],
+)  # fmt: skip
+def test_what_slurm_says_of_a_step_it_ended_is_heard(lines, lost, cancelled, due_to):
+    heard = Heard()
+    for line in lines:
+        heard.line(line)
+    assert (heard.lost, heard.cancelled, heard.due_to) == (lost, cancelled, due_to)

@@ -16,7 +16,14 @@ import pytest
 
 from runner.cluster.spark import executors, spark_inventory
 from runner.errors import NodeFailedError, PlanError, UsageError
-from runner.execute.spark import node_failure, node_results
+from runner.execute.spark import driver_failure, node_failure, node_results
+from runner.execute.spark_driver import (
+    FAILURE_FILE,
+    executor_wait_s,
+    master_unreachable,
+    task_failure,
+    write_failure,
+)
 from runner.execute.spark_node import contract_from_horovod, executor_address, node_main
 from runner.plan.launchers.spark import SPARK_CONFIG
 from runner.spec.cluster import Node
@@ -120,7 +127,7 @@ def test_the_failed_node_is_the_one_whose_exit_file_says_so_first(tmp_path):
     results = node_results(plan, tmp_path)
     assert [r.exit_code for r in results] == [None, 0, 7]  # spark-0 never finished: stopped
     driver = NodeFailedError("spark-driver", "127.0.0.1", 1, "d.log", "")
-    error = node_failure(results, driver)
+    error = node_failure(results, driver, {})
     assert isinstance(error, NodeFailedError) and error.node == "spark-2"
     assert error.node_results == results
 
@@ -133,7 +140,7 @@ def test_an_exit_file_cut_short_reads_as_no_exit(tmp_path):
 def test_without_a_failed_node_the_driver_is_the_failure(tmp_path):
     results = node_results(_plan(["spark-0"]), tmp_path)
     driver = NodeFailedError("spark-driver", "127.0.0.1", 1, str(Path("d.log")), "no Java")
-    assert node_failure(results, driver) is driver
+    assert node_failure(results, driver, {}) is driver
 
 
 @pytest.mark.parametrize(
@@ -222,7 +229,8 @@ def test_a_stopped_rank_leaves_no_process_of_its_node_script(tmp_path, hand, dea
         assert all(ended(pid) for pid in pids), pids
         if hand == "thread":
             assert code == 143, rank.stderr.read() if rank.stderr else ""
-            assert (tmp_path / "spark-0.exit").read_text() == "143\n"
+            # node_main stopped the script: no exit of its own, so the node reads as stopped
+            assert not (tmp_path / "spark-0.exit").exists()
         else:
             assert code == -signal.SIGKILL
     finally:
@@ -230,3 +238,51 @@ def test_a_stopped_rank_leaves_no_process_of_its_node_script(tmp_path, hand, dea
         for name in ("program", "background"):
             with contextlib.suppress(OSError, ValueError):
                 os.kill(int((tmp_path / f"{name}.pid").read_text()), signal.SIGKILL)
+
+
+LOST = (
+    "An error occurred while calling o81.collect.\n"
+    ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 0.0 "
+    "failed 1 times, most recent failure: Lost task 1.0 in stage 0.0 (TID 1) (127.0.0.42 "
+    "executor 1): ExecutorLostFailure (executor 1 exited caused by one of the running tasks) "
+    "Reason: Command exited with code 137\n"
+    "Driver stacktrace:\n\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages"
+)
+
+
+def test_a_lost_executor_names_its_partition_and_the_executors_exit_code():
+    failure = task_failure(RuntimeError(LOST))
+    assert (failure.partition, failure.exit_code) == (1, 137)
+    assert failure.why.startswith("ExecutorLostFailure (executor 1 exited")
+    assert "stacktrace" not in failure.why and "\tat " not in failure.why
+
+
+def test_the_node_spark_lost_is_recorded_with_its_code_and_the_stopped_one_as_stopped(tmp_path):
+    plan = _plan(["spark-0", "spark-1"])
+    write_failure(tmp_path / FAILURE_FILE, task_failure(RuntimeError(LOST)))
+    results = node_results(plan, tmp_path)  # neither node wrote an exit: both were stopped
+    assert [(r.exit_code, r.cause is not None) for r in results] == [(None, False), (137, True)]
+    driver = NodeFailedError("spark-driver", "127.0.0.1", 1, "d.log", "traceback lines")
+    error = node_failure(results, driver, driver_failure(tmp_path))
+    assert isinstance(error, NodeFailedError) and error.node == "spark-1"
+    assert "failed with exit code 137" in error.message and "ExecutorLostFailure" in error.message
+
+
+def test_a_driver_failure_it_recorded_is_the_error_not_its_log(tmp_path):
+    unreachable = master_unreachable("spark://127.0.0.1:1")
+    assert unreachable is not None
+    write_failure(tmp_path / FAILURE_FILE, unreachable)
+    results = node_results(_plan(["spark-0"]), tmp_path)
+    driver = NodeFailedError("spark-driver", "127.0.0.1", 1, "d.log", "Traceback (most recent")
+    error = node_failure(results, driver, driver_failure(tmp_path))
+    assert error.message.startswith("cannot connect to the Spark master at spark://127.0.0.1:1")
+    assert "Traceback" not in error.message and error.node_results == results
+
+
+@pytest.mark.parametrize(("value", "ok"), [("", True), ("30", True), ("4", False), ("x", False)])
+def test_the_executor_wait_is_bounded_and_checked(value, ok):
+    if ok:
+        assert executor_wait_s({"DTRUN_SPARK_EXECUTOR_WAIT_S": value}) in (30, 120)
+    else:
+        with pytest.raises(ValueError, match="DTRUN_SPARK_EXECUTOR_WAIT_S"):
+            executor_wait_s({"DTRUN_SPARK_EXECUTOR_WAIT_S": value})

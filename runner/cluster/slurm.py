@@ -22,7 +22,15 @@ from collections.abc import Callable, Mapping, Sequence
 from runner.cluster.names import host_problem
 from runner.cluster.slurmlease import COMMENT, hold_script
 from runner.errors import InventoryError, RunError, UsageError
-from runner.execute.slurmshell import LIVE, POLL_S, SlurmShell, job_state
+from runner.execute.slurmshell import (
+    LIVE,
+    NEVER_RUNS,
+    POLL_S,
+    SlurmShell,
+    job_state,
+    never_runs,
+    site_failure,
+)
 from runner.spec.cluster import Accelerator, Inventory, Node
 from runner.spec.slurm import SlurmRequest
 
@@ -60,6 +68,9 @@ def submit(shell: SlurmShell, request: SlurmRequest, nodes: int, name: str) -> s
     argv = allocation_request(request, nodes, name)
     done = shell.run(argv)
     if done.returncode != 0:
+        down = site_failure(done.stderr)
+        if down is not None:
+            raise down
         said = " ".join(line.strip() for line in done.stderr.strip().splitlines())
         raise UsageError(
             f"Slurm refused dtrun's request for {nodes} node(s)",
@@ -98,6 +109,8 @@ def wait_running(
         state, reason, nodelist = seen
         if state == "RUNNING":
             return nodelist
+        if reason in NEVER_RUNS:
+            raise never_runs(job_id, reason)
         on_pending(job_id, reason, waited, timeout_s)
         if waited >= timeout_s:
             raise QueueTimeoutError(
@@ -175,6 +188,36 @@ def cpus_per_node(value: str, count: int) -> tuple[int, ...] | None:
             return None
         counts += [int(match.group(1))] * int(match.group(2) or 1)
     return tuple(counts) if len(counts) == count else None
+
+
+def check_partition_size(shell: SlurmShell, request: SlurmRequest, count: int) -> None:
+    """Refuse, before asking Slurm for anything, more nodes than the partition holds (Slurm
+    would take the job and hold it pending forever, reason PartitionConfig)."""
+    if request.nodelist is not None:
+        return  # Slurm judges a list of named nodes itself (sbatch refuses an unknown one)
+    rows = shell.check(["sinfo", "-N", "-h", "-o", "%N|%P"], "list the nodes").splitlines()
+    partitions: dict[str, list[str]] = {}
+    for row in rows:
+        name, _, partition = row.partition("|")
+        partitions.setdefault(partition, [])
+        if name not in partitions[partition]:
+            partitions[partition].append(name)
+    default = next((p for p in partitions if p.endswith("*")), None)
+    key = default if request.partition is None else request.partition
+    if key is None or key not in partitions:
+        return  # an unknown partition: sbatch refuses it with its own words
+    excluded = set(hostnames(shell, request.exclude)) if request.exclude else set()
+    usable = [name for name in partitions[key] if name not in excluded]
+    if count <= len(usable):
+        return
+    label = key.rstrip("*")
+    raise UsageError(
+        f"dtrun needs {count} node(s) (the largest of --nodes) and Slurm partition {label} has "
+        f"{len(usable)}" + (" outside --exclude" if excluded else ""),
+        why=f"its nodes: {', '.join(usable) or 'none'} (sinfo -p {label})",
+        fix=f"ask for at most {len(usable)} node(s), or pass --partition naming a larger "
+        "partition (`sinfo -s` lists them)",
+    )
 
 
 def candidate_nodes(shell: SlurmShell, request: SlurmRequest) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from runner.cluster.embedded import embedded_inventory
 from runner.cluster.slurm import (
     allocation_request,
     candidate_nodes,
+    check_partition_size,
     cpus_per_node,
     hostnames,
     inside_allocation,
@@ -28,7 +29,8 @@ from runner.cluster.slurmlease import Lease
 from runner.errors import UsageError
 from runner.execute.local import sigint_deferred
 from runner.execute.slurm import SlurmExecutor, SlurmPreview
-from runner.execute.slurmshell import SlurmShell, cancel, job_state
+from runner.execute.slurmfault import job_end
+from runner.execute.slurmshell import LIVE, SlurmShell, cancel, job_state
 from runner.execute.slurmstage import HeadStaging, head_shell
 from runner.spec.cluster import Inventory, Node
 
@@ -138,6 +140,7 @@ def open_slurm(
         yield _cluster(choice, shell, job, _inventory(f"slurm:job {job}", nodes, gpus, head), head)
         return
     count = choice.local_nodes
+    check_partition_size(shell, request, count)
     if choice.dry_run:
         names = candidate_nodes(shell, request)[:count]
         nodes, gpus = slurm_nodes(shell, names)
@@ -160,8 +163,13 @@ def open_slurm(
             yield _cluster(choice, shell, job, inventory, head)
     finally:
         with sigint_deferred():
-            cancel(shell, job)
-        notice(f"Slurm job {job} cancelled; squeue no longer lists it")
+            ended = job_end(shell, job, wait_s=0)[0]
+            if ended in LIVE or not ended:  # not listed: cancelled anyway, in case squeue erred
+                cancel(shell, job)
+        if ended in LIVE or not ended:
+            notice(f"Slurm job {job} cancelled; squeue no longer lists it")
+        else:  # a scancel from outside, its time limit, a node failure: not dtrun's doing
+            notice(f"Slurm job {job} had already ended ({ended})")
 
 
 def allocation_line(choice: ClusterChoice) -> str:

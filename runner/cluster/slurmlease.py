@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 
 from runner.errors import RunError, UsageError
-from runner.execute.slurmshell import SlurmShell
+from runner.execute.slurmshell import NEVER_RUNS, SlurmShell, job_state, never_runs
 from runner.spec.slurm import DEFAULT_LEASE_S
 
 LEASE_ENV = "DTRUN_SLURM_LEASE_S"
@@ -91,6 +91,11 @@ class Lease:
     def __enter__(self) -> Lease:
         said = self._once(1)
         if said is not None:
+            # Slurm refuses to update a job it will never run ("Requested partition
+            # configuration not available now"): that is the request's fault, not the lease's
+            seen = job_state(self.shell, self.job)
+            if seen is not None and seen[1] in NEVER_RUNS:
+                raise never_runs(self.job, seen[1])
             raise RunError(
                 f"Slurm did not take the lease of job {self.job}: {said}",
                 why="without it the job ends itself one lease after it starts",

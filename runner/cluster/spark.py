@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from runner.errors import UsageError
+from runner.execute.spark_driver import WAIT_ENV, executor_wait_s
 from runner.spec.cluster import Accelerator, Inventory, Node
 
 LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]")
@@ -46,6 +47,14 @@ def spark_inventory(master: str, largest: int) -> Inventory:
     import runner
 
     count = executors(master, largest)
+    try:
+        executor_wait_s()  # each launch's driver reads it: a bad value is refused here, first
+    except ValueError as bad:
+        raise UsageError(
+            str(bad),
+            why="it is how long a launch waits for Spark to give it its executors",
+            fix=f"set {WAIT_ENV} to e.g. 120, or unset it",
+        ) from None
     local = LOCAL_CLUSTER.fullmatch(master)
     cores = int(local.group(2)) if local else 1
     address = "127.0.0.1" if local else "spark-executor"

@@ -18,7 +18,7 @@ from typing import IO
 
 import psutil
 
-from runner.errors import NodeFailedError, RunError, RunTimeoutError
+from runner.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
 from runner.execute.guard import TAG, drop_guard, start_guard, stop_script
@@ -91,21 +91,24 @@ class LocalExecutor:
         verdict: _Node | RunTimeoutError | None = None
         tag = tag or secrets.token_hex(8)
         guard = start_guard(["bash", "-c", stop_script(tag, self.grace_s)])
+        interrupted = False
         try:
             for launch in plan.launches:
                 with sigint_deferred():  # a node that was started is one that gets stopped
                     nodes.append(_start(launch, workdir, on_line, exits, tag))
             verdict = _supervise(nodes, exits, timeout_s, plan)
         except KeyboardInterrupt:
+            interrupted = True
             # saying so must not replace the interruption (a closed terminal, a broken pipe)
             with sigint_deferred(), contextlib.suppress(Exception):
                 self.on_stopping(sum(node.returncode is None for node in nodes))
-            raise
         finally:
             with sigint_deferred():
                 self._stop(nodes)
                 drop_guard(guard)
         results = tuple(node.result() for node in nodes)
+        if interrupted:  # each node as it ended: its exit code, or None where the stop ended it
+            raise LaunchInterrupted(results)
         if verdict is None:
             return mark_stopped(plan.success, results)
         error = verdict if isinstance(verdict, RunError) else _failure(verdict)

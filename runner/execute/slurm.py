@@ -23,11 +23,18 @@ from pathlib import Path
 from typing import IO
 
 from runner import __version__
-from runner.errors import NodeFailedError, RunError, RunTimeoutError, UsageError
+from runner.errors import (
+    LaunchInterrupted,
+    NodeFailedError,
+    RunError,
+    RunTimeoutError,
+    UsageError,
+)
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
 from runner.execute.guard import TAG, drop_guard, start_guard
 from runner.execute.local import run_scripts, sigint_deferred, write_launch_files, write_scripts
+from runner.execute.slurmfault import Heard, ended_by_slurm
 from runner.execute.slurmshell import SlurmShell, cancel
 from runner.execute.slurmstage import HeadStaging
 from runner.execute.success import Next, Settled, mark_stopped, settle
@@ -90,9 +97,11 @@ class _Step:
     exits: dict[str, tuple[int, float]] = field(default_factory=dict)  # node -> (code, when)
     guard: list[str] = field(default_factory=list)  # nodes that do not see the run directory
     started: float = field(default_factory=time.monotonic)
+    slurm: Heard = field(default_factory=Heard)  # what srun and slurmstepd said of the end
 
     def line(self, raw: bytes) -> None:
         text = raw.decode(errors="replace").rstrip("\r\n")
+        self.slurm.line(text)
         label = _LABEL.match(text)
         node = self.bound.get(label.group(1)) if label else None
         if label and node is None:
@@ -185,13 +194,13 @@ class SlurmExecutor:
             raise
         reader = threading.Thread(target=_pump, args=(process, step), daemon=True)
         reader.start()
-        timed_out = False
+        timed_out = interrupted = False
         try:
             timed_out = _wait(process, timeout_s, lambda: step.settled(plan).next is Next.DONE)
         except KeyboardInterrupt:
+            interrupted = True
             with contextlib.suppress(Exception):
                 self.on_stopping(len(plan.launches) - len(step.exits))
-            raise
         finally:
             if process.poll() is None:
                 with sigint_deferred():  # a second Ctrl-C does not cut the stop short
@@ -199,6 +208,8 @@ class SlurmExecutor:
             drop_guard(guard)
             reader.join(timeout=10)
             step.close()
+        if interrupted:  # each node as it ended: its exit code, or None where the stop ended it
+            raise LaunchInterrupted(_results(plan, step, step.exits))
         if self.staging is not None:
             self.staging.pull(there, workdir)  # result.json and what the program wrote
         return self._verdict(plan, process.returncode, step, timed_out, timeout_s)
@@ -231,16 +242,7 @@ class SlurmExecutor:
         settled = step.settled(plan)
         done = settled.next is Next.DONE  # worker0: exits after node 0's are dtrun's stop
         exits = {n: e for n, e in step.exits.items() if not done or e[1] <= (settled.at or now)}
-        results = tuple(
-            NodeResult(
-                node=launch.node.name,
-                address=launch.node.address,
-                exit_code=exits.get(launch.node.name, (None, now))[0],
-                log_path=str(step.workdir / f"{launch.node.name}.log"),
-                wall_s=exits.get(launch.node.name, (None, now))[1] - step.started,
-            )
-            for launch in plan.launches
-        )
+        results = _results(plan, step, exits)
         if done:
             results = mark_stopped(plan.success, results)
         error: RunError | None = None
@@ -258,11 +260,16 @@ class SlurmExecutor:
                 why=f"still running when its Slurm step was cancelled: {running}",
                 fix="raise --timeout, or read the node logs for where it hung",
             )
+        elif not done and step.slurm.said and (slurm := self._ended(step, results)):
+            error = slurm  # Slurm ended the step: a node that exited on its signal is not it
         elif settled.next is Next.FAILED and settled.launch is not None:
             node, address = settled.launch.node.name, settled.launch.node.address
             log = step.workdir / f"{node}.log"
             error = NodeFailedError(node, address, step.exits[node][0], str(log), explain_log(log))
         elif not done and (code != 0 or len(step.exits) < len(plan.launches)):
+            ended = self._ended(step, results)
+            if ended is not None:
+                raise ended
             srun_log = step.workdir / SRUN_LOG
             text = srun_log.read_text(errors="replace") if srun_log.exists() else ""
             said = text.strip().splitlines()
@@ -275,6 +282,11 @@ class SlurmExecutor:
             return results
         error.node_results = results
         raise error
+
+    def _ended(self, step: _Step, results: tuple[NodeResult, ...]) -> RunError | None:
+        """Slurm's own end of the step (a node lost, the time limit, a scancel from outside
+        dtrun), with each node's part in it; None when Slurm says nothing of one."""
+        return ended_by_slurm(self.shell, self.job_id, step.slurm, results)
 
     def drain(self, nodes: Sequence[NodeHealth], run_id: str) -> str:
         """Drain nodes the health gate found below its mark, each with the reason (scontrol
@@ -336,6 +348,23 @@ def step_guard(shell: SlurmShell, job_id: str, name: str) -> subprocess.Popen[by
     slurmlease.py); inside a user's own allocation, which outlives dtrun, this is what stops
     dtrun's steps."""
     return start_guard(shell.argv(["sh", "-c", CANCEL, "dtrun-step-cancel", job_id, name]))
+
+
+def _results(
+    plan: LaunchPlan, step: _Step, exits: dict[str, tuple[int, float]]
+) -> tuple[NodeResult, ...]:
+    """Each node's result: the exit its task reported, or None (stopped, or never bound)."""
+    now = time.monotonic()
+    return tuple(
+        NodeResult(
+            node=launch.node.name,
+            address=launch.node.address,
+            exit_code=exits.get(launch.node.name, (None, now))[0],
+            log_path=str(step.workdir / f"{launch.node.name}.log"),
+            wall_s=exits.get(launch.node.name, (None, now))[1] - step.started,
+        )
+        for launch in plan.launches
+    )
 
 
 def _pump(process: subprocess.Popen[bytes], step: _Step) -> None:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runner.errors import InventoryError, RunError
+from runner.errors import InventoryError, RunError, SiteError, UsageError
 
 POLL_S = 1.0  # how often squeue is asked while a job waits or ends
 CANCEL_WAIT_S = 60.0  # how long a cancelled job may take to leave squeue before dtrun says so
@@ -17,6 +17,15 @@ CANCEL_WAIT_S = 60.0  # how long a cancelled job may take to leave squeue before
 LIVE = frozenset(
     {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING",
      "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "REQUEUE_HOLD", "REQUEUE_FED"}
+)  # fmt: skip
+
+# Pending reasons (squeue's %r) that no wait ends: the job asks for more than its partition,
+# account or QOS ever gives (squeue(1), "JOB REASON CODES"). PartitionNodeLimit is not one:
+# Slurm also gives it while nodes the job needs are down or drained.
+NEVER_RUNS = frozenset(
+    {"PartitionConfig", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS",
+     "AccountNotAllowed", "QOSMaxNodePerJobLimit", "QOSMaxWallDurationPerJobLimit",
+     "AssocMaxNodesPerJobLimit", "AssocMaxWallDurationPerJobLimit"}
 )  # fmt: skip
 
 
@@ -60,6 +69,9 @@ class SlurmShell:
         """The command's standard output; a clear error naming what failed when it fails."""
         done = self.run(command)
         if done.returncode != 0:
+            down = site_failure(done.stderr + done.stdout)
+            if down is not None:
+                raise down
             said = (done.stderr or done.stdout).strip().splitlines()
             last = said[-1] if said else f"exit {done.returncode}"
             raise InventoryError(
@@ -69,6 +81,36 @@ class SlurmShell:
                 "`sinfo` works here",
             )
         return done.stdout
+
+
+# What Slurm's client commands say when the site's services, not the request, are at fault
+# (Slurm 22.05's messages; the same words since at least 17.11): munge cannot be reached here,
+# or the controller does not answer.
+_MUNGE = ("Munge encode failed", "Munge decode failed", "Protocol authentication error")
+_CONTROLLER = ("Unable to contact slurm controller",)
+
+
+def site_failure(said: str) -> SiteError | None:
+    """The site's own failure in what a Slurm command printed, or None: munge not answering
+    (every Slurm command signs its request with munge) or a controller that does not."""
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    munge = next((line for line in lines if any(mark in line for mark in _MUNGE[:2])), None)
+    if munge is not None or any(_MUNGE[2] in line for line in lines):
+        return SiteError(
+            "Slurm's authentication service, munge, is not answering on this machine",
+            why=munge or next(line for line in lines if _MUNGE[2] in line),
+            fix="munged must run here and on every node with the cluster's key: ask the site's "
+            "admins (`systemctl status munge`; `munge -n | unmunge` tests it), then run again",
+        )
+    controller = next((line for line in lines if _CONTROLLER[0] in line), None)
+    if controller is not None:
+        return SiteError(
+            "Slurm's controller does not answer",
+            why=controller,
+            fix="`scontrol ping` says whether slurmctld is up: ask the site's admins, then run "
+            "again",
+        )
+    return None
 
 
 def _not_installed(tool: str) -> InventoryError:
@@ -87,6 +129,17 @@ def job_state(shell: SlurmShell, job_id: str) -> tuple[str, str, str] | None:
         return None  # squeue says "Invalid job id" for a job that has left its records
     state, reason, nodelist = [*line.splitlines()[0].split("|", 2), "", ""][:3]
     return state, reason, nodelist
+
+
+def never_runs(job_id: str, reason: str) -> UsageError:
+    """The error for a job Slurm holds pending for a reason no wait ends (NEVER_RUNS)."""
+    return UsageError(
+        f"Slurm will never start job {job_id} as asked: it is pending ({reason})",
+        why="the request asks for more than the partition, account or QOS allows (squeue(1), "
+        f"JOB REASON CODES: {reason}); dtrun cancelled the job",
+        fix="compare --nodes, --time, --partition, --account, --qos and --constraint with "
+        "`scontrol show partition` and `sacctmgr show assoc user=$USER`",
+    )
 
 
 def cancel(shell: SlurmShell, target: str, *, wait_s: float = CANCEL_WAIT_S) -> None:

@@ -11,15 +11,17 @@ machine's for local-cluster; shared storage otherwise).
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import replace
 from pathlib import Path
 
 from runner import __version__
-from runner.errors import NodeFailedError, RunError, UsageError
+from runner.errors import LaunchInterrupted, NodeFailedError, RunError, UsageError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
 from runner.execute.local import LocalExecutor, write_launch_files, write_scripts
+from runner.execute.spark_driver import FAILURE_FILE
 from runner.execute.spark_node import EXIT_SUFFIX, TAG
 from runner.render import render
 from runner.spec.cluster import Node
@@ -94,25 +96,45 @@ class SparkExecutor:
             )
         except NodeFailedError as failed:
             results = node_results(plan, workdir)
-            raise node_failure(results, failed) from None
-        except RunError as error:  # a timeout: every node was stopped
-            error.node_results = node_results(plan, workdir, stopped=True)
+            raise node_failure(results, failed, driver_failure(workdir)) from None
+        except RunError as error:  # a timeout: every node still running was stopped
+            error.node_results = node_results(plan, workdir)
             raise
+        except KeyboardInterrupt:  # each node as its files say: exited, or stopped
+            raise LaunchInterrupted(node_results(plan, workdir)) from None
         return node_results(plan, workdir)
 
 
-def node_results(plan: LaunchPlan, workdir: Path, stopped: bool = False) -> tuple[NodeResult, ...]:
+def node_results(plan: LaunchPlan, workdir: Path) -> tuple[NodeResult, ...]:
     """Every node of the launch, from the files its task wrote: its exit code, or None where
-    it wrote none (stopped, or never started)."""
+    it wrote none (stopped, or never started); a node whose executor Spark lost has the
+    executor's exit code, as the driver recorded it (spark-failure.json)."""
+    failure = driver_failure(workdir)
+    lost = failure.get("partition") if isinstance(failure.get("partition"), int) else None
     results = []
-    for launch in plan.launches:
+    for rank, launch in enumerate(plan.launches):
         exit_file = workdir / f"{launch.node.name}{EXIT_SUFFIX}"
-        code = None if stopped else _exit_code(exit_file)
+        code = _exit_code(exit_file)
         log = workdir / f"{launch.node.name}.log"
-        results.append(
-            NodeResult(launch.node.name, launch.node.address, code, str(log), wall_s=0.0)
-        )
+        result = NodeResult(launch.node.name, launch.node.address, code, str(log), wall_s=0.0)
+        if rank == lost and code is None:
+            executor = failure.get("exit_code")
+            result = replace(
+                result,
+                exit_code=executor if isinstance(executor, int) else None,
+                cause=f"Spark lost it: {failure.get('why', '')}",
+            )
+        results.append(result)
     return tuple(results)
+
+
+def driver_failure(workdir: Path) -> dict[str, object]:
+    """What the driver recorded of the failure (runner/execute/spark_driver.py); {} if none."""
+    try:
+        data = json.loads((workdir / FAILURE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _exit_code(path: Path) -> int | None:
@@ -124,23 +146,31 @@ def _exit_code(path: Path) -> int | None:
         return None
 
 
-def node_failure(results: tuple[NodeResult, ...], driver: NodeFailedError) -> RunError:
-    """The node whose task failed (its exit file; the first to write one if several), or the
-    driver's own failure (Spark did not start, the job was refused) with its log."""
-    failed = [r for r in results if r.exit_code not in (None, 0)]
+def node_failure(
+    results: tuple[NodeResult, ...], driver: NodeFailedError, said: dict[str, object]
+) -> RunError:
+    """The node whose task failed (its exit file; the first to write one if several), the
+    node whose executor Spark lost, or the driver's own failure as it recorded it (``said``:
+    no master, no executors, Spark did not start), else with its log."""
+    failed = [r for r in results if r.exit_code not in (None, 0) and r.cause is None]
     failed.sort(key=lambda r: Path(r.log_path).with_suffix(EXIT_SUFFIX).stat().st_mtime)
-    if not failed:
-        driver.node_results = results
-        return driver
-    first = failed[0]
-    assert first.exit_code is not None
-    error = NodeFailedError(
-        first.node,
-        first.address,
-        first.exit_code,
-        first.log_path,
-        explain_log(Path(first.log_path)),
-    )
+    lost = [r for r in results if r.cause is not None]
+    error: RunError
+    if failed:
+        first = failed[0]
+        assert first.exit_code is not None
+        detail = explain_log(Path(first.log_path))
+        error = NodeFailedError(first.node, first.address, first.exit_code, first.log_path, detail)
+    elif lost and (code := lost[0].exit_code) is not None:
+        first, detail = lost[0], f"Spark: {said.get('why', '')}"
+        error = NodeFailedError(first.node, first.address, code, first.log_path, detail)
+    elif said.get("what"):
+        what = str(said["what"])
+        if lost:
+            what = f"{lost[0].node} ({lost[0].address}): {what}"
+        error = RunError(what, why=str(said.get("why", "")), fix=str(said.get("fix", "")))
+    else:
+        error = driver
     error.node_results = results
     return error
 

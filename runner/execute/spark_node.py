@@ -4,8 +4,9 @@ TorchDistributor (function form) and horovod.spark call ``node_main`` in every r
 on the executors. It runs ``node-<NODE_RANK>.sh`` from the launch directory, which the driver
 and the executors share (local-cluster: this machine; a real cluster: shared storage), writes
 every line to ``<node>.log`` there and prints it tagged ``dtrun-node R:`` (TorchDistributor
-streams task output to the driver), records the exit code in ``<node>.exit``, and fails the
-task when the script does, so Spark fails the job at once and names the partition.
+streams task output to the driver), records the exit code in ``<node>.exit`` (none when it
+stopped the script: a stopped node has no exit of its own), and fails the task when the
+script does, so Spark fails the job at once and names the partition.
 
 The script runs in a process group of its own, which ``node_main`` stops (SIGTERM, then
 SIGKILL) when it is stopped itself or when its parent, the Spark-started process, goes away,
@@ -77,14 +78,16 @@ def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None
     stem = name if local_rank == 0 else f"{name}.{local_rank}"
     where = Path(launch_dir)
     with (where / f"{stem}.log").open("wb") as log:
-        code = _run(where / f"node-{node_rank}.sh", env, log, node_rank)
-    (where / f"{stem}{EXIT_SUFFIX}").write_text(f"{code}\n")
+        code, stopped = _run(where / f"node-{node_rank}.sh", env, log, node_rank)
+    if not stopped:  # a script node_main stopped did not end by itself: no exit to record
+        (where / f"{stem}{EXIT_SUFFIX}").write_text(f"{code}\n")
     if code != 0:
         sys.exit(code)
     return code
 
 
-def _run(script: Path, env: dict[str, str], log: Any, node_rank: int) -> int:
+def _run(script: Path, env: dict[str, str], log: Any, node_rank: int) -> tuple[int, bool]:
+    """The script's exit code, and whether node_main stopped it (a signal, its parent gone)."""
     proc = subprocess.Popen(
         ["bash", str(script)],
         cwd=script.parent,
@@ -122,7 +125,9 @@ def _run(script: Path, env: dict[str, str], log: Any, node_rank: int) -> int:
     assert guard.stdin is not None
     guard.stdin.close()  # what the script left running in its group ends with it
     pump.join()
-    return 128 + signal.SIGTERM if stopping.is_set() and code < 0 else code
+    if stopping.is_set():
+        return (128 + signal.SIGTERM if code < 0 else code), True
+    return code, False
 
 
 def _pump(output: Any, log: Any, node_rank: int) -> None:

@@ -26,6 +26,9 @@ class NodeResult:
     wall_s: float
     # --success worker0: still running when node 0 exited 0, so stopped (not a failure)
     stopped_after_worker0: bool = False
+    # what ended the node when neither its script nor dtrun did, in the engine's words (a
+    # Slurm node failure, a time limit, a scancel from outside dtrun, a lost Spark executor)
+    cause: str | None = None
 
 
 class RunStatus(StrEnum):

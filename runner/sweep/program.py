@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.errors import RunError, RunInterruptedError, interruption
+from runner.errors import LaunchInterrupted, RunError, RunInterruptedError, interruption
 from runner.execute import Executor, LineSink, discard
 from runner.plan.resolve import ResolvedRun
 from runner.plan.sweep import plan_run
@@ -61,10 +61,11 @@ def run_program(
             wall_s=time.monotonic() - started, nodes=exc.node_results,
         )  # fmt: skip
         raise
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         write_run_record(
             run_dir, spec, inventory, plan, status=RunStatus.INTERRUPTED,
             error=interruption(), wall_s=time.monotonic() - started,
+            nodes=stop.node_results if isinstance(stop, LaunchInterrupted) else (),
         )  # fmt: skip
         raise RunInterruptedError(
             interruption(),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runner.azure.prices import sweep_price
-from runner.errors import DtrunError, RunInterruptedError, interruption
+from runner.errors import DtrunError, LaunchInterrupted, RunInterruptedError, interruption
 from runner.execute import Executor, LineSink, discard
 from runner.plan.sweep import Launch, SweepPlan
 from runner.record.noise_sample import MachineSample
@@ -39,6 +39,7 @@ from runner.spec.outcome import (
     GateStatus,
     Health,
     NodeHealth,
+    NodeResult,
     RunResult,
     RunStatus,
     SweepStatus,
@@ -171,7 +172,8 @@ class _Runner:
             self.sweep.run_dir, self.sweep.runs, self.status, self.error, walls, self.replaced
         )
 
-    def interrupted(self) -> None:
+    def interrupted(self, nodes: tuple[NodeResult, ...] = ()) -> None:
+        """``nodes``: how each node of the launch under way ended, as its executor said."""
         self.status, self.error = SweepStatus.INTERRUPTED, interruption()
         if self.current is not None:
             launch, started = self.current
@@ -179,7 +181,7 @@ class _Runner:
             self.sweep.runs.append(
                 RunResult(
                     launch.plan.nnodes, launch.repeat, RunStatus.INTERRUPTED, wall,
-                    launch.workdir, (), self.error,
+                    launch.workdir, nodes, self.error,
                 )
             )  # fmt: skip
 
@@ -239,8 +241,8 @@ def run_sweep(
         events.on_health(runner.sweep.health)
         runner.points(resumed)
         runner.status = SweepStatus.COMPLETE
-    except KeyboardInterrupt:
-        runner.interrupted()
+    except KeyboardInterrupt as stop:
+        runner.interrupted(stop.node_results if isinstance(stop, LaunchInterrupted) else ())
         raise RunInterruptedError(
             interruption(),
             why="every process dtrun started was stopped",

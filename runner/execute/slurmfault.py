@@ -1,0 +1,132 @@
+"""Why a Slurm step ended when neither its nodes nor dtrun ended it (docs/slurm.md, "Failures
+and stops"): a node Slurm lost (set down, its slurmd gone), the job's time limit, or a scancel
+from outside dtrun. Read from what Slurm itself says: srun's and slurmstepd's messages in the
+step's output, the job's state (squeue -t all) and the lost nodes' states (sinfo).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field, replace
+
+from runner.errors import RunError
+from runner.execute.slurmshell import SlurmShell
+from runner.spec.outcome import NodeResult
+
+# srun's words for a node the controller lost, and slurmstepd's for a step or job it ends:
+# `*** STEP 3.0 ON n1 CANCELLED AT 2026-01-01T10:00:00 DUE TO NODE FAILURE, SEE ... ***`,
+# `*** JOB 4 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***`, and without DUE TO for a scancel.
+_NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
+_CANCELLED = re.compile(
+    r"\*\*\* (STEP|JOB) (\S+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z][A-Z ]*[A-Z]))?[, ]"
+)
+FINAL_WAIT_S = 10.0  # how long a job may stay COMPLETING before its end is read anyway
+
+
+class NodeLostError(RunError):
+    """Slurm lost a node of the launch (set down, its slurmd gone): the step ended."""
+
+
+class SlurmEndedError(RunError):
+    """Slurm ended the step: the job's time limit, or a scancel from outside dtrun."""
+
+
+@dataclass
+class Heard:
+    """What the step's output said of how Slurm ended it."""
+
+    lost: list[str] = field(default_factory=list)  # nodes srun reported a node failure on
+    cancelled: str | None = None  # "STEP 3.0" or "JOB 4" that slurmstepd said it cancelled
+    due_to: str = ""  # slurmstepd's reason: TIME LIMIT, NODE FAILURE, PREEMPTION; "" for scancel
+
+    @property
+    def said(self) -> bool:
+        return bool(self.lost) or self.cancelled is not None
+
+    def line(self, text: str) -> None:
+        lost = _NODE_FAILURE.search(text)
+        if lost is not None and lost.group(1) not in self.lost:
+            self.lost.append(lost.group(1))
+        cancelled = _CANCELLED.search(text)
+        if cancelled is not None and self.cancelled is None:
+            self.cancelled = f"{cancelled.group(1)} {cancelled.group(2)}"
+            self.due_to = cancelled.group(3) or ""
+
+
+def job_end(shell: SlurmShell, job_id: str, wait_s: float = FINAL_WAIT_S) -> tuple[str, str]:
+    """(state, time limit) of the job as squeue lists it, ended jobs included (-t all, for
+    MinJobAge after their end); a job still COMPLETING is waited for, up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        done = shell.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T|%l"])
+        state, _, limit = done.stdout.strip().partition("\n")[0].partition("|")
+        if state != "COMPLETING" or time.monotonic() >= deadline:
+            return state, limit
+        time.sleep(0.2)
+
+
+def node_states(shell: SlurmShell, names: list[str]) -> dict[str, str]:
+    """Each node's state and reason as sinfo says them: `down* (Not responding)`."""
+    done = shell.run(["sinfo", "-N", "-h", "-n", ",".join(names), "-o", "%N|%T|%E"])
+    states = {}
+    for row in done.stdout.splitlines():
+        name, state, reason = [*row.split("|", 2), "", ""][:3]
+        states[name] = f"{state} ({reason})" if reason not in ("", "none") else state
+    return states
+
+
+def ended_by_slurm(
+    shell: SlurmShell, job_id: str, heard: Heard, results: tuple[NodeResult, ...]
+) -> RunError | None:
+    """The error for a step Slurm ended (its node results say each node's part), or None when
+    Slurm says nothing of it (srun failed on its own)."""
+    running = [r.node for r in results if r.exit_code is None]
+    state, limit = job_end(shell, job_id)
+    states = node_states(shell, running) if running else {}
+    lost = heard.lost or [n for n in running if state == "NODE_FAIL" or _down(states.get(n, ""))]
+    error: RunError
+    if lost or heard.due_to == "NODE FAILURE":
+        lost = lost or running
+        seen = "; ".join(f"Slurm has {n} {states[n]}" for n in lost if _down(states.get(n, "")))
+        error = NodeLostError(
+            f"Slurm lost node {', '.join(lost)} (node failure): the launch on it ended, and the "
+            "other nodes were stopped",
+            why=f"srun: node failure on {', '.join(lost)}" + (f"; {seen}" if seen else ""),
+            fix=f"`sinfo -R` and `scontrol show node {lost[0]}` say why; run again once it is "
+            f"back, or without it (--exclude {','.join(lost)})",
+        )
+        causes = {n: "node failure (Slurm)" for n in lost}
+    elif state == "TIMEOUT" or heard.due_to == "TIME LIMIT":
+        error = SlurmEndedError(
+            f"Slurm job {job_id} reached its time limit ({limit or 'the partition default'}) "
+            "and Slurm ended it, with the launch",
+            why="the whole sweep (every point and repeat) runs in this one job",
+            fix="pass a longer --time (or, inside your own allocation, give salloc or sbatch a "
+            "longer --time); `dtrun bench --dry-run` shows every launch the sweep makes",
+        )
+        causes = dict.fromkeys(running, "time limit (Slurm)")
+    elif heard.cancelled is not None or state == "CANCELLED":
+        # slurmstepd says STEP for a cancelled job's steps too: the job's state tells them apart
+        what = f"job {job_id}" if state == "CANCELLED" or not heard.cancelled else ""
+        what = what or (heard.cancelled or "").lower()
+        error = SlurmEndedError(
+            f"Slurm {what} was cancelled from outside dtrun (a scancel by its owner or an "
+            "admin), and the launch with it",
+            why=f"Slurm says the {what.split()[0]} was cancelled"
+            + (f"; the job is {state}" if state else "; the job has left squeue"),
+            fix=f"run again; `squeue -u $USER` shows what else is running (job {job_id})",
+        )
+        causes = dict.fromkeys(running, "cancelled from outside dtrun (scancel)")
+    else:
+        return None
+    error.node_results = tuple(
+        replace(r, cause=causes[r.node]) if r.node in causes else r for r in results
+    )
+    return error
+
+
+def _down(state: str) -> bool:
+    """A node state in which Slurm lost the node: down, failed, or not responding (`*`)."""
+    word = state.split(" ")[0]
+    return word.startswith(("down", "fail")) or word.endswith("*")
