@@ -15,7 +15,7 @@ from runner.errors import DiskFullError, RunDirWriteError
 from runner.record.rundir import RunDir
 from runner.spec.cluster import Inventory
 from runner.spec.request import BenchSpec
-from runner.workloads.atomic import write_atomic
+from runner.workloads.files import NodeLog, write_atomic
 from runner.workloads.result import write_result
 from tests.conftest import run_dtrun
 from tests.factories import fake_run_dir
@@ -199,3 +199,28 @@ def test_report_on_a_full_disk_exits_1_leaving_every_file_whole(
     again = run_dtrun("report", str(run), cwd=disk.parent, timeout=120)
     assert again.returncode == 0, again.stderr
     assert (run / "report.html").stat().st_size > 0
+
+
+def test_a_node_log_on_a_full_disk_stops_writing_and_lets_the_output_flow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The thread copying a node's output keeps reading: a node blocked on its pipe would
+    hang the launch until --timeout."""
+    with NodeLog(tmp_path / "node-0.log") as log:
+        log.write(b"first\n")
+        failing_write(monkeypatch, errno.ENOSPC)
+        log.write(b"second\n")  # no error: remembered
+        log.write(b"third\n")
+        monkeypatch.undo()
+        log.write(b"fourth\n")  # not written after a failure: the log ends where it broke
+    assert log.error is not None
+    assert log.error.errno == errno.ENOSPC
+    assert (tmp_path / "node-0.log").read_bytes() == b"first\n"
+
+
+def test_a_node_log_is_not_opened_through_a_link(tmp_path: Path):
+    (tmp_path / "elsewhere").write_text("x")
+    (tmp_path / "node-0.log").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError, match="symbolic link"):
+        NodeLog(tmp_path / "node-0.log")
+    assert (tmp_path / "elsewhere").read_text() == "x"

@@ -43,7 +43,7 @@ from runner.spec.cluster import Inventory
 from runner.spec.launch import EnvVar, LaunchPlan, point_dir
 from runner.spec.outcome import Health, NodeResult, RunResult, RunStatus, SweepStatus
 from runner.spec.request import BenchSpec, RunSpec
-from runner.workloads.atomic import write_atomic
+from runner.workloads.files import write_atomic
 
 MANIFEST_SCHEMA = "dtrun.manifest/1"
 HEALTH_SCHEMA = "dtrun.health/1"
@@ -151,7 +151,7 @@ class RunDir:
         return self.path / "report.html"
 
     def write(self, path: Path, data: str | bytes, mode: int = 0o644) -> None:
-        """The one way into the run directory: whole or not at all (runner/workloads/atomic.py),
+        """The one way into the run directory: whole or not at all (runner/workloads/files.py),
         never through a link, never outside it; a failure explained (write_error)."""
         try:
             self.refuse_leaving(path.parent)

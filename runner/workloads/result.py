@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from runner.workloads.atomic import write_atomic
+from runner.workloads.files import write_atomic
 from runner.workloads.gpt import flops_per_token, param_counts
 
 if TYPE_CHECKING:  # the all-reduce workload uses this module without any engine

@@ -1,4 +1,5 @@
-"""Writing a file whole or not at all, and never through a symbolic link.
+"""Writing into a run directory: a file whole or not at all, a log that survives a full disk,
+and never through a symbolic link.
 
 The one way dtrun writes into a run directory, on this machine (runner/record/rundir.py) and on
 the nodes (a workload's result.json), so it is the standard library only and Python 3.10.
@@ -56,3 +57,41 @@ def refuse_link(path: Path) -> None:
         return
     if stat.S_ISLNK(mode):
         raise OSError(errno.ELOOP, "it is a symbolic link; dtrun writes through none", str(path))
+
+
+class NodeLog:
+    """A node's log, written as its output streams: opened without following a link, and
+    on a full disk (or any write error) it stops writing and remembers why, so the thread
+    copying a node's output goes on reading it (a node blocked on a full pipe would hang the
+    launch) and the node's lines still reach the console."""
+
+    def __init__(self, path: Path, *, append: bool = False) -> None:
+        refuse_link(path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        flags |= os.O_APPEND if append else os.O_TRUNC
+        self.path = path
+        self.error: OSError | None = None
+        self._fd: int | None = os.open(path, flags, 0o644)
+
+    def write(self, data: bytes) -> None:
+        """Straight to the file (no buffer: a line is in the log once its node printed it)."""
+        if self.error is not None or self._fd is None:
+            return
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            self.error = exc
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> NodeLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
