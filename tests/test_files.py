@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from runner.spec.cluster import Inventory
 from runner.spec.request import BenchSpec
 from runner.workloads.files import NodeLog, write_atomic
 from runner.workloads.result import write_result
-from tests.conftest import run_dtrun
+from tests.conftest import fill, run_dtrun
 from tests.factories import fake_run_dir
 
 
@@ -142,37 +142,6 @@ def test_a_bug_keeps_its_own_error(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     with pytest.raises(OSError) as raised:
         RunDir(tmp_path).write(tmp_path / "x", "x")
     assert not isinstance(raised.value, RunDirWriteError)
-
-
-# A small file system of its own, to fill for real (needs root, as CI and ./dev test have).
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
-    mounted: list[Path] = []
-
-    def mount(size_k: int) -> Path:
-        where = tmp_path / f"disk{len(mounted)}"
-        where.mkdir()
-        done = os.system(f"mount -t tmpfs -o size={size_k}k tmpfs {where} 2>/dev/null")
-        if done != 0:
-            pytest.skip("cannot mount a tmpfs here (not root?)")
-        mounted.append(where)
-        return where
-
-    yield mount
-    for where in mounted:
-        os.system(f"umount {where}")
-
-
-def fill(disk: Path) -> None:
-    """Take every free byte of ``disk``."""
-    with (disk / "filler").open("wb", buffering=0) as filler:
-        try:
-            while True:
-                filler.write(b"\0" * 4096)
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
 
 
 def test_report_on_a_full_disk_exits_1_leaving_every_file_whole(

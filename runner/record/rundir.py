@@ -77,11 +77,7 @@ def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunErro
             fix="pass --output with a directory on a writable disk, or remount it read-write",
         )
     if exc.errno == errno.ENOENT and not root.is_dir():
-        return RunDirWriteError(
-            f"the run directory {root} was removed while dtrun was writing to it",
-            why=f"{what} could not be written",
-            fix="leave a run directory in place until dtrun ends, and run the sweep again",
-        )
+        return removed(root, f"{what} could not be written")
     if exc.errno == errno.ELOOP:
         return RunDirWriteError(
             f"{what} in {root} is a symbolic link",
@@ -95,6 +91,14 @@ def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunErro
             fix=f"run dtrun as a user who may write {root}",
         )
     return None
+
+
+def removed(root: Path, why: str) -> RunDirWriteError:
+    return RunDirWriteError(
+        f"the run directory {root} was removed while dtrun was writing to it",
+        why=why,
+        fix="leave a run directory in place until dtrun ends, and run the command again",
+    )
 
 
 def _free_bytes(root: Path) -> int:
@@ -163,7 +167,10 @@ class RunDir:
         self.write(path, as_json(data))
 
     def makedirs(self, directory: Path) -> None:
-        """``directory`` and its parents inside the run directory, as write explains failures."""
+        """``directory`` and its parents inside the run directory, as write explains failures;
+        never the run directory itself again, should it have been removed."""
+        if not self.path.is_dir():
+            raise removed(self.path, f"{directory} could not be made")
         try:
             # checked before: mkdir would make the missing parts wherever a link leads
             self.refuse_leaving(next(p for p in (directory, *directory.parents) if p.exists()))
@@ -337,6 +344,14 @@ def write_runs(
             "replaced": [_run(run) for run in replaced],
         },
     )
+
+
+def record_stop_after_sweep(run_dir: RunDir, error: str) -> None:
+    """runs.json of a sweep that ended, then had dtrun stopped (cleaning up, uploading): the
+    stop is recorded, so the records say what dtrun's exit code says."""
+    data = json.loads(run_dir.runs.read_text())  # written by this run of dtrun a moment ago
+    data.update(status=SweepStatus.INTERRUPTED, error=redact_text(error), updated_at=now_iso())
+    run_dir.write_json(run_dir.runs, data)
 
 
 def segment_walls(runs_data: Mapping[str, Any], parts: int) -> tuple[float | None, ...]:
