@@ -16,6 +16,7 @@ import pytest
 from runner import errors
 from runner.errors import DiskFullError, RunDirWriteError, RunInterruptedError
 from runner.execute import LineSink
+from runner.execute.local import LocalExecutor
 from runner.record.rundir import RunDir
 from runner.spec.cluster import Inventory
 from runner.spec.launch import RESULT_FILE, LaunchPlan
@@ -28,16 +29,23 @@ from tests.factories import result_data
 from tests.plans import sweep_plan
 
 
-class Recorded:
+class Recorded(LocalExecutor):
     """An executor that runs nothing: each launch writes rank 0's result, as a node would;
     ``during(n, workdir)`` runs in the n-th launch (from 1)."""
 
     def __init__(self, during: Any = None) -> None:
+        super().__init__()
         self.launches = 0
         self.during = during
 
     def run(
-        self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
+        self,
+        plan: LaunchPlan,
+        workdir: Path,
+        *,
+        timeout_s: float,
+        on_line: LineSink,
+        tag: str | None = None,
     ) -> tuple[NodeResult, ...]:
         self.launches += 1
         workdir.mkdir(parents=True, exist_ok=True)
