@@ -367,3 +367,71 @@ def test_normal_states_of_a_run_directory_are_reported(
     summary = json.loads(done.stdout)
     assert [row["nodes"] for row in summary["rows"]] == [1, 2]
     assert "| 1,800 |" in (tmp_path / "a" / "report.md").read_text()
+
+
+# --resume reads the same records with the same reader, and checks every one (each kept
+# launch's result.json included) before it launches or writes anything.
+RESUME_CASES = {
+    "result-cut-short": ("n1/r0/result.json", cut_short, "cut short?"),
+    "result-400-digits": (
+        "n1/r0/result.json",
+        number(400, "tokens_per_s"),
+        "a whole number of 400 digits",
+    ),
+    "result-fifo": ("n1/r0/result.json", fifo, "it is a FIFO (named pipe), not a file"),
+    "steps-text": (
+        "manifest.json",
+        edit(put("12", "bench", "steps")),
+        "'bench.steps' is '12', not a whole",
+    ),
+    "node-count-text": (
+        "manifest.json",
+        edit(put([1, "2"], "bench", "node_counts")),
+        "'bench.node_counts[1]' is '2', not a whole number",
+    ),
+    "port-null": (
+        "manifest.json",
+        edit(put(None, "bench", "rdzv_port")),
+        "'bench.rdzv_port' is null, not a whole number",
+    ),
+    "env-pair-of-one": (
+        "manifest.json",
+        edit(put([["MODE"]], "bench", "env")),
+        "'bench.env[0]' is a list, not a list of 2",
+    ),
+    "env-number": (
+        "manifest.json",
+        edit(put([["MODE", 3]], "bench", "env")),
+        "'bench.env[0][1]' is 3, not",
+    ),
+    "mode-unknown": (
+        "manifest.json",
+        edit(put("sideways", "bench", "mode")),
+        "'bench.mode' is 'sideways'",
+    ),
+    "run-status-number": (
+        "runs.json",
+        edit(put(7, "runs", "0", "status")),
+        "'runs[0].status' is 7, not one of",
+    ),
+    "run-nodes-text": ("runs.json", edit(put("1", "runs", "0", "nodes")), "'runs[0].nodes' is"),
+}
+
+
+@pytest.mark.parametrize(("file", "damage", "says"), RESUME_CASES.values(), ids=RESUME_CASES)
+def test_resume_refuses_a_damaged_record_before_it_launches_or_writes(
+    file: str, damage: Damage, says: str, tmp_path: Path, fixed_inventory: Inventory
+):
+    bench = BenchSpec(run_id="a", node_counts=(1, 2), steps=4, warmup=1, rdzv_port=29671)
+    fake_run_dir(
+        tmp_path / "a", bench, fixed_inventory, {1: [1000.0]}, status=SweepStatus.INTERRUPTED
+    )
+    damage(tmp_path / "a" / file)
+    before = snapshot(tmp_path)
+    done = run_dtrun("bench", "--resume", "a", cwd=tmp_path, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "Traceback" not in output
+    assert f"error: a/{file} is damaged" in done.stderr
+    assert says in done.stderr
+    assert snapshot(tmp_path) == before  # nothing launched, written or removed

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -193,3 +194,20 @@ def test_a_node_log_is_not_opened_through_a_link(tmp_path: Path):
     with pytest.raises(OSError, match="symbolic link"):
         NodeLog(tmp_path / "node-0.log")
     assert (tmp_path / "elsewhere").read_text() == "x"
+
+
+def test_report_on_a_read_only_disk_says_so_not_permission_denied(
+    small_disk: Callable[[int], Path], fixed_inventory: Inventory
+):
+    disk = small_disk(400)
+    run = disk / "a"
+    fake_run_dir(run, BenchSpec(run_id="a", node_counts=(1,)), fixed_inventory, {1: [1000.0]})
+    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    done = run_dtrun("report", str(run), cwd=disk.parent, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "it is on a read-only file system" in done.stderr
+    assert "permission denied" not in done.stderr
+    bench = run_dtrun("bench", "--nodes", "1", "-o", str(disk), cwd=disk.parent, timeout=120)
+    assert bench.returncode == 2, bench.stderr
+    assert f"cannot write the run directory {disk}/" in bench.stderr
+    assert "Read-only file system" in bench.stderr
