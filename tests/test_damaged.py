@@ -422,7 +422,7 @@ RESUME_CASES = {
 def test_resume_refuses_a_damaged_record_before_it_launches_or_writes(
     file: str, damage: Damage, says: str, tmp_path: Path, fixed_inventory: Inventory
 ):
-    bench = BenchSpec(run_id="a", node_counts=(1, 2), steps=4, warmup=1, rdzv_port=29671)
+    bench = BenchSpec(run_id="a", node_counts=(1, 2), steps=4, warmup=1, rdzv_port=29728)
     fake_run_dir(
         tmp_path / "a", bench, fixed_inventory, {1: [1000.0]}, status=SweepStatus.INTERRUPTED
     )

@@ -40,7 +40,7 @@ from runner.cli.options import (
     Where,
 )
 from runner.cli.session import StackWatch, choose, opened, session
-from runner.errors import DtrunError, UsageError
+from runner.errors import DtrunError, RunDirWriteError, UsageError
 from runner.redact import remember_secrets
 from runner.spec.request import BenchSpec, RunSpec, ScalingMode
 
@@ -306,8 +306,9 @@ def _sweep(
                 resumed,
                 cluster.executor.command if cluster.engine == "ssh" else None,
             )
-    except DtrunError:
-        if display.run_dir is not None:
+    except DtrunError as exc:
+        # a run directory that could not be written has no report: its message says what is kept
+        if display.run_dir is not None and not isinstance(exc, RunDirWriteError):
             out.print(f"finished launches and the report are kept in {display.run_dir.path}")
             if json_out and display.run_dir.summary.exists():
                 print_json(sweep_json(display.run_dir))  # scripts get the partial summary too
