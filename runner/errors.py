@@ -63,6 +63,15 @@ class DamagedRunError(UsageError):
     writes; found before anything is written, so the run directory is left as it was."""
 
 
+class RunDirWriteError(DtrunError):
+    """A file could not be written into the run directory (a full or read-only disk, the
+    directory removed, a link in the way); every file written before is whole and kept."""
+
+
+class DiskFullError(RunDirWriteError):
+    """The disk holding the run directory is full."""
+
+
 class ResultError(DtrunError):
     """A result file is missing, malformed, or of an unknown schema version."""
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import os
 import shutil
 import subprocess
@@ -248,3 +249,38 @@ def no_aws_credentials(aws_env: None) -> Iterator[None]:
 
     with mock_aws(config={"core": {"mock_credentials": False}}):
         yield
+
+
+# A small file system of its own, to fill for real (needs root, as CI and ./dev test have).
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """mount(size_k): a new tmpfs of that size under tmp_path; unmounted after the test."""
+    mounted: list[Path] = []
+
+    def mount(size_k: int) -> Path:
+        where = tmp_path / f"disk{len(mounted)}"
+        where.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_k}k", "tmpfs", str(where)],
+            capture_output=True, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def fill(disk: Path) -> None:
+    """Take every free byte of ``disk``."""
+    with (disk / "filler").open("wb", buffering=0) as filler:
+        try:
+            while True:
+                filler.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC

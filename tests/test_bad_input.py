@@ -72,7 +72,10 @@ CLI = [
     ("bench --run-id a/b", "--run-id 'a/b' cannot name a run directory"),
     ("bench --run-id ..", "--run-id '..' cannot name a run directory"),
     ("bench --run-id ''", "--run-id '' cannot name a run directory"),
-    ("bench --run-id " + "r" * 300, "--run-id"),
+    ("bench --run-id " + "r" * 300, "--run-id is 300 bytes long"),
+    # measured in bytes, as a file system does: 90 characters, 270 bytes
+    ("bench --run-id " + "日" * 90, "--run-id is 270 bytes long (90 characters)"),
+    ("run --run-id " + "é" * 60 + " -- python x.py", "--run-id is 120 bytes long (60 characters)"),
     ("bench --results ftp://bucket/x", "names a store dtrun cannot write"),
     ("bench --results s3://", "names no bucket"),
     ("bench --results my-bucket", "is not a store URL: it names no scheme"),

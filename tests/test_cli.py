@@ -25,7 +25,7 @@ def dtrun(*args: str):
         (["--nodes", "64"], "the embedded cluster cannot simulate 64 nodes"),
         (["--local-nodes", "0"], "the embedded cluster cannot simulate 0 nodes"),
         (["--workload", "resnet"], "unknown workload 'resnet'"),
-        (["--run-id", "r" * 300], "--run-id is 300 characters long"),
+        (["--run-id", "r" * 300], "--run-id is 300 bytes long"),
         (["--launcher", "torchrn"], "did you mean 'torchrun'"),
         (["--launcher", "mpirn"], "did you mean 'mpirun'"),
         (["--launcher", "tensorflow"], "dtrun run --launcher tensorflow"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,8 @@ def test_it_starts_at_the_end_of_the_last_sweep_on_the_same_nodes(tmp_path, stac
     (runs / "damaged").mkdir()
     (runs / "damaged" / "manifest.json").write_text("{not json")
     (runs / "damaged" / "runs.json").write_text("{}")
+    (runs / "a-pipe").mkdir()  # read, it would wait forever for a writer: passed over
+    os.mkfifo(runs / "a-pipe" / "manifest.json")
     before = paid_before(runs, stack, at("10:30:00"))
     assert before is not None
     assert before["from"] == "2026-11-23T10:10:00Z"

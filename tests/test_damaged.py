@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,18 +43,22 @@ def make_run(path: Path, inventory: Inventory) -> None:
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    """Every path under root (not following links): a file's hash, a link's target, 'dir'."""
+    """Every path under root (not following links): a file's hash, a link's target, 'dir',
+    or what else it is (a FIFO is not read: that would wait for a writer)."""
     found = {}
     for top, dirs, files in os.walk(root):
         for name in dirs + files:
             path = Path(top, name)
             key = str(path.relative_to(root))
-            if path.is_symlink():
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
                 found[key] = f"link to {path.readlink()}"
-            elif path.is_dir():
+            elif stat.S_ISDIR(mode):
                 found[key] = "dir"
-            else:
+            elif stat.S_ISREG(mode):
                 found[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+            else:
+                found[key] = f"mode {mode:o}"
     return found
 
 
@@ -95,6 +100,39 @@ def link_loop(path: Path) -> None:
 
 def removed(path: Path) -> None:
     path.unlink()
+
+
+def fifo(path: Path) -> None:
+    """A named pipe with no writer: reading it would wait forever."""
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+def link_out(path: Path) -> None:
+    """A link to a file outside the run directory (its copy, or a file someone cares about)."""
+    outside = path.parents[1] / f"outside-{path.name}"
+    outside.write_bytes(path.read_bytes() if path.exists() else b"precious, not dtrun's\n")
+    path.unlink(missing_ok=True)
+    path.symlink_to(outside)
+
+
+def directory_out(path: Path) -> None:
+    """The launch directory holding the file is a link to a copy of it outside the run."""
+    launch = path.parent
+    outside = launch.parents[2] / "outside-launch"
+    launch.rename(outside)
+    launch.symlink_to(outside)
+
+
+def number(digits: int, *keys: str) -> Damage:
+    """A number of ``digits`` digits, written into the JSON text as it is (as a tool might)."""
+
+    def damage(path: Path) -> None:
+        data = json.loads(path.read_text())
+        put("@NUMBER@", *keys)(data)
+        path.write_text(json.dumps(data).replace('"@NUMBER@"', "9" * digits))
+
+    return damage
 
 
 def drop(*keys: str) -> Callable[[Any], None]:
@@ -230,6 +268,43 @@ CASES = {
         "a/health.json", edit(put(7, "nodes", "1", "error")), "'nodes[1].error' is 7, not text"
     ),
     "report-md-directory": Case("a/report.md", directory, "is in the way: it is not a plain file"),
+    # links: nothing is written through one, nothing is read from outside the run directory
+    "report-md-link-out": Case("a/report.md", link_out, "a/report.md is a symbolic link"),
+    "report-html-link-out": Case("a/report.html", link_out, "writes through no link"),
+    "summary-link-out": Case("a/summary.json", link_out, "is a symbolic link"),
+    "plot-link-out": Case("a/throughput.png", link_out, "is a symbolic link"),
+    "manifest-link-out": Case("a/manifest.json", link_out, "leads it out of the run directory"),
+    "result-directory-link-out": Case(
+        "a/n1/r0/result.json", directory_out, "leads it out of the run directory"
+    ),
+    "compare-b-runs-link-out": Case(
+        "b/runs.json", link_out, "leads it out of the run directory", "compare"
+    ),
+    # only regular files are read: a FIFO would hang the read
+    "result-fifo": Case("a/n1/r0/result.json", fifo, "it is a FIFO (named pipe), not a file"),
+    "manifest-fifo": Case("a/manifest.json", fifo, "it is a FIFO (named pipe), not a file"),
+    "compare-b-result-fifo": Case("b/n2/r0/result.json", fifo, "a FIFO", "compare"),
+    # numbers beyond any figure dtrun records: Python refuses 5,000 digits, overflows on 400
+    "result-400-digit-throughput": Case(
+        "a/n1/r0/result.json", number(400, "tokens_per_s"), "a whole number of 400 digits"
+    ),
+    "result-5000-digit-throughput": Case(
+        "a/n2/r0/result.json", number(5000, "tokens_per_s"), "a whole number of 5,000 digits"
+    ),
+    "result-400-digit-decimal": Case(
+        "a/n1/r0/result.json",
+        lambda path: (
+            number(400, "tokens_per_s")(path)
+            or path.write_text(path.read_text().replace("9" * 400, "9" * 400 + ".5"))
+        ),
+        "a number too large for any figure",
+    ),
+    "manifest-5000-digit-memory": Case(
+        "a/manifest.json", number(5000, "machine", "memory_bytes"), "5,000 digits"
+    ),
+    "compare-b-result-400-digits": Case(
+        "b/n1/r0/result.json", number(400, "step_time_s", "p50"), "400 digits", "compare"
+    ),
     "compare-b-manifest-null": Case("b/manifest.json", text("null"), "it holds null", "compare"),
     "compare-a-runs-cut-short": Case("a/runs.json", cut_short, "cut short?", "compare"),
     "compare-b-result-list": Case("b/n2/r0/result.json", text("[]"), "an empty list", "compare"),
@@ -292,3 +367,71 @@ def test_normal_states_of_a_run_directory_are_reported(
     summary = json.loads(done.stdout)
     assert [row["nodes"] for row in summary["rows"]] == [1, 2]
     assert "| 1,800 |" in (tmp_path / "a" / "report.md").read_text()
+
+
+# --resume reads the same records with the same reader, and checks every one (each kept
+# launch's result.json included) before it launches or writes anything.
+RESUME_CASES = {
+    "result-cut-short": ("n1/r0/result.json", cut_short, "cut short?"),
+    "result-400-digits": (
+        "n1/r0/result.json",
+        number(400, "tokens_per_s"),
+        "a whole number of 400 digits",
+    ),
+    "result-fifo": ("n1/r0/result.json", fifo, "it is a FIFO (named pipe), not a file"),
+    "steps-text": (
+        "manifest.json",
+        edit(put("12", "bench", "steps")),
+        "'bench.steps' is '12', not a whole",
+    ),
+    "node-count-text": (
+        "manifest.json",
+        edit(put([1, "2"], "bench", "node_counts")),
+        "'bench.node_counts[1]' is '2', not a whole number",
+    ),
+    "port-null": (
+        "manifest.json",
+        edit(put(None, "bench", "rdzv_port")),
+        "'bench.rdzv_port' is null, not a whole number",
+    ),
+    "env-pair-of-one": (
+        "manifest.json",
+        edit(put([["MODE"]], "bench", "env")),
+        "'bench.env[0]' is a list, not a list of 2",
+    ),
+    "env-number": (
+        "manifest.json",
+        edit(put([["MODE", 3]], "bench", "env")),
+        "'bench.env[0][1]' is 3, not",
+    ),
+    "mode-unknown": (
+        "manifest.json",
+        edit(put("sideways", "bench", "mode")),
+        "'bench.mode' is 'sideways'",
+    ),
+    "run-status-number": (
+        "runs.json",
+        edit(put(7, "runs", "0", "status")),
+        "'runs[0].status' is 7, not one of",
+    ),
+    "run-nodes-text": ("runs.json", edit(put("1", "runs", "0", "nodes")), "'runs[0].nodes' is"),
+}
+
+
+@pytest.mark.parametrize(("file", "damage", "says"), RESUME_CASES.values(), ids=RESUME_CASES)
+def test_resume_refuses_a_damaged_record_before_it_launches_or_writes(
+    file: str, damage: Damage, says: str, tmp_path: Path, fixed_inventory: Inventory
+):
+    bench = BenchSpec(run_id="a", node_counts=(1, 2), steps=4, warmup=1, rdzv_port=29728)
+    fake_run_dir(
+        tmp_path / "a", bench, fixed_inventory, {1: [1000.0]}, status=SweepStatus.INTERRUPTED
+    )
+    damage(tmp_path / "a" / file)
+    before = snapshot(tmp_path)
+    done = run_dtrun("bench", "--resume", "a", cwd=tmp_path, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "Traceback" not in output
+    assert f"error: a/{file} is damaged" in done.stderr
+    assert says in done.stderr
+    assert snapshot(tmp_path) == before  # nothing launched, written or removed

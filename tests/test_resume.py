@@ -11,7 +11,7 @@ import pytest
 
 from runner.errors import UsageError
 from runner.record.resume import from_dict, read_resume
-from runner.record.rundir import RunDir, record_resume, write_json, write_manifest, write_runs
+from runner.record.rundir import RunDir, record_resume, write_manifest, write_runs
 from runner.spec.outcome import NodeResult, RunResult, RunStatus, SuccessRule, SweepStatus
 from runner.spec.request import (
     BenchSpec,
@@ -94,7 +94,7 @@ def test_each_earlier_run_of_dtrun_keeps_its_own_place_in_the_wall_times(tmp_pat
     run_dir = _run_dir(tmp_path)
     data = json.loads(run_dir.manifest.read_text())
     data["resumed"] = [{"at": "2026-11-23T10:20:00Z", "inventory": data["inventory"]}] * 2
-    write_json(run_dir.manifest, data)
+    run_dir.write_json(run_dir.manifest, data)
     runs = [RunResult(1, 0, RunStatus.OK, 3.0, "n1/r0")]
     write_runs(run_dir, runs, SweepStatus.INTERRUPTED, "x", (40.0, 25.0))  # the third never wrote
     resumed = read_resume(run_dir.path, (("WANDB_API_KEY", "s3cret-value"),))
@@ -102,7 +102,7 @@ def test_each_earlier_run_of_dtrun_keeps_its_own_place_in_the_wall_times(tmp_pat
     old = json.loads(run_dir.runs.read_text())
     del old["segment_wall_s"]
     old["wall_s"] = 25.0
-    write_json(run_dir.runs, old)
+    run_dir.write_json(run_dir.runs, old)
     resumed = read_resume(run_dir.path, (("WANDB_API_KEY", "s3cret-value"),))
     assert resumed.walls == (None, None, 25.0)
 
@@ -166,7 +166,7 @@ def test_a_manifest_whose_sweep_cannot_be_read_is_named(tmp_path):
     run_dir = _run_dir(tmp_path, replace(SPEC, env=()))
     data = json.loads(run_dir.manifest.read_text())
     data["bench"]["mode"] = "sideways"
-    write_json(run_dir.manifest, data)
+    run_dir.write_json(run_dir.manifest, data)
     done = run_dtrun("bench", "--resume", str(run_dir.path), cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "manifest.json" in done.stderr and "sideways" in done.stderr

@@ -40,7 +40,7 @@ from runner.cli.options import (
     Where,
 )
 from runner.cli.session import StackWatch, choose, opened, session
-from runner.errors import DtrunError, UsageError
+from runner.errors import DtrunError, RunDirWriteError, UsageError
 from runner.redact import remember_secrets
 from runner.spec.request import BenchSpec, RunSpec, ScalingMode
 
@@ -184,7 +184,6 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
     each running its real launch script.
     """
     from runner.plan.resolve import resolve_bench
-    from runner.plan.sweep import plan_sweep
 
     with session(launching, where, json_out=json_out) as current:
         current.drain_failing = gate.drain_failing
@@ -206,23 +205,49 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
         remember_secrets(spec.secrets())  # never printed or recorded, even in an error
         resolved = resolve_bench(spec)
         refuse_early(resolved.spec, where, resolved.largest)  # --max-cost: nothing asked for yet
-        with current.cluster(resolved.spec, resolved.largest) as cluster:
-            guess = refuse_on(resolved.spec, cluster.inventory)  # before the run directory
-            if launching.dry_run:
-                print_sweep_plan(
-                    plan_sweep(resolved.redacted(), cluster.inventory),
-                    cluster.preview,
-                    launching.output / resolved.spec.run_id,
+        done: Sweep | None = None
+        try:
+            with current.cluster(resolved.spec, resolved.largest) as cluster:
+                done = _bench_on(cluster, resolved, launching, json_out, resumed)
+                if done is None:  # --dry-run
+                    return
+            print_summary(done)
+            if json_out:
+                print_json(sweep_json(done.run_dir))
+        except KeyboardInterrupt:
+            if done is not None:  # the sweep ended (complete), then dtrun was stopped
+                from runner.errors import interruption
+                from runner.record.rundir import record_stop_after_sweep
+
+                record_stop_after_sweep(
+                    done.run_dir, f"{interruption()} after the sweep ended (tidying up)"
                 )
-                print_estimate(guess, before_line(launching.output, cluster.inventory, guess.price))
-                return
-            if cluster.choice.embedded:
-                _require_packages(resolved)  # the embedded nodes run this very interpreter
-            plan = plan_sweep(resolved, cluster.inventory)
-            done = _sweep(cluster, plan, launching, json_out, resumed)
-        print_summary(done)
-        if json_out:
-            print_json(sweep_json(done.run_dir))
+            raise
+
+
+def _bench_on(
+    cluster: Cluster,
+    resolved: ResolvedBench,
+    launching: Launching,
+    json_out: bool,
+    resumed: Resumed | None,
+) -> Sweep | None:
+    """The sweep on the open cluster; None after a --dry-run's plan is printed."""
+    from runner.plan.sweep import plan_sweep
+
+    guess = refuse_on(resolved.spec, cluster.inventory)  # before the run directory
+    if launching.dry_run:
+        print_sweep_plan(
+            plan_sweep(resolved.redacted(), cluster.inventory),
+            cluster.preview,
+            launching.output / resolved.spec.run_id,
+        )
+        print_estimate(guess, before_line(launching.output, cluster.inventory, guess.price))
+        return None
+    if cluster.choice.embedded:
+        _require_packages(resolved)  # the embedded nodes run this very interpreter
+    plan = plan_sweep(resolved, cluster.inventory)
+    return _sweep(cluster, plan, launching, json_out, resumed)
 
 
 def _require_packages(resolved: ResolvedBench) -> None:
@@ -281,8 +306,9 @@ def _sweep(
                 resumed,
                 cluster.executor.command if cluster.engine == "ssh" else None,
             )
-    except DtrunError:
-        if display.run_dir is not None:
+    except DtrunError as exc:
+        # a run directory that could not be written has no report: its message says what is kept
+        if display.run_dir is not None and not isinstance(exc, RunDirWriteError):
             out.print(f"finished launches and the report are kept in {display.run_dir.path}")
             if json_out and display.run_dir.summary.exists():
                 print_json(sweep_json(display.run_dir))  # scripts get the partial summary too

@@ -13,7 +13,9 @@ from runner.errors import UsageError
 from runner.spec.cluster import Node
 from runner.spec.request import PlatformEnv, Program, ProgramKind
 
-MAX_RUN_ID = 100  # directory names stop at 255 bytes; the rendezvous id adds a prefix
+# Bytes, as UTF-8: a file system's names stop at 255 bytes, not characters (a letter outside
+# ASCII takes 2 to 4), and the rendezvous id adds a prefix.
+MAX_RUN_ID = 100
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?\Z")
 
 
@@ -70,10 +72,13 @@ def new_run_id() -> str:
 
 def check_run_id(run_id: str) -> str:
     """A run id names a directory and a rendezvous: letters, digits, '.', '_' and '-' only."""
-    if len(run_id) > MAX_RUN_ID:
+    size = len(run_id.encode("utf-8", "surrogateescape"))
+    if size > MAX_RUN_ID:
+        chars = f" ({len(run_id)} characters)" if size != len(run_id) else ""
         raise UsageError(
-            f"--run-id is {len(run_id)} characters long",
-            why=f"it names a directory and a rendezvous id: at most {MAX_RUN_ID} characters",
+            f"--run-id is {size} bytes long{chars}",
+            why=f"it names a directory and a rendezvous id: at most {MAX_RUN_ID} bytes as UTF-8 "
+            "(file systems count a name's bytes; a letter outside ASCII takes 2 to 4)",
             fix="pass a shorter --run-id, or leave it out to get a fresh one",
         )
     if not run_id or not all(c.isalnum() or c in "._-" for c in run_id) or run_id[0] == ".":

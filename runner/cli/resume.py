@@ -1,6 +1,7 @@
 """`dtrun bench --resume RUN_DIR`: the options it takes, and the recorded sweep it runs.
 
-The sweep is the one the run directory records (runner/record/resume.py): options that would
+The sweep is the one the run directory records (runner/record/resume.py), every record of it
+checked as `dtrun report` checks it before anything runs or is written: options that would
 change it (node counts, steps, launcher, model, ...) are refused rather than ignored, even when
 given at their default value. What may be given is where it runs (--hosts, --stack, --slurm,
 --spark, --local-nodes, ...: the same or a new cluster), --env values given again for redacted
@@ -50,4 +51,11 @@ def resume_request(ctx: typer.Context, path: Path, launching: Any) -> Resumed:
     from runner.cli.parse import parse_env
 
     env = parse_env(launching.env) if launching.env else ()
-    return read_resume(path, env)
+    resumed = read_resume(path, env)
+    # Every record the report will read, each kept launch's result.json included, is checked
+    # now, with the reader `dtrun report` and `dtrun compare` use: a damaged one is refused
+    # before anything is launched or written, not after the sweep ran.
+    from runner.report.recorded import read_recorded
+
+    read_recorded(resumed.run_dir)
+    return resumed

@@ -25,6 +25,7 @@ from runner.execute.guard import TAG, drop_guard, start_guard, stop_script
 from runner.execute.success import Next, after_exit, mark_stopped
 from runner.spec.launch import LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
+from runner.workloads.files import NodeLog, write_atomic
 
 TRACK_EVERY_S = 1.0  # how often the process tree below each node is recorded
 
@@ -207,9 +208,7 @@ def write_scripts(plan: LaunchPlan, workdir: Path) -> None:
     """Every node's script beside the launch files (mode 0700: they may hold --env values), for
     executors that start them from elsewhere (srun, a Spark task)."""
     for launch in plan.launches:
-        script = workdir / launch.script_name
-        script.write_text(launch.script)
-        script.chmod(0o700)
+        write_atomic(workdir / launch.script_name, launch.script.encode(), 0o700)
 
 
 def write_launch_files(plan: LaunchPlan, workdir: Path) -> None:
@@ -217,16 +216,13 @@ def write_launch_files(plan: LaunchPlan, workdir: Path) -> None:
     for file in plan.files:
         path = workdir / file.name
         path.parent.mkdir(parents=True, exist_ok=True)  # --platform-env sagemaker's per node
-        path.write_text(file.content)
-        path.chmod(file.mode)
+        write_atomic(path, file.content.encode(), file.mode)
 
 
 def _start(
     launch: NodeLaunch, workdir: Path, on_line: LineSink, exits: queue.Queue[_Node], tag: str
 ) -> _Node:
-    script = workdir / launch.script_name
-    script.write_text(launch.script)
-    script.chmod(0o700)
+    write_atomic(workdir / launch.script_name, launch.script.encode(), 0o700)
     log_path = workdir / f"{launch.node.name}.log"
     popen = subprocess.Popen(
         ["bash", launch.script_name],
@@ -242,7 +238,7 @@ def _start(
     node.threads = [
         threading.Thread(
             target=_pump,
-            args=(popen.stdout, log_path.open("wb"), node.name, on_line),
+            args=(popen.stdout, NodeLog(log_path), node.name, on_line),
             name=f"dtrun-log-{node.name}",
             daemon=True,
         ),
@@ -255,11 +251,10 @@ def _start(
     return node
 
 
-def _pump(stream: IO[bytes], log: IO[bytes], name: str, on_line: LineSink) -> None:
+def _pump(stream: IO[bytes], log: NodeLog | io.BytesIO, name: str, on_line: LineSink) -> None:
     with stream, log:
         for raw in iter(stream.readline, b""):
-            log.write(raw)
-            log.flush()
+            log.write(raw)  # a NodeLog on a full disk stops writing, and the reading goes on
             on_line(name, raw.decode(errors="replace").rstrip("\r\n"))
 
 

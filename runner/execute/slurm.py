@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from runner import __version__
 from runner.errors import (
@@ -41,6 +40,7 @@ from runner.execute.success import Next, Settled, mark_stopped, settle
 from runner.render import render
 from runner.spec.launch import LaunchPlan
 from runner.spec.outcome import NodeHealth, NodeResult
+from runner.workloads.files import NodeLog, write_atomic
 
 WRAPPER = "srun-node.sh"
 SRUN_LOG = "srun.log"  # srun's own messages, and anything a task printed before it was bound
@@ -92,7 +92,7 @@ class _Step:
     workdir: Path
     names: dict[str, str]  # script name -> node name
     on_line: LineSink
-    logs: dict[str, IO[bytes]] = field(default_factory=dict)
+    logs: dict[str, NodeLog] = field(default_factory=dict)
     bound: dict[str, str] = field(default_factory=dict)  # task -> node name
     exits: dict[str, tuple[int, float]] = field(default_factory=dict)  # node -> (code, when)
     guard: list[str] = field(default_factory=list)  # nodes that do not see the run directory
@@ -130,9 +130,8 @@ class _Step:
 
     def _write(self, name: str, data: bytes) -> None:
         if name not in self.logs:
-            self.logs[name] = (self.workdir / name).open("ab")
+            self.logs[name] = NodeLog(self.workdir / name, append=True)
         self.logs[name].write(data)
-        self.logs[name].flush()
 
     def close(self) -> None:
         for log in self.logs.values():
@@ -169,8 +168,7 @@ class SlurmExecutor:
         workdir.mkdir(parents=True, exist_ok=True)
         write_launch_files(plan, workdir)
         write_scripts(plan, workdir)
-        (workdir / WRAPPER).write_text(wrapper(plan, workdir.parent.parent.name))
-        (workdir / WRAPPER).chmod(0o755)
+        write_atomic(workdir / WRAPPER, wrapper(plan, workdir.parent.parent.name).encode(), 0o755)
         there = self.staging.push(workdir) if self.staging else str(workdir)
         tag = secrets.token_hex(6)
         name = f"dtrun-{tag}"

@@ -13,7 +13,8 @@ SIGKILL) when it is stopped itself or when its parent, the Spark-started process
 and which a guard process ends when ``node_main`` is killed outright: a cancelled Spark job
 leaves no rank behind.
 
-Standard library and runner.execute.guard only: this module is imported on the executors.
+Standard library, runner.execute.guard and runner.workloads.files only: this module is imported
+on the executors.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from runner.execute.guard import start_guard
+from runner.workloads.files import NodeLog, write_atomic
 
 EXIT_SUFFIX = ".exit"
 TAG = "dtrun-node"
@@ -77,10 +79,10 @@ def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None
     name = names[node_rank]
     stem = name if local_rank == 0 else f"{name}.{local_rank}"
     where = Path(launch_dir)
-    with (where / f"{stem}.log").open("wb") as log:
+    with NodeLog(where / f"{stem}.log") as log:
         code, stopped = _run(where / f"node-{node_rank}.sh", env, log, node_rank)
     if not stopped:  # a script node_main stopped did not end by itself: no exit to record
-        (where / f"{stem}{EXIT_SUFFIX}").write_text(f"{code}\n")
+        write_atomic(where / f"{stem}{EXIT_SUFFIX}", f"{code}\n".encode())
     if code != 0:
         sys.exit(code)
     return code
@@ -132,8 +134,7 @@ def _run(script: Path, env: dict[str, str], log: Any, node_rank: int) -> tuple[i
 
 def _pump(output: Any, log: Any, node_rank: int) -> None:
     for raw in output:
-        log.write(raw)
-        log.flush()
+        log.write(raw)  # a full disk stops the log, not the node's output
         line = raw.decode(errors="replace").rstrip("\n")
         print(f"{TAG} {node_rank}: {line}", flush=True)
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from runner.errors import NodeFailedError, RunError, RunTimeoutError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
@@ -31,6 +31,7 @@ from runner.render import render
 from runner.spec.cluster import Inventory, Node
 from runner.spec.launch import RESULT_FILE, LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
+from runner.workloads.files import NodeLog
 
 if TYPE_CHECKING:
     import asyncssh
@@ -202,7 +203,7 @@ class SshExecutor:
 
     # -- one launch -----------------------------------------------------------------------
     async def _node(
-        self, launch: NodeLaunch, remote_dir: str, tag: str, log: IO[bytes], on_line: LineSink
+        self, launch: NodeLaunch, remote_dir: str, tag: str, log: NodeLog, on_line: LineSink
     ) -> _Ended:
         node = launch.node
         started = time.monotonic()
@@ -216,7 +217,6 @@ class SshExecutor:
 
                 def sink(line: str) -> None:
                     log.write(line.encode() + b"\n")
-                    log.flush()
                     on_line(node.name, line)
 
                 await _stream(process, sink)
@@ -237,7 +237,7 @@ class SshExecutor:
         await self._stage(plan, remote_dir)
         tag = secrets.token_hex(8)
         logs = {
-            launch.node.name: (workdir / f"{launch.node.name}.log").open("wb")
+            launch.node.name: NodeLog(workdir / f"{launch.node.name}.log")
             for launch in plan.launches
         }
         tasks = {

@@ -22,12 +22,13 @@ is not known.
 from __future__ import annotations
 
 import datetime
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from runner.azure.expiry import ExpiryError, iso, parse_iso
+from runner.errors import DamagedRunError
+from runner.record.readback import load_json
 from runner.spec.cluster import Inventory
 
 CREATED = "the nodes were created"
@@ -65,8 +66,9 @@ def _ends(results: Path, inventory: Inventory) -> Iterator[tuple[datetime.dateti
         return
     for directory in results.iterdir():
         try:
-            manifest = json.loads((directory / "manifest.json").read_text())
-            runs = json.loads((directory / "runs.json").read_text())
+            # the one reader: regular files only (a FIFO there would hang the sweep's start)
+            manifest = load_json(directory / "manifest.json", root=directory)
+            runs = load_json(directory / "runs.json", root=directory)
             parts = [(manifest["inventory"], manifest["created_at"])] + [
                 (entry["inventory"], entry["at"]) for entry in manifest.get("resumed", [])
             ]
@@ -82,7 +84,8 @@ def _ends(results: Path, inventory: Inventory) -> Iterator[tuple[datetime.dateti
                     wall = datetime.timedelta(seconds=float(walls[index]))
                     yield parse_iso(started, "created_at") + wall, directory.name
                 # else: a part whose end is not recorded is passed over
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, ExpiryError):
+        except (DamagedRunError, OSError, ValueError, KeyError, TypeError, AttributeError,
+                ExpiryError):  # fmt: skip
             continue
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,9 +34,10 @@ def damaged(path: Path, why: str, fix: str = RESTORE) -> DamagedRunError:
     return DamagedRunError(f"{path} is damaged", why=why, fix=fix)
 
 
-def read_record(path: Path, shape: Shape, *, missing: str = "") -> Any:
-    """The JSON in ``path``, checked against ``shape``; ``missing`` says why it must exist."""
-    data = _load(path, missing)
+def read_record(path: Path, shape: Shape, *, missing: str = "", root: Path | None = None) -> Any:
+    """The JSON in ``path``, checked against ``shape``; ``missing`` says why it must exist;
+    ``root``: the run directory ``path`` must not leave (through a link)."""
+    data = load_json(path, missing, root)
     check_record(path, data, shape)
     return data
 
@@ -45,17 +48,32 @@ def check_record(path: Path, data: Any, shape: Shape) -> None:
         raise damaged(path, problem)
 
 
-def _load(path: Path, missing: str) -> Any:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DamagedRunError(
-            f"{path} is missing", why=missing or "the run directory is incomplete", fix=RESTORE
-        ) from None
-    except IsADirectoryError:
-        raise damaged(path, "it is a directory, not a file") from None
-    except OSError as exc:
-        raise damaged(path, f"it cannot be read: {exc.strerror or exc}") from None
+# No figure dtrun records has more digits than this (byte counts, nanoseconds and seeds have
+# under 20): a longer one is damage, and Python would refuse or overflow on it later.
+MAX_DIGITS = 30
+
+
+class _TooLong(ValueError):
+    pass
+
+
+def _whole(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise _TooLong(f"a whole number of {len(text.lstrip('-')):,} digits")
+    return int(text)
+
+
+def _decimal(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400, or 400 digits: beyond any float
+        raise _TooLong(f"a number too large for any figure ({text[:20]}..., {len(text):,} chars)")
+    return value
+
+
+def load_json(path: Path, missing: str = "", root: Path | None = None) -> Any:
+    """The JSON in ``path``: a regular file (a FIFO or device is never opened for a read that
+    could wait forever), inside ``root`` when given, UTF-8, every number of a sane size."""
+    raw = _read_regular(path, missing, root)
     if not raw.strip():
         raise damaged(path, "it is empty" if not raw else "it holds only white space")
     try:
@@ -65,13 +83,61 @@ def _load(path: Path, missing: str) -> Any:
             path, f"byte {exc.start} (0x{raw[exc.start]:02x}) is not UTF-8, so it is not JSON"
         ) from None
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_whole, parse_float=_decimal)
     except json.JSONDecodeError as exc:
         ends_early = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
         cut = " (the file ends early: cut short?)" if ends_early else ""
         raise damaged(path, f"line {exc.lineno} column {exc.colno}: {exc.msg}{cut}") from None
+    except _TooLong as exc:
+        raise damaged(
+            path, f"it holds {exc}, more than any figure dtrun records ({MAX_DIGITS} digits)"
+        ) from None
     except RecursionError:
         raise damaged(path, "it nests deeper than any record dtrun writes") from None
+
+
+def _read_regular(path: Path, missing: str, root: Path | None) -> bytes:
+    if root is not None and not inside(path, root):
+        raise damaged(
+            path,
+            f"a symbolic link leads it out of the run directory {root}, and dtrun reads no "
+            "record from elsewhere",
+        )
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer returns at once (and is refused below)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise DamagedRunError(
+            f"{path} is missing", why=missing or "the run directory is incomplete", fix=RESTORE
+        ) from None
+    except OSError as exc:
+        raise damaged(path, f"it cannot be read: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise damaged(path, "it is a directory, not a file")
+        if not stat.S_ISREG(mode):
+            raise damaged(path, f"it is {_kind(mode)}, not a file")
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            return file.read()
+    except OSError as exc:
+        raise damaged(path, f"it cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def inside(path: Path, root: Path) -> bool:
+    """``path`` is in ``root`` once every link on the way is followed (realpath: a link loop
+    is left for the open to report)."""
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device"
 
 
 def describe(value: Any) -> str:

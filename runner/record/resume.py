@@ -18,7 +18,20 @@ from pathlib import Path
 from typing import Any, TypeVar, Union
 
 from runner.errors import UsageError
-from runner.record.readback import damaged, kind, list_of, obj, read_record
+from runner.record.readback import (
+    FLAG,
+    NUMBER,
+    TEXT,
+    WHOLE,
+    Shape,
+    damaged,
+    describe,
+    kind,
+    list_of,
+    nullable,
+    obj,
+    read_record,
+)
 from runner.record.rundir import RunDir, segment_walls
 from runner.redact import REDACTED
 from runner.spec.outcome import RunResult, RunStatus
@@ -26,8 +39,18 @@ from runner.spec.request import BenchSpec
 
 T = TypeVar("T")
 
-MANIFEST_SHAPE = obj({"run_id": kind("a string", str), "bench": kind("an object", dict)})
-RUNS_SHAPE = obj({"runs": list_of(kind("an object", dict))})
+MANIFEST_SHAPE = obj(
+    {"run_id": kind("a string", str), "bench": kind("an object", dict)},
+    optional={"resumed": list_of(kind("an object", dict))},
+)
+RUNS_SHAPE = obj(
+    {"runs": list_of(kind("an object", dict))},
+    optional={
+        "replaced": list_of(kind("an object", dict)),
+        "segment_wall_s": list_of(nullable(NUMBER)),
+        "wall_s": nullable(NUMBER),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -47,37 +70,77 @@ class Resumed:
         return any(run.nodes == nodes and run.repeat == repeat for run in self.done)
 
 
-def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+class Mistyped(ValueError):
+    """A recorded value that is not of its field's type: where it is, and what is wrong."""
+
+
+def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     """A frozen spec dataclass from its ``dataclasses.asdict`` form (nested specs, enums,
-    tuples); fields the data lacks keep their defaults (records written by older versions)."""
+    tuples), every value checked against its field's type (Mistyped names the first that is
+    not); fields the data lacks keep their defaults (records written by older versions)."""
+    if not isinstance(data, dict):
+        raise Mistyped(_wrong(data, where, "a JSON object"))
     hints = typing.get_type_hints(cls)
     given = {
-        f.name: _value(hints[f.name], data[f.name])
+        f.name: _value(hints[f.name], data[f.name], f"{where}.{f.name}" if where else f.name)
         for f in fields(cls)  # type: ignore[arg-type]
         if f.name in data and f.init
     }
     return cls(**given)
 
 
-def _value(hint: Any, value: Any) -> Any:
+def _wrong(value: Any, where: str, expected: str) -> str:
+    return f"'{where}' is {describe(value)}, not {expected}"
+
+
+_SCALARS: dict[Any, tuple[str, Shape]] = {
+    int: ("a whole number", WHOLE),
+    float: ("a number", NUMBER),
+    str: ("text", TEXT),
+    bool: ("true or false", FLAG),
+}
+
+
+def _value(hint: Any, value: Any, where: str) -> Any:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if value is None:
-        return None
     if origin in (Union, types.UnionType):
-        return _value(next(a for a in args if a is not type(None)), value)
+        if value is None and type(None) in args:
+            return None
+        return _value(next(a for a in args if a is not type(None)), value, where)
     if is_dataclass(hint) and isinstance(hint, type):
-        return from_dict(hint, value)
+        return from_dict(hint, value, where)
     if isinstance(hint, type) and issubclass(hint, Enum):
-        return hint(value)
+        return _member(hint, value, where)
     if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_value(args[0], item) for item in value)
-        return tuple(_value(a, item) for a, item in zip(args, value, strict=True))
+        return _tuple(args, value, where)
     if hint is Path:
-        return Path(value)
-    if hint is float:
-        return float(value)
+        return Path(_value(str, value, where))
+    if hint in _SCALARS:
+        expected, shape = _SCALARS[hint]
+        if shape(value, where) is not None:
+            raise Mistyped(_wrong(value, where, expected))
+        return float(value) if hint is float else value
     return value
+
+
+def _member(enum: type[Enum], value: Any, where: str) -> Enum:
+    choices = [member.value for member in enum]
+    if value not in choices:
+        raise Mistyped(_wrong(value, where, "one of " + ", ".join(map(repr, choices))))
+    return enum(value)
+
+
+def _tuple(args: tuple[Any, ...], value: Any, where: str) -> tuple[Any, ...]:
+    if not isinstance(value, list | tuple):  # JSON's lists; asdict's tuples
+        raise Mistyped(_wrong(value, where, "a list"))
+    if len(args) == 2 and args[1] is Ellipsis:
+        args = (args[0],) * len(value)
+    elif len(value) != len(args):  # e.g. an --env pair of one
+        raise Mistyped(_wrong(value, where, f"a list of {len(args)}"))
+    return tuple(
+        _value(arg, item, f"{where}[{index}]")
+        for index, (arg, item) in enumerate(zip(args, value, strict=True))
+    )
 
 
 def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
@@ -89,23 +152,25 @@ def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
             f"--resume {path}: no such run directory",
             fix="pass the run directory of an earlier `dtrun bench` (runs/<run-id>)",
         )
-    manifest = read_record(run_dir.manifest, MANIFEST_SHAPE, missing="it is no run directory")
-    runs = read_record(run_dir.runs, RUNS_SHAPE, missing="no launch of it was recorded")
+    manifest = read_record(
+        run_dir.manifest, MANIFEST_SHAPE, missing="it is no run directory", root=path
+    )
+    runs = read_record(run_dir.runs, RUNS_SHAPE, missing="no launch of it was recorded", root=path)
     try:
-        spec = from_dict(BenchSpec, manifest["bench"])
-        done = tuple(
-            from_dict(RunResult, run)
-            for run in runs["runs"]
-            if run.get("status") == RunStatus.OK.value
-        )
-        replaced = tuple(from_dict(RunResult, run) for run in runs.get("replaced", [])) + tuple(
-            from_dict(RunResult, run)
-            for run in runs["runs"]
-            if run.get("status") != RunStatus.OK.value
-        )
-        walls = segment_walls(runs, 1 + len(manifest.get("resumed", [])))
-    except (TypeError, ValueError, KeyError, StopIteration) as exc:
-        raise damaged(run_dir.manifest, f"its sweep cannot be read back: {exc}") from None
+        spec = from_dict(BenchSpec, manifest["bench"], "bench")
+    except Mistyped as exc:
+        raise damaged(run_dir.manifest, str(exc)) from None
+    try:
+        every = [from_dict(RunResult, run, f"runs[{i}]") for i, run in enumerate(runs["runs"])]
+        earlier = [
+            from_dict(RunResult, run, f"replaced[{i}]")
+            for i, run in enumerate(runs.get("replaced", []))
+        ]
+    except Mistyped as exc:
+        raise damaged(run_dir.runs, str(exc)) from None
+    done = tuple(run for run in every if run.status is RunStatus.OK)
+    replaced = (*earlier, *(run for run in every if run.status is not RunStatus.OK))
+    walls = segment_walls(runs, 1 + len(manifest.get("resumed", [])))
     given = dict(env)
     # a whole value (secret-looking name) or a part of one (URL credentials, tokens) hidden
     hidden = [name for name, value in spec.env if REDACTED in value and name not in given]

@@ -19,9 +19,11 @@ The derived files are made from manifest.json, runs.json and the result files al
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import platform
+import shutil
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -33,13 +35,15 @@ import psutil
 from runner import __version__
 from runner.azure.catalog import SIZES
 from runner.azure.prices import Price
-from runner.errors import OutputDirError
+from runner.errors import DiskFullError, DtrunError, OutputDirError, RunDirWriteError
 from runner.record import manifest
+from runner.record.readback import inside
 from runner.redact import redact_text, redact_var
 from runner.spec.cluster import Inventory
 from runner.spec.launch import EnvVar, LaunchPlan, point_dir
 from runner.spec.outcome import Health, NodeResult, RunResult, RunStatus, SweepStatus
 from runner.spec.request import BenchSpec, RunSpec
+from runner.workloads.files import write_atomic
 
 MANIFEST_SCHEMA = "dtrun.manifest/1"
 HEALTH_SCHEMA = "dtrun.health/1"
@@ -51,11 +55,59 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def write_json(path: Path, data: object) -> None:
-    """Write atomically, so a crash never leaves half a file where a whole one was."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    partial.replace(path)
+def as_json(data: object) -> str:
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
+def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunError | None:
+    """What a failed write into run directory ``root`` means to the user, or None when the
+    OSError is none a disk or the run directory explains (a bug: it keeps its traceback)."""
+    what = f"{path.relative_to(root) if path and path.is_relative_to(root) else path or root}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFullError(
+            f"the disk holding {root} is full ({_free_bytes(root):,} bytes free)",
+            why=f"{what} could not be written; results so far are kept in {root}, each file "
+            "whole (the one being written was dropped)",
+            fix=f"free space and run `dtrun report {root}`",
+        )
+    if exc.errno == errno.EROFS:
+        return RunDirWriteError(
+            f"{root} is on a read-only file system",
+            why=f"{what} could not be written",
+            fix="pass --output with a directory on a writable disk, or remount it read-write",
+        )
+    if exc.errno == errno.ENOENT and not root.is_dir():
+        return removed(root, f"{what} could not be written")
+    if exc.errno == errno.ELOOP:
+        return RunDirWriteError(
+            f"{what} in {root} is a symbolic link",
+            why="dtrun writes no file through a link (it could point anywhere)",
+            fix=f"remove the link from {root} and run the command again",
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return RunDirWriteError(
+            f"{what} in {root} cannot be written",
+            why="permission denied",
+            fix=f"run dtrun as a user who may write {root}",
+        )
+    return None
+
+
+def removed(root: Path, why: str) -> RunDirWriteError:
+    return RunDirWriteError(
+        f"the run directory {root} was removed while dtrun was writing to it",
+        why=why,
+        fix="leave a run directory in place until dtrun ends, and run the command again",
+    )
+
+
+def _free_bytes(root: Path) -> int:
+    for where in (root, *root.parents):
+        try:
+            return shutil.disk_usage(where).free
+        except OSError:
+            continue
+    return 0
 
 
 def machine() -> dict[str, Any]:
@@ -101,6 +153,38 @@ class RunDir:
     @property
     def html(self) -> Path:
         return self.path / "report.html"
+
+    def write(self, path: Path, data: str | bytes, mode: int = 0o644) -> None:
+        """The one way into the run directory: whole or not at all (runner/workloads/files.py),
+        never through a link, never outside it; a failure explained (write_error)."""
+        try:
+            self.refuse_leaving(path.parent)
+            write_atomic(path, data.encode() if isinstance(data, str) else data, mode)
+        except OSError as exc:
+            raise write_error(exc, self.path, path) or exc from None
+
+    def write_json(self, path: Path, data: object) -> None:
+        self.write(path, as_json(data))
+
+    def makedirs(self, directory: Path) -> None:
+        """``directory`` and its parents inside the run directory, as write explains failures;
+        never the run directory itself again, should it have been removed."""
+        if not self.path.is_dir():
+            raise removed(self.path, f"{directory} could not be made")
+        try:
+            # checked before: mkdir would make the missing parts wherever a link leads
+            self.refuse_leaving(next(p for p in (directory, *directory.parents) if p.exists()))
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_error(exc, self.path, directory) or exc from None
+
+    def refuse_leaving(self, directory: Path) -> None:
+        """OSError ELOOP when ``directory`` (inside the run directory) is, or is reached
+        through, a link that leaves the run directory."""
+        if not inside(directory, self.path):
+            raise OSError(
+                errno.ELOOP, "a symbolic link on its way leaves the run directory", str(directory)
+            )
 
     def point(self, nodes: int, repeat: int) -> Path:
         return self.path / point_dir(nodes, repeat)
@@ -154,7 +238,7 @@ def write_manifest(
     ``paid_before``: runner/record/paid.py's, None where the cluster does not say."""
     bench_data = asdict(bench.redacted())
     bench_data["env"] = [list(pair) for pair in bench_data["env"]]
-    write_json(
+    run_dir.write_json(
         run_dir.manifest,
         {
             "schema": MANIFEST_SCHEMA,
@@ -205,7 +289,7 @@ def record_resume(
             "dtrun_version": __version__,
         }
     )
-    write_json(run_dir.manifest, data)
+    run_dir.write_json(run_dir.manifest, data)
 
 
 def record_machine_noise(
@@ -217,23 +301,20 @@ def record_machine_noise(
         data["resumed"][-1]["noise"] = sample
     else:
         data["noise"] = sample
-    write_json(run_dir.manifest, data)
+    run_dir.write_json(run_dir.manifest, data)
 
 
 def write_plans(run_dir: RunDir, plans: Sequence[LaunchPlan]) -> None:
     """plan/n<N>/: every point's scripts and launch files, as rendered before the sweep ran."""
     for plan in plans:
         directory = run_dir.plan_dir(plan.nnodes)
-        directory.mkdir(parents=True, exist_ok=True)
-        for launch in plan.launches:
-            script = directory / launch.script_name
-            script.write_text(launch.script)
-            script.chmod(0o700)  # may hold --env values
+        run_dir.makedirs(directory)
+        for launch in plan.launches:  # mode 0700: may hold --env values
+            run_dir.write(directory / launch.script_name, launch.script, 0o700)
         for file in plan.files:
             path = directory / file.name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(file.content)
-            path.chmod(file.mode)
+            run_dir.makedirs(path.parent)
+            run_dir.write(path, file.content, file.mode)
 
 
 def write_runs(
@@ -250,7 +331,7 @@ def write_runs(
     again; they were paid for (the cost section's figures: docs/report.md "Cost")."""
     known = [wall for wall in segment_wall_s if wall is not None]
     wall_s = sum(known) if known and len(known) == len(segment_wall_s) else None
-    write_json(
+    run_dir.write_json(
         run_dir.runs,
         {
             "schema": RUNS_SCHEMA,
@@ -263,6 +344,14 @@ def write_runs(
             "replaced": [_run(run) for run in replaced],
         },
     )
+
+
+def record_stop_after_sweep(run_dir: RunDir, error: str) -> None:
+    """runs.json of a sweep that ended, then had dtrun stopped (cleaning up, uploading): the
+    stop is recorded, so the records say what dtrun's exit code says."""
+    data = json.loads(run_dir.runs.read_text())  # written by this run of dtrun a moment ago
+    data.update(status=SweepStatus.INTERRUPTED, error=redact_text(error), updated_at=now_iso())
+    run_dir.write_json(run_dir.runs, data)
 
 
 def segment_walls(runs_data: Mapping[str, Any], parts: int) -> tuple[float | None, ...]:
@@ -312,7 +401,7 @@ def write_run_record(
     """run.json: what `dtrun run` was asked, where, and how it ended (secrets redacted)."""
     spec_data = asdict(spec.redacted())
     spec_data["env"] = [list(pair) for pair in spec_data["env"]]
-    write_json(
+    run_dir.write_json(
         run_dir.path / "run.json",
         {
             "schema": RUN_SCHEMA,
@@ -339,4 +428,4 @@ def write_run_record(
 def write_health(run_path: Path, health: Health) -> None:
     """health.json: the health gate's verdict and every node's figure."""
     data: dict[str, Any] = {"schema": HEALTH_SCHEMA, "checked_at": now_iso(), **asdict(health)}
-    write_json(run_path / HEALTH_FILE, data)
+    RunDir(run_path).write_json(run_path / HEALTH_FILE, data)

@@ -14,12 +14,11 @@ import functools
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner import __version__
 from runner.azure.catalog import ExpectedBusbw, expected_busbw
-from runner.record.rundir import RunDir, write_json
+from runner.record.rundir import RunDir
 from runner.render import environment, render
 from runner.report.cost import SweepCost, sweep_cost
 from runner.report.losses import LossRow, where_scaling_is_lost
@@ -115,10 +114,9 @@ BUSBW = _Plot(
     "all-reduce bus bandwidth against message size, with the size's expected busbw where known",
 )
 PLOTS = (THROUGHPUT, EFFICIENCY, BUSBW)
-# What build_report writes (write_json goes through NAME.partial) or removes.
+# What build_report writes (each through a temporary file beside it) or removes.
 OUTPUTS = (
     "summary.json",
-    "summary.json.partial",
     "report.md",
     "report.html",
     *(plot.name for plot in PLOTS),
@@ -220,38 +218,54 @@ def _widest(results: Mapping[int, Sequence[T]]) -> T | None:
 
 
 def build_report(run_dir: RunDir) -> Report:
-    """Read the recorded files; write summary.json, report.md, report.html and the plots."""
+    """Read the recorded files; write summary.json, report.md, report.html and the plots.
+
+    Everything is made in memory first and written after, each file whole (RunDir.write): a
+    full disk stops the writing with every file either as it was or as new, none half-written;
+    the plots go first, so no report names a plot that is not there."""
     report = analyse(run_dir)
     check_writable(run_dir, OUTPUTS)  # nothing is written unless all of it can be
     manifest = report.manifest
     title = f"dtrun {manifest['run_id']}"
-    made: set[_Plot] = set()
+    pngs: dict[_Plot, bytes] = {}
     if report.rows:
         from runner.report.plots import plot_efficiency, plot_throughput
 
         label = f"{title} ({report.mode.value})"
-        plot_throughput(report.rows, run_dir.path / THROUGHPUT.name, title=label)
-        made.add(THROUGHPUT)
+        pngs[THROUGHPUT] = plot_throughput(report.rows, title=label)
         if len(report.rows) > 1:  # one node count is its own baseline: 100% says nothing
-            plot_efficiency(report.rows, run_dir.path / EFFICIENCY.name, title=label)
-            made.add(EFFICIENCY)
+            pngs[EFFICIENCY] = plot_efficiency(report.rows, title=label)
     if report.series:
         from runner.report.plots import plot_busbw
 
-        plot_busbw(
-            dict(report.series),
-            dict(report.expected),
-            run_dir.path / BUSBW.name,
-            title=f"{title}: all-reduce",
+        pngs[BUSBW] = plot_busbw(
+            dict(report.series), dict(report.expected), title=f"{title}: all-reduce"
         )
-        made.add(BUSBW)
+    markdown = render("report.md.j2", {**_context(report), "plots": _links(pngs)})
+    body = markdown_to_html(markdown)
+    for plot, png in pngs.items():  # the HTML carries its plots inside: one file to send
+        body = body.replace(f'src="{plot.name}"', f'src="{_data_uri(png)}"')
+    html = render("report.html.j2", {"title": f"dtrun report: {manifest['run_id']}", "body": body})
     for plot in PLOTS:
-        if plot not in made:
+        if plot in pngs:
+            run_dir.write(run_dir.path / plot.name, pngs[plot])
+        else:
             (run_dir.path / plot.name).unlink(missing_ok=True)
+    run_dir.write_json(run_dir.summary, report.summary)
+    run_dir.write(run_dir.report, markdown)
+    run_dir.write(run_dir.html, html)
+    return report
 
-    write_json(run_dir.summary, report.summary)
+
+def _links(pngs: Mapping[_Plot, bytes]) -> dict[str, tuple[str, str]]:
+    """The template's plots: by short name, each its alt text and file name."""
+    return {plot.name.removesuffix(".png"): (plot.alt, plot.name) for plot in PLOTS if plot in pngs}
+
+
+def _context(report: Report) -> dict[str, Any]:
+    manifest = report.manifest
     bench = manifest["bench"]
-    context: dict[str, Any] = {
+    return {
         "version": __version__,
         "manifest": manifest,
         "bench": bench,
@@ -279,17 +293,6 @@ def build_report(run_dir: RunDir) -> Report:
         "cost": report.cost,
         "reproduce": reproducibility(manifest, report.first),
     }
-    plots = {plot.name.removesuffix(".png"): plot for plot in PLOTS if plot in made}
-    files = {key: (plot.alt, plot.name) for key, plot in plots.items()}
-    markdown = render("report.md.j2", {**context, "plots": files})
-    run_dir.report.write_text(markdown)
-    body = markdown_to_html(markdown)
-    for plot in plots.values():  # the HTML carries its plots inside: one file to send
-        body = body.replace(f'src="{plot.name}"', f'src="{_data_uri(run_dir.path / plot.name)}"')
-    run_dir.html.write_text(
-        render("report.html.j2", {"title": f"dtrun report: {manifest['run_id']}", "body": body})
-    )
-    return report
 
 
 def _summary(report: Report) -> dict[str, Any]:
@@ -335,8 +338,8 @@ def _markdown() -> MarkdownIt:
     return MarkdownIt("commonmark", {"html": False}).enable("table")
 
 
-def _data_uri(path: Path) -> str:
-    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+def _data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 def measured_on(manifest: Mapping[str, Any], first: Result | None) -> str:

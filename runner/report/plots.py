@@ -1,11 +1,12 @@
 """The report's plots, drawn with matplotlib's object-oriented API on the Agg canvas (no pyplot
-state, no GUI backend). Each is written atomically, and the same rows give the same bytes, so a
-rebuilt report is identical to the first."""
+state, no GUI backend). Each returns its PNG's bytes, for the report to write into the run
+directory (atomically, with the rest); the same rows give the same bytes, so a rebuilt report is
+identical to the first."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.azure.catalog import ExpectedBusbw
@@ -28,11 +29,11 @@ def _figure() -> tuple[Figure, Axes]:
     return fig, fig.subplots()
 
 
-def _save(fig: Figure, path: Path) -> None:
+def _png(fig: Figure) -> bytes:
     fig.tight_layout()
-    partial = path.with_name(path.stem + ".partial.png")
-    fig.savefig(partial, metadata=_METADATA)
-    partial.replace(path)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", metadata=_METADATA)
+    return buffer.getvalue()
 
 
 def _bars(rows: Sequence[ScalingRow], value: str) -> list[list[float]]:
@@ -46,7 +47,7 @@ def _bars(rows: Sequence[ScalingRow], value: str) -> list[list[float]]:
     return [below, above]
 
 
-def plot_throughput(rows: Sequence[ScalingRow], path: Path, *, title: str) -> None:
+def plot_throughput(rows: Sequence[ScalingRow], *, title: str) -> bytes:
     """tokens/s (median step) against nodes with its 95% interval and the ideal linear line."""
     fig, ax = _figure()
     nodes = [row.nodes for row in rows]
@@ -68,10 +69,10 @@ def plot_throughput(rows: Sequence[ScalingRow], path: Path, *, title: str) -> No
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
-    _save(fig, path)
+    return _png(fig)
 
 
-def plot_efficiency(rows: Sequence[ScalingRow], path: Path, *, title: str) -> None:
+def plot_efficiency(rows: Sequence[ScalingRow], *, title: str) -> bytes:
     """Scaling efficiency against nodes with its 95% interval, the ideal 100% line and the
     target the verdicts are judged against."""
     fig, ax = _figure()
@@ -98,7 +99,7 @@ def plot_efficiency(rows: Sequence[ScalingRow], path: Path, *, title: str) -> No
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
-    _save(fig, path)
+    return _png(fig)
 
 
 def _n(rows: Sequence[ScalingRow]) -> str:
@@ -113,10 +114,9 @@ def _n(rows: Sequence[ScalingRow]) -> str:
 def plot_busbw(
     series: Mapping[int, Sequence[SizeRow]],
     expected: Mapping[int, ExpectedBusbw | None],
-    path: Path,
     *,
     title: str,
-) -> None:
+) -> bytes:
     """In-place busbw against message size, one line per node count, with each node count's
     expected busbw from the catalog as a dotted line (or band, for a range) where known."""
     fig, ax = _figure()
@@ -146,4 +146,4 @@ def plot_busbw(
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    _save(fig, path)
+    return _png(fig)

@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from runner.errors import DamagedRunError, ResultError
+from runner.errors import DamagedRunError, OutputDirError, ResultError
 from runner.record.readback import (
     ANY_OBJECT,
     COUNT,
@@ -252,7 +252,8 @@ class Recorded:
 def read_recorded(run_dir: RunDir) -> Recorded:
     """Read and check every file the report is made from; raise DamagedRunError at the first
     file that is missing, unreadable or not as dtrun writes it."""
-    manifest = read_record(run_dir.manifest, MANIFEST)
+    root = run_dir.path
+    manifest = read_record(run_dir.manifest, MANIFEST, root=root)
     workload = str(manifest["bench"]["workload"])
     check_record(run_dir.manifest, manifest, BENCH_BY_WORKLOAD[workload])
     runs = read_record(
@@ -260,10 +261,11 @@ def read_recorded(run_dir: RunDir) -> Recorded:
         RUNS,
         missing="the sweep recorded no launch: it stopped before its first launch ended, "
         "or the file was removed",
+        root=root,
     )
     health = None
     if (run_dir.path / HEALTH_FILE).is_symlink() or (run_dir.path / HEALTH_FILE).exists():
-        health = read_record(run_dir.path / HEALTH_FILE, HEALTH)
+        health = read_record(run_dir.path / HEALTH_FILE, HEALTH, root=root)
         if health["status"] != GateStatus.SKIPPED:
             check_record(run_dir.path / HEALTH_FILE, health, HEALTH_JUDGED)
     results: dict[int, list[Result]] = defaultdict(list)
@@ -287,6 +289,7 @@ def _result(run_dir: RunDir, directory: str, workload: str) -> Result:
         ANY_OBJECT,
         missing=f"{run_dir.runs.name} records the launch in {directory} as finished (ok), "
         "and a finished launch leaves rank 0's result there",
+        root=run_dir.path,
     )
     shape = RESULTS.get(str(data.get("schema")))
     if shape is not None:
@@ -305,18 +308,36 @@ def _result(run_dir: RunDir, directory: str, workload: str) -> Result:
 
 
 def check_writable(run_dir: RunDir, names: Iterable[str]) -> None:
-    """Before `dtrun report` writes: each file it (re)writes can be, so none is half-written."""
+    """Before `dtrun report` writes: each file it (re)writes can be, so none is half-written,
+    and none is a link (a write there would go where the link leads, or replace it)."""
     for name in names:
         path = run_dir.path / name
-        if (path.exists() or path.is_symlink()) and not path.is_file():
+        if path.is_symlink():
+            raise DamagedRunError(
+                f"{path} is a symbolic link",
+                why=f"`dtrun report` writes its {name} there, and writes through no link "
+                "(it could point anywhere)",
+                fix=f"remove the link from {run_dir.path} and run `dtrun report` again; "
+                "nothing was written",
+            )
+        if path.exists() and not path.is_file():
             raise DamagedRunError(
                 f"{path} is in the way",
                 why=f"it is not a plain file, and `dtrun report` writes its {name} there",
                 fix=f"move it out of {run_dir.path} and run `dtrun report` again; "
                 "nothing was written",
             )
+    if os.statvfs(run_dir.path).f_flag & os.ST_RDONLY:
+        raise OutputDirError(
+            f"{run_dir.path} cannot be written",
+            why="it is on a read-only file system",
+            fix=f"copy {run_dir.path} to a writable disk and run `dtrun report` on the copy, "
+            "or remount it read-write; nothing was written",
+        )
+    for name in names:
+        path = run_dir.path / name
         if not os.access(path if path.exists() else run_dir.path, os.W_OK):
-            raise DamagedRunError(
+            raise OutputDirError(
                 f"{path} cannot be written",
                 why="permission denied",
                 fix=f"run `dtrun report` as a user who may write {run_dir.path}; "

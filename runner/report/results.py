@@ -6,13 +6,13 @@ modules runner/workloads/train.py and runner/workloads/allreduce.py write them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runner.errors import ResultError
+from runner.errors import DamagedRunError, ResultError
+from runner.record.readback import load_json
 from runner.report.noise import LaunchNoise, parse_noise
 from runner.report.stages import StageSplit, parse_stage_split
 
@@ -351,14 +351,14 @@ def load_train_result(path: Path) -> TrainResult:
 
 
 def load_result(path: Path) -> Result:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not (path.exists() or path.is_symlink()):
         raise ResultError(
             f"no result at {path}",
             why="every node exited 0 but rank 0 wrote no result file",
             fix="read the node logs beside it",
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise ResultError(f"{path} is not valid JSON", why=str(exc)) from None
+        )
+    try:
+        data = load_json(path, root=path.parent)
+    except DamagedRunError as exc:  # not JSON, not a file, numbers beyond any figure, ...
+        raise ResultError(f"{path} is not valid JSON", why=exc.why) from None
     return parse_result(data, str(path))

@@ -12,7 +12,13 @@ from runner.errors import LaunchInterrupted, RunError, RunInterruptedError, inte
 from runner.execute import Executor, LineSink, discard
 from runner.plan.resolve import ResolvedRun
 from runner.plan.sweep import plan_run
-from runner.record.rundir import RunDir, create_run_dir, launch_dir, write_run_record
+from runner.record.rundir import (
+    RunDir,
+    create_run_dir,
+    launch_dir,
+    write_error,
+    write_run_record,
+)
 from runner.spec.cluster import Inventory
 from runner.spec.launch import LaunchPlan
 from runner.spec.outcome import NodeResult, RunStatus
@@ -54,7 +60,13 @@ def run_program(
     timeout = spec.timeout_s if spec.timeout_s is not None else math.inf
     try:
         ready(plan)
+        run_dir.makedirs(workdir)
         nodes = executor.run(plan, workdir, timeout_s=timeout, on_line=on_line)
+    except OSError as exc:  # an executor's write: a full disk, the run directory removed
+        explained = write_error(exc, run_dir.path)
+        if explained is None:
+            raise
+        raise explained from None
     except RunError as exc:
         write_run_record(
             run_dir, spec, inventory, plan, status=status_of(exc), error=exc.message,

@@ -25,6 +25,7 @@ from runner.record.rundir import (
     create_run_dir,
     record_machine_noise,
     record_resume,
+    write_error,
     write_health,
     write_manifest,
     write_plans,
@@ -120,6 +121,9 @@ class _Runner:
 
     def launch(self, launch: Launch) -> Outcome:
         """Every launch of the sweep, the gate's and the points', runs through here."""
+        # made here, not by the executor: a run directory removed under the sweep is named
+        # (an executor's mkdir -p would make it again, empty)
+        self.sweep.run_dir.makedirs(self.sweep.run_dir.path / launch.workdir)
         return run_launch(
             launch,
             self.sweep.run_dir.path,
@@ -171,6 +175,37 @@ class _Runner:
         write_runs(
             self.sweep.run_dir, self.sweep.runs, self.status, self.error, walls, self.replaced
         )
+
+    def finish(self, sample: MachineSample | None, reporter: ReportBuilder, resumed: bool) -> None:
+        """However the sweep ended: runs.json, the machine's sample, the report. Where the
+        records cannot be written (a full disk, the run directory removed), no report is
+        built on them: the error says so, and `dtrun report` builds it later. A stop (Ctrl-C,
+        SIGTERM, SIGHUP) here, after the last launch, is recorded as one: runs.json and dtrun's
+        exit code say the same."""
+        run_dir = self.sweep.run_dir
+        try:
+            try:
+                self.write_runs()
+                if sample is not None:  # after a Ctrl-C, not a moment more for it
+                    interrupted = self.status is SweepStatus.INTERRUPTED
+                    record_machine_noise(run_dir, sample.result(wait=not interrupted), resumed)
+            except BaseException:
+                reporter.close()
+                raise
+            self.sweep.report = reporter.build(run_dir)
+        except KeyboardInterrupt:
+            if self.status is not SweepStatus.COMPLETE:
+                raise  # stopped in a launch, or failed: recorded as that already
+            self.status = SweepStatus.INTERRUPTED
+            self.error = f"{interruption()} after its last launch: every launch ended and is "
+            self.error += "recorded; the report may be unfinished"
+            self.write_runs()
+            raise RunInterruptedError(
+                interruption(),
+                why="every launch of the sweep had ended and is recorded, the report may be "
+                "unfinished",
+                fix=f"rebuild the report with `dtrun report {run_dir.path}`",
+            ) from None
 
     def interrupted(self, nodes: tuple[NodeResult, ...] = ()) -> None:
         """``nodes``: how each node of the launch under way ended, as its executor said."""
@@ -250,10 +285,12 @@ def run_sweep(
             f"`dtrun bench --resume {run_dir.path}` (or rebuild the report as it is with "
             f"`dtrun report {run_dir.path}`)",
         ) from None
+    except OSError as exc:  # an executor's write: a full disk, the run directory removed
+        explained = write_error(exc, run_dir.path)
+        if explained is None:
+            raise
+        runner.status, runner.error = SweepStatus.FAILED, explained.message
+        raise explained from None
     finally:
-        runner.write_runs()
-        if sample is not None:  # after a Ctrl-C, not a moment more for it
-            interrupted = runner.status is SweepStatus.INTERRUPTED
-            record_machine_noise(run_dir, sample.result(wait=not interrupted), resumed is not None)
-        runner.sweep.report = reporter.build(run_dir)
+        runner.finish(sample, reporter, resumed is not None)
     return runner.sweep

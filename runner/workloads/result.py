@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import torch
 import torch.distributed as dist
 
+from runner.workloads.files import write_atomic
 from runner.workloads.gpt import flops_per_token, param_counts
 
 if TYPE_CHECKING:  # the all-reduce workload uses this module without any engine
@@ -217,10 +218,8 @@ def build_result(
 
 
 def write_result(path: Path, result: dict[str, Any]) -> None:
-    """Whole or not at all: a reader never sees half a file."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(result, indent=2) + "\n")
-    partial.replace(path)
+    """Whole or not at all, and not through a link: a reader never sees half a file."""
+    write_atomic(path, (json.dumps(result, indent=2) + "\n").encode())
 
 
 def exit_now(code: int) -> NoReturn:

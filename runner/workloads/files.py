@@ -1,0 +1,97 @@
+"""Writing into a run directory: a file whole or not at all, a log that survives a full disk,
+and never through a symbolic link.
+
+The one way dtrun writes into a run directory, on this machine (runner/record/rundir.py) and on
+the nodes (a workload's result.json), so it is the standard library only and Python 3.10.
+
+The bytes go to a temporary file made beside the target with ``O_CREAT | O_EXCL | O_NOFOLLOW``
+(a name that is already there, a link included, is never opened), then ``os.replace`` puts it
+in the target's place: a reader sees the old file or the new one, never half of one, and a
+link at the target's name is refused rather than written through. Whatever goes wrong (a full
+disk, a read-only file system, the directory removed), the temporary file is removed and the
+target is left as it was; the OSError is the caller's to explain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from pathlib import Path
+
+# Marks dtrun's temporary files: a run directory's readers and uploads skip names holding it.
+PARTIAL = ".partial"
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Put ``data`` at ``path`` (file mode ``mode``) in one step; refuse a link at ``path``
+    (OSError ELOOP)."""
+    refuse_link(path)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}{PARTIAL}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(temporary, flags, mode)
+    try:
+        try:
+            os.fchmod(fd, mode)  # the umask took bits off; the caller's mode is the one meant
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        refuse_link(path)  # made while this was writing: still not followed, but refused
+        temporary.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # the directory went away: nothing left to remove
+            temporary.unlink()
+        raise
+
+
+def refuse_link(path: Path) -> None:
+    """OSError ELOOP when ``path`` is a symbolic link (a write there would replace the link,
+    and whoever put it there meant something else)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise OSError(errno.ELOOP, "it is a symbolic link; dtrun writes through none", str(path))
+
+
+class NodeLog:
+    """A node's log, written as its output streams: opened without following a link, and
+    on a full disk (or any write error) it stops writing and remembers why, so the thread
+    copying a node's output goes on reading it (a node blocked on a full pipe would hang the
+    launch) and the node's lines still reach the console."""
+
+    def __init__(self, path: Path, *, append: bool = False) -> None:
+        refuse_link(path)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        flags |= os.O_APPEND if append else os.O_TRUNC
+        self.path = path
+        self.error: OSError | None = None
+        self._fd: int | None = os.open(path, flags, 0o644)
+
+    def write(self, data: bytes) -> None:
+        """Straight to the file (no buffer: a line is in the log once its node printed it)."""
+        if self.error is not None or self._fd is None:
+            return
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            self.error = exc
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> NodeLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,213 @@
+"""Writes into a run directory: whole or not at all, never through a link, never outside it, and
+a failure (a full or read-only disk, the directory removed) explained without a traceback."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from runner.errors import DiskFullError, RunDirWriteError
+from runner.record.rundir import RunDir
+from runner.spec.cluster import Inventory
+from runner.spec.request import BenchSpec
+from runner.workloads.files import NodeLog, write_atomic
+from runner.workloads.result import write_result
+from tests.conftest import fill, run_dtrun
+from tests.factories import fake_run_dir
+
+
+def names(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.iterdir())
+
+
+def test_a_write_replaces_the_file_whole_with_the_mode_asked(tmp_path: Path):
+    target = tmp_path / "runs.json"
+    target.write_text("old\n")
+    write_atomic(target, b"new\n", 0o700)
+    assert target.read_text() == "new\n"
+    assert target.stat().st_mode & 0o777 == 0o700
+    assert names(tmp_path) == ["runs.json"]  # no temporary file left
+
+
+def test_a_link_at_the_target_is_refused_and_what_it_points_to_is_untouched(tmp_path: Path):
+    precious = tmp_path / "precious"
+    precious.write_text("mine\n")
+    link = tmp_path / "report.md"
+    link.symlink_to(precious)
+    with pytest.raises(OSError, match="symbolic link") as raised:
+        write_atomic(link, b"report\n")
+    assert raised.value.errno == errno.ELOOP
+    assert precious.read_text() == "mine\n"
+    assert link.is_symlink()
+    assert names(tmp_path) == ["precious", "report.md"]
+
+
+def test_a_workloads_result_is_written_the_same_way(tmp_path: Path):
+    """result.json on the nodes (Python 3.10, standard library only) refuses a link too."""
+    (tmp_path / "elsewhere").write_text("x")
+    (tmp_path / "result.json").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError, match="symbolic link"):
+        write_result(tmp_path / "result.json", {"schema": "dtrun.train/1"})
+    assert (tmp_path / "elsewhere").read_text() == "x"
+    write_result(tmp_path / "fresh.json", {"a": 1})
+    assert json.loads((tmp_path / "fresh.json").read_text()) == {"a": 1}
+
+
+def test_a_directory_link_leaving_the_run_directory_is_refused(tmp_path: Path):
+    run = tmp_path / "run"
+    run.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (run / "n1").symlink_to(outside)
+    with pytest.raises(RunDirWriteError, match="symbolic link") as raised:
+        RunDir(run).write(run / "n1" / "node-0.sh", "echo\n")
+    assert "next: remove the link" in raised.value.message
+    with pytest.raises(RunDirWriteError, match="symbolic link"):
+        RunDir(run).makedirs(run / "n1" / "r0")
+    assert list(outside.iterdir()) == []
+
+
+def test_a_link_staying_inside_the_run_directory_is_followed(tmp_path: Path):
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "latest").symlink_to(tmp_path / "plan")
+    RunDir(tmp_path).write(tmp_path / "latest" / "x.sh", "echo\n")
+    assert (tmp_path / "plan" / "x.sh").read_text() == "echo\n"
+
+
+def failing_write(monkeypatch: pytest.MonkeyPatch, code: int, after: int = 0) -> None:
+    """os.write fails with ``code`` once ``after`` bytes went through (as a disk fills up)."""
+    real = os.write
+    written = [0]
+
+    def write(fd: int, data: bytes | memoryview) -> int:
+        room = after - written[0]
+        if room <= 0:
+            raise OSError(code, os.strerror(code))
+        done = real(fd, bytes(data[:room]))
+        written[0] += done
+        return done
+
+    monkeypatch.setattr(os, "write", write)
+
+
+def test_a_full_disk_keeps_the_old_file_leaves_no_partial_and_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.path.mkdir()
+    run_dir.write_json(run_dir.runs, {"runs": [1]})
+    failing_write(monkeypatch, errno.ENOSPC, after=5)
+    with pytest.raises(DiskFullError) as raised:
+        run_dir.write_json(run_dir.runs, {"runs": [1, 2, 3]})
+    message = raised.value.message
+    assert message.startswith(f"the disk holding {run_dir.path} is full (")
+    assert " bytes free)" in message
+    assert f"results so far are kept in {run_dir.path}" in message
+    assert f"next: free space and run `dtrun report {run_dir.path}`" in message
+    assert raised.value.exit_code == 1
+    assert json.loads(run_dir.runs.read_text()) == {"runs": [1]}  # no record claims more
+    assert names(run_dir.path) == ["runs.json"]
+
+
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        (errno.EROFS, "is on a read-only file system"),
+        (errno.EDQUOT, "is full"),
+        (errno.EACCES, "permission denied"),
+    ],
+)
+def test_each_write_failure_says_what_it_is(
+    code: int, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    failing_write(monkeypatch, code)
+    with pytest.raises(RunDirWriteError, match=says):
+        RunDir(tmp_path).write(tmp_path / "report.md", "# report\n")
+    assert names(tmp_path) == []
+
+
+def test_a_run_directory_removed_while_writing_is_named(tmp_path: Path):
+    run_dir = RunDir(tmp_path / "run")
+    with pytest.raises(RunDirWriteError, match="was removed while dtrun was writing to it"):
+        run_dir.write_json(run_dir.runs, {})
+
+
+def test_a_bug_keeps_its_own_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    failing_write(monkeypatch, errno.EBADF)
+    with pytest.raises(OSError) as raised:
+        RunDir(tmp_path).write(tmp_path / "x", "x")
+    assert not isinstance(raised.value, RunDirWriteError)
+
+
+def test_report_on_a_full_disk_exits_1_leaving_every_file_whole(
+    small_disk: Callable[[int], Path], fixed_inventory: Inventory
+):
+    disk = small_disk(400)
+    run = disk / "a"
+    fake_run_dir(run, BenchSpec(run_id="a", node_counts=(1, 2)), fixed_inventory,
+                 {1: [1000.0], 2: [1800.0]})  # fmt: skip
+    before = {path.name: path.read_bytes() for path in run.iterdir() if path.is_file()}
+    fill(disk)
+    done = run_dtrun("report", str(run), cwd=disk.parent, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"error: the disk holding {run} is full (" in done.stderr
+    assert f"next: free space and run `dtrun report {run}`" in done.stderr
+    for path in run.rglob("*"):
+        assert ".partial" not in path.name
+        if path.is_file():  # each file as it was, or new and whole
+            assert path.stat().st_size > 0, path
+    for name, content in before.items():
+        assert (run / name).read_bytes() == content
+    (disk / "filler").unlink()
+    again = run_dtrun("report", str(run), cwd=disk.parent, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert (run / "report.html").stat().st_size > 0
+
+
+def test_a_node_log_on_a_full_disk_stops_writing_and_lets_the_output_flow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The thread copying a node's output keeps reading: a node blocked on its pipe would
+    hang the launch until --timeout."""
+    with NodeLog(tmp_path / "node-0.log") as log:
+        log.write(b"first\n")
+        failing_write(monkeypatch, errno.ENOSPC)
+        log.write(b"second\n")  # no error: remembered
+        log.write(b"third\n")
+        monkeypatch.undo()
+        log.write(b"fourth\n")  # not written after a failure: the log ends where it broke
+    assert log.error is not None
+    assert log.error.errno == errno.ENOSPC
+    assert (tmp_path / "node-0.log").read_bytes() == b"first\n"
+
+
+def test_a_node_log_is_not_opened_through_a_link(tmp_path: Path):
+    (tmp_path / "elsewhere").write_text("x")
+    (tmp_path / "node-0.log").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError, match="symbolic link"):
+        NodeLog(tmp_path / "node-0.log")
+    assert (tmp_path / "elsewhere").read_text() == "x"
+
+
+def test_report_on_a_read_only_disk_says_so_not_permission_denied(
+    small_disk: Callable[[int], Path], fixed_inventory: Inventory
+):
+    disk = small_disk(400)
+    run = disk / "a"
+    fake_run_dir(run, BenchSpec(run_id="a", node_counts=(1,)), fixed_inventory, {1: [1000.0]})
+    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    done = run_dtrun("report", str(run), cwd=disk.parent, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "it is on a read-only file system" in done.stderr
+    assert "permission denied" not in done.stderr
+    bench = run_dtrun("bench", "--nodes", "1", "-o", str(disk), cwd=disk.parent, timeout=120)
+    assert bench.returncode == 2, bench.stderr
+    assert f"cannot write the run directory {disk}/" in bench.stderr
+    assert "Read-only file system" in bench.stderr
