@@ -255,7 +255,10 @@ def test_outputs_follow_the_version_4_contract():
 
 
 def test_a_configured_public_key_is_used_and_no_private_key_is_exported():
-    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOWNKEYfromconfig user@laptop"
+    key = (  # a real ed25519 public key: dtrun:sshPublicKey is parsed
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIF6tGqJ0o1kFkt0n/1uAPuHmOgsJ7IFBRxXRRE5bLgRR"
+        " user@laptop"
+    )
     p = program(cluster(sshPublicKey=key))
     assert p.outputs["ssh_private_key"] is None
     assert not [d for d in p.of_type(":PrivateKey") if d.name == "admin-key"]
