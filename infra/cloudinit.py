@@ -1,6 +1,7 @@
 """cloud-init for the head VM and the GPU nodes, rendered from templates/cloud-init/. Pure.
 
-Every machine mounts the shared storage, (nodes) waits for its InfiniBand ports, installs the
+Every machine mounts the shared storage, hands dtrun's directories there to the admin user,
+(nodes) waits for its InfiniBand ports, installs the
 Python environment on the shared storage once for the cluster, and registers itself there; with
 dtrun:scheduler slurm it then joins Slurm (the head as controller, the nodes as slurmd).
 """
@@ -179,6 +180,7 @@ def render_cloud_init(boot: Boot) -> str:
         "mount_options": mount.options,
         "mount_why": mount.why,
         "dtrun_dir": storage.dtrun_dir,
+        "admin_user": cluster.admin_user,
         "registry": storage.registry_dir,
         "venv": storage.venv_dir,
         "packages": cluster.python_packages,
@@ -188,9 +190,11 @@ def render_cloud_init(boot: Boot) -> str:
         "env": size.env,
         "slurm": cluster.scheduler is Scheduler.SLURM,
     }
-    scripts = ["dtrun-bootstrap", "dtrun-mount", "dtrun-python-env", "dtrun-register"]
+    scripts = [
+        "dtrun-bootstrap", "dtrun-mount", "dtrun-shared-dirs", "dtrun-python-env", "dtrun-register",
+    ]  # fmt: skip
     if boot.role == "node":
-        scripts.insert(2, "dtrun-ib-check")
+        scripts.insert(3, "dtrun-ib-check")
     files = [
         CloudFile(f"/usr/local/sbin/{name}", "0755", render(f"cloud-init/{name}.sh.j2", context))
         for name in scripts

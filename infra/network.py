@@ -1,6 +1,12 @@
 """The VNet: a head subnet reachable by SSH from the admin CIDRs only, a node subnet reachable
-from the head only, and the subnets shared storage needs. Never overlaps 172.16.0.0/16. With
-Slurm, its ports are open between the head and node subnets and closed to everything else."""
+by SSH from the head and, on every port, from the nodes themselves, and the subnets shared
+storage needs. Never overlaps 172.16.0.0/16. With Slurm, its ports are open between the head and
+node subnets and closed to everything else.
+
+An NSG on a subnet also filters traffic between the machines of that subnet (Azure's
+network-security-group-how-it-works: "This includes intra-subnet traffic as well"), so the
+nodes' deny rules would stop node -> node SSH without the explicit allow below
+(tests/infra/reachability.py evaluates the rules as Azure does)."""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from infra.slurm import SLURMCTLD_PORT, SLURMD_PORT
 from runner.azure.config import subnets
 from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind
 
+WITHIN_NODES_PRIORITY = 200  # ahead of every deny rule
 SSH_DENY_PRIORITY = 4096  # the lowest priority: evaluated after every allow rule
 SLURM_ALLOW_PRIORITY = 3000  # after the SSH allows (100 + one per admin CIDR)
 SLURM_DENY_PRIORITY = 4095
@@ -28,18 +35,33 @@ class NetworkArgs:
 
 
 def _inbound(
-    name: str, priority: int, access: str, source: str, ports: str
+    name: str,
+    priority: int,
+    access: str,
+    source: str,
+    ports: str,
+    protocol: str = "Tcp",
+    destination: str = "*",
 ) -> network.SecurityRuleArgs:
     return network.SecurityRuleArgs(
         name=name,
         priority=priority,
         direction="Inbound",
         access=access,
-        protocol="Tcp",
+        protocol=protocol,
         source_address_prefix=source,
         source_port_range="*",
-        destination_address_prefix="*",
+        destination_address_prefix=destination,
         destination_port_range=ports,
+    )
+
+
+def _within_nodes(nodes_cidr: str) -> network.SecurityRuleArgs:
+    """Every port and protocol from a node to a node: SSH for head-only launchers on node 0
+    (mpirun, pdsh, horovodrun), the rendezvous and MASTER_PORT (--port, any port), and the
+    ephemeral ports NCCL's bootstrap, gloo and MPI listen on. Only the nodes' own subnet."""
+    return _inbound(
+        "all-within-nodes", WITHIN_NODES_PRIORITY, "Allow", nodes_cidr, "*", "*", nodes_cidr
     )
 
 
@@ -95,7 +117,11 @@ class Network(pulumi.ComponentResource):
         )
         nodes_nsg = network.NetworkSecurityGroup(
             f"{name}-nodes-nsg",
-            security_rules=[*_ssh_rules([cidrs["head"]], "ssh-from-head"), *_slurm_rules(cluster)],
+            security_rules=[
+                *_ssh_rules([cidrs["head"]], "ssh-from-head"),
+                _within_nodes(cidrs["nodes"]),
+                *_slurm_rules(cluster),
+            ],
             tags=args.tags,
             resource_group_name=group,
             location=location,

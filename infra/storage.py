@@ -13,6 +13,7 @@ from runner.spec.cluster import ClusterSpec, StorageKind
 SHARE = "shared"  # the share, volume and export name
 GIB = 1024**3
 TIB = 1024**4
+VOLUME_ROOT_MODE = "0755"  # NetApp: the volume root's mode, octal in four digits
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,9 @@ def _netapp(name: str, args: StorageArgs, opts: pulumi.ResourceOptions) -> pulum
         subnet_id=args.storage_subnet_id,
         usage_threshold=cluster.storage.size_gib * GIB,
         protocol_types=["NFSv4.1"],
+        # The volume's root is root's, 0770 unless told (Azure NetApp Files "Configure Unix
+        # permissions"): 0755 lets the admin user enter it to reach .dtrun, which it owns.
+        unix_permissions=VOLUME_ROOT_MODE,
         export_policy=netapp.VolumePropertiesExportPolicyArgs(
             rules=[
                 netapp.ExportPolicyRuleArgs(

@@ -12,6 +12,7 @@ from runner.azure.catalog import (
     Image,
     check_node_count,
     get_size,
+    health_threshold,
     known_sizes,
     peak_tflops_for,
     retirement_warning,
@@ -150,3 +151,24 @@ def test_peak_for_mfu_only_when_verified():
     assert peak_tflops_for("Standard_NC24rs_v3") is None  # V100 PCIe peak is unverified
     assert peak_tflops_for("Standard_HB120rs_v3") is None
     assert peak_tflops_for(None) is None
+
+
+# Azure/azurehpc-health-checks conf/<size>.conf, check_nccl_allreduce (docs/facts.md section 6).
+AZURE_HEALTH_CHECKS = {
+    "Standard_ND96asr_v4": (228.0, "8G"),
+    "Standard_ND96amsr_A100_v4": (228.0, "16G"),
+    "Standard_ND96isr_H100_v5": (460.0, "16G"),
+    "Standard_ND96isr_H200_v5": (431.0, "16G"),
+}
+
+
+@pytest.mark.parametrize(("name", "mark"), AZURE_HEALTH_CHECKS.items())
+def test_the_health_pass_mark_is_azures_at_azures_message_size(name, mark):
+    assert health_threshold(name) == mark
+
+
+@pytest.mark.parametrize("size", [s for s in SIZES.values() if s.busbw_cross_node_gbs])
+def test_expected_cross_node_busbw_never_passes_the_nodes_infiniband_line_rate(size):
+    """A ring all-reduce across nodes moves its busbw through each node's NICs: Gb/s / 8."""
+    low, high = size.busbw_cross_node_gbs
+    assert low <= high <= size.ib_total_gbps / 8

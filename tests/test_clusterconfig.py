@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import datetime
+from functools import cache
 
 import pytest
 import yaml
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from runner.azure.catalog import CatalogError
 from runner.azure.config import PROJECT_FILE, ConfigError, cluster_spec, schema, subnets
@@ -153,3 +157,49 @@ def test_valid_lustre_sizes_follow_the_step_table():
 
 def test_a_bare_address_becomes_a_host_cidr():
     assert spec(adminCidrs=["203.0.113.4"]).admin_cidrs == ("203.0.113.4/32",)
+
+
+def openssh(public_key) -> str:
+    line = public_key.public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH).decode()
+    return f"{line} user@laptop"
+
+
+@cache
+def rsa_key(bits: int) -> str:
+    return openssh(rsa.generate_private_key(public_exponent=65537, key_size=bits).public_key())
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: openssh(ec.generate_private_key(ec.SECP256R1()).public_key()),
+         "is a key of type ecdsa-sha2-nistp256; Azure accepts only RSA"),
+        (lambda: openssh(ec.generate_private_key(ec.SECP384R1()).public_key()),
+         "is a key of type ecdsa-sha2-nistp384"),
+        (lambda: openssh(ec.generate_private_key(ec.SECP521R1()).public_key()),
+         "is a key of type ecdsa-sha2-nistp521"),
+        (lambda: rsa_key(1024), "is a 1024-bit RSA key; Azure refuses RSA keys under 2048 bits"),
+        (lambda: rsa_key(2040), "is a 2040-bit RSA key"),
+        (lambda: "ssh-ed25519 AAAAnotbase64!! user@laptop", "not an OpenSSH public key"),
+        (lambda: "ssh-ed25519 " + base64.b64encode(b"short").decode(), "not an OpenSSH public key"),
+    ],
+)  # fmt: skip
+def test_ssh_keys_azure_refuses_are_refused_at_config_with_exit_2(make, message):
+    with pytest.raises(ConfigError, match=message) as caught:
+        spec(sshPublicKey=make())
+    assert caught.value.exit_code == 2
+    assert "dtrun:sshPublicKey" in str(caught.value)
+    assert "~/.ssh/id_ed25519.pub" in caught.value.fix
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: openssh(ed25519.Ed25519PrivateKey.generate().public_key()),
+        lambda: rsa_key(2048),
+        lambda: rsa_key(4096),
+    ],
+)
+def test_ssh_keys_azure_accepts_are_kept_as_given(make):
+    key = make()
+    assert spec(sshPublicKey=key).ssh_public_key == key

@@ -138,9 +138,9 @@ def test_where_scaling_is_lost_names_the_network_when_busbw_is_short():
     losses = where_scaling_is_lost(rows, "Standard_ND96isr_H100_v5")
     assert losses[0].expected is not None and losses[0].expected.low == 479.0
     second = losses[1].expected
-    assert second is not None and (second.low, second.high) == (370.0, 450.0)
+    assert second is not None and (second.low, second.high) == (370.0, 400.0)
     assert "the baseline" in losses[0].verdict
-    assert "the network is short, 120.0 GB/s busbw is 32% of the expected 370-450" in (
+    assert "the network is short, 120.0 GB/s busbw is 32% of the expected 370-400" in (
         losses[1].verdict
     )
     assert losses[2].verdict == (

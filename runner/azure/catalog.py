@@ -96,6 +96,11 @@ class VmSize:
         return self.ib_gbps * self.ib_ports
 
 
+# Eight NDR ports, 8 x 400 Gb/s = 400 GB/s: a ring all-reduce across nodes crosses each node's
+# NICs, so its busbw cannot pass that line rate (docs/facts.md §6, §7, §10). Runs reach ~370.
+NDR_CROSS_NODE = (370.0, 400.0)
+
+
 V100_PCIE = Gpu("V100 16GB PCIe", 16, 112.0, peak_verified=False, vendor="nvidia")
 V100_SXM = Gpu("V100 32GB SXM", 32, 125.0, peak_verified=True, vendor="nvidia")
 A100_40 = Gpu("A100 40GB", 40, 312.0, peak_verified=True, vendor="nvidia")
@@ -202,19 +207,19 @@ _SIZES = (
         _ND, name="Standard_ND96amsr_A100_v4", family="NDv4", memory_gb=1900, gpu=A100_80,
         ib_name="HDR", ib_gbps=200, topo_file="/opt/microsoft/ndv4/topo.xml",
         busbw_single_node_gbs=231.0, busbw_health_threshold_gbs=228.0, env=_NDV4_ENV,
-        mpi_args=_ND_MPI, busbw_cross_node_gbs=(185.0, 190.0),
+        mpi_args=_ND_MPI, busbw_health_size="16G", busbw_cross_node_gbs=(185.0, 190.0),
     ),
     replace(
         _ND, name="Standard_ND96isr_H100_v5", family="NDv5", memory_gb=1900, gpu=H100,
         ib_name="NDR", ib_gbps=400, topo_file="/opt/microsoft/ndv5/topo.xml",
         busbw_single_node_gbs=479.0, busbw_health_threshold_gbs=460.0, env=_NDV5_ENV,
-        mpi_args=_ND_MPI, busbw_health_size="16G", busbw_cross_node_gbs=(370.0, 450.0),
+        mpi_args=_ND_MPI, busbw_health_size="16G", busbw_cross_node_gbs=NDR_CROSS_NODE,
     ),
     replace(
         _ND, name="Standard_ND96isr_H200_v5", family="NDv5", memory_gb=1850, gpu=H200,
         ib_name="NDR", ib_gbps=400, topo_file="/opt/microsoft/ndv5/topo.xml",
         busbw_single_node_gbs=480.0, busbw_health_threshold_gbs=431.0, env=_H200_ENV,
-        mpi_args=_ND_MPI, busbw_cross_node_gbs=(370.0, 450.0),
+        mpi_args=_ND_MPI, busbw_health_size="16G", busbw_cross_node_gbs=NDR_CROSS_NODE,
     ),
     replace(
         _ND, name="Standard_ND96isr_MI300X_v5", family="NDv5-MI300X", memory_gb=1850,

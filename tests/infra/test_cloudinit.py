@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import datetime
+import os
+import secrets
+import shutil
 import subprocess
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
@@ -21,6 +26,7 @@ from runner.azure.config import cluster_spec
 from runner.render import render
 from runner.spec.cluster import StorageKind
 from tests.conftest import require_tool
+from tests.infra.harness import run
 
 TODAY = datetime.date(2026, 11, 23)
 # Placeholder text, not a key: cloud-init only has to carry it verbatim.
@@ -179,3 +185,61 @@ def test_nodes_can_ssh_to_each_other_with_host_keys_checked_and_the_head_cannot(
     assert by_path["/etc/ssh/ssh_known_hosts"]["content"] == f"10.42.1.* {PUBLIC}\n"
     head = {item["path"] for item in yaml.safe_load(render_cloud_init(boot("head")))["write_files"]}
     assert not any(path.startswith("/home/") for path in head)
+
+
+# What the storage presents as its root before any machine writes to it: root's, with this mode.
+# NetApp: the volume's unixPermissions as the program sends it, Azure's 0770 when it sends none
+# (Azure NetApp Files, "Configure Unix permissions"). Azure Files NFS and Lustre: 0755, assumed.
+def storage_root_mode(kind: StorageKind) -> int:
+    if kind is not StorageKind.NETAPP:
+        return 0o755
+    volume = run(cluster_spec({"adminCidrs": ["203.0.113.4/32"], **STORAGE[kind]}, today=TODAY))
+    return int(volume.one(":CapacityPoolVolume").inputs.get("unixPermissions", "0770"), 8)
+
+
+@pytest.fixture
+def admin_user():
+    """A real non-root user to play the admin user; root is needed to make one."""
+    if os.geteuid() != 0 or not shutil.which("useradd"):
+        pytest.skip("needs root and useradd to create a non-root user")
+    name = f"dtrunsbx{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True)
+    yield name
+    subprocess.run(["userdel", name], check=True)
+
+
+@pytest.mark.parametrize("kind", list(StorageKind))
+def test_the_admin_user_can_write_where_dtrun_writes_after_boot(kind, admin_user):
+    """The boot's directory step, run for real as root on a stand-in for the mounted storage,
+    then the admin user stages code and writes a run there as dtrun does (mkdir -p, files)."""
+    base = Path(tempfile.mkdtemp(prefix="dtrun-sandbox-"))
+    try:
+        base.chmod(0o755)
+        mount = base / "shared"
+        mount.mkdir(mode=storage_root_mode(kind))
+        mount.chmod(storage_root_mode(kind))  # past the umask
+        spec = cluster_spec(
+            {"adminCidrs": ["203.0.113.4/32"], "adminUser": admin_user,
+             "mountPath": str(mount), **STORAGE[kind]},
+            today=TODAY,
+        )  # fmt: skip
+        document = yaml.safe_load(render_cloud_init(replace(boot(kind=kind), cluster=spec)))
+        bootstrap = files(document)["/usr/local/sbin/dtrun-bootstrap"]
+        assert bootstrap.index("dtrun-mount\n") < bootstrap.index("dtrun-shared-dirs\n")
+        step = files(document)["/usr/local/sbin/dtrun-shared-dirs"]
+        subprocess.run(["bash", "-c", step], check=True)  # as root, as cloud-init runs it
+        # The Python env and the registry are root's, in the same directory: root still writes.
+        (mount / ".dtrun" / "venv.lock").touch()
+        dtrun = f"{mount}/.dtrun"
+        as_admin = subprocess.run(
+            ["runuser", "-u", admin_user, "--", "sh", "-c",
+             f"set -e; mkdir -p {dtrun}/code/runner/workloads; echo x >{dtrun}/code/runner/a.py;"
+             f" mkdir -p {dtrun}/runs/r1/n2/r0; echo ok >{dtrun}/runs/r1/n2/r0/stdout.log"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert as_admin.returncode == 0, as_admin.stderr
+        # A second boot (another node, a reboot) keeps the ownership.
+        subprocess.run(["bash", "-c", step], check=True)
+        assert (mount / ".dtrun" / "code").owner() == admin_user
+    finally:
+        shutil.rmtree(base)

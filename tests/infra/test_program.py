@@ -101,13 +101,13 @@ def test_nodes_have_no_public_ip_and_the_head_has_the_only_one():
     assert head_nic.inputs["ipConfigurations"][0]["publicIPAddress"]["id"].endswith(public_ip.name)
 
 
-def test_no_rule_opens_ssh_to_the_internet():
+def test_no_rule_opens_anything_to_the_internet():
+    """(What reaches what, rule order included, is tests/infra/test_reachability.py.)"""
     p = program(cluster())
     for nsg in p.of_type(":NetworkSecurityGroup"):
         for rule in nsg.inputs["securityRules"]:
             if rule["access"] == "Allow" and rule["direction"] == "Inbound":
                 assert rule["sourceAddressPrefix"].lower() not in OPEN_TO_ALL, (nsg.name, rule)
-                assert rule["destinationPortRange"] == "22"
 
 
 def test_ssh_to_the_head_is_allowed_from_the_admin_cidrs_and_denied_from_the_rest():
@@ -123,13 +123,15 @@ def test_ssh_to_the_head_is_allowed_from_the_admin_cidrs_and_denied_from_the_res
     )
 
 
-def test_nodes_accept_ssh_only_from_the_head_subnet():
+def test_nodes_accept_ssh_from_the_head_subnet_and_everything_from_the_nodes_only():
     p = program(cluster())
     nodes = next(n for n in p.of_type(":NetworkSecurityGroup") if n.name == "net-nodes-nsg")
     allows = [
-        r["sourceAddressPrefix"] for r in nodes.inputs["securityRules"] if r["access"] == "Allow"
+        (r["sourceAddressPrefix"], r["destinationAddressPrefix"], r["destinationPortRange"])
+        for r in nodes.inputs["securityRules"]
+        if r["access"] == "Allow"
     ]
-    assert allows == ["10.42.0.0/24"]
+    assert allows == [("10.42.0.0/24", "*", "22"), ("10.42.1.0/24", "10.42.1.0/24", "*")]
 
 
 def test_the_internet_is_opened_only_with_the_explicit_flag():
@@ -253,7 +255,10 @@ def test_outputs_follow_the_version_4_contract():
 
 
 def test_a_configured_public_key_is_used_and_no_private_key_is_exported():
-    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOWNKEYfromconfig user@laptop"
+    key = (  # a real ed25519 public key: dtrun:sshPublicKey is parsed
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIF6tGqJ0o1kFkt0n/1uAPuHmOgsJ7IFBRxXRRE5bLgRR"
+        " user@laptop"
+    )
     p = program(cluster(sshPublicKey=key))
     assert p.outputs["ssh_private_key"] is None
     assert not [d for d in p.of_type(":PrivateKey") if d.name == "admin-key"]
