@@ -258,7 +258,12 @@ class SlurmExecutor:
                 why=f"still running when its Slurm step was cancelled: {running}",
                 fix="raise --timeout, or read the node logs for where it hung",
             )
-        elif not done and step.slurm.said and (slurm := self._ended(step, results)):
+        elif (
+            not done
+            and not _failed_itself(step, settled)
+            and step.slurm.said
+            and (slurm := self._ended(step, results))
+        ):
             error = slurm  # Slurm ended the step: a node that exited on its signal is not it
         elif settled.next is Next.FAILED and settled.launch is not None:
             node, address = settled.launch.node.name, settled.launch.node.address
@@ -404,3 +409,12 @@ class SlurmPreview:
             f"# ---- {plan.nnodes} node(s): {WRAPPER}, run by each task ----\n"
             f"{wrapper(plan, path.parent.parent.name)}"
         )
+
+
+def _failed_itself(step: _Step, settled: Settled) -> bool:
+    """A node's program exited non-zero on its own (not on a signal, 128 + N): its failure is
+    the launch's, and the step Slurm then reports cancelled is dtrun's fail-fast stop of it."""
+    if settled.next is not Next.FAILED or settled.launch is None:
+        return False
+    code = step.exits[settled.launch.node.name][0]
+    return 0 < code < 128
