@@ -105,10 +105,12 @@ def start_cluster(
     *,
     first: int = 2,
     settings: Mapping[str, str] = MappingProxyType({}),
+    sftp: bool = True,
 ) -> SshCluster:
     """``count`` instances on 127.0.0.<first>, the next addresses, ...; ``settings``: lines of
     sshd_config by address, read before the defaults (sshd takes the first value it reads),
-    e.g. {"127.0.0.40": "LogLevel DEBUG1\n"}."""
+    e.g. {"127.0.0.40": "LogLevel DEBUG1\n"}; ``sftp`` False: no SFTP subsystem, as sites that
+    disable it have (sshd refuses a second Subsystem line, so it is left out, not overridden)."""
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation dir
     root.mkdir(parents=True, exist_ok=True)
     _keygen(root / "client_key", "dtrun-tests")
@@ -136,8 +138,7 @@ def start_cluster(
             "AcceptEnv DTRUN_*\n"
             "MaxStartups 200\n"
             "MaxSessions 200\n"
-            "LogLevel ERROR\n"
-            "Subsystem sftp internal-sftp\n"
+            "LogLevel ERROR\n" + ("Subsystem sftp internal-sftp\n" if sftp else "")
         )
         config.write_text(settings.get(address, "") + defaults)
         hosts.append(SshHost(address, port, host_key, config))

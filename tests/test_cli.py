@@ -23,7 +23,7 @@ def dtrun(*args: str):
         (["--nodes", "two"], "--nodes 'two' is not a list of node counts"),
         (["--nodes", "1,2", "--local-nodes", "1"], "cannot run on 2 nodes"),
         (["--nodes", "64"], "the embedded cluster cannot simulate 64 nodes"),
-        (["--local-nodes", "0"], "the embedded cluster cannot simulate 0 nodes"),
+        (["--local-nodes", "0"], "--local-nodes must be at least 1 and at most 10,000"),
         (["--workload", "resnet"], "unknown workload 'resnet'"),
         (["--run-id", "r" * 300], "--run-id is 300 bytes long"),
         (["--launcher", "torchrn"], "did you mean 'torchrun'"),
@@ -239,9 +239,9 @@ def test_dry_run_shows_the_whole_sweep_plan_gate_points_repeats_and_environment(
     assert "# ==== health gate launch -> health/node-0" in out
     assert "# ==== health gate launch -> health/node-1" in out
     assert out.count("-m runner.workloads.allreduce --sizes 64K") == 2
-    # every point with its repeats, and where each launch's files will go
-    assert "# ==== point: 1 node(s), 2 launch(es) -> n1/r0, n1/r1" in out
-    assert "# ==== point: 2 node(s), 2 launch(es) -> n2/r0, n2/r1" in out
+    # every point once, with its repeats and where their files will go
+    assert "# ==== point: 1 node(s), 2 launch(es) -> n1/r0 to n1/r1, the same scripts" in out
+    assert "# ==== point: 2 node(s), 2 launch(es) -> n2/r0 to n2/r1, the same scripts" in out
     # the environment the manifest will record, secrets redacted as everywhere else
     environment = out.split("# ==== environment recorded in manifest.json")[1]
     assert "OMP_NUM_THREADS=" in environment and "DB_PASSWORD=<redacted>" in environment
@@ -262,8 +262,8 @@ def test_dry_run_says_why_there_is_no_gate(tmp_path):
         (["bench", "--timeout", "inf"], "--timeout must be a number of seconds above 0"),
         (["bench", "--timeout", "0"], "--timeout must be a number of seconds above 0"),
         (["bench", "--ready-timeout", "nan"], "--ready-timeout must be a number of seconds"),
-        (["bench", "--health-threshold", "nan"], "--health-threshold must be more than 0"),
-        (["bench", "--health-threshold", "inf"], "--health-threshold must be more than 0"),
+        (["bench", "--health-threshold", "nan"], "--health-threshold must be above 0 and at most"),
+        (["bench", "--health-threshold", "inf"], "--health-threshold must be above 0 and at most"),
         (["run", "--timeout", "nan", "--", "python", "x.py"], "--timeout must be a number"),
         (["run", "--timeout", "-inf", "--", "python", "x.py"], "--timeout must be a number"),
         (["exec", "--ready-timeout", "inf", "--", "true"], "--ready-timeout must be a number"),

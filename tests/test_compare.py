@@ -111,3 +111,48 @@ def test_a_difference_is_a_change_only_when_the_intervals_do_not_overlap(tmp_pat
     assert done.exit_code == 0, done.output
     assert re.search(r"│\s+2 │.*│\s+lower │", done.output)
     assert re.search(r"│\s+1 │.*│\s+within noise │", done.output)
+
+
+def _env_runs(tmp_path, fixed_inventory, env_a, env_b):
+    for name, env in (("a", env_a), ("b", env_b)):
+        fake_run_dir(
+            tmp_path / name, BenchSpec(run_id=name, env=env), fixed_inventory,
+            {1: [1000.0], 2: [1500.0]},
+        )  # fmt: skip
+    return [runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), *extra])
+            for extra in ([], ["--json"])]  # fmt: skip
+
+
+def test_runs_whose_env_differs_are_told_apart_by_name_and_digest_never_by_value(
+    tmp_path, fixed_inventory
+):
+    secrets = ("hf_tokenvalue-A-1234", "hf_tokenvalue-B-5678", "pw-of-a", "pw-of-b")
+    env_a = (("HF_TOKEN", secrets[0]), ("DB_URL", f"postgres://u:{secrets[2]}@db/x"),
+             ("LR", "1"), ("SAME_SECRET", "shared-secret"), ("ONLY_A", "x"))  # fmt: skip
+    env_b = (("HF_TOKEN", secrets[1]), ("DB_URL", f"postgres://u:{secrets[3]}@db/x"),
+             ("LR", "2"), ("SAME_SECRET", "shared-secret"))  # fmt: skip
+    shown, as_json = _env_runs(tmp_path, fixed_inventory, env_a, env_b)
+    assert shown.exit_code == 0 and as_json.exit_code == 0, shown.output
+    assert "the same in every recorded respect" not in shown.output
+    differs = {what: (a, b) for what, a, b in json.loads(as_json.stdout)["differences"]}
+    token_a, token_b = differs["--env HF_TOKEN"]
+    assert (
+        re.fullmatch(r"<redacted> \(pbkdf2-sha256:[0-9a-f]{12}\)", token_a) and token_a != token_b
+    )
+    url_a, url_b = differs["--env DB_URL"]
+    assert url_a.startswith("postgres://<redacted>@db/x (pbkdf2-sha256:") and url_a != url_b
+    assert differs["--env LR"] == ("1", "2")
+    assert differs["--env ONLY_A"] == ("x", "-")
+    assert "--env SAME_SECRET" not in differs  # the same value: the same digest
+    for name in ("a", "b"):
+        manifest = (tmp_path / name / "manifest.json").read_text()
+        assert not any(secret in manifest for secret in secrets)
+        assert "shared-secret" not in manifest
+    assert not any(secret in shown.output + as_json.stdout for secret in secrets)
+    assert "--env HF_TOKEN" in shown.output
+
+
+def test_runs_with_the_same_env_are_the_same_in_every_recorded_respect(tmp_path, fixed_inventory):
+    env = (("HF_TOKEN", "hf_same-value-0000"), ("LR", "1"))
+    shown, _ = _env_runs(tmp_path, fixed_inventory, env, env)
+    assert "set-ups: the same in every recorded respect" in shown.output

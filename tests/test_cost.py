@@ -134,6 +134,53 @@ def test_max_cost_refuses_an_estimate_above_it_saying_how_it_was_made():
     assert "--repeat" in message
 
 
+def test_a_guess_longer_than_the_timeout_is_cut_to_it_and_never_above_the_ceiling():
+    # 600 steps guess 60 s + 600 x 1 s = 660 s a launch, but --timeout 60 stops each at 60 s:
+    # 10 launches x 60 s on the cluster's 2 nodes = 1,200 node-seconds = 1/3 node-hour = $3.33
+    # at $10, and at most the same (before: 660 s a launch, $36.67, refused under --max-cost 5)
+    guess = estimate((1, 2), 5, workload="train", steps=600, timeout_s=60, cluster_nodes=2,
+                     price=TEN)  # fmt: skip
+    assert guess.launch_s == 60
+    assert guess.billed_node_hours == pytest.approx(1 / 3)
+    assert guess.cost == pytest.approx(10 / 3) and guess.ceiling_cost == pytest.approx(10 / 3)
+    assert "660 s, cut to --timeout 60 s" in guess.lines()[0]
+    check_max_cost(guess, 5.0)  # the worst case, $3.33, is under the limit
+    with pytest.raises(UsageError, match="a shorter --timeout"):
+        check_max_cost(guess, 3.0)
+    # an all-reduce sweep: a flat 120 s cut to --timeout 30: 3 launches x 30 s on 1 node =
+    # 0.025 node-hours = $0.30 at $12
+    twelve = Price(12.0, "--price-per-node-hour")
+    flat = estimate((1,), 3, workload="allreduce", steps=60, timeout_s=30, cluster_nodes=1,
+                    price=twelve)  # fmt: skip
+    assert flat.cost == pytest.approx(0.30) and flat.ceiling_cost == pytest.approx(0.30)
+
+
+def test_the_estimate_under_the_timeout_keeps_the_guess_and_the_ceiling_above_it():
+    # 120 s guessed under --timeout 600: estimate $12 (as above), at most 4 x 9 x 600 s = $60
+    guess = estimate(
+        (1, 2, 4), 3, workload="train", steps=60, timeout_s=600, cluster_nodes=4, price=TEN
+    )
+    assert guess.launch_s == 120 and "cut to" not in guess.lines()[0]
+    assert guess.cost == pytest.approx(12.0) and guess.ceiling_cost == pytest.approx(60.0)
+
+
+def test_max_cost_accepts_a_sweep_the_timeout_bounds_under_it(tmp_path):
+    from typer.testing import CliRunner
+
+    from runner.cli.app import app
+
+    result = CliRunner().invoke(
+        app,
+        ["bench", "--dry-run", "--output", str(tmp_path / "runs"), "--nodes", "1,2",
+         "--repeat", "5", "--steps", "600", "--timeout", "60",
+         "--price-per-node-hour", "10", "--max-cost", "5"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "estimated cost: $3.33 at $10 a node-hour (--price-per-node-hour); at most $3.33" in (
+        result.stdout
+    )
+
+
 def test_up_says_the_hourly_cost_of_nodes_and_head():
     spec = cluster_spec(
         {"dtrun:adminCidrs": ["203.0.113.4/32"], "dtrun:nodeCount": 4, "dtrun:location": "eastus"}

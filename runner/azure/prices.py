@@ -9,10 +9,10 @@ the table has no list price, and the cost columns then say "no price" rather tha
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from runner.errors import UsageError
+from runner.spec.bounds import BOUNDS
 
 CURRENCY = "USD"
 PRICES_AS_OF = "2026-11-24"  # the day these figures were read from the source below
@@ -81,12 +81,14 @@ def sweep_price(override: float | None, size: str | None, region: str | None) ->
 
 
 def check_usd(flag: str, value: float | None) -> float | None:
-    """A money option: a finite amount above zero (0 would cost every sweep at nothing)."""
-    if value is None or (math.isfinite(value) and value > 0):
+    """A money option: a finite amount above zero (0 would cost every sweep at nothing), at
+    most its ceiling (runner/spec/bounds.py)."""
+    bound = BOUNDS[flag]
+    if value is None or bound.holds(value):
         return value
     raise UsageError(
         f"{flag} {value:g} is not a price",
-        why="an amount of US dollars above zero is needed",
+        why=f"an amount of US dollars {bound.rule} is needed",
         fix=f"pass e.g. {flag} 98.32, or leave it out",
     )
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from runner.cli.common import echo
+from runner.spec.bounds import within
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,7 +29,8 @@ PricePerNodeHour = Annotated[
         metavar="USD",
         help="What one node costs an hour, in US dollars: over the catalog's list price "
         "(spot, reserved, your own rate), and the only price on the embedded cluster, hosts "
-        "files and Slurm. Without a price the report's cost columns say 'no price'.",
+        "files and Slurm. Without a price the report's cost columns say 'no price'"
+        f"{within('--price-per-node-hour')}.",
         rich_help_panel=_COST,
         show_default=False,
     ),
@@ -38,7 +40,8 @@ MaxCost = Annotated[
     typer.Option(
         metavar="USD",
         help="Refuse (exit 2, nothing started) a sweep whose estimated cost is above this "
-        "(--dry-run prints the estimate and how it is made).",
+        "(--dry-run prints the estimate and how it is made)"
+        f"{within('--max-cost')}.",
         rich_help_panel=_COST,
         show_default=False,
     ),

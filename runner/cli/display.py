@@ -10,6 +10,7 @@ import typer
 
 from runner import __version__
 from runner.cli.common import console, print_node_line
+from runner.spec.launch import point_dir
 from runner.workloads.sizes import format_size
 
 if TYPE_CHECKING:
@@ -51,10 +52,13 @@ def print_sweep_plan(
         for check in gate.checks:
             typer.echo(f"# ==== health gate launch -> {check.workdir}")
             print_plan(check.plan, preview, str((run_dir or Path()) / check.workdir))
+    # Each point once, however many times it repeats: the repeats run the same scripts, and a
+    # plan printed per repeat grows with --repeat (docs/bench.md, Bounds).
+    repeat = sweep.spec.repeat
     for plan in sweep.points:
-        dirs = ", ".join(each.workdir for each in sweep.launches if each.plan is plan)
-        typer.echo(f"# ==== point: {plan.nnodes} node(s), {sweep.spec.repeat} launch(es) -> {dirs}")
-        first = next(each.workdir for each in sweep.launches if each.plan is plan)
+        first, last = point_dir(plan.nnodes, 0), point_dir(plan.nnodes, repeat - 1)
+        dirs = first if repeat == 1 else f"{first} to {last}, the same scripts in each"
+        typer.echo(f"# ==== point: {plan.nnodes} node(s), {repeat} launch(es) -> {dirs}")
         print_plan(plan, preview, str((run_dir or Path()) / first))
     typer.echo("# ==== environment recorded in manifest.json (the largest point's)")
     for var in sweep.environment:

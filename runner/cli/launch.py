@@ -42,6 +42,7 @@ from runner.cli.options import (
 from runner.cli.session import StackWatch, choose, opened, session
 from runner.errors import DtrunError, RunDirWriteError, UsageError
 from runner.redact import remember_secrets
+from runner.spec.bounds import within
 from runner.spec.request import BenchSpec, RunSpec, ScalingMode
 
 if TYPE_CHECKING:
@@ -62,35 +63,46 @@ class SweepOptions:
     """What `dtrun bench` sweeps and how long each launch trains."""
 
     nodes: Annotated[
-        str, typer.Option("--nodes", "-n", help="Node counts to sweep, comma-separated.")
+        str,
+        typer.Option(
+            "--nodes", "-n", help=f"Node counts to sweep, comma-separated{within('--nodes')}."
+        ),
     ] = "1,2"
     resume: opts.Resume = None
-    steps: Annotated[int, typer.Option(help="Training steps per launch, warm-up included.")] = (
-        BenchSpec.steps
-    )
-    warmup: Annotated[int, typer.Option(help="Untimed steps at the start of each launch.")] = (
-        BenchSpec.warmup
-    )
+    steps: Annotated[
+        int, typer.Option(help=f"Training steps per launch, warm-up included{within('--steps')}.")
+    ] = BenchSpec.steps
+    warmup: Annotated[
+        int,
+        typer.Option(
+            help="Untimed steps at the start of each launch, fewer than --steps"
+            f"{within('--warmup')}."
+        ),
+    ] = BenchSpec.warmup
     mode: Annotated[
         ScalingMode,
         typer.Option(help="weak: fixed batch per process; strong: fixed global batch."),
     ] = ScalingMode.WEAK
-    repeat: Annotated[int, typer.Option(help="Launches per node count (3+ trims outliers).")] = (
-        BenchSpec.repeat
-    )
+    repeat: Annotated[
+        int, typer.Option(help=f"Launches per node count (3+ trims outliers){within('--repeat')}.")
+    ] = BenchSpec.repeat
     workload: Annotated[
         str,
         typer.Option(help="Built-in workload on every process: train (GPT), or allreduce."),
     ] = "train"
     batch: Annotated[
-        int, typer.Option(help="Sequences per process per step (strong: at the fewest nodes).")
+        int,
+        typer.Option(
+            help=f"Sequences per process per step (strong: at the fewest nodes){within('--batch')}."
+        ),
     ] = BenchSpec.batch
     global_batch: Annotated[
-        int | None, typer.Option(help="Strong scaling: the fixed global batch.")
+        int | None,
+        typer.Option(help=f"Strong scaling: the fixed global batch{within('--global-batch')}."),
     ] = None
-    timeout: Annotated[float, typer.Option(help="Seconds before one launch is stopped.")] = (
-        BenchSpec.timeout_s
-    )
+    timeout: Annotated[
+        float, typer.Option(help=f"Seconds before one launch is stopped{within('--timeout')}.")
+    ] = BenchSpec.timeout_s
     project_tokens: opts.ProjectTokens = BenchSpec.project_tokens
     target_efficiency: opts.TargetEfficiency = BenchSpec.target_efficiency
     price_per_node_hour: PricePerNodeHour = None
@@ -322,9 +334,14 @@ def run(
         list[str] | None,
         typer.Argument(help="Your program and its arguments, after --.", show_default=False),
     ] = None,
-    nodes: Annotated[int, typer.Option("--nodes", "-n", help="Nodes to run on.")] = 1,
+    nodes: Annotated[
+        int, typer.Option("--nodes", "-n", help=f"Nodes to run on{within('--nodes')}.")
+    ] = 1,
     timeout: Annotated[
-        float | None, typer.Option(help="Seconds before the run is stopped (default: none).")
+        float | None,
+        typer.Option(
+            help=f"Seconds before the run is stopped (default: none){within('--timeout')}."
+        ),
     ] = None,
     *,
     launching: Launching,

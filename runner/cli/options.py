@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from runner.errors import UsageError
+from runner.spec.bounds import within
 from runner.spec.outcome import SuccessRule
 from runner.spec.request import (
     AllreduceSpec,
@@ -43,14 +44,20 @@ Launcher = Annotated[
     str, typer.Option(help=f"How processes are started on the nodes: {LAUNCHER_NAMES}.")
 ]
 ProcsPerNode = Annotated[
-    int, typer.Option("--procs-per-node", "-p", help="Processes (GPUs) per node.")
+    int,
+    typer.Option(
+        "--procs-per-node", "-p", help=f"Processes (GPUs) per node{within('--procs-per-node')}."
+    ),
 ]
 Env = Annotated[
     list[str] | None,
     typer.Option("--env", "-e", help="KEY=VALUE exported on every node; repeatable; wins."),
 ]
 Port = Annotated[
-    int, typer.Option(help="Rendezvous port on the first node (MASTER_PORT is port+1).")
+    int,
+    typer.Option(
+        help=f"Rendezvous port on the first node (MASTER_PORT is port+1){within('--port')}."
+    ),
 ]
 Output = Annotated[Path, typer.Option("--output", "-o", help="Directory that receives <run-id>/.")]
 RunId = Annotated[str | None, typer.Option(help="Name of this run (default: time-stamped).")]
@@ -116,7 +123,10 @@ TfStrategyOpt = Annotated[
     TfStrategy, typer.Option("--tf-strategy", help="tensorflow: the TF_CONFIG layout.")
 ]
 TfPs = Annotated[
-    int, typer.Option("--tf-ps", help="tensorflow, parameter-server: parameter server tasks.")
+    int,
+    typer.Option(
+        "--tf-ps", help=f"tensorflow, parameter-server: parameter server tasks{within('--tf-ps')}."
+    ),
 ]
 
 
@@ -136,23 +146,26 @@ Preset = Annotated[
 ]
 Layers = Annotated[
     int | None,
-    _no_default(_MODEL, f"Transformer layers (tiny: {ModelSpec.layers})."),
+    _no_default(_MODEL, f"Transformer layers (tiny: {ModelSpec.layers}){within('--layers')}."),
 ]
 DModel = Annotated[
     int | None,
-    _no_default(_MODEL, f"Model width (tiny: {ModelSpec.d_model})."),
+    _no_default(_MODEL, f"Model width (tiny: {ModelSpec.d_model}){within('--d-model')}."),
 ]
 Heads = Annotated[
     int | None,
-    _no_default(_MODEL, f"Attention heads, dividing the width (tiny: {ModelSpec.heads})."),
+    _no_default(
+        _MODEL,
+        f"Attention heads, dividing the width (tiny: {ModelSpec.heads}){within('--heads')}.",
+    ),
 ]
 SeqLen = Annotated[
     int | None,
-    _no_default(_MODEL, f"Tokens per sequence (tiny: {ModelSpec.seq_len})."),
+    _no_default(_MODEL, f"Tokens per sequence (tiny: {ModelSpec.seq_len}){within('--seq-len')}."),
 ]
 Vocab = Annotated[
     int | None,
-    _no_default(_MODEL, f"Vocabulary size (tiny: {ModelSpec.vocab})."),
+    _no_default(_MODEL, f"Vocabulary size (tiny: {ModelSpec.vocab}){within('--vocab')}."),
 ]
 Dtype = Annotated[
     TrainDtype,
@@ -176,17 +189,27 @@ Schedule = Annotated[
 ]
 MicroBatches = Annotated[
     int | None,
-    _no_default(_STRATEGY, "pipeline: micro-batches per step, dividing the batch (default: 4)."),
+    _no_default(
+        _STRATEGY,
+        "pipeline: micro-batches per step, dividing the batch (default: 4)"
+        f"{within('--micro-batches')}.",
+    ),
 ]
 PpSize = Annotated[
     int | None,
     _no_default(
-        _STRATEGY, "pipeline: ranks per pipeline; the rest are data-parallel (default: every rank)."
+        _STRATEGY,
+        "pipeline: ranks per pipeline; the rest are data-parallel (default: every rank)"
+        f"{within('--pp-size')}.",
     ),
 ]
 StagesPerRank = Annotated[
     int | None,
-    _no_default(_STRATEGY, "pipeline: model stages per rank (default: 1; interleaved-1f1b: 2)."),
+    _no_default(
+        _STRATEGY,
+        "pipeline: model stages per rank (default: 1; interleaved-1f1b: 2)"
+        f"{within('--stages-per-rank')}.",
+    ),
 ]
 StageSplitOpt = Annotated[
     StageSplit | None,
@@ -232,21 +255,24 @@ Check = Annotated[
 ReadyTimeout = Annotated[
     float,
     typer.Option(
-        help="Stacks: seconds to wait for nodes to boot, register and answer before giving up."
+        help="Stacks: seconds to wait for nodes to boot, register and answer before giving up"
+        f"{within('--ready-timeout')}."
     ),
 ]
 ConnectTimeout = Annotated[
     float,
     typer.Option(
         help="Hosts files: seconds every node has to answer SSH (tried every 2 s) before the "
-        "run fails, naming the nodes that did not."
+        "run fails, naming the nodes that did not"
+        f"{within('--connect-timeout')}."
     ),
 ]
 LocalNodes = Annotated[
     int | None,
     typer.Option(
         help="Size of the embedded cluster, or of the allocation --slurm asks for outside one "
-        "(default: the nodes the command needs; exec: 2)."
+        "(default: the nodes the command needs; exec: 2)"
+        f"{within('--local-nodes')}."
     ),
 ]
 Teardown = Annotated[
@@ -289,7 +315,8 @@ QueueTimeout = Annotated[
     float,
     typer.Option(
         help="--slurm: seconds dtrun's allocation may wait in the queue (saying Slurm's reason) "
-        "before dtrun cancels it and stops.",
+        "before dtrun cancels it and stops"
+        f"{within('--queue-timeout')}.",
         rich_help_panel=_SLURM,
     ),
 ]
@@ -313,13 +340,19 @@ ArDtype = Annotated[
     str, typer.Option("--ar-dtype", help="float32, bfloat16 or float16.", rich_help_panel=_AR)
 ]
 ArIters = Annotated[
-    int, typer.Option("--ar-iters", help="Timed operations per size.", rich_help_panel=_AR)
+    int,
+    typer.Option(
+        "--ar-iters", help=f"Timed operations per size{within('--ar-iters')}.", rich_help_panel=_AR
+    ),
 ]
 ArWarmup = Annotated[
     int,
-    typer.Option("--ar-warmup", help="Untimed operations at the largest and smallest size.",
-                 rich_help_panel=_AR),
-]  # fmt: skip
+    typer.Option(
+        "--ar-warmup",
+        help=f"Untimed operations at the largest and smallest size{within('--ar-warmup')}.",
+        rich_help_panel=_AR,
+    ),
+]
 Busbw = Annotated[
     bool,
     typer.Option(
@@ -346,7 +379,8 @@ Strict = Annotated[
 HealthThreshold = Annotated[
     float | None,
     typer.Option(
-        help="Pass mark in GB/s busbw (default: the catalog's for the size).",
+        help="Pass mark in GB/s busbw (default: the catalog's for the size)"
+        f"{within('--health-threshold')}.",
         rich_help_panel=_GATE,
     ),
 ]
@@ -366,13 +400,17 @@ DrainFailing = Annotated[
 ]
 ProjectTokens = Annotated[
     int,
-    typer.Option(help="Tokens for the report's time-to-train projection.", rich_help_panel=_OUT),
+    typer.Option(
+        help=f"Tokens for the report's time-to-train projection{within('--project-tokens')}.",
+        rich_help_panel=_OUT,
+    ),
 ]
 TargetEfficiency = Annotated[
     float,
     typer.Option(
         help="Efficiency a node count must reach to scale, as a fraction (0.9: 90%): the "
-        "report's verdicts.",
+        "report's verdicts"
+        f"{within('--target-efficiency')}.",
         rich_help_panel=_OUT,
     ),
 ]

@@ -43,11 +43,16 @@ def choose(
     drain_failing: bool = False,
 ) -> ClusterChoice:
     from runner.cluster.connect import ClusterChoice
-    from runner.plan.checks import check_seconds
+    from runner.plan.bounds import check_bound
 
-    check_seconds("--ready-timeout", where.ready_timeout)
-    check_seconds("--connect-timeout", where.connect_timeout)
-    check_seconds("--queue-timeout", where.queue_timeout)
+    for flag, seconds in (
+        ("--ready-timeout", where.ready_timeout),
+        ("--connect-timeout", where.connect_timeout),
+        ("--queue-timeout", where.queue_timeout),
+    ):
+        check_bound(flag, seconds)
+    if where.local_nodes is not None:
+        check_bound("--local-nodes", where.local_nodes)
     slurm = where.slurm_request(drain_failing)
     if slurm is not None:  # checked with the options: nothing is asked of Slurm before
         from runner.cluster.slurmlease import lease_seconds

@@ -25,6 +25,7 @@ from runner.errors import NodeFailedError, RunError, RunTimeoutError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
 from runner.execute.guard import TAG, WAIT_FOR_END, stop_script
+from runner.execute.sshcopy import Files, exec_get, exec_put, sftp_get, sftp_put
 from runner.execute.sshsession import SshError, SshSession, lost_connection
 from runner.execute.success import Next, after_exit, mark_stopped
 from runner.render import render
@@ -118,6 +119,7 @@ class SshExecutor:
         self.inventory = session.inventory
         self.grace_s = grace_s
         self._code_staged: set[str] = set()
+        self._no_sftp: set[str] = set()  # nodes whose sshd offers no SFTP subsystem
 
     def run(
         self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
@@ -143,7 +145,7 @@ class SshExecutor:
             try:
                 connection = await self.session.connection(node)
                 async with self.session.limit:
-                    with lost_connection(node):
+                    with lost_connection(node, "running the command"):
                         process = await connection.create_process(
                             "bash -s", input=script.rstrip("\n") + "\n", stderr=asyncssh.STDOUT
                         )
@@ -167,15 +169,16 @@ class SshExecutor:
         """Shared storage: one node writes for all. Otherwise every node gets its own copy."""
         return nodes[:1] if self.inventory.shared_dir else nodes
 
-    async def _put(self, node: Node, files: dict[str, tuple[bytes, int]]) -> None:
+    async def _put(self, node: Node, files: Files) -> None:
+        """By SFTP, or through the exec channel where the node's sshd offers none (then for the
+        rest of the session)."""
         connection = await self.session.connection(node)
-        with lost_connection(node):
-            async with self.session.limit, connection.start_sftp_client() as sftp:
-                for path, (content, mode) in files.items():
-                    await sftp.makedirs(str(Path(path).parent), exist_ok=True)
-                    async with sftp.open(path, "wb") as remote:
-                        await remote.write(content)
-                    await sftp.chmod(path, mode)
+        with lost_connection(node, "copying the launch files"):
+            async with self.session.limit:
+                if node.name not in self._no_sftp and await sftp_put(connection, files):
+                    return
+                self._no_sftp.add(node.name)
+                await exec_put(connection, node, files)
 
     async def _stage(self, plan: LaunchPlan, remote_dir: str) -> None:
         """Code, scripts and launch files to every node of the point: a head-only launcher
@@ -341,7 +344,7 @@ class SshExecutor:
         async def stop(node: Node) -> str | None:
             try:
                 connection = await self.session.connection(node)
-                with lost_connection(node):
+                with lost_connection(node, "stopping the launch"):
                     result = await connection.run("bash -s", input=script, check=False)
             except SshError:
                 return f"{node.name}: unreachable, so its processes could not be checked"
@@ -355,11 +358,15 @@ class SshExecutor:
 
     async def _collect(self, plan: LaunchPlan, remote_dir: str, workdir: Path) -> None:
         """Copy rank 0's result back; without shared storage it is on one node, any of them."""
+        remote, local = f"{remote_dir}/{RESULT_FILE}", workdir / RESULT_FILE
         for node in list(plan.nodes) or [launch.node for launch in plan.launches]:
             connection = await self.session.connection(node)
-            with lost_connection(node), contextlib.suppress(OSError):
-                async with connection.start_sftp_client() as sftp:
-                    path = f"{remote_dir}/{RESULT_FILE}"
-                    if await sftp.exists(path):
-                        await sftp.get(path, str(workdir / RESULT_FILE))
-                        return
+            with lost_connection(node, f"copying {RESULT_FILE} back"), contextlib.suppress(OSError):
+                found = None if node.name in self._no_sftp else await sftp_get(
+                    connection, remote, local
+                )  # fmt: skip
+                if found is None:
+                    self._no_sftp.add(node.name)
+                    found = await exec_get(connection, node, remote, local)
+                if found:
+                    return

@@ -408,15 +408,35 @@ def _spent(opening: asyncio.Future[asyncssh.SSHClientConnection]) -> bool:
 
 
 @contextlib.contextmanager
-def lost_connection(node: Node) -> Iterator[None]:
-    """A connection that drops mid-command becomes an SshError naming the node."""
+def lost_connection(node: Node, doing: str = "running the launch") -> Iterator[None]:
+    """Any SSH failure while ``doing`` something on ``node`` becomes an SshError saying which
+    node, what failed and what to do: a dropped connection, a session the node's sshd refused,
+    an SFTP or other protocol error (none reaches the user as a traceback)."""
     import asyncssh
 
+    where = f"{node.name} ({node.address})"
     try:
         yield
     except (asyncssh.ConnectionLost, asyncssh.DisconnectError, BrokenPipeError) as exc:
         raise SshError(
-            f"lost the SSH connection to {node.name} ({node.address})",
+            f"lost the SSH connection to {where}",
             why=f"{exc}: its sshd stopped, or the node went down",
             fix="check the node; dtrun stopped the launch on the other nodes",
+        ) from None
+    except asyncssh.ChannelOpenError as exc:
+        raise SshError(
+            f"the sshd of {where} refused a session for {doing}",
+            why=f"{exc.reason or exc}: it allows no more sessions at once (MaxSessions), or "
+            "refuses this kind of session",
+            fix="read the node's sshd log (journalctl -u ssh) and sshd_config; "
+            "`dtrun exec ... -- true` tries every node",
+        ) from None
+    except asyncssh.Error as exc:
+        raise SshError(
+            f"{doing} on {where} failed over SSH",
+            why=f"{type(exc).__name__}: {exc.reason or exc}"
+            if hasattr(exc, "reason")
+            else str(exc),
+            fix="read the node's sshd log (journalctl -u ssh); `dtrun exec ... -- true` tries "
+            "every node",
         ) from None

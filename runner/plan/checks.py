@@ -3,12 +3,13 @@ settings that fit together. Each failure is a PlanError saying what to pass inst
 
 from __future__ import annotations
 
-import math
 import re
 
 from runner.errors import PlanError
+from runner.plan.bounds import check_bound
 from runner.plan.launchers import LAUNCHERS
 from runner.plan.registry import lookup
+from runner.spec.bounds import BOUNDS
 from runner.spec.request import (
     AllreduceSpec,
     BenchSpec,
@@ -19,27 +20,14 @@ from runner.spec.request import (
 )
 from runner.workloads.sizes import message_sizes
 
-
-def check_seconds(flag: str, value: float) -> None:
-    """A duration in seconds: a finite number above 0 (nan and inf reach int() and sleep())."""
-    if not math.isfinite(value) or value <= 0:
-        raise PlanError(
-            f"{flag} must be a number of seconds above 0",
-            why=f"got {value:g}",
-            fix=f"pass e.g. {flag} 600",
-        )
-
-
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 DTYPES = ("float32", "bfloat16", "float16")  # the all-reduce workload's --dtype choices
 
 
 def check_launch(request: LaunchRequest) -> None:
     """Reject launch settings no node count could run, before anything starts."""
-    if request.procs_per_node < 1:
-        raise PlanError("--procs-per-node must be at least 1", why=f"got {request.procs_per_node}")
-    if not 1 <= request.rdzv_port <= 65534:
-        raise PlanError("--port must be between 1 and 65534", why=f"got {request.rdzv_port}")
+    check_bound("--procs-per-node", request.procs_per_node)
+    check_bound("--port", request.rdzv_port)
     for key, _ in request.env:
         if not _ENV_KEY.match(key):
             raise PlanError(
@@ -49,15 +37,14 @@ def check_launch(request: LaunchRequest) -> None:
             )
     if request.launch.zero_stage not in (None, 1, 2, 3):
         raise PlanError("--zero-stage must be 1, 2 or 3", why=f"got {request.launch.zero_stage}")
-    if request.launch.tf_ps < 1:
-        raise PlanError("--tf-ps must be at least 1", why=f"got {request.launch.tf_ps}")
+    check_bound("--tf-ps", request.launch.tf_ps)
     lookup("launcher", request.launcher, LAUNCHERS)
 
 
 def check_bench(bench: BenchSpec) -> None:
     """The sweep's own numbers; the per-point checks happen as its points are resolved."""
     model = bench.model
-    positive = {
+    numbers = {
         "--steps": bench.steps,
         "--procs-per-node": bench.procs_per_node,
         "--repeat": bench.repeat,
@@ -69,19 +56,19 @@ def check_bench(bench: BenchSpec) -> None:
         "--vocab": model.vocab,
         "--project-tokens": bench.project_tokens,
     }
-    for flag, value in positive.items():
-        if value <= 0:
-            raise PlanError(f"{flag} must be at least 1", why=f"got {value}")
-    check_seconds("--timeout", bench.timeout_s)
-    if not 0 < bench.target_efficiency <= 1:  # also refuses nan
+    for flag, value in numbers.items():
+        check_bound(flag, value)
+    check_bound("--timeout", bench.timeout_s)
+    if not BOUNDS["--target-efficiency"].holds(bench.target_efficiency):
         raise PlanError(
-            "--target-efficiency must be a fraction above 0 and at most 1",
+            f"--target-efficiency must be {BOUNDS['--target-efficiency'].rule}",
             why=f"got {bench.target_efficiency:g}",
             fix="pass e.g. --target-efficiency 0.9 for 90%",
         )
-    if not bench.node_counts or any(n < 1 for n in bench.node_counts):
+    nodes = BOUNDS["--nodes"]
+    if not bench.node_counts or not all(nodes.holds(n) for n in bench.node_counts):
         raise PlanError(
-            "--nodes needs node counts of at least 1",
+            f"--nodes needs node counts of {nodes.rule}",
             why=f"got {','.join(map(str, bench.node_counts)) or 'nothing'}",
             fix="pass e.g. --nodes 1,2,4",
         )
@@ -91,8 +78,7 @@ def check_bench(bench: BenchSpec) -> None:
             why=f"warm-up {bench.warmup}, steps {bench.steps}: no step would be timed",
         )
     if bench.global_batch is not None:
-        if bench.global_batch < 1:
-            raise PlanError("--global-batch must be at least 1", why=f"got {bench.global_batch}")
+        check_bound("--global-batch", bench.global_batch)
         if bench.mode is ScalingMode.WEAK:
             raise PlanError(
                 "--global-batch fixes the batch of strong scaling, and the mode is weak",
@@ -126,17 +112,13 @@ def check_allreduce(spec: AllreduceSpec) -> None:
             f"--ar-dtype {spec.dtype!r} is not a type the all-reduce measures",
             fix=f"pass one of {', '.join(DTYPES)}",
         )
-    if spec.iters < 1:
-        raise PlanError("--ar-iters must be at least 1", why=f"got {spec.iters}")
-    if spec.warmup < 0:
-        raise PlanError("--ar-warmup must be 0 or more", why=f"got {spec.warmup}")
+    check_bound("--ar-iters", spec.iters)
+    check_bound("--ar-warmup", spec.warmup)
 
 
 def check_health(gate: HealthGate) -> None:
-    if gate.threshold_gbs is not None and not (0 < gate.threshold_gbs < math.inf):
-        raise PlanError(
-            "--health-threshold must be more than 0 GB/s", why=f"got {gate.threshold_gbs:g}"
-        )
+    if gate.threshold_gbs is not None:
+        check_bound("--health-threshold", gate.threshold_gbs)
     if gate.size is not None:
         try:
             sizes = message_sizes(gate.size)
@@ -153,10 +135,9 @@ def check_health(gate: HealthGate) -> None:
 
 
 def check_run(run: RunSpec) -> None:
-    if run.nodes < 1:
-        raise PlanError("--nodes must be at least 1", why=f"got {run.nodes}")
+    check_bound("--nodes", run.nodes)
     if run.timeout_s is not None:
-        check_seconds("--timeout", run.timeout_s)
+        check_bound("--timeout", run.timeout_s)
     if not run.program.target:
         raise PlanError(
             "dtrun run needs a command to run",

@@ -3,7 +3,8 @@
 Nothing has been measured yet, so a launch's length is a guess, named as one: a flat start-up
 (processes, imports, rendezvous, NCCL's set-up) plus the steps at a per-step guess for training,
 a flat figure for an all-reduce sweep. The ceiling beside it is firm: dtrun stops every launch at
---timeout, so no launch runs longer.
+--timeout, so no launch runs longer, and a guess longer than --timeout is cut to it (a guess
+above the ceiling would refuse sweeps whose worst case is under --max-cost).
 
 While any point runs, the whole cluster bills: a stack's or an allocation's nodes are there for
 the whole sweep, not only the point's. So the estimate bills the cluster's nodes for the sum of
@@ -64,14 +65,20 @@ class Estimate:
         return [f"estimate (a guess, not a measurement): {hours}", f"estimated cost: {money}"]
 
 
-def launch_guess(workload: str, steps: int) -> tuple[float, str]:
-    """One launch's guessed length in seconds, and how it was guessed."""
+def launch_guess(workload: str, steps: int, timeout_s: float) -> tuple[float, str]:
+    """One launch's guessed length in seconds, at most ``timeout_s`` (where dtrun stops every
+    launch), and how it was guessed."""
     if workload == "allreduce":
-        return ALLREDUCE_LAUNCH_GUESS_S, f"a flat {ALLREDUCE_LAUNCH_GUESS_S:.0f} s per launch"
-    seconds = STARTUP_GUESS_S + steps * STEP_GUESS_S
-    return seconds, (
-        f"{STARTUP_GUESS_S:.0f} s start-up + {steps} steps x {STEP_GUESS_S:g} s, guessed"
-    )
+        seconds, how = (
+            ALLREDUCE_LAUNCH_GUESS_S,
+            f"a flat {ALLREDUCE_LAUNCH_GUESS_S:.0f} s per launch",
+        )
+    else:
+        seconds = STARTUP_GUESS_S + steps * STEP_GUESS_S
+        how = f"{STARTUP_GUESS_S:.0f} s start-up + {steps} steps x {STEP_GUESS_S:g} s, guessed"
+    if seconds > timeout_s:
+        return timeout_s, f"{how} at {seconds:.0f} s, cut to --timeout {timeout_s:g} s"
+    return seconds, how
 
 
 def estimate(
@@ -85,7 +92,7 @@ def estimate(
     price: Price | None,
 ) -> Estimate:
     """The estimate of a sweep of ``repeat`` launches at each node count."""
-    launch_s, how = launch_guess(workload, steps)
+    launch_s, how = launch_guess(workload, steps, timeout_s)
     launches = len(node_counts) * repeat
     cluster = max(cluster_nodes, *node_counts)
     return Estimate(
@@ -95,7 +102,7 @@ def estimate(
         point_node_hours=sum(node_counts) * repeat * launch_s / 3600,
         cluster_nodes=cluster,
         billed_node_hours=cluster * launches * launch_s / 3600,
-        ceiling_node_hours=cluster * launches * max(timeout_s, launch_s) / 3600,
+        ceiling_node_hours=cluster * launches * timeout_s / 3600,
         price=price,
     )
 
@@ -119,5 +126,6 @@ def check_max_cost(guess: Estimate, max_cost: float | None) -> None:
         why=f"{guess.cluster_nodes} node(s) x {guess.launches} launch(es) x "
         f"{guess.launch_s:.0f} s ({guess.how}) = {guess.billed_node_hours:.3f} node-hours "
         f"at ${guess.price.usd_per_node_hour:g} ({guess.price.source})",
-        fix="sweep fewer node counts (--nodes), fewer --repeat or --steps, or raise --max-cost",
+        fix="sweep fewer node counts (--nodes), fewer --repeat or --steps, a shorter "
+        "--timeout, or raise --max-cost",
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from runner.errors import PlanError
+from runner.plan.bounds import check_bound
 from runner.spec.cluster import Accelerator, Inventory
 from runner.spec.launch import LaunchFile
 from runner.spec.request import (
@@ -215,9 +216,9 @@ class Pipeline:
 
     def layout(self, bench: BenchSpec, world_size: int) -> PipelineLayout:
         spec = bench.strategy
+        if spec.pp_size is not None:
+            check_bound("--pp-size", spec.pp_size)
         pp = spec.pp_size if spec.pp_size is not None else world_size
-        if pp < 1:
-            raise PlanError("--pp-size must be at least 1", why=f"got {pp}")
         if world_size % pp:
             raise PlanError(
                 f"--pp-size {pp} does not divide the {world_size} processes of a point",
@@ -245,8 +246,8 @@ class Pipeline:
             ("--micro-batches", bench.strategy.micro_batches),
             ("--stages-per-rank", bench.strategy.stages_per_rank),
         ):
-            if value is not None and value < 1:
-                raise PlanError(f"{flag} must be at least 1", why=f"got {value}")
+            if value is not None:
+                check_bound(flag, value)
         if rule.looped and layout.stages_per_rank < 2:
             raise PlanError(
                 f"{name} needs at least 2 stages per rank",

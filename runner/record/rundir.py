@@ -37,6 +37,7 @@ from runner.azure.catalog import SIZES
 from runner.azure.prices import Price
 from runner.errors import DiskFullError, DtrunError, OutputDirError, RunDirWriteError
 from runner.record import manifest
+from runner.record.envdigest import env_digests
 from runner.record.readback import inside
 from runner.redact import redact_text, redact_var
 from runner.spec.cluster import Inventory
@@ -248,6 +249,9 @@ def write_manifest(
             "machine": machine(),
             "inventory": asdict(inventory.redacted()),
             "bench": bench_data,
+            # a digest of each --env value recorded redacted: `dtrun compare` tells runs whose
+            # secrets differ apart by it (runner/record/envdigest.py); never the value
+            "env_digests": env_digests(bench.env),
             "launcher": bench.launcher,
             "size": inventory.size,
             "image": image_of(inventory),

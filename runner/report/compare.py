@@ -144,6 +144,7 @@ def _setup(report: Report) -> dict[str, str]:
         strategy = bench.get("strategy")
         if strategy:  # as given on the command line; the result below says what ran
             facts["strategy options"] = ", ".join(f"{k} {v}" for k, v in strategy.items())
+    facts.update(_env(manifest))
     git = manifest.get("git")
     if git:
         facts["git revision"] = git["revision"][:12] + (" (dirty)" if git["dirty"] else "")
@@ -156,6 +157,22 @@ def _setup(report: Report) -> dict[str, str]:
         if isinstance(first, TrainResult):
             facts["engine"] = first.engine
             facts["strategy"] = first.strategy_text
+    return facts
+
+
+def _env(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """Each --env variable as recorded; a redacted value with its digest, so that two runs
+    whose secrets differ are told apart by name and digest, never by value (manifests made
+    before the digests show <redacted> alone)."""
+    digests = manifest.get("env_digests")
+    digests = digests if isinstance(digests, dict) else {}
+    facts = {}
+    for pair in manifest["bench"].get("env") or ():
+        if not (isinstance(pair, list) and len(pair) == 2):
+            continue
+        name, shown = (str(part) for part in pair)
+        digest = digests.get(name)
+        facts[f"--env {name}"] = f"{shown} ({digest})" if isinstance(digest, str) else shown
     return facts
 
 

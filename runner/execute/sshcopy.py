@@ -1,0 +1,143 @@
+"""Copying files to and from a node over SSH: by SFTP, or, where the node's sshd offers no SFTP
+subsystem (some sites disable it), through the exec channel, as Ansible's ssh connection does
+(its transfer method "smart": SFTP, then piped over the session).
+
+Through the exec channel, every file goes in one `sh -s` script read from standard input (any
+login shell runs `sh -s` alike, and no file's content or path is on a command line): each
+file is decoded from base64 (which the launch wrapper already needs on every node) into a
+temporary file beside it, given its mode, then renamed over the target, so a node never holds a
+half-written script. Paths are quoted for sh. A file is read back with `cat`, its absence
+told apart from a failure by the exit status.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from runner.execute.sshsession import SshError
+
+if TYPE_CHECKING:
+    import asyncssh
+
+    from runner.spec.cluster import Node
+
+Files = dict[str, tuple[bytes, int]]  # remote path -> (content, mode)
+_END = "DTRUN_END_OF_FILE"  # never in base64's alphabet, so no content line can end the here-doc
+_ABSENT = 3  # the exit status of a read whose file is not there
+
+
+def no_sftp(exc: BaseException) -> bool:
+    """The node's sshd refused the SFTP subsystem (no `Subsystem sftp` line) or it ended at
+    once (its sftp-server missing): the files go through the exec channel instead."""
+    import asyncssh
+
+    if isinstance(exc, asyncssh.ChannelOpenError):
+        return exc.code == asyncssh.OPEN_REQUEST_SESSION_FAILED
+    return isinstance(exc, asyncssh.SFTPError)
+
+
+async def sftp_put(connection: asyncssh.SSHClientConnection, files: Files) -> bool:
+    """Write ``files`` by SFTP; False (nothing written) where the node offers no SFTP."""
+    try:
+        client = await connection.start_sftp_client()
+    except Exception as exc:  # sorted below: only "no SFTP here" is an answer
+        if no_sftp(exc):
+            return False
+        raise
+    async with client as sftp:
+        for path, (content, mode) in files.items():
+            await sftp.makedirs(str(PurePosixPath(path).parent), exist_ok=True)
+            async with sftp.open(path, "wb") as remote:
+                await remote.write(content)
+            await sftp.chmod(path, mode)
+    return True
+
+
+def put_script(files: Files) -> str:
+    """The sh script that writes ``files`` atomically (temporary file, mode, rename)."""
+    lines = ["set -e", "umask 077", "tmp=", "trap 'rm -f \"$tmp\"' EXIT"]
+    for path, (content, mode) in files.items():
+        target = shlex.quote(path)
+        lines += [
+            f"mkdir -p -- {shlex.quote(str(PurePosixPath(path).parent))}",
+            f"tmp={shlex.quote(path + '.dtrun-part.')}$$",
+            f"base64 -d > \"$tmp\" <<'{_END}'",
+            base64.encodebytes(content).decode().rstrip("\n"),
+            _END,
+            f'chmod {mode:o} "$tmp"',
+            f'mv -f -- "$tmp" {target}',
+        ]
+    lines.append("tmp=")
+    return "\n".join(lines) + "\n"
+
+
+async def exec_put(connection: asyncssh.SSHClientConnection, node: Node, files: Files) -> None:
+    """Write ``files`` through the exec channel; an SshError naming the node if sh fails."""
+    result = await connection.run("sh -s", input=put_script(files), check=False)
+    if result.exit_status != 0:
+        raise SshError(
+            f"cannot write the launch files on {node.name} ({node.address})",
+            why=f"`sh -s` exited {result.exit_status} writing them through the SSH session "
+            f"(the node's sshd offers no SFTP): {_tail(result.stderr)}",
+            fix="check that the node's disk has room and its sh has base64 and mkdir; "
+            "`dtrun exec --hosts ... -- df -h` shows every node's disks",
+        )
+
+
+async def sftp_get(
+    connection: asyncssh.SSHClientConnection, remote: str, local: Path
+) -> bool | None:
+    """Copy ``remote`` here by SFTP: whether it was there; None where the node offers no SFTP."""
+    try:
+        client = await connection.start_sftp_client()
+    except Exception as exc:
+        if no_sftp(exc):
+            return None
+        raise
+    async with client as sftp:
+        if not await sftp.exists(remote):
+            return False
+        part = _part(local)
+        await sftp.get(remote, str(part))
+    part.replace(local)
+    return True
+
+
+async def exec_get(
+    connection: asyncssh.SSHClientConnection, node: Node, remote: str, local: Path
+) -> bool:
+    """Copy ``remote`` here through the exec channel if it is there."""
+    path = shlex.quote(remote)
+    script = f"if [ -f {path} ]; then exec cat -- {path}; fi\nexit {_ABSENT}\n"
+    result = await connection.run("sh -s", input=script.encode(), encoding=None, check=False)
+    if result.exit_status == _ABSENT:
+        return False
+    if result.exit_status != 0:
+        stderr = result.stderr if isinstance(result.stderr, bytes) else b""
+        raise SshError(
+            f"cannot read {remote} on {node.name} ({node.address})",
+            why=f"`cat` exited {result.exit_status}: {_tail(stderr.decode(errors='replace'))}",
+            fix="check the file's permissions on the node",
+        )
+    stdout = result.stdout if isinstance(result.stdout, bytes) else b""
+    _write_here(local, stdout)
+    return True
+
+
+def _write_here(local: Path, data: bytes) -> None:
+    """Write a copied file into the run directory whole: temporary file, then rename."""
+    part = _part(local)
+    part.write_bytes(data)
+    part.replace(local)
+
+
+def _part(local: Path) -> Path:
+    return local.with_name(f".{local.name}.part")
+
+
+def _tail(text: object, lines: int = 3) -> str:
+    shown = str(text or "").strip().splitlines()[-lines:]
+    return " | ".join(shown) or "no message"
