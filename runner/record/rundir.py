@@ -35,7 +35,7 @@ from runner.azure.catalog import SIZES
 from runner.azure.prices import Price
 from runner.errors import OutputDirError
 from runner.record import manifest
-from runner.redact import redact_text, redact_var
+from runner.redact import redact_data, redact_text, redact_var
 from runner.spec.cluster import Inventory
 from runner.spec.launch import EnvVar, LaunchPlan, point_dir
 from runner.spec.outcome import Health, NodeResult, RunResult, RunStatus, SweepStatus
@@ -52,9 +52,12 @@ def now_iso() -> str:
 
 
 def write_json(path: Path, data: object) -> None:
-    """Write atomically, so a crash never leaves half a file where a whole one was."""
+    """Write atomically, so a crash never leaves half a file where a whole one was. Every
+    string is redacted (runner/redact.py): a record holds no secret this process was given,
+    whichever field repeats it."""
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    plain = json.loads(json.dumps(data, default=str))  # paths and the like as the file has them
+    partial.write_text(json.dumps(redact_data(plain), indent=2) + "\n")
     partial.replace(path)
 
 

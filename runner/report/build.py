@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from runner import __version__
 from runner.azure.catalog import ExpectedBusbw, expected_busbw
 from runner.record.rundir import RunDir, write_json
+from runner.redact import redact_text
 from runner.render import environment, render
 from runner.report.cost import SweepCost, sweep_cost
 from runner.report.losses import LossRow, where_scaling_is_lost
@@ -281,7 +282,9 @@ def build_report(run_dir: RunDir) -> Report:
     }
     plots = {plot.name.removesuffix(".png"): plot for plot in PLOTS if plot in made}
     files = {key: (plot.alt, plot.name) for key, plot in plots.items()}
-    markdown = render("report.md.j2", {**context, "plots": files})
+    # From redacted records; redacted again so a report rebuilt from older records holds none
+    # (before the plots are inlined: their base64 is not text to scrub)
+    markdown = redact_text(render("report.md.j2", {**context, "plots": files}))
     run_dir.report.write_text(markdown)
     body = markdown_to_html(markdown)
     for plot in plots.values():  # the HTML carries its plots inside: one file to send
