@@ -22,7 +22,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import quote, quote_plus, unquote
@@ -274,6 +274,14 @@ def secret_values(env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
         else:
             found.extend(secrets_in(value))
     return tuple(dict.fromkeys(found))
+
+
+def secrets_in_environment(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The URL credentials and tokens in this machine's environment (recorded in the manifest,
+    inherited by the embedded nodes): remembered like the secrets given to dtrun. Not the
+    values of secret-looking names: this machine's own (SSH_AUTH_SOCK, AWS_SECRET_ACCESS_KEY)
+    reach no node and no record, and would blank ordinary paths and words."""
+    return tuple(dict.fromkeys(secret for value in env.values() for secret in secrets_in(value)))
 
 
 def redact_env(
