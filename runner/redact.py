@@ -1,19 +1,31 @@
 """Secret redaction: which names and values never reach a log, a record, a report, an upload or
-the terminal, and how they are hidden. Every writer goes through here. Pure; imports nothing of
-dtrun.
+the terminal, and how they are hidden. Every writer goes through here. Pure but for the one
+set of values this process was given (``remember_secrets``); imports nothing of dtrun.
 
-Three rules, applied together:
+What is secret, by three rules applied together:
 - a variable or option whose *name* looks secret has its whole value hidden (``DB_PASS``,
   ``GITHUB_PAT``, ``--hf-token``);
-- credentials inside any URL are hidden, whatever carries them (``https://user:pw@host``);
+- credentials inside any URL are hidden, whatever carries them (``https://user:pw@host``, the
+  password holding ``/`` or ``@`` included);
 - values shaped like well-known tokens are hidden wherever they appear (``ghp_…``, ``AKIA…``,
-  ``xoxb-…``, ``sk-…``, ``hf_…``, JWTs).
+  ``xoxb-…``, ``sk-…``, ``hf_…``, JWTs, PEM private keys).
+
+How a secret value is found again in free text (a program's output, an error, a rendered
+script): not only whole, but by its *fragments* (``fragments``): each line of a multi-line value
+(a PEM key printed line by line) and each piece in every quoting dtrun or a program writes it
+in (shell single and double quotes, JSON, Python repr, URL and HTML escapes, and each of those
+inside another). A ``Redactor`` knows the fragments of every secret value and masks them.
 """
 
 from __future__ import annotations
 
+import html
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+from urllib.parse import quote, quote_plus, unquote
 
 REDACTED = "<redacted>"
 
@@ -33,8 +45,16 @@ _SECRET_WORD = re.compile(
     re.IGNORECASE,
 )
 
-# user:password@ in URLs (proxies, package indexes, databases), whatever carries them.
-_URL_CREDENTIALS = re.compile(r"(://)([^/@\s]+)@")
+# The user-info of a URL, whatever carries it: `scheme://USER:PASSWORD@host` or
+# `scheme://USER@host`. A password is taken up to the *last* @ before the host, so one holding
+# / or @ (`https://bob:Slash/Pw@h`, `https://bob:At@Pw@h`) is hidden whole; urllib.parse would
+# end the user-info at the first / and the old rule at the first @, each leaving a part shown.
+# The password stops at white space, double quotes and <> (JSON and HTML around the URL).
+_URL_CREDENTIALS = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)"
+    r"(?P<userinfo>[^\s/@:\"'<>]*:[^\s\"<>]*|[^\s/@:\"'<>]+)"
+    r"@(?=[^\s/@\"'<>])"
+)
 
 # Tokens recognisable by their shape, wherever they appear in a value.
 _TOKEN_SHAPES = re.compile(
@@ -45,7 +65,124 @@ _TOKEN_SHAPES = re.compile(
     r"|\bsk-[A-Za-z0-9_-]{20,}"  # OpenAI-style API keys
     r"|\bhf_[A-Za-z0-9]{20,}"  # Hugging Face tokens
     r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWTs
+    # PEM private keys, also inside JSON (a service account's "private_key": "-----BEGIN...")
+    r"|-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?s:.*?)-----END [A-Z0-9 ]*PRIVATE KEY-----"
 )
+
+# Images inlined in HTML (report.html): base64 is left as it is, where a token's shape would
+# turn up by chance and the image would break.
+_DATA_URI = re.compile(r"(data:[\w/+.-]+;base64,[A-Za-z0-9+/=]+)")
+
+# A value, or a line of one, is looked for in free text only from this length: shorter ones
+# ("1", "true", "yes") would blank ordinary words and numbers in every log and record. Those
+# values are still hidden wherever dtrun knows their name (records, the dry-run's scripts).
+SHORTEST = 6
+# Words of configuration, not secrets, even under a secret-looking name
+# (TOKENIZERS_PARALLELISM=false, AUTH_MODE=disabled): never looked for in free text.
+_ORDINARY = frozenset(
+    {"true", "false", "enabled", "disabled", "default", "none", "null", "unknown", "always"}
+)
+
+# Line breaks a value's lines are split on: real ones, and the escaped \n of JSON or a shell
+# $'...' string (a PEM inside SERVICE_ACCOUNT_JSON).
+_LINE_BREAKS = re.compile(r"(?:\r?\n|\\r\\n|\\n|\\r|\r)+")
+
+
+def _inner(quoted: Callable[[str], str]) -> Callable[[str], str]:
+    return lambda text: quoted(text)[1:-1]
+
+
+# How a piece of a value is written by the renderer (shlex.quote: 'a'"'"'b'; yaml_str and
+# .deepspeed_env: JSON and raw), by programs (repr, json.dumps, print) and by the records and
+# reports (JSON, HTML, Markdown table cells), each without its outer quotes: the piece may sit
+# inside a larger quoted string (ECHO_CMD='wandb login a'"'"'b').
+_ENCODINGS: tuple[Callable[[str], str], ...] = (
+    lambda text: text.replace("'", "'\"'\"'"),  # inside '...' as shlex.quote writes it
+    lambda text: re.sub(r'([$`"\\])', r"\\\1", text),  # inside "..." of a shell
+    _inner(json.dumps),
+    _inner(lambda text: json.dumps(text, ensure_ascii=False)),
+    _inner(repr),
+    lambda text: quote(text, safe=""),
+    quote,  # a URL path: / kept
+    quote_plus,  # a form or a query string
+    html.escape,
+    lambda text: html.escape(text, quote=False),
+    lambda text: text.replace("|", "\\|"),  # a Markdown table cell
+)
+
+
+def worth_looking_for(piece: str) -> bool:
+    """Whether a value or a line of one is masked wherever it appears in free text."""
+    return len(piece) >= SHORTEST and not piece.isdigit() and piece.strip().lower() not in _ORDINARY
+
+
+def lines_of(value: str) -> list[str]:
+    """The value and, for a multi-line one, each of its lines, as the forms' sources."""
+    lines = [line.strip() for line in _LINE_BREAKS.split(value)]
+    return [piece for piece in dict.fromkeys([value, *lines]) if worth_looking_for(piece)]
+
+
+def fragments(value: str) -> frozenset[str]:
+    """Every string a secret ``value`` may be seen as: the value and each of its lines, each as
+    written raw and in every encoding of ``_ENCODINGS``, and of two of them one inside the
+    other (JSON inside shell quotes, a URL-encoded piece inside JSON)."""
+    found: set[str] = set()
+    for piece in lines_of(value):
+        once = {piece, *(encode(piece) for encode in _ENCODINGS)}
+        found.update(once)
+        found.update(encode(form) for form in once for encode in _ENCODINGS)
+    return frozenset(form for form in found if len(form) >= SHORTEST)
+
+
+Data = TypeVar("Data")
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """Masks every fragment of the secret values it knows, then URL credentials and token
+    shapes, in any text, bytes or JSON-like data."""
+
+    forms: tuple[str, ...] = ()  # longest first, so a form inside another goes with it
+
+    @classmethod
+    def of(cls, values: Iterable[str]) -> Redactor:
+        return cls().knowing(values)
+
+    def knowing(self, values: Iterable[str]) -> Redactor:
+        forms = set(self.forms)
+        for value in values:
+            forms |= fragments(value)
+        return Redactor(tuple(sorted(forms, key=lambda form: (-len(form), form))))
+
+    def text(self, text: str) -> str:
+        for form in self.forms:
+            if form in text:
+                text = text.replace(form, REDACTED)
+        return redact_value(text)
+
+    def data(self, data: Data) -> Data:
+        """``data`` (JSON-like: dicts, lists, strings) with every string redacted."""
+        found: object = data
+        if isinstance(data, str):
+            found = self.text(data)
+        elif isinstance(data, dict):
+            found = {self.data(key): self.data(value) for key, value in data.items()}
+        elif isinstance(data, list | tuple):
+            found = type(data)(self.data(item) for item in data)
+        return found  # type: ignore[return-value]  # the same type as it came
+
+    def body(self, data: bytes) -> bytes:
+        """A file's bytes redacted: as UTF-8 text when they are, else the known values' raw
+        bytes only (a binary file is left whole otherwise)."""
+        try:
+            text = data.decode()
+        except UnicodeDecodeError:
+            for form in self.forms:
+                encoded = form.encode()
+                if encoded in data:
+                    data = data.replace(encoded, REDACTED.encode())
+            return data
+        return self.text(text).encode()
 
 
 def is_secret_name(name: str) -> bool:
@@ -56,24 +193,35 @@ def is_secret_name(name: str) -> bool:
 
 
 def redact_url_credentials(value: str) -> str:
-    return _URL_CREDENTIALS.sub(rf"\g<1>{REDACTED}@", value)
+    return _URL_CREDENTIALS.sub(rf"\g<scheme>{REDACTED}@", value)
 
 
 def redact_value(value: str) -> str:
     """A value with the credentials inside its URLs and its token-shaped parts hidden."""
-    return _TOKEN_SHAPES.sub(REDACTED, redact_url_credentials(value))
+    parts = _DATA_URI.split(value)  # odd indices: inlined images, left whole
+    return "".join(
+        part if index % 2 else _TOKEN_SHAPES.sub(REDACTED, redact_url_credentials(part))
+        for index, part in enumerate(parts)
+    )
 
 
 def secrets_in(value: str) -> list[str]:
-    """The parts of a value that ``redact_value`` hides: URL credentials and tokens."""
-    return [m.group(2) for m in _URL_CREDENTIALS.finditer(value)] + [
-        m.group(0) for m in _TOKEN_SHAPES.finditer(value)
-    ]
+    """The parts of a value that ``redact_value`` hides: URL credentials (and each URL's
+    password alone, also URL-decoded) and tokens."""
+    found: list[str] = []
+    for match in _URL_CREDENTIALS.finditer(value):
+        userinfo = match.group("userinfo")
+        found.append(userinfo)
+        _, colon, password = userinfo.partition(":")
+        if colon and password:
+            found += [password, unquote(password)]
+    found += [match.group(0) for match in _TOKEN_SHAPES.finditer(value)]
+    return list(dict.fromkeys(found))
 
 
 def redact_var(name: str, value: str) -> str:
     """One variable's value as records show it."""
-    return REDACTED if is_secret_name(name) else redact_value(value)
+    return REDACTED if is_secret_name(name) else redact_text(value)
 
 
 def _is_secret_option(name: str) -> bool:
@@ -87,9 +235,11 @@ def secret_args(args: tuple[str, ...]) -> tuple[str, ...]:
     return _scan_args(args)[1]
 
 
-def redact_args(args: tuple[str, ...]) -> tuple[str, ...]:
-    """``args`` with every value ``secret_args`` names replaced by <redacted>."""
-    return _scan_args(args)[0]
+def redact_args(args: tuple[str, ...], hide: Redactor | None = None) -> tuple[str, ...]:
+    """``args`` with every value ``secret_args`` names replaced by <redacted>, and the
+    fragments of the values ``hide`` knows masked in the rest."""
+    hide = hide or Redactor()
+    return tuple(hide.text(arg) for arg in _scan_args(args)[0])
 
 
 def _scan_args(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -115,8 +265,7 @@ def _scan_args(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]
 
 
 def secret_values(env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
-    """Every value ``redact_env`` hides, whole or in part, for scrubbing copies of files that
-    hold them verbatim (launch scripts, logs) before they are uploaded."""
+    """Every value ``redact_env`` hides, whole or in part: the values a Redactor is made of."""
     found: list[str] = []
     for name, value in env:
         if is_secret_name(name):
@@ -127,25 +276,48 @@ def secret_values(env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def redact_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    return tuple((name, redact_var(name, value)) for name, value in env)
+def secrets_in_environment(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The URL credentials and tokens in this machine's environment (recorded in the manifest,
+    inherited by the embedded nodes): remembered like the secrets given to dtrun. Not the
+    values of secret-looking names: this machine's own (SSH_AUTH_SOCK, AWS_SECRET_ACCESS_KEY)
+    reach no node and no record, and would blank ordinary paths and words."""
+    return tuple(dict.fromkeys(secret for value in env.values() for secret in secrets_in(value)))
 
 
-# The secret values this process was given (--env values and program arguments that look
-# secret): free text that may quote them (an error message, a failed node's last log lines) is
-# scrubbed of them before it is printed or recorded. One command per process, so one set.
-_known: set[str] = set()
-_SHORTEST = 4  # shorter values would blank out ordinary words
+def redact_env(
+    env: tuple[tuple[str, str], ...], hide: Redactor | None = None
+) -> tuple[tuple[str, str], ...]:
+    """Secret-named values replaced whole; in the others, URL credentials, token shapes and the
+    fragments of the values ``hide`` knows (WANDB_API_KEY's value inside ECHO_CMD)."""
+    hide = hide or Redactor.of(secret_values(env))
+    return tuple(
+        (name, REDACTED if is_secret_name(name) else hide.text(value)) for name, value in env
+    )
+
+
+# The secret values this process was given (--env values, program arguments, credentials in
+# --results or a hosts file): every free text, record and upload is scrubbed of their fragments
+# before it is printed, written or sent. One command per process, so one set.
+_process = Redactor()
 
 
 def remember_secrets(values: Iterable[str]) -> None:
     """Add to the values ``redact_text`` hides wherever they appear."""
-    _known.update(value for value in values if len(value) >= _SHORTEST)
+    global _process
+    _process = _process.knowing(values)
+
+
+def process_redactor() -> Redactor:
+    """The Redactor of every value this process was given as secret."""
+    return _process
 
 
 def redact_text(text: str) -> str:
-    """Free text as the terminal and the records show it: every remembered secret value, the
-    credentials inside URLs and token-shaped words hidden."""
-    for secret in sorted(_known, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return redact_value(text)
+    """Free text as the terminal and the records show it: every fragment of every remembered
+    secret value, the credentials inside URLs and token-shaped words hidden."""
+    return _process.text(text)
+
+
+def redact_data(data: Data) -> Data:
+    """JSON-like data (a record, --json output) with every string redacted as ``redact_text``."""
+    return _process.data(data)

@@ -1,45 +1,61 @@
-"""Secrets planted in every place a user puts them never reach a record, a report, the terminal
-or an upload: names that look secret, credentials inside URLs, and token-shaped values."""
+"""Every secret shape of tests/secret_shapes.py, planted through every input of dtrun (--env,
+program arguments, this machine's environment, a hosts file's jump, --results), never reaches a
+sink: the terminal, streamed node lines, error messages, --dry-run and --json output, any file
+of the run directory but the launch scripts and node logs (kept whole for the nodes), an S3
+upload, or the redacted copy a failed upload leaves.
+
+The e2e tests launch on the embedded cluster; the rest are fast."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+from moto.core.authorization import enable_iam_authentication
 from typer.testing import CliRunner
 
+from runner import redact
 from runner.cli.app import app
-from runner.redact import REDACTED, is_secret_name, redact_args, redact_env, secret_values
-from tests.aws import BUCKET, stored
-
-GHP = "ghp_" + "A1b2C3d4" * 5  # a GitHub token's shape
-# --env NAME=VALUE pairs, and the part of each value that must never be seen
-PLANTED_ENV = {
-    "DB_PASS": ("hunter2pass", "hunter2pass"),
-    "GITHUB_PAT": ("patvalue1234", "patvalue1234"),
-    "MLFLOW_TRACKING_URI": ("https://mlu:mlflowpw9@mlflow.example/x", "mlflowpw9"),
-    "DATABASE_URL": ("postgres://dbu:dbpw12345@db/x", "dbpw12345"),
-    "HINT": ("AKIAABCDEFGHIJKLMNOP", "AKIAABCDEFGHIJKLMNOP"),
-    "NOTE": (f"token {GHP} here", GHP),
-}
-MACHINE_ENV = {  # this machine's own environment, recorded in the manifest
-    "MY_SERVICE_URL": ("https://alice:machinepw77@svc/x", "machinepw77"),
-    "SOME_SETTING": ("xoxb-1234567890-abcdefghij", "xoxb-1234567890-abcdefghij"),
-}
-SECRETS = [secret for _, secret in (*PLANTED_ENV.values(), *MACHINE_ENV.values())]
-ENV_ARGS = [arg for name, (value, _) in PLANTED_ENV.items() for arg in ("--env", f"{name}={value}")]
+from runner.errors import UploadError
+from runner.redact import REDACTED, Redactor
+from runner.store.base import files_to_upload
+from runner.store.s3 import S3Store
+from runner.store.url import parse_results_url
+from tests.aws import BUCKET, LIST_ONLY, stored, user_keys
+from tests.secret_shapes import (
+    CREDENTIALS,
+    ENV,
+    ENV_ARGS,
+    MACHINE,
+    PROGRAM_ARGS,
+    SHAPES,
+    every_encoding,
+    leaks,
+    planted,
+)
 
 
 def dtrun(*args: str):
     return CliRunner(env={"COLUMNS": "200"}).invoke(app, list(args))
 
 
-def leaks(text: str | bytes) -> list[str]:
-    body = text.decode(errors="replace") if isinstance(text, bytes) else text
-    return [secret for secret in SECRETS if secret in body]
+@pytest.fixture(autouse=True)
+def fresh_process(monkeypatch):
+    """Each test's dtrun knows only the secrets its own command was given, as a new process."""
+    monkeypatch.setattr(redact, "_process", Redactor())
 
 
-def records(run) -> dict[str, bytes]:
-    """Every file dtrun writes about a run, all but the launch scripts and node logs: those hand
-    the values to the nodes (mode 0700) and hold what the program printed."""
+@pytest.fixture
+def machine_env(monkeypatch):
+    """This machine's environment holds the table's machine shapes (recorded in the manifest)."""
+    for name, value in MACHINE:
+        monkeypatch.setenv(name, value)
+
+
+def records(run: Path) -> dict[str, bytes]:
+    """Every file dtrun writes about a run but the launch scripts and node logs: those hand
+    the values to the nodes (mode 0700) and hold what the program printed, whole."""
     return {
         path.relative_to(run).as_posix(): path.read_bytes()
         for path in sorted(run.rglob("*"))
@@ -49,112 +65,185 @@ def records(run) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.parametrize(
-    ("name", "secret"),
-    [("DB_PASS", True), ("GITHUB_PAT", True), ("SMTP_PWD", True), ("HF_TOKEN", True),
-     ("PATH", False), ("COMPASS_DIR", False), ("PASSAGE", False), ("OMP_NUM_THREADS", False)],
-)  # fmt: skip
-def test_secret_names_are_matched_on_their_parts(name, secret):
-    assert is_secret_name(name) is secret
+def leaked(files: dict[str, bytes]) -> dict[str, list[str]]:
+    return {name: leaks(body) for name, body in files.items() if leaks(body)}
 
 
-def test_urls_and_token_shapes_are_hidden_in_any_value_and_listed_for_scrubbing():
-    env = tuple((name, value) for name, (value, _) in PLANTED_ENV.items())
-    shown = dict(redact_env(env))
-    assert shown["DB_PASS"] == REDACTED
-    assert shown["MLFLOW_TRACKING_URI"] == f"https://{REDACTED}@mlflow.example/x"
-    assert shown["NOTE"] == f"token {REDACTED} here"
-    assert not leaks(repr(shown))
-    scrubbed = secret_values(env)  # what an upload replaces in files that hold the values
-    assert all(any(secret in value for value in scrubbed) for _, secret in PLANTED_ENV.values())
-    args = ("--api-key", "sk-" + "x" * 24, f"--hub={GHP}", "--lr", "3e-4")
-    assert redact_args(args) == ("--api-key", REDACTED, f"--hub={REDACTED}", "--lr", "3e-4")
-
-
-def test_a_dry_run_shows_none_of_them(tmp_path, monkeypatch):
-    for name, (value, _) in MACHINE_ENV.items():
-        monkeypatch.setenv(name, value)
+def test_a_dry_run_shows_none_of_them(tmp_path, machine_env):
     bench = dtrun("bench", "--dry-run", "--nodes", "1,2", "--output", str(tmp_path), *ENV_ARGS)
     assert bench.exit_code == 0, bench.output
     assert leaks(bench.output) == []
+    assert "export ECHO_CMD='wandb login <redacted>'" in bench.output  # shown, less the secret
     run = dtrun("run", "--dry-run", "--output", str(tmp_path), *ENV_ARGS, "--",
-                "python", "t.py", "--api-key", "sk-" + "y" * 24)  # fmt: skip
+                "python", "t.py", *PROGRAM_ARGS)  # fmt: skip
     assert run.exit_code == 0, run.output
-    assert leaks(run.output) == [] and "y" * 24 not in run.output
+    assert leaks(run.output) == []
+    assert not list(tmp_path.iterdir())
+
+
+def dry_run(*options: str) -> list[str]:
+    return ["run", "--dry-run", *options, "--", "python", "t.py"]
+
+
+def real_run(*options: str) -> list[str]:
+    return ["run", *options, "--", "python", "t.py"]
+
+
+def real_bench(*options: str) -> list[str]:
+    return ["bench", "--nodes", "1", *options]
+
+
+@pytest.mark.parametrize("shape", CREDENTIALS, ids=[shape.name for shape in CREDENTIALS])
+def test_a_jump_host_with_a_password_is_refused_without_showing_it(tmp_path, shape):
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(f"jump: {json.dumps(f'alice:{shape.secret}@127.0.0.9')}\nhosts: [127.0.0.2]\n")
+    out = tmp_path / "runs"
+    for command in (dry_run, real_run, real_bench):
+        result = dtrun(*command("--hosts", str(hosts), "--output", str(out)))
+        assert result.exit_code == 2, result.output
+        assert f"{hosts}, line 1: 'jump' holds a password" in result.output
+        assert leaks(result.output) == []
+    assert not out.exists()  # no record of it either
+
+
+@pytest.mark.parametrize("shape", CREDENTIALS, ids=[shape.name for shape in CREDENTIALS])
+def test_results_with_credentials_is_refused_without_showing_them(tmp_path, shape):
+    url = f"s3://AKIAIOSFODNN7EXAMPLE:{shape.secret}@{BUCKET}/p"
+    out = tmp_path / "runs"
+    for command in (dry_run, real_run, real_bench):
+        result = dtrun(*command("--results", url, "--output", str(out)))
+        assert result.exit_code == 2, result.output
+        assert (
+            "holds credentials" in result.output and f"--results s3://{BUCKET}/p" in result.output
+        )
+        assert leaks(result.output) == [] and "AKIAIOSFODNN7EXAMPLE" not in result.output
+    assert not out.exists()
+
+
+def _run_dir_holding_every_shape(tmp_path: Path) -> Path:
+    """A run directory whose script, node log and program output hold every planted value in
+    every encoding, as a real run's may."""
+    run = tmp_path / "runs" / "r1"
+    values = [value for shape in SHAPES for value in planted(shape)]
+    for name in ("plan/n1/node-0.sh", "n1/r0/node-0.log", "launch/out/config.txt"):
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text(every_encoding(values))
+    (run / "report.html").write_text('<img src="data:image/png;base64,QUtJQUFC+/=">')
+    return run
+
+
+def _table_secrets() -> list[str]:
+    from runner.redact import secrets_in_environment
+    from runner.spec.request import Program, ProgramKind, RunSpec
+
+    spec = RunSpec("r1", env=ENV, program=Program(ProgramKind.SCRIPT, "t.py", PROGRAM_ARGS))
+    return [*spec.secrets(), *secrets_in_environment(dict(MACHINE))]
+
+
+def test_an_upload_and_the_copy_a_failed_one_leaves_hold_none_of_them(s3, tmp_path, monkeypatch):
+    run = _run_dir_holding_every_shape(tmp_path)
+    local = {path: path.read_bytes() for path in files_to_upload(run)}
+    assert leaked({str(path): body for path, body in local.items()})  # planted for real
+    S3Store(parse_results_url(f"s3://{BUCKET}/ok")).upload(run, secrets=_table_secrets())
+    uploaded = stored(s3, "ok/r1/")
+    assert len(uploaded) == len(local) and leaked(uploaded) == {}
+    assert uploaded["ok/r1/report.html"] == local[run / "report.html"]  # images left whole
+
+    for name, value in user_keys("lister", actions=LIST_ONLY).items():
+        monkeypatch.setenv(name, value)
+    with enable_iam_authentication(), pytest.raises(UploadError) as caught:
+        S3Store(parse_results_url(f"s3://{BUCKET}/denied")).upload(run, secrets=_table_secrets())
+    (copy,) = run.parent.glob("r1.redacted-*")
+    assert f"aws s3 sync {copy} s3://{BUCKET}/denied/r1/" in caught.value.fix
+    copied = {
+        path.relative_to(copy).as_posix(): path.read_bytes() for path in files_to_upload(copy)
+    }
+    assert len(copied) == len(local) and leaked(copied) == {}
+    assert {path: path.read_bytes() for path in files_to_upload(run)} == local  # kept whole
 
 
 @pytest.mark.e2e
-def test_a_bench_and_its_upload_hold_none_of_them(s3, no_leftovers, monkeypatch):
-    for name, (value, _) in MACHINE_ENV.items():
-        monkeypatch.setenv(name, value)
+def test_a_bench_its_json_records_report_and_upload_hold_none_of_them(
+    s3, no_leftovers, machine_env
+):
     out = no_leftovers / "runs"
     result = dtrun(
         "bench", "--nodes", "1", "--steps", "3", "--warmup", "1", "--repeat", "1",
-        "--port", "29710",
+        "--port", "29710", "--json",
         "--output", str(out), "--run-id", "planted", "--results", f"s3://{BUCKET}/p", *ENV_ARGS,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert leaks(result.output) == []
+    json.loads(result.stdout)  # the --json document, whole
     written = records(out / "planted")
     assert {"manifest.json", "runs.json", "summary.json", "report.md", "report.html"} <= set(
         written
     )
-    assert {name: leaks(body) for name, body in written.items() if leaks(body)} == {}
+    assert leaked(written) == {}
+    manifest = json.loads(written["manifest.json"])
+    assert ["ECHO_CMD", f"wandb login {REDACTED}"] in manifest["bench"]["env"]
     uploaded = stored(s3, "p/planted/")
-    assert any(key.endswith(".sh") for key in uploaded)  # the scripts go up too, scrubbed
-    assert {key: leaks(body) for key, body in uploaded.items() if leaks(body)} == {}
+    assert any(key.endswith("node-0.sh") for key in uploaded)  # the scripts go up too, redacted
+    assert leaked(uploaded) == {}
 
 
 @pytest.mark.e2e
-def test_a_run_record_holds_none_of_them(no_leftovers, monkeypatch):
-    for name, (value, _) in MACHINE_ENV.items():
-        monkeypatch.setenv(name, value)
+def test_a_run_its_record_and_upload_hold_none_of_them(s3, no_leftovers, machine_env):
     out = no_leftovers / "runs"
     script = no_leftovers / "quiet.py"
     script.write_text("import sys\n")
     result = dtrun(
-        "run", "--output", str(out), "--run-id", "planted", "--port", "29715", *ENV_ARGS, "--",
-        "python", str(script), "--api-key", "sk-" + "z" * 24,
+        "run", "--output", str(out), "--run-id", "planted", "--port", "29715",
+        "--results", f"s3://{BUCKET}/p", *ENV_ARGS, "--", "python", str(script), *PROGRAM_ARGS,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
+    assert leaks(result.output) == []
     written = records(out / "planted")
-    assert "run.json" in written
-    assert {name: leaks(body) for name, body in written.items() if leaks(body)} == {}
-    assert not any(b"z" * 24 in body for body in written.values())
+    assert "run.json" in written and leaked(written) == {}
+    uploaded = stored(s3, "p/planted/")
+    assert any(key.endswith(".sh") for key in uploaded) and leaked(uploaded) == {}
+
+
+# The failing program prints every value it was given, in every encoding of the table's
+# ENCODINGS that a program writes itself, then fails quoting two of them.
+LEAKY = """\
+import html, json, os, shlex, sys
+from urllib.parse import quote
+names = {names!r}
+values = [os.environ.get(name, "") for name in names] + sys.argv[1:]
+for value in values:
+    for shown in (value, repr(value), json.dumps(value), shlex.quote(value),
+                  quote(value, safe=""), json.dumps({{"v": value}}), html.escape(value)):
+        print(shown, flush=True)
+print("args", sys.argv[1:], flush=True)
+url, password = os.environ["DATABASE_URL"], os.environ["DB_PASS"]
+raise RuntimeError(f"cannot connect to {{url}} as {{password}}")
+"""
 
 
 @pytest.mark.e2e
-def test_a_failing_program_that_prints_them_shows_none_in_its_error_or_records(
-    no_leftovers, monkeypatch
+def test_a_failing_program_that_prints_them_shows_none_in_its_lines_error_record_or_upload(
+    s3, no_leftovers, machine_env
 ):
     """The failure message quotes the node's last log lines, and the program printed every
-    secret it was given before failing: the terminal, the error and run.json hide them all."""
-    for name, (value, _) in MACHINE_ENV.items():
-        monkeypatch.setenv(name, value)
+    secret it was given before failing: the terminal, the error, run.json and the upload
+    hide them all; the node log keeps them whole on this machine."""
     out = no_leftovers / "runs"
     script = no_leftovers / "leaky.py"
-    names = [*PLANTED_ENV, *MACHINE_ENV]
-    script.write_text(
-        "import os, sys\n"
-        f"for name in {names!r}:\n"
-        "    print(name, os.environ[name], flush=True)\n"
-        "print('args', sys.argv[1:], flush=True)\n"
-        "url, password = os.environ['DATABASE_URL'], os.environ['DB_PASS']\n"
-        "raise RuntimeError(f'cannot connect to {url} as {password}')\n"
-    )
+    script.write_text(LEAKY.format(names=[name for name, _ in (*ENV, *MACHINE)]))
     result = dtrun(
-        "run", "--output", str(out), "--run-id", "leaky", "--port", "29718", *ENV_ARGS, "--",
-        "python", str(script), "--api-key", "sk-" + "w" * 24,
+        "run", "--output", str(out), "--run-id", "leaky", "--port", "29718",
+        "--results", f"s3://{BUCKET}/p", *ENV_ARGS, "--", "python", str(script), *PROGRAM_ARGS,
     )  # fmt: skip
     assert result.exit_code == 1, result.output
     assert "node-0 (127.0.0.2) failed with exit code" in result.output
-    assert leaks(result.output) == [] and "w" * 24 not in result.output
-    assert f"DB_PASS {REDACTED}" in result.output  # the lines are shown, less the secrets
-    # the failure message quotes the program's own error, less the secrets
+    assert leaks(result.output) == []
+    assert f"[node-0] {REDACTED}" in result.output  # the lines are shown, less the secrets
     assert f"RuntimeError: cannot connect to postgres://{REDACTED}@db/x as {REDACTED}" in (
         result.output
     )
-    written = records(out / "leaky")
-    assert "hunter2pass" in (out / "leaky" / "launch" / "node-0.log").read_text()  # kept whole
-    assert {name: leaks(body) for name, body in written.items() if leaks(body)} == {}
-    assert not any(b"w" * 24 in body for body in written.values())
+    log = (out / "leaky" / "launch" / "node-0.log").read_text()
+    assert {"Hunter2Password", "SlashPart01", "Wandb0Reused0Key"} <= set(leaks(log))  # whole
+    assert leaked(records(out / "leaky")) == {}
+    uploaded = stored(s3, "p/leaky/")
+    assert "p/leaky/launch/node-0.log" in uploaded and leaked(uploaded) == {}

@@ -215,12 +215,20 @@ def test_a_denied_upload_names_how_many_files_failed_and_keeps_the_local_copy(
     with enable_iam_authentication():
         store.preflight()
         with pytest.raises(UploadError) as caught:
-            store.upload(run_dir)
+            store.upload(run_dir, secrets=["hunter2-token"])
     error = caught.value
     assert error.what == f"7 of 7 files did not upload to s3://{BUCKET}/dtrun/r1/"
     assert "AccessDenied" in error.why
     assert f"the local copy is kept in {run_dir}" in error.fix
-    assert f"aws s3 sync {run_dir} s3://{BUCKET}/dtrun/r1/" in error.fix
+    # the advice syncs a redacted copy, not the run directory, whose script holds HF_TOKEN
+    assert f"aws s3 sync {run_dir} " not in error.fix
+    (copy,) = run_dir.parent.glob("r1.redacted-*")
+    assert f"aws s3 sync {copy} s3://{BUCKET}/dtrun/r1/" in error.fix
+    copied = {
+        path.relative_to(copy).as_posix(): path.read_bytes() for path in files_to_upload(copy)
+    }
+    assert copied["plan/n1/node-0.sh"] == b"#!/bin/bash\nexport HF_TOKEN=<redacted>\n"
+    assert set(copied) == {path.relative_to(run_dir).as_posix() for path in local}
     assert error.exit_code == 3
     assert {path: path.read_bytes() for path in files_to_upload(run_dir)} == local
     assert (run_dir / "runs.json.partial").exists()

@@ -6,12 +6,12 @@ import contextlib
 import re
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import typer
 
 from runner.errors import DtrunError, interrupted_exit_code, interruption
-from runner.redact import redact_text
+from runner.redact import redact_data, redact_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -20,10 +20,41 @@ if TYPE_CHECKING:
 _HUMAN_TO_STDERR = False  # --json: stdout carries the JSON alone
 
 
+class RedactedStream:
+    """stdout or stderr as a console writes to it, every write redacted on the way out
+    (runner/redact.py): what dtrun prints holds no secret it was given, whichever message,
+    table or plan repeats it. The stream is looked up at each write, as print() does."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+
+    def _stream(self) -> IO[str]:
+        stream = sys.stderr if self._stderr else sys.stdout
+        # A live progress display swaps in a proxy that prints through the console again.
+        return getattr(stream, "rich_proxied_file", stream)
+
+    def write(self, text: str) -> int:
+        return self._stream().write(redact_text(text))
+
+    def flush(self) -> None:
+        self._stream().flush()
+
+    def isatty(self) -> bool:
+        return self._stream().isatty()
+
+    def fileno(self) -> int:
+        return self._stream().fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._stream(), "encoding", None) or "utf-8"
+
+
 def console(stderr: bool = False) -> Console:
     from rich.console import Console
 
-    return Console(stderr=stderr or _HUMAN_TO_STDERR, highlight=False)
+    stream = RedactedStream(stderr or _HUMAN_TO_STDERR)
+    return Console(file=stream, highlight=False)  # type: ignore[arg-type]  # IO's write side
 
 
 @contextlib.contextmanager
@@ -39,14 +70,15 @@ def human_output_to_stderr(enabled: bool) -> Iterator[None]:
 
 def echo(text: str) -> None:
     """A plain line for people: stdout, or stderr under --json."""
-    typer.echo(text, err=_HUMAN_TO_STDERR)
+    typer.echo(redact_text(text), err=_HUMAN_TO_STDERR)
 
 
 def print_json(data: object) -> None:
     """One JSON document on stdout, for scripts."""
     import json
 
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    plain = json.loads(json.dumps(data, default=str))
+    sys.stdout.write(json.dumps(redact_data(plain), indent=2) + "\n")
     sys.stdout.flush()
 
 

@@ -6,10 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import typer
-
 from runner import __version__
-from runner.cli.common import console, print_node_line
+from runner.cli.common import console, echo, print_node_line
 from runner.spec.launch import point_dir
 from runner.workloads.sizes import format_size
 
@@ -39,18 +37,18 @@ def print_sweep_plan(
     repeats, then the environment the manifest records (secrets already redacted). An engine's
     ``preview`` adds its allocation request and how each launch starts (Slurm's srun lines)."""
     if preview is not None:
-        typer.echo(f"# ==== allocation\n{preview.allocation}")
+        echo(f"# ==== allocation\n{preview.allocation}")
     gate = sweep.gate
     if isinstance(gate, str):
-        typer.echo(f"# ==== health gate: skipped: {gate}")
+        echo(f"# ==== health gate: skipped: {gate}")
     else:
-        typer.echo(
+        echo(
             f"# ==== health gate: {len(gate.checks)} launch(es), each node alone with "
             f"{gate.procs_per_node} processes at {gate.size}, pass mark {gate.threshold_gbs:g} "
             f"GB/s ({gate.threshold_source})"
         )
         for check in gate.checks:
-            typer.echo(f"# ==== health gate launch -> {check.workdir}")
+            echo(f"# ==== health gate launch -> {check.workdir}")
             print_plan(check.plan, preview, str((run_dir or Path()) / check.workdir))
     # Each point once, however many times it repeats: the repeats run the same scripts, and a
     # plan printed per repeat grows with --repeat (docs/bench.md, Bounds).
@@ -58,29 +56,29 @@ def print_sweep_plan(
     for plan in sweep.points:
         first, last = point_dir(plan.nnodes, 0), point_dir(plan.nnodes, repeat - 1)
         dirs = first if repeat == 1 else f"{first} to {last}, the same scripts in each"
-        typer.echo(f"# ==== point: {plan.nnodes} node(s), {repeat} launch(es) -> {dirs}")
+        echo(f"# ==== point: {plan.nnodes} node(s), {repeat} launch(es) -> {dirs}")
         print_plan(plan, preview, str((run_dir or Path()) / first))
-    typer.echo("# ==== environment recorded in manifest.json (the largest point's)")
+    echo("# ==== environment recorded in manifest.json (the largest point's)")
     for var in sweep.environment:
-        typer.echo(f"{var.key}={var.value}")
+        echo(f"{var.key}={var.value}")
 
 
 def print_plan(plan: LaunchPlan, preview: Preview | None = None, workdir: str = "") -> None:
     """Each script and launch file of one plan, under a header naming it; with an engine's
     ``preview``, how it starts the launch in ``workdir`` first."""
     if preview is not None:
-        typer.echo(preview.launch(plan, workdir))
+        echo(preview.launch(plan, workdir))
     where = f"{plan.nnodes} node(s) via {plan.launcher}, world size {plan.world_size}"
     for launch in plan.launches:
         node = launch.node
-        typer.echo(
+        echo(
             f"# ---- {plan.nnodes} node(s): {launch.script_name} on {node.name} ({node.address}) "
             f"via {plan.launcher}, world size {plan.world_size} ----"
         )
-        typer.echo(launch.script)
+        echo(launch.script)
     for file in plan.files:
-        typer.echo(f"# ---- {where}: launch file {file.name} (every node) ----")
-        typer.echo(file.content)
+        echo(f"# ---- {where}: launch file {file.name} (every node) ----")
+        echo(file.content)
 
 
 class SweepDisplay:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,7 +42,7 @@ from runner.cli.options import (
 )
 from runner.cli.session import StackWatch, choose, opened, session
 from runner.errors import DtrunError, RunDirWriteError, UsageError
-from runner.redact import remember_secrets
+from runner.redact import remember_secrets, secrets_in_environment
 from runner.spec.bounds import within
 from runner.spec.request import BenchSpec, RunSpec, ScalingMode
 
@@ -214,7 +215,8 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
             current.launching = launching = replace(launching, output=resume.parent)
         else:
             spec = bench_spec(sweep, model, strategy, allreduce, gate, launching)
-        remember_secrets(spec.secrets())  # never printed or recorded, even in an error
+        # never printed, recorded or uploaded, even in an error
+        remember_secrets([*spec.secrets(), *secrets_in_environment(os.environ)])
         resolved = resolve_bench(spec)
         refuse_early(resolved.spec, where, resolved.largest)  # --max-cost: nothing asked for yet
         done: Sweep | None = None
@@ -368,7 +370,8 @@ def run(
             nodes=nodes,
             timeout_s=timeout,
         )
-        remember_secrets(spec.secrets())  # never printed or recorded, even in an error
+        # never printed, recorded or uploaded, even in an error
+        remember_secrets([*spec.secrets(), *secrets_in_environment(os.environ)])
         resolved = resolve_run(spec)
         with current.cluster(spec, nodes) as cluster:
             if launching.dry_run:

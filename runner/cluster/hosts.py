@@ -234,6 +234,14 @@ def _inventory(
     workdir = text("workdir", "/tmp/dtrun") or "/tmp/dtrun"
     shared = text("shared", None)
     jump = text("jump", None)
+    if jump is not None and ":" in jump.rpartition("@")[0]:  # never shown: it is a password
+        raise _error(
+            source,
+            top["jump"].start_mark.line + 1,
+            "'jump' holds a password (USER:PASSWORD@HOST)",
+            "ssh takes none there: write jump: USER@HOST[:PORT] and let the jump host accept "
+            "your key (ssh-agent, `key:` or ~/.ssh/config)",
+        )
     known_hosts = text("known_hosts", None)
     return Inventory(
         source=f"hosts:{source}",

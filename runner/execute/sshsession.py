@@ -107,6 +107,13 @@ def jump_endpoint(spec: str, port: int | None, user: str | None, key: str | None
     """One jump host as ProxyJump and the hosts file's `jump:` write it: [USER@]HOST[:PORT]."""
     given_user, _, host = spec.rpartition("@")
     host, _, given_port = host.partition(":")
+    if ":" in given_user:  # USER:PASSWORD@HOST: the password is never shown
+        raise UsageError(
+            f"the jump host {host} is given with a password (USER:PASSWORD@HOST)",
+            why="ssh takes no password in a jump host",
+            fix="write USER@HOST[:PORT] in the hosts file's `jump:` or ProxyJump, and let the "
+            "jump host accept your key",
+        )
     if not host or (given_port and not given_port.isdigit()):
         raise UsageError(
             f"cannot read the jump host {spec!r}",

@@ -39,7 +39,7 @@ from runner.errors import DiskFullError, DtrunError, OutputDirError, RunDirWrite
 from runner.record import manifest
 from runner.record.envdigest import env_digests
 from runner.record.readback import inside
-from runner.redact import redact_text, redact_var
+from runner.redact import redact_data, redact_text, redact_var
 from runner.spec.cluster import Inventory
 from runner.spec.launch import EnvVar, LaunchPlan, point_dir
 from runner.spec.outcome import Health, NodeResult, RunResult, RunStatus, SweepStatus
@@ -57,7 +57,10 @@ def now_iso() -> str:
 
 
 def as_json(data: object) -> str:
-    return json.dumps(data, indent=2, default=str) + "\n"
+    """A record's text. Every string is redacted (runner/redact.py): a record holds no secret
+    this process was given, whichever field repeats it."""
+    plain = json.loads(json.dumps(data, default=str))  # paths and the like as the file has them
+    return json.dumps(redact_data(plain), indent=2) + "\n"
 
 
 def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunError | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from runner import __version__
 from runner.azure.catalog import ExpectedBusbw, expected_busbw
 from runner.record.rundir import RunDir
+from runner.redact import redact_text
 from runner.render import environment, render
 from runner.report.cost import SweepCost, sweep_cost
 from runner.report.losses import LossRow, where_scaling_is_lost
@@ -241,11 +242,14 @@ def build_report(run_dir: RunDir) -> Report:
         pngs[BUSBW] = plot_busbw(
             dict(report.series), dict(report.expected), title=f"{title}: all-reduce"
         )
-    markdown = render("report.md.j2", {**_context(report), "plots": _links(pngs)})
+    # From redacted records; redacted again so a report rebuilt from older records holds none
+    # (before the plots are inlined: their base64 is not text to scrub)
+    markdown = redact_text(render("report.md.j2", {**_context(report), "plots": _links(pngs)}))
     body = markdown_to_html(markdown)
     for plot, png in pngs.items():  # the HTML carries its plots inside: one file to send
         body = body.replace(f'src="{plot.name}"', f'src="{_data_uri(png)}"')
-    html = render("report.html.j2", {"title": f"dtrun report: {manifest['run_id']}", "body": body})
+    page_title = redact_text(f"dtrun report: {manifest['run_id']}")
+    html = render("report.html.j2", {"title": page_title, "body": body})
     for plot in PLOTS:
         if plot in pngs:
             run_dir.write(run_dir.path / plot.name, pngs[plot])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass, field, replace
 from enum import StrEnum
 
-from runner.redact import redact_args, redact_env, secret_args, secret_values
+from runner.redact import Redactor, redact_args, redact_env, secret_args, secret_values
 from runner.spec.cluster import Accelerator
 from runner.spec.outcome import SuccessRule
 
@@ -234,8 +234,9 @@ class BenchSpec(LaunchRequest):
     max_cost: float | None = None
 
     def redacted(self) -> BenchSpec:
-        """This spec with the values of secret-looking --env variables replaced."""
-        return replace(self, env=redact_env(self.env))
+        """This spec with the values of secret-looking --env variables replaced, and their
+        fragments masked wherever another value repeats them."""
+        return replace(self, env=redact_env(self.env, Redactor.of(self.secrets())))
 
 
 @dataclass(frozen=True)
@@ -247,9 +248,11 @@ class RunSpec(LaunchRequest):
     timeout_s: float | None = None  # None: as long as the program runs
 
     def redacted(self) -> RunSpec:
-        """This spec with secret-looking --env values and program arguments replaced."""
-        program = replace(self.program, args=redact_args(self.program.args))
-        return replace(self, env=redact_env(self.env), program=program)
+        """This spec with secret-looking --env values and program arguments replaced, and
+        their fragments masked wherever another value or argument repeats them."""
+        hide = Redactor.of(self.secrets())
+        program = replace(self.program, args=redact_args(self.program.args, hide))
+        return replace(self, env=redact_env(self.env, hide), program=program)
 
     def secrets(self) -> tuple[str, ...]:
         return super().secrets() + secret_args(self.program.args)

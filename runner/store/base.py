@@ -4,22 +4,20 @@ files of a run directory go, and how secrets are kept out of the copies."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from runner.redact import REDACTED
+from runner.redact import Redactor
 from runner.store.url import StoreUrl
 
-# Secret-looking --env values are replaced in the uploaded copy of every file up to this size
-# (launch scripts hold them verbatim; a program may echo them into its log). Larger files are
-# a program's outputs (checkpoints) and are uploaded as they are.
+# Every file up to this size is uploaded redacted (launch scripts hold the --env values
+# verbatim; a program may print them into its log). Larger files are a program's outputs
+# (checkpoints) and are uploaded as they are.
 SCAN_LIMIT = 64 * 1024 * 1024
-
-
-# Shorter values ("true", "1", "yes") would be replaced all over JSON and logs.
-MIN_SECRET_LENGTH = 6
 
 
 @dataclass(frozen=True)
@@ -79,19 +77,59 @@ def files_to_upload(run_dir: Path) -> list[Path]:
     return found
 
 
-def redacted_body(path: Path, secrets: Sequence[bytes]) -> bytes | None:
-    """The file's bytes with every secret replaced, or None when it holds none (or is huge)."""
-    if not secrets or path.stat().st_size > SCAN_LIMIT:
+def redacted_body(path: Path, hide: Redactor) -> bytes | None:
+    """The file's bytes as they may leave this machine, or None when they need no change (or
+    the file is over SCAN_LIMIT)."""
+    if path.stat().st_size > SCAN_LIMIT:
         return None
     data = path.read_bytes()
-    if not any(secret in data for secret in secrets):
-        return None
-    for secret in secrets:
-        data = data.replace(secret, REDACTED.encode())
-    return data
+    body = hide.body(data)
+    return None if body == data else body
 
 
-def secret_values(values: Sequence[str]) -> list[bytes]:
-    """The values worth replacing: long enough not to be ordinary words, longest first."""
-    chosen = {v.encode() for v in values if len(v) >= MIN_SECRET_LENGTH}
-    return sorted(chosen, key=len, reverse=True)
+# What a run directory's records are, for a copy made without dtrun: they are written
+# redacted (aws s3 sync filters: the last matching one wins, * matches across /).
+_RECORDS = (
+    "manifest.json", "runs.json", "run.json", "summary.json", "health.json", "report.md",
+    "report.html", "*.png", "n*/r*/result.json",
+)  # fmt: skip
+
+
+def redacted_copy(run_dir: Path, bodies: Mapping[Path, bytes | None]) -> Path:
+    """A copy of ``run_dir`` as an upload sends it, beside it (``<run-id>.redacted-XXXX``, mode
+    0700): each file of ``bodies`` redacted where its body is given, else a hard link to it (a
+    copy where links cannot be made). For an upload that failed: the run directory itself
+    holds the --env values verbatim in its launch scripts, so it must not be synced as it is."""
+    copy = Path(tempfile.mkdtemp(prefix=f"{run_dir.name}.redacted-", dir=run_dir.parent))
+    for path, body in bodies.items():
+        target = copy / path.relative_to(run_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if body is not None:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            with os.fdopen(os.open(target, flags, path.stat().st_mode & 0o777), "wb") as out:
+                out.write(body)
+            continue
+        try:
+            os.link(path, target, follow_symlinks=False)
+        except OSError:
+            shutil.copyfile(path, target, follow_symlinks=False)
+    return copy
+
+
+def copy_hint(run_dir: Path, url: str, bodies: Mapping[Path, bytes | None]) -> str:
+    """How to copy a run whose upload failed without sending a secret: its redacted copy, or
+    its records alone when no copy can be made."""
+    try:
+        copy = redacted_copy(run_dir, bodies)
+    except OSError as exc:
+        records = " ".join(f"--include '{pattern}'" for pattern in _RECORDS)
+        return (
+            f"no redacted copy could be made ({exc.strerror or exc}), and {run_dir} holds the "
+            f"--env values verbatim in its launch scripts and logs: copy its records alone "
+            f"with `aws s3 sync {run_dir} {url} --exclude '*' {records}`"
+        )
+    return (
+        f"a copy with the secrets redacted, as the upload sends it, is in {copy}: "
+        f"copy it later with `aws s3 sync {copy} {url}` (not {run_dir} itself, whose launch "
+        "scripts hold the --env values verbatim)"
+    )

@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import StoreError, UploadError, UploadInterruptedError
+from runner.redact import process_redactor
 from runner.store.base import (
     ProgressSink,
     ResultsStore,
     Upload,
     UploadProgress,
     _ignore_progress,
+    copy_hint,
     files_to_upload,
     redacted_body,
-    secret_values,
 )
 from runner.store.url import StoreUrl, _is_aws
 
@@ -159,15 +160,17 @@ class S3Store:
     ) -> Upload:
         """Copy every file of ``run_dir`` to ``prefix/<run-id>/``; the local files stay.
 
-        ``secrets`` (secret-looking --env values) are replaced by <redacted> in the copies.
-        Every file is tried; then a failure raises UploadError naming how many did not go.
+        Every fragment of ``secrets`` (the spec's secret values) and of every value this
+        process was told is secret is replaced by <redacted> in the copies (runner/redact.py).
+        Every file is tried; then a failure raises UploadError naming how many did not go, and
+        leaves a redacted copy to send later.
         """
         from boto3.s3.transfer import TransferConfig, create_transfer_manager
 
         run_id = run_dir.name
         files = files_to_upload(run_dir)
-        hidden = secret_values(secrets)
-        bodies = {path: redacted_body(path, hidden) for path in files}
+        hide = process_redactor().knowing(secrets)
+        bodies = {path: redacted_body(path, hide) for path in files}
         sizes = {
             path: path.stat().st_size if body is None else len(body)
             for path, body in bodies.items()
@@ -194,7 +197,7 @@ class S3Store:
             raise UploadInterruptedError(
                 f"upload to {self.url.run_url(run_id)} interrupted",
                 why=f"{tally.files_done} of {len(files)} files were uploaded",
-                fix=f"the local copy is kept in {run_dir}; {_copy_hint(run_dir, self.url)}",
+                fix=f"the local copy is kept in {run_dir}; {self._copy_hint(run_dir, bodies)}",
             ) from None
         manager.shutdown()
         if failures:
@@ -203,9 +206,12 @@ class S3Store:
                 f"{len(failures)} of {len(files)} files did not upload to "
                 f"{self.url.run_url(run_id)}",
                 why=f"{key}: {error}",
-                fix=f"the local copy is kept in {run_dir}; {_copy_hint(run_dir, self.url)}",
+                fix=f"the local copy is kept in {run_dir}; {self._copy_hint(run_dir, bodies)}",
             )
         return Upload(self.url.run_url(run_id), tuple(futures), sum(sizes.values()))
+
+    def _copy_hint(self, run_dir: Path, bodies: Mapping[Path, bytes | None]) -> str:
+        return copy_hint(run_dir, self.url.run_url(run_dir.name), bodies)
 
     @staticmethod
     def _wait(futures: dict[str, TransferFuture]) -> list[tuple[str, str]]:
@@ -307,10 +313,6 @@ def _client_error_text(exc: ClientError) -> str:
     error = exc.response.get("Error", {})
     code, message = error.get("Code", ""), error.get("Message", "")
     return f"{code}: {message}" if message else str(code or exc)
-
-
-def _copy_hint(run_dir: Path, url: StoreUrl) -> str:
-    return f"copy it later with `aws s3 sync {run_dir} {url.run_url(run_dir.name)}`"
 
 
 # URL scheme -> store. The local run directory needs no entry: it is always written.

@@ -7,11 +7,15 @@ import re
 from dataclasses import dataclass
 
 from runner.errors import UsageError
+from runner.redact import REDACTED
 
 SCHEMES = ("s3",)  # the keys of runner.store.s3.STORES (a test keeps them equal)
 # Bucket names: 3-63 characters of lowercase letters, digits, '.' and '-', starting and ending
 # with a letter or digit (the rules of AWS S3, which S3-compatible stores follow).
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+# USER:PASSWORD@ or USER@ before the bucket (the password may hold / and @): a bucket name
+# holds neither : nor @, and a key may hold @ only after the first /.
+_CREDENTIALS = re.compile(r"(?:[^/@]*:.*|[^/@:]+)@(?P<rest>[^@]*)\Z", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,16 @@ class StoreUrl:
 def parse_results_url(text: str) -> StoreUrl:
     """``s3://bucket/some/prefix`` -> StoreUrl; anything else is a UsageError saying why."""
     scheme, sep, rest = text.partition("://")
+    credentials = _CREDENTIALS.match(rest if sep else text)
+    if credentials:  # said before anything that would show the URL, and never shown
+        plain = f"{scheme}://{credentials['rest']}" if sep else f"s3://{credentials['rest']}"
+        raise UsageError(
+            f"--results {(scheme + '://' if sep else '') + REDACTED}@... holds credentials",
+            why="a store URL takes no user or password: boto3 reads the credentials from "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role",
+            fix=f"pass --results {plain} and export AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE=NAME)",
+        )
     if not sep:
         guess = f"s3://{text.lstrip('/')}" if text and ":" not in text else "s3://bucket/prefix"
         raise UsageError(

@@ -1,0 +1,155 @@
+"""The one table of secret shapes the redaction tests plant (tests/test_redact.py: each shape in
+each encoding; tests/test_secrets.py: through every input of dtrun, grepping every sink).
+
+A shape's ``secret`` is what must never be seen. It is checked by its *cores*: its runs of 8 or
+more letters and digits, which no quoting or escaping changes, so a leak in any encoding
+(shell, JSON, repr, URL, HTML, one line of several) still shows a core. Each core is unique
+to its shape and appears nowhere else (not in a variable's name, not in a host name).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import quote, quote_plus
+
+
+def _pem(seed: str, kind: str = "PRIVATE KEY") -> str:
+    """A PEM-shaped private key (not a real one): 64-character base64 lines holding / and +."""
+    body = base64.b64encode(
+        b"".join(hashlib.sha512(f"{seed}{i}".encode()).digest() for i in range(5))
+    )
+    lines = [body[i : i + 64].decode() for i in range(0, len(body), 64)]
+    return "\n".join([f"-----BEGIN {kind}-----", *lines, f"-----END {kind}-----"])
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    secret: str  # never seen anywhere dtrun writes, prints or uploads (checked by its cores)
+    env: tuple[tuple[str, str], ...] = ()  # planted as --env NAME=VALUE
+    args: tuple[str, ...] = ()  # planted as `dtrun run` program arguments
+    machine: tuple[tuple[str, str], ...] = ()  # planted in dtrun's own environment
+    # also planted as a hosts file's `jump: alice:SECRET@host` and `--results
+    # s3://KEY:SECRET@bucket/p` (both refused, the secret unshown)
+    credential: bool = False
+
+    @property
+    def cores(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(re.findall(r"[A-Za-z0-9]{8,}", self.secret)))
+
+
+PEM_A = _pem("tls")
+PEM_B = _pem("service-account", "RSA PRIVATE KEY")
+GHP = "ghp_" + "Gh7TokenCore" * 3
+SK = "sk-ArgKeyCore" + "x" * 16
+SERVICE_ACCOUNT = json.dumps(
+    {"type": "service_account", "client_email": "sa@proj.example", "private_key": PEM_B}
+)
+
+SHAPES: tuple[Shape, ...] = (
+    Shape("secret name", "Hunter2Password", env=(("DB_PASS", "Hunter2Password"),),
+          credential=True),
+    Shape("secret name part", "PatValueCore123", env=(("GITHUB_PAT", "PatValueCore123"),)),
+    Shape(
+        "quotes and shell characters",
+        "Quote7Part'Dquote7Part\"Dollar7Part$`Back7Part\\Bslash7Part",
+        env=(("DB_PASSWORD", "Quote7Part'Dquote7Part\"Dollar7Part$`Back7Part\\Bslash7Part"),),
+        credential=True,
+    ),
+    Shape("multi-line PEM key", PEM_A, env=(("TLS_PRIVATE_KEY", PEM_A),)),
+    Shape("PEM inside JSON", PEM_B, env=(("SERVICE_ACCOUNT_JSON", SERVICE_ACCOUNT),)),
+    Shape(
+        "URL password with /",
+        "SlashPart01/SlashPart02",
+        env=(("MLFLOW_TRACKING_URI", "https://bob:SlashPart01/SlashPart02@mlflow.example/x"),),
+        credential=True,
+    ),
+    Shape(
+        "URL password with @",
+        "AtPart0001@AtPart0002",
+        env=(("PROXY_URL", "https://bob:AtPart0001@AtPart0002@proxy.example:8080/"),),
+        credential=True,
+    ),
+    Shape(
+        "URL password, URL-encoded",
+        "EncPart0001@EncPart0002",
+        env=(("HUB_URL", "https://u:EncPart0001%40EncPart0002@hub.example/simple"),),
+    ),
+    Shape("URL password", "DbPassword99", env=(("DATABASE_URL", "postgres://dbu:DbPassword99@db/x"),)),
+    Shape(
+        "secret reused in a plain variable",
+        "Wandb0Reused0Key",
+        env=(("WANDB_API_KEY", "Wandb0Reused0Key"), ("ECHO_CMD", "wandb login Wandb0Reused0Key")),
+    ),
+    Shape("token shape in a value", GHP, env=(("NOTE", f"token {GHP} here"),)),
+    Shape("AWS key id", "AKIAQWERTYUIOPASDFGH", env=(("HINT", "AKIAQWERTYUIOPASDFGH"),)),
+    Shape("secret option", SK, args=("--api-key", SK)),
+    Shape("secret option=", "ArgTokenValue99", args=("--hub-token=ArgTokenValue99",)),
+    Shape("URL in an argument", "ArgUrlPass99", args=("--db", "postgres://u:ArgUrlPass99@db/x")),
+    Shape(
+        "URL in this machine's environment",
+        "MachinePass77",
+        machine=(("MY_SERVICE_URL", "https://alice:MachinePass77@svc/x"),),
+    ),
+    Shape(
+        "token in this machine's environment",
+        "xoxb-1234567890-MachineSlackCore",
+        machine=(("SOME_SETTING", "xoxb-1234567890-MachineSlackCore"),),
+    ),
+)  # fmt: skip
+
+ENV = tuple(pair for shape in SHAPES for pair in shape.env)
+ENV_ARGS = tuple(arg for name, value in ENV for arg in ("--env", f"{name}={value}"))
+PROGRAM_ARGS = tuple(arg for shape in SHAPES for arg in shape.args)
+MACHINE = tuple(pair for shape in SHAPES for pair in shape.machine)
+CREDENTIALS = tuple(shape for shape in SHAPES if shape.credential)
+CORES = tuple(core for shape in SHAPES for core in shape.cores)
+
+
+def leaks(text: str | bytes) -> list[str]:
+    """The cores of every planted secret that ``text`` shows."""
+    body = text.decode(errors="replace") if isinstance(text, bytes) else text
+    return [core for core in CORES if core in body]
+
+
+def _in_shell_double_quotes(text: str) -> str:
+    return '"' + "".join("\\" + c if c in '$`"\\' else c for c in text) + '"'
+
+
+# How a value reaches text: as dtrun's renderer, its records and reports, and a program write it.
+ENCODINGS: dict[str, Callable[[str], str]] = {
+    "raw": lambda v: v,
+    "shlex.quote": shlex.quote,
+    "inside a longer shell word": lambda v: shlex.quote(f"wandb login {v} --relogin"),
+    "shell double quotes": _in_shell_double_quotes,
+    "json.dumps": json.dumps,
+    "json.dumps, UTF-8": lambda v: json.dumps(v, ensure_ascii=False),
+    "JSON inside shell quotes": lambda v: shlex.quote(json.dumps({"value": v})),
+    "JSON of JSON": lambda v: json.dumps(json.dumps(v)),
+    "repr": repr,
+    "repr of a list (print(sys.argv))": lambda v: repr(["--x", v]),
+    "URL-encoded": lambda v: quote(v, safe=""),
+    "URL path": quote,
+    "form-encoded": quote_plus,
+    "HTML": html.escape,
+    "Markdown cell": lambda v: v.replace("|", "\\|"),
+}
+
+
+def planted(shape: Shape) -> list[str]:
+    """Every string a shape is given to dtrun as, and its secret alone."""
+    return [shape.secret, *(value for _, value in (*shape.env, *shape.machine)), *shape.args]
+
+
+def every_encoding(values: list[str]) -> str:
+    """Text holding each value in each encoding, one per line (a program's log, a script)."""
+    return "".join(
+        f"{how}: {encode(value)}\n" for value in values for how, encode in ENCODINGS.items()
+    )
