@@ -284,3 +284,12 @@ def fill(disk: Path) -> None:
                 filler.write(b"\0" * 4096)
         except OSError as exc:
             assert exc.errno == errno.ENOSPC
+
+
+@pytest.fixture(autouse=True)
+def no_remembered_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no secret remembered: one command per process in dtrun, many
+    tests per process here (a value one test planted would be scrubbed from another's files)."""
+    from runner import redact
+
+    monkeypatch.setattr(redact, "_process", redact.Redactor())

@@ -254,7 +254,7 @@ def test_a_jump_host_with_a_password_is_refused_without_printing_it():
     with pytest.raises(HostsFileError) as refused:
         parse_hosts_file(text, "hosts.yaml", Defaults(user="me", python_bin="/v/bin"))
     assert "S3cretPw" not in refused.value.message
-    assert "use a key" in refused.value.message
+    assert "holds a password" in refused.value.message
 
 
 @pytest.mark.parametrize(

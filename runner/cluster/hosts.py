@@ -91,6 +91,14 @@ def _check_name(field: str, value: str, source: str, line: int) -> None:
     problem = check(value) if check else None
     if problem:
         raise _error(source, line, f"'{field}' {value!r} {problem}")
+    if field == "jump" and ":" in value.rpartition("@")[0]:  # never shown: it is a password
+        raise _error(
+            source,
+            line,
+            "'jump' holds a password (USER:PASSWORD@HOST)",
+            "ssh takes none there: write jump: USER@HOST[:PORT] and let the jump host accept "
+            "your key (ssh-agent, `key:` or ~/.ssh/config)",
+        )
     if field == "jump" and _jump_problem(value):
         raise _error(
             source,
@@ -234,14 +242,6 @@ def _inventory(
     workdir = text("workdir", "/tmp/dtrun") or "/tmp/dtrun"
     shared = text("shared", None)
     jump = text("jump", None)
-    if jump is not None and ":" in jump.rpartition("@")[0]:  # never shown: it is a password
-        raise _error(
-            source,
-            top["jump"].start_mark.line + 1,
-            "'jump' holds a password (USER:PASSWORD@HOST)",
-            "ssh takes none there: write jump: USER@HOST[:PORT] and let the jump host accept "
-            "your key (ssh-agent, `key:` or ~/.ssh/config)",
-        )
     known_hosts = text("known_hosts", None)
     return Inventory(
         source=f"hosts:{source}",
