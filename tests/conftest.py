@@ -208,7 +208,15 @@ def no_leftovers(tmp_path: Path) -> Iterator[Path]:
     for proc in left:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    assert not left, f"processes left behind: {[p.info for p in left]}"
+    assert not left, f"processes left behind: {[_described(p) for p in left]}"
+
+
+def _described(proc: psutil.Process) -> str:
+    """A leftover process as the failure shows it (psutil.Process has .info only when it came
+    from process_iter with attributes)."""
+    with contextlib.suppress(psutil.Error):
+        return f"{proc.pid} {' '.join(proc.cmdline())[:200]}"
+    return str(proc.pid)
 
 
 @pytest.fixture

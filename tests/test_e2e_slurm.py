@@ -515,9 +515,12 @@ def test_munge_not_answering_is_the_sites_failure_not_bad_input(slurm, no_leftov
             "AuthType=auth/munge", f"AuthType=auth/munge\nAuthInfo=socket={no_leftovers}/none"
         )
     )
-    for args in (("run", "--slurm", "--nodes", "2", "--", "true"), ("bench", "--slurm")):
+    for command, rest in (
+        (("run", "--slurm", "--nodes", "2"), ("--", "true")),
+        (("bench", "--slurm"), ()),
+    ):
         done = run_dtrun(
-            *args[:3], "--output", str(no_leftovers / "runs"), *args[3:],
+            *command, "--output", str(no_leftovers / "runs"), *rest,
             cwd=no_leftovers, env={**slurm.env, "SLURM_CONF": str(conf)},
         )  # fmt: skip
         assert done.returncode == 1, done.stdout + done.stderr

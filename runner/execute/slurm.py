@@ -283,7 +283,8 @@ class SlurmExecutor:
             )
         if error is None:
             return results
-        error.node_results = results
+        # Slurm's own end already says each node's part (its cause): keep that one
+        error.node_results = error.node_results or results
         raise error
 
     def _ended(self, step: _Step, results: tuple[NodeResult, ...]) -> RunError | None:
