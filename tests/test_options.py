@@ -92,7 +92,7 @@ def test_relative_script_and_executable_paths_are_taken_from_where_dtrun_started
         ),
         (("--api-key=k1",), ("--api-key=<redacted>",), ("k1",)),
         (("DB_PASSWORD=pw",), ("DB_PASSWORD=<redacted>",), ("pw",)),
-        (("--db", "postgres://u:p@db/x"), ("--db", "postgres://<redacted>@db/x"), ("u:p",)),
+        (("--db", "postgres://u:p@db/x"), ("--db", "postgres://<redacted>@db/x"), ("u:p", "p")),
         # whole words only: a tokenizer or a kept checkpoint is no secret
         (
             ("--tokenizer", "gpt2", "--keep-last", "3"),
