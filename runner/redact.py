@@ -49,10 +49,11 @@ _SECRET_WORD = re.compile(
 # `scheme://USER@host`. A password is taken up to the *last* @ before the host, so one holding
 # / or @ (`https://bob:Slash/Pw@h`, `https://bob:At@Pw@h`) is hidden whole; urllib.parse would
 # end the user-info at the first / and the old rule at the first @, each leaving a part shown.
-# The password stops at white space, double quotes and <> (JSON and HTML around the URL).
+# The password stops at white space, double quotes and <> (JSON and HTML around the URL);
+# lengths are bounded so a long line of many URLs is not searched over and over.
 _URL_CREDENTIALS = re.compile(
     r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)"
-    r"(?P<userinfo>[^\s/@:\"'<>]*:[^\s\"<>]*|[^\s/@:\"'<>]+)"
+    r"(?P<userinfo>[^\s/@:\"'<>]{0,256}:[^\s\"<>]{0,512}|[^\s/@:\"'<>]{1,256})"
     r"@(?=[^\s/@\"'<>])"
 )
 

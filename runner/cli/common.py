@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -11,10 +12,12 @@ from typing import IO, TYPE_CHECKING
 import typer
 
 from runner.errors import DtrunError, interrupted_exit_code, interruption
-from runner.redact import redact_data, redact_text
+from runner.redact import redact_data, redact_text, secrets_in_environment
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from runner.spec.request import LaunchRequest
 
 
 _HUMAN_TO_STDERR = False  # --json: stdout carries the JSON alone
@@ -48,6 +51,13 @@ class RedactedStream:
     @property
     def encoding(self) -> str:
         return getattr(self._stream(), "encoding", None) or "utf-8"
+
+
+def command_secrets(spec: LaunchRequest) -> list[str]:
+    """Every value a launch command must not print, record or upload: the spec's secrets, and
+    the URL credentials and tokens of this machine's environment (the manifest records it, and
+    the embedded nodes inherit it)."""
+    return [*spec.secrets(), *secrets_in_environment(os.environ)]
 
 
 def console(stderr: bool = False) -> Console:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -12,7 +11,7 @@ import typer
 
 from runner import __version__
 from runner.cli import options as opts
-from runner.cli.common import console, print_json, print_node_line, user_errors
+from runner.cli.common import command_secrets, console, print_json, print_node_line, user_errors
 from runner.cli.cost import (
     MaxCost,
     PricePerNodeHour,
@@ -42,7 +41,7 @@ from runner.cli.options import (
 )
 from runner.cli.session import StackWatch, choose, opened, session
 from runner.errors import DtrunError, RunDirWriteError, UsageError
-from runner.redact import remember_secrets, secrets_in_environment
+from runner.redact import remember_secrets
 from runner.spec.bounds import within
 from runner.spec.request import BenchSpec, RunSpec, ScalingMode
 
@@ -216,7 +215,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
         else:
             spec = bench_spec(sweep, model, strategy, allreduce, gate, launching)
         # never printed, recorded or uploaded, even in an error
-        remember_secrets([*spec.secrets(), *secrets_in_environment(os.environ)])
+        remember_secrets(command_secrets(spec))
         resolved = resolve_bench(spec)
         refuse_early(resolved.spec, where, resolved.largest)  # --max-cost: nothing asked for yet
         done: Sweep | None = None
@@ -371,7 +370,7 @@ def run(
             timeout_s=timeout,
         )
         # never printed, recorded or uploaded, even in an error
-        remember_secrets([*spec.secrets(), *secrets_in_environment(os.environ)])
+        remember_secrets(command_secrets(spec))
         resolved = resolve_run(spec)
         with current.cluster(spec, nodes) as cluster:
             if launching.dry_run:

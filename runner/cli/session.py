@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from runner.cli.common import console, human_output_to_stderr, user_errors
+from runner.cli.common import command_secrets, console, human_output_to_stderr, user_errors
 from runner.cli.display import RegistryBar
 from runner.cli.options import Launching, Where
 from runner.errors import UsageError, interruption
@@ -179,7 +179,7 @@ class Session:
             drain_failing=self.drain_failing,
         )
         with (
-            upload_after(store, launching.output / spec.run_id, spec.secrets()),
+            upload_after(store, launching.output / spec.run_id, command_secrets(spec)),
             opened(choice, self.watch) as cluster,
         ):
             yield cluster

@@ -1,7 +1,7 @@
 """`--results URL` on `dtrun bench` and `dtrun run`: check the store first, upload the run last.
 
     store = check_results(results, dry_run=dry_run)        # after the input is validated
-    with upload_after(store, output / run_id, spec.secrets()):    # around the cluster and the run
+    with upload_after(store, output / run_id, command_secrets(spec)):  # around cluster and run
         ...
 
 The store is checked before any cluster is built or any directory made, so a missing
@@ -48,8 +48,8 @@ def upload_after(
     """Upload ``run_dir`` when the block ends, if the block made it; re-raise what it raised.
 
     A directory that existed before is never uploaded: it is another run's (dtrun refuses to
-    write into it). ``secrets`` (the spec's secret-looking --env values and program arguments)
-    are redacted in the copies.
+    write into it). ``secrets`` (every value the command was given as secret: --env values,
+    program arguments, URL credentials and tokens) are redacted in the copies.
     """
     if store is None:
         yield

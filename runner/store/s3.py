@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import StoreError, UploadError, UploadInterruptedError
-from runner.redact import process_redactor
+from runner.redact import Redactor
 from runner.store.base import (
     ProgressSink,
     ResultsStore,
@@ -160,8 +160,8 @@ class S3Store:
     ) -> Upload:
         """Copy every file of ``run_dir`` to ``prefix/<run-id>/``; the local files stay.
 
-        Every fragment of ``secrets`` (the spec's secret values) and of every value this
-        process was told is secret is replaced by <redacted> in the copies (runner/redact.py).
+        Every fragment of ``secrets`` (every value the command was given as secret), URL
+        credentials and token shapes are replaced by <redacted> in the copies (runner/redact.py).
         Every file is tried; then a failure raises UploadError naming how many did not go, and
         leaves a redacted copy to send later.
         """
@@ -169,7 +169,7 @@ class S3Store:
 
         run_id = run_dir.name
         files = files_to_upload(run_dir)
-        hide = process_redactor().knowing(secrets)
+        hide = Redactor.of(secrets)
         bodies = {path: redacted_body(path, hide) for path in files}
         sizes = {
             path: path.stat().st_size if body is None else len(body)
