@@ -268,6 +268,31 @@ def test_the_node_spark_lost_is_recorded_with_its_code_and_the_stopped_one_as_st
     assert "failed with exit code 137" in error.message and "ExecutorLostFailure" in error.message
 
 
+# Spark 4's words for the same loss in a barrier stage (seen on the test standalone cluster):
+# the partition in the job's failure, the executor's exit only in the driver's log.
+BARRIER = (
+    "Job aborted due to stage failure: ResultStage 0 (run at spark_driver.py:246) has failed "
+    "the maximum allowable number of times: 1. Most recent failure reason: Stage failed "
+    "because barrier task ResultTask(0, 1) finished unsuccessfully."
+)
+
+
+def test_a_barrier_task_spark_4_lost_gets_its_executors_code_from_the_driver_log(tmp_path):
+    write_failure(tmp_path / FAILURE_FILE, task_failure(RuntimeError(BARRIER)))
+    (tmp_path / "spark-driver.log").write_text(
+        "26/11/25 18:59:33 ERROR TaskSchedulerImpl: Lost executor 0 on 127.0.0.42: "
+        "Command exited with code 137\n"
+    )
+    results = node_results(_plan(["spark-0", "spark-1"]), tmp_path)
+    assert [(r.exit_code, r.cause is not None) for r in results] == [(None, False), (137, True)]
+
+
+def test_a_barrier_failure_with_no_lost_executor_in_the_log_records_no_code(tmp_path):
+    write_failure(tmp_path / FAILURE_FILE, task_failure(RuntimeError(BARRIER)))
+    results = node_results(_plan(["spark-0", "spark-1"]), tmp_path)
+    assert [(r.exit_code, r.cause is not None) for r in results] == [(None, False), (None, True)]
+
+
 def test_a_driver_failure_it_recorded_is_the_error_not_its_log(tmp_path):
     unreachable = master_unreachable("spark://127.0.0.1:1")
     assert unreachable is not None

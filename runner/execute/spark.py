@@ -12,6 +12,7 @@ machine's for local-cluster; shared storage otherwise).
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from dataclasses import replace
 from pathlib import Path
@@ -119,6 +120,8 @@ def node_results(plan: LaunchPlan, workdir: Path) -> tuple[NodeResult, ...]:
         result = NodeResult(launch.node.name, launch.node.address, code, str(log), wall_s=0.0)
         if rank == lost and code is None:
             executor = failure.get("exit_code")
+            if not isinstance(executor, int):
+                executor = lost_executor_exit(workdir)
             result = replace(
                 result,
                 exit_code=executor if isinstance(executor, int) else None,
@@ -126,6 +129,22 @@ def node_results(plan: LaunchPlan, workdir: Path) -> tuple[NodeResult, ...]:
             )
         results.append(result)
     return tuple(results)
+
+
+# The driver's log line for an executor that died (TaskSchedulerImpl): `Lost executor 0 on
+# 127.0.0.42: Command exited with code 137`.
+_LOST_EXECUTOR = re.compile(r"Lost executor \S+ on \S+: .*?exited with code (-?\d+)")
+
+
+def lost_executor_exit(workdir: Path) -> int | None:
+    """The exit code of the one executor the driver's log says was lost; None when it names no
+    such executor, or several with different codes (which one ran the partition is unknown)."""
+    try:
+        text = (workdir / "spark-driver.log").read_text(errors="replace")
+    except OSError:
+        return None
+    codes = {int(found.group(1)) for found in _LOST_EXECUTOR.finditer(text)}
+    return codes.pop() if len(codes) == 1 else None
 
 
 def driver_failure(workdir: Path) -> dict[str, object]:

@@ -122,11 +122,26 @@ _LOST_TASK = re.compile(r"Lost task (\d+)\.\d+ in stage \S+ \(TID \d+\) \(([^)]*
 _EXECUTOR_EXIT = re.compile(r"exited with code (-?\d+)")
 
 
+# A barrier stage (TorchDistributor's, horovod.spark's) says instead, as Spark 4 does: `Stage
+# failed because barrier task ResultTask(0, 1) finished unsuccessfully` (stage, partition); the
+# executor's exit is then only in the driver's log (runner/execute/spark.py reads it).
+_BARRIER_TASK = re.compile(r"barrier task ResultTask\(\d+, (\d+)\) finished unsuccessfully")
+
+
 def task_failure(error: BaseException) -> Failure:
     """The job failed: the partition Spark names, with its reason (an executor lost, and its
     exit code), or Spark's words when it names none."""
     said = spark_said(error)
-    lost = _LOST_TASK.search(str(getattr(error, "java_exception", None) or error))
+    text = str(getattr(error, "java_exception", None) or error)
+    lost = _LOST_TASK.search(text)
+    barrier = _BARRIER_TASK.search(text)
+    if lost is None and barrier is not None:
+        return Failure(
+            f"Spark's barrier task of partition {barrier.group(1)} failed",
+            why=said,
+            fix="read the node's log and spark-driver.log",
+            partition=int(barrier.group(1)),
+        )
     if lost is None:
         return Failure("the Spark job failed", why=said, fix="read spark-driver.log")
     reason = lost.group(3).strip()
