@@ -167,9 +167,8 @@ def test_the_hosts_file_s_jump_reaches_every_node_through_it(jump_cluster, tmp_p
             None,
             "the ProxyJump of ~/.ssh/config goes round in a circle: jumpbox -> jumpbox",
         ),
-        (JUMPBOX, f"{JUMP}:ssh", f"cannot read the jump host '{JUMP}:ssh'"),
     ],
-    ids=["proxyjump-circle", "jump-port-not-a-number"],
+    ids=["proxyjump-circle"],
 )
 def test_a_jump_that_cannot_work_is_refused_before_connecting(
     tmp_path, monkeypatch, config, jump, refused
@@ -186,6 +185,16 @@ def test_a_jump_that_cannot_work_is_refused_before_connecting(
     with SshSession(inventory, retries=1) as session, pytest.raises(UsageError) as caught:
         session.call(session.connection(inventory.nodes[0]))
     assert caught.value.message.startswith(refused)
+
+
+def test_a_hosts_file_jump_whose_port_is_no_number_is_refused_where_it_is_read():
+    from runner.cluster.hostlines import HostsFileError
+    from runner.cluster.hosts import Defaults, parse_hosts_file
+
+    text = f"hosts: [{NODES[0]}]\njump: {JUMP}:ssh\n"
+    with pytest.raises(HostsFileError) as caught:
+        parse_hosts_file(text, "hosts.yaml", Defaults("someone", "/usr/bin"))
+    assert caught.value.message.startswith("hosts.yaml, line 2: 'jump' is not [USER@]HOST[:PORT]")
 
 
 def test_a_jump_connection_that_failed_or_closed_is_opened_again():
