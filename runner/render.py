@@ -25,6 +25,7 @@ from pathlib import Path
 import jinja2
 
 from runner.errors import UnsafeValueError
+from runner.spec.text import CONTROL, escaped
 
 
 class Placed(str):
@@ -34,9 +35,6 @@ class Placed(str):
 # What a raw value may hold: shlex.quote's own "needs no quoting" set, so such a word reads the
 # same unquoted in a shell command, a comment, a Slurm config line or a YAML plain scalar.
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]*")
-# Characters that end or bend a line where a value lands: C0 and C1 controls, DEL, and the
-# Unicode line and paragraph separators.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def templates_dir() -> Path:
@@ -72,7 +70,7 @@ def oneline(value: object) -> str:
     """Any value as one line of text (a comment, a systemd Description=): control characters
     written as escapes (``\\n``, ``\\x1b``), so nothing it holds can end the line."""
     text = str(value)
-    return Placed(_CONTROL.sub(lambda m: repr(m.group(0))[1:-1], text))
+    return Placed(CONTROL.sub(lambda m: escaped(m.group(0)), text))
 
 
 def verbatim(value: object) -> str:

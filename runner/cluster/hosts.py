@@ -99,11 +99,12 @@ def _check_name(field: str, value: str, source: str, line: int) -> None:
             "ssh takes none there: write jump: USER@HOST[:PORT] and let the jump host accept "
             "your key (ssh-agent, `key:` or ~/.ssh/config)",
         )
-    if field == "jump" and _jump_problem(value):
+    jump_problem = _jump_problem(value) if field == "jump" else None
+    if jump_problem:
         raise _error(
             source,
             line,
-            f"'jump' {_jump_problem(value)}",
+            f"'jump' {jump_problem}",
             "give the jump host as ProxyJump takes it, e.g. admin@203.0.113.7:22; a password "
             "has no place there: use a key (the hosts file's key:, or ~/.ssh/config)",
         )

@@ -10,13 +10,13 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from runner.spec.text import CONTROL, escaped
+
 # A host name, an ssh alias or an IPv4 address: what ssh, OpenMPI and Slurm take as a host.
 # No leading '-' (ssh would read an option), no space, quote, '$', ';' or control character.
 HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 # A login name as POSIX and useradd take it (a trailing '$' is Samba's machine accounts).
 LOGIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?")
-# Characters that end or bend a line: C0 and C1 controls, DEL, Unicode line separators.
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def is_ipv6(text: str) -> bool:
@@ -30,7 +30,7 @@ def is_ipv6(text: str) -> bool:
 def control_character(text: str) -> str | None:
     """The first control character ``text`` holds, as an escape (``\\n``), or None."""
     found = CONTROL.search(text)
-    return repr(found.group(0))[1:-1] if found else None
+    return escaped(found.group(0)) if found else None
 
 
 def host_problem(text: str) -> str | None:

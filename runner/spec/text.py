@@ -1,0 +1,14 @@
+"""What ends or bends a line of text wherever dtrun writes a value: one pattern for the input
+checks (runner/cluster/names.py) and the renderer's one-line form (runner/render.py). Stdlib."""
+
+from __future__ import annotations
+
+import re
+
+# C0 and C1 controls, DEL, and the Unicode line and paragraph separators.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escaped(character: str) -> str:
+    """A control character as Python writes it in a string: ``\\n``, ``\\x1b``, ``\\u2028``."""
+    return repr(character)[1:-1]
