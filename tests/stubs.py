@@ -171,8 +171,11 @@ def play_deepspeed_pdsh(call: Call, plan: LaunchPlan) -> list[tuple[list[str], d
     head's PYTHON*/UCX*/NCCL* variables; launch.py starts each rank with its ranks and
     `--local_rank=N` after the script (deepspeed/launcher/launch.py)."""
     exported = {k: v for k, v in call.env.items() if k.startswith(_DS_EXPORTED)}
-    lines = Path(call.cwd, ".deepspeed_env").read_text().splitlines()
-    exported |= dict(line.split("=", 1) for line in lines)
+    # read as DeepSpeed reads it (runner.py: text-mode readlines, split at the first '=', and
+    # add_export's strip): only a line break ends a line, not \x85 or U+2028 as splitlines has it
+    with Path(call.cwd, ".deepspeed_env").open() as lines:
+        pairs = [line.split("=", 1) for line in lines.readlines()]
+    exported |= {key.strip(): value.strip() for key, value in pairs}
     command = after(call.argv, "--no_python")[1:]
     ranks = []
     for rank in range(plan.world_size):

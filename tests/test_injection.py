@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from runner.cluster.embedded import local_cluster
@@ -188,6 +188,7 @@ _FORMAT_LIMITS = {("deepspeed-pdsh", "env")}
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(field=st.sampled_from(FIELDS), value=hostile)
+@example(field="env", value="0\x850")  # NEL: a line break to splitlines, not to DeepSpeed
 def test_no_hostile_value_in_any_field_runs_a_command_and_each_reads_back_exactly(
     case_name, field, value, tmp_path_factory
 ):
