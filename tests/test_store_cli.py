@@ -5,7 +5,9 @@ In-process (CliRunner) so that moto's S3 answers boto3; the launches are real.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 
 import pytest
 from moto.core.authorization import enable_iam_authentication
@@ -164,3 +166,62 @@ def test_a_directory_that_existed_before_is_never_uploaded(s3, tmp_path):
     with upload_after(store, run, ()):
         pass
     assert stored(s3, "runs/") == {}
+
+
+def stop_with_sigterm() -> None:
+    from runner import errors
+
+    errors.stopped_by(signal.SIGTERM)
+    raise KeyboardInterrupt
+
+
+@pytest.fixture
+def no_stop_yet(monkeypatch):
+    from runner import errors
+
+    monkeypatch.setattr(errors, "_stop_signal", [])
+
+
+@pytest.mark.e2e
+def test_a_sigterm_while_the_cluster_closes_is_in_the_uploaded_records(
+    s3, no_leftovers, no_stop_yet, monkeypatch
+):
+    from runner.cli import session
+
+    real_opened = session.opened
+
+    @contextlib.contextmanager
+    def closing_stopped(choice, watch):
+        with real_opened(choice, watch) as cluster:
+            yield cluster
+        stop_with_sigterm()  # the sweep ended; the cluster is closing
+
+    monkeypatch.setattr(session, "opened", closing_stopped)
+    out = no_leftovers / "runs"
+    result = dtrun(
+        "bench", *QUICK, "--port", "29702", "--output", str(out), "--run-id", "late",
+        "--results", f"s3://{BUCKET}/dtrun",
+    )  # fmt: skip
+    assert result.exit_code == 143, result.output
+    local = json.loads((out / "late" / "runs.json").read_text())
+    uploaded = json.loads(stored(s3, "dtrun/late/")["dtrun/late/runs.json"])
+    for runs in (local, uploaded):  # the copy says what the exit code says, as the local one
+        assert runs["status"] == "interrupted"
+        assert runs["error"] == "stopped by SIGTERM after the sweep ended (tidying up)"
+        assert [run["status"] for run in runs["runs"]] == ["ok"]
+
+
+@pytest.mark.e2e
+def test_a_sigterm_while_the_summary_prints_is_recorded(no_leftovers, no_stop_yet, monkeypatch):
+    from runner.cli import launch
+
+    monkeypatch.setattr(launch, "print_summary", lambda done: stop_with_sigterm())
+    out = no_leftovers / "runs"
+    result = dtrun("bench", *QUICK, "--port", "29704", "--output", str(out), "--run-id", "said")
+    assert result.exit_code == 143, result.output
+    assert "error: stopped by SIGTERM" in result.stderr
+    runs = json.loads((out / "said" / "runs.json").read_text())
+    assert (runs["status"], runs["error"]) == (
+        "interrupted",
+        "stopped by SIGTERM after the sweep ended (tidying up)",
+    )

@@ -219,6 +219,22 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
         resolved = resolve_bench(spec)
         refuse_early(resolved.spec, where, resolved.largest)  # --max-cost: nothing asked for yet
         done: Sweep | None = None
+        recorded = False
+
+        def record_late_stop() -> None:
+            # the sweep ended (complete), then dtrun was stopped: closing the cluster,
+            # uploading or printing the summary; recorded once, before any upload of the run
+            nonlocal recorded
+            if done is not None and not recorded:
+                from runner.errors import interruption
+                from runner.record.rundir import record_stop_after_sweep
+
+                recorded = True
+                record_stop_after_sweep(
+                    done.run_dir, f"{interruption()} after the sweep ended (tidying up)"
+                )
+
+        current.on_late_stop = record_late_stop
         try:
             with current.cluster(resolved.spec, resolved.largest) as cluster:
                 done = _bench_on(cluster, resolved, launching, json_out, resumed)
@@ -228,13 +244,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
             if json_out:
                 print_json(sweep_json(done.run_dir))
         except KeyboardInterrupt:
-            if done is not None:  # the sweep ended (complete), then dtrun was stopped
-                from runner.errors import interruption
-                from runner.record.rundir import record_stop_after_sweep
-
-                record_stop_after_sweep(
-                    done.run_dir, f"{interruption()} after the sweep ended (tidying up)"
-                )
+            record_late_stop()
             raise
 
 

@@ -5,7 +5,7 @@ that still bills (or its teardown). A command body says only what it does on the
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -159,6 +159,9 @@ class Session:
         self.launching, self.where = launching, where
         self.watch = StackWatch(where.stack, launching.teardown and not launching.dry_run)
         self.drain_failing = False  # bench's --drain-failing, set before the cluster opens
+        # what a stop (Ctrl-C, SIGTERM, SIGHUP) once the work is done must record before the
+        # run directory is uploaded: bench sets it when its sweep has ended
+        self.on_late_stop: Callable[[], None] | None = None
 
     @contextmanager
     def cluster(self, spec: LaunchRequest, local_nodes: int) -> Iterator[Cluster]:
@@ -178,11 +181,16 @@ class Session:
             job_name=f"dtrun-{spec.run_id}",
             drain_failing=self.drain_failing,
         )
-        with (
-            upload_after(store, launching.output / spec.run_id, command_secrets(spec)),
-            opened(choice, self.watch) as cluster,
-        ):
-            yield cluster
+        with upload_after(store, launching.output / spec.run_id, command_secrets(spec)):
+            try:
+                with opened(choice, self.watch) as cluster:
+                    yield cluster
+            except KeyboardInterrupt:
+                # stopped while the cluster closed: recorded before the copy is uploaded, so
+                # the copy says what the local records and the exit code say
+                if self.on_late_stop is not None:
+                    self.on_late_stop()
+                raise
 
 
 @contextmanager
