@@ -137,3 +137,9 @@ def test_a_signal_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers
     assert launch_processes() == []
     runs = json.loads((no_leftovers / "runs" / "sigint" / "runs.json").read_text())
     assert runs["status"] == "interrupted"
+    # each node as the stop left it: none had exited, so both are null, not missing
+    (stopped,) = runs["runs"]
+    assert [(n["node"], n["exit_code"]) for n in stopped["node_results"]] == [
+        ("node-0", None),
+        ("node-1", None),
+    ]

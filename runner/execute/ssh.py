@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.errors import NodeFailedError, RunError, RunTimeoutError
+from runner.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
 from runner.execute.guard import TAG, WAIT_FOR_END, stop_script
@@ -110,6 +110,22 @@ class _Ended:
     error: RunError | None = None  # the connection was lost
 
 
+def _node_results(
+    plan: LaunchPlan, workdir: Path, ended: dict[str, _Ended]
+) -> tuple[NodeResult, ...]:
+    """How each node of the launch ended; exit code None where dtrun stopped it."""
+    return tuple(
+        NodeResult(
+            node=launch.node.name,
+            address=launch.node.address,
+            exit_code=ended[launch.node.name].exit_code if launch.node.name in ended else None,
+            log_path=str(workdir / f"{launch.node.name}.log"),
+            wall_s=ended[launch.node.name].wall_s if launch.node.name in ended else 0.0,
+        )
+        for launch in plan.launches
+    )
+
+
 class SshExecutor:
     """Runs a LaunchPlan's node scripts over an SshSession (Executor protocol)."""
 
@@ -120,12 +136,19 @@ class SshExecutor:
         self.grace_s = grace_s
         self._code_staged: set[str] = set()
         self._no_sftp: set[str] = set()  # nodes whose sshd offers no SFTP subsystem
+        self._stopped: tuple[NodeResult, ...] | None = None  # how each node of a stop ended
 
     def run(
         self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
     ) -> tuple[NodeResult, ...]:
         workdir.mkdir(parents=True, exist_ok=True)
-        return self.session.call(self._run(plan, workdir, timeout_s, on_line))
+        self._stopped = None
+        try:
+            return self.session.call(self._run(plan, workdir, timeout_s, on_line))
+        except KeyboardInterrupt:
+            if self._stopped is None:  # stopped before any node started
+                raise
+            raise LaunchInterrupted(self._stopped) from None
 
     def command(
         self, scripts: dict[str, str], on_line: LineSink | None = None
@@ -252,9 +275,11 @@ class SshExecutor:
         ended: dict[str, _Ended] = {}
         verdict: RunError | None = None
         left: list[str] = []
+        stopped = False
         try:
             verdict = await self._supervise(plan, tasks, ended, timeout_s, workdir)
         except asyncio.CancelledError:  # Ctrl-C, SIGTERM or SIGHUP (the session's loop)
+            stopped = True
             with contextlib.suppress(Exception):  # a closed terminal must not replace the stop
                 self.on_stopping(len(tasks) - len(ended))
             raise
@@ -264,6 +289,8 @@ class SshExecutor:
             left = await asyncio.shield(self._stop_everywhere(plan, tag, ended))
             for log in logs.values():
                 log.close()
+            if stopped:  # each node as it ended: its exit code, or None where the stop ended it
+                self._stopped = _node_results(plan, workdir, ended)
         if left and verdict is None:
             verdict = RunError(
                 "processes of the launch were left behind",
@@ -272,16 +299,7 @@ class SshExecutor:
             )
         elif left and verdict is not None:
             verdict.why += "\nafter stopping: " + "; ".join(left)
-        results = tuple(
-            NodeResult(
-                node=launch.node.name,
-                address=launch.node.address,
-                exit_code=ended[launch.node.name].exit_code if launch.node.name in ended else None,
-                log_path=str(workdir / f"{launch.node.name}.log"),
-                wall_s=ended[launch.node.name].wall_s if launch.node.name in ended else 0.0,
-            )
-            for launch in plan.launches
-        )
+        results = _node_results(plan, workdir, ended)
         if verdict is not None:
             verdict.node_results = results
             raise verdict
