@@ -211,3 +211,17 @@ def test_report_on_a_read_only_disk_says_so_not_permission_denied(
     assert bench.returncode == 2, bench.stderr
     assert f"cannot write the run directory {disk}/" in bench.stderr
     assert "Read-only file system" in bench.stderr
+
+
+def test_a_file_is_on_disk_before_it_takes_its_name(tmp_path, monkeypatch):
+    from runner.workloads import files
+
+    order: list[str] = []
+    real_fsync, real_replace = os.fsync, Path.replace
+    monkeypatch.setattr(files.os, "fsync", lambda fd: (order.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(
+        Path, "replace", lambda self, to: (order.append("rename"), real_replace(self, to))[1]
+    )
+    files.write_atomic(tmp_path / "runs.json", b"{}\n")
+    assert order == ["fsync", "rename"]
+    assert (tmp_path / "runs.json").read_bytes() == b"{}\n"

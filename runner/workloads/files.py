@@ -6,7 +6,8 @@ the nodes (a workload's result.json), so it is the standard library only and Pyt
 
 The bytes go to a temporary file made beside the target with ``O_CREAT | O_EXCL | O_NOFOLLOW``
 (a name that is already there, a link included, is never opened), then ``os.replace`` puts it
-in the target's place: a reader sees the old file or the new one, never half of one, and a
+in the target's place (after ``fsync``, so a machine that crashes leaves the old file or the
+new one, not an empty one): a reader sees the old file or the new one, never half of one, and a
 link at the target's name is refused rather than written through. Whatever goes wrong (a full
 disk, a read-only file system, the directory removed), the temporary file is removed and the
 target is left as it was; the OSError is the caller's to explain.
@@ -38,6 +39,7 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
+            os.fsync(fd)  # on disk before it takes the name: a crash leaves old or new, whole
         finally:
             os.close(fd)
         refuse_link(path)  # made while this was writing: still not followed, but refused
