@@ -218,10 +218,17 @@ def test_a_file_is_on_disk_before_it_takes_its_name(tmp_path, monkeypatch):
 
     order: list[str] = []
     real_fsync, real_replace = os.fsync, Path.replace
-    monkeypatch.setattr(files.os, "fsync", lambda fd: (order.append("fsync"), real_fsync(fd))[1])
-    monkeypatch.setattr(
-        Path, "replace", lambda self, to: (order.append("rename"), real_replace(self, to))[1]
-    )
+
+    def fsync(fd: int) -> None:
+        order.append("fsync")
+        real_fsync(fd)
+
+    def replace(self: Path, to: Path) -> Path:
+        order.append("rename")
+        return real_replace(self, to)
+
+    monkeypatch.setattr(files.os, "fsync", fsync)
+    monkeypatch.setattr(Path, "replace", replace)
     files.write_atomic(tmp_path / "runs.json", b"{}\n")
     assert order == ["fsync", "rename"]
     assert (tmp_path / "runs.json").read_bytes() == b"{}\n"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import socket
 import stat
+import tempfile
+from pathlib import Path
 
 import pytest
 from moto.core.authorization import enable_iam_authentication
@@ -200,14 +202,46 @@ def test_secret_env_values_are_redacted_in_the_copies_only(s3, run_dir):
     assert stat.S_IMODE(script.stat().st_mode) == 0o700
 
 
+def test_a_log_over_the_in_memory_limit_is_redacted_piece_by_piece(s3, run_dir, monkeypatch):
+    from runner.store import base
+
+    monkeypatch.setattr(base, "SCAN_LIMIT", 100)  # the streamed path, on a small file
+    lines = [f"step {i}: loss 0.{i:03d}\n" for i in range(200)]
+    lines[57] = "wandb login hunter2-token\n"  # in the middle of a piece
+    lines[199] = "last line, no newline, hunter2-token"
+    log = run_dir / "n1/r0/node-0.log"
+    log.write_text("".join(lines))
+    checkpoint = run_dir / "n1/r0/model.pt"  # over the limit, nothing to hide: goes as it is
+    checkpoint.write_bytes(bytes(range(256)) * 4)
+    spills_before = set(Path(tempfile.gettempdir()).glob("dtrun-upload-*"))
+
+    S3Store(parse_results_url(f"s3://{BUCKET}")).upload(run_dir, secrets=["hunter2-token"])
+
+    objects = stored(s3, "r1/")
+    assert not any(b"hunter2-token" in body for body in objects.values())
+    copy = objects["r1/n1/r0/node-0.log"].decode().splitlines(keepends=True)
+    assert len(copy) == 200
+    assert [line for i, line in enumerate(copy) if i not in (57, 199)] == [
+        line for i, line in enumerate(lines) if i not in (57, 199)
+    ]  # every other line byte for byte, none cut at a piece's end
+    assert "hunter2-token" in log.read_text()  # the local log is untouched
+    assert objects["r1/n1/r0/model.pt"] == checkpoint.read_bytes()
+    assert set(Path(tempfile.gettempdir()).glob("dtrun-upload-*")) == spills_before
+
+
 def test_short_values_are_not_taken_for_secrets(s3, run_dir):
     S3Store(parse_results_url(f"s3://{BUCKET}")).upload(run_dir, secrets=["true", "1"])
     assert stored(s3, "r1/")["r1/n1/r0/result.json"] == b'{"tokens_per_s": 10}\n'
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["in-memory", "streamed"])
 def test_a_denied_upload_names_how_many_files_failed_and_keeps_the_local_copy(
-    s3, run_dir, monkeypatch
+    s3, run_dir, monkeypatch, streamed
 ):
+    if streamed:  # every file over the in-memory limit: redacted piece by piece
+        from runner.store import base
+
+        monkeypatch.setattr(base, "SCAN_LIMIT", 16)
     for name, value in user_keys("lister", actions=LIST_ONLY).items():
         monkeypatch.setenv(name, value)
     local = {path: path.read_bytes() for path in files_to_upload(run_dir)}
@@ -228,6 +262,7 @@ def test_a_denied_upload_names_how_many_files_failed_and_keeps_the_local_copy(
         path.relative_to(copy).as_posix(): path.read_bytes() for path in files_to_upload(copy)
     }
     assert copied["plan/n1/node-0.sh"] == b"#!/bin/bash\nexport HF_TOKEN=<redacted>\n"
+    assert stat.S_IMODE((copy / "plan/n1/node-0.sh").stat().st_mode) == 0o700
     assert set(copied) == {path.relative_to(run_dir).as_posix() for path in local}
     assert error.exit_code == 3
     assert {path: path.read_bytes() for path in files_to_upload(run_dir)} == local

@@ -14,10 +14,13 @@ from typing import Protocol
 from runner.redact import Redactor
 from runner.store.url import StoreUrl
 
-# Every file up to this size is uploaded redacted (launch scripts hold the --env values
-# verbatim; a program may print them into its log). Larger files are a program's outputs
-# (checkpoints) and are uploaded as they are.
+# A file up to this size is redacted in memory; a larger one (a long node log, a checkpoint)
+# is redacted a piece at a time into a temporary file, each piece ending at a line's end.
 SCAN_LIMIT = 64 * 1024 * 1024
+
+# What an upload sends for a file: its redacted bytes, a temporary file holding them (a large
+# file), or None where the file goes as it is (nothing in it needed hiding).
+Body = bytes | Path | None
 
 
 @dataclass(frozen=True)
@@ -77,14 +80,39 @@ def files_to_upload(run_dir: Path) -> list[Path]:
     return found
 
 
-def redacted_body(path: Path, hide: Redactor) -> bytes | None:
-    """The file's bytes as they may leave this machine, or None when they need no change (or
-    the file is over SCAN_LIMIT)."""
-    if path.stat().st_size > SCAN_LIMIT:
+def redacted_body(path: Path, hide: Redactor, spill: Path) -> Body:
+    """The file's bytes as they may leave this machine, or None when they need no change. A
+    file over SCAN_LIMIT is redacted a piece at a time into a file under ``spill`` (a
+    temporary directory the caller removes), so no size of log goes up unredacted."""
+    if path.stat().st_size <= SCAN_LIMIT:
+        data = path.read_bytes()
+        body = hide.body(data)
+        return None if body == data else body
+    changed = False
+    fd, name = tempfile.mkstemp(dir=spill)
+    with path.open("rb") as source, os.fdopen(fd, "wb") as out:
+        rest = b""
+        while True:
+            chunk = source.read(SCAN_LIMIT)
+            data = rest + chunk
+            # a piece ends at a line's end, so no line is cut; a binary file with no line end
+            # for four limits' worth is cut there (it is matched as bytes, not lines)
+            cut = data.rfind(b"\n") + 1 if chunk else len(data)
+            if chunk and not cut:
+                if len(data) < 4 * SCAN_LIMIT:
+                    rest = data
+                    continue
+                cut = len(data)
+            piece, rest = data[:cut], data[cut:]
+            body = hide.body(piece)
+            changed = changed or body != piece
+            out.write(body)
+            if not chunk:
+                break
+    if not changed:
+        Path(name).unlink()
         return None
-    data = path.read_bytes()
-    body = hide.body(data)
-    return None if body == data else body
+    return Path(name)
 
 
 # What a run directory's records are, for a copy made without dtrun: they are written
@@ -95,7 +123,7 @@ _RECORDS = (
 )  # fmt: skip
 
 
-def redacted_copy(run_dir: Path, bodies: Mapping[Path, bytes | None]) -> Path:
+def redacted_copy(run_dir: Path, bodies: Mapping[Path, Body]) -> Path:
     """A copy of ``run_dir`` as an upload sends it, beside it (``<run-id>.redacted-XXXX``, mode
     0700): each file of ``bodies`` redacted where its body is given, else a hard link to it (a
     copy where links cannot be made). For an upload that failed: the run directory itself
@@ -104,6 +132,10 @@ def redacted_copy(run_dir: Path, bodies: Mapping[Path, bytes | None]) -> Path:
     for path, body in bodies.items():
         target = copy / path.relative_to(run_dir)
         target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(body, Path):  # a large file's redacted copy, made for the upload
+            shutil.copyfile(body, target)
+            target.chmod(path.stat().st_mode & 0o777)
+            continue
         if body is not None:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
             with os.fdopen(os.open(target, flags, path.stat().st_mode & 0o777), "wb") as out:
@@ -116,7 +148,7 @@ def redacted_copy(run_dir: Path, bodies: Mapping[Path, bytes | None]) -> Path:
     return copy
 
 
-def copy_hint(run_dir: Path, url: str, bodies: Mapping[Path, bytes | None]) -> str:
+def copy_hint(run_dir: Path, url: str, bodies: Mapping[Path, Body]) -> str:
     """How to copy a run whose upload failed without sending a secret: its redacted copy, or
     its records alone when no copy can be made."""
     try:

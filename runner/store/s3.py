@@ -13,6 +13,7 @@ prints: progress is reported through a callback and failures as StoreError.
 from __future__ import annotations
 
 import io
+import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import StoreError, UploadError, UploadInterruptedError
 from runner.redact import Redactor
 from runner.store.base import (
+    Body,
     ProgressSink,
     ResultsStore,
     Upload,
@@ -165,14 +167,24 @@ class S3Store:
         Every file is tried; then a failure raises UploadError naming how many did not go, and
         leaves a redacted copy to send later.
         """
+        files = files_to_upload(run_dir)
+        hide = Redactor.of(secrets)
+        with tempfile.TemporaryDirectory(prefix="dtrun-upload-") as spill:
+            bodies = {path: redacted_body(path, hide, Path(spill)) for path in files}
+            return self._send(run_dir, files, bodies, on_progress)
+
+    def _send(
+        self,
+        run_dir: Path,
+        files: list[Path],
+        bodies: Mapping[Path, Body],
+        on_progress: ProgressSink,
+    ) -> Upload:
         from boto3.s3.transfer import TransferConfig, create_transfer_manager
 
         run_id = run_dir.name
-        files = files_to_upload(run_dir)
-        hide = Redactor.of(secrets)
-        bodies = {path: redacted_body(path, hide) for path in files}
         sizes = {
-            path: path.stat().st_size if body is None else len(body)
+            path: len(body) if isinstance(body, bytes) else (body or path).stat().st_size
             for path, body in bodies.items()
         }
         tally = _Tally(len(files), sum(sizes.values()), on_progress)
@@ -187,7 +199,7 @@ class S3Store:
             for path, body in bodies.items():
                 kind = CONTENT_TYPES.get(path.suffix)
                 extra = {"ContentType": kind} if kind else {}
-                source: str | io.BytesIO = str(path) if body is None else io.BytesIO(body)
+                source = io.BytesIO(body) if isinstance(body, bytes) else str(body or path)
                 futures[keys[path]] = manager.upload(
                     source, self.url.bucket, keys[path], extra, [_subscriber(tally)]
                 )
@@ -210,7 +222,7 @@ class S3Store:
             )
         return Upload(self.url.run_url(run_id), tuple(futures), sum(sizes.values()))
 
-    def _copy_hint(self, run_dir: Path, bodies: Mapping[Path, bytes | None]) -> str:
+    def _copy_hint(self, run_dir: Path, bodies: Mapping[Path, Body]) -> str:
         return copy_hint(run_dir, self.url.run_url(run_dir.name), bodies)
 
     @staticmethod
