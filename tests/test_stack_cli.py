@@ -132,3 +132,81 @@ def test_a_bench_on_a_stack_says_when_it_expires_but_not_for_stacks_made_before_
     assert (expiry_notice("dev", new) or "").startswith("expiry deletes the GPU scale set at")
     old = parse_outputs(json.loads((OUTPUTS / "v2-h100-azurefiles-slurm.json").read_text()), "v2")
     assert expiry_notice("dev", old) is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        (
+            {},
+            "after expiry (it deletes the GPU scale set only), these still bill until "
+            "`dtrun down --stack dev`: the head VM Standard_D4s_v5",
+        ),
+        (
+            {"expiryAction": "group"},
+            "after expiry: nothing of this cluster bills (it deletes the whole resource group)",
+        ),
+    ],
+    ids=["scaleset", "group"],
+)
+def test_up_says_what_still_bills_after_expiry(monkeypatch, settings, said):
+    spec = cluster_spec({"adminCidrs": ["203.0.113.4/32"], **settings}, today=None)
+
+    def up(name, on_output, on_spec):
+        on_spec(spec)
+        return Outputs(v3(), frozenset())
+
+    monkeypatch.setattr(azure_stack, "up", up)
+    result = runner.invoke(app, ["up", "--stack", "dev"])
+    assert result.exit_code == 0, result.output
+    assert said in " ".join(result.stdout.split())
+    if not settings:
+        assert "public IP, and the Azure Files premium share" in " ".join(result.stdout.split())
+
+
+class HalfDestroyed:
+    """A stack whose destroy removes some resources, then fails (a lock, a timeout)."""
+
+    def __init__(self) -> None:
+        self.resources = [
+            {"type": f"azure-native:{kind}", "urn": f"urn::{name}", "custom": True}
+            for kind, name in (
+                ("resources:ResourceGroup", "rg"),
+                ("compute:VirtualMachine", "head"),
+                ("compute:VirtualMachineScaleSet", "gpu"),
+            )
+        ]
+
+    def export_stack(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(deployment={"resources": list(self.resources)})
+
+    def destroy(self, on_output, color):
+        from pulumi.automation import errors
+
+        self.resources.pop()  # the scale set went; the head and the group did not
+        raise errors.CommandError(
+            SimpleCommandResult("error: deleting VM head: ScopeLocked")  # type: ignore[arg-type]
+        )
+
+
+class SimpleCommandResult:
+    def __init__(self, stderr: str) -> None:
+        self.stdout, self.stderr, self.code = "", stderr, 255
+
+    def __str__(self) -> str:
+        return self.stderr
+
+
+def test_a_destroy_that_fails_half_way_lists_what_still_bills(monkeypatch):
+    monkeypatch.setattr(azure_stack, "_select", lambda stack, create: HalfDestroyed())
+    result = runner.invoke(app, ["down", "--stack", "dev"])
+    assert result.exit_code == 1
+    out = result.stdout
+    assert "2 resources still exist after the failed destroy (still billing):" in out
+    assert "  azure-native:compute:VirtualMachine head" in out
+    assert "VirtualMachineScaleSet" not in out  # it went
+    assert "run `dtrun down --stack dev` again" in out
+    assert "`dtrun down --stack dev` failed" in result.stderr
+    assert "Traceback" not in result.output

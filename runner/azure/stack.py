@@ -200,5 +200,17 @@ def down(stack: str, on_output: Printer) -> list[str]:
         except errors.StackNotFoundError:
             return []
         existing = _created(selected)
-        selected.destroy(on_output=on_output, color="never")  # a no-op on an empty stack
+        try:
+            selected.destroy(on_output=on_output, color="never")  # a no-op on an empty stack
+        except Exception:
+            left = _created(selected)  # Pulumi's state after the resources it did remove
+            if left:
+                listed = "\n".join(f"  {line}" for line in left)
+                on_output(
+                    f"{len(left)} resources still exist after the failed destroy (still "
+                    f"billing):\n{listed}\nrun `dtrun down --stack {stack}` again; if it fails "
+                    "the same way, delete their resource group in the Azure portal or with "
+                    "`az group delete --name GROUP` (its tag dtrun-cluster names the cluster)"
+                )
+            raise
     return existing

@@ -149,3 +149,33 @@ def stack_hourly(spec: ClusterSpec) -> str:
         f"{head_text} = ${total:,.2f} an hour at list price ({node.source}){spot}; billed from "
         "creation to `dtrun down`, storage and traffic not included"
     )
+
+
+def after_expiry(spec: ClusterSpec, stack: str) -> str | None:
+    """What keeps billing once the cluster's expiry has run (docs/azure.md "Expiry"); None
+    when nothing expires (dtrun up warns of that apart)."""
+    from runner.azure.prices import list_price
+    from runner.spec.cluster import ExpiryAction, StorageKind
+
+    if not spec.expiry.enabled:
+        return None
+    if spec.expiry.action is ExpiryAction.GROUP:
+        return (
+            "after expiry: nothing of this cluster bills (it deletes the whole resource "
+            "group); if the head is stopped, expiry cannot run and it bills until "
+            f"`dtrun down --stack {stack}`"
+        )
+    head = list_price(spec.head_vm_size, spec.location)
+    price = f" at ${head.usd_per_node_hour:g} an hour" if head is not None else ""
+    storage = spec.storage
+    size = f"{storage.size_gib} GiB provisioned"
+    what = {
+        StorageKind.AZURE_FILES: f"the Azure Files premium share ({size})",
+        StorageKind.NETAPP: f"the NetApp capacity pool and volume ({size})",
+        StorageKind.LUSTRE: f"the Managed Lustre file system ({storage.lustre_sku}, {size})",
+    }[storage.kind]
+    return (
+        f"after expiry (it deletes the GPU scale set only), these still bill until "
+        f"`dtrun down --stack {stack}`: the head VM {spec.head_vm_size}{price} with its disk and "
+        f"public IP, and {what}; set dtrun:expiryAction group to have expiry delete them too"
+    )

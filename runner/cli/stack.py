@@ -60,14 +60,24 @@ def up(stack: StackName) -> None:
     Its deadline moves to dtrun:ttlHours from now."""
     from runner.azure.stack import check_stack_name
     from runner.azure.stack import up as stack_up
+    from runner.cli.cost import after_expiry
+
+    checked: list[ClusterSpec] = []
+
+    def before_up(spec: ClusterSpec) -> None:
+        checked.append(spec)
+        _before_up(spec)
 
     with user_errors():
         name = check_stack_name(stack)
         # said before Pulumi creates anything: what the cluster will bill an hour, and a
         # warning when it has no deadline
-        result = stack_up(name, _echo_raw, _before_up)
+        result = stack_up(name, _echo_raw, before_up)
     _print_outputs(result.shown())
     echo(expiry_line(name, result.values))
+    left = after_expiry(checked[0], name) if checked else None
+    if left:
+        echo(left)
     echo(
         f"the cluster bills while it runs: `dtrun down --stack {name}` removes all of it; "
         f"`dtrun outputs --stack {name} --save cluster.json` keeps its outputs"
