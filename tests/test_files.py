@@ -227,7 +227,7 @@ def test_a_file_is_on_disk_before_it_takes_its_name(tmp_path, monkeypatch):
         order.append("rename")
         return real_replace(self, to)
 
-    monkeypatch.setattr(files.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(Path, "replace", replace)
     files.write_atomic(tmp_path / "runs.json", b"{}\n")
     assert order == ["fsync", "rename"]
