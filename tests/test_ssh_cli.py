@@ -143,3 +143,19 @@ def test_a_signal_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers
         ("node-0", None),
         ("node-1", None),
     ]
+
+
+def test_a_script_missing_on_the_nodes_is_refused_over_ssh_naming_them(sshd_cluster, tmp_path):
+    hosts = write_hosts(sshd_cluster, tmp_path, count=2)
+    out = tmp_path / "runs"
+    done = run_dtrun(
+        "run", "--hosts", str(hosts), "--nodes", "2", "--output", str(out), "--",
+        "python", "/nonexistent/train.py", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert (
+        "error: the script /nonexistent/train.py cannot be run: on node-0 and node-1 it does "
+        "not exist" in done.stderr
+    )
+    assert "Traceback" not in done.stderr
+    assert not out.exists()

@@ -30,6 +30,7 @@ from infra.cloudinit import render_cloud_init
 from infra.slurm import slurm_files
 from runner.cluster.embedded import local_cluster
 from runner.cluster.peers import PeerSsh, check_script
+from runner.cluster.program import program_script
 from runner.cluster.readiness import check_script as readiness_script
 from runner.cluster.spark import spark_inventory
 from runner.errors import UnsafeValueError
@@ -73,6 +74,9 @@ def _produce() -> None:
         readiness_script(replace(inventory, ssh=SSH), inventory.nodes[0])
     launch_command("/tmp/dtrun/r1/n1/r1", "node-0.sh", "tag1", 5.0)
     stop_script("tag1", 5.0)
+    for kind, target in ((ProgramKind.SCRIPT, "/w/t.py"), (ProgramKind.EXECUTABLE, "./run.sh")):
+        program_script(Program(kind, target))
+    program_script(Program(ProgramKind.EXECUTABLE, "train-cli"))
     environment().get_template("remote/scheduled-events.sh.j2").render(
         version="0", imds="http://169.254.169.254"
     )

@@ -419,9 +419,17 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
         if not launching.quiet:
             print_node_line(out, node, line)
 
+    def program_there(plan: LaunchPlan) -> None:
+        from runner.cluster.program import check_program
+
+        if cluster.engine != "spark":  # Spark runs tasks, not shell scripts, on its executors
+            nodes = plan.nodes or tuple(launch.node for launch in plan.launches)
+            check_program(cluster.executor.command, resolved.spec.program, nodes)
+
     return run_program(
-        resolved, inventory, launching.output, cluster.executor, on_line, on_begin, cluster.ready
-    )
+        resolved, inventory, launching.output, cluster.executor, on_line, on_begin,
+        cluster.ready, program_there,
+    )  # fmt: skip
 
 
 @app.command("exec", context_settings={"allow_interspersed_args": False})

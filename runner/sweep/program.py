@@ -44,13 +44,16 @@ def run_program(
     on_line: LineSink = discard,
     on_begin: Callable[[RunDir, LaunchPlan], None] | None = None,
     ready: Ready = always_ready,
+    check: Ready = always_ready,
 ) -> ProgramRun:
     """Plan the user's program, run it once in output/<run-id>/launch/, record it.
 
-    A failed, timed-out or interrupted run is recorded in run.json before its error is raised.
+    ``check`` looks at the plan before anything is written (the program is on every node);
+    a failed, timed-out or interrupted run is recorded in run.json before its error is raised.
     """
     spec = resolved.spec
     plan = plan_run(resolved, inventory)
+    check(plan)
     run_dir = create_run_dir(output, spec.run_id)
     workdir = launch_dir(run_dir)
     write_run_record(run_dir, spec, inventory, plan, status=RunStatus.RUNNING)

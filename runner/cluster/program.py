@@ -1,0 +1,79 @@
+"""Before a launch: the user's program is where the nodes will look for it.
+
+`dtrun run -- python nosuch.py` used to start every launcher, which printed 40 to 120 lines of
+its own traceback per node before failing. The program's file is now looked for on every node
+of the launch (docs/launchers.md "Your program"): a script must be a readable regular file, an
+executable given by its path an executable regular file, and one given by its bare name must
+be found in the node's PATH. A module (`python -m`) is left to the launcher: where Python finds
+it depends on the launch's own PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from runner.errors import UsageError
+from runner.execute import Answer
+from runner.render import render
+from runner.spec.cluster import Node
+from runner.spec.request import Program, ProgramKind
+
+Command = Callable[[dict[str, str]], dict[str, Answer]]
+
+_SAID = {
+    "missing": "does not exist",
+    "not-file": "is not a regular file",
+    "not-readable": "cannot be read",
+    "not-executable": "is not executable",
+    "not-in-path": "is not found in its PATH",
+}
+
+
+def program_script(program: Program) -> str | None:
+    """The check for ``program`` as a bash script, or None where nothing is checked."""
+    if program.kind is ProgramKind.MODULE:
+        return None
+    executable = program.kind is ProgramKind.EXECUTABLE
+    bare = executable and "/" not in program.target
+    return render(
+        "remote/program-check.sh.j2",
+        {"target": program.target, "bare": bare, "executable": executable},
+    )
+
+
+def check_program(command: Command, program: Program, nodes: Sequence[Node]) -> None:
+    """Exit 2 naming each node where ``program`` is not there to run; nothing is started. A
+    node that does not answer is left to the readiness step."""
+    script = program_script(program)
+    if script is None or not nodes:
+        return
+    answers = command({node.name: script for node in nodes})
+    found: list[tuple[str, str]] = []  # (node, what is wrong there)
+    for node in nodes:
+        answer = answers.get(node.name, Answer(error="no answer"))
+        if answer.error is not None:
+            continue  # unreachable: the readiness step waits for it, then says so
+        words = answer.output.rpartition("dtrun-program ")[2].split()
+        state = words[0] if words else "no answer"
+        if state != "ok":
+            found.append((node.name, _SAID.get(state, f"could not be checked ({state})")))
+    if not found:
+        return
+    by_said: dict[str, list[str]] = {}
+    for name, problem in found:
+        by_said.setdefault(problem, []).append(name)
+    where = "; ".join(f"on {' and '.join(names)} it {said}" for said, names in by_said.items())
+    what = "script" if program.kind is ProgramKind.SCRIPT else "program"
+    if set(by_said) == {_SAID["not-executable"]}:
+        fix = f"make it executable on every node (chmod +x {program.target}), or run it with its "
+        fix += "interpreter (bash SCRIPT, python SCRIPT)"
+    elif program.kind is ProgramKind.EXECUTABLE and "/" not in program.target:
+        fix = "install it on every node, or give its full path"
+    else:
+        fix = "put it at that path on every node (shared storage, or a copy on each), or give "
+        fix += "the right path"
+    raise UsageError(
+        f"the {what} {program.target} cannot be run: {where}",
+        why="every process of the launch runs it on its own node; nothing was started",
+        fix=fix,
+    )
