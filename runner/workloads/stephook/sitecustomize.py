@@ -1,0 +1,243 @@
+"""dtrun's step hook: every optimizer step of a user's PyTorch program, timed with no change to
+the program (docs/your-training.md "How steps are timed").
+
+`dtrun bench -- PROGRAM` puts this directory first on every process's PYTHONPATH, so Python
+imports this module at start-up (the `site` module imports `sitecustomize`). It does nothing
+unless ``DTRUN_STEP_HOOK=1`` (the launch scripts set it), and nothing until the program itself
+imports ``torch.optim.optimizer``: a launcher, a data loader's helper, a TensorFlow or JAX
+program pays for nothing. Then it registers torch's global optimizer step hooks
+(``register_optimizer_step_pre_hook`` / ``register_optimizer_step_post_hook``), which every
+``torch.optim.Optimizer`` runs around its ``step``: plain loops, DDP, FSDP, DeepSpeed's engine
+(its base optimizer), Horovod's ``DistributedOptimizer``, the Hugging Face Trainer and
+Lightning as they are. A step inside a step (Horovod's optimizer calls its base class's) counts
+once; a gradient-accumulation loop's micro-batches are no steps, its optimizer step is one.
+
+At exit each process writes ``rank-<RANK>.json`` (schema ``dtrun.steps/1``) into
+``DTRUN_STEP_DIR``: the end time of every step (``time.perf_counter``, this process's clock),
+the gradient bytes by dtype, and a digest of the trainable parameters after the last step,
+with what tells whether they are sharded. It never writes to the program's stdout or stderr;
+a failure of the hook is recorded in the file, never raised into the program.
+
+Standard library at import; torch only once the program has imported it. Python 3.10.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import time
+from typing import Any
+
+SCHEMA = "dtrun.steps/1"
+_TARGET = "torch.optim.optimizer"
+_RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK", "SLURM_PROCID")
+
+
+class _Steps:
+    """What the hooks saw, by optimizer (a GAN's two optimizers are timed apart)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.ends: dict[int, list[float]] = {}  # id(optimizer) -> each step's end time
+        self.first: dict[int, float] = {}  # id(optimizer) -> its first step's start
+        self.optimizers: dict[int, Any] = {}
+        self.order: list[int] = []  # optimizers in the order they first stepped
+        self.errors: list[str] = []
+
+    def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.depth += 1
+        if self.depth == 1 and id(optimizer) not in self.first:
+            self.first[id(optimizer)] = time.perf_counter()
+
+    def post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.depth = max(0, self.depth - 1)
+        if self.depth:
+            return  # the inner step of a wrapping optimizer: the outer one counts
+        key = id(optimizer)
+        if key not in self.ends:
+            self.ends[key] = []
+            self.optimizers[key] = optimizer
+            self.order.append(key)
+        self.ends[key].append(time.perf_counter())
+
+
+_STEPS = _Steps()
+_STARTED = time.perf_counter()
+
+
+def _rank() -> str:
+    for name in _RANK_VARS:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return value
+    return f"pid{os.getpid()}"
+
+
+def _params(optimizer: Any) -> list[Any]:
+    return [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+
+
+def _gradient_bytes(params: list[Any]) -> dict[str, int]:
+    by_dtype: dict[str, int] = {}
+    for p in params:
+        name = str(p.dtype).removeprefix("torch.")
+        by_dtype[name] = by_dtype.get(name, 0) + p.numel() * p.element_size()
+    return by_dtype
+
+
+def _local(p: Any) -> Any:
+    """A parameter's own tensor: a DTensor's local shard (FSDP2), else the parameter."""
+    to_local = getattr(p, "to_local", None)
+    return to_local() if callable(to_local) else p
+
+
+def _digest(params: list[Any]) -> str:
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for p in params:
+            tensor = _local(p).detach().cpu().clone(memory_format=torch.contiguous_format)
+            digest.update(str(tuple(tensor.shape)).encode() + str(tensor.dtype).encode())
+            digest.update(bytes(tensor.view(torch.uint8).untyped_storage()))
+    return digest.hexdigest()
+
+
+def _sharding(params: list[Any]) -> str | None:
+    """Why the ranks' parameters are not whole copies of the model, or None."""
+    kinds = {type(p).__name__ for p in params}
+    if "DTensor" in kinds:
+        return "FSDP (DTensor shards)"
+    if "FlatParameter" in kinds:
+        return "FSDP (flat parameter shards)"
+    deepspeed = sys.modules.get("deepspeed")
+    if deepspeed is not None:
+        import gc
+
+        engine_type = getattr(deepspeed, "DeepSpeedEngine", None)
+        for thing in gc.get_objects():
+            if engine_type is not None and isinstance(thing, engine_type):
+                stage = int(thing.zero_optimization_stage())
+                if stage > 0:
+                    return f"DeepSpeed ZeRO stage {stage}"
+    return None
+
+
+def _record() -> dict[str, Any]:
+    steps = _STEPS
+    record: dict[str, Any] = {
+        "schema": SCHEMA,
+        "rank": _rank(),
+        "local_rank": os.environ.get("LOCAL_RANK"),
+        "node": os.environ.get("DTRUN_NODE_NAME", ""),
+        "pid": os.getpid(),
+        "hooked_s": _STARTED,
+        "optimizers": len(steps.order),
+        "step_ends_s": [],
+        "first_step_start_s": None,
+        "gradient_bytes": {},
+        "params": None,
+        "param_digest": None,
+        "sharded": None,
+        "errors": steps.errors,
+    }
+    if not steps.order:
+        return record
+    # the optimizer that stepped most (the first to step, on a tie) is the training loop's
+    key = max(steps.order, key=lambda k: (len(steps.ends[k]), -steps.order.index(k)))
+    optimizer = steps.optimizers[key]
+    record["step_ends_s"] = steps.ends[key]
+    record["first_step_start_s"] = steps.first.get(key)
+    try:
+        params = _params(optimizer)
+        record["gradient_bytes"] = _gradient_bytes(params)
+        record["params"] = sum(p.numel() for p in params)
+        record["sharded"] = _sharding(params)
+        record["param_digest"] = _digest(params)
+    except Exception as exc:  # the program's own state: never fail its exit for it
+        steps.errors.append(f"parameters: {type(exc).__name__}: {exc}")
+    return record
+
+
+def _write() -> None:
+    import json
+    from pathlib import Path
+
+    folder = os.environ.get("DTRUN_STEP_DIR")
+    if not folder:
+        return
+    record = _record()
+    if not record["step_ends_s"] and not record["errors"]:
+        return  # a process that trained nothing (a helper, a launcher) leaves no file
+    with contextlib.suppress(Exception):  # a full disk must not change the program's exit
+        from runner.workloads.files import write_atomic
+
+        path = Path(folder) / f"rank-{record['rank']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, (json.dumps(record) + "\n").encode())
+
+
+def _register(module: Any) -> None:
+    module.register_optimizer_step_pre_hook(_STEPS.pre)
+    module.register_optimizer_step_post_hook(_STEPS.post)
+    atexit.register(_write)
+
+
+class _Loader(importlib.abc.Loader):
+    """torch.optim.optimizer's own loader, then the hooks registered on the module."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        try:
+            _register(module)
+        except Exception as exc:  # an older torch without global step hooks
+            _STEPS.errors.append(f"hooks: {type(exc).__name__}: {exc}")
+            atexit.register(_write)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Waits for the program to import torch.optim.optimizer; steps aside for everything else."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != _TARGET:
+            return None
+        sys.meta_path.remove(self)  # once
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader)
+        return spec
+
+
+def _chain() -> None:
+    """Run the sitecustomize this one shadows (Debian's Python has one), as Python would."""
+    import importlib.util
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    for entry in sys.path:
+        folder = Path(entry or ".").resolve()
+        candidate = folder / "sitecustomize.py"
+        if folder == here or not candidate.is_file():
+            continue
+        spec = importlib.util.spec_from_file_location("_dtrun_next_sitecustomize", candidate)
+        if spec is not None and spec.loader is not None:
+            with contextlib.suppress(Exception):  # as site.py does: a broken one is not ours
+                spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        return
+
+
+if os.environ.get("DTRUN_STEP_HOOK") == "1" and "torch.optim.optimizer" not in sys.modules:
+    sys.meta_path.insert(0, _Finder())
+_chain()
