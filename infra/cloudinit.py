@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.slurm import slurm_files
+from infra.slurm import slurm_files, slurmd_options
 from runner.azure.catalog import SIZES
 from runner.render import render
 from runner.spec.cluster import ClusterSpec, ExpiryAction, Scheduler, StorageKind
@@ -22,7 +22,14 @@ MAX_CUSTOM_DATA_BYTES = 64 * 1024  # Azure's limit on decoded custom data (docs/
 BOOTSTRAP_LOG = "/var/log/dtrun-bootstrap.log"
 IB_STATE_FILE = "/run/dtrun/ib-state"
 SLURM_STAGED = "/etc/dtrun/slurm"  # root's copies until the packages are in (dtrun-slurm)
-SLURM_PACKAGES = {"head": ("slurmctld", "slurm-client"), "node": ("slurmd", "slurm-client")}
+# The Ubuntu 22.04 HPC image pins Ubuntu's slurm* packages to -1 and adds Microsoft's Slurm
+# repository, whose SchedMD-built slurm-smd packages are the only Slurm apt can install there;
+# munge comes from Ubuntu (docs/facts.md §12, azhpc-images components/slurm-repo/slurm-u.pin).
+SLURM_PACKAGES = {
+    "head": ("slurm-smd", "slurm-smd-client", "slurm-smd-slurmctld"),
+    "node": ("slurm-smd", "slurm-smd-client", "slurm-smd-slurmd"),
+}
+SLURM_UID = 11100  # SlurmUser's uid and gid on every machine: CycleCloud's (docs/facts.md §12)
 EXPIRY_SCRIPT = Path(__file__).with_name("expiry_script.py")  # shipped verbatim to the head
 EXPIRY_CONFIG = "/etc/dtrun/expiry.json"
 EXPIRY_TIMER = "dtrun-expiry.timer"
@@ -100,25 +107,30 @@ class Boot:
 
 
 def _slurm(boot: Boot, machine: Mapping[str, object]) -> list[CloudFile]:
-    """Slurm's configuration and munge key, staged for dtrun-slurm, and the script itself."""
+    """The munge key and (head) Slurm's configuration, staged for dtrun-slurm, and the script
+    itself. Nothing here depends on nodeCount: the nodes join as dynamic nodes."""
     if boot.munge_key is None:
         raise ValueError("a Slurm cluster's machines need the munge key")
-    conf = slurm_files(boot.cluster)
-    confs = {"slurm.conf": conf.slurm_conf}
-    if conf.gres_conf is not None:
-        confs["gres.conf"] = conf.gres_conf
+    confs: dict[str, str] = {}
+    if boot.role == "head":
+        conf = slurm_files(boot.cluster)
+        confs["slurm.conf"] = conf.slurm_conf
+        if conf.gres_conf is not None:
+            confs["gres.conf"] = conf.gres_conf
     context = {
         **machine,
         "slurm_staged": SLURM_STAGED,
         "slurm_daemon": "slurmctld" if boot.role == "head" else "slurmd",
         "slurm_packages": SLURM_PACKAGES[boot.role],
+        "slurm_probe": SLURM_PACKAGES[boot.role][0],
+        "slurm_uid": SLURM_UID,
+        "slurm_version_file": f"{boot.cluster.storage.dtrun_dir}/slurm-version",
         "slurm_confs": list(confs),
-        "node_count": len(conf.node_names),
+        "slurmd_options": slurmd_options(boot.cluster),
     }
     files = [CloudFile(f"{SLURM_STAGED}/{name}", "0644", text) for name, text in confs.items()]
     files += [
         CloudFile(f"{SLURM_STAGED}/munge.key.b64", "0400", boot.munge_key + "\n"),
-        CloudFile(f"{SLURM_STAGED}/node-names", "0644", "\n".join(conf.node_names) + "\n"),
         CloudFile(
             "/usr/local/sbin/dtrun-slurm", "0755", render("cloud-init/dtrun-slurm.sh.j2", context)
         ),
