@@ -16,7 +16,7 @@ from pathlib import Path
 from infra.slurm import slurm_files, slurmd_options
 from runner.azure.catalog import SIZES
 from runner.render import render
-from runner.spec.cluster import ClusterSpec, ExpiryAction, Scheduler, StorageKind
+from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind
 
 MAX_CUSTOM_DATA_BYTES = 64 * 1024  # Azure's limit on decoded custom data (docs/facts.md §4)
 BOOTSTRAP_LOG = "/var/log/dtrun-bootstrap.log"
@@ -150,8 +150,9 @@ def _expiry(cluster: ClusterSpec, expiry: HeadExpiry) -> list[CloudFile]:
     """The expiry script, its settings, its systemd service and timer; sshd's liveness probes."""
     config = {"group_id": expiry.group_id, "client_id": expiry.client_id}
     script = "/usr/local/sbin/dtrun-expiry"
-    what = {ExpiryAction.SCALESET: "GPU scale set", ExpiryAction.GROUP: "resource group"}
-    context = {"what": what[cluster.expiry.action], "script": script, "config": EXPIRY_CONFIG}
+    # The action is read from the group's tags at every run: the unit does not name it, so a
+    # change of dtrun:expiryAction leaves the head's custom data as it was.
+    context = {"script": script, "config": EXPIRY_CONFIG}
     unit = "/etc/systemd/system/dtrun-expiry"
     return [
         CloudFile(EXPIRY_CONFIG, "0644", json.dumps(config, indent=2) + "\n"),
@@ -202,11 +203,11 @@ def render_cloud_init(boot: Boot) -> str:
         "env": size.env,
         "slurm": cluster.scheduler is Scheduler.SLURM,
     }
-    scripts = [
-        "dtrun-bootstrap", "dtrun-mount", "dtrun-shared-dirs", "dtrun-python-env", "dtrun-register",
-    ]  # fmt: skip
+    scripts = ["dtrun-bootstrap", "dtrun-mount", "dtrun-shared-dirs", "dtrun-register"]
     if boot.role == "node":
-        scripts.insert(3, "dtrun-ib-check")
+        # The nodes install the Python environment, not the head: the package list then stays
+        # out of the head's custom data, which Azure cannot update (docs/azure.md).
+        scripts[3:3] = ["dtrun-ib-check", "dtrun-python-env"]
     files = [
         CloudFile(f"/usr/local/sbin/{name}", "0755", render(f"cloud-init/{name}.sh.j2", context))
         for name in scripts
