@@ -23,11 +23,10 @@ def program(**settings: object) -> Program:
 
 def head_boot(p: Program) -> dict[str, object]:
     """The head's cloud-init without what the mocks make afresh at each run (keys)."""
-    document = yaml.safe_load(p.cloud_init(":VirtualMachine"))
+    document: dict[str, object] = yaml.safe_load(p.cloud_init(":VirtualMachine"))
     document.pop("ssh_keys")
-    document["write_files"] = [
-        f for f in document["write_files"] if f["path"] != f"{SLURM_STAGED}/munge.key.b64"
-    ]
+    written: list[dict[str, str]] = document.pop("write_files")  # type: ignore[assignment]
+    document["write_files"] = [f for f in written if f["path"] != f"{SLURM_STAGED}/munge.key.b64"]
     return document
 
 
