@@ -33,6 +33,7 @@ SLURM_UID = 11100  # SlurmUser's uid and gid on every machine: CycleCloud's (doc
 EXPIRY_SCRIPT = Path(__file__).with_name("expiry_script.py")  # shipped verbatim to the head
 EXPIRY_CONFIG = "/etc/dtrun/expiry.json"
 EXPIRY_TIMER = "dtrun-expiry.timer"
+SCHEDULED_EVENTS_TIMER = "dtrun-scheduled-events.timer"
 # sshd probes a silent client every minute and drops it after three unanswered probes.
 CLIENT_ALIVE = {"alive_interval_s": 60, "alive_count": 3}
 
@@ -218,6 +219,14 @@ def render_cloud_init(boot: Boot) -> str:
                 "/etc/profile.d/dtrun-nccl.sh", "0644", render("cloud-init/nccl-env.sh.j2", context)
             )
         )
+        for unit in ("service", "timer"):
+            files.append(
+                CloudFile(
+                    f"/etc/systemd/system/dtrun-scheduled-events.{unit}",
+                    "0644",
+                    render(f"cloud-init/dtrun-scheduled-events.{unit}.j2", {}),
+                )
+            )
     if boot.cluster_key is not None:
         files.extend(_node_to_node_ssh(cluster.admin_user, boot.cluster_key))
     if cluster.scheduler is Scheduler.SLURM:
@@ -231,6 +240,9 @@ def render_cloud_init(boot: Boot) -> str:
             "host_key_private": boot.host_key_private,
             "host_key_public": boot.host_key_public,
             "files": files,
-            "timers": [EXPIRY_TIMER] if boot.expiry is not None else [],
+            "timers": [
+                *([EXPIRY_TIMER] if boot.expiry is not None else []),
+                *([SCHEDULED_EVENTS_TIMER] if boot.role == "node" else []),
+            ],
         },
     )
