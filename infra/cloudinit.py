@@ -13,19 +13,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.slurm import slurm_files
+from infra.slurm import slurm_files, slurmd_options
 from runner.azure.catalog import SIZES
 from runner.render import render
-from runner.spec.cluster import ClusterSpec, ExpiryAction, Scheduler, StorageKind
+from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind
 
 MAX_CUSTOM_DATA_BYTES = 64 * 1024  # Azure's limit on decoded custom data (docs/facts.md §4)
 BOOTSTRAP_LOG = "/var/log/dtrun-bootstrap.log"
 IB_STATE_FILE = "/run/dtrun/ib-state"
 SLURM_STAGED = "/etc/dtrun/slurm"  # root's copies until the packages are in (dtrun-slurm)
-SLURM_PACKAGES = {"head": ("slurmctld", "slurm-client"), "node": ("slurmd", "slurm-client")}
+# The Ubuntu 22.04 HPC image pins Ubuntu's slurm* packages to -1 and adds Microsoft's Slurm
+# repository, whose SchedMD-built slurm-smd packages are the only Slurm apt can install there;
+# munge comes from Ubuntu (docs/facts.md §12, azhpc-images components/slurm-repo/slurm-u.pin).
+SLURM_PACKAGES = {
+    "head": ("slurm-smd", "slurm-smd-client", "slurm-smd-slurmctld"),
+    "node": ("slurm-smd", "slurm-smd-client", "slurm-smd-slurmd"),
+}
+SLURM_UID = 11100  # SlurmUser's uid and gid on every machine: CycleCloud's (docs/facts.md §12)
 EXPIRY_SCRIPT = Path(__file__).with_name("expiry_script.py")  # shipped verbatim to the head
 EXPIRY_CONFIG = "/etc/dtrun/expiry.json"
 EXPIRY_TIMER = "dtrun-expiry.timer"
+SCHEDULED_EVENTS_TIMER = "dtrun-scheduled-events.timer"
 # sshd probes a silent client every minute and drops it after three unanswered probes.
 CLIENT_ALIVE = {"alive_interval_s": 60, "alive_count": 3}
 
@@ -100,25 +108,30 @@ class Boot:
 
 
 def _slurm(boot: Boot, machine: Mapping[str, object]) -> list[CloudFile]:
-    """Slurm's configuration and munge key, staged for dtrun-slurm, and the script itself."""
+    """The munge key and (head) Slurm's configuration, staged for dtrun-slurm, and the script
+    itself. Nothing here depends on nodeCount: the nodes join as dynamic nodes."""
     if boot.munge_key is None:
         raise ValueError("a Slurm cluster's machines need the munge key")
-    conf = slurm_files(boot.cluster)
-    confs = {"slurm.conf": conf.slurm_conf}
-    if conf.gres_conf is not None:
-        confs["gres.conf"] = conf.gres_conf
+    confs: dict[str, str] = {}
+    if boot.role == "head":
+        conf = slurm_files(boot.cluster)
+        confs["slurm.conf"] = conf.slurm_conf
+        if conf.gres_conf is not None:
+            confs["gres.conf"] = conf.gres_conf
     context = {
         **machine,
         "slurm_staged": SLURM_STAGED,
         "slurm_daemon": "slurmctld" if boot.role == "head" else "slurmd",
         "slurm_packages": SLURM_PACKAGES[boot.role],
+        "slurm_probe": SLURM_PACKAGES[boot.role][0],
+        "slurm_uid": SLURM_UID,
+        "slurm_version_file": f"{boot.cluster.storage.dtrun_dir}/slurm-version",
         "slurm_confs": list(confs),
-        "node_count": len(conf.node_names),
+        "slurmd_options": slurmd_options(boot.cluster),
     }
     files = [CloudFile(f"{SLURM_STAGED}/{name}", "0644", text) for name, text in confs.items()]
     files += [
         CloudFile(f"{SLURM_STAGED}/munge.key.b64", "0400", boot.munge_key + "\n"),
-        CloudFile(f"{SLURM_STAGED}/node-names", "0644", "\n".join(conf.node_names) + "\n"),
         CloudFile(
             "/usr/local/sbin/dtrun-slurm", "0755", render("cloud-init/dtrun-slurm.sh.j2", context)
         ),
@@ -138,8 +151,9 @@ def _expiry(cluster: ClusterSpec, expiry: HeadExpiry) -> list[CloudFile]:
     """The expiry script, its settings, its systemd service and timer; sshd's liveness probes."""
     config = {"group_id": expiry.group_id, "client_id": expiry.client_id}
     script = "/usr/local/sbin/dtrun-expiry"
-    what = {ExpiryAction.SCALESET: "GPU scale set", ExpiryAction.GROUP: "resource group"}
-    context = {"what": what[cluster.expiry.action], "script": script, "config": EXPIRY_CONFIG}
+    # The action is read from the group's tags at every run: the unit does not name it, so a
+    # change of dtrun:expiryAction leaves the head's custom data as it was.
+    context = {"script": script, "config": EXPIRY_CONFIG}
     unit = "/etc/systemd/system/dtrun-expiry"
     return [
         CloudFile(EXPIRY_CONFIG, "0644", json.dumps(config, indent=2) + "\n"),
@@ -190,11 +204,11 @@ def render_cloud_init(boot: Boot) -> str:
         "env": size.env,
         "slurm": cluster.scheduler is Scheduler.SLURM,
     }
-    scripts = [
-        "dtrun-bootstrap", "dtrun-mount", "dtrun-shared-dirs", "dtrun-python-env", "dtrun-register",
-    ]  # fmt: skip
+    scripts = ["dtrun-bootstrap", "dtrun-mount", "dtrun-shared-dirs", "dtrun-register"]
     if boot.role == "node":
-        scripts.insert(3, "dtrun-ib-check")
+        # The nodes install the Python environment, not the head: the package list then stays
+        # out of the head's custom data, which Azure cannot update (docs/azure.md).
+        scripts[3:3] = ["dtrun-ib-check", "dtrun-python-env"]
     files = [
         CloudFile(f"/usr/local/sbin/{name}", "0755", render(f"cloud-init/{name}.sh.j2", context))
         for name in scripts
@@ -205,6 +219,14 @@ def render_cloud_init(boot: Boot) -> str:
                 "/etc/profile.d/dtrun-nccl.sh", "0644", render("cloud-init/nccl-env.sh.j2", context)
             )
         )
+        for unit in ("service", "timer"):
+            files.append(
+                CloudFile(
+                    f"/etc/systemd/system/dtrun-scheduled-events.{unit}",
+                    "0644",
+                    render(f"cloud-init/dtrun-scheduled-events.{unit}.j2", {}),
+                )
+            )
     if boot.cluster_key is not None:
         files.extend(_node_to_node_ssh(cluster.admin_user, boot.cluster_key))
     if cluster.scheduler is Scheduler.SLURM:
@@ -218,6 +240,9 @@ def render_cloud_init(boot: Boot) -> str:
             "host_key_private": boot.host_key_private,
             "host_key_public": boot.host_key_public,
             "files": files,
-            "timers": [EXPIRY_TIMER] if boot.expiry is not None else [],
+            "timers": [
+                *([EXPIRY_TIMER] if boot.expiry is not None else []),
+                *([SCHEDULED_EVENTS_TIMER] if boot.role == "node" else []),
+            ],
         },
     )

@@ -7,6 +7,8 @@ from pulumi_azure_native import compute, network
 
 from infra.machines import MachineArgs, image_reference, linux_keys_only
 
+CUSTOM_DATA_PATH = "osProfile.customData"  # the VM's input property, as Pulumi paths name it
+
 
 class HeadNode(pulumi.ComponentResource):
     public_address: pulumi.Output[str]
@@ -75,7 +77,11 @@ class HeadNode(pulumi.ComponentResource):
             if args.identity_id is not None
             else None,
             tags=args.tags,
-            opts=child,
+            # Azure cannot change a single VM's custom data ("For single VMs, you can't update
+            # custom data": Microsoft Learn, custom-data). What changes with nodeCount,
+            # pythonPackages or the expiry action stays out of it (docs/azure.md "What an
+            # update changes"); any other change to it is a new head, shown as a replacement.
+            opts=pulumi.ResourceOptions(parent=self, replace_on_changes=[CUSTOM_DATA_PATH]),
         )
         self.public_address = ip.ip_address.apply(lambda address: address or "")
         self.private_address = nic.ip_configurations.apply(

@@ -46,7 +46,13 @@ def linux_keys_only(user: str, public_key: pulumi.Input[str]) -> compute.LinuxCo
 
 
 def custom_data(cloud_init: pulumi.Output[str]) -> pulumi.Output[str]:
-    """Base64 cloud-init, kept secret: it carries the host's private key."""
+    """Base64 cloud-init, a Pulumi secret in the stack's state. It carries private keys (the
+    machine's host key; on the nodes the cluster key; with Slurm the munge key), which Azure
+    advises against ("Don't store sensitive data in custom data": Microsoft Learn, custom-data):
+    custom data is kept in the VM's model, readable in the VM at /var/lib/waagent/ovf-env.xml
+    (root) and to anyone who may read the VM's model in Azure. dtrun accepts that because every
+    key is scoped to this cluster and anyone who can read the model can already run commands
+    on the VM. Better: Key Vault, or a VM extension's protected settings (docs/security.md)."""
     return pulumi.Output.secret(
         cloud_init.apply(lambda text: base64.b64encode(text.encode()).decode())
     )

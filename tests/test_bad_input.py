@@ -217,6 +217,7 @@ SETTINGS = [
     ({"namePrefix": "Dtrun-Cluster"}, "2 to 12 lowercase letters"),
     ({"tags": ["team"]}, "not KEY=VALUE"),
     ({"image": "ubuntu-hpc"}, "is not an image URN"),
+    ({"image": "almalinux:almalinux-hpc:8_10-hpc-gen2:latest"}, "not an Ubuntu image"),
     ({"vmsize": "Standard_ND96isr_H100_v5"}, "did you mean dtrun:vmSize"),
 ]
 

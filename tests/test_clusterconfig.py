@@ -65,7 +65,7 @@ def test_stack_file_strings_are_read_as_their_declared_types():
 
 
 def test_the_image_override_replaces_the_catalog_image():
-    urn = "almalinux:almalinux-hpc:8_10-hpc-gen2:latest"
+    urn = "microsoft-dsvm:ubuntu-hpc:2404:latest"
     assert spec(image=urn).image == urn
 
 
@@ -128,6 +128,7 @@ def test_sizes_and_node_counts_the_catalog_refuses(settings, message):
         ({"namePrefix": "Dtrun-Cluster"}, "2 to 12 lowercase letters"),
         ({"tags": ["team"]}, "not KEY=VALUE"),
         ({"image": "ubuntu-hpc"}, "is not an image URN"),
+        ({"image": "almalinux:almalinux-hpc:8_10-hpc-gen2:latest"}, "not an Ubuntu image"),
         ({"nodeCount": "many"}, "not a integer"),
         ({"vmsize": "Standard_ND96isr_H100_v5"}, "did you mean dtrun:vmSize"),
         ({"mountPath": "shared dir"}, "dtrun:mountPath"),

@@ -144,8 +144,7 @@ def cluster_spec(
     size = get_size(str(v["vmSize"]), today=today)
     node_count = int(str(v["nodeCount"]))
     check_node_count(node_count)
-    image = str(v["image"]) or size.image.urn
-    Image.parse(image)
+    image = _image(str(v["image"]) or size.image.urn)
     return ClusterSpec(
         name_prefix=_prefix(str(v["namePrefix"])),
         location=_location(str(v["location"])),
@@ -170,6 +169,20 @@ def cluster_spec(
             str(v["expiresAt"]),
         ),
     )
+
+
+def _image(urn: str) -> str:
+    """An Ubuntu image's URN: the boot scripts install with apt (docs/facts.md §2)."""
+    image = Image.parse(urn)
+    if "ubuntu" not in image.offer.lower():
+        raise ConfigError(
+            f"{NAMESPACE}:image is {urn!r}, which is not an Ubuntu image",
+            why="dtrun's cloud-init installs with apt and expects Ubuntu's packages; AlmaLinux "
+            "and other marketplace images also need a purchase plan and accepted terms",
+            fix="leave dtrun:image unset for the size's Ubuntu HPC image, or name an Ubuntu one "
+            "(e.g. microsoft-dsvm:ubuntu-hpc:2204:latest)",
+        )
+    return urn
 
 
 def _choice(key: str, choices: type[_Choice], value: object) -> _Choice:

@@ -69,7 +69,7 @@ class RegistryEntry:
     ib_ports_active: int
     ib_ports_expected: int
     infiniband: str  # "active", "degraded" or "none"
-    python: str  # "ready" or "failed"
+    python: str  # "ready" or "failed"; "none" on the head, which installs no environment
 
     @property
     def ready(self) -> bool:

@@ -125,6 +125,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
 class Program:
     declared: list[Declared]
     outputs: dict[str, Any] = field(default_factory=dict)
+    # Each resource's options as the program gave them, by name (Pulumi hands the mocks none).
+    options: dict[str, pulumi.ResourceOptions] = field(default_factory=dict)
 
     def of_type(self, suffix: str) -> list[Declared]:
         return [d for d in self.declared if d.type.endswith(suffix)]
@@ -150,6 +152,11 @@ def run(cluster: ClusterSpec) -> Program:
     mocks = RecordingMocks()
     pulumi.runtime.set_mocks(mocks, project="dtrun", stack="test", preview=False)
     program = Program(mocks.declared)
+
+    def record(args: pulumi.ResourceTransformationArgs) -> None:
+        program.options[args.name] = args.opts or pulumi.ResourceOptions()
+
+    pulumi.runtime.register_stack_transformation(record)
 
     @pulumi.runtime.test  # type: ignore[untyped-decorator]
     def declare() -> pulumi.Output[None]:

@@ -85,8 +85,10 @@ def test_cloud_init_is_yaml_that_carries_every_file_verbatim(name):
     document = yaml.safe_load(text)
     assert document["ssh_keys"] == {"ed25519_private": PRIVATE, "ed25519_public": PUBLIC}
     assert document["ssh_pwauth"] is False
-    timers = [["systemctl", "enable", "--now", "dtrun-expiry.timer"]] if "expiry" in name else []
-    assert document["runcmd"] == [*timers, ["/usr/local/sbin/dtrun-bootstrap"]]
+    timers = ["dtrun-expiry.timer"] if "expiry" in name else []
+    timers += ["dtrun-scheduled-events.timer"] if name.startswith("node") else []
+    enable = [["systemctl", "enable", "--now", timer] for timer in timers]
+    assert document["runcmd"] == [*enable, ["/usr/local/sbin/dtrun-bootstrap"]]
     assert "/usr/local/sbin/dtrun-mount" in files(document)
 
 
@@ -243,3 +245,19 @@ def test_the_admin_user_can_write_where_dtrun_writes_after_boot(kind, admin_user
         assert (mount / ".dtrun" / "code").owner() == admin_user
     finally:
         shutil.rmtree(base)
+
+
+def test_nodes_ask_scheduled_events_at_boot_and_hourly_and_wait_for_its_first_answer():
+    """Azure enables Scheduled Events at the first request, answers it up to two minutes late
+    and disables it after 24 hours without one: the nodes keep it on, so a Preempt is seen."""
+    node = files(yaml.safe_load(render_cloud_init(boot("node"))))
+    service = node["/etc/systemd/system/dtrun-scheduled-events.service"]
+    timer = node["/etc/systemd/system/dtrun-scheduled-events.timer"]
+    assert "/metadata/scheduledevents?api-version=" in service
+    assert "--max-time 130" in service
+    assert "OnBootSec=30s" in timer and "OnUnitActiveSec=1h" in timer
+    head = files(yaml.safe_load(render_cloud_init(boot("head"))))
+    assert "/etc/systemd/system/dtrun-scheduled-events.timer" not in head
+    remote = render("remote/scheduled-events.sh.j2", {"version": "0", "imds": "http://x"})
+    [events] = [line for line in remote.splitlines() if "/metadata/scheduledevents" in line]
+    assert int(events.split("--max-time ")[1].split()[0]) >= 120

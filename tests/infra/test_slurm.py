@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import fnmatch
 import ipaddress
 import os
 import subprocess
@@ -13,17 +14,14 @@ from functools import cache
 import pytest
 import yaml
 
-from infra.cloudinit import MAX_CUSTOM_DATA_BYTES, SLURM_STAGED, Boot, render_cloud_init
-from infra.slurm import (
-    MUNGE_KEY_BYTES,
-    PARTITION,
-    computer_name,
-    hostlists,
-    munge_key,
-    node_names,
-    real_memory_mib,
-    slurm_files,
+from infra.cloudinit import (
+    MAX_CUSTOM_DATA_BYTES,
+    SLURM_PACKAGES,
+    SLURM_STAGED,
+    Boot,
+    render_cloud_init,
 )
+from infra.slurm import MAX_NODE_COUNT, MUNGE_KEY_BYTES, PARTITION, munge_key, slurm_files
 from runner.azure.catalog import SIZES
 from runner.azure.config import ConfigError, cluster_spec
 from runner.spec.cluster import ClusterSpec, Scheduler
@@ -68,33 +66,17 @@ def test_the_scheduler_is_none_unless_set_and_a_bad_one_is_one_message():
     assert caught.value.fix == "use one of none, slurm"
 
 
-def test_node_names_are_the_scale_sets_computer_names_in_base_36():
-    assert computer_name("nsgvmss", 85) == "nsgvmss00002D"  # Azure's own example
-    assert node_names(slurm_cluster(nodeCount=4)) == tuple(f"dtrunnode00000{i}" for i in range(4))
-    names = node_names(slurm_cluster(nodeCount=38))
-    assert names[9:12] == ("dtrunnode000009", "dtrunnode00000A", "dtrunnode00000B")
-    assert names[36:] == ("dtrunnode000010", "dtrunnode000011")
-    lists = hostlists(names, "dtrunnode")
-    assert lists[0] == "dtrunnode[000000-000009]"
-    assert lists[1:3] == ["dtrunnode00000A", "dtrunnode00000B"]
-    assert lists[-1] == "dtrunnode[000010-000011]"
-    assert len(lists) == 1 + 26 + 1
-
-
-@pytest.mark.parametrize("nodes", [1, 4, 37, 100])
 @pytest.mark.parametrize("size", ["Standard_ND96isr_H100_v5", "Standard_HB176rs_v4"])
-def test_the_conf_matches_the_node_count_and_the_size(size, nodes):
-    cluster = slurm_cluster(vmSize=size, nodeCount=nodes)
-    files = slurm_files(cluster)
+def test_the_conf_names_no_node_and_is_the_same_for_any_node_count(size):
+    """Nodes join as dynamic nodes: a `pulumi up` that scales them leaves slurm.conf as it was."""
+    files = slurm_files(slurm_cluster(vmSize=size, nodeCount=1))
+    for nodes in (4, 37, 100):
+        assert slurm_files(slurm_cluster(vmSize=size, nodeCount=nodes)) == files
     lines = conf_lines(files.slurm_conf)
-    [defaults] = [line for line in lines if line.get("NodeName") == "DEFAULT"]
-    vm = SIZES[size]
-    assert int(defaults["CPUs"]) == vm.vcpus
-    assert 0.9 * vm.memory_gb * 1024 < int(defaults["RealMemory"]) < vm.memory_gb * 1024
-    assert int(defaults["RealMemory"]) == real_memory_mib(vm)
-    listed = [line["NodeName"] for line in lines if line.get("NodeName", "DEFAULT") != "DEFAULT"]
-    assert listed == hostlists(files.node_names, "dtrunnode")
-    assert len(files.node_names) == nodes
+    assert not [line for line in lines if "NodeName" in line]
+    assert setting(files.slurm_conf, "MaxNodeCount") == str(MAX_NODE_COUNT)
+    assert setting(files.slurm_conf, "SlurmctldParameters") == "enable_configless"
+    assert setting(files.slurm_conf, "SelectType") == "select/cons_tres"  # dynamic nodes need it
     [partition] = [line for line in lines if "PartitionName" in line]
     assert partition == {
         "PartitionName": PARTITION, "Nodes": "ALL", "Default": "YES",
@@ -102,12 +84,13 @@ def test_the_conf_matches_the_node_count_and_the_size(size, nodes):
     }  # fmt: skip
     assert setting(files.slurm_conf, "SlurmctldHost") == "dtrun-head"
     assert setting(files.slurm_conf, "ReturnToService") == "2"
+    vm = SIZES[size]
     if vm.gpu_count:
-        assert defaults["Gres"] == f"gpu:{vm.gpu_count}"
+        assert setting(files.slurm_conf, "GresTypes") == "gpu"
         assert files.gres_conf is not None
         assert f"File=/dev/nvidia[0-{vm.gpu_count - 1}]" in files.gres_conf
     else:
-        assert "Gres" not in defaults and files.gres_conf is None
+        assert "Gres" not in files.slurm_conf and files.gres_conf is None
 
 
 def test_amd_gpus_are_not_declared_to_slurm():
@@ -117,24 +100,24 @@ def test_amd_gpus_are_not_declared_to_slurm():
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_SIZES))
 def test_golden_slurm_conf_and_gres_conf(golden, name):
-    files = slurm_files(slurm_cluster(vmSize=GOLDEN_SIZES[name], nodeCount=4))
+    files = slurm_files(slurm_cluster(vmSize=GOLDEN_SIZES[name]))
     assert files.gres_conf is not None
     golden(f"slurm/{name}-slurm.conf", files.slurm_conf)
     golden(f"slurm/{name}-gres.conf", files.gres_conf)
 
 
 def test_slurms_own_parser_accepts_the_conf(tmp_path):
-    """scontrol reads the whole file before it expands a hostlist, and stops at a bad key."""
+    """scontrol reads the whole file before it answers, and stops at a bad key."""
     scontrol = require_tool("scontrol")
-    files = slurm_files(slurm_cluster(nodeCount=40))
+    files = slurm_files(slurm_cluster())
     (tmp_path / "slurm.conf").write_text(files.slurm_conf)
     env = {**os.environ, "SLURM_CONF": str(tmp_path / "slurm.conf")}
     expanded = subprocess.run(
-        [scontrol, "show", "hostnames", ",".join(hostlists(files.node_names, "dtrunnode"))],
+        [scontrol, "show", "hostnames", "dtrunnode[000000-000002]"],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert expanded.returncode == 0, expanded.stderr
-    assert tuple(expanded.stdout.split()) == files.node_names
+    assert expanded.stdout.split() == ["dtrunnode000000", "dtrunnode000001", "dtrunnode000002"]
     (tmp_path / "slurm.conf").write_text(files.slurm_conf + "NotASlurmKey=1\n")
     refused = subprocess.run(
         [scontrol, "show", "hostnames", "x"],
@@ -150,25 +133,112 @@ def test_the_munge_key_is_1024_bytes_of_base64_and_stable_for_a_seed():
     assert munge_key(PRIVATE + "x") != key
 
 
-@pytest.mark.parametrize("role", ["head", "node"])
-def test_each_machine_stages_the_conf_and_key_and_joins_after_registering(role):
+def test_the_head_stages_the_conf_and_the_nodes_fetch_it_from_slurmctld():
     cluster = slurm_cluster(nodeCount=100)
-    text = render_cloud_init(boot(role, cluster))
+    head = written(render_cloud_init(boot("head", cluster)))
+    node = written(render_cloud_init(boot("node", cluster)))
+    conf = slurm_files(cluster)
+    assert head[f"{SLURM_STAGED}/slurm.conf"]["content"] == conf.slurm_conf
+    assert head[f"{SLURM_STAGED}/gres.conf"]["content"] == conf.gres_conf
+    assert not [p for p in node if p.startswith(f"{SLURM_STAGED}/") and "munge" not in p]
+    drop_in = node["/etc/systemd/system/slurmd.service.d/dtrun-infiniband.conf"]["content"]
+    assert (
+        'Environment="SLURMD_OPTIONS=-Z --conf-server dtrun-head:6817 --conf Gres=gpu:8"'
+        in drop_in.splitlines()
+    )
+    assert "ConditionPathExists=\n" in drop_in  # no slurm.conf on a node: the condition cleared
+
+
+@pytest.mark.parametrize("role", ["head", "node"])
+def test_each_machine_installs_munge_and_its_slurm_and_joins_after_registering(role):
+    text = render_cloud_init(boot(role, slurm_cluster(nodeCount=100)))
     assert len(text.encode()) <= MAX_CUSTOM_DATA_BYTES
     files = written(text)
-    conf = slurm_files(cluster)
-    assert files[f"{SLURM_STAGED}/slurm.conf"]["content"] == conf.slurm_conf
-    assert files[f"{SLURM_STAGED}/gres.conf"]["content"] == conf.gres_conf
     key = files[f"{SLURM_STAGED}/munge.key.b64"]
     assert (key["content"], key["permissions"]) == (MUNGE + "\n", "0400")
     script = files["/usr/local/sbin/dtrun-slurm"]["content"]
     assert "install -m 0400 -o munge -g munge" in script
     assert 'rm -f "${staged}/munge.key" "${staged}/munge.key.b64"' in script
     daemon = "slurmctld" if role == "head" else "slurmd"
-    assert f"install -y -q munge {daemon} slurm-client" in script
     assert f"systemctl restart {daemon}" in script
+    # munge is configured before the Slurm packages go in: their daemons authenticate with it.
+    assert script.index("install -y -q munge") < script.index('install -y -q "${packages[@]}"')
+    assert script.index("systemctl restart munge") < script.index(f"systemctl restart {daemon}")
     bootstrap = files["/usr/local/sbin/dtrun-bootstrap"]["content"]
     assert bootstrap.index("dtrun-register") < bootstrap.index('dtrun-slurm "$ib_state"')
+
+
+# What the Ubuntu 22.04 HPC image does (docs/facts.md §12): its apt pin gives Ubuntu's slurm*
+# packages priority -1 and Microsoft's slurm-smd* 990. The pin file as azhpc-images ships it.
+HPC_IMAGE_SLURM_PIN = """Package: slurm-smd*
+Pin:  origin "packages.microsoft.com"
+Pin-Priority: 990
+
+Package: pmix
+Pin: origin "packages.microsoft.com"
+Pin-Priority: 990
+
+Package: slurm*
+Pin: origin *ubuntu.com*
+Pin-Priority: -1
+
+Package: pmix
+Pin: origin *ubuntu.com*
+Pin-Priority: -1
+"""
+
+
+UBUNTU_MIRROR = "azure.archive.ubuntu.com"  # where Azure's Ubuntu images take Ubuntu's packages
+MICROSOFT = "packages.microsoft.com"
+
+
+def pin_priority(package: str, origin: str) -> int:
+    """apt's priority for a package version from an origin under the image's pin file: the
+    first record whose Package and Pin match (both globs, as apt_preferences(5) reads them);
+    500 when none does, apt's default for a version to be installed."""
+    for block in HPC_IMAGE_SLURM_PIN.strip().split("\n\n"):
+        record = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in block.splitlines())}
+        pattern = record["Pin"].removeprefix("origin").strip().strip('"')
+        if fnmatch.fnmatchcase(package, record["Package"]) and fnmatch.fnmatchcase(origin, pattern):
+            return int(record["Pin-Priority"])
+    return 500
+
+
+def slurm_install_line(script: str) -> list[str]:
+    """The Slurm packages dtrun-slurm installs, as the script lists them."""
+    [line] = [ln for ln in script.splitlines() if "slurm-smd-client" in ln]
+    words = line.replace("(", " ").replace(")", " ").replace(";", " ").split()
+    return [word for word in words if word.startswith("slurm")]
+
+
+@pytest.mark.parametrize("role", ["head", "node"])
+def test_every_package_the_script_installs_is_installable_on_the_hpc_image(role):
+    script = written(render_cloud_init(boot(role, slurm_cluster())))["/usr/local/sbin/dtrun-slurm"]
+    names = slurm_install_line(script["content"])
+    assert tuple(names) == SLURM_PACKAGES[role]
+    daemon = "slurm-smd-slurmctld" if role == "head" else "slurm-smd-slurmd"
+    assert daemon in names and "slurm-smd-client" in names
+    # Microsoft's repository ships them, and the image's pin prefers them there.
+    assert all(pin_priority(name, MICROSOFT) == 990 for name in names)
+    # munge is Ubuntu's, and the pin leaves it alone.
+    assert pin_priority("munge", UBUNTU_MIRROR) == 500
+    assert "install -y -q munge" in script["content"]
+    # What the script installed on main: Ubuntu's own packages, which the image pins out.
+    installs = [ln.split() for ln in script["content"].splitlines() if "install -y" in ln]
+    for ubuntu in ("slurmctld", "slurmd", "slurm-client"):
+        assert pin_priority(ubuntu, UBUNTU_MIRROR) == -1
+        assert not [words for words in installs if ubuntu in words]
+    # Off the image, the script stops with a message, not apt's "no installation candidate".
+    assert "apt-cache policy slurm-smd" in script["content"]
+
+
+def test_the_nodes_install_the_slurm_version_the_head_installed():
+    head = written(render_cloud_init(boot("head", slurm_cluster())))["/usr/local/sbin/dtrun-slurm"]
+    node = written(render_cloud_init(boot("node", slurm_cluster())))["/usr/local/sbin/dtrun-slurm"]
+    assert "version_file=/shared/.dtrun/slurm-version" in head["content"]
+    assert "dpkg-query -W -f='${Version}' slurm-smd >\"${version_file}.partial\"" in head["content"]
+    assert 'packages+=("${package}=${version}")' in node["content"]
+    assert "getent passwd slurm >/dev/null || useradd --system --uid 11100" in node["content"]
 
 
 def test_a_node_starts_slurmd_only_with_infiniband_active_at_every_boot():
@@ -178,10 +248,6 @@ def test_a_node_starts_slurmd_only_with_infiniband_active_at_every_boot():
     assert gate < script.index("systemctl restart slurmd")
     drop_in = files["/etc/systemd/system/slurmd.service.d/dtrun-infiniband.conf"]["content"]
     assert "ExecStartPre=/usr/local/sbin/dtrun-ib-check" in drop_in
-    assert files[f"{SLURM_STAGED}/node-names"]["content"].split() == [
-        "dtrunnode000000",
-        "dtrunnode000001",
-    ]
 
 
 def test_the_slurm_scripts_pass_bash_n_and_shellcheck():
@@ -263,13 +329,12 @@ def test_the_munge_key_reaches_the_machines_only_as_a_secret():
     assert seed.type == "tls:index/privateKey:PrivateKey"
 
 
-def test_the_machines_carry_the_conf_of_the_stack_and_the_outputs_say_slurm():
+def test_the_head_carries_the_conf_of_the_stack_and_the_outputs_say_slurm():
     cluster = slurm_cluster(nodeCount=6)
     p = program(cluster)
-    conf = written(p.cloud_init(":VirtualMachineScaleSet"))[f"{SLURM_STAGED}/slurm.conf"]
+    conf = written(p.cloud_init(":VirtualMachine"))[f"{SLURM_STAGED}/slurm.conf"]
     assert conf["content"] == slurm_files(cluster).slurm_conf
-    assert "NodeName=dtrunnode[000000-000005]" in conf["content"]
-    assert "NodeName=DEFAULT CPUs=96 RealMemory=1848320 Gres=gpu:8 " in conf["content"]
+    assert f"{SLURM_STAGED}/slurm.conf" not in written(p.cloud_init(":VirtualMachineScaleSet"))
     assert (p.outputs["version"], p.outputs["scheduler"]) == (4, "slurm")
     assert p.outputs["slurm_partition"] == PARTITION
     counts = {n: len(program(slurm_cluster(nodeCount=n)).resources) for n in (2, 100)}
