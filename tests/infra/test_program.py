@@ -90,15 +90,21 @@ def test_the_number_of_resources_does_not_grow_with_the_node_count():
     assert counts[2] == counts[100]
 
 
-def test_nodes_have_no_public_ip_and_the_head_has_the_only_one():
+def test_nodes_have_no_public_ip_and_the_head_has_the_only_one_that_takes_connections():
     p = program(cluster())
     nic = scale_set(p)["virtualMachineProfile"]["networkProfile"]["networkInterfaceConfigurations"]
     for config in nic:
         for ip in config["ipConfigurations"]:
             assert "publicIPAddressConfiguration" not in ip
-    [public_ip] = p.of_type(":PublicIPAddress")
+    # The other public IP is the NAT gateway's, which is outbound only.
+    addresses = {ip.name for ip in p.of_type(":PublicIPAddress")}
+    assert addresses == {"head-ip", "net-nat-ip"}
+    [nat] = p.of_type(":NatGateway")
+    assert [ip["id"] for ip in nat.inputs["publicIpAddresses"]] == [
+        "/mock/azure-native:network:PublicIPAddress/net-nat-ip"
+    ]
     [head_nic] = p.of_type(":NetworkInterface")
-    assert head_nic.inputs["ipConfigurations"][0]["publicIPAddress"]["id"].endswith(public_ip.name)
+    assert head_nic.inputs["ipConfigurations"][0]["publicIPAddress"]["id"].endswith("head-ip")
 
 
 def test_no_rule_opens_anything_to_the_internet():
