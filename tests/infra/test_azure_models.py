@@ -33,10 +33,12 @@ OWN_KEY = (
 SETTINGS: dict[str, dict[str, object]] = {
     "azurefiles-h100": {},
     "netapp": {"storageKind": "netapp", "storageSizeGib": 4096},
-    "lustre-250": {"storageKind": "lustre", "storageSizeGib": 8192},
+    "lustre-250": {"storageKind": "lustre", "storageSizeGib": 8192, "zone": "1"},
     "lustre-40": {
         "storageKind": "lustre", "lustreSku": "AMLFS-Durable-Premium-40", "storageSizeGib": 49152,
+        "zone": "3",
     },
+    "zonal-nodes": {"zone": "2"},
     "slurm": {"scheduler": "slurm"},
     "spot": {"spot": True, "spotMaxPrice": "12.5"},
     "expiry-off": {"ttlHours": 0, "idleMinutes": 0},

@@ -21,7 +21,7 @@ OPEN_TO_ALL = {"*", "0.0.0.0/0", "::/0", "internet", "any"}
 STORAGE = {
     StorageKind.AZURE_FILES: {},
     StorageKind.NETAPP: {"storageKind": "netapp", "storageSizeGib": 4096},
-    StorageKind.LUSTRE: {"storageKind": "lustre", "storageSizeGib": 8192},
+    StorageKind.LUSTRE: {"storageKind": "lustre", "storageSizeGib": 8192, "zone": "1"},
 }
 
 
@@ -287,3 +287,16 @@ def test_nodes_get_the_cluster_key_and_the_node_host_key_for_strict_checks():
     node_line = p.outputs["known_hosts"][1]
     assert files["/etc/ssh/ssh_known_hosts"] == node_line + "\n"
     assert files["/home/azureuser/.ssh/id_ed25519"].startswith("-----BEGIN OPENSSH PRIVATE KEY")
+
+
+def test_lustre_and_the_nodes_share_the_zone_the_settings_name():
+    p = program(cluster(**{**STORAGE[StorageKind.LUSTRE], "zone": "2"}))
+    assert p.one(":AmlFilesystem").inputs["zones"] == ["2"]
+    assert scale_set(p)["zones"] == ["2"]
+    assert p.one(":ProximityPlacementGroup").inputs["zones"] == ["2"]
+
+
+def test_without_a_zone_the_nodes_are_regional():
+    p = program(cluster())
+    assert "zones" not in scale_set(p)
+    assert "zones" not in p.one(":ProximityPlacementGroup").inputs

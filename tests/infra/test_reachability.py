@@ -34,7 +34,7 @@ NODES = 3  # node addresses tried: .4, .5, .6
 CLUSTERS: dict[str, dict[str, Any]] = {
     "azure-files": {},
     "netapp": {"storageKind": "netapp", "storageSizeGib": 4096},
-    "lustre": {"storageKind": "lustre", "storageSizeGib": 8192},
+    "lustre": {"storageKind": "lustre", "storageSizeGib": 8192, "zone": "1"},
     "slurm": {"scheduler": "slurm", "nodeCount": 4},
     "slurm-netapp": {"scheduler": "slurm", "storageKind": "netapp", "storageSizeGib": 4096},
     "two-admin-cidrs": {"adminCidrs": [ADMIN, OTHER_ADMIN]},
