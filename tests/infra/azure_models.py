@@ -186,6 +186,32 @@ def sdk_api_versions(token: str) -> set[str]:
     return versions
 
 
+def arm_type(token: str) -> str | None:
+    """The ARM resource type the SDK's create operation PUTs (``Microsoft.Network/virtualNetworks/
+    subnets``), read from its request's URL template; None for a resource group and for
+    extension resources (``/{scope}/providers/...``), which live in no group."""
+    described = DESCRIBED[token]
+    operations = getattr(
+        importlib.import_module(described.module + ".operations"), described.operations
+    )
+    initial = "_" + described.create.removeprefix("begin_") + "_initial"
+    source = "".join(
+        inspect.getsource(getattr(operations, method))
+        for method in (described.create, initial)
+        if hasattr(operations, method)
+    )
+    module = sys.modules[operations.__module__]
+    [builder] = set(re.findall(r"(build_\w+_request)\(", source))
+    [url] = re.findall(r'"template_url",\s*"([^"]+)"', inspect.getsource(getattr(module, builder)))
+    if (
+        not url.startswith("/subscriptions/{subscriptionId}/resourceGroups/")
+        or "/providers/" not in url
+    ):
+        return None
+    namespace, *path = url.split("/providers/", 1)[1].split("/")
+    return "/".join([namespace, *path[0::2]])  # the type names, not the names between them
+
+
 def _configured_api_version(module: str) -> str:
     configuration = importlib.import_module(module + "._configuration")
     [name] = [n for n in vars(configuration) if n.endswith("ClientConfiguration")]
@@ -247,16 +273,18 @@ def _enums(model: type[Model]) -> dict[str, list[type[enum.Enum]]]:
 
 
 def _pulumi_keys(model: type[Model]) -> dict[str, str]:
-    """Each attribute under the names Pulumi may give it, lowercased: its REST name (the last
-    segment of its REST key, split by the SDK's own decoder: ``properties.osProfile`` ->
-    ``osProfile``) and its client name (the attribute: the spec's ``x-ms-client-name``, which
-    Pulumi follows: ``enableHttpsTrafficOnly`` for the REST ``supportsHttpsTrafficOnly``)."""
+    """Each attribute under the names Pulumi may give it, lowercased: its client name (the
+    attribute: the spec's ``x-ms-client-name``, which Pulumi follows: ``enableHttpsTrafficOnly``
+    for the REST ``supportsHttpsTrafficOnly``, ``roleType`` for a role's ``properties.type``)
+    and, where no client name has it, its REST name (the last segment of its REST key, split by
+    the SDK's own decoder: ``properties.osProfile`` -> ``osProfile``)."""
     keys: dict[str, str] = {}
+    for attribute in model._attribute_map:
+        if keys.setdefault(attribute.replace("_", "").lower(), attribute) != attribute:
+            raise LookupError(f"{model.__name__}: two attributes are called {attribute!r}")
     for attribute, description in model._attribute_map.items():
         rest = _decode_attribute_map_key(_FLATTEN.split(description["key"])[-1])
-        for key in {rest.lower(), attribute.replace("_", "").lower()}:
-            if keys.setdefault(key, attribute) != attribute:
-                raise LookupError(f"{model.__name__}: two attributes are called {key!r}")
+        keys.setdefault(rest.lower(), attribute)
     return keys
 
 
