@@ -22,11 +22,15 @@ class GpuCluster(pulumi.ComponentResource):
         cluster = args.cluster
         size = SIZES[cluster.vm_size]
         child = pulumi.ResourceOptions(parent=self)
+        # dtrun:zone puts the nodes (and Lustre, docs/azure.md) in one availability zone;
+        # empty leaves the placement to Azure.
+        zones = [cluster.zone] if cluster.zone else None
         placement = compute.ProximityPlacementGroup(
             f"{name}-ppg",
             resource_group_name=args.resource_group_name,
             location=cluster.location,
             proximity_placement_group_type="Standard",
+            zones=zones,
             tags=args.tags,
             opts=child,
         )
@@ -44,6 +48,7 @@ class GpuCluster(pulumi.ComponentResource):
             resource_group_name=args.resource_group_name,
             location=cluster.location,
             sku=compute.SkuArgs(name=size.name, tier="Standard", capacity=cluster.node_count),
+            zones=zones,
             # InfiniBand joins only the VMs of one Uniform scale set in one placement group.
             orchestration_mode="Uniform",
             single_placement_group=True,

@@ -6,7 +6,16 @@ node subnets and closed to everything else.
 An NSG on a subnet also filters traffic between the machines of that subnet (Azure's
 network-security-group-how-it-works: "This includes intra-subnet traffic as well"), so the
 nodes' deny rules would stop node -> node SSH without the explicit allow below
-(tests/infra/reachability.py evaluates the rules as Azure does)."""
+(tests/infra/reachability.py evaluates the rules as Azure does).
+
+Outbound is explicit (docs/azure.md "Outbound"). The nodes need the internet at boot (apt, pip
+into the shared environment) and have no public IP; Azure's implicit "default outbound access"
+is being retired: subnets are private by default from network API 2025-07-01
+(https://learn.microsoft.com/azure/virtual-network/ip-services/default-outbound-access, which
+recommends a NAT gateway). So a NAT gateway with its own static public IP serves the nodes'
+subnet (and Lustre's, whose file system reaches the AzureCloud service tag), the head goes out
+through its own public IP, and every subnet with machines in it sets defaultOutboundAccess
+false, so no machine depends on the implicit path on any API version."""
 
 from __future__ import annotations
 
@@ -90,6 +99,30 @@ def _slurm_rules(cluster: ClusterSpec) -> list[network.SecurityRuleArgs]:
     return [*allows, _inbound("deny-other-slurm", SLURM_DENY_PRIORITY, "Deny", "*", SLURM_PORTS)]
 
 
+def _nat_gateway(name: str, args: NetworkArgs, opts: pulumi.ResourceOptions) -> network.NatGateway:
+    """The nodes' way out: a Standard NAT gateway (its only SKU) with one static Standard public
+    IP, which takes no inbound connection (a NAT gateway is outbound only)."""
+    group, location = args.resource_group_name, args.cluster.location
+    address = network.PublicIPAddress(
+        f"{name}-nat-ip",
+        resource_group_name=group,
+        location=location,
+        sku=network.PublicIPAddressSkuArgs(name="Standard"),
+        public_ip_allocation_method="Static",
+        tags=args.tags,
+        opts=opts,
+    )
+    return network.NatGateway(
+        f"{name}-nat",
+        resource_group_name=group,
+        location=location,
+        sku=network.NatGatewaySkuArgs(name="Standard"),
+        public_ip_addresses=[network.SubResourceArgs(id=address.id)],
+        tags=args.tags,
+        opts=opts,
+    )
+
+
 class Network(pulumi.ComponentResource):
     head_subnet_id: pulumi.Output[str]
     nodes_subnet_id: pulumi.Output[str]
@@ -135,6 +168,7 @@ class Network(pulumi.ComponentResource):
             location=location,
             opts=child,
         )
+        nat = _nat_gateway(name, args, child)
         # Azure Files NFS admits clients through the subnets' Microsoft.Storage endpoint.
         endpoints = (
             [network.ServiceEndpointPropertiesFormatArgs(service="Microsoft.Storage")]
@@ -153,28 +187,38 @@ class Network(pulumi.ComponentResource):
                 **props,
             )
 
+        through_nat = network.SubResourceArgs(id=nat.id)
         head = subnet(
             "head",
             vnet,
             network_security_group=network.NetworkSecurityGroupArgs(id=head_nsg.id),
             service_endpoints=endpoints,
+            default_outbound_access=False,  # the head goes out through its own public IP
         )
         nodes = subnet(
             "nodes",
             head,
             network_security_group=network.NetworkSecurityGroupArgs(id=nodes_nsg.id),
             service_endpoints=endpoints,
+            nat_gateway=through_nat,
+            default_outbound_access=False,
         )
         self.head_subnet_id = head.id
         self.nodes_subnet_id = nodes.id
         self.storage_subnet_id = None
         if cluster.storage.kind is StorageKind.NETAPP:
+            # The delegated subnet holds only the volume's NFS endpoint, which makes no
+            # outbound connection: outbound there is left to Azure NetApp Files.
             delegation = network.DelegationArgs(
                 name="netapp", service_name="Microsoft.NetApp/volumes"
             )
             self.storage_subnet_id = subnet("netapp", nodes, delegations=[delegation]).id
         elif cluster.storage.kind is StorageKind.LUSTRE:
-            self.storage_subnet_id = subnet("lustre", nodes).id
+            # Managed Lustre's servers reach the AzureCloud service tag from this subnet
+            # (Azure Managed Lustre prerequisites, "Subnet access and permissions").
+            self.storage_subnet_id = subnet(
+                "lustre", nodes, nat_gateway=through_nat, default_outbound_access=False
+            ).id
         self.register_outputs(
             {"head_subnet_id": self.head_subnet_id, "nodes_subnet_id": self.nodes_subnet_id}
         )

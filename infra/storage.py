@@ -140,7 +140,9 @@ def _lustre(name: str, args: StorageArgs, opts: pulumi.ResourceOptions) -> pulum
         maintenance_window=storagecache.AmlFilesystemMaintenanceWindowArgs(
             day_of_week=storagecache.MaintenanceDayOfWeekType.SUNDAY, time_of_day_utc="02:00"
         ),
-        zones=["1"],  # Managed Lustre is zonal; one zone
+        # Managed Lustre is zonal: in the nodes' zone, as Azure advises for its clients
+        # (config refuses Lustre without dtrun:zone).
+        zones=[cluster.zone],
         tags=args.tags,
         opts=opts,
     )

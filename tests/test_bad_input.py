@@ -212,6 +212,8 @@ SETTINGS = [
     ({"vnetCidr": "10.0.0.0/24"}, "needs four /24 subnets"),
     ({"storageKind": "s3"}, "use one of azurefiles, netapp, lustre"),
     ({"storageSizeGib": 50}, "100 to 102400 GiB"),
+    ({"storageKind": "lustre", "storageSizeGib": 256 * 1024, "zone": "1"}, "at most 128 TiB"),
+    ({"storageKind": "lustre", "storageSizeGib": 8192}, "dtrun:zone is empty"),
     ({"spotMaxPrice": "cheap"}, "dtrun:spotMaxPrice"),
     ({"adminUser": "root"}, "does not accept as a login"),
     ({"namePrefix": "Dtrun-Cluster"}, "2 to 12 lowercase letters"),

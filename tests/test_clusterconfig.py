@@ -121,6 +121,22 @@ def test_sizes_and_node_counts_the_catalog_refuses(settings, message):
             },
             "steps of 48 TiB",
         ),
+        (
+            {"storageKind": "lustre", "storageSizeGib": 136 * 1024, "zone": "1"},
+            "AMLFS-Durable-Premium-250 holds at most 128 TiB",
+        ),
+        (
+            {
+                "storageKind": "lustre",
+                "lustreSku": "AMLFS-Durable-Premium-40",
+                "storageSizeGib": 240 * 1024,
+                "zone": "1",
+            },
+            "Lustre subnet fits a file system of at most 196 TiB",
+        ),
+        ({"storageKind": "lustre", "storageSizeGib": 8192}, "dtrun:zone is empty"),
+        ({"zone": "4"}, "dtrun:zone is '4'"),
+        ({"zone": "eastus-1"}, "use 1, 2 or 3"),
         ({"spotMaxPrice": "cheap"}, "dtrun:spotMaxPrice"),
         ({"spotMaxPrice": "0"}, "dtrun:spotMaxPrice"),
         ({"adminUser": "root"}, "does not accept as a login"),
@@ -152,8 +168,33 @@ def test_internet_wide_ssh_needs_the_explicit_flag():
 
 def test_valid_lustre_sizes_follow_the_step_table():
     for sku, step in (("AMLFS-Durable-Premium-40", 48), ("AMLFS-Durable-Premium-500", 4)):
-        cluster = spec(storageKind="lustre", lustreSku=sku, storageSizeGib=step * 1024)
+        cluster = spec(storageKind="lustre", lustreSku=sku, storageSizeGib=step * 1024, zone="1")
         assert cluster.storage.size_gib == step * 1024
+
+
+@pytest.mark.parametrize(
+    ("sku", "step_tib", "largest_tib"),
+    [
+        ("AMLFS-Durable-Premium-500", 4, 128),
+        ("AMLFS-Durable-Premium-250", 8, 128),
+        ("AMLFS-Durable-Premium-125", 16, 128),
+        # 768 TiB for the SKU, but the /24 subnet fits 196 TiB: the last 48 TiB step under it
+        ("AMLFS-Durable-Premium-40", 48, 192),
+    ],
+)
+def test_lustre_takes_its_largest_size_and_refuses_one_step_more(sku, step_tib, largest_tib):
+    def lustre(tib: int):
+        return spec(storageKind="lustre", lustreSku=sku, storageSizeGib=tib * 1024, zone="1")
+
+    assert lustre(largest_tib).storage.size_gib == largest_tib * 1024
+    with pytest.raises(ConfigError, match=f"use at most {largest_tib * 1024} "):
+        lustre(largest_tib + step_tib)
+
+
+def test_the_zone_is_one_of_azures_three_or_none():
+    assert spec().zone == ""
+    assert spec(zone="2").zone == "2"
+    assert spec(storageKind="lustre", storageSizeGib=8192, zone="3").zone == "3"
 
 
 def test_a_bare_address_becomes_a_host_cidr():

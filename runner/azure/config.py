@@ -35,13 +35,25 @@ PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
 # (docs/facts.md §3).
 RDMA_NETWORK = ipaddress.ip_network("172.16.0.0/16")
 
-# Azure Managed Lustre SKUs: capacity in TiB is a positive multiple of the step (docs/facts.md §4).
+# Azure Managed Lustre SKUs: capacity in TiB is a positive multiple of the step (docs/facts.md §4),
+# up to the SKU's maximum ("Throughput configurations" in Azure's create-file-system-portal page:
+# 768 TiB for -40, 128 TiB for the others; more only by support request).
 LUSTRE_STEP_TIB = {
     "AMLFS-Durable-Premium-40": 48,
     "AMLFS-Durable-Premium-125": 16,
     "AMLFS-Durable-Premium-250": 8,
     "AMLFS-Durable-Premium-500": 4,
 }
+LUSTRE_MAX_TIB = {
+    "AMLFS-Durable-Premium-40": 768,
+    "AMLFS-Durable-Premium-125": 128,
+    "AMLFS-Durable-Premium-250": 128,
+    "AMLFS-Durable-Premium-500": 128,
+}
+# The file system lives in dtrun's /24 Lustre subnet, which Azure sizes for 96 to 196 TiB
+# (Azure Managed Lustre prerequisites, "Network size requirements": 200 TiB and up need a /23).
+LUSTRE_SUBNET_MAX_TIB = 196
+ZONES = ("1", "2", "3")
 AZURE_FILES_GIB = (100, 102400)  # premium file share quota limits
 # Narrower than these, an admin range is a network; wider, it is "the internet" (0.0.0.0/1 ...).
 WIDEST_ADMIN_PREFIX = {4: 8, 6: 16}
@@ -145,6 +157,7 @@ def cluster_spec(
     node_count = int(str(v["nodeCount"]))
     check_node_count(node_count)
     image = _image(str(v["image"]) or size.image.urn)
+    storage = _storage(v)
     return ClusterSpec(
         name_prefix=_prefix(str(v["namePrefix"])),
         location=_location(str(v["location"])),
@@ -153,7 +166,7 @@ def cluster_spec(
         admin_user=_admin_user(str(v["adminUser"])),
         admin_cidrs=admin_cidrs(_strings(v["adminCidrs"]), bool(v["allowSshFromInternet"])),
         ssh_public_key=_public_key(str(v["sshPublicKey"])),
-        storage=_storage(v),
+        storage=storage,
         spot=bool(v["spot"]),
         spot_max_price=_spot_price(str(v["spotMaxPrice"])),
         image=image,
@@ -168,6 +181,7 @@ def cluster_spec(
             str(v["expiryAction"]),
             str(v["expiresAt"]),
         ),
+        zone=_zone(str(v["zone"]), storage),
     )
 
 
@@ -294,6 +308,35 @@ def _lustre(sku: str, size_gib: int) -> None:
             f"is {size_gib} GiB; {sku} comes in steps of {step} TiB ({step * 1024} GiB)",
             f"use a multiple of {step * 1024}, e.g. {step * 1024}",
         )
+    largest = min(LUSTRE_MAX_TIB[sku], LUSTRE_SUBNET_MAX_TIB) // step * step
+    if size_gib // 1024 > largest:
+        why = (
+            f"{sku} holds at most {LUSTRE_MAX_TIB[sku]} TiB"
+            if LUSTRE_MAX_TIB[sku] <= LUSTRE_SUBNET_MAX_TIB
+            else f"dtrun's /24 Lustre subnet fits a file system of at most "
+            f"{LUSTRE_SUBNET_MAX_TIB} TiB"
+        )
+        raise _error(
+            "storageSizeGib",
+            f"is {size_gib} GiB ({size_gib // 1024} TiB); {why}",
+            f"use at most {largest * 1024} ({largest} TiB)",
+        )
+
+
+def _zone(zone: str, storage: StorageSpec) -> str:
+    """The nodes' and the file system's availability zone. Managed Lustre is zonal, and Azure
+    advises putting it "in the same region and availability zone as your client machines"
+    (create-file-system-portal), so Lustre needs the zone named and the nodes join it."""
+    if zone and zone not in ZONES:
+        raise _error("zone", f"is {zone!r}", "use 1, 2 or 3, or leave it empty")
+    if not zone and storage.kind is StorageKind.LUSTRE:
+        raise _error(
+            "zone",
+            "is empty; Azure Managed Lustre is zonal and its clients belong in its zone",
+            "pulumi config set dtrun:zone 1 (a zone where the region offers dtrun:vmSize: "
+            "az vm list-skus --location LOCATION --size SIZE --zone)",
+        )
+    return zone
 
 
 def _spot_price(text: str) -> float:

@@ -159,3 +159,4 @@ class ClusterSpec:
     python_packages: tuple[str, ...]
     scheduler: Scheduler = Scheduler.NONE
     expiry: ExpirySpec = ExpirySpec()
+    zone: str = ""  # an availability zone for the nodes and Lustre; "": regional nodes

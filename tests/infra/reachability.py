@@ -213,3 +213,56 @@ def graph(p: Program) -> Graph:
             assert not config.get("networkSecurityGroup"), "NIC NSGs are not modelled"
     space = vnet.inputs["addressSpace"]["addressPrefixes"]
     return Graph(tuple(ipaddress.IPv4Network(block) for block in space), tuple(subnets))
+
+
+# How a machine reaches the internet (learn.microsoft.com/azure/virtual-network/ip-services/
+# default-outbound-access): through the subnet's NAT gateway (which takes precedence), else its
+# NIC's own public IP, else Azure's implicit default outbound access, which subnets may turn off
+# (defaultOutboundAccess false) and which is off by default from network API 2025-07-01.
+NAT = "NAT gateway"
+OWN_PUBLIC_IP = "its own public IP"
+IMPLICIT = "default outbound access (implicit, being retired)"
+NO_WAY_OUT = "no way out"
+
+
+def _nat_with_address(p: Program, nat_id: str) -> bool:
+    found = [d for d in p.of_type(":NatGateway") if nat_id.endswith("/" + d.name)]
+    return bool(found and found[0].inputs.get("publicIpAddresses"))
+
+
+def _machines(p: Program) -> list[tuple[str, str, bool]]:
+    """(machine, its subnet's resource name, whether its NIC has its own public IP)."""
+    found = []
+    for nic in p.of_type(":NetworkInterface"):
+        for config in nic.inputs["ipConfigurations"]:
+            own = bool(config.get("publicIPAddress"))
+            found.append((nic.name, config["subnet"]["id"].rsplit("/", 1)[1], own))
+    for vmss in p.of_type(":VirtualMachineScaleSet"):
+        profile = vmss.inputs["virtualMachineProfile"]["networkProfile"]
+        for config in profile["networkInterfaceConfigurations"]:
+            for ip in config["ipConfigurations"]:
+                own = bool(ip.get("publicIPAddressConfiguration"))
+                found.append((vmss.name, ip["subnet"]["id"].rsplit("/", 1)[1], own))
+    for lustre in p.of_type(":AmlFilesystem"):
+        found.append((lustre.name, lustre.inputs["filesystemSubnet"].rsplit("/", 1)[1], False))
+    return found
+
+
+def egress(p: Program) -> dict[str, str]:
+    """Each machine's way to the internet, by the subnet it is in: the head VM's NIC, the scale
+    set's NIC configuration and, with Lustre, the file system's servers (which reach the
+    AzureCloud service tag from their subnet)."""
+    subnets = {d.name: d.inputs for d in p.of_type(":Subnet")}
+    ways = {}
+    for machine, subnet_name, own in _machines(p):
+        subnet = subnets[subnet_name]
+        nat = subnet.get("natGateway")
+        if nat and _nat_with_address(p, nat["id"]):
+            ways[machine] = NAT
+        elif own:
+            ways[machine] = OWN_PUBLIC_IP
+        elif subnet.get("defaultOutboundAccess") is False:
+            ways[machine] = NO_WAY_OUT
+        else:
+            ways[machine] = IMPLICIT
+    return ways

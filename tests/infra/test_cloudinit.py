@@ -47,7 +47,7 @@ SOURCES = {
 STORAGE = {
     StorageKind.AZURE_FILES: {},
     StorageKind.NETAPP: {"storageKind": "netapp", "storageSizeGib": 4096},
-    StorageKind.LUSTRE: {"storageKind": "lustre", "storageSizeGib": 8192},
+    StorageKind.LUSTRE: {"storageKind": "lustre", "storageSizeGib": 8192, "zone": "1"},
 }
 
 

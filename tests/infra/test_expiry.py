@@ -1,5 +1,5 @@
-"""Expiry under Pulumi mocks: the head's identity may delete in this stack's group only, with the
-narrowest built-in role for what expiry deletes; the timer and its script ride in the head's
+"""Expiry under Pulumi mocks: the head's identity may delete in this stack's group only, with a
+custom role holding only what the expiry script calls; the timer and its script ride in the head's
 cloud-init; the rules are the group's tags; nothing of it grows with the node count."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import pytest
 import yaml
 
 from infra.cloudinit import EXPIRY_SCRIPT
-from infra.expiry import ROLES
+from infra.expiry import ACTIONS, GROUP_RESOURCE_TYPES, role_guid
 from runner.azure.config import cluster_spec
 from runner.azure.expiry import TAG_ACTION, TAG_EXPIRES_AT, TAG_IDLE_MINUTES, parse_iso
 from runner.spec.cluster import ClusterSpec, ExpiryAction
+from tests.infra.azure_models import arm_type
 from tests.infra.harness import (
     IDENTITY_CLIENT_ID,
     IDENTITY_PRINCIPAL_ID,
@@ -26,8 +27,12 @@ from tests.infra.harness import (
 
 TODAY = datetime.date(2026, 11, 23)
 GROUP_ID = f"/subscriptions/{SUBSCRIPTION}/resourceGroups/dtrun-rgmock"
-VM_CONTRIBUTOR = "9980e02c-c2be-4d73-94e8-173b1dc7cf3c"  # Azure's built-in role IDs
-CONTRIBUTOR = "b24988ac-6180-42a0-ab88-20f7382dd24c"
+SETTINGS_OF_EVERY_KIND: tuple[dict[str, object], ...] = (
+    {},
+    {"storageKind": "netapp", "storageSizeGib": 4096},
+    {"storageKind": "lustre", "storageSizeGib": 8192, "zone": "1"},
+    {"scheduler": "slurm", "spot": True},
+)
 
 
 def cluster(**settings: object) -> ClusterSpec:
@@ -48,20 +53,63 @@ def group_tags(p: Program) -> dict[str, str]:
     return dict(p.one(":ResourceGroup").inputs["tags"])
 
 
-@pytest.mark.parametrize(("action", "role"), [("scaleset", VM_CONTRIBUTOR), ("group", CONTRIBUTOR)])
-def test_the_identity_has_one_role_the_narrowest_for_its_action_on_this_group_only(action, role):
+@pytest.mark.parametrize("action", ["scaleset", "group"])
+def test_the_identity_has_one_custom_role_defined_and_assigned_on_this_group_only(action):
     p = program(cluster(expiryAction=action))
+    [definition] = p.of_type(":RoleDefinition")
+    guid = role_guid(GROUP_ID, ExpiryAction(action))
+    role = definition.inputs
+    assert (role["scope"], role["assignableScopes"]) == (GROUP_ID, [GROUP_ID])
+    assert (role["roleDefinitionId"], role["roleType"]) == (guid, "CustomRole")
+    assert role["roleName"] == f"dtrun expiry ({action}) {guid}"
+    [permission] = role["permissions"]
+    assert permission == {"actions": list(ACTIONS[ExpiryAction(action)])}
     [assignment] = p.of_type(":RoleAssignment")
     inputs = assignment.inputs
     assert inputs["scope"] == GROUP_ID  # the group itself: not the subscription, not wider
     assert inputs["roleDefinitionId"] == (
-        f"/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Authorization/roleDefinitions/{role}"
+        f"/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Authorization/roleDefinitions/{guid}"
     )
-    assert ROLES[ExpiryAction(action)].id == role
     assert inputs["principalId"] == IDENTITY_PRINCIPAL_ID
     assert inputs["principalType"] == "ServicePrincipal"
     identity = p.one(":UserAssignedIdentity")
     assert identity.inputs["resourceGroupName"] == "dtrun-rgmock"
+
+
+def test_the_scaleset_role_holds_exactly_what_the_script_calls():
+    """GET the group (its tags), GET its scale sets, DELETE each: infra/expiry_script.py."""
+    assert set(ACTIONS[ExpiryAction.SCALESET]) == {
+        "Microsoft.Resources/subscriptions/resourceGroups/read",
+        "Microsoft.Compute/virtualMachineScaleSets/read",
+        "Microsoft.Compute/virtualMachineScaleSets/delete",
+    }
+
+
+def test_no_role_can_read_storage_keys_run_commands_or_grant_access():
+    """What Virtual Machine Contributor and Contributor held and expiry never needs."""
+    for actions in ACTIONS.values():
+        for action in actions:
+            assert action.rsplit("/", 1)[1] in {"read", "delete"}, action
+            assert not action.startswith("Microsoft.Authorization/"), action
+            assert "*" not in action, action
+
+
+def test_the_group_role_deletes_every_resource_type_the_program_makes():
+    """Deleting a group needs "delete for all resources in the resource group" (Azure's
+    delete-resource-group page): every type the program declares, read from the SDK's URL."""
+    declared = {
+        kind
+        for settings in SETTINGS_OF_EVERY_KIND
+        for resource in program(cluster(expiryAction="group", **settings)).resources
+        if resource.type.startswith("azure-native:")
+        and (kind := arm_type(resource.type)) is not None
+    }
+    assert declared <= set(GROUP_RESOURCE_TYPES)
+    # and no type the program does not make, but the head's OS disk, which Azure makes
+    assert set(GROUP_RESOURCE_TYPES) - declared == {"Microsoft.Compute/disks"}
+    group = set(ACTIONS[ExpiryAction.GROUP])
+    assert {f"{kind}/delete" for kind in GROUP_RESOURCE_TYPES} <= group
+    assert "Microsoft.Resources/subscriptions/resourceGroups/delete" in group
 
 
 def test_the_role_assignment_is_named_anew_when_the_role_changes():
@@ -147,10 +195,10 @@ def test_with_both_rules_off_there_is_no_identity_no_role_no_timer_and_no_tag():
     assert (p.outputs["expires_at"], p.outputs["expiry_action"]) == (None, None)
 
 
-def test_expiry_adds_two_resources_whatever_the_node_count():
+def test_expiry_adds_three_resources_whatever_the_node_count():
     added = {
         nodes: len(program(cluster(nodeCount=nodes)).resources)
         - len(program(cluster(nodeCount=nodes, ttlHours=0, idleMinutes=0)).resources)
         for nodes in (2, 100)
     }
-    assert added == {2: 2, 100: 2}  # the identity and its role assignment
+    assert added == {2: 3, 100: 3}  # the identity, its role and the role's assignment

@@ -21,7 +21,7 @@ OPEN_TO_ALL = {"*", "0.0.0.0/0", "::/0", "internet", "any"}
 STORAGE = {
     StorageKind.AZURE_FILES: {},
     StorageKind.NETAPP: {"storageKind": "netapp", "storageSizeGib": 4096},
-    StorageKind.LUSTRE: {"storageKind": "lustre", "storageSizeGib": 8192},
+    StorageKind.LUSTRE: {"storageKind": "lustre", "storageSizeGib": 8192, "zone": "1"},
 }
 
 
@@ -90,15 +90,21 @@ def test_the_number_of_resources_does_not_grow_with_the_node_count():
     assert counts[2] == counts[100]
 
 
-def test_nodes_have_no_public_ip_and_the_head_has_the_only_one():
+def test_nodes_have_no_public_ip_and_the_head_has_the_only_one_that_takes_connections():
     p = program(cluster())
     nic = scale_set(p)["virtualMachineProfile"]["networkProfile"]["networkInterfaceConfigurations"]
     for config in nic:
         for ip in config["ipConfigurations"]:
             assert "publicIPAddressConfiguration" not in ip
-    [public_ip] = p.of_type(":PublicIPAddress")
+    # The other public IP is the NAT gateway's, which is outbound only.
+    addresses = {ip.name for ip in p.of_type(":PublicIPAddress")}
+    assert addresses == {"head-ip", "net-nat-ip"}
+    [nat] = p.of_type(":NatGateway")
+    assert [ip["id"] for ip in nat.inputs["publicIpAddresses"]] == [
+        "/mock/azure-native:network:PublicIPAddress/net-nat-ip"
+    ]
     [head_nic] = p.of_type(":NetworkInterface")
-    assert head_nic.inputs["ipConfigurations"][0]["publicIPAddress"]["id"].endswith(public_ip.name)
+    assert head_nic.inputs["ipConfigurations"][0]["publicIPAddress"]["id"].endswith("head-ip")
 
 
 def test_no_rule_opens_anything_to_the_internet():
@@ -281,3 +287,16 @@ def test_nodes_get_the_cluster_key_and_the_node_host_key_for_strict_checks():
     node_line = p.outputs["known_hosts"][1]
     assert files["/etc/ssh/ssh_known_hosts"] == node_line + "\n"
     assert files["/home/azureuser/.ssh/id_ed25519"].startswith("-----BEGIN OPENSSH PRIVATE KEY")
+
+
+def test_lustre_and_the_nodes_share_the_zone_the_settings_name():
+    p = program(cluster(**{**STORAGE[StorageKind.LUSTRE], "zone": "2"}))
+    assert p.one(":AmlFilesystem").inputs["zones"] == ["2"]
+    assert scale_set(p)["zones"] == ["2"]
+    assert p.one(":ProximityPlacementGroup").inputs["zones"] == ["2"]
+
+
+def test_without_a_zone_the_nodes_are_regional():
+    p = program(cluster())
+    assert "zones" not in scale_set(p)
+    assert "zones" not in p.one(":ProximityPlacementGroup").inputs

@@ -12,7 +12,17 @@ import pytest
 from infra.slurm import SLURMCTLD_PORT, SLURMD_PORT
 from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind
 from tests.infra.harness import Program
-from tests.infra.reachability import Address, Flow, Graph, Subnet, graph, parse_rules
+from tests.infra.reachability import (
+    NAT,
+    OWN_PUBLIC_IP,
+    Address,
+    Flow,
+    Graph,
+    Subnet,
+    egress,
+    graph,
+    parse_rules,
+)
 from tests.infra.test_program import ADMIN, cluster, program
 
 OTHER_ADMIN = "198.51.100.0/24"
@@ -24,7 +34,7 @@ NODES = 3  # node addresses tried: .4, .5, .6
 CLUSTERS: dict[str, dict[str, Any]] = {
     "azure-files": {},
     "netapp": {"storageKind": "netapp", "storageSizeGib": 4096},
-    "lustre": {"storageKind": "lustre", "storageSizeGib": 8192},
+    "lustre": {"storageKind": "lustre", "storageSizeGib": 8192, "zone": "1"},
     "slurm": {"scheduler": "slurm", "nodeCount": 4},
     "slurm-netapp": {"scheduler": "slurm", "storageKind": "netapp", "storageSizeGib": 4096},
     "two-admin-cidrs": {"adminCidrs": [ADMIN, OTHER_ADMIN]},
@@ -206,3 +216,24 @@ def test_a_rule_the_check_cannot_model_is_refused_not_ignored():
         one_subnet([rule("r", 100, "Allow", "Storage", "22")]).allows(
             Flow(STRANGER, Address("10.0.0.4"), "Tcp", 22)
         )
+
+
+@pytest.mark.parametrize("name", CLUSTERS)
+def test_every_machine_reaches_the_internet_by_an_explicit_path(name):
+    """Packages at boot (apt, pip) need the internet; Azure's implicit default outbound access
+    is retired for new subnets (off by default from network API 2025-07-01)."""
+    spec, p, g = built(name)
+    expected = {"head-nic": OWN_PUBLIC_IP, "gpu-vmss": NAT}
+    if spec.storage.kind is StorageKind.LUSTRE:
+        expected["storage-lustre"] = NAT
+    assert egress(p) == expected
+    for source in (head(g), *nodes(g)):
+        assert refused(g, source, STRANGER, "Tcp", (80, 443)) == []
+
+
+@pytest.mark.parametrize("name", CLUSTERS)
+def test_no_subnet_with_machines_leaves_default_outbound_access_to_azures_default(name):
+    _, p, _ = built(name)
+    access = {d.name: d.inputs.get("defaultOutboundAccess") for d in p.of_type(":Subnet")}
+    access.pop("net-netapp", None)  # only the volume's NFS endpoint, which goes nowhere
+    assert set(access.values()) == {False}
