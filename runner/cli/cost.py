@@ -177,5 +177,6 @@ def after_expiry(spec: ClusterSpec, stack: str) -> str | None:
     return (
         f"after expiry (it deletes the GPU scale set only), these still bill until "
         f"`dtrun down --stack {stack}`: the head VM {spec.head_vm_size}{price} with its disk and "
-        f"public IP, and {what}; set dtrun:expiryAction group to have expiry delete them too"
+        f"public IP, the nodes' NAT gateway with its public IP, and {what}; set "
+        "dtrun:expiryAction group to have expiry delete them too"
     )
