@@ -198,6 +198,7 @@ def render_cloud_init(boot: Boot) -> str:
         "registry": storage.registry_dir,
         "venv": storage.venv_dir,
         "packages": cluster.python_packages,
+        "torch": size.torch,  # where the nodes' GPUs need a torch PyPI lacks (ROCm)
         "ib_ports": size.ib_ports,
         "ib_state_file": IB_STATE_FILE,
         "log": BOOTSTRAP_LOG,

@@ -56,10 +56,26 @@ class Image:
         return cls(*parts)
 
 
+@dataclass(frozen=True)
+class TorchBuild:
+    """Where pip finds the PyTorch build a size's GPUs need, when PyPI's is not it (docs/facts.md
+    §14): the index, and the exact builds of one release, pinned so no other index's wins."""
+
+    index_url: str
+    pins: tuple[str, ...]  # pip requirements, each NAME==VERSION+LOCAL
+
+
 # Images with OFED, drivers and NCCL (docs/facts.md §2); all Gen2.
 HPC_IMAGE = Image("microsoft-dsvm", "ubuntu-hpc", "2204")
 V100_IMAGE = Image("microsoft-dsvm", "ubuntu-hpc", "2204-v100")
 ROCM_IMAGE = Image("microsoft-dsvm", "ubuntu-hpc", "2204-rocm")
+# The ROCm image ships ROCm 6.2.4; torch 2.6 is the release PyTorch's compatibility matrix pairs
+# with it, on PyTorch's rocm6.2.4 index (docs/facts.md §14). torchvision and torchaudio of the
+# same release, so a package list that needs them does not pull PyPI's CUDA builds.
+ROCM_TORCH = TorchBuild(
+    "https://download.pytorch.org/whl/rocm6.2.4",
+    ("torch==2.6.0+rocm6.2.4", "torchvision==0.21.0+rocm6.2.4", "torchaudio==2.6.0+rocm6.2.4"),
+)
 
 
 @dataclass(frozen=True)
@@ -76,6 +92,7 @@ class VmSize:
     sriov: bool = True
     accelerated_networking: bool = True
     image: Image = HPC_IMAGE
+    torch: TorchBuild | None = None  # None: PyPI's torch, whose Linux wheels are CUDA builds
     topo_file: str | None = None  # NCCL topology file the image ships for this size
     busbw_single_node_gbs: float | None = None  # expected all-reduce busbw on one VM (GB/s)
     busbw_health_threshold_gbs: float | None = None  # Azure node health check pass mark
@@ -223,7 +240,8 @@ _SIZES = (
     ),
     replace(
         _ND, name="Standard_ND96isr_MI300X_v5", family="NDv5-MI300X", memory_gb=1850,
-        gpu=MI300X, ib_name="NDR", ib_gbps=400, image=ROCM_IMAGE, env=_ROCM_ENV,
+        gpu=MI300X, ib_name="NDR", ib_gbps=400, image=ROCM_IMAGE, torch=ROCM_TORCH,
+        env=_ROCM_ENV,
     ),
     VmSize(
         name="Standard_HB120rs_v2", family="HBv2", vcpus=120, memory_gb=456, ib_name="HDR",

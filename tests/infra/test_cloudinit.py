@@ -7,6 +7,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +23,7 @@ from infra.cloudinit import (
     HeadExpiry,
     render_cloud_init,
 )
+from runner.azure.catalog import ROCM_TORCH, SIZES
 from runner.azure.config import cluster_spec
 from runner.render import render
 from runner.spec.cluster import StorageKind
@@ -143,6 +145,93 @@ def test_the_python_environment_is_installed_once_under_a_lock_on_the_shared_sto
     assert "flock 9" in script
     assert "/.dtrun-ready" in script
     assert "install --quiet torch==2.6.0 numpy" in script
+
+
+def test_mi300x_nodes_take_torch_built_for_rocm_and_cuda_sizes_take_pypis():
+    """PyPI's Linux torch is a CUDA build: on AMD's MI300X it finds no GPU. The MI300X nodes pin
+    the ROCm 6.2.4 builds (the image's ROCm) from PyTorch's index; the CUDA sizes are unchanged."""
+    script = "/usr/local/sbin/dtrun-python-env"
+    amd = files(yaml.safe_load(render_cloud_init(boot(size="Standard_ND96isr_MI300X_v5"))))[script]
+    assert "--extra-index-url https://download.pytorch.org/whl/rocm6.2.4" in amd
+    assert (
+        "printf '%s\\n' torch==2.6.0+rocm6.2.4 torchvision==0.21.0+rocm6.2.4"
+        ' torchaudio==2.6.0+rocm6.2.4 >"$constraints"'
+    ) in amd
+    assert '--constraint "$constraints" torch numpy' in amd
+    for size in ("Standard_ND96isr_H100_v5", "Standard_ND96isr_H200_v5", "Standard_ND96asr_v4",
+                 "Standard_ND40rs_v2", "Standard_HB176rs_v4"):  # fmt: skip
+        cuda = files(yaml.safe_load(render_cloud_init(boot(size=size))))[script]
+        assert "rocm" not in cuda and "index-url" not in cuda and "--constraint" not in cuda
+        assert '"${venv}/bin/pip" install --quiet torch numpy\n' in cuda
+    assert [size.name for size in SIZES.values() if size.torch is not None] == [
+        "Standard_ND96isr_MI300X_v5"
+    ]
+    assert all(
+        (size.torch is not None) == (size.gpu is not None and size.gpu.vendor == "amd")
+        for size in SIZES.values()
+    )
+
+
+def _wheel(tmp: Path, index: Path, name: str, version: str, *requires: str) -> None:
+    """A stand-in distribution in a local PEP 503 index, built by setuptools."""
+    src = tmp / f"src-{name}-{version}"
+    src.mkdir()
+    deps = ", ".join(f'"{r}"' for r in requires)
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{name}"\nversion = "{version}"\ndependencies = [{deps}]\n'
+        "[tool.setuptools]\npy-modules = []\n"
+    )
+    project = index / name
+    project.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-build-isolation", "--no-deps",
+         "--no-index", "-w", str(project), str(src)],
+        check=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
+    )  # fmt: skip
+    links = "".join(f'<a href="{w.name}">{w.name}</a>\n' for w in sorted(project.glob("*.whl")))
+    (project / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
+
+
+@pytest.fixture(scope="module")
+def indexes(tmp_path_factory):
+    """A stand-in PyPI with a newer (CUDA) torch and a trainer that needs torch, and a stand-in
+    for PyTorch's ROCm index."""
+    tmp = tmp_path_factory.mktemp("indexes")
+    pypi, rocm_index = tmp / "pypi", tmp / "rocm"
+    _wheel(tmp, pypi, "torch", "2.9.0")
+    _wheel(tmp, pypi, "torch", "2.6.0")
+    _wheel(tmp, pypi, "trainer", "1.0", "torch>=2")
+    _wheel(tmp, rocm_index, "torch", "2.6.0+rocm6.2.4")
+    return pypi, rocm_index
+
+
+@pytest.mark.parametrize(
+    ("packages", "rocm", "expected"),
+    [("torch", True, "2.6.0+rocm6.2.4"), ("trainer", True, "2.6.0+rocm6.2.4"),
+     ("trainer", False, "2.9.0")],
+)  # fmt: skip
+def test_pip_takes_the_pinned_rocm_torch_over_a_newer_pypi_one_named_or_pulled_in(
+    tmp_path, indexes, packages, rocm, expected
+):
+    """The rendered install step, run with a real venv and pip against the two local indexes:
+    without the pins (the CUDA sizes' script) pip takes PyPI's newer torch; with them, the ROCm
+    build, for a named torch and for one another package pulls in."""
+    pypi, rocm_index = indexes
+    build = replace(ROCM_TORCH, index_url=rocm_index.as_uri())
+    dtrun = tmp_path / ".dtrun"
+    script = render(
+        "cloud-init/dtrun-python-env.sh.j2",
+        {"dtrun_dir": str(dtrun), "venv": str(dtrun / "venv"), "packages": [packages],
+         "torch": build if rocm else None, "vm_size": "Standard_ND96isr_MI300X_v5"},
+    )  # fmt: skip
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": pypi.as_uri(),
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1"}  # fmt: skip
+    ran = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert (dtrun / "venv" / ".dtrun-ready").exists()
+    [installed] = (dtrun / "venv").glob("lib/python*/site-packages/torch-*.dist-info")
+    assert installed.name == f"torch-{expected}.dist-info"
 
 
 def test_nodes_register_in_the_registry_on_the_shared_storage():
