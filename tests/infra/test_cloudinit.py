@@ -7,7 +7,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +28,7 @@ from runner.render import render
 from runner.spec.cluster import StorageKind
 from tests.conftest import require_tool
 from tests.infra.harness import run
+from tests.infra.sandbox import stand_in_wheel
 
 TODAY = datetime.date(2026, 11, 23)
 # Placeholder text, not a key: cloud-init only has to carry it verbatim.
@@ -172,37 +172,16 @@ def test_mi300x_nodes_take_torch_built_for_rocm_and_cuda_sizes_take_pypis():
     )
 
 
-def _wheel(tmp: Path, index: Path, name: str, version: str, *requires: str) -> None:
-    """A stand-in distribution in a local PEP 503 index, built by setuptools."""
-    src = tmp / f"src-{name}-{version}"
-    src.mkdir()
-    deps = ", ".join(f'"{r}"' for r in requires)
-    (src / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
-        f'[project]\nname = "{name}"\nversion = "{version}"\ndependencies = [{deps}]\n'
-        "[tool.setuptools]\npy-modules = []\n"
-    )
-    project = index / name
-    project.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-build-isolation", "--no-deps",
-         "--no-index", "-w", str(project), str(src)],
-        check=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
-    )  # fmt: skip
-    links = "".join(f'<a href="{w.name}">{w.name}</a>\n' for w in sorted(project.glob("*.whl")))
-    (project / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
-
-
 @pytest.fixture(scope="module")
 def indexes(tmp_path_factory):
     """A stand-in PyPI with a newer (CUDA) torch and a trainer that needs torch, and a stand-in
     for PyTorch's ROCm index."""
     tmp = tmp_path_factory.mktemp("indexes")
     pypi, rocm_index = tmp / "pypi", tmp / "rocm"
-    _wheel(tmp, pypi, "torch", "2.9.0")
-    _wheel(tmp, pypi, "torch", "2.6.0")
-    _wheel(tmp, pypi, "trainer", "1.0", "torch>=2")
-    _wheel(tmp, rocm_index, "torch", "2.6.0+rocm6.2.4")
+    stand_in_wheel(tmp, pypi, "torch", "2.9.0")
+    stand_in_wheel(tmp, pypi, "torch", "2.6.0")
+    stand_in_wheel(tmp, pypi, "trainer", "1.0", "torch>=2")
+    stand_in_wheel(tmp, rocm_index, "torch", "2.6.0+rocm6.2.4")
     return pypi, rocm_index
 
 
