@@ -300,3 +300,14 @@ def test_without_a_zone_the_nodes_are_regional():
     p = program(cluster())
     assert "zones" not in scale_set(p)
     assert "zones" not in p.one(":ProximityPlacementGroup").inputs
+
+
+def test_the_head_stays_regional_and_out_of_the_nodes_proximity_placement_group():
+    """The head carries SSH, Slurm's controller and its own NFS traffic, none of it NCCL: a
+    proximity placement group pins a data center at its first VM, and a small head VM placed
+    first could leave the GPU size no room there (docs/azure.md "The head's placement")."""
+    p = program(cluster(**{**STORAGE[StorageKind.LUSTRE], "zone": "2"}))
+    head = p.one(":VirtualMachine").inputs
+    assert "zones" not in head
+    assert "proximityPlacementGroup" not in head
+    assert scale_set(p)["proximityPlacementGroup"]["id"]
