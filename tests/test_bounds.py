@@ -50,6 +50,8 @@ PAST = {
     "--ar-iters": (["bench", "--workload", "allreduce"], "1000001"),
     "--ar-warmup": (["bench", "--workload", "allreduce"], "1000001"),
     "--project-tokens": (["bench"], "1000000000000001"),
+    "--samples-per-step": (["bench", "--", "python", "x.py"], "1000000000001"),
+    "--tokens-per-step": (["bench", "--", "python", "x.py"], "1000000000000001"),
     "--target-efficiency": (["bench"], "1.5"),
     "--timeout": (["bench"], "1e308"),
     "--ready-timeout": (["bench"], "2592001"),
@@ -73,7 +75,10 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _bench_or_run(command: list[str], workdir: Path, *rest: str) -> list[str]:
-    return [command[0], "--output", str(workdir / "runs"), "--dry-run", *command[1:], *rest]
+    """The command with its options, then ``rest``, then the program after -- if it has one."""
+    cut = command.index("--") if "--" in command else len(command)
+    before, program = command[1:cut], command[cut:]
+    return [command[0], "--output", str(workdir / "runs"), "--dry-run", *before, *rest, *program]
 
 
 @pytest.mark.parametrize("flag", list(PAST))

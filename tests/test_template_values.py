@@ -38,9 +38,11 @@ from runner.execute.guard import stop_script
 from runner.execute.slurm import wrapper
 from runner.execute.spark import driver_script
 from runner.execute.ssh import launch_command
+from runner.plan.resolve import resolve_bench
+from runner.plan.sweep import plan_sweep
 from runner.render import environment, templates_dir
 from runner.spec.cluster import SshAccess
-from runner.spec.request import Program, ProgramKind, RunSpec
+from runner.spec.request import BenchSpec, Program, ProgramKind, RunSpec
 from tests.conftest import require_tool
 from tests.infra.test_cloudinit import CASES as BOOTS
 from tests.infra.test_slurm import boot as slurm_boot
@@ -72,6 +74,12 @@ def _produce() -> None:
         driver_script(plan, "spark://h:7077", "/opt/venv/bin/python", "/opt/c", "tag1")
         check_script(plan, PeerSsh(("-p", "2222", "-i", "/keys/id_ed25519")))
         readiness_script(replace(inventory, ssh=SSH), inventory.nodes[0])
+    # `dtrun bench -- PROGRAM`: the step hook's lines in every launcher's script
+    for launcher in ("torchrun", "mpirun"):
+        program = Program(ProgramKind.SCRIPT, "train.py", ("--ws", "{world_size}"))
+        bench = BenchSpec("r1", launcher=launcher, node_counts=(2,), program=program)
+        cluster = local_cluster(2, python_bin="/v/bin", code_dir="/c", cpu_count=4)
+        plan_sweep(resolve_bench(bench), cluster)
     launch_command("/tmp/dtrun/r1/n1/r1", "node-0.sh", "tag1", 5.0)
     stop_script("tag1", 5.0)
     for kind, target in ((ProgramKind.SCRIPT, "/w/t.py"), (ProgramKind.EXECUTABLE, "./run.sh")):

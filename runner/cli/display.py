@@ -166,10 +166,13 @@ class SweepDisplay:
                 if result.busbw
                 else ""
             )
+            unit = result.program.unit if result.program is not None else "tokens"
             what = (
-                f"{launch_tokens_per_s(result):,.0f} tokens/s at the median step "
+                f"{launch_tokens_per_s(result):,.0f} {unit}/s at the median step "
                 f"({median_step(result) * 1000:.1f} ms, n = {result.timed_steps}){busbw}"
             )
+            if result.program is not None and result.program.timing == "whole program":
+                what += " (whole-program time, start-up included)"
         else:
             what = (
                 f"busbw {result.largest.in_place.busbw:.2f} GB/s at "
@@ -299,12 +302,13 @@ def report_table(report: Report) -> Table:
                 ar.proof,
             )
         return table
+    unit = report.summary.get("unit") or "tokens"
     table.caption = (
-        "tokens/s, speedup and efficiency at the median step time, efficiency with its 95% "
+        f"{unit}/s, speedup and efficiency at the median step time, efficiency with its 95% "
         "bootstrap interval in brackets; n = timed steps x launches"
     )
     table.caption_justify = "left"
-    for column in ("nodes", "processes", "n", "tokens/s", "speedup", "efficiency", "verdict",
+    for column in ("nodes", "processes", "n", f"{unit}/s", "speedup", "efficiency", "verdict",
                    "busbw", "communication"):  # fmt: skip
         # the figures and the verdict whole on a narrow terminal; the proof's words wrap
         wrap = column in ("processes", "busbw", "communication")

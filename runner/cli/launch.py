@@ -36,6 +36,7 @@ from runner.cli.options import (
     GateOptions,
     Launching,
     ModelOptions,
+    ProgramOptions,
     StrategyOptions,
     Where,
 )
@@ -176,11 +177,21 @@ def bench_spec(
     )
 
 
-@app.command()
+@app.command(context_settings={"allow_interspersed_args": False})
 @grouped
 def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option groups
     ctx: typer.Context,
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Your own program and its arguments, after --, measured instead of the "
+            "built-in workload ({nodes}, {world_size}, {procs_per_node} are filled in).",
+            show_default=False,
+        ),
+    ] = None,
+    *,
     sweep: SweepOptions,
+    program_options: ProgramOptions,
     model: ModelOptions,
     strategy: StrategyOptions,
     allreduce: AllreduceOptions,
@@ -209,11 +220,20 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
         if resume is not None:  # the recorded sweep, run where this command says
             from runner.cli.resume import resume_request
 
+            if command:
+                raise UsageError(
+                    f"--resume runs the sweep {resume} records, its program included, and a "
+                    "program after -- would change it",
+                    fix=f"leave out the program (`dtrun bench --resume {resume}`), or start a "
+                    "new sweep without --resume",
+                )
+
             resumed = resume_request(ctx, resume, launching)
             spec = resumed.spec
             current.launching = launching = replace(launching, output=resume.parent)
         else:
             spec = bench_spec(sweep, model, strategy, allreduce, gate, launching)
+            spec = with_program(spec, command, program_options)
         # never printed, recorded or uploaded, even in an error
         remember_secrets(command_secrets(spec))
         resolved = resolve_bench(spec)
@@ -248,6 +268,47 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
             raise
 
 
+def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptions) -> BenchSpec:
+    """`dtrun bench -- PROGRAM`: the user's program and what its steps process."""
+    from runner.cli.parse import parse_command
+    from runner.plan.bounds import check_bound
+    from runner.spec.request import StepUnits, UnitKind
+
+    given = [
+        (flag, kind, count)
+        for flag, kind, count in (
+            ("--samples-per-step", UnitKind.SAMPLES, units.samples_per_step),
+            ("--tokens-per-step", UnitKind.TOKENS, units.tokens_per_step),
+        )
+        if count is not None
+    ]
+    if not command:
+        if given or units.per_process:
+            raise UsageError(
+                f"{(given[0][0] if given else '--per-process')} describes your program's steps, "
+                "and no program was given",
+                fix="put your program after --, e.g. dtrun bench --nodes 1,2 -- python train.py",
+            )
+        return spec
+    if len(given) > 1:
+        raise UsageError(
+            "--samples-per-step and --tokens-per-step are two units for one throughput",
+            fix="pass one of them",
+        )
+    step_units = None
+    if given:
+        flag, kind, count = given[0]
+        check_bound(flag, count)
+        step_units = StepUnits(kind, count, units.per_process)
+    elif units.per_process:
+        raise UsageError(
+            "--per-process says how --samples-per-step or --tokens-per-step count",
+            fix="pass one of them too, or leave out --per-process",
+        )
+    program = parse_command(command, Path.cwd())
+    return replace(spec, program=program, units=step_units)
+
+
 def _bench_on(
     cluster: Cluster,
     resolved: ResolvedBench,
@@ -270,6 +331,13 @@ def _bench_on(
     if cluster.choice.embedded:
         _require_packages(resolved)  # the embedded nodes run this very interpreter
     plan = plan_sweep(resolved, cluster.inventory)
+    program = resolved.spec.program
+    if program is not None and cluster.engine != "spark":  # before the run directory is made
+        from runner.cluster.program import check_program
+
+        widest = plan.points[-1]
+        nodes = widest.nodes or tuple(launch.node for launch in widest.launches)
+        check_program(cluster.executor.command, program, nodes)
     return _sweep(cluster, plan, launching, json_out, resumed)
 
 

@@ -571,3 +571,33 @@ class GateOptions:
     @property
     def spec(self) -> HealthGate:
         return HealthGate(self.health_gate, self.strict, self.health_threshold, self.health_size)
+
+
+@dataclass(frozen=True)
+class ProgramOptions:
+    """`dtrun bench -- PROGRAM`: what one optimizer step of your program processes."""
+
+    samples_per_step: Annotated[
+        int | None,
+        typer.Option(
+            help="Your program: samples one optimizer step processes, all processes together "
+            f"(with --per-process: each process); gives samples/s{within('--samples-per-step')}.",
+            rich_help_panel="Your program",
+        ),
+    ] = None
+    tokens_per_step: Annotated[
+        int | None,
+        typer.Option(
+            help="Your program: tokens one optimizer step processes, all processes together "
+            f"(with --per-process: each process); gives tokens/s{within('--tokens-per-step')}.",
+            rich_help_panel="Your program",
+        ),
+    ] = None
+    per_process: Annotated[
+        bool,
+        typer.Option(
+            "--per-process",
+            help="--samples-per-step / --tokens-per-step count one process's share.",
+            rich_help_panel="Your program",
+        ),
+    ] = False

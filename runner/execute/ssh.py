@@ -25,12 +25,12 @@ from runner.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeo
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
 from runner.execute.guard import TAG, WAIT_FOR_END, stop_script
-from runner.execute.sshcopy import Files, exec_get, exec_put, sftp_get, sftp_put
+from runner.execute.sshcopy import Files, exec_get, exec_get_steps, exec_put, sftp_get, sftp_put
 from runner.execute.sshsession import SshError, SshSession, lost_connection
 from runner.execute.success import Next, after_exit, mark_stopped
 from runner.render import render
 from runner.spec.cluster import Inventory, Node
-from runner.spec.launch import RESULT_FILE, LaunchPlan, NodeLaunch
+from runner.spec.launch import RESULT_FILE, STEP_DIR, LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
 from runner.workloads.files import NodeLog
 
@@ -39,9 +39,15 @@ if TYPE_CHECKING:
 
 
 def code_files() -> dict[str, bytes]:
-    """What the nodes import: runner/__init__.py and runner/workloads/ (relative path -> bytes)."""
+    """What the nodes import: runner/__init__.py, runner/workloads/ and the step hook
+    (relative path -> bytes)."""
     package = Path(__file__).resolve().parent.parent
-    files = [package / "__init__.py", *sorted((package / "workloads").glob("*.py"))]
+    workloads = package / "workloads"
+    files = [
+        package / "__init__.py",
+        *sorted(workloads.glob("*.py")),
+        *sorted((workloads / "stephook").glob("*.py")),
+    ]
     return {str(f.relative_to(package.parent)): f.read_bytes() for f in files}
 
 
@@ -375,7 +381,17 @@ class SshExecutor:
         return problems
 
     async def _collect(self, plan: LaunchPlan, remote_dir: str, workdir: Path) -> None:
-        """Copy rank 0's result back; without shared storage it is on one node, any of them."""
+        """Copy rank 0's result back; without shared storage it is on one node, any of them.
+        A user program's launch: every node's step records instead (each node holds its own
+        ranks' without shared storage), from which dtrun makes the result here."""
+        if plan.workload == "program":
+            for node in list(plan.nodes) or [launch.node for launch in plan.launches]:
+                connection = await self.session.connection(node)
+                with lost_connection(node, "copying the step records back"):
+                    await exec_get_steps(
+                        connection, node, f"{remote_dir}/{STEP_DIR}", workdir / STEP_DIR
+                    )
+            return
         remote, local = f"{remote_dir}/{RESULT_FILE}", workdir / RESULT_FILE
         for node in list(plan.nodes) or [launch.node for launch in plan.launches]:
             connection = await self.session.connection(node)

@@ -13,11 +13,14 @@ told apart from a failure by the exit status.
 from __future__ import annotations
 
 import base64
+import binascii
+import re
 import shlex
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from runner.execute.sshsession import SshError
+from runner.workloads.files import write_atomic
 
 if TYPE_CHECKING:
     import asyncssh
@@ -141,3 +144,44 @@ def _part(local: Path) -> Path:
 def _tail(text: object, lines: int = 3) -> str:
     shown = str(text or "").strip().splitlines()[-lines:]
     return " | ".join(shown) or "no message"
+
+
+# A step record's name as the step hook writes it (runner/workloads/stephook/sitecustomize.py)
+_STEP_NAME = re.compile(r"rank-(?:\d{1,9}|pid\d{1,9})\.json")
+_STEP_LIMIT = 64 * 1024 * 1024  # each file; the hook writes a float per step
+
+
+async def exec_get_steps(
+    connection: asyncssh.SSHClientConnection, node: Node, remote: str, local: Path
+) -> int:
+    """Copy the step hook's records (``remote``/rank-*.json) of a node's ranks into ``local``
+    through the exec channel (with or without SFTP); returns how many. Names other than the
+    hook's are not copied."""
+    path = shlex.quote(remote)
+    script = (
+        f"for f in {path}/rank-*.json; do\n"
+        '  [ -f "$f" ] && [ ! -L "$f" ] || continue\n'
+        f'  [ "$(wc -c < "$f")" -le {_STEP_LIMIT} ] || continue\n'
+        '  printf "%s\\n" "${f##*/}"; base64 -w0 < "$f"; echo\n'
+        "done\n"
+    )
+    result = await connection.run("sh -s", input=script, check=False)
+    if result.exit_status != 0:
+        raise SshError(
+            f"cannot read the step records in {remote} on {node.name} ({node.address})",
+            why=f"the listing exited {result.exit_status}: {_tail(result.stderr)}",
+            fix="check the directory's permissions on the node",
+        )
+    lines = str(result.stdout).splitlines()
+    copied = 0
+    for name, body in zip(lines[0::2], lines[1::2], strict=False):
+        if not _STEP_NAME.fullmatch(name):
+            continue
+        try:
+            data = base64.b64decode(body, validate=True)
+        except binascii.Error:
+            continue
+        local.mkdir(parents=True, exist_ok=True)
+        write_atomic(local / name, data)
+        copied += 1
+    return copied

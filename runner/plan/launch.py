@@ -13,8 +13,11 @@ from runner.plan.platforms import platform_layout
 from runner.plan.resolve import ResolvedLaunch
 from runner.render import render
 from runner.spec.cluster import Inventory
-from runner.spec.launch import LaunchFile, LaunchPlan, NodeLaunch
+from runner.spec.launch import EnvVar, LaunchFile, LaunchPlan, NodeLaunch
 from runner.spec.request import Program
+
+# The step hook's directory under the code directory (runner/workloads/stephook/sitecustomize.py)
+STEP_HOOK_DIR = "runner/workloads/stephook"
 
 
 def rdzv_id(run_id: str, nodes: int) -> str:
@@ -40,6 +43,8 @@ class What:
     join_timeout_s: int
     batch_per_proc: int | None = None  # None: not a built-in training workload
     extra_files: tuple[LaunchFile, ...] = ()
+    extra_env: tuple[EnvVar, ...] = ()  # after every other variable, the user's --env too
+    step_hook: bool = False  # the user's program, timed by the step hook
 
 
 def plan_launch(inventory: Inventory, launch: ResolvedLaunch, nodes: int, what: What) -> LaunchPlan:
@@ -58,13 +63,14 @@ def plan_launch(inventory: Inventory, launch: ResolvedLaunch, nodes: int, what: 
         join_timeout_s=what.join_timeout_s,
         python_bin=inventory.python_bin,
         code_dir=inventory.code_dir,
-        env=launch_env(inventory, request, nodes),
+        env=(*launch_env(inventory, request, nodes), *what.extra_env),
         program=what.program,
         options=request.launch,
         size=inventory.size,
         ssh=inventory.ssh,
         interface=inventory.interface,
         scheduler=inventory.scheduler,
+        step_hook=f"{inventory.code_dir}/{STEP_HOOK_DIR}" if what.step_hook else None,
     )
     platform = platform_layout(
         ctx, inventory.accelerator, request.platform_env, (key for key, _ in request.env)

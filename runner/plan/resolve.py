@@ -15,7 +15,7 @@ from runner.plan.checks import check_bench, check_run
 from runner.plan.launchers import LAUNCHERS, Launcher
 from runner.plan.registry import lookup
 from runner.plan.strategies import STRATEGIES, Strategy, strategy_name
-from runner.plan.workloads import WORKLOADS, Workload
+from runner.plan.workloads import PROGRAM_WORKLOAD, WORKLOADS, Workload
 from runner.spec.request import (
     BenchSpec,
     Framework,
@@ -99,6 +99,8 @@ class ResolvedRun:
 def resolve_bench(spec: BenchSpec) -> ResolvedBench:
     check_bench(spec)
     launcher = lookup("launcher", spec.launcher, LAUNCHERS)
+    if spec.program is not None:
+        return _resolve_program(spec, launcher)
     workload = lookup("workload", spec.workload, WORKLOADS)
     if launcher.framework is None:
         raise PlanError(
@@ -136,6 +138,32 @@ def resolve_bench(spec: BenchSpec) -> ResolvedBench:
     points = _points(spec, strategy)
     return ResolvedBench(
         spec, ResolvedLaunch(spec, launcher), workload, strategy, framework, module, points
+    )
+
+
+def _resolve_program(spec: BenchSpec, launcher: Launcher) -> ResolvedBench:
+    """`dtrun bench -- PROGRAM`: the user's program at every node count (docs/your-training.md).
+    The built-in workloads' options do not apply to it."""
+    if spec.workload != PROGRAM_WORKLOAD.name and spec.workload != "train":
+        raise PlanError(
+            f"--workload {spec.workload} and a program after -- are two different things to run",
+            fix="leave out --workload to measure your program, or the program to run the "
+            "built-in workload",
+        )
+    if spec.strategy != StrategySpec() or spec.launch.zero_stage is not None:
+        raise PlanError(
+            "--strategy, --zero-stage and the pipeline options choose how the built-in "
+            "workload trains, and your program trains its own way",
+            fix="leave them out (your program's own options say how it trains), or leave out "
+            "the program to measure the built-in workload",
+        )
+    spec = replace(spec, workload=PROGRAM_WORKLOAD.name)
+    framework = launcher.framework or Framework.TORCH
+    points = tuple(
+        Point(n, n * spec.procs_per_node, n * spec.procs_per_node, 0) for n in spec.node_counts
+    )
+    return ResolvedBench(
+        spec, ResolvedLaunch(spec, launcher), PROGRAM_WORKLOAD, None, framework, "", points
     )
 
 

@@ -14,7 +14,7 @@ from runner.plan.resolve import Point, ResolvedBench, ResolvedRun
 from runner.plan.strategies import StrategySetup, bf16
 from runner.plan.workloads import ALLREDUCE_MODULE, allreduce_args
 from runner.spec.cluster import Accelerator, Inventory, Node
-from runner.spec.launch import EnvVar, LaunchPlan, point_dir
+from runner.spec.launch import STEP_DIR, EnvVar, LaunchPlan, point_dir
 from runner.spec.request import BenchSpec, Program, ProgramKind
 
 HEALTH_DIR = "health"  # the gate's launches, one directory per node, in the run directory
@@ -81,8 +81,43 @@ def plan_sweep(resolved: ResolvedBench, inventory: Inventory) -> SweepPlan:
     )
 
 
+# `dtrun bench -- PROGRAM`: placeholders in the program's arguments, each point's own value
+PLACEHOLDERS = ("nodes", "world_size", "procs_per_node")
+
+
+def program_point(resolved: ResolvedBench, inventory: Inventory, point: Point) -> LaunchPlan:
+    """The user's program on ``point.nodes`` nodes, its placeholders filled in, with the step
+    hook on (docs/your-training.md)."""
+    spec = resolved.spec
+    assert spec.program is not None  # resolve_bench made this a program sweep
+    values = {
+        "nodes": point.nodes,
+        "world_size": point.world_size,
+        "procs_per_node": spec.procs_per_node,
+    }
+
+    def filled(arg: str) -> str:
+        for name in PLACEHOLDERS:
+            arg = arg.replace("{" + name + "}", str(values[name]))
+        return arg
+
+    program = replace(spec.program, args=tuple(filled(arg) for arg in spec.program.args))
+    why = 'dtrun bench -- PROGRAM: this point\'s values (docs/your-training.md "Placeholders")'
+    env = (
+        EnvVar("DTRUN_NODES", str(point.nodes), why),
+        EnvVar("DTRUN_WORLD_SIZE", str(point.world_size), ""),
+        EnvVar("DTRUN_PROCS_PER_NODE", str(spec.procs_per_node), ""),
+        EnvVar("DTRUN_STEP_HOOK", "1", "the step hook times every optimizer step"),
+        EnvVar("DTRUN_STEP_DIR", STEP_DIR, ""),  # in the launch directory, where ranks start
+    )
+    what = What(program, "program", int(spec.timeout_s), extra_env=env, step_hook=True)
+    return plan_launch(inventory, resolved.launch, point.nodes, what)
+
+
 def plan_point(resolved: ResolvedBench, inventory: Inventory, point: Point) -> LaunchPlan:
     """One node count of the sweep: the built-in workload on ``point.nodes`` nodes."""
+    if resolved.spec.program is not None:
+        return program_point(resolved, inventory, point)
     spec, strategy, workload = resolved.spec, resolved.strategy, resolved.workload
     batch = point.batch_per_replica
     setup = (

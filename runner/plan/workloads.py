@@ -105,3 +105,12 @@ WORKLOADS: dict[str, Workload] = {
         ),
     )
 }
+
+
+def _no_args(bench: BenchSpec, inventory: Inventory, _: int, __: bool) -> tuple[str, ...]:
+    return ()
+
+
+# `dtrun bench -- PROGRAM`: the user's own program, timed by the step hook (docs/your-training.md);
+# not a --workload choice, and it runs no module of dtrun's.
+PROGRAM_WORKLOAD = Workload("program", {}, _no_args)

@@ -180,6 +180,13 @@ def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
             fix=f"pass them again: --resume {path} "
             + " ".join(f"--env {name}=VALUE" for name in hidden),
         )
+    if spec.program is not None and any(REDACTED in arg for arg in spec.program.args):
+        raise UsageError(
+            "the run recorded your program's secret-looking arguments redacted, and resuming "
+            "needs them",
+            why="dtrun keeps no secret in a run directory",
+            fix="run the sweep again without --resume (pass secrets to the program with --env)",
+        )
     merged = tuple((name, given.get(name, value)) for name, value in spec.env)
     extra = tuple((name, value) for name, value in env if name not in dict(spec.env))
     spec = dataclasses.replace(spec, env=merged + extra)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import functools
 import io
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -296,7 +297,44 @@ def _context(report: Report) -> dict[str, Any]:
         "stages": report.stages,
         "cost": report.cost,
         "reproduce": reproducibility(manifest, report.first),
+        **_program_context(report),
     }
+
+
+# What a program's throughput counts, when dtrun stands in for the user's units
+_UNIT_WHY = {
+    "process-steps": "no --samples-per-step or --tokens-per-step: one unit per process per "
+    "step, so efficiency comes from step times alone",
+    "steps": "no --samples-per-step or --tokens-per-step: one unit per step, so efficiency "
+    "comes from step times alone",
+}
+
+
+def _program_context(report: Report) -> dict[str, Any]:
+    """The throughput's unit (tokens for the built-in training) and, for `dtrun bench --
+    PROGRAM`, the program's command line (redacted in the manifest) and its units."""
+    first = report.first
+    facts = first.program if isinstance(first, TrainResult) else None
+    if report.workload != "program":
+        return {"unit": "tokens", "program_line": "", "unit_why": ""}
+    program = report.manifest["bench"].get("program") or {}
+    words = [str(program.get("target", ""))] + [str(a) for a in program.get("args", [])]
+    if program.get("kind") == "module":
+        words = ["python", "-m", *words]
+    elif program.get("kind") == "script":
+        words = ["python", *words]
+    units = report.manifest["bench"].get("units")
+    if units:
+        unit = str(units["kind"])
+        why = f"{units['count']:,} {unit} per step" + (
+            " per process" if units.get("per_process") else " for all processes"
+        )
+    else:
+        unit = "process-steps" if report.mode is ScalingMode.WEAK else "steps"
+        why = _UNIT_WHY[unit]
+    if facts is not None and facts.unit != unit:  # pragma: no cover - one writer of both
+        unit = facts.unit
+    return {"unit": unit, "program_line": shlex.join(words), "unit_why": why}
 
 
 def _summary(report: Report) -> dict[str, Any]:
@@ -307,6 +345,7 @@ def _summary(report: Report) -> dict[str, Any]:
         "status": report.status,
         "error": report.runs["error"],
         "workload": report.workload,
+        "unit": _program_context(report)["unit"],
         "mode": report.mode.value,
         # How it trained (train sweeps): the strategy, and a pipeline's schedule and micro-batches.
         "strategy": report.first.strategy_text if isinstance(report.first, TrainResult) else None,

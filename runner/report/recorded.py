@@ -41,6 +41,7 @@ from runner.record.readback import (
 from runner.record.rundir import HEALTH_FILE, RunDir, ok_runs
 from runner.report.results import (
     ALLREDUCE_SCHEMA,
+    PROGRAM_SCHEMA,
     TRAIN_SCHEMA,
     AllreduceResult,
     Result,
@@ -54,6 +55,7 @@ from runner.spec.request import ScalingMode
 RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {
     "train": TrainResult,
     "allreduce": AllreduceResult,
+    "program": TrainResult,  # `dtrun bench -- PROGRAM`, read as training (dtrun.program/1)
 }
 
 
@@ -131,6 +133,17 @@ BENCH_BY_WORKLOAD = {
     ),
     "allreduce": obj(
         {"bench": obj({"allreduce": obj({"dtype": TEXT, "warmup": WHOLE, "iters": WHOLE})})}
+    ),
+    "program": obj(
+        {
+            "bench": obj(
+                {
+                    "program": obj({"kind": TEXT, "target": TEXT, "args": list_of(TEXT)}),
+                    "units": nullable(obj({"kind": TEXT, "count": COUNT, "per_process": FLAG})),
+                }
+                | {key: WHOLE for key in ("procs_per_node", "warmup", "repeat")}
+            )
+        }
     ),
 }
 
@@ -231,6 +244,20 @@ RESULTS = {
     ),
     ALLREDUCE_SCHEMA: obj(
         _LAUNCH | {"iters": NUMBER, "rows": _ROWS, "communication": obj({"wrong": NUMBER})}
+    ),
+    PROGRAM_SCHEMA: obj(
+        _LAUNCH
+        | {
+            "timing": one_of("optimizer steps", "whole program"),
+            "timed_steps": COUNT,
+            "optimizer_steps": WHOLE,
+            "step_time_s": obj({"p50": POSITIVE, "p90": NUMBER}),
+            "step_times_s": list_of(POSITIVE, nonempty=True),
+            "units": obj({"kind": TEXT, "per_step": COUNT, "given": FLAG}),
+            "proof": obj({"answer": TEXT, "why": TEXT}),
+            "peak_memory_bytes": WHOLE,
+            "peak_memory_max_bytes": WHOLE,
+        },
     ),
 }
 

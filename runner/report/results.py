@@ -6,6 +6,7 @@ modules runner/workloads/train.py and runner/workloads/allreduce.py write them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from runner.report.stages import StageSplit, parse_stage_split
 
 T = TypeVar("T")
 TRAIN_SCHEMA = "dtrun.train/1"
+PROGRAM_SCHEMA = "dtrun.program/1"  # `dtrun bench -- PROGRAM` (runner/sweep/programresult.py)
 ALLREDUCE_SCHEMA = "dtrun.allreduce/1"
 
 
@@ -102,6 +104,7 @@ class TrainResult:
     checks: tuple[ProofCheck, ...] = ()  # what the proof checked (empty in older results)
     step_times: tuple[float, ...] = ()  # rank 0's timed steps, seconds (empty in older results)
     noise: LaunchNoise | None = None  # steal, other load, the straggler probe (None: older)
+    program: ProgramFacts | None = None  # `dtrun bench -- PROGRAM`: what was timed, in what
 
     @property
     def verified(self) -> bool:
@@ -111,6 +114,10 @@ class TrainResult:
     @property
     def proof(self) -> str:
         """Whether the ranks were shown to communicate (see the workload's docstring)."""
+        if self.program is not None:  # the user's program: its parameters' digests
+            if self.program.proof == "in sync":
+                return f"in sync: {self.world_size} ranks on {len(set(self.rank_nodes))} nodes"
+            return f"{self.program.proof}: {self.program.proof_why}"
         if self.world_size == 1:
             return "1 process"
         failed = [check.name for check in self.checks if not check.ok]
@@ -143,6 +150,19 @@ class TrainResult:
             f"rank{'s' if self.pp_size != 1 else ''}, {pipelines} "
             f"pipeline{'s' if pipelines != 1 else ''}"
         )
+
+
+@dataclass(frozen=True)
+class ProgramFacts:
+    """What a user program's launch measured (docs/your-training.md)."""
+
+    timing: str  # "optimizer steps" or "whole program"
+    unit: str  # "samples", "tokens", "process-steps" or "steps": what the throughput counts
+    unit_given: bool  # --samples-per-step / --tokens-per-step, not dtrun's stand-in
+    optimizer_steps: int  # every step the lowest rank made, warm-up included
+    proof: str  # "in sync", "diverged", "not comparable", "not checked"
+    proof_why: str
+    gradient_bytes: int  # every trainable parameter's bytes, all dtypes
 
 
 @dataclass(frozen=True)
@@ -207,6 +227,56 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
     except (KeyError, TypeError, ValueError) as exc:
         raise ResultError(
             f"{source} is not a complete {TRAIN_SCHEMA} result",
+            why=f"missing or malformed field {exc}",
+        ) from None
+
+
+def parse_program_result(data: Mapping[str, Any], source: str) -> TrainResult:
+    """A user program's launch (dtrun.program/1), read as a training result: its throughput
+    counts its units (docs/your-training.md "Units") and its proof is the digests'."""
+    try:
+        steps = data["step_time_s"]
+        units, proof = data["units"], data["proof"]
+        per_step = int(units["per_step"])
+        diverged = str(proof["answer"]) == "diverged"
+        facts = ProgramFacts(
+            timing=str(data["timing"]),
+            unit=str(units["kind"]),
+            unit_given=bool(units["given"]),
+            optimizer_steps=int(data["optimizer_steps"]),
+            proof=str(proof["answer"]),
+            proof_why=str(proof["why"]),
+            gradient_bytes=sum(int(b) for b in (data.get("gradient_bytes") or {}).values()),
+        )
+        p50 = float(steps["p50"])
+        return TrainResult(
+            **_launch_fields(data),
+            params=int(data.get("params") or 0),
+            global_batch=per_step,
+            seq_len=1,
+            timed_steps=int(data["timed_steps"]),
+            tokens_per_s=per_step / p50,
+            samples_per_s=per_step / p50,
+            step_time_p50=p50,
+            step_time_p90=float(steps["p90"]),
+            step_times=tuple(float(t) for t in data["step_times_s"]),
+            mfu=None,
+            peak_memory_bytes=int(data["peak_memory_bytes"]),
+            peak_memory_max_bytes=int(data["peak_memory_max_bytes"]),
+            loss_first=math.nan,
+            loss_last=math.nan,
+            allreduce_ok=True,
+            initial_params_differed=None,
+            params_in_sync=not diverged,
+            engine="program",
+            strategy="your program",
+            proof_kind="program",
+            checks=(ProofCheck("parameters agree", not diverged, str(proof["why"])),),
+            program=facts,
+        )
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise ResultError(
+            f"{source} is not a complete {PROGRAM_SCHEMA} result",
             why=f"missing or malformed field {exc}",
         ) from None
 
@@ -328,6 +398,7 @@ Result = TrainResult | AllreduceResult
 PARSERS: dict[str, Callable[[Mapping[str, Any], str], Result]] = {
     TRAIN_SCHEMA: parse_train_result,
     ALLREDUCE_SCHEMA: parse_allreduce_result,
+    PROGRAM_SCHEMA: parse_program_result,
 }
 
 

@@ -82,6 +82,8 @@ BOUNDS: dict[str, Bound] = {
     "--ar-iters": Bound(1, 1_000_000),
     "--ar-warmup": Bound(0, 1_000_000),
     "--project-tokens": Bound(1, 10**15),
+    "--samples-per-step": Bound(1, 10**12),
+    "--tokens-per-step": Bound(1, 10**15),
     "--target-efficiency": Bound(0, 1, "a fraction", above=True),
     "--timeout": _seconds(),
     "--ready-timeout": _seconds(),

@@ -9,6 +9,7 @@ from runner.spec.cluster import Node
 from runner.spec.outcome import SuccessRule
 
 RESULT_FILE = "result.json"  # what rank 0 of a built-in workload writes beside the launch scripts
+STEP_DIR = "dtrun-steps"  # `dtrun bench -- PROGRAM`: the step hook's records, per launch
 
 
 def point_dir(nodes: int, repeat: int) -> str:

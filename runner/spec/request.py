@@ -232,11 +232,41 @@ class BenchSpec(LaunchRequest):
     # and the most the sweep's estimate may come to before it is refused.
     price_per_node_hour: float | None = None
     max_cost: float | None = None
+    # `dtrun bench -- PROGRAM`: the user's own program instead of a built-in workload
+    # (docs/your-training.md), and what one of its optimizer steps processes
+    program: Program | None = None
+    units: StepUnits | None = None
 
     def redacted(self) -> BenchSpec:
-        """This spec with the values of secret-looking --env variables replaced, and their
-        fragments masked wherever another value repeats them."""
-        return replace(self, env=redact_env(self.env, Redactor.of(self.secrets())))
+        """This spec with the values of secret-looking --env variables (and program
+        arguments) replaced, and their fragments masked wherever another value repeats them."""
+        hide = Redactor.of(self.secrets())
+        program = self.program
+        if program is not None:
+            program = replace(program, args=redact_args(program.args, hide))
+        return replace(self, env=redact_env(self.env, hide), program=program)
+
+    def secrets(self) -> tuple[str, ...]:
+        program_args = self.program.args if self.program is not None else ()
+        return super().secrets() + secret_args(program_args)
+
+
+class UnitKind(StrEnum):
+    SAMPLES = "samples"
+    TOKENS = "tokens"
+
+
+@dataclass(frozen=True)
+class StepUnits:
+    """What one optimizer step of the user's program processes: ``count`` samples or tokens,
+    for the whole step (every process together) or for each process."""
+
+    kind: UnitKind
+    count: int
+    per_process: bool = False
+
+    def per_step(self, world_size: int) -> int:
+        return self.count * world_size if self.per_process else self.count
 
 
 @dataclass(frozen=True)

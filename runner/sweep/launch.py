@@ -18,6 +18,7 @@ from runner.spec.outcome import NodeResult, RunResult, RunStatus
 from runner.sweep.eviction import Command, EvictedError, check_eviction
 
 Ready = Callable[[LaunchPlan], None]  # the readiness barrier before a launch; raises if not
+Finish = Callable[[LaunchPlan, Path, float], None]  # result.json from (plan, workdir, wall s)
 
 
 def always_ready(plan: LaunchPlan) -> None:
@@ -48,10 +49,12 @@ def run_launch(
     on_line: LineSink,
     ready: Ready,
     evictions: Command | None = None,
+    finish: Finish | None = None,
 ) -> Outcome:
     """Wait for the launch's nodes, run it into run_path/<its workdir>, read its result.
     ``evictions``: on real machines, how to ask the nodes whether one was evicted when the
-    launch failed (runner/sweep/eviction.py)."""
+    launch failed (runner/sweep/eviction.py). ``finish`` makes the launch's result.json from
+    what its processes left (a user's program: runner/sweep/programresult.py)."""
     plan = launch.plan
     workdir = run_path / launch.workdir
     # an earlier attempt's result (--resume runs failed launches again in their directories)
@@ -59,9 +62,12 @@ def run_launch(
     started = time.monotonic()
     try:
         ready(plan)
+        ran = time.monotonic()
         nodes: tuple[NodeResult, ...] = executor.run(
             plan, workdir, timeout_s=timeout_s, on_line=on_line
         )
+        if finish is not None:
+            finish(plan, workdir, time.monotonic() - ran)
         result = load_result(workdir / RESULT_FILE)
     except DtrunError as caught:
         exc = caught

@@ -132,7 +132,14 @@ class _Runner:
             on_line=self.events.on_line,
             ready=self.ready,
             evictions=self.evictions,
+            finish=self.finish_program if launch.plan.workload == "program" else None,
         )
+
+    def finish_program(self, plan: LaunchPlan, workdir: Path, wall_s: float) -> None:
+        """A user program's launch: its result.json from the step hook's records."""
+        from runner.sweep.programresult import write_program_result
+
+        write_program_result(self.plan.spec, plan, workdir, wall_s)
 
     def gate(self) -> Health:
         gate, path = self.plan.gate, self.sweep.run_dir.path

@@ -40,6 +40,9 @@ class PlanContext:
     # Exported by each node with its own value, after ``env`` (--platform-env); launch-env.sh
     # sets them again on every rank of a head-only launcher, by NODE_RANK.
     node_env: tuple[NodeEnv, ...] = ()
+    # `dtrun bench -- PROGRAM`: the step hook's directory on the nodes, put first on PYTHONPATH
+    # (runner/workloads/stephook/sitecustomize.py); None: no hook
+    step_hook: str | None = None
 
     @property
     def nnodes(self) -> int:
@@ -133,6 +136,7 @@ def common_context(ctx: PlanContext, node_rank: int) -> dict[str, object]:
         "python_bin": ctx.python_bin,
         "env": ctx.env,
         "node_env": [EnvVar(var.key, var.values[node_rank], var.why) for var in ctx.node_env],
+        "step_hook": ctx.step_hook,
     }
 
 

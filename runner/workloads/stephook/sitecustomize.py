@@ -47,6 +47,7 @@ class _Steps:
         self.optimizers: dict[int, Any] = {}
         self.order: list[int] = []  # optimizers in the order they first stepped
         self.errors: list[str] = []
+        self.backend: str | None = None  # torch.distributed's, at the first step
 
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.depth += 1
@@ -58,6 +59,8 @@ class _Steps:
         if self.depth:
             return  # the inner step of a wrapping optimizer: the outer one counts
         key = id(optimizer)
+        if self.backend is None:  # at the first step: a program may end its group before exit
+            self.backend = _backend()
         if key not in self.ends:
             self.ends[key] = []
             self.optimizers[key] = optimizer
@@ -67,6 +70,8 @@ class _Steps:
 
 _STEPS = _Steps()
 _STARTED = time.perf_counter()
+# where the launcher started this process: a relative DTRUN_STEP_DIR is taken from here
+_CWD = os.getcwd()  # noqa: PTH109 - no pathlib at start-up
 
 
 def _rank() -> str:
@@ -75,6 +80,17 @@ def _rank() -> str:
         if value.isdigit():
             return value
     return f"pid{os.getpid()}"
+
+
+def _backend() -> str | None:
+    """torch.distributed's backend, where the program has a process group."""
+    try:
+        distributed = sys.modules.get("torch.distributed")
+        if distributed is not None and distributed.is_available() and distributed.is_initialized():
+            return str(distributed.get_backend())
+    except Exception:  # a half-torn-down group
+        return None
+    return None
 
 
 def _params(optimizer: Any) -> list[Any]:
@@ -129,6 +145,33 @@ def _sharding(params: list[Any]) -> str | None:
     return None
 
 
+def _setting(params: list[Any]) -> dict[str, Any]:
+    """What the process trained with: torch, its device, the parameters' dtype, the backend,
+    and its peak memory."""
+    import platform
+    import resource
+
+    import torch
+
+    first = _local(params[0]) if params else None
+    device = first.device if first is not None else torch.device("cpu")
+    backend = _STEPS.backend or _backend()
+    if device.type == "cuda":
+        peak, name = torch.cuda.max_memory_allocated(device), torch.cuda.get_device_name(device)
+    else:  # Linux: ru_maxrss is in KiB
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        name = platform.processor() or platform.machine()
+    return {
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "device": device.type,
+        "device_name": name,
+        "dtype": str(first.dtype).removeprefix("torch.") if first is not None else None,
+        "backend": backend,
+        "peak_memory_bytes": int(peak),
+    }
+
+
 def _record() -> dict[str, Any]:
     steps = _STEPS
     record: dict[str, Any] = {
@@ -155,6 +198,10 @@ def _record() -> dict[str, Any]:
     record["step_ends_s"] = steps.ends[key]
     record["first_step_start_s"] = steps.first.get(key)
     try:
+        record.update(_setting(_params(optimizer)))
+    except Exception as exc:
+        steps.errors.append(f"setting: {type(exc).__name__}: {exc}")
+    try:
         params = _params(optimizer)
         record["gradient_bytes"] = _gradient_bytes(params)
         record["params"] = sum(p.numel() for p in params)
@@ -178,7 +225,7 @@ def _write() -> None:
     with contextlib.suppress(Exception):  # a full disk must not change the program's exit
         from runner.workloads.files import write_atomic
 
-        path = Path(folder) / f"rank-{record['rank']}.json"
+        path = Path(_CWD) / folder / f"rank-{record['rank']}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, (json.dumps(record) + "\n").encode())
 

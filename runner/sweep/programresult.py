@@ -1,0 +1,182 @@
+"""`dtrun bench -- PROGRAM`: one launch's result.json, made on this machine from what the step
+hook wrote on the nodes (runner/workloads/stephook/sitecustomize.py, docs/your-training.md).
+
+Each rank's ``dtrun-steps/rank-<RANK>.json`` holds the end time of every optimizer step on that
+rank's own clock. A step's time is the interval from the step before it to it, so the first
+step has none and is always left out with the warm-up; the timed steps are the lowest rank's
+(its ranks wait for each other every step, as the built-in workload's rank 0 does), and every
+rank's are kept beside them. Without any step file (a program that uses no torch optimizer)
+the launch's wall time stands for one step, said as "whole program, start-up included".
+
+The proof: under data parallelism every rank ends with the same parameters, so their digests
+agree; they are compared here, with no collective. Sharded parameters (FSDP, ZeRO >= 1) are
+"not comparable".
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import platform
+from pathlib import Path
+from typing import Any
+
+from runner.errors import ResultError
+from runner.report.results import PROGRAM_SCHEMA
+from runner.spec.launch import RESULT_FILE, STEP_DIR, LaunchPlan
+from runner.spec.request import BenchSpec, ScalingMode
+from runner.workloads.files import write_atomic
+
+STEPS_SCHEMA = "dtrun.steps/1"
+MAX_STEP_FILE = 64 * 1024 * 1024  # a rank's file: a float per step; more is not the hook's
+
+
+def read_step_files(folder: Path) -> dict[int, dict[str, Any]]:
+    """Each rank's step record, by rank; a file that is no record of the hook's is refused."""
+    records: dict[int, dict[str, Any]] = {}
+    if not folder.is_dir():
+        return records
+    for path in sorted(folder.glob("rank-*.json")):
+        if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_STEP_FILE:
+            raise ResultError(f"{path} is not a step record", why="not a regular file of its size")
+        try:
+            data = json.loads(path.read_bytes())
+            rank = int(data["rank"])
+            ends = [float(end) for end in data["step_ends_s"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ResultError(f"{path} is not a step record", why=str(exc)) from None
+        if data.get("schema") != STEPS_SCHEMA or not all(math.isfinite(end) for end in ends):
+            raise ResultError(f"{path} is not a {STEPS_SCHEMA} record", why="schema or times")
+        records[rank] = {**data, "step_ends_s": ends}
+    return records
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _intervals(ends: list[float]) -> list[float]:
+    return [later - earlier for earlier, later in itertools.pairwise(ends)]
+
+
+def _units(spec: BenchSpec, world_size: int) -> dict[str, Any]:
+    """What a step processes: the user's --samples/--tokens-per-step, or, without them, one
+    unit per process-step (weak) or per step (strong), so efficiency comes from step times."""
+    if spec.units is not None:
+        return {
+            "kind": spec.units.kind.value,
+            "per_step": spec.units.per_step(world_size),
+            "given": True,
+            "per_process": spec.units.per_process,
+        }
+    weak = spec.mode is ScalingMode.WEAK
+    return {
+        "kind": "process-steps" if weak else "steps",
+        "per_step": world_size if weak else 1,
+        "given": False,
+        "per_process": weak,
+    }
+
+
+def _proof(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any]:
+    digests = {rank: record.get("param_digest") for rank, record in records.items()}
+    sharded = next((r.get("sharded") for r in records.values() if r.get("sharded")), None)
+    if world_size == 1:
+        answer, why = "not checked", "one process"
+    elif sharded:
+        answer, why = "not comparable", f"sharded: {sharded}"
+    elif len(records) < world_size or any(d is None for d in digests.values()):
+        answer, why = "not checked", f"{len(records)} of {world_size} ranks recorded parameters"
+    elif len(set(digests.values())) == 1:
+        answer, why = "in sync", f"{world_size} ranks end with the same parameters"
+    else:
+        lowest = min(digests)
+        apart = [rank for rank, digest in sorted(digests.items()) if digest != digests[lowest]]
+        answer = "diverged"
+        why = f"rank(s) {', '.join(map(str, apart))} end with other parameters than rank {lowest}"
+    return {"answer": answer, "why": why, "digests": {str(r): d for r, d in digests.items()}}
+
+
+def program_result(
+    spec: BenchSpec, plan: LaunchPlan, records: dict[int, dict[str, Any]], wall_s: float
+) -> dict[str, Any]:
+    """The launch's result (schema dtrun.program/1) from the ranks' step records."""
+    world = plan.world_size
+    timed_from = max(spec.warmup, 1)  # the first step has no interval: always warm-up
+    first_rank = min(records) if records else None
+    base = records.get(first_rank, {}) if first_rank is not None else {}
+    if records:
+        ends = base["step_ends_s"]
+        if len(ends) <= timed_from:
+            raise ResultError(
+                f"the program made {len(ends)} optimizer step(s) on rank {first_rank}, and "
+                f"{timed_from} are left out as warm-up: no step was timed",
+                why="--warmup steps (at least the first, which has no start the hook can see) "
+                "are not timed",
+                fix="let the program run more steps, or pass a smaller --warmup",
+            )
+        timed = _intervals(ends)[timed_from - 1 :]
+        timing = "optimizer steps"
+    else:
+        timed = [wall_s]
+        timing = "whole program"
+    ranks = [
+        {"rank": rank, "node": str(r.get("node", "")), "os": ""}
+        for rank, r in sorted(records.items())
+    ] or [{"rank": 0, "node": plan.launches[0].node.name, "os": ""}]
+    units = _units(spec, world)
+    median = _percentile(timed, 50)
+    peaks = [int(r.get("peak_memory_bytes") or 0) for r in records.values()] or [0]
+    params = [int(r.get("params") or 0) for r in records.values()]
+    sharded = any(r.get("sharded") for r in records.values())
+    return {
+        "schema": PROGRAM_SCHEMA,
+        "workload": "program",
+        "timing": timing,
+        "world_size": world,
+        "nnodes": plan.nnodes,
+        "procs_per_node": plan.procs_per_node,
+        "backend": base.get("backend") or "n/a",
+        "device": base.get("device") or "n/a",
+        "device_name": base.get("device_name") or platform.machine(),
+        "dtype": base.get("dtype") or "n/a",
+        "torch_version": base.get("torch_version") or "n/a",
+        "python_version": base.get("python_version"),
+        "ranks": ranks,
+        "warmup": timed_from if records else 0,
+        "optimizer_steps": len(base.get("step_ends_s", ())),
+        "timed_steps": len(timed),
+        "step_time_s": {
+            "p50": median,
+            "p90": _percentile(timed, 90),
+            "mean": sum(timed) / len(timed),
+            "min": min(timed),
+            "max": max(timed),
+        },
+        "step_times_s": [round(t, 7) for t in timed],
+        "rank_step_times_s": {
+            str(rank): [round(t, 7) for t in _intervals(r["step_ends_s"])[timed_from - 1 :]]
+            for rank, r in sorted(records.items())
+        },
+        "units": units,
+        "units_per_s": units["per_step"] / median,
+        "params": (sum(params) if sharded else max(params)) if params else None,
+        "gradient_bytes": base.get("gradient_bytes") or {},
+        "peak_memory_bytes": int(base.get("peak_memory_bytes") or 0),
+        "peak_memory_max_bytes": max(peaks),
+        "proof": _proof(records, world),
+        "hook_errors": sorted({e for r in records.values() for e in r.get("errors", ())}),
+        "wall_s": wall_s,
+    }
+
+
+def write_program_result(spec: BenchSpec, plan: LaunchPlan, workdir: Path, wall_s: float) -> None:
+    """result.json in ``workdir`` from its dtrun-steps/ (collected there from every node)."""
+    result = program_result(spec, plan, read_step_files(workdir / STEP_DIR), wall_s)
+    data = (json.dumps(result, indent=2) + "\n").encode()
+    write_atomic(workdir / RESULT_FILE, data)
