@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +20,9 @@ PROGRAMS = Path(__file__).parent / "programs"
 DDP = str(PROGRAMS / "ddp_loop.py")
 
 
-def bench(cwd: Path, *args: str, run_id: str, port: int) -> tuple[object, Path]:
+def bench(
+    cwd: Path, *args: str, run_id: str, port: int
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = cwd / "runs"
     done = run_dtrun(
         "bench", "--nodes", "1,2", "--repeat", "1", "--warmup", "2", "--port", str(port),
@@ -27,8 +31,8 @@ def bench(cwd: Path, *args: str, run_id: str, port: int) -> tuple[object, Path]:
     return done, out / run_id
 
 
-def result(run: Path, nodes: int) -> dict:
-    data: dict = json.loads((run / f"n{nodes}" / "r0" / "result.json").read_text())
+def result(run: Path, nodes: int) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((run / f"n{nodes}" / "r0" / "result.json").read_text())
     return data
 
 
