@@ -526,3 +526,21 @@ def test_munge_not_answering_is_the_sites_failure_not_bad_input(slurm, no_leftov
         assert done.returncode == 1, done.stdout + done.stderr
         assert "munge, is not answering on this machine" in done.stderr
         assert "--partition" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_user_program_is_benched_on_slurm_with_its_steps_from_both_nodes(slurm, no_leftovers):
+    program = Path(__file__).parent / "programs" / "ddp_loop.py"
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "bench", "--slurm", "--nodes", "1,2", "--warmup", "2", "--repeat", "1", "--quiet",
+        "--output", str(out), "--run-id", "prog", "--port", "29640",
+        "--", "python", str(program), "--steps", "6", "--sleep", "0.02",
+        cwd=no_leftovers, env=slurm.env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((out / "prog" / "n2" / "r0" / "result.json").read_text())
+    assert result["schema"] == "dtrun.program/1"
+    assert result["timed_steps"] == 4
+    assert {rank["node"] for rank in result["ranks"]} == {"n1", "n2"}
+    assert result["proof"]["answer"] == "in sync"
+    assert slurm.jobs() == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -159,3 +160,25 @@ def test_a_script_missing_on_the_nodes_is_refused_over_ssh_naming_them(sshd_clus
     )
     assert "Traceback" not in done.stderr
     assert not out.exists()
+
+
+def test_a_user_program_is_benched_over_ssh_with_every_node_s_step_records(
+    sshd_cluster, no_leftovers
+):
+    program = Path(__file__).parent / "programs" / "ddp_loop.py"
+    hosts = write_hosts(sshd_cluster, no_leftovers, count=2)
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "bench", "--hosts", str(hosts), "--nodes", "1,2", "--warmup", "2", "--repeat", "1",
+        "--port", "29790", "--output", str(out), "--run-id", "prog", "--quiet",
+        "--", "python", str(program), "--steps", "6", "--sleep", "0.02", cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    point = out / "prog" / "n2" / "r0"
+    assert sorted(p.name for p in (point / "dtrun-steps").iterdir()) == [
+        "rank-0.json",
+        "rank-1.json",
+    ]  # copied back from the nodes
+    result = json.loads((point / "result.json").read_text())
+    assert (result["timed_steps"], result["proof"]["answer"]) == (4, "in sync")
+    assert {rank["node"] for rank in result["ranks"]} == {"node-0", "node-1"}
