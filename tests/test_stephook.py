@@ -250,6 +250,29 @@ def test_fsdp_steps_are_timed_and_its_parameters_said_sharded(workdir):
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("options", "gradient_bytes"),
+    [
+        # A flat parameter keeps its parameters' sizes: the whole model is counted.
+        ((), GRADIENT_BYTES),
+        # The views of use_orig_params are this rank's pieces: only they can be counted.
+        (("--use-orig-params",), None),
+    ],
+    ids=["flat", "use-orig-params"],
+)
+def test_fsdp1_parameters_are_said_sharded(workdir, options, gradient_bytes):
+    records, own = trained(
+        TORCHRUN, "fsdp_loop.py", "--fsdp1", *options, "--sleep", "0.02", cwd=workdir
+    )
+    for record, times in zip(records, own, strict=True):
+        assert_matches_own_clock(record, times)
+        assert record["sharded"] == "FSDP (flat parameter shards)"
+        if gradient_bytes is not None:
+            assert (record["gradient_bytes"], record["params"]) == (gradient_bytes, PARAMS)
+    assert records[0]["param_digest"] != records[1]["param_digest"]
+
+
+@pytest.mark.e2e
 def test_deepspeed_zero_0_under_its_launcher_counts_its_accumulation_once(workdir):
     """DeepSpeed's engine.step() steps the optimizer once per gradient_accumulation_steps."""
     records, own = trained(

@@ -133,7 +133,10 @@ def _gradient_bytes(params: list[Any]) -> dict[str, int]:
 
 
 def _numel(p: Any) -> int:
-    """The whole parameter's size: DeepSpeed's ZeRO 3 leaves an empty tensor and ``ds_numel``."""
+    """The whole parameter's size: DeepSpeed's ZeRO 3 leaves an empty tensor and ``ds_numel``;
+    an FSDP1 flat parameter holds this rank's shard of parameters whose sizes it keeps."""
+    if getattr(p, "_is_flat_param", False) and getattr(p, "_numels", None):
+        return int(sum(p._numels))
     return int(getattr(p, "ds_numel", None) or p.numel())
 
 
@@ -162,7 +165,10 @@ def _sharding(params: list[Any], zero_stage: int | None) -> str | None:
     kinds = {type(p).__name__ for p in params}
     if "DTensor" in kinds:
         return "FSDP (DTensor shards)"
-    if "FlatParameter" in kinds:
+    # FSDP1 marks its flat parameters, and with use_orig_params the views into them, with
+    # _fsdp_flattened (torch/distributed/fsdp/_common_utils.py, _FSDP_FLATTENED): since torch
+    # 2.1 a flat parameter's class is plain Parameter, so its name says nothing.
+    if "FlatParameter" in kinds or any(getattr(p, "_fsdp_flattened", False) for p in params):
         return "FSDP (flat parameter shards)"
     if zero_stage:
         return f"DeepSpeed ZeRO stage {zero_stage}"
