@@ -15,8 +15,11 @@ once; a gradient-accumulation loop's micro-batches are no steps, its optimizer s
 At exit each process writes ``rank-<RANK>.json`` (schema ``dtrun.steps/1``) into
 ``DTRUN_STEP_DIR``: the end time of every step (``time.perf_counter``, this process's clock),
 the gradient bytes by dtype, and a digest of the trainable parameters after the last step,
-with what tells whether they are sharded. It never writes to the program's stdout or stderr;
-a failure of the hook is recorded in the file, never raised into the program.
+with what tells whether they are sharded (FSDP's DTensor or flat parameters; under DeepSpeed,
+the engine found on the first step's call stack gives the ZeRO stage and the model's own
+parameters, where the stepping optimizer holds a flat partition). It never writes to the
+program's stdout or stderr; a failure of the hook is recorded in the file, never raised into
+the program.
 
 Standard library at import; torch only once the program has imported it. Python 3.10.
 """
@@ -35,6 +38,12 @@ from typing import Any
 SCHEMA = "dtrun.steps/1"
 _TARGET = "torch.optim.optimizer"
 _RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK", "SLURM_PROCID")
+_LOCAL_RANK_VARS = (
+    "LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "HOROVOD_LOCAL_RANK",
+    "SLURM_LOCALID",
+)
 
 
 class _Steps:
@@ -46,6 +55,7 @@ class _Steps:
         self.first: dict[int, float] = {}  # id(optimizer) -> its first step's start
         self.optimizers: dict[int, Any] = {}
         self.order: list[int] = []  # optimizers in the order they first stepped
+        self.deepspeed: dict[int, tuple[int, Any]] = {}  # id(optimizer) -> ZeRO stage, engine
         self.errors: list[str] = []
         self.backend: str | None = None  # torch.distributed's, at the first step
 
@@ -53,6 +63,25 @@ class _Steps:
         self.depth += 1
         if self.depth == 1 and id(optimizer) not in self.first:
             self.first[id(optimizer)] = time.perf_counter()
+            if "deepspeed" in sys.modules:  # once per optimizer, inside its first step
+                try:
+                    self._find_engine(optimizer)
+                except Exception as exc:  # DeepSpeed's internals moved: the digest says less
+                    self.errors.append(f"deepspeed: {type(exc).__name__}: {exc}")
+
+    def _find_engine(self, optimizer: Any) -> None:
+        """The DeepSpeed engine whose step this is, found on the call stack: under ZeRO 1 and 2
+        the stepping torch optimizer holds this rank's flat partition, not the model."""
+        import weakref
+
+        frame: Any = sys._getframe(2)
+        while frame is not None:
+            candidate = frame.f_locals.get("self")
+            if candidate is not None and _is_deepspeed_engine(candidate):
+                stage = int(candidate.zero_optimization_stage())
+                self.deepspeed[id(optimizer)] = (stage, weakref.ref(candidate))
+                return
+            frame = frame.f_back
 
     def post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.depth = max(0, self.depth - 1)
@@ -68,6 +97,15 @@ class _Steps:
         self.ends[key].append(time.perf_counter())
 
 
+def _is_deepspeed_engine(thing: Any) -> bool:
+    # By class name along the MRO (PipelineEngine is one too): no isinstance on arbitrary
+    # objects, and no import of deepspeed from the hook.
+    return any(
+        kind.__name__ == "DeepSpeedEngine" and kind.__module__.startswith("deepspeed.")
+        for kind in type(thing).__mro__
+    )
+
+
 _STEPS = _Steps()
 _STARTED = time.perf_counter()
 # where the launcher started this process: a relative DTRUN_STEP_DIR is taken from here
@@ -75,11 +113,16 @@ _CWD = os.getcwd()  # noqa: PTH109 - no pathlib at start-up
 
 
 def _rank() -> str:
-    for name in _RANK_VARS:
+    return _first_number(_RANK_VARS) or f"pid{os.getpid()}"
+
+
+def _first_number(names: tuple[str, ...]) -> str | None:
+    """The first of these variables that holds a number: each launcher names ranks its way."""
+    for name in names:
         value = os.environ.get(name, "")
         if value.isdigit():
             return value
-    return f"pid{os.getpid()}"
+    return None
 
 
 def _backend() -> str | None:
@@ -101,8 +144,16 @@ def _gradient_bytes(params: list[Any]) -> dict[str, int]:
     by_dtype: dict[str, int] = {}
     for p in params:
         name = str(p.dtype).removeprefix("torch.")
-        by_dtype[name] = by_dtype.get(name, 0) + p.numel() * p.element_size()
+        by_dtype[name] = by_dtype.get(name, 0) + _numel(p) * p.element_size()
     return by_dtype
+
+
+def _numel(p: Any) -> int:
+    """The whole parameter's size: DeepSpeed's ZeRO 3 leaves an empty tensor and ``ds_numel``;
+    an FSDP1 flat parameter holds this rank's shard of parameters whose sizes it keeps."""
+    if getattr(p, "_is_flat_param", False) and getattr(p, "_numels", None):
+        return int(sum(p._numels))
+    return int(getattr(p, "ds_numel", None) or p.numel())
 
 
 def _local(p: Any) -> Any:
@@ -125,23 +176,18 @@ def _digest(params: list[Any]) -> str:
     return digest.hexdigest()
 
 
-def _sharding(params: list[Any]) -> str | None:
+def _sharding(params: list[Any], zero_stage: int | None) -> str | None:
     """Why the ranks' parameters are not whole copies of the model, or None."""
     kinds = {type(p).__name__ for p in params}
     if "DTensor" in kinds:
         return "FSDP (DTensor shards)"
-    if "FlatParameter" in kinds:
+    # FSDP1 marks its flat parameters, and with use_orig_params the views into them, with
+    # _fsdp_flattened (torch/distributed/fsdp/_common_utils.py, _FSDP_FLATTENED): since torch
+    # 2.1 a flat parameter's class is plain Parameter, so its name says nothing.
+    if "FlatParameter" in kinds or any(getattr(p, "_fsdp_flattened", False) for p in params):
         return "FSDP (flat parameter shards)"
-    deepspeed = sys.modules.get("deepspeed")
-    if deepspeed is not None:
-        import gc
-
-        engine_type = getattr(deepspeed, "DeepSpeedEngine", None)
-        for thing in gc.get_objects():
-            if engine_type is not None and isinstance(thing, engine_type):
-                stage = int(thing.zero_optimization_stage())
-                if stage > 0:
-                    return f"DeepSpeed ZeRO stage {stage}"
+    if zero_stage:
+        return f"DeepSpeed ZeRO stage {zero_stage}"
     return None
 
 
@@ -177,7 +223,7 @@ def _record() -> dict[str, Any]:
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "rank": _rank(),
-        "local_rank": os.environ.get("LOCAL_RANK"),
+        "local_rank": _first_number(_LOCAL_RANK_VARS),
         "node": os.environ.get("DTRUN_NODE_NAME", ""),
         "pid": os.getpid(),
         "hooked_s": _STARTED,
@@ -203,9 +249,14 @@ def _record() -> dict[str, Any]:
         steps.errors.append(f"setting: {type(exc).__name__}: {exc}")
     try:
         params = _params(optimizer)
-        record["gradient_bytes"] = _gradient_bytes(params)
-        record["params"] = sum(p.numel() for p in params)
-        record["sharded"] = _sharding(params)
+        stage, engine = steps.deepspeed.get(key, (None, lambda: None))
+        module = engine()
+        # The model's own parameters: under DeepSpeed the stepping optimizer may hold flat
+        # fp32 partitions, while the gradients reduced are the model's, in its dtype.
+        model = params if module is None else [p for p in module.parameters() if p.requires_grad]
+        record["gradient_bytes"] = _gradient_bytes(model)
+        record["params"] = sum(_numel(p) for p in model)
+        record["sharded"] = _sharding(params, stage)
         record["param_digest"] = _digest(params)
     except Exception as exc:  # the program's own state: never fail its exit for it
         steps.errors.append(f"parameters: {type(exc).__name__}: {exc}")

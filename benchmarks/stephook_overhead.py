@@ -1,0 +1,114 @@
+"""The step hook's cost: a user's DDP program hooked against the same program unhooked.
+
+Baseline (B): tests/programs/ddp_heavy.py (an 8.4M-parameter MLP under DDP, 2 processes over
+gloo, a step of 100-200 ms on a 2-core CPU) started by `torchrun --standalone
+--nproc-per-node 2`, timing its own iterations. Candidate (A): the same command with dtrun's
+step hook (runner/workloads/stephook) first on PYTHONPATH, DTRUN_STEP_HOOK=1 and a step
+directory, as `dtrun bench -- PROGRAM` runs it. Both are timed by the program's own clock, so
+the figure is what the hook costs the training, not what it measures.
+
+Runs A and B alternately (A B, then B A, ...) after one warm-up of each, takes each run's median
+step time over both ranks (the first --warmup steps left out), and prints the ratio A/B of each
+pair and their median. Target (issue 25): median ratio <= 1.01. On a shared 2-core machine the
+wall time of a step moves by tens of percent with the other work there, so it also prints the
+same ratio of the steps' CPU time (the program's process_time per step), which moves far less
+and still holds all the hook's work: the hook does nothing but compute in the program's thread.
+
+    .venv/bin/python benchmarks/stephook_overhead.py [--rounds 5] [--steps 40] [--warmup 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+HOOK = REPO / "runner" / "workloads" / "stephook"
+PROGRAM = REPO / "tests" / "programs" / "ddp_heavy.py"
+
+
+def median_step(hooked: bool, steps: int, warmup: int, workdir: Path) -> tuple[float, float]:
+    """One launch; the medians of both ranks' own step times (wall, CPU) after the warm-up."""
+    workdir.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DTRUN_STEP")}
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(HOOK), str(REPO)] if hooked else [str(REPO)])
+    if hooked:
+        env |= {"DTRUN_STEP_HOOK": "1", "DTRUN_STEP_DIR": str(workdir / "steps")}
+    command = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(PROGRAM)]
+    done = subprocess.run(
+        [*command, "--steps", str(steps)], cwd=workdir, env=env, capture_output=True, check=False
+    )
+    recorded = sorted((workdir / "steps").glob("rank-*.json")) if hooked else []
+    if done.returncode != 0 or len(recorded) != (2 if hooked else 0):
+        tail = done.stderr.decode(errors="replace")[-2000:]
+        raise SystemExit(f"the {'hooked' if hooked else 'bare'} run failed: {tail}")
+    times: list[float] = []
+    cpu: list[float] = []
+    for rank in (0, 1):
+        times += json.loads((workdir / f"own-times-rank{rank}.json").read_text())[warmup:]
+        cpu += json.loads((workdir / f"own-cpu-rank{rank}.json").read_text())[warmup:]
+    for path in recorded:  # the hook saw every step: it measured what it was meant to
+        if len(json.loads(path.read_text())["step_ends_s"]) != steps:
+            raise SystemExit(f"{path} does not hold {steps} steps")
+    return statistics.median(times), statistics.median(cpu)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="counted A/B pairs")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5, help="first steps of each run left out")
+    args = parser.parse_args()
+
+    import torch
+
+    print(
+        f"machine: {platform.node()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}"
+    )
+    print(
+        f"one run: {PROGRAM.name}, torchrun 2 processes, {args.steps} steps "
+        f"({args.warmup} warm-up left out)"
+    )
+    pairs: list[tuple[float, float]] = []
+    cpu_pairs: list[tuple[float, float]] = []
+    with tempfile.TemporaryDirectory(prefix="dtrun-stephook-") as tmp:
+        for i in range(args.rounds + 1):
+            order = (True, False) if i % 2 == 0 else (False, True)  # neither always goes first
+            timed = {
+                hooked: median_step(
+                    hooked, args.steps, args.warmup, Path(tmp) / f"{i}-{int(hooked)}"
+                )
+                for hooked in order
+            }
+            (a, a_cpu), (b, b_cpu) = timed[True], timed[False]
+            label = "warm-up" if i == 0 else f"round {i}"
+            print(
+                f"{label:>8}: hooked {a * 1000:7.1f} ms   bare {b * 1000:7.1f} ms   "
+                f"ratio {a / b:.3f}   CPU {a_cpu * 1000:6.1f} / {b_cpu * 1000:6.1f} ms "
+                f"ratio {a_cpu / b_cpu:.3f}"
+            )
+            if i:
+                pairs.append((a, b))
+                cpu_pairs.append((a_cpu, b_cpu))
+    for what, counted in (("wall", pairs), ("CPU", cpu_pairs)):
+        ratios = [a / b for a, b in counted]
+        print(
+            f"median step, {what}: hooked {statistics.median(a for a, _ in counted) * 1000:.1f} "
+            f"ms, bare {statistics.median(b for _, b in counted) * 1000:.1f} ms, ratio "
+            f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}, "
+            f"{len(ratios)} pairs); target <= 1.01 (issue 25)"
+        )
+
+
+if __name__ == "__main__":
+    main()
