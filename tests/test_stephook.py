@@ -165,6 +165,35 @@ def test_with_dtrun_step_hook_the_hooks_wait_for_the_program_to_import_torch(tmp
     assert (seen["pre_hooks"], seen["post_hooks"]) == (1, 1)
 
 
+# An optimizer whose third step raises, caught by the program (an AMP-style skipped step)
+RAISES_ONCE = """
+import json, torch
+p = torch.nn.Parameter(torch.ones(2))
+class Flaky(torch.optim.SGD):
+    calls = 0
+    def step(self, closure=None):
+        Flaky.calls += 1
+        if Flaky.calls == 3:
+            raise RuntimeError("inf in the gradients")
+        return super().step(closure)
+opt = Flaky([p], lr=0.1)
+for _ in range(8):
+    p.grad = torch.ones(2)
+    try:
+        opt.step()
+    except RuntimeError:
+        pass
+print(json.dumps(Flaky.calls))
+"""
+
+
+def test_a_step_that_raises_and_is_caught_does_not_hide_the_later_steps(tmp_path):
+    env = hook_env(tmp_path / "steps") | {"RANK": "0"}
+    assert python_with_hook(RAISES_ONCE, env) == 8
+    record = json.loads((tmp_path / "steps" / "rank-0.json").read_text())
+    assert len(record["step_ends_s"]) == 7  # every step that ended; a counter kept 2
+
+
 WHICH_SITECUSTOMIZE = "import json, sys; print(json.dumps(sys.modules['sitecustomize'].__file__))"
 
 

@@ -60,7 +60,9 @@ class _Steps:
         self.backend: str | None = None  # torch.distributed's, at the first step
 
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self.depth += 1
+        # from the call stack, not a counter: a step that raised (and was caught) ran no post
+        # hook, and a counter would stay one too high and drop every later step
+        self.depth = _step_depth()
         if self.depth == 1 and id(optimizer) not in self.first:
             self.first[id(optimizer)] = time.perf_counter()
             if "deepspeed" in sys.modules:  # once per optimizer, inside its first step
@@ -84,8 +86,8 @@ class _Steps:
             frame = frame.f_back
 
     def post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self.depth = max(0, self.depth - 1)
-        if self.depth:
+        self.depth = _step_depth() - 1
+        if self.depth > 0:
             return  # the inner step of a wrapping optimizer: the outer one counts
         key = id(optimizer)
         if self.backend is None:  # at the first step: a program may end its group before exit
@@ -95,6 +97,22 @@ class _Steps:
             self.optimizers[key] = optimizer
             self.order.append(key)
         self.ends[key].append(time.perf_counter())
+
+
+def _step_depth() -> int:
+    """How many optimizer steps are under way in this thread: torch's step wrapper
+    (torch/optim/optimizer.py, ``profile_hook_step``'s ``wrapper``) frames on the stack."""
+    depth = 0
+    frame: Any = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "wrapper" and code.co_filename.endswith(_OPTIMIZER_FILE):
+            depth += 1
+        frame = frame.f_back
+    return max(depth, 1)
+
+
+_OPTIMIZER_FILE = os.path.join("torch", "optim", "optimizer.py")  # noqa: PTH118 - no pathlib
 
 
 def _is_deepspeed_engine(thing: Any) -> bool:
