@@ -194,3 +194,36 @@ def test_report_compare_and_resume_work_on_program_runs(no_leftovers):
     assert "## Time to train" in (first / "report.md").read_text()  # tokens: it applies
     compared = run_dtrun("compare", str(first), str(second), cwd=no_leftovers)
     assert compared.returncode == 0, compared.stdout + compared.stderr
+
+
+@pytest.mark.parametrize(
+    ("pattern", "own"),
+    [("step \\d+ took (?P<ms>[0-9.]+) ms", True), ("^step \\d+ took", False)],
+    ids=["its-own-time", "by-arrival"],
+)
+def test_a_program_that_prints_its_step_times_is_timed_by_the_pattern(no_leftovers, pattern, own):
+    program = no_leftovers / "prints.py"
+    program.write_text(
+        "import time\n"
+        "for step in range(8):\n"
+        "    started = time.perf_counter()\n"
+        "    time.sleep(0.1 + 0.05 * (step % 2))\n"
+        "    print(f'step {step} took {(time.perf_counter() - started) * 1000:.3f} ms', "
+        "flush=True)\n"
+    )
+    done, run = bench(
+        no_leftovers, "--step-pattern", pattern, "--", "python", str(program),
+        run_id="printed", port=29828,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = result(run, 1)
+    assert (data["timing"], data["optimizer_steps"]) == ("step pattern", 8)
+    assert data["timed_steps"] == (6 if own else 5)
+    assert statistics.median(data["step_times_s"]) == pytest.approx(0.125, rel=0.2)
+    if own:  # the program's own figures, to the printed millisecond
+        printed = [
+            float(line.split()[3]) / 1000
+            for line in (run / "n1" / "r0" / "node-0.log").read_text().splitlines()
+            if line.startswith("step ")
+        ]
+        assert data["step_times_s"] == pytest.approx(printed[2:], abs=1e-6)

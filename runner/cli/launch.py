@@ -283,9 +283,10 @@ def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptio
         if count is not None
     ]
     if not command:
-        if given or units.per_process:
+        if given or units.per_process or units.step_pattern is not None:
+            flag = given[0][0] if given else "--per-process" if units.per_process else ""
             raise UsageError(
-                f"{(given[0][0] if given else '--per-process')} describes your program's steps, "
+                f"{flag or '--step-pattern'} describes your program's steps, "
                 "and no program was given",
                 fix="put your program after --, e.g. dtrun bench --nodes 1,2 -- python train.py",
             )
@@ -306,7 +307,31 @@ def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptio
             fix="pass one of them too, or leave out --per-process",
         )
     program = parse_command(command, Path.cwd())
-    return replace(spec, program=program, units=step_units)
+    pattern = units.step_pattern
+    if pattern is not None:
+        check_step_pattern(pattern)
+    return replace(spec, program=program, units=step_units, step_pattern=pattern)
+
+
+def check_step_pattern(pattern: str) -> None:
+    """--step-pattern: a regular expression Python's re compiles, with at most one of the
+    groups `seconds` and `ms`."""
+    import re
+
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(
+            f"--step-pattern {pattern!r} is not a regular expression",
+            why=str(exc),
+            fix="write it in Python's re syntax, e.g. --step-pattern 'step \\d+ took "
+            "(?P<seconds>[0-9.]+) s'",
+        ) from None
+    if {"seconds", "ms"} <= set(compiled.groupindex):
+        raise UsageError(
+            "--step-pattern has both a `seconds` and an `ms` group",
+            fix="name the step time's group once: (?P<seconds>...) or (?P<ms>...)",
+        )
 
 
 def _bench_on(

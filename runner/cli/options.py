@@ -593,6 +593,15 @@ class ProgramOptions:
             rich_help_panel="Your program",
         ),
     ] = None
+    step_pattern: Annotated[
+        str | None,
+        typer.Option(
+            help="Your program: a regular expression matched on node 0's output, one match "
+            "per step; its group (?P<seconds>...) or (?P<ms>...) is the step's time, else the "
+            "time between matches is.",
+            rich_help_panel="Your program",
+        ),
+    ] = None
     per_process: Annotated[
         bool,
         typer.Option(

@@ -248,7 +248,7 @@ RESULTS = {
     PROGRAM_SCHEMA: obj(
         _LAUNCH
         | {
-            "timing": one_of("optimizer steps", "whole program"),
+            "timing": one_of("optimizer steps", "whole program", "step pattern"),
             "timed_steps": COUNT,
             "optimizer_steps": WHOLE,
             "step_time_s": obj({"p50": POSITIVE, "p90": NUMBER}),

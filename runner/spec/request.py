@@ -236,6 +236,9 @@ class BenchSpec(LaunchRequest):
     # (docs/your-training.md), and what one of its optimizer steps processes
     program: Program | None = None
     units: StepUnits | None = None
+    # a regular expression matched on node 0's output, one match per step: its group
+    # `seconds` or `ms` is the step's time, else the time between matches (docs/your-training.md)
+    step_pattern: str | None = None
 
     def redacted(self) -> BenchSpec:
         """This spec with the values of secret-looking --env variables (and program

@@ -102,15 +102,60 @@ def _proof(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any
     return {"answer": answer, "why": why, "digests": {str(r): d for r, d in digests.items()}}
 
 
+Matched = list[tuple[float, dict[str, str | None]]]  # --step-pattern: (arrival, groups)
+
+
+def pattern_steps(spec: BenchSpec, matched: Matched) -> tuple[list[float], int]:
+    """--step-pattern's step times and how many steps it saw: each match's `seconds` or `ms`
+    group where the pattern has one, else the time between one match and the next (the first
+    match has none, so it is warm-up, as the hook's first step is)."""
+    if not matched:
+        raise ResultError(
+            "--step-pattern matched no line of node 0's output",
+            why=f"the pattern {spec.step_pattern!r} found no step in the program's output",
+            fix="check it against the node-0.log beside result.json (Python's re syntax; "
+            "search, not full match)",
+        )
+    groups = matched[0][1]
+    if "seconds" in groups or "ms" in groups:
+        scale, name = (1.0, "seconds") if "seconds" in groups else (1e-3, "ms")
+        times = []
+        for _, found in matched:
+            try:
+                value = float(found.get(name) or "")
+            except ValueError:
+                continue  # the group matched no number on this line
+            if math.isfinite(value) and value > 0:
+                times.append(value * scale)
+        return times[spec.warmup :], len(matched)
+    arrivals = [arrival for arrival, _ in matched]
+    return _intervals(arrivals)[max(spec.warmup, 1) - 1 :], len(matched)
+
+
 def program_result(
-    spec: BenchSpec, plan: LaunchPlan, records: dict[int, dict[str, Any]], wall_s: float
+    spec: BenchSpec,
+    plan: LaunchPlan,
+    records: dict[int, dict[str, Any]],
+    wall_s: float,
+    matched: Matched | None = None,
 ) -> dict[str, Any]:
-    """The launch's result (schema dtrun.program/1) from the ranks' step records."""
+    """The launch's result (schema dtrun.program/1) from the ranks' step records, or from
+    --step-pattern's matches where it was given."""
     world = plan.world_size
     timed_from = max(spec.warmup, 1)  # the first step has no interval: always warm-up
     first_rank = min(records) if records else None
     base = records.get(first_rank, {}) if first_rank is not None else {}
-    if records:
+    steps_seen = len(base.get("step_ends_s", ()))
+    if matched is not None:
+        timed, steps_seen = pattern_steps(spec, matched)
+        timing = "step pattern"
+        if not timed:
+            raise ResultError(
+                f"--step-pattern matched {steps_seen} step(s), and --warmup {spec.warmup} "
+                "leaves none to time",
+                fix="let the program run more steps, or pass a smaller --warmup",
+            )
+    elif records:
         ends = base["step_ends_s"]
         if len(ends) <= timed_from:
             raise ResultError(
@@ -148,8 +193,8 @@ def program_result(
         "torch_version": base.get("torch_version") or "n/a",
         "python_version": base.get("python_version"),
         "ranks": ranks,
-        "warmup": timed_from if records else 0,
-        "optimizer_steps": len(base.get("step_ends_s", ())),
+        "warmup": timed_from if records or matched is not None else 0,
+        "optimizer_steps": steps_seen,
         "timed_steps": len(timed),
         "step_time_s": {
             "p50": median,
@@ -175,8 +220,12 @@ def program_result(
     }
 
 
-def write_program_result(spec: BenchSpec, plan: LaunchPlan, workdir: Path, wall_s: float) -> None:
-    """result.json in ``workdir`` from its dtrun-steps/ (collected there from every node)."""
-    result = program_result(spec, plan, read_step_files(workdir / STEP_DIR), wall_s)
+def write_program_result(
+    spec: BenchSpec, plan: LaunchPlan, workdir: Path, wall_s: float, matched: Matched | None
+) -> None:
+    """result.json in ``workdir`` from its dtrun-steps/ (collected there from every node) and
+    --step-pattern's matches."""
+    records = read_step_files(workdir / STEP_DIR)
+    result = program_result(spec, plan, records, wall_s, matched)
     data = (json.dumps(result, indent=2) + "\n").encode()
     write_atomic(workdir / RESULT_FILE, data)

@@ -118,6 +118,8 @@ class _Runner:
         # launches without a result that run again now
         self.earlier_walls: tuple[float | None, ...] = ()
         self.replaced: tuple[RunResult, ...] = ()
+        # --step-pattern: node 0's matching lines of the launch under way (arrival, groups)
+        self.matched: list[tuple[float, dict[str, str | None]]] = []
 
     def launch(self, launch: Launch) -> Outcome:
         """Every launch of the sweep, the gate's and the points', runs through here."""
@@ -129,17 +131,39 @@ class _Runner:
             self.sweep.run_dir.path,
             self.executor,
             timeout_s=self.plan.spec.timeout_s,
-            on_line=self.events.on_line,
+            on_line=self.on_line(launch.plan),
             ready=self.ready,
             evictions=self.evictions,
             finish=self.finish_program if launch.plan.workload == "program" else None,
         )
 
+    def on_line(self, plan: LaunchPlan) -> LineSink:
+        """The events' line sink; with --step-pattern, node 0's matching lines are kept with
+        their arrival time for the launch's result."""
+        pattern = self.plan.spec.step_pattern
+        self.matched = []
+        if plan.workload != "program" or pattern is None:
+            return self.events.on_line
+        import re
+
+        compiled, first, sink = re.compile(pattern), plan.launches[0].node.name, self.events.on_line
+
+        def on_line(node: str, line: str) -> None:
+            if node == first:
+                found = compiled.search(line)
+                if found is not None:
+                    self.matched.append((time.monotonic(), found.groupdict()))
+            sink(node, line)
+
+        return on_line
+
     def finish_program(self, plan: LaunchPlan, workdir: Path, wall_s: float) -> None:
-        """A user program's launch: its result.json from the step hook's records."""
+        """A user program's launch: its result.json from the step hook's records (or the
+        step pattern's matches)."""
         from runner.sweep.programresult import write_program_result
 
-        write_program_result(self.plan.spec, plan, workdir, wall_s)
+        matched = list(self.matched) if self.plan.spec.step_pattern is not None else None
+        write_program_result(self.plan.spec, plan, workdir, wall_s, matched)
 
     def gate(self) -> Health:
         gate, path = self.plan.gate, self.sweep.run_dir.path

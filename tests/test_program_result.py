@@ -1,0 +1,139 @@
+"""`dtrun bench -- PROGRAM`'s result.json, made from the ranks' step records and the step
+pattern's matches (runner/sweep/programresult.py): which steps are timed, the units, the proof."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.cluster.embedded import local_cluster
+from runner.errors import ResultError
+from runner.plan.resolve import resolve_bench
+from runner.plan.sweep import plan_sweep
+from runner.report.results import parse_result
+from runner.spec.launch import LaunchPlan
+from runner.spec.request import BenchSpec, Program, ProgramKind, ScalingMode, StepUnits, UnitKind
+from runner.sweep.programresult import pattern_steps, program_result, read_step_files
+
+PROGRAM = Program(ProgramKind.SCRIPT, "/w/train.py")
+
+
+def spec(**change: object) -> BenchSpec:
+    fields: dict[str, object] = {"node_counts": (2,), "warmup": 2, "program": PROGRAM}
+    return BenchSpec("r1", **(fields | change))  # type: ignore[arg-type]
+
+
+def plan(bench: BenchSpec) -> LaunchPlan:  # the 2-node point's
+    cluster = local_cluster(2, python_bin="/v/bin", code_dir="/c", cpu_count=4)
+    return plan_sweep(resolve_bench(bench), cluster).points[-1]
+
+
+def record(
+    rank: int, ends: list[float], digest: str | None = "d0", sharded: str | None = None
+) -> dict[str, Any]:
+    return {
+        "schema": "dtrun.steps/1", "rank": rank, "node": f"node-{rank}", "step_ends_s": ends,
+        "params": 10, "gradient_bytes": {"float32": 40}, "param_digest": digest,
+        "sharded": sharded, "errors": [],
+    }  # fmt: skip
+
+
+ENDS = [1.0, 1.1, 1.3, 1.4, 1.6, 1.7]  # intervals 0.1, 0.2, 0.1, 0.2, 0.1
+
+
+def test_the_first_step_and_the_warm_up_are_left_out_of_the_lowest_rank_s_intervals():
+    bench = spec()
+    data = program_result(bench, plan(bench), {0: record(0, ENDS), 1: record(1, ENDS)}, 9.0)
+    assert data["optimizer_steps"] == 6
+    assert data["step_times_s"] == pytest.approx([0.2, 0.1, 0.2, 0.1])  # steps 2 to 5
+    assert data["timing"] == "optimizer steps"
+    assert data["proof"]["answer"] == "in sync"
+    assert parse_result(data, "r").proof == "in sync: 2 ranks on 2 nodes"
+
+
+def test_too_few_steps_for_the_warm_up_is_a_failed_launch_saying_so():
+    bench = spec(warmup=6)
+    with pytest.raises(ResultError, match="the program made 6 optimizer step"):
+        program_result(bench, plan(bench), {0: record(0, ENDS)}, 9.0)
+
+
+@pytest.mark.parametrize(
+    ("digests", "sharded", "answer", "why"),
+    [
+        (("a", "b"), None, "diverged", "rank(s) 1 end with other parameters than rank 0"),
+        (("a", "b"), "FSDP (DTensor shards)", "not comparable", "sharded: FSDP (DTensor shards)"),
+        (("a", None), None, "not checked", "1 of 2 ranks recorded parameters"),
+    ],
+)
+def test_the_proof_compares_the_ranks_digests(digests, sharded, answer, why):
+    bench = spec()
+    records = {rank: record(rank, ENDS, digest, sharded) for rank, digest in enumerate(digests)}
+    if digests[1] is None:
+        records[1]["param_digest"] = None
+        records[1]["step_ends_s"] = []
+        del records[1]
+    proof = program_result(bench, plan(bench), records, 9.0)["proof"]
+    assert (proof["answer"], proof["why"]) == (answer, why)
+
+
+@pytest.mark.parametrize(
+    ("units", "mode", "expected"),
+    [
+        (StepUnits(UnitKind.SAMPLES, 16, per_process=True), ScalingMode.WEAK, ("samples", 32)),
+        (StepUnits(UnitKind.TOKENS, 4096), ScalingMode.WEAK, ("tokens", 4096)),
+        (None, ScalingMode.WEAK, ("process-steps", 2)),
+        (None, ScalingMode.STRONG, ("steps", 1)),
+    ],
+)
+def test_a_step_counts_the_units_given_or_one_per_process_or_step(units, mode, expected):
+    bench = spec(units=units, mode=mode)
+    data = program_result(bench, plan(bench), {0: record(0, ENDS)}, 9.0)
+    assert (data["units"]["kind"], data["units"]["per_step"]) == expected
+    assert data["units_per_s"] == pytest.approx(expected[1] / 0.15)
+
+
+def test_without_any_record_the_wall_time_is_one_whole_program_step():
+    bench = spec()
+    data = program_result(bench, plan(bench), {}, 7.5)
+    assert (data["timing"], data["step_times_s"], data["optimizer_steps"]) == (
+        "whole program", [7.5], 0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("groups", "expected"),
+    [
+        ([{"seconds": v} for v in ("0.5", "0.5", "0.25", "0.75")], [0.25, 0.75]),
+        ([{"ms": v} for v in ("500", "500", "250", "x", "750")], [0.25, 0.75]),
+    ],
+    ids=["seconds", "ms"],
+)
+def test_a_step_pattern_s_group_is_each_step_s_time(groups, expected):
+    times, seen = pattern_steps(spec(step_pattern="p"), [(0.0, g) for g in groups])
+    assert times == pytest.approx(expected)  # the first --warmup 2 left out; "x" is no number
+    assert seen == len(groups)
+
+
+def test_without_a_group_the_time_between_matches_is_the_step_s():
+    matched: list[tuple[float, dict[str, str | None]]] = [
+        (t, {}) for t in (10.0, 10.5, 11.5, 11.75, 12.25)
+    ]
+    times, seen = pattern_steps(spec(step_pattern="p"), matched)
+    assert times == pytest.approx([1.0, 0.25, 0.5])  # the first match has none; 1 more warm-up
+    assert seen == 5
+
+
+def test_a_step_pattern_that_matched_nothing_says_so():
+    with pytest.raises(ResultError, match="--step-pattern matched no line of node 0's output"):
+        pattern_steps(spec(step_pattern="step (?P<seconds>[0-9.]+)"), [])
+
+
+def test_step_records_that_are_not_the_hook_s_are_refused(tmp_path: Path):
+    (tmp_path / "rank-0.json").write_text(json.dumps(record(0, ENDS)))
+    assert list(read_step_files(tmp_path)) == [0]
+    (tmp_path / "rank-1.json").write_text(json.dumps({**record(1, ENDS), "step_ends_s": "x"}))
+    with pytest.raises(ResultError, match="is not a step record"):
+        read_step_files(tmp_path)
