@@ -227,3 +227,19 @@ def test_a_program_that_prints_its_step_times_is_timed_by_the_pattern(no_leftove
             if line.startswith("step ")
         ]
         assert data["step_times_s"] == pytest.approx(printed[2:], abs=1e-6)
+
+
+def test_probe_times_all_reduces_up_to_the_program_s_gradients_on_its_ranks(no_leftovers):
+    done, run = bench(
+        no_leftovers, "--probe", "--", "python", DDP, "--steps", "5", "--sleep", "0",
+        run_id="probed", port=29830,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = result(run, 2)
+    assert data["busbw"]["gradient_bytes"] == 18720  # ddp_loop's 4,680 float32 parameters
+    assert data["busbw"]["rows"][-1]["size"] == 18720  # up to the gradients' size, measured
+    assert "busbw" not in result(run, 1)  # one process: nothing to all-reduce
+    assert (run / "n2" / "r0" / "probe" / "result.json").is_file()
+    summary = json.loads((run / "summary.json").read_text())
+    lost = {row["nodes"]: row for row in summary["where_scaling_is_lost"]}
+    assert lost[2]["busbw"] is not None and lost[2]["busbw"] > 0

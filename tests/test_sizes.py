@@ -40,7 +40,7 @@ def test_formatting_gives_the_shortest_exact_spelling():
 
 
 def test_the_probe_doubles_up_to_the_gradient_and_ends_on_it():
-    from runner.workloads.allreduce import probe_sizes
+    from runner.workloads.sizes import probe_sizes
 
     assert probe_sizes(2_144_256, "cpu") == [4096 * 2**k for k in range(9)] + [
         2_144_256

@@ -283,8 +283,9 @@ def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptio
         if count is not None
     ]
     if not command:
-        if given or units.per_process or units.step_pattern is not None:
+        if given or units.per_process or units.step_pattern is not None or units.probe:
             flag = given[0][0] if given else "--per-process" if units.per_process else ""
+            flag = flag or ("--probe" if units.probe else "")
             raise UsageError(
                 f"{flag or '--step-pattern'} describes your program's steps, "
                 "and no program was given",
@@ -310,7 +311,7 @@ def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptio
     pattern = units.step_pattern
     if pattern is not None:
         check_step_pattern(pattern)
-    return replace(spec, program=program, units=step_units, step_pattern=pattern)
+    return replace(spec, program=program, units=step_units, step_pattern=pattern, probe=units.probe)
 
 
 def check_step_pattern(pattern: str) -> None:

@@ -602,6 +602,15 @@ class ProgramOptions:
             rich_help_panel="Your program",
         ),
     ] = None
+    probe: Annotated[
+        bool,
+        typer.Option(
+            "--probe",
+            help="Your program: after each launch, time all-reduces up to its gradients' size "
+            "on the same ranks, for the report's 'where scaling is lost'.",
+            rich_help_panel="Your program",
+        ),
+    ] = False
     per_process: Annotated[
         bool,
         typer.Option(

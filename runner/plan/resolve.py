@@ -157,6 +157,12 @@ def _resolve_program(spec: BenchSpec, launcher: Launcher) -> ResolvedBench:
             fix="leave them out (your program's own options say how it trains), or leave out "
             "the program to measure the built-in workload",
         )
+    if spec.probe and launcher.framework is None:
+        raise PlanError(
+            f"--probe times torch.distributed all-reduces, and the {launcher.name} launcher "
+            "starts no torch ranks",
+            fix="leave out --probe, or pass a torch launcher (torchrun, deepspeed, mpirun)",
+        )
     spec = replace(spec, workload=PROGRAM_WORKLOAD.name)
     framework = launcher.framework or Framework.TORCH
     points = tuple(

@@ -258,6 +258,7 @@ RESULTS = {
             "peak_memory_bytes": WHOLE,
             "peak_memory_max_bytes": WHOLE,
         },
+        optional={"busbw": nullable(obj({"gradient_bytes": COUNT, "rows": _ROWS}))},
     ),
 }
 

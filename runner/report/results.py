@@ -272,6 +272,7 @@ def parse_program_result(data: Mapping[str, Any], source: str) -> TrainResult:
             strategy="your program",
             proof_kind="program",
             checks=(ProofCheck("parameters agree", not diverged, str(proof["why"])),),
+            busbw=_probe(data.get("busbw")),
             program=facts,
         )
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:

@@ -239,6 +239,7 @@ class BenchSpec(LaunchRequest):
     # a regular expression matched on node 0's output, one match per step: its group
     # `seconds` or `ms` is the step's time, else the time between matches (docs/your-training.md)
     step_pattern: str | None = None
+    probe: bool = False  # after each launch of the program, the all-reduce probe on its ranks
 
     def redacted(self) -> BenchSpec:
         """This spec with the values of secret-looking --env variables (and program

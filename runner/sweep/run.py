@@ -164,6 +164,40 @@ class _Runner:
 
         matched = list(self.matched) if self.plan.spec.step_pattern is not None else None
         write_program_result(self.plan.spec, plan, workdir, wall_s, matched)
+        if self.plan.spec.probe and plan.world_size > 1:
+            self.probe_program(plan, workdir)
+
+    def probe_program(self, plan: LaunchPlan, workdir: Path) -> None:
+        """--probe: all-reduces up to the program's gradient size on the same nodes and
+        processes, right after it, into ``workdir``/probe; result.json gets their rows as the
+        built-in workload's probe (docs/your-training.md "The all-reduce probe")."""
+        import json
+        from dataclasses import replace
+
+        from runner.plan.launch import What, plan_launch
+        from runner.plan.workloads import WORKLOADS, allreduce_args
+        from runner.spec.launch import RESULT_FILE
+        from runner.spec.request import Program, ProgramKind
+        from runner.workloads.files import write_atomic
+        from runner.workloads.sizes import probe_sizes
+
+        resolved, inventory, spec = self.plan.resolved, self.plan.inventory, self.plan.spec
+        data = json.loads((workdir / RESULT_FILE).read_text())  # written a moment ago
+        gradient = sum(int(b) for b in (data.get("gradient_bytes") or {}).values())
+        if not gradient:
+            return  # no step record said what the gradients weigh: nothing to probe up to
+        sizes = ",".join(str(size) for size in probe_sizes(gradient, inventory.accelerator.value))
+        probing = replace(spec.allreduce, dtype="float32")
+        args = allreduce_args(probing, inventory, spec.timeout_s, sizes=sizes)
+        module = WORKLOADS["allreduce"].modules[resolved.framework]
+        what = What(Program(ProgramKind.MODULE, module, args), "allreduce", int(spec.timeout_s))
+        probe = plan_launch(inventory, resolved.launch, plan.nnodes, what)
+        probe_dir = workdir / "probe"
+        self.sweep.run_dir.makedirs(probe_dir)
+        self.executor.run(probe, probe_dir, timeout_s=spec.timeout_s, on_line=self.events.on_line)
+        measured = json.loads((probe_dir / RESULT_FILE).read_text())
+        data["busbw"] = {"gradient_bytes": gradient, "dtype": "float32", "rows": measured["rows"]}
+        write_atomic(workdir / RESULT_FILE, (json.dumps(data, indent=2) + "\n").encode())
 
     def gate(self) -> Health:
         gate, path = self.plan.gate, self.sweep.run_dir.path

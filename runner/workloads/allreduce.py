@@ -33,7 +33,7 @@ from runner.workloads.result import (
     versions,
     write_result,
 )
-from runner.workloads.sizes import message_sizes
+from runner.workloads.sizes import message_sizes, probe_sizes
 
 SCHEMA = "dtrun.allreduce/1"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -146,20 +146,6 @@ def measure(
 
 # The largest message of a training launch's probe: the whole gradient, up to what the network
 # shows its full speed at (NCCL on GPUs) or what gloo moves in well under a second (CPU).
-PROBE_CAP = {"cuda": 1024**3, "cpu": 64 * 1024**2}
-PROBE_MIN = 4 * 1024
-
-
-def probe_sizes(gradient_bytes: int, device_type: str) -> list[int]:
-    """Doubling from 4K up to half the gradient's size (capped), the gradient's size last."""
-    top = max(PROBE_MIN, min(gradient_bytes, PROBE_CAP[device_type]))
-    sizes, size = [], PROBE_MIN
-    while size <= top // 2:
-        sizes.append(size)
-        size *= 2
-    return [*sizes, top]
-
-
 def probe(
     gradient_bytes: int,
     warmup: int,

@@ -39,3 +39,17 @@ def format_size(size: int) -> str:
         if size % UNITS[unit] == 0:
             return f"{size // UNITS[unit]}{unit}"
     return str(size)
+
+
+PROBE_CAP = {"cuda": 1024**3, "cpu": 64 * 1024**2}  # the largest message a probe times
+PROBE_MIN = 4 * 1024
+
+
+def probe_sizes(gradient_bytes: int, device_type: str) -> list[int]:
+    """Doubling from 4K up to half the gradient's size (capped), the gradient's size last."""
+    top = max(PROBE_MIN, min(gradient_bytes, PROBE_CAP[device_type]))
+    sizes, size = [], PROBE_MIN
+    while size <= top // 2:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, top]
