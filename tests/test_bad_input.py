@@ -131,6 +131,8 @@ CLI = [
     ("bench --health-size huge", "--health-size 'huge' is not one message size"),
     ("bench --bogus-flag", "No such option: --bogus-flag"),
     ("bench --samples-per-step 4", "--samples-per-step describes your program's steps"),
+    ("bench --samples-per-step 4 -- python x.py", "and --mode weak keeps each process's batch"),
+    ("bench --mode strong --tokens-per-step 4 --per-process -- python x.py", "keeps the global"),
     ("bench --step-pattern 'step (' -- python x.py", "is not a regular expression"),
     ("bench --step-pattern '(?P<seconds>.)(?P<ms>.)' -- python x.py", "both a `seconds` and"),
     ("bench --strategy fsdp -- python x.py", "your program trains its own way"),

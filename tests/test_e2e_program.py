@@ -61,7 +61,7 @@ def test_a_ddp_program_is_timed_by_its_optimizer_steps_as_its_own_clock_says(no_
     assert verdicts[0] == "baseline"
     assert verdicts[1] in ("scales", "loses", "inconclusive")
     report = (run / "report.md").read_text()
-    assert f"your program: `python {DDP} --steps 14 --sleep 0.05`" in report
+    assert f"your program: python {DDP} --steps 14 --sleep 0.05;" in report
     assert "| nodes | processes | n (steps x launches) | samples/s |" in report
     assert "in sync: 2 ranks on 2 nodes" in report
 
@@ -172,7 +172,7 @@ def test_report_compare_and_resume_work_on_program_runs(no_leftovers):
         "    p.grad = torch.ones(2)\n"
         "    opt.step()\n"
     )
-    args = ("--tokens-per-step", "512", "--", "python", str(program))
+    args = ("--tokens-per-step", "512", "--per-process", "--", "python", str(program))
     done, first = bench(no_leftovers, *args, run_id="one", port=29822)
     assert done.returncode == 1, done.stdout + done.stderr  # the 2-node point failed
     marker.touch()
@@ -184,7 +184,7 @@ def test_report_compare_and_resume_work_on_program_runs(no_leftovers):
     summary = json.loads((first / "summary.json").read_text())
     assert [row["nodes"] for row in summary["rows"]] == [1, 2]
     assert summary["unit"] == "tokens"  # the recorded units came back with the program
-    assert result(first, 2)["units"]["per_step"] == 512
+    assert result(first, 2)["units"]["per_step"] == 1024  # 512 per process, 2 processes
     done, second = bench(no_leftovers, *args, run_id="two", port=29824)
     assert done.returncode == 0, done.stdout + done.stderr
     (first / "report.md").unlink()

@@ -249,3 +249,19 @@ def test_an_executor_killed_is_the_failed_node_and_the_stopped_one_is_null(
     # Spark's own words: ExecutorLostFailure (Spark 3) or the scheduler's Lost executor (Spark 4)
     assert ("ExecutorLostFailure" in said or "Lost executor" in said) and "Traceback" not in said
     wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the launch")
+
+
+def test_a_user_program_is_benched_on_spark_executors(no_leftovers):
+    program = Path(__file__).parent / "programs" / "ddp_loop.py"
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "bench", "--spark", MASTER, "--launcher", "torchdistributor", "--nodes", "1,2",
+        "--warmup", "2", "--repeat", "1", "--quiet", "--output", str(out), "--run-id", "prog",
+        "--", "python", str(program), "--steps", "6", "--sleep", "0.02",
+        cwd=no_leftovers, timeout=400,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((out / "prog" / "n2" / "r0" / "result.json").read_text())
+    assert result["schema"] == "dtrun.program/1"
+    assert (result["timed_steps"], result["proof"]["answer"]) == (4, "in sync")
+    assert sorted(rank["node"] for rank in result["ranks"]) == ["spark-0", "spark-1"]

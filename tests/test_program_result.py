@@ -137,3 +137,15 @@ def test_step_records_that_are_not_the_hook_s_are_refused(tmp_path: Path):
     (tmp_path / "rank-1.json").write_text(json.dumps({**record(1, ENDS), "step_ends_s": "x"}))
     with pytest.raises(ResultError, match="is not a step record"):
         read_step_files(tmp_path)
+
+
+def test_a_record_of_a_process_with_no_rank_is_left_out(tmp_path: Path):
+    (tmp_path / "rank-0.json").write_text(json.dumps(record(0, ENDS)))
+    (tmp_path / "rank-pid4242.json").write_text(json.dumps({**record(0, ENDS), "rank": "pid4242"}))
+    assert list(read_step_files(tmp_path)) == [0]
+
+
+def test_each_rank_s_whole_model_is_counted_once_however_sharded():
+    bench = spec()
+    records = {rank: record(rank, ENDS, f"d{rank}", "FSDP (DTensor shards)") for rank in (0, 1)}
+    assert program_result(bench, plan(bench), records, 9.0)["params"] == 10

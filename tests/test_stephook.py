@@ -410,3 +410,20 @@ def test_a_step_directory_that_cannot_be_written_changes_nothing_for_the_program
     assert (plain.returncode, hooked.returncode) == (0, 0), hooked.stderr[-3000:]
     assert output_lines(hooked) == output_lines(plain)
     assert (workdir / "hooked" / "own-times-rank1.json").is_file()
+
+
+SCALAR = """
+import json, torch
+scale = torch.nn.Parameter(torch.tensor(2.0))  # a learnable temperature: a 0-dim parameter
+opt = torch.optim.SGD([scale], lr=0.1)
+for _ in range(3):
+    scale.grad = torch.tensor(1.0)
+    opt.step()
+print(json.dumps(None))
+"""
+
+
+def test_a_scalar_parameter_still_gets_a_digest(tmp_path):
+    python_with_hook(SCALAR, hook_env(tmp_path / "steps") | {"RANK": "0"})
+    record = json.loads((tmp_path / "steps" / "rank-0.json").read_text())
+    assert record["param_digest"] and record["errors"] == []

@@ -302,6 +302,24 @@ def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptio
         flag, kind, count = given[0]
         check_bound(flag, count)
         step_units = StepUnits(kind, count, units.per_process)
+        weak = spec.mode is ScalingMode.WEAK
+        if weak != units.per_process:  # what a step processes must grow as the mode says
+            raise UsageError(
+                f"{flag} {count} counts "
+                + ("each process's share" if units.per_process else "the whole step")
+                + f", and --mode {spec.mode.value} "
+                + (
+                    "keeps each process's batch, so a step's total grows with the processes"
+                    if weak
+                    else "keeps the global batch, so a step's total stays the same"
+                ),
+                fix=(
+                    f"pass --per-process with each process's {kind.value}"
+                    if weak
+                    else f"leave out --per-process and give the step's whole {kind.value}"
+                )
+                + ", or the other --mode if your program does that",
+            )
     elif units.per_process:
         raise UsageError(
             "--per-process says how --samples-per-step or --tokens-per-step count",

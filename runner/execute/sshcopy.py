@@ -160,6 +160,7 @@ async def exec_get_steps(
     path = shlex.quote(remote)
     script = (
         f"for f in {path}/rank-*.json; do\n"
+        '  case "${f##*/}" in *[!A-Za-z0-9.-]*) continue ;; esac\n'
         '  [ -f "$f" ] && [ ! -L "$f" ] || continue\n'
         f'  [ "$(wc -c < "$f")" -le {_STEP_LIMIT} ] || continue\n'
         '  printf "%s\\n" "${f##*/}"; base64 -w0 < "$f"; echo\n'

@@ -72,7 +72,9 @@ def check_bench(bench: BenchSpec) -> None:
             why=f"got {','.join(map(str, bench.node_counts)) or 'nothing'}",
             fix="pass e.g. --nodes 1,2,4",
         )
-    if not 0 <= bench.warmup < bench.steps:
+    if bench.program is not None:  # your program decides its steps: --warmup alone is checked
+        check_bound("--warmup", bench.warmup)
+    elif not 0 <= bench.warmup < bench.steps:
         raise PlanError(
             "--warmup must be at least 0 and less than --steps",
             why=f"warm-up {bench.warmup}, steps {bench.steps}: no step would be timed",

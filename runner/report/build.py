@@ -234,7 +234,8 @@ def build_report(run_dir: RunDir) -> Report:
         from runner.report.plots import plot_efficiency, plot_throughput
 
         label = f"{title} ({report.mode.value})"
-        pngs[THROUGHPUT] = plot_throughput(report.rows, title=label)
+        unit = str(report.summary.get("unit") or "tokens")
+        pngs[THROUGHPUT] = plot_throughput(report.rows, title=label, unit=unit)
         if len(report.rows) > 1:  # one node count is its own baseline: 100% says nothing
             pngs[EFFICIENCY] = plot_efficiency(report.rows, title=label)
     if report.series:
@@ -334,7 +335,17 @@ def _program_context(report: Report) -> dict[str, Any]:
         why = _UNIT_WHY[unit]
     if facts is not None and facts.unit != unit:  # pragma: no cover - one writer of both
         unit = facts.unit
-    return {"unit": unit, "program_line": shlex.join(words), "unit_why": why}
+    per_step = f"a launch's {unit}/s = {unit} per step / its median step time"
+    return {
+        "unit": unit,
+        "program_line": shlex.join(words),
+        "unit_why": why,
+        "statistic": STATISTIC_TEXT.replace(
+            "a launch's tokens/s = global batch x sequence length / its median step time",
+            per_step,
+        ).replace("rank 0's timed steps", "the lowest rank's timed steps"),
+        "formula": FORMULAS[report.mode].replace("tokens/s", f"{unit}/s"),
+    }
 
 
 def _summary(report: Report) -> dict[str, Any]:

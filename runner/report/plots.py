@@ -47,7 +47,7 @@ def _bars(rows: Sequence[ScalingRow], value: str) -> list[list[float]]:
     return [below, above]
 
 
-def plot_throughput(rows: Sequence[ScalingRow], *, title: str) -> bytes:
+def plot_throughput(rows: Sequence[ScalingRow], *, title: str, unit: str = "tokens") -> bytes:
     """tokens/s (median step) against nodes with its 95% interval and the ideal linear line."""
     fig, ax = _figure()
     nodes = [row.nodes for row in rows]
@@ -64,7 +64,7 @@ def plot_throughput(rows: Sequence[ScalingRow], *, title: str) -> bytes:
         )
     ax.set_xticks(nodes)
     ax.set_xlabel("nodes")
-    ax.set_ylabel("tokens/s (median step)")
+    ax.set_ylabel(f"{unit}/s (median step)")
     ax.set_ylim(bottom=0)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)

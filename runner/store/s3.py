@@ -170,7 +170,17 @@ class S3Store:
         files = files_to_upload(run_dir)
         hide = Redactor.of(secrets)
         with tempfile.TemporaryDirectory(prefix="dtrun-upload-") as spill:
-            bodies = {path: redacted_body(path, hide, Path(spill)) for path in files}
+            try:
+                bodies = {path: redacted_body(path, hide, Path(spill)) for path in files}
+            except OSError as exc:  # a full temporary disk, a file that went away
+                raise UploadError(
+                    f"cannot make the redacted copies to upload {run_dir.name}",
+                    why=f"{exc.filename or spill}: {exc.strerror or exc}",
+                    fix=f"the local copy is kept in {run_dir}; free space in "
+                    f"{tempfile.gettempdir()} (or point "
+                    "TMPDIR at a larger disk) and run again; do not sync the run directory as "
+                    "it is: its launch scripts hold the --env values verbatim",
+                ) from None
             return self._send(run_dir, files, bodies, on_progress)
 
     def _send(

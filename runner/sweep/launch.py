@@ -13,7 +13,7 @@ from runner.errors import DtrunError, RunError, RunInterruptedError, RunTimeoutE
 from runner.execute import Executor, LineSink
 from runner.plan.sweep import Launch
 from runner.report.results import Result, load_result
-from runner.spec.launch import RESULT_FILE, LaunchPlan
+from runner.spec.launch import RESULT_FILE, STEP_DIR, LaunchPlan
 from runner.spec.outcome import NodeResult, RunResult, RunStatus
 from runner.sweep.eviction import Command, EvictedError, check_eviction
 
@@ -23,6 +23,16 @@ Finish = Callable[[LaunchPlan, Path, float], None]  # result.json from (plan, wo
 
 def always_ready(plan: LaunchPlan) -> None:
     pass
+
+
+def _remove_step_records(folder: Path) -> None:
+    """An earlier attempt's step records (--resume reruns a launch in its directory): the
+    step hook's own files only, and no link followed."""
+    if folder.is_symlink():
+        folder.unlink()
+    elif folder.is_dir():
+        for path in folder.glob("rank-*.json"):
+            path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,7 @@ def run_launch(
     workdir = run_path / launch.workdir
     # an earlier attempt's result (--resume runs failed launches again in their directories)
     (workdir / RESULT_FILE).unlink(missing_ok=True)
+    _remove_step_records(workdir / STEP_DIR)
     started = time.monotonic()
     try:
         ready(plan)

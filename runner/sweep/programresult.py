@@ -40,6 +40,8 @@ def read_step_files(folder: Path) -> dict[int, dict[str, Any]]:
     for path in sorted(folder.glob("rank-*.json")):
         if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_STEP_FILE:
             raise ResultError(f"{path} is not a step record", why="not a regular file of its size")
+        if not path.stem.removeprefix("rank-").isdigit():
+            continue  # a process with no rank variable (a helper the program started)
         try:
             data = json.loads(path.read_bytes())
             rank = int(data["rank"])
@@ -105,6 +107,10 @@ def _proof(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any
 Matched = list[tuple[float, dict[str, str | None]]]  # --step-pattern: (arrival, groups)
 
 
+def _has_time_group(matched: Matched) -> bool:
+    return bool(matched) and ("seconds" in matched[0][1] or "ms" in matched[0][1])
+
+
 def pattern_steps(spec: BenchSpec, matched: Matched) -> tuple[list[float], int]:
     """--step-pattern's step times and how many steps it saw: each match's `seconds` or `ms`
     group where the pattern has one, else the time between one match and the next (the first
@@ -149,6 +155,8 @@ def program_result(
     if matched is not None:
         timed, steps_seen = pattern_steps(spec, matched)
         timing = "step pattern"
+        if _has_time_group(matched):  # each match is a step's time: only --warmup left out
+            timed_from = spec.warmup
         if not timed:
             raise ResultError(
                 f"--step-pattern matched {steps_seen} step(s), and --warmup {spec.warmup} "
@@ -177,8 +185,7 @@ def program_result(
     units = _units(spec, world)
     median = _percentile(timed, 50)
     peaks = [int(r.get("peak_memory_bytes") or 0) for r in records.values()] or [0]
-    params = [int(r.get("params") or 0) for r in records.values()]
-    sharded = any(r.get("sharded") for r in records.values())
+    params = [int(r.get("params") or 0) for r in records.values()]  # each rank: the model
     return {
         "schema": PROGRAM_SCHEMA,
         "workload": "program",
@@ -210,7 +217,7 @@ def program_result(
         },
         "units": units,
         "units_per_s": units["per_step"] / median,
-        "params": (sum(params) if sharded else max(params)) if params else None,
+        "params": max(params) if params else None,
         "gradient_bytes": base.get("gradient_bytes") or {},
         "peak_memory_bytes": int(base.get("peak_memory_bytes") or 0),
         "peak_memory_max_bytes": max(peaks),

@@ -176,6 +176,7 @@ class _Runner:
 
         from runner.plan.launch import What, plan_launch
         from runner.plan.workloads import WORKLOADS, allreduce_args
+        from runner.report.results import AllreduceResult, load_result
         from runner.spec.launch import RESULT_FILE
         from runner.spec.request import Program, ProgramKind
         from runner.workloads.files import write_atomic
@@ -194,9 +195,18 @@ class _Runner:
         probe = plan_launch(inventory, resolved.launch, plan.nnodes, what)
         probe_dir = workdir / "probe"
         self.sweep.run_dir.makedirs(probe_dir)
-        self.executor.run(probe, probe_dir, timeout_s=spec.timeout_s, on_line=self.events.on_line)
-        measured = json.loads((probe_dir / RESULT_FILE).read_text())
-        data["busbw"] = {"gradient_bytes": gradient, "dtype": "float32", "rows": measured["rows"]}
+        try:
+            self.executor.run(
+                probe, probe_dir, timeout_s=spec.timeout_s, on_line=self.events.on_line
+            )
+            measured = load_result(probe_dir / RESULT_FILE)
+        except DtrunError as exc:  # the program's own measurement stands; the probe is extra
+            data["probe_error"] = f"the all-reduce probe after the program failed: {exc.what}"
+            self.events.on_line(plan.launches[0].node.name, f"dtrun: {data['probe_error']}")
+        else:
+            rows = json.loads((probe_dir / RESULT_FILE).read_text())["rows"]  # read just now
+            if isinstance(measured, AllreduceResult):
+                data["busbw"] = {"gradient_bytes": gradient, "dtype": "float32", "rows": rows}
         write_atomic(workdir / RESULT_FILE, (json.dumps(data, indent=2) + "\n").encode())
 
     def gate(self) -> Health:

@@ -190,7 +190,7 @@ def _digest(params: list[Any]) -> str:
         for p in params:
             tensor = _local(p).detach().cpu().clone(memory_format=torch.contiguous_format)
             digest.update(str(tuple(tensor.shape)).encode() + str(tensor.dtype).encode())
-            digest.update(bytes(tensor.view(torch.uint8).untyped_storage()))
+            digest.update(bytes(tensor.reshape(-1).view(torch.uint8).untyped_storage()))
     return digest.hexdigest()
 
 
