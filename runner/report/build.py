@@ -161,6 +161,16 @@ def analyse(run_dir: RunDir) -> Report:
         )
         rows = scaling_rows(trained, float(bench.get("target_efficiency", DEFAULT_TARGET)))
         rows = verdicts_on_quiet_points(rows, noise)
+        if workload == "program":  # --steps is the built-in workload's: your program's steps
+            rows = tuple(
+                replace(
+                    row,
+                    verdict_reason=row.verdict_reason.replace(
+                        "more --steps", "more steps of your program"
+                    ),
+                )
+                for row in rows
+            )
         tokens = int(bench.get("project_tokens", DEFAULT_PROJECT_TOKENS))
         for nodes, rs in trained.items():
             probe = next((r.busbw for r in rs if r.busbw is not None), None)
