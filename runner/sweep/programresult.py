@@ -24,6 +24,7 @@ from typing import Any
 
 from runner.errors import ResultError
 from runner.report.results import PROGRAM_SCHEMA
+from runner.report.stats import percentile
 from runner.spec.launch import RESULT_FILE, STEP_DIR, LaunchPlan
 from runner.spec.request import BenchSpec, ScalingMode
 from runner.workloads.files import write_atomic
@@ -52,14 +53,6 @@ def read_step_files(folder: Path) -> dict[int, dict[str, Any]]:
             raise ResultError(f"{path} is not a {STEPS_SCHEMA} record", why="schema or times")
         records[rank] = {**data, "step_ends_s": ends}
     return records
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def _intervals(ends: list[float]) -> list[float]:
@@ -183,7 +176,7 @@ def program_result(
         for rank, r in sorted(records.items())
     ] or [{"rank": 0, "node": plan.launches[0].node.name, "os": ""}]
     units = _units(spec, world)
-    median = _percentile(timed, 50)
+    median = percentile(timed, 50)
     peaks = [int(r.get("peak_memory_bytes") or 0) for r in records.values()] or [0]
     params = [int(r.get("params") or 0) for r in records.values()]  # each rank: the model
     return {
@@ -205,7 +198,7 @@ def program_result(
         "timed_steps": len(timed),
         "step_time_s": {
             "p50": median,
-            "p90": _percentile(timed, 90),
+            "p90": percentile(timed, 90),
             "mean": sum(timed) / len(timed),
             "min": min(timed),
             "max": max(timed),
