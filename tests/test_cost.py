@@ -229,3 +229,22 @@ def test_an_allreduce_sweep_costs_its_points_but_no_tokens(tmp_path, fixed_inven
     assert [point.cost_usd for point in cost.points] == pytest.approx([0.1, 0.2])
     assert cost.points[1].usd_per_million_tokens is None and cost.points[1].cost_efficiency is None
     assert "| 2 | 1 | 36.0 s | 0.0200 | $0.2000 | - | - | - | - | - |" in run_dir.report.read_text()
+
+
+def test_a_program_s_launches_are_estimated_at_the_timeout_with_the_probe_s_after_them():
+    # nothing says how long a user's program trains: 2 points x 3 launches x 300 s on 2 nodes
+    # = 1 node-hour = $10, its own ceiling
+    guess = estimate((1, 2), 3, workload="program", steps=60, timeout_s=300, cluster_nodes=2,
+                     price=TEN)  # fmt: skip
+    assert guess.launch_s == 300 and guess.cost == pytest.approx(10.0)
+    assert guess.ceiling_cost == pytest.approx(10.0)
+    assert "your program's length is unknown before it runs" in guess.lines()[0]
+    # --probe at the 2-node point only (1 process at 1 node): 1.5 launches' time a launch
+    probed = estimate((1, 2), 3, workload="program", steps=60, timeout_s=300, cluster_nodes=2,
+                      price=TEN, probed=1)  # fmt: skip
+    assert probed.launch_s == 450 and probed.cost == pytest.approx(15.0)
+    assert probed.ceiling_cost == pytest.approx(15.0)
+    assert "--probe's launch after each at 1 of 2 points" in probed.lines()[0]
+    with pytest.raises(UsageError) as refused:
+        check_max_cost(probed, 5.0)
+    assert "--steps" not in refused.value.fix  # the program decides how long it trains

@@ -65,6 +65,10 @@ def test_a_ddp_program_is_timed_by_its_optimizer_steps_as_its_own_clock_says(no_
     assert f"your program: python {DDP} --steps 14 --sleep 0.05;" in report
     assert "| nodes | processes | n (steps x launches) | samples/s |" in report
     assert "in sync: 2 ranks on 2 nodes" in report
+    noise = {point["nodes"]: point for point in summary["noise"]["points"]}
+    assert noise[2]["verdict"] in ("quiet", "unreliable")  # measured by the hook's windows
+    assert noise[2]["other_cores"] is not None
+    assert "Each rank of your program read /proc/stat" in report
 
 
 def test_gradient_accumulation_counts_one_step_per_optimizer_step(no_leftovers):
@@ -244,3 +248,63 @@ def test_probe_times_all_reduces_up_to_the_program_s_gradients_on_its_ranks(no_l
     summary = json.loads((run / "summary.json").read_text())
     lost = {row["nodes"]: row for row in summary["where_scaling_is_lost"]}
     assert lost[2]["busbw"] is not None and lost[2]["busbw"] > 0
+
+
+def assert_timed_as_its_own_clock(run: Path, nodes: int, steps: int) -> dict[str, Any]:
+    """``steps`` optimizer steps, all but the 2 warm-up timed, at the program's own times."""
+    data = result(run, nodes)
+    assert (data["optimizer_steps"], data["timed_steps"]) == (steps, steps - 2)
+    assert len(data["rank_step_times_s"]) == nodes
+    own = json.loads((run / f"n{nodes}" / "r0" / "own-times-rank0.json").read_text())
+    assert statistics.median(data["step_times_s"]) == pytest.approx(
+        statistics.median(own[2:]), rel=0.05
+    )
+    return data
+
+
+def assert_verdicts(run: Path) -> None:
+    summary = json.loads((run / "summary.json").read_text())
+    verdicts = [row["verdict"] for row in summary["rows"]]
+    assert verdicts[0] == "baseline"
+    assert verdicts[1] in ("scales", "loses", "inconclusive")
+    assert summary["rows"][1]["efficiency_low"] is not None  # with its 95% interval
+
+
+def test_an_fsdp_program_is_timed_and_its_shards_said_not_comparable(no_leftovers):
+    done, run = bench(
+        no_leftovers, "--", "python", str(PROGRAMS / "fsdp_loop.py"), "--steps", "10",
+        "--accumulate", "2", "--sleep", "0.02", run_id="fsdp", port=29832,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for nodes in (1, 2):
+        assert_timed_as_its_own_clock(run, nodes, 10)
+    proof = result(run, 2)["proof"]
+    assert (proof["answer"], proof["why"]) == ("not comparable", "sharded: FSDP (DTensor shards)")
+    assert_verdicts(run)
+    assert "not comparable: sharded: FSDP (DTensor shards)" in (run / "report.md").read_text()
+
+
+def test_a_deepspeed_engine_under_its_launcher_counts_its_accumulation_once(no_leftovers):
+    done, run = bench(
+        no_leftovers, "--launcher", "deepspeed", "--", "python",
+        str(PROGRAMS / "deepspeed_loop.py"), "--steps", "8", "--accumulate", "4", "--sleep",
+        "0.01", run_id="deepspeed", port=29834,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for nodes in (1, 2):
+        assert_timed_as_its_own_clock(run, nodes, 8)  # 8 optimizer steps, not 32 micro-batches
+    assert result(run, 2)["proof"]["answer"] == "in sync"
+    assert_verdicts(run)
+
+
+def test_a_horovod_program_under_horovodrun_is_timed_once_per_step(no_leftovers):
+    done, run = bench(
+        no_leftovers, "--launcher", "horovodrun", "--", "python",
+        str(PROGRAMS / "horovod_loop.py"), "--steps", "10", "--sleep", "0.02",
+        run_id="horovod", port=29836,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for nodes in (1, 2):
+        assert_timed_as_its_own_clock(run, nodes, 10)  # its nested step counted once
+    assert result(run, 2)["proof"]["answer"] == "in sync"
+    assert_verdicts(run)

@@ -13,7 +13,7 @@ from runner.cluster.embedded import local_cluster
 from runner.errors import ResultError
 from runner.plan.resolve import resolve_bench
 from runner.plan.sweep import plan_sweep
-from runner.report.results import parse_result
+from runner.report.results import TrainResult, parse_result
 from runner.spec.launch import LaunchPlan
 from runner.spec.request import BenchSpec, Program, ProgramKind, ScalingMode, StepUnits, UnitKind
 from runner.sweep.programresult import pattern_steps, program_result, read_step_files
@@ -149,3 +149,35 @@ def test_each_rank_s_whole_model_is_counted_once_however_sharded():
     bench = spec()
     records = {rank: record(rank, ENDS, f"d{rank}", "FSDP (DTensor shards)") for rank in (0, 1)}
     assert program_result(bench, plan(bench), records, 9.0)["params"] == 10
+
+
+def window(machine: str, busy: int, own_cpu_s: float) -> dict[str, Any]:
+    """A rank's noise window as the hook records it (runner/workloads/noise.py rank_window)."""
+    return {
+        "machine": machine, "cpus": 2, "wall_s": 1.0, "own_cpu_s": own_cpu_s,
+        "ticks": {"total": 200, "busy": busy, "steal": 0}, "loadavg_1m": 1.0,
+    }  # fmt: skip
+
+
+def test_every_rank_s_window_gives_the_launch_its_noise_figures_without_a_probe():
+    bench = spec()
+    records = {r: {**record(r, ENDS), "noise_window": window("m", 190, 0.5)} for r in (0, 1)}
+    data = program_result(bench, plan(bench), records, 9.0)
+    noise = data["noise"]
+    [node] = [n for n in noise["nodes"] if n["node"] == "node-0"]
+    assert node["nodes_on_machine"] == ["node-0", "node-1"]  # one machine, both ranks' CPU
+    assert node["other_cores"] == pytest.approx(0.9)  # 1.9 CPU-s busy - 1.0 of the launch's
+    assert noise["probe"]["rank_s"] is None
+    assert "no rank's compute can be timed alone" in noise["probe"]["why"]
+    parsed = parse_result(data, "r")
+    assert isinstance(parsed, TrainResult) and parsed.noise is not None
+    assert parsed.noise.nodes[0].other_cores == pytest.approx(0.9)
+
+
+def test_a_rank_without_a_window_leaves_the_launch_without_noise_figures():
+    bench = spec()
+    records = {0: {**record(0, ENDS), "noise_window": window("m", 190, 0.5)}, 1: record(1, ENDS)}
+    data = program_result(bench, plan(bench), records, 9.0)
+    assert data["noise"] is None
+    parsed = parse_result(data, "r")
+    assert isinstance(parsed, TrainResult) and parsed.noise is None

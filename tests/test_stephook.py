@@ -427,3 +427,33 @@ def test_a_scalar_parameter_still_gets_a_digest(tmp_path):
     python_with_hook(SCALAR, hook_env(tmp_path / "steps") | {"RANK": "0"})
     record = json.loads((tmp_path / "steps" / "rank-0.json").read_text())
     assert record["param_digest"] and record["errors"] == []
+
+
+BUSY_STEPS = """
+import json, torch
+p = torch.nn.Parameter(torch.zeros(4))
+opt = torch.optim.SGD([p], lr=0.1)
+for _ in range(5):
+    x = torch.randn(300, 300)
+    for _ in range(30):
+        x = (x @ x).tanh()  # CPU time the window must count as the launch's own
+    p.grad = torch.ones(4)
+    opt.step()
+print(json.dumps(None))
+"""
+
+
+@pytest.mark.parametrize(("warmup", "window"), [("3", True), ("6", False)])
+def test_the_noise_window_starts_after_the_warm_up_steps(tmp_path, warmup, window):
+    env = hook_env(tmp_path / "steps") | {"RANK": "0", "DTRUN_WARMUP": warmup}
+    python_with_hook(BUSY_STEPS, env)
+    record = json.loads((tmp_path / "steps" / "rank-0.json").read_text())
+    if not window:  # 5 steps, all of them warm-up: the timed steps never started
+        assert record["noise_window"] is None
+        return
+    noise = record["noise_window"]
+    assert set(noise) == {"machine", "cpus", "wall_s", "ticks", "own_cpu_s", "loadavg_1m"}
+    assert noise["own_cpu_s"] > 0
+    assert noise["wall_s"] > 0
+    assert noise["ticks"]["total"] > 0  # /proc/stat read at both ends
+    assert record["errors"] == []

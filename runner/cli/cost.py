@@ -69,11 +69,14 @@ def bench_estimate(spec: BenchSpec, inventory: Inventory | None, nodes: int) -> 
     return estimate(
         spec.node_counts,
         spec.repeat,
-        workload=spec.workload,
+        workload=spec.workload if spec.program is None else "program",
         steps=spec.steps,
         timeout_s=spec.timeout_s,
         cluster_nodes=len(inventory.nodes) if inventory else nodes,
         price=price,
+        probed=sum(1 for n in spec.node_counts if n * spec.procs_per_node > 1)
+        if spec.program is not None and spec.probe
+        else 0,
     )
 
 

@@ -35,6 +35,7 @@ class Estimate:
     billed_node_hours: float  # cluster_nodes x launches x launch_s
     ceiling_node_hours: float  # the same with every launch running to --timeout
     price: Price | None
+    program: bool = False  # your program's sweep: its launches' lengths are --timeout's
 
     @property
     def cost(self) -> float | None:
@@ -67,7 +68,13 @@ class Estimate:
 
 def launch_guess(workload: str, steps: int, timeout_s: float) -> tuple[float, str]:
     """One launch's guessed length in seconds, at most ``timeout_s`` (where dtrun stops every
-    launch), and how it was guessed."""
+    launch), and how it was guessed. Your program's (``workload`` "program") is not guessed:
+    nothing says how long it trains before it runs, so each launch counts at --timeout."""
+    if workload == "program":
+        return timeout_s, (
+            f"your program's length is unknown before it runs: each launch at --timeout "
+            f"{timeout_s:g} s"
+        )
     if workload == "allreduce":
         seconds, how = (
             ALLREDUCE_LAUNCH_GUESS_S,
@@ -90,9 +97,17 @@ def estimate(
     timeout_s: float,
     cluster_nodes: int,
     price: Price | None,
+    probed: int = 0,
 ) -> Estimate:
-    """The estimate of a sweep of ``repeat`` launches at each node count."""
+    """The estimate of a sweep of ``repeat`` launches at each node count. ``probed``: at that
+    many of the node counts each launch is followed by the all-reduce probe's, which runs to
+    --timeout too (`dtrun bench --probe -- PROGRAM`, where a point has more than one process):
+    a launch counts as the mean over the points of one or two."""
     launch_s, how = launch_guess(workload, steps, timeout_s)
+    if probed:
+        share = probed / len(node_counts)
+        launch_s, timeout_s = launch_s * (1 + share), timeout_s * (1 + share)
+        how = f"{how}; and --probe's launch after each at {probed} of {len(node_counts)} points"
     launches = len(node_counts) * repeat
     cluster = max(cluster_nodes, *node_counts)
     return Estimate(
@@ -104,6 +119,7 @@ def estimate(
         billed_node_hours=cluster * launches * launch_s / 3600,
         ceiling_node_hours=cluster * launches * timeout_s / 3600,
         price=price,
+        program=workload == "program",
     )
 
 
@@ -126,6 +142,7 @@ def check_max_cost(guess: Estimate, max_cost: float | None) -> None:
         why=f"{guess.cluster_nodes} node(s) x {guess.launches} launch(es) x "
         f"{guess.launch_s:.0f} s ({guess.how}) = {guess.billed_node_hours:.3f} node-hours "
         f"at ${guess.price.usd_per_node_hour:g} ({guess.price.source})",
-        fix="sweep fewer node counts (--nodes), fewer --repeat or --steps, a shorter "
-        "--timeout, or raise --max-cost",
+        fix="sweep fewer node counts (--nodes), fewer --repeat"
+        + ("" if guess.program else " or --steps")
+        + ", a shorter --timeout, or raise --max-cost",
     )

@@ -109,6 +109,7 @@ def program_point(resolved: ResolvedBench, inventory: Inventory, point: Point) -
         EnvVar("DTRUN_PROCS_PER_NODE", str(spec.procs_per_node), ""),
         EnvVar("DTRUN_STEP_HOOK", "1", "the step hook times every optimizer step"),
         EnvVar("DTRUN_STEP_DIR", STEP_DIR, ""),  # in the launch directory, where ranks start
+        EnvVar("DTRUN_WARMUP", str(spec.warmup), ""),  # the noise window starts after them
     )
     what = What(program, "program", int(spec.timeout_s), extra_env=env, step_hook=True)
     return plan_launch(inventory, resolved.launch, point.nodes, what)

@@ -273,6 +273,7 @@ def parse_program_result(data: Mapping[str, Any], source: str) -> TrainResult:
             proof_kind="program",
             checks=(ProofCheck("parameters agree", not diverged, str(proof["why"])),),
             busbw=_probe(data.get("busbw")),
+            noise=parse_noise(data.get("noise"), [str(rank["node"]) for rank in data["ranks"]]),
             program=facts,
         )
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:

@@ -230,14 +230,14 @@ def reason(
 def noise_text(points: Sequence[tuple[int, float | None, float | None]]) -> str:
     """How much the figures a verdict rests on vary, per node count: (nodes, the step times'
     p10-p90 width and the launches' min-max width, each as a share of the median or the
-    point's tokens/s; None where not recorded or with one launch)."""
+    point's throughput; None where not recorded or with one launch)."""
     parts = []
     for nodes, steps, launches in points:
         said = []
         if steps is not None:
             said.append(f"step times p10-p90 span {steps:.0%} of the median")
         if launches is not None:
-            said.append(f"launches span {launches:.0%} of tokens/s")
+            said.append(f"launches span {launches:.0%} of their throughput")
         if said:
             parts.append(f"at {nodes} node(s) {' and '.join(said)}")
     return "; ".join(parts) if parts else "no spread recorded"

@@ -28,6 +28,7 @@ from runner.report.stats import percentile
 from runner.spec.launch import RESULT_FILE, STEP_DIR, LaunchPlan
 from runner.spec.request import BenchSpec, ScalingMode
 from runner.workloads.files import write_atomic
+from runner.workloads.noise import launch_noise
 
 STEPS_SCHEMA = "dtrun.steps/1"
 MAX_STEP_FILE = 64 * 1024 * 1024  # a rank's file: a float per step; more is not the hook's
@@ -95,6 +96,27 @@ def _proof(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any
         answer = "diverged"
         why = f"rank(s) {', '.join(map(str, apart))} end with other parameters than rank {lowest}"
     return {"answer": answer, "why": why, "digests": {str(r): d for r, d in digests.items()}}
+
+
+# Why a program's launch has no straggler probe (docs/your-training.md "Noise")
+NO_PROBE = (
+    "your program: its ranks wait for each other every step, so no rank's compute can be "
+    "timed alone"
+)
+
+
+def _noise(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any] | None:
+    """The launch's ``noise``, as dtrun's own workload records it (runner/workloads/noise.py),
+    from every rank's window; None unless every rank recorded one."""
+    windows = [records[rank].get("noise_window") for rank in sorted(records)]
+    if len(windows) != world_size or any(not isinstance(w, dict) for w in windows):
+        return None
+    gathered = [{**w, "alone_why": NO_PROBE} for w in windows if isinstance(w, dict)]
+    nodes = [str(records[rank].get("node", "")) for rank in sorted(records)]
+    try:
+        return launch_noise(gathered, nodes, 0)
+    except (KeyError, TypeError, ValueError):
+        return None  # a window of another shape: no figures, as before the hook had them
 
 
 Matched = list[tuple[float, dict[str, str | None]]]  # --step-pattern: (arrival, groups)
@@ -215,6 +237,7 @@ def program_result(
         "peak_memory_bytes": int(base.get("peak_memory_bytes") or 0),
         "peak_memory_max_bytes": max(peaks),
         "proof": _proof(records, world),
+        "noise": _noise(records, world),
         "hook_errors": sorted({e for r in records.values() for e in r.get("errors", ())}),
         "wall_s": wall_s,
     }

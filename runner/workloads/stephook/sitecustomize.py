@@ -17,8 +17,10 @@ At exit each process writes ``rank-<RANK>.json`` (schema ``dtrun.steps/1``) into
 the gradient bytes by dtype, and a digest of the trainable parameters after the last step,
 with what tells whether they are sharded (FSDP's DTensor or flat parameters; under DeepSpeed,
 the engine found on the first step's call stack gives the ZeRO stage and the model's own
-parameters, where the stepping optimizer holds a flat partition). It never writes to the
-program's stdout or stderr; a failure of the hook is recorded in the file, never raised into
+parameters, where the stepping optimizer holds a flat partition), and the noise window: the
+machine's and the process's CPU times from the end of the last warm-up step (``DTRUN_WARMUP``)
+to exit, as runner/workloads/noise.py reads them for dtrun's own workload. It never writes to
+the program's stdout or stderr; a failure of the hook is recorded in the file, never raised into
 the program.
 
 Standard library at import; torch only once the program has imported it. Python 3.10.
@@ -58,6 +60,9 @@ class _Steps:
         self.deepspeed: dict[int, tuple[int, Any]] = {}  # id(optimizer) -> ZeRO stage, engine
         self.errors: list[str] = []
         self.backend: str | None = None  # torch.distributed's, at the first step
+        # the machine's and this process's CPU times when the timed steps start (the end of
+        # the last warm-up step), by optimizer: the noise window (runner/workloads/noise.py)
+        self.window_start: dict[int, Any] = {}
 
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # from the call stack, not a counter: a step that raised (and was caught) ran no post
@@ -97,6 +102,16 @@ class _Steps:
             self.optimizers[key] = optimizer
             self.order.append(key)
         self.ends[key].append(time.perf_counter())
+        if len(self.ends[key]) == _TIMED_FROM:
+            self._start_window(key)
+
+    def _start_window(self, key: int) -> None:
+        try:
+            from runner.workloads import noise
+
+            self.window_start[key] = noise.snapshot()
+        except Exception as exc:  # no noise figures: never the program's failure
+            self.errors.append(f"noise: {type(exc).__name__}: {exc}")
 
 
 def _step_depth() -> int:
@@ -124,6 +139,14 @@ def _is_deepspeed_engine(thing: Any) -> bool:
     )
 
 
+def _timed_from() -> int:
+    """The step whose end starts the timed steps: --warmup's (DTRUN_WARMUP), at least the first
+    (which has no start the hook can see), as runner/sweep/programresult.py counts them."""
+    value = os.environ.get("DTRUN_WARMUP", "")
+    return max(int(value), 1) if value.isdigit() else 1
+
+
+_TIMED_FROM = _timed_from()
 _STEPS = _Steps()
 _STARTED = time.perf_counter()
 # where the launcher started this process: a relative DTRUN_STEP_DIR is taken from here
@@ -252,6 +275,7 @@ def _record() -> dict[str, Any]:
         "params": None,
         "param_digest": None,
         "sharded": None,
+        "noise_window": None,
         "errors": steps.errors,
     }
     if not steps.order:
@@ -261,6 +285,13 @@ def _record() -> dict[str, Any]:
     optimizer = steps.optimizers[key]
     record["step_ends_s"] = steps.ends[key]
     record["first_step_start_s"] = steps.first.get(key)
+    if key in steps.window_start:  # from the timed steps' start to this process's exit
+        try:
+            from runner.workloads import noise
+
+            record["noise_window"] = noise.rank_window(steps.window_start[key], noise.snapshot())
+        except Exception as exc:
+            steps.errors.append(f"noise: {type(exc).__name__}: {exc}")
     try:
         record.update(_setting(_params(optimizer)))
     except Exception as exc:
