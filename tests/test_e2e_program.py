@@ -308,3 +308,15 @@ def test_a_horovod_program_under_horovodrun_is_timed_once_per_step(no_leftovers)
         assert_timed_as_its_own_clock(run, nodes, 10)  # its nested step counted once
     assert result(run, 2)["proof"]["answer"] == "in sync"
     assert_verdicts(run)
+
+
+def test_a_ddp_program_under_mpirun_takes_its_ranks_from_open_mpi(no_leftovers):
+    done, run = bench(
+        no_leftovers, "--launcher", "mpirun", "--", "python", DDP, "--steps", "8", "--sleep",
+        "0.02", run_id="mpirun", port=29838,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for nodes in (1, 2):
+        assert_timed_as_its_own_clock(run, nodes, 8)
+    assert result(run, 2)["proof"]["answer"] == "in sync"
+    assert_verdicts(run)

@@ -251,11 +251,15 @@ def test_an_executor_killed_is_the_failed_node_and_the_stopped_one_is_null(
     wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the launch")
 
 
-def test_a_user_program_is_benched_on_spark_executors(no_leftovers):
-    program = Path(__file__).parent / "programs" / "ddp_loop.py"
+@pytest.mark.parametrize(
+    ("launcher", "program"),
+    [("torchdistributor", "ddp_loop.py"), ("horovod-spark", "horovod_loop.py")],
+)
+def test_a_user_program_is_benched_on_spark_executors(no_leftovers, launcher, program):
+    program = Path(__file__).parent / "programs" / program
     out = no_leftovers / "runs"
     done = run_dtrun(
-        "bench", "--spark", MASTER, "--launcher", "torchdistributor", "--nodes", "1,2",
+        "bench", "--spark", MASTER, "--launcher", launcher, "--nodes", "1,2",
         "--warmup", "2", "--repeat", "1", "--quiet", "--output", str(out), "--run-id", "prog",
         "--", "python", str(program), "--steps", "6", "--sleep", "0.02",
         cwd=no_leftovers, timeout=400,
