@@ -208,3 +208,67 @@ def fake_run_dir(
             runs.append(RunResult(nodes, repeat, RunStatus.OK, wall, rel))
     write_runs(run_dir, runs, status, None, () if sweep_wall_s is None else (sweep_wall_s,))
     return run_dir
+
+
+def program_run_dir(
+    path: Path,
+    bench: BenchSpec,
+    inventory: Inventory,
+    step_times: Mapping[int, Sequence[Sequence[float]]],
+    *,
+    sharded: str | None = None,
+    busbw: Mapping[int, float] | None = None,
+    records: bool = True,
+) -> RunDir:
+    """A `dtrun bench -- PROGRAM` run directory as a sweep leaves it: per node count, each
+    launch's timed step times (seconds), made into the ranks' step records (the warm-up steps
+    before them) and then into result.json by dtrun's own writer (runner/sweep/programresult.py);
+    ``sharded`` as every rank's hook saw its parameters; ``busbw`` per node count: --probe's
+    busbw at the gradient size; without ``records``, each launch timed as a whole program; with
+    the spec's --step-pattern, each step's time is a match's `seconds`."""
+    from runner.plan.resolve import resolve_bench
+    from runner.plan.sweep import plan_sweep
+    from runner.sweep.programresult import program_result
+
+    resolved = resolve_bench(bench)
+    spec = resolved.spec
+    points = {plan.nnodes: plan for plan in plan_sweep(resolved, inventory).points}
+    run_dir = RunDir(path)
+    path.mkdir(parents=True)
+    write_manifest(run_dir, spec, inventory)
+    runs = []
+    for nodes, series in sorted(step_times.items()):
+        plan = points[nodes]
+        for repeat, times in enumerate(series):
+            intervals = [times[0]] * (max(spec.warmup, 1) - 1) + list(times)
+            ends = [1.0 + sum(intervals[:i]) for i in range(len(intervals) + 1)]
+            ranks = {
+                rank: {
+                    "schema": "dtrun.steps/1",
+                    "rank": rank,
+                    "node": f"node-{rank}",
+                    "step_ends_s": ends,
+                    "params": GRADIENT_BYTES // 4,
+                    "gradient_bytes": {"float32": GRADIENT_BYTES},
+                    "param_digest": f"d{rank}" if sharded else "d",
+                    "sharded": sharded,
+                    "errors": [],
+                }
+                for rank in range(plan.world_size)
+            }
+            matched: list[tuple[float, dict[str, str | None]]] | None = None
+            if spec.step_pattern is not None:  # each match's `seconds`, the warm-up's first
+                matched = [(0.0, {"seconds": str(t)}) for t in [times[0]] * spec.warmup + [*times]]
+            wall = sum(times) + 1.0
+            data = program_result(spec, plan, ranks if records else {}, wall, matched)
+            probe = (busbw or {}).get(nodes)
+            if probe is not None and plan.world_size > 1:
+                world = plan.world_size
+                rows = [size_row(4096, probe / 2, world), size_row(GRADIENT_BYTES, probe, world)]
+                data["busbw"] = {"gradient_bytes": GRADIENT_BYTES, "dtype": "float32", "rows": rows}
+            point = run_dir.point(nodes, repeat)
+            point.mkdir(parents=True)
+            (point / "result.json").write_text(json.dumps(data))
+            runs.append(RunResult(nodes, repeat, RunStatus.OK, 1.0, str(point.relative_to(path))))
+    write_runs(run_dir, runs, SweepStatus.COMPLETE, None, ())
+    return run_dir

@@ -13,7 +13,7 @@ from runner.cluster.embedded import local_cluster
 from runner.errors import ResultError
 from runner.plan.resolve import resolve_bench
 from runner.plan.sweep import plan_sweep
-from runner.report.results import TrainResult, parse_result
+from runner.report.results import ProgramFacts, TrainResult, parse_result
 from runner.spec.launch import LaunchPlan
 from runner.spec.request import BenchSpec, Program, ProgramKind, ScalingMode, StepUnits, UnitKind
 from runner.sweep.programresult import pattern_steps, program_result, read_step_files
@@ -181,3 +181,49 @@ def test_a_rank_without_a_window_leaves_the_launch_without_noise_figures():
     assert data["noise"] is None
     parsed = parse_result(data, "r")
     assert isinstance(parsed, TrainResult) and parsed.noise is None
+
+
+def program_facts(data: dict[str, Any]) -> ProgramFacts:
+    result = parse_result(data, "r")
+    assert isinstance(result, TrainResult) and result.program is not None
+    return result.program
+
+
+@pytest.mark.parametrize("sharded", ["DeepSpeed ZeRO stage 3", None])
+def test_the_result_says_how_the_parameters_are_sharded(sharded):
+    bench = spec()
+    records = {rank: record(rank, ENDS, f"d{rank}", sharded) for rank in (0, 1)}
+    data = program_result(bench, plan(bench), records, 9.0)
+    assert data["sharded"] == sharded
+    assert program_facts(data).sharded == sharded
+
+
+def test_a_result_written_before_sharded_reads_it_from_its_proof():
+    bench = spec()
+    records = {
+        rank: record(rank, ENDS, f"d{rank}", "FSDP (flat parameter shards)") for rank in (0, 1)
+    }
+    data = program_result(bench, plan(bench), records, 9.0)
+    del data["sharded"]
+    assert program_facts(data).sharded == "FSDP (flat parameter shards)"
+    whole = program_result(bench, plan(bench), {0: record(0, ENDS), 1: record(1, ENDS)}, 9.0)
+    del whole["sharded"]
+    assert program_facts(whole).sharded is None
+
+
+def test_a_torch_without_global_step_hooks_says_the_hook_could_not_register():
+    bench = spec()
+    # what sitecustomize.py records when torch.optim.optimizer has no global step hooks
+    error = (
+        "hooks: AttributeError: module 'torch.optim.optimizer' has no attribute "
+        "'register_optimizer_step_pre_hook'"
+    )
+    records = {rank: {**record(rank, [], None), "errors": [error]} for rank in (0, 1)}
+    with pytest.raises(ResultError) as raised:
+        program_result(bench, plan(bench), records, 9.0)
+    what, why, fix = raised.value.what, raised.value.why, raised.value.fix
+    assert what.startswith("dtrun's step hook could not register torch's optimizer step hooks")
+    assert "AttributeError: module 'torch.optim.optimizer' has no attribute" in what
+    assert "0 optimizer step" not in what
+    assert "register_optimizer_step_post_hook" in why and "2.0" in why
+    assert "upgrade torch" in fix and "--step-pattern" in fix

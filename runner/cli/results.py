@@ -92,13 +92,13 @@ def print_comparison(result: Comparison) -> None:
     table = Table(title=f"{result.workload}: {result.a} (A) against {result.b} (B)",
                   title_justify="left")  # fmt: skip
     train = result.workload != "allreduce"
-    unit = "tokens/s" if train else "GB/s"
+    unit = result.unit  # tokens/s, a program's own units (samples/s, ...) or busbw's GB/s
     columns = ["nodes", f"A {unit}", f"B {unit}", "B / A"]
     if train:
         columns[1:3] = [f"A {unit}", "A 95% CI", f"B {unit}", "B 95% CI"]
         columns += ["change", "A eff. (95% CI)", "B eff. (95% CI)", "A busbw", "B busbw"]
         table.caption = (
-            "tokens/s and efficiency at the median step time; a change only where the two 95% "
+            f"{unit} and efficiency at the median step time; a change only where the two 95% "
             "intervals do not overlap"
         )
         table.caption_justify = "left"

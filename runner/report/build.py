@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import functools
 import io
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,6 +34,7 @@ from runner.report.metrics import (
 )
 from runner.report.model import ASSUMED
 from runner.report.noise import NoiseReport, noise_report
+from runner.report.program import program_texts
 from runner.report.recorded import check_writable, read_recorded
 from runner.report.results import AllreduceResult, Result, SizeRow, TrainResult
 from runner.report.stages import StageTable, stage_tables
@@ -312,15 +312,6 @@ def _context(report: Report) -> dict[str, Any]:
     }
 
 
-# What a program's throughput counts, when dtrun stands in for the user's units
-_UNIT_WHY = {
-    "process-steps": "no --samples-per-step or --tokens-per-step: one unit per process per "
-    "step, so efficiency comes from step times alone",
-    "steps": "no --samples-per-step or --tokens-per-step: one unit per step, so efficiency "
-    "comes from step times alone",
-}
-
-
 def _program_context(report: Report) -> dict[str, Any]:
     """The throughput's unit (tokens for the built-in training) and, for `dtrun bench --
     PROGRAM`, the program's command line (redacted in the manifest) and its units."""
@@ -328,28 +319,13 @@ def _program_context(report: Report) -> dict[str, Any]:
     facts = first.program if isinstance(first, TrainResult) else None
     if report.workload != "program":
         return {"unit": "tokens", "program_line": "", "unit_why": ""}
-    program = report.manifest["bench"].get("program") or {}
-    words = [str(program.get("target", ""))] + [str(a) for a in program.get("args", [])]
-    if program.get("kind") == "module":
-        words = ["python", "-m", *words]
-    elif program.get("kind") == "script":
-        words = ["python", *words]
-    units = report.manifest["bench"].get("units")
-    if units:
-        unit = str(units["kind"])
-        why = f"{units['count']:,} {unit} per step" + (
-            " per process" if units.get("per_process") else " for all processes"
-        )
-    else:
-        unit = "process-steps" if report.mode is ScalingMode.WEAK else "steps"
-        why = _UNIT_WHY[unit]
-    if facts is not None and facts.unit != unit:  # pragma: no cover - one writer of both
-        unit = facts.unit
+    texts = program_texts(report.manifest["bench"], report.mode, facts)
+    unit = texts.unit
     per_step = f"a launch's {unit}/s = {unit} per step / its median step time"
     return {
         "unit": unit,
-        "program_line": shlex.join(words),
-        "unit_why": why,
+        "program_line": texts.line,
+        "unit_why": texts.unit_why,
         "statistic": STATISTIC_TEXT.replace(
             "a launch's tokens/s = global batch x sequence length / its median step time",
             per_step,

@@ -4,6 +4,9 @@ Rows are matched by node count; training figures are at the median step time, wi
 95% interval, and a difference is called a change only when the two intervals do not overlap
 (runner/report/stats.py). Beside the figures it lists what differs between the two runs'
 set-ups (launcher, size, model, versions, ...), since a ratio means little without it.
+
+Only like with like: two runs of the same workload, and two runs of a user's program only
+when their throughputs count the same unit (docs/your-training.md "Comparing runs").
 """
 
 from __future__ import annotations
@@ -14,7 +17,14 @@ from typing import Any
 
 from runner.errors import UsageError
 from runner.report.build import Report
-from runner.report.results import TrainResult
+from runner.report.program import (
+    STAND_INS,
+    STRATEGY_TEXT,
+    program_texts,
+    sharding_text,
+    timing_text,
+)
+from runner.report.results import ProgramFacts, TrainResult
 
 COMPARE_SCHEMA = "dtrun.compare/2"
 WITHIN_NOISE = "within noise"
@@ -24,7 +34,7 @@ WITHIN_NOISE = "within noise"
 class Figures:
     """One run's figures at one node count, as `dtrun compare` shows them."""
 
-    value: float  # tokens/s at the median step (training) or busbw in GB/s (all-reduce)
+    value: float  # the throughput at the median step (training, programs) or busbw in GB/s
     low: float | None = None  # the 95% interval of ``value`` (training; None: none)
     high: float | None = None
     efficiency: float | None = None
@@ -67,6 +77,7 @@ class Comparison:
     metric: str  # what a and b measure
     rows: tuple[CompareRow, ...]
     differences: tuple[tuple[str, str, str], ...]  # (what, in A, in B)
+    unit: str = "tokens/s"  # a and b's: "tokens/s", a program's "samples/s", ..., or "GB/s"
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": COMPARE_SCHEMA, **asdict(self)}
@@ -135,6 +146,8 @@ def _setup(report: Report) -> dict[str, str]:
     }
     if report.workload == "allreduce":
         facts["all-reduce"] = ", ".join(f"{k} {v}" for k, v in bench["allreduce"].items())
+    elif report.workload == "program":
+        facts.update(_program_setup(report))
     else:
         facts["mode"] = str(bench.get("mode"))
         facts["model"] = ", ".join(f"{k} {v}" for k, v in bench["model"].items())
@@ -154,10 +167,33 @@ def _setup(report: Report) -> dict[str, str]:
         facts["torch on the nodes"] = first.torch_version
         facts["NCCL on the nodes"] = str(first.nccl_version)
         facts["dtype"] = first.dtype
-        if isinstance(first, TrainResult):
+        if isinstance(first, TrainResult) and first.program is None:
             facts["engine"] = first.engine
             facts["strategy"] = first.strategy_text
     return facts
+
+
+def _facts(report: Report) -> ProgramFacts | None:
+    first = report.first
+    return first.program if isinstance(first, TrainResult) else None
+
+
+def _program_setup(report: Report) -> dict[str, str]:
+    """A program run's set-up: the program as recorded (secret-looking arguments redacted),
+    its units, how its steps were timed, its warm-up, its parameters' sharding. The built-in
+    workload's model, batch, steps and strategy do not apply: the program decides them."""
+    bench, facts = report.manifest["bench"], _facts(report)
+    texts = program_texts(bench, report.mode, facts)
+    return {
+        "mode": str(bench.get("mode")),
+        "program": texts.line,
+        "units": f"{texts.unit}/s ({texts.unit_why})",
+        "timed": timing_text(bench, facts),
+        "warm-up": f"the first {max(int(bench.get('warmup') or 0), 1)} step(s) untimed",
+        "parameters": sharding_text(facts),
+        "all-reduce probe (--probe)": "on" if bench.get("probe") else "off",
+        "strategy": STRATEGY_TEXT,
+    }
 
 
 def _env(manifest: Mapping[str, Any]) -> dict[str, str]:
@@ -176,14 +212,63 @@ def _env(manifest: Mapping[str, Any]) -> dict[str, str]:
     return facts
 
 
-def compare(a: Report, b: Report) -> Comparison:
+def _unit(report: Report) -> str:
+    """What a run's figures count, per second: tokens, a program's own unit, or bus GB."""
+    if report.workload == "allreduce":
+        return "GB/s"
+    return f"{report.summary.get('unit') or 'tokens'}/s"
+
+
+_WHAT = {"train": "the built-in training", "program": "your program", "allreduce": "all-reduce"}
+
+
+def _refuse_unlike(a: Report, b: Report) -> None:
+    """Two runs whose figures count different things have no meaningful ratio: refused."""
+    ids = (a.manifest["run_id"], b.manifest["run_id"])
     if a.workload != b.workload:
+        if "allreduce" in (a.workload, b.workload):
+            why = f"their figures measure different things ({_unit(a)} against {_unit(b)})"
+        else:
+            why = (
+                f"{_WHAT[a.workload]} counts {_unit(a)} and {_WHAT[b.workload]} {_unit(b)}: "
+                "a program's throughput counts its own units over its own steps, the built-in "
+                "training's counts tokens of dtrun's GPT model, so their ratio says nothing"
+            )
         raise UsageError(
-            f"cannot compare run {a.manifest['run_id']} ({a.workload}) with run "
-            f"{b.manifest['run_id']} ({b.workload})",
-            why="their figures measure different things (tokens/s against bus bandwidth)",
-            fix="compare two training runs or two all-reduce runs",
+            f"cannot compare run {ids[0]} ({a.workload}) with run {ids[1]} ({b.workload})",
+            why=why,
+            fix="compare two runs of the same workload: two training runs, two runs of your "
+            "program or two all-reduce runs",
         )
+    if a.workload != "program":
+        return
+    if _unit(a) != _unit(b):
+        raise UsageError(
+            f"cannot compare run {ids[0]} ({_unit(a)}) with run {ids[1]} ({_unit(b)})",
+            why="their throughputs count different units, so their ratio says nothing",
+            fix="rerun one with the other's units (the same --samples-per-step or "
+            "--tokens-per-step, with --per-process under weak scaling), or compare each with "
+            "a run in its own units",
+        )
+    whole = [run.manifest["run_id"] for run in (a, b) if _whole_program(run)]
+    if _unit(a).removesuffix("/s") in STAND_INS and len(whole) == 1:
+        raise UsageError(
+            f"cannot compare run {ids[0]} with run {ids[1]}: run {whole[0]} was timed as one "
+            "whole program, the other step by step",
+            why="with no --samples-per-step or --tokens-per-step the unit is a step, and a step "
+            f"of run {whole[0]} is its whole program, start-up included",
+            fix="time both the same way (a program without a torch optimizer: --step-pattern), "
+            "or give both the same --samples-per-step or --tokens-per-step",
+        )
+
+
+def _whole_program(report: Report) -> bool:
+    facts = _facts(report)
+    return facts is not None and facts.timing == "whole program"
+
+
+def compare(a: Report, b: Report) -> Comparison:
+    _refuse_unlike(a, b)
     fa, fb = _figures(a), _figures(b)
     rows = [_row(nodes, fa.get(nodes), fb.get(nodes)) for nodes in sorted(set(fa) | set(fb))]
     sa, sb = _setup(a), _setup(b)
@@ -192,7 +277,9 @@ def compare(a: Report, b: Report) -> Comparison:
         for key in dict.fromkeys([*sa, *sb])
         if sa.get(key) != sb.get(key)
     )
-    metric = "busbw (GB/s)" if a.workload == "allreduce" else "tokens/s at the median step"
+    unit = _unit(a)
+    metric = "busbw (GB/s)" if a.workload == "allreduce" else f"{unit} at the median step"
     return Comparison(
-        a.manifest["run_id"], b.manifest["run_id"], a.workload, metric, tuple(rows), differences
-    )
+        a.manifest["run_id"], b.manifest["run_id"], a.workload, metric, tuple(rows),
+        differences, unit,
+    )  # fmt: skip

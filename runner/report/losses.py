@@ -18,6 +18,7 @@ from runner.report.model import (
     model_gap,
     predict,
 )
+from runner.report.results import PROGRAM_STRATEGY
 from runner.report.stats import Verdict
 from runner.spec.request import ScalingMode
 
@@ -53,6 +54,10 @@ class LossRow:
     predicted_efficiency_no_overlap: float | None = None
     model_gap: float | None = None  # efficiency outside the model's range: <0 below, >0 above
     model_finding: str = ""
+    # the gradient sync above, in all-reduces of the whole gradient per step, and why that many
+    # (None and "": no gradient all-reduce, or nothing to time it by)
+    sync_factor: float | None = None
+    sync_basis: str = ""
 
 
 def where_scaling_is_lost(
@@ -65,10 +70,13 @@ def where_scaling_is_lost(
     out = []
     for row, prediction in zip(rows, model_predictions(rows, mode, assumptions), strict=True):
         expected = expected_busbw(size_name, row.nodes, row.world_size // row.nodes)
-        comm_s = share = None
+        comm_s = share = factor = None
+        basis = ""
         if row.busbw and row.gradient_bytes and row.world_size > 1:
             comm_s = gradient_sync_seconds(row)
             share = None if comm_s is None else comm_s / row.step_time_p50
+            if comm_s is not None and row.strategy != "pipeline":
+                factor, basis = sync_factor(row)
         interval = (row.efficiency_low, row.efficiency_high)  # the model is judged against it
         out.append(
             LossRow(
@@ -96,6 +104,8 @@ def where_scaling_is_lost(
                         interval,
                     )
                 ),
+                sync_factor=factor,
+                sync_basis=basis,
             )
         )
     return tuple(out)
@@ -129,7 +139,7 @@ def _sync(row: ScalingRow) -> float | None:
 def gradient_sync_seconds(row: ScalingRow) -> float | None:
     """One step's gradient synchronisation at the measured busbw, as the strategy does it:
     a pipeline's replicas all-reduce only their stage's share of the gradient (none with a single
-    pipeline); ZeRO 3 and FSDP move 1.5 times what DDP does."""
+    pipeline); ZeRO 3 and FSDP move 1.5 times what DDP does (sync_factor)."""
     assert row.busbw is not None and row.gradient_bytes is not None
     if row.strategy == "pipeline":
         replicas = row.replicas or 1
@@ -137,8 +147,36 @@ def gradient_sync_seconds(row: ScalingRow) -> float | None:
             return None
         per_stage = row.gradient_bytes // (row.pp_size or 1)
         return allreduce_seconds(per_stage, row.busbw, replicas)
-    factor = ALLREDUCES_PER_STEP.get(row.strategy, 1.0)
+    factor, _ = sync_factor(row)
     return factor * allreduce_seconds(row.gradient_bytes, row.busbw, row.world_size)
+
+
+def sync_factor(row: ScalingRow) -> tuple[float, str]:
+    """One step's gradient synchronisation in all-reduces of the whole gradient, and why.
+    Every rank moves 2Ψ for DDP and ZeRO 1-2 (ZeRO 2's reduce-scatter of the gradients and
+    all-gather of the updated parameters, Ψ each, are one all-reduce's volume) and 3Ψ for ZeRO 3,
+    which all-gathers the parameters again for the backward pass: the ZeRO paper (Rajbhandari
+    et al. 2020, section 7). FSDP's full sharding does what ZeRO 3 does (Zhao et al. 2023, PyTorch
+    FSDP: all-gather before forward and again before backward, reduce-scatter after it). A
+    program's factor follows how the step hook saw its parameters sharded."""
+    if row.strategy != PROGRAM_STRATEGY:
+        return ALLREDUCES_PER_STEP.get(row.strategy, 1.0), f"strategy {row.strategy}"
+    sharded = row.sharded
+    if sharded is None:
+        return 1.0, "parameters whole on every rank: one all-reduce of the gradient, as DDP"
+    stage = sharded.removeprefix("DeepSpeed ZeRO stage ")
+    if sharded.startswith("FSDP") or stage == "3":
+        return 1.5, (
+            f"parameters sharded ({sharded}): 1.5 all-reduces' volume, for full sharding "
+            "all-gathers them for the forward and again for the backward pass, then "
+            "reduce-scatters the gradients"
+        )
+    if stage in ("1", "2"):
+        return 1.0, (
+            f"parameters sharded ({sharded}): one all-reduce's volume, in a reduce-scatter of "
+            "the gradients and an all-gather of the updated parameters"
+        )
+    return 1.0, f"parameters sharded ({sharded}): counted as one all-reduce, as DDP"
 
 
 def _verdict(

@@ -83,6 +83,9 @@ class ScalingRow:
     launches_n: int = 0
     step_time_p10: float | None = None  # None without per-step times
     step_spread: float | None = None  # (p90 - p10) / p50 of the step times
+    # `dtrun bench -- PROGRAM`: how the program's parameters were sharded, as the step hook saw
+    # it ("FSDP (DTensor shards)", "DeepSpeed ZeRO stage 3", ...; None: whole on every rank)
+    sharded: str | None = None
 
 
 # Gradient-synchronisation traffic per step, in all-reduces of the whole gradient (the ZeRO
@@ -178,6 +181,7 @@ def _layout(result: TrainResult) -> dict[str, Any]:
         "replicas": result.data_parallel,
         "pp_size": result.pp_size if result.strategy == "pipeline" else None,
         "bubble": bubble,
+        "sharded": result.program.sharded if result.program is not None else None,
     }
 
 

@@ -258,7 +258,11 @@ RESULTS = {
             "peak_memory_bytes": WHOLE,
             "peak_memory_max_bytes": WHOLE,
         },
-        optional={"busbw": nullable(obj({"gradient_bytes": COUNT, "rows": _ROWS}))},
+        optional={
+            "busbw": nullable(obj({"gradient_bytes": COUNT, "rows": _ROWS})),
+            # how the parameters are sharded: the gradient sync's factor (runner/report/losses.py)
+            "sharded": nullable(TEXT),
+        },
     ),
 }
 

@@ -21,6 +21,7 @@ T = TypeVar("T")
 TRAIN_SCHEMA = "dtrun.train/1"
 PROGRAM_SCHEMA = "dtrun.program/1"  # `dtrun bench -- PROGRAM` (runner/sweep/programresult.py)
 ALLREDUCE_SCHEMA = "dtrun.allreduce/1"
+PROGRAM_STRATEGY = "your program"  # a program result's strategy: it trains its own way
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,9 @@ class ProgramFacts:
     proof: str  # "in sync", "diverged", "not comparable", "not checked"
     proof_why: str
     gradient_bytes: int  # every trainable parameter's bytes, all dtypes
+    # how the ranks' parameters are sharded ("FSDP (DTensor shards)", "FSDP (flat parameter
+    # shards)", "DeepSpeed ZeRO stage N"); None: whole on every rank, or the hook saw no steps
+    sharded: str | None = None
 
 
 @dataclass(frozen=True)
@@ -247,6 +251,7 @@ def parse_program_result(data: Mapping[str, Any], source: str) -> TrainResult:
             proof=str(proof["answer"]),
             proof_why=str(proof["why"]),
             gradient_bytes=sum(int(b) for b in (data.get("gradient_bytes") or {}).values()),
+            sharded=_program_sharded(data),
         )
         p50 = float(steps["p50"])
         return TrainResult(
@@ -269,7 +274,7 @@ def parse_program_result(data: Mapping[str, Any], source: str) -> TrainResult:
             initial_params_differed=None,
             params_in_sync=not diverged,
             engine="program",
-            strategy="your program",
+            strategy=PROGRAM_STRATEGY,
             proof_kind="program",
             checks=(ProofCheck("parameters agree", not diverged, str(proof["why"])),),
             busbw=_probe(data.get("busbw")),
@@ -281,6 +286,17 @@ def parse_program_result(data: Mapping[str, Any], source: str) -> TrainResult:
             f"{source} is not a complete {PROGRAM_SCHEMA} result",
             why=f"missing or malformed field {exc}",
         ) from None
+
+
+def _program_sharded(data: Mapping[str, Any]) -> str | None:
+    """result.json's ``sharded``; results written before it say it in the proof alone."""
+    if "sharded" in data:
+        return _opt(data["sharded"], str)
+    proof = data["proof"]
+    why = str(proof["why"])
+    if str(proof["answer"]) == "not comparable" and why.startswith("sharded: "):
+        return why.removeprefix("sharded: ")
+    return None
 
 
 def _launch_fields(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -79,9 +79,16 @@ def _units(spec: BenchSpec, world_size: int) -> dict[str, Any]:
     }
 
 
+def _sharded(records: dict[int, dict[str, Any]]) -> str | None:
+    """How the ranks' parameters are sharded, as the hook saw it (sitecustomize.py
+    ``_sharding``: "FSDP (DTensor shards)", "FSDP (flat parameter shards)", "DeepSpeed ZeRO
+    stage N"), or None: whole on every rank. The report's gradient sync reads it."""
+    return next((str(r["sharded"]) for r in records.values() if r.get("sharded")), None)
+
+
 def _proof(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any]:
     digests = {rank: record.get("param_digest") for rank, record in records.items()}
-    sharded = next((r.get("sharded") for r in records.values() if r.get("sharded")), None)
+    sharded = _sharded(records)
     if world_size == 1:
         answer, why = "not checked", "one process"
     elif sharded:
@@ -180,6 +187,8 @@ def program_result(
             )
     elif records:
         ends = base["step_ends_s"]
+        if not ends:
+            _check_hooks(records)
         if len(ends) <= timed_from:
             raise ResultError(
                 f"the program made {len(ends)} optimizer step(s) on rank {first_rank}, and "
@@ -238,9 +247,32 @@ def program_result(
         "peak_memory_max_bytes": max(peaks),
         "proof": _proof(records, world),
         "noise": _noise(records, world),
+        "sharded": _sharded(records),
         "hook_errors": sorted({e for r in records.values() for e in r.get("errors", ())}),
         "wall_s": wall_s,
     }
+
+
+# The hook's error when torch has no global step hooks (sitecustomize.py, _Loader.exec_module)
+HOOK_ERROR = "hooks: "
+
+
+def _check_hooks(records: dict[int, dict[str, Any]]) -> None:
+    """No step because the hook could not register torch's global step hooks: say so, not
+    "0 optimizer steps". torch.optim.optimizer.register_optimizer_step_pre_hook and
+    ..._post_hook came with pytorch/pytorch#89176 (Nov 2022, after torch 1.13): torch 2.0."""
+    for rank, record in sorted(records.items()):
+        error = next((e for e in record.get("errors", ()) if str(e).startswith(HOOK_ERROR)), None)
+        if error is not None:
+            raise ResultError(
+                f"dtrun's step hook could not register torch's optimizer step hooks on rank "
+                f"{rank}: {str(error).removeprefix(HOOK_ERROR)}",
+                why="the hook times steps with torch.optim.optimizer."
+                "register_optimizer_step_pre_hook and register_optimizer_step_post_hook, which "
+                "torch has from 2.0 on; without them it saw no step",
+                fix="upgrade torch on the nodes to 2.0 or later, or pass --step-pattern REGEX "
+                "matching a line your program prints each step",
+            )
 
 
 def write_program_result(
