@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from runner import __version__
-from runner.cli import launch, results, stack
+from runner.cli import launch, predict, results, stack
 
 app = typer.Typer(
     name="dtrun",
@@ -21,6 +21,7 @@ app = typer.Typer(
 )
 app.add_typer(launch.app)  # bench, run, exec
 app.add_typer(results.app)  # report, compare
+app.add_typer(predict.app)  # predict
 app.add_typer(stack.app)  # up, down, outputs, sizes
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner import __version__
 from runner.azure.catalog import ExpectedBusbw, expected_busbw
+from runner.predict.predict import CHECKED_OF, CHECKED_WITHIN_5, Prediction
 from runner.record.rundir import RunDir
 from runner.redact import redact_text
 from runner.render import environment, render
@@ -34,6 +35,7 @@ from runner.report.metrics import (
 )
 from runner.report.model import ASSUMED
 from runner.report.noise import NoiseReport, noise_report
+from runner.report.predicted import next_counts
 from runner.report.program import program_texts
 from runner.report.recorded import check_writable, read_recorded
 from runner.report.results import AllreduceResult, Result, SizeRow, TrainResult
@@ -93,6 +95,7 @@ class Report:
     noise: NoiseReport | None = None  # training sweeps: steal, other load, stragglers
     stages: tuple[StageTable, ...] = ()  # pipeline sweeps: each node count's stages
     cost: SweepCost | None = None  # node-hours and cost per point, the sweep's total and idle
+    next_counts: Prediction | None = None  # training sweeps: 2x and 4x the largest node count
     summary: dict[str, Any] = field(default_factory=dict)  # what summary.json holds
 
 
@@ -193,6 +196,7 @@ def analyse(run_dir: RunDir) -> Report:
         expected=tuple(sorted(expected.items())),
         cost=sweep_cost(manifest, runs_data, report.rows),
     )
+    report = replace(report, next_counts=next_counts(report))
     return replace(report, summary=_summary(report))
 
 
@@ -307,6 +311,8 @@ def _context(report: Report) -> dict[str, Any]:
         "noise": report.noise,
         "stages": report.stages,
         "cost": report.cost,
+        "next_counts": report.next_counts,
+        "next_counts_checked": (CHECKED_WITHIN_5, CHECKED_OF),
         "reproduce": reproducibility(manifest, report.first),
         **_program_context(report),
     }
@@ -362,6 +368,7 @@ def _summary(report: Report) -> dict[str, Any]:
         "health": None if health is None else {k: health.get(k) for k in ("status", "note")},
         "noise": None if report.noise is None else report.noise.summary(),
         "cost": None if report.cost is None else report.cost.summary(),
+        "next_node_counts": None if report.next_counts is None else report.next_counts.to_json(),
     }
 
 

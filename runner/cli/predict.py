@@ -1,0 +1,182 @@
+"""`dtrun predict`: what larger node counts would give, from a measured sweep or a description of
+results measured elsewhere, before paying for them (docs/prediction.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from runner.cli import options as opts
+from runner.cli.common import console, human_output_to_stderr, print_json, user_errors
+from runner.cli.cost import PricePerNodeHour, checked_usd
+from runner.errors import UsageError
+from runner.spec.bounds import BOUNDS, Bound, within
+
+if TYPE_CHECKING:
+    from runner.predict.predict import Prediction
+
+app = typer.Typer()
+
+# As --health-threshold's: a busbw above 0, far above any fabric's
+BUSBW = Bound(0, 1_000_000, "", "GB/s", above=True)
+
+
+@app.command()
+def predict(
+    run_dir: Annotated[
+        Path | None,
+        typer.Argument(help="A run directory with two or more measured node counts."),
+    ] = None,
+    nodes: Annotated[
+        str,
+        typer.Option(
+            "--nodes", "-n", help=f"Node counts to predict, comma-separated{within('--nodes')}."
+        ),
+    ] = "",
+    from_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            metavar="FILE",
+            help="Results measured elsewhere, described in YAML or JSON (docs/prediction.md), "
+            "in place of a run directory.",
+        ),
+    ] = None,
+    size: Annotated[
+        str | None,
+        typer.Option(
+            help="The size to predict for: its busbw across nodes from the catalog (and its "
+            "list price), in place of what the run measured."
+        ),
+    ] = None,
+    busbw: Annotated[
+        float | None,
+        typer.Option(
+            metavar="GBS",
+            help=f"All-reduce busbw across nodes, GB/s, in place of the run's ({BUSBW.words}).",
+        ),
+    ] = None,
+    target_efficiency: opts.TargetEfficiency = 0.9,
+    price_per_node_hour: PricePerNodeHour = None,
+    json_out: opts.Json = False,
+) -> None:
+    """Predict the efficiency, step time and cost of larger node counts before paying for them.
+
+    From a sweep's run directory (dtrun predict runs/<id> --nodes 8,16) or from results
+    measured elsewhere (dtrun predict --from measured.yaml --nodes 8,16).
+    """
+    from runner.cli.parse import parse_node_counts
+
+    with human_output_to_stderr(json_out), user_errors():
+        if (run_dir is None) == (from_file is None):
+            raise UsageError(
+                "dtrun predict needs a run directory or --from FILE, one of them",
+                fix="dtrun predict runs/<run-id> --nodes 8,16, or dtrun predict --from "
+                "measured.yaml --nodes 8,16",
+            )
+        if not nodes:
+            raise UsageError(
+                "--nodes is needed: the node counts to predict", fix="pass e.g. --nodes 8,16,32"
+            )
+        counts = parse_node_counts(nodes)
+        bound = BOUNDS["--nodes"]
+        if not all(bound.holds(n) for n in counts):
+            raise UsageError(f"--nodes needs node counts of {bound.rule}", why=f"got {nodes}")
+        if not BOUNDS["--target-efficiency"].holds(target_efficiency):
+            raise UsageError(
+                f"--target-efficiency must be {BOUNDS['--target-efficiency'].rule}",
+                why=f"got {target_efficiency:g}",
+                fix="pass e.g. --target-efficiency 0.9 for 90%",
+            )
+        if busbw is not None and not BUSBW.holds(busbw):
+            raise UsageError(f"--busbw must be {BUSBW.rule}", why=f"got {busbw:g}")
+        if size is not None and busbw is not None:
+            raise UsageError("--size and --busbw both say the busbw: pass one of them")
+        override = checked_usd("--price-per-node-hour", price_per_node_hour)
+        result = _predict(run_dir, from_file, counts, target_efficiency, size, busbw, override)
+        print_prediction(result)
+        if json_out:
+            print_json(result.to_json())
+
+
+def _predict(
+    run_dir: Path | None,
+    from_file: Path | None,
+    counts: tuple[int, ...],
+    target: float,
+    size: str | None,
+    busbw: float | None,
+    override: float | None,
+) -> Prediction:
+    from dataclasses import replace
+
+    from runner.azure.catalog import get_size
+    from runner.azure.prices import list_price
+    from runner.predict.predict import predict
+
+    if size is not None:
+        size = get_size(size).name  # an unknown or retired size: exit 2, with the known ones
+    if from_file is not None:
+        from runner.predict.inputs import read_description
+
+        desc = read_description(from_file)
+        if busbw is not None:
+            desc = replace(desc, busbw_gbs=busbw)
+        price = None if override is None else (override, "--price-per-node-hour")
+        if price is None and size is not None:
+            listed = list_price(size, None)
+            price = None if listed is None else (listed.usd_per_node_hour, listed.source)
+        return predict(desc, counts, target, price=price)
+    from runner.cli.results import _run_dir
+    from runner.report.build import analyse
+    from runner.report.predicted import from_report
+
+    assert run_dir is not None
+    report = analyse(_run_dir(run_dir))
+    found = from_report(report, size=size, busbw=busbw)
+    price = found.price if override is None else (override, "--price-per-node-hour")
+    if size is not None and override is None:
+        listed = list_price(size, report.manifest["inventory"].get("region"))
+        price = None if listed is None else (listed.usd_per_node_hour, listed.source)
+    result = predict(found.description, counts, target, price=price, launches=found.launches)
+    return replace(result, assumptions=(*found.said, *result.assumptions))
+
+
+def print_prediction(result: Prediction) -> None:
+    from rich.table import Table
+
+    out = console()
+    measured = ", ".join(f"{n} node(s) {e:.0%}" for n, e in result.measured)
+    table = Table(
+        title=f"predicted from {result.source} (measured efficiency: {measured})",
+        title_justify="left",
+        caption=f"{result.mode} scaling; efficiency against the smallest measured node count, "
+        f"range in brackets; verdict against the {result.target_efficiency:.0%} target",
+        caption_justify="left",
+    )
+    for column in ("nodes", "step time", "efficiency", "verdict", "cost"):
+        table.add_column(column, justify="right" if column != "verdict" else "left")
+    for p in result.predictions:
+        if p.efficiency is None:
+            table.add_row(str(p.nodes), "-", "-", f"{p.verdict}: {p.why}", "-")
+            continue
+        step = "-" if p.step_time_s is None else f"{p.step_time_s * 1000:,.1f} ms"
+        low, high = p.efficiency_low or 0.0, p.efficiency_high or 0.0
+        cost = "-"
+        if p.cost is not None:
+            cost = f"{p.cost.node_hours:.3f} node-h"
+            if p.cost.usd is not None:
+                cost = f"${p.cost.usd:,.2f} ({cost})"
+        table.add_row(
+            str(p.nodes),
+            step,
+            f"{p.efficiency:.0%} ({low:.0%}-{high:.0%})",
+            p.verdict,
+            cost,
+        )
+    out.print(table)
+    out.print(f"price: {result.price or 'no price: pass --price-per-node-hour USD to cost it'}")
+    for line in result.assumptions:
+        out.print(f"assumed: {line}", soft_wrap=True)

@@ -1,0 +1,239 @@
+"""What `dtrun predict` predicts from: a description of results measured elsewhere (`--from
+FILE`, YAML or JSON, the format of docs/prediction.md "From a description"), or a run directory.
+
+The description is checked against a JSON Schema (jsonschema), so that a wrong field is named
+by its place in the file with what it should be; nothing is guessed for a missing field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.errors import UsageError
+from runner.spec.request import ScalingMode
+
+# All-reduces of the whole gradient per step, by strategy (runner/report/metrics.py's, with
+# Horovod's ring all-reduce as DDP's; docs/your-training.md "How much a step synchronises").
+STRATEGIES = {"ddp": 1.0, "horovod": 1.0, "zero1": 1.0, "zero2": 1.0, "zero3": 1.5, "fsdp": 1.5}
+
+_POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["procs_per_node", "mode", "points"],
+    "properties": {
+        "procs_per_node": {"type": "integer", "minimum": 1},
+        "mode": {"enum": [mode.value for mode in ScalingMode]},
+        "strategy": {"enum": sorted(STRATEGIES)},
+        "parameters": _POSITIVE,
+        "gradient_bytes_per_parameter": _POSITIVE,
+        "busbw_gbs": _POSITIVE,
+        "busbw_intra_node_gbs": _POSITIVE,
+        # what a step processes, in the throughput's unit: lets step times and throughputs mix
+        "batch_per_process": _POSITIVE,  # weak scaling: each process's, at every node count
+        "global_batch": _POSITIVE,  # strong scaling: all processes' together, fixed
+        "points": {
+            "type": "array",
+            "minItems": 2,
+            "items": {
+                "type": "object",
+                "required": ["nodes"],
+                "properties": {
+                    "nodes": {"type": "integer", "minimum": 1},
+                    "step_time_s": _POSITIVE,
+                    "throughput": _POSITIVE,
+                },
+                # a step time or a throughput, not both
+                "oneOf": [{"required": ["step_time_s"]}, {"required": ["throughput"]}],
+            },
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    nodes: int
+    step_time_s: float | None
+    throughput: float | None  # global: every rank's together
+
+
+@dataclass(frozen=True)
+class Description:
+    """Measured results as `dtrun predict` reads them, from a file or a run directory."""
+
+    source: str  # where they come from, for the messages
+    procs_per_node: int
+    mode: ScalingMode
+    points: tuple[Point, ...]  # by node count, two or more
+    strategy: str | None = None
+    parameters: float | None = None
+    gradient_bytes_per_parameter: float | None = None
+    busbw_gbs: float | None = None
+    busbw_intra_node_gbs: float | None = None
+    batch_per_process: float | None = None
+    global_batch: float | None = None
+
+    @property
+    def absolute(self) -> bool:
+        """Every point has a step time in seconds (else the model works in ratios)."""
+        return all(p.step_time_s is not None for p in self.points)
+
+    def steps(self) -> list[tuple[int, float]]:
+        """(nodes, step time) of each point: seconds where every point has one, or where the
+        batch turns throughputs into step times; else from throughput X: weak scaling's N/X,
+        strong scaling's 1/X (the ratios are the step times', which is all the model needs)."""
+        if self.absolute:
+            return [(p.nodes, float(p.step_time_s or 0)) for p in self.points]
+        batch = self._batch()
+        out = []
+        for p in self.points:
+            if p.step_time_s is not None:
+                if batch is None:  # mixed: the step time's own throughput is not known
+                    raise UsageError(
+                        f"{self.source}: points: the one at {p.nodes} node(s) gives a step time "
+                        "and another a throughput",
+                        why="a step time and a throughput compare only through the batch",
+                        fix="give every point a step_time_s, or every point a throughput, or "
+                        "the batch (batch_per_process for weak scaling, global_batch for strong)",
+                    )
+                out.append((p.nodes, p.step_time_s))
+                continue
+            throughput = float(p.throughput or 0)
+            if batch is not None:  # units per step / units per second: seconds
+                per_step = batch * p.nodes * self.procs_per_node if self.weak else batch
+                out.append((p.nodes, per_step / throughput))
+            else:
+                out.append((p.nodes, (p.nodes if self.weak else 1) / throughput))
+        return out
+
+    @property
+    def weak(self) -> bool:
+        return self.mode is ScalingMode.WEAK
+
+    def _batch(self) -> float | None:
+        return self.batch_per_process if self.weak else self.global_batch
+
+    @property
+    def seconds(self) -> bool:
+        """The step times are in seconds (else only their ratios are known)."""
+        return self.absolute or self._batch() is not None
+
+    @property
+    def gradient_bytes(self) -> float | None:
+        """One step's all-reduced bytes: parameters x bytes each x all-reduces per step."""
+        if self.parameters is None or self.gradient_bytes_per_parameter is None:
+            return None
+        return (
+            self.parameters * self.gradient_bytes_per_parameter
+            * STRATEGIES.get(self.strategy or "ddp", 1.0)
+        )  # fmt: skip
+
+
+def _where(error: Any) -> str:
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    return path.lstrip(".") or "the top level"
+
+
+def description(data: Any, source: str) -> Description:
+    """``data`` (a parsed description) checked and read; UsageError (exit 2) naming the first
+    field that is wrong and what it should be."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        error = errors[0]
+        what = error.message
+        if error.validator == "oneOf":
+            what = "it needs step_time_s or throughput, one of them, not both"
+        raise UsageError(
+            f"{source}: {_where(error)}: {what}",
+            why="a description of measured results needs procs_per_node, mode and two or more "
+            "points, each with nodes and step_time_s or throughput",
+            fix='see docs/prediction.md "From a description" for the format',
+        )
+    assert isinstance(data, Mapping)  # the schema says an object
+    points = sorted(
+        (Point(int(p["nodes"]), p.get("step_time_s"), p.get("throughput")) for p in data["points"]),
+        key=lambda p: p.nodes,
+    )
+    counts = [p.nodes for p in points]
+    if len(set(counts)) != len(counts):
+        raise UsageError(
+            f"{source}: points: a node count is given twice ({counts})",
+            fix="give each node count once (the median of its launches)",
+        )
+    numbers = [(f"points (at {p.nodes} node(s))", p.step_time_s or p.throughput) for p in points]
+    numbers += [(key, value) for key, value in data.items() if isinstance(value, float)]
+    for where, value in numbers:
+        if value is not None and not math.isfinite(value):
+            raise UsageError(
+                f"{source}: {where}: {value} is not a finite number", fix="give a finite number"
+            )
+    return Description(
+        source=source,
+        procs_per_node=int(data["procs_per_node"]),
+        mode=ScalingMode(data["mode"]),
+        points=tuple(points),
+        strategy=data.get("strategy"),
+        parameters=data.get("parameters"),
+        gradient_bytes_per_parameter=data.get("gradient_bytes_per_parameter"),
+        busbw_gbs=data.get("busbw_gbs"),
+        busbw_intra_node_gbs=data.get("busbw_intra_node_gbs"),
+        batch_per_process=data.get("batch_per_process"),
+        global_batch=data.get("global_batch"),
+    )
+
+
+MAX_FILE = 1024 * 1024  # a description is a few lines; more is not one
+
+# YAML 1.2's floats: PyYAML implements YAML 1.1, where `1.3e9` (no sign in the exponent) and
+# `1e9` (no dot) are strings. docs/prediction.md's format writes them as people do.
+_FLOAT_1_2 = r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF)|[-+]\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"""
+
+
+def yaml_loader() -> Any:
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {
+        key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
+        for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float", re.compile(_FLOAT_1_2, re.X), list("-+0123456789.")
+    )
+    return Loader
+
+
+def read_description(path: Path) -> Description:
+    """A description file, YAML (JSON is YAML too): UsageError for a file that is missing, not
+    a regular file, too large or not YAML."""
+    import yaml
+
+    try:
+        if not path.is_file():
+            raise UsageError(
+                f"--from {path}: {'no such file' if not path.exists() else 'not a regular file'}",
+                fix="pass the YAML or JSON file that describes your measured results",
+            )
+        if path.stat().st_size > MAX_FILE:
+            raise UsageError(f"--from {path}: larger than {MAX_FILE:,} bytes: not a description")
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=yaml_loader())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--from {path}: cannot be read", why=str(exc)) from None
+    except yaml.YAMLError as exc:
+        raise UsageError(
+            f"--from {path}: not YAML or JSON", why=str(exc).replace("\n", " ")
+        ) from None
+    return description(data, str(path))

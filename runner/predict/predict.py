@@ -1,0 +1,215 @@
+"""`dtrun predict`: a Description (runner/predict/inputs.py) and node counts -> each node count's
+predicted step time, throughput, efficiency with its range, the verdict it expects against the
+target, what running it would cost, and every assumption made (docs/prediction.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from runner.errors import UsageError
+from runner.predict.inputs import STRATEGIES, Description
+from runner.predict.model import (
+    Comm,
+    Forecast,
+    Measured,
+    Setting,
+    forecast,
+)
+from runner.spec.request import ScalingMode
+
+PREDICT_SCHEMA = "dtrun.predict/1"
+# How the model did on the published results of docs/prediction.md: within 5 points of the
+# measured efficiency in this many, of this many (tests/test_prediction_replay.py holds it)
+CHECKED_WITHIN_5, CHECKED_OF = 13, 21
+CANNOT_TELL = "cannot tell"
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What running a predicted point would cost: the largest measured point's launches again
+    (as many, each as long, with the predicted step time in place of the measured one)."""
+
+    launches: int
+    launch_s: float  # each launch
+    node_hours: float
+    usd: float | None  # None: no price
+
+
+@dataclass(frozen=True)
+class PredictedPoint:
+    nodes: int
+    step_time_s: float | None  # None where the points were throughputs only
+    throughput: float | None  # in the points' unit; None where they were step times only
+    efficiency: float | None
+    efficiency_low: float | None
+    efficiency_high: float | None
+    verdict: str  # scales / loses / cannot tell
+    why: str
+    cost: Cost | None = None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    source: str
+    mode: str
+    target_efficiency: float
+    measured: tuple[tuple[int, float], ...]  # (nodes, efficiency) the prediction starts from
+    predictions: tuple[PredictedPoint, ...]
+    assumptions: tuple[str, ...]
+    price: str | None  # "$98.32 a node-hour (catalog list price ...)"; None: no price
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["schema"] = PREDICT_SCHEMA
+        data["measured"] = [{"nodes": n, "efficiency": e} for n, e in self.measured]
+        return data
+
+
+@dataclass(frozen=True)
+class Launches:
+    """The largest measured point's launches, to cost a predicted point by."""
+
+    count: int
+    each_s: float  # mean wall time of one
+    steps: int  # timed steps of one (start-up is the rest)
+
+
+def _verdict(target: float, low: float, high: float) -> tuple[str, str]:
+    if low >= target:
+        return "scales", f"the whole range {low:.0%}-{high:.0%} is at or above {target:.0%}"
+    if high < target:
+        return "loses", f"the whole range {low:.0%}-{high:.0%} is below {target:.0%}"
+    return CANNOT_TELL, f"the range {low:.0%}-{high:.0%} straddles the {target:.0%} target"
+
+
+def _comm(desc: Description, assumptions: list[str]) -> Comm | None:
+    gradient = desc.gradient_bytes
+    if gradient is None or desc.busbw_gbs is None:
+        missing = [
+            name
+            for name, value in (
+                ("parameters", desc.parameters),
+                ("gradient_bytes_per_parameter", desc.gradient_bytes_per_parameter),
+                ("busbw_gbs", desc.busbw_gbs),
+            )
+            if value is None
+        ]
+        assumptions.append(
+            f"no {', '.join(missing)}: the all-reduce's share of the step to the network is not "
+            "bounded by its bytes"
+        )
+        return None
+    strategy = desc.strategy or "ddp"
+    assumptions.append(
+        f"gradient sync: {STRATEGIES.get(strategy, 1.0):g} all-reduce(s) of "
+        f"{gradient / STRATEGIES.get(strategy, 1.0) / 1e9:.3g} GB per step ({strategy}) at "
+        f"{desc.busbw_gbs:g} GB/s busbw across nodes"
+        + (f", {desc.busbw_intra_node_gbs:g} GB/s within one" if desc.busbw_intra_node_gbs else "")
+    )
+    return Comm(gradient, desc.busbw_gbs, desc.busbw_intra_node_gbs)
+
+
+def predict(
+    desc: Description,
+    nodes: Sequence[int],
+    target: float,
+    *,
+    price: tuple[float, str] | None = None,
+    launches: Launches | None = None,
+) -> Prediction:
+    """The prediction for each of ``nodes`` above the largest measured node count."""
+    measured_nodes = [p.nodes for p in desc.points]
+    largest = measured_nodes[-1]
+    below = [n for n in nodes if n <= largest]
+    if below:
+        raise UsageError(
+            f"--nodes {','.join(map(str, below))}: already measured or below the largest "
+            f"measured node count ({largest})",
+            why="dtrun predict forecasts node counts larger than the ones measured",
+            fix=f"pass node counts above {largest}, e.g. --nodes {largest * 2},{largest * 4}",
+        )
+    steps = desc.steps()
+    points = [Measured(n, t) for n, t in steps]
+    assumptions = [
+        f"{desc.mode.value} scaling with {desc.procs_per_node} process(es) per node, "
+        "synchronous data parallelism: every step waits for the slowest rank",
+        f"from the two largest measured node counts ({points[-2].nodes} and "
+        f"{points[-1].nodes}): the growth of the step between them is overhead; the share of "
+        "it that keeps growing follows the expected slowest of R ranks (Blom's normal order "
+        "statistic)",
+    ]
+    assumptions.append(
+        "all of that growth keeps growing, as measured; the range runs from none of it (the "
+        "efficiency stays where the larger point put it) to twice it"
+        + (
+            ", and from one node to several part of it is the one-time step to the network"
+            if points[-2].nodes == 1
+            else ""
+        )
+    )
+    assumptions.append(
+        "the network's busbw per rank holds at larger node counts (a non-blocking fabric); "
+        "a tapered or shared fabric does worse"
+    )
+    comm = _comm(desc, assumptions)
+    setting = Setting(desc.procs_per_node, desc.mode, desc.seconds, comm)
+    base = points[0]
+    measured = tuple((p.nodes, _eff(desc.mode, base, p)) for p in points)
+    out = []
+    for fc in forecast(points, nodes, setting):
+        out.append(_point(desc, fc, target, price, launches, points[-1]))
+    return Prediction(
+        source=desc.source,
+        mode=desc.mode.value,
+        target_efficiency=target,
+        measured=measured,
+        predictions=tuple(out),
+        assumptions=tuple(assumptions),
+        price=None if price is None else f"${price[0]:g} a node-hour ({price[1]})",
+    )
+
+
+def _eff(mode: ScalingMode, base: Measured, point: Measured) -> float:
+    if mode is ScalingMode.WEAK:
+        return base.step / point.step
+    return base.nodes * base.step / (point.nodes * point.step)
+
+
+def _point(
+    desc: Description,
+    fc: Forecast,
+    target: float,
+    price: tuple[float, str] | None,
+    launches: Launches | None,
+    last: Measured,
+) -> PredictedPoint:
+    if fc.step is None or fc.efficiency_low is None or fc.efficiency_high is None:
+        return PredictedPoint(
+            fc.nodes, None, None, None, None, None, CANNOT_TELL, fc.why_not or "no prediction"
+        )
+    verdict, why = _verdict(target, fc.efficiency_low, fc.efficiency_high)
+    throughput = None
+    if not desc.seconds:  # back to the points' unit: weak X = N/T, strong X = 1/T
+        throughput = (fc.nodes if desc.weak else 1) / fc.step
+    elif desc.batch_per_process or desc.global_batch:
+        batch = desc.batch_per_process if desc.weak else desc.global_batch
+        per_step = float(batch or 0) * (fc.nodes * desc.procs_per_node if desc.weak else 1)
+        throughput = per_step / fc.step
+    cost = None
+    if launches is not None and desc.seconds:
+        each = launches.each_s + launches.steps * (fc.step - last.step)
+        hours = fc.nodes * launches.count * each / 3600
+        cost = Cost(launches.count, each, hours, None if price is None else hours * price[0])
+    return PredictedPoint(
+        nodes=fc.nodes,
+        step_time_s=fc.step if desc.seconds else None,
+        throughput=throughput,
+        efficiency=fc.efficiency,
+        efficiency_low=fc.efficiency_low,
+        efficiency_high=fc.efficiency_high,
+        verdict=verdict,
+        why=why,
+        cost=cost,
+    )

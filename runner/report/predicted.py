@@ -1,0 +1,116 @@
+"""A run directory as `dtrun predict` reads it: its scaling rows as measured points, the busbw
+its probe measured (or the size's from the catalog, or --busbw), its gradient bytes and
+strategy, its price and its largest point's launches (docs/prediction.md "From a run"); and the
+report's "Next node counts", the prediction at 2x and 4x its largest node count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from runner.azure.catalog import expected_busbw
+from runner.errors import DtrunError, UsageError
+from runner.predict.inputs import STRATEGIES, Description, Point
+from runner.predict.predict import Launches, Prediction, predict
+
+if TYPE_CHECKING:
+    from runner.report.build import Report
+    from runner.report.metrics import ScalingRow
+
+DEFAULT_TARGET = 0.9
+
+
+@dataclass(frozen=True)
+class FromRun:
+    description: Description
+    launches: Launches | None
+    price: tuple[float, str] | None  # the run's recorded price, if any
+    said: tuple[str, ...]  # where the busbw came from
+
+
+def from_report(report: Report, *, size: str | None, busbw: float | None) -> FromRun:
+    """The run's measured points; ``size`` or ``busbw`` (the options) in place of the run's."""
+    source = str(report.run_dir.path)
+    if report.workload == "allreduce":
+        raise UsageError(
+            f"{source} is an all-reduce sweep: it has no training step to predict",
+            fix="predict from a training sweep (dtrun bench, or dtrun bench -- PROGRAM)",
+        )
+    rows = [row for row in report.rows if row.step_time_p50 > 0]
+    if len(rows) < 2:
+        raise UsageError(
+            f"{source} has {len(rows)} measured node count(s); a prediction needs two or more",
+            fix="run the sweep at two node counts at least, e.g. dtrun bench --nodes 1,2",
+        )
+    ppn = rows[0].world_size // rows[0].nodes
+    inter, said = _busbw(report, rows, ppn, size, busbw)
+    one = next((row for row in rows if row.nodes == 1 and row.busbw), None)
+    intra = None if one is None else one.busbw
+    gradient = next((row.gradient_bytes for row in rows if row.gradient_bytes), None)
+    strategy = rows[-1].strategy if rows[-1].strategy in STRATEGIES else None
+    description = Description(
+        source=source,
+        procs_per_node=ppn,
+        mode=report.mode,
+        points=tuple(Point(row.nodes, row.step_time_p50, None) for row in rows),
+        strategy=strategy,
+        parameters=None if gradient is None else float(gradient),
+        gradient_bytes_per_parameter=None if gradient is None else 1.0,
+        busbw_gbs=inter,
+        busbw_intra_node_gbs=intra,
+    )
+    launches = None
+    cost = report.cost
+    last = rows[-1]
+    if cost is not None:
+        point = next((p for p in cost.points if p.nodes == last.nodes), None)
+        if point is not None and point.launches:
+            launches = Launches(point.launches, point.launch_s / point.launches, last.steps_n)
+    price = None
+    if cost is not None and cost.usd_per_node_hour is not None:
+        price = (cost.usd_per_node_hour, cost.price_source or "recorded")
+    return FromRun(description, launches, price, said)
+
+
+def _busbw(
+    report: Report, rows: list[ScalingRow], ppn: int, size: str | None, busbw: float | None
+) -> tuple[float | None, tuple[str, ...]]:
+    """The busbw across nodes: --busbw, else --size's from the catalog, else the probe's at the
+    largest node count, else the run's size's from the catalog; and where it came from."""
+    if busbw is not None:
+        return busbw, (f"busbw {busbw:g} GB/s across nodes (--busbw)",)
+    catalog = expected_busbw(size or report.manifest["inventory"].get("size"), 2, ppn)
+    middle = None if catalog is None else (catalog.low + catalog.high) / 2
+    if size is not None and catalog is not None:
+        return middle, (f"busbw {middle:g} GB/s across nodes: {size}'s ({catalog.source})",)
+    measured = [row for row in rows if row.nodes > 1 and row.busbw]
+    if measured:
+        value = measured[-1].busbw
+        return value, (
+            f"busbw {value:g} GB/s across nodes, as the probe measured it at "
+            f"{measured[-1].nodes} nodes",
+        )
+    if catalog is not None:
+        return middle, (f"busbw {middle:g} GB/s across nodes, the catalog's ({catalog.source})",)
+    return None, ("no busbw across nodes: no probe measured it and the catalog has no size",)
+
+
+def next_counts(report: Report) -> Prediction | None:
+    """The report's "Next node counts": 2x and 4x the largest measured node count, from the
+    sweep's own points; None for an all-reduce sweep or fewer than two measured node counts."""
+    if report.workload == "allreduce" or len([r for r in report.rows if r.step_time_p50]) < 2:
+        return None
+    largest = report.rows[-1].nodes
+    target = float(report.manifest["bench"].get("target_efficiency", DEFAULT_TARGET))
+    try:
+        found = from_report(report, size=None, busbw=None)
+        result = predict(
+            found.description,
+            (2 * largest, 4 * largest),
+            target,
+            price=found.price,
+            launches=found.launches,
+        )
+    except DtrunError:  # pragma: no cover - the rows were checked above
+        return None
+    return replace(result, assumptions=(*found.said, *result.assumptions))

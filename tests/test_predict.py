@@ -1,0 +1,264 @@
+"""`dtrun predict` (issue 26): its description format, its model, its command (runner/predict/,
+runner/cli/predict.py, docs/prediction.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from runner.cli.app import app
+from runner.errors import UsageError
+from runner.predict.inputs import description, read_description
+from runner.predict.model import Measured, Setting, expected_max, forecast
+from runner.predict.predict import predict
+from runner.spec.request import ScalingMode
+
+ISSUE_EXAMPLE = """\
+procs_per_node: 8            # GPUs (ranks) per node
+mode: weak                   # weak | strong
+strategy: ddp                # ddp | fsdp | zero1 | zero2 | zero3 | horovod
+parameters: 1.3e9            # trainable parameters
+gradient_bytes_per_parameter: 4   # 4 for fp32 gradients, 2 for bf16/fp16
+busbw_gbs: 180               # optional: all-reduce busbw across nodes, GB/s (nccl-tests)
+busbw_intra_node_gbs: 450    # optional: within one node
+batch_per_process: 128
+points:                      # two or more measured node counts
+  - {nodes: 1, step_time_s: 0.52}
+  - {nodes: 2, throughput: 3850}   # either a step time or a (global) throughput
+"""
+
+
+def dtrun(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def described(**change: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "procs_per_node": 8,
+        "mode": "weak",
+        "points": [{"nodes": 1, "step_time_s": 1.0}, {"nodes": 2, "step_time_s": 1.05}],
+    }
+    return data | change
+
+
+def test_the_issue_s_example_reads_with_yaml_1_2_floats(tmp_path: Path):
+    path = tmp_path / "measured.yaml"
+    path.write_text(ISSUE_EXAMPLE)
+    desc = read_description(path)
+    assert desc.parameters == 1.3e9  # PyYAML alone reads 1.3e9 as a string
+    assert desc.gradient_bytes == pytest.approx(5.2e9)
+    # 128 x 2 x 8 sequences per step at 3,850/s: the 2-node step is 0.532 s
+    assert desc.steps() == [(1, 0.52), (2, pytest.approx(2048 / 3850))]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"mode": "sideways"}, "mode: 'sideways' is not one of ['weak', 'strong']"),
+        ({"procs_per_node": 0}, "procs_per_node: 0 is less than the minimum of 1"),
+        ({"points": [{"nodes": 1, "step_time_s": 1.0}]}, "points: [{'nodes': 1, "),
+        (
+            {
+                "points": [
+                    {"nodes": 1, "step_time_s": 1.0, "throughput": 5},
+                    {"nodes": 2, "throughput": 9},
+                ]
+            },
+            "points[0]: it needs step_time_s or throughput, one of them, not both",
+        ),
+        ({"points": [{"nodes": 1}, {"nodes": 2, "throughput": 9}]}, "points[0]: it needs"),
+        ({"strategy": "zero4"}, "strategy: 'zero4' is not one of"),
+        ({"busbw_gbs": -1}, "busbw_gbs: -1 is less than or equal to the minimum of 0"),
+    ],
+)
+def test_a_wrong_field_is_named_by_its_place_with_what_it_should_be(change, said):
+    with pytest.raises(UsageError) as refused:
+        description(described(**change), "m.yaml")
+    assert refused.value.exit_code == 2
+    assert said in refused.value.message
+    assert "docs/prediction.md" in refused.value.message
+
+
+def test_a_missing_field_is_named_never_guessed():
+    data = described()
+    del data["mode"]
+    with pytest.raises(UsageError, match="the top level: 'mode' is a required property"):
+        description(data, "m.yaml")
+
+
+def test_step_times_and_throughputs_mix_only_through_the_batch():
+    mixed = described(points=[{"nodes": 1, "step_time_s": 0.5}, {"nodes": 2, "throughput": 90}])
+    with pytest.raises(UsageError, match="compare only through the batch"):
+        description(mixed, "m.yaml").steps()
+    strong = description({**mixed, "mode": "strong", "global_batch": 64}, "m.yaml")
+    assert strong.steps() == [(1, 0.5), (2, pytest.approx(64 / 90))]
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [("points: [", "not YAML or JSON"), ("- 1\n- 2\n", "the top level: [1, 2] is not of type")],
+)
+def test_a_file_that_is_no_description_is_refused(tmp_path: Path, text, said):
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    with pytest.raises(UsageError) as refused:
+        read_description(path)
+    assert said in refused.value.message
+
+
+def test_a_missing_file_is_named(tmp_path: Path):
+    with pytest.raises(UsageError, match="no such file"):
+        read_description(tmp_path / "nope.yaml")
+
+
+def test_the_expected_slowest_rank_grows_with_the_ranks():
+    assert expected_max(1) == 0.0
+    assert expected_max(2) == pytest.approx(0.564, rel=0.05)  # exact: 1/sqrt(pi)
+    assert 1.7 < expected_max(16) < expected_max(64) < expected_max(512) < 3.1  # 1.77, 3.04
+
+
+def test_weak_scaling_extrapolates_the_measured_growth_along_the_slowest_rank():
+    # 1 -> 2 nodes of 8: the step grew 5%; at 8 nodes it grows by the expected maximum's
+    # rise from 16 to 64 ranks over its rise from 8 to 16
+    setting = Setting(8, ScalingMode.WEAK, absolute=True)
+    [fc] = forecast([Measured(1, 1.0), Measured(2, 1.05)], [8], setting)
+    rise = (expected_max(64) - expected_max(16)) / (expected_max(16) - expected_max(8))
+    assert fc.step == pytest.approx(1.05 + 0.05 * rise)
+    assert fc.step is not None and fc.efficiency == pytest.approx(1 / fc.step)
+    assert fc.efficiency_high == pytest.approx(1 / 1.05)  # none of it keeps growing
+    assert fc.efficiency_low == pytest.approx(1 / (1.05 + 0.1 * rise))  # twice it
+
+
+def test_a_faster_than_linear_pair_predicts_the_larger_point_s_efficiency_at_most_100():
+    setting = Setting(8, ScalingMode.WEAK, absolute=True)
+    [fc] = forecast([Measured(1, 1.0), Measured(2, 0.98)], [8], setting)
+    assert (fc.efficiency, fc.efficiency_low, fc.efficiency_high) == (1.0, 1.0, 1.0)
+
+
+def test_strong_scaling_puts_the_steps_on_the_smallest_point_s_footing():
+    # 1 node at 1.0 s, 2 nodes at 0.525 s: 1.05 s of the smallest point's work per step
+    strong = Setting(8, ScalingMode.STRONG, absolute=True)
+    weak = Setting(8, ScalingMode.WEAK, absolute=True)
+    [s8] = forecast([Measured(1, 1.0), Measured(2, 0.525)], [8], strong)
+    [w8] = forecast([Measured(1, 1.0), Measured(2, 1.05)], [8], weak)
+    assert s8.efficiency == pytest.approx(w8.efficiency)
+    assert s8.step is not None and w8.step is not None
+    assert s8.step == pytest.approx(w8.step / 8)
+
+
+def test_the_bytes_and_busbw_narrow_the_range_to_what_the_network_step_cannot_explain():
+    # 5.2 GB at 180 GB/s across nodes and 450 within one: 54 ms against 20 ms; a growth of
+    # 60 ms leaves at least 26 ms that the step to the network cannot explain
+    points = [{"nodes": 1, "step_time_s": 0.5}, {"nodes": 2, "step_time_s": 0.56}]
+    data = described(parameters=1.3e9, gradient_bytes_per_parameter=4, busbw_gbs=180,
+                     busbw_intra_node_gbs=450, points=points)  # fmt: skip
+    bounded = predict(description(data, "m"), [8], 0.9).predictions[0]
+    free = predict(description(described(points=data["points"]), "m"), [8], 0.9).predictions[0]
+    assert bounded.efficiency == pytest.approx(free.efficiency)
+    assert bounded.efficiency_high is not None and free.efficiency_high is not None
+    assert bounded.efficiency_high < free.efficiency_high
+
+
+@pytest.mark.parametrize(
+    ("points", "verdict"),
+    [
+        ([{"nodes": 1, "step_time_s": 1.0}, {"nodes": 2, "step_time_s": 1.005}], "scales"),
+        ([{"nodes": 1, "step_time_s": 1.0}, {"nodes": 2, "step_time_s": 1.2}], "loses"),
+        ([{"nodes": 1, "step_time_s": 1.0}, {"nodes": 2, "step_time_s": 1.08}], "cannot tell"),
+    ],
+)
+def test_the_verdict_is_the_range_s_against_the_target(points, verdict):
+    [point] = predict(description(described(points=points), "m"), [16], 0.9).predictions
+    assert point.verdict == verdict
+
+
+def test_node_counts_already_measured_are_refused():
+    with pytest.raises(UsageError, match="already measured or below"):
+        predict(description(described(), "m"), [2, 8], 0.9)
+
+
+def test_predict_from_a_file_prints_json_with_every_assumption(tmp_path: Path):
+    path = tmp_path / "measured.yaml"
+    path.write_text(ISSUE_EXAMPLE)
+    done = dtrun("predict", "--from", str(path), "--nodes", "8,16", "--json",
+                 "--price-per-node-hour", "98.32")  # fmt: skip
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout[done.stdout.index("{") :])
+    assert data["schema"] == "dtrun.predict/1"
+    assert [p["nodes"] for p in data["predictions"]] == [8, 16]
+    first = data["predictions"][0]
+    assert first["efficiency_low"] <= first["efficiency"] <= first["efficiency_high"]
+    assert first["verdict"] in ("scales", "loses", "cannot tell")
+    assert any("5.2 GB per step (ddp) at 180 GB/s" in line for line in data["assumptions"])
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--nodes", "8"), "needs a run directory or --from FILE"),
+        (("--from", "m.yaml"), "--nodes is needed"),
+        (("--from", "m.yaml", "--nodes", "8,x"), "is not a list of node counts"),
+        (("--from", "m.yaml", "--nodes", "0"), "--nodes needs node counts of at least 1"),
+        (("--from", "m.yaml", "--nodes", "8", "--busbw", "nan"), "--busbw must be above 0"),
+        (("--from", "m.yaml", "--nodes", "8", "--target-efficiency", "2"), "a fraction above 0"),
+        (("--from", "m.yaml", "--nodes", "8", "--size", "Standard_NOPE"), "Standard_NOPE"),
+    ],
+)
+def test_bad_options_are_one_message_and_exit_2(tmp_path: Path, monkeypatch, args, said):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.yaml").write_text(ISSUE_EXAMPLE)
+    done = dtrun("predict", *args)
+    assert done.exit_code == 2, done.output
+    assert said in done.output
+    assert "Traceback" not in done.output
+
+
+def test_a_run_s_report_says_what_2x_and_4x_its_largest_node_count_would_give(
+    tmp_path: Path, fixed_inventory
+):
+    from runner.azure.prices import Price
+    from runner.report.build import build_report
+    from runner.spec.request import BenchSpec
+    from tests.factories import fake_run_dir
+
+    bench = BenchSpec(run_id="r", node_counts=(1, 2), repeat=2)
+    run = fake_run_dir(
+        tmp_path / "r", bench, fixed_inventory, {}, busbw={2: 40.0},
+        step_times={1: [[0.1] * 10] * 2, 2: [[0.105] * 10] * 2},
+        price=Price(10.0, "--price-per-node-hour"), launch_wall_s={1: 20.0, 2: 30.0},
+    )  # fmt: skip
+    report = build_report(run)
+    assert report.next_counts is not None
+    four, eight = report.next_counts.predictions
+    assert (four.nodes, eight.nodes) == (4, 8)
+    assert eight.step_time_s is not None and four.step_time_s is not None
+    assert 0.105 < four.step_time_s < eight.step_time_s  # the growth goes on
+    # the 2-node point's 2 launches of 30 s, each 10 steps longer by the predicted difference
+    assert four.cost is not None and four.cost.launches == 2
+    assert four.cost.launch_s == pytest.approx(30 + 10 * (four.step_time_s - 0.105))
+    assert four.cost.usd == pytest.approx(4 * 2 * four.cost.launch_s / 3600 * 10)
+    text = run.report.read_text()
+    assert "## Next node counts" in text and "| 8 |" in text
+    summary = json.loads(run.summary.read_text())
+    assert [p["nodes"] for p in summary["next_node_counts"]["predictions"]] == [4, 8]
+    # and `dtrun predict` on the run directory gives the same for any node count
+    done = dtrun("predict", str(run.path), "--nodes", "4,16", "--json")
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout[done.stdout.index("{") :])
+    assert data["predictions"][0]["efficiency"] == pytest.approx(four.efficiency)
+    assert any("as the probe measured it at 2 nodes" in a for a in data["assumptions"])
+
+
+def test_predict_refuses_a_run_with_one_node_count(tmp_path: Path, fixed_inventory):
+    from runner.spec.request import BenchSpec
+    from tests.factories import fake_run_dir
+
+    run = fake_run_dir(tmp_path / "r", BenchSpec(run_id="r", node_counts=(1,)), fixed_inventory,
+                       {}, step_times={1: [[0.1] * 10]})  # fmt: skip
+    done = dtrun("predict", str(run.path), "--nodes", "4")
+    assert done.exit_code == 2
+    assert "has 1 measured node count(s); a prediction needs two or more" in done.output
