@@ -47,7 +47,7 @@ class Scored:
 
 def efficiency(base: dict[str, Any], point: dict[str, Any]) -> float:
     """X(N)/N over X(N0)/N0, weak and strong alike (the table gives throughputs)."""
-    return (point["throughput"] / point["nodes"]) / (base["throughput"] / base["nodes"])
+    return float(point["throughput"] / point["nodes"]) / float(base["throughput"] / base["nodes"])
 
 
 def replay() -> list[Scored]:
