@@ -253,6 +253,19 @@ def test_a_run_s_report_says_what_2x_and_4x_its_largest_node_count_would_give(
     assert any("as the probe measured it at 2 nodes" in a for a in data["assumptions"])
 
 
+def test_a_prediction_from_the_embedded_cluster_says_whose_growth_it_is(tmp_path: Path):
+    from runner.cluster.embedded import local_cluster
+    from runner.spec.request import BenchSpec
+    from tests.factories import fake_run_dir
+
+    embedded = local_cluster(2, python_bin="/v/bin", code_dir="/c", cpu_count=4)
+    run = fake_run_dir(tmp_path / "r", BenchSpec(run_id="r"), embedded, {},
+                       step_times={1: [[0.1] * 10], 2: [[0.11] * 10]})  # fmt: skip
+    done = dtrun("predict", str(run.path), "--nodes", "4")
+    assert done.exit_code == 0, done.output
+    assert "measured on the embedded cluster" in done.output
+
+
 def test_predict_refuses_a_run_with_one_node_count(tmp_path: Path, fixed_inventory):
     from runner.spec.request import BenchSpec
     from tests.factories import fake_run_dir

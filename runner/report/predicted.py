@@ -44,6 +44,13 @@ def from_report(report: Report, *, size: str | None, busbw: float | None) -> Fro
         )
     ppn = rows[0].world_size // rows[0].nodes
     inter, said = _busbw(report, rows, ppn, size, busbw)
+    if report.manifest["inventory"].get("source") == "embedded":
+        said = (
+            "measured on the embedded cluster: its nodes are processes on one machine, sharing "
+            "its cores and talking over loopback, so the growth is this machine's, not a "
+            "fabric's; a real cluster's run predicts a real cluster",
+            *said,
+        )
     one = next((row for row in rows if row.nodes == 1 and row.busbw), None)
     intra = None if one is None else one.busbw
     gradient = next((row.gradient_bytes for row in rows if row.gradient_bytes), None)
