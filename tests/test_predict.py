@@ -110,6 +110,15 @@ def test_a_file_that_is_no_description_is_refused(tmp_path: Path, text, said):
     assert said in refused.value.message
 
 
+def test_a_yaml_bomb_is_refused_before_anything_walks_it(tmp_path: Path):
+    lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join([*lines, "points: *a8", "procs_per_node: 8", "mode: weak"]))
+    with pytest.raises(UsageError, match="YAML aliases"):
+        read_description(path)
+
+
 def test_a_missing_file_is_named(tmp_path: Path):
     with pytest.raises(UsageError, match="no such file"):
         read_description(tmp_path / "nope.yaml")

@@ -229,7 +229,15 @@ def read_description(path: Path) -> Description:
             )
         if path.stat().st_size > MAX_FILE:
             raise UsageError(f"--from {path}: larger than {MAX_FILE:,} bytes: not a description")
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=yaml_loader())
+        text = path.read_text(encoding="utf-8")
+        # an alias repeats a node without copying it: a few lines can stand for billions of
+        # values for the checks below to walk ("billion laughs"); the format has no use for one
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text)):
+            raise UsageError(
+                f"--from {path}: YAML aliases (*name) are not part of the format",
+                fix="write each value out in full",
+            )
+        data = yaml.load(text, Loader=yaml_loader())
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--from {path}: cannot be read", why=str(exc)) from None
     except yaml.YAMLError as exc:
