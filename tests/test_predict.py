@@ -203,6 +203,10 @@ def test_predict_from_a_file_prints_json_with_every_assumption(tmp_path: Path):
     assert first["efficiency_low"] <= first["efficiency"] <= first["efficiency_high"]
     assert first["verdict"] in ("scales", "loses", "cannot tell")
     assert any("5.2 GB per step (ddp) at 180 GB/s" in line for line in data["assumptions"])
+    # no launches in a description: 1,000 steps at the predicted step time, on 8 nodes
+    cost = first["cost"]
+    assert cost["what"] == "1,000 steps"
+    assert cost["usd"] == pytest.approx(8 * 1000 * first["step_time_s"] / 3600 * 98.32)
 
 
 @pytest.mark.parametrize(

@@ -169,6 +169,7 @@ def print_prediction(result: Prediction) -> None:
             cost = f"{p.cost.node_hours:.3f} node-h"
             if p.cost.usd is not None:
                 cost = f"${p.cost.usd:,.2f} ({cost})"
+            cost = f"{cost}, {p.cost.what}"
         table.add_row(
             str(p.nodes),
             step,

@@ -26,11 +26,16 @@ CHECKED_WITHIN_5, CHECKED_OF = 13, 21
 CANNOT_TELL = "cannot tell"
 
 
+STEPS_COSTED = 1000  # a description has no launches: its cost is of this many steps
+
+
 @dataclass(frozen=True)
 class Cost:
-    """What running a predicted point would cost: the largest measured point's launches again
-    (as many, each as long, with the predicted step time in place of the measured one)."""
+    """What running a predicted point would cost: from a run, the largest measured point's
+    launches again (as many, each as long, with the predicted step time in place of the
+    measured one); from a description, STEPS_COSTED steps at the predicted step time."""
 
+    what: str  # "2 launches like the 2-node point's" or "1,000 steps"
     launches: int
     launch_s: float  # each launch
     node_hours: float
@@ -198,10 +203,18 @@ def _point(
         per_step = float(batch or 0) * (fc.nodes * desc.procs_per_node if desc.weak else 1)
         throughput = per_step / fc.step
     cost = None
+    usd_per_node_hour = None if price is None else price[0]
     if launches is not None and desc.seconds:
         each = launches.each_s + launches.steps * (fc.step - last.step)
         hours = fc.nodes * launches.count * each / 3600
-        cost = Cost(launches.count, each, hours, None if price is None else hours * price[0])
+        what = f"{launches.count} launch(es) like the {last.nodes}-node point's"
+        usd = None if usd_per_node_hour is None else hours * usd_per_node_hour
+        cost = Cost(what, launches.count, each, hours, usd)
+    elif desc.seconds:
+        each = STEPS_COSTED * fc.step
+        hours = fc.nodes * each / 3600
+        usd = None if usd_per_node_hour is None else hours * usd_per_node_hour
+        cost = Cost(f"{STEPS_COSTED:,} steps", 1, each, hours, usd)
     return PredictedPoint(
         nodes=fc.nodes,
         step_time_s=fc.step if desc.seconds else None,
