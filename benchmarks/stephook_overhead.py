@@ -7,6 +7,11 @@ step hook (runner/workloads/stephook) first on PYTHONPATH, DTRUN_STEP_HOOK=1 and
 directory, as `dtrun bench -- PROGRAM` runs it. Both are timed by the program's own clock, so
 the figure is what the hook costs the training, not what it measures.
 
+Second, because a 2-core machine's noise hides a 1% difference: the hook's own cost per optimizer
+step, timed in a tight loop of --micro-steps SGD steps on one small parameter (nothing else in
+the step), hooked and unhooked, alternating, medians over --rounds; the hook's microseconds per
+step over the DDP program's median step give the ratio it costs that program.
+
 Runs A and B alternately (A B, then B A, ...) after one warm-up of each, takes each run's median
 step time over both ranks (the first --warmup steps left out), and prints the ratio A/B of each
 pair and their median. Target (issue 25): median ratio <= 1.01. On a shared 2-core machine the
@@ -62,11 +67,40 @@ def median_step(hooked: bool, steps: int, warmup: int, workdir: Path) -> tuple[f
     return statistics.median(times), statistics.median(cpu)
 
 
+MICRO = """
+import sys, time, torch
+p = torch.nn.Parameter(torch.zeros(4))
+p.grad = torch.ones(4)
+opt = torch.optim.SGD([p], lr=0.1)
+for _ in range(200):
+    opt.step()
+steps = int(sys.argv[1])
+start = time.perf_counter()
+for _ in range(steps):
+    opt.step()
+print((time.perf_counter() - start) / steps)
+"""
+
+
+def micro_step(hooked: bool, steps: int, workdir: Path) -> float:
+    """Seconds per optimizer step of a tiny SGD step, hooked or not (one process)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DTRUN_STEP")}
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(HOOK), str(REPO)] if hooked else [str(REPO)])
+    if hooked:
+        env |= {"DTRUN_STEP_HOOK": "1", "DTRUN_STEP_DIR": str(workdir / "micro"), "RANK": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", MICRO, str(steps)], env=env, capture_output=True, check=True
+    )
+    return float(done.stdout.decode().strip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="counted A/B pairs")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5, help="first steps of each run left out")
+    parser.add_argument("--micro-steps", type=int, default=20000, help="steps of the tight loop")
     args = parser.parse_args()
 
     import torch
@@ -100,6 +134,22 @@ def main() -> None:
             if i:
                 pairs.append((a, b))
                 cpu_pairs.append((a_cpu, b_cpu))
+        micro: list[tuple[float, float]] = []
+        for i in range(args.rounds):
+            order = (True, False) if i % 2 == 0 else (False, True)
+            got = {hooked: micro_step(hooked, args.micro_steps, Path(tmp)) for hooked in order}
+            micro.append((got[True], got[False]))
+    added = [a - b for a, b in micro]
+    step = statistics.median(b for _, b in pairs)
+    hooked_us = statistics.median(a for a, _ in micro) * 1e6
+    print(
+        f"the hook's own cost: a tiny SGD step takes {hooked_us:.1f}"
+        f" us hooked, {statistics.median(b for _, b in micro) * 1e6:.1f} us bare: "
+        f"{statistics.median(added) * 1e6:.1f} us a step added (min {min(added) * 1e6:.1f}, max "
+        f"{max(added) * 1e6:.1f}, {len(added)} pairs of {args.micro_steps} steps); against "
+        f"{PROGRAM.name}'s median bare step of {step * 1000:.1f} ms: ratio "
+        f"{1 + statistics.median(added) / step:.5f}"
+    )
     for what, counted in (("wall", pairs), ("CPU", cpu_pairs)):
         ratios = [a / b for a, b in counted]
         print(
