@@ -44,6 +44,12 @@ def from_report(report: Report, *, size: str | None, busbw: float | None) -> Fro
         )
     ppn = rows[0].world_size // rows[0].nodes
     inter, said = _busbw(report, rows, ppn, size, busbw)
+    if rows[-1].strategy == "pipeline":
+        said = (
+            "pipeline parallelism: the model is data parallelism's, and a pipeline's bubble "
+            "grows with its stages in a way it leaves out (docs/workloads.md)",
+            *said,
+        )
     if report.manifest["inventory"].get("source") == "embedded":
         said = (
             "measured on the embedded cluster: its nodes are processes on one machine, sharing "
