@@ -200,6 +200,6 @@ def test_a_verdict_stands_only_on_points_measured_quietly(
     row = json.loads(run_dir.summary.read_text())["rows"][1]
     assert row["verdict"] == verdict
     if noisy_at is not None:
-        assert "would be loses" in row["verdict_reason"]
+        assert "which would be a loss, but" in row["verdict_reason"]
         assert f"the {noisy_at}-node point was measured in noise" in row["verdict_reason"]
         assert f"**inconclusive**: {row['verdict_reason']}" in run_dir.report.read_text()
