@@ -221,3 +221,10 @@ def test_exec_s_table_keeps_the_error_whole_between_words(tables, monkeypatch):
     text = _recorded(60, tables["exec"], monkeypatch)
     words = " ".join(_cells(text)).split()
     assert {"ssh:", "127.0.0.4", "refused"} <= set(words)
+
+
+def test_sizes_wide_keeps_every_column_on_a_narrow_terminal():
+    done = CliRunner(env={"COLUMNS": "60"}).invoke(app, ["sizes", "--wide"])
+    assert done.exit_code == 0, done.output
+    header = next(line for line in done.output.splitlines() if "size" in line and "┃" in line)
+    assert "image" in header and "note" in header and "left out" not in done.output
