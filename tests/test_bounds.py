@@ -161,7 +161,7 @@ def test_a_dry_runs_size_does_not_grow_with_repeat(tmp_path):
     assert len(many) == len(once)
     # the same plan line for line; only the counts and the estimate's figures differ
     assert sum(len(line) for line in many) - sum(len(line) for line in once) < 200
-    assert "# ==== point: 2 node(s), 1000 launch(es) -> n2/r0 to n2/r999, the same scripts" in (
+    assert "# ==== point: 2 nodes, 1000 launches -> n2/r0 to n2/r999, the same scripts" in (
         "\n".join(many)
     )
 

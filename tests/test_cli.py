@@ -235,13 +235,13 @@ def test_dry_run_shows_the_whole_sweep_plan_gate_points_repeats_and_environment(
     assert result.exit_code == 0, result.output
     out = result.stdout
     # the gate checks each of the sweep's 2 nodes alone, before the sweep, as it will run
-    assert "# ==== health gate: 2 launch(es), each node alone with 2 processes at 64K" in out
+    assert "# ==== health gate: 2 launches, each node alone with 2 processes at 64K" in out
     assert "# ==== health gate launch -> health/node-0" in out
     assert "# ==== health gate launch -> health/node-1" in out
     assert out.count("-m runner.workloads.allreduce --sizes 64K") == 2
     # every point once, with its repeats and where their files will go
-    assert "# ==== point: 1 node(s), 2 launch(es) -> n1/r0 to n1/r1, the same scripts" in out
-    assert "# ==== point: 2 node(s), 2 launch(es) -> n2/r0 to n2/r1, the same scripts" in out
+    assert "# ==== point: 1 node, 2 launches -> n1/r0 to n1/r1, the same scripts" in out
+    assert "# ==== point: 2 nodes, 2 launches -> n2/r0 to n2/r1, the same scripts" in out
     # the environment the manifest will record, secrets redacted as everywhere else
     environment = out.split("# ==== environment recorded in manifest.json")[1]
     assert "OMP_NUM_THREADS=" in environment and "DB_PASSWORD=<redacted>" in environment

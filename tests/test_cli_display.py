@@ -47,7 +47,8 @@ def test_the_end_table_shows_n_the_efficiency_interval_and_the_verdict(
 ):
     import random
 
-    from runner.cli.display import print_verdicts, report_table
+    from runner.cli.display import print_verdicts, report_grid
+    from runner.cli.tables import print_grid
     from runner.report.build import analyse
     from runner.spec.request import BenchSpec
     from tests.factories import fake_run_dir
@@ -61,11 +62,11 @@ def test_the_end_table_shows_n_the_efficiency_interval_and_the_verdict(
     row = report.rows[1]
     assert row.efficiency_low is not None and row.efficiency_high is not None
     console, out = _console()
-    console.print(report_table(report))
+    print_grid(console, report_grid(report))
     text = out.getvalue()
     cell = f"{row.efficiency:.0%} ({row.efficiency_low * 100:.0f}-{row.efficiency_high * 100:.0f}%)"
     assert cell in text and "30x1" in text and "loses" in text and "baseline" in text
     assert "tokens/s, speedup and efficiency at the median step time" in text
     monkeypatch.setattr("runner.cli.display.console", lambda: console)
     print_verdicts(report)
-    assert f"2 node(s): loses: {row.verdict_reason}" in out.getvalue()
+    assert f"2 nodes: loses: {row.verdict_reason}" in out.getvalue()

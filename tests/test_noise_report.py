@@ -200,6 +200,30 @@ def test_a_verdict_stands_only_on_points_measured_quietly(
     row = json.loads(run_dir.summary.read_text())["rows"][1]
     assert row["verdict"] == verdict
     if noisy_at is not None:
-        assert "would be loses" in row["verdict_reason"]
+        assert "which would be a loss, but" in row["verdict_reason"]
         assert f"the {noisy_at}-node point was measured in noise" in row["verdict_reason"]
         assert f"**inconclusive**: {row['verdict_reason']}" in run_dir.report.read_text()
+
+
+@pytest.mark.parametrize(
+    ("two_node_s", "would"),
+    [(0.045, "which would be a loss, but the"), (0.030, "which would scale, but the")],
+)
+def test_a_verdict_made_inconclusive_by_noise_says_in_english_what_it_would_have_been(
+    tmp_path, fixed_inventory, two_node_s, would
+):
+    steps = {
+        1: [[0.030 + 0.0001 * (i % 5) for i in range(50)] for _ in range(3)],
+        2: [[two_node_s + 0.0001 * (i % 5) for i in range(50)] for _ in range(3)],
+    }
+    loud = noise_data(NODES, other_cores=0.6, probe_s=[0.03, 0.03])
+    noise = {1: [quiet(["node-0"], ())] * 3, 2: [loud] * 3}
+    run_dir = fake_run_dir(
+        tmp_path / "v", BenchSpec(run_id="v", repeat=3), fixed_inventory, {}, step_times=steps,
+        noise=noise,
+    )  # fmt: skip
+    build_report(run_dir)
+    row = json.loads(run_dir.summary.read_text())["rows"][1]
+    assert row["verdict"] == "inconclusive"
+    assert f"{would} 2-node point was measured in noise" in row["verdict_reason"]
+    assert "would be loses" not in row["verdict_reason"]

@@ -72,7 +72,7 @@ def test_exec_runs_on_every_host_and_fails_when_one_fails(sshd_cluster, tmp_path
         cwd=tmp_path,
     )  # fmt: skip
     assert failing.returncode == 1
-    assert "2 of 2 node(s) failed" in failing.stderr
+    assert "2 of 2 nodes failed" in failing.stderr
 
 
 def test_an_unknown_host_key_stops_the_command_with_the_way_to_accept_it(sshd_cluster, tmp_path):

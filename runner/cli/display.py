@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 from runner import __version__
 from runner.cli.common import console, echo, print_node_line
+from runner.cli.tables import Column, Grid, print_grid
 from runner.spec.launch import point_dir
 from runner.workloads.sizes import format_size
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
-    from rich.table import Table
 
     from runner.cluster.connect import Preview
     from runner.cluster.readiness import Waiting
@@ -43,9 +43,9 @@ def print_sweep_plan(
         echo(f"# ==== health gate: skipped: {gate}")
     else:
         echo(
-            f"# ==== health gate: {len(gate.checks)} launch(es), each node alone with "
-            f"{gate.procs_per_node} processes at {gate.size}, pass mark {gate.threshold_gbs:g} "
-            f"GB/s ({gate.threshold_source})"
+            f"# ==== health gate: {plural(len(gate.checks), 'launch')}, each node alone with "
+            f"{plural(gate.procs_per_node, 'process')} at {gate.size}, pass mark "
+            f"{gate.threshold_gbs:g} GB/s ({gate.threshold_source})"
         )
         for check in gate.checks:
             echo(f"# ==== health gate launch -> {check.workdir}")
@@ -56,7 +56,7 @@ def print_sweep_plan(
     for plan in sweep.points:
         first, last = point_dir(plan.nnodes, 0), point_dir(plan.nnodes, repeat - 1)
         dirs = first if repeat == 1 else f"{first} to {last}, the same scripts in each"
-        echo(f"# ==== point: {plan.nnodes} node(s), {repeat} launch(es) -> {dirs}")
+        echo(f"# ==== point: {plural(plan.nnodes, 'node')}, {plural(repeat, 'launch')} -> {dirs}")
         print_plan(plan, preview, str((run_dir or Path()) / first))
     echo("# ==== environment recorded in manifest.json (the largest point's)")
     for var in sweep.environment:
@@ -68,12 +68,12 @@ def print_plan(plan: LaunchPlan, preview: Preview | None = None, workdir: str = 
     ``preview``, how it starts the launch in ``workdir`` first."""
     if preview is not None:
         echo(preview.launch(plan, workdir))
-    where = f"{plan.nnodes} node(s) via {plan.launcher}, world size {plan.world_size}"
+    where = f"{plural(plan.nnodes, 'node')} via {plan.launcher}, world size {plan.world_size}"
     for launch in plan.launches:
         node = launch.node
         echo(
-            f"# ---- {plan.nnodes} node(s): {launch.script_name} on {node.name} ({node.address}) "
-            f"via {plan.launcher}, world size {plan.world_size} ----"
+            f"# ---- {plural(plan.nnodes, 'node')}: {launch.script_name} on {node.name} "
+            f"({node.address}) via {plan.launcher}, world size {plan.world_size} ----"
         )
         echo(launch.script)
     for file in plan.files:
@@ -147,14 +147,15 @@ class SweepDisplay:
     def on_start(self, plan: LaunchPlan, repeat: int) -> None:
         self.progress.update(
             self.task,
-            description=f"{plan.nnodes} node(s), {plan.world_size} processes, launch {repeat + 1}",
+            description=f"{plural(plan.nnodes, 'node')}, {plural(plan.world_size, 'process')}, "
+            f"launch {repeat + 1}",
         )
 
     def on_done(self, run: RunResult, result: Result | None) -> None:
         from runner.report.results import TrainResult
 
         self.progress.advance(self.task)
-        label = f"{run.nodes} node(s), launch {run.repeat + 1}"
+        label = f"{plural(run.nodes, 'node')}, launch {run.repeat + 1}"
         if result is None:
             self.console.print(f"[red]x[/] {label}: {run.status.value} after {run.wall_s:.1f} s")
             return
@@ -263,12 +264,12 @@ class RegistryBar:
             self.stop()
 
 
-def print_summary(sweep: Sweep) -> None:
+def print_summary(sweep: Sweep, *, wide: bool = False) -> None:
     """The sweep's table: scaling for training, bus bandwidth for all-reduce."""
     out = console()
     report = sweep.report
     if report is not None:
-        out.print(report_table(report))
+        print_grid(out, report_grid(report), wide=wide)
         print_verdicts(report)
         print_noise(report)
         out.print(f"report: {sweep.run_dir.report} (and {sweep.run_dir.html.name})")
@@ -282,40 +283,57 @@ def print_noise(report: Report) -> None:
                 console().print(f"[yellow]noise:[/] {finding}")
 
 
-def report_table(report: Report) -> Table:
-    from rich.table import Table
+# The longest proof the table shows whole; a longer one shows its answer (the words before its
+# first colon) and points at the report, which says why (docs/bench.md, "The summary table").
+PROOF_CELL_MAX = 32
 
-    table = Table(title=f"{report.workload}: {report.status}", title_justify="left")
+
+def proof_cell(proof: str) -> str:
+    """'in sync: 8 ranks on 2 nodes' whole; 'diverged: rank(s) 1, 3 end with other parameters
+    than rank 0' as 'diverged (why: report.md)'."""
+    if len(proof) <= PROOF_CELL_MAX or ": " not in proof:
+        return proof
+    return f"{proof.split(': ', 1)[0]} (why: report.md)"
+
+
+def report_grid(report: Report) -> Grid:
+    """The summary table of `dtrun bench` and `dtrun report`. The answer (node count, throughput,
+    speedup, efficiency, verdict) stays at any width; the proof, the processes, n and the probe's
+    busbw go in that order as the terminal narrows."""
+    title = f"{report.workload}: {report.status}"
+    columns: tuple[Column, ...]
+    rows: list[tuple[str, ...]]
     if report.workload == "allreduce":
-        columns = ("nodes", "processes", "size", "busbw", "peak busbw", "expected", "correctness")
-        for column in columns:
-            table.add_column(column, justify="left" if column == "correctness" else "right")
-        for ar in report.busbw_rows:
-            want = ar.expected.describe().split(" (")[0] if ar.expected else "-"
-            table.add_row(
+        columns = (
+            Column("nodes", 10), Column("processes", 5), Column("size", 8),
+            Column("busbw", 9), Column("peak busbw", 7), Column("expected", 4),
+            Column("correctness", 6, "left", wrap=True),
+        )  # fmt: skip
+        rows = [
+            (
                 str(ar.nodes),
                 str(ar.world_size),
                 format_size(ar.largest_size),
                 f"{ar.busbw:.2f} GB/s",
                 f"{ar.peak_busbw:.2f} GB/s",
-                want,
-                ar.proof,
+                ar.expected.describe().split(" (")[0] if ar.expected else "-",
+                proof_cell(ar.proof),
             )
-        return table
+            for ar in report.busbw_rows
+        ]
+        return Grid(columns, rows, title)
     unit = report.summary.get("unit") or "tokens"
-    table.caption = (
+    caption = (
         f"{unit}/s, speedup and efficiency at the median step time, efficiency with its 95% "
         "bootstrap interval in brackets; n = timed steps x launches"
     )
-    table.caption_justify = "left"
-    for column in ("nodes", "processes", "n", f"{unit}/s", "speedup", "efficiency", "verdict",
-                   "busbw", "communication"):  # fmt: skip
-        # the figures and the verdict whole on a narrow terminal; the proof's words wrap
-        wrap = column in ("processes", "busbw", "communication")
-        table.add_column(column, justify="left" if column == "communication" else "right",
-                         no_wrap=not wrap)  # fmt: skip
-    for row in report.rows:
-        table.add_row(
+    columns = (
+        Column("nodes", 10), Column("processes", 5), Column("n", 4), Column(f"{unit}/s", 9),
+        Column("speedup", 8), Column("efficiency", 8), Column("verdict", 8),
+        Column("busbw", 3), Column("communication", 6, "left", wrap=True),
+    )  # fmt: skip
+    rows = [
+        (
             str(row.nodes),
             str(row.world_size),
             f"{row.steps_n}x{row.launches_n}",
@@ -324,9 +342,11 @@ def report_table(report: Report) -> Table:
             _efficiency_cell(row),
             str(row.verdict),
             "-" if row.busbw is None else f"{row.busbw:.2f} GB/s",
-            row.proof,
+            proof_cell(row.proof),
         )
-    return table
+        for row in report.rows
+    ]
+    return Grid(columns, rows, title, caption)
 
 
 def _efficiency_cell(row: ScalingRow) -> str:
@@ -349,7 +369,7 @@ def print_verdicts(report: Report) -> None:
     out = console()
     for row in report.rows[1:]:
         style = {"scales": "green", "loses": "red"}.get(str(row.verdict), "yellow")
-        out.print(f"{row.nodes} node(s): [{style}]{row.verdict}[/]: {row.verdict_reason}",
+        out.print(f"{plural(row.nodes, 'node')}: [{style}]{row.verdict}[/]: {row.verdict_reason}",
                   highlight=False)  # fmt: skip
 
 
@@ -366,23 +386,32 @@ def sweep_json(run_dir: RunDir) -> dict[str, object]:
     }
 
 
-def print_exec_summary(nodes: Sequence[Node], answers: dict[str, Answer]) -> int:
-    """A table of every node's exit code (or why it could not run); returns how many failed."""
-    from rich.table import Table
+def print_exec_summary(
+    nodes: Sequence[Node], answers: dict[str, Answer], *, wide: bool = False
+) -> int:
+    """A table of every node's exit code (or why it could not run); returns how many failed.
+    The error wraps between words; the address goes first when the terminal is narrow."""
+    from rich.text import Text
 
-    table = Table(title_justify="left")
-    for column in ("node", "address", "exit", "error"):
-        table.add_column(column)
+    columns = (Column("node", 10, "left", wrap=True), Column("address", 5, "left", wrap=True),
+               Column("exit", 9), Column("error", 8, "left", wrap=True))  # fmt: skip
+    rows = []
     failed = 0
     for node in nodes:
         answer = answers[node.name]
         ok = answer.error is None and answer.exit_code == 0
         failed += not ok
         exit_code = "-" if answer.exit_code is None else str(answer.exit_code)
-        style = "" if ok else "red"
-        table.add_row(node.name, node.address, f"[{style}]{exit_code}[/]" if style else exit_code,
-                      answer.error or "")  # fmt: skip
-    console().print(table)
+        rows.append((node.name, node.address, Text(exit_code, style="" if ok else "red"),
+                     answer.error or ""))  # fmt: skip
+    print_grid(console(), Grid(columns, rows, hint="--wide shows every column"), wide=wide)
     if failed:
-        console(stderr=True).print(f"dtrun: {failed} of {len(nodes)} node(s) failed")
+        console(stderr=True).print(f"dtrun: {failed} of {plural(len(nodes), 'node')} failed")
     return failed
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 node', '2 nodes', '1 process', '3 processes', '2 launches'."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {noun}{'es' if noun.endswith(('s', 'ch', 'sh', 'x')) else 's'}"

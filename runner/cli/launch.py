@@ -199,6 +199,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
     launching: Launching,
     where: Where,
     json_out: opts.Json = False,
+    wide: opts.Wide = False,
 ) -> None:
     """Run a scaling sweep and write runs/<run-id>/ with logs, results and a report.
 
@@ -260,7 +261,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
                 done = _bench_on(cluster, resolved, launching, json_out, resumed)
                 if done is None:  # --dry-run
                     return
-            print_summary(done)
+            print_summary(done, wide=wide)
             if json_out:
                 print_json(sweep_json(done.run_dir))
         except KeyboardInterrupt:
@@ -557,6 +558,7 @@ def exec_command(
         str | None,
         typer.Option("--nodes", "-n", help="Only these nodes: indices or names, comma-separated."),
     ] = None,
+    wide: opts.Wide = False,
     *,
     where: Where,
 ) -> None:
@@ -575,6 +577,6 @@ def exec_command(
                 {node.name: line for node in chosen},
                 lambda node, text: print_node_line(out, node, text),
             )
-    failed = print_exec_summary(chosen, answers)
+    failed = print_exec_summary(chosen, answers, wide=wide)
     if failed:
         raise typer.Exit(1)

@@ -432,6 +432,17 @@ Json = Annotated[
 ]
 
 
+Wide = Annotated[
+    bool,
+    typer.Option(
+        "--wide",
+        help="Print every column of the table at full width and let the terminal wrap the "
+        "lines; without it, the columns that do not fit the terminal are left out (a line "
+        "under the table names them).",
+    ),
+]
+
+
 SparkMaster = Annotated[
     str | None,
     typer.Option(

@@ -13,9 +13,10 @@ from runner.cli.display import (
     efficiency_text,
     print_noise,
     print_verdicts,
-    report_table,
+    report_grid,
     sweep_json,
 )
+from runner.cli.tables import Column, Grid, print_grid
 from runner.errors import UsageError
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ app = typer.Typer()
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory, e.g. runs/<run-id>.")],
     json_out: opts.Json = False,
+    wide: opts.Wide = False,
 ) -> None:
     """Rebuild summary.json, report.md, report.html and the plots from a run's saved results."""
     from runner.record.rundir import RunDir
@@ -36,7 +38,7 @@ def report(
 
     with human_output_to_stderr(json_out), user_errors():
         built = build_report(_run_dir(run_dir))
-        console().print(report_table(built))
+        print_grid(console(), report_grid(built), wide=wide)
         print_verdicts(built)
         print_noise(built)
         console().print(f"rebuilt {built.run_dir.report} and {built.run_dir.html.name}")
@@ -73,6 +75,7 @@ def compare(
     run_a: Annotated[Path, typer.Argument(help="The first run directory (the baseline).")],
     run_b: Annotated[Path, typer.Argument(help="The second run directory.")],
     json_out: opts.Json = False,
+    wide: opts.Wide = False,
 ) -> None:
     """Show two runs side by side, by node count, and what differs between their set-ups."""
     from runner.report.build import analyse
@@ -80,37 +83,46 @@ def compare(
 
     with human_output_to_stderr(json_out), user_errors():
         result = compare_runs(analyse(_run_dir(run_a)), analyse(_run_dir(run_b)))
-        print_comparison(result)
+        print_comparison(result, wide=wide)
         if json_out:
             print_json(result.to_json())
 
 
-def print_comparison(result: Comparison) -> None:
-    from rich.table import Table
-
+def print_comparison(result: Comparison, *, wide: bool = False) -> None:
+    """The two runs by node count: the throughputs, their ratio and whether that is a change
+    stay at any width; then the efficiencies, the throughputs' intervals and the probe's busbw
+    go, in that order, as the terminal narrows."""
     out = console()
-    table = Table(title=f"{result.workload}: {result.a} (A) against {result.b} (B)",
-                  title_justify="left")  # fmt: skip
+    title = f"{result.workload}: {result.a} (A) against {result.b} (B)"
     train = result.workload != "allreduce"
     unit = result.unit  # tokens/s, a program's own units (samples/s, ...) or busbw's GB/s
-    columns = ["nodes", f"A {unit}", f"B {unit}", "B / A"]
+    columns = [Column("nodes", 10), Column(f"A {unit}", 9), Column(f"B {unit}", 9),
+               Column("B / A", 8)]  # fmt: skip
+    caption = None
     if train:
-        columns[1:3] = [f"A {unit}", "A 95% CI", f"B {unit}", "B 95% CI"]
-        columns += ["change", "A eff. (95% CI)", "B eff. (95% CI)", "A busbw", "B busbw"]
-        table.caption = (
+        columns[2:2] = [Column("A 95% CI", 5, pair="ci")]
+        columns[4:4] = [Column("B 95% CI", 5, pair="ci")]
+        columns += [
+            Column("change", 8, wrap=True),
+            Column("A eff. (95% CI)", 7, pair="eff"), Column("B eff. (95% CI)", 7, pair="eff"),
+            Column("A busbw", 3, pair="busbw"), Column("B busbw", 3, pair="busbw"),
+        ]  # fmt: skip
+        caption = (
             f"{unit} and efficiency at the median step time; a change only where the two 95% "
             "intervals do not overlap"
         )
-        table.caption_justify = "left"
-    for column in columns:
-        table.add_column(column, justify="right")
 
     def number(value: float | None, spec: str) -> str:
         return "-" if value is None else format(value, spec)
 
+    def efficiency(verdict: str | None, value: float | None, *interval: float | None) -> str:
+        # a run's baseline is 100% by definition, as in its own summary table
+        return "100%" if verdict == "baseline" else efficiency_text(value, *interval)
+
     def between(low: float | None, high: float | None, spec: str) -> str:
         return "-" if low is None or high is None else f"{low:{spec}}-{high:{spec}}"
 
+    rows = []
     for row in result.rows:
         main = ",.0f" if train else ",.2f"
         if train:
@@ -122,22 +134,24 @@ def print_comparison(result: Comparison) -> None:
                 between(row.b_low, row.b_high, main),
                 number(row.ratio, ".2f"),
                 row.change or "-",
-                efficiency_text(row.a_efficiency, row.a_efficiency_low, row.a_efficiency_high),
-                efficiency_text(row.b_efficiency, row.b_efficiency_low, row.b_efficiency_high),
+                efficiency(
+                    row.a_verdict, row.a_efficiency, row.a_efficiency_low, row.a_efficiency_high
+                ),
+                efficiency(
+                    row.b_verdict, row.b_efficiency, row.b_efficiency_low, row.b_efficiency_high
+                ),
                 number(row.a_busbw, ".2f"),
                 number(row.b_busbw, ".2f"),
             ]
         else:
             cells = [str(row.nodes), number(row.a, main), number(row.b, main),
                      number(row.ratio, ".2f")]  # fmt: skip
-        table.add_row(*cells)
-    out.print(table)
+        rows.append(cells)
+    print_grid(out, Grid(tuple(columns), rows, title, caption), wide=wide)
     if not result.differences:
         out.print("set-ups: the same in every recorded respect")
         return
-    setups = Table(title="what differs", title_justify="left")
-    for column in ("", "A", "B"):
-        setups.add_column(column)
-    for what, a, b in result.differences:
-        setups.add_row(what, a, b)
-    out.print(setups)
+    # every difference is shown: its words wrap, and one longer than the terminal wraps with it
+    setups = (Column("", 10, "left", wrap=True), Column("A", 10, "left", wrap=True),
+              Column("B", 10, "left", wrap=True))  # fmt: skip
+    print_grid(out, Grid(setups, result.differences, "what differs", min_columns=3), wide=wide)

@@ -22,7 +22,7 @@ from runner.record.resume import Resumed, read_resume
 
 # Options that do not change the sweep: allowed beside --resume.
 AS_YOU_LIKE = {
-    "resume", "env", "results", "check", "teardown", "dry_run", "quiet", "json_out",
+    "resume", "env", "results", "check", "teardown", "dry_run", "quiet", "json_out", "wide",
     *(field.name for field in dataclasses.fields(Where)),
 }  # fmt: skip
 

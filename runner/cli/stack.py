@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from runner.cli import options as opts
 from runner.cli.common import console, echo, user_errors
+from runner.cli.tables import Column, Grid, print_grid
 
 if TYPE_CHECKING:
     from runner.spec.cluster import ClusterSpec
@@ -179,16 +181,16 @@ def _print_outputs(values: dict[str, object]) -> None:
 
 
 @app.command()
-def sizes() -> None:
+def sizes(wide: opts.Wide = False) -> None:
     """List the InfiniBand VM sizes dtrun knows: GPUs, InfiniBand, image, expected busbw."""
-    from rich.table import Table
-
     from runner.azure.catalog import SIZES, known_sizes, retirement_warning
 
-    table = Table(title="InfiniBand sizes (docs/facts.md)", title_justify="left")
-    for column in ("size", "GPUs", "InfiniBand", "image", "busbw 1 VM", "note"):
-        table.add_column(column)
+    # the size's name whole at any width; the image goes first, then the note, InfiniBand
+    columns = (Column("size", 10, "left"), Column("GPUs", 8, "left", wrap=True),
+               Column("InfiniBand", 6, "left"), Column("image", 3, "left"),
+               Column("busbw 1 VM", 7), Column("note", 5, "left", wrap=True))  # fmt: skip
     usable = set(known_sizes())
+    rows = []
     for size in SIZES.values():
         gpus = f"{size.gpu_count}x {size.gpu.model}" if size.gpu else "-"
         ib = f"{size.ib_ports}x {size.ib_name} {size.ib_gbps} Gb/s"
@@ -198,5 +200,6 @@ def sizes() -> None:
             if size.name in usable
             else f"not usable: retired {size.retired_on}"
         )
-        table.add_row(size.name, gpus, ib, size.image.sku, busbw, note)
-    console().print(table)
+        rows.append((size.name, gpus, ib, size.image.sku, busbw, note))
+    title = "InfiniBand sizes (docs/facts.md)"
+    print_grid(console(), Grid(columns, rows, title, hint="--wide shows every column"), wide=wide)

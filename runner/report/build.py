@@ -214,10 +214,13 @@ def verdicts_on_quiet_points(
     for row in rows:
         which = row.nodes if row.nodes in unreliable else base if base in unreliable else None
         if row.verdict in (Verdict.SCALES, Verdict.LOSES) and which is not None:
+            would = (
+                "which would scale" if row.verdict is Verdict.SCALES else "which would be a loss"
+            )
             row = replace(
                 row,
                 verdict=Verdict.INCONCLUSIVE,
-                verdict_reason=f"{row.verdict_reason}, would be {row.verdict}, but the "
+                verdict_reason=f"{row.verdict_reason}, {would}, but the "
                 f"{which}-node point was measured in noise ({unreliable[which]}); to decide: "
                 "rerun on a quieter machine",
             )
