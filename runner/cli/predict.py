@@ -145,39 +145,43 @@ def _predict(
 
 
 def print_prediction(result: Prediction) -> None:
-    from rich.table import Table
+    from runner.cli.display import plural
+    from runner.cli.tables import Column, Grid, print_grid
 
     out = console()
-    measured = ", ".join(f"{n} node(s) {e:.0%}" for n, e in result.measured)
-    table = Table(
-        title=f"predicted from {result.source} (measured efficiency: {measured})",
-        title_justify="left",
-        caption=f"{result.mode} scaling; efficiency against the smallest measured node count, "
-        f"range in brackets; verdict against the {result.target_efficiency:.0%} target",
-        caption_justify="left",
+    measured = ", ".join(f"{plural(n, 'node')} {e:.0%}" for n, e in result.measured)
+    columns = (
+        Column("nodes", 5),
+        Column("efficiency (range)", 5),
+        Column("verdict", 4, justify="left", wrap=True),
+        Column("step time", 3),
+        Column("cost", 2, justify="left", wrap=True),
     )
-    for column in ("nodes", "step time", "efficiency", "verdict", "cost"):
-        table.add_column(column, justify="right" if column != "verdict" else "left")
+    rows = []
     for p in result.predictions:
         if p.efficiency is None:
-            table.add_row(str(p.nodes), "-", "-", f"{p.verdict}: {p.why}", "-")
+            rows.append((str(p.nodes), "-", f"{p.verdict}: {p.why}", "-", "-"))
             continue
         step = "-" if p.step_time_s is None else f"{p.step_time_s * 1000:,.1f} ms"
         low, high = p.efficiency_low or 0.0, p.efficiency_high or 0.0
         cost = "-"
         if p.cost is not None:
-            cost = f"{p.cost.node_hours:.3f} node-h"
+            cost = f"{p.cost.node_hours:.3f} node-hours"
             if p.cost.usd is not None:
                 cost = f"${p.cost.usd:,.2f} ({cost})"
-            cost = f"{cost}, {p.cost.what}"
-        table.add_row(
-            str(p.nodes),
-            step,
-            f"{p.efficiency:.0%} ({low:.0%}-{high:.0%})",
-            p.verdict,
-            cost,
+        rows.append(
+            (str(p.nodes), f"{p.efficiency:.0%} ({low:.0%}-{high:.0%})", p.verdict, step, cost)
         )
-    out.print(table)
-    out.print(f"price: {result.price or 'no price: pass --price-per-node-hour USD to cost it'}")
+    title = f"predicted from {result.source} (measured efficiency: {measured})"
+    caption = (
+        f"{result.mode} scaling; efficiency against the smallest measured node count, range in "
+        f"brackets; verdict against the {result.target_efficiency:.0%} target"
+    )
+    costed = next((p.cost.what for p in result.predictions if p.cost is not None), None)
+    if costed:
+        caption += f"; cost: {costed}"
+    print_grid(out, Grid(columns, rows, title, caption, min_columns=3))
+    price = result.price or "no price: pass --price-per-node-hour USD to cost it"
+    out.print(f"price: {price}", markup=False, highlight=False, soft_wrap=True)
     for line in result.assumptions:
-        out.print(f"assumed: {line}", soft_wrap=True)
+        out.print(f"assumed: {line}", markup=False, highlight=False, soft_wrap=True)

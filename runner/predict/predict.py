@@ -207,7 +207,8 @@ def _point(
     if launches is not None and desc.seconds:
         each = launches.each_s + launches.steps * (fc.step - last.step)
         hours = fc.nodes * launches.count * each / 3600
-        what = f"{launches.count} launch(es) like the {last.nodes}-node point's"
+        many = "launches" if launches.count > 1 else "launch"
+        what = f"{launches.count} {many} like the {last.nodes}-node point's"
         usd = None if usd_per_node_hour is None else hours * usd_per_node_hour
         cost = Cost(what, launches.count, each, hours, usd)
     elif desc.seconds:
