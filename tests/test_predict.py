@@ -142,10 +142,13 @@ def test_weak_scaling_extrapolates_the_measured_growth_along_the_slowest_rank():
     assert fc.efficiency_low == pytest.approx(1 / (1.05 + 0.1 * rise))  # twice it
 
 
-def test_a_faster_than_linear_pair_predicts_the_larger_point_s_efficiency_at_most_100():
+def test_a_faster_than_linear_pair_holds_the_efficiency_and_cannot_tell():
     setting = Setting(8, ScalingMode.WEAK, absolute=True)
     [fc] = forecast([Measured(1, 1.0), Measured(2, 0.98)], [8], setting)
     assert (fc.efficiency, fc.efficiency_low, fc.efficiency_high) == (1.0, 1.0, 1.0)
+    points = [{"nodes": 1, "step_time_s": 1.0}, {"nodes": 2, "step_time_s": 0.98}]
+    [point] = predict(description(described(points=points), "m"), [8], 0.9).predictions
+    assert point.verdict == "cannot tell" and "no growth to extrapolate" in point.why
 
 
 def test_strong_scaling_puts_the_steps_on_the_smallest_point_s_footing():

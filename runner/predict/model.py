@@ -78,6 +78,7 @@ class Forecast:
     efficiency_low: float | None = None
     efficiency_high: float | None = None
     why_not: str | None = None  # why there is no prediction ("cannot tell")
+    no_growth: bool = False  # the measured points showed no loss: nothing was extrapolated
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,7 @@ def forecast(
                 efficiency=effs["point"],
                 efficiency_low=min(effs.values()),
                 efficiency_high=max(effs.values()),
+                no_growth=growth == 0,
             )
         )
     return tuple(out)

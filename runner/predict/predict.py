@@ -195,6 +195,13 @@ def _point(
             fc.nodes, None, None, None, None, None, CANNOT_TELL, fc.why_not or "no prediction"
         )
     verdict, why = _verdict(target, fc.efficiency_low, fc.efficiency_high)
+    if fc.no_growth:  # a range of one value is no evidence of how the loss grows
+        verdict = CANNOT_TELL
+        why = (
+            "the two largest measured node counts show no loss (as fast as linear or faster: "
+            "a cache effect, or noise), so there is no growth to extrapolate; the efficiency "
+            "is held at the larger one's; measure a larger node count"
+        )
     throughput = None
     if not desc.seconds:  # back to the points' unit: weak X = N/T, strong X = 1/T
         throughput = (fc.nodes if desc.weak else 1) / fc.step
