@@ -113,8 +113,22 @@ def user_errors() -> Iterator[None]:
 NODE_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red")
 
 
+# Once dtrun stops the nodes (Ctrl-C, SIGTERM, SIGHUP, a failed node), what they print while
+# they go (torchrun's SignalException tracebacks, from 3 to about 40 lines) is their logs' only:
+# the console keeps dtrun's own message (issue 27, "quiet stops").
+_node_lines_muted: list[bool] = []
+
+
+def mute_node_lines() -> None:
+    """From now on, nodes' lines go to their logs, not to the console."""
+    _node_lines_muted.append(True)
+
+
 def print_node_line(console: Console, node: str, line: str) -> None:
-    """One line of a node's output, prefixed [node-i] in that node's colour."""
+    """One line of a node's output, prefixed [node-i] in that node's colour (none once the
+    nodes are being stopped: their logs keep every line)."""
+    if _node_lines_muted:
+        return
 
     from rich.text import Text
 

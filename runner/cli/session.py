@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from runner.cli.common import command_secrets, console, human_output_to_stderr, user_errors
+from runner.cli.common import (
+    command_secrets,
+    console,
+    human_output_to_stderr,
+    mute_node_lines,
+    user_errors,
+)
 from runner.cli.display import RegistryBar
 from runner.cli.options import Launching, Where
 from runner.errors import UsageError, interruption
@@ -98,9 +104,16 @@ def opened(choice: ClusterChoice, watch: StackWatch) -> Iterator[Cluster]:
             choice, lambda message: out.print(f"dtrun: {message}"), seen, registry_bar
         ) as cluster,
     ):
-        cluster.executor.on_stopping = lambda running: out.print(
-            f"dtrun: {interruption()}: stopping {running} node(s)...", highlight=False
-        )
+
+        def stopping(running: int) -> None:
+            mute_node_lines()
+            out.print(
+                f"dtrun: {interruption()}: stopping {running} node(s)... (what they print "
+                "while they stop goes to their logs)",
+                highlight=False,
+            )
+
+        cluster.executor.on_stopping = stopping
         yield cluster
 
 
