@@ -25,6 +25,30 @@ app.add_typer(predict.app)  # predict
 app.add_typer(stack.app)  # up, down, outputs, sizes
 
 
+def _paragraphs(doc: str) -> str:
+    """A docstring as --help should show it: each prose paragraph one line, which rich then
+    wraps at the terminal's width (typer keeps the docstring's own line breaks, and breaks a
+    sentence mid-way on a narrower terminal); a paragraph of commands (``dtrun ...``) keeps
+    its lines."""
+    import inspect
+
+    out = []
+    for paragraph in inspect.cleandoc(doc).split("\n\n"):
+        lines = paragraph.splitlines()
+        if any(line.startswith(("dtrun ", " ")) for line in lines):
+            out.append("\n".join(lines))
+        else:
+            out.append(" ".join(line.strip() for line in lines))
+    return "\n\n".join(out)
+
+
+for _group in app.registered_groups:
+    assert _group.typer_instance is not None
+    for _command in _group.typer_instance.registered_commands:
+        if _command.callback is not None and _command.callback.__doc__:
+            _command.help = _paragraphs(_command.callback.__doc__)
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"dtrun {__version__}")

@@ -66,43 +66,70 @@ class SweepOptions:
     nodes: Annotated[
         str,
         typer.Option(
-            "--nodes", "-n", help=f"Node counts to sweep, comma-separated{within('--nodes')}."
+            "--nodes",
+            "-n",
+            help=f"Node counts to sweep, comma-separated{within('--nodes')}.",
+            rich_help_panel=opts.WHAT_PANEL,
         ),
     ] = "1,2"
     resume: opts.Resume = None
     steps: Annotated[
-        int, typer.Option(help=f"Training steps per launch, warm-up included{within('--steps')}.")
+        int,
+        typer.Option(
+            help=f"Training steps per launch, warm-up included{within('--steps')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
     ] = BenchSpec.steps
     warmup: Annotated[
         int,
         typer.Option(
             help="Untimed steps at the start of each launch, fewer than --steps"
-            f"{within('--warmup')}."
+            f"{within('--warmup')}.",
+            rich_help_panel=opts.HOW_PANEL,
         ),
     ] = BenchSpec.warmup
     mode: Annotated[
         ScalingMode,
-        typer.Option(help="weak: fixed batch per process; strong: fixed global batch."),
+        typer.Option(
+            help="weak: fixed batch per process; strong: fixed global batch.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
     ] = ScalingMode.WEAK
     repeat: Annotated[
-        int, typer.Option(help=f"Launches per node count (3+ trims outliers){within('--repeat')}.")
+        int,
+        typer.Option(
+            help=f"Launches per node count (3+ trims outliers){within('--repeat')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
     ] = BenchSpec.repeat
     workload: Annotated[
         str,
-        typer.Option(help="Built-in workload on every process: train (GPT), or allreduce."),
+        typer.Option(
+            help="Built-in workload on every process: train (GPT), or allreduce.",
+            rich_help_panel=opts.WHAT_PANEL,
+        ),
     ] = "train"
     batch: Annotated[
         int,
         typer.Option(
-            help=f"Sequences per process per step (strong: at the fewest nodes){within('--batch')}."
+            help="Sequences per process per step (strong: at the fewest nodes)"
+            f"{within('--batch')}.",
+            rich_help_panel=opts.HOW_PANEL,
         ),
     ] = BenchSpec.batch
     global_batch: Annotated[
         int | None,
-        typer.Option(help=f"Strong scaling: the fixed global batch{within('--global-batch')}."),
+        typer.Option(
+            help=f"Strong scaling: the fixed global batch{within('--global-batch')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
     ] = None
     timeout: Annotated[
-        float, typer.Option(help=f"Seconds before one launch is stopped{within('--timeout')}.")
+        float,
+        typer.Option(
+            help=f"Seconds before one launch is stopped{within('--timeout')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
     ] = BenchSpec.timeout_s
     project_tokens: opts.ProjectTokens = BenchSpec.project_tokens
     target_efficiency: opts.TargetEfficiency = BenchSpec.target_efficiency
@@ -203,9 +230,12 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
 ) -> None:
     """Run a scaling sweep and write runs/<run-id>/ with logs, results and a report.
 
-    On the machines of --hosts, --stack or --outputs over SSH; with none of them, on the
-    embedded local cluster: simulated nodes on 127.0.0.2, 127.0.0.3, ... of this machine,
-    each running its real launch script.
+    On the machines of --hosts, --stack or --outputs over SSH, or of --slurm or --spark; with
+    none of them, on the embedded local cluster: simulated nodes on 127.0.0.2, 127.0.0.3, ...
+    of this machine, each running its real launch script.
+
+    dtrun bench --nodes 1,2,4 --repeat 3
+    dtrun bench --hosts hosts.yaml --nodes 1,2 -- python train.py --batch-size 32
     """
     from runner.plan.resolve import resolve_bench
 

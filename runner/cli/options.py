@@ -35,32 +35,58 @@ LAUNCHER_NAMES = (
 _DEFAULTS = LauncherOptions()
 
 
+# bench's --help, grouped by where it runs, what it runs, how it measures and what it writes
+# (the model, strategy, all-reduce, gate, Slurm, cost and program panels are below)
+WHERE_PANEL = "Where it runs (default: the embedded cluster on this machine)"
+WHAT_PANEL = "What it runs"
+HOW_PANEL = "How it measures"
+_OUT = "What it writes"
+
+
 def _no_default(panel: str, help: str) -> Any:  # typer.Option's own return type
     """An option in ``panel`` whose default (None) is explained in its help, not shown."""
     return typer.Option(help=help, rich_help_panel=panel, show_default=False)
 
 
 Launcher = Annotated[
-    str, typer.Option(help=f"How processes are started on the nodes: {LAUNCHER_NAMES}.")
+    str,
+    typer.Option(
+        help=f"How processes are started on the nodes: {LAUNCHER_NAMES}.",
+        rich_help_panel=WHAT_PANEL,
+    ),
 ]
 ProcsPerNode = Annotated[
     int,
     typer.Option(
-        "--procs-per-node", "-p", help=f"Processes (GPUs) per node{within('--procs-per-node')}."
+        "--procs-per-node",
+        "-p",
+        help=f"Processes (GPUs) per node{within('--procs-per-node')}.",
+        rich_help_panel=WHAT_PANEL,
     ),
 ]
 Env = Annotated[
     list[str] | None,
-    typer.Option("--env", "-e", help="KEY=VALUE exported on every node; repeatable; wins."),
+    typer.Option(
+        "--env",
+        "-e",
+        help="KEY=VALUE exported on every node; repeatable; wins.",
+        rich_help_panel=WHAT_PANEL,
+    ),
 ]
 Port = Annotated[
     int,
     typer.Option(
-        help=f"Rendezvous port on the first node (MASTER_PORT is port+1){within('--port')}."
+        help=f"Rendezvous port on the first node (MASTER_PORT is port+1){within('--port')}.",
+        rich_help_panel=WHAT_PANEL,
     ),
 ]
-Output = Annotated[Path, typer.Option("--output", "-o", help="Directory that receives <run-id>/.")]
-RunId = Annotated[str | None, typer.Option(help="Name of this run (default: time-stamped).")]
+Output = Annotated[
+    Path,
+    typer.Option("--output", "-o", help="Directory that receives <run-id>/.", rich_help_panel=_OUT),
+]
+RunId = Annotated[
+    str | None, typer.Option(help="Name of this run (default: time-stamped).", rich_help_panel=_OUT)
+]
 Results = Annotated[
     str | None,
     typer.Option(
@@ -68,16 +94,28 @@ Results = Annotated[
         help="Also upload the run directory to s3://BUCKET/PREFIX/<run-id>/ when it ends, "
         "however it ends; the local copy is kept. AWS credentials from the usual chain, "
         "checked before anything runs (not in a dry run).",
+        rich_help_panel=_OUT,
     ),
 ]
 DryRun = Annotated[
-    bool, typer.Option("--dry-run", help="Print every node's script and launch file; run nothing.")
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Print every node's script and launch file; run nothing.",
+        rich_help_panel=_OUT,
+    ),
 ]
 Quiet = Annotated[
-    bool, typer.Option("--quiet", "-q", help="Do not stream node output (logs are kept).")
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="Do not stream node output (logs are kept).", rich_help_panel=_OUT
+    ),
 ]
 NcclDebug = Annotated[
-    bool, typer.Option("--nccl-debug", help="Export NCCL_DEBUG=INFO on every node.")
+    bool,
+    typer.Option(
+        "--nccl-debug", help="Export NCCL_DEBUG=INFO on every node.", rich_help_panel=WHAT_PANEL
+    ),
 ]
 ClusterEnv = Annotated[
     bool,
@@ -85,6 +123,7 @@ ClusterEnv = Annotated[
         "--cluster-env",
         help="Also export the MPI-style CLUSTER_* variables (workers, GPUs per worker, "
         "host:slots list, hostfile, processes).",
+        rich_help_panel=WHAT_PANEL,
     ),
 ]
 PlatformEnvOpt = Annotated[
@@ -95,6 +134,7 @@ PlatformEnvOpt = Annotated[
         help="Also export these platforms' own variables on every node, so programs written "
         "for them run unchanged: azureml, volcano, sagemaker (comma-separated or repeated).",
         show_default=False,
+        rich_help_panel=WHAT_PANEL,
     ),
 ]
 SuccessOpt = Annotated[
@@ -103,29 +143,45 @@ SuccessOpt = Annotated[
         "--success",
         help="When a launch succeeds: all (every node exits 0) or worker0 (node 0 exits 0; "
         "the nodes still running are then stopped, as on Volcano Engine).",
+        rich_help_panel=WHAT_PANEL,
     ),
 ]
 RendezvousOpt = Annotated[
     Rendezvous,
-    typer.Option("--rendezvous", help="torchrun: c10d rendezvous, or static --node-rank."),
+    typer.Option(
+        "--rendezvous",
+        help="torchrun: c10d rendezvous, or static --node-rank.",
+        rich_help_panel=WHAT_PANEL,
+    ),
 ]
 ZeroStage = Annotated[
     int | None,
     typer.Option(
-        "--zero-stage", help="ZeRO stage (1, 2, 3) of the train workload: --strategy zeroN."
+        "--zero-stage",
+        help="ZeRO stage (1, 2, 3) of the train workload: --strategy zeroN.",
+        rich_help_panel=WHAT_PANEL,
     ),
 ]
 HorovodControllerOpt = Annotated[
     HorovodController,
-    typer.Option("--horovod-controller", help="horovodrun: start ranks with gloo or mpi."),
+    typer.Option(
+        "--horovod-controller",
+        help="horovodrun: start ranks with gloo or mpi.",
+        rich_help_panel=WHAT_PANEL,
+    ),
 ]
 TfStrategyOpt = Annotated[
-    TfStrategy, typer.Option("--tf-strategy", help="tensorflow: the TF_CONFIG layout.")
+    TfStrategy,
+    typer.Option(
+        "--tf-strategy", help="tensorflow: the TF_CONFIG layout.", rich_help_panel=WHAT_PANEL
+    ),
 ]
 TfPs = Annotated[
     int,
     typer.Option(
-        "--tf-ps", help=f"tensorflow, parameter-server: parameter server tasks{within('--tf-ps')}."
+        "--tf-ps",
+        help=f"tensorflow, parameter-server: parameter server tasks{within('--tf-ps')}.",
+        rich_help_panel=WHAT_PANEL,
     ),
 ]
 
@@ -228,15 +284,24 @@ Hosts = Annotated[
         metavar="FILE|HOSTS",
         help="Run on the machines of a hosts file (YAML, MPI `HOST slots=N`, `h1:4,h2:4` lists) "
         'or on these hosts: h1:4,h2:4 (as Horovod -H, "$MLP_MPI_HOSTS").',
+        rich_help_panel=WHERE_PANEL,
     ),
 ]
 Stack = Annotated[
-    str | None, typer.Option("--stack", "-s", help="Run on the cluster of this Pulumi stack.")
+    str | None,
+    typer.Option(
+        "--stack",
+        "-s",
+        help="Run on the cluster of this Pulumi stack.",
+        rich_help_panel=WHERE_PANEL,
+    ),
 ]
 OutputsFile = Annotated[
     Path | None,
     typer.Option(
-        "--outputs", help="Run on the cluster whose outputs this file holds (dtrun outputs --save)."
+        "--outputs",
+        help="Run on the cluster whose outputs this file holds (dtrun outputs --save).",
+        rich_help_panel=WHERE_PANEL,
     ),
 ]
 AcceptNewHostKeys = Annotated[
@@ -244,19 +309,23 @@ AcceptNewHostKeys = Annotated[
     typer.Option(
         "--accept-new-host-keys",
         help="Record host keys not yet in known_hosts (never a changed one) and say so.",
+        rich_help_panel=WHERE_PANEL,
     ),
 ]
 Check = Annotated[
     bool,
     typer.Option(
-        "--check", help="Before every launch, check GPUs, InfiniBand ports and Python on nodes."
+        "--check",
+        help="Before every launch, check GPUs, InfiniBand ports and Python on nodes.",
+        rich_help_panel=WHERE_PANEL,
     ),
 ]
 ReadyTimeout = Annotated[
     float,
     typer.Option(
         help="Stacks: seconds to wait for nodes to boot, register and answer before giving up"
-        f"{within('--ready-timeout')}."
+        f"{within('--ready-timeout')}.",
+        rich_help_panel=WHERE_PANEL,
     ),
 ]
 ConnectTimeout = Annotated[
@@ -264,7 +333,8 @@ ConnectTimeout = Annotated[
     typer.Option(
         help="Hosts files: seconds every node has to answer SSH (tried every 2 s) before the "
         "run fails, naming the nodes that did not"
-        f"{within('--connect-timeout')}."
+        f"{within('--connect-timeout')}.",
+        rich_help_panel=WHERE_PANEL,
     ),
 ]
 LocalNodes = Annotated[
@@ -272,7 +342,8 @@ LocalNodes = Annotated[
     typer.Option(
         help="Size of the embedded cluster, or of the allocation --slurm asks for outside one "
         "(default: the nodes the command needs; exec: 2)"
-        f"{within('--local-nodes')}."
+        f"{within('--local-nodes')}.",
+        rich_help_panel=WHERE_PANEL,
     ),
 ]
 Teardown = Annotated[
@@ -280,6 +351,7 @@ Teardown = Annotated[
     typer.Option(
         "--teardown/--keep",
         help="With --stack: destroy it afterwards, even after a failure or Ctrl-C (default keep).",
+        rich_help_panel=WHERE_PANEL,
     ),
 ]
 # --slurm and the sbatch options passed through to the allocation dtrun asks for.
@@ -326,7 +398,6 @@ DEFAULT_CONNECT_TIMEOUT = 30.0
 # `dtrun bench` only: the all-reduce measurement, the health gate and the report.
 _AR = "All-reduce (--workload allreduce, and each training launch's probe)"
 _GATE = "Health gate (before the sweep)"
-_OUT = "Report and output"
 _AR_DEFAULTS = AllreduceSpec()
 Sizes = Annotated[
     str | None,
@@ -422,12 +493,15 @@ Resume = Annotated[
         help="Run what the sweep recorded in RUN_DIR still lacks (launches without a result), "
         "on this or another cluster, into RUN_DIR, and rebuild its one report.",
         show_default=False,
+        rich_help_panel=WHAT_PANEL,
     ),
 ]
 Json = Annotated[
     bool,
     typer.Option(
-        "--json", help="Print the summary as JSON on stdout; everything else goes to stderr."
+        "--json",
+        help="Print the summary as JSON on stdout; everything else goes to stderr.",
+        rich_help_panel=_OUT,
     ),
 ]
 
@@ -439,6 +513,7 @@ Wide = Annotated[
         help="Print every column of the table at full width and let the terminal wrap the "
         "lines; without it, the columns that do not fit the terminal are left out (a line "
         "under the table names them).",
+        rich_help_panel=_OUT,
     ),
 ]
 
@@ -451,6 +526,7 @@ SparkMaster = Annotated[
         help="Run on a Spark master's executors, one per node, with --launcher "
         "torchdistributor or horovod-spark: local-cluster[N,1,1024] (N executors here), "
         "spark://HOST:7077, yarn (docs/spark.md).",
+        rich_help_panel=WHERE_PANEL,
     ),
 ]
 
