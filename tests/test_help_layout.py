@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -59,3 +60,23 @@ def test_no_help_breaks_a_sentence_before_the_terminal_s_edge():
                 continue
             if not line.rstrip().endswith((".", ":", ")")):
                 assert len(line) > 60, (command, line, following)
+
+
+COMMANDS = ("bench", "run", "exec", "report", "compare", "predict", "up", "down", "outputs",
+            "extend", "sizes")  # fmt: skip
+
+
+def flags(command: str) -> set[str]:
+    """Every option of the command's --help, the negative forms (--keep) too."""
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", help_text(command, columns=200)))
+
+
+def test_docs_bench_option_table_and_bench_help_name_the_same_options():
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "bench.md").read_text()
+    table = docs[docs.index("| option | default | meaning |") :].split("\n\n")[0]
+    documented = set(re.findall(r"`(--[a-z][a-z0-9-]*)", table))
+    every = set().union(*(flags(command) for command in COMMANDS))
+    listed = help_text("bench", columns=200)
+    bench_options = set(re.findall(r"│ +(?:\*\s+)?(--[a-z][a-z0-9-]*)", listed))
+    assert bench_options - {"--help"} <= documented, "in --help, not in docs/bench.md's table"
+    assert documented <= every, "in docs/bench.md's table, in no command's --help"
