@@ -124,6 +124,33 @@ def test_a_missing_file_is_named(tmp_path: Path):
         read_description(tmp_path / "nope.yaml")
 
 
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("procs_per_node: 99999999999999999999999", "procs_per_node: 99999999999999999999999 is "
+         "greater than the maximum of 1024"),
+        ("points: [{nodes: 1, step_time_s: 1}, {nodes: 100000000000000000, step_time_s: 2}]",
+         "points[1].nodes: 100000000000000000 is greater than the maximum of 10000"),
+    ],
+)  # fmt: skip
+def test_a_count_past_the_options_ceiling_is_refused_without_a_traceback(
+    tmp_path: Path, line: str, said: str
+):
+    # 1e23 ranks: the expected slowest rank's quantile rounded to 1 (StatisticsError, exit 1)
+    path = tmp_path / "m.yaml"
+    fields = {
+        "procs_per_node": "procs_per_node: 8",
+        "mode": "mode: weak",
+        "points": "points: [{nodes: 1, step_time_s: 1}, {nodes: 2, step_time_s: 1.1}]",
+    }
+    fields[line.split(":")[0]] = line
+    path.write_text("\n".join(fields.values()))
+    done = dtrun("predict", "--from", str(path), "--nodes", "4")
+    assert done.exit_code == 2, done.output
+    assert said in done.output.replace("\n", " ").replace("  ", " ")
+    assert "Traceback" not in done.output
+
+
 def test_the_expected_slowest_rank_grows_with_the_ranks():
     assert expected_max(1) == 0.0
     assert expected_max(2) == pytest.approx(0.564, rel=0.05)  # exact: 1/sqrt(pi)

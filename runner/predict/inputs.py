@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import UsageError
+from runner.spec.bounds import BOUNDS
 from runner.spec.request import ScalingMode
 
 # All-reduces of the whole gradient per step, by strategy (runner/report/metrics.py's, with
@@ -21,12 +22,15 @@ from runner.spec.request import ScalingMode
 STRATEGIES = {"ddp": 1.0, "horovod": 1.0, "zero1": 1.0, "zero2": 1.0, "zero3": 1.5, "fsdp": 1.5}
 
 _POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+# the options' own ceilings: a larger count is a mistake, and past ~1e16 ranks the expected
+# slowest rank's quantile rounds to 1, where the normal's inverse has no value
+_PPN, _NODES = BOUNDS["--procs-per-node"], BOUNDS["--nodes"]
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
     "required": ["procs_per_node", "mode", "points"],
     "properties": {
-        "procs_per_node": {"type": "integer", "minimum": 1},
+        "procs_per_node": {"type": "integer", "minimum": _PPN.low, "maximum": _PPN.high},
         "mode": {"enum": [mode.value for mode in ScalingMode]},
         "strategy": {"enum": sorted(STRATEGIES)},
         "parameters": _POSITIVE,
@@ -43,7 +47,7 @@ SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "required": ["nodes"],
                 "properties": {
-                    "nodes": {"type": "integer", "minimum": 1},
+                    "nodes": {"type": "integer", "minimum": _NODES.low, "maximum": _NODES.high},
                     "step_time_s": _POSITIVE,
                     "throughput": _POSITIVE,
                 },
