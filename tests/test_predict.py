@@ -4,6 +4,7 @@ runner/cli/predict.py, docs/prediction.md)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,17 @@ def test_a_yaml_bomb_is_refused_before_anything_walks_it(tmp_path: Path):
     path.write_text("\n".join([*lines, "points: *a8", "procs_per_node: 8", "mode: weak"]))
     with pytest.raises(UsageError, match="YAML aliases"):
         read_description(path)
+
+
+@pytest.mark.parametrize("text", ["[" * 20_000, "- " * 5_000 + "1"])
+def test_a_deeply_nested_file_is_refused_at_once_without_a_traceback(tmp_path: Path, text: str):
+    # 20 KB of `[` took 37 s in the pure-Python parser; 10 KB of `- ` raised RecursionError
+    path = tmp_path / "deep.yaml"
+    path.write_text(text)
+    started = time.monotonic()
+    with pytest.raises(UsageError, match=r"not YAML or JSON|nested too deep"):
+        read_description(path)
+    assert time.monotonic() - started < 5
 
 
 def test_a_missing_file_is_named(tmp_path: Path):

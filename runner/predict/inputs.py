@@ -202,12 +202,21 @@ _FLOAT_1_2 = r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:
     |[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF)|[-+]\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"""
 
 
+def _safe_loader() -> Any:
+    """libyaml's safe loader where PyYAML has it (its wheels do): its parser refuses nesting
+    past 1,000 levels at once, where the pure-Python one took 37 s over 20,000 `[` (it is
+    quadratic in the depth) and recursed past Python's limit over 5,000 `- `."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def yaml_loader() -> Any:
     import re
 
     import yaml
 
-    class Loader(yaml.SafeLoader):
+    class Loader(_safe_loader()):  # type: ignore[misc]
         pass
 
     Loader.yaml_implicit_resolvers = {
@@ -236,12 +245,15 @@ def read_description(path: Path) -> Description:
         text = path.read_text(encoding="utf-8")
         # an alias repeats a node without copying it: a few lines can stand for billions of
         # values for the checks below to walk ("billion laughs"); the format has no use for one
-        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text)):
+        events = yaml.parse(text, Loader=_safe_loader())
+        if any(isinstance(event, yaml.AliasEvent) for event in events):
             raise UsageError(
                 f"--from {path}: YAML aliases (*name) are not part of the format",
                 fix="write each value out in full",
             )
         data = yaml.load(text, Loader=yaml_loader())
+    except RecursionError:  # the pure-Python parser, where libyaml is missing
+        raise UsageError(f"--from {path}: nested too deep: not a description") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--from {path}: cannot be read", why=str(exc)) from None
     except yaml.YAMLError as exc:
