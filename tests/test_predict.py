@@ -211,6 +211,22 @@ def test_the_bytes_and_busbw_narrow_the_range_to_what_the_network_step_cannot_ex
     assert bounded.efficiency_high < free.efficiency_high
 
 
+def test_the_bytes_and_busbw_narrow_a_strong_scaling_range_on_the_same_footing():
+    # 1 node at 0.5 s, 2 at 0.3 s: 0.6 s of the smallest point's work, a growth of 100 ms;
+    # the all-reduce across nodes, 54 ms in seconds, is 108 ms on that footing, against 20 ms
+    # within one node: at least 12 ms that the step to the network cannot explain. The step
+    # time itself fell (0.5 to 0.3 s), which left the range unbounded before.
+    points = [{"nodes": 1, "step_time_s": 0.5}, {"nodes": 2, "step_time_s": 0.3}]
+    comm = {"parameters": 1.3e9, "gradient_bytes_per_parameter": 4, "busbw_gbs": 180,
+            "busbw_intra_node_gbs": 450}  # fmt: skip
+    bounded = predict(description(described(mode="strong", points=points, **comm), "m"), [8], 0.9)
+    free = predict(description(described(mode="strong", points=points), "m"), [8], 0.9)
+    [b], [f] = bounded.predictions, free.predictions
+    assert b.efficiency == pytest.approx(f.efficiency)
+    assert b.efficiency_high is not None and f.efficiency_high is not None
+    assert b.efficiency_high < f.efficiency_high
+
+
 @pytest.mark.parametrize(
     ("points", "verdict"),
     [
