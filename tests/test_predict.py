@@ -187,6 +187,15 @@ def test_a_faster_than_linear_pair_predicts_the_larger_point_s_efficiency_at_mos
     assert (fc.efficiency, fc.efficiency_low, fc.efficiency_high) == (1.0, 1.0, 1.0)
 
 
+def test_a_faster_than_linear_largest_point_holds_its_own_efficiency_not_the_one_before():
+    # 1, 2 and 4 nodes at 1.0, 1.1 and 1.05 s: 4 nodes did better than 2 (95% against 91%);
+    # docs/prediction.md step 6 holds the larger point's, 95%, not the 2-node point's
+    setting = Setting(8, ScalingMode.WEAK, absolute=True)
+    [fc] = forecast([Measured(1, 1.0), Measured(2, 1.1), Measured(4, 1.05)], [8], setting)
+    assert fc.efficiency == fc.efficiency_low == fc.efficiency_high == pytest.approx(1 / 1.05)
+    assert fc.step == pytest.approx(1.05)
+
+
 def test_strong_scaling_puts_the_steps_on_the_smallest_point_s_footing():
     # 1 node at 1.0 s, 2 nodes at 0.525 s: 1.05 s of the smallest point's work per step
     strong = Setting(8, ScalingMode.STRONG, absolute=True)

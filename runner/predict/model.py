@@ -149,7 +149,7 @@ def forecast(
     out = []
     for nodes in targets:
         more = growth * (expected_max(nodes * ppn) - shape_b) / (shape_b - shape_a)
-        works = {name: max(work_b, work_a) + share * more for name, share in shares.items()}
+        works = {name: work_b + share * more for name, share in shares.items()}
         # the efficiency is the works' ratio, at most 1: a faster-than-linear point is noise
         effs = {name: min(1.0, base_work / work) for name, work in works.items()}
         out.append(
