@@ -273,6 +273,26 @@ def test_predict_from_a_file_prints_json_with_every_assumption(tmp_path: Path):
     assert cost["usd"] == pytest.approx(8 * 1000 * first["step_time_s"] / 3600 * 98.32)
 
 
+def test_size_gives_a_description_its_catalog_busbw_across_nodes(tmp_path: Path):
+    # --size's help: "its busbw across nodes from the catalog"; a description without
+    # busbw_gbs was predicted unbounded, as if --size had not been passed
+    points = [{"nodes": 1, "step_time_s": 0.5}, {"nodes": 2, "step_time_s": 0.56}]
+    data = described(parameters=1.3e9, gradient_bytes_per_parameter=4, busbw_intra_node_gbs=450,
+                     points=points)  # fmt: skip
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data))
+    size = "Standard_ND96isr_H100_v5"
+    done = dtrun("predict", "--from", str(path), "--nodes", "8", "--size", size, "--json")
+    assert done.exit_code == 0, done.output
+    out = json.loads(done.stdout[done.stdout.index("{") :])
+    assert any(
+        line.startswith(f"busbw 385 GB/s across nodes: {size}'s") for line in out["assumptions"]
+    )
+    assert not any("not bounded by its bytes" in line for line in out["assumptions"])
+    free = predict(description(data, "m"), [8], 0.9).predictions[0]
+    assert out["predictions"][0]["efficiency_high"] < free.efficiency_high
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
