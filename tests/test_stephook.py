@@ -469,6 +469,18 @@ def test_starting_the_noise_window_costs_a_warm_up_step_not_a_timed_one(tmp_path
     assert max(intervals) > 0.3  # the last warm-up step's
 
 
+@pytest.mark.parametrize("warmup", ["\u00b2", "9" * 5000, "-1", "3.5"])
+def test_a_warm_up_the_hook_cannot_read_counts_one_step_and_breaks_nothing(tmp_path, warmup):
+    # "²" passed str.isdigit() and int() raised at the hook's import: Python wrote "Error in
+    # sitecustomize" to the program's stderr and no step was recorded
+    env = hook_env(tmp_path / "steps") | {"RANK": "0", "DTRUN_WARMUP": warmup}
+    done = subprocess.run([sys.executable, "-c", BUSY_STEPS], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    record = json.loads((tmp_path / "steps" / "rank-0.json").read_text())
+    assert len(record["step_ends_s"]) == 5 and record["noise_window"] is not None
+
+
 @pytest.mark.parametrize(("warmup", "window"), [("3", True), ("6", False)])
 def test_the_noise_window_starts_after_the_warm_up_steps(tmp_path, warmup, window):
     env = hook_env(tmp_path / "steps") | {"RANK": "0", "DTRUN_WARMUP": warmup}

@@ -142,8 +142,10 @@ def _is_deepspeed_engine(thing: Any) -> bool:
 def _timed_from() -> int:
     """The step whose end starts the timed steps: --warmup's (DTRUN_WARMUP), at least the first
     (which has no start the hook can see), as runner/sweep/programresult.py counts them."""
-    value = os.environ.get("DTRUN_WARMUP", "")
-    return max(int(value), 1) if value.isdigit() else 1
+    try:
+        return max(int(os.environ.get("DTRUN_WARMUP", "")), 1)
+    except ValueError:  # unset or not a whole number ("²" passes str.isdigit, not int)
+        return 1
 
 
 _TIMED_FROM = _timed_from()
