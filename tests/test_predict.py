@@ -131,6 +131,35 @@ def test_a_deeply_nested_file_is_refused_at_once_without_a_traceback(tmp_path: P
     assert time.monotonic() - started < 5
 
 
+POINTS = "points: [{nodes: 1, step_time_s: 1}, {nodes: 2, step_time_s: 1.1}]"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (f"parameters: 1{'0' * 400}\n{POINTS}", "parameters: a whole number past a float's range"),
+        (f"points: [{{nodes: 1, throughput: 1{'0' * 400}}}, {{nodes: 2, throughput: 3}}]",
+         "points (at 1 node(s)): a whole number past a float's range"),
+        (f"note: {'1' * 5000}\n{POINTS}", "not YAML or JSON: Exceeds the limit (4300 digits)"),
+        (f"when: 2001-13-45\n{POINTS}", "not YAML or JSON: month must be in 1..12"),
+    ],
+)  # fmt: skip
+def test_a_number_python_cannot_hold_is_refused_without_a_traceback(tmp_path: Path, text, said):
+    # OverflowError (int to float) and ValueError (int() past 4,300 digits, datetime) escaped
+    path = tmp_path / "m.yaml"
+    path.write_text(f"procs_per_node: 8\nmode: weak\n{text}")
+    done = dtrun("predict", "--from", str(path), "--nodes", "4")
+    assert done.exit_code == 2, done.output
+    assert said in " ".join(done.output.split())
+    assert "Traceback" not in done.output
+
+
+def test_a_field_outside_the_format_is_ignored_whatever_it_holds(tmp_path: Path):
+    path = tmp_path / "m.yaml"
+    path.write_text(f"procs_per_node: 8\nmode: weak\nnote: .inf\n{POINTS}")
+    assert read_description(path).procs_per_node == 8  # docs: other fields are ignored
+
+
 def test_a_missing_file_is_named(tmp_path: Path):
     with pytest.raises(UsageError, match="no such file"):
         read_description(tmp_path / "nope.yaml")

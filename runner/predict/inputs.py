@@ -138,6 +138,17 @@ class Description:
         )  # fmt: skip
 
 
+_NUMBERS = [key for key, rule in SCHEMA["properties"].items() if rule is _POSITIVE]
+
+
+def _finite(value: float) -> bool:
+    """A float's value: YAML's ints are Python's, of any size (1e400 written out in full)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _where(error: Any) -> str:
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
     return path.lstrip(".") or "the top level"
@@ -173,11 +184,13 @@ def description(data: Any, source: str) -> Description:
             fix="give each node count once (the median of its launches)",
         )
     numbers = [(f"points (at {p.nodes} node(s))", p.step_time_s or p.throughput) for p in points]
-    numbers += [(key, value) for key, value in data.items() if isinstance(value, float)]
+    # the format's own numbers (other fields are ignored, whatever they hold)
+    numbers += [(key, data.get(key)) for key in _NUMBERS]
     for where, value in numbers:
-        if value is not None and not math.isfinite(value):
+        if value is not None and not _finite(value):
+            shown = value if isinstance(value, float) else "a whole number past a float's range"
             raise UsageError(
-                f"{source}: {where}: {value} is not a finite number", fix="give a finite number"
+                f"{source}: {where}: {shown} is not a finite number", fix="give a finite number"
             )
     return Description(
         source=source,
@@ -256,7 +269,7 @@ def read_description(path: Path) -> Description:
         raise UsageError(f"--from {path}: nested too deep: not a description") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--from {path}: cannot be read", why=str(exc)) from None
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: an int of over 4,300 digits
         raise UsageError(
             f"--from {path}: not YAML or JSON", why=str(exc).replace("\n", " ")
         ) from None
