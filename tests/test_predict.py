@@ -379,6 +379,37 @@ def test_a_run_s_report_says_what_2x_and_4x_its_largest_node_count_would_give(
     assert any("as the probe measured it at 2 nodes" in a for a in data["assumptions"])
 
 
+@pytest.mark.parametrize(
+    ("sharded", "strategy", "factor"),
+    [(None, "ddp", 1.0), ("FSDP (DTensor shards)", "fsdp", 1.5),
+     ("DeepSpeed ZeRO stage 3", "zero3", 1.5), ("DeepSpeed ZeRO stage 2", "zero2", 1.0)],
+)  # fmt: skip
+def test_a_program_s_prediction_counts_its_sharding_as_the_report_s_sync_does(
+    tmp_path: Path, fixed_inventory, sharded, strategy, factor
+):
+    # a program's rows say "your program": the prediction counted FSDP's gradient sync as
+    # one all-reduce where the report's losses (sync_factor) count 1.5
+    from dataclasses import replace
+
+    from runner.report.build import analyse
+    from runner.report.losses import sync_factor
+    from runner.report.predicted import from_report
+    from runner.report.results import PROGRAM_STRATEGY
+    from runner.spec.request import BenchSpec
+    from tests.factories import fake_run_dir
+
+    run = fake_run_dir(tmp_path / "r", BenchSpec(run_id="r", node_counts=(1, 2)),
+                       fixed_inventory, {}, busbw={2: 40.0},
+                       step_times={1: [[0.1] * 10], 2: [[0.105] * 10]})  # fmt: skip
+    report = analyse(run)
+    rows = tuple(replace(r, strategy=PROGRAM_STRATEGY, sharded=sharded) for r in report.rows)
+    desc = from_report(replace(report, rows=rows), size=None, busbw=None).description
+    assert desc.strategy == strategy
+    assert sync_factor(rows[-1])[0] == factor
+    gradient = rows[-1].gradient_bytes
+    assert gradient and desc.gradient_bytes == pytest.approx(factor * gradient)
+
+
 def test_a_prediction_from_the_embedded_cluster_says_whose_growth_it_is(tmp_path: Path):
     from runner.cluster.embedded import local_cluster
     from runner.spec.request import BenchSpec
