@@ -241,10 +241,31 @@ def test_a_program_s_launches_are_estimated_at_the_timeout_with_the_probe_s_afte
     assert "your program's length is unknown before it runs" in guess.lines()[0]
     # --probe at the 2-node point only (1 process at 1 node): 1.5 launches' time a launch
     probed = estimate((1, 2), 3, workload="program", steps=60, timeout_s=300, cluster_nodes=2,
-                      price=TEN, probed=1)  # fmt: skip
+                      price=TEN, probed=(2,))  # fmt: skip
     assert probed.launch_s == 450 and probed.cost == pytest.approx(15.0)
     assert probed.ceiling_cost == pytest.approx(15.0)
     assert "--probe's launch after each at 1 of 2 points" in probed.lines()[0]
     with pytest.raises(UsageError) as refused:
         check_max_cost(probed, 5.0)
     assert "--steps" not in refused.value.fix  # the program decides how long it trains
+
+
+def test_the_probe_s_node_hours_count_at_the_points_it_follows():
+    # --probe at 1 process per node: no probe after the 1-node point's launches, one after
+    # each 8-node launch; 3 launches of 300 s each: 1 x 3 x 300 + 8 x 3 x 600 = 4.25
+    # node-hours (the mean over the points gave 9 x 3 x 450 s = 3.375)
+    from dataclasses import replace
+
+    from runner.cli.cost import bench_estimate
+    from runner.spec.request import BenchSpec, Program, ProgramKind
+
+    spec = BenchSpec(run_id="r", node_counts=(1, 8), repeat=3, timeout_s=300,
+                     price_per_node_hour=10.0)  # fmt: skip
+    spec = replace(spec, program=Program(ProgramKind.SCRIPT, "train.py", ()), probe=True)
+    guess = bench_estimate(spec, None, 8)
+    assert guess.point_node_hours == pytest.approx(4.25)
+    assert guess.billed_node_hours == pytest.approx(8 * 6 * 450 / 3600)  # the cluster's 8 nodes
+    assert "--probe's launch after each at 1 of 2 points" in guess.how
+    # 2 processes a node: the 1-node point has two ranks, and the probe follows it too
+    two = bench_estimate(replace(spec, procs_per_node=2), None, 8)
+    assert two.point_node_hours == pytest.approx(9 * 3 * 600 / 3600)

@@ -4,6 +4,7 @@ runner/cli/predict.py, docs/prediction.md)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -119,9 +120,76 @@ def test_a_yaml_bomb_is_refused_before_anything_walks_it(tmp_path: Path):
         read_description(path)
 
 
+@pytest.mark.parametrize("text", ["[" * 20_000, "- " * 5_000 + "1"])
+def test_a_deeply_nested_file_is_refused_at_once_without_a_traceback(tmp_path: Path, text: str):
+    # 20 KB of `[` took 37 s in the pure-Python parser; 10 KB of `- ` raised RecursionError
+    path = tmp_path / "deep.yaml"
+    path.write_text(text)
+    started = time.monotonic()
+    with pytest.raises(UsageError, match=r"not YAML or JSON|nested too deep"):
+        read_description(path)
+    assert time.monotonic() - started < 5
+
+
+POINTS = "points: [{nodes: 1, step_time_s: 1}, {nodes: 2, step_time_s: 1.1}]"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (f"parameters: 1{'0' * 400}\n{POINTS}", "parameters: a whole number past a float's range"),
+        (f"points: [{{nodes: 1, throughput: 1{'0' * 400}}}, {{nodes: 2, throughput: 3}}]",
+         "points (at 1 node(s)): a whole number past a float's range"),
+        (f"note: {'1' * 5000}\n{POINTS}", "not YAML or JSON: Exceeds the limit (4300 digits)"),
+        (f"when: 2001-13-45\n{POINTS}", "not YAML or JSON: month must be in 1..12"),
+    ],
+)  # fmt: skip
+def test_a_number_python_cannot_hold_is_refused_without_a_traceback(tmp_path: Path, text, said):
+    # OverflowError (int to float) and ValueError (int() past 4,300 digits, datetime) escaped
+    path = tmp_path / "m.yaml"
+    path.write_text(f"procs_per_node: 8\nmode: weak\n{text}")
+    done = dtrun("predict", "--from", str(path), "--nodes", "4")
+    assert done.exit_code == 2, done.output
+    assert said in " ".join(done.output.split())
+    assert "Traceback" not in done.output
+
+
+def test_a_field_outside_the_format_is_ignored_whatever_it_holds(tmp_path: Path):
+    path = tmp_path / "m.yaml"
+    path.write_text(f"procs_per_node: 8\nmode: weak\nnote: .inf\n{POINTS}")
+    assert read_description(path).procs_per_node == 8  # docs: other fields are ignored
+
+
 def test_a_missing_file_is_named(tmp_path: Path):
     with pytest.raises(UsageError, match="no such file"):
         read_description(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("procs_per_node: 99999999999999999999999", "procs_per_node: 99999999999999999999999 is "
+         "greater than the maximum of 1024"),
+        ("points: [{nodes: 1, step_time_s: 1}, {nodes: 100000000000000000, step_time_s: 2}]",
+         "points[1].nodes: 100000000000000000 is greater than the maximum of 10000"),
+    ],
+)  # fmt: skip
+def test_a_count_past_the_options_ceiling_is_refused_without_a_traceback(
+    tmp_path: Path, line: str, said: str
+):
+    # 1e23 ranks: the expected slowest rank's quantile rounded to 1 (StatisticsError, exit 1)
+    path = tmp_path / "m.yaml"
+    fields = {
+        "procs_per_node": "procs_per_node: 8",
+        "mode": "mode: weak",
+        "points": "points: [{nodes: 1, step_time_s: 1}, {nodes: 2, step_time_s: 1.1}]",
+    }
+    fields[line.split(":")[0]] = line
+    path.write_text("\n".join(fields.values()))
+    done = dtrun("predict", "--from", str(path), "--nodes", "4")
+    assert done.exit_code == 2, done.output
+    assert said in done.output.replace("\n", " ").replace("  ", " ")
+    assert "Traceback" not in done.output
 
 
 def test_the_expected_slowest_rank_grows_with_the_ranks():
@@ -151,6 +219,15 @@ def test_a_faster_than_linear_pair_holds_the_efficiency_and_cannot_tell():
     assert point.verdict == "cannot tell" and "no growth to extrapolate" in point.why
 
 
+def test_a_faster_than_linear_largest_point_holds_its_own_efficiency_not_the_one_before():
+    # 1, 2 and 4 nodes at 1.0, 1.1 and 1.05 s: 4 nodes did better than 2 (95% against 91%);
+    # docs/prediction.md step 6 holds the larger point's, 95%, not the 2-node point's
+    setting = Setting(8, ScalingMode.WEAK, absolute=True)
+    [fc] = forecast([Measured(1, 1.0), Measured(2, 1.1), Measured(4, 1.05)], [8], setting)
+    assert fc.efficiency == fc.efficiency_low == fc.efficiency_high == pytest.approx(1 / 1.05)
+    assert fc.step == pytest.approx(1.05)
+
+
 def test_strong_scaling_puts_the_steps_on_the_smallest_point_s_footing():
     # 1 node at 1.0 s, 2 nodes at 0.525 s: 1.05 s of the smallest point's work per step
     strong = Setting(8, ScalingMode.STRONG, absolute=True)
@@ -173,6 +250,22 @@ def test_the_bytes_and_busbw_narrow_the_range_to_what_the_network_step_cannot_ex
     assert bounded.efficiency == pytest.approx(free.efficiency)
     assert bounded.efficiency_high is not None and free.efficiency_high is not None
     assert bounded.efficiency_high < free.efficiency_high
+
+
+def test_the_bytes_and_busbw_narrow_a_strong_scaling_range_on_the_same_footing():
+    # 1 node at 0.5 s, 2 at 0.3 s: 0.6 s of the smallest point's work, a growth of 100 ms;
+    # the all-reduce across nodes, 54 ms in seconds, is 108 ms on that footing, against 20 ms
+    # within one node: at least 12 ms that the step to the network cannot explain. The step
+    # time itself fell (0.5 to 0.3 s), which left the range unbounded before.
+    points = [{"nodes": 1, "step_time_s": 0.5}, {"nodes": 2, "step_time_s": 0.3}]
+    comm = {"parameters": 1.3e9, "gradient_bytes_per_parameter": 4, "busbw_gbs": 180,
+            "busbw_intra_node_gbs": 450}  # fmt: skip
+    bounded = predict(description(described(mode="strong", points=points, **comm), "m"), [8], 0.9)
+    free = predict(description(described(mode="strong", points=points), "m"), [8], 0.9)
+    [b], [f] = bounded.predictions, free.predictions
+    assert b.efficiency == pytest.approx(f.efficiency)
+    assert b.efficiency_high is not None and f.efficiency_high is not None
+    assert b.efficiency_high < f.efficiency_high
 
 
 @pytest.mark.parametrize(
@@ -210,6 +303,26 @@ def test_predict_from_a_file_prints_json_with_every_assumption(tmp_path: Path):
     cost = first["cost"]
     assert cost["what"] == "1,000 steps"
     assert cost["usd"] == pytest.approx(8 * 1000 * first["step_time_s"] / 3600 * 98.32)
+
+
+def test_size_gives_a_description_its_catalog_busbw_across_nodes(tmp_path: Path):
+    # --size's help: "its busbw across nodes from the catalog"; a description without
+    # busbw_gbs was predicted unbounded, as if --size had not been passed
+    points = [{"nodes": 1, "step_time_s": 0.5}, {"nodes": 2, "step_time_s": 0.56}]
+    data = described(parameters=1.3e9, gradient_bytes_per_parameter=4, busbw_intra_node_gbs=450,
+                     points=points)  # fmt: skip
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data))
+    size = "Standard_ND96isr_H100_v5"
+    done = dtrun("predict", "--from", str(path), "--nodes", "8", "--size", size, "--json")
+    assert done.exit_code == 0, done.output
+    out = json.loads(done.stdout[done.stdout.index("{") :])
+    assert any(
+        line.startswith(f"busbw 385 GB/s across nodes: {size}'s") for line in out["assumptions"]
+    )
+    assert not any("not bounded by its bytes" in line for line in out["assumptions"])
+    free = predict(description(data, "m"), [8], 0.9).predictions[0]
+    assert out["predictions"][0]["efficiency_high"] < free.efficiency_high
 
 
 @pytest.mark.parametrize(
@@ -267,6 +380,37 @@ def test_a_run_s_report_says_what_2x_and_4x_its_largest_node_count_would_give(
     data = json.loads(done.stdout[done.stdout.index("{") :])
     assert data["predictions"][0]["efficiency"] == pytest.approx(four.efficiency)
     assert any("as the probe measured it at 2 nodes" in a for a in data["assumptions"])
+
+
+@pytest.mark.parametrize(
+    ("sharded", "strategy", "factor"),
+    [(None, "ddp", 1.0), ("FSDP (DTensor shards)", "fsdp", 1.5),
+     ("DeepSpeed ZeRO stage 3", "zero3", 1.5), ("DeepSpeed ZeRO stage 2", "zero2", 1.0)],
+)  # fmt: skip
+def test_a_program_s_prediction_counts_its_sharding_as_the_report_s_sync_does(
+    tmp_path: Path, fixed_inventory, sharded, strategy, factor
+):
+    # a program's rows say "your program": the prediction counted FSDP's gradient sync as
+    # one all-reduce where the report's losses (sync_factor) count 1.5
+    from dataclasses import replace
+
+    from runner.report.build import analyse
+    from runner.report.losses import sync_factor
+    from runner.report.predicted import from_report
+    from runner.report.results import PROGRAM_STRATEGY
+    from runner.spec.request import BenchSpec
+    from tests.factories import fake_run_dir
+
+    run = fake_run_dir(tmp_path / "r", BenchSpec(run_id="r", node_counts=(1, 2)),
+                       fixed_inventory, {}, busbw={2: 40.0},
+                       step_times={1: [[0.1] * 10], 2: [[0.105] * 10]})  # fmt: skip
+    report = analyse(run)
+    rows = tuple(replace(r, strategy=PROGRAM_STRATEGY, sharded=sharded) for r in report.rows)
+    desc = from_report(replace(report, rows=rows), size=None, busbw=None).description
+    assert desc.strategy == strategy
+    assert sync_factor(rows[-1])[0] == factor
+    gradient = rows[-1].gradient_bytes
+    assert gradient and desc.gradient_bytes == pytest.approx(factor * gradient)
 
 
 def test_a_prediction_from_the_embedded_cluster_says_whose_growth_it_is(tmp_path: Path):

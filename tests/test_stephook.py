@@ -443,6 +443,44 @@ print(json.dumps(None))
 """
 
 
+SLOW_WINDOW = """
+import json, sys, time, types, torch
+slow = types.ModuleType("runner.workloads.noise")  # the window's start, 0.3 s late
+slow.snapshot = lambda: time.sleep(0.3)
+slow.rank_window = lambda start, end: {}
+sys.modules["runner.workloads.noise"] = slow
+p = torch.nn.Parameter(torch.zeros(4))
+opt = torch.optim.SGD([p], lr=0.1)
+for _ in range(6):
+    p.grad = torch.ones(4)
+    opt.step()
+print(json.dumps(None))
+"""
+
+
+def test_starting_the_noise_window_costs_a_warm_up_step_not_a_timed_one(tmp_path):
+    # importing runner.workloads.noise took 11.5 ms after torch's import (31 ms without it):
+    # taken after the last warm-up step's end, it lengthened the first timed step
+    env = hook_env(tmp_path / "steps") | {"RANK": "0", "DTRUN_WARMUP": "3"}
+    python_with_hook(SLOW_WINDOW, env)
+    ends = json.loads((tmp_path / "steps" / "rank-0.json").read_text())["step_ends_s"]
+    intervals = [b - a for a, b in itertools.pairwise(ends)]
+    assert max(intervals[3 - 1 :]) < 0.2, intervals  # the timed ones, as programresult's
+    assert max(intervals) > 0.3  # the last warm-up step's
+
+
+@pytest.mark.parametrize("warmup", ["\u00b2", "9" * 5000, "-1", "3.5"])
+def test_a_warm_up_the_hook_cannot_read_counts_one_step_and_breaks_nothing(tmp_path, warmup):
+    # "²" passed str.isdigit() and int() raised at the hook's import: Python wrote "Error in
+    # sitecustomize" to the program's stderr and no step was recorded
+    env = hook_env(tmp_path / "steps") | {"RANK": "0", "DTRUN_WARMUP": warmup}
+    done = subprocess.run([sys.executable, "-c", BUSY_STEPS], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    record = json.loads((tmp_path / "steps" / "rank-0.json").read_text())
+    assert len(record["step_ends_s"]) == 5 and record["noise_window"] is not None
+
+
 @pytest.mark.parametrize(("warmup", "window"), [("3", True), ("6", False)])
 def test_the_noise_window_starts_after_the_warm_up_steps(tmp_path, warmup, window):
     env = hook_env(tmp_path / "steps") | {"RANK": "0", "DTRUN_WARMUP": warmup}

@@ -74,9 +74,9 @@ def bench_estimate(spec: BenchSpec, inventory: Inventory | None, nodes: int) -> 
         timeout_s=spec.timeout_s,
         cluster_nodes=len(inventory.nodes) if inventory else nodes,
         price=price,
-        probed=sum(1 for n in spec.node_counts if n * spec.procs_per_node > 1)
+        probed=tuple(n for n in spec.node_counts if n * spec.procs_per_node > 1)
         if spec.program is not None and spec.probe
-        else 0,
+        else (),
     )
 
 

@@ -112,7 +112,7 @@ def _predict(
 ) -> Prediction:
     from dataclasses import replace
 
-    from runner.azure.catalog import get_size
+    from runner.azure.catalog import expected_busbw, get_size
     from runner.azure.prices import list_price
     from runner.predict.predict import predict
 
@@ -122,13 +122,22 @@ def _predict(
         from runner.predict.inputs import read_description
 
         desc = read_description(from_file)
+        said: tuple[str, ...] = ()
         if busbw is not None:
             desc = replace(desc, busbw_gbs=busbw)
+            said = (f"busbw {busbw:g} GB/s across nodes (--busbw)",)
+        elif size is not None:  # the size's busbw across nodes, as from a run
+            catalog = expected_busbw(size, 2, desc.procs_per_node)
+            if catalog is not None:
+                middle = (catalog.low + catalog.high) / 2
+                desc = replace(desc, busbw_gbs=middle)
+                said = (f"busbw {middle:g} GB/s across nodes: {size}'s ({catalog.source})",)
         price = None if override is None else (override, "--price-per-node-hour")
         if price is None and size is not None:
             listed = list_price(size, None)
             price = None if listed is None else (listed.usd_per_node_hour, listed.source)
-        return predict(desc, counts, target, price=price)
+        result = predict(desc, counts, target, price=price)
+        return replace(result, assumptions=(*said, *result.assumptions))
     from runner.cli.results import _run_dir
     from runner.report.build import analyse
     from runner.report.predicted import from_report

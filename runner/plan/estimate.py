@@ -97,24 +97,28 @@ def estimate(
     timeout_s: float,
     cluster_nodes: int,
     price: Price | None,
-    probed: int = 0,
+    probed: tuple[int, ...] = (),
 ) -> Estimate:
-    """The estimate of a sweep of ``repeat`` launches at each node count. ``probed``: at that
-    many of the node counts each launch is followed by the all-reduce probe's, which runs to
-    --timeout too (`dtrun bench --probe -- PROGRAM`, where a point has more than one process):
-    a launch counts as the mean over the points of one or two."""
+    """The estimate of a sweep of ``repeat`` launches at each node count. ``probed``: at these
+    node counts each launch is followed by the all-reduce probe's, which runs to --timeout too
+    (`dtrun bench --probe -- PROGRAM`, where a point has more than one process): in the
+    cluster's bill a launch counts as the mean over the points of one or two; in the points'
+    node-hours each point counts its own."""
     launch_s, how = launch_guess(workload, steps, timeout_s)
+    point_s = sum(n * launch_s * (2 if n in probed else 1) for n in node_counts)
     if probed:
-        share = probed / len(node_counts)
+        share = len(probed) / len(node_counts)
         launch_s, timeout_s = launch_s * (1 + share), timeout_s * (1 + share)
-        how = f"{how}; and --probe's launch after each at {probed} of {len(node_counts)} points"
+        how = (
+            f"{how}; and --probe's launch after each at {len(probed)} of {len(node_counts)} points"
+        )
     launches = len(node_counts) * repeat
     cluster = max(cluster_nodes, *node_counts)
     return Estimate(
         launches=launches,
         launch_s=launch_s,
         how=how,
-        point_node_hours=sum(node_counts) * repeat * launch_s / 3600,
+        point_node_hours=repeat * point_s / 3600,
         cluster_nodes=cluster,
         billed_node_hours=cluster * launches * launch_s / 3600,
         ceiling_node_hours=cluster * launches * timeout_s / 3600,

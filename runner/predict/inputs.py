@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import UsageError
+from runner.spec.bounds import BOUNDS
 from runner.spec.request import ScalingMode
 
 # All-reduces of the whole gradient per step, by strategy (runner/report/metrics.py's, with
@@ -21,12 +22,15 @@ from runner.spec.request import ScalingMode
 STRATEGIES = {"ddp": 1.0, "horovod": 1.0, "zero1": 1.0, "zero2": 1.0, "zero3": 1.5, "fsdp": 1.5}
 
 _POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+# the options' own ceilings: a larger count is a mistake, and past ~1e16 ranks the expected
+# slowest rank's quantile rounds to 1, where the normal's inverse has no value
+_PPN, _NODES = BOUNDS["--procs-per-node"], BOUNDS["--nodes"]
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
     "required": ["procs_per_node", "mode", "points"],
     "properties": {
-        "procs_per_node": {"type": "integer", "minimum": 1},
+        "procs_per_node": {"type": "integer", "minimum": _PPN.low, "maximum": _PPN.high},
         "mode": {"enum": [mode.value for mode in ScalingMode]},
         "strategy": {"enum": sorted(STRATEGIES)},
         "parameters": _POSITIVE,
@@ -43,7 +47,7 @@ SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "required": ["nodes"],
                 "properties": {
-                    "nodes": {"type": "integer", "minimum": 1},
+                    "nodes": {"type": "integer", "minimum": _NODES.low, "maximum": _NODES.high},
                     "step_time_s": _POSITIVE,
                     "throughput": _POSITIVE,
                 },
@@ -134,6 +138,17 @@ class Description:
         )  # fmt: skip
 
 
+_NUMBERS = [key for key, rule in SCHEMA["properties"].items() if rule is _POSITIVE]
+
+
+def _finite(value: float) -> bool:
+    """A float's value: YAML's ints are Python's, of any size (1e400 written out in full)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _where(error: Any) -> str:
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
     return path.lstrip(".") or "the top level"
@@ -169,11 +184,13 @@ def description(data: Any, source: str) -> Description:
             fix="give each node count once (the median of its launches)",
         )
     numbers = [(f"points (at {p.nodes} node(s))", p.step_time_s or p.throughput) for p in points]
-    numbers += [(key, value) for key, value in data.items() if isinstance(value, float)]
+    # the format's own numbers (other fields are ignored, whatever they hold)
+    numbers += [(key, data.get(key)) for key in _NUMBERS]
     for where, value in numbers:
-        if value is not None and not math.isfinite(value):
+        if value is not None and not _finite(value):
+            shown = value if isinstance(value, float) else "a whole number past a float's range"
             raise UsageError(
-                f"{source}: {where}: {value} is not a finite number", fix="give a finite number"
+                f"{source}: {where}: {shown} is not a finite number", fix="give a finite number"
             )
     return Description(
         source=source,
@@ -198,12 +215,21 @@ _FLOAT_1_2 = r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:
     |[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF)|[-+]\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"""
 
 
+def _safe_loader() -> Any:
+    """libyaml's safe loader where PyYAML has it (its wheels do): its parser refuses nesting
+    past 1,000 levels at once, where the pure-Python one took 37 s over 20,000 `[` (it is
+    quadratic in the depth) and recursed past Python's limit over 5,000 `- `."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def yaml_loader() -> Any:
     import re
 
     import yaml
 
-    class Loader(yaml.SafeLoader):
+    class Loader(_safe_loader()):  # type: ignore[misc]
         pass
 
     Loader.yaml_implicit_resolvers = {
@@ -232,15 +258,18 @@ def read_description(path: Path) -> Description:
         text = path.read_text(encoding="utf-8")
         # an alias repeats a node without copying it: a few lines can stand for billions of
         # values for the checks below to walk ("billion laughs"); the format has no use for one
-        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text)):
+        events = yaml.parse(text, Loader=_safe_loader())
+        if any(isinstance(event, yaml.AliasEvent) for event in events):
             raise UsageError(
                 f"--from {path}: YAML aliases (*name) are not part of the format",
                 fix="write each value out in full",
             )
         data = yaml.load(text, Loader=yaml_loader())
+    except RecursionError:  # the pure-Python parser, where libyaml is missing
+        raise UsageError(f"--from {path}: nested too deep: not a description") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--from {path}: cannot be read", why=str(exc)) from None
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: an int of over 4,300 digits
         raise UsageError(
             f"--from {path}: not YAML or JSON", why=str(exc).replace("\n", " ")
         ) from None

@@ -27,7 +27,7 @@ step cannot explain.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -95,19 +95,23 @@ def _efficiency(mode: ScalingMode, base: Measured, nodes: int, step: float) -> f
     return base.nodes * base.step / (nodes * step)
 
 
-def _continuing_shares(a: Measured, b: Measured, setting: Setting) -> tuple[float, float, float]:
+def _continuing_shares(
+    a: Measured, b: Measured, setting: Setting, footing: Callable[[int], float]
+) -> tuple[float, float, float]:
     """(point, least, most) share of the growth from a to b that keeps growing: the point takes
     it all, as measured; the range runs from none of it (the efficiency stays where b put it)
     to twice it. From one node to several, the gradient's bytes and the busbw, where given,
     say how much of the growth the one-time step to the network can explain, and the least
-    is what it cannot."""
+    is what it cannot. The growth and the all-reduce times are both on the smallest point's
+    footing (``footing``), as forecast() extrapolates them."""
     least = 0.0
     comm = setting.comm
     if a.nodes == 1 and comm is not None and setting.absolute and comm.busbw_intra_gbs:
         ranks_a, ranks_b = a.nodes * setting.procs_per_node, b.nodes * setting.procs_per_node
         inter = ring_share(ranks_b) * comm.gradient_bytes / (comm.busbw_inter_gbs * 1e9)
         intra = ring_share(ranks_a) * comm.gradient_bytes / (comm.busbw_intra_gbs * 1e9)
-        growth = b.step - a.step
+        inter, intra = inter * footing(b.nodes), intra * footing(a.nodes)
+        growth = b.step * footing(b.nodes) - a.step * footing(a.nodes)
         if growth > 0:  # at most all of the extra all-reduce time is exposed (none hidden)
             least = 1.0 - min(growth, max(0.0, inter - intra)) / growth
     return CONTINUES, least, 2 * CONTINUES
@@ -139,12 +143,14 @@ def forecast(
     # faster than linear (a cache effect, noise): no growth to extrapolate
     growth = max(0.0, work_b - work_a)
     shape_a, shape_b = expected_max(a.nodes * ppn), expected_max(b.nodes * ppn)
-    shares = dict(zip(("point", "least", "most"), _continuing_shares(a, b, setting), strict=True))
+    shares = dict(
+        zip(("point", "least", "most"), _continuing_shares(a, b, setting, footing), strict=True)
+    )
     base_work = base.step * footing(base.nodes)
     out = []
     for nodes in targets:
         more = growth * (expected_max(nodes * ppn) - shape_b) / (shape_b - shape_a)
-        works = {name: max(work_b, work_a) + share * more for name, share in shares.items()}
+        works = {name: work_b + share * more for name, share in shares.items()}
         # the efficiency is the works' ratio, at most 1: a faster-than-linear point is noise
         effs = {name: min(1.0, base_work / work) for name, work in works.items()}
         out.append(

@@ -12,6 +12,7 @@ from runner.azure.catalog import expected_busbw
 from runner.errors import DtrunError, UsageError
 from runner.predict.inputs import STRATEGIES, Description, Point
 from runner.predict.predict import Launches, Prediction, predict
+from runner.report.results import PROGRAM_STRATEGY
 
 if TYPE_CHECKING:
     from runner.report.build import Report
@@ -60,7 +61,7 @@ def from_report(report: Report, *, size: str | None, busbw: float | None) -> Fro
     one = next((row for row in rows if row.nodes == 1 and row.busbw), None)
     intra = None if one is None else one.busbw
     gradient = next((row.gradient_bytes for row in rows if row.gradient_bytes), None)
-    strategy = rows[-1].strategy if rows[-1].strategy in STRATEGIES else None
+    strategy = _strategy(rows[-1])
     description = Description(
         source=source,
         procs_per_node=ppn,
@@ -83,6 +84,21 @@ def from_report(report: Report, *, size: str | None, busbw: float | None) -> Fro
     if cost is not None and cost.usd_per_node_hour is not None:
         price = (cost.usd_per_node_hour, cost.price_source or "recorded")
     return FromRun(description, launches, price, said)
+
+
+def _strategy(row: ScalingRow) -> str | None:
+    """The row's strategy as a description names it; a program's from how the step hook saw
+    its parameters sharded, as the report's gradient sync counts it (losses.sync_factor)."""
+    if row.strategy in STRATEGIES:
+        return row.strategy
+    if row.strategy != PROGRAM_STRATEGY:
+        return None
+    if row.sharded is None:
+        return "ddp"
+    if row.sharded.startswith("FSDP"):
+        return "fsdp"
+    stage = row.sharded.removeprefix("DeepSpeed ZeRO stage ")
+    return {"1": "zero1", "2": "zero2", "3": "zero3"}.get(stage)
 
 
 def _busbw(

@@ -101,9 +101,9 @@ class _Steps:
             self.ends[key] = []
             self.optimizers[key] = optimizer
             self.order.append(key)
+        if len(self.ends[key]) == _TIMED_FROM - 1:  # before the end is taken: the import
+            self._start_window(key)  # and the reads count in the last warm-up step, not timed
         self.ends[key].append(time.perf_counter())
-        if len(self.ends[key]) == _TIMED_FROM:
-            self._start_window(key)
 
     def _start_window(self, key: int) -> None:
         try:
@@ -142,8 +142,10 @@ def _is_deepspeed_engine(thing: Any) -> bool:
 def _timed_from() -> int:
     """The step whose end starts the timed steps: --warmup's (DTRUN_WARMUP), at least the first
     (which has no start the hook can see), as runner/sweep/programresult.py counts them."""
-    value = os.environ.get("DTRUN_WARMUP", "")
-    return max(int(value), 1) if value.isdigit() else 1
+    try:
+        return max(int(os.environ.get("DTRUN_WARMUP", "")), 1)
+    except ValueError:  # unset or not a whole number ("²" passes str.isdigit, not int)
+        return 1
 
 
 _TIMED_FROM = _timed_from()
