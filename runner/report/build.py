@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import functools
 import io
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -317,6 +318,7 @@ def _context(report: Report) -> dict[str, Any]:
         "next_counts": report.next_counts,
         "next_counts_checked": (CHECKED_WITHIN_5, CHECKED_OF),
         "reproduce": reproducibility(manifest, report.first),
+        "command": command_block(manifest),
         **_program_context(report),
     }
 
@@ -405,6 +407,18 @@ def measured_on(manifest: Mapping[str, Any], first: Result | None) -> str:
     device = f", {first.device_name}" if first else ""
     size = f" {inventory['size']}" if inventory.get("size") else ""
     return f"{inventory['source']}: {nodes}{size} node(s){device}"
+
+
+def command_block(manifest: Mapping[str, Any]) -> str:
+    """The recorded command line (redacted, runner/record/manifest.py) as a Markdown code
+    block, fenced with more backticks than the command holds in a row; "" where the manifest
+    has none (written before dtrun recorded it, or not started from a command line)."""
+    command = manifest.get("command")
+    if not command:
+        return ""
+    runs = [len(run) for run in re.findall(r"`+", command)]
+    fence = "`" * max(3, max(runs, default=0) + 1)
+    return f"{fence}shell\n{command}\n{fence}"
 
 
 def reproducibility(manifest: Mapping[str, Any], first: Result | None) -> list[tuple[str, str]]:
