@@ -49,6 +49,7 @@ from runner.report.stats import (
     STATISTIC,
     Verdict,
 )
+from runner.spec.cluster import exceeds_cores
 from runner.spec.request import ScalingMode
 
 if TYPE_CHECKING:
@@ -471,5 +472,5 @@ def oversubscribed(manifest: Mapping[str, Any], rows: Sequence[ScalingRow]) -> l
     their efficiency measures the shared CPU, not the launcher or the communication."""
     if manifest["inventory"]["source"] != "embedded":
         return []
-    cores = manifest["machine"]["cpu_count"] or 1
-    return [row.nodes for row in rows if row.world_size > cores]
+    cores = manifest["machine"]["cpu_count"]
+    return [row.nodes for row in rows if exceeds_cores(row.world_size, cores)]
