@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import io
+import re
 
 from rich.console import Console
 
-from runner.cli.display import RegistryBar
+from runner.cli.display import RegistryBar, SweepDisplay
+from runner.spec.outcome import RunResult, RunStatus
+from runner.spec.request import BenchSpec
+from tests.plans import sweep_plan
 
 
 def _console() -> tuple[Console, io.StringIO]:
@@ -40,6 +44,20 @@ def test_the_registry_bar_stops_when_the_wait_fails():
         assert bar.progress is not None
     assert bar.progress is None
     assert "nodes ready (1 of 2 registered)" in out.getvalue()
+
+
+def test_the_sweep_bar_shows_the_time_left_from_the_pace_of_launches(fixed_inventory):
+    console, out = _console()
+    spec = BenchSpec("pace", node_counts=(1, 2), steps=4, warmup=1, repeat=2)
+    display = SweepDisplay(console, sweep_plan(fixed_inventory, spec), quiet=True)
+    clock = [0.0]
+    display.progress.get_time = lambda: clock[0]
+    for launch, at in enumerate((60.0, 120.0)):  # a minute each: longer than rich's 30 s
+        clock[0] = at
+        display.on_done(RunResult(1, launch, RunStatus.FAILED, 60.0, f"n1/r{launch}"), None)
+    console.print(display.progress.get_renderable())
+    # 2 of 4 launches done, one a minute: 2 minutes left
+    assert re.search(r"2/4 .* elapsed, 0:02:00 left", out.getvalue()), out.getvalue()
 
 
 def test_the_end_table_shows_n_the_efficiency_interval_and_the_verdict(

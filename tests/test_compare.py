@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 from typer.testing import CliRunner
@@ -13,7 +14,7 @@ from runner.record.rundir import RunDir
 from runner.report.build import analyse
 from runner.report.compare import compare
 from runner.spec.request import BenchSpec, ModelSpec
-from tests.factories import fake_run_dir
+from tests.factories import fake_run_dir, noise_data
 
 runner = CliRunner(env={"COLUMNS": "200"})
 
@@ -61,7 +62,7 @@ def test_cli_prints_side_by_side_and_json(tmp_path, fixed_inventory):
     done = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"])
     assert done.exit_code == 0, done.output
     data = json.loads(done.stdout)
-    assert data["schema"] == "dtrun.compare/2"
+    assert data["schema"] == "dtrun.compare/3"
     assert [row["ratio"] for row in data["rows"]] == [pytest.approx(1.0), pytest.approx(1.2)]
 
 
@@ -156,3 +157,78 @@ def test_runs_with_the_same_env_are_the_same_in_every_recorded_respect(tmp_path,
     env = (("HF_TOKEN", "hf_same-value-0000"), ("LR", "1"))
     shown, _ = _env_runs(tmp_path, fixed_inventory, env, env)
     assert "set-ups: the same in every recorded respect" in shown.output
+
+
+def _noisy_runs(tmp_path, fixed_inventory, steal: dict[str, float]) -> tuple[RunDir, RunDir]:
+    """A and B as in the test above (B 25% slower at 2 nodes, intervals apart); each run's
+    2-node launch with ``steal[name]`` of its CPU time stolen (the report's threshold: 5%)."""
+    runs = {"a": (0.0336, 0.036, 1), "b": (0.0336, 0.045, 3)}
+    for name, (one_s, two_s, seed) in runs.items():
+        steps = {1: [_steps(one_s, 40, seed)], 2: [_steps(two_s, 40, seed + 1)]}
+        noise = {
+            1: [noise_data(["node-0"])],
+            2: [noise_data(["node-0", "node-1"], steal=steal.get(name, 0.0))],
+        }
+        fake_run_dir(
+            tmp_path / name, BenchSpec(run_id=name), fixed_inventory, {}, step_times=steps,
+            noise=noise,
+        )  # fmt: skip
+    return RunDir(tmp_path / "a"), RunDir(tmp_path / "b")
+
+
+def test_a_difference_at_a_point_measured_in_noise_is_not_called_a_change(
+    tmp_path, fixed_inventory
+):
+    a, b = _noisy_runs(tmp_path, fixed_inventory, {"b": 0.2})
+    comparison = compare(analyse(a), analyse(b))
+    rows = {row.nodes: row for row in comparison.rows}
+    assert rows[2].b_high is not None and rows[2].a_low is not None
+    assert rows[2].b_high < rows[2].a_low  # the intervals are apart, as before
+    assert rows[2].change == "noisy (B)" and rows[1].change == "within noise"
+    (point,) = comparison.noisy
+    assert (point.side, point.run_id, point.nodes) == ("B", "b", 2)
+    assert point.why.startswith("The 2-node point is unreliable:") and "steal" in point.why
+    done = runner.invoke(app, ["compare", str(a.path), str(b.path)])
+    assert done.exit_code == 0, done.output
+    assert re.search(r"│\s+2 │.*│\s+noisy \(B\) │", done.output)
+    assert "no change is called where a run's point was measured in noise:" in done.output
+    assert "noise: 2 nodes, B (b): The 2-node point is unreliable:" in done.output
+    as_json = json.loads(runner.invoke(app, ["compare", str(a.path), str(b.path), "--json"]).stdout)
+    assert as_json["noisy"][0]["side"] == "B" and as_json["rows"][1]["change"] == "noisy (B)"
+
+
+def test_points_measured_in_noise_in_both_runs_name_both(tmp_path, fixed_inventory):
+    a, b = _noisy_runs(tmp_path, fixed_inventory, {"a": 0.2, "b": 0.3})
+    comparison = compare(analyse(a), analyse(b))
+    assert [row.change for row in comparison.rows] == ["within noise", "noisy (A, B)"]
+    assert [(p.side, p.nodes) for p in comparison.noisy] == [("A", 2), ("B", 2)]
+
+
+def test_a_run_compared_with_its_own_directory_is_said_to_be_one_run(tmp_path, fixed_inventory):
+    fake_run_dir(tmp_path / "a", BenchSpec(run_id="a"), fixed_inventory, {1: [1000], 2: [1500]})
+    done = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "." / "a")])
+    assert done.exit_code == 0, done.output
+    assert "A and B are the same run, a (the same run directory): nothing to compare" in (
+        done.output
+    )
+    assert "B / A" not in done.output  # no table of ratios of 1
+    data = json.loads(
+        runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "a"), "--json"]).stdout
+    )
+    assert data["same_run"] == "the same run directory"
+
+
+def test_a_copy_of_a_run_is_said_to_be_the_same_run(tmp_path, fixed_inventory):
+    fake_run_dir(tmp_path / "a", BenchSpec(run_id="a"), fixed_inventory, {1: [1000], 2: [1500]})
+    shutil.copytree(tmp_path / "a", tmp_path / "copy")
+    done = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "copy")])
+    assert done.exit_code == 0, done.output
+    assert "the same run, a (the same run id and the same results)" in done.output
+
+
+def test_two_runs_under_one_run_id_with_other_results_are_compared(tmp_path, fixed_inventory):
+    for name, two in (("first", 1500), ("again", 1800)):
+        fake_run_dir(tmp_path / name, BenchSpec(run_id="r"), fixed_inventory, {1: [1000], 2: [two]})
+    comparison = compare(analyse(RunDir(tmp_path / "first")), analyse(RunDir(tmp_path / "again")))
+    assert comparison.same_run is None
+    assert [row.ratio for row in comparison.rows] == [pytest.approx(1.0), pytest.approx(1.2)]

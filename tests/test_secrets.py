@@ -164,14 +164,16 @@ def test_an_upload_and_the_copy_a_failed_one_leaves_hold_none_of_them(s3, tmp_pa
 
 @pytest.mark.e2e
 def test_a_bench_its_json_records_report_and_upload_hold_none_of_them(
-    s3, no_leftovers, machine_env
+    s3, no_leftovers, machine_env, monkeypatch
 ):
     out = no_leftovers / "runs"
-    result = dtrun(
+    args = (
         "bench", "--nodes", "1", "--steps", "3", "--warmup", "1", "--repeat", "1",
         "--port", "29710", "--json",
         "--output", str(out), "--run-id", "planted", "--results", f"s3://{BUCKET}/p", *ENV_ARGS,
     )  # fmt: skip
+    monkeypatch.setattr("sys.argv", ["/venv/bin/dtrun", *args])  # as a shell starts it
+    result = dtrun(*args)
     assert result.exit_code == 0, result.output
     assert leaks(result.output) == []
     json.loads(result.stdout)  # the --json document, whole
@@ -182,6 +184,8 @@ def test_a_bench_its_json_records_report_and_upload_hold_none_of_them(
     assert leaked(written) == {}
     manifest = json.loads(written["manifest.json"])
     assert ["ECHO_CMD", f"wandb login {REDACTED}"] in manifest["bench"]["env"]
+    assert manifest["command"].startswith("dtrun bench --nodes 1 --steps 3 --warmup 1 ")
+    assert f"--env 'ECHO_CMD=wandb login {REDACTED}'" in manifest["command"]
     uploaded = stored(s3, "p/planted/")
     assert any(key.endswith("node-0.sh") for key in uploaded)  # the scripts go up too, redacted
     assert leaked(uploaded) == {}

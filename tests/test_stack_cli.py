@@ -34,16 +34,16 @@ def no_pulumi_cli(monkeypatch, tmp_path):
 @pytest.mark.parametrize(
     "command", [["up"], ["down"], ["outputs"], ["extend", "--hours", "4"]], ids=lambda c: c[0]
 )
-def test_without_the_pulumi_cli_each_command_says_how_to_install_it_in_one_line(
+def test_without_the_pulumi_cli_each_command_exits_2_saying_next_how_to_install_it(
     no_pulumi_cli, command
 ):
     result = runner.invoke(app, [*command, "--stack", "dev"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a setup to fix, as bad input is
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "the Pulumi CLI is not installed" in lines[0]
-    assert "curl -fsSL https://get.pulumi.com | sh" in lines[0]
-    assert f"dtrun {' '.join(command[:1])} --stack dev" in lines[0]
+    assert len(lines) == 2, result.stderr
+    assert lines[0].startswith("error: the Pulumi CLI is not installed: ")
+    assert lines[1].startswith("  next: install it with `curl -fsSL https://get.pulumi.com | sh`")
+    assert f"then run `dtrun {' '.join(command[:1])} --stack dev" in lines[1]
     assert "Traceback" not in result.output
 
 

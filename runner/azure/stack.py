@@ -30,11 +30,16 @@ MAX_EXTEND_HOURS = 24 * 30  # a deadline further off is no deadline: set dtrun:t
 Printer = Callable[[str], None]
 
 
-class PulumiMissingError(DtrunError):
+class PulumiMissingError(UsageError):
+    """No Pulumi CLI on this machine: a setup to fix before the command (exit 2), as a missing
+    option or file is."""
+
     def __init__(self, command: str) -> None:
         super().__init__(
-            f"the Pulumi CLI is not installed (dtrun drives Pulumi through it); install it with "
-            f"`{INSTALL}` (https://www.pulumi.com/docs/install/), then run `{command}` again"
+            "the Pulumi CLI is not installed",
+            why="dtrun drives Pulumi through it, and no `pulumi` is on PATH",
+            fix=f"install it with `{INSTALL}` (https://www.pulumi.com/docs/install/), then run "
+            f"`{command}` again",
         )
 
 

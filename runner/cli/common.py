@@ -60,6 +60,12 @@ def command_secrets(spec: LaunchRequest) -> list[str]:
     return [*spec.secrets(), *secrets_in_environment(os.environ)]
 
 
+def typed_command() -> tuple[str, ...]:
+    """dtrun's arguments as the user typed them (after the program name): manifest.json
+    records them, secrets hidden (runner/record/manifest.py command_line)."""
+    return tuple(sys.argv[1:])
+
+
 def console(stderr: bool = False) -> Console:
     from rich.console import Console
 

@@ -81,6 +81,10 @@ def print_plan(plan: LaunchPlan, preview: Preview | None = None, workdir: str = 
         echo(file.content)
 
 
+# How far back the sweep's time left looks for its pace: every launch of any sweep.
+SWEEP_PACE_S = 7 * 24 * 3600.0
+
+
 class SweepDisplay:
     """A rich progress bar over the sweep, with each node's output streamed above it."""
 
@@ -92,6 +96,7 @@ class SweepDisplay:
             SpinnerColumn,
             TextColumn,
             TimeElapsedColumn,
+            TimeRemainingColumn,
         )
 
         self.console = console
@@ -105,9 +110,16 @@ class SweepDisplay:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TextColumn("elapsed,"),
+            # from the mean time between finished launches (from the second one on)
+            TimeRemainingColumn(),
+            TextColumn("left"),
             console=console,
             # Redrawing is for people watching a terminal; logs and pipes get the final state.
             auto_refresh=console.is_terminal,
+            # the whole sweep's pace: rich's default (the last 30 s) holds no two launches of
+            # a minute each, and would never estimate
+            speed_estimate_period=SWEEP_PACE_S,
         )
         total = len(plan.launches)
         self.task = self.progress.add_task("planning", total=total)

@@ -11,7 +11,14 @@ import typer
 
 from runner import __version__
 from runner.cli import options as opts
-from runner.cli.common import command_secrets, console, print_json, print_node_line, user_errors
+from runner.cli.common import (
+    command_secrets,
+    console,
+    print_json,
+    print_node_line,
+    typed_command,
+    user_errors,
+)
 from runner.cli.cost import (
     MaxCost,
     PricePerNodeHour,
@@ -471,6 +478,7 @@ def _sweep(
                 _drain(cluster, plan),
                 resumed,
                 cluster.executor.command if cluster.engine == "ssh" else None,
+                command=typed_command(),
             )
     except DtrunError as exc:
         # a run directory that could not be written has no report: its message says what is kept

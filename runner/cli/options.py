@@ -465,7 +465,8 @@ DrainFailing = Annotated[
     typer.Option(
         "--drain-failing",
         help="--slurm: drain the nodes the gate finds below the mark (scontrol update "
-        "state=drain, with the reason) and leave them out of the sweep.",
+        "state=drain, with the reason) and stop the sweep (exit 4); the next allocation gets "
+        "other nodes.",
         rich_help_panel=_GATE,
     ),
 ]

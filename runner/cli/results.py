@@ -83,9 +83,29 @@ def compare(
 
     with human_output_to_stderr(json_out), user_errors():
         result = compare_runs(analyse(_run_dir(run_a)), analyse(_run_dir(run_b)))
-        print_comparison(result, wide=wide)
+        if result.same_run is not None:
+            console().print(
+                f"A and B are the same run, {result.a} ({result.same_run}): nothing to compare"
+            )
+        else:
+            print_comparison(result, wide=wide)
+            print_compare_noise(result)
         if json_out:
             print_json(result.to_json())
+
+
+def print_compare_noise(result: Comparison) -> None:
+    """Under the table: which points no change is called at, because a run's report calls
+    them unreliable, and why (that report's Noise section)."""
+    if not result.noisy:
+        return
+    out = console()
+    out.print("no change is called where a run's point was measured in noise:")
+    for point in result.noisy:
+        out.print(
+            f"[yellow]noise:[/] {point.nodes} node{'' if point.nodes == 1 else 's'}, "
+            f"{point.side} ({point.run_id}): {point.why}"
+        )
 
 
 def print_comparison(result: Comparison, *, wide: bool = False) -> None:

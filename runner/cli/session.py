@@ -197,6 +197,8 @@ class Session:
         with upload_after(store, launching.output / spec.run_id, command_secrets(spec)):
             try:
                 with opened(choice, self.watch) as cluster:
+                    if choice.embedded:
+                        warn_oversubscribed(spec, local_nodes)
                     yield cluster
             except KeyboardInterrupt:
                 # stopped while the cluster closed: recorded before the copy is uploaded, so
@@ -204,6 +206,20 @@ class Session:
                 if self.on_late_stop is not None:
                     self.on_late_stop()
                 raise
+
+
+def warn_oversubscribed(spec: LaunchRequest, local_nodes: int) -> None:
+    """A warning line where the embedded cluster's nodes x processes per node exceed this
+    machine's cores (runner/cluster/embedded.py oversubscription)."""
+    import os
+
+    from runner.cluster.embedded import oversubscription
+    from runner.spec.request import BenchSpec
+
+    counts = spec.node_counts if isinstance(spec, BenchSpec) else (local_nodes,)
+    warning = oversubscription(counts, spec.procs_per_node, os.cpu_count() or 1)
+    if warning is not None:
+        console().print(f"[yellow]warning:[/] {warning}")
 
 
 @contextmanager

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from runner.errors import InventoryError
-from runner.spec.cluster import Accelerator, Inventory, Node
+from runner.spec.cluster import Accelerator, Inventory, Node, exceeds_cores
 
 # One machine can pretend to be this many nodes before the simulation says nothing useful.
 MAX_LOCAL_NODES = 32
@@ -45,4 +46,27 @@ def embedded_inventory(size: int) -> Inventory:
         python_bin=str(Path(sys.executable).parent),
         code_dir=str(Path(runner.__file__).resolve().parent.parent),
         cpu_count=os.cpu_count() or 1,
+    )
+
+
+def _nodes(count: int) -> str:
+    return f"{count} node{'' if count == 1 else 's'}"
+
+
+def oversubscription(node_counts: Sequence[int], procs_per_node: int, cores: int) -> str | None:
+    """A warning where the embedded cluster would run more processes than this machine has
+    cores (the report's rule, runner/spec/cluster.py exceeds_cores); None where it would not."""
+    over = sorted(n for n in set(node_counts) if exceeds_cores(n * procs_per_node, cores))
+    if not over:
+        return None
+    widest = max(over)
+    processes = widest * procs_per_node
+    per_node = f"{procs_per_node} process{'' if procs_per_node == 1 else 'es'} per node"
+    points = f"{', '.join(map(str, over[:-1]))} and {widest}" if len(over) > 1 else str(widest)
+    return (
+        f"the embedded cluster runs {processes} processes at {_nodes(widest)} ({per_node}) "
+        f"on this machine's {cores} core{'' if cores == 1 else 's'}: at {points} "
+        f"node{'' if over == [1] else 's'} the processes share cores, so the figures measure "
+        "the shared CPU, not the launcher or the communication; keep nodes x processes per "
+        f"node at most {cores} for figures that mean more"
     )

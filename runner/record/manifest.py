@@ -8,12 +8,13 @@ own versions (their torch, NCCL, Python) come back in the workloads' results.
 from __future__ import annotations
 
 import importlib.metadata
+import shlex
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.redact import redact_var
+from runner.redact import REDACTED, Redactor, is_secret_name, redact_args, redact_var
 
 # Distributions whose versions change what a run measures or how it was launched.
 PACKAGES = (
@@ -46,6 +47,50 @@ def redact_environment(env: Mapping[str, str]) -> dict[str, str]:
     """The environment, sorted, with secret-looking names' values, URL credentials and
     token-shaped values hidden."""
     return {key: redact_var(key, value) for key, value in sorted(env.items())}
+
+
+# dtrun's option whose values are KEY=VALUE exported on every node (runner/cli/options.py Env).
+_ENV_OPTIONS = ("--env", "-e")
+
+
+def command_line(args: Sequence[str], hide: Redactor | None = None) -> str:
+    """dtrun's command line as typed (``args``: sys.argv after the program name), shell-quoted
+    (shlex.join), with every secret hidden as the manifest hides it: an --env value under a
+    secret-looking name (as its ``bench.env``), a program argument after ``--`` as its
+    ``bench.program.args`` (runner/redact.py ``redact_args``), URL credentials and token
+    shapes in any argument, and the fragments of the values ``hide`` knows, in any quoting."""
+    hide = hide or Redactor()
+    words = list(args)
+    cut = words.index("--") if "--" in words else len(words)
+    own = redact_args(tuple(_env_redacted(words[:cut], hide)), hide)
+    program = redact_args(tuple(words[cut + 1 :]), hide) if cut < len(words) else None
+    line = shlex.join(["dtrun", *own, *(["--", *program] if program is not None else [])])
+    return hide.text(line)  # a value that shlex.join quoted, masked in that quoting too
+
+
+def _env_redacted(args: Sequence[str], hide: Redactor) -> list[str]:
+    """``args`` with each --env KEY=VALUE's value hidden where KEY looks secret (``-e K=V``,
+    ``--env=K=V`` and ``-eK=V`` too)."""
+    found: list[str] = []
+    pending = False
+    for arg in args:
+        if pending:
+            found.append(_env_pair(arg, hide))
+        elif arg.startswith("--env="):
+            found.append("--env=" + _env_pair(arg.removeprefix("--env="), hide))
+        elif arg.startswith("-e") and arg not in _ENV_OPTIONS and not arg.startswith("--"):
+            found.append("-e" + _env_pair(arg.removeprefix("-e"), hide))
+        else:
+            found.append(arg)
+        pending = not pending and arg in _ENV_OPTIONS
+    return found
+
+
+def _env_pair(pair: str, hide: Redactor) -> str:
+    key, equals, value = pair.partition("=")
+    if not equals:
+        return hide.text(pair)
+    return f"{key}={REDACTED if is_secret_name(key) else hide.text(value)}"
 
 
 def source_root() -> Path:

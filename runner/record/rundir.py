@@ -39,7 +39,7 @@ from runner.errors import DiskFullError, DtrunError, OutputDirError, RunDirWrite
 from runner.record import manifest
 from runner.record.envdigest import env_digests
 from runner.record.readback import inside
-from runner.redact import redact_data, redact_text, redact_var
+from runner.redact import Redactor, redact_data, redact_text, redact_var
 from runner.spec.cluster import Inventory
 from runner.spec.launch import EnvVar, LaunchPlan, point_dir
 from runner.spec.outcome import Health, NodeResult, RunResult, RunStatus, SweepStatus
@@ -237,9 +237,12 @@ def write_manifest(
     launch_env: tuple[EnvVar, ...] = (),
     price: Price | None = None,
     paid_before: dict[str, Any] | None = None,
+    command: Sequence[str] | None = None,
 ) -> None:
     """manifest.json: everything needed to reproduce the run, secrets redacted (docs/bench.md).
-    ``paid_before``: runner/record/paid.py's, None where the cluster does not say."""
+    ``paid_before``: runner/record/paid.py's, None where the cluster does not say.
+    ``command``: dtrun's arguments as typed (sys.argv after the program name), None where
+    dtrun was not started from a command line."""
     bench_data = asdict(bench.redacted())
     bench_data["env"] = [list(pair) for pair in bench_data["env"]]
     run_dir.write_json(
@@ -249,6 +252,8 @@ def write_manifest(
             "run_id": bench.run_id,
             "created_at": now_iso(),
             "dtrun_version": __version__,
+            # the command line as typed, shell-quoted, secrets hidden (manifest.command_line)
+            "command": _command(command, bench.secrets()),
             "machine": machine(),
             "inventory": asdict(inventory.redacted()),
             "bench": bench_data,
@@ -281,15 +286,26 @@ def write_manifest(
     )
 
 
+def _command(command: Sequence[str] | None, secrets: Sequence[str]) -> str | None:
+    return None if command is None else manifest.command_line(command, Redactor.of(secrets))
+
+
 def record_resume(
-    run_dir: RunDir, inventory: Inventory, kept: int, paid_before: dict[str, Any] | None = None
+    run_dir: RunDir,
+    inventory: Inventory,
+    kept: int,
+    paid_before: dict[str, Any] | None = None,
+    command: Sequence[str] | None = None,
+    secrets: Sequence[str] = (),
 ) -> None:
     """--resume: manifest.json's ``resumed`` list says when, on which cluster, keeping what,
-    and what that cluster billed before the resume began."""
+    with which command (``secrets`` hidden), and what that cluster billed before the resume
+    began."""
     data = json.loads(run_dir.manifest.read_text())
     data.setdefault("resumed", []).append(
         {
             "at": now_iso(),
+            "command": _command(command, secrets),
             "inventory": asdict(inventory.redacted()),
             "launches_kept": kept,
             "paid_before": paid_before,

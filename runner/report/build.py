@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import functools
 import io
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -48,6 +49,7 @@ from runner.report.stats import (
     STATISTIC,
     Verdict,
 )
+from runner.spec.cluster import exceeds_cores
 from runner.spec.request import ScalingMode
 
 if TYPE_CHECKING:
@@ -317,6 +319,7 @@ def _context(report: Report) -> dict[str, Any]:
         "next_counts": report.next_counts,
         "next_counts_checked": (CHECKED_WITHIN_5, CHECKED_OF),
         "reproduce": reproducibility(manifest, report.first),
+        "command": command_block(manifest),
         **_program_context(report),
     }
 
@@ -407,6 +410,18 @@ def measured_on(manifest: Mapping[str, Any], first: Result | None) -> str:
     return f"{inventory['source']}: {nodes}{size} node(s){device}"
 
 
+def command_block(manifest: Mapping[str, Any]) -> str:
+    """The recorded command line (redacted, runner/record/manifest.py) as a Markdown code
+    block, fenced with more backticks than the command holds in a row; "" where the manifest
+    has none (written before dtrun recorded it, or not started from a command line)."""
+    command = manifest.get("command")
+    if not command:
+        return ""
+    runs = [len(run) for run in re.findall(r"`+", command)]
+    fence = "`" * max(3, max(runs, default=0) + 1)
+    return f"{fence}shell\n{command}\n{fence}"
+
+
 def reproducibility(manifest: Mapping[str, Any], first: Result | None) -> list[tuple[str, str]]:
     """The manifest's facts a reader needs to reproduce the run, as (what, value) rows."""
     rows: list[tuple[str, str]] = []
@@ -457,5 +472,5 @@ def oversubscribed(manifest: Mapping[str, Any], rows: Sequence[ScalingRow]) -> l
     their efficiency measures the shared CPU, not the launcher or the communication."""
     if manifest["inventory"]["source"] != "embedded":
         return []
-    cores = manifest["machine"]["cpu_count"] or 1
-    return [row.nodes for row in rows if row.world_size > cores]
+    cores = manifest["machine"]["cpu_count"]
+    return [row.nodes for row in rows if exceeds_cores(row.world_size, cores)]

@@ -2,8 +2,11 @@
 
 Rows are matched by node count; training figures are at the median step time, with each run's
 95% interval, and a difference is called a change only when the two intervals do not overlap
-(runner/report/stats.py). Beside the figures it lists what differs between the two runs'
-set-ups (launcher, size, model, versions, ...), since a ratio means little without it.
+(runner/report/stats.py) and both points were measured quietly: where either run's report
+calls its point unreliable (its Noise section), the change is "noisy (A)" and the reason is
+said. A run compared with itself is said to be one. Beside the figures it lists what differs
+between the two runs' set-ups (launcher, size, model, versions, ...), since a ratio means
+little without it.
 
 Only like with like: two runs of the same workload, and two runs of a user's program only
 when their throughputs count the same unit (docs/your-training.md "Comparing runs").
@@ -26,7 +29,7 @@ from runner.report.program import (
 )
 from runner.report.results import ProgramFacts, TrainResult
 
-COMPARE_SCHEMA = "dtrun.compare/2"
+COMPARE_SCHEMA = "dtrun.compare/3"
 WITHIN_NOISE = "within noise"
 
 
@@ -58,8 +61,10 @@ class CompareRow:
     a_high: float | None = None
     b_low: float | None = None
     b_high: float | None = None
-    # "higher" or "lower" (B against A) only when the two intervals do not overlap; else
-    # "within noise"; None where either run has no interval at this node count
+    # "higher" or "lower" (B against A) only when the two intervals do not overlap and both
+    # points are reliable; "within noise" when they overlap; "noisy (A)", "noisy (B)" or
+    # "noisy (A, B)" where a run's report calls its point unreliable; None where either run
+    # has no interval at this node count
     change: str | None = None
     a_efficiency_low: float | None = None
     a_efficiency_high: float | None = None
@@ -67,6 +72,16 @@ class CompareRow:
     b_efficiency_high: float | None = None
     a_verdict: str | None = None
     b_verdict: str | None = None
+
+
+@dataclass(frozen=True)
+class NoisyPoint:
+    """A point that one run's report calls unreliable (its Noise section), and why."""
+
+    side: str  # "A" or "B"
+    run_id: str
+    nodes: int
+    why: str  # the Noise section's first finding for the point
 
 
 @dataclass(frozen=True)
@@ -78,6 +93,10 @@ class Comparison:
     rows: tuple[CompareRow, ...]
     differences: tuple[tuple[str, str, str], ...]  # (what, in A, in B)
     unit: str = "tokens/s"  # a and b's: "tokens/s", a program's "samples/s", ..., or "GB/s"
+    # the points of rows both runs measured that a run's report calls unreliable
+    noisy: tuple[NoisyPoint, ...] = ()
+    # why A and B are one run ("the same run directory", ...); None: two runs
+    same_run: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": COMPARE_SCHEMA, **asdict(self)}
@@ -101,10 +120,13 @@ def _figures(report: Report) -> dict[int, Figures]:
     }
 
 
-def change(a: Figures, b: Figures) -> str | None:
-    """B against A: a change only when the two 95% intervals do not overlap."""
+def change(a: Figures, b: Figures, noisy: str = "") -> str | None:
+    """B against A: a change only when the two 95% intervals do not overlap and neither point
+    was measured in noise; ``noisy``: which sides were ("A", "B", "A, B"), "" for none."""
     if a.low is None or a.high is None or b.low is None or b.high is None:
         return None
+    if noisy:
+        return f"noisy ({noisy})"
     if b.low > a.high:
         return "higher"
     if b.high < a.low:
@@ -118,7 +140,7 @@ _SIDE = {"": "value", "_low": "low", "_high": "high", "_efficiency": "efficiency
          "_verdict": "verdict", "_busbw": "busbw"}  # fmt: skip
 
 
-def _row(nodes: int, a: Figures | None, b: Figures | None) -> CompareRow:
+def _row(nodes: int, a: Figures | None, b: Figures | None, noisy: str = "") -> CompareRow:
     sides = {
         side + suffix: None if figures is None else getattr(figures, attr)
         for side, figures in (("a", a), ("b", b))
@@ -127,7 +149,7 @@ def _row(nodes: int, a: Figures | None, b: Figures | None) -> CompareRow:
     return CompareRow(
         nodes=nodes,
         ratio=b.value / a.value if a is not None and b is not None and a.value else None,
-        change=change(a, b) if a is not None and b is not None else None,
+        change=change(a, b, noisy) if a is not None and b is not None else None,
         **sides,
     )
 
@@ -267,10 +289,42 @@ def _whole_program(report: Report) -> bool:
     return facts is not None and facts.timing == "whole program"
 
 
+def unreliable(report: Report) -> dict[int, str]:
+    """The node counts whose point the report calls unreliable, each with its first finding
+    (runner/report/noise.py); none for a run without noise figures."""
+    points = report.noise.points if report.noise is not None else ()
+    return {point.nodes: point.findings[0] for point in points if point.unreliable}
+
+
+def same_run(a: Report, b: Report) -> str | None:
+    """Why A and B are one run, or None: the same run directory, or a copy of one (the same
+    run id and the same figures)."""
+    if a.run_dir.path.resolve() == b.run_dir.path.resolve():
+        return "the same run directory"
+    if a.manifest["run_id"] == b.manifest["run_id"] and _figures(a) == _figures(b):
+        return "the same run id and the same results"
+    return None
+
+
 def compare(a: Report, b: Report) -> Comparison:
     _refuse_unlike(a, b)
     fa, fb = _figures(a), _figures(b)
-    rows = [_row(nodes, fa.get(nodes), fb.get(nodes)) for nodes in sorted(set(fa) | set(fb))]
+    ua, ub = unreliable(a), unreliable(b)
+    both = sorted(set(fa) & set(fb))
+    noisy = tuple(
+        NoisyPoint(side, report.manifest["run_id"], nodes, found[nodes])
+        for nodes in both
+        for side, report, found in (("A", a, ua), ("B", b, ub))
+        if nodes in found
+    )
+
+    def sides(nodes: int) -> str:
+        return ", ".join(point.side for point in noisy if point.nodes == nodes)
+
+    rows = [
+        _row(nodes, fa.get(nodes), fb.get(nodes), sides(nodes))
+        for nodes in sorted(set(fa) | set(fb))
+    ]
     sa, sb = _setup(a), _setup(b)
     differences = tuple(
         (key, sa.get(key, "-"), sb.get(key, "-"))
@@ -281,5 +335,5 @@ def compare(a: Report, b: Report) -> Comparison:
     metric = "busbw (GB/s)" if a.workload == "allreduce" else f"{unit} at the median step"
     return Comparison(
         a.manifest["run_id"], b.manifest["run_id"], a.workload, metric, tuple(rows),
-        differences, unit,
+        differences, unit, noisy, same_run(a, b),
     )  # fmt: skip

@@ -93,6 +93,9 @@ MANIFEST = obj(
     },
     optional={
         "dtrun_version": nullable(TEXT),
+        # the command line as typed, secrets hidden ("Reproducing this run"); absent in
+        # manifests written before dtrun recorded it, null where no command line started it
+        "command": nullable(TEXT),
         "image": nullable(obj({"urn": nullable(TEXT), "source": nullable(TEXT)})),
         "versions": nullable(ANY_OBJECT),
         "git": nullable(obj({"revision": TEXT, "dirty": FLAG})),

@@ -81,6 +81,13 @@ class Inventory:
         return replace(self, ssh=self.ssh.redacted() if self.ssh else None)
 
 
+def exceeds_cores(processes: int, cores: int | None) -> bool:
+    """Whether ``processes`` on one machine of ``cores`` cores (the embedded cluster's nodes
+    times its processes per node) share cores: their figures then measure the shared CPU, not
+    the launcher or the communication. The report's rule and the bench's warning."""
+    return processes > (cores or 1)
+
+
 class StorageKind(StrEnum):
     AZURE_FILES = "azurefiles"  # Azure Files premium, NFS 4.1
     NETAPP = "netapp"  # Azure NetApp Files, NFS 4.1 on a delegated subnet

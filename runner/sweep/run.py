@@ -296,7 +296,7 @@ class _Runner:
             )  # fmt: skip
 
 
-def run_sweep(
+def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command to record
     plan: SweepPlan,
     output: Path,
     executor: Executor,
@@ -305,6 +305,8 @@ def run_sweep(
     drain: Drain | None = None,
     resumed: Resumed | None = None,
     evictions: Command | None = None,
+    *,
+    command: Sequence[str] | None = None,
 ) -> Sweep:
     """Run a sweep plan into output/<run-id>/: the gate, then every launch of every point.
 
@@ -312,7 +314,8 @@ def run_sweep(
     reachable and, with --check, healthy). ``resumed`` (--resume): the run directory exists and
     its launches done are kept; only the others run, and the report covers them all.
     ``evictions`` (real machines over SSH): after a failed launch, ask the nodes whether one
-    was evicted (runner/sweep/eviction.py).
+    was evicted (runner/sweep/eviction.py). ``command``: dtrun's arguments as typed, recorded
+    (secrets hidden) in manifest.json.
     """
     events = events or SweepEvents()
     spec = plan.spec
@@ -324,12 +327,12 @@ def run_sweep(
         before = paid_before(output, inventory, now)
         run_dir = create_run_dir(output, spec.run_id)
         events.on_begin(run_dir)
-        write_manifest(run_dir, spec, inventory, plan.environment, price, before)
+        write_manifest(run_dir, spec, inventory, plan.environment, price, before, command)
     else:
         run_dir = resumed.run_dir
         events.on_begin(run_dir)
         before = paid_before(run_dir.path.parent, inventory, now)
-        record_resume(run_dir, inventory, len(resumed.done), before)
+        record_resume(run_dir, inventory, len(resumed.done), before, command, spec.secrets())
     # plan/n<N>/: as rendered before its launches ran (a resumed point's kept launches keep
     # theirs, and each launch directory holds its own scripts)
     kept = {run.nodes for run in resumed.done} if resumed is not None else set()
