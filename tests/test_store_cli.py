@@ -215,7 +215,7 @@ def test_a_sigterm_while_the_cluster_closes_is_in_the_uploaded_records(
 def test_a_sigterm_while_the_summary_prints_is_recorded(no_leftovers, no_stop_yet, monkeypatch):
     from runner.cli import launch
 
-    monkeypatch.setattr(launch, "print_summary", lambda done: stop_with_sigterm())
+    monkeypatch.setattr(launch, "print_summary", lambda done, **_: stop_with_sigterm())
     out = no_leftovers / "runs"
     result = dtrun("bench", *QUICK, "--port", "29704", "--output", str(out), "--run-id", "said")
     assert result.exit_code == 143, result.output
