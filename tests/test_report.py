@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+from pathlib import Path
 
 import psutil
 import pytest
@@ -13,9 +14,10 @@ import pytest
 from runner.record.rundir import RunDir
 from runner.report.build import build_report
 from runner.report.builder import ReportBuilder
+from runner.report.metrics import scaling_rows
 from runner.spec.outcome import SweepStatus
 from runner.spec.request import BenchSpec, ScalingMode
-from tests.factories import fake_run_dir, html_markdown
+from tests.factories import fake_run_dir, html_markdown, train_result
 
 
 def test_report_states_efficiency_and_formula_per_node_count(tmp_path, fixed_inventory):
@@ -351,3 +353,38 @@ def test_rebuilding_a_report_with_bootstrap_intervals_gives_the_same_files(
     assert b"noise between steps only" not in first["report.md"]  # three launches each
     build_report(RunDir(run_dir.path))
     assert {name: (run_dir.path / name).read_bytes() for name in names} == first
+
+
+def test_plot_axes_separate_thousands(monkeypatch):
+    from runner.report import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "_png", lambda fig: drawn.append(fig) or b"")
+    rows = scaling_rows(
+        {1: [train_result(world=1, tokens_per_s=25_000.0)],
+         2: [train_result(world=2, tokens_per_s=48_000.0)]}, 0.9,
+    )  # fmt: skip
+    plots.plot_throughput(rows, title="t")
+    plots.plot_efficiency(rows, title="t")
+    for fig in drawn:
+        axis = fig.axes[0].yaxis.get_major_formatter()
+        assert axis(25_000.0, 0) == "25,000" and axis(1_200_000.0, 0) == "1,200,000"
+        assert axis(0.5, 0) == "0.5" and axis(40.0, 0) == "40"
+    assert len(drawn) == 2
+
+
+def test_the_html_report_folds_method_text_and_boxes_every_table(tmp_path, fixed_inventory):
+    bench = BenchSpec(run_id="fold", node_counts=(1, 2))
+    run_dir = fake_run_dir(tmp_path / "fold", bench, fixed_inventory, {1: [1000], 2: [1800]},
+                           busbw={2: 0.5})  # fmt: skip
+    build_report(run_dir)
+    html, text = run_dir.html.read_text(), run_dir.report.read_text()
+    folded = re.findall(r"<details>\n<summary>([^<]*)</summary>", html)
+    assert "How these figures are computed" in folded and "How the model predicts" in folded
+    assert html.count("<details>") == html.count("</details>") == len(folded)
+    assert "\ue000" not in html and "\ue000" not in text  # no marker left anywhere
+    assert html.count('<div class="table">\n<table>') == html.count("<table>") > 5
+    # report.md: the method is a pointer into the docs, which hold the text
+    assert "Every figure comes from one statistic" not in text
+    assert "How these figures are computed: docs/report.md#the-statistic." in text
+    assert "### The statistic" in (Path(__file__).parents[1] / "docs" / "report.md").read_text()
