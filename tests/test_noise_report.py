@@ -42,7 +42,7 @@ def test_a_quiet_sweep_says_no_point_crossed_a_threshold(tmp_path, fixed_invento
     section = noise_section(run_dir)
     assert "No measured point crossed a noise threshold" in section
     assert "|---" not in section  # quiet: the figures are in report.html and summary.json
-    assert "Every point's noise figures: in report.html and summary.json (`noise`)" in section
+    assert "Every point's noise figures: report.html and summary.json `noise`." in section
     rows = noise_section(run_dir, html=True).split("\n|---")[1].split("\n\n")[0]
     assert rows.count("| quiet |") == 2 and "unreliable" not in rows  # no row says it
     summary = json.loads(run_dir.summary.read_text())["noise"]

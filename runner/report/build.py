@@ -385,6 +385,8 @@ def _summary(report: Report) -> dict[str, Any]:
         "noise": None if report.noise is None else report.noise.summary(),
         "cost": None if report.cost is None else report.cost.summary(),
         "next_node_counts": None if report.next_counts is None else report.next_counts.to_json(),
+        # How the ranks were shown to communicate at the most nodes (the last launch there).
+        "proof": _proof(report.widest),
     }
 
 
@@ -407,6 +409,17 @@ def report_html_body(markdown: str) -> str:
     return html.replace("<table>", '<div class="table">\n<table>').replace(
         "</table>", "</table>\n</div>"
     )
+
+
+def _proof(widest: Result | None) -> dict[str, Any] | None:
+    if not isinstance(widest, TrainResult) or not widest.checks:
+        return None
+    return {
+        "nodes": widest.nnodes,
+        "strategy": widest.strategy_text,
+        "layout": widest.layout_text,
+        "checks": [asdict(check) for check in widest.checks],
+    }
 
 
 def markdown_to_html(text: str) -> str:
