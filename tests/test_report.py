@@ -356,10 +356,17 @@ def test_rebuilding_a_report_with_bootstrap_intervals_gives_the_same_files(
 
 
 def test_plot_axes_separate_thousands(monkeypatch):
+    from matplotlib.figure import Figure
+
     from runner.report import plots
 
-    drawn = []
-    monkeypatch.setattr(plots, "_png", lambda fig: drawn.append(fig) or b"")
+    drawn: list[Figure] = []
+
+    def keep(fig: Figure) -> bytes:
+        drawn.append(fig)
+        return b""
+
+    monkeypatch.setattr(plots, "_png", keep)
     rows = scaling_rows(
         {1: [train_result(world=1, tokens_per_s=25_000.0)],
          2: [train_result(world=2, tokens_per_s=48_000.0)]}, 0.9,
