@@ -42,13 +42,15 @@ window.addEventListener("load", () => {
   let table = heading;
   while (table && !table.querySelector("table")) table = table.nextElementSibling;
   const verdicts = table ? [...table.querySelectorAll("tbody td strong")] : [];
+  let findings = table && table.nextElementSibling;
+  while (findings && findings.tagName !== "UL") findings = findings.nextElementSibling;
   const plot = document.querySelector("img.lead");
   const result = {
     viewport: [window.innerWidth, window.innerHeight],
     scrollWidth: document.documentElement.scrollWidth,
     table: box(table),
     verdicts: verdicts.map((el) => ({text: el.textContent, box: box(el)})),
-    findings: box(table && table.nextElementSibling),
+    findings: box(findings),
     plot: box(plot),
     plotLoaded: plot ? plot.complete && plot.naturalWidth > 0 : false,
     tables: document.querySelectorAll("table").length,
