@@ -272,3 +272,11 @@ def program_run_dir(
             runs.append(RunResult(nodes, repeat, RunStatus.OK, 1.0, str(point.relative_to(path))))
     write_runs(run_dir, runs, SweepStatus.COMPLETE, None, ())
     return run_dir
+
+
+def html_markdown(run_dir: RunDir) -> str:
+    """The Markdown report.html is made from: report.md's text plus what report.md leaves to
+    the HTML's collapsed <details> sections (the method text, figures summary.json holds)."""
+    from runner.report.build import analyse, report_markdown
+
+    return report_markdown(analyse(run_dir), {}, html=True)

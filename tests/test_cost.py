@@ -14,7 +14,7 @@ from runner.errors import UsageError
 from runner.plan.estimate import check_max_cost, estimate
 from runner.report.build import build_report
 from runner.spec.request import BenchSpec
-from tests.factories import fake_run_dir
+from tests.factories import fake_run_dir, html_markdown
 
 TEN = Price(10.0, "--price-per-node-hour")
 
@@ -92,9 +92,13 @@ def test_without_a_price_the_cost_columns_say_no_price(tmp_path, fixed_inventory
     assert cost.total_cost_usd is None and cost.points[1].cost_usd is None
     assert cost.points[1].node_hours == pytest.approx(2 / 3600)  # still counted
     text = run_dir.report.read_text()
-    assert "| no price | - | - |" not in text  # a training point shows "no price", not "-"
-    assert "| no price | no price | no price | 1.25x | 80% | 80% |" in text
-    assert "| sweep wall time | not recorded" in text
+    assert "node-hours only;\n`--price-per-node-hour USD` prices a sweep" in text
+    assert "| 2 | 1,600 | 1.60x | 80% (-) | **inconclusive** | 0.0006 node-h |" in text
+    assert "| sweep wall time | not recorded" in html_markdown(run_dir)
+    # no price: no cost columns, and the point's table behind <details> in report.html
+    assert "| cost | per 1M tokens |" not in html_markdown(run_dir)
+    assert "| 2 | 1 | 1.0 s | 0.0006 | 1.25x | 80% | 80% |" in html_markdown(run_dir)
+    assert "| 2 | 1 | 1.0 s |" not in text
 
 
 def test_list_prices_are_per_size_and_region():

@@ -63,12 +63,12 @@ def test_a_ddp_program_is_timed_by_its_optimizer_steps_as_its_own_clock_says(no_
     assert "--steps" not in summary["rows"][1]["verdict_reason"]  # it does nothing here
     report = (run / "report.md").read_text()
     assert f"your program: python {DDP} --steps 14 --sleep 0.05;" in report
-    assert "| nodes | processes | n (steps x launches) | samples/s |" in report
+    assert "| nodes | processes | n (steps x launches) | samples/s, 95% CI |" in report
     assert "in sync: 2 ranks on 2 nodes" in report
     noise = {point["nodes"]: point for point in summary["noise"]["points"]}
     assert noise[2]["verdict"] in ("quiet", "unreliable")  # measured by the hook's windows
     assert noise[2]["other_cores"] is not None
-    assert "Each rank of your program read /proc/stat" in report
+    assert "Each rank of your program read /proc/stat" in (run / "report.html").read_text()
 
 
 def test_gradient_accumulation_counts_one_step_per_optimizer_step(no_leftovers):

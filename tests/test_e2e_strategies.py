@@ -92,7 +92,8 @@ def test_each_pipeline_schedule_trains_over_two_nodes_and_proves_what_crossed(
         report
     )
     assert "pipeline verified: 2 ranks on 2 nodes" in report
-    assert "- activations: **ok**" in report
+    proof = json.loads((run / "summary.json").read_text())["proof"]
+    assert any(c["name"] == "activations" and c["ok"] for c in proof["checks"])
 
 
 def test_a_pipeline_sweep_from_one_node_keeps_the_batch_per_pipeline(no_leftovers):

@@ -159,7 +159,7 @@ def test_the_summary_carries_the_prediction_per_row(tmp_path, fixed_inventory):
 
     from runner.report.build import build_report
     from runner.spec.request import BenchSpec
-    from tests.factories import fake_run_dir
+    from tests.factories import fake_run_dir, html_markdown
 
     bench = BenchSpec(run_id="m1", node_counts=(1, 2))
     run_dir = fake_run_dir(tmp_path / "m1", bench, fixed_inventory, {1: [1000], 2: [1000]},
@@ -174,8 +174,9 @@ def test_the_summary_carries_the_prediction_per_row(tmp_path, fixed_inventory):
     assert summary["model"]["overlap"] == 1.0
     assert summary["model"]["backward_share"] == pytest.approx(2 / 3)
     section = run_dir.report.read_text().split("### Predicted against measured")[1]
-    assert "| 2 | 2 | 1 | 1024.0 ms | 1024.0 to 682.7 ms | 50% | 50 to 75% | within |" in section
-    assert "hidden under up\nto 100% of the backward pass" in section
+    assert "| 2 | 1024.0 ms | 1024.0 to 682.7 ms | 50% | 50 to 75% | within |" in section
+    assert "How the model predicts: docs/report.md#the-model." in section
+    assert "hidden under up\nto 100% of the backward pass" in html_markdown(run_dir)
 
 
 # --- published tables (docs/facts.md §10) --------------------------------------------------

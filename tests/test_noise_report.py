@@ -12,13 +12,14 @@ from runner.report.build import build_report
 from runner.report.noise import point_noise
 from runner.report.results import parse_train_result
 from runner.spec.request import BenchSpec
-from tests.factories import fake_run_dir, noise_data, result_data
+from tests.factories import fake_run_dir, html_markdown, noise_data, result_data
 
 NODES = ["node-0", "node-1"]
 
 
-def noise_section(run_dir: RunDir) -> str:
-    text = run_dir.report.read_text()
+def noise_section(run_dir: RunDir, html: bool = False) -> str:
+    """The Noise section of report.md, or with ``html`` of report.html (its <details> too)."""
+    text = html_markdown(run_dir) if html else run_dir.report.read_text()
     return text[text.index("## Noise") : text.index("## Time to train")]
 
 
@@ -40,7 +41,10 @@ def test_a_quiet_sweep_says_no_point_crossed_a_threshold(tmp_path, fixed_invento
     )
     section = noise_section(run_dir)
     assert "No measured point crossed a noise threshold" in section
-    assert "unreliable" not in section.split("|---")[1]  # no row says it
+    assert "|---" not in section  # quiet: the figures are in report.html and summary.json
+    assert "Every point's noise figures: report.html and summary.json `noise`." in section
+    rows = noise_section(run_dir, html=True).split("\n|---")[1].split("\n\n")[0]
+    assert rows.count("| quiet |") == 2 and "unreliable" not in rows  # no row says it
     summary = json.loads(run_dir.summary.read_text())["noise"]
     assert [p["verdict"] for p in summary["points"]] == ["quiet", "quiet"]
     assert summary["thresholds"] == {
@@ -78,7 +82,7 @@ def test_a_slow_rank_is_named_a_straggler_with_its_node_and_ratio(tmp_path, fixe
         "Rank 1 on node-1 is a straggler: it took 1.60x as long as the median of the other "
         "ranks to compute a step alone, launch 1 of 1." in section
     )
-    assert "1.60x the median of the others (rank 1 on node-1, median of 3 passes)" in section
+    assert "| 1.60x (rank 1 on node-1, 3 passes) | unreliable |" in section
     point = json.loads(run_dir.summary.read_text())["noise"]["points"][1]
     assert point["stragglers"] == [
         {"rank": 1, "node": "node-1", "ratio": pytest.approx(1.6), "launch": 1}
@@ -121,7 +125,8 @@ def test_the_embedded_cluster_is_said_to_share_one_machine(tmp_path, fixed_inven
     shared = noise_data(NODES, probe_s=[0.03, 0.03], shared=True)
     one = noise_data(["node-0"], shared=True)
     run_dir = build(tmp_path, fixed_inventory, {1: [one], 2: [shared]})
-    assert "every node is a process group on this one machine" in noise_section(run_dir)
+    assert "every node is a process group on this one machine" in noise_section(run_dir, html=True)
+    assert "How noise is measured: docs/report.md#noise." in noise_section(run_dir)
 
 
 def test_results_without_noise_figures_say_so(tmp_path, fixed_inventory):

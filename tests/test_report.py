@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+from pathlib import Path
 
 import psutil
 import pytest
@@ -13,9 +14,10 @@ import pytest
 from runner.record.rundir import RunDir
 from runner.report.build import build_report
 from runner.report.builder import ReportBuilder
+from runner.report.metrics import scaling_rows
 from runner.spec.outcome import SweepStatus
 from runner.spec.request import BenchSpec, ScalingMode
-from tests.factories import fake_run_dir
+from tests.factories import fake_run_dir, html_markdown, train_result
 
 
 def test_report_states_efficiency_and_formula_per_node_count(tmp_path, fixed_inventory):
@@ -27,18 +29,17 @@ def test_report_states_efficiency_and_formula_per_node_count(tmp_path, fixed_inv
     text = run_dir.report.read_text()
     # results without per-step times (an older dtrun's): figures from the recorded p50, no
     # interval, no verdict
-    assert (
-        "| 2 | 2 | 10 x 1 | 1,800 | - |" in text
-        and "| 1.80x (-) | 90% (-) | inconclusive |" in text
-    )
-    assert (
-        "| 4 | 4 | 10 x 1 | 3,000 | - |" in text
-        and "| 3.00x (-) | 75% (-) | inconclusive |" in text
-    )
-    assert "weak scaling (fixed batch per process): E(N) = T(N0) / T(N)" in text
+    assert "| 2 | 1,800 | 1.80x | 90% (-) | **inconclusive** |" in text
+    assert "| 2 | 2 | 10 x 1 | - |" in text and "| 1.80x (-) |" in text
+    assert "| 4 | 3,000 | 3.00x | 75% (-) | **inconclusive** |" in text
+    assert "| 4 | 4 | 10 x 1 | - |" in text and "| 3.00x (-) |" in text
+    # the formula: in report.html, and in report.md a pointer to the docs that hold it
+    assert "How these figures are computed: docs/report.md#the-statistic." in text
+    assert "weak scaling (fixed batch per process): E(N) = T(N0) / T(N)" not in text
+    assert "weak scaling (fixed batch per process): E(N) = T(N0) / T(N)" in html_markdown(run_dir)
     assert "embedded local cluster" in text
     assert "![tokens/s against nodes" in text
-    assert "![scaling efficiency against nodes" in text
+    assert "![efficiency against nodes" in text
     for plot in ("throughput.png", "efficiency.png"):
         assert (run_dir.path / plot).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
@@ -48,7 +49,7 @@ def test_strong_mode_states_the_strong_formula(tmp_path, fixed_inventory):
     run_dir = fake_run_dir(tmp_path / "r2", bench, fixed_inventory, {1: [1000], 2: [1500]})
     build_report(run_dir)
     assert "strong scaling (fixed global batch): E(N) = N0·T(N0) / (N·T(N))" in (
-        run_dir.report.read_text()
+        run_dir.html.read_text()
     )
 
 
@@ -116,7 +117,7 @@ def test_the_html_report_is_self_contained_and_escapes_what_it_shows(tmp_path, f
     assert html.startswith("<!DOCTYPE html>")
     assert "<h2>Scaling</h2>" in html
     # every image inline, nothing fetched from elsewhere
-    images = re.findall(r'<img src="([^"]*)"', html)
+    images = re.findall(r'<img (?:class="lead" )?src="([^"]*)"', html)
     assert len(images) == 2 and all(src.startswith("data:image/png;base64,") for src in images)
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert not re.search(r'(src|href)="(?!data:)', html)
@@ -129,8 +130,8 @@ def test_one_node_count_draws_no_efficiency_plot(tmp_path, fixed_inventory):
     build_report(run_dir)
     assert (run_dir.path / "throughput.png").is_file()
     assert not (run_dir.path / "efficiency.png").exists()
-    assert "![scaling efficiency against nodes" not in run_dir.report.read_text()
-    images = re.findall(r'<img src="([^"]*)"', run_dir.html.read_text())
+    assert "![efficiency against nodes" not in run_dir.report.read_text()
+    images = re.findall(r'<img (?:class="lead" )?src="([^"]*)"', run_dir.html.read_text())
     assert len(images) == 1 and images[0].startswith("data:image/png;base64,")
 
 
@@ -140,7 +141,7 @@ def test_time_to_train_projects_the_token_budget(tmp_path, fixed_inventory):
     build_report(run_dir)
     text = run_dir.report.read_text()
     # 36e6 tokens at 1000 tokens/s: 10 h; at 1600: 6.25 h against the ideal 5 h
-    assert "| 1 | 10.0 h | 10.0 h | none |" in text
+    assert "| 1 | 10.0 h | 10.0 h | none |" not in text  # the baseline loses nothing
     assert "| 2 | 6.2 h | 5.0 h | 75.0 min |" in text
     summary = json.loads(run_dir.summary.read_text())
     assert [round(row["measured_s"]) for row in summary["time_to_train"]] == [36000, 22500]
@@ -159,12 +160,15 @@ def test_where_scaling_is_lost_pairs_efficiency_with_busbw(tmp_path, fixed_inven
     text = run_dir.report.read_text()
     section = text.split("## Where scaling is lost")[1].split("## Launches")[0]
     assert "| 2 | 2 | 95% | 0.50 GB/s | - |" in section
-    assert "95%, at or above the 90% target, but not shown to scale: inconclusive" in section
+    # what each point says leads the report, under the verdicts
+    lead = text.split("## Set-up")[0]
+    assert "**Where scaling is lost**: 2 node(s): 95%, at or above the 90% target, but not " in lead
+    assert "not shown to scale: inconclusive" in lead
     # 64 KiB at 0.0002 GB/s busbw over 4 ranks: 65536 * 1.5 / 2e5 = 491.52 ms of the
     # 1024 ms step (8 sequences x 4 ranks at 2000/64 sequences/s)
     assert "| 4 | 4 | 50% | 0.00 GB/s | - | 491.52 ms | 48% |" in section
-    assert "communication-bound" in section
-    assert "![all-reduce bus bandwidth against message size" in text
+    assert "communication-bound" in lead
+    assert "![all-reduce busbw against message size" in text
     assert (run_dir.path / "busbw.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -178,7 +182,8 @@ def test_an_allreduce_sweep_reports_busbw_by_node_count_and_size(tmp_path, fixed
     assert text.startswith("# dtrun all-reduce report: r11")
     # trimmed mean of 1.0, 1.6 and 4.0 drops both ends: 1.6
     assert "| 2 | 2 | 1M | 1.60 GB/s | 1.00 to 4.00 |" in text
-    assert "busbw = algbw x 2(n-1)/n" in text
+    assert "busbw = algbw x 2(n-1)/n" in html_markdown(run_dir)
+    assert "How busbw is computed: docs/workloads.md#the-all-reduce-workload." in text
     assert "### 2 node(s), by size (first launch)" in text
     assert [row.busbw for row in report.busbw_rows] == [0.0, 1.6]
     assert not (run_dir.path / "throughput.png").exists()
@@ -281,11 +286,19 @@ def test_the_report_leads_with_each_node_count_s_verdict(tmp_path, fixed_invento
     run_dir = fake_run_dir(tmp_path / "v1", bench, fixed_inventory, {}, step_times=times)
     report = build_report(run_dir)
     text = run_dir.report.read_text()
-    lead = text.split("## Verdict")[1].split("| Measured on")[0]
+    lead = text.split("## Verdict")[1].split("## Set-up")[0]
     assert text.index("## Verdict") < text.index("| Measured on") < text.index("## Scaling")
-    assert "- 1 node(s), n = 40 steps x 1 launch(es): **baseline**" in lead
+    assert len(text.split("## Set-up")[0].splitlines()) <= 40  # the answer, on one screen
     two = report.rows[1]
     assert two.efficiency_low is not None and two.efficiency_high is not None
+    # per node count: throughput, speedup, efficiency with its interval, verdict, cost
+    one = report.rows[0]
+    assert f"| 1 | {one.tokens_per_s:,.0f} | 1.00x | 100% | **baseline** |" in lead
+    assert (
+        f"| 2 | {two.tokens_per_s:,.0f} | {two.speedup:.2f}x | {two.efficiency:.0%} "
+        f"({two.efficiency_low:.0%} to {two.efficiency_high:.0%}) | **scales** | 0.0006 node-h |"
+    ) in lead
+    assert "![tokens/s against nodes, with the ideal line](throughput.png)" in lead
     assert (
         f"- 2 node(s), n = 40 steps x 1 launch(es): **scales**: efficiency {two.efficiency:.0%}, "
         f"95% CI {two.efficiency_low * 100:.0f}-{two.efficiency_high * 100:.0f}%, at or above "
@@ -293,11 +306,13 @@ def test_the_report_leads_with_each_node_count_s_verdict(tmp_path, fixed_invento
     ) in lead
     assert "- 4 node(s), n = 40 steps x 1 launch(es): **loses**: efficiency 60%" in lead
     assert "its interval holds the noise between steps only" in lead  # one launch each
-    # the table: n, the interval of every figure, the verdict; the statistic said below it
-    assert f"| 2 | 2 | 40 x 1 | {two.tokens_per_s:,.0f} |" in text
+    assert "- **Where scaling is lost**: 2 node(s): " in lead
+    assert "- **Next node counts** (predicted): 8 node(s): " in lead
+    # the full table below: n and the interval of every figure; the statistic in report.html
+    low, high = two.tokens_per_s_low, two.tokens_per_s_high
+    assert f"| 2 | 2 | 40 x 1 | {low:,.0f} to {high:,.0f} |" in text
     assert f"| {two.speedup:.2f}x ({two.speedup_low:.2f}x to {two.speedup_high:.2f}x) |" in text
-    assert "| scales |" in text and "| loses |" in text
-    assert "Every figure comes from one statistic, the median step time" in text
+    assert "Every figure comes from one statistic, the median step time" in html_markdown(run_dir)
     assert "<h2>Verdict</h2>" in run_dir.html.read_text()
     summary = json.loads(run_dir.summary.read_text())
     assert summary["target_efficiency"] == 0.9
@@ -338,3 +353,64 @@ def test_rebuilding_a_report_with_bootstrap_intervals_gives_the_same_files(
     assert b"noise between steps only" not in first["report.md"]  # three launches each
     build_report(RunDir(run_dir.path))
     assert {name: (run_dir.path / name).read_bytes() for name in names} == first
+
+
+def test_plot_axes_separate_thousands(monkeypatch):
+    from matplotlib.figure import Figure
+
+    from runner.report import plots
+
+    drawn: list[Figure] = []
+
+    def keep(fig: Figure) -> bytes:
+        drawn.append(fig)
+        return b""
+
+    monkeypatch.setattr(plots, "_png", keep)
+    rows = scaling_rows(
+        {1: [train_result(world=1, tokens_per_s=25_000.0)],
+         2: [train_result(world=2, tokens_per_s=48_000.0)]}, 0.9,
+    )  # fmt: skip
+    plots.plot_throughput(rows, title="t")
+    plots.plot_efficiency(rows, title="t")
+    for fig in drawn:
+        axis = fig.axes[0].yaxis.get_major_formatter()
+        assert axis(25_000.0, 0) == "25,000" and axis(1_200_000.0, 0) == "1,200,000"
+        assert axis(0.5, 0) == "0.5" and axis(40.0, 0) == "40"
+    assert len(drawn) == 2
+
+
+def test_the_html_report_folds_method_text_and_boxes_every_table(tmp_path, fixed_inventory):
+    bench = BenchSpec(run_id="fold", node_counts=(1, 2))
+    run_dir = fake_run_dir(tmp_path / "fold", bench, fixed_inventory, {1: [1000], 2: [1800]},
+                           busbw={2: 0.5})  # fmt: skip
+    build_report(run_dir)
+    html, text = run_dir.html.read_text(), run_dir.report.read_text()
+    folded = re.findall(r"<details>\n<summary>([^<]*)</summary>", html)
+    assert "How these figures are computed" in folded and "How the model predicts" in folded
+    assert html.count("<details>") == html.count("</details>") == len(folded)
+    assert "\ue000" not in html and "\ue000" not in text  # no marker left anywhere
+    assert html.count('<div class="table">\n<table>') == html.count("<table>") > 5
+    # report.md: the method is a pointer into the docs, which hold the text
+    assert "Every figure comes from one statistic" not in text
+    assert "How these figures are computed: docs/report.md#the-statistic." in text
+    assert "### The statistic" in (Path(__file__).parents[1] / "docs" / "report.md").read_text()
+
+
+def test_a_default_sweep_s_report_md_is_at_most_900_words(tmp_path, fixed_inventory):
+    from tests.factories import noise_data
+
+    bench = BenchSpec(run_id="short", node_counts=(1, 2))  # the defaults: 60 steps, 5 launches
+    times = {n: [_steps(0.0336 / e, 0.05, 50, 10 * n + k) for k in range(5)]
+             for n, e in ((1, 1.0), (2, 0.82))}  # fmt: skip
+    noise = {n: [noise_data([f"node-{i}" for i in range(n)], shared=True, probe_s=[0.03] * n)] * 5
+             for n in (1, 2)}  # fmt: skip
+    run_dir = fake_run_dir(tmp_path / "short", bench, fixed_inventory, {}, busbw={2: 0.6},
+                           step_times=times, noise=noise, sweep_wall_s=30.0)  # fmt: skip
+    build_report(run_dir)
+    text = run_dir.report.read_text()
+    assert len(text.split()) <= 900  # wc -w; 2,365 before the method text moved out
+    for section in ("## Verdict", "## Scaling", "## Noise", "## Where scaling is lost",
+                    "## Cost", "## Next node counts", "## Reproducing this run"):  # fmt: skip
+        assert section in text
+    assert text.rstrip().endswith("rebuilds this report from the saved results.")

@@ -109,16 +109,15 @@ class _Plot:
 
 THROUGHPUT = _Plot(
     "throughput.png",
-    "tokens/s against nodes (median step, 95% CI as error bars), with the ideal linear line",
+    "tokens/s against nodes, with the ideal line",
 )
 EFFICIENCY = _Plot(
     "efficiency.png",
-    "scaling efficiency against nodes (median step, 95% CI as error bars), with the ideal 100% "
-    "line and the target",
+    "efficiency against nodes, with the target",
 )
 BUSBW = _Plot(
     "busbw.png",
-    "all-reduce bus bandwidth against message size, with the size's expected busbw where known",
+    "all-reduce busbw against message size",
 )
 PLOTS = (THROUGHPUT, EFFICIENCY, BUSBW)
 # What build_report writes (each through a temporary file beside it) or removes.
@@ -263,12 +262,12 @@ def build_report(run_dir: RunDir) -> Report:
         pngs[BUSBW] = plot_busbw(
             dict(report.series), dict(report.expected), title=f"{title}: all-reduce"
         )
-    # From redacted records; redacted again so a report rebuilt from older records holds none
-    # (before the plots are inlined: their base64 is not text to scrub)
-    markdown = redact_text(render("report.md.j2", {**_context(report), "plots": _links(pngs)}))
-    body = markdown_to_html(markdown)
+    links = _links(pngs)
+    markdown = report_markdown(report, links, html=False)
+    body = report_html_body(report_markdown(report, links, html=True))
     for plot, png in pngs.items():  # the HTML carries its plots inside: one file to send
-        body = body.replace(f'src="{plot.name}"', f'src="{_data_uri(png)}"')
+        lead = ' class="lead"' if plot is THROUGHPUT else ""  # sized to fit the first screen
+        body = body.replace(f'src="{plot.name}"', f'{lead} src="{_data_uri(png)}"'.lstrip())
     page_title = redact_text(f"dtrun report: {manifest['run_id']}")
     html = render("report.html.j2", {"title": page_title, "body": body})
     for plot in PLOTS:
@@ -280,6 +279,19 @@ def build_report(run_dir: RunDir) -> Report:
     run_dir.write(run_dir.report, markdown)
     run_dir.write(run_dir.html, html)
     return report
+
+
+def report_markdown(
+    report: Report, plots: Mapping[str, tuple[str, str]], *, html: bool = False
+) -> str:
+    """report.md; with ``html``, the Markdown report.html is rendered from: the method text
+    and the figures report.md leaves to summary.json in place, between the markers
+    report_html_body makes <details> of.
+
+    From redacted records; redacted again so a report rebuilt from older records holds none
+    (before the plots are inlined: their base64 is not text to scrub)."""
+    context = {**_context(report), "plots": plots, **_METHOD_MARKERS, "html": html}
+    return redact_text(render("report.md.j2", context))
 
 
 def _links(pngs: Mapping[_Plot, bytes]) -> dict[str, tuple[str, str]]:
@@ -375,6 +387,40 @@ def _summary(report: Report) -> dict[str, Any]:
         "noise": None if report.noise is None else report.noise.summary(),
         "cost": None if report.cost is None else report.cost.summary(),
         "next_node_counts": None if report.next_counts is None else report.next_counts.to_json(),
+        # How the ranks were shown to communicate at the most nodes (the last launch there).
+        "proof": _proof(report.widest),
+    }
+
+
+# report.md.j2 renders its method text (templates/report_method.md.j2) for the HTML between
+# these marker paragraphs, which report_html_body turns into <details>; in report.md the text
+# is one line naming its section of docs/report.md. Private-use characters: no figure or name
+# the report shows holds them, and any that did are removed before the HTML is written.
+_MARK = "\ue000"
+_METHOD_MARKERS = {"details_open": f"{_MARK}details{_MARK}", "details_close": f"{_MARK}end{_MARK}"}
+_DETAILS_OPEN = re.compile(f"<p>{_MARK}details{_MARK} (.*?)</p>")
+_DETAILS_CLOSE = f"<p>{_MARK}end{_MARK}</p>"
+
+
+def report_html_body(markdown: str) -> str:
+    """The HTML report's body: method text collapsed into <details>, every table in a box of
+    its own that scrolls sideways (so a wide table never widens the page)."""
+    html = markdown_to_html(markdown)
+    html = _DETAILS_OPEN.sub(r"<details>\n<summary>\1</summary>", html)
+    html = html.replace(_DETAILS_CLOSE, "</details>").replace(_MARK, "")
+    return html.replace("<table>", '<div class="table">\n<table>').replace(
+        "</table>", "</table>\n</div>"
+    )
+
+
+def _proof(widest: Result | None) -> dict[str, Any] | None:
+    if not isinstance(widest, TrainResult) or not widest.checks:
+        return None
+    return {
+        "nodes": widest.nnodes,
+        "strategy": widest.strategy_text,
+        "layout": widest.layout_text,
+        "checks": [asdict(check) for check in widest.checks],
     }
 
 

@@ -36,6 +36,23 @@ def _png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
+def thousands(value: float, _position: object = None) -> str:
+    """An axis label with thousands separators: 25,000 tokens/s, not 25000; small fractions
+    (0.5 GB/s) as they are."""
+    if abs(value) >= 1000 or value == round(value):
+        return f"{value:,.0f}"
+    return f"{value:g}"
+
+
+def _separated(ax: Axes, *, x: bool = True) -> None:
+    """Thousands separators on the y axis and, with ``x``, the x axis (node counts)."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(thousands))
+    if x:
+        ax.xaxis.set_major_formatter(FuncFormatter(thousands))
+
+
 def _bars(rows: Sequence[ScalingRow], value: str) -> list[list[float]]:
     """Error bars below and above each row's ``value`` from its 95% interval (none without
     one; never negative, should a figure sit outside its own interval)."""
@@ -66,6 +83,7 @@ def plot_throughput(rows: Sequence[ScalingRow], *, title: str, unit: str = "toke
     ax.set_xlabel("nodes")
     ax.set_ylabel(f"{unit}/s (median step)")
     ax.set_ylim(bottom=0)
+    _separated(ax)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -96,6 +114,7 @@ def plot_efficiency(rows: Sequence[ScalingRow], *, title: str) -> bytes:
     ax.set_ylabel("scaling efficiency (%), median step")
     top = max(row.efficiency_high or row.efficiency for row in rows) * 100
     ax.set_ylim(0, max(110.0, top + 10))
+    _separated(ax)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -143,6 +162,7 @@ def plot_busbw(
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("bus bandwidth (GB/s), in place")
     ax.set_ylim(bottom=0)
+    _separated(ax, x=False)  # the sizes are labelled by format_size
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
