@@ -332,6 +332,7 @@ def _context(report: Report) -> dict[str, Any]:
         "next_counts_checked": (CHECKED_WITHIN_5, CHECKED_OF),
         "reproduce": reproducibility(manifest, report.first),
         "command": command_block(manifest),
+        "error_block": code_block(str(report.runs["error"])) if report.runs.get("error") else "",
         **_program_context(report),
     }
 
@@ -461,11 +462,16 @@ def command_block(manifest: Mapping[str, Any]) -> str:
     block, fenced with more backticks than the command holds in a row; "" where the manifest
     has none (written before dtrun recorded it, or not started from a command line)."""
     command = manifest.get("command")
-    if not command:
-        return ""
-    runs = [len(run) for run in re.findall(r"`+", command)]
+    return code_block(str(command), "shell") if command else ""
+
+
+def code_block(text: str, info: str = "") -> str:
+    """``text`` as a Markdown code block whose fence is longer than any run of backticks in
+    it: nothing in the text (a command, an error quoting a node's output) can end the block
+    and be read as Markdown (CommonMark 0.31, "Fenced code blocks")."""
+    runs = [len(run) for run in re.findall(r"`+", text)]
     fence = "`" * max(3, max(runs, default=0) + 1)
-    return f"{fence}shell\n{command}\n{fence}"
+    return f"{fence}{info}\n{text}\n{fence}"
 
 
 def reproducibility(manifest: Mapping[str, Any], first: Result | None) -> list[tuple[str, str]]:
