@@ -68,6 +68,7 @@ def predict(
     measured elsewhere (dtrun predict --from measured.yaml --nodes 8,16).
     """
     from runner.cli.parse import parse_node_counts
+    from runner.plan.bounds import check_bound
 
     with human_output_to_stderr(json_out), user_errors():
         if (run_dir is None) == (from_file is None):
@@ -84,12 +85,7 @@ def predict(
         bound = BOUNDS["--nodes"]
         if not all(bound.holds(n) for n in counts):
             raise UsageError(f"--nodes needs node counts of {bound.rule}", why=f"got {nodes}")
-        if not BOUNDS["--target-efficiency"].holds(target_efficiency):
-            raise UsageError(
-                f"--target-efficiency must be {BOUNDS['--target-efficiency'].rule}",
-                why=f"got {target_efficiency:g}",
-                fix="pass e.g. --target-efficiency 0.9 for 90%",
-            )
+        check_bound("--target-efficiency", target_efficiency)
         if busbw is not None and not BUSBW.holds(busbw):
             raise UsageError(f"--busbw must be {BUSBW.rule}", why=f"got {busbw:g}")
         if size is not None and busbw is not None:

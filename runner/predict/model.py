@@ -89,7 +89,8 @@ class Setting:
     comm: Comm | None = None
 
 
-def _efficiency(mode: ScalingMode, base: Measured, nodes: int, step: float) -> float:
+def efficiency(mode: ScalingMode, base: Measured, nodes: int, step: float) -> float:
+    """docs/facts.md §7 from step times, against ``base``: weak T0/T, strong N0·T0/(N·T)."""
     if mode is ScalingMode.WEAK:
         return base.step / step
     return base.nodes * base.step / (nodes * step)

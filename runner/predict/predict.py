@@ -15,9 +15,9 @@ from runner.predict.model import (
     Forecast,
     Measured,
     Setting,
+    efficiency,
     forecast,
 )
-from runner.spec.request import ScalingMode
 
 PREDICT_SCHEMA = "dtrun.predict/1"
 # How the model did on the published results of docs/prediction.md: within 5 points of the
@@ -161,7 +161,7 @@ def predict(
     comm = _comm(desc, assumptions)
     setting = Setting(desc.procs_per_node, desc.mode, desc.seconds, comm)
     base = points[0]
-    measured = tuple((p.nodes, _eff(desc.mode, base, p)) for p in points)
+    measured = tuple((p.nodes, efficiency(desc.mode, base, p.nodes, p.step)) for p in points)
     out = []
     for fc in forecast(points, nodes, setting):
         out.append(_point(desc, fc, target, price, launches, points[-1]))
@@ -174,12 +174,6 @@ def predict(
         assumptions=tuple(assumptions),
         price=None if price is None else f"${price[0]:g} a node-hour ({price[1]})",
     )
-
-
-def _eff(mode: ScalingMode, base: Measured, point: Measured) -> float:
-    if mode is ScalingMode.WEAK:
-        return base.step / point.step
-    return base.nodes * base.step / (point.nodes * point.step)
 
 
 def _point(
