@@ -211,7 +211,8 @@ def main() -> int:
         if reason is None:
             print(
                 f"dtrun-expiry: keep: deadline {rules.expires_at or 'none'}, idle rule "
-                f"{rules.idle_minutes or 'off'} min, {sessions} SSH connection(s), "
+                f"{rules.idle_minutes or 'off'} min, {sessions} SSH "
+                f"connection{'' if sessions == 1 else 's'}, "
                 f"last in use {since.isoformat()}"
             )
             return 0

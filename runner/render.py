@@ -25,7 +25,7 @@ from pathlib import Path
 import jinja2
 
 from runner.errors import UnsafeValueError
-from runner.spec.text import CONTROL, escaped
+from runner.spec.text import CONTROL, escaped, noun, plural
 
 
 class Placed(str):
@@ -169,6 +169,8 @@ def environment() -> jinja2.Environment:
     env.filters["duration"] = duration
     env.filters["cell"] = cell
     env.filters["byte_size"] = byte_size
+    env.filters["plural"] = plural
+    env.filters["noun"] = noun
     return env
 
 

@@ -65,7 +65,7 @@ def test_a_program_run_s_set_up_lists_the_program_not_the_built_in_model(tmp_pat
     assert differs["program"][0] == "python /w/train.py --lr 0.1"
     assert differs["program"][1].startswith("python -m pkg.train --token ")
     assert "hf_abcdefghijklmnop1234" not in differs["program"][1]  # as the manifest has it
-    assert differs["warm-up"] == ("the first 2 step(s) untimed", "the first 4 step(s) untimed")
+    assert differs["warm-up"] == ("the first 2 steps untimed", "the first 4 steps untimed")
     assert differs["parameters"] == ("whole on every rank", "sharded: FSDP (DTensor shards)")
     assert differs["timed"] == ("optimizer steps", f"step pattern {pattern!r}")
     for built_in in ("model", "batch per process", "steps", "ZeRO stage (deepspeed)", "engine"):

@@ -181,7 +181,7 @@ def test_the_report_adds_the_time_before_to_what_the_sweep_paid(tmp_path, stack)
     assert summary["billed_cost_usd"] == pytest.approx(40.0)
     text = run_dir.report.read_text()
     assert (
-        "| paid before the sweep | 2.0000 node-hours, $20.00: 4 node(s) for 30 min 0 s, "
+        "| paid before the sweep | 2.0000 node-hours, $20.00: 4 nodes for 30 min 0 s, "
         "from 2026-11-23T09:58:41Z (the nodes were created) to the start" in text
     )
     assert "to the start: their boot and set-up, and any other use or waiting |" in text
@@ -238,12 +238,8 @@ def test_a_resumed_sweep_pays_each_run_of_dtrun_and_the_launches_it_replaced(tmp
     assert (two.launches, two.launch_s) == (2, 1080.0)
     assert two.node_hours == pytest.approx(0.6)
     text = run_dir.report.read_text()
-    assert (
-        "2400.0 s over 2 runs of dtrun (the first and 1 --resume): 1800.0 s on 4 node(s), " in text
-    )
-    assert (
-        "| paid before run 2 of dtrun | 0.5000 node-hours, $5.00: 2 node(s) for 15 min 0 s" in text
-    )
+    assert "2400.0 s over 2 runs of dtrun (the first and 1 --resume): 1800.0 s on 4 nodes, " in text
+    assert "| paid before run 2 of dtrun | 0.5000 node-hours, $5.00: 2 nodes for 15 min 0 s" in text
 
 
 def test_no_total_when_one_run_of_dtrun_does_not_know_its_time_before(tmp_path, stack):

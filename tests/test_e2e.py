@@ -110,7 +110,7 @@ def test_two_node_sweep_with_repeats_writes_results_report_and_proof_of_communic
     assert two["efficiency"] == pytest.approx(expected[2] / (2 * expected[1]))
     assert two["efficiency_low"] <= two["efficiency_high"]
     assert two["verdict"] in ("scales", "loses", "inconclusive")  # whichever the numbers say
-    assert f"- 2 node(s), n = 4 steps x 3 launch(es): **{two['verdict']}**" in report
+    assert f"- 2 nodes, n = 4 steps x 3 launches: **{two['verdict']}**" in report
     assert "in sync: 2 ranks on 2 nodes" in report
     assert "## Time to train" in report and "## Where scaling is lost" in report
     # the model: a prediction at 2 nodes from the 1-node step time and the probed busbw
@@ -277,7 +277,7 @@ def test_a_signal_stops_every_process_and_keeps_the_record(no_leftovers, stop, c
     assert proc.returncode == code, stdout + stderr
     assert said in stderr
     # the first word after the signal says what is being stopped
-    assert f"dtrun: {said}: stopping 2 node(s)..." in stdout + stderr
+    assert f"dtrun: {said}: stopping 2 nodes..." in stdout + stderr
     # without --quiet the nodes' lines stream to the console until the stop; what torchrun
     # prints while it stops (its SignalException traceback) is in the node's log only
     assert "SignalException" in (point / "node-0.log").read_text()

@@ -300,7 +300,7 @@ def test_under_worker0_the_run_succeeds_when_node_0_does_and_node_1_is_stopped(n
         "--run-id", "w0", "--", "python", str(script), cwd=no_leftovers,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "node 0 exited 0, 1 node(s) stopped after it" in " ".join(done.stdout.split())
+    assert "node 0 exited 0, 1 node stopped after it" in " ".join(done.stdout.split())
     launch = out / "w0" / "launch"
     seen = json.loads((launch / "node-0.json").read_text())
     assert seen["MLP_ROLE_INDEX"] == "0" and seen["MLP_MPI_NP"] == "2"

@@ -94,7 +94,7 @@ def test_ranks_that_end_apart_are_reported_diverged(no_leftovers):
     assert done.returncode == 0, done.stdout + done.stderr
     proof = result(run, 2)["proof"]
     assert proof["answer"] == "diverged"
-    assert "rank(s) 1 end with other parameters than rank 0" in proof["why"]
+    assert "rank 1 ends with other parameters than rank 0" in proof["why"]
     report = (run / "report.md").read_text()
     assert "parameters agree: **FAILED**" in report
     summary = json.loads((run / "summary.json").read_text())

@@ -50,7 +50,7 @@ def test_a_sweep_runs_in_one_allocation_that_is_cancelled_at_the_end(slurm, no_l
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     said = done.stdout + done.stderr
-    assert "Slurm job" in said and "runs on 2 node(s): n1,n2" in said
+    assert "Slurm job" in said and "runs on 2 nodes: n1,n2" in said
     assert "cancelled; squeue no longer lists it" in said
     assert slurm.jobs() == []  # the allocation is gone
     run = out / "s1"
@@ -149,7 +149,7 @@ def test_sigterm_cancels_the_step_and_the_job_and_leaves_no_process(slurm, no_le
         assert dtrun.wait(timeout=60) == 143
         out.seek(0)
         said = out.read()
-    assert "stopped by SIGTERM: stopping 2 node(s)" in said, said
+    assert "stopped by SIGTERM: stopping 2 nodes" in said, said
     assert slurm.jobs() == [] and slurm.steps() == []
     assert launch_processes() == []
     record = json.loads(next((no_leftovers / "runs").iterdir()).joinpath("run.json").read_text())
@@ -272,7 +272,7 @@ def test_a_dry_run_prints_the_request_and_every_srun_line_and_submits_nothing(sl
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        (("--partition", "nosuch"), "Slurm refused dtrun's request for 2 node(s)"),
+        (("--partition", "nosuch"), "Slurm refused dtrun's request for 2 nodes"),
         (("--time", "soon"), "Slurm refused dtrun's request"),
         (("--nodelist", "n9"), "Slurm refused dtrun's request"),
     ],

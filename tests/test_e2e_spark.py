@@ -212,7 +212,7 @@ def test_workers_too_small_for_an_executor_fail_the_launch_saying_what_to_change
         cwd=no_leftovers, timeout=240, env={**os.environ, "DTRUN_SPARK_EXECUTOR_WAIT_S": "15"},
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "Spark gave this launch 0 of the 2 executor(s) it needs within 15 s" in done.stderr
+    assert "Spark gave this launch 0 of the 2 executors it needs within 15 s" in done.stderr
     assert "1g of memory" in done.stderr and "spark-defaults.conf" in done.stderr
     assert "Traceback" not in done.stderr
     assert time.monotonic() - started < 150

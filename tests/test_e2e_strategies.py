@@ -88,7 +88,7 @@ def test_each_pipeline_schedule_trains_over_two_nodes_and_proves_what_crossed(
     assert 0 < result["loss"]["last"] < 2 * result["loss"]["first"]
     report = (run / "report.md").read_text()
     layout = f"{stages} stages{' (2 per rank)' if stages == 4 else ''} over 2 ranks, 1 pipeline"
-    assert f"| Strategy | pipeline ({schedule}, 2 micro-batches); at 2 node(s): {layout} |" in (
+    assert f"| Strategy | pipeline ({schedule}, 2 micro-batches); at 2 nodes: {layout} |" in (
         report
     )
     assert "pipeline verified: 2 ranks on 2 nodes" in report

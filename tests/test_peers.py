@@ -156,7 +156,7 @@ def test_every_node_that_node_0_cannot_reach_is_named_with_ssh_s_words():
     error = caught.value
     assert error.exit_code == 2
     assert error.message.startswith(
-        "node-0 cannot ssh to 2 of 3 node(s) that horovodrun starts ranks on: "
+        "node-0 cannot ssh to 2 of 3 nodes that horovodrun starts ranks on: "
         "node-1 (127.0.0.3): Host key verification failed.; "
         "node-3 (127.0.0.5): no answer in 30 s"
     )
@@ -227,7 +227,7 @@ def test_a_peer_with_an_unknown_host_key_and_one_down_are_named_over_real_ssh(
     with SshSession(inventory) as session, pytest.raises(PeerSshError) as caught:
         check_peers(SshExecutor(session).command, inventory, plan_of("mpirun", inventory))
     assert caught.value.message.startswith(
-        "node-0 cannot ssh to 2 of 2 node(s) that mpirun starts ranks on: "
+        "node-0 cannot ssh to 2 of 2 nodes that mpirun starts ranks on: "
         f"node-1 ({peer}): Host key verification failed.; "
         f"node-2 ({DOWN}): ssh: connect to host {DOWN} port {PORT}: Connection refused"
     )
@@ -265,7 +265,7 @@ def test_a_bench_whose_node_0_cannot_ssh_to_a_node_stops_before_mpirun_starts(
     out = done.stdout + done.stderr
     assert done.returncode == 2, out
     assert (
-        f"node-0 cannot ssh to 1 of 1 node(s) that mpirun starts ranks on: node-1 "
+        f"node-0 cannot ssh to 1 of 1 node that mpirun starts ranks on: node-1 "
         f"({peer.address})" in out
     )
     assert "Permission denied" in out and "Traceback" not in out

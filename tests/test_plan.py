@@ -71,7 +71,7 @@ def test_strong_scaling_rejects_a_global_batch_that_does_not_divide(fixed_invent
 def test_more_nodes_than_the_inventory_holds_is_refused(fixed_inventory, spec):
     with pytest.raises(PlanError, match="cannot run on 5 nodes") as caught:
         build_plan(fixed_inventory, spec, 5)
-    assert "holds 4 node(s)" in caught.value.message
+    assert "holds 4 nodes" in caught.value.message
     assert caught.value.exit_code == 2
 
 

@@ -139,7 +139,7 @@ POINTS = "points: [{nodes: 1, step_time_s: 1}, {nodes: 2, step_time_s: 1.1}]"
     [
         (f"parameters: 1{'0' * 400}\n{POINTS}", "parameters: a whole number past a float's range"),
         (f"points: [{{nodes: 1, throughput: 1{'0' * 400}}}, {{nodes: 2, throughput: 3}}]",
-         "points (at 1 node(s)): a whole number past a float's range"),
+         "points (at 1 node): a whole number past a float's range"),
         (f"note: {'1' * 5000}\n{POINTS}", "not YAML or JSON: Exceeds the limit (4300 digits)"),
         (f"when: 2001-13-45\n{POINTS}", "not YAML or JSON: month must be in 1..12"),
     ],
@@ -434,4 +434,4 @@ def test_predict_refuses_a_run_with_one_node_count(tmp_path: Path, fixed_invento
                        {}, step_times={1: [[0.1] * 10]})  # fmt: skip
     done = dtrun("predict", str(run.path), "--nodes", "4")
     assert done.exit_code == 2
-    assert "has 1 measured node count(s); a prediction needs two or more" in done.output
+    assert "has 1 measured node count; a prediction needs two or more" in done.output

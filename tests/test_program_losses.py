@@ -51,7 +51,7 @@ def test_the_report_says_which_factor_a_program_s_gradient_sync_used(tmp_path, f
     build_report(run_dir)
     report = run_dir.report.read_text()
     assert (
-        "- 2 node(s): **1.5**, parameters sharded (DeepSpeed ZeRO stage 3): 1.5 all-reduces' "
+        "- 2 nodes: **1.5**, parameters sharded (DeepSpeed ZeRO stage 3): 1.5 all-reduces' "
         "volume" in report
     )
     assert "one all-reduce of the gradient for DDP and ZeRO 1-2" not in report  # the built-in's

@@ -63,7 +63,7 @@ def test_too_few_steps_for_the_warm_up_is_a_failed_launch_saying_so():
 @pytest.mark.parametrize(
     ("digests", "sharded", "answer", "why"),
     [
-        (("a", "b"), None, "diverged", "rank(s) 1 end with other parameters than rank 0"),
+        (("a", "b"), None, "diverged", "rank 1 ends with other parameters than rank 0"),
         (("a", "b"), "FSDP (DTensor shards)", "not comparable", "sharded: FSDP (DTensor shards)"),
         (("a", None), None, "not checked", "1 of 2 ranks recorded parameters"),
     ],

@@ -77,7 +77,7 @@ def test_a_dead_node_in_a_hosts_file_fails_the_run_within_the_connect_timeout(
     # the live line while waiting: who answered, who not
     assert f"1 of 2 answered, not yet node-1 ({DEAD})" in out
     # the failure names the dead node, why, and how to give it longer
-    assert "1 of 2 node(s) not ready after" in out and f"node-1 ({DEAD}): cannot reach" in out
+    assert "1 of 2 nodes not ready after" in out and f"node-1 ({DEAD}): cannot reach" in out
     assert "--connect-timeout" in out and "Traceback" not in out
     run = json.loads((no_leftovers / "runs" / "dead" / "run.json").read_text())
     assert run["status"] == "failed" and f"node-1 ({DEAD})" in run["error"]

@@ -104,7 +104,7 @@ def test_embedded_points_with_more_processes_than_cores_are_flagged(tmp_path, fi
     manifest["machine"]["cpu_count"] = 2
     run_dir.manifest.write_text(json.dumps(manifest))
     build_report(run_dir)
-    assert "Note: at 4 node(s) the embedded cluster runs more processes than" in (
+    assert "Note: at 4 nodes the embedded cluster runs more processes than" in (
         run_dir.report.read_text()
     )
 
@@ -162,7 +162,7 @@ def test_where_scaling_is_lost_pairs_efficiency_with_busbw(tmp_path, fixed_inven
     assert "| 2 | 2 | 95% | 0.50 GB/s | - |" in section
     # what each point says leads the report, under the verdicts
     lead = text.split("## Set-up")[0]
-    assert "**Where scaling is lost**: 2 node(s): 95%, at or above the 90% target, but not " in lead
+    assert "**Where scaling is lost**: 2 nodes: 95%, at or above the 90% target, but not " in lead
     assert "not shown to scale: inconclusive" in lead
     # 64 KiB at 0.0002 GB/s busbw over 4 ranks: 65536 * 1.5 / 2e5 = 491.52 ms of the
     # 1024 ms step (8 sequences x 4 ranks at 2000/64 sequences/s)
@@ -184,7 +184,7 @@ def test_an_allreduce_sweep_reports_busbw_by_node_count_and_size(tmp_path, fixed
     assert "| 2 | 2 | 1M | 1.60 GB/s | 1.00 to 4.00 |" in text
     assert "busbw = algbw x 2(n-1)/n" in html_markdown(run_dir)
     assert "How busbw is computed: docs/workloads.md#the-all-reduce-workload." in text
-    assert "### 2 node(s), by size (first launch)" in text
+    assert "### 2 nodes, by size (first launch)" in text
     assert [row.busbw for row in report.busbw_rows] == [0.0, 1.6]
     assert not (run_dir.path / "throughput.png").exists()
     assert (run_dir.path / "busbw.png").is_file()
@@ -300,14 +300,14 @@ def test_the_report_leads_with_each_node_count_s_verdict(tmp_path, fixed_invento
     ) in lead
     assert "![tokens/s against nodes, with the ideal line](throughput.png)" in lead
     assert (
-        f"- 2 node(s), n = 40 steps x 1 launch(es): **scales**: efficiency {two.efficiency:.0%}, "
+        f"- 2 nodes, n = 40 steps x 1 launch: **scales**: efficiency {two.efficiency:.0%}, "
         f"95% CI {two.efficiency_low * 100:.0f}-{two.efficiency_high * 100:.0f}%, at or above "
         "the 90% target"
     ) in lead
-    assert "- 4 node(s), n = 40 steps x 1 launch(es): **loses**: efficiency 60%" in lead
+    assert "- 4 nodes, n = 40 steps x 1 launch: **loses**: efficiency 60%" in lead
     assert "its interval holds the noise between steps only" in lead  # one launch each
-    assert "- **Where scaling is lost**: 2 node(s): " in lead
-    assert "- **Next node counts** (predicted): 8 node(s): " in lead
+    assert "- **Where scaling is lost**: 2 nodes: " in lead
+    assert "- **Next node counts** (predicted): 8 nodes: " in lead
     # the full table below: n and the interval of every figure; the statistic in report.html
     low, high = two.tokens_per_s_low, two.tokens_per_s_high
     assert f"| 2 | 2 | 40 x 1 | {low:,.0f} to {high:,.0f} |" in text

@@ -190,7 +190,7 @@ def test_an_unreachable_node_is_named_by_the_readiness_barrier(sshd_cluster, tmp
             wait_until_ready(
                 executor.command, inventory, inventory.nodes, check=False, patience=Patience(0)
             )
-    assert "2 of 2 node(s) not ready" in caught.value.message
+    assert "2 of 2 nodes not ready" in caught.value.message
     assert "node-0 (127.0.0.2): cannot reach node-0" in caught.value.message
 
 
@@ -284,7 +284,7 @@ def test_a_stack_node_that_never_becomes_ready_is_named(sshd_cluster, tmp_path):
         )  # fmt: skip
     assert polls == [(1, 0, 2)]  # one registered, not ready; one missing
     assert "dtrunnode000000: infiniband degraded, python ready" in caught.value.message
-    assert "1 node(s) not registered yet" in caught.value.message
+    assert "1 node not registered yet" in caught.value.message
 
 
 def test_processes_of_launches_carry_their_tag(sshd_cluster, no_leftovers):

@@ -133,7 +133,7 @@ def test_a_signal_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers
     assert proc.returncode == code, stdout + stderr
     said = "interrupted by the user (Ctrl-C)" if stop == "SIGINT" else f"stopped by {stop}"
     assert said in stderr
-    assert f"dtrun: {said}: stopping 2 node(s)..." in stdout + stderr
+    assert f"dtrun: {said}: stopping 2 nodes..." in stdout + stderr
     assert "Traceback" not in stderr
     assert launch_processes() == []
     runs = json.loads((no_leftovers / "runs" / "sigint" / "runs.json").read_text())

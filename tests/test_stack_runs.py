@@ -75,7 +75,7 @@ def test_teardown_destroys_the_stack_after_the_run_and_says_so_last(loopback_sta
     )
     assert result.exit_code == 0, result.output
     assert loopback_stack == ["loop"]
-    assert "waiting for the 2 node(s) of stack loop to register" in result.output
+    assert "waiting for the 2 nodes of stack loop to register" in result.output
     assert result.output.strip().splitlines()[-1].strip() == RESOURCES[-1]
     assert "destroyed 2 resources of stack loop; nothing of it bills now" in result.output
 
@@ -118,7 +118,7 @@ def test_a_dry_run_says_what_the_nodes_have_billed_since_they_were_created(loopb
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if "paid before the sweep" in x)
-    assert f"2 node(s) from {created:%Y-%m-%dT%H:%M:%S}Z (the nodes were created) to now" in line
+    assert f"2 nodes from {created:%Y-%m-%dT%H:%M:%S}Z (the nodes were created) to now" in line
     hours = float(line.split("to now: ")[1].split(" node-hours")[0])
     assert hours == pytest.approx(3.0, abs=0.05)  # 2 nodes x 90 min, and the seconds since
     usd = float(line.split("node-hours, $")[1].split(",")[0])

@@ -57,12 +57,12 @@ def test_a_balanced_pipeline_shows_each_stage_share_and_what_an_even_split_would
     section = build(tmp_path, fixed_inventory, "balanced", [6, 2], [0.0921, 0.0795])
     # Counted: block 1,277,952 FLOPs, head 6,144,000; [6, 2]: 46.8% and 53.2%; [4, 4]: 68.8%.
     assert (
-        "At 2 node(s), `--stage-split balanced`: the slowest stage holds 53.2% of the FLOPs; "
+        "At 2 nodes, `--stage-split balanced`: the slowest stage holds 53.2% of the FLOPs; "
         "split evenly, 68.8%; measured, the slowest stage computes for 92.1 ms a step."
     ) in section
     assert "| 0 | 0 | embedding, blocks 0-5 | 46.8% | 61.0% | 92.1 ms | 53.7% |" in section
     assert "| 1 | 1 | blocks 6-7, LM head | 53.2% | 39.0% | 79.5 ms | 46.3% |" in section
-    assert "At 1 node(s)" not in section  # one stage: nothing to split
+    assert "At 1 node" not in section  # one stage: nothing to split
 
 
 def test_an_even_pipeline_says_what_balanced_would_make_of_its_slowest_stage(

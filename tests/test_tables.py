@@ -188,7 +188,7 @@ def test_columns_read_side_by_side_are_left_out_together():
 
 
 def test_a_long_proof_shows_its_answer_and_points_at_the_report():
-    long = "diverged: rank(s) 1, 3 end with other parameters than rank 0"
+    long = "diverged: ranks 1, 3 end with other parameters than rank 0"
     assert display.proof_cell(long) == "diverged (why: report.md)"
     assert display.proof_cell("in sync: 16 ranks on 2 nodes") == "in sync: 16 ranks on 2 nodes"
 

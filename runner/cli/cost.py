@@ -9,6 +9,7 @@ import typer
 
 from runner.cli.common import echo
 from runner.spec.bounds import within
+from runner.spec.text import plural
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -121,7 +122,7 @@ def before_line(results: Path, inventory: Inventory, price: Price | None) -> str
     node_hours = before["nodes"] * before["seconds"] / 3600
     money = "" if price is None else f", ${node_hours * price.usd_per_node_hour:,.2f}"
     return (
-        f"paid before the sweep: {before['nodes']} node(s) from {before['from']} "
+        f"paid before the sweep: {plural(before['nodes'], 'node')} from {before['from']} "
         f"({before['since']}) to now: {node_hours:.3f} node-hours{money}, which a sweep "
         "started now adds to what it pays"
     )
@@ -142,7 +143,8 @@ def stack_hourly(spec: ClusterSpec) -> str:
         where = ", ".join(regions_priced(spec.vm_size)) or "no region"
         return (
             f"cost: no list price for {spec.vm_size} in {spec.location} (dtrun's list has "
-            f"{where}: docs/facts.md §13); {spec.node_count} node(s){head_text}, billed by the "
+            f"{where}: docs/facts.md §13); {plural(spec.node_count, 'node')}{head_text}, billed "
+            "by the "
             "second from creation to `dtrun down`"
         )
     total = spec.node_count * node.usd_per_node_hour + (head.usd_per_node_hour if head else 0.0)

@@ -10,6 +10,7 @@ from runner import __version__
 from runner.cli.common import console, echo, print_node_line
 from runner.cli.tables import Column, Grid, print_grid
 from runner.spec.launch import point_dir
+from runner.spec.text import plural
 from runner.workloads.sizes import format_size
 
 if TYPE_CHECKING:
@@ -301,7 +302,7 @@ PROOF_CELL_MAX = 32
 
 
 def proof_cell(proof: str) -> str:
-    """'in sync: 8 ranks on 2 nodes' whole; 'diverged: rank(s) 1, 3 end with other parameters
+    """'in sync: 8 ranks on 2 nodes' whole; 'diverged: ranks 1, 3 end with other parameters
     than rank 0' as 'diverged (why: report.md)'."""
     if len(proof) <= PROOF_CELL_MAX or ": " not in proof:
         return proof
@@ -420,10 +421,3 @@ def print_exec_summary(
     if failed:
         console(stderr=True).print(f"dtrun: {failed} of {plural(len(nodes), 'node')} failed")
     return failed
-
-
-def plural(count: int, noun: str) -> str:
-    """'1 node', '2 nodes', '1 process', '3 processes', '2 launches'."""
-    if count == 1:
-        return f"{count} {noun}"
-    return f"{count} {noun}{'es' if noun.endswith(('s', 'ch', 'sh', 'x')) else 's'}"

@@ -52,6 +52,7 @@ from runner.errors import DtrunError, RunDirWriteError, UsageError
 from runner.redact import remember_secrets
 from runner.spec.bounds import within
 from runner.spec.request import BenchSpec, RunSpec, ScalingMode
+from runner.spec.text import plural
 
 if TYPE_CHECKING:
     from runner.cluster.connect import Cluster
@@ -542,11 +543,12 @@ def run(
                 return
             done = _run_program(cluster, resolved, launching)
         stopped = sum(node.stopped_after_worker0 for node in done.nodes)
-        ended = f"node 0 exited 0, {stopped} node(s) stopped after it" if stopped else (
+        ended = f"node 0 exited 0, {plural(stopped, 'node')} stopped after it" if stopped else (
             "every node exited 0"
         )  # fmt: skip
         console().print(
-            f"[green]ok[/] {done.plan.nnodes} node(s), {done.plan.world_size} processes via "
+            f"[green]ok[/] {plural(done.plan.nnodes, 'node')}, {done.plan.world_size} processes "
+            "via "
             f"{done.plan.launcher}: {ended} in {done.wall_s:.1f} s; "
             f"logs and outputs in {done.launch_dir}"
         )
@@ -562,7 +564,7 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
     def on_begin(run_dir: RunDir, plan: LaunchPlan) -> None:
         out.print(
             f"dtrun {__version__}: run [bold]{resolved.spec.run_id}[/] on "
-            f"{inventory.description}, {plan.nnodes} node(s) x {plan.procs_per_node} via "
+            f"{inventory.description}, {plural(plan.nnodes, 'node')} x {plan.procs_per_node} via "
             f"{plan.launcher} -> {run_dir.path}"
         )
 

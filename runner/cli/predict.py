@@ -150,8 +150,8 @@ def _predict(
 
 
 def print_prediction(result: Prediction) -> None:
-    from runner.cli.display import plural
     from runner.cli.tables import Column, Grid, print_grid
+    from runner.spec.text import plural
 
     out = console()
     measured = ", ".join(f"{plural(n, 'node')} {e:.0%}" for n, e in result.measured)

@@ -22,6 +22,7 @@ from runner.cli.common import (
 from runner.cli.display import RegistryBar
 from runner.cli.options import Launching, Where
 from runner.errors import UsageError, interruption
+from runner.spec.text import plural
 
 if TYPE_CHECKING:
     from runner.cluster.connect import Cluster, ClusterChoice
@@ -108,7 +109,7 @@ def opened(choice: ClusterChoice, watch: StackWatch) -> Iterator[Cluster]:
         def stopping(running: int) -> None:
             mute_node_lines()
             out.print(
-                f"dtrun: {interruption()}: stopping {running} node(s)... (what they print "
+                f"dtrun: {interruption()}: stopping {plural(running, 'node')}... (what they print "
                 "while they stop goes to their logs)",
                 highlight=False,
             )

@@ -29,6 +29,7 @@ from runner.execute import Executor
 from runner.spec.cluster import Inventory, Node
 from runner.spec.launch import LaunchPlan
 from runner.spec.slurm import SlurmRequest
+from runner.spec.text import plural
 
 if TYPE_CHECKING:
     from runner.cluster.registry import RegistryPoll
@@ -291,7 +292,7 @@ def open_cluster(
     on_outputs(outputs)
     access = inventory_from_stack(name, outputs)  # no nodes yet: they register at boot
     with SshSession(access, notice=notice) as session:
-        notice(f"waiting for the {outputs.node_count} node(s) of stack {name} to register")
+        notice(f"waiting for the {plural(outputs.node_count, 'node')} of stack {name} to register")
         session.inventory = wait_for_registry(
             session,
             name,

@@ -21,6 +21,7 @@ from runner.plan.launchers.horovodrun import ssh_option_groups
 from runner.render import render
 from runner.spec.cluster import Inventory, Node, SshAccess
 from runner.spec.launch import LaunchPlan
+from runner.spec.text import plural
 
 Command = Callable[[dict[str, str]], dict[str, Answer]]
 
@@ -147,7 +148,7 @@ def _error(
         if node.name in reasons
     )
     return PeerSshError(
-        f"{head.name} cannot ssh to {len(reasons)} of {len(wanted)} node(s) that "
+        f"{head.name} cannot ssh to {len(reasons)} of {plural(len(wanted), 'node')} that "
         f"{plan.launcher} starts ranks on",
         why=listed,
         fix=f"make `{ssh}` work on {head.name} for those nodes ({head.name}'s key in their "

@@ -15,6 +15,7 @@ from runner.errors import RunError, UsageError
 from runner.execute import Answer
 from runner.render import render
 from runner.spec.cluster import Accelerator, Inventory, Node
+from runner.spec.text import plural
 
 
 class NotReadyError(RunError):
@@ -108,7 +109,7 @@ class Waiting:
         total = len(self.answered) + len(self.missing)
         names = ", ".join(label for label, _ in self.missing)
         if not self.missing:
-            return f"all {total} node(s) answered after {self.waited_s:.0f} s"
+            return f"all {plural(total, 'node')} answered after {self.waited_s:.0f} s"
         return (
             f"waiting for nodes to answer: {len(self.answered)} of {total} answered, not yet "
             f"{names} ({self.waited_s:.0f} s of {self.timeout_s:.0f} s)"
@@ -176,7 +177,7 @@ def wait_until_ready(
         if waited + patience.poll_s + patience.attempt_s > patience.timeout_s:
             listed = "; ".join(f"{label}: {why}" for label, why in waiting.missing)
             raise NotReadyError(
-                f"{len(reasons)} of {len(nodes)} node(s) not ready after {waited:.0f} s",
+                f"{len(reasons)} of {plural(len(nodes), 'node')} not ready after {waited:.0f} s",
                 why=listed,
                 fix=f"fix those nodes (`dtrun exec` runs a command on every node), or wait "
                 f"longer with {patience.option}",

@@ -15,6 +15,7 @@ from runner.cluster.outputs import (
 from runner.cluster.readiness import NotReadyError
 from runner.execute.sshsession import SshSession
 from runner.spec.cluster import Inventory
+from runner.spec.text import plural
 
 # Told after every look at the registry: nodes registered, of them ready, wanted, seconds waited.
 RegistryPoll = Callable[[int, int, int, float], None]
@@ -67,9 +68,10 @@ def wait_for_registry(
             ]
             missing = outputs.node_count - len(nodes)
             if missing > 0:
-                reasons.append(f"{missing} node(s) not registered yet")
+                reasons.append(f"{plural(missing, 'node')} not registered yet")
             raise NotReadyError(
-                f"{outputs.node_count - len(ready)} of {outputs.node_count} node(s) of stack "
+                f"{outputs.node_count - len(ready)} of {plural(outputs.node_count, 'node')} of "
+                "stack "
                 f"{stack} not ready after {waited:.0f} s",
                 why="; ".join(reasons),
                 fix=f"read the nodes' /var/log/dtrun-bootstrap.log (`dtrun exec --stack {stack} "

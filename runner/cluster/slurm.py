@@ -33,6 +33,7 @@ from runner.execute.slurmshell import (
 )
 from runner.spec.cluster import Accelerator, Inventory, Node
 from runner.spec.slurm import SlurmRequest
+from runner.spec.text import noun, plural
 
 # A node name dtrun puts in file names and scripts; Slurm's own names are of this shape.
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -73,7 +74,7 @@ def submit(shell: SlurmShell, request: SlurmRequest, nodes: int, name: str) -> s
             raise down
         said = " ".join(line.strip() for line in done.stderr.strip().splitlines())
         raise UsageError(
-            f"Slurm refused dtrun's request for {nodes} node(s)",
+            f"Slurm refused dtrun's request for {plural(nodes, 'node')}",
             why=said or f"sbatch exited {done.returncode}",
             fix="check that Slurm answers here (`scontrol ping`), then --partition, --account, "
             "--qos, --time, --constraint, --nodelist and --exclude against `sinfo` and "
@@ -166,7 +167,9 @@ def slurm_nodes(shell: SlurmShell, names: Sequence[str]) -> tuple[tuple[Node, ..
         )
     missing = [name for name in names if name not in found]
     if missing:
-        raise InventoryError(f"sinfo does not describe node(s) {', '.join(missing)}")
+        raise InventoryError(
+            f"sinfo does not describe {noun(len(missing), 'node')} {', '.join(missing)}"
+        )
     for node in found.values():
         problem = host_problem(node.address)
         if problem:
@@ -212,10 +215,11 @@ def check_partition_size(shell: SlurmShell, request: SlurmRequest, count: int) -
         return
     label = key.rstrip("*")
     raise UsageError(
-        f"dtrun needs {count} node(s) (the largest of --nodes) and Slurm partition {label} has "
+        f"dtrun needs {plural(count, 'node')} (the largest of --nodes) and Slurm partition "
+        f"{label} has "
         f"{len(usable)}" + (" outside --exclude" if excluded else ""),
         why=f"its nodes: {', '.join(usable) or 'none'} (sinfo -p {label})",
-        fix=f"ask for at most {len(usable)} node(s), or pass --partition naming a larger "
+        fix=f"ask for at most {plural(len(usable), 'node')}, or pass --partition naming a larger "
         "partition (`sinfo -s` lists them)",
     )
 

@@ -33,6 +33,7 @@ from runner.execute.slurmfault import job_end
 from runner.execute.slurmshell import LIVE, SlurmShell, cancel, job_state
 from runner.execute.slurmstage import HeadStaging, head_shell
 from runner.spec.cluster import Inventory, Node
+from runner.spec.text import plural
 
 if TYPE_CHECKING:
     from runner.cluster.connect import Cluster, ClusterChoice
@@ -131,7 +132,7 @@ def open_slurm(
         seen = job_state(shell, job) or ("", "", "")
         nodelist = os.environ.get("SLURM_JOB_NODELIST") or seen[2]
         names = hostnames(shell, nodelist)
-        notice(f"inside Slurm job {job}: {len(names)} node(s), {','.join(names)}")
+        notice(f"inside Slurm job {job}: {plural(len(names), 'node')}, {','.join(names)}")
         nodes, gpus = slurm_nodes(shell, names)
         # the job's own share of each node: all of it only when the allocation is exclusive
         cpus = cpus_per_node(os.environ.get("SLURM_JOB_CPUS_PER_NODE", ""), len(nodes))
@@ -148,7 +149,9 @@ def open_slurm(
         yield _cluster(choice, shell, "JOBID", inventory, head)
         return
     job = submit(shell, request, count, choice.job_name)
-    notice(f"Slurm job {job} asks for {count} node(s); scancel {job} is run when dtrun ends")
+    notice(
+        f"Slurm job {job} asks for {plural(count, 'node')}; scancel {job} is run when dtrun ends"
+    )
     try:
         # renewed while dtrun lives; if it is killed outright, the job ends itself
         lease = Lease(shell, job, request.lease_s, notice) if request.lease_s else None
@@ -157,7 +160,7 @@ def open_slurm(
                 shell, job, timeout_s=request.queue_timeout_s, on_pending=pending_notice(notice)
             )
             names = hostnames(shell, nodelist)
-            notice(f"Slurm job {job} runs on {len(names)} node(s): {','.join(names)}")
+            notice(f"Slurm job {job} runs on {plural(len(names), 'node')}: {','.join(names)}")
             nodes, gpus = slurm_nodes(shell, names)
             inventory = _inventory(f"slurm:job {job}", nodes, gpus, head)
             yield _cluster(choice, shell, job, inventory, head)

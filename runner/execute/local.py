@@ -25,6 +25,7 @@ from runner.execute.guard import TAG, drop_guard, start_guard, stop_script
 from runner.execute.success import Next, after_exit, mark_stopped
 from runner.spec.launch import LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
+from runner.spec.text import plural
 from runner.workloads.files import NodeLog, write_atomic
 
 TRACK_EVERY_S = 1.0  # how often the process tree below each node is recorded
@@ -286,7 +287,8 @@ def _supervise(
         if now >= deadline:
             names = ", ".join(node.name for node in nodes if node.returncode is None)
             return RunTimeoutError(
-                f"the launch on {plan.nnodes} node(s) did not finish within {timeout_s:g} s",
+                f"the launch on {plural(plan.nnodes, 'node')} did not finish within {timeout_s:g} "
+                "s",
                 why=f"still running when stopped: {names}",
                 fix="raise --timeout, or read the node logs for where it hung",
             )

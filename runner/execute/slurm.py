@@ -40,6 +40,7 @@ from runner.execute.success import Next, Settled, mark_stopped, settle
 from runner.render import render
 from runner.spec.launch import LaunchPlan
 from runner.spec.outcome import NodeHealth, NodeResult
+from runner.spec.text import plural
 from runner.workloads.files import NodeLog, write_atomic
 
 WRAPPER = "srun-node.sh"
@@ -254,7 +255,8 @@ class SlurmExecutor:
         if timed_out:
             running = ", ".join(r.node for r in results if r.exit_code is None)
             error = RunTimeoutError(
-                f"the launch on {plan.nnodes} node(s) did not finish within {timeout_s:g} s",
+                f"the launch on {plural(plan.nnodes, 'node')} did not finish within {timeout_s:g} "
+                "s",
                 why=f"still running when its Slurm step was cancelled: {running}",
                 fix="raise --timeout, or read the node logs for where it hung",
             )
@@ -277,7 +279,7 @@ class SlurmExecutor:
             text = srun_log.read_text(errors="replace") if srun_log.exists() else ""
             said = text.strip().splitlines()
             error = RunError(
-                f"srun did not run the launch on {plan.nnodes} node(s) (exit {code})",
+                f"srun did not run the launch on {plural(plan.nnodes, 'node')} (exit {code})",
                 why=said[-1] if said else "srun said nothing",
                 fix=f"read {srun_log}; check the job with `squeue -j {self.job_id}`",
             )
@@ -405,9 +407,10 @@ class SlurmPreview:
             self.executor.gpus_per_node,
         )  # fmt: skip
         return (
-            f"# ---- {plan.nnodes} node(s): the srun line (one job step, a task per node) ----\n"
+            f"# ---- {plural(plan.nnodes, 'node')}: the srun line (one job step, a task per node) "
+            "----\n"
             f"{shlex.join(command)}\n"
-            f"# ---- {plan.nnodes} node(s): {WRAPPER}, run by each task ----\n"
+            f"# ---- {plural(plan.nnodes, 'node')}: {WRAPPER}, run by each task ----\n"
             f"{wrapper(plan, path.parent.parent.name)}"
         )
 

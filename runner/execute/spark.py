@@ -28,6 +28,7 @@ from runner.render import render
 from runner.spec.cluster import Node
 from runner.spec.launch import LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
+from runner.spec.text import plural
 
 DRIVER = "spark-driver"
 DRIVER_SCRIPT = "spark-driver.sh"
@@ -200,7 +201,8 @@ class SparkPreview:
     def __init__(self, executor: SparkExecutor, nodes: int) -> None:
         self.executor = executor
         self.allocation = (
-            f"Spark master {executor.master}: {nodes} executor(s), one barrier task per node; "
+            f"Spark master {executor.master}: {plural(nodes, 'executor')}, one barrier task per "
+            "node; "
             "nothing is started by a dry run"
         )
 
@@ -208,6 +210,7 @@ class SparkPreview:
         script = driver_script(plan, self.executor.master, self.executor.python,
                                self.executor.code_dir, "TAG")  # fmt: skip
         return (
-            f"# ---- {plan.nnodes} node(s): {DRIVER_SCRIPT}, the Spark driver, on this machine "
+            f"# ---- {plural(plan.nnodes, 'node')}: {DRIVER_SCRIPT}, the Spark driver, on this "
+            "machine "
             f"----\n{script}"
         )

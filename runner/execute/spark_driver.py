@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from runner.execute.guard import TAG as LAUNCH_TAG
 from runner.execute.spark_node import TAG, node_main
+from runner.spec.text import plural
 
 GROUP = "dtrun-launch"
 FAILURE_FILE = "spark-failure.json"  # what failed, as the driver understood it (SparkExecutor)
@@ -175,12 +176,12 @@ def executor_asks(spark: Any) -> str:
         memory, cores = conf.get("spark.executor.memory", "1g"), conf.get("spark.executor.cores")
     except Exception:
         return "1g of memory (Spark's default)"
-    return f"{memory} of memory" + (f" and {cores} core(s)" if cores else "")
+    return f"{memory} of memory" + (f" and {cores} cores" if cores else "")
 
 
 def no_executors(got: str, asks: str, wait_s: int, error: BaseException) -> Failure:
     return Failure(
-        f"Spark gave this launch {got} executor(s) it needs within {wait_s} s, so no task of "
+        f"Spark gave this launch {got} executors it needs within {wait_s} s, so no task of "
         "it could start",
         why=f"Spark: {spark_said(error)}",
         fix=f"each node is one executor asking for {asks} (spark.executor.memory): start the "
@@ -307,7 +308,7 @@ def main(argv: list[str]) -> int:
             fix="read spark-driver.log in the launch directory, and check --spark",
         ))  # fmt: skip
     print(
-        f"{TAG} -: Spark is up; {config['launcher']} starts {len(config['nodes'])} task(s)",
+        f"{TAG} -: Spark is up; {config['launcher']} starts {plural(len(config['nodes']), 'task')}",
         flush=True,
     )
     starved: list[int] = []

@@ -32,6 +32,7 @@ from runner.render import render
 from runner.spec.cluster import Inventory, Node
 from runner.spec.launch import RESULT_FILE, STEP_DIR, LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
+from runner.spec.text import plural
 from runner.workloads.files import NodeLog
 
 if TYPE_CHECKING:
@@ -337,7 +338,8 @@ class SshExecutor:
                     sorted(tasks[t].node.name for t in pending if not tasks[t].service)
                 )
                 return RunTimeoutError(
-                    f"the launch on {len(tasks)} node(s) did not finish within {timeout_s:g} s",
+                    f"the launch on {plural(len(tasks), 'node')} did not finish within "
+                    f"{timeout_s:g} s",
                     why=f"still running when stopped: {names}",
                     fix="raise --timeout, or read the node logs for where it hung",
                 )

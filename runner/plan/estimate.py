@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from runner.azure.prices import Price
 from runner.errors import UsageError
+from runner.spec.text import plural
 
 STARTUP_GUESS_S = 60.0  # a training launch's start before its first step (a guess)
 STEP_GUESS_S = 1.0  # one training step (a guess: the tiny preset on CPUs takes far less)
@@ -50,9 +51,10 @@ class Estimate:
     def lines(self) -> list[str]:
         """The estimate in words, as `dtrun bench --dry-run` prints it."""
         hours = (
-            f"{self.launches} launch(es) x {self.launch_s:.0f} s ({self.how}) = "
+            f"{plural(self.launches, 'launch')} x {self.launch_s:.0f} s ({self.how}) = "
             f"{self.point_node_hours:.3f} node-hours in the points; the cluster's "
-            f"{self.cluster_nodes} node(s) bill while any runs: {self.billed_node_hours:.3f} "
+            f"{plural(self.cluster_nodes, 'node')} bill while any runs: "
+            f"{self.billed_node_hours:.3f} "
             f"node-hours (at most {self.ceiling_node_hours:.3f}, every launch stopped at "
             "--timeout)"
         )
@@ -143,7 +145,7 @@ def check_max_cost(guess: Estimate, max_cost: float | None) -> None:
         return
     raise UsageError(
         f"the sweep's estimated cost ${guess.cost:,.2f} is above --max-cost {max_cost:g}",
-        why=f"{guess.cluster_nodes} node(s) x {guess.launches} launch(es) x "
+        why=f"{plural(guess.cluster_nodes, 'node')} x {plural(guess.launches, 'launch')} x "
         f"{guess.launch_s:.0f} s ({guess.how}) = {guess.billed_node_hours:.3f} node-hours "
         f"at ${guess.price.usd_per_node_hour:g} ({guess.price.source})",
         fix="sweep fewer node counts (--nodes), fewer --repeat"

@@ -15,6 +15,7 @@ from runner.render import render
 from runner.spec.cluster import Inventory
 from runner.spec.launch import EnvVar, LaunchFile, LaunchPlan, NodeLaunch
 from runner.spec.request import Program
+from runner.spec.text import plural
 
 # The step hook's directory under the code directory (runner/workloads/stephook/sitecustomize.py)
 STEP_HOOK_DIR = "runner/workloads/stephook"
@@ -29,7 +30,7 @@ def require_nodes(inventory: Inventory, nodes: int) -> None:
     if not 1 <= nodes <= len(inventory.nodes):
         raise PlanError(
             f"cannot run on {nodes} nodes",
-            why=f"the inventory ({inventory.source}) holds {len(inventory.nodes)} node(s)",
+            why=f"the inventory ({inventory.source}) holds {plural(len(inventory.nodes), 'node')}",
             fix=f"pass --nodes with counts up to {len(inventory.nodes)}, or add nodes",
         )
 

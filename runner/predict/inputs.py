@@ -16,6 +16,7 @@ from typing import Any
 from runner.errors import UsageError
 from runner.spec.bounds import BOUNDS
 from runner.spec.request import ScalingMode
+from runner.spec.text import plural
 
 # All-reduces of the whole gradient per step, by strategy (runner/report/metrics.py's, with
 # Horovod's ring all-reduce as DDP's; docs/your-training.md "How much a step synchronises").
@@ -99,7 +100,8 @@ class Description:
             if p.step_time_s is not None:
                 if batch is None:  # mixed: the step time's own throughput is not known
                     raise UsageError(
-                        f"{self.source}: points: the one at {p.nodes} node(s) gives a step time "
+                        f"{self.source}: points: the one at {plural(p.nodes, 'node')} gives a "
+                        "step time "
                         "and another a throughput",
                         why="a step time and a throughput compare only through the batch",
                         fix="give every point a step_time_s, or every point a throughput, or "
@@ -183,7 +185,9 @@ def description(data: Any, source: str) -> Description:
             f"{source}: points: a node count is given twice ({counts})",
             fix="give each node count once (the median of its launches)",
         )
-    numbers = [(f"points (at {p.nodes} node(s))", p.step_time_s or p.throughput) for p in points]
+    numbers = [
+        (f"points (at {plural(p.nodes, 'node')})", p.step_time_s or p.throughput) for p in points
+    ]
     # the format's own numbers (other fields are ignored, whatever they hold)
     numbers += [(key, data.get(key)) for key in _NUMBERS]
     for where, value in numbers:

@@ -18,6 +18,7 @@ from runner.predict.model import (
     efficiency,
     forecast,
 )
+from runner.spec.text import plural
 
 PREDICT_SCHEMA = "dtrun.predict/1"
 # How the model did on the published results of docs/prediction.md: within 5 points of the
@@ -108,7 +109,7 @@ def _comm(desc: Description, assumptions: list[str]) -> Comm | None:
         return None
     strategy = desc.strategy or "ddp"
     assumptions.append(
-        f"gradient sync: {STRATEGIES.get(strategy, 1.0):g} all-reduce(s) of "
+        f"gradient sync: {STRATEGIES.get(strategy, 1.0):g} all-reduces of "
         f"{gradient / STRATEGIES.get(strategy, 1.0) / 1e9:.3g} GB per step ({strategy}) at "
         f"{desc.busbw_gbs:g} GB/s busbw across nodes"
         + (f", {desc.busbw_intra_node_gbs:g} GB/s within one" if desc.busbw_intra_node_gbs else "")
@@ -138,7 +139,7 @@ def predict(
     steps = desc.steps()
     points = [Measured(n, t) for n, t in steps]
     assumptions = [
-        f"{desc.mode.value} scaling with {desc.procs_per_node} process(es) per node, "
+        f"{desc.mode.value} scaling with {plural(desc.procs_per_node, 'process')} per node, "
         "synchronous data parallelism: every step waits for the slowest rank",
         f"from the two largest measured node counts ({points[-2].nodes} and "
         f"{points[-1].nodes}): the growth of the step between them is overhead; the share of "

@@ -51,6 +51,7 @@ from runner.report.stats import (
 )
 from runner.spec.cluster import exceeds_cores
 from runner.spec.request import ScalingMode
+from runner.spec.text import noun, plural
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -448,13 +449,13 @@ def measured_on(manifest: Mapping[str, Any], first: Result | None) -> str:
     nodes = len(inventory["nodes"])
     if inventory["source"] == "embedded":
         return (
-            f"embedded local cluster: {nodes} simulated node(s) on one machine "
+            f"embedded local cluster: {plural(nodes, 'simulated node')} on one machine "
             f"({machine['hostname']}: {machine['cpu']}, {machine['cpu_count']} cores, "
             f"{machine['memory_bytes'] / 2**30:.0f} GiB)"
         )
     device = f", {first.device_name}" if first else ""
-    size = f" {inventory['size']}" if inventory.get("size") else ""
-    return f"{inventory['source']}: {nodes}{size} node(s){device}"
+    size = f"{inventory['size']} " if inventory.get("size") else ""
+    return f"{inventory['source']}: {nodes} {size}{noun(nodes, 'node')}{device}"
 
 
 def command_block(manifest: Mapping[str, Any]) -> str:

@@ -28,6 +28,7 @@ from runner.report.program import (
     timing_text,
 )
 from runner.report.results import ProgramFacts, TrainResult
+from runner.spec.text import plural
 
 COMPARE_SCHEMA = "dtrun.compare/3"
 WITHIN_NOISE = "within noise"
@@ -211,7 +212,7 @@ def _program_setup(report: Report) -> dict[str, str]:
         "program": texts.line,
         "units": f"{texts.unit}/s ({texts.unit_why})",
         "timed": timing_text(bench, facts),
-        "warm-up": f"the first {max(int(bench.get('warmup') or 0), 1)} step(s) untimed",
+        "warm-up": f"the first {plural(max(int(bench.get('warmup') or 0), 1), 'step')} untimed",
         "parameters": sharding_text(facts),
         "all-reduce probe (--probe)": "on" if bench.get("probe") else "off",
         "strategy": STRATEGY_TEXT,

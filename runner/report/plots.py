@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from runner.azure.catalog import ExpectedBusbw
 from runner.report.metrics import ScalingRow
 from runner.report.results import SizeRow
+from runner.spec.text import plural
 from runner.workloads.sizes import format_size
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def _n(rows: Sequence[ScalingRow]) -> str:
     if len(counts) > 1:
         return "varies"
     ((steps, launches),) = counts
-    return f"{steps} steps x {launches} launch(es)"
+    return f"{steps} steps x {plural(launches, 'launch')}"
 
 
 def plot_busbw(
@@ -145,14 +146,17 @@ def plot_busbw(
         xs = [row.size for row in rows]
         sizes.update(xs)
         ax.plot(xs, [row.in_place.busbw for row in rows], marker="o", ms=3, color=colour,
-                label=f"{nodes} node(s)")  # fmt: skip
+                label=f"{plural(nodes, 'node')}")  # fmt: skip
         want = expected.get(nodes)
         if want is not None:
             if want.low == want.high:
-                ax.axhline(want.low, ls=":", color=colour, label=f"expected, {nodes} node(s)")
+                ax.axhline(
+                    want.low, ls=":", color=colour, label=f"expected, {plural(nodes, 'node')}"
+                )
             else:
                 ax.axhspan(want.low, want.high, color=colour, alpha=0.12,
-                           label=f"expected, {nodes} node(s)")  # fmt: skip
+
+                           label=f"expected, {plural(nodes, 'node')}")  # fmt: skip
     ax.set_xscale("log", base=2)
     ticks = sorted(sizes)
     if len(ticks) > 8:

@@ -13,6 +13,7 @@ from runner.errors import DtrunError, UsageError
 from runner.predict.inputs import STRATEGIES, Description, Point
 from runner.predict.predict import Launches, Prediction, predict
 from runner.report.results import PROGRAM_STRATEGY
+from runner.spec.text import plural
 
 if TYPE_CHECKING:
     from runner.report.build import Report
@@ -40,7 +41,8 @@ def from_report(report: Report, *, size: str | None, busbw: float | None) -> Fro
     rows = [row for row in report.rows if row.step_time_p50 > 0]
     if len(rows) < 2:
         raise UsageError(
-            f"{source} has {len(rows)} measured node count(s); a prediction needs two or more",
+            f"{source} has {plural(len(rows), 'measured node count')}; a prediction needs two "
+            "or more",
             fix="run the sweep at two node counts at least, e.g. dtrun bench --nodes 1,2",
         )
     ppn = rows[0].world_size // rows[0].nodes

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.report.results import TrainResult
 from runner.spec.request import BenchSpec
+from runner.spec.text import plural
 
 if TYPE_CHECKING:
     import numpy as np
@@ -239,5 +240,5 @@ def noise_text(points: Sequence[tuple[int, float | None, float | None]]) -> str:
         if launches is not None:
             said.append(f"launches span {launches:.0%} of their throughput")
         if said:
-            parts.append(f"at {nodes} node(s) {' and '.join(said)}")
+            parts.append(f"at {plural(nodes, 'node')} {' and '.join(said)}")
     return "; ".join(parts) if parts else "no spread recorded"

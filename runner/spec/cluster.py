@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from runner.redact import REDACTED
+from runner.spec.text import plural
 
 
 class Accelerator(StrEnum):
@@ -74,7 +75,7 @@ class Inventory:
 
     @property
     def description(self) -> str:
-        return f"{self.source}: {len(self.nodes)} node(s), {self.accelerator.value}"
+        return f"{self.source}: {plural(len(self.nodes), 'node')}, {self.accelerator.value}"
 
     def redacted(self) -> Inventory:
         """This inventory without secrets, for records and reports."""

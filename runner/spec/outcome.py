@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from runner.spec.text import plural
+
 
 class SuccessRule(StrEnum):
     """When a launch has succeeded (--success; docs/launchers.md "When a launch succeeds")."""
@@ -104,7 +106,8 @@ class Health:
     def describe(self) -> str:
         if self.status is GateStatus.SKIPPED:
             return f"health gate skipped: {self.note}"
-        checked = f"{len(self.nodes)} node(s) at {self.size}, pass mark {self.threshold_gbs:g} GB/s"
+        nodes = plural(len(self.nodes), "node")
+        checked = f"{nodes} at {self.size}, pass mark {self.threshold_gbs:g} GB/s"
         if not self.below:
             return f"health gate passed: {checked}"
         names = ", ".join(

@@ -12,3 +12,15 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 def escaped(character: str) -> str:
     """A control character as Python writes it in a string: ``\\n``, ``\\x1b``, ``\\u2028``."""
     return repr(character)[1:-1]
+
+
+def noun(count: int, word: str) -> str:
+    """``word`` as English counts it: 'node' for 1, 'nodes', 'processes', 'launches' else."""
+    if count == 1:
+        return word
+    return f"{word}{'es' if word.endswith(('s', 'ch', 'sh', 'x')) else 's'}"
+
+
+def plural(count: int, word: str) -> str:
+    """'1 node', '2 nodes', '1 process', '3 processes', '0 launches'."""
+    return f"{count} {noun(count, word)}"

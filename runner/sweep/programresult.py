@@ -27,6 +27,7 @@ from runner.report.results import PROGRAM_SCHEMA
 from runner.report.stats import percentile
 from runner.spec.launch import RESULT_FILE, STEP_DIR, LaunchPlan
 from runner.spec.request import BenchSpec, ScalingMode
+from runner.spec.text import noun, plural
 from runner.workloads.files import write_atomic
 from runner.workloads.noise import launch_noise
 
@@ -101,7 +102,9 @@ def _proof(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any
         lowest = min(digests)
         apart = [rank for rank, digest in sorted(digests.items()) if digest != digests[lowest]]
         answer = "diverged"
-        why = f"rank(s) {', '.join(map(str, apart))} end with other parameters than rank {lowest}"
+        ranks = f"{noun(len(apart), 'rank')} {', '.join(map(str, apart))}"
+        verb = "ends" if len(apart) == 1 else "end"
+        why = f"{ranks} {verb} with other parameters than rank {lowest}"
     return {"answer": answer, "why": why, "digests": {str(r): d for r, d in digests.items()}}
 
 
@@ -181,7 +184,7 @@ def program_result(
             timed_from = spec.warmup
         if not timed:
             raise ResultError(
-                f"--step-pattern matched {steps_seen} step(s), and --warmup {spec.warmup} "
+                f"--step-pattern matched {plural(steps_seen, 'step')}, and --warmup {spec.warmup} "
                 "leaves none to time",
                 fix="let the program run more steps, or pass a smaller --warmup",
             )
@@ -191,7 +194,7 @@ def program_result(
             _check_hooks(records)
         if len(ends) <= timed_from:
             raise ResultError(
-                f"the program made {len(ends)} optimizer step(s) on rank {first_rank}, and "
+                f"the program made {plural(len(ends), 'optimizer step')} on rank {first_rank}, and "
                 f"{timed_from} are left out as warm-up: no step was timed",
                 why="--warmup steps (at least the first, which has no start the hook can see) "
                 "are not timed",

@@ -128,7 +128,8 @@ def _loss(layout: Layout, by_stage: dict[tuple[int, int], dict[str, Any]]) -> Ch
     return Check(
         "loss",
         not wrong,
-        f"only the last stage of each of the {layout.replicas} pipeline(s) computed the loss, "
+        f"only the last stage of each of the {layout.replicas} pipeline"
+        f"{'' if layout.replicas == 1 else 's'} computed the loss, "
         f"{layout.micro_batches} micro-batches"
         if not wrong
         else f"losses in the wrong place: {', '.join(wrong)}",

@@ -26,6 +26,7 @@ from runner.plan.launchers.base import (
 from runner.render import render
 from runner.spec.launch import CliArg, LaunchFile
 from runner.spec.request import Framework
+from runner.spec.text import plural
 
 LOCAL_RSH = "local-rsh.sh"
 
@@ -72,7 +73,8 @@ def mpi_args(ctx: PlanContext) -> tuple[CliArg, ...]:
         CliArg(("--hostfile", HOSTFILE, "-np", str(ctx.world_size)), "every rank of every node"),
         CliArg(
             ("--map-by", f"ppr:{per_node}:node"),
-            f"{per_node} rank(s) per node, node by node: launch-env.sh derives NODE_RANK from it",
+            f"{plural(per_node, 'rank')} per node, node by node: launch-env.sh derives NODE_RANK "
+            "from it",
         ),
         *mpi_args_for(ctx.size),
         CliArg(

@@ -44,7 +44,7 @@ export UCX_NET_DEVICES=eth0
 mpi_args=(
   # every rank of every node
   --hostfile hostfile -np 8
-  # 8 rank(s) per node, node by node: launch-env.sh derives NODE_RANK from it
+  # 8 ranks per node, node by node: launch-env.sh derives NODE_RANK from it
   --map-by ppr:8:node
   # each rank on the NUMA domain of its GPU (Azure NCCL check)
   --bind-to numa

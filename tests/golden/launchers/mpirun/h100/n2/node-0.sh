@@ -52,7 +52,7 @@ export NCCL_PXN_DISABLE=1
 mpi_args=(
   # every rank of every node
   --hostfile hostfile -np 16
-  # 8 rank(s) per node, node by node: launch-env.sh derives NODE_RANK from it
+  # 8 ranks per node, node by node: launch-env.sh derives NODE_RANK from it
   --map-by ppr:8:node
   # each rank on the NUMA domain of its GPU (Azure NCCL check)
   --bind-to numa

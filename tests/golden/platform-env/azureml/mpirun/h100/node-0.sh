@@ -56,7 +56,7 @@ export AZ_BATCHAI_MPI_MASTER_NODE=10.2.0.4
 mpi_args=(
   # every rank of every node
   --hostfile hostfile -np 16
-  # 8 rank(s) per node, node by node: launch-env.sh derives NODE_RANK from it
+  # 8 ranks per node, node by node: launch-env.sh derives NODE_RANK from it
   --map-by ppr:8:node
   # each rank on the NUMA domain of its GPU (Azure NCCL check)
   --bind-to numa

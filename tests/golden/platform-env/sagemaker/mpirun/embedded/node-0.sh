@@ -40,7 +40,7 @@ export SAGEMAKER_BASE_DIR=sagemaker/node-0
 mpi_args=(
   # every rank of every node
   --hostfile hostfile -np 2
-  # 1 rank(s) per node, node by node: launch-env.sh derives NODE_RANK from it
+  # 1 rank per node, node by node: launch-env.sh derives NODE_RANK from it
   --map-by ppr:1:node
   # no size known: simulated nodes share this machine's cores
   --bind-to none
