@@ -65,7 +65,7 @@ def test_other_load_on_one_node_makes_its_point_unreliable_and_names_the_node(
         "The 2-node point is unreliable: node-1 spent 12% of its CPU on other work "
         "(0.24 cores over the 1.0 s of timed steps), launch 1 of 1" in section
     )
-    assert "| 2 | 1 of 1 | 0.1% | 0.24 cores (12.0%) |" in section
+    assert "| 2 | 1 of 1 | 0.1% | 0.24 cores (12.0%) |" in noise_section(run_dir, html=True)
     point = json.loads(run_dir.summary.read_text())["noise"]["points"][1]
     assert (point["verdict"], point["other_where"], point["other_cores"]) == (
         "unreliable",
@@ -82,7 +82,12 @@ def test_a_slow_rank_is_named_a_straggler_with_its_node_and_ratio(tmp_path, fixe
         "Rank 1 on node-1 is a straggler: it took 1.60x as long as the median of the other "
         "ranks to compute a step alone, launch 1 of 1." in section
     )
-    assert "| 1.60x (rank 1 on node-1, 3 passes) | unreliable |" in section
+    shown = noise_section(run_dir, html=True)  # a noisy point's table is open in report.html
+    assert shown.index("| 1.60x (rank 1 on node-1, 3 passes) | unreliable |") < shown.index(
+        "details\ue000 How noise is measured"  # the one folded part: the method
+    )
+    assert "Every point's noise figures" not in shown  # not folded
+    assert "Every point's noise figures: report.html" in section  # report.md points there
     point = json.loads(run_dir.summary.read_text())["noise"]["points"][1]
     assert point["stragglers"] == [
         {"rank": 1, "node": "node-1", "ratio": pytest.approx(1.6), "launch": 1}
@@ -117,7 +122,7 @@ def test_the_worst_launch_of_a_point_is_the_one_reported(tmp_path, fixed_invento
         repeat=3,
     )
     section = noise_section(run_dir)
-    assert "| 2 | 3 of 3 |" in section
+    assert "| 2 | 3 of 3 |" in noise_section(run_dir, html=True)
     assert "0.50 cores over the 1.0 s of timed steps), launch 2 of 3" in section
 
 
@@ -152,7 +157,7 @@ def test_a_busy_machine_before_the_sweep_is_reported(tmp_path, fixed_inventory):
     build_report(run_dir)
     section = noise_section(run_dir)
     assert "This machine was already busy before the sweep: other work used 1.30 cores" in section
-    assert "load average (1 minute) was 1.90 on 2 cores" in section
+    assert "load average (1 minute) was 1.90 on 2 cores" in noise_section(run_dir, html=True)
     assert json.loads(run_dir.summary.read_text())["noise"]["before"] == before
 
 

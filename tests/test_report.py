@@ -413,4 +413,4 @@ def test_a_default_sweep_s_report_md_is_at_most_900_words(tmp_path, fixed_invent
     for section in ("## Verdict", "## Scaling", "## Noise", "## Where scaling is lost",
                     "## Cost", "## Next node counts", "## Reproducing this run"):  # fmt: skip
         assert section in text
-    assert text.rstrip().endswith("rebuilds this report from the saved results.")
+    assert " ".join(text.split()).endswith("rebuilds this report from the saved results.")

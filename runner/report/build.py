@@ -208,7 +208,7 @@ def verdicts_on_quiet_points(
     """A verdict stands only on figures measured quietly: where the Noise section calls the
     point or the baseline unreliable, *scales* and *loses* become *inconclusive*, saying why
     (docs/report.md, "Noise")."""
-    unreliable = {point.nodes: point.findings[0] for point in noise.points if point.unreliable}
+    unreliable = {point.nodes for point in noise.points if point.unreliable}
     if not rows or not unreliable:
         return rows
     base = rows[0].nodes
@@ -223,8 +223,8 @@ def verdicts_on_quiet_points(
                 row,
                 verdict=Verdict.INCONCLUSIVE,
                 verdict_reason=f"{row.verdict_reason}, {would}, but the "
-                f"{which}-node point was measured in noise ({unreliable[which]}); to decide: "
-                "rerun on a quieter machine",
+                f"{which}-node point was measured in noise (see the noise findings); to "
+                "decide: rerun on a quieter machine",
             )
         judged.append(row)
     return tuple(judged)
@@ -479,9 +479,9 @@ def reproducibility(manifest: Mapping[str, Any], first: Result | None) -> list[t
     """The manifest's facts a reader needs to reproduce the run, as (what, value) rows."""
     rows: list[tuple[str, str]] = []
     versions = manifest.get("versions") or {}
-    local = ", ".join(f"{k} {v}" for k, v in versions.items() if v is not None)
-    if local:
-        rows.append(("dtrun's machine", local))
+    local = [f"{k} {versions[k]}" for k in ("dtrun", "torch") if versions.get(k)]
+    if local:  # the rest (deepspeed, pulumi, numpy...) in the manifest, said below
+        rows.append(("dtrun's machine", ", ".join(local)))
     if first is not None:
         node = [f"torch {first.torch_version}"]
         node += [f"Python {first.python_version}"] if first.python_version else []

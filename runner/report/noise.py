@@ -203,9 +203,33 @@ def _straggler_finding(straggler: Straggler, noise: LaunchNoise, of: str) -> str
         f"{straggler.ratio:.2f}x as long as the median of the other ranks to compute a step "
         f"alone, {of.format(straggler.launch)}"
     )
-    if any(_noisy(node) for node in noise.nodes if node.node == straggler.node):
+    if _busy_then(straggler, noise):
         said += f" ({straggler.node} also had steal or other load then: a likely cause)"
     return said
+
+
+def _busy_then(straggler: Straggler, noise: LaunchNoise) -> bool:
+    return any(_noisy(node) for node in noise.nodes if node.node == straggler.node)
+
+
+def _straggler_findings(
+    stragglers: Sequence[Straggler], by_launch: Mapping[int, LaunchNoise], launches: int
+) -> list[str]:
+    """One sentence for the point's stragglers: the one, or how many and the slowest."""
+    of = f"launch {{}} of {launches}"
+    if len(stragglers) <= 1:
+        return [_straggler_finding(s, by_launch[s.launch], of) for s in stragglers]
+    worst = max(stragglers, key=lambda s: s.ratio)
+    hit = len({s.launch for s in stragglers})
+    busy = sum(_busy_then(s, by_launch[s.launch]) for s in stragglers)
+    said = (
+        f"{len(stragglers)} stragglers in {hit} of {launches} launches: the slowest, rank "
+        f"{worst.rank} on {worst.node}, took {worst.ratio:.2f}x as long as the median of the "
+        f"other ranks to compute a step alone, {of.format(worst.launch)}"
+    )
+    if busy:
+        said += f" ({busy} of them on a node with steal or other load then: a likely cause)"
+    return [said]
 
 
 def _slowest(measured: Sequence[tuple[int, LaunchNoise]]) -> tuple[float, str] | None:
@@ -224,9 +248,9 @@ def point_noise(nodes: int, launches: Sequence[LaunchNoise | None]) -> PointNois
     by_launch = dict(measured)
     of = f"launch {{}} of {len(launches)}"
     stragglers = _stragglers(measured)
-    findings = _load_findings(nodes, measured, of) + [
-        _straggler_finding(s, by_launch[s.launch], of) for s in stragglers
-    ]
+    findings = _load_findings(nodes, measured, of) + _straggler_findings(
+        stragglers, by_launch, len(launches)
+    )
     steal, other = _worst(measured, "steal_share"), _worst(measured, "other_cores")
     slowest = _slowest(measured)
     every = [node for _, noise in measured for node in noise.nodes]
