@@ -73,3 +73,22 @@ def test_an_interrupted_sweep_resumes_to_one_report_running_only_what_is_missing
     assert cost["points"][-1]["launch_s"] == pytest.approx(
         sum(r["wall_s"] for r in runs["runs"] + stopped if r["nodes"] == 4)
     )
+
+
+def test_a_rerun_measures_the_recorded_sweep_again_as_a_new_run(no_leftovers):
+    out = no_leftovers / "runs"
+    first = run_dtrun("bench", "--nodes", "1,2", "--steps", "6", "--warmup", "2", "--repeat", "1",
+                      "--no-health-gate", "--quiet", "--output", str(out), "--run-id", "one",
+                      "--env", "MODE=fast", cwd=no_leftovers, timeout=300)  # fmt: skip
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = {p: p.read_bytes() for p in (out / "one").rglob("*") if p.is_file()}
+
+    done = run_dtrun("bench", "--rerun", str(out / "one"), "--run-id", "two", "--quiet",
+                     cwd=no_leftovers, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    old, new = (json.loads((out / r / "manifest.json").read_text()) for r in ("one", "two"))
+    assert new["bench"] == {**old["bench"], "run_id": "two"}  # the same sweep, a new run
+    assert new["command"] == f"dtrun bench --rerun {out / 'one'} --run-id two --quiet"
+    assert [r["status"] for r in _runs(out / "two")["runs"]] == ["ok", "ok"]
+    assert (out / "two" / "report.md").is_file()
+    assert {p: p.read_bytes() for p in (out / "one").rglob("*") if p.is_file()} == before

@@ -81,6 +81,7 @@ class SweepOptions:
         ),
     ] = "1,2"
     resume: opts.Resume = None
+    rerun: opts.Rerun = None
     steps: Annotated[
         int,
         typer.Option(
@@ -256,7 +257,12 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
             )
         resumed = None
         resume = sweep.resume
-        if resume is not None:  # the recorded sweep, run where this command says
+        if sweep.rerun is not None:  # the recorded sweep again, as a new run
+            from runner.cli.resume import rerun_request
+
+            spec, output = rerun_request(ctx, sweep.rerun, launching, command, _run_id(launching))
+            current.launching = launching = replace(launching, output=output)
+        elif resume is not None:  # the recorded sweep, run where this command says
             from runner.cli.resume import resume_request
 
             if command:

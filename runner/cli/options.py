@@ -497,6 +497,17 @@ Resume = Annotated[
         rich_help_panel=WHAT_PANEL,
     ),
 ]
+Rerun = Annotated[
+    Path | None,
+    typer.Option(
+        "--rerun",
+        metavar="RUN_DIR",
+        help="Run the sweep RUN_DIR records again, whole, as a new run beside it (a new run id; "
+        "--output elsewhere), on this or another cluster: to repeat a measurement.",
+        show_default=False,
+        rich_help_panel=WHAT_PANEL,
+    ),
+]
 Json = Annotated[
     bool,
     typer.Option(

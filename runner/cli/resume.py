@@ -1,4 +1,5 @@
-"""`dtrun bench --resume RUN_DIR`: the options it takes, and the recorded sweep it runs.
+"""`dtrun bench --resume RUN_DIR` and `--rerun RUN_DIR`: the options they take, and the recorded
+sweep they run (--rerun: all of it again, as a new run).
 
 The sweep is the one the run directory records (runner/record/resume.py), every record of it
 checked as `dtrun report` checks it before anything runs or is written: options that would
@@ -18,7 +19,8 @@ import typer
 
 from runner.cli.options import Where
 from runner.errors import UsageError
-from runner.record.resume import Resumed, read_resume
+from runner.record.resume import Resumed, read_resume, read_spec
+from runner.spec.request import BenchSpec
 
 # Options that do not change the sweep: allowed beside --resume.
 AS_YOU_LIKE = {
@@ -59,3 +61,30 @@ def resume_request(ctx: typer.Context, path: Path, launching: Any) -> Resumed:
 
     read_recorded(resumed.run_dir)
     return resumed
+
+
+# Beside --rerun also where the new run is written and its id; never --resume.
+RERUN_AS_YOU_LIKE = (AS_YOU_LIKE - {"resume"}) | {"rerun", "output", "run_id"}
+
+
+def rerun_request(
+    ctx: typer.Context, path: Path, launching: Any, command: list[str] | None, run_id: str
+) -> tuple[BenchSpec, Path]:
+    """The sweep ``path`` records, to run again whole as run ``run_id``, and where: --output
+    if given, else beside ``path``."""
+    given = given_options(ctx, RERUN_AS_YOU_LIKE)
+    if command:
+        given.append("a program after --")
+    if given:
+        raise UsageError(
+            f"--rerun runs the sweep {path} records again, and {', '.join(given)} would change it",
+            fix=f"leave them out (`dtrun bench --rerun {path}`, with --hosts, --stack, --slurm "
+            "or --spark for another cluster), or start a new sweep without --rerun",
+        )
+    from runner.cli.parse import parse_env
+
+    env = parse_env(launching.env) if launching.env else ()
+    spec = dataclasses.replace(read_spec(path, env, "--rerun"), run_id=run_id)
+    source = ctx.get_parameter_source("output")
+    given_output = source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+    return spec, launching.output if given_output else path.resolve().parent

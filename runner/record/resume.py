@@ -143,23 +143,53 @@ def _tuple(args: tuple[Any, ...], value: Any, where: str) -> tuple[Any, ...]:
     )
 
 
-def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
-    """The recorded sweep of run directory ``path``; ``env``: --env given again with --resume,
-    for values the manifest holds redacted."""
+def read_spec(path: Path, env: tuple[tuple[str, str], ...], flag: str = "--resume") -> BenchSpec:
+    """The sweep run directory ``path`` records, with ``env`` (--env given again) in place of
+    the values its manifest holds redacted; ``flag`` names the option in the messages."""
     run_dir = RunDir(path)
     if not path.is_dir():
         raise UsageError(
-            f"--resume {path}: no such run directory",
+            f"{flag} {path}: no such run directory",
             fix="pass the run directory of an earlier `dtrun bench` (runs/<run-id>)",
         )
     manifest = read_record(
         run_dir.manifest, MANIFEST_SHAPE, missing="it is no run directory", root=path
     )
-    runs = read_record(run_dir.runs, RUNS_SHAPE, missing="no launch of it was recorded", root=path)
     try:
         spec = from_dict(BenchSpec, manifest["bench"], "bench")
     except Mistyped as exc:
         raise damaged(run_dir.manifest, str(exc)) from None
+    given = dict(env)
+    # a whole value (secret-looking name) or a part of one (URL credentials, tokens) hidden
+    hidden = [name for name, value in spec.env if REDACTED in value and name not in given]
+    if hidden:
+        raise UsageError(
+            f"the run recorded {', '.join(hidden)} redacted, and {flag} needs the values",
+            fix=f"pass them again: {flag} {path} "
+            + " ".join(f"--env {name}=VALUE" for name in hidden),
+        )
+    if spec.program is not None and any(REDACTED in arg for arg in spec.program.args):
+        raise UsageError(
+            f"the run recorded your program's secret-looking arguments redacted, and {flag} "
+            "needs them",
+            why="dtrun keeps no secret in a run directory",
+            fix=f"run the sweep again without {flag}, giving its command line whole (pass "
+            "secrets to the program with --env)",
+        )
+    merged = tuple((name, given.get(name, value)) for name, value in spec.env)
+    extra = tuple((name, value) for name, value in env if name not in dict(spec.env))
+    return dataclasses.replace(spec, env=merged + extra)
+
+
+def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
+    """The recorded sweep of run directory ``path``; ``env``: --env given again with --resume,
+    for values the manifest holds redacted."""
+    spec = read_spec(path, env)
+    run_dir = RunDir(path)
+    manifest = read_record(
+        run_dir.manifest, MANIFEST_SHAPE, missing="it is no run directory", root=path
+    )
+    runs = read_record(run_dir.runs, RUNS_SHAPE, missing="no launch of it was recorded", root=path)
     try:
         every = [from_dict(RunResult, run, f"runs[{i}]") for i, run in enumerate(runs["runs"])]
         earlier = [
@@ -171,23 +201,4 @@ def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
     done = tuple(run for run in every if run.status is RunStatus.OK)
     replaced = (*earlier, *(run for run in every if run.status is not RunStatus.OK))
     walls = segment_walls(runs, 1 + len(manifest.get("resumed", [])))
-    given = dict(env)
-    # a whole value (secret-looking name) or a part of one (URL credentials, tokens) hidden
-    hidden = [name for name, value in spec.env if REDACTED in value and name not in given]
-    if hidden:
-        raise UsageError(
-            f"the run recorded {', '.join(hidden)} redacted, and resuming needs the values",
-            fix=f"pass them again: --resume {path} "
-            + " ".join(f"--env {name}=VALUE" for name in hidden),
-        )
-    if spec.program is not None and any(REDACTED in arg for arg in spec.program.args):
-        raise UsageError(
-            "the run recorded your program's secret-looking arguments redacted, and resuming "
-            "needs them",
-            why="dtrun keeps no secret in a run directory",
-            fix="run the sweep again without --resume (pass secrets to the program with --env)",
-        )
-    merged = tuple((name, given.get(name, value)) for name, value in spec.env)
-    extra = tuple((name, value) for name, value in env if name not in dict(spec.env))
-    spec = dataclasses.replace(spec, env=merged + extra)
     return Resumed(run_dir, spec, done, replaced, walls)
