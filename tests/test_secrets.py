@@ -192,18 +192,22 @@ def test_a_bench_its_json_records_report_and_upload_hold_none_of_them(
 
 
 @pytest.mark.e2e
-def test_a_run_its_record_and_upload_hold_none_of_them(s3, no_leftovers, machine_env):
+def test_a_run_its_record_and_upload_hold_none_of_them(s3, no_leftovers, machine_env, monkeypatch):
     out = no_leftovers / "runs"
     script = no_leftovers / "quiet.py"
     script.write_text("import sys\n")
-    result = dtrun(
+    args = (
         "run", "--output", str(out), "--run-id", "planted", "--port", "29715",
         "--results", f"s3://{BUCKET}/p", *ENV_ARGS, "--", "python", str(script), *PROGRAM_ARGS,
     )  # fmt: skip
+    monkeypatch.setattr("sys.argv", ["/venv/bin/dtrun", *args])  # as a shell starts it
+    result = dtrun(*args)
     assert result.exit_code == 0, result.output
     assert leaks(result.output) == []
     written = records(out / "planted")
     assert "run.json" in written and leaked(written) == {}
+    command = json.loads(written["run.json"])["command"]  # as typed, redacted like the manifest
+    assert command.startswith("dtrun run --output ") and REDACTED in command
     uploaded = stored(s3, "p/planted/")
     assert any(key.endswith(".sh") for key in uploaded) and leaked(uploaded) == {}
 

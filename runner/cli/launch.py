@@ -587,7 +587,7 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
 
     return run_program(
         resolved, inventory, launching.output, cluster.executor, on_line, on_begin,
-        cluster.ready, program_there,
+        cluster.ready, program_there, command=typed_command(),
     )  # fmt: skip
 
 

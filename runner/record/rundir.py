@@ -410,7 +410,7 @@ def launch_dir(run_dir: RunDir) -> Path:
     return run_dir.path / "launch"
 
 
-def write_run_record(
+def write_run_record(  # noqa: PLR0913 - the record's parts, each a keyword
     run_dir: RunDir,
     spec: RunSpec,
     inventory: Inventory,
@@ -420,8 +420,10 @@ def write_run_record(
     error: str | None = None,
     wall_s: float | None = None,
     nodes: tuple[NodeResult, ...] = (),
+    command: Sequence[str] | None = None,
 ) -> None:
-    """run.json: what `dtrun run` was asked, where, and how it ended (secrets redacted)."""
+    """run.json: what `dtrun run` was asked, where, and how it ended (secrets redacted);
+    ``command``: dtrun's arguments as typed."""
     spec_data = asdict(spec.redacted())
     spec_data["env"] = [list(pair) for pair in spec_data["env"]]
     run_dir.write_json(
@@ -431,6 +433,8 @@ def write_run_record(
             "run_id": spec.run_id,
             "updated_at": now_iso(),
             "dtrun_version": __version__,
+            # the command line as typed, shell-quoted, secrets hidden (manifest.command_line)
+            "command": _command(command, spec.secrets()),
             "status": status,
             "error": redact_text(error) if error is not None else None,
             "wall_s": wall_s,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +36,7 @@ class ProgramRun:
     wall_s: float
 
 
-def run_program(
+def run_program(  # noqa: PLR0913 - the cluster's parts and hooks, given by its caller
     resolved: ResolvedRun,
     inventory: Inventory,
     output: Path,
@@ -45,18 +45,20 @@ def run_program(
     on_begin: Callable[[RunDir, LaunchPlan], None] | None = None,
     ready: Ready = always_ready,
     check: Ready = always_ready,
+    command: Sequence[str] | None = None,
 ) -> ProgramRun:
     """Plan the user's program, run it once in output/<run-id>/launch/, record it.
 
     ``check`` looks at the plan before anything is written (the program is on every node);
-    a failed, timed-out or interrupted run is recorded in run.json before its error is raised.
+    a failed, timed-out or interrupted run is recorded in run.json before its error is raised;
+    ``command``: dtrun's arguments as typed, recorded there (redacted).
     """
     spec = resolved.spec
     plan = plan_run(resolved, inventory)
     check(plan)
     run_dir = create_run_dir(output, spec.run_id)
     workdir = launch_dir(run_dir)
-    write_run_record(run_dir, spec, inventory, plan, status=RunStatus.RUNNING)
+    write_run_record(run_dir, spec, inventory, plan, status=RunStatus.RUNNING, command=command)
     if on_begin is not None:
         on_begin(run_dir, plan)
     started = time.monotonic()
@@ -73,7 +75,7 @@ def run_program(
     except RunError as exc:
         write_run_record(
             run_dir, spec, inventory, plan, status=status_of(exc), error=exc.message,
-            wall_s=time.monotonic() - started, nodes=exc.node_results,
+            wall_s=time.monotonic() - started, nodes=exc.node_results, command=command,
         )  # fmt: skip
         raise
     except KeyboardInterrupt as stop:
@@ -81,6 +83,7 @@ def run_program(
             run_dir, spec, inventory, plan, status=RunStatus.INTERRUPTED,
             error=interruption(), wall_s=time.monotonic() - started,
             nodes=stop.node_results if isinstance(stop, LaunchInterrupted) else (),
+            command=command,
         )  # fmt: skip
         raise RunInterruptedError(
             interruption(),
@@ -88,5 +91,8 @@ def run_program(
             fix=f"node logs are kept in {workdir}",
         ) from None
     wall = time.monotonic() - started
-    write_run_record(run_dir, spec, inventory, plan, status=RunStatus.OK, wall_s=wall, nodes=nodes)
+    write_run_record(
+        run_dir, spec, inventory, plan, status=RunStatus.OK, wall_s=wall, nodes=nodes,
+        command=command,
+    )  # fmt: skip
     return ProgramRun(run_dir, workdir, plan, nodes, wall)
