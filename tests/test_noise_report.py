@@ -157,6 +157,10 @@ def test_a_busy_machine_before_the_sweep_is_reported(tmp_path, fixed_inventory):
     build_report(run_dir)
     section = noise_section(run_dir)
     assert "This machine was already busy before the sweep: other work used 1.30 cores" in section
+    assert (  # one finding line under the verdict table says it too
+        "- **Noise**: quiet, no point crossed a noise threshold; this machine was already busy "
+        "before the sweep: other work used 1.30 cores." in run_dir.report.read_text()
+    )
     assert "load average (1 minute) was 1.90 on 2 cores" in noise_section(run_dir, html=True)
     assert json.loads(run_dir.summary.read_text())["noise"]["before"] == before
 
