@@ -3,6 +3,7 @@ the file and what is wrong with it, no traceback, and every file left as it was.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -13,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from runner.cli.app import app
 from runner.record.rundir import write_health
 from runner.spec.cluster import Inventory
 from runner.spec.outcome import GateStatus, Health, NodeHealth, RunResult, RunStatus, SweepStatus
@@ -324,9 +327,12 @@ def test_a_damaged_run_directory_is_refused_and_left_as_it_was(
     case.damage(damaged)
     before = snapshot(tmp_path)
     runs = ["a"] if case.command == "report" else ["a", "b"]
-    done = run_dtrun(case.command, *runs, cwd=tmp_path, timeout=60)
+    with contextlib.chdir(tmp_path):  # in process: 72 cases, each a dtrun start saved
+        done = CliRunner(env={"COLUMNS": "250"}).invoke(app, [case.command, *runs])
     output = done.stdout + done.stderr
-    assert done.returncode == 2, output
+    # exit 2 through dtrun's own error printing, never an exception
+    assert isinstance(done.exception, SystemExit), f"{done.exception!r}\n{output}"
+    assert done.exit_code == 2, output
     assert "Traceback" not in output
     assert f"error: {case.file}" in done.stderr  # the damaged file comes first, as given
     assert case.says in done.stderr
