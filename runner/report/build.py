@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner import __version__
-from runner.azure.catalog import ExpectedBusbw, expected_busbw
+from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
 from runner.predict.predict import CHECKED_OF, CHECKED_WITHIN_5, Prediction
 from runner.record.rundir import RunDir
 from runner.redact import redact_text

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runner.azure.catalog import ExpectedBusbw, expected_busbw
+from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
 from runner.report.results import AllreduceResult, TrainResult
 from runner.report.stats import (
     DEFAULT_TARGET,

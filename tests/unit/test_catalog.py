@@ -12,12 +12,11 @@ from runner.azure.catalog import (
     Image,
     check_node_count,
     get_size,
-    health_threshold,
     known_sizes,
-    peak_tflops_for,
     retirement_warning,
     without_rdma,
 )
+from runner.azure.sizefacts import health_threshold, peak_tflops_for
 
 TODAY = datetime.date(2026, 11, 23)
 

@@ -163,7 +163,7 @@ def test_where_scaling_is_lost_without_a_probe_says_so():
 
 
 def test_expected_busbw_needs_every_gpu_of_the_size():
-    from runner.azure.catalog import expected_busbw
+    from runner.azure.sizefacts import expected_busbw
 
     one_node = expected_busbw("Standard_ND96asr_v4", 1, 8)
     four_nodes = expected_busbw("Standard_ND96asr_v4", 4, 8)
