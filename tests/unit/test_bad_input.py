@@ -19,7 +19,8 @@ import pytest
 from typer.testing import CliRunner
 
 from runner.azure.catalog import CatalogError
-from runner.azure.config import ConfigError, cluster_spec
+from runner.azure.config import cluster_spec
+from runner.azure.settingcheck import ConfigError
 from runner.cli.app import app
 
 # (command line, words the message must hold). Each names what is wrong; `dtrun` is implied.

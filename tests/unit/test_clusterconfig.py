@@ -12,7 +12,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from runner.azure.catalog import CatalogError
-from runner.azure.config import PROJECT_FILE, ConfigError, cluster_spec, schema, subnets
+from runner.azure.config import PROJECT_FILE, cluster_spec, schema
+from runner.azure.settingcheck import ConfigError, subnets
 from runner.spec.cluster import StorageKind
 
 TODAY = datetime.date(2026, 11, 23)

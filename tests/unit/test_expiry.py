@@ -6,8 +6,9 @@ import datetime
 
 import pytest
 
-from runner.azure.config import ConfigError, cluster_spec
+from runner.azure.config import cluster_spec
 from runner.azure.expiry import ExpiryError, deadline, describe, expiry_fields, group_tags
+from runner.azure.settingcheck import ConfigError
 from runner.spec.cluster import ExpiryAction, ExpirySpec
 
 TODAY = datetime.date(2026, 11, 23)
