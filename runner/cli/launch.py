@@ -292,7 +292,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
             nonlocal recorded
             if done is not None and not recorded:
                 from runner.errors import interruption
-                from runner.record.rundir import record_stop_after_sweep
+                from runner.record.runsfile import record_stop_after_sweep
 
                 recorded = True
                 record_stop_after_sweep(

@@ -38,7 +38,8 @@ from runner.record.readback import (
     one_of,
     read_record,
 )
-from runner.record.rundir import HEALTH_FILE, RunDir, ok_runs
+from runner.record.rundir import HEALTH_FILE, RunDir
+from runner.record.runsfile import ok_runs
 from runner.report.results import (
     ALLREDUCE_SCHEMA,
     PROGRAM_SCHEMA,

@@ -29,8 +29,8 @@ from runner.record.rundir import (
     write_health,
     write_manifest,
     write_plans,
-    write_runs,
 )
+from runner.record.runsfile import write_runs
 from runner.report.build import Report
 from runner.report.builder import ReportBuilder
 from runner.report.results import Result

@@ -13,7 +13,8 @@ import pytest
 from runner import redact
 from runner.record.manifest import command_line
 from runner.record.resume import read_resume
-from runner.record.rundir import RunDir, write_manifest, write_runs
+from runner.record.rundir import RunDir, write_manifest
+from runner.record.runsfile import write_runs
 from runner.redact import REDACTED, Redactor
 from runner.report.build import build_report
 from runner.spec.outcome import SweepStatus

@@ -15,7 +15,8 @@ import pytest
 from runner.azure.prices import Price
 from runner.errors import DamagedRunError
 from runner.record.paid import CREATED, paid_before
-from runner.record.rundir import RunDir, record_resume, write_runs
+from runner.record.rundir import RunDir, record_resume
+from runner.record.runsfile import write_runs
 from runner.report.build import build_report
 from runner.spec.outcome import RunResult, RunStatus, SweepStatus
 from runner.spec.request import BenchSpec

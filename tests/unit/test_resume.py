@@ -11,7 +11,8 @@ import pytest
 
 from runner.errors import UsageError
 from runner.record.resume import from_dict, read_resume
-from runner.record.rundir import RunDir, record_resume, write_manifest, write_runs
+from runner.record.rundir import RunDir, record_resume, write_manifest
+from runner.record.runsfile import write_runs
 from runner.spec.outcome import NodeResult, RunResult, RunStatus, SuccessRule, SweepStatus
 from runner.spec.request import (
     BenchSpec,
