@@ -65,7 +65,7 @@ def test_the_end_table_shows_n_the_efficiency_interval_and_the_verdict(
 ):
     import random
 
-    from runner.cli.display import print_verdicts, report_grid
+    from runner.cli.summary import print_verdicts, report_grid
     from runner.cli.tables import print_grid
     from runner.report.build import analyse
     from runner.spec.request import BenchSpec
@@ -85,6 +85,6 @@ def test_the_end_table_shows_n_the_efficiency_interval_and_the_verdict(
     cell = f"{row.efficiency:.0%} ({row.efficiency_low * 100:.0f}-{row.efficiency_high * 100:.0f}%)"
     assert cell in text and "30x1" in text and "loses" in text and "baseline" in text
     assert "tokens/s, speedup and efficiency at the median step time" in text
-    monkeypatch.setattr("runner.cli.display.console", lambda: console)
+    monkeypatch.setattr("runner.cli.summary.console", lambda: console)
     print_verdicts(report)
     assert f"2 nodes: loses: {row.verdict_reason}" in out.getvalue()

@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from runner.cli import display, results
+from runner.cli import display, results, summary
 from runner.cli import tables as tables_module
 from runner.cli.app import app
 from runner.cli.tables import Column, Fitted, Grid, fit, print_grid
@@ -81,9 +81,9 @@ def tables(tmp_path, fixed_inventory) -> dict[str, Callable[[Console], object]]:
         nodes[2].name: Answer(error="ssh: connect to host 127.0.0.4 port 22: Connection refused"),
     }
     return {
-        "bench-train": lambda out: print_grid(out, display.report_grid(train)),
-        "bench-program": lambda out: print_grid(out, display.report_grid(program)),
-        "bench-allreduce": lambda out: print_grid(out, display.report_grid(allreduce)),
+        "bench-train": lambda out: print_grid(out, summary.report_grid(train)),
+        "bench-program": lambda out: print_grid(out, summary.report_grid(program)),
+        "bench-allreduce": lambda out: print_grid(out, summary.report_grid(allreduce)),
         "compare": lambda out: results.print_comparison(compare(train, slower)),
         "exec": lambda out: display.print_exec_summary(nodes, answers),
     }
@@ -189,8 +189,8 @@ def test_columns_read_side_by_side_are_left_out_together():
 
 def test_a_long_proof_shows_its_answer_and_points_at_the_report():
     long = "diverged: ranks 1, 3 end with other parameters than rank 0"
-    assert display.proof_cell(long) == "diverged (why: report.md)"
-    assert display.proof_cell("in sync: 16 ranks on 2 nodes") == "in sync: 16 ranks on 2 nodes"
+    assert summary.proof_cell(long) == "diverged (why: report.md)"
+    assert summary.proof_cell("in sync: 16 ranks on 2 nodes") == "in sync: 16 ranks on 2 nodes"
 
 
 def test_compare_says_which_columns_it_left_out_and_wide_keeps_them(tmp_path, fixed_inventory):
