@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from runner.execute import Answer
     from runner.plan.sweep import SweepPlan
     from runner.record.rundir import RunDir
-    from runner.report.results import Result
+    from runner.report.resultfile import Result
     from runner.spec.cluster import Node
     from runner.spec.launch import LaunchPlan
     from runner.spec.outcome import Health, RunResult

@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
-from runner.report.results import AllreduceResult, TrainResult
+from runner.report.resultfile import AllreduceResult
+from runner.report.results import TrainResult
 from runner.report.stats import (
     DEFAULT_TARGET,
     Verdict,

@@ -79,7 +79,7 @@ def test_each_node_is_launched_alone_with_all_its_gpus(spec):
 
 def _outcome(busbw: float | None):
     from runner.errors import NodeFailedError
-    from runner.report.results import parse_result
+    from runner.report.resultfile import parse_result
     from runner.spec.outcome import RunResult, RunStatus
     from runner.sweep.launch import Outcome
     from tests.factories import allreduce_data

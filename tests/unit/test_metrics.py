@@ -176,7 +176,7 @@ def test_expected_busbw_needs_every_gpu_of_the_size():
 
 def test_busbw_rows_trim_repeats_and_keep_the_spread():
     from runner.report.metrics import busbw_rows
-    from runner.report.results import parse_allreduce_result
+    from runner.report.resultfile import parse_allreduce_result
     from tests.factories import allreduce_data
 
     runs = [

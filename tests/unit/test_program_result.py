@@ -13,7 +13,8 @@ from runner.cluster.embedded import local_cluster
 from runner.errors import ResultError
 from runner.plan.resolve import resolve_bench
 from runner.plan.sweep import plan_sweep
-from runner.report.results import ProgramFacts, TrainResult, parse_result
+from runner.report.resultfile import parse_result
+from runner.report.results import ProgramFacts, TrainResult
 from runner.spec.launch import LaunchPlan
 from runner.spec.request import BenchSpec, Program, ProgramKind, ScalingMode, StepUnits, UnitKind
 from runner.sweep.programresult import pattern_steps, program_result, read_step_files

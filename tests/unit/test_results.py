@@ -7,7 +7,8 @@ import json
 import pytest
 
 from runner.errors import ResultError
-from runner.report.results import TRAIN_SCHEMA, load_train_result, parse_train_result
+from runner.report.resultfile import load_train_result
+from runner.report.results import TRAIN_SCHEMA, parse_train_result
 from runner.workloads import gpt, result
 from tests.factories import result_data
 
