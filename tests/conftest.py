@@ -222,11 +222,16 @@ def slurm(slurm_daemons: slurmd.SlurmCluster) -> slurmd.SlurmCluster:
 
 
 def launch_processes() -> list[psutil.Process]:
-    """Processes of any dtrun launch over SSH (they carry DTRUN_LAUNCH) still running here."""
+    """Processes of any dtrun launch over SSH (they carry DTRUN_LAUNCH) still running here.
+    Under pytest-xdist, only this worker's: an embedded launch inherits the worker's
+    PYTEST_XDIST_WORKER (tests that start sshd cannot share the machine with another worker)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
-            if "DTRUN_LAUNCH" in proc.environ() and proc.status() != psutil.STATUS_ZOMBIE:
+            env = proc.environ()
+            mine = worker is None or env.get("PYTEST_XDIST_WORKER") == worker
+            if "DTRUN_LAUNCH" in env and mine and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
     return found
 
