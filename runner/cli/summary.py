@@ -127,10 +127,11 @@ def print_verdicts(report: Report) -> None:
 
 
 def sweep_json(run_dir: RunDir) -> dict[str, object]:
-    """What --json prints: summary.json, and where the run's files are."""
-    import json
+    """What --json prints: summary.json (an older dtrun's under today's field names), and where
+    the run's files are."""
+    from runner.report.summaryfile import read_summary
 
-    summary: dict[str, object] = json.loads(run_dir.summary.read_text())
+    summary = read_summary(run_dir.summary)
     return {
         **summary,
         "run_dir": str(run_dir.path),

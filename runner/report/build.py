@@ -50,6 +50,7 @@ from runner.report.stats import (
     STATISTIC,
     Verdict,
 )
+from runner.report.summaryfile import SUMMARY_SCHEMA
 from runner.spec.cluster import exceeds_cores
 from runner.spec.request import ScalingMode
 from runner.spec.text import noun, plural
@@ -57,7 +58,6 @@ from runner.spec.text import noun, plural
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
 
-SUMMARY_SCHEMA = "dtrun.summary/3"
 T = TypeVar("T")
 DEFAULT_PROJECT_TOKENS = 10**9
 BUSBW_FORMULA = (

@@ -45,7 +45,9 @@ class LossRow:
     expected: ExpectedBusbw | None
     comm_s: float | None  # the gradients' all-reduce at the measured busbw, one step
     comm_share: float | None  # of the step time p50 (an upper bound: DDP overlaps it)
-    verdict: str
+    # where this node count's scaling went, in a sentence; not the row's verdict (scales, loses,
+    # inconclusive), which it may quote. summary.json before dtrun.summary/4 named it "verdict".
+    finding: str
     # The model (runner/report/model.py): the step time and efficiency that gradient
     # communication alone would give, with no overlap and with the stated one.
     predicted_step_time_s: float | None = None
@@ -87,7 +89,7 @@ def where_scaling_is_lost(
                 expected,
                 comm_s,
                 share,
-                _verdict(row, rows[0], expected, share, row.nodes in oversubscribed),
+                _finding(row, rows[0], expected, share, row.nodes in oversubscribed),
                 predicted_step_time_s=prediction.step_s,
                 predicted_step_time_no_overlap_s=prediction.step_no_overlap_s,
                 predicted_efficiency=prediction.efficiency,
@@ -179,7 +181,7 @@ def sync_factor(row: ScalingRow) -> tuple[float, str]:
     return 1.0, f"parameters sharded ({sharded}): counted as one all-reduce, as DDP"
 
 
-def _verdict(
+def _finding(
     row: ScalingRow,
     base: ScalingRow,
     expected: ExpectedBusbw | None,

@@ -7,23 +7,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from runner.workloads.engine import LEARNING_RATE, precision, replica_model
+from runner.workloads.engine import LEARNING_RATE, DataParallelEngine, precision, replica_model
 from runner.workloads.gpt import lm_loss
-from runner.workloads.proof import Proof, named_parameters, prove_data_parallel
+from runner.workloads.proof import named_parameters
 
 
-class DdpEngine:
+class DdpEngine(DataParallelEngine):
     """DDP with AdamW; bf16 through autocast when asked."""
 
     name = "ddp"
     strategy = "ddp"
-    zero_stage: int | None = None
 
     def __init__(self, args: argparse.Namespace, device: torch.device) -> None:
         self.args, self.device = args, device
@@ -52,17 +50,6 @@ class DdpEngine:
     def reduced_gradients(self, batch: torch.Tensor) -> list[torch.Tensor]:
         self._backward(batch)  # DDP all-reduces the gradients during backward
         return [_grad(p) for p in self.model.parameters()]
-
-    def prove(self, probe: torch.Tensor) -> Proof:
-        return prove_data_parallel(
-            self, self.args, probe, self.initial, self.device, self.precision
-        )
-
-    def describe(self) -> dict[str, Any]:
-        return {}
-
-    def probe_stages(self, steps: int) -> None:
-        return None  # one model on every rank: nothing differs between ranks by design
 
     def compute_alone(self, batch: torch.Tensor) -> str | None:
         # Under no_sync the backward all-reduces nothing (the model has no buffers for the

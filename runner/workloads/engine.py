@@ -1,4 +1,5 @@
-"""What every training engine offers the loop in ``train``, and the pieces engines share.
+"""What every training engine offers the loop in ``train``, and the pieces engines share: the
+data-parallel engines' defaults (DataParallelEngine), the precision, the replica model.
 
 An engine is one library's way of training the GPT (docs/workloads.md "Training strategies"):
 DDP, FSDP, a pipeline, or DeepSpeed's ZeRO. Torch, the standard library and sibling modules only.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -15,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from runner.workloads.gpt import GPT, fingerprint
-from runner.workloads.proof import Proof, gather_floats
+from runner.workloads.proof import Proof, gather_floats, prove_data_parallel
 
 LEARNING_RATE = 1e-3
 
@@ -62,6 +64,49 @@ class Engine(Protocol):
 
 
 EngineFactory = Callable[[argparse.Namespace, torch.device], Engine]
+
+
+class DataParallelEngine(ABC):
+    """What the data-parallel engines (DDP, FSDP, DeepSpeed's ZeRO, Horovod) share: every rank
+    computes the whole model on its own tokens, so the proof is the data-parallel one, there are
+    no stages to time alone, and no result fields of its own unless an engine adds some. An
+    engine sets the attributes below in its constructor and says how it steps, gathers its
+    parameters, reduces a gradient and computes alone."""
+
+    name: str
+    strategy: str
+    zero_stage: int | None = None
+    replicas: int
+    data_rank: int
+    args: argparse.Namespace
+    device: torch.device
+    initial: list[float]  # every rank's fingerprint of its weights before training (by rank)
+    precision: Precision  # the arithmetic the proof's own gradient repeats
+
+    @abstractmethod
+    def step(self, batch: torch.Tensor) -> torch.Tensor | None: ...
+
+    @abstractmethod
+    def full_parameters(self) -> contextlib.AbstractContextManager[list[tuple[str, torch.Tensor]]]:
+        """Every parameter of the whole model by name, gathered where it is sharded."""
+
+    @abstractmethod
+    def reduced_gradients(self, batch: torch.Tensor) -> list[torch.Tensor]:
+        """The whole reduced gradient of every parameter, no optimizer step (proof.FullView)."""
+
+    @abstractmethod
+    def compute_alone(self, batch: torch.Tensor) -> str | None: ...
+
+    def prove(self, probe: torch.Tensor) -> Proof:
+        return prove_data_parallel(
+            self, self.args, probe, self.initial, self.device, self.precision
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+    def probe_stages(self, steps: int) -> None:
+        return None  # one model on every rank: nothing differs between ranks by design
 
 
 def precision(args: argparse.Namespace, device: torch.device) -> Precision:

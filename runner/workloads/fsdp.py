@@ -17,22 +17,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from runner.workloads.engine import LEARNING_RATE, precision, replica_model
+from runner.workloads.engine import LEARNING_RATE, DataParallelEngine, precision, replica_model
 from runner.workloads.gpt import lm_loss
-from runner.workloads.proof import Proof, prove_data_parallel
 
 
-class FsdpEngine:
+class FsdpEngine(DataParallelEngine):
     name = "fsdp"
     strategy = "fsdp"
-    zero_stage: int | None = None
 
     def __init__(self, args: argparse.Namespace, device: torch.device) -> None:
         self.args, self.device = args, device
@@ -73,17 +70,6 @@ class FsdpEngine:
                 raise RuntimeError("a parameter received no gradient")
             grads.append(_full(p.grad))
         return grads
-
-    def prove(self, probe: torch.Tensor) -> Proof:
-        return prove_data_parallel(
-            self, self.args, probe, self.initial, self.device, self.precision
-        )
-
-    def describe(self) -> dict[str, Any]:
-        return {}
-
-    def probe_stages(self, steps: int) -> None:
-        return None  # one model on every rank: nothing differs between ranks by design
 
     def compute_alone(self, batch: torch.Tensor) -> str | None:
         return "FSDP's forward all-gathers each block's parameters from every rank"

@@ -25,13 +25,12 @@ import torch.distributed as dist
 from deepspeed.utils import safe_get_full_grad
 
 from runner.workloads import train
-from runner.workloads.engine import LEARNING_RATE, Precision, replica_model
+from runner.workloads.engine import LEARNING_RATE, DataParallelEngine, Precision, replica_model
 from runner.workloads.gpt import lm_loss
-from runner.workloads.proof import Proof, prove_data_parallel
 from runner.workloads.result import exit_now
 
 
-class DeepSpeedEngine:
+class DeepSpeedEngine(DataParallelEngine):
     """DeepSpeed with the ZeRO stage of the generated config; bf16 when the config says so."""
 
     name = "deepspeed"
@@ -83,17 +82,6 @@ class DeepSpeedEngine:
             grads.append(grad)
         self.engine.optimizer.zero_grad()
         return grads
-
-    def prove(self, probe: torch.Tensor) -> Proof:
-        return prove_data_parallel(
-            self, self.args, probe, self.initial, self.device, self.precision
-        )
-
-    def describe(self) -> dict[str, Any]:
-        return {}
-
-    def probe_stages(self, steps: int) -> None:
-        return None  # one model on every rank: nothing differs between ranks by design
 
     def compute_alone(self, batch: torch.Tensor) -> str | None:
         # ZeRO 1's no_sync might serve; untried, so every stage is left unprobed.

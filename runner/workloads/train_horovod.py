@@ -29,9 +29,9 @@ import torch.distributed as dist
 
 from runner.workloads import train
 from runner.workloads.allreduce import probe as probe_allreduce
-from runner.workloads.engine import LEARNING_RATE, precision, replica_model
+from runner.workloads.engine import LEARNING_RATE, DataParallelEngine, precision, replica_model
 from runner.workloads.gpt import GPT, lm_loss
-from runner.workloads.proof import Proof, named_parameters, prove_data_parallel
+from runner.workloads.proof import named_parameters
 from runner.workloads.result import exit_now
 
 
@@ -49,12 +49,11 @@ def _in_place(tensor: torch.Tensor) -> torch.Tensor:
 HOROVOD_MODES = {"out_of_place": _out_of_place, "in_place": _in_place}
 
 
-class HorovodEngine:
+class HorovodEngine(DataParallelEngine):
     """Data parallelism with Horovod's DistributedOptimizer around AdamW; bf16 by autocast."""
 
     name = "horovod"
     strategy = "horovod"
-    zero_stage: int | None = None
 
     def __init__(self, args: argparse.Namespace, device: torch.device) -> None:
         self.args, self.device = args, device
@@ -96,16 +95,8 @@ class HorovodEngine:
         self.optimizer.zero_grad()  # Horovod 0.28.1 takes no set_to_none
         return grads
 
-    def prove(self, probe: torch.Tensor) -> Proof:
-        return prove_data_parallel(
-            self, self.args, probe, self.initial, self.device, self.precision
-        )
-
     def describe(self) -> dict[str, Any]:
         return {"horovod": {"version": horovod.__version__, "controller": _controller()}}
-
-    def probe_stages(self, steps: int) -> None:
-        return None  # one model on every rank: nothing differs between ranks by design
 
     def compute_alone(self, batch: torch.Tensor) -> str | None:
         # Horovod's hooks sit on the model's own parameters and all-reduce whatever backward

@@ -60,9 +60,9 @@ def test_drain_failings_help_says_the_sweep_stops_as_the_code_and_docs_do():
     assert "stops the sweep (exit 4)" in bench.split("| `--drain-failing` |")[1].split("\n")[0]
 
 
-def test_the_engines_the_readme_names_are_all_there_are():
-    readme = _words((ROOT / "README.md").read_text())
-    said = readme.split("An **engine** is where the nodes come from")[1].split("(")[0]
+def test_the_engines_the_architecture_page_names_are_all_there_are():
+    page = _words((ROOT / "docs" / "architecture.md").read_text())
+    said = page.split("An **engine** is where the nodes come from")[1].split("(")[0]
     assert "next" not in said  # nothing promised: each works
     for engine in ("embedded cluster", "SSH", "Slurm", "Spark"):
         assert engine in said

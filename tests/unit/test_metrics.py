@@ -139,11 +139,11 @@ def test_where_scaling_is_lost_names_the_network_when_busbw_is_short():
     assert losses[0].expected is not None and losses[0].expected.low == 479.0
     second = losses[1].expected
     assert second is not None and (second.low, second.high) == (370.0, 400.0)
-    assert "the baseline" in losses[0].verdict
+    assert "the baseline" in losses[0].finding
     assert "the network is short, 120.0 GB/s busbw is 32% of the expected 370-400" in (
-        losses[1].verdict
+        losses[1].finding
     )
-    assert losses[2].verdict == (
+    assert losses[2].finding == (
         "94%, at or above the 90% target, but not shown to scale: inconclusive (see the verdict)"
     )
 
@@ -159,7 +159,7 @@ def test_where_scaling_is_lost_without_a_probe_says_so():
     )
     losses = where_scaling_is_lost(rows, None)
     assert losses[1].busbw is None and losses[1].comm_share is None
-    assert "no all-reduce probe" in losses[1].verdict
+    assert "no all-reduce probe" in losses[1].finding
 
 
 def test_expected_busbw_needs_every_gpu_of_the_size():
@@ -237,9 +237,9 @@ def test_where_scaling_is_lost_names_a_pipeline_bubble():
     assert rows[1].bubble == pytest.approx(1 / 3)
     losses = where_scaling_is_lost(rows, None)
     assert losses[1].comm_s is None  # one pipeline: nothing all-reduced per step
-    verdict = losses[1].verdict
-    assert verdict.startswith("40% lost: each rank of the 2-rank pipeline idles about 33%")
-    # with enough micro-batches the bubble is small, and the verdict looks elsewhere
+    finding = losses[1].finding
+    assert finding.startswith("40% lost: each rank of the 2-rank pipeline idles about 33%")
+    # with enough micro-batches the bubble is small, and the finding looks elsewhere
     layout["micro_batches"] = 32
     rows = scaling_rows(
         {
@@ -247,4 +247,4 @@ def test_where_scaling_is_lost_names_a_pipeline_bubble():
             2: [_with(2, 1200, 1.0, **layout, pp_size=2)],
         }
     )
-    assert "stages' balance" in where_scaling_is_lost(rows, None)[1].verdict
+    assert "stages' balance" in where_scaling_is_lost(rows, None)[1].finding

@@ -1,0 +1,42 @@
+"""summary.json's schema version, and summary.json read back under today's field names.
+
+Version 4 renamed ``where_scaling_is_lost[].verdict`` (a sentence: where that node count's
+scaling went) to ``finding``, so that ``verdict`` means one thing in the file: scales, loses or
+inconclusive (``rows[].verdict``). A summary an older dtrun wrote still reads: read_summary
+gives every renamed field its new name (docs/workloads.md, "summary.json").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+SUMMARY_SCHEMA = "dtrun.summary/4"
+
+# (list of rows in summary.json, the field's old name, its new name), oldest first
+RENAMED = (("where_scaling_is_lost", "verdict", "finding"),)
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    """A summary.json, any version, with each renamed field under its new name."""
+    summary: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return upgrade_summary(summary)
+
+
+def upgrade_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` with each renamed field under its new name, in its place among the row's
+    fields. Its ``schema`` stays the version it was written with: the figures are that
+    version's (version 2's, for one, were at the mean step time)."""
+    upgraded = dict(summary)
+    for table, old, new in RENAMED:
+        rows = summary.get(table)
+        if isinstance(rows, list):
+            upgraded[table] = [_renamed(row, old, new) for row in rows]
+    return upgraded
+
+
+def _renamed(row: Any, old: str, new: str) -> Any:
+    if not isinstance(row, dict) or old not in row or new in row:
+        return row
+    return {new if key == old else key: value for key, value in row.items()}
