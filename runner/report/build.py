@@ -9,13 +9,10 @@ written (runner/report/recorded.py): a damaged run directory is refused and left
 
 from __future__ import annotations
 
-import base64
-import functools
 import io
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from runner import __version__
 from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
@@ -24,6 +21,7 @@ from runner.record.rundir import RunDir
 from runner.redact import redact_text
 from runner.render import environment, render
 from runner.report.cost import SweepCost, sweep_cost
+from runner.report.htmlpage import METHOD_MARKERS, data_uri, markdown_parser, report_html_body
 from runner.report.losses import LossRow, where_scaling_is_lost
 from runner.report.metrics import (
     FORMULAS,
@@ -33,12 +31,20 @@ from runner.report.metrics import (
     busbw_rows,
     projection,
     scaling_rows,
+    verdicts_on_quiet_points,
 )
 from runner.report.model import ASSUMED
 from runner.report.noise import NoiseReport, noise_report
 from runner.report.predicted import next_counts
 from runner.report.program import program_texts
 from runner.report.recorded import check_writable, read_recorded
+from runner.report.reproduce import (
+    code_block,
+    command_block,
+    measured_on,
+    oversubscribed,
+    reproducibility,
+)
 from runner.report.resultfile import AllreduceResult, Result
 from runner.report.results import SizeRow, TrainResult
 from runner.report.stages import StageTable, stage_tables
@@ -48,15 +54,9 @@ from runner.report.stats import (
     NO_STEPS,
     RESAMPLES,
     STATISTIC,
-    Verdict,
 )
 from runner.report.summaryfile import SUMMARY_SCHEMA
-from runner.spec.cluster import exceeds_cores
 from runner.spec.request import ScalingMode
-from runner.spec.text import noun, plural
-
-if TYPE_CHECKING:
-    from markdown_it import MarkdownIt
 
 T = TypeVar("T")
 DEFAULT_PROJECT_TOKENS = 10**9
@@ -203,34 +203,6 @@ def analyse(run_dir: RunDir) -> Report:
     return replace(report, summary=_summary(report))
 
 
-def verdicts_on_quiet_points(
-    rows: tuple[ScalingRow, ...], noise: NoiseReport
-) -> tuple[ScalingRow, ...]:
-    """A verdict stands only on figures measured quietly: where the Noise section calls the
-    point or the baseline unreliable, *scales* and *loses* become *inconclusive*, saying why
-    (docs/report.md, "Noise")."""
-    unreliable = {point.nodes for point in noise.points if point.unreliable}
-    if not rows or not unreliable:
-        return rows
-    base = rows[0].nodes
-    judged = []
-    for row in rows:
-        which = row.nodes if row.nodes in unreliable else base if base in unreliable else None
-        if row.verdict in (Verdict.SCALES, Verdict.LOSES) and which is not None:
-            would = (
-                "which would scale" if row.verdict is Verdict.SCALES else "which would be a loss"
-            )
-            row = replace(
-                row,
-                verdict=Verdict.INCONCLUSIVE,
-                verdict_reason=f"{row.verdict_reason}, {would}, but the "
-                f"{which}-node point was measured in noise (see the noise findings); to "
-                "decide: rerun on a quieter machine",
-            )
-        judged.append(row)
-    return tuple(judged)
-
-
 def _first(results: Mapping[int, Sequence[T]]) -> T | None:
     return next((rs[0] for _, rs in sorted(results.items()) if rs), None)
 
@@ -269,7 +241,7 @@ def build_report(run_dir: RunDir) -> Report:
     body = report_html_body(report_markdown(report, links, html=True))
     for plot, png in pngs.items():  # the HTML carries its plots inside: one file to send
         lead = ' class="lead"' if plot is THROUGHPUT else ""  # sized to fit the first screen
-        body = body.replace(f'src="{plot.name}"', f'{lead} src="{_data_uri(png)}"'.lstrip())
+        body = body.replace(f'src="{plot.name}"', f'{lead} src="{data_uri(png)}"'.lstrip())
     page_title = redact_text(f"dtrun report: {manifest['run_id']}")
     html = render("report.html.j2", {"title": page_title, "body": body})
     for plot in PLOTS:
@@ -292,7 +264,7 @@ def report_markdown(
 
     From redacted records; redacted again so a report rebuilt from older records holds none
     (before the plots are inlined: their base64 is not text to scrub)."""
-    context = {**_context(report), "plots": plots, **_METHOD_MARKERS, "html": html}
+    context = {**_context(report), "plots": plots, **METHOD_MARKERS, "html": html}
     return redact_text(render("report.md.j2", context))
 
 
@@ -395,27 +367,6 @@ def _summary(report: Report) -> dict[str, Any]:
     }
 
 
-# report.md.j2 renders its method text (templates/report_method.md.j2) for the HTML between
-# these marker paragraphs, which report_html_body turns into <details>; in report.md the text
-# is one line naming its section of docs/report.md. Private-use characters: no figure or name
-# the report shows holds them, and any that did are removed before the HTML is written.
-_MARK = "\ue000"
-_METHOD_MARKERS = {"details_open": f"{_MARK}details{_MARK}", "details_close": f"{_MARK}end{_MARK}"}
-_DETAILS_OPEN = re.compile(f"<p>{_MARK}details{_MARK} (.*?)</p>")
-_DETAILS_CLOSE = f"<p>{_MARK}end{_MARK}</p>"
-
-
-def report_html_body(markdown: str) -> str:
-    """The HTML report's body: method text collapsed into <details>, every table in a box of
-    its own that scrolls sideways (so a wide table never widens the page)."""
-    html = markdown_to_html(markdown)
-    html = _DETAILS_OPEN.sub(r"<details>\n<summary>\1</summary>", html)
-    html = html.replace(_DETAILS_CLOSE, "</details>").replace(_MARK, "")
-    return html.replace("<table>", '<div class="table">\n<table>').replace(
-        "</table>", "</table>\n</div>"
-    )
-
-
 def _proof(widest: Result | None) -> dict[str, Any] | None:
     if not isinstance(widest, TrainResult) or not widest.checks:
         return None
@@ -427,87 +378,6 @@ def _proof(widest: Result | None) -> dict[str, Any] | None:
     }
 
 
-def markdown_to_html(text: str) -> str:
-    """CommonMark with tables; raw HTML in the text is escaped, not passed through."""
-    html: str = _markdown().render(text)
-    return html
-
-
-@functools.cache
-def _markdown() -> MarkdownIt:
-    from markdown_it import MarkdownIt
-
-    return MarkdownIt("commonmark", {"html": False}).enable("table")
-
-
-def _data_uri(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-
-
-def measured_on(manifest: Mapping[str, Any], first: Result | None) -> str:
-    inventory = manifest["inventory"]
-    machine = manifest["machine"]
-    nodes = len(inventory["nodes"])
-    if inventory["source"] == "embedded":
-        return (
-            f"embedded local cluster: {plural(nodes, 'simulated node')} on one machine "
-            f"({machine['hostname']}: {machine['cpu']}, {machine['cpu_count']} cores, "
-            f"{machine['memory_bytes'] / 2**30:.0f} GiB)"
-        )
-    device = f", {first.device_name}" if first else ""
-    size = f"{inventory['size']} " if inventory.get("size") else ""
-    return f"{inventory['source']}: {nodes} {size}{noun(nodes, 'node')}{device}"
-
-
-def command_block(manifest: Mapping[str, Any]) -> str:
-    """The recorded command line (redacted, runner/record/manifest.py) as a Markdown code
-    block, fenced with more backticks than the command holds in a row; "" where the manifest
-    has none (written before dtrun recorded it, or not started from a command line)."""
-    command = manifest.get("command")
-    return code_block(str(command), "shell") if command else ""
-
-
-def code_block(text: str, info: str = "") -> str:
-    """``text`` as a Markdown code block whose fence is longer than any run of backticks in
-    it: nothing in the text (a command, an error quoting a node's output) can end the block
-    and be read as Markdown (CommonMark 0.31, "Fenced code blocks")."""
-    runs = [len(run) for run in re.findall(r"`+", text)]
-    fence = "`" * max(3, max(runs, default=0) + 1)
-    return f"{fence}{info}\n{text}\n{fence}"
-
-
-def reproducibility(manifest: Mapping[str, Any], first: Result | None) -> list[tuple[str, str]]:
-    """The manifest's facts a reader needs to reproduce the run, as (what, value) rows."""
-    rows: list[tuple[str, str]] = []
-    versions = manifest.get("versions") or {}
-    local = [f"{k} {versions[k]}" for k in ("dtrun", "torch") if versions.get(k)]
-    if local:  # the rest (deepspeed, pulumi, numpy...) in the manifest, said below
-        rows.append(("dtrun's machine", ", ".join(local)))
-    if first is not None:
-        node = [f"torch {first.torch_version}"]
-        node += [f"Python {first.python_version}"] if first.python_version else []
-        node += [f"NCCL {first.nccl_version}"] if first.nccl_version else []
-        if isinstance(first, TrainResult) and first.deepspeed_version:
-            node.append(f"DeepSpeed {first.deepspeed_version}")
-        if isinstance(first, TrainResult) and first.rank_os and first.rank_os[0]:
-            node.append(first.rank_os[0])
-        rows.append(("the nodes", ", ".join(node)))
-    git = manifest.get("git")
-    if git:
-        dirty = " (with local changes)" if git["dirty"] else ""
-        rows.append(("source", f"git {git['revision'][:12]}{dirty}"))
-    image = manifest.get("image") or {}
-    if image.get("urn"):
-        rows.append(("image", f"{image['urn']} ({image['source']})"))
-    nodes = manifest["inventory"]["nodes"]
-    rows.append(("nodes", ", ".join(f"{n['name']} {n['address']}" for n in nodes)))
-    launch_env = manifest.get("launch_environment") or []
-    if launch_env:
-        pairs = ", ".join(f"`{var['key']}={var['value']}`" for var in launch_env)
-        rows.append(("launch environment", pairs))
-    return rows
-
-
 def warm_up_tools() -> None:
     """Import and load what building a report needs, so that the first report is fast."""
     from matplotlib.figure import Figure
@@ -516,15 +386,6 @@ def warm_up_tools() -> None:
     fig = Figure(figsize=(1, 1), dpi=20)
     fig.subplots().set_title("warm-up")
     fig.savefig(io.BytesIO(), format="png")
-    _markdown()
+    markdown_parser()
     for template in ("report.md.j2", "report.html.j2"):
         environment().get_template(template)
-
-
-def oversubscribed(manifest: Mapping[str, Any], rows: Sequence[ScalingRow]) -> list[int]:
-    """Node counts at which the embedded cluster ran more processes than this machine has cores:
-    their efficiency measures the shared CPU, not the launcher or the communication."""
-    if manifest["inventory"]["source"] != "embedded":
-        return []
-    cores = manifest["machine"]["cpu_count"]
-    return [row.nodes for row in rows if exceeds_cores(row.world_size, cores)]

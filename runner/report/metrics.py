@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
+from runner.report.noise import NoiseReport
 from runner.report.resultfile import AllreduceResult
 from runner.report.results import TrainResult
 from runner.report.stats import (
@@ -257,3 +258,31 @@ def busbw_rows(
             )
         )
     return tuple(rows)
+
+
+def verdicts_on_quiet_points(
+    rows: tuple[ScalingRow, ...], noise: NoiseReport
+) -> tuple[ScalingRow, ...]:
+    """A verdict stands only on figures measured quietly: where the Noise section calls the
+    point or the baseline unreliable, *scales* and *loses* become *inconclusive*, saying why
+    (docs/report.md, "Noise")."""
+    unreliable = {point.nodes for point in noise.points if point.unreliable}
+    if not rows or not unreliable:
+        return rows
+    base = rows[0].nodes
+    judged = []
+    for row in rows:
+        which = row.nodes if row.nodes in unreliable else base if base in unreliable else None
+        if row.verdict in (Verdict.SCALES, Verdict.LOSES) and which is not None:
+            would = (
+                "which would scale" if row.verdict is Verdict.SCALES else "which would be a loss"
+            )
+            row = replace(
+                row,
+                verdict=Verdict.INCONCLUSIVE,
+                verdict_reason=f"{row.verdict_reason}, {would}, but the "
+                f"{which}-node point was measured in noise (see the noise findings); to "
+                "decide: rerun on a quieter machine",
+            )
+        judged.append(row)
+    return tuple(judged)
