@@ -25,8 +25,8 @@ from runner.errors import UsageError, interruption
 from runner.spec.text import plural
 
 if TYPE_CHECKING:
-    from runner.cluster.connect import Cluster, ClusterChoice
     from runner.cluster.outputs import StackOutputs
+    from runner.engines.base import Cluster, ClusterChoice
     from runner.spec.request import LaunchRequest
 
 
@@ -49,7 +49,7 @@ def choose(
     job_name: str = "dtrun",
     drain_failing: bool = False,
 ) -> ClusterChoice:
-    from runner.cluster.connect import ClusterChoice
+    from runner.engines.base import ClusterChoice
     from runner.plan.bounds import check_bound
 
     for flag, seconds in (
@@ -89,7 +89,8 @@ def choose(
 @contextmanager
 def opened(choice: ClusterChoice, watch: StackWatch) -> Iterator[Cluster]:
     """The chosen cluster, open for the block; a stack's node registration drawn as a bar."""
-    from runner.cluster.connect import open_cluster
+    from runner.engines.base import Hooks
+    from runner.engines.registry import open_cluster
 
     out = console()
 
@@ -102,7 +103,7 @@ def opened(choice: ClusterChoice, watch: StackWatch) -> Iterator[Cluster]:
     with (
         RegistryBar(out) as registry_bar,
         open_cluster(
-            choice, lambda message: out.print(f"dtrun: {message}"), seen, registry_bar
+            choice, Hooks(lambda message: out.print(f"dtrun: {message}"), seen, registry_bar)
         ) as cluster,
     ):
 
