@@ -57,5 +57,14 @@ def test_the_spark_choice_opens_with_its_dry_run_preview():
 def test_spark_readiness_waits_for_nothing_before_its_barrier_job():
     choice = ClusterChoice(spark="spark://head:7077", local_nodes=2)
     with open_cluster(choice, Hooks(notice=print)) as cluster:
-        plan = LaunchPlan.__new__(LaunchPlan)  # never read: Spark's barrier job does the waiting
-        assert cluster.ready(plan) is None
+        plan = LaunchPlan.__new__(LaunchPlan)  # no fields: reading one would raise
+        cluster.ready(plan)  # Spark's barrier job does the waiting, not a look at the nodes
+
+
+def test_ssh_ships_the_runner_package_root_wherever_its_executor_module_lives():
+    from runner.engines.ssh.executor import code_files
+
+    shipped = code_files()
+    assert "runner/__init__.py" in shipped
+    assert "runner/workloads/train.py" in shipped
+    assert all(path.startswith(("runner/__init__.py", "runner/workloads/")) for path in shipped)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from runner.engines.ssh.executor import SshExecutor
+from runner.engines.ssh.session import SshSession
 from runner.errors import NodeFailedError
 from runner.execute import Answer
-from runner.execute.ssh import SshExecutor
-from runner.execute.sshsession import SshSession
 from runner.plan.sweep import Launch
 from runner.spec.cluster import Inventory
 from runner.spec.outcome import RunStatus
@@ -73,7 +73,7 @@ def test_a_node_that_does_not_answer_vanished(tmp_path):
 
 
 def hosts_like() -> Inventory:
-    from runner.cluster.hosts import Defaults, parse_hosts_value
+    from runner.engines.ssh.hosts import Defaults, parse_hosts_value
 
     return parse_hosts_value("127.0.0.2:1,127.0.0.3:1", Defaults("me", "/opt/venv/bin"))
 

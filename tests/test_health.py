@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from runner.engines.embedded.executor import LocalExecutor
 from runner.errors import HealthGateError
-from runner.execute.local import LocalExecutor
 from runner.plan.resolve import resolve_bench
 from runner.plan.sweep import GatePlan
 from runner.plan.sweep import plan_gate as plan_resolved_gate

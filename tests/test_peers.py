@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.cluster.embedded import local_cluster
-from runner.cluster.hosts import Defaults, parse_hosts_file
 from runner.cluster.peers import PEER_SSH, PeerSshError, check_peers, check_script
+from runner.engines.embedded.inventory import local_cluster
+from runner.engines.ssh.executor import SshExecutor
+from runner.engines.ssh.hosts import Defaults, parse_hosts_file
+from runner.engines.ssh.session import SshSession
 from runner.execute import Answer
-from runner.execute.ssh import SshExecutor
-from runner.execute.sshsession import SshSession
 from runner.spec.cluster import Inventory, SshAccess
 from runner.spec.launch import LaunchPlan
 from runner.spec.request import Program, ProgramKind, RunSpec

@@ -453,7 +453,7 @@ def _require_packages(resolved: ResolvedBench) -> None:
 
 def _drain(cluster: Cluster, plan: SweepPlan) -> Drain | None:
     """--drain-failing: the Slurm executor drains the nodes below the gate's mark."""
-    from runner.execute.slurm import SlurmExecutor
+    from runner.engines.slurm.executor import SlurmExecutor
 
     request, executor = cluster.choice.slurm, cluster.executor
     if request is None or not request.drain_failing or not isinstance(executor, SlurmExecutor):

@@ -62,7 +62,7 @@ def choose(
         check_bound("--local-nodes", where.local_nodes)
     slurm = where.slurm_request(drain_failing)
     if slurm is not None:  # checked with the options: nothing is asked of Slurm before
-        from runner.cluster.slurmlease import lease_seconds
+        from runner.engines.slurm.lease import lease_seconds
 
         slurm = replace(slurm, lease_s=lease_seconds())
     if teardown and where.stack is None:
@@ -212,10 +212,10 @@ class Session:
 
 def warn_oversubscribed(spec: LaunchRequest, local_nodes: int) -> None:
     """A warning line where the embedded cluster's nodes x processes per node exceed this
-    machine's cores (runner/cluster/embedded.py oversubscription)."""
+    machine's cores (runner/engines/embedded/inventory.py oversubscription)."""
     import os
 
-    from runner.cluster.embedded import oversubscription
+    from runner.engines.embedded.inventory import oversubscription
     from runner.spec.request import BenchSpec
 
     counts = spec.node_counts if isinstance(spec, BenchSpec) else (local_nodes,)

@@ -24,9 +24,11 @@ from runner.spec.slurm import SlurmRequest
 
 if TYPE_CHECKING:
     from runner.cluster.outputs import StackOutputs
-    from runner.cluster.registry import RegistryPoll
 
 Notice = Callable[[str], None]
+# Told after every look at a stack's node registry (ssh/registration.py): nodes registered, of
+# them ready, wanted, seconds waited.
+RegistryPoll = Callable[[int, int, int, float], None]
 
 
 class Preview(Protocol):

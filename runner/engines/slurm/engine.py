@@ -34,7 +34,7 @@ class SlurmEngine:
             yield cluster
 
     def preview(self, cluster: Cluster) -> Preview | None:
-        from runner.execute.slurm import SlurmExecutor, SlurmPreview
+        from runner.engines.slurm.executor import SlurmExecutor, SlurmPreview
 
         assert isinstance(cluster.executor, SlurmExecutor)
         return SlurmPreview(cluster.executor, allocation_line(cluster.choice))

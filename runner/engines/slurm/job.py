@@ -12,8 +12,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.cluster.embedded import embedded_inventory
-from runner.cluster.slurm import (
+from runner.engines.base import Cluster
+from runner.engines.embedded.executor import sigint_deferred
+from runner.engines.embedded.inventory import embedded_inventory
+from runner.engines.slurm.allocation import (
     allocation_request,
     candidate_nodes,
     check_partition_size,
@@ -25,14 +27,12 @@ from runner.cluster.slurm import (
     submit,
     wait_running,
 )
-from runner.cluster.slurmlease import Lease
-from runner.engines.base import Cluster
+from runner.engines.slurm.executor import SlurmExecutor
+from runner.engines.slurm.fault import job_end
+from runner.engines.slurm.lease import Lease
+from runner.engines.slurm.shell import LIVE, SlurmShell, cancel, job_state
+from runner.engines.slurm.stage import HeadStaging, head_shell
 from runner.errors import UsageError
-from runner.execute.local import sigint_deferred
-from runner.execute.slurm import SlurmExecutor
-from runner.execute.slurmfault import job_end
-from runner.execute.slurmshell import LIVE, SlurmShell, cancel, job_state
-from runner.execute.slurmstage import HeadStaging, head_shell
 from runner.spec.cluster import Inventory, Node
 from runner.spec.text import plural
 

@@ -17,8 +17,8 @@ class SparkEngine:
 
     @contextlib.contextmanager
     def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
-        from runner.cluster.spark import spark_inventory
-        from runner.execute.spark import SparkExecutor
+        from runner.engines.spark.executor import SparkExecutor
+        from runner.engines.spark.inventory import spark_inventory
 
         assert choice.spark is not None
         inventory = spark_inventory(choice.spark, choice.local_nodes)
@@ -26,7 +26,7 @@ class SparkEngine:
         yield Cluster(inventory, executor, choice, self)
 
     def preview(self, cluster: Cluster) -> Preview | None:
-        from runner.execute.spark import SparkExecutor, SparkPreview
+        from runner.engines.spark.executor import SparkExecutor, SparkPreview
 
         assert isinstance(cluster.executor, SparkExecutor)
         return SparkPreview(cluster.executor, len(cluster.inventory.nodes))

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from runner.cluster.embedded import embedded_inventory
 from runner.cluster.outputs import inventory_from_stack
 from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
+from runner.engines.embedded.inventory import embedded_inventory
 from runner.engines.inputs import read_text, stack_outputs
 from runner.spec.cluster import Inventory
 from runner.spec.launch import LaunchPlan
@@ -33,8 +33,8 @@ class SshEngine:
 
     @contextlib.contextmanager
     def _hosts(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
-        from runner.execute.ssh import SshExecutor
-        from runner.execute.sshsession import SshSession
+        from runner.engines.ssh.executor import SshExecutor
+        from runner.engines.ssh.session import SshSession
 
         assert choice.hosts is not None
         inventory = _through_ssh_config(_hosts_inventory(choice.hosts))
@@ -50,9 +50,9 @@ class SshEngine:
 
     @contextlib.contextmanager
     def _stack(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
-        from runner.cluster.registry import no_poll, wait_for_registry
-        from runner.execute.ssh import SshExecutor
-        from runner.execute.sshsession import SshSession
+        from runner.engines.ssh.executor import SshExecutor
+        from runner.engines.ssh.registration import no_poll, wait_for_registry
+        from runner.engines.ssh.session import SshSession
 
         name = choice.stack_name
         assert name is not None
@@ -81,8 +81,8 @@ class SshEngine:
 
 def _hosts_inventory(hosts: str) -> Inventory:
     """--hosts FILE, or --hosts h1:4,h2:4 (the hosts themselves) where no such file exists."""
-    from runner.cluster.hostlines import is_host_list
-    from runner.cluster.hosts import Defaults, parse_hosts_file, parse_hosts_value  # yaml: here
+    from runner.engines.ssh.hostlines import is_host_list
+    from runner.engines.ssh.hosts import Defaults, parse_hosts_file, parse_hosts_value  # yaml: here
 
     defaults = Defaults(getpass.getuser(), python_bin=embedded_inventory(1).python_bin)
     if not Path(hosts).exists() and is_host_list(hosts):
@@ -100,7 +100,7 @@ def _through_ssh_config(inventory: Inventory) -> Inventory:
     """A hosts file may name Host aliases of the user's ~/.ssh/config: dtrun logs in through the
     alias, as `ssh ALIAS` would, and the nodes reach each other (rendezvous, MASTER_ADDR) at the
     alias's HostName."""
-    from runner.execute.sshsession import endpoint
+    from runner.engines.ssh.session import endpoint
 
     nodes = []
     for node in inventory.nodes:
