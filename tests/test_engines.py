@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,42 @@ def test_ssh_ships_the_runner_package_root_wherever_its_executor_module_lives():
     assert "runner/__init__.py" in shipped
     assert "runner/workloads/train.py" in shipped
     assert all(path.startswith(("runner/__init__.py", "runner/workloads/")) for path in shipped)
+
+
+# Where's options that shape --slurm's request (SlurmRequest) rather than the choice itself.
+SLURM_SHAPING = {"partition", "account", "qos", "time", "constraint", "exclude", "nodelist"}
+
+
+def test_every_where_option_reaches_the_cluster_choice_by_its_own_name():
+    from runner.cli.options import Where
+    from runner.cli.session import DERIVED
+
+    carried = {field.name for field in fields(Where)} - DERIVED - SLURM_SHAPING - {"queue_timeout"}
+    assert carried <= {field.name for field in fields(ClusterChoice)}
+
+
+def test_choose_copies_where_s_options_into_the_choice():
+    from runner.cli.options import Where
+    from runner.cli.session import choose
+
+    where = Where(hosts="h1:4", accept_new_host_keys=True, ready_timeout=7.0, connect_timeout=5.0)
+    assert choose(where, 3, check=True) == ClusterChoice(
+        hosts="h1:4",
+        local_nodes=3,
+        accept_new_host_keys=True,
+        check=True,
+        ready_timeout=7.0,
+        connect_timeout=5.0,
+    )
+    assert choose(Where(spark="spark://head:7077", local_nodes=2), 1).spark == "spark://head:7077"
+    assert choose(Where(outputs=Path("dev.json")), 1).stack_name == "dev"
+
+
+def test_choose_turns_slurm_and_its_options_into_the_request():
+    from runner.cli.options import Where
+    from runner.cli.session import choose
+
+    choice = choose(Where(slurm=True, partition="gpu", queue_timeout=60.0), 2, job_name="j")
+    assert choice.slurm is not None
+    assert (choice.slurm.partition, choice.slurm.queue_timeout_s) == ("gpu", 60.0)
+    assert (choice.local_nodes, choice.job_name) == (2, "j")

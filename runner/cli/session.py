@@ -7,8 +7,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -71,19 +71,26 @@ def choose(
             fix="pass --stack NAME with --teardown, or leave --teardown out",
         )
     return ClusterChoice(
-        where.hosts,
-        where.stack,
-        where.outputs,
-        where.local_nodes if where.local_nodes is not None else local_nodes,
-        where.accept_new_host_keys,
-        check,
-        where.ready_timeout,
-        where.connect_timeout,
-        slurm,
-        dry_run,
-        job_name,
-        where.spark,
+        **_by_name(where, ClusterChoice),
+        local_nodes=where.local_nodes if where.local_nodes is not None else local_nodes,
+        check=check,
+        slurm=slurm,
+        dry_run=dry_run,
+        job_name=job_name,
     )
+
+
+# Where's fields the choice derives rather than copies: --slurm becomes the request, and
+# --local-nodes falls back to the command's own default.
+DERIVED = frozenset({"slurm", "local_nodes"})
+
+
+def _by_name(where: Where, choice: type[ClusterChoice]) -> dict[str, Any]:
+    """Where's options that ClusterChoice holds under the same name, copied as they are."""
+    names = {field.name for field in fields(choice)} - DERIVED
+    return {
+        field.name: getattr(where, field.name) for field in fields(where) if field.name in names
+    }
 
 
 @contextmanager

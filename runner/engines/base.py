@@ -42,7 +42,10 @@ class Preview(Protocol):
 
 @dataclass(frozen=True)
 class ClusterChoice:
-    """Where to run, as the options said (at most one of hosts, stack, outputs)."""
+    """Where to run, as the options said (at most one of hosts, stack, outputs). A field named
+    as one of the options' ``Where`` (runner/cli/options.py) is copied from it by that name
+    (runner/cli/session.py, ``choose``): a new option is declared there and here, never copied
+    by hand."""
 
     hosts: str | None = None  # a hosts file, or the hosts themselves: h1:4,h2:4
     stack: str | None = None
@@ -50,8 +53,8 @@ class ClusterChoice:
     local_nodes: int = 1  # size of the embedded cluster when none of the above is given
     accept_new_host_keys: bool = False
     check: bool = False  # health checks (GPUs, InfiniBand, Python) before every launch
-    ready_timeout_s: float = 900.0
-    connect_timeout_s: float = 30.0  # hosts files: their nodes are up, or the run fails fast
+    ready_timeout: float = 900.0  # seconds
+    connect_timeout: float = 30.0  # hosts files: their nodes are up, or the run fails fast
     slurm: SlurmRequest | None = None  # --slurm: the nodes of a Slurm allocation
     dry_run: bool = False  # --slurm outside an allocation asks for none
     job_name: str = "dtrun"  # the Slurm job dtrun asks for
@@ -63,9 +66,9 @@ class ClusterChoice:
         so a dead one fails the run within --connect-timeout (a look every 2 s, each
         connection attempt bounded by ``attempt_s``); a stack's may still be booting."""
         if self.hosts is not None:
-            attempt = min(10.0, max(2.0, self.connect_timeout_s / 3))
-            return Patience(self.connect_timeout_s, 2.0, attempt, "--connect-timeout")
-        return Patience(self.ready_timeout_s)
+            attempt = min(10.0, max(2.0, self.connect_timeout / 3))
+            return Patience(self.connect_timeout, 2.0, attempt, "--connect-timeout")
+        return Patience(self.ready_timeout)
 
     def __post_init__(self) -> None:
         given = [flag for flag, value in self._sources() if value is not None]

@@ -67,7 +67,7 @@ class SshEngine:
                 session,
                 name,
                 outputs,
-                timeout_s=choice.ready_timeout_s,
+                timeout_s=choice.ready_timeout,
                 on_poll=hooks.on_poll if hooks.on_poll is not None else no_poll,
             )
             yield Cluster(session.inventory, SshExecutor(session), choice, self)
