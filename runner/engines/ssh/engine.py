@@ -22,7 +22,8 @@ class SshEngine:
     name = "ssh"
 
     def selects(self, choice: ClusterChoice) -> bool:
-        return choice.slurm is None and choice.spark is None and not choice.embedded
+        # a stack with --slurm is Slurm's; --spark beside either is refused by ClusterChoice
+        return choice.hosts is not None or (choice.stack_name is not None and choice.slurm is None)
 
     def open(
         self, choice: ClusterChoice, hooks: Hooks
