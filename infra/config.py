@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import pulumi
 
-from runner.azure.config import NAMESPACE, cluster_spec, schema
+from runner.azure.config import cluster_spec, schema
+from runner.azure.settingcheck import NAMESPACE
 from runner.spec.cluster import ClusterSpec
 
 

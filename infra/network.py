@@ -26,7 +26,7 @@ import pulumi
 from pulumi_azure_native import network
 
 from infra.slurm import SLURMCTLD_PORT, SLURMD_PORT
-from runner.azure.config import subnets
+from runner.azure.settingcheck import subnets
 from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind
 
 WITHIN_NODES_PRIORITY = 200  # ahead of every deny rule

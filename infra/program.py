@@ -23,8 +23,8 @@ from infra.network import Network, NetworkArgs
 from infra.slurm import PARTITION, munge_key
 from infra.storage import SharedStorage, StorageArgs
 from runner.azure.catalog import SIZES
-from runner.azure.config import subnets
 from runner.azure.expiry import deadline, group_tags
+from runner.azure.settingcheck import subnets
 from runner.spec.cluster import ClusterSpec, Scheduler
 
 OUTPUTS_VERSION = 4

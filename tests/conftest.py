@@ -28,6 +28,37 @@ GOLDEN = Path(__file__).parent / "golden"
 DTRUN = [sys.executable, "-m", "runner.cli"]
 
 
+# The suite's parts (README, "Tests"): tests/unit/ runs in minutes with nothing but the venv;
+# tests/e2e/ holds every test that starts a daemon (sshd, slurmd, Spark), a cluster, a real
+# launch or a browser; tests/infra/ the Pulumi program's tests. Each test gets its part's marker
+# from its directory.
+PARTS = ("unit", "e2e", "infra")
+# Fixtures that start daemons or real launches: only tests under tests/e2e/ may use them.
+E2E_FIXTURES = frozenset({"sshd_cluster", "slurm_daemons", "slurm", "no_leftovers"})
+
+
+def _part(path: Path) -> str | None:
+    parts = path.relative_to(Path(__file__).parent).parts
+    return parts[0] if len(parts) > 1 and parts[0] in PARTS else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    misplaced = []
+    for item in items:
+        part = _part(item.path)
+        if part is None:
+            misplaced.append(f"{item.nodeid}: outside tests/unit, tests/e2e and tests/infra")
+            continue
+        if part != "e2e":
+            daemons = sorted(E2E_FIXTURES & set(getattr(item, "fixturenames", ())))
+            if item.get_closest_marker("e2e") is not None or daemons:
+                why = f"uses {', '.join(daemons)}" if daemons else "is marked e2e"
+                misplaced.append(f"{item.nodeid}: {why}, so it belongs in tests/e2e/")
+        item.add_marker(part)
+    if misplaced:
+        raise pytest.UsageError("tests in the wrong part:\n" + "\n".join(misplaced))
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-golden",
@@ -191,11 +222,16 @@ def slurm(slurm_daemons: slurmd.SlurmCluster) -> slurmd.SlurmCluster:
 
 
 def launch_processes() -> list[psutil.Process]:
-    """Processes of any dtrun launch over SSH (they carry DTRUN_LAUNCH) still running here."""
+    """Processes of any dtrun launch over SSH (they carry DTRUN_LAUNCH) still running here.
+    Under pytest-xdist, only this worker's: an embedded launch inherits the worker's
+    PYTEST_XDIST_WORKER (tests that start sshd cannot share the machine with another worker)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
-            if "DTRUN_LAUNCH" in proc.environ() and proc.status() != psutil.STATUS_ZOMBIE:
+            env = proc.environ()
+            mine = worker is None or env.get("PYTEST_XDIST_WORKER") == worker
+            if "DTRUN_LAUNCH" in env and mine and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
     return found
 

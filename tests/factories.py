@@ -9,8 +9,10 @@ from typing import Any
 
 from runner.azure.prices import Price
 from runner.plan.env import launch_env
-from runner.record.rundir import RunDir, write_manifest, write_runs
-from runner.report.results import ALLREDUCE_SCHEMA, TRAIN_SCHEMA, TrainResult, parse_train_result
+from runner.record.rundir import RunDir, write_manifest
+from runner.record.runsfile import write_runs
+from runner.report.resultfile import ALLREDUCE_SCHEMA
+from runner.report.results import TRAIN_SCHEMA, TrainResult, parse_train_result
 from runner.report.stats import percentile
 from runner.spec.cluster import Inventory
 from runner.spec.outcome import RunResult, RunStatus, SweepStatus

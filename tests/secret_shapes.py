@@ -1,5 +1,6 @@
-"""The one table of secret shapes the redaction tests plant (tests/test_redact.py: each shape in
-each encoding; tests/test_secrets.py: through every input of dtrun, grepping every sink).
+"""The one table of secret shapes the redaction tests plant (tests/unit/test_redact.py: each
+shape in each encoding; tests/unit/test_secrets.py and tests/e2e/test_secrets.py: through every
+input of dtrun, grepping every sink).
 
 A shape's ``secret`` is what must never be seen. It is checked by its *cores*: its runs of 8 or
 more letters and digits, which no quoting or escaping changes, so a leak in any encoding

@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.paths import require_e2e
+
 ENABLE = (
     "install Slurm and munge as root (`apt-get install slurmctld slurmd slurm-client munge`; "
     "`./dev test` does it)"
@@ -201,6 +203,7 @@ def _node_daemon(root: Path, env: Mapping[str, str], name: str) -> subprocess.Po
 
 
 def start(root: Path) -> SlurmCluster:
+    require_e2e("a Slurm cluster")
     _ports_free()
     for sub in ("state", "log", *(f"spool/{n}" for n in NODES), *(f"tmp/{n}" for n in NODES)):
         (root / sub).mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.paths import require_e2e
+
 MASTER = ("127.0.0.40", 7177)
 WORKERS = ("127.0.0.41", "127.0.0.42")
 
@@ -65,6 +67,7 @@ def executor_pids(worker: int) -> list[int]:
 
 def start(root: Path, memory: str = "1g") -> StandaloneSpark:
     """``memory``: what each worker offers its executors (an executor asks for 1g)."""
+    require_e2e("a Spark cluster")
     with socket.socket() as probe:
         if probe.connect_ex(MASTER) == 0:
             raise RuntimeError(f"{MASTER[0]}:{MASTER[1]} is taken: a Spark master still runs")

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from tests.paths import require_e2e
+
 SSHD = "/usr/sbin/sshd"
 PORT = 2222
 ENABLE = "install OpenSSH's server (`apt-get install openssh-server`; `./dev test` does it)"
@@ -111,6 +113,7 @@ def start_cluster(
     sshd_config by address, read before the defaults (sshd takes the first value it reads),
     e.g. {"127.0.0.40": "LogLevel DEBUG1\n"}; ``sftp`` False: no SFTP subsystem, as sites that
     disable it have (sshd refuses a second Subsystem line, so it is left out, not overridden)."""
+    require_e2e("sshd")
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation dir
     root.mkdir(parents=True, exist_ok=True)
     _keygen(root / "client_key", "dtrun-tests")

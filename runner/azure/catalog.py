@@ -167,7 +167,7 @@ _ND_MPI = (
 )
 # With no size known (the embedded cluster, whose simulated nodes share this machine's cores),
 # binding would pin every node's first rank to the same core.
-_UNKNOWN_SIZE_MPI = (
+UNKNOWN_SIZE_MPI = (
     CliArg(("--bind-to", "none"), "no size known: simulated nodes share this machine's cores"),
 )
 
@@ -369,62 +369,3 @@ def check_node_count(nodes: int) -> int:
         ),
         fix=f"set nodeCount between 1 and {MAX_NODES}",
     )
-
-
-def size_env(size_name: str | None) -> tuple[EnvVar, ...]:
-    """The NCCL/UCX settings of a known size; none for the embedded cluster or unknown machines."""
-    size = SIZES.get(size_name or "")
-    return size.env if size is not None else ()
-
-
-def mpi_args_for(size_name: str | None) -> tuple[CliArg, ...]:
-    """OpenMPI's binding and collective options for a size, with why."""
-    size = SIZES.get(size_name or "")
-    return size.mpi_args if size is not None else _UNKNOWN_SIZE_MPI
-
-
-def peak_tflops_for(size_name: str | None) -> float | None:
-    """Per-GPU peak for MFU, when the size is known and its peak verified."""
-    size = SIZES.get(size_name or "")
-    if size is None or size.gpu is None or not size.gpu.peak_verified:
-        return None
-    return size.gpu.peak_bf16_tflops
-
-
-@dataclass(frozen=True)
-class ExpectedBusbw:
-    """What all-reduce busbw a size should reach (docs/facts.md §6), and where the figure comes
-    from."""
-
-    low: float
-    high: float
-    source: str
-
-    def describe(self) -> str:
-        value = f"{self.low:g}" if self.low == self.high else f"{self.low:g}-{self.high:g}"
-        return f"{value} GB/s ({self.source})"
-
-
-def expected_busbw(size_name: str | None, nodes: int, procs_per_node: int) -> ExpectedBusbw | None:
-    """The expected all-reduce busbw of a size: on one VM, or across VMs, with all its GPUs
-    (each GPU has its own NIC on ND sizes: fewer processes per node move less)."""
-    size = SIZES.get(size_name or "")
-    if size is None or procs_per_node != size.gpu_count:
-        return None
-    short = size.name.removeprefix("Standard_")
-    if nodes == 1 and size.busbw_single_node_gbs is not None:
-        value = size.busbw_single_node_gbs
-        return ExpectedBusbw(value, value, f"one {short}, {size.gpu_count} GPUs, 8 GB messages")
-    if nodes > 1 and size.busbw_cross_node_gbs is not None:
-        low, high = size.busbw_cross_node_gbs
-        return ExpectedBusbw(low, high, f"{short} across nodes, ring over InfiniBand")
-    return None
-
-
-def health_threshold(size_name: str | None) -> tuple[float, str] | None:
-    """The single-node busbw a healthy VM of this size passes (Azure's health check), and the
-    message size it is measured at; None when the catalog has no such figure."""
-    size = SIZES.get(size_name or "")
-    if size is None or size.busbw_health_threshold_gbs is None:
-        return None
-    return size.busbw_health_threshold_gbs, size.busbw_health_size

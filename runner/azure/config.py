@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import difflib
-import ipaddress
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -19,21 +18,26 @@ from pathlib import Path
 from typing import TypeVar
 
 import yaml
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
-from cryptography.hazmat.primitives.serialization import load_ssh_public_key
 
 from runner.azure.catalog import Image, check_node_count, get_size
 from runner.azure.expiry import expiry_spec
-from runner.errors import UsageError
+from runner.azure.settingcheck import (
+    NAMESPACE,
+    ConfigError,
+    admin_cidrs,
+    check_admin_user,
+    check_location,
+    check_prefix,
+    check_public_key,
+    check_spot_price,
+    check_tags,
+    setting_error,
+    vnet_cidr,
+)
 from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind, StorageSpec
 
-NAMESPACE = "dtrun"
 PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
 
-# Azure's InfiniBand (RDMA) network uses this range: a VNet overlapping it breaks IB
-# (docs/facts.md §3).
-RDMA_NETWORK = ipaddress.ip_network("172.16.0.0/16")
 
 # Azure Managed Lustre SKUs: capacity in TiB is a positive multiple of the step (docs/facts.md §4),
 # up to the SKU's maximum ("Throughput configurations" in Azure's create-file-system-portal page:
@@ -55,20 +59,7 @@ LUSTRE_MAX_TIB = {
 LUSTRE_SUBNET_MAX_TIB = 196
 ZONES = ("1", "2", "3")
 AZURE_FILES_GIB = (100, 102400)  # premium file share quota limits
-# Narrower than these, an admin range is a network; wider, it is "the internet" (0.0.0.0/1 ...).
-WIDEST_ADMIN_PREFIX = {4: 8, 6: 16}
-RESERVED_USERS = {"root", "admin", "administrator", "user", "guest", "test", "sys", "support"}
-_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
-_PREFIX = re.compile(r"[a-z][a-z0-9]{1,11}\Z")
-_LOCATION = re.compile(r"[a-z][a-z0-9]+\Z")
-# What Azure accepts as a Linux VM's SSH key: RSA of 2048 bits or more, and ed25519 (docs/azure.md
-# "Settings"); ECDSA, DSA and RSA under 2048 bits are refused when the VM is created.
-MIN_RSA_BITS = 2048
 _Choice = TypeVar("_Choice", bound=StrEnum)
-
-
-class ConfigError(UsageError):
-    """A stack setting that cannot make a working, safe cluster."""
 
 
 @dataclass(frozen=True)
@@ -90,10 +81,6 @@ def schema(project_file: Path = PROJECT_FILE) -> dict[str, Setting]:
     return settings
 
 
-def _error(key: str, what: str, fix: str) -> ConfigError:
-    return ConfigError(f"{NAMESPACE}:{key} {what}", fix=fix)
-
-
 def _coerce(setting: Setting, raw: object) -> object:
     """Values read back from a stack file are strings; turn them into the declared type."""
     if not isinstance(raw, str) or setting.type == "string":
@@ -105,7 +92,7 @@ def _coerce(setting: Setting, raw: object) -> object:
             return {"true": True, "false": False}[raw.lower()]
         return json.loads(raw)
     except (ValueError, KeyError):
-        raise _error(
+        raise setting_error(
             setting.key, f"is {raw!r}, not a {setting.type}", f"set it to a {setting.type}"
         ) from None
 
@@ -118,7 +105,7 @@ def _typed(setting: Setting, value: object) -> object:
         "array": lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
     }
     if not expected[setting.type](value):
-        raise _error(
+        raise setting_error(
             setting.key, f"is {value!r}, not a {setting.type}", f"set it to a {setting.type}"
         )
     return value
@@ -138,7 +125,7 @@ def resolve(values: Mapping[str, object]) -> dict[str, object]:
         if key in given:
             resolved[key] = _typed(setting, _coerce(setting, given[key]))
         elif setting.default is None:
-            raise _error(
+            raise setting_error(
                 key,
                 "must be set",
                 f"pulumi config set --path '{key}[0]' ... ({setting.description})",
@@ -159,20 +146,20 @@ def cluster_spec(
     image = _image(str(v["image"]) or size.image.urn)
     storage = _storage(v)
     return ClusterSpec(
-        name_prefix=_prefix(str(v["namePrefix"])),
-        location=_location(str(v["location"])),
+        name_prefix=check_prefix(str(v["namePrefix"])),
+        location=check_location(str(v["location"])),
         vm_size=size.name,
         node_count=node_count,
-        admin_user=_admin_user(str(v["adminUser"])),
+        admin_user=check_admin_user(str(v["adminUser"])),
         admin_cidrs=admin_cidrs(_strings(v["adminCidrs"]), bool(v["allowSshFromInternet"])),
-        ssh_public_key=_public_key(str(v["sshPublicKey"])),
+        ssh_public_key=check_public_key(str(v["sshPublicKey"])),
         storage=storage,
         spot=bool(v["spot"]),
-        spot_max_price=_spot_price(str(v["spotMaxPrice"])),
+        spot_max_price=check_spot_price(str(v["spotMaxPrice"])),
         image=image,
         head_vm_size=str(v["headVmSize"]),
         vnet_cidr=vnet_cidr(str(v["vnetCidr"])),
-        tags=_tags(_strings(v["tags"])),
+        tags=check_tags(_strings(v["tags"])),
         python_packages=tuple(_strings(v["pythonPackages"])),
         scheduler=_choice("scheduler", Scheduler, v["scheduler"]),
         expiry=expiry_spec(
@@ -205,71 +192,11 @@ def _choice(key: str, choices: type[_Choice], value: object) -> _Choice:
         return choices(str(value))
     except ValueError:
         names = ", ".join(choice.value for choice in choices)
-        raise _error(key, f"is {value!r}", f"use one of {names}") from None
+        raise setting_error(key, f"is {value!r}", f"use one of {names}") from None
 
 
 def _strings(value: object) -> list[str]:
     return [str(item) for item in value] if isinstance(value, list) else []
-
-
-def admin_cidrs(cidrs: list[str], allow_internet: bool) -> tuple[str, ...]:
-    if not cidrs:
-        raise _error(
-            "adminCidrs",
-            "is empty, so nobody could reach the cluster",
-            "pulumi config set --path 'adminCidrs[0]' YOUR.PUBLIC.IP/32",
-        )
-    networks = []
-    for cidr in cidrs:
-        try:
-            network = ipaddress.ip_network(cidr, strict=False)
-        except ValueError:
-            raise _error(
-                "adminCidrs", f"holds {cidr!r}, which is not a CIDR", "use e.g. 203.0.113.4/32"
-            ) from None
-        if str(network) != cidr and network.prefixlen != network.max_prefixlen:
-            raise _error(
-                "adminCidrs",
-                f"holds {cidr!r}, which has host bits set",
-                f"did you mean {network}?",
-            )
-        if network.prefixlen < WIDEST_ADMIN_PREFIX[network.version] and not allow_internet:
-            raise _error(
-                "adminCidrs",
-                f"holds {cidr}, which opens SSH to the whole internet or a large part of it",
-                "use your own address (e.g. 203.0.113.4/32), or set "
-                "dtrun:allowSshFromInternet true if you really mean it",
-            )
-        networks.append(str(network))
-    return tuple(networks)
-
-
-def vnet_cidr(cidr: str) -> str:
-    try:
-        network = ipaddress.ip_network(cidr)
-    except ValueError:
-        raise _error(
-            "vnetCidr", f"is {cidr!r}, not an IPv4 network", "use e.g. 10.42.0.0/16"
-        ) from None
-    if not isinstance(network, ipaddress.IPv4Network) or network.prefixlen > 22:
-        raise _error(
-            "vnetCidr",
-            f"is {cidr}; it needs four /24 subnets (head, nodes, NetApp, Lustre)",
-            "use an IPv4 network of /22 or larger, e.g. 10.42.0.0/16",
-        )
-    if network.overlaps(RDMA_NETWORK):
-        raise _error(
-            "vnetCidr",
-            f"{cidr} overlaps 172.16.0.0/16, the range Azure's InfiniBand network uses",
-            "use a range outside it, e.g. 10.42.0.0/16",
-        )
-    return str(network)
-
-
-def subnets(vnet: str) -> dict[str, str]:
-    """The /24 subnets carved from the VNet, in a fixed order."""
-    blocks = ipaddress.ip_network(vnet).subnets(new_prefix=24)
-    return {name: str(next(blocks)) for name in ("head", "nodes", "netapp", "lustre")}
 
 
 def _storage(v: Mapping[str, object]) -> StorageSpec:
@@ -277,13 +204,13 @@ def _storage(v: Mapping[str, object]) -> StorageSpec:
     size = int(str(v["storageSizeGib"]))
     sku = str(v["lustreSku"])
     if kind is StorageKind.AZURE_FILES and not AZURE_FILES_GIB[0] <= size <= AZURE_FILES_GIB[1]:
-        raise _error(
+        raise setting_error(
             "storageSizeGib",
             f"is {size}; an Azure Files premium share holds 100 to 102400 GiB",
             "set a size in that range",
         )
     if kind is StorageKind.NETAPP and (size < 1024 or size % 1024):
-        raise _error(
+        raise setting_error(
             "storageSizeGib",
             f"is {size}; NetApp capacity pools grow in whole TiB (1024 GiB), from 1 TiB",
             f"use {max(1024, -(-size // 1024) * 1024)}",
@@ -292,7 +219,7 @@ def _storage(v: Mapping[str, object]) -> StorageSpec:
         _lustre(sku, size)
     path = str(v["mountPath"])
     if not re.fullmatch(r"(/[A-Za-z0-9._-]+)+", path):
-        raise _error(
+        raise setting_error(
             "mountPath", f"is {path!r}", "use an absolute path of plain names, e.g. /shared"
         )
     return StorageSpec(kind=kind, size_gib=size, mount_path=path, lustre_sku=sku)
@@ -300,10 +227,10 @@ def _storage(v: Mapping[str, object]) -> StorageSpec:
 
 def _lustre(sku: str, size_gib: int) -> None:
     if sku not in LUSTRE_STEP_TIB:
-        raise _error("lustreSku", f"is {sku!r}", f"use one of {', '.join(LUSTRE_STEP_TIB)}")
+        raise setting_error("lustreSku", f"is {sku!r}", f"use one of {', '.join(LUSTRE_STEP_TIB)}")
     step = LUSTRE_STEP_TIB[sku]
     if size_gib % 1024 or (size_gib // 1024) % step:
-        raise _error(
+        raise setting_error(
             "storageSizeGib",
             f"is {size_gib} GiB; {sku} comes in steps of {step} TiB ({step * 1024} GiB)",
             f"use a multiple of {step * 1024}, e.g. {step * 1024}",
@@ -316,7 +243,7 @@ def _lustre(sku: str, size_gib: int) -> None:
             else f"dtrun's /24 Lustre subnet fits a file system of at most "
             f"{LUSTRE_SUBNET_MAX_TIB} TiB"
         )
-        raise _error(
+        raise setting_error(
             "storageSizeGib",
             f"is {size_gib} GiB ({size_gib // 1024} TiB); {why}",
             f"use at most {largest * 1024} ({largest} TiB)",
@@ -328,87 +255,12 @@ def _zone(zone: str, storage: StorageSpec) -> str:
     advises putting it "in the same region and availability zone as your client machines"
     (create-file-system-portal), so Lustre needs the zone named and the nodes join it."""
     if zone and zone not in ZONES:
-        raise _error("zone", f"is {zone!r}", "use 1, 2 or 3, or leave it empty")
+        raise setting_error("zone", f"is {zone!r}", "use 1, 2 or 3, or leave it empty")
     if not zone and storage.kind is StorageKind.LUSTRE:
-        raise _error(
+        raise setting_error(
             "zone",
             "is empty; Azure Managed Lustre is zonal and its clients belong in its zone",
             "pulumi config set dtrun:zone 1 (a zone where the region offers dtrun:vmSize: "
             "az vm list-skus --location LOCATION --size SIZE --zone)",
         )
     return zone
-
-
-def _spot_price(text: str) -> float:
-    try:
-        price = float(text)
-    except ValueError:
-        price = 0.0
-    if price != -1 and price <= 0:
-        raise _error(
-            "spotMaxPrice", f"is {text!r}", "use -1 (up to on-demand) or a price in USD, e.g. 12.5"
-        )
-    return price
-
-
-def _admin_user(user: str) -> str:
-    if not _USER.match(user) or user in RESERVED_USERS:
-        raise _error(
-            "adminUser",
-            f"is {user!r}, which Azure or Linux does not accept as a login",
-            "use lowercase letters, digits, '-' and '_', not root or admin; e.g. azureuser",
-        )
-    return user
-
-
-def _public_key(key: str) -> str | None:
-    key = key.strip()
-    if not key:
-        return None
-    fix = "pass the contents of ~/.ssh/id_ed25519.pub, or leave it empty to generate a key"
-    try:
-        parsed = load_ssh_public_key(key.encode()) if "\n" not in key else None
-    except (ValueError, UnsupportedAlgorithm):
-        parsed = None
-    if parsed is None:
-        raise _error("sshPublicKey", "is not an OpenSSH public key line", fix)
-    kind = key.split()[0]
-    if isinstance(parsed, rsa.RSAPublicKey) and parsed.key_size < MIN_RSA_BITS:
-        raise _error(
-            "sshPublicKey",
-            f"is a {parsed.key_size}-bit RSA key; Azure refuses RSA keys under {MIN_RSA_BITS} bits",
-            "make an ed25519 key (ssh-keygen -t ed25519) and " + fix,
-        )
-    if not isinstance(parsed, (rsa.RSAPublicKey, ed25519.Ed25519PublicKey)):
-        raise _error(
-            "sshPublicKey",
-            f"is a key of type {kind}; Azure accepts only RSA (2048 bits or more) and ed25519",
-            "make an ed25519 key (ssh-keygen -t ed25519) and " + fix,
-        )
-    return key
-
-
-def _prefix(prefix: str) -> str:
-    if not _PREFIX.match(prefix):
-        raise _error(
-            "namePrefix",
-            f"is {prefix!r}",
-            "use 2 to 12 lowercase letters and digits, starting with a letter",
-        )
-    return prefix
-
-
-def _location(location: str) -> str:
-    if not _LOCATION.match(location):
-        raise _error("location", f"is {location!r}", "use an Azure region name, e.g. eastus")
-    return location
-
-
-def _tags(items: list[str]) -> tuple[tuple[str, str], ...]:
-    tags = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise _error("tags", f"holds {item!r}, not KEY=VALUE", "use e.g. team=ml-infra")
-        tags.append((key, value))
-    return tuple(tags)

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.azure.config import NAMESPACE, cluster_spec
+from runner.azure.config import cluster_spec
 from runner.azure.expiry import deadline
+from runner.azure.settingcheck import NAMESPACE
 from runner.errors import DtrunError, UsageError
 from runner.spec.cluster import ClusterSpec, ExpirySpec
 

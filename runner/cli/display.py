@@ -22,13 +22,11 @@ if TYPE_CHECKING:
     from runner.execute import Answer
     from runner.plan.sweep import SweepPlan
     from runner.record.rundir import RunDir
-    from runner.report.build import Report
-    from runner.report.metrics import ScalingRow
-    from runner.report.results import Result
+    from runner.report.resultfile import Result
     from runner.spec.cluster import Node
     from runner.spec.launch import LaunchPlan
     from runner.spec.outcome import Health, RunResult
-    from runner.sweep.run import Sweep, SweepEvents
+    from runner.sweep.run import SweepEvents
 
 
 def print_sweep_plan(
@@ -275,128 +273,6 @@ class RegistryBar:
         )
         if ready >= wanted:
             self.stop()
-
-
-def print_summary(sweep: Sweep, *, wide: bool = False) -> None:
-    """The sweep's table: scaling for training, bus bandwidth for all-reduce."""
-    out = console()
-    report = sweep.report
-    if report is not None:
-        print_grid(out, report_grid(report), wide=wide)
-        print_verdicts(report)
-        print_noise(report)
-        out.print(f"report: {sweep.run_dir.report} (and {sweep.run_dir.html.name})")
-
-
-def print_noise(report: Report) -> None:
-    """Under the table, each point the report calls unreliable, and why (its Noise section)."""
-    if report.noise is not None:
-        for point in report.noise.points:
-            for finding in point.findings:
-                console().print(f"[yellow]noise:[/] {finding}")
-
-
-# The longest proof the table shows whole; a longer one shows its answer (the words before its
-# first colon) and points at the report, which says why (docs/bench.md, "The summary table").
-PROOF_CELL_MAX = 32
-
-
-def proof_cell(proof: str) -> str:
-    """'in sync: 8 ranks on 2 nodes' whole; 'diverged: ranks 1, 3 end with other parameters
-    than rank 0' as 'diverged (why: report.md)'."""
-    if len(proof) <= PROOF_CELL_MAX or ": " not in proof:
-        return proof
-    return f"{proof.split(': ', 1)[0]} (why: report.md)"
-
-
-def report_grid(report: Report) -> Grid:
-    """The summary table of `dtrun bench` and `dtrun report`. The answer (node count, throughput,
-    speedup, efficiency, verdict) stays at any width; the proof, the processes, n and the probe's
-    busbw go in that order as the terminal narrows."""
-    title = f"{report.workload}: {report.status}"
-    columns: tuple[Column, ...]
-    rows: list[tuple[str, ...]]
-    if report.workload == "allreduce":
-        columns = (
-            Column("nodes", 10), Column("processes", 5), Column("size", 8),
-            Column("busbw", 9), Column("peak busbw", 7), Column("expected", 4),
-            Column("correctness", 6, "left", wrap=True),
-        )  # fmt: skip
-        rows = [
-            (
-                str(ar.nodes),
-                str(ar.world_size),
-                format_size(ar.largest_size),
-                f"{ar.busbw:.2f} GB/s",
-                f"{ar.peak_busbw:.2f} GB/s",
-                ar.expected.describe().split(" (")[0] if ar.expected else "-",
-                proof_cell(ar.proof),
-            )
-            for ar in report.busbw_rows
-        ]
-        return Grid(columns, rows, title)
-    unit = report.summary.get("unit") or "tokens"
-    caption = (
-        f"{unit}/s, speedup and efficiency at the median step time, efficiency with its 95% "
-        "bootstrap interval in brackets; n = timed steps x launches"
-    )
-    columns = (
-        Column("nodes", 10), Column("processes", 5), Column("n", 4), Column(f"{unit}/s", 9),
-        Column("speedup", 8), Column("efficiency", 8), Column("verdict", 8),
-        Column("busbw", 3), Column("communication", 6, "left", wrap=True),
-    )  # fmt: skip
-    rows = [
-        (
-            str(row.nodes),
-            str(row.world_size),
-            f"{row.steps_n}x{row.launches_n}",
-            f"{row.tokens_per_s:,.0f}",
-            f"{row.speedup:.2f}x",
-            _efficiency_cell(row),
-            str(row.verdict),
-            "-" if row.busbw is None else f"{row.busbw:.2f} GB/s",
-            proof_cell(row.proof),
-        )
-        for row in report.rows
-    ]
-    return Grid(columns, rows, title, caption)
-
-
-def _efficiency_cell(row: ScalingRow) -> str:
-    if row.verdict == "baseline":  # 100% by definition
-        return f"{row.efficiency:.0%}"
-    return efficiency_text(row.efficiency, row.efficiency_low, row.efficiency_high)
-
-
-def efficiency_text(value: float | None, low: float | None, high: float | None) -> str:
-    """'92% (88-96%)'; a figure without an interval stands alone."""
-    if value is None:
-        return "-"
-    if low is None or high is None:
-        return f"{value:.0%}"
-    return f"{value:.0%} ({low * 100:.0f}-{high * 100:.0f}%)"
-
-
-def print_verdicts(report: Report) -> None:
-    """Below the table: each judged node count's verdict and why, in the report's words."""
-    out = console()
-    for row in report.rows[1:]:
-        style = {"scales": "green", "loses": "red"}.get(str(row.verdict), "yellow")
-        out.print(f"{plural(row.nodes, 'node')}: [{style}]{row.verdict}[/]: {row.verdict_reason}",
-                  highlight=False)  # fmt: skip
-
-
-def sweep_json(run_dir: RunDir) -> dict[str, object]:
-    """What --json prints: summary.json, and where the run's files are."""
-    import json
-
-    summary: dict[str, object] = json.loads(run_dir.summary.read_text())
-    return {
-        **summary,
-        "run_dir": str(run_dir.path),
-        "report": str(run_dir.report),
-        "report_html": str(run_dir.html),
-    }
 
 
 def print_exec_summary(

@@ -33,9 +33,7 @@ from runner.cli.display import (
     WaitLines,
     print_exec_summary,
     print_plan,
-    print_summary,
     print_sweep_plan,
-    sweep_json,
 )
 from runner.cli.groups import grouped
 from runner.cli.options import (
@@ -48,6 +46,7 @@ from runner.cli.options import (
     Where,
 )
 from runner.cli.session import StackWatch, choose, opened, session
+from runner.cli.summary import print_summary, sweep_json
 from runner.errors import DtrunError, RunDirWriteError, UsageError
 from runner.redact import remember_secrets
 from runner.spec.bounds import within
@@ -292,7 +291,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
             nonlocal recorded
             if done is not None and not recorded:
                 from runner.errors import interruption
-                from runner.record.rundir import record_stop_after_sweep
+                from runner.record.runsfile import record_stop_after_sweep
 
                 recorded = True
                 record_stop_after_sweep(

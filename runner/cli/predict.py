@@ -108,8 +108,9 @@ def _predict(
 ) -> Prediction:
     from dataclasses import replace
 
-    from runner.azure.catalog import expected_busbw, get_size
+    from runner.azure.catalog import get_size
     from runner.azure.prices import list_price
+    from runner.azure.sizefacts import expected_busbw
     from runner.predict.predict import predict
 
     if size is not None:

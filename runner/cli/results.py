@@ -9,13 +9,7 @@ import typer
 
 from runner.cli import options as opts
 from runner.cli.common import console, human_output_to_stderr, print_json, user_errors
-from runner.cli.display import (
-    efficiency_text,
-    print_noise,
-    print_verdicts,
-    report_grid,
-    sweep_json,
-)
+from runner.cli.summary import efficiency_text, print_noise, print_verdicts, report_grid, sweep_json
 from runner.cli.tables import Column, Grid, print_grid
 from runner.errors import UsageError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from runner.azure.catalog import size_env
+from runner.azure.sizefacts import size_env
 from runner.plan.launchers.base import HOSTFILE
 from runner.spec.cluster import Inventory
 from runner.spec.launch import EnvVar

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from runner.azure.catalog import health_threshold
+from runner.azure.sizefacts import health_threshold
 from runner.plan.env import launch_env
 from runner.plan.launch import What, plan_launch, require_nodes
 from runner.plan.resolve import Point, ResolvedBench, ResolvedRun

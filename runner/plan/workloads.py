@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from runner.azure.catalog import peak_tflops_for
+from runner.azure.sizefacts import peak_tflops_for
 from runner.spec.cluster import Inventory
 from runner.spec.launch import RESULT_FILE
 from runner.spec.request import AllreduceSpec, BenchSpec, Framework

@@ -22,7 +22,7 @@ from runner.spec.text import plural
 
 PREDICT_SCHEMA = "dtrun.predict/1"
 # How the model did on the published results of docs/prediction.md: within 5 points of the
-# measured efficiency in this many, of this many (tests/test_prediction_replay.py holds it)
+# measured efficiency in this many, of this many (tests/unit/test_prediction_replay.py holds it)
 CHECKED_WITHIN_5, CHECKED_OF = 13, 21
 CANNOT_TELL = "cannot tell"
 

@@ -32,7 +32,8 @@ from runner.record.readback import (
     obj,
     read_record,
 )
-from runner.record.rundir import RunDir, segment_walls
+from runner.record.rundir import RunDir
+from runner.record.runsfile import segment_walls
 from runner.redact import REDACTED
 from runner.spec.outcome import RunResult, RunStatus
 from runner.spec.request import BenchSpec

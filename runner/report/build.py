@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from runner import __version__
-from runner.azure.catalog import ExpectedBusbw, expected_busbw
+from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
 from runner.predict.predict import CHECKED_OF, CHECKED_WITHIN_5, Prediction
 from runner.record.rundir import RunDir
 from runner.redact import redact_text
@@ -39,7 +39,8 @@ from runner.report.noise import NoiseReport, noise_report
 from runner.report.predicted import next_counts
 from runner.report.program import program_texts
 from runner.report.recorded import check_writable, read_recorded
-from runner.report.results import AllreduceResult, Result, SizeRow, TrainResult
+from runner.report.resultfile import AllreduceResult, Result
+from runner.report.results import SizeRow, TrainResult
 from runner.report.stages import StageTable, stage_tables
 from runner.report.stats import (
     CONFIDENCE,

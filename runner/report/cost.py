@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from runner.record.paid import CREATED
-from runner.record.rundir import segment_walls
+from runner.record.runsfile import segment_walls
 from runner.report.metrics import ScalingRow
 
 SECONDS_PER_HOUR = 3600.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runner.azure.catalog import ExpectedBusbw, expected_busbw
+from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
 from runner.report.metrics import ALLREDUCES_PER_STEP, ScalingRow
 from runner.report.model import (
     ASSUMED,

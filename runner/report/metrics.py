@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runner.azure.catalog import ExpectedBusbw, expected_busbw
-from runner.report.results import AllreduceResult, TrainResult
+from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
+from runner.report.resultfile import AllreduceResult
+from runner.report.results import TrainResult
 from runner.report.stats import (
     DEFAULT_TARGET,
     Verdict,

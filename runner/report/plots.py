@@ -9,7 +9,7 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from runner.azure.catalog import ExpectedBusbw
+from runner.azure.sizefacts import ExpectedBusbw
 from runner.report.metrics import ScalingRow
 from runner.report.results import SizeRow
 from runner.spec.text import plural

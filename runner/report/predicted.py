@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from runner.azure.catalog import expected_busbw
+from runner.azure.sizefacts import expected_busbw
 from runner.errors import DtrunError, UsageError
 from runner.predict.inputs import STRATEGIES, Description, Point
 from runner.predict.predict import Launches, Prediction, predict

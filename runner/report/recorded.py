@@ -38,16 +38,10 @@ from runner.record.readback import (
     one_of,
     read_record,
 )
-from runner.record.rundir import HEALTH_FILE, RunDir, ok_runs
-from runner.report.results import (
-    ALLREDUCE_SCHEMA,
-    PROGRAM_SCHEMA,
-    TRAIN_SCHEMA,
-    AllreduceResult,
-    Result,
-    TrainResult,
-    parse_result,
-)
+from runner.record.rundir import HEALTH_FILE, RunDir
+from runner.record.runsfile import ok_runs
+from runner.report.resultfile import ALLREDUCE_SCHEMA, AllreduceResult, Result, parse_result
+from runner.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
 from runner.spec.outcome import GateStatus, RunStatus, SweepStatus
 from runner.spec.request import ScalingMode
 

@@ -9,18 +9,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
-from runner.errors import DamagedRunError, ResultError
-from runner.record.readback import load_json
+from runner.errors import ResultError
 from runner.report.noise import LaunchNoise, parse_noise
 from runner.report.stages import StageSplit, parse_stage_split
 
 T = TypeVar("T")
 TRAIN_SCHEMA = "dtrun.train/1"
 PROGRAM_SCHEMA = "dtrun.program/1"  # `dtrun bench -- PROGRAM` (runner/sweep/programresult.py)
-ALLREDUCE_SCHEMA = "dtrun.allreduce/1"
 PROGRAM_STRATEGY = "your program"  # a program result's strategy: it trains its own way
 
 
@@ -189,7 +186,7 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
         comm = data["communication"]
         steps = data["step_time_s"]
         return TrainResult(
-            **_launch_fields(data),
+            **launch_fields(data),
             params=int(data["model"]["params"]),
             global_batch=int(data["global_batch"]),
             seq_len=int(data["model"]["seq_len"]),
@@ -255,7 +252,7 @@ def parse_program_result(data: Mapping[str, Any], source: str) -> TrainResult:
         )
         p50 = float(steps["p50"])
         return TrainResult(
-            **_launch_fields(data),
+            **launch_fields(data),
             params=int(data.get("params") or 0),
             global_batch=per_step,
             seq_len=1,
@@ -299,7 +296,7 @@ def _program_sharded(data: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _launch_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+def launch_fields(data: Mapping[str, Any]) -> dict[str, Any]:
     """The fields every workload's result has: where and with what the launch ran."""
     return {
         "world_size": int(data["world_size"]),
@@ -335,7 +332,7 @@ def _timing(data: Mapping[str, Any]) -> Timing:
     )
 
 
-def _rows(data: Any) -> tuple[SizeRow, ...]:
+def size_rows(data: Any) -> tuple[SizeRow, ...]:
     rows = tuple(
         SizeRow(
             size=int(row["size"]),
@@ -354,100 +351,4 @@ def _rows(data: Any) -> tuple[SizeRow, ...]:
 def _probe(data: Mapping[str, Any] | None) -> BusbwProbe | None:
     if data is None:
         return None
-    return BusbwProbe(gradient_bytes=int(data["gradient_bytes"]), rows=_rows(data["rows"]))
-
-
-@dataclass(frozen=True)
-class AllreduceResult:
-    world_size: int
-    nnodes: int
-    procs_per_node: int
-    backend: str
-    device: str
-    device_name: str
-    dtype: str
-    torch_version: str
-    python_version: str | None
-    nccl_version: str | None
-    iters: int
-    rows: tuple[SizeRow, ...]
-    wrong: int
-    rank_nodes: tuple[str, ...]
-
-    @property
-    def peak_busbw(self) -> float:
-        """The highest in-place busbw of any size (the network at its best)."""
-        return max(row.in_place.busbw for row in self.rows)
-
-    @property
-    def avg_busbw(self) -> float:
-        """nccl-tests' "Avg bus bandwidth": the in-place mean over every size."""
-        return sum(row.in_place.busbw for row in self.rows) / len(self.rows)
-
-    @property
-    def largest(self) -> SizeRow:
-        return self.rows[-1]
-
-    @property
-    def proof(self) -> str:
-        if self.world_size == 1:
-            return "1 process"
-        if self.wrong:
-            return f"FAILED: {self.wrong} wrong elements"
-        return f"correct sums: {self.world_size} ranks on {len(set(self.rank_nodes))} nodes"
-
-
-def parse_allreduce_result(data: Mapping[str, Any], source: str) -> AllreduceResult:
-    try:
-        return AllreduceResult(
-            **_launch_fields(data),
-            iters=int(data["iters"]),
-            rows=_rows(data["rows"]),
-            wrong=int(data["communication"]["wrong"]),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ResultError(
-            f"{source} is not a complete {ALLREDUCE_SCHEMA} result",
-            why=f"missing or malformed field {exc}",
-        ) from None
-
-
-Result = TrainResult | AllreduceResult
-PARSERS: dict[str, Callable[[Mapping[str, Any], str], Result]] = {
-    TRAIN_SCHEMA: parse_train_result,
-    ALLREDUCE_SCHEMA: parse_allreduce_result,
-    PROGRAM_SCHEMA: parse_program_result,
-}
-
-
-def parse_result(data: Mapping[str, Any], source: str) -> Result:
-    """Either workload's result, by its schema."""
-    parser = PARSERS.get(str(data.get("schema")))
-    if parser is None:
-        raise ResultError(
-            f"{source} has schema {data.get('schema')!r}",
-            why=f"this dtrun reads {', '.join(map(repr, PARSERS))}",
-            fix="rerun the bench with this dtrun, or read the file with the dtrun that wrote it",
-        )
-    return parser(data, source)
-
-
-def load_train_result(path: Path) -> TrainResult:
-    result = load_result(path)
-    if not isinstance(result, TrainResult):
-        raise ResultError(f"{path} is not a training result", why="it has the all-reduce schema")
-    return result
-
-
-def load_result(path: Path) -> Result:
-    if not (path.exists() or path.is_symlink()):
-        raise ResultError(
-            f"no result at {path}",
-            why="every node exited 0 but rank 0 wrote no result file",
-            fix="read the node logs beside it",
-        )
-    try:
-        data = load_json(path, root=path.parent)
-    except DamagedRunError as exc:  # not JSON, not a file, numbers beyond any figure, ...
-        raise ResultError(f"{path} is not valid JSON", why=exc.why) from None
-    return parse_result(data, str(path))
+    return BusbwProbe(gradient_bytes=int(data["gradient_bytes"]), rows=size_rows(data["rows"]))

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from runner.errors import HealthGateError
 from runner.plan.sweep import HEALTH_DIR, GatePlan, Launch
-from runner.report.results import AllreduceResult
+from runner.report.resultfile import AllreduceResult
 from runner.spec.outcome import GateStatus, Health, NodeHealth
 from runner.sweep.launch import Outcome
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from runner.errors import DtrunError, RunError, RunInterruptedError, RunTimeoutError
 from runner.execute import Executor, LineSink
 from runner.plan.sweep import Launch
-from runner.report.results import Result, load_result
+from runner.report.resultfile import Result, load_result
 from runner.spec.launch import RESULT_FILE, STEP_DIR, LaunchPlan
 from runner.spec.outcome import NodeResult, RunResult, RunStatus
 from runner.sweep.eviction import Command, EvictedError, check_eviction

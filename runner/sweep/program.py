@@ -12,13 +12,7 @@ from runner.errors import LaunchInterrupted, RunError, RunInterruptedError, inte
 from runner.execute import Executor, LineSink, discard
 from runner.plan.resolve import ResolvedRun
 from runner.plan.sweep import plan_run
-from runner.record.rundir import (
-    RunDir,
-    create_run_dir,
-    launch_dir,
-    write_error,
-    write_run_record,
-)
+from runner.record.rundir import RunDir, create_run_dir, launch_dir, write_error, write_run_record
 from runner.spec.cluster import Inventory
 from runner.spec.launch import LaunchPlan
 from runner.spec.outcome import NodeResult, RunStatus

@@ -29,11 +29,11 @@ from runner.record.rundir import (
     write_health,
     write_manifest,
     write_plans,
-    write_runs,
 )
+from runner.record.runsfile import write_runs
 from runner.report.build import Report
 from runner.report.builder import ReportBuilder
-from runner.report.results import Result
+from runner.report.resultfile import Result
 from runner.spec.cluster import Node
 from runner.spec.launch import LaunchPlan
 from runner.spec.outcome import (
@@ -176,7 +176,7 @@ class _Runner:
 
         from runner.plan.launch import What, plan_launch
         from runner.plan.workloads import WORKLOADS, allreduce_args
-        from runner.report.results import AllreduceResult, load_result
+        from runner.report.resultfile import AllreduceResult, load_result
         from runner.spec.launch import RESULT_FILE
         from runner.spec.request import Program, ProgramKind
         from runner.workloads.files import write_atomic

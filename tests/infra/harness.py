@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -149,6 +150,9 @@ class Program:
 
 
 def run(cluster: ClusterSpec) -> Program:
+    # Pulumi's mocks run on the thread's current event loop (asyncio.get_event_loop), which a
+    # test that ran asyncio.run before has unset: give this run its own, whatever ran before.
+    asyncio.set_event_loop(asyncio.new_event_loop())
     mocks = RecordingMocks()
     pulumi.runtime.set_mocks(mocks, project="dtrun", stack="test", preview=False)
     program = Program(mocks.declared)

@@ -101,7 +101,7 @@ def test_every_script_passes_bash_n_and_shellcheck():
             if not path.startswith(("/usr/local/sbin/", "/etc/profile.d/")):
                 continue  # keys and known_hosts, not shell
             if content.startswith("#!/usr/bin/env python3"):
-                continue  # dtrun-expiry: Python, run for real in tests/test_expiry_script.py
+                continue  # dtrun-expiry: Python, run for real in tests/unit/test_expiry_script.py
             parsed = subprocess.run(["bash", "-n"], input=content, text=True, capture_output=True)
             assert parsed.returncode == 0, f"{name} {path}: {parsed.stderr}"
             checked = subprocess.run(

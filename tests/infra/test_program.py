@@ -11,7 +11,8 @@ import yaml
 
 from infra.cloudinit import MOUNTS
 from runner.azure.catalog import SIZES, known_sizes
-from runner.azure.config import RDMA_NETWORK, cluster_spec
+from runner.azure.config import cluster_spec
+from runner.azure.settingcheck import RDMA_NETWORK
 from runner.spec.cluster import ClusterSpec, StorageKind
 from tests.infra.harness import SCALE_SET_CREATED, Program, run
 

@@ -23,7 +23,8 @@ from infra.cloudinit import (
 )
 from infra.slurm import MAX_NODE_COUNT, MUNGE_KEY_BYTES, PARTITION, munge_key, slurm_files
 from runner.azure.catalog import SIZES
-from runner.azure.config import ConfigError, cluster_spec
+from runner.azure.config import cluster_spec
+from runner.azure.settingcheck import ConfigError
 from runner.spec.cluster import ClusterSpec, Scheduler
 from tests.conftest import require_tool
 from tests.infra.harness import Program, run

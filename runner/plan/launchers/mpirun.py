@@ -9,7 +9,7 @@ local-rsh.sh, which starts each simulated node's daemon on this machine.
 from __future__ import annotations
 
 from runner import __version__
-from runner.azure.catalog import mpi_args_for
+from runner.azure.sizefacts import mpi_args_for
 from runner.plan.launchers.base import (
     HOSTFILE,
     PlanContext,

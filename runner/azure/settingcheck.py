@@ -1,0 +1,184 @@
+"""Each stack setting's own check (docs/azure.md, "Settings"): a value that cannot make a working,
+safe cluster is a ConfigError naming the setting and what to set instead."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+from cryptography.hazmat.primitives.serialization import load_ssh_public_key
+
+from runner.errors import UsageError
+
+NAMESPACE = "dtrun"
+
+
+# Azure's InfiniBand (RDMA) network uses this range: a VNet overlapping it breaks IB
+# (docs/facts.md §3).
+RDMA_NETWORK = ipaddress.ip_network("172.16.0.0/16")
+
+
+# Narrower than these, an admin range is a network; wider, it is "the internet" (0.0.0.0/1 ...).
+WIDEST_ADMIN_PREFIX = {4: 8, 6: 16}
+
+
+RESERVED_USERS = {"root", "admin", "administrator", "user", "guest", "test", "sys", "support"}
+
+
+_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
+
+
+_PREFIX = re.compile(r"[a-z][a-z0-9]{1,11}\Z")
+
+
+_LOCATION = re.compile(r"[a-z][a-z0-9]+\Z")
+
+
+# What Azure accepts as a Linux VM's SSH key: RSA of 2048 bits or more, and ed25519 (docs/azure.md
+# "Settings"); ECDSA, DSA and RSA under 2048 bits are refused when the VM is created.
+MIN_RSA_BITS = 2048
+
+
+class ConfigError(UsageError):
+    """A stack setting that cannot make a working, safe cluster."""
+
+
+def setting_error(key: str, what: str, fix: str) -> ConfigError:
+    return ConfigError(f"{NAMESPACE}:{key} {what}", fix=fix)
+
+
+def admin_cidrs(cidrs: list[str], allow_internet: bool) -> tuple[str, ...]:
+    if not cidrs:
+        raise setting_error(
+            "adminCidrs",
+            "is empty, so nobody could reach the cluster",
+            "pulumi config set --path 'adminCidrs[0]' YOUR.PUBLIC.IP/32",
+        )
+    networks = []
+    for cidr in cidrs:
+        try:
+            network = ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            raise setting_error(
+                "adminCidrs", f"holds {cidr!r}, which is not a CIDR", "use e.g. 203.0.113.4/32"
+            ) from None
+        if str(network) != cidr and network.prefixlen != network.max_prefixlen:
+            raise setting_error(
+                "adminCidrs",
+                f"holds {cidr!r}, which has host bits set",
+                f"did you mean {network}?",
+            )
+        if network.prefixlen < WIDEST_ADMIN_PREFIX[network.version] and not allow_internet:
+            raise setting_error(
+                "adminCidrs",
+                f"holds {cidr}, which opens SSH to the whole internet or a large part of it",
+                "use your own address (e.g. 203.0.113.4/32), or set "
+                "dtrun:allowSshFromInternet true if you really mean it",
+            )
+        networks.append(str(network))
+    return tuple(networks)
+
+
+def vnet_cidr(cidr: str) -> str:
+    try:
+        network = ipaddress.ip_network(cidr)
+    except ValueError:
+        raise setting_error(
+            "vnetCidr", f"is {cidr!r}, not an IPv4 network", "use e.g. 10.42.0.0/16"
+        ) from None
+    if not isinstance(network, ipaddress.IPv4Network) or network.prefixlen > 22:
+        raise setting_error(
+            "vnetCidr",
+            f"is {cidr}; it needs four /24 subnets (head, nodes, NetApp, Lustre)",
+            "use an IPv4 network of /22 or larger, e.g. 10.42.0.0/16",
+        )
+    if network.overlaps(RDMA_NETWORK):
+        raise setting_error(
+            "vnetCidr",
+            f"{cidr} overlaps 172.16.0.0/16, the range Azure's InfiniBand network uses",
+            "use a range outside it, e.g. 10.42.0.0/16",
+        )
+    return str(network)
+
+
+def subnets(vnet: str) -> dict[str, str]:
+    """The /24 subnets carved from the VNet, in a fixed order."""
+    blocks = ipaddress.ip_network(vnet).subnets(new_prefix=24)
+    return {name: str(next(blocks)) for name in ("head", "nodes", "netapp", "lustre")}
+
+
+def check_spot_price(text: str) -> float:
+    try:
+        price = float(text)
+    except ValueError:
+        price = 0.0
+    if price != -1 and price <= 0:
+        raise setting_error(
+            "spotMaxPrice", f"is {text!r}", "use -1 (up to on-demand) or a price in USD, e.g. 12.5"
+        )
+    return price
+
+
+def check_admin_user(user: str) -> str:
+    if not _USER.match(user) or user in RESERVED_USERS:
+        raise setting_error(
+            "adminUser",
+            f"is {user!r}, which Azure or Linux does not accept as a login",
+            "use lowercase letters, digits, '-' and '_', not root or admin; e.g. azureuser",
+        )
+    return user
+
+
+def check_public_key(key: str) -> str | None:
+    key = key.strip()
+    if not key:
+        return None
+    fix = "pass the contents of ~/.ssh/id_ed25519.pub, or leave it empty to generate a key"
+    try:
+        parsed = load_ssh_public_key(key.encode()) if "\n" not in key else None
+    except (ValueError, UnsupportedAlgorithm):
+        parsed = None
+    if parsed is None:
+        raise setting_error("sshPublicKey", "is not an OpenSSH public key line", fix)
+    kind = key.split()[0]
+    if isinstance(parsed, rsa.RSAPublicKey) and parsed.key_size < MIN_RSA_BITS:
+        raise setting_error(
+            "sshPublicKey",
+            f"is a {parsed.key_size}-bit RSA key; Azure refuses RSA keys under {MIN_RSA_BITS} bits",
+            "make an ed25519 key (ssh-keygen -t ed25519) and " + fix,
+        )
+    if not isinstance(parsed, (rsa.RSAPublicKey, ed25519.Ed25519PublicKey)):
+        raise setting_error(
+            "sshPublicKey",
+            f"is a key of type {kind}; Azure accepts only RSA (2048 bits or more) and ed25519",
+            "make an ed25519 key (ssh-keygen -t ed25519) and " + fix,
+        )
+    return key
+
+
+def check_prefix(prefix: str) -> str:
+    if not _PREFIX.match(prefix):
+        raise setting_error(
+            "namePrefix",
+            f"is {prefix!r}",
+            "use 2 to 12 lowercase letters and digits, starting with a letter",
+        )
+    return prefix
+
+
+def check_location(location: str) -> str:
+    if not _LOCATION.match(location):
+        raise setting_error("location", f"is {location!r}", "use an Azure region name, e.g. eastus")
+    return location
+
+
+def check_tags(items: list[str]) -> tuple[tuple[str, str], ...]:
+    tags = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise setting_error("tags", f"holds {item!r}, not KEY=VALUE", "use e.g. team=ml-infra")
+        tags.append((key, value))
+    return tuple(tags)

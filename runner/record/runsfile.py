@@ -1,0 +1,77 @@
+"""runs.json: every launch of a sweep, how the sweep ended, and each run of dtrun's wall time
+(docs/bench.md, "The run directory")."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, replace
+from typing import Any
+
+from runner.record.rundir import RunDir, now_iso
+from runner.redact import redact_text
+from runner.spec.outcome import RunResult, RunStatus, SweepStatus
+
+RUNS_SCHEMA = "dtrun.runs/1"
+
+
+def write_runs(
+    run_dir: RunDir,
+    runs: Sequence[RunResult],
+    status: SweepStatus,
+    error: str | None,
+    segment_wall_s: Sequence[float | None] = (),
+    replaced: Sequence[RunResult] = (),
+) -> None:
+    """runs.json. ``segment_wall_s``: the wall time of each run of dtrun on this sweep (the
+    first, then each --resume), from its start to now; ``wall_s`` is their sum (None when one
+    is not known). ``replaced``: launches that ended without a result and that a --resume ran
+    again; they were paid for (the cost section's figures: docs/report.md "Cost")."""
+    known = [wall for wall in segment_wall_s if wall is not None]
+    wall_s = sum(known) if known and len(known) == len(segment_wall_s) else None
+    run_dir.write_json(
+        run_dir.runs,
+        {
+            "schema": RUNS_SCHEMA,
+            "status": status,
+            "error": redact_text(error) if error is not None else None,
+            "updated_at": now_iso(),
+            "wall_s": wall_s,
+            "segment_wall_s": list(segment_wall_s),
+            "runs": [_run(run) for run in runs],
+            "replaced": [_run(run) for run in replaced],
+        },
+    )
+
+
+def record_stop_after_sweep(run_dir: RunDir, error: str) -> None:
+    """runs.json of a sweep that ended, then had dtrun stopped (cleaning up, uploading): the
+    stop is recorded, so the records say what dtrun's exit code says."""
+    data = json.loads(run_dir.runs.read_text())  # written by this run of dtrun a moment ago
+    data.update(status=SweepStatus.INTERRUPTED, error=redact_text(error), updated_at=now_iso())
+    run_dir.write_json(run_dir.runs, data)
+
+
+def segment_walls(runs_data: Mapping[str, Any], parts: int) -> tuple[float | None, ...]:
+    """runs.json's wall time of each run of dtrun on the sweep, one per part the manifest
+    records (the first run, then each resume), None where it is not known: a resume stopped
+    before it wrote runs.json, or a runs.json from before dtrun kept each one (its wall_s was
+    the last run's)."""
+    recorded = runs_data.get("segment_wall_s")
+    if recorded is None:
+        recorded = [None] * (parts - 1) + [runs_data.get("wall_s")]
+    walls = [None if wall is None else float(wall) for wall in recorded][:parts]
+    return (*walls, *[None] * (parts - len(walls)))
+
+
+def _run(run: RunResult) -> dict[str, Any]:
+    return asdict(replace(run, error=redact_text(run.error) if run.error else run.error))
+
+
+def ok_runs(runs_data: Mapping[str, Any]) -> list[tuple[int, int, str]]:
+    """(nodes, repeat, directory) of every launch that finished with a result."""
+    return [
+        (int(run["nodes"]), int(run["repeat"]), str(run["run_dir"]))
+        for run in runs_data["runs"]
+        if run["status"] == RunStatus.OK.value
+    ]

@@ -1,0 +1,323 @@
+"""`dtrun bench -- PROGRAM` (issue 25): the user's own training program, unchanged, measured at
+1 and 2 embedded nodes; its step times held to the program's own clock, its proof, its
+failures, and the report, compare and resume on its runs."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_dtrun
+from tests.paths import TESTS
+
+pytestmark = pytest.mark.e2e
+
+PROGRAMS = TESTS / "programs"
+DDP = str(PROGRAMS / "ddp_loop.py")
+
+
+def bench(
+    cwd: Path, *args: str, run_id: str, port: int
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = cwd / "runs"
+    done = run_dtrun(
+        "bench", "--nodes", "1,2", "--repeat", "1", "--warmup", "2", "--port", str(port),
+        "--output", str(out), "--run-id", run_id, "--quiet", *args, cwd=cwd, timeout=300,
+    )  # fmt: skip
+    return done, out / run_id
+
+
+def result(run: Path, nodes: int) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((run / f"n{nodes}" / "r0" / "result.json").read_text())
+    return data
+
+
+def test_a_ddp_program_is_timed_by_its_optimizer_steps_as_its_own_clock_says(no_leftovers):
+    done, run = bench(
+        no_leftovers, "--samples-per-step", "16", "--per-process", "--", "python", DDP,
+        "--steps", "14", "--sleep", "0.05", run_id="ddp", port=29810,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for nodes in (1, 2):
+        data = result(run, nodes)
+        assert data["schema"] == "dtrun.program/1"
+        assert (data["optimizer_steps"], data["timed_steps"]) == (14, 12)
+        assert len(data["rank_step_times_s"]) == nodes  # every rank's times are kept
+        own = json.loads((run / f"n{nodes}" / "r0" / "own-times-rank0.json").read_text())
+        hooked = statistics.median(data["step_times_s"])
+        assert hooked == pytest.approx(statistics.median(own[2:]), rel=0.05)
+        assert data["units"] == {
+            "kind": "samples", "per_step": 16 * nodes, "given": True, "per_process": True,
+        }  # fmt: skip
+    assert result(run, 2)["proof"]["answer"] == "in sync"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["workload"] == "program"
+    assert summary["unit"] == "samples"
+    verdicts = [row["verdict"] for row in summary["rows"]]
+    assert verdicts[0] == "baseline"
+    assert verdicts[1] in ("scales", "loses", "inconclusive")
+    assert "--steps" not in summary["rows"][1]["verdict_reason"]  # it does nothing here
+    report = (run / "report.md").read_text()
+    assert f"your program: python {DDP} --steps 14 --sleep 0.05;" in report
+    assert "| nodes | processes | n (steps x launches) | samples/s, 95% CI |" in report
+    assert "in sync: 2 ranks on 2 nodes" in report
+    noise = {point["nodes"]: point for point in summary["noise"]["points"]}
+    assert noise[2]["verdict"] in ("quiet", "unreliable")  # measured by the hook's windows
+    assert noise[2]["other_cores"] is not None
+    assert "Each rank of your program read /proc/stat" in (run / "report.html").read_text()
+
+
+def test_gradient_accumulation_counts_one_step_per_optimizer_step(no_leftovers):
+    done, run = bench(
+        no_leftovers, "--", "python", DDP, "--steps", "6", "--accumulate", "4", "--sleep", "0.01",
+        run_id="accum", port=29812,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = result(run, 2)
+    assert (data["optimizer_steps"], data["timed_steps"]) == (6, 4)  # not 24 micro-batches
+    own = json.loads((run / "n2" / "r0" / "own-times-rank0.json").read_text())
+    assert statistics.median(data["step_times_s"]) == pytest.approx(
+        statistics.median(own[2:]), rel=0.05
+    )
+    assert data["units"]["kind"] == "process-steps"  # no units given: weak, by step times
+
+
+def test_ranks_that_end_apart_are_reported_diverged(no_leftovers):
+    done, run = bench(
+        no_leftovers, "--", "python", DDP, "--steps", "5", "--sleep", "0", "--diverge",
+        run_id="apart", port=29814,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    proof = result(run, 2)["proof"]
+    assert proof["answer"] == "diverged"
+    assert "rank 1 ends with other parameters than rank 0" in proof["why"]
+    report = (run / "report.md").read_text()
+    assert "parameters agree: **FAILED**" in report
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["rows"][1]["in_sync"] is False
+
+
+def test_placeholders_and_variables_carry_each_point_s_values(no_leftovers):
+    program = no_leftovers / "sizes.py"
+    program.write_text(
+        "import json, os, sys\n"
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "p = torch.nn.Parameter(torch.ones(4))\n"
+        "opt = torch.optim.SGD([p], lr=0.1)\n"
+        "for _ in range(4):\n"
+        "    p.grad = torch.ones(4)\n"
+        "    opt.step()\n"
+        "if dist.get_rank() == 0:\n"
+        "    seen = {'argv': sys.argv[1:], 'env': os.environ['DTRUN_WORLD_SIZE']}\n"
+        "    open('seen.json', 'w').write(json.dumps(seen))\n"
+        "dist.destroy_process_group()\n"
+    )
+    done, run = bench(
+        no_leftovers, "--", "python", str(program), "--global-batch-size", "{world_size}",
+        "--nodes={nodes}", run_id="holes", port=29816,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for nodes in (1, 2):
+        seen = json.loads((run / f"n{nodes}" / "r0" / "seen.json").read_text())
+        assert seen == {"argv": ["--global-batch-size", str(nodes), f"--nodes={nodes}"],
+                        "env": str(nodes)}  # fmt: skip
+
+
+def test_a_program_with_no_optimizer_is_timed_whole_and_says_so(no_leftovers):
+    program = no_leftovers / "plain.py"
+    program.write_text("import time\ntime.sleep(0.3)\n")
+    done, run = bench(no_leftovers, "--", "python", str(program), run_id="whole", port=29818)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = result(run, 1)
+    assert (data["timing"], data["timed_steps"], data["optimizer_steps"]) == (
+        "whole program", 1, 0,
+    )  # fmt: skip
+    assert data["step_times_s"][0] >= 0.3
+    assert "timed: whole program" in (run / "report.md").read_text()
+
+
+def test_a_program_that_fails_on_rank_1_fails_the_point_naming_it(no_leftovers):
+    program = no_leftovers / "fails.py"
+    program.write_text(
+        "import os\n"
+        "import torch\n"
+        "p = torch.nn.Parameter(torch.ones(2))\n"
+        "opt = torch.optim.SGD([p], lr=0.1)\n"
+        "for step in range(6):\n"
+        "    p.grad = torch.ones(2)\n"
+        "    opt.step()\n"
+        "    if step == 3 and os.environ['RANK'] == '1':\n"
+        "        raise RuntimeError('rank 1 gives up at step 3')\n"
+    )
+    done, run = bench(no_leftovers, "--", "python", str(program), run_id="fails", port=29820)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "error: node-1 (127.0.0.3) failed" in done.stderr
+    assert "RuntimeError: rank 1 gives up at step 3" in done.stderr
+    runs = json.loads((run / "runs.json").read_text())
+    assert [(r["nodes"], r["status"]) for r in runs["runs"]] == [(1, "ok"), (2, "failed")]
+
+
+def test_report_compare_and_resume_work_on_program_runs(no_leftovers):
+    marker = no_leftovers / "fixed"
+    program = no_leftovers / "flaky.py"
+    program.write_text(
+        "import os, pathlib, sys\n"
+        "import torch\n"
+        f"if os.environ['WORLD_SIZE'] == '2' and not pathlib.Path({str(marker)!r}).exists():\n"
+        "    sys.exit(3)\n"
+        "p = torch.nn.Parameter(torch.ones(2))\n"
+        "opt = torch.optim.SGD([p], lr=0.1)\n"
+        "for _ in range(5):\n"
+        "    p.grad = torch.ones(2)\n"
+        "    opt.step()\n"
+    )
+    args = ("--tokens-per-step", "512", "--per-process", "--", "python", str(program))
+    done, first = bench(no_leftovers, *args, run_id="one", port=29822)
+    assert done.returncode == 1, done.stdout + done.stderr  # the 2-node point failed
+    marker.touch()
+    refused = run_dtrun("bench", "--resume", str(first), "--", "python", "x.py", cwd=no_leftovers)
+    assert refused.returncode == 2
+    assert "a program after -- would change it" in refused.stderr
+    resumed = run_dtrun("bench", "--resume", str(first), "--quiet", cwd=no_leftovers, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    summary = json.loads((first / "summary.json").read_text())
+    assert [row["nodes"] for row in summary["rows"]] == [1, 2]
+    assert summary["unit"] == "tokens"  # the recorded units came back with the program
+    assert result(first, 2)["units"]["per_step"] == 1024  # 512 per process, 2 processes
+    done, second = bench(no_leftovers, *args, run_id="two", port=29824)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (first / "report.md").unlink()
+    rebuilt = run_dtrun("report", str(first), cwd=no_leftovers)
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert "your program:" in (first / "report.md").read_text()
+    assert "## Time to train" in (first / "report.md").read_text()  # tokens: it applies
+    compared = run_dtrun("compare", str(first), str(second), cwd=no_leftovers)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+
+
+@pytest.mark.parametrize(
+    ("pattern", "own"),
+    [("step \\d+ took (?P<ms>[0-9.]+) ms", True), ("^step \\d+ took", False)],
+    ids=["its-own-time", "by-arrival"],
+)
+def test_a_program_that_prints_its_step_times_is_timed_by_the_pattern(no_leftovers, pattern, own):
+    program = no_leftovers / "prints.py"
+    program.write_text(
+        "import time\n"
+        "for step in range(8):\n"
+        "    started = time.perf_counter()\n"
+        "    time.sleep(0.1 + 0.05 * (step % 2))\n"
+        "    print(f'step {step} took {(time.perf_counter() - started) * 1000:.3f} ms', "
+        "flush=True)\n"
+    )
+    done, run = bench(
+        no_leftovers, "--step-pattern", pattern, "--", "python", str(program),
+        run_id="printed", port=29828,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = result(run, 1)
+    assert (data["timing"], data["optimizer_steps"]) == ("step pattern", 8)
+    assert data["timed_steps"] == 6  # steps 2 to 7: --warmup 2 (its first step has no start)
+    assert statistics.median(data["step_times_s"]) == pytest.approx(0.125, rel=0.2)
+    if own:  # the program's own figures, to the printed millisecond
+        printed = [
+            float(line.split()[3]) / 1000
+            for line in (run / "n1" / "r0" / "node-0.log").read_text().splitlines()
+            if line.startswith("step ")
+        ]
+        assert data["step_times_s"] == pytest.approx(printed[2:], abs=1e-6)
+
+
+def test_probe_times_all_reduces_up_to_the_program_s_gradients_on_its_ranks(no_leftovers):
+    done, run = bench(
+        no_leftovers, "--probe", "--", "python", DDP, "--steps", "5", "--sleep", "0",
+        run_id="probed", port=29830,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = result(run, 2)
+    assert data["busbw"]["gradient_bytes"] == 18720  # ddp_loop's 4,680 float32 parameters
+    assert data["busbw"]["rows"][-1]["size"] == 18720  # up to the gradients' size, measured
+    assert "busbw" not in result(run, 1)  # one process: nothing to all-reduce
+    assert (run / "n2" / "r0" / "probe" / "result.json").is_file()
+    summary = json.loads((run / "summary.json").read_text())
+    lost = {row["nodes"]: row for row in summary["where_scaling_is_lost"]}
+    assert lost[2]["busbw"] is not None and lost[2]["busbw"] > 0
+
+
+def assert_timed_as_its_own_clock(run: Path, nodes: int, steps: int) -> dict[str, Any]:
+    """``steps`` optimizer steps, all but the 2 warm-up timed, at the program's own times."""
+    data = result(run, nodes)
+    assert (data["optimizer_steps"], data["timed_steps"]) == (steps, steps - 2)
+    assert len(data["rank_step_times_s"]) == nodes
+    own = json.loads((run / f"n{nodes}" / "r0" / "own-times-rank0.json").read_text())
+    assert statistics.median(data["step_times_s"]) == pytest.approx(
+        statistics.median(own[2:]), rel=0.05
+    )
+    return data
+
+
+def assert_verdicts(run: Path) -> None:
+    summary = json.loads((run / "summary.json").read_text())
+    verdicts = [row["verdict"] for row in summary["rows"]]
+    assert verdicts[0] == "baseline"
+    assert verdicts[1] in ("scales", "loses", "inconclusive")
+    assert summary["rows"][1]["efficiency_low"] is not None  # with its 95% interval
+
+
+def test_an_fsdp_program_is_timed_and_its_shards_said_not_comparable(no_leftovers):
+    done, run = bench(
+        no_leftovers, "--", "python", str(PROGRAMS / "fsdp_loop.py"), "--steps", "10",
+        "--accumulate", "2", "--sleep", "0.02", run_id="fsdp", port=29832,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for nodes in (1, 2):
+        assert_timed_as_its_own_clock(run, nodes, 10)
+    proof = result(run, 2)["proof"]
+    assert (proof["answer"], proof["why"]) == ("not comparable", "sharded: FSDP (DTensor shards)")
+    assert_verdicts(run)
+    assert "not comparable: sharded: FSDP (DTensor shards)" in (run / "report.md").read_text()
+
+
+def test_a_deepspeed_engine_under_its_launcher_counts_its_accumulation_once(no_leftovers):
+    done, run = bench(
+        no_leftovers, "--launcher", "deepspeed", "--", "python",
+        str(PROGRAMS / "deepspeed_loop.py"), "--steps", "8", "--accumulate", "4", "--sleep",
+        "0.01", run_id="deepspeed", port=29834,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for nodes in (1, 2):
+        assert_timed_as_its_own_clock(run, nodes, 8)  # 8 optimizer steps, not 32 micro-batches
+    assert result(run, 2)["proof"]["answer"] == "in sync"
+    assert_verdicts(run)
+
+
+def test_a_horovod_program_under_horovodrun_is_timed_once_per_step(no_leftovers):
+    done, run = bench(
+        no_leftovers, "--launcher", "horovodrun", "--", "python",
+        str(PROGRAMS / "horovod_loop.py"), "--steps", "10", "--sleep", "0.02",
+        run_id="horovod", port=29836,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for nodes in (1, 2):
+        assert_timed_as_its_own_clock(run, nodes, 10)  # its nested step counted once
+    assert result(run, 2)["proof"]["answer"] == "in sync"
+    assert_verdicts(run)
+
+
+def test_a_ddp_program_under_mpirun_takes_its_ranks_from_open_mpi(no_leftovers):
+    done, run = bench(
+        no_leftovers, "--launcher", "mpirun", "--", "python", DDP, "--steps", "8", "--sleep",
+        "0.02", run_id="mpirun", port=29838,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for nodes in (1, 2):
+        assert_timed_as_its_own_clock(run, nodes, 8)
+    assert result(run, 2)["proof"]["answer"] == "in sync"
+    assert_verdicts(run)

@@ -1,0 +1,83 @@
+"""A hosts file with a dead node fails within --connect-timeout, naming it, with a progress line
+on the way: a refused port (sshd down) and a silent one (a host that accepts and never speaks,
+as a hung machine or a firewall that swallows packets does)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import run_dtrun
+from tests.e2e.test_ssh import hosts_file_text
+
+pytestmark = pytest.mark.e2e
+
+DEAD = "127.0.0.9"
+
+
+@contextlib.contextmanager
+def silent_port() -> Iterator[int]:
+    """A port on DEAD that accepts connections and never sends an SSH banner."""
+    server = socket.create_server((DEAD, 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError, OSError):
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        for connection in held:
+            connection.close()
+        server.close()
+
+
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A port on DEAD nothing listens on (bound to find a free one, then closed)."""
+    with socket.socket() as probe:
+        probe.bind((DEAD, 0))
+        port = probe.getsockname()[1]
+    yield port
+
+
+@pytest.mark.parametrize("dead", [refused_port, silent_port], ids=["refused", "silent"])
+def test_a_dead_node_in_a_hosts_file_fails_the_run_within_the_connect_timeout(
+    sshd_cluster, no_leftovers, dead
+):
+    with dead() as port:
+        text = hosts_file_text(sshd_cluster, no_leftovers, count=1)
+        hosts = no_leftovers / "hosts.yaml"
+        two = f"hosts: [127.0.0.2, {{host: {DEAD}, port: {port}}}]"
+        hosts.write_text(text.replace("hosts: [127.0.0.2]", two))
+        started = time.monotonic()
+        done = run_dtrun(
+            "run", "--hosts", str(hosts), "--nodes", "2", "--connect-timeout", "8",
+            "--output", str(no_leftovers / "runs"), "--run-id", "dead", "--", "true",
+            cwd=no_leftovers,
+        )  # fmt: skip
+        took = time.monotonic() - started
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert took < 8 + 6, f"took {took:.1f} s"  # the timeout, plus dtrun's start and stop
+    # the live line while waiting: who answered, who not
+    assert f"1 of 2 answered, not yet node-1 ({DEAD})" in out
+    # the failure names the dead node, why, and how to give it longer
+    assert "1 of 2 nodes not ready after" in out and f"node-1 ({DEAD}): cannot reach" in out
+    assert "--connect-timeout" in out and "Traceback" not in out
+    run = json.loads((no_leftovers / "runs" / "dead" / "run.json").read_text())
+    assert run["status"] == "failed" and f"node-1 ({DEAD})" in run["error"]

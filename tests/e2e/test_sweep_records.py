@@ -1,0 +1,43 @@
+"""sweep records: the tests that start daemons or real launches; the others are in
+tests/unit/test_sweep_records.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from runner.spec.launch import RESULT_FILE
+from tests.conftest import run_dtrun
+from tests.unit.test_sweep_records import runs_of
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("size_k", [24, 200])
+def test_a_real_sweep_on_a_full_disk_exits_1_with_every_file_whole(
+    small_disk: Callable[[int], Path], no_leftovers: Path, size_k: int
+):
+    """The embedded cluster's real launches, -o on a disk too small for the sweep: no
+    traceback, no partial file, no empty file that should hold something, and no record
+    claiming a result that is not there."""
+    disk = small_disk(size_k)
+    done = run_dtrun(
+        "bench", "--nodes", "1,2", "--steps", "4", "--warmup", "1", "--repeat", "1", "--quiet",
+        "-o", str(disk), "--run-id", "full", "--port", "29724" if size_k == 24 else "29726",
+        cwd=no_leftovers, timeout=300,
+    )  # fmt: skip
+    run = disk / "full"
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"error: the disk holding {run} is full (" in done.stderr
+    assert f"next: free space and run `dtrun report {run}`" in done.stderr
+    files = [path for path in run.rglob("*") if path.is_file()]
+    assert not [path for path in files if ".partial" in path.name]
+    for name in ("manifest.json", "runs.json", "summary.json", "report.md", "report.html"):
+        assert not (run / name).exists() or (run / name).stat().st_size > 0, name
+    if (run / "runs.json").exists():
+        for entry in runs_of(run)["runs"]:
+            if entry["status"] == "ok":  # ok means its result is there, whole
+                json.loads((run / entry["run_dir"] / RESULT_FILE).read_text())

@@ -1,0 +1,90 @@
+"""What people see while long phases run."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from rich.console import Console
+
+from runner.cli.display import RegistryBar, SweepDisplay
+from runner.spec.outcome import RunResult, RunStatus
+from runner.spec.request import BenchSpec
+from tests.plans import sweep_plan
+
+
+def _console() -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, force_terminal=False, width=120), out
+
+
+def test_the_registry_bar_follows_nodes_until_all_are_ready():
+    console, out = _console()
+    with RegistryBar(console) as bar:
+        bar(0, 0, 3, 0.0)
+        bar(2, 1, 3, 10.0)
+        bar(3, 3, 3, 20.0)
+        assert bar.progress is None  # stopped as soon as every node was ready
+    text = out.getvalue()
+    assert "nodes ready (3 of 3 registered)" in text and "3/3" in text
+
+
+def test_the_registry_bar_stays_silent_when_every_node_is_ready_at_once():
+    console, out = _console()
+    with RegistryBar(console) as bar:
+        bar(2, 2, 2, 0.0)
+    assert out.getvalue() == ""
+
+
+def test_the_registry_bar_stops_when_the_wait_fails():
+    console, out = _console()
+    bar = RegistryBar(console)
+    with bar:
+        bar(1, 0, 2, 0.0)
+        assert bar.progress is not None
+    assert bar.progress is None
+    assert "nodes ready (1 of 2 registered)" in out.getvalue()
+
+
+def test_the_sweep_bar_shows_the_time_left_from_the_pace_of_launches(fixed_inventory):
+    console, out = _console()
+    spec = BenchSpec("pace", node_counts=(1, 2), steps=4, warmup=1, repeat=2)
+    display = SweepDisplay(console, sweep_plan(fixed_inventory, spec), quiet=True)
+    clock = [0.0]
+    display.progress.get_time = lambda: clock[0]
+    for launch, at in enumerate((60.0, 120.0)):  # a minute each: longer than rich's 30 s
+        clock[0] = at
+        display.on_done(RunResult(1, launch, RunStatus.FAILED, 60.0, f"n1/r{launch}"), None)
+    console.print(display.progress.get_renderable())
+    # 2 of 4 launches done, one a minute: 2 minutes left
+    assert re.search(r"2/4 .* elapsed, 0:02:00 left", out.getvalue()), out.getvalue()
+
+
+def test_the_end_table_shows_n_the_efficiency_interval_and_the_verdict(
+    tmp_path, fixed_inventory, monkeypatch
+):
+    import random
+
+    from runner.cli.summary import print_verdicts, report_grid
+    from runner.cli.tables import print_grid
+    from runner.report.build import analyse
+    from runner.spec.request import BenchSpec
+    from tests.factories import fake_run_dir
+
+    rng = random.Random(5)
+    times = {n: [[0.0336 * n**0.5 * rng.lognormvariate(0, 0.05) for _ in range(30)]]
+             for n in (1, 2)}  # fmt: skip
+    run = fake_run_dir(tmp_path / "t", BenchSpec(run_id="t"), fixed_inventory, {},
+                       step_times=times)  # fmt: skip
+    report = analyse(run)
+    row = report.rows[1]
+    assert row.efficiency_low is not None and row.efficiency_high is not None
+    console, out = _console()
+    print_grid(console, report_grid(report))
+    text = out.getvalue()
+    cell = f"{row.efficiency:.0%} ({row.efficiency_low * 100:.0f}-{row.efficiency_high * 100:.0f}%)"
+    assert cell in text and "30x1" in text and "loses" in text and "baseline" in text
+    assert "tokens/s, speedup and efficiency at the median step time" in text
+    monkeypatch.setattr("runner.cli.summary.console", lambda: console)
+    print_verdicts(report)
+    assert f"2 nodes: loses: {row.verdict_reason}" in out.getvalue()

@@ -1,0 +1,248 @@
+"""Stack settings -> ClusterSpec: defaults from Pulumi.yaml, and a clear error for each bad one."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from functools import cache
+
+import pytest
+import yaml
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from runner.azure.catalog import CatalogError
+from runner.azure.config import PROJECT_FILE, cluster_spec, schema
+from runner.azure.settingcheck import ConfigError, subnets
+from runner.spec.cluster import StorageKind
+
+TODAY = datetime.date(2026, 11, 23)
+MINIMAL = {"adminCidrs": ["203.0.113.4/32"]}
+
+
+def spec(**settings):
+    return cluster_spec({**MINIMAL, **settings}, today=TODAY)
+
+
+def test_defaults_come_from_pulumi_yaml():
+    cluster = spec()
+    assert cluster.vm_size == "Standard_ND96isr_H100_v5"
+    assert cluster.node_count == 2
+    assert cluster.storage.kind is StorageKind.AZURE_FILES
+    assert cluster.storage.mount_path == "/shared"
+    assert cluster.image == "microsoft-dsvm:ubuntu-hpc:2204:latest"
+    assert cluster.ssh_public_key is None
+    assert cluster.spot is False
+
+
+def test_every_setting_is_declared_with_type_and_description():
+    declared = yaml.safe_load(PROJECT_FILE.read_text())["config"]
+    assert all(key.startswith("dtrun:") for key in declared)
+    for key, setting in declared.items():
+        assert setting["type"] in {"string", "integer", "boolean", "array"}, key
+        assert setting["description"], key
+    assert set(schema()) >= {
+        "location", "vmSize", "nodeCount", "adminCidrs", "sshPublicKey", "storageKind",
+        "storageSizeGib", "spot", "spotMaxPrice", "image", "tags", "namePrefix",
+    }  # fmt: skip
+
+
+def test_the_example_stack_file_uses_only_declared_settings():
+    example = yaml.safe_load((PROJECT_FILE.parent / "Pulumi.example.yaml").read_text())["config"]
+    dtrun = {k: v for k, v in example.items() if k.startswith("dtrun:")}
+    assert cluster_spec(dtrun, today=TODAY).vm_size
+
+
+def test_stack_file_strings_are_read_as_their_declared_types():
+    cluster = cluster_spec(
+        {"dtrun:adminCidrs": '["198.51.100.0/24"]', "dtrun:nodeCount": "8", "dtrun:spot": "true"},
+        today=TODAY,
+    )
+    assert (cluster.admin_cidrs, cluster.node_count, cluster.spot) == (
+        ("198.51.100.0/24",),
+        8,
+        True,
+    )
+
+
+def test_the_image_override_replaces_the_catalog_image():
+    urn = "microsoft-dsvm:ubuntu-hpc:2404:latest"
+    assert spec(image=urn).image == urn
+
+
+def test_the_catalog_image_follows_the_size_family():
+    assert spec(vmSize="Standard_ND40rs_v2").image.endswith(":2204-v100:latest")
+    assert spec(vmSize="Standard_ND96isr_MI300X_v5").image.endswith(":2204-rocm:latest")
+
+
+def test_vnet_is_carved_into_four_24s():
+    assert subnets("10.42.0.0/16") == {
+        "head": "10.42.0.0/24",
+        "nodes": "10.42.1.0/24",
+        "netapp": "10.42.2.0/24",
+        "lustre": "10.42.3.0/24",
+    }
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"vmSize": "Standard_ND96is_H100_v5"}, "use Standard_ND96isr_H100_v5"),
+        ({"vmSize": "Standard_NC24rs_v3"}, "retired on 2025-09-30"),
+        ({"nodeCount": 0}, "300 after a support request"),
+        ({"nodeCount": 101}, "300 after a support request"),
+    ],
+)
+def test_sizes_and_node_counts_the_catalog_refuses(settings, message):
+    with pytest.raises(CatalogError, match=message):
+        spec(**settings)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"adminCidrs": []}, "dtrun:adminCidrs is empty"),
+        ({"adminCidrs": ["0.0.0.0/0"]}, "opens SSH to the whole internet"),
+        ({"adminCidrs": ["::/0"]}, "opens SSH to the whole internet"),
+        ({"adminCidrs": ["0.0.0.0/1", "128.0.0.0/1"]}, "opens SSH to the whole internet"),
+        ({"adminCidrs": ["10.0.0.5/24"]}, "did you mean 10.0.0.0/24"),
+        ({"adminCidrs": ["my laptop"]}, "is not a CIDR"),
+        ({"vnetCidr": "172.16.0.0/12"}, "overlaps 172.16.0.0/16"),
+        ({"vnetCidr": "172.16.128.0/20"}, "overlaps 172.16.0.0/16"),
+        ({"vnetCidr": "10.0.0.0/24"}, "needs four /24 subnets"),
+        ({"storageKind": "s3"}, "use one of azurefiles, netapp, lustre"),
+        ({"storageSizeGib": 50}, "100 to 102400 GiB"),
+        ({"storageKind": "netapp", "storageSizeGib": 1500}, "use 2048"),
+        ({"storageKind": "lustre", "lustreSku": "AMLFS-Durable-Premium-999"}, "use one of"),
+        (
+            {
+                "storageKind": "lustre",
+                "lustreSku": "AMLFS-Durable-Premium-40",
+                "storageSizeGib": 16 * 1024,
+            },
+            "steps of 48 TiB",
+        ),
+        (
+            {"storageKind": "lustre", "storageSizeGib": 136 * 1024, "zone": "1"},
+            "AMLFS-Durable-Premium-250 holds at most 128 TiB",
+        ),
+        (
+            {
+                "storageKind": "lustre",
+                "lustreSku": "AMLFS-Durable-Premium-40",
+                "storageSizeGib": 240 * 1024,
+                "zone": "1",
+            },
+            "Lustre subnet fits a file system of at most 196 TiB",
+        ),
+        ({"storageKind": "lustre", "storageSizeGib": 8192}, "dtrun:zone is empty"),
+        ({"zone": "4"}, "dtrun:zone is '4'"),
+        ({"zone": "eastus-1"}, "use 1, 2 or 3"),
+        ({"spotMaxPrice": "cheap"}, "dtrun:spotMaxPrice"),
+        ({"spotMaxPrice": "0"}, "dtrun:spotMaxPrice"),
+        ({"adminUser": "root"}, "does not accept as a login"),
+        ({"sshPublicKey": "-----BEGIN OPENSSH PRIVATE KEY-----"}, "not an OpenSSH public key"),
+        ({"namePrefix": "Dtrun-Cluster"}, "2 to 12 lowercase letters"),
+        ({"tags": ["team"]}, "not KEY=VALUE"),
+        ({"image": "ubuntu-hpc"}, "is not an image URN"),
+        ({"image": "almalinux:almalinux-hpc:8_10-hpc-gen2:latest"}, "not an Ubuntu image"),
+        ({"nodeCount": "many"}, "not a integer"),
+        ({"vmsize": "Standard_ND96isr_H100_v5"}, "did you mean dtrun:vmSize"),
+        ({"mountPath": "shared dir"}, "dtrun:mountPath"),
+    ],
+)
+def test_bad_settings_are_refused_with_the_key_named(settings, message):
+    with pytest.raises((ConfigError, CatalogError), match=message.replace("(", r"\(")) as caught:
+        spec(**settings)
+    assert caught.value.exit_code == 2
+
+
+def test_admin_cidrs_are_required():
+    with pytest.raises(ConfigError, match="dtrun:adminCidrs must be set"):
+        cluster_spec({}, today=TODAY)
+
+
+def test_internet_wide_ssh_needs_the_explicit_flag():
+    cluster = spec(adminCidrs=["0.0.0.0/0"], allowSshFromInternet=True)
+    assert cluster.admin_cidrs == ("0.0.0.0/0",)
+
+
+def test_valid_lustre_sizes_follow_the_step_table():
+    for sku, step in (("AMLFS-Durable-Premium-40", 48), ("AMLFS-Durable-Premium-500", 4)):
+        cluster = spec(storageKind="lustre", lustreSku=sku, storageSizeGib=step * 1024, zone="1")
+        assert cluster.storage.size_gib == step * 1024
+
+
+@pytest.mark.parametrize(
+    ("sku", "step_tib", "largest_tib"),
+    [
+        ("AMLFS-Durable-Premium-500", 4, 128),
+        ("AMLFS-Durable-Premium-250", 8, 128),
+        ("AMLFS-Durable-Premium-125", 16, 128),
+        # 768 TiB for the SKU, but the /24 subnet fits 196 TiB: the last 48 TiB step under it
+        ("AMLFS-Durable-Premium-40", 48, 192),
+    ],
+)
+def test_lustre_takes_its_largest_size_and_refuses_one_step_more(sku, step_tib, largest_tib):
+    def lustre(tib: int):
+        return spec(storageKind="lustre", lustreSku=sku, storageSizeGib=tib * 1024, zone="1")
+
+    assert lustre(largest_tib).storage.size_gib == largest_tib * 1024
+    with pytest.raises(ConfigError, match=f"use at most {largest_tib * 1024} "):
+        lustre(largest_tib + step_tib)
+
+
+def test_the_zone_is_one_of_azures_three_or_none():
+    assert spec().zone == ""
+    assert spec(zone="2").zone == "2"
+    assert spec(storageKind="lustre", storageSizeGib=8192, zone="3").zone == "3"
+
+
+def test_a_bare_address_becomes_a_host_cidr():
+    assert spec(adminCidrs=["203.0.113.4"]).admin_cidrs == ("203.0.113.4/32",)
+
+
+def openssh(public_key) -> str:
+    line = public_key.public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH).decode()
+    return f"{line} user@laptop"
+
+
+@cache
+def rsa_key(bits: int) -> str:
+    return openssh(rsa.generate_private_key(public_exponent=65537, key_size=bits).public_key())
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: openssh(ec.generate_private_key(ec.SECP256R1()).public_key()),
+         "is a key of type ecdsa-sha2-nistp256; Azure accepts only RSA"),
+        (lambda: openssh(ec.generate_private_key(ec.SECP384R1()).public_key()),
+         "is a key of type ecdsa-sha2-nistp384"),
+        (lambda: openssh(ec.generate_private_key(ec.SECP521R1()).public_key()),
+         "is a key of type ecdsa-sha2-nistp521"),
+        (lambda: rsa_key(1024), "is a 1024-bit RSA key; Azure refuses RSA keys under 2048 bits"),
+        (lambda: rsa_key(2040), "is a 2040-bit RSA key"),
+        (lambda: "ssh-ed25519 AAAAnotbase64!! user@laptop", "not an OpenSSH public key"),
+        (lambda: "ssh-ed25519 " + base64.b64encode(b"short").decode(), "not an OpenSSH public key"),
+    ],
+)  # fmt: skip
+def test_ssh_keys_azure_refuses_are_refused_at_config_with_exit_2(make, message):
+    with pytest.raises(ConfigError, match=message) as caught:
+        spec(sshPublicKey=make())
+    assert caught.value.exit_code == 2
+    assert "dtrun:sshPublicKey" in str(caught.value)
+    assert "~/.ssh/id_ed25519.pub" in caught.value.fix
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: openssh(ed25519.Ed25519PrivateKey.generate().public_key()),
+        lambda: rsa_key(2048),
+        lambda: rsa_key(4096),
+    ],
+)
+def test_ssh_keys_azure_accepts_are_kept_as_given(make):
+    key = make()
+    assert spec(sshPublicKey=key).ssh_public_key == key

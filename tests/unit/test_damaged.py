@@ -1,0 +1,443 @@
+"""`dtrun report` and `dtrun compare` refuse a damaged run directory: exit 2, one message naming
+the file and what is wrong with it, no traceback, and every file left as it was."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from runner.cli.app import app
+from runner.record.rundir import write_health
+from runner.spec.cluster import Inventory
+from runner.spec.outcome import GateStatus, Health, NodeHealth, RunResult, RunStatus, SweepStatus
+from runner.spec.request import BenchSpec
+from tests.conftest import run_dtrun
+from tests.factories import allreduce_data, fake_run_dir
+
+Damage = Callable[[Path], object]
+# Derived files from an earlier build: `dtrun report` would rewrite them, so they show whether
+# anything was written.
+EARLIER = ("summary.json", "report.md", "report.html", "throughput.png", "efficiency.png")
+
+
+def make_run(path: Path, inventory: Inventory) -> None:
+    """A finished two-point training sweep with a health verdict and an earlier report."""
+    bench = BenchSpec(run_id=path.name, node_counts=(1, 2))
+    fake_run_dir(path, bench, inventory, {1: [1000.0], 2: [1800.0]}, busbw={2: 2.0})
+    write_health(
+        path,
+        Health(GateStatus.WARNED, threshold_gbs=1.0, threshold_source="--health-threshold",
+               size="1M", procs_per_node=1,
+               nodes=(NodeHealth("node-0", "127.0.0.2", 1.5, True),
+                      NodeHealth("node-1", "127.0.0.3", 0.5, False))),
+    )  # fmt: skip
+    for name in EARLIER:
+        (path / name).write_text(f"{name} from an earlier build\n")
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under root (not following links): a file's hash, a link's target, 'dir',
+    or what else it is (a FIFO is not read: that would wait for a writer)."""
+    found = {}
+    for top, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(top, name)
+            key = str(path.relative_to(root))
+            mode = path.lstat().st_mode
+            if stat.S_ISLNK(mode):
+                found[key] = f"link to {path.readlink()}"
+            elif stat.S_ISDIR(mode):
+                found[key] = "dir"
+            elif stat.S_ISREG(mode):
+                found[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+            else:
+                found[key] = f"mode {mode:o}"
+    return found
+
+
+def edit(change: Callable[[Any], Any]) -> Damage:
+    """Load the file's JSON, change it (the change may return a replacement), write it back."""
+
+    def damage(path: Path) -> None:
+        data = json.loads(path.read_text())
+        replaced = change(data)
+        path.write_text(json.dumps(data if replaced is None else replaced))
+
+    return damage
+
+
+def text(content: str) -> Damage:
+    return lambda path: path.write_text(content)
+
+
+def cut_short(path: Path) -> None:
+    """As a full disk leaves a file: it ends after the first comma past its middle."""
+    data = path.read_bytes()
+    path.write_bytes(data[: data.index(b",", len(data) // 2) + 1])
+
+
+def not_utf8(path: Path) -> None:
+    path.write_bytes(path.read_bytes().replace(b'"run_id"', b'"run_\xff\xfeid"'))
+
+
+def directory(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+    (path / "inside").write_text("a file, so the directory is not empty\n")
+
+
+def link_loop(path: Path) -> None:
+    path.unlink()
+    path.symlink_to(path.name)  # reading it fails: too many levels of symbolic links
+
+
+def removed(path: Path) -> None:
+    path.unlink()
+
+
+def fifo(path: Path) -> None:
+    """A named pipe with no writer: reading it would wait forever."""
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+def link_out(path: Path) -> None:
+    """A link to a file outside the run directory (its copy, or a file someone cares about)."""
+    outside = path.parents[1] / f"outside-{path.name}"
+    outside.write_bytes(path.read_bytes() if path.exists() else b"precious, not dtrun's\n")
+    path.unlink(missing_ok=True)
+    path.symlink_to(outside)
+
+
+def directory_out(path: Path) -> None:
+    """The launch directory holding the file is a link to a copy of it outside the run."""
+    launch = path.parent
+    outside = launch.parents[2] / "outside-launch"
+    launch.rename(outside)
+    launch.symlink_to(outside)
+
+
+def number(digits: int, *keys: str) -> Damage:
+    """A number of ``digits`` digits, written into the JSON text as it is (as a tool might)."""
+
+    def damage(path: Path) -> None:
+        data = json.loads(path.read_text())
+        put("@NUMBER@", *keys)(data)
+        path.write_text(json.dumps(data).replace('"@NUMBER@"', "9" * digits))
+
+    return damage
+
+
+def drop(*keys: str) -> Callable[[Any], None]:
+    """Delete data[keys[0]]...[keys[-1]] (integer keys index lists)."""
+
+    def change(data: Any) -> None:
+        for key in keys[:-1]:
+            data = data[int(key) if isinstance(data, list) else key]
+        del data[keys[-1]]
+
+    return change
+
+
+def put(value: Any, *keys: str) -> Callable[[Any], None]:
+    def change(data: Any) -> None:
+        for key in keys[:-1]:
+            data = data[int(key) if isinstance(data, list) else key]
+        data[int(keys[-1]) if isinstance(data, list) else keys[-1]] = value
+
+    return change
+
+
+def allreduce_result(path: Path) -> None:
+    path.write_text(json.dumps(allreduce_data(world=2, busbw={1 << 20: 1.0})))
+
+
+@dataclass(frozen=True)
+class Case:
+    file: str  # damaged, relative to the runs' parent: a/... (report's run, compare's A) or b/...
+    damage: Damage
+    says: str  # what the message must say about it
+    command: str = "report"
+
+
+CASES = {
+    "manifest-null": Case("a/manifest.json", text("null\n"), "it holds null, not a JSON object"),
+    "manifest-list": Case("a/manifest.json", text("[]"), "it holds an empty list, not a JSON"),
+    "manifest-empty": Case("a/manifest.json", text(""), "it is empty"),
+    "manifest-blank": Case("a/manifest.json", text(" \n"), "it holds only white space"),
+    "manifest-cut-short": Case("a/manifest.json", cut_short, "cut short?"),
+    "manifest-not-utf8": Case("a/manifest.json", not_utf8, "is not UTF-8"),
+    "manifest-directory": Case("a/manifest.json", directory, "it is a directory, not a file"),
+    "manifest-unreadable": Case("a/manifest.json", link_loop, "it cannot be read: Too many"),
+    "manifest-no-bench": Case("a/manifest.json", edit(drop("bench")), "it has no 'bench'"),
+    "manifest-bad-mode": Case(
+        "a/manifest.json",
+        edit(put("sideways", "bench", "mode")),
+        "'bench.mode' is 'sideways', not one of 'weak', 'strong'",
+    ),
+    "manifest-nodes-number": Case(
+        "a/manifest.json",
+        edit(put(4, "inventory", "nodes")),
+        "'inventory.nodes' is 4, not a list",
+    ),
+    "manifest-model-missing": Case(
+        "a/manifest.json", edit(drop("bench", "model")), "'bench' has no 'model'"
+    ),
+    "runs-empty": Case("a/runs.json", text(""), "it is empty"),
+    "runs-number": Case("a/runs.json", text("3\n"), "it holds 3, not a JSON object"),
+    "runs-not-json": Case("a/runs.json", text("{'status': 'complete'}"), "line 1 column 2"),
+    "runs-missing": Case("a/runs.json", removed, "the sweep recorded no launch"),
+    "runs-entry-no-status": Case(
+        "a/runs.json", edit(drop("runs", "1", "status")), "'runs[1]' has no 'status'"
+    ),
+    "runs-entry-zero-nodes": Case(
+        "a/runs.json",
+        edit(put(0, "runs", "0", "nodes")),
+        "'runs[0].nodes' is 0, not a whole number above 0",
+    ),
+    "runs-bad-status": Case(
+        "a/runs.json", edit(put(None, "status")), "'status' is null, not one of 'running'"
+    ),
+    "runs-entry-outside": Case(
+        "a/runs.json",
+        edit(put("../../etc", "runs", "0", "run_dir")),
+        "a launch's 'run_dir' is '../../etc', outside the run directory",
+    ),
+    "result-missing": Case("a/n2/r0/result.json", removed, "records the launch in n2/r0 as"),
+    "result-not-json": Case("a/n1/r0/result.json", text("{\n"), "line 2 column 1"),
+    "result-null-throughput": Case(
+        "a/n2/r0/result.json",
+        edit(put(None, "tokens_per_s")),
+        "'tokens_per_s' is null, not a number above 0",
+    ),
+    "result-zero-throughput": Case(
+        "a/n1/r0/result.json",
+        edit(put(0, "tokens_per_s")),
+        "'tokens_per_s' is 0, not a number above 0",
+    ),
+    "result-infinite-step-time": Case(
+        "a/n1/r0/result.json",
+        edit(put([0.03, float("inf")], "step_times_s")),
+        "'step_times_s[1]' is inf, not a number above 0",
+    ),
+    "result-zero-sequence": Case(
+        "a/n1/r0/result.json",
+        edit(put(0, "model", "seq_len")),
+        "'model.seq_len' is 0, not a whole number above 0",
+    ),
+    "manifest-noise-no-sample": Case(
+        "a/manifest.json", edit(put({"steal_share": 0.0}, "noise")), "'noise' has no 'sample_s'"
+    ),
+    "result-zero-step-time": Case(
+        "a/n2/r0/result.json",
+        edit(put([0.03, 0], "step_times_s")),
+        "'step_times_s[1]' is 0, not a number above 0",
+    ),
+    "result-step-times-text": Case(
+        "a/n1/r0/result.json",
+        edit(put("fast", "step_times_s")),
+        "'step_times_s' is 'fast', not a list",
+    ),
+    "manifest-zero-target": Case(
+        "a/manifest.json",
+        edit(put(0, "bench", "target_efficiency")),
+        "'bench.target_efficiency' is 0, not a number above 0",
+    ),
+    "result-probe-rows-empty": Case(
+        "a/n2/r0/result.json", edit(put([], "busbw", "rows")), "'busbw.rows' is an empty list"
+    ),
+    "result-other-schema": Case(
+        "a/n1/r0/result.json", edit(put("dtrun.train/99", "schema")), "'dtrun.train/99'"
+    ),
+    "result-wrong-workload": Case(
+        "a/n1/r0/result.json", allreduce_result, "but the sweep's workload is train"
+    ),
+    "result-list": Case("a/n1/r0/result.json", text("[1, 2]"), "it holds a list"),
+    "health-number": Case("a/health.json", text("1.5"), "it holds 1.5, not a JSON object"),
+    "health-no-pass-mark": Case(
+        "a/health.json", edit(put(None, "threshold_gbs")), "'threshold_gbs' is null, not a number"
+    ),
+    "health-node-error-number": Case(
+        "a/health.json", edit(put(7, "nodes", "1", "error")), "'nodes[1].error' is 7, not text"
+    ),
+    "report-md-directory": Case("a/report.md", directory, "is in the way: it is not a plain file"),
+    # links: nothing is written through one, nothing is read from outside the run directory
+    "report-md-link-out": Case("a/report.md", link_out, "a/report.md is a symbolic link"),
+    "report-html-link-out": Case("a/report.html", link_out, "writes through no link"),
+    "summary-link-out": Case("a/summary.json", link_out, "is a symbolic link"),
+    "plot-link-out": Case("a/throughput.png", link_out, "is a symbolic link"),
+    "manifest-link-out": Case("a/manifest.json", link_out, "leads it out of the run directory"),
+    "result-directory-link-out": Case(
+        "a/n1/r0/result.json", directory_out, "leads it out of the run directory"
+    ),
+    "compare-b-runs-link-out": Case(
+        "b/runs.json", link_out, "leads it out of the run directory", "compare"
+    ),
+    # only regular files are read: a FIFO would hang the read
+    "result-fifo": Case("a/n1/r0/result.json", fifo, "it is a FIFO (named pipe), not a file"),
+    "manifest-fifo": Case("a/manifest.json", fifo, "it is a FIFO (named pipe), not a file"),
+    "compare-b-result-fifo": Case("b/n2/r0/result.json", fifo, "a FIFO", "compare"),
+    # numbers beyond any figure dtrun records: Python refuses 5,000 digits, overflows on 400
+    "result-400-digit-throughput": Case(
+        "a/n1/r0/result.json", number(400, "tokens_per_s"), "a whole number of 400 digits"
+    ),
+    "result-5000-digit-throughput": Case(
+        "a/n2/r0/result.json", number(5000, "tokens_per_s"), "a whole number of 5,000 digits"
+    ),
+    "result-400-digit-decimal": Case(
+        "a/n1/r0/result.json",
+        lambda path: (
+            number(400, "tokens_per_s")(path)
+            or path.write_text(path.read_text().replace("9" * 400, "9" * 400 + ".5"))
+        ),
+        "a number too large for any figure",
+    ),
+    "manifest-5000-digit-memory": Case(
+        "a/manifest.json", number(5000, "machine", "memory_bytes"), "5,000 digits"
+    ),
+    "compare-b-result-400-digits": Case(
+        "b/n1/r0/result.json", number(400, "step_time_s", "p50"), "400 digits", "compare"
+    ),
+    "compare-b-manifest-null": Case("b/manifest.json", text("null"), "it holds null", "compare"),
+    "compare-a-runs-cut-short": Case("a/runs.json", cut_short, "cut short?", "compare"),
+    "compare-b-result-list": Case("b/n2/r0/result.json", text("[]"), "an empty list", "compare"),
+    "compare-b-git-text": Case(
+        "b/manifest.json", edit(put("abc", "git")), "'git' is 'abc', not a JSON object", "compare"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_a_damaged_run_directory_is_refused_and_left_as_it_was(
+    case: Case, tmp_path: Path, fixed_inventory: Inventory
+):
+    for name in ("a", "b"):
+        make_run(tmp_path / name, fixed_inventory)
+    damaged = tmp_path / case.file
+    case.damage(damaged)
+    before = snapshot(tmp_path)
+    runs = ["a"] if case.command == "report" else ["a", "b"]
+    with contextlib.chdir(tmp_path):  # in process: 72 cases, each a dtrun start saved
+        done = CliRunner(env={"COLUMNS": "250"}).invoke(app, [case.command, *runs])
+    output = done.stdout + done.stderr
+    # exit 2 through dtrun's own error printing, never an exception
+    assert isinstance(done.exception, SystemExit), f"{done.exception!r}\n{output}"
+    assert done.exit_code == 2, output
+    assert "Traceback" not in output
+    assert f"error: {case.file}" in done.stderr  # the damaged file comes first, as given
+    assert case.says in done.stderr
+    assert "next: " in done.stderr
+    assert snapshot(tmp_path) == before  # nothing written, removed or left behind
+
+
+def interrupted(path: Path) -> None:
+    """As an interrupted sweep leaves it: a point that never finished has no result."""
+    data = json.loads((path / "runs.json").read_text())
+    data["status"] = SweepStatus.INTERRUPTED.value
+    data["error"] = "interrupted by the user (Ctrl-C)"
+    unfinished = RunResult(4, 0, RunStatus.INTERRUPTED, 2.5, "n4/r0", (), data["error"])
+    data["runs"].append(asdict(unfinished))
+    (path / "runs.json").write_text(json.dumps(data))
+
+
+TOLERATED: dict[str, Damage] = {
+    "an-unfinished-launch-without-a-result": interrupted,
+    "a-damaged-earlier-summary-is-rebuilt": lambda path: (path / "summary.json").write_bytes(
+        b"\xff{"
+    ),
+    "a-leftover-partial-file": lambda path: (path / "runs.json.partial").write_text("{"),
+    "a-byte-order-mark-an-editor-added": lambda path: (path / "manifest.json").write_bytes(
+        b"\xef\xbb\xbf" + (path / "manifest.json").read_bytes()
+    ),
+}
+
+
+@pytest.mark.parametrize("state", TOLERATED.values(), ids=TOLERATED.keys())
+def test_normal_states_of_a_run_directory_are_reported(
+    state: Damage, tmp_path: Path, fixed_inventory: Inventory
+):
+    make_run(tmp_path / "a", fixed_inventory)
+    state(tmp_path / "a")
+    done = run_dtrun("report", "a", "--json", cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert [row["nodes"] for row in summary["rows"]] == [1, 2]
+    assert "| 1,800 |" in (tmp_path / "a" / "report.md").read_text()
+
+
+# --resume reads the same records with the same reader, and checks every one (each kept
+# launch's result.json included) before it launches or writes anything.
+RESUME_CASES = {
+    "result-cut-short": ("n1/r0/result.json", cut_short, "cut short?"),
+    "result-400-digits": (
+        "n1/r0/result.json",
+        number(400, "tokens_per_s"),
+        "a whole number of 400 digits",
+    ),
+    "result-fifo": ("n1/r0/result.json", fifo, "it is a FIFO (named pipe), not a file"),
+    "steps-text": (
+        "manifest.json",
+        edit(put("12", "bench", "steps")),
+        "'bench.steps' is '12', not a whole",
+    ),
+    "node-count-text": (
+        "manifest.json",
+        edit(put([1, "2"], "bench", "node_counts")),
+        "'bench.node_counts[1]' is '2', not a whole number",
+    ),
+    "port-null": (
+        "manifest.json",
+        edit(put(None, "bench", "rdzv_port")),
+        "'bench.rdzv_port' is null, not a whole number",
+    ),
+    "env-pair-of-one": (
+        "manifest.json",
+        edit(put([["MODE"]], "bench", "env")),
+        "'bench.env[0]' is a list, not a list of 2",
+    ),
+    "env-number": (
+        "manifest.json",
+        edit(put([["MODE", 3]], "bench", "env")),
+        "'bench.env[0][1]' is 3, not",
+    ),
+    "mode-unknown": (
+        "manifest.json",
+        edit(put("sideways", "bench", "mode")),
+        "'bench.mode' is 'sideways'",
+    ),
+    "run-status-number": (
+        "runs.json",
+        edit(put(7, "runs", "0", "status")),
+        "'runs[0].status' is 7, not one of",
+    ),
+    "run-nodes-text": ("runs.json", edit(put("1", "runs", "0", "nodes")), "'runs[0].nodes' is"),
+}
+
+
+@pytest.mark.parametrize(("file", "damage", "says"), RESUME_CASES.values(), ids=RESUME_CASES)
+def test_resume_refuses_a_damaged_record_before_it_launches_or_writes(
+    file: str, damage: Damage, says: str, tmp_path: Path, fixed_inventory: Inventory
+):
+    bench = BenchSpec(run_id="a", node_counts=(1, 2), steps=4, warmup=1, rdzv_port=29728)
+    fake_run_dir(
+        tmp_path / "a", bench, fixed_inventory, {1: [1000.0]}, status=SweepStatus.INTERRUPTED
+    )
+    damage(tmp_path / "a" / file)
+    before = snapshot(tmp_path)
+    done = run_dtrun("bench", "--resume", "a", cwd=tmp_path, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "Traceback" not in output
+    assert f"error: a/{file} is damaged" in done.stderr
+    assert says in done.stderr
+    assert snapshot(tmp_path) == before  # nothing launched, written or removed

@@ -1,0 +1,79 @@
+"""The guard (runner/execute/guard.py): its command runs when dtrun ends without dropping it,
+SIGKILL included, and never once dropped."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from runner.execute.guard import drop_guard, start_guard, stop_script
+from tests.conftest import ended, wait_for
+from tests.paths import REPO
+
+# a stand-in for dtrun: it starts a guard that writes a file, then ends as told
+DTRUN = """\
+import os, signal, sys, time
+from runner.execute.guard import drop_guard, start_guard
+guard = start_guard(["sh", "-c", 'echo ran > "$0"', sys.argv[1]])
+print(guard.pid, flush=True)
+if sys.argv[2] == "sigkill":
+    os.kill(os.getpid(), signal.SIGKILL)
+if sys.argv[2] == "drop":
+    drop_guard(guard)
+"""
+
+
+def _dtrun(tmp_path: Path, end: str) -> tuple[int, int]:
+    done = subprocess.run(
+        [sys.executable, "-c", DTRUN, str(tmp_path / "ran"), end],
+        cwd=REPO, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    return done.returncode, int(done.stdout.split()[0])
+
+
+def test_a_sigkilled_dtruns_guard_runs_its_command(tmp_path):
+    code, guard = _dtrun(tmp_path, "sigkill")
+    assert code == -signal.SIGKILL
+    wait_for(lambda: (tmp_path / "ran").exists(), timeout=10, what="the guard's command")
+    wait_for(lambda: ended(guard), timeout=10, what="the guard to end")
+
+
+def test_a_dtrun_that_exits_without_dropping_its_guard_has_it_run(tmp_path):
+    code, _ = _dtrun(tmp_path, "exit")
+    assert code == 0
+    wait_for(lambda: (tmp_path / "ran").exists(), timeout=10, what="the guard's command")
+
+
+def test_a_dropped_guard_runs_nothing(tmp_path):
+    code, guard = _dtrun(tmp_path, "drop")
+    assert code == 0 and ended(guard)
+    time.sleep(0.5)
+    assert not (tmp_path / "ran").exists()
+
+
+def test_the_stop_script_ends_every_process_with_the_tag_and_only_those(tmp_path):
+    tag, not_ours = secrets.token_hex(4), secrets.token_hex(4)
+    tagged = [
+        subprocess.Popen(
+            ["sleep", "600"], env={**os.environ, "DTRUN_LAUNCH": tag}, start_new_session=True
+        )
+        for _ in range(2)
+    ]
+    other = subprocess.Popen(["sleep", "600"], env={**os.environ, "DTRUN_LAUNCH": not_ours})
+    try:
+        guard = start_guard(["bash", "-c", stop_script(tag, 1.0)])
+        assert guard.stdin is not None
+        guard.stdin.close()  # what dtrun's end does
+        guard.wait(timeout=20)
+        assert all(proc.wait(timeout=5) == -signal.SIGTERM for proc in tagged)
+        assert other.poll() is None
+        drop_guard(guard)  # dropping one that already ran is harmless
+    finally:
+        for proc in [*tagged, other]:
+            proc.kill()
+            proc.wait()

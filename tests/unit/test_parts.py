@@ -1,0 +1,66 @@
+"""The suite's parts (tests/conftest.py, PARTS): each test gets its directory's marker, and a test
+outside tests/e2e/ that starts daemons or launches is refused at collection, naming it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.paths import TESTS
+
+pytest_plugins = ("pytester",)
+
+INI = """[pytest]
+addopts = -p no:cacheprovider --strict-markers
+markers =
+    unit: unit
+    e2e: e2e
+    infra: infra
+"""
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A scratch tests/ directory with the project's own conftest and markers."""
+    pytester.makeini(INI)
+    pytester.makeconftest((TESTS / "conftest.py").read_text())
+    for part in ("unit", "e2e"):
+        pytester.mkpydir(part)
+    return pytester
+
+
+def test_each_test_carries_its_directory_s_marker(suite):
+    (suite.path / "unit" / "test_a.py").write_text("def test_quick():\n    pass\n")
+    (suite.path / "e2e" / "test_b.py").write_text("def test_slow(no_leftovers):\n    pass\n")
+    done = suite.runpytest_subprocess("-m", "not e2e", "-q")
+    done.assert_outcomes(passed=1, deselected=1)
+    assert suite.runpytest_subprocess("-m", "e2e", "-q").parseoutcomes()["passed"] == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ("def test_x(no_leftovers):\n    pass\n", "uses no_leftovers, so it belongs in tests/e2e/"),
+        ("import pytest\n\n@pytest.mark.e2e\ndef test_x():\n    pass\n", "is marked e2e"),
+    ],
+    ids=["daemon-fixture", "e2e-marker"],
+)
+def test_a_unit_test_that_starts_daemons_is_refused_by_name(suite, body, said):
+    (suite.path / "unit" / "test_a.py").write_text(body)
+    done = suite.runpytest_subprocess("-q")
+    assert done.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"unit/test_a.py::test_x: {said}" in done.stderr.str()
+
+
+def test_a_misspelt_marker_is_an_error_not_a_new_marker(suite):
+    (suite.path / "unit" / "test_a.py").write_text(
+        "import pytest\n\n@pytest.mark.e2ee\ndef test_x():\n    pass\n"
+    )
+    done = suite.runpytest_subprocess("-q")
+    assert done.ret != 0 and "'e2ee' not found in `markers`" in done.stdout.str()
+
+
+def test_starting_a_daemon_from_a_unit_test_names_the_test_and_where_it_belongs():
+    from tests.paths import require_e2e
+
+    with pytest.raises(RuntimeError, match=r"tests/unit/test_parts.py::test_starting_a_daemon"):
+        require_e2e("sshd")

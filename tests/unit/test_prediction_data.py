@@ -1,0 +1,188 @@
+"""docs/prediction-data.yaml: published scaling results to score `dtrun predict` against.
+
+Each entry is one workload at 3 or more whole-node scale points, so that a prediction from
+the two smallest points can be scored at the largest (issue 26). The schema is a pydantic
+model; the tests show that it refuses the mistakes a hand-kept table invites, then that the
+table passes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any, Literal
+
+import pydantic
+import pytest
+import yaml
+
+from tests.paths import REPO
+
+TABLE = REPO / "docs" / "prediction-data.yaml"
+
+
+class Point(pydantic.BaseModel):
+    """One scale point: whole nodes, and exactly one positive measure."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    nodes: int = pydantic.Field(ge=1)
+    throughput: float | None = pydantic.Field(default=None, gt=0)
+    step_time_s: float | None = pydantic.Field(default=None, gt=0)
+
+    @pydantic.model_validator(mode="after")
+    def _one_measure(self) -> Point:
+        if (self.throughput is None) == (self.step_time_s is None):
+            raise ValueError("a point gives exactly one of throughput and step_time_s")
+        return self
+
+
+class Entry(pydantic.BaseModel):
+    """One published result: the `dtrun predict --from` fields plus where they came from."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    id: str = pydantic.Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
+    source: str = pydantic.Field(min_length=1)
+    url: str = pydantic.Field(min_length=1)
+    where: str = pydantic.Field(min_length=1)
+    workload: str = pydantic.Field(min_length=1)
+    precision: str = pydantic.Field(min_length=1)
+    per_gpu_batch: str = pydantic.Field(min_length=1)
+    hardware: str = pydantic.Field(min_length=1)
+    interconnect: str = pydantic.Field(min_length=1)
+    procs_per_node: int = pydantic.Field(ge=1)
+    mode: Literal["weak", "strong"]
+    strategy: Literal["ddp", "fsdp", "zero1", "zero2", "zero3", "horovod"]
+    parameters: float = pydantic.Field(gt=0)
+    gradient_bytes_per_parameter: Literal[2, 4]
+    busbw_gbs: float | None = pydantic.Field(default=None, gt=0)
+    points: tuple[Point, ...] = pydantic.Field(min_length=3)
+    unit: str = pydantic.Field(min_length=1)
+    notes: str = pydantic.Field(min_length=1)
+
+    @pydantic.field_validator("points")
+    @classmethod
+    def _nodes_increase(cls, points: tuple[Point, ...]) -> tuple[Point, ...]:
+        nodes = [p.nodes for p in points]
+        if any(b <= a for a, b in itertools.pairwise(nodes)):
+            raise ValueError(f"nodes must increase point to point, got {nodes}")
+        return points
+
+    @pydantic.field_validator("url")
+    @classmethod
+    def _url_names_a_page_or_a_file(cls, url: str) -> str:
+        if not url.startswith(("https://", "github.com/")):
+            raise ValueError(f"url must be https://... or github.com/owner/repo/...: {url!r}")
+        return url
+
+
+def _load() -> list[dict[str, Any]]:
+    loaded = yaml.safe_load(TABLE.read_text(encoding="utf-8"))
+    assert isinstance(loaded, list)
+    return loaded
+
+
+def _good() -> dict[str, Any]:
+    return copy.deepcopy(_load()[0])
+
+
+def _refused(entry: dict[str, Any]) -> str:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        Entry.model_validate(entry)
+    return str(caught.value)
+
+
+def test_the_first_entry_of_the_table_is_the_schema_s_valid_example():
+    assert Entry.model_validate(_good()).points[0].nodes >= 1
+
+
+@pytest.mark.parametrize("key", ["url", "mode", "points", "parameters", "procs_per_node"])
+def test_an_entry_missing_a_required_key_is_refused(key):
+    entry = _good()
+    del entry[key]
+    assert key in _refused(entry)
+
+
+def test_an_entry_with_two_points_is_refused():
+    entry = _good()
+    entry["points"] = entry["points"][:2]
+    assert "at least 3" in _refused(entry)
+
+
+def test_nodes_that_do_not_increase_are_refused():
+    entry = _good()
+    entry["points"][1]["nodes"], entry["points"][2]["nodes"] = 4, 2
+    assert "must increase" in _refused(entry)
+
+
+def test_a_fraction_of_a_node_is_refused():
+    entry = _good()
+    entry["points"][0]["nodes"] = 0.5
+    assert "nodes" in _refused(entry)
+
+
+def test_a_point_with_both_throughput_and_step_time_is_refused():
+    entry = _good()
+    entry["points"][0]["step_time_s"] = 1.0
+    assert "exactly one of throughput and step_time_s" in _refused(entry)
+
+
+def test_a_point_with_neither_measure_is_refused():
+    entry = _good()
+    del entry["points"][0]["throughput"]
+    assert "exactly one of throughput and step_time_s" in _refused(entry)
+
+
+def test_a_step_time_alone_is_a_valid_measure():
+    entry = _good()
+    entry["points"] = [{"nodes": n, "step_time_s": 0.5} for n in (1, 2, 4)]
+    assert Entry.model_validate(entry).points[2].step_time_s == 0.5
+
+
+@pytest.mark.parametrize("value", [0, -12.5])
+def test_a_throughput_that_is_not_positive_is_refused(value):
+    entry = _good()
+    entry["points"][0]["throughput"] = value
+    assert "greater than 0" in _refused(entry)
+
+
+def test_a_mode_outside_weak_and_strong_is_refused():
+    entry = _good()
+    entry["mode"] = "scaled"
+    assert "mode" in _refused(entry)
+
+
+def test_a_strategy_outside_the_list_is_refused():
+    entry = _good()
+    entry["strategy"] = "megatron"
+    assert "strategy" in _refused(entry)
+
+
+def test_an_empty_url_is_refused():
+    entry = _good()
+    entry["url"] = ""
+    assert "url" in _refused(entry)
+
+
+def test_a_misspelt_key_is_refused_not_ignored():
+    entry = _good()
+    entry["procs_per_nodes"] = entry.pop("procs_per_node")
+    assert "procs_per_nodes" in _refused(entry)
+
+
+def test_every_entry_of_the_table_passes_the_schema():
+    for entry in _load():
+        Entry.model_validate(entry)
+
+
+def test_the_table_holds_at_least_twelve_results_with_distinct_ids():
+    ids = [entry["id"] for entry in _load()]
+    assert len(ids) >= 12
+    assert len(set(ids)) == len(ids)
+
+
+def test_the_table_covers_all_reduce_and_sharded_strategies_and_both_modes():
+    entries = [Entry.model_validate(e) for e in _load()]
+    assert {"ddp", "horovod", "fsdp"} <= {e.strategy for e in entries}
+    assert {e.mode for e in entries} == {"weak", "strong"}

@@ -1,0 +1,93 @@
+"""`dtrun run -- PROGRAM`: a program that is not on a node is refused before anything starts,
+naming the nodes and the path (issue 25, part 7)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.cluster.program import check_program, program_script
+from runner.errors import UsageError
+from runner.execute import Answer
+from runner.spec.cluster import Node
+from runner.spec.request import Program, ProgramKind
+
+NODES = (Node("node-0", "127.0.0.2", 1), Node("node-1", "127.0.0.3", 1))
+
+
+def bash_on_each(script: str, names: list[str]) -> dict[str, Answer]:
+    import subprocess
+
+    done = {}
+    for name in names:
+        ran = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True)
+        done[name] = Answer(ran.stdout + ran.stderr, ran.returncode)
+    return done
+
+
+def here(scripts: dict[str, str]) -> dict[str, Answer]:
+    """Every node is this machine (the embedded cluster's nodes are)."""
+    (script,) = set(scripts.values())
+    return bash_on_each(script, list(scripts))
+
+
+@pytest.mark.parametrize(
+    ("make", "program", "said"),
+    [
+        (None, "missing.py", "on node-0 and node-1 it does not exist"),
+        ("dir", "a-dir", "on node-0 and node-1 it is not a regular file"),
+        ("plain", "run.sh", "on node-0 and node-1 it is not executable"),
+    ],
+)
+def test_a_program_not_there_to_run_is_named_with_each_node(tmp_path, make, program, said):
+    target = tmp_path / program
+    if make == "dir":
+        target.mkdir()
+    elif make == "plain":
+        target.write_text("#!/bin/sh\n")
+    script = program.endswith(".py") or make == "dir"
+    kind = ProgramKind.SCRIPT if script else ProgramKind.EXECUTABLE
+    with pytest.raises(UsageError) as refused:
+        check_program(here, Program(kind, str(target)), NODES)
+    assert said in refused.value.what
+    assert str(target) in refused.value.what
+    assert refused.value.exit_code == 2
+
+
+def test_a_bare_name_is_looked_up_in_each_node_s_path():
+    check_program(here, Program(ProgramKind.EXECUTABLE, "bash"), NODES)  # found: no error
+    with pytest.raises(UsageError) as refused:
+        check_program(here, Program(ProgramKind.EXECUTABLE, "no-such-trainer"), NODES)
+    assert "on node-0 and node-1 it is not found in its PATH" in refused.value.what
+    assert refused.value.fix == "install it on every node, or give its full path"
+
+
+def test_only_the_nodes_that_lack_it_are_named(tmp_path):
+    def node_1_lacks_it(scripts: dict[str, str]) -> dict[str, Answer]:
+        return {
+            name: Answer("dtrun-program ok\n" if name == "node-0" else "dtrun-program missing\n", 0)
+            for name in scripts
+        }
+
+    with pytest.raises(UsageError) as refused:
+        check_program(node_1_lacks_it, Program(ProgramKind.SCRIPT, "/w/t.py"), NODES)
+    assert "on node-1 it does not exist" in refused.value.what
+    assert "node-0" not in refused.value.what
+
+
+def test_a_node_that_does_not_answer_is_left_to_the_readiness_step():
+    def unreachable(scripts: dict[str, str]) -> dict[str, Answer]:
+        return {name: Answer(error="connection refused") for name in scripts}
+
+    check_program(unreachable, Program(ProgramKind.SCRIPT, "/w/t.py"), NODES)
+
+
+def test_a_module_is_left_to_the_launcher():
+    assert program_script(Program(ProgramKind.MODULE, "trainer.main")) is None
+
+
+def test_a_hostile_path_is_one_quoted_word_in_the_check(tmp_path):
+    mark = tmp_path / "made"
+    target = f"x'; touch {mark}; '$(touch {mark})"
+    with pytest.raises(UsageError, match="does not exist"):
+        check_program(here, Program(ProgramKind.SCRIPT, target), NODES)
+    assert not mark.exists()

@@ -1,0 +1,230 @@
+"""`dtrun bench -- PROGRAM`'s result.json, made from the ranks' step records and the step
+pattern's matches (runner/sweep/programresult.py): which steps are timed, the units, the proof."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.engines.embedded.inventory import local_cluster
+from runner.errors import ResultError
+from runner.plan.resolve import resolve_bench
+from runner.plan.sweep import plan_sweep
+from runner.report.resultfile import parse_result
+from runner.report.results import ProgramFacts, TrainResult
+from runner.spec.launch import LaunchPlan
+from runner.spec.request import BenchSpec, Program, ProgramKind, ScalingMode, StepUnits, UnitKind
+from runner.sweep.programresult import pattern_steps, program_result, read_step_files
+
+PROGRAM = Program(ProgramKind.SCRIPT, "/w/train.py")
+
+
+def spec(**change: object) -> BenchSpec:
+    fields: dict[str, object] = {"node_counts": (2,), "warmup": 2, "program": PROGRAM}
+    return BenchSpec("r1", **(fields | change))  # type: ignore[arg-type]
+
+
+def plan(bench: BenchSpec) -> LaunchPlan:  # the 2-node point's
+    cluster = local_cluster(2, python_bin="/v/bin", code_dir="/c", cpu_count=4)
+    return plan_sweep(resolve_bench(bench), cluster).points[-1]
+
+
+def record(
+    rank: int, ends: list[float], digest: str | None = "d0", sharded: str | None = None
+) -> dict[str, Any]:
+    return {
+        "schema": "dtrun.steps/1", "rank": rank, "node": f"node-{rank}", "step_ends_s": ends,
+        "params": 10, "gradient_bytes": {"float32": 40}, "param_digest": digest,
+        "sharded": sharded, "errors": [],
+    }  # fmt: skip
+
+
+ENDS = [1.0, 1.1, 1.3, 1.4, 1.6, 1.7]  # intervals 0.1, 0.2, 0.1, 0.2, 0.1
+
+
+def test_the_first_step_and_the_warm_up_are_left_out_of_the_lowest_rank_s_intervals():
+    bench = spec()
+    data = program_result(bench, plan(bench), {0: record(0, ENDS), 1: record(1, ENDS)}, 9.0)
+    assert data["optimizer_steps"] == 6
+    assert data["step_times_s"] == pytest.approx([0.2, 0.1, 0.2, 0.1])  # steps 2 to 5
+    assert data["timing"] == "optimizer steps"
+    assert data["proof"]["answer"] == "in sync"
+    assert parse_result(data, "r").proof == "in sync: 2 ranks on 2 nodes"
+
+
+def test_too_few_steps_for_the_warm_up_is_a_failed_launch_saying_so():
+    bench = spec(warmup=6)
+    with pytest.raises(ResultError, match="the program made 6 optimizer step"):
+        program_result(bench, plan(bench), {0: record(0, ENDS)}, 9.0)
+
+
+@pytest.mark.parametrize(
+    ("digests", "sharded", "answer", "why"),
+    [
+        (("a", "b"), None, "diverged", "rank 1 ends with other parameters than rank 0"),
+        (("a", "b"), "FSDP (DTensor shards)", "not comparable", "sharded: FSDP (DTensor shards)"),
+        (("a", None), None, "not checked", "1 of 2 ranks recorded parameters"),
+    ],
+)
+def test_the_proof_compares_the_ranks_digests(digests, sharded, answer, why):
+    bench = spec()
+    records = {rank: record(rank, ENDS, digest, sharded) for rank, digest in enumerate(digests)}
+    if digests[1] is None:
+        records[1]["param_digest"] = None
+        records[1]["step_ends_s"] = []
+        del records[1]
+    proof = program_result(bench, plan(bench), records, 9.0)["proof"]
+    assert (proof["answer"], proof["why"]) == (answer, why)
+
+
+@pytest.mark.parametrize(
+    ("units", "mode", "expected"),
+    [
+        (StepUnits(UnitKind.SAMPLES, 16, per_process=True), ScalingMode.WEAK, ("samples", 32)),
+        (StepUnits(UnitKind.TOKENS, 4096), ScalingMode.WEAK, ("tokens", 4096)),
+        (None, ScalingMode.WEAK, ("process-steps", 2)),
+        (None, ScalingMode.STRONG, ("steps", 1)),
+    ],
+)
+def test_a_step_counts_the_units_given_or_one_per_process_or_step(units, mode, expected):
+    bench = spec(units=units, mode=mode)
+    data = program_result(bench, plan(bench), {0: record(0, ENDS)}, 9.0)
+    assert (data["units"]["kind"], data["units"]["per_step"]) == expected
+    assert data["units_per_s"] == pytest.approx(expected[1] / 0.15)
+
+
+def test_without_any_record_the_wall_time_is_one_whole_program_step():
+    bench = spec()
+    data = program_result(bench, plan(bench), {}, 7.5)
+    assert (data["timing"], data["step_times_s"], data["optimizer_steps"]) == (
+        "whole program", [7.5], 0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("groups", "expected"),
+    [
+        ([{"seconds": v} for v in ("0.5", "0.5", "0.25", "0.75")], [0.25, 0.75]),
+        ([{"ms": v} for v in ("500", "500", "250", "x", "750")], [0.25, 0.75]),
+    ],
+    ids=["seconds", "ms"],
+)
+def test_a_step_pattern_s_group_is_each_step_s_time(groups, expected):
+    times, seen = pattern_steps(spec(step_pattern="p"), [(0.0, g) for g in groups])
+    assert times == pytest.approx(expected)  # the first --warmup 2 left out; "x" is no number
+    assert seen == len(groups)
+
+
+def test_without_a_group_the_time_between_matches_is_the_step_s():
+    matched: list[tuple[float, dict[str, str | None]]] = [
+        (t, {}) for t in (10.0, 10.5, 11.5, 11.75, 12.25)
+    ]
+    times, seen = pattern_steps(spec(step_pattern="p"), matched)
+    assert times == pytest.approx([1.0, 0.25, 0.5])  # the first match has none; 1 more warm-up
+    assert seen == 5
+
+
+def test_a_step_pattern_that_matched_nothing_says_so():
+    with pytest.raises(ResultError, match="--step-pattern matched no line of node 0's output"):
+        pattern_steps(spec(step_pattern="step (?P<seconds>[0-9.]+)"), [])
+
+
+def test_step_records_that_are_not_the_hook_s_are_refused(tmp_path: Path):
+    (tmp_path / "rank-0.json").write_text(json.dumps(record(0, ENDS)))
+    assert list(read_step_files(tmp_path)) == [0]
+    (tmp_path / "rank-1.json").write_text(json.dumps({**record(1, ENDS), "step_ends_s": "x"}))
+    with pytest.raises(ResultError, match="is not a step record"):
+        read_step_files(tmp_path)
+
+
+def test_a_record_of_a_process_with_no_rank_is_left_out(tmp_path: Path):
+    (tmp_path / "rank-0.json").write_text(json.dumps(record(0, ENDS)))
+    (tmp_path / "rank-pid4242.json").write_text(json.dumps({**record(0, ENDS), "rank": "pid4242"}))
+    assert list(read_step_files(tmp_path)) == [0]
+
+
+def test_each_rank_s_whole_model_is_counted_once_however_sharded():
+    bench = spec()
+    records = {rank: record(rank, ENDS, f"d{rank}", "FSDP (DTensor shards)") for rank in (0, 1)}
+    assert program_result(bench, plan(bench), records, 9.0)["params"] == 10
+
+
+def window(machine: str, busy: int, own_cpu_s: float) -> dict[str, Any]:
+    """A rank's noise window as the hook records it (runner/workloads/noise.py rank_window)."""
+    return {
+        "machine": machine, "cpus": 2, "wall_s": 1.0, "own_cpu_s": own_cpu_s,
+        "ticks": {"total": 200, "busy": busy, "steal": 0}, "loadavg_1m": 1.0,
+    }  # fmt: skip
+
+
+def test_every_rank_s_window_gives_the_launch_its_noise_figures_without_a_probe():
+    bench = spec()
+    records = {r: {**record(r, ENDS), "noise_window": window("m", 190, 0.5)} for r in (0, 1)}
+    data = program_result(bench, plan(bench), records, 9.0)
+    noise = data["noise"]
+    [node] = [n for n in noise["nodes"] if n["node"] == "node-0"]
+    assert node["nodes_on_machine"] == ["node-0", "node-1"]  # one machine, both ranks' CPU
+    assert node["other_cores"] == pytest.approx(0.9)  # 1.9 CPU-s busy - 1.0 of the launch's
+    assert noise["probe"]["rank_s"] is None
+    assert "no rank's compute can be timed alone" in noise["probe"]["why"]
+    parsed = parse_result(data, "r")
+    assert isinstance(parsed, TrainResult) and parsed.noise is not None
+    assert parsed.noise.nodes[0].other_cores == pytest.approx(0.9)
+
+
+def test_a_rank_without_a_window_leaves_the_launch_without_noise_figures():
+    bench = spec()
+    records = {0: {**record(0, ENDS), "noise_window": window("m", 190, 0.5)}, 1: record(1, ENDS)}
+    data = program_result(bench, plan(bench), records, 9.0)
+    assert data["noise"] is None
+    parsed = parse_result(data, "r")
+    assert isinstance(parsed, TrainResult) and parsed.noise is None
+
+
+def program_facts(data: dict[str, Any]) -> ProgramFacts:
+    result = parse_result(data, "r")
+    assert isinstance(result, TrainResult) and result.program is not None
+    return result.program
+
+
+@pytest.mark.parametrize("sharded", ["DeepSpeed ZeRO stage 3", None])
+def test_the_result_says_how_the_parameters_are_sharded(sharded):
+    bench = spec()
+    records = {rank: record(rank, ENDS, f"d{rank}", sharded) for rank in (0, 1)}
+    data = program_result(bench, plan(bench), records, 9.0)
+    assert data["sharded"] == sharded
+    assert program_facts(data).sharded == sharded
+
+
+def test_a_result_written_before_sharded_reads_it_from_its_proof():
+    bench = spec()
+    records = {
+        rank: record(rank, ENDS, f"d{rank}", "FSDP (flat parameter shards)") for rank in (0, 1)
+    }
+    data = program_result(bench, plan(bench), records, 9.0)
+    del data["sharded"]
+    assert program_facts(data).sharded == "FSDP (flat parameter shards)"
+    whole = program_result(bench, plan(bench), {0: record(0, ENDS), 1: record(1, ENDS)}, 9.0)
+    del whole["sharded"]
+    assert program_facts(whole).sharded is None
+
+
+def test_a_torch_without_global_step_hooks_says_the_hook_could_not_register():
+    bench = spec()
+    # what sitecustomize.py records when torch.optim.optimizer has no global step hooks
+    error = (
+        "hooks: AttributeError: module 'torch.optim.optimizer' has no attribute "
+        "'register_optimizer_step_pre_hook'"
+    )
+    records = {rank: {**record(rank, [], None), "errors": [error]} for rank in (0, 1)}
+    with pytest.raises(ResultError) as raised:
+        program_result(bench, plan(bench), records, 9.0)
+    what, why, fix = raised.value.what, raised.value.why, raised.value.fix
+    assert what.startswith("dtrun's step hook could not register torch's optimizer step hooks")
+    assert "AttributeError: module 'torch.optim.optimizer' has no attribute" in what
+    assert "0 optimizer step" not in what
+    assert "register_optimizer_step_post_hook" in why and "2.0" in why
+    assert "upgrade torch" in fix and "--step-pattern" in fix

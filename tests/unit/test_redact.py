@@ -1,0 +1,123 @@
+"""runner/redact.py alone: which names and values are secret, and every shape of
+tests/secret_shapes.py masked in every encoding a renderer, a record or a program writes it in.
+Fast: no launch, no CLI (tests/e2e/test_secrets.py plants the same shapes through dtrun)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runner.redact import (
+    REDACTED,
+    Redactor,
+    is_secret_name,
+    redact_args,
+    redact_env,
+    redact_value,
+    secret_values,
+    secrets_in_environment,
+)
+from runner.spec.request import Program, ProgramKind, RunSpec
+from tests.secret_shapes import ENCODINGS, ENV, MACHINE, PROGRAM_ARGS, SHAPES, leaks, planted
+
+SPEC = RunSpec("r", env=ENV, program=Program(ProgramKind.SCRIPT, "t.py", PROGRAM_ARGS))
+# what dtrun knows as secret for a command given the table's inputs (runner/cli/launch.py)
+HIDE = Redactor.of([*SPEC.secrets(), *secrets_in_environment(dict(MACHINE))])
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[shape.name for shape in SHAPES])
+def test_every_shape_is_masked_in_every_encoding_and_line_by_line(shape):
+    shown = {}
+    for value in planted(shape):
+        for how, encode in ENCODINGS.items():
+            text = f"before {encode(value)} after"
+            shown[how, value] = HIDE.text(text)
+            # a program printing a multi-line value: each line reaches the log on its own
+            for number, line in enumerate(text.splitlines()):
+                shown[f"{how}, line {number}", value] = HIDE.text(line)
+    assert {key: text for key, text in shown.items() if leaks(text)} == {}
+
+
+def test_the_shape_table_leaks_unless_redacted():
+    """The cores are seen when nothing is masked: the test above can fail."""
+    for shape in SHAPES:
+        assert leaks(json.dumps(planted(shape))), shape.name
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("https://bob:Slash/Pw0rd@h/x", f"https://{REDACTED}@h/x"),
+        ("https://bob:At@Pw0rd@h/x", f"https://{REDACTED}@h/x"),
+        ("see 'https://bob:Quo'te@h/x' now", f"see 'https://{REDACTED}@h/x' now"),
+        ('{"a": "postgres://u:p@db/x", "b": "c@d"}',
+         f'{{"a": "postgres://{REDACTED}@db/x", "b": "c@d"}}'),
+        ("https://tok3n@github.com/o/r", f"https://{REDACTED}@github.com/o/r"),
+        ("https://medium.com/@user/post", "https://medium.com/@user/post"),
+        ("s3://bucket/users/a@b.com", "s3://bucket/users/a@b.com"),
+        ("http://localhost:8000/x", "http://localhost:8000/x"),
+    ],
+)  # fmt: skip
+def test_url_credentials_are_hidden_to_the_last_at_before_the_host(text, shown):
+    assert redact_value(text) == shown
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [("DB_PASS", True), ("GITHUB_PAT", True), ("SMTP_PWD", True), ("HF_TOKEN", True),
+     ("PATH", False), ("COMPASS_DIR", False), ("PASSAGE", False), ("OMP_NUM_THREADS", False)],
+)  # fmt: skip
+def test_secret_names_are_matched_on_their_parts(name, secret):
+    assert is_secret_name(name) is secret
+
+
+def test_a_spec_shows_no_fragment_of_its_secrets_in_any_value_or_argument():
+    shown = SPEC.redacted()
+    assert dict(shown.env)["ECHO_CMD"] == f"wandb login {REDACTED}"
+    assert dict(shown.env)["SERVICE_ACCOUNT_JSON"] == (
+        f'{{"type": "service_account", "client_email": "sa@proj.example", "private_key": '
+        f'"{REDACTED}"}}'
+    )
+    assert dict(shown.env)["TLS_PRIVATE_KEY"] == REDACTED
+    assert leaks(repr(shown)) == []
+
+
+def test_env_and_arguments_keep_what_is_not_secret():
+    env = (("DB_PASS", "hunter2pass"), ("NOTE", "see https://u:pw12345@h/x"), ("LR", "3e-4"))
+    assert redact_env(env) == (
+        ("DB_PASS", REDACTED), ("NOTE", f"see https://{REDACTED}@h/x"), ("LR", "3e-4"),
+    )  # fmt: skip
+    assert set(secret_values(env)) >= {"hunter2pass", "pw12345"}
+    args = ("--api-key", "sk-" + "x" * 24, "--hub=ghp_" + "a" * 24, "--lr", "3e-4")
+    assert redact_args(args) == ("--api-key", REDACTED, f"--hub={REDACTED}", "--lr", "3e-4")
+    assert redact_args(("--tokenizer", "gpt2")) == ("--tokenizer", "gpt2")
+
+
+def test_short_numeric_and_boolean_values_are_not_looked_for_in_free_text():
+    """TOKENIZERS_PARALLELISM=false is no secret: 'false' stays in every log and record;
+    a secret name's value is still hidden where its name is known."""
+    env = (("TOKENIZERS_PARALLELISM", "false"), ("HF_TOKEN", "abc"), ("API_PIN", "123456"))
+    hide = Redactor.of(secret_values(env))
+    text = '{"stopped": false, "pid": 123456, "tokens": "abc"}'
+    assert hide.text(text) == text
+    assert redact_env(env, hide) == tuple((name, REDACTED) for name, _ in env)
+
+
+def test_inlined_images_are_left_whole():
+    """report.html's plots are base64: a token shape there by chance must not break one."""
+    image = "data:image/png;base64," + "QUtJQUFCQ0RFRkdISUpLTE1OT1A" + "AKIAABCDEFGHIJKLMNOP+/="
+    assert redact_value(f'<img src="{image}"> AKIAABCDEFGHIJKLMNOP') == (
+        f'<img src="{image}"> {REDACTED}'
+    )
+
+
+def test_records_and_files_are_redacted_whole_and_binary_files_only_of_known_values():
+    record = {"env": [["ECHO_CMD", "wandb login Wandb0Reused0Key"]], "n": 3, "ok": True}
+    assert HIDE.data(record) == {
+        "env": [["ECHO_CMD", f"wandb login {REDACTED}"]],
+        "n": 3,
+        "ok": True,
+    }
+    binary = b"\x89PNG\xff\x00Hunter2Password\x00AKIAABCDEFGHIJKLMNOP"
+    assert HIDE.body(binary) == b"\x89PNG\xff\x00<redacted>\x00AKIAABCDEFGHIJKLMNOP"

@@ -1,0 +1,310 @@
+"""The Slurm engine's pure parts: what it reads from Slurm's documented formats, the lines it
+submits and starts, how one step's labelled output becomes per-node logs and exits, and the
+wrapper each task runs (golden, shellcheck, and run as srun would run it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from runner.engines.slurm.allocation import (
+    allocation_request,
+    cpus_per_node,
+    gpus_of,
+    inside_allocation,
+    slurm_inventory,
+    slurm_nodes,
+)
+from runner.engines.slurm.executor import SlurmExecutor, _Step, step_command, step_guard, wrapper
+from runner.engines.slurm.fault import Heard
+from runner.engines.slurm.lease import hold_script
+from runner.engines.slurm.shell import SlurmShell
+from runner.errors import NodeFailedError
+from runner.execute.guard import drop_guard
+from runner.plan.launch import What, plan_launch
+from runner.plan.resolve import resolve_run
+from runner.spec.cluster import Node
+from runner.spec.outcome import SuccessRule
+from runner.spec.request import Program, ProgramKind, RunSpec
+from runner.spec.slurm import SlurmRequest
+from tests.conftest import require_tool
+from tests.paths import TESTS
+
+NODES = (
+    Node("gpu01", "10.0.0.4", slots=8, cpus=96),
+    Node("gpu02", "10.0.0.5", slots=8, cpus=96),
+)
+
+
+def _plan(launcher: str = "torchrun", nodes: int = 2):
+    inventory = slurm_inventory(
+        "slurm:job 7", NODES, gpus=8, python_bin="/opt/venv/bin", code_dir="/opt"
+    )
+    spec = RunSpec(
+        "r1", launcher=launcher, procs_per_node=8,
+        program=Program(ProgramKind.SCRIPT, "/home/u/train.py", ("--lr", "1e-3")), nodes=nodes,
+    )  # fmt: skip
+    resolved = resolve_run(spec)
+    what = What(spec.program, "run", 60)
+    return plan_launch(inventory, resolved.launch, nodes, what)
+
+
+@pytest.mark.parametrize(
+    ("gres", "gpus"),
+    [("(null)", 0), ("gpu:8", 8), ("gpu:a100:4(S:0-1)", 4), ("gpu:t4:2,gpu:a10:1", 3),
+     ("gpu:h100:8(S:0-1),mps:100", 8), ("", 0)],
+)  # fmt: skip
+def test_gpus_are_read_from_sinfo_gres(gres, gpus):
+    assert gpus_of(gres) == gpus
+
+
+@pytest.mark.parametrize(
+    ("value", "count", "cpus"),
+    [("72(x2),36", 3, (72, 72, 36)), ("1(x2)", 2, (1, 1)), ("8", 1, (8,)), ("8", 2, None),
+     ("", 2, None), ("x", 1, None)],
+)  # fmt: skip
+def test_the_allocations_cpus_per_node(value, count, cpus):
+    assert cpus_per_node(value, count) == cpus
+
+
+def test_inside_an_allocation_is_slurm_job_id():
+    assert inside_allocation({"SLURM_JOB_ID": "42"}) == "42"
+    assert inside_allocation({"SLURM_JOB_ID": " "}) is None
+    assert inside_allocation({}) is None
+
+
+def test_the_allocation_request_holds_the_largest_count_and_every_passed_option():
+    request = SlurmRequest(partition="gpu", account="ml", qos="high", time="2:00:00",
+                           constraint="ib&a100", exclude="gpu[03]", nodelist=None)  # fmt: skip
+    assert allocation_request(request, 8, "dtrun-r1") == [
+        "sbatch", "--parsable", "--job-name=dtrun-r1", "--nodes=8", "--ntasks-per-node=1",
+        "--exclusive", "--output=/dev/null", "--comment=dtrun-lease:0", "--partition=gpu",
+        "--account=ml", "--qos=high", "--time=2:00:00", "--constraint=ib&a100",
+        "--exclude=gpu[03]", f"--wrap={hold_script(300)}",
+    ]  # fmt: skip
+    unleased = allocation_request(replace(request, lease_s=0), 8, "dtrun-r1")
+    assert unleased[-1] == "--wrap=exec sleep infinity"  # DTRUN_SLURM_LEASE_S=0
+
+
+def test_a_launch_is_one_step_a_task_per_node_with_all_its_cpus_and_gpus():
+    plan = _plan()
+    command = step_command(plan, "7", "/home/u/runs/r1/launch", "dtrun-ab", gpus_per_node=8)
+    assert command[:12] == [
+        "srun", "--jobid=7", "--job-name=dtrun-ab", "--nodes=2", "--ntasks=2",
+        "--ntasks-per-node=1", "--nodelist=gpu01,gpu02", "--cpus-per-task=96",
+        "--kill-on-bad-exit=1", "--label", "--chdir=/home/u/runs/r1/launch", "--gres=gpu:8",
+    ]  # fmt: skip
+    assert command[-2:] == ["dtrun-srun", "/home/u/runs/r1/launch"]
+
+
+def test_mpirun_under_slurm_runs_on_the_head_with_a_hostfile_of_slurm_names():
+    plan = _plan("mpirun")
+    assert [launch.node.name for launch in plan.launches] == ["gpu01"]
+    hostfile = next(f for f in plan.files if f.name == "hostfile")
+    assert hostfile.content == "gpu01 slots=8\ngpu02 slots=8\n"
+    assert "ras '^slurm'" in plan.launches[0].script
+    assert "plm_rsh" not in plan.launches[0].script and "local-rsh" not in plan.launches[0].script
+
+
+def test_the_step_output_becomes_each_nodes_log_and_exit(tmp_path):
+    seen: list[tuple[str, str]] = []
+    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"},
+                 lambda node, line: seen.append((node, line)))  # fmt: skip
+    for raw in [
+        "srun: warning: something about the job\n",
+        "1: dtrun: slurm task 1 of job 7 runs node-1.sh on gpu02\n",
+        " 0: dtrun: slurm task 0 of job 7 runs node-0.sh on gpu01\n",
+        "0: step 1 loss 7.0\n",
+        "1: Traceback (most recent call last):\n",
+        "1: dtrun: node-1.sh on gpu02 exited 3\n",
+        "0: dtrun: node-0.sh on gpu01 exited 0\n",
+    ]:
+        step.line(raw.encode())
+    step.close()
+    assert step.exits["gpu02"][0] == 3 and step.exits["gpu01"][0] == 0
+    assert (tmp_path / "gpu01.log").read_text().splitlines()[1] == "step 1 loss 7.0"
+    assert "Traceback" in (tmp_path / "gpu02.log").read_text()
+    assert (tmp_path / "srun.log").read_text() == "srun: warning: something about the job\n"
+    assert ("slurm", "srun: warning: something about the job") in seen
+    assert ("gpu01", "step 1 loss 7.0") in seen
+
+
+def test_a_node_without_the_run_directory_is_noticed(tmp_path):
+    step = _Step(tmp_path, {"node-0.sh": "gpu01"}, lambda node, line: None)
+    step.line(b"0: dtrun: the run directory /home/u/runs/r1/launch is not on gpu01\n")
+    step.close()
+    assert step.guard == ["gpu01"]
+
+
+def test_the_wrapper_is_golden_and_shellcheck_clean(tmp_path, golden):
+    text = wrapper(_plan(), "r1")
+    golden("slurm/srun-node.sh", text)
+    path = tmp_path / "srun-node.sh"
+    path.write_text(text)
+    shellcheck = require_tool("shellcheck")
+    checked = subprocess.run(
+        [shellcheck, "--shell=bash", "--severity=style", str(path)], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout
+
+
+@pytest.mark.parametrize(("node", "code"), [("gpu01", 0), ("gpu02", 5)])
+def test_the_wrapper_runs_its_nodes_script_and_says_how_it_ended(tmp_path, node, code):
+    plan = _plan()
+    (tmp_path / "srun-node.sh").write_text(wrapper(plan, "r1"))
+    (tmp_path / "node-0.sh").write_text("echo zero\n")
+    (tmp_path / "node-1.sh").write_text("echo one; exit 5\n")
+    env = {**os.environ, "SLURMD_NODENAME": node, "SLURM_PROCID": "0", "SLURM_JOB_ID": "7"}
+    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh")], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    script = "node-0.sh" if node == "gpu01" else "node-1.sh"
+    assert done.returncode == code
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"dtrun: slurm task 0 of job 7 runs {script} on {node}"
+    assert lines[-1] == f"dtrun: {script} on {node} exited {code}"
+
+
+def test_the_wrapper_refuses_a_node_without_a_script(tmp_path):
+    (tmp_path / "srun-node.sh").write_text(wrapper(_plan(), "r1"))
+    env = {**os.environ, "SLURMD_NODENAME": "gpu09"}
+    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh")], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 2 and "gpu09, which has no script" in done.stderr
+
+
+def test_a_slurm_inventory_is_cuda_with_gpus_and_names_its_scheduler(tmp_path):
+    inventory = slurm_inventory("slurm:job 7", NODES, gpus=8, python_bin="/v/bin", code_dir="/c")
+    assert inventory.accelerator == "cuda" and inventory.scheduler == "slurm"
+    assert inventory.interface == "eth0" and inventory.ssh is None
+    local = slurm_inventory(
+        "slurm:job 8", (Node("n1", "127.0.0.21"),), gpus=0, python_bin="/v/bin", code_dir="/c"
+    )
+    assert local.accelerator == "cpu" and local.interface == "lo"
+    assert Path("/c") == Path(local.code_dir)
+
+
+def test_a_stack_without_slurm_is_refused_with_what_to_set(tmp_path):
+    from tests.conftest import run_dtrun
+
+    v1 = TESTS / "data" / "outputs" / "v1-h100-azurefiles-generated-key.json"
+    done = run_dtrun("bench", "--slurm", "--outputs", str(v1), "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "has no Slurm (dtrun:scheduler is none)" in done.stderr
+    assert "pulumi config set dtrun:scheduler slurm" in done.stderr
+
+
+def test_a_node_that_does_not_see_the_run_directory_is_a_clear_usage_error(tmp_path):
+    from runner.engines.slurm.executor import SlurmExecutor
+    from runner.engines.slurm.shell import SlurmShell
+    from runner.errors import UsageError
+
+    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None)
+    step.line(b"1: dtrun: the run directory /home/u/runs/r1/launch is not on gpu02\n")
+    step.close()
+    with pytest.raises(UsageError) as raised:
+        SlurmExecutor(SlurmShell(), "7")._verdict(_plan(), 97, step, False, 60)
+    assert "the run directory is not on gpu02, a node of the Slurm job" in raised.value.message
+    assert "pass --output a directory on a file system every node mounts" in raised.value.message
+
+
+def test_nodes_with_one_gpu_each_are_gpu_nodes():
+    class Sinfo:
+        def check(self, command, doing):
+            return "g1|10.0.0.4|16|gpu:a100:1(S:0)\ng2|10.0.0.5|16|gpu:1\n"
+
+    nodes, gpus = slurm_nodes(Sinfo(), ["g1", "g2"])  # type: ignore[arg-type]
+    assert gpus == 1 and [node.slots for node in nodes] == [1, 1]
+    inventory = slurm_inventory("slurm:job 9", nodes, gpus=gpus, python_bin="/v", code_dir="/c")
+    assert inventory.accelerator == "cuda"
+
+
+def _ended_step(tmp_path, *exits: tuple[str, int, float]) -> _Step:
+    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None)
+    step.started = 0.0
+    step.exits.update({node: (code, when) for node, code, when in exits})
+    return step
+
+
+def test_under_worker0_the_step_ends_at_node_0_s_exit_and_the_rest_were_stopped(tmp_path):
+    plan = replace(_plan(), success=SuccessRule.WORKER0)
+    # gpu02's wrapper said "exited 143" after node 0 was done: that is dtrun's scancel
+    step = _ended_step(tmp_path, ("gpu01", 0, 5.0), ("gpu02", 143, 6.0))
+    assert step.settled(plan).at == 5.0
+    executor = SlurmExecutor(SlurmShell(), "7")
+    results = executor._verdict(plan, -15, step, timed_out=False, timeout_s=60)
+    assert [(r.node, r.exit_code, r.stopped_after_worker0) for r in results] == [
+        ("gpu01", 0, False),
+        ("gpu02", None, True),
+    ]
+
+
+def test_under_worker0_a_node_that_failed_before_node_0_finished_fails_the_step(tmp_path):
+    plan = replace(_plan(), success=SuccessRule.WORKER0)
+    step = _ended_step(tmp_path, ("gpu02", 3, 2.0), ("gpu01", 0, 5.0))
+    with pytest.raises(NodeFailedError, match=r"gpu02 .* failed with exit code 3"):
+        SlurmExecutor(SlurmShell(), "7")._verdict(plan, 1, step, timed_out=False, timeout_s=60)
+
+
+def test_under_the_default_rule_node_0_s_exit_does_not_end_the_step(tmp_path):
+    step = _ended_step(tmp_path, ("gpu01", 0, 5.0), ("gpu02", 143, 6.0))
+    with pytest.raises(NodeFailedError, match=r"gpu02 .* failed with exit code 143"):
+        SlurmExecutor(SlurmShell(), "7")._verdict(_plan(), 1, step, timed_out=False, timeout_s=60)
+
+
+FAKE_SQUEUE = """\
+#!/bin/sh
+# -s: the steps of job 12; otherwise the job itself
+case "$*" in
+  *-s*) printf '12.0|dtrun-other\\n12.3|dtrun-abc\\n12.4|xdtrun-abc\\n' ;;
+  *) echo 12 ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("end", ["closed", "dropped"])
+def test_the_step_guard_cancels_only_its_own_step_and_only_when_dtrun_is_gone(
+    tmp_path, monkeypatch, end
+):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text(FAKE_SQUEUE)
+    (bin_dir / "scancel").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/cancelled\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    guard = step_guard(SlurmShell(), "12", "dtrun-abc")
+    if end == "closed":  # what dtrun's end, a SIGKILL included, does to the guard's pipe
+        assert guard.stdin is not None
+        guard.stdin.close()
+        assert guard.wait(timeout=20) == 0
+        assert (tmp_path / "cancelled").read_text() == "12.3\n"
+    else:
+        drop_guard(guard)
+        time.sleep(0.3)
+        assert not (tmp_path / "cancelled").exists()
+
+
+@pytest.mark.parametrize(
+    ("lines", "lost", "cancelled", "due_to"),
+    [
+        (["srun: error: Node failure on n2"], ["n2"], None, ""),
+        (["slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO "
+          "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"], [], "STEP 3.0", "NODE FAILURE"),
+        (["slurmstepd-n1: error: *** JOB 4 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO TIME "
+          "LIMIT ***"], [], "JOB 4", "TIME LIMIT"),
+        (["slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT 2026-11-25T17:29:15 ***"], [],
+         "STEP 2.0", ""),
+        (["srun: error: n1: task 0: Terminated", "a program printing *** STEP"], [], None, ""),
+    ],
+    ids=["node-failure", "step-node-failure", "time-limit", "scancel", "neither"],
+)  # fmt: skip
+def test_what_slurm_says_of_a_step_it_ended_is_heard(lines, lost, cancelled, due_to):
+    heard = Heard()
+    for line in lines:
+        heard.line(line)
+    assert (heard.lost, heard.cancelled, heard.due_to) == (lost, cancelled, due_to)

@@ -1,0 +1,314 @@
+"""The Spark engine without Spark: masters, the inventory, the plan, node_main on a real
+script, and how the executor reads each node's end from the files node_main writes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from runner.engines.spark.driver import (
+    FAILURE_FILE,
+    executor_wait_s,
+    master_unreachable,
+    task_failure,
+    write_failure,
+)
+from runner.engines.spark.executor import driver_failure, node_failure, node_results
+from runner.engines.spark.inventory import executors, spark_inventory
+from runner.engines.spark.node import contract_from_horovod, executor_address, node_main
+from runner.errors import NodeFailedError, PlanError, UsageError
+from runner.plan.launchers.spark import SPARK_CONFIG
+from runner.spec.cluster import Node
+from runner.spec.launch import LaunchPlan, NodeLaunch
+from tests.conftest import ended
+from tests.paths import REPO
+from tests.plans import build_run_plan
+from tests.unit.test_launch_stubs import run_spec
+
+
+@pytest.mark.parametrize(
+    ("master", "nodes"),
+    [
+        ("local-cluster[2,1,1024]", 2),
+        ("local-cluster[ 4 , 2 , 512 ]", 4),
+        ("spark://head:7077", 8),
+        ("spark://a:7077,b:7077", 8),
+        ("yarn", 8),
+        ("k8s://https://api:6443", 8),
+    ],
+)
+def test_each_master_gives_its_executors_as_nodes(master, nodes):
+    assert executors(master, 8) == nodes
+
+
+@pytest.mark.parametrize(
+    "master", ["local", "local[2]", "local[*]", "local-cluster[0,1,1024]", "spark:/x", ""]
+)
+def test_a_master_without_an_executor_per_node_is_refused(master):
+    with pytest.raises(UsageError) as caught:
+        executors(master, 2)
+    assert caught.value.exit_code == 2 and "local-cluster[N,1,1024]" in caught.value.fix
+
+
+def test_the_inventory_names_nodes_by_barrier_partition():
+    inventory = spark_inventory("local-cluster[3,1,1024]", 1)
+    assert [node.name for node in inventory.nodes] == ["spark-0", "spark-1", "spark-2"]
+    assert inventory.scheduler == "spark" and inventory.interface == "lo"
+    assert inventory.source == "spark:local-cluster[3,1,1024]"
+
+
+def test_spark_launchers_refuse_other_engines_and_render_no_launcher_of_their_own(tmp_path):
+    not_spark = replace(spark_inventory("local-cluster[2,1,1024]", 2), scheduler=None)
+    with pytest.raises(PlanError, match="runs under Spark"):
+        build_run_plan(not_spark, run_spec("torchdistributor"))
+    spark = spark_inventory("local-cluster[2,1,1024]", 2)
+    with pytest.raises(PlanError, match="one process per node"):
+        build_run_plan(spark, run_spec("horovod-spark", procs=2))
+    plan = build_run_plan(spark, run_spec("horovod-spark", procs=1))
+    assert [launch.node.name for launch in plan.launches] == ["spark-0", "spark-1"]
+    script = plan.launches[1].script
+    assert "export MASTER_ADDR" not in script and "export NODE_RANK" not in script
+    assert "come from horovod.spark" in script and "DTRUN_NODE_NAME=spark-1" in script
+    assert [f.name for f in plan.files] == [SPARK_CONFIG]
+
+
+def test_horovod_variables_become_the_contract_with_the_node_as_the_rank():
+    env = {
+        "HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "1",
+        "HOROVOD_CROSS_RANK": "0", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.4", "KEEP": "x",
+    }  # fmt: skip
+    mapped = contract_from_horovod(env, 29500)
+    assert {k: mapped[k] for k in ("RANK", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK")} == {
+        "RANK": "1", "WORLD_SIZE": "2", "NODE_RANK": "1", "LOCAL_RANK": "0",
+    }  # fmt: skip
+    assert (mapped["MASTER_ADDR"], mapped["MASTER_PORT"], mapped["KEEP"]) == (
+        "10.0.0.4",
+        "29500",
+        "x",
+    )
+
+
+def test_node_main_runs_the_node_script_logs_it_and_records_its_exit(tmp_path, monkeypatch, capsys):
+    (tmp_path / "node-1.sh").write_text('echo "rank $RANK here"; exit 3\n')
+    monkeypatch.setenv("NODE_RANK", "1")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(SystemExit) as ended:
+        node_main(str(tmp_path), ["spark-0", "spark-1"])
+    assert ended.value.code == 3
+    assert (tmp_path / "spark-1.exit").read_text() == "3\n"
+    assert (tmp_path / "spark-1.log").read_text() == "rank 1 here\n"
+    assert "dtrun-node 1: rank 1 here" in capsys.readouterr().out
+    (tmp_path / "node-1.sh").write_text("pwd\n")  # it runs in the launch directory
+    assert node_main(str(tmp_path), ["spark-0", "spark-1"]) == 0
+    assert (tmp_path / "spark-1.exit").read_text() == "0\n"
+    assert (tmp_path / "spark-1.log").read_text().endswith(f"{tmp_path}\n")
+
+
+def _plan(names: list[str]) -> LaunchPlan:
+    launches = tuple(
+        NodeLaunch(Node(name, "127.0.0.1"), i, f"node-{i}.sh", "") for i, name in enumerate(names)
+    )
+    return LaunchPlan("torchdistributor", "train", len(names), 1, len(names), 8, "r", "h", 1,
+                      launches)  # fmt: skip
+
+
+def test_the_failed_node_is_the_one_whose_exit_file_says_so_first(tmp_path):
+    plan = _plan(["spark-0", "spark-1", "spark-2"])
+    (tmp_path / "spark-2.exit").write_text("7\n")
+    (tmp_path / "spark-1.exit").write_text("0\n")
+    (tmp_path / "spark-2.log").write_text("boom\n")
+    results = node_results(plan, tmp_path)
+    assert [r.exit_code for r in results] == [None, 0, 7]  # spark-0 never finished: stopped
+    driver = NodeFailedError("spark-driver", "127.0.0.1", 1, "d.log", "")
+    error = node_failure(results, driver, {})
+    assert isinstance(error, NodeFailedError) and error.node == "spark-2"
+    assert error.node_results == results
+
+
+def test_an_exit_file_cut_short_reads_as_no_exit(tmp_path):
+    (tmp_path / "spark-0.exit").write_text("")
+    assert [r.exit_code for r in node_results(_plan(["spark-0"]), tmp_path)] == [None]
+
+
+def test_without_a_failed_node_the_driver_is_the_failure(tmp_path):
+    results = node_results(_plan(["spark-0"]), tmp_path)
+    driver = NodeFailedError("spark-driver", "127.0.0.1", 1, str(Path("d.log")), "no Java")
+    assert node_failure(results, driver, {}) is driver
+
+
+@pytest.mark.parametrize(
+    ("env", "address"),
+    [
+        (
+            {"SPARK_LOCAL_IP": "127.0.0.42", "SPARK_LOG_URL_STDERR": "http://10.0.0.9:1/x"},
+            "127.0.0.42",
+        ),
+        ({"SPARK_LOG_URL_STDERR": "http://10.0.0.9:45561/logPage/?executorId=0"}, "10.0.0.9"),
+        ({}, None),
+    ],
+)
+def test_the_executor_address_is_what_spark_tells_its_processes(env, address):
+    assert executor_address(env) == address
+
+
+def test_the_node_script_records_the_executor_address_when_known(tmp_path):
+    plan = build_run_plan(
+        spark_inventory("spark://h:7077", 2), run_spec("torchdistributor", procs=1)
+    )
+    script = tmp_path / "node-1.sh"
+    script.write_text(plan.launches[1].script.replace("exec ", "echo $DTRUN_NODE_ADDR; : ", 1))
+
+    def address(**env: str) -> str:
+        env = {"PATH": os.environ["PATH"], **env}
+        run = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
+        return run.stdout.splitlines()[-1]
+
+    assert address(DTRUN_EXECUTOR_ADDR="10.0.0.7") == "10.0.0.7"
+    assert address() == "spark-executor"
+
+
+# node_main in a process of its own, as a Spark task's rank runs it: `hand` says how the stop
+# arrives (a signal on a thread that is not the main one, or a SIGKILL of node_main itself).
+RANK_PROCESS = """\
+import os, signal, sys, threading, time
+from pathlib import Path
+from runner.engines.spark.node import node_main
+
+where = Path(sys.argv[1])
+
+def hand():
+    while not (where / "spark-0.log").exists() or b"up" not in (where / "spark-0.log").read_bytes():
+        time.sleep(0.05)
+    if sys.argv[2] == "thread":  # the kernel may hand a process's signal to any of its threads
+        watch = next(t for t in threading.enumerate() if t.name == "dtrun-parent-watch")
+        signal.pthread_kill(watch.ident, signal.SIGTERM)
+    else:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+threading.Thread(target=hand, daemon=True).start()
+node_main(str(where), ["spark-0"])
+"""
+
+# the program and a child it leaves in the background, both in the script's process group
+NODE_SCRIPT = """\
+sleep 600 &
+echo "$!" > background.pid
+echo "$$" > program.pid
+echo up
+exec sleep 601
+"""
+
+
+@pytest.mark.parametrize(
+    ("hand", "deaf"), [("thread", False), ("sigkill", False), ("sigkill", True)],
+    ids=["signal-on-a-thread", "sigkill", "sigkill-term-ignored"],
+)  # fmt: skip
+def test_a_stopped_rank_leaves_no_process_of_its_node_script(tmp_path, hand, deaf):
+    """A SIGTERM the kernel hands to node_main's watch thread still stops the script at once
+    (the main thread is not blocked reading its output), and a node_main killed outright has
+    its script's whole process group ended by its guard: SIGKILL where SIGTERM is ignored."""
+    (tmp_path / "node-0.sh").write_text(("trap '' TERM\n" if deaf else "") + NODE_SCRIPT)
+    env = {**os.environ, "NODE_RANK": "0", "PYTHONPATH": str(REPO)}
+    rank = subprocess.Popen(
+        [sys.executable, "-c", RANK_PROCESS, str(tmp_path), hand],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        code = rank.wait(timeout=30)
+        pids = [int((tmp_path / f"{n}.pid").read_text()) for n in ("program", "background")]
+        deadline = time.monotonic() + 10
+        while not all(ended(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(ended(pid) for pid in pids), pids
+        if hand == "thread":
+            assert code == 143, rank.stderr.read() if rank.stderr else ""
+            # node_main stopped the script: no exit of its own, so the node reads as stopped
+            assert not (tmp_path / "spark-0.exit").exists()
+        else:
+            assert code == -signal.SIGKILL
+    finally:
+        rank.kill()
+        for name in ("program", "background"):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((tmp_path / f"{name}.pid").read_text()), signal.SIGKILL)
+
+
+LOST = (
+    "An error occurred while calling o81.collect.\n"
+    ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 0.0 "
+    "failed 1 times, most recent failure: Lost task 1.0 in stage 0.0 (TID 1) (127.0.0.42 "
+    "executor 1): ExecutorLostFailure (executor 1 exited caused by one of the running tasks) "
+    "Reason: Command exited with code 137\n"
+    "Driver stacktrace:\n\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages"
+)
+
+
+def test_a_lost_executor_names_its_partition_and_the_executors_exit_code():
+    failure = task_failure(RuntimeError(LOST))
+    assert (failure.partition, failure.exit_code) == (1, 137)
+    assert failure.why.startswith("ExecutorLostFailure (executor 1 exited")
+    assert "stacktrace" not in failure.why and "\tat " not in failure.why
+
+
+def test_the_node_spark_lost_is_recorded_with_its_code_and_the_stopped_one_as_stopped(tmp_path):
+    plan = _plan(["spark-0", "spark-1"])
+    write_failure(tmp_path / FAILURE_FILE, task_failure(RuntimeError(LOST)))
+    results = node_results(plan, tmp_path)  # neither node wrote an exit: both were stopped
+    assert [(r.exit_code, r.cause is not None) for r in results] == [(None, False), (137, True)]
+    driver = NodeFailedError("spark-driver", "127.0.0.1", 1, "d.log", "traceback lines")
+    error = node_failure(results, driver, driver_failure(tmp_path))
+    assert isinstance(error, NodeFailedError) and error.node == "spark-1"
+    assert "failed with exit code 137" in error.message and "ExecutorLostFailure" in error.message
+
+
+# Spark 4's words for the same loss in a barrier stage (seen on the test standalone cluster):
+# the partition in the job's failure, the executor's exit only in the driver's log.
+BARRIER = (
+    "Job aborted due to stage failure: ResultStage 0 (run at spark_driver.py:246) has failed "
+    "the maximum allowable number of times: 1. Most recent failure reason: Stage failed "
+    "because barrier task ResultTask(0, 1) finished unsuccessfully."
+)
+
+
+def test_a_barrier_task_spark_4_lost_gets_its_executors_code_from_the_driver_log(tmp_path):
+    write_failure(tmp_path / FAILURE_FILE, task_failure(RuntimeError(BARRIER)))
+    (tmp_path / "spark-driver.log").write_text(
+        "26/11/25 18:59:33 ERROR TaskSchedulerImpl: Lost executor 0 on 127.0.0.42: "
+        "Command exited with code 137\n"
+    )
+    results = node_results(_plan(["spark-0", "spark-1"]), tmp_path)
+    assert [(r.exit_code, r.cause is not None) for r in results] == [(None, False), (137, True)]
+
+
+def test_a_barrier_failure_with_no_lost_executor_in_the_log_records_no_code(tmp_path):
+    write_failure(tmp_path / FAILURE_FILE, task_failure(RuntimeError(BARRIER)))
+    results = node_results(_plan(["spark-0", "spark-1"]), tmp_path)
+    assert [(r.exit_code, r.cause is not None) for r in results] == [(None, False), (None, True)]
+
+
+def test_a_driver_failure_it_recorded_is_the_error_not_its_log(tmp_path):
+    unreachable = master_unreachable("spark://127.0.0.1:1")
+    assert unreachable is not None
+    write_failure(tmp_path / FAILURE_FILE, unreachable)
+    results = node_results(_plan(["spark-0"]), tmp_path)
+    driver = NodeFailedError("spark-driver", "127.0.0.1", 1, "d.log", "Traceback (most recent")
+    error = node_failure(results, driver, driver_failure(tmp_path))
+    assert error.message.startswith("cannot connect to the Spark master at spark://127.0.0.1:1")
+    assert "Traceback" not in error.message and error.node_results == results
+
+
+@pytest.mark.parametrize(("value", "ok"), [("", True), ("30", True), ("4", False), ("x", False)])
+def test_the_executor_wait_is_bounded_and_checked(value, ok):
+    if ok:
+        assert executor_wait_s({"DTRUN_SPARK_EXECUTOR_WAIT_S": value}) in (30, 120)
+    else:
+        with pytest.raises(ValueError, match="DTRUN_SPARK_EXECUTOR_WAIT_S"):
+            executor_wait_s({"DTRUN_SPARK_EXECUTOR_WAIT_S": value})

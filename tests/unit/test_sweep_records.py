@@ -1,0 +1,134 @@
+"""A sweep's records say what happened: a stop after the last launch is recorded as a stop, and
+a full disk or a removed run directory ends the sweep with a message, not a traceback, leaving
+no record that claims more than was written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner import errors
+from runner.engines.embedded.executor import LocalExecutor
+from runner.errors import DiskFullError, RunDirWriteError, RunInterruptedError
+from runner.execute import LineSink
+from runner.record.rundir import RunDir
+from runner.spec.cluster import Inventory
+from runner.spec.launch import RESULT_FILE, LaunchPlan
+from runner.spec.outcome import NodeResult
+from runner.spec.request import BenchSpec
+from runner.sweep import run as sweep_run
+from runner.sweep.run import run_sweep
+from tests.conftest import fill, run_dtrun
+from tests.factories import result_data
+from tests.plans import sweep_plan
+
+
+class Recorded(LocalExecutor):
+    """An executor that runs nothing: each launch writes rank 0's result, as a node would;
+    ``during(n, workdir)`` runs in the n-th launch (from 1)."""
+
+    def __init__(self, during: Any = None) -> None:
+        super().__init__()
+        self.launches = 0
+        self.during = during
+
+    def run(
+        self,
+        plan: LaunchPlan,
+        workdir: Path,
+        *,
+        timeout_s: float,
+        on_line: LineSink,
+        tag: str | None = None,
+    ) -> tuple[NodeResult, ...]:
+        self.launches += 1
+        workdir.mkdir(parents=True, exist_ok=True)
+        if self.during is not None:
+            self.during(self.launches, workdir)
+        data = result_data(world=plan.world_size, tokens_per_s=1000.0 * plan.nnodes)
+        (workdir / RESULT_FILE).write_text(json.dumps(data))
+        return tuple(
+            NodeResult(launch.node.name, launch.node.address, 0, f"{launch.node.name}.log", 0.1)
+            for launch in plan.launches
+        )
+
+
+class StoppedWhileReporting:
+    """The report helper, with SIGTERM arriving while it builds (after the last launch)."""
+
+    def build(self, run_dir: RunDir) -> None:
+        errors.stopped_by(signal.SIGTERM)
+        raise KeyboardInterrupt
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def no_stop_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(errors, "_stop_signal", [])
+
+
+def bench(run_id: str) -> BenchSpec:
+    return BenchSpec(run_id=run_id, node_counts=(1, 2), steps=4, warmup=1, repeat=1)
+
+
+def runs_of(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((path / "runs.json").read_text())
+    return data
+
+
+def test_a_sigterm_after_the_last_launch_is_recorded_as_the_exit_code_says(
+    tmp_path: Path, fixed_inventory: Inventory, monkeypatch: pytest.MonkeyPatch, no_stop_yet: None
+):
+    monkeypatch.setattr(sweep_run, "ReportBuilder", StoppedWhileReporting)
+    with pytest.raises(RunInterruptedError) as raised:
+        run_sweep(sweep_plan(fixed_inventory, bench("late")), tmp_path, Recorded())
+    assert raised.value.exit_code == 143
+    assert f"next: rebuild the report with `dtrun report {tmp_path / 'late'}`" in str(raised.value)
+    runs = runs_of(tmp_path / "late")
+    assert runs["status"] == "interrupted"  # not "complete", with dtrun exiting 143
+    assert runs["error"].startswith("stopped by SIGTERM after its last launch")
+    assert [(run["nodes"], run["status"]) for run in runs["runs"]] == [(1, "ok"), (2, "ok")]
+
+
+def test_a_full_disk_mid_sweep_keeps_the_last_whole_record_and_says_so(
+    small_disk: Callable[[int], Path], fixed_inventory: Inventory
+):
+    disk = small_disk(400)
+
+    def full_from_the_second_launch(launch: int, workdir: Path) -> None:
+        if launch == 2:
+            fill(disk)
+
+    with pytest.raises(DiskFullError) as raised:
+        run_sweep(
+            sweep_plan(fixed_inventory, bench("full")), disk, Recorded(full_from_the_second_launch)
+        )
+    run = disk / "full"
+    assert raised.value.exit_code == 1
+    assert f"the disk holding {run} is full" in str(raised.value)
+    assert f"next: free space and run `dtrun report {run}`" in str(raised.value)
+    runs = runs_of(run)  # as written after the first launch: nothing claimed beyond it
+    assert [(r["nodes"], r["status"]) for r in runs["runs"]] == [(1, "ok")]
+    assert not [path for path in run.rglob("*") if ".partial" in path.name]
+    (disk / "filler").unlink()
+    assert run_dtrun("report", str(run), cwd=disk).returncode == 0  # as the message says
+
+
+def test_a_run_directory_removed_during_the_sweep_is_named(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    def remove_it(launch: int, workdir: Path) -> None:
+        if launch == 1:
+            shutil.rmtree(tmp_path / "gone")
+
+    with pytest.raises(RunDirWriteError, match="was removed while dtrun was writing to it"):
+        run_sweep(sweep_plan(fixed_inventory, bench("gone")), tmp_path, Recorded(remove_it))
+    assert not (tmp_path / "gone").exists()  # not made again, empty, by a later launch
