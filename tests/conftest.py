@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import psutil
 import pytest
 
-from runner.cluster.embedded import embedded_inventory, local_cluster
+from runner.engines.embedded.inventory import embedded_inventory, local_cluster
 from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
 from runner.spec.request import BenchSpec
 from tests import slurmd, sshd

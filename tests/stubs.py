@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.execute.local import write_launch_files
+from runner.engines.embedded.executor import write_launch_files
 from runner.spec.launch import LaunchPlan
 
 STUBS = ("torchrun", "deepspeed", "horovodrun", "mpirun", "python")

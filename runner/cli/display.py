@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
-    from runner.cluster.connect import Preview
     from runner.cluster.readiness import Waiting
+    from runner.engines.base import Preview
     from runner.execute import Answer
     from runner.plan.sweep import SweepPlan
     from runner.record.rundir import RunDir

@@ -54,7 +54,7 @@ from runner.spec.request import BenchSpec, RunSpec, ScalingMode
 from runner.spec.text import plural
 
 if TYPE_CHECKING:
-    from runner.cluster.connect import Cluster
+    from runner.engines.base import Cluster
     from runner.plan.resolve import ResolvedBench, ResolvedRun
     from runner.plan.sweep import SweepPlan
     from runner.record.resume import Resumed
@@ -420,7 +420,7 @@ def _bench_on(
         _require_packages(resolved)  # the embedded nodes run this very interpreter
     plan = plan_sweep(resolved, cluster.inventory)
     program = resolved.spec.program
-    if program is not None and cluster.engine != "spark":  # before the run directory is made
+    if program is not None and cluster.engine.name != "spark":  # before the run directory is made
         from runner.cluster.program import check_program
 
         widest = plan.points[-1]
@@ -452,7 +452,7 @@ def _require_packages(resolved: ResolvedBench) -> None:
 
 def _drain(cluster: Cluster, plan: SweepPlan) -> Drain | None:
     """--drain-failing: the Slurm executor drains the nodes below the gate's mark."""
-    from runner.execute.slurm import SlurmExecutor
+    from runner.engines.slurm.executor import SlurmExecutor
 
     request, executor = cluster.choice.slurm, cluster.executor
     if request is None or not request.drain_failing or not isinstance(executor, SlurmExecutor):
@@ -483,7 +483,7 @@ def _sweep(
                 cluster.ready,
                 _drain(cluster, plan),
                 resumed,
-                cluster.executor.command if cluster.engine == "ssh" else None,
+                cluster.executor.command if cluster.engine.name == "ssh" else None,
                 command=typed_command(),
             )
     except DtrunError as exc:
@@ -580,7 +580,7 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
     def program_there(plan: LaunchPlan) -> None:
         from runner.cluster.program import check_program
 
-        if cluster.engine != "spark":  # Spark runs tasks, not shell scripts, on its executors
+        if cluster.engine.name != "spark":  # Spark runs tasks, not shell scripts, on its executors
             nodes = plan.nodes or tuple(launch.node for launch in plan.launches)
             check_program(cluster.executor.command, resolved.spec.program, nodes)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -25,8 +25,8 @@ from runner.errors import UsageError, interruption
 from runner.spec.text import plural
 
 if TYPE_CHECKING:
-    from runner.cluster.connect import Cluster, ClusterChoice
     from runner.cluster.outputs import StackOutputs
+    from runner.engines.base import Cluster, ClusterChoice
     from runner.spec.request import LaunchRequest
 
 
@@ -49,7 +49,7 @@ def choose(
     job_name: str = "dtrun",
     drain_failing: bool = False,
 ) -> ClusterChoice:
-    from runner.cluster.connect import ClusterChoice
+    from runner.engines.base import ClusterChoice
     from runner.plan.bounds import check_bound
 
     for flag, seconds in (
@@ -62,7 +62,7 @@ def choose(
         check_bound("--local-nodes", where.local_nodes)
     slurm = where.slurm_request(drain_failing)
     if slurm is not None:  # checked with the options: nothing is asked of Slurm before
-        from runner.cluster.slurmlease import lease_seconds
+        from runner.engines.slurm.lease import lease_seconds
 
         slurm = replace(slurm, lease_s=lease_seconds())
     if teardown and where.stack is None:
@@ -71,25 +71,33 @@ def choose(
             fix="pass --stack NAME with --teardown, or leave --teardown out",
         )
     return ClusterChoice(
-        where.hosts,
-        where.stack,
-        where.outputs,
-        where.local_nodes if where.local_nodes is not None else local_nodes,
-        where.accept_new_host_keys,
-        check,
-        where.ready_timeout,
-        where.connect_timeout,
-        slurm,
-        dry_run,
-        job_name,
-        where.spark,
+        **_by_name(where, ClusterChoice),
+        local_nodes=where.local_nodes if where.local_nodes is not None else local_nodes,
+        check=check,
+        slurm=slurm,
+        dry_run=dry_run,
+        job_name=job_name,
     )
+
+
+# Where's fields the choice derives rather than copies: --slurm becomes the request, and
+# --local-nodes falls back to the command's own default.
+DERIVED = frozenset({"slurm", "local_nodes"})
+
+
+def _by_name(where: Where, choice: type[ClusterChoice]) -> dict[str, Any]:
+    """Where's options that ClusterChoice holds under the same name, copied as they are."""
+    names = {field.name for field in fields(choice)} - DERIVED
+    return {
+        field.name: getattr(where, field.name) for field in fields(where) if field.name in names
+    }
 
 
 @contextmanager
 def opened(choice: ClusterChoice, watch: StackWatch) -> Iterator[Cluster]:
     """The chosen cluster, open for the block; a stack's node registration drawn as a bar."""
-    from runner.cluster.connect import open_cluster
+    from runner.engines.base import Hooks
+    from runner.engines.registry import open_cluster
 
     out = console()
 
@@ -102,7 +110,7 @@ def opened(choice: ClusterChoice, watch: StackWatch) -> Iterator[Cluster]:
     with (
         RegistryBar(out) as registry_bar,
         open_cluster(
-            choice, lambda message: out.print(f"dtrun: {message}"), seen, registry_bar
+            choice, Hooks(lambda message: out.print(f"dtrun: {message}"), seen, registry_bar)
         ) as cluster,
     ):
 
@@ -211,10 +219,10 @@ class Session:
 
 def warn_oversubscribed(spec: LaunchRequest, local_nodes: int) -> None:
     """A warning line where the embedded cluster's nodes x processes per node exceed this
-    machine's cores (runner/cluster/embedded.py oversubscription)."""
+    machine's cores (runner/engines/embedded/inventory.py oversubscription)."""
     import os
 
-    from runner.cluster.embedded import oversubscription
+    from runner.engines.embedded.inventory import oversubscription
     from runner.spec.request import BenchSpec
 
     counts = spec.node_counts if isinstance(spec, BenchSpec) else (local_nodes,)

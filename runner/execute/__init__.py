@@ -2,7 +2,10 @@
 
 One interface, one return type: ``run`` returns every node's NodeResult when all nodes exit 0,
 and otherwise raises a RunError (NodeFailedError, RunTimeoutError) after stopping every node.
-A KeyboardInterrupt also stops every node before it propagates.
+A KeyboardInterrupt also stops every node before it propagates. Each engine's executor lives in
+its package (runner/engines/<name>/executor.py); this package holds what they share: the
+interface, the failure reading (failure.py), the stop every launch carries (guard.py) and the
+success rule (success.py).
 """
 
 from __future__ import annotations

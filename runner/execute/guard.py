@@ -6,7 +6,7 @@ own, reading a pipe that only dtrun writes (it never does): the pipe reads end o
 dtrun ends, however it ends, and the guard then runs its command (stop every process of the
 launch here; cancel a Slurm step). When dtrun stops or ends the launch itself, it drops the
 guard, which then runs nothing. The SSH engine's guard runs on each node
-(templates/remote/launch.sh.j2); a Spark task's, beside its script (runner/execute/spark_node.py).
+(templates/remote/launch.sh.j2); a Spark task's, beside its script (runner/engines/spark/node.py).
 
 Standard library only at import: Spark's executors import it with node_main.
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_QUEUE_TIMEOUT_S = 3600.0  # an hour in the queue, then dtrun cancels its request
-# how long dtrun's own job outlives a dtrun killed outright (runner/cluster/slurmlease.py)
+# how long dtrun's own job outlives a dtrun killed outright (runner/engines/slurm/lease.py)
 DEFAULT_LEASE_S = 300
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from runner.engines.embedded.executor import LocalExecutor
 from runner.errors import NodeFailedError
-from runner.execute.local import LocalExecutor
 from runner.spec.launch import LaunchPlan
 from runner.spec.outcome import NodeResult
 from runner.spec.request import BenchSpec

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from runner.execute.local import LocalExecutor
+from runner.engines.embedded.executor import LocalExecutor
 from runner.spec.request import BenchSpec
 from runner.sweep.run import run_sweep
 from tests.plans import sweep_plan

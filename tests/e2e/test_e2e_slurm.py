@@ -159,7 +159,7 @@ def test_sigterm_cancels_the_step_and_the_job_and_leaves_no_process(slurm, no_le
 
 def test_a_sigkilled_dtrun_leaves_no_job_once_its_lease_runs_out(slurm, no_leftovers):
     """SIGKILL runs none of dtrun's own code: its job ends itself a lease after the last
-    renewal (runner/cluster/slurmlease.py), and with it every step and program."""
+    renewal (runner/engines/slurm/lease.py), and with it every step and program."""
     script = _write(no_leftovers, "sleep.py", SLEEPER)
     with (no_leftovers / "dtrun.out").open("w+") as out:
         dtrun = subprocess.Popen(
@@ -194,7 +194,8 @@ def test_inside_a_users_allocation_a_sigkilled_dtruns_steps_end_and_the_job_stay
     slurm, no_leftovers
 ):
     """The allocation is its owner's (salloc, here with more to do after dtrun) and outlives
-    dtrun: the step guard (runner/execute/slurm.py) cancels dtrun's step when dtrun is gone."""
+    dtrun: the step guard (runner/engines/slurm/executor.py) cancels dtrun's step when dtrun is
+    gone."""
     script = _write(no_leftovers, "sleep.py", SLEEPER)
     dtrun_line = shlex.join(
         [*DTRUN, "run", "--slurm", "--nodes", "2", "--port", "29640", "--output",

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from runner.engines.ssh.executor import SshExecutor
+from runner.engines.ssh.session import SshSession
 from runner.errors import NodeFailedError
-from runner.execute.ssh import SshExecutor
-from runner.execute.sshsession import SshSession
 from runner.plan.sweep import Launch
 from runner.spec.outcome import RunStatus
 from runner.sweep.eviction import EvictedError

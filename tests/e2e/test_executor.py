@@ -14,8 +14,8 @@ import threading
 
 import pytest
 
+from runner.engines.embedded.executor import LocalExecutor
 from runner.errors import NodeFailedError, RunTimeoutError
-from runner.execute.local import LocalExecutor
 from runner.execute.success import Next, after_exit, mark_stopped, settle
 from runner.spec.cluster import Node
 from runner.spec.launch import LaunchFile, LaunchPlan, NodeLaunch
@@ -116,7 +116,7 @@ def test_ctrl_c_stops_every_node_process_before_dtrun_exits(no_leftovers):
         import sys
         from pathlib import Path
         from tests.e2e.test_executor import plan_of, LIKE_TORCHRUN
-        from runner.execute.local import LocalExecutor
+        from runner.engines.embedded.executor import LocalExecutor
 
         def line(node, text):
             print(node, text, flush=True)

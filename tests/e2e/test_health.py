@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from runner.engines.embedded.executor import LocalExecutor
 from runner.errors import HealthGateError
-from runner.execute.local import LocalExecutor
 from runner.spec.request import AllreduceSpec, BenchSpec, HealthGate
 from runner.sweep.run import run_sweep
 from tests.plans import sweep_plan

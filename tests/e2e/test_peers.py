@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from runner.cluster.peers import PeerSshError, check_peers
-from runner.execute.ssh import SshExecutor
-from runner.execute.sshsession import SshSession
+from runner.engines.ssh.executor import SshExecutor
+from runner.engines.ssh.session import SshSession
 from tests import sshd
 from tests.unit.test_peers import (
     DOWN,

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from runner.cluster.hosts import Defaults, parse_hosts_file
 from runner.cluster.outputs import parse_outputs
 from runner.cluster.readiness import NotReadyError, Patience, wait_until_ready
-from runner.cluster.registry import wait_for_registry
+from runner.engines.ssh.executor import SshExecutor
+from runner.engines.ssh.hosts import Defaults, parse_hosts_file
+from runner.engines.ssh.registration import wait_for_registry
+from runner.engines.ssh.session import HostKeyError, SshError, SshLoginError, SshSession
 from runner.errors import NodeFailedError
-from runner.execute.ssh import SshExecutor
-from runner.execute.sshsession import HostKeyError, SshError, SshLoginError, SshSession
 from runner.spec.cluster import Inventory
 from runner.spec.launch import LaunchPlan, NodeLaunch
 from tests.conftest import launch_processes, processes_under, wait_for
@@ -301,9 +301,9 @@ def test_processes_of_launches_carry_their_tag(sshd_cluster, no_leftovers):
 KILLED_EXECUTOR = """\
 import sys
 from pathlib import Path
-from runner.cluster.hosts import Defaults, parse_hosts_file
-from runner.execute.ssh import SshExecutor
-from runner.execute.sshsession import SshSession
+from runner.engines.ssh.hosts import Defaults, parse_hosts_file
+from runner.engines.ssh.executor import SshExecutor
+from runner.engines.ssh.session import SshSession
 from tests.e2e.test_ssh import bash_plan
 
 where = Path(sys.argv[1])

@@ -67,7 +67,7 @@ def test_a_node_that_does_not_answer_vanished(tmp_path):
 
 
 def hosts_like() -> Inventory:
-    from runner.cluster.hosts import Defaults, parse_hosts_value
+    from runner.engines.ssh.hosts import Defaults, parse_hosts_value
 
     return parse_hosts_value("127.0.0.2:1,127.0.0.3:1", Defaults("me", "/opt/venv/bin"))
 

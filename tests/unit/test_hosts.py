@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.cluster.hostlines import HostsFileError, is_host_list
-from runner.cluster.hosts import Defaults, parse_hosts_file, parse_hosts_value
+from runner.engines.ssh.hostlines import HostsFileError, is_host_list
+from runner.engines.ssh.hosts import Defaults, parse_hosts_file, parse_hosts_value
 from runner.spec.cluster import Accelerator
 
 DEFAULTS = Defaults(user="me", python_bin="/opt/venv/bin")

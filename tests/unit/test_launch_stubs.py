@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.cluster.embedded import local_cluster
+from runner.engines.embedded.inventory import local_cluster
 from runner.spec.cluster import Inventory, SshAccess
 from runner.spec.request import (
     HorovodController,

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from runner.cli.app import app
-from runner.cluster.embedded import oversubscription
+from runner.engines.embedded.inventory import oversubscription
 from runner.spec.cluster import exceeds_cores
 
 WARNING = "warning: the embedded cluster runs"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.cluster.embedded import local_cluster
-from runner.cluster.hosts import Defaults, parse_hosts_file
 from runner.cluster.peers import PEER_SSH, PeerSshError, check_peers, check_script
+from runner.engines.embedded.inventory import local_cluster
+from runner.engines.ssh.hosts import Defaults, parse_hosts_file
 from runner.execute import Answer
 from runner.spec.cluster import Inventory, SshAccess
 from runner.spec.launch import LaunchPlan

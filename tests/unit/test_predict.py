@@ -414,7 +414,7 @@ def test_a_program_s_prediction_counts_its_sharding_as_the_report_s_sync_does(
 
 
 def test_a_prediction_from_the_embedded_cluster_says_whose_growth_it_is(tmp_path: Path):
-    from runner.cluster.embedded import local_cluster
+    from runner.engines.embedded.inventory import local_cluster
     from runner.spec.request import BenchSpec
     from tests.factories import fake_run_dir
 

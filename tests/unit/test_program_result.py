@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runner.cluster.embedded import local_cluster
+from runner.engines.embedded.inventory import local_cluster
 from runner.errors import ResultError
 from runner.plan.resolve import resolve_bench
 from runner.plan.sweep import plan_sweep

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.cluster.slurm import (
+from runner.engines.slurm.allocation import (
     allocation_request,
     cpus_per_node,
     gpus_of,
@@ -20,12 +20,12 @@ from runner.cluster.slurm import (
     slurm_inventory,
     slurm_nodes,
 )
-from runner.cluster.slurmlease import hold_script
+from runner.engines.slurm.executor import SlurmExecutor, _Step, step_command, step_guard, wrapper
+from runner.engines.slurm.fault import Heard
+from runner.engines.slurm.lease import hold_script
+from runner.engines.slurm.shell import SlurmShell
 from runner.errors import NodeFailedError
 from runner.execute.guard import drop_guard
-from runner.execute.slurm import SlurmExecutor, _Step, step_command, step_guard, wrapper
-from runner.execute.slurmfault import Heard
-from runner.execute.slurmshell import SlurmShell
 from runner.plan.launch import What, plan_launch
 from runner.plan.resolve import resolve_run
 from runner.spec.cluster import Node
@@ -199,9 +199,9 @@ def test_a_stack_without_slurm_is_refused_with_what_to_set(tmp_path):
 
 
 def test_a_node_that_does_not_see_the_run_directory_is_a_clear_usage_error(tmp_path):
+    from runner.engines.slurm.executor import SlurmExecutor
+    from runner.engines.slurm.shell import SlurmShell
     from runner.errors import UsageError
-    from runner.execute.slurm import SlurmExecutor
-    from runner.execute.slurmshell import SlurmShell
 
     step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None)
     step.line(b"1: dtrun: the run directory /home/u/runs/r1/launch is not on gpu02\n")

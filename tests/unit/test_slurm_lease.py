@@ -1,4 +1,4 @@
-"""The lease of dtrun's Slurm allocation (runner/cluster/slurmlease.py): its batch script run
+"""The lease of dtrun's Slurm allocation (runner/engines/slurm/lease.py): its batch script run
 for real by sh against a stand-in squeue that prints the job's comment from a file (or fails,
 or is missing), and the lease setting's checks. The whole path, with a real Slurm and a
 SIGKILLed dtrun, is in tests/e2e/test_e2e_slurm.py."""
@@ -14,9 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.cluster.slurmlease import Lease, hold_script, lease_seconds
+from runner.engines.slurm.lease import Lease, hold_script, lease_seconds
+from runner.engines.slurm.shell import SlurmShell
 from runner.errors import RunError, UsageError
-from runner.execute.slurmshell import SlurmShell
 from runner.spec.slurm import DEFAULT_LEASE_S
 
 LEASE_S = 6  # and the script polls every 2 s (hold_script's poll_s, for a quick test)

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from runner.cluster.spark import executors, spark_inventory
-from runner.errors import NodeFailedError, PlanError, UsageError
-from runner.execute.spark import driver_failure, node_failure, node_results
-from runner.execute.spark_driver import (
+from runner.engines.spark.driver import (
     FAILURE_FILE,
     executor_wait_s,
     master_unreachable,
     task_failure,
     write_failure,
 )
-from runner.execute.spark_node import contract_from_horovod, executor_address, node_main
+from runner.engines.spark.executor import driver_failure, node_failure, node_results
+from runner.engines.spark.inventory import executors, spark_inventory
+from runner.engines.spark.node import contract_from_horovod, executor_address, node_main
+from runner.errors import NodeFailedError, PlanError, UsageError
 from runner.plan.launchers.spark import SPARK_CONFIG
 from runner.spec.cluster import Node
 from runner.spec.launch import LaunchPlan, NodeLaunch
@@ -180,7 +180,7 @@ def test_the_node_script_records_the_executor_address_when_known(tmp_path):
 RANK_PROCESS = """\
 import os, signal, sys, threading, time
 from pathlib import Path
-from runner.execute.spark_node import node_main
+from runner.engines.spark.node import node_main
 
 where = Path(sys.argv[1])
 

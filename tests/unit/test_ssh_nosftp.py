@@ -1,5 +1,5 @@
 """Nodes whose sshd offers no SFTP subsystem (some sites disable it): dtrun copies the launch
-files and the result through the exec channel instead (runner/execute/sshcopy.py), and an SSH
+files and the result through the exec channel instead (runner/engines/ssh/transfer.py), and an SSH
 failure that remains names the node, what failed and what to do, with no traceback.
 
 Real sshd instances without a `Subsystem sftp` line on 127.0.0.19-20, port 2223 (not the shared
@@ -16,8 +16,8 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from runner.execute.sshcopy import put_script
-from runner.execute.sshsession import SshError, lost_connection
+from runner.engines.ssh.session import SshError, lost_connection
+from runner.engines.ssh.transfer import put_script
 from runner.spec.cluster import Node
 from tests import sshd
 from tests.e2e.test_ssh import hosts_file_text

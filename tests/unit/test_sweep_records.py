@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from runner import errors
+from runner.engines.embedded.executor import LocalExecutor
 from runner.errors import DiskFullError, RunDirWriteError, RunInterruptedError
 from runner.execute import LineSink
-from runner.execute.local import LocalExecutor
 from runner.record.rundir import RunDir
 from runner.spec.cluster import Inventory
 from runner.spec.launch import RESULT_FILE, LaunchPlan

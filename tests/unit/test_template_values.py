@@ -28,16 +28,16 @@ import yaml
 
 from infra.cloudinit import render_cloud_init
 from infra.slurm import slurm_files
-from runner.cluster.embedded import local_cluster
 from runner.cluster.peers import PeerSsh, check_script
 from runner.cluster.program import program_script
 from runner.cluster.readiness import check_script as readiness_script
-from runner.cluster.spark import spark_inventory
+from runner.engines.embedded.inventory import local_cluster
+from runner.engines.slurm.executor import wrapper
+from runner.engines.spark.executor import driver_script
+from runner.engines.spark.inventory import spark_inventory
+from runner.engines.ssh.executor import launch_command
 from runner.errors import UnsafeValueError
 from runner.execute.guard import stop_script
-from runner.execute.slurm import wrapper
-from runner.execute.spark import driver_script
-from runner.execute.ssh import launch_command
 from runner.plan.resolve import resolve_bench
 from runner.plan.sweep import plan_sweep
 from runner.render import environment, templates_dir

@@ -3,8 +3,8 @@
 
 Each node's script runs the program with no launcher of its own: the ranks come from the Spark
 launcher (TorchDistributor's torchrun: MASTER_ADDR, RANK, ...; horovod.spark's HOROVOD_* mapped
-to the contract by runner/execute/spark_node.py). The driver that calls them is
-runner/execute/spark_driver.py, configured by the launch file spark.json (docs/spark.md).
+to the contract by runner/engines/spark/node.py). The driver that calls them is
+runner/engines/spark/driver.py, configured by the launch file spark.json (docs/spark.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Inventories: which nodes a benchmark may use. The embedded local cluster lives here."""
+"""The embedded cluster's inventory: simulated nodes on 127.0.0.x sharing this machine's cores,
+and when they oversubscribe them. Slurm and SSH borrow its Python path and checkout as defaults."""
 
 from __future__ import annotations
 

@@ -21,12 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import runner
+from runner.engines.ssh.session import SshError, SshSession, lost_connection
+from runner.engines.ssh.transfer import (
+    Files,
+    exec_get,
+    exec_get_steps,
+    exec_put,
+    sftp_get,
+    sftp_put,
+)
 from runner.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
 from runner.execute.guard import TAG, WAIT_FOR_END, stop_script
-from runner.execute.sshcopy import Files, exec_get, exec_get_steps, exec_put, sftp_get, sftp_put
-from runner.execute.sshsession import SshError, SshSession, lost_connection
 from runner.execute.success import Next, after_exit, mark_stopped
 from runner.render import render
 from runner.spec.cluster import Inventory, Node
@@ -42,7 +50,7 @@ if TYPE_CHECKING:
 def code_files() -> dict[str, bytes]:
     """What the nodes import: runner/__init__.py, runner/workloads/ and the step hook
     (relative path -> bytes)."""
-    package = Path(__file__).resolve().parent.parent
+    package = Path(runner.__file__).resolve().parent
     workloads = package / "workloads"
     files = [
         package / "__init__.py",

@@ -12,8 +12,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.cluster.embedded import embedded_inventory
-from runner.cluster.slurm import (
+from runner.engines.base import Cluster
+from runner.engines.embedded.executor import sigint_deferred
+from runner.engines.embedded.inventory import embedded_inventory
+from runner.engines.slurm.allocation import (
     allocation_request,
     candidate_nodes,
     check_partition_size,
@@ -25,19 +27,18 @@ from runner.cluster.slurm import (
     submit,
     wait_running,
 )
-from runner.cluster.slurmlease import Lease
+from runner.engines.slurm.executor import SlurmExecutor
+from runner.engines.slurm.fault import job_end
+from runner.engines.slurm.lease import Lease
+from runner.engines.slurm.shell import LIVE, SlurmShell, cancel, job_state
+from runner.engines.slurm.stage import HeadStaging, head_shell
 from runner.errors import UsageError
-from runner.execute.local import sigint_deferred
-from runner.execute.slurm import SlurmExecutor, SlurmPreview
-from runner.execute.slurmfault import job_end
-from runner.execute.slurmshell import LIVE, SlurmShell, cancel, job_state
-from runner.execute.slurmstage import HeadStaging, head_shell
 from runner.spec.cluster import Inventory, Node
 from runner.spec.text import plural
 
 if TYPE_CHECKING:
-    from runner.cluster.connect import Cluster, ClusterChoice
     from runner.cluster.outputs import StackOutputs
+    from runner.engines.base import ClusterChoice, Engine
 
 Notice = Callable[[str], None]
 PENDING_EVERY_S = 30.0  # a job still pending for the same reason is mentioned this often
@@ -86,15 +87,17 @@ def _inventory(source: str, nodes: tuple[Node, ...], gpus: int, head: Head | Non
 
 
 def _cluster(
-    choice: ClusterChoice, shell: SlurmShell, job: str, inventory: Inventory, head: Head | None
+    engine: Engine,
+    choice: ClusterChoice,
+    shell: SlurmShell,
+    job: str,
+    inventory: Inventory,
+    head: Head | None,
 ) -> Cluster:
-    from runner.cluster.connect import Cluster
-
     gpus = min(node.slots for node in inventory.nodes) if inventory.accelerator == "cuda" else 0
     staging = head.staging if head is not None else None
     executor = SlurmExecutor(shell, job, gpus_per_node=gpus, staging=staging)
-    preview = SlurmPreview(executor, allocation_line(choice))
-    return Cluster(inventory, executor, choice, engine="slurm", preview=preview)
+    return Cluster(inventory, executor, choice, engine)
 
 
 def pending_notice(notice: Notice) -> Callable[[str, str, float, float], None]:
@@ -117,7 +120,7 @@ def pending_notice(notice: Notice) -> Callable[[str, str, float, float], None]:
 
 @contextlib.contextmanager
 def open_slurm(
-    choice: ClusterChoice, notice: Notice, head: Head | None = None
+    engine: Engine, choice: ClusterChoice, notice: Notice, head: Head | None = None
 ) -> Iterator[Cluster]:
     request = choice.slurm
     assert request is not None  # only called for --slurm
@@ -138,7 +141,9 @@ def open_slurm(
         cpus = cpus_per_node(os.environ.get("SLURM_JOB_CPUS_PER_NODE", ""), len(nodes))
         if cpus is not None:
             nodes = tuple(replace(node, cpus=n) for node, n in zip(nodes, cpus, strict=True))
-        yield _cluster(choice, shell, job, _inventory(f"slurm:job {job}", nodes, gpus, head), head)
+        yield _cluster(
+            engine, choice, shell, job, _inventory(f"slurm:job {job}", nodes, gpus, head), head
+        )
         return
     count = choice.local_nodes
     check_partition_size(shell, request, count)
@@ -146,7 +151,7 @@ def open_slurm(
         names = candidate_nodes(shell, request)[:count]
         nodes, gpus = slurm_nodes(shell, names)
         inventory = _inventory("slurm:dry run (nodes as sinfo lists them)", nodes, gpus, head)
-        yield _cluster(choice, shell, "JOBID", inventory, head)
+        yield _cluster(engine, choice, shell, "JOBID", inventory, head)
         return
     job = submit(shell, request, count, choice.job_name)
     notice(
@@ -163,7 +168,7 @@ def open_slurm(
             notice(f"Slurm job {job} runs on {plural(len(names), 'node')}: {','.join(names)}")
             nodes, gpus = slurm_nodes(shell, names)
             inventory = _inventory(f"slurm:job {job}", nodes, gpus, head)
-            yield _cluster(choice, shell, job, inventory, head)
+            yield _cluster(engine, choice, shell, job, inventory, head)
     finally:
         with sigint_deferred():
             ended = job_end(shell, job, wait_s=0)[0]

@@ -10,8 +10,8 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
+from runner.engines.slurm.shell import SlurmShell
 from runner.errors import RunError
-from runner.execute.slurmshell import SlurmShell
 from runner.spec.outcome import NodeResult
 
 # srun's words for a node the controller lost, and slurmstepd's for a step or job it ends:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 
 from runner.cluster.outputs import (
     RegistryEntry,
@@ -13,12 +12,10 @@ from runner.cluster.outputs import (
     parse_registry_entry,
 )
 from runner.cluster.readiness import NotReadyError
-from runner.execute.sshsession import SshSession
+from runner.engines.base import RegistryPoll
+from runner.engines.ssh.session import SshSession
 from runner.spec.cluster import Inventory
 from runner.spec.text import plural
-
-# Told after every look at the registry: nodes registered, of them ready, wanted, seconds waited.
-RegistryPoll = Callable[[int, int, int, float], None]
 
 
 def no_poll(registered: int, ready: int, wanted: int, waited: float) -> None:

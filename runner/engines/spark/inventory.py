@@ -13,8 +13,8 @@ import re
 import sys
 from pathlib import Path
 
+from runner.engines.spark.driver import WAIT_ENV, executor_wait_s
 from runner.errors import UsageError
-from runner.execute.spark_driver import WAIT_ENV, executor_wait_s
 from runner.spec.cluster import Accelerator, Inventory, Node
 
 LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]")

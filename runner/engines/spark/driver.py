@@ -1,7 +1,7 @@
-"""The Spark driver of one launch: ``python -m runner.execute.spark_driver MASTER LAUNCH_DIR``.
+"""The Spark driver of one launch: ``python -m runner.engines.spark.driver MASTER LAUNCH_DIR``.
 
-Started by the Spark engine (runner/execute/spark.py) as the one local process of a launch. It
-opens a SparkSession on MASTER with the launch's Python on the executors, then lets the Spark
+Started by the Spark engine (runner/engines/spark/executor.py) as the one local process of a launch.
+It opens a SparkSession on MASTER with the launch's Python on the executors, then lets the Spark
 launcher start the ranks, one barrier task per node:
 
 - ``torchdistributor``: ``TorchDistributor(num_processes=W, local_mode=False).run(node_main,
@@ -9,7 +9,7 @@ launcher start the ranks, one barrier task per node:
   (docs/spark.md);
 - ``horovod-spark``: ``horovod.spark.run(node_main, num_proc=N, nics=[NIC])``.
 
-Each task's ``node_main`` (runner/execute/spark_node.py) runs that node's rendered script. On
+Each task's ``node_main`` (runner/engines/spark/node.py) runs that node's rendered script. On
 SIGTERM, SIGHUP or SIGINT the driver cancels the job and stops the session, then exits 128 +
 the signal. A failed job exits 1 with Spark's words; which node failed, its ``.exit`` file says.
 """
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from runner.engines.spark.node import TAG, node_main
 from runner.execute.guard import TAG as LAUNCH_TAG
-from runner.execute.spark_node import TAG, node_main
 from runner.spec.text import plural
 
 GROUP = "dtrun-launch"
@@ -46,7 +46,7 @@ CHECK_EVERY_S = 5  # Spark's barrier slot check, retried this often up to the wa
 def executor_wait_s(environ: dict[str, str] | None = None) -> int:
     """How long a launch waits for Spark to give it an executor per node: DTRUN_SPARK_EXECUTOR_
     WAIT_S, default 120; a value out of range is refused before anything runs
-    (runner/cluster/spark.py checks it with the other options)."""
+    (runner/engines/spark/inventory.py checks it with the other options)."""
     text = (os.environ if environ is None else environ).get(WAIT_ENV, "").strip()
     if not text:
         return DEFAULT_WAIT_S
@@ -60,8 +60,8 @@ def executor_wait_s(environ: dict[str, str] | None = None) -> int:
 
 @dataclass(frozen=True)
 class Failure:
-    """Why the launch failed, written to spark-failure.json for dtrun (runner/execute/
-    spark.py). ``partition``: the node (barrier partition) Spark lost, when it names one;
+    """Why the launch failed, written to spark-failure.json for dtrun (runner/engines/
+    spark/executor.py). ``partition``: the node (barrier partition) Spark lost, when it names one;
     ``exit_code``: that node's, as Spark reported it (an executor's exit)."""
 
     what: str
@@ -125,7 +125,7 @@ _EXECUTOR_EXIT = re.compile(r"exited with code (-?\d+)")
 
 # A barrier stage (TorchDistributor's, horovod.spark's) says instead, as Spark 4 does: `Stage
 # failed because barrier task ResultTask(0, 1) finished unsuccessfully` (stage, partition); the
-# executor's exit is then only in the driver's log (runner/execute/spark.py reads it).
+# executor's exit is then only in the driver's log (runner/engines/spark/executor.py reads it).
 _BARRIER_TASK = re.compile(r"barrier task ResultTask\(\d+, (\d+)\) finished unsuccessfully")
 
 

@@ -22,6 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner import __version__
+from runner.engines.embedded.executor import (
+    run_scripts,
+    sigint_deferred,
+    write_launch_files,
+    write_scripts,
+)
+from runner.engines.slurm.fault import Heard, ended_by_slurm
+from runner.engines.slurm.shell import SlurmShell, cancel
+from runner.engines.slurm.stage import HeadStaging
 from runner.errors import (
     LaunchInterrupted,
     NodeFailedError,
@@ -32,10 +41,6 @@ from runner.errors import (
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
 from runner.execute.guard import TAG, drop_guard, start_guard
-from runner.execute.local import run_scripts, sigint_deferred, write_launch_files, write_scripts
-from runner.execute.slurmfault import Heard, ended_by_slurm
-from runner.execute.slurmshell import SlurmShell, cancel
-from runner.execute.slurmstage import HeadStaging
 from runner.execute.success import Next, Settled, mark_stopped, settle
 from runner.render import render
 from runner.spec.launch import LaunchPlan
@@ -350,8 +355,8 @@ CANCEL = (
 
 def step_guard(shell: SlurmShell, job_id: str, name: str) -> subprocess.Popen[bytes]:
     """The guard (runner/execute/guard.py) that cancels the step when dtrun ends without
-    stopping it. Inside a job dtrun asked for, the lease ends the job too (runner/cluster/
-    slurmlease.py); inside a user's own allocation, which outlives dtrun, this is what stops
+    stopping it. Inside a job dtrun asked for, the lease ends the job too (runner/engines/slurm/
+    lease.py); inside a user's own allocation, which outlives dtrun, this is what stops
     dtrun's steps."""
     return start_guard(shell.argv(["sh", "-c", CANCEL, "dtrun-step-cancel", job_id, name]))
 

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from runner.azure.catalog import SIZES
-from runner.cluster.hostlines import Entry, HostsFileError, located, read_host_list, read_lines
 from runner.cluster.names import control_character, host_problem, login_problem
+from runner.engines.ssh.hostlines import Entry, HostsFileError, located, read_host_list, read_lines
 from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
 
 TOP_FIELDS = {

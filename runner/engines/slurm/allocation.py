@@ -5,7 +5,7 @@ allocation's nodes and leaves the allocation as it found it. Outside one, it ask
 allocation of the sweep's largest node count (an sbatch job whose only work is to hold the
 nodes), waits in the queue once, runs every point inside it (a point of n nodes on the first n),
 and cancels it when the command ends, however it ends; killed outright, dtrun stops renewing
-the job's lease and the job ends itself (runner/cluster/slurmlease.py).
+the job's lease and the job ends itself (runner/engines/slurm/lease.py).
 
 Every Slurm command goes through a SlurmShell: here on a login node, or on a stack's head
 over ssh. Only Slurm's documented output formats are read (sbatch --parsable, squeue -o,
@@ -20,9 +20,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from runner.cluster.names import host_problem
-from runner.cluster.slurmlease import COMMENT, hold_script
-from runner.errors import InventoryError, RunError, UsageError
-from runner.execute.slurmshell import (
+from runner.engines.slurm.lease import COMMENT, hold_script
+from runner.engines.slurm.shell import (
     LIVE,
     NEVER_RUNS,
     POLL_S,
@@ -31,6 +30,7 @@ from runner.execute.slurmshell import (
     never_runs,
     site_failure,
 )
+from runner.errors import InventoryError, RunError, UsageError
 from runner.spec.cluster import Accelerator, Inventory, Node
 from runner.spec.slurm import SlurmRequest
 from runner.spec.text import noun, plural
@@ -46,7 +46,7 @@ class QueueTimeoutError(RunError):
 def allocation_request(request: SlurmRequest, nodes: int, name: str) -> list[str]:
     """The sbatch line dtrun submits: N whole nodes held by a job that only waits, so that
     every point of the sweep runs on the same nodes after one wait in the queue; it ends
-    itself when dtrun stops renewing its lease (runner/cluster/slurmlease.py)."""
+    itself when dtrun stops renewing its lease (runner/engines/slurm/lease.py)."""
     return [
         "sbatch",
         "--parsable",

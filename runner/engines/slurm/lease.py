@@ -23,8 +23,8 @@ import threading
 from collections.abc import Callable, Mapping
 from types import TracebackType
 
+from runner.engines.slurm.shell import NEVER_RUNS, SlurmShell, job_state, never_runs
 from runner.errors import RunError, UsageError
-from runner.execute.slurmshell import NEVER_RUNS, SlurmShell, job_state, never_runs
 from runner.spec.slurm import DEFAULT_LEASE_S
 
 LEASE_ENV = "DTRUN_SLURM_LEASE_S"

@@ -19,7 +19,7 @@ import shlex
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from runner.execute.sshsession import SshError
+from runner.engines.ssh.session import SshError
 from runner.workloads.files import write_atomic
 
 if TYPE_CHECKING:

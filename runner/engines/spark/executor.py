@@ -1,7 +1,7 @@
 """The Spark engine's executor: one Spark driver per launch, on this machine.
 
-A launch under ``--spark MASTER`` is one local process, ``spark-driver.sh`` (runner/execute/
-spark_driver.py), run by the embedded cluster's LocalExecutor: its output streams, its timeout,
+A launch under ``--spark MASTER`` is one local process, ``spark-driver.sh`` (runner/engines/
+spark/driver.py), run by the embedded cluster's LocalExecutor: its output streams, its timeout,
 Ctrl-C, SIGTERM and SIGHUP, and the stop of every process below it (the local-cluster's
 executors and their ranks are its descendants) are that executor's. What each node did comes
 from the files its Spark task's node_main writes in the launch directory: ``<node>.log`` and
@@ -18,12 +18,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from runner import __version__
+from runner.engines.embedded.executor import LocalExecutor, write_launch_files, write_scripts
+from runner.engines.spark.driver import FAILURE_FILE
+from runner.engines.spark.node import EXIT_SUFFIX, TAG
 from runner.errors import LaunchInterrupted, NodeFailedError, RunError, UsageError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
-from runner.execute.local import LocalExecutor, write_launch_files, write_scripts
-from runner.execute.spark_driver import FAILURE_FILE
-from runner.execute.spark_node import EXIT_SUFFIX, TAG
 from runner.render import render
 from runner.spec.cluster import Node
 from runner.spec.launch import LaunchPlan, NodeLaunch
@@ -149,7 +149,7 @@ def lost_executor_exit(workdir: Path) -> int | None:
 
 
 def driver_failure(workdir: Path) -> dict[str, object]:
-    """What the driver recorded of the failure (runner/execute/spark_driver.py); {} if none."""
+    """What the driver recorded of the failure (runner/engines/spark/driver.py); {} if none."""
     try:
         data = json.loads((workdir / FAILURE_FILE).read_text())
     except (OSError, ValueError):

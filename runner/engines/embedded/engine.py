@@ -1,0 +1,33 @@
+"""The embedded engine: none of --hosts, --stack, --outputs, --slurm, --spark was given."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from runner.cluster.readiness import check_ports_free
+from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
+from runner.engines.embedded.inventory import embedded_inventory
+from runner.spec.launch import LaunchPlan
+
+
+class EmbeddedEngine:
+    name = "embedded"
+
+    def selects(self, choice: ClusterChoice) -> bool:
+        return choice.embedded
+
+    @contextlib.contextmanager
+    def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
+        from runner.engines.embedded.executor import LocalExecutor
+
+        yield Cluster(embedded_inventory(choice.local_nodes), LocalExecutor(), choice, self)
+
+    def preview(self, cluster: Cluster) -> Preview | None:
+        return None
+
+    def ready(self, cluster: Cluster, plan: LaunchPlan) -> None:
+        # MASTER_PORT sits next to the rendezvous port (LaunchRequest.master_port)
+        check_ports_free(plan.master_addr, (plan.master_port - 1, plan.master_port))
+        if cluster.choice.check:  # without: processes on this machine, nothing to reach
+            wait_for_nodes(cluster, plan)

@@ -1,0 +1,64 @@
+"""The files a cluster choice names, read for the engines that need them: a hosts file (SSH)
+and a stack's outputs (SSH and a stack's own Slurm), from a saved file or from Pulumi."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.cluster.outputs import StackOutputs, parse_outputs
+from runner.errors import InventoryError
+
+if TYPE_CHECKING:
+    from runner.engines.base import ClusterChoice
+
+
+def read_text(path: Path, what: str, fix: str = "") -> str:
+    """A text file as editors write it: UTF-8, with or without a byte-order mark."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InventoryError(
+            f"cannot read the {what} {path}",
+            why=exc.strerror or str(exc),
+            fix=fix or f"pass an existing, readable file to --{what.split()[0]}",
+        ) from None
+    try:
+        text = data.decode("utf-8-sig")  # a BOM (Windows editors) is not part of a host name
+    except UnicodeDecodeError as exc:
+        utf16 = data.startswith((b"\xff\xfe", b"\xfe\xff"))
+        raise InventoryError(
+            f"the {what} {path} is not UTF-8 text",
+            why=f"byte {exc.start} is {data[exc.start : exc.start + 1]!r}"
+            + (" (the file is UTF-16)" if utf16 else ""),
+            fix="save it as UTF-8 text (`iconv -f UTF-16 -t UTF-8`), one host per line",
+        ) from None
+    control = next((c for c in text if ord(c) < 32 and c not in "\t\n\r"), None)
+    if control is not None:
+        line = text.count("\n", 0, text.index(control)) + 1
+        raise InventoryError(
+            f"the {what} {path} is not a text file",
+            why=f"line {line} holds the control character {control!r}",
+            fix=f"pass the {what} itself (text: UTF-8, one host per line or YAML)",
+        )
+    return text
+
+
+def stack_outputs(choice: ClusterChoice) -> StackOutputs:
+    if choice.outputs is not None:
+        text = read_text(choice.outputs, "outputs file")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InventoryError(
+                f"{choice.outputs} is not JSON",
+                why=str(exc) if text.strip() else "the file is empty",
+                fix="save the outputs again with `dtrun outputs --stack NAME --save FILE`",
+            ) from None
+        return parse_outputs(data, str(choice.outputs))
+    from runner.azure.stack import check_stack_name
+    from runner.azure.stack import outputs as read_outputs
+
+    assert choice.stack is not None  # only called for --stack or --outputs
+    return parse_outputs(read_outputs(check_stack_name(choice.stack)).values, choice.stack)

@@ -1,0 +1,2 @@
+"""Slurm: the nodes of an allocation, found or asked for, one srun step per launch
+(docs/slurm.md)."""

@@ -1,0 +1,44 @@
+"""The Slurm engine: --slurm, on this shell's Slurm (an allocation found or asked for) or, with
+--stack/--outputs, on a stack's own Slurm through its head."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
+from runner.engines.slurm.job import allocation_line, open_slurm, stack_head
+from runner.spec.launch import LaunchPlan
+
+
+class SlurmEngine:
+    name = "slurm"
+
+    def selects(self, choice: ClusterChoice) -> bool:
+        return choice.slurm is not None
+
+    @contextlib.contextmanager
+    def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
+        if choice.stack_name is None:
+            with open_slurm(self, choice, hooks.notice) as cluster:
+                yield cluster
+            return
+        from runner.engines.inputs import stack_outputs
+
+        outputs = stack_outputs(choice)  # a stack's own Slurm, through its head
+        hooks.on_outputs(outputs)
+        with (
+            stack_head(choice.stack_name, outputs) as head,
+            open_slurm(self, choice, hooks.notice, head) as cluster,
+        ):
+            yield cluster
+
+    def preview(self, cluster: Cluster) -> Preview | None:
+        from runner.engines.slurm.executor import SlurmExecutor, SlurmPreview
+
+        assert isinstance(cluster.executor, SlurmExecutor)
+        return SlurmPreview(cluster.executor, allocation_line(cluster.choice))
+
+    def ready(self, cluster: Cluster, plan: LaunchPlan) -> None:
+        if cluster.choice.check:  # without: Slurm gave the job these nodes, they are up
+            wait_for_nodes(cluster, plan)

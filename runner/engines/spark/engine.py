@@ -1,0 +1,35 @@
+"""The Spark engine: --spark MASTER, whose executors are the nodes."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview
+from runner.spec.launch import LaunchPlan
+
+
+class SparkEngine:
+    name = "spark"
+
+    def selects(self, choice: ClusterChoice) -> bool:
+        return choice.spark is not None
+
+    @contextlib.contextmanager
+    def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
+        from runner.engines.spark.executor import SparkExecutor
+        from runner.engines.spark.inventory import spark_inventory
+
+        assert choice.spark is not None
+        inventory = spark_inventory(choice.spark, choice.local_nodes)
+        executor = SparkExecutor(choice.spark, f"{inventory.python_bin}/python", inventory.code_dir)
+        yield Cluster(inventory, executor, choice, self)
+
+    def preview(self, cluster: Cluster) -> Preview | None:
+        from runner.engines.spark.executor import SparkExecutor, SparkPreview
+
+        assert isinstance(cluster.executor, SparkExecutor)
+        return SparkPreview(cluster.executor, len(cluster.inventory.nodes))
+
+    def ready(self, cluster: Cluster, plan: LaunchPlan) -> None:
+        """Spark's barrier job waits for its executors, or is refused at once."""

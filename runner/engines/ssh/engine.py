@@ -1,0 +1,112 @@
+"""The SSH engine: --hosts (a hosts file or h1:4,h2:4), or --stack/--outputs without --slurm
+(a stack's nodes, waited for until they register on its shared storage)."""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from runner.cluster.outputs import inventory_from_stack
+from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
+from runner.engines.embedded.inventory import embedded_inventory
+from runner.engines.inputs import read_text, stack_outputs
+from runner.spec.cluster import Inventory
+from runner.spec.launch import LaunchPlan
+from runner.spec.text import plural
+
+
+class SshEngine:
+    name = "ssh"
+
+    def selects(self, choice: ClusterChoice) -> bool:
+        # a stack with --slurm is Slurm's; --spark beside either is refused by ClusterChoice
+        return choice.hosts is not None or (choice.stack_name is not None and choice.slurm is None)
+
+    def open(
+        self, choice: ClusterChoice, hooks: Hooks
+    ) -> contextlib.AbstractContextManager[Cluster]:
+        if choice.hosts is not None:
+            return self._hosts(choice, hooks)
+        return self._stack(choice, hooks)
+
+    @contextlib.contextmanager
+    def _hosts(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
+        from runner.engines.ssh.executor import SshExecutor
+        from runner.engines.ssh.session import SshSession
+
+        assert choice.hosts is not None
+        inventory = _through_ssh_config(_hosts_inventory(choice.hosts))
+        with SshSession(
+            inventory,
+            accept_new_host_keys=choice.accept_new_host_keys,
+            notice=hooks.notice,
+            # one attempt per look: the readiness barrier retries until --connect-timeout
+            connect_timeout=choice.patience.attempt_s,
+            retries=1,
+        ) as session:
+            yield Cluster(inventory, SshExecutor(session), choice, self)
+
+    @contextlib.contextmanager
+    def _stack(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
+        from runner.engines.ssh.executor import SshExecutor
+        from runner.engines.ssh.registration import no_poll, wait_for_registry
+        from runner.engines.ssh.session import SshSession
+
+        name = choice.stack_name
+        assert name is not None
+        outputs = stack_outputs(choice)
+        hooks.on_outputs(outputs)
+        access = inventory_from_stack(name, outputs)  # no nodes yet: they register at boot
+        with SshSession(access, notice=hooks.notice) as session:
+            hooks.notice(
+                f"waiting for the {plural(outputs.node_count, 'node')} of stack {name} to register"
+            )
+            session.inventory = wait_for_registry(
+                session,
+                name,
+                outputs,
+                timeout_s=choice.ready_timeout,
+                on_poll=hooks.on_poll if hooks.on_poll is not None else no_poll,
+            )
+            yield Cluster(session.inventory, SshExecutor(session), choice, self)
+
+    def preview(self, cluster: Cluster) -> Preview | None:
+        return None
+
+    def ready(self, cluster: Cluster, plan: LaunchPlan) -> None:
+        wait_for_nodes(cluster, plan)
+
+
+def _hosts_inventory(hosts: str) -> Inventory:
+    """--hosts FILE, or --hosts h1:4,h2:4 (the hosts themselves) where no such file exists."""
+    from runner.engines.ssh.hostlines import is_host_list
+    from runner.engines.ssh.hosts import Defaults, parse_hosts_file, parse_hosts_value  # yaml: here
+
+    defaults = Defaults(getpass.getuser(), python_bin=embedded_inventory(1).python_bin)
+    if not Path(hosts).exists() and is_host_list(hosts):
+        return parse_hosts_value(hosts, defaults)
+    text = read_text(
+        Path(hosts),
+        "hosts file",
+        fix="pass an existing, readable file to --hosts, or the hosts themselves as "
+        "HOST:SLOTS items (--hosts gpu-a:8,gpu-b:8)",
+    )
+    return parse_hosts_file(text, hosts, defaults)
+
+
+def _through_ssh_config(inventory: Inventory) -> Inventory:
+    """A hosts file may name Host aliases of the user's ~/.ssh/config: dtrun logs in through the
+    alias, as `ssh ALIAS` would, and the nodes reach each other (rendezvous, MASTER_ADDR) at the
+    alias's HostName."""
+    from runner.engines.ssh.session import endpoint
+
+    nodes = []
+    for node in inventory.nodes:
+        target = endpoint(inventory, node)
+        if target.hostname and node.address == target.host:  # no address of its own given
+            node = replace(node, address=target.hostname, ssh_host=target.host)
+        nodes.append(node)
+    return replace(inventory, nodes=tuple(nodes))
