@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from runner import __version__
-from runner.cli import launch, predict, results, stack
+from runner.cli import bench, predict, results, run, stack
 
 app = typer.Typer(
     name="dtrun",
@@ -19,7 +19,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,  # locals may hold secrets
 )
-app.add_typer(launch.app)  # bench, run, exec
+app.add_typer(bench.app)  # bench
+app.add_typer(run.app)  # run, exec
 app.add_typer(results.app)  # report, compare
 app.add_typer(predict.app)  # predict
 app.add_typer(stack.app)  # up, down, outputs, sizes

@@ -121,7 +121,7 @@ def test_a_sigterm_while_the_cluster_closes_is_in_the_uploaded_records(
 
 @pytest.mark.e2e
 def test_a_sigterm_while_the_summary_prints_is_recorded(no_leftovers, no_stop_yet, monkeypatch):
-    from runner.cli import launch
+    from runner.cli import bench as launch
 
     monkeypatch.setattr(launch, "print_summary", lambda done, **_: stop_with_sigterm())
     out = no_leftovers / "runs"

@@ -63,7 +63,7 @@ def test_spark_readiness_waits_for_nothing_before_its_barrier_job():
 
 
 def test_ssh_ships_the_runner_package_root_wherever_its_executor_module_lives():
-    from runner.engines.ssh.executor import code_files
+    from runner.engines.ssh.remote import code_files
 
     shipped = code_files()
     assert "runner/__init__.py" in shipped

@@ -22,7 +22,7 @@ from runner.spec.request import Program, ProgramKind, RunSpec
 from tests.secret_shapes import ENCODINGS, ENV, MACHINE, PROGRAM_ARGS, SHAPES, leaks, planted
 
 SPEC = RunSpec("r", env=ENV, program=Program(ProgramKind.SCRIPT, "t.py", PROGRAM_ARGS))
-# what dtrun knows as secret for a command given the table's inputs (runner/cli/launch.py)
+# what dtrun knows as secret for a command given the table's inputs (runner/cli/bench.py)
 HIDE = Redactor.of([*SPEC.secrets(), *secrets_in_environment(dict(MACHINE))])
 
 

@@ -20,10 +20,10 @@ from runner.engines.slurm.allocation import (
     slurm_inventory,
     slurm_nodes,
 )
-from runner.engines.slurm.executor import SlurmExecutor, _Step, step_command, step_guard, wrapper
+from runner.engines.slurm.executor import SlurmExecutor, _Step, step_command, wrapper
 from runner.engines.slurm.fault import Heard
 from runner.engines.slurm.lease import hold_script
-from runner.engines.slurm.shell import SlurmShell
+from runner.engines.slurm.shell import SlurmShell, step_guard
 from runner.errors import NodeFailedError
 from runner.execute.guard import drop_guard
 from runner.plan.launch import What, plan_launch

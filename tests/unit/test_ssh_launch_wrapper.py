@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.engines.ssh.executor import launch_command
+from runner.engines.ssh.remote import launch_command
 from runner.execute.guard import TAG
 from tests.conftest import launch_processes, require_tool, wait_for
 

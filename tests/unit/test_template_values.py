@@ -35,7 +35,7 @@ from runner.engines.embedded.inventory import local_cluster
 from runner.engines.slurm.executor import wrapper
 from runner.engines.spark.executor import driver_script
 from runner.engines.spark.inventory import spark_inventory
-from runner.engines.ssh.executor import launch_command
+from runner.engines.ssh.remote import launch_command
 from runner.errors import UnsafeValueError
 from runner.execute.guard import stop_script
 from runner.plan.resolve import resolve_bench

@@ -34,7 +34,8 @@ class SlurmEngine:
             yield cluster
 
     def preview(self, cluster: Cluster) -> Preview | None:
-        from runner.engines.slurm.executor import SlurmExecutor, SlurmPreview
+        from runner.engines.slurm.executor import SlurmExecutor
+        from runner.engines.slurm.preview import SlurmPreview
 
         assert isinstance(cluster.executor, SlurmExecutor)
         return SlurmPreview(cluster.executor, allocation_line(cluster.choice))

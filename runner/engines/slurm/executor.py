@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
-import shlex
 import subprocess
 import threading
 import time
@@ -29,7 +28,7 @@ from runner.engines.embedded.executor import (
     write_scripts,
 )
 from runner.engines.slurm.fault import Heard, ended_by_slurm
-from runner.engines.slurm.shell import SlurmShell, cancel
+from runner.engines.slurm.shell import SlurmShell, cancel, step_guard
 from runner.engines.slurm.stage import HeadStaging
 from runner.errors import (
     LaunchInterrupted,
@@ -40,7 +39,7 @@ from runner.errors import (
 )
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
-from runner.execute.guard import TAG, drop_guard, start_guard
+from runner.execute.guard import TAG, drop_guard
 from runner.execute.success import Next, Settled, mark_stopped, settle
 from runner.render import render
 from runner.spec.launch import LaunchPlan
@@ -341,26 +340,6 @@ class SlurmExecutor:
         return answers
 
 
-# Run with `sh -c CANCEL dtrun-step-cancel JOB NAME` where Slurm's commands run: scancel the
-# step named NAME in JOB once squeue lists it (srun may still be waiting for the step to be
-# created), for up to 5 minutes, or until the job itself has ended.
-CANCEL = (
-    'i=0; while [ "$i" -lt 600 ]; do '
-    'ids=$(squeue -h -s -j "$1" -o "%i|%j" 2>/dev/null | sed -n "s/|$2\\$//p"); '
-    '[ -z "$ids" ] || exec scancel $ids; '
-    '[ -n "$(squeue -h -j "$1" -o %i 2>/dev/null)" ] || exit 0; '
-    "sleep 0.5; i=$((i + 1)); done"
-)
-
-
-def step_guard(shell: SlurmShell, job_id: str, name: str) -> subprocess.Popen[bytes]:
-    """The guard (runner/execute/guard.py) that cancels the step when dtrun ends without
-    stopping it. Inside a job dtrun asked for, the lease ends the job too (runner/engines/slurm/
-    lease.py); inside a user's own allocation, which outlives dtrun, this is what stops
-    dtrun's steps."""
-    return start_guard(shell.argv(["sh", "-c", CANCEL, "dtrun-step-cancel", job_id, name]))
-
-
 def _results(
     plan: LaunchPlan, step: _Step, exits: dict[str, tuple[int, float]]
 ) -> tuple[NodeResult, ...]:
@@ -396,28 +375,6 @@ def _wait(process: subprocess.Popen[bytes], timeout_s: float, done: Callable[[],
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=min(0.2, left))
     return False
-
-
-@dataclass(frozen=True)
-class SlurmPreview:
-    """What a dry run prints beside each plan: the allocation request, every srun line."""
-
-    executor: SlurmExecutor
-    allocation: str = ""
-
-    def launch(self, plan: LaunchPlan, workdir: str) -> str:
-        path = Path(workdir)
-        command = step_command(
-            plan, self.executor.job_id, str(path.resolve()), "dtrun-TAG",
-            self.executor.gpus_per_node,
-        )  # fmt: skip
-        return (
-            f"# ---- {plural(plan.nnodes, 'node')}: the srun line (one job step, a task per node) "
-            "----\n"
-            f"{shlex.join(command)}\n"
-            f"# ---- {plural(plan.nnodes, 'node')}: {WRAPPER}, run by each task ----\n"
-            f"{wrapper(plan, path.parent.parent.name)}"
-        )
 
 
 def _failed_itself(step: _Step, settled: Settled) -> bool:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runner.errors import InventoryError, RunError, SiteError, UsageError
+from runner.execute.guard import start_guard
 
 POLL_S = 1.0  # how often squeue is asked while a job waits or ends
 CANCEL_WAIT_S = 60.0  # how long a cancelled job may take to leave squeue before dtrun says so
@@ -164,3 +165,23 @@ def cancel(shell: SlurmShell, target: str, *, wait_s: float = CANCEL_WAIT_S) -> 
                 fix=f"check it with `squeue -j {job_id}` and cancel it with `scancel {target}`",
             )
         time.sleep(0.05)  # a cancelled job leaves squeue within a few tenths of a second
+
+
+# Run with `sh -c CANCEL dtrun-step-cancel JOB NAME` where Slurm's commands run: scancel the
+# step named NAME in JOB once squeue lists it (srun may still be waiting for the step to be
+# created), for up to 5 minutes, or until the job itself has ended.
+CANCEL = (
+    'i=0; while [ "$i" -lt 600 ]; do '
+    'ids=$(squeue -h -s -j "$1" -o "%i|%j" 2>/dev/null | sed -n "s/|$2\\$//p"); '
+    '[ -z "$ids" ] || exec scancel $ids; '
+    '[ -n "$(squeue -h -j "$1" -o %i 2>/dev/null)" ] || exit 0; '
+    "sleep 0.5; i=$((i + 1)); done"
+)
+
+
+def step_guard(shell: SlurmShell, job_id: str, name: str) -> subprocess.Popen[bytes]:
+    """The guard (runner/execute/guard.py) that cancels the step when dtrun ends without
+    stopping it. Inside a job dtrun asked for, the lease ends the job too (runner/engines/slurm/
+    lease.py); inside a user's own allocation, which outlives dtrun, this is what stops
+    dtrun's steps."""
+    return start_guard(shell.argv(["sh", "-c", CANCEL, "dtrun-step-cancel", job_id, name]))

@@ -101,7 +101,7 @@ def _through_ssh_config(inventory: Inventory) -> Inventory:
     """A hosts file may name Host aliases of the user's ~/.ssh/config: dtrun logs in through the
     alias, as `ssh ALIAS` would, and the nodes reach each other (rendezvous, MASTER_ADDR) at the
     alias's HostName."""
-    from runner.engines.ssh.session import endpoint
+    from runner.engines.ssh.endpoint import endpoint
 
     nodes = []
     for node in inventory.nodes:

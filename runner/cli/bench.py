@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from runner import __version__
 from runner.cli import options as opts
 from runner.cli.common import (
     command_secrets,
     console,
     print_json,
-    print_node_line,
     typed_command,
-    user_errors,
 )
 from runner.cli.cost import (
-    MaxCost,
-    PricePerNodeHour,
     before_line,
     checked_usd,
     print_estimate,
@@ -30,128 +25,41 @@ from runner.cli.cost import (
 )
 from runner.cli.display import (
     SweepDisplay,
-    WaitLines,
-    print_exec_summary,
-    print_plan,
     print_sweep_plan,
 )
 from runner.cli.groups import grouped
-from runner.cli.options import (
+from runner.cli.options import Launching, Where
+from runner.cli.session import session
+from runner.cli.summary import print_summary, sweep_json
+from runner.cli.workload_options import (
     AllreduceOptions,
     GateOptions,
-    Launching,
     ModelOptions,
     ProgramOptions,
     StrategyOptions,
-    Where,
+    SweepOptions,
 )
-from runner.cli.session import StackWatch, choose, opened, session
-from runner.cli.summary import print_summary, sweep_json
 from runner.errors import DtrunError, RunDirWriteError, UsageError
 from runner.redact import remember_secrets
-from runner.spec.bounds import within
-from runner.spec.request import BenchSpec, RunSpec, ScalingMode
-from runner.spec.text import plural
+from runner.spec.request import BenchSpec, ScalingMode
 
 if TYPE_CHECKING:
     from runner.engines.base import Cluster
-    from runner.plan.resolve import ResolvedBench, ResolvedRun
+    from runner.plan.resolve import ResolvedBench
     from runner.plan.sweep import SweepPlan
     from runner.record.resume import Resumed
-    from runner.record.rundir import RunDir
-    from runner.spec.launch import LaunchPlan
-    from runner.sweep.program import ProgramRun
     from runner.sweep.run import Drain, Sweep
 
 app = typer.Typer()
 
 
-@dataclass(frozen=True)
-class SweepOptions:
-    """What `dtrun bench` sweeps and how long each launch trains."""
-
-    nodes: Annotated[
-        str,
-        typer.Option(
-            "--nodes",
-            "-n",
-            help=f"Node counts to sweep, comma-separated{within('--nodes')}.",
-            rich_help_panel=opts.WHAT_PANEL,
-        ),
-    ] = "1,2"
-    resume: opts.Resume = None
-    rerun: opts.Rerun = None
-    steps: Annotated[
-        int,
-        typer.Option(
-            help=f"Training steps per launch, warm-up included{within('--steps')}.",
-            rich_help_panel=opts.HOW_PANEL,
-        ),
-    ] = BenchSpec.steps
-    warmup: Annotated[
-        int,
-        typer.Option(
-            help="Untimed steps at the start of each launch, fewer than --steps"
-            f"{within('--warmup')}.",
-            rich_help_panel=opts.HOW_PANEL,
-        ),
-    ] = BenchSpec.warmup
-    mode: Annotated[
-        ScalingMode,
-        typer.Option(
-            help="weak: fixed batch per process; strong: fixed global batch.",
-            rich_help_panel=opts.HOW_PANEL,
-        ),
-    ] = ScalingMode.WEAK
-    repeat: Annotated[
-        int,
-        typer.Option(
-            help=f"Launches per node count (3+ trims outliers){within('--repeat')}.",
-            rich_help_panel=opts.HOW_PANEL,
-        ),
-    ] = BenchSpec.repeat
-    workload: Annotated[
-        str,
-        typer.Option(
-            help="Built-in workload on every process: train (GPT), or allreduce.",
-            rich_help_panel=opts.WHAT_PANEL,
-        ),
-    ] = "train"
-    batch: Annotated[
-        int,
-        typer.Option(
-            help="Sequences per process per step (strong: at the fewest nodes)"
-            f"{within('--batch')}.",
-            rich_help_panel=opts.HOW_PANEL,
-        ),
-    ] = BenchSpec.batch
-    global_batch: Annotated[
-        int | None,
-        typer.Option(
-            help=f"Strong scaling: the fixed global batch{within('--global-batch')}.",
-            rich_help_panel=opts.HOW_PANEL,
-        ),
-    ] = None
-    timeout: Annotated[
-        float,
-        typer.Option(
-            help=f"Seconds before one launch is stopped{within('--timeout')}.",
-            rich_help_panel=opts.HOW_PANEL,
-        ),
-    ] = BenchSpec.timeout_s
-    project_tokens: opts.ProjectTokens = BenchSpec.project_tokens
-    target_efficiency: opts.TargetEfficiency = BenchSpec.target_efficiency
-    price_per_node_hour: PricePerNodeHour = None
-    max_cost: MaxCost = None
-
-
-def _run_id(launching: Launching) -> str:
+def run_id_of(launching: Launching) -> str:
     from runner.cli.parse import check_run_id, new_run_id
 
     return check_run_id(launching.run_id) if launching.run_id is not None else new_run_id()
 
 
-def _launch_request(launching: Launching) -> dict[str, Any]:
+def launch_request(launching: Launching) -> dict[str, Any]:
     """The LaunchRequest fields `dtrun bench` and `dtrun run` both take from their options."""
     from runner.cli.parse import parse_env, parse_platforms
 
@@ -182,14 +90,14 @@ def bench_spec(
 
     # Parsed in the order the command always checked them, so the first bad value is reported.
     counts = parse_node_counts(sweep.nodes)
-    run_id = _run_id(launching)
+    run_id = run_id_of(launching)
     shape = {name: getattr(model, name) for name in ("layers", "d_model", "heads", "seq_len")}
     resolved_model = resolve_model(model.preset, vocab=model.vocab, **shape)
     price = checked_usd("--price-per-node-hour", sweep.price_per_node_hour)
     max_cost = checked_usd("--max-cost", sweep.max_cost)
     return BenchSpec(
         run_id,
-        **_launch_request(launching),
+        **launch_request(launching),
         node_counts=counts,
         workload=sweep.workload,
         mode=sweep.mode,
@@ -259,7 +167,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
         if sweep.rerun is not None:  # the recorded sweep again, as a new run
             from runner.cli.resume import rerun_request
 
-            spec, output = rerun_request(ctx, sweep.rerun, launching, command, _run_id(launching))
+            spec, output = rerun_request(ctx, sweep.rerun, launching, command, run_id_of(launching))
             current.launching = launching = replace(launching, output=output)
         elif resume is not None:  # the recorded sweep, run where this command says
             from runner.cli.resume import resume_request
@@ -314,7 +222,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
 
 def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptions) -> BenchSpec:
     """`dtrun bench -- PROGRAM`: the user's program and what its steps process."""
-    from runner.cli.parse import parse_command
+    from runner.cli.parse import check_step_pattern, parse_command
     from runner.plan.bounds import check_bound
     from runner.spec.request import StepUnits, UnitKind
 
@@ -374,27 +282,6 @@ def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptio
     if pattern is not None:
         check_step_pattern(pattern)
     return replace(spec, program=program, units=step_units, step_pattern=pattern, probe=units.probe)
-
-
-def check_step_pattern(pattern: str) -> None:
-    """--step-pattern: a regular expression Python's re compiles, with at most one of the
-    groups `seconds` and `ms`."""
-    import re
-
-    try:
-        compiled = re.compile(pattern)
-    except re.error as exc:
-        raise UsageError(
-            f"--step-pattern {pattern!r} is not a regular expression",
-            why=str(exc),
-            fix="write it in Python's re syntax, e.g. --step-pattern 'step \\d+ took "
-            "(?P<seconds>[0-9.]+) s'",
-        ) from None
-    if {"seconds", "ms"} <= set(compiled.groupindex):
-        raise UsageError(
-            "--step-pattern has both a `seconds` and an `ms` group",
-            fix="name the step time's group once: (?P<seconds>...) or (?P<ms>...)",
-        )
 
 
 def _bench_on(
@@ -493,135 +380,3 @@ def _sweep(
             if json_out and display.run_dir.summary.exists():
                 print_json(sweep_json(display.run_dir))  # scripts get the partial summary too
         raise
-
-
-@app.command(context_settings={"allow_interspersed_args": False})
-@grouped
-def run(
-    command: Annotated[
-        list[str] | None,
-        typer.Argument(help="Your program and its arguments, after --.", show_default=False),
-    ] = None,
-    nodes: Annotated[
-        int, typer.Option("--nodes", "-n", help=f"Nodes to run on{within('--nodes')}.")
-    ] = 1,
-    timeout: Annotated[
-        float | None,
-        typer.Option(
-            help=f"Seconds before the run is stopped (default: none){within('--timeout')}."
-        ),
-    ] = None,
-    *,
-    launching: Launching,
-    where: Where,
-) -> None:
-    """Run your own program on every node with the chosen launcher.
-
-    dtrun run --launcher deepspeed --nodes 2 -- python my_train.py --my-args
-
-    It writes runs/<run-id>/launch/ (scripts, launch files, node logs, and what the program
-    writes to its working directory) and runs/<run-id>/run.json.
-    """
-    from runner.cli.parse import parse_command
-    from runner.plan.resolve import resolve_run
-    from runner.plan.sweep import plan_run
-
-    with session(launching, where) as current:
-        run_id = _run_id(launching)
-        program = parse_command(command or [], Path.cwd())
-        spec = RunSpec(
-            run_id,
-            **_launch_request(launching),
-            program=program,
-            nodes=nodes,
-            timeout_s=timeout,
-        )
-        # never printed, recorded or uploaded, even in an error
-        remember_secrets(command_secrets(spec))
-        resolved = resolve_run(spec)
-        with current.cluster(spec, nodes) as cluster:
-            if launching.dry_run:
-                workdir = launching.output / run_id / "launch"
-                print_plan(
-                    plan_run(resolved.redacted(), cluster.inventory), cluster.preview, str(workdir)
-                )
-                return
-            done = _run_program(cluster, resolved, launching)
-        stopped = sum(node.stopped_after_worker0 for node in done.nodes)
-        ended = f"node 0 exited 0, {plural(stopped, 'node')} stopped after it" if stopped else (
-            "every node exited 0"
-        )  # fmt: skip
-        console().print(
-            f"[green]ok[/] {plural(done.plan.nnodes, 'node')}, {done.plan.world_size} processes "
-            "via "
-            f"{done.plan.launcher}: {ended} in {done.wall_s:.1f} s; "
-            f"logs and outputs in {done.launch_dir}"
-        )
-
-
-def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) -> ProgramRun:
-    from runner.sweep.program import run_program
-
-    out = console()
-    inventory = cluster.inventory
-    cluster.on_wait = WaitLines(out)
-
-    def on_begin(run_dir: RunDir, plan: LaunchPlan) -> None:
-        out.print(
-            f"dtrun {__version__}: run [bold]{resolved.spec.run_id}[/] on "
-            f"{inventory.description}, {plural(plan.nnodes, 'node')} x {plan.procs_per_node} via "
-            f"{plan.launcher} -> {run_dir.path}"
-        )
-
-    def on_line(node: str, line: str) -> None:
-        if not launching.quiet:
-            print_node_line(out, node, line)
-
-    def program_there(plan: LaunchPlan) -> None:
-        from runner.cluster.program import check_program
-
-        if cluster.engine.name != "spark":  # Spark runs tasks, not shell scripts, on its executors
-            nodes = plan.nodes or tuple(launch.node for launch in plan.launches)
-            check_program(cluster.executor.command, resolved.spec.program, nodes)
-
-    return run_program(
-        resolved, inventory, launching.output, cluster.executor, on_line, on_begin,
-        cluster.ready, program_there, command=typed_command(),
-    )  # fmt: skip
-
-
-@app.command("exec", context_settings={"allow_interspersed_args": False})
-@grouped
-def exec_command(
-    command: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="The command, after --; one argument is a shell line.", show_default=False
-        ),
-    ] = None,
-    nodes: Annotated[
-        str | None,
-        typer.Option("--nodes", "-n", help="Only these nodes: indices or names, comma-separated."),
-    ] = None,
-    wide: opts.Wide = False,
-    *,
-    where: Where,
-) -> None:
-    """Run a command on every node at once; show each node's output and exit code.
-
-    dtrun exec --hosts hosts.yaml -- nvidia-smi -L
-    """
-    from runner.cli.parse import parse_command_line, select_nodes
-
-    with user_errors():
-        line = parse_command_line(command or [])
-        with opened(choose(where, 2), StackWatch(None, False)) as cluster:
-            chosen = select_nodes(cluster.inventory.nodes, nodes)
-            out = console()
-            answers = cluster.executor.command(
-                {node.name: line for node in chosen},
-                lambda node, text: print_node_line(out, node, text),
-            )
-    failed = print_exec_summary(chosen, answers, wide=wide)
-    if failed:
-        raise typer.Exit(1)

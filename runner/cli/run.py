@@ -1,0 +1,174 @@
+"""`dtrun run` and `dtrun exec`: your own program once on every node with a launcher, and a command
+on every node at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from runner import __version__
+from runner.cli import options as opts
+from runner.cli.bench import launch_request, run_id_of
+from runner.cli.common import (
+    command_secrets,
+    console,
+    print_node_line,
+    typed_command,
+    user_errors,
+)
+from runner.cli.display import (
+    WaitLines,
+    print_exec_summary,
+    print_plan,
+)
+from runner.cli.groups import grouped
+from runner.cli.options import Launching, Where
+from runner.cli.session import StackWatch, choose, opened, session
+from runner.redact import remember_secrets
+from runner.spec.bounds import within
+from runner.spec.request import RunSpec
+from runner.spec.text import plural
+
+if TYPE_CHECKING:
+    from runner.engines.base import Cluster
+    from runner.plan.resolve import ResolvedRun
+    from runner.record.rundir import RunDir
+    from runner.spec.launch import LaunchPlan
+    from runner.sweep.program import ProgramRun
+
+
+app = typer.Typer()
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+@grouped
+def run(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(help="Your program and its arguments, after --.", show_default=False),
+    ] = None,
+    nodes: Annotated[
+        int, typer.Option("--nodes", "-n", help=f"Nodes to run on{within('--nodes')}.")
+    ] = 1,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            help=f"Seconds before the run is stopped (default: none){within('--timeout')}."
+        ),
+    ] = None,
+    *,
+    launching: Launching,
+    where: Where,
+) -> None:
+    """Run your own program on every node with the chosen launcher.
+
+    dtrun run --launcher deepspeed --nodes 2 -- python my_train.py --my-args
+
+    It writes runs/<run-id>/launch/ (scripts, launch files, node logs, and what the program
+    writes to its working directory) and runs/<run-id>/run.json.
+    """
+    from runner.cli.parse import parse_command
+    from runner.plan.resolve import resolve_run
+    from runner.plan.sweep import plan_run
+
+    with session(launching, where) as current:
+        run_id = run_id_of(launching)
+        program = parse_command(command or [], Path.cwd())
+        spec = RunSpec(
+            run_id,
+            **launch_request(launching),
+            program=program,
+            nodes=nodes,
+            timeout_s=timeout,
+        )
+        # never printed, recorded or uploaded, even in an error
+        remember_secrets(command_secrets(spec))
+        resolved = resolve_run(spec)
+        with current.cluster(spec, nodes) as cluster:
+            if launching.dry_run:
+                workdir = launching.output / run_id / "launch"
+                print_plan(
+                    plan_run(resolved.redacted(), cluster.inventory), cluster.preview, str(workdir)
+                )
+                return
+            done = _run_program(cluster, resolved, launching)
+        stopped = sum(node.stopped_after_worker0 for node in done.nodes)
+        ended = f"node 0 exited 0, {plural(stopped, 'node')} stopped after it" if stopped else (
+            "every node exited 0"
+        )  # fmt: skip
+        console().print(
+            f"[green]ok[/] {plural(done.plan.nnodes, 'node')}, {done.plan.world_size} processes "
+            "via "
+            f"{done.plan.launcher}: {ended} in {done.wall_s:.1f} s; "
+            f"logs and outputs in {done.launch_dir}"
+        )
+
+
+def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) -> ProgramRun:
+    from runner.sweep.program import run_program
+
+    out = console()
+    inventory = cluster.inventory
+    cluster.on_wait = WaitLines(out)
+
+    def on_begin(run_dir: RunDir, plan: LaunchPlan) -> None:
+        out.print(
+            f"dtrun {__version__}: run [bold]{resolved.spec.run_id}[/] on "
+            f"{inventory.description}, {plural(plan.nnodes, 'node')} x {plan.procs_per_node} via "
+            f"{plan.launcher} -> {run_dir.path}"
+        )
+
+    def on_line(node: str, line: str) -> None:
+        if not launching.quiet:
+            print_node_line(out, node, line)
+
+    def program_there(plan: LaunchPlan) -> None:
+        from runner.cluster.program import check_program
+
+        if cluster.engine.name != "spark":  # Spark runs tasks, not shell scripts, on its executors
+            nodes = plan.nodes or tuple(launch.node for launch in plan.launches)
+            check_program(cluster.executor.command, resolved.spec.program, nodes)
+
+    return run_program(
+        resolved, inventory, launching.output, cluster.executor, on_line, on_begin,
+        cluster.ready, program_there, command=typed_command(),
+    )  # fmt: skip
+
+
+@app.command("exec", context_settings={"allow_interspersed_args": False})
+@grouped
+def exec_command(
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The command, after --; one argument is a shell line.", show_default=False
+        ),
+    ] = None,
+    nodes: Annotated[
+        str | None,
+        typer.Option("--nodes", "-n", help="Only these nodes: indices or names, comma-separated."),
+    ] = None,
+    wide: opts.Wide = False,
+    *,
+    where: Where,
+) -> None:
+    """Run a command on every node at once; show each node's output and exit code.
+
+    dtrun exec --hosts hosts.yaml -- nvidia-smi -L
+    """
+    from runner.cli.parse import parse_command_line, select_nodes
+
+    with user_errors():
+        line = parse_command_line(command or [])
+        with opened(choose(where, 2), StackWatch(None, False)) as cluster:
+            chosen = select_nodes(cluster.inventory.nodes, nodes)
+            out = console()
+            answers = cluster.executor.command(
+                {node.name: line for node in chosen},
+                lambda node, text: print_node_line(out, node, text),
+            )
+    failed = print_exec_summary(chosen, answers, wide=wide)
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,399 @@
+"""The options of what a sweep measures, one group each, with their typer metadata on the fields:
+the model, the training strategy, the all-reduce workload and probe, the health gate, and what
+your program's steps process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runner.cli import options as opts
+from runner.cli.cost import (
+    MaxCost,
+    PricePerNodeHour,
+)
+from runner.cli.options import no_default
+from runner.spec.bounds import within
+from runner.spec.request import (
+    AllreduceSpec,
+    BenchSpec,
+    HealthGate,
+    ModelSpec,
+    PipelineSchedule,
+    ScalingMode,
+    StageSplit,
+    StrategySpec,
+    TrainDtype,
+)
+
+# `dtrun bench` only: the training workload's model and strategy, each in a help panel of its
+# own. The names are written out so that `dtrun --help` imports no registry; tests compare them.
+PRESET_NAMES = "tiny, mini, 125m, 350m, 760m, 1.3b"  # = presets.PRESETS
+
+
+STRATEGY_NAMES = "ddp, fsdp, horovod, zero1, zero2, zero3, pipeline"  # = strategies.STRATEGIES
+
+
+_MODEL = "Model"
+
+
+_STRATEGY = "Training strategy"
+
+
+# `dtrun bench` only: the all-reduce measurement, the health gate and the report.
+_AR = "All-reduce (--workload allreduce, and each training launch's probe)"
+
+
+_GATE = "Health gate (before the sweep)"
+
+
+_AR_DEFAULTS = AllreduceSpec()
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    preset: Annotated[
+        str,
+        typer.Option(
+            help=f"GPT shape: {PRESET_NAMES}; the options below replace its fields.",
+            rich_help_panel=_MODEL,
+        ),
+    ] = "tiny"
+    layers: Annotated[
+        int | None,
+        no_default(_MODEL, f"Transformer layers (tiny: {ModelSpec.layers}){within('--layers')}."),
+    ] = None
+    d_model: Annotated[
+        int | None,
+        no_default(_MODEL, f"Model width (tiny: {ModelSpec.d_model}){within('--d-model')}."),
+    ] = None
+    heads: Annotated[
+        int | None,
+        no_default(
+            _MODEL,
+            f"Attention heads, dividing the width (tiny: {ModelSpec.heads}){within('--heads')}.",
+        ),
+    ] = None
+    seq_len: Annotated[
+        int | None,
+        no_default(
+            _MODEL, f"Tokens per sequence (tiny: {ModelSpec.seq_len}){within('--seq-len')}."
+        ),
+    ] = None
+    vocab: Annotated[
+        int | None,
+        no_default(_MODEL, f"Vocabulary size (tiny: {ModelSpec.vocab}){within('--vocab')}."),
+    ] = None
+
+
+@dataclass(frozen=True)
+class StrategyOptions:
+    strategy: Annotated[
+        str | None,
+        no_default(
+            _STRATEGY,
+            f"How the model trains: {STRATEGY_NAMES} "
+            "(default: ddp; zero2 under deepspeed; horovod under horovodrun).",
+        ),
+    ] = None
+    schedule: Annotated[
+        PipelineSchedule | None,
+        no_default(_STRATEGY, "pipeline: the schedule (default: 1f1b)."),
+    ] = None
+    micro_batches: Annotated[
+        int | None,
+        no_default(
+            _STRATEGY,
+            "pipeline: micro-batches per step, dividing the batch (default: 4)"
+            f"{within('--micro-batches')}.",
+        ),
+    ] = None
+    pp_size: Annotated[
+        int | None,
+        no_default(
+            _STRATEGY,
+            "pipeline: ranks per pipeline; the rest are data-parallel (default: every rank)"
+            f"{within('--pp-size')}.",
+        ),
+    ] = None
+    stages_per_rank: Annotated[
+        int | None,
+        no_default(
+            _STRATEGY,
+            "pipeline: model stages per rank (default: 1; interleaved-1f1b: 2)"
+            f"{within('--stages-per-rank')}.",
+        ),
+    ] = None
+    stage_split: Annotated[
+        StageSplit | None,
+        no_default(
+            _STRATEGY,
+            "pipeline: blocks per stage, even (default) or balanced (the slowest stage by FLOPs, "
+            "embedding and LM head counted, made as fast as it can be).",
+        ),
+    ] = None
+    dtype: Annotated[
+        TrainDtype,
+        typer.Option(
+            help="What training computes in: auto is bfloat16 on GPUs and float32 on CPUs; "
+            "bfloat16 on CPUs is emulated (slower), for trying the code path.",
+            rich_help_panel=_STRATEGY,
+        ),
+    ] = TrainDtype.AUTO
+
+    @property
+    def spec(self) -> StrategySpec:
+        return StrategySpec(
+            self.strategy, self.schedule, self.micro_batches, self.pp_size, self.stages_per_rank,
+            self.stage_split,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AllreduceOptions:
+    sizes: Annotated[
+        str | None,
+        typer.Option(
+            help="Message sizes: MIN:MAX doubling (nccl-tests -b/-e) or a list like 1M,16M. "
+            "Default 4K:16M on CPUs, 4K:1G on GPUs.",
+            rich_help_panel=_AR,
+        ),
+    ] = None
+    ar_dtype: Annotated[
+        str, typer.Option("--ar-dtype", help="float32, bfloat16 or float16.", rich_help_panel=_AR)
+    ] = _AR_DEFAULTS.dtype
+    ar_iters: Annotated[
+        int,
+        typer.Option(
+            "--ar-iters",
+            help=f"Timed operations per size{within('--ar-iters')}.",
+            rich_help_panel=_AR,
+        ),
+    ] = _AR_DEFAULTS.iters
+    ar_warmup: Annotated[
+        int,
+        typer.Option(
+            "--ar-warmup",
+            help=f"Untimed operations at the largest and smallest size{within('--ar-warmup')}.",
+            rich_help_panel=_AR,
+        ),
+    ] = _AR_DEFAULTS.warmup
+    busbw: Annotated[
+        bool,
+        typer.Option(
+            "--busbw/--no-busbw",
+            help="After training, time all-reduces up to the gradients' size on the same ranks "
+            "(the report's 'where scaling is lost').",
+            rich_help_panel=_AR,
+        ),
+    ] = True
+
+    @property
+    def spec(self) -> AllreduceSpec:
+        return AllreduceSpec(self.sizes, self.ar_dtype, self.ar_warmup, self.ar_iters)
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    health_gate: Annotated[
+        bool,
+        typer.Option(
+            "--health-gate/--no-health-gate",
+            help="Check each node's single-node all-reduce busbw against the size's pass mark "
+            "first (skipped where none is known).",
+            rich_help_panel=_GATE,
+        ),
+    ] = True
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Stop (exit 4) instead of warning when a node is below the mark.",
+            rich_help_panel=_GATE,
+        ),
+    ] = False
+    health_threshold: Annotated[
+        float | None,
+        typer.Option(
+            help="Pass mark in GB/s busbw (default: the catalog's for the size)"
+            f"{within('--health-threshold')}.",
+            rich_help_panel=_GATE,
+        ),
+    ] = None
+    health_size: Annotated[
+        str | None,
+        typer.Option(
+            help="The gate's message size (default: the catalog's, e.g. 8G).", rich_help_panel=_GATE
+        ),
+    ] = None
+    drain_failing: Annotated[
+        bool,
+        typer.Option(
+            "--drain-failing",
+            help="--slurm: drain the nodes the gate finds below the mark (scontrol update "
+            "state=drain, with the reason) and stop the sweep (exit 4); the next allocation gets "
+            "other nodes.",
+            rich_help_panel=_GATE,
+        ),
+    ] = False
+
+    @property
+    def spec(self) -> HealthGate:
+        return HealthGate(self.health_gate, self.strict, self.health_threshold, self.health_size)
+
+
+@dataclass(frozen=True)
+class ProgramOptions:
+    """`dtrun bench -- PROGRAM`: what one optimizer step of your program processes."""
+
+    samples_per_step: Annotated[
+        int | None,
+        typer.Option(
+            help="Your program: samples one optimizer step processes, all processes together "
+            f"(with --per-process: each process); gives samples/s{within('--samples-per-step')}.",
+            rich_help_panel="Your program",
+        ),
+    ] = None
+    tokens_per_step: Annotated[
+        int | None,
+        typer.Option(
+            help="Your program: tokens one optimizer step processes, all processes together "
+            f"(with --per-process: each process); gives tokens/s{within('--tokens-per-step')}.",
+            rich_help_panel="Your program",
+        ),
+    ] = None
+    step_pattern: Annotated[
+        str | None,
+        typer.Option(
+            help="Your program: a regular expression matched on node 0's output, one match "
+            "per step; its group (?P<seconds>...) or (?P<ms>...) is the step's time, else the "
+            "time between matches is.",
+            rich_help_panel="Your program",
+        ),
+    ] = None
+    probe: Annotated[
+        bool,
+        typer.Option(
+            "--probe",
+            help="Your program: after each launch, time all-reduces up to its gradients' size "
+            "on the same ranks, for the report's 'where scaling is lost'.",
+            rich_help_panel="Your program",
+        ),
+    ] = False
+    per_process: Annotated[
+        bool,
+        typer.Option(
+            "--per-process",
+            help="--samples-per-step / --tokens-per-step count one process's share.",
+            rich_help_panel="Your program",
+        ),
+    ] = False
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What `dtrun bench` sweeps and how long each launch trains."""
+
+    nodes: Annotated[
+        str,
+        typer.Option(
+            "--nodes",
+            "-n",
+            help=f"Node counts to sweep, comma-separated{within('--nodes')}.",
+            rich_help_panel=opts.WHAT_PANEL,
+        ),
+    ] = "1,2"
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            metavar="RUN_DIR",
+            help="Run what the sweep recorded in RUN_DIR still lacks (launches without a result), "
+            "on this or another cluster, into RUN_DIR, and rebuild its one report.",
+            show_default=False,
+            rich_help_panel=opts.WHAT_PANEL,
+        ),
+    ] = None
+    rerun: Annotated[
+        Path | None,
+        typer.Option(
+            "--rerun",
+            metavar="RUN_DIR",
+            help="Run the sweep RUN_DIR records again, whole, as a new run beside it (a new run "
+            "id; "
+            "--output elsewhere), on this or another cluster: to repeat a measurement.",
+            show_default=False,
+            rich_help_panel=opts.WHAT_PANEL,
+        ),
+    ] = None
+    steps: Annotated[
+        int,
+        typer.Option(
+            help=f"Training steps per launch, warm-up included{within('--steps')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = BenchSpec.steps
+    warmup: Annotated[
+        int,
+        typer.Option(
+            help="Untimed steps at the start of each launch, fewer than --steps"
+            f"{within('--warmup')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = BenchSpec.warmup
+    mode: Annotated[
+        ScalingMode,
+        typer.Option(
+            help="weak: fixed batch per process; strong: fixed global batch.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = ScalingMode.WEAK
+    repeat: Annotated[
+        int,
+        typer.Option(
+            help=f"Launches per node count (3+ trims outliers){within('--repeat')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = BenchSpec.repeat
+    workload: Annotated[
+        str,
+        typer.Option(
+            help="Built-in workload on every process: train (GPT), or allreduce.",
+            rich_help_panel=opts.WHAT_PANEL,
+        ),
+    ] = "train"
+    batch: Annotated[
+        int,
+        typer.Option(
+            help="Sequences per process per step (strong: at the fewest nodes)"
+            f"{within('--batch')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = BenchSpec.batch
+    global_batch: Annotated[
+        int | None,
+        typer.Option(
+            help=f"Strong scaling: the fixed global batch{within('--global-batch')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = None
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help=f"Seconds before one launch is stopped{within('--timeout')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = BenchSpec.timeout_s
+    project_tokens: Annotated[
+        int,
+        typer.Option(
+            help=f"Tokens for the report's time-to-train projection{within('--project-tokens')}.",
+            rich_help_panel=opts.OUT_PANEL,
+        ),
+    ] = BenchSpec.project_tokens
+    target_efficiency: opts.TargetEfficiency = BenchSpec.target_efficiency
+    price_per_node_hour: PricePerNodeHour = None
+    max_cost: MaxCost = None

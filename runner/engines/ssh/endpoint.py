@@ -1,0 +1,106 @@
+"""Where a node is reached over SSH: host, port, user, key and jump host, resolved through the
+user's own ~/.ssh/config (asyncssh's parser) as OpenSSH would."""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.errors import UsageError
+from runner.spec.cluster import Inventory, Node
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one SSH login goes, as OpenSSH's `ssh HOST` would resolve it."""
+
+    host: str  # as given: a name, an address, or a Host alias of the user's ~/.ssh/config
+    port: int
+    user: str
+    key_path: str | None
+    hostname: str = ""  # the config's HostName for ``host``; empty: ``host`` itself
+    proxy_jump: str = ""  # the config's ProxyJump for ``host`` ("a,b": through a, then b)
+
+    @property
+    def address(self) -> str:
+        return self.hostname or self.host
+
+    @property
+    def known_hosts_name(self) -> str:
+        """How known_hosts names this host: plain on port 22, [host]:port otherwise."""
+        return self.address if self.port == 22 else f"[{self.address}]:{self.port}"
+
+    def __str__(self) -> str:
+        alias = f" ({self.host})" if self.address != self.host else ""
+        return f"{self.user}@{self.address}:{self.port}{alias}"
+
+
+def user_ssh_config() -> list[str]:
+    """The user's OpenSSH client config, read for every host as `ssh` reads it."""
+    path = Path("~/.ssh/config").expanduser()
+    return [str(path)] if path.is_file() else []
+
+
+def resolve(host: str, port: int | None, user: str | None, key_path: str | None) -> Endpoint:
+    """``host`` as `ssh` would reach it: what is given explicitly wins (as `ssh -p -l` does),
+    the rest comes from ~/.ssh/config (HostName, Port, User), then 22 and the local user."""
+    import asyncssh
+
+    explicit: dict[str, Any] = {}
+    if port is not None:
+        explicit["port"] = port
+    if user is not None:
+        explicit["username"] = user
+    try:
+        options = asyncssh.SSHClientConnectionOptions(
+            host=host, config=user_ssh_config(), client_keys=None, **explicit
+        )
+    except (OSError, ValueError, asyncssh.Error) as exc:  # pragma: no cover - a broken config
+        raise UsageError(
+            f"cannot read the ssh config for {host}",
+            why=str(exc),
+            fix="fix ~/.ssh/config (`ssh -G HOST` shows what OpenSSH makes of it)",
+        ) from None
+    hostname = str(options.host)
+    return Endpoint(
+        host,
+        int(options.port),
+        str(options.username or getpass.getuser()),
+        key_path,
+        hostname if hostname != host else "",
+        options.tunnel if isinstance(options.tunnel, str) else "",
+    )
+
+
+def jump_endpoint(spec: str, port: int | None, user: str | None, key: str | None) -> Endpoint:
+    """One jump host as ProxyJump and the hosts file's `jump:` write it: [USER@]HOST[:PORT]."""
+    given_user, _, host = spec.rpartition("@")
+    host, _, given_port = host.partition(":")
+    if ":" in given_user:  # USER:PASSWORD@HOST: the password is never shown
+        raise UsageError(
+            f"the jump host {host} is given with a password (USER:PASSWORD@HOST)",
+            why="ssh takes no password in a jump host",
+            fix="write USER@HOST[:PORT] in the hosts file's `jump:` or ProxyJump, and let the "
+            "jump host accept your key",
+        )
+    if not host or (given_port and not given_port.isdigit()):
+        raise UsageError(
+            f"cannot read the jump host {spec!r}",
+            why="a jump host is written [USER@]HOST[:PORT]",
+            fix="fix the hosts file's `jump:` or the ProxyJump of ~/.ssh/config",
+        )
+    return resolve(host, int(given_port) if given_port else port, given_user or user, key)
+
+
+def endpoint(inventory: Inventory, node: Node) -> Endpoint:
+    ssh = inventory.ssh
+    if ssh is None:
+        raise UsageError(f"{inventory.source} has no SSH access", fix="use --hosts or --stack")
+    return resolve(
+        node.ssh_host or node.address,
+        node.ssh_port or ssh.port,
+        node.ssh_user or ssh.user,
+        node.ssh_key or ssh.key_path,
+    )

@@ -1,0 +1,53 @@
+"""What a node runs over SSH: dtrun's code shipped to it, its launch directory, and the launch
+command line with its guard."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import runner
+from runner.execute.guard import TAG, WAIT_FOR_END, stop_script
+from runner.render import render
+from runner.spec.cluster import Inventory
+
+
+def code_files() -> dict[str, bytes]:
+    """What the nodes import: runner/__init__.py, runner/workloads/ and the step hook
+    (relative path -> bytes)."""
+    package = Path(runner.__file__).resolve().parent
+    workloads = package / "workloads"
+    files = [
+        package / "__init__.py",
+        *sorted(workloads.glob("*.py")),
+        *sorted((workloads / "stephook").glob("*.py")),
+    ]
+    return {str(f.relative_to(package.parent)): f.read_bytes() for f in files}
+
+
+def remote_launch_dir(inventory: Inventory, workdir: Path) -> str:
+    """runs/<id>/n<N>/r<k> here -> <shared>/.dtrun/runs/<id>/n<N>/r<k> (or <workdir>/runs/...)."""
+    ssh = inventory.ssh
+    base = (
+        f"{inventory.shared_dir}/.dtrun" if inventory.shared_dir else (ssh.workdir if ssh else "")
+    )
+    return f"{base}/runs/{workdir.parent.parent.name}/{workdir.parent.name}/{workdir.name}"
+
+
+DRAIN_S = 2.0  # how long output may trail a script's exit (a background child may hold it open)
+
+
+def launch_command(remote_dir: str, script: str, tag: str, grace_s: float) -> str:
+    """What the node's login shell runs for one launch: the script, with the guard that stops
+    the launch there if dtrun's connection closes first (templates/remote/launch.sh.j2).
+
+    The wrapper is a POSIX sh script; the login shell is whatever the node's account has (bash,
+    dash, zsh, fish, csh). It gets one line they all read alike, with no character any of them
+    treats specially: sh runs the wrapper, carried in base64."""
+    wrapper = render(
+        "remote/launch.sh.j2",
+        {"dir": remote_dir, "script": script, "tag_name": TAG, "tag": tag,
+         "stop": stop_script(tag, grace_s), "wait_for_end": WAIT_FOR_END},
+    )  # fmt: skip
+    carried = base64.b64encode(wrapper.encode()).decode()
+    return f"exec sh -c 'eval \"$(printf %s {carried} | base64 -d)\"'"
