@@ -7,7 +7,7 @@ from dataclasses import replace
 from runner.plan.resolve import resolve_bench, resolve_run
 from runner.plan.sweep import SweepPlan, plan_point, plan_run, plan_sweep
 from runner.spec.cluster import Inventory
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.request import BenchSpec, RunSpec
 
 

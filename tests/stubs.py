@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.engines.embedded.executor import write_launch_files
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 
 STUBS = ("torchrun", "deepspeed", "horovodrun", "mpirun", "python")
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, replace
 
 from runner.errors import UsageError
-from runner.spec.launch import CliArg, EnvVar
+from runner.spec.launchplan import CliArg, EnvVar
 
 # A single-placement-group scale set holds at most 100 VMs, 300 by support request
 # (docs/facts.md §3).

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runner.azure.catalog import SIZES, UNKNOWN_SIZE_MPI
-from runner.spec.launch import CliArg, EnvVar
+from runner.spec.launchplan import CliArg, EnvVar
 
 
 def size_env(size_name: str | None) -> tuple[EnvVar, ...]:

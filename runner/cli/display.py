@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from runner import __version__
 from runner.cli.common import console, echo, print_node_line
 from runner.cli.tables import Column, Grid, print_grid
-from runner.spec.launch import point_dir
+from runner.spec.launchplan import point_dir
 from runner.spec.text import plural
 from runner.workloads.sizes import format_size
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from runner.record.rundir import RunDir
     from runner.report.resultfile import Result
     from runner.spec.cluster import Node
-    from runner.spec.launch import LaunchPlan
+    from runner.spec.launchplan import LaunchPlan
     from runner.spec.outcome import Health, RunResult
     from runner.sweep.run import SweepEvents
 

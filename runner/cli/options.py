@@ -19,7 +19,7 @@ from runner.spec.request import (
     Rendezvous,
     TfStrategy,
 )
-from runner.spec.slurm import DEFAULT_QUEUE_TIMEOUT_S, SlurmRequest
+from runner.spec.slurmrequest import DEFAULT_QUEUE_TIMEOUT_S, SlurmRequest
 
 # = LAUNCHERS, tested
 LAUNCHER_NAMES = (

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from runner.engines.base import Cluster
     from runner.plan.resolve import ResolvedRun
     from runner.record.rundir import RunDir
-    from runner.spec.launch import LaunchPlan
+    from runner.spec.launchplan import LaunchPlan
     from runner.sweep.program import ProgramRun
 
 

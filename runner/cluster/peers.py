@@ -20,7 +20,7 @@ from runner.plan.launchers.base import node_ssh_options, ssh_port_option
 from runner.plan.launchers.horovodrun import ssh_option_groups
 from runner.render import render
 from runner.spec.cluster import Inventory, Node, SshAccess
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.text import plural
 
 Command = Callable[[dict[str, str]], dict[str, Answer]]

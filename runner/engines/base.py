@@ -19,8 +19,8 @@ from runner.cluster.readiness import Patience, WaitSink, no_wait_sink, wait_unti
 from runner.errors import UsageError
 from runner.execute import Executor
 from runner.spec.cluster import Inventory, Node
-from runner.spec.launch import LaunchPlan
-from runner.spec.slurm import SlurmRequest
+from runner.spec.launchplan import LaunchPlan
+from runner.spec.slurmrequest import SlurmRequest
 
 if TYPE_CHECKING:
     from runner.cluster.outputs import StackOutputs

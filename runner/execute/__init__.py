@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.outcome import NodeResult
 
 LineSink = Callable[[str, str], None]  # (node name, one line of its output without newline)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from runner.spec.launch import NodeLaunch
+from runner.spec.launchplan import NodeLaunch
 from runner.spec.outcome import NodeResult, SuccessRule
 
 

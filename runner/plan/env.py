@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from runner.azure.sizefacts import size_env
 from runner.plan.launchers.base import HOSTFILE
 from runner.spec.cluster import Inventory
-from runner.spec.launch import EnvVar
+from runner.spec.launchplan import EnvVar
 from runner.spec.request import LaunchRequest
 
 

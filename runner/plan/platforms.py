@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from runner.plan.launchers.base import HOSTFILE, PlanContext, host_slots
 from runner.spec.cluster import Accelerator
-from runner.spec.launch import LaunchFile, NodeEnv
+from runner.spec.launchplan import LaunchFile, NodeEnv
 from runner.spec.request import PlatformEnv
 
 

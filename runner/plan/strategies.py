@@ -17,7 +17,7 @@ from typing import Protocol
 from runner.errors import PlanError
 from runner.plan.bounds import check_bound
 from runner.spec.cluster import Accelerator, Inventory
-from runner.spec.launch import LaunchFile
+from runner.spec.launchplan import LaunchFile
 from runner.spec.request import (
     BenchSpec,
     Framework,

@@ -9,12 +9,12 @@ from dataclasses import dataclass, replace
 
 from runner.azure.sizefacts import health_threshold
 from runner.plan.env import launch_env
-from runner.plan.launch import What, plan_launch, require_nodes
+from runner.plan.launchfiles import What, plan_launch, require_nodes
 from runner.plan.resolve import Point, ResolvedBench, ResolvedRun
 from runner.plan.strategies import StrategySetup, bf16
 from runner.plan.workloads import ALLREDUCE_MODULE, allreduce_args
 from runner.spec.cluster import Accelerator, Inventory, Node
-from runner.spec.launch import STEP_DIR, EnvVar, LaunchPlan, point_dir
+from runner.spec.launchplan import STEP_DIR, EnvVar, LaunchPlan, point_dir
 from runner.spec.request import BenchSpec, Program, ProgramKind
 
 HEALTH_DIR = "health"  # the gate's launches, one directory per node, in the run directory

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from runner.azure.sizefacts import peak_tflops_for
 from runner.spec.cluster import Inventory
-from runner.spec.launch import RESULT_FILE
+from runner.spec.launchplan import RESULT_FILE
 from runner.spec.request import AllreduceSpec, BenchSpec, Framework
 
 # (bench, inventory, sequences per replica, bf16) -> the workload's arguments

@@ -41,7 +41,7 @@ from runner.record.envdigest import env_digests
 from runner.record.readback import inside
 from runner.redact import Redactor, redact_data, redact_text, redact_var
 from runner.spec.cluster import Inventory
-from runner.spec.launch import EnvVar, LaunchPlan, point_dir
+from runner.spec.launchplan import EnvVar, LaunchPlan, point_dir
 from runner.spec.outcome import Health, NodeResult, RunStatus
 from runner.spec.request import BenchSpec, RunSpec
 from runner.workloads.files import write_atomic

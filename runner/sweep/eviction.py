@@ -20,7 +20,7 @@ from runner import __version__
 from runner.errors import DtrunError, RunError
 from runner.execute import Answer
 from runner.render import render
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 
 IMDS = "http://169.254.169.254"
 Command = Callable[[dict[str, str]], dict[str, Answer]]

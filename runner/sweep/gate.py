@@ -15,7 +15,7 @@ from runner.errors import HealthGateError
 from runner.plan.sweep import HEALTH_DIR, GatePlan, Launch
 from runner.report.resultfile import AllreduceResult
 from runner.spec.outcome import GateStatus, Health, NodeHealth
-from runner.sweep.launch import Outcome
+from runner.sweep.runlaunch import Outcome
 
 
 def skipped(note: str) -> Health:

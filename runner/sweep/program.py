@@ -14,9 +14,9 @@ from runner.plan.resolve import ResolvedRun
 from runner.plan.sweep import plan_run
 from runner.record.rundir import RunDir, create_run_dir, launch_dir, write_error, write_run_record
 from runner.spec.cluster import Inventory
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.outcome import NodeResult, RunStatus
-from runner.sweep.launch import Ready, always_ready, status_of
+from runner.sweep.runlaunch import Ready, always_ready, status_of
 
 
 @dataclass(frozen=True)

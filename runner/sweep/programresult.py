@@ -25,7 +25,7 @@ from typing import Any
 from runner.errors import ResultError
 from runner.report.results import PROGRAM_SCHEMA
 from runner.report.stats import percentile
-from runner.spec.launch import RESULT_FILE, STEP_DIR, LaunchPlan
+from runner.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan
 from runner.spec.request import BenchSpec, ScalingMode
 from runner.spec.text import noun, plural
 from runner.workloads.files import write_atomic

@@ -35,7 +35,7 @@ from runner.report.build import Report
 from runner.report.builder import ReportBuilder
 from runner.report.resultfile import Result
 from runner.spec.cluster import Node
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.outcome import (
     GateStatus,
     Health,
@@ -47,7 +47,7 @@ from runner.spec.outcome import (
 )
 from runner.sweep.eviction import Command
 from runner.sweep.gate import judge, refuse, skipped
-from runner.sweep.launch import Outcome, Ready, always_ready, run_launch
+from runner.sweep.runlaunch import Outcome, Ready, always_ready, run_launch
 
 
 def _ignore_begin(run_dir: RunDir) -> None:
@@ -174,10 +174,10 @@ class _Runner:
         import json
         from dataclasses import replace
 
-        from runner.plan.launch import What, plan_launch
+        from runner.plan.launchfiles import What, plan_launch
         from runner.plan.workloads import WORKLOADS, allreduce_args
         from runner.report.resultfile import AllreduceResult, load_result
-        from runner.spec.launch import RESULT_FILE
+        from runner.spec.launchplan import RESULT_FILE
         from runner.spec.request import Program, ProgramKind
         from runner.workloads.files import write_atomic
         from runner.workloads.sizes import probe_sizes

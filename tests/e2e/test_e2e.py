@@ -18,7 +18,7 @@ import pytest
 
 from runner.engines.embedded.executor import LocalExecutor
 from runner.errors import NodeFailedError
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.outcome import NodeResult
 from runner.spec.request import BenchSpec
 from runner.sweep.run import run_sweep

@@ -13,7 +13,7 @@ from runner.errors import NodeFailedError
 from runner.plan.sweep import Launch
 from runner.spec.outcome import RunStatus
 from runner.sweep.eviction import EvictedError
-from runner.sweep.launch import run_launch
+from runner.sweep.runlaunch import run_launch
 from tests.e2e.test_ssh import bash_plan, hosts
 from tests.unit.test_eviction import (
     PREEMPT,

@@ -18,7 +18,7 @@ from runner.engines.embedded.executor import LocalExecutor
 from runner.errors import NodeFailedError, RunTimeoutError
 from runner.execute.success import Next, after_exit, mark_stopped, settle
 from runner.spec.cluster import Node
-from runner.spec.launch import LaunchFile, LaunchPlan, NodeLaunch
+from runner.spec.launchplan import LaunchFile, LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult, SuccessRule
 from tests.conftest import processes_under, wait_for
 

@@ -19,7 +19,7 @@ from runner.engines.ssh.registration import wait_for_registry
 from runner.engines.ssh.session import HostKeyError, SshError, SshLoginError, SshSession
 from runner.errors import NodeFailedError
 from runner.spec.cluster import Inventory
-from runner.spec.launch import LaunchPlan, NodeLaunch
+from runner.spec.launchplan import LaunchPlan, NodeLaunch
 from tests.conftest import launch_processes, processes_under, wait_for
 from tests.paths import REPO, TESTS
 from tests.sshd import SshCluster

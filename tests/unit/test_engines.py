@@ -9,8 +9,8 @@ import pytest
 
 from runner.engines.base import ClusterChoice, Hooks
 from runner.engines.registry import ENGINES, open_cluster, selected
-from runner.spec.launch import LaunchPlan
-from runner.spec.slurm import SlurmRequest
+from runner.spec.launchplan import LaunchPlan
+from runner.spec.slurmrequest import SlurmRequest
 
 CHOICES = {
     "embedded": [ClusterChoice(), ClusterChoice(local_nodes=3, check=True)],

@@ -81,7 +81,7 @@ def _outcome(busbw: float | None):
     from runner.errors import NodeFailedError
     from runner.report.resultfile import parse_result
     from runner.spec.outcome import RunResult, RunStatus
-    from runner.sweep.launch import Outcome
+    from runner.sweep.runlaunch import Outcome
     from tests.factories import allreduce_data
 
     if busbw is None:

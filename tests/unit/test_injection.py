@@ -28,7 +28,7 @@ from runner.engines.embedded.inventory import local_cluster
 from runner.errors import DtrunError, UnsafeValueError
 from runner.render import shquote
 from runner.spec.cluster import Inventory, SshAccess
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.request import (
     HorovodController,
     LauncherOptions,

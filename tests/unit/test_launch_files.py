@@ -17,7 +17,7 @@ from functools import cache
 import pytest
 
 from runner.spec.cluster import Accelerator
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.request import (
     BenchSpec,
     HorovodController,

@@ -16,7 +16,7 @@ from runner.engines.embedded.inventory import local_cluster
 from runner.engines.ssh.hosts import Defaults, parse_hosts_file
 from runner.execute import Answer
 from runner.spec.cluster import Inventory, SshAccess
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.request import Program, ProgramKind, RunSpec
 from tests import sshd
 from tests.conftest import require_tool

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from runner.cli.app import app
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.request import PlatformEnv, Program, ProgramKind, RunSpec
 from tests.conftest import CLUSTERS, require_tool
 from tests.plans import build_run_plan

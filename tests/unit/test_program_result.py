@@ -15,7 +15,7 @@ from runner.plan.resolve import resolve_bench
 from runner.plan.sweep import plan_sweep
 from runner.report.resultfile import parse_result
 from runner.report.results import ProgramFacts, TrainResult
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.request import BenchSpec, Program, ProgramKind, ScalingMode, StepUnits, UnitKind
 from runner.sweep.programresult import pattern_steps, program_result, read_step_files
 

@@ -26,12 +26,12 @@ from runner.engines.slurm.lease import hold_script
 from runner.engines.slurm.shell import SlurmShell, step_guard
 from runner.errors import NodeFailedError
 from runner.execute.guard import drop_guard
-from runner.plan.launch import What, plan_launch
+from runner.plan.launchfiles import What, plan_launch
 from runner.plan.resolve import resolve_run
 from runner.spec.cluster import Node
 from runner.spec.outcome import SuccessRule
 from runner.spec.request import Program, ProgramKind, RunSpec
-from runner.spec.slurm import SlurmRequest
+from runner.spec.slurmrequest import SlurmRequest
 from tests.conftest import require_tool
 from tests.paths import TESTS
 

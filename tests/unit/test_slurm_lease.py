@@ -17,7 +17,7 @@ import pytest
 from runner.engines.slurm.lease import Lease, hold_script, lease_seconds
 from runner.engines.slurm.shell import SlurmShell
 from runner.errors import RunError, UsageError
-from runner.spec.slurm import DEFAULT_LEASE_S
+from runner.spec.slurmrequest import DEFAULT_LEASE_S
 
 LEASE_S = 6  # and the script polls every 2 s (hold_script's poll_s, for a quick test)
 

@@ -27,7 +27,7 @@ from runner.engines.spark.node import contract_from_horovod, executor_address, n
 from runner.errors import NodeFailedError, PlanError, UsageError
 from runner.plan.launchers.spark import SPARK_CONFIG
 from runner.spec.cluster import Node
-from runner.spec.launch import LaunchPlan, NodeLaunch
+from runner.spec.launchplan import LaunchPlan, NodeLaunch
 from tests.conftest import ended
 from tests.paths import REPO
 from tests.plans import build_run_plan

@@ -14,7 +14,7 @@ from runner.errors import PlanError
 from runner.plan.presets import PRESETS, describe, matmul_param_count, param_count, resolve_model
 from runner.plan.resolve import resolve_bench
 from runner.spec.cluster import Accelerator, Inventory
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.request import (
     BenchSpec,
     LauncherOptions,

@@ -19,7 +19,7 @@ from runner.errors import DiskFullError, RunDirWriteError, RunInterruptedError
 from runner.execute import LineSink
 from runner.record.rundir import RunDir
 from runner.spec.cluster import Inventory
-from runner.spec.launch import RESULT_FILE, LaunchPlan
+from runner.spec.launchplan import RESULT_FILE, LaunchPlan
 from runner.spec.outcome import NodeResult
 from runner.spec.request import BenchSpec
 from runner.sweep import run as sweep_run

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from runner.cluster.readiness import check_ports_free
 from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
 from runner.engines.embedded.inventory import embedded_inventory
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 
 
 class EmbeddedEngine:

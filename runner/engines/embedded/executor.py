@@ -23,7 +23,7 @@ from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
 from runner.execute.guard import TAG, drop_guard, start_guard, stop_script
 from runner.execute.success import Next, after_exit, mark_stopped
-from runner.spec.launch import LaunchPlan, NodeLaunch
+from runner.spec.launchplan import LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
 from runner.spec.text import plural
 from runner.workloads.files import NodeLog, write_atomic

@@ -32,7 +32,7 @@ from runner.engines.slurm.shell import (
 )
 from runner.errors import InventoryError, RunError, UsageError
 from runner.spec.cluster import Accelerator, Inventory, Node
-from runner.spec.slurm import SlurmRequest
+from runner.spec.slurmrequest import SlurmRequest
 from runner.spec.text import noun, plural
 
 # A node name dtrun puts in file names and scripts; Slurm's own names are of this shape.

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
 from runner.engines.slurm.job import allocation_line, open_slurm, stack_head
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 
 
 class SlurmEngine:

@@ -42,7 +42,7 @@ from runner.execute.failure import explain_log
 from runner.execute.guard import TAG, drop_guard
 from runner.execute.success import Next, Settled, mark_stopped, settle
 from runner.render import render
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.outcome import NodeHealth, NodeResult
 from runner.spec.text import plural
 from runner.workloads.files import NodeLog, write_atomic

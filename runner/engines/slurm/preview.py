@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.engines.slurm.executor import WRAPPER, SlurmExecutor, step_command, wrapper
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.text import plural
 
 

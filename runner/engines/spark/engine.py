@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterator
 
 from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 
 
 class SparkEngine:

@@ -26,7 +26,7 @@ from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.failure import explain_log
 from runner.render import render
 from runner.spec.cluster import Node
-from runner.spec.launch import LaunchPlan, NodeLaunch
+from runner.spec.launchplan import LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
 from runner.spec.text import plural
 

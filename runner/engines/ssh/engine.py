@@ -14,7 +14,7 @@ from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for
 from runner.engines.embedded.inventory import embedded_inventory
 from runner.engines.inputs import read_text, stack_outputs
 from runner.spec.cluster import Inventory
-from runner.spec.launch import LaunchPlan
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.text import plural
 
 

@@ -36,7 +36,7 @@ from runner.execute.failure import explain_log
 from runner.execute.guard import stop_script
 from runner.execute.success import Next, after_exit, mark_stopped
 from runner.spec.cluster import Node
-from runner.spec.launch import RESULT_FILE, STEP_DIR, LaunchPlan, NodeLaunch
+from runner.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
 from runner.spec.text import plural
 from runner.workloads.files import NodeLog

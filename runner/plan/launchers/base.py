@@ -9,7 +9,7 @@ from runner import __version__
 from runner.errors import PlanError
 from runner.render import render
 from runner.spec.cluster import Node, SshAccess
-from runner.spec.launch import EnvVar, LaunchFile, NodeEnv
+from runner.spec.launchplan import EnvVar, LaunchFile, NodeEnv
 from runner.spec.request import Framework, LauncherOptions, Program, ProgramKind
 
 HOSTFILE = "hostfile"  # MPI-style `HOST slots=N` lines, read by deepspeed and mpirun

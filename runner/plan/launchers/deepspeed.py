@@ -23,7 +23,7 @@ from runner.plan.launchers.base import (
     launch_env,
     node_ssh_options,
 )
-from runner.spec.launch import EnvVar, LaunchFile
+from runner.spec.launchplan import EnvVar, LaunchFile
 from runner.spec.request import Framework, ProgramKind
 
 DEEPSPEED_ENV = ".deepspeed_env"

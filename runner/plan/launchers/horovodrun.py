@@ -25,7 +25,7 @@ from runner.plan.launchers.base import (
 )
 from runner.render import render
 from runner.spec.cluster import SshAccess
-from runner.spec.launch import LaunchFile
+from runner.spec.launchplan import LaunchFile
 from runner.spec.request import Framework, HorovodController
 
 # What Horovod sets in every rank it starts: its own variables with Gloo

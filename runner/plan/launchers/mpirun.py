@@ -24,7 +24,7 @@ from runner.plan.launchers.base import (
     ssh_port_option,
 )
 from runner.render import render
-from runner.spec.launch import CliArg, LaunchFile
+from runner.spec.launchplan import CliArg, LaunchFile
 from runner.spec.request import Framework
 from runner.spec.text import plural
 

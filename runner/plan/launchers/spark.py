@@ -13,7 +13,7 @@ import json
 
 from runner.errors import PlanError
 from runner.plan.launchers.base import PlanContext, Script, common_context, every_node, program_argv
-from runner.spec.launch import LaunchFile
+from runner.spec.launchplan import LaunchFile
 from runner.spec.request import Framework
 
 SPARK_CONFIG = "spark.json"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from runner.errors import PlanError
 from runner.plan.launchers.base import PlanContext, Script, common_context, program_argv
-from runner.spec.launch import LaunchFile
+from runner.spec.launchplan import LaunchFile
 from runner.spec.request import Framework, TfStrategy
 
 CHIEF, WORKER, PS = "chief", "worker", "ps"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runner.plan.launchers.base import PlanContext, Script, common_context, every_node
-from runner.spec.launch import LaunchFile
+from runner.spec.launchplan import LaunchFile
 from runner.spec.request import Framework, ProgramKind
 
 # torchrun runs Python itself: a module with -m, a script as is, anything else with --no-python.

@@ -13,7 +13,7 @@ from runner.errors import DtrunError, RunError, RunInterruptedError, RunTimeoutE
 from runner.execute import Executor, LineSink
 from runner.plan.sweep import Launch
 from runner.report.resultfile import Result, load_result
-from runner.spec.launch import RESULT_FILE, STEP_DIR, LaunchPlan
+from runner.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan
 from runner.spec.outcome import NodeResult, RunResult, RunStatus
 from runner.sweep.eviction import Command, EvictedError, check_eviction
 

@@ -13,7 +13,7 @@ from runner.plan.platforms import platform_layout
 from runner.plan.resolve import ResolvedLaunch
 from runner.render import render
 from runner.spec.cluster import Inventory
-from runner.spec.launch import EnvVar, LaunchFile, LaunchPlan, NodeLaunch
+from runner.spec.launchplan import EnvVar, LaunchFile, LaunchPlan, NodeLaunch
 from runner.spec.request import Program
 from runner.spec.text import plural
 
