@@ -27,17 +27,17 @@ from runner.cli.display import (
     SweepDisplay,
     print_sweep_plan,
 )
-from runner.cli.groups import grouped
+from runner.cli.groups import by_name, grouped
 from runner.cli.options import Launching, Where
 from runner.cli.session import session
 from runner.cli.summary import print_summary, sweep_json
+from runner.cli.sweep_options import SweepOptions
 from runner.cli.workload_options import (
     AllreduceOptions,
     GateOptions,
     ModelOptions,
     ProgramOptions,
     StrategyOptions,
-    SweepOptions,
 )
 from runner.errors import DtrunError, RunDirWriteError, UsageError
 from runner.redact import remember_secrets
@@ -95,29 +95,23 @@ def bench_spec(
     resolved_model = resolve_model(model.preset, vocab=model.vocab, **shape)
     price = checked_usd("--price-per-node-hour", sweep.price_per_node_hour)
     max_cost = checked_usd("--max-cost", sweep.max_cost)
-    return BenchSpec(
-        run_id,
-        **launch_request(launching),
-        node_counts=counts,
-        workload=sweep.workload,
-        mode=sweep.mode,
-        steps=sweep.steps,
-        warmup=sweep.warmup,
-        repeat=sweep.repeat,
-        batch=sweep.batch,
-        global_batch=sweep.global_batch,
-        model=resolved_model,
-        timeout_s=sweep.timeout,
-        strategy=strategy.spec,
-        dtype=strategy.dtype,
-        allreduce=allreduce.spec,
-        busbw=allreduce.busbw,
-        health=gate.spec,
-        project_tokens=sweep.project_tokens,
-        target_efficiency=sweep.target_efficiency,
-        price_per_node_hour=price,
-        max_cost=max_cost,
-    )
+    # Every option reaches the BenchSpec field of its name (--timeout: timeout_s); then the
+    # values parsed or checked first, and the groups' own spec sections, in their place.
+    by_option = {
+        **by_name(sweep, BenchSpec, timeout_s="timeout"),
+        **by_name(strategy, BenchSpec),  # dtype
+        **by_name(allreduce, BenchSpec),  # busbw
+    }
+    parsed = {
+        "node_counts": counts,
+        "model": resolved_model,
+        "strategy": strategy.spec,
+        "allreduce": allreduce.spec,
+        "health": gate.spec,
+        "price_per_node_hour": price,
+        "max_cost": max_cost,
+    }
+    return BenchSpec(run_id, **{**launch_request(launching), **by_option, **parsed})
 
 
 @app.command(context_settings={"allow_interspersed_args": False})

@@ -68,3 +68,23 @@ def grouped(command: F) -> F:
     call.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     call.__annotations__ = {param.name: param.annotation for param in params}
     return typing.cast(F, call)
+
+
+S = TypeVar("S")
+
+
+def by_name(group: Any, spec: type[Any], **named: str) -> dict[str, Any]:
+    """The values of ``group``'s fields for the fields of ``spec`` of the same name, or of the
+    group field ``named`` gives for a spec field (spec field="group_field")."""
+    have = {field.name for field in dataclasses.fields(group)}
+    return {
+        field.name: getattr(group, named.get(field.name, field.name))
+        for field in dataclasses.fields(spec)
+        if named.get(field.name, field.name) in have
+    }
+
+
+def spec_from(group: Any, spec: type[S], **named: str) -> S:
+    """``spec`` built from ``group`` by field name (``by_name``): an option added to the group
+    under its spec field's name reaches the spec with no other line changed."""
+    return spec(**by_name(group, spec, **named))

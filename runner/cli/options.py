@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from runner.cli.groups import spec_from
 from runner.errors import UsageError
 from runner.spec.bounds import within
 from runner.spec.outcome import SuccessRule
@@ -381,6 +382,4 @@ class Launching:
 
     @property
     def options(self) -> LauncherOptions:
-        return LauncherOptions(
-            self.rendezvous, self.zero_stage, self.horovod_controller, self.tf_strategy, self.tf_ps
-        )
+        return spec_from(self, LauncherOptions)

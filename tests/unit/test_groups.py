@@ -3,13 +3,31 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import fields as _fields
 from typing import Annotated
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from runner.cli.groups import grouped
+from runner.cli.groups import by_name, grouped
+from runner.cli.options import Launching
+from runner.cli.sweep_options import SweepOptions
+from runner.cli.workload_options import (
+    ALLREDUCE_NAMES_OF,
+    GATE_NAMES_OF,
+    STRATEGY_NAMES_OF,
+    AllreduceOptions,
+    GateOptions,
+    StrategyOptions,
+)
+from runner.spec.request import (
+    AllreduceSpec,
+    BenchSpec,
+    HealthGate,
+    LauncherOptions,
+    StrategySpec,
+)
 
 
 @dataclass(frozen=True)
@@ -49,3 +67,34 @@ def test_two_groups_that_share_a_field_name_are_refused():
 
     with pytest.raises(TypeError, match="two option groups share a field name"):
         grouped(paint)
+
+
+# --- option groups into specs, by field name (issue 28: each option declared once) ----------
+
+
+@pytest.mark.parametrize(
+    ("group", "spec", "named"),
+    [
+        (StrategyOptions, StrategySpec, STRATEGY_NAMES_OF),
+        (AllreduceOptions, AllreduceSpec, ALLREDUCE_NAMES_OF),
+        (GateOptions, HealthGate, GATE_NAMES_OF),
+        (Launching, LauncherOptions, {}),
+    ],
+    ids=["strategy", "allreduce", "gate", "launcher"],
+)
+def test_every_field_of_a_group_s_spec_comes_from_an_option_of_the_group(group, spec, named):
+    options = {field.name for field in _fields(group)}
+    taken = {named.get(field.name, field.name) for field in _fields(spec)}
+    assert taken <= options, f"spec fields no option fills: {taken - options}"
+
+
+def test_every_sweep_option_reaches_the_bench_spec_under_its_own_name_or_says_why():
+    # parsed before they are placed (nodes -> node_counts) or choosing the run (resume, rerun)
+    elsewhere = {"nodes", "timeout", "resume", "rerun"}
+    spec = {field.name for field in _fields(BenchSpec)}
+    options = {field.name for field in _fields(SweepOptions)}
+    assert options - elsewhere <= spec, f"sweep options with no BenchSpec field: {options - spec}"
+    sweep = SweepOptions(steps=37, warmup=3, repeat=4, timeout=12.5, project_tokens=7)
+    placed = by_name(sweep, BenchSpec, timeout_s="timeout")
+    assert (placed["steps"], placed["warmup"], placed["repeat"]) == (37, 3, 4)
+    assert (placed["timeout_s"], placed["project_tokens"]) == (12.5, 7)

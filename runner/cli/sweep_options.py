@@ -1,0 +1,124 @@
+"""What `dtrun bench` sweeps and how long each launch trains: node counts, steps, repeats,
+batches, the target, the price, and --resume or --rerun."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runner.cli import options as opts
+from runner.cli.cost import MaxCost, PricePerNodeHour
+from runner.spec.bounds import within
+from runner.spec.request import (
+    BenchSpec,
+    ScalingMode,
+)
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What `dtrun bench` sweeps and how long each launch trains."""
+
+    nodes: Annotated[
+        str,
+        typer.Option(
+            "--nodes",
+            "-n",
+            help=f"Node counts to sweep, comma-separated{within('--nodes')}.",
+            rich_help_panel=opts.WHAT_PANEL,
+        ),
+    ] = "1,2"
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            metavar="RUN_DIR",
+            help="Run what the sweep recorded in RUN_DIR still lacks (launches without a result), "
+            "on this or another cluster, into RUN_DIR, and rebuild its one report.",
+            show_default=False,
+            rich_help_panel=opts.WHAT_PANEL,
+        ),
+    ] = None
+    rerun: Annotated[
+        Path | None,
+        typer.Option(
+            "--rerun",
+            metavar="RUN_DIR",
+            help="Run the sweep RUN_DIR records again, whole, as a new run beside it (a new run "
+            "id; "
+            "--output elsewhere), on this or another cluster: to repeat a measurement.",
+            show_default=False,
+            rich_help_panel=opts.WHAT_PANEL,
+        ),
+    ] = None
+    steps: Annotated[
+        int,
+        typer.Option(
+            help=f"Training steps per launch, warm-up included{within('--steps')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = BenchSpec.steps
+    warmup: Annotated[
+        int,
+        typer.Option(
+            help="Untimed steps at the start of each launch, fewer than --steps"
+            f"{within('--warmup')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = BenchSpec.warmup
+    mode: Annotated[
+        ScalingMode,
+        typer.Option(
+            help="weak: fixed batch per process; strong: fixed global batch.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = ScalingMode.WEAK
+    repeat: Annotated[
+        int,
+        typer.Option(
+            help=f"Launches per node count (3+ trims outliers){within('--repeat')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = BenchSpec.repeat
+    workload: Annotated[
+        str,
+        typer.Option(
+            help="Built-in workload on every process: train (GPT), or allreduce.",
+            rich_help_panel=opts.WHAT_PANEL,
+        ),
+    ] = "train"
+    batch: Annotated[
+        int,
+        typer.Option(
+            help="Sequences per process per step (strong: at the fewest nodes)"
+            f"{within('--batch')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = BenchSpec.batch
+    global_batch: Annotated[
+        int | None,
+        typer.Option(
+            help=f"Strong scaling: the fixed global batch{within('--global-batch')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = None
+    timeout: Annotated[
+        float,
+        typer.Option(
+            help=f"Seconds before one launch is stopped{within('--timeout')}.",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = BenchSpec.timeout_s
+    project_tokens: Annotated[
+        int,
+        typer.Option(
+            help=f"Tokens for the report's time-to-train projection{within('--project-tokens')}.",
+            rich_help_panel=opts.OUT_PANEL,
+        ),
+    ] = BenchSpec.project_tokens
+    target_efficiency: opts.TargetEfficiency = BenchSpec.target_efficiency
+    price_per_node_hour: PricePerNodeHour = None
+    max_cost: MaxCost = None
