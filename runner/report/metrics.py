@@ -168,7 +168,10 @@ def _judged(row: ScalingRow, base: ScalingRow) -> ScalingRow:
         verdict = judge(row.efficiency_low, row.efficiency_high, row.target_efficiency)
     noise = noise_text([(r.nodes, r.step_spread, _launch_spread(r)) for r in (base, row)])
     bounds = (row.efficiency_low, row.efficiency_high)
-    said = reason(verdict, row.efficiency, bounds, row.target_efficiency, noise)
+    single = [where for where, r in (("here", row), ("at the baseline", base)) if r.launches_n < 2]
+    said = reason(
+        verdict, row.efficiency, bounds, row.target_efficiency, noise, " and ".join(single)
+    )
     return replace(row, verdict=verdict, verdict_reason=said)
 
 

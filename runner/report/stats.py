@@ -193,17 +193,20 @@ def reason(
     bounds: tuple[float | None, float | None],
     target: float,
     noise: str,
+    single: str = "",
 ) -> str:
     """The verdict's explanation, as the report and the console print it after the verdict.
-    ``noise`` says how much the point's and the baseline's figures vary (see ``noise_text``)."""
+    ``noise`` says how much the point's and the baseline's figures vary (see ``noise_text``);
+    ``single`` where there was one launch ("here", "at the baseline"), if anywhere."""
     low, high = bounds
     if verdict is Verdict.BASELINE:
         return "every efficiency is measured against it"
     figure = f"efficiency {efficiency:.0%}"
     if low is None or high is None:
         return (
-            f"{figure}, no interval: {ONE_LAUNCH} (how much a whole launch's speed moves, "
-            "which a launch's own steps do not show); to decide, --repeat 2 or more"
+            f"{figure}, no interval: one launch {single or 'a point'}; {ONE_LAUNCH} (how "
+            "much a whole launch's speed moves, which its own steps do not show); to decide, "
+            "--repeat 2 or more"
         )
     ci = f"{CONFIDENCE:.0%} CI {low * 100:.0f}-{high * 100:.0f}%"
     goal = f"the {target * 100:g}% target"

@@ -171,10 +171,12 @@ def test_one_launch_gives_no_verdict_and_says_why():
     assert (point.efficiency_low, point.efficiency_high) == (None, None)
     assert point.tokens_per_s_low is None
     assert ONE_LAUNCH in point.verdict_reason and "--repeat 2 or more" in point.verdict_reason
+    assert "one launch here and at the baseline" in point.verdict_reason
     # nor with one launch at the baseline only
     point = rows_for(one, [two[0], [t * 1.01 for t in two[0]]])[1]
     assert point.verdict is Verdict.INCONCLUSIVE
     assert point.efficiency_low is None and ONE_LAUNCH in point.verdict_reason
+    assert "no interval: one launch at the baseline; one launch cannot" in point.verdict_reason
     assert point.tokens_per_s_low is not None  # its own launches still bound its tokens/s
 
 
