@@ -78,7 +78,7 @@ def report_grid(report: Report) -> Grid:
     unit = report.summary.get("unit") or "tokens"
     caption = (
         f"{unit}/s, speedup and efficiency at the median step time, efficiency with its 95% "
-        "bootstrap interval in brackets; n = timed steps x launches"
+        "interval from the launches in brackets; n = timed steps x launches"
     )
     columns = (
         Column("nodes", 10), Column("processes", 5), Column("n", 4), Column(f"{unit}/s", 9),

@@ -51,8 +51,7 @@ from runner.report.stages import StageTable, stage_tables
 from runner.report.stats import (
     CONFIDENCE,
     DEFAULT_TARGET,
-    NO_STEPS,
-    RESAMPLES,
+    ONE_LAUNCH,
     STATISTIC,
 )
 from runner.report.summaryfile import SUMMARY_SCHEMA
@@ -71,9 +70,10 @@ STATISTIC_TEXT = (
     "slowest dropped first from three or more (MLPerf-style)"
 )
 INTERVAL_TEXT = (
-    f"{CONFIDENCE:.0%} percentile interval of a hierarchical bootstrap ({RESAMPLES} draws: "
-    "launches, then each drawn launch's steps, with replacement; speedup and efficiency from "
-    "the point's and the baseline's draws, drawn independently; the seed a hash of the data)"
+    f"{CONFIDENCE:.0%} t-interval from the launches: each launch's ln tokens/s; a point's "
+    "mean of them, speedup and efficiency from its difference with the baseline's, with the "
+    "launch-to-launch variance pooled over the node counts and Student's t at its degrees of "
+    "freedom (launches less one per node count); none with one launch at the point or baseline"
 )
 
 
@@ -294,7 +294,7 @@ def _context(report: Report) -> dict[str, Any]:
         "statistic": STATISTIC_TEXT,
         "interval": INTERVAL_TEXT,
         "confidence": CONFIDENCE,
-        "no_steps": NO_STEPS,
+        "one_launch": ONE_LAUNCH,
         "first": report.first,
         "widest": report.widest,
         "measured_on": measured_on(manifest, report.first),

@@ -22,12 +22,12 @@ from runner.report.results import TrainResult
 from runner.report.stats import (
     DEFAULT_TARGET,
     Verdict,
-    bootstrap_tokens_per_s,
     intervals,
     judge,
     launch_samples_per_s,
     launch_tokens_per_s,
     noise_text,
+    pooled_launch_noise,
     reason,
     step_spread,
 )
@@ -70,8 +70,8 @@ class ScalingRow:
     replicas: int | None = None  # data-parallel replicas (None: every process)
     pp_size: int | None = None  # pipeline: ranks per pipeline
     bubble: float | None = None  # pipeline: share of each step a rank idles in the bubble
-    # The statistic's uncertainty (runner/report/stats.py): 95% bootstrap intervals (None:
-    # nothing to resample), the verdict against the target efficiency, and n.
+    # The statistic's uncertainty (runner/report/stats.py): 95% t-intervals from the launches
+    # (None: one launch here or at the baseline), the verdict against the target, and n.
     tokens_per_s_low: float | None = None
     tokens_per_s_high: float | None = None
     speedup_low: float | None = None
@@ -88,6 +88,11 @@ class ScalingRow:
     # `dtrun bench -- PROGRAM`: how the program's parameters were sharded, as the step hook saw
     # it ("FSDP (DTensor shards)", "DeepSpeed ZeRO stage 3", ...; None: whole on every rank)
     sharded: str | None = None
+    # The intervals' inputs (summary/5): the launch-to-launch standard deviation of ln tokens/s
+    # pooled over the sweep's node counts (None: no node count has two launches), and its
+    # degrees of freedom (launches less one per node count; 0: none).
+    launch_sigma: float | None = None
+    interval_df: int = 0
 
 
 # Gradient-synchronisation traffic per step, in all-reduces of the whole gradient (the ZeRO
@@ -113,7 +118,7 @@ def scaling_rows(
         return ()
     base_nodes = min(measured)
     base = trimmed_mean([launch_tokens_per_s(r) for r in measured[base_nodes]])
-    draws = {nodes: bootstrap_tokens_per_s(runs) for nodes, runs in measured.items()}
+    noise = pooled_launch_noise(list(measured.values()))
     rows = []
     for nodes, runs in measured.items():
         launches = [launch_tokens_per_s(r) for r in runs]
@@ -143,12 +148,14 @@ def scaling_rows(
                 gradient_bytes=next((r.busbw.gradient_bytes for r in runs if r.busbw), None),
                 peak_memory_bytes=max(r.peak_memory_max_bytes or r.peak_memory_bytes for r in runs),
                 **_layout(runs[0]),
-                **intervals(nodes / base_nodes, draws[nodes], draws[base_nodes]),
+                **intervals(nodes / base_nodes, runs, measured[base_nodes], noise),
                 target_efficiency=target,
                 steps_n=min(len(r.step_times) or r.timed_steps for r in runs),
                 launches_n=len(runs),
                 step_time_p10=spread.p10,
                 step_spread=spread.relative,
+                launch_sigma=noise.sigma,
+                interval_df=noise.df,
             )
         )
     return tuple(_judged(row, rows[0]) for row in rows)
@@ -162,7 +169,10 @@ def _judged(row: ScalingRow, base: ScalingRow) -> ScalingRow:
         verdict = judge(row.efficiency_low, row.efficiency_high, row.target_efficiency)
     noise = noise_text([(r.nodes, r.step_spread, _launch_spread(r)) for r in (base, row)])
     bounds = (row.efficiency_low, row.efficiency_high)
-    said = reason(verdict, row.efficiency, bounds, row.target_efficiency, noise)
+    single = [where for where, r in (("here", row), ("at the baseline", base)) if r.launches_n < 2]
+    said = reason(
+        verdict, row.efficiency, bounds, row.target_efficiency, noise, " and ".join(single)
+    )
     return replace(row, verdict=verdict, verdict_reason=said)
 
 

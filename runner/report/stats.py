@@ -6,40 +6,42 @@ tokens over its **median** step time, ``X = global_batch · seq_len / median(ste
 A node count's throughput combines its launches MLPerf-style (docs/facts.md §7): with three or
 more, drop the fastest and the slowest and average the rest.
 
-The interval: a hierarchical bootstrap. Each of ``RESAMPLES`` iterations draws the point's
-launches with replacement, then each drawn launch's steps with replacement, and recomputes the
-statistic; the 2.5th and 97.5th percentiles of the draws bound the 95% interval. Speedup and
-efficiency are ratios of two points drawn independently (point N over the baseline), iteration
-by iteration. The generator's seed is a hash of the point's recorded numbers, so the same run
-directory gives the same interval, byte for byte, every time it is rebuilt.
+The interval: a t-interval on the log scale, from launches (docs/report.md "Intervals and
+verdicts"). Each launch gives one figure, ``y = ln X``; a point's interval is ``exp(mean(y) ±
+t·s/sqrt(k))`` for its ``k`` launches, and its speedup's is ``exp(mean(y_N) - mean(y_0) ±
+t·s·sqrt(1/k_N + 1/k_0))``, efficiency the speedup's over the node ratio. ``s`` is the
+launch-to-launch standard deviation of ``y`` pooled over the sweep's node counts, ``t`` Student's
+97.5% quantile at the pooled degrees of freedom (sum of launches less one per node count): with
+few clusters (launches) the t(G-1) critical values hold the coverage where a bootstrap over the
+launches cannot (Cameron, Gelbach and Miller 2008; Hesterberg 2015). A launch's median already
+holds its steps' noise, so the steps are not resampled again. One launch at a point, or at the
+baseline, shows nothing of how much a launch moves: no interval, and the verdict is
+inconclusive. No random draws: a rebuilt report gives the same bytes.
 
 The verdict, against a target efficiency: ``scales`` when the whole interval is at or above it,
 ``loses`` when the whole interval is below it, ``inconclusive`` when it straddles it or when
-there is no interval (one launch without per-step times).
+there is no interval (one launch at the point or at the baseline).
 """
 
 from __future__ import annotations
 
-import hashlib
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runner.report.results import TrainResult
 from runner.spec.request import BenchSpec
 from runner.spec.text import plural
 
-if TYPE_CHECKING:
-    import numpy as np
-    from numpy.typing import NDArray
-
-RESAMPLES = 2000  # bootstrap iterations per point
 CONFIDENCE = 0.95  # the interval's coverage
 DEFAULT_TARGET = BenchSpec.target_efficiency  # --target-efficiency; older manifests: this
 STATISTIC = "median step time"
 NO_STEPS = "no per-step times recorded"
+ONE_LAUNCH = "one launch cannot show the launch-to-launch spread"
+METHOD = "t-interval on launches' log tokens/s, launch-to-launch variance pooled over node counts"
 
 
 class Verdict(StrEnum):
@@ -108,80 +110,67 @@ def step_spread(results: Sequence[TrainResult]) -> Spread:
     )
 
 
-def _seed(results: Sequence[TrainResult]) -> int:
-    """The generator's seed: a hash of what the draws are made from, so rebuilds agree (and of
-    the world size, so two points never share draws, even with the same step times)."""
-    digest = hashlib.sha256()
-    for r in results:
-        figures = (r.world_size, r.global_batch, r.seq_len, r.step_time_p50, r.step_times)
-        digest.update(repr(figures).encode())
-    return int.from_bytes(digest.digest()[:8], "little")
+def log_launches(results: Sequence[TrainResult]) -> list[float]:
+    """Each launch's natural log of tokens/s at its median step time: the interval's data."""
+    return [math.log(launch_tokens_per_s(r)) for r in results]
 
 
-DRAWN_AT_ONCE = 4_000_000  # step indices drawn at a time: about 32 MB, plus their times
+@dataclass(frozen=True)
+class LaunchNoise:
+    """The launch-to-launch spread of log throughput, pooled over a sweep's node counts: the
+    standard deviation ``sigma`` of one launch's log tokens/s around its node count's mean, and
+    its degrees of freedom ``df`` (launches less one per node count, over every node count with
+    two or more). None and 0 when no node count has a second launch."""
+
+    sigma: float | None
+    df: int
+
+    def critical(self) -> float:
+        """Student's t quantile for a two-sided ``CONFIDENCE`` interval at ``df``."""
+        from scipy.special import stdtrit
+
+        return float(stdtrit(self.df, 1 - (1 - CONFIDENCE) / 2))
 
 
-def bootstrap_tokens_per_s(
-    results: Sequence[TrainResult], resamples: int = RESAMPLES
-) -> NDArray[np.float64] | None:
-    """``resamples`` draws of one point's throughput (hierarchical: launches, then each drawn
-    launch's steps), or None when there is nothing to draw from: a single launch without
-    per-step times. A launch without per-step times keeps its recorded p50 in every draw."""
-    import numpy as np
-
-    if not results or (len(results) == 1 and not results[0].step_times):
-        return None
-    rng = np.random.default_rng(_seed(results))
-    count = len(results)
-    picks = rng.integers(0, count, size=(resamples, count))
-    draws = np.empty((resamples, count))
-    for slot in range(count):  # each slot of a draw gets its own resample of its launch
-        for index, result in enumerate(results):
-            rows = np.flatnonzero(picks[:, slot] == index)
-            if rows.size == 0:
-                continue
-            steps = np.asarray(result.step_times, dtype=np.float64)
-            tokens = result.global_batch * result.seq_len
-            if not steps.size:
-                draws[rows, slot] = tokens / result.step_time_p50
-                continue
-            # In chunks, so memory stays bounded at any --steps; one chunk (the same draws as
-            # unchunked) for every run of up to DRAWN_AT_ONCE / RESAMPLES steps a launch.
-            per_chunk = max(1, DRAWN_AT_ONCE // steps.size)
-            for start in range(0, rows.size, per_chunk):
-                part = rows[start : start + per_chunk]
-                chosen = rng.integers(0, steps.size, size=(part.size, steps.size))
-                draws[part, slot] = tokens / np.median(steps[chosen], axis=1)
-    draws.sort(axis=1)
-    if count >= 3:  # the same MLPerf-style trimming as the figure itself
-        draws = draws[:, 1:-1]
-    trimmed: NDArray[np.float64] = draws.mean(axis=1)
-    return trimmed
-
-
-def interval(draws: NDArray[np.float64]) -> tuple[float, float]:
-    """The percentile interval of ``CONFIDENCE`` coverage."""
-    import numpy as np
-
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(draws, [tail, 100 - tail])
-    return float(low), float(high)
+def pooled_launch_noise(points: Sequence[Sequence[TrainResult]]) -> LaunchNoise:
+    """The pooled variance of the per-launch log throughputs: sum over node counts of the
+    squared deviations from the count's mean, over sum of (launches - 1)."""
+    squares, df = 0.0, 0
+    for results in points:
+        logs = log_launches(results)
+        if len(logs) < 2:
+            continue
+        mean = statistics.fmean(logs)
+        squares += sum((y - mean) ** 2 for y in logs)
+        df += len(logs) - 1
+    return LaunchNoise(math.sqrt(squares / df) if df else None, df)
 
 
 def intervals(
-    scale: float, draws: NDArray[np.float64] | None, base: NDArray[np.float64] | None
+    scale: float,
+    results: Sequence[TrainResult],
+    base: Sequence[TrainResult],
+    noise: LaunchNoise,
 ) -> dict[str, Any]:
-    """A point's 95% intervals of throughput, speedup and efficiency, as ScalingRow's fields,
-    from its bootstrap draws and the baseline's, drawn independently (``scale``: its node count
-    over the baseline's; 1 is the baseline itself). Absent: no interval."""
+    """A point's 95% intervals of throughput, speedup and efficiency, as ScalingRow's fields:
+    t-intervals on the mean of its launches' log tokens/s, and on its difference from the
+    baseline's, with the sweep's pooled launch-to-launch ``noise`` (``scale``: its node count
+    over the baseline's; 1 is the baseline itself). Absent: no interval, the point or the
+    baseline having one launch (nothing shows how much a launch moves), or no node count two."""
     out: dict[str, Any] = {}
-    if draws is not None:
-        out["tokens_per_s_low"], out["tokens_per_s_high"] = interval(draws)
     if scale == 1:  # the baseline: 1x and 100% by definition
         out |= dict.fromkeys(("speedup_low", "speedup_high"), 1.0)
         out |= dict.fromkeys(("efficiency_low", "efficiency_high"), 1.0)
-    elif draws is not None and base is not None:
-        low, high = interval(draws / base)
+    if noise.sigma is None or len(results) < 2:
+        return out
+    t = noise.critical()
+    mean = statistics.fmean(log_launches(results))
+    half = t * noise.sigma / math.sqrt(len(results))
+    out["tokens_per_s_low"], out["tokens_per_s_high"] = math.exp(mean - half), math.exp(mean + half)
+    if scale != 1 and len(base) >= 2:
+        difference = mean - statistics.fmean(log_launches(base))
+        half = t * noise.sigma * math.sqrt(1 / len(results) + 1 / len(base))
+        low, high = math.exp(difference - half), math.exp(difference + half)
         out |= {"speedup_low": low, "speedup_high": high}
         out |= {"efficiency_low": low / scale, "efficiency_high": high / scale}
     return out
@@ -204,17 +193,20 @@ def reason(
     bounds: tuple[float | None, float | None],
     target: float,
     noise: str,
+    single: str = "",
 ) -> str:
     """The verdict's explanation, as the report and the console print it after the verdict.
-    ``noise`` says how much the point's and the baseline's figures vary (see ``noise_text``)."""
+    ``noise`` says how much the point's and the baseline's figures vary (see ``noise_text``);
+    ``single`` where there was one launch ("here", "at the baseline"), if anywhere."""
     low, high = bounds
     if verdict is Verdict.BASELINE:
         return "every efficiency is measured against it"
     figure = f"efficiency {efficiency:.0%}"
     if low is None or high is None:
         return (
-            f"{figure}, no interval: {NO_STEPS} and one launch; to decide, rerun with this "
-            "dtrun (it records every step) or with --repeat 2 or more"
+            f"{figure}, no interval: one launch {single or 'a point'}; {ONE_LAUNCH} (how "
+            "much a whole launch's speed moves, which its own steps do not show); to decide, "
+            "--repeat 2 or more"
         )
     ci = f"{CONFIDENCE:.0%} CI {low * 100:.0f}-{high * 100:.0f}%"
     goal = f"the {target * 100:g}% target"
@@ -223,7 +215,7 @@ def reason(
     if verdict is Verdict.LOSES:
         return f"{figure}, {ci}, below {goal}"
     return (
-        f"{figure}, but the {ci} straddles {goal}; to decide: more --steps, more --repeat, "
+        f"{figure}, but the {ci} straddles {goal}; to decide: more --repeat, more --steps, "
         f"or a quieter machine ({noise})"
     )
 

@@ -12,7 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-SUMMARY_SCHEMA = "dtrun.summary/4"
+# 4: where_scaling_is_lost[].finding; 5: intervals from the launches (a t-interval on per-launch
+# log throughput, null from one launch), rows[].launch_sigma and rows[].interval_df
+SUMMARY_SCHEMA = "dtrun.summary/5"
 
 # (list of rows in summary.json, the field's old name, its new name), oldest first
 RENAMED = (("where_scaling_is_lost", "verdict", "finding"),)

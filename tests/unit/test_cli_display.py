@@ -72,8 +72,8 @@ def test_the_end_table_shows_n_the_efficiency_interval_and_the_verdict(
     from tests.factories import fake_run_dir
 
     rng = random.Random(5)
-    times = {n: [[0.0336 * n**0.5 * rng.lognormvariate(0, 0.05) for _ in range(30)]]
-             for n in (1, 2)}  # fmt: skip
+    times = {n: [[0.0336 * n**0.5 * rng.lognormvariate(0, 0.05) for _ in range(30)]
+                 for _ in range(2)] for n in (1, 2)}  # fmt: skip
     run = fake_run_dir(tmp_path / "t", BenchSpec(run_id="t"), fixed_inventory, {},
                        step_times=times)  # fmt: skip
     report = analyse(run)
@@ -83,7 +83,7 @@ def test_the_end_table_shows_n_the_efficiency_interval_and_the_verdict(
     print_grid(console, report_grid(report))
     text = out.getvalue()
     cell = f"{row.efficiency:.0%} ({row.efficiency_low * 100:.0f}-{row.efficiency_high * 100:.0f}%)"
-    assert cell in text and "30x1" in text and "loses" in text and "baseline" in text
+    assert cell in text and "30x2" in text and "loses" in text and "baseline" in text
     assert "tokens/s, speedup and efficiency at the median step time" in text
     monkeypatch.setattr("runner.cli.summary.console", lambda: console)
     print_verdicts(report)

@@ -92,11 +92,17 @@ def _steps(median_s: float, steps: int, seed: int) -> list[float]:
     return [median_s * rng.lognormvariate(0.0, 0.05) for _ in range(steps)]
 
 
+def _launches(median_s: float, steps: int, seed: int) -> list[list[float]]:
+    """Three launches' steps (an interval needs a second launch, a decisive one a third),
+    their medians within 1%."""
+    return [_steps(median_s * f, steps, seed + 10 * i) for i, f in enumerate((1, 1.01, 0.995))]
+
+
 def test_a_difference_is_a_change_only_when_the_intervals_do_not_overlap(tmp_path, fixed_inventory):
     # A: 33.6 ms at 1 node, 36 ms at 2; B: the same at 1 node (other noise), 45 ms at 2
     runs = {"a": (0.0336, 0.036, 1), "b": (0.0336, 0.045, 3)}
     for name, (one_s, two_s, seed) in runs.items():
-        steps = {1: [_steps(one_s, 40, seed)], 2: [_steps(two_s, 40, seed + 1)]}
+        steps = {n: _launches(median, 40, seed + n) for n, median in ((1, one_s), (2, two_s))}
         fake_run_dir(tmp_path / name, BenchSpec(run_id=name), fixed_inventory, {}, step_times=steps)
     a, b = tmp_path / "a", tmp_path / "b"
     rows = {row.nodes: row for row in compare(analyse(RunDir(a)), analyse(RunDir(b))).rows}
@@ -164,10 +170,10 @@ def _noisy_runs(tmp_path, fixed_inventory, steal: dict[str, float]) -> tuple[Run
     2-node launch with ``steal[name]`` of its CPU time stolen (the report's threshold: 5%)."""
     runs = {"a": (0.0336, 0.036, 1), "b": (0.0336, 0.045, 3)}
     for name, (one_s, two_s, seed) in runs.items():
-        steps = {1: [_steps(one_s, 40, seed)], 2: [_steps(two_s, 40, seed + 1)]}
+        steps = {n: _launches(median, 40, seed + n) for n, median in ((1, one_s), (2, two_s))}
         noise = {
-            1: [noise_data(["node-0"])],
-            2: [noise_data(["node-0", "node-1"], steal=steal.get(name, 0.0))],
+            1: [noise_data(["node-0"])] * 3,
+            2: [noise_data(["node-0", "node-1"], steal=steal.get(name, 0.0))] * 3,
         }
         fake_run_dir(
             tmp_path / name, BenchSpec(run_id=name), fixed_inventory, {}, step_times=steps,

@@ -72,7 +72,7 @@ def test_summary_carries_rows_status_and_formula(tmp_path, fixed_inventory):
     )
     build_report(run_dir)
     summary = json.loads(run_dir.summary.read_text())
-    assert summary["schema"] == "dtrun.summary/4"
+    assert summary["schema"] == "dtrun.summary/5"
     assert summary["status"] == "failed"
     assert [row["efficiency"] for row in summary["rows"]] == [1.0, 0.75]
     assert "Status: **failed**" in run_dir.report.read_text()
@@ -278,10 +278,10 @@ def _steps(median_s: float, spread: float, steps: int, seed: int) -> list[float]
 
 def test_the_report_leads_with_each_node_count_s_verdict(tmp_path, fixed_inventory):
     bench = BenchSpec(run_id="v1", node_counts=(1, 2, 4), steps=45, warmup=5)
-    times = {
-        1: [_steps(0.0336, 0.05, 40, 1)],
-        2: [[t * 1.03 for t in _steps(0.0336, 0.05, 40, 2)]],  # 97%: scales
-        4: [_steps(0.0336 / 0.6, 0.05, 40, 3)],  # 60%: loses
+    times = {  # three launches each: an interval needs two
+        1: [_steps(0.0336, 0.05, 40, seed) for seed in (1, 11, 21)],
+        2: [[t * 1.03 for t in _steps(0.0336, 0.05, 40, seed)] for seed in (2, 12, 22)],  # 97%
+        4: [_steps(0.0336 / 0.6, 0.05, 40, seed) for seed in (3, 13, 23)],  # 60%: loses
     }
     run_dir = fake_run_dir(tmp_path / "v1", bench, fixed_inventory, {}, step_times=times)
     report = build_report(run_dir)
@@ -296,21 +296,21 @@ def test_the_report_leads_with_each_node_count_s_verdict(tmp_path, fixed_invento
     assert f"| 1 | {one.tokens_per_s:,.0f} | 1.00x | 100% | **baseline** |" in lead
     assert (
         f"| 2 | {two.tokens_per_s:,.0f} | {two.speedup:.2f}x | {two.efficiency:.0%} "
-        f"({two.efficiency_low:.0%} to {two.efficiency_high:.0%}) | **scales** | 0.0006 node-h |"
+        f"({two.efficiency_low:.0%} to {two.efficiency_high:.0%}) | **scales** | 0.0017 node-h |"
     ) in lead
     assert "![tokens/s against nodes, with the ideal line](throughput.png)" in lead
     assert (
-        f"- 2 nodes, n = 40 steps x 1 launch: **scales**: efficiency {two.efficiency:.0%}, "
+        f"- 2 nodes, n = 40 steps x 3 launches: **scales**: efficiency {two.efficiency:.0%}, "
         f"95% CI {two.efficiency_low * 100:.0f}-{two.efficiency_high * 100:.0f}%, at or above "
         "the 90% target"
     ) in lead
-    assert "- 4 nodes, n = 40 steps x 1 launch: **loses**: efficiency 60%" in lead
-    assert "its interval holds the noise between steps only" in lead  # one launch each
+    assert "- 4 nodes, n = 40 steps x 3 launches: **loses**: efficiency 60%" in lead
+    assert "One launch at a node count" not in lead
     assert "- **Where scaling is lost**: 2 nodes: " in lead
     assert "- **Next node counts** (predicted): 8 nodes: " in lead
     # the full table below: n and the interval of every figure; the statistic in report.html
     low, high = two.tokens_per_s_low, two.tokens_per_s_high
-    assert f"| 2 | 2 | 40 x 1 | {low:,.0f} to {high:,.0f} |" in text
+    assert f"| 2 | 2 | 40 x 3 | {low:,.0f} to {high:,.0f} |" in text
     assert f"| {two.speedup:.2f}x ({two.speedup_low:.2f}x to {two.speedup_high:.2f}x) |" in text
     assert "Every figure comes from one statistic, the median step time" in html_markdown(run_dir)
     assert "<h2>Verdict</h2>" in run_dir.html.read_text()
@@ -320,12 +320,33 @@ def test_the_report_leads_with_each_node_count_s_verdict(tmp_path, fixed_invento
     row = summary["rows"][1]
     assert row["verdict"] == "scales" and row["efficiency"] == two.efficiency
     assert row["efficiency_low"] <= row["efficiency"] <= row["efficiency_high"]
-    assert (row["steps_n"], row["launches_n"]) == (40, 1)
+    assert (row["steps_n"], row["launches_n"]) == (40, 3)
+    assert row["interval_df"] == 6 and row["launch_sigma"] > 0
     assert [r["verdict"] for r in summary["rows"]] == ["baseline", "scales", "loses"]
 
 
+def test_a_report_of_one_launch_a_node_count_gives_no_verdict_and_says_why(
+    tmp_path, fixed_inventory
+):
+    times = {1: [_steps(0.0336, 0.01, 40, 1)], 2: [_steps(0.0336 / 0.6, 0.01, 40, 2)]}  # 60%
+    bench = BenchSpec(run_id="v0", repeat=1)
+    run_dir = fake_run_dir(tmp_path / "v0", bench, fixed_inventory, {}, step_times=times)
+    (_, two) = build_report(run_dir).rows
+    assert two.verdict == "inconclusive" and two.efficiency_low is None
+    lead = run_dir.report.read_text().split("## Verdict")[1].split("## Set-up")[0]
+    assert (
+        "- 2 nodes, n = 40 steps x 1 launch: **inconclusive**: efficiency 60%, no interval" in lead
+    )
+    assert "One launch at a node count: no interval and no verdict" in lead
+    assert "--repeat 2` or more" in lead
+    row = json.loads(run_dir.summary.read_text())["rows"][1]
+    assert (row["efficiency_low"], row["launch_sigma"], row["interval_df"]) == (None, None, 0)
+
+
 def test_the_target_comes_from_the_manifest_and_defaults_to_90_percent(tmp_path, fixed_inventory):
-    times = {1: [_steps(0.0336, 0.05, 40, 1)], 2: [_steps(0.0336 / 0.6, 0.05, 40, 2)]}
+    times = {
+        n: [_steps(0.0336 / e, 0.05, 40, n + s) for s in (0, 10)] for n, e in ((1, 1), (2, 0.6))
+    }
     bench = BenchSpec(run_id="v2", target_efficiency=0.5)
     run_dir = fake_run_dir(tmp_path / "v2", bench, fixed_inventory, {}, step_times=times)
     assert build_report(run_dir).rows[1].verdict == "scales"  # 60% against 50%

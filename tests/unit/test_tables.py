@@ -35,8 +35,10 @@ def _steps(median_s: float, seed: int) -> list[float]:
 
 
 def _train_run(path: Path, inventory: Inventory, two_s: float, seed: int) -> Path:
-    steps = {1: [_steps(0.0336, seed)], 2: [_steps(two_s, seed + 1)],
-             4: [_steps(two_s * 1.1, seed + 2)]}  # fmt: skip
+    # two launches a node count: an interval (and a verdict) needs a second launch
+    steps = {1: [_steps(0.0336, seed), _steps(0.0336, seed + 10)],
+             2: [_steps(two_s, seed + 1), _steps(two_s, seed + 11)],
+             4: [_steps(two_s * 1.1, seed + 2), _steps(two_s * 1.1, seed + 12)]}  # fmt: skip
     bench = BenchSpec(run_id=path.name, node_counts=(1, 2, 4))
     fake_run_dir(path, bench, inventory, {}, step_times=steps, busbw={2: 1.23, 4: 0.98})
     return path
