@@ -66,3 +66,13 @@ def test_the_engines_the_architecture_page_names_are_all_there_are():
     assert "next" not in said  # nothing promised: each works
     for engine in ("embedded cluster", "SSH", "Slurm", "Spark"):
         assert engine in said
+
+
+def test_every_test_file_the_docs_name_exists():
+    named = {
+        (doc.name, path)
+        for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for path in re.findall(r"\btests/[\w/]+\.py\b", doc.read_text())
+    }
+    assert named, "no test file named in the docs: the pattern is wrong"
+    assert sorted((doc, path) for doc, path in named if not (ROOT / path).exists()) == []
