@@ -105,7 +105,7 @@ def test_a_cpu_burning_process_during_the_bench_is_reported_as_other_load(no_lef
     assert point["verdict"] == "unreliable"
     report = str(summary["report"])
     assert "The 2-node point is unreliable: node-0 and node-1 (one machine) spent" in report
-    assert f"the {point['nodes']}-node point is unreliable" in report.split("## Set-up")[0]
+    assert f"**Noise**: unreliable at {point['nodes']} nodes (" in report.split("## Set-up")[0]
     # how noise is measured: in report.html (report.md points to docs/report.md)
     assert "every node is a process group on this one machine" in str(summary["html"])
     before = summary["noise"]["before"]  # type: ignore[index]
