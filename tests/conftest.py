@@ -59,6 +59,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError("tests in the wrong part:\n" + "\n".join(misplaced))
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM and SIGHUP (a CI timeout, a closed terminal) stop the run as Ctrl-C does: pytest
+    then tears the session down, and the session's sshd, Slurm and Spark daemons are stopped
+    instead of left running on their addresses for the next run to trip on."""
+    import signal
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) in (signal.SIG_DFL, None):
+            signal.signal(signum, _interrupted)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-golden",

@@ -64,3 +64,35 @@ def test_starting_a_daemon_from_a_unit_test_names_the_test_and_where_it_belongs(
 
     with pytest.raises(RuntimeError, match=r"tests/unit/test_parts.py::test_starting_a_daemon"):
         require_e2e("sshd")
+
+
+def test_a_sigterm_to_the_test_run_still_tears_the_session_down(suite):
+    """A CI timeout's SIGTERM: the session's fixtures (the daemons, in tests/e2e/) are torn
+    down as after Ctrl-C, not left running."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    done = suite.path / "torn-down"
+    (suite.path / "unit" / "test_a.py").write_text(
+        "import time, pytest\n\n"
+        "@pytest.fixture(scope='session')\n"
+        "def daemon():\n"
+        "    yield\n"
+        f"    open({str(done)!r}, 'w').close()\n\n"
+        "def test_slow(daemon):\n"
+        f"    open({str(suite.path / 'started')!r}, 'w').close()\n"
+        "    time.sleep(60)\n"
+    )
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    run = subprocess.Popen(
+        command, cwd=suite.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 30
+    while not (suite.path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    run.send_signal(signal.SIGTERM)
+    out, _ = run.communicate(timeout=30)
+    assert done.exists(), out.decode()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED
