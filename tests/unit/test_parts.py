@@ -30,7 +30,8 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
 
 def test_each_test_carries_its_directory_s_marker(suite):
     (suite.path / "unit" / "test_a.py").write_text("def test_quick():\n    pass\n")
-    (suite.path / "e2e" / "test_b.py").write_text("def test_slow(no_leftovers):\n    pass\n")
+    # no daemon fixture here: its teardown would stop every launch on this machine
+    (suite.path / "e2e" / "test_b.py").write_text("def test_slow():\n    pass\n")
     done = suite.runpytest_subprocess("-m", "not e2e", "-q")
     done.assert_outcomes(passed=1, deselected=1)
     assert suite.runpytest_subprocess("-m", "e2e", "-q").parseoutcomes()["passed"] == 1
