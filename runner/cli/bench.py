@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -372,5 +373,8 @@ def _sweep(
         if display.run_dir is not None and not isinstance(exc, RunDirWriteError):
             out.print(f"finished launches and the report are kept in {display.run_dir.path}")
             if json_out and display.run_dir.summary.exists():
-                print_json(sweep_json(display.run_dir))  # scripts get the partial summary too
+                # scripts get the partial summary too, unless it cannot be read: then the
+                # sweep's own error, raised below, is the one to show
+                with contextlib.suppress(DtrunError):
+                    print_json(sweep_json(display.run_dir))
         raise

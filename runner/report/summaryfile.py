@@ -8,9 +8,10 @@ gives every renamed field its new name (docs/workloads.md, "summary.json").
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from runner.record.readback import damaged, load_json
 
 # 4: where_scaling_is_lost[].finding; 5: intervals from the launches (a t-interval on per-launch
 # log throughput, null from one launch), rows[].launch_sigma and rows[].interval_df
@@ -21,8 +22,11 @@ RENAMED = (("where_scaling_is_lost", "verdict", "finding"),)
 
 
 def read_summary(path: Path) -> dict[str, Any]:
-    """A summary.json, any version, with each renamed field under its new name."""
-    summary: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    """A summary.json, any version, with each renamed field under its new name; a damaged one
+    is a DamagedRunError naming the file and what is wrong (runner/record/readback.py)."""
+    summary = load_json(path)
+    if not isinstance(summary, dict):
+        raise damaged(path, "it is not a JSON object")
     return upgrade_summary(summary)
 
 

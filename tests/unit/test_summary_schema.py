@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from runner.cli.app import app
@@ -108,3 +109,17 @@ def test_older_run_directories_compare_predict_and_rebuild(tmp_path, fixed_inven
     assert rebuilt["schema"] == "dtrun.summary/5"
     assert "communication-bound" in rebuilt["where_scaling_is_lost"][2]["finding"]
     assert json.loads(a.summary.read_text())["schema"] == "dtrun.summary/5"  # rewritten
+
+
+@pytest.mark.parametrize(
+    ("content", "said"), [(b"{not json", "summary.json"), (b"[1, 2]", "not a JSON object")]
+)
+def test_a_damaged_summary_is_one_error_naming_the_file(tmp_path, content, said):
+    from runner.errors import DamagedRunError
+    from runner.report.summaryfile import read_summary
+
+    path = tmp_path / "summary.json"
+    path.write_bytes(content)
+    with pytest.raises(DamagedRunError) as caught:
+        read_summary(path)
+    assert said in str(caught.value.message)
