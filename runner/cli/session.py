@@ -7,8 +7,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -20,6 +20,7 @@ from runner.cli.common import (
     user_errors,
 )
 from runner.cli.display import RegistryBar
+from runner.cli.groups import by_name
 from runner.cli.options import Launching, Where
 from runner.errors import UsageError, interruption
 from runner.spec.text import plural
@@ -71,26 +72,20 @@ def choose(
             fix="pass --stack NAME with --teardown, or leave --teardown out",
         )
     return ClusterChoice(
-        **_by_name(where, ClusterChoice),
-        local_nodes=where.local_nodes if where.local_nodes is not None else local_nodes,
-        check=check,
-        slurm=slurm,
-        dry_run=dry_run,
-        job_name=job_name,
+        **{
+            **by_name(where, ClusterChoice),  # the rest of Where, as it is
+            "local_nodes": where.local_nodes if where.local_nodes is not None else local_nodes,
+            "check": check,
+            "slurm": slurm,
+            "dry_run": dry_run,
+            "job_name": job_name,
+        }
     )
 
 
 # Where's fields the choice derives rather than copies: --slurm becomes the request, and
 # --local-nodes falls back to the command's own default.
 DERIVED = frozenset({"slurm", "local_nodes"})
-
-
-def _by_name(where: Where, choice: type[ClusterChoice]) -> dict[str, Any]:
-    """Where's options that ClusterChoice holds under the same name, copied as they are."""
-    names = {field.name for field in fields(choice)} - DERIVED
-    return {
-        field.name: getattr(where, field.name) for field in fields(where) if field.name in names
-    }
 
 
 @contextmanager
