@@ -251,6 +251,17 @@ def launch_processes() -> list[psutil.Process]:
     return found
 
 
+def launched_running(text: str) -> list[str]:
+    """Pids of launch processes whose command line holds `text`; one that ends while being
+    looked at is left out (psutil raises NoSuchProcess for it)."""
+    found = []
+    for proc in launch_processes():
+        with contextlib.suppress(psutil.Error):
+            if text in " ".join(proc.cmdline()):
+                found.append(str(proc.pid))
+    return found
+
+
 @pytest.fixture
 def no_leftovers(tmp_path: Path) -> Iterator[Path]:
     """A working directory that must hold no running process when the test ends."""

@@ -18,6 +18,7 @@ from tests.conftest import (
     DTRUN,
     default_signals,
     launch_processes,
+    launched_running,
     processes_under,
     run_dtrun,
     wait_for,
@@ -140,9 +141,7 @@ def test_sigterm_cancels_the_step_and_the_job_and_leaves_no_process(slurm, no_le
             preexec_fn=default_signals,
         )  # fmt: skip
         wait_for(
-            lambda: (
-                len([p for p in launch_processes() if "sleep.py" in " ".join(p.cmdline())]) >= 2
-            ),
+            lambda: len(launched_running("sleep.py")) >= 2,
             timeout=60,
             what="both nodes' programs to start",
         )
@@ -170,7 +169,7 @@ def test_a_sigkilled_dtrun_leaves_no_job_once_its_lease_runs_out(slurm, no_lefto
         )  # fmt: skip
 
         def sleepers() -> int:
-            return len([p for p in launch_processes() if "sleep.py" in " ".join(p.cmdline())])
+            return len(launched_running("sleep.py"))
 
         wait_for(lambda: sleepers() >= 2, timeout=60, what="both nodes' programs to start")
         time.sleep(15)  # a lease and a half: renewed while dtrun lives, the job holds
@@ -209,7 +208,7 @@ def test_inside_a_users_allocation_a_sigkilled_dtruns_steps_end_and_the_job_stay
     try:
 
         def sleepers() -> int:
-            return len([p for p in launch_processes() if "sleep.py" in " ".join(p.cmdline())])
+            return len(launched_running("sleep.py"))
 
         wait_for(lambda: sleepers() >= 2, timeout=60, what="both nodes' programs to start")
         assert len(slurm.steps()) == 1
@@ -412,9 +411,7 @@ def test_sigterm_stops_horovodrun_and_its_srun_steps(slurm, no_leftovers):
             preexec_fn=default_signals,
         )  # fmt: skip
         wait_for(
-            lambda: (
-                len([p for p in launch_processes() if "sleep.py" in " ".join(p.cmdline())]) >= 2
-            ),
+            lambda: len(launched_running("sleep.py")) >= 2,
             timeout=90,
             what="both nodes' programs to start",
         )
@@ -424,7 +421,7 @@ def test_sigterm_stops_horovodrun_and_its_srun_steps(slurm, no_leftovers):
         said = out.read()
     assert "stopped by SIGTERM" in said, said
     wait_for(lambda: slurm.steps() == [] and slurm.jobs() == [], timeout=30, what="no step")
-    assert [p.cmdline() for p in launch_processes()] == []
+    assert launched_running("") == []
 
 
 def _start_sleepers(slurm, where: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
@@ -438,7 +435,7 @@ def _start_sleepers(slurm, where: Path, *extra: str) -> tuple[subprocess.Popen[s
         preexec_fn=default_signals,
     )  # fmt: skip
     wait_for(
-        lambda: len([p for p in launch_processes() if "sleep.py" in " ".join(p.cmdline())]) >= 2,
+        lambda: len(launched_running("sleep.py")) >= 2,
         timeout=60,
         what="both nodes' programs to start",
     )

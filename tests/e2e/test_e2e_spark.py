@@ -4,7 +4,6 @@ and refused requests. Spark needs Java (./dev test installs default-jre-headless
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -14,10 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
-from tests.conftest import DTRUN, default_signals, launch_processes, run_dtrun, wait_for
+from tests.conftest import (
+    DTRUN,
+    default_signals,
+    launch_processes,
+    launched_running,
+    run_dtrun,
+    wait_for,
+)
 from tests.paths import TESTS
 
 pytestmark = pytest.mark.e2e
@@ -84,15 +89,6 @@ def test_a_failed_task_fails_the_point_and_names_the_node(no_leftovers):
     assert record["status"] == "failed"
 
 
-def _sleeping() -> list[str]:
-    found = []
-    for proc in launch_processes():
-        with contextlib.suppress(psutil.Error):  # it may end while being looked at
-            if "sleep.py" in " ".join(proc.cmdline()):
-                found.append(str(proc.pid))
-    return found
-
-
 def test_sigterm_stops_the_driver_the_executors_and_every_rank(no_leftovers):
     script = no_leftovers / "sleep.py"
     script.write_text("import time; print('sleeping', flush=True); time.sleep(600)\n")
@@ -103,7 +99,7 @@ def test_sigterm_stops_the_driver_the_executors_and_every_rank(no_leftovers):
             cwd=no_leftovers, stdout=out, stderr=subprocess.STDOUT, preexec_fn=default_signals,
         )  # fmt: skip
         wait_for(
-            lambda: len(_sleeping()) >= 2,
+            lambda: len(launched_running("sleep.py")) >= 2,
             timeout=180,
             what="both nodes' programs to start",
         )
@@ -172,7 +168,11 @@ def test_sigterm_on_a_standalone_master_leaves_no_executor_or_rank(standalone, n
              "--nodes", "2", "--output", str(no_leftovers / "runs"), "--", "python", str(script)],
             cwd=no_leftovers, stdout=out, stderr=subprocess.STDOUT, preexec_fn=default_signals,
         )  # fmt: skip
-        wait_for(lambda: len(_sleeping()) >= 2, timeout=180, what="both nodes' programs to start")
+        wait_for(
+            lambda: len(launched_running("sleep.py")) >= 2,
+            timeout=180,
+            what="both nodes' programs to start",
+        )
         dtrun.send_signal(signal.SIGTERM)
         assert dtrun.wait(timeout=90) == 143
     # the executors are the workers' children: Spark's master ends them once the driver is gone
@@ -235,7 +235,11 @@ def test_an_executor_killed_is_the_failed_node_and_the_stopped_one_is_null(
              "python", str(script)],
             cwd=no_leftovers, stdout=out, stderr=subprocess.STDOUT, preexec_fn=default_signals,
         )  # fmt: skip
-        wait_for(lambda: len(_sleeping()) >= 2, timeout=180, what="both nodes' programs to start")
+        wait_for(
+            lambda: len(launched_running("sleep.py")) >= 2,
+            timeout=180,
+            what="both nodes' programs to start",
+        )
         (executor,) = sparkstandalone.executor_pids(1)
         os.kill(executor, signal.SIGKILL)
         assert dtrun.wait(timeout=120) == 1

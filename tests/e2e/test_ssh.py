@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import textwrap
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
 
 from runner.cluster.outputs import parse_outputs
@@ -121,7 +123,8 @@ def test_a_node_whose_sshd_goes_away_mid_run_is_named(sshd_cluster, tmp_path):
         wait_for(lambda: launch_processes() == [], timeout=20, what="node-1's guard's stop")
     finally:
         for proc in launch_processes():
-            proc.kill()
+            with contextlib.suppress(psutil.Error):  # it may have ended since
+                proc.kill()
 
 
 def test_an_unknown_host_key_is_refused_with_the_command_to_accept_it(sshd_cluster, tmp_path):
