@@ -23,7 +23,10 @@ class SparkEngine:
         assert choice.spark is not None
         inventory = spark_inventory(choice.spark, choice.local_nodes)
         executor = SparkExecutor(choice.spark, f"{inventory.python_bin}/python", inventory.code_dir)
-        yield Cluster(inventory, executor, choice, self)
+        try:  # one Spark application for every launch of the command (runner/engines/spark/app.py)
+            yield Cluster(inventory, executor, choice, self)
+        finally:
+            executor.close()
 
     def preview(self, cluster: Cluster) -> Preview | None:
         from runner.engines.spark.executor import SparkExecutor, SparkPreview
