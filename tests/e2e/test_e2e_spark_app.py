@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -18,7 +19,14 @@ from runner.engines.spark.engine import SparkEngine
 from runner.engines.spark.executor import SparkExecutor
 from runner.errors import NodeFailedError
 from runner.spec.request import Program, ProgramKind, RunSpec
-from tests.conftest import launch_processes, run_dtrun, wait_for
+from tests.conftest import (
+    DTRUN,
+    default_signals,
+    launch_processes,
+    launched_running,
+    run_dtrun,
+    wait_for,
+)
 from tests.plans import build_run_plan
 
 pytestmark = pytest.mark.e2e
@@ -112,3 +120,24 @@ def test_a_worker_whose_python_has_no_dtrun_runs_the_code_shipped_with_the_appli
     for node in ("spark-0", "spark-1"):  # node_main, imported from the zip, put it there
         assert "dtrun-node.zip" in (out / "bare" / "launch" / f"{node}.log").read_text()
     wait_for(lambda: launch_processes() == [], timeout=60, what="the executors to end")
+
+
+def test_sigkill_of_dtrun_leaves_no_process_of_the_application(no_leftovers):
+    """dtrun runs none of its code: the guard stops every process with the application's tag,
+    and the driver, its stdin closed, stops Spark."""
+    script = no_leftovers / "sleep.py"
+    script.write_text("import time; print('sleeping', flush=True); time.sleep(600)\n")
+    dtrun = subprocess.Popen(
+        [*DTRUN, "run", "--spark", MASTER, "--launcher", "torchdistributor", "--nodes", "2",
+         "--output", str(no_leftovers / "runs"), "--", "python", str(script)],
+        cwd=no_leftovers, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=default_signals,
+    )  # fmt: skip
+    wait_for(
+        lambda: len(launched_running("sleep.py")) >= 2,
+        timeout=180,
+        what="both nodes' programs to start",
+    )
+    dtrun.send_signal(signal.SIGKILL)
+    assert dtrun.wait(timeout=10) == -signal.SIGKILL
+    wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the application")
