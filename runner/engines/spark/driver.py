@@ -88,8 +88,10 @@ def session(master: str, config: dict[str, Any], app_dir: Path) -> Any:
     os.environ["PYSPARK_PYTHON"] = python
     executor_env = {
         # dtrun's code as shipped (runner/engines/spark/shipping.py), in each executor's
-        # working directory, where the tasks and the ranks they start run
-        "PYTHONPATH": SHIPPED,
+        # working directory, where TorchDistributor's tasks and ranks run; then this
+        # checkout's path, where executors see it: horovod.spark's first launch hung with the
+        # zip alone (its rank processes do not all start there)
+        "PYTHONPATH": os.pathsep.join([SHIPPED, str(config["code_dir"])]),
         "PYSPARK_PYTHON": python,
     }
     if LAUNCH_TAG in os.environ:  # every process of the sweep's application carries its tag
