@@ -89,8 +89,7 @@ def session(master: str, config: dict[str, Any], app_dir: Path) -> Any:
     executor_env = {
         # dtrun's code as shipped (runner/engines/spark/shipping.py), in each executor's
         # working directory, where TorchDistributor's tasks and ranks run; then this
-        # checkout's path, where executors see it: horovod.spark's first launch hung with the
-        # zip alone (its rank processes do not all start there)
+        # checkout's path, where executors see it (as before the zip)
         "PYTHONPATH": os.pathsep.join([SHIPPED, str(config["code_dir"])]),
         "PYSPARK_PYTHON": python,
     }
