@@ -298,7 +298,7 @@ def _bench_on(
         )
         print_estimate(guess, before_line(launching.output, cluster.inventory, guess.price))
         return None
-    if cluster.choice.embedded:
+    if cluster.engine.name == "embedded":
         _require_packages(resolved)  # the embedded nodes run this very interpreter
     plan = plan_sweep(resolved, cluster.inventory)
     program = resolved.spec.program
@@ -336,8 +336,8 @@ def _drain(cluster: Cluster, plan: SweepPlan) -> Drain | None:
     """--drain-failing: the Slurm executor drains the nodes below the gate's mark."""
     from runner.engines.slurm.executor import SlurmExecutor
 
-    request, executor = cluster.choice.slurm, cluster.executor
-    if request is None or not request.drain_failing or not isinstance(executor, SlurmExecutor):
+    executor = cluster.executor
+    if not cluster.choice.drain_failing or not isinstance(executor, SlurmExecutor):
         return None
     run_id = plan.spec.run_id
     return lambda nodes: executor.drain(nodes, run_id)
