@@ -294,9 +294,7 @@ def _context(report: Report) -> dict[str, Any]:
         "statistic": STATISTIC_TEXT,
         "interval": INTERVAL_TEXT,
         "confidence": CONFIDENCE,
-        "confidence_text": confidence_text(
-            report.rows[0].confidence if report.rows else CONFIDENCE
-        ),
+        "confidence_text": "per-look" if until_decided(bench) else confidence_text(CONFIDENCE),
         "until_decided": until_decided(bench),
         "stopped_text": STOPPED_TEXT,
         "one_launch": ONE_LAUNCH,

@@ -4,13 +4,17 @@ decided").
 
 Looking at a growing sample after every launch and stopping at the first interval that clears
 the target inflates the error rate of a plain 95% interval: each look is another chance of a
-wrong verdict. The rule here spends the 5% error over the planned looks, Bonferroni-style: with
-at most ``K`` launches a point is looked at after 2, 3, ..., K launches, ``K - 1`` looks, and
-each look uses a ``1 - 0.05 / (K - 1)`` interval. By the union bound the chance that any look's
-interval misses the truth, and so of any wrong verdict however the sweep stops, is at most 5%
-(the simplest alpha-spending rule; Jennison and Turnbull 2000, "Group Sequential Methods with
-Applications to Clinical Trials", ch. 2 and 7; Pocock's constant nominal level is its
-less conservative relative).
+wrong verdict. The rule here spends the 5% error over the planned looks: with at most ``K``
+launches a point is looked at after 2, 3, ..., K launches, ``L = K - 1`` looks, and look ``j``
+(after ``j + 1`` launches) uses a ``1 - a_j`` interval with ``a_j = 0.05 · j / (L(L+1)/2)``, a
+share rising with the look (K = 6: 0.33%, 0.67%, 1%, 1.33%, 1.67%). The shares add up to 5%,
+so by the union (Bonferroni) bound the chance that any look's interval misses the truth, and so
+of any wrong verdict however the sweep stops, is at most 5% (alpha spending: Lan and DeMets
+1983, "Discrete sequential boundaries for clinical trials", Biometrika 70(3); Jennison and
+Turnbull 2000, "Group Sequential Methods with Applications to Clinical Trials", ch. 7). Early
+looks get the smaller shares: at two launches the t-interval has few degrees of freedom and is
+wide whatever its level, and a share spent there buys few verdicts
+(benchmarks/interval_coverage.py --until-decided measured rising shares against even ones).
 
 Launches run round by round (every point's first launch, then every point's second, ...), the
 baseline in every round while any point still runs, so that a point's look after ``k`` launches
@@ -28,7 +32,7 @@ from typing import Any
 
 from runner.report.metrics import ScalingRow, scaling_rows
 from runner.report.results import TrainResult
-from runner.report.stats import CONFIDENCE, DEFAULT_TARGET, Verdict
+from runner.report.stats import CONFIDENCE, DEFAULT_TARGET, Verdict, confidence_text
 from runner.spec.request import MIN_LAUNCHES
 
 
@@ -48,9 +52,9 @@ STOPPED_TEXT = {
 }
 
 
-def until_decided(bench: Mapping[str, Any]) -> dict[str, float] | None:
+def until_decided(bench: Mapping[str, Any]) -> dict[str, int | str] | None:
     """A manifest's ``bench``: with --until-decided the least and most launches, the looks
-    and each look's confidence; None for a fixed --repeat."""
+    and the first and last look's confidence; None for a fixed --repeat."""
     if not bench.get("until_decided"):
         return None
     most = int(bench["repeat"])
@@ -58,7 +62,8 @@ def until_decided(bench: Mapping[str, Any]) -> dict[str, float] | None:
         "least": MIN_LAUNCHES,
         "most": most,
         "looks": looks(most),
-        "confidence": look_confidence(most),
+        "first_text": confidence_text(look_confidence(most, MIN_LAUNCHES)),
+        "last_text": confidence_text(look_confidence(most, most)),
     }
 
 
@@ -67,9 +72,12 @@ def looks(max_launches: int) -> int:
     return max_launches - MIN_LAUNCHES + 1
 
 
-def look_confidence(max_launches: int) -> float:
-    """Each look's confidence: the 5% error spent evenly over the looks (Bonferroni)."""
-    return 1 - (1 - CONFIDENCE) / looks(max_launches)
+def look_confidence(max_launches: int, launches: int) -> float:
+    """The confidence of the look after ``launches`` launches: the 5% error spent over the
+    looks in shares rising with the look, 1, 2, ..., L parts of L(L+1)/2."""
+    count = looks(max_launches)
+    look = min(max(launches, MIN_LAUNCHES), max_launches) - MIN_LAUNCHES + 1
+    return 1 - (1 - CONFIDENCE) * look / (count * (count + 1) / 2)
 
 
 @dataclass(frozen=True)
@@ -96,14 +104,14 @@ def replay(
     if not counts:
         return {}, {}
     points = counts[1:]
-    confidence = look_confidence(max_launches)
     stops: dict[int, Stop] = {}
     rows: dict[int, ScalingRow] = {}
     for k in range(MIN_LAUNCHES, max_launches + 1):
         running = [n for n in points if n not in stops]
         if not running or any(len(results[n]) < k for n in [counts[0], *running]):
             break  # a look needs every node count still running at k launches
-        looked = {row.nodes: row for row in scaling_rows(_first(results, k), target, confidence)}
+        at = look_confidence(max_launches, k)
+        looked = {row.nodes: row for row in scaling_rows(_first(results, k), target, at)}
         for nodes in running:
             row = looked[nodes]
             if row.verdict in (Verdict.SCALES, Verdict.LOSES):
@@ -140,9 +148,9 @@ def sequential_rows(
 ) -> tuple[ScalingRow, ...]:
     """The report's rows of an --until-decided sweep: each point as of the look it stopped at
     (its verdict is that look's), the baseline and any point that never stopped (the sweep
-    ended first) with all their launches, every interval at the looks' confidence."""
-    confidence = look_confidence(max_launches)
-    whole = scaling_rows(results, target, confidence)
+    ended first) with all their launches, each interval at the confidence of the look its
+    launches make (the baseline's: the last look's)."""
+    whole = scaling_rows(results, target, look_confidence(max_launches, max_launches))
     if not whole:
         return whole
     stops, at_stop = replay(results, max_launches, target)
@@ -150,7 +158,9 @@ def sequential_rows(
     for row in whole[1:]:
         stop = stops.get(row.nodes)
         if stop is None:
-            rows.append(replace(row, stopped=Stopped.ENDED.value))
+            at = look_confidence(max_launches, row.launches_n)
+            ended = {r.nodes: r for r in scaling_rows(results, target, at)}[row.nodes]
+            rows.append(replace(ended, stopped=Stopped.ENDED.value))
             continue
         kept = at_stop[row.nodes]
         if stop.why is Stopped.MAXIMUM:

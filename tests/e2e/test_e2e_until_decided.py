@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from runner.report.sequential import look_confidence
 from tests.conftest import run_dtrun
 
 pytestmark = pytest.mark.e2e
@@ -40,7 +41,8 @@ def _checked(run: Path) -> list[dict[str, Any]]:
         assert two["verdict"] in ("scales", "loses") or noisy, two["verdict_reason"]
     else:
         assert two["launches_n"] == 3 and two["verdict"] == "inconclusive"
-    assert two["confidence"] == pytest.approx(0.975)  # 2 looks (after 2 and 3 launches)
+    # 2 looks (after 2 and 3 launches), spending 1/3 and 2/3 of the 5%
+    assert two["confidence"] == pytest.approx(look_confidence(3, two["launches_n"]))
     said = "(stopped: decided)" if two["stopped"] == "decided" else "--max-launches reached"
     assert said in (run / "report.md").read_text()
     return rows

@@ -46,23 +46,25 @@ def point(tokens: list[float], nodes: int, efficiency: float = 1.0):
     return [train_result(world=nodes, tokens_per_s=t * nodes * efficiency) for t in tokens]
 
 
-def test_each_look_spends_an_even_share_of_the_five_percent_error():
+def test_the_looks_spend_the_five_percent_error_in_shares_rising_from_look_to_look():
     assert looks(6) == 5  # after 2, 3, 4, 5 and 6 launches
-    assert look_confidence(6) == pytest.approx(0.99)
-    assert look_confidence(2) == pytest.approx(0.95)  # one look: the plain interval
-    assert look_confidence(11) == pytest.approx(0.995)
+    errors = [1 - look_confidence(6, launches) for launches in range(2, 7)]
+    assert errors == pytest.approx([0.05 * j / 15 for j in range(1, 6)])
+    assert sum(errors) == pytest.approx(0.05)
+    assert look_confidence(2, 2) == pytest.approx(0.95)  # one look: the plain interval
+    assert sum(1 - look_confidence(11, k) for k in range(2, 12)) == pytest.approx(0.05)
 
 
 def test_a_look_uses_the_wider_interval_of_its_share_of_the_error():
     results = {1: point(WOBBLY[:3], 1), 2: point(WOBBLY[3:6], 2, 0.8)}
     plain = scaling_rows(results)[1]
-    looked = scaling_rows(results, confidence=look_confidence(6))[1]
+    looked = scaling_rows(results, confidence=look_confidence(6, 3))[1]
     assert looked.efficiency == plain.efficiency
     assert None not in (looked.efficiency_low, looked.efficiency_high)
     assert None not in (plain.efficiency_low, plain.efficiency_high)
     assert (looked.efficiency_low or 0) < (plain.efficiency_low or 0)
     assert (looked.efficiency_high or 0) > (plain.efficiency_high or 0)
-    assert "99% CI" in looked.verdict_reason and "95% CI" in plain.verdict_reason
+    assert "99.33% CI" in looked.verdict_reason and "95% CI" in plain.verdict_reason
 
 
 def test_a_clear_loss_is_decided_after_two_launches():
@@ -107,9 +109,11 @@ def test_a_point_that_decided_keeps_its_look_while_the_baseline_runs_on_for_anot
     assert [row.stopped for row in rows] == ["baseline", "decided", "ended"]
     assert rows[1].launches_n == 2 and rows[1].verdict is Verdict.LOSES
     # as of its look: against the baseline's first two launches, not all four
-    at_look = scaling_rows({n: rs[:2] for n, rs in results.items()}, 0.9, 0.99)[1]
-    assert rows[1].efficiency_low == at_look.efficiency_low
-    assert all(row.confidence == pytest.approx(0.99) for row in rows)
+    at_look = scaling_rows({n: rs[:2] for n, rs in results.items()}, 0.9, look_confidence(6, 2))
+    assert rows[1].efficiency_low == at_look[1].efficiency_low
+    # each at its look's level: the last look's for the baseline, after 4 for the one running
+    expected = [look_confidence(6, 6), look_confidence(6, 2), look_confidence(6, 4)]
+    assert [row.confidence for row in rows] == pytest.approx(expected)
 
 
 class Scripted(LocalExecutor):
@@ -168,10 +172,12 @@ def test_a_sweep_stops_launching_a_point_once_it_decides(
         (1, 2, "baseline"),
         (2, 2, "decided"),
     ]
-    assert rows[1]["verdict"] == "loses" and rows[1]["confidence"] == pytest.approx(0.99)
+    assert rows[1]["verdict"] == "loses"
+    assert rows[1]["confidence"] == pytest.approx(look_confidence(6, 2))
     report = (tmp_path / "clear" / "report.md").read_text()
     assert "2 nodes, n = 10 steps x 2 launches (stopped: decided): **loses**" in report
-    assert "5 looks, 99% each" in report
+    assert "spent over its 5 looks" in report and "from 99.67% after 2 launches" in report
+    assert "99.67% CI" in report
 
 
 def test_a_sweep_on_the_target_stops_at_the_maximum(tmp_path: Path, fixed_inventory: Inventory):
@@ -207,7 +213,7 @@ def test_the_report_rebuilt_later_replays_the_same_looks(
     rows = summary_rows(run_dir.path)
     assert rows[1]["stopped"] == "ended"  # the sweep ended before it decided
     assert rows[1]["verdict"] == "inconclusive"
-    assert math.isclose(rows[1]["confidence"], 0.99)
+    assert math.isclose(rows[1]["confidence"], look_confidence(6, 2))
     report = (run_dir.path / "report.md").read_text()
     assert "x 2 launches (the sweep ended before it decided)" in report
 
