@@ -12,9 +12,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from runner import errors
 from runner.cli.app import app
 from runner.engines.embedded.executor import LocalExecutor
+from runner.errors import RunInterruptedError
 from runner.execute import LineSink
+from runner.record.resume import read_resume
 from runner.record.rundir import RunDir
 from runner.report.build import build_report
 from runner.report.metrics import scaling_rows
@@ -35,6 +38,12 @@ from tests.factories import fake_run_dir, result_data, train_result
 from tests.plans import sweep_plan
 
 runner = CliRunner(env={"COLUMNS": "200"})
+
+
+@pytest.fixture
+def no_stop_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(errors, "_stop_signal", [])
+
 
 # Launches' tokens/s a node, steady to a tenth of a percent: 2 nodes at half the efficiency of
 # one (clearly below a 90% target), or on the target itself, wobbling by 5% (never decided).
@@ -244,3 +253,39 @@ def test_the_dry_run_plans_the_rounds_up_to_the_maximum(tmp_path: Path):
     )
     assert done.exit_code == 0, done.output
     assert "up to 3 launches" in done.output
+
+
+class StoppedAt(Scripted):
+    """``Scripted``, with a Ctrl-C arriving as launch number ``at`` (from 1) begins."""
+
+    def __init__(self, tokens: dict[int, list[float]], at: int) -> None:
+        super().__init__(tokens)
+        self.at = at
+
+    def run(
+        self,
+        plan: LaunchPlan,
+        workdir: Path,
+        *,
+        timeout_s: float,
+        on_line: LineSink,
+        tag: str | None = None,
+    ) -> tuple[NodeResult, ...]:
+        if len(self.launched) + 1 == self.at:
+            raise KeyboardInterrupt
+        return super().run(plan, workdir, timeout_s=timeout_s, on_line=on_line, tag=tag)
+
+
+def test_a_resumed_sweep_runs_only_the_launches_the_rule_still_owes(
+    tmp_path: Path, fixed_inventory: Inventory, no_stop_yet: None
+):
+    tokens = {1: STEADY, 2: [t * 0.5 for t in STEADY]}
+    with pytest.raises(RunInterruptedError):  # stopped as the 2-node point's second launch began
+        run_sweep(sweep_plan(fixed_inventory, bench("cut")), tmp_path, StoppedAt(tokens, 4))
+    resumed = read_resume(tmp_path / "cut", ())
+    assert resumed.spec.until_decided and resumed.spec.repeat == 6
+    executor = Scripted({1: STEADY[2:], 2: [t * 0.5 for t in STEADY[1:]]})
+    run_sweep(sweep_plan(fixed_inventory, resumed.spec), tmp_path, executor, resumed=resumed)
+    assert executor.launched == [2]  # the second 2-node launch, and then the point had decided
+    rows = summary_rows(tmp_path / "cut")
+    assert [(r["launches_n"], r["stopped"]) for r in rows] == [(2, "baseline"), (2, "decided")]
