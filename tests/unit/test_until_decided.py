@@ -187,6 +187,7 @@ def test_a_sweep_stops_launching_a_point_once_it_decides(
     assert "2 nodes, n = 10 steps x 2 launches (stopped: decided): **loses**" in report
     assert "spent over its 5 looks" in report and "from 99.67% after 2 launches" in report
     assert "99.67% CI" in report
+    assert "untimed; 2 to 6 launches per node count, until decided |" in report
 
 
 def test_a_sweep_on_the_target_stops_at_the_maximum(tmp_path: Path, fixed_inventory: Inventory):
