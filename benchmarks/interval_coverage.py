@@ -227,7 +227,7 @@ def compare_sequential(args: argparse.Namespace, nodes: list[int]) -> None:
     """The --until-decided table (module docstring)."""
     templates = {n: template(n) for n in nodes}
     shape = recorded_shape()
-    fixed_k, most = BenchSpec.repeat, DEFAULT_MAX_LAUNCHES
+    fixed_k, most = BenchSpec.repeat, args.max_launches
     print(
         f"# {args.sweeps} sweeps a setting, nodes {nodes}, {args.steps} steps a launch drawn "
         f"from {len(shape)} recorded step times, target {TARGET:.0%}, seed {args.seed}; fixed "
@@ -296,6 +296,9 @@ def main() -> None:
         "--until-decided",
         action="store_true",
         help="wrong verdicts of the fixed default against --until-decided (docstring)",
+    )
+    parser.add_argument(
+        "--max-launches", type=int, default=DEFAULT_MAX_LAUNCHES, help="with --until-decided"
     )
     args = parser.parse_args()
     nodes = sorted(int(n) for n in args.nodes.split(","))
