@@ -188,6 +188,10 @@ def test_a_sweep_stops_launching_a_point_once_it_decides(
     assert "spent over its 5 looks" in report and "from 99.67% after 2 launches" in report
     assert "99.67% CI" in report
     assert "untimed; 2 to 6 launches per node count, until decided |" in report
+    shown = runner.invoke(app, ["report", str(tmp_path / "clear")])
+    assert shown.exit_code == 0, shown.output
+    assert "loses (decided)" in shown.output
+    assert "per-look interval" in shown.output
 
 
 def test_a_sweep_on_the_target_stops_at_the_maximum(tmp_path: Path, fixed_inventory: Inventory):
