@@ -6,7 +6,7 @@ tool, alternately (A B A B ...) after one warm-up of each, and prints each pair'
 times and the median. Both check host keys against the same known_hosts file and use the same
 key. Target from issue #5: median ratio <= 1.0.
 
-    .venv/bin/python benchmarks/exec_vs_pdsh.py [--rounds 9] [--nodes 16]
+    .venv/bin/python benchmarks/exec_vs_pdsh.py [--rounds 9] [--nodes 16] [--dtrun PATH]
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--nodes", type=int, default=16)
+    parser.add_argument("--dtrun", default=str(BIN / "dtrun"), help="the dtrun executable to time")
     args = parser.parse_args()
     if not available() or shutil.which("pdsh") is None:
         raise SystemExit("needs sshd and pdsh: apt-get install openssh-server pdsh")
@@ -62,7 +63,7 @@ def main() -> None:
                 f"user: {cluster.user}\nport: 2222\nkey: {cluster.key}\n"
                 f"known_hosts: {cluster.known_hosts}\nhosts: [{', '.join(addresses)}]\n"
             )
-            dtrun = [str(BIN / "dtrun"), "exec", "--hosts", str(hosts), "--", "hostname"]
+            dtrun = [args.dtrun, "exec", "--hosts", str(hosts), "--", "hostname"]
             pdsh = [
                 "pdsh", "-R", "ssh", "-l", getpass.getuser(), "-w", ",".join(addresses),
                 "hostname",
@@ -74,7 +75,7 @@ def main() -> None:
                     "-o BatchMode=yes"
                 ),
             )
-            print(f"{args.nodes} nodes; command: hostname")
+            print(f"{args.nodes} nodes; command: hostname; dtrun: {args.dtrun}")
             pairs = []
             for index in range(args.rounds + 1):
                 a = timed(dtrun, env, args.nodes)
