@@ -99,18 +99,22 @@ def source_root() -> Path:
 
 
 def git_revision(root: Path | None = None) -> dict[str, Any] | None:
-    """The checkout's commit and whether tracked files differ from it; None outside git."""
+    """The checkout's commit and whether tracked files differ from it; None outside git.
+
+    One git process: porcelain v2's header names the commit (``# branch.oid``), and every
+    other line is a changed tracked file (git-status(1), "Porcelain Format Version 2")."""
     root = root or source_root()
     try:
-        revision = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
         status = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            [
+                "git",
+                "-C",
+                str(root),
+                "status",
+                "--porcelain=v2",
+                "--branch",
+                "--untracked-files=no",
+            ],
             capture_output=True,
             text=True,
             check=True,
@@ -118,4 +122,8 @@ def git_revision(root: Path | None = None) -> dict[str, Any] | None:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return {"revision": revision, "dirty": bool(status.strip())}
+    lines = status.splitlines()
+    oid = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), "")
+    if len(oid) < 40 or oid == "(initial)":  # no commit yet
+        return None
+    return {"revision": oid, "dirty": any(not line.startswith("#") for line in lines)}
