@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.azure.prices import sweep_price
 from runner.errors import DtrunError, LaunchInterrupted, RunInterruptedError, interruption
@@ -31,7 +32,6 @@ from runner.record.rundir import (
     write_plans,
 )
 from runner.record.runsfile import write_runs
-from runner.report.build import Report
 from runner.report.builder import ReportBuilder
 from runner.report.resultfile import Result
 from runner.spec.cluster import Node
@@ -48,6 +48,9 @@ from runner.spec.outcome import (
 from runner.sweep.eviction import Command
 from runner.sweep.gate import judge, refuse, skipped
 from runner.sweep.runlaunch import Outcome, Ready, always_ready, run_launch
+
+if TYPE_CHECKING:
+    from runner.report.build import Report
 
 
 def _ignore_begin(run_dir: RunDir) -> None:

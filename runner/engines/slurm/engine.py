@@ -7,7 +7,6 @@ import contextlib
 from collections.abc import Iterator
 
 from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
-from runner.engines.slurm.job import allocation_line, open_slurm, stack_head
 from runner.engines.slurm.options import SlurmOptions
 from runner.engines.ssh.options import SshOptions
 from runner.spec.launchplan import LaunchPlan
@@ -21,6 +20,9 @@ class SlurmEngine:
 
     @contextlib.contextmanager
     def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
+        # here, not at the top: every command imports the engine registry, few use Slurm
+        from runner.engines.slurm.job import open_slurm, stack_head
+
         where = choice.of(SshOptions)  # --stack or --outputs: the stack's own Slurm
         if where.stack_name is None:
             with open_slurm(self, choice, hooks.notice) as cluster:
@@ -38,6 +40,7 @@ class SlurmEngine:
 
     def preview(self, cluster: Cluster) -> Preview | None:
         from runner.engines.slurm.executor import SlurmExecutor
+        from runner.engines.slurm.job import allocation_line
         from runner.engines.slurm.preview import SlurmPreview
 
         assert isinstance(cluster.executor, SlurmExecutor)

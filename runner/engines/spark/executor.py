@@ -23,7 +23,6 @@ from runner.engines.spark.driver import FAILURE_FILE
 from runner.engines.spark.node import EXIT_SUFFIX, TAG
 from runner.errors import LaunchInterrupted, NodeFailedError, RunError, UsageError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
-from runner.execute.failure import explain_log
 from runner.render import render
 from runner.spec.cluster import Node
 from runner.spec.launchplan import LaunchPlan, NodeLaunch
@@ -177,6 +176,8 @@ def node_failure(
     lost = [r for r in results if r.cause is not None]
     error: RunError
     if failed:
+        from runner.execute.failure import explain_log  # its patterns: only for a failure
+
         first = failed[0]
         assert first.exit_code is not None
         detail = explain_log(Path(first.log_path))
