@@ -100,8 +100,8 @@ class SweepOptions:
         int | None,
         typer.Option(
             "--max-launches",
-            help="With --until-decided: the most launches a node count takes (2 or more) "
-            f"[default: {DEFAULT_MAX_LAUNCHES}].",
+            help="With --until-decided: the most launches a node count takes (2 to 1,000; "
+            f"default {DEFAULT_MAX_LAUNCHES}).",
             show_default=False,
             rich_help_panel=opts.HOW_PANEL,
         ),
