@@ -4,9 +4,13 @@ Starts 16 real OpenSSH sshd instances on 127.0.0.2 ... 127.0.0.17 (port 2222, th
 keys, one client key; the tests' fixture), then runs `hostname` on all of them through each
 tool, alternately (A B A B ...) after one warm-up of each, and prints each pair's ratio of wall
 times and the median. Both check host keys against the same known_hosts file and use the same
-key. Target from issue #5: median ratio <= 1.0.
+key. Target from issue #5: median ratio <= 1.0. Every login runs the account's login shell,
+which for a command over ssh reads ~/.bashrc: ``--no-login-rc`` has the sshd instances skip it
+(issue 29: this machine's root ~/.bashrc runs `pyenv init`, 0.27 s a login, which both tools
+pay once per node, 16 times on two cores).
 
-    .venv/bin/python benchmarks/exec_vs_pdsh.py [--rounds 9] [--nodes 16]
+    .venv/bin/python benchmarks/exec_vs_pdsh.py [--rounds 9] [--nodes 16] [--dtrun PATH]
+        [--no-login-rc]
 """
 
 from __future__ import annotations
@@ -45,6 +49,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--nodes", type=int, default=16)
+    parser.add_argument("--dtrun", default=str(BIN / "dtrun"), help="the dtrun executable to time")
+    parser.add_argument(
+        "--no-login-rc",
+        action="store_true",
+        help="the sshd instances set SHLVL=1 (sshd_config SetEnv), so the login shell, bash, "
+        "skips ~/.bashrc: what a login costs without the account's own start-up files",
+    )
     args = parser.parse_args()
     if not available() or shutil.which("pdsh") is None:
         raise SystemExit("needs sshd and pdsh: apt-get install openssh-server pdsh")
@@ -54,7 +65,10 @@ def main() -> None:
         f"{subprocess.run(['pdsh', '-V'], capture_output=True, text=True).stdout.split()[0]}"
     )
     with tempfile.TemporaryDirectory(prefix="dtrun-exec-bench-") as tmp:
-        cluster = start_cluster(Path(tmp) / "sshd", args.nodes)
+        # bash reads ~/.bashrc for a command over ssh only as a top-level shell (SHLVL < 2)
+        extra = "SetEnv SHLVL=1\n" if args.no_login_rc else ""
+        settings = {f"127.0.0.{index + 2}": extra for index in range(args.nodes)}
+        cluster = start_cluster(Path(tmp) / "sshd", args.nodes, settings=settings)
         try:
             addresses = [host.address for host in cluster.hosts]
             hosts = Path(tmp) / "hosts.yaml"
@@ -62,7 +76,7 @@ def main() -> None:
                 f"user: {cluster.user}\nport: 2222\nkey: {cluster.key}\n"
                 f"known_hosts: {cluster.known_hosts}\nhosts: [{', '.join(addresses)}]\n"
             )
-            dtrun = [str(BIN / "dtrun"), "exec", "--hosts", str(hosts), "--", "hostname"]
+            dtrun = [args.dtrun, "exec", "--hosts", str(hosts), "--", "hostname"]
             pdsh = [
                 "pdsh", "-R", "ssh", "-l", getpass.getuser(), "-w", ",".join(addresses),
                 "hostname",
@@ -74,7 +88,8 @@ def main() -> None:
                     "-o BatchMode=yes"
                 ),
             )
-            print(f"{args.nodes} nodes; command: hostname")
+            rc = "skipped (SetEnv SHLVL=1)" if args.no_login_rc else "run, as the account has it"
+            print(f"{args.nodes} nodes; command: hostname; dtrun: {args.dtrun}; ~/.bashrc {rc}")
             pairs = []
             for index in range(args.rounds + 1):
                 a = timed(dtrun, env, args.nodes)

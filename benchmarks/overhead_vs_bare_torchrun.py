@@ -10,9 +10,11 @@ commands do not do, not overhead.
 Runs A and B alternately (A B A B ...) after one warm-up of each, and prints the wall times,
 the ratio A/B of each pair, and their median. Targets: issue #2 median ratio <= 1.10; issue
 #11 (after the redesign) <= 1.06. ``--dtrun`` times another dtrun executable (another checkout's,
-for a before/after comparison in one sitting).
+for a before/after comparison in one sitting); ``--vs`` times a second one in the same rounds
+(A, A', B each round), and prints both ratios to the same bare commands.
 
     .venv/bin/python benchmarks/overhead_vs_bare_torchrun.py [--rounds 5] [--dtrun PATH]
+        [--vs PATH]
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--port", type=int, default=29700)
     parser.add_argument("--dtrun", default=str(BIN / "dtrun"), help="the dtrun executable to time")
+    parser.add_argument("--vs", help="a second dtrun executable, timed in the same rounds")
     args = parser.parse_args()
 
     print(
@@ -101,8 +104,9 @@ def main() -> None:
         f"{os.cpu_count()} cores, Python {platform.python_version()}"
     )
     print(f"one point: 2 embedded nodes x 1 process, {args.steps} steps ({args.warmup} warm-up)")
-    print(f"dtrun: {args.dtrun}")
+    print(f"dtrun: {args.dtrun}" + (f"; vs: {args.vs}" if args.vs else ""))
     pairs: list[tuple[float, float]] = []
+    second: list[float] = []
     with tempfile.TemporaryDirectory(prefix="dtrun-bench-") as tmp:
         for i in range(args.rounds + 1):
             a_dir = Path(tmp) / f"a{i}"
@@ -110,11 +114,21 @@ def main() -> None:
             a_dir.mkdir()
             b_dir.mkdir()
             a = dtrun(args.steps, args.warmup, args.port, f"a{i}", a_dir, args.dtrun)
+            vs = None
+            if args.vs:
+                (Path(tmp) / f"v{i}").mkdir()
+                vs = dtrun(args.steps, args.warmup, args.port + 20, f"v{i}", Path(tmp) / f"v{i}",
+                           args.vs)  # fmt: skip
             b = bare(args.steps, args.warmup, args.port + 10, f"b{i}", b_dir)
             label = "warm-up" if i == 0 else f"round {i}"
-            print(f"{label:>8}: dtrun {a:6.2f} s   bare torchrun {b:6.2f} s   ratio {a / b:.3f}")
+            also = f"   vs {vs:6.2f} s ratio {vs / b:.3f}" if vs is not None else ""
+            print(
+                f"{label:>8}: dtrun {a:6.2f} s   bare torchrun {b:6.2f} s   ratio {a / b:.3f}{also}"
+            )
             if i:
                 pairs.append((a, b))
+                if vs is not None:
+                    second.append(vs)
     ratios = [a / b for a, b in pairs]
     print(
         f"median: dtrun {statistics.median(a for a, _ in pairs):.2f} s, "
@@ -122,6 +136,13 @@ def main() -> None:
         f"ratio {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
         "target <= 1.06 (issue 11)"
     )
+    if second:
+        vs_ratios = [vs / b for vs, (_, b) in zip(second, pairs, strict=True)]
+        print(
+            f"vs: {statistics.median(second):.2f} s, ratio {statistics.median(vs_ratios):.3f} "
+            f"(min {min(vs_ratios):.3f}, max {max(vs_ratios):.3f}); vs / dtrun, median "
+            f"{statistics.median(v / a for v, (a, _) in zip(second, pairs, strict=True)):.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ starting dtrun to its first node's script starting (the wrapper's first line, st
 The cluster is the test suite's real one (tests/slurmd.py: slurmctld and two slurmd on this
 machine, one CPU each), started for the run; A and B alternate after one warm-up of each.
 
-    .venv/bin/python benchmarks/slurm_vs_sbatch.py [--rounds 5]
+    .venv/bin/python benchmarks/slurm_vs_sbatch.py [--rounds 5] [--dtrun PATH]
 """
 
 from __future__ import annotations
@@ -79,10 +79,10 @@ def by_hand(cluster: slurmd.SlurmCluster, steps: int, warmup: int, port: int, ru
 
 
 def dtrun(cluster: slurmd.SlurmCluster, steps: int, warmup: int, port: int, run: str,
-          workdir: Path) -> tuple[float, float]:  # fmt: skip
+          workdir: Path, exe: str) -> tuple[float, float]:  # fmt: skip
     """(wall time of the whole command, time until its first node's script started)."""
     command = [
-        str(BIN / "dtrun"), "bench", "--slurm", "--nodes", "2", "--steps", str(steps),
+        exe, "bench", "--slurm", "--nodes", "2", "--steps", str(steps),
         "--warmup", str(warmup), "--repeat", "1", "--port", str(port), "--output", str(workdir),
         "--run-id", run, "--no-busbw", "--no-health-gate",
     ]  # fmt: skip
@@ -109,6 +109,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--port", type=int, default=29800)
+    parser.add_argument("--dtrun", default=str(BIN / "dtrun"), help="the dtrun executable to time")
     args = parser.parse_args()
     # `timeout` and Ctrl-C stop the run through the finally below, which stops the cluster
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -120,6 +121,7 @@ def main() -> None:
         f"{os.cpu_count()} cores, Python {platform.python_version()}"
     )
     print(f"one point: 2 Slurm nodes x 1 process, {args.steps} steps ({args.warmup} warm-up)")
+    print(f"dtrun: {args.dtrun}")
     pairs: list[tuple[float, float]] = []
     firsts: list[float] = []
     with tempfile.TemporaryDirectory(prefix="dtrun-slurm-bench-") as tmp:
@@ -130,7 +132,9 @@ def main() -> None:
                 a_dir.mkdir()
                 b_dir.mkdir()
                 cluster.reset()
-                a, first = dtrun(cluster, args.steps, args.warmup, args.port, f"a{i}", a_dir)
+                a, first = dtrun(
+                    cluster, args.steps, args.warmup, args.port, f"a{i}", a_dir, args.dtrun
+                )
                 cluster.reset()
                 b = by_hand(cluster, args.steps, args.warmup, args.port + 10, f"b{i}", b_dir)
                 label = "warm-up" if i == 0 else f"round {i}"

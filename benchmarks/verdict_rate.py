@@ -1,12 +1,20 @@
 """How often a default `dtrun bench` reaches a verdict, and how wide its intervals are: issue
-#13's measure.
+#13's measure; with --compare, the fixed default against `--until-decided` (issue #29).
 
 Runs `dtrun bench` ROUNDS times on the embedded cluster with the defaults (plus any ARGS after
---), one after another, and reads each run's summary.json: every point's verdict (scales, loses,
-inconclusive), its efficiency and 95% interval, and the run's wall time. Prints one line per run
-and the totals: verdicts reached out of ROUNDS per point, the median interval width.
+--), one after another, and reads each run's summary.json and runs.json: every point's verdict
+(scales, loses, inconclusive), its efficiency and interval, its launches and why it stopped,
+and the run's wall time and node-seconds (each launch's wall time x its nodes, the points'
+launches; the health gate's are the same for both and not counted). Prints one line per run
+and the totals: verdicts reached out of ROUNDS per point, the median interval width, wall time
+a run, and node-seconds per conclusive verdict (a run's node-seconds summed over the runs,
+over the conclusive verdicts among them).
 
-    .venv/bin/python benchmarks/verdict_rate.py [--rounds 10] [-- ARGS]
+With --compare, each round runs the defaults and `--until-decided` one after the other (the
+order alternating by round, so that a drift of the machine falls on both alike) and prints
+the totals for each.
+
+    .venv/bin/python benchmarks/verdict_rate.py [--rounds 10] [--compare] [-- ARGS]
 """
 
 from __future__ import annotations
@@ -21,58 +29,130 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
+
+UNTIL_DECIDED = ("--until-decided",)
+
+
+@dataclass
+class Tally:
+    """One way of running the sweep, over its runs."""
+
+    name: str
+    extra: tuple[str, ...]
+    verdicts: dict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
+    widths: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    launches: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    walls: list[float] = field(default_factory=list)
+    node_s: list[float] = field(default_factory=list)
+    decided: int = 0
+    failed: int = 0
+
+
+def run_once(tally: Tally, index: int, tmp: str, port: int, args: list[str]) -> None:
+    run_id = f"{'u' if tally.extra else 'f'}{index}"
+    command = [
+        sys.executable, "-m", "runner.cli", "bench", "--quiet", "--output", tmp,
+        "--run-id", run_id, "--port", str(port), *tally.extra, *args,
+    ]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    tally.walls.append(time.monotonic() - started)
+    if done.returncode != 0:
+        tally.failed += 1
+        print(f"{tally.name} run {index}: exit {done.returncode}: {done.stderr[-800:]}")
+        return
+    run = Path(tmp) / run_id
+    summary = json.loads((run / "summary.json").read_text())
+    runs = json.loads((run / "runs.json").read_text())["runs"]
+    node_s = sum(r["nodes"] * r["wall_s"] for r in runs)
+    tally.node_s.append(node_s)
+    said = []
+    for row in summary["rows"]:
+        if row.get("verdict") in (None, "baseline"):
+            continue
+        low, high = row["efficiency_low"], row["efficiency_high"]
+        tally.verdicts[row["nodes"]].append(row["verdict"])
+        tally.launches[row["nodes"]].append(row["launches_n"])
+        tally.decided += row["verdict"] in ("scales", "loses")
+        if low is not None and high is not None:
+            tally.widths[row["nodes"]].append(high - low)
+        interval = "-" if low is None else f"[{low * 100:.1f}, {high * 100:.1f}]"
+        stopped = f", {row['launches_n']} launches, {row['stopped']}" if row.get("stopped") else ""
+        said.append(
+            f"{row['nodes']} nodes: {row['verdict']} {row['efficiency'] * 100:.1f}% "
+            f"{interval}{stopped}"
+        )
+    print(
+        f"{tally.name} run {index}: {'; '.join(said)} ({tally.walls[-1]:.0f} s, "
+        f"{node_s:.0f} node-s)",
+        flush=True,
+    )
+
+
+def totals(tally: Tally) -> None:
+    print(f"== {tally.name}")
+    for nodes in sorted(tally.verdicts):
+        said = tally.verdicts[nodes]
+        reached = sum(verdict != "inconclusive" for verdict in said)
+        counts = {v: said.count(v) for v in sorted(set(said))}
+        widths = tally.widths[nodes]
+        width = (
+            f"median {statistics.median(widths) * 100:.1f} points (min {min(widths) * 100:.1f}, "
+            f"max {max(widths) * 100:.1f})"
+            if widths
+            else "-"
+        )
+        taken = tally.launches[nodes]
+        print(
+            f"{nodes} nodes: a verdict in {reached} of {len(said)} runs {counts}; interval "
+            f"width {width}; launches median {statistics.median(taken):g} "
+            f"({min(taken)}-{max(taken)})"
+        )
+    walls = tally.walls
+    print(
+        f"wall time per run: median {statistics.median(walls):.0f} s ({min(walls):.0f}-"
+        f"{max(walls):.0f}); failed runs {tally.failed}"
+    )
+    if tally.node_s:
+        spent = sum(tally.node_s)
+        per = f"{spent / tally.decided:.0f}" if tally.decided else "- (none conclusive)"
+        print(
+            f"node-seconds per run: median {statistics.median(tally.node_s):.0f} "
+            f"({min(tally.node_s):.0f}-{max(tally.node_s):.0f}); per conclusive verdict: {per} "
+            f"({spent:.0f} node-s over {tally.decided} verdicts)"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--port", type=int, default=29960)
+    parser.add_argument(
+        "--compare", action="store_true", help="each round: the defaults and --until-decided"
+    )
     parser.add_argument("args", nargs="*", help="more `dtrun bench` arguments")
     args = parser.parse_args()
+    ways = [Tally("fixed", ())]
+    if args.compare:
+        ways.append(Tally("until-decided", UNTIL_DECIDED))
     print(
         f"machine: {platform.node()}, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}; "
-        f"dtrun bench {' '.join(args.args) or '(defaults)'}, {args.rounds} runs"
+        f"dtrun bench {' '.join(args.args) or '(defaults)'}"
+        f"{' against --until-decided' if args.compare else ''}, {args.rounds} rounds; "
+        f"started {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+        flush=True,
     )
-    verdicts: dict[int, list[str]] = defaultdict(list)
-    widths: dict[int, list[float]] = defaultdict(list)
-    walls: list[float] = []
     with tempfile.TemporaryDirectory(prefix="dtrun-verdict-") as tmp:
         for index in range(args.rounds):
-            command = [
-                sys.executable, "-m", "runner.cli", "bench", "--quiet", "--output", tmp,
-                "--run-id", f"v{index}", "--port", str(args.port + 2 * index), *args.args,
-            ]  # fmt: skip
-            started = time.monotonic()
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
-            walls.append(time.monotonic() - started)
-            if done.returncode != 0:
-                print(f"run {index}: exit {done.returncode}: {done.stderr[-800:]}")
-                continue
-            summary = json.loads((Path(tmp) / f"v{index}" / "summary.json").read_text())
-            said = []
-            for row in summary["rows"]:
-                if row.get("verdict") in (None, "baseline"):
-                    continue
-                low, high = row["efficiency_low"], row["efficiency_high"]
-                verdicts[row["nodes"]].append(row["verdict"])
-                widths[row["nodes"]].append(high - low)
-                said.append(
-                    f"{row['nodes']} nodes: {row['verdict']} {row['efficiency'] * 100:.1f}% "
-                    f"[{low * 100:.1f}, {high * 100:.1f}]"
-                )
-            print(f"run {index}: {'; '.join(said)} ({walls[-1]:.0f} s)")
-    for nodes in sorted(verdicts):
-        said = verdicts[nodes]
-        reached = sum(verdict != "inconclusive" for verdict in said)
-        counts = {v: said.count(v) for v in sorted(set(said))}
-        print(
-            f"{nodes} nodes: a verdict in {reached} of {len(said)} runs {counts}; interval width "
-            f"median {statistics.median(widths[nodes]) * 100:.1f} points (min "
-            f"{min(widths[nodes]) * 100:.1f}, max {max(widths[nodes]) * 100:.1f})"
-        )
-    print(f"wall time per run: median {statistics.median(walls):.0f} s")
+            order = ways if index % 2 == 0 else ways[::-1]
+            for which, tally in enumerate(order):
+                port = args.port + 4 * index + 2 * which
+                run_once(tally, index, tmp, port, args.args)
+    for tally in ways:
+        totals(tally)
 
 
 if __name__ == "__main__":

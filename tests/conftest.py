@@ -191,12 +191,15 @@ def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> Non
 
 
 def default_signals() -> None:
-    """For a child dtrun: the signal dispositions of a terminal's command, whatever this test
-    run inherited (`nohup` ignores SIGHUP, a script's `&` SIGINT)."""
+    """For a child dtrun: the signal dispositions and mask of a terminal's command, whatever
+    this test run inherited (`nohup` ignores SIGHUP, a script's `&` SIGINT, and a thread that
+    blocked a signal passes the block on to what it starts)."""
     import signal
 
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    for signum in stops:
         signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
 
 
 def run_dtrun(

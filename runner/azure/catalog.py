@@ -7,7 +7,6 @@ limits (3), NCCL/UCX settings (5) and expected all-reduce bus bandwidth (6).
 from __future__ import annotations
 
 import datetime
-import difflib
 import re
 from dataclasses import dataclass, replace
 
@@ -329,6 +328,8 @@ def get_size(name: str, *, today: datetime.date | None = None) -> VmSize:
             why=why,
             fix=f"use {rdma.name}",
         )
+    import difflib  # only for a "did you mean"
+
     close = difflib.get_close_matches(key, list(SIZES), n=1, cutoff=0.6)
     hint = f"did you mean {close[0]}? " if close else ""
     raise CatalogError(

@@ -7,7 +7,6 @@ program, `dtrun up`'s early check and the Pulumi CLI all agree on them.
 from __future__ import annotations
 
 import datetime
-import difflib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -117,6 +116,8 @@ def resolve(values: Mapping[str, object]) -> dict[str, object]:
     given = {key.removeprefix(f"{NAMESPACE}:"): value for key, value in values.items()}
     for key in given:
         if key not in settings:
+            import difflib  # only for a "did you mean"
+
             close = difflib.get_close_matches(key, list(settings), n=1)
             hint = f"did you mean {NAMESPACE}:{close[0]}?" if close else "see Pulumi.yaml"
             raise ConfigError(f"{NAMESPACE}:{key} is not a dtrun setting", fix=hint)

@@ -60,6 +60,19 @@ def expected_busbw(size_name: str | None, nodes: int, procs_per_node: int) -> Ex
     return None
 
 
+def no_busbw_because(size_name: str, procs_per_node: int) -> str:
+    """Why ``expected_busbw`` has no figure across nodes for this size, as a prediction says it
+    beside the busbw it used instead."""
+    size = SIZES.get(size_name)
+    short = size_name.removeprefix("Standard_")
+    if size is not None and procs_per_node != size.gpu_count:
+        return (
+            f"--size {short}: its catalog busbw is for all its {size.gpu_count} GPUs per node, "
+            f"and the run had {procs_per_node} processes per node, so it is not used"
+        )
+    return f"--size {short}: the catalog has no busbw across nodes for it, so none is used"
+
+
 def health_threshold(size_name: str | None) -> tuple[float, str] | None:
     """The single-node busbw a healthy VM of this size passes (Azure's health check), and the
     message size it is measured at; None when the catalog has no such figure."""

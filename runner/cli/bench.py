@@ -32,7 +32,7 @@ from runner.cli.groups import by_name, grouped
 from runner.cli.options import Launching, Where
 from runner.cli.session import session
 from runner.cli.summary import print_summary, sweep_json
-from runner.cli.sweep_options import SweepOptions
+from runner.cli.sweep_options import SweepOptions, launches_of
 from runner.cli.workload_options import (
     AllreduceOptions,
     GateOptions,
@@ -96,6 +96,7 @@ def bench_spec(
     resolved_model = resolve_model(model.preset, vocab=model.vocab, **shape)
     price = checked_usd("--price-per-node-hour", sweep.price_per_node_hour)
     max_cost = checked_usd("--max-cost", sweep.max_cost)
+    repeat = launches_of(sweep)
     # Every option reaches the BenchSpec field of its name (--timeout: timeout_s); then the
     # values parsed or checked first, and the groups' own spec sections, in their place.
     by_option = {
@@ -111,6 +112,7 @@ def bench_spec(
         "health": gate.spec,
         "price_per_node_hour": price,
         "max_cost": max_cost,
+        "repeat": repeat,
     }
     return BenchSpec(run_id, **{**launch_request(launching), **by_option, **parsed})
 
@@ -298,7 +300,7 @@ def _bench_on(
         )
         print_estimate(guess, before_line(launching.output, cluster.inventory, guess.price))
         return None
-    if cluster.choice.embedded:
+    if cluster.engine.name == "embedded":
         _require_packages(resolved)  # the embedded nodes run this very interpreter
     plan = plan_sweep(resolved, cluster.inventory)
     program = resolved.spec.program
@@ -336,8 +338,8 @@ def _drain(cluster: Cluster, plan: SweepPlan) -> Drain | None:
     """--drain-failing: the Slurm executor drains the nodes below the gate's mark."""
     from runner.engines.slurm.executor import SlurmExecutor
 
-    request, executor = cluster.choice.slurm, cluster.executor
-    if request is None or not request.drain_failing or not isinstance(executor, SlurmExecutor):
+    executor = cluster.executor
+    if not cluster.choice.drain_failing or not isinstance(executor, SlurmExecutor):
         return None
     run_id = plan.spec.run_id
     return lambda nodes: executor.drain(nodes, run_id)

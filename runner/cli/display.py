@@ -55,7 +55,10 @@ def print_sweep_plan(
     for plan in sweep.points:
         first, last = point_dir(plan.nnodes, 0), point_dir(plan.nnodes, repeat - 1)
         dirs = first if repeat == 1 else f"{first} to {last}, the same scripts in each"
-        echo(f"# ==== point: {plural(plan.nnodes, 'node')}, {plural(repeat, 'launch')} -> {dirs}")
+        launches = plural(repeat, "launch")
+        if sweep.spec.until_decided:  # runner/report/sequential.py
+            launches = f"2 to {launches} (until decided), round by round; up to {launches}"
+        echo(f"# ==== point: {plural(plan.nnodes, 'node')}, {launches} -> {dirs}")
         print_plan(plan, preview, str((run_dir or Path()) / first))
     echo("# ==== environment recorded in manifest.json (the largest point's)")
     for var in sweep.environment:

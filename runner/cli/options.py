@@ -11,7 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from runner.cli.groups import spec_from
-from runner.errors import UsageError
+from runner.engines.base import WHERE_PANEL
+from runner.engines.registry import EngineOptions
 from runner.spec.bounds import within
 from runner.spec.outcome import SuccessRule
 from runner.spec.request import (
@@ -20,7 +21,6 @@ from runner.spec.request import (
     Rendezvous,
     TfStrategy,
 )
-from runner.spec.slurmrequest import DEFAULT_QUEUE_TIMEOUT_S, SlurmRequest
 
 # = LAUNCHERS, tested
 LAUNCHER_NAMES = (
@@ -31,7 +31,6 @@ _DEFAULTS = LauncherOptions()
 
 # bench's --help, grouped by where it runs, what it runs, how it measures and what it writes
 # (the model, strategy, all-reduce, gate, Slurm, cost and program panels are below)
-WHERE_PANEL = "Where it runs (default: the embedded cluster on this machine)"
 WHAT_PANEL = "What it runs"
 HOW_PANEL = "How it measures"
 OUT_PANEL = "What it writes"
@@ -42,16 +41,6 @@ def no_default(panel: str, help: str) -> Any:  # typer.Option's own return type
     return typer.Option(help=help, rich_help_panel=panel, show_default=False)
 
 
-# Where to run: none of these is the embedded cluster.
-Hosts = Annotated[
-    str | None,
-    typer.Option(
-        metavar="FILE|HOSTS",
-        help="Run on the machines of a hosts file (YAML, MPI `HOST slots=N`, `h1:4,h2:4` lists) "
-        'or on these hosts: h1:4,h2:4 (as Horovod -H, "$MLP_MPI_HOSTS").',
-        rich_help_panel=WHERE_PANEL,
-    ),
-]
 Check = Annotated[
     bool,
     typer.Option(
@@ -60,21 +49,6 @@ Check = Annotated[
         rich_help_panel=WHERE_PANEL,
     ),
 ]
-# --slurm and the sbatch options passed through to the allocation dtrun asks for.
-_SLURM = "Slurm (--slurm)"
-
-
-def _sbatch(flag: str, what: str) -> Any:  # typer.Option's own return type
-    return typer.Option(
-        f"--{flag}",
-        help=f"--slurm: sbatch --{flag} of the allocation dtrun asks for ({what}).",
-        rich_help_panel=_SLURM,
-        show_default=False,
-    )
-
-
-DEFAULT_READY_TIMEOUT = 900.0
-DEFAULT_CONNECT_TIMEOUT = 30.0
 
 TargetEfficiency = Annotated[
     float,
@@ -107,120 +81,9 @@ Wide = Annotated[
 ]
 
 
-@dataclass(frozen=True)
-class Where:
-    """Which cluster a command runs on: none of hosts, stack, outputs is the embedded one."""
-
-    hosts: Hosts = None
-    stack: Annotated[
-        str | None,
-        typer.Option(
-            "--stack",
-            "-s",
-            help="Run on the cluster of this Pulumi stack.",
-            rich_help_panel=WHERE_PANEL,
-        ),
-    ] = None
-    outputs: Annotated[
-        Path | None,
-        typer.Option(
-            "--outputs",
-            help="Run on the cluster whose outputs this file holds (dtrun outputs --save).",
-            rich_help_panel=WHERE_PANEL,
-        ),
-    ] = None
-    local_nodes: Annotated[
-        int | None,
-        typer.Option(
-            help="Size of the embedded cluster, or of the allocation --slurm asks for outside one "
-            "(default: the nodes the command needs; exec: 2)"
-            f"{within('--local-nodes')}.",
-            rich_help_panel=WHERE_PANEL,
-        ),
-    ] = None
-    accept_new_host_keys: Annotated[
-        bool,
-        typer.Option(
-            "--accept-new-host-keys",
-            help="Record host keys not yet in known_hosts (never a changed one) and say so.",
-            rich_help_panel=WHERE_PANEL,
-        ),
-    ] = False
-    ready_timeout: Annotated[
-        float,
-        typer.Option(
-            help="Stacks: seconds to wait for nodes to boot, register and answer before giving up"
-            f"{within('--ready-timeout')}.",
-            rich_help_panel=WHERE_PANEL,
-        ),
-    ] = DEFAULT_READY_TIMEOUT
-    connect_timeout: Annotated[
-        float,
-        typer.Option(
-            help="Hosts files: seconds every node has to answer SSH (tried every 2 s) before the "
-            "run fails, naming the nodes that did not"
-            f"{within('--connect-timeout')}.",
-            rich_help_panel=WHERE_PANEL,
-        ),
-    ] = DEFAULT_CONNECT_TIMEOUT
-    slurm: Annotated[
-        bool,
-        typer.Option(
-            "--slurm",
-            help="Run on Slurm: inside the allocation dtrun runs in (salloc, sbatch), or one it "
-            "asks "
-            "for with the largest node count and cancels at the end; every launch is an srun step.",
-            rich_help_panel=_SLURM,
-        ),
-    ] = False
-    partition: Annotated[str | None, _sbatch("partition", "a partition from sinfo")] = None
-    account: Annotated[str | None, _sbatch("account", "the account charged")] = None
-    qos: Annotated[str | None, _sbatch("qos", "a quality of service")] = None
-    time: Annotated[str | None, _sbatch("time", "its time limit, e.g. 30 or 2:00:00")] = None
-    constraint: Annotated[str | None, _sbatch("constraint", "node features, e.g. ib&a100")] = None
-    exclude: Annotated[str | None, _sbatch("exclude", "nodes not to use, e.g. gpu[03,07]")] = None
-    nodelist: Annotated[str | None, _sbatch("nodelist", "nodes it must have")] = None
-    queue_timeout: Annotated[
-        float,
-        typer.Option(
-            help="--slurm: seconds dtrun's allocation may wait in the queue (saying Slurm's "
-            "reason) "
-            "before dtrun cancels it and stops"
-            f"{within('--queue-timeout')}.",
-            rich_help_panel=_SLURM,
-        ),
-    ] = DEFAULT_QUEUE_TIMEOUT_S
-    spark: Annotated[
-        str | None,
-        typer.Option(
-            "--spark",
-            metavar="MASTER",
-            help="Run on a Spark master's executors, one per node, with --launcher "
-            "torchdistributor or horovod-spark: local-cluster[N,1,1024] (N executors here), "
-            "spark://HOST:7077, yarn (docs/spark.md).",
-            rich_help_panel=WHERE_PANEL,
-        ),
-    ] = None
-
-    def slurm_request(self, drain_failing: bool = False) -> SlurmRequest | None:
-        """--slurm's request; Slurm options without --slurm are refused (they would be lost)."""
-        request = SlurmRequest(
-            self.partition, self.account, self.qos, self.time, self.constraint, self.exclude,
-            self.nodelist, self.queue_timeout, drain_failing,
-        )  # fmt: skip
-        if self.slurm:
-            return request
-        given = [flag for flag, _ in request.passed_through()]
-        if drain_failing:
-            given.append("--drain-failing")
-        if self.queue_timeout != DEFAULT_QUEUE_TIMEOUT_S:
-            given.append("--queue-timeout")
-        if given:
-            raise UsageError(
-                f"{', '.join(given)} shape a Slurm allocation, and --slurm was not given",
-                fix="add --slurm, or leave them out",
-            )
-        return None
+# Where to run: every engine's options, each declared in its own package
+# (runner/engines/NAME/options.py) and gathered by the registry. None given: the embedded cluster.
+Where = EngineOptions
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ def _predict(
 
     from runner.azure.catalog import get_size
     from runner.azure.prices import list_price
-    from runner.azure.sizefacts import expected_busbw
+    from runner.azure.sizefacts import expected_busbw, no_busbw_because
     from runner.predict.predict import predict
 
     if size is not None:
@@ -129,6 +129,8 @@ def _predict(
                 middle = (catalog.low + catalog.high) / 2
                 desc = replace(desc, busbw_gbs=middle)
                 said = (f"busbw {middle:g} GB/s across nodes: {size}'s ({catalog.source})",)
+            else:
+                said = (no_busbw_because(size, desc.procs_per_node),)
         price = None if override is None else (override, "--price-per-node-hour")
         if price is None and size is not None:
             listed = list_price(size, None)

@@ -83,13 +83,12 @@ def compare(
             )
         else:
             print_comparison(result, wide=wide)
-            print_compare_noise(result)
         if json_out:
             print_json(result.to_json())
 
 
 def print_compare_noise(result: Comparison) -> None:
-    """Under the table: which points no change is called at, because a run's report calls
+    """Under the comparison table: which points no change is called at, because a run's report calls
     them unreliable, and why (that report's Noise section)."""
     if not result.noisy:
         return
@@ -162,6 +161,7 @@ def print_comparison(result: Comparison, *, wide: bool = False) -> None:
                      number(row.ratio, ".2f")]  # fmt: skip
         rows.append(cells)
     print_grid(out, Grid(tuple(columns), rows, title, caption), wide=wide)
+    print_compare_noise(result)  # beside the changes it holds back, before the set-ups
     if not result.differences:
         out.print("set-ups: the same in every recorded respect")
         return

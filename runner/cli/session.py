@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import typer
@@ -20,7 +20,6 @@ from runner.cli.common import (
     user_errors,
 )
 from runner.cli.display import RegistryBar
-from runner.cli.groups import by_name
 from runner.cli.options import Launching, Where
 from runner.errors import UsageError, interruption
 from runner.spec.text import plural
@@ -61,31 +60,22 @@ def choose(
         check_bound(flag, seconds)
     if where.local_nodes is not None:
         check_bound("--local-nodes", where.local_nodes)
-    slurm = where.slurm_request(drain_failing)
-    if slurm is not None:  # checked with the options: nothing is asked of Slurm before
-        from runner.engines.slurm.lease import lease_seconds
-
-        slurm = replace(slurm, lease_s=lease_seconds())
+    where.refuse_two_clusters()
+    where.slurm_request(drain_failing)  # refused without --slurm, before Slurm is asked
     if teardown and where.stack is None:
         raise UsageError(
             "--teardown destroys a Pulumi stack, and no --stack was given",
             fix="pass --stack NAME with --teardown, or leave --teardown out",
         )
     return ClusterChoice(
-        **{
-            **by_name(where, ClusterChoice),  # the rest of Where, as it is
-            "local_nodes": where.local_nodes if where.local_nodes is not None else local_nodes,
-            "check": check,
-            "slurm": slurm,
-            "dry_run": dry_run,
-            "job_name": job_name,
-        }
+        options=where,  # each engine reads its own options (ClusterChoice.of)
+        local_nodes=where.local_nodes if where.local_nodes is not None else local_nodes,
+        check=check,
+        patience=where.patience,
+        dry_run=dry_run,
+        job_name=job_name,
+        drain_failing=drain_failing,
     )
-
-
-# Where's fields the choice derives rather than copies: --slurm becomes the request, and
-# --local-nodes falls back to the command's own default.
-DERIVED = frozenset({"slurm", "local_nodes"})
 
 
 @contextmanager
@@ -201,7 +191,7 @@ class Session:
         with upload_after(store, launching.output / spec.run_id, command_secrets(spec)):
             try:
                 with opened(choice, self.watch) as cluster:
-                    if choice.embedded:
+                    if cluster.engine.name == "embedded":
                         warn_oversubscribed(spec, local_nodes)
                     yield cluster
             except KeyboardInterrupt:

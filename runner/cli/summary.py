@@ -76,9 +76,12 @@ def report_grid(report: Report) -> Grid:
         ]
         return Grid(columns, rows, title)
     unit = report.summary.get("unit") or "tokens"
+    sequential = any(row.stopped for row in report.rows)  # --until-decided
     caption = (
-        f"{unit}/s, speedup and efficiency at the median step time, efficiency with its 95% "
-        "interval from the launches in brackets; n = timed steps x launches"
+        f"{unit}/s, speedup and efficiency at the median step time, efficiency with its "
+        f"{'per-look' if sequential else '95%'} interval from the launches in brackets; n = "
+        "timed steps x launches"
+        + ("; --until-decided: why each point stopped after its verdict" if sequential else "")
     )
     columns = (
         Column("nodes", 10), Column("processes", 5), Column("n", 4), Column(f"{unit}/s", 9),
@@ -93,13 +96,20 @@ def report_grid(report: Report) -> Grid:
             f"{row.tokens_per_s:,.0f}",
             f"{row.speedup:.2f}x",
             _efficiency_cell(row),
-            str(row.verdict),
+            _verdict_cell(row),
             "-" if row.busbw is None else f"{row.busbw:.2f} GB/s",
             proof_cell(row.proof),
         )
         for row in report.rows
     ]
     return Grid(columns, rows, title, caption)
+
+
+def _verdict_cell(row: ScalingRow) -> str:
+    """The verdict; with --until-decided, why the point stopped (decided, maximum, ended)."""
+    if row.stopped is None or row.verdict == "baseline":
+        return str(row.verdict)
+    return f"{row.verdict} ({row.stopped})"
 
 
 def _efficiency_cell(row: ScalingRow) -> str:

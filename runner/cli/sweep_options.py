@@ -11,8 +11,11 @@ import typer
 
 from runner.cli import options as opts
 from runner.cli.cost import MaxCost, PricePerNodeHour
-from runner.spec.bounds import within
+from runner.errors import UsageError
+from runner.spec.bounds import BOUNDS, within
 from runner.spec.request import (
+    DEFAULT_MAX_LAUNCHES,
+    MIN_LAUNCHES,
     BenchSpec,
     ScalingMode,
 )
@@ -83,6 +86,26 @@ class SweepOptions:
             rich_help_panel=opts.HOW_PANEL,
         ),
     ] = BenchSpec.repeat
+    until_decided: Annotated[
+        bool,
+        typer.Option(
+            "--until-decided",
+            help="At each node count launch until its efficiency interval decides against the "
+            "target (scales or loses), at least 2 launches, at most --max-launches; each look "
+            "spends part of the 5% error (docs/report.md, Stopping when decided).",
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = False
+    max_launches: Annotated[
+        int | None,
+        typer.Option(
+            "--max-launches",
+            help="With --until-decided: the most launches a node count takes (2 to 1,000; "
+            f"default {DEFAULT_MAX_LAUNCHES}).",
+            show_default=False,
+            rich_help_panel=opts.HOW_PANEL,
+        ),
+    ] = None
     workload: Annotated[
         str,
         typer.Option(
@@ -122,3 +145,37 @@ class SweepOptions:
     target_efficiency: opts.TargetEfficiency = BenchSpec.target_efficiency
     price_per_node_hour: PricePerNodeHour = None
     max_cost: MaxCost = None
+
+
+def launches_of(sweep: SweepOptions) -> int:
+    """The spec's ``repeat``: --repeat's fixed launches, or with --until-decided the most
+    launches a node count may take (--max-launches)."""
+    if not sweep.until_decided:
+        if sweep.max_launches is not None:
+            raise UsageError(
+                "--max-launches bounds --until-decided, which is not given",
+                fix="add --until-decided, or fix the launches with --repeat",
+            )
+        return sweep.repeat
+    if sweep.repeat != BenchSpec.repeat:
+        raise UsageError(
+            "--until-decided launches until each point decides, and --repeat fixes the launches",
+            fix="bound --until-decided with --max-launches N instead of --repeat",
+        )
+    if sweep.workload == "allreduce":
+        raise UsageError(
+            "--until-decided stops on a point's scaling verdict, and the allreduce workload "
+            "gives none",
+            fix="leave out --until-decided (or measure training: --workload train)",
+        )
+    ceiling = int(BOUNDS["--repeat"].high)
+    most = DEFAULT_MAX_LAUNCHES if sweep.max_launches is None else sweep.max_launches
+    if not MIN_LAUNCHES <= most <= ceiling:
+        raise UsageError(
+            f"--max-launches {most} is out of range: --until-decided takes at least "
+            f"{MIN_LAUNCHES} launches a node count (one shows nothing of how much a launch "
+            f"moves), at most {ceiling}",
+            fix=f"pass --max-launches between {MIN_LAUNCHES} and {ceiling} "
+            f"(default {DEFAULT_MAX_LAUNCHES})",
+        )
+    return most

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from runner.azure.catalog import SIZES
 from runner.errors import RunError, UsageError
 from runner.execute import Answer
-from runner.render import render
 from runner.spec.cluster import Accelerator, Inventory, Node
 from runner.spec.text import plural
 
@@ -57,6 +56,8 @@ class Health:
 
 
 def check_script(inventory: Inventory, node: Node) -> str:
+    from runner.render import render  # jinja2: not for the commands that never check a node
+
     embedded = inventory.ssh is None
     return render(
         "remote/check.sh.j2",

@@ -12,15 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from runner.cluster.readiness import Patience, WaitSink, no_wait_sink, wait_until_ready
-from runner.errors import UsageError
 from runner.execute import Executor
 from runner.spec.cluster import Inventory, Node
 from runner.spec.launchplan import LaunchPlan
-from runner.spec.slurmrequest import SlurmRequest
 
 if TYPE_CHECKING:
     from runner.cluster.outputs import StackOutputs
@@ -40,73 +37,35 @@ class Preview(Protocol):
     def launch(self, plan: LaunchPlan, workdir: str) -> str: ...
 
 
+# bench's, run's and exec's --help panel for every engine's options
+WHERE_PANEL = "Where it runs (default: the embedded cluster on this machine)"
+DEFAULT_READY_TIMEOUT = 900.0  # seconds a stack's nodes have to boot, register and answer
+
+OptionsT = TypeVar("OptionsT")
+WAIT_FOR_STACK = Patience(DEFAULT_READY_TIMEOUT)
+
+
 @dataclass(frozen=True)
 class ClusterChoice:
-    """Where to run, as the options said (at most one of hosts, stack, outputs). A field named
-    as one of the options' ``Where`` (runner/cli/options.py) is copied from it by that name
-    (runner/cli/session.py, ``choose``): a new option is declared there and here, never copied
-    by hand."""
+    """Where to run, as the options said: every engine's options (``EngineOptions``,
+    runner/engines/registry.py, one group of fields per engine, declared in the engine's own
+    ``options.py``), each read by its engine through ``of``; and what the command adds."""
 
-    hosts: str | None = None  # a hosts file, or the hosts themselves: h1:4,h2:4
-    stack: str | None = None
-    outputs: Path | None = None
-    local_nodes: int = 1  # size of the embedded cluster when none of the above is given
-    accept_new_host_keys: bool = False
+    options: object = None  # EngineOptions; None: every engine's defaults (the embedded cluster)
+    local_nodes: int = 1  # size of the embedded cluster (and of an allocation --slurm asks for)
     check: bool = False  # health checks (GPUs, InfiniBand, Python) before every launch
-    ready_timeout: float = 900.0  # seconds
-    connect_timeout: float = 30.0  # hosts files: their nodes are up, or the run fails fast
-    slurm: SlurmRequest | None = None  # --slurm: the nodes of a Slurm allocation
+    patience: Patience = WAIT_FOR_STACK  # how long a launch waits for its nodes
     dry_run: bool = False  # --slurm outside an allocation asks for none
     job_name: str = "dtrun"  # the Slurm job dtrun asks for
-    spark: str | None = None  # --spark MASTER: the executors of a Spark master are the nodes
+    drain_failing: bool = False  # --slurm: the health gate drains the nodes that fail it
 
-    @property
-    def patience(self) -> Patience:
-        """How long a launch waits for its nodes. A hosts file's nodes should already be up,
-        so a dead one fails the run within --connect-timeout (a look every 2 s, each
-        connection attempt bounded by ``attempt_s``); a stack's may still be booting."""
-        if self.hosts is not None:
-            attempt = min(10.0, max(2.0, self.connect_timeout / 3))
-            return Patience(self.connect_timeout, 2.0, attempt, "--connect-timeout")
-        return Patience(self.ready_timeout)
-
-    def __post_init__(self) -> None:
-        given = [flag for flag, value in self._sources() if value is not None]
-        if self.slurm is not None and self.hosts is not None:
-            raise UsageError(
-                "--slurm runs on the nodes Slurm gives, and --hosts names others",
-                fix="pass --slurm alone (or with --stack NAME for a stack's own Slurm)",
-            )
-        if self.spark is not None and (given or self.slurm is not None):
-            raise UsageError(
-                f"--spark runs on a Spark master's executors, and "
-                f"{(given or ['--slurm'])[0]} names other nodes",
-                fix="pass --spark MASTER alone",
-            )
-        if len(given) > 1:
-            raise UsageError(
-                f"{' and '.join(given)} name two clusters",
-                fix="pass one of --hosts, --stack and --outputs (none: the embedded cluster)",
-            )
-
-    def _sources(self) -> list[tuple[str, object]]:
-        return [("--hosts", self.hosts), ("--stack", self.stack), ("--outputs", self.outputs)]
-
-    @property
-    def embedded(self) -> bool:
-        """None of --hosts, --stack and --outputs: the embedded cluster, on this machine."""
-        return (
-            self.hosts is None
-            and self.stack_name is None
-            and self.slurm is None
-            and self.spark is None
-        )
-
-    @property
-    def stack_name(self) -> str | None:
-        if self.stack is not None:
-            return self.stack
-        return self.outputs.stem if self.outputs is not None else None
+    def of(self, kind: type[OptionsT]) -> OptionsT:
+        """The options of one engine (its ``options.py`` class), as given or defaulted."""
+        if self.options is None:
+            return kind()
+        if not isinstance(self.options, kind):
+            raise TypeError(f"{type(self.options).__name__} holds no {kind.__name__}")
+        return self.options
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from runner.cluster.outputs import StackOutputs, parse_outputs
 from runner.errors import InventoryError
 
 if TYPE_CHECKING:
-    from runner.engines.base import ClusterChoice
+    pass
 
 
 def read_text(path: Path, what: str, fix: str = "") -> str:
@@ -45,20 +45,21 @@ def read_text(path: Path, what: str, fix: str = "") -> str:
     return text
 
 
-def stack_outputs(choice: ClusterChoice) -> StackOutputs:
-    if choice.outputs is not None:
-        text = read_text(choice.outputs, "outputs file")
+def stack_outputs(stack: str | None, outputs: Path | None) -> StackOutputs:
+    """The outputs of --stack's stack, or those --outputs holds."""
+    if outputs is not None:
+        text = read_text(outputs, "outputs file")
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InventoryError(
-                f"{choice.outputs} is not JSON",
+                f"{outputs} is not JSON",
                 why=str(exc) if text.strip() else "the file is empty",
                 fix="save the outputs again with `dtrun outputs --stack NAME --save FILE`",
             ) from None
-        return parse_outputs(data, str(choice.outputs))
+        return parse_outputs(data, str(outputs))
     from runner.azure.stack import check_stack_name
     from runner.azure.stack import outputs as read_outputs
 
-    assert choice.stack is not None  # only called for --stack or --outputs
-    return parse_outputs(read_outputs(check_stack_name(choice.stack)).values, choice.stack)
+    assert stack is not None  # only called for --stack or --outputs
+    return parse_outputs(read_outputs(check_stack_name(stack)).values, stack)

@@ -1,27 +1,66 @@
-"""Every engine, in the order their choices are told apart, and the one the options chose,
-opened. A new engine is one line here (docs/architecture.md, "Adding an engine")."""
+"""Every engine, in the order their choices are told apart, its options, and the one the
+options chose, opened. A new engine is one line in ``ENGINES`` and its options class among
+``EngineOptions``' bases, both here (docs/engines.md, "Adding an engine")."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from runner.engines.base import Cluster, ClusterChoice, Engine, Hooks
 from runner.engines.embedded.engine import EmbeddedEngine
+from runner.engines.embedded.options import EmbeddedOptions
 from runner.engines.slurm.engine import SlurmEngine
+from runner.engines.slurm.options import SlurmOptions
 from runner.engines.spark.engine import SparkEngine
+from runner.engines.spark.options import SparkOptions
 from runner.engines.ssh.engine import SshEngine
+from runner.engines.ssh.options import SshOptions
+from runner.errors import UsageError
 
 ENGINES: tuple[Engine, ...] = (
     SlurmEngine(),  # --slurm, alone or with a stack (its own Slurm)
     SparkEngine(),  # --spark MASTER
-    EmbeddedEngine(),  # none of the above, no --hosts, --stack, --outputs
     SshEngine(),  # --hosts, or a stack's nodes
+    EmbeddedEngine(),  # none of the above: the default
 )
 
 
+@dataclass(frozen=True)
+class EngineOptions(SparkOptions, SlurmOptions, SshOptions, EmbeddedOptions):
+    """Every engine's options, one group of fields per engine (bench, run and exec spread them
+    as `Where`, runner/cli/options.py)."""
+
+    def refuse_two_clusters(self) -> None:
+        """Options that name two clusters are refused, by the command that reads them (inside
+        its error handling: a group is built before the command runs)."""
+        named = [
+            flag
+            for flag, value in (("--hosts", self.hosts), ("--stack", self.stack),
+                                ("--outputs", self.outputs))
+            if value is not None
+        ]  # fmt: skip
+        if self.slurm and self.hosts is not None:
+            raise UsageError(
+                "--slurm runs on the nodes Slurm gives, and --hosts names others",
+                fix="pass --slurm alone (or with --stack NAME for a stack's own Slurm)",
+            )
+        if self.spark is not None and (named or self.slurm):
+            raise UsageError(
+                f"--spark runs on a Spark master's executors, and "
+                f"{(named or ['--slurm'])[0]} names other nodes",
+                fix="pass --spark MASTER alone",
+            )
+        if len(named) > 1:
+            raise UsageError(
+                f"{' and '.join(named)} name two clusters",
+                fix="pass one of --hosts, --stack and --outputs (none: the embedded cluster)",
+            )
+
+
 def selected(choice: ClusterChoice) -> Engine:
-    """The engine the choice selects (ClusterChoice refuses choices that name two)."""
+    """The first engine in ``ENGINES`` the choice selects (the embedded one selects any)."""
     return next(engine for engine in ENGINES if engine.selects(choice))
 
 

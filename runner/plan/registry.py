@@ -3,7 +3,6 @@ with a "did you mean" when it is not there. Pure."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import TypeVar
 
@@ -16,6 +15,8 @@ def lookup(kind: str, name: str, registry: Mapping[str, T]) -> T:
     """Find ``name`` in a registry, or say which names exist and which one was probably meant."""
     if name in registry:
         return registry[name]
+    import difflib  # only for a "did you mean"
+
     close = difflib.get_close_matches(name, list(registry), n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise PlanError(

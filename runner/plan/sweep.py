@@ -70,11 +70,11 @@ def plan_sweep(resolved: ResolvedBench, inventory: Inventory) -> SweepPlan:
         require_nodes(inventory, point.nodes)
     spec = resolved.spec
     points = tuple(plan_point(resolved, inventory, point) for point in resolved.points)
-    launches = tuple(
-        Launch(plan, point_dir(plan.nnodes, repeat), repeat)
-        for plan in points
-        for repeat in range(spec.repeat)
-    )
+    if spec.until_decided:  # round by round, up to --max-launches (runner/report/sequential.py)
+        order = [(plan, repeat) for repeat in range(spec.repeat) for plan in points]
+    else:
+        order = [(plan, repeat) for plan in points for repeat in range(spec.repeat)]
+    launches = tuple(Launch(plan, point_dir(plan.nnodes, repeat), repeat) for plan, repeat in order)
     environment = launch_env(inventory, spec.redacted(), resolved.largest)
     return SweepPlan(
         resolved, inventory, plan_gate(resolved, inventory), points, launches, environment

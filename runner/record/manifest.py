@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import shlex
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,22 +100,37 @@ def source_root() -> Path:
 
 def git_revision(root: Path | None = None) -> dict[str, Any] | None:
     """The checkout's commit and whether tracked files differ from it; None outside git."""
-    root = root or source_root()
+    return git_revision_later(root)()
+
+
+def git_revision_later(root: Path | None = None) -> Callable[[], dict[str, Any] | None]:
+    """git_revision, its git process started now and read when the result is called for, so
+    that it runs while the rest of the manifest is gathered.
+
+    One git process: porcelain v2's header names the commit (``# branch.oid``), and every
+    other line is a changed tracked file (git-status(1), "Porcelain Format Version 2")."""
+    command = ["git", "-C", str(root or source_root()), "status", "--porcelain=v2", "--branch",
+               "--untracked-files=no"]  # fmt: skip
     try:
-        revision = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return {"revision": revision, "dirty": bool(status.strip())}
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+    except OSError:  # no git here
+        return lambda: None
+
+    def result() -> dict[str, Any] | None:
+        try:
+            status, _ = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            return None
+        if process.returncode != 0:  # not a checkout
+            return None
+        lines = status.splitlines()
+        oid = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), "")
+        if len(oid) < 40:  # "(initial)": no commit yet
+            return None
+        return {"revision": oid, "dirty": any(not line.startswith("#") for line in lines)}
+
+    return result

@@ -244,6 +244,7 @@ def write_manifest(
     dtrun was not started from a command line."""
     bench_data = asdict(bench.redacted())
     bench_data["env"] = [list(pair) for pair in bench_data["env"]]
+    git = manifest.git_revision_later()  # git runs while the rest is gathered
     run_dir.write_json(
         run_dir.manifest,
         {
@@ -268,7 +269,7 @@ def write_manifest(
             # cluster does not say when its nodes were created)
             "paid_before": paid_before,
             "versions": manifest.versions(),
-            "git": manifest.git_revision(),
+            "git": git(),
             "launch_environment": [
                 {
                     "key": var.key,
@@ -363,6 +364,7 @@ def write_run_record(  # noqa: PLR0913 - the record's parts, each a keyword
     ``command``: dtrun's arguments as typed."""
     spec_data = asdict(spec.redacted())
     spec_data["env"] = [list(pair) for pair in spec_data["env"]]
+    git = manifest.git_revision_later()  # git runs while the rest is gathered
     run_dir.write_json(
         run_dir.path / "run.json",
         {
@@ -383,7 +385,7 @@ def write_run_record(  # noqa: PLR0913 - the record's parts, each a keyword
             "nodes": [asdict(node) for node in nodes],
             "image": image_of(inventory),
             "versions": manifest.versions(),
-            "git": manifest.git_revision(),
+            "git": git(),
             "environment": manifest.redact_environment(os.environ),
         },
     )

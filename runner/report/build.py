@@ -30,7 +30,6 @@ from runner.report.metrics import (
     ScalingRow,
     busbw_rows,
     projection,
-    scaling_rows,
     verdicts_on_quiet_points,
 )
 from runner.report.model import ASSUMED
@@ -47,12 +46,13 @@ from runner.report.reproduce import (
 )
 from runner.report.resultfile import AllreduceResult, Result
 from runner.report.results import SizeRow, TrainResult
+from runner.report.sequential import STOPPED_TEXT, judged_rows, until_decided
 from runner.report.stages import StageTable, stage_tables
 from runner.report.stats import (
     CONFIDENCE,
-    DEFAULT_TARGET,
     ONE_LAUNCH,
     STATISTIC,
+    confidence_text,
 )
 from runner.report.summaryfile import SUMMARY_SCHEMA
 from runner.spec.request import ScalingMode
@@ -165,7 +165,7 @@ def analyse(run_dir: RunDir) -> Report:
         noise = noise_report(
             {n: [r.noise for r in rs] for n, rs in trained.items()}, manifest.get("noise")
         )
-        rows = scaling_rows(trained, float(bench.get("target_efficiency", DEFAULT_TARGET)))
+        rows = judged_rows(trained, bench)  # --until-decided: as of each point's last look
         rows = verdicts_on_quiet_points(rows, noise)
         if workload == "program":  # --steps is the built-in workload's: your program's steps
             rows = tuple(
@@ -294,6 +294,9 @@ def _context(report: Report) -> dict[str, Any]:
         "statistic": STATISTIC_TEXT,
         "interval": INTERVAL_TEXT,
         "confidence": CONFIDENCE,
+        "confidence_text": "per-look" if until_decided(bench) else confidence_text(CONFIDENCE),
+        "until_decided": until_decided(bench),
+        "stopped_text": STOPPED_TEXT,
         "one_launch": ONE_LAUNCH,
         "first": report.first,
         "widest": report.widest,

@@ -20,6 +20,7 @@ from runner.report.noise import NoiseReport
 from runner.report.resultfile import AllreduceResult
 from runner.report.results import TrainResult
 from runner.report.stats import (
+    CONFIDENCE,
     DEFAULT_TARGET,
     Verdict,
     intervals,
@@ -93,6 +94,12 @@ class ScalingRow:
     # degrees of freedom (launches less one per node count; 0: none).
     launch_sigma: float | None = None
     interval_df: int = 0
+    # The intervals' confidence (summary/6): 95%, or with --until-decided the per-look level
+    # that keeps 5% over all the looks (runner/report/sequential.py); and why the point took
+    # the launches it did: None for a fixed --repeat, else "decided", "maximum" (--max-launches
+    # reached undecided), "ended" (the sweep ended first) or "baseline".
+    confidence: float = CONFIDENCE
+    stopped: str | None = None
 
 
 # Gradient-synchronisation traffic per step, in all-reduces of the whole gradient (the ZeRO
@@ -109,10 +116,12 @@ def pipeline_bubble(pp: int, micro_batches: int, stages_per_rank: int = 1) -> fl
 
 
 def scaling_rows(
-    results: Mapping[int, Sequence[TrainResult]], target: float = DEFAULT_TARGET
+    results: Mapping[int, Sequence[TrainResult]],
+    target: float = DEFAULT_TARGET,
+    confidence: float = CONFIDENCE,
 ) -> tuple[ScalingRow, ...]:
     """One row per node count that has at least one result, ordered by node count, each
-    judged against ``target`` efficiency."""
+    judged against ``target`` efficiency with ``confidence`` intervals."""
     measured = {n: list(rs) for n, rs in sorted(results.items()) if rs}
     if not measured:
         return ()
@@ -148,7 +157,7 @@ def scaling_rows(
                 gradient_bytes=next((r.busbw.gradient_bytes for r in runs if r.busbw), None),
                 peak_memory_bytes=max(r.peak_memory_max_bytes or r.peak_memory_bytes for r in runs),
                 **_layout(runs[0]),
-                **intervals(nodes / base_nodes, runs, measured[base_nodes], noise),
+                **intervals(nodes / base_nodes, runs, measured[base_nodes], noise, confidence),
                 target_efficiency=target,
                 steps_n=min(len(r.step_times) or r.timed_steps for r in runs),
                 launches_n=len(runs),
@@ -156,6 +165,7 @@ def scaling_rows(
                 step_spread=spread.relative,
                 launch_sigma=noise.sigma,
                 interval_df=noise.df,
+                confidence=confidence,
             )
         )
     return tuple(_judged(row, rows[0]) for row in rows)
@@ -171,7 +181,13 @@ def _judged(row: ScalingRow, base: ScalingRow) -> ScalingRow:
     bounds = (row.efficiency_low, row.efficiency_high)
     single = [where for where, r in (("here", row), ("at the baseline", base)) if r.launches_n < 2]
     said = reason(
-        verdict, row.efficiency, bounds, row.target_efficiency, noise, " and ".join(single)
+        verdict,
+        row.efficiency,
+        bounds,
+        row.target_efficiency,
+        noise,
+        " and ".join(single),
+        row.confidence,
     )
     return replace(row, verdict=verdict, verdict_reason=said)
 

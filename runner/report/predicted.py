@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from runner.azure.sizefacts import expected_busbw
+from runner.azure.sizefacts import expected_busbw, no_busbw_because
 from runner.errors import DtrunError, UsageError
 from runner.predict.inputs import STRATEGIES, Description, Point
 from runner.predict.predict import Launches, Prediction, predict
@@ -114,16 +114,21 @@ def _busbw(
     middle = None if catalog is None else (catalog.low + catalog.high) / 2
     if size is not None and catalog is not None:
         return middle, (f"busbw {middle:g} GB/s across nodes: {size}'s ({catalog.source})",)
+    unused = () if size is None else (no_busbw_because(size, ppn),)  # said, not silently passed
     measured = [row for row in rows if row.nodes > 1 and row.busbw]
     if measured:
         value = measured[-1].busbw
         return value, (
+            *unused,
             f"busbw {value:g} GB/s across nodes, as the probe measured it at "
             f"{measured[-1].nodes} nodes",
         )
     if catalog is not None:
         return middle, (f"busbw {middle:g} GB/s across nodes, the catalog's ({catalog.source})",)
-    return None, ("no busbw across nodes: no probe measured it and the catalog has no size",)
+    return None, (
+        *unused,
+        "no busbw across nodes: no probe measured it and the catalog has no size",
+    )
 
 
 def next_counts(report: Report) -> Prediction | None:

@@ -67,6 +67,7 @@ _BENCH = obj(
     optional={
         "project_tokens": COUNT,
         "target_efficiency": POSITIVE,
+        "until_decided": FLAG,  # then "repeat" is the most launches (train, program)
         "launch": ANY_OBJECT,
         "strategy": nullable(ANY_OBJECT),
     },

@@ -125,11 +125,11 @@ class LaunchNoise:
     sigma: float | None
     df: int
 
-    def critical(self) -> float:
-        """Student's t quantile for a two-sided ``CONFIDENCE`` interval at ``df``."""
+    def critical(self, confidence: float = CONFIDENCE) -> float:
+        """Student's t quantile for a two-sided ``confidence`` interval at ``df``."""
         from scipy.special import stdtrit
 
-        return float(stdtrit(self.df, 1 - (1 - CONFIDENCE) / 2))
+        return float(stdtrit(self.df, 1 - (1 - confidence) / 2))
 
 
 def pooled_launch_noise(points: Sequence[Sequence[TrainResult]]) -> LaunchNoise:
@@ -151,19 +151,21 @@ def intervals(
     results: Sequence[TrainResult],
     base: Sequence[TrainResult],
     noise: LaunchNoise,
+    confidence: float = CONFIDENCE,
 ) -> dict[str, Any]:
-    """A point's 95% intervals of throughput, speedup and efficiency, as ScalingRow's fields:
-    t-intervals on the mean of its launches' log tokens/s, and on its difference from the
-    baseline's, with the sweep's pooled launch-to-launch ``noise`` (``scale``: its node count
-    over the baseline's; 1 is the baseline itself). Absent: no interval, the point or the
-    baseline having one launch (nothing shows how much a launch moves), or no node count two."""
+    """A point's ``confidence`` (95%) intervals of throughput, speedup and efficiency, as
+    ScalingRow's fields: t-intervals on the mean of its launches' log tokens/s, and on its
+    difference from the baseline's, with the sweep's pooled launch-to-launch ``noise``
+    (``scale``: its node count over the baseline's; 1 is the baseline itself). Absent: no
+    interval, the point or the baseline having one launch (nothing shows how much a launch
+    moves), or no node count two."""
     out: dict[str, Any] = {}
     if scale == 1:  # the baseline: 1x and 100% by definition
         out |= dict.fromkeys(("speedup_low", "speedup_high"), 1.0)
         out |= dict.fromkeys(("efficiency_low", "efficiency_high"), 1.0)
     if noise.sigma is None or len(results) < 2:
         return out
-    t = noise.critical()
+    t = noise.critical(confidence)
     mean = statistics.fmean(log_launches(results))
     half = t * noise.sigma / math.sqrt(len(results))
     out["tokens_per_s_low"], out["tokens_per_s_high"] = math.exp(mean - half), math.exp(mean + half)
@@ -194,6 +196,7 @@ def reason(
     target: float,
     noise: str,
     single: str = "",
+    confidence: float = CONFIDENCE,
 ) -> str:
     """The verdict's explanation, as the report and the console print it after the verdict.
     ``noise`` says how much the point's and the baseline's figures vary (see ``noise_text``);
@@ -208,7 +211,7 @@ def reason(
             "much a whole launch's speed moves, which its own steps do not show); to decide, "
             "--repeat 2 or more"
         )
-    ci = f"{CONFIDENCE:.0%} CI {low * 100:.0f}-{high * 100:.0f}%"
+    ci = f"{confidence_text(confidence)} CI {low * 100:.0f}-{high * 100:.0f}%"
     goal = f"the {target * 100:g}% target"
     if verdict is Verdict.SCALES:
         return f"{figure}, {ci}, at or above {goal}"
@@ -218,6 +221,11 @@ def reason(
         f"{figure}, but the {ci} straddles {goal}; to decide: more --repeat, more --steps, "
         f"or a quieter machine ({noise})"
     )
+
+
+def confidence_text(confidence: float) -> str:
+    """95% -> "95%", 98.75% -> "98.75%": as many decimals as the level has."""
+    return f"{confidence * 100:.4g}%"
 
 
 def noise_text(points: Sequence[tuple[int, float | None, float | None]]) -> str:

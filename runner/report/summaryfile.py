@@ -14,8 +14,11 @@ from typing import Any
 from runner.record.readback import damaged, load_json
 
 # 4: where_scaling_is_lost[].finding; 5: intervals from the launches (a t-interval on per-launch
-# log throughput, null from one launch), rows[].launch_sigma and rows[].interval_df
-SUMMARY_SCHEMA = "dtrun.summary/5"
+# log throughput, null from one launch), rows[].launch_sigma and rows[].interval_df;
+# 6: rows[].confidence (the intervals' level: 0.95, or --until-decided's per-look level) and
+# rows[].stopped (--until-decided: why the point took the launches it did; null otherwise).
+# Older summaries read as they are: without these fields, every interval at 95%.
+SUMMARY_SCHEMA = "dtrun.summary/6"
 
 # (list of rows in summary.json, the field's old name, its new name), oldest first
 RENAMED = (("where_scaling_is_lost", "verdict", "finding"),)

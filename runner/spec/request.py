@@ -203,6 +203,12 @@ class LaunchRequest:
         return secret_values(self.env)
 
 
+# --until-decided's default --max-launches: 5 looks (after 2 to 6 launches), each at 99%
+# (runner/report/sequential.py); a point that decides in none costs 6/5 of --repeat's default.
+DEFAULT_MAX_LAUNCHES = 6
+MIN_LAUNCHES = 2  # one launch shows nothing of how much a launch moves: no interval
+
+
 @dataclass(frozen=True)
 class BenchSpec(LaunchRequest):
     """Everything the user asked of one `dtrun bench` sweep."""
@@ -214,7 +220,10 @@ class BenchSpec(LaunchRequest):
     # and 5 launches a node count, so the interval holds the noise between launches too.
     steps: int = 60
     warmup: int = 10
-    repeat: int = 5
+    repeat: int = 5  # with until_decided: the most launches a node count may take
+    # --until-decided: launch at each node count until its efficiency interval decides (at
+    # least 2 launches, at most ``repeat``; runner/report/sequential.py)
+    until_decided: bool = False
     batch: int = 8  # per process in weak mode; per process at the smallest node count in strong
     global_batch: int | None = None  # strong mode: the fixed global batch (default from batch)
     model: ModelSpec = field(default_factory=ModelSpec)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.azure.prices import sweep_price
 from runner.errors import DtrunError, LaunchInterrupted, RunInterruptedError, interruption
@@ -31,7 +32,6 @@ from runner.record.rundir import (
     write_plans,
 )
 from runner.record.runsfile import write_runs
-from runner.report.build import Report
 from runner.report.builder import ReportBuilder
 from runner.report.resultfile import Result
 from runner.spec.cluster import Node
@@ -48,6 +48,9 @@ from runner.spec.outcome import (
 from runner.sweep.eviction import Command
 from runner.sweep.gate import judge, refuse, skipped
 from runner.sweep.runlaunch import Outcome, Ready, always_ready, run_launch
+
+if TYPE_CHECKING:
+    from runner.report.build import Report
 
 
 def _ignore_begin(run_dir: RunDir) -> None:
@@ -231,6 +234,8 @@ class _Runner:
         for launch in self.plan.launches:
             if resumed is not None and resumed.is_done(launch.plan.nnodes, launch.repeat):
                 continue  # --resume: finished with a result before; kept as it was
+            if self.plan.spec.until_decided and not self.runs_next(launch):
+                continue  # --until-decided: this node count has stopped
             self.events.on_start(launch.plan, launch.repeat)
             self.current = (launch, time.monotonic())
             outcome = self.launch(launch)
@@ -240,6 +245,26 @@ class _Runner:
             if outcome.error is not None:
                 self.status, self.error = SweepStatus.FAILED, outcome.error.message
                 raise outcome.error
+
+    def runs_next(self, launch: Launch) -> bool:
+        """--until-decided: whether ``launch``'s node count launches again, on the results
+        recorded so far (runner/report/sequential.py)."""
+        from runner.report.resultfile import load_result
+        from runner.report.results import TrainResult
+        from runner.report.sequential import runs_next
+        from runner.spec.launchplan import RESULT_FILE
+
+        if launch.repeat < 2:
+            return True
+        results: dict[int, list[TrainResult]] = {p.nnodes: [] for p in self.plan.points}
+        for run in sorted(self.sweep.runs, key=lambda run: run.repeat):
+            if run.status is RunStatus.OK:
+                result = load_result(self.sweep.run_dir.path / run.run_dir / RESULT_FILE)
+                if isinstance(result, TrainResult):
+                    results[run.nodes].append(result)
+        nodes, spec = launch.plan.nnodes, self.plan.spec
+        done = len(results[nodes])
+        return runs_next(results, nodes, done, spec.repeat, spec.target_efficiency)
 
     def record(self, run: RunResult) -> None:
         self.sweep.runs.append(run)

@@ -4,7 +4,8 @@ DeepSpeed owns data parallelism here: ``deepspeed.initialize`` wraps the model w
 stage of the generated config (``--deepspeed-config``, rendered by dtrun into the launch
 directory). The optimizer is a plain torch AdamW handed to DeepSpeed, not an ``"optimizer"``
 block in the config, which would compile DeepSpeed's fused Adam first (about 45 s on a CPU
-machine, docs/facts.md §8).
+machine, docs/facts.md §8). Nor does it build DeepSpeed's shared-memory op on a CPU machine
+(``skip_unused_ops``), which training never calls.
 
 Imports only torch, deepspeed, the standard library and its sibling modules.
 """
@@ -88,7 +89,26 @@ class DeepSpeedEngine(DataParallelEngine):
         return "ZeRO 2 and 3 reduce gradients within every backward (DeepSpeed's no_sync refuses)"
 
 
+# DeepSpeed's CPU accelerator JIT-builds its shared-memory all-reduce op (deepspeed_shm_comm, g++
+# into TORCH_EXTENSIONS_DIR: 18-37 s on a machine's first launch here, again whenever another
+# Python environment rebuilt it there) in every process's init_distributed, through build_shm_op.
+# Only inference_all_reduce, for tensor-parallel inference layers, calls it; ZeRO's training
+# collectives go through torch.distributed (deepspeed/comm/torch.py, DeepSpeed 0.19.8). An op
+# marked incompatible is neither built nor loaded: build_shm_op returns None. The table of
+# compatible ops is one dict kept in deepspeed.ops, so the mark holds (deepspeed/ops/__init__.py).
+# No other accelerator (CUDA, ROCm) has the op, so this changes nothing there.
+UNUSED_OPS = ("deepspeed_shm_comm",)
+
+
+def skip_unused_ops() -> None:
+    """Mark the ops the training never calls incompatible, so DeepSpeed builds none of them."""
+    compatible: dict[str, bool] = deepspeed.ops.__compatible_ops__
+    for name in UNUSED_OPS:
+        compatible[name] = False
+
+
 def init_deepspeed(args: argparse.Namespace, backend: str) -> None:
+    skip_unused_ops()
     deepspeed.init_distributed(
         dist_backend=backend, timeout=datetime.timedelta(seconds=args.timeout)
     )

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,7 @@ from runner.execute.success import Next, after_exit, mark_stopped, settle
 from runner.spec.cluster import Node
 from runner.spec.launchplan import LaunchFile, LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult, SuccessRule
-from tests.conftest import processes_under, wait_for
+from tests.conftest import default_signals, processes_under, wait_for
 
 # A node that behaves like torchrun: its worker lives in a session of its own.
 LIKE_TORCHRUN = """
@@ -126,14 +127,22 @@ def test_ctrl_c_stops_every_node_process_before_dtrun_exits(no_leftovers):
         """
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True, cwd=".", bufsize=1
-    )
+        [sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True, cwd=".", bufsize=1,
+        preexec_fn=default_signals,
+    )  # fmt: skip
     assert proc.stdout is not None
     started = [proc.stdout.readline(), proc.stdout.readline()]
     assert all("worker" in line for line in started), started
     wait_for(lambda: len(processes_under(no_leftovers)) >= 4, timeout=30, what="4 node processes")
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=60)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:  # say whether the driver could see the signal at all
+        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+        proc.kill()
+        raise AssertionError(
+            f"no exit 60 s after SIGINT: {[s for s in status if 'Sig' in s]}"
+        ) from None
     assert proc.returncode != 0
     assert processes_under(no_leftovers) == []
 

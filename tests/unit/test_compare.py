@@ -199,6 +199,8 @@ def test_a_difference_at_a_point_measured_in_noise_is_not_called_a_change(
     assert re.search(r"│\s+2 │.*│\s+noisy \(B\) │", done.output)
     assert "no change is called where a run's point was measured in noise:" in done.output
     assert "noise: 2 nodes, B (b): The 2-node point is unreliable:" in done.output
+    # under the table whose changes it holds back, before the set-ups' differences
+    assert done.output.index("noise: 2 nodes") < done.output.index("set-ups")
     as_json = json.loads(runner.invoke(app, ["compare", str(a.path), str(b.path), "--json"]).stdout)
     assert as_json["noisy"][0]["side"] == "B" and as_json["rows"][1]["change"] == "noisy (B)"
 

@@ -8,36 +8,67 @@ from pathlib import Path
 import pytest
 
 from runner.engines.base import ClusterChoice, Hooks
-from runner.engines.registry import ENGINES, open_cluster, selected
+from runner.engines.registry import ENGINES, EngineOptions, open_cluster, selected
+from runner.errors import UsageError
 from runner.spec.launchplan import LaunchPlan
-from runner.spec.slurmrequest import SlurmRequest
+
+
+def _given(**options: object) -> ClusterChoice:
+    return ClusterChoice(EngineOptions(**options))  # type: ignore[arg-type]
+
 
 CHOICES = {
-    "embedded": [ClusterChoice(), ClusterChoice(local_nodes=3, check=True)],
-    "ssh": [
-        ClusterChoice(hosts="h1:4,h2:4"),
-        ClusterChoice(stack="dev"),
-        ClusterChoice(outputs=Path("dev.json")),
-    ],
+    "embedded": [ClusterChoice(), ClusterChoice(local_nodes=3, check=True), _given()],
+    "ssh": [_given(hosts="h1:4,h2:4"), _given(stack="dev"), _given(outputs=Path("dev.json"))],
     "slurm": [
-        ClusterChoice(slurm=SlurmRequest()),
-        ClusterChoice(slurm=SlurmRequest(partition="gpu"), stack="dev"),
-        ClusterChoice(slurm=SlurmRequest(), outputs=Path("dev.json")),
+        _given(slurm=True),
+        _given(slurm=True, partition="gpu", stack="dev"),
+        _given(slurm=True, outputs=Path("dev.json")),
     ],
-    "spark": [ClusterChoice(spark="spark://head:7077")],
+    "spark": [_given(spark="spark://head:7077")],
 }
 
 
 def test_the_registry_holds_the_four_engines_once_each():
-    assert [engine.name for engine in ENGINES] == ["slurm", "spark", "embedded", "ssh"]
+    assert [engine.name for engine in ENGINES] == ["slurm", "spark", "ssh", "embedded"]
 
 
 @pytest.mark.parametrize(
     ("name", "choice"), [(name, choice) for name, choices in CHOICES.items() for choice in choices]
 )
-def test_each_choice_selects_exactly_one_engine(name, choice):
-    assert [engine.name for engine in ENGINES if engine.selects(choice)] == [name]
+def test_each_choice_selects_the_first_engine_that_claims_it(name, choice):
     assert selected(choice).name == name
+    claiming = [engine.name for engine in ENGINES if engine.selects(choice)]
+    assert claiming[0] == name and claiming[-1] == "embedded"  # the default claims everything
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"slurm": True, "hosts": "h1"}, "--slurm runs on the nodes Slurm gives, and --hosts"),
+        (
+            {"spark": "yarn", "stack": "dev"},
+            "--spark runs on a Spark master's executors, and --stack",
+        ),
+        ({"spark": "yarn", "slurm": True}, "and --slurm names other nodes"),
+        ({"hosts": "h1", "outputs": Path("o.json")}, "--hosts and --outputs name two clusters"),
+    ],
+)
+def test_engine_options_that_name_two_clusters_are_refused(options, said):
+    with pytest.raises(UsageError, match=said):
+        EngineOptions(**options).refuse_two_clusters()
+
+
+def test_each_engine_reads_its_own_options_from_the_choice():
+    from runner.engines.slurm.options import SlurmOptions
+    from runner.engines.ssh.options import SshOptions
+
+    choice = _given(outputs=Path("dev.json"), connect_timeout=5.0)
+    assert choice.of(SshOptions).stack_name == "dev"
+    assert choice.of(SlurmOptions).slurm is False
+    assert ClusterChoice().of(SshOptions) == SshOptions()  # nothing given: the defaults
+    with pytest.raises(TypeError):
+        ClusterChoice(options=SshOptions()).of(SlurmOptions)
 
 
 def test_the_embedded_choice_opens_local_nodes_with_no_dry_run_preview():
@@ -48,7 +79,7 @@ def test_the_embedded_choice_opens_local_nodes_with_no_dry_run_preview():
 
 
 def test_the_spark_choice_opens_with_its_dry_run_preview():
-    choice = ClusterChoice(spark="spark://head:7077", local_nodes=2)
+    choice = ClusterChoice(EngineOptions(spark="spark://head:7077"), local_nodes=2)
     with open_cluster(choice, Hooks(notice=print)) as cluster:
         assert cluster.engine.name == "spark"
         assert cluster.preview is not None
@@ -56,7 +87,7 @@ def test_the_spark_choice_opens_with_its_dry_run_preview():
 
 
 def test_spark_readiness_waits_for_nothing_before_its_barrier_job():
-    choice = ClusterChoice(spark="spark://head:7077", local_nodes=2)
+    choice = ClusterChoice(EngineOptions(spark="spark://head:7077"), local_nodes=2)
     with open_cluster(choice, Hooks(notice=print)) as cluster:
         plan = LaunchPlan.__new__(LaunchPlan)  # no fields: reading one would raise
         cluster.ready(plan)  # Spark's barrier job does the waiting, not a look at the nodes
@@ -71,40 +102,59 @@ def test_ssh_ships_the_runner_package_root_wherever_its_executor_module_lives():
     assert all(path.startswith(("runner/__init__.py", "runner/workloads/")) for path in shipped)
 
 
-# Where's options that shape --slurm's request (SlurmRequest) rather than the choice itself.
-SLURM_SHAPING = {"partition", "account", "qos", "time", "constraint", "exclude", "nodelist"}
+def test_every_engine_options_class_is_among_engine_options_bases():
+    """A new engine's options reach bench, run and exec only through EngineOptions' bases."""
+    import importlib
+    import pkgutil
+
+    import runner.engines
+
+    packages = [m.name for m in pkgutil.iter_modules(runner.engines.__path__) if m.ispkg]
+    assert sorted(packages) == sorted(engine.name for engine in ENGINES)
+    for name in packages:
+        module = importlib.import_module(f"runner.engines.{name}.options")
+        classes = [
+            v
+            for v in vars(module).values()
+            if isinstance(v, type)
+            and v.__module__ == module.__name__
+            and v.__name__.endswith("Options")
+        ]
+        assert classes and all(issubclass(EngineOptions, cls) for cls in classes), name
 
 
-def test_every_where_option_reaches_the_cluster_choice_by_its_own_name():
+def test_every_where_option_is_an_engine_option_declared_once():
     from runner.cli.options import Where
-    from runner.cli.session import DERIVED
 
-    carried = {field.name for field in fields(Where)} - DERIVED - SLURM_SHAPING - {"queue_timeout"}
-    assert carried <= {field.name for field in fields(ClusterChoice)}
+    names = [field.name for field in fields(Where)]
+    assert Where is EngineOptions and len(names) == len(set(names))
 
 
-def test_choose_copies_where_s_options_into_the_choice():
+def test_choose_hands_the_options_to_the_engines_and_adds_the_command_s_own():
     from runner.cli.options import Where
     from runner.cli.session import choose
+    from runner.cluster.readiness import Patience
+    from runner.engines.ssh.options import SshOptions
 
     where = Where(hosts="h1:4", accept_new_host_keys=True, ready_timeout=7.0, connect_timeout=5.0)
-    assert choose(where, 3, check=True) == ClusterChoice(
-        hosts="h1:4",
+    choice = choose(where, 3, check=True)
+    assert choice == ClusterChoice(
+        options=where,
         local_nodes=3,
-        accept_new_host_keys=True,
         check=True,
-        ready_timeout=7.0,
-        connect_timeout=5.0,
+        patience=Patience(5.0, 2.0, 2.0, "--connect-timeout"),
     )
-    assert choose(Where(spark="spark://head:7077", local_nodes=2), 1).spark == "spark://head:7077"
-    assert choose(Where(outputs=Path("dev.json")), 1).stack_name == "dev"
+    assert choice.of(SshOptions).accept_new_host_keys is True
+    assert choose(Where(local_nodes=2), 1).local_nodes == 2
+    assert choose(Where(outputs=Path("dev.json")), 1).patience == Patience(900.0)
 
 
 def test_choose_turns_slurm_and_its_options_into_the_request():
     from runner.cli.options import Where
     from runner.cli.session import choose
+    from runner.engines.slurm.options import request_of
 
     choice = choose(Where(slurm=True, partition="gpu", queue_timeout=60.0), 2, job_name="j")
-    assert choice.slurm is not None
-    assert (choice.slurm.partition, choice.slurm.queue_timeout_s) == ("gpu", 60.0)
+    request = request_of(choice)
+    assert (request.partition, request.queue_timeout_s) == ("gpu", 60.0)
     assert (choice.local_nodes, choice.job_name) == (2, "j")

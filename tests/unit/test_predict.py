@@ -325,6 +325,21 @@ def test_size_gives_a_description_its_catalog_busbw_across_nodes(tmp_path: Path)
     assert out["predictions"][0]["efficiency_high"] < free.efficiency_high
 
 
+def test_a_size_whose_busbw_does_not_apply_is_said_not_silently_dropped(tmp_path: Path):
+    # ND96's catalog busbw is for its 8 GPUs per node; a 2-process-per-node description is not
+    data = described(procs_per_node=2, parameters=1.3e9, gradient_bytes_per_parameter=4)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data))
+    done = dtrun("predict", "--from", str(path), "--nodes", "8", "--size",
+                 "Standard_ND96isr_H100_v5", "--json")  # fmt: skip
+    assert done.exit_code == 0, done.output
+    out = json.loads(done.stdout[done.stdout.index("{") :])
+    assert (
+        "--size ND96isr_H100_v5: its catalog busbw is for all its 8 GPUs per node, and the run "
+        "had 2 processes per node, so it is not used"
+    ) in out["assumptions"]
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [

@@ -15,7 +15,7 @@ class EmbeddedEngine:
     name = "embedded"
 
     def selects(self, choice: ClusterChoice) -> bool:
-        return choice.embedded
+        return True  # last in ENGINES: what no other engine selects
 
     @contextlib.contextmanager
     def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:

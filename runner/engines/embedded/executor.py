@@ -20,7 +20,6 @@ import psutil
 
 from runner.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
-from runner.execute.failure import explain_log
 from runner.execute.guard import TAG, drop_guard, start_guard, stop_script
 from runner.execute.success import Next, after_exit, mark_stopped
 from runner.spec.launchplan import LaunchPlan, NodeLaunch
@@ -361,6 +360,8 @@ def sigint_deferred() -> Iterator[None]:
 
 
 def _failure(node: _Node) -> NodeFailedError:
+    from runner.execute.failure import explain_log  # its patterns: only for a failure
+
     assert node.returncode is not None  # only exited nodes are verdicts
     for thread in node.threads:
         thread.join(timeout=5)  # the log is complete once its pipe closes

@@ -7,7 +7,8 @@ import contextlib
 from collections.abc import Iterator
 
 from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
-from runner.engines.slurm.job import allocation_line, open_slurm, stack_head
+from runner.engines.slurm.options import SlurmOptions
+from runner.engines.ssh.options import SshOptions
 from runner.spec.launchplan import LaunchPlan
 
 
@@ -15,26 +16,31 @@ class SlurmEngine:
     name = "slurm"
 
     def selects(self, choice: ClusterChoice) -> bool:
-        return choice.slurm is not None
+        return choice.of(SlurmOptions).slurm
 
     @contextlib.contextmanager
     def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
-        if choice.stack_name is None:
+        # here, not at the top: every command imports the engine registry, few use Slurm
+        from runner.engines.slurm.job import open_slurm, stack_head
+
+        where = choice.of(SshOptions)  # --stack or --outputs: the stack's own Slurm
+        if where.stack_name is None:
             with open_slurm(self, choice, hooks.notice) as cluster:
                 yield cluster
             return
         from runner.engines.inputs import stack_outputs
 
-        outputs = stack_outputs(choice)  # a stack's own Slurm, through its head
+        outputs = stack_outputs(where.stack, where.outputs)  # a stack's own Slurm, through its head
         hooks.on_outputs(outputs)
         with (
-            stack_head(choice.stack_name, outputs) as head,
+            stack_head(where.stack_name, outputs) as head,
             open_slurm(self, choice, hooks.notice, head) as cluster,
         ):
             yield cluster
 
     def preview(self, cluster: Cluster) -> Preview | None:
         from runner.engines.slurm.executor import SlurmExecutor
+        from runner.engines.slurm.job import allocation_line
         from runner.engines.slurm.preview import SlurmPreview
 
         assert isinstance(cluster.executor, SlurmExecutor)

@@ -38,7 +38,6 @@ from runner.errors import (
     UsageError,
 )
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
-from runner.execute.failure import explain_log
 from runner.execute.guard import TAG, drop_guard
 from runner.execute.success import Next, Settled, mark_stopped, settle
 from runner.render import render
@@ -272,6 +271,8 @@ class SlurmExecutor:
         ):
             error = slurm  # Slurm ended the step: a node that exited on its signal is not it
         elif settled.next is Next.FAILED and settled.launch is not None:
+            from runner.execute.failure import explain_log  # its patterns: only for a failure
+
             node, address = settled.launch.node.name, settled.launch.node.address
             log = step.workdir / f"{node}.log"
             error = NodeFailedError(node, address, step.exits[node][0], str(log), explain_log(log))

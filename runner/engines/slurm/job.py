@@ -30,6 +30,7 @@ from runner.engines.slurm.allocation import (
 from runner.engines.slurm.executor import SlurmExecutor
 from runner.engines.slurm.fault import job_end
 from runner.engines.slurm.lease import Lease
+from runner.engines.slurm.options import request_of
 from runner.engines.slurm.shell import LIVE, SlurmShell, cancel, job_state
 from runner.engines.slurm.stage import HeadStaging, head_shell
 from runner.errors import UsageError
@@ -122,8 +123,7 @@ def pending_notice(notice: Notice) -> Callable[[str, str, float, float], None]:
 def open_slurm(
     engine: Engine, choice: ClusterChoice, notice: Notice, head: Head | None = None
 ) -> Iterator[Cluster]:
-    request = choice.slurm
-    assert request is not None  # only called for --slurm
+    request = request_of(choice)
     shell = head.shell if head is not None else SlurmShell()
     if head is not None and request.partition is None:
         request = replace(request, partition=head.partition)  # the stack's one partition
@@ -182,8 +182,7 @@ def open_slurm(
 
 def allocation_line(choice: ClusterChoice) -> str:
     """The allocation request a dry run prints."""
-    assert choice.slurm is not None
     job = inside_allocation()
     if job is not None:
         return f"# the allocation: the Slurm job this runs inside ({job}); none is asked for"
-    return shlex.join(allocation_request(choice.slurm, choice.local_nodes, choice.job_name))
+    return shlex.join(allocation_request(request_of(choice), choice.local_nodes, choice.job_name))

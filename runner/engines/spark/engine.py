@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Iterator
 
 from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview
+from runner.engines.spark.options import SparkOptions
 from runner.spec.launchplan import LaunchPlan
 
 
@@ -13,16 +14,17 @@ class SparkEngine:
     name = "spark"
 
     def selects(self, choice: ClusterChoice) -> bool:
-        return choice.spark is not None
+        return choice.of(SparkOptions).spark is not None
 
     @contextlib.contextmanager
     def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
         from runner.engines.spark.executor import SparkExecutor
         from runner.engines.spark.inventory import spark_inventory
 
-        assert choice.spark is not None
-        inventory = spark_inventory(choice.spark, choice.local_nodes)
-        executor = SparkExecutor(choice.spark, f"{inventory.python_bin}/python", inventory.code_dir)
+        master = choice.of(SparkOptions).spark
+        assert master is not None
+        inventory = spark_inventory(master, choice.local_nodes)
+        executor = SparkExecutor(master, f"{inventory.python_bin}/python", inventory.code_dir)
         try:  # one Spark application for every launch of the command (runner/engines/spark/app.py)
             yield Cluster(inventory, executor, choice, self)
         finally:

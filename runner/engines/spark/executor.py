@@ -31,7 +31,6 @@ from runner.errors import (
     UsageError,
 )
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
-from runner.execute.failure import explain_log
 from runner.render import render
 from runner.spec.launchplan import LaunchPlan
 from runner.spec.outcome import NodeResult
@@ -195,6 +194,8 @@ def node_failure(
     lost = [r for r in results if r.cause is not None]
     error: RunError
     if failed:
+        from runner.execute.failure import explain_log  # its patterns: only for a failure
+
         first = failed[0]
         assert first.exit_code is not None
         detail = explain_log(Path(first.log_path))

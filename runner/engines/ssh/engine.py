@@ -13,6 +13,7 @@ from runner.cluster.outputs import inventory_from_stack
 from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
 from runner.engines.embedded.inventory import embedded_inventory
 from runner.engines.inputs import read_text, stack_outputs
+from runner.engines.ssh.options import SshOptions
 from runner.spec.cluster import Inventory
 from runner.spec.launchplan import LaunchPlan
 from runner.spec.text import plural
@@ -22,13 +23,15 @@ class SshEngine:
     name = "ssh"
 
     def selects(self, choice: ClusterChoice) -> bool:
-        # a stack with --slurm is Slurm's; --spark beside either is refused by ClusterChoice
-        return choice.hosts is not None or (choice.stack_name is not None and choice.slurm is None)
+        # after Slurm in ENGINES: a stack with --slurm is Slurm's (--spark beside either is
+        # refused by EngineOptions)
+        options = choice.of(SshOptions)
+        return options.hosts is not None or options.stack_name is not None
 
     def open(
         self, choice: ClusterChoice, hooks: Hooks
     ) -> contextlib.AbstractContextManager[Cluster]:
-        if choice.hosts is not None:
+        if choice.of(SshOptions).hosts is not None:
             return self._hosts(choice, hooks)
         return self._stack(choice, hooks)
 
@@ -37,11 +40,12 @@ class SshEngine:
         from runner.engines.ssh.executor import SshExecutor
         from runner.engines.ssh.session import SshSession
 
-        assert choice.hosts is not None
-        inventory = _through_ssh_config(_hosts_inventory(choice.hosts))
+        options = choice.of(SshOptions)
+        assert options.hosts is not None
+        inventory = _through_ssh_config(_hosts_inventory(options.hosts))
         with SshSession(
             inventory,
-            accept_new_host_keys=choice.accept_new_host_keys,
+            accept_new_host_keys=options.accept_new_host_keys,
             notice=hooks.notice,
             # one attempt per look: the readiness barrier retries until --connect-timeout
             connect_timeout=choice.patience.attempt_s,
@@ -55,9 +59,10 @@ class SshEngine:
         from runner.engines.ssh.registration import no_poll, wait_for_registry
         from runner.engines.ssh.session import SshSession
 
-        name = choice.stack_name
+        options = choice.of(SshOptions)
+        name = options.stack_name
         assert name is not None
-        outputs = stack_outputs(choice)
+        outputs = stack_outputs(options.stack, options.outputs)
         hooks.on_outputs(outputs)
         access = inventory_from_stack(name, outputs)  # no nodes yet: they register at boot
         with SshSession(access, notice=hooks.notice) as session:
@@ -68,7 +73,7 @@ class SshEngine:
                 session,
                 name,
                 outputs,
-                timeout_s=choice.ready_timeout,
+                timeout_s=options.ready_timeout,
                 on_poll=hooks.on_poll if hooks.on_poll is not None else no_poll,
             )
             yield Cluster(session.inventory, SshExecutor(session), choice, self)

@@ -32,7 +32,6 @@ from runner.engines.ssh.transfer import (
 )
 from runner.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
-from runner.execute.failure import explain_log
 from runner.execute.guard import stop_script
 from runner.execute.success import Next, after_exit, mark_stopped
 from runner.spec.cluster import Node
@@ -316,6 +315,8 @@ class SshExecutor:
                 code = 1 if result.exit_code is None else result.exit_code
                 step = after_exit(plan.success, result.launch, code)
                 if step is Next.FAILED:
+                    from runner.execute.failure import explain_log  # only for a failure
+
                     node = result.launch.node
                     log = workdir / f"{node.name}.log"
                     return NodeFailedError(

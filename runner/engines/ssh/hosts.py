@@ -7,7 +7,6 @@ The shapes are documented in docs/clusters.md ("Hosts files").
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Callable
@@ -118,6 +117,8 @@ def _fields(node: yaml.Node, source: str, allowed: set[str], what: str) -> dict[
         key = str(key_node.value)
         line = key_node.start_mark.line + 1
         if key not in allowed:
+            import difflib  # only for a "did you mean"
+
             close = difflib.get_close_matches(key, sorted(allowed), n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise _error(

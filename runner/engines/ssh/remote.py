@@ -8,7 +8,6 @@ from pathlib import Path
 
 import runner
 from runner.execute.guard import TAG, WAIT_FOR_END, stop_script
-from runner.render import render
 from runner.spec.cluster import Inventory
 
 
@@ -44,6 +43,8 @@ def launch_command(remote_dir: str, script: str, tag: str, grace_s: float) -> st
     The wrapper is a POSIX sh script; the login shell is whatever the node's account has (bash,
     dash, zsh, fish, csh). It gets one line they all read alike, with no character any of them
     treats specially: sh runs the wrapper, carried in base64."""
+    from runner.render import render  # jinja2: only for launches, not for `dtrun exec`
+
     wrapper = render(
         "remote/launch.sh.j2",
         {"dir": remote_dir, "script": script, "tag_name": TAG, "tag": tag,

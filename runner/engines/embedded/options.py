@@ -1,0 +1,26 @@
+"""The embedded engine's option: how many nodes on 127.0.0.x (also the size of the allocation
+--slurm asks for outside one). Spread into bench, run and exec through ``EngineOptions``
+(runner/engines/registry.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import typer
+
+from runner.engines.base import WHERE_PANEL
+from runner.spec.bounds import within
+
+
+@dataclass(frozen=True)
+class EmbeddedOptions:
+    local_nodes: Annotated[
+        int | None,
+        typer.Option(
+            help="Size of the embedded cluster, or of the allocation --slurm asks for outside one "
+            "(default: the nodes the command needs; exec: 2)"
+            f"{within('--local-nodes')}.",
+            rich_help_panel=WHERE_PANEL,
+        ),
+    ] = None

@@ -1,0 +1,95 @@
+"""The Slurm engine's options: --slurm and the sbatch options passed through to the allocation
+dtrun asks for. Spread into bench, run and exec through ``EngineOptions``
+(runner/engines/registry.py); ``request_of`` turns them into the engine's request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from runner.errors import UsageError
+from runner.spec.bounds import within
+from runner.spec.slurmrequest import DEFAULT_QUEUE_TIMEOUT_S, SlurmRequest
+
+if TYPE_CHECKING:
+    from runner.engines.base import ClusterChoice
+
+PANEL = "Slurm (--slurm)"
+
+
+def _sbatch(flag: str, what: str) -> Any:  # typer.Option's own return type
+    return typer.Option(
+        f"--{flag}",
+        help=f"--slurm: sbatch --{flag} of the allocation dtrun asks for ({what}).",
+        rich_help_panel=PANEL,
+        show_default=False,
+    )
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    slurm: Annotated[
+        bool,
+        typer.Option(
+            "--slurm",
+            help="Run on Slurm: inside the allocation dtrun runs in (salloc, sbatch), or one it "
+            "asks for with the largest node count and cancels at the end; every launch is an "
+            "srun step.",
+            rich_help_panel=PANEL,
+        ),
+    ] = False
+    partition: Annotated[str | None, _sbatch("partition", "a partition from sinfo")] = None
+    account: Annotated[str | None, _sbatch("account", "the account charged")] = None
+    qos: Annotated[str | None, _sbatch("qos", "a quality of service")] = None
+    time: Annotated[str | None, _sbatch("time", "its time limit, e.g. 30 or 2:00:00")] = None
+    constraint: Annotated[str | None, _sbatch("constraint", "node features, e.g. ib&a100")] = None
+    exclude: Annotated[str | None, _sbatch("exclude", "nodes not to use, e.g. gpu[03,07]")] = None
+    nodelist: Annotated[str | None, _sbatch("nodelist", "nodes it must have")] = None
+    queue_timeout: Annotated[
+        float,
+        typer.Option(
+            help="--slurm: seconds dtrun's allocation may wait in the queue (saying Slurm's "
+            "reason) before dtrun cancels it and stops"
+            f"{within('--queue-timeout')}.",
+            rich_help_panel=PANEL,
+        ),
+    ] = DEFAULT_QUEUE_TIMEOUT_S
+
+    def slurm_request(self, drain_failing: bool = False) -> SlurmRequest | None:
+        """--slurm's request; Slurm options without --slurm are refused (they would be lost)."""
+        from runner.engines.slurm.lease import lease_seconds
+
+        request = SlurmRequest(
+            partition=self.partition,
+            account=self.account,
+            qos=self.qos,
+            time=self.time,
+            constraint=self.constraint,
+            exclude=self.exclude,
+            nodelist=self.nodelist,
+            queue_timeout_s=self.queue_timeout,
+            drain_failing=drain_failing,
+        )
+        if self.slurm:
+            return replace(request, lease_s=lease_seconds())
+        given = [flag for flag, _ in request.passed_through()]
+        if drain_failing:
+            given.append("--drain-failing")
+        if self.queue_timeout != DEFAULT_QUEUE_TIMEOUT_S:
+            given.append("--queue-timeout")
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} {'shapes' if len(given) == 1 else 'shape'} a Slurm "
+                "allocation, and --slurm was not given",
+                fix=f"add --slurm, or leave {'them' if len(given) > 1 else 'it'} out",
+            )
+        return None
+
+
+def request_of(choice: ClusterChoice) -> SlurmRequest:
+    """The request of a choice the Slurm engine selected (--slurm was given)."""
+    request = choice.of(SlurmOptions).slurm_request(choice.drain_failing)
+    assert request is not None, "only the Slurm engine's choices have a request"
+    return request

@@ -1,0 +1,90 @@
+"""The SSH engine's options: a hosts file or a stack's nodes, and how long they have to answer.
+Spread into bench, run and exec through ``EngineOptions`` (runner/engines/registry.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runner.cluster.readiness import Patience
+from runner.engines.base import DEFAULT_READY_TIMEOUT, WHERE_PANEL
+from runner.spec.bounds import within
+
+DEFAULT_CONNECT_TIMEOUT = 30.0
+
+Hosts = Annotated[
+    str | None,
+    typer.Option(
+        metavar="FILE|HOSTS",
+        help="Run on the machines of a hosts file (YAML, MPI `HOST slots=N`, `h1:4,h2:4` lists) "
+        'or on these hosts: h1:4,h2:4 (as Horovod -H, "$MLP_MPI_HOSTS").',
+        rich_help_panel=WHERE_PANEL,
+    ),
+]
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    hosts: Hosts = None  # a hosts file, or the hosts themselves: h1:4,h2:4
+    stack: Annotated[
+        str | None,
+        typer.Option(
+            "--stack",
+            "-s",
+            help="Run on the cluster of this Pulumi stack.",
+            rich_help_panel=WHERE_PANEL,
+        ),
+    ] = None
+    outputs: Annotated[
+        Path | None,
+        typer.Option(
+            "--outputs",
+            help="Run on the cluster whose outputs this file holds (dtrun outputs --save).",
+            rich_help_panel=WHERE_PANEL,
+        ),
+    ] = None
+    accept_new_host_keys: Annotated[
+        bool,
+        typer.Option(
+            "--accept-new-host-keys",
+            help="Record host keys not yet in known_hosts (never a changed one) and say so.",
+            rich_help_panel=WHERE_PANEL,
+        ),
+    ] = False
+    ready_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Stacks: seconds to wait for nodes to boot, register and answer before giving up"
+            f"{within('--ready-timeout')}.",
+            rich_help_panel=WHERE_PANEL,
+        ),
+    ] = DEFAULT_READY_TIMEOUT
+    connect_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Hosts files: seconds every node has to answer SSH (tried every 2 s) before the "
+            "run fails, naming the nodes that did not"
+            f"{within('--connect-timeout')}.",
+            rich_help_panel=WHERE_PANEL,
+        ),
+    ] = DEFAULT_CONNECT_TIMEOUT
+
+    @property
+    def stack_name(self) -> str | None:
+        """--stack, or the stack whose outputs --outputs holds (the file's stem)."""
+        if self.stack is not None:
+            return self.stack
+        return self.outputs.stem if self.outputs is not None else None
+
+    @property
+    def patience(self) -> Patience:
+        """How long a launch waits for its nodes. A hosts file's nodes should already be up,
+        so a dead one fails the run within --connect-timeout (a look every 2 s, each
+        connection attempt bounded by ``attempt_s``); a stack's may still be booting."""
+        if self.hosts is not None:
+            attempt = min(10.0, max(2.0, self.connect_timeout / 3))
+            return Patience(self.connect_timeout, 2.0, attempt, "--connect-timeout")
+        return Patience(self.ready_timeout)

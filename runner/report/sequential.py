@@ -1,0 +1,181 @@
+"""`dtrun bench --until-decided`: launch at each node count until its efficiency interval
+decides against the target, or until the maximum of launches (docs/report.md "Stopping when
+decided").
+
+Looking at a growing sample after every launch and stopping at the first interval that clears
+the target inflates the error rate of a plain 95% interval: each look is another chance of a
+wrong verdict. The rule here spends the 5% error over the planned looks: with at most ``K``
+launches a point is looked at after 2, 3, ..., K launches, ``L = K - 1`` looks, and look ``j``
+(after ``j + 1`` launches) uses a ``1 - a_j`` interval with ``a_j = 0.05 · j / (L(L+1)/2)``, a
+share rising with the look (K = 6: 0.33%, 0.67%, 1%, 1.33%, 1.67%). The shares add up to 5%,
+so by the union (Bonferroni) bound the chance that any look's interval misses the truth, and so
+of any wrong verdict however the sweep stops, is at most 5% (alpha spending: Lan and DeMets
+1983, "Discrete sequential boundaries for clinical trials", Biometrika 70(3); Jennison and
+Turnbull 2000, "Group Sequential Methods with Applications to Clinical Trials", ch. 7). Early
+looks get the smaller shares: at two launches the t-interval has few degrees of freedom and is
+wide whatever its level, and a share spent there buys few verdicts
+(benchmarks/interval_coverage.py --until-decided measured rising shares against even ones).
+
+Launches run round by round (every point's first launch, then every point's second, ...), the
+baseline in every round while any point still runs, so that a point's look after ``k`` launches
+compares them with the baseline's first ``k``. A look at ``k`` takes every node count's first
+``k`` launches, only once every node count still running has ``k``: the sweep decides while it
+runs and the report replays the same looks from the recorded results, so both say the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from runner.report.metrics import ScalingRow, scaling_rows
+from runner.report.results import TrainResult
+from runner.report.stats import CONFIDENCE, DEFAULT_TARGET, Verdict, confidence_text
+from runner.spec.request import MIN_LAUNCHES
+
+
+class Stopped(StrEnum):
+    DECIDED = "decided"  # the interval cleared the target at a look
+    MAXIMUM = "maximum"  # --max-launches reached, undecided
+    ENDED = "ended"  # the sweep ended (failed, interrupted) before either
+    BASELINE = "baseline"  # the smallest node count: runs while any point runs
+
+
+# How the report says why a point stopped, after its launches
+STOPPED_TEXT = {
+    Stopped.DECIDED.value: "stopped: decided",
+    Stopped.MAXIMUM.value: "stopped: --max-launches reached undecided",
+    Stopped.ENDED.value: "the sweep ended before it decided",
+    Stopped.BASELINE.value: "the baseline runs while any point runs",
+}
+
+
+def until_decided(bench: Mapping[str, Any]) -> dict[str, int | str] | None:
+    """A manifest's ``bench``: with --until-decided the least and most launches, the looks
+    and the first and last look's confidence; None for a fixed --repeat."""
+    if not bench.get("until_decided"):
+        return None
+    most = int(bench["repeat"])
+    return {
+        "least": MIN_LAUNCHES,
+        "most": most,
+        "looks": looks(most),
+        "first_text": confidence_text(look_confidence(most, MIN_LAUNCHES)),
+        "last_text": confidence_text(look_confidence(most, most)),
+    }
+
+
+def looks(max_launches: int) -> int:
+    """How many times a point's interval is looked at: after 2, 3, ..., ``max_launches``."""
+    return max_launches - MIN_LAUNCHES + 1
+
+
+def look_confidence(max_launches: int, launches: int) -> float:
+    """The confidence of the look after ``launches`` launches: the 5% error spent over the
+    looks in shares rising with the look, 1, 2, ..., L parts of L(L+1)/2."""
+    count = looks(max_launches)
+    look = min(max(launches, MIN_LAUNCHES), max_launches) - MIN_LAUNCHES + 1
+    return 1 - (1 - CONFIDENCE) * look / (count * (count + 1) / 2)
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Where a node count stopped: after how many launches, and why."""
+
+    launches: int
+    why: Stopped
+
+
+def _first(results: Mapping[int, Sequence[TrainResult]], k: int) -> dict[int, list[TrainResult]]:
+    return {n: list(rs[:k]) for n, rs in results.items() if rs}
+
+
+def replay(
+    results: Mapping[int, Sequence[TrainResult]],
+    max_launches: int,
+    target: float = DEFAULT_TARGET,
+) -> tuple[dict[int, Stop], dict[int, ScalingRow]]:
+    """The looks the sweep took on ``results`` (each node count's launches in order): each
+    point that stopped, where and why, and its row at that look. A point without a stop still
+    runs (or the sweep ended before it stopped)."""
+    counts = sorted(n for n, rs in results.items() if rs)
+    if not counts:
+        return {}, {}
+    points = counts[1:]
+    stops: dict[int, Stop] = {}
+    rows: dict[int, ScalingRow] = {}
+    for k in range(MIN_LAUNCHES, max_launches + 1):
+        running = [n for n in points if n not in stops]
+        if not running or any(len(results[n]) < k for n in [counts[0], *running]):
+            break  # a look needs every node count still running at k launches
+        at = look_confidence(max_launches, k)
+        looked = {row.nodes: row for row in scaling_rows(_first(results, k), target, at)}
+        for nodes in running:
+            row = looked[nodes]
+            if row.verdict in (Verdict.SCALES, Verdict.LOSES):
+                stops[nodes], rows[nodes] = Stop(k, Stopped.DECIDED), row
+            elif k == max_launches:
+                stops[nodes], rows[nodes] = Stop(k, Stopped.MAXIMUM), row
+    return stops, rows
+
+
+def runs_next(
+    results: Mapping[int, Sequence[TrainResult]],
+    nodes: int,
+    launches: int,
+    max_launches: int,
+    target: float = DEFAULT_TARGET,
+) -> bool:
+    """Whether node count ``nodes`` launches again, having had ``launches``: always below
+    two, never at the maximum; a point until it decides; the baseline while any point runs."""
+    if launches < MIN_LAUNCHES:
+        return True
+    if launches >= max_launches:
+        return False
+    stops, _ = replay(results, max_launches, target)
+    counts = sorted(results)
+    if nodes == counts[0]:
+        return any(n not in stops for n in counts[1:])
+    return nodes not in stops
+
+
+def sequential_rows(
+    results: Mapping[int, Sequence[TrainResult]],
+    max_launches: int,
+    target: float = DEFAULT_TARGET,
+) -> tuple[ScalingRow, ...]:
+    """The report's rows of an --until-decided sweep: each point as of the look it stopped at
+    (its verdict is that look's), the baseline and any point that never stopped (the sweep
+    ended first) with all their launches, each interval at the confidence of the look its
+    launches make (the baseline's: the last look's)."""
+    whole = scaling_rows(results, target, look_confidence(max_launches, max_launches))
+    if not whole:
+        return whole
+    stops, at_stop = replay(results, max_launches, target)
+    rows = [replace(whole[0], stopped=Stopped.BASELINE.value)]
+    for row in whole[1:]:
+        stop = stops.get(row.nodes)
+        if stop is None:
+            at = look_confidence(max_launches, row.launches_n)
+            ended = {r.nodes: r for r in scaling_rows(results, target, at)}[row.nodes]
+            rows.append(replace(ended, stopped=Stopped.ENDED.value))
+            continue
+        kept = at_stop[row.nodes]
+        if stop.why is Stopped.MAXIMUM:
+            said = kept.verdict_reason.replace("more --repeat", "a higher --max-launches")
+            kept = replace(kept, verdict_reason=said)
+        rows.append(replace(kept, stopped=stop.why.value))
+    return tuple(rows)
+
+
+def judged_rows(
+    results: Mapping[int, Sequence[TrainResult]], bench: Mapping[str, Any]
+) -> tuple[ScalingRow, ...]:
+    """The report's rows for a manifest's ``bench``: every point judged at 95% after its
+    launches, or with --until-decided as of the look it stopped at."""
+    target = float(bench.get("target_efficiency", DEFAULT_TARGET))
+    if until_decided(bench):
+        return sequential_rows(results, int(bench["repeat"]), target)
+    return scaling_rows(results, target)

@@ -1,0 +1,296 @@
+"""`dtrun bench --until-decided`: each node count launches until its efficiency interval decides
+against the target, at least twice and at most --max-launches times, each look spending an even
+share of the 5% error (runner/report/sequential.py, docs/report.md "Stopping when decided")."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from runner import errors
+from runner.cli.app import app
+from runner.engines.embedded.executor import LocalExecutor
+from runner.errors import RunInterruptedError
+from runner.execute import LineSink
+from runner.record.resume import read_resume
+from runner.record.rundir import RunDir
+from runner.report.build import build_report
+from runner.report.metrics import scaling_rows
+from runner.report.sequential import (
+    look_confidence,
+    looks,
+    replay,
+    runs_next,
+    sequential_rows,
+)
+from runner.report.stats import Verdict
+from runner.spec.cluster import Inventory
+from runner.spec.launchplan import RESULT_FILE, LaunchPlan
+from runner.spec.outcome import NodeResult
+from runner.spec.request import BenchSpec
+from runner.sweep.run import run_sweep
+from tests.factories import fake_run_dir, result_data, train_result
+from tests.plans import sweep_plan
+
+runner = CliRunner(env={"COLUMNS": "200"})
+
+
+@pytest.fixture
+def no_stop_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(errors, "_stop_signal", [])
+
+
+# Launches' tokens/s a node, steady to a tenth of a percent: 2 nodes at half the efficiency of
+# one (clearly below a 90% target), or on the target itself, wobbling by 5% (never decided).
+STEADY = [1000.0, 1001.0, 999.0, 1000.5, 1000.2, 999.7, 1000.1, 999.9]
+WOBBLY = [1000.0, 1050.0, 950.0, 1040.0, 960.0, 1030.0, 970.0, 1010.0]
+
+
+def point(tokens: list[float], nodes: int, efficiency: float = 1.0):
+    return [train_result(world=nodes, tokens_per_s=t * nodes * efficiency) for t in tokens]
+
+
+def test_the_looks_spend_the_five_percent_error_in_shares_rising_from_look_to_look():
+    assert looks(6) == 5  # after 2, 3, 4, 5 and 6 launches
+    errors = [1 - look_confidence(6, launches) for launches in range(2, 7)]
+    assert errors == pytest.approx([0.05 * j / 15 for j in range(1, 6)])
+    assert sum(errors) == pytest.approx(0.05)
+    assert look_confidence(2, 2) == pytest.approx(0.95)  # one look: the plain interval
+    assert sum(1 - look_confidence(11, k) for k in range(2, 12)) == pytest.approx(0.05)
+
+
+def test_a_look_uses_the_wider_interval_of_its_share_of_the_error():
+    results = {1: point(WOBBLY[:3], 1), 2: point(WOBBLY[3:6], 2, 0.8)}
+    plain = scaling_rows(results)[1]
+    looked = scaling_rows(results, confidence=look_confidence(6, 3))[1]
+    assert looked.efficiency == plain.efficiency
+    assert None not in (looked.efficiency_low, looked.efficiency_high)
+    assert None not in (plain.efficiency_low, plain.efficiency_high)
+    assert (looked.efficiency_low or 0) < (plain.efficiency_low or 0)
+    assert (looked.efficiency_high or 0) > (plain.efficiency_high or 0)
+    assert "99.33% CI" in looked.verdict_reason and "95% CI" in plain.verdict_reason
+
+
+def test_a_clear_loss_is_decided_after_two_launches():
+    results = {1: point(STEADY[:2], 1), 2: point(STEADY[2:4], 2, efficiency=0.5)}
+    stops, rows = replay(results, 6)
+    assert stops[2].launches == 2 and stops[2].why == "decided"
+    assert rows[2].verdict is Verdict.LOSES
+    assert not runs_next(results, 2, 2, 6)
+    assert not runs_next(results, 1, 2, 6)  # the baseline stops with its last point
+
+
+def test_a_point_on_the_target_runs_to_the_maximum_and_says_so():
+    results = {1: point(WOBBLY[:6], 1), 2: point(WOBBLY[2:8], 2, efficiency=0.9)}
+    for launches in range(2, 6):
+        first = {n: rs[:launches] for n, rs in results.items()}
+        assert runs_next(first, 2, launches, 6)
+        assert runs_next(first, 1, launches, 6)
+    assert not runs_next(results, 2, 6, 6)
+    stops, _ = replay(results, 6)
+    assert stops[2].launches == 6 and stops[2].why == "maximum"
+    row = sequential_rows(results, 6)[1]
+    assert row.stopped == "maximum" and row.verdict is Verdict.INCONCLUSIVE
+    assert "a higher --max-launches" in row.verdict_reason
+    assert "--repeat" not in row.verdict_reason
+
+
+def test_never_fewer_than_two_launches_however_clear_the_first():
+    results = {1: point(STEADY[:1], 1), 2: point(STEADY[1:2], 2, efficiency=0.1)}
+    assert runs_next(results, 1, 1, 6)
+    assert runs_next(results, 2, 1, 6)
+    assert replay(results, 6) == ({}, {})
+
+
+def test_a_point_that_decided_keeps_its_look_while_the_baseline_runs_on_for_another():
+    results = {
+        1: point(STEADY[:4], 1),
+        2: point(STEADY[2:4], 2, efficiency=0.5),  # decided after 2
+        4: point(WOBBLY[:4], 4, efficiency=0.9),  # still running
+    }
+    assert runs_next({n: rs[:2] for n, rs in results.items()}, 1, 2, 6)
+    rows = sequential_rows(results, 6)
+    assert [row.stopped for row in rows] == ["baseline", "decided", "ended"]
+    assert rows[1].launches_n == 2 and rows[1].verdict is Verdict.LOSES
+    # as of its look: against the baseline's first two launches, not all four
+    at_look = scaling_rows({n: rs[:2] for n, rs in results.items()}, 0.9, look_confidence(6, 2))
+    assert rows[1].efficiency_low == at_look[1].efficiency_low
+    # each at its look's level: the last look's for the baseline, after 4 for the one running
+    expected = [look_confidence(6, 6), look_confidence(6, 2), look_confidence(6, 4)]
+    assert [row.confidence for row in rows] == pytest.approx(expected)
+
+
+class Scripted(LocalExecutor):
+    """An executor that runs nothing: each launch writes rank 0's result at the next of
+    ``tokens[nodes]`` (tokens/s a node), as a node would, and counts the launches."""
+
+    def __init__(self, tokens: dict[int, list[float]]) -> None:
+        super().__init__()
+        self.tokens = {nodes: list(values) for nodes, values in tokens.items()}
+        self.launched: list[int] = []
+
+    def run(
+        self,
+        plan: LaunchPlan,
+        workdir: Path,
+        *,
+        timeout_s: float,
+        on_line: LineSink,
+        tag: str | None = None,
+    ) -> tuple[NodeResult, ...]:
+        self.launched.append(plan.nnodes)
+        workdir.mkdir(parents=True, exist_ok=True)
+        tokens = self.tokens[plan.nnodes].pop(0) * plan.nnodes
+        data = result_data(world=plan.world_size, tokens_per_s=tokens)
+        (workdir / RESULT_FILE).write_text(json.dumps(data))
+        return tuple(
+            NodeResult(launch.node.name, launch.node.address, 0, f"{launch.node.name}.log", 0.1)
+            for launch in plan.launches
+        )
+
+
+def bench(run_id: str, until_decided: bool = True, repeat: int = 6) -> BenchSpec:
+    return BenchSpec(
+        run_id=run_id,
+        node_counts=(1, 2),
+        steps=4,
+        warmup=1,
+        repeat=repeat,
+        until_decided=until_decided,
+    )
+
+
+def summary_rows(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = json.loads((path / "summary.json").read_text())["rows"]
+    return rows
+
+
+def test_a_sweep_stops_launching_a_point_once_it_decides(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    executor = Scripted({1: STEADY, 2: [t * 0.5 for t in STEADY]})
+    run_sweep(sweep_plan(fixed_inventory, bench("clear")), tmp_path, executor)
+    assert executor.launched == [1, 2, 1, 2]  # round by round; decided after two each
+    rows = summary_rows(tmp_path / "clear")
+    assert [(r["nodes"], r["launches_n"], r["stopped"]) for r in rows] == [
+        (1, 2, "baseline"),
+        (2, 2, "decided"),
+    ]
+    assert rows[1]["verdict"] == "loses"
+    assert rows[1]["confidence"] == pytest.approx(look_confidence(6, 2))
+    report = (tmp_path / "clear" / "report.md").read_text()
+    assert "2 nodes, n = 10 steps x 2 launches (stopped: decided): **loses**" in report
+    assert "spent over its 5 looks" in report and "from 99.67% after 2 launches" in report
+    assert "99.67% CI" in report
+    assert "untimed; 2 to 6 launches per node count, until decided |" in report
+    shown = runner.invoke(app, ["report", str(tmp_path / "clear")])
+    assert shown.exit_code == 0, shown.output
+    assert "loses (decided)" in shown.output
+    assert "per-look interval" in shown.output
+
+
+def test_a_sweep_on_the_target_stops_at_the_maximum(tmp_path: Path, fixed_inventory: Inventory):
+    executor = Scripted({1: WOBBLY, 2: [t * 0.9 for t in reversed(WOBBLY)]})
+    run_sweep(sweep_plan(fixed_inventory, bench("ambiguous", repeat=4)), tmp_path, executor)
+    assert executor.launched == [1, 2] * 4
+    rows = summary_rows(tmp_path / "ambiguous")
+    assert rows[1]["stopped"] == "maximum" and rows[1]["launches_n"] == 4
+    assert rows[1]["verdict"] == "inconclusive"
+
+
+def test_a_fixed_sweep_keeps_its_order_and_says_nothing_of_stopping(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    executor = Scripted({1: STEADY, 2: [t * 0.5 for t in STEADY]})
+    run_sweep(sweep_plan(fixed_inventory, bench("fixed", False, 3)), tmp_path, executor)
+    assert executor.launched == [1, 1, 1, 2, 2, 2]
+    rows = summary_rows(tmp_path / "fixed")
+    assert [r["stopped"] for r in rows] == [None, None]
+    assert rows[1]["confidence"] == 0.95
+    assert "looks" not in (tmp_path / "fixed" / "report.md").read_text()
+
+
+def test_the_report_rebuilt_later_replays_the_same_looks(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    spec = BenchSpec(run_id="later", node_counts=(1, 2), repeat=6, until_decided=True)
+    # tokens/s of the whole point: about 90% efficiency, 5% apart, 2 of 6 launches
+    run_dir = fake_run_dir(
+        tmp_path / "later", spec, fixed_inventory, {1: [1000.0, 1050.0], 2: [1800.0, 1900.0]}
+    )
+    build_report(RunDir(run_dir.path))
+    rows = summary_rows(run_dir.path)
+    assert rows[1]["stopped"] == "ended"  # the sweep ended before it decided
+    assert rows[1]["verdict"] == "inconclusive"
+    assert math.isclose(rows[1]["confidence"], look_confidence(6, 2))
+    report = (run_dir.path / "report.md").read_text()
+    assert "x 2 launches (the sweep ended before it decided)" in report
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--until-decided", "--max-launches", "1"], "--max-launches 1 is out of range"),
+        (["--until-decided", "--max-launches", "1001"], "--max-launches 1001 is out of range"),
+        (["--max-launches", "4"], "--max-launches bounds --until-decided, which is not given"),
+        (["--until-decided", "--repeat", "3"], "--repeat fixes the launches"),
+        (["--until-decided", "--workload", "allreduce"], "the allreduce workload gives none"),
+    ],
+)
+def test_a_bad_stopping_option_is_one_clear_message_and_exit_2(
+    tmp_path: Path, args: list[str], said: str
+):
+    done = runner.invoke(app, ["bench", "--dry-run", "--output", str(tmp_path), *args])
+    assert done.exit_code == 2, done.output
+    assert said in done.output
+    assert "Traceback" not in done.output
+
+
+def test_the_dry_run_plans_the_rounds_up_to_the_maximum(tmp_path: Path):
+    done = runner.invoke(
+        app,
+        ["bench", "--dry-run", "--output", str(tmp_path), "--until-decided", "--max-launches", "3"],
+    )
+    assert done.exit_code == 0, done.output
+    assert "up to 3 launches" in done.output
+
+
+class StoppedAt(Scripted):
+    """``Scripted``, with a Ctrl-C arriving as launch number ``at`` (from 1) begins."""
+
+    def __init__(self, tokens: dict[int, list[float]], at: int) -> None:
+        super().__init__(tokens)
+        self.at = at
+
+    def run(
+        self,
+        plan: LaunchPlan,
+        workdir: Path,
+        *,
+        timeout_s: float,
+        on_line: LineSink,
+        tag: str | None = None,
+    ) -> tuple[NodeResult, ...]:
+        if len(self.launched) + 1 == self.at:
+            raise KeyboardInterrupt
+        return super().run(plan, workdir, timeout_s=timeout_s, on_line=on_line, tag=tag)
+
+
+def test_a_resumed_sweep_runs_only_the_launches_the_rule_still_owes(
+    tmp_path: Path, fixed_inventory: Inventory, no_stop_yet: None
+):
+    tokens = {1: STEADY, 2: [t * 0.5 for t in STEADY]}
+    with pytest.raises(RunInterruptedError):  # stopped as the 2-node point's second launch began
+        run_sweep(sweep_plan(fixed_inventory, bench("cut")), tmp_path, StoppedAt(tokens, 4))
+    resumed = read_resume(tmp_path / "cut", ())
+    assert resumed.spec.until_decided and resumed.spec.repeat == 6
+    executor = Scripted({1: STEADY[2:], 2: [t * 0.5 for t in STEADY[1:]]})
+    run_sweep(sweep_plan(fixed_inventory, resumed.spec), tmp_path, executor, resumed=resumed)
+    assert executor.launched == [2]  # the second 2-node launch, and then the point had decided
+    rows = summary_rows(tmp_path / "cut")
+    assert [(r["launches_n"], r["stopped"]) for r in rows] == [(2, "baseline"), (2, "decided")]
