@@ -17,6 +17,7 @@ import pytest
 from runner.engines.base import ClusterChoice, Hooks
 from runner.engines.spark.engine import SparkEngine
 from runner.engines.spark.executor import SparkExecutor
+from runner.engines.spark.options import SparkOptions
 from runner.errors import NodeFailedError
 from runner.spec.request import Program, ProgramKind, RunSpec
 from tests.conftest import (
@@ -52,7 +53,7 @@ def _spec(run_id: str, script: Path, marker: Path) -> RunSpec:
 def test_a_failed_launch_leaves_the_application_to_the_next_launch(no_leftovers):
     script, marker = no_leftovers / "fail_once.py", no_leftovers / "failed"
     script.write_text(FAIL_ONCE)
-    choice = ClusterChoice(spark=MASTER, local_nodes=2)
+    choice = ClusterChoice(SparkOptions(spark=MASTER), local_nodes=2)
     with SparkEngine().open(choice, Hooks(notice=print)) as cluster:
         executor = cluster.executor
         assert isinstance(executor, SparkExecutor)

@@ -118,6 +118,8 @@ class SparkExecutor:
         results = node_results(plan, workdir)
         if code == 0:
             return results
+        from runner.execute.failure import explain_log  # its patterns: only for a failure
+
         log = workdir / DRIVER_LOG
         driver = NodeFailedError(DRIVER, "127.0.0.1", 1 if code is None else code, str(log),
                                  explain_log(log))  # fmt: skip
