@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from runner.engines.spark.failures import (
     FAILURE_FILE,
@@ -168,8 +168,8 @@ class Driver:
         self.commands.put(None)
         self.cancels.put((None, f"signal {signum}"))
 
-    def read_commands(self) -> None:
-        for line in sys.stdin:
+    def read_commands(self, commands: TextIO) -> None:
+        for line in commands:
             word, _, rest = line.strip().partition(" ")
             if word == "launch":
                 self.commands.put(rest)
@@ -275,9 +275,11 @@ class Driver:
 
     def serve(self) -> int:
         self.listen()
-        for target in (self.read_commands, self.cancel_jobs):
-            threading.Thread(target=target, name=f"dtrun-spark-{target.__name__}",
-                             daemon=True).start()  # fmt: skip
+        commands = take_stdin()
+        threading.Thread(target=self.read_commands, args=(commands,),
+                         name="dtrun-spark-read_commands", daemon=True).start()  # fmt: skip
+        threading.Thread(target=self.cancel_jobs, name="dtrun-spark-cancel_jobs",
+                         daemon=True).start()  # fmt: skip
         while not self.stopped:
             try:
                 launch_dir = self.commands.get(timeout=0.5)
@@ -293,6 +295,20 @@ class Driver:
             with contextlib.suppress(Exception):
                 self.spark.stop()
         return 128 + self.stopped[0] if self.stopped else 0
+
+
+def take_stdin() -> TextIO:
+    """dtrun's command pipe, as a copy of stdin that no child inherits; stdin becomes
+    /dev/null. Read from sys.stdin, a fork while the reading thread waits (horovod.spark checks
+    its extensions in a multiprocessing child) copies the reader's lock held, and the child's
+    own close of sys.stdin (multiprocessing's ``_close_stdin``) waits on it forever: the first
+    horovod-spark launch on a kept application hung so."""
+    commands = os.fdopen(os.dup(sys.stdin.fileno()), encoding="utf-8")  # os.dup: not inherited
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, sys.stdin.fileno())
+    os.close(null)
+    sys.stdin = Path(os.devnull).open(encoding="utf-8")  # noqa: SIM115 - the process's own stdin
+    return commands
 
 
 def main(argv: list[str]) -> int:
