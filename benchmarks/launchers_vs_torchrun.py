@@ -9,7 +9,9 @@ per launch): torchdistributor (TorchDistributor, DDP) and horovod-spark (horovod
 Horovod). Every launch runs with --no-health-gate. After one warm-up round, the launchers run in
 turn, round after round (torchrun, deepspeed, mpirun, torchrun, ...), and each round's wall times
 and tokens/s are divided by that round's torchrun figures; the medians of those ratios are
-printed. `--launchers a,b` runs a subset (torchrun is always the baseline).
+printed. `--launchers a,b` runs a subset (torchrun is always the baseline). `--repeat N` makes
+each point N launches (a default sweep runs 5 at each node count): the Spark launchers start one
+Spark application per sweep (issue 29), so its start is paid once for the N launches.
 
 DeepSpeed compiles a shared-memory op with g++ on its first launch on a machine (cached in
 ~/.cache/torch_extensions). That cost is measured apart: one launch with an empty
@@ -61,7 +63,7 @@ def point(
     command = [
         str(BIN / "dtrun"), "bench", "--nodes", "2", "--launcher", launcher,
         "--steps", str(args.steps), "--warmup", str(args.warmup), "--port", str(port),
-        "--output", str(workdir), "--run-id", run_id, "--repeat", "1", "--quiet",
+        "--output", str(workdir), "--run-id", run_id, "--repeat", str(args.repeat), "--quiet",
         "--no-health-gate", *EXTRA.get(launcher, ()),
     ]  # fmt: skip
     start = time.perf_counter()
@@ -80,6 +82,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--port", type=int, default=29720)
     parser.add_argument("--launchers", default=None, help="a subset, comma-separated")
+    parser.add_argument("--repeat", type=int, default=1, help="launches per point")
     args = parser.parse_args()
 
     names = launchers(args.launchers)
@@ -89,7 +92,8 @@ def main() -> None:
         f"{os.cpu_count()} cores, Python {platform.python_version()}"
     )
     print(
-        f"one point: 2 embedded nodes x 1 process, {args.steps} steps ({args.warmup} warm-up); "
+        f"one point: 2 embedded nodes x 1 process, {args.repeat} launch(es) of {args.steps} steps "
+        f"({args.warmup} warm-up); "
         f"launchers: {', '.join(names)}"
     )
     walls: dict[str, list[float]] = {name: [] for name in names}

@@ -65,8 +65,9 @@ def executor_pids(worker: int) -> list[int]:
     return found
 
 
-def start(root: Path, memory: str = "1g") -> StandaloneSpark:
-    """``memory``: what each worker offers its executors (an executor asks for 1g)."""
+def start(root: Path, memory: str = "1g", *, bare: bool = False) -> StandaloneSpark:
+    """``memory``: what each worker offers its executors (an executor asks for 1g); ``bare``:
+    the daemons get no PYTHONPATH (this checkout's dtrun), as on a cluster without dtrun."""
     require_e2e("a Spark cluster")
     with socket.socket() as probe:
         if probe.connect_ex(MASTER) == 0:
@@ -74,6 +75,8 @@ def start(root: Path, memory: str = "1g") -> StandaloneSpark:
     home = _spark_home()
     spark_class = str(home / "bin" / "spark-class")
     env = {**os.environ, "SPARK_HOME": str(home)}
+    if bare:
+        env.pop("PYTHONPATH", None)
     cluster = StandaloneSpark(root)
 
     def daemon(name: str, args: list[str], extra: dict[str, str]) -> None:

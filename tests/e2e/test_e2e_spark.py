@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -61,8 +62,18 @@ def test_a_sweep_runs_on_spark_executors_with_each_spark_launcher(no_leftovers, 
     for node in ("spark-0", "spark-1"):  # node_main's own log and exit code, per node
         assert (run / "n2" / "r0" / f"{node}.exit").read_text().strip() == "0"
         assert "dtrun" in (run / "n2" / "r0" / f"{node}.log").read_text() or node != "spark-0"
-    assert "Spark is up" in (run / "n2" / "r0" / "spark-driver.log").read_text()
+    # one Spark application for the sweep: started for its first launch, and used by the next
+    first, second = (run / n / "r0" / "spark-driver.log" for n in ("n1", "n2"))
+    assert "Spark is up" in first.read_text() and "Spark is up" not in second.read_text()
+    assert len({_application(first), _application(second)}) == 1
     assert (run / "report.md").exists()
+
+
+def _application(driver_log: Path) -> str:
+    """The Spark application the launch ran on, as its driver log names it."""
+    found = re.search(r"on Spark application (\S+):", driver_log.read_text())
+    assert found is not None, driver_log.read_text()
+    return found.group(1)
 
 
 FAIL_ON_NODE_1 = """\

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from runner.engines.spark.driver import (
+from runner.engines.spark.executor import driver_failure, node_failure, node_results
+from runner.engines.spark.failures import (
     FAILURE_FILE,
     executor_wait_s,
     master_unreachable,
     task_failure,
     write_failure,
 )
-from runner.engines.spark.executor import driver_failure, node_failure, node_results
 from runner.engines.spark.inventory import executors, spark_inventory
 from runner.engines.spark.node import contract_from_horovod, executor_address, node_main
 from runner.errors import NodeFailedError, PlanError, UsageError

@@ -71,7 +71,7 @@ def _produce() -> None:
         )
         plan = build_run_plan(inventory, spec)
         wrapper(plan, "r1")
-        driver_script(plan, "spark://h:7077", "/opt/venv/bin/python", "/opt/c", "tag1")
+        driver_script(plan.rdzv_id, "spark://h:7077", "/opt/venv/bin/python", "/opt/c", "tag1")
         check_script(plan, PeerSsh(("-p", "2222", "-i", "/keys/id_ed25519")))
         readiness_script(replace(inventory, ssh=SSH), inventory.nodes[0])
     # `dtrun bench -- PROGRAM`: the step hook's lines in every launcher's script

@@ -1,17 +1,25 @@
-"""The Spark driver of one launch: ``python -m runner.engines.spark.driver MASTER LAUNCH_DIR``.
+"""The Spark driver of a sweep: ``python -m runner.engines.spark.driver MASTER APP_DIR``.
 
-Started by the Spark engine (runner/engines/spark/executor.py) as the one local process of a launch.
-It opens a SparkSession on MASTER with the launch's Python on the executors, then lets the Spark
-launcher start the ranks, one barrier task per node:
+Started by the Spark engine (runner/engines/spark/app.py) on this machine at the sweep's first
+launch and kept until the sweep ends, as the Slurm engine keeps one allocation: the Spark
+application (its SparkSession, and under local-cluster the master, workers and executor JVMs)
+starts once, and every launch of the sweep is one barrier stage on it. It reads commands on
+stdin, one a line:
 
-- ``torchdistributor``: ``TorchDistributor(num_processes=W, local_mode=False).run(node_main,
-  ...)``, the function form: TorchDistributor's file form reports a failed rank as success
-  (docs/spark.md);
-- ``horovod-spark``: ``horovod.spark.run(node_main, num_proc=N, nics=[NIC])``.
+- ``launch DIR``: run the launch whose files are in DIR (spark.json, node-R.sh), then print
+  ``dtrun-spark-done CODE``: 0 done; 1 failed, and DIR/spark-failure.json says why (which node
+  failed, each node's ``.exit`` file says); 128 + N stopped by signal N;
+- ``cancel``: cancel the launch running now (dtrun's --timeout);
+- end of file: cancel what runs, stop the session and exit 0.
 
-Each task's ``node_main`` (runner/engines/spark/node.py) runs that node's rendered script. On
-SIGTERM, SIGHUP or SIGINT the driver cancels the job and stops the session, then exits 128 +
-the signal. A failed job exits 1 with Spark's words; which node failed, its ``.exit`` file says.
+A launch runs ``TorchDistributor(num_processes=W, local_mode=False).run(node_main, ...)``, the
+function form (TorchDistributor's file form reports a failed rank as success, docs/spark.md),
+or ``horovod.spark.run(node_main, num_proc=N, nics=[NIC])``; each task's ``node_main``
+(runner/engines/spark/node.py) runs that node's rendered script. A failed launch fails its job,
+not the application: the next launch runs on the same executors (a lost executor is replaced by
+Spark's master). If Spark did not start, the driver says why and exits after that launch; dtrun
+starts a new one for the next. On SIGTERM, SIGHUP or SIGINT it cancels the job, stops the
+session and exits 128 + the signal.
 """
 
 from __future__ import annotations
@@ -20,140 +28,33 @@ import contextlib
 import json
 import logging
 import os
-import re
+import queue
 import signal
-import socket
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, TextIO
 
+from runner.engines.spark.failures import (
+    FAILURE_FILE,
+    Failure,
+    executor_wait_s,
+    master_unreachable,
+    no_executors,
+    no_slots,
+    report,
+    spark_said,
+    task_failure,
+)
 from runner.engines.spark.node import TAG, node_main
+from runner.engines.spark.shipping import SHIPPED, build_zip
 from runner.execute.guard import TAG as LAUNCH_TAG
 from runner.spec.text import plural
 
 GROUP = "dtrun-launch"
-FAILURE_FILE = "spark-failure.json"  # what failed, as the driver understood it (SparkExecutor)
-CONNECT_S = 10.0  # how long a master may take to accept a connection
-WAIT_ENV = "DTRUN_SPARK_EXECUTOR_WAIT_S"
-DEFAULT_WAIT_S, MIN_WAIT_S, MAX_WAIT_S = 120, 5, 86400
+DONE = "dtrun-spark-done"  # then the launch's code: the line that ends each launch's output
 CHECK_EVERY_S = 5  # Spark's barrier slot check, retried this often up to the wait (below)
-
-
-def executor_wait_s(environ: dict[str, str] | None = None) -> int:
-    """How long a launch waits for Spark to give it an executor per node: DTRUN_SPARK_EXECUTOR_
-    WAIT_S, default 120; a value out of range is refused before anything runs
-    (runner/engines/spark/inventory.py checks it with the other options)."""
-    text = (os.environ if environ is None else environ).get(WAIT_ENV, "").strip()
-    if not text:
-        return DEFAULT_WAIT_S
-    if not text.isdigit() or not MIN_WAIT_S <= int(text) <= MAX_WAIT_S:
-        raise ValueError(
-            f"{WAIT_ENV} is {text!r}, not a whole number of seconds from {MIN_WAIT_S} to "
-            f"{MAX_WAIT_S}"
-        )
-    return int(text)
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Why the launch failed, written to spark-failure.json for dtrun (runner/engines/
-    spark/executor.py). ``partition``: the node (barrier partition) Spark lost, when it names one;
-    ``exit_code``: that node's, as Spark reported it (an executor's exit)."""
-
-    what: str
-    why: str = ""
-    fix: str = ""
-    partition: int | None = None
-    exit_code: int | None = None
-
-
-def write_failure(path: Path, failure: Failure) -> None:
-    path.write_text(json.dumps(asdict(failure), indent=2) + "\n")
-
-
-def report(path: Path, failure: Failure) -> int:
-    """Say the failure in one line (no traceback: dtrun shows the message), record it, exit 1."""
-    write_failure(path, failure)
-    print(f"dtrun-spark: {failure.what}: {failure.why}", file=sys.stderr, flush=True)
-    return 1
-
-
-def master_unreachable(master: str) -> Failure | None:
-    """For spark://HOST:PORT[,HOST:PORT]: a Failure when no master accepts a connection within
-    CONNECT_S, before Spark retries its registration for about a minute and then reports only
-    "Cannot call methods on a stopped SparkContext"."""
-    if not master.startswith("spark://"):
-        return None
-    said = []
-    for where in master.removeprefix("spark://").split(","):
-        parts = urlsplit(f"spark://{where}")
-        host, port = parts.hostname or "", parts.port or 7077
-        try:
-            with socket.create_connection((host, port), timeout=CONNECT_S):
-                return None
-        except OSError as error:
-            said.append(f"{host}:{port}: {error.strerror or error}")
-    return Failure(
-        f"cannot connect to the Spark master at {master}",
-        why="; ".join(said),
-        fix="start the master (spark-class org.apache.spark.deploy.master.Master), or pass "
-        "--spark with its host and port (`spark://HOST:7077` by default)",
-    )
-
-
-def spark_said(error: BaseException) -> str:
-    """The first line of what Spark (or py4j) said, without Java's stack trace."""
-    text = getattr(error, "java_exception", None)
-    lines = [line.strip() for line in str(text if text is not None else error).splitlines()]
-    lines = [line for line in lines if line and not line.startswith(("at ", "..."))]
-    for line in lines:
-        if "Exception:" in line or "Error:" in line:
-            return line.split(": ", 1)[1] if line.startswith(("org.", "java.")) else line
-    return lines[0] if lines else type(error).__name__
-
-
-# Spark's words for a task it lost: `Lost task 1.0 in stage 0.0 (TID 1) (127.0.0.42 executor
-# 1): ExecutorLostFailure (executor 1 exited caused by one of the running tasks) Reason:
-# Command exited with code 137`
-_LOST_TASK = re.compile(r"Lost task (\d+)\.\d+ in stage \S+ \(TID \d+\) \(([^)]*)\): (.*)")
-_EXECUTOR_EXIT = re.compile(r"exited with code (-?\d+)")
-
-
-# A barrier stage (TorchDistributor's, horovod.spark's) says instead, as Spark 4 does: `Stage
-# failed because barrier task ResultTask(0, 1) finished unsuccessfully` (stage, partition); the
-# executor's exit is then only in the driver's log (runner/engines/spark/executor.py reads it).
-_BARRIER_TASK = re.compile(r"barrier task ResultTask\(\d+, (\d+)\) finished unsuccessfully")
-
-
-def task_failure(error: BaseException) -> Failure:
-    """The job failed: the partition Spark names, with its reason (an executor lost, and its
-    exit code), or Spark's words when it names none."""
-    said = spark_said(error)
-    text = str(getattr(error, "java_exception", None) or error)
-    lost = _LOST_TASK.search(text)
-    barrier = _BARRIER_TASK.search(text)
-    if lost is None and barrier is not None:
-        return Failure(
-            f"Spark's barrier task of partition {barrier.group(1)} failed",
-            why=said,
-            fix="read the node's log and spark-driver.log",
-            partition=int(barrier.group(1)),
-        )
-    if lost is None:
-        return Failure("the Spark job failed", why=said, fix="read spark-driver.log")
-    reason = lost.group(3).strip()
-    code = _EXECUTOR_EXIT.search(reason) if "ExecutorLostFailure" in reason else None
-    return Failure(
-        f"Spark lost the task of partition {lost.group(1)} on {lost.group(2)}",
-        why=reason,
-        fix="read the node's log and its executor's (the worker's work directory)",
-        partition=int(lost.group(1)),
-        exit_code=int(code.group(1)) if code else None,
-    )
 
 
 def registered_executors(spark: Any) -> int:
@@ -162,11 +63,6 @@ def registered_executors(spark: Any) -> int:
         return max(0, len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1)
     except Exception:  # the context is stopping: no answer is not a count
         return -1
-
-
-def _no_slots(error: BaseException) -> bool:
-    """Spark's barrier check refused the stage: fewer slots than tasks (SPARK-24819)."""
-    return "slots" in str(error) and "barrier" in str(error).lower()
 
 
 def executor_asks(spark: Any) -> str:
@@ -179,53 +75,25 @@ def executor_asks(spark: Any) -> str:
     return f"{memory} of memory" + (f" and {cores} cores" if cores else "")
 
 
-def no_executors(got: str, asks: str, wait_s: int, error: BaseException) -> Failure:
-    return Failure(
-        f"Spark gave this launch {got} executors it needs within {wait_s} s, so no task of "
-        "it could start",
-        why=f"Spark: {spark_said(error)}",
-        fix=f"each node is one executor asking for {asks} (spark.executor.memory): start the "
-        "workers with at least that much free (a worker's --memory and --cores), or ask for "
-        f"smaller executors in $SPARK_CONF_DIR/spark-defaults.conf; {WAIT_ENV} waits longer "
-        "for a cluster that is still growing",
-    )
+def executors_python(config: dict[str, Any]) -> str:
+    """The executors' Python: PYSPARK_PYTHON where set (Spark's own variable: a cluster whose
+    executors run another Python), else the launch's, which is dtrun's."""
+    return os.environ.get("PYSPARK_PYTHON") or str(config["python"])
 
 
-def _cancel_on_stop(spark: Any, stop: threading.Event, stopped: list[int]) -> None:
-    """Not in the signal handler: the main thread is inside a py4j call then. horovod.spark
-    runs its job under a group of its own, so every job of this session is cancelled."""
-    stop.wait()
-    reason = f"signal {stopped[0]}" if stopped else "no executors"
-    print(f"dtrun-spark: stopping: cancelling the job ({reason})", flush=True)
-    with contextlib.suppress(Exception):  # the session may be stopping already
-        spark.sparkContext.cancelAllJobs()
-
-
-def _watch_executors(
-    spark: Any, needed: int, wait_s: int, stop: threading.Event, starved: list[int]
-) -> None:
-    """Cancel the launch when Spark has not given it an executor per node within wait_s
-    (plus one barrier check, which says Spark's own words first for TorchDistributor)."""
-    deadline = time.monotonic() + wait_s + 2 * CHECK_EVERY_S
-    while not stop.wait(1.0):
-        count = registered_executors(spark)
-        if count < 0 or count >= needed:
-            return
-        if time.monotonic() > deadline:
-            starved.append(count)
-            stop.set()
-            return
-
-
-def session(master: str, config: dict[str, Any], launch_dir: str) -> Any:
+def session(master: str, config: dict[str, Any], app_dir: Path) -> Any:
     from pyspark.sql import SparkSession
 
-    os.environ["PYSPARK_PYTHON"] = config["python"]  # the executors' Python: this launch's
+    python = executors_python(config)
+    os.environ["PYSPARK_PYTHON"] = python
     executor_env = {
-        "PYTHONPATH": config["code_dir"],
-        "PYSPARK_PYTHON": config["python"],
+        # dtrun's code as shipped (runner/engines/spark/shipping.py), in each executor's
+        # working directory, where TorchDistributor's tasks and ranks run; then this
+        # checkout's path, where executors see it (as before the zip)
+        "PYTHONPATH": os.pathsep.join([SHIPPED, str(config["code_dir"])]),
+        "PYSPARK_PYTHON": python,
     }
-    if LAUNCH_TAG in os.environ:  # every process of the launch carries its tag
+    if LAUNCH_TAG in os.environ:  # every process of the sweep's application carries its tag
         executor_env[LAUNCH_TAG] = os.environ[LAUNCH_TAG]
     builder = (
         SparkSession.builder.master(master)
@@ -241,12 +109,16 @@ def session(master: str, config: dict[str, Any], launch_dir: str) -> Any:
             "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures",
             str(max(1, executor_wait_s() // CHECK_EVERY_S)),
         )
-        .config("spark.local.dir", str(Path(launch_dir) / "spark-tmp"))
+        .config("spark.local.dir", str(app_dir / "spark-tmp"))
     )
     for key, value in executor_env.items():
         builder = builder.config(f"spark.executorEnv.{key}", value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    import runner
+
+    shipped = build_zip(Path(runner.__file__).resolve().parent, app_dir)
+    spark.sparkContext.addPyFile(str(shipped))
     return spark
 
 
@@ -278,64 +150,172 @@ def launch(spark: Any, config: dict[str, Any], launch_dir: str) -> None:
         raise ValueError(f"not a Spark launcher: {launcher}")
 
 
+class Driver:
+    """The sweep's Spark application and the launches dtrun sends it (module docstring)."""
+
+    def __init__(self, master: str, app_dir: Path) -> None:
+        self.master, self.app_dir = master, app_dir
+        self.spark: Any = None
+        self.started = time.monotonic()
+        self.launches = 0  # launches begun; the one running now, if any, is this one
+        self.running: int | None = None
+        self.stopped: list[int] = []
+        self.commands: queue.Queue[str | None] = queue.Queue()
+        self.cancels: queue.Queue[tuple[int | None, str]] = queue.Queue()
+
+    def on_signal(self, signum: int, _: object) -> None:
+        self.stopped.append(signum)
+        self.commands.put(None)
+        self.cancels.put((None, f"signal {signum}"))
+
+    def read_commands(self, commands: TextIO) -> None:
+        for line in commands:
+            word, _, rest = line.strip().partition(" ")
+            if word == "launch":
+                self.commands.put(rest)
+            elif word == "cancel":
+                self.cancels.put((self.running, "dtrun asked"))
+        self.commands.put(None)  # dtrun is done with the application, or gone
+        self.cancels.put((None, "dtrun closed the application"))
+
+    def cancel_jobs(self) -> None:
+        """Not in the signal handler: the main thread is inside a py4j call then. horovod.spark
+        runs its job under a group of its own, so every job of this session is cancelled;
+        ``launch`` None cancels whatever runs, a number only that launch."""
+        while True:
+            launch, reason = self.cancels.get()
+            if self.spark is None or (launch is not None and launch != self.running):
+                continue
+            print(f"dtrun-spark: stopping: cancelling the job ({reason})", flush=True)
+            with contextlib.suppress(Exception):  # the session may be stopping already
+                self.spark.sparkContext.cancelAllJobs()
+
+    def watch_executors(self, number: int, needed: int, wait_s: int, starved: list[int]) -> None:
+        """Cancel launch ``number`` when Spark has not given it an executor per node within
+        wait_s (plus one barrier check, which says Spark's own words first for
+        TorchDistributor)."""
+        deadline = time.monotonic() + wait_s + 2 * CHECK_EVERY_S
+        while self.running == number:
+            count = registered_executors(self.spark)
+            if count < 0 or count >= needed:
+                return
+            if time.monotonic() > deadline:
+                starved.append(count)
+                self.cancels.put((number, "no executors"))
+                return
+            time.sleep(1.0)
+
+    def start(self, config: dict[str, Any], failure_file: Path) -> int | None:
+        """Start the application; None when it is up, else the launch's code."""
+        unreachable = master_unreachable(self.master)
+        if unreachable is not None:
+            return report(failure_file, unreachable)
+        print(f"{TAG} -: starting Spark on {self.master}", flush=True)
+        try:
+            self.spark = session(self.master, config, self.app_dir)
+        except Exception as exc:  # no Java, a master that never took the application, ...
+            self.spark = None
+            if self.stopped:
+                return 128 + self.stopped[0]
+            return report(failure_file, Failure(
+                f"Spark did not start on {self.master}", why=spark_said(exc),
+                fix="read spark-driver.log in the launch directory, and check --spark",
+            ))  # fmt: skip
+        up = time.monotonic() - self.started
+        print(f"{TAG} -: Spark is up in {up:.1f} s, for the whole sweep", flush=True)
+        return None
+
+    def run(self, launch_dir: str) -> int:
+        """One launch on the application; its code (module docstring)."""
+        config = json.loads((Path(launch_dir) / "spark.json").read_text())
+        failure_file = Path(launch_dir) / FAILURE_FILE
+        failure_file.unlink(missing_ok=True)  # an earlier attempt's (--resume)
+        if self.spark is None and (code := self.start(config, failure_file)) is not None:
+            return code
+        self.launches += 1
+        number, nodes = self.launches, len(config["nodes"])
+        print(
+            f"{TAG} -: launch {number} on Spark application "
+            f"{self.spark.sparkContext.applicationId}: "
+            f"{config['launcher']} starts {plural(nodes, 'task')}",
+            flush=True,
+        )
+        starved: list[int] = []
+        wait_s = executor_wait_s()
+        self.running = number
+        threading.Thread(
+            target=self.watch_executors, args=(number, nodes, wait_s, starved),
+            name="dtrun-spark-executors", daemon=True,
+        ).start()  # fmt: skip
+        failure: BaseException | None = None
+        try:
+            launch(self.spark, config, launch_dir)  # main thread: horovod.spark sets handlers
+        except BaseException as exc:
+            failure = exc
+        finally:
+            self.running = None
+            self.listen()  # horovod.spark's handlers are not the driver's
+        if failure is not None:  # every task of the failed stage ends, before the next launch
+            with contextlib.suppress(Exception):
+                self.spark.sparkContext.cancelAllJobs()
+        if self.stopped:
+            return 128 + self.stopped[0]
+        if failure is None:
+            return 0
+        executors = registered_executors(self.spark)
+        if starved or (executors < nodes and no_slots(failure)):
+            got = f"{max(executors, 0)} of the {nodes}"
+            return report(failure_file, no_executors(got, executor_asks(self.spark), wait_s,
+                                                     failure))  # fmt: skip
+        return report(failure_file, task_failure(failure))
+
+    def listen(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, self.on_signal)
+
+    def serve(self) -> int:
+        self.listen()
+        commands = take_stdin()
+        threading.Thread(target=self.read_commands, args=(commands,),
+                         name="dtrun-spark-read_commands", daemon=True).start()  # fmt: skip
+        threading.Thread(target=self.cancel_jobs, name="dtrun-spark-cancel_jobs",
+                         daemon=True).start()  # fmt: skip
+        while not self.stopped:
+            try:
+                launch_dir = self.commands.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if launch_dir is None:
+                break
+            code = self.run(launch_dir)
+            print(f"{DONE} {code}", flush=True)
+            if self.spark is None:  # it did not start: a new driver tries again
+                break
+        if self.spark is not None:
+            with contextlib.suppress(Exception):
+                self.spark.stop()
+        return 128 + self.stopped[0] if self.stopped else 0
+
+
+def take_stdin() -> TextIO:
+    """dtrun's command pipe, as a copy of stdin that no child inherits; stdin becomes
+    /dev/null. Read from sys.stdin, a fork while the reading thread waits (horovod.spark checks
+    its extensions in a multiprocessing child) copies the reader's lock held, and the child's
+    own close of sys.stdin (multiprocessing's ``_close_stdin``) waits on it forever: the first
+    horovod-spark launch on a kept application hung so."""
+    commands = os.fdopen(os.dup(sys.stdin.fileno()), encoding="utf-8")  # os.dup: not inherited
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, sys.stdin.fileno())
+    os.close(null)
+    sys.stdin = Path(os.devnull).open(encoding="utf-8")  # noqa: SIM115 - the process's own stdin
+    return commands
+
+
 def main(argv: list[str]) -> int:
-    master, launch_dir = argv[0], str(Path(argv[1]).resolve())
-    config = json.loads((Path(launch_dir) / "spark.json").read_text())
-    failure_file = Path(launch_dir) / FAILURE_FILE
-    failure_file.unlink(missing_ok=True)  # an earlier attempt's (--resume)
-    stopped: list[int] = []
-    stop = threading.Event()
-
-    def on_signal(signum: int, _: object) -> None:
-        stopped.append(signum)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, on_signal)
+    master, app_dir = argv[0], Path(argv[1]).resolve()
     # py4j logs, with a traceback, every call the stop cuts short: the stop is dtrun's doing
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
-    unreachable = master_unreachable(master)
-    if unreachable is not None:
-        return report(failure_file, unreachable)
-    print(f"{TAG} -: starting Spark on {master}", flush=True)
-    try:
-        spark = session(master, config, launch_dir)
-    except Exception as exc:  # no Java, a master that never took the application, ...
-        if stopped:
-            return 128 + stopped[0]
-        return report(failure_file, Failure(
-            f"Spark did not start on {master}", why=spark_said(exc),
-            fix="read spark-driver.log in the launch directory, and check --spark",
-        ))  # fmt: skip
-    print(
-        f"{TAG} -: Spark is up; {config['launcher']} starts {plural(len(config['nodes']), 'task')}",
-        flush=True,
-    )
-    starved: list[int] = []
-    wait_s = executor_wait_s()
-    threading.Thread(
-        target=_cancel_on_stop, args=(spark, stop, stopped), name="dtrun-spark-cancel", daemon=True
-    ).start()
-    threading.Thread(
-        target=_watch_executors, args=(spark, len(config["nodes"]), wait_s, stop, starved),
-        name="dtrun-spark-executors", daemon=True,
-    ).start()  # fmt: skip
-    failure: BaseException | None = None
-    try:
-        launch(spark, config, launch_dir)  # the main thread: horovod.spark sets signal handlers
-    except BaseException as exc:
-        failure = exc
-    executors, asks = registered_executors(spark), executor_asks(spark)
-    with contextlib.suppress(Exception):
-        spark.stop()
-    if stopped:
-        return 128 + stopped[0]
-    if failure is None:
-        return 0
-    if starved or (executors < len(config["nodes"]) and _no_slots(failure)):
-        got = f"{max(executors, 0)} of the {len(config['nodes'])}"
-        return report(failure_file, no_executors(got, asks, wait_s, failure))
-    return report(failure_file, task_failure(failure))
+    return Driver(master, app_dir).serve()
 
 
 if __name__ == "__main__":

@@ -25,7 +25,10 @@ class SparkEngine:
         assert master is not None
         inventory = spark_inventory(master, choice.local_nodes)
         executor = SparkExecutor(master, f"{inventory.python_bin}/python", inventory.code_dir)
-        yield Cluster(inventory, executor, choice, self)
+        try:  # one Spark application for every launch of the command (runner/engines/spark/app.py)
+            yield Cluster(inventory, executor, choice, self)
+        finally:
+            executor.close()
 
     def preview(self, cluster: Cluster) -> Preview | None:
         from runner.engines.spark.executor import SparkExecutor, SparkPreview

@@ -1,46 +1,50 @@
-"""The Spark engine's executor: one Spark driver per launch, on this machine.
+"""The Spark engine's executor: each launch is one barrier stage on the sweep's Spark
+application (runner/engines/spark/app.py), whose driver runs on this machine.
 
-A launch under ``--spark MASTER`` is one local process, ``spark-driver.sh`` (runner/engines/
-spark/driver.py), run by the embedded cluster's LocalExecutor: its output streams, its timeout,
-Ctrl-C, SIGTERM and SIGHUP, and the stop of every process below it (the local-cluster's
-executors and their ranks are its descendants) are that executor's. What each node did comes
-from the files its Spark task's node_main writes in the launch directory: ``<node>.log`` and
-``<node>.exit``. The launch directory must be one the executors share with the driver (this
-machine's for local-cluster; shared storage otherwise).
+The driver's output for a launch streams to the console and to ``spark-driver.log`` in the
+launch directory; its timeout cancels the launch's job; Ctrl-C, SIGTERM and SIGHUP stop the
+application and every process below it (a local-cluster's executors and their ranks; a real
+cluster's executors end with the application). What each node did comes from the files its
+Spark task's node_main writes in the launch directory: ``<node>.log`` and ``<node>.exit``. The
+launch directory must be one the executors share with the driver (this machine's for
+local-cluster; shared storage otherwise).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-import secrets
 from dataclasses import replace
 from pathlib import Path
 
 from runner import __version__
-from runner.engines.embedded.executor import LocalExecutor, write_launch_files, write_scripts
-from runner.engines.spark.driver import FAILURE_FILE
+from runner.engines.embedded.executor import sigint_deferred, write_launch_files, write_scripts
+from runner.engines.spark.app import DRIVER_LOG, DRIVER_SCRIPT, AppTimeout, SparkApp
+from runner.engines.spark.failures import FAILURE_FILE
 from runner.engines.spark.node import EXIT_SUFFIX, TAG
-from runner.errors import LaunchInterrupted, NodeFailedError, RunError, UsageError
+from runner.errors import (
+    LaunchInterrupted,
+    NodeFailedError,
+    RunError,
+    RunTimeoutError,
+    UsageError,
+)
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.render import render
-from runner.spec.cluster import Node
-from runner.spec.launchplan import LaunchPlan, NodeLaunch
+from runner.spec.launchplan import LaunchPlan
 from runner.spec.outcome import NodeResult
 from runner.spec.text import plural
 
 DRIVER = "spark-driver"
-DRIVER_SCRIPT = "spark-driver.sh"
 
 
-def driver_script(plan: LaunchPlan, master: str, python: str, code_dir: str, tag: str) -> str:
+def driver_script(run_id: str, master: str, python: str, code_dir: str, tag: str) -> str:
     return render(
         "launch/spark-driver.sh.j2",
         {
             "version": __version__,
-            "run_id": plan.rdzv_id,
-            "launcher": plan.launcher,
-            "nnodes": plan.nnodes,
+            "run_id": run_id,
             "master": master,
             "python": python,
             "code_dir": code_dir,
@@ -52,8 +56,13 @@ def driver_script(plan: LaunchPlan, master: str, python: str, code_dir: str, tag
 class SparkExecutor:
     def __init__(self, master: str, python: str, code_dir: str, *, grace_s: float = 15.0) -> None:
         self.master, self.python, self.code_dir = master, python, code_dir
-        self.local = LocalExecutor(grace_s=grace_s)
+        self.grace_s = grace_s
         self.on_stopping: StopSink = quiet_stop
+        self.run_id = ""
+        self.app = SparkApp(self._script, grace_s=grace_s)
+
+    def _script(self, tag: str) -> str:
+        return driver_script(self.run_id, self.master, self.python, self.code_dir, tag)
 
     def command(
         self, scripts: dict[str, str], on_line: LineSink | None = None
@@ -62,6 +71,11 @@ class SparkExecutor:
             "dtrun exec and --check run shell scripts on nodes, and Spark runs only tasks",
             fix="leave out --check; run commands on Spark's executors with Spark itself",
         )
+
+    def close(self) -> None:
+        """The sweep is over: the application ends (runner/engines/spark/engine.py)."""
+        with sigint_deferred():
+            self.app.close()
 
     def run(
         self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
@@ -72,38 +86,44 @@ class SparkExecutor:
         write_scripts(plan, workdir)  # run by each Spark task's node_main, not from here
         for stale in workdir.glob(f"*{EXIT_SUFFIX}"):  # an earlier attempt's (--resume)
             stale.unlink()
-        tag = secrets.token_hex(8)
-        script = driver_script(plan, self.master, self.python, self.code_dir, tag)
-        driver = NodeLaunch(Node(DRIVER, "127.0.0.1"), 0, DRIVER_SCRIPT, script)
+        self.run_id = self.run_id or plan.rdzv_id
         names = {str(i): launch.node.name for i, launch in enumerate(plan.launches)}
 
-        def demux(name: str, line: str) -> None:
+        def demux(line: str) -> None:
             # node_main's lines, streamed by TorchDistributor: `dtrun-node R: text`
             head, _, rest = line.partition(": ")
             tagged = head.startswith(f"{TAG} ")
             if tagged and head[len(TAG) + 1 :] in names:
                 on_line(names[head[len(TAG) + 1 :]], rest)
             else:  # the driver's own (`dtrun-node -: ...`) and Spark's
-                on_line(name, rest if tagged else line)
+                on_line(DRIVER, rest if tagged else line)
 
-        self.local.on_stopping = self.on_stopping
         try:
-            self.local.run(
-                replace(plan, launches=(driver,), files=()),
-                workdir,
-                timeout_s=timeout_s,
-                on_line=demux,
-                tag=tag,  # the driver's own, which its executors carry too
+            code = self.app.launch(workdir, demux, timeout_s)
+        except AppTimeout:
+            error = RunTimeoutError(
+                f"the launch on {plural(plan.nnodes, 'node')} did not finish within "
+                f"{timeout_s:g} s",
+                why="Spark cancelled its job when the time ran out",
+                fix="raise --timeout, or read the node logs for where it hung",
             )
-        except NodeFailedError as failed:
-            results = node_results(plan, workdir)
-            raise node_failure(results, failed, driver_failure(workdir)) from None
-        except RunError as error:  # a timeout: every node still running was stopped
             error.node_results = node_results(plan, workdir)
-            raise
+            raise error from None
         except KeyboardInterrupt:  # each node as its files say: exited, or stopped
+            with sigint_deferred():
+                with contextlib.suppress(Exception):  # saying so must not replace the stop
+                    self.on_stopping(plan.nnodes)
+                self.app.stop()
             raise LaunchInterrupted(node_results(plan, workdir)) from None
-        return node_results(plan, workdir)
+        results = node_results(plan, workdir)
+        if code == 0:
+            return results
+        from runner.execute.failure import explain_log  # its patterns: only for a failure
+
+        log = workdir / DRIVER_LOG
+        driver = NodeFailedError(DRIVER, "127.0.0.1", 1 if code is None else code, str(log),
+                                 explain_log(log))  # fmt: skip
+        raise node_failure(results, driver, driver_failure(workdir))
 
 
 def node_results(plan: LaunchPlan, workdir: Path) -> tuple[NodeResult, ...]:
@@ -140,7 +160,7 @@ def lost_executor_exit(workdir: Path) -> int | None:
     """The exit code of the one executor the driver's log says was lost; None when it names no
     such executor, or several with different codes (which one ran the partition is unknown)."""
     try:
-        text = (workdir / "spark-driver.log").read_text(errors="replace")
+        text = (workdir / DRIVER_LOG).read_text(errors="replace")
     except OSError:
         return None
     codes = {int(found.group(1)) for found in _LOST_EXECUTOR.finditer(text)}
@@ -197,21 +217,21 @@ def node_failure(
 
 
 class SparkPreview:
-    """What a dry run prints beside each plan: the master, and the driver each launch runs."""
+    """What a dry run prints beside each plan: the master, and the driver the sweep runs."""
 
     def __init__(self, executor: SparkExecutor, nodes: int) -> None:
         self.executor = executor
         self.allocation = (
-            f"Spark master {executor.master}: {plural(nodes, 'executor')}, one barrier task per "
-            "node; "
-            "nothing is started by a dry run"
+            f"Spark master {executor.master}: {plural(nodes, 'executor')}, one application for "
+            "the sweep and one barrier stage per launch, one task per node; nothing is started "
+            "by a dry run"
         )
 
     def launch(self, plan: LaunchPlan, workdir: str) -> str:
-        script = driver_script(plan, self.executor.master, self.executor.python,
+        script = driver_script(plan.rdzv_id, self.executor.master, self.executor.python,
                                self.executor.code_dir, "TAG")  # fmt: skip
         return (
-            f"# ---- {plural(plan.nnodes, 'node')}: {DRIVER_SCRIPT}, the Spark driver, on this "
-            "machine "
+            f"# ---- {plural(plan.nnodes, 'node')}: a barrier stage on the Spark application "
+            f"that {DRIVER_SCRIPT}, the Spark driver, runs on this machine for the sweep "
             f"----\n{script}"
         )

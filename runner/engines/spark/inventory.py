@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from runner.engines.spark.driver import WAIT_ENV, executor_wait_s
+from runner.engines.spark.failures import WAIT_ENV, executor_wait_s
 from runner.errors import UsageError
 from runner.spec.cluster import Accelerator, Inventory, Node
 

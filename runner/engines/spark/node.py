@@ -13,8 +13,11 @@ SIGKILL) when it is stopped itself or when its parent, the Spark-started process
 and which a guard process ends when ``node_main`` is killed outright: a cancelled Spark job
 leaves no rank behind.
 
-Standard library, runner.execute.guard and runner.workloads.files only: this module is imported
-on the executors.
+Where dtrun came to the executor in the zip the driver ships (runner/engines/spark/shipping.py),
+the script's PYTHONPATH names that zip, so the workloads it runs import dtrun from it too.
+
+Standard library and runner.execute.guard, runner.workloads.files and runner.engines.spark.shipping
+only: this module is imported on the executors.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from runner.engines.spark.shipping import shipped_root
 from runner.execute.guard import start_guard
 from runner.workloads.files import NodeLog, write_atomic
 
@@ -74,6 +78,9 @@ def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None
     address = executor_address(env)
     if address is not None:  # recorded as the node's address (templates/launch/base.sh.j2)
         env["DTRUN_EXECUTOR_ADDR"] = address
+    shipped = shipped_root(__file__)
+    if shipped is not None:  # the script runs where the executor's working directory is not
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [shipped, env.get("PYTHONPATH")]))
     node_rank = int(env["NODE_RANK"])
     local_rank = int(env.get("LOCAL_RANK", "0"))
     name = names[node_rank]

@@ -1,0 +1,191 @@
+"""The sweep's Spark application, from dtrun's side: one driver process for every launch.
+
+Starting a Spark application costs about 20 s on the development machine (a local-cluster's
+master, workers and executor JVMs; a real cluster's executors); a sweep runs many launches. So,
+as the Slurm engine keeps one allocation, the Spark engine starts the driver
+(runner/engines/spark/driver.py, through ``spark-driver.sh``) at the sweep's first launch and
+keeps it until the engine closes: each launch is one ``launch DIR`` line on the driver's stdin
+and ends with its ``dtrun-spark-done CODE`` line; the driver's output in between is that
+launch's (``spark-driver.log`` in its directory, and the console). A driver that ended (Spark
+did not start) is started again at the next launch.
+
+Stops: the driver runs in a session of its own, every process of the application carries its
+tag (DTRUN_LAUNCH, passed to the executors as spark.executorEnv), and a guard
+(runner/execute/guard.py) stops them all by that tag if dtrun is killed outright. ``close``
+ends the application: end of file on the driver's stdin (it cancels what runs and stops
+Spark), SIGTERM then SIGKILL to its process group after ``grace_s``, then every process left
+with its tag.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import queue
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from runner.engines.spark.driver import DONE
+from runner.execute.guard import TAG, drop_guard, start_guard, stop_script
+from runner.workloads.files import NodeLog, write_atomic
+
+DRIVER_SCRIPT = "spark-driver.sh"
+DRIVER_LOG = "spark-driver.log"
+CANCEL_WAIT_S = 60.0  # how long a cancelled launch may take to end before the app is stopped
+
+Sink = Callable[[str], None]
+
+
+class AppTimeout(Exception):
+    """The launch ran past its time; it was cancelled (or, failing that, the app stopped)."""
+
+
+class SparkApp:
+    """The driver process of one sweep (module docstring); ``script`` renders its
+    spark-driver.sh for a tag."""
+
+    def __init__(
+        self,
+        script: Callable[[str], str],
+        *,
+        grace_s: float = 15.0,
+        cancel_wait_s: float = CANCEL_WAIT_S,
+    ) -> None:
+        self.script, self.grace_s, self.cancel_wait_s = script, grace_s, cancel_wait_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.guard: subprocess.Popen[bytes] | None = None
+        self.tag = ""
+        self.dir: Path | None = None
+        self.sink: Sink | None = None
+        self.done: queue.Queue[int | None] = queue.Queue()
+        self.pump: threading.Thread | None = None
+        self.starts = 0  # applications started: one for a sweep whose Spark stayed up
+
+    @property
+    def up(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def launch(self, workdir: Path, on_line: Sink, timeout_s: float) -> int | None:
+        """Run the launch in ``workdir`` on the application, starting it if it is not up: the
+        driver's code for it (0 done, 1 failed, 128+N stopped), None if the driver ended
+        without one. AppTimeout past ``timeout_s``."""
+        if not self.up:
+            self.close()
+            self._start()
+        assert self.proc is not None and self.proc.stdin is not None
+        write_atomic(workdir / DRIVER_SCRIPT, self.script(self.tag).encode(), 0o700)
+        with NodeLog(workdir / DRIVER_LOG) as log:
+
+            def sink(line: str) -> None:
+                log.write(f"{line}\n".encode())
+                on_line(line)
+
+            self.sink = sink
+            try:
+                self._send(f"launch {workdir}")
+                try:  # no --timeout: math.inf, which a queue's wait cannot take
+                    return self.done.get(timeout=None if math.isinf(timeout_s) else timeout_s)
+                except queue.Empty:
+                    pass
+                self._send("cancel")
+                try:
+                    self.done.get(timeout=self.cancel_wait_s)
+                except queue.Empty:
+                    self.close()
+                raise AppTimeout
+            finally:
+                self.sink = None
+
+    def close(self) -> None:
+        """End the application (module docstring) and remove its directory; nothing if none
+        runs. Safe to call twice."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # the driver cancels what runs and stops Spark
+        try:
+            proc.wait(timeout=self.grace_s)
+        except subprocess.TimeoutExpired:
+            self._signal(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.grace_s)
+            except subprocess.TimeoutExpired:
+                self._signal(proc, signal.SIGKILL)
+                proc.wait()
+        self._sweep()
+        if self.pump is not None:
+            self.pump.join(timeout=5)
+        if self.guard is not None:
+            drop_guard(self.guard)
+            self.guard = None
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def stop(self) -> None:
+        """Stop at once (Ctrl-C, SIGTERM): the driver hears SIGTERM, cancels the job and stops
+        Spark; then as ``close``."""
+        if self.proc is not None and self.proc.poll() is None:
+            self._signal(self.proc, signal.SIGTERM)
+        self.close()
+
+    def _start(self) -> None:
+        self.tag = secrets.token_hex(8)
+        self.dir = Path(tempfile.mkdtemp(prefix="dtrun-spark-"))
+        write_atomic(self.dir / DRIVER_SCRIPT, self.script(self.tag).encode(), 0o700)
+        self.guard = start_guard(["bash", "-c", stop_script(self.tag, self.grace_s)])
+        self.done = queue.Queue()
+        self.proc = subprocess.Popen(
+            ["bash", DRIVER_SCRIPT, str(self.dir)],
+            cwd=self.dir,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: Ctrl-C reaches dtrun, not Spark
+            env={**os.environ, TAG: self.tag},
+        )
+        self.starts += 1
+        self.pump = threading.Thread(
+            target=self._pump, args=(self.proc, self.done), name="dtrun-spark-driver", daemon=True
+        )
+        self.pump.start()
+
+    def _pump(self, proc: subprocess.Popen[bytes], done: queue.Queue[int | None]) -> None:
+        assert proc.stdout is not None
+        with proc.stdout:
+            for raw in iter(proc.stdout.readline, b""):
+                line = raw.decode(errors="replace").rstrip("\r\n")
+                head, _, code = line.partition(" ")
+                if head == DONE and code.lstrip("-").isdigit():
+                    done.put(int(code))
+                elif (sink := self.sink) is not None:
+                    sink(line)
+        done.put(None)  # the driver ended: no launch of it ends any more
+
+    def _send(self, command: str) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        with contextlib.suppress(OSError):  # a driver that ended says so through ``done``
+            self.proc.stdin.write(f"{command}\n".encode())
+            self.proc.stdin.flush()
+
+    def _signal(self, proc: subprocess.Popen[bytes], sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+
+    def _sweep(self) -> None:
+        """Every process still carrying the application's tag on this machine: stopped."""
+        subprocess.run(
+            ["bash", "-c", stop_script(self.tag, self.grace_s)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )

@@ -1,0 +1,114 @@
+"""The sweep's one Spark application without Spark: SparkApp drives a stand-in driver that
+speaks the driver's protocol (`launch DIR` / `cancel` in, `dtrun-spark-done CODE` out), and the
+code the driver ships imports with nothing but the zip on the path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+import runner
+from runner.engines.spark.app import AppTimeout, SparkApp
+from runner.engines.spark.shipping import SHIPPED, build_zip, shipped_root
+
+# A stand-in driver: answers each launch with its directory's `code` file, ignores a launch of
+# a directory holding `hang` until cancelled, and says which of its process it is.
+STAND_IN = """\
+#!/usr/bin/env bash
+echo "driver pid $$"
+while read -r word dir; do
+  if [ "$word" = launch ]; then
+    echo "running $dir"
+    [ -e "$dir/hang" ] || echo "dtrun-spark-done $(cat "$dir/code")"
+  elif [ "$word" = cancel ]; then
+    echo "dtrun-spark-done 130"
+  fi
+done
+"""
+
+
+def _launch_dir(root: Path, name: str, code: int, *, hang: bool = False) -> Path:
+    where = root / name
+    where.mkdir()
+    (where / "code").write_text(f"{code}\n")
+    if hang:
+        (where / "hang").touch()
+    return where
+
+
+def test_every_launch_runs_on_the_one_driver_and_a_failed_launch_keeps_it(tmp_path):
+    app = SparkApp(lambda tag: STAND_IN, grace_s=2.0)
+    lines: list[str] = []
+    try:
+        assert app.launch(_launch_dir(tmp_path, "a", 0), lines.append, 30) == 0
+        assert app.launch(_launch_dir(tmp_path, "b", 1), lines.append, 30) == 1  # failed
+        assert app.launch(_launch_dir(tmp_path, "c", 0), lines.append, 30) == 0
+        assert app.starts == 1
+        # each launch's driver output is in its own directory's log, and the sink
+        assert (tmp_path / "c" / "spark-driver.log").read_text() == f"running {tmp_path / 'c'}\n"
+        assert (tmp_path / "c" / "spark-driver.sh").read_text() == STAND_IN
+    finally:
+        app.close()
+    assert app.proc is None and not app.up
+
+
+def test_a_launch_past_its_time_is_cancelled_and_the_application_stays(tmp_path):
+    app = SparkApp(lambda tag: STAND_IN, grace_s=2.0)
+    try:
+        with pytest.raises(AppTimeout):
+            app.launch(_launch_dir(tmp_path, "slow", 0, hang=True), lambda line: None, 0.5)
+        assert app.up
+        assert app.launch(_launch_dir(tmp_path, "next", 0), lambda line: None, 30) == 0
+        assert app.starts == 1
+    finally:
+        app.close()
+
+
+def test_a_driver_that_ended_is_started_again_for_the_next_launch(tmp_path):
+    quits = "#!/usr/bin/env bash\nread -r word dir; echo 'dtrun-spark-done 1'\n"
+    app = SparkApp(lambda tag: quits, grace_s=2.0)
+    try:
+        assert app.launch(_launch_dir(tmp_path, "a", 0), lambda line: None, 30) == 1
+        app.proc.wait(timeout=10)  # type: ignore[union-attr]
+        assert app.launch(_launch_dir(tmp_path, "b", 0), lambda line: None, 30) == 1
+        assert app.starts == 2
+    finally:
+        app.close()
+
+
+def test_closing_the_application_leaves_none_of_its_processes(tmp_path):
+    deaf = "#!/usr/bin/env bash\ntrap '' TERM\nsleep 600 &\nwhile read -r _; do :; done\n"
+    app = SparkApp(lambda tag: deaf, grace_s=1.0, cancel_wait_s=0.5)  # the cancel goes unheard
+    with pytest.raises(AppTimeout):
+        app.launch(_launch_dir(tmp_path, "a", 0, hang=True), lambda line: None, 0.2)
+    tag = app.tag
+    assert not app.up  # a cancel it did not answer stopped it
+    left = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("DTRUN_LAUNCH") == tag:
+                left.append(proc)
+        except psutil.Error:
+            continue
+    assert left == []
+
+
+def test_the_shipped_zip_alone_imports_the_node_code_and_knows_it_came_from_it(tmp_path):
+    shipped = build_zip(Path(runner.__file__).resolve().parent, tmp_path)
+    assert shipped.name == SHIPPED
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import runner.engines.spark.node as node; "
+        "from runner.engines.spark.shipping import shipped_root; print(shipped_root(node.__file__))"
+    )
+    # -I -S: no PYTHONPATH, no site-packages (dtrun's editable install): only the zip
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", probe, str(shipped)],
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(shipped)
+    assert shipped_root(runner.__file__) is None  # imported from a directory here
