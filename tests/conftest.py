@@ -42,9 +42,20 @@ def _part(path: Path) -> str | None:
     return parts[0] if len(parts) > 1 and parts[0] in PARTS else None
 
 
+# What two e2e workers cannot share even in network namespaces of their own (--worker-netns):
+# the Slurm tests' daemons use the machine's munged and kill it after; Spark writes every
+# application's directories under pyspark/work/ in the venv, named by the second it started.
+# Under `--dist loadgroup` each group runs on one worker, one test after another.
+SHARED_BY_MACHINE = {"test_e2e_slurm.py": "slurm", "test_e2e_spark.py": "spark",
+                     "test_e2e_spark_app.py": "spark"}  # fmt: skip
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     misplaced = []
     for item in items:
+        if item.path.name in SHARED_BY_MACHINE:
+            item.add_marker(pytest.mark.xdist_group(SHARED_BY_MACHINE[item.path.name]))
         part = _part(item.path)
         if part is None:
             misplaced.append(f"{item.nodeid}: outside tests/unit, tests/e2e and tests/infra")
@@ -72,9 +83,36 @@ def pytest_configure(config: pytest.Config) -> None:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) in (signal.SIG_DFL, None):
             signal.signal(signum, _interrupted)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if config.getoption("--worker-netns") and worker is not None:
+        _own_network(worker)
+
+
+def _own_network(worker: str) -> None:
+    """This xdist worker, and everything it starts, in a network namespace of its own with its
+    own loopback: the e2e tests' sshd, torchrun rendezvous, Spark and Slurm addresses and ports
+    are fixed, and two workers then each have them all (unshare(2), network_namespaces(7)).
+    The main thread, which runs the tests, moves; execnet's thread talks over pipes and stays."""
+    import ctypes
+
+    clone_newnet = 0x40000000  # <sched.h>; os.unshare is Python 3.12's
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(clone_newnet) != 0:
+        why = os.strerror(ctypes.get_errno())
+        raise pytest.UsageError(
+            f"--worker-netns: {worker} could not get a network namespace of its own ({why}): "
+            "run as root, or run the e2e part without -n"
+        )
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--worker-netns",
+        action="store_true",
+        help="under -n, each worker in a network namespace of its own (root): how ./dev runs "
+        "the e2e part on two workers",
+    )
     parser.addoption(
         "--update-golden",
         action="store_true",
@@ -241,8 +279,8 @@ def slurm(slurm_daemons: slurmd.SlurmCluster) -> slurmd.SlurmCluster:
 
 def launch_processes() -> list[psutil.Process]:
     """Processes of any dtrun launch over SSH (they carry DTRUN_LAUNCH) still running here.
-    Under pytest-xdist, only this worker's: an embedded launch inherits the worker's
-    PYTEST_XDIST_WORKER (tests that start sshd cannot share the machine with another worker)."""
+    Under pytest-xdist, only this worker's: an embedded, Slurm or Spark launch inherits the
+    worker's PYTEST_XDIST_WORKER, and the tests' sshd sets it in its sessions (tests/sshd.py)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     found = []
     for proc in psutil.process_iter():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import os
 import shutil
 import socket
 import subprocess
@@ -120,6 +121,10 @@ def start_cluster(
     authorized = root / "authorized_keys"
     authorized.write_text((root / "client_key.pub").read_text())
     authorized.chmod(0o600)
+    # sessions carry the xdist worker's name, as its other processes do: its leftover check
+    # (tests/conftest.py, launch_processes) finds its own launches' processes by it
+    xdist = os.environ.get("PYTEST_XDIST_WORKER")
+    worker = f"SetEnv PYTEST_XDIST_WORKER={xdist}\n" if xdist else ""
     hosts = []
     for index in range(count):
         address = f"127.0.0.{index + first}"
@@ -141,7 +146,7 @@ def start_cluster(
             "AcceptEnv DTRUN_*\n"
             "MaxStartups 200\n"
             "MaxSessions 200\n"
-            "LogLevel ERROR\n" + ("Subsystem sftp internal-sftp\n" if sftp else "")
+            "LogLevel ERROR\n" + ("Subsystem sftp internal-sftp\n" if sftp else "") + worker
         )
         config.write_text(settings.get(address, "") + defaults)
         hosts.append(SshHost(address, port, host_key, config))
