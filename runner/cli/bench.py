@@ -96,7 +96,7 @@ def bench_spec(
     resolved_model = resolve_model(model.preset, vocab=model.vocab, **shape)
     price = checked_usd("--price-per-node-hour", sweep.price_per_node_hour)
     max_cost = checked_usd("--max-cost", sweep.max_cost)
-    repeat = launches_of(sweep)
+    until_decided, repeat = launches_of(sweep, counts)
     # Every option reaches the BenchSpec field of its name (--timeout: timeout_s); then the
     # values parsed or checked first, and the groups' own spec sections, in their place.
     by_option = {
@@ -113,6 +113,7 @@ def bench_spec(
         "price_per_node_hour": price,
         "max_cost": max_cost,
         "repeat": repeat,
+        "until_decided": until_decided,
     }
     return BenchSpec(run_id, **{**launch_request(launching), **by_option, **parsed})
 

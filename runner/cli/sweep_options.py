@@ -80,19 +80,23 @@ class SweepOptions:
         ),
     ] = ScalingMode.WEAK
     repeat: Annotated[
-        int,
+        int | None,
         typer.Option(
-            help=f"Launches per node count (3+ trims outliers){within('--repeat')}.",
+            help=f"Fixed launches per node count (3+ trims outliers){within('--repeat')}. "
+            "Without it a training sweep of 2+ node counts launches until decided "
+            f"(--until-decided), any other {BenchSpec.repeat} times.",
+            show_default=False,
             rich_help_panel=opts.HOW_PANEL,
         ),
-    ] = BenchSpec.repeat
+    ] = None
     until_decided: Annotated[
         bool,
         typer.Option(
             "--until-decided",
             help="At each node count launch until its efficiency interval decides against the "
             "target (scales or loses), at least 2 launches, at most --max-launches; each look "
-            "spends part of the 5% error (docs/report.md, Stopping when decided).",
+            "spends part of the 5% error (docs/report.md, Stopping when decided). The default "
+            "for a training sweep of 2+ node counts without --repeat.",
             rich_help_panel=opts.HOW_PANEL,
         ),
     ] = False
@@ -100,7 +104,7 @@ class SweepOptions:
         int | None,
         typer.Option(
             "--max-launches",
-            help="With --until-decided: the most launches a node count takes (2 to 1,000; "
+            help="Launching until decided: the most launches a node count takes (2 to 1,000; "
             f"default {DEFAULT_MAX_LAUNCHES}).",
             show_default=False,
             rich_help_panel=opts.HOW_PANEL,
@@ -147,27 +151,34 @@ class SweepOptions:
     max_cost: MaxCost = None
 
 
-def launches_of(sweep: SweepOptions) -> int:
-    """The spec's ``repeat``: --repeat's fixed launches, or with --until-decided the most
-    launches a node count may take (--max-launches)."""
-    if not sweep.until_decided:
-        if sweep.max_launches is not None:
-            raise UsageError(
-                "--max-launches bounds --until-decided, which is not given",
-                fix="add --until-decided, or fix the launches with --repeat",
-            )
-        return sweep.repeat
-    if sweep.repeat != BenchSpec.repeat:
+def launches_of(sweep: SweepOptions, node_counts: tuple[int, ...]) -> tuple[bool, int]:
+    """The spec's ``until_decided`` and ``repeat``: --repeat's fixed launches, or, launching
+    until decided, the most launches a node count may take (--max-launches). Until decided is
+    the default where it can decide: training (or a program) at 2+ node counts, no --repeat
+    (docs/report.md, "Stopping when decided"; the figures behind it: docs/benchmarks.md)."""
+    fixed = sweep.repeat is not None
+    if sweep.until_decided and fixed:
         raise UsageError(
             "--until-decided launches until each point decides, and --repeat fixes the launches",
             fix="bound --until-decided with --max-launches N instead of --repeat",
         )
-    if sweep.workload == "allreduce":
+    if sweep.until_decided and sweep.workload == "allreduce":
         raise UsageError(
             "--until-decided stops on a point's scaling verdict, and the allreduce workload "
             "gives none",
             fix="leave out --until-decided (or measure training: --workload train)",
         )
+    decides = sweep.workload != "allreduce" and len(node_counts) > 1
+    if not (sweep.until_decided or (decides and not fixed)):
+        if sweep.max_launches is not None:
+            why = "fixed by --repeat" if fixed else "fixed: it has no scaling verdict to wait for"
+            raise UsageError(
+                f"--max-launches bounds launching until decided, and this sweep's launches are "
+                f"{why}",
+                fix="leave out --max-launches, or --repeat (a training sweep of 2+ node counts "
+                "launches until decided without it)",
+            )
+        return False, sweep.repeat if sweep.repeat is not None else BenchSpec.repeat
     ceiling = int(BOUNDS["--repeat"].high)
     most = DEFAULT_MAX_LAUNCHES if sweep.max_launches is None else sweep.max_launches
     if not MIN_LAUNCHES <= most <= ceiling:
@@ -178,4 +189,4 @@ def launches_of(sweep: SweepOptions) -> int:
             fix=f"pass --max-launches between {MIN_LAUNCHES} and {ceiling} "
             f"(default {DEFAULT_MAX_LAUNCHES})",
         )
-    return most
+    return True, most

@@ -148,7 +148,7 @@ def check_max_cost(guess: Estimate, max_cost: float | None) -> None:
         why=f"{plural(guess.cluster_nodes, 'node')} x {plural(guess.launches, 'launch')} x "
         f"{guess.launch_s:.0f} s ({guess.how}) = {guess.billed_node_hours:.3f} node-hours "
         f"at ${guess.price.usd_per_node_hour:g} ({guess.price.source})",
-        fix="sweep fewer node counts (--nodes), fewer --repeat"
-        + ("" if guess.program else " or --steps")
+        fix="sweep fewer node counts (--nodes), fewer launches (--max-launches, or --repeat N)"
+        + ("" if guess.program else ", fewer --steps")
         + ", a shorter --timeout, or raise --max-cost",
     )

@@ -42,7 +42,7 @@ CLI = [
     ("bench --price-per-node-hour nan", "--price-per-node-hour nan is not a price"),
     ("bench --max-cost -3", "--max-cost -3 is not a price"),
     ("bench --max-cost 5", "--max-cost 5 needs a price"),
-    ("bench --max-cost 1 --price-per-node-hour 10", "estimated cost $6.67 is above --max-cost 1"),
+    ("bench --max-cost 1 --price-per-node-hour 10", "estimated cost $8.00 is above --max-cost 1"),
     ("bench --mode sideways", "'sideways' is not one of"),
     ("bench --workload nonsense", "unknown workload 'nonsense'"),
     ("bench --batch 0", "--batch must be at least 1"),
@@ -285,7 +285,7 @@ def test_max_cost_refuses_a_real_sweep_before_anything_is_asked_for(workdir):
         "--hosts", "nohost-a.invalid:1,nohost-b.invalid:1", "--connect-timeout", "1",
         "--nodes", "1,2", "--price-per-node-hour", "98.32", "--max-cost", "50",
     ]  # fmt: skip
-    refused(args, workdir, "estimated cost $65.55 is above --max-cost 50")
+    refused(args, workdir, "estimated cost $78.66 is above --max-cost 50")
 
 
 @pytest.mark.parametrize(("name", "content", "must_say"), HOSTS, ids=[n for n, _, _ in HOSTS])

@@ -237,7 +237,9 @@ def test_the_report_rebuilt_later_replays_the_same_looks(
     [
         (["--until-decided", "--max-launches", "1"], "--max-launches 1 is out of range"),
         (["--until-decided", "--max-launches", "1001"], "--max-launches 1001 is out of range"),
-        (["--max-launches", "4"], "--max-launches bounds --until-decided, which is not given"),
+        (["--max-launches", "4", "--repeat", "3"], "this sweep's launches are fixed by --repeat"),
+        (["--max-launches", "4", "--nodes", "2"], "it has no scaling verdict to wait for"),
+        (["--max-launches", "4", "--workload", "allreduce"], "no scaling verdict to wait for"),
         (["--until-decided", "--repeat", "3"], "--repeat fixes the launches"),
         (["--until-decided", "--workload", "allreduce"], "the allreduce workload gives none"),
     ],
@@ -249,6 +251,25 @@ def test_a_bad_stopping_option_is_one_clear_message_and_exit_2(
     assert done.exit_code == 2, done.output
     assert said in done.output
     assert "Traceback" not in done.output
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ([], "up to 6 launches"),  # training at 2+ node counts: until decided by default
+        (["--nodes", "1,2,4", "--", "python", "train.py"], "up to 6 launches"),  # a program too
+        (["--repeat", "5"], "5 launches"),  # a fixed --repeat is the way out
+        (["--nodes", "2"], "5 launches"),  # one node count: no verdict to wait for
+        (["--workload", "allreduce"], "5 launches"),  # no scaling verdict either
+    ],
+)
+def test_a_sweep_launches_until_decided_by_default_where_it_can_decide(
+    tmp_path: Path, args: list[str], said: str
+):
+    done = runner.invoke(app, ["bench", "--dry-run", "--output", str(tmp_path), *args])
+    assert done.exit_code == 0, done.output
+    assert said in done.output
+    assert ("up to" in said) == ("up to" in done.output)
 
 
 def test_the_dry_run_plans_the_rounds_up_to_the_maximum(tmp_path: Path):
