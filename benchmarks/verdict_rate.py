@@ -1,5 +1,5 @@
 """How often a default `dtrun bench` reaches a verdict, and how wide its intervals are: issue
-#13's measure; with --compare, the fixed default against `--until-decided` (issue #29).
+#13's measure; with --compare, five fixed launches against `--until-decided` (issue #29).
 
 Runs `dtrun bench` ROUNDS times on the embedded cluster with the defaults (plus any ARGS after
 --), one after another, and reads each run's summary.json and runs.json: every point's verdict
@@ -10,9 +10,9 @@ and the totals: verdicts reached out of ROUNDS per point, the median interval wi
 a run, and node-seconds per conclusive verdict (a run's node-seconds summed over the runs,
 over the conclusive verdicts among them).
 
-With --compare, each round runs the defaults and `--until-decided` one after the other (the
-order alternating by round, so that a drift of the machine falls on both alike) and prints
-the totals for each.
+With --compare, each round runs `--repeat 5` (the fixed default before issue #29) and
+`--until-decided` (the default since) one after the other (the order alternating by round, so
+that a drift of the machine falls on both alike) and prints the totals for each.
 
     .venv/bin/python benchmarks/verdict_rate.py [--rounds 10] [--compare] [-- ARGS]
 """
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 UNTIL_DECIDED = ("--until-decided",)
+FIXED = ("--repeat", "5")  # the default of a sweep of 2+ node counts was this until issue #29
 
 
 @dataclass
@@ -130,13 +131,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--port", type=int, default=29960)
     parser.add_argument(
-        "--compare", action="store_true", help="each round: the defaults and --until-decided"
+        "--compare", action="store_true", help="each round: --repeat 5 and --until-decided"
     )
     parser.add_argument("args", nargs="*", help="more `dtrun bench` arguments")
     args = parser.parse_args()
-    ways = [Tally("fixed", ())]
+    ways = [Tally("defaults", ())]
     if args.compare:
-        ways.append(Tally("until-decided", UNTIL_DECIDED))
+        ways = [Tally("fixed", FIXED), Tally("until-decided", UNTIL_DECIDED)]
     print(
         f"machine: {platform.node()}, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}; "
