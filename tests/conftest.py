@@ -104,6 +104,10 @@ def _own_network(worker: str) -> None:
             "run as root, or run the e2e part without -n"
         )
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    # and one address that is not 127.0.0.1 (RFC 2544's benchmarking range, on lo): glibc's
+    # AI_ADDRCONFIG returns no IPv4 address where the only one is loopback's, and Slurm's
+    # daemons ask with it for the address they listen on (slurmctld: "Unable to resolve")
+    subprocess.run(["ip", "addr", "add", "198.18.0.1/32", "dev", "lo"], check=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
