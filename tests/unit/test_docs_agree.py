@@ -9,8 +9,9 @@ import typer
 from typer.core import TyperGroup, TyperOption
 
 from runner.cli.app import app
+from runner.cli.sweep_options import SweepOptions, launches_of
 from runner.plan.strategies import STRATEGIES
-from runner.spec.request import BenchSpec
+from runner.spec.request import DEFAULT_MAX_LAUNCHES, BenchSpec
 from tests.paths import REPO
 
 ROOT = REPO
@@ -30,14 +31,15 @@ def _words(text: str) -> str:
 
 def test_the_quickstart_quotes_the_default_sweep():
     readme = _words((ROOT / "README.md").read_text())
-    said = re.search(r"a (\d+)- and (\d+)-node sweep .*?\((\d+) launches of (\d+) steps at each "
-                     r"node count, (\d+) launches in all", readme)  # fmt: skip
+    said = re.search(r"a (\d+)- and (\d+)-node sweep .*?\(launches of (\d+) steps at each node "
+                     r"count until .*? decides, .*?at most (\d+);", readme)  # fmt: skip
     assert said, "the quickstart no longer says what the default sweep runs"
-    first, second, repeat, steps, total = map(int, said.groups())
+    first, second, steps, most = map(int, said.groups())
     spec = BenchSpec("defaults")
     assert (first, second) == spec.node_counts
-    assert (repeat, steps) == (spec.repeat, spec.steps)
-    assert total == spec.repeat * len(spec.node_counts)
+    assert (steps, most) == (spec.steps, DEFAULT_MAX_LAUNCHES)
+    # and the default is that: a sweep of the quickstart's node counts launches until decided
+    assert launches_of(SweepOptions(), spec.node_counts) == (True, DEFAULT_MAX_LAUNCHES)
 
 
 def test_the_strategies_the_docs_list_are_those_bench_help_offers():
