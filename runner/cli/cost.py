@@ -3,6 +3,7 @@ will cost, said before anything bills (docs/report.md "Cost")."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -67,7 +68,7 @@ def bench_estimate(spec: BenchSpec, inventory: Inventory | None, nodes: int) -> 
         inventory.size if inventory else None,
         inventory.region if inventory else None,
     )
-    return estimate(
+    guess = estimate(
         spec.node_counts,
         spec.repeat,
         workload=spec.workload if spec.program is None else "program",
@@ -79,6 +80,7 @@ def bench_estimate(spec: BenchSpec, inventory: Inventory | None, nodes: int) -> 
         if spec.program is not None and spec.probe
         else (),
     )
+    return replace(guess, most=spec.until_decided)  # launching until decided: the most
 
 
 def refuse_early(spec: BenchSpec, where: Where, nodes: int) -> None:

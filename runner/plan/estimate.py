@@ -37,6 +37,7 @@ class Estimate:
     ceiling_node_hours: float  # the same with every launch running to --timeout
     price: Price | None
     program: bool = False  # your program's sweep: its launches' lengths are --timeout's
+    most: bool = False  # launching until decided: ``launches`` is the most it can take
 
     @property
     def cost(self) -> float | None:
@@ -51,7 +52,8 @@ class Estimate:
     def lines(self) -> list[str]:
         """The estimate in words, as `dtrun bench --dry-run` prints it."""
         hours = (
-            f"{plural(self.launches, 'launch')} x {self.launch_s:.0f} s ({self.how}) = "
+            f"{'at most ' if self.most else ''}{plural(self.launches, 'launch')} x "
+            f"{self.launch_s:.0f} s ({self.how}) = "
             f"{self.point_node_hours:.3f} node-hours in the points; the cluster's "
             f"{plural(self.cluster_nodes, 'node')} bill while any runs: "
             f"{self.billed_node_hours:.3f} "
@@ -145,7 +147,8 @@ def check_max_cost(guess: Estimate, max_cost: float | None) -> None:
         return
     raise UsageError(
         f"the sweep's estimated cost ${guess.cost:,.2f} is above --max-cost {max_cost:g}",
-        why=f"{plural(guess.cluster_nodes, 'node')} x {plural(guess.launches, 'launch')} x "
+        why=f"{plural(guess.cluster_nodes, 'node')} x {'at most ' if guess.most else ''}"
+        f"{plural(guess.launches, 'launch')} x "
         f"{guess.launch_s:.0f} s ({guess.how}) = {guess.billed_node_hours:.3f} node-hours "
         f"at ${guess.price.usd_per_node_hour:g} ({guess.price.source})",
         fix="sweep fewer node counts (--nodes), fewer launches (--max-launches, or --repeat N)"

@@ -111,7 +111,9 @@ def test_dry_run_ends_with_the_sweeps_estimate_named_as_a_guess(tmp_path):
     *_, hours, cost = result.stdout.splitlines()
     # 2 points x at most 6 launches (until decided) x (60 s + 60 steps x 1 s); the 2 nodes
     # bill while any runs
-    assert hours.startswith("# ==== estimate (a guess, not a measurement): 12 launches x 120 s")
+    assert hours.startswith(
+        "# ==== estimate (a guess, not a measurement): at most 12 launches x 120 s"
+    )
     assert "60 s start-up + 60 steps x 1 s, guessed" in hours
     assert "0.800 node-hours" in hours
     assert cost == (
