@@ -18,7 +18,7 @@ import pytest
 from runner.engines.embedded.inventory import embedded_inventory, local_cluster
 from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
 from runner.spec.request import BenchSpec
-from tests import slurmd, sshd
+from tests import machine, slurmd, sshd
 from tests.sshd import SshCluster
 
 if TYPE_CHECKING:
@@ -42,20 +42,9 @@ def _part(path: Path) -> str | None:
     return parts[0] if len(parts) > 1 and parts[0] in PARTS else None
 
 
-# What two e2e workers cannot share even in network namespaces of their own (--worker-netns):
-# the Slurm tests' daemons use the machine's munged and kill it after; Spark writes every
-# application's directories under pyspark/work/ in the venv, named by the second it started.
-# Under `--dist loadgroup` each group runs on one worker, one test after another.
-SHARED_BY_MACHINE = {"test_e2e_slurm.py": "slurm", "test_e2e_spark.py": "spark",
-                     "test_e2e_spark_app.py": "spark"}  # fmt: skip
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     misplaced = []
     for item in items:
-        if item.path.name in SHARED_BY_MACHINE:
-            item.add_marker(pytest.mark.xdist_group(SHARED_BY_MACHINE[item.path.name]))
         part = _part(item.path)
         if part is None:
             misplaced.append(f"{item.nodeid}: outside tests/unit, tests/e2e and tests/infra")
@@ -86,6 +75,13 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if config.getoption("--worker-netns") and worker is not None:
         _own_network(worker)
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: there only under -n
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """--dist loadgroup: what the workers' network namespaces do not separate runs on one
+    worker (tests/machine.py), in place of xdist's own loadgroup."""
+    return machine.machine_groups(config, log) if config.getvalue("dist") == "loadgroup" else None
 
 
 def _own_network(worker: str) -> None:
@@ -269,9 +265,18 @@ def slurm_daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurmd.S
     why = slurmd.missing()
     if why is not None:
         pytest.skip(f"no Slurm test cluster: {why}")
+    machine.hold("slurm")
     cluster = slurmd.start(tmp_path_factory.mktemp("slurm"))
     yield cluster
     cluster.close()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _machine_group(request: pytest.FixtureRequest) -> None:
+    """A module whose tests share the machine's daemons claims them (tests/machine.py)."""
+    group = machine.SHARED_BY_MACHINE.get(request.path.name)
+    if group is not None:
+        machine.hold(group)
 
 
 @pytest.fixture

@@ -3,6 +3,8 @@ outside tests/e2e/ that starts daemons or launches is refused at collection, nam
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.paths import TESTS
@@ -97,3 +99,61 @@ def test_a_sigterm_to_the_test_run_still_tears_the_session_down(suite):
     out, _ = run.communicate(timeout=30)
     assert done.exists(), out.decode()
     assert run.returncode == pytest.ExitCode.INTERRUPTED
+
+
+WHERE = (
+    "import os, pathlib\n\n"
+    "def test_{n}():\n"
+    "    with open(pathlib.Path(__file__).parent.parent / 'where', 'a') as out:\n"
+    "        out.write(f\"{{__name__}} {{os.environ['PYTEST_XDIST_WORKER']}}\\n\")\n"
+)
+
+
+def test_under_loadgroup_the_slurm_and_spark_files_each_run_on_one_worker(suite, monkeypatch):
+    """pytest-xdist's own loadgroup stopped grouping under pytest 9.2 (tests/machine.py): what
+    the workers' namespaces do not separate ran on both, and CI failed on munged."""
+    monkeypatch.setenv("DTRUN_TEST_LOCKS", str(suite.path / "locks"))
+    e2e = suite.path / "e2e"
+    files = ["test_e2e_slurm.py", "test_e2e_spark.py", "test_e2e_spark_app.py",
+             *(f"test_other_{i}.py" for i in range(3))]  # fmt: skip
+    for name in files:
+        (e2e / name).write_text("\n".join(WHERE.format(n=n) for n in range(6)))
+    done = suite.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "-q")
+    done.assert_outcomes(passed=36)
+    workers: dict[str, set[str]] = {}
+    for line in (suite.path / "where").read_text().splitlines():
+        module, worker = line.split()
+        workers.setdefault(module.rsplit(".", 1)[-1], set()).add(worker)
+    assert len(workers["test_e2e_slurm"]) == 1
+    assert len(workers["test_e2e_spark"] | workers["test_e2e_spark_app"]) == 1
+    # and the rest is shared out, not all on one worker
+    assert len(set().union(*workers.values())) == 2
+
+
+def test_a_second_process_claiming_the_slurm_daemons_fails_naming_why(tmp_path):
+    import subprocess
+    import sys
+
+    claim = "from tests import machine; machine.hold('slurm'); print('held', flush=True); input()"
+    env = {**os.environ, "DTRUN_TEST_LOCKS": str(tmp_path)}
+    first = subprocess.Popen(
+        [sys.executable, "-c", claim], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True, cwd=TESTS.parent,
+    )  # fmt: skip
+    try:
+        assert first.stdout is not None and first.stdout.readline() == "held\n"
+        second = subprocess.run(
+            [sys.executable, "-c", claim], env=env, stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, cwd=TESTS.parent, timeout=30,
+        )  # fmt: skip
+        assert second.returncode != 0
+        assert "another test process runs the slurm tests on this machine" in second.stderr
+    finally:
+        first.kill()
+        first.wait()
+    # once the first has ended, the claim is free again
+    third = subprocess.run(
+        [sys.executable, "-c", claim], env=env, input="\n", capture_output=True, text=True,
+        cwd=TESTS.parent, timeout=30,
+    )  # fmt: skip
+    assert third.returncode == 0, third.stderr
