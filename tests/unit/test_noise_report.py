@@ -241,3 +241,24 @@ def test_a_verdict_made_inconclusive_by_noise_says_in_english_what_it_would_have
     assert row["verdict"] == "inconclusive"
     assert f"{would} 2-node point was measured in noise" in row["verdict_reason"]
     assert "would be loses" not in row["verdict_reason"]
+
+
+def test_a_point_that_stopped_decided_in_noise_says_its_verdict_was_set_aside(
+    tmp_path, fixed_inventory
+):
+    """--until-decided stops a point once its interval decides; more launches cannot make a
+    noisy point quiet (its noise is the worst of its launches), so it stays stopped, and the
+    report says why a point that 'decided' reads inconclusive."""
+    steps = {n: [[s + 0.0001 * (i % 5) for i in range(50)] for _ in range(2)]
+             for n, s in ((1, 0.030), (2, 0.045))}  # fmt: skip
+    loud = noise_data(NODES, other_cores=0.6, probe_s=[0.03, 0.03])
+    noise = {1: [quiet(["node-0"], ())] * 2, 2: [loud] * 2}
+    bench = BenchSpec(run_id="v", repeat=6, until_decided=True)
+    run_dir = fake_run_dir(
+        tmp_path / "v", bench, fixed_inventory, {}, step_times=steps, noise=noise
+    )
+    build_report(run_dir)
+    row = json.loads(run_dir.summary.read_text())["rows"][1]
+    assert (row["stopped"], row["verdict"]) == ("decided", "inconclusive")
+    said = "(stopped: decided, then set aside for noise): **inconclusive**: "
+    assert said + row["verdict_reason"] in run_dir.report.read_text()
