@@ -2,8 +2,11 @@
 (--worker-netns, tests/conftest.py), and how they are kept apart.
 
 - The Slurm tests' daemons use the machine's munged and kill it after.
-- Spark writes every application's directories under pyspark/work/ in the venv, named by the
-  second it started.
+- The Spark tests each start JVMs of a GiB or more (a local-cluster's master, workers and
+  executors, or a standalone cluster); two such at once on a 2-core machine were not tried,
+  and their executor waits are timed. (They also wrote every application's directory under
+  pyspark/work/ in the venv, named by the second it started, until the driver gave a
+  local-cluster a Spark home of its own: runner/engines/spark/driver.py.)
 
 Under ``--dist loadgroup``, ``MachineGroups`` runs each such group of files on one worker, one
 test after another. It takes the place of xdist's own loadgroup: it is xdist's

@@ -48,6 +48,7 @@ def _results(run: Path, nodes: int) -> dict[str, Any]:
 )
 def test_a_sweep_runs_on_spark_executors_with_each_spark_launcher(no_leftovers, launcher, engine):
     out = no_leftovers / "runs"
+    before = _pyspark_work()
     done = run_dtrun(
         "bench", "--spark", MASTER, "--launcher", launcher, "--nodes", "1,2", *QUICK,
         "--output", str(out), "--run-id", "sp", cwd=no_leftovers, timeout=400,
@@ -67,6 +68,20 @@ def test_a_sweep_runs_on_spark_executors_with_each_spark_launcher(no_leftovers, 
     assert "Spark is up" in first.read_text() and "Spark is up" not in second.read_text()
     assert len({_application(first), _application(second)}) == 1
     assert (run / "report.md").exists()
+    # the executors' logs are the run's (runner/engines/spark/driver.py, own_spark_home): in
+    # the launch that started the application, and nothing new in pyspark's own directory
+    kept = run / "n1" / "r0" / "spark-work" / _application(first)
+    assert sorted(p.name for p in kept.iterdir()) == ["0", "1"]
+    assert all((kept / e / "stderr").is_file() for e in ("0", "1"))
+    assert _pyspark_work() == before
+
+
+def _pyspark_work() -> set[str]:
+    """The application directories under pyspark's own SPARK_HOME/work."""
+    import pyspark
+
+    work = Path(pyspark.__file__).parent / "work"
+    return {p.name for p in work.iterdir()} if work.is_dir() else set()
 
 
 def _application(driver_log: Path) -> str:

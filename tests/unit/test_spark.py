@@ -312,3 +312,46 @@ def test_the_executor_wait_is_bounded_and_checked(value, ok):
     else:
         with pytest.raises(ValueError, match="DTRUN_SPARK_EXECUTOR_WAIT_S"):
             executor_wait_s({"DTRUN_SPARK_EXECUTOR_WAIT_S": value})
+
+
+def test_a_local_cluster_gets_a_spark_home_of_its_own_whose_work_is_not_pyspark_s(
+    tmp_path, monkeypatch
+):
+    from runner.engines.spark.driver import own_spark_home
+
+    real = tmp_path / "pyspark"
+    for name in ("bin", "jars", "work"):
+        (real / name).mkdir(parents=True)
+    monkeypatch.setenv("SPARK_HOME", str(real))
+    app = tmp_path / "app"
+    app.mkdir()
+    work = own_spark_home(app)
+    home = app / "spark-home"
+    assert os.environ["SPARK_HOME"] == str(home) and work == home / "work"
+    assert (home / "jars").resolve() == real / "jars" and (home / "bin").is_symlink()
+    assert work.is_dir() and not work.is_symlink()  # the workers write here, not in `real`
+
+
+def test_the_executors_logs_go_to_the_launch_that_started_the_application(tmp_path):
+    from runner.engines.spark.driver import keep_work
+
+    work = tmp_path / "work"
+    (work / "app-1" / "0").mkdir(parents=True)
+    (work / "app-1" / "0" / "stderr").write_text("executor 0 said\n")
+    launch = tmp_path / "n1" / "r0"
+    launch.mkdir(parents=True)
+    keep_work(work, str(launch))
+    assert (launch / "spark-work" / "app-1" / "0" / "stderr").read_text() == "executor 0 said\n"
+
+
+def test_a_link_where_the_executors_logs_go_is_not_followed(tmp_path):
+    from runner.engines.spark.driver import keep_work
+
+    work = tmp_path / "work"
+    (work / "app-1").mkdir(parents=True)
+    launch, elsewhere = tmp_path / "launch", tmp_path / "elsewhere"
+    launch.mkdir()
+    elsewhere.mkdir()
+    (launch / "spark-work").symlink_to(elsewhere)
+    keep_work(work, str(launch))
+    assert list(elsewhere.iterdir()) == [] and (work / "app-1").is_dir()

@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import queue
+import shutil
 import signal
 import sys
 import threading
@@ -53,6 +54,8 @@ from runner.execute.guard import TAG as LAUNCH_TAG
 from runner.spec.text import plural
 
 GROUP = "dtrun-launch"
+WORK = "work"  # Spark's: SPARK_HOME/work, a local-cluster's application directories
+KEPT_WORK = "spark-work"  # where they are kept: in the launch that started the application
 DONE = "dtrun-spark-done"  # then the launch's code: the line that ends each launch's output
 CHECK_EVERY_S = 5  # Spark's barrier slot check, retried this often up to the wait (below)
 
@@ -79,6 +82,41 @@ def executors_python(config: dict[str, Any]) -> str:
     """The executors' Python: PYSPARK_PYTHON where set (Spark's own variable: a cluster whose
     executors run another Python), else the launch's, which is dtrun's."""
     return os.environ.get("PYSPARK_PYTHON") or str(config["python"])
+
+
+def own_spark_home(app_dir: Path) -> Path:
+    """A Spark home of this application's own, for a local-cluster: the real one's entries
+    linked into APP_DIR/spark-home, and SPARK_HOME set to it. A local-cluster's workers write
+    each application's directory (its executors' stdout and stderr) under SPARK_HOME/work,
+    always: Spark starts them with no work directory, and a worker without one takes
+    SPARK_HOME/work (Spark's LocalSparkCluster and Worker.createWorkDir; SPARK_WORKER_DIR and
+    spark.worker.dir are read by standalone workers only). That is pyspark's own directory in
+    site-packages: it grew with every sweep, and in an install the user cannot write to a
+    worker cannot create it (createWorkDir then exits). Returns the work directory."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    real = Path(os.environ.get("SPARK_HOME") or _find_spark_home()).resolve()
+    home = app_dir / "spark-home"
+    home.mkdir(exist_ok=True)
+    for entry in real.iterdir():
+        if entry.name != WORK and not (home / entry.name).exists():
+            (home / entry.name).symlink_to(entry)
+    (home / WORK).mkdir(exist_ok=True)
+    os.environ["SPARK_HOME"] = str(home)
+    return home / WORK
+
+
+def keep_work(work: Path | None, launch_dir: str) -> None:
+    """The local-cluster's work directory (its executors' logs), into the directory of the
+    launch that started the application, as spark-work/."""
+    kept = Path(launch_dir) / KEPT_WORK
+    if work is None or not work.is_dir() or kept.is_symlink():  # a link is not followed
+        return
+    with contextlib.suppress(OSError):  # a full disk loses the executors' logs, not the sweep
+        kept.mkdir(exist_ok=True)
+        for app in work.iterdir():  # app-ID/EXECUTOR/{stdout,stderr}
+            if not (kept / app.name).exists():
+                shutil.move(str(app), str(kept / app.name))
 
 
 def session(master: str, config: dict[str, Any], app_dir: Path) -> Any:
@@ -162,6 +200,8 @@ class Driver:
         self.stopped: list[int] = []
         self.commands: queue.Queue[str | None] = queue.Queue()
         self.cancels: queue.Queue[tuple[int | None, str]] = queue.Queue()
+        self.work: Path | None = None  # a local-cluster's work directory (own_spark_home)
+        self.first_launch = ""  # the directory of the launch that started the application
 
     def on_signal(self, signum: int, _: object) -> None:
         self.stopped.append(signum)
@@ -211,6 +251,8 @@ class Driver:
         if unreachable is not None:
             return report(failure_file, unreachable)
         print(f"{TAG} -: starting Spark on {self.master}", flush=True)
+        if self.master.startswith("local-cluster"):
+            self.work = own_spark_home(self.app_dir)
         try:
             self.spark = session(self.master, config, self.app_dir)
         except Exception as exc:  # no Java, a master that never took the application, ...
@@ -230,8 +272,10 @@ class Driver:
         config = json.loads((Path(launch_dir) / "spark.json").read_text())
         failure_file = Path(launch_dir) / FAILURE_FILE
         failure_file.unlink(missing_ok=True)  # an earlier attempt's (--resume)
-        if self.spark is None and (code := self.start(config, failure_file)) is not None:
-            return code
+        if self.spark is None:
+            self.first_launch = launch_dir
+            if (code := self.start(config, failure_file)) is not None:
+                return code
         self.launches += 1
         number, nodes = self.launches, len(config["nodes"])
         print(
@@ -294,6 +338,7 @@ class Driver:
         if self.spark is not None:
             with contextlib.suppress(Exception):
                 self.spark.stop()
+        keep_work(self.work, self.first_launch)
         return 128 + self.stopped[0] if self.stopped else 0
 
 

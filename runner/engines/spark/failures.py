@@ -129,7 +129,8 @@ def task_failure(error: BaseException) -> Failure:
     return Failure(
         f"Spark lost the task of partition {lost.group(1)} on {lost.group(2)}",
         why=reason,
-        fix="read the node's log and its executor's (the worker's work directory)",
+        fix="read the node's log and its executor's: a local-cluster's in spark-work/ of the "
+        "launch that started the application, a worker's in its work directory",
         partition=int(lost.group(1)),
         exit_code=int(code.group(1)) if code else None,
     )
