@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import psutil
 import pytest
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
 
 GOLDEN = Path(__file__).parent / "golden"
-DTRUN = [sys.executable, "-m", "runner.cli"]
+# -X faulthandler: a dtrun that hangs prints every thread's stack on SIGABRT (ends_within)
+DTRUN = [sys.executable, "-X", "faulthandler", "-m", "runner.cli"]
 
 
 # The suite's parts (README, "Tests"): tests/unit/ runs in minutes with nothing but the venv;
@@ -226,6 +227,26 @@ def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> Non
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(0.1)
+
+
+def ends_within(dtrun: subprocess.Popen[bytes], timeout: float, out: IO[str]) -> int:
+    """dtrun's exit code once it ends. Past ``timeout`` the test fails with what dtrun said and
+    where each of its threads was: SIGABRT, on which ``-X faulthandler`` (DTRUN) prints them."""
+    import signal
+
+    try:
+        return dtrun.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        dtrun.send_signal(signal.SIGABRT)
+        try:
+            dtrun.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            dtrun.kill()
+            dtrun.wait()
+    out.flush()
+    out.seek(0)
+    said = out.read()[-8000:]
+    pytest.fail(f"dtrun did not end within {timeout:g} s; it said, and its stacks:\n{said}")
 
 
 def default_signals() -> None:

@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import (
     DTRUN,
     default_signals,
+    ends_within,
     launch_processes,
     launched_running,
     processes_under,
@@ -146,7 +147,7 @@ def test_sigterm_cancels_the_step_and_the_job_and_leaves_no_process(slurm, no_le
             what="both nodes' programs to start",
         )
         dtrun.send_signal(signal.SIGTERM)
-        assert dtrun.wait(timeout=60) == 143
+        assert ends_within(dtrun, 60, out) == 143
         out.seek(0)
         said = out.read()
     assert "stopped by SIGTERM: stopping 2 nodes" in said, said
@@ -416,7 +417,7 @@ def test_sigterm_stops_horovodrun_and_its_srun_steps(slurm, no_leftovers):
             what="both nodes' programs to start",
         )
         dtrun.send_signal(signal.SIGTERM)
-        assert dtrun.wait(timeout=60) == 143
+        assert ends_within(dtrun, 60, out) == 143
         out.seek(0)
         said = out.read()
     assert "stopped by SIGTERM" in said, said

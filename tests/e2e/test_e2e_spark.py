@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import (
     DTRUN,
     default_signals,
+    ends_within,
     launch_processes,
     launched_running,
     run_dtrun,
@@ -130,7 +131,7 @@ def test_sigterm_stops_the_driver_the_executors_and_every_rank(no_leftovers):
             what="both nodes' programs to start",
         )
         dtrun.send_signal(signal.SIGTERM)
-        assert dtrun.wait(timeout=90) == 143
+        assert ends_within(dtrun, 90, out) == 143
         out.seek(0)
         said = out.read()
     assert "stopped by SIGTERM" in said, said
@@ -200,7 +201,7 @@ def test_sigterm_on_a_standalone_master_leaves_no_executor_or_rank(standalone, n
             what="both nodes' programs to start",
         )
         dtrun.send_signal(signal.SIGTERM)
-        assert dtrun.wait(timeout=90) == 143
+        assert ends_within(dtrun, 90, out) == 143
     # the executors are the workers' children: Spark's master ends them once the driver is gone
     wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the launch")
 

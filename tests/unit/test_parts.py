@@ -157,3 +157,26 @@ def test_a_second_process_claiming_the_slurm_daemons_fails_naming_why(tmp_path):
         cwd=TESTS.parent, timeout=30,
     )  # fmt: skip
     assert third.returncode == 0, third.stderr
+
+
+def test_a_dtrun_that_does_not_end_in_time_fails_the_test_with_its_stacks(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ends_within
+
+    hung = (
+        "import time\ndef waiting_forever():\n    time.sleep(600)\n"
+        "print('started', flush=True)\nwaiting_forever()\n"
+    )
+    with (tmp_path / "out").open("w+") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-X", "faulthandler", "-c", hung], stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        with pytest.raises(pytest.fail.Exception) as failed:
+            ends_within(proc, 2, out)
+    assert proc.returncode is not None  # ended, not left running
+    said = str(failed.value)
+    assert "did not end within 2 s" in said and "started" in said
+    assert "waiting_forever" in said  # where its thread was
