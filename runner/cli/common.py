@@ -25,7 +25,7 @@ _HUMAN_TO_STDERR = False  # --json: stdout carries the JSON alone
 
 class RedactedStream:
     """stdout or stderr as a console writes to it, every write redacted on the way out
-    (runner/redact.py): what dtrun prints holds no secret it was given, whichever message,
+    (runner/redact/): what dtrun prints holds no secret it was given, whichever message,
     table or plan repeats it. The stream is looked up at each write, as print() does."""
 
     def __init__(self, stderr: bool) -> None:
