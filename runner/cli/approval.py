@@ -148,10 +148,10 @@ def approve(
 
 def _prompt(question: str) -> bool:
     import typer
-    from rich.markup import escape
 
     from runner.cli.common import console
 
     shown_lines, _, prompt = question.rpartition("\n")
-    console(stderr=True).print(escape(shown_lines), soft_wrap=True)
+    # the console reads no markup and shows control characters as escapes (runner/cli/inert.py)
+    console(stderr=True).print(shown_lines, soft_wrap=True)
     return typer.confirm(prompt, default=False, err=True)
