@@ -188,7 +188,8 @@ def test_an_unreadable_store_asks_again_and_a_link_is_not_followed(tmp_path):
         ({"program": Program(ProgramKind.EXECUTABLE, "python3", ("/w/train.py",))},
          "is not one a command line gives"),
         ({"program": Program(ProgramKind.SCRIPT, "train.py")}, "is not one a command line gives"),
-        ({"run_id": "../escape"}, "cannot name a run directory"),
+        # refused when the manifest is read, before it is judged as a sweep
+        ({"run_id": "../escape"}, "is damaged: 'run_id' is '../escape': a run id holds"),
         ({"until_decided": True, "repeat": 1}, "--max-launches 1 is out of range"),
         ({"max_cost": -1.0}, "--max-cost"),
         ({"node_counts": (0,)}, "--nodes needs node counts"),
@@ -214,7 +215,8 @@ def test_every_recorded_value_is_checked_as_if_typed_before_anything_is_written(
         )
         assert done.returncode == 2, done.stdout + done.stderr
         err = " ".join(done.stderr.split())
-        assert "manifest.json records a sweep dtrun refuses" in err and said in err, err
+        lead = "is damaged" if "run_id" in change else "records a sweep dtrun refuses"
+        assert f"manifest.json {lead}" in err and said in err, err
         assert "Traceback" not in err
         assert {p: p.read_bytes() for p in run_dir.path.rglob("*") if p.is_file()} == before
         assert sorted(p.name for p in run_dir.path.parent.iterdir()) == ["old"]
