@@ -21,6 +21,7 @@ from typing import Any
 
 from runner.errors import DamagedRunError
 from runner.spec.bounds import BOUNDS
+from runner.spec.runid import run_id_problem
 
 # (value, where it is in the file) -> what is wrong with it, or None when it fits
 Shape = Callable[[Any, str], str | None]
@@ -225,6 +226,18 @@ STEP_SECONDS = ranged(
 )
 _NODES = BOUNDS["--nodes"]
 NODE_COUNT = ranged("a whole number above 0", _NODES.low, _NODES.high, "--nodes' range", int)
+
+
+def _run_id(value: Any, where: str) -> str | None:
+    """A run id as --run-id takes it (runner/spec/runid.py): it names directories and every
+    report, console line and plot title shows it."""
+    if not isinstance(value, str):
+        return _wrong(value, where, "text")
+    problem = run_id_problem(value)
+    return None if problem is None else f"{_name(where)} is {describe(value)}: {problem}"
+
+
+RUN_ID: Shape = _run_id
 
 
 def nullable(shape: Shape) -> Shape:

@@ -21,6 +21,7 @@ from runner.errors import UsageError
 from runner.record.readback import (
     FLAG,
     NUMBER,
+    RUN_ID,
     TEXT,
     WHOLE,
     Shape,
@@ -41,7 +42,7 @@ from runner.spec.request import BenchSpec
 T = TypeVar("T")
 
 MANIFEST_SHAPE = obj(
-    {"run_id": kind("a string", str), "bench": kind("an object", dict)},
+    {"run_id": RUN_ID, "bench": kind("an object", dict)},
     optional={"resumed": list_of(kind("an object", dict))},
 )
 RUNS_SHAPE = obj(

@@ -56,7 +56,7 @@ def now_iso() -> str:
 
 
 def as_json(data: object) -> str:
-    """A record's text. Every string is redacted (runner/redact.py): a record holds no secret
+    """A record's text. Every string is redacted (runner/redact/): a record holds no secret
     this process was given, whichever field repeats it. NaN and infinities are refused
     (ValueError): they are not JSON (RFC 8259), and no figure dtrun records is one."""
     # paths and the like as the file has them
