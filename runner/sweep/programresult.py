@@ -81,7 +81,7 @@ def _units(spec: BenchSpec, world_size: int) -> dict[str, Any]:
 
 
 def _sharded(records: dict[int, dict[str, Any]]) -> str | None:
-    """How the ranks' parameters are sharded, as the hook saw it (sitecustomize.py
+    """How the ranks' parameters are sharded, as the hook saw it (_dtrun_steprecord.py
     ``_sharding``: "FSDP (DTensor shards)", "FSDP (flat parameter shards)", "DeepSpeed ZeRO
     stage N"), or None: whole on every rank. The report's gradient sync reads it."""
     return next((str(r["sharded"]) for r in records.values() if r.get("sharded")), None)
@@ -256,20 +256,35 @@ def program_result(
     }
 
 
-# The hook's error when torch has no global step hooks (sitecustomize.py, _Loader.exec_module)
+# The hook's error when torch has no global step hooks (_dtrun_stephook.py, _Loader.exec_module)
 HOOK_ERROR = "hooks: "
+# Its error when the hook itself did not load (runner/workloads/stephook/sitecustomize.py)
+LOAD_ERROR = "load: "
+
+
+def _first_error(record: dict[str, Any], prefix: str) -> str | None:
+    return next((str(e) for e in record.get("errors", ()) if str(e).startswith(prefix)), None)
 
 
 def _check_hooks(records: dict[int, dict[str, Any]]) -> None:
-    """No step because the hook could not register torch's global step hooks: say so, not
-    "0 optimizer steps". torch.optim.optimizer.register_optimizer_step_pre_hook and
-    ..._post_hook came with pytorch/pytorch#89176 (Nov 2022, after torch 1.13): torch 2.0."""
+    """No step because the hook did not load, or could not register torch's global step
+    hooks: say so, not "0 optimizer steps". torch.optim.optimizer.register_optimizer_step_pre_hook
+    and ..._post_hook came with pytorch/pytorch#89176 (Nov 2022, after torch 1.13): torch 2.0."""
     for rank, record in sorted(records.items()):
-        error = next((e for e in record.get("errors", ()) if str(e).startswith(HOOK_ERROR)), None)
+        if (error := _first_error(record, LOAD_ERROR)) is not None:
+            raise ResultError(
+                f"dtrun's step hook did not load on rank {rank}: {error.removeprefix(LOAD_ERROR)}",
+                why="the hook times each optimizer step from inside the program's processes; "
+                "where it did not load, no step was seen",
+                fix="check dtrun's code directory on the nodes (runner/workloads/stephook/ "
+                "beside runner/workloads/files.py and noise.py), or pass --step-pattern REGEX "
+                "matching a line your program prints each step",
+            )
+        error = _first_error(record, HOOK_ERROR)
         if error is not None:
             raise ResultError(
                 f"dtrun's step hook could not register torch's optimizer step hooks on rank "
-                f"{rank}: {str(error).removeprefix(HOOK_ERROR)}",
+                f"{rank}: {error.removeprefix(HOOK_ERROR)}",
                 why="the hook times steps with torch.optim.optimizer."
                 "register_optimizer_step_pre_hook and register_optimizer_step_post_hook, which "
                 "torch has from 2.0 on; without them it saw no step",

@@ -228,3 +228,17 @@ def test_a_torch_without_global_step_hooks_says_the_hook_could_not_register():
     assert "0 optimizer step" not in what
     assert "register_optimizer_step_post_hook" in why and "2.0" in why
     assert "upgrade torch" in fix and "--step-pattern" in fix
+
+
+def test_a_hook_that_did_not_load_fails_the_launch_naming_the_reason():
+    bench = spec()
+    # what runner/workloads/stephook/sitecustomize.py records when the hook's module fails
+    error = "load: ImportError: the hook is broken"
+    records = {0: {"schema": "dtrun.steps/1", "rank": "0", "step_ends_s": [], "errors": [error]}}
+    with pytest.raises(ResultError) as raised:
+        program_result(bench, plan(bench), records, 9.0)
+    assert (
+        raised.value.what
+        == "dtrun's step hook did not load on rank 0: ImportError: the hook is broken"
+    )
+    assert "--step-pattern" in raised.value.fix
