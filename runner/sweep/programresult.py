@@ -90,6 +90,9 @@ def _sharded(records: dict[int, dict[str, Any]]) -> str | None:
 def _proof(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any]:
     digests = {rank: record.get("param_digest") for rank, record in records.items()}
     sharded = _sharded(records)
+    if strays := [rank for rank in sorted(records) if not 0 <= rank < world_size]:
+        return {"answer": "not checked", "why": _strays_why(records, strays, world_size),
+                "digests": {str(r): d for r, d in digests.items()}}  # fmt: skip
     if world_size == 1:
         answer, why = "not checked", "one process"
     elif sharded:
@@ -106,6 +109,19 @@ def _proof(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any
         verb = "ends" if len(apart) == 1 else "end"
         why = f"{ranks} {verb} with other parameters than rank {lowest}"
     return {"answer": answer, "why": why, "digests": {str(r): d for r, d in digests.items()}}
+
+
+def _strays_why(records: dict[int, dict[str, Any]], strays: list[int], world_size: int) -> str:
+    """Step records from ranks dtrun did not launch: the program started processes of its
+    own (a `torchrun` inside it), so dtrun's world size, units and efficiency are not its."""
+    named = ", ".join(map(str, sorted(records)))
+    ranks = "rank 0" if world_size == 1 else f"ranks 0 to {world_size - 1}"
+    return (
+        f"the step records name {noun(len(records), 'rank')} {named}, where dtrun launched "
+        f"{plural(world_size, 'process')} ({ranks}): the program started processes of its "
+        "own (a launcher inside it?), so the world size, the units per step and the "
+        "efficiency here count dtrun's processes, not the program's"
+    )
 
 
 # Why a program's launch has no straggler probe (docs/your-training.md "Noise")

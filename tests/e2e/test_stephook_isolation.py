@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
+from tests.conftest import run_dtrun
 from tests.e2e.test_stephook import HOOK, hook_env
-from tests.paths import REPO
+from tests.paths import REPO, TESTS
 
 # A program that steps an optimizer STEPS times, as a user writes one.
 STEPS = """
@@ -144,3 +146,32 @@ def test_a_hook_that_does_not_load_leaves_its_reason_in_a_torch_process(tmp_path
     shutil.rmtree(tmp_path / "steps")
     assert run("print('no torch')\n", env, tmp_path).returncode == 0
     assert not (tmp_path / "steps").exists()
+
+
+# A program that starts its own launcher: 2 processes inside dtrun's 1.
+INNER_LAUNCHER = """
+import os, sys
+torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+os.execv(torchrun, [torchrun, "--standalone", "--nproc-per-node", "2", {program!r},
+                    "--steps", "6", "--sleep", "0.01"])
+"""
+
+
+@pytest.mark.e2e
+def test_a_program_that_starts_its_own_launcher_is_said_to_disagree_with_the_world_size(
+    no_leftovers,
+):
+    # it recorded ranks 0 and 1 while dtrun reported world size 1, without a word
+    inner = no_leftovers / "inner.py"
+    inner.write_text(INNER_LAUNCHER.format(program=str(TESTS / "programs" / "ddp_loop.py")))
+    done = run_dtrun(
+        "bench", "--nodes", "1", "--repeat", "1", "--warmup", "2", "--port", "29830",
+        "--output", str(no_leftovers / "runs"), "--run-id", "inner", "--", "python", str(inner),
+        cwd=no_leftovers, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((no_leftovers / "runs/inner/n1/r0/result.json").read_text())
+    said = "not checked: the step records name ranks 0, 1, where dtrun launched 1 process (rank 0)"
+    assert f"{result['proof']['answer']}: {result['proof']['why']}".startswith(said)
+    assert said in " ".join(done.stdout.split())  # the console's line for the launch
+    assert said in (no_leftovers / "runs/inner/report.md").read_text()
