@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -238,6 +239,16 @@ def _run_id(value: Any, where: str) -> str | None:
 
 
 RUN_ID: Shape = _run_id
+
+
+def _revision(value: Any, where: str) -> str | None:
+    """A git commit id: 40 hex digits (SHA-1) or 64 (SHA-256), as `git rev-parse` prints it."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", value):
+        return None
+    return _wrong(value, where, "a git commit id (40 or 64 hex digits)")
+
+
+REVISION: Shape = _revision
 
 
 def nullable(shape: Shape) -> Shape:

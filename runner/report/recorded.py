@@ -29,6 +29,7 @@ from runner.record.readback import (
     NUMBER,
     POSITIVE,
     RESTORE,
+    REVISION,
     RUN_ID,
     STEP_SECONDS,
     TEXT,
@@ -43,10 +44,11 @@ from runner.record.readback import (
 )
 from runner.record.rundir import HEALTH_FILE, RunDir
 from runner.record.runsfile import ok_runs
+from runner.report.program import STAND_INS
 from runner.report.resultfile import ALLREDUCE_SCHEMA, AllreduceResult, Result, parse_result
 from runner.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
 from runner.spec.outcome import GateStatus, RunStatus, SweepStatus
-from runner.spec.request import ScalingMode
+from runner.spec.request import ScalingMode, UnitKind
 
 # Each workload's result, as the report reads it.
 RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {
@@ -96,7 +98,8 @@ MANIFEST = obj(
         "command": nullable(TEXT),
         "image": nullable(obj({"urn": nullable(TEXT), "source": nullable(TEXT)})),
         "versions": nullable(ANY_OBJECT),
-        "git": nullable(obj({"revision": TEXT, "dirty": FLAG})),
+        # the report and `dtrun compare` show its first 12 hex digits
+        "git": nullable(obj({"revision": REVISION, "dirty": FLAG})),
         "launch_environment": nullable(list_of(obj({"key": TEXT, "value": TEXT}))),
         # what a node cost an hour (the report's Cost section divides and multiplies by it)
         "price": nullable(obj({"usd_per_node_hour": POSITIVE, "source": TEXT})),
@@ -140,7 +143,15 @@ BENCH_BY_WORKLOAD = {
             "bench": obj(
                 {
                     "program": obj({"kind": TEXT, "target": TEXT, "args": list_of(TEXT)}),
-                    "units": nullable(obj({"kind": TEXT, "count": COUNT, "per_process": FLAG})),
+                    "units": nullable(
+                        obj(
+                            {
+                                "kind": one_of(*_values(UnitKind)),
+                                "count": COUNT,
+                                "per_process": FLAG,
+                            }
+                        )
+                    ),
                 }
                 | {key: WHOLE for key in ("procs_per_node", "warmup", "repeat")}
             )
@@ -254,7 +265,14 @@ RESULTS = {
             "optimizer_steps": WHOLE,
             "step_time_s": obj({"p50": STEP_SECONDS, "p90": STEP_SECONDS}),
             "step_times_s": list_of(STEP_SECONDS, nonempty=True),
-            "units": obj({"kind": TEXT, "per_step": COUNT, "given": FLAG}),
+            # what the throughput counts: its name heads columns and labels the plots' axes
+            "units": obj(
+                {
+                    "kind": one_of(*_values(UnitKind), *sorted(STAND_INS)),
+                    "per_step": COUNT,
+                    "given": FLAG,
+                }
+            ),
             "proof": obj({"answer": TEXT, "why": TEXT}),
             "peak_memory_bytes": WHOLE,
             "peak_memory_max_bytes": WHOLE,
