@@ -152,6 +152,5 @@ def _prompt(question: str) -> bool:
     from runner.cli.common import console
 
     shown_lines, _, prompt = question.rpartition("\n")
-    # the console reads no markup and shows control characters as escapes (runner/cli/inert.py)
-    console(stderr=True).print(shown_lines, soft_wrap=True)
+    console(stderr=True).print(shown_lines, soft_wrap=True)  # text: no markup read
     return typer.confirm(prompt, default=False, err=True)

@@ -25,11 +25,13 @@ from runner.record.readback import (
     ANY_OBJECT,
     COUNT,
     FLAG,
+    NODE_COUNT,
     NUMBER,
     POSITIVE,
     RESTORE,
     REVISION,
     RUN_ID,
+    STEP_SECONDS,
     TEXT,
     WHOLE,
     check_record,
@@ -164,7 +166,7 @@ RUNS = obj(
         "runs": list_of(
             obj(
                 {
-                    "nodes": COUNT,
+                    "nodes": NODE_COUNT,
                     "repeat": WHOLE,
                     "status": one_of(*_values(RunStatus)),
                     "wall_s": NUMBER,
@@ -178,7 +180,7 @@ RUNS = obj(
     optional={
         "wall_s": nullable(NUMBER),
         "segment_wall_s": list_of(nullable(NUMBER)),
-        "replaced": list_of(obj({"nodes": COUNT, "wall_s": NUMBER})),
+        "replaced": list_of(obj({"nodes": NODE_COUNT, "wall_s": NUMBER})),
     },
 )
 
@@ -225,7 +227,7 @@ _NOISE = obj(
 )
 _LAUNCH = {
     "world_size": COUNT,
-    "nnodes": COUNT,
+    "nnodes": NODE_COUNT,
     "procs_per_node": COUNT,
     "backend": TEXT,
     "device": TEXT,
@@ -242,13 +244,13 @@ RESULTS = {
             "global_batch": COUNT,
             "tokens_per_s": POSITIVE,
             "samples_per_s": NUMBER,
-            "step_time_s": obj({"p50": POSITIVE, "p90": NUMBER}),
+            "step_time_s": obj({"p50": STEP_SECONDS, "p90": STEP_SECONDS}),
             "communication": obj({"allreduce_ok": FLAG, "params_in_sync": FLAG}),
         },
         optional={
             "busbw": nullable(obj({"gradient_bytes": COUNT, "rows": _ROWS})),
             # the statistic's input: each a step's seconds (runner/report/stats.py)
-            "step_times_s": nullable(list_of(POSITIVE)),
+            "step_times_s": nullable(list_of(STEP_SECONDS)),
             "noise": nullable(_NOISE),
         },
     ),
@@ -261,8 +263,8 @@ RESULTS = {
             "timing": one_of("optimizer steps", "whole program", "step pattern"),
             "timed_steps": COUNT,
             "optimizer_steps": WHOLE,
-            "step_time_s": obj({"p50": POSITIVE, "p90": NUMBER}),
-            "step_times_s": list_of(POSITIVE, nonempty=True),
+            "step_time_s": obj({"p50": STEP_SECONDS, "p90": STEP_SECONDS}),
+            "step_times_s": list_of(STEP_SECONDS, nonempty=True),
             # what the throughput counts: its name heads columns and labels the plots' axes
             "units": obj(
                 {
