@@ -1,6 +1,8 @@
 """The one table of secret shapes the redaction tests plant (tests/unit/test_redact.py: each
 shape in each encoding; tests/unit/test_secrets.py and tests/e2e/test_secrets.py: through every
-input of dtrun, grepping every sink).
+input of dtrun, grepping every sink), and the generated table of secret program arguments
+(``GENERATED``: every case style x separator x value prefix x secret word, and credentials in
+header arguments), of which ``SHAPES`` holds a slice for the launches.
 
 A shape's ``secret`` is what must never be seen. It is checked by its *cores*: its runs of 8 or
 more letters and digits, which no quoting or escaping changes, so a leak in any encoding
@@ -54,6 +56,75 @@ SERVICE_ACCOUNT = json.dumps(
     {"type": "service_account", "client_email": "sa@proj.example", "private_key": PEM_B}
 )
 
+# The generated table (issue 36): a program argument's secret recognised by its shape, not only
+# by a name listed in the old rules. Each shape's secret is unique: Gen<n>Core.
+SECRET_WORDS = ("password", "passphrase", "secret", "token", "key", "credential", "pw", "pwd",
+                "auth")  # fmt: skip
+CASE_STYLES: dict[str, Callable[[tuple[str, ...]], str]] = {
+    "kebab": lambda words: "-".join(words),
+    "snake": lambda words: "_".join(words),
+    "camel": lambda words: words[0] + "".join(word.capitalize() for word in words[1:]),
+    "upper": lambda words: "_".join(word.upper() for word in words),
+}
+SEPARATORS = ("space", "=")
+VALUE_PREFIXES = {"plain": "{}", "dash": "-{}", "single quotes": "'{}'", "double quotes": '"{}"'}
+HEADER_SCHEMES = ("Bearer", "Token", "Basic")
+# How a header reaches a program's arguments: curl's -H, a long option, one with =, -H glued.
+HEADER_FORMS: dict[str, Callable[[str], tuple[str, ...]]] = {
+    "--hdr H": lambda header: ("--hdr", header),
+    "-H H": lambda header: ("-H", header),
+    "--header=H": lambda header: (f"--header={header}",),
+    "-HH": lambda header: (f"-H{header}",),
+}
+# Headers that carry a credential without a scheme.
+PLAIN_HEADERS = ("X-Api-Key", "X-Auth-Token", "Private-Token", "Cookie")
+
+
+def _option_shapes() -> list[Shape]:
+    """Each secret word alone (--password) and in a two-word name (--access-password), in each
+    case style that writes it differently, each separator and each value prefix."""
+    names = {
+        "--" + write(words): style
+        for word in SECRET_WORDS
+        for words in ((word,), ("access", word))
+        for style, write in CASE_STYLES.items()
+    }
+    shapes: list[Shape] = []
+    for name, style in names.items():
+        for separator in SEPARATORS:
+            for prefix, form in VALUE_PREFIXES.items():
+                core = f"Gen{len(shapes):03d}Core"
+                value = form.format(core)
+                args = (f"{name}={value}",) if separator == "=" else (name, value)
+                # what the program is given: the dash is part of it, quotes may be taken off
+                secret = value if prefix == "dash" else core
+                shapes.append(Shape(f"{name} {style}, {separator}, {prefix}", secret, args=args))
+    return shapes
+
+
+def _header_shapes(start: int) -> list[Shape]:
+    shapes: list[Shape] = []
+    headers = [
+        (f"{name} {scheme}", f"{name}: {scheme} {{}}")
+        for name in ("Authorization", "Proxy-Authorization")
+        for scheme in HEADER_SCHEMES
+    ] + [(name, f"{name}: {{}}") for name in PLAIN_HEADERS]
+    for label, header in headers:
+        for how, args in HEADER_FORMS.items():
+            core = f"Gen{start + len(shapes):03d}Core"
+            # Basic carries base64 of user:password (RFC 7617); the others an opaque token
+            secret = base64.b64encode(f"u:{core}".encode()).decode() if "Basic" in label else core
+            shapes.append(Shape(f"{label} as {how}", secret, args=args(header.format(secret))))
+    return shapes
+
+
+def _generated() -> tuple[Shape, ...]:
+    options = _option_shapes()
+    return (*options, *_header_shapes(len(options)))
+
+
+GENERATED = _generated()
+
 SHAPES: tuple[Shape, ...] = (
     Shape("secret name", "Hunter2Password", env=(("DB_PASS", "Hunter2Password"),),
           credential=True),
@@ -106,12 +177,22 @@ SHAPES: tuple[Shape, ...] = (
     ),
 )  # fmt: skip
 
+# The generated table's slice that the launches and the one-table tests plant too: the issue's
+# own examples and one of each case style, separator, prefix and header scheme.
+SLICE = tuple(
+    shape
+    for shape in GENERATED
+    if shape.args[0] in ("--password", "--accessToken", "--ACCESS_PASSPHRASE")
+    or shape.args[0].startswith(("--access_pw=", "--hdr"))
+)
+SHAPES = (*SHAPES, *SLICE)
+
 ENV = tuple(pair for shape in SHAPES for pair in shape.env)
 ENV_ARGS = tuple(arg for name, value in ENV for arg in ("--env", f"{name}={value}"))
 PROGRAM_ARGS = tuple(arg for shape in SHAPES for arg in shape.args)
 MACHINE = tuple(pair for shape in SHAPES for pair in shape.machine)
 CREDENTIALS = tuple(shape for shape in SHAPES if shape.credential)
-CORES = tuple(core for shape in SHAPES for core in shape.cores)
+CORES = tuple(dict.fromkeys(core for shape in (*SHAPES, *GENERATED) for core in shape.cores))
 
 
 def leaks(text: str | bytes) -> list[str]:

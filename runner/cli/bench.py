@@ -160,28 +160,18 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
                 "--json prints a sweep's summary, and --dry-run runs no sweep",
                 fix="leave out one of them",
             )
-        resumed = None
-        resume = sweep.resume
-        if sweep.rerun is not None:  # the recorded sweep again, as a new run
-            from runner.cli.resume import rerun_request
-
-            spec, output = rerun_request(ctx, sweep.rerun, launching, command, run_id_of(launching))
+        from_record = _recorded(ctx, sweep, launching, command)
+        if from_record is not None:
+            spec, resumed, output = from_record
             current.launching = launching = replace(launching, output=output)
-        elif resume is not None:  # the recorded sweep, run where this command says
-            from runner.cli.resume import resume_request
-
-            if command:
-                raise UsageError(
-                    f"--resume runs the sweep {resume} records, its program included, and a "
-                    "program after -- would change it",
-                    fix=f"leave out the program (`dtrun bench --resume {resume}`), or start a "
-                    "new sweep without --resume",
-                )
-
-            resumed = resume_request(ctx, resume, launching)
-            spec = resumed.spec
-            current.launching = launching = replace(launching, output=resume.parent)
         else:
+            if sweep.yes:
+                raise UsageError(
+                    "--yes approves the program and environment a --rerun or --resume RUN_DIR "
+                    "records, and neither was given",
+                    fix="leave out --yes",
+                )
+            resumed = None
             spec = bench_spec(sweep, model, strategy, allreduce, gate, launching)
             spec = with_program(spec, command, program_options)
         # never printed, recorded or uploaded, even in an error
@@ -216,6 +206,33 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
         except KeyboardInterrupt:
             record_late_stop()
             raise
+
+
+def _recorded(
+    ctx: typer.Context, sweep: SweepOptions, launching: Launching, command: list[str] | None
+) -> tuple[BenchSpec, Resumed | None, Path] | None:
+    """--rerun or --resume: the sweep the run directory records, and where it is written;
+    None for a new sweep."""
+    if sweep.rerun is not None:  # the recorded sweep again, as a new run
+        from runner.cli.resume import rerun_request
+
+        run_id = run_id_of(launching)
+        spec, output = rerun_request(ctx, sweep.rerun, launching, command, run_id, sweep.yes)
+        return spec, None, output
+    resume = sweep.resume
+    if resume is None:
+        return None
+    from runner.cli.resume import resume_request
+
+    if command:
+        raise UsageError(
+            f"--resume runs the sweep {resume} records, its program included, and a "
+            "program after -- would change it",
+            fix=f"leave out the program (`dtrun bench --resume {resume}`), or start a "
+            "new sweep without --resume",
+        )
+    resumed = resume_request(ctx, resume, launching, sweep.yes)
+    return resumed.spec, resumed, resume.parent
 
 
 def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptions) -> BenchSpec:

@@ -25,7 +25,7 @@ _HUMAN_TO_STDERR = False  # --json: stdout carries the JSON alone
 
 class RedactedStream:
     """stdout or stderr as a console writes to it, every write redacted on the way out
-    (runner/redact.py): what dtrun prints holds no secret it was given, whichever message,
+    (runner/redact/): what dtrun prints holds no secret it was given, whichever message,
     table or plan repeats it. The stream is looked up at each write, as print() does."""
 
     def __init__(self, stderr: bool) -> None:
@@ -67,10 +67,12 @@ def typed_command() -> tuple[str, ...]:
 
 
 def console(stderr: bool = False) -> Console:
-    from rich.console import Console
+    """A console that prints what it is given as text: no markup read, no control character
+    passed to the terminal (runner/cli/inert.py), every secret redacted on the way out."""
+    from runner.cli.inert import inert_console_class
 
     stream = RedactedStream(stderr or _HUMAN_TO_STDERR)
-    return Console(file=stream, highlight=False)  # type: ignore[arg-type]  # IO's write side
+    return inert_console_class()(file=stream, highlight=False)  # type: ignore[arg-type]  # IO's write side
 
 
 @contextlib.contextmanager
@@ -85,8 +87,11 @@ def human_output_to_stderr(enabled: bool) -> Iterator[None]:
 
 
 def echo(text: str) -> None:
-    """A plain line for people: stdout, or stderr under --json."""
-    typer.echo(redact_text(text), err=_HUMAN_TO_STDERR)
+    """A plain line for people: stdout, or stderr under --json; its control characters but
+    the line breaks and tabs written as escapes (runner/cli/inert.py)."""
+    from runner.cli.inert import printable
+
+    typer.echo(printable(redact_text(text)), err=_HUMAN_TO_STDERR)
 
 
 def print_json(data: object) -> None:
@@ -104,16 +109,21 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except DtrunError as exc:
-        from rich.markup import escape
-
-        message = escape(redact_text(exc.message))
-        console(stderr=True).print(f"[bold red]error:[/] {message}", soft_wrap=True)
+        print_error(exc.message)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
         # Ctrl-C (or SIGTERM, SIGHUP) outside a launch (connecting, waiting for nodes): what was
         # started is stopped.
-        console(stderr=True).print(f"[bold red]error:[/] {interruption()}", soft_wrap=True)
+        print_error(interruption())
         raise typer.Exit(interrupted_exit_code()) from None
+
+
+def print_error(message: str) -> None:
+    """``error: MESSAGE`` on stderr, the label in bold red."""
+    from runner.cli.inert import styled
+
+    message = redact_text(message)  # before its control characters become escapes
+    console(stderr=True).print(styled(("error:", "bold red"), f" {message}"), soft_wrap=True)
 
 
 NODE_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red")
@@ -136,11 +146,11 @@ def print_node_line(console: Console, node: str, line: str) -> None:
     if _node_lines_muted:
         return
 
-    from rich.text import Text
+    from runner.cli.inert import styled
 
     # the node's number (node-3, gpu017 from Slurm), else the same colour for the same name
     number = re.search(r"(\d+)$", node)
     index = int(number.group(1)) if number else sum(node.encode())
     style = NODE_STYLES[index % len(NODE_STYLES)]
     # what the program printed, less the secrets it was given (the node log keeps it whole)
-    console.print(Text.assemble((f"[{node}] ", style), redact_text(line)), soft_wrap=True)
+    console.print(styled((f"[{node}] ", style), redact_text(line)), soft_wrap=True)

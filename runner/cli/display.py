@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from runner import __version__
 from runner.cli.common import console, echo, print_node_line
+from runner.cli.inert import styled
 from runner.cli.tables import Column, Grid, print_grid
 from runner.spec.launchplan import point_dir
 from runner.spec.text import plural
@@ -108,7 +109,7 @@ class SweepDisplay:
         self.run_dir: RunDir | None = None
         self.progress = Progress(
             SpinnerColumn(),
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
@@ -149,9 +150,12 @@ class SweepDisplay:
         self.run_dir = run_dir
         spec = self.spec
         self.console.print(
-            f"dtrun {__version__}: run [bold]{spec.run_id}[/] on {self.inventory.description}, "
-            f"nodes {','.join(map(str, spec.node_counts))}, {spec.mode.value} scaling "
-            f"-> {run_dir.path}"
+            styled(
+                f"dtrun {__version__}: run ",
+                (spec.run_id, "bold"),
+                f" on {self.inventory.description}, nodes {','.join(map(str, spec.node_counts))}"
+                f", {spec.mode.value} scaling -> {run_dir.path}",
+            )
         )
 
     def on_line(self, node: str, line: str) -> None:
@@ -171,7 +175,9 @@ class SweepDisplay:
         self.progress.advance(self.task)
         label = f"{plural(run.nodes, 'node')}, launch {run.repeat + 1}"
         if result is None:
-            self.console.print(f"[red]x[/] {label}: {run.status.value} after {run.wall_s:.1f} s")
+            self.console.print(
+                styled(("x", "red"), f" {label}: {run.status.value} after {run.wall_s:.1f} s")
+            )
             return
         if isinstance(result, TrainResult):
             from runner.report.stats import launch_tokens_per_s, median_step
@@ -193,7 +199,9 @@ class SweepDisplay:
                 f"busbw {result.largest.in_place.busbw:.2f} GB/s at "
                 f"{format_size(result.largest.size)}, peak {result.peak_busbw:.2f} GB/s"
             )
-        self.console.print(f"[green]ok[/] {label}: {what}, {result.proof}, {run.wall_s:.1f} s")
+        self.console.print(
+            styled(("ok", "green"), f" {label}: {what}, {result.proof}, {run.wall_s:.1f} s")
+        )
 
     def on_gate_node(self, node: Node, index: int, total: int) -> None:
         self.progress.update(
@@ -202,7 +210,7 @@ class SweepDisplay:
 
     def on_health(self, health: Health) -> None:
         style = {"passed": "green", "warned": "yellow", "failed": "red"}.get(health.status, "dim")
-        self.console.print(f"[{style}]{health.describe()}[/]")
+        self.console.print(styled((health.describe(), style)))
 
 
 class WaitLines:
@@ -258,7 +266,7 @@ class RegistryBar:
                 return  # every node was ready at the first look: nothing to watch
             self.progress = Progress(
                 SpinnerColumn(),
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),

@@ -12,10 +12,8 @@ from pathlib import Path
 from runner.errors import UsageError
 from runner.spec.cluster import Node
 from runner.spec.request import PlatformEnv, Program, ProgramKind
+from runner.spec.runid import MAX_RUN_ID, RUN_ID_RULE, run_id_problem, run_id_size
 
-# Bytes, as UTF-8: a file system's names stop at 255 bytes, not characters (a letter outside
-# ASCII takes 2 to 4), and the rendezvous id adds a prefix.
-MAX_RUN_ID = 100
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?\Z")
 
 
@@ -72,7 +70,7 @@ def new_run_id() -> str:
 
 def check_run_id(run_id: str) -> str:
     """A run id names a directory and a rendezvous: letters, digits, '.', '_' and '-' only."""
-    size = len(run_id.encode("utf-8", "surrogateescape"))
+    size = run_id_size(run_id)
     if size > MAX_RUN_ID:
         chars = f" ({len(run_id)} characters)" if size != len(run_id) else ""
         raise UsageError(
@@ -81,10 +79,10 @@ def check_run_id(run_id: str) -> str:
             "(file systems count a name's bytes; a letter outside ASCII takes 2 to 4)",
             fix="pass a shorter --run-id, or leave it out to get a fresh one",
         )
-    if not run_id or not all(c.isalnum() or c in "._-" for c in run_id) or run_id[0] == ".":
+    if run_id_problem(run_id):
         raise UsageError(
             f"--run-id {run_id!r} cannot name a run directory",
-            why="use letters, digits, '.', '_' and '-', not starting with '.'",
+            why=f"use {RUN_ID_RULE}",
             fix="pass e.g. --run-id baseline-1, or leave it out to get a fresh one",
         )
     return run_id

@@ -9,6 +9,7 @@ import typer
 
 from runner.cli import options as opts
 from runner.cli.common import console, human_output_to_stderr, print_json, user_errors
+from runner.cli.inert import styled
 from runner.cli.summary import efficiency_text, print_noise, print_verdicts, report_grid, sweep_json
 from runner.cli.tables import Column, Grid, print_grid
 from runner.errors import UsageError
@@ -96,8 +97,11 @@ def print_compare_noise(result: Comparison) -> None:
     out.print("no change is called where a run's point was measured in noise:")
     for point in result.noisy:
         out.print(
-            f"[yellow]noise:[/] {point.nodes} node{'' if point.nodes == 1 else 's'}, "
-            f"{point.side} ({point.run_id}): {point.why}"
+            styled(
+                ("noise:", "yellow"),
+                f" {point.nodes} node{'' if point.nodes == 1 else 's'}, "
+                f"{point.side} ({point.run_id}): {point.why}",
+            )
         )
 
 

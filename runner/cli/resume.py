@@ -6,25 +6,31 @@ checked as `dtrun report` checks it before anything runs or is written: options 
 change it (node counts, steps, launcher, model, ...) are refused rather than ignored, even when
 given at their default value. What may be given is where it runs (--hosts, --stack, --slurm,
 --spark, --local-nodes, ...: the same or a new cluster), --env values given again for redacted
-secrets, and how it is shown or kept.
+secrets, --yes, and how it is shown or kept.
+
+A run directory is data (docs/security.md): every value its manifest records is checked as
+the option that sets it is checked when typed, and a recorded program or --env value runs only
+once the user approved it (runner/cli/approval.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from runner.cli.approval import approve, program_words
 from runner.cli.options import Where
 from runner.errors import UsageError
-from runner.record.resume import Resumed, read_resume, read_spec
-from runner.spec.request import BenchSpec
+from runner.record.resume import Resumed, read_resume, read_spec, recorded_spec
+from runner.spec.request import BenchSpec, UnitKind
 
 # Options that do not change the sweep: allowed beside --resume.
 AS_YOU_LIKE = {
-    "resume", "env", "results", "check", "teardown", "dry_run", "quiet", "json_out", "wide",
+    "resume", "env", "results", "check", "teardown", "dry_run", "quiet", "json_out", "wide", "yes",
     *(field.name for field in dataclasses.fields(Where)),
 }  # fmt: skip
 
@@ -42,7 +48,7 @@ def given_options(ctx: typer.Context, allowed: set[str]) -> list[str]:
     return given
 
 
-def resume_request(ctx: typer.Context, path: Path, launching: Any) -> Resumed:
+def resume_request(ctx: typer.Context, path: Path, launching: Any, yes: bool) -> Resumed:
     given = given_options(ctx, AS_YOU_LIKE)
     if given:
         raise UsageError(
@@ -53,7 +59,11 @@ def resume_request(ctx: typer.Context, path: Path, launching: Any) -> Resumed:
     from runner.cli.parse import parse_env
 
     env = parse_env(launching.env) if launching.env else ()
-    resumed = read_resume(path, env)
+    recorded = recorded_spec(path)
+    check_recorded(path, recorded, resume=True)
+    if not launching.dry_run:
+        approve(path, recorded, "--resume", yes=yes)
+    resumed = read_resume(path, env, recorded)
     # Every record the report will read, each kept launch's result.json included, is checked
     # now, with the reader `dtrun report` and `dtrun compare` use: a damaged one is refused
     # before anything is launched or written, not after the sweep ran.
@@ -68,7 +78,12 @@ RERUN_AS_YOU_LIKE = (AS_YOU_LIKE - {"resume"}) | {"rerun", "output", "run_id"}
 
 
 def rerun_request(
-    ctx: typer.Context, path: Path, launching: Any, command: list[str] | None, run_id: str
+    ctx: typer.Context,
+    path: Path,
+    launching: Any,
+    command: list[str] | None,
+    run_id: str,
+    yes: bool,
 ) -> tuple[BenchSpec, Path]:
     """The sweep ``path`` records, to run again whole as run ``run_id``, and where: --output
     if given, else beside ``path``."""
@@ -84,7 +99,81 @@ def rerun_request(
     from runner.cli.parse import parse_env
 
     env = parse_env(launching.env) if launching.env else ()
-    spec = dataclasses.replace(read_spec(path, env, "--rerun"), run_id=run_id)
+    recorded = recorded_spec(path, "--rerun")
+    check_recorded(path, recorded, resume=False)
+    if not launching.dry_run:
+        approve(path, recorded, "--rerun", yes=yes)
+    spec = dataclasses.replace(read_spec(path, env, "--rerun", recorded), run_id=run_id)
     source = ctx.get_parameter_source("output")
     given_output = source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
     return spec, launching.output if given_output else path.resolve().parent
+
+
+def check_recorded(path: Path, recorded: BenchSpec, *, resume: bool) -> None:
+    """Every value ``path``'s manifest records, checked as the option that sets it is checked
+    when typed (the same functions): one dtrun would refuse is refused with exit 2 before
+    anything is asked, run or written. The run id names the run directory again only when
+    resuming (a rerun gets a new one)."""
+    try:
+        _check_as_typed(recorded, resume=resume)
+    except UsageError as exc:
+        raise UsageError(
+            f"{path / 'manifest.json'} records a sweep dtrun refuses: {exc.what}",
+            why=exc.why,
+            fix="a run directory is data, checked as typed options are; start a new sweep "
+            "with values dtrun takes (dtrun bench --help)",
+        ) from None
+
+
+def _check_as_typed(recorded: BenchSpec, *, resume: bool) -> None:
+    from runner.cli.bench import with_program
+    from runner.cli.cost import checked_usd
+    from runner.cli.parse import check_run_id
+    from runner.cli.workload_options import ProgramOptions
+    from runner.plan.presets import PRESETS
+    from runner.plan.registry import lookup
+    from runner.plan.resolve import resolve_bench
+
+    if resume:
+        check_run_id(recorded.run_id)
+    checked_usd("--price-per-node-hour", recorded.price_per_node_hour)
+    checked_usd("--max-cost", recorded.max_cost)
+    if recorded.model.preset is not None:
+        lookup("preset", recorded.model.preset, PRESETS)
+    _check_launches(recorded)
+    units, program = recorded.units, recorded.program
+    typed = with_program(
+        dataclasses.replace(recorded, program=None, units=None, step_pattern=None, probe=False),
+        program_words(program) if program is not None else None,
+        ProgramOptions(
+            samples_per_step=units.count if units and units.kind is UnitKind.SAMPLES else None,
+            tokens_per_step=units.count if units and units.kind is UnitKind.TOKENS else None,
+            step_pattern=recorded.step_pattern,
+            probe=recorded.probe,
+            per_process=units.per_process if units else False,
+        ),
+    )
+    if program is not None and typed.program != program:
+        raise UsageError(
+            f"the program `{shlex.join(program_words(program))}` is not one a command line gives",
+            why="dtrun records a script or an executable given by a path as an absolute path, "
+            "and never an interpreter as an executable",
+        )
+    resolve_bench(recorded)
+
+
+def _check_launches(recorded: BenchSpec) -> None:
+    """--until-decided as runner/cli/sweep_options.py launches_of takes it."""
+    from runner.spec.bounds import BOUNDS
+    from runner.spec.request import MIN_LAUNCHES
+
+    if not recorded.until_decided:
+        return
+    if recorded.workload == "allreduce":
+        raise UsageError("--until-decided stops on a scaling verdict, and allreduce gives none")
+    ceiling = int(BOUNDS["--repeat"].high)
+    if not MIN_LAUNCHES <= recorded.repeat <= ceiling:
+        raise UsageError(
+            f"--max-launches {recorded.repeat} is out of range",
+            why=f"--until-decided takes {MIN_LAUNCHES} to {ceiling} launches a node count",
+        )

@@ -24,6 +24,7 @@ from runner.cli.display import (
     print_plan,
 )
 from runner.cli.groups import grouped
+from runner.cli.inert import styled
 from runner.cli.options import Launching, Where
 from runner.cli.session import StackWatch, choose, opened, session
 from runner.redact import remember_secrets
@@ -99,10 +100,12 @@ def run(
             "every node exited 0"
         )  # fmt: skip
         console().print(
-            f"[green]ok[/] {plural(done.plan.nnodes, 'node')}, {done.plan.world_size} processes "
-            "via "
-            f"{done.plan.launcher}: {ended} in {done.wall_s:.1f} s; "
-            f"logs and outputs in {done.launch_dir}"
+            styled(
+                ("ok", "green"),
+                f" {plural(done.plan.nnodes, 'node')}, {done.plan.world_size} processes via "
+                f"{done.plan.launcher}: {ended} in {done.wall_s:.1f} s; "
+                f"logs and outputs in {done.launch_dir}",
+            )
         )
 
 
@@ -115,9 +118,12 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
 
     def on_begin(run_dir: RunDir, plan: LaunchPlan) -> None:
         out.print(
-            f"dtrun {__version__}: run [bold]{resolved.spec.run_id}[/] on "
-            f"{inventory.description}, {plural(plan.nnodes, 'node')} x {plan.procs_per_node} via "
-            f"{plan.launcher} -> {run_dir.path}"
+            styled(
+                f"dtrun {__version__}: run ",
+                (resolved.spec.run_id, "bold"),
+                f" on {inventory.description}, {plural(plan.nnodes, 'node')} x "
+                f"{plan.procs_per_node} via {plan.launcher} -> {run_dir.path}",
+            )
         )
 
     def on_line(node: str, line: str) -> None:

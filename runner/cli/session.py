@@ -213,7 +213,9 @@ def warn_oversubscribed(spec: LaunchRequest, local_nodes: int) -> None:
     counts = spec.node_counts if isinstance(spec, BenchSpec) else (local_nodes,)
     warning = oversubscription(counts, spec.procs_per_node, os.cpu_count() or 1)
     if warning is not None:
-        console().print(f"[yellow]warning:[/] {warning}")
+        from runner.cli.inert import styled
+
+        console().print(styled(("warning:", "yellow"), f" {warning}"))
 
 
 @contextmanager

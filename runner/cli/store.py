@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.cli.common import console
+from runner.cli.common import console, print_error
+from runner.cli.inert import styled
 from runner.errors import UploadError
 
 if TYPE_CHECKING:
@@ -85,9 +86,9 @@ def _upload(store: ResultsStore, run_dir: Path, secrets: Sequence[str]) -> None:
     out = console()
     progress = Progress(
         SpinnerColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(),
-        TextColumn("{task.fields[files]}"),
+        TextColumn("{task.fields[files]}", markup=False),
         DownloadColumn(),
         TransferSpeedColumn(),
         TimeRemainingColumn(),
@@ -107,12 +108,13 @@ def _upload(store: ResultsStore, run_dir: Path, secrets: Sequence[str]) -> None:
     with progress:
         upload = store.upload(run_dir, on_progress, secrets)
     out.print(
-        f"[green]uploaded[/] {len(upload.keys)} files ({decimal(upload.bytes)}) to {upload.url}",
+        styled(
+            ("uploaded", "green"),
+            f" {len(upload.keys)} files ({decimal(upload.bytes)}) to {upload.url}",
+        ),
         soft_wrap=True,
     )
 
 
 def _say_error(message: str) -> None:
-    from rich.markup import escape
-
-    console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    print_error(message)

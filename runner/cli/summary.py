@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runner.cli.common import console
+from runner.cli.inert import styled
 from runner.cli.tables import Column, Grid, print_grid
 from runner.spec.text import plural
 from runner.workloads.sizes import format_size
@@ -33,7 +34,7 @@ def print_noise(report: Report) -> None:
     if report.noise is not None:
         for point in report.noise.points:
             for finding in point.findings:
-                console().print(f"[yellow]noise:[/] {finding}")
+                console().print(styled(("noise:", "yellow"), f" {finding}"))
 
 
 # The longest proof the table shows whole; a longer one shows its answer (the words before its
@@ -132,8 +133,11 @@ def print_verdicts(report: Report) -> None:
     out = console()
     for row in report.rows[1:]:
         style = {"scales": "green", "loses": "red"}.get(str(row.verdict), "yellow")
-        out.print(f"{plural(row.nodes, 'node')}: [{style}]{row.verdict}[/]: {row.verdict_reason}",
-                  highlight=False)  # fmt: skip
+        out.print(
+            styled(f"{plural(row.nodes, 'node')}: ", (str(row.verdict), style),
+                   f": {row.verdict_reason}"),
+            highlight=False,
+        )  # fmt: skip
 
 
 def sweep_json(run_dir: RunDir) -> dict[str, object]:

@@ -57,6 +57,15 @@ class SweepOptions:
             rich_help_panel=opts.WHAT_PANEL,
         ),
     ] = None
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            help="With --resume or --rerun: run the program and --env values RUN_DIR records "
+            "without asking (a run directory is data: docs/security.md).",
+            rich_help_panel=opts.WHAT_PANEL,
+        ),
+    ] = False
     steps: Annotated[
         int,
         typer.Option(

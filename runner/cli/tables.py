@@ -63,7 +63,10 @@ class Fitted:
 def _text(cell: str | Text, no_wrap: bool) -> Text:
     from rich.text import Text
 
-    text = Text(cell) if isinstance(cell, str) else cell.copy()
+    from runner.cli.inert import printable
+
+    # plain text, its control characters as escapes (runner/cli/inert.py), measured as shown
+    text = Text(printable(cell)) if isinstance(cell, str) else cell.copy()
     text.no_wrap = no_wrap
     return text
 
@@ -72,12 +75,11 @@ def _measure(console: Console, grid: Grid) -> list[tuple[int, int]]:
     """Each column's (need, natural) width with padding: the least that keeps every cell and
     header word whole, and the width that puts every cell on one line."""
     from rich.measure import Measurement
-    from rich.text import Text
 
     options = console.options.update_width(_UNBOUNDED)
     sizes = []
     for index, column in enumerate(grid.columns):
-        head = Measurement.get(console, options, Text(column.header))
+        head = Measurement.get(console, options, _text(column.header, False))
         body = [Measurement.get(console, options, _text(row[index], False)) for row in grid.rows]
         natural = max([head.maximum, *(cell.maximum for cell in body)])
         need = max(
@@ -126,7 +128,9 @@ def _table(grid: Grid, kept: list[int], widths: dict[int, int]) -> Table:
     table = Table()
     for index in kept:
         column = grid.columns[index]
-        table.add_column(column.header, justify=column.justify, width=widths[index] - _PADDING)
+        table.add_column(
+            _text(column.header, False), justify=column.justify, width=widths[index] - _PADDING
+        )
     for row in grid.rows:
         table.add_row(*(_text(row[i], not grid.columns[i].wrap) for i in kept))
     return table
@@ -135,14 +139,14 @@ def _table(grid: Grid, kept: list[int], widths: dict[int, int]) -> Table:
 def print_grid(out: Console, grid: Grid, *, wide: bool = False) -> Fitted:
     """Print the grid's title, its table fitted to ``out`` (or whole with ``wide``), its
     caption, and a line naming the columns left out and how to see them."""
-    from rich.console import Console
+    from runner.cli.inert import inert_console_class
 
     fitted = fit(out, grid, wide=wide)
     if grid.title:
         out.print(grid.title, markup=False, highlight=False)
     if fitted.width > out.width:
         # as wide as the table: the terminal wraps its lines instead of rich cutting its cells
-        whole = Console(file=out.file, width=fitted.width, highlight=False,
+        whole = inert_console_class()(file=out.file, width=fitted.width, highlight=False,
                         force_terminal=out.is_terminal,
                         color_system="auto" if out.color_system else None)  # fmt: skip
         whole.print(fitted.table)

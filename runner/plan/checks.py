@@ -21,6 +21,12 @@ from runner.spec.request import (
 from runner.workloads.sizes import message_sizes
 
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Variables that change how bash itself runs the launch scripts dtrun writes, and every shell
+# a launcher starts (pdsh's, mpirun's and horovodrun's ssh): a file sourced first, options,
+# xtrace's prefix (expanded, so it runs commands), word splitting, globbing, cd's search path.
+# The shells' entries of sudo's table of variables it never passes on (sudo's env.c,
+# initial_badenv_table; docs/security.md, "Run directories are data").
+SHELL_STARTUP = ("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "GLOBIGNORE", "CDPATH")
 DTYPES = ("float32", "bfloat16", "float16")  # the all-reduce workload's --dtype choices
 
 
@@ -34,6 +40,13 @@ def check_launch(request: LaunchRequest) -> None:
                 f"--env {key!r} is not a valid variable name",
                 why="names are letters, digits and underscores, not starting with a digit",
                 fix="pass --env NAME=VALUE",
+            )
+        if key in SHELL_STARTUP:
+            raise PlanError(
+                f"--env {key} changes how bash runs dtrun's launch scripts, not your program",
+                why=f"dtrun never exports {', '.join(SHELL_STARTUP)}: each makes the shell "
+                "source a file, trace, split or glob differently before the program starts",
+                fix=f"leave out --env {key}; set what your program needs in its own variables",
             )
     if request.launch.zero_stage not in (None, 1, 2, 3):
         raise PlanError("--zero-stage must be 1, 2 or 3", why=f"got {request.launch.zero_stage}")

@@ -57,7 +57,7 @@ def command_line(args: Sequence[str], hide: Redactor | None = None) -> str:
     """dtrun's command line as typed (``args``: sys.argv after the program name), shell-quoted
     (shlex.join), with every secret hidden as the manifest hides it: an --env value under a
     secret-looking name (as its ``bench.env``), a program argument after ``--`` as its
-    ``bench.program.args`` (runner/redact.py ``redact_args``), URL credentials and token
+    ``bench.program.args`` (runner/redact/ ``redact_args``), URL credentials and token
     shapes in any argument, and the fragments of the values ``hide`` knows, in any quoting."""
     hide = hide or Redactor()
     words = list(args)

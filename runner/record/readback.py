@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import DamagedRunError
+from runner.spec.runid import run_id_problem
 
 # (value, where it is in the file) -> what is wrong with it, or None when it fits
 Shape = Callable[[Any, str], str | None]
@@ -184,6 +185,18 @@ POSITIVE = kind("a number above 0", int, float, positive=True)
 WHOLE = kind("a whole number", int)
 COUNT = kind("a whole number above 0", int, positive=True)
 FLAG = kind("true or false", bool)
+
+
+def _run_id(value: Any, where: str) -> str | None:
+    """A run id as --run-id takes it (runner/spec/runid.py): it names directories and every
+    report, console line and plot title shows it."""
+    if not isinstance(value, str):
+        return _wrong(value, where, "text")
+    problem = run_id_problem(value)
+    return None if problem is None else f"{_name(where)} is {describe(value)}: {problem}"
+
+
+RUN_ID: Shape = _run_id
 
 
 def nullable(shape: Shape) -> Shape:

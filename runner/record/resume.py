@@ -21,6 +21,7 @@ from runner.errors import UsageError
 from runner.record.readback import (
     FLAG,
     NUMBER,
+    RUN_ID,
     TEXT,
     WHOLE,
     Shape,
@@ -41,7 +42,7 @@ from runner.spec.request import BenchSpec
 T = TypeVar("T")
 
 MANIFEST_SHAPE = obj(
-    {"run_id": kind("a string", str), "bench": kind("an object", dict)},
+    {"run_id": RUN_ID, "bench": kind("an object", dict)},
     optional={"resumed": list_of(kind("an object", dict))},
 )
 RUNS_SHAPE = obj(
@@ -144,9 +145,9 @@ def _tuple(args: tuple[Any, ...], value: Any, where: str) -> tuple[Any, ...]:
     )
 
 
-def read_spec(path: Path, env: tuple[tuple[str, str], ...], flag: str = "--resume") -> BenchSpec:
-    """The sweep run directory ``path`` records, with ``env`` (--env given again) in place of
-    the values its manifest holds redacted; ``flag`` names the option in the messages."""
+def recorded_spec(path: Path, flag: str = "--resume") -> BenchSpec:
+    """The sweep run directory ``path`` records, as its manifest holds it (secrets redacted);
+    ``flag`` names the option in the messages."""
     run_dir = RunDir(path)
     if not path.is_dir():
         raise UsageError(
@@ -157,9 +158,21 @@ def read_spec(path: Path, env: tuple[tuple[str, str], ...], flag: str = "--resum
         run_dir.manifest, MANIFEST_SHAPE, missing="it is no run directory", root=path
     )
     try:
-        spec = from_dict(BenchSpec, manifest["bench"], "bench")
+        return from_dict(BenchSpec, manifest["bench"], "bench")
     except Mistyped as exc:
         raise damaged(run_dir.manifest, str(exc)) from None
+
+
+def read_spec(
+    path: Path,
+    env: tuple[tuple[str, str], ...],
+    flag: str = "--resume",
+    recorded: BenchSpec | None = None,
+) -> BenchSpec:
+    """The sweep run directory ``path`` records (``recorded``, when already read), with ``env``
+    (--env given again) in place of the values its manifest holds redacted; ``flag`` names the
+    option in the messages."""
+    spec = recorded if recorded is not None else recorded_spec(path, flag)
     given = dict(env)
     # a whole value (secret-looking name) or a part of one (URL credentials, tokens) hidden
     hidden = [name for name, value in spec.env if REDACTED in value and name not in given]
@@ -182,10 +195,12 @@ def read_spec(path: Path, env: tuple[tuple[str, str], ...], flag: str = "--resum
     return dataclasses.replace(spec, env=merged + extra)
 
 
-def read_resume(path: Path, env: tuple[tuple[str, str], ...]) -> Resumed:
-    """The recorded sweep of run directory ``path``; ``env``: --env given again with --resume,
-    for values the manifest holds redacted."""
-    spec = read_spec(path, env)
+def read_resume(
+    path: Path, env: tuple[tuple[str, str], ...], recorded: BenchSpec | None = None
+) -> Resumed:
+    """The recorded sweep of run directory ``path`` (``recorded``: its spec, when already
+    read); ``env``: --env given again with --resume, for values the manifest holds redacted."""
+    spec = read_spec(path, env, recorded=recorded)
     run_dir = RunDir(path)
     manifest = read_record(
         run_dir.manifest, MANIFEST_SHAPE, missing="it is no run directory", root=path

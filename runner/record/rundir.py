@@ -56,7 +56,7 @@ def now_iso() -> str:
 
 
 def as_json(data: object) -> str:
-    """A record's text. Every string is redacted (runner/redact.py): a record holds no secret
+    """A record's text. Every string is redacted (runner/redact/): a record holds no secret
     this process was given, whichever field repeats it."""
     plain = json.loads(json.dumps(data, default=str))  # paths and the like as the file has them
     return json.dumps(redact_data(plain), indent=2) + "\n"

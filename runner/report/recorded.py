@@ -28,6 +28,7 @@ from runner.record.readback import (
     NUMBER,
     POSITIVE,
     RESTORE,
+    RUN_ID,
     TEXT,
     WHOLE,
     check_record,
@@ -75,7 +76,7 @@ _BENCH = obj(
 _PAID_BEFORE = obj({"from": TEXT, "since": TEXT, "seconds": NUMBER, "nodes": WHOLE})
 MANIFEST = obj(
     {
-        "run_id": TEXT,
+        "run_id": RUN_ID,
         "created_at": TEXT,
         "bench": _BENCH,
         "inventory": obj(

@@ -163,7 +163,7 @@ class S3Store:
         """Copy every file of ``run_dir`` to ``prefix/<run-id>/``; the local files stay.
 
         Every fragment of ``secrets`` (every value the command was given as secret), URL
-        credentials and token shapes are replaced by <redacted> in the copies (runner/redact.py).
+        credentials and token shapes are replaced by <redacted> in the copies (runner/redact/).
         Every file is tried; then a failure raises UploadError naming how many did not go, and
         leaves a redacted copy to send later.
         """

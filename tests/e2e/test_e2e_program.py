@@ -186,7 +186,9 @@ def test_report_compare_and_resume_work_on_program_runs(no_leftovers):
     refused = run_dtrun("bench", "--resume", str(first), "--", "python", "x.py", cwd=no_leftovers)
     assert refused.returncode == 2
     assert "a program after -- would change it" in refused.stderr
-    resumed = run_dtrun("bench", "--resume", str(first), "--quiet", cwd=no_leftovers, timeout=300)
+    # the recorded program runs only when approved (docs/security.md): --yes, with no terminal
+    resumed = run_dtrun("bench", "--resume", str(first), "--quiet", "--yes", cwd=no_leftovers,
+                        timeout=300)  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     summary = json.loads((first / "summary.json").read_text())
     assert [row["nodes"] for row in summary["rows"]] == [1, 2]

@@ -83,12 +83,13 @@ def test_a_rerun_measures_the_recorded_sweep_again_as_a_new_run(no_leftovers):
     assert first.returncode == 0, first.stdout + first.stderr
     before = {p: p.read_bytes() for p in (out / "one").rglob("*") if p.is_file()}
 
-    done = run_dtrun("bench", "--rerun", str(out / "one"), "--run-id", "two", "--quiet",
+    # the record's --env runs only when approved (docs/security.md): --yes, with no terminal
+    done = run_dtrun("bench", "--rerun", str(out / "one"), "--run-id", "two", "--quiet", "--yes",
                      cwd=no_leftovers, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     old, new = (json.loads((out / r / "manifest.json").read_text()) for r in ("one", "two"))
     assert new["bench"] == {**old["bench"], "run_id": "two"}  # the same sweep, a new run
-    assert new["command"] == f"dtrun bench --rerun {out / 'one'} --run-id two --quiet"
+    assert new["command"] == f"dtrun bench --rerun {out / 'one'} --run-id two --quiet --yes"
     assert [r["status"] for r in _runs(out / "two")["runs"]] == ["ok", "ok"]
     assert (out / "two" / "report.md").is_file()
     assert {p: p.read_bytes() for p in (out / "one").rglob("*") if p.is_file()} == before

@@ -90,8 +90,8 @@ def test_every_field_of_a_group_s_spec_comes_from_an_option_of_the_group(group, 
 
 def test_every_sweep_option_reaches_the_bench_spec_under_its_own_name_or_says_why():
     # parsed before they are placed (nodes -> node_counts; max_launches -> repeat with
-    # --until-decided) or choosing the run (resume, rerun)
-    elsewhere = {"nodes", "timeout", "resume", "rerun", "max_launches"}
+    # --until-decided) or choosing the run (resume, rerun) and approving it (yes)
+    elsewhere = {"nodes", "timeout", "resume", "rerun", "max_launches", "yes"}
     spec = {field.name for field in _fields(BenchSpec)}
     options = {field.name for field in _fields(SweepOptions)}
     assert options - elsewhere <= spec, f"sweep options with no BenchSpec field: {options - spec}"

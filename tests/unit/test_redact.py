@@ -1,4 +1,4 @@
-"""runner/redact.py alone: which names and values are secret, and every shape of
+"""runner/redact/ alone: which names and values are secret, and every shape of
 tests/secret_shapes.py masked in every encoding a renderer, a record or a program writes it in.
 Fast: no launch, no CLI (tests/e2e/test_secrets.py plants the same shapes through dtrun)."""
 
@@ -57,6 +57,7 @@ def test_the_shape_table_leaks_unless_redacted():
         ("https://medium.com/@user/post", "https://medium.com/@user/post"),
         ("s3://bucket/users/a@b.com", "s3://bucket/users/a@b.com"),
         ("http://localhost:8000/x", "http://localhost:8000/x"),
+        ("https://hooks.slack.com/services/T0AB/B0CD/Xy12Zw34", f"https://{REDACTED}"),
     ],
 )  # fmt: skip
 def test_url_credentials_are_hidden_to_the_last_at_before_the_host(text, shown):
@@ -66,7 +67,9 @@ def test_url_credentials_are_hidden_to_the_last_at_before_the_host(text, shown):
 @pytest.mark.parametrize(
     ("name", "secret"),
     [("DB_PASS", True), ("GITHUB_PAT", True), ("SMTP_PWD", True), ("HF_TOKEN", True),
-     ("PATH", False), ("COMPASS_DIR", False), ("PASSAGE", False), ("OMP_NUM_THREADS", False)],
+     ("GPG_PW", True), ("GPG_PASSPHRASE", True), ("dbPw", True), ("DB_CREDS", True),
+     ("PATH", False), ("COMPASS_DIR", False), ("PASSAGE", False), ("OMP_NUM_THREADS", False),
+     ("PWD", False), ("SSH_AUTH_SOCK", False), ("XDG_SESSION_TYPE", False)],
 )  # fmt: skip
 def test_secret_names_are_matched_on_their_parts(name, secret):
     assert is_secret_name(name) is secret

@@ -2,13 +2,14 @@
 the terminal, and how they are hidden. Every writer goes through here. Pure but for the one
 set of values this process was given (``remember_secrets``); imports nothing of dtrun.
 
-What is secret, by three rules applied together:
-- a variable or option whose *name* looks secret has its whole value hidden (``DB_PASS``,
-  ``GITHUB_PAT``, ``--hf-token``);
+What is secret, by four rules applied together (runner/redact/shapes.py):
+- a variable or option whose *name* looks secret, in any case style, has its whole value
+  hidden (``DB_PASS``, ``GPG_PW``, ``--hf-token``, ``--accessToken``, ``--password -dash``);
 - credentials inside any URL are hidden, whatever carries them (``https://user:pw@host``, the
   password holding ``/`` or ``@`` included);
+- credentials in a header written as text (``Authorization: Bearer X``, ``X-Api-Key: X``);
 - values shaped like well-known tokens are hidden wherever they appear (``ghp_…``, ``AKIA…``,
-  ``xoxb-…``, ``sk-…``, ``hf_…``, JWTs, PEM private keys).
+  ``xoxb-…``, Slack webhooks, ``sk-…``, ``hf_…``, JWTs, PEM private keys).
 
 How a secret value is found again in free text (a program's output, an error, a rendered
 script): not only whole, but by its *fragments* (``fragments``): each line of a multi-line value
@@ -25,54 +26,25 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
-from urllib.parse import quote, quote_plus, unquote
+from urllib.parse import quote, quote_plus
 
-REDACTED = "<redacted>"
-
-# Variable names whose values never reach a log, a report or the terminal: anywhere in the name.
-_SECRET_NAME = re.compile(
-    r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SAS|CONNECTION_STRING|PRIVATE|DSN",
-    re.IGNORECASE,
-)
-# Short words that mark a secret only as a whole part of a name: DB_PASS, GITHUB_PAT, SMTP_PWD
-# (but not PATH, PASSAGE, COMPASS).
-_SECRET_PARTS = {"PASS", "PWD", "PAT", "PIN", "OTP", "SIG", "SIGNATURE", "SESSION", "CERT"}
-
-# The words of an option's name (--hf-token, --db_password) that mark its value secret. Whole
-# words, unlike variable names: --tokenizer and --keep-last say nothing secret.
-_SECRET_WORD = re.compile(
-    r"key|apikey|token|secret|passw(or)?d|pwd|pass|pat|credentials?|auth|cookie|sas|dsn|private",
-    re.IGNORECASE,
+from runner.redact.shapes import (
+    REDACTED,
+    is_secret_name,
+    is_secret_option,
+    name_words,
+    redact_url_credentials,
+    redact_value,
+    scan_args,
+    secrets_in,
 )
 
-# The user-info of a URL, whatever carries it: `scheme://USER:PASSWORD@host` or
-# `scheme://USER@host`. A password is taken up to the *last* @ before the host, so one holding
-# / or @ (`https://bob:Slash/Pw@h`, `https://bob:At@Pw@h`) is hidden whole; urllib.parse would
-# end the user-info at the first / and the old rule at the first @, each leaving a part shown.
-# The password stops at white space, double quotes and <> (JSON and HTML around the URL);
-# lengths are bounded so a long line of many URLs is not searched over and over.
-_URL_CREDENTIALS = re.compile(
-    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)"
-    r"(?P<userinfo>[^\s/@:\"'<>]{0,256}:[^\s\"<>]{0,512}|[^\s/@:\"'<>]{1,256})"
-    r"@(?=[^\s/@\"'<>])"
-)
-
-# Tokens recognisable by their shape, wherever they appear in a value.
-_TOKEN_SHAPES = re.compile(
-    r"\bgh[pousr]_[A-Za-z0-9]{20,}"  # GitHub tokens
-    r"|\bgithub_pat_[A-Za-z0-9_]{20,}"  # GitHub fine-grained tokens
-    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"  # AWS access key ids
-    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"  # Slack tokens
-    r"|\bsk-[A-Za-z0-9_-]{20,}"  # OpenAI-style API keys
-    r"|\bhf_[A-Za-z0-9]{20,}"  # Hugging Face tokens
-    r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWTs
-    # PEM private keys, also inside JSON (a service account's "private_key": "-----BEGIN...")
-    r"|-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?s:.*?)-----END [A-Z0-9 ]*PRIVATE KEY-----"
-)
-
-# Images inlined in HTML (report.html): base64 is left as it is, where a token's shape would
-# turn up by chance and the image would break.
-_DATA_URI = re.compile(r"(data:[\w/+.-]+;base64,[A-Za-z0-9+/=]+)")
+__all__ = [
+    "REDACTED", "Redactor", "fragments", "is_secret_name", "is_secret_option", "name_words",
+    "process_redactor", "redact_args", "redact_data", "redact_env", "redact_text",
+    "redact_url_credentials", "redact_value", "redact_var", "remember_secrets", "secret_args",
+    "secret_values", "secrets_in", "secrets_in_environment", "worth_looking_for",
+]  # fmt: skip
 
 # A value, or a line of one, is looked for in free text only from this length: shorter ones
 # ("1", "true", "yes") would blank ordinary words and numbers in every log and record. Those
@@ -186,83 +158,23 @@ class Redactor:
         return self.text(text).encode()
 
 
-def is_secret_name(name: str) -> bool:
-    """A variable name whose whole value is hidden."""
-    if _SECRET_NAME.search(name):
-        return True
-    return any(part.upper() in _SECRET_PARTS for part in re.split(r"[^A-Za-z0-9]+", name))
-
-
-def redact_url_credentials(value: str) -> str:
-    return _URL_CREDENTIALS.sub(rf"\g<scheme>{REDACTED}@", value)
-
-
-def redact_value(value: str) -> str:
-    """A value with the credentials inside its URLs and its token-shaped parts hidden."""
-    parts = _DATA_URI.split(value)  # odd indices: inlined images, left whole
-    return "".join(
-        part if index % 2 else _TOKEN_SHAPES.sub(REDACTED, redact_url_credentials(part))
-        for index, part in enumerate(parts)
-    )
-
-
-def secrets_in(value: str) -> list[str]:
-    """The parts of a value that ``redact_value`` hides: URL credentials (and each URL's
-    password alone, also URL-decoded) and tokens."""
-    found: list[str] = []
-    for match in _URL_CREDENTIALS.finditer(value):
-        userinfo = match.group("userinfo")
-        found.append(userinfo)
-        _, colon, password = userinfo.partition(":")
-        if colon and password:
-            found += [password, unquote(password)]
-    found += [match.group(0) for match in _TOKEN_SHAPES.finditer(value)]
-    return list(dict.fromkeys(found))
-
-
 def redact_var(name: str, value: str) -> str:
     """One variable's value as records show it."""
     return REDACTED if is_secret_name(name) else redact_text(value)
 
 
-def _is_secret_option(name: str) -> bool:
-    return any(_SECRET_WORD.fullmatch(word) for word in re.split(r"[-_.]", name) if word)
-
-
 def secret_args(args: tuple[str, ...]) -> tuple[str, ...]:
     """The values in a program's arguments that records must not show: those of options named
-    like secrets (``--hf-token X``, ``--api-key=X``, ``DB_PASSWORD=X``), URL credentials and
-    token-shaped values."""
-    return _scan_args(args)[1]
+    like secrets in any case style (``--hf-token X``, ``--api-key=X``, ``--accessToken X``,
+    ``DB_PW=X``, ``--password -dash``), URL and header credentials and token-shaped values."""
+    return scan_args(args)[1]
 
 
 def redact_args(args: tuple[str, ...], hide: Redactor | None = None) -> tuple[str, ...]:
     """``args`` with every value ``secret_args`` names replaced by <redacted>, and the
     fragments of the values ``hide`` knows masked in the rest."""
     hide = hide or Redactor()
-    return tuple(hide.text(arg) for arg in _scan_args(args)[0])
-
-
-def _scan_args(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    redacted: list[str] = []
-    found: list[str] = []
-    hide_next = False
-    for arg in args:
-        if hide_next and not arg.startswith("-"):
-            redacted.append(REDACTED)
-            found.append(arg)
-            hide_next = False
-            continue
-        name, equals, value = arg.partition("=")
-        secret_name = _is_secret_option(name.lstrip("-"))
-        hide_next = not equals and arg.startswith("-") and secret_name
-        if equals and value and secret_name:
-            redacted.append(f"{name}={REDACTED}")
-            found.append(value)
-            continue
-        found.extend(secrets_in(arg))
-        redacted.append(redact_value(arg))
-    return tuple(redacted), tuple(dict.fromkeys(found))
+    return tuple(hide.text(arg) for arg in scan_args(args)[0])
 
 
 def secret_values(env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:

@@ -1,0 +1,64 @@
+"""What dtrun prints reaches a terminal as text, whatever the values in it hold.
+
+A run id, a node's name, a program's output or an error quoting a record can hold rich markup
+(``[/bold]``, ``[link=...]``) and control characters (ESC sequences that set a window's title or
+clear the screen). dtrun's consoles read no markup (rich's ``markup=False``: a string is printed
+as it is; styles come from Text objects, ``styled``), and every control character but the line
+breaks and tabs of the layout is written as its escape (``\\x1b``), both in the text before
+rich lays it out and in every segment rich renders, so a Text made elsewhere is held to it too.
+rich's own styles are not text: the console adds them after this, from the segments' styles.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from runner.spec.text import escaped
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+# The control characters of runner/spec/text.py's CONTROL but the layout's \n and \t.
+SHOWN_AS_ESCAPES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but \\n and \\t written as its escape."""
+    return SHOWN_AS_ESCAPES.sub(lambda m: escaped(m.group(0)), text)
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """Text from plain strings and (text, style) pairs; no part is read as markup."""
+    from rich.text import Text
+
+    return Text.assemble(*((printable(p), "") if isinstance(p, str) else (printable(p[0]), p[1])
+                           for p in parts))  # fmt: skip
+
+
+@functools.cache
+def inert_console_class() -> type[Console]:
+    """A rich Console that reads no markup and writes no control character it was given."""
+    from rich.console import Console
+    from rich.segment import Segment
+
+    class InertConsole(Console):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(markup=False, emoji=False, **kwargs)
+
+        def render_str(self, text: str, **kwargs: Any) -> Text:
+            # Before the layout, so that a table measures the escapes it shows.
+            return super().render_str(printable(text), **kwargs)
+
+        def render(self, renderable: Any, options: Any = None) -> Iterable[Segment]:
+            for segment in super().render(renderable, options):
+                text, style, control = segment
+                if control is None and SHOWN_AS_ESCAPES.search(text):
+                    yield Segment(printable(text), style)
+                else:  # rich's own cursor moves (live displays) are not text
+                    yield segment
+
+    return InertConsole

@@ -1,0 +1,204 @@
+"""What is secret by its name or its shape: variable names, option names in any case style,
+URL credentials, credential headers and well-known token shapes (docs/security.md
+"Redaction"). Pure; runner/redact/__init__.py masks what these rules find.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+REDACTED = "<redacted>"
+
+# Variable names whose values never reach a log, a report or the terminal: anywhere in the name.
+_SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SAS|CONNECTION_STRING|PRIVATE|DSN",
+    re.IGNORECASE,
+)
+# Short words that mark a secret only as a whole word of a name: DB_PASS, GITHUB_PAT, SMTP_PWD,
+# GPG_PW (but not PATH, PASSAGE, COMPASS).
+_SECRET_PARTS = {
+    "PASS", "PWD", "PW", "PAT", "PIN", "OTP", "SIG", "SIGNATURE", "SESSION", "CERT", "CRED",
+    "CREDS",
+}  # fmt: skip
+# The login session's own bookkeeping, not secrets though their names say so: the working
+# directory (PWD), sockets and files of agents (SSH_AUTH_SOCK, XAUTHORITY), session ids.
+_SESSION_NAMES = frozenset(
+    {"PWD", "OLDPWD", "SSH_AUTH_SOCK", "SSH_AGENT_PID", "XAUTHORITY", "KRB5CCNAME",
+     "DBUS_SESSION_BUS_ADDRESS", "SESSION_MANAGER", "DESKTOP_SESSION", "GPG_AGENT_INFO",
+     "GNOME_KEYRING_CONTROL", "GNOME_KEYRING_PID"}
+)  # fmt: skip
+
+# The words of an option's name (--hf-token, --accessToken, --DB_PASSWORD) that mark its value
+# secret, as whole words: --tokenizer and --keep-last say nothing secret.
+_SECRET_WORDS = frozenset(
+    {"key", "apikey", "token", "secret", "password", "passwd", "passphrase", "pwd", "pw", "pass",
+     "pat", "credential", "credentials", "cred", "creds", "auth", "authorization", "cookie",
+     "sas", "dsn", "private"}
+)  # fmt: skip
+# Words that mark a secret inside a longer word (--dbpassword, --hubtoken, --clientsecret).
+_SECRET_STEMS = ("passw", "passphrase", "secret", "credential")
+_SECRET_ENDINGS = ("token", "apikey", "accesskey", "privatekey", "secretkey", "pwd")
+# Words that make a secret word a quantity, an identifier or a kind, never a secret:
+# --max-tokens 5, --token-budget 4096, --pad-token-id 0, --key-dim 64, --token-type bearer.
+_NOT_SECRET_WORDS = frozenset(
+    {"num", "max", "min", "budget", "count", "limit", "len", "length", "size", "per", "total",
+     "dim", "dims", "rate", "ratio", "id", "ids", "index", "type", "name", "names"}
+)  # fmt: skip
+
+# A name's case-style boundaries: a lower-case letter or digit before an upper-case one
+# (accessToken), and an upper-case run before a capitalised word (HFToken, APIKey).
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def name_words(name: str) -> list[str]:
+    """The words of a name in any case style, lower-case: ``--hf-token``, ``--hf_token``,
+    ``--hfToken``, ``--HF_TOKEN`` and ``HFToken`` are all ``["hf", "token"]``."""
+    return [word.lower() for word in re.split(r"[^A-Za-z]+", _CAMEL.sub(" ", name)) if word]
+
+
+def is_secret_name(name: str) -> bool:
+    """A variable name whose whole value is hidden."""
+    if name in _SESSION_NAMES or name.startswith("XDG_"):
+        return False
+    if _SECRET_NAME.search(name):
+        return True
+    return any(word.upper() in _SECRET_PARTS for word in name_words(name))
+
+
+def is_secret_option(name: str) -> bool:
+    """An option or argument name (``--hf-token``, ``--accessToken``, ``DB_PW``) whose value
+    is hidden: a secret word among its words in any case style, and no word that makes it a
+    count or an identifier (``--max-tokens``, ``--token-budget``, ``--pad-token-id``)."""
+    words = name_words(name)
+    if any(word in _NOT_SECRET_WORDS for word in words):
+        return False
+    return any(
+        word in _SECRET_WORDS
+        or any(stem in word for stem in _SECRET_STEMS)
+        or word.endswith(_SECRET_ENDINGS)
+        for word in words
+    )
+
+
+# The user-info of a URL, whatever carries it: `scheme://USER:PASSWORD@host` or
+# `scheme://USER@host`. A password is taken up to the *last* @ before the host, so one holding
+# / or @ (`https://bob:Slash/Pw@h`, `https://bob:At@Pw@h`) is hidden whole; urllib.parse would
+# end the user-info at the first / and the old rule at the first @, each leaving a part shown.
+# The password stops at white space, double quotes and <> (JSON and HTML around the URL);
+# lengths are bounded so a long line of many URLs is not searched over and over.
+_URL_CREDENTIALS = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)"
+    r"(?P<userinfo>[^\s/@:\"'<>]{0,256}:[^\s\"<>]{0,512}|[^\s/@:\"'<>]{1,256})"
+    r"@(?=[^\s/@\"'<>])"
+)
+
+# A credential in an HTTP header written as text (`-H "Authorization: Bearer X"`, a log's
+# `X-Api-Key: X`): the header's name, its scheme kept (RFC 9110 section 11.4: Bearer, Basic,
+# Token, ...), and the credential, up to a quote, a backslash, <, > or the line's end.
+_HEADER = re.compile(
+    # no \b before the two commonest: curl's `-HAuthorization: ...` in one argument
+    r"(?P<head>(?i:(?:proxy-)?authorization|(?:set-)?cookie|\bprivate-token"
+    r"|\b[a-z0-9]+(?:-[a-z0-9]+)*-(?:api-?key|key|token|secret|auth|password|passwd|pwd|pw"
+    r"|passphrase|credentials?|signature))"
+    r"[ \t]*:[ \t]*"
+    # possessive: a scheme seen is kept, so text already redacted stays as it is
+    r"(?:(?i:bearer|basic|token|digest|negotiate|ntlm|apikey|aws4-hmac-sha256)[ \t]+)?+)"
+    r"(?P<credential>[^\s\"'<>\\](?:[^\r\n\"'<>\\]{0,1024}[^\s\"'<>\\])?)"
+)
+
+# An OAuth bearer token without its header's name (RFC 6750 section 2.1: b64token).
+_BEARER = re.compile(r"(?P<head>\bBearer[ \t]+)(?P<credential>[A-Za-z0-9._~+/-]{8,}=*)")
+
+# Tokens recognisable by their shape, wherever they appear in a value.
+_TOKEN_SHAPES = re.compile(
+    r"\bgh[pousr]_[A-Za-z0-9]{20,}"  # GitHub tokens
+    r"|\bgithub_pat_[A-Za-z0-9_]{20,}"  # GitHub fine-grained tokens
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"  # AWS access key ids
+    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"  # Slack tokens
+    r"|\bhooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}"  # Slack webhooks
+    r"|\bsk-[A-Za-z0-9_-]{20,}"  # OpenAI-style API keys
+    r"|\bhf_[A-Za-z0-9]{20,}"  # Hugging Face tokens
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWTs
+    # PEM private keys, also inside JSON (a service account's "private_key": "-----BEGIN...")
+    r"|-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?s:.*?)-----END [A-Z0-9 ]*PRIVATE KEY-----"
+)
+
+# Images inlined in HTML (report.html): base64 is left as it is, where a token's shape would
+# turn up by chance and the image would break.
+_DATA_URI = re.compile(r"(data:[\w/+.-]+;base64,[A-Za-z0-9+/=]+)")
+
+
+def redact_url_credentials(value: str) -> str:
+    return _URL_CREDENTIALS.sub(rf"\g<scheme>{REDACTED}@", value)
+
+
+def _redact_shapes(part: str) -> str:
+    part = redact_url_credentials(part)
+    for header in (_HEADER, _BEARER):
+        part = header.sub(rf"\g<head>{REDACTED}", part)
+    return _TOKEN_SHAPES.sub(REDACTED, part)
+
+
+def redact_value(value: str) -> str:
+    """A value with the credentials inside its URLs and headers and its token-shaped parts
+    hidden."""
+    parts = _DATA_URI.split(value)  # odd indices: inlined images, left whole
+    return "".join(part if index % 2 else _redact_shapes(part) for index, part in enumerate(parts))
+
+
+def secrets_in(value: str) -> list[str]:
+    """The parts of a value that ``redact_value`` hides: URL credentials (and each URL's
+    password alone, also URL-decoded), header credentials and tokens."""
+    found: list[str] = []
+    for match in _URL_CREDENTIALS.finditer(value):
+        userinfo = match.group("userinfo")
+        found.append(userinfo)
+        _, colon, password = userinfo.partition(":")
+        if colon and password:
+            found += [password, unquote(password)]
+    found += [match.group("credential") for match in _HEADER.finditer(value)]
+    found += [match.group("credential") for match in _BEARER.finditer(value)]
+    found += [match.group(0) for match in _TOKEN_SHAPES.finditer(value)]
+    return list(dict.fromkeys(found))
+
+
+def unquoted(value: str) -> list[str]:
+    """A value, and without its quotes where it is quoted whole (``'X'``, ``"X"``): a shell or
+    a program may print it either way."""
+    if len(value) > 2 and value[0] == value[-1] and value[0] in "'\"":
+        return [value, value[1:-1]]
+    return [value]
+
+
+# An argument's name before `=` or as an option: `--api-key`, `DB_PW`, Hydra's `+db.password`;
+# text with a space or a colon before its `=` (`Authorization: Basic dXNlcg==`) is no name.
+_ARG_NAME = re.compile(r"[-+~]{0,2}[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+def scan_args(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``args`` with every secret value replaced by <redacted>, and those values.
+
+    The value of a secret option is hidden whether it comes after `=` (``--api-key=X``,
+    ``DB_PW=X``) or as the next argument (``--password X``), also when it starts with a single
+    `-` (``--password -dashSecret99``); an argument starting with `--` after one is the next
+    option (a secret-named flag: ``--use-auth --lr 3e-4``)."""
+    redacted: list[str] = []
+    found: list[str] = []
+    hide_next = False
+    for arg in args:
+        if hide_next and not arg.startswith("--"):
+            redacted.append(REDACTED)
+            found.extend(unquoted(arg))
+            hide_next = False
+            continue
+        name, equals, value = arg.partition("=")
+        secret_name = bool(_ARG_NAME.fullmatch(name)) and is_secret_option(name)
+        hide_next = not equals and arg.startswith("-") and secret_name
+        if equals and value and secret_name:
+            redacted.append(f"{name}={REDACTED}")
+            found.extend(unquoted(value))
+            continue
+        found.extend(secrets_in(arg))
+        redacted.append(redact_value(arg))
+    return tuple(redacted), tuple(dict.fromkeys(found))
