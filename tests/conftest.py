@@ -312,14 +312,27 @@ def launch_processes() -> list[psutil.Process]:
     Under pytest-xdist, only this worker's: an embedded, Slurm or Spark launch inherits the
     worker's PYTEST_XDIST_WORKER, and the tests' sshd sets it in its sessions (tests/sshd.py)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
+    network = _network(os.getpid())  # --worker-netns: this worker's own
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             env = proc.environ()
-            mine = worker is None or env.get("PYTEST_XDIST_WORKER") == worker
+            # another test run on the machine has a worker of the same name (gw0): under
+            # --worker-netns its processes are in another network namespace
+            mine = worker is None or (
+                env.get("PYTEST_XDIST_WORKER") == worker and _network(proc.pid) == network
+            )
             if "DTRUN_LAUNCH" in env and mine and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
     return found
+
+
+def _network(pid: int) -> str | None:
+    """The network namespace of a process (its main thread's: the one --worker-netns moves)."""
+    try:
+        return str(Path(f"/proc/{pid}/ns/net").readlink())
+    except OSError:
+        return None
 
 
 def launched_running(text: str) -> list[str]:

@@ -122,40 +122,54 @@ def slow_sshd(cluster: SshCluster, address: str, share: float) -> Iterator[CpuGr
         yield group
 
 
-def _node_processes(node: str) -> Iterator[psutil.Process]:
-    """This test worker's processes of an embedded node: they carry DTRUN_NODE_NAME (the
-    embedded executor sets it) and the worker's PYTEST_XDIST_WORKER (inherited)."""
+def _processes(env_matches: Callable[[dict[str, str]], bool]) -> Iterator[psutil.Process]:
+    """This test worker's processes whose environment ``env_matches``: under xdist, those
+    carrying the worker's PYTEST_XDIST_WORKER (inherited from it)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             env = proc.environ()
-            if env.get("DTRUN_NODE_NAME") == node and env.get("PYTEST_XDIST_WORKER") == worker:
+            if env.get("PYTEST_XDIST_WORKER") == worker and env_matches(env):
                 yield proc
 
 
 @contextlib.contextmanager
-def slow_embedded_node(node: str, share: float, every_s: float = 0.05) -> Iterator[CpuGroup]:
-    """Every process of the embedded node ``node`` (e.g. node-1) in a cpu group allowed
-    ``share`` of one CPU: a thread moves each one in as it appears (a node's ranks spend a
-    second or more importing torch before they compute, far longer than ``every_s``)."""
+def slow_processes(
+    env_matches: Callable[[dict[str, str]], bool], share: float, every_s: float = 0.05
+) -> Iterator[CpuGroup]:
+    """Every process of this test worker whose environment ``env_matches`` in a cpu group
+    allowed ``share`` of one CPU: a thread moves each one in as it appears (a rank spends a
+    second or more importing torch before it computes, far longer than ``every_s``)."""
     with cpu_quota(share) as group:
         stop = threading.Event()
 
         def watch() -> None:
             while not stop.wait(every_s):
                 members = set(group.pids())
-                for proc in _node_processes(node):
+                for proc in _processes(env_matches):
                     if proc.pid not in members:
-                        with contextlib.suppress(ProcessLookupError, OSError):
+                        with contextlib.suppress(OSError):  # it ended meanwhile
                             group.join(proc.pid)
 
-        watcher = threading.Thread(target=watch, name=f"slow-{node}", daemon=True)
+        watcher = threading.Thread(target=watch, name="slow-processes", daemon=True)
         watcher.start()
         try:
             yield group
         finally:
             stop.set()
             watcher.join()
+
+
+def slow_embedded_node(node: str, share: float) -> contextlib.AbstractContextManager[CpuGroup]:
+    """Every process of the embedded node ``node`` (e.g. node-1: the embedded executor sets
+    DTRUN_NODE_NAME) in a cpu group allowed ``share`` of one CPU."""
+    return slow_processes(lambda env: env.get("DTRUN_NODE_NAME") == node, share)
+
+
+def slow_rank(rank: int, share: float) -> contextlib.AbstractContextManager[CpuGroup]:
+    """The process of one rank (its RANK variable, as torchrun sets it) in a cpu group allowed
+    ``share`` of one CPU."""
+    return slow_processes(lambda env: env.get("RANK") == str(rank), share)
 
 
 def _netns(pid: int | str) -> str | None:
