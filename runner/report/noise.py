@@ -18,8 +18,14 @@ from runner.workloads.noise import (
     OTHER_CORES,
     STEAL_SHARE,
     STRAGGLER_RATIO,
+    UNTIL_GRADIENTS,
     straggler_ratios,
 )
+
+# A program's slow rank counts only where its extra time to its last gradient is at least
+# this share of the step: a few milliseconds of scheduling jitter in a short local part of a
+# long step (a sleep, data loading, the all-reduce's wait) make ratios that cost nothing.
+MIN_STEP_SHARE = 0.1
 
 THRESHOLDS = {
     "steal_share": STEAL_SHARE,
@@ -55,6 +61,7 @@ class LaunchNoise:
     # what each rank's probe time is: ALONE (a step computed alone, dtrun's own workload) or
     # UNTIL_GRADIENTS (a program's step until its last local gradient; runner/workloads/noise.py)
     probe_what: str = ALONE
+    step_s: float | None = None  # the launch's step time (p50): a program's straggler's scale
 
     def host(self, rank: int) -> str:
         return self.rank_hosts[rank] if self.rank_hosts else self.rank_nodes[rank]
@@ -68,6 +75,7 @@ def parse_noise(
     data: Mapping[str, Any] | None,
     rank_nodes: Sequence[str],
     rank_addresses: Sequence[str | None] = (),
+    step_s: float | None = None,
 ) -> LaunchNoise | None:
     """A result's ``noise``; None for results written before it was recorded.
     ``rank_addresses``: each rank's node's host (results before they were recorded: none)."""
@@ -100,6 +108,7 @@ def parse_noise(
             for rank, node in enumerate(rank_nodes)
         ),
         probe_what=str(probe.get("what") or ALONE),
+        step_s=step_s,
     )
 
 
@@ -238,8 +247,17 @@ def _stragglers(measured: Sequence[tuple[int, LaunchNoise]]) -> list[Straggler]:
         Straggler(rank, noise.rank_nodes[rank], ratio, launch, noise.host(rank), noise.probe_what)
         for launch, noise in measured
         for rank, ratio in enumerate(straggler_ratios(noise.probe_rank_s or ()))
-        if ratio > STRAGGLER_RATIO
+        if ratio > STRAGGLER_RATIO and _matters(noise, rank, ratio)
     ]
+
+
+def _matters(noise: LaunchNoise, rank: int, ratio: float) -> bool:
+    """A program's slow rank costs its step at least MIN_STEP_SHARE; dtrun's own probe times
+    compute alone, the whole of a step's local work, and needs no such floor."""
+    if noise.probe_what != UNTIL_GRADIENTS or not noise.step_s or not noise.probe_rank_s:
+        return True
+    mine = noise.probe_rank_s[rank]
+    return mine - mine / ratio >= MIN_STEP_SHARE * noise.step_s
 
 
 def _straggler_finding(straggler: Straggler, noise: LaunchNoise, of: str) -> str:

@@ -301,7 +301,8 @@ def _noise(data: Mapping[str, Any]) -> LaunchNoise | None:
     records one (``ranks[].address``)."""
     ranks = data["ranks"]
     addresses = [None if rank.get("address") is None else str(rank["address"]) for rank in ranks]
-    return parse_noise(data.get("noise"), [str(rank["node"]) for rank in ranks], addresses)
+    step_s = float(data["step_time_s"]["p50"])
+    return parse_noise(data.get("noise"), [str(rank["node"]) for rank in ranks], addresses, step_s)
 
 
 def launch_fields(data: Mapping[str, Any]) -> dict[str, Any]:

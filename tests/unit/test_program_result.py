@@ -265,3 +265,15 @@ def test_a_torch_without_global_step_hooks_says_the_hook_could_not_register():
     assert "0 optimizer step" not in what
     assert "register_optimizer_step_post_hook" in why and "2.0" in why
     assert "upgrade torch" in fix and "--step-pattern" in fix
+
+
+def test_a_slow_rank_whose_extra_time_is_a_sliver_of_the_step_is_not_named():
+    """1.6x of 5 ms is 3 ms of a 150 ms step: scheduling jitter, costing the step nothing."""
+    from runner.report.noise import point_noise
+
+    bench = spec()
+    data = program_result(bench, plan(bench), {0: timed(0, 0.005), 1: timed(1, 0.008)}, 9.0)
+    result = parse_result(data, "r")
+    assert isinstance(result, TrainResult)
+    point = point_noise(2, [result.noise])
+    assert point.probe_ratio == pytest.approx(1.6) and point.findings == ()
