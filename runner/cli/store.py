@@ -122,8 +122,8 @@ def _upload(store: ResultsStore, run_dir: Path, secrets: Sequence[str]) -> None:
         out.print(
             styled(
                 ("not uploaded", "yellow"),
-                f": {plural(len(upload.links), 'symbolic link')} ({shown}): S3 holds no "
-                f"links, and no link's target is sent; {LINKS_FILE} in the upload lists them",
+                f": {plural(len(upload.links), 'symbolic link')} ({shown}): S3 holds no links, "
+                f"and no link's target is sent; {LINKS_FILE} in the upload lists them",
             ),
             soft_wrap=True,
         )
