@@ -123,3 +123,16 @@ def test_a_text_made_elsewhere_is_held_to_the_same_rule_and_styles_still_show():
     assert "head\\x1b[2J" in shown and "cell\\x1b" in shown
     assert f" {LINK}" in shown and "\x1b[32mok" in shown  # the label's style is rich's own
     _no_terminal_control(shown)
+
+
+def test_the_rerun_prompt_shows_a_recorded_program_s_markup_as_it_is(monkeypatch, capsys):
+    """--rerun's question quotes the recorded program: its markup shows as typed, with no
+    backslash added (the console reads none), its control characters as escapes."""
+    import typer
+
+    from runner.cli import approval
+
+    monkeypatch.setattr(typer, "confirm", lambda *args, **kwargs: False)
+    assert not approval._prompt(f"records:\n  program: train.py '[bold]x[/]{CLEAR}'\nRun them?")
+    said = capsys.readouterr().err
+    assert "  program: train.py '[bold]x[/]\\x1b[2J'" in said
