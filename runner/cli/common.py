@@ -103,11 +103,12 @@ def echo(text: str) -> None:
 
 
 def print_json(data: object) -> None:
-    """One JSON document on stdout, for scripts."""
+    """One JSON document on stdout, for scripts: strict JSON (RFC 8259), so a NaN or an
+    infinity is a bug's ValueError, never `NaN` or `Infinity` printed for a parser to choke on."""
     import json
 
-    plain = json.loads(json.dumps(data, default=str))
-    sys.stdout.write(json.dumps(redact_data(plain), indent=2) + "\n")
+    plain = json.loads(json.dumps(data, default=str, allow_nan=False))
+    sys.stdout.write(json.dumps(redact_data(plain), indent=2, allow_nan=False) + "\n")
     sys.stdout.flush()
 
 

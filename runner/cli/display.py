@@ -193,7 +193,11 @@ class SweepDisplay:
                 f"({median_step(result) * 1000:.1f} ms, n = {result.timed_steps}){busbw}"
             )
             if result.program is not None and result.program.timing == "whole program":
-                what += " (whole-program time, start-up included)"
+                # no rank's step record: no torch optimizer stepped where the hook ran
+                what += (
+                    " (whole-program time, start-up included: no process recorded a torch "
+                    "optimizer step)"
+                )
         else:
             what = (
                 f"busbw {result.largest.in_place.busbw:.2f} GB/s at "

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from runner.cli.common import console, print_error
 from runner.cli.inert import styled
 from runner.errors import UploadError
+from runner.spec.text import plural
 
 if TYPE_CHECKING:
     from runner.store.base import ResultsStore, UploadProgress
@@ -114,6 +115,18 @@ def _upload(store: ResultsStore, run_dir: Path, secrets: Sequence[str]) -> None:
         ),
         soft_wrap=True,
     )
+    if upload.links:
+        from rich.markup import escape
+
+        from runner.store.base import LINKS_FILE
+
+        shown = ", ".join(upload.links[:5]) + (", ..." if len(upload.links) > 5 else "")
+        out.print(
+            f"[yellow]not uploaded[/]: {plural(len(upload.links), 'symbolic link')} "
+            f"({escape(shown)}): S3 holds no links, and no link's target is sent; "
+            f"{LINKS_FILE} in the upload lists them",
+            soft_wrap=True,
+        )
 
 
 def _say_error(message: str) -> None:

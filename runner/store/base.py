@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ class Upload:
     url: str
     keys: tuple[str, ...]
     bytes: int
+    links: tuple[str, ...] = ()  # symbolic links left out (paths in the run), LINKS_FILE lists
 
 
 class ResultsStore(Protocol):
@@ -63,34 +65,79 @@ class ResultsStore(Protocol):
 
 
 def files_to_upload(run_dir: Path) -> list[Path]:
-    """Every regular file under ``run_dir``, sorted, without half-written temporaries.
+    """Every regular file under ``run_dir``, sorted, without half-written temporaries."""
+    return scan(run_dir)[0]
+
+
+def scan(run_dir: Path) -> tuple[list[Path], list[Path]]:
+    """The regular files under ``run_dir`` and its symbolic links, each sorted.
 
     ``*.partial*`` are the atomic writes of runner/record/rundir.py caught mid-way;
-    ``.write-test`` is the probe that checks the directory can be written. Symbolic links to
-    directories are not followed (a program's working directory may link to a dataset).
+    ``.write-test`` is the probe that checks the directory can be written. A symbolic link,
+    to a file or a directory, is no file of the run: a program's working directory may link
+    to a dataset or a key, and the upload sends no link's target (S3 holds no links). The
+    links are listed apart, so the upload can say it left them out.
     """
-    found = []
-    for root, dirs, names in os.walk(run_dir):
+    found: list[Path] = []
+    links: list[Path] = []
+    for root, dirs, names in os.walk(run_dir):  # links to directories are not walked into
         dirs.sort()
-        for name in sorted(names):
+        for name in sorted([*names, *dirs]):
             path = Path(root) / name
-            if ".partial" in name or name == ".write-test" or not path.is_file():
+            try:
+                mode = path.lstat().st_mode
+            except FileNotFoundError:  # gone since the walk listed it
                 continue
-            found.append(path)
-    return found
+            if stat.S_ISLNK(mode):
+                links.append(path)
+            elif stat.S_ISREG(mode) and ".partial" not in name and name != ".write-test":
+                found.append(path)
+    return found, links
+
+
+def link_notes(run_dir: Path, links: Sequence[Path], hide: Redactor) -> bytes:
+    """``symlinks.json``: the links the upload left out, where each pointed (redacted)."""
+    import json
+
+    notes = [
+        {"path": link.relative_to(run_dir).as_posix(), "target": _target(link, hide)}
+        for link in links
+    ]
+    record = {"schema": LINKS_SCHEMA, "why": LINKS_WHY, "links": notes}
+    return (json.dumps(record, indent=2) + "\n").encode()
+
+
+def _target(link: Path, hide: Redactor) -> str:
+    try:
+        target = str(link.readlink()).encode(errors="surrogateescape")
+    except OSError:
+        return ""
+    return hide.body(target).decode(errors="replace")
+
+
+LINKS_FILE = "symlinks.json"
+LINKS_SCHEMA = "dtrun.symlinks/1"
+LINKS_WHY = (
+    "symbolic links in the run directory are not uploaded: S3 holds no links, and a link's "
+    "target (a dataset, a key) is not the run's"
+)
 
 
 def redacted_body(path: Path, hide: Redactor, spill: Path) -> Body:
     """The file's bytes as they may leave this machine, or None when they need no change. A
     file over SCAN_LIMIT is redacted a piece at a time into a file under ``spill`` (a
     temporary directory the caller removes), so no size of log goes up unredacted."""
-    if path.stat().st_size <= SCAN_LIMIT:
-        data = path.read_bytes()
+    if path.lstat().st_size <= SCAN_LIMIT:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as source:
+            data = source.read()  # a link made since the scan is refused, not followed
         body = hide.body(data)
         return None if body == data else body
     changed = False
     fd, name = tempfile.mkstemp(dir=spill)
-    with path.open("rb") as source, os.fdopen(fd, "wb") as out:
+    with (
+        os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as source,
+        os.fdopen(fd, "wb") as out,
+    ):
         rest = b""
         while True:
             chunk = source.read(SCAN_LIMIT)
@@ -136,9 +183,10 @@ def redacted_copy(run_dir: Path, bodies: Mapping[Path, Body]) -> Path:
             shutil.copyfile(body, target)
             target.chmod(path.stat().st_mode & 0o777)
             continue
-        if body is not None:
+        if body is not None:  # a redacted file, or the upload's own symlinks.json
+            mode = path.lstat().st_mode & 0o777 if path.name != LINKS_FILE else 0o644
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-            with os.fdopen(os.open(target, flags, path.stat().st_mode & 0o777), "wb") as out:
+            with os.fdopen(os.open(target, flags, mode), "wb") as out:
                 out.write(body)
             continue
         try:

@@ -16,12 +16,14 @@ import io
 import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import StoreError, UploadError, UploadInterruptedError
 from runner.redact import Redactor
 from runner.store.base import (
+    LINKS_FILE,
     Body,
     ProgressSink,
     ResultsStore,
@@ -29,8 +31,9 @@ from runner.store.base import (
     UploadProgress,
     _ignore_progress,
     copy_hint,
-    files_to_upload,
+    link_notes,
     redacted_body,
+    scan,
 )
 from runner.store.url import StoreUrl, _is_aws
 
@@ -167,11 +170,15 @@ class S3Store:
         Every file is tried; then a failure raises UploadError naming how many did not go, and
         leaves a redacted copy to send later.
         """
-        files = files_to_upload(run_dir)
+        files, links = scan(run_dir)
         hide = Redactor.of(secrets)
         with tempfile.TemporaryDirectory(prefix="dtrun-upload-") as spill:
             try:
                 bodies = {path: redacted_body(path, hide, Path(spill)) for path in files}
+                if links and (notes := run_dir / LINKS_FILE) not in bodies:
+                    # no link goes up, nor its target: the run's copy lists them instead
+                    bodies[notes] = link_notes(run_dir, links, hide)
+                    files = [*files, notes]
             except OSError as exc:  # a full temporary disk, a file that went away
                 raise UploadError(
                     f"cannot make the redacted copies to upload {run_dir.name}",
@@ -181,7 +188,10 @@ class S3Store:
                     "TMPDIR at a larger disk) and run again; do not sync the run directory as "
                     "it is: its launch scripts hold the --env values verbatim",
                 ) from None
-            return self._send(run_dir, files, bodies, on_progress)
+            sent = self._send(run_dir, files, bodies, on_progress)
+            return replace(
+                sent, links=tuple(link.relative_to(run_dir).as_posix() for link in links)
+            )
 
     def _send(
         self,

@@ -81,7 +81,7 @@ def _units(spec: BenchSpec, world_size: int) -> dict[str, Any]:
 
 
 def _sharded(records: dict[int, dict[str, Any]]) -> str | None:
-    """How the ranks' parameters are sharded, as the hook saw it (sitecustomize.py
+    """How the ranks' parameters are sharded, as the hook saw it (_dtrun_steprecord.py
     ``_sharding``: "FSDP (DTensor shards)", "FSDP (flat parameter shards)", "DeepSpeed ZeRO
     stage N"), or None: whole on every rank. The report's gradient sync reads it."""
     return next((str(r["sharded"]) for r in records.values() if r.get("sharded")), None)
@@ -90,6 +90,9 @@ def _sharded(records: dict[int, dict[str, Any]]) -> str | None:
 def _proof(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any]:
     digests = {rank: record.get("param_digest") for rank, record in records.items()}
     sharded = _sharded(records)
+    if strays := [rank for rank in sorted(records) if not 0 <= rank < world_size]:
+        return {"answer": "not checked", "why": _strays_why(records, strays, world_size),
+                "digests": {str(r): d for r, d in digests.items()}}  # fmt: skip
     if world_size == 1:
         answer, why = "not checked", "one process"
     elif sharded:
@@ -106,6 +109,19 @@ def _proof(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any
         verb = "ends" if len(apart) == 1 else "end"
         why = f"{ranks} {verb} with other parameters than rank {lowest}"
     return {"answer": answer, "why": why, "digests": {str(r): d for r, d in digests.items()}}
+
+
+def _strays_why(records: dict[int, dict[str, Any]], strays: list[int], world_size: int) -> str:
+    """Step records from ranks dtrun did not launch: the program started processes of its
+    own (a `torchrun` inside it), so dtrun's world size, units and efficiency are not its."""
+    named = ", ".join(map(str, sorted(records)))
+    ranks = "rank 0" if world_size == 1 else f"ranks 0 to {world_size - 1}"
+    return (
+        f"the step records name {noun(len(records), 'rank')} {named}, where dtrun launched "
+        f"{plural(world_size, 'process')} ({ranks}): the program started processes of its "
+        "own (a launcher inside it?), so the world size, the units per step and the "
+        "efficiency here count dtrun's processes, not the program's"
+    )
 
 
 # Why a program's launch has no straggler probe (docs/your-training.md "Noise")
@@ -144,7 +160,7 @@ def pattern_steps(spec: BenchSpec, matched: Matched) -> tuple[list[float], int]:
         raise ResultError(
             "--step-pattern matched no line of node 0's output",
             why=f"the pattern {spec.step_pattern!r} found no step in the program's output",
-            fix="check it against the node-0.log beside result.json (Python's re syntax; "
+            fix="check it against the node-0.log beside result.json (RE2 syntax; "
             "search, not full match)",
         )
     groups = matched[0][1]
@@ -256,20 +272,35 @@ def program_result(
     }
 
 
-# The hook's error when torch has no global step hooks (sitecustomize.py, _Loader.exec_module)
+# The hook's error when torch has no global step hooks (_dtrun_stephook.py, _Loader.exec_module)
 HOOK_ERROR = "hooks: "
+# Its error when the hook itself did not load (runner/workloads/stephook/sitecustomize.py)
+LOAD_ERROR = "load: "
+
+
+def _first_error(record: dict[str, Any], prefix: str) -> str | None:
+    return next((str(e) for e in record.get("errors", ()) if str(e).startswith(prefix)), None)
 
 
 def _check_hooks(records: dict[int, dict[str, Any]]) -> None:
-    """No step because the hook could not register torch's global step hooks: say so, not
-    "0 optimizer steps". torch.optim.optimizer.register_optimizer_step_pre_hook and
-    ..._post_hook came with pytorch/pytorch#89176 (Nov 2022, after torch 1.13): torch 2.0."""
+    """No step because the hook did not load, or could not register torch's global step
+    hooks: say so, not "0 optimizer steps". torch.optim.optimizer.register_optimizer_step_pre_hook
+    and ..._post_hook came with pytorch/pytorch#89176 (Nov 2022, after torch 1.13): torch 2.0."""
     for rank, record in sorted(records.items()):
-        error = next((e for e in record.get("errors", ()) if str(e).startswith(HOOK_ERROR)), None)
+        if (error := _first_error(record, LOAD_ERROR)) is not None:
+            raise ResultError(
+                f"dtrun's step hook did not load on rank {rank}: {error.removeprefix(LOAD_ERROR)}",
+                why="the hook times each optimizer step from inside the program's processes; "
+                "where it did not load, no step was seen",
+                fix="check dtrun's code directory on the nodes (runner/workloads/stephook/ "
+                "beside runner/workloads/files.py and noise.py), or pass --step-pattern REGEX "
+                "matching a line your program prints each step",
+            )
+        error = _first_error(record, HOOK_ERROR)
         if error is not None:
             raise ResultError(
                 f"dtrun's step hook could not register torch's optimizer step hooks on rank "
-                f"{rank}: {str(error).removeprefix(HOOK_ERROR)}",
+                f"{rank}: {error.removeprefix(HOOK_ERROR)}",
                 why="the hook times steps with torch.optim.optimizer."
                 "register_optimizer_step_pre_hook and register_optimizer_step_post_hook, which "
                 "torch has from 2.0 on; without them it saw no step",
@@ -285,5 +316,5 @@ def write_program_result(
     --step-pattern's matches."""
     records = read_step_files(workdir / STEP_DIR)
     result = program_result(spec, plan, records, wall_s, matched)
-    data = (json.dumps(result, indent=2) + "\n").encode()
+    data = (json.dumps(result, indent=2, allow_nan=False) + "\n").encode()
     write_atomic(workdir / RESULT_FILE, data)

@@ -63,7 +63,7 @@ def deepspeed_launcher(port: int) -> list[str]:
 
 def hook_env(steps: Path | None, *, hook: bool = True) -> dict[str, str]:
     """The environment `dtrun bench` gives a program: the hook first on PYTHONPATH, then the
-    repository (for runner.workloads.files); without ``hook``, the same program unhooked."""
+    repository (dtrun's code directory); without ``hook``, the same program unhooked."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DTRUN_STEP")}
     env["PYTHONPATH"] = os.pathsep.join([str(HOOK), str(REPO)] if hook else [str(REPO)])
     env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])  # horovodrun's `python`
@@ -201,7 +201,7 @@ WHICH_SITECUSTOMIZE = "import json, sys; print(json.dumps(sys.modules['sitecusto
 
 
 @pytest.mark.parametrize("hook", [True, False], ids=["hooked", "off"])
-def test_the_sitecustomize_the_hook_shadows_still_runs(tmp_path, hook):
+def test_the_sitecustomize_the_hook_shadows_still_runs_and_is_the_programs(tmp_path, hook):
     other = tmp_path / "other"
     other.mkdir()
     marker = tmp_path / "marker"
@@ -211,7 +211,7 @@ def test_the_sitecustomize_the_hook_shadows_still_runs(tmp_path, hook):
     env = hook_env(None, hook=hook)
     env["PYTHONPATH"] = os.pathsep.join([str(HOOK), str(other), str(REPO)])
     seen = python_with_hook(WHICH_SITECUSTOMIZE, env)
-    assert Path(seen).parent == HOOK
+    assert Path(seen) == other / "sitecustomize.py"  # the program's, as without dtrun
     assert marker.read_text() == "ran"
 
 
@@ -235,7 +235,7 @@ def test_debians_own_sitecustomize_still_runs_under_the_system_python(tmp_path):
     env = hook_env(None)
     env["PYTHONPATH"] = os.pathsep.join([str(HOOK), str(fake)])
     seen = python_with_hook(WHICH_SITECUSTOMIZE, env, python=str(DEBIAN_PYTHON))
-    assert Path(seen).parent == HOOK
+    assert Path(seen) == DEBIAN_SITECUSTOMIZE
     assert marker.read_text() == "ran"
 
 
@@ -448,10 +448,10 @@ print(json.dumps(None))
 
 SLOW_WINDOW = """
 import json, sys, time, types, torch
-slow = types.ModuleType("runner.workloads.noise")  # the window's start, 0.3 s late
+slow = types.ModuleType("_dtrun_noise")  # the window's start, 0.3 s late
 slow.snapshot = lambda: time.sleep(0.3)
 slow.rank_window = lambda start, end: {}
-sys.modules["runner.workloads.noise"] = slow
+sys.modules["_dtrun_noise"] = slow  # the hook's own name for runner/workloads/noise.py
 p = torch.nn.Parameter(torch.zeros(4))
 opt = torch.optim.SGD([p], lr=0.1)
 for _ in range(6):
@@ -463,7 +463,8 @@ print(json.dumps(None))
 
 def test_starting_the_noise_window_costs_a_warm_up_step_not_a_timed_one(tmp_path):
     # importing runner.workloads.noise took 11.5 ms after torch's import (31 ms without it):
-    # taken after the last warm-up step's end, it lengthened the first timed step
+    # taken after the last warm-up step's end, it lengthened the first timed step (the hook
+    # now loads it while the program imports torch)
     env = hook_env(tmp_path / "steps") | {"RANK": "0", "DTRUN_WARMUP": "3"}
     python_with_hook(SLOW_WINDOW, env)
     ends = json.loads((tmp_path / "steps" / "rank-0.json").read_text())["step_ends_s"]

@@ -100,6 +100,10 @@ def test_mpi_hostfiles_give_hosts_and_slots():
         ("hosts: [a\n", "not valid YAML"),
         ("size: Standard_ND96is_H100_v5\nhosts: [a]\n", "line 1: 'size'"),
         ("accelerator: tpu\nhosts: [a]\n", "'accelerator' is 'tpu'"),
+        # a ':' splits PYTHONPATH (the code directory and the step hook's are under these)
+        ("workdir: /tmp/a:b\nhosts: [a]\n", "line 1: 'workdir' '/tmp/a:b' holds ':'"),
+        ("hosts: [a]\nshared: /nfs:x\n", "line 2: 'shared' '/nfs:x' holds ':'"),
+        ("python: /opt/v:env/bin\nhosts: [a]\n", "line 1: 'python' '/opt/v:env/bin' holds ':'"),
     ],
 )
 def test_yaml_errors_name_the_file_line_and_field(text, message):

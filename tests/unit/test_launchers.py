@@ -163,6 +163,22 @@ def test_deepspeed_env_file_holds_every_exported_setting_in_order():
     assert env_file.mode == 0o600
 
 
+def test_a_users_pythonpath_reaches_deepspeeds_nodes_after_the_step_hooks_directory():
+    # DeepSpeed exports .deepspeed_env after the head's PYTHONPATH: the user's value alone
+    # there replaced the hook's directory on every node, and no step was timed
+    bench = BenchSpec(
+        "t", launcher="deepspeed", procs_per_node=8, program=USER_PROGRAM,
+        env=(("PYTHONPATH", "/home/me/lib"),),
+    )  # fmt: skip
+    plan = build_plan(H100, bench, 2)
+    [env_file] = [f for f in plan.files if f.name == ".deepspeed_env"]
+    hook = f"{H100.code_dir}/runner/workloads/stephook"
+    assert f"PYTHONPATH={hook}:/home/me/lib" in env_file.content.splitlines()
+    head = plan.launches[0].script  # the head's own: the same path
+    assert exports(head)["PYTHONPATH"] == f'{hook}:"${{PYTHONPATH}}"'
+    assert "export PYTHONPATH=/home/me/lib\n" in head
+
+
 def test_mpirun_binds_per_size_family():
     for inventory, expected in (
         (H100, "--bind-to numa\n"),

@@ -228,3 +228,33 @@ def test_a_torch_without_global_step_hooks_says_the_hook_could_not_register():
     assert "0 optimizer step" not in what
     assert "register_optimizer_step_post_hook" in why and "2.0" in why
     assert "upgrade torch" in fix and "--step-pattern" in fix
+
+
+def test_a_hook_that_did_not_load_fails_the_launch_naming_the_reason():
+    bench = spec()
+    # what runner/workloads/stephook/sitecustomize.py records when the hook's module fails
+    error = "load: ImportError: the hook is broken"
+    records = {0: {"schema": "dtrun.steps/1", "rank": "0", "step_ends_s": [], "errors": [error]}}
+    with pytest.raises(ResultError) as raised:
+        program_result(bench, plan(bench), records, 9.0)
+    assert (
+        raised.value.what
+        == "dtrun's step hook did not load on rank 0: ImportError: the hook is broken"
+    )
+    assert "--step-pattern" in raised.value.fix
+
+
+def test_step_records_from_ranks_dtrun_did_not_launch_are_said_in_the_proof():
+    # the program ran `torchrun --nproc-per-node 2` itself: ranks 0 and 1 on a 1-process launch
+    bench = spec(node_counts=(1,))
+    one = plan_sweep(resolve_bench(bench), local_cluster(2, python_bin="/v/bin", code_dir="/c",
+                                                         cpu_count=4)).points[0]  # fmt: skip
+    assert one.world_size == 1
+    data = program_result(bench, one, {0: record(0, ENDS), 1: record(1, ENDS)}, 9.0)
+    assert data["proof"]["answer"] == "not checked"
+    assert data["proof"]["why"].startswith(
+        "the step records name ranks 0, 1, where dtrun launched 1 process (rank 0): the program "
+        "started processes of its own"
+    )
+    facts = parse_result(data, "r")
+    assert facts.proof.startswith("not checked: the step records name ranks 0, 1")  # the console's

@@ -24,7 +24,8 @@ from runner.spec.request import BenchSpec, Program, ProgramKind
 from tests.conftest import DTRUN, run_dtrun
 from tests.unit.test_peers import ssh_cluster
 
-PROGRAM = Program(ProgramKind.EXECUTABLE, "/usr/bin/sh", ("-c", "touch /tmp/dtrun-swapped"))
+# markup in a value is shown as it is, never read (the question goes through dtrun's console)
+PROGRAM = Program(ProgramKind.EXECUTABLE, "/usr/bin/sh", ("-c", "touch /tmp/dtrun-swapped #[red]x"))
 SPEC = BenchSpec(
     "old",
     node_counts=(1, 2),
@@ -68,7 +69,7 @@ def test_a_recorded_program_is_not_run_without_a_terminal_or_yes(tmp_path):
     err = " ".join(done.stderr.split())
     assert "no terminal to ask" in err and "--yes" in err and "Traceback" not in err
     # what it would run is shown, its secret redacted
-    assert "program: /usr/bin/sh -c 'touch /tmp/dtrun-swapped'" in err
+    assert "program: /usr/bin/sh -c 'touch /tmp/dtrun-swapped #[red]x'" in err
     assert "--env MODE=fast" in err and "s3cret-value-1" not in done.stderr + done.stdout
     assert _listing(tmp_path) == before and not (tmp_path / "config").exists()
 
@@ -108,6 +109,7 @@ def test_a_yes_on_the_terminal_is_remembered_for_that_record_in_that_place(tmp_p
     code, said = _on_terminal(tmp_path, run_dir, "y")
     assert code == 2 and COST_STOP in said, said  # asked, answered yes, went on
     assert "Run them on every node?" in said and "program: /usr/bin/sh" in said
+    assert "#[red]x" in said
     store = tmp_path / "config" / "dtrun" / "approved"
     assert store.stat().st_mode & 0o777 == 0o600 and len(store.read_text().splitlines()) == 1
     again = _rerun(tmp_path, run_dir)  # no terminal now: approved before, not asked

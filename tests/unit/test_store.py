@@ -5,6 +5,7 @@ S3 is moto's in-process S3; access is denied by real IAM policies that moto eval
 
 from __future__ import annotations
 
+import json
 import socket
 import stat
 import tempfile
@@ -271,3 +272,44 @@ def test_a_denied_upload_names_how_many_files_failed_and_keeps_the_local_copy(
 
 def test_every_scheme_the_url_parser_accepts_has_a_store():
     assert tuple(STORES) == SCHEMES
+
+
+def test_no_link_in_a_run_is_uploaded_nor_its_target_and_the_copy_lists_them(s3, run_dir):
+    # --results followed the links a program left in its launch directory: a link to a key
+    # uploaded the key
+    outside = run_dir.parent.parent / "outside"
+    (outside / "dataset").mkdir(parents=True)
+    (outside / "dataset" / "part-0.bin").write_text("the whole dataset")
+    (outside / "id_ed25519").write_text("PRIVATE KEY 4242")
+    launch = run_dir / "n1" / "r0"
+    (launch / "key").symlink_to(outside / "id_ed25519")
+    (launch / "data").symlink_to(outside / "dataset")
+    (launch / "gone").symlink_to(outside / "nothing-here")
+    (launch / "again.json").symlink_to("result.json")  # inside the run: no second copy either
+    before = {path: path.read_bytes() for path in files_to_upload(run_dir)}
+
+    upload = S3Store(parse_results_url(f"s3://{BUCKET}")).upload(run_dir, secrets=["4242"])
+
+    objects = stored(s3, "r1/")
+    assert not any(b"PRIVATE KEY" in body or b"whole dataset" in body for body in objects.values())
+    assert sorted(objects) == sorted(
+        [f"r1/{path.relative_to(run_dir).as_posix()}" for path in before] + ["r1/symlinks.json"]
+    )
+    names = ["n1/r0/again.json", "n1/r0/data", "n1/r0/gone", "n1/r0/key"]
+    assert list(upload.links) == names
+    notes = json.loads(objects["r1/symlinks.json"])
+    assert notes["schema"] == "dtrun.symlinks/1"
+    assert [(n["path"], n["target"]) for n in notes["links"]] == [
+        ("n1/r0/again.json", "result.json"),
+        ("n1/r0/data", str(outside / "dataset")),
+        ("n1/r0/gone", str(outside / "nothing-here")),
+        ("n1/r0/key", str(outside / "id_ed25519")),
+    ]
+    assert {path: path.read_bytes() for path in files_to_upload(run_dir)} == before  # kept
+    assert (launch / "key").is_symlink()
+
+
+def test_a_run_without_links_uploads_no_list_of_them(s3, run_dir):
+    upload = S3Store(parse_results_url(f"s3://{BUCKET}")).upload(run_dir)
+    assert upload.links == ()
+    assert "r1/symlinks.json" not in stored(s3, "r1/")

@@ -96,6 +96,25 @@ def test_a_directory_that_existed_before_is_never_uploaded(s3, tmp_path):
     assert stored(s3, "runs/") == {}
 
 
+def test_links_left_out_of_an_upload_are_named_on_the_console(s3, tmp_path, capsys):
+    run = tmp_path / "runs" / "linked"
+    store = S3Store(parse_results_url(f"s3://{BUCKET}/runs"))
+    with upload_after(store, run, ()):
+        (run / "launch").mkdir(parents=True)
+        (run / "run.json").write_text("{}\n")
+        (run / "launch" / "data[bold]").symlink_to(tmp_path)  # markup in a name stays text
+    out = " ".join(capsys.readouterr().out.split())
+    assert "uploaded 2 files" in out  # run.json and symlinks.json
+    assert (
+        "not uploaded: 1 symbolic link (launch/data[bold]): S3 holds no links, and no link's "
+        "target is sent; symlinks.json in the upload lists them"
+    ) in out
+    assert sorted(stored(s3, "runs/linked/")) == [
+        "runs/linked/run.json",
+        "runs/linked/symlinks.json",
+    ]
+
+
 def stop_with_sigterm() -> None:
     from runner import errors
 

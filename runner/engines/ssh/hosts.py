@@ -85,7 +85,19 @@ def _jump_problem(value: str) -> str | None:
     return None
 
 
+# The fields that are directories on the nodes: each reaches PYTHONPATH (the code directory
+# under workdir or shared, and the step hook's under it) or a launcher's command line.
+_PATH_FIELDS = frozenset({"workdir", "shared", "python"})
+
+
 def _check_name(field: str, value: str, source: str, line: int) -> None:
+    if field in _PATH_FIELDS and os.pathsep in value:
+        raise _error(
+            source,
+            line,
+            f"'{field}' {value!r} holds '{os.pathsep}', which splits PYTHONPATH in two",
+            f"give a directory whose path has no '{os.pathsep}' (a symbolic link to it will do)",
+        )
     check = _NAME_CHECKS.get(field)
     problem = check(value) if check else None
     if problem:

@@ -146,7 +146,7 @@ def _tail(text: object, lines: int = 3) -> str:
     return " | ".join(shown) or "no message"
 
 
-# A step record's name as the step hook writes it (runner/workloads/stephook/sitecustomize.py)
+# A step record's name as the step hook writes it (runner/workloads/stephook/_dtrun_stephook.py)
 _STEP_NAME = re.compile(r"rank-(?:\d{1,9}|pid\d{1,9})\.json")
 _STEP_LIMIT = 64 * 1024 * 1024  # each file; the hook writes a float per step
 

@@ -9,6 +9,8 @@ launch-env.sh, which maps DeepSpeed's CROSS_RANK and LOCAL_SIZE onto the contrac
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from runner.errors import PlanError
 from runner.plan.launchers.base import (
     HOSTFILE,
@@ -62,7 +64,7 @@ class DeepSpeedLauncher:
     def files(self, ctx: PlanContext) -> tuple[LaunchFile, ...]:
         if ctx.ssh is None:
             return (hostfile(ctx),)
-        return (hostfile(ctx), deepspeed_env(ctx.env), launch_env(ctx, RANKS))
+        return (hostfile(ctx), deepspeed_env(ctx.env, ctx.step_hook), launch_env(ctx, RANKS))
 
     def node_context(self, ctx: PlanContext, node_rank: int) -> dict[str, object]:
         context = common_context(ctx, node_rank)
@@ -98,8 +100,17 @@ class DeepSpeedLauncher:
         return context
 
 
-def deepspeed_env(env: tuple[EnvVar, ...]) -> LaunchFile:
-    """`.deepspeed_env`: KEY=VALUE lines DeepSpeed exports on every node (no comments allowed)."""
+def deepspeed_env(env: tuple[EnvVar, ...], step_hook: str | None = None) -> LaunchFile:
+    """`.deepspeed_env`: KEY=VALUE lines DeepSpeed exports on every node (no comments allowed).
+
+    DeepSpeed exports these after the head's own PYTHON* variables, so a --env PYTHONPATH
+    here would replace the step hook's directory the head's script put first: it goes with
+    the hook's directory before it, as the node scripts compose it (base.sh.j2)."""
+    if step_hook is not None:
+        env = tuple(
+            replace(var, value=f"{step_hook}:{var.value}") if var.key == "PYTHONPATH" else var
+            for var in env
+        )
     for var in env:
         if var.value != var.value.strip() or _UNSAFE_IN_DOUBLE_QUOTES & set(var.value):
             raise PlanError(
