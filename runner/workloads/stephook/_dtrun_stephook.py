@@ -17,7 +17,9 @@ once; a gradient-accumulation loop's micro-batches are no steps, its optimizer s
 
 At exit each process writes ``rank-<RANK>.json`` (schema ``dtrun.steps/1``) into
 ``DTRUN_STEP_DIR``: the end time of every step (``time.perf_counter``, this process's clock),
-the gradient bytes by dtype, and a digest of the trainable parameters after the last step,
+the time each step's last gradient was accumulated on this rank (``grads_ready_s``: gradient
+hooks registered at the first step's end, so the first has none), the gradient bytes by
+dtype, and a digest of the trainable parameters after the last step,
 with what tells whether they are sharded (FSDP's DTensor or flat parameters; under DeepSpeed,
 the engine found on the first step's call stack gives the ZeRO stage and the model's own
 parameters, where the stepping optimizer holds a flat partition), and the noise window: the
@@ -72,6 +74,10 @@ class _Steps:
         # the machine's and this process's CPU times when the timed steps start (the end of
         # the last warm-up step), by optimizer: the noise window (runner/workloads/noise.py)
         self.window_start: dict[int, Any] = {}
+        # each step's last gradient accumulated on this rank, by optimizer (None: not seen),
+        # and the latest seen since its last step: each rank's local time in a step
+        self.grads_ready: dict[int, list[float | None]] = {}
+        self.last_grad: dict[int, float] = {}
 
     def pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # from the call stack, not a counter: a step that raised (and was caught) ran no post
@@ -106,13 +112,40 @@ class _Steps:
         key = id(optimizer)
         if self.backend is None:  # at the first step: a program may end its group before exit
             self.backend = _backend()
-        if key not in self.ends:
+        first = key not in self.ends
+        if first:
             self.ends[key] = []
+            self.grads_ready[key] = []
             self.optimizers[key] = optimizer
             self.order.append(key)
         if len(self.ends[key]) == _TIMED_FROM - 1:  # before the end is taken: the import
             self._start_window(key)  # and the reads count in the last warm-up step, not timed
+        self.grads_ready[key].append(self.last_grad.pop(key, None))
         self.ends[key].append(time.perf_counter())
+        if first:  # after the end: the registration is no step's time
+            self._hook_gradients(key, optimizer)
+
+    def _hook_gradients(self, key: int, optimizer: Any) -> None:
+        """When each of the optimizer's parameters (under DeepSpeed, its engine's model's) has
+        its gradient accumulated, the time: the last one in a step ends the rank's local
+        compute, before the step's final gradient wait (docs/your-training.md "Which rank is
+        slow"). torch.Tensor.register_post_accumulate_grad_hook, torch 2.1 on."""
+        last = self.last_grad
+
+        def ready(_: Any) -> None:
+            last[key] = time.perf_counter()
+
+        try:
+            engine = self.deepspeed.get(key, (None, lambda: None))[1]()
+            if engine is None:
+                params = [p for group in optimizer.param_groups for p in group["params"]]
+            else:
+                params = list(engine.parameters())
+            for param in params:
+                if param.requires_grad:
+                    param.register_post_accumulate_grad_hook(ready)
+        except Exception as exc:  # an older torch, a parameter of another kind: no timing
+            self.errors.append(f"gradients: {type(exc).__name__}: {exc}")
 
     def _start_window(self, key: int) -> None:
         try:
@@ -193,6 +226,7 @@ def _record() -> dict[str, Any]:
         "rank": _rank(),
         "local_rank": _first_number(_LOCAL_RANK_VARS),
         "node": os.environ.get("DTRUN_NODE_NAME", ""),
+        "address": os.environ.get("DTRUN_NODE_ADDR", ""),
         "pid": os.getpid(),
         "hooked_s": _STARTED,
         "optimizers": len(steps.order),
@@ -211,6 +245,7 @@ def _record() -> dict[str, Any]:
     key = max(steps.order, key=lambda k: (len(steps.ends[k]), -steps.order.index(k)))
     optimizer = steps.optimizers[key]
     record["step_ends_s"] = steps.ends[key]
+    record["grads_ready_s"] = steps.grads_ready[key]
     record["first_step_start_s"] = steps.first.get(key)
     if key in steps.window_start:  # from the timed steps' start to this process's exit
         try:

@@ -1,0 +1,50 @@
+"""The step hook's per-rank timing on a real DDP program under torchrun: each rank's time from
+a step's start to its last gradient (runner/sweep/programresult.py until_gradients) tells a
+rank throttled for real (a cpu cgroup quota, tests/faults.py) from the others, where the step
+times, which every rank waits for, cannot."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from pathlib import Path
+
+from runner.sweep.programresult import until_gradients
+from runner.workloads.noise import STRAGGLER_RATIO
+from tests import faults
+from tests.e2e.test_stephook import TORCHRUN, trained, workdir  # noqa: F401 - a fixture
+
+# real compute in every step (an MLP of 4 x 256 x 256), so a CPU quota slows it
+HEAVY = ("ddp_heavy.py", "--steps", "16", "--width", "256", "--layers", "4", "--batch", "32")
+WARMUP = 3  # the first steps: imports, allocation
+
+
+def _medians(workdir: Path) -> tuple[list[float], list[float]]:
+    """Each rank's median time to its last gradient, and its median step interval."""
+    records, _ = trained(TORCHRUN, *HEAVY, cwd=workdir)
+    for record in records:
+        ready = record["grads_ready_s"]
+        assert len(ready) == len(record["step_ends_s"])
+        assert ready[0] is None  # the first step ends before the gradient hooks exist
+        assert all(t is not None for t in ready[1:])
+    local = [statistics.median(until_gradients(r, WARMUP)) for r in records]
+    steps = [
+        statistics.median(b - a for a, b in itertools.pairwise(r["step_ends_s"][WARMUP - 1 :]))
+        for r in records
+    ]
+    return local, steps
+
+
+def test_a_throttled_rank_takes_longer_to_its_last_gradient(workdir: Path) -> None:
+    with faults.slow_rank(1, 0.1) as group:
+        local, steps = _medians(workdir)
+        periods, _ = group.throttled()
+    assert periods > 0, "the quota never held rank 1 back"
+    assert local[1] / local[0] > 1.5, local
+    # every rank waits for the slowest each step: their step times alone cannot tell
+    assert 0.8 < steps[1] / steps[0] < 1.25, steps
+
+
+def test_ranks_alike_take_alike_to_their_last_gradient(workdir: Path) -> None:
+    local, _ = _medians(workdir)
+    assert max(local) / min(local) < STRAGGLER_RATIO, local
