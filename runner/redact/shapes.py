@@ -86,20 +86,22 @@ def is_secret_option(name: str) -> bool:
 # / or @ (`https://bob:Slash/Pw@h`, `https://bob:At@Pw@h`) is hidden whole; urllib.parse would
 # end the user-info at the first / and the old rule at the first @, each leaving a part shown.
 # The password stops at white space, double quotes and <> (JSON and HTML around the URL);
-# lengths are bounded so a long line of many URLs is not searched over and over.
+# lengths are bounded, the scheme's too (`postgresql+psycopg2` is 19), so a long line of many
+# URLs or of hyphenated words is not searched over and over.
 _URL_CREDENTIALS = re.compile(
-    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)"
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]{0,63}://)"
     r"(?P<userinfo>[^\s/@:\"'<>]{0,256}:[^\s\"<>]{0,512}|[^\s/@:\"'<>]{1,256})"
     r"@(?=[^\s/@\"'<>])"
 )
 
 # A credential in an HTTP header written as text (`-H "Authorization: Bearer X"`, a log's
 # `X-Api-Key: X`): the header's name, its scheme kept (RFC 9110 section 11.4: Bearer, Basic,
-# Token, ...), and the credential, up to a quote, a backslash, <, > or the line's end.
+# Token, ...), and the credential, up to a quote, a backslash, <, > or the line's end. Every
+# part is bounded, so a long hyphenated line is searched in linear time.
 _HEADER = re.compile(
     # no \b before the two commonest: curl's `-HAuthorization: ...` in one argument
     r"(?P<head>(?i:(?:proxy-)?authorization|(?:set-)?cookie|\bprivate-token"
-    r"|\b[a-z0-9]+(?:-[a-z0-9]+)*-(?:api-?key|key|token|secret|auth|password|passwd|pwd|pw"
+    r"|\b[a-z0-9]{1,32}(?:-[a-z0-9]{1,32}){0,4}-(?:api-?key|key|token|secret|auth|password|passwd|pwd|pw"
     r"|passphrase|credentials?|signature))"
     r"[ \t]*:[ \t]*"
     # possessive: a scheme seen is kept, so text already redacted stays as it is

@@ -5,6 +5,7 @@ Fast: no launch, no CLI (tests/e2e/test_secrets.py plants the same shapes throug
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -124,3 +125,21 @@ def test_records_and_files_are_redacted_whole_and_binary_files_only_of_known_val
     }
     binary = b"\x89PNG\xff\x00Hunter2Password\x00AKIAABCDEFGHIJKLMNOP"
     assert HIDE.body(binary) == b"\x89PNG\xff\x00<redacted>\x00AKIAABCDEFGHIJKLMNOP"
+
+
+@pytest.mark.parametrize("piece", ["a-", "ab1-", "x-api-", "a.", "aa+"])
+def test_a_long_line_of_hyphenated_words_is_redacted_in_linear_time(piece):
+    """A log line of many hyphenated or dotted words (a progress bar, ids, base64url): no rule
+    searches it over and over from each word. Four times the line takes about four times as
+    long; over eight is quadratic (the URL scheme's and header name's old unbounded runs)."""
+
+    def best(count: int) -> float:
+        text = piece * count
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            redact_value(text)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    assert best(32000) / best(8000) < 8

@@ -93,11 +93,14 @@ def test_the_generated_table_reaches_no_record_report_comparison_or_upload(
     assert sinks <= set(written) and leaked(written) == {}
     manifest = written["manifest.json"].decode()
     assert "--accessToken '<redacted>' --accessToken" in manifest  # shown, less the secrets
+    for name in ("report.md", "report.html"):  # the program's line and the command shown too
+        assert "--accessToken" in written[name].decode() and "Bearer" in written[name].decode()
 
-    program_run_dir(tmp_path / "other", bench, fixed_inventory, STEPS)
+    other = BenchSpec("other", program=Program(ProgramKind.MODULE, "pkg.train", ARGS), warmup=2)
+    program_run_dir(tmp_path / "other", other, fixed_inventory, STEPS)
     compared = dtrun("compare", str(run_dir.path), str(tmp_path / "other"))
     assert compared.exit_code == 0, compared.output
-    assert leaks(compared.output) == []
+    assert leaks(compared.output) == [] and "--accessToken" in compared.output
 
     S3Store(parse_results_url(f"s3://{BUCKET}/gen")).upload(run_dir.path, secrets=bench.secrets())
     uploaded = stored(s3, "gen/gen/")
