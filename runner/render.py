@@ -75,7 +75,8 @@ def oneline(value: object) -> str:
 
 def verbatim(value: object) -> str:
     """A fragment of shell or config dtrun composed from its own constants (an expression such
-    as ``${OMPI_COMM_WORLD_RANK}``): written as is. Never for a value that came from outside."""
+    as ``${OMPI_COMM_WORLD_RANK}``), or Markdown a report template's macro composed (its values
+    already quoted): written as is. Never for a value that came from outside."""
     return Placed(str(value))
 
 
@@ -122,21 +123,91 @@ def byte_size(size: int) -> str:
     return f"{size:,} B"
 
 
+# Markdown (report.md, and report.html rendered from it): CommonMark 0.31.2 with GFM's tables
+# (docs/report.md, "What the report quotes"). Any ASCII punctuation can be backslash-escaped
+# and then stands for itself (CommonMark §2.4); these are the characters that open an inline
+# construct (emphasis, code, link, image, autolink, raw HTML, entity), end a table cell (GFM
+# §4.10), or open strikethrough and math in GitHub's renderer. An '_' between two letters or
+# digits can neither open nor close emphasis (§6.2, "flanking"): node_0 stays as it is.
+_MD_INLINE = re.compile(r"[\\`*\[\]<>&|~$]|(?<![^\W_])_|_(?![^\W_])")
+# What opens a block at the start of a line, after up to three spaces (§4, §5): an ATX
+# heading or a list item (its marker then a blank or the end), a block quote, a setext
+# underline or thematic break. '2.13.0', '-3' or '+5' opens none and is left as it is.
+_MD_BLOCK_START = re.compile(r" {0,3}(?:(?:#{1,6}|[-+]|\d{1,9}[.)])(?=[ \t]|$)|[>=]|-(?=[ \t]*-))")
+_MD_NUMBER = re.compile(r"[-+]?\d[\d,]*(\.\d+)?%?")
+# report.md.j2's marker paragraphs for report.html's <details> (runner/report/htmlpage.py):
+# a private-use character, removed from every value so no value can make one.
+_MD_MARK = "\ue000"
+
+
+def _one_line(text: str) -> str:
+    """Control characters as escapes (``\\n``, ``\\x1b``), the <details> marker removed."""
+    return CONTROL.sub(lambda m: escaped(m.group(0)), text.replace(_MD_MARK, ""))
+
+
+def md(value: object) -> str:
+    """Any value as Markdown text that reads as itself: one line (control characters written
+    as escapes), every character that could open an inline construct or end a table cell
+    backslash-escaped, and a block marker at its start escaped, so that it makes no heading,
+    list or quote wherever a template places it. Safe in a table cell."""
+    text = _one_line(str(value))
+    if _MD_NUMBER.fullmatch(text):
+        return Placed(text)
+    text = _MD_INLINE.sub(lambda m: "\\" + m.group(0), text)
+    start = _MD_BLOCK_START.match(text)
+    if start:  # the escape goes before a heading's first '#', else before the marker's last
+        at = text.index("#") if "#" in start.group(0) else start.end() - 1
+        text = text[:at] + "\\" + text[at:]
+    return Placed(text)
+
+
 def cell(value: object) -> str:
-    """Text for one Markdown table cell: pipes escaped, lines joined."""
-    return " ".join(str(value).splitlines()).replace("|", "\\|")
+    """A value for one Markdown table cell: Markdown dtrun composed (Placed) as it is, anything
+    else as ``md`` writes it (pipes escaped, one line)."""
+    return value if isinstance(value, Placed) else md(value)
+
+
+def code(value: object, table: bool = False) -> str:
+    """A value as a Markdown code span: its text shown as it is (one line), fenced with more
+    backticks than any run of backticks it holds, and padded with a space where it starts or
+    ends with a backtick or a space (CommonMark 0.31.2 §6.1, "Code spans"). In a ``table``
+    cell each '|' goes between spans, escaped: GFM splits a row at a '|' even inside a span."""
+    text = _one_line(str(value))
+    if table and "|" in text:
+        return Placed("\\|".join(code(part) for part in text.split("|")))
+    if not text:
+        return Placed("")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text[0] in " `" or text[-1] in " `" else ""
+    return Placed(f"{fence}{pad}{text}{pad}{fence}")
+
+
+def code_block(text: str, info: str = "") -> str:
+    """``text`` as a fenced Markdown code block whose fence is longer than any run of
+    backticks in it (CommonMark 0.31.2 §4.5, "Fenced code blocks"): nothing in the text (a
+    command, an error quoting a node's output) can end the block and be read as Markdown. Its
+    lines stay lines; other control characters are written as escapes."""
+    lines = [_one_line(line) for line in str(text).split("\n")]
+    body = "\n".join(lines)
+    runs = [len(run) for run in re.findall(r"`+", body)]
+    fence = "`" * max(3, max(runs, default=0) + 1)
+    return Placed(f"{fence}{info}\n{body}\n{fence}")
 
 
 def _is_report(name: str | None) -> bool:
-    """The reports are Markdown (escaped by ``cell``) and HTML (autoescaped), not scripts."""
+    """The reports are Markdown (escaped by ``md``) and HTML (autoescaped), not scripts."""
     return bool(name) and str(name).startswith("report")
 
 
 @jinja2.pass_context
 def _placed(context: jinja2.runtime.Context, value: object) -> object:
-    """Every ``{{ ... }}`` of a script or config: a number, quoted text, or a plain word."""
-    if _is_report(context.name) or isinstance(value, Placed | int | float):
+    """Every ``{{ ... }}`` of a script or config: a number, quoted text, or a plain word. In
+    the Markdown reports any other value is written as Markdown text that reads as itself
+    (``md``): what a template composes itself (a macro's output) is marked ``verbatim``."""
+    if isinstance(value, Placed | int | float):
         return value
+    if _is_report(context.name):
+        return md(value) if str(context.name).endswith(".md.j2") else value
     text = str(value)
     if _PLAIN_WORD.fullmatch(text):
         return value
@@ -168,6 +239,8 @@ def environment() -> jinja2.Environment:
     env.filters["yaml_block"] = yaml_block
     env.filters["duration"] = duration
     env.filters["cell"] = cell
+    env.filters["md"] = md
+    env.filters["code"] = code
     env.filters["byte_size"] = byte_size
     env.filters["plural"] = plural
     env.filters["noun"] = noun

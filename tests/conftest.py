@@ -60,6 +60,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError("tests in the wrong part:\n" + "\n".join(misplaced))
 
 
+_OWN_NETWORK = False  # this worker has a network namespace of its own (--worker-netns)
+
+
 def _interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -76,6 +79,8 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if config.getoption("--worker-netns") and worker is not None:
         _own_network(worker)
+        global _OWN_NETWORK
+        _OWN_NETWORK = True
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: there only under -n
@@ -309,30 +314,29 @@ def slurm(slurm_daemons: slurmd.SlurmCluster) -> slurmd.SlurmCluster:
 
 def launch_processes() -> list[psutil.Process]:
     """Processes of any dtrun launch over SSH (they carry DTRUN_LAUNCH) still running here.
-    Under pytest-xdist, only this worker's: an embedded, Slurm or Spark launch inherits the
-    worker's PYTEST_XDIST_WORKER, and the tests' sshd sets it in its sessions (tests/sshd.py)."""
+    Under pytest-xdist, only this worker's: with --worker-netns, those in the worker's own
+    network namespace, which everything it starts inherits (an embedded node does not inherit
+    PYTEST_XDIST_WORKER: it starts with a login's variables, runner/plan/machineenv.py; and
+    another checkout's tests on this machine have workers named gw0 too); without, those whose
+    PYTEST_XDIST_WORKER is this worker's (a Slurm or Spark launch inherits it, the tests' sshd
+    sets it in its sessions, tests/sshd.py)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    network = _network(os.getpid())  # --worker-netns: this worker's own
     found = []
     for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(psutil.Error, OSError):
             env = proc.environ()
-            # another test run on the machine has a worker of the same name (gw0): under
-            # --worker-netns its processes are in another network namespace
-            mine = worker is None or (
-                env.get("PYTEST_XDIST_WORKER") == worker and _network(proc.pid) == network
-            )
+            if _OWN_NETWORK:  # what this worker started, and only that, lives in its netns
+                mine = _my_network(proc)
+            else:
+                mine = worker is None or env.get("PYTEST_XDIST_WORKER") == worker
             if "DTRUN_LAUNCH" in env and mine and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
     return found
 
 
-def _network(pid: int) -> str | None:
-    """The network namespace of a process (its main thread's: the one --worker-netns moves)."""
-    try:
-        return str(Path(f"/proc/{pid}/ns/net").readlink())
-    except OSError:
-        return None
+def _my_network(proc: psutil.Process) -> bool:
+    """Whether ``proc`` lives in this worker's own network namespace (--worker-netns)."""
+    return Path(f"/proc/{proc.pid}/ns/net").readlink() == Path("/proc/self/ns/net").readlink()
 
 
 def launched_running(text: str) -> list[str]:

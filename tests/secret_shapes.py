@@ -171,6 +171,16 @@ SHAPES: tuple[Shape, ...] = (
         machine=(("MY_SERVICE_URL", "https://alice:MachinePass77@svc/x"),),
     ),
     Shape(
+        "secret name in this machine's environment",
+        "GpgPassphrase0Core",
+        machine=(("GPG_PASSPHRASE", "GpgPassphrase0Core"),),
+    ),
+    Shape(
+        "secret name among this machine's run settings",
+        "TorchHub0TokenCore",
+        machine=(("TORCH_HUB_TOKEN", "TorchHub0TokenCore"),),
+    ),
+    Shape(
         "token in this machine's environment",
         "xoxb-1234567890-MachineSlackCore",
         machine=(("SOME_SETTING", "xoxb-1234567890-MachineSlackCore"),),

@@ -148,10 +148,9 @@ def approve(
 
 def _prompt(question: str) -> bool:
     import typer
-    from rich.markup import escape
 
     from runner.cli.common import console
 
     shown_lines, _, prompt = question.rpartition("\n")
-    console(stderr=True).print(escape(shown_lines), soft_wrap=True)
+    console(stderr=True).print(shown_lines, soft_wrap=True)  # text: no markup read
     return typer.confirm(prompt, default=False, err=True)

@@ -55,9 +55,17 @@ class RedactedStream:
 
 def command_secrets(spec: LaunchRequest) -> list[str]:
     """Every value a launch command must not print, record or upload: the spec's secrets, and
-    the URL credentials and tokens of this machine's environment (the manifest records it, and
-    the embedded nodes inherit it)."""
-    return [*spec.secrets(), *secrets_in_environment(os.environ)]
+    this machine's (runner/redact/ ``secrets_in_environment``: a secret-named variable's value,
+    URL credentials and tokens), whatever way a program or a record comes to show them."""
+    return [*spec.secrets(), *secrets_in_environment(os.environ, _names_a_file)]
+
+
+def _names_a_file(value: str) -> bool:
+    """A value that is the path of a file or directory here (not a secret: the file may be)."""
+    try:
+        return value.startswith("/") and os.path.lexists(value)
+    except (OSError, ValueError):  # too long a name, a NUL in it
+        return False
 
 
 def typed_command() -> tuple[str, ...]:
@@ -95,11 +103,12 @@ def echo(text: str) -> None:
 
 
 def print_json(data: object) -> None:
-    """One JSON document on stdout, for scripts."""
+    """One JSON document on stdout, for scripts: strict JSON (RFC 8259), so a NaN or an
+    infinity is a bug's ValueError, never `NaN` or `Infinity` printed for a parser to choke on."""
     import json
 
-    plain = json.loads(json.dumps(data, default=str))
-    sys.stdout.write(json.dumps(redact_data(plain), indent=2) + "\n")
+    plain = json.loads(json.dumps(data, default=str, allow_nan=False))
+    sys.stdout.write(json.dumps(redact_data(plain), indent=2, allow_nan=False) + "\n")
     sys.stdout.flush()
 
 

@@ -26,9 +26,11 @@ if TYPE_CHECKING:
 SHOWN_AS_ESCAPES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-def printable(text: str) -> str:
-    """``text`` with every control character but \\n and \\t written as its escape."""
-    return SHOWN_AS_ESCAPES.sub(lambda m: escaped(m.group(0)), text)
+def printable(text: str, *, tabs: bool = True) -> str:
+    """``text`` with every control character but \\n and \\t written as its escape; and its
+    tabs too without ``tabs`` (a table cell: rich measures a tab as one cell, then expands it)."""
+    shown = SHOWN_AS_ESCAPES.sub(lambda m: escaped(m.group(0)), text)
+    return shown if tabs else shown.replace("\t", "\\t")
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:

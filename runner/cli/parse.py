@@ -151,21 +151,8 @@ def select_nodes(nodes: Sequence[Node], text: str | None) -> tuple[Node, ...]:
 
 
 def check_step_pattern(pattern: str) -> None:
-    """--step-pattern: a regular expression Python's re compiles, with at most one of the
-    groups `seconds` and `ms`."""
-    import re
+    """--step-pattern: a regular expression RE2 compiles (runner/plan/steppattern.py), with at
+    most one of the groups `seconds` and `ms`."""
+    from runner.plan.steppattern import compile_step_pattern
 
-    try:
-        compiled = re.compile(pattern)
-    except re.error as exc:
-        raise UsageError(
-            f"--step-pattern {pattern!r} is not a regular expression",
-            why=str(exc),
-            fix="write it in Python's re syntax, e.g. --step-pattern 'step \\d+ took "
-            "(?P<seconds>[0-9.]+) s'",
-        ) from None
-    if {"seconds", "ms"} <= set(compiled.groupindex):
-        raise UsageError(
-            "--step-pattern has both a `seconds` and an `ms` group",
-            fix="name the step time's group once: (?P<seconds>...) or (?P<ms>...)",
-        )
+    compile_step_pattern(pattern)

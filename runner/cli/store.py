@@ -116,15 +116,15 @@ def _upload(store: ResultsStore, run_dir: Path, secrets: Sequence[str]) -> None:
         soft_wrap=True,
     )
     if upload.links:
-        from rich.markup import escape
-
         from runner.store.base import LINKS_FILE
 
         shown = ", ".join(upload.links[:5]) + (", ..." if len(upload.links) > 5 else "")
         out.print(
-            f"[yellow]not uploaded[/]: {plural(len(upload.links), 'symbolic link')} "
-            f"({escape(shown)}): S3 holds no links, and no link's target is sent; "
-            f"{LINKS_FILE} in the upload lists them",
+            styled(
+                ("not uploaded", "yellow"),
+                f": {plural(len(upload.links), 'symbolic link')} ({shown}): S3 holds no links, "
+                f"and no link's target is sent; {LINKS_FILE} in the upload lists them",
+            ),
             soft_wrap=True,
         )
 

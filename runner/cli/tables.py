@@ -66,7 +66,7 @@ def _text(cell: str | Text, no_wrap: bool) -> Text:
     from runner.cli.inert import printable
 
     # plain text, its control characters as escapes (runner/cli/inert.py), measured as shown
-    text = Text(printable(cell)) if isinstance(cell, str) else cell.copy()
+    text = Text(printable(cell, tabs=False)) if isinstance(cell, str) else cell.copy()
     text.no_wrap = no_wrap
     return text
 

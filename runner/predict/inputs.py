@@ -22,7 +22,45 @@ from runner.spec.text import plural
 # Horovod's ring all-reduce as DDP's; docs/your-training.md "How much a step synchronises").
 STRATEGIES = {"ddp": 1.0, "horovod": 1.0, "zero1": 1.0, "zero2": 1.0, "zero3": 1.5, "fsdp": 1.5}
 
-_POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+
+@dataclass(frozen=True)
+class Range:
+    """Where a description's number is physically meaningful, and why: a value outside is a
+    mistake (a unit, a slip of the exponent), and past these the arithmetic leaves a float's
+    range (a step of 5e-324 s gave an efficiency of Infinity; a global batch of 1e-200, a
+    division by zero)."""
+
+    low: float
+    high: float
+    why: str
+
+
+RANGES = {
+    "step_time_s": Range(
+        1e-6, 1e6, "seconds one step takes: a microsecond (no step that synchronises ranks is "
+        "faster; an all-reduce alone takes microseconds) to about 11 days"
+    ),
+    "throughput": Range(
+        1e-6, 1e15, "units a second, every process together: one a million seconds to 1e15, "
+        "far past any cluster's tokens a second"
+    ),
+    "parameters": Range(1, 1e15, "trainable parameters: one to 1e15, 1,000 times the largest "
+                        "models trained"),
+    "gradient_bytes_per_parameter": Range(
+        0.125, 16, "bytes all-reduced per parameter: one bit to 16 bytes (two float64s)"
+    ),
+    "busbw_gbs": Range(1e-3, 1e5, "GB/s: 1 MB/s to 100 TB/s, past any fabric's"),
+    "busbw_intra_node_gbs": Range(1e-3, 1e5, "GB/s: 1 MB/s to 100 TB/s, past any link's"),
+    "batch_per_process": Range(1, 1e12, "units a process's step processes: at least one"),
+    "global_batch": Range(1, 1e12, "units a step processes: at least one"),
+}  # fmt: skip
+
+
+def _ranged(name: str) -> dict[str, Any]:
+    bound = RANGES[name]
+    return {"type": "number", "minimum": bound.low, "maximum": bound.high}
+
+
 # the options' own ceilings: a larger count is a mistake, and past ~1e16 ranks the expected
 # slowest rank's quantile rounds to 1, where the normal's inverse has no value
 _PPN, _NODES = BOUNDS["--procs-per-node"], BOUNDS["--nodes"]
@@ -34,13 +72,13 @@ SCHEMA: dict[str, Any] = {
         "procs_per_node": {"type": "integer", "minimum": _PPN.low, "maximum": _PPN.high},
         "mode": {"enum": [mode.value for mode in ScalingMode]},
         "strategy": {"enum": sorted(STRATEGIES)},
-        "parameters": _POSITIVE,
-        "gradient_bytes_per_parameter": _POSITIVE,
-        "busbw_gbs": _POSITIVE,
-        "busbw_intra_node_gbs": _POSITIVE,
+        "parameters": _ranged("parameters"),
+        "gradient_bytes_per_parameter": _ranged("gradient_bytes_per_parameter"),
+        "busbw_gbs": _ranged("busbw_gbs"),
+        "busbw_intra_node_gbs": _ranged("busbw_intra_node_gbs"),
         # what a step processes, in the throughput's unit: lets step times and throughputs mix
-        "batch_per_process": _POSITIVE,  # weak scaling: each process's, at every node count
-        "global_batch": _POSITIVE,  # strong scaling: all processes' together, fixed
+        "batch_per_process": _ranged("batch_per_process"),  # weak: each process's, every count
+        "global_batch": _ranged("global_batch"),  # strong scaling: all processes' together
         "points": {
             "type": "array",
             "minItems": 2,
@@ -49,8 +87,8 @@ SCHEMA: dict[str, Any] = {
                 "required": ["nodes"],
                 "properties": {
                     "nodes": {"type": "integer", "minimum": _NODES.low, "maximum": _NODES.high},
-                    "step_time_s": _POSITIVE,
-                    "throughput": _POSITIVE,
+                    "step_time_s": _ranged("step_time_s"),
+                    "throughput": _ranged("throughput"),
                 },
                 # a step time or a throughput, not both
                 "oneOf": [{"required": ["step_time_s"]}, {"required": ["throughput"]}],
@@ -112,10 +150,22 @@ class Description:
             throughput = float(p.throughput or 0)
             if batch is not None:  # units per step / units per second: seconds
                 per_step = batch * p.nodes * self.procs_per_node if self.weak else batch
-                out.append((p.nodes, per_step / throughput))
+                out.append((p.nodes, self._step_seconds(p.nodes, per_step / throughput)))
             else:
                 out.append((p.nodes, (p.nodes if self.weak else 1) / throughput))
         return out
+
+    def _step_seconds(self, nodes: int, seconds: float) -> float:
+        """A step time the batch and a throughput give, held to a step time's range."""
+        bound = RANGES["step_time_s"]
+        if not bound.low <= seconds <= bound.high:
+            raise UsageError(
+                f"{self.source}: points: at {plural(nodes, 'node')} the batch and the throughput "
+                f"give a step of {seconds:g} s, outside {bound.low:g} to {bound.high:g} s",
+                why=bound.why,
+                fix="check the batch's unit against the throughput's (samples or tokens)",
+            )
+        return seconds
 
     @property
     def weak(self) -> bool:
@@ -140,7 +190,7 @@ class Description:
         )  # fmt: skip
 
 
-_NUMBERS = [key for key, rule in SCHEMA["properties"].items() if rule is _POSITIVE]
+_NUMBERS = [key for key in SCHEMA["properties"] if key in RANGES]
 
 
 def _finite(value: float) -> bool:
@@ -149,6 +199,24 @@ def _finite(value: float) -> bool:
         return math.isfinite(value)
     except OverflowError:
         return False
+
+
+def shown(value: Any) -> str:
+    """A value as a message shows it, never long: a whole number past 20 digits by its
+    length, text cut at 60 characters."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        digits = int(value.bit_length() * 0.30103) + 1  # str() refuses past 4,300 digits
+        return f"a whole number of {digits:,} digits" if digits > 20 else str(value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return cut(repr(value), 60)
+
+
+def cut(text: str, most: int = 200) -> str:
+    """``text``, or its first ``most`` characters and how long it was."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text):,} characters)"
 
 
 def _where(error: Any) -> str:
@@ -165,13 +233,23 @@ def description(data: Any, source: str) -> Description:
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         error = errors[0]
-        what = error.message
+        what, why = (
+            cut(error.message),
+            (
+                "a description of measured results needs procs_per_node, mode and two or more "
+                "points, each with nodes and step_time_s or throughput"
+            ),
+        )
+        name = error.absolute_path[-1] if error.absolute_path else None
         if error.validator == "oneOf":
             what = "it needs step_time_s or throughput, one of them, not both"
+        elif error.validator in ("minimum", "maximum") and name in RANGES:
+            bound = RANGES[str(name)]
+            what = f"{shown(error.instance)} is outside {bound.low:g} to {bound.high:g}"
+            why = bound.why
         raise UsageError(
             f"{source}: {_where(error)}: {what}",
-            why="a description of measured results needs procs_per_node, mode and two or more "
-            "points, each with nodes and step_time_s or throughput",
+            why=why,
             fix='see docs/prediction.md "From a description" for the format',
         )
     assert isinstance(data, Mapping)  # the schema says an object
@@ -192,9 +270,9 @@ def description(data: Any, source: str) -> Description:
     numbers += [(key, data.get(key)) for key in _NUMBERS]
     for where, value in numbers:
         if value is not None and not _finite(value):
-            shown = value if isinstance(value, float) else "a whole number past a float's range"
             raise UsageError(
-                f"{source}: {where}: {shown} is not a finite number", fix="give a finite number"
+                f"{source}: {where}: {shown(value)} is not a finite number",
+                fix="give a finite number",
             )
     return Description(
         source=source,
@@ -234,7 +312,23 @@ def yaml_loader() -> Any:
     import yaml
 
     class Loader(_safe_loader()):  # type: ignore[misc]
-        pass
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            """A mapping whose key is given twice is refused: YAML 1.2 and JSON (RFC 8259,
+            "SHOULD be unique") leave the winner to the reader, and PyYAML keeps the last."""
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    twice = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the constructor below names it
+                    continue
+                if twice:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {cut(repr(key), 60)} is given twice",
+                        key_node.start_mark,
+                    )  # fmt: skip
+            return super().construct_mapping(node, deep)
 
     Loader.yaml_implicit_resolvers = {
         key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
@@ -274,7 +368,10 @@ def read_description(path: Path) -> Description:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"--from {path}: cannot be read", why=str(exc)) from None
     except (yaml.YAMLError, ValueError) as exc:  # ValueError: an int of over 4,300 digits
-        raise UsageError(
-            f"--from {path}: not YAML or JSON", why=str(exc).replace("\n", " ")
-        ) from None
+        why = cut(" ".join(str(exc).split()))
+        if "is given twice" in why:
+            raise UsageError(
+                f"--from {path}: a key is given twice", why=why, fix="give each key once"
+            ) from None
+        raise UsageError(f"--from {path}: not YAML or JSON", why=why) from None
     return description(data, str(path))

@@ -1,4 +1,5 @@
-"""What a run needs to be reproduced: software versions, the source revision, the environment.
+"""What a run needs to be reproduced: software versions, the source revision, the variables of
+the environment that shape a run.
 
 Gathered on the machine dtrun runs on, without importing the packages it names (importing torch
 alone costs a second): versions come from the installed distributions' metadata. The nodes'
@@ -14,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runner.plan.machineenv import run_environment
 from runner.redact import REDACTED, Redactor, is_secret_name, redact_args, redact_var
 
 # Distributions whose versions change what a run measures or how it was launched.
@@ -44,9 +46,10 @@ def versions(packages: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
 
 
 def redact_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment, sorted, with secret-looking names' values, URL credentials and
-    token-shaped values hidden."""
-    return {key: redact_var(key, value) for key, value in sorted(env.items())}
+    """The variables of ``env`` that shape a run (runner/plan/machineenv.py), sorted, with
+    secret-looking names' values, URL credentials and token-shaped values hidden; nothing
+    else of this machine's environment."""
+    return {key: redact_var(key, value) for key, value in run_environment(env).items()}
 
 
 # dtrun's option whose values are KEY=VALUE exported on every node (runner/cli/options.py Env).

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from runner.errors import DamagedRunError
+from runner.spec.bounds import BOUNDS
 from runner.spec.runid import run_id_problem
 
 # (value, where it is in the file) -> what is wrong with it, or None when it fits
@@ -58,6 +60,21 @@ class _TooLong(ValueError):
     pass
 
 
+class _Twice(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose key is given twice is damage: json keeps the last, another reader the
+    first (RFC 8259: names "SHOULD be unique"), so two readers would see two records."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _Twice(f"the key {describe(key)} is given twice in one object")
+        seen.add(key)
+    return dict(pairs)
+
+
 def _whole(text: str) -> int:
     if len(text.lstrip("-")) > MAX_DIGITS:
         raise _TooLong(f"a whole number of {len(text.lstrip('-')):,} digits")
@@ -84,7 +101,11 @@ def load_json(path: Path, missing: str = "", root: Path | None = None) -> Any:
             path, f"byte {exc.start} (0x{raw[exc.start]:02x}) is not UTF-8, so it is not JSON"
         ) from None
     try:
-        return json.loads(text, parse_int=_whole, parse_float=_decimal)
+        return json.loads(
+            text, parse_int=_whole, parse_float=_decimal, object_pairs_hook=_unique_keys
+        )
+    except _Twice as exc:
+        raise damaged(path, f"{exc}: dtrun writes each key once") from None
     except json.JSONDecodeError as exc:
         ends_early = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
         cut = " (the file ends early: cut short?)" if ends_early else ""
@@ -179,12 +200,33 @@ def kind(expected: str, *types: type, positive: bool = False) -> Shape:
     return check
 
 
+def ranged(expected: str, low: float, high: float, why: str, *types: type) -> Shape:
+    """A number of ``types`` from ``low`` to ``high``: the figures the report divides by or
+    prints, where a value outside is no measurement (a step of 1e-300 s printed a 300-digit
+    throughput; runs.json claimed 10^20 nodes)."""
+    number = kind(expected, *types)
+
+    def check(value: Any, where: str) -> str | None:
+        problem = number(value, where)
+        if problem is None and not low <= value <= high:
+            return f"{_name(where)} is {describe(value)}, outside {low:,g} to {high:,g} ({why})"
+        return problem
+
+    return check
+
+
 TEXT = kind("text", str)
 NUMBER = kind("a number", int, float)
 POSITIVE = kind("a number above 0", int, float, positive=True)
 WHOLE = kind("a whole number", int)
 COUNT = kind("a whole number above 0", int, positive=True)
 FLAG = kind("true or false", bool)
+# a step's seconds: a microsecond (no step that synchronises ranks is faster) to about 11 days
+STEP_SECONDS = ranged(
+    "a number above 0", 1e-6, 1e6, "a step: a microsecond to about 11 days", int, float
+)
+_NODES = BOUNDS["--nodes"]
+NODE_COUNT = ranged("a whole number above 0", _NODES.low, _NODES.high, "--nodes' range", int)
 
 
 def _run_id(value: Any, where: str) -> str | None:
@@ -197,6 +239,16 @@ def _run_id(value: Any, where: str) -> str | None:
 
 
 RUN_ID: Shape = _run_id
+
+
+def _revision(value: Any, where: str) -> str | None:
+    """A git commit id: 40 hex digits (SHA-1) or 64 (SHA-256), as `git rev-parse` prints it."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", value):
+        return None
+    return _wrong(value, where, "a git commit id (40 or 64 hex digits)")
+
+
+REVISION: Shape = _revision
 
 
 def nullable(shape: Shape) -> Shape:

@@ -57,9 +57,11 @@ def now_iso() -> str:
 
 def as_json(data: object) -> str:
     """A record's text. Every string is redacted (runner/redact/): a record holds no secret
-    this process was given, whichever field repeats it."""
-    plain = json.loads(json.dumps(data, default=str))  # paths and the like as the file has them
-    return json.dumps(redact_data(plain), indent=2) + "\n"
+    this process was given, whichever field repeats it. NaN and infinities are refused
+    (ValueError): they are not JSON (RFC 8259), and no figure dtrun records is one."""
+    # paths and the like as the file has them
+    plain = json.loads(json.dumps(data, default=str, allow_nan=False))
+    return json.dumps(redact_data(plain), indent=2, allow_nan=False) + "\n"
 
 
 def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunError | None:

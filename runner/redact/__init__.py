@@ -189,12 +189,21 @@ def secret_values(env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def secrets_in_environment(env: Mapping[str, str]) -> tuple[str, ...]:
-    """The URL credentials and tokens in this machine's environment (recorded in the manifest,
-    inherited by the embedded nodes): remembered like the secrets given to dtrun. Not the
-    values of secret-looking names: this machine's own (SSH_AUTH_SOCK, AWS_SECRET_ACCESS_KEY)
-    reach no node and no record, and would blank ordinary paths and words."""
-    return tuple(dict.fromkeys(secret for value in env.values() for secret in secrets_in(value)))
+def secrets_in_environment(
+    env: Mapping[str, str], is_path: Callable[[str], bool] = lambda _: False
+) -> tuple[str, ...]:
+    """This machine's secrets: every secret-named variable's value (AWS_SECRET_ACCESS_KEY,
+    GPG_PASSPHRASE) and the URL credentials and tokens of every value. Remembered like the
+    secrets given to dtrun: a program that prints one, or a node that was given one, shows
+    <redacted>. Not a value that ``is_path`` says names a file (GOOGLE_APPLICATION_CREDENTIALS:
+    the file is the secret, its path is not, and would blank ordinary paths)."""
+    found = [
+        value
+        for name, value in env.items()
+        if is_secret_name(name) and worth_looking_for(value) and not is_path(value)
+    ]
+    found += [secret for value in env.values() for secret in secrets_in(value)]
+    return tuple(dict.fromkeys(found))
 
 
 def redact_env(

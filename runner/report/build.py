@@ -19,7 +19,7 @@ from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
 from runner.predict.predict import CHECKED_OF, CHECKED_WITHIN_5, Prediction
 from runner.record.rundir import RunDir
 from runner.redact import redact_text
-from runner.render import environment, render
+from runner.render import code_block, environment, render
 from runner.report.cost import SweepCost, sweep_cost
 from runner.report.htmlpage import METHOD_MARKERS, data_uri, markdown_parser, report_html_body
 from runner.report.losses import LossRow, where_scaling_is_lost
@@ -38,7 +38,6 @@ from runner.report.predicted import next_counts
 from runner.report.program import program_texts
 from runner.report.recorded import check_writable, read_recorded
 from runner.report.reproduce import (
-    code_block,
     command_block,
     measured_on,
     oversubscribed,

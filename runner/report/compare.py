@@ -163,7 +163,7 @@ def _setup(report: Report) -> dict[str, str]:
         "launcher": str(bench.get("launcher")),
         "cluster": str(manifest["inventory"].get("source")),
         "size": str(manifest["inventory"].get("size")),
-        "image": str(manifest.get("image")),
+        "image": _image(manifest.get("image")),
         "processes per node": str(bench.get("procs_per_node")),
         "dtrun": str(manifest.get("dtrun_version")),
     }
@@ -194,6 +194,13 @@ def _setup(report: Report) -> dict[str, str]:
             facts["engine"] = first.engine
             facts["strategy"] = first.strategy_text
     return facts
+
+
+def _image(image: Any) -> str:
+    """The nodes' image as the manifest records it: 'URN (where it came from)', or none."""
+    if not isinstance(image, dict) or not image.get("urn"):
+        return "none recorded"
+    return f"{image['urn']} ({image.get('source')})"
 
 
 def _facts(report: Report) -> ProgramFacts | None:

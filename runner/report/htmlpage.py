@@ -8,17 +8,23 @@ import functools
 import re
 from typing import TYPE_CHECKING
 
+from runner.render import verbatim
+
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
 
 # report.md.j2 renders its method text (templates/report_method.md.j2) for the HTML between
 # these marker paragraphs, which report_html_body turns into <details>; in report.md the text
 # is one line naming its section of docs/report.md. Private-use characters: no figure or name
-# the report shows holds them, and any that did are removed before the HTML is written.
+# the report shows holds them (runner/render.py removes them from every value it places), and
+# any left are removed before the HTML is written.
 _MARK = "\ue000"
 
 
-METHOD_MARKERS = {"details_open": f"{_MARK}details{_MARK}", "details_close": f"{_MARK}end{_MARK}"}
+METHOD_MARKERS = {
+    "details_open": verbatim(f"{_MARK}details{_MARK}"),
+    "details_close": verbatim(f"{_MARK}end{_MARK}"),
+}
 
 
 _DETAILS_OPEN = re.compile(f"<p>{_MARK}details{_MARK} (.*?)</p>")

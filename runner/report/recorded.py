@@ -25,10 +25,13 @@ from runner.record.readback import (
     ANY_OBJECT,
     COUNT,
     FLAG,
+    NODE_COUNT,
     NUMBER,
     POSITIVE,
     RESTORE,
+    REVISION,
     RUN_ID,
+    STEP_SECONDS,
     TEXT,
     WHOLE,
     check_record,
@@ -41,10 +44,11 @@ from runner.record.readback import (
 )
 from runner.record.rundir import HEALTH_FILE, RunDir
 from runner.record.runsfile import ok_runs
+from runner.report.program import STAND_INS
 from runner.report.resultfile import ALLREDUCE_SCHEMA, AllreduceResult, Result, parse_result
 from runner.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
 from runner.spec.outcome import GateStatus, RunStatus, SweepStatus
-from runner.spec.request import ScalingMode
+from runner.spec.request import ScalingMode, UnitKind
 
 # Each workload's result, as the report reads it.
 RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {
@@ -94,7 +98,8 @@ MANIFEST = obj(
         "command": nullable(TEXT),
         "image": nullable(obj({"urn": nullable(TEXT), "source": nullable(TEXT)})),
         "versions": nullable(ANY_OBJECT),
-        "git": nullable(obj({"revision": TEXT, "dirty": FLAG})),
+        # the report and `dtrun compare` show its first 12 hex digits
+        "git": nullable(obj({"revision": REVISION, "dirty": FLAG})),
         "launch_environment": nullable(list_of(obj({"key": TEXT, "value": TEXT}))),
         # what a node cost an hour (the report's Cost section divides and multiplies by it)
         "price": nullable(obj({"usd_per_node_hour": POSITIVE, "source": TEXT})),
@@ -138,7 +143,15 @@ BENCH_BY_WORKLOAD = {
             "bench": obj(
                 {
                     "program": obj({"kind": TEXT, "target": TEXT, "args": list_of(TEXT)}),
-                    "units": nullable(obj({"kind": TEXT, "count": COUNT, "per_process": FLAG})),
+                    "units": nullable(
+                        obj(
+                            {
+                                "kind": one_of(*_values(UnitKind)),
+                                "count": COUNT,
+                                "per_process": FLAG,
+                            }
+                        )
+                    ),
                 }
                 | {key: WHOLE for key in ("procs_per_node", "warmup", "repeat")}
             )
@@ -153,7 +166,7 @@ RUNS = obj(
         "runs": list_of(
             obj(
                 {
-                    "nodes": COUNT,
+                    "nodes": NODE_COUNT,
                     "repeat": WHOLE,
                     "status": one_of(*_values(RunStatus)),
                     "wall_s": NUMBER,
@@ -167,7 +180,7 @@ RUNS = obj(
     optional={
         "wall_s": nullable(NUMBER),
         "segment_wall_s": list_of(nullable(NUMBER)),
-        "replaced": list_of(obj({"nodes": COUNT, "wall_s": NUMBER})),
+        "replaced": list_of(obj({"nodes": NODE_COUNT, "wall_s": NUMBER})),
     },
 )
 
@@ -214,7 +227,7 @@ _NOISE = obj(
 )
 _LAUNCH = {
     "world_size": COUNT,
-    "nnodes": COUNT,
+    "nnodes": NODE_COUNT,
     "procs_per_node": COUNT,
     "backend": TEXT,
     "device": TEXT,
@@ -231,13 +244,13 @@ RESULTS = {
             "global_batch": COUNT,
             "tokens_per_s": POSITIVE,
             "samples_per_s": NUMBER,
-            "step_time_s": obj({"p50": POSITIVE, "p90": NUMBER}),
+            "step_time_s": obj({"p50": STEP_SECONDS, "p90": STEP_SECONDS}),
             "communication": obj({"allreduce_ok": FLAG, "params_in_sync": FLAG}),
         },
         optional={
             "busbw": nullable(obj({"gradient_bytes": COUNT, "rows": _ROWS})),
             # the statistic's input: each a step's seconds (runner/report/stats.py)
-            "step_times_s": nullable(list_of(POSITIVE)),
+            "step_times_s": nullable(list_of(STEP_SECONDS)),
             "noise": nullable(_NOISE),
         },
     ),
@@ -250,9 +263,16 @@ RESULTS = {
             "timing": one_of("optimizer steps", "whole program", "step pattern"),
             "timed_steps": COUNT,
             "optimizer_steps": WHOLE,
-            "step_time_s": obj({"p50": POSITIVE, "p90": NUMBER}),
-            "step_times_s": list_of(POSITIVE, nonempty=True),
-            "units": obj({"kind": TEXT, "per_step": COUNT, "given": FLAG}),
+            "step_time_s": obj({"p50": STEP_SECONDS, "p90": STEP_SECONDS}),
+            "step_times_s": list_of(STEP_SECONDS, nonempty=True),
+            # what the throughput counts: its name heads columns and labels the plots' axes
+            "units": obj(
+                {
+                    "kind": one_of(*_values(UnitKind), *sorted(STAND_INS)),
+                    "per_step": COUNT,
+                    "given": FLAG,
+                }
+            ),
             "proof": obj({"answer": TEXT, "why": TEXT}),
             "peak_memory_bytes": WHOLE,
             "peak_memory_max_bytes": WHOLE,

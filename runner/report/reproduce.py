@@ -1,13 +1,14 @@
 """The report's set-up and reproducibility lines from the manifest: where it was measured, the
-command in a code block nothing can end, the versions and sources a rerun needs, and which
-points ran more processes than the machine has cores."""
+command in a code block nothing can end, the versions and sources a rerun needs (as Markdown,
+every recorded value quoted: runner/render.py), and which points ran more processes than the
+machine has cores."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runner.render import code, code_block, md, verbatim
 from runner.report.metrics import (
     ScalingRow,
 )
@@ -40,17 +41,18 @@ def command_block(manifest: Mapping[str, Any]) -> str:
     return code_block(str(command), "shell") if command else ""
 
 
-def code_block(text: str, info: str = "") -> str:
-    """``text`` as a Markdown code block whose fence is longer than any run of backticks in
-    it: nothing in the text (a command, an error quoting a node's output) can end the block
-    and be read as Markdown (CommonMark 0.31, "Fenced code blocks")."""
-    runs = [len(run) for run in re.findall(r"`+", text)]
-    fence = "`" * max(3, max(runs, default=0) + 1)
-    return f"{fence}{info}\n{text}\n{fence}"
-
-
 def reproducibility(manifest: Mapping[str, Any], first: Result | None) -> list[tuple[str, str]]:
-    """The manifest's facts a reader needs to reproduce the run, as (what, value) rows."""
+    """The manifest's facts a reader needs to reproduce the run, as (what, value) rows; each
+    value Markdown for a table cell, the recorded values in it quoted."""
+    rows = [(what, md(value)) for what, value in _facts(manifest, first)]
+    launch_env = manifest.get("launch_environment") or []
+    if launch_env:
+        pairs = (code(f"{var['key']}={var['value']}", table=True) for var in launch_env)
+        rows.append(("launch environment", verbatim(", ".join(pairs))))
+    return rows
+
+
+def _facts(manifest: Mapping[str, Any], first: Result | None) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     versions = manifest.get("versions") or {}
     local = [f"{k} {versions[k]}" for k in ("dtrun", "torch") if versions.get(k)]
@@ -74,10 +76,6 @@ def reproducibility(manifest: Mapping[str, Any], first: Result | None) -> list[t
         rows.append(("image", f"{image['urn']} ({image['source']})"))
     nodes = manifest["inventory"]["nodes"]
     rows.append(("nodes", ", ".join(f"{n['name']} {n['address']}" for n in nodes)))
-    launch_env = manifest.get("launch_environment") or []
-    if launch_env:
-        pairs = ", ".join(f"`{var['key']}={var['value']}`" for var in launch_env)
-        rows.append(("launch environment", pairs))
     return rows
 
 

@@ -194,7 +194,7 @@ def pattern_steps(spec: BenchSpec, matched: Matched) -> tuple[list[float], int]:
         raise ResultError(
             "--step-pattern matched no line of node 0's output",
             why=f"the pattern {spec.step_pattern!r} found no step in the program's output",
-            fix="check it against the node-0.log beside result.json (Python's re syntax; "
+            fix="check it against the node-0.log beside result.json (RE2 syntax; "
             "search, not full match)",
         )
     groups = matched[0][1]
@@ -355,5 +355,5 @@ def write_program_result(
     --step-pattern's matches."""
     records = read_step_files(workdir / STEP_DIR)
     result = program_result(spec, plan, records, wall_s, matched)
-    data = (json.dumps(result, indent=2) + "\n").encode()
+    data = (json.dumps(result, indent=2, allow_nan=False) + "\n").encode()
     write_atomic(workdir / RESULT_FILE, data)

@@ -147,15 +147,15 @@ class _Runner:
         self.matched = []
         if plan.workload != "program" or pattern is None:
             return self.events.on_line
-        import re
+        from runner.plan.steppattern import step_matcher  # RE2: linear in a line's length
 
-        compiled, first, sink = re.compile(pattern), plan.launches[0].node.name, self.events.on_line
+        match, first, sink = step_matcher(pattern), plan.launches[0].node.name, self.events.on_line
 
         def on_line(node: str, line: str) -> None:
             if node == first:
-                found = compiled.search(line)
+                found = match(line)
                 if found is not None:
-                    self.matched.append((time.monotonic(), found.groupdict()))
+                    self.matched.append((time.monotonic(), found))
             sink(node, line)
 
         return on_line
@@ -210,7 +210,8 @@ class _Runner:
             rows = json.loads((probe_dir / RESULT_FILE).read_text())["rows"]  # read just now
             if isinstance(measured, AllreduceResult):
                 data["busbw"] = {"gradient_bytes": gradient, "dtype": "float32", "rows": rows}
-        write_atomic(workdir / RESULT_FILE, (json.dumps(data, indent=2) + "\n").encode())
+        text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+        write_atomic(workdir / RESULT_FILE, text.encode())
 
     def gate(self) -> Health:
         gate, path = self.plan.gate, self.sweep.run_dir.path

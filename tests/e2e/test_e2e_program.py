@@ -5,6 +5,7 @@ failures, and the report, compare and resume on its runs."""
 from __future__ import annotations
 
 import json
+import signal
 import statistics
 import subprocess
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from runner.report.stats import ONE_LAUNCH
-from tests.conftest import run_dtrun
+from tests.conftest import DTRUN, default_signals, ends_within, run_dtrun, wait_for
 from tests.paths import TESTS
 
 pytestmark = pytest.mark.e2e
@@ -236,6 +237,42 @@ def test_a_program_that_prints_its_step_times_is_timed_by_the_pattern(no_leftove
             if line.startswith("step ")
         ]
         assert data["step_times_s"] == pytest.approx(printed[2:], abs=1e-6)
+
+
+def test_sigterm_ends_dtrun_whatever_the_step_pattern_makes_of_a_long_line(no_leftovers):
+    """Nested quantifiers over a long line of node 0's output (issue 36): Python's re
+    backtracked, holding the GIL in dtrun's output thread, and dtrun ignored SIGTERM and Ctrl-C
+    for 13 minutes until SIGKILL. With RE2 the line is matched in time linear in its length, and
+    SIGTERM stops the sweep as it stops any other. The limit is generous (a loaded machine builds
+    the report slowly after the stop): on the old code the match of `(a+)+$` over 100,000 `a`s
+    and a `b` would not end in any test's lifetime, and no stop would begin."""
+    program = no_leftovers / "long_line.py"
+    program.write_text("import time\nprint('a' * 100_000 + 'b', flush=True)\ntime.sleep(600)\n")
+    out = no_leftovers / "runs"
+    log = out / "nested" / "n1" / "r0" / "node-0.log"
+    with (no_leftovers / "dtrun.out").open("w+") as said:
+        dtrun = subprocess.Popen(
+            [*DTRUN, "bench", "--nodes", "1", "--repeat", "1", "--warmup", "0",
+             "--no-health-gate", "--port", "29840", "--output", str(out), "--run-id", "nested",
+             "--quiet", "--step-pattern", "(a+)+$", "--", "python", str(program)],
+            cwd=no_leftovers, stdout=said, stderr=subprocess.STDOUT, preexec_fn=default_signals,
+        )  # fmt: skip
+        try:
+            # the node's log is written before the line is matched (runner/engines/embedded)
+            wait_for(
+                lambda: log.is_file() and "ab" in log.read_text(),
+                timeout=120,
+                what="node 0 to print its long line",
+            )
+        except BaseException:
+            dtrun.kill()
+            raise
+        dtrun.send_signal(signal.SIGTERM)
+        assert ends_within(dtrun, 240, said) == 143  # the report is built after the stop
+        said.seek(0)
+        assert "dtrun: stopped by SIGTERM: stopping 1 node..." in said.read()
+    runs = json.loads((out / "nested" / "runs.json").read_text())
+    assert (runs["status"], runs["error"]) == ("interrupted", "stopped by SIGTERM")
 
 
 def test_probe_times_all_reduces_up_to_the_program_s_gradients_on_its_ranks(no_leftovers):

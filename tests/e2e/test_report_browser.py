@@ -20,6 +20,7 @@ import pytest
 from PIL import Image
 
 from runner.azure.prices import Price
+from runner.record.rundir import RunDir
 from runner.report.build import build_report
 from runner.spec.request import BenchSpec
 from tests.factories import fake_run_dir, noise_data
@@ -151,3 +152,19 @@ def test_the_first_screen_screenshot_is_1280_by_800(wide_report, tmp_path):
         assert image.size == (WIDTH, HEIGHT)
         # not blank: the plot and the tables put more than a few colours on screen
         assert len(image.convert("RGB").getcolors(maxcolors=1 << 16) or range(1 << 16)) > 50
+
+
+def test_a_report_of_hostile_records_makes_no_element_in_the_browser(tmp_path):
+    """Every text field of a training sweep's records holds markup, Markdown, HTML (an
+    ``<img onerror>``, a ``<script>``) and control characters (tests/unit/test_inert_renderers.py):
+    once chromium has loaded the report and run whatever it would run, its DOM holds only the
+    report's own elements, images inline, and every value as text."""
+    from tests.inert import html_problems
+    from tests.unit.test_inert_renderers import EVERYTHING, hostile_copy
+
+    placed = hostile_copy("train", EVERYTHING, tmp_path)
+    report = build_report(RunDir(tmp_path / "train"))
+    dom = _browse(report.run_dir.html, tmp_path / "profile", "--dump-dom")
+    assert "<h2>Scaling</h2>" in dom  # the page loaded
+    expected = {sentinel: (value.text, value.before) for sentinel, value in placed.items()}
+    assert html_problems(dom, expected) == []

@@ -58,7 +58,9 @@ def test_a_bench_its_json_records_report_and_upload_hold_none_of_them(
 def test_a_run_its_record_and_upload_hold_none_of_them(s3, no_leftovers, machine_env, monkeypatch):
     out = no_leftovers / "runs"
     script = no_leftovers / "quiet.py"
-    script.write_text("import sys\n")
+    seen = no_leftovers / "seen.json"  # the names of the program's environment
+    script.write_text(f"import json, os\njson.dump(sorted(os.environ), open({str(seen)!r}, 'w'))\n")
+    monkeypatch.setenv("MY_NOTE", "shapes nothing")
     args = (
         "run", "--output", str(out), "--run-id", "planted", "--port", "29715",
         "--results", f"s3://{BUCKET}/p", *ENV_ARGS, "--", "python", str(script), *PROGRAM_ARGS,
@@ -69,8 +71,20 @@ def test_a_run_its_record_and_upload_hold_none_of_them(s3, no_leftovers, machine
     assert leaks(result.output) == []
     written = records(out / "planted")
     assert "run.json" in written and leaked(written) == {}
-    command = json.loads(written["run.json"])["command"]  # as typed, redacted like the manifest
+    record = json.loads(written["run.json"])
+    command = record["command"]  # as typed, redacted like the manifest
     assert command.startswith("dtrun run --output ") and REDACTED in command
+    # this machine's environment: what shapes a run recorded (redacted), nothing else
+    recorded = record["environment"]
+    assert recorded["TORCH_HUB_TOKEN"] == REDACTED
+    assert not {"GPG_PASSPHRASE", "MY_SERVICE_URL", "SOME_SETTING", "MY_NOTE", "HOME"} & set(
+        recorded
+    )
+    # the node started with a login's variables and the run settings, not dtrun's others
+    names = set(json.loads(seen.read_text()))
+    assert {"PATH", "HOME", "TORCH_HUB_TOKEN", "MASTER_ADDR", "RANK"} <= names
+    assert not {"GPG_PASSPHRASE", "MY_SERVICE_URL", "SOME_SETTING", "MY_NOTE"} & names
+    assert {name for name, _ in ENV} <= names  # --env reaches it
     uploaded = stored(s3, "p/planted/")
     assert any(key.endswith(".sh") for key in uploaded) and leaked(uploaded) == {}
 
@@ -80,8 +94,9 @@ def test_a_failing_program_that_prints_them_shows_none_in_its_lines_error_record
     s3, no_leftovers, machine_env
 ):
     """The failure message quotes the node's last log lines, and the program printed every
-    secret it was given before failing: the terminal, the error, run.json and the upload
-    hide them all; the node log keeps them whole on this machine."""
+    secret it was given before failing (this machine's run setting with a secret name too):
+    the terminal, the error, run.json and the upload hide them all; the node log keeps them
+    whole on this machine."""
     out = no_leftovers / "runs"
     script = no_leftovers / "leaky.py"
     script.write_text(LEAKY.format(names=[name for name, _ in (*ENV, *MACHINE)]))
@@ -97,7 +112,11 @@ def test_a_failing_program_that_prints_them_shows_none_in_its_lines_error_record
         result.output
     )
     log = (out / "leaky" / "launch" / "node-0.log").read_text()
-    assert {"Hunter2Password", "SlashPart01", "Wandb0Reused0Key"} <= set(leaks(log))  # whole
+    # whole in the log; the run setting with a secret name reached the node and was printed
+    assert {"Hunter2Password", "SlashPart01", "Wandb0Reused0Key", "TorchHub0TokenCore"} <= set(
+        leaks(log)
+    )
+    assert "GpgPassphrase0Core" not in log  # this machine's other secrets never reach a node
     assert leaked(records(out / "leaky")) == {}
     uploaded = stored(s3, "p/leaky/")
     assert "p/leaky/launch/node-0.log" in uploaded and leaked(uploaded) == {}

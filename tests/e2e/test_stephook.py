@@ -448,10 +448,10 @@ print(json.dumps(None))
 
 SLOW_WINDOW = """
 import json, sys, time, types, torch
-slow = types.ModuleType("runner.workloads.noise")  # the window's start, 0.3 s late
+slow = types.ModuleType("_dtrun_noise")  # the window's start, 0.3 s late
 slow.snapshot = lambda: time.sleep(0.3)
 slow.rank_window = lambda start, end: {}
-sys.modules["runner.workloads.noise"] = slow
+sys.modules["_dtrun_noise"] = slow  # the hook's own name for runner/workloads/noise.py
 p = torch.nn.Parameter(torch.zeros(4))
 opt = torch.optim.SGD([p], lr=0.1)
 for _ in range(6):
@@ -463,7 +463,8 @@ print(json.dumps(None))
 
 def test_starting_the_noise_window_costs_a_warm_up_step_not_a_timed_one(tmp_path):
     # importing runner.workloads.noise took 11.5 ms after torch's import (31 ms without it):
-    # taken after the last warm-up step's end, it lengthened the first timed step
+    # taken after the last warm-up step's end, it lengthened the first timed step (the hook
+    # now loads it while the program imports torch)
     env = hook_env(tmp_path / "steps") | {"RANK": "0", "DTRUN_WARMUP": "3"}
     python_with_hook(SLOW_WINDOW, env)
     ends = json.loads((tmp_path / "steps" / "rank-0.json").read_text())["step_ends_s"]

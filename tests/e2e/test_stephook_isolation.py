@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import run_dtrun
 from tests.e2e.test_stephook import HOOK, hook_env
+from tests.e2e.test_stephook import workdir as workdir  # a fixture: this test's processes only
 from tests.paths import REPO, TESTS
 
 # A program that steps an optimizer STEPS times, as a user writes one.
@@ -159,19 +160,43 @@ os.execv(torchrun, [torchrun, "--standalone", "--nproc-per-node", "2", {program!
 
 @pytest.mark.e2e
 def test_a_program_that_starts_its_own_launcher_is_said_to_disagree_with_the_world_size(
-    no_leftovers,
+    workdir,
 ):
     # it recorded ranks 0 and 1 while dtrun reported world size 1, without a word
-    inner = no_leftovers / "inner.py"
+    inner = workdir / "inner.py"
     inner.write_text(INNER_LAUNCHER.format(program=str(TESTS / "programs" / "ddp_loop.py")))
     done = run_dtrun(
         "bench", "--nodes", "1", "--repeat", "1", "--warmup", "2", "--port", "29830",
-        "--output", str(no_leftovers / "runs"), "--run-id", "inner", "--", "python", str(inner),
-        cwd=no_leftovers, timeout=300,
+        "--output", str(workdir / "runs"), "--run-id", "inner", "--", "python", str(inner),
+        cwd=workdir, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    result = json.loads((no_leftovers / "runs/inner/n1/r0/result.json").read_text())
+    result = json.loads((workdir / "runs/inner/n1/r0/result.json").read_text())
     said = "not checked: the step records name ranks 0, 1, where dtrun launched 1 process (rank 0)"
     assert f"{result['proof']['answer']}: {result['proof']['why']}".startswith(said)
     assert said in " ".join(done.stdout.split())  # the console's line for the launch
-    assert said in (no_leftovers / "runs/inner/report.md").read_text()
+    assert said in (workdir / "runs/inner/report.md").read_text()
+
+
+@pytest.mark.e2e
+def test_a_program_beside_its_own_runner_module_is_timed_by_its_steps(workdir):
+    # the launch exited 0 "whole-program time, 5465.6 ms" instead of about 20 ms a step
+    # (in a folder of its own: the tests start dtrun as `python -m runner.cli` from their
+    # working directory, which Python puts first on dtrun's own path)
+    project = workdir / "project"
+    project.mkdir()
+    (project / "runner.py").write_text("NAME = 'the program s own'\n")
+    program = project / "train.py"
+    program.write_text(
+        "import runner\nassert runner.NAME == 'the program s own'\n"
+        + STEPS.replace("range(6)", "range(8)")
+    )
+    done = run_dtrun(
+        "bench", "--nodes", "1", "--repeat", "1", "--warmup", "2", "--port", "29832",
+        "--output", str(workdir / "runs"), "--run-id", "own", "--", "python", str(program),
+        cwd=workdir, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((workdir / "runs/own/n1/r0/result.json").read_text())
+    assert (result["timing"], result["optimizer_steps"]) == ("optimizer steps", 8)
+    assert result["hook_errors"] == []

@@ -203,7 +203,7 @@ CASES = {
     "runs-entry-zero-nodes": Case(
         "a/runs.json",
         edit(put(0, "runs", "0", "nodes")),
-        "'runs[0].nodes' is 0, not a whole number above 0",
+        "'runs[0].nodes' is 0, outside 1 to 10,000 (--nodes' range)",
     ),
     "runs-bad-status": Case(
         "a/runs.json", edit(put(None, "status")), "'status' is null, not one of 'running'"
@@ -241,7 +241,7 @@ CASES = {
     "result-zero-step-time": Case(
         "a/n2/r0/result.json",
         edit(put([0.03, 0], "step_times_s")),
-        "'step_times_s[1]' is 0, not a number above 0",
+        "'step_times_s[1]' is 0, outside 1e-06 to 1e+06 (a step: a microsecond",
     ),
     "result-step-times-text": Case(
         "a/n1/r0/result.json",

@@ -218,15 +218,15 @@ def test_the_health_gate_verdict_is_in_the_report(tmp_path, fixed_inventory):
 def test_the_manifest_records_versions_revision_and_a_redacted_environment(
     tmp_path, fixed_inventory, monkeypatch
 ):
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2")
-    monkeypatch.setenv("HTTPS_PROXY", "http://user:hunter3@proxy:3128")
+    monkeypatch.setenv("TORCH_HUB_TOKEN", "hunter2")
+    monkeypatch.setenv("UCX_PROXY", "http://user:hunter3@proxy:3128")
     bench = BenchSpec(run_id="r13")
     run_dir = fake_run_dir(tmp_path / "r13", bench, fixed_inventory, {1: [1000]})
     manifest = json.loads(run_dir.manifest.read_text())
     assert manifest["versions"]["dtrun"] == "0.1.0"
     assert manifest["versions"]["torch"].startswith("2.13.0")
-    assert manifest["environment"]["AWS_SECRET_ACCESS_KEY"] == "<redacted>"
-    assert manifest["environment"]["HTTPS_PROXY"] == "http://<redacted>@proxy:3128"
+    assert manifest["environment"]["TORCH_HUB_TOKEN"] == "<redacted>"
+    assert manifest["environment"]["UCX_PROXY"] == "http://<redacted>@proxy:3128"
     assert manifest["launcher"] == "torchrun"
     assert manifest["image"]["urn"] is None
     git = manifest["git"]

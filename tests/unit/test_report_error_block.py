@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from runner.render import code_block
 from runner.report.build import build_report
-from runner.report.reproduce import code_block
 from runner.spec.outcome import SweepStatus
 from runner.spec.request import BenchSpec
 from tests.factories import fake_run_dir

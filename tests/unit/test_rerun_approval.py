@@ -24,7 +24,8 @@ from runner.spec.request import BenchSpec, Program, ProgramKind
 from tests.conftest import DTRUN, run_dtrun
 from tests.unit.test_peers import ssh_cluster
 
-PROGRAM = Program(ProgramKind.EXECUTABLE, "/usr/bin/sh", ("-c", "touch /tmp/dtrun-swapped"))
+# markup in a value is shown as it is, never read (the question goes through dtrun's console)
+PROGRAM = Program(ProgramKind.EXECUTABLE, "/usr/bin/sh", ("-c", "touch /tmp/dtrun-swapped #[red]x"))
 SPEC = BenchSpec(
     "old",
     node_counts=(1, 2),
@@ -68,7 +69,7 @@ def test_a_recorded_program_is_not_run_without_a_terminal_or_yes(tmp_path):
     err = " ".join(done.stderr.split())
     assert "no terminal to ask" in err and "--yes" in err and "Traceback" not in err
     # what it would run is shown, its secret redacted
-    assert "program: /usr/bin/sh -c 'touch /tmp/dtrun-swapped'" in err
+    assert "program: /usr/bin/sh -c 'touch /tmp/dtrun-swapped #[red]x'" in err
     assert "--env MODE=fast" in err and "s3cret-value-1" not in done.stderr + done.stdout
     assert _listing(tmp_path) == before and not (tmp_path / "config").exists()
 
@@ -108,6 +109,7 @@ def test_a_yes_on_the_terminal_is_remembered_for_that_record_in_that_place(tmp_p
     code, said = _on_terminal(tmp_path, run_dir, "y")
     assert code == 2 and COST_STOP in said, said  # asked, answered yes, went on
     assert "Run them on every node?" in said and "program: /usr/bin/sh" in said
+    assert "#[red]x" in said
     store = tmp_path / "config" / "dtrun" / "approved"
     assert store.stat().st_mode & 0o777 == 0o600 and len(store.read_text().splitlines()) == 1
     again = _rerun(tmp_path, run_dir)  # no terminal now: approved before, not asked
@@ -188,7 +190,8 @@ def test_an_unreadable_store_asks_again_and_a_link_is_not_followed(tmp_path):
         ({"program": Program(ProgramKind.EXECUTABLE, "python3", ("/w/train.py",))},
          "is not one a command line gives"),
         ({"program": Program(ProgramKind.SCRIPT, "train.py")}, "is not one a command line gives"),
-        ({"run_id": "../escape"}, "cannot name a run directory"),
+        # refused when the manifest is read, before it is judged as a sweep
+        ({"run_id": "../escape"}, "is damaged: 'run_id' is '../escape': a run id holds"),
         ({"until_decided": True, "repeat": 1}, "--max-launches 1 is out of range"),
         ({"max_cost": -1.0}, "--max-cost"),
         ({"node_counts": (0,)}, "--nodes needs node counts"),
@@ -214,7 +217,8 @@ def test_every_recorded_value_is_checked_as_if_typed_before_anything_is_written(
         )
         assert done.returncode == 2, done.stdout + done.stderr
         err = " ".join(done.stderr.split())
-        assert "manifest.json records a sweep dtrun refuses" in err and said in err, err
+        lead = "is damaged" if "run_id" in change else "records a sweep dtrun refuses"
+        assert f"manifest.json {lead}" in err and said in err, err
         assert "Traceback" not in err
         assert {p: p.read_bytes() for p in run_dir.path.rglob("*") if p.is_file()} == before
         assert sorted(p.name for p in run_dir.path.parent.iterdir()) == ["old"]

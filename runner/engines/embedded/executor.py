@@ -22,6 +22,7 @@ from runner.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeo
 from runner.execute import Answer, LineSink, StopSink, quiet_stop
 from runner.execute.guard import TAG, drop_guard, start_guard, stop_script
 from runner.execute.success import Next, after_exit, mark_stopped
+from runner.plan.machineenv import node_environment
 from runner.spec.launchplan import LaunchPlan, NodeLaunch
 from runner.spec.outcome import NodeResult
 from runner.spec.text import plural
@@ -128,7 +129,7 @@ class LocalExecutor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**os.environ, "DTRUN_NODE_NAME": name},
+                env={**node_environment(os.environ), "DTRUN_NODE_NAME": name},
             )
 
         ended = run_scripts(scripts, start, on_line)
@@ -231,7 +232,9 @@ def _start(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: Ctrl-C reaches dtrun, not the nodes
-        env={**os.environ, TAG: tag},
+        # a login's variables and the run-shaping ones, as a node reached by ssh starts with;
+        # none of this machine's other variables (its secrets among them)
+        env={**node_environment(os.environ), TAG: tag},
     )
     node = _Node(launch, popen, log_path, time.monotonic())
     assert popen.stdout is not None  # asked for above
