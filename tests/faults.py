@@ -35,7 +35,9 @@ import psutil
 from tests.sshd import SshCluster
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")  # the cgroup v1 cpu controller's hierarchy
-PERIOD_US = 10_000  # 10 ms (the default is 100): a step of a few ms is held back evenly
+# 20 ms (the default is 100): a step of a few ms is held back evenly, and the kernel's
+# smallest quota, 1 ms, is a twentieth of a CPU
+PERIOD_US = 20_000
 _groups = itertools.count()
 
 
@@ -95,11 +97,11 @@ def _remove(group: Path) -> None:
 
 @contextlib.contextmanager
 def cpu_quota(share: float, pids: Iterable[int] = ()) -> Iterator[CpuGroup]:
-    """A cpu cgroup allowed ``share`` of one CPU (0.25: 2.5 ms in every 10 ms), holding
+    """A cpu cgroup allowed ``share`` of one CPU (0.25: 5 ms in every 20 ms), holding
     ``pids``; removed on the way out, its tasks back in the root group."""
     _require_cpu_cgroups()
-    if not 0.1 <= share <= 64:  # the kernel's smallest quota is 1 ms
-        raise ValueError(f"share {share} of a CPU: give one from 0.1 up")
+    if not 0.05 <= share <= 64:  # the kernel's smallest quota is 1 ms
+        raise ValueError(f"share {share} of a CPU: give one from 0.05 up")
     path = CPU_ROOT / f"dtrun-test-{os.getpid()}-{next(_groups)}"
     path.mkdir()
     try:

@@ -19,7 +19,7 @@ from tests.sshd import SshCluster
 pytestmark = pytest.mark.e2e
 
 SLOW = "127.0.0.3"  # node-1 in a 2-host file of 127.0.0.2, 127.0.0.3
-SHARE = 0.1  # of one CPU: well below what a rank gets on this shared 2-core machine
+SHARE = 0.05  # of one CPU: far below what a rank gets on this shared 2-core machine
 # the user's program: plain DDP whose step is compute (an MLP), not a sleep a quota leaves alone
 PROGRAM = ("--", "python", str(TESTS / "programs" / "ddp_heavy.py"), "--steps", "14",
            "--width", "256", "--layers", "4", "--batch", "32")  # fmt: skip

@@ -276,13 +276,13 @@ def test_where_scaling_is_lost_names_the_straggler_s_host(tmp_path, fixed_invent
     """A point that lost scaling with a straggler: its finding names the rank and the host it
     ran on, not only "look for stragglers"."""
     bench = BenchSpec(run_id="s", repeat=1)
-    noise = {1: [quiet(["node-0"], ())], 2: [quiet(probe_s=(0.030, 0.048))]}
+    noise = {1: [quiet(["node-0"], ())], 2: [quiet(probe_s=(0.030, 0.075))]}
     run_dir = fake_run_dir(tmp_path / "s", bench, fixed_inventory, {1: [1000.0], 2: [1200.0]},
                            noise=noise)  # fmt: skip
     build_report(run_dir)
     text = run_dir.report.read_text()
     said = (
-        "2 nodes: 40% lost: rank 1 on host node-1 (127.0.0.3) took 1.60x as long as the median "
+        "2 nodes: 40% lost: rank 1 on host node-1 (127.0.0.3) took 2.50x as long as the median "
         "of the other ranks to compute a step alone (launch 1), and every rank waits for it "
         "each step"
     )
@@ -305,7 +305,7 @@ def test_a_straggler_below_the_host_ratio_is_noise_not_where_scaling_is_lost(
     tmp_path, fixed_inventory
 ):
     """1.3x makes the point unreliable (above 1.25x), but is no host to blame: a clean shared
-    machine's slowest rank reads up to 1.37x."""
+    machine's slowest rank read up to 1.49x."""
     bench = BenchSpec(run_id="m", repeat=1)
     noise = {1: [quiet(["node-0"], ())], 2: [quiet(probe_s=(0.030, 0.039))]}
     run_dir = fake_run_dir(tmp_path / "m", bench, fixed_inventory, {1: [1000.0], 2: [1200.0]},
