@@ -45,7 +45,7 @@ def allreduce_data(*, world: int, busbw: dict[int, float], wrong: int = 0) -> di
         "iters": 20,
         "rows": [size_row(size, value, world) for size, value in sorted(busbw.items())],
         "communication": {"backend": "gloo", "wrong": wrong, "allreduce_ok": wrong == 0},
-        "ranks": [{"node": f"node-{r}"} for r in range(world)],
+        "ranks": [{"node": f"node-{r}", "address": f"127.0.0.{r + 2}"} for r in range(world)],
     }
 
 
@@ -134,7 +134,7 @@ def result_data(
             "initial_params_differed": world > 1 or None,
             "params_in_sync": in_sync,
         },
-        "ranks": [{"node": f"node-{r}"} for r in range(world)],
+        "ranks": [{"node": f"node-{r}", "address": f"127.0.0.{r + 2}"} for r in range(world)],
         # The probe: busbw at 4 KiB (half) and at the gradients' 64 KiB.
         "busbw": None
         if busbw is None or world == 1

@@ -55,6 +55,7 @@ from runner.report.stats import (
     confidence_text,
 )
 from runner.report.summaryfile import SUMMARY_SCHEMA
+from runner.spec.outcome import health_below
 from runner.spec.request import ScalingMode
 
 T = TypeVar("T")
@@ -187,7 +188,9 @@ def analyse(run_dir: RunDir) -> Report:
             base,
             rows=rows,
             projection=projection(rows, tokens),
-            losses=where_scaling_is_lost(rows, size, oversubscribed(manifest, rows), mode),
+            losses=where_scaling_is_lost(
+                rows, size, oversubscribed(manifest, rows), mode, stragglers=noise.stragglers
+            ),
             first=_first(trained),
             widest=_widest(trained),
             noise=noise,
@@ -290,6 +293,7 @@ def _context(report: Report) -> dict[str, Any]:
         "model": ASSUMED,
         "series": report.series,
         "health": report.health,
+        "health_below": health_below(report.health),
         "formula": FORMULAS[report.mode],
         "statistic": STATISTIC_TEXT,
         "interval": INTERVAL_TEXT,

@@ -4,7 +4,7 @@ prediction beside the measured efficiency (runner/report/model.py; docs/report.m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
@@ -18,6 +18,7 @@ from runner.report.model import (
     model_gap,
     predict,
 )
+from runner.report.noise import Straggler
 from runner.report.results import PROGRAM_STRATEGY
 from runner.report.stats import Verdict
 from runner.spec.request import ScalingMode
@@ -68,7 +69,12 @@ def where_scaling_is_lost(
     oversubscribed: Sequence[int] = (),
     mode: ScalingMode = ScalingMode.WEAK,
     assumptions: Assumptions = ASSUMED,
+    *,
+    stragglers: Mapping[int, Straggler] | None = None,
 ) -> tuple[LossRow, ...]:
+    """``stragglers``: each node count's slowest straggler, from the Noise section's reading
+    (runner/report/noise.py), named with its host where the point lost scaling."""
+    stragglers = stragglers or {}
     out = []
     for row, prediction in zip(rows, model_predictions(rows, mode, assumptions), strict=True):
         expected = expected_busbw(size_name, row.nodes, row.world_size // row.nodes)
@@ -89,7 +95,14 @@ def where_scaling_is_lost(
                 expected,
                 comm_s,
                 share,
-                _finding(row, rows[0], expected, share, row.nodes in oversubscribed),
+                _finding(
+                    row,
+                    rows[0],
+                    expected,
+                    share,
+                    row.nodes in oversubscribed,
+                    stragglers.get(row.nodes),
+                ),
                 predicted_step_time_s=prediction.step_s,
                 predicted_step_time_no_overlap_s=prediction.step_no_overlap_s,
                 predicted_efficiency=prediction.efficiency,
@@ -187,6 +200,7 @@ def _finding(
     expected: ExpectedBusbw | None,
     share: float | None,
     oversubscribed: bool,
+    straggler: Straggler | None = None,
 ) -> str:
     if row is base:
         return "the baseline every efficiency is measured against"
@@ -197,12 +211,31 @@ def _finding(
             f"{row.efficiency:.0%}, at or above the {row.target_efficiency:.0%} target, but not "
             f"shown to scale: {row.verdict.value} (see the verdict)"
         )
+    return _why_lost(row, base, expected, share, oversubscribed, straggler)
+
+
+def _why_lost(
+    row: ScalingRow,
+    base: ScalingRow,
+    expected: ExpectedBusbw | None,
+    share: float | None,
+    oversubscribed: bool,
+    straggler: Straggler | None,
+) -> str:
+    """Where a node count below its target lost scaling, the likeliest cause first."""
     lost = f"{1 - row.efficiency:.0%} lost"
     if row.bubble is not None and row.bubble > (base.bubble or 0.0) + 0.05:
         return (
             f"{lost}: each rank of the {row.pp_size}-rank pipeline idles about {row.bubble:.0%} "
             "of the step in the pipeline's bubble, (p-1)/(v·m+p-1); more micro-batches, or the "
             "interleaved schedule, shrink it"
+        )
+    if straggler is not None:
+        # one slow rank holds every synchronous step of every rank (docs/report.md)
+        return (
+            f"{lost}: rank {straggler.rank} on host {straggler.where} {straggler.computes()} "
+            f"(launch {straggler.launch}), and every rank waits for it each step: check that "
+            "host for throttling or other work, or leave it out"
         )
     if row.busbw is None:
         return f"{lost}; no all-reduce probe to say why (rerun without --no-busbw)"

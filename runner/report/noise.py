@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runner.workloads.noise import OTHER_CORES, STEAL_SHARE, STRAGGLER_RATIO, straggler_ratios
+from runner.spec.text import host_label
+from runner.workloads.noise import (
+    ALONE,
+    OTHER_CORES,
+    STEAL_SHARE,
+    STRAGGLER_RATIO,
+    straggler_ratios,
+)
 
 THRESHOLDS = {
     "steal_share": STEAL_SHARE,
@@ -43,14 +50,27 @@ class LaunchNoise:
     probe_rank_s: tuple[float, ...] | None  # each rank's median, by rank
     probe_why: str | None  # why there is no probe
     rank_nodes: tuple[str, ...]  # the node each rank ran on, by rank
+    # each rank's node as reports name it, with its host: "node-1 (127.0.0.3)" (host_label)
+    rank_hosts: tuple[str, ...] = ()
+    # what each rank's probe time is: ALONE (a step computed alone, dtrun's own workload) or
+    # UNTIL_GRADIENTS (a program's step until its last local gradient; runner/workloads/noise.py)
+    probe_what: str = ALONE
+
+    def host(self, rank: int) -> str:
+        return self.rank_hosts[rank] if self.rank_hosts else self.rank_nodes[rank]
 
 
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def parse_noise(data: Mapping[str, Any] | None, rank_nodes: Sequence[str]) -> LaunchNoise | None:
-    """A result's ``noise``; None for results written before it was recorded."""
+def parse_noise(
+    data: Mapping[str, Any] | None,
+    rank_nodes: Sequence[str],
+    rank_addresses: Sequence[str | None] = (),
+) -> LaunchNoise | None:
+    """A result's ``noise``; None for results written before it was recorded.
+    ``rank_addresses``: each rank's node's host (results before they were recorded: none)."""
     if data is None:
         return None
     probe = data["probe"]
@@ -75,6 +95,11 @@ def parse_noise(data: Mapping[str, Any] | None, rank_nodes: Sequence[str]) -> La
         probe_rank_s=None if probe["rank_s"] is None else tuple(float(t) for t in probe["rank_s"]),
         probe_why=None if probe["why"] is None else str(probe["why"]),
         rank_nodes=tuple(rank_nodes),
+        rank_hosts=tuple(
+            host_label(node, rank_addresses[rank] if rank < len(rank_addresses) else None)
+            for rank, node in enumerate(rank_nodes)
+        ),
+        probe_what=str(probe.get("what") or ALONE),
     )
 
 
@@ -84,6 +109,16 @@ class Straggler:
     node: str
     ratio: float  # its compute time over the median of the other ranks'
     launch: int  # 1-based, among the point's launches
+    host: str = ""  # its node as reports name it, with the host: "node-1 (127.0.0.3)"
+    what: str = ALONE  # what was timed: runner/workloads/noise.py ALONE or UNTIL_GRADIENTS
+
+    @property
+    def where(self) -> str:
+        return self.host or self.node
+
+    def computes(self) -> str:
+        """'computes 1.60x as long as the median of the other ranks to compute a step alone'"""
+        return f"took {self.ratio:.2f}x as long as the median of the other ranks {self.what}"
 
 
 @dataclass(frozen=True)
@@ -113,6 +148,11 @@ class PointNoise:
         return bool(self.findings)
 
     @property
+    def slowest(self) -> Straggler | None:
+        """The straggler with the highest ratio in any launch of the point, if any."""
+        return max(self.stragglers, key=lambda s: s.ratio, default=None)
+
+    @property
     def verdict(self) -> str:
         """unreliable (a threshold crossed), quiet, or not measured (older results, no /proc
         and no probe)."""
@@ -132,6 +172,11 @@ class NoiseReport:
     @property
     def thresholds(self) -> dict[str, float]:
         return THRESHOLDS
+
+    @property
+    def stragglers(self) -> dict[int, Straggler]:
+        """Each node count's slowest straggler, where it has one."""
+        return {p.nodes: p.slowest for p in self.points if p.slowest is not None}
 
     def summary(self) -> dict[str, Any]:
         """summary.json's ``noise``."""
@@ -190,7 +235,7 @@ def _load_findings(nodes: int, measured: Sequence[tuple[int, LaunchNoise]], of: 
 
 def _stragglers(measured: Sequence[tuple[int, LaunchNoise]]) -> list[Straggler]:
     return [
-        Straggler(rank, noise.rank_nodes[rank], ratio, launch)
+        Straggler(rank, noise.rank_nodes[rank], ratio, launch, noise.host(rank), noise.probe_what)
         for launch, noise in measured
         for rank, ratio in enumerate(straggler_ratios(noise.probe_rank_s or ()))
         if ratio > STRAGGLER_RATIO
@@ -199,9 +244,8 @@ def _stragglers(measured: Sequence[tuple[int, LaunchNoise]]) -> list[Straggler]:
 
 def _straggler_finding(straggler: Straggler, noise: LaunchNoise, of: str) -> str:
     said = (
-        f"Rank {straggler.rank} on {straggler.node} is a straggler: it took "
-        f"{straggler.ratio:.2f}x as long as the median of the other ranks to compute a step "
-        f"alone, {of.format(straggler.launch)}"
+        f"Rank {straggler.rank} on {straggler.where} is a straggler: it "
+        f"{straggler.computes()}, {of.format(straggler.launch)}"
     )
     if _busy_then(straggler, noise):
         said += f" ({straggler.node} also had steal or other load then: a likely cause)"
@@ -224,8 +268,7 @@ def _straggler_findings(
     busy = sum(_busy_then(s, by_launch[s.launch]) for s in stragglers)
     said = (
         f"{len(stragglers)} stragglers in {hit} of {launches} launches: the slowest, rank "
-        f"{worst.rank} on {worst.node}, took {worst.ratio:.2f}x as long as the median of the "
-        f"other ranks to compute a step alone, {of.format(worst.launch)}"
+        f"{worst.rank} on {worst.where}, {worst.computes()}, {of.format(worst.launch)}"
     )
     if busy:
         said += f" ({busy} of them on a node with steal or other load then: a likely cause)"
@@ -235,7 +278,7 @@ def _straggler_findings(
 def _slowest(measured: Sequence[tuple[int, LaunchNoise]]) -> tuple[float, str] | None:
     """The highest probe ratio of any rank and launch, and which rank it was."""
     ratios = [
-        (ratio, f"rank {rank} on {noise.rank_nodes[rank]}")
+        (ratio, f"rank {rank} on {noise.host(rank)}")
         for _, noise in measured
         for rank, ratio in enumerate(straggler_ratios(noise.probe_rank_s or ()))
     ]

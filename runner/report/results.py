@@ -196,7 +196,7 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
             step_time_p50=float(steps["p50"]),
             step_time_p90=float(steps["p90"]),
             step_times=tuple(float(t) for t in data.get("step_times_s") or ()),
-            noise=parse_noise(data.get("noise"), [str(rank["node"]) for rank in data["ranks"]]),
+            noise=_noise(data),
             mfu=None if data["mfu"] is None else float(data["mfu"]),
             peak_memory_bytes=int(data["peak_memory_bytes"]),
             loss_first=float(data["loss"]["first"]),
@@ -275,7 +275,7 @@ def parse_program_result(data: Mapping[str, Any], source: str) -> TrainResult:
             proof_kind="program",
             checks=(ProofCheck("parameters agree", not diverged, str(proof["why"])),),
             busbw=_probe(data.get("busbw")),
-            noise=parse_noise(data.get("noise"), [str(rank["node"]) for rank in data["ranks"]]),
+            noise=_noise(data),
             program=facts,
         )
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
@@ -294,6 +294,14 @@ def _program_sharded(data: Mapping[str, Any]) -> str | None:
     if str(proof["answer"]) == "not comparable" and why.startswith("sharded: "):
         return why.removeprefix("sharded: ")
     return None
+
+
+def _noise(data: Mapping[str, Any]) -> LaunchNoise | None:
+    """The launch's noise figures, each rank named with its node's host where the result
+    records one (``ranks[].address``)."""
+    ranks = data["ranks"]
+    addresses = [None if rank.get("address") is None else str(rank["address"]) for rank in ranks]
+    return parse_noise(data.get("noise"), [str(rank["node"]) for rank in ranks], addresses)
 
 
 def launch_fields(data: Mapping[str, Any]) -> dict[str, Any]:

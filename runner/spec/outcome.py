@@ -3,10 +3,12 @@ values; stdlib only."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
-from runner.spec.text import plural
+from runner.spec.text import host_label, plural
 
 
 class SuccessRule(StrEnum):
@@ -110,8 +112,21 @@ class Health:
         checked = f"{nodes} at {self.size}, pass mark {self.threshold_gbs:g} GB/s"
         if not self.below:
             return f"health gate passed: {checked}"
-        names = ", ".join(
-            f"{n.node} ({n.busbw:.1f} GB/s)" if n.busbw is not None else f"{n.node} (did not run)"
-            for n in self.below
-        )
-        return f"health gate: {len(self.below)} below the mark ({names}); {checked}"
+        names = ", ".join(gate_figure(n.node, n.address, n.busbw) for n in self.below)
+        return f"health gate: {len(self.below)} below the mark: {names}; {checked}"
+
+
+def gate_figure(node: str, address: str, busbw: float | None) -> str:
+    """A node's gate figure, named with its host: 'node-1 (127.0.0.3) at 12.3 GB/s'."""
+    where = host_label(node, address)
+    return f"{where} at {busbw:.1f} GB/s" if busbw is not None else f"{where}, which did not run"
+
+
+def health_below(health: Mapping[str, Any] | None) -> list[str]:
+    """health.json's nodes below the mark, each with its host and figure (gate_figure)."""
+    nodes = (health or {}).get("nodes") or ()
+    return [
+        gate_figure(str(n["node"]), str(n.get("address") or ""), n.get("busbw"))
+        for n in nodes
+        if not n.get("passed")
+    ]

@@ -24,3 +24,9 @@ def noun(count: int, word: str) -> str:
 def plural(count: int, word: str) -> str:
     """'1 node', '2 nodes', '1 process', '3 processes', '0 launches'."""
     return f"{count} {noun(count, word)}"
+
+
+def host_label(node: str, address: str | None) -> str:
+    """A node as reports name it: dtrun's name and the host the hosts file, stack or scheduler
+    gave it, 'node-1 (127.0.0.3)'; the name alone where it is the host, or none is known."""
+    return f"{node} ({address})" if address and address != node else node

@@ -29,7 +29,7 @@ from runner.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan
 from runner.spec.request import BenchSpec, ScalingMode
 from runner.spec.text import noun, plural
 from runner.workloads.files import write_atomic
-from runner.workloads.noise import launch_noise
+from runner.workloads.noise import UNTIL_GRADIENTS, launch_noise
 
 STEPS_SCHEMA = "dtrun.steps/1"
 MAX_STEP_FILE = 64 * 1024 * 1024  # a rank's file: a float per step; more is not the hook's
@@ -108,25 +108,59 @@ def _proof(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any
     return {"answer": answer, "why": why, "digests": {str(r): d for r, d in digests.items()}}
 
 
-# Why a program's launch has no straggler probe (docs/your-training.md "Noise")
-NO_PROBE = (
-    "your program: its ranks wait for each other every step, so no rank's compute can be "
-    "timed alone"
+# Why a program's launch has no per-rank timing (docs/your-training.md "Which rank is slow")
+NO_TIMING = (
+    "no rank's gradients were seen ready (no autograd gradient, or a step hook from before "
+    "per-rank timing)"
 )
 
 
-def _noise(records: dict[int, dict[str, Any]], world_size: int) -> dict[str, Any] | None:
+def until_gradients(record: dict[str, Any], timed_from: int) -> list[float]:
+    """Each timed step's local time on one rank: from the step's start (the previous optimizer
+    step's end) to the rank's last gradient accumulated (``grads_ready_s``, the step hook's),
+    the compute before the step's final gradient wait. Steps without a reading are left out."""
+    ends, ready = record["step_ends_s"], record.get("grads_ready_s") or ()
+    times = []
+    for step in range(max(timed_from, 1), min(len(ends), len(ready))):
+        at = ready[step]
+        if isinstance(at, (int, float)) and math.isfinite(at) and at > ends[step - 1]:
+            times.append(at - ends[step - 1])
+    return times
+
+
+def _rank_timing(
+    records: dict[int, dict[str, Any]], timed_from: int
+) -> tuple[list[float | None], str | None, int]:
+    """Each rank's median local time (by rank), why there is none, and the steps it spans."""
+    timed = {rank: until_gradients(records[rank], timed_from) for rank in sorted(records)}
+    if any(not times for times in timed.values()):
+        return [None] * len(records), NO_TIMING, 0
+    medians: list[float | None] = [percentile(t, 50) for t in timed.values()]
+    return medians, None, min(len(t) for t in timed.values())
+
+
+def _noise(
+    records: dict[int, dict[str, Any]], world_size: int, timed_from: int
+) -> dict[str, Any] | None:
     """The launch's ``noise``, as dtrun's own workload records it (runner/workloads/noise.py),
-    from every rank's window; None unless every rank recorded one."""
+    from every rank's window; the probe is each rank's time until its last gradient
+    (UNTIL_GRADIENTS). None unless every rank recorded a window."""
     windows = [records[rank].get("noise_window") for rank in sorted(records)]
     if len(windows) != world_size or any(not isinstance(w, dict) for w in windows):
         return None
-    gathered = [{**w, "alone_why": NO_PROBE} for w in windows if isinstance(w, dict)]
+    medians, why, steps = _rank_timing(records, timed_from)
+    gathered = [
+        {**w, "alone_s": median, "alone_why": why}
+        for w, median in zip(windows, medians, strict=True)
+        if isinstance(w, dict)
+    ]
     nodes = [str(records[rank].get("node", "")) for rank in sorted(records)]
     try:
-        return launch_noise(gathered, nodes, 0)
+        measured = launch_noise(gathered, nodes, steps)
     except (KeyError, TypeError, ValueError):
         return None  # a window of another shape: no figures, as before the hook had them
+    measured["probe"]["what"] = UNTIL_GRADIENTS
+    return measured
 
 
 Matched = list[tuple[float, dict[str, str | None]]]  # --step-pattern: (arrival, groups)
@@ -206,7 +240,7 @@ def program_result(
         timed = [wall_s]
         timing = "whole program"
     ranks = [
-        {"rank": rank, "node": str(r.get("node", "")), "os": ""}
+        {"rank": rank, "node": str(r.get("node", "")), "address": _opt_str(r, "address"), "os": ""}
         for rank, r in sorted(records.items())
     ] or [{"rank": 0, "node": plan.launches[0].node.name, "os": ""}]
     units = _units(spec, world)
@@ -249,11 +283,16 @@ def program_result(
         "peak_memory_bytes": int(base.get("peak_memory_bytes") or 0),
         "peak_memory_max_bytes": max(peaks),
         "proof": _proof(records, world),
-        "noise": _noise(records, world),
+        "noise": _noise(records, world, timed_from),
         "sharded": _sharded(records),
         "hook_errors": sorted({e for r in records.values() for e in r.get("errors", ())}),
         "wall_s": wall_s,
     }
+
+
+def _opt_str(record: dict[str, Any], key: str) -> str | None:
+    value = record.get(key)
+    return str(value) if value else None
 
 
 # The hook's error when torch has no global step hooks (sitecustomize.py, _Loader.exec_module)

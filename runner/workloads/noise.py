@@ -28,6 +28,13 @@ STEAL_SHARE = 0.05  # the hypervisor took more than 5% of the machine's CPU time
 OTHER_CORES = 0.2  # work other than the launch's used more than a fifth of a core
 STRAGGLER_RATIO = 1.25  # a rank computed 1.25x as long as the median of the other ranks
 
+# What a rank's probe time is, as findings say it after "took 1.6x as long as the median of
+# the other ranks": dtrun's own workload computes a step on each rank alone; a program's step
+# hook times each step from its start until the rank's last local gradient
+# (docs/your-training.md "Which rank is slow").
+ALONE = "to compute a step alone"
+UNTIL_GRADIENTS = "from a step's start until its last local gradient"
+
 
 @dataclass(frozen=True)
 class CpuTimes:

@@ -103,6 +103,9 @@ def test_the_gate_judges_each_node_s_result_against_the_mark(spec, strict, statu
         ("vm-0", 471.0, True), ("vm-1", 301.0, False), ("vm-2", None, False),
     ]  # fmt: skip
     assert health.nodes[2].error is not None and "vm-2 (10.0.0.6) failed" in health.nodes[2].error
-    assert "2 below the mark (vm-1 (301.0 GB/s), vm-2 (did not run))" in health.describe()
+    assert (  # each named with its host, as the hosts file or stack gives it
+        "2 below the mark: vm-1 (10.2.0.5) at 301.0 GB/s, vm-2 (10.2.0.6), which did not run"
+        in health.describe()
+    )
     every = judge(gate, [_outcome(471.0)] * 3, strict=True)
     assert every.status is GateStatus.PASSED

@@ -79,18 +79,26 @@ def test_a_slow_rank_is_named_a_straggler_with_its_node_and_ratio(tmp_path, fixe
     run_dir = build(tmp_path, fixed_inventory, {1: [quiet(["node-0"], ())], 2: [slow]})
     section = noise_section(run_dir)
     assert (
-        "Rank 1 on node-1 is a straggler: it took 1.60x as long as the median of the other "
-        "ranks to compute a step alone, launch 1 of 1." in section
+        "Rank 1 on node-1 (127.0.0.3) is a straggler: it took 1.60x as long as the median of "
+        "the other ranks to compute a step alone, launch 1 of 1." in section
     )
     shown = noise_section(run_dir, html=True)  # a noisy point's table is open in report.html
-    assert shown.index("| 1.60x (rank 1 on node-1, 3 passes) | unreliable |") < shown.index(
+    row = "| 1.60x (rank 1 on node-1 (127.0.0.3), 3 passes) | unreliable |"
+    assert shown.index(row) < shown.index(
         "details\ue000 How noise is measured"  # the one folded part: the method
     )
     assert "Every point's noise figures" not in shown  # not folded
     assert "Every point's noise figures: report.html" in section  # report.md points there
     point = json.loads(run_dir.summary.read_text())["noise"]["points"][1]
     assert point["stragglers"] == [
-        {"rank": 1, "node": "node-1", "ratio": pytest.approx(1.6), "launch": 1}
+        {
+            "rank": 1,
+            "node": "node-1",
+            "ratio": pytest.approx(1.6),
+            "launch": 1,
+            "host": "node-1 (127.0.0.3)",
+            "what": "to compute a step alone",
+        }
     ]
 
 
@@ -185,7 +193,7 @@ def test_dtrun_report_prints_each_unreliable_point_under_its_table(tmp_path, fix
     run_dir = build(tmp_path, fixed_inventory, {1: [quiet(["node-0"], ())], 2: [slow]})
     result = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["report", str(run_dir.path)])
     assert result.exit_code == 0, result.output
-    assert "noise: Rank 1 on node-1 is a straggler: it took 1.60x as long" in result.output
+    assert "noise: Rank 1 on node-1 (127.0.0.3) is a straggler: it took 1.60x as" in result.output
     assert "noise: The 1-node point" not in result.output  # a quiet point says nothing
 
 
@@ -262,3 +270,32 @@ def test_a_point_that_stopped_decided_in_noise_says_its_verdict_was_set_aside(
     assert (row["stopped"], row["verdict"]) == ("decided", "inconclusive")
     said = "(stopped: decided, then set aside for noise): **inconclusive**: "
     assert said + row["verdict_reason"] in run_dir.report.read_text()
+
+
+def test_where_scaling_is_lost_names_the_straggler_s_host(tmp_path, fixed_inventory):
+    """A point that lost scaling with a straggler: its finding names the rank and the host it
+    ran on, not only "look for stragglers"."""
+    bench = BenchSpec(run_id="s", repeat=1)
+    noise = {1: [quiet(["node-0"], ())], 2: [quiet(probe_s=(0.030, 0.048))]}
+    run_dir = fake_run_dir(tmp_path / "s", bench, fixed_inventory, {1: [1000.0], 2: [1200.0]},
+                           noise=noise)  # fmt: skip
+    build_report(run_dir)
+    text = run_dir.report.read_text()
+    said = (
+        "2 nodes: 40% lost: rank 1 on host node-1 (127.0.0.3) took 1.60x as long as the median "
+        "of the other ranks to compute a step alone (launch 1), and every rank waits for it "
+        "each step"
+    )
+    assert f"- **Where scaling is lost**: {said}" in text
+    (_, lost) = json.loads(run_dir.summary.read_text())["where_scaling_is_lost"]
+    assert lost["finding"].startswith(said.removeprefix("2 nodes: "))
+
+
+def test_where_scaling_is_lost_names_no_host_without_a_straggler(tmp_path, fixed_inventory):
+    bench = BenchSpec(run_id="q", repeat=1)
+    noise = {1: [quiet(["node-0"], ())], 2: [quiet(probe_s=(0.030, 0.031))]}
+    run_dir = fake_run_dir(tmp_path / "q", bench, fixed_inventory, {1: [1000.0], 2: [1200.0]},
+                           noise=noise)  # fmt: skip
+    build_report(run_dir)
+    (_, lost) = json.loads(run_dir.summary.read_text())["where_scaling_is_lost"]
+    assert lost["finding"].startswith("40% lost") and "host" not in lost["finding"]

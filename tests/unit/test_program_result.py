@@ -160,7 +160,7 @@ def window(machine: str, busy: int, own_cpu_s: float) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def test_every_rank_s_window_gives_the_launch_its_noise_figures_without_a_probe():
+def test_every_rank_s_window_gives_the_launch_its_noise_figures():
     bench = spec()
     records = {r: {**record(r, ENDS), "noise_window": window("m", 190, 0.5)} for r in (0, 1)}
     data = program_result(bench, plan(bench), records, 9.0)
@@ -168,11 +168,48 @@ def test_every_rank_s_window_gives_the_launch_its_noise_figures_without_a_probe(
     [node] = [n for n in noise["nodes"] if n["node"] == "node-0"]
     assert node["nodes_on_machine"] == ["node-0", "node-1"]  # one machine, both ranks' CPU
     assert node["other_cores"] == pytest.approx(0.9)  # 1.9 CPU-s busy - 1.0 of the launch's
-    assert noise["probe"]["rank_s"] is None
-    assert "no rank's compute can be timed alone" in noise["probe"]["why"]
+    assert noise["probe"]["rank_s"] is None  # these records have no gradient times
+    assert "no rank's gradients were seen ready" in noise["probe"]["why"]
     parsed = parse_result(data, "r")
     assert isinstance(parsed, TrainResult) and parsed.noise is not None
     assert parsed.noise.nodes[0].other_cores == pytest.approx(0.9)
+
+
+def timed(rank: int, compute_s: float) -> dict[str, Any]:
+    """A rank whose every step's last gradient came ``compute_s`` after the step before it
+    ended (the first step has none: the hook registers its gradient hooks at its end)."""
+    ready = [None] + [end + compute_s for end in ENDS[:-1]]
+    return {**record(rank, ENDS), "address": f"127.0.0.{rank + 2}",
+            "noise_window": window(f"m{rank}", 100, 1.0), "grads_ready_s": ready}  # fmt: skip
+
+
+def test_each_rank_s_time_to_its_last_gradient_names_a_slow_rank_and_its_host():
+    from runner.report.noise import point_noise
+
+    bench = spec()
+    data = program_result(bench, plan(bench), {0: timed(0, 0.05), 1: timed(1, 0.08)}, 9.0)
+    probe = data["noise"]["probe"]
+    assert probe["rank_s"] == pytest.approx([0.05, 0.08]) and probe["steps"] == 4
+    assert probe["what"] == "from a step's start until its last local gradient"
+    assert data["ranks"][1]["address"] == "127.0.0.3"
+    result = parse_result(data, "r")
+    assert isinstance(result, TrainResult)
+    (finding,) = point_noise(2, [result.noise]).findings
+    assert finding == (
+        "Rank 1 on node-1 (127.0.0.3) is a straggler: it took 1.60x as long as the median of "
+        "the other ranks from a step's start until its last local gradient, launch 1 of 1"
+    )
+
+
+def test_ranks_alike_to_their_last_gradient_name_no_one():
+    from runner.report.noise import point_noise
+
+    bench = spec()
+    data = program_result(bench, plan(bench), {0: timed(0, 0.05), 1: timed(1, 0.055)}, 9.0)
+    result = parse_result(data, "r")
+    assert isinstance(result, TrainResult)
+    point = point_noise(2, [result.noise])
+    assert point.probe_ratio == pytest.approx(1.1) and point.findings == ()
 
 
 def test_a_rank_without_a_window_leaves_the_launch_without_noise_figures():

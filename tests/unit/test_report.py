@@ -210,6 +210,8 @@ def test_the_health_gate_verdict_is_in_the_report(tmp_path, fixed_inventory):
     text = run_dir.report.read_text()
     assert "the pass mark is 460 GB/s busbw (catalog). Verdict: **warned**" in text
     assert "| node-1 | 10.0.0.5 | 301.00 GB/s | BELOW |" in text
+    # the findings under the verdict name the host below the mark, not only "warned"
+    assert "- **Health gate**: warned: below the mark on node-1 (10.0.0.5) at 301.0 GB/s." in text
     assert json.loads(run_dir.summary.read_text())["health"]["status"] == "warned"
 
 
