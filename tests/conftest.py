@@ -73,6 +73,10 @@ def pytest_configure(config: pytest.Config) -> None:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) in (signal.SIG_DFL, None):
             signal.signal(signum, _interrupted)
+    # which test session a process belongs to: xdist names its workers gw0, gw1, ... in every
+    # session, and several sessions share this machine (helpers, CI jobs); the leftover check
+    # and the fault fixtures must never take another session's processes for their own
+    os.environ.setdefault("DTRUN_TEST_SESSION", f"{os.getpid()}-{time.time_ns()}")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if config.getoption("--worker-netns") and worker is not None:
         _own_network(worker)
@@ -310,13 +314,16 @@ def slurm(slurm_daemons: slurmd.SlurmCluster) -> slurmd.SlurmCluster:
 def launch_processes() -> list[psutil.Process]:
     """Processes of any dtrun launch over SSH (they carry DTRUN_LAUNCH) still running here.
     Under pytest-xdist, only this worker's: an embedded, Slurm or Spark launch inherits the
-    worker's PYTEST_XDIST_WORKER, and the tests' sshd sets it in its sessions (tests/sshd.py)."""
+    worker's PYTEST_XDIST_WORKER and the session's DTRUN_TEST_SESSION, and the tests' sshd sets
+    them in its sessions (tests/sshd.py)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             env = proc.environ()
-            mine = worker is None or env.get("PYTEST_XDIST_WORKER") == worker
+            mine = env.get("DTRUN_TEST_SESSION") == os.environ.get("DTRUN_TEST_SESSION") and (
+                worker is None or env.get("PYTEST_XDIST_WORKER") == worker
+            )
             if "DTRUN_LAUNCH" in env and mine and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
     return found

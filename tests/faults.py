@@ -129,7 +129,11 @@ def _node_processes(node: str) -> Iterator[psutil.Process]:
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             env = proc.environ()
-            if env.get("DTRUN_NODE_NAME") == node and env.get("PYTEST_XDIST_WORKER") == worker:
+            if (
+                env.get("DTRUN_NODE_NAME") == node
+                and env.get("PYTEST_XDIST_WORKER") == worker
+                and env.get("DTRUN_TEST_SESSION") == os.environ.get("DTRUN_TEST_SESSION")
+            ):
                 yield proc
 
 

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from runner.workloads.allreduce import bus_factor
-from runner.workloads.check_measure import AllReduce, copy, gpu_health, matmul
+from runner.workloads.check_measure import AllReduce, copy, gloo_group, gpu_health, matmul
 from runner.workloads.check_plan import bisection_levels, pair_rounds
 from runner.workloads.result import device_name, local_device, rank_info, versions, write_result
 
@@ -69,11 +69,19 @@ class Groups:
                  device: torch.device) -> None:  # fmt: skip
         self.groups = [list(group) for group in groups]
         self.ops: list[AllReduce | None] = []
+        address = fleet.addresses[fleet.mine]
+        bare = device.type == "cpu" and bool(address)  # gloo on the node's own address
         for group in self.groups:
             ranks = fleet.ranks_of(group)
-            take = fleet.mine in group and len(ranks) > 1
-            handle = dist.new_group(ranks, use_local_synchronization=True) if take else None
-            self.ops.append(AllReduce(handle, args.message, device) if take else None)
+            if fleet.mine not in group or len(ranks) < 2:
+                self.ops.append(None)
+                continue
+            if bare:
+                name = "-".join(map(str, ranks))
+                handle = gloo_group(ranks, name, address, args.timeout)
+            else:
+                handle = dist.new_group(ranks, use_local_synchronization=True)
+            self.ops.append(AllReduce(handle, args.message, device, bare))
         # this rank's seconds per all-reduce in each group, one list per cycle
         self.seconds: list[list[float | None]] = []
 

@@ -82,27 +82,61 @@ def copy(size: int, device: torch.device) -> Kernel:
     return Kernel(lambda: dst.copy_(src), 2.0 * src.numel() * 4, device)
 
 
-class AllReduce:
-    """All-reduces of ``size`` bytes within ``group`` (this rank a member)."""
+def gloo_group(ranks: list[int], name: str, address: str, timeout_s: float) -> Any:
+    """A gloo process group of ``ranks`` whose sockets bind ``address`` (this node's): gloo's
+    default device binds the address the host name resolves to, the same for every simulated
+    node of one machine, so traffic between them would never travel to a node's own address
+    (where a slow link on that address shows). Only the members create it."""
+    import datetime
 
-    def __init__(self, group: Any, size: int, device: torch.device) -> None:
-        self.group, self.device = group, device
+    from torch.distributed import PrefixStore, ProcessGroupGloo  # type: ignore[attr-defined]
+
+    options = ProcessGroupGloo._Options()  # type: ignore[attr-defined]
+    options._devices = [ProcessGroupGloo.create_device(hostname=address)]
+    options._timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.distributed_c10d._get_default_store()
+    rank = ranks.index(dist.get_rank())
+    return ProcessGroupGloo(PrefixStore(f"dtrun-check/{name}", store), rank, len(ranks), options)
+
+
+class AllReduce:
+    """All-reduces of ``size`` bytes within a group this rank is a member of: a process group
+    of torch.distributed (NCCL), or a bare gloo group (``gloo_group``)."""
+
+    def __init__(self, group: Any, size: int, device: torch.device, bare: bool) -> None:
+        self.group, self.device, self.bare = group, device, bare
         self.buffer = torch.zeros(max(1, size // 4), dtype=torch.float32, device=device)
         self.iters = 0  # set on the first measurement, the same on every member
 
+    def _reduce(self, tensor: torch.Tensor, op: Any = None) -> None:
+        if not self.bare:
+            dist.all_reduce(
+                tensor, op=op if op is not None else dist.ReduceOp.SUM, group=self.group
+            )
+            return
+        options = dist.AllreduceOptions()
+        options.reduceOp = op if op is not None else dist.ReduceOp.SUM  # type: ignore[assignment]
+        self.group.allreduce([tensor], options).wait()
+
+    def _barrier(self) -> None:
+        if self.bare:
+            self.group.barrier().wait()
+        else:
+            dist.barrier(group=self.group)
+
     def _op(self) -> None:
-        dist.all_reduce(self.buffer, group=self.group)
+        self._reduce(self.buffer)
 
     def seconds(self, window: float, repeats: int) -> float:
         """This rank's best seconds per all-reduce, over ``repeats`` aligned timings."""
         if not self.iters:
             self._op()  # connections made, buffers registered
             took = torch.tensor([timed(self._op, self.device)], device=self.device)
-            dist.all_reduce(took, op=dist.ReduceOp.MAX, group=self.group)
+            self._reduce(took, dist.ReduceOp.MAX)
             self.iters = reps_for(float(took.item()), window)
         best = math.inf
         for _ in range(repeats):
-            dist.barrier(group=self.group)  # every member starts together
+            self._barrier()  # every member starts together
 
             def run() -> None:
                 for _ in range(self.iters):

@@ -8,6 +8,7 @@ import json
 import pytest
 import yaml
 
+from tests import faults
 from tests.conftest import run_dtrun
 from tests.e2e.test_ssh import hosts_file_text
 
@@ -47,6 +48,13 @@ def _hosts(cluster, tmp, extra=()):
     return path
 
 
+def _kept(path):
+    """The hosts a written hosts file lists (entries as the original wrote them)."""
+    return [
+        e["host"] if isinstance(e, dict) else e for e in yaml.safe_load(path.read_text())["hosts"]
+    ]
+
+
 def test_clean_sshd_nodes_check_ok_and_write_hosts_keeps_them_all(sshd_cluster, no_leftovers):
     hosts = _hosts(sshd_cluster, no_leftovers)
     kept = no_leftovers / "good.yaml"
@@ -72,6 +80,48 @@ def test_a_host_that_does_not_answer_is_named_and_the_others_are_checked(
     flagged = [(n["host"], n["verdict"], n["cause"]) for n in data["nodes"] if n["verdict"] != "ok"]
     assert flagged == [("127.0.0.9", "failed", "unreachable")]
     assert len([n for n in data["nodes"] if n["verdict"] == "ok"]) == 4
-    assert [h["host"] for h in yaml.safe_load(kept.read_text())["hosts"]] == [
-        h.address for h in sshd_cluster.hosts
-    ]
+    assert _kept(kept) == [h.address for h in sshd_cluster.hosts]
+
+
+# A fifth of a CPU (tests/faults.py): the throttled node computes and copies about 5x slower
+# when its turn comes, alone, whatever else the machine runs.
+SHARE = 0.2
+
+
+def _flagged(data):
+    nodes = [(n["host"], n["verdict"], n["cause"]) for n in data["nodes"] if n["verdict"] != "ok"]
+    links = [(link["a"], link["b"]) for link in data["links"] if link["verdict"] == "slow"]
+    return nodes, links
+
+
+def test_a_throttled_sshd_node_is_named_alone_with_cause_compute(sshd_cluster, no_leftovers):
+    slow = sshd_cluster.hosts[2].address
+    hosts = _hosts(sshd_cluster, no_leftovers)
+    kept = no_leftovers / "good.yaml"
+    with faults.slow_sshd(sshd_cluster, slow, SHARE) as group:
+        done, data = _check(
+            no_leftovers, "--hosts", str(hosts), "--port", "29850", "--write-hosts", str(kept)
+        )
+        periods, _ = group.throttled()
+    assert periods > 0, "the quota never held the node back"
+    assert done.returncode == 5, done.stdout + done.stderr
+    nodes, links = _flagged(data)
+    assert nodes == [(slow, "slow", "compute")], done.stdout
+    assert links == []
+    assert _kept(kept) == [h.address for h in sshd_cluster.hosts if h.address != slow]
+
+
+def test_a_node_whose_link_is_shaped_is_named_alone_with_cause_network(sshd_cluster, no_leftovers):
+    # every packet to the node at 20 Mbit/s (tests/faults.py slow_link): slow with each of
+    # its partners, while the pairs without it run at loopback speed
+    slow = sshd_cluster.hosts[1].address
+    hosts = _hosts(sshd_cluster, no_leftovers)
+    with faults.slow_link(slow, "20mbit"):
+        done, data = _check(no_leftovers, "--hosts", str(hosts), "--port", "29860")
+    assert done.returncode == 5, done.stdout + done.stderr
+    nodes, links = _flagged(data)
+    assert nodes == [(slow, "slow", "network")], done.stdout
+    assert links == []
+    by_pair = {(link["a"], link["b"]): link["verdict"] for link in data["links"]}
+    assert {v for (a, b), v in by_pair.items() if slow in (a, b)} == {"node"}
+    assert {v for (a, b), v in by_pair.items() if slow not in (a, b)} == {"ok"}
