@@ -23,7 +23,7 @@ class Thresholds:
 
     @classmethod
     def for_device(cls, device: str) -> Thresholds:
-        if device == "cuda":  # dedicated machines: Azure's GEMM GHR line is 7% (docs/facts.md)
+        if device == "cuda":  # dedicated machines: Azure's GEMM GHR line is 7% (docs/facts.md §15)
             return cls(compute=0.10, memory=0.10, network=0.15)
         # CPUs, possibly sharing cores with other work (the embedded cluster, loopback sshd
         # nodes): only a large effect, seen again on a second look, is a slow node

@@ -111,17 +111,59 @@ def test_a_throttled_sshd_node_is_named_alone_with_cause_compute(sshd_cluster, n
     assert _kept(kept) == [h.address for h in sshd_cluster.hosts if h.address != slow]
 
 
-def test_a_node_whose_link_is_shaped_is_named_alone_with_cause_network(sshd_cluster, no_leftovers):
-    # every packet to the node at 20 Mbit/s (tests/faults.py slow_link): slow with each of
-    # its partners, while the pairs without it run at loopback speed
-    slow = sshd_cluster.hosts[1].address
+def _shaped_pairs(run, shaped):
+    """The pairs a slow link on ``shaped`` slows: gloo's higher rank of a pair connects to the
+    lower's address, and the connecting socket is not bound, so on loopback it sends from
+    127.0.0.1. Packets to the shaped address then flow only in the pairs where the shaped node
+    listens: those whose other node has a higher rank."""
+    result = json.loads((run / "check" / "result.json").read_text())
+    rank = {node["address"]: min(node["ranks"]) for node in result["nodes"]}
+    pairs = [tuple(pair["nodes"]) for round_ in result["rounds"] for pair in round_]
+    address = [node["address"] for node in result["nodes"]]
+    return {
+        (address[a], address[b])
+        for a, b in pairs
+        if shaped in (address[a], address[b])
+        and rank[address[b] if address[a] == shaped else address[a]] > rank[shaped]
+    }
+
+
+@pytest.mark.parametrize(("index", "port"), [(0, 29860), (1, 29870)])
+def test_a_shaped_link_is_named_alone_as_its_link_or_its_node(
+    sshd_cluster, no_leftovers, index, port
+):
+    # every packet to one node's address at 20 Mbit/s (tests/faults.py slow_link): the node
+    # that every partner connects to is slow with each (a node, cause network); one that only
+    # some connect to has slow links with those alone (_shaped_pairs)
+    shaped = sshd_cluster.hosts[index].address
     hosts = _hosts(sshd_cluster, no_leftovers)
-    with faults.slow_link(slow, "20mbit"):
-        done, data = _check(no_leftovers, "--hosts", str(hosts), "--port", "29860")
+    with faults.slow_link(shaped, "20mbit"):
+        done, data = _check(no_leftovers, "--hosts", str(hosts), "--port", str(port))
     assert done.returncode == 5, done.stdout + done.stderr
+    slow = _shaped_pairs(no_leftovers / "runs" / "check", shaped)
+    result = (no_leftovers / "runs" / "check" / "check" / "result.json").read_text()
+    assert slow, f"the shaped address carried none of the check's pairs: {data} {result}"
+    mine = {(a, b) for a, b in slow}
+    theirs = {(link["a"], link["b"]) for link in data["links"] if shaped in (link["a"], link["b"])}
     nodes, links = _flagged(data)
-    assert nodes == [(slow, "slow", "network")], done.stdout
-    assert links == []
-    by_pair = {(link["a"], link["b"]): link["verdict"] for link in data["links"]}
-    assert {v for (a, b), v in by_pair.items() if slow in (a, b)} == {"node"}
-    assert {v for (a, b), v in by_pair.items() if slow not in (a, b)} == {"ok"}
+    if mine == theirs:  # slow with every partner: the node
+        assert nodes == [(shaped, "slow", "network")], done.stdout
+        assert links == []
+    else:
+        assert nodes == [], done.stdout
+        assert set(links) == mine, done.stdout
+
+
+def test_a_check_on_slurm_names_its_nodes_as_slurm_does_and_ends_its_job(slurm, no_leftovers):
+    done = run_dtrun(
+        "check", "--slurm", "--local-nodes", "2", "--port", "29880", "--json",
+        "--output", str(no_leftovers / "runs"), "--run-id", "check",
+        cwd=no_leftovers, env=slurm.env, timeout=280,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(done.stdout)
+    assert [(n["host"], n["verdict"]) for n in data["nodes"]] == [("n1", "ok"), ("n2", "ok")]
+    assert [(link["a"], link["b"], link["verdict"]) for link in data["links"]] == [
+        ("n1", "n2", "ok")
+    ]
+    assert slurm.jobs() == []  # the allocation dtrun asked for is gone
