@@ -44,7 +44,7 @@ def node_series(per_rank: Sequence[Series]) -> Series:
     cycles = max((len(series) for series in per_rank), default=0)
     out: list[float | None] = []
     for cycle in range(cycles):
-        values = [s[cycle] for s in per_rank if cycle < len(s) and s[cycle] is not None]
+        values = [one[cycle] for one in per_rank if cycle < len(one) and one[cycle] is not None]
         out.append(min(v for v in values if v is not None) if values else None)
     return tuple(out)
 
@@ -112,7 +112,7 @@ def judge_check(
             ],
         }  # fmt: skip
         if measured.procs[index] > 1:
-            figures["compute_gflops_each"] = [median_of(s) for s in measured.compute[index]]
+            figures["compute_gflops_each"] = [median_of(one) for one in measured.compute[index]]
         if measured.gpus[index] is not None:
             figures["gpus"] = [dict(row) for row in measured.gpus[index] or ()]
         verdict, cause, evidence = _verdict(index, labels, measured, expected, found, mine)

@@ -161,7 +161,7 @@ def suspect(series: Sequence[Sequence[float | None]], share: float) -> bool:
     for index, values in enumerate(series):
         ratios = []
         for cycle, value in enumerate(values):
-            peers = [s[cycle] for i, s in enumerate(series) if i != index and cycle < len(s)]
+            peers = [one[cycle] for i, one in enumerate(series) if i != index and cycle < len(one)]
             present = [p for p in peers if p is not None]
             if value is not None and present and _median(present) > 0:
                 ratios.append(value / _median(present))
