@@ -76,6 +76,10 @@ def pytest_configure(config: pytest.Config) -> None:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) in (signal.SIG_DFL, None):
             signal.signal(signum, _interrupted)
+    # which test session a process belongs to: xdist names its workers gw0, gw1, ... in every
+    # session, and several sessions share this machine (helpers, CI jobs); the leftover check
+    # and the fault fixtures must never take another session's processes for their own
+    os.environ.setdefault("DTRUN_TEST_SESSION", f"{os.getpid()}-{time.time_ns()}")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if config.getoption("--worker-netns") and worker is not None:
         _own_network(worker)
@@ -314,21 +318,22 @@ def slurm(slurm_daemons: slurmd.SlurmCluster) -> slurmd.SlurmCluster:
 
 def launch_processes() -> list[psutil.Process]:
     """Processes of any dtrun launch over SSH (they carry DTRUN_LAUNCH) still running here.
-    Under pytest-xdist, only this worker's: with --worker-netns, those in the worker's own
-    network namespace, which everything it starts inherits (an embedded node does not inherit
-    PYTEST_XDIST_WORKER: it starts with a login's variables, runner/plan/machineenv.py; and
-    another checkout's tests on this machine have workers named gw0 too); without, those whose
-    PYTEST_XDIST_WORKER is this worker's (a Slurm or Spark launch inherits it, the tests' sshd
-    sets it in its sessions, tests/sshd.py)."""
+    Under pytest-xdist, only this worker's, and never another test session's (other checkouts'
+    tests on this machine have workers named gw0 too): every process of a session carries its
+    DTRUN_TEST_SESSION (the tests' sshd sets it in its sessions, tests/sshd.py; an embedded node
+    keeps DTRUN_* variables, runner/plan/machineenv.py); with --worker-netns, those in the
+    worker's own network namespace, which everything it starts inherits; without, those whose
+    PYTEST_XDIST_WORKER is this worker's (a Slurm or Spark launch inherits it)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error, OSError):
             env = proc.environ()
+            session = env.get("DTRUN_TEST_SESSION") == os.environ.get("DTRUN_TEST_SESSION")
             if _OWN_NETWORK:  # what this worker started, and only that, lives in its netns
-                mine = _my_network(proc)
+                mine = session and _my_network(proc)
             else:
-                mine = worker is None or env.get("PYTEST_XDIST_WORKER") == worker
+                mine = session and (worker is None or env.get("PYTEST_XDIST_WORKER") == worker)
             if "DTRUN_LAUNCH" in env and mine and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
     return found

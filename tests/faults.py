@@ -125,14 +125,28 @@ def slow_sshd(cluster: SshCluster, address: str, share: float) -> Iterator[CpuGr
 
 
 def _processes(env_matches: Callable[[dict[str, str]], bool]) -> Iterator[psutil.Process]:
-    """This test worker's processes whose environment ``env_matches``: under xdist, those
-    carrying the worker's PYTEST_XDIST_WORKER (inherited from it)."""
+    """This test worker's processes whose environment ``env_matches``: this test session's (its
+    DTRUN_TEST_SESSION) and, under xdist, those carrying the worker's PYTEST_XDIST_WORKER
+    (inherited from it) or living in its network namespace (--worker-netns: an embedded node
+    starts with a login's variables, runner/plan/machineenv.py, and keeps only DTRUN_*)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             env = proc.environ()
-            if env.get("PYTEST_XDIST_WORKER") == worker and env_matches(env):
+            if (
+                env.get("DTRUN_TEST_SESSION") == os.environ.get("DTRUN_TEST_SESSION")
+                and (worker is None or env.get("PYTEST_XDIST_WORKER") == worker or _here(proc))
+                and env_matches(env)
+            ):
                 yield proc
+
+
+def _here(proc: psutil.Process) -> bool:
+    """Whether ``proc`` shares this process's network namespace."""
+    try:
+        return os.readlink(f"/proc/{proc.pid}/ns/net") == os.readlink("/proc/self/ns/net")
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager

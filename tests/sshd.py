@@ -124,7 +124,10 @@ def start_cluster(
     # sessions carry the xdist worker's name, as its other processes do: its leftover check
     # (tests/conftest.py, launch_processes) finds its own launches' processes by it
     xdist = os.environ.get("PYTEST_XDIST_WORKER")
-    worker = f"SetEnv PYTEST_XDIST_WORKER={xdist}\n" if xdist else ""
+    session = os.environ.get("DTRUN_TEST_SESSION")
+    names = [f"PYTEST_XDIST_WORKER={xdist}"] if xdist else []
+    names += [f"DTRUN_TEST_SESSION={session}"] if session else []
+    worker = f"SetEnv {' '.join(names)}\n" if names else ""  # one line: sshd takes the first
     hosts = []
     for index in range(count):
         address = f"127.0.0.{index + first}"

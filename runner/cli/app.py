@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from runner import __version__
-from runner.cli import bench, predict, results, run, stack
+from runner.cli import bench, check, predict, results, run, stack
 
 app = typer.Typer(
     name="dtrun",
@@ -21,6 +21,7 @@ app = typer.Typer(
 )
 app.add_typer(bench.app)  # bench
 app.add_typer(run.app)  # run, exec
+app.add_typer(check.app)  # check
 app.add_typer(results.app)  # report, compare
 app.add_typer(predict.app)  # predict
 app.add_typer(stack.app)  # up, down, outputs, sizes

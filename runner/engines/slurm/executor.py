@@ -16,7 +16,7 @@ import secrets
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -302,19 +302,26 @@ class SlurmExecutor:
     def drain(self, nodes: Sequence[NodeHealth], run_id: str) -> str:
         """Drain nodes the health gate found below its mark, each with the reason (scontrol
         update): Slurm lets the job end, then gives them to no one until they are resumed."""
+        reasons = {}
         for node in nodes:
             figure = f"{node.busbw:.1f} GB/s" if node.busbw is not None else "did not run"
-            reason = f"dtrun health gate, run {run_id}: all-reduce {figure}"
+            reasons[node.node] = f"dtrun health gate, run {run_id}: all-reduce {figure}"
+        return self.drain_hosts(reasons)
+
+    def drain_hosts(self, reasons: Mapping[str, str]) -> str:
+        """Drain these nodes (node name -> reason), as ``drain`` does; `dtrun check` names
+        them."""
+        for name, reason in reasons.items():
             done = self.shell.run(
-                ["scontrol", "update", f"nodename={node.node}", "state=drain", f"reason={reason}"]
+                ["scontrol", "update", f"nodename={name}", "state=drain", f"reason={reason}"]
             )
             if done.returncode != 0:
                 raise RunError(
-                    f"Slurm did not drain {node.node}",
+                    f"Slurm did not drain {name}",
                     why=(done.stderr or done.stdout).strip() or f"exit {done.returncode}",
                     fix="draining needs Slurm operator rights: ask an admin, or pass --exclude",
                 )
-        return f"--drain-failing drained {', '.join(node.node for node in nodes)} in Slurm"
+        return f"--drain-failing drained {', '.join(reasons)} in Slurm"
 
     def command(
         self, scripts: dict[str, str], on_line: LineSink | None = None

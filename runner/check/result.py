@@ -1,0 +1,109 @@
+"""The check workload's result file (schema dtrun.check/1, runner/workloads/check.py), read
+into typed figures: every value checked, a damaged file named with what is wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.record.readback import (
+    ANY_OBJECT,
+    NUMBER,
+    TEXT,
+    WHOLE,
+    list_of,
+    nullable,
+    obj,
+    one_of,
+    read_record,
+)
+
+SCHEMA = "dtrun.check/1"
+_GROUP = obj({"nodes": list_of(WHOLE, nonempty=True), "busbw_gbs": list_of(nullable(NUMBER))})
+SHAPE = obj(
+    {
+        "schema": one_of(SCHEMA),
+        "device": one_of("cpu", "cuda"),
+        "settings": ANY_OBJECT,
+        "nodes": list_of(obj({"name": TEXT, "address": TEXT, "ranks": list_of(WHOLE)})),
+        "ranks": list_of(
+            obj(
+                {"node": WHOLE, "compute_gflops": list_of(NUMBER), "memory_gbs": list_of(NUMBER)},
+                {"gpus": nullable(list_of(ANY_OBJECT))},
+            )
+        ),
+        "inside": list_of(_GROUP),
+        "rounds": list_of(list_of(_GROUP)),
+        "bisection": list_of(list_of(_GROUP)),
+    }
+)
+
+
+Series = tuple[float | None, ...]  # a figure per cycle; None: not measured
+
+
+@dataclass(frozen=True)
+class Group:
+    nodes: tuple[int, ...]  # node indices
+    busbw_gbs: Series  # per cycle; None: one process, nothing moved
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the check workload measured, per node in node order."""
+
+    device: str
+    names: tuple[str, ...]  # the inventory's node names (DTRUN_NODE_NAME)
+    procs: tuple[int, ...]  # processes per node
+    compute: tuple[tuple[Series, ...], ...]  # each node's processes' GFLOP/s (a GPU each)
+    memory: tuple[tuple[Series, ...], ...]  # each node's processes' copy GB/s
+    gpus: tuple[tuple[Mapping[str, str], ...] | None, ...]  # nvidia-smi's rows; None: no tool
+    inside: tuple[Series, ...]  # in-node all-reduce busbw
+    rounds: tuple[tuple[Group, ...], ...]  # the pairs, round by round
+    bisection: tuple[tuple[Group, ...], ...]  # the whole fleet, halves, quarters, ...
+    settings: Mapping[str, Any]
+
+
+def _groups(rows: list[dict[str, Any]]) -> tuple[Group, ...]:
+    return tuple(Group(tuple(row["nodes"]), tuple(row["busbw_gbs"])) for row in rows)
+
+
+def parse(data: dict[str, Any]) -> Measured:
+    names = tuple(node["name"] for node in data["nodes"])
+    count = len(names)
+    compute: list[list[Series]] = [[] for _ in names]
+    memory: list[list[Series]] = [[] for _ in names]
+    gpus: list[tuple[Mapping[str, str], ...] | None] = [None] * count
+    for rank in data["ranks"]:
+        node = rank["node"]
+        if not 0 <= node < count:
+            raise ValueError(f"a rank names node {node} of {count}")
+        compute[node].append(tuple(float(v) for v in rank["compute_gflops"]))
+        memory[node].append(tuple(float(v) for v in rank["memory_gbs"]))
+        if rank.get("gpus") is not None:
+            gpus[node] = tuple(rank["gpus"])
+    return Measured(
+        device=data["device"],
+        names=names,
+        procs=tuple(len(node["ranks"]) for node in data["nodes"]),
+        compute=tuple(tuple(values) for values in compute),
+        memory=tuple(tuple(values) for values in memory),
+        gpus=tuple(gpus),
+        inside=tuple(group.busbw_gbs for group in _groups(data["inside"])),
+        rounds=tuple(_groups(pairs) for pairs in data["rounds"]),
+        bisection=tuple(_groups(level) for level in data["bisection"]),
+        settings=data["settings"],
+    )
+
+
+def load(path: Path) -> Measured:
+    """The result rank 0 wrote; a damaged one is a DamagedRunError naming what is wrong."""
+    from runner.record.readback import damaged
+
+    data = read_record(path, SHAPE, missing="rank 0 of the check writes it", root=path.parent)
+    try:
+        return parse(data)
+    except ValueError as exc:
+        raise damaged(path, str(exc)) from None

@@ -1,0 +1,180 @@
+"""`dtrun check`: which node, which link holds a cluster back (docs/check.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from runner.cli import options as opts
+from runner.cli.check_output import print_report, write_hosts_file
+from runner.cli.common import (
+    console,
+    human_output_to_stderr,
+    print_json,
+    print_node_line,
+    user_errors,
+)
+from runner.cli.groups import grouped
+from runner.cli.options import Where
+from runner.cli.session import SPARK_LAUNCHERS, StackWatch, choose, last_word_on_billing, opened
+from runner.spec.bounds import within
+from runner.spec.text import plural
+
+if TYPE_CHECKING:
+    from runner.engines.base import Cluster
+    from runner.plan.resolve import ResolvedRun
+    from runner.record.rundir import RunDir
+    from runner.spec.launchplan import LaunchPlan
+    from runner.spec.request import RunSpec
+    from runner.sweep.check import CheckRun
+
+app = typer.Typer()
+
+CHECK_TIMEOUT_S = 600.0  # the workload's collectives and the launch: 4 CPU nodes take ~1 min
+
+
+@app.command()
+@grouped
+def check(  # noqa: PLR0913 - the command's own options, beside the engines' group
+    json_out: opts.Json = False,
+    write_hosts: Annotated[
+        Path | None,
+        typer.Option(
+            "--write-hosts",
+            metavar="FILE",
+            help="Write the hosts without the flagged ones to FILE (a new hosts file).",
+            rich_help_panel=opts.OUT_PANEL,
+        ),
+    ] = None,
+    drain_failing: Annotated[
+        bool,
+        typer.Option(
+            "--drain-failing",
+            help="--slurm: drain the flagged nodes in Slurm (scontrol update state=drain).",
+        ),
+    ] = False,
+    procs_per_node: Annotated[
+        int | None,
+        typer.Option(
+            "--procs-per-node",
+            "-p",
+            help=f"Processes per node (default: every GPU; 1 on CPUs){within('--procs-per-node')}.",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help=f"Seconds before the check is stopped{within('--timeout')}.")
+    ] = CHECK_TIMEOUT_S,
+    port: Annotated[
+        int,
+        typer.Option(
+            help=f"Rendezvous port on the first node (MASTER_PORT is port+1){within('--port')}."
+        ),
+    ] = 29400,
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Directory that receives <run-id>/.")
+    ] = Path("runs"),
+    run_id: Annotated[
+        str | None, typer.Option(help="Name of this check (default: time-stamped).")
+    ] = None,
+    stream: Annotated[
+        bool, typer.Option("--stream", help="Stream the nodes' output (it is in their logs).")
+    ] = False,
+    wide: opts.Wide = False,
+    *,
+    where: Where,
+) -> None:
+    """Check every node's compute, memory and GPUs and the network between them; name the
+    slow ones.
+
+    dtrun check --hosts hosts.yaml --write-hosts good.yaml
+
+    One launch over every node: a timed matrix multiply and copy per node, all-reduce inside
+    each node, between pairs of nodes round by round and over halves of the fleet, judged by
+    the median and MAD across the fleet and the size's expected figures. Exit 0 when every
+    node and link is ok, 5 when one is flagged (docs/check.md).
+    """
+    from runner.cli.parse import check_run_id, new_run_id
+    from runner.plan.bounds import check_bound
+    from runner.plan.resolve import resolve_run
+    from runner.spec.request import Program, ProgramKind, RunSpec
+
+    watch = StackWatch(where.stack, False)
+    with human_output_to_stderr(json_out), last_word_on_billing(watch), user_errors():
+        check_bound("--timeout", timeout)
+        check_bound("--port", port)
+        if procs_per_node is not None:
+            check_bound("--procs-per-node", procs_per_node)
+        spec = RunSpec(
+            check_run_id(run_id) if run_id is not None else new_run_id(),
+            launcher=SPARK_LAUNCHERS[0] if where.spark is not None else "torchrun",
+            procs_per_node=procs_per_node or 1,
+            rdzv_port=port,
+            program=Program(ProgramKind.MODULE, "runner.workloads.check"),
+            timeout_s=timeout,
+        )
+        choice = choose(where, 4, job_name=f"dtrun-{spec.run_id}", drain_failing=drain_failing)
+        with opened(choice, watch) as cluster:
+            resolved = resolve_run(_per_node(spec, cluster, procs_per_node))
+            done = _check_on(cluster, resolved, output, stream)
+            print_report(done, wide=wide)
+            _next_steps(cluster, done, write_hosts, drain_failing)
+        if json_out:
+            print_json(done.report.to_json())
+    raise typer.Exit(done.report.exit_code)
+
+
+def _per_node(spec: RunSpec, cluster: Cluster, procs_per_node: int | None) -> RunSpec:
+    """Every GPU of a node unless told otherwise; one process per CPU node."""
+    from dataclasses import replace
+
+    from runner.spec.cluster import Accelerator
+
+    inventory = cluster.inventory
+    if procs_per_node is None and inventory.accelerator is Accelerator.CUDA:
+        spec = replace(spec, procs_per_node=min(node.slots for node in inventory.nodes))
+    return replace(spec, nodes=len(inventory.nodes))
+
+
+def _check_on(cluster: Cluster, resolved: ResolvedRun, output: Path, stream: bool) -> CheckRun:
+    from runner.sweep.check import run_check
+
+    out = console()
+
+    def on_begin(run_dir: RunDir, plan: LaunchPlan) -> None:
+        out.print(
+            f"dtrun check: {plural(plan.nnodes, 'node')} x {plan.procs_per_node} on "
+            f"{cluster.inventory.description} -> {output / resolved.spec.run_id}",
+            highlight=False,
+        )
+
+    def on_line(node: str, line: str) -> None:
+        if stream:
+            print_node_line(out, node, line)
+
+    return run_check(cluster, resolved, output, on_line, on_begin)
+
+
+def _next_steps(
+    cluster: Cluster, done: CheckRun, write_hosts: Path | None, drain_failing: bool
+) -> None:
+    """--write-hosts, the Slurm exclude list and --drain-failing."""
+    from runner.engines.slurm.executor import SlurmExecutor
+
+    flagged = [node for node in done.report.nodes if node.flagged]
+    if write_hosts is not None:
+        write_hosts_file(write_hosts, cluster.inventory, done, {n.host for n in flagged})
+    executor = cluster.executor
+    if isinstance(executor, SlurmExecutor) and flagged:
+        # Slurm's own node names (a failed node's host is already its name)
+        name_of = {label: name for name, label in done.hosts.items()}
+        names = {name_of.get(node.host, node.host): node for node in flagged}
+        console().print(f"dtrun: next Slurm job: --exclude {','.join(names)}", highlight=False)
+        if drain_failing:
+            reasons = {
+                name: f"dtrun check {done.run_dir.path.name}: {node.verdict.value} "
+                f"({node.cause.value if node.cause else ''})"
+                for name, node in names.items()
+            }
+            console().print(f"dtrun: {executor.drain_hosts(reasons)}", highlight=False)

@@ -1,0 +1,148 @@
+"""What `dtrun check` prints and writes: the table of nodes, the slow links, and the hosts
+file without the flagged nodes (docs/check.md, "Output")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.cli.common import console
+from runner.cli.tables import Column, Grid, print_grid
+from runner.errors import UsageError
+from runner.spec.text import plural
+
+if TYPE_CHECKING:
+    from runner.check.model import NodeCheck
+    from runner.spec.cluster import Inventory
+    from runner.sweep.check import CheckRun
+
+
+def _figure(value: Any, unit: str) -> str:
+    return f"{value:.3g} {unit}" if isinstance(value, int | float) else "-"
+
+
+def _row(node: NodeCheck, gpus: bool) -> tuple[str, ...]:
+    figures = node.figures
+    compute = figures.get("compute_gflops")
+    compute_text = (
+        _figure(compute / 1e3, "TFLOP/s") if gpus and isinstance(compute, float)
+        else _figure(compute, "GFLOP/s")
+    )  # fmt: skip
+    pairs = figures.get("pairs", 0)
+    network = _figure(figures.get("network_busbw_gbs"), "GB/s")
+    if pairs:
+        network += f" ({plural(pairs, 'pair')})"
+    return (
+        node.host,
+        compute_text,
+        _figure(figures.get("memory_gbs"), "GB/s"),
+        network,
+        node.verdict.value,
+        node.cause.value if node.cause else "",
+        "; ".join(node.evidence),
+    )
+
+
+def print_report(done: CheckRun, *, wide: bool = False) -> None:
+    report = done.report
+    gpus = done.measured.device == "cuda"
+    columns = (
+        Column("host", 10, "left", wrap=True), Column("compute", 7), Column("memory", 6),
+        Column("network", 5), Column("verdict", 9, "left"), Column("cause", 8, "left"),
+        Column("evidence", 4, "left", wrap=True),
+    )  # fmt: skip
+    rows = [_row(node, gpus) for node in report.nodes]
+    out = console()
+    print_grid(out, Grid(columns, rows, hint="--wide shows every column"), wide=wide)
+    for link in report.slow_links:
+        out.print(f"slow link {link.a} - {link.b}: {link.evidence}", highlight=False)
+    flagged = report.flagged_nodes
+    if not flagged and not report.slow_links:
+        out.print(
+            f"[green]ok[/] {plural(len(report.nodes), 'node')}, {plural(len(report.links), 'pair')}"
+            f" checked in {done.wall_s:.0f} s: nothing flagged; {done.run_dir.path}/check.json",
+            highlight=False,
+        )
+        return
+    names = ", ".join(f"{node.host} ({node.cause.value if node.cause else node.verdict.value})"
+                      for node in flagged)  # fmt: skip
+    what = [f"{plural(len(flagged), 'node')}: {names}"] if flagged else []
+    what += [f"{plural(len(report.slow_links), 'slow link')}"] if report.slow_links else []
+    out.print(
+        f"[red]flagged[/] {'; '.join(what)} (in {done.wall_s:.0f} s; "
+        f"{done.run_dir.path}/check.json)",
+        highlight=False,
+    )
+
+
+def _yaml_hosts(path: Path) -> dict[str, Any] | None:
+    """The hosts file at ``path`` when it is YAML with a hosts list; None otherwise."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if isinstance(data, dict) and isinstance(data.get("hosts"), list):
+        return data
+    return None
+
+
+def _entry_host(entry: Any) -> tuple[str, str]:
+    """(host, host:port) of a YAML hosts entry."""
+    if isinstance(entry, dict):
+        host = str(entry.get("host", ""))
+        port = entry.get("port")
+        return host, f"{host}:{port}" if port is not None else host
+    return str(entry), str(entry)
+
+
+def kept_hosts(hosts_file: Path | None, inventory: Inventory, flagged: set[str],
+               labels: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """The hosts file's own YAML without the flagged hosts, or a YAML hosts list of the
+    inventory's other nodes (a hosts file of lines, or no hosts file)."""
+    data = _yaml_hosts(hosts_file) if hosts_file is not None and hosts_file.is_file() else None
+    if data is not None:
+        kept = [e for e in data["hosts"] if not {*_entry_host(e)} & flagged]
+        return {**data, "hosts": kept}
+    entries: list[dict[str, Any]] = []
+    for node in inventory.nodes:
+        if labels.get(node.name, node.name) in flagged:
+            continue
+        entry: dict[str, Any] = {"host": node.ssh_host or node.address}
+        if node.ssh_port is not None:
+            entry["port"] = node.ssh_port
+        if node.slots != 1:
+            entry["slots"] = node.slots
+        entries.append(entry)
+    return {"hosts": entries}
+
+
+def write_hosts_file(path: Path, inventory: Inventory, done: CheckRun, flagged: set[str]) -> None:
+    """--write-hosts: whole or not at all, never through a link."""
+    import yaml
+
+    from runner.workloads.files import write_atomic
+
+    source = (
+        inventory.source.removeprefix("hosts:") if inventory.source.startswith("hosts:") else None
+    )
+    data = kept_hosts(Path(source) if source else None, inventory, flagged, done.hosts)
+    if not data["hosts"]:
+        console(stderr=True).print(
+            f"dtrun: every node was flagged; {path} not written", highlight=False
+        )
+        return
+    try:
+        write_atomic(path, yaml.safe_dump(data, sort_keys=False).encode())
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write --write-hosts {path}",
+            why=exc.strerror or str(exc),
+            fix="pass a path in a directory you can write (not a link)",
+        ) from None
+    console().print(
+        f"dtrun: wrote {path}: {plural(len(data['hosts']), 'host')}"
+        + (f", without {', '.join(sorted(flagged))}" if flagged else ""),
+        highlight=False,
+    )

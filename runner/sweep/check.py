@@ -1,0 +1,125 @@
+"""`dtrun check` on an open cluster: which nodes answer, one launch of the check workload over
+them (again without a node whose launch failed, which is then named), and the verdicts
+(runner/check/judge.py), written to runs/<run-id>/check.json (docs/check.md)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.check.expected import Thresholds, expected_for
+from runner.check.judge import judge_check
+from runner.check.model import CheckReport
+from runner.check.result import Measured, load
+from runner.errors import NodeFailedError, RunError, UsageError
+from runner.execute import LineSink, discard
+from runner.plan.check import CHECK_DIR, CheckSettings, plan_check
+from runner.record.rundir import RunDir, create_run_dir
+from runner.spec.cluster import Inventory, Node
+from runner.spec.launchplan import RESULT_FILE, LaunchPlan
+
+if TYPE_CHECKING:
+    from runner.engines.base import Cluster
+    from runner.plan.resolve import ResolvedRun
+
+RETRIES = 2  # launches again without a node whose launch failed, at most this often
+CHECK_RECORD = "check.json"
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    report: CheckReport
+    run_dir: RunDir
+    launch_dir: Path
+    wall_s: float
+    hosts: dict[str, str]  # node name -> host, as the user named it
+    measured: Measured
+
+
+def host_labels(inventory: Inventory) -> dict[str, str]:
+    """Each node's host as the hosts file, stack or scheduler names it: the host it logs in
+    to (with :port where two share a host), else the node's own name (Slurm's, embedded)."""
+    logins = Counter(node.ssh_host for node in inventory.nodes if node.ssh_host)
+    labels = {}
+    for node in inventory.nodes:
+        if node.ssh_host is None:
+            labels[node.name] = node.name
+        elif logins[node.ssh_host] > 1 and node.ssh_port is not None:
+            labels[node.name] = f"{node.ssh_host}:{node.ssh_port}"
+        else:
+            labels[node.name] = node.ssh_host
+    return labels
+
+
+def answering(cluster: Cluster, labels: dict[str, str]) -> tuple[tuple[Node, ...], dict[str, str]]:
+    """The nodes that run a shell command, and why each other one is out."""
+    nodes = cluster.inventory.nodes
+    try:
+        answers = cluster.executor.command({node.name: "true" for node in nodes})
+    except UsageError:  # an engine that runs tasks, not shells: Spark gave its live executors
+        return nodes, {}
+    out = {}
+    for node in nodes:
+        answer = answers[node.name]
+        if answer.error is not None or answer.exit_code != 0:
+            out[labels[node.name]] = answer.error or f"`true` exited {answer.exit_code}"
+    return tuple(n for n in nodes if labels[n.name] not in out), out
+
+
+def run_check(
+    cluster: Cluster,
+    resolved: ResolvedRun,
+    output: Path,
+    on_line: LineSink = discard,
+    on_begin: Callable[[RunDir, LaunchPlan], None] | None = None,
+    settings: CheckSettings | None = None,
+) -> CheckRun:
+    inventory = cluster.inventory
+    settings = settings or CheckSettings.for_inventory(inventory)
+    labels = host_labels(inventory)
+    run_dir = create_run_dir(output, resolved.spec.run_id)
+    workdir = run_dir.path / CHECK_DIR
+    started = time.monotonic()
+    nodes, unreachable = answering(cluster, labels)
+    for attempt in range(RETRIES + 1):
+        if not nodes:
+            raise RunError(
+                "no node could run the check",
+                why="; ".join(f"{host}: {why}" for host, why in unreachable.items()),
+                fix="bring the nodes back (dtrun exec -- true shows which answer) and run again",
+            )
+        plan = plan_check(resolved, inventory, nodes, settings)
+        if on_begin is not None:
+            on_begin(run_dir, plan)
+        run_dir.makedirs(workdir)
+        (workdir / RESULT_FILE).unlink(missing_ok=True)
+        timeout = resolved.spec.timeout_s or float(resolved.join_timeout_s)
+        try:
+            cluster.ready(plan)
+            cluster.executor.run(plan, workdir, timeout_s=timeout, on_line=on_line)
+            break
+        except NodeFailedError as exc:
+            failed = next((n for n in nodes if n.name == exc.node), None)
+            if failed is None or attempt == RETRIES or len(nodes) < 2:
+                raise
+            unreachable[labels[failed.name]] = f"its launch failed: {exc.message}"
+            nodes = tuple(n for n in nodes if n is not failed)
+    measured = load(workdir / RESULT_FILE)
+    report = judge_check(
+        measured,
+        labels,
+        unreachable,
+        Thresholds.for_device(measured.device),
+        expected_for(inventory.size, plan.procs_per_node),
+    )
+    wall = time.monotonic() - started
+    run_dir.write_json(
+        run_dir.path / CHECK_RECORD,
+        {"schema": "dtrun.check-report/1", **report.to_json(), "wall_s": wall,
+         "settings": dict(measured.settings), "source": inventory.source},
+    )  # fmt: skip
+    return CheckRun(report, run_dir, workdir, wall, labels, measured)

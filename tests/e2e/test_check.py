@@ -1,0 +1,169 @@
+"""`dtrun check` for real: the embedded cluster, real sshd nodes (127.0.0.2-5:2222) and a host
+that does not answer (docs/check.md). The judging itself: tests/unit/test_check.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests import faults
+from tests.conftest import run_dtrun
+from tests.e2e.test_ssh import hosts_file_text
+
+pytestmark = pytest.mark.e2e
+
+
+def _check(tmp, *args, run_id="check"):
+    done = run_dtrun(
+        "check", *args, "--output", str(tmp / "runs"), "--run-id", run_id, "--json",
+        cwd=tmp, timeout=280,
+    )  # fmt: skip
+    return done, (json.loads(done.stdout) if done.stdout.strip() else None)
+
+
+@pytest.mark.parametrize(("nodes", "port"), [(2, 29810), (4, 29820)])
+def test_a_clean_embedded_cluster_checks_ok_and_exits_0(no_leftovers, nodes, port):
+    done, data = _check(no_leftovers, "--local-nodes", str(nodes), "--port", str(port))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [(n["host"], n["verdict"], n["cause"]) for n in data["nodes"]] == [
+        (f"node-{i}", "ok", None) for i in range(nodes)
+    ]
+    assert len(data["links"]) == (1 if nodes == 2 else 4)  # 1 round of 1 pair; 2 rounds of 2
+    assert all(link["verdict"] == "ok" and link["busbw_gbs"] > 0 for link in data["links"])
+    for node in data["nodes"]:
+        assert node["figures"]["compute_gflops"] > 0 and node["figures"]["memory_gbs"] > 0
+    record = json.loads((no_leftovers / "runs" / "check" / "check.json").read_text())
+    assert record["nodes"] == data["nodes"] and record["wall_s"] > 0
+    assert (no_leftovers / "runs" / "check" / "check" / "result.json").is_file()
+
+
+def _hosts(cluster, tmp, extra=()):
+    text = hosts_file_text(cluster, tmp)
+    data = yaml.safe_load(text)
+    data["hosts"] += list(extra)
+    path = tmp / "hosts.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _kept(path):
+    """The hosts a written hosts file lists (entries as the original wrote them)."""
+    return [
+        e["host"] if isinstance(e, dict) else e for e in yaml.safe_load(path.read_text())["hosts"]
+    ]
+
+
+def test_clean_sshd_nodes_check_ok_and_write_hosts_keeps_them_all(sshd_cluster, no_leftovers):
+    hosts = _hosts(sshd_cluster, no_leftovers)
+    kept = no_leftovers / "good.yaml"
+    done, data = _check(
+        no_leftovers, "--hosts", str(hosts), "--port", "29830", "--write-hosts", str(kept)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [n["verdict"] for n in data["nodes"]] == ["ok"] * 4
+    assert [n["host"] for n in data["nodes"]] == [h.address for h in sshd_cluster.hosts]
+    assert yaml.safe_load(kept.read_text()) == yaml.safe_load(hosts.read_text())
+
+
+def test_a_host_that_does_not_answer_is_named_and_the_others_are_checked(
+    sshd_cluster, no_leftovers
+):
+    # nothing listens on 127.0.0.9: the login is refused, the four sshd nodes are checked
+    hosts = _hosts(sshd_cluster, no_leftovers, extra=[{"host": "127.0.0.9"}])
+    kept = no_leftovers / "good.yaml"
+    done, data = _check(
+        no_leftovers, "--hosts", str(hosts), "--port", "29840", "--write-hosts", str(kept)
+    )
+    assert done.returncode == 5, done.stdout + done.stderr
+    flagged = [(n["host"], n["verdict"], n["cause"]) for n in data["nodes"] if n["verdict"] != "ok"]
+    assert flagged == [("127.0.0.9", "failed", "unreachable")]
+    assert len([n for n in data["nodes"] if n["verdict"] == "ok"]) == 4
+    assert _kept(kept) == [h.address for h in sshd_cluster.hosts]
+
+
+# A fifth of a CPU (tests/faults.py): the throttled node computes and copies about 5x slower
+# when its turn comes, alone, whatever else the machine runs.
+SHARE = 0.2
+
+
+def _flagged(data):
+    nodes = [(n["host"], n["verdict"], n["cause"]) for n in data["nodes"] if n["verdict"] != "ok"]
+    links = [(link["a"], link["b"]) for link in data["links"] if link["verdict"] == "slow"]
+    return nodes, links
+
+
+def test_a_throttled_sshd_node_is_named_alone_with_cause_compute(sshd_cluster, no_leftovers):
+    slow = sshd_cluster.hosts[2].address
+    hosts = _hosts(sshd_cluster, no_leftovers)
+    kept = no_leftovers / "good.yaml"
+    with faults.slow_sshd(sshd_cluster, slow, SHARE) as group:
+        done, data = _check(
+            no_leftovers, "--hosts", str(hosts), "--port", "29850", "--write-hosts", str(kept)
+        )
+        periods, _ = group.throttled()
+    assert periods > 0, "the quota never held the node back"
+    assert done.returncode == 5, done.stdout + done.stderr
+    nodes, links = _flagged(data)
+    assert nodes == [(slow, "slow", "compute")], done.stdout
+    assert links == []
+    assert _kept(kept) == [h.address for h in sshd_cluster.hosts if h.address != slow]
+
+
+def _shaped_pairs(run, shaped):
+    """The pairs a slow link on ``shaped`` slows: gloo's higher rank of a pair connects to the
+    lower's address, and the connecting socket is not bound, so on loopback it sends from
+    127.0.0.1. Packets to the shaped address then flow only in the pairs where the shaped node
+    listens: those whose other node has a higher rank."""
+    result = json.loads((run / "check" / "result.json").read_text())
+    rank = {node["address"]: min(node["ranks"]) for node in result["nodes"]}
+    pairs = [tuple(pair["nodes"]) for round_ in result["rounds"] for pair in round_]
+    address = [node["address"] for node in result["nodes"]]
+    return {
+        (address[a], address[b])
+        for a, b in pairs
+        if shaped in (address[a], address[b])
+        and rank[address[b] if address[a] == shaped else address[a]] > rank[shaped]
+    }
+
+
+@pytest.mark.parametrize(("index", "port"), [(0, 29860), (1, 29870)])
+def test_a_shaped_link_is_named_alone_as_its_link_or_its_node(
+    sshd_cluster, no_leftovers, index, port
+):
+    # every packet to one node's address at 20 Mbit/s (tests/faults.py slow_link): the node
+    # that every partner connects to is slow with each (a node, cause network); one that only
+    # some connect to has slow links with those alone (_shaped_pairs)
+    shaped = sshd_cluster.hosts[index].address
+    hosts = _hosts(sshd_cluster, no_leftovers)
+    with faults.slow_link(shaped, "20mbit"):
+        done, data = _check(no_leftovers, "--hosts", str(hosts), "--port", str(port))
+    assert done.returncode == 5, done.stdout + done.stderr
+    slow = _shaped_pairs(no_leftovers / "runs" / "check", shaped)
+    result = (no_leftovers / "runs" / "check" / "check" / "result.json").read_text()
+    assert slow, f"the shaped address carried none of the check's pairs: {data} {result}"
+    mine = {(a, b) for a, b in slow}
+    theirs = {(link["a"], link["b"]) for link in data["links"] if shaped in (link["a"], link["b"])}
+    nodes, links = _flagged(data)
+    if mine == theirs:  # slow with every partner: the node
+        assert nodes == [(shaped, "slow", "network")], done.stdout
+        assert links == []
+    else:
+        assert nodes == [], done.stdout
+        assert set(links) == mine, done.stdout
+
+
+def test_a_check_on_slurm_names_its_nodes_as_slurm_does_and_ends_its_job(slurm, no_leftovers):
+    done = run_dtrun(
+        "check", "--slurm", "--local-nodes", "2", "--port", "29880", "--json",
+        "--output", str(no_leftovers / "runs"), "--run-id", "check",
+        cwd=no_leftovers, env=slurm.env, timeout=280,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(done.stdout)
+    assert [(n["host"], n["verdict"]) for n in data["nodes"]] == [("n1", "ok"), ("n2", "ok")]
+    assert [(link["a"], link["b"], link["verdict"]) for link in data["links"]] == [
+        ("n1", "n2", "ok")
+    ]
+    assert slurm.jobs() == []  # the allocation dtrun asked for is gone

@@ -1,0 +1,238 @@
+"""`dtrun check`'s pure half: which nodes meet in which round, the robust statistics, the
+verdicts, the JSON and the exit code (docs/check.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from runner.check.expected import Expected, Thresholds, expected_for
+from runner.check.judge import judge_check
+from runner.check.model import FLAGGED_EXIT, Cause, LinkVerdict, Verdict
+from runner.check.result import Group, Measured, load, parse
+from runner.check.stats import judge_series, others
+from runner.errors import DamagedRunError
+from runner.workloads.check_plan import bisection_levels, pair_rounds
+
+CPU = Thresholds.for_device("cpu")
+
+
+@pytest.mark.parametrize("n", [*range(2, 70), 100, 255, 256, 257, 1000, 1024])
+def test_pair_rounds_are_disjoint_new_pairs_that_give_every_node_two_partners(n):
+    rounds = pair_rounds(n)
+    seen: set[tuple[int, int]] = set()
+    partners: list[set[int]] = [set() for _ in range(n)]
+    for pairs in rounds:
+        ends = [x for pair in pairs for x in pair]
+        assert len(ends) == len(set(ends)), "a node twice in one round"
+        for a, b in pairs:
+            assert 0 <= a < b < n
+            assert (a, b) not in seen, "a pair measured twice"
+            seen.add((a, b))
+            partners[a].add(b)
+            partners[b].add(a)
+    assert all(len(p) >= min(2, n - 1) for p in partners)
+    assert len(rounds) <= math.ceil(math.log2(n)) + 2  # O(log N) rounds, never O(N^2) pairs
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 64, 1024])
+def test_a_power_of_two_fleet_meets_log2_n_partners_in_log2_n_rounds(n):
+    rounds = pair_rounds(n)
+    assert len(rounds) == int(math.log2(n))
+    assert all(len(pairs) == n // 2 for pairs in rounds)
+
+
+def test_bisection_halves_the_fleet_down_to_groups_of_three_or_more():
+    assert bisection_levels(2) == []
+    assert bisection_levels(4) == [[[0, 1, 2, 3]]]
+    assert bisection_levels(8) == [[list(range(8))], [[0, 1, 2, 3], [4, 5, 6, 7]]]
+    levels = bisection_levels(1024)
+    assert [len(level) for level in levels] == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    for level in levels:
+        flat = [x for group in level for x in group]
+        assert sorted(flat) == list(range(1024))
+
+
+def _noisy(rng, base, cycles=3, spread=0.12):
+    return [base * (1 - spread * rng.random()) for _ in range(cycles)]
+
+
+def test_a_healthy_noisy_fleet_flags_nothing():
+    rng = random.Random(7)
+    for n in (2, 3, 4, 8, 32):
+        for _ in range(200):
+            series = [_noisy(rng, 100.0) for _ in range(n)]
+            assert not any(f and f.flagged for f in judge_series(series, others(n), 0.35))
+
+
+def test_load_that_moves_over_time_is_compared_within_each_cycle():
+    # every node measured in cycle 1 ran under load (half speed); one node's best cycle was
+    # cycle 0 alone: a best-of-everything comparison would flag the others
+    series = [[100.0, 50.0, 100.0], [100.0, 48.0, 52.0], [98.0, 51.0, 99.0], [101.0, 50.0, 99.0]]
+    found = judge_series(series, others(4), 0.35)
+    assert not any(f and f.flagged for f in found)
+
+
+def test_a_node_at_half_speed_in_every_cycle_is_flagged_alone():
+    series = [[100.0, 98, 102], [50.0, 49, 52], [99.0, 101, 100], [100.0, 97, 103]]
+    found = judge_series(series, others(4), 0.35)
+    assert [bool(f and f.flagged) for f in found] == [False, True, False, False]
+    assert found[1] is not None and found[1].shortfall == pytest.approx(0.5, abs=0.03)
+
+
+def test_with_many_nodes_a_small_effect_inside_the_fleets_spread_is_not_flagged():
+    # 40% below, but the fleet itself spreads that wide: the MAD z-score says no
+    rng = random.Random(3)
+    series = [[rng.uniform(40, 160)] * 3 for _ in range(20)]
+    series[0] = [55.0] * 3
+    found = judge_series(series, others(20), 0.35)
+    assert found[0] is not None and not found[0].flagged
+
+
+def measured(n=4, compute=None, memory=None, pairs=None, gpus=None, device="cpu"):
+    """A check result of ``n`` healthy CPU nodes, with some figures replaced."""
+    rounds = pair_rounds(n)
+    compute = compute or {}
+    memory = memory or {}
+    pairs = pairs or {}
+    return Measured(
+        device=device,
+        names=tuple(f"node-{i}" for i in range(n)),
+        procs=(1,) * n,
+        compute=tuple(((compute.get(i, 100.0),) * 3,) for i in range(n)),
+        memory=tuple(((memory.get(i, 20.0),) * 3,) for i in range(n)),
+        gpus=tuple((gpus or {}).get(i) for i in range(n)),
+        inside=((None,) * 3,) * n,
+        rounds=tuple(
+            tuple(Group(pair, (pairs.get(pair, 1.5),) * 3) for pair in round_) for round_ in rounds
+        ),
+        bisection=tuple(
+            tuple(Group(tuple(g), (1.0,) * 3) for g in level) for level in bisection_levels(n)
+        ),
+        settings={},
+    )
+
+
+HOSTS = {f"node-{i}": f"10.0.0.{i}" for i in range(8)}
+
+
+def check(m, unreachable=None, expected=None):
+    return judge_check(m, HOSTS, unreachable or {}, Thresholds.for_device(m.device),
+                       expected or Expected())  # fmt: skip
+
+
+def test_a_healthy_cluster_is_ok_and_exits_0():
+    report = check(measured())
+    assert [node.verdict for node in report.nodes] == [Verdict.OK] * 4
+    assert all(link.verdict is LinkVerdict.OK for link in report.links)
+    assert report.exit_code == 0
+
+
+def test_a_slow_compute_node_is_named_by_its_host_with_cause_compute():
+    report = check(measured(compute={2: 40.0}))
+    flagged = report.flagged_nodes
+    assert [(n.host, n.verdict, n.cause) for n in flagged] == [
+        ("10.0.0.2", Verdict.SLOW, Cause.COMPUTE)
+    ]
+    assert "60% below" in flagged[0].evidence[0]
+    assert report.exit_code == FLAGGED_EXIT
+
+
+def test_a_slow_memory_node_has_cause_memory():
+    report = check(measured(memory={1: 5.0}))
+    assert [(n.host, n.cause) for n in report.flagged_nodes] == [("10.0.0.1", Cause.MEMORY)]
+
+
+def test_one_slow_pair_among_good_ones_is_a_link_not_a_node():
+    report = check(measured(pairs={(0, 1): 0.02}))
+    assert report.flagged_nodes == ()
+    assert [(link.a, link.b, link.verdict) for link in report.slow_links] == [
+        ("10.0.0.0", "10.0.0.1", LinkVerdict.SLOW)
+    ]
+    assert report.exit_code == FLAGGED_EXIT
+
+
+def test_a_node_slow_with_every_partner_is_the_node_with_cause_network():
+    rounds = pair_rounds(4)
+    slow = {pair: 0.02 for pairs in rounds for pair in pairs if 3 in pair}
+    report = check(measured(pairs=slow))
+    assert [(n.host, n.cause) for n in report.flagged_nodes] == [("10.0.0.3", Cause.NETWORK)]
+    assert report.slow_links == ()
+    assert {link.verdict for link in report.links if "10.0.0.3" in (link.a, link.b)} == {
+        LinkVerdict.NODE
+    }
+
+
+def test_with_two_nodes_one_pair_has_nothing_to_compare_with_and_is_not_judged():
+    report = check(measured(n=2, pairs={(0, 1): 0.01}))
+    assert report.exit_code == 0
+
+
+def test_a_pair_below_the_sizes_expected_busbw_is_flagged_even_alone():
+    expected = Expected(pair_gbs=370.0, pair_source="ND96isr_H100_v5 across nodes")
+    report = check(measured(n=2, pairs={(0, 1): 150.0}), expected=expected)
+    assert [link.verdict for link in report.links] == [LinkVerdict.SLOW]
+
+
+def test_an_unreachable_host_is_failed_with_its_reason():
+    report = check(measured(), unreachable={"10.0.0.9": "connection refused"})
+    failed = report.flagged_nodes
+    assert [(n.host, n.verdict, n.cause, n.evidence) for n in failed] == [
+        ("10.0.0.9", Verdict.FAILED, Cause.UNREACHABLE, ("connection refused",))
+    ]
+
+
+def test_gpu_errors_fail_a_node_and_throttled_clocks_slow_it():
+    ecc = ({"index": "0", "ecc.errors.uncorrected.volatile.total": "3"},)
+    hot = ({"index": "5", "clocks_event_reasons.active": "0x0000000000000040"},)
+    idle = ({"index": "1", "clocks_event_reasons.active": "0x1", "retired_pages.pending": "No"},)
+    report = check(measured(gpus={0: ecc, 1: hot, 2: idle}))
+    by_host = {n.host: n for n in report.nodes}
+    assert (by_host["10.0.0.0"].verdict, by_host["10.0.0.0"].cause) == (Verdict.FAILED, Cause.GPU)
+    assert (by_host["10.0.0.1"].verdict, by_host["10.0.0.1"].cause) == (Verdict.SLOW, Cause.GPU)
+    assert "HW thermal" in by_host["10.0.0.1"].evidence[0]
+    assert by_host["10.0.0.2"].verdict is Verdict.OK
+
+
+def test_a_gpu_below_half_its_peak_is_slow_whatever_the_fleet():
+    m = measured(n=2, compute={0: 300_000.0, 1: 300_000.0}, device="cuda")
+    report = check(m, expected=expected_for("Standard_ND96isr_H100_v5", 8))
+    assert {n.cause for n in report.nodes} == {Cause.COMPUTE}
+
+
+def test_the_json_has_exactly_the_documented_shape():
+    data = check(measured(compute={1: 10.0}), unreachable={"h9": "refused"}).to_json()
+    assert set(data) == {"nodes", "links"}
+    for node in data["nodes"]:
+        assert set(node) == {"host", "verdict", "cause", "figures"}
+        assert node["verdict"] in {"ok", "slow", "failed"}
+        assert node["cause"] in {None, "compute", "memory", "network", "gpu", "unreachable"}
+    for link in data["links"]:
+        assert set(link) == {"a", "b", "busbw_gbs", "verdict"}
+    json.dumps(data)
+
+
+def test_a_damaged_result_file_is_named_with_what_is_wrong(tmp_path):
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"schema": "dtrun.check/1", "device": "cpu"}))
+    with pytest.raises(DamagedRunError, match="has no 'settings'"):
+        load(path)
+
+
+def test_a_result_round_trips_through_parse():
+    data = {
+        "schema": "dtrun.check/1", "device": "cpu", "settings": {},
+        "nodes": [{"name": "node-0", "address": "a", "ranks": [0]},
+                  {"name": "node-1", "address": "b", "ranks": [1]}],
+        "ranks": [{"node": 0, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": None},
+                  {"node": 1, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": None}],
+        "inside": [{"nodes": [0], "busbw_gbs": [None]}, {"nodes": [1], "busbw_gbs": [None]}],
+        "rounds": [[{"nodes": [0, 1], "busbw_gbs": [1.5]}]],
+        "bisection": [],
+    }  # fmt: skip
+    m = parse(data)
+    assert m.names == ("node-0", "node-1")
+    assert m.rounds[0][0] == Group((0, 1), (1.5,))
