@@ -65,7 +65,7 @@ def test_a_ddp_program_is_timed_by_its_optimizer_steps_as_its_own_clock_says(no_
     assert verdicts[1] in ("scales", "loses", "inconclusive")
     assert "--steps" not in summary["rows"][1]["verdict_reason"]  # it does nothing here
     report = (run / "report.md").read_text()
-    assert f"your program: python {DDP} --steps 14 --sleep 0.05;" in report
+    assert f"your program: `python {DDP} --steps 14 --sleep 0.05`;" in report  # a code span
     assert "| nodes | processes | n (steps x launches) | samples/s, 95% CI |" in report
     assert "in sync: 2 ranks on 2 nodes" in report
     noise = {point["nodes"]: point for point in summary["noise"]["points"]}

@@ -21,7 +21,9 @@ def test_strict_stops_before_the_sweep_and_records_why(no_leftovers, live_invent
         allreduce=AllreduceSpec(sizes="4K:64K", iters=5), rdzv_port=29650,
         health=HealthGate(strict=True, threshold_gbs=1e6, size="64K"),
     )  # fmt: skip
-    with pytest.raises(HealthGateError, match=r"1 below the mark \(node-0 \(") as caught:
+    with pytest.raises(
+        HealthGateError, match=r"1 below the mark: node-0 \(127\.0\.0\.2\) at "
+    ) as caught:
         run_sweep(sweep_plan(live_inventory, bench), no_leftovers / "runs", LocalExecutor())
     assert caught.value.exit_code == 4
     run = no_leftovers / "runs" / "gate-strict"
