@@ -144,7 +144,7 @@ def _processes(env_matches: Callable[[dict[str, str]], bool]) -> Iterator[psutil
 def _here(proc: psutil.Process) -> bool:
     """Whether ``proc`` shares this process's network namespace."""
     try:
-        return os.readlink(f"/proc/{proc.pid}/ns/net") == os.readlink("/proc/self/ns/net")
+        return Path(f"/proc/{proc.pid}/ns/net").readlink() == Path("/proc/self/ns/net").readlink()
     except OSError:
         return False
 
