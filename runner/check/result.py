@@ -64,6 +64,7 @@ class Measured:
     rounds: tuple[tuple[Group, ...], ...]  # the pairs, round by round
     bisection: tuple[tuple[Group, ...], ...]  # the whole fleet, halves, quarters, ...
     settings: Mapping[str, Any]
+    addresses: tuple[str, ...] = ()  # each node's address, as its rank 0 found it
 
 
 def _groups(rows: list[dict[str, Any]]) -> tuple[Group, ...]:
@@ -95,6 +96,7 @@ def parse(data: dict[str, Any]) -> Measured:
         rounds=tuple(_groups(pairs) for pairs in data["rounds"]),
         bisection=tuple(_groups(level) for level in data["bisection"]),
         settings=data["settings"],
+        addresses=tuple(node["address"] for node in data["nodes"]),
     )
 
 

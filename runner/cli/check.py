@@ -96,6 +96,7 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
     node and link is ok, 5 when one is flagged (docs/check.md).
     """
     from runner.cli.parse import check_run_id, new_run_id
+    from runner.errors import UsageError
     from runner.plan.bounds import check_bound
     from runner.plan.resolve import resolve_run
     from runner.spec.request import Program, ProgramKind, RunSpec
@@ -106,6 +107,13 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
         check_bound("--port", port)
         if procs_per_node is not None:
             check_bound("--procs-per-node", procs_per_node)
+        if write_hosts is not None and where.spark is not None:
+            raise UsageError(
+                "--write-hosts writes a hosts file, and --spark's nodes are a Spark master's "
+                "executors, not hosts dtrun logs in to",
+                fix="leave out --write-hosts; take the hosts the check flags out of the Spark "
+                "cluster (their executors' hosts)",
+            )
         spec = RunSpec(
             check_run_id(run_id) if run_id is not None else new_run_id(),
             launcher=SPARK_LAUNCHERS[0] if where.spark is not None else "torchrun",

@@ -42,17 +42,38 @@ class CheckRun:
 
 def host_labels(inventory: Inventory) -> dict[str, str]:
     """Each node's host as the hosts file, stack or scheduler names it: the host it logs in
-    to (with :port where two share a host), else the node's own name (Slurm's, embedded)."""
-    logins = Counter(node.ssh_host for node in inventory.nodes if node.ssh_host)
+    to (with :port where two share a host; a stack's node: the address it registered), else
+    the node's own name (Slurm's, embedded; Spark's until the check ran: spark_labels)."""
+    stack = inventory.source.startswith("stack:")
+    logins = Counter(_login(node, stack) for node in inventory.nodes)
     labels = {}
     for node in inventory.nodes:
-        if node.ssh_host is None:
+        login = _login(node, stack)
+        if login is None:
             labels[node.name] = node.name
-        elif logins[node.ssh_host] > 1 and node.ssh_port is not None:
-            labels[node.name] = f"{node.ssh_host}:{node.ssh_port}"
+        elif logins[login] > 1 and node.ssh_port is not None:
+            labels[node.name] = f"{login}:{node.ssh_port}"
         else:
-            labels[node.name] = node.ssh_host
+            labels[node.name] = login
     return labels
+
+
+def _login(node: Node, stack: bool) -> str | None:
+    """The host dtrun logs in to: a stack's nodes are reached at their registered address
+    (runner/cluster/outputs.py, inventory_from_stack)."""
+    return node.ssh_host or (node.address if stack else None)
+
+
+def spark_labels(measured: Measured, labels: dict[str, str]) -> dict[str, str]:
+    """Spark's nodes by the host of the executor each ran on, as Spark names its executors
+    (its barrier task's number, spark-N, says nothing of the machine); where two ran on one
+    host (local-cluster), the node's own name."""
+    hosts = Counter(measured.addresses)
+    named = dict(labels)
+    for name, address in zip(measured.names, measured.addresses, strict=True):
+        if address and hosts[address] == 1:
+            named[name] = address
+    return named
 
 
 def answering(cluster: Cluster, labels: dict[str, str]) -> tuple[tuple[Node, ...], dict[str, str]]:
@@ -109,6 +130,8 @@ def run_check(
             unreachable[labels[failed.name]] = f"its launch failed: {exc.message}"
             nodes = tuple(n for n in nodes if n is not failed)
     measured = load(workdir / RESULT_FILE)
+    if inventory.scheduler == "spark":
+        labels = spark_labels(measured, labels)
     report = judge_check(
         measured,
         labels,

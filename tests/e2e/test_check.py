@@ -1,16 +1,19 @@
 """`dtrun check` for real: the embedded cluster, real sshd nodes (127.0.0.2-5:2222) and a host
-that does not answer (docs/check.md). The judging itself: tests/unit/test_check.py."""
+that does not answer, a saved stack outputs file over the sshd nodes, and Slurm (docs/check.md;
+Spark: tests/e2e/test_check_spark.py). The judging itself: tests/unit/test_check.py."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 
-from tests import faults
-from tests.conftest import run_dtrun
+from tests import faults, sshd
+from tests.conftest import DTRUN, run_dtrun
 from tests.e2e.test_ssh import hosts_file_text
+from tests.paths import TESTS
 
 pytestmark = pytest.mark.e2e
 
@@ -167,3 +170,55 @@ def test_a_check_on_slurm_names_its_nodes_as_slurm_does_and_ends_its_job(slurm, 
         ("n1", "n2", "ok")
     ]
     assert slurm.jobs() == []  # the allocation dtrun asked for is gone
+
+
+def _outputs_file(cluster, tmp):
+    """A saved stack outputs file (version 4, runner/cluster/outputs.py) for the sshd nodes:
+    the head on 127.0.0.2, and 127.0.0.3 and 127.0.0.4 registered as the stack's CPU nodes on
+    the "shared storage" (a directory here, read through the head, as `dtrun up`'s nodes are)."""
+    head, *nodes = cluster.hosts[:3]
+    shared = tmp / "shared"
+    registry = shared / ".dtrun" / "nodes"
+    registry.mkdir(parents=True)
+    entry = json.loads((TESTS / "data" / "registry" / "dtrunnode000000.json").read_text())
+    for index, node in enumerate(nodes):
+        (registry / f"dtrunnode00000{index}.json").write_text(json.dumps(
+            entry | {"hostname": f"dtrunnode00000{index}", "address": node.address, "gpus": 0,
+                     "vm_size": "Standard_HB176rs_v4"}
+        ))  # fmt: skip
+    recorded = TESTS / "data" / "outputs" / "v4-h100-azurefiles-created.json"
+    values = json.loads(recorded.read_text())
+    values |= {
+        "head_public_address": head.address, "ssh_user": cluster.user, "ssh_port": sshd.PORT,
+        "ssh_private_key": cluster.key.read_text(),
+        "known_hosts": [host.known_hosts_line for host in cluster.hosts],
+        "node_count": len(nodes), "vm_size": "Standard_HB176rs_v4", "gpus_per_node": 0,
+        "mount_path": str(shared), "registry_path": str(registry),
+        "python_bin": str(Path(DTRUN[0]).parent),
+        "expires_at": None, "idle_minutes": 0, "expiry_action": None,
+    }  # fmt: skip
+    path = tmp / "loop.json"
+    path.write_text(json.dumps(values))
+    return path, [node.address for node in nodes]
+
+
+def test_a_check_on_a_saved_stack_outputs_file_names_the_nodes_by_their_addresses(
+    sshd_cluster, no_leftovers
+):
+    outputs, addresses = _outputs_file(sshd_cluster, no_leftovers)
+    kept = no_leftovers / "good.yaml"
+    done, data = _check(
+        no_leftovers, "--outputs", str(outputs), "--port", "29890", "--write-hosts", str(kept)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [(n["host"], n["verdict"]) for n in data["nodes"]] == [(a, "ok") for a in addresses]
+    assert [(link["a"], link["b"], link["verdict"]) for link in data["links"]] == [
+        (*addresses, "ok")
+    ]
+    # the nodes ran the check from the stack's shared storage, each on its own address
+    result = json.loads((no_leftovers / "runs" / "check" / "check" / "result.json").read_text())
+    assert [node["address"] for node in result["nodes"]] == addresses
+    assert (no_leftovers / "shared" / ".dtrun" / "code" / "runner" / "workloads").is_dir()
+    assert _kept(kept) == addresses
+    record = json.loads((no_leftovers / "runs" / "check" / "check.json").read_text())
+    assert record["source"] == "stack:loop"

@@ -236,3 +236,43 @@ def test_a_result_round_trips_through_parse():
     m = parse(data)
     assert m.names == ("node-0", "node-1")
     assert m.rounds[0][0] == Group((0, 1), (1.5,))
+    assert m.addresses == ("a", "b")
+
+
+def test_a_stacks_nodes_are_named_by_their_registered_address_and_embedded_by_name():
+    from runner.spec.cluster import Inventory, Node
+    from runner.sweep.check import host_labels
+
+    nodes = (Node("node-0", "10.42.1.4"), Node("node-1", "10.42.1.5"))
+    stack = Inventory(source="stack:dev", nodes=nodes, python_bin="/p", code_dir="/c")
+    embedded = Inventory(source="embedded", nodes=nodes, python_bin="/p", code_dir="/c")
+    assert host_labels(stack) == {"node-0": "10.42.1.4", "node-1": "10.42.1.5"}
+    assert host_labels(embedded) == {"node-0": "node-0", "node-1": "node-1"}
+
+
+@pytest.mark.parametrize(
+    ("addresses", "hosts"),
+    [(("10.0.0.7", "10.0.0.3"), ("10.0.0.7", "10.0.0.3")),  # a host each: the host
+     (("127.0.0.1", "127.0.0.1"), ("spark-0", "spark-1"))],  # one host (local-cluster): the node
+)  # fmt: skip
+def test_spark_nodes_are_named_by_the_host_their_executor_ran_on_where_it_is_theirs_alone(
+    addresses, hosts
+):
+    from dataclasses import replace
+
+    from runner.sweep.check import spark_labels
+
+    m = replace(measured(2), names=("spark-0", "spark-1"), addresses=addresses)
+    labels = spark_labels(m, {"spark-0": "spark-0", "spark-1": "spark-1"})
+    assert tuple(labels[name] for name in m.names) == hosts
+
+
+def test_write_hosts_under_spark_is_refused_before_anything_runs(tmp_path):
+    from tests.conftest import run_dtrun
+
+    done = run_dtrun(
+        "check", "--spark", "spark://127.0.0.40:7199", "--write-hosts", "good.yaml", cwd=tmp_path
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--write-hosts writes a hosts file" in done.stderr and "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -1,6 +1,6 @@
 """The embedded engine's option: how many nodes on 127.0.0.x (also the size of the allocation
---slurm asks for outside one). Spread into bench, run and exec through ``EngineOptions``
-(runner/engines/registry.py)."""
+--slurm asks for outside one, and how many executors a remote Spark master is asked for).
+Spread into bench, run and exec through ``EngineOptions`` (runner/engines/registry.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ class EmbeddedOptions:
     local_nodes: Annotated[
         int | None,
         typer.Option(
-            help="Size of the embedded cluster, or of the allocation --slurm asks for outside one "
-            "(default: the nodes the command needs; exec: 2)"
+            help="Size of the embedded cluster, of the allocation --slurm asks for outside one, "
+            "or the executors --spark asks a spark://, yarn or k8s master for "
+            "(default: the nodes the command needs; exec: 2; check: 4)"
             f"{within('--local-nodes')}.",
             rich_help_panel=WHERE_PANEL,
         ),
