@@ -25,8 +25,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-SHARED_BY_MACHINE = {"test_e2e_slurm.py": "slurm", "test_e2e_spark.py": "spark",
-                     "test_e2e_spark_app.py": "spark", "test_check_spark.py": "spark"}  # fmt: skip
+SHARED_BY_MACHINE = {"test_e2e_slurm.py": "slurm", "test_check_slurm.py": "slurm",
+                     "test_e2e_spark.py": "spark", "test_e2e_spark_app.py": "spark",
+                     "test_check_spark.py": "spark"}  # fmt: skip
 # where the claims live; a scratch suite (tests/unit/test_parts.py) gets its own
 LOCKS = Path(os.environ.get("DTRUN_TEST_LOCKS", "/tmp/dtrun-tests-locks"))
 

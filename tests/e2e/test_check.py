@@ -1,6 +1,7 @@
 """`dtrun check` for real: the embedded cluster, real sshd nodes (127.0.0.2-5:2222) and a host
-that does not answer, a saved stack outputs file over the sshd nodes, and Slurm (docs/check.md;
-Spark: tests/e2e/test_check_spark.py). The judging itself: tests/unit/test_check.py."""
+that does not answer, a saved stack outputs file over the sshd nodes (docs/check.md; Slurm:
+tests/e2e/test_check_slurm.py; Spark: tests/e2e/test_check_spark.py). The judging itself:
+tests/unit/test_check.py."""
 
 from __future__ import annotations
 
@@ -155,21 +156,6 @@ def test_a_shaped_link_is_named_alone_as_its_link_or_its_node(
     else:
         assert nodes == [], done.stdout
         assert set(links) == mine, done.stdout
-
-
-def test_a_check_on_slurm_names_its_nodes_as_slurm_does_and_ends_its_job(slurm, no_leftovers):
-    done = run_dtrun(
-        "check", "--slurm", "--local-nodes", "2", "--port", "29880", "--json",
-        "--output", str(no_leftovers / "runs"), "--run-id", "check",
-        cwd=no_leftovers, env=slurm.env, timeout=280,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    data = json.loads(done.stdout)
-    assert [(n["host"], n["verdict"]) for n in data["nodes"]] == [("n1", "ok"), ("n2", "ok")]
-    assert [(link["a"], link["b"], link["verdict"]) for link in data["links"]] == [
-        ("n1", "n2", "ok")
-    ]
-    assert slurm.jobs() == []  # the allocation dtrun asked for is gone
 
 
 def _outputs_file(cluster, tmp):

@@ -94,7 +94,7 @@ def test_a_throttled_rank_is_named_a_straggler(no_leftovers):
     point = summary["noise"]["points"][0]  # type: ignore[index]
     assert [(s["rank"], s["node"]) for s in point["stragglers"]] == [(1, "node-1")]
     assert point["verdict"] == "unreliable"
-    assert "Rank 1 on node-1 is a straggler: it took" in str(summary["report"])
+    assert "Rank 1 on node-1 (127.0.0.3) is a straggler: it took" in str(summary["report"])
 
 
 def test_a_cpu_burning_process_during_the_bench_is_reported_as_other_load(no_leftovers):
