@@ -33,9 +33,10 @@ from runner.azure.settingcheck import (
     setting_error,
     vnet_cidr,
 )
+from runner.locations import project_dir
 from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind, StorageSpec
 
-PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
+PROJECT_FILE = project_dir() / "Pulumi.yaml"
 
 
 # Azure Managed Lustre SKUs: capacity in TiB is a positive multiple of the step (docs/facts.md §4),

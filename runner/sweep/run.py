@@ -366,22 +366,22 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
     # On the embedded cluster the nodes are this machine: how busy it is as the sweep begins.
     sample = MachineSample() if plan.inventory.source == "embedded" else None
     reporter = ReportBuilder()  # readies its tools while the nodes run
-    runner = _Runner(plan, run_dir, executor, events, ready, drain, evictions)
-    runner.started = started
+    sweeping = _Runner(plan, run_dir, executor, events, ready, drain, evictions)
+    sweeping.started = started
     if resumed is not None:
-        runner.sweep.runs.extend(resumed.done)
-        runner.earlier_walls, runner.replaced = resumed.walls, resumed.replaced
+        sweeping.sweep.runs.extend(resumed.done)
+        sweeping.earlier_walls, sweeping.replaced = resumed.walls, resumed.replaced
     try:
         try:
-            runner.sweep.health = runner.gate()
+            sweeping.sweep.health = sweeping.gate()
         except DtrunError as exc:
-            runner.status, runner.error = SweepStatus.FAILED, exc.message
+            sweeping.status, sweeping.error = SweepStatus.FAILED, exc.message
             raise
-        events.on_health(runner.sweep.health)
-        runner.points(resumed)
-        runner.status = SweepStatus.COMPLETE
+        events.on_health(sweeping.sweep.health)
+        sweeping.points(resumed)
+        sweeping.status = SweepStatus.COMPLETE
     except KeyboardInterrupt as stop:
-        runner.interrupted(stop.node_results if isinstance(stop, LaunchInterrupted) else ())
+        sweeping.interrupted(stop.node_results if isinstance(stop, LaunchInterrupted) else ())
         raise RunInterruptedError(
             interruption(),
             why="every process dtrun started was stopped",
@@ -393,8 +393,8 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
         explained = write_error(exc, run_dir.path)
         if explained is None:
             raise
-        runner.status, runner.error = SweepStatus.FAILED, explained.message
+        sweeping.status, sweeping.error = SweepStatus.FAILED, explained.message
         raise explained from None
     finally:
-        runner.finish(sample, reporter, resumed is not None)
-    return runner.sweep
+        sweeping.finish(sample, reporter, resumed is not None)
+    return sweeping.sweep

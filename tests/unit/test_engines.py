@@ -94,12 +94,14 @@ def test_spark_readiness_waits_for_nothing_before_its_barrier_job():
 
 
 def test_ssh_ships_the_runner_package_root_wherever_its_executor_module_lives():
+    from runner.engines.ssh import remote
     from runner.engines.ssh.remote import code_files
 
+    name = remote.__name__.split(".")[0]  # the import name the nodes import the workloads by
     shipped = code_files()
-    assert "runner/__init__.py" in shipped
-    assert "runner/workloads/train.py" in shipped
-    assert all(path.startswith(("runner/__init__.py", "runner/workloads/")) for path in shipped)
+    assert f"{name}/__init__.py" in shipped
+    assert f"{name}/workloads/train.py" in shipped
+    assert all(path.startswith((f"{name}/__init__.py", f"{name}/workloads/")) for path in shipped)
 
 
 def test_every_engine_options_class_is_among_engine_options_bases():

@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from runner.render import code, md, templates_dir
+from runner.locations import templates_dir
+from runner.render import code, md
 from runner.report.build import build_report
 from runner.spec.request import BenchSpec, Program, ProgramKind
 from tests.factories import fake_run_dir, program_run_dir

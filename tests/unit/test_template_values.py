@@ -38,9 +38,10 @@ from runner.engines.spark.inventory import spark_inventory
 from runner.engines.ssh.remote import launch_command
 from runner.errors import UnsafeValueError
 from runner.execute.guard import stop_script
+from runner.locations import templates_dir
 from runner.plan.resolve import resolve_bench
 from runner.plan.sweep import plan_sweep
-from runner.render import environment, templates_dir
+from runner.render import environment
 from runner.spec.cluster import SshAccess
 from runner.spec.request import BenchSpec, Program, ProgramKind, RunSpec
 from tests.conftest import require_tool

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview
 from runner.engines.spark.options import SparkOptions
+from runner.extras import need
 from runner.spec.launchplan import LaunchPlan
 
 
@@ -18,6 +19,7 @@ class SparkEngine:
 
     @contextlib.contextmanager
     def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
+        need("pyspark", "spark")  # the driver runs here: exit 2 naming dtrun[spark] without it
         from runner.engines.spark.executor import SparkExecutor
         from runner.engines.spark.inventory import spark_inventory
 

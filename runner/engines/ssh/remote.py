@@ -12,16 +12,18 @@ from runner.spec.cluster import Inventory
 
 
 def code_files() -> dict[str, bytes]:
-    """What the nodes import: runner/__init__.py, runner/workloads/ and the step hook
-    (relative path -> bytes)."""
+    """What the nodes import: the package's __init__.py, its workloads/ and the step hook, by
+    their paths under its import name (dtrun/workloads/train.py; the folder is runner/ in a
+    checkout), relative path -> bytes."""
     package = Path(runner.__file__).resolve().parent
+    name = runner.__name__
     workloads = package / "workloads"
     files = [
         package / "__init__.py",
         *sorted(workloads.glob("*.py")),
         *sorted((workloads / "stephook").glob("*.py")),
     ]
-    return {str(f.relative_to(package.parent)): f.read_bytes() for f in files}
+    return {f"{name}/{f.relative_to(package).as_posix()}": f.read_bytes() for f in files}
 
 
 def remote_launch_dir(inventory: Inventory, workdir: Path) -> str:
