@@ -7,6 +7,7 @@ A command that needs an extra that is not installed says which one and exits 2.
 from __future__ import annotations
 
 import importlib
+import sys
 from types import ModuleType
 
 from runner.errors import UsageError
@@ -43,3 +44,15 @@ def need(module: str, extra: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtraError(extra, module, str(exc) or type(exc).__name__) from None
+
+
+# Packages the embedded cluster looks for by name (runner/cli/bench.py), and their extra.
+PACKAGE_EXTRAS = {"torch": "workloads", "deepspeed": "workloads"}
+
+
+def install_fix(package: str) -> str:
+    """What to do when this Python has no ``package`` that the embedded cluster's nodes need."""
+    extra = PACKAGE_EXTRAS.get(package)
+    how = f"pip install 'dtrun[{extra}]'" if extra else f"{sys.executable} -m pip install {package}"
+    other = "" if package == "torch" else ", or pass another --strategy"
+    return f"install it ({how}, or ./dev setup in a checkout){other}"

@@ -334,29 +334,21 @@ def _bench_on(
 def _require_packages(resolved: ResolvedBench) -> None:
     import importlib.util
 
+    from runner.extras import install_fix
     from runner.spec.request import Framework
 
     for package in ("torch", *resolved.packages):
         if importlib.util.find_spec(package) is None:
             strategy = resolved.strategy
             needs = (
-                "a benchmark"
-                if package == "torch"
-                else f"--strategy {strategy.name}"
+                f"--strategy {strategy.name}"
                 if strategy is not None and strategy.framework is Framework.DEEPSPEED
                 else f"--launcher {resolved.launch.name}"
-            )
-            # torch and DeepSpeed come with dtrun's workloads extra; Horovod is built (./dev).
-            install = (
-                "pip install 'dtrun[workloads]'"
-                if package in ("torch", "deepspeed")
-                else f"{sys.executable} -m pip install {package}"
             )
             raise UsageError(
                 f"{needs} needs {package}, and this Python has none",
                 why=f"the embedded cluster's nodes run {sys.executable}",
-                fix=f"install it ({install}, or ./dev setup in a checkout)"
-                + ("" if package == "torch" else ", or pass another --strategy"),
+                fix=install_fix(package),
             )
 
 
