@@ -24,6 +24,7 @@ from tests.paths import REPO
 
 pytestmark = pytest.mark.e2e
 
+WHEELS = REPO / ".cache" / "wheels" / "install-test"  # ./dev's INSTALL_WHEELS
 # The optional parts a plain `pip install dtrun` must not pull (pyproject.toml's extras).
 EXTRAS_ONLY = ("pulumi", "pulumi-azure-native", "pulumi-tls", "boto3", "botocore", "pyspark")
 
@@ -68,9 +69,10 @@ def test_the_wheel_installs_beside_torch_alone_and_runs_outside_the_repository(n
     ok(run(sys.executable, "-m", "twine", "check", "--strict", sdist, wheel, cwd=work))
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-        metadata = email.message_from_bytes(archive.read("dtrun-0.1.0.dist-info/METADATA"))
+        text = archive.read("dtrun-0.1.0.dist-info/METADATA").decode()
+    metadata = email.message_from_string(text)  # the headers; the body is the description
     assert metadata["Description-Content-Type"] == "text/markdown"
-    described = metadata.get_payload()
+    described = text.partition("\n\n")[2]
     assert described == (REPO / "README.md").read_text()
     html = markdown.render(described)
     assert html is not None
@@ -84,13 +86,17 @@ def test_the_wheel_installs_beside_torch_alone_and_runs_outside_the_repository(n
                    for member in archive.getnames() if "/" in member}  # fmt: skip
     assert {"pyproject.toml", "README.md", "Pulumi.yaml", "infra/__main__.py"} <= members
 
-    # A fresh venv: the CPU torch pin, then the wheel with no extra.
+    # A fresh venv: the CPU torch pin, then the wheel with no extra, from the wheels ./dev setup
+    # downloaded (this network namespace has no internet).
+    assert WHEELS.is_dir(), f"no {WHEELS}: ./dev setup downloads the wheels this test installs"
     venv = work / "venv"
     ok(run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=work))
-    python, pip = venv / "bin" / "python", (sys.executable, "-m", "pip", "--python")
-    ok(run(*pip, venv / "bin" / "python", "install", "--quiet", torch_pin(), cwd=work))
-    ok(run(*pip, venv / "bin" / "python", "install", "--quiet", wheel, cwd=work))
-    listed = ok(run(*pip, python, "list", "--format", "json", cwd=work)).stdout
+    python = venv / "bin" / "python"
+    pip = (sys.executable, "-m", "pip", "--python", python)
+    offline = ("--no-index", "--find-links", WHEELS, "--quiet", "--no-compile")
+    ok(run(*pip, "install", *offline, torch_pin(), cwd=work))
+    ok(run(*pip, "install", *offline, wheel, cwd=work))
+    listed = ok(run(*pip, "list", "--format", "json", cwd=work)).stdout
     installed = {item["name"].lower() for item in json.loads(listed)}
     assert "dtrun" in installed
     assert not installed & set(EXTRAS_ONLY), "a plain install pulled an extra's packages"
