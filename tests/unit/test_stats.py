@@ -109,7 +109,7 @@ def test_a_noisy_series_is_inconclusive_and_says_what_to_change():
     assert "straddles the 90% target" in point.verdict_reason
     assert "more --repeat, more --steps, or a quieter machine" in point.verdict_reason
     assert point.step_spread is not None and point.step_spread > 0.3
-    assert f"span {point.step_spread:.0%} of the median" in point.verdict_reason
+    assert f"steps {point.step_spread:.0%}" in point.verdict_reason
 
 
 def test_more_launches_narrow_the_interval():
