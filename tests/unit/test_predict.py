@@ -368,7 +368,7 @@ def test_a_run_s_report_says_what_2x_and_4x_its_largest_node_count_would_give(
     from runner.azure.prices import Price
     from runner.report.build import build_report
     from runner.spec.request import BenchSpec
-    from tests.factories import fake_run_dir
+    from tests.factories import fake_run_dir, html_markdown
 
     bench = BenchSpec(run_id="r", node_counts=(1, 2), repeat=2)
     run = fake_run_dir(
@@ -386,8 +386,9 @@ def test_a_run_s_report_says_what_2x_and_4x_its_largest_node_count_would_give(
     assert four.cost is not None and four.cost.launches == 2
     assert four.cost.launch_s == pytest.approx(30 + 10 * (four.step_time_s - 0.105))
     assert four.cost.usd == pytest.approx(4 * 2 * four.cost.launch_s / 3600 * 10)
-    text = run.report.read_text()
-    assert "## Next node counts" in text and "| 8 |" in text
+    text = run.report.read_text()  # the table in report.html; report.md says where it is
+    assert "## Next node counts" in text and "summary.json `next_node_counts`" in text
+    assert "| 8 |" in html_markdown(run).split("## Next node counts")[1]
     summary = json.loads(run.summary.read_text())
     assert [p["nodes"] for p in summary["next_node_counts"]["predictions"]] == [4, 8]
     # and `dtrun predict` on the run directory gives the same for any node count
