@@ -148,7 +148,14 @@ def _predict(
     if size is not None and override is None:
         listed = list_price(size, report.manifest["inventory"].get("region"))
         price = None if listed is None else (listed.usd_per_node_hour, listed.source)
-    result = predict(found.description, counts, target, price=price, launches=found.launches)
+    result = predict(
+        found.description,
+        counts,
+        target,
+        price=price,
+        launches=found.launches,
+        statistic=found.statistic,
+    )
     return replace(result, assumptions=(*found.said, *result.assumptions))
 
 
@@ -180,7 +187,7 @@ def print_prediction(result: Prediction) -> None:
         rows.append(
             (str(p.nodes), f"{p.efficiency:.0%} ({low:.0%}-{high:.0%})", p.verdict, step, cost)
         )
-    title = f"predicted from {result.source} (measured efficiency: {measured})"
+    title = f"predicted from {result.source} (measured efficiency, {result.statistic}: {measured})"
     caption = (
         f"{result.mode} scaling; efficiency against the smallest measured node count, range in "
         f"brackets; verdict against the {result.target_efficiency:.0%} target"

@@ -25,6 +25,7 @@ PREDICT_SCHEMA = "dtrun.predict/1"
 # measured efficiency in this many, of this many (tests/unit/test_prediction_replay.py holds it)
 CHECKED_WITHIN_5, CHECKED_OF = 13, 21
 CANNOT_TELL = "cannot tell"
+GIVEN = "from the points as given"  # a description's: its step times or throughputs
 
 
 STEPS_COSTED = 1000  # a description has no launches: its cost is of this many steps
@@ -62,6 +63,7 @@ class Prediction:
     mode: str
     target_efficiency: float
     measured: tuple[tuple[int, float], ...]  # (nodes, efficiency) the prediction starts from
+    statistic: str  # what the measured efficiencies are of, named once where they are shown
     predictions: tuple[PredictedPoint, ...]
     assumptions: tuple[str, ...]
     price: str | None  # "$98.32 a node-hour (catalog list price ...)"; None: no price
@@ -124,8 +126,10 @@ def predict(
     *,
     price: tuple[float, str] | None = None,
     launches: Launches | None = None,
+    statistic: str = GIVEN,
 ) -> Prediction:
-    """The prediction for each of ``nodes`` above the largest measured node count."""
+    """The prediction for each of ``nodes`` above the largest measured node count;
+    ``statistic`` names what the measured points are (a run's: the report's statistic)."""
     measured_nodes = [p.nodes for p in desc.points]
     largest = measured_nodes[-1]
     below = [n for n in nodes if n <= largest]
@@ -171,6 +175,7 @@ def predict(
         mode=desc.mode.value,
         target_efficiency=target,
         measured=measured,
+        statistic=statistic,
         predictions=tuple(out),
         assumptions=tuple(assumptions),
         price=None if price is None else f"${price[0]:g} a node-hour ({price[1]})",

@@ -451,3 +451,31 @@ def test_predict_refuses_a_run_with_one_node_count(tmp_path: Path, fixed_invento
     done = dtrun("predict", str(run.path), "--nodes", "4")
     assert done.exit_code == 2
     assert "has 1 measured node count; a prediction needs two or more" in done.output
+
+
+def test_predict_and_the_report_show_one_efficiency_per_point(tmp_path: Path, fixed_inventory):
+    # two 2-node launches of 0.1 s and 0.2 s steps: the report's statistic (tokens/s at each
+    # launch's median step, mean over launches) gives 75%; the median of the launches' median
+    # step times gave `dtrun predict` 67% for the same point
+    from runner.report.build import build_report
+    from runner.spec.request import BenchSpec
+    from tests.factories import fake_run_dir
+
+    bench = BenchSpec(run_id="r", node_counts=(1, 2), repeat=2)
+    run = fake_run_dir(tmp_path / "r", bench, fixed_inventory, {}, busbw={2: 40.0},
+                       step_times={1: [[0.1] * 10] * 2, 2: [[0.1] * 10, [0.2] * 10]})  # fmt: skip
+    report = build_report(run)
+    assert [round(r.efficiency, 4) for r in report.rows] == [1.0, 0.75]
+    assert "| 2 | " in run.report.read_text() and "75%" in run.report.read_text()
+    summary = json.loads(run.summary.read_text())
+    assert [p["efficiency"] for p in summary["next_node_counts"]["measured"]] == pytest.approx(
+        [1.0, 0.75]
+    )
+    done = dtrun("predict", str(run.path), "--nodes", "4", "--json")
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout[done.stdout.index("{") :])
+    assert [p["efficiency"] for p in data["measured"]] == pytest.approx([1.0, 0.75])
+    assert data["statistic"] == "the report's, at the median step time"
+    printed = dtrun("predict", str(run.path), "--nodes", "4")
+    said = "measured efficiency, the report's, at the median step time: 1 node 100%, 2 nodes 75%"
+    assert said in " ".join(printed.output.split())
