@@ -196,6 +196,10 @@ def print_prediction(result: Prediction) -> None:
     if costed:
         caption += f"; cost: {costed}"
     print_grid(out, Grid(columns, rows, title, caption, min_columns=3))
+    for p in result.predictions:
+        if p.efficiency is not None and p.verdict == "cannot tell":
+            out.print(f"{p.nodes} nodes: cannot tell: {p.why}", markup=False, highlight=False,
+                      soft_wrap=True)  # fmt: skip
     price = result.price or "no price: pass --price-per-node-hour USD to cost it"
     out.print(f"price: {price}", markup=False, highlight=False, soft_wrap=True)
     for line in result.assumptions:

@@ -77,6 +77,7 @@ def from_report(report: Report, *, size: str | None, busbw: float | None) -> Fro
         gradient_bytes_per_parameter=None if gradient is None else 1.0,
         busbw_gbs=inter,
         busbw_intra_node_gbs=intra,
+        step_spread=rows[-1].step_spread,
     )
     launches = None
     cost = report.cost
