@@ -94,7 +94,9 @@ def learn(data: Sequence[Series]) -> Prior:
 def standardised_miss(prior: Prior, one: Series) -> float:
     """|measured - predicted| / sd of the largest point's loss, from the two smallest."""
     base, observed = one
-    mean, sd = posterior(prior, base, observed[:1]).at(features(base, observed[-1][0]), prior)
+    mean, sd = posterior(prior, base, observed[:1]).beyond(
+        observed[0], observed[-1][0], base, prior
+    )
     return abs(observed[-1][1] - mean) / sd
 
 

@@ -115,11 +115,17 @@ class Posterior:
     mean: tuple[float, float]
     cov: tuple[tuple[float, float], tuple[float, float]]
 
-    def at(self, x: tuple[float, float, float], prior: Prior) -> tuple[float, float]:
-        """The loss's mean and standard deviation at a point of features ``x``."""
+    def beyond(
+        self, last: tuple[int, float], nodes: int, base: int, prior: Prior
+    ) -> tuple[float, float]:
+        """The loss's mean and standard deviation at ``nodes``, from the largest measured
+        point's (nodes, loss) as measured: plus the terms' growth between the two, and the
+        noise of both."""
+        x, y = features(base, last[0]), features(base, nodes)
+        ds, dg, dl = (b - a for a, b in zip(x, y, strict=True))
         (s, g), ((vss, vsg), (_, vgg)) = self.mean, self.cov
-        mean = x[0] * s + x[1] * g + x[2] * prior.latency
-        var = x[0] ** 2 * vss + 2 * x[0] * x[1] * vsg + x[1] ** 2 * vgg + prior.noise_sd**2
+        mean = last[1] + ds * s + dg * g + dl * prior.latency
+        var = ds**2 * vss + 2 * ds * dg * vsg + dg**2 * vgg + 2 * prior.noise_sd**2
         return mean, math.sqrt(var)
 
 
@@ -183,7 +189,7 @@ def forecast(
     last_loss = observed[-1][1]
     out = []
     for nodes in targets:
-        mean, sd = post.at(features(base.nodes, nodes), prior)
+        mean, sd = post.beyond(observed[-1], nodes, base.nodes, prior)
         if setting.spread:  # the slowest of more ranks: at least this is lost
             ppn = setting.procs_per_node
             rank_sd = setting.spread / SPREAD_SDS

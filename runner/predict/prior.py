@@ -28,4 +28,4 @@ PRIORS = {
     "weak": Prior(0.01867, 0.02414, 0.009655, 0.01891, 0.001442, 0.03888),  # 19 entries
 }
 # the range's half-width in standard deviations (split-conformal, 90%)
-RANGE_Z = 2.54
+RANGE_Z = 2.57

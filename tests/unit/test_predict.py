@@ -224,22 +224,23 @@ def test_the_first_loss_is_mostly_the_one_time_step_not_growth_carried_forward()
     [fc] = forecast([Measured(1, 1.0), Measured(2, 1.15)], [8], WEAK)
     post = posterior(prior, 1, [(2, 0.15)])
     step, growth = post.mean
-    assert step > 3 * growth  # the step took most of it
-    assert _loss(fc) == pytest.approx(step + 3 * growth + 7 * prior.latency)
-    assert fc.efficiency is not None and fc.efficiency > 0.8
+    assert step > growth  # the step took more of it than the growth
+    # from the 2-node point as measured: two more doublings and six more nodes' latency
+    assert _loss(fc) == pytest.approx(0.15 + 2 * growth + 6 * prior.latency)
+    assert fc.efficiency is not None and fc.efficiency > 0.75
 
 
-def test_a_third_point_separates_the_step_from_the_growth():
+def test_a_third_point_measures_the_growth():
     # the same 10% step at 2 nodes; at 4 nodes flat or 6% more: the run's own growth moves
-    # the prior's
+    # the prior's, and a third point narrows the range
     [flat] = forecast([Measured(1, 1.0), Measured(2, 1.1), Measured(4, 1.1)], [16], WEAK)
     [steep] = forecast([Measured(1, 1.0), Measured(2, 1.1), Measured(4, 1.16)], [16], WEAK)
     [two] = forecast([Measured(1, 1.0), Measured(2, 1.1)], [16], WEAK)
-    assert _loss(flat) - 0.1 < _loss(two) - 0.1 < _loss(steep) - 0.1
+    assert _loss(flat) - 0.1 < _loss(steep) - 0.16
     assert flat.efficiency_high is not None and two.efficiency_high is not None
     assert flat.efficiency_high - (flat.efficiency_low or 0) < two.efficiency_high - (
         two.efficiency_low or 0
-    )  # a third point narrows the range
+    )
 
 
 def test_the_latency_term_bends_strong_scaling_into_a_knee():
@@ -273,19 +274,24 @@ def test_the_measured_spread_puts_a_floor_of_straggler_tax_under_the_growth():
 
 
 def test_the_bytes_and_busbw_cap_the_one_time_step():
-    # 5.2 GB at 180 GB/s across nodes and 450 within one: 54 ms against 20 ms, at most 34 ms
-    # of the 60 ms growth (a loss of 0.068 of 0.12) is the step; the rest is growth
+    # 5.2 GB at 400 GB/s across nodes and 450 within one: 24.4 ms against 20.2 ms, at most
+    # 4.2 ms of the 60 ms growth (a loss of 0.008 of 0.12) is the step; the growth per
+    # doubling takes more, and the forecast is lower
     points = [{"nodes": 1, "step_time_s": 0.5}, {"nodes": 2, "step_time_s": 0.56}]
-    comm = {"parameters": 1.3e9, "gradient_bytes_per_parameter": 4, "busbw_gbs": 180,
+    comm = {"parameters": 1.3e9, "gradient_bytes_per_parameter": 4, "busbw_gbs": 400,
             "busbw_intra_node_gbs": 450}  # fmt: skip
     bounded = predict(description(described(points=points, **comm), "m"), [8], 0.9)
     free = predict(description(described(points=points), "m"), [8], 0.9)
     [b], [f] = bounded.predictions, free.predictions
     assert b.efficiency is not None and f.efficiency is not None
     assert b.efficiency < f.efficiency
-    setting = Setting(8, ScalingMode.WEAK, True, Comm(5.2e9, 180, 450))
+    setting = Setting(8, ScalingMode.WEAK, True, Comm(5.2e9, 400, 450))
     bound = step_bound(Measured(1, 0.5), Measured(2, 0.56), setting)
-    assert bound == pytest.approx((2 * 15 / 16 * 5.2 / 180 - 2 * 7 / 8 * 5.2 / 450) / 0.5)
+    assert bound == pytest.approx((2 * 15 / 16 * 5.2 / 400 - 2 * 7 / 8 * 5.2 / 450) / 0.5)
+    # a bound above the posterior's step changes nothing
+    wide = predict(description(described(points=points, **comm | {"busbw_gbs": 180}), "m"),
+                   [8], 0.9)  # fmt: skip
+    assert wide.predictions[0].efficiency == pytest.approx(f.efficiency)
 
 
 def test_the_strong_bound_puts_the_all_reduce_on_the_one_node_footing():
@@ -310,7 +316,7 @@ def test_cannot_tell_says_what_to_measure_next():
 
 @pytest.mark.parametrize(
     ("second", "target", "verdict"),
-    [(1.005, 0.85, "scales"), (1.2, 0.9, "loses"), (1.08, 0.9, "cannot tell")],
+    [(1.0, 0.8, "scales"), (1.3, 0.9, "loses"), (1.08, 0.9, "cannot tell")],
 )
 def test_the_verdict_is_the_range_s_against_the_target(second, target, verdict):
     points = [{"nodes": 1, "step_time_s": 1.0}, {"nodes": 2, "step_time_s": second}]

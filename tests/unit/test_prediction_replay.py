@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 from runner.cli.app import app
 from runner.predict.inputs import description, yaml_loader
-from runner.predict.model import Measured, efficiency
 from runner.predict.learn import SERVER
+from runner.predict.model import Measured, efficiency
 from runner.predict.predict import CHECKED_OF, CHECKED_WITHIN_5
 from tests.paths import REPO
 
