@@ -23,7 +23,7 @@ from runner.cli.app import app
 from runner.predict.inputs import description, yaml_loader
 from runner.predict.learn import SERVER
 from runner.predict.model import Measured, efficiency
-from runner.predict.predict import CHECKED_OF, CHECKED_WITHIN_5
+from runner.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5
 from tests.paths import REPO
 
 DOCS = REPO / "docs"
@@ -178,7 +178,12 @@ def test_docs_prediction_holds_the_replayed_tables_and_scores():
 
 def test_the_report_s_figure_is_the_test_set_s():
     rows = replay("test")
-    assert (figures(rows)["the model"][0], len(rows)) == (CHECKED_WITHIN_5, CHECKED_OF)
+    inside = sum(r.inside for r in rows)
+    assert (figures(rows)["the model"][0], inside, len(rows)) == (
+        CHECKED_WITHIN_5,
+        CHECKED_INSIDE,
+        CHECKED_OF,
+    )
 
 
 def test_every_published_result_gets_a_prediction_within_its_range():
