@@ -138,9 +138,9 @@ def module(path: Path) -> str:
 
 
 TEMPLATE = '''"""The model's prior, learned by runner/predict/learn.py from the fit set of the
-published results (docs/prediction-data.yaml; tests/data/prediction-data.yaml is the copy it was
-learned from, {entries} entries of all-reduce data parallelism). Do not edit; regenerate with
-`python -m runner.predict.learn tests/data/prediction-data.yaml > runner/predict/prior.py`
+published results in docs/prediction-data.yaml ({entries} entries of all-reduce data
+parallelism). Do not edit; regenerate with
+`python -m runner.predict.learn docs/prediction-data.yaml > runner/predict/prior.py`
 (tests/unit/test_prediction_prior.py holds this file to what that prints)."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from runner.predict.inputs import yaml_loader
 from runner.predict.learn import fit_entries, module
 from tests.paths import REPO
 
-DATA = REPO / "tests" / "data" / "prediction-data.yaml"
+DATA = REPO / "docs" / "prediction-data.yaml"
 
 
 def test_the_prior_module_is_the_one_learned_from_the_fit_set():

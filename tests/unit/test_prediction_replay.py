@@ -27,8 +27,7 @@ from runner.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5
 from tests.paths import REPO
 
 DOCS = REPO / "docs"
-# the corpus as the prior was learned from it (docs/prediction-data.yaml, its owner's copy)
-DATA = REPO / "tests" / "data" / "prediction-data.yaml"
+DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test split
 FIELDS = (
     "procs_per_node", "mode", "strategy", "parameters", "gradient_bytes_per_parameter",
     "busbw_gbs", "busbw_intra_node_gbs", "step_spread", "batch_per_process", "global_batch",
