@@ -85,6 +85,8 @@ def test_the_issue_s_example_reads_with_yaml_1_2_floats(tmp_path: Path):
         ({"points": [{"nodes": 1}, {"nodes": 2, "throughput": 9}]}, "points[0]: it needs"),
         ({"strategy": "zero4"}, "strategy: 'zero4' is not one of"),
         ({"busbw_gbs": -1}, "busbw_gbs: -1 is outside 0.001 to 100000"),
+        ({"step_spread": -0.1}, "step_spread: -0.1 is outside 0 to 100"),
+        ({"step_spread": 1e9}, "step_spread: 1e+09 is outside 0 to 100"),
     ],
 )
 def test_a_wrong_field_is_named_by_its_place_with_what_it_should_be(change, said):
