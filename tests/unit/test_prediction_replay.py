@@ -8,6 +8,8 @@ tables and figures in docs/prediction.md must be the ones this replay computes.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import statistics
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -112,21 +115,22 @@ def figures(rows: list[Scored]) -> dict[str, tuple[int, float, float]]:
 
 
 def table(rows: list[Scored]) -> str:
-    lines = [
-        "| result | mode | nodes | measured at the largest | predicted (range) | miss, points "
-        "| stays at the second point's | perfect |",
-        "|---|---|---|---:|---|---:|---:|---:|",
-    ]
+    """Every result's forecast, as docs/prediction-<split>.csv holds it (data, beside the page)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([
+        "result", "mode", "nodes", "measured at the largest", "predicted", "range low",
+        "range high", "inside the range", "miss, points", "stays at the second point's, miss",
+        "perfect, miss", "parameter server",
+    ])  # fmt: skip
     for r in rows:
-        nodes = ",".join(map(str, r.nodes))
-        scope = "" if r.scope else " (parameter server)"
-        outside = "" if r.inside else " **outside**"
-        lines.append(
-            f"| {r.id}{scope} | {r.mode} | {nodes} | {r.measured:.1%} | {r.predicted:.1%} "
-            f"({r.low:.1%} to {r.high:.1%}){outside} | {(r.predicted - r.measured) * 100:+.1f} "
-            f"| {(r.second - r.measured) * 100:+.1f} | {(1 - r.measured) * 100:+.1f} |"
-        )
-    return "\n".join(lines)
+        writer.writerow([
+            r.id, r.mode, " ".join(map(str, r.nodes)), f"{r.measured:.3f}", f"{r.predicted:.3f}",
+            f"{r.low:.3f}", f"{r.high:.3f}", "yes" if r.inside else "no",
+            f"{(r.predicted - r.measured) * 100:+.1f}", f"{(r.second - r.measured) * 100:+.1f}",
+            f"{(1 - r.measured) * 100:+.1f}", "no" if r.scope else "yes",
+        ])  # fmt: skip
+    return out.getvalue()
 
 
 def scores(rows: list[Scored]) -> str:
@@ -162,17 +166,19 @@ def _block(text: str, name: str) -> str:
 
 
 def blocks(splits: tuple[str, ...] = ("fit", "test")) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for split in splits:
-        rows = replay(split)
-        out |= {f"{split}-scores": scores(rows), f"{split}-results": table(rows)}
-    return out
+    return {f"{split}-scores": scores(replay(split)) for split in splits}
 
 
 def test_docs_prediction_holds_the_replayed_tables_and_scores():
     text = (DOCS / "prediction.md").read_text()
     for name, computed in blocks().items():
         assert _block(text, name) == computed, computed
+
+
+@pytest.mark.parametrize("split", ["fit", "test"])
+def test_the_docs_csv_holds_every_replayed_forecast(split: str):
+    computed = table(replay(split))
+    assert (DOCS / f"prediction-{split}.csv").read_text() == computed, computed
 
 
 def test_the_report_s_figure_is_the_test_set_s():
@@ -193,5 +199,8 @@ def test_every_published_result_gets_a_prediction_within_its_range():
 if __name__ == "__main__":
     import sys
 
-    for name, computed in blocks(tuple(sys.argv[1:]) or ("fit", "test")).items():
+    splits = tuple(sys.argv[1:]) or ("fit", "test")
+    for name, computed in blocks(splits).items():
         print(f"<!-- {name} -->\n{computed}\n<!-- /{name} -->\n")
+    for split in splits:  # the forecasts, one file a split
+        (DOCS / f"prediction-{split}.csv").write_text(table(replay(split)))
