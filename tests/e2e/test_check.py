@@ -208,3 +208,18 @@ def test_a_check_on_a_saved_stack_outputs_file_names_the_nodes_by_their_addresse
     assert _kept(kept) == addresses
     record = json.loads((no_leftovers / "runs" / "check" / "check.json").read_text())
     assert record["source"] == "stack:loop"
+    # the written hosts file reaches the nodes as the stack did: through its head, with its
+    # user, port, Python and shared storage; the key and known hosts are the user's to add
+    written = yaml.safe_load(kept.read_text())
+    head = sshd_cluster.hosts[0].address
+    assert (written["jump"], written["user"], written["port"]) == (
+        head,
+        sshd_cluster.user,
+        sshd.PORT,
+    )
+    assert "PRIVATE KEY" not in kept.read_text()
+    written |= {"key": str(sshd_cluster.key), "known_hosts": str(sshd_cluster.known_hosts)}
+    kept.write_text(yaml.safe_dump(written))
+    done, data = _check(no_leftovers, "--hosts", str(kept), "--port", "29900", run_id="again")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [(n["host"], n["verdict"]) for n in data["nodes"]] == [(a, "ok") for a in addresses]
