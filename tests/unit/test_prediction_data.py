@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
+from collections import defaultdict
 from typing import Any, Literal
 
 import pydantic
@@ -38,12 +40,15 @@ class Point(pydantic.BaseModel):
 
 
 class Entry(pydantic.BaseModel):
-    """One published result: the `dtrun predict --from` fields plus where they came from."""
+    """One published result: the `dtrun predict --from` fields plus where they came from,
+    the source's own words (`quote`), how the numbers were checked, and the set it is in."""
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
     id: str = pydantic.Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
     source: str = pydantic.Field(min_length=1)
+    source_group: str = pydantic.Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
+    split: Literal["fit", "test"]
     url: str = pydantic.Field(min_length=1)
     where: str = pydantic.Field(min_length=1)
     workload: str = pydantic.Field(min_length=1)
@@ -60,6 +65,12 @@ class Entry(pydantic.BaseModel):
     points: tuple[Point, ...] = pydantic.Field(min_length=3)
     unit: str = pydantic.Field(min_length=1)
     notes: str = pydantic.Field(min_length=1)
+    quote: str = pydantic.Field(min_length=1)
+    checked: str = pydantic.Field(min_length=1)
+    printed: Literal["global", "per_gpu", "per_node"] = "global"
+    tensor_parallel: int = pydantic.Field(default=1, ge=1)
+    pipeline_parallel: int = pydantic.Field(default=1, ge=1)
+    year: int | None = pydantic.Field(default=None, ge=2012, le=2030)
 
     @pydantic.field_validator("points")
     @classmethod
@@ -75,6 +86,46 @@ class Entry(pydantic.BaseModel):
         if not url.startswith(("https://", "github.com/")):
             raise ValueError(f"url must be https://... or github.com/owner/repo/...: {url!r}")
         return url
+
+
+# a number as a source prints it: 1,395,131 or 2001.00 or 0.52
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def _printed_numbers(quote: str) -> list[tuple[float, int]]:
+    """Every number in the quote, with how many decimals the source printed."""
+    found = []
+    for token in _NUMBER.findall(quote):
+        digits = token.replace(",", "")
+        found.append((float(digits), len(digits.partition(".")[2])))
+    return found
+
+
+def _as_printed(entry: Entry, point: Point) -> float:
+    """The point's measure as the source prints it: global, per GPU or per node."""
+    if point.step_time_s is not None:
+        return point.step_time_s
+    assert point.throughput is not None
+    per = {"global": 1, "per_node": point.nodes, "per_gpu": point.nodes * entry.procs_per_node}
+    return point.throughput / per[entry.printed]
+
+
+def _missing_from_quote(entry: Entry) -> list[int]:
+    """The node counts whose number is not in the entry's quote.
+
+    A global figure must be printed exactly; one the table derives from a per-GPU or per-node
+    figure must round to the printed digits."""
+    printed = _printed_numbers(entry.quote)
+    missing = []
+    for point in entry.points:
+        value = _as_printed(entry, point)
+        if entry.printed == "global":
+            hit = any(value == number for number, _ in printed)
+        else:
+            hit = any(abs(value - n) <= 0.5 * 10.0**-d + 1e-9 * n for n, d in printed)
+        if not hit:
+            missing.append(point.nodes)
+    return missing
 
 
 def _load() -> list[dict[str, Any]]:
@@ -97,7 +148,9 @@ def test_the_first_entry_of_the_table_is_the_schema_s_valid_example():
     assert Entry.model_validate(_good()).points[0].nodes >= 1
 
 
-@pytest.mark.parametrize("key", ["url", "mode", "points", "parameters", "procs_per_node"])
+@pytest.mark.parametrize(
+    "key", ["url", "mode", "points", "parameters", "procs_per_node", "quote", "split", "checked"]
+)
 def test_an_entry_missing_a_required_key_is_refused(key):
     entry = _good()
     del entry[key]
@@ -176,10 +229,68 @@ def test_every_entry_of_the_table_passes_the_schema():
         Entry.model_validate(entry)
 
 
-def test_the_table_holds_at_least_twelve_results_with_distinct_ids():
+def test_a_number_that_is_not_in_the_quote_is_found():
+    entry = _good()
+    entry["points"][1]["throughput"] += 1
+    assert _missing_from_quote(Entry.model_validate(entry)) == [entry["points"][1]["nodes"]]
+
+
+def test_a_number_printed_with_thousands_separators_or_trailing_zeros_is_found():
+    entry = _good()
+    entry["quote"] = "| 1 | 4,553 | 2 | 9191.00 | 4 | 18119 | 8 | 35774 | 70555 | 138294 |"
+    assert _missing_from_quote(Entry.model_validate(entry)) == []
+
+
+def test_a_per_gpu_figure_is_checked_against_the_global_throughput_it_gives():
+    entry = _good()
+    entry |= {"printed": "per_gpu", "procs_per_node": 8, "quote": "100.5 99.8 98"}
+    entry["points"] = [
+        {"nodes": 1, "throughput": 804.0},  # 100.5 a GPU
+        {"nodes": 2, "throughput": 1596.8},  # 99.8
+        {"nodes": 4, "throughput": 3200.0},  # 100: not printed
+    ]
+    assert _missing_from_quote(Entry.model_validate(entry)) == [4]
+
+
+def test_every_point_s_number_is_printed_in_its_entry_s_quote():
+    missing = {}
+    for entry in map(Entry.model_validate, _load()):
+        if gone := _missing_from_quote(entry):
+            missing[entry.id] = gone
+    assert missing == {}
+
+
+def test_a_source_is_wholly_in_the_fit_set_or_wholly_in_the_test_set():
+    splits = defaultdict(set)
+    for entry in map(Entry.model_validate, _load()):
+        splits[entry.source_group].add(entry.split)
+    assert {group: s for group, s in splits.items() if len(s) > 1} == {}
+
+
+def test_a_split_outside_fit_and_test_is_refused():
+    entry = _good()
+    entry["split"] = "validation"
+    assert "split" in _refused(entry)
+
+
+def test_the_table_holds_at_least_eighty_results_with_distinct_ids():
     ids = [entry["id"] for entry in _load()]
-    assert len(ids) >= 12
+    assert len(ids) >= 80
     assert len(set(ids)) == len(ids)
+
+
+def test_the_results_come_from_at_least_eight_sources_in_both_sets():
+    entries = [Entry.model_validate(e) for e in _load()]
+    groups = {
+        split: {e.source_group for e in entries if e.split == split} for split in ("fit", "test")
+    }
+    assert len(groups["fit"] | groups["test"]) >= 8
+    assert len(groups["fit"]) >= 3 and len(groups["test"]) >= 3, groups
+
+
+def test_the_test_set_holds_at_least_thirty_results():
+    # enough that "within 5 points in 85%" is a claim about more than a handful of results
+    assert sum(Entry.model_validate(e).split == "test" for e in _load()) >= 30
 
 
 def test_the_table_covers_all_reduce_and_sharded_strategies_and_both_modes():

@@ -31,6 +31,31 @@ FIELDS = (
     "busbw_gbs", "busbw_intra_node_gbs",
 )  # fmt: skip
 WITHIN = 0.05  # a hit: within 5 points
+# the 21 results docs/prediction.md scores (issue 26); the entries issue 38 added to the
+# corpus, with their fit/test split, are scored by their own tables
+ISSUE_26 = (
+    "dle-pytorch-bert-large-phase1-fp16-dgxa100",
+    "dle-pytorch-bert-large-phase2-tf32-dgxa100",
+    "dle-paddle-bert-large-phase1-fp16-dgxa100",
+    "dle-pytorch-bart-large-phase1-bf16-dgxa100",
+    "dle-pytorch-transformerxl-large-fp32-dgx2h",
+    "dle-tf1-bert-large-phase1-fp16-dgx2h",
+    "dle-tf1-bert-large-phase1-fp16-dgxa100-40gb",
+    "dle-tf2-bert-large-phase1-fp16-dgx2h",
+    "dle-tf2-bert-large-phase2-fp16-dgxa100",
+    "dle-biobert-base-phase1-fp16-dgx1",
+    "dle-biobert-base-phase2-fp32-dgx2h",
+    "llmfoundry-mpt-70b-fsdp-h100-16to64-nodes",
+    "llmfoundry-mpt-3b-shardgradop-h100-16to64-nodes",
+    "llmfoundry-mpt-13b-fsdp-h100-1to8-nodes",
+    "llmfoundry-mpt-1b-fsdp-h100-2to8-nodes",
+    "llmfoundry-mpt-760m-fsdp-a100-40gb-roce-2to16-nodes",
+    "llmfoundry-mpt-125m-fsdp-a100-40gb-roce-2to16-nodes",
+    "llmfoundry-mpt-7b-fsdp-a100-40gb-roce-4to16-nodes",
+    "tfcnn-inception3-ps-pizdaint-p100",
+    "tfcnn-inception3-ps-aws-p2xlarge-k80",
+    "tfcnn-inception3-ps-aws-p28xlarge-k80",
+)
 
 
 @dataclass(frozen=True)
@@ -55,7 +80,7 @@ def replay() -> list[Scored]:
     entries = yaml.load(DATA.read_text(), Loader=yaml_loader())
     scored = []
     with tempfile.TemporaryDirectory() as tmp:
-        for entry in entries:
+        for entry in (e for e in entries if e["id"] in ISSUE_26):
             points = entry["points"]
             two = {k: entry[k] for k in FIELDS if k in entry} | {"points": points[:2]}
             path = Path(tmp) / f"{entry['id']}.json"
