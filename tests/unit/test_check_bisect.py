@@ -113,3 +113,24 @@ def test_a_healthy_noisy_fleet_flags_no_group_at_any_level():
             report = judge_check(m, labels, {}, Thresholds(0.35, 0.4, network), Expected())
             assert not any(g.verdict is GroupVerdict.SLOW for g in report.groups)
             assert report.exit_code == 0
+
+
+def test_the_table_says_a_slow_groups_hosts_and_whether_it_changed_the_exit_code(capsys):
+    from pathlib import Path
+
+    from runner.cli.check_output import print_report
+    from runner.record.rundir import RunDir
+    from runner.sweep.check import CheckRun
+
+    for m, said, last in (
+        (measured(6, groups={(0, 1, 2): 0.3}), "note: a group (bisection level 1", "ok 6 nodes"),
+        (
+            measured(12, groups={tuple(range(6)): 0.3, (3, 4, 5): 0.3}),
+            "slow group (bisection level 2, slow at 2 levels running)",
+            "flagged 1 slow group",
+        ),
+    ):
+        print_report(CheckRun(check(m), RunDir(Path("runs/x")), Path("runs/x/check"), 1.0, {}, m))
+        out = " ".join(capsys.readouterr().out.split())
+        assert said in out and "dtrun check --hosts FILE with 10.0.0." in out
+        assert last in out and "[green]" not in out and "[red]" not in out  # text, not markup
