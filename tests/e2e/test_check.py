@@ -20,10 +20,10 @@ from tests.paths import TESTS
 pytestmark = pytest.mark.e2e
 
 
-def _check(tmp, *args, run_id="check"):
+def _check(tmp, *args, run_id="check", timeout=280):
     done = run_dtrun(
         "check", *args, "--output", str(tmp / "runs"), "--run-id", run_id, "--json",
-        cwd=tmp, timeout=280,
+        cwd=tmp, timeout=timeout,
     )  # fmt: skip
     return done, (json.loads(done.stdout) if done.stdout.strip() else None)
 
