@@ -29,10 +29,10 @@ GOLDEN = Path(__file__).parent / "golden"
 DTRUN = [sys.executable, "-X", "faulthandler", "-m", "runner.cli"]
 
 
-# The suite's parts (README, "Tests"): tests/unit/ runs in minutes with nothing but the venv;
-# tests/e2e/ holds every test that starts a daemon (sshd, slurmd, Spark), a cluster, a real
-# launch or a browser; tests/infra/ the Pulumi program's tests. Each test gets its part's marker
-# from its directory.
+# The suite's parts (docs/architecture.md, "What you do"): tests/unit/ runs in minutes with
+# nothing but the venv; tests/e2e/ holds every test that starts a daemon (sshd, slurmd, Spark),
+# a cluster, a real launch or a browser; tests/infra/ the Pulumi program's tests. Each test
+# gets its part's marker from its directory.
 PARTS = ("unit", "e2e", "infra")
 # Fixtures that start daemons or real launches: only tests under tests/e2e/ may use them.
 E2E_FIXTURES = frozenset({"sshd_cluster", "slurm_daemons", "slurm", "no_leftovers"})

@@ -5,15 +5,17 @@ errors; slow when its GPUs throttle their clocks, when its compute or memory is 
 below the fleet (or its GPUs below their expected peak), when its in-node all-reduce is, or when
 it is slow with every partner of the pair rounds (two or more). A slow pair whose nodes are fine
 with their other partners is a slow link. Causes in that order: the first that holds is named.
+The bisection's groups are judged in runner/check/bisect.py.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from runner.check.bisect import judge_bisection
 from runner.check.expected import GPU_PEAK_FLOOR, Expected, Thresholds
 from runner.check.gpus import gpu_problems
 from runner.check.model import Cause, CheckReport, LinkCheck, LinkVerdict, NodeCheck, Verdict
@@ -123,7 +125,15 @@ def judge_check(
     ]
     flagged = {node.host for node in nodes if node.flagged}
     links = tuple(_link(pair, labels, flagged) for pair in pairs)
-    return CheckReport(tuple(nodes), links)
+    groups, corroborated = judge_bisection(
+        measured.bisection, labels, thresholds.network, nodes, links
+    )
+    nodes = [
+        replace(node, evidence=(*node.evidence, corroborated[node.host]))
+        if node.host in corroborated else node
+        for node in nodes
+    ]  # fmt: skip
+    return CheckReport(tuple(nodes), links, groups)
 
 
 def _link(pair: Pair, labels: Sequence[str], flagged: set[str]) -> LinkCheck:

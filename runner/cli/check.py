@@ -92,8 +92,9 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
 
     One launch over every node: a timed matrix multiply and copy per node, all-reduce inside
     each node, between pairs of nodes round by round and over halves of the fleet, judged by
-    the median and MAD across the fleet and the size's expected figures. Exit 0 when every
-    node and link is ok, 5 when one is flagged (docs/check.md).
+    the median and MAD across the fleet and the size's expected figures; the slow half
+    followed down the levels. Exit 0 when every node and link is ok, 5 when one is flagged
+    or a group is slow at two levels running (docs/check.md).
     """
     from runner.cli.parse import check_run_id, new_run_id
     from runner.errors import UsageError

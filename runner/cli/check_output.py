@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.cli.common import console
+from runner.cli.inert import styled
 from runner.cli.tables import Column, Grid, print_grid
 from runner.errors import UsageError
 from runner.spec.text import plural
@@ -56,23 +57,31 @@ def print_report(done: CheckRun, *, wide: bool = False) -> None:
     print_grid(out, Grid(columns, rows, hint="--wide shows every column"), wide=wide)
     for link in report.slow_links:
         out.print(f"slow link {link.a} - {link.b}: {link.evidence}", highlight=False)
-    flagged = report.flagged_nodes
-    if not flagged and not report.slow_links:
+    for group in (group for group in report.groups if group.follow):
+        said = "slow group" if group.slow else "note: a group"
+        levels = f"at {group.levels} levels running" if group.levels > 1 else "at one level only"
         out.print(
-            f"[green]ok[/] {plural(len(report.nodes), 'node')}, {plural(len(report.links), 'pair')}"
-            f" checked in {done.wall_s:.0f} s: nothing flagged; {done.run_dir.path}/check.json",
+            f"{said} (bisection level {group.level}, slow {levels}): {group.evidence}; "
+            f"{group.follow}",
             highlight=False,
         )
+    flagged = report.flagged_nodes
+    if not flagged and not report.slow_links and not report.slow_groups:
+        out.print(styled(
+            ("ok", "green"),
+            f" {plural(len(report.nodes), 'node')}, {plural(len(report.links), 'pair')}"
+            f" checked in {done.wall_s:.0f} s: nothing flagged; {done.run_dir.path}/check.json",
+        ))  # fmt: skip
         return
     names = ", ".join(f"{node.host} ({node.cause.value if node.cause else node.verdict.value})"
                       for node in flagged)  # fmt: skip
     what = [f"{plural(len(flagged), 'node')}: {names}"] if flagged else []
     what += [f"{plural(len(report.slow_links), 'slow link')}"] if report.slow_links else []
-    out.print(
-        f"[red]flagged[/] {'; '.join(what)} (in {done.wall_s:.0f} s; "
-        f"{done.run_dir.path}/check.json)",
-        highlight=False,
-    )
+    what += [f"{plural(len(report.slow_groups), 'slow group')}"] if report.slow_groups else []
+    out.print(styled(
+        ("flagged", "red"),
+        f" {'; '.join(what)} (in {done.wall_s:.0f} s; {done.run_dir.path}/check.json)",
+    ))  # fmt: skip
 
 
 def _yaml_hosts(path: Path) -> dict[str, Any] | None:
@@ -115,7 +124,24 @@ def kept_hosts(hosts_file: Path | None, inventory: Inventory, flagged: set[str],
         if node.slots != 1:
             entry["slots"] = node.slots
         entries.append(entry)
-    return {"hosts": entries}
+    return {**_access(inventory), "hosts": entries}
+
+
+def _access(inventory: Inventory) -> dict[str, Any]:
+    """How a hosts file reaches the nodes as the inventory did (docs/clusters.md, "Hosts
+    files"): a stack's head as the jump host, its user, port, Python and shared storage. Not its
+    private key nor its known hosts: a secret, and lines where a hosts file names a file."""
+    ssh = inventory.ssh
+    if ssh is None:
+        return {}
+    fields = {"user": ssh.user, "port": ssh.port, "jump": ssh.jump_host}
+    if inventory.source.startswith("stack:"):
+        from runner.azure.catalog import SIZES
+
+        fields |= {"python": inventory.python_bin, "shared": inventory.shared_dir,
+                   "accelerator": inventory.accelerator.value,
+                   "size": inventory.size if inventory.size in SIZES else None}  # fmt: skip
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def write_hosts_file(path: Path, inventory: Inventory, done: CheckRun, flagged: set[str]) -> None:

@@ -148,7 +148,14 @@ def _predict(
     if size is not None and override is None:
         listed = list_price(size, report.manifest["inventory"].get("region"))
         price = None if listed is None else (listed.usd_per_node_hour, listed.source)
-    result = predict(found.description, counts, target, price=price, launches=found.launches)
+    result = predict(
+        found.description,
+        counts,
+        target,
+        price=price,
+        launches=found.launches,
+        statistic=found.statistic,
+    )
     return replace(result, assumptions=(*found.said, *result.assumptions))
 
 
@@ -180,7 +187,7 @@ def print_prediction(result: Prediction) -> None:
         rows.append(
             (str(p.nodes), f"{p.efficiency:.0%} ({low:.0%}-{high:.0%})", p.verdict, step, cost)
         )
-    title = f"predicted from {result.source} (measured efficiency: {measured})"
+    title = f"predicted from {result.source} (measured efficiency, {result.statistic}: {measured})"
     caption = (
         f"{result.mode} scaling; efficiency against the smallest measured node count, range in "
         f"brackets; verdict against the {result.target_efficiency:.0%} target"
@@ -189,6 +196,10 @@ def print_prediction(result: Prediction) -> None:
     if costed:
         caption += f"; cost: {costed}"
     print_grid(out, Grid(columns, rows, title, caption, min_columns=3))
+    for p in result.predictions:
+        if p.efficiency is not None and p.verdict == "cannot tell":
+            out.print(f"{p.nodes} nodes: cannot tell: {p.why}", markup=False, highlight=False,
+                      soft_wrap=True)  # fmt: skip
     price = result.price or "no price: pass --price-per-node-hour USD to cost it"
     out.print(f"price: {price}", markup=False, highlight=False, soft_wrap=True)
     for line in result.assumptions:

@@ -155,8 +155,7 @@ def plan_gate(resolved: ResolvedBench, inventory: Inventory) -> GatePlan | str:
     else:
         machine = "the embedded CPU cluster" if inventory.source == "embedded" else "this machine"
         return (
-            f"no expected single-node bus bandwidth for {machine}; "
-            "pass --health-threshold GBS to gate on your own figure"
+            f"no expected single-node bus bandwidth for {machine}; --health-threshold GBS sets one"
         )
     nodes = inventory.nodes[: resolved.largest]
     # On GPUs a node is checked with all its GPUs, as the pass mark was measured; on CPUs with

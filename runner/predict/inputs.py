@@ -51,6 +51,8 @@ RANGES = {
     ),
     "busbw_gbs": Range(1e-3, 1e5, "GB/s: 1 MB/s to 100 TB/s, past any fabric's"),
     "busbw_intra_node_gbs": Range(1e-3, 1e5, "GB/s: 1 MB/s to 100 TB/s, past any link's"),
+    "step_spread": Range(0, 100, "(p90 - p10) / p50 of the step times: 0 to 100 times the "
+                         "median"),
     "batch_per_process": Range(1, 1e12, "units a process's step processes: at least one"),
     "global_batch": Range(1, 1e12, "units a step processes: at least one"),
 }  # fmt: skip
@@ -76,6 +78,7 @@ SCHEMA: dict[str, Any] = {
         "gradient_bytes_per_parameter": _ranged("gradient_bytes_per_parameter"),
         "busbw_gbs": _ranged("busbw_gbs"),
         "busbw_intra_node_gbs": _ranged("busbw_intra_node_gbs"),
+        "step_spread": _ranged("step_spread"),  # the largest point's (straggler tax)
         # what a step processes, in the throughput's unit: lets step times and throughputs mix
         "batch_per_process": _ranged("batch_per_process"),  # weak: each process's, every count
         "global_batch": _ranged("global_batch"),  # strong scaling: all processes' together
@@ -118,6 +121,7 @@ class Description:
     gradient_bytes_per_parameter: float | None = None
     busbw_gbs: float | None = None
     busbw_intra_node_gbs: float | None = None
+    step_spread: float | None = None  # (p90 - p10) / p50 of the largest point's step times
     batch_per_process: float | None = None
     global_batch: float | None = None
 
@@ -284,6 +288,7 @@ def description(data: Any, source: str) -> Description:
         gradient_bytes_per_parameter=data.get("gradient_bytes_per_parameter"),
         busbw_gbs=data.get("busbw_gbs"),
         busbw_intra_node_gbs=data.get("busbw_intra_node_gbs"),
+        step_spread=data.get("step_spread"),
         batch_per_process=data.get("batch_per_process"),
         global_batch=data.get("global_batch"),
     )

@@ -1,42 +1,42 @@
-"""The prediction: larger node counts' step time and efficiency from two measured ones.
+"""The prediction: larger node counts' step time and efficiency from two or more measured ones.
 
-docs/prediction.md "The model" says it in words, with its sources. In short, a synchronous
-data-parallel step at N nodes (R = N x procs_per_node ranks) is
+docs/prediction.md "The model" says it in words, with its sources. In short, on the smallest
+measured point's footing (weak scaling: the step; strong: the step times R / R0) a point's loss
+is l(N) = T(N) / T(N0) - 1 = 1/E(N) - 1, the share of time the step spends on scaling, and
 
-    T(N) = compute(N) + overhead(N)
+    l(N) = S [N0 = 1 < N]  +  g log2(N / N0)  +  lam (N / N0 - 1)
 
-where compute is fixed per rank under weak scaling and shrinks as R_a/R under strong scaling,
-and the overhead is what the measured points show scaling costs. Two of its parts behave
-differently as N grows:
+- S, **the one-time step** from one node onto the network: the gradient all-reduce leaves
+  NVLink or PCIe. A ring all-reduce moves 2(R-1)/R of the gradient per rank, nearly 2 from two
+  nodes on, so the step does not grow again.
+- g, **the growth per doubling**: what grows with the ranks (the network's hops, congestion,
+  the slowest of more ranks).
+- lam, **the latency term**, linear in the nodes: a ring all-reduce's 2(R-1) latencies (the
+  alpha-beta cost, Thakur et al. 2005), and under strong scaling an overhead that does not
+  shrink with the work per rank (Amdahl). It makes the knees at scale.
 
-- **a one-time step** from one node to several: the gradient all-reduce leaves NVLink for the
-  network. It does not grow again: a ring all-reduce moves 2(R-1)/R of the gradient per rank,
-  nearly 2 from 2 nodes on.
-- **what keeps growing**: every rank waits for the slowest at each step, and the expected
-  slowest of R ranks grows as the expected maximum of R draws (Blom's approximation of the
-  normal order statistic, sqrt(2 ln R) for large R), and so do the network's hops and
-  congestion.
-
-The model takes the growth of the step between the two largest measured points and
-extrapolates all of it along the expected-maximum curve: it fits no constant. The range runs
-from none of it growing (the efficiency stays where the larger point put it) to twice it. From
-one node to several, part of the growth is the one-time step to the network; where the
-gradient's bytes and both busbw are given, the range's optimistic end leaves out only what that
-step cannot explain.
+S and g are different for every workload: their prior (mean and spread, by scaling mode) is
+learned from the fit set of the published results (runner/predict/prior.py, by
+runner/predict/learn.py), and the run's own points update it (a Gaussian posterior: empirical
+Bayes). lam and the measurement noise are the prior's. Where the gradient's bytes and the busbw
+inside and across nodes are known, S is at most the all-reduce's extra time on the network;
+where the step times' spread is known, the growth is at least the straggler tax it implies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from runner.predict.prior import PRIORS, RANGE_Z, Prior
 from runner.spec.request import ScalingMode
 
-# The share of the measured growth that keeps growing: all of it, as measured (no constant is
-# fitted to the published results docs/prediction.md scores the model on).
-CONTINUES = 1.0
 BLOM_ALPHA = 0.375  # Blom (1958): E[max of n] ~ inv_cdf((n - alpha) / (n - 2 alpha + 1))
+# (p90 - p10) of a normal is 2 x 1.2816 standard deviations
+SPREAD_SDS = 2 * NormalDist().inv_cdf(0.9)
+LEAST_LOSS = -0.5  # an efficiency of 200%: the range's optimistic end stops there
 
 
 def expected_max(ranks: int) -> float:
@@ -62,8 +62,8 @@ class Measured:
 
 @dataclass(frozen=True)
 class Comm:
-    """What the gradient all-reduce moves and how fast, where known: it bounds how much of the
-    growth from one node to several was the one-time step to the network."""
+    """What the gradient all-reduce moves and how fast, where known: it bounds the one-time
+    step to the network."""
 
     gradient_bytes: float  # per step, times the strategy's all-reduces per step
     busbw_inter_gbs: float  # across nodes
@@ -77,8 +77,8 @@ class Forecast:
     efficiency: float | None = None
     efficiency_low: float | None = None
     efficiency_high: float | None = None
-    why_not: str | None = None  # why there is no prediction ("cannot tell")
-    no_growth: bool = False  # the measured points showed no loss: nothing was extrapolated
+    why_not: str | None = None  # why there is no prediction
+    measure_next: int | None = None  # the node count that would narrow the range most
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,7 @@ class Setting:
     mode: ScalingMode
     absolute: bool  # step times in seconds (else relative: throughput was given)
     comm: Comm | None = None
+    spread: float | None = None  # (p90 - p10) / p50 of the largest point's step times
 
 
 def efficiency(mode: ScalingMode, base: Measured, nodes: int, step: float) -> float:
@@ -96,72 +97,119 @@ def efficiency(mode: ScalingMode, base: Measured, nodes: int, step: float) -> fl
     return base.nodes * base.step / (nodes * step)
 
 
-def _continuing_shares(
-    a: Measured, b: Measured, setting: Setting, footing: Callable[[int], float]
-) -> tuple[float, float, float]:
-    """(point, least, most) share of the growth from a to b that keeps growing: the point takes
-    it all, as measured; the range runs from none of it (the efficiency stays where b put it)
-    to twice it. From one node to several, the gradient's bytes and the busbw, where given,
-    say how much of the growth the one-time step to the network can explain, and the least
-    is what it cannot. The growth and the all-reduce times are both on the smallest point's
-    footing (``footing``), as forecast() extrapolates them."""
-    least = 0.0
+def losses(points: Sequence[Measured], mode: ScalingMode) -> list[tuple[int, float]]:
+    """(nodes, loss) of each point after the first: 1/E - 1 against the first."""
+    base = points[0]
+    return [(p.nodes, 1 / efficiency(mode, base, p.nodes, p.step) - 1) for p in points[1:]]
+
+
+def features(base: int, nodes: int) -> tuple[float, float, float]:
+    """The loss's terms at ``nodes`` against ``base``: the step, doublings, latency."""
+    return (1.0 if base == 1 < nodes else 0.0, math.log2(nodes / base), nodes / base - 1)
+
+
+@dataclass(frozen=True)
+class Posterior:
+    """(S, g) after the run's points: mean and covariance."""
+
+    mean: tuple[float, float]
+    cov: tuple[tuple[float, float], tuple[float, float]]
+
+    def beyond(
+        self, last: tuple[int, float], nodes: int, base: int, prior: Prior
+    ) -> tuple[float, float]:
+        """The loss's mean and standard deviation at ``nodes``, from the largest measured
+        point's (nodes, loss) as measured: plus the terms' growth between the two, and the
+        noise of both."""
+        x, y = features(base, last[0]), features(base, nodes)
+        ds, dg, dl = (b - a for a, b in zip(x, y, strict=True))
+        (s, g), ((vss, vsg), (_, vgg)) = self.mean, self.cov
+        mean = last[1] + ds * s + dg * g + dl * prior.latency
+        var = ds**2 * vss + 2 * ds * dg * vsg + dg**2 * vgg + 2 * prior.noise_sd**2
+        return mean, math.sqrt(var)
+
+
+def posterior(prior: Prior, base: int, observed: Sequence[tuple[int, float]]) -> Posterior:
+    """The Gaussian posterior of (S, g) given each observed (nodes, loss) (conjugate normal:
+    precision = prior's + X'X / noise^2)."""
+    noise = prior.noise_sd**2
+    # precision and precision-weighted mean, prior's first
+    pss, psg, pgg = 1 / prior.step_sd**2, 0.0, 1 / prior.growth_sd**2
+    bs, bg = prior.step_mean * pss, prior.growth_mean * pgg
+    for nodes, loss in observed:
+        xs, xg, xl = features(base, nodes)
+        y = loss - xl * prior.latency
+        pss, psg, pgg = pss + xs * xs / noise, psg + xs * xg / noise, pgg + xg * xg / noise
+        bs, bg = bs + xs * y / noise, bg + xg * y / noise
+    det = pss * pgg - psg * psg
+    vss, vsg, vgg = pgg / det, -psg / det, pss / det
+    return Posterior((vss * bs + vsg * bg, vsg * bs + vgg * bg), ((vss, vsg), (vsg, vgg)))
+
+
+def _capped(post: Posterior, most: float) -> Posterior:
+    """The posterior given S <= ``most``: where its mean step is above, conditioned on S at
+    the bound (the Gaussian's conditional: g moves by cov(g, S) / var(S) of the change)."""
+    (s, g), ((vss, vsg), (_, vgg)) = post.mean, post.cov
+    if s <= most or vss <= 0:
+        return post
+    g += vsg / vss * (most - s)
+    return Posterior((most, g), ((0.0, 0.0), (0.0, vgg - vsg * vsg / vss)))
+
+
+def step_bound(a: Measured, b: Measured, setting: Setting) -> float | None:
+    """The largest the one-time step can be, as a loss: the ring all-reduce's time across
+    nodes at ``b`` less within one node at ``a`` (all of it exposed at most), on the footing of
+    ``a`` (the one-node point); None without the bytes, both busbw and seconds."""
     comm = setting.comm
-    if a.nodes == 1 and comm is not None and setting.absolute and comm.busbw_intra_gbs:
-        ranks_a, ranks_b = a.nodes * setting.procs_per_node, b.nodes * setting.procs_per_node
-        inter = ring_share(ranks_b) * comm.gradient_bytes / (comm.busbw_inter_gbs * 1e9)
-        intra = ring_share(ranks_a) * comm.gradient_bytes / (comm.busbw_intra_gbs * 1e9)
-        inter, intra = inter * footing(b.nodes), intra * footing(a.nodes)
-        growth = b.step * footing(b.nodes) - a.step * footing(a.nodes)
-        if growth > 0:  # at most all of the extra all-reduce time is exposed (none hidden)
-            least = 1.0 - min(growth, max(0.0, inter - intra)) / growth
-    return CONTINUES, least, 2 * CONTINUES
+    if a.nodes != 1 or comm is None or not setting.absolute or not comm.busbw_intra_gbs:
+        return None
+    ranks_a, ranks_b = setting.procs_per_node, b.nodes * setting.procs_per_node
+    inter = ring_share(ranks_b) * comm.gradient_bytes / (comm.busbw_inter_gbs * 1e9)
+    intra = ring_share(ranks_a) * comm.gradient_bytes / (comm.busbw_intra_gbs * 1e9)
+    if setting.mode is ScalingMode.STRONG:  # b's all-reduce on a's footing: x R_b / R_a
+        inter *= b.nodes
+    return max(0.0, inter - intra) / a.step
 
 
 def forecast(
     points: Sequence[Measured], targets: Sequence[int], setting: Setting
 ) -> tuple[Forecast, ...]:
     """Each target node count's forecast from the points (two or more, smallest first); the
-    efficiency is against the smallest measured point, as the report's.
-
-    Under strong scaling the step times are first put on the smallest point's footing, T x R /
-    R0 (the step as long as it would be with each rank's work of the smallest point), so that
-    the overhead shrinks with the work per rank, as it does where the all-reduce hides under the
-    backward pass and where gradient accumulation keeps the micro-batch; the model is then the
-    weak one's, and a step's time is put back. An overhead that does not shrink (Amdahl) does
-    worse: docs/prediction.md says how often the published results showed it."""
-    base = points[0]
-    a, b = points[-2], points[-1]  # the two largest: nearest to what is predicted
-    if a.nodes >= b.nodes or a.step <= 0 or b.step <= 0:
+    efficiency is against the smallest measured point, as the report's."""
+    if any(p.step <= 0 for p in points) or len({p.nodes for p in points}) < 2:
         why = "two measured node counts with step times above 0 are needed"
         return tuple(Forecast(n, why_not=why) for n in targets)
-    ppn, weak = setting.procs_per_node, setting.mode is ScalingMode.WEAK
-
-    def footing(nodes: int) -> float:  # the factor that puts a step on the base's footing
-        return 1.0 if weak else nodes / base.nodes
-
-    work_a, work_b = a.step * footing(a.nodes), b.step * footing(b.nodes)
-    # faster than linear (a cache effect, noise): no growth to extrapolate
-    growth = max(0.0, work_b - work_a)
-    shape_a, shape_b = expected_max(a.nodes * ppn), expected_max(b.nodes * ppn)
-    shares = dict(
-        zip(("point", "least", "most"), _continuing_shares(a, b, setting, footing), strict=True)
-    )
-    base_work = base.step * footing(base.nodes)
+    base, last = points[0], points[-1]
+    prior = PRIORS[setting.mode.value]
+    observed = losses(points, setting.mode)
+    post = posterior(prior, base.nodes, observed)
+    bound = step_bound(base, points[1], setting)
+    if bound is not None:
+        post = _capped(post, bound)
+    last_loss = observed[-1][1]
     out = []
     for nodes in targets:
-        more = growth * (expected_max(nodes * ppn) - shape_b) / (shape_b - shape_a)
-        works = {name: work_b + share * more for name, share in shares.items()}
-        # the efficiency is the works' ratio, at most 1: a faster-than-linear point is noise
-        effs = {name: min(1.0, base_work / work) for name, work in works.items()}
+        mean, sd = post.beyond(observed[-1], nodes, base.nodes, prior)
+        if setting.spread:  # the slowest of more ranks: at least this is lost
+            ppn = setting.procs_per_node
+            rank_sd = setting.spread / SPREAD_SDS
+            tax = rank_sd * (expected_max(nodes * ppn) - expected_max(last.nodes * ppn))
+            mean = max(mean, last_loss + tax)
+        # a loss below -1/2 (twice linear) is past anything measured: held there
+        effs = [1 / (1 + max(loss, LEAST_LOSS)) for loss in
+                (mean, mean + RANGE_Z * sd, mean - RANGE_Z * sd)]  # fmt: skip
+        step = base.step * (1 + mean)
+        if setting.mode is ScalingMode.STRONG:  # back from the base's footing
+            step = step * base.nodes / nodes
+        nearer = 2 * last.nodes
         out.append(
             Forecast(
                 nodes,
-                step=works["point"] / footing(nodes),
-                efficiency=effs["point"],
-                efficiency_low=min(effs.values()),
-                efficiency_high=max(effs.values()),
-                no_growth=growth == 0,
+                step=step,
+                efficiency=effs[0],
+                efficiency_low=effs[1],
+                efficiency_high=effs[2],
+                measure_next=nearer if nearer < nodes else None,
             )
         )
     return tuple(out)

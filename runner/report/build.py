@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from runner import __version__
 from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
-from runner.predict.predict import CHECKED_OF, CHECKED_WITHIN_5, Prediction
+from runner.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5, Prediction
 from runner.record.rundir import RunDir
 from runner.redact import redact_text
 from runner.render import code_block, environment, render
@@ -309,7 +309,7 @@ def _context(report: Report) -> dict[str, Any]:
         "stages": report.stages,
         "cost": report.cost,
         "next_counts": report.next_counts,
-        "next_counts_checked": (CHECKED_WITHIN_5, CHECKED_OF),
+        "next_counts_checked": (CHECKED_WITHIN_5, CHECKED_INSIDE, CHECKED_OF),
         "reproduce": reproducibility(manifest, report.first),
         "command": command_block(manifest),
         "error_block": code_block(str(report.runs["error"])) if report.runs.get("error") else "",

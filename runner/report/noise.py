@@ -236,8 +236,8 @@ def _load_findings(nodes: int, measured: Sequence[tuple[int, LaunchNoise]], of: 
         window = dict(measured)[other[0]].window_s
         findings.append(
             f"The {nodes}-node point is unreliable: {who} spent {other[1].other_share or 0:.0%} "
-            f"of {whose} CPU on other work ({other[1].other_cores:.2f} cores over the "
-            f"{window:.1f} s of timed steps), {of.format(other[0])}"
+            f"of {whose} CPU on other work ({other[1].other_cores:.2f} cores over "
+            f"{window:.1f} s), {of.format(other[0])}"
         )
     return findings
 
@@ -289,7 +289,7 @@ def _straggler_findings(
         f"{worst.rank} on {worst.where}, {worst.computes()}, {of.format(worst.launch)}"
     )
     if busy:
-        said += f" ({busy} of them on a node with steal or other load then: a likely cause)"
+        said += f" ({busy} on a node with steal or other load then: a likely cause)"
     return [said]
 
 

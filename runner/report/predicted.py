@@ -12,7 +12,9 @@ from runner.azure.sizefacts import expected_busbw, no_busbw_because
 from runner.errors import DtrunError, UsageError
 from runner.predict.inputs import STRATEGIES, Description, Point
 from runner.predict.predict import Launches, Prediction, predict
-from runner.report.results import PROGRAM_STRATEGY
+from runner.report.results import PROGRAM_STRATEGY, TrainResult
+from runner.report.stats import STATISTIC
+from runner.spec.request import ScalingMode
 from runner.spec.text import plural
 
 if TYPE_CHECKING:
@@ -28,6 +30,7 @@ class FromRun:
     launches: Launches | None
     price: tuple[float, str] | None  # the run's recorded price, if any
     said: tuple[str, ...]  # where the busbw came from
+    statistic: str = f"the report's, at the {STATISTIC}"  # its efficiencies are the prediction's
 
 
 def from_report(report: Report, *, size: str | None, busbw: float | None) -> FromRun:
@@ -68,12 +71,13 @@ def from_report(report: Report, *, size: str | None, busbw: float | None) -> Fro
         source=source,
         procs_per_node=ppn,
         mode=report.mode,
-        points=tuple(Point(row.nodes, row.step_time_p50, None) for row in rows),
+        points=_points(report, rows),
         strategy=strategy,
         parameters=None if gradient is None else float(gradient),
         gradient_bytes_per_parameter=None if gradient is None else 1.0,
         busbw_gbs=inter,
         busbw_intra_node_gbs=intra,
+        step_spread=rows[-1].step_spread,
     )
     launches = None
     cost = report.cost
@@ -86,6 +90,27 @@ def from_report(report: Report, *, size: str | None, busbw: float | None) -> Fro
     if cost is not None and cost.usd_per_node_hour is not None:
         price = (cost.usd_per_node_hour, cost.price_source or "recorded")
     return FromRun(description, launches, price, said)
+
+
+def _points(report: Report, rows: list[ScalingRow]) -> tuple[Point, ...]:
+    """Each node count's step time at the report's statistic, so that the efficiency the
+    prediction starts from is the report's, to the last digit (one figure per point): the
+    smallest count's step is its tokens per step over its tokens/s (the statistic,
+    runner/report/stats.py), and every other count's is that step over the report's efficiency
+    (weak scaling: E = T0 / T; strong: E = N0 T0 / (N T), docs/facts.md §7). The median of the
+    launches' median step times (step_time_p50) is another statistic: with two launches of
+    0.1 s and 0.2 s it gave 67% where the report's tokens/s gave 75%."""
+    base = rows[0]
+    first = report.first
+    if isinstance(first, TrainResult) and first.nnodes == base.nodes:
+        step = first.global_batch * first.seq_len / base.tokens_per_s
+    else:  # pragma: no cover - a training sweep's first launch is its smallest count's
+        step = base.step_time_p50
+    weak = report.mode is ScalingMode.WEAK
+    return tuple(
+        Point(row.nodes, step / row.efficiency * (1 if weak else base.nodes / row.nodes), None)
+        for row in rows
+    )
 
 
 def _strategy(row: ScalingRow) -> str | None:
@@ -146,6 +171,7 @@ def next_counts(report: Report) -> Prediction | None:
             target,
             price=found.price,
             launches=found.launches,
+            statistic=found.statistic,
         )
     except DtrunError:  # pragma: no cover - the rows were checked above
         return None

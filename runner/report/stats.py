@@ -236,9 +236,11 @@ def noise_text(points: Sequence[tuple[int, float | None, float | None]]) -> str:
     for nodes, steps, launches in points:
         said = []
         if steps is not None:
-            said.append(f"step times p10-p90 span {steps:.0%} of the median")
+            said.append(f"steps {steps:.0%}")
         if launches is not None:
-            said.append(f"launches span {launches:.0%} of their throughput")
+            said.append(f"launches {launches:.0%}")
         if said:
-            parts.append(f"at {plural(nodes, 'node')} {' and '.join(said)}")
-    return "; ".join(parts) if parts else "no spread recorded"
+            parts.append(f"{plural(nodes, 'node')}: {', '.join(said)}")
+    if not parts:
+        return "no spread recorded"
+    return "spread, step times p10-p90 over the median, launches min-max: " + "; ".join(parts)

@@ -14,15 +14,16 @@ import yaml
 from tests import faults, sshd
 from tests.conftest import DTRUN, run_dtrun
 from tests.e2e.test_ssh import hosts_file_text
+from tests.e2e.test_ssh_jump import user_env
 from tests.paths import TESTS
 
 pytestmark = pytest.mark.e2e
 
 
-def _check(tmp, *args, run_id="check"):
+def _check(tmp, *args, run_id="check", timeout=280):
     done = run_dtrun(
         "check", *args, "--output", str(tmp / "runs"), "--run-id", run_id, "--json",
-        cwd=tmp, timeout=280,
+        cwd=tmp, timeout=timeout,
     )  # fmt: skip
     return done, (json.loads(done.stdout) if done.stdout.strip() else None)
 
@@ -208,3 +209,21 @@ def test_a_check_on_a_saved_stack_outputs_file_names_the_nodes_by_their_addresse
     assert _kept(kept) == addresses
     record = json.loads((no_leftovers / "runs" / "check" / "check.json").read_text())
     assert record["source"] == "stack:loop"
+    # the written hosts file reaches the nodes as the stack did: through its head, with its
+    # user, port, Python and shared storage; not its private key nor its known hosts, which
+    # here are the user's own (the default key and ~/.ssh/known_hosts of a HOME of the test's)
+    written = yaml.safe_load(kept.read_text())
+    head = sshd_cluster.hosts[0].address
+    assert (written["jump"], written["user"], written["port"]) == (
+        head,
+        sshd_cluster.user,
+        sshd.PORT,
+    )
+    assert "PRIVATE KEY" not in kept.read_text() and "known_hosts" not in written
+    again = run_dtrun(
+        "check", "--hosts", str(kept), "--port", "29900", "--output", str(no_leftovers / "runs"),
+        "--run-id", "again", "--json", cwd=no_leftovers, timeout=280,
+        env=user_env(sshd_cluster, no_leftovers, ""),
+    )  # fmt: skip
+    assert again.returncode in (0, 5), again.stdout + again.stderr  # 5: a noisy figure, not SSH
+    assert [n["host"] for n in json.loads(again.stdout)["nodes"]] == addresses

@@ -101,7 +101,7 @@ def test_two_node_sweep_with_repeats_writes_results_report_and_proof_of_communic
         assert row["tokens_per_s_max"] == pytest.approx(values[2])
         expected[nodes] = values[1]
         assert f"| {nodes} | {row['tokens_per_s']:,.0f} |" in report  # the Verdict's table
-        assert f"| {nodes} | {nodes} | 4 x 3 | {row['tokens_per_s_low']:,.0f} to " in report
+        assert f"| {nodes} | {nodes} | 4 x 3 | {row['tokens_per_s_low']:,.0f}-" in report
         if nodes == 2:
             busbws = sorted(launch["busbw"]["rows"][-1]["in_place"]["busbw"] for launch in launches)
             assert row["busbw"] == pytest.approx(busbws[1])
@@ -116,7 +116,7 @@ def test_two_node_sweep_with_repeats_writes_results_report_and_proof_of_communic
     # the model: a prediction at 2 nodes from the 1-node step time and the probed busbw
     modelled = summary["where_scaling_is_lost"][1]
     assert 0 < modelled["predicted_efficiency_no_overlap"] <= modelled["predicted_efficiency"]
-    assert "### Predicted against measured" in report
+    assert "Predicted against measured" in report  # its table, or where it is when within
     assert modelled["model_finding"] in (run / "report.html").read_text()  # its own column
     for plot in ("throughput.png", "efficiency.png", "busbw.png"):
         assert (run / plot).read_bytes()[:4] == b"\x89PNG", plot

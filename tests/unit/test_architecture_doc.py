@@ -10,8 +10,8 @@ from tests.paths import REPO
 
 ROOT = REPO
 PACKAGES = ("runner", "infra")
-# A tour line: a table row whose first cell is a path in backticks.
-ROW = re.compile(r"^\| `([^`]+)` \|", re.MULTILINE)
+# A tour line: a list item that starts with a path in backticks and a colon.
+ROW = re.compile(r"^- `([^`]+)`:", re.MULTILINE)
 
 
 def modules() -> set[str]:
@@ -44,11 +44,9 @@ def test_the_module_tour_names_every_module_once_and_nothing_else():
 
 def test_a_module_missing_from_the_tour_or_one_it_invents_is_caught():
     text = (ROOT / "docs" / "architecture.md").read_text()
-    without = text.replace("| `runner/report/summaryfile.py` |", "| runner/report/summaryfile.py |")
+    without = text.replace("- `runner/report/summaryfile.py`:", "- runner/report/summaryfile.py:")
     assert "runner/report/summaryfile.py" in modules() - set(toured(without))
-    invented = text.replace(
-        "| `runner/errors.py` |", "| `runner/errors.py` | x |\n| `runner/gone.py` |"
-    )
+    invented = text.replace("- `runner/errors.py`:", "- `runner/errors.py`: x\n- `runner/gone.py`:")
     assert "runner/gone.py" in set(toured(invented)) - modules()
 
 

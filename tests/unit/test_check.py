@@ -92,9 +92,11 @@ def test_with_many_nodes_a_small_effect_inside_the_fleets_spread_is_not_flagged(
     assert found[0] is not None and not found[0].flagged
 
 
-def measured(n=4, compute=None, memory=None, pairs=None, gpus=None, device="cpu"):
-    """A check result of ``n`` healthy CPU nodes, with some figures replaced."""
+def measured(n=4, compute=None, memory=None, pairs=None, gpus=None, device="cpu", groups=None):
+    """A check result of ``n`` healthy CPU nodes, with some figures replaced (``groups``: a
+    bisection group's busbw by its nodes)."""
     rounds = pair_rounds(n)
+    groups = groups or {}
     compute = compute or {}
     memory = memory or {}
     pairs = pairs or {}
@@ -110,13 +112,14 @@ def measured(n=4, compute=None, memory=None, pairs=None, gpus=None, device="cpu"
             tuple(Group(pair, (pairs.get(pair, 1.5),) * 3) for pair in round_) for round_ in rounds
         ),
         bisection=tuple(
-            tuple(Group(tuple(g), (1.0,) * 3) for g in level) for level in bisection_levels(n)
+            tuple(Group(tuple(g), (groups.get(tuple(g), 1.0),) * 3) for g in level)
+            for level in bisection_levels(n)
         ),
         settings={},
     )
 
 
-HOSTS = {f"node-{i}": f"10.0.0.{i}" for i in range(8)}
+HOSTS = {f"node-{i}": f"10.0.0.{i}" for i in range(32)}
 
 
 def check(m, unreachable=None, expected=None):
@@ -205,13 +208,17 @@ def test_a_gpu_below_half_its_peak_is_slow_whatever_the_fleet():
 
 def test_the_json_has_exactly_the_documented_shape():
     data = check(measured(compute={1: 10.0}), unreachable={"h9": "refused"}).to_json()
-    assert set(data) == {"nodes", "links"}
+    assert set(data) == {"nodes", "links", "groups"}
     for node in data["nodes"]:
         assert set(node) == {"host", "verdict", "cause", "figures"}
         assert node["verdict"] in {"ok", "slow", "failed"}
         assert node["cause"] in {None, "compute", "memory", "network", "gpu", "unreachable"}
     for link in data["links"]:
         assert set(link) == {"a", "b", "busbw_gbs", "verdict"}
+    assert data["groups"] == [
+        {"level": 0, "hosts": [f"10.0.0.{i}" for i in range(4)], "busbw_gbs": 1.0,
+         "verdict": "unjudged"}
+    ]  # fmt: skip
     json.dumps(data)
 
 
@@ -276,3 +283,30 @@ def test_write_hosts_under_spark_is_refused_before_anything_runs(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--write-hosts writes a hosts file" in done.stderr and "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_write_hosts_from_a_stack_reaches_the_nodes_through_its_head_as_the_stack_did():
+    import yaml
+
+    from runner.cli.check_output import kept_hosts
+    from runner.engines.ssh.hosts import Defaults, parse_hosts_file
+    from runner.spec.cluster import Inventory, Node, SshAccess
+
+    nodes = (Node("node-0", "10.42.1.4"), Node("node-1", "10.42.1.5"), Node("node-2", "10.42.1.6"))
+    ssh = SshAccess(user="azureuser", port=2222, jump_host="203.0.113.7",
+                    private_key="-----BEGIN OPENSSH PRIVATE KEY-----secret")  # fmt: skip
+    stack = Inventory(source="stack:dev", nodes=nodes, python_bin="/opt/dtrun/bin",
+                      code_dir="/shared/.dtrun/code", ssh=ssh, shared_dir="/shared",
+                      size="Standard_HB176rs_v4")  # fmt: skip
+    labels = {node.name: node.address for node in nodes}
+    text = yaml.safe_dump(kept_hosts(None, stack, {"10.42.1.5"}, labels), sort_keys=False)
+    assert "secret" not in text  # the stack's private key stays out of the file
+    back = parse_hosts_file(text, "good.yaml", Defaults(user="me", python_bin="/elsewhere"))
+    assert [node.address for node in back.nodes] == ["10.42.1.4", "10.42.1.6"]
+    assert back.ssh is not None
+    assert (back.ssh.jump_host, back.ssh.user, back.ssh.port) == ("203.0.113.7", "azureuser", 2222)
+    assert (back.python_bin, back.code_dir, back.size) == (
+        stack.python_bin,
+        stack.code_dir,
+        stack.size,
+    )

@@ -173,9 +173,13 @@ def test_the_summary_carries_the_prediction_per_row(tmp_path, fixed_inventory):
     assert second["model_gap"] == 0.0
     assert summary["model"]["overlap"] == 1.0
     assert summary["model"]["backward_share"] == pytest.approx(2 / 3)
-    section = run_dir.report.read_text().split("### Predicted against measured")[1]
-    assert "| 2 | 1024.0 ms | 1024.0 to 682.7 ms | 50% | 50 to 75% | within |" in section
+    # within the model's range: report.md points to the table, report.html holds it
+    section = run_dir.report.read_text().split("## Where scaling is lost")[1]
+    assert "### Predicted against measured" not in section
+    assert "Predicted against measured (within the model): " in section
     assert "How the model predicts: docs/report.md#the-model." in section
+    html = html_markdown(run_dir).split("### Predicted against measured")[1]
+    assert "| 2 | 1024.0 ms | 1024.0-682.7 ms | 50% | 50-75% | within |" in html
     assert "hidden under up\nto 100% of the backward pass" in html_markdown(run_dir)
 
 

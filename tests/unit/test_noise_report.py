@@ -63,7 +63,7 @@ def test_other_load_on_one_node_makes_its_point_unreliable_and_names_the_node(
     section = noise_section(run_dir)
     assert (
         "The 2-node point is unreliable: node-1 spent 12% of its CPU on other work "
-        "(0.24 cores over the 1.0 s of timed steps), launch 1 of 1" in section
+        "(0.24 cores over 1.0 s), launch 1 of 1" in section
     )
     assert "| 2 | 1 of 1 | 0.1% | 0.24 cores (12.0%) |" in noise_section(run_dir, html=True)
     point = json.loads(run_dir.summary.read_text())["noise"]["points"][1]
@@ -131,7 +131,7 @@ def test_the_worst_launch_of_a_point_is_the_one_reported(tmp_path, fixed_invento
     )
     section = noise_section(run_dir)
     assert "| 2 | 3 of 3 |" in noise_section(run_dir, html=True)
-    assert "0.50 cores over the 1.0 s of timed steps), launch 2 of 3" in section
+    assert "0.50 cores over 1.0 s), launch 2 of 3" in section
 
 
 def test_the_embedded_cluster_is_said_to_share_one_machine(tmp_path, fixed_inventory):

@@ -1,13 +1,15 @@
-"""docs/prediction.md's scores, replayed: every published result of docs/prediction-data.yaml
-through `dtrun predict --from` (its two smallest node counts in, its largest predicted), against
-what was measured there and against two naive forecasts. The table and the figures in
-docs/prediction.md must be the ones this replay computes.
+"""docs/prediction.md's scores, replayed: every published result of the corpus through `dtrun
+predict --from` (its two smallest node counts in, its largest predicted), against what was
+measured there and against two naive forecasts, for the fit set and the held-out test set. The
+tables and figures in docs/prediction.md must be the ones this replay computes.
 
-    .venv/bin/python -m tests.unit.test_prediction_replay   # prints the table and the figures
+    .venv/bin/python -m tests.unit.test_prediction_replay [fit] [test]   # prints the blocks
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import statistics
@@ -16,51 +18,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from runner.cli.app import app
-from runner.predict.inputs import yaml_loader
-from runner.predict.predict import CHECKED_OF, CHECKED_WITHIN_5
+from runner.predict.inputs import description, yaml_loader
+from runner.predict.learn import SERVER
+from runner.predict.model import Measured, efficiency
+from runner.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5
 from tests.paths import REPO
 
 DOCS = REPO / "docs"
-DATA = DOCS / "prediction-data.yaml"
+DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test split
 FIELDS = (
     "procs_per_node", "mode", "strategy", "parameters", "gradient_bytes_per_parameter",
-    "busbw_gbs", "busbw_intra_node_gbs",
+    "busbw_gbs", "busbw_intra_node_gbs", "step_spread", "batch_per_process", "global_batch",
 )  # fmt: skip
 WITHIN = 0.05  # a hit: within 5 points
-# the 21 results docs/prediction.md scores (issue 26); the entries issue 38 added to the
-# corpus, with their fit/test split, are scored by their own tables
-ISSUE_26 = (
-    "dle-pytorch-bert-large-phase1-fp16-dgxa100",
-    "dle-pytorch-bert-large-phase2-tf32-dgxa100",
-    "dle-paddle-bert-large-phase1-fp16-dgxa100",
-    "dle-pytorch-bart-large-phase1-bf16-dgxa100",
-    "dle-pytorch-transformerxl-large-fp32-dgx2h",
-    "dle-tf1-bert-large-phase1-fp16-dgx2h",
-    "dle-tf1-bert-large-phase1-fp16-dgxa100-40gb",
-    "dle-tf2-bert-large-phase1-fp16-dgx2h",
-    "dle-tf2-bert-large-phase2-fp16-dgxa100",
-    "dle-biobert-base-phase1-fp16-dgx1",
-    "dle-biobert-base-phase2-fp32-dgx2h",
-    "llmfoundry-mpt-70b-fsdp-h100-16to64-nodes",
-    "llmfoundry-mpt-3b-shardgradop-h100-16to64-nodes",
-    "llmfoundry-mpt-13b-fsdp-h100-1to8-nodes",
-    "llmfoundry-mpt-1b-fsdp-h100-2to8-nodes",
-    "llmfoundry-mpt-760m-fsdp-a100-40gb-roce-2to16-nodes",
-    "llmfoundry-mpt-125m-fsdp-a100-40gb-roce-2to16-nodes",
-    "llmfoundry-mpt-7b-fsdp-a100-40gb-roce-4to16-nodes",
-    "tfcnn-inception3-ps-pizdaint-p100",
-    "tfcnn-inception3-ps-aws-p2xlarge-k80",
-    "tfcnn-inception3-ps-aws-p28xlarge-k80",
-)
 
 
 @dataclass(frozen=True)
 class Scored:
     id: str
+    group: str  # the source group
     mode: str
     nodes: tuple[int, ...]
     measured: float  # the largest point's efficiency against the smallest
@@ -70,17 +51,24 @@ class Scored:
     high: float
     scope: bool  # all-reduce data parallelism, what dtrun measures (not a parameter server)
 
+    @property
+    def inside(self) -> bool:
+        return self.low <= self.measured <= self.high
 
-def efficiency(base: dict[str, Any], point: dict[str, Any]) -> float:
-    """X(N)/N over X(N0)/N0, weak and strong alike (the table gives throughputs)."""
-    return float(point["throughput"] / point["nodes"]) / float(base["throughput"] / base["nodes"])
+
+def efficiencies(entry: dict[str, Any]) -> list[float]:
+    """Each point's efficiency against the first, as the model reads them: from throughputs X,
+    (X(N)/N)/(X(N0)/N0); from step times T, weak T0/T and strong N0 T0/(N T)."""
+    desc = description(entry, entry["id"])
+    steps = [Measured(n, t) for n, t in desc.steps()]
+    return [efficiency(desc.mode, steps[0], p.nodes, p.step) for p in steps]
 
 
-def replay() -> list[Scored]:
+def replay(split: str) -> list[Scored]:
     entries = yaml.load(DATA.read_text(), Loader=yaml_loader())
     scored = []
     with tempfile.TemporaryDirectory() as tmp:
-        for entry in (e for e in entries if e["id"] in ISSUE_26):
+        for entry in (e for e in entries if e["split"] == split):
             points = entry["points"]
             two = {k: entry[k] for k in FIELDS if k in entry} | {"points": points[:2]}
             path = Path(tmp) / f"{entry['id']}.json"
@@ -91,17 +79,20 @@ def replay() -> list[Scored]:
             )
             assert done.exit_code == 0, (entry["id"], done.output)
             [predicted] = json.loads(done.stdout[done.stdout.index("{") :])["predictions"]
+            notes = f"{entry.get('notes', '')} {entry.get('workload', '')}"
+            effs = efficiencies(entry)
             scored.append(
                 Scored(
                     id=entry["id"],
+                    group=entry["source_group"],
                     mode=entry["mode"],
                     nodes=tuple(p["nodes"] for p in points),
-                    measured=efficiency(points[0], points[-1]),
-                    second=efficiency(points[0], points[1]),
+                    measured=effs[-1],
+                    second=effs[1],
                     predicted=predicted["efficiency"],
                     low=predicted["efficiency_low"],
                     high=predicted["efficiency_high"],
-                    scope="parameter-server" not in entry.get("notes", "").lower(),
+                    scope=not SERVER.search(notes),
                 )
             )
     return scored
@@ -118,42 +109,54 @@ def figures(rows: list[Scored]) -> dict[str, tuple[int, float, float]]:
 
     return {
         "the model": of([r.predicted for r in rows]),
-        "efficiency stays at the second point's": of([r.second for r in rows]),
+        "stays at the second point's": of([r.second for r in rows]),
         "perfect scaling": of([1.0 for _ in rows]),
     }
 
 
 def table(rows: list[Scored]) -> str:
-    lines = [
-        "| result | mode | nodes | measured at the largest | predicted (range) | miss, points "
-        "| stays at the second point's | perfect |",
-        "|---|---|---|---:|---|---:|---:|---:|",
-    ]
+    """Every result's forecast, as docs/prediction-<split>.csv holds it (data, beside the page)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([
+        "result", "mode", "nodes", "measured at the largest", "predicted", "range low",
+        "range high", "inside the range", "miss, points", "stays at the second point's, miss",
+        "perfect, miss", "parameter server",
+    ])  # fmt: skip
     for r in rows:
-        nodes = ",".join(map(str, r.nodes))
-        scope = "" if r.scope else " (parameter server)"
+        writer.writerow([
+            r.id, r.mode, " ".join(map(str, r.nodes)), f"{r.measured:.3f}", f"{r.predicted:.3f}",
+            f"{r.low:.3f}", f"{r.high:.3f}", "yes" if r.inside else "no",
+            f"{(r.predicted - r.measured) * 100:+.1f}", f"{(r.second - r.measured) * 100:+.1f}",
+            f"{(1 - r.measured) * 100:+.1f}", "no" if r.scope else "yes",
+        ])  # fmt: skip
+    return out.getvalue()
+
+
+def scores(rows: list[Scored]) -> str:
+    """Per source group, the all-reduce results, and all: each forecast's hits and misses, and
+    the model's range: how often it held the measured value, and its median width."""
+    groups = [(g, [r for r in rows if r.group == g]) for g in sorted({r.group for r in rows})]
+    if any(not r.scope for r in rows):
+        groups.append(("all-reduce only", [r for r in rows if r.scope]))
+    groups.append(("all", rows))
+    lines = [
+        "| results | within 5 points: model | mean miss: model | stays at the second point's "
+        "| perfect scaling | median miss: model | inside the range | median range width |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, chosen in groups:
+        got = figures(chosen)
+        hits, mean, median = got["the model"]
+        second, perfect = got["stays at the second point's"][1], got["perfect scaling"][1]
+        inside = sum(r.inside for r in chosen)
+        width = statistics.median((r.high - r.low) * 100 for r in chosen)
         lines.append(
-            f"| {r.id}{scope} | {r.mode} | {nodes} | {r.measured:.1%} | {r.predicted:.1%} "
-            f"({r.low:.1%} to {r.high:.1%}) | {(r.predicted - r.measured) * 100:+.1f} "
-            f"| {(r.second - r.measured) * 100:+.1f} | {(1 - r.measured) * 100:+.1f} |"
+            f"| {name} ({len(chosen)}) | {hits} ({hits / len(chosen):.0%}) | {mean:.1f} "
+            f"| {second:.1f} | {perfect:.1f} "
+            f"| {median:.1f} | {inside} ({inside / len(chosen):.0%}) | {width:.1f} |"
         )
     return "\n".join(lines)
-
-
-def summary(rows: list[Scored]) -> str:
-    parts = []
-    for which, chosen in (("all", rows), ("all-reduce only", [r for r in rows if r.scope])):
-        for name, (hits, mean, median) in figures(chosen).items():
-            parts.append(
-                f"| {which} ({len(chosen)}) | {name} | {hits} of {len(chosen)} "
-                f"({hits / len(chosen):.0%}) | {mean:.1f} | {median:.1f} |"
-            )
-    in_range = sum(r.low <= r.measured <= r.high for r in rows)
-    return (
-        "| results | forecast | within 5 points | mean miss, points | median miss, points |\n"
-        "|---|---|---:|---:|---:|\n" + "\n".join(parts) + f"\n\nMeasured inside the model's "
-        f"range: {in_range} of {len(rows)}."
-    )
 
 
 def _block(text: str, name: str) -> str:
@@ -162,23 +165,42 @@ def _block(text: str, name: str) -> str:
     return found.group(1).strip()
 
 
-def test_docs_prediction_holds_the_replayed_table_and_scores():
-    rows = replay()
+def blocks(splits: tuple[str, ...] = ("fit", "test")) -> dict[str, str]:
+    return {f"{split}-scores": scores(replay(split)) for split in splits}
+
+
+def test_docs_prediction_holds_the_replayed_tables_and_scores():
     text = (DOCS / "prediction.md").read_text()
-    assert _block(text, "replayed") == table(rows), table(rows)
-    assert _block(text, "scores") == summary(rows), summary(rows)
+    for name, computed in blocks().items():
+        assert _block(text, name) == computed, computed
 
 
-def test_the_report_s_figure_is_the_replayed_one():
-    rows = replay()
-    assert (figures(rows)["the model"][0], len(rows)) == (CHECKED_WITHIN_5, CHECKED_OF)
+@pytest.mark.parametrize("split", ["fit", "test"])
+def test_the_docs_csv_holds_every_replayed_forecast(split: str):
+    computed = table(replay(split))
+    assert (DOCS / f"prediction-{split}.csv").read_text() == computed, computed
 
 
-def test_every_published_result_gets_a_prediction_with_its_range():
-    for row in replay():
+def test_the_report_s_figure_is_the_test_set_s():
+    rows = replay("test")
+    inside = sum(r.inside for r in rows)
+    assert (figures(rows)["the model"][0], inside, len(rows)) == (
+        CHECKED_WITHIN_5,
+        CHECKED_INSIDE,
+        CHECKED_OF,
+    )
+
+
+def test_every_published_result_gets_a_prediction_within_its_range():
+    for row in replay("fit") + replay("test"):
         assert row.low <= row.predicted <= row.high, row
 
 
 if __name__ == "__main__":
-    scored = replay()
-    print(table(scored), summary(scored), sep="\n\n")
+    import sys
+
+    splits = tuple(sys.argv[1:]) or ("fit", "test")
+    for name, computed in blocks(splits).items():
+        print(f"<!-- {name} -->\n{computed}\n<!-- /{name} -->\n")
+    for split in splits:  # the forecasts, one file a split
+        (DOCS / f"prediction-{split}.csv").write_text(table(replay(split)))

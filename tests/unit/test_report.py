@@ -313,7 +313,7 @@ def test_the_report_leads_with_each_node_count_s_verdict(tmp_path, fixed_invento
     assert f"| 1 | {one.tokens_per_s:,.0f} | 1.00x | 100% | **baseline** |" in lead
     assert (
         f"| 2 | {two.tokens_per_s:,.0f} | {two.speedup:.2f}x | {two.efficiency:.0%} "
-        f"({two.efficiency_low:.0%} to {two.efficiency_high:.0%}) | **scales** | 0.0017 node-h |"
+        f"({two.efficiency_low * 100:.0f}-{two.efficiency_high:.0%}) | **scales** | 0.0017 node-h |"
     ) in lead
     assert "![tokens/s against nodes, with the ideal line](throughput.png)" in lead
     assert (
@@ -327,8 +327,8 @@ def test_the_report_leads_with_each_node_count_s_verdict(tmp_path, fixed_invento
     assert "- **Next node counts** (predicted): 8 nodes: " in lead
     # the full table below: n and the interval of every figure; the statistic in report.html
     low, high = two.tokens_per_s_low, two.tokens_per_s_high
-    assert f"| 2 | 2 | 40 x 3 | {low:,.0f} to {high:,.0f} |" in text
-    assert f"| {two.speedup:.2f}x ({two.speedup_low:.2f}x to {two.speedup_high:.2f}x) |" in text
+    assert f"| 2 | 2 | 40 x 3 | {low:,.0f}-{high:,.0f} |" in text
+    assert f"| {two.speedup:.2f}x ({two.speedup_low:.2f}-{two.speedup_high:.2f}x) |" in text
     assert "Every figure comes from one statistic, the median step time" in html_markdown(run_dir)
     assert "<h2>Verdict</h2>" in run_dir.html.read_text()
     summary = json.loads(run_dir.summary.read_text())
@@ -367,7 +367,7 @@ def test_the_target_comes_from_the_manifest_and_defaults_to_90_percent(tmp_path,
     bench = BenchSpec(run_id="v2", target_efficiency=0.5)
     run_dir = fake_run_dir(tmp_path / "v2", bench, fixed_inventory, {}, step_times=times)
     assert build_report(run_dir).rows[1].verdict == "scales"  # 60% against 50%
-    assert "the target of 50%" in run_dir.report.read_text()
+    assert "Target: 50% efficiency" in run_dir.report.read_text()
     manifest = json.loads(run_dir.manifest.read_text())
     del manifest["bench"]["target_efficiency"]  # as dtrun wrote it before the option
     run_dir.manifest.write_text(json.dumps(manifest))

@@ -109,7 +109,7 @@ def test_a_noisy_series_is_inconclusive_and_says_what_to_change():
     assert "straddles the 90% target" in point.verdict_reason
     assert "more --repeat, more --steps, or a quieter machine" in point.verdict_reason
     assert point.step_spread is not None and point.step_spread > 0.3
-    assert f"span {point.step_spread:.0%} of the median" in point.verdict_reason
+    assert f"steps {point.step_spread:.0%}" in point.verdict_reason
 
 
 def test_more_launches_narrow_the_interval():
@@ -150,7 +150,7 @@ def test_the_baseline_is_judged_against_nothing():
 def test_the_efficiency_interval_covers_the_truth_about_95_times_in_100_at_two_launches():
     # 300 seeded sweeps of two launches at 1 and 2 nodes, true efficiency 90%: each launch's
     # speed moved by a lognormal of sigma 0.05, steps by one of 0.1. The hierarchical
-    # bootstrap this interval replaced covered about 70% here (docs/benchmarks.md).
+    # bootstrap this interval replaced covered about 70% here (git history of docs/benchmarks.md).
     covered = 0
     for sweep in range(300):
         one = launches(0.0336, 0.1, 30, range(sweep * 4, sweep * 4 + 2), level=0.05)

@@ -185,7 +185,7 @@ def test_a_sweep_stops_launching_a_point_once_it_decides(
     assert rows[1]["confidence"] == pytest.approx(look_confidence(6, 2))
     report = (tmp_path / "clear" / "report.md").read_text()
     assert "2 nodes, n = 10 steps x 2 launches (stopped: decided): **loses**" in report
-    assert "spent over its 5 looks" in report and "from 99.67% after 2 launches" in report
+    assert "until its CI decided, 2 to 6 launches; each CI is at its last look's level" in report
     assert "99.67% CI" in report
     assert "untimed; 2 to 6 launches per node count, until decided |" in report
     shown = runner.invoke(app, ["report", str(tmp_path / "clear")])
