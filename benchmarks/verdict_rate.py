@@ -1,5 +1,5 @@
 """How often a default `dtrun bench` reaches a verdict, and how wide its intervals are: issue
-#13's measure; with --compare, five fixed launches against `--until-decided` (issue #29).
+#13's measure; with --compare, five fixed launches against the default (issue #29).
 
 Runs `dtrun bench` ROUNDS times on the embedded cluster with the defaults (plus any ARGS after
 --), one after another, and reads each run's summary.json and runs.json: every point's verdict
@@ -10,9 +10,10 @@ and the totals: verdicts reached out of ROUNDS per point, the median interval wi
 a run, and node-seconds per conclusive verdict (a run's node-seconds summed over the runs,
 over the conclusive verdicts among them).
 
-With --compare, each round runs `--repeat 5` (the fixed default before issue #29) and
-`--until-decided` (the default since) one after the other (the order alternating by round, so
-that a drift of the machine falls on both alike) and prints the totals for each.
+With --compare, each round runs `--repeat 5` (the fixed default before issue #29) and the
+default (launching until decided, since) one after the other (the order alternating by round,
+so that a drift of the machine falls on both alike), each run in a directory of its own, and
+prints the totals for each.
 
     .venv/bin/python benchmarks/verdict_rate.py [--rounds 10] [--compare] [-- ARGS]
 """
@@ -32,7 +33,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-UNTIL_DECIDED = ("--until-decided",)
 FIXED = ("--repeat", "5")  # the default of a sweep of 2+ node counts was this until issue #29
 
 
@@ -52,7 +52,7 @@ class Tally:
 
 
 def run_once(tally: Tally, index: int, tmp: str, port: int, args: list[str]) -> None:
-    run_id = f"{'u' if tally.extra else 'f'}{index}"
+    run_id = f"{tally.name}-{index}"  # one directory per way and round
     command = [
         sys.executable, "-m", "runner.cli", "bench", "--quiet", "--output", tmp,
         "--run-id", run_id, "--port", str(port), *tally.extra, *args,
@@ -131,18 +131,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--port", type=int, default=29960)
     parser.add_argument(
-        "--compare", action="store_true", help="each round: --repeat 5 and --until-decided"
+        "--compare", action="store_true", help="each round: --repeat 5 and the default"
     )
     parser.add_argument("args", nargs="*", help="more `dtrun bench` arguments")
     args = parser.parse_args()
     ways = [Tally("defaults", ())]
     if args.compare:
-        ways = [Tally("fixed", FIXED), Tally("until-decided", UNTIL_DECIDED)]
+        ways = [Tally("fixed", FIXED), Tally("defaults", ())]
     print(
         f"machine: {platform.node()}, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}; "
         f"dtrun bench {' '.join(args.args) or '(defaults)'}"
-        f"{' against --until-decided' if args.compare else ''}, {args.rounds} rounds; "
+        f"{', --repeat 5 against the default' if args.compare else ''}, {args.rounds} rounds; "
         f"started {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
         flush=True,
     )
