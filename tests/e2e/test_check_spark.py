@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -21,22 +22,24 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def standalone(tmp_path_factory, request):
-    """Workers of one core each; ``@pytest.mark.parametrize("standalone", [2], indirect=True)``:
-    of 2 (an executor takes them all, Spark's standalone default: two tasks a host)."""
+    """Workers of one core and 1 GiB each; parametrized ``indirect`` with (cores, memory), other
+    workers: an executor takes every core of its worker unless spark.executor.cores says
+    otherwise (Spark's standalone default), so workers of 2 run two tasks a host."""
     from tests import sparkstandalone
 
     if shutil.which("java") is None:  # ./dev test installs it: missing is a broken setup
         pytest.fail("Spark needs Java: run ./dev setup (apt-get install default-jre-headless)")
-    cores = getattr(request, "param", 1)
-    cluster = sparkstandalone.start(tmp_path_factory.mktemp("spark-check"), cores=cores)
+    cores, memory = getattr(request, "param", (1, "1g"))
+    root = tmp_path_factory.mktemp("spark-check")
+    cluster = sparkstandalone.start(root, memory, cores=cores)
     yield cluster
     cluster.close()
 
 
-def _check(tmp, master, *args):
+def _check(tmp, master, *args, env=None):
     done = run_dtrun(
         "check", "--spark", master, *args, "--json", "--output", str(tmp / "runs"),
-        "--run-id", "check", cwd=tmp, timeout=400,
+        "--run-id", "check", cwd=tmp, timeout=400, env=env,
     )  # fmt: skip
     return done, (json.loads(done.stdout) if done.stdout.strip() else None)
 
@@ -97,17 +100,31 @@ def test_a_clean_check_on_standalone_spark_names_the_executors_hosts_and_ends_it
     _ended(standalone, no_leftovers)
 
 
-@pytest.mark.parametrize("standalone", [2], indirect=True)
-def test_spark_tasks_on_one_host_are_judged_as_that_host(standalone, no_leftovers):
+@pytest.mark.parametrize(
+    ("standalone", "executor_cores", "port"),
+    [((2, "1g"), None, "29910"), ((2, "2g"), 1, "29940")],
+    indirect=["standalone"],
+    ids=["one-executor-a-host", "two-executors-a-host"],
+)
+def test_spark_tasks_on_one_host_are_judged_as_that_host(
+    standalone, executor_cores, port, no_leftovers
+):
     """dtrun's defaults on workers of two cores: check asks for 4 barrier tasks, and Spark's
     standalone master gives each worker one executor of both cores, so two tasks run on each
-    host. Each host is one node of two processes (its figure its slower one's), and the only
-    pair is between the hosts. Before, the two tasks of a host were two nodes compared with each
-    other, and the driver's executor watch (2 executors for 4 tasks) cancelled the running
-    check after 130 s as if Spark had given it no executors."""
+    host; with spark.executor.cores 1 (spark-defaults.conf), two executors a host. Each host is
+    one node of two processes (its figure its slower one's), and the only pair is between the
+    hosts. Before, the two tasks of a host were two nodes compared with each other, and the
+    driver's executor watch (2 executors for 4 tasks) cancelled the running check after 130 s
+    as if Spark had given it no executors."""
     from tests import sparkstandalone
 
-    done, data = _check(no_leftovers, standalone.url, "--port", "29910")
+    env = None
+    if executor_cores is not None:
+        conf = no_leftovers / "spark-conf"
+        conf.mkdir()
+        (conf / "spark-defaults.conf").write_text(f"spark.executor.cores {executor_cores}\n")
+        env = {**os.environ, "SPARK_CONF_DIR": str(conf)}
+    done, data = _check(no_leftovers, standalone.url, "--port", port, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "dtrun check: 4 Spark tasks x 1" in done.stderr
     hosts = [node["host"] for node in data["nodes"]]
@@ -120,21 +137,35 @@ def test_spark_tasks_on_one_host_are_judged_as_that_host(standalone, no_leftover
     result = json.loads((no_leftovers / "runs" / "check" / "check" / "result.json").read_text())
     assert sorted(len(node["ranks"]) for node in result["nodes"]) == [2, 2], result["nodes"]
     assert [[pair["nodes"] for pair in round_] for round_ in result["rounds"]] == [[[0, 1]]]
+    # what Spark gave: each worker launched one executor, or two of a core each
+    launched = [
+        (standalone.root / f"worker-{i}.log").read_text().count("Asked to launch executor")
+        for i in range(2)
+    ]
+    assert launched == ([1, 1] if executor_cores is None else [2, 2]), launched
     _ended(standalone, no_leftovers)
 
 
-SHARE = 0.25  # of one CPU for the slow worker and all it starts (tests/faults.py)
+SHARE = 0.15  # of one CPU for the slow worker and all it starts (tests/faults.py)
 
 
-def test_a_throttled_spark_worker_is_named_alone_with_cause_compute(standalone, no_leftovers):
+@pytest.mark.parametrize(
+    ("standalone", "ask", "port"),
+    [((1, "1g"), ("--local-nodes", "2"), "29920"), ((2, "1g"), (), "29930")],
+    indirect=["standalone"],
+    ids=["one-task-a-host", "two-tasks-a-host"],
+)
+def test_a_throttled_spark_worker_is_named_alone_with_cause_compute(
+    standalone, ask, port, no_leftovers
+):
     """The worker on 127.0.0.42 in a cpu cgroup with a quota before the check starts: its
-    executor, the executor's Python workers and the rank they run are its children, so the
+    executor, the executor's Python workers and the ranks they run are its children, so the
     quota holds them all; the check names that host alone, exit 5."""
     from tests import faults, sparkstandalone
 
     slow, fine = sparkstandalone.WORKERS[1], sparkstandalone.WORKERS[0]
     with faults.slow_spark_worker(standalone, 1, SHARE) as group:
-        done, data = _check(no_leftovers, standalone.url, "--local-nodes", "2", "--port", "29920")
+        done, data = _check(no_leftovers, standalone.url, *ask, "--port", port)
         periods, _ = group.throttled()
     assert periods > 0, "the quota never held the worker back"
     assert done.returncode == 5, done.stdout + done.stderr
