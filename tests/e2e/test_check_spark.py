@@ -17,7 +17,9 @@ import pytest
 
 from tests.conftest import launch_processes, run_dtrun, wait_for
 
-pytestmark = pytest.mark.e2e
+# the cluster's start and a check, one under a CPU quota, took up to 230 s of pytest's default
+# 300 s (pyproject.toml) on a 2-core machine at load 12; dtrun itself is given 400 s (_check)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
 @pytest.fixture
