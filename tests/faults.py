@@ -4,7 +4,8 @@
   control, Documentation/scheduler/sched-bwc.rst: ``cpu.cfs_quota_us`` of CPU time per
   ``cpu.cfs_period_us``), and one node's processes moved into it. A process a member starts is
   a member too (a child starts in its parent's cgroup), so moving an sshd instance throttles
-  every session it serves from then on and everything they run; an embedded node, a process
+  every session it serves from then on and everything they run, and moving a standalone Spark
+  worker's JVM every executor it starts; an embedded node, a process
   group dtrun starts, is caught by its ``DTRUN_NODE_NAME`` as its processes appear. Each group
   is named for this test process (``dtrun-test-<pid>-<n>``) and removed afterwards, its tasks
   moved back to the root group first, whatever the test did.
@@ -29,10 +30,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
 from tests.sshd import SshCluster
+
+if TYPE_CHECKING:
+    from tests.sparkstandalone import StandaloneSpark
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")  # the cgroup v1 cpu controller's hierarchy
 # 20 ms (the default is 100): a step of a few ms is held back evenly, and the kernel's
@@ -121,6 +126,15 @@ def slow_sshd(cluster: SshCluster, address: str, share: float) -> Iterator[CpuGr
     session it opens from now on, and all they start, run throttled."""
     process = cluster.processes[address]
     with cpu_quota(share, [process.pid]) as group:
+        yield group
+
+
+@contextlib.contextmanager
+def slow_spark_worker(cluster: StandaloneSpark, worker: int, share: float) -> Iterator[CpuGroup]:
+    """Standalone Spark worker ``worker``'s JVM in a cpu group allowed ``share`` of one CPU:
+    every executor it starts from now on (its child), the Python workers an executor starts and
+    the ranks they run are members too."""
+    with cpu_quota(share, [cluster.worker_pid(worker)]) as group:
         yield group
 
 

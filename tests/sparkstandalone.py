@@ -52,6 +52,16 @@ class StandaloneSpark:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
+    def worker_pid(self, worker: int) -> int:
+        """The JVM of worker ``worker`` (spark-class execs it: the process started)."""
+        import psutil
+
+        pid = self.processes[1 + worker].pid
+        line = " ".join(psutil.Process(pid).cmdline())
+        if "deploy.worker.Worker" not in line or f"--host {WORKERS[worker]}" not in line:
+            raise RuntimeError(f"process {pid} is not worker {worker}'s JVM: {line[:200]}")
+        return pid
+
 
 def executor_pids(worker: int) -> list[int]:
     """The executor JVMs worker ``worker`` started (its children, in its work directory)."""
@@ -65,9 +75,10 @@ def executor_pids(worker: int) -> list[int]:
     return found
 
 
-def start(root: Path, memory: str = "1g", *, bare: bool = False) -> StandaloneSpark:
+def start(root: Path, memory: str = "1g", *, bare: bool = False, cores: int = 1) -> StandaloneSpark:
     """``memory``: what each worker offers its executors (an executor asks for 1g); ``bare``:
-    the daemons get no PYTHONPATH (this checkout's dtrun), as on a cluster without dtrun."""
+    the daemons get no PYTHONPATH (this checkout's dtrun), as on a cluster without dtrun;
+    ``cores``: each worker's (an executor takes them all, Spark's standalone default)."""
     require_e2e("a Spark cluster")
     with socket.socket() as probe:
         if probe.connect_ex(MASTER) == 0:
@@ -102,8 +113,9 @@ def start(root: Path, memory: str = "1g", *, bare: bool = False) -> StandaloneSp
         work.mkdir(exist_ok=True)
         daemon(
             f"worker-{i}",
-            ["org.apache.spark.deploy.worker.Worker", cluster.url, "--host", host, "--cores", "1",
-             "--memory", memory, "--webui-port", "0", "--work-dir", str(work)],
+            ["org.apache.spark.deploy.worker.Worker", cluster.url, "--host", host,
+             "--cores", str(cores), "--memory", memory, "--webui-port", "0",
+             "--work-dir", str(work)],
             {"SPARK_LOCAL_IP": host},
         )  # fmt: skip
     deadline = time.monotonic() + 90

@@ -115,6 +115,8 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
                 fix="leave out --write-hosts; take the hosts the check flags out of the Spark "
                 "cluster (their executors' hosts)",
             )
+        if where.spark is not None:
+            _refuse_one_host(where.spark)
         spec = RunSpec(
             check_run_id(run_id) if run_id is not None else new_run_id(),
             launcher=SPARK_LAUNCHERS[0] if where.spark is not None else "torchrun",
@@ -134,6 +136,21 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
     raise typer.Exit(done.report.exit_code)
 
 
+def _refuse_one_host(master: str) -> None:
+    """A local-cluster's executors all run on this machine: one host, and a check compares
+    hosts (the tasks of one host are that host, docs/check.md)."""
+    from runner.engines.spark.inventory import LOCAL_CLUSTER
+    from runner.errors import UsageError
+
+    if LOCAL_CLUSTER.fullmatch(master) is not None:
+        raise UsageError(
+            f"--spark {master} runs every executor on this machine: one host, and dtrun check "
+            "compares hosts",
+            fix="run dtrun check --local-nodes N (the embedded cluster: N nodes of their own on "
+            "this machine), or --spark spark://HOST:PORT for a cluster's hosts",
+        )
+
+
 def _per_node(spec: RunSpec, cluster: Cluster, procs_per_node: int | None) -> RunSpec:
     """Every GPU of a node unless told otherwise; one process per CPU node."""
     from dataclasses import replace
@@ -151,9 +168,12 @@ def _check_on(cluster: Cluster, resolved: ResolvedRun, output: Path, stream: boo
 
     out = console()
 
+    # under --spark a node is a barrier task until the check learns its host (docs/check.md)
+    unit = "Spark task" if cluster.inventory.scheduler == "spark" else "node"
+
     def on_begin(run_dir: RunDir, plan: LaunchPlan) -> None:
         out.print(
-            f"dtrun check: {plural(plan.nnodes, 'node')} x {plan.procs_per_node} on "
+            f"dtrun check: {plural(plan.nnodes, unit)} x {plan.procs_per_node} on "
             f"{cluster.inventory.description} -> {output / resolved.spec.run_id}",
             highlight=False,
         )

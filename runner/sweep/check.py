@@ -66,14 +66,29 @@ def _login(node: Node, stack: bool) -> str | None:
 
 def spark_labels(measured: Measured, labels: dict[str, str]) -> dict[str, str]:
     """Spark's nodes by the host of the executor each ran on, as Spark names its executors
-    (its barrier task's number, spark-N, says nothing of the machine); where two ran on one
-    host (local-cluster), the node's own name."""
+    (its barrier task's number, spark-N, says nothing of the machine). The workload makes the
+    tasks of one host one node (runner/workloads/check.py, Fleet); where Spark did not say an
+    executor's host, so two nodes share the inventory's placeholder, the node's own name."""
     hosts = Counter(measured.addresses)
     named = dict(labels)
     for name, address in zip(measured.names, measured.addresses, strict=True):
         if address and hosts[address] == 1:
             named[name] = address
     return named
+
+
+def one_spark_host(measured: Measured, tasks: int) -> None:
+    """A RunError when Spark ran every task of the check on one host: a check compares hosts,
+    and one host has none to be compared with (no verdict its figures would support)."""
+    if tasks < 2 or len(measured.names) != 1:
+        return
+    host = measured.addresses[0] if measured.addresses else measured.names[0]
+    raise RunError(
+        f"Spark ran the check's {tasks} tasks on one host, {host}",
+        why="dtrun check compares hosts, and the tasks of one host are that host",
+        fix="give the application executors on two or more hosts (more workers, or "
+        "spark.executor.cores below a worker's cores) and run again",
+    )
 
 
 def answering(cluster: Cluster, labels: dict[str, str]) -> tuple[tuple[Node, ...], dict[str, str]]:
@@ -131,6 +146,7 @@ def run_check(
             nodes = tuple(n for n in nodes if n is not failed)
     measured = load(workdir / RESULT_FILE)
     if inventory.scheduler == "spark":
+        one_spark_host(measured, plan.nnodes)
         labels = spark_labels(measured, labels)
     report = judge_check(
         measured,

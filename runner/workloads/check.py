@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from runner.workloads.check_plan import bisection_levels, pair_rounds
 from runner.workloads.result import device_name, local_device, rank_info, versions, write_result
 
 SCHEMA = "dtrun.check/1"
+EXECUTOR_HOST = "DTRUN_EXECUTOR_ADDR"  # the Spark executor's host, where the task knows it
 SETTINGS = (
     "matrix", "memory", "message", "window", "repeats", "cycles", "more_cycles", "suspect",
     "one_at_a_time",
@@ -42,19 +44,26 @@ SETTINGS = (
 
 
 class Fleet:
-    """The ranks of each node, in node order (node i: the i-th distinct node by lowest rank)."""
+    """The ranks of each node, in node order (node i: the i-th distinct node by lowest rank).
 
-    def __init__(self, infos: Sequence[dict[str, Any]]) -> None:
+    A node is the host: where a rank knows its Spark executor's host (EXECUTOR_HOST, set by
+    runner/engines/spark/node.py), the tasks Spark put on one host are one node, its processes,
+    as a host's GPUs are (a node's name is then its first task's); else the node dtrun launched
+    it on (DTRUN_NODE_NAME)."""
+
+    def __init__(self, infos: Sequence[dict[str, Any]], me: int) -> None:
         self.names: list[str] = []
         self.addresses: list[str] = []
         self.ranks: list[list[int]] = []
+        keys: list[str] = []
         for info in infos:
-            if info["node"] not in self.names:
+            key = info.get("host") or info["node"]
+            if key not in keys:
+                keys.append(key)
                 self.names.append(info["node"])
                 self.addresses.append(info["address"])
                 self.ranks.append([])
-            self.ranks[self.names.index(info["node"])].append(info["rank"])
-        me = dist.get_rank()
+            self.ranks[keys.index(key)].append(info["rank"])
         self.mine = next(i for i, ranks in enumerate(self.ranks) if me in ranks)
 
     def ranks_of(self, nodes: Sequence[int]) -> list[int]:
@@ -199,7 +208,9 @@ def run(args: argparse.Namespace) -> int:
     device, backend = local_device(args.device)
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
     world = dist.get_world_size()
-    fleet = Fleet(_gather(rank_info()))
+    fleet = Fleet(
+        _gather({**rank_info(), "host": os.environ.get(EXECUTOR_HOST, "")}), dist.get_rank()
+    )
     count = len(fleet.names)
     rounds, levels = pair_rounds(count), bisection_levels(count)
     layouts: list[list[list[int]]] = [[[node] for node in range(count)]]

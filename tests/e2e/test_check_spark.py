@@ -1,51 +1,74 @@
 """`dtrun check --spark` on a real standalone Spark (tests/sparkstandalone.py: a master and two
 workers on 127.0.0.41 and .42, each executor its worker's child): the nodes are named by the
-host of the executor each ran on, and the check's Spark application ends with it
+host of the executor each ran on, the tasks Spark put on one host are that host, a worker
+throttled by a CPU quota is named alone, and the check's Spark application ends with it
 (docs/check.md). Grouped with the other Spark tests (tests/machine.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import launch_processes, run_dtrun, wait_for
 
-pytestmark = pytest.mark.e2e
+# the cluster's start and a check, one under a CPU quota, took up to 230 s of pytest's default
+# 300 s (pyproject.toml) on a 2-core machine at load 12; dtrun itself is given 400 s (_check)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
 @pytest.fixture
-def standalone(tmp_path_factory):
+def standalone(tmp_path_factory, request):
+    """Workers of one core and 1 GiB each; parametrized ``indirect`` with (cores, memory), other
+    workers: an executor takes every core of its worker unless spark.executor.cores says
+    otherwise (Spark's standalone default), so workers of 2 run two tasks a host."""
     from tests import sparkstandalone
 
     if shutil.which("java") is None:  # ./dev test installs it: missing is a broken setup
         pytest.fail("Spark needs Java: run ./dev setup (apt-get install default-jre-headless)")
-    cluster = sparkstandalone.start(tmp_path_factory.mktemp("spark-check"))
+    cores, memory = getattr(request, "param", (1, "1g"))
+    root = tmp_path_factory.mktemp("spark-check")
+    cluster = sparkstandalone.start(root, memory, cores=cores)
     yield cluster
     cluster.close()
 
 
-def test_a_clean_check_on_standalone_spark_names_the_executors_hosts_and_ends_its_app(
-    standalone, no_leftovers
-):
+def _check(tmp, master, *args, env=None):
+    done = run_dtrun(
+        "check", "--spark", master, *args, "--json", "--output", str(tmp / "runs"),
+        "--run-id", "check", cwd=tmp, timeout=400, env=env,
+    )  # fmt: skip
+    return done, (json.loads(done.stdout) if done.stdout.strip() else None)
+
+
+def _python_workers() -> list[str]:
+    """pyspark's Python workers (its daemon and the workers it forks) in this test's network
+    namespace (--worker-netns: everything this test started, and only that, lives in it)."""
+    import psutil
+
+    here = Path("/proc/self/ns/net").readlink()
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info.get("cmdline") or [])
+        if "pyspark.daemon" not in line and "pyspark.worker" not in line:
+            continue
+        with contextlib.suppress(OSError):  # it ended meanwhile
+            if Path(f"/proc/{proc.pid}/ns/net").readlink() == here:
+                found.append(f"{proc.pid} {line[:120]}")
+    return found
+
+
+def _ended(standalone, tmp):
+    """The check's application is gone: the master removed it, its executors ended, and so did
+    their Python workers and every process carrying the launch's tag."""
     from tests import sparkstandalone
 
-    done = run_dtrun(
-        "check", "--spark", standalone.url, "--local-nodes", "2", "--port", "29900", "--json",
-        "--output", str(no_leftovers / "runs"), "--run-id", "check",
-        cwd=no_leftovers, timeout=400,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    data = json.loads(done.stdout)
-    # Spark chooses which worker runs which barrier task: the hosts, in either order
-    hosts = [node["host"] for node in data["nodes"]]
-    assert sorted(hosts) == list(sparkstandalone.WORKERS), data
-    assert [node["verdict"] for node in data["nodes"]] == ["ok", "ok"]
-    assert [(link["a"], link["b"], link["verdict"]) for link in data["links"]] == [(*hosts, "ok")]
-    # the application is gone: the master removed it, and its executors ended
-    launch = no_leftovers / "runs" / "check" / "check"
+    launch = tmp / "runs" / "check" / "check"
     found = re.search(r"on Spark application (\S+):", (launch / "spark-driver.log").read_text())
     assert found is not None, (launch / "spark-driver.log").read_text()
     app = found.group(1)
@@ -60,4 +83,96 @@ def test_a_clean_check_on_standalone_spark_names_the_executors_hosts_and_ends_it
         timeout=60,
         what="the check's executors to end",
     )
+    wait_for(lambda: _python_workers() == [], timeout=30, what="no Python worker of Spark's")
     wait_for(lambda: launch_processes() == [], timeout=30, what="no process of the launch")
+
+
+def test_a_clean_check_on_standalone_spark_names_the_executors_hosts_and_ends_its_app(
+    standalone, no_leftovers
+):
+    from tests import sparkstandalone
+
+    done, data = _check(no_leftovers, standalone.url, "--local-nodes", "2", "--port", "29900")
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Spark chooses which worker runs which barrier task: the hosts, in either order
+    hosts = [node["host"] for node in data["nodes"]]
+    assert sorted(hosts) == list(sparkstandalone.WORKERS), data
+    assert [node["verdict"] for node in data["nodes"]] == ["ok", "ok"]
+    assert [(link["a"], link["b"], link["verdict"]) for link in data["links"]] == [(*hosts, "ok")]
+    _ended(standalone, no_leftovers)
+
+
+@pytest.mark.parametrize(
+    ("standalone", "executor_cores", "port"),
+    [((2, "1g"), None, "29910"), ((2, "2g"), 1, "29940")],
+    indirect=["standalone"],
+    ids=["one-executor-a-host", "two-executors-a-host"],
+)
+def test_spark_tasks_on_one_host_are_judged_as_that_host(
+    standalone, executor_cores, port, no_leftovers
+):
+    """dtrun's defaults on workers of two cores: check asks for 4 barrier tasks, and Spark's
+    standalone master gives each worker one executor of both cores, so two tasks run on each
+    host; with spark.executor.cores 1 (spark-defaults.conf), two executors a host. Each host is
+    one node of two processes (its figure its slower one's), and the only pair is between the
+    hosts. Before, the two tasks of a host were two nodes compared with each other, and the
+    driver's executor watch (2 executors for 4 tasks) cancelled the running check after 130 s
+    as if Spark had given it no executors."""
+    from tests import sparkstandalone
+
+    env = None
+    if executor_cores is not None:
+        conf = no_leftovers / "spark-conf"
+        conf.mkdir()
+        (conf / "spark-defaults.conf").write_text(f"spark.executor.cores {executor_cores}\n")
+        env = {**os.environ, "SPARK_CONF_DIR": str(conf)}
+    done, data = _check(no_leftovers, standalone.url, "--port", port, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "dtrun check: 4 Spark tasks x 1" in done.stderr
+    hosts = [node["host"] for node in data["nodes"]]
+    assert sorted(hosts) == list(sparkstandalone.WORKERS), data
+    assert [node["verdict"] for node in data["nodes"]] == ["ok", "ok"]
+    for node in data["nodes"]:
+        each = node["figures"]["compute_gflops_each"]
+        assert len(each) == 2 and node["figures"]["compute_gflops"] > 0, node
+    assert [(link["a"], link["b"], link["verdict"]) for link in data["links"]] == [(*hosts, "ok")]
+    result = json.loads((no_leftovers / "runs" / "check" / "check" / "result.json").read_text())
+    assert sorted(len(node["ranks"]) for node in result["nodes"]) == [2, 2], result["nodes"]
+    assert [[pair["nodes"] for pair in round_] for round_ in result["rounds"]] == [[[0, 1]]]
+    # what Spark gave: each worker launched one executor, or two of a core each
+    launched = [
+        (standalone.root / f"worker-{i}.log").read_text().count("Asked to launch executor")
+        for i in range(2)
+    ]
+    assert launched == ([1, 1] if executor_cores is None else [2, 2]), launched
+    _ended(standalone, no_leftovers)
+
+
+SHARE = 0.15  # of one CPU for the slow worker and all it starts (tests/faults.py)
+
+
+@pytest.mark.parametrize(
+    ("standalone", "ask", "port"),
+    [((1, "1g"), ("--local-nodes", "2"), "29920"), ((2, "1g"), (), "29930")],
+    indirect=["standalone"],
+    ids=["one-task-a-host", "two-tasks-a-host"],
+)
+def test_a_throttled_spark_worker_is_named_alone_with_cause_compute(
+    standalone, ask, port, no_leftovers
+):
+    """The worker on 127.0.0.42 in a cpu cgroup with a quota before the check starts: its
+    executor, the executor's Python workers and the ranks they run are its children, so the
+    quota holds them all; the check names that host alone, exit 5."""
+    from tests import faults, sparkstandalone
+
+    slow, fine = sparkstandalone.WORKERS[1], sparkstandalone.WORKERS[0]
+    with faults.slow_spark_worker(standalone, 1, SHARE) as group:
+        done, data = _check(no_leftovers, standalone.url, *ask, "--port", port)
+        periods, _ = group.throttled()
+    assert periods > 0, "the quota never held the worker back"
+    assert done.returncode == 5, done.stdout + done.stderr
+    verdicts = {n["host"]: (n["verdict"], n["cause"]) for n in data["nodes"]}
+    assert verdicts == {slow: ("slow", "compute"), fine: ("ok", None)}, data["nodes"]
+    # the one link is slow because of its node, not a slow link of its own
+    assert [link["verdict"] for link in data["links"]] in (["ok"], ["node"]), data["links"]
+    _ended(standalone, no_leftovers)

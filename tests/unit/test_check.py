@@ -260,7 +260,8 @@ def test_a_stacks_nodes_are_named_by_their_registered_address_and_embedded_by_na
 @pytest.mark.parametrize(
     ("addresses", "hosts"),
     [(("10.0.0.7", "10.0.0.3"), ("10.0.0.7", "10.0.0.3")),  # a host each: the host
-     (("127.0.0.1", "127.0.0.1"), ("spark-0", "spark-1"))],  # one host (local-cluster): the node
+     # no host known: the inventory's placeholder (runner/engines/spark/inventory.py)
+     (("spark-executor", "spark-executor"), ("spark-0", "spark-1"))],
 )  # fmt: skip
 def test_spark_nodes_are_named_by_the_host_their_executor_ran_on_where_it_is_theirs_alone(
     addresses, hosts
@@ -310,3 +311,45 @@ def test_write_hosts_from_a_stack_reaches_the_nodes_through_its_head_as_the_stac
         stack.code_dir,
         stack.size,
     )
+
+
+def test_the_spark_tasks_of_one_host_are_one_node_and_other_nodes_stay_apart():
+    """The check workload's fleet: ranks whose Spark executor ran on one host are that host's
+    processes (node_series then takes the slowest); without a host, the node dtrun named."""
+    from runner.workloads.check import Fleet
+
+    def info(rank, node, host):
+        return {"rank": rank, "node": node, "address": host or "10.0.0.9", "host": host}
+
+    spark = [info(0, "spark-0", "127.0.0.42"), info(1, "spark-1", "127.0.0.41"),
+             info(2, "spark-2", "127.0.0.42"), info(3, "spark-3", "127.0.0.41")]  # fmt: skip
+    fleet = Fleet(spark, me=3)
+    assert (fleet.names, fleet.addresses) == (["spark-0", "spark-1"], ["127.0.0.42", "127.0.0.41"])
+    assert (fleet.ranks, fleet.mine) == ([[0, 2], [1, 3]], 1)
+    hosts = Fleet([info(0, "node-0", ""), info(1, "node-0", ""), info(2, "node-1", "")], me=2)
+    assert (hosts.names, hosts.ranks, hosts.mine) == (["node-0", "node-1"], [[0, 1], [2]], 1)
+
+
+@pytest.mark.parametrize("master", ["local-cluster[2,1,1024]", "local-cluster[ 4 , 1 , 512 ]"])
+def test_a_local_cluster_check_is_refused_as_one_host_before_anything_runs(tmp_path, master):
+    from tests.conftest import run_dtrun
+
+    done = run_dtrun("check", "--spark", master, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "one host" in done.stderr and "--local-nodes" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_spark_check_whose_tasks_all_ran_on_one_host_is_an_error_not_a_verdict():
+    from dataclasses import replace
+
+    from runner.errors import RunError
+    from runner.sweep.check import one_spark_host
+
+    one = replace(measured(1), names=("spark-0",), addresses=("127.0.0.41",))
+    with pytest.raises(RunError, match=r"4 tasks on one host, 127\.0\.0\.41"):
+        one_spark_host(one, 4)
+    one_spark_host(one, 1)  # asked for one: one host is what was asked
+    two = replace(measured(2), names=("spark-0", "spark-1"), addresses=("10.0.0.1", "10.0.0.2"))
+    one_spark_host(two, 4)

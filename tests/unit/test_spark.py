@@ -355,3 +355,49 @@ def test_a_link_where_the_executors_logs_go_is_not_followed(tmp_path):
     (launch / "spark-work").symlink_to(elsewhere)
     keep_work(work, str(launch))
     assert list(elsewhere.iterdir()) == [] and (work / "app-1").is_dir()
+
+
+class _Tracker:
+    """Spark's status tracker as the driver reads it: ``executors`` registered (the driver
+    listed too, as Spark does) and one active stage running ``running`` tasks."""
+
+    def __init__(self, executors: int, running: int) -> None:
+        self.executors, self.running = executors, running
+
+    def getExecutorInfos(self):
+        return [object()] * (self.executors + 1)
+
+    def getActiveStageIds(self):
+        return [0]
+
+    def getStageInfo(self, stage):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(numActiveTasks=self.running)
+
+
+def _spark_with(tracker):
+    from types import SimpleNamespace
+
+    context = SimpleNamespace(
+        statusTracker=lambda: tracker, _jsc=SimpleNamespace(sc=lambda: SimpleNamespace(
+            statusTracker=lambda: tracker)),
+    )  # fmt: skip
+    return SimpleNamespace(sparkContext=context)
+
+
+@pytest.mark.parametrize(("executors", "running", "starved"), [(2, 4, False), (2, 0, True)])
+def test_a_launch_whose_tasks_all_run_on_fewer_executors_is_not_starved(
+    tmp_path, executors, running, starved
+):
+    """4 tasks on 2 executors of 2 cores (a standalone worker's executor takes every core): the
+    barrier stage runs, and the executor watch must not cancel it; with no task running after
+    the wait it does."""
+    from runner.engines.spark import driver
+
+    run = driver.Driver("spark://127.0.0.40:7177", tmp_path)
+    run.spark = _spark_with(_Tracker(executors, running))
+    run.running = 1
+    found: list[int] = []
+    run.watch_executors(1, needed=4, wait_s=-2 * driver.CHECK_EVERY_S, starved=found)
+    assert found == ([executors] if starved else [])

@@ -68,6 +68,18 @@ def registered_executors(spark: Any) -> int:
         return -1
 
 
+def tasks_running(spark: Any) -> int:
+    """The most tasks one stage of this application runs at once now: a launch's barrier stage
+    runs all of its tasks together, several on one executor where it has the cores (a standalone
+    worker's executor takes every core of the worker by default)."""
+    try:
+        tracker = spark.sparkContext.statusTracker()
+        stages = (tracker.getStageInfo(stage) for stage in tracker.getActiveStageIds())
+        return max((info.numActiveTasks for info in stages if info is not None), default=0)
+    except Exception:  # the context is stopping: no answer is not a count
+        return 0
+
+
 def executor_asks(spark: Any) -> str:
     """What each executor asks of a worker, as this application's configuration says."""
     try:
@@ -231,13 +243,13 @@ class Driver:
                 self.spark.sparkContext.cancelAllJobs()
 
     def watch_executors(self, number: int, needed: int, wait_s: int, starved: list[int]) -> None:
-        """Cancel launch ``number`` when Spark has not given it an executor per node within
-        wait_s (plus one barrier check, which says Spark's own words first for
-        TorchDistributor)."""
+        """Cancel launch ``number`` when Spark has not given it an executor per node, nor started
+        its ``needed`` tasks on fewer, within wait_s (plus one barrier check, which says Spark's
+        own words first for TorchDistributor)."""
         deadline = time.monotonic() + wait_s + 2 * CHECK_EVERY_S
         while self.running == number:
             count = registered_executors(self.spark)
-            if count < 0 or count >= needed:
+            if count < 0 or count >= needed or tasks_running(self.spark) >= needed:
                 return
             if time.monotonic() > deadline:
                 starved.append(count)
