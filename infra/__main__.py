@@ -6,10 +6,10 @@ Pulumi runs this folder as a script with the Python dtrun is installed in (.venv
 
 import pulumi
 
-from infra.config import load_cluster
-from infra.program import build
-from runner.azure.catalog import SIZES, retirement_warning
-from runner.errors import DtrunError
+from dtrun.azure.catalog import SIZES, retirement_warning
+from dtrun.errors import DtrunError
+from dtrun.infra.config import load_cluster
+from dtrun.infra.program import build
 
 try:
     cluster = load_cluster()

@@ -10,7 +10,7 @@ import importlib
 import sys
 from types import ModuleType
 
-from runner.errors import UsageError
+from dtrun.errors import UsageError
 
 # extra -> what it holds, and what needs it
 EXTRAS = {

@@ -23,9 +23,9 @@ from functools import cache
 
 import jinja2
 
-from runner.errors import UnsafeValueError
-from runner.locations import templates_dir
-from runner.spec.text import CONTROL, escaped, noun, plural
+from dtrun.errors import UnsafeValueError
+from dtrun.locations import templates_dir
+from dtrun.spec.text import CONTROL, escaped, noun, plural
 
 
 class Placed(str):

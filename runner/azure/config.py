@@ -18,9 +18,9 @@ from typing import TypeVar
 
 import yaml
 
-from runner.azure.catalog import Image, check_node_count, get_size
-from runner.azure.expiry import expiry_spec
-from runner.azure.settingcheck import (
+from dtrun.azure.catalog import Image, check_node_count, get_size
+from dtrun.azure.expiry import expiry_spec
+from dtrun.azure.settingcheck import (
     NAMESPACE,
     ConfigError,
     admin_cidrs,
@@ -33,8 +33,8 @@ from runner.azure.settingcheck import (
     setting_error,
     vnet_cidr,
 )
-from runner.locations import project_dir
-from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind, StorageSpec
+from dtrun.locations import project_dir
+from dtrun.spec.cluster import ClusterSpec, Scheduler, StorageKind, StorageSpec
 
 PROJECT_FILE = project_dir() / "Pulumi.yaml"
 

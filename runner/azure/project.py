@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from runner.locations import PACKAGE, checkout
+from dtrun.locations import PACKAGE, checkout
 
 PROJECT_FILE = "Pulumi.yaml"
 

@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from runner.azure.config import cluster_spec
-from runner.azure.expiry import deadline
-from runner.azure.project import workspace
-from runner.azure.settingcheck import NAMESPACE
-from runner.errors import DtrunError, UsageError
-from runner.extras import need
-from runner.spec.cluster import ClusterSpec, ExpirySpec
+from dtrun.azure.config import cluster_spec
+from dtrun.azure.expiry import deadline
+from dtrun.azure.project import workspace
+from dtrun.azure.settingcheck import NAMESPACE
+from dtrun.errors import DtrunError, UsageError
+from dtrun.extras import need
+from dtrun.spec.cluster import ClusterSpec, ExpirySpec
 
 if TYPE_CHECKING:
     from pulumi import automation as auto

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.locations import checkout
-from runner.plan.machineenv import run_environment
-from runner.redact import REDACTED, Redactor, is_secret_name, redact_args, redact_var
+from dtrun.locations import checkout
+from dtrun.plan.machineenv import run_environment
+from dtrun.redact import REDACTED, Redactor, is_secret_name, redact_args, redact_var
 
 # Distributions whose versions change what a run measures or how it was launched.
 PACKAGES = (

@@ -20,10 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import StoreError, UploadError, UploadInterruptedError
-from runner.extras import need
-from runner.redact import Redactor
-from runner.store.base import (
+from dtrun.errors import StoreError, UploadError, UploadInterruptedError
+from dtrun.extras import need
+from dtrun.redact import Redactor
+from dtrun.store.base import (
     LINKS_FILE,
     Body,
     ProgressSink,
@@ -36,7 +36,7 @@ from runner.store.base import (
     redacted_body,
     scan,
 )
-from runner.store.url import StoreUrl, _is_aws
+from dtrun.store.url import StoreUrl, _is_aws
 
 if TYPE_CHECKING:
     from boto3.session import Session

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from runner.azure import stack as azure_stack
-from runner.azure.stack import Outputs
-from runner.cli.app import app
+from dtrun.azure import stack as azure_stack
+from dtrun.azure.stack import Outputs
+from dtrun.cli.app import app
 from tests.paths import TESTS
 
 DATA = TESTS / "data"

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from runner.azure.project import prepare
-from runner.cli import bench as bench_cli
-from runner.cli.app import app
-from runner.extras import EXTRAS, MissingExtraError, need
+from dtrun.azure.project import prepare
+from dtrun.cli import bench as bench_cli
+from dtrun.cli.app import app
+from dtrun.extras import EXTRAS, MissingExtraError, need
 from tests.paths import REPO
 
 CASES = {
