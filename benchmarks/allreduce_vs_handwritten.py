@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO))
 
-from runner.workloads.sizes import format_size, message_sizes  # noqa: E402
+from dtrun.workloads.sizes import format_size, message_sizes  # noqa: E402
 
 HAND_WRITTEN = """\
 import json, sys, time

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-DTRUN = [sys.executable, "-m", "runner.cli"]
+DTRUN = [sys.executable, "-m", "dtrun.cli"]
 
 
 def one(nodes: int, port: int, out: Path, run_id: str) -> tuple[float, list[str], int, int]:

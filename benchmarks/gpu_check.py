@@ -37,7 +37,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-DTRUN = [sys.executable, "-m", "runner.cli"]
+DTRUN = [sys.executable, "-m", "dtrun.cli"]
 PROGRAM = REPO / "tests" / "programs" / "lightning_loop.py"
 PRESETS = ("1.3b", "760m", "350m", "125m")  # largest first (runner/plan/presets.py)
 SCHEMA = "dtrun.gpu-check/1"
@@ -70,7 +70,7 @@ def machine(gpus: int) -> dict[str, Any]:
 
 def peak_of(name: str | None) -> tuple[float | None, str]:
     """The dense bf16 peak of a GPU by its name, from dtrun's catalog (docs/facts.md §5)."""
-    from runner.azure.catalog import A100_80, H100, H200
+    from dtrun.azure.catalog import A100_80, H100, H200
 
     if not name:
         return None, "no GPU"

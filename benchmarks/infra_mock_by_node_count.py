@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runner.azure.config import cluster_spec
+from dtrun.azure.config import cluster_spec
 from tests.infra.harness import run
 
 

@@ -2,7 +2,7 @@
 its verdict is wrong: issue #29's measure ("verdicts that are right at few launches").
 
 Simulates weak-scaling sweeps whose true efficiency is set exactly and runs each through the
-report's own code (runner.report.metrics.scaling_rows, the function every report, summary.json
+report's own code (dtrun.report.metrics.scaling_rows, the function every report, summary.json
 and `dtrun compare` take their rows from), not a reimplementation of it.
 
 Each simulated sweep has the node counts of --nodes (default 1,2: a default bench here). A
@@ -52,11 +52,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from runner.report.metrics import ScalingRow, scaling_rows
-from runner.report.results import TRAIN_SCHEMA, TrainResult, parse_train_result
-from runner.report.sequential import sequential_rows
-from runner.report.stats import Verdict
-from runner.spec.request import DEFAULT_MAX_LAUNCHES, BenchSpec
+from dtrun.report.metrics import ScalingRow, scaling_rows
+from dtrun.report.results import TRAIN_SCHEMA, TrainResult, parse_train_result
+from dtrun.report.sequential import sequential_rows
+from dtrun.report.stats import Verdict
+from dtrun.spec.request import DEFAULT_MAX_LAUNCHES, BenchSpec
 
 TARGET = 0.9
 TRUTHS = {"on": TARGET, "above": TARGET * 1.1, "below": TARGET * 0.9}

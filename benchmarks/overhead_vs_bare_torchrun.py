@@ -35,7 +35,7 @@ BIN = Path(sys.executable).parent
 
 def workload_args(steps: int, warmup: int, out: Path) -> list[str]:
     return [
-        "-m", "runner.workloads.train", "--steps", str(steps), "--warmup", str(warmup),
+        "-m", "dtrun.workloads.train", "--steps", str(steps), "--warmup", str(warmup),
         "--batch", "8", "--seq-len", "64", "--layers", "2", "--d-model", "128", "--heads", "4",
         "--vocab", "1024", "--device", "cpu", "--mode", "weak", "--timeout", "600",
         "--out", str(out),

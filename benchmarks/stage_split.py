@@ -33,14 +33,14 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO))
 
-from runner.workloads.stagecost import Shape, split, stage_costs  # noqa: E402
+from dtrun.workloads.stagecost import Shape, split, stage_costs  # noqa: E402
 
 
 def launch(split_kind: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """One pipeline launch; its result.json."""
     command = [
         str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(args.nproc),
-        "-m", "runner.workloads.train", "--strategy", "pipeline", "--schedule", args.schedule,
+        "-m", "dtrun.workloads.train", "--strategy", "pipeline", "--schedule", args.schedule,
         "--micro-batches", str(args.micro_batches), "--stage-split", split_kind,
         "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
         "--seq-len", str(args.seq_len), "--layers", str(args.layers),

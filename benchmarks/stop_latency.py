@@ -67,7 +67,7 @@ def one_stop(name: str, hosts: str | None, port: int, work: Path) -> tuple[float
     """(seconds from the signal to dtrun's exit, its exit code, processes left 1 s later)."""
     out = work / name
     command = [
-        sys.executable, "-m", "runner.cli", "bench", "--nodes", "2", "--steps", "1000000",
+        sys.executable, "-m", "dtrun.cli", "bench", "--nodes", "2", "--steps", "1000000",
         "--warmup", "1", "--quiet", "--no-health-gate", "--port", str(port),
         "--output", str(out), "--run-id", "stop",
     ]  # fmt: skip

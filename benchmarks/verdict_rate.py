@@ -54,7 +54,7 @@ class Tally:
 def run_once(tally: Tally, index: int, tmp: str, port: int, args: list[str]) -> None:
     run_id = f"{tally.name}-{index}"  # one directory per way and round
     command = [
-        sys.executable, "-m", "runner.cli", "bench", "--quiet", "--output", tmp,
+        sys.executable, "-m", "dtrun.cli", "bench", "--quiet", "--output", tmp,
         "--run-id", run_id, "--port", str(port), *tally.extra, *args,
     ]  # fmt: skip
     started = time.monotonic()

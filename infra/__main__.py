@@ -1,17 +1,15 @@
-"""The dtrun Pulumi program (`Pulumi.yaml`: `main: infra/`): an Azure InfiniBand cluster."""
+"""The dtrun Pulumi program (`Pulumi.yaml`: `main: infra/`): an Azure InfiniBand cluster.
 
-import sys
-from pathlib import Path
-
-# Pulumi runs this directory as a script; make the repository (runner/, infra/) importable.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+Pulumi runs this folder as a script with the Python dtrun is installed in (.venv in a checkout;
+`dtrun up` names its own interpreter otherwise), so dtrun and this program import by name.
+"""
 
 import pulumi
 
-from infra.config import load_cluster
-from infra.program import build
-from runner.azure.catalog import SIZES, retirement_warning
-from runner.errors import DtrunError
+from dtrun.azure.catalog import SIZES, retirement_warning
+from dtrun.errors import DtrunError
+from dtrun.infra.config import load_cluster
+from dtrun.infra.program import build
 
 try:
     cluster = load_cluster()

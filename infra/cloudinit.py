@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.slurm import slurm_files, slurmd_options
-from runner.azure.catalog import SIZES
-from runner.render import render
-from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind
+from dtrun.azure.catalog import SIZES
+from dtrun.infra.slurm import slurm_files, slurmd_options
+from dtrun.render import render
+from dtrun.spec.cluster import ClusterSpec, Scheduler, StorageKind
 
 MAX_CUSTOM_DATA_BYTES = 64 * 1024  # Azure's limit on decoded custom data (docs/facts.md §4)
 BOOTSTRAP_LOG = "/var/log/dtrun-bootstrap.log"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pulumi
 from pulumi_azure_native import compute
 
-from infra.machines import MachineArgs, image_reference, linux_keys_only
-from runner.azure.catalog import SIZES
+from dtrun.azure.catalog import SIZES
+from dtrun.infra.machines import MachineArgs, image_reference, linux_keys_only
 
 
 class GpuCluster(pulumi.ComponentResource):

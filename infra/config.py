@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pulumi
 
-from runner.azure.config import cluster_spec, schema
-from runner.azure.settingcheck import NAMESPACE
-from runner.spec.cluster import ClusterSpec
+from dtrun.azure.config import cluster_spec, schema
+from dtrun.azure.settingcheck import NAMESPACE
+from dtrun.spec.cluster import ClusterSpec
 
 
 def load_cluster(config: pulumi.Config | None = None) -> ClusterSpec:

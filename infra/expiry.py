@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import authorization, managedidentity
 
-from runner.spec.cluster import ClusterSpec, ExpiryAction
+from dtrun.spec.cluster import ClusterSpec, ExpiryAction
 
 READ_GROUP = "Microsoft.Resources/subscriptions/resourceGroups/read"  # the rules are its tags
 SCALESET_ACTIONS = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 from pulumi_azure_native import compute, network
 
-from infra.machines import MachineArgs, image_reference, linux_keys_only
+from dtrun.infra.machines import MachineArgs, image_reference, linux_keys_only
 
 CUSTOM_DATA_PATH = "osProfile.customData"  # the VM's input property, as Pulumi paths name it
 

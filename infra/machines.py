@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import compute
 
-from runner.azure.catalog import Image
-from runner.spec.cluster import ClusterSpec
+from dtrun.azure.catalog import Image
+from dtrun.spec.cluster import ClusterSpec
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from typing import Any
 import pulumi
 from pulumi_azure_native import network
 
-from infra.slurm import SLURMCTLD_PORT, SLURMD_PORT
-from runner.azure.settingcheck import subnets
-from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind
+from dtrun.azure.settingcheck import subnets
+from dtrun.infra.slurm import SLURMCTLD_PORT, SLURMD_PORT
+from dtrun.spec.cluster import ClusterSpec, Scheduler, StorageKind
 
 WITHIN_NODES_PRIORITY = 200  # ahead of every deny rule
 SSH_DENY_PRIORITY = 4096  # the lowest priority: evaluated after every allow rule

@@ -14,18 +14,18 @@ import pulumi
 import pulumi_tls as tls
 from pulumi_azure_native import resources
 
-from infra.cloudinit import Boot, ClusterKey, HeadExpiry, render_cloud_init
-from infra.cluster import GpuCluster
-from infra.expiry import ExpiryArgs, ExpiryIdentity
-from infra.head import HeadNode
-from infra.machines import MachineArgs, custom_data
-from infra.network import Network, NetworkArgs
-from infra.slurm import PARTITION, munge_key
-from infra.storage import SharedStorage, StorageArgs
-from runner.azure.catalog import SIZES
-from runner.azure.expiry import deadline, group_tags
-from runner.azure.settingcheck import subnets
-from runner.spec.cluster import ClusterSpec, Scheduler
+from dtrun.azure.catalog import SIZES
+from dtrun.azure.expiry import deadline, group_tags
+from dtrun.azure.settingcheck import subnets
+from dtrun.infra.cloudinit import Boot, ClusterKey, HeadExpiry, render_cloud_init
+from dtrun.infra.cluster import GpuCluster
+from dtrun.infra.expiry import ExpiryArgs, ExpiryIdentity
+from dtrun.infra.head import HeadNode
+from dtrun.infra.machines import MachineArgs, custom_data
+from dtrun.infra.network import Network, NetworkArgs
+from dtrun.infra.slurm import PARTITION, munge_key
+from dtrun.infra.storage import SharedStorage, StorageArgs
+from dtrun.spec.cluster import ClusterSpec, Scheduler
 
 OUTPUTS_VERSION = 4
 NO_EXPIRY: pulumi.Output[HeadExpiry | None] = pulumi.Output.from_input(None)

@@ -12,9 +12,9 @@ import base64
 import hashlib
 from dataclasses import dataclass
 
-from runner.azure.catalog import MAX_NODES_BY_SUPPORT_REQUEST, SIZES, VmSize
-from runner.render import render
-from runner.spec.cluster import ClusterSpec
+from dtrun.azure.catalog import MAX_NODES_BY_SUPPORT_REQUEST, SIZES, VmSize
+from dtrun.render import render
+from dtrun.spec.cluster import ClusterSpec
 
 SLURMCTLD_PORT = 6817  # Slurm's defaults (docs/facts.md §12)
 SLURMD_PORT = 6818

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import netapp, storage, storagecache
 
-from runner.spec.cluster import ClusterSpec, StorageKind
+from dtrun.spec.cluster import ClusterSpec, StorageKind
 
 SHARE = "shared"  # the share, volume and export name
 GIB = 1024**3

@@ -11,7 +11,7 @@ import signal
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from runner.spec.outcome import NodeResult
+    from dtrun.spec.outcome import NodeResult
 
 
 class DtrunError(Exception):
@@ -116,7 +116,7 @@ class NodeFailedError(RunError):
     """One node's launch exited non-zero; the other nodes were stopped."""
 
     def __init__(self, node: str, address: str, exit_code: int, log_path: str, detail: str) -> None:
-        """``detail``: what the node's log says of the failure (runner.execute.failure.explain),
+        """``detail``: what the node's log says of the failure (dtrun.execute.failure.explain),
         its failing rank's own error first; empty when the log is."""
         self.node = node
         self.exit_code_of_node = exit_code

@@ -20,12 +20,12 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from functools import cache
-from pathlib import Path
 
 import jinja2
 
-from runner.errors import UnsafeValueError
-from runner.spec.text import CONTROL, escaped, noun, plural
+from dtrun.errors import UnsafeValueError
+from dtrun.locations import templates_dir
+from dtrun.spec.text import CONTROL, escaped, noun, plural
 
 
 class Placed(str):
@@ -35,15 +35,6 @@ class Placed(str):
 # What a raw value may hold: shlex.quote's own "needs no quoting" set, so such a word reads the
 # same unquoted in a shell command, a comment, a Slurm config line or a YAML plain scalar.
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]*")
-
-
-def templates_dir() -> Path:
-    """``templates/`` beside the package in a checkout; ``runner/_templates`` in a wheel."""
-    package = Path(__file__).resolve().parent
-    for candidate in (package.parent / "templates", package / "_templates"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError(f"dtrun templates not found beside {package}")
 
 
 def _quoted(value: object) -> str:

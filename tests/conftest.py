@@ -15,9 +15,9 @@ from typing import IO, TYPE_CHECKING
 import psutil
 import pytest
 
-from runner.engines.embedded.inventory import embedded_inventory, local_cluster
-from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
-from runner.spec.request import BenchSpec
+from dtrun.engines.embedded.inventory import embedded_inventory, local_cluster
+from dtrun.spec.cluster import Accelerator, Inventory, Node, SshAccess
+from dtrun.spec.request import BenchSpec
 from tests import machine, slurmd, sshd
 from tests.sshd import SshCluster
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 GOLDEN = Path(__file__).parent / "golden"
 # -X faulthandler: a dtrun that hangs prints every thread's stack on SIGABRT (ends_within)
-DTRUN = [sys.executable, "-X", "faulthandler", "-m", "runner.cli"]
+DTRUN = [sys.executable, "-X", "faulthandler", "-m", "dtrun.cli"]
 
 
 # The suite's parts (docs/architecture.md, "What you do"): tests/unit/ runs in minutes with
@@ -453,6 +453,6 @@ def fill(disk: Path) -> None:
 def no_remembered_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts with no secret remembered: one command per process in dtrun, many
     tests per process here (a value one test planted would be scrubbed from another's files)."""
-    from runner import redact
+    from dtrun import redact
 
     monkeypatch.setattr(redact, "_process", redact.Redactor())

@@ -7,16 +7,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.azure.prices import Price
-from runner.plan.env import launch_env
-from runner.record.rundir import RunDir, write_manifest
-from runner.record.runsfile import write_runs
-from runner.report.resultfile import ALLREDUCE_SCHEMA
-from runner.report.results import TRAIN_SCHEMA, TrainResult, parse_train_result
-from runner.report.stats import percentile
-from runner.spec.cluster import Inventory
-from runner.spec.outcome import RunResult, RunStatus, SweepStatus
-from runner.spec.request import BenchSpec
+from dtrun.azure.prices import Price
+from dtrun.plan.env import launch_env
+from dtrun.record.rundir import RunDir, write_manifest
+from dtrun.record.runsfile import write_runs
+from dtrun.report.resultfile import ALLREDUCE_SCHEMA
+from dtrun.report.results import TRAIN_SCHEMA, TrainResult, parse_train_result
+from dtrun.report.stats import percentile
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.outcome import RunResult, RunStatus, SweepStatus
+from dtrun.spec.request import BenchSpec
 
 
 def size_row(size: int, busbw: float, world: int, wrong: int = 0) -> dict[str, Any]:
@@ -228,9 +228,9 @@ def program_run_dir(
     ``sharded`` as every rank's hook saw its parameters; ``busbw`` per node count: --probe's
     busbw at the gradient size; without ``records``, each launch timed as a whole program; with
     the spec's --step-pattern, each step's time is a match's `seconds`."""
-    from runner.plan.resolve import resolve_bench
-    from runner.plan.sweep import plan_sweep
-    from runner.sweep.programresult import program_result
+    from dtrun.plan.resolve import resolve_bench
+    from dtrun.plan.sweep import plan_sweep
+    from dtrun.sweep.programresult import program_result
 
     resolved = resolve_bench(bench)
     spec = resolved.spec
@@ -279,6 +279,6 @@ def program_run_dir(
 def html_markdown(run_dir: RunDir) -> str:
     """The Markdown report.html is made from: report.md's text plus what report.md leaves to
     the HTML's collapsed <details> sections (the method text, figures summary.json holds)."""
-    from runner.report.build import analyse, report_markdown
+    from dtrun.report.build import analyse, report_markdown
 
     return report_markdown(analyse(run_dir), {}, html=True)

@@ -7,9 +7,9 @@ import argparse
 
 import torch
 
-from runner.workloads import train
-from runner.workloads.ddp import DdpEngine
-from runner.workloads.result import exit_now
+from dtrun.workloads import train
+from dtrun.workloads.ddp import DdpEngine
+from dtrun.workloads.result import exit_now
 
 
 class LonelyDdp(DdpEngine):

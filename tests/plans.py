@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from runner.plan.resolve import resolve_bench, resolve_run
-from runner.plan.sweep import SweepPlan, plan_point, plan_run, plan_sweep
-from runner.spec.cluster import Inventory
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.request import BenchSpec, RunSpec
+from dtrun.plan.resolve import resolve_bench, resolve_run
+from dtrun.plan.sweep import SweepPlan, plan_point, plan_run, plan_sweep
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.request import BenchSpec, RunSpec
 
 
 def build_plan(inventory: Inventory, bench: BenchSpec, nodes: int) -> LaunchPlan:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.engines.embedded.executor import write_launch_files
-from runner.spec.launchplan import LaunchPlan
+from dtrun.engines.embedded.executor import write_launch_files
+from dtrun.spec.launchplan import LaunchPlan
 
 STUBS = ("torchrun", "deepspeed", "horovodrun", "mpirun", "python")
 

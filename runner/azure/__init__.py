@@ -1,4 +1,4 @@
 """What Azure offers and how a stack is described and driven: the InfiniBand size catalog,
 the stack configuration (Pulumi.yaml's schema -> ClusterSpec) and the Automation API (stack.py,
-the only importer of pulumi.automation). May import runner.spec, errors, render.
+the only importer of pulumi.automation). May import dtrun.spec, errors, render.
 """

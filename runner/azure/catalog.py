@@ -10,8 +10,8 @@ import datetime
 import re
 from dataclasses import dataclass, replace
 
-from runner.errors import UsageError
-from runner.spec.launchplan import CliArg, EnvVar
+from dtrun.errors import UsageError
+from dtrun.spec.launchplan import CliArg, EnvVar
 
 # A single-placement-group scale set holds at most 100 VMs, 300 by support request
 # (docs/facts.md §3).

@@ -18,9 +18,9 @@ from typing import TypeVar
 
 import yaml
 
-from runner.azure.catalog import Image, check_node_count, get_size
-from runner.azure.expiry import expiry_spec
-from runner.azure.settingcheck import (
+from dtrun.azure.catalog import Image, check_node_count, get_size
+from dtrun.azure.expiry import expiry_spec
+from dtrun.azure.settingcheck import (
     NAMESPACE,
     ConfigError,
     admin_cidrs,
@@ -33,9 +33,10 @@ from runner.azure.settingcheck import (
     setting_error,
     vnet_cidr,
 )
-from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind, StorageSpec
+from dtrun.locations import project_dir
+from dtrun.spec.cluster import ClusterSpec, Scheduler, StorageKind, StorageSpec
 
-PROJECT_FILE = Path(__file__).resolve().parents[2] / "Pulumi.yaml"
+PROJECT_FILE = project_dir() / "Pulumi.yaml"
 
 
 # Azure Managed Lustre SKUs: capacity in TiB is a positive multiple of the step (docs/facts.md §4),

@@ -8,8 +8,8 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 
-from runner.errors import UsageError
-from runner.spec.cluster import ExpiryAction, ExpirySpec
+from dtrun.errors import UsageError
+from dtrun.spec.cluster import ExpiryAction, ExpirySpec
 
 # The resource group's tags: the head's script reads them at every run (an ARM GET on the
 # group), so `dtrun extend` and a changed idle rule take effect without touching the head.

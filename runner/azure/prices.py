@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.errors import UsageError
-from runner.spec.bounds import BOUNDS
+from dtrun.errors import UsageError
+from dtrun.spec.bounds import BOUNDS
 
 CURRENCY = "USD"
 PRICES_AS_OF = "2026-11-24"  # the day these figures were read from the source below

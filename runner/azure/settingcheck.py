@@ -10,7 +10,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_ssh_public_key
 
-from runner.errors import UsageError
+from dtrun.errors import UsageError
 
 NAMESPACE = "dtrun"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.azure.catalog import SIZES, UNKNOWN_SIZE_MPI
-from runner.spec.launchplan import CliArg, EnvVar
+from dtrun.azure.catalog import SIZES, UNKNOWN_SIZE_MPI
+from dtrun.spec.launchplan import CliArg, EnvVar
 
 
 def size_env(size_name: str | None) -> tuple[EnvVar, ...]:

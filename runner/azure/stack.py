@@ -1,7 +1,8 @@
 """The only user of pulumi.automation: bring a stack up, read its outputs, destroy it.
 
-The program is the one in this repository (Pulumi.yaml, infra/); the stack's settings live in
-Pulumi.<stack>.yaml or are set with `pulumi config set`.
+The program is infra/, named by Pulumi.yaml (runner/azure/project.py says where Pulumi works:
+the checkout's root, or ~/.config/dtrun/pulumi for an install); the stack's settings live in
+Pulumi.<stack>.yaml there or are set with `pulumi config set`.
 """
 
 from __future__ import annotations
@@ -11,19 +12,19 @@ import datetime
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.azure.config import cluster_spec
-from runner.azure.expiry import deadline
-from runner.azure.settingcheck import NAMESPACE
-from runner.errors import DtrunError, UsageError
-from runner.spec.cluster import ClusterSpec, ExpirySpec
+from dtrun.azure.config import cluster_spec
+from dtrun.azure.expiry import deadline
+from dtrun.azure.project import workspace
+from dtrun.azure.settingcheck import NAMESPACE
+from dtrun.errors import DtrunError, UsageError
+from dtrun.extras import need
+from dtrun.spec.cluster import ClusterSpec, ExpirySpec
 
 if TYPE_CHECKING:
     from pulumi import automation as auto
 
-PROJECT_DIR = Path(__file__).resolve().parents[2]  # where Pulumi.yaml is
 INSTALL = "curl -fsSL https://get.pulumi.com | sh"
 _STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}\Z")
 MAX_EXTEND_HOURS = 24 * 30  # a deadline further off is no deadline: set dtrun:ttlHours 0
@@ -74,6 +75,7 @@ def _tail(text: str, lines: int = 15) -> str:
 @contextlib.contextmanager
 def _pulumi(command: str, stack: str) -> Iterator[None]:
     """Turn the Automation API's failures into dtrun errors that say what to do."""
+    need("pulumi.automation", "azure")  # exit 2 naming dtrun[azure] where it is missing
     from pulumi.automation import errors
 
     try:
@@ -93,7 +95,9 @@ def _select(stack: str, *, create: bool) -> auto.Stack:
     from pulumi import automation as auto
 
     select = auto.create_or_select_stack if create else auto.select_stack
-    return select(stack_name=stack, work_dir=str(PROJECT_DIR))
+    folder, env = workspace()  # the checkout's root, or the user's folder for an install
+    options = auto.LocalWorkspaceOptions(env_vars=env) if env else None
+    return select(stack_name=stack, work_dir=str(folder), opts=options)
 
 
 def stack_config(stack: auto.Stack) -> ClusterSpec:
@@ -198,6 +202,7 @@ def outputs(stack: str) -> Outputs:
 def down(stack: str, on_output: Printer) -> list[str]:
     """Destroy every resource of the stack; returns what was there. Safe to repeat."""
     command = f"dtrun down --stack {stack}"
+    need("pulumi.automation", "azure")
     from pulumi.automation import errors
 
     with _pulumi(command, stack):

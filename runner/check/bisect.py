@@ -16,9 +16,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from runner.check.model import GroupCheck, GroupVerdict, LinkCheck, LinkVerdict, NodeCheck
-from runner.check.result import Group, Series
-from runner.check.stats import Finding, judge_series, others
+from dtrun.check.model import GroupCheck, GroupVerdict, LinkCheck, LinkVerdict, NodeCheck
+from dtrun.check.result import Group, Series
+from dtrun.check.stats import Finding, judge_series, others
 
 SHOWN_PAIRS = 6  # a slow group's own pairs named in what to do next, at most
 

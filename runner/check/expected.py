@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.azure.sizefacts import expected_busbw, health_threshold, peak_tflops_for
+from dtrun.azure.sizefacts import expected_busbw, health_threshold, peak_tflops_for
 
 # A GPU whose matrix multiply reaches less than this share of its dense peak is slow whatever
 # the fleet does: a healthy H100 reaches ~0.75 with a large bfloat16 multiply (docs/check.md).

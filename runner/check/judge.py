@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runner.check.bisect import judge_bisection
-from runner.check.expected import GPU_PEAK_FLOOR, Expected, Thresholds
-from runner.check.gpus import gpu_problems
-from runner.check.model import Cause, CheckReport, LinkCheck, LinkVerdict, NodeCheck, Verdict
-from runner.check.result import Group, Measured, Series
-from runner.check.stats import Finding, judge_series, others
+from dtrun.check.bisect import judge_bisection
+from dtrun.check.expected import GPU_PEAK_FLOOR, Expected, Thresholds
+from dtrun.check.gpus import gpu_problems
+from dtrun.check.model import Cause, CheckReport, LinkCheck, LinkVerdict, NodeCheck, Verdict
+from dtrun.check.result import Group, Measured, Series
+from dtrun.check.stats import Finding, judge_series, others
 
 
 @dataclass(frozen=True)

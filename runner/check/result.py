@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.record.readback import (
+from dtrun.record.readback import (
     ANY_OBJECT,
     NUMBER,
     TEXT,
@@ -102,7 +102,7 @@ def parse(data: dict[str, Any]) -> Measured:
 
 def load(path: Path) -> Measured:
     """The result rank 0 wrote; a damaged one is a DamagedRunError naming what is wrong."""
-    from runner.record.readback import damaged
+    from dtrun.record.readback import damaged
 
     data = read_record(path, SHAPE, missing="rank 0 of the check writes it", root=path.parent)
     try:

@@ -1,5 +1,5 @@
-"""`python -m runner.cli`: the dtrun command line."""
+"""`python -m dtrun.cli`: the dtrun command line."""
 
-from runner.cli.app import main
+from dtrun.cli.app import main
 
 main()

@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from runner import __version__
-from runner.cli import bench, check, predict, results, run, stack
+from dtrun import __version__
+from dtrun.cli import bench, check, predict, results, run, stack
 
 app = typer.Typer(
     name="dtrun",
@@ -70,7 +70,7 @@ def _main(
 def _stop_like_ctrl_c(signum: int, frame: FrameType | None) -> None:
     """SIGTERM and SIGHUP (timeout, CI cancels, a closed terminal, systemd) stop dtrun the way
     Ctrl-C does: one path stops every process dtrun started and records the run as stopped."""
-    from runner.errors import stopped_by
+    from dtrun.errors import stopped_by
 
     stopped_by(signum)
     signal.raise_signal(signal.SIGINT)

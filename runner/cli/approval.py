@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
-from runner.errors import DtrunError, UsageError
-from runner.spec.request import BenchSpec, Program, ProgramKind
+from dtrun.errors import DtrunError, UsageError
+from dtrun.spec.request import BenchSpec, Program, ProgramKind
 
 APPROVED = "approved"  # the file under $XDG_CONFIG_HOME/dtrun/
 
@@ -74,7 +74,7 @@ def approved(store: Path, digest: str) -> bool:
 def remember(store: Path, digest: str, run_dir: Path) -> None:
     """Add ``digest`` to the store, written whole (a temporary file, then a rename; no link
     followed). A store that cannot be written is said, and the run goes on: the user said yes."""
-    from runner.workloads.files import write_atomic
+    from dtrun.workloads.files import write_atomic
 
     try:
         store.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -149,7 +149,7 @@ def approve(
 def _prompt(question: str) -> bool:
     import typer
 
-    from runner.cli.common import console
+    from dtrun.cli.common import console
 
     shown_lines, _, prompt = question.rpartition("\n")
     console(stderr=True).print(shown_lines, soft_wrap=True)  # text: no markup read

@@ -10,59 +10,59 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from runner.cli import options as opts
-from runner.cli.common import (
+from dtrun.cli import options as opts
+from dtrun.cli.common import (
     command_secrets,
     console,
     print_json,
     typed_command,
 )
-from runner.cli.cost import (
+from dtrun.cli.cost import (
     before_line,
     checked_usd,
     print_estimate,
     refuse_early,
     refuse_on,
 )
-from runner.cli.display import (
+from dtrun.cli.display import (
     SweepDisplay,
     print_sweep_plan,
 )
-from runner.cli.groups import by_name, grouped
-from runner.cli.options import Launching, Where
-from runner.cli.session import session
-from runner.cli.summary import print_summary, sweep_json
-from runner.cli.sweep_options import SweepOptions, launches_of
-from runner.cli.workload_options import (
+from dtrun.cli.groups import by_name, grouped
+from dtrun.cli.options import Launching, Where
+from dtrun.cli.session import session
+from dtrun.cli.summary import print_summary, sweep_json
+from dtrun.cli.sweep_options import SweepOptions, launches_of
+from dtrun.cli.workload_options import (
     AllreduceOptions,
     GateOptions,
     ModelOptions,
     ProgramOptions,
     StrategyOptions,
 )
-from runner.errors import DtrunError, RunDirWriteError, UsageError
-from runner.redact import remember_secrets
-from runner.spec.request import BenchSpec, ScalingMode
+from dtrun.errors import DtrunError, RunDirWriteError, UsageError
+from dtrun.redact import remember_secrets
+from dtrun.spec.request import BenchSpec, ScalingMode
 
 if TYPE_CHECKING:
-    from runner.engines.base import Cluster
-    from runner.plan.resolve import ResolvedBench
-    from runner.plan.sweep import SweepPlan
-    from runner.record.resume import Resumed
-    from runner.sweep.run import Drain, Sweep
+    from dtrun.engines.base import Cluster
+    from dtrun.plan.resolve import ResolvedBench
+    from dtrun.plan.sweep import SweepPlan
+    from dtrun.record.resume import Resumed
+    from dtrun.sweep.run import Drain, Sweep
 
 app = typer.Typer()
 
 
 def run_id_of(launching: Launching) -> str:
-    from runner.cli.parse import check_run_id, new_run_id
+    from dtrun.cli.parse import check_run_id, new_run_id
 
     return check_run_id(launching.run_id) if launching.run_id is not None else new_run_id()
 
 
 def launch_request(launching: Launching) -> dict[str, Any]:
     """The LaunchRequest fields `dtrun bench` and `dtrun run` both take from their options."""
-    from runner.cli.parse import parse_env, parse_platforms
+    from dtrun.cli.parse import parse_env, parse_platforms
 
     return {
         "launcher": launching.launcher,
@@ -86,8 +86,8 @@ def bench_spec(
     launching: Launching,
 ) -> BenchSpec:
     """The options of `dtrun bench`, as one BenchSpec (parsed, not yet checked)."""
-    from runner.cli.parse import parse_node_counts
-    from runner.plan.presets import resolve_model
+    from dtrun.cli.parse import parse_node_counts
+    from dtrun.plan.presets import resolve_model
 
     # Parsed in the order the command always checked them, so the first bad value is reported.
     counts = parse_node_counts(sweep.nodes)
@@ -151,7 +151,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
     dtrun bench --nodes 1,2,4 --repeat 3
     dtrun bench --hosts hosts.yaml --nodes 1,2 -- python train.py --batch-size 32
     """
-    from runner.plan.resolve import resolve_bench
+    from dtrun.plan.resolve import resolve_bench
 
     with session(launching, where, json_out=json_out) as current:
         current.drain_failing = gate.drain_failing
@@ -186,8 +186,8 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
             # uploading or printing the summary; recorded once, before any upload of the run
             nonlocal recorded
             if done is not None and not recorded:
-                from runner.errors import interruption
-                from runner.record.runsfile import record_stop_after_sweep
+                from dtrun.errors import interruption
+                from dtrun.record.runsfile import record_stop_after_sweep
 
                 recorded = True
                 record_stop_after_sweep(
@@ -214,7 +214,7 @@ def _recorded(
     """--rerun or --resume: the sweep the run directory records, and where it is written;
     None for a new sweep."""
     if sweep.rerun is not None:  # the recorded sweep again, as a new run
-        from runner.cli.resume import rerun_request
+        from dtrun.cli.resume import rerun_request
 
         run_id = run_id_of(launching)
         spec, output = rerun_request(ctx, sweep.rerun, launching, command, run_id, sweep.yes)
@@ -222,7 +222,7 @@ def _recorded(
     resume = sweep.resume
     if resume is None:
         return None
-    from runner.cli.resume import resume_request
+    from dtrun.cli.resume import resume_request
 
     if command:
         raise UsageError(
@@ -237,9 +237,9 @@ def _recorded(
 
 def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptions) -> BenchSpec:
     """`dtrun bench -- PROGRAM`: the user's program and what its steps process."""
-    from runner.cli.parse import check_step_pattern, parse_command
-    from runner.plan.bounds import check_bound
-    from runner.spec.request import StepUnits, UnitKind
+    from dtrun.cli.parse import check_step_pattern, parse_command
+    from dtrun.plan.bounds import check_bound
+    from dtrun.spec.request import StepUnits, UnitKind
 
     given = [
         (flag, kind, count)
@@ -307,7 +307,7 @@ def _bench_on(
     resumed: Resumed | None,
 ) -> Sweep | None:
     """The sweep on the open cluster; None after a --dry-run's plan is printed."""
-    from runner.plan.sweep import plan_sweep
+    from dtrun.plan.sweep import plan_sweep
 
     guess = refuse_on(resolved.spec, cluster.inventory)  # before the run directory
     if launching.dry_run:
@@ -323,7 +323,7 @@ def _bench_on(
     plan = plan_sweep(resolved, cluster.inventory)
     program = resolved.spec.program
     if program is not None and cluster.engine.name != "spark":  # before the run directory is made
-        from runner.cluster.program import check_program
+        from dtrun.cluster.program import check_program
 
         widest = plan.points[-1]
         nodes = widest.nodes or tuple(launch.node for launch in widest.launches)
@@ -334,9 +334,10 @@ def _bench_on(
 def _require_packages(resolved: ResolvedBench) -> None:
     import importlib.util
 
-    from runner.spec.request import Framework
+    from dtrun.extras import install_fix
+    from dtrun.spec.request import Framework
 
-    for package in resolved.packages:
+    for package in ("torch", *resolved.packages):
         if importlib.util.find_spec(package) is None:
             strategy = resolved.strategy
             needs = (
@@ -347,14 +348,13 @@ def _require_packages(resolved: ResolvedBench) -> None:
             raise UsageError(
                 f"{needs} needs {package}, and this Python has none",
                 why=f"the embedded cluster's nodes run {sys.executable}",
-                fix=f"install it ({sys.executable} -m pip install {package}, or ./dev setup), "
-                "or pass another --strategy",
+                fix=install_fix(package),
             )
 
 
 def _drain(cluster: Cluster, plan: SweepPlan) -> Drain | None:
     """--drain-failing: the Slurm executor drains the nodes below the gate's mark."""
-    from runner.engines.slurm.executor import SlurmExecutor
+    from dtrun.engines.slurm.executor import SlurmExecutor
 
     executor = cluster.executor
     if not cluster.choice.drain_failing or not isinstance(executor, SlurmExecutor):
@@ -370,7 +370,7 @@ def _sweep(
     json_out: bool,
     resumed: Resumed | None = None,
 ) -> Sweep:
-    from runner.sweep.run import run_sweep
+    from dtrun.sweep.run import run_sweep
 
     out = console()
     display = SweepDisplay(out, plan, quiet=launching.quiet)

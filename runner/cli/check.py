@@ -7,28 +7,28 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner.cli import options as opts
-from runner.cli.check_output import print_report, write_hosts_file
-from runner.cli.common import (
+from dtrun.cli import options as opts
+from dtrun.cli.check_output import print_report, write_hosts_file
+from dtrun.cli.common import (
     console,
     human_output_to_stderr,
     print_json,
     print_node_line,
     user_errors,
 )
-from runner.cli.groups import grouped
-from runner.cli.options import Where
-from runner.cli.session import SPARK_LAUNCHERS, StackWatch, choose, last_word_on_billing, opened
-from runner.spec.bounds import within
-from runner.spec.text import plural
+from dtrun.cli.groups import grouped
+from dtrun.cli.options import Where
+from dtrun.cli.session import SPARK_LAUNCHERS, StackWatch, choose, last_word_on_billing, opened
+from dtrun.spec.bounds import within
+from dtrun.spec.text import plural
 
 if TYPE_CHECKING:
-    from runner.engines.base import Cluster
-    from runner.plan.resolve import ResolvedRun
-    from runner.record.rundir import RunDir
-    from runner.spec.launchplan import LaunchPlan
-    from runner.spec.request import RunSpec
-    from runner.sweep.check import CheckRun
+    from dtrun.engines.base import Cluster
+    from dtrun.plan.resolve import ResolvedRun
+    from dtrun.record.rundir import RunDir
+    from dtrun.spec.launchplan import LaunchPlan
+    from dtrun.spec.request import RunSpec
+    from dtrun.sweep.check import CheckRun
 
 app = typer.Typer()
 
@@ -96,11 +96,11 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
     followed down the levels. Exit 0 when every node and link is ok, 5 when one is flagged
     or a group is slow at two levels running (docs/check.md).
     """
-    from runner.cli.parse import check_run_id, new_run_id
-    from runner.errors import UsageError
-    from runner.plan.bounds import check_bound
-    from runner.plan.resolve import resolve_run
-    from runner.spec.request import Program, ProgramKind, RunSpec
+    from dtrun.cli.parse import check_run_id, new_run_id
+    from dtrun.errors import UsageError
+    from dtrun.plan.bounds import check_bound
+    from dtrun.plan.resolve import resolve_run
+    from dtrun.spec.request import Program, ProgramKind, RunSpec
 
     watch = StackWatch(where.stack, False)
     with human_output_to_stderr(json_out), last_word_on_billing(watch), user_errors():
@@ -122,7 +122,7 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
             launcher=SPARK_LAUNCHERS[0] if where.spark is not None else "torchrun",
             procs_per_node=procs_per_node or 1,
             rdzv_port=port,
-            program=Program(ProgramKind.MODULE, "runner.workloads.check"),
+            program=Program(ProgramKind.MODULE, "dtrun.workloads.check"),
             timeout_s=timeout,
         )
         choice = choose(where, 4, job_name=f"dtrun-{spec.run_id}", drain_failing=drain_failing)
@@ -139,8 +139,8 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
 def _refuse_one_host(master: str) -> None:
     """A local-cluster's executors all run on this machine: one host, and a check compares
     hosts (the tasks of one host are that host, docs/check.md)."""
-    from runner.engines.spark.inventory import LOCAL_CLUSTER
-    from runner.errors import UsageError
+    from dtrun.engines.spark.inventory import LOCAL_CLUSTER
+    from dtrun.errors import UsageError
 
     if LOCAL_CLUSTER.fullmatch(master) is not None:
         raise UsageError(
@@ -155,7 +155,7 @@ def _per_node(spec: RunSpec, cluster: Cluster, procs_per_node: int | None) -> Ru
     """Every GPU of a node unless told otherwise; one process per CPU node."""
     from dataclasses import replace
 
-    from runner.spec.cluster import Accelerator
+    from dtrun.spec.cluster import Accelerator
 
     inventory = cluster.inventory
     if procs_per_node is None and inventory.accelerator is Accelerator.CUDA:
@@ -164,7 +164,7 @@ def _per_node(spec: RunSpec, cluster: Cluster, procs_per_node: int | None) -> Ru
 
 
 def _check_on(cluster: Cluster, resolved: ResolvedRun, output: Path, stream: bool) -> CheckRun:
-    from runner.sweep.check import run_check
+    from dtrun.sweep.check import run_check
 
     out = console()
 
@@ -189,7 +189,7 @@ def _next_steps(
     cluster: Cluster, done: CheckRun, write_hosts: Path | None, drain_failing: bool
 ) -> None:
     """--write-hosts, the Slurm exclude list and --drain-failing."""
-    from runner.engines.slurm.executor import SlurmExecutor
+    from dtrun.engines.slurm.executor import SlurmExecutor
 
     flagged = [node for node in done.report.nodes if node.flagged]
     if write_hosts is not None:

@@ -6,16 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.cli.common import console
-from runner.cli.inert import styled
-from runner.cli.tables import Column, Grid, print_grid
-from runner.errors import UsageError
-from runner.spec.text import plural
+from dtrun.cli.common import console
+from dtrun.cli.inert import styled
+from dtrun.cli.tables import Column, Grid, print_grid
+from dtrun.errors import UsageError
+from dtrun.spec.text import plural
 
 if TYPE_CHECKING:
-    from runner.check.model import NodeCheck
-    from runner.spec.cluster import Inventory
-    from runner.sweep.check import CheckRun
+    from dtrun.check.model import NodeCheck
+    from dtrun.spec.cluster import Inventory
+    from dtrun.sweep.check import CheckRun
 
 
 def _figure(value: Any, unit: str) -> str:
@@ -136,7 +136,7 @@ def _access(inventory: Inventory) -> dict[str, Any]:
         return {}
     fields = {"user": ssh.user, "port": ssh.port, "jump": ssh.jump_host}
     if inventory.source.startswith("stack:"):
-        from runner.azure.catalog import SIZES
+        from dtrun.azure.catalog import SIZES
 
         fields |= {"python": inventory.python_bin, "shared": inventory.shared_dir,
                    "accelerator": inventory.accelerator.value,
@@ -148,7 +148,7 @@ def write_hosts_file(path: Path, inventory: Inventory, done: CheckRun, flagged: 
     """--write-hosts: whole or not at all, never through a link."""
     import yaml
 
-    from runner.workloads.files import write_atomic
+    from dtrun.workloads.files import write_atomic
 
     source = (
         inventory.source.removeprefix("hosts:") if inventory.source.startswith("hosts:") else None

@@ -11,13 +11,13 @@ from typing import IO, TYPE_CHECKING
 
 import typer
 
-from runner.errors import DtrunError, interrupted_exit_code, interruption
-from runner.redact import redact_data, redact_text, secrets_in_environment
+from dtrun.errors import DtrunError, interrupted_exit_code, interruption
+from dtrun.redact import redact_data, redact_text, secrets_in_environment
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from runner.spec.request import LaunchRequest
+    from dtrun.spec.request import LaunchRequest
 
 
 _HUMAN_TO_STDERR = False  # --json: stdout carries the JSON alone
@@ -77,7 +77,7 @@ def typed_command() -> tuple[str, ...]:
 def console(stderr: bool = False) -> Console:
     """A console that prints what it is given as text: no markup read, no control character
     passed to the terminal (runner/cli/inert.py), every secret redacted on the way out."""
-    from runner.cli.inert import inert_console_class
+    from dtrun.cli.inert import inert_console_class
 
     stream = RedactedStream(stderr or _HUMAN_TO_STDERR)
     return inert_console_class()(file=stream, highlight=False)  # type: ignore[arg-type]  # IO's write side
@@ -97,7 +97,7 @@ def human_output_to_stderr(enabled: bool) -> Iterator[None]:
 def echo(text: str) -> None:
     """A plain line for people: stdout, or stderr under --json; its control characters but
     the line breaks and tabs written as escapes (runner/cli/inert.py)."""
-    from runner.cli.inert import printable
+    from dtrun.cli.inert import printable
 
     typer.echo(printable(redact_text(text)), err=_HUMAN_TO_STDERR)
 
@@ -129,7 +129,7 @@ def user_errors() -> Iterator[None]:
 
 def print_error(message: str) -> None:
     """``error: MESSAGE`` on stderr, the label in bold red."""
-    from runner.cli.inert import styled
+    from dtrun.cli.inert import styled
 
     message = redact_text(message)  # before its control characters become escapes
     console(stderr=True).print(styled(("error:", "bold red"), f" {message}"), soft_wrap=True)
@@ -155,7 +155,7 @@ def print_node_line(console: Console, node: str, line: str) -> None:
     if _node_lines_muted:
         return
 
-    from runner.cli.inert import styled
+    from dtrun.cli.inert import styled
 
     # the node's number (node-3, gpu017 from Slurm), else the same colour for the same name
     number = re.search(r"(\d+)$", node)

@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner.cli.common import echo
-from runner.spec.bounds import within
-from runner.spec.text import plural
+from dtrun.cli.common import echo
+from dtrun.spec.bounds import within
+from dtrun.spec.text import plural
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from runner.azure.prices import Price
-    from runner.cli.options import Where
-    from runner.plan.estimate import Estimate
-    from runner.spec.cluster import ClusterSpec, Inventory
-    from runner.spec.request import BenchSpec
+    from dtrun.azure.prices import Price
+    from dtrun.cli.options import Where
+    from dtrun.plan.estimate import Estimate
+    from dtrun.spec.cluster import ClusterSpec, Inventory
+    from dtrun.spec.request import BenchSpec
 
 _COST = "Cost"
 
@@ -52,7 +52,7 @@ MaxCost = Annotated[
 
 def checked_usd(flag: str, value: float | None) -> float | None:
     """A money option, checked (a finite amount above zero)."""
-    from runner.azure.prices import check_usd
+    from dtrun.azure.prices import check_usd
 
     return check_usd(flag, value)
 
@@ -60,8 +60,8 @@ def checked_usd(flag: str, value: float | None) -> float | None:
 def bench_estimate(spec: BenchSpec, inventory: Inventory | None, nodes: int) -> Estimate:
     """The sweep's estimate on this cluster; before it is open (``inventory`` None), on
     ``nodes`` nodes at --price-per-node-hour."""
-    from runner.azure.prices import sweep_price
-    from runner.plan.estimate import estimate
+    from dtrun.azure.prices import sweep_price
+    from dtrun.plan.estimate import estimate
 
     price = sweep_price(
         spec.price_per_node_hour,
@@ -87,7 +87,7 @@ def refuse_early(spec: BenchSpec, where: Where, nodes: int) -> None:
     """--max-cost, before the cluster opens (an allocation dtrun asks Slurm for bills from its
     start): where the price is --price-per-node-hour, or where no catalog price can come (no
     stack), the refusal comes before anything is asked for."""
-    from runner.plan.estimate import check_max_cost
+    from dtrun.plan.estimate import check_max_cost
 
     if spec.max_cost is None or (where.stack is not None and spec.price_per_node_hour is None):
         return  # a stack's list price is known once its outputs are read
@@ -96,7 +96,7 @@ def refuse_early(spec: BenchSpec, where: Where, nodes: int) -> None:
 
 def refuse_on(spec: BenchSpec, inventory: Inventory) -> Estimate:
     """--max-cost on the open cluster, before the sweep's run directory exists."""
-    from runner.plan.estimate import check_max_cost
+    from dtrun.plan.estimate import check_max_cost
 
     guess = bench_estimate(spec, inventory, len(inventory.nodes))
     check_max_cost(guess, spec.max_cost)
@@ -116,7 +116,7 @@ def before_line(results: Path, inventory: Inventory, price: Price | None) -> str
     nodes were created."""
     import datetime
 
-    from runner.record.paid import paid_before
+    from dtrun.record.paid import paid_before
 
     before = paid_before(results, inventory, datetime.datetime.now(datetime.UTC))
     if before is None:
@@ -132,7 +132,7 @@ def before_line(results: Path, inventory: Inventory, price: Price | None) -> str
 
 def stack_hourly(spec: ClusterSpec) -> str:
     """What a stack's VMs cost an hour at list price, as `dtrun up` says before creating it."""
-    from runner.azure.prices import list_price, regions_priced
+    from dtrun.azure.prices import list_price, regions_priced
 
     node = list_price(spec.vm_size, spec.location)
     head = list_price(spec.head_vm_size, spec.location)
@@ -161,8 +161,8 @@ def stack_hourly(spec: ClusterSpec) -> str:
 def after_expiry(spec: ClusterSpec, stack: str) -> str | None:
     """What keeps billing once the cluster's expiry has run (docs/azure.md "Expiry"); None
     when nothing expires (dtrun up warns of that apart)."""
-    from runner.azure.prices import list_price
-    from runner.spec.cluster import ExpiryAction, StorageKind
+    from dtrun.azure.prices import list_price
+    from dtrun.spec.cluster import ExpiryAction, StorageKind
 
     if not spec.expiry.enabled:
         return None

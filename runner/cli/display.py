@@ -6,28 +6,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner import __version__
-from runner.cli.common import console, echo, print_node_line
-from runner.cli.inert import styled
-from runner.cli.tables import Column, Grid, print_grid
-from runner.spec.launchplan import point_dir
-from runner.spec.text import plural
-from runner.workloads.sizes import format_size
+from dtrun import __version__
+from dtrun.cli.common import console, echo, print_node_line
+from dtrun.cli.inert import styled
+from dtrun.cli.tables import Column, Grid, print_grid
+from dtrun.spec.launchplan import point_dir
+from dtrun.spec.text import plural
+from dtrun.workloads.sizes import format_size
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
-    from runner.cluster.readiness import Waiting
-    from runner.engines.base import Preview
-    from runner.execute import Answer
-    from runner.plan.sweep import SweepPlan
-    from runner.record.rundir import RunDir
-    from runner.report.resultfile import Result
-    from runner.spec.cluster import Node
-    from runner.spec.launchplan import LaunchPlan
-    from runner.spec.outcome import Health, RunResult
-    from runner.sweep.run import SweepEvents
+    from dtrun.cluster.readiness import Waiting
+    from dtrun.engines.base import Preview
+    from dtrun.execute import Answer
+    from dtrun.plan.sweep import SweepPlan
+    from dtrun.record.rundir import RunDir
+    from dtrun.report.resultfile import Result
+    from dtrun.spec.cluster import Node
+    from dtrun.spec.launchplan import LaunchPlan
+    from dtrun.spec.outcome import Health, RunResult
+    from dtrun.sweep.run import SweepEvents
 
 
 def print_sweep_plan(
@@ -135,7 +135,7 @@ class SweepDisplay:
         self.wait_lines(waiting)
 
     def events(self) -> SweepEvents:
-        from runner.sweep.run import SweepEvents
+        from dtrun.sweep.run import SweepEvents
 
         return SweepEvents(
             on_begin=self.on_begin,
@@ -170,7 +170,7 @@ class SweepDisplay:
         )
 
     def on_done(self, run: RunResult, result: Result | None) -> None:
-        from runner.report.results import TrainResult
+        from dtrun.report.results import TrainResult
 
         self.progress.advance(self.task)
         label = f"{plural(run.nodes, 'node')}, launch {run.repeat + 1}"
@@ -180,7 +180,7 @@ class SweepDisplay:
             )
             return
         if isinstance(result, TrainResult):
-            from runner.report.stats import launch_tokens_per_s, median_step
+            from dtrun.report.stats import launch_tokens_per_s, median_step
 
             busbw = (
                 f", busbw {result.busbw.at_gradient.in_place.busbw:.2f} GB/s"

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from runner.spec.text import escaped
+from dtrun.spec.text import escaped
 
 if TYPE_CHECKING:
     from rich.console import Console

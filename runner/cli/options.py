@@ -1,5 +1,5 @@
 """Every option of the launch commands, defined once (typer Annotated aliases), and the option
-groups (frozen dataclasses, spread into commands by runner.cli.groups) that commands share:
+groups (frozen dataclasses, spread into commands by dtrun.cli.groups) that commands share:
 ``Where`` (bench, run, exec), ``Launching`` (bench, run) and bench's own groups."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import Annotated, Any
 
 import typer
 
-from runner.cli.groups import spec_from
-from runner.engines.base import WHERE_PANEL
-from runner.engines.registry import EngineOptions
-from runner.spec.bounds import within
-from runner.spec.outcome import SuccessRule
-from runner.spec.request import (
+from dtrun.cli.groups import spec_from
+from dtrun.engines.base import WHERE_PANEL
+from dtrun.engines.registry import EngineOptions
+from dtrun.spec.bounds import within
+from dtrun.spec.outcome import SuccessRule
+from dtrun.spec.request import (
     HorovodController,
     LauncherOptions,
     Rendezvous,

@@ -9,10 +9,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner.errors import UsageError
-from runner.spec.cluster import Node
-from runner.spec.request import PlatformEnv, Program, ProgramKind
-from runner.spec.runid import MAX_RUN_ID, RUN_ID_RULE, run_id_problem, run_id_size
+from dtrun.errors import UsageError
+from dtrun.spec.cluster import Node
+from dtrun.spec.request import PlatformEnv, Program, ProgramKind
+from dtrun.spec.runid import MAX_RUN_ID, RUN_ID_RULE, run_id_problem, run_id_size
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?\Z")
 
@@ -153,6 +153,6 @@ def select_nodes(nodes: Sequence[Node], text: str | None) -> tuple[Node, ...]:
 def check_step_pattern(pattern: str) -> None:
     """--step-pattern: a regular expression RE2 compiles (runner/plan/steppattern.py), with at
     most one of the groups `seconds` and `ms`."""
-    from runner.plan.steppattern import compile_step_pattern
+    from dtrun.plan.steppattern import compile_step_pattern
 
     compile_step_pattern(pattern)

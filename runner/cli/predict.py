@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner.cli import options as opts
-from runner.cli.common import console, human_output_to_stderr, print_json, user_errors
-from runner.cli.cost import PricePerNodeHour, checked_usd
-from runner.errors import UsageError
-from runner.spec.bounds import BOUNDS, Bound, within
+from dtrun.cli import options as opts
+from dtrun.cli.common import console, human_output_to_stderr, print_json, user_errors
+from dtrun.cli.cost import PricePerNodeHour, checked_usd
+from dtrun.errors import UsageError
+from dtrun.spec.bounds import BOUNDS, Bound, within
 
 if TYPE_CHECKING:
-    from runner.predict.predict import Prediction
+    from dtrun.predict.predict import Prediction
 
 app = typer.Typer()
 
@@ -67,8 +67,8 @@ def predict(
     From a sweep's run directory (dtrun predict runs/<id> --nodes 8,16) or from results
     measured elsewhere (dtrun predict --from measured.yaml --nodes 8,16).
     """
-    from runner.cli.parse import parse_node_counts
-    from runner.plan.bounds import check_bound
+    from dtrun.cli.parse import parse_node_counts
+    from dtrun.plan.bounds import check_bound
 
     with human_output_to_stderr(json_out), user_errors():
         if (run_dir is None) == (from_file is None):
@@ -108,15 +108,15 @@ def _predict(
 ) -> Prediction:
     from dataclasses import replace
 
-    from runner.azure.catalog import get_size
-    from runner.azure.prices import list_price
-    from runner.azure.sizefacts import expected_busbw, no_busbw_because
-    from runner.predict.predict import predict
+    from dtrun.azure.catalog import get_size
+    from dtrun.azure.prices import list_price
+    from dtrun.azure.sizefacts import expected_busbw, no_busbw_because
+    from dtrun.predict.predict import predict
 
     if size is not None:
         size = get_size(size).name  # an unknown or retired size: exit 2, with the known ones
     if from_file is not None:
-        from runner.predict.inputs import read_description
+        from dtrun.predict.inputs import read_description
 
         desc = read_description(from_file)
         said: tuple[str, ...] = ()
@@ -137,9 +137,9 @@ def _predict(
             price = None if listed is None else (listed.usd_per_node_hour, listed.source)
         result = predict(desc, counts, target, price=price)
         return replace(result, assumptions=(*said, *result.assumptions))
-    from runner.cli.results import _run_dir
-    from runner.report.build import analyse
-    from runner.report.predicted import from_report
+    from dtrun.cli.results import _run_dir
+    from dtrun.report.build import analyse
+    from dtrun.report.predicted import from_report
 
     assert run_dir is not None
     report = analyse(_run_dir(run_dir))
@@ -160,8 +160,8 @@ def _predict(
 
 
 def print_prediction(result: Prediction) -> None:
-    from runner.cli.tables import Column, Grid, print_grid
-    from runner.spec.text import plural
+    from dtrun.cli.tables import Column, Grid, print_grid
+    from dtrun.spec.text import plural
 
     out = console()
     measured = ", ".join(f"{plural(n, 'node')} {e:.0%}" for n, e in result.measured)

@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner.cli import options as opts
-from runner.cli.common import console, human_output_to_stderr, print_json, user_errors
-from runner.cli.inert import styled
-from runner.cli.summary import efficiency_text, print_noise, print_verdicts, report_grid, sweep_json
-from runner.cli.tables import Column, Grid, print_grid
-from runner.errors import UsageError
+from dtrun.cli import options as opts
+from dtrun.cli.common import console, human_output_to_stderr, print_json, user_errors
+from dtrun.cli.inert import styled
+from dtrun.cli.summary import efficiency_text, print_noise, print_verdicts, report_grid, sweep_json
+from dtrun.cli.tables import Column, Grid, print_grid
+from dtrun.errors import UsageError
 
 if TYPE_CHECKING:
-    from runner.record.rundir import RunDir
-    from runner.report.compare import Comparison
+    from dtrun.record.rundir import RunDir
+    from dtrun.report.compare import Comparison
 
 app = typer.Typer()
 
@@ -28,8 +28,8 @@ def report(
     wide: opts.Wide = False,
 ) -> None:
     """Rebuild summary.json, report.md, report.html and the plots from a run's saved results."""
-    from runner.record.rundir import RunDir
-    from runner.report.build import build_report
+    from dtrun.record.rundir import RunDir
+    from dtrun.report.build import build_report
 
     with human_output_to_stderr(json_out), user_errors():
         built = build_report(_run_dir(run_dir))
@@ -42,7 +42,7 @@ def report(
 
 
 def _run_dir(path: Path) -> RunDir:
-    from runner.record.rundir import RunDir
+    from dtrun.record.rundir import RunDir
 
     manifest = path / "manifest.json"
     # Anything named manifest.json makes it a run directory: what is wrong with a damaged one
@@ -73,8 +73,8 @@ def compare(
     wide: opts.Wide = False,
 ) -> None:
     """Show two runs side by side, by node count, and what differs between their set-ups."""
-    from runner.report.build import analyse
-    from runner.report.compare import compare as compare_runs
+    from dtrun.report.build import analyse
+    from dtrun.report.compare import compare as compare_runs
 
     with human_output_to_stderr(json_out), user_errors():
         result = compare_runs(analyse(_run_dir(run_a)), analyse(_run_dir(run_b)))

@@ -22,11 +22,11 @@ from typing import Any
 
 import typer
 
-from runner.cli.approval import approve, program_words
-from runner.cli.options import Where
-from runner.errors import UsageError
-from runner.record.resume import Resumed, read_resume, read_spec, recorded_spec
-from runner.spec.request import BenchSpec, UnitKind
+from dtrun.cli.approval import approve, program_words
+from dtrun.cli.options import Where
+from dtrun.errors import UsageError
+from dtrun.record.resume import Resumed, read_resume, read_spec, recorded_spec
+from dtrun.spec.request import BenchSpec, UnitKind
 
 # Options that do not change the sweep: allowed beside --resume.
 AS_YOU_LIKE = {
@@ -56,7 +56,7 @@ def resume_request(ctx: typer.Context, path: Path, launching: Any, yes: bool) ->
             fix=f"leave them out (`dtrun bench --resume {path}`, with --hosts, --stack, --slurm "
             "or --spark for another cluster), or start a new sweep without --resume",
         )
-    from runner.cli.parse import parse_env
+    from dtrun.cli.parse import parse_env
 
     env = parse_env(launching.env) if launching.env else ()
     recorded = recorded_spec(path)
@@ -67,7 +67,7 @@ def resume_request(ctx: typer.Context, path: Path, launching: Any, yes: bool) ->
     # Every record the report will read, each kept launch's result.json included, is checked
     # now, with the reader `dtrun report` and `dtrun compare` use: a damaged one is refused
     # before anything is launched or written, not after the sweep ran.
-    from runner.report.recorded import read_recorded
+    from dtrun.report.recorded import read_recorded
 
     read_recorded(resumed.run_dir)
     return resumed
@@ -96,7 +96,7 @@ def rerun_request(
             fix=f"leave them out (`dtrun bench --rerun {path}`, with --hosts, --stack, --slurm "
             "or --spark for another cluster), or start a new sweep without --rerun",
         )
-    from runner.cli.parse import parse_env
+    from dtrun.cli.parse import parse_env
 
     env = parse_env(launching.env) if launching.env else ()
     recorded = recorded_spec(path, "--rerun")
@@ -126,13 +126,13 @@ def check_recorded(path: Path, recorded: BenchSpec, *, resume: bool) -> None:
 
 
 def _check_as_typed(recorded: BenchSpec, *, resume: bool) -> None:
-    from runner.cli.bench import with_program
-    from runner.cli.cost import checked_usd
-    from runner.cli.parse import check_run_id
-    from runner.cli.workload_options import ProgramOptions
-    from runner.plan.presets import PRESETS
-    from runner.plan.registry import lookup
-    from runner.plan.resolve import resolve_bench
+    from dtrun.cli.bench import with_program
+    from dtrun.cli.cost import checked_usd
+    from dtrun.cli.parse import check_run_id
+    from dtrun.cli.workload_options import ProgramOptions
+    from dtrun.plan.presets import PRESETS
+    from dtrun.plan.registry import lookup
+    from dtrun.plan.resolve import resolve_bench
 
     if resume:
         check_run_id(recorded.run_id)
@@ -164,8 +164,8 @@ def _check_as_typed(recorded: BenchSpec, *, resume: bool) -> None:
 
 def _check_launches(recorded: BenchSpec) -> None:
     """--until-decided as runner/cli/sweep_options.py launches_of takes it."""
-    from runner.spec.bounds import BOUNDS
-    from runner.spec.request import MIN_LAUNCHES
+    from dtrun.spec.bounds import BOUNDS
+    from dtrun.spec.request import MIN_LAUNCHES
 
     if not recorded.until_decided:
         return

@@ -8,36 +8,36 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner import __version__
-from runner.cli import options as opts
-from runner.cli.bench import launch_request, run_id_of
-from runner.cli.common import (
+from dtrun import __version__
+from dtrun.cli import options as opts
+from dtrun.cli.bench import launch_request, run_id_of
+from dtrun.cli.common import (
     command_secrets,
     console,
     print_node_line,
     typed_command,
     user_errors,
 )
-from runner.cli.display import (
+from dtrun.cli.display import (
     WaitLines,
     print_exec_summary,
     print_plan,
 )
-from runner.cli.groups import grouped
-from runner.cli.inert import styled
-from runner.cli.options import Launching, Where
-from runner.cli.session import StackWatch, choose, opened, session
-from runner.redact import remember_secrets
-from runner.spec.bounds import within
-from runner.spec.request import RunSpec
-from runner.spec.text import plural
+from dtrun.cli.groups import grouped
+from dtrun.cli.inert import styled
+from dtrun.cli.options import Launching, Where
+from dtrun.cli.session import StackWatch, choose, opened, session
+from dtrun.redact import remember_secrets
+from dtrun.spec.bounds import within
+from dtrun.spec.request import RunSpec
+from dtrun.spec.text import plural
 
 if TYPE_CHECKING:
-    from runner.engines.base import Cluster
-    from runner.plan.resolve import ResolvedRun
-    from runner.record.rundir import RunDir
-    from runner.spec.launchplan import LaunchPlan
-    from runner.sweep.program import ProgramRun
+    from dtrun.engines.base import Cluster
+    from dtrun.plan.resolve import ResolvedRun
+    from dtrun.record.rundir import RunDir
+    from dtrun.spec.launchplan import LaunchPlan
+    from dtrun.sweep.program import ProgramRun
 
 
 app = typer.Typer()
@@ -70,9 +70,9 @@ def run(
     It writes runs/<run-id>/launch/ (scripts, launch files, node logs, and what the program
     writes to its working directory) and runs/<run-id>/run.json.
     """
-    from runner.cli.parse import parse_command
-    from runner.plan.resolve import resolve_run
-    from runner.plan.sweep import plan_run
+    from dtrun.cli.parse import parse_command
+    from dtrun.plan.resolve import resolve_run
+    from dtrun.plan.sweep import plan_run
 
     with session(launching, where) as current:
         run_id = run_id_of(launching)
@@ -110,7 +110,7 @@ def run(
 
 
 def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) -> ProgramRun:
-    from runner.sweep.program import run_program
+    from dtrun.sweep.program import run_program
 
     out = console()
     inventory = cluster.inventory
@@ -131,7 +131,7 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
             print_node_line(out, node, line)
 
     def program_there(plan: LaunchPlan) -> None:
-        from runner.cluster.program import check_program
+        from dtrun.cluster.program import check_program
 
         if cluster.engine.name != "spark":  # Spark runs tasks, not shell scripts, on its executors
             nodes = plan.nodes or tuple(launch.node for launch in plan.launches)
@@ -164,7 +164,7 @@ def exec_command(
 
     dtrun exec --hosts hosts.yaml -- nvidia-smi -L
     """
-    from runner.cli.parse import parse_command_line, select_nodes
+    from dtrun.cli.parse import parse_command_line, select_nodes
 
     with user_errors():
         line = parse_command_line(command or [])

@@ -12,22 +12,22 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from runner.cli.common import (
+from dtrun.cli.common import (
     command_secrets,
     console,
     human_output_to_stderr,
     mute_node_lines,
     user_errors,
 )
-from runner.cli.display import RegistryBar
-from runner.cli.options import Launching, Where
-from runner.errors import UsageError, interruption
-from runner.spec.text import plural
+from dtrun.cli.display import RegistryBar
+from dtrun.cli.options import Launching, Where
+from dtrun.errors import UsageError, interruption
+from dtrun.spec.text import plural
 
 if TYPE_CHECKING:
-    from runner.cluster.outputs import StackOutputs
-    from runner.engines.base import Cluster, ClusterChoice
-    from runner.spec.request import LaunchRequest
+    from dtrun.cluster.outputs import StackOutputs
+    from dtrun.engines.base import Cluster, ClusterChoice
+    from dtrun.spec.request import LaunchRequest
 
 
 @dataclass
@@ -49,8 +49,8 @@ def choose(
     job_name: str = "dtrun",
     drain_failing: bool = False,
 ) -> ClusterChoice:
-    from runner.engines.base import ClusterChoice
-    from runner.plan.bounds import check_bound
+    from dtrun.engines.base import ClusterChoice
+    from dtrun.plan.bounds import check_bound
 
     for flag, seconds in (
         ("--ready-timeout", where.ready_timeout),
@@ -81,8 +81,8 @@ def choose(
 @contextmanager
 def opened(choice: ClusterChoice, watch: StackWatch) -> Iterator[Cluster]:
     """The chosen cluster, open for the block; a stack's node registration drawn as a bar."""
-    from runner.engines.base import Hooks
-    from runner.engines.registry import open_cluster
+    from dtrun.engines.base import Hooks
+    from dtrun.engines.registry import open_cluster
 
     out = console()
 
@@ -115,7 +115,7 @@ def expiry_notice(stack: str | None, outputs: StackOutputs) -> str | None:
     """When the stack removes itself; None for stacks made before expiry (outputs < 3)."""
     import datetime
 
-    from runner.azure.expiry import describe
+    from dtrun.azure.expiry import describe
 
     if outputs.version < 3:
         return None
@@ -127,7 +127,7 @@ def expiry_notice(stack: str | None, outputs: StackOutputs) -> str | None:
 def last_word_on_billing(watch: StackWatch) -> Iterator[None]:
     """Around a command (outside its error printing, so this comes last): with --teardown,
     destroy the stack, also after a failure or Ctrl-C; without, say that it still bills."""
-    from runner.cli.stack import destroy_and_say
+    from dtrun.cli.stack import destroy_and_say
 
     try:
         yield
@@ -174,7 +174,7 @@ class Session:
     def cluster(self, spec: LaunchRequest, local_nodes: int) -> Iterator[Cluster]:
         """Check the store, open the cluster, and upload the run directory when the block ends
         (however it ends). Called once the request is checked, so bad input costs nothing."""
-        from runner.cli.store import check_results, upload_after
+        from dtrun.cli.store import check_results, upload_after
 
         launching = self.launching
         check_engine(self.where.spark, spec.launcher)
@@ -207,13 +207,13 @@ def warn_oversubscribed(spec: LaunchRequest, local_nodes: int) -> None:
     machine's cores (runner/engines/embedded/inventory.py oversubscription)."""
     import os
 
-    from runner.engines.embedded.inventory import oversubscription
-    from runner.spec.request import BenchSpec
+    from dtrun.engines.embedded.inventory import oversubscription
+    from dtrun.spec.request import BenchSpec
 
     counts = spec.node_counts if isinstance(spec, BenchSpec) else (local_nodes,)
     warning = oversubscription(counts, spec.procs_per_node, os.cpu_count() or 1)
     if warning is not None:
-        from runner.cli.inert import styled
+        from dtrun.cli.inert import styled
 
         console().print(styled(("warning:", "yellow"), f" {warning}"))
 

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner.cli import options as opts
-from runner.cli.common import console, echo, user_errors
-from runner.cli.tables import Column, Grid, print_grid
+from dtrun.cli import options as opts
+from dtrun.cli.common import console, echo, user_errors
+from dtrun.cli.tables import Column, Grid, print_grid
 
 if TYPE_CHECKING:
-    from runner.spec.cluster import ClusterSpec
+    from dtrun.spec.cluster import ClusterSpec
 
 app = typer.Typer()
 
@@ -29,14 +29,14 @@ def expiry_line(stack: str | None, values: dict[str, object]) -> str:
     """When and how the stack removes itself, from its outputs (docs/azure.md "Expiry")."""
     import datetime
 
-    from runner.azure.expiry import describe, expiry_fields
+    from dtrun.azure.expiry import describe, expiry_fields
 
     expires_at, idle, action = expiry_fields(values)
     return describe(stack, expires_at, idle, action, datetime.datetime.now(datetime.UTC))
 
 
 def _before_up(spec: ClusterSpec) -> None:
-    from runner.cli.cost import stack_hourly
+    from dtrun.cli.cost import stack_hourly
 
     echo(stack_hourly(spec))
     _warn_without_deadline(spec)
@@ -60,9 +60,9 @@ def up(stack: StackName) -> None:
     """Create or update a stack's Azure cluster (pulumi up) and print its outputs.
 
     Its deadline moves to dtrun:ttlHours from now."""
-    from runner.azure.stack import check_stack_name
-    from runner.azure.stack import up as stack_up
-    from runner.cli.cost import after_expiry
+    from dtrun.azure.stack import check_stack_name
+    from dtrun.azure.stack import up as stack_up
+    from dtrun.cli.cost import after_expiry
 
     checked: list[ClusterSpec] = []
 
@@ -97,8 +97,8 @@ def extend(
 
     The deadline is a tag on the resource group, which the head's expiry timer reads every
     minute."""
-    from runner.azure.stack import check_stack_name
-    from runner.azure.stack import extend as stack_extend
+    from dtrun.azure.stack import check_stack_name
+    from dtrun.azure.stack import extend as stack_extend
 
     with user_errors():
         name = check_stack_name(stack)
@@ -115,8 +115,8 @@ def down(stack: StackName) -> None:
 
 def destroy_and_say(stack: str) -> None:
     """Destroy the stack and say what went (or that nothing was there)."""
-    from runner.azure.stack import check_stack_name
-    from runner.azure.stack import down as stack_down
+    from dtrun.azure.stack import check_stack_name
+    from dtrun.azure.stack import down as stack_down
 
     name = check_stack_name(stack)
     destroyed = stack_down(name, _echo_raw)
@@ -140,8 +140,8 @@ def outputs(
     """Print a stack's outputs (the versioned contract dtrun reads); secrets are masked."""
     import json
 
-    from runner.azure.stack import check_stack_name
-    from runner.azure.stack import outputs as stack_outputs
+    from dtrun.azure.stack import check_stack_name
+    from dtrun.azure.stack import outputs as stack_outputs
 
     with user_errors():
         result = stack_outputs(check_stack_name(stack))
@@ -159,7 +159,7 @@ def outputs(
 def _save_private(path: Path, text: str) -> None:
     import os
 
-    from runner.errors import OutputDirError
+    from dtrun.errors import OutputDirError
 
     try:
         path.unlink(missing_ok=True)  # created afresh, so it is never readable by others
@@ -183,7 +183,7 @@ def _print_outputs(values: dict[str, object]) -> None:
 @app.command()
 def sizes(wide: opts.Wide = False) -> None:
     """List the InfiniBand VM sizes dtrun knows: GPUs, InfiniBand, image, expected busbw."""
-    from runner.azure.catalog import SIZES, known_sizes, retirement_warning
+    from dtrun.azure.catalog import SIZES, known_sizes, retirement_warning
 
     # the size's name whole at any width; the image goes first, then the note, InfiniBand
     columns = (Column("size", 10, "left"), Column("GPUs", 8, "left", wrap=True),

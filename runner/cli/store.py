@@ -16,13 +16,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.cli.common import console, print_error
-from runner.cli.inert import styled
-from runner.errors import UploadError
-from runner.spec.text import plural
+from dtrun.cli.common import console, print_error
+from dtrun.cli.inert import styled
+from dtrun.errors import UploadError
+from dtrun.spec.text import plural
 
 if TYPE_CHECKING:
-    from runner.store.base import ResultsStore, UploadProgress
+    from dtrun.store.base import ResultsStore, UploadProgress
 
 
 def check_results(url: str | None, *, dry_run: bool) -> ResultsStore | None:
@@ -33,8 +33,8 @@ def check_results(url: str | None, *, dry_run: bool) -> ResultsStore | None:
     """
     if url is None:
         return None
-    from runner.store.s3 import open_store
-    from runner.store.url import parse_results_url
+    from dtrun.store.s3 import open_store
+    from dtrun.store.url import parse_results_url
 
     store = open_store(parse_results_url(url))
     if dry_run:
@@ -116,7 +116,7 @@ def _upload(store: ResultsStore, run_dir: Path, secrets: Sequence[str]) -> None:
         soft_wrap=True,
     )
     if upload.links:
-        from runner.store.base import LINKS_FILE
+        from dtrun.store.base import LINKS_FILE
 
         shown = ", ".join(upload.links[:5]) + (", ..." if len(upload.links) > 5 else "")
         out.print(

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runner.cli.common import console
-from runner.cli.inert import styled
-from runner.cli.tables import Column, Grid, print_grid
-from runner.spec.text import plural
-from runner.workloads.sizes import format_size
+from dtrun.cli.common import console
+from dtrun.cli.inert import styled
+from dtrun.cli.tables import Column, Grid, print_grid
+from dtrun.spec.text import plural
+from dtrun.workloads.sizes import format_size
 
 if TYPE_CHECKING:
-    from runner.record.rundir import RunDir
-    from runner.report.build import Report
-    from runner.report.metrics import ScalingRow
-    from runner.sweep.run import Sweep
+    from dtrun.record.rundir import RunDir
+    from dtrun.report.build import Report
+    from dtrun.report.metrics import ScalingRow
+    from dtrun.sweep.run import Sweep
 
 
 def print_summary(sweep: Sweep, *, wide: bool = False) -> None:
@@ -143,7 +143,7 @@ def print_verdicts(report: Report) -> None:
 def sweep_json(run_dir: RunDir) -> dict[str, object]:
     """What --json prints: summary.json (an older dtrun's under today's field names), and where
     the run's files are."""
-    from runner.report.summaryfile import read_summary
+    from dtrun.report.summaryfile import read_summary
 
     summary = read_summary(run_dir.summary)
     return {

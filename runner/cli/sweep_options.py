@@ -9,11 +9,11 @@ from typing import Annotated
 
 import typer
 
-from runner.cli import options as opts
-from runner.cli.cost import MaxCost, PricePerNodeHour
-from runner.errors import UsageError
-from runner.spec.bounds import BOUNDS, within
-from runner.spec.request import (
+from dtrun.cli import options as opts
+from dtrun.cli.cost import MaxCost, PricePerNodeHour
+from dtrun.errors import UsageError
+from dtrun.spec.bounds import BOUNDS, within
+from dtrun.spec.request import (
     DEFAULT_MAX_LAUNCHES,
     MIN_LAUNCHES,
     BenchSpec,

@@ -63,7 +63,7 @@ class Fitted:
 def _text(cell: str | Text, no_wrap: bool) -> Text:
     from rich.text import Text
 
-    from runner.cli.inert import printable
+    from dtrun.cli.inert import printable
 
     # plain text, its control characters as escapes (runner/cli/inert.py), measured as shown
     text = Text(printable(cell, tabs=False)) if isinstance(cell, str) else cell.copy()
@@ -139,7 +139,7 @@ def _table(grid: Grid, kept: list[int], widths: dict[int, int]) -> Table:
 def print_grid(out: Console, grid: Grid, *, wide: bool = False) -> Fitted:
     """Print the grid's title, its table fitted to ``out`` (or whole with ``wide``), its
     caption, and a line naming the columns left out and how to see them."""
-    from runner.cli.inert import inert_console_class
+    from dtrun.cli.inert import inert_console_class
 
     fitted = fit(out, grid, wide=wide)
     if grid.title:

@@ -9,10 +9,10 @@ from typing import Annotated
 
 import typer
 
-from runner.cli.groups import spec_from
-from runner.cli.options import no_default
-from runner.spec.bounds import within
-from runner.spec.request import (
+from dtrun.cli.groups import spec_from
+from dtrun.cli.options import no_default
+from dtrun.spec.bounds import within
+from dtrun.spec.request import (
     AllreduceSpec,
     HealthGate,
     ModelSpec,

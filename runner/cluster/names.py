@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from runner.spec.text import CONTROL, escaped
+from dtrun.spec.text import CONTROL, escaped
 
 # A host name, an ssh alias or an IPv4 address: what ssh, OpenMPI and Slurm take as a host.
 # No leading '-' (ssh would read an option), no space, quote, '$', ';' or control character.

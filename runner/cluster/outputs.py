@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.azure.catalog import SIZES
-from runner.azure.expiry import ExpiryError, parse_iso
-from runner.cluster.names import control_character, host_problem, login_problem
-from runner.errors import UsageError
-from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
+from dtrun.azure.catalog import SIZES
+from dtrun.azure.expiry import ExpiryError, parse_iso
+from dtrun.cluster.names import control_character, host_problem, login_problem
+from dtrun.errors import UsageError
+from dtrun.spec.cluster import Accelerator, Inventory, Node, SshAccess
 
 OUTPUTS_VERSION = 4  # what `dtrun up` writes: version 3 and the nodes' creation (docs/azure.md)
 # version 1 stacks have no scheduler: "none"; 1 and 2 no expiry; 1 to 3 no creation time

@@ -14,14 +14,14 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from runner.errors import UsageError
-from runner.execute import Answer
-from runner.plan.launchers.base import node_ssh_options, ssh_port_option
-from runner.plan.launchers.horovodrun import ssh_option_groups
-from runner.render import render
-from runner.spec.cluster import Inventory, Node, SshAccess
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.text import plural
+from dtrun.errors import UsageError
+from dtrun.execute import Answer
+from dtrun.plan.launchers.base import node_ssh_options, ssh_port_option
+from dtrun.plan.launchers.horovodrun import ssh_option_groups
+from dtrun.render import render
+from dtrun.spec.cluster import Inventory, Node, SshAccess
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.text import plural
 
 Command = Callable[[dict[str, str]], dict[str, Answer]]
 

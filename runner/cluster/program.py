@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from runner.errors import UsageError
-from runner.execute import Answer
-from runner.render import render
-from runner.spec.cluster import Node
-from runner.spec.request import Program, ProgramKind
+from dtrun.errors import UsageError
+from dtrun.execute import Answer
+from dtrun.render import render
+from dtrun.spec.cluster import Node
+from dtrun.spec.request import Program, ProgramKind
 
 Command = Callable[[dict[str, str]], dict[str, Answer]]
 

@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from runner.azure.catalog import SIZES
-from runner.errors import RunError, UsageError
-from runner.execute import Answer
-from runner.spec.cluster import Accelerator, Inventory, Node
-from runner.spec.text import plural
+from dtrun.azure.catalog import SIZES
+from dtrun.errors import RunError, UsageError
+from dtrun.execute import Answer
+from dtrun.spec.cluster import Accelerator, Inventory, Node
+from dtrun.spec.text import plural
 
 
 class NotReadyError(RunError):
@@ -56,7 +56,7 @@ class Health:
 
 
 def check_script(inventory: Inventory, node: Node) -> str:
-    from runner.render import render  # jinja2: not for the commands that never check a node
+    from dtrun.render import render  # jinja2: not for the commands that never check a node
 
     embedded = inventory.ssh is None
     return render(

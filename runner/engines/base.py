@@ -14,13 +14,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from runner.cluster.readiness import Patience, WaitSink, no_wait_sink, wait_until_ready
-from runner.execute import Executor
-from runner.spec.cluster import Inventory, Node
-from runner.spec.launchplan import LaunchPlan
+from dtrun.cluster.readiness import Patience, WaitSink, no_wait_sink, wait_until_ready
+from dtrun.execute import Executor
+from dtrun.spec.cluster import Inventory, Node
+from dtrun.spec.launchplan import LaunchPlan
 
 if TYPE_CHECKING:
-    from runner.cluster.outputs import StackOutputs
+    from dtrun.cluster.outputs import StackOutputs
 
 Notice = Callable[[str], None]
 # Told after every look at a stack's node registry (ssh/registration.py): nodes registered, of
@@ -135,6 +135,6 @@ def wait_for_nodes(cluster: Cluster, plan: LaunchPlan) -> None:
         on_wait=cluster.on_wait,
     )
     if cluster.inventory.ssh is not None:
-        from runner.cluster.peers import check_peers  # head-only launchers: node 0's ssh
+        from dtrun.cluster.peers import check_peers  # head-only launchers: node 0's ssh
 
         check_peers(cluster.executor.command, cluster.inventory, plan)

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.cluster.outputs import StackOutputs, parse_outputs
-from runner.errors import InventoryError
+from dtrun.cluster.outputs import StackOutputs, parse_outputs
+from dtrun.errors import InventoryError
 
 if TYPE_CHECKING:
     pass
@@ -58,8 +58,8 @@ def stack_outputs(stack: str | None, outputs: Path | None) -> StackOutputs:
                 fix="save the outputs again with `dtrun outputs --stack NAME --save FILE`",
             ) from None
         return parse_outputs(data, str(outputs))
-    from runner.azure.stack import check_stack_name
-    from runner.azure.stack import outputs as read_outputs
+    from dtrun.azure.stack import check_stack_name
+    from dtrun.azure.stack import outputs as read_outputs
 
     assert stack is not None  # only called for --stack or --outputs
     return parse_outputs(read_outputs(check_stack_name(stack)).values, stack)

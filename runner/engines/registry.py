@@ -8,16 +8,16 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from runner.engines.base import Cluster, ClusterChoice, Engine, Hooks
-from runner.engines.embedded.engine import EmbeddedEngine
-from runner.engines.embedded.options import EmbeddedOptions
-from runner.engines.slurm.engine import SlurmEngine
-from runner.engines.slurm.options import SlurmOptions
-from runner.engines.spark.engine import SparkEngine
-from runner.engines.spark.options import SparkOptions
-from runner.engines.ssh.engine import SshEngine
-from runner.engines.ssh.options import SshOptions
-from runner.errors import UsageError
+from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks
+from dtrun.engines.embedded.engine import EmbeddedEngine
+from dtrun.engines.embedded.options import EmbeddedOptions
+from dtrun.engines.slurm.engine import SlurmEngine
+from dtrun.engines.slurm.options import SlurmOptions
+from dtrun.engines.spark.engine import SparkEngine
+from dtrun.engines.spark.options import SparkOptions
+from dtrun.engines.ssh.engine import SshEngine
+from dtrun.engines.ssh.options import SshOptions
+from dtrun.errors import UsageError
 
 ENGINES: tuple[Engine, ...] = (
     SlurmEngine(),  # --slurm, alone or with a stack (its own Slurm)

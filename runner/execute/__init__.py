@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.outcome import NodeResult
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.outcome import NodeResult
 
 LineSink = Callable[[str, str], None]  # (node name, one line of its output without newline)
 StopSink = Callable[[int], None]  # hears, at once, how many nodes a stop (Ctrl-C...) is stopping

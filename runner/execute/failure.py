@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.errors import describe_exit, indent
+from dtrun.errors import describe_exit, indent
 
 TAIL_LINES = 20  # lines of a log quoted when nothing in it is recognised
 ERROR_LINES = 12  # at most, of the failing rank's traceback: its last frames and exception

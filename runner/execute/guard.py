@@ -50,7 +50,7 @@ def drop_guard(guard: subprocess.Popen[bytes]) -> None:
 def stop_script(tag: str, grace_s: float) -> str:
     """A bash script that stops every process carrying the launch's tag on the machine it runs
     on: SIGTERM, SIGKILL after ``grace_s``; it prints ``dtrun-left: PIDS`` (normally none)."""
-    from runner.render import render  # not at the top: Spark's executors import this module
+    from dtrun.render import render  # not at the top: Spark's executors import this module
 
     return render(
         "remote/stop.sh.j2",

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from runner.spec.launchplan import NodeLaunch
-from runner.spec.outcome import NodeResult, SuccessRule
+from dtrun.spec.launchplan import NodeLaunch
+from dtrun.spec.outcome import NodeResult, SuccessRule
 
 
 class Next(Enum):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runner.errors import PlanError
-from runner.spec.bounds import BOUNDS
+from dtrun.errors import PlanError
+from dtrun.spec.bounds import BOUNDS
 
 
 def check_bound(flag: str, value: float) -> None:

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from runner.azure.sizefacts import health_threshold
-from runner.plan.launchfiles import What, plan_launch
-from runner.plan.resolve import ResolvedRun
-from runner.spec.cluster import Accelerator, Inventory, Node
-from runner.spec.launchplan import RESULT_FILE, LaunchPlan
-from runner.spec.request import Program, ProgramKind
-from runner.workloads.sizes import parse_size
+from dtrun.azure.sizefacts import health_threshold
+from dtrun.plan.launchfiles import What, plan_launch
+from dtrun.plan.resolve import ResolvedRun
+from dtrun.spec.cluster import Accelerator, Inventory, Node
+from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
+from dtrun.spec.request import Program, ProgramKind
+from dtrun.workloads.sizes import parse_size
 
-CHECK_MODULE = "runner.workloads.check"
+CHECK_MODULE = "dtrun.workloads.check"
 CHECK_DIR = "check"  # the launch's directory under the run directory
 
 

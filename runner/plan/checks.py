@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import re
 
-from runner.errors import PlanError
-from runner.plan.bounds import check_bound
-from runner.plan.launchers import LAUNCHERS
-from runner.plan.registry import lookup
-from runner.spec.bounds import BOUNDS
-from runner.spec.request import (
+from dtrun.errors import PlanError
+from dtrun.plan.bounds import check_bound
+from dtrun.plan.launchers import LAUNCHERS
+from dtrun.plan.registry import lookup
+from dtrun.spec.bounds import BOUNDS
+from dtrun.spec.request import (
     AllreduceSpec,
     BenchSpec,
     HealthGate,
@@ -18,7 +18,7 @@ from runner.spec.request import (
     RunSpec,
     ScalingMode,
 )
-from runner.workloads.sizes import message_sizes
+from dtrun.workloads.sizes import message_sizes
 
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Variables that change how bash itself runs the launch scripts dtrun writes, and every shell

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from runner.azure.sizefacts import size_env
-from runner.plan.launchers.base import HOSTFILE
-from runner.spec.cluster import Inventory
-from runner.spec.launchplan import EnvVar
-from runner.spec.request import LaunchRequest
+from dtrun.azure.sizefacts import size_env
+from dtrun.plan.launchers.base import HOSTFILE
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.launchplan import EnvVar
+from dtrun.spec.request import LaunchRequest
 
 
 def base_env(threads_per_proc: int) -> tuple[EnvVar, ...]:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.azure.prices import Price
-from runner.errors import UsageError
-from runner.spec.text import plural
+from dtrun.azure.prices import Price
+from dtrun.errors import UsageError
+from dtrun.spec.text import plural
 
 STARTUP_GUESS_S = 60.0  # a training launch's start before its first step (a guess)
 STEP_GUESS_S = 1.0  # one training step (a guess: the tiny preset on CPUs takes far less)

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from runner.errors import PlanError
-from runner.plan.env import launch_env
-from runner.plan.launchers.base import HOSTFILE, PlanContext, hostfile
-from runner.plan.platforms import platform_layout
-from runner.plan.resolve import ResolvedLaunch
-from runner.render import render
-from runner.spec.cluster import Inventory
-from runner.spec.launchplan import EnvVar, LaunchFile, LaunchPlan, NodeLaunch
-from runner.spec.request import Program
-from runner.spec.text import plural
+from dtrun.errors import PlanError
+from dtrun.plan.env import launch_env
+from dtrun.plan.launchers.base import HOSTFILE, PlanContext, hostfile
+from dtrun.plan.platforms import platform_layout
+from dtrun.plan.resolve import ResolvedLaunch
+from dtrun.render import render
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.launchplan import EnvVar, LaunchFile, LaunchPlan, NodeLaunch
+from dtrun.spec.request import Program
+from dtrun.spec.text import plural
 
 # The step hook's directory under the code directory (runner/workloads/stephook/sitecustomize.py)
 STEP_HOOK_DIR = "runner/workloads/stephook"

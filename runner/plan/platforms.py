@@ -14,10 +14,10 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from runner.plan.launchers.base import HOSTFILE, PlanContext, host_slots
-from runner.spec.cluster import Accelerator
-from runner.spec.launchplan import LaunchFile, NodeEnv
-from runner.spec.request import PlatformEnv
+from dtrun.plan.launchers.base import HOSTFILE, PlanContext, host_slots
+from dtrun.spec.cluster import Accelerator
+from dtrun.spec.launchplan import LaunchFile, NodeEnv
+from dtrun.spec.request import PlatformEnv
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from runner.plan.registry import lookup
-from runner.spec.request import ModelSpec
+from dtrun.plan.registry import lookup
+from dtrun.spec.request import ModelSpec
 
 GPT2_VOCAB = 50_304  # 50,257 rounded up to a multiple of 64
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypeVar
 
-from runner.errors import PlanError
+from dtrun.errors import PlanError
 
 T = TypeVar("T")
 

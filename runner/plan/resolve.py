@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from runner.errors import PlanError
-from runner.plan.checks import check_bench, check_run
-from runner.plan.launchers import LAUNCHERS, Launcher
-from runner.plan.registry import lookup
-from runner.plan.strategies import STRATEGIES, Strategy, strategy_name
-from runner.plan.workloads import PROGRAM_WORKLOAD, WORKLOADS, Workload
-from runner.spec.request import (
+from dtrun.errors import PlanError
+from dtrun.plan.checks import check_bench, check_run
+from dtrun.plan.launchers import LAUNCHERS, Launcher
+from dtrun.plan.registry import lookup
+from dtrun.plan.strategies import STRATEGIES, Strategy, strategy_name
+from dtrun.plan.workloads import PROGRAM_WORKLOAD, WORKLOADS, Workload
+from dtrun.spec.request import (
     BenchSpec,
     Framework,
     LauncherName,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from runner.errors import UsageError
+from dtrun.errors import UsageError
 
 TIME_GROUPS = ("seconds", "ms")
 EXAMPLE = "--step-pattern 'step \\d+ took (?P<seconds>[0-9.]+) s'"

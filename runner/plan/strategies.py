@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from runner.errors import PlanError
-from runner.plan.bounds import check_bound
-from runner.spec.cluster import Accelerator, Inventory
-from runner.spec.launchplan import LaunchFile
-from runner.spec.request import (
+from dtrun.errors import PlanError
+from dtrun.plan.bounds import check_bound
+from dtrun.spec.cluster import Accelerator, Inventory
+from dtrun.spec.launchplan import LaunchFile
+from dtrun.spec.request import (
     BenchSpec,
     Framework,
     PipelineSchedule,

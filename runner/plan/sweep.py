@@ -1,21 +1,21 @@
 """The whole of a sweep as one frozen value, before anything runs: the health gate's launches,
 every point with its repeats, and the environment the manifest records. `--dry-run` prints it;
-runner.sweep runs it launch by launch. Also `dtrun run`'s single launch. Pure.
+dtrun.sweep runs it launch by launch. Also `dtrun run`'s single launch. Pure.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from runner.azure.sizefacts import health_threshold
-from runner.plan.env import launch_env
-from runner.plan.launchfiles import What, plan_launch, require_nodes
-from runner.plan.resolve import Point, ResolvedBench, ResolvedRun
-from runner.plan.strategies import StrategySetup, bf16
-from runner.plan.workloads import ALLREDUCE_MODULE, allreduce_args
-from runner.spec.cluster import Accelerator, Inventory, Node
-from runner.spec.launchplan import STEP_DIR, EnvVar, LaunchPlan, point_dir
-from runner.spec.request import BenchSpec, Program, ProgramKind
+from dtrun.azure.sizefacts import health_threshold
+from dtrun.plan.env import launch_env
+from dtrun.plan.launchfiles import What, plan_launch, require_nodes
+from dtrun.plan.resolve import Point, ResolvedBench, ResolvedRun
+from dtrun.plan.strategies import StrategySetup, bf16
+from dtrun.plan.workloads import ALLREDUCE_MODULE, allreduce_args
+from dtrun.spec.cluster import Accelerator, Inventory, Node
+from dtrun.spec.launchplan import STEP_DIR, EnvVar, LaunchPlan, point_dir
+from dtrun.spec.request import BenchSpec, Program, ProgramKind
 
 HEALTH_DIR = "health"  # the gate's launches, one directory per node, in the run directory
 GATE_SIZE = {Accelerator.CUDA: "1G", Accelerator.CPU: "16M"}  # where the catalog has no mark

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from runner.azure.sizefacts import peak_tflops_for
-from runner.spec.cluster import Inventory
-from runner.spec.launchplan import RESULT_FILE
-from runner.spec.request import AllreduceSpec, BenchSpec, Framework
+from dtrun.azure.sizefacts import peak_tflops_for
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.launchplan import RESULT_FILE
+from dtrun.spec.request import AllreduceSpec, BenchSpec, Framework
 
 # (bench, inventory, sequences per replica, bf16) -> the workload's arguments
 WorkloadArgs = Callable[[BenchSpec, Inventory, int, bool], tuple[str, ...]]
@@ -78,16 +78,16 @@ class Workload:
     trains: bool = False  # True: it trains the GPT, and --strategy picks how (strategies.py)
 
 
-ALLREDUCE_MODULE = "runner.workloads.allreduce"
+ALLREDUCE_MODULE = "dtrun.workloads.allreduce"
 WORKLOADS: dict[str, Workload] = {
     workload.name: workload
     for workload in (
         Workload(
             "train",
             {
-                Framework.TORCH: "runner.workloads.train",
-                Framework.DEEPSPEED: "runner.workloads.train_deepspeed",
-                Framework.HOROVOD: "runner.workloads.train_horovod",
+                Framework.TORCH: "dtrun.workloads.train",
+                Framework.DEEPSPEED: "dtrun.workloads.train_deepspeed",
+                Framework.HOROVOD: "dtrun.workloads.train_horovod",
             },
             train_args,
             trains=True,
@@ -99,7 +99,7 @@ WORKLOADS: dict[str, Workload] = {
             {
                 Framework.TORCH: ALLREDUCE_MODULE,
                 Framework.DEEPSPEED: ALLREDUCE_MODULE,
-                Framework.HOROVOD: "runner.workloads.allreduce_horovod",
+                Framework.HOROVOD: "dtrun.workloads.allreduce_horovod",
             },
             _allreduce_args,
         ),

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.errors import UsageError
-from runner.spec.bounds import BOUNDS
-from runner.spec.request import ScalingMode
-from runner.spec.text import plural
+from dtrun.errors import UsageError
+from dtrun.spec.bounds import BOUNDS
+from dtrun.spec.request import ScalingMode
+from dtrun.spec.text import plural
 
 # All-reduces of the whole gradient per step, by strategy (runner/report/metrics.py's, with
 # Horovod's ring all-reduce as DDP's; docs/your-training.md "How much a step synchronises").

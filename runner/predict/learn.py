@@ -1,6 +1,6 @@
 """Learn the model's prior (runner/predict/prior.py) from the fit set of published results.
 
-    python -m runner.predict.learn CORPUS.yaml > runner/predict/prior.py
+    python -m dtrun.predict.learn CORPUS.yaml > runner/predict/prior.py
 
 CORPUS.yaml is docs/prediction-data.yaml's format: a list of entries, each a `dtrun predict
 --from` description with `split: fit|test` and provenance. Only `split: fit` entries are read,
@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.predict.inputs import Description, description, yaml_loader
-from runner.predict.model import Measured, features, losses, posterior
-from runner.predict.prior import Prior
+from dtrun.predict.inputs import Description, description, yaml_loader
+from dtrun.predict.model import Measured, features, losses, posterior
+from dtrun.predict.prior import Prior
 
 SERVER = re.compile(r"parameter[ _-]servers?", re.I)
 COVERAGE = 0.9  # the range's target: the measured value inside it in 9 of 10
@@ -140,7 +140,7 @@ def module(path: Path) -> str:
 TEMPLATE = '''"""The model's prior, learned by runner/predict/learn.py from the fit set of the
 published results in docs/prediction-data.yaml ({entries} entries of all-reduce data
 parallelism). Do not edit; regenerate with
-`python -m runner.predict.learn docs/prediction-data.yaml > runner/predict/prior.py`
+`python -m dtrun.predict.learn docs/prediction-data.yaml > runner/predict/prior.py`
 (tests/unit/test_prediction_prior.py holds this file to what that prints)."""
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from runner.predict.prior import PRIORS, RANGE_Z, Prior
-from runner.spec.request import ScalingMode
+from dtrun.predict.prior import PRIORS, RANGE_Z, Prior
+from dtrun.spec.request import ScalingMode
 
 BLOM_ALPHA = 0.375  # Blom (1958): E[max of n] ~ inv_cdf((n - alpha) / (n - 2 alpha + 1))
 # (p90 - p10) of a normal is 2 x 1.2816 standard deviations

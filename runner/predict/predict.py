@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runner.errors import UsageError
-from runner.predict.inputs import STRATEGIES, Description
-from runner.predict.model import (
+from dtrun.errors import UsageError
+from dtrun.predict.inputs import STRATEGIES, Description
+from dtrun.predict.model import (
     Comm,
     Forecast,
     Measured,
@@ -18,8 +18,8 @@ from runner.predict.model import (
     efficiency,
     forecast,
 )
-from runner.predict.prior import PRIORS, RANGE_Z
-from runner.spec.text import plural
+from dtrun.predict.prior import PRIORS, RANGE_Z
+from dtrun.spec.text import plural
 
 PREDICT_SCHEMA = "dtrun.predict/1"
 # How the model did on the held-out test set of docs/prediction.md: within 5 points of the

@@ -1,7 +1,7 @@
 """The model's prior, learned by runner/predict/learn.py from the fit set of the
 published results in docs/prediction-data.yaml (36 entries of all-reduce data
 parallelism). Do not edit; regenerate with
-`python -m runner.predict.learn docs/prediction-data.yaml > runner/predict/prior.py`
+`python -m dtrun.predict.learn docs/prediction-data.yaml > runner/predict/prior.py`
 (tests/unit/test_prediction_prior.py holds this file to what that prints)."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 
-from runner.redact import redact_var
+from dtrun.redact import redact_var
 
 _SALT = b"dtrun: the digest of a redacted --env value, v1"
 _ROUNDS = 100_000

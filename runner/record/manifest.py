@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.plan.machineenv import run_environment
-from runner.redact import REDACTED, Redactor, is_secret_name, redact_args, redact_var
+from dtrun.locations import checkout
+from dtrun.plan.machineenv import run_environment
+from dtrun.redact import REDACTED, Redactor, is_secret_name, redact_args, redact_var
 
 # Distributions whose versions change what a run measures or how it was launched.
 PACKAGES = (
@@ -96,11 +97,6 @@ def _env_pair(pair: str, hide: Redactor) -> str:
     return f"{key}={REDACTED if is_secret_name(key) else hide.text(value)}"
 
 
-def source_root() -> Path:
-    """The directory dtrun's own source lives in (a git checkout in development)."""
-    return Path(__file__).resolve().parents[2]
-
-
 def git_revision(root: Path | None = None) -> dict[str, Any] | None:
     """The checkout's commit and whether tracked files differ from it; None outside git."""
     return git_revision_later(root)()
@@ -112,7 +108,10 @@ def git_revision_later(root: Path | None = None) -> Callable[[], dict[str, Any] 
 
     One git process: porcelain v2's header names the commit (``# branch.oid``), and every
     other line is a changed tracked file (git-status(1), "Porcelain Format Version 2")."""
-    command = ["git", "-C", str(root or source_root()), "status", "--porcelain=v2", "--branch",
+    root = root or checkout()
+    if root is None:  # an installed wheel: its version says what it is (a folder above may be
+        return lambda: None  # a checkout of the user's own, not dtrun's)
+    command = ["git", "-C", str(root), "status", "--porcelain=v2", "--branch",
                "--untracked-files=no"]  # fmt: skip
     try:
         process = subprocess.Popen(

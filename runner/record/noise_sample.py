@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from runner.workloads.noise import (
+from dtrun.workloads.noise import (
     clock_ticks,
     machine_figures,
     read_cpu_times,

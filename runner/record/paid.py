@@ -26,10 +26,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from runner.azure.expiry import ExpiryError, iso, parse_iso
-from runner.errors import DamagedRunError
-from runner.record.readback import load_json
-from runner.spec.cluster import Inventory
+from dtrun.azure.expiry import ExpiryError, iso, parse_iso
+from dtrun.errors import DamagedRunError
+from dtrun.record.readback import load_json
+from dtrun.spec.cluster import Inventory
 
 CREATED = "the nodes were created"
 

@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from runner.errors import DamagedRunError
-from runner.spec.bounds import BOUNDS
-from runner.spec.runid import run_id_problem
+from dtrun.errors import DamagedRunError
+from dtrun.spec.bounds import BOUNDS
+from dtrun.spec.runid import run_id_problem
 
 # (value, where it is in the file) -> what is wrong with it, or None when it fits
 Shape = Callable[[Any, str], str | None]

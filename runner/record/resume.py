@@ -17,8 +17,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
-from runner.errors import UsageError
-from runner.record.readback import (
+from dtrun.errors import UsageError
+from dtrun.record.readback import (
     FLAG,
     NUMBER,
     RUN_ID,
@@ -33,11 +33,11 @@ from runner.record.readback import (
     obj,
     read_record,
 )
-from runner.record.rundir import RunDir
-from runner.record.runsfile import segment_walls
-from runner.redact import REDACTED
-from runner.spec.outcome import RunResult, RunStatus
-from runner.spec.request import BenchSpec
+from dtrun.record.rundir import RunDir
+from dtrun.record.runsfile import segment_walls
+from dtrun.redact import REDACTED
+from dtrun.spec.outcome import RunResult, RunStatus
+from dtrun.spec.request import BenchSpec
 
 T = TypeVar("T")
 

@@ -32,19 +32,19 @@ from typing import Any
 
 import psutil
 
-from runner import __version__
-from runner.azure.catalog import SIZES
-from runner.azure.prices import Price
-from runner.errors import DiskFullError, DtrunError, OutputDirError, RunDirWriteError
-from runner.record import manifest
-from runner.record.envdigest import env_digests
-from runner.record.readback import inside
-from runner.redact import Redactor, redact_data, redact_text, redact_var
-from runner.spec.cluster import Inventory
-from runner.spec.launchplan import EnvVar, LaunchPlan, point_dir
-from runner.spec.outcome import Health, NodeResult, RunStatus
-from runner.spec.request import BenchSpec, RunSpec
-from runner.workloads.files import write_atomic
+from dtrun import __version__
+from dtrun.azure.catalog import SIZES
+from dtrun.azure.prices import Price
+from dtrun.errors import DiskFullError, DtrunError, OutputDirError, RunDirWriteError
+from dtrun.record import manifest
+from dtrun.record.envdigest import env_digests
+from dtrun.record.readback import inside
+from dtrun.redact import Redactor, redact_data, redact_text, redact_var
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.launchplan import EnvVar, LaunchPlan, point_dir
+from dtrun.spec.outcome import Health, NodeResult, RunStatus
+from dtrun.spec.request import BenchSpec, RunSpec
+from dtrun.workloads.files import write_atomic
 
 MANIFEST_SCHEMA = "dtrun.manifest/1"
 HEALTH_SCHEMA = "dtrun.health/1"

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from runner.record.rundir import RunDir, now_iso
-from runner.redact import redact_text
-from runner.spec.outcome import RunResult, RunStatus, SweepStatus
+from dtrun.record.rundir import RunDir, now_iso
+from dtrun.redact import redact_text
+from dtrun.spec.outcome import RunResult, RunStatus, SweepStatus
 
 RUNS_SCHEMA = "dtrun.runs/1"
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import quote, quote_plus
 
-from runner.redact.shapes import (
+from dtrun.redact.shapes import (
     REDACTED,
     is_secret_name,
     is_secret_option,

@@ -14,16 +14,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
-from runner import __version__
-from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
-from runner.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5, Prediction
-from runner.record.rundir import RunDir
-from runner.redact import redact_text
-from runner.render import code_block, environment, render
-from runner.report.cost import SweepCost, sweep_cost
-from runner.report.htmlpage import METHOD_MARKERS, data_uri, markdown_parser, report_html_body
-from runner.report.losses import LossRow, where_scaling_is_lost
-from runner.report.metrics import (
+from dtrun import __version__
+from dtrun.azure.sizefacts import ExpectedBusbw, expected_busbw
+from dtrun.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5, Prediction
+from dtrun.record.rundir import RunDir
+from dtrun.redact import redact_text
+from dtrun.render import code_block, environment, render
+from dtrun.report.cost import SweepCost, sweep_cost
+from dtrun.report.htmlpage import METHOD_MARKERS, data_uri, markdown_parser, report_html_body
+from dtrun.report.losses import LossRow, where_scaling_is_lost
+from dtrun.report.metrics import (
     FORMULAS,
     BusbwRow,
     ProjectionRow,
@@ -32,30 +32,30 @@ from runner.report.metrics import (
     projection,
     verdicts_on_quiet_points,
 )
-from runner.report.model import ASSUMED
-from runner.report.noise import NoiseReport, noise_report
-from runner.report.predicted import next_counts
-from runner.report.program import program_texts
-from runner.report.recorded import check_writable, read_recorded
-from runner.report.reproduce import (
+from dtrun.report.model import ASSUMED
+from dtrun.report.noise import NoiseReport, noise_report
+from dtrun.report.predicted import next_counts
+from dtrun.report.program import program_texts
+from dtrun.report.recorded import check_writable, read_recorded
+from dtrun.report.reproduce import (
     command_block,
     measured_on,
     oversubscribed,
     reproducibility,
 )
-from runner.report.resultfile import AllreduceResult, Result
-from runner.report.results import SizeRow, TrainResult
-from runner.report.sequential import STOPPED_TEXT, judged_rows, until_decided
-from runner.report.stages import StageTable, stage_tables
-from runner.report.stats import (
+from dtrun.report.resultfile import AllreduceResult, Result
+from dtrun.report.results import SizeRow, TrainResult
+from dtrun.report.sequential import STOPPED_TEXT, judged_rows, until_decided
+from dtrun.report.stages import StageTable, stage_tables
+from dtrun.report.stats import (
     CONFIDENCE,
     ONE_LAUNCH,
     STATISTIC,
     confidence_text,
 )
-from runner.report.summaryfile import SUMMARY_SCHEMA
-from runner.spec.outcome import health_below
-from runner.spec.request import ScalingMode
+from dtrun.report.summaryfile import SUMMARY_SCHEMA
+from dtrun.spec.outcome import health_below
+from dtrun.spec.request import ScalingMode
 
 T = TypeVar("T")
 DEFAULT_PROJECT_TOKENS = 10**9
@@ -225,7 +225,7 @@ def build_report(run_dir: RunDir) -> Report:
     title = f"dtrun {manifest['run_id']}"
     pngs: dict[_Plot, bytes] = {}
     if report.rows:
-        from runner.report.plots import plot_efficiency, plot_throughput
+        from dtrun.report.plots import plot_efficiency, plot_throughput
 
         label = f"{title} ({report.mode.value})"
         unit = str(report.summary.get("unit") or "tokens")
@@ -233,7 +233,7 @@ def build_report(run_dir: RunDir) -> Report:
         if len(report.rows) > 1:  # one node count is its own baseline: 100% says nothing
             pngs[EFFICIENCY] = plot_efficiency(report.rows, title=label)
     if report.series:
-        from runner.report.plots import plot_busbw
+        from dtrun.report.plots import plot_busbw
 
         pngs[BUSBW] = plot_busbw(
             dict(report.series), dict(report.expected), title=f"{title}: all-reduce"

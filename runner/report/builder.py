@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from runner.record.rundir import RunDir
-    from runner.report.build import Report
+    from dtrun.record.rundir import RunDir
+    from dtrun.report.build import Report
 
 T = TypeVar("T")
 AUTOGROUP = Path("/proc/self/autogroup")  # "/autogroup-<id> nice <n>" (sched(7), "autogroup")
@@ -54,7 +54,7 @@ class ReportBuilder:
 
     def build(self, run_dir: RunDir) -> Report:
         """build_report(run_dir), in the helper when it is there and working."""
-        from runner.report.build import build_report
+        from dtrun.report.build import build_report
 
         try:
             return self.call(build_report, run_dir)
@@ -76,7 +76,7 @@ class ReportBuilder:
 
 
 def _warm_up() -> None:
-    from runner.report.build import warm_up_tools
+    from dtrun.report.build import warm_up_tools
 
     warm_up_tools()
     # What is loaded now stays till the helper exits: keep the collector off it, so the

@@ -18,17 +18,17 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runner.errors import UsageError
-from runner.report.build import Report
-from runner.report.program import (
+from dtrun.errors import UsageError
+from dtrun.report.build import Report
+from dtrun.report.program import (
     STAND_INS,
     STRATEGY_TEXT,
     program_texts,
     sharding_text,
     timing_text,
 )
-from runner.report.results import ProgramFacts, TrainResult
-from runner.spec.text import plural
+from dtrun.report.results import ProgramFacts, TrainResult
+from dtrun.spec.text import plural
 
 COMPARE_SCHEMA = "dtrun.compare/3"
 WITHIN_NOISE = "within noise"

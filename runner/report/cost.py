@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runner.record.paid import CREATED
-from runner.record.runsfile import segment_walls
-from runner.report.metrics import ScalingRow
+from dtrun.record.paid import CREATED
+from dtrun.record.runsfile import segment_walls
+from dtrun.report.metrics import ScalingRow
 
 SECONDS_PER_HOUR = 3600.0
 

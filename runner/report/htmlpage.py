@@ -8,7 +8,7 @@ import functools
 import re
 from typing import TYPE_CHECKING
 
-from runner.render import verbatim
+from dtrun.render import verbatim
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt

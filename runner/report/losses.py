@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
-from runner.report.metrics import ALLREDUCES_PER_STEP, ScalingRow
-from runner.report.model import (
+from dtrun.azure.sizefacts import ExpectedBusbw, expected_busbw
+from dtrun.report.metrics import ALLREDUCES_PER_STEP, ScalingRow
+from dtrun.report.model import (
     ASSUMED,
     Assumptions,
     Point,
@@ -18,10 +18,10 @@ from runner.report.model import (
     model_gap,
     predict,
 )
-from runner.report.noise import Straggler
-from runner.report.results import PROGRAM_STRATEGY
-from runner.report.stats import Verdict
-from runner.spec.request import ScalingMode
+from dtrun.report.noise import Straggler
+from dtrun.report.results import PROGRAM_STRATEGY
+from dtrun.report.stats import Verdict
+from dtrun.spec.request import ScalingMode
 
 
 def allreduce_seconds(size_bytes: int, busbw_gbs: float, world: int) -> float:

@@ -15,11 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runner.azure.sizefacts import ExpectedBusbw, expected_busbw
-from runner.report.noise import NoiseReport
-from runner.report.resultfile import AllreduceResult
-from runner.report.results import TrainResult
-from runner.report.stats import (
+from dtrun.azure.sizefacts import ExpectedBusbw, expected_busbw
+from dtrun.report.noise import NoiseReport
+from dtrun.report.resultfile import AllreduceResult
+from dtrun.report.results import TrainResult
+from dtrun.report.stats import (
     CONFIDENCE,
     DEFAULT_TARGET,
     Verdict,
@@ -32,8 +32,8 @@ from runner.report.stats import (
     reason,
     step_spread,
 )
-from runner.report.stats import trimmed_mean as trimmed_mean  # re-exported: it lived here
-from runner.spec.request import ScalingMode
+from dtrun.report.stats import trimmed_mean as trimmed_mean  # re-exported: it lived here
+from dtrun.spec.request import ScalingMode
 
 FORMULAS: dict[ScalingMode, str] = {
     ScalingMode.WEAK: (

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runner.spec.request import ScalingMode
+from dtrun.spec.request import ScalingMode
 
 # The backward pass's share of a training step's compute: of the 6N FLOPs per token and
 # parameter count N (docs/facts.md §7), 2N are the forward pass and 4N the backward (§10).

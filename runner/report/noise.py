@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runner.spec.text import host_label
-from runner.workloads.noise import (
+from dtrun.spec.text import host_label
+from dtrun.workloads.noise import (
     ALONE,
     OTHER_CORES,
     STEAL_SHARE,

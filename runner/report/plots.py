@@ -9,11 +9,11 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from runner.azure.sizefacts import ExpectedBusbw
-from runner.report.metrics import ScalingRow
-from runner.report.results import SizeRow
-from runner.spec.text import plural
-from runner.workloads.sizes import format_size
+from dtrun.azure.sizefacts import ExpectedBusbw
+from dtrun.report.metrics import ScalingRow
+from dtrun.report.results import SizeRow
+from dtrun.spec.text import plural
+from dtrun.workloads.sizes import format_size
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -8,18 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from runner.azure.sizefacts import expected_busbw, no_busbw_because
-from runner.errors import DtrunError, UsageError
-from runner.predict.inputs import STRATEGIES, Description, Point
-from runner.predict.predict import Launches, Prediction, predict
-from runner.report.results import PROGRAM_STRATEGY, TrainResult
-from runner.report.stats import STATISTIC
-from runner.spec.request import ScalingMode
-from runner.spec.text import plural
+from dtrun.azure.sizefacts import expected_busbw, no_busbw_because
+from dtrun.errors import DtrunError, UsageError
+from dtrun.predict.inputs import STRATEGIES, Description, Point
+from dtrun.predict.predict import Launches, Prediction, predict
+from dtrun.report.results import PROGRAM_STRATEGY, TrainResult
+from dtrun.report.stats import STATISTIC
+from dtrun.spec.request import ScalingMode
+from dtrun.spec.text import plural
 
 if TYPE_CHECKING:
-    from runner.report.build import Report
-    from runner.report.metrics import ScalingRow
+    from dtrun.report.build import Report
+    from dtrun.report.metrics import ScalingRow
 
 DEFAULT_TARGET = 0.9
 

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runner.report.results import ProgramFacts
-from runner.spec.request import ScalingMode
+from dtrun.report.results import ProgramFacts
+from dtrun.spec.request import ScalingMode
 
 # What a program's throughput counts, when dtrun stands in for the user's units
 _UNIT_WHY = {

@@ -20,8 +20,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from runner.errors import DamagedRunError, OutputDirError, ResultError
-from runner.record.readback import (
+from dtrun.errors import DamagedRunError, OutputDirError, ResultError
+from dtrun.record.readback import (
     ANY_OBJECT,
     COUNT,
     FLAG,
@@ -42,13 +42,13 @@ from runner.record.readback import (
     one_of,
     read_record,
 )
-from runner.record.rundir import HEALTH_FILE, RunDir
-from runner.record.runsfile import ok_runs
-from runner.report.program import STAND_INS
-from runner.report.resultfile import ALLREDUCE_SCHEMA, AllreduceResult, Result, parse_result
-from runner.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
-from runner.spec.outcome import GateStatus, RunStatus, SweepStatus
-from runner.spec.request import ScalingMode, UnitKind
+from dtrun.record.rundir import HEALTH_FILE, RunDir
+from dtrun.record.runsfile import ok_runs
+from dtrun.report.program import STAND_INS
+from dtrun.report.resultfile import ALLREDUCE_SCHEMA, AllreduceResult, Result, parse_result
+from dtrun.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
+from dtrun.spec.outcome import GateStatus, RunStatus, SweepStatus
+from dtrun.spec.request import ScalingMode, UnitKind
 
 # Each workload's result, as the report reads it.
 RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {

@@ -8,14 +8,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runner.render import code, code_block, md, verbatim
-from runner.report.metrics import (
+from dtrun.render import code, code_block, md, verbatim
+from dtrun.report.metrics import (
     ScalingRow,
 )
-from runner.report.resultfile import Result
-from runner.report.results import TrainResult
-from runner.spec.cluster import exceeds_cores
-from runner.spec.text import noun, plural
+from dtrun.report.resultfile import Result
+from dtrun.report.results import TrainResult
+from dtrun.spec.cluster import exceeds_cores
+from dtrun.spec.text import noun, plural
 
 
 def measured_on(manifest: Mapping[str, Any], first: Result | None) -> str:

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.errors import DamagedRunError, ResultError
-from runner.record.readback import load_json
-from runner.report.results import (
+from dtrun.errors import DamagedRunError, ResultError
+from dtrun.record.readback import load_json
+from dtrun.report.results import (
     PROGRAM_SCHEMA,
     TRAIN_SCHEMA,
     SizeRow,

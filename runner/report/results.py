@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from runner.errors import ResultError
-from runner.report.noise import LaunchNoise, parse_noise
-from runner.report.stages import StageSplit, parse_stage_split
+from dtrun.errors import ResultError
+from dtrun.report.noise import LaunchNoise, parse_noise
+from dtrun.report.stages import StageSplit, parse_stage_split
 
 T = TypeVar("T")
 TRAIN_SCHEMA = "dtrun.train/1"

@@ -30,10 +30,10 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from runner.report.metrics import ScalingRow, scaling_rows
-from runner.report.results import TrainResult
-from runner.report.stats import CONFIDENCE, DEFAULT_TARGET, Verdict, confidence_text
-from runner.spec.request import MIN_LAUNCHES
+from dtrun.report.metrics import ScalingRow, scaling_rows
+from dtrun.report.results import TrainResult
+from dtrun.report.stats import CONFIDENCE, DEFAULT_TARGET, Verdict, confidence_text
+from dtrun.spec.request import MIN_LAUNCHES
 
 
 class Stopped(StrEnum):

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from runner.workloads.stagecost import Shape, shares, split, stage_costs
+from dtrun.workloads.stagecost import Shape, shares, split, stage_costs
 
 if TYPE_CHECKING:  # results.py reads a result's split with parse_stage_split below
-    from runner.report.results import TrainResult
+    from dtrun.report.results import TrainResult
 
 
 @dataclass(frozen=True)

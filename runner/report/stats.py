@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from runner.report.results import TrainResult
-from runner.spec.request import BenchSpec
-from runner.spec.text import plural
+from dtrun.report.results import TrainResult
+from dtrun.spec.request import BenchSpec
+from dtrun.spec.text import plural
 
 CONFIDENCE = 0.95  # the interval's coverage
 DEFAULT_TARGET = BenchSpec.target_efficiency  # --target-efficiency; older manifests: this

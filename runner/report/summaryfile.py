@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runner.record.readback import damaged, load_json
+from dtrun.record.readback import damaged, load_json
 
 # 4: where_scaling_is_lost[].finding; 5: intervals from the launches (a t-interval on per-launch
 # log throughput, null from one launch), rows[].launch_sigma and rows[].interval_df;

@@ -1,13 +1,13 @@
 """The machines: an Inventory of Nodes and how to reach them, and the Azure cluster a stack
-describes (ClusterSpec). Frozen values; stdlib and runner.redact only."""
+describes (ClusterSpec). Frozen values; stdlib and dtrun.redact only."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from runner.redact import REDACTED
-from runner.spec.text import plural
+from dtrun.redact import REDACTED
+from dtrun.spec.text import plural
 
 
 class Accelerator(StrEnum):

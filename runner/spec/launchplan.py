@@ -1,12 +1,12 @@
 """What a plan hands an executor: every node's rendered script and launch files for one launch.
-Frozen values; stdlib, runner.spec.cluster and runner.spec.outcome only."""
+Frozen values; stdlib, dtrun.spec.cluster and dtrun.spec.outcome only."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.spec.cluster import Node
-from runner.spec.outcome import SuccessRule
+from dtrun.spec.cluster import Node
+from dtrun.spec.outcome import SuccessRule
 
 RESULT_FILE = "result.json"  # what rank 0 of a built-in workload writes beside the launch scripts
 STEP_DIR = "dtrun-steps"  # `dtrun bench -- PROGRAM`: the step hook's records, per launch

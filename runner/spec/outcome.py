@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from runner.spec.text import host_label, plural
+from dtrun.spec.text import host_label, plural
 
 
 class SuccessRule(StrEnum):

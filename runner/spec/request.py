@@ -1,15 +1,15 @@
 """What the user asked: a `dtrun bench` sweep (BenchSpec) or a `dtrun run` (RunSpec), with the
 model, strategy, launcher and measurement settings they name. Frozen values, checked by
-runner.plan.resolve; stdlib, runner.redact and runner.spec.outcome only."""
+dtrun.plan.resolve; stdlib, dtrun.redact and dtrun.spec.outcome only."""
 
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, field, replace
 from enum import StrEnum
 
-from runner.redact import Redactor, redact_args, redact_env, secret_args, secret_values
-from runner.spec.cluster import Accelerator
-from runner.spec.outcome import SuccessRule
+from dtrun.redact import Redactor, redact_args, redact_env, secret_args, secret_values
+from dtrun.spec.cluster import Accelerator
+from dtrun.spec.outcome import SuccessRule
 
 
 class ScalingMode(StrEnum):
@@ -130,9 +130,9 @@ class Framework(StrEnum):
     the nodes come from and how scripts start on them) or the workloads' training engine (DDP,
     FSDP, pipeline, DeepSpeed), which result.json records as "engine"."""
 
-    TORCH = "torch"  # torch.distributed: runner.workloads.train (DDP, FSDP, pipelines)
-    DEEPSPEED = "deepspeed"  # DeepSpeed's engine: runner.workloads.train_deepspeed (ZeRO 1-3)
-    HOROVOD = "horovod"  # Horovod's DistributedOptimizer: runner.workloads.train_horovod
+    TORCH = "torch"  # torch.distributed: dtrun.workloads.train (DDP, FSDP, pipelines)
+    DEEPSPEED = "deepspeed"  # DeepSpeed's engine: dtrun.workloads.train_deepspeed (ZeRO 1-3)
+    HOROVOD = "horovod"  # Horovod's DistributedOptimizer: dtrun.workloads.train_horovod
 
 
 class ProgramKind(StrEnum):
@@ -183,7 +183,7 @@ class LaunchRequest:
 
     run_id: str
     _: KW_ONLY
-    launcher: str = "torchrun"  # a LauncherName, as typed; runner.plan.resolve checks it
+    launcher: str = "torchrun"  # a LauncherName, as typed; dtrun.plan.resolve checks it
     procs_per_node: int = 1
     env: tuple[tuple[str, str], ...] = ()  # user --env KEY=VALUE, in order; later keys win
     rdzv_port: int = 29400

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from runner.redact import Redactor
-from runner.store.url import StoreUrl
+from dtrun.redact import Redactor
+from dtrun.store.url import StoreUrl
 
 # A file up to this size is redacted in memory; a larger one (a long node log, a checkpoint)
 # is redacted a piece at a time into a temporary file, each piece ending at a line's end.
@@ -50,7 +50,7 @@ class Upload:
 
 
 class ResultsStore(Protocol):
-    """One store per URL scheme (see runner.store.s3.STORES)."""
+    """One store per URL scheme (see dtrun.store.s3.STORES)."""
 
     url: StoreUrl
 

@@ -20,9 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.errors import StoreError, UploadError, UploadInterruptedError
-from runner.redact import Redactor
-from runner.store.base import (
+from dtrun.errors import StoreError, UploadError, UploadInterruptedError
+from dtrun.extras import need
+from dtrun.redact import Redactor
+from dtrun.store.base import (
     LINKS_FILE,
     Body,
     ProgressSink,
@@ -35,7 +36,7 @@ from runner.store.base import (
     redacted_body,
     scan,
 )
-from runner.store.url import StoreUrl, _is_aws
+from dtrun.store.url import StoreUrl, _is_aws
 
 if TYPE_CHECKING:
     from boto3.session import Session
@@ -127,6 +128,7 @@ class S3Store:
 
     def _boto(self) -> tuple[Session, S3Client]:
         """A session on boto3's default chain, and its S3 client, made once."""
+        need("boto3.session", "s3")  # exit 2 naming dtrun[s3] where it is missing
         import boto3.session
         from botocore.exceptions import BotoCoreError
 
@@ -141,6 +143,7 @@ class S3Store:
 
     def preflight(self) -> None:
         """Credentials found, the bucket exists and they may use it; else a StoreError."""
+        need("boto3.session", "s3")
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         session, client = self._boto()

@@ -6,10 +6,10 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from runner.errors import UsageError
-from runner.redact import REDACTED
+from dtrun.errors import UsageError
+from dtrun.redact import REDACTED
 
-SCHEMES = ("s3",)  # the keys of runner.store.s3.STORES (a test keeps them equal)
+SCHEMES = ("s3",)  # the keys of dtrun.store.s3.STORES (a test keeps them equal)
 # Bucket names: 3-63 characters of lowercase letters, digits, '.' and '-', starting and ending
 # with a letter or digit (the rules of AWS S3, which S3-compatible stores follow).
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")

@@ -11,20 +11,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.check.expected import Thresholds, expected_for
-from runner.check.judge import judge_check
-from runner.check.model import CheckReport
-from runner.check.result import Measured, load
-from runner.errors import NodeFailedError, RunError, UsageError
-from runner.execute import LineSink, discard
-from runner.plan.check import CHECK_DIR, CheckSettings, plan_check
-from runner.record.rundir import RunDir, create_run_dir
-from runner.spec.cluster import Inventory, Node
-from runner.spec.launchplan import RESULT_FILE, LaunchPlan
+from dtrun.check.expected import Thresholds, expected_for
+from dtrun.check.judge import judge_check
+from dtrun.check.model import CheckReport
+from dtrun.check.result import Measured, load
+from dtrun.errors import NodeFailedError, RunError, UsageError
+from dtrun.execute import LineSink, discard
+from dtrun.plan.check import CHECK_DIR, CheckSettings, plan_check
+from dtrun.record.rundir import RunDir, create_run_dir
+from dtrun.spec.cluster import Inventory, Node
+from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
 
 if TYPE_CHECKING:
-    from runner.engines.base import Cluster
-    from runner.plan.resolve import ResolvedRun
+    from dtrun.engines.base import Cluster
+    from dtrun.plan.resolve import ResolvedRun
 
 RETRIES = 2  # launches again without a node whose launch failed, at most this often
 CHECK_RECORD = "check.json"

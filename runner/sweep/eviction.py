@@ -16,11 +16,11 @@ import json
 import os
 from collections.abc import Callable
 
-from runner import __version__
-from runner.errors import DtrunError, RunError
-from runner.execute import Answer
-from runner.render import render
-from runner.spec.launchplan import LaunchPlan
+from dtrun import __version__
+from dtrun.errors import DtrunError, RunError
+from dtrun.execute import Answer
+from dtrun.render import render
+from dtrun.spec.launchplan import LaunchPlan
 
 IMDS = "http://169.254.169.254"
 Command = Callable[[dict[str, str]], dict[str, Answer]]

@@ -3,7 +3,7 @@
 Azure's node health checks run NCCL's all-reduce on one VM with all its GPUs and compare the bus
 bandwidth with a per-size threshold (docs/facts.md §6). dtrun does the same with its all-reduce
 workload on every node the sweep will use, one node at a time. The launches are planned with the
-sweep (runner.plan.sweep.plan_gate) and run by its loop; this module only judges their results.
+sweep (dtrun.plan.sweep.plan_gate) and run by its loop; this module only judges their results.
 Below the mark the sweep warns, or with --strict stops before its first point.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runner.errors import HealthGateError
-from runner.plan.sweep import HEALTH_DIR, GatePlan, Launch
-from runner.report.resultfile import AllreduceResult
-from runner.spec.outcome import GateStatus, Health, NodeHealth
-from runner.sweep.runlaunch import Outcome
+from dtrun.errors import HealthGateError
+from dtrun.plan.sweep import HEALTH_DIR, GatePlan, Launch
+from dtrun.report.resultfile import AllreduceResult
+from dtrun.spec.outcome import GateStatus, Health, NodeHealth
+from dtrun.sweep.runlaunch import Outcome
 
 
 def skipped(note: str) -> Health:

@@ -8,15 +8,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.errors import LaunchInterrupted, RunError, RunInterruptedError, interruption
-from runner.execute import Executor, LineSink, discard
-from runner.plan.resolve import ResolvedRun
-from runner.plan.sweep import plan_run
-from runner.record.rundir import RunDir, create_run_dir, launch_dir, write_error, write_run_record
-from runner.spec.cluster import Inventory
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.outcome import NodeResult, RunStatus
-from runner.sweep.runlaunch import Ready, always_ready, status_of
+from dtrun.errors import LaunchInterrupted, RunError, RunInterruptedError, interruption
+from dtrun.execute import Executor, LineSink, discard
+from dtrun.plan.resolve import ResolvedRun
+from dtrun.plan.sweep import plan_run
+from dtrun.record.rundir import RunDir, create_run_dir, launch_dir, write_error, write_run_record
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.outcome import NodeResult, RunStatus
+from dtrun.sweep.runlaunch import Ready, always_ready, status_of
 
 
 @dataclass(frozen=True)

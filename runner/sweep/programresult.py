@@ -22,14 +22,14 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from runner.errors import ResultError
-from runner.report.results import PROGRAM_SCHEMA
-from runner.report.stats import percentile
-from runner.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan
-from runner.spec.request import BenchSpec, ScalingMode
-from runner.spec.text import noun, plural
-from runner.workloads.files import write_atomic
-from runner.workloads.noise import UNTIL_GRADIENTS, launch_noise
+from dtrun.errors import ResultError
+from dtrun.report.results import PROGRAM_SCHEMA
+from dtrun.report.stats import percentile
+from dtrun.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan
+from dtrun.spec.request import BenchSpec, ScalingMode
+from dtrun.spec.text import noun, plural
+from dtrun.workloads.files import write_atomic
+from dtrun.workloads.noise import UNTIL_GRADIENTS, launch_noise
 
 STEPS_SCHEMA = "dtrun.steps/1"
 MAX_STEP_FILE = 64 * 1024 * 1024  # a rank's file: a float per step; more is not the hook's

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.azure.prices import sweep_price
-from runner.errors import DtrunError, LaunchInterrupted, RunInterruptedError, interruption
-from runner.execute import Executor, LineSink, discard
-from runner.plan.sweep import Launch, SweepPlan
-from runner.record.noise_sample import MachineSample
-from runner.record.paid import paid_before
-from runner.record.resume import Resumed
-from runner.record.rundir import (
+from dtrun.azure.prices import sweep_price
+from dtrun.errors import DtrunError, LaunchInterrupted, RunInterruptedError, interruption
+from dtrun.execute import Executor, LineSink, discard
+from dtrun.plan.sweep import Launch, SweepPlan
+from dtrun.record.noise_sample import MachineSample
+from dtrun.record.paid import paid_before
+from dtrun.record.resume import Resumed
+from dtrun.record.rundir import (
     RunDir,
     create_run_dir,
     record_machine_noise,
@@ -31,12 +31,12 @@ from runner.record.rundir import (
     write_manifest,
     write_plans,
 )
-from runner.record.runsfile import write_runs
-from runner.report.builder import ReportBuilder
-from runner.report.resultfile import Result
-from runner.spec.cluster import Node
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.outcome import (
+from dtrun.record.runsfile import write_runs
+from dtrun.report.builder import ReportBuilder
+from dtrun.report.resultfile import Result
+from dtrun.spec.cluster import Node
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.outcome import (
     GateStatus,
     Health,
     NodeHealth,
@@ -45,12 +45,12 @@ from runner.spec.outcome import (
     RunStatus,
     SweepStatus,
 )
-from runner.sweep.eviction import Command
-from runner.sweep.gate import judge, refuse, skipped
-from runner.sweep.runlaunch import Outcome, Ready, always_ready, run_launch
+from dtrun.sweep.eviction import Command
+from dtrun.sweep.gate import judge, refuse, skipped
+from dtrun.sweep.runlaunch import Outcome, Ready, always_ready, run_launch
 
 if TYPE_CHECKING:
-    from runner.report.build import Report
+    from dtrun.report.build import Report
 
 
 def _ignore_begin(run_dir: RunDir) -> None:
@@ -147,7 +147,7 @@ class _Runner:
         self.matched = []
         if plan.workload != "program" or pattern is None:
             return self.events.on_line
-        from runner.plan.steppattern import step_matcher  # RE2: linear in a line's length
+        from dtrun.plan.steppattern import step_matcher  # RE2: linear in a line's length
 
         match, first, sink = step_matcher(pattern), plan.launches[0].node.name, self.events.on_line
 
@@ -163,7 +163,7 @@ class _Runner:
     def finish_program(self, plan: LaunchPlan, workdir: Path, wall_s: float) -> None:
         """A user program's launch: its result.json from the step hook's records (or the
         step pattern's matches)."""
-        from runner.sweep.programresult import write_program_result
+        from dtrun.sweep.programresult import write_program_result
 
         matched = list(self.matched) if self.plan.spec.step_pattern is not None else None
         write_program_result(self.plan.spec, plan, workdir, wall_s, matched)
@@ -177,13 +177,13 @@ class _Runner:
         import json
         from dataclasses import replace
 
-        from runner.plan.launchfiles import What, plan_launch
-        from runner.plan.workloads import WORKLOADS, allreduce_args
-        from runner.report.resultfile import AllreduceResult, load_result
-        from runner.spec.launchplan import RESULT_FILE
-        from runner.spec.request import Program, ProgramKind
-        from runner.workloads.files import write_atomic
-        from runner.workloads.sizes import probe_sizes
+        from dtrun.plan.launchfiles import What, plan_launch
+        from dtrun.plan.workloads import WORKLOADS, allreduce_args
+        from dtrun.report.resultfile import AllreduceResult, load_result
+        from dtrun.spec.launchplan import RESULT_FILE
+        from dtrun.spec.request import Program, ProgramKind
+        from dtrun.workloads.files import write_atomic
+        from dtrun.workloads.sizes import probe_sizes
 
         resolved, inventory, spec = self.plan.resolved, self.plan.inventory, self.plan.spec
         data = json.loads((workdir / RESULT_FILE).read_text())  # written a moment ago
@@ -250,10 +250,10 @@ class _Runner:
     def runs_next(self, launch: Launch) -> bool:
         """--until-decided: whether ``launch``'s node count launches again, on the results
         recorded so far (runner/report/sequential.py)."""
-        from runner.report.resultfile import load_result
-        from runner.report.results import TrainResult
-        from runner.report.sequential import runs_next
-        from runner.spec.launchplan import RESULT_FILE
+        from dtrun.report.resultfile import load_result
+        from dtrun.report.results import TrainResult
+        from dtrun.report.sequential import runs_next
+        from dtrun.spec.launchplan import RESULT_FILE
 
         if launch.repeat < 2:
             return True
@@ -366,22 +366,22 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
     # On the embedded cluster the nodes are this machine: how busy it is as the sweep begins.
     sample = MachineSample() if plan.inventory.source == "embedded" else None
     reporter = ReportBuilder()  # readies its tools while the nodes run
-    runner = _Runner(plan, run_dir, executor, events, ready, drain, evictions)
-    runner.started = started
+    sweeping = _Runner(plan, run_dir, executor, events, ready, drain, evictions)
+    sweeping.started = started
     if resumed is not None:
-        runner.sweep.runs.extend(resumed.done)
-        runner.earlier_walls, runner.replaced = resumed.walls, resumed.replaced
+        sweeping.sweep.runs.extend(resumed.done)
+        sweeping.earlier_walls, sweeping.replaced = resumed.walls, resumed.replaced
     try:
         try:
-            runner.sweep.health = runner.gate()
+            sweeping.sweep.health = sweeping.gate()
         except DtrunError as exc:
-            runner.status, runner.error = SweepStatus.FAILED, exc.message
+            sweeping.status, sweeping.error = SweepStatus.FAILED, exc.message
             raise
-        events.on_health(runner.sweep.health)
-        runner.points(resumed)
-        runner.status = SweepStatus.COMPLETE
+        events.on_health(sweeping.sweep.health)
+        sweeping.points(resumed)
+        sweeping.status = SweepStatus.COMPLETE
     except KeyboardInterrupt as stop:
-        runner.interrupted(stop.node_results if isinstance(stop, LaunchInterrupted) else ())
+        sweeping.interrupted(stop.node_results if isinstance(stop, LaunchInterrupted) else ())
         raise RunInterruptedError(
             interruption(),
             why="every process dtrun started was stopped",
@@ -393,8 +393,8 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
         explained = write_error(exc, run_dir.path)
         if explained is None:
             raise
-        runner.status, runner.error = SweepStatus.FAILED, explained.message
+        sweeping.status, sweeping.error = SweepStatus.FAILED, explained.message
         raise explained from None
     finally:
-        runner.finish(sample, reporter, resumed is not None)
-    return runner.sweep
+        sweeping.finish(sample, reporter, resumed is not None)
+    return sweeping.sweep

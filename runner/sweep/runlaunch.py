@@ -9,13 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.errors import DtrunError, RunError, RunInterruptedError, RunTimeoutError
-from runner.execute import Executor, LineSink
-from runner.plan.sweep import Launch
-from runner.report.resultfile import Result, load_result
-from runner.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan
-from runner.spec.outcome import NodeResult, RunResult, RunStatus
-from runner.sweep.eviction import Command, EvictedError, check_eviction
+from dtrun.errors import DtrunError, RunError, RunInterruptedError, RunTimeoutError
+from dtrun.execute import Executor, LineSink
+from dtrun.plan.sweep import Launch
+from dtrun.report.resultfile import Result, load_result
+from dtrun.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan
+from dtrun.spec.outcome import NodeResult, RunResult, RunStatus
+from dtrun.sweep.eviction import Command, EvictedError, check_eviction
 
 Ready = Callable[[LaunchPlan], None]  # the readiness barrier before a launch; raises if not
 Finish = Callable[[LaunchPlan, Path, float], None]  # result.json from (plan, workdir, wall s)

@@ -26,14 +26,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runner.workloads.result import (
+from dtrun.workloads.result import (
     device_name,
     local_device,
     rank_info,
     versions,
     write_result,
 )
-from runner.workloads.sizes import message_sizes, probe_sizes
+from dtrun.workloads.sizes import message_sizes, probe_sizes
 
 SCHEMA = "dtrun.allreduce/1"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -242,6 +242,6 @@ def run(
 
 
 if __name__ == "__main__":
-    from runner.workloads.result import exit_now
+    from dtrun.workloads.result import exit_now
 
     exit_now(run(parse_args()))

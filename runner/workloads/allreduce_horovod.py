@@ -7,9 +7,9 @@ Imports only torch, horovod, the standard library and its sibling modules.
 
 from __future__ import annotations
 
-from runner.workloads import allreduce
-from runner.workloads.result import exit_now
-from runner.workloads.train_horovod import HOROVOD_MODES, init_horovod
+from dtrun.workloads import allreduce
+from dtrun.workloads.result import exit_now
+from dtrun.workloads.train_horovod import HOROVOD_MODES, init_horovod
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,10 +30,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runner.workloads.allreduce import bus_factor
-from runner.workloads.check_measure import AllReduce, copy, gloo_group, gpu_health, matmul
-from runner.workloads.check_plan import bisection_levels, pair_rounds
-from runner.workloads.result import device_name, local_device, rank_info, versions, write_result
+from dtrun.workloads.allreduce import bus_factor
+from dtrun.workloads.check_measure import AllReduce, copy, gloo_group, gpu_health, matmul
+from dtrun.workloads.check_plan import bisection_levels, pair_rounds
+from dtrun.workloads.result import device_name, local_device, rank_info, versions, write_result
 
 SCHEMA = "dtrun.check/1"
 EXECUTOR_HOST = "DTRUN_EXECUTOR_ADDR"  # the Spark executor's host, where the task knows it
@@ -273,6 +273,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from runner.workloads.result import exit_now
+    from dtrun.workloads.result import exit_now
 
     exit_now(run(parse_args()))

@@ -12,9 +12,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from runner.workloads.engine import LEARNING_RATE, DataParallelEngine, precision, replica_model
-from runner.workloads.gpt import lm_loss
-from runner.workloads.proof import named_parameters
+from dtrun.workloads.engine import LEARNING_RATE, DataParallelEngine, precision, replica_model
+from dtrun.workloads.gpt import lm_loss
+from dtrun.workloads.proof import named_parameters
 
 
 class DdpEngine(DataParallelEngine):

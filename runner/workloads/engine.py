@@ -16,8 +16,8 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
-from runner.workloads.gpt import GPT, fingerprint
-from runner.workloads.proof import Proof, gather_floats, prove_data_parallel
+from dtrun.workloads.gpt import GPT, fingerprint
+from dtrun.workloads.proof import Proof, gather_floats, prove_data_parallel
 
 LEARNING_RATE = 1e-3
 

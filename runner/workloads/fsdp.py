@@ -23,8 +23,8 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from runner.workloads.engine import LEARNING_RATE, DataParallelEngine, precision, replica_model
-from runner.workloads.gpt import lm_loss
+from dtrun.workloads.engine import LEARNING_RATE, DataParallelEngine, precision, replica_model
+from dtrun.workloads.gpt import lm_loss
 
 
 class FsdpEngine(DataParallelEngine):

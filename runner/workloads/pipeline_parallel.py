@@ -37,13 +37,13 @@ from torch.distributed.pipelining import (
     ScheduleInterleaved1F1B,
 )
 
-from runner.workloads.engine import LEARNING_RATE, precision
-from runner.workloads.gpt import fingerprint_tensors, lm_loss
-from runner.workloads.pipeline_proof import Layout, pipeline_proof
-from runner.workloads.pipeline_stage import GPTStage, Record
-from runner.workloads.pipeline_timing import StageInput, gather_stage_times, profile, time_stage
-from runner.workloads.proof import Proof, single_process
-from runner.workloads.stagecost import Pieces, Shape, shares, split, stage_costs
+from dtrun.workloads.engine import LEARNING_RATE, precision
+from dtrun.workloads.gpt import fingerprint_tensors, lm_loss
+from dtrun.workloads.pipeline_proof import Layout, pipeline_proof
+from dtrun.workloads.pipeline_stage import GPTStage, Record
+from dtrun.workloads.pipeline_timing import StageInput, gather_stage_times, profile, time_stage
+from dtrun.workloads.proof import Proof, single_process
+from dtrun.workloads.stagecost import Pieces, Shape, shares, split, stage_costs
 
 # --schedule -> the schedule class; "looped" ones take every local stage, the others one.
 SCHEDULES: dict[str, Callable[..., Any]] = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runner.workloads.proof import SYNC_TOLERANCE, Check, Proof, divergence
+from dtrun.workloads.proof import SYNC_TOLERANCE, Check, Proof, divergence
 
 # What a stage records on the probe step (Tap in pipeline_parallel), one fingerprint per
 # micro-batch: activations and gradients in the order they passed.

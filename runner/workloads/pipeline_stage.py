@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from runner.workloads.engine import Precision
-from runner.workloads.gpt import Block, fingerprint_tensors, init_weights
-from runner.workloads.pipeline_proof import (
+from dtrun.workloads.engine import Precision
+from dtrun.workloads.gpt import Block, fingerprint_tensors, init_weights
+from dtrun.workloads.pipeline_proof import (
     ACTIVATIONS_RECEIVED,
     ACTIVATIONS_SENT,
     GRADIENTS_RECEIVED,

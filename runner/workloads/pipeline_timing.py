@@ -23,9 +23,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from runner.workloads.engine import Precision
-from runner.workloads.gpt import Block, init_weights, lm_loss
-from runner.workloads.stagecost import Pieces
+from dtrun.workloads.engine import Precision
+from dtrun.workloads.gpt import Block, init_weights, lm_loss
+from dtrun.workloads.stagecost import Pieces
 
 PROBE_SEED = 20_250_415  # the probe's own random inputs, apart from training's
 

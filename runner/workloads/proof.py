@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.func import functional_call
 
-from runner.workloads.gpt import GPT, fingerprint_tensors, lm_loss
+from dtrun.workloads.gpt import GPT, fingerprint_tensors, lm_loss
 
 # Relative difference of parameter fingerprints still called "equal". Gloo's all-reduce is not
 # bit-identical across ranks at every world size (4 ranks on CPU differ in the last bits), and

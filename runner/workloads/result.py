@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from runner.workloads.files import write_atomic
-from runner.workloads.gpt import flops_per_token, param_counts
+from dtrun.workloads.files import write_atomic
+from dtrun.workloads.gpt import flops_per_token, param_counts
 
 if TYPE_CHECKING:  # the all-reduce workload uses this module without any engine
-    from runner.workloads.engine import Engine
-    from runner.workloads.proof import Proof
+    from dtrun.workloads.engine import Engine
+    from dtrun.workloads.proof import Proof
 
 SCHEMA = "dtrun.train/1"
 

@@ -30,14 +30,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runner.workloads import noise
-from runner.workloads.allreduce import probe as probe_allreduce
-from runner.workloads.ddp import DdpEngine
-from runner.workloads.engine import Engine, EngineFactory
-from runner.workloads.fsdp import FsdpEngine
-from runner.workloads.gpt import param_counts
-from runner.workloads.pipeline_parallel import SCHEDULES, PipelineEngine
-from runner.workloads.result import (
+from dtrun.workloads import noise
+from dtrun.workloads.allreduce import probe as probe_allreduce
+from dtrun.workloads.ddp import DdpEngine
+from dtrun.workloads.engine import Engine, EngineFactory
+from dtrun.workloads.fsdp import FsdpEngine
+from dtrun.workloads.gpt import param_counts
+from dtrun.workloads.pipeline_parallel import SCHEDULES, PipelineEngine
+from dtrun.workloads.result import (
     Measured,
     build_result,
     exit_now,
@@ -46,7 +46,7 @@ from runner.workloads.result import (
     rank_info,
     write_result,
 )
-from runner.workloads.stagecost import SPLITS
+from dtrun.workloads.stagecost import SPLITS
 
 ENGINES: dict[str, EngineFactory] = {
     "ddp": DdpEngine,

@@ -25,10 +25,10 @@ import torch
 import torch.distributed as dist
 from deepspeed.utils import safe_get_full_grad
 
-from runner.workloads import train
-from runner.workloads.engine import LEARNING_RATE, DataParallelEngine, Precision, replica_model
-from runner.workloads.gpt import lm_loss
-from runner.workloads.result import exit_now
+from dtrun.workloads import train
+from dtrun.workloads.engine import LEARNING_RATE, DataParallelEngine, Precision, replica_model
+from dtrun.workloads.gpt import lm_loss
+from dtrun.workloads.result import exit_now
 
 
 class DeepSpeedEngine(DataParallelEngine):

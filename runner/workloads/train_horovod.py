@@ -27,12 +27,12 @@ import horovod.torch as hvd
 import torch
 import torch.distributed as dist
 
-from runner.workloads import train
-from runner.workloads.allreduce import probe as probe_allreduce
-from runner.workloads.engine import LEARNING_RATE, DataParallelEngine, precision, replica_model
-from runner.workloads.gpt import GPT, lm_loss
-from runner.workloads.proof import named_parameters
-from runner.workloads.result import exit_now
+from dtrun.workloads import train
+from dtrun.workloads.allreduce import probe as probe_allreduce
+from dtrun.workloads.engine import LEARNING_RATE, DataParallelEngine, precision, replica_model
+from dtrun.workloads.gpt import GPT, lm_loss
+from dtrun.workloads.proof import named_parameters
+from dtrun.workloads.result import exit_now
 
 
 def _out_of_place(tensor: torch.Tensor) -> torch.Tensor:
@@ -45,7 +45,7 @@ def _in_place(tensor: torch.Tensor) -> torch.Tensor:
     return result
 
 
-# The all-reduce probe's two modes, through Horovod (runner.workloads.allreduce.MODES: torch's).
+# The all-reduce probe's two modes, through Horovod (dtrun.workloads.allreduce.MODES: torch's).
 HOROVOD_MODES = {"out_of_place": _out_of_place, "in_place": _in_place}
 
 

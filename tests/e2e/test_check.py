@@ -205,7 +205,7 @@ def test_a_check_on_a_saved_stack_outputs_file_names_the_nodes_by_their_addresse
     # the nodes ran the check from the stack's shared storage, each on its own address
     result = json.loads((no_leftovers / "runs" / "check" / "check" / "result.json").read_text())
     assert [node["address"] for node in result["nodes"]] == addresses
-    assert (no_leftovers / "shared" / ".dtrun" / "code" / "runner" / "workloads").is_dir()
+    assert (no_leftovers / "shared" / ".dtrun" / "code" / "dtrun" / "workloads").is_dir()
     assert _kept(kept) == addresses
     record = json.loads((no_leftovers / "runs" / "check" / "check.json").read_text())
     assert record["source"] == "stack:loop"

@@ -16,12 +16,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.engines.embedded.executor import LocalExecutor
-from runner.errors import NodeFailedError
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.outcome import NodeResult
-from runner.spec.request import BenchSpec
-from runner.sweep.run import run_sweep
+from dtrun.engines.embedded.executor import LocalExecutor
+from dtrun.errors import NodeFailedError
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.outcome import NodeResult
+from dtrun.spec.request import BenchSpec
+from dtrun.sweep.run import run_sweep
 from tests.conftest import (
     DTRUN,
     default_signals,

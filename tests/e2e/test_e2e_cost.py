@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from runner.engines.embedded.executor import LocalExecutor
-from runner.spec.request import BenchSpec
-from runner.sweep.run import run_sweep
+from dtrun.engines.embedded.executor import LocalExecutor
+from dtrun.spec.request import BenchSpec
+from dtrun.sweep.run import run_sweep
 from tests.plans import sweep_plan
 
 pytestmark = pytest.mark.e2e

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from runner.report.stats import ONE_LAUNCH
+from dtrun.report.stats import ONE_LAUNCH
 from tests.conftest import DTRUN, default_signals, ends_within, run_dtrun, wait_for
 from tests.paths import TESTS
 

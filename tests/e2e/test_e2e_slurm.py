@@ -342,7 +342,7 @@ def test_a_stacks_own_slurm_is_driven_through_its_head(slurm, no_leftovers, tmp_
         assert done.returncode == 0, done.stdout + done.stderr
         # the launch ran in the shared storage, and its result came back here
         assert (shared / ".dtrun" / "runs" / "head" / "n2" / "r0" / "node-1.sh").is_file()
-        assert (shared / ".dtrun" / "code" / "runner" / "workloads" / "train.py").is_file()
+        assert (shared / ".dtrun" / "code" / "dtrun" / "workloads" / "train.py").is_file()
         result = json.loads((out / "head" / "n2" / "r0" / "result.json").read_text())
         assert {r["node"] for r in result["ranks"]} == {"n1", "n2"}
         assert (out / "head" / "report.md").is_file()

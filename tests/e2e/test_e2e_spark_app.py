@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.engines.base import ClusterChoice, Hooks
-from runner.engines.spark.engine import SparkEngine
-from runner.engines.spark.executor import SparkExecutor
-from runner.engines.spark.options import SparkOptions
-from runner.errors import NodeFailedError
-from runner.spec.request import Program, ProgramKind, RunSpec
+from dtrun.engines.base import ClusterChoice, Hooks
+from dtrun.engines.spark.engine import SparkEngine
+from dtrun.engines.spark.executor import SparkExecutor
+from dtrun.engines.spark.options import SparkOptions
+from dtrun.errors import NodeFailedError
+from dtrun.spec.request import Program, ProgramKind, RunSpec
 from tests.conftest import (
     DTRUN,
     default_signals,
@@ -103,10 +103,10 @@ def test_a_worker_whose_python_has_no_dtrun_runs_the_code_shipped_with_the_appli
     python = _python_without_dtrun(no_leftovers / "venv")
     bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     probe = subprocess.run(
-        [str(python), "-c", "import torch, pyspark; import runner.engines.spark.node"],
+        [str(python), "-c", "import torch, pyspark; import dtrun.engines.spark.node"],
         env=bare, cwd="/", capture_output=True, text=True, check=False,
     )  # fmt: skip
-    assert probe.returncode == 1 and "No module named 'runner.engines'" in probe.stderr, probe
+    assert probe.returncode == 1 and "No module named 'dtrun.engines'" in probe.stderr, probe
     program = no_leftovers / "where.py"
     program.write_text("import os, sys; print('pythonpath', os.environ['PYTHONPATH'])\n")
     out = no_leftovers / "runs"

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from runner.workloads.stagecost import Shape, even_split, stage_costs
+from dtrun.workloads.stagecost import Shape, even_split, stage_costs
 from tests.paths import REPO
 
 pytestmark = pytest.mark.e2e
@@ -35,7 +35,7 @@ SHAPE = Shape(layers=12, d_model=128, seq_len=64, vocab=16_000)
 def train(split_kind: str, out: Path) -> dict[str, Any]:
     command = [
         str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2",
-        "-m", "runner.workloads.train", "--strategy", "pipeline", "--schedule", "1f1b",
+        "-m", "dtrun.workloads.train", "--strategy", "pipeline", "--schedule", "1f1b",
         "--micro-batches", "4", "--stage-split", split_kind, "--steps", "6", "--warmup", "2",
         "--batch", "8", "--seq-len", str(SHAPE.seq_len), "--layers", str(SHAPE.layers),
         "--d-model", str(SHAPE.d_model), "--heads", "4", "--vocab", str(SHAPE.vocab),

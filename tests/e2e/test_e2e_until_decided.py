@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runner.report.sequential import look_confidence
+from dtrun.report.sequential import look_confidence
 from tests.conftest import run_dtrun
 
 pytestmark = pytest.mark.e2e

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from runner.engines.ssh.executor import SshExecutor
-from runner.engines.ssh.session import SshSession
-from runner.errors import NodeFailedError
-from runner.plan.sweep import Launch
-from runner.spec.outcome import RunStatus
-from runner.sweep.eviction import EvictedError
-from runner.sweep.runlaunch import run_launch
+from dtrun.engines.ssh.executor import SshExecutor
+from dtrun.engines.ssh.session import SshSession
+from dtrun.errors import NodeFailedError
+from dtrun.plan.sweep import Launch
+from dtrun.spec.outcome import RunStatus
+from dtrun.sweep.eviction import EvictedError
+from dtrun.sweep.runlaunch import run_launch
 from tests.e2e.test_ssh import bash_plan, hosts
 from tests.unit.test_eviction import (
     PREEMPT,

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.engines.embedded.executor import LocalExecutor
-from runner.errors import NodeFailedError, RunTimeoutError
-from runner.execute.success import Next, after_exit, mark_stopped, settle
-from runner.spec.cluster import Node
-from runner.spec.launchplan import LaunchFile, LaunchPlan, NodeLaunch
-from runner.spec.outcome import NodeResult, SuccessRule
+from dtrun.engines.embedded.executor import LocalExecutor
+from dtrun.errors import NodeFailedError, RunTimeoutError
+from dtrun.execute.success import Next, after_exit, mark_stopped, settle
+from dtrun.spec.cluster import Node
+from dtrun.spec.launchplan import LaunchFile, LaunchPlan, NodeLaunch
+from dtrun.spec.outcome import NodeResult, SuccessRule
 from tests.conftest import default_signals, processes_under, wait_for
 
 # A node that behaves like torchrun: its worker lives in a session of its own.
@@ -117,7 +117,7 @@ def test_ctrl_c_stops_every_node_process_before_dtrun_exits(no_leftovers):
         import sys
         from pathlib import Path
         from tests.e2e.test_executor import plan_of, LIKE_TORCHRUN
-        from runner.engines.embedded.executor import LocalExecutor
+        from dtrun.engines.embedded.executor import LocalExecutor
 
         def line(node, text):
             print(node, text, flush=True)

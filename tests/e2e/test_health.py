@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from runner.engines.embedded.executor import LocalExecutor
-from runner.errors import HealthGateError
-from runner.spec.request import AllreduceSpec, BenchSpec, HealthGate
-from runner.sweep.run import run_sweep
+from dtrun.engines.embedded.executor import LocalExecutor
+from dtrun.errors import HealthGateError
+from dtrun.spec.request import AllreduceSpec, BenchSpec, HealthGate
+from dtrun.sweep.run import run_sweep
 from tests.plans import sweep_plan
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from runner.cluster.peers import PeerSshError, check_peers
-from runner.engines.ssh.executor import SshExecutor
-from runner.engines.ssh.session import SshSession
+from dtrun.cluster.peers import PeerSshError, check_peers
+from dtrun.engines.ssh.executor import SshExecutor
+from dtrun.engines.ssh.session import SshSession
 from tests import sshd
 from tests.unit.test_peers import (
     DOWN,

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from runner.azure.prices import Price
-from runner.record.rundir import RunDir
-from runner.report.build import build_report
-from runner.spec.request import BenchSpec
+from dtrun.azure.prices import Price
+from dtrun.record.rundir import RunDir
+from dtrun.report.build import build_report
+from dtrun.spec.request import BenchSpec
 from tests.factories import fake_run_dir, noise_data
 
 pytestmark = pytest.mark.e2e

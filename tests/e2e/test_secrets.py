@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from runner.redact import REDACTED
+from dtrun.redact import REDACTED
 from tests.aws import BUCKET, stored
 from tests.secret_shapes import (
     ENV,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.report.losses import HOST_RATIO
+from dtrun.report.losses import HOST_RATIO
 from tests import faults
 from tests.conftest import run_dtrun
 from tests.e2e.test_ssh_cli import write_hosts

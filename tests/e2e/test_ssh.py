@@ -13,15 +13,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.cluster.outputs import parse_outputs
-from runner.cluster.readiness import NotReadyError, Patience, wait_until_ready
-from runner.engines.ssh.executor import SshExecutor
-from runner.engines.ssh.hosts import Defaults, parse_hosts_file
-from runner.engines.ssh.registration import wait_for_registry
-from runner.engines.ssh.session import HostKeyError, SshError, SshLoginError, SshSession
-from runner.errors import NodeFailedError
-from runner.spec.cluster import Inventory
-from runner.spec.launchplan import LaunchPlan, NodeLaunch
+from dtrun.cluster.outputs import parse_outputs
+from dtrun.cluster.readiness import NotReadyError, Patience, wait_until_ready
+from dtrun.engines.ssh.executor import SshExecutor
+from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+from dtrun.engines.ssh.registration import wait_for_registry
+from dtrun.engines.ssh.session import HostKeyError, SshError, SshLoginError, SshSession
+from dtrun.errors import NodeFailedError
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
 from tests.conftest import launch_processes, processes_under, wait_for
 from tests.paths import REPO, TESTS
 from tests.sshd import SshCluster
@@ -234,7 +234,7 @@ def test_the_stack_outputs_source_reaches_registered_nodes_through_the_head(sshd
         "python_bin": PYTHON_BIN,
     }
     outputs = parse_outputs(recorded, "loopback-outputs.json")
-    from runner.cluster.outputs import inventory_from_stack
+    from dtrun.cluster.outputs import inventory_from_stack
 
     access = inventory_from_stack("loop", outputs)
     with SshSession(access) as session:
@@ -272,7 +272,7 @@ def test_a_stack_node_that_never_becomes_ready_is_named(sshd_cluster, tmp_path):
         "registry_path": str(registry),
     }
     outputs = parse_outputs(recorded, "loopback-outputs.json")
-    from runner.cluster.outputs import inventory_from_stack
+    from dtrun.cluster.outputs import inventory_from_stack
 
     access = inventory_from_stack("loop", outputs)
     polls: list[tuple[int, int, int]] = []
@@ -304,9 +304,9 @@ def test_processes_of_launches_carry_their_tag(sshd_cluster, no_leftovers):
 KILLED_EXECUTOR = """\
 import sys
 from pathlib import Path
-from runner.engines.ssh.hosts import Defaults, parse_hosts_file
-from runner.engines.ssh.executor import SshExecutor
-from runner.engines.ssh.session import SshSession
+from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+from dtrun.engines.ssh.executor import SshExecutor
+from dtrun.engines.ssh.session import SshSession
 from tests.e2e.test_ssh import bash_plan
 
 where = Path(sys.argv[1])

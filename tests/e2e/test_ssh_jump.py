@@ -173,9 +173,9 @@ def test_the_hosts_file_s_jump_reaches_every_node_through_it(jump_cluster, tmp_p
 def test_a_jump_that_cannot_work_is_refused_before_connecting(
     tmp_path, monkeypatch, config, jump, refused
 ):
-    from runner.engines.ssh.hosts import Defaults, parse_hosts_file
-    from runner.engines.ssh.session import SshSession
-    from runner.errors import UsageError
+    from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+    from dtrun.engines.ssh.session import SshSession
+    from dtrun.errors import UsageError
 
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / ".ssh").mkdir()
@@ -188,8 +188,8 @@ def test_a_jump_that_cannot_work_is_refused_before_connecting(
 
 
 def test_a_hosts_file_jump_whose_port_is_no_number_is_refused_where_it_is_read():
-    from runner.engines.ssh.hostlines import HostsFileError
-    from runner.engines.ssh.hosts import Defaults, parse_hosts_file
+    from dtrun.engines.ssh.hostlines import HostsFileError
+    from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
 
     text = f"hosts: [{NODES[0]}]\njump: {JUMP}:ssh\n"
     with pytest.raises(HostsFileError) as caught:
@@ -202,7 +202,7 @@ def test_a_jump_connection_that_failed_or_closed_is_opened_again():
     one whose connection has closed since (a bastion restarted mid-sweep)."""
     import asyncio
 
-    from runner.engines.ssh.session import _spent
+    from dtrun.engines.ssh.session import _spent
 
     class Connection:
         def __init__(self, closed: bool) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.engines.ssh.executor import SshExecutor
-from runner.engines.ssh.hosts import Defaults, parse_hosts_file
-from runner.engines.ssh.session import SshError, SshSession
+from dtrun.engines.ssh.executor import SshExecutor
+from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+from dtrun.engines.ssh.session import SshError, SshSession
 from tests.conftest import run_dtrun
 from tests.unit.test_ssh_nosftp import (
     AWKWARD,

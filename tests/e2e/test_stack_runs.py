@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import runner.azure.stack
-from runner.azure.stack import Outputs
-from runner.cli.app import app
+from dtrun.azure import stack as azure_stack
+from dtrun.azure.stack import Outputs
+from dtrun.cli.app import app
 from tests.paths import TESTS
 
 DATA = TESTS / "data"
@@ -55,8 +55,8 @@ def loopback_stack(sshd_cluster, tmp_path, monkeypatch):
         destroyed.append(name)
         return RESOURCES
 
-    monkeypatch.setattr(runner.azure.stack, "outputs", lambda name: Outputs(values, frozenset()))
-    monkeypatch.setattr(runner.azure.stack, "down", down)
+    monkeypatch.setattr(azure_stack, "outputs", lambda name: Outputs(values, frozenset()))
+    monkeypatch.setattr(azure_stack, "down", down)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "rank.py").write_text("import os\nprint('rank', os.environ['RANK'])\n")
     (tmp_path / "fail.py").write_text("raise SystemExit(3)\n")
@@ -103,11 +103,11 @@ def test_without_teardown_the_last_line_says_the_stack_still_bills(loopback_stac
 
 def _created(created_at: str, **more: object) -> None:
     """The loopback stack as outputs version 4, its scale set created at ``created_at``."""
-    values = runner.azure.stack.outputs("loop").values | more | {
+    values = azure_stack.outputs("loop").values | more | {
         "version": 4, "scheduler": "none", "slurm_partition": None, "expires_at": None,
         "idle_minutes": 0, "expiry_action": None, "nodes_created_at": created_at,
     }  # fmt: skip
-    runner.azure.stack.outputs = lambda name: Outputs(values, frozenset())  # type: ignore[assignment]
+    azure_stack.outputs = lambda name: Outputs(values, frozenset())  # type: ignore[assignment]
 
 
 def test_a_dry_run_says_what_the_nodes_have_billed_since_they_were_created(loopback_stack):

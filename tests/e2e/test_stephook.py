@@ -462,7 +462,7 @@ print(json.dumps(None))
 
 
 def test_starting_the_noise_window_costs_a_warm_up_step_not_a_timed_one(tmp_path):
-    # importing runner.workloads.noise took 11.5 ms after torch's import (31 ms without it):
+    # importing dtrun.workloads.noise took 11.5 ms after torch's import (31 ms without it):
     # taken after the last warm-up step's end, it lengthened the first timed step (the hook
     # now loads it while the program imports torch)
     env = hook_env(tmp_path / "steps") | {"RANK": "0", "DTRUN_WARMUP": "3"}

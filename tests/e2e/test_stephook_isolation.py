@@ -50,7 +50,7 @@ def step_record(steps: Path, rank: str = "0") -> dict[str, Any]:
 
 
 def test_a_runner_module_beside_the_program_does_not_shadow_the_hook(tmp_path):
-    # The hook imported runner.workloads.files and .noise by name: the program's own runner.py
+    # The hook imported dtrun.workloads.files and .noise by name: the program's own runner.py
     # (first on its path) took the name, the record was never written, and the launch was
     # timed as a whole program with no warning.
     (tmp_path / "runner.py").write_text("NAME = 'the program s own'\n")
@@ -181,7 +181,7 @@ def test_a_program_that_starts_its_own_launcher_is_said_to_disagree_with_the_wor
 @pytest.mark.e2e
 def test_a_program_beside_its_own_runner_module_is_timed_by_its_steps(workdir):
     # the launch exited 0 "whole-program time, 5465.6 ms" instead of about 20 ms a step
-    # (in a folder of its own: the tests start dtrun as `python -m runner.cli` from their
+    # (in a folder of its own: the tests start dtrun as `python -m dtrun.cli` from their
     # working directory, which Python puts first on dtrun's own path)
     project = workdir / "project"
     project.mkdir()

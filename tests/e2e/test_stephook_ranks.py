@@ -9,8 +9,8 @@ import itertools
 import statistics
 from pathlib import Path
 
-from runner.report.losses import HOST_RATIO
-from runner.sweep.programresult import until_gradients
+from dtrun.report.losses import HOST_RATIO
+from dtrun.sweep.programresult import until_gradients
 from tests import faults
 from tests.e2e.test_stephook import TORCHRUN, trained, workdir  # noqa: F401 - a fixture
 

@@ -94,7 +94,7 @@ def test_an_upload_denied_after_a_good_run_exits_3_and_keeps_the_run(s3, program
 def test_a_sigterm_while_the_cluster_closes_is_in_the_uploaded_records(
     s3, no_leftovers, no_stop_yet, monkeypatch
 ):
-    from runner.cli import session
+    from dtrun.cli import session
 
     real_opened = session.opened
 
@@ -121,7 +121,7 @@ def test_a_sigterm_while_the_cluster_closes_is_in_the_uploaded_records(
 
 @pytest.mark.e2e
 def test_a_sigterm_while_the_summary_prints_is_recorded(no_leftovers, no_stop_yet, monkeypatch):
-    from runner.cli import bench as launch
+    from dtrun.cli import bench as launch
 
     monkeypatch.setattr(launch, "print_summary", lambda done, **_: stop_with_sigterm())
     out = no_leftovers / "runs"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.spec.launchplan import RESULT_FILE
+from dtrun.spec.launchplan import RESULT_FILE
 from tests.conftest import run_dtrun
 from tests.unit.test_sweep_records import runs_of
 

@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pulumi.runtime import rpc
 
-from infra.program import build
-from runner.spec.cluster import ClusterSpec
+from dtrun.infra.program import build
+from dtrun.spec.cluster import ClusterSpec
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from runner.azure.config import cluster_spec
-from runner.spec.cluster import ClusterSpec
+from dtrun.azure.config import cluster_spec
+from dtrun.spec.cluster import ClusterSpec
 from tests.infra.azure_models import DESCRIBED, api_version_sent, check, sdk_api_versions
 from tests.infra.harness import Declared, Program, run
 

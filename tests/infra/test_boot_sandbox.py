@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.cloudinit import SLURM_PACKAGES, SLURM_STAGED, Boot, ClusterKey, render_cloud_init
-from runner.azure.config import cluster_spec
+from dtrun.azure.config import cluster_spec
+from dtrun.infra.cloudinit import SLURM_PACKAGES, SLURM_STAGED, Boot, ClusterKey, render_cloud_init
 from tests.infra import sandbox
 
 TODAY = datetime.date(2026, 11, 23)

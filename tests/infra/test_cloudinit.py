@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.cloudinit import (
+from dtrun.azure.catalog import ROCM_TORCH, SIZES
+from dtrun.azure.config import cluster_spec
+from dtrun.infra.cloudinit import (
     MAX_CUSTOM_DATA_BYTES,
     MOUNTS,
     Boot,
@@ -22,10 +24,8 @@ from infra.cloudinit import (
     HeadExpiry,
     render_cloud_init,
 )
-from runner.azure.catalog import ROCM_TORCH, SIZES
-from runner.azure.config import cluster_spec
-from runner.render import render
-from runner.spec.cluster import StorageKind
+from dtrun.render import render
+from dtrun.spec.cluster import StorageKind
 from tests.conftest import require_tool
 from tests.infra.harness import run
 from tests.infra.sandbox import stand_in_wheel

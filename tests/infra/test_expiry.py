@@ -11,11 +11,11 @@ from functools import cache
 import pytest
 import yaml
 
-from infra.cloudinit import EXPIRY_SCRIPT
-from infra.expiry import ACTIONS, GROUP_RESOURCE_TYPES, role_guid
-from runner.azure.config import cluster_spec
-from runner.azure.expiry import TAG_ACTION, TAG_EXPIRES_AT, TAG_IDLE_MINUTES, parse_iso
-from runner.spec.cluster import ClusterSpec, ExpiryAction
+from dtrun.azure.config import cluster_spec
+from dtrun.azure.expiry import TAG_ACTION, TAG_EXPIRES_AT, TAG_IDLE_MINUTES, parse_iso
+from dtrun.infra.cloudinit import EXPIRY_SCRIPT
+from dtrun.infra.expiry import ACTIONS, GROUP_RESOURCE_TYPES, role_guid
+from dtrun.spec.cluster import ClusterSpec, ExpiryAction
 from tests.infra.azure_models import arm_type
 from tests.infra.harness import (
     IDENTITY_CLIENT_ID,

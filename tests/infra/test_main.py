@@ -10,7 +10,7 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from infra.config import load_cluster
+from dtrun.infra.config import load_cluster
 from tests.infra.harness import RecordingMocks
 
 MAIN = Path(__file__).resolve().parents[2] / "infra" / "__main__.py"

@@ -9,11 +9,11 @@ from functools import cache
 import pytest
 import yaml
 
-from infra.cloudinit import MOUNTS
-from runner.azure.catalog import SIZES, known_sizes
-from runner.azure.config import cluster_spec
-from runner.azure.settingcheck import RDMA_NETWORK
-from runner.spec.cluster import ClusterSpec, StorageKind
+from dtrun.azure.catalog import SIZES, known_sizes
+from dtrun.azure.config import cluster_spec
+from dtrun.azure.settingcheck import RDMA_NETWORK
+from dtrun.infra.cloudinit import MOUNTS
+from dtrun.spec.cluster import ClusterSpec, StorageKind
 from tests.infra.harness import SCALE_SET_CREATED, Program, run
 
 TODAY = datetime.date(2026, 11, 23)

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from infra.slurm import SLURMCTLD_PORT, SLURMD_PORT
-from runner.spec.cluster import ClusterSpec, Scheduler, StorageKind
+from dtrun.infra.slurm import SLURMCTLD_PORT, SLURMD_PORT
+from dtrun.spec.cluster import ClusterSpec, Scheduler, StorageKind
 from tests.infra.harness import Program
 from tests.infra.reachability import (
     NAT,

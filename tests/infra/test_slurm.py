@@ -14,18 +14,18 @@ from functools import cache
 import pytest
 import yaml
 
-from infra.cloudinit import (
+from dtrun.azure.catalog import SIZES
+from dtrun.azure.config import cluster_spec
+from dtrun.azure.settingcheck import ConfigError
+from dtrun.infra.cloudinit import (
     MAX_CUSTOM_DATA_BYTES,
     SLURM_PACKAGES,
     SLURM_STAGED,
     Boot,
     render_cloud_init,
 )
-from infra.slurm import MAX_NODE_COUNT, MUNGE_KEY_BYTES, PARTITION, munge_key, slurm_files
-from runner.azure.catalog import SIZES
-from runner.azure.config import cluster_spec
-from runner.azure.settingcheck import ConfigError
-from runner.spec.cluster import ClusterSpec, Scheduler
+from dtrun.infra.slurm import MAX_NODE_COUNT, MUNGE_KEY_BYTES, PARTITION, munge_key, slurm_files
+from dtrun.spec.cluster import ClusterSpec, Scheduler
 from tests.conftest import require_tool
 from tests.infra.harness import Program, run
 

@@ -8,9 +8,9 @@ import datetime
 import pytest
 import yaml
 
-from infra.cloudinit import SLURM_STAGED
-from infra.head import CUSTOM_DATA_PATH
-from runner.azure.config import cluster_spec
+from dtrun.azure.config import cluster_spec
+from dtrun.infra.cloudinit import SLURM_STAGED
+from dtrun.infra.head import CUSTOM_DATA_PATH
 from tests.infra.harness import Program, run
 
 TODAY = datetime.date(2026, 11, 23)

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from runner.cli.app import app
-from runner.spec.cluster import Inventory
+from dtrun.cli.app import app
+from dtrun.spec.cluster import Inventory
 from tests.unit.test_damaged import edit, make_run, put, snapshot
 
 RANGES = {  # the ranges docs/prediction.md states, and why
@@ -145,8 +145,8 @@ def test_any_description_in_range_predicts_strict_json(tmp_path, mode, steps, ex
 
 
 def test_the_json_sinks_refuse_a_non_finite_number():
-    from runner.cli.common import print_json
-    from runner.record.rundir import as_json
+    from dtrun.cli.common import print_json
+    from dtrun.record.rundir import as_json
 
     for sink in (print_json, as_json):
         with pytest.raises(ValueError, match="Out of range float"):

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from runner.azure.catalog import CatalogError
-from runner.azure.config import cluster_spec
-from runner.azure.settingcheck import ConfigError
-from runner.cli.app import app
+from dtrun.azure.catalog import CatalogError
+from dtrun.azure.config import cluster_spec
+from dtrun.azure.settingcheck import ConfigError
+from dtrun.cli.app import app
 
 # (command line, words the message must hold). Each names what is wrong; `dtrun` is implied.
 CLI = [

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli.app import app
-from runner.errors import PlanError
-from runner.plan.bounds import check_bound
-from runner.spec.bounds import BOUNDS
+from dtrun.cli.app import app
+from dtrun.errors import PlanError
+from dtrun.plan.bounds import check_bound
+from dtrun.spec.bounds import BOUNDS
 from tests.paths import REPO
 from tests.unit.test_bad_input import refused
 
@@ -137,7 +137,7 @@ def test_a_billion_repeats_are_refused_at_once_without_planning_them(tmp_path):
         resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))
 
     result = subprocess.run(
-        [sys.executable, "-m", "runner.cli", "bench", "--dry-run", "--repeat", "1000000000",
+        [sys.executable, "-m", "dtrun.cli", "bench", "--dry-run", "--repeat", "1000000000",
          "--output", str(tmp_path / "runs")],
         capture_output=True, text=True, timeout=60, preexec_fn=limited, check=False, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)},

@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from runner.azure.catalog import (
+from dtrun.azure.catalog import (
     SIZES,
     CatalogError,
     Image,
@@ -16,7 +16,7 @@ from runner.azure.catalog import (
     retirement_warning,
     without_rdma,
 )
-from runner.azure.sizefacts import health_threshold, peak_tflops_for
+from dtrun.azure.sizefacts import health_threshold, peak_tflops_for
 
 TODAY = datetime.date(2026, 11, 23)
 

@@ -9,13 +9,13 @@ import random
 
 import pytest
 
-from runner.check.expected import Expected, Thresholds, expected_for
-from runner.check.judge import judge_check
-from runner.check.model import FLAGGED_EXIT, Cause, LinkVerdict, Verdict
-from runner.check.result import Group, Measured, load, parse
-from runner.check.stats import judge_series, others
-from runner.errors import DamagedRunError
-from runner.workloads.check_plan import bisection_levels, pair_rounds
+from dtrun.check.expected import Expected, Thresholds, expected_for
+from dtrun.check.judge import judge_check
+from dtrun.check.model import FLAGGED_EXIT, Cause, LinkVerdict, Verdict
+from dtrun.check.result import Group, Measured, load, parse
+from dtrun.check.stats import judge_series, others
+from dtrun.errors import DamagedRunError
+from dtrun.workloads.check_plan import bisection_levels, pair_rounds
 
 CPU = Thresholds.for_device("cpu")
 
@@ -247,8 +247,8 @@ def test_a_result_round_trips_through_parse():
 
 
 def test_a_stacks_nodes_are_named_by_their_registered_address_and_embedded_by_name():
-    from runner.spec.cluster import Inventory, Node
-    from runner.sweep.check import host_labels
+    from dtrun.spec.cluster import Inventory, Node
+    from dtrun.sweep.check import host_labels
 
     nodes = (Node("node-0", "10.42.1.4"), Node("node-1", "10.42.1.5"))
     stack = Inventory(source="stack:dev", nodes=nodes, python_bin="/p", code_dir="/c")
@@ -268,7 +268,7 @@ def test_spark_nodes_are_named_by_the_host_their_executor_ran_on_where_it_is_the
 ):
     from dataclasses import replace
 
-    from runner.sweep.check import spark_labels
+    from dtrun.sweep.check import spark_labels
 
     m = replace(measured(2), names=("spark-0", "spark-1"), addresses=addresses)
     labels = spark_labels(m, {"spark-0": "spark-0", "spark-1": "spark-1"})
@@ -289,9 +289,9 @@ def test_write_hosts_under_spark_is_refused_before_anything_runs(tmp_path):
 def test_write_hosts_from_a_stack_reaches_the_nodes_through_its_head_as_the_stack_did():
     import yaml
 
-    from runner.cli.check_output import kept_hosts
-    from runner.engines.ssh.hosts import Defaults, parse_hosts_file
-    from runner.spec.cluster import Inventory, Node, SshAccess
+    from dtrun.cli.check_output import kept_hosts
+    from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+    from dtrun.spec.cluster import Inventory, Node, SshAccess
 
     nodes = (Node("node-0", "10.42.1.4"), Node("node-1", "10.42.1.5"), Node("node-2", "10.42.1.6"))
     ssh = SshAccess(user="azureuser", port=2222, jump_host="203.0.113.7",
@@ -316,7 +316,7 @@ def test_write_hosts_from_a_stack_reaches_the_nodes_through_its_head_as_the_stac
 def test_the_spark_tasks_of_one_host_are_one_node_and_other_nodes_stay_apart():
     """The check workload's fleet: ranks whose Spark executor ran on one host are that host's
     processes (node_series then takes the slowest); without a host, the node dtrun named."""
-    from runner.workloads.check import Fleet
+    from dtrun.workloads.check import Fleet
 
     def info(rank, node, host):
         return {"rank": rank, "node": node, "address": host or "10.0.0.9", "host": host}
@@ -344,8 +344,8 @@ def test_a_local_cluster_check_is_refused_as_one_host_before_anything_runs(tmp_p
 def test_a_spark_check_whose_tasks_all_ran_on_one_host_is_an_error_not_a_verdict():
     from dataclasses import replace
 
-    from runner.errors import RunError
-    from runner.sweep.check import one_spark_host
+    from dtrun.errors import RunError
+    from dtrun.sweep.check import one_spark_host
 
     one = replace(measured(1), names=("spark-0",), addresses=("127.0.0.41",))
     with pytest.raises(RunError, match=r"4 tasks on one host, 127\.0\.0\.41"):

@@ -8,11 +8,11 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from runner.check.expected import Expected, Thresholds
-from runner.check.judge import judge_check
-from runner.check.model import FLAGGED_EXIT, Cause, GroupVerdict
-from runner.check.result import Group
-from runner.workloads.check_plan import bisection_levels
+from dtrun.check.expected import Expected, Thresholds
+from dtrun.check.judge import judge_check
+from dtrun.check.model import FLAGGED_EXIT, Cause, GroupVerdict
+from dtrun.check.result import Group
+from dtrun.workloads.check_plan import bisection_levels
 from tests.unit.test_check import check, measured
 
 
@@ -118,9 +118,9 @@ def test_a_healthy_noisy_fleet_flags_no_group_at_any_level():
 def test_the_table_says_a_slow_groups_hosts_and_whether_it_changed_the_exit_code(capsys):
     from pathlib import Path
 
-    from runner.cli.check_output import print_report
-    from runner.record.rundir import RunDir
-    from runner.sweep.check import CheckRun
+    from dtrun.cli.check_output import print_report
+    from dtrun.record.rundir import RunDir
+    from dtrun.sweep.check import CheckRun
 
     for m, said, last in (
         (measured(6, groups={(0, 1, 2): 0.3}), "note: a group (bisection level 1", "ok 6 nodes"),

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli.app import app
+from dtrun.cli.app import app
 
 runner = CliRunner(env={"COLUMNS": "200"})
 
@@ -207,8 +207,8 @@ def test_run_takes_the_command_without_dashes_once_it_starts(tmp_path):
 
 
 def test_the_launcher_help_names_every_registered_launcher():
-    from runner.cli.options import LAUNCHER_NAMES
-    from runner.plan.launchers import LAUNCHERS
+    from dtrun.cli.options import LAUNCHER_NAMES
+    from dtrun.plan.launchers import LAUNCHERS
 
     # The help text is written out so that `dtrun --help` need not import the launchers.
     assert LAUNCHER_NAMES.split(", ") == list(LAUNCHERS)
@@ -241,7 +241,7 @@ def test_dry_run_shows_the_whole_sweep_plan_gate_points_repeats_and_environment(
     assert "# ==== health gate: 2 launches, each node alone with 2 processes at 64K" in out
     assert "# ==== health gate launch -> health/node-0" in out
     assert "# ==== health gate launch -> health/node-1" in out
-    assert out.count("-m runner.workloads.allreduce --sizes 64K") == 2
+    assert out.count("-m dtrun.workloads.allreduce --sizes 64K") == 2
     # every point once, with its repeats and where their files will go
     assert "# ==== point: 1 node, 2 launches -> n1/r0 to n1/r1, the same scripts" in out
     assert "# ==== point: 2 nodes, 2 launches -> n2/r0 to n2/r1, the same scripts" in out
@@ -307,7 +307,7 @@ def test_which_signals_stop_dtrun_follows_what_its_parent_ignored(ignored, expec
         "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
         "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
         f"for name in {list(ignored)!r}: signal.signal(getattr(signal, name), signal.SIG_IGN)\n"
-        "from runner.cli.app import _stop_on_signals, _stop_like_ctrl_c\n"
+        "from dtrun.cli.app import _stop_on_signals, _stop_like_ctrl_c\n"
         "_stop_on_signals()\n"
         "for name in ('SIGINT', 'SIGTERM', 'SIGHUP'):\n"
         "    h = signal.getsignal(getattr(signal, name))\n"

@@ -7,9 +7,9 @@ import re
 
 from rich.console import Console
 
-from runner.cli.display import RegistryBar, SweepDisplay
-from runner.spec.outcome import RunResult, RunStatus
-from runner.spec.request import BenchSpec
+from dtrun.cli.display import RegistryBar, SweepDisplay
+from dtrun.spec.outcome import RunResult, RunStatus
+from dtrun.spec.request import BenchSpec
 from tests.plans import sweep_plan
 
 
@@ -65,10 +65,10 @@ def test_the_end_table_shows_n_the_efficiency_interval_and_the_verdict(
 ):
     import random
 
-    from runner.cli.summary import print_verdicts, report_grid
-    from runner.cli.tables import print_grid
-    from runner.report.build import analyse
-    from runner.spec.request import BenchSpec
+    from dtrun.cli.summary import print_verdicts, report_grid
+    from dtrun.cli.tables import print_grid
+    from dtrun.report.build import analyse
+    from dtrun.spec.request import BenchSpec
     from tests.factories import fake_run_dir
 
     rng = random.Random(5)
@@ -85,6 +85,6 @@ def test_the_end_table_shows_n_the_efficiency_interval_and_the_verdict(
     cell = f"{row.efficiency:.0%} ({row.efficiency_low * 100:.0f}-{row.efficiency_high * 100:.0f}%)"
     assert cell in text and "30x2" in text and "loses" in text and "baseline" in text
     assert "tokens/s, speedup and efficiency at the median step time" in text
-    monkeypatch.setattr("runner.cli.summary.console", lambda: console)
+    monkeypatch.setattr("dtrun.cli.summary.console", lambda: console)
     print_verdicts(report)
     assert f"2 nodes: loses: {row.verdict_reason}" in out.getvalue()

@@ -11,10 +11,10 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from runner.azure.catalog import CatalogError
-from runner.azure.config import PROJECT_FILE, cluster_spec, schema
-from runner.azure.settingcheck import ConfigError, subnets
-from runner.spec.cluster import StorageKind
+from dtrun.azure.catalog import CatalogError
+from dtrun.azure.config import PROJECT_FILE, cluster_spec, schema
+from dtrun.azure.settingcheck import ConfigError, subnets
+from dtrun.spec.cluster import StorageKind
 
 TODAY = datetime.date(2026, 11, 23)
 MINIMAL = {"adminCidrs": ["203.0.113.4/32"]}

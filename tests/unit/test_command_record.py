@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from runner import redact
-from runner.record.manifest import command_line
-from runner.record.resume import read_resume
-from runner.record.rundir import RunDir, write_manifest
-from runner.record.runsfile import write_runs
-from runner.redact import REDACTED, Redactor
-from runner.report.build import build_report
-from runner.spec.outcome import SweepStatus
-from runner.spec.request import BenchSpec, Program, ProgramKind
-from runner.sweep.run import run_sweep
+from dtrun import redact
+from dtrun.record.manifest import command_line
+from dtrun.record.resume import read_resume
+from dtrun.record.rundir import RunDir, write_manifest
+from dtrun.record.runsfile import write_runs
+from dtrun.redact import REDACTED, Redactor
+from dtrun.report.build import build_report
+from dtrun.spec.outcome import SweepStatus
+from dtrun.spec.request import BenchSpec, Program, ProgramKind
+from dtrun.sweep.run import run_sweep
 from tests.aws import BUCKET
 from tests.factories import fake_run_dir
 from tests.plans import sweep_plan

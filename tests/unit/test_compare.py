@@ -9,11 +9,11 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli.app import app
-from runner.record.rundir import RunDir
-from runner.report.build import analyse
-from runner.report.compare import compare
-from runner.spec.request import BenchSpec, ModelSpec
+from dtrun.cli.app import app
+from dtrun.record.rundir import RunDir
+from dtrun.report.build import analyse
+from dtrun.report.compare import compare
+from dtrun.spec.request import BenchSpec, ModelSpec
 from tests.factories import fake_run_dir, noise_data
 
 runner = CliRunner(env={"COLUMNS": "200"})

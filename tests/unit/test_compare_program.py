@@ -9,11 +9,11 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli.app import app
-from runner.errors import UsageError
-from runner.report.build import analyse
-from runner.report.compare import compare
-from runner.spec.request import (
+from dtrun.cli.app import app
+from dtrun.errors import UsageError
+from dtrun.report.build import analyse
+from dtrun.report.compare import compare
+from dtrun.spec.request import (
     BenchSpec,
     Program,
     ProgramKind,
@@ -74,7 +74,7 @@ def test_a_program_run_s_set_up_lists_the_program_not_the_built_in_model(tmp_pat
 
 
 def test_a_program_run_s_facts_name_its_units_timing_and_strategy(tmp_path, fixed_inventory):
-    from runner.report.compare import _setup
+    from dtrun.report.compare import _setup
 
     a = program_run_dir(tmp_path / "a", bench("a"), fixed_inventory, STEPS)
     facts = _setup(analyse(a))

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from runner.azure.config import cluster_spec
-from runner.azure.prices import Price, list_price, sweep_price
-from runner.cli.cost import stack_hourly
-from runner.errors import UsageError
-from runner.plan.estimate import check_max_cost, estimate
-from runner.report.build import build_report
-from runner.spec.request import BenchSpec
+from dtrun.azure.config import cluster_spec
+from dtrun.azure.prices import Price, list_price, sweep_price
+from dtrun.cli.cost import stack_hourly
+from dtrun.errors import UsageError
+from dtrun.plan.estimate import check_max_cost, estimate
+from dtrun.report.build import build_report
+from dtrun.spec.request import BenchSpec
 from tests.factories import fake_run_dir, html_markdown
 
 TEN = Price(10.0, "--price-per-node-hour")
@@ -171,7 +171,7 @@ def test_the_estimate_under_the_timeout_keeps_the_guess_and_the_ceiling_above_it
 def test_max_cost_accepts_a_sweep_the_timeout_bounds_under_it(tmp_path):
     from typer.testing import CliRunner
 
-    from runner.cli.app import app
+    from dtrun.cli.app import app
 
     result = CliRunner().invoke(
         app,
@@ -205,8 +205,8 @@ def test_up_without_a_list_price_says_so_and_where_there_is_one():
 def test_up_prints_the_hourly_cost_before_pulumi_creates_anything(monkeypatch):
     from typer.testing import CliRunner
 
-    from runner.azure.stack import StackError
-    from runner.cli.app import app
+    from dtrun.azure.stack import StackError
+    from dtrun.cli.app import app
 
     said_before_up: list[bool] = []
 
@@ -216,7 +216,7 @@ def test_up_prints_the_hourly_cost_before_pulumi_creates_anything(monkeypatch):
         said_before_up.append(True)
         raise StackError("`dtrun up --stack dev` failed", why="stopped before pulumi up")
 
-    monkeypatch.setattr("runner.azure.stack.up", pulumi_up_stopped)
+    monkeypatch.setattr("dtrun.azure.stack.up", pulumi_up_stopped)
     result = CliRunner().invoke(app, ["up", "--stack", "dev"])
     assert said_before_up and result.exit_code == 1
     assert "cost: 2 x Standard_ND96isr_H100_v5 at $98.32 an hour" in result.stdout
@@ -260,8 +260,8 @@ def test_the_probe_s_node_hours_count_at_the_points_it_follows():
     # node-hours (the mean over the points gave 9 x 3 x 450 s = 3.375)
     from dataclasses import replace
 
-    from runner.cli.cost import bench_estimate
-    from runner.spec.request import BenchSpec, Program, ProgramKind
+    from dtrun.cli.cost import bench_estimate
+    from dtrun.spec.request import BenchSpec, Program, ProgramKind
 
     spec = BenchSpec(run_id="r", node_counts=(1, 8), repeat=3, timeout_s=300,
                      price_per_node_hour=10.0)  # fmt: skip

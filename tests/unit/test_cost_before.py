@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from runner.azure.prices import Price
-from runner.errors import DamagedRunError
-from runner.record.paid import CREATED, paid_before
-from runner.record.rundir import RunDir, record_resume
-from runner.record.runsfile import write_runs
-from runner.report.build import build_report
-from runner.spec.outcome import RunResult, RunStatus, SweepStatus
-from runner.spec.request import BenchSpec
+from dtrun.azure.prices import Price
+from dtrun.errors import DamagedRunError
+from dtrun.record.paid import CREATED, paid_before
+from dtrun.record.rundir import RunDir, record_resume
+from dtrun.record.runsfile import write_runs
+from dtrun.report.build import build_report
+from dtrun.spec.outcome import RunResult, RunStatus, SweepStatus
+from dtrun.spec.request import BenchSpec
 from tests.factories import fake_run_dir
 
 TEN = Price(10.0, "--price-per-node-hour")

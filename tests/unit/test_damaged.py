@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli.app import app
-from runner.record.rundir import write_health
-from runner.spec.cluster import Inventory
-from runner.spec.outcome import GateStatus, Health, NodeHealth, RunResult, RunStatus, SweepStatus
-from runner.spec.request import BenchSpec
+from dtrun.cli.app import app
+from dtrun.record.rundir import write_health
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.outcome import GateStatus, Health, NodeHealth, RunResult, RunStatus, SweepStatus
+from dtrun.spec.request import BenchSpec
 from tests.conftest import run_dtrun
 from tests.factories import allreduce_data, fake_run_dir
 

@@ -8,10 +8,10 @@ import re
 import typer
 from typer.core import TyperGroup, TyperOption
 
-from runner.cli.app import app
-from runner.cli.sweep_options import SweepOptions, launches_of
-from runner.plan.strategies import STRATEGIES
-from runner.spec.request import DEFAULT_MAX_LAUNCHES, BenchSpec
+from dtrun.cli.app import app
+from dtrun.cli.sweep_options import SweepOptions, launches_of
+from dtrun.plan.strategies import STRATEGIES
+from dtrun.spec.request import DEFAULT_MAX_LAUNCHES, BenchSpec
 from tests.paths import REPO
 
 ROOT = REPO

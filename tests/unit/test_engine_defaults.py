@@ -11,12 +11,12 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import HashStore  # what torch.distributed re-exports
 
-from runner.workloads import train
-from runner.workloads.ddp import DdpEngine
-from runner.workloads.engine import DataParallelEngine
-from runner.workloads.fsdp import FsdpEngine
-from runner.workloads.train_deepspeed import DeepSpeedEngine
-from runner.workloads.train_horovod import HorovodEngine
+from dtrun.workloads import train
+from dtrun.workloads.ddp import DdpEngine
+from dtrun.workloads.engine import DataParallelEngine
+from dtrun.workloads.fsdp import FsdpEngine
+from dtrun.workloads.train_deepspeed import DeepSpeedEngine
+from dtrun.workloads.train_horovod import HorovodEngine
 
 SHARED = ("prove", "describe", "probe_stages", "zero_stage")
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.engines.base import ClusterChoice, Hooks
-from runner.engines.registry import ENGINES, EngineOptions, open_cluster, selected
-from runner.errors import UsageError
-from runner.spec.launchplan import LaunchPlan
+from dtrun.engines.base import ClusterChoice, Hooks
+from dtrun.engines.registry import ENGINES, EngineOptions, open_cluster, selected
+from dtrun.errors import UsageError
+from dtrun.spec.launchplan import LaunchPlan
 
 
 def _given(**options: object) -> ClusterChoice:
@@ -60,8 +60,8 @@ def test_engine_options_that_name_two_clusters_are_refused(options, said):
 
 
 def test_each_engine_reads_its_own_options_from_the_choice():
-    from runner.engines.slurm.options import SlurmOptions
-    from runner.engines.ssh.options import SshOptions
+    from dtrun.engines.slurm.options import SlurmOptions
+    from dtrun.engines.ssh.options import SshOptions
 
     choice = _given(outputs=Path("dev.json"), connect_timeout=5.0)
     assert choice.of(SshOptions).stack_name == "dev"
@@ -94,12 +94,14 @@ def test_spark_readiness_waits_for_nothing_before_its_barrier_job():
 
 
 def test_ssh_ships_the_runner_package_root_wherever_its_executor_module_lives():
-    from runner.engines.ssh.remote import code_files
+    from dtrun.engines.ssh import remote
+    from dtrun.engines.ssh.remote import code_files
 
+    name = remote.__name__.split(".")[0]  # the import name the nodes import the workloads by
     shipped = code_files()
-    assert "runner/__init__.py" in shipped
-    assert "runner/workloads/train.py" in shipped
-    assert all(path.startswith(("runner/__init__.py", "runner/workloads/")) for path in shipped)
+    assert f"{name}/__init__.py" in shipped
+    assert f"{name}/workloads/train.py" in shipped
+    assert all(path.startswith((f"{name}/__init__.py", f"{name}/workloads/")) for path in shipped)
 
 
 def test_every_engine_options_class_is_among_engine_options_bases():
@@ -107,12 +109,12 @@ def test_every_engine_options_class_is_among_engine_options_bases():
     import importlib
     import pkgutil
 
-    import runner.engines
+    import dtrun.engines
 
-    packages = [m.name for m in pkgutil.iter_modules(runner.engines.__path__) if m.ispkg]
+    packages = [m.name for m in pkgutil.iter_modules(dtrun.engines.__path__) if m.ispkg]
     assert sorted(packages) == sorted(engine.name for engine in ENGINES)
     for name in packages:
-        module = importlib.import_module(f"runner.engines.{name}.options")
+        module = importlib.import_module(f"dtrun.engines.{name}.options")
         classes = [
             v
             for v in vars(module).values()
@@ -124,17 +126,17 @@ def test_every_engine_options_class_is_among_engine_options_bases():
 
 
 def test_every_where_option_is_an_engine_option_declared_once():
-    from runner.cli.options import Where
+    from dtrun.cli.options import Where
 
     names = [field.name for field in fields(Where)]
     assert Where is EngineOptions and len(names) == len(set(names))
 
 
 def test_choose_hands_the_options_to_the_engines_and_adds_the_command_s_own():
-    from runner.cli.options import Where
-    from runner.cli.session import choose
-    from runner.cluster.readiness import Patience
-    from runner.engines.ssh.options import SshOptions
+    from dtrun.cli.options import Where
+    from dtrun.cli.session import choose
+    from dtrun.cluster.readiness import Patience
+    from dtrun.engines.ssh.options import SshOptions
 
     where = Where(hosts="h1:4", accept_new_host_keys=True, ready_timeout=7.0, connect_timeout=5.0)
     choice = choose(where, 3, check=True)
@@ -150,9 +152,9 @@ def test_choose_hands_the_options_to_the_engines_and_adds_the_command_s_own():
 
 
 def test_choose_turns_slurm_and_its_options_into_the_request():
-    from runner.cli.options import Where
-    from runner.cli.session import choose
-    from runner.engines.slurm.options import request_of
+    from dtrun.cli.options import Where
+    from dtrun.cli.session import choose
+    from dtrun.engines.slurm.options import request_of
 
     choice = choose(Where(slurm=True, partition="gpu", queue_timeout=60.0), 2, job_name="j")
     request = request_of(choice)

@@ -11,10 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from runner.errors import NodeFailedError
-from runner.execute import Answer
-from runner.spec.cluster import Inventory
-from runner.sweep.eviction import EvictedError, check_eviction, preempted
+from dtrun.errors import NodeFailedError
+from dtrun.execute import Answer
+from dtrun.spec.cluster import Inventory
+from dtrun.sweep.eviction import EvictedError, check_eviction, preempted
 from tests.e2e.test_ssh import bash_plan
 
 PREEMPT = {"Events": [{"EventId": "1", "EventType": "Preempt", "Resources": ["vm-1"]}]}
@@ -67,7 +67,7 @@ def test_a_node_that_does_not_answer_vanished(tmp_path):
 
 
 def hosts_like() -> Inventory:
-    from runner.engines.ssh.hosts import Defaults, parse_hosts_value
+    from dtrun.engines.ssh.hosts import Defaults, parse_hosts_value
 
     return parse_hosts_value("127.0.0.2:1,127.0.0.3:1", Defaults("me", "/opt/venv/bin"))
 

@@ -6,10 +6,10 @@ import datetime
 
 import pytest
 
-from runner.azure.config import cluster_spec
-from runner.azure.expiry import ExpiryError, deadline, describe, expiry_fields, group_tags
-from runner.azure.settingcheck import ConfigError
-from runner.spec.cluster import ExpiryAction, ExpirySpec
+from dtrun.azure.config import cluster_spec
+from dtrun.azure.expiry import ExpiryError, deadline, describe, expiry_fields, group_tags
+from dtrun.azure.settingcheck import ConfigError
+from dtrun.spec.cluster import ExpiryAction, ExpirySpec
 
 TODAY = datetime.date(2026, 11, 23)
 NOON = datetime.datetime(2026, 11, 23, 12, 0, tzinfo=datetime.UTC)

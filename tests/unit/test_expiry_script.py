@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.cloudinit import EXPIRY_SCRIPT
+from dtrun.infra.cloudinit import EXPIRY_SCRIPT
 
 GROUP_ID = "/subscriptions/00000000-0000-4000-8000-000000000001/resourceGroups/dtrun-rg1a2b3c4d"
 SCALE_SET = f"{GROUP_ID}/providers/Microsoft.Compute/virtualMachineScaleSets/gpu-vmss1234"

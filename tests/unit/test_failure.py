@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.errors import NodeFailedError
-from runner.execute.failure import ERROR_LINES, TAIL_LINES, explain, explain_log, read_failure
+from dtrun.errors import NodeFailedError
+from dtrun.execute.failure import ERROR_LINES, TAIL_LINES, explain, explain_log, read_failure
 from tests.paths import TESTS
 
 LOGS = TESTS / "data" / "failures"

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import DiskFullError, RunDirWriteError
-from runner.record.rundir import RunDir
-from runner.spec.cluster import Inventory
-from runner.spec.request import BenchSpec
-from runner.workloads.files import NodeLog, write_atomic
-from runner.workloads.result import write_result
+from dtrun.errors import DiskFullError, RunDirWriteError
+from dtrun.record.rundir import RunDir
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.request import BenchSpec
+from dtrun.workloads.files import NodeLog, write_atomic
+from dtrun.workloads.result import write_result
 from tests.conftest import fill, run_dtrun
 from tests.factories import fake_run_dir
 
@@ -214,7 +214,7 @@ def test_report_on_a_read_only_disk_says_so_not_permission_denied(
 
 
 def test_a_file_is_on_disk_before_it_takes_its_name(tmp_path, monkeypatch):
-    from runner.workloads import files
+    from dtrun.workloads import files
 
     order: list[str] = []
     real_fsync, real_replace = os.fsync, Path.replace

@@ -10,10 +10,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from runner.cli.groups import by_name, grouped
-from runner.cli.options import Launching
-from runner.cli.sweep_options import SweepOptions
-from runner.cli.workload_options import (
+from dtrun.cli.groups import by_name, grouped
+from dtrun.cli.options import Launching
+from dtrun.cli.sweep_options import SweepOptions
+from dtrun.cli.workload_options import (
     ALLREDUCE_NAMES_OF,
     GATE_NAMES_OF,
     STRATEGY_NAMES_OF,
@@ -21,7 +21,7 @@ from runner.cli.workload_options import (
     GateOptions,
     StrategyOptions,
 )
-from runner.spec.request import (
+from dtrun.spec.request import (
     AllreduceSpec,
     BenchSpec,
     HealthGate,

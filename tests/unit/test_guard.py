@@ -11,14 +11,14 @@ import sys
 import time
 from pathlib import Path
 
-from runner.execute.guard import drop_guard, start_guard, stop_script
+from dtrun.execute.guard import drop_guard, start_guard, stop_script
 from tests.conftest import ended, wait_for
 from tests.paths import REPO
 
 # a stand-in for dtrun: it starts a guard that writes a file, then ends as told
 DTRUN = """\
 import os, signal, sys, time
-from runner.execute.guard import drop_guard, start_guard
+from dtrun.execute.guard import drop_guard, start_guard
 guard = start_guard(["sh", "-c", 'echo ran > "$0"', sys.argv[1]])
 print(guard.pid, flush=True)
 if sys.argv[2] == "sigkill":

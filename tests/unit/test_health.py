@@ -6,13 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from runner.plan.resolve import resolve_bench
-from runner.plan.sweep import GatePlan
-from runner.plan.sweep import plan_gate as plan_resolved_gate
-from runner.spec.cluster import Inventory
-from runner.spec.outcome import GateStatus
-from runner.spec.request import BenchSpec, HealthGate
-from runner.sweep.gate import judge
+from dtrun.plan.resolve import resolve_bench
+from dtrun.plan.sweep import GatePlan
+from dtrun.plan.sweep import plan_gate as plan_resolved_gate
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.outcome import GateStatus
+from dtrun.spec.request import BenchSpec, HealthGate
+from dtrun.sweep.gate import judge
 from tests.conftest import CLUSTERS
 
 
@@ -72,16 +72,16 @@ def test_each_node_is_launched_alone_with_all_its_gpus(spec):
     assert plans[0].rdzv_id != plans[1].rdzv_id
     script = plans[1].launches[0].script
     assert "--nproc-per-node=8" in script
-    assert "-m runner.workloads.allreduce --sizes 16G" in script
+    assert "-m dtrun.workloads.allreduce --sizes 16G" in script
     assert "--device cuda" in script
     assert "export NCCL_IB_PCI_RELAXED_ORDERING=1" in script  # the size's NCCL settings
 
 
 def _outcome(busbw: float | None):
-    from runner.errors import NodeFailedError
-    from runner.report.resultfile import parse_result
-    from runner.spec.outcome import RunResult, RunStatus
-    from runner.sweep.runlaunch import Outcome
+    from dtrun.errors import NodeFailedError
+    from dtrun.report.resultfile import parse_result
+    from dtrun.spec.outcome import RunResult, RunStatus
+    from dtrun.sweep.runlaunch import Outcome
     from tests.factories import allreduce_data
 
     if busbw is None:

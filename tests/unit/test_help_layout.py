@@ -8,7 +8,7 @@ import re
 
 from typer.testing import CliRunner
 
-from runner.cli.app import _paragraphs, app
+from dtrun.cli.app import _paragraphs, app
 from tests.paths import REPO
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.engines.ssh.hostlines import HostsFileError, is_host_list
-from runner.engines.ssh.hosts import Defaults, parse_hosts_file, parse_hosts_value
-from runner.spec.cluster import Accelerator
+from dtrun.engines.ssh.hostlines import HostsFileError, is_host_list
+from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file, parse_hosts_value
+from dtrun.spec.cluster import Accelerator
 
 DEFAULTS = Defaults(user="me", python_bin="/opt/venv/bin")
 
@@ -141,7 +141,7 @@ def test_hosts_files_as_editors_save_them(tmp_path):
     refused with exit 2, saying what they are."""
     from typer.testing import CliRunner
 
-    from runner.cli.app import app
+    from dtrun.cli.app import app
 
     def dry_run(path):
         return CliRunner().invoke(app, ["run", "--dry-run", "--hosts", str(path), "--", "true"])
@@ -324,7 +324,7 @@ def test_bench_dry_run_on_hosts_given_as_horovod_h_needs_no_sshd(tmp_path, monke
     of that name would win; a lone word that is no file is still a missing hosts file."""
     from typer.testing import CliRunner
 
-    from runner.cli.app import app
+    from dtrun.cli.app import app
 
     monkeypatch.chdir(tmp_path)
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli.app import app
-from runner.cli.common import print_node_line
-from runner.cli.inert import inert_console_class, printable, styled
-from runner.record.rundir import RunDir
-from runner.spec.request import BenchSpec
+from dtrun.cli.app import app
+from dtrun.cli.common import print_node_line
+from dtrun.cli.inert import inert_console_class, printable, styled
+from dtrun.record.rundir import RunDir
+from dtrun.spec.request import BenchSpec
 from tests.conftest import CLUSTERS, run_dtrun
 from tests.factories import fake_run_dir, noise_data
 
@@ -130,7 +130,7 @@ def test_the_rerun_prompt_shows_a_recorded_program_s_markup_as_it_is(monkeypatch
     backslash added (the console reads none), its control characters as escapes."""
     import typer
 
-    from runner.cli import approval
+    from dtrun.cli import approval
 
     monkeypatch.setattr(typer, "confirm", lambda *args, **kwargs: False)
     assert not approval._prompt(f"records:\n  program: train.py '[bold]x[/]{CLEAR}'\nRun them?")

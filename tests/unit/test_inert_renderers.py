@@ -40,14 +40,14 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from runner.azure.prices import Price
-from runner.cli.app import app
-from runner.cli.summary import print_summary
-from runner.record.rundir import RunDir, write_health
-from runner.report.build import build_report
-from runner.spec.outcome import GateStatus, Health, NodeHealth, SweepStatus
-from runner.spec.request import BenchSpec, Program, ProgramKind, StepUnits, UnitKind
-from runner.sweep.run import Sweep
+from dtrun.azure.prices import Price
+from dtrun.cli.app import app
+from dtrun.cli.summary import print_summary
+from dtrun.record.rundir import RunDir, write_health
+from dtrun.report.build import build_report
+from dtrun.spec.outcome import GateStatus, Health, NodeHealth, SweepStatus
+from dtrun.spec.request import BenchSpec, Program, ProgramKind, StepUnits, UnitKind
+from dtrun.sweep.run import Sweep
 from tests.conftest import CLUSTERS
 from tests.factories import fake_run_dir, noise_data, program_run_dir
 from tests.inert import console_problems, html_problems, markdown_problems

@@ -24,12 +24,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from runner.engines.embedded.inventory import local_cluster
-from runner.errors import DtrunError, UnsafeValueError
-from runner.render import shquote
-from runner.spec.cluster import Inventory, SshAccess
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.request import (
+from dtrun.engines.embedded.inventory import local_cluster
+from dtrun.errors import DtrunError, UnsafeValueError
+from dtrun.render import shquote
+from dtrun.spec.cluster import Inventory, SshAccess
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.request import (
     HorovodController,
     LauncherOptions,
     Program,
@@ -239,8 +239,8 @@ YAML_BAD = [
 def test_a_yaml_hosts_value_that_could_break_a_script_is_refused_naming_line_and_field(
     text, line, field
 ):
-    from runner.engines.ssh.hostlines import HostsFileError
-    from runner.engines.ssh.hosts import Defaults, parse_hosts_file
+    from dtrun.engines.ssh.hostlines import HostsFileError
+    from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
 
     with pytest.raises(HostsFileError) as refused:
         parse_hosts_file(text, "hosts.yaml", Defaults(user="me", python_bin="/v/bin"))
@@ -249,8 +249,8 @@ def test_a_yaml_hosts_value_that_could_break_a_script_is_refused_naming_line_and
 
 
 def test_a_jump_host_with_a_password_is_refused_without_printing_it():
-    from runner.engines.ssh.hostlines import HostsFileError
-    from runner.engines.ssh.hosts import Defaults, parse_hosts_file
+    from dtrun.engines.ssh.hostlines import HostsFileError
+    from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
 
     text = 'jump: "bob:S3cretPw@head"\nhosts: [a]\n'
     with pytest.raises(HostsFileError) as refused:
@@ -263,8 +263,8 @@ def test_a_jump_host_with_a_password_is_refused_without_printing_it():
     "text", ["a$(touch${IFS}/tmp/p) slots=1\n", "`id` slots=2\n", "a\x1b[2J slots=1\n", "-x\n"]
 )
 def test_an_mpi_hostfile_host_that_is_no_host_name_is_refused_naming_the_line(text):
-    from runner.engines.ssh.hostlines import HostsFileError
-    from runner.engines.ssh.hosts import Defaults, parse_hosts_file
+    from dtrun.engines.ssh.hostlines import HostsFileError
+    from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
 
     with pytest.raises(HostsFileError, match=r"hostfile, line 1: the host"):
         parse_hosts_file(text, "hostfile", Defaults(user="me", python_bin="/v/bin"))
@@ -283,7 +283,7 @@ def test_an_mpi_hostfile_host_that_is_no_host_name_is_refused_naming_the_line(te
 def test_stack_outputs_with_a_control_character_or_a_bad_name_are_refused(key, value):
     import json
 
-    from runner.cluster.outputs import OutputsError, parse_outputs
+    from dtrun.cluster.outputs import OutputsError, parse_outputs
 
     data = json.loads((TESTS / "data/outputs/v4-h100-azurefiles-created.json").read_text())
     data[key] = value
@@ -295,7 +295,7 @@ def test_stack_outputs_with_a_control_character_or_a_bad_name_are_refused(key, v
 def test_a_known_hosts_line_with_a_line_break_in_the_outputs_is_refused():
     import json
 
-    from runner.cluster.outputs import OutputsError, parse_outputs
+    from dtrun.cluster.outputs import OutputsError, parse_outputs
 
     data = json.loads((TESTS / "data/outputs/v4-h100-azurefiles-created.json").read_text())
     data["known_hosts"] = ["10.0.0.4 ssh-ed25519 AAAA\n10.0.0.5 ssh-ed25519 BBBB"]
@@ -304,8 +304,8 @@ def test_a_known_hosts_line_with_a_line_break_in_the_outputs_is_refused():
 
 
 def test_a_slurm_node_address_that_is_no_address_is_refused():
-    from runner.engines.slurm.allocation import slurm_nodes
-    from runner.errors import InventoryError
+    from dtrun.engines.slurm.allocation import slurm_nodes
+    from dtrun.errors import InventoryError
 
     class Sinfo:
         def check(self, command: list[str], doing: str) -> str:

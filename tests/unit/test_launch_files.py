@@ -16,9 +16,9 @@ from functools import cache
 
 import pytest
 
-from runner.spec.cluster import Accelerator
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.request import (
+from dtrun.spec.cluster import Accelerator
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.request import (
     BenchSpec,
     HorovodController,
     LauncherOptions,

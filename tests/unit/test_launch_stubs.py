@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.engines.embedded.inventory import local_cluster
-from runner.spec.cluster import Inventory, SshAccess
-from runner.spec.request import (
+from dtrun.engines.embedded.inventory import local_cluster
+from dtrun.spec.cluster import Inventory, SshAccess
+from dtrun.spec.request import (
     HorovodController,
     LauncherOptions,
     Program,

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from runner.azure.catalog import SIZES
-from runner.errors import PlanError
-from runner.plan.launchers import LAUNCHERS
-from runner.spec.cluster import SshAccess
-from runner.spec.request import (
+from dtrun.azure.catalog import SIZES
+from dtrun.errors import PlanError
+from dtrun.plan.launchers import LAUNCHERS
+from dtrun.spec.cluster import SshAccess
+from dtrun.spec.request import (
     BenchSpec,
     LauncherOptions,
     Program,
@@ -124,7 +124,7 @@ def test_deepspeed_trains_with_the_zero_stage_asked_and_no_optimizer_block(stage
     assert config["train_micro_batch_size_per_gpu"] == 8
     assert config["bf16"] == {"enabled": False}
     script = plan.launches[0].script
-    assert "--module runner.workloads.train_deepspeed" in script
+    assert "--module dtrun.workloads.train_deepspeed" in script
     assert "--deepspeed-config ds_config.json" in script
 
 
@@ -196,7 +196,7 @@ def test_the_launch_env_wrapper_is_executable_and_runs_the_program_last():
     [wrapper] = [f for f in plan.files if f.name == "launch-env.sh"]
     assert wrapper.mode == 0o755
     last = wrapper.content.rstrip().splitlines()[-1]
-    assert last.startswith('exec /shared/dtrun/venv/bin/python -m runner.workloads.train "$@" ')
+    assert last.startswith('exec /shared/dtrun/venv/bin/python -m dtrun.workloads.train "$@" ')
 
 
 def test_bench_refuses_the_tensorflow_launcher_and_points_to_dtrun_run():

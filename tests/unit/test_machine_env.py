@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from runner import redact
-from runner.cli.common import command_secrets
-from runner.engines.embedded.executor import LocalExecutor
-from runner.redact import REDACTED, Redactor, redact_text, remember_secrets
-from runner.spec.request import BenchSpec
+from dtrun import redact
+from dtrun.cli.common import command_secrets
+from dtrun.engines.embedded.executor import LocalExecutor
+from dtrun.redact import REDACTED, Redactor, redact_text, remember_secrets
+from dtrun.spec.request import BenchSpec
 from tests.factories import fake_run_dir
 
 # What the machine the issue was found on held, and what shapes a run.
@@ -57,7 +57,7 @@ def test_the_manifest_records_only_what_shapes_a_run(planted, tmp_path, fixed_in
 
 
 def test_run_shaping_families_are_chosen_by_name():
-    from runner.plan.machineenv import run_environment
+    from dtrun.plan.machineenv import run_environment
 
     env = {"PYTHONHASHSEED": "0", "PYTHONPATH": "/x", "LD_LIBRARY_PATH": "/l", "HOME": "/h",
            "CUDA_VISIBLE_DEVICES": "0,1", "HOROVOD_FUSION_THRESHOLD": "1", "DS_ACCELERATOR": "cpu",
@@ -69,7 +69,7 @@ def test_run_shaping_families_are_chosen_by_name():
 
 
 def test_an_embedded_node_starts_with_a_login_and_the_machine_s_run_settings():
-    from runner.plan.machineenv import node_environment
+    from dtrun.plan.machineenv import node_environment
 
     env = {**PLANTED, "PATH": "/usr/bin", "HOME": "/home/u", "USER": "u", "TERM": "xterm",
            "TMPDIR": "/scratch", "PYTEST_XDIST_WORKER": "gw0", "EDITOR": "vi"}  # fmt: skip

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from runner.record.manifest import git_revision
+from dtrun.record.manifest import git_revision
 
 
 def _logging_wrapper(bin_dir: Path, name: str, log: Path) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.report.metrics import scaling_rows, trimmed_mean
-from runner.report.results import TrainResult, parse_train_result
+from dtrun.report.metrics import scaling_rows, trimmed_mean
+from dtrun.report.results import TrainResult, parse_train_result
 from tests.factories import train_result
 
 
@@ -76,7 +76,7 @@ def test_node_counts_without_results_have_no_row():
     ],
 )
 def test_algbw_and_busbw_are_nccl_tests_figures(world, algbw, busbw):
-    from runner.workloads.allreduce import bandwidths, bus_factor
+    from dtrun.workloads.allreduce import bandwidths, bus_factor
 
     # 1 GB (1e9 bytes, not GiB) in 0.1 s is 10 GB/s of algorithm bandwidth
     assert bandwidths(1_000_000_000, 0.1, world) == pytest.approx((algbw, busbw))
@@ -86,21 +86,21 @@ def test_algbw_and_busbw_are_nccl_tests_figures(world, algbw, busbw):
 def test_a_gib_in_five_milliseconds_on_eight_ranks():
     """Sizes are powers of 1024 (-b 1G), bandwidths powers of 1000: 1073741824 B / 5 ms =
     214.748 GB/s algbw; x 1.75 = 375.810 GB/s busbw."""
-    from runner.workloads.allreduce import bandwidths
+    from dtrun.workloads.allreduce import bandwidths
 
     algbw, busbw = bandwidths(1024**3, 0.005, 8)
     assert (round(algbw, 3), round(busbw, 3)) == (214.748, 375.810)
 
 
 def test_allreduce_seconds_turns_the_formula_around():
-    from runner.report.losses import allreduce_seconds
+    from dtrun.report.losses import allreduce_seconds
 
     # 64 MB over 4 ranks at 15 GB/s busbw: algbw 10 GB/s, so 6.4 ms
     assert allreduce_seconds(64_000_000, 15.0, 4) == pytest.approx(0.0064)
 
 
 def test_time_to_train_divides_the_first_count_s_time_evenly():
-    from runner.report.metrics import projection
+    from dtrun.report.metrics import projection
 
     rows = scaling_rows(
         {
@@ -125,7 +125,7 @@ def _probed(world: int, tokens_per_s: float, busbw: float) -> TrainResult:
 
 
 def test_where_scaling_is_lost_names_the_network_when_busbw_is_short():
-    from runner.report.losses import where_scaling_is_lost
+    from dtrun.report.losses import where_scaling_is_lost
 
     rows = scaling_rows(
         {
@@ -149,7 +149,7 @@ def test_where_scaling_is_lost_names_the_network_when_busbw_is_short():
 
 
 def test_where_scaling_is_lost_without_a_probe_says_so():
-    from runner.report.losses import where_scaling_is_lost
+    from dtrun.report.losses import where_scaling_is_lost
 
     rows = scaling_rows(
         {
@@ -163,7 +163,7 @@ def test_where_scaling_is_lost_without_a_probe_says_so():
 
 
 def test_expected_busbw_needs_every_gpu_of_the_size():
-    from runner.azure.sizefacts import expected_busbw
+    from dtrun.azure.sizefacts import expected_busbw
 
     one_node = expected_busbw("Standard_ND96asr_v4", 1, 8)
     four_nodes = expected_busbw("Standard_ND96asr_v4", 4, 8)
@@ -175,8 +175,8 @@ def test_expected_busbw_needs_every_gpu_of_the_size():
 
 
 def test_busbw_rows_trim_repeats_and_keep_the_spread():
-    from runner.report.metrics import busbw_rows
-    from runner.report.resultfile import parse_allreduce_result
+    from dtrun.report.metrics import busbw_rows
+    from dtrun.report.resultfile import parse_allreduce_result
     from tests.factories import allreduce_data
 
     runs = [
@@ -198,7 +198,7 @@ def _with(world: int, tokens_per_s: float, busbw: float | None, **fields: object
 
 
 def test_gradient_sync_counts_what_each_strategy_moves():
-    from runner.report.losses import allreduce_seconds, gradient_sync_seconds
+    from dtrun.report.losses import allreduce_seconds, gradient_sync_seconds
 
     one = allreduce_seconds(65536, 2.0, 4)  # 64 KiB * 2(3)/4 / 2 GB/s
     assert one == pytest.approx(65536 * 1.5 / 2e9)
@@ -216,7 +216,7 @@ def test_gradient_sync_counts_what_each_strategy_moves():
 
 
 def test_pipeline_bubble_against_hand_computed_values():
-    from runner.report.metrics import pipeline_bubble
+    from dtrun.report.metrics import pipeline_bubble
 
     assert pipeline_bubble(1, 4) == 0.0
     assert pipeline_bubble(2, 4) == pytest.approx(1 / 5)  # (p-1)/(m+p-1)
@@ -225,7 +225,7 @@ def test_pipeline_bubble_against_hand_computed_values():
 
 
 def test_where_scaling_is_lost_names_a_pipeline_bubble():
-    from runner.report.losses import where_scaling_is_lost
+    from dtrun.report.losses import where_scaling_is_lost
 
     layout = {"strategy": "pipeline", "micro_batches": 2, "data_parallel": 1}
     rows = scaling_rows(

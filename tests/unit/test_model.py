@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from runner.report.losses import allreduce_seconds, where_scaling_is_lost
-from runner.report.metrics import scaling_rows
-from runner.report.model import (
+from dtrun.report.losses import allreduce_seconds, where_scaling_is_lost
+from dtrun.report.metrics import scaling_rows
+from dtrun.report.model import (
     Assumptions,
     Point,
     compute_seconds,
@@ -20,8 +20,8 @@ from runner.report.model import (
     model_gap,
     predict,
 )
-from runner.report.results import TrainResult, parse_train_result
-from runner.spec.request import ScalingMode
+from dtrun.report.results import TrainResult, parse_train_result
+from dtrun.spec.request import ScalingMode
 from tests.factories import GRADIENT_BYTES, result_data
 
 WEAK, STRONG = ScalingMode.WEAK, ScalingMode.STRONG
@@ -157,8 +157,8 @@ def test_a_point_far_above_the_model_is_a_finding():
 def test_the_summary_carries_the_prediction_per_row(tmp_path, fixed_inventory):
     import json
 
-    from runner.report.build import build_report
-    from runner.spec.request import BenchSpec
+    from dtrun.report.build import build_report
+    from dtrun.spec.request import BenchSpec
     from tests.factories import fake_run_dir, html_markdown
 
     bench = BenchSpec(run_id="m1", node_counts=(1, 2))

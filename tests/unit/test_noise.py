@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from runner.record.noise_sample import MachineSample, tree_cpu_s
-from runner.workloads.noise import (
+from dtrun.record.noise_sample import MachineSample, tree_cpu_s
+from dtrun.workloads.noise import (
     STRAGGLER_RATIO,
     CpuTimes,
     Snapshot,

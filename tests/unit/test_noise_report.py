@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from runner.errors import DamagedRunError
-from runner.record.rundir import RunDir, record_machine_noise
-from runner.report.build import build_report
-from runner.report.noise import point_noise
-from runner.report.results import parse_train_result
-from runner.spec.request import BenchSpec
+from dtrun.errors import DamagedRunError
+from dtrun.record.rundir import RunDir, record_machine_noise
+from dtrun.report.build import build_report
+from dtrun.report.noise import point_noise
+from dtrun.report.results import parse_train_result
+from dtrun.spec.request import BenchSpec
 from tests.factories import fake_run_dir, html_markdown, noise_data, result_data
 
 NODES = ["node-0", "node-1"]
@@ -187,7 +187,7 @@ def test_a_damaged_noise_figure_is_refused_naming_the_field(tmp_path, fixed_inve
 def test_dtrun_report_prints_each_unreliable_point_under_its_table(tmp_path, fixed_inventory):
     from typer.testing import CliRunner
 
-    from runner.cli.app import app
+    from dtrun.cli.app import app
 
     slow = quiet(probe_s=(0.030, 0.048))
     run_dir = build(tmp_path, fixed_inventory, {1: [quiet(["node-0"], ())], 2: [slow]})

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from runner.cli.parse import check_run_id, new_run_id, parse_command, parse_env, parse_node_counts
-from runner.errors import UsageError
-from runner.spec.request import Program, ProgramKind, RunSpec
+from dtrun.cli.parse import check_run_id, new_run_id, parse_command, parse_env, parse_node_counts
+from dtrun.errors import UsageError
+from dtrun.spec.request import Program, ProgramKind, RunSpec
 
 
 def test_node_counts_are_sorted_and_deduplicated():

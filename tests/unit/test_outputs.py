@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from runner.azure.config import cluster_spec
-from runner.cluster.outputs import (
+from dtrun.azure.config import cluster_spec
+from dtrun.cluster.outputs import (
     OUTPUTS_VERSION,
     OutputsError,
     inventory_from_stack,
     parse_outputs,
     parse_registry_entry,
 )
-from runner.spec.cluster import Accelerator
+from dtrun.spec.cluster import Accelerator
 from tests.paths import TESTS
 
 DATA = TESTS / "data"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli.app import app
-from runner.engines.embedded.inventory import oversubscription
-from runner.spec.cluster import exceeds_cores
+from dtrun.cli.app import app
+from dtrun.engines.embedded.inventory import oversubscription
+from dtrun.spec.cluster import exceeds_cores
 
 WARNING = "warning: the embedded cluster runs"
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from runner.cluster.peers import PEER_SSH, PeerSshError, check_peers, check_script
-from runner.engines.embedded.inventory import local_cluster
-from runner.engines.ssh.hosts import Defaults, parse_hosts_file
-from runner.execute import Answer
-from runner.spec.cluster import Inventory, SshAccess
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.request import Program, ProgramKind, RunSpec
+from dtrun.cluster.peers import PEER_SSH, PeerSshError, check_peers, check_script
+from dtrun.engines.embedded.inventory import local_cluster
+from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+from dtrun.execute import Answer
+from dtrun.spec.cluster import Inventory, SshAccess
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.request import Program, ProgramKind, RunSpec
 from tests import sshd
 from tests.conftest import require_tool
 from tests.e2e.test_ssh import PYTHON_BIN

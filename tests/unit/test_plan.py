@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from runner.errors import PlanError
-from runner.plan.resolve import resolve_bench
-from runner.spec.cluster import Accelerator, Inventory
-from runner.spec.request import AllreduceSpec, BenchSpec, HealthGate, ModelSpec, ScalingMode
+from dtrun.errors import PlanError
+from dtrun.plan.resolve import resolve_bench
+from dtrun.spec.cluster import Accelerator, Inventory
+from dtrun.spec.request import AllreduceSpec, BenchSpec, HealthGate, ModelSpec, ScalingMode
 from tests.plans import build_plan
 
 
@@ -165,7 +165,7 @@ def test_the_allreduce_workload_runs_the_same_module_under_every_pytorch_launche
         plan = build_plan(fixed_inventory, replace(bench, launcher=launcher), 2)
         scripts = "".join(launch.script for launch in plan.launches)
         scripts += "".join(file.content for file in plan.files)  # mpirun's launch-env.sh
-        assert re.search(r"(-m|--module) runner\.workloads\.allreduce", scripts)
+        assert re.search(r"(-m|--module) dtrun\.workloads\.allreduce", scripts)
         assert "--sizes 1M,16M --dtype float32 --warmup 5 --iters 7 --device cpu" in scripts
         assert "--deepspeed-config" not in scripts  # no engine: no DeepSpeed config
         assert all(f.name != "ds_config.json" for f in plan.files)
@@ -187,8 +187,8 @@ def test_training_launches_probe_busbw_unless_told_not_to(fixed_inventory, spec)
 
 
 def test_resolving_names_the_launcher_framework_and_every_point_once(spec):
-    from runner.plan.strategies import STRATEGIES
-    from runner.spec.request import Framework, LauncherName
+    from dtrun.plan.strategies import STRATEGIES
+    from dtrun.spec.request import Framework, LauncherName
 
     strong = replace(
         spec, launcher="deepspeed", mode=ScalingMode.STRONG, node_counts=(1, 2, 4), batch=8
@@ -197,7 +197,7 @@ def test_resolving_names_the_launcher_framework_and_every_point_once(spec):
     assert resolved.launch.name is LauncherName.DEEPSPEED
     assert resolved.strategy is STRATEGIES["zero2"]  # the deepspeed launcher's own way to train
     assert resolved.framework is Framework.DEEPSPEED
-    assert resolved.module == "runner.workloads.train_deepspeed"
+    assert resolved.module == "dtrun.workloads.train_deepspeed"
     assert [(p.nodes, p.world_size, p.batch_per_replica) for p in resolved.points] == [
         (1, 1, 8), (2, 2, 4), (4, 4, 2),
     ]  # fmt: skip

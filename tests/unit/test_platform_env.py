@@ -16,9 +16,9 @@ from functools import cache
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli.app import app
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.request import PlatformEnv, Program, ProgramKind, RunSpec
+from dtrun.cli.app import app
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.request import PlatformEnv, Program, ProgramKind, RunSpec
 from tests.conftest import CLUSTERS, require_tool
 from tests.plans import build_run_plan
 from tests.unit.test_launchers import exports

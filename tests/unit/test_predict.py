@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli.app import app
-from runner.errors import UsageError
-from runner.predict.inputs import description, read_description
-from runner.predict.model import (
+from dtrun.cli.app import app
+from dtrun.errors import UsageError
+from dtrun.predict.inputs import description, read_description
+from dtrun.predict.model import (
     SPREAD_SDS,
     Comm,
     Measured,
@@ -25,9 +25,9 @@ from runner.predict.model import (
     posterior,
     step_bound,
 )
-from runner.predict.predict import predict
-from runner.predict.prior import PRIORS
-from runner.spec.request import ScalingMode
+from dtrun.predict.predict import predict
+from dtrun.predict.prior import PRIORS
+from dtrun.spec.request import ScalingMode
 
 ISSUE_EXAMPLE = """\
 procs_per_node: 8            # GPUs (ranks) per node
@@ -409,9 +409,9 @@ def test_bad_options_are_one_message_and_exit_2(tmp_path: Path, monkeypatch, arg
 def test_a_run_s_report_says_what_2x_and_4x_its_largest_node_count_would_give(
     tmp_path: Path, fixed_inventory
 ):
-    from runner.azure.prices import Price
-    from runner.report.build import build_report
-    from runner.spec.request import BenchSpec
+    from dtrun.azure.prices import Price
+    from dtrun.report.build import build_report
+    from dtrun.spec.request import BenchSpec
     from tests.factories import fake_run_dir, html_markdown
 
     bench = BenchSpec(run_id="r", node_counts=(1, 2), repeat=2)
@@ -455,11 +455,11 @@ def test_a_program_s_prediction_counts_its_sharding_as_the_report_s_sync_does(
     # one all-reduce where the report's losses (sync_factor) count 1.5
     from dataclasses import replace
 
-    from runner.report.build import analyse
-    from runner.report.losses import sync_factor
-    from runner.report.predicted import from_report
-    from runner.report.results import PROGRAM_STRATEGY
-    from runner.spec.request import BenchSpec
+    from dtrun.report.build import analyse
+    from dtrun.report.losses import sync_factor
+    from dtrun.report.predicted import from_report
+    from dtrun.report.results import PROGRAM_STRATEGY
+    from dtrun.spec.request import BenchSpec
     from tests.factories import fake_run_dir
 
     run = fake_run_dir(tmp_path / "r", BenchSpec(run_id="r", node_counts=(1, 2)),
@@ -475,8 +475,8 @@ def test_a_program_s_prediction_counts_its_sharding_as_the_report_s_sync_does(
 
 
 def test_a_prediction_from_the_embedded_cluster_says_whose_growth_it_is(tmp_path: Path):
-    from runner.engines.embedded.inventory import local_cluster
-    from runner.spec.request import BenchSpec
+    from dtrun.engines.embedded.inventory import local_cluster
+    from dtrun.spec.request import BenchSpec
     from tests.factories import fake_run_dir
 
     embedded = local_cluster(2, python_bin="/v/bin", code_dir="/c", cpu_count=4)
@@ -488,7 +488,7 @@ def test_a_prediction_from_the_embedded_cluster_says_whose_growth_it_is(tmp_path
 
 
 def test_predict_refuses_a_run_with_one_node_count(tmp_path: Path, fixed_inventory):
-    from runner.spec.request import BenchSpec
+    from dtrun.spec.request import BenchSpec
     from tests.factories import fake_run_dir
 
     run = fake_run_dir(tmp_path / "r", BenchSpec(run_id="r", node_counts=(1,)), fixed_inventory,
@@ -502,8 +502,8 @@ def test_predict_and_the_report_show_one_efficiency_per_point(tmp_path: Path, fi
     # two 2-node launches of 0.1 s and 0.2 s steps: the report's statistic (tokens/s at each
     # launch's median step, mean over launches) gives 75%; the median of the launches' median
     # step times gave `dtrun predict` 67% for the same point
-    from runner.report.build import build_report
-    from runner.spec.request import BenchSpec
+    from dtrun.report.build import build_report
+    from dtrun.spec.request import BenchSpec
     from tests.factories import fake_run_dir
 
     bench = BenchSpec(run_id="r", node_counts=(1, 2), repeat=2)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from runner.predict.inputs import yaml_loader
-from runner.predict.learn import fit_entries, module
+from dtrun.predict.inputs import yaml_loader
+from dtrun.predict.learn import fit_entries, module
 from tests.paths import REPO
 
 DATA = REPO / "docs" / "prediction-data.yaml"

@@ -22,11 +22,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from runner.cli.app import app
-from runner.predict.inputs import description, yaml_loader
-from runner.predict.learn import SERVER
-from runner.predict.model import Measured, efficiency
-from runner.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5
+from dtrun.cli.app import app
+from dtrun.predict.inputs import description, yaml_loader
+from dtrun.predict.learn import SERVER
+from dtrun.predict.model import Measured, efficiency
+from dtrun.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5
 from tests.paths import REPO
 
 DOCS = REPO / "docs"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from runner.cluster.program import check_program, program_script
-from runner.errors import UsageError
-from runner.execute import Answer
-from runner.spec.cluster import Node
-from runner.spec.request import Program, ProgramKind
+from dtrun.cluster.program import check_program, program_script
+from dtrun.errors import UsageError
+from dtrun.execute import Answer
+from dtrun.spec.cluster import Node
+from dtrun.spec.request import Program, ProgramKind
 
 NODES = (Node("node-0", "127.0.0.2", 1), Node("node-1", "127.0.0.3", 1))
 

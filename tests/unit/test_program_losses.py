@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from runner.report.build import analyse, build_report
-from runner.report.losses import allreduce_seconds
-from runner.spec.request import BenchSpec, Program, ProgramKind
+from dtrun.report.build import analyse, build_report
+from dtrun.report.losses import allreduce_seconds
+from dtrun.spec.request import BenchSpec, Program, ProgramKind
 from tests.factories import GRADIENT_BYTES, program_run_dir
 
 PROGRAM = Program(ProgramKind.SCRIPT, "/w/train.py")

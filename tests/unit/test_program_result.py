@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from runner.engines.embedded.inventory import local_cluster
-from runner.errors import ResultError
-from runner.plan.resolve import resolve_bench
-from runner.plan.sweep import plan_sweep
-from runner.report.resultfile import parse_result
-from runner.report.results import ProgramFacts, TrainResult
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.request import BenchSpec, Program, ProgramKind, ScalingMode, StepUnits, UnitKind
-from runner.sweep.programresult import pattern_steps, program_result, read_step_files
+from dtrun.engines.embedded.inventory import local_cluster
+from dtrun.errors import ResultError
+from dtrun.plan.resolve import resolve_bench
+from dtrun.plan.sweep import plan_sweep
+from dtrun.report.resultfile import parse_result
+from dtrun.report.results import ProgramFacts, TrainResult
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.request import BenchSpec, Program, ProgramKind, ScalingMode, StepUnits, UnitKind
+from dtrun.sweep.programresult import pattern_steps, program_result, read_step_files
 
 PROGRAM = Program(ProgramKind.SCRIPT, "/w/train.py")
 
@@ -184,7 +184,7 @@ def timed(rank: int, compute_s: float) -> dict[str, Any]:
 
 
 def test_each_rank_s_time_to_its_last_gradient_names_a_slow_rank_and_its_host():
-    from runner.report.noise import point_noise
+    from dtrun.report.noise import point_noise
 
     bench = spec()
     data = program_result(bench, plan(bench), {0: timed(0, 0.05), 1: timed(1, 0.08)}, 9.0)
@@ -202,7 +202,7 @@ def test_each_rank_s_time_to_its_last_gradient_names_a_slow_rank_and_its_host():
 
 
 def test_ranks_alike_to_their_last_gradient_name_no_one():
-    from runner.report.noise import point_noise
+    from dtrun.report.noise import point_noise
 
     bench = spec()
     data = program_result(bench, plan(bench), {0: timed(0, 0.05), 1: timed(1, 0.055)}, 9.0)
@@ -269,7 +269,7 @@ def test_a_torch_without_global_step_hooks_says_the_hook_could_not_register():
 
 def test_a_slow_rank_whose_extra_time_is_a_sliver_of_the_step_is_not_named():
     """1.6x of 5 ms is 3 ms of a 150 ms step: scheduling jitter, costing the step nothing."""
-    from runner.report.noise import point_noise
+    from dtrun.report.noise import point_noise
 
     bench = spec()
     data = program_result(bench, plan(bench), {0: timed(0, 0.005), 1: timed(1, 0.008)}, 9.0)

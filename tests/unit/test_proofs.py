@@ -10,7 +10,7 @@ import subprocess
 import sys
 from typing import Any
 
-from runner.workloads.pipeline_proof import Layout, pipeline_proof
+from dtrun.workloads.pipeline_proof import Layout, pipeline_proof
 from tests.paths import REPO
 
 ROOT = REPO

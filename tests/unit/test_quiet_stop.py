@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from runner.cli import common
+from dtrun.cli import common
 
 
 def test_node_lines_reach_the_console_until_the_nodes_are_being_stopped(monkeypatch):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from runner.redact import (
+from dtrun.redact import (
     REDACTED,
     Redactor,
     is_secret_name,
@@ -19,7 +19,7 @@ from runner.redact import (
     secret_values,
     secrets_in_environment,
 )
-from runner.spec.request import Program, ProgramKind, RunSpec
+from dtrun.spec.request import Program, ProgramKind, RunSpec
 from tests.secret_shapes import ENCODINGS, ENV, MACHINE, PROGRAM_ARGS, SHAPES, leaks, planted
 
 SPEC = RunSpec("r", env=ENV, program=Program(ProgramKind.SCRIPT, "t.py", PROGRAM_ARGS))

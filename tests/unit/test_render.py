@@ -8,8 +8,8 @@ from dataclasses import replace
 import jinja2
 import pytest
 
-from runner.render import render, shquote
-from runner.spec.request import BenchSpec, ModelSpec, ScalingMode
+from dtrun.render import render, shquote
+from dtrun.spec.request import BenchSpec, ModelSpec, ScalingMode
 from tests.conftest import require_tool
 from tests.plans import build_plan
 

@@ -10,12 +10,12 @@ import signal
 import psutil
 import pytest
 
-from runner.record.rundir import RunDir
-from runner.report.build import build_report
-from runner.report.builder import ReportBuilder, autogroup_nice
-from runner.report.metrics import scaling_rows
-from runner.spec.outcome import SweepStatus
-from runner.spec.request import BenchSpec, ScalingMode
+from dtrun.record.rundir import RunDir
+from dtrun.report.build import build_report
+from dtrun.report.builder import ReportBuilder, autogroup_nice
+from dtrun.report.metrics import scaling_rows
+from dtrun.spec.outcome import SweepStatus
+from dtrun.spec.request import BenchSpec, ScalingMode
 from tests.factories import fake_run_dir, html_markdown, train_result
 from tests.paths import REPO
 
@@ -194,8 +194,8 @@ def test_an_allreduce_sweep_reports_busbw_by_node_count_and_size(tmp_path, fixed
 
 
 def test_the_health_gate_verdict_is_in_the_report(tmp_path, fixed_inventory):
-    from runner.record.rundir import write_health
-    from runner.spec.outcome import GateStatus, Health, NodeHealth
+    from dtrun.record.rundir import write_health
+    from dtrun.spec.outcome import GateStatus, Health, NodeHealth
 
     bench = BenchSpec(run_id="r12")
     run_dir = fake_run_dir(tmp_path / "r12", bench, fixed_inventory, {1: [1000]})
@@ -396,7 +396,7 @@ def test_rebuilding_a_report_with_bootstrap_intervals_gives_the_same_files(
 def test_plot_axes_separate_thousands(monkeypatch):
     from matplotlib.figure import Figure
 
-    from runner.report import plots
+    from dtrun.report import plots
 
     drawn: list[Figure] = []
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from runner.render import code_block
-from runner.report.build import build_report
-from runner.spec.outcome import SweepStatus
-from runner.spec.request import BenchSpec
+from dtrun.render import code_block
+from dtrun.report.build import build_report
+from dtrun.spec.outcome import SweepStatus
+from dtrun.spec.request import BenchSpec
 from tests.factories import fake_run_dir
 
 HOSTILE = "node-1 said:\n```\n# Verdict\n\n| 2 | scales |\n````\n[click](http://evil.example)"

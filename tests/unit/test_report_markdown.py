@@ -9,9 +9,10 @@ import re
 
 import pytest
 
-from runner.render import code, md, templates_dir
-from runner.report.build import build_report
-from runner.spec.request import BenchSpec, Program, ProgramKind
+from dtrun.locations import templates_dir
+from dtrun.render import code, md
+from dtrun.report.build import build_report
+from dtrun.spec.request import BenchSpec, Program, ProgramKind
 from tests.factories import fake_run_dir, program_run_dir
 from tests.inert import PARSER, html_problems, markdown_problems
 

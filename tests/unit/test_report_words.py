@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.record.rundir import RunDir
-from runner.report.build import build_report
+from dtrun.record.rundir import RunDir
+from dtrun.report.build import build_report
 from tests.paths import TESTS
 
 SWEEPS = TESTS / "data" / "sweeps"

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from runner.errors import UsageError
-from runner.record.resume import read_spec
-from runner.record.rundir import RunDir, write_manifest
-from runner.spec.request import BenchSpec
+from dtrun.errors import UsageError
+from dtrun.record.resume import read_spec
+from dtrun.record.rundir import RunDir, write_manifest
+from dtrun.spec.request import BenchSpec
 from tests.conftest import run_dtrun
 from tests.unit.test_peers import ssh_cluster
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.record.rundir import RunDir, write_manifest
-from runner.record.runsfile import write_runs
-from runner.spec.outcome import RunResult, RunStatus, SweepStatus
-from runner.spec.request import BenchSpec, Program, ProgramKind
+from dtrun.record.rundir import RunDir, write_manifest
+from dtrun.record.runsfile import write_runs
+from dtrun.spec.outcome import RunResult, RunStatus, SweepStatus
+from dtrun.spec.request import BenchSpec, Program, ProgramKind
 from tests.conftest import DTRUN, run_dtrun
 from tests.unit.test_peers import ssh_cluster
 
@@ -136,7 +136,7 @@ def test_the_builtin_workload_without_env_is_not_asked_about(tmp_path):
 
 
 def test_an_approval_is_bound_to_the_record_and_its_place(tmp_path):
-    from runner.cli.approval import NotApproved, approve, record_digest
+    from dtrun.cli.approval import NotApproved, approve, record_digest
 
     store = tmp_path / "approved"
     asked: list[str] = []
@@ -160,7 +160,7 @@ def test_an_approval_is_bound_to_the_record_and_its_place(tmp_path):
 
 
 def test_the_approvals_live_in_the_users_config():
-    from runner.cli.approval import approvals_file
+    from dtrun.cli.approval import approvals_file
 
     assert approvals_file({"XDG_CONFIG_HOME": "/cfg"}) == Path("/cfg/dtrun/approved")
     home = Path.home() / ".config" / "dtrun" / "approved"
@@ -169,7 +169,7 @@ def test_the_approvals_live_in_the_users_config():
 
 
 def test_an_unreadable_store_asks_again_and_a_link_is_not_followed(tmp_path):
-    from runner.cli.approval import approve
+    from dtrun.cli.approval import approve
 
     target = tmp_path / "elsewhere"
     target.write_text("keep\n")

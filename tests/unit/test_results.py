@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from runner.errors import ResultError
-from runner.report.resultfile import load_train_result
-from runner.report.results import TRAIN_SCHEMA, parse_train_result
-from runner.workloads import gpt, result
+from dtrun.errors import ResultError
+from dtrun.report.resultfile import load_train_result
+from dtrun.report.results import TRAIN_SCHEMA, parse_train_result
+from dtrun.workloads import gpt, result
 from tests.factories import result_data
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.errors import UsageError
-from runner.record.resume import from_dict, read_resume
-from runner.record.rundir import RunDir, record_resume, write_manifest
-from runner.record.runsfile import write_runs
-from runner.spec.outcome import NodeResult, RunResult, RunStatus, SuccessRule, SweepStatus
-from runner.spec.request import (
+from dtrun.errors import UsageError
+from dtrun.record.resume import from_dict, read_resume
+from dtrun.record.rundir import RunDir, record_resume, write_manifest
+from dtrun.record.runsfile import write_runs
+from dtrun.spec.outcome import NodeResult, RunResult, RunStatus, SuccessRule, SweepStatus
+from dtrun.spec.request import (
     BenchSpec,
     LauncherOptions,
     PipelineSchedule,

@@ -10,15 +10,15 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from runner import redact
-from runner.cli.app import app
-from runner.plan.resolve import resolve_bench
-from runner.record.rundir import write_manifest
-from runner.redact import REDACTED, Redactor, redact_args, secret_args
-from runner.report.build import build_report
-from runner.spec.request import BenchSpec, Program, ProgramKind
-from runner.store.s3 import S3Store
-from runner.store.url import parse_results_url
+from dtrun import redact
+from dtrun.cli.app import app
+from dtrun.plan.resolve import resolve_bench
+from dtrun.record.rundir import write_manifest
+from dtrun.redact import REDACTED, Redactor, redact_args, secret_args
+from dtrun.report.build import build_report
+from dtrun.spec.request import BenchSpec, Program, ProgramKind
+from dtrun.store.s3 import S3Store
+from dtrun.store.url import parse_results_url
 from tests.aws import BUCKET, stored
 from tests.factories import program_run_dir
 from tests.secret_shapes import ENCODINGS, GENERATED, every_encoding, leaks, planted

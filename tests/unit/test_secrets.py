@@ -15,13 +15,13 @@ import pytest
 from moto.core.authorization import enable_iam_authentication
 from typer.testing import CliRunner
 
-from runner import redact
-from runner.cli.app import app
-from runner.errors import UploadError
-from runner.redact import Redactor
-from runner.store.base import files_to_upload
-from runner.store.s3 import S3Store
-from runner.store.url import parse_results_url
+from dtrun import redact
+from dtrun.cli.app import app
+from dtrun.errors import UploadError
+from dtrun.redact import Redactor
+from dtrun.store.base import files_to_upload
+from dtrun.store.s3 import S3Store
+from dtrun.store.url import parse_results_url
 from tests.aws import BUCKET, LIST_ONLY, stored, user_keys
 from tests.secret_shapes import (
     CREDENTIALS,
@@ -133,8 +133,8 @@ def _run_dir_holding_every_shape(tmp_path: Path) -> Path:
 
 
 def _table_secrets() -> list[str]:
-    from runner.redact import secrets_in_environment
-    from runner.spec.request import Program, ProgramKind, RunSpec
+    from dtrun.redact import secrets_in_environment
+    from dtrun.spec.request import Program, ProgramKind, RunSpec
 
     spec = RunSpec("r1", env=ENV, program=Program(ProgramKind.SCRIPT, "t.py", PROGRAM_ARGS))
     return [*spec.secrets(), *secrets_in_environment(dict(MACHINE))]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.workloads.sizes import format_size, message_sizes, parse_size
+from dtrun.workloads.sizes import format_size, message_sizes, parse_size
 
 
 def test_sizes_are_powers_of_1024():
@@ -40,7 +40,7 @@ def test_formatting_gives_the_shortest_exact_spelling():
 
 
 def test_the_probe_doubles_up_to_the_gradient_and_ends_on_it():
-    from runner.workloads.sizes import probe_sizes
+    from dtrun.workloads.sizes import probe_sizes
 
     assert probe_sizes(2_144_256, "cpu") == [4096 * 2**k for k in range(9)] + [
         2_144_256

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.engines.slurm.allocation import (
+from dtrun.engines.slurm.allocation import (
     allocation_request,
     cpus_per_node,
     gpus_of,
@@ -20,18 +20,18 @@ from runner.engines.slurm.allocation import (
     slurm_inventory,
     slurm_nodes,
 )
-from runner.engines.slurm.executor import SlurmExecutor, _Step, step_command, wrapper
-from runner.engines.slurm.fault import Heard
-from runner.engines.slurm.lease import hold_script
-from runner.engines.slurm.shell import SlurmShell, step_guard
-from runner.errors import NodeFailedError
-from runner.execute.guard import drop_guard
-from runner.plan.launchfiles import What, plan_launch
-from runner.plan.resolve import resolve_run
-from runner.spec.cluster import Node
-from runner.spec.outcome import SuccessRule
-from runner.spec.request import Program, ProgramKind, RunSpec
-from runner.spec.slurmrequest import SlurmRequest
+from dtrun.engines.slurm.executor import SlurmExecutor, _Step, step_command, wrapper
+from dtrun.engines.slurm.fault import Heard
+from dtrun.engines.slurm.lease import hold_script
+from dtrun.engines.slurm.shell import SlurmShell, step_guard
+from dtrun.errors import NodeFailedError
+from dtrun.execute.guard import drop_guard
+from dtrun.plan.launchfiles import What, plan_launch
+from dtrun.plan.resolve import resolve_run
+from dtrun.spec.cluster import Node
+from dtrun.spec.outcome import SuccessRule
+from dtrun.spec.request import Program, ProgramKind, RunSpec
+from dtrun.spec.slurmrequest import SlurmRequest
 from tests.conftest import require_tool
 from tests.paths import TESTS
 
@@ -199,9 +199,9 @@ def test_a_stack_without_slurm_is_refused_with_what_to_set(tmp_path):
 
 
 def test_a_node_that_does_not_see_the_run_directory_is_a_clear_usage_error(tmp_path):
-    from runner.engines.slurm.executor import SlurmExecutor
-    from runner.engines.slurm.shell import SlurmShell
-    from runner.errors import UsageError
+    from dtrun.engines.slurm.executor import SlurmExecutor
+    from dtrun.engines.slurm.shell import SlurmShell
+    from dtrun.errors import UsageError
 
     step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None)
     step.line(b"1: dtrun: the run directory /home/u/runs/r1/launch is not on gpu02\n")

@@ -14,10 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.engines.slurm.lease import Lease, hold_script, lease_seconds
-from runner.engines.slurm.shell import SlurmShell
-from runner.errors import RunError, UsageError
-from runner.spec.slurmrequest import DEFAULT_LEASE_S
+from dtrun.engines.slurm.lease import Lease, hold_script, lease_seconds
+from dtrun.engines.slurm.shell import SlurmShell
+from dtrun.errors import RunError, UsageError
+from dtrun.spec.slurmrequest import DEFAULT_LEASE_S
 
 LEASE_S = 6  # and the script polls every 2 s (hold_script's poll_s, for a quick test)
 

@@ -14,20 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from runner.engines.spark.executor import driver_failure, node_failure, node_results
-from runner.engines.spark.failures import (
+from dtrun.engines.spark.executor import driver_failure, node_failure, node_results
+from dtrun.engines.spark.failures import (
     FAILURE_FILE,
     executor_wait_s,
     master_unreachable,
     task_failure,
     write_failure,
 )
-from runner.engines.spark.inventory import executors, spark_inventory
-from runner.engines.spark.node import contract_from_horovod, executor_address, node_main
-from runner.errors import NodeFailedError, PlanError, UsageError
-from runner.plan.launchers.spark import SPARK_CONFIG
-from runner.spec.cluster import Node
-from runner.spec.launchplan import LaunchPlan, NodeLaunch
+from dtrun.engines.spark.inventory import executors, spark_inventory
+from dtrun.engines.spark.node import contract_from_horovod, executor_address, node_main
+from dtrun.errors import NodeFailedError, PlanError, UsageError
+from dtrun.plan.launchers.spark import SPARK_CONFIG
+from dtrun.spec.cluster import Node
+from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
 from tests.conftest import ended
 from tests.paths import REPO
 from tests.plans import build_run_plan
@@ -180,7 +180,7 @@ def test_the_node_script_records_the_executor_address_when_known(tmp_path):
 RANK_PROCESS = """\
 import os, signal, sys, threading, time
 from pathlib import Path
-from runner.engines.spark.node import node_main
+from dtrun.engines.spark.node import node_main
 
 where = Path(sys.argv[1])
 
@@ -317,7 +317,7 @@ def test_the_executor_wait_is_bounded_and_checked(value, ok):
 def test_a_local_cluster_gets_a_spark_home_of_its_own_whose_work_is_not_pyspark_s(
     tmp_path, monkeypatch
 ):
-    from runner.engines.spark.driver import own_spark_home
+    from dtrun.engines.spark.driver import own_spark_home
 
     real = tmp_path / "pyspark"
     for name in ("bin", "jars", "work"):
@@ -333,7 +333,7 @@ def test_a_local_cluster_gets_a_spark_home_of_its_own_whose_work_is_not_pyspark_
 
 
 def test_the_executors_logs_go_to_the_launch_that_started_the_application(tmp_path):
-    from runner.engines.spark.driver import keep_work
+    from dtrun.engines.spark.driver import keep_work
 
     work = tmp_path / "work"
     (work / "app-1" / "0").mkdir(parents=True)
@@ -345,7 +345,7 @@ def test_the_executors_logs_go_to_the_launch_that_started_the_application(tmp_pa
 
 
 def test_a_link_where_the_executors_logs_go_is_not_followed(tmp_path):
-    from runner.engines.spark.driver import keep_work
+    from dtrun.engines.spark.driver import keep_work
 
     work = tmp_path / "work"
     (work / "app-1").mkdir(parents=True)
@@ -393,7 +393,7 @@ def test_a_launch_whose_tasks_all_run_on_fewer_executors_is_not_starved(
     """4 tasks on 2 executors of 2 cores (a standalone worker's executor takes every core): the
     barrier stage runs, and the executor watch must not cancel it; with no task running after
     the wait it does."""
-    from runner.engines.spark import driver
+    from dtrun.engines.spark import driver
 
     run = driver.Driver("spark://127.0.0.40:7177", tmp_path)
     run.spark = _spark_with(_Tracker(executors, running))

@@ -11,9 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-import runner
-from runner.engines.spark.app import AppTimeout, SparkApp
-from runner.engines.spark.shipping import SHIPPED, build_zip, shipped_root
+import dtrun
+from dtrun.engines.spark.app import AppTimeout, SparkApp
+from dtrun.engines.spark.shipping import SHIPPED, build_zip, shipped_root
 
 # A stand-in driver: answers each launch with its directory's `code` file, ignores a launch of
 # a directory holding `hang` until cancelled, and says which of its process it is.
@@ -98,11 +98,11 @@ def test_closing_the_application_leaves_none_of_its_processes(tmp_path):
 
 
 def test_the_shipped_zip_alone_imports_the_node_code_and_knows_it_came_from_it(tmp_path):
-    shipped = build_zip(Path(runner.__file__).resolve().parent, tmp_path)
+    shipped = build_zip(Path(dtrun.__file__).resolve().parent, tmp_path)
     assert shipped.name == SHIPPED
     probe = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import runner.engines.spark.node as node; "
-        "from runner.engines.spark.shipping import shipped_root; print(shipped_root(node.__file__))"
+        "import sys; sys.path.insert(0, sys.argv[1]); import dtrun.engines.spark.node as node; "
+        "from dtrun.engines.spark.shipping import shipped_root; print(shipped_root(node.__file__))"
     )
     # -I -S: no PYTHONPATH, no site-packages (dtrun's editable install): only the zip
     done = subprocess.run(
@@ -111,4 +111,4 @@ def test_the_shipped_zip_alone_imports_the_node_code_and_knows_it_came_from_it(t
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(shipped)
-    assert shipped_root(runner.__file__) is None  # imported from a directory here
+    assert shipped_root(dtrun.__file__) is None  # imported from a directory here

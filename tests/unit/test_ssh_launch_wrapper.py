@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runner.engines.ssh.remote import launch_command
-from runner.execute.guard import TAG
+from dtrun.engines.ssh.remote import launch_command
+from dtrun.execute.guard import TAG
 from tests.conftest import launch_processes, require_tool, wait_for
 
 ONE_LINE = r"""exec sh -c 'eval "\$\(printf %s ([A-Za-z0-9+/=]+) \| base64 -d\)"'"""

@@ -16,9 +16,9 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from runner.engines.ssh.session import SshError, lost_connection
-from runner.engines.ssh.transfer import put_script
-from runner.spec.cluster import Node
+from dtrun.engines.ssh.session import SshError, lost_connection
+from dtrun.engines.ssh.transfer import put_script
+from dtrun.spec.cluster import Node
 from tests import sshd
 from tests.e2e.test_ssh import hosts_file_text
 from tests.sshd import SshCluster

@@ -10,13 +10,13 @@ import stat
 import pytest
 from typer.testing import CliRunner
 
-import runner.azure.stack as azure_stack
-from runner.azure.config import cluster_spec
-from runner.azure.stack import Outputs
-from runner.cli.app import app
-from runner.cli.session import expiry_notice
-from runner.cli.stack import _save_private
-from runner.cluster.outputs import parse_outputs
+import dtrun.azure.stack as azure_stack
+from dtrun.azure.config import cluster_spec
+from dtrun.azure.stack import Outputs
+from dtrun.cli.app import app
+from dtrun.cli.session import expiry_notice
+from dtrun.cli.stack import _save_private
+from dtrun.cluster.outputs import parse_outputs
 from tests.paths import TESTS
 
 OUTPUTS = TESTS / "data" / "outputs"

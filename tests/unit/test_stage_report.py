@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from runner.errors import ResultError
-from runner.report.build import build_report
-from runner.report.results import parse_train_result
-from runner.spec.request import BenchSpec, ModelSpec, StageSplit, StrategySpec
-from runner.workloads.stagecost import Shape, shares, stage_costs
+from dtrun.errors import ResultError
+from dtrun.report.build import build_report
+from dtrun.report.results import parse_train_result
+from dtrun.spec.request import BenchSpec, ModelSpec, StageSplit, StrategySpec
+from dtrun.workloads.stagecost import Shape, shares, stage_costs
 from tests.factories import fake_run_dir, result_data
 
 MODEL = ModelSpec(layers=8, d_model=128, heads=4, seq_len=64, vocab=8000)

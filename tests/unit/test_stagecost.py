@@ -11,9 +11,9 @@ import random
 import pytest
 import torch
 
-from runner.workloads import gpt
-from runner.workloads.pipeline_stage import GPTStage
-from runner.workloads.stagecost import (
+from dtrun.workloads import gpt
+from dtrun.workloads.pipeline_stage import GPTStage
+from dtrun.workloads.stagecost import (
     Cost,
     Pieces,
     Shape,

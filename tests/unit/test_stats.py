@@ -16,8 +16,8 @@ from dataclasses import replace
 
 import pytest
 
-from runner.report.metrics import scaling_rows
-from runner.report.stats import (
+from dtrun.report.metrics import scaling_rows
+from dtrun.report.stats import (
     ONE_LAUNCH,
     Verdict,
     judge,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.errors import UsageError
-from runner.plan.steppattern import compile_step_pattern, searchable, step_matcher
+from dtrun.errors import UsageError
+from dtrun.plan.steppattern import compile_step_pattern, searchable, step_matcher
 from tests.conftest import run_dtrun
 
 

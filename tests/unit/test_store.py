@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from moto.core.authorization import enable_iam_authentication
 
-from runner.errors import StoreError, UploadError, UsageError
-from runner.store.base import UploadProgress, files_to_upload
-from runner.store.s3 import STORES, S3Store
-from runner.store.url import SCHEMES, StoreUrl, parse_results_url
+from dtrun.errors import StoreError, UploadError, UsageError
+from dtrun.store.base import UploadProgress, files_to_upload
+from dtrun.store.s3 import STORES, S3Store
+from dtrun.store.url import SCHEMES, StoreUrl, parse_results_url
 from tests.aws import ACCOUNT, BUCKET, LIST_ONLY, stored, user_keys
 
 
@@ -204,7 +204,7 @@ def test_secret_env_values_are_redacted_in_the_copies_only(s3, run_dir):
 
 
 def test_a_log_over_the_in_memory_limit_is_redacted_piece_by_piece(s3, run_dir, monkeypatch):
-    from runner.store import base
+    from dtrun.store import base
 
     monkeypatch.setattr(base, "SCAN_LIMIT", 100)  # the streamed path, on a small file
     lines = [f"step {i}: loss 0.{i:03d}\n" for i in range(200)]
@@ -240,7 +240,7 @@ def test_a_denied_upload_names_how_many_files_failed_and_keeps_the_local_copy(
     s3, run_dir, monkeypatch, streamed
 ):
     if streamed:  # every file over the in-memory limit: redacted piece by piece
-        from runner.store import base
+        from dtrun.store import base
 
         monkeypatch.setattr(base, "SCAN_LIMIT", 16)
     for name, value in user_keys("lister", actions=LIST_ONLY).items():

@@ -11,11 +11,11 @@ import pytest
 from moto.core.authorization import enable_iam_authentication
 from typer.testing import CliRunner
 
-from runner.cli.app import app
-from runner.cli.store import upload_after
-from runner.errors import RunInterruptedError
-from runner.store.s3 import S3Store
-from runner.store.url import parse_results_url
+from dtrun.cli.app import app
+from dtrun.cli.store import upload_after
+from dtrun.errors import RunInterruptedError
+from dtrun.store.s3 import S3Store
+from dtrun.store.url import parse_results_url
 from tests.aws import ACCOUNT, BUCKET, stored, user_keys
 
 QUICK = ("--nodes", "1", "--steps", "3", "--warmup", "1", "--repeat", "1", "--quiet")
@@ -116,7 +116,7 @@ def test_links_left_out_of_an_upload_are_named_on_the_console(s3, tmp_path, caps
 
 
 def stop_with_sigterm() -> None:
-    from runner import errors
+    from dtrun import errors
 
     errors.stopped_by(signal.SIGTERM)
     raise KeyboardInterrupt
@@ -124,6 +124,6 @@ def stop_with_sigterm() -> None:
 
 @pytest.fixture
 def no_stop_yet(monkeypatch):
-    from runner import errors
+    from dtrun import errors
 
     monkeypatch.setattr(errors, "_stop_signal", [])

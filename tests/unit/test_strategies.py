@@ -10,12 +10,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from runner.errors import PlanError
-from runner.plan.presets import PRESETS, describe, matmul_param_count, param_count, resolve_model
-from runner.plan.resolve import resolve_bench
-from runner.spec.cluster import Accelerator, Inventory
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.request import (
+from dtrun.errors import PlanError
+from dtrun.plan.presets import PRESETS, describe, matmul_param_count, param_count, resolve_model
+from dtrun.plan.resolve import resolve_bench
+from dtrun.spec.cluster import Accelerator, Inventory
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.request import (
     BenchSpec,
     LauncherOptions,
     ModelSpec,
@@ -25,7 +25,7 @@ from runner.spec.request import (
     StrategySpec,
     TrainDtype,
 )
-from runner.workloads import gpt
+from dtrun.workloads import gpt
 from tests.conftest import CLUSTERS
 from tests.plans import build_plan
 
@@ -40,7 +40,7 @@ def bench(strategy: StrategySpec, **fields: object) -> BenchSpec:
 
 def program(plan: LaunchPlan) -> tuple[str, dict[str, str]]:
     """(module, its --name value pairs), read from node 0's launch script."""
-    line = next(line for line in plan.launches[0].script.splitlines() if " -m runner." in line)
+    line = next(line for line in plan.launches[0].script.splitlines() if " -m dtrun." in line)
     words = shlex.split(line)
     words = words[words.index("-m") + 1 :]
     return words[0], dict(zip(words[1::2], words[2::2], strict=True))
@@ -102,9 +102,9 @@ def test_an_unknown_preset_names_the_known_ones():
 @pytest.mark.parametrize(
     ("strategy", "module", "args"),
     [
-        ("ddp", "runner.workloads.train", {}),
-        ("fsdp", "runner.workloads.train", {"--strategy": "fsdp"}),
-        ("zero3", "runner.workloads.train_deepspeed", {"--deepspeed-config": "ds_config.json"}),
+        ("ddp", "dtrun.workloads.train", {}),
+        ("fsdp", "dtrun.workloads.train", {"--strategy": "fsdp"}),
+        ("zero3", "dtrun.workloads.train_deepspeed", {"--deepspeed-config": "ds_config.json"}),
     ],
 )
 def test_data_parallel_strategies_pick_their_program(

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from runner.cli.app import app
-from runner.cli.summary import sweep_json
-from runner.record.rundir import RunDir
-from runner.report.build import build_report
-from runner.report.summaryfile import SUMMARY_SCHEMA, read_summary
-from runner.spec.request import BenchSpec
+from dtrun.cli.app import app
+from dtrun.cli.summary import sweep_json
+from dtrun.record.rundir import RunDir
+from dtrun.report.build import build_report
+from dtrun.report.summaryfile import SUMMARY_SCHEMA, read_summary
+from dtrun.spec.request import BenchSpec
 from tests.factories import fake_run_dir
 
 runner = CliRunner(env={"COLUMNS": "200"})
@@ -115,8 +115,8 @@ def test_older_run_directories_compare_predict_and_rebuild(tmp_path, fixed_inven
     ("content", "said"), [(b"{not json", "summary.json"), (b"[1, 2]", "not a JSON object")]
 )
 def test_a_damaged_summary_is_one_error_naming_the_file(tmp_path, content, said):
-    from runner.errors import DamagedRunError
-    from runner.report.summaryfile import read_summary
+    from dtrun.errors import DamagedRunError
+    from dtrun.report.summaryfile import read_summary
 
     path = tmp_path / "summary.json"
     path.write_bytes(content)

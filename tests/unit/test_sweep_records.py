@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from runner import errors
-from runner.engines.embedded.executor import LocalExecutor
-from runner.errors import DiskFullError, RunDirWriteError, RunInterruptedError
-from runner.execute import LineSink
-from runner.record.rundir import RunDir
-from runner.spec.cluster import Inventory
-from runner.spec.launchplan import RESULT_FILE, LaunchPlan
-from runner.spec.outcome import NodeResult
-from runner.spec.request import BenchSpec
-from runner.sweep import run as sweep_run
-from runner.sweep.run import run_sweep
+from dtrun import errors
+from dtrun.engines.embedded.executor import LocalExecutor
+from dtrun.errors import DiskFullError, RunDirWriteError, RunInterruptedError
+from dtrun.execute import LineSink
+from dtrun.record.rundir import RunDir
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
+from dtrun.spec.outcome import NodeResult
+from dtrun.spec.request import BenchSpec
+from dtrun.sweep import run as sweep_run
+from dtrun.sweep.run import run_sweep
 from tests.conftest import fill, run_dtrun
 from tests.factories import result_data
 from tests.plans import sweep_plan

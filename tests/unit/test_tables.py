@@ -14,16 +14,16 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from runner.cli import display, results, summary
-from runner.cli import tables as tables_module
-from runner.cli.app import app
-from runner.cli.tables import Column, Fitted, Grid, fit, print_grid
-from runner.execute import Answer
-from runner.record.rundir import RunDir
-from runner.report.build import analyse
-from runner.report.compare import compare
-from runner.spec.cluster import Inventory
-from runner.spec.request import BenchSpec, Program, ProgramKind, StepUnits, UnitKind
+from dtrun.cli import display, results, summary
+from dtrun.cli import tables as tables_module
+from dtrun.cli.app import app
+from dtrun.cli.tables import Column, Fitted, Grid, fit, print_grid
+from dtrun.execute import Answer
+from dtrun.record.rundir import RunDir
+from dtrun.report.build import analyse
+from dtrun.report.compare import compare
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.request import BenchSpec, Program, ProgramKind, StepUnits, UnitKind
 from tests.factories import fake_run_dir, program_run_dir
 
 WIDTHS = (60, 80, 100, 120)
@@ -63,7 +63,7 @@ def _recorded(
 ) -> str:
     """What ``show`` prints on a console ``width`` columns wide, lines' trailing spaces gone."""
     out = Console(file=io.StringIO(), width=width, record=True, highlight=False)
-    for module in ("runner.cli.display", "runner.cli.results"):
+    for module in ("dtrun.cli.display", "dtrun.cli.results"):
         monkeypatch.setattr(f"{module}.console", lambda stderr=False: out)
     show(out)
     return "".join(line.rstrip() + "\n" for line in out.export_text().splitlines())

@@ -26,23 +26,24 @@ import jinja2
 import pytest
 import yaml
 
-from infra.cloudinit import render_cloud_init
-from infra.slurm import slurm_files
-from runner.cluster.peers import PeerSsh, check_script
-from runner.cluster.program import program_script
-from runner.cluster.readiness import check_script as readiness_script
-from runner.engines.embedded.inventory import local_cluster
-from runner.engines.slurm.executor import wrapper
-from runner.engines.spark.executor import driver_script
-from runner.engines.spark.inventory import spark_inventory
-from runner.engines.ssh.remote import launch_command
-from runner.errors import UnsafeValueError
-from runner.execute.guard import stop_script
-from runner.plan.resolve import resolve_bench
-from runner.plan.sweep import plan_sweep
-from runner.render import environment, templates_dir
-from runner.spec.cluster import SshAccess
-from runner.spec.request import BenchSpec, Program, ProgramKind, RunSpec
+from dtrun.cluster.peers import PeerSsh, check_script
+from dtrun.cluster.program import program_script
+from dtrun.cluster.readiness import check_script as readiness_script
+from dtrun.engines.embedded.inventory import local_cluster
+from dtrun.engines.slurm.executor import wrapper
+from dtrun.engines.spark.executor import driver_script
+from dtrun.engines.spark.inventory import spark_inventory
+from dtrun.engines.ssh.remote import launch_command
+from dtrun.errors import UnsafeValueError
+from dtrun.execute.guard import stop_script
+from dtrun.infra.cloudinit import render_cloud_init
+from dtrun.infra.slurm import slurm_files
+from dtrun.locations import templates_dir
+from dtrun.plan.resolve import resolve_bench
+from dtrun.plan.sweep import plan_sweep
+from dtrun.render import environment
+from dtrun.spec.cluster import SshAccess
+from dtrun.spec.request import BenchSpec, Program, ProgramKind, RunSpec
 from tests.conftest import require_tool
 from tests.infra.test_cloudinit import CASES as BOOTS
 from tests.infra.test_slurm import boot as slurm_boot

@@ -12,28 +12,28 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from runner import errors
-from runner.cli.app import app
-from runner.engines.embedded.executor import LocalExecutor
-from runner.errors import RunInterruptedError
-from runner.execute import LineSink
-from runner.record.resume import read_resume
-from runner.record.rundir import RunDir
-from runner.report.build import build_report
-from runner.report.metrics import scaling_rows
-from runner.report.sequential import (
+from dtrun import errors
+from dtrun.cli.app import app
+from dtrun.engines.embedded.executor import LocalExecutor
+from dtrun.errors import RunInterruptedError
+from dtrun.execute import LineSink
+from dtrun.record.resume import read_resume
+from dtrun.record.rundir import RunDir
+from dtrun.report.build import build_report
+from dtrun.report.metrics import scaling_rows
+from dtrun.report.sequential import (
     look_confidence,
     looks,
     replay,
     runs_next,
     sequential_rows,
 )
-from runner.report.stats import Verdict
-from runner.spec.cluster import Inventory
-from runner.spec.launchplan import RESULT_FILE, LaunchPlan
-from runner.spec.outcome import NodeResult
-from runner.spec.request import BenchSpec
-from runner.sweep.run import run_sweep
+from dtrun.report.stats import Verdict
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
+from dtrun.spec.outcome import NodeResult
+from dtrun.spec.request import BenchSpec
+from dtrun.sweep.run import run_sweep
 from tests.factories import fake_run_dir, result_data, train_result
 from tests.plans import sweep_plan
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from runner.render import environment
-from runner.spec.text import noun, plural
+from dtrun.render import environment
+from dtrun.spec.text import noun, plural
 from tests.paths import REPO
 
 ROOT = REPO

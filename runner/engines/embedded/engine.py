@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from runner.cluster.readiness import check_ports_free
-from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
-from runner.engines.embedded.inventory import embedded_inventory
-from runner.spec.launchplan import LaunchPlan
+from dtrun.cluster.readiness import check_ports_free
+from dtrun.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
+from dtrun.engines.embedded.inventory import embedded_inventory
+from dtrun.spec.launchplan import LaunchPlan
 
 
 class EmbeddedEngine:
@@ -19,7 +19,7 @@ class EmbeddedEngine:
 
     @contextlib.contextmanager
     def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
-        from runner.engines.embedded.executor import LocalExecutor
+        from dtrun.engines.embedded.executor import LocalExecutor
 
         yield Cluster(embedded_inventory(choice.local_nodes), LocalExecutor(), choice, self)
 

@@ -18,15 +18,15 @@ from typing import IO
 
 import psutil
 
-from runner.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
-from runner.execute import Answer, LineSink, StopSink, quiet_stop
-from runner.execute.guard import TAG, drop_guard, start_guard, stop_script
-from runner.execute.success import Next, after_exit, mark_stopped
-from runner.plan.machineenv import node_environment
-from runner.spec.launchplan import LaunchPlan, NodeLaunch
-from runner.spec.outcome import NodeResult
-from runner.spec.text import plural
-from runner.workloads.files import NodeLog, write_atomic
+from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
+from dtrun.execute import Answer, LineSink, StopSink, quiet_stop
+from dtrun.execute.guard import TAG, drop_guard, start_guard, stop_script
+from dtrun.execute.success import Next, after_exit, mark_stopped
+from dtrun.plan.machineenv import node_environment
+from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
+from dtrun.spec.outcome import NodeResult
+from dtrun.spec.text import plural
+from dtrun.workloads.files import NodeLog, write_atomic
 
 TRACK_EVERY_S = 1.0  # how often the process tree below each node is recorded
 
@@ -363,7 +363,7 @@ def sigint_deferred() -> Iterator[None]:
 
 
 def _failure(node: _Node) -> NodeFailedError:
-    from runner.execute.failure import explain_log  # its patterns: only for a failure
+    from dtrun.execute.failure import explain_log  # its patterns: only for a failure
 
     assert node.returncode is not None  # only exited nodes are verdicts
     for thread in node.threads:

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner.errors import InventoryError
-from runner.spec.cluster import Accelerator, Inventory, Node, exceeds_cores
+from dtrun.errors import InventoryError
+from dtrun.spec.cluster import Accelerator, Inventory, Node, exceeds_cores
 
 # One machine can pretend to be this many nodes before the simulation says nothing useful.
 MAX_LOCAL_NODES = 32
@@ -40,12 +40,12 @@ def local_cluster(size: int, *, python_bin: str, code_dir: str, cpu_count: int) 
 
 def embedded_inventory(size: int) -> Inventory:
     """The embedded cluster for this machine: this interpreter, this checkout, these cores."""
-    import runner
+    import dtrun
 
     return local_cluster(
         size,
         python_bin=str(Path(sys.executable).parent),
-        code_dir=str(Path(runner.__file__).resolve().parent.parent),
+        code_dir=str(Path(dtrun.__file__).resolve().parent.parent),
         cpu_count=os.cpu_count() or 1,
     )
 

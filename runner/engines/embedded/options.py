@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from runner.engines.base import WHERE_PANEL
-from runner.spec.bounds import within
+from dtrun.engines.base import WHERE_PANEL
+from dtrun.spec.bounds import within
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from runner.cluster.names import host_problem
-from runner.engines.slurm.lease import COMMENT, hold_script
-from runner.engines.slurm.shell import (
+from dtrun.cluster.names import host_problem
+from dtrun.engines.slurm.lease import COMMENT, hold_script
+from dtrun.engines.slurm.shell import (
     LIVE,
     NEVER_RUNS,
     POLL_S,
@@ -30,10 +30,10 @@ from runner.engines.slurm.shell import (
     never_runs,
     site_failure,
 )
-from runner.errors import InventoryError, RunError, UsageError
-from runner.spec.cluster import Accelerator, Inventory, Node
-from runner.spec.slurmrequest import SlurmRequest
-from runner.spec.text import noun, plural
+from dtrun.errors import InventoryError, RunError, UsageError
+from dtrun.spec.cluster import Accelerator, Inventory, Node
+from dtrun.spec.slurmrequest import SlurmRequest
+from dtrun.spec.text import noun, plural
 
 # A node name dtrun puts in file names and scripts; Slurm's own names are of this shape.
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

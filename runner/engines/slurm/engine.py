@@ -6,10 +6,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
-from runner.engines.slurm.options import SlurmOptions
-from runner.engines.ssh.options import SshOptions
-from runner.spec.launchplan import LaunchPlan
+from dtrun.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
+from dtrun.engines.slurm.options import SlurmOptions
+from dtrun.engines.ssh.options import SshOptions
+from dtrun.spec.launchplan import LaunchPlan
 
 
 class SlurmEngine:
@@ -21,14 +21,14 @@ class SlurmEngine:
     @contextlib.contextmanager
     def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
         # here, not at the top: every command imports the engine registry, few use Slurm
-        from runner.engines.slurm.job import open_slurm, stack_head
+        from dtrun.engines.slurm.job import open_slurm, stack_head
 
         where = choice.of(SshOptions)  # --stack or --outputs: the stack's own Slurm
         if where.stack_name is None:
             with open_slurm(self, choice, hooks.notice) as cluster:
                 yield cluster
             return
-        from runner.engines.inputs import stack_outputs
+        from dtrun.engines.inputs import stack_outputs
 
         outputs = stack_outputs(where.stack, where.outputs)  # a stack's own Slurm, through its head
         hooks.on_outputs(outputs)
@@ -39,9 +39,9 @@ class SlurmEngine:
             yield cluster
 
     def preview(self, cluster: Cluster) -> Preview | None:
-        from runner.engines.slurm.executor import SlurmExecutor
-        from runner.engines.slurm.job import allocation_line
-        from runner.engines.slurm.preview import SlurmPreview
+        from dtrun.engines.slurm.executor import SlurmExecutor
+        from dtrun.engines.slurm.job import allocation_line
+        from dtrun.engines.slurm.preview import SlurmPreview
 
         assert isinstance(cluster.executor, SlurmExecutor)
         return SlurmPreview(cluster.executor, allocation_line(cluster.choice))

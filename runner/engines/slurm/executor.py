@@ -20,31 +20,31 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner import __version__
-from runner.engines.embedded.executor import (
+from dtrun import __version__
+from dtrun.engines.embedded.executor import (
     run_scripts,
     sigint_deferred,
     write_launch_files,
     write_scripts,
 )
-from runner.engines.slurm.fault import Heard, ended_by_slurm
-from runner.engines.slurm.shell import SlurmShell, cancel, step_guard
-from runner.engines.slurm.stage import HeadStaging
-from runner.errors import (
+from dtrun.engines.slurm.fault import Heard, ended_by_slurm
+from dtrun.engines.slurm.shell import SlurmShell, cancel, step_guard
+from dtrun.engines.slurm.stage import HeadStaging
+from dtrun.errors import (
     LaunchInterrupted,
     NodeFailedError,
     RunError,
     RunTimeoutError,
     UsageError,
 )
-from runner.execute import Answer, LineSink, StopSink, quiet_stop
-from runner.execute.guard import TAG, drop_guard
-from runner.execute.success import Next, Settled, mark_stopped, settle
-from runner.render import render
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.outcome import NodeHealth, NodeResult
-from runner.spec.text import plural
-from runner.workloads.files import NodeLog, write_atomic
+from dtrun.execute import Answer, LineSink, StopSink, quiet_stop
+from dtrun.execute.guard import TAG, drop_guard
+from dtrun.execute.success import Next, Settled, mark_stopped, settle
+from dtrun.render import render
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.outcome import NodeHealth, NodeResult
+from dtrun.spec.text import plural
+from dtrun.workloads.files import NodeLog, write_atomic
 
 WRAPPER = "srun-node.sh"
 SRUN_LOG = "srun.log"  # srun's own messages, and anything a task printed before it was bound
@@ -271,7 +271,7 @@ class SlurmExecutor:
         ):
             error = slurm  # Slurm ended the step: a node that exited on its signal is not it
         elif settled.next is Next.FAILED and settled.launch is not None:
-            from runner.execute.failure import explain_log  # its patterns: only for a failure
+            from dtrun.execute.failure import explain_log  # its patterns: only for a failure
 
             node, address = settled.launch.node.name, settled.launch.node.address
             log = step.workdir / f"{node}.log"

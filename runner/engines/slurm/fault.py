@@ -10,9 +10,9 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 
-from runner.engines.slurm.shell import SlurmShell
-from runner.errors import RunError
-from runner.spec.outcome import NodeResult
+from dtrun.engines.slurm.shell import SlurmShell
+from dtrun.errors import RunError
+from dtrun.spec.outcome import NodeResult
 
 # srun's words for a node the controller lost, and slurmstepd's for a step or job it ends:
 # `*** STEP 3.0 ON n1 CANCELLED AT 2026-01-01T10:00:00 DUE TO NODE FAILURE, SEE ... ***`,

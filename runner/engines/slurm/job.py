@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.engines.base import Cluster
-from runner.engines.embedded.executor import sigint_deferred
-from runner.engines.embedded.inventory import embedded_inventory
-from runner.engines.slurm.allocation import (
+from dtrun.engines.base import Cluster
+from dtrun.engines.embedded.executor import sigint_deferred
+from dtrun.engines.embedded.inventory import embedded_inventory
+from dtrun.engines.slurm.allocation import (
     allocation_request,
     candidate_nodes,
     check_partition_size,
@@ -27,19 +27,19 @@ from runner.engines.slurm.allocation import (
     submit,
     wait_running,
 )
-from runner.engines.slurm.executor import SlurmExecutor
-from runner.engines.slurm.fault import job_end
-from runner.engines.slurm.lease import Lease
-from runner.engines.slurm.options import request_of
-from runner.engines.slurm.shell import LIVE, SlurmShell, cancel, job_state
-from runner.engines.slurm.stage import HeadStaging, head_shell
-from runner.errors import UsageError
-from runner.spec.cluster import Inventory, Node
-from runner.spec.text import plural
+from dtrun.engines.slurm.executor import SlurmExecutor
+from dtrun.engines.slurm.fault import job_end
+from dtrun.engines.slurm.lease import Lease
+from dtrun.engines.slurm.options import request_of
+from dtrun.engines.slurm.shell import LIVE, SlurmShell, cancel, job_state
+from dtrun.engines.slurm.stage import HeadStaging, head_shell
+from dtrun.errors import UsageError
+from dtrun.spec.cluster import Inventory, Node
+from dtrun.spec.text import plural
 
 if TYPE_CHECKING:
-    from runner.cluster.outputs import StackOutputs
-    from runner.engines.base import ClusterChoice, Engine
+    from dtrun.cluster.outputs import StackOutputs
+    from dtrun.engines.base import ClusterChoice, Engine
 
 Notice = Callable[[str], None]
 PENDING_EVERY_S = 30.0  # a job still pending for the same reason is mentioned this often

@@ -23,9 +23,9 @@ import threading
 from collections.abc import Callable, Mapping
 from types import TracebackType
 
-from runner.engines.slurm.shell import NEVER_RUNS, SlurmShell, job_state, never_runs
-from runner.errors import RunError, UsageError
-from runner.spec.slurmrequest import DEFAULT_LEASE_S
+from dtrun.engines.slurm.shell import NEVER_RUNS, SlurmShell, job_state, never_runs
+from dtrun.errors import RunError, UsageError
+from dtrun.spec.slurmrequest import DEFAULT_LEASE_S
 
 LEASE_ENV = "DTRUN_SLURM_LEASE_S"
 MIN_LEASE_S, MAX_LEASE_S = 10, 86400

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from runner.errors import UsageError
-from runner.spec.bounds import within
-from runner.spec.slurmrequest import DEFAULT_QUEUE_TIMEOUT_S, SlurmRequest
+from dtrun.errors import UsageError
+from dtrun.spec.bounds import within
+from dtrun.spec.slurmrequest import DEFAULT_QUEUE_TIMEOUT_S, SlurmRequest
 
 if TYPE_CHECKING:
-    from runner.engines.base import ClusterChoice
+    from dtrun.engines.base import ClusterChoice
 
 PANEL = "Slurm (--slurm)"
 
@@ -59,7 +59,7 @@ class SlurmOptions:
 
     def slurm_request(self, drain_failing: bool = False) -> SlurmRequest | None:
         """--slurm's request; Slurm options without --slurm are refused (they would be lost)."""
-        from runner.engines.slurm.lease import lease_seconds
+        from dtrun.engines.slurm.lease import lease_seconds
 
         request = SlurmRequest(
             partition=self.partition,

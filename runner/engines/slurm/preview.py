@@ -6,9 +6,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.engines.slurm.executor import WRAPPER, SlurmExecutor, step_command, wrapper
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.text import plural
+from dtrun.engines.slurm.executor import WRAPPER, SlurmExecutor, step_command, wrapper
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.text import plural
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runner.errors import InventoryError, RunError, SiteError, UsageError
-from runner.execute.guard import start_guard
+from dtrun.errors import InventoryError, RunError, SiteError, UsageError
+from dtrun.execute.guard import start_guard
 
 POLL_S = 1.0  # how often squeue is asked while a job waits or ends
 CANCEL_WAIT_S = 60.0  # how long a cancelled job may take to leave squeue before dtrun says so

@@ -12,8 +12,8 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.engines.slurm.shell import SlurmShell
-from runner.errors import RunError
+from dtrun.engines.slurm.shell import SlurmShell
+from dtrun.errors import RunError
 
 
 def head_shell(
@@ -62,7 +62,7 @@ class HeadStaging:
     def push(self, workdir: Path) -> str:
         """Copy the launch directory (and, once, dtrun's workload code) to the shared storage."""
         if not self._code_staged:
-            from runner.engines.ssh.remote import code_files
+            from dtrun.engines.ssh.remote import code_files
 
             self._unpack(self.code_dir, _tar({rel: data for rel, data in code_files().items()}))
             self._code_staged = True

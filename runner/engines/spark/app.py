@@ -32,9 +32,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from runner.engines.spark.driver import DONE
-from runner.execute.guard import TAG, drop_guard, start_guard, stop_script
-from runner.workloads.files import NodeLog, write_atomic
+from dtrun.engines.spark.driver import DONE
+from dtrun.execute.guard import TAG, drop_guard, start_guard, stop_script
+from dtrun.workloads.files import NodeLog, write_atomic
 
 DRIVER_SCRIPT = "spark-driver.sh"
 DRIVER_LOG = "spark-driver.log"

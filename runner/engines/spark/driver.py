@@ -1,4 +1,4 @@
-"""The Spark driver of a sweep: ``python -m runner.engines.spark.driver MASTER APP_DIR``.
+"""The Spark driver of a sweep: ``python -m dtrun.engines.spark.driver MASTER APP_DIR``.
 
 Started by the Spark engine (runner/engines/spark/app.py) on this machine at the sweep's first
 launch and kept until the sweep ends, as the Slurm engine keeps one allocation: the Spark
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from runner.engines.spark.failures import (
+from dtrun.engines.spark.failures import (
     FAILURE_FILE,
     Failure,
     executor_wait_s,
@@ -48,10 +48,10 @@ from runner.engines.spark.failures import (
     spark_said,
     task_failure,
 )
-from runner.engines.spark.node import TAG, node_main
-from runner.engines.spark.shipping import SHIPPED, build_zip
-from runner.execute.guard import TAG as LAUNCH_TAG
-from runner.spec.text import plural
+from dtrun.engines.spark.node import TAG, node_main
+from dtrun.engines.spark.shipping import SHIPPED, build_zip
+from dtrun.execute.guard import TAG as LAUNCH_TAG
+from dtrun.spec.text import plural
 
 GROUP = "dtrun-launch"
 WORK = "work"  # Spark's: SPARK_HOME/work, a local-cluster's application directories
@@ -165,9 +165,9 @@ def session(master: str, config: dict[str, Any], app_dir: Path) -> Any:
         builder = builder.config(f"spark.executorEnv.{key}", value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    import runner
+    import dtrun
 
-    shipped = build_zip(Path(runner.__file__).resolve().parent, app_dir)
+    shipped = build_zip(Path(dtrun.__file__).resolve().parent, app_dir)
     spark.sparkContext.addPyFile(str(shipped))
     return spark
 

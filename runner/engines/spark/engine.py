@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview
-from runner.engines.spark.options import SparkOptions
-from runner.spec.launchplan import LaunchPlan
+from dtrun.engines.base import Cluster, ClusterChoice, Hooks, Preview
+from dtrun.engines.spark.options import SparkOptions
+from dtrun.extras import need
+from dtrun.spec.launchplan import LaunchPlan
 
 
 class SparkEngine:
@@ -18,8 +19,9 @@ class SparkEngine:
 
     @contextlib.contextmanager
     def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
-        from runner.engines.spark.executor import SparkExecutor
-        from runner.engines.spark.inventory import spark_inventory
+        need("pyspark", "spark")  # the driver runs here: exit 2 naming dtrun[spark] without it
+        from dtrun.engines.spark.executor import SparkExecutor
+        from dtrun.engines.spark.inventory import spark_inventory
 
         master = choice.of(SparkOptions).spark
         assert master is not None
@@ -31,7 +33,7 @@ class SparkEngine:
             executor.close()
 
     def preview(self, cluster: Cluster) -> Preview | None:
-        from runner.engines.spark.executor import SparkExecutor, SparkPreview
+        from dtrun.engines.spark.executor import SparkExecutor, SparkPreview
 
         assert isinstance(cluster.executor, SparkExecutor)
         return SparkPreview(cluster.executor, len(cluster.inventory.nodes))

@@ -18,23 +18,23 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from runner import __version__
-from runner.engines.embedded.executor import sigint_deferred, write_launch_files, write_scripts
-from runner.engines.spark.app import DRIVER_LOG, DRIVER_SCRIPT, AppTimeout, SparkApp
-from runner.engines.spark.failures import FAILURE_FILE
-from runner.engines.spark.node import EXIT_SUFFIX, TAG
-from runner.errors import (
+from dtrun import __version__
+from dtrun.engines.embedded.executor import sigint_deferred, write_launch_files, write_scripts
+from dtrun.engines.spark.app import DRIVER_LOG, DRIVER_SCRIPT, AppTimeout, SparkApp
+from dtrun.engines.spark.failures import FAILURE_FILE
+from dtrun.engines.spark.node import EXIT_SUFFIX, TAG
+from dtrun.errors import (
     LaunchInterrupted,
     NodeFailedError,
     RunError,
     RunTimeoutError,
     UsageError,
 )
-from runner.execute import Answer, LineSink, StopSink, quiet_stop
-from runner.render import render
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.outcome import NodeResult
-from runner.spec.text import plural
+from dtrun.execute import Answer, LineSink, StopSink, quiet_stop
+from dtrun.render import render
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.outcome import NodeResult
+from dtrun.spec.text import plural
 
 DRIVER = "spark-driver"
 
@@ -118,7 +118,7 @@ class SparkExecutor:
         results = node_results(plan, workdir)
         if code == 0:
             return results
-        from runner.execute.failure import explain_log  # its patterns: only for a failure
+        from dtrun.execute.failure import explain_log  # its patterns: only for a failure
 
         log = workdir / DRIVER_LOG
         driver = NodeFailedError(DRIVER, "127.0.0.1", 1 if code is None else code, str(log),
@@ -196,7 +196,7 @@ def node_failure(
     lost = [r for r in results if r.cause is not None]
     error: RunError
     if failed:
-        from runner.execute.failure import explain_log  # its patterns: only for a failure
+        from dtrun.execute.failure import explain_log  # its patterns: only for a failure
 
         first = failed[0]
         assert first.exit_code is not None

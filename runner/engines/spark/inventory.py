@@ -13,9 +13,9 @@ import re
 import sys
 from pathlib import Path
 
-from runner.engines.spark.failures import WAIT_ENV, executor_wait_s
-from runner.errors import UsageError
-from runner.spec.cluster import Accelerator, Inventory, Node
+from dtrun.engines.spark.failures import WAIT_ENV, executor_wait_s
+from dtrun.errors import UsageError
+from dtrun.spec.cluster import Accelerator, Inventory, Node
 
 LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]")
 REMOTE = re.compile(r"(spark://[\w.\-]+(:\d+)?(,[\w.\-]+(:\d+)?)*|yarn|k8s://\S+)")
@@ -44,7 +44,7 @@ def executors(master: str, largest: int) -> int:
 
 
 def spark_inventory(master: str, largest: int) -> Inventory:
-    import runner
+    import dtrun
 
     count = executors(master, largest)
     try:
@@ -64,7 +64,7 @@ def spark_inventory(master: str, largest: int) -> Inventory:
             Node(name=f"spark-{i}", address=address, slots=1, cpus=cores) for i in range(count)
         ),
         python_bin=str(Path(sys.executable).parent),
-        code_dir=str(Path(runner.__file__).resolve().parent.parent),
+        code_dir=str(Path(dtrun.__file__).resolve().parent.parent),
         accelerator=Accelerator.CPU,
         interface="lo" if local else "eth0",
         scheduler="spark",

@@ -16,7 +16,7 @@ leaves no rank behind.
 Where dtrun came to the executor in the zip the driver ships (runner/engines/spark/shipping.py),
 the script's PYTHONPATH names that zip, so the workloads it runs import dtrun from it too.
 
-Standard library and runner.execute.guard, runner.workloads.files and runner.engines.spark.shipping
+Standard library and dtrun.execute.guard, dtrun.workloads.files and dtrun.engines.spark.shipping
 only: this module is imported on the executors.
 """
 
@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from runner.engines.spark.shipping import shipped_root
-from runner.execute.guard import start_guard
-from runner.workloads.files import NodeLog, write_atomic
+from dtrun.engines.spark.shipping import shipped_root
+from dtrun.execute.guard import start_guard
+from dtrun.workloads.files import NodeLog, write_atomic
 
 EXIT_SUFFIX = ".exit"
 TAG = "dtrun-node"

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from runner.engines.base import WHERE_PANEL
+from dtrun.engines.base import WHERE_PANEL
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,16 @@ SHIPPED = "dtrun-node.zip"  # its name on every executor, in the executor's work
 
 
 def build_zip(package: Path, dest: Path) -> Path:
-    """``dest``/SHIPPED: every .py file of the ``runner`` package at ``package``, by its path
-    inside the package's parent (runner/engines/spark/node.py, ...), written anew."""
+    """``dest``/SHIPPED: every .py file of the package at ``package``, by its path under the
+    package's import name (dtrun/engines/spark/node.py, ...: the folder is runner/ in a
+    checkout), written anew."""
+    name = __name__.split(".")[0]
     target = dest / SHIPPED
     partial = dest / f".{SHIPPED}.partial"
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(package.rglob("*.py")):
             if "__pycache__" not in path.parts:
-                archive.write(path, str(path.relative_to(package.parent)))
+                archive.write(path, f"{name}/{path.relative_to(package).as_posix()}")
     partial.replace(target)
     return target
 

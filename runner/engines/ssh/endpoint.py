@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.errors import UsageError
-from runner.spec.cluster import Inventory, Node
+from dtrun.errors import UsageError
+from dtrun.spec.cluster import Inventory, Node
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,14 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from runner.cluster.outputs import inventory_from_stack
-from runner.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
-from runner.engines.embedded.inventory import embedded_inventory
-from runner.engines.inputs import read_text, stack_outputs
-from runner.engines.ssh.options import SshOptions
-from runner.spec.cluster import Inventory
-from runner.spec.launchplan import LaunchPlan
-from runner.spec.text import plural
+from dtrun.cluster.outputs import inventory_from_stack
+from dtrun.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
+from dtrun.engines.embedded.inventory import embedded_inventory
+from dtrun.engines.inputs import read_text, stack_outputs
+from dtrun.engines.ssh.options import SshOptions
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.text import plural
 
 
 class SshEngine:
@@ -37,8 +37,8 @@ class SshEngine:
 
     @contextlib.contextmanager
     def _hosts(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
-        from runner.engines.ssh.executor import SshExecutor
-        from runner.engines.ssh.session import SshSession
+        from dtrun.engines.ssh.executor import SshExecutor
+        from dtrun.engines.ssh.session import SshSession
 
         options = choice.of(SshOptions)
         assert options.hosts is not None
@@ -55,9 +55,9 @@ class SshEngine:
 
     @contextlib.contextmanager
     def _stack(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
-        from runner.engines.ssh.executor import SshExecutor
-        from runner.engines.ssh.registration import no_poll, wait_for_registry
-        from runner.engines.ssh.session import SshSession
+        from dtrun.engines.ssh.executor import SshExecutor
+        from dtrun.engines.ssh.registration import no_poll, wait_for_registry
+        from dtrun.engines.ssh.session import SshSession
 
         options = choice.of(SshOptions)
         name = options.stack_name
@@ -87,8 +87,8 @@ class SshEngine:
 
 def _hosts_inventory(hosts: str) -> Inventory:
     """--hosts FILE, or --hosts h1:4,h2:4 (the hosts themselves) where no such file exists."""
-    from runner.engines.ssh.hostlines import is_host_list
-    from runner.engines.ssh.hosts import Defaults, parse_hosts_file, parse_hosts_value  # yaml: here
+    from dtrun.engines.ssh.hostlines import is_host_list
+    from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file, parse_hosts_value  # yaml: here
 
     defaults = Defaults(getpass.getuser(), python_bin=embedded_inventory(1).python_bin)
     if not Path(hosts).exists() and is_host_list(hosts):
@@ -106,7 +106,7 @@ def _through_ssh_config(inventory: Inventory) -> Inventory:
     """A hosts file may name Host aliases of the user's ~/.ssh/config: dtrun logs in through the
     alias, as `ssh ALIAS` would, and the nodes reach each other (rendezvous, MASTER_ADDR) at the
     alias's HostName."""
-    from runner.engines.ssh.endpoint import endpoint
+    from dtrun.engines.ssh.endpoint import endpoint
 
     nodes = []
     for node in inventory.nodes:

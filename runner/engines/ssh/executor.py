@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.engines.ssh.remote import DRAIN_S, code_files, launch_command, remote_launch_dir
-from runner.engines.ssh.session import SshError, SshSession, lost_connection
-from runner.engines.ssh.transfer import (
+from dtrun.engines.ssh.remote import DRAIN_S, code_files, launch_command, remote_launch_dir
+from dtrun.engines.ssh.session import SshError, SshSession, lost_connection
+from dtrun.engines.ssh.transfer import (
     Files,
     exec_get,
     exec_get_steps,
@@ -30,15 +30,15 @@ from runner.engines.ssh.transfer import (
     sftp_get,
     sftp_put,
 )
-from runner.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
-from runner.execute import Answer, LineSink, StopSink, quiet_stop
-from runner.execute.guard import stop_script
-from runner.execute.success import Next, after_exit, mark_stopped
-from runner.spec.cluster import Node
-from runner.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan, NodeLaunch
-from runner.spec.outcome import NodeResult
-from runner.spec.text import plural
-from runner.workloads.files import NodeLog
+from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
+from dtrun.execute import Answer, LineSink, StopSink, quiet_stop
+from dtrun.execute.guard import stop_script
+from dtrun.execute.success import Next, after_exit, mark_stopped
+from dtrun.spec.cluster import Node
+from dtrun.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan, NodeLaunch
+from dtrun.spec.outcome import NodeResult
+from dtrun.spec.text import plural
+from dtrun.workloads.files import NodeLog
 
 if TYPE_CHECKING:
     import asyncssh
@@ -315,7 +315,7 @@ class SshExecutor:
                 code = 1 if result.exit_code is None else result.exit_code
                 step = after_exit(plan.success, result.launch, code)
                 if step is Next.FAILED:
-                    from runner.execute.failure import explain_log  # only for a failure
+                    from dtrun.execute.failure import explain_log  # only for a failure
 
                     node = result.launch.node
                     log = workdir / f"{node.name}.log"

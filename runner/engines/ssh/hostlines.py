@@ -19,8 +19,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runner.cluster.names import HOST_NAME, host_problem, is_ipv6
-from runner.errors import InventoryError
+from dtrun.cluster.names import HOST_NAME, host_problem, is_ipv6
+from dtrun.errors import InventoryError
 
 # Above this a host:slots list's `:N` is more likely an SSH port than processes on one host
 # (`h1:22`, `h1:2222`); a hostfile line `HOST slots=N` says slots unambiguously and has no cap.

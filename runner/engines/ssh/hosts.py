@@ -16,10 +16,10 @@ from typing import Any
 
 import yaml
 
-from runner.azure.catalog import SIZES
-from runner.cluster.names import control_character, host_problem, login_problem
-from runner.engines.ssh.hostlines import Entry, HostsFileError, located, read_host_list, read_lines
-from runner.spec.cluster import Accelerator, Inventory, Node, SshAccess
+from dtrun.azure.catalog import SIZES
+from dtrun.cluster.names import control_character, host_problem, login_problem
+from dtrun.engines.ssh.hostlines import Entry, HostsFileError, located, read_host_list, read_lines
+from dtrun.spec.cluster import Accelerator, Inventory, Node, SshAccess
 
 TOP_FIELDS = {
     "hosts", "user", "port", "key", "slots", "cpus", "python", "workdir", "shared", "jump",

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from runner.cluster.readiness import Patience
-from runner.engines.base import DEFAULT_READY_TIMEOUT, WHERE_PANEL
-from runner.spec.bounds import within
+from dtrun.cluster.readiness import Patience
+from dtrun.engines.base import DEFAULT_READY_TIMEOUT, WHERE_PANEL
+from dtrun.spec.bounds import within
 
 DEFAULT_CONNECT_TIMEOUT = 30.0
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 import time
 
-from runner.cluster.outputs import (
+from dtrun.cluster.outputs import (
     RegistryEntry,
     StackOutputs,
     inventory_from_stack,
     parse_registry_entry,
 )
-from runner.cluster.readiness import NotReadyError
-from runner.engines.base import RegistryPoll
-from runner.engines.ssh.session import SshSession
-from runner.spec.cluster import Inventory
-from runner.spec.text import plural
+from dtrun.cluster.readiness import NotReadyError
+from dtrun.engines.base import RegistryPoll
+from dtrun.engines.ssh.session import SshSession
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.text import plural
 
 
 def no_poll(registered: int, ready: int, wanted: int, waited: float) -> None:

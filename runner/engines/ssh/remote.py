@@ -6,22 +6,24 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-import runner
-from runner.execute.guard import TAG, WAIT_FOR_END, stop_script
-from runner.spec.cluster import Inventory
+import dtrun
+from dtrun.execute.guard import TAG, WAIT_FOR_END, stop_script
+from dtrun.spec.cluster import Inventory
 
 
 def code_files() -> dict[str, bytes]:
-    """What the nodes import: runner/__init__.py, runner/workloads/ and the step hook
-    (relative path -> bytes)."""
-    package = Path(runner.__file__).resolve().parent
+    """What the nodes import: the package's __init__.py, its workloads/ and the step hook, by
+    their paths under its import name (dtrun/workloads/train.py; the folder is runner/ in a
+    checkout), relative path -> bytes."""
+    package = Path(dtrun.__file__).resolve().parent
+    name = dtrun.__name__
     workloads = package / "workloads"
     files = [
         package / "__init__.py",
         *sorted(workloads.glob("*.py")),
         *sorted((workloads / "stephook").glob("*.py")),
     ]
-    return {str(f.relative_to(package.parent)): f.read_bytes() for f in files}
+    return {f"{name}/{f.relative_to(package).as_posix()}": f.read_bytes() for f in files}
 
 
 def remote_launch_dir(inventory: Inventory, workdir: Path) -> str:
@@ -43,7 +45,7 @@ def launch_command(remote_dir: str, script: str, tag: str, grace_s: float) -> st
     The wrapper is a POSIX sh script; the login shell is whatever the node's account has (bash,
     dash, zsh, fish, csh). It gets one line they all read alike, with no character any of them
     treats specially: sh runs the wrapper, carried in base64."""
-    from runner.render import render  # jinja2: only for launches, not for `dtrun exec`
+    from dtrun.render import render  # jinja2: only for launches, not for `dtrun exec`
 
     wrapper = render(
         "remote/launch.sh.j2",

@@ -16,9 +16,9 @@ from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from runner.engines.ssh.endpoint import Endpoint, endpoint, jump_endpoint, user_ssh_config
-from runner.errors import RunError, UsageError
-from runner.spec.cluster import Inventory, Node
+from dtrun.engines.ssh.endpoint import Endpoint, endpoint, jump_endpoint, user_ssh_config
+from dtrun.errors import RunError, UsageError
+from dtrun.spec.cluster import Inventory, Node
 
 if TYPE_CHECKING:
     import asyncssh

@@ -19,13 +19,13 @@ import shlex
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from runner.engines.ssh.session import SshError
-from runner.workloads.files import write_atomic
+from dtrun.engines.ssh.session import SshError
+from dtrun.workloads.files import write_atomic
 
 if TYPE_CHECKING:
     import asyncssh
 
-    from runner.spec.cluster import Node
+    from dtrun.spec.cluster import Node
 
 Files = dict[str, tuple[bytes, int]]  # remote path -> (content, mode)
 _END = "DTRUN_END_OF_FILE"  # never in base64's alphabet, so no content line can end the here-doc

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from runner.plan.launchers.base import Launcher, PlanContext
-from runner.plan.launchers.deepspeed import DeepSpeedLauncher
-from runner.plan.launchers.horovodrun import Horovodrun
-from runner.plan.launchers.mpirun import Mpirun
-from runner.plan.launchers.spark import HorovodSparkLauncher, TorchDistributorLauncher
-from runner.plan.launchers.tensorflow import Tensorflow
-from runner.plan.launchers.torchrun import Torchrun
+from dtrun.plan.launchers.base import Launcher, PlanContext
+from dtrun.plan.launchers.deepspeed import DeepSpeedLauncher
+from dtrun.plan.launchers.horovodrun import Horovodrun
+from dtrun.plan.launchers.mpirun import Mpirun
+from dtrun.plan.launchers.spark import HorovodSparkLauncher, TorchDistributorLauncher
+from dtrun.plan.launchers.tensorflow import Tensorflow
+from dtrun.plan.launchers.torchrun import Torchrun
 
 LAUNCHERS: dict[str, Launcher] = {
     launcher.name: launcher

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from runner import __version__
-from runner.errors import PlanError
-from runner.render import render
-from runner.spec.cluster import Node, SshAccess
-from runner.spec.launchplan import EnvVar, LaunchFile, NodeEnv
-from runner.spec.request import Framework, LauncherOptions, Program, ProgramKind
+from dtrun import __version__
+from dtrun.errors import PlanError
+from dtrun.render import render
+from dtrun.spec.cluster import Node, SshAccess
+from dtrun.spec.launchplan import EnvVar, LaunchFile, NodeEnv
+from dtrun.spec.request import Framework, LauncherOptions, Program, ProgramKind
 
 HOSTFILE = "hostfile"  # MPI-style `HOST slots=N` lines, read by deepspeed and mpirun
 LAUNCH_ENV = "launch-env.sh"  # the wrapper head-only launchers start on every node

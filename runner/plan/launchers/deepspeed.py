@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from runner.errors import PlanError
-from runner.plan.launchers.base import (
+from dtrun.errors import PlanError
+from dtrun.plan.launchers.base import (
     HOSTFILE,
     LAUNCH_ENV,
     PlanContext,
@@ -25,8 +25,8 @@ from runner.plan.launchers.base import (
     launch_env,
     node_ssh_options,
 )
-from runner.spec.launchplan import EnvVar, LaunchFile
-from runner.spec.request import Framework, ProgramKind
+from dtrun.spec.launchplan import EnvVar, LaunchFile
+from dtrun.spec.request import Framework, ProgramKind
 
 DEEPSPEED_ENV = ".deepspeed_env"
 

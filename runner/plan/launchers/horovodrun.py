@@ -11,8 +11,8 @@ line accepts any host key). The built-in workloads train with Horovod itself und
 
 from __future__ import annotations
 
-from runner import __version__
-from runner.plan.launchers.base import (
+from dtrun import __version__
+from dtrun.plan.launchers.base import (
     LAUNCH_ENV,
     PlanContext,
     RankSource,
@@ -23,10 +23,10 @@ from runner.plan.launchers.base import (
     launch_env,
     ssh_port_option,
 )
-from runner.render import render
-from runner.spec.cluster import SshAccess
-from runner.spec.launchplan import LaunchFile
-from runner.spec.request import Framework, HorovodController
+from dtrun.render import render
+from dtrun.spec.cluster import SshAccess
+from dtrun.spec.launchplan import LaunchFile
+from dtrun.spec.request import Framework, HorovodController
 
 # What Horovod sets in every rank it starts: its own variables with Gloo
 # (horovod/runner/gloo_run.py), OpenMPI's when it runs mpirun.

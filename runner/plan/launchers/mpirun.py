@@ -8,9 +8,9 @@ local-rsh.sh, which starts each simulated node's daemon on this machine.
 
 from __future__ import annotations
 
-from runner import __version__
-from runner.azure.sizefacts import mpi_args_for
-from runner.plan.launchers.base import (
+from dtrun import __version__
+from dtrun.azure.sizefacts import mpi_args_for
+from dtrun.plan.launchers.base import (
     HOSTFILE,
     PlanContext,
     RankSource,
@@ -23,10 +23,10 @@ from runner.plan.launchers.base import (
     node_ssh_options,
     ssh_port_option,
 )
-from runner.render import render
-from runner.spec.launchplan import CliArg, LaunchFile
-from runner.spec.request import Framework
-from runner.spec.text import plural
+from dtrun.render import render
+from dtrun.spec.launchplan import CliArg, LaunchFile
+from dtrun.spec.request import Framework
+from dtrun.spec.text import plural
 
 LOCAL_RSH = "local-rsh.sh"
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from runner.errors import PlanError
-from runner.plan.launchers.base import PlanContext, Script, common_context, program_argv
-from runner.spec.launchplan import LaunchFile
-from runner.spec.request import Framework, TfStrategy
+from dtrun.errors import PlanError
+from dtrun.plan.launchers.base import PlanContext, Script, common_context, program_argv
+from dtrun.spec.launchplan import LaunchFile
+from dtrun.spec.request import Framework, TfStrategy
 
 CHIEF, WORKER, PS = "chief", "worker", "ps"
 

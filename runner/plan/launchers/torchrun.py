@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from runner.plan.launchers.base import PlanContext, Script, common_context, every_node
-from runner.spec.launchplan import LaunchFile
-from runner.spec.request import Framework, ProgramKind
+from dtrun.plan.launchers.base import PlanContext, Script, common_context, every_node
+from dtrun.spec.launchplan import LaunchFile
+from dtrun.spec.request import Framework, ProgramKind
 
 # torchrun runs Python itself: a module with -m, a script as is, anything else with --no-python.
 _PROGRAM_FLAGS: dict[ProgramKind, tuple[str, ...]] = {

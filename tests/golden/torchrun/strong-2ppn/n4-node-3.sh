@@ -32,4 +32,4 @@ exec /opt/dtrun/venv/bin/torchrun \
   --rdzv-conf=is_host=0,join_timeout=600 \
   --local-addr=127.0.0.5 \
   --max-restarts=0 \
-  -m runner.workloads.train --steps 60 --warmup 10 --batch 4 --seq-len 128 --layers 4 --d-model 256 --heads 8 --vocab 4096 --device cpu --mode strong --timeout 600 --out result.json --busbw-iters 20
+  -m dtrun.workloads.train --steps 60 --warmup 10 --batch 4 --seq-len 128 --layers 4 --d-model 256 --heads 8 --vocab 4096 --device cpu --mode strong --timeout 600 --out result.json --busbw-iters 20

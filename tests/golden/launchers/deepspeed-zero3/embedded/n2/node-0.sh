@@ -29,4 +29,4 @@ exec /opt/dtrun/venv/bin/deepspeed \
   --master_port=29401 \
   --no_ssh \
   --node_rank=0 \
-  --module runner.workloads.train_deepspeed --steps 60 --warmup 10 --batch 8 --seq-len 64 --layers 2 --d-model 128 --heads 4 --vocab 1024 --device cpu --mode weak --timeout 600 --out result.json --busbw-iters 20 --deepspeed-config ds_config.json
+  --module dtrun.workloads.train_deepspeed --steps 60 --warmup 10 --batch 8 --seq-len 64 --layers 2 --d-model 128 --heads 4 --vocab 1024 --device cpu --mode weak --timeout 600 --out result.json --busbw-iters 20 --deepspeed-config ds_config.json

@@ -15,4 +15,4 @@ addresses=(127.0.0.2)
 export DTRUN_NODE_NAME="${names[NODE_RANK]}"
 export DTRUN_NODE_ADDR="${addresses[NODE_RANK]}"
 
-exec /opt/dtrun/venv/bin/python -m runner.workloads.train_horovod "$@" --steps 60 --warmup 10 --batch 8 --seq-len 64 --layers 2 --d-model 128 --heads 4 --vocab 1024 --device cpu --mode weak --timeout 600 --out result.json --busbw-iters 20
+exec /opt/dtrun/venv/bin/python -m dtrun.workloads.train_horovod "$@" --steps 60 --warmup 10 --batch 8 --seq-len 64 --layers 2 --d-model 128 --heads 4 --vocab 1024 --device cpu --mode weak --timeout 600 --out result.json --busbw-iters 20

@@ -16,4 +16,4 @@ addresses=(10.1.0.4 10.1.0.5 10.1.0.6 10.1.0.7)
 export DTRUN_NODE_NAME="${names[NODE_RANK]}"
 export DTRUN_NODE_ADDR="${addresses[NODE_RANK]}"
 
-exec /shared/dtrun/venv/bin/python -m runner.workloads.train "$@" --steps 60 --warmup 10 --batch 8 --seq-len 64 --layers 2 --d-model 128 --heads 4 --vocab 1024 --device cuda --mode weak --timeout 600 --out result.json --dtype bfloat16 --peak-tflops 312.0 --busbw-iters 20
+exec /shared/dtrun/venv/bin/python -m dtrun.workloads.train "$@" --steps 60 --warmup 10 --batch 8 --seq-len 64 --layers 2 --d-model 128 --heads 4 --vocab 1024 --device cuda --mode weak --timeout 600 --out result.json --dtype bfloat16 --peak-tflops 312.0 --busbw-iters 20

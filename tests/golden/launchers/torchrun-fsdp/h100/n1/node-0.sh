@@ -58,4 +58,4 @@ exec /shared/dtrun/venv/bin/torchrun \
   --rdzv-conf=is_host=1,join_timeout=600 \
   --local-addr=10.2.0.4 \
   --max-restarts=0 \
-  -m runner.workloads.train --steps 60 --warmup 10 --batch 8 --seq-len 64 --layers 32 --d-model 128 --heads 4 --vocab 1024 --device cuda --mode weak --timeout 600 --out result.json --dtype bfloat16 --peak-tflops 989.0 --busbw-iters 20 --strategy fsdp
+  -m dtrun.workloads.train --steps 60 --warmup 10 --batch 8 --seq-len 64 --layers 32 --d-model 128 --heads 4 --vocab 1024 --device cuda --mode weak --timeout 600 --out result.json --dtype bfloat16 --peak-tflops 989.0 --busbw-iters 20 --strategy fsdp

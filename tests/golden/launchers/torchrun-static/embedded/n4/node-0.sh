@@ -31,4 +31,4 @@ exec /opt/dtrun/venv/bin/torchrun \
   --master-port=29401 \
   --local-addr=127.0.0.2 \
   --max-restarts=0 \
-  -m runner.workloads.train --steps 60 --warmup 10 --batch 8 --seq-len 64 --layers 2 --d-model 128 --heads 4 --vocab 1024 --device cpu --mode weak --timeout 600 --out result.json --busbw-iters 20
+  -m dtrun.workloads.train --steps 60 --warmup 10 --batch 8 --seq-len 64 --layers 2 --d-model 128 --heads 4 --vocab 1024 --device cpu --mode weak --timeout 600 --out result.json --busbw-iters 20

@@ -1,0 +1,62 @@
+"""The Pulumi project `dtrun up` works in: the checkout's root, or one made for an installed dtrun.
+
+A checkout's root holds Pulumi.yaml (``main: infra/``, ``virtualenv: .venv``) and the stacks'
+Pulumi.<stack>.yaml. An installed dtrun (``pipx install 'dtrun[azure]'``) carries the same
+Pulumi.yaml and program inside its package, where no stack's settings belong, and its Python is
+not a .venv beside them. So it works in $XDG_CONFIG_HOME/dtrun/pulumi/ (default ~/.config), with a
+Pulumi.yaml written from the installed one: ``main`` names the installed program, and Pulumi runs
+it with this very interpreter (PULUMI_PYTHON_CMD, read where no virtualenv is set).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dtrun.locations import PACKAGE, checkout
+
+PROJECT_FILE = "Pulumi.yaml"
+
+
+def user_project_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """$XDG_CONFIG_HOME/dtrun/pulumi, or ~/.config/dtrun/pulumi when it is unset or relative."""
+    base = environ.get("XDG_CONFIG_HOME", "")
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".config"
+    return root / "dtrun" / "pulumi"
+
+
+def installed_project(folder: Path, package: Path = PACKAGE) -> dict[str, Any]:
+    """The installed Pulumi.yaml as it reads from ``folder``: its program by a path from there,
+    and no virtualenv (Pulumi then runs PULUMI_PYTHON_CMD)."""
+    project: dict[str, Any] = yaml.safe_load((package / PROJECT_FILE).read_text())
+    project["main"] = os.path.relpath(package / "infra", folder) + "/"
+    project["runtime"] = {"name": "python", "options": {"toolchain": "pip"}}
+    return project
+
+
+def workspace(environ: Mapping[str, str] = os.environ) -> tuple[Path, dict[str, str]]:
+    """The folder Pulumi works in, and the environment variables it needs there."""
+    return prepare(checkout(), environ)
+
+
+def prepare(
+    root: Path | None, environ: Mapping[str, str], package: Path = PACKAGE
+) -> tuple[Path, dict[str, str]]:
+    """A checkout's ``root`` as it is; installed (``root`` None), the user's project folder, its
+    Pulumi.yaml written (atomically) when it differs from what this install needs."""
+    if root is not None:
+        return root, {}
+    folder = user_project_dir(environ)
+    folder.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(installed_project(folder, package), sort_keys=False)
+    target = folder / PROJECT_FILE
+    if not target.is_file() or target.read_text() != text:
+        partial = folder / f".{PROJECT_FILE}.{os.getpid()}"
+        partial.write_text(text)
+        partial.replace(target)
+    return folder, {"PULUMI_PYTHON_CMD": sys.executable}
