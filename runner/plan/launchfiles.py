@@ -18,7 +18,7 @@ from dtrun.spec.request import Program
 from dtrun.spec.text import plural
 
 # The step hook's directory under the code directory (runner/workloads/stephook/sitecustomize.py)
-STEP_HOOK_DIR = "runner/workloads/stephook"
+STEP_HOOK_DIR = "dtrun/workloads/stephook"  # the import name: a checkout links dtrun -> runner
 
 
 def rdzv_id(run_id: str, nodes: int) -> str:

@@ -172,7 +172,7 @@ def test_a_users_pythonpath_reaches_deepspeeds_nodes_after_the_step_hooks_direct
     )  # fmt: skip
     plan = build_plan(H100, bench, 2)
     [env_file] = [f for f in plan.files if f.name == ".deepspeed_env"]
-    hook = f"{H100.code_dir}/runner/workloads/stephook"
+    hook = f"{H100.code_dir}/dtrun/workloads/stephook"
     assert f"PYTHONPATH={hook}:/home/me/lib" in env_file.content.splitlines()
     head = plan.launches[0].script  # the head's own: the same path
     assert exports(head)["PYTHONPATH"] == f'{hook}:"${{PYTHONPATH}}"'
