@@ -17,28 +17,22 @@ from tests.e2e.test_e2e_program import (
 
 pytestmark = pytest.mark.e2e
 
+# program, its options, port: 8 optimizer steps, not 16 (Lightning) or 32 (HF) micro-batches
+FRAMEWORKS = {
+    "lightning": ("lightning_loop.py", ("--accumulate", "2", "--sleep", "0.02"), 29860),
+    "hf": ("hf_trainer_loop.py", ("--accumulate", "4"), 29862),
+}
 
-def test_a_lightning_trainer_is_timed_once_per_optimizer_step(no_leftovers):
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
+def test_a_framework_trainer_is_timed_once_per_optimizer_step(no_leftovers, name):
+    program, options, port = FRAMEWORKS[name]
     done, run = bench(
-        no_leftovers, "--", "python", str(PROGRAMS / "lightning_loop.py"), "--steps", "8",
-        "--accumulate", "2", "--sleep", "0.02", run_id="lightning", port=29860,
+        no_leftovers, "--", "python", str(PROGRAMS / program), "--steps", "8", *options,
+        run_id=name, port=port,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     for nodes in (1, 2):
-        assert_timed_as_its_own_clock(run, nodes, 8)  # 8 optimizer steps, not 16 micro-batches
-    assert result(run, 2)["proof"]["answer"] == "in sync"
-    assert_verdicts(run)
-
-
-def test_an_hf_trainer_with_gradient_accumulation_is_timed_once_per_optimizer_step(
-    no_leftovers,
-):
-    done, run = bench(
-        no_leftovers, "--", "python", str(PROGRAMS / "hf_trainer_loop.py"), "--steps", "8",
-        "--accumulate", "4", run_id="hf", port=29862,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    for nodes in (1, 2):
-        assert_timed_as_its_own_clock(run, nodes, 8)  # 8 optimizer steps, not 32 micro-batches
+        assert_timed_as_its_own_clock(run, nodes, 8)
     assert result(run, 2)["proof"]["answer"] == "in sync"
     assert_verdicts(run)
