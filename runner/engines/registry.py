@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks
 from dtrun.engines.embedded.engine import EmbeddedEngine
 from dtrun.engines.embedded.options import EmbeddedOptions
+from dtrun.engines.ray.engine import RayEngine
+from dtrun.engines.ray.options import RayOptions
 from dtrun.engines.slurm.engine import SlurmEngine
 from dtrun.engines.slurm.options import SlurmOptions
 from dtrun.engines.spark.engine import SparkEngine
@@ -22,13 +24,14 @@ from dtrun.errors import UsageError
 ENGINES: tuple[Engine, ...] = (
     SlurmEngine(),  # --slurm, alone or with a stack (its own Slurm)
     SparkEngine(),  # --spark MASTER
+    RayEngine(),  # --ray ADDRESS
     SshEngine(),  # --hosts, or a stack's nodes
     EmbeddedEngine(),  # none of the above: the default
 )
 
 
 @dataclass(frozen=True)
-class EngineOptions(SparkOptions, SlurmOptions, SshOptions, EmbeddedOptions):
+class EngineOptions(RayOptions, SparkOptions, SlurmOptions, SshOptions, EmbeddedOptions):
     """Every engine's options, one group of fields per engine (bench, run and exec spread them
     as `Where`, runner/cli/options.py)."""
 
@@ -51,6 +54,11 @@ class EngineOptions(SparkOptions, SlurmOptions, SshOptions, EmbeddedOptions):
                 f"--spark runs on a Spark master's executors, and "
                 f"{(named or ['--slurm'])[0]} names other nodes",
                 fix="pass --spark MASTER alone",
+            )
+        if self.ray is not None and (named or self.slurm or self.spark is not None):
+            raise UsageError(
+                "--ray runs on a Ray cluster's nodes, and another option names other nodes",
+                fix="pass --ray ADDRESS alone",
             )
         if len(named) > 1:
             raise UsageError(

@@ -1,0 +1,308 @@
+"""The Ray engine's executor: a launch is one placement group, one ``STRICT_SPREAD`` bundle per
+node, pinned to the node's address; in each bundle an actor (runner/engines/ray/node.py) runs
+that node's rendered script (docs/ray.md).
+
+dtrun polls every actor for its script's output, which goes to ``<node>.log`` in the launch
+directory and to the console, and for its exit. The first node to fail stops the others; a node
+whose actor Ray lost (a killed raylet or worker) fails the launch by its name and address,
+before the failures it caused on the other nodes. Every end of a launch (done, failed, timed
+out, Ctrl-C, SIGTERM, SIGHUP) stops every script, kills every actor and removes the placement
+group; a SIGKILLed dtrun ends the Ray job, and Ray kills its actors and removes its placement
+groups (runner/engines/ray/session.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dtrun.engines.embedded.executor import sigint_deferred, write_launch_files, write_scripts
+from dtrun.engines.ray.node import GRACE_S, NodeProcess
+from dtrun.engines.ray.session import RaySession
+from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
+from dtrun.execute import Answer, LineSink, StopSink, quiet_stop
+from dtrun.execute.success import Next, after_exit, mark_stopped
+from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
+from dtrun.spec.outcome import NodeResult
+from dtrun.spec.text import plural
+from dtrun.workloads.files import NodeLog
+
+PLACE_S = 60.0  # how long Ray may take to place a launch's bundles
+POLL_S = 0.2  # how often each node's actor is asked for its output
+BUNDLE_CPUS = 1
+
+
+def bundle(launch: NodeLaunch) -> dict[str, float]:
+    """One node's bundle: a CPU, on the node of its address (Ray's own ``node:ADDRESS``)."""
+    return {"CPU": BUNDLE_CPUS, f"node:{launch.node.address}": 0.001}
+
+
+def said(error: BaseException) -> str:
+    """Ray's reason, in one line, without its traceback."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = next((line for line in lines if "died" in line or "lost" in line.lower()), "")
+    return (text or (lines[0] if lines else type(error).__name__))[:400]
+
+
+@dataclass
+class _Node:
+    launch: NodeLaunch
+    log: NodeLog
+    actor: Any = None
+    poll: Any = None  # the poll under way
+    started: float = 0.0
+    ended: float | None = None
+    code: int | None = None
+    stopped: bool = False
+    lost: str | None = None  # Ray's words, when it lost the node's actor
+
+    @property
+    def running(self) -> bool:
+        return self.actor is not None and self.code is None and self.lost is None
+
+    def result(self) -> NodeResult:
+        end = self.ended if self.ended is not None else time.monotonic()
+        return NodeResult(
+            node=self.launch.node.name,
+            address=self.launch.node.address,
+            exit_code=None if self.stopped else self.code,
+            log_path=str(self.log.path),
+            wall_s=end - self.started if self.started else 0.0,
+            cause=f"Ray lost it: {self.lost}" if self.lost else None,
+        )
+
+
+class RayExecutor:
+    def __init__(
+        self,
+        session: RaySession,
+        addresses: dict[str, str],
+        *,
+        grace_s: float = GRACE_S,
+        place_s: float = PLACE_S,
+    ) -> None:
+        """``addresses``: each node's, by name (the inventory's)."""
+        self.session, self.addresses = session, addresses
+        self.grace_s, self.place_s = grace_s, place_s
+        self.on_stopping: StopSink = quiet_stop
+        self.placed = 0  # placement groups made, for the tests and the benchmark
+
+    def command(
+        self, scripts: dict[str, str], on_line: LineSink | None = None
+    ) -> dict[str, Answer]:
+        """Each script runs with bash on its node, as a Ray task pinned to the node's address."""
+        from dtrun.engines.ray.tasks import run_commands
+
+        return run_commands(self.session, self.addresses, scripts, on_line)
+
+    def run(
+        self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
+    ) -> tuple[NodeResult, ...]:
+        workdir = workdir.resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        write_launch_files(plan, workdir)
+        write_scripts(plan, workdir)
+        nodes = [_Node(launch, NodeLog(workdir / f"{launch.node.name}.log"))
+                 for launch in plan.launches]  # fmt: skip
+        launch = _Launch(self, plan, workdir, nodes, on_line)
+        verdict: RunError | None = None
+        interrupted = False
+        try:
+            launch.place()
+            verdict = launch.supervise(timeout_s)
+        except KeyboardInterrupt:
+            interrupted = True
+            with sigint_deferred(), contextlib.suppress(Exception):
+                self.on_stopping(sum(node.running for node in nodes))
+        finally:
+            with sigint_deferred():
+                launch.stop()
+        results = tuple(node.result() for node in nodes)
+        if interrupted:
+            raise LaunchInterrupted(results)
+        verdict = launch.lost_first() or verdict
+        if verdict is None:
+            return mark_stopped(plan.success, results)
+        verdict.node_results = results
+        raise verdict
+
+
+class _Launch:
+    """One launch's placement group and actors (module docstring)."""
+
+    def __init__(
+        self,
+        executor: RayExecutor,
+        plan: LaunchPlan,
+        workdir: Path,
+        nodes: list[_Node],
+        on_line: LineSink,
+    ) -> None:
+        self.executor, self.plan, self.workdir = executor, plan, workdir
+        self.nodes, self.on_line = nodes, on_line
+        self.ray = executor.session.ray
+        self.group: Any = None
+        self.tag = secrets.token_hex(8)
+
+    def place(self) -> None:
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        ray = self.ray
+        with sigint_deferred():  # a group that was made is one that gets removed
+            self.group = placement_group(
+                [bundle(node.launch) for node in self.nodes],
+                strategy="STRICT_SPREAD",
+                name=f"dtrun-{self.plan.rdzv_id}",
+            )
+            self.executor.placed += 1
+        ready, _ = ray.wait([self.group.ready()], timeout=self.executor.place_s)
+        if not ready:
+            raise self.unplaced()
+        files = [(f.name, f.content.encode(), f.mode) for f in self.plan.files]
+        files += [(n.launch.script_name, n.launch.script.encode(), 0o700) for n in self.nodes]
+        actor = ray.remote(NodeProcess)
+        starts = {}
+        for index, node in enumerate(self.nodes):
+            with sigint_deferred():
+                node.actor = actor.options(
+                    num_cpus=BUNDLE_CPUS,
+                    max_restarts=0,
+                    name=f"dtrun-{self.plan.rdzv_id}-{node.launch.node.name}",
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, index),
+                ).remote(self.tag)
+            node.started = time.monotonic()
+            starts[index] = node.actor.start.remote(
+                str(self.workdir), files, node.launch.script_name
+            )
+        for index, ref in starts.items():
+            node = self.nodes[index]
+            try:
+                address, _host = ray.get(ref)
+            except ray.exceptions.RayError as error:
+                node.lost = said(error)
+                continue
+            if address != node.launch.node.address:  # Ray's node:ADDRESS pins it: never
+                node.lost = f"its bundle was placed on {address}, not on its own node"
+
+    def unplaced(self) -> RunError:
+        alive = {str(n["NodeManagerAddress"]) for n in self.ray.nodes() if n.get("Alive")}
+        gone = [n.launch.node for n in self.nodes if n.launch.node.address not in alive]
+        where = ", ".join(f"{node.name} ({node.address})" for node in gone)
+        return RunError(
+            f"Ray did not place the launch's {plural(len(self.nodes), 'bundle')} within "
+            f"{self.executor.place_s:g} s",
+            why=f"Ray has no live node at {where}" if gone else "their nodes' CPUs are taken by "
+            "other work (one CPU a node)",
+            fix="start the missing raylets (`ray start --address HEAD:PORT`), or run with fewer "
+            "--nodes" if gone else "wait for that work to end, or run with fewer --nodes",
+        )
+
+    def supervise(self, timeout_s: float) -> RunError | None:
+        """Until the launch is decided by its success rule (None), a node fails or is lost,
+        or time runs out."""
+        ray = self.ray
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if any(node.lost for node in self.nodes):
+                return None  # lost_first says which
+            waiting = [n for n in self.nodes if n.running and not n.launch.service]
+            if not waiting:
+                return None
+            if time.monotonic() >= deadline:
+                names = ", ".join(node.launch.node.name for node in waiting)
+                return RunTimeoutError(
+                    f"the launch on {plural(self.plan.nnodes, 'node')} did not finish within "
+                    f"{timeout_s:g} s",
+                    why=f"still running when stopped: {names}",
+                    fix="raise --timeout, or read the node logs for where it hung",
+                )
+            for node in self.nodes:
+                if node.running and node.poll is None:
+                    node.poll = node.actor.poll.remote()
+            polls = [node.poll for node in self.nodes if node.poll is not None]
+            began = time.monotonic()
+            done, _ = ray.wait(polls, num_returns=len(polls), timeout=POLL_S)
+            for node in self.nodes:
+                if node.poll is None or node.poll not in done:
+                    continue
+                ref, node.poll = node.poll, None
+                try:
+                    lines, code = ray.get(ref)
+                except ray.exceptions.RayError as error:
+                    node.lost, node.ended = said(error), time.monotonic()
+                    continue
+                self.write(node, lines)
+                if code is None:
+                    continue
+                node.code, node.ended = code, time.monotonic()
+                step = after_exit(self.plan.success, node.launch, code)
+                if step is Next.FAILED:
+                    return self.failed(node)
+                if step is Next.DONE:
+                    return None
+            time.sleep(max(0.0, POLL_S - (time.monotonic() - began)))
+
+    def write(self, node: _Node, lines: list[bytes]) -> None:
+        for raw in lines:
+            node.log.write(raw)
+            self.on_line(node.launch.node.name, raw.decode(errors="replace").rstrip("\r\n"))
+
+    def failed(self, node: _Node) -> RunError:
+        from dtrun.execute.failure import explain_log  # its patterns: only for a failure
+
+        assert node.code is not None
+        name, address = node.launch.node.name, node.launch.node.address
+        return NodeFailedError(name, address, node.code, str(node.log.path),
+                               explain_log(node.log.path))  # fmt: skip
+
+    def lost_first(self) -> RunError | None:
+        """A node Ray lost, named before any failure it caused on the others."""
+        lost = [node for node in self.nodes if node.lost]
+        if not lost:
+            return None
+        node = min(lost, key=lambda n: n.ended or 0.0)
+        return RunError(
+            f"{node.launch.node.name} ({node.launch.node.address}) was lost: Ray ended its "
+            "actor, and the other nodes were stopped",
+            why=f"Ray: {node.lost}",
+            fix=f"check the Ray node at {node.launch.node.address} (its raylet.out, under "
+            "/tmp/ray/session_latest/logs there), then run again",
+        )
+
+    def stop(self) -> None:
+        """Every script stopped, every actor killed, the placement group removed."""
+        ray = self.ray
+        stops = {}
+        for index, node in enumerate(self.nodes):
+            if node.running:
+                node.stopped = True
+                stops[index] = node.actor.stop.remote(self.executor.grace_s)
+        if stops:
+            ray.wait(list(stops.values()), num_returns=len(stops),
+                     timeout=self.executor.grace_s + 10)  # fmt: skip
+        for index, ref in stops.items():
+            node = self.nodes[index]
+            try:
+                lines, _ = ray.get(ref, timeout=0)
+            except ray.exceptions.RayError as error:
+                if not isinstance(error, ray.exceptions.GetTimeoutError):
+                    node.lost = node.lost or said(error)
+                continue
+            finally:
+                node.ended = node.ended or time.monotonic()
+            self.write(node, lines)
+        for node in self.nodes:
+            if node.actor is not None:
+                with contextlib.suppress(Exception):
+                    ray.kill(node.actor, no_restart=True)
+            node.log.close()
+        if self.group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            with contextlib.suppress(Exception):
+                remove_placement_group(self.group)
