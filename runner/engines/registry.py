@@ -20,6 +20,10 @@ from dtrun.engines.spark.options import SparkOptions
 from dtrun.engines.ssh.engine import SshEngine
 from dtrun.engines.ssh.options import SshOptions
 from dtrun.errors import UsageError
+from dtrun.plan.launchers import LAUNCHERS
+from dtrun.engines.ray.launcher import TorchTrainerLauncher
+
+LAUNCHERS.setdefault("torchtrainer", TorchTrainerLauncher())  # TEMP until siblings
 
 ENGINES: tuple[Engine, ...] = (
     SlurmEngine(),  # --slurm, alone or with a stack (its own Slurm)

@@ -40,10 +40,13 @@ def _dtrun_jobs(cluster: RayCluster) -> list[dict[str, Any]]:
     return [job for job in jobs if "dtrun.cli" in job["Entrypoint"]]
 
 
-def test_a_sweep_runs_its_ranks_on_two_ray_nodes_in_one_ray_job(ray_cluster, no_leftovers):
+@pytest.mark.parametrize("launcher", ["torchrun", "torchtrainer"])
+def test_a_sweep_runs_its_ranks_on_two_ray_nodes_in_one_ray_job(
+    ray_cluster, no_leftovers, launcher
+):
     before = len(_dtrun_jobs(ray_cluster))
     done = run_dtrun(
-        "bench", "--ray", ray_cluster.address, "--nodes", "1,2", *QUICK,
+        "bench", "--ray", ray_cluster.address, "--launcher", launcher, "--nodes", "1,2", *QUICK,
         "--output", str(no_leftovers / "runs"), "--run-id", "ray", cwd=no_leftovers, timeout=400,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -59,6 +62,7 @@ def test_a_sweep_runs_its_ranks_on_two_ray_nodes_in_one_ray_job(ray_cluster, no_
     assert "wrote result.json" in (run / "n2" / "r0" / "ray-0.log").read_text()
     assert (run / "n2" / "r0" / "ray-1.log").is_file()
     assert (run / "report.md").exists()
+    assert f"via {launcher}" in done.stdout + done.stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["proof"]["nodes"] == 2
     assert all(check["ok"] for check in summary["proof"]["checks"])

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dtrun.engines.embedded.executor import sigint_deferred, write_launch_files, write_scripts
+from dtrun.engines.ray.launcher import NAME as TORCHTRAINER
 from dtrun.engines.ray.node import GRACE_S, NodeProcess
 from dtrun.engines.ray.session import RaySession
 from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
@@ -109,6 +110,10 @@ class RayExecutor:
         nodes = [_Node(launch, NodeLog(workdir / f"{launch.node.name}.log"))
                  for launch in plan.launches]  # fmt: skip
         launch = _Launch(self, plan, workdir, nodes, on_line)
+        if plan.launcher == TORCHTRAINER:
+            from dtrun.engines.ray.trainlaunch import TrainerLaunch
+
+            launch = TrainerLaunch(self, plan, workdir, nodes, on_line)
         verdict: RunError | None = None
         interrupted = False
         try:

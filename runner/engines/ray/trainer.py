@@ -1,0 +1,147 @@
+"""A launch under --launcher torchtrainer: Ray Train's ``TorchTrainer.fit()`` starts one worker
+per node, each pinned to its node by Ray's node-id label and spread STRICT_SPREAD, and each
+worker runs its node's script (``train_loop``) as the Ray engine's actors do
+(runner/engines/ray/node.py).
+
+Output and exits travel through a small relay actor that dtrun polls; the relay's stop flag
+is how dtrun stops every worker's script (a failed node, a timeout, Ctrl-C, SIGTERM). Ray Train
+removes its workers and placement group when ``fit`` ends; a SIGKILLed dtrun ends the Ray job,
+and Ray kills them (runner/engines/ray/session.py).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from dtrun.engines.ray.node import GRACE_S, NodeProcess
+
+POLL_S = 0.2
+
+
+class Relay:
+    """An actor between the workers and dtrun: lines and exits one way, a stop the other."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, list[bytes]]] = []
+        self.codes: dict[str, int | None] = {}
+        self.started: dict[str, str] = {}
+        self.halted = False
+
+    def start(self, node: str, address: str) -> bool:
+        self.started[node] = address
+        return self.halted
+
+    def put(self, node: str, lines: list[bytes], code: int | None, ended: bool) -> bool:
+        """Lines of ``node``; its exit code once ``ended`` (None: stopped). Whether to stop."""
+        if lines:
+            self.lines.append((node, lines))
+        if ended:
+            self.codes[node] = code
+        return self.halted
+
+    def take(self) -> tuple[list[tuple[str, list[bytes]]], dict[str, int | None], dict[str, str]]:
+        lines, self.lines = self.lines, []
+        return lines, dict(self.codes), dict(self.started)
+
+    def halt(self) -> None:
+        self.halted = True
+
+
+def train_loop(config: dict[str, Any]) -> None:
+    """Run in each TorchTrainer worker: the script of the node this worker was pinned to."""
+    import ray
+
+    relay, address = config["relay"], ray.util.get_node_ip_address()
+    node = config["nodes"].get(address)
+    if node is None:  # pinned by node id: never
+        raise RuntimeError(f"a TorchTrainer worker ran on {address}, which is no node of it")
+    name, script = node
+    os.environ["MASTER_PORT"] = str(config["master_port"])  # Ray Train's own group holds its
+    os.environ["DTRUN_EXECUTOR_ADDR"] = address  # the node's address, as Ray knows it
+    process = NodeProcess(config["tag"])
+    process.start(config["workdir"], config["files"], script)
+    stop = ray.get(relay.start.remote(name, address))
+    while True:
+        lines, code = process.poll()
+        stop = ray.get(relay.put.remote(name, lines, code, code is not None))
+        if code is not None:
+            break
+        if stop:
+            lines, code = process.stop(config["grace_s"])
+            ray.get(relay.put.remote(name, lines, code, True))
+            return
+        time.sleep(POLL_S)
+    if code != 0:
+        raise RuntimeError(f"{name}'s script exited with {code}")
+
+
+class TrainerRun:
+    """One TorchTrainer.fit() in a thread of dtrun, and its relay."""
+
+    def __init__(self, ray: Any, workdir: Path, tag: str, grace_s: float = GRACE_S) -> None:
+        self.ray, self.workdir, self.tag, self.grace_s = ray, workdir, tag, grace_s
+        self.relay: Any = None
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def start(self, nodes: dict[str, tuple[str, str]], node_ids: list[str], master_port: int,
+              files: list[tuple[str, bytes, int]], name: str) -> None:  # fmt: skip
+        from ray._raylet import RAY_NODE_ID_KEY
+        from ray.train import FailureConfig, RunConfig, ScalingConfig
+        from ray.train.torch import TorchTrainer
+
+        ray = self.ray
+        self.relay = ray.remote(num_cpus=0, max_restarts=0)(Relay).remote()
+        trainer = TorchTrainer(
+            train_loop,
+            train_loop_config={
+                "relay": self.relay, "nodes": nodes, "tag": self.tag, "files": files,
+                "workdir": str(self.workdir), "master_port": master_port,
+                "grace_s": self.grace_s,
+            },
+            scaling_config=ScalingConfig(
+                num_workers=len(node_ids),
+                use_gpu=False,
+                resources_per_worker={"CPU": 1},
+                placement_strategy="STRICT_SPREAD",
+                label_selector=[{RAY_NODE_ID_KEY: node_id} for node_id in node_ids],
+            ),
+            run_config=RunConfig(
+                name=name,
+                storage_path=str(self.workdir / "ray-train"),
+                failure_config=FailureConfig(max_failures=0),
+            ),
+        )  # fmt: skip
+
+        def fit() -> None:
+            try:
+                trainer.fit()
+            except BaseException as error:  # a failed node's, said by its exit code instead
+                self.error = error
+
+        self.thread = threading.Thread(target=fit, name="dtrun-ray-trainer", daemon=True)
+        self.thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def take(self) -> tuple[list[tuple[str, list[bytes]]], dict[str, int | None], dict[str, str]]:
+        result: tuple[list[tuple[str, list[bytes]]], dict[str, int | None], dict[str, str]]
+        result = self.ray.get(self.relay.take.remote(), timeout=60)
+        return result
+
+    def stop(self) -> None:
+        """Every worker stops its script; fit() ends; the relay goes."""
+        if self.relay is None:
+            return
+        try:
+            self.ray.get(self.relay.halt.remote(), timeout=30)
+        except Exception:  # the relay is gone: the job's end takes the workers
+            pass
+        if self.thread is not None:
+            self.thread.join(timeout=self.grace_s + 60)
