@@ -94,9 +94,7 @@ class RayCluster:
         launch (DTRUN_LAUNCH) of this cluster."""
         state = self.ask(LEFTOVERS)
         assert isinstance(state, dict)
-        state["processes"] = [
-            p.pid for p in self.processes() if "DTRUN_LAUNCH" in _environ(p)
-        ]
+        state["processes"] = [p.pid for p in self.processes() if "DTRUN_LAUNCH" in _environ(p)]
         return state
 
     def nodes_alive(self) -> int:

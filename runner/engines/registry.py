@@ -12,6 +12,7 @@ from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks
 from dtrun.engines.embedded.engine import EmbeddedEngine
 from dtrun.engines.embedded.options import EmbeddedOptions
 from dtrun.engines.ray.engine import RayEngine
+from dtrun.engines.ray.launcher import TorchTrainerLauncher
 from dtrun.engines.ray.options import RayOptions
 from dtrun.engines.slurm.engine import SlurmEngine
 from dtrun.engines.slurm.options import SlurmOptions
@@ -21,7 +22,6 @@ from dtrun.engines.ssh.engine import SshEngine
 from dtrun.engines.ssh.options import SshOptions
 from dtrun.errors import UsageError
 from dtrun.plan.launchers import LAUNCHERS
-from dtrun.engines.ray.launcher import TorchTrainerLauncher
 
 LAUNCHERS.setdefault("torchtrainer", TorchTrainerLauncher())  # TEMP until siblings
 

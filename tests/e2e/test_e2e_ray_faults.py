@@ -18,7 +18,7 @@ from tests.raycluster import SECOND, RayCluster, ray_cluster_up
 
 pytestmark = pytest.mark.e2e
 
-NOTHING = {"actors": [], "groups": [], "processes": []}
+NOTHING: dict[str, list[object]] = {"actors": [], "groups": [], "processes": []}
 SLEEP = "import time; print('sleeping', flush=True); time.sleep(600)\n"
 
 
@@ -94,7 +94,7 @@ def test_a_stop_leaves_no_actor_placement_group_or_process(ray_cluster, tmp_path
 
 
 def test_a_sigkilled_dtrun_leaves_no_actor_placement_group_or_process(ray_cluster, tmp_path):
-    dtrun, out = _start(ray_cluster, tmp_path)
+    dtrun, _ = _start(ray_cluster, tmp_path)
     dtrun.kill()
     dtrun.wait()
     # Ray ends the job of a driver that died: its actors and placement groups go, and each

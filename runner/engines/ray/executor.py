@@ -201,56 +201,64 @@ class _Launch:
         return RunError(
             f"Ray did not place the launch's {plural(len(self.nodes), 'bundle')} within "
             f"{self.executor.place_s:g} s",
-            why=f"Ray has no live node at {where}" if gone else "their nodes' CPUs are taken by "
-            "other work (one CPU a node)",
+            why=f"Ray has no live node at {where}"
+            if gone
+            else "their nodes' CPUs are taken by other work (one CPU a node)",
             fix="start the missing raylets (`ray start --address HEAD:PORT`), or run with fewer "
-            "--nodes" if gone else "wait for that work to end, or run with fewer --nodes",
+            "--nodes"
+            if gone
+            else "wait for that work to end, or run with fewer --nodes",
         )
 
     def supervise(self, timeout_s: float) -> RunError | None:
         """Until the launch is decided by its success rule (None), a node fails or is lost,
         or time runs out."""
-        ray = self.ray
         deadline = time.monotonic() + timeout_s
         while True:
-            if any(node.lost for node in self.nodes):
-                return None  # lost_first says which
             waiting = [n for n in self.nodes if n.running and not n.launch.service]
-            if not waiting:
-                return None
+            if not waiting or any(node.lost for node in self.nodes):
+                return None  # done, or lost_first says which node was lost
             if time.monotonic() >= deadline:
-                names = ", ".join(node.launch.node.name for node in waiting)
                 return RunTimeoutError(
                     f"the launch on {plural(self.plan.nnodes, 'node')} did not finish within "
                     f"{timeout_s:g} s",
-                    why=f"still running when stopped: {names}",
+                    why="still running when stopped: "
+                    + ", ".join(node.launch.node.name for node in waiting),
                     fix="raise --timeout, or read the node logs for where it hung",
                 )
-            for node in self.nodes:
-                if node.running and node.poll is None:
-                    node.poll = node.actor.poll.remote()
-            polls = [node.poll for node in self.nodes if node.poll is not None]
             began = time.monotonic()
-            done, _ = ray.wait(polls, num_returns=len(polls), timeout=POLL_S)
-            for node in self.nodes:
-                if node.poll is None or node.poll not in done:
-                    continue
-                ref, node.poll = node.poll, None
-                try:
-                    lines, code = ray.get(ref)
-                except ray.exceptions.RayError as error:
-                    node.lost, node.ended = said(error), time.monotonic()
-                    continue
-                self.write(node, lines)
-                if code is None:
-                    continue
-                node.code, node.ended = code, time.monotonic()
-                step = after_exit(self.plan.success, node.launch, code)
+            for node in self.polled():
+                step = self.heard(node)
                 if step is Next.FAILED:
                     return self.failed(node)
                 if step is Next.DONE:
                     return None
             time.sleep(max(0.0, POLL_S - (time.monotonic() - began)))
+
+    def polled(self) -> list[_Node]:
+        """The nodes whose poll came back within POLL_S (a node's next poll is asked only
+        once its last one answered)."""
+        for node in self.nodes:
+            if node.running and node.poll is None:
+                node.poll = node.actor.poll.remote()
+        polls = [node.poll for node in self.nodes if node.poll is not None]
+        done, _ = self.ray.wait(polls, num_returns=len(polls), timeout=POLL_S)
+        return [node for node in self.nodes if node.poll is not None and node.poll in done]
+
+    def heard(self, node: _Node) -> Next:
+        """What the node's answered poll says: its lines logged, and its exit, if it exited."""
+        ray = self.ray
+        ref, node.poll = node.poll, None
+        try:
+            lines, code = ray.get(ref)
+        except ray.exceptions.RayError as error:
+            node.lost, node.ended = said(error), time.monotonic()
+            return Next.WAIT
+        self.write(node, lines)
+        if code is None:
+            return Next.WAIT
+        node.code, node.ended = code, time.monotonic()
+        return after_exit(self.plan.success, node.launch, code)
 
     def write(self, node: _Node, lines: list[bytes]) -> None:
         for raw in lines:

@@ -75,7 +75,8 @@ class NodeProcess:
         self.pump.start()
         import ray  # the worker's own: the node's address as Ray knows it
 
-        return ray.util.get_node_ip_address(), socket.gethostname()
+        address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        return address, socket.gethostname()
 
     def _pump(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None

@@ -8,6 +8,7 @@ script, runner/engines/ray/node.py, then ends the script).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import re
@@ -75,8 +76,8 @@ class RaySession:
         self.job_id = ""
 
     def open(self) -> None:
-        reachable(self.address)
         ray = need_ray()
+        reachable(self.address)
         # ray.init sets a SIGTERM handler of its own (sys.exit): dtrun's stops a launch first
         term = signal.getsignal(signal.SIGTERM)
         try:
@@ -100,10 +101,24 @@ class RaySession:
         self.job_id = ray.get_runtime_context().get_job_id()
 
     def close(self) -> None:
-        """The job ends: Ray kills whatever actor or placement group of it is left."""
+        """The job ends: Ray kills whatever actor or placement group of it is left, and dtrun
+        the detached actors its job made (Ray Train's AutoscalingCoordinator, which Ray keeps
+        past the job)."""
         if self.ray is not None:
+            with contextlib.suppress(Exception):  # what cannot be asked is not left by us
+                self.kill_detached()
             self.ray.shutdown()
             self.ray = None
+
+    def kill_detached(self) -> None:
+        from ray._private import state  # the GCS's actor table, by job (no dashboard needed)
+
+        ray = self.ray
+        job = ray.JobID.from_hex(self.job_id)
+        for actor in state.actors(job_id=job).values():
+            if actor["State"] != "DEAD" and actor.get("Name"):
+                handle = ray.get_actor(actor["Name"], namespace=actor.get("RayNamespace"))
+                ray.kill(handle, no_restart=True)
 
     def alive(self) -> list[dict[str, Any]]:
         """The cluster's live nodes that can run a node's script (one CPU at least)."""

@@ -11,6 +11,7 @@ and Ray kills them (runner/engines/ray/session.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import Any
 from dtrun.engines.ray.node import GRACE_S, NodeProcess
 
 POLL_S = 0.2
+NODE_ID = "ray.io/node-id"  # the label Ray gives every node: its node id
 
 
 class Relay:
@@ -55,7 +57,8 @@ def train_loop(config: dict[str, Any]) -> None:
     """Run in each TorchTrainer worker: the script of the node this worker was pinned to."""
     import ray
 
-    relay, address = config["relay"], ray.util.get_node_ip_address()
+    relay = config["relay"]
+    address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
     node = config["nodes"].get(address)
     if node is None:  # pinned by node id: never
         raise RuntimeError(f"a TorchTrainer worker ran on {address}, which is no node of it")
@@ -90,7 +93,6 @@ class TrainerRun:
 
     def start(self, nodes: dict[str, tuple[str, str]], node_ids: list[str], master_port: int,
               files: list[tuple[str, bytes, int]], name: str) -> None:  # fmt: skip
-        from ray._raylet import RAY_NODE_ID_KEY
         from ray.train import FailureConfig, RunConfig, ScalingConfig
         from ray.train.torch import TorchTrainer
 
@@ -108,7 +110,8 @@ class TrainerRun:
                 use_gpu=False,
                 resources_per_worker={"CPU": 1},
                 placement_strategy="STRICT_SPREAD",
-                label_selector=[{RAY_NODE_ID_KEY: node_id} for node_id in node_ids],
+                # Ray Train 2's own argument; mypy reads Ray Train 1's class under this name
+                label_selector=[{NODE_ID: node_id} for node_id in node_ids],  # type: ignore[call-arg]
             ),
             run_config=RunConfig(
                 name=name,
@@ -139,9 +142,7 @@ class TrainerRun:
         """Every worker stops its script; fit() ends; the relay goes."""
         if self.relay is None:
             return
-        try:
+        with contextlib.suppress(Exception):  # the relay is gone: the job's end takes them
             self.ray.get(self.relay.halt.remote(), timeout=30)
-        except Exception:  # the relay is gone: the job's end takes the workers
-            pass
         if self.thread is not None:
             self.thread.join(timeout=self.grace_s + 60)

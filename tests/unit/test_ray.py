@@ -1,0 +1,183 @@
+"""The Ray engine without a Ray cluster: its address, inventory, bundles, the missing extra,
+its launcher's refusals, its node actor on a real script, and its footprint outside its own
+package (docs/engines.md "Adding an engine")."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dtrun.engines.ray.executor import bundle, said
+from dtrun.engines.ray.node import NodeProcess
+from dtrun.engines.ray.session import RaySession, parse_address, ray_inventory
+from dtrun.engines.registry import EngineOptions
+from dtrun.errors import InventoryError, PlanError, UsageError
+from dtrun.spec.cluster import Node
+from dtrun.spec.launchplan import NodeLaunch
+from tests.paths import REPO
+from tests.plans import build_run_plan
+from tests.unit.test_launch_stubs import run_spec
+
+
+def _node(address: str, cpus: float = 1.0, alive: bool = True) -> dict[str, object]:
+    return {"NodeManagerAddress": address, "Alive": alive, "Resources": {"CPU": cpus}}
+
+
+@pytest.mark.parametrize("address", ["127.0.0.2:6379", "head-1.example:6390"])
+def test_a_head_address_is_host_and_port(address):
+    host, port = parse_address(address)
+    assert f"{host}:{port}" == address
+
+
+@pytest.mark.parametrize("address", ["127.0.0.2", "auto", "ray://h:10001", "h:0", "h:70000",
+                                     "-o:1", "h:1 ;x"])  # fmt: skip
+def test_anything_else_is_refused_with_exit_2(address):
+    with pytest.raises(UsageError, match="is not a Ray head's address") as raised:
+        parse_address(address)
+    assert raised.value.exit_code == 2
+
+
+def test_the_inventory_is_the_nodes_by_address_named_in_order():
+    inventory = ray_inventory("h:1", [_node("10.0.0.10", 4), _node("10.0.0.9"), _node("10.0.0.2")])
+    assert [(n.name, n.address, n.cpus) for n in inventory.nodes] == [
+        ("ray-0", "10.0.0.2", 1),
+        ("ray-1", "10.0.0.9", 1),
+        ("ray-2", "10.0.0.10", 4),
+    ]
+    assert inventory.scheduler == "ray" and inventory.interface == "eth0"
+    assert ray_inventory("h:1", [_node("127.0.0.2")]).interface == "lo"
+
+
+def test_two_raylets_on_one_address_or_none_with_a_cpu_are_refused():
+    with pytest.raises(InventoryError, match=r"two nodes on 10\.0\.0\.2"):
+        ray_inventory("h:1", [_node("10.0.0.2"), _node("10.0.0.2")])
+    with pytest.raises(InventoryError, match="no node with a CPU"):
+        ray_inventory("h:1", [])
+
+
+def test_each_bundle_is_pinned_to_its_nodes_address():
+    launch = NodeLaunch(Node("ray-1", "10.0.0.9"), 1, "node-1.sh", "")
+    assert bundle(launch) == {"CPU": 1, "node:10.0.0.9": 0.001}
+
+
+def test_rays_reason_is_one_line_without_its_traceback():
+    error = RuntimeError(
+        "Traceback (most recent call last):\n  File x\nray.exceptions.ActorDiedError: The actor "
+        "died unexpectedly before finishing this task.\n\tclass_name: NodeProcess"
+    )
+    assert said(error) == (
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task."
+    )
+
+
+def test_a_missing_ray_names_the_extra_and_exits_2(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(UsageError, match=r"--ray needs Ray") as raised:
+        RaySession("127.0.0.1:1").open()
+    assert raised.value.exit_code == 2 and "pip install 'dtrun[ray]'" in raised.value.fix
+
+
+def test_an_unreachable_head_is_said_before_ray_init(monkeypatch):
+    with pytest.raises(InventoryError, match=r"cannot connect to the Ray cluster at 127\.0\.0\.1"):
+        RaySession("127.0.0.1:1").open()
+
+
+@pytest.mark.parametrize("other", [{"hosts": "h1"}, {"slurm": True}, {"spark": "yarn"}])
+def test_ray_with_another_cluster_is_refused(other):
+    with pytest.raises(UsageError, match="pass --ray ADDRESS alone"):
+        EngineOptions(ray="h:6379", **other).refuse_two_clusters()
+
+
+def test_torchtrainer_runs_under_ray_only_and_one_process_per_node(inventory_for):
+    with pytest.raises(PlanError, match="--launcher torchtrainer runs under Ray"):
+        build_run_plan(inventory_for(None), run_spec("torchtrainer", procs=1))
+    with pytest.raises(PlanError, match="one process per node"):
+        build_run_plan(inventory_for("ray"), run_spec("torchtrainer", procs=2))
+    plan = build_run_plan(inventory_for("ray"), run_spec("torchtrainer", procs=1))
+    assert len(plan.launches) == 2
+    script = plan.launches[1].script
+    assert "come from Ray Train's TorchTrainer" in script
+    assert "export RANK" not in script and "export MASTER_ADDR" not in script
+
+
+@pytest.fixture
+def inventory_for():
+    def make(scheduler: str | None):
+        inventory = ray_inventory("h:1", [_node("127.0.0.2"), _node("127.0.0.3")])
+        from dataclasses import replace
+
+        return replace(inventory, scheduler=scheduler)
+
+    return make
+
+
+def test_the_node_actor_streams_the_script_and_stops_its_group(tmp_path):
+    files = [("node-0.sh", b"echo one; echo two; sleep 600 & wait\n", 0o700)]
+    node = NodeProcess("tag")
+    node.start(str(tmp_path), files, "node-0.sh")
+    lines: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(lines) < 2 and time.monotonic() < deadline:
+        lines += node.poll()[0]
+        time.sleep(0.05)
+    assert lines == [b"one\n", b"two\n"]
+    assert node.proc is not None
+    group = node.proc.pid
+    assert node.stop(grace_s=1.0) == ([], None)  # stopped: no exit of its own
+    assert _live_in_group(group) == []  # its background sleep too
+
+
+def _live_in_group(group: int) -> list[int]:
+    """Processes of the group that are not zombies (this machine's init may reap late)."""
+    live = []
+    for proc in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error):
+            if os.getpgid(proc.pid) == group and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                live.append(proc.pid)
+    return live
+
+
+def test_the_node_actor_gives_the_exit_code_with_the_last_lines(tmp_path):
+    node = NodeProcess("tag")
+    node.start(str(tmp_path), [("n.sh", b"echo first; echo last; exit 3\n", 0o700)], "n.sh")
+    seen: list[bytes] = []
+    code = None
+    deadline = time.monotonic() + 20
+    while code is None and time.monotonic() < deadline:
+        out, code = node.poll()
+        seen += out
+        time.sleep(0.05)
+    assert (seen, code) == ([b"first\n", b"last\n"], 3)
+
+
+# Ray's name as a word (not "array", "gray"): the files outside its own package that name it
+RAY_WORD = re.compile(r"\bray\b", re.IGNORECASE)
+ALLOWED = {"runner/engines/registry.py"}
+
+
+def test_ray_is_named_nowhere_in_runner_or_templates_outside_its_own_files():
+    named = sorted(
+        str(path.relative_to(REPO))
+        for top in ("runner", "templates")
+        for path in (REPO / top).rglob("*")
+        if path.is_file()
+        and "__pycache__" not in path.parts
+        and not str(path.relative_to(REPO)).startswith(("runner/engines/ray/", "templates/ray/"))
+        and str(path.relative_to(REPO)) not in ALLOWED
+        and RAY_WORD.search(path.read_text(errors="replace"))
+    )
+    assert named == []
+
+
+def test_the_docs_list_every_file_outside_its_package_that_adding_ray_touched():
+    page = (REPO / "docs" / "engines.md").read_text()
+    for touched in ("runner/engines/registry.py", "pyproject.toml", "dev"):
+        assert f"`{touched}`" in page
+    assert Path(REPO / "docs" / "ray.md").is_file()
