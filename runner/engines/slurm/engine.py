@@ -7,8 +7,8 @@ import contextlib
 from collections.abc import Iterator
 
 from dtrun.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
+from dtrun.engines.common.stack import StackOptions
 from dtrun.engines.slurm.options import SlurmOptions
-from dtrun.engines.ssh.options import SshOptions
 from dtrun.spec.launchplan import LaunchPlan
 
 
@@ -23,7 +23,7 @@ class SlurmEngine:
         # here, not at the top: every command imports the engine registry, few use Slurm
         from dtrun.engines.slurm.job import open_slurm, stack_head
 
-        where = choice.of(SshOptions)  # --stack or --outputs: the stack's own Slurm
+        where = choice.of(StackOptions)  # --stack or --outputs: the stack's own Slurm
         if where.stack_name is None:
             with open_slurm(self, choice, hooks.notice) as cluster:
                 yield cluster

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dtrun.cluster.outputs import inventory_from_stack
 from dtrun.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
-from dtrun.engines.embedded.inventory import embedded_inventory
+from dtrun.engines.common.code import this_python
 from dtrun.engines.inputs import read_text, stack_outputs
 from dtrun.engines.ssh.options import SshOptions
 from dtrun.spec.cluster import Inventory
@@ -90,7 +90,7 @@ def _hosts_inventory(hosts: str) -> Inventory:
     from dtrun.engines.ssh.hostlines import is_host_list
     from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file, parse_hosts_value  # yaml: here
 
-    defaults = Defaults(getpass.getuser(), python_bin=embedded_inventory(1).python_bin)
+    defaults = Defaults(getpass.getuser(), python_bin=this_python())
     if not Path(hosts).exists() and is_host_list(hosts):
         return parse_hosts_value(hosts, defaults)
     text = read_text(
