@@ -10,17 +10,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from dtrun.cluster.outputs import inventory_from_stack
-from dtrun.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
+from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks
 from dtrun.engines.common.code import this_python
 from dtrun.engines.inputs import read_text, stack_outputs
 from dtrun.engines.ssh.options import SshOptions
 from dtrun.spec.cluster import Inventory
-from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.text import plural
 
 
-class SshEngine:
+class SshEngine(Engine):
     name = "ssh"
+    evictable = True  # real machines, spot VMs among them (runner/sweep/eviction.py)
 
     def selects(self, choice: ClusterChoice) -> bool:
         # after Slurm in ENGINES: a stack with --slurm is Slurm's (--spark beside either is
@@ -77,12 +77,6 @@ class SshEngine:
                 on_poll=hooks.on_poll if hooks.on_poll is not None else no_poll,
             )
             yield Cluster(session.inventory, SshExecutor(session), choice, self)
-
-    def preview(self, cluster: Cluster) -> Preview | None:
-        return None
-
-    def ready(self, cluster: Cluster, plan: LaunchPlan) -> None:
-        wait_for_nodes(cluster, plan)
 
 
 def _hosts_inventory(hosts: str) -> Inventory:
