@@ -76,6 +76,11 @@ def selected(choice: ClusterChoice) -> Engine:
     return next(engine for engine in ENGINES if engine.selects(choice))
 
 
+def chosen(options: EngineOptions) -> Engine:
+    """The engine these options select, before the cluster is opened."""
+    return selected(ClusterChoice(options))
+
+
 @contextlib.contextmanager
 def open_cluster(choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
     """The cluster to run on, connected, for the duration of a command."""

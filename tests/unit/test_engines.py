@@ -94,8 +94,8 @@ def test_spark_readiness_waits_for_nothing_before_its_barrier_job():
 
 
 def test_ssh_ships_the_runner_package_root_wherever_its_executor_module_lives():
+    from dtrun.engines.common.code import code_files
     from dtrun.engines.ssh import remote
-    from dtrun.engines.ssh.remote import code_files
 
     name = remote.__name__.split(".")[0]  # the import name the nodes import the workloads by
     shipped = code_files()
@@ -111,7 +111,11 @@ def test_every_engine_options_class_is_among_engine_options_bases():
 
     import dtrun.engines
 
-    packages = [m.name for m in pkgutil.iter_modules(dtrun.engines.__path__) if m.ispkg]
+    packages = [
+        m.name
+        for m in pkgutil.iter_modules(dtrun.engines.__path__)
+        if m.ispkg and m.name != "common"
+    ]
     assert sorted(packages) == sorted(engine.name for engine in ENGINES)
     for name in packages:
         module = importlib.import_module(f"dtrun.engines.{name}.options")
