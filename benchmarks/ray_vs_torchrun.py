@@ -8,7 +8,10 @@ is up before dtrun runs. Baseline (B): two torchrun commands as typed by hand on
 `dtrun bench --ray HEAD:PORT --nodes 2 --launcher L` with the same workload (--no-busbw,
 --no-health-gate: measurement the bare commands do not do), timed from start to exit: it joins
 the cluster (one Ray job), places the launch's placement group, starts an actor per node, runs
-the scripts, removes the group and writes the report. A and B alternate after one warm-up each.
+the scripts, removes the group and writes the report. Also timed, to tell Ray's part from
+dtrun's own: (C) the same `dtrun bench` on the embedded cluster (no --ray). A, B and C alternate
+after one warm-up each. For A and C also: the time to the launch's end (runs.json written), which
+leaves out the report dtrun writes after it.
 Run it in a network namespace of its own:
 
     unshare -n sh -c 'ip link set lo up && exec .venv/bin/python benchmarks/ray_vs_torchrun.py'
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,20 +39,22 @@ from overhead_vs_bare_torchrun import bare  # noqa: E402  (beside this file)
 from tests.raycluster import ray_cluster_up  # noqa: E402
 
 
-def dtrun(address: str, launcher: str, steps: int, warmup: int, port: int, run: str,
-          workdir: Path, env: dict[str, str]) -> float:  # fmt: skip
+def dtrun(address: str | None, launcher: str, steps: int, warmup: int, port: int, run: str,
+          workdir: Path, env: dict[str, str]) -> tuple[float, float]:  # fmt: skip
+    """(the whole command's wall time, the time until its launch ended: runs.json written)."""
+    where = ["--ray", address] if address else []
     command = [
-        str(BIN / "dtrun"), "bench", "--ray", address, "--launcher", launcher, "--nodes", "2",
+        str(BIN / "dtrun"), "bench", *where, "--launcher", launcher, "--nodes", "2",
         "--steps", str(steps), "--warmup", str(warmup), "--repeat", "1", "--port", str(port),
         "--output", str(workdir), "--run-id", run, "--no-busbw", "--no-health-gate", "--quiet",
     ]  # fmt: skip
-    start = time.perf_counter()
+    start, wall = time.perf_counter(), time.time()
     done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True,
                           check=False)  # fmt: skip
     elapsed = time.perf_counter() - start
     if done.returncode != 0 or not (workdir / run / "report.md").is_file():
         raise SystemExit(f"dtrun failed ({done.returncode}): {(done.stdout + done.stderr)[-3000:]}")
-    return elapsed
+    return elapsed, (workdir / run / "runs.json").stat().st_mtime - wall
 
 
 def main() -> None:
@@ -65,27 +71,39 @@ def main() -> None:
     )
     print(f"one point: 2 Ray nodes x 1 process, {args.steps} steps ({args.warmup} warm-up), "
           f"--launcher {args.launcher}")  # fmt: skip
-    pairs: list[tuple[float, float]] = []
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the cluster is stopped below
+    rows: list[tuple[float, float, float, float, float]] = []
     with ray_cluster_up() as cluster, tempfile.TemporaryDirectory(prefix="dtrun-ray-") as tmp:
         for i in range(args.rounds + 1):
-            a_dir, b_dir = Path(tmp) / f"a{i}", Path(tmp) / f"b{i}"
-            a_dir.mkdir()
-            b_dir.mkdir()
-            a = dtrun(cluster.address, args.launcher, args.steps, args.warmup,
-                      args.port + 20 * i, f"a{i}", a_dir, cluster.env())  # fmt: skip
-            b = bare(args.steps, args.warmup, args.port + 20 * i + 10, f"b{i}", b_dir)
+            dirs = [Path(tmp) / f"{kind}{i}" for kind in "abc"]
+            for folder in dirs:
+                folder.mkdir()
+            port = args.port + 30 * i
+            a, a_launch = dtrun(cluster.address, args.launcher, args.steps, args.warmup, port,
+                                f"a{i}", dirs[0], cluster.env())  # fmt: skip
+            b = bare(args.steps, args.warmup, port + 10, f"b{i}", dirs[1])
+            c, c_launch = dtrun(None, "torchrun", args.steps, args.warmup, port + 20, f"c{i}",
+                                dirs[2], cluster.env())  # fmt: skip
             label = "warm-up" if i == 0 else f"round {i}"
             load = Path("/proc/loadavg").read_text().split()[0]
-            print(f"{label:>8}: dtrun --ray {a:6.2f} s   bare torchrun {b:6.2f} s   "
-                  f"ratio {a / b:.3f}   load {load}", flush=True)  # fmt: skip
+            print(f"{label:>8}: dtrun --ray {a:6.2f} s (launch ended {a_launch:6.2f} s)   bare "
+                  f"torchrun {b:6.2f} s   embedded dtrun {c:6.2f} s (launch ended "
+                  f"{c_launch:6.2f} s)   ratio {a / b:.3f}, to the launch's end "
+                  f"{a_launch / b:.3f} (embedded {c / b:.3f}, {c_launch / b:.3f})   load {load}",
+                  flush=True)  # fmt: skip
             if i:
-                pairs.append((a, b))
-    ratios = [a / b for a, b in pairs]
+                rows.append((a, b, c, a_launch, c_launch))
+
+    def median(values: list[float]) -> str:
+        return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
     print(
-        f"median: dtrun --ray {statistics.median(a for a, _ in pairs):.2f} s, bare torchrun "
-        f"{statistics.median(b for _, b in pairs):.2f} s, ratio {statistics.median(ratios):.3f} "
-        f"(min {min(ratios):.3f}, max {max(ratios):.3f}); target <= 1.3 (issue 39); load "
-        f"after: {Path('/proc/loadavg').read_text().strip()}"
+        "median ratios over bare torchrun (min-max): dtrun --ray "
+        f"{median([r[0] / r[1] for r in rows])}, "
+        f"to its launch's end {median([r[3] / r[1] for r in rows])}; embedded dtrun "
+        f"{median([r[2] / r[1] for r in rows])}, to its launch's end "
+        f"{median([r[4] / r[1] for r in rows])}; target <= 1.3 (issue 39); load after: "
+        f"{Path('/proc/loadavg').read_text().strip()}"
     )
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 from dtrun.cluster.readiness import Patience, WaitSink, no_wait_sink, wait_until_ready
 from dtrun.errors import UsageError
 from dtrun.execute import Executor
+from dtrun.plan.launchers.base import Launcher
 from dtrun.spec.cluster import Inventory, Node
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.outcome import NodeHealth
@@ -90,6 +91,8 @@ class Engine:
     name: ClassVar[str]  # "embedded", "ssh", ...: what the records and messages call it
     # The launchers it runs, its default first; (): every launcher no other engine runs.
     launchers: ClassVar[tuple[str, ...]] = ()
+    # Launchers it brings, from its own package (the registry registers them with the planner)
+    own_launchers: ClassVar[tuple[Launcher, ...]] = ()
     runs_shell: ClassVar[bool] = True  # Executor.command runs bash on the nodes
     runs_this_python: ClassVar[bool] = False  # its nodes run this very interpreter
     evictable: ClassVar[bool] = False  # a failed launch asks its nodes whether one was evicted

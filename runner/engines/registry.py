@@ -12,7 +12,6 @@ from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks
 from dtrun.engines.embedded.engine import EmbeddedEngine
 from dtrun.engines.embedded.options import EmbeddedOptions
 from dtrun.engines.ray.engine import RayEngine
-from dtrun.engines.ray.launcher import TorchTrainerLauncher
 from dtrun.engines.ray.options import RayOptions
 from dtrun.engines.slurm.engine import SlurmEngine
 from dtrun.engines.slurm.options import SlurmOptions
@@ -21,9 +20,7 @@ from dtrun.engines.spark.options import SparkOptions
 from dtrun.engines.ssh.engine import SshEngine
 from dtrun.engines.ssh.options import SshOptions
 from dtrun.errors import UsageError
-from dtrun.plan.launchers import LAUNCHERS
-
-LAUNCHERS.setdefault("torchtrainer", TorchTrainerLauncher())  # TEMP until siblings
+from dtrun.plan.launchers import register
 
 ENGINES: tuple[Engine, ...] = (
     SlurmEngine(),  # --slurm, alone or with a stack (its own Slurm)
@@ -32,6 +29,9 @@ ENGINES: tuple[Engine, ...] = (
     SshEngine(),  # --hosts, or a stack's nodes
     EmbeddedEngine(),  # none of the above: the default
 )
+for _engine in ENGINES:  # the launchers an engine brings, planned as the built-in ones
+    for _launcher in _engine.own_launchers:
+        register(_launcher)
 
 
 @dataclass(frozen=True)

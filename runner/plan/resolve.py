@@ -37,8 +37,12 @@ class ResolvedLaunch:
     launcher: Launcher
 
     @property
-    def name(self) -> LauncherName:
-        return LauncherName(self.launcher.name)
+    def name(self) -> str:
+        """A LauncherName for a built-in launcher; an engine's own launcher's name as it is."""
+        try:
+            return LauncherName(self.launcher.name)
+        except ValueError:
+            return self.launcher.name
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ EXPECTED = {
     # cluster/outputs.py: a stack's `dtrun:scheduler` setting, which may be "slurm"
     "slurm": {"runner/engines/registry.py", "runner/cluster/outputs.py"},
     "spark": {"runner/engines/registry.py"},
+    "ray": {"runner/engines/registry.py"},
 }
 
 

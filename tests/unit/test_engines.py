@@ -26,11 +26,12 @@ CHOICES = {
         _given(slurm=True, outputs=Path("dev.json")),
     ],
     "spark": [_given(spark="spark://head:7077")],
+    "ray": [_given(ray="127.0.0.2:6379")],
 }
 
 
-def test_the_registry_holds_the_four_engines_once_each():
-    assert [engine.name for engine in ENGINES] == ["slurm", "spark", "ssh", "embedded"]
+def test_the_registry_holds_each_engine_once():
+    assert [engine.name for engine in ENGINES] == ["slurm", "spark", "ray", "ssh", "embedded"]
 
 
 @pytest.mark.parametrize(

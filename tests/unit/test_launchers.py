@@ -38,7 +38,9 @@ def exports(script: str) -> dict[str, str]:
 
 
 def test_the_registry_holds_one_launcher_per_name():
-    assert sorted(LAUNCHERS) == [
+    from dtrun.plan.launchers import BUILT_IN
+
+    assert sorted(BUILT_IN) == [  # and each engine's own, once the engine registry is imported
         "deepspeed", "horovod-spark", "horovodrun", "mpirun", "tensorflow", "torchdistributor",
         "torchrun",
     ]  # fmt: skip

@@ -19,7 +19,7 @@ from dtrun.engines.ray.node import NodeProcess
 from dtrun.engines.ray.session import RaySession, parse_address, ray_inventory
 from dtrun.engines.registry import EngineOptions
 from dtrun.errors import InventoryError, PlanError, UsageError
-from dtrun.spec.cluster import Node
+from dtrun.spec.cluster import Node, Starter
 from dtrun.spec.launchplan import NodeLaunch
 from tests.paths import REPO
 from tests.plans import build_run_plan
@@ -51,7 +51,7 @@ def test_the_inventory_is_the_nodes_by_address_named_in_order():
         ("ray-1", "10.0.0.9", 1),
         ("ray-2", "10.0.0.10", 4),
     ]
-    assert inventory.scheduler == "ray" and inventory.interface == "eth0"
+    assert inventory.starter is Starter.TASKS and inventory.interface == "eth0"
     assert ray_inventory("h:1", [_node("127.0.0.2")]).interface == "lo"
 
 
@@ -99,8 +99,8 @@ def test_torchtrainer_runs_under_ray_only_and_one_process_per_node(inventory_for
     with pytest.raises(PlanError, match="--launcher torchtrainer runs under Ray"):
         build_run_plan(inventory_for(None), run_spec("torchtrainer", procs=1))
     with pytest.raises(PlanError, match="one process per node"):
-        build_run_plan(inventory_for("ray"), run_spec("torchtrainer", procs=2))
-    plan = build_run_plan(inventory_for("ray"), run_spec("torchtrainer", procs=1))
+        build_run_plan(inventory_for(Starter.TASKS), run_spec("torchtrainer", procs=2))
+    plan = build_run_plan(inventory_for(Starter.TASKS), run_spec("torchtrainer", procs=1))
     assert len(plan.launches) == 2
     script = plan.launches[1].script
     assert "come from Ray Train's TorchTrainer" in script
@@ -109,11 +109,11 @@ def test_torchtrainer_runs_under_ray_only_and_one_process_per_node(inventory_for
 
 @pytest.fixture
 def inventory_for():
-    def make(scheduler: str | None):
+    def make(starter: Starter | None):
         inventory = ray_inventory("h:1", [_node("127.0.0.2"), _node("127.0.0.3")])
         from dataclasses import replace
 
-        return replace(inventory, scheduler=scheduler)
+        return replace(inventory, starter=starter)
 
     return make
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from dtrun.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
+from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks, Preview, wait_for_nodes
+from dtrun.engines.ray.launcher import TorchTrainerLauncher
 from dtrun.engines.ray.options import RayOptions
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.text import plural
 
 
-class RayEngine:
+class RayEngine(Engine):
     name = "ray"
+    launchers = ("torchrun", "torchtrainer")  # each node's script in its bundle; Ray Train's
+    own_launchers = (TorchTrainerLauncher(),)
+    logs_in = False  # Ray's nodes, not hosts dtrun logs in to
 
     def selects(self, choice: ClusterChoice) -> bool:
         return choice.of(RayOptions).ray is not None

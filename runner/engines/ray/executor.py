@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dtrun.engines.embedded.executor import sigint_deferred, write_launch_files, write_scripts
+from dtrun.engines.common.scripts import write_launch_files, write_scripts
+from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.ray.launcher import NAME as TORCHTRAINER
 from dtrun.engines.ray.node import GRACE_S, NodeProcess
 from dtrun.engines.ray.session import RaySession
@@ -96,7 +97,7 @@ class RayExecutor:
         self, scripts: dict[str, str], on_line: LineSink | None = None
     ) -> dict[str, Answer]:
         """Each script runs with bash on its node, as a Ray task pinned to the node's address."""
-        from dtrun.engines.ray.tasks import run_commands
+        from dtrun.engines.ray.session import run_commands
 
         return run_commands(self.session, self.addresses, scripts, on_line)
 
@@ -111,7 +112,7 @@ class RayExecutor:
                  for launch in plan.launches]  # fmt: skip
         launch = _Launch(self, plan, workdir, nodes, on_line)
         if plan.launcher == TORCHTRAINER:
-            from dtrun.engines.ray.trainlaunch import TrainerLaunch
+            from dtrun.engines.ray.trainer import TrainerLaunch
 
             launch = TrainerLaunch(self, plan, workdir, nodes, on_line)
         verdict: RunError | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dtrun.errors import PlanError
 from dtrun.plan.launchers.base import PlanContext, Script, common_context, every_node, program_argv
+from dtrun.spec.cluster import Starter
 from dtrun.spec.launchplan import LaunchFile
 from dtrun.spec.request import Framework
 
@@ -24,7 +25,7 @@ class TorchTrainerLauncher:
     ranks_from = "Ray Train's TorchTrainer"
 
     def scripts(self, ctx: PlanContext) -> tuple[Script, ...]:
-        if ctx.scheduler != "ray":
+        if ctx.starter is not Starter.TASKS:  # under --spark, Spark's engine refuses it
             raise PlanError(
                 f"--launcher {NAME} runs under Ray",
                 why="Ray Train starts its ranks: one TorchTrainer worker on each Ray node",

@@ -18,8 +18,9 @@ class RayOptions:
         typer.Option(
             "--ray",
             metavar="ADDRESS",
-            help="Run on a Ray cluster's nodes, one placement-group bundle per node: the "
-            "address of its head (HOST:6379), from a machine of the cluster (docs/ray.md).",
+            help="Run on a Ray cluster's nodes, one placement-group bundle per node, with "
+            "--launcher torchrun or torchtrainer (Ray Train's TorchTrainer): its head's "
+            "HOST:PORT, from a machine of the cluster (docs/ray.md).",
             rich_help_panel=WHERE_PANEL,
         ),
     ] = None

@@ -1,4 +1,6 @@
-"""The launcher registry: one small module per launcher, looked up by name."""
+"""The launcher registry: one small module per launcher, looked up by name. An engine's own
+launchers (``Engine.own_launchers``) live in its package and join through ``register``, which
+the engine registry calls (runner/engines/registry.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from dtrun.plan.launchers.spark import HorovodSparkLauncher, TorchDistributorLau
 from dtrun.plan.launchers.tensorflow import Tensorflow
 from dtrun.plan.launchers.torchrun import Torchrun
 
-LAUNCHERS: dict[str, Launcher] = {
+BUILT_IN: dict[str, Launcher] = {
     launcher.name: launcher
     for launcher in (
         Torchrun(),
@@ -23,4 +25,12 @@ LAUNCHERS: dict[str, Launcher] = {
     )
 }
 
-__all__ = ["LAUNCHERS", "Launcher", "PlanContext"]
+LAUNCHERS: dict[str, Launcher] = dict(BUILT_IN)  # and every engine's own, once registered
+
+
+def register(launcher: Launcher) -> None:
+    """An engine's own launcher, looked up by name as the built-in ones are."""
+    LAUNCHERS.setdefault(launcher.name, launcher)
+
+
+__all__ = ["BUILT_IN", "LAUNCHERS", "Launcher", "PlanContext", "register"]
