@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,7 +173,7 @@ def test_each_engine_checks_its_own_options_in_its_options_class():
     from dtrun.errors import PlanError, UsageError
 
     assert all("check" in vars(group) for group in EngineOptions.__bases__)
-    refused = {
+    refused: dict[str, tuple[Any, type[Exception], str]] = {
         "connect_timeout": (0.0, PlanError, "--connect-timeout must be"),
         "queue_timeout": (float("nan"), PlanError, "--queue-timeout must be"),
         "local_nodes": (0, PlanError, "--local-nodes must be"),
