@@ -237,7 +237,7 @@ def _recorded(
 
 def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptions) -> BenchSpec:
     """`dtrun bench -- PROGRAM`: the user's program and what its steps process."""
-    from dtrun.cli.parse import check_step_pattern, parse_command
+    from dtrun.cli.parse import parse_command
     from dtrun.plan.bounds import check_bound
     from dtrun.spec.request import StepUnits, UnitKind
 
@@ -293,9 +293,7 @@ def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptio
             fix="pass one of them too, or leave out --per-process",
         )
     program = parse_command(command, Path.cwd())
-    pattern = units.step_pattern
-    if pattern is not None:
-        check_step_pattern(pattern)
+    pattern = units.step_pattern  # checked with the sweep (runner/plan/checks.py)
     return replace(spec, program=program, units=step_units, step_pattern=pattern, probe=units.probe)
 
 

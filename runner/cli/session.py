@@ -50,18 +50,8 @@ def choose(
     drain_failing: bool = False,
 ) -> ClusterChoice:
     from dtrun.engines.base import ClusterChoice
-    from dtrun.plan.bounds import check_bound
 
-    for flag, seconds in (
-        ("--ready-timeout", where.ready_timeout),
-        ("--connect-timeout", where.connect_timeout),
-        ("--queue-timeout", where.queue_timeout),
-    ):
-        check_bound(flag, seconds)
-    if where.local_nodes is not None:
-        check_bound("--local-nodes", where.local_nodes)
-    where.refuse_two_clusters()
-    where.slurm_request(drain_failing)  # refused without --slurm, before Slurm is asked
+    where.check(drain_failing)  # each engine's own checks, before any cluster is asked
     if teardown and where.stack is None:
         raise UsageError(
             "--teardown destroys a Pulumi stack, and no --stack was given",

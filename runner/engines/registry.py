@@ -39,6 +39,13 @@ class EngineOptions(RayOptions, SparkOptions, SlurmOptions, SshOptions, Embedded
     """Every engine's options, one group of fields per engine (bench, run and exec spread them
     as `Where`, runner/cli/options.py)."""
 
+    def check(self, drain_failing: bool = False) -> None:
+        """Every engine's own checks of its options (each options class's ``check``), then
+        options that name two clusters; ``drain_failing``: --drain-failing was given."""
+        for group in EngineOptions.__bases__:  # each declares its own check
+            vars(group)["check"](self, drain_failing)
+        self.refuse_two_clusters()
+
     def refuse_two_clusters(self) -> None:
         """Options that name two clusters are refused, by the command that reads them (inside
         its error handling: a group is built before the command runs)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,3 +166,23 @@ def test_choose_turns_slurm_and_its_options_into_the_request():
     request = request_of(choice)
     assert (request.partition, request.queue_timeout_s) == ("gpu", 60.0)
     assert (choice.local_nodes, choice.job_name) == (2, "j")
+
+
+def test_each_engine_checks_its_own_options_in_its_options_class():
+    """The ranges and rules of an engine's options sit in its options class, which the
+    commands call through EngineOptions.check (runner/cli/ names none of them)."""
+    from dtrun.errors import PlanError, UsageError
+
+    assert all("check" in vars(group) for group in EngineOptions.__bases__)
+    refused: dict[str, tuple[Any, type[Exception], str]] = {
+        "connect_timeout": (0.0, PlanError, "--connect-timeout must be"),
+        "queue_timeout": (float("nan"), PlanError, "--queue-timeout must be"),
+        "local_nodes": (0, PlanError, "--local-nodes must be"),
+        "partition": ("gpu", UsageError, "--partition shapes a Slurm allocation"),
+    }
+    for field, (value, error, message) in refused.items():
+        with pytest.raises(error, match=message):
+            EngineOptions(**{field: value}).check()
+    with pytest.raises(UsageError, match="--drain-failing shapes a Slurm allocation"):
+        EngineOptions().check(drain_failing=True)
+    EngineOptions(slurm=True).check(drain_failing=True)

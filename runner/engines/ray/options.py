@@ -24,3 +24,10 @@ class RayOptions:
             rich_help_panel=WHERE_PANEL,
         ),
     ] = None
+
+    def check(self, drain_failing: bool) -> None:
+        """A --ray that is not HOST:PORT is refused before anything starts."""
+        if self.ray is not None:
+            from dtrun.engines.ray.session import parse_address
+
+            parse_address(self.ray)

@@ -12,6 +12,7 @@ import typer
 from dtrun.cluster.readiness import Patience
 from dtrun.engines.base import DEFAULT_READY_TIMEOUT, WHERE_PANEL
 from dtrun.engines.common.stack import StackOptions
+from dtrun.plan.bounds import check_bound
 from dtrun.spec.bounds import within
 
 DEFAULT_CONNECT_TIMEOUT = 30.0
@@ -55,6 +56,13 @@ class SshOptions(StackOptions):
             rich_help_panel=WHERE_PANEL,
         ),
     ] = DEFAULT_CONNECT_TIMEOUT
+
+    def check(self, drain_failing: bool) -> None:
+        for flag, seconds in (
+            ("--ready-timeout", self.ready_timeout),
+            ("--connect-timeout", self.connect_timeout),
+        ):
+            check_bound(flag, seconds)
 
     @property
     def patience(self) -> Patience:
