@@ -89,6 +89,12 @@ def test_an_unreachable_head_is_said_before_ray_init(monkeypatch):
         RaySession("127.0.0.1:1").open()
 
 
+def test_a_bad_address_is_refused_with_the_other_option_checks():
+    with pytest.raises(UsageError, match="is not a Ray head's address"):
+        EngineOptions(ray="head").check()
+    EngineOptions(ray="head:6379").check()
+
+
 @pytest.mark.parametrize("other", [{"hosts": "h1"}, {"slurm": True}, {"spark": "yarn"}])
 def test_ray_with_another_cluster_is_refused(other):
     with pytest.raises(UsageError, match="pass --ray ADDRESS alone"):
