@@ -30,6 +30,8 @@ from dtrun.cluster.peers import PeerSsh, check_script
 from dtrun.cluster.program import program_script
 from dtrun.cluster.readiness import check_script as readiness_script
 from dtrun.engines.embedded.inventory import local_cluster
+from dtrun.engines.ray.session import ray_inventory
+from dtrun.engines.registry import ENGINES  # noqa: F401 - the engines' own launchers, registered
 from dtrun.engines.slurm.executor import wrapper
 from dtrun.engines.spark.executor import driver_script
 from dtrun.engines.spark.inventory import spark_inventory
@@ -93,6 +95,10 @@ def _produce() -> None:
         "r1", Program(ProgramKind.SCRIPT, "train.py"), nodes=2, launcher="torchdistributor"
     )
     build_run_plan(spark_inventory("spark://h:7077", 2), spark)
+    nodes = [{"NodeManagerAddress": f"10.0.0.{i}", "Alive": True, "Resources": {"CPU": 1}}
+             for i in (1, 2)]  # fmt: skip
+    trainer = replace(spark, launcher="torchtrainer")
+    build_run_plan(ray_inventory("h:6379", nodes), trainer)  # registered by the engine registry
     for boot in (
         *BOOTS.values(),
         slurm_boot("head", slurm_cluster()),

@@ -118,9 +118,11 @@ class RaySession:
 
         ray = self.ray
         job = ray.JobID.from_hex(self.job_id)
-        for actor in state.actors(job_id=job).values():
-            if actor["State"] != "DEAD" and actor.get("Name"):
-                handle = ray.get_actor(actor["Name"], namespace=actor.get("RayNamespace"))
+        ours = {a["Name"] for a in state.actors(job_id=job).values()
+                if a["State"] != "DEAD" and a["IsDetached"] and a["Name"]}  # fmt: skip
+        for named in ray.util.list_named_actors(all_namespaces=True):  # the table has no namespace
+            if named["name"] in ours:
+                handle = ray.get_actor(named["name"], namespace=named["namespace"])
                 ray.kill(handle, no_restart=True)
 
     def alive(self) -> list[dict[str, Any]]:
