@@ -163,14 +163,14 @@ def predict(
     assumptions = [
         f"{desc.mode.value} scaling with {plural(desc.procs_per_node, 'process')} per node, "
         "synchronous data parallelism: every step waits for the slowest rank",
-        "the loss 1/E - 1 is a one-time step from one node onto the network, a growth per "
-        'doubling of the nodes and a latency term per node (docs/prediction.md "The model")',
+        "the loss 1/E - 1 is a one-time step from one node onto the network and a growth per "
+        'doubling of the nodes (docs/prediction.md "The model")',
         f"the step and the growth: a prior learned from published {desc.mode.value}-scaling "
         f"results (step {prior.step_mean:+.1%} ± {prior.step_sd:.1%}, growth "
         f"{prior.growth_mean:+.1%} ± {prior.growth_sd:.1%} a doubling), updated by the "
-        f"{plural(len(points), 'measured node count')}; latency {prior.latency:.2%} a node",
+        f"{plural(len(points), 'measured node count')}",
         f"the range: the loss's posterior ± {RANGE_Z:g} standard deviations, which held the "
-        "measured value in 90% of the fit set's results left out one at a time",
+        "measured value in 90% of the published results, each source left out in turn",
         "the network's busbw per rank holds at larger node counts (a non-blocking fabric); "
         "a tapered or shared fabric does worse",
     ]
