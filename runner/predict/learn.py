@@ -1,6 +1,7 @@
 """Learn the model's prior (runner/predict/prior.py) from the published results.
 
     python -m dtrun.predict.learn CORPUS.yaml > runner/predict/prior.py
+    python -m dtrun.predict.learn --cv CORPUS.yaml   # the cross-validation's figures
 
 CORPUS.yaml is docs/prediction-data.yaml's format: a list of entries, each a `dtrun predict
 --from` description with a `split` and provenance. The entries of `split: fit` and `split:
@@ -21,13 +22,14 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from dtrun.predict.inputs import Description, description, yaml_loader
-from dtrun.predict.model import Measured, features, losses, posterior
+from dtrun.predict.model import LEAST_LOSS, Measured, features, losses, posterior
 from dtrun.predict.prior import Prior
 
 SERVER = re.compile(r"parameter[ _-]servers?", re.I)
@@ -96,30 +98,57 @@ def learn(data: Sequence[Series]) -> Prior:
     return _unpack(found.x)
 
 
-def standardised_miss(prior: Prior, one: Series) -> float:
-    """|measured - predicted| / sd of the largest point's loss, from the two smallest."""
-    base, observed = one
-    mean, sd = posterior(prior, base, observed[:1]).beyond(
-        observed[0], observed[-1][0], base, prior
-    )
-    return abs(observed[-1][1] - mean) / sd
-
-
-def conformal_z(by_mode: dict[str, list[Sourced]]) -> float:
-    """The split-conformal quantile of the standardised misses left out by source: each entry
-    scored by the prior learned without its source; the ceil((n + 1) x COVERAGE)-th smallest
-    of n."""
-    scores = []
+def left_out(by_mode: dict[str, list[Sourced]]) -> list[tuple[Series, float, float]]:
+    """Each entry's largest point's loss predicted from its two smallest by the prior learned
+    without any entry of its source: (the entry's series, the loss's mean, its sd)."""
+    out = []
     for data in by_mode.values():
         for group in sorted({g for g, _ in data}):
             prior = learn([one for g, one in data if g != group])
-            scores += [
-                standardised_miss(prior, one) for g, one in data
-                if g == group and len(one[1]) >= 2  # two points only: nothing to predict
-            ]  # fmt: skip
-    scores.sort()
-    k = min(len(scores), math.ceil((len(scores) + 1) * COVERAGE))
-    return scores[k - 1]
+            for g, one in data:
+                base, observed = one
+                if g != group or len(observed) < 2:  # two points only: nothing to predict
+                    continue
+                mean, sd = posterior(prior, base, observed[:1]).beyond(
+                    observed[0], observed[-1][0], base, prior
+                )
+                out.append((one, mean, sd))
+    return out
+
+
+def _quantile(scores: list[float]) -> float:
+    """The ceil((n + 1) x COVERAGE)-th smallest of n (split-conformal)."""
+    ordered = sorted(scores)
+    return ordered[min(len(ordered), math.ceil((len(ordered) + 1) * COVERAGE)) - 1]
+
+
+def conformal_z(by_mode: dict[str, list[Sourced]]) -> float:
+    """The split-conformal quantile of the standardised misses left out by source."""
+    return _quantile([abs(one[1][-1][1] - mean) / sd for one, mean, sd in left_out(by_mode)])
+
+
+def cross_validation(path: Path) -> str:
+    """The forecasts left out by source, scored as docs/prediction.md scores a set: within 5
+    points, mean and median miss (points of efficiency), inside the range, its median width."""
+    predicted = left_out(by_mode(learning_entries(path)))
+    z = _quantile([abs(one[1][-1][1] - mean) / sd for one, mean, sd in predicted])
+
+    def eff(loss: float) -> float:
+        return 1 / (1 + max(loss, LEAST_LOSS))
+
+    misses, inside, widths = [], 0, []
+    for one, mean, sd in predicted:
+        measured = eff(one[1][-1][1])
+        low, high = eff(mean + z * sd), eff(mean - z * sd)
+        misses.append(abs(eff(mean) - measured) * 100)
+        inside += low <= measured <= high
+        widths.append((high - low) * 100)
+    hits = sum(m <= 5 + 1e-9 for m in misses)
+    return (
+        f"{len(misses)} results, each source left out: within 5 points {hits}, mean miss "
+        f"{statistics.mean(misses):.2f}, median miss {statistics.median(misses):.2f}, inside "
+        f"the range {inside} (z {z:.3g}), median width {statistics.median(widths):.1f}\n"
+    )
 
 
 def by_mode(entries: Sequence[dict[str, Any]]) -> dict[str, list[Sourced]]:
@@ -177,4 +206,7 @@ RANGE_Z = {z}
 
 
 if __name__ == "__main__":
-    sys.stdout.write(module(Path(sys.argv[1])))
+    if sys.argv[1] == "--cv":  # python -m dtrun.predict.learn --cv CORPUS.yaml
+        sys.stdout.write(cross_validation(Path(sys.argv[2])))
+    else:
+        sys.stdout.write(module(Path(sys.argv[1])))

@@ -62,3 +62,22 @@ def test_the_range_is_calibrated_with_each_source_left_out_whole(
     monkeypatch.setattr(learn, "learn", recording)
     conformal_z({"weak": [("a", a1), ("a", a2), ("b", b1)]})
     assert learned_from == [[b1], [a1, a2]]  # without a's both, then without b
+
+
+def test_the_cross_validation_scores_every_entry_with_its_source_left_out(tmp_path: Path):
+    # docs/prediction.md's cross-validation row, on a corpus small enough to check by hand:
+    # three results of two sources, each predicted by the prior learned from the other source
+    def entry(ident: str, group: str, effs: tuple[float, float, float]) -> dict[str, object]:
+        pairs = zip((1, 2, 8), effs, strict=True)
+        points = [{"nodes": n, "throughput": 100.0 * n * e} for n, e in pairs]
+        return {"id": ident, "source_group": group, "split": "fit", "procs_per_node": 8,
+                "mode": "weak", "strategy": "ddp", "parameters": 1e8,
+                "gradient_bytes_per_parameter": 4, "points": points}  # fmt: skip
+
+    corpus = [entry("a1", "a", (1, 0.9, 0.8)), entry("a2", "a", (1, 0.92, 0.85)),
+              entry("b1", "b", (1, 0.98, 0.95)), entry("h", "h", (1, 0.5, 0.1)) | {
+                  "split": "holdout2"}]  # fmt: skip
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(corpus))
+    said = learn.cross_validation(tmp_path / "c.yaml")
+    assert said.startswith("3 results, each source left out: within 5 points ")
+    assert "inside the range" in said and "median width" in said
