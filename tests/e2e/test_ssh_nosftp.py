@@ -32,7 +32,6 @@ def test_files_reach_a_node_without_sftp_byte_for_byte(nosftp, tmp_path):
     with SshSession(inventory) as session:
         executor = SshExecutor(session)
         session.call(executor._put(node, files))
-        assert node.name in executor._no_sftp  # found out once, then the exec channel
         session.call(executor._put(node, {str(remote / "again"): (b"2", 0o600)}))
     for path, (content, mode) in files.items():
         assert Path(path).read_bytes() == content, path
