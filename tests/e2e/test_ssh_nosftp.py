@@ -55,7 +55,7 @@ def test_a_write_that_fails_on_a_node_without_sftp_names_the_node_and_what_to_do
         )
     error = caught.value
     assert "cannot write the launch files on node-1 (127.0.0.20)" in error.message
-    assert "offers no SFTP" in error.message and "next:" in error.message
+    assert "through the SSH session" in error.message and "next:" in error.message
 
 
 @pytest.mark.e2e
