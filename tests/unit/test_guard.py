@@ -90,7 +90,7 @@ def test_the_stop_script_starts_a_few_processes_however_many_the_machine_runs(tm
         stub = stubs / tool
         stub.write_text(f'#!/bin/sh\necho {tool} >> "{calls}"\nexec {real.stdout.strip()} "$@"\n')
         stub.chmod(0o755)
-    machine = len([entry for entry in os.listdir("/proc") if entry.isdigit()])
+    machine = len([entry for entry in Path("/proc").iterdir() if entry.name.isdigit()])
     tagged = subprocess.Popen(
         ["sleep", "600"], env={**os.environ, "DTRUN_LAUNCH": "t1"}, start_new_session=True
     )
