@@ -74,6 +74,24 @@ def test_each_node_gets_its_own_script_and_files_and_the_shared_ones(shared):
         }
 
 
+def test_a_node_a_head_only_launcher_starts_gets_its_own_files_too():
+    """mpirun, horovodrun, DeepSpeed over pdsh: one script, on node 0; every node's ranks run
+    launch-env.sh, which reads the node's own files (SageMaker's resourceconfig.json)."""
+    inventory = _inventory(shared=False)
+    plan = _plan(inventory)
+    head_only = LaunchPlan(
+        "mpirun", "program", 3, 1, 3, None, "id", plan.master_addr, 1, plan.launches[:1],
+        plan.files, plan.nodes,
+    )  # fmt: skip
+    executor = _Recording(inventory)
+    asyncio.run(executor._stage(head_only, "/work/runs/id/n3/r0"))
+    assert executor.sent == {
+        "node-0": {"hostfile", "node-0.sh", "tf-config-worker-0.json"},
+        "node-1": {"hostfile", "tf-config-worker-1.json"},
+        "node-2": {"hostfile", "tf-config-worker-2.json"},
+    }
+
+
 class _Result:
     exit_status = 0
     stderr = ""

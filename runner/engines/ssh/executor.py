@@ -182,7 +182,10 @@ class SshExecutor:
         code_dir = self.inventory.code_dir
         code = {f"{code_dir}/{rel}": (data, 0o644) for rel, data in code_files().items()}
         shared = bool(self.inventory.shared_dir)  # one node writes every node's
+        # a node's rank is its place in plan.nodes, whether it runs a script or a head-only
+        # launcher starts its ranks (their launch-env.sh reads the node's own files)
         ranks = {launch.node.name: launch.node_rank for launch in plan.launches}
+        ranks.update({node.name: rank for rank, node in enumerate(plan.nodes)})
         uploads = []
         for node in self._staging_nodes(nodes):
             files: Files = {
