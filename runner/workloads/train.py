@@ -139,12 +139,31 @@ def probe_compute(
     """This rank's median time of a forward and backward pass alone, seconds; or why not.
 
     Under DDP every rank waits for the slowest at each step, so step times cannot tell which
-    rank is slow; without the gradient all-reduce each rank's own compute shows.
+    rank is slow; without the gradient all-reduce each rank's own compute shows. Ranks that
+    share one machine's CPU cores take turns (``noise.probe_turns``): a rank computing beside
+    its neighbour on the same cores would read slow for the neighbour, not for its node.
     """
     if steps <= 0:
         return None, "turned off (--probe-steps 0)"
     if dist.get_world_size() == 1:
         return None, "one rank: nothing to compare"
+    turn, turns = 0, 1
+    if device.type == "cpu":  # ranks on accelerators compute on their own: no turns to take
+        machines: list[str | None] = [None] * dist.get_world_size()
+        dist.all_gather_object(machines, noise.machine_id())
+        turn, turns = noise.probe_turns([str(m) for m in machines], dist.get_rank(), "cpu")
+    median: tuple[float | None, str | None] = (None, "no turn")
+    for now in range(turns):
+        if turns > 1:
+            dist.barrier()  # the turn before has finished on every machine
+        if now == turn:
+            median = _time_alone(engine, batch, steps, device)
+    return median
+
+
+def _time_alone(
+    engine: Engine, batch: torch.Tensor, steps: int, device: torch.device
+) -> tuple[float | None, str | None]:
     times = []
     for _ in range(steps):
         synchronize(device)
