@@ -214,12 +214,19 @@ def _widest(results: Mapping[int, Sequence[T]]) -> T | None:
 
 
 def build_report(run_dir: RunDir) -> Report:
-    """Read the recorded files; write summary.json, report.md, report.html and the plots.
+    """Read the recorded files; write summary.json, report.md, report.html and the plots."""
+    report = analyse(run_dir)
+    write_report(report)
+    return report
+
+
+def write_report(report: Report) -> None:
+    """An analysed run's summary.json, report.md, report.html and plots, into its directory.
 
     Everything is made in memory first and written after, each file whole (RunDir.write): a
     full disk stops the writing with every file either as it was or as new, none half-written;
     the plots go first, so no report names a plot that is not there."""
-    report = analyse(run_dir)
+    run_dir = report.run_dir
     check_writable(run_dir, OUTPUTS)  # nothing is written unless all of it can be
     manifest = report.manifest
     title = f"dtrun {manifest['run_id']}"
@@ -254,7 +261,6 @@ def build_report(run_dir: RunDir) -> Report:
     run_dir.write_json(run_dir.summary, report.summary)
     run_dir.write(run_dir.report, markdown)
     run_dir.write(run_dir.html, html)
-    return report
 
 
 def report_markdown(
