@@ -141,7 +141,9 @@ def probe_compute(
     Under DDP every rank waits for the slowest at each step, so step times cannot tell which
     rank is slow; without the gradient all-reduce each rank's own compute shows. Ranks that
     share one machine's CPU cores take turns (``noise.probe_turns``): a rank computing beside
-    its neighbour on the same cores would read slow for the neighbour, not for its node.
+    its neighbour on the same cores would read slow for the neighbour, not for its node. There
+    each rank gives its fastest pass: what slows a pass there is the machine's other work (the
+    Noise section's other load); a slow or throttled node is slow in every pass.
     """
     if steps <= 0:
         return None, "turned off (--probe-steps 0)"
@@ -152,18 +154,23 @@ def probe_compute(
         machines: list[str | None] = [None] * dist.get_world_size()
         dist.all_gather_object(machines, noise.machine_id())
         turn, turns = noise.probe_turns([str(m) for m in machines], dist.get_rank(), "cpu")
-    median: tuple[float | None, str | None] = (None, "no turn")
+    timed: tuple[float | None, str | None] = (None, "no turn")
     for now in range(turns):
         if turns > 1:
             dist.barrier()  # the turn before has finished on every machine
         if now == turn:
-            median = _time_alone(engine, batch, steps, device)
-    return median
+            timed = _time_alone(engine, batch, steps, device, min if turns > 1 else None)
+    return timed
 
 
 def _time_alone(
-    engine: Engine, batch: torch.Tensor, steps: int, device: torch.device
+    engine: Engine,
+    batch: torch.Tensor,
+    steps: int,
+    device: torch.device,
+    pick: Callable[[list[float]], float] | None = None,
 ) -> tuple[float | None, str | None]:
+    """The passes' median (or ``pick`` of them), seconds; or why there are none."""
     times = []
     for _ in range(steps):
         synchronize(device)
@@ -173,7 +180,7 @@ def _time_alone(
         if why is not None:
             return None, why
         times.append(time.perf_counter() - start)
-    return statistics.median(times), None
+    return (pick or statistics.median)(times), None
 
 
 def run_steps(

@@ -8,8 +8,7 @@ import json
 import multiprocessing
 import time
 from pathlib import Path
-
-import pytest
+from typing import Any
 
 from dtrun.workloads.noise import probe_turns
 
@@ -41,15 +40,20 @@ def test_ranks_on_accelerators_take_no_turns():
 
 
 class _Recorder:
-    """An engine whose pass alone sleeps 50 ms and notes when it ran."""
+    """An engine whose passes alone sleep ``durations`` in turn and note when they ran."""
 
-    def __init__(self) -> None:
+    def __init__(self, durations: list[float]) -> None:
+        self.durations = durations
         self.spans: list[tuple[float, float]] = []
 
     def compute_alone(self, batch: object) -> None:
         start = time.time()
-        time.sleep(0.05)
+        time.sleep(self.durations[len(self.spans)])
         self.spans.append((start, time.time()))
+
+
+# Rank 1's first two passes are held up (by a neighbour's work, say), its third is not.
+DURATIONS = ([0.05, 0.05, 0.05], [0.3, 0.3, 0.05])
 
 
 def _rank(rank: int, store: str, machine: str, out: str) -> None:
@@ -60,15 +64,15 @@ def _rank(rank: int, store: str, machine: str, out: str) -> None:
 
     noise.machine_id = lambda: machine  # each rank's "machine"
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    engine = _Recorder()
+    engine = _Recorder(DURATIONS[rank])
     cpu = torch.device("cpu")
-    median, why = train.probe_compute(engine, torch.zeros(1), 3, cpu)  # type: ignore[arg-type]
-    assert why is None and median is not None
-    Path(out).write_text(json.dumps(engine.spans))
+    timed, why = train.probe_compute(engine, torch.zeros(1), 3, cpu)  # type: ignore[arg-type]
+    assert why is None
+    Path(out).write_text(json.dumps({"spans": engine.spans, "timed": timed}))
     dist.destroy_process_group()
 
 
-def _spans(tmp_path: Path, machines: tuple[str, str]) -> list[list[tuple[float, float]]]:
+def _probed(tmp_path: Path, machines: tuple[str, str]) -> list[dict[str, Any]]:
     spawn = multiprocessing.get_context("spawn")
     outs = [tmp_path / f"rank{rank}" for rank in range(2)]
     store = str(tmp_path / "store")
@@ -81,13 +85,16 @@ def _spans(tmp_path: Path, machines: tuple[str, str]) -> list[list[tuple[float, 
     for process in ranks:
         process.join(120)
         assert process.exitcode == 0
-    return [[tuple(span) for span in json.loads(out.read_text())] for out in outs]
+    return [json.loads(out.read_text()) for out in outs]
 
 
-@pytest.mark.parametrize(
-    ("machines", "overlap"), [(("m", "m"), False), (("a", "b"), True)], ids=["one", "two"]
-)
-def test_ranks_of_one_machine_are_timed_one_after_the_other(tmp_path, machines, overlap):
-    first, second = _spans(tmp_path, machines)
-    both = first[0][0] < second[-1][1] and second[0][0] < first[-1][1]
-    assert both is overlap, (first, second)
+def test_ranks_of_one_machine_are_timed_one_after_the_other_at_their_fastest_pass(tmp_path):
+    first, second = _probed(tmp_path, ("m", "m"))
+    assert first["spans"][-1][1] <= second["spans"][0][0]  # rank 1 began once rank 0 was done
+    assert second["timed"] < 0.2  # its held-up passes are not its node's speed
+
+
+def test_ranks_of_their_own_machines_are_timed_together_at_their_median_pass(tmp_path):
+    first, second = _probed(tmp_path, ("a", "b"))
+    assert second["spans"][0][0] < first["spans"][-1][1]  # both at once, as before
+    assert second["timed"] >= 0.3  # two of three passes slow: a straggler, as before
