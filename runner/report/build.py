@@ -47,12 +47,7 @@ from dtrun.report.resultfile import AllreduceResult, Result
 from dtrun.report.results import SizeRow, TrainResult
 from dtrun.report.sequential import STOPPED_TEXT, judged_rows, until_decided
 from dtrun.report.stages import StageTable, stage_tables
-from dtrun.report.stats import (
-    CONFIDENCE,
-    ONE_LAUNCH,
-    STATISTIC,
-    confidence_text,
-)
+from dtrun.report.stats import CONFIDENCE, ONE_LAUNCH, STATISTIC, confidence_text
 from dtrun.report.summaryfile import SUMMARY_SCHEMA
 from dtrun.spec.outcome import health_below
 from dtrun.spec.request import ScalingMode
