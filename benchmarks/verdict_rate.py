@@ -13,9 +13,11 @@ over the conclusive verdicts among them).
 With --compare, each round runs `--repeat 5` (the fixed default before issue #29) and the
 default (launching until decided, since) one after the other (the order alternating by round,
 so that a drift of the machine falls on both alike), each run in a directory of its own, and
-prints the totals for each.
+prints the totals for each. With --checkout DIR, each round runs the default from this checkout
+and from DIR (another checkout's dtrun, for old against new in one sitting), the same way.
 
-    .venv/bin/python benchmarks/verdict_rate.py [--rounds 10] [--compare] [-- ARGS]
+    .venv/bin/python benchmarks/verdict_rate.py [--rounds 10] [--compare | --checkout DIR]
+        [-- ARGS]
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Tally:
 
     name: str
     extra: tuple[str, ...]
+    checkout: str | None = None  # another checkout's dtrun (PYTHONPATH); None: this one
     verdicts: dict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
     widths: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     launches: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
@@ -57,8 +60,13 @@ def run_once(tally: Tally, index: int, tmp: str, port: int, args: list[str]) -> 
         sys.executable, "-m", "dtrun.cli", "bench", "--quiet", "--output", tmp,
         "--run-id", run_id, "--port", str(port), *tally.extra, *args,
     ]  # fmt: skip
+    env = dict(os.environ)
+    if tally.checkout is not None:  # its dtrun, and its code on the nodes (the launch scripts)
+        env["PYTHONPATH"] = tally.checkout
     started = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        command, capture_output=True, text=True, check=False, env=env, cwd=tmp
+    )  # cwd: not a checkout, whose dtrun would come first on the path
     tally.walls.append(time.monotonic() - started)
     if done.returncode != 0:
         tally.failed += 1
@@ -87,7 +95,7 @@ def run_once(tally: Tally, index: int, tmp: str, port: int, args: list[str]) -> 
         )
     print(
         f"{tally.name} run {index}: {'; '.join(said)} ({tally.walls[-1]:.0f} s, "
-        f"{node_s:.0f} node-s)",
+        f"{node_s:.0f} node-s; load {Path('/proc/loadavg').read_text().split()[0]})",
         flush=True,
     )
 
@@ -133,16 +141,20 @@ def main() -> None:
     parser.add_argument(
         "--compare", action="store_true", help="each round: --repeat 5 and the default"
     )
+    parser.add_argument("--checkout", help="each round: the default here and from this checkout")
     parser.add_argument("args", nargs="*", help="more `dtrun bench` arguments")
     args = parser.parse_args()
     ways = [Tally("defaults", ())]
     if args.compare:
         ways = [Tally("fixed", FIXED), Tally("defaults", ())]
+    elif args.checkout:
+        ways = [Tally("checkout", (), str(Path(args.checkout).resolve())), Tally("defaults", ())]
     print(
         f"machine: {platform.node()}, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, Python {platform.python_version()}; "
         f"dtrun bench {' '.join(args.args) or '(defaults)'}"
-        f"{', --repeat 5 against the default' if args.compare else ''}, {args.rounds} rounds; "
+        f"{', --repeat 5 against the default' if args.compare else ''}"
+        f"{f', against {args.checkout}' if args.checkout else ''}, {args.rounds} rounds; "
         f"started {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
         flush=True,
     )
@@ -154,6 +166,7 @@ def main() -> None:
                 run_once(tally, index, tmp, port, args.args)
     for tally in ways:
         totals(tally)
+    print(f"load average at the end: {Path('/proc/loadavg').read_text().strip()}")
 
 
 if __name__ == "__main__":

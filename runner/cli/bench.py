@@ -11,12 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dtrun.cli import options as opts
-from dtrun.cli.common import (
-    command_secrets,
-    console,
-    print_json,
-    typed_command,
-)
+from dtrun.cli.common import command_secrets, console, print_json, typed_command
 from dtrun.cli.cost import (
     before_line,
     checked_usd,
@@ -24,10 +19,7 @@ from dtrun.cli.cost import (
     refuse_early,
     refuse_on,
 )
-from dtrun.cli.display import (
-    SweepDisplay,
-    print_sweep_plan,
-)
+from dtrun.cli.display import SweepDisplay, print_sweep_plan
 from dtrun.cli.groups import by_name, grouped
 from dtrun.cli.options import Launching, Where
 from dtrun.cli.session import session
@@ -200,7 +192,9 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
                 done = _bench_on(cluster, resolved, launching, json_out, resumed)
                 if done is None:  # --dry-run
                     return
-            print_summary(done, wide=wide)
+                # the result first, then the report's files (that an upload of the run carries)
+                print_summary(done, wide=wide)
+                done.write_report()
             if json_out:
                 print_json(sweep_json(done.run_dir))
         except KeyboardInterrupt:
@@ -381,6 +375,7 @@ def _sweep(
                 resumed,
                 cluster.executor.command if cluster.engine.evictable else None,
                 command=typed_command(),
+                report_later=True,
             )
     except DtrunError as exc:
         # a run directory that could not be written has no report: its message says what is kept

@@ -47,12 +47,7 @@ from dtrun.report.resultfile import AllreduceResult, Result
 from dtrun.report.results import SizeRow, TrainResult
 from dtrun.report.sequential import STOPPED_TEXT, judged_rows, until_decided
 from dtrun.report.stages import StageTable, stage_tables
-from dtrun.report.stats import (
-    CONFIDENCE,
-    ONE_LAUNCH,
-    STATISTIC,
-    confidence_text,
-)
+from dtrun.report.stats import CONFIDENCE, ONE_LAUNCH, STATISTIC, confidence_text
 from dtrun.report.summaryfile import SUMMARY_SCHEMA
 from dtrun.spec.outcome import health_below
 from dtrun.spec.request import ScalingMode
@@ -214,12 +209,19 @@ def _widest(results: Mapping[int, Sequence[T]]) -> T | None:
 
 
 def build_report(run_dir: RunDir) -> Report:
-    """Read the recorded files; write summary.json, report.md, report.html and the plots.
+    """Read the recorded files; write summary.json, report.md, report.html and the plots."""
+    report = analyse(run_dir)
+    write_report(report)
+    return report
+
+
+def write_report(report: Report) -> None:
+    """An analysed run's summary.json, report.md, report.html and plots, into its directory.
 
     Everything is made in memory first and written after, each file whole (RunDir.write): a
     full disk stops the writing with every file either as it was or as new, none half-written;
     the plots go first, so no report names a plot that is not there."""
-    report = analyse(run_dir)
+    run_dir = report.run_dir
     check_writable(run_dir, OUTPUTS)  # nothing is written unless all of it can be
     manifest = report.manifest
     title = f"dtrun {manifest['run_id']}"
@@ -254,7 +256,6 @@ def build_report(run_dir: RunDir) -> Report:
     run_dir.write_json(run_dir.summary, report.summary)
     run_dir.write(run_dir.report, markdown)
     run_dir.write(run_dir.html, html)
-    return report
 
 
 def report_markdown(

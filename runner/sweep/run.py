@@ -45,6 +45,7 @@ from dtrun.spec.outcome import (
     RunStatus,
     SweepStatus,
 )
+from dtrun.sweep.beside import Beside
 from dtrun.sweep.eviction import Command
 from dtrun.sweep.gate import judge, refuse, skipped
 from dtrun.sweep.runlaunch import Outcome, Ready, always_ready, run_launch
@@ -91,6 +92,14 @@ class Sweep:
     runs: list[RunResult] = field(default_factory=list)
     report: Report | None = None
     health: Health | None = None
+    # run_sweep(report_later=True): the report's files, written by write_report
+    unwritten: Callable[[], None] | None = None
+
+    def write_report(self) -> None:
+        """The report's files, where run_sweep left them for later (after the summary)."""
+        unwritten, self.unwritten = self.unwritten, None
+        if unwritten is not None:
+            unwritten()
 
 
 class _Runner:
@@ -105,9 +114,12 @@ class _Runner:
         ready: Ready,
         drain: Drain | None = None,
         evictions: Command | None = None,
+        beside: Beside[ReportBuilder] | None = None,
     ) -> None:
         self.plan, self.executor, self.events, self.ready = plan, executor, events, ready
         self.drain, self.evictions = drain, evictions
+        self.beside = beside or Beside(ReportBuilder)  # the record and the report helper
+        self.report_later, self.record_failed = False, False  # run_sweep(report_later=True)
         self.sweep = Sweep(run_dir)
         self.status = SweepStatus.RUNNING
         self.error: str | None = None
@@ -125,7 +137,8 @@ class _Runner:
         # made here, not by the executor: a run directory removed under the sweep is named
         # (an executor's mkdir -p would make it again, empty)
         self.sweep.run_dir.makedirs(self.sweep.run_dir.path / launch.workdir)
-        return run_launch(
+        self.beside.start()  # the nodes start meanwhile; joined once this launch has ended
+        outcome = run_launch(
             launch,
             self.sweep.run_dir.path,
             self.executor,
@@ -135,6 +148,12 @@ class _Runner:
             evictions=self.evictions,
             finish=self.finish_program if launch.plan.workload == "program" else None,
         )
+        try:
+            self.beside.join()
+        except BaseException:
+            self.record_failed = True  # raised here; finish has nothing to report on
+            raise
+        return outcome
 
     def on_line(self, plan: LaunchPlan) -> LineSink:
         """The events' line sink; with --step-pattern, node 0's matching lines are kept with
@@ -164,50 +183,11 @@ class _Runner:
         matched = list(self.matched) if self.plan.spec.step_pattern is not None else None
         write_program_result(self.plan.spec, plan, workdir, wall_s, matched)
         if self.plan.spec.probe and plan.world_size > 1:
-            self.probe_program(plan, workdir)
+            from dtrun.sweep.programprobe import probe_program
 
-    def probe_program(self, plan: LaunchPlan, workdir: Path) -> None:
-        """--probe: all-reduces up to the program's gradient size on the same nodes and
-        processes, right after it, into ``workdir``/probe; result.json gets their rows as the
-        built-in workload's probe (docs/your-training.md "The all-reduce probe")."""
-        import json
-        from dataclasses import replace
-
-        from dtrun.plan.launchfiles import What, plan_launch
-        from dtrun.plan.workloads import WORKLOADS, allreduce_args
-        from dtrun.report.resultfile import AllreduceResult, load_result
-        from dtrun.spec.launchplan import RESULT_FILE
-        from dtrun.spec.request import Program, ProgramKind
-        from dtrun.workloads.files import write_atomic
-        from dtrun.workloads.sizes import probe_sizes
-
-        resolved, inventory, spec = self.plan.resolved, self.plan.inventory, self.plan.spec
-        data = json.loads((workdir / RESULT_FILE).read_text())  # written a moment ago
-        gradient = sum(int(b) for b in (data.get("gradient_bytes") or {}).values())
-        if not gradient:
-            return  # no step record said what the gradients weigh: nothing to probe up to
-        sizes = ",".join(str(size) for size in probe_sizes(gradient, inventory.accelerator.value))
-        probing = replace(spec.allreduce, dtype="float32")
-        args = allreduce_args(probing, inventory, spec.timeout_s, sizes=sizes)
-        module = WORKLOADS["allreduce"].modules[resolved.framework]
-        what = What(Program(ProgramKind.MODULE, module, args), "allreduce", int(spec.timeout_s))
-        probe = plan_launch(inventory, resolved.launch, plan.nnodes, what)
-        probe_dir = workdir / "probe"
-        self.sweep.run_dir.makedirs(probe_dir)
-        try:
-            self.executor.run(
-                probe, probe_dir, timeout_s=spec.timeout_s, on_line=self.events.on_line
+            probe_program(
+                self.plan, plan, workdir, self.executor, self.sweep.run_dir, self.events.on_line
             )
-            measured = load_result(probe_dir / RESULT_FILE)
-        except DtrunError as exc:  # the program's own measurement stands; the probe is extra
-            data["probe_error"] = f"the all-reduce probe after the program failed: {exc.what}"
-            self.events.on_line(plan.launches[0].node.name, f"dtrun: {data['probe_error']}")
-        else:
-            rows = json.loads((probe_dir / RESULT_FILE).read_text())["rows"]  # read just now
-            if isinstance(measured, AllreduceResult):
-                data["busbw"] = {"gradient_bytes": gradient, "dtype": "float32", "rows": rows}
-        text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-        write_atomic(workdir / RESULT_FILE, text.encode())
 
     def gate(self) -> Health:
         gate, path = self.plan.gate, self.sweep.run_dir.path
@@ -273,13 +253,20 @@ class _Runner:
             self.sweep.run_dir, self.sweep.runs, self.status, self.error, walls, self.replaced
         )
 
-    def finish(self, sample: MachineSample | None, reporter: ReportBuilder, resumed: bool) -> None:
+    def finish(self, sample: MachineSample | None, resumed: bool) -> None:
         """However the sweep ended: runs.json, the machine's sample, the report. Where the
         records cannot be written (a full disk, the run directory removed), no report is
         built on them: the error says so, and `dtrun report` builds it later. A stop (Ctrl-C,
         SIGTERM, SIGHUP) here, after the last launch, is recorded as one: runs.json and dtrun's
-        exit code say the same."""
+        exit code say the same. With report_later, a complete sweep's report is analysed here
+        and its files left to Sweep.write_report."""
         run_dir = self.sweep.run_dir
+        try:
+            reporter = self.beside.join()
+        except BaseException:
+            if self.record_failed:
+                return  # no manifest: nothing to record or report on (the launch raised why)
+            raise
         try:
             try:
                 self.write_runs()
@@ -289,7 +276,11 @@ class _Runner:
             except BaseException:
                 reporter.close()
                 raise
-            self.sweep.report = reporter.build(run_dir)
+            if self.report_later and self.status is SweepStatus.COMPLETE:
+                report = self.sweep.report = reporter.analyse(run_dir)
+                self.sweep.unwritten = lambda: reporter.write(report)
+            else:
+                self.sweep.report = reporter.build(run_dir)
         except KeyboardInterrupt:
             if self.status is not SweepStatus.COMPLETE:
                 raise  # stopped in a launch, or failed: recorded as that already
@@ -329,6 +320,7 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
     evictions: Command | None = None,
     *,
     command: Sequence[str] | None = None,
+    report_later: bool = False,
 ) -> Sweep:
     """Run a sweep plan into output/<run-id>/: the gate, then every launch of every point.
 
@@ -337,7 +329,8 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
     its launches done are kept; only the others run, and the report covers them all.
     ``evictions`` (real machines over SSH): after a failed launch, ask the nodes whether one
     was evicted (runner/sweep/eviction.py). ``command``: dtrun's arguments as typed, recorded
-    (secrets hidden) in manifest.json.
+    (secrets hidden) in manifest.json. ``report_later``: a complete sweep's report is analysed
+    (Sweep.report) and its files written by Sweep.write_report, after the caller has shown it.
     """
     events = events or SweepEvents()
     spec = plan.spec
@@ -349,21 +342,27 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
         before = paid_before(output, inventory, now)
         run_dir = create_run_dir(output, spec.run_id)
         events.on_begin(run_dir)
-        write_manifest(run_dir, spec, inventory, plan.environment, price, before, command)
     else:
         run_dir = resumed.run_dir
         events.on_begin(run_dir)
         before = paid_before(run_dir.path.parent, inventory, now)
-        record_resume(run_dir, inventory, len(resumed.done), before, command, spec.secrets())
     # plan/n<N>/: as rendered before its launches ran (a resumed point's kept launches keep
     # theirs, and each launch directory holds its own scripts)
     kept = {run.nodes for run in resumed.done} if resumed is not None else set()
-    write_plans(run_dir, [point for point in plan.points if point.nnodes not in kept])
+
+    def record() -> ReportBuilder:
+        """Beside the first launch: the run's record, then the report helper's start."""
+        if resumed is None:
+            write_manifest(run_dir, spec, inventory, plan.environment, price, before, command)
+        else:
+            record_resume(run_dir, inventory, len(resumed.done), before, command, spec.secrets())
+        write_plans(run_dir, [point for point in plan.points if point.nnodes not in kept])
+        return ReportBuilder()
+
     # On the embedded cluster the nodes are this machine: how busy it is as the sweep begins.
     sample = MachineSample() if plan.inventory.source == "embedded" else None
-    reporter = ReportBuilder()  # readies its tools while the nodes run
-    sweeping = _Runner(plan, run_dir, executor, events, ready, drain, evictions)
-    sweeping.started = started
+    sweeping = _Runner(plan, run_dir, executor, events, ready, drain, evictions, Beside(record))
+    sweeping.started, sweeping.report_later = started, report_later
     if resumed is not None:
         sweeping.sweep.runs.extend(resumed.done)
         sweeping.earlier_walls, sweeping.replaced = resumed.walls, resumed.replaced
@@ -392,5 +391,5 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
         sweeping.status, sweeping.error = SweepStatus.FAILED, explained.message
         raise explained from None
     finally:
-        sweeping.finish(sample, reporter, resumed is not None)
+        sweeping.finish(sample, resumed is not None)
     return sweeping.sweep

@@ -18,6 +18,7 @@ import os
 import socket
 import statistics
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,6 +219,22 @@ def node_noise(windows: Sequence[dict[str, Any]], nodes: Sequence[str]) -> list[
             }
         )
     return entries
+
+
+def probe_turns(machines: Sequence[str], rank: int, device: str) -> tuple[int, int]:
+    """The straggler probe's turn of ``rank`` and the number of turns, from every rank's
+    machine id (``machine_id``, by rank) and the device type the ranks compute on.
+
+    Ranks on one machine's CPU cores take turns, one rank per machine at a time, so that no
+    rank is timed while a neighbour computes on the same cores: the embedded cluster's nodes,
+    or several processes per node on CPUs. Ranks on different machines compute at the same
+    time, as before; so do ranks on accelerators (each has its own). docs/report.md "Noise".
+    """
+    if device != "cpu":
+        return 0, 1
+    mine = machines[rank]
+    turn = sum(1 for other in machines[:rank] if other == mine)
+    return turn, max(Counter(machines).values())
 
 
 def straggler_ratios(medians: Sequence[float]) -> list[float]:

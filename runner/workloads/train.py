@@ -139,12 +139,38 @@ def probe_compute(
     """This rank's median time of a forward and backward pass alone, seconds; or why not.
 
     Under DDP every rank waits for the slowest at each step, so step times cannot tell which
-    rank is slow; without the gradient all-reduce each rank's own compute shows.
+    rank is slow; without the gradient all-reduce each rank's own compute shows. Ranks that
+    share one machine's CPU cores take turns (``noise.probe_turns``): a rank computing beside
+    its neighbour on the same cores would read slow for the neighbour, not for its node. There
+    each rank gives its fastest pass: what slows a pass there is the machine's other work (the
+    Noise section's other load); a slow or throttled node is slow in every pass.
     """
     if steps <= 0:
         return None, "turned off (--probe-steps 0)"
     if dist.get_world_size() == 1:
         return None, "one rank: nothing to compare"
+    turn, turns = 0, 1
+    if device.type == "cpu":  # ranks on accelerators compute on their own: no turns to take
+        machines: list[str | None] = [None] * dist.get_world_size()
+        dist.all_gather_object(machines, noise.machine_id())
+        turn, turns = noise.probe_turns([str(m) for m in machines], dist.get_rank(), "cpu")
+    timed: tuple[float | None, str | None] = (None, "no turn")
+    for now in range(turns):
+        if turns > 1:
+            dist.barrier()  # the turn before has finished on every machine
+        if now == turn:
+            timed = _time_alone(engine, batch, steps, device, min if turns > 1 else None)
+    return timed
+
+
+def _time_alone(
+    engine: Engine,
+    batch: torch.Tensor,
+    steps: int,
+    device: torch.device,
+    pick: Callable[[list[float]], float] | None = None,
+) -> tuple[float | None, str | None]:
+    """The passes' median (or ``pick`` of them), seconds; or why there are none."""
     times = []
     for _ in range(steps):
         synchronize(device)
@@ -154,7 +180,7 @@ def probe_compute(
         if why is not None:
             return None, why
         times.append(time.perf_counter() - start)
-    return statistics.median(times), None
+    return (pick or statistics.median)(times), None
 
 
 def run_steps(

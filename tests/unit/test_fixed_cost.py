@@ -1,0 +1,89 @@
+"""dtrun's fixed cost around a sweep (issue 41): the nodes start before the run's record is
+written, the result is there to show before the report's files are written, and a report
+helper still readying its tools at the lowest priority is raised as soon as dtrun waits."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dtrun.record import rundir
+from dtrun.report.builder import ReportBuilder, autogroup_nice
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.request import BenchSpec
+from dtrun.sweep import run as sweep_run
+from dtrun.sweep.run import run_sweep
+from tests.plans import sweep_plan
+from tests.unit.test_sweep_records import Recorded
+
+
+def bench(run_id: str) -> BenchSpec:
+    return BenchSpec(run_id=run_id, node_counts=(1, 2), steps=4, warmup=1, repeat=1)
+
+
+def test_the_first_launch_starts_before_the_manifest_is_written(
+    tmp_path: Path, fixed_inventory: Inventory, monkeypatch: pytest.MonkeyPatch
+):
+    launched = threading.Event()
+    seen: list[bool] = []
+    write_manifest = rundir.write_manifest
+
+    def after_the_launch_began(*args: Any, **kwargs: Any) -> None:
+        seen.append(launched.wait(30))  # before issue 41 it was written first: never set
+        write_manifest(*args, **kwargs)
+
+    class Launching(Recorded):
+        def run(self, *args: Any, **kwargs: Any) -> Any:
+            launched.set()
+            return super().run(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_run, "write_manifest", after_the_launch_began)
+    run_sweep(sweep_plan(fixed_inventory, bench("first")), tmp_path, Launching())
+    assert seen == [True]
+    assert (tmp_path / "first" / "manifest.json").is_file()
+    assert (tmp_path / "first" / "report.md").is_file()
+
+
+def test_a_report_left_for_later_is_analysed_and_written_when_asked(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    done = run_sweep(
+        sweep_plan(fixed_inventory, bench("later")), tmp_path, Recorded(), report_later=True
+    )
+    assert done.report is not None
+    assert done.report.rows[1].efficiency == pytest.approx(1.0)  # the table can be shown now
+    assert not (tmp_path / "later" / "report.md").exists()
+    done.write_report()
+    assert (tmp_path / "later" / "report.md").is_file()
+    assert (tmp_path / "later" / "summary.json").is_file()
+
+
+def _nice_after_a_while(started: str) -> int | None:
+    """In the helper: say it started, then after a second, its autogroup's nice value."""
+    Path(started).touch()
+    time.sleep(1.0)
+    return autogroup_nice()
+
+
+@pytest.mark.skipif(autogroup_nice() is None, reason="this kernel has no autogroups")
+def test_waiting_for_the_report_raises_a_helper_still_busy_at_the_lowest_priority(
+    tmp_path: Path,
+):
+    # A helper still warming up at nice 19 when dtrun waited finished that first at 1.5% of a
+    # core on a busy machine: 83 s before a report, at a load average of 65 (issue 41).
+    builder = ReportBuilder()
+    try:
+        assert builder._pool is not None
+        busy = builder._pool.submit(_nice_after_a_while, str(tmp_path / "started"))
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert builder.call(os.getpid) != os.getpid()  # dtrun waits for the helper
+        assert busy.result() == 0  # raised while the earlier task still ran
+    finally:
+        builder.close()
