@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dtrun.engines.embedded.executor import write_launch_files
+from dtrun.engines.common.scripts import write_launch_files
 from dtrun.spec.launchplan import LaunchPlan
 
 STUBS = ("torchrun", "deepspeed", "horovodrun", "mpirun", "python")

@@ -45,11 +45,11 @@ from dtrun.redact import remember_secrets
 from dtrun.spec.request import BenchSpec, ScalingMode
 
 if TYPE_CHECKING:
-    from dtrun.engines.base import Cluster
+    from dtrun.engines.base import Cluster, Drain
     from dtrun.plan.resolve import ResolvedBench
     from dtrun.plan.sweep import SweepPlan
     from dtrun.record.resume import Resumed
-    from dtrun.sweep.run import Drain, Sweep
+    from dtrun.sweep.run import Sweep
 
 app = typer.Typer()
 
@@ -237,7 +237,7 @@ def _recorded(
 
 def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptions) -> BenchSpec:
     """`dtrun bench -- PROGRAM`: the user's program and what its steps process."""
-    from dtrun.cli.parse import check_step_pattern, parse_command
+    from dtrun.cli.parse import parse_command
     from dtrun.plan.bounds import check_bound
     from dtrun.spec.request import StepUnits, UnitKind
 
@@ -293,9 +293,7 @@ def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptio
             fix="pass one of them too, or leave out --per-process",
         )
     program = parse_command(command, Path.cwd())
-    pattern = units.step_pattern
-    if pattern is not None:
-        check_step_pattern(pattern)
+    pattern = units.step_pattern  # checked with the sweep (runner/plan/checks.py)
     return replace(spec, program=program, units=step_units, step_pattern=pattern, probe=units.probe)
 
 
@@ -318,11 +316,11 @@ def _bench_on(
         )
         print_estimate(guess, before_line(launching.output, cluster.inventory, guess.price))
         return None
-    if cluster.engine.name == "embedded":
-        _require_packages(resolved)  # the embedded nodes run this very interpreter
+    if cluster.engine.runs_this_python:
+        _require_packages(resolved)
     plan = plan_sweep(resolved, cluster.inventory)
     program = resolved.spec.program
-    if program is not None and cluster.engine.name != "spark":  # before the run directory is made
+    if program is not None and cluster.engine.runs_shell:  # before the run directory is made
         from dtrun.cluster.program import check_program
 
         widest = plan.points[-1]
@@ -353,14 +351,10 @@ def _require_packages(resolved: ResolvedBench) -> None:
 
 
 def _drain(cluster: Cluster, plan: SweepPlan) -> Drain | None:
-    """--drain-failing: the Slurm executor drains the nodes below the gate's mark."""
-    from dtrun.engines.slurm.executor import SlurmExecutor
-
-    executor = cluster.executor
-    if not cluster.choice.drain_failing or not isinstance(executor, SlurmExecutor):
+    """--drain-failing: the engine takes the nodes below the gate's mark out (Slurm drains)."""
+    if not cluster.choice.drain_failing:
         return None
-    run_id = plan.spec.run_id
-    return lambda nodes: executor.drain(nodes, run_id)
+    return cluster.engine.drain(cluster, plan.spec.run_id)
 
 
 def _sweep(
@@ -385,7 +379,7 @@ def _sweep(
                 cluster.ready,
                 _drain(cluster, plan),
                 resumed,
-                cluster.executor.command if cluster.engine.name == "ssh" else None,
+                cluster.executor.command if cluster.engine.evictable else None,
                 command=typed_command(),
             )
     except DtrunError as exc:

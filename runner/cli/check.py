@@ -18,7 +18,7 @@ from dtrun.cli.common import (
 )
 from dtrun.cli.groups import grouped
 from dtrun.cli.options import Where
-from dtrun.cli.session import SPARK_LAUNCHERS, StackWatch, choose, last_word_on_billing, opened
+from dtrun.cli.session import StackWatch, choose, last_word_on_billing, opened
 from dtrun.spec.bounds import within
 from dtrun.spec.text import plural
 
@@ -97,6 +97,8 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
     or a group is slow at two levels running (docs/check.md).
     """
     from dtrun.cli.parse import check_run_id, new_run_id
+    from dtrun.engines.base import ClusterChoice
+    from dtrun.engines.registry import chosen
     from dtrun.errors import UsageError
     from dtrun.plan.bounds import check_bound
     from dtrun.plan.resolve import resolve_run
@@ -108,18 +110,18 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
         check_bound("--port", port)
         if procs_per_node is not None:
             check_bound("--procs-per-node", procs_per_node)
-        if write_hosts is not None and where.spark is not None:
+        engine = chosen(where)
+        if write_hosts is not None and not engine.logs_in:
             raise UsageError(
-                "--write-hosts writes a hosts file, and --spark's nodes are a Spark master's "
-                "executors, not hosts dtrun logs in to",
-                fix="leave out --write-hosts; take the hosts the check flags out of the Spark "
-                "cluster (their executors' hosts)",
+                f"--write-hosts writes a hosts file, and the {engine.name} engine's nodes are "
+                "not hosts dtrun logs in to",
+                fix="leave out --write-hosts; take the hosts the check flags out of that "
+                "cluster by hand",
             )
-        if where.spark is not None:
-            _refuse_one_host(where.spark)
+        engine.refuse_check(ClusterChoice(where))
         spec = RunSpec(
             check_run_id(run_id) if run_id is not None else new_run_id(),
-            launcher=SPARK_LAUNCHERS[0] if where.spark is not None else "torchrun",
+            launcher=engine.launchers[0] if engine.launchers else "torchrun",
             procs_per_node=procs_per_node or 1,
             rdzv_port=port,
             program=Program(ProgramKind.MODULE, "dtrun.workloads.check"),
@@ -134,21 +136,6 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
         if json_out:
             print_json(done.report.to_json())
     raise typer.Exit(done.report.exit_code)
-
-
-def _refuse_one_host(master: str) -> None:
-    """A local-cluster's executors all run on this machine: one host, and a check compares
-    hosts (the tasks of one host are that host, docs/check.md)."""
-    from dtrun.engines.spark.inventory import LOCAL_CLUSTER
-    from dtrun.errors import UsageError
-
-    if LOCAL_CLUSTER.fullmatch(master) is not None:
-        raise UsageError(
-            f"--spark {master} runs every executor on this machine: one host, and dtrun check "
-            "compares hosts",
-            fix="run dtrun check --local-nodes N (the embedded cluster: N nodes of their own on "
-            "this machine), or --spark spark://HOST:PORT for a cluster's hosts",
-        )
 
 
 def _per_node(spec: RunSpec, cluster: Cluster, procs_per_node: int | None) -> RunSpec:
@@ -169,7 +156,7 @@ def _check_on(cluster: Cluster, resolved: ResolvedRun, output: Path, stream: boo
     out = console()
 
     # under --spark a node is a barrier task until the check learns its host (docs/check.md)
-    unit = "Spark task" if cluster.inventory.scheduler == "spark" else "node"
+    unit = cluster.engine.unit
 
     def on_begin(run_dir: RunDir, plan: LaunchPlan) -> None:
         out.print(
@@ -188,22 +175,16 @@ def _check_on(cluster: Cluster, resolved: ResolvedRun, output: Path, stream: boo
 def _next_steps(
     cluster: Cluster, done: CheckRun, write_hosts: Path | None, drain_failing: bool
 ) -> None:
-    """--write-hosts, the Slurm exclude list and --drain-failing."""
-    from dtrun.engines.slurm.executor import SlurmExecutor
-
+    """--write-hosts, and the engine's next steps (Slurm: the exclude list, --drain-failing)."""
     flagged = [node for node in done.report.nodes if node.flagged]
     if write_hosts is not None:
         write_hosts_file(write_hosts, cluster.inventory, done, {n.host for n in flagged})
-    executor = cluster.executor
-    if isinstance(executor, SlurmExecutor) and flagged:
-        # Slurm's own node names (a failed node's host is already its name)
-        name_of = {label: name for name, label in done.hosts.items()}
-        names = {name_of.get(node.host, node.host): node for node in flagged}
-        console().print(f"dtrun: next Slurm job: --exclude {','.join(names)}", highlight=False)
-        if drain_failing:
-            reasons = {
-                name: f"dtrun check {done.run_dir.path.name}: {node.verdict.value} "
-                f"({node.cause.value if node.cause else ''})"
-                for name, node in names.items()
-            }
-            console().print(f"dtrun: {executor.drain_hosts(reasons)}", highlight=False)
+    # the nodes' own names (a failed node's host is already its name)
+    name_of = {label: name for name, label in done.hosts.items()}
+    reasons = {
+        name_of.get(node.host, node.host): f"dtrun check {done.run_dir.path.name}: "
+        f"{node.verdict.value} ({node.cause.value if node.cause else ''})"
+        for node in flagged
+    }
+    for line in cluster.engine.after_check(cluster, reasons, drain_failing):
+        console().print(f"dtrun: {line}", highlight=False)

@@ -148,11 +148,3 @@ def select_nodes(nodes: Sequence[Node], text: str | None) -> tuple[Node, ...]:
             )
         wanted.add(name)
     return tuple(node for node in nodes if node.name in wanted)
-
-
-def check_step_pattern(pattern: str) -> None:
-    """--step-pattern: a regular expression RE2 compiles (runner/plan/steppattern.py), with at
-    most one of the groups `seconds` and `ms`."""
-    from dtrun.plan.steppattern import compile_step_pattern
-
-    compile_step_pattern(pattern)

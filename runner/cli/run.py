@@ -133,7 +133,7 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
     def program_there(plan: LaunchPlan) -> None:
         from dtrun.cluster.program import check_program
 
-        if cluster.engine.name != "spark":  # Spark runs tasks, not shell scripts, on its executors
+        if cluster.engine.runs_shell:  # not Spark's tasks
             nodes = plan.nodes or tuple(launch.node for launch in plan.launches)
             check_program(cluster.executor.command, resolved.spec.program, nodes)
 

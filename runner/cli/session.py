@@ -50,18 +50,8 @@ def choose(
     drain_failing: bool = False,
 ) -> ClusterChoice:
     from dtrun.engines.base import ClusterChoice
-    from dtrun.plan.bounds import check_bound
 
-    for flag, seconds in (
-        ("--ready-timeout", where.ready_timeout),
-        ("--connect-timeout", where.connect_timeout),
-        ("--queue-timeout", where.queue_timeout),
-    ):
-        check_bound(flag, seconds)
-    if where.local_nodes is not None:
-        check_bound("--local-nodes", where.local_nodes)
-    where.refuse_two_clusters()
-    where.slurm_request(drain_failing)  # refused without --slurm, before Slurm is asked
+    where.check(drain_failing)  # each engine's own checks, before any cluster is asked
     if teardown and where.stack is None:
         raise UsageError(
             "--teardown destroys a Pulumi stack, and no --stack was given",
@@ -146,19 +136,6 @@ def last_word_on_billing(watch: StackWatch) -> Iterator[None]:
             )
 
 
-SPARK_LAUNCHERS = ("torchdistributor", "horovod-spark")
-
-
-def check_engine(spark: str | None, launcher: str) -> None:
-    """--spark runs its own launchers only (the others start ranks Spark does not know of)."""
-    if spark is not None and launcher not in SPARK_LAUNCHERS:
-        raise UsageError(
-            f"--launcher {launcher} cannot start ranks on Spark's executors",
-            why="under --spark, Spark starts one task per node and the launcher runs inside it",
-            fix="pass --launcher torchdistributor (TorchDistributor) or horovod-spark",
-        )
-
-
 class Session:
     """One launch command under way: its options and the stack it may have to speak of."""
 
@@ -177,7 +154,9 @@ class Session:
         from dtrun.cli.store import check_results, upload_after
 
         launching = self.launching
-        check_engine(self.where.spark, spec.launcher)
+        from dtrun.engines.registry import chosen
+
+        chosen(self.where).refuse_launcher(spec.launcher)
         store = check_results(launching.results, dry_run=launching.dry_run)
         choice = choose(
             self.where,
@@ -191,8 +170,7 @@ class Session:
         with upload_after(store, launching.output / spec.run_id, command_secrets(spec)):
             try:
                 with opened(choice, self.watch) as cluster:
-                    if cluster.engine.name == "embedded":
-                        warn_oversubscribed(spec, local_nodes)
+                    warn_oversubscribed(cluster, spec, local_nodes)
                     yield cluster
             except KeyboardInterrupt:
                 # stopped while the cluster closed: recorded before the copy is uploaded, so
@@ -202,16 +180,13 @@ class Session:
                 raise
 
 
-def warn_oversubscribed(spec: LaunchRequest, local_nodes: int) -> None:
-    """A warning line where the embedded cluster's nodes x processes per node exceed this
-    machine's cores (runner/engines/embedded/inventory.py oversubscription)."""
-    import os
-
-    from dtrun.engines.embedded.inventory import oversubscription
+def warn_oversubscribed(cluster: Cluster, spec: LaunchRequest, local_nodes: int) -> None:
+    """The engine's warning line (the embedded cluster's nodes x processes per node beyond
+    this machine's cores)."""
     from dtrun.spec.request import BenchSpec
 
     counts = spec.node_counts if isinstance(spec, BenchSpec) else (local_nodes,)
-    warning = oversubscription(counts, spec.procs_per_node, os.cpu_count() or 1)
+    warning = cluster.engine.warning(counts, spec.procs_per_node)
     if warning is not None:
         from dtrun.cli.inert import styled
 

@@ -9,15 +9,17 @@ opened for the command (SSH connections, the Slurm job dtrun asked for) is close
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 from dtrun.cluster.readiness import Patience, WaitSink, no_wait_sink, wait_until_ready
+from dtrun.errors import UsageError
 from dtrun.execute import Executor
 from dtrun.spec.cluster import Inventory, Node
 from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.outcome import NodeHealth
 
 if TYPE_CHECKING:
     from dtrun.cluster.outputs import StackOutputs
@@ -26,6 +28,8 @@ Notice = Callable[[str], None]
 # Told after every look at a stack's node registry (ssh/registration.py): nodes registered, of
 # them ready, wanted, seconds waited.
 RegistryPoll = Callable[[int, int, int, float], None]
+# --drain-failing: takes the nodes below the gate's mark out of the scheduler; says what it did.
+Drain = Callable[[Sequence[NodeHealth]], str]
 
 
 class Preview(Protocol):
@@ -79,29 +83,57 @@ class Hooks:
     on_poll: RegistryPoll | None = None
 
 
-class Engine(Protocol):
-    """Where the nodes come from and how a node's script starts, stops and streams."""
+class Engine:
+    """Where the nodes come from and how a node's script starts, stops and streams, and what
+    the commands may ask of it. Each engine subclasses it; the defaults are what most do."""
 
-    @property
-    def name(self) -> str:
-        """ "embedded", "ssh", "slurm" or "spark": what the records and messages call it."""
-        ...
+    name: ClassVar[str]  # "embedded", "ssh", ...: what the records and messages call it
+    # The launchers it runs, its default first; (): every launcher no other engine runs.
+    launchers: ClassVar[tuple[str, ...]] = ()
+    runs_shell: ClassVar[bool] = True  # Executor.command runs bash on the nodes
+    runs_this_python: ClassVar[bool] = False  # its nodes run this very interpreter
+    evictable: ClassVar[bool] = False  # a failed launch asks its nodes whether one was evicted
+    logs_in: ClassVar[bool] = True  # its nodes are hosts a hosts file can name
+    unit: ClassVar[str] = "node"  # what `dtrun check` counts before it knows the hosts
 
     def selects(self, choice: ClusterChoice) -> bool:
         """Whether the options chose this engine (exactly one engine selects any choice)."""
-        ...
+        raise NotImplementedError
 
     def open(self, choice: ClusterChoice, hooks: Hooks) -> AbstractContextManager[Cluster]:
         """The cluster, connected, for the block; leaving it is the engine's stop."""
-        ...
+        raise NotImplementedError
 
     def preview(self, cluster: Cluster) -> Preview | None:
         """What a dry run prints beside each plan (None: the plan says it all)."""
-        ...
+        return None
 
     def ready(self, cluster: Cluster, plan: LaunchPlan) -> None:
         """The barrier before a launch: its nodes answer and, with --check, are healthy."""
-        ...
+        wait_for_nodes(cluster, plan)
+
+    def refuse_launcher(self, launcher: str) -> None:
+        """A UsageError where ``launchers`` leaves this launcher out."""
+        if self.launchers and launcher not in self.launchers:
+            raise UsageError(
+                f"--launcher {launcher} does not run on the {self.name} engine",
+                fix=f"pass --launcher {' or '.join(self.launchers)}",
+            )
+
+    def refuse_check(self, choice: ClusterChoice) -> None:
+        """A UsageError for options `dtrun check` cannot honour on this engine."""
+
+    def warning(self, node_counts: Sequence[int], procs_per_node: int) -> str | None:
+        """A line to warn with before a launch (the embedded cluster's cores), or None."""
+        return None
+
+    def drain(self, cluster: Cluster, run_id: str) -> Drain | None:
+        """--drain-failing's bench: what takes the gate's failing nodes out (None: nothing)."""
+        return None
+
+    def after_check(self, cluster: Cluster, flagged: Mapping[str, str], drain: bool) -> list[str]:
+        """`dtrun check`'s next steps for the flagged nodes (node name -> why), as lines."""
+        return []
 
 
 @dataclass

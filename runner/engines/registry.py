@@ -32,6 +32,13 @@ class EngineOptions(SparkOptions, SlurmOptions, SshOptions, EmbeddedOptions):
     """Every engine's options, one group of fields per engine (bench, run and exec spread them
     as `Where`, runner/cli/options.py)."""
 
+    def check(self, drain_failing: bool = False) -> None:
+        """Every engine's own checks of its options (each options class's ``check``), then
+        options that name two clusters; ``drain_failing``: --drain-failing was given."""
+        for group in EngineOptions.__bases__:  # each declares its own check
+            vars(group)["check"](self, drain_failing)
+        self.refuse_two_clusters()
+
     def refuse_two_clusters(self) -> None:
         """Options that name two clusters are refused, by the command that reads them (inside
         its error handling: a group is built before the command runs)."""
@@ -62,6 +69,11 @@ class EngineOptions(SparkOptions, SlurmOptions, SshOptions, EmbeddedOptions):
 def selected(choice: ClusterChoice) -> Engine:
     """The first engine in ``ENGINES`` the choice selects (the embedded one selects any)."""
     return next(engine for engine in ENGINES if engine.selects(choice))
+
+
+def chosen(options: EngineOptions) -> Engine:
+    """The engine these options select, before the cluster is opened."""
+    return selected(ClusterChoice(options))
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from dtrun.errors import PlanError
 from dtrun.plan.bounds import check_bound
 from dtrun.plan.launchers import LAUNCHERS
 from dtrun.plan.registry import lookup
+from dtrun.plan.steppattern import compile_step_pattern
 from dtrun.spec.bounds import BOUNDS
 from dtrun.spec.request import (
     AllreduceSpec,
@@ -106,6 +107,8 @@ def check_bench(bench: BenchSpec) -> None:
             "--d-model must be a multiple of --heads",
             why=f"{model.d_model} is not divisible by {model.heads}",
         )
+    if bench.step_pattern is not None:  # RE2 takes it, with one of `seconds` and `ms` at most
+        compile_step_pattern(bench.step_pattern)
     check_allreduce(bench.allreduce)
     check_health(bench.health)
     check_launch(bench)

@@ -70,7 +70,7 @@ def plan_launch(inventory: Inventory, launch: ResolvedLaunch, nodes: int, what: 
         size=inventory.size,
         ssh=inventory.ssh,
         interface=inventory.interface,
-        scheduler=inventory.scheduler,
+        starter=inventory.starter,
         step_hook=f"{inventory.code_dir}/{STEP_HOOK_DIR}" if what.step_hook else None,
     )
     platform = platform_layout(

@@ -153,9 +153,10 @@ def plan_gate(resolved: ResolvedBench, inventory: Inventory) -> GatePlan | str:
         source = f"Azure's health-check pass mark for {inventory.size}"
         size = gate.size or size
     else:
-        machine = "the embedded CPU cluster" if inventory.source == "embedded" else "this machine"
+        kind = inventory.accelerator.value.upper()
         return (
-            f"no expected single-node bus bandwidth for {machine}; --health-threshold GBS sets one"
+            f"no expected single-node bus bandwidth for {kind} nodes of no catalog size; "
+            "--health-threshold GBS sets one"
         )
     nodes = inventory.nodes[: resolved.largest]
     # On GPUs a node is checked with all its GPUs, as the pass mark was measured; on CPUs with

@@ -50,6 +50,14 @@ class SshAccess:
         return replace(self, private_key=REDACTED if self.private_key else None)
 
 
+class Starter(StrEnum):
+    """Who starts the processes of the nodes past node 0 where neither ssh (``Inventory.ssh``)
+    nor this machine (no ssh: the nodes are local processes) does. Set by the engine."""
+
+    SRUN = "srun"  # the job's scheduler, by its node names: mpirun and horovodrun go through it
+    TASKS = "tasks"  # one engine task per node, the launcher inside it (TorchDistributor)
+
+
 @dataclass(frozen=True)
 class Inventory:
     """The nodes a benchmark may use, and how to run Python on them."""
@@ -67,8 +75,7 @@ class Inventory:
     shared_dir: str | None = None  # a directory every node mounts, when there is one
     interface: str = "eth0"  # the network interface the nodes reach each other on
     image: str | None = None  # the nodes' OS image (URN), when the cluster says
-    # "slurm": Slurm starts every process (srun), and node names are Slurm's node names
-    scheduler: str | None = None
+    starter: Starter | None = None  # None: ssh where ``ssh`` is set, else this machine
     # when the nodes were created (ISO 8601), where the cluster says (a stack's outputs v4):
     # the report's time paid before a sweep begins from it (docs/report.md "Cost")
     nodes_created_at: str | None = None

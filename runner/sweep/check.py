@@ -19,7 +19,7 @@ from dtrun.errors import NodeFailedError, RunError, UsageError
 from dtrun.execute import LineSink, discard
 from dtrun.plan.check import CHECK_DIR, CheckSettings, plan_check
 from dtrun.record.rundir import RunDir, create_run_dir
-from dtrun.spec.cluster import Inventory, Node
+from dtrun.spec.cluster import Inventory, Node, Starter
 from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def run_check(
             unreachable[labels[failed.name]] = f"its launch failed: {exc.message}"
             nodes = tuple(n for n in nodes if n is not failed)
     measured = load(workdir / RESULT_FILE)
-    if inventory.scheduler == "spark":
+    if inventory.starter is Starter.TASKS:  # the tasks learn their hosts as they run
         one_spark_host(measured, plan.nnodes)
         labels = spark_labels(measured, labels)
     report = judge_check(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dtrun.azure.prices import sweep_price
+from dtrun.engines.base import Drain
 from dtrun.errors import DtrunError, LaunchInterrupted, RunInterruptedError, interruption
 from dtrun.execute import Executor, LineSink, discard
 from dtrun.plan.sweep import Launch, SweepPlan
@@ -39,7 +40,6 @@ from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.outcome import (
     GateStatus,
     Health,
-    NodeHealth,
     NodeResult,
     RunResult,
     RunStatus,
@@ -91,10 +91,6 @@ class Sweep:
     runs: list[RunResult] = field(default_factory=list)
     report: Report | None = None
     health: Health | None = None
-
-
-# --drain-failing: takes the nodes below the gate's mark out of the scheduler; says what it did.
-Drain = Callable[[Sequence[NodeHealth]], str]
 
 
 class _Runner:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,8 +95,8 @@ def test_spark_readiness_waits_for_nothing_before_its_barrier_job():
 
 
 def test_ssh_ships_the_runner_package_root_wherever_its_executor_module_lives():
+    from dtrun.engines.common.code import code_files
     from dtrun.engines.ssh import remote
-    from dtrun.engines.ssh.remote import code_files
 
     name = remote.__name__.split(".")[0]  # the import name the nodes import the workloads by
     shipped = code_files()
@@ -111,7 +112,11 @@ def test_every_engine_options_class_is_among_engine_options_bases():
 
     import dtrun.engines
 
-    packages = [m.name for m in pkgutil.iter_modules(dtrun.engines.__path__) if m.ispkg]
+    packages = [
+        m.name
+        for m in pkgutil.iter_modules(dtrun.engines.__path__)
+        if m.ispkg and m.name != "common"
+    ]
     assert sorted(packages) == sorted(engine.name for engine in ENGINES)
     for name in packages:
         module = importlib.import_module(f"dtrun.engines.{name}.options")
@@ -160,3 +165,23 @@ def test_choose_turns_slurm_and_its_options_into_the_request():
     request = request_of(choice)
     assert (request.partition, request.queue_timeout_s) == ("gpu", 60.0)
     assert (choice.local_nodes, choice.job_name) == (2, "j")
+
+
+def test_each_engine_checks_its_own_options_in_its_options_class():
+    """The ranges and rules of an engine's options sit in its options class, which the
+    commands call through EngineOptions.check (runner/cli/ names none of them)."""
+    from dtrun.errors import PlanError, UsageError
+
+    assert all("check" in vars(group) for group in EngineOptions.__bases__)
+    refused: dict[str, tuple[Any, type[Exception], str]] = {
+        "connect_timeout": (0.0, PlanError, "--connect-timeout must be"),
+        "queue_timeout": (float("nan"), PlanError, "--queue-timeout must be"),
+        "local_nodes": (0, PlanError, "--local-nodes must be"),
+        "partition": ("gpu", UsageError, "--partition shapes a Slurm allocation"),
+    }
+    for field, (value, error, message) in refused.items():
+        with pytest.raises(error, match=message):
+            EngineOptions(**{field: value}).check()
+    with pytest.raises(UsageError, match="--drain-failing shapes a Slurm allocation"):
+        EngineOptions().check(drain_failing=True)
+    EngineOptions(slurm=True).check(drain_failing=True)

@@ -28,7 +28,7 @@ from dtrun.errors import NodeFailedError
 from dtrun.execute.guard import drop_guard
 from dtrun.plan.launchfiles import What, plan_launch
 from dtrun.plan.resolve import resolve_run
-from dtrun.spec.cluster import Node
+from dtrun.spec.cluster import Node, Starter
 from dtrun.spec.outcome import SuccessRule
 from dtrun.spec.request import Program, ProgramKind, RunSpec
 from dtrun.spec.slurmrequest import SlurmRequest
@@ -179,7 +179,7 @@ def test_the_wrapper_refuses_a_node_without_a_script(tmp_path):
 
 def test_a_slurm_inventory_is_cuda_with_gpus_and_names_its_scheduler(tmp_path):
     inventory = slurm_inventory("slurm:job 7", NODES, gpus=8, python_bin="/v/bin", code_dir="/c")
-    assert inventory.accelerator == "cuda" and inventory.scheduler == "slurm"
+    assert inventory.accelerator == "cuda" and inventory.starter is Starter.SRUN
     assert inventory.interface == "eth0" and inventory.ssh is None
     local = slurm_inventory(
         "slurm:job 8", (Node("n1", "127.0.0.21"),), gpus=0, python_bin="/v/bin", code_dir="/c"

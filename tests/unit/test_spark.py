@@ -26,7 +26,7 @@ from dtrun.engines.spark.inventory import executors, spark_inventory
 from dtrun.engines.spark.node import contract_from_horovod, executor_address, node_main
 from dtrun.errors import NodeFailedError, PlanError, UsageError
 from dtrun.plan.launchers.spark import SPARK_CONFIG
-from dtrun.spec.cluster import Node
+from dtrun.spec.cluster import Node, Starter
 from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
 from tests.conftest import ended
 from tests.paths import REPO
@@ -61,12 +61,12 @@ def test_a_master_without_an_executor_per_node_is_refused(master):
 def test_the_inventory_names_nodes_by_barrier_partition():
     inventory = spark_inventory("local-cluster[3,1,1024]", 1)
     assert [node.name for node in inventory.nodes] == ["spark-0", "spark-1", "spark-2"]
-    assert inventory.scheduler == "spark" and inventory.interface == "lo"
+    assert inventory.starter is Starter.TASKS and inventory.interface == "lo"
     assert inventory.source == "spark:local-cluster[3,1,1024]"
 
 
 def test_spark_launchers_refuse_other_engines_and_render_no_launcher_of_their_own(tmp_path):
-    not_spark = replace(spark_inventory("local-cluster[2,1,1024]", 2), scheduler=None)
+    not_spark = replace(spark_inventory("local-cluster[2,1,1024]", 2), starter=None)
     with pytest.raises(PlanError, match="runs under Spark"):
         build_run_plan(not_spark, run_spec("torchdistributor"))
     spark = spark_inventory("local-cluster[2,1,1024]", 2)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from dtrun.cluster.readiness import check_ports_free
-from dtrun.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
-from dtrun.engines.embedded.inventory import embedded_inventory
+from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks, wait_for_nodes
+from dtrun.engines.embedded.inventory import embedded_inventory, oversubscription
 from dtrun.spec.launchplan import LaunchPlan
 
 
-class EmbeddedEngine:
+class EmbeddedEngine(Engine):
     name = "embedded"
+    runs_this_python = True
 
     def selects(self, choice: ClusterChoice) -> bool:
         return True  # last in ENGINES: what no other engine selects
@@ -23,11 +24,14 @@ class EmbeddedEngine:
 
         yield Cluster(embedded_inventory(choice.local_nodes), LocalExecutor(), choice, self)
 
-    def preview(self, cluster: Cluster) -> Preview | None:
-        return None
-
     def ready(self, cluster: Cluster, plan: LaunchPlan) -> None:
         # MASTER_PORT sits next to the rendezvous port (LaunchRequest.master_port)
         check_ports_free(plan.master_addr, (plan.master_port - 1, plan.master_port))
         if cluster.choice.check:  # without: processes on this machine, nothing to reach
             wait_for_nodes(cluster, plan)
+
+    def warning(self, node_counts: Sequence[int], procs_per_node: int) -> str | None:
+        """Nodes x processes per node beyond this machine's cores."""
+        import os
+
+        return oversubscription(node_counts, procs_per_node, os.cpu_count() or 1)

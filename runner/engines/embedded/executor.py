@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import queue
 import secrets
@@ -11,13 +10,14 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import psutil
 
+from dtrun.engines.common.scripts import pump, run_scripts, write_launch_files
+from dtrun.engines.common.signals import sigint_deferred
 from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
 from dtrun.execute import Answer, LineSink, StopSink, quiet_stop
 from dtrun.execute.guard import TAG, drop_guard, start_guard, stop_script
@@ -166,60 +166,6 @@ class LocalExecutor:
                 thread.join(timeout=5)
 
 
-def run_scripts(
-    scripts: dict[str, str],
-    start: Callable[[str], subprocess.Popen[bytes]],
-    on_line: LineSink | None = None,
-) -> dict[str, tuple[list[str], int]]:
-    """Each node's short script, all at once: ``start(node)`` starts a process that reads the
-    script on its stdin (bash -s here, srun ... bash -s under Slurm). Every node's output lines,
-    streamed to ``on_line`` as they come, and its exit code."""
-    lines: dict[str, list[str]] = {name: [] for name in scripts}
-    lock = threading.Lock()
-
-    def collect(name: str, line: str) -> None:
-        with lock:
-            lines[name].append(line)
-            if on_line is not None:
-                on_line(name, line)
-
-    processes = {name: start(name) for name in scripts}
-    readers = []
-    try:
-        for name, process in processes.items():
-            assert process.stdin is not None and process.stdout is not None
-            with contextlib.suppress(BrokenPipeError):  # it may end without reading
-                process.stdin.write(scripts[name].encode())
-                process.stdin.close()
-            reader = threading.Thread(
-                target=_pump, args=(process.stdout, io.BytesIO(), name, collect), daemon=True
-            )
-            reader.start()
-            readers.append(reader)
-        for reader in readers:
-            reader.join()
-    finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.terminate()
-    return {name: (lines[name], process.wait()) for name, process in processes.items()}
-
-
-def write_scripts(plan: LaunchPlan, workdir: Path) -> None:
-    """Every node's script beside the launch files (mode 0700: they may hold --env values), for
-    executors that start them from elsewhere (srun, a Spark task)."""
-    for launch in plan.launches:
-        write_atomic(workdir / launch.script_name, launch.script.encode(), 0o700)
-
-
-def write_launch_files(plan: LaunchPlan, workdir: Path) -> None:
-    """The plan's hostfile, configs and wrappers, beside the scripts (the nodes share it here)."""
-    for file in plan.files:
-        path = workdir / file.name
-        path.parent.mkdir(parents=True, exist_ok=True)  # --platform-env sagemaker's per node
-        write_atomic(path, file.content.encode(), file.mode)
-
-
 def _start(
     launch: NodeLaunch, workdir: Path, on_line: LineSink, exits: queue.Queue[_Node], tag: str
 ) -> _Node:
@@ -240,7 +186,7 @@ def _start(
     assert popen.stdout is not None  # asked for above
     node.threads = [
         threading.Thread(
-            target=_pump,
+            target=pump,
             args=(popen.stdout, NodeLog(log_path), node.name, on_line),
             name=f"dtrun-log-{node.name}",
             daemon=True,
@@ -252,13 +198,6 @@ def _start(
     for thread in node.threads:
         thread.start()
     return node
-
-
-def _pump(stream: IO[bytes], log: NodeLog | io.BytesIO, name: str, on_line: LineSink) -> None:
-    with stream, log:
-        for raw in iter(stream.readline, b""):
-            log.write(raw)  # a NodeLog on a full disk stops writing, and the reading goes on
-            on_line(name, raw.decode(errors="replace").rstrip("\r\n"))
 
 
 def _wait(node: _Node, exits: queue.Queue[_Node]) -> None:
@@ -337,29 +276,6 @@ def _wait_gone(procs: list[psutil.Process], deadline: float) -> list[psutil.Proc
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.05)
-
-
-@contextlib.contextmanager
-def sigint_deferred() -> Iterator[None]:
-    """Ctrl-C waits until the block is done, then arrives as it would have.
-
-    A Python handler, not a signal mask: the kernel may hand SIGINT to any thread that does not
-    block it (the log pumps), and Python then runs the handler in the main thread anyway.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            if callable(previous):
-                previous(signal.SIGINT, None)  # Python's default raises KeyboardInterrupt
-            elif previous == signal.SIG_DFL:
-                signal.raise_signal(signal.SIGINT)
 
 
 def _failure(node: _Node) -> NodeFailedError:

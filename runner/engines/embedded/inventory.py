@@ -1,13 +1,11 @@
 """The embedded cluster's inventory: simulated nodes on 127.0.0.x sharing this machine's cores,
-and when they oversubscribe them. Slurm and SSH borrow its Python path and checkout as defaults."""
+and when they oversubscribe them."""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 
+from dtrun.engines.common.code import this_checkout, this_cpu_count, this_python
 from dtrun.errors import InventoryError
 from dtrun.spec.cluster import Accelerator, Inventory, Node, exceeds_cores
 
@@ -40,13 +38,8 @@ def local_cluster(size: int, *, python_bin: str, code_dir: str, cpu_count: int) 
 
 def embedded_inventory(size: int) -> Inventory:
     """The embedded cluster for this machine: this interpreter, this checkout, these cores."""
-    import dtrun
-
     return local_cluster(
-        size,
-        python_bin=str(Path(sys.executable).parent),
-        code_dir=str(Path(dtrun.__file__).resolve().parent.parent),
-        cpu_count=os.cpu_count() or 1,
+        size, python_bin=this_python(), code_dir=this_checkout(), cpu_count=this_cpu_count()
     )
 
 

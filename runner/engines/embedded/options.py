@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from dtrun.engines.base import WHERE_PANEL
+from dtrun.plan.bounds import check_bound
 from dtrun.spec.bounds import within
 
 
@@ -25,3 +26,7 @@ class EmbeddedOptions:
             rich_help_panel=WHERE_PANEL,
         ),
     ] = None
+
+    def check(self, drain_failing: bool) -> None:
+        if self.local_nodes is not None:
+            check_bound("--local-nodes", self.local_nodes)

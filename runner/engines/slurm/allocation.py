@@ -31,7 +31,7 @@ from dtrun.engines.slurm.shell import (
     site_failure,
 )
 from dtrun.errors import InventoryError, RunError, UsageError
-from dtrun.spec.cluster import Accelerator, Inventory, Node
+from dtrun.spec.cluster import Accelerator, Inventory, Node, Starter
 from dtrun.spec.slurmrequest import SlurmRequest
 from dtrun.spec.text import noun, plural
 
@@ -252,7 +252,7 @@ def slurm_inventory(
         accelerator=Accelerator.CUDA if gpus else Accelerator.CPU,
         ssh=None,  # Slurm starts every process: no ssh between nodes
         interface="lo" if loopback else "eth0",
-        scheduler="slurm",
+        starter=Starter.SRUN,
     )
 
 

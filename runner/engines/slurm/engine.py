@@ -4,15 +4,15 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
-from dtrun.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
+from dtrun.engines.base import Cluster, ClusterChoice, Drain, Engine, Hooks, Preview, wait_for_nodes
+from dtrun.engines.common.stack import StackOptions
 from dtrun.engines.slurm.options import SlurmOptions
-from dtrun.engines.ssh.options import SshOptions
 from dtrun.spec.launchplan import LaunchPlan
 
 
-class SlurmEngine:
+class SlurmEngine(Engine):
     name = "slurm"
 
     def selects(self, choice: ClusterChoice) -> bool:
@@ -23,7 +23,7 @@ class SlurmEngine:
         # here, not at the top: every command imports the engine registry, few use Slurm
         from dtrun.engines.slurm.job import open_slurm, stack_head
 
-        where = choice.of(SshOptions)  # --stack or --outputs: the stack's own Slurm
+        where = choice.of(StackOptions)  # --stack or --outputs: the stack's own Slurm
         if where.stack_name is None:
             with open_slurm(self, choice, hooks.notice) as cluster:
                 yield cluster
@@ -49,3 +49,22 @@ class SlurmEngine:
     def ready(self, cluster: Cluster, plan: LaunchPlan) -> None:
         if cluster.choice.check:  # without: Slurm gave the job these nodes, they are up
             wait_for_nodes(cluster, plan)
+
+    def drain(self, cluster: Cluster, run_id: str) -> Drain | None:
+        """The Slurm executor drains the nodes below the gate's mark."""
+        from dtrun.engines.slurm.executor import SlurmExecutor
+
+        executor = cluster.executor
+        assert isinstance(executor, SlurmExecutor)
+        return lambda nodes: executor.drain(nodes, run_id)
+
+    def after_check(self, cluster: Cluster, flagged: Mapping[str, str], drain: bool) -> list[str]:
+        """The next job's --exclude, and with --drain-failing the flagged nodes drained."""
+        from dtrun.engines.slurm.executor import SlurmExecutor
+
+        executor = cluster.executor
+        assert isinstance(executor, SlurmExecutor)
+        if not flagged:
+            return []
+        lines = [f"next Slurm job: --exclude {','.join(flagged)}"]
+        return [*lines, executor.drain_hosts(flagged)] if drain else lines

@@ -21,12 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dtrun import __version__
-from dtrun.engines.embedded.executor import (
-    run_scripts,
-    sigint_deferred,
-    write_launch_files,
-    write_scripts,
-)
+from dtrun.engines.common.scripts import run_scripts, write_launch_files, write_scripts
+from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.slurm.fault import Heard, ended_by_slurm
 from dtrun.engines.slurm.shell import SlurmShell, cancel, step_guard
 from dtrun.engines.slurm.stage import HeadStaging

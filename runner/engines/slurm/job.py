@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dtrun.engines.base import Cluster
-from dtrun.engines.embedded.executor import sigint_deferred
-from dtrun.engines.embedded.inventory import embedded_inventory
+from dtrun.engines.common.code import this_checkout, this_python
+from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.slurm.allocation import (
     allocation_request,
     candidate_nodes,
@@ -77,9 +77,8 @@ def stack_head(name: str, outputs: StackOutputs) -> Iterator[Head]:
 
 def _inventory(source: str, nodes: tuple[Node, ...], gpus: int, head: Head | None) -> Inventory:
     if head is None:
-        here = embedded_inventory(1)  # this interpreter and checkout, at the same paths there
-        return slurm_inventory(
-            source, nodes, gpus=gpus, python_bin=here.python_bin, code_dir=here.code_dir
+        return slurm_inventory(  # this interpreter and checkout, at the same paths there
+            source, nodes, gpus=gpus, python_bin=this_python(), code_dir=this_checkout()
         )
     inventory = slurm_inventory(
         source, nodes, gpus=gpus, python_bin=head.python_bin, code_dir=head.staging.code_dir

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dtrun.errors import UsageError
+from dtrun.plan.bounds import check_bound
 from dtrun.spec.bounds import within
 from dtrun.spec.slurmrequest import DEFAULT_QUEUE_TIMEOUT_S, SlurmRequest
 
@@ -56,6 +57,12 @@ class SlurmOptions:
             rich_help_panel=PANEL,
         ),
     ] = DEFAULT_QUEUE_TIMEOUT_S
+
+    def check(self, drain_failing: bool) -> None:
+        """--queue-timeout's range; Slurm's options (--drain-failing among them) without
+        --slurm are refused, before Slurm is asked."""
+        check_bound("--queue-timeout", self.queue_timeout)
+        self.slurm_request(drain_failing)
 
     def slurm_request(self, drain_failing: bool = False) -> SlurmRequest | None:
         """--slurm's request; Slurm options without --slurm are refused (they would be lost)."""

@@ -62,7 +62,7 @@ class HeadStaging:
     def push(self, workdir: Path) -> str:
         """Copy the launch directory (and, once, dtrun's workload code) to the shared storage."""
         if not self._code_staged:
-            from dtrun.engines.ssh.remote import code_files
+            from dtrun.engines.common.code import code_files
 
             self._unpack(self.code_dir, _tar({rel: data for rel, data in code_files().items()}))
             self._code_staged = True

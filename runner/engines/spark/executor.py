@@ -19,7 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from dtrun import __version__
-from dtrun.engines.embedded.executor import sigint_deferred, write_launch_files, write_scripts
+from dtrun.engines.common.scripts import write_launch_files, write_scripts
+from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.spark.app import DRIVER_LOG, DRIVER_SCRIPT, AppTimeout, SparkApp
 from dtrun.engines.spark.failures import FAILURE_FILE
 from dtrun.engines.spark.node import EXIT_SUFFIX, TAG

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dtrun.engines.spark.failures import WAIT_ENV, executor_wait_s
 from dtrun.errors import UsageError
-from dtrun.spec.cluster import Accelerator, Inventory, Node
+from dtrun.spec.cluster import Accelerator, Inventory, Node, Starter
 
 LOCAL_CLUSTER = re.compile(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]")
 REMOTE = re.compile(r"(spark://[\w.\-]+(:\d+)?(,[\w.\-]+(:\d+)?)*|yarn|k8s://\S+)")
@@ -67,5 +67,5 @@ def spark_inventory(master: str, largest: int) -> Inventory:
         code_dir=str(Path(dtrun.__file__).resolve().parent.parent),
         accelerator=Accelerator.CPU,
         interface="lo" if local else "eth0",
-        scheduler="spark",
+        starter=Starter.TASKS,
     )

@@ -24,3 +24,6 @@ class SparkOptions:
             rich_help_panel=WHERE_PANEL,
         ),
     ] = None
+
+    def check(self, drain_failing: bool) -> None:
+        """Nothing to check before the master is asked (runner/engines/spark/inventory.py)."""

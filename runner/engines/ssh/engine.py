@@ -10,17 +10,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from dtrun.cluster.outputs import inventory_from_stack
-from dtrun.engines.base import Cluster, ClusterChoice, Hooks, Preview, wait_for_nodes
-from dtrun.engines.embedded.inventory import embedded_inventory
+from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks
+from dtrun.engines.common.code import this_python
 from dtrun.engines.inputs import read_text, stack_outputs
 from dtrun.engines.ssh.options import SshOptions
 from dtrun.spec.cluster import Inventory
-from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.text import plural
 
 
-class SshEngine:
+class SshEngine(Engine):
     name = "ssh"
+    evictable = True  # real machines, spot VMs among them (runner/sweep/eviction.py)
 
     def selects(self, choice: ClusterChoice) -> bool:
         # after Slurm in ENGINES: a stack with --slurm is Slurm's (--spark beside either is
@@ -78,19 +78,13 @@ class SshEngine:
             )
             yield Cluster(session.inventory, SshExecutor(session), choice, self)
 
-    def preview(self, cluster: Cluster) -> Preview | None:
-        return None
-
-    def ready(self, cluster: Cluster, plan: LaunchPlan) -> None:
-        wait_for_nodes(cluster, plan)
-
 
 def _hosts_inventory(hosts: str) -> Inventory:
     """--hosts FILE, or --hosts h1:4,h2:4 (the hosts themselves) where no such file exists."""
     from dtrun.engines.ssh.hostlines import is_host_list
     from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file, parse_hosts_value  # yaml: here
 
-    defaults = Defaults(getpass.getuser(), python_bin=embedded_inventory(1).python_bin)
+    defaults = Defaults(getpass.getuser(), python_bin=this_python())
     if not Path(hosts).exists() and is_host_list(hosts):
         return parse_hosts_value(hosts, defaults)
     text = read_text(

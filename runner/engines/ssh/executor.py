@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dtrun.engines.ssh.remote import DRAIN_S, code_files, launch_command, remote_launch_dir
+from dtrun.engines.common.code import code_files
+from dtrun.engines.ssh.remote import DRAIN_S, launch_command, remote_launch_dir
 from dtrun.engines.ssh.session import SshError, SshSession, lost_connection
 from dtrun.engines.ssh.transfer import (
     Files,

@@ -1,16 +1,18 @@
-"""The SSH engine's options: a hosts file or a stack's nodes, and how long they have to answer.
+"""The SSH engine's options: a hosts file or a stack's nodes (--stack and --outputs, declared in
+runner/engines/common/stack.py), and how long they have to answer.
 Spread into bench, run and exec through ``EngineOptions`` (runner/engines/registry.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from dtrun.cluster.readiness import Patience
 from dtrun.engines.base import DEFAULT_READY_TIMEOUT, WHERE_PANEL
+from dtrun.engines.common.stack import StackOptions
+from dtrun.plan.bounds import check_bound
 from dtrun.spec.bounds import within
 
 DEFAULT_CONNECT_TIMEOUT = 30.0
@@ -27,25 +29,8 @@ Hosts = Annotated[
 
 
 @dataclass(frozen=True)
-class SshOptions:
+class SshOptions(StackOptions):
     hosts: Hosts = None  # a hosts file, or the hosts themselves: h1:4,h2:4
-    stack: Annotated[
-        str | None,
-        typer.Option(
-            "--stack",
-            "-s",
-            help="Run on the cluster of this Pulumi stack.",
-            rich_help_panel=WHERE_PANEL,
-        ),
-    ] = None
-    outputs: Annotated[
-        Path | None,
-        typer.Option(
-            "--outputs",
-            help="Run on the cluster whose outputs this file holds (dtrun outputs --save).",
-            rich_help_panel=WHERE_PANEL,
-        ),
-    ] = None
     accept_new_host_keys: Annotated[
         bool,
         typer.Option(
@@ -72,12 +57,12 @@ class SshOptions:
         ),
     ] = DEFAULT_CONNECT_TIMEOUT
 
-    @property
-    def stack_name(self) -> str | None:
-        """--stack, or the stack whose outputs --outputs holds (the file's stem)."""
-        if self.stack is not None:
-            return self.stack
-        return self.outputs.stem if self.outputs is not None else None
+    def check(self, drain_failing: bool) -> None:
+        for flag, seconds in (
+            ("--ready-timeout", self.ready_timeout),
+            ("--connect-timeout", self.connect_timeout),
+        ):
+            check_bound(flag, seconds)
 
     @property
     def patience(self) -> Patience:

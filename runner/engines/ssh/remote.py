@@ -6,24 +6,8 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-import dtrun
 from dtrun.execute.guard import TAG, WAIT_FOR_END, stop_script
 from dtrun.spec.cluster import Inventory
-
-
-def code_files() -> dict[str, bytes]:
-    """What the nodes import: the package's __init__.py, its workloads/ and the step hook, by
-    their paths under its import name (dtrun/workloads/train.py; the folder is runner/ in a
-    checkout), relative path -> bytes."""
-    package = Path(dtrun.__file__).resolve().parent
-    name = dtrun.__name__
-    workloads = package / "workloads"
-    files = [
-        package / "__init__.py",
-        *sorted(workloads.glob("*.py")),
-        *sorted((workloads / "stephook").glob("*.py")),
-    ]
-    return {f"{name}/{f.relative_to(package).as_posix()}": f.read_bytes() for f in files}
 
 
 def remote_launch_dir(inventory: Inventory, workdir: Path) -> str:

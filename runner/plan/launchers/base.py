@@ -8,7 +8,7 @@ from typing import Protocol
 from dtrun import __version__
 from dtrun.errors import PlanError
 from dtrun.render import render
-from dtrun.spec.cluster import Node, SshAccess
+from dtrun.spec.cluster import Node, SshAccess, Starter
 from dtrun.spec.launchplan import EnvVar, LaunchFile, NodeEnv
 from dtrun.spec.request import Framework, LauncherOptions, Program, ProgramKind
 
@@ -36,7 +36,7 @@ class PlanContext:
     size: str | None = None  # catalog size of the nodes, when known
     ssh: SshAccess | None = None  # None: no sshd on the nodes, launchers use no-SSH modes
     interface: str = "eth0"
-    scheduler: str | None = None  # "slurm": mpirun starts its daemons with srun
+    starter: Starter | None = None  # SRUN: mpirun starts its daemons with srun
     # Exported by each node with its own value, after ``env`` (--platform-env); launch-env.sh
     # sets them again on every rank of a head-only launcher, by NODE_RANK.
     node_env: tuple[NodeEnv, ...] = ()
@@ -166,9 +166,10 @@ def host_slots(ctx: PlanContext) -> tuple[str, ...]:
 def hostfile(ctx: PlanContext) -> LaunchFile:
     """MPI-style hostfile, one `ADDRESS slots=N` line per node, in node-rank order. Under Slurm
     the nodes go by their Slurm names, which mpirun hands to srun to start its daemons."""
-    slurm = ctx.scheduler == "slurm"
+    by_name = ctx.starter is Starter.SRUN
     lines = "".join(
-        f"{node.name if slurm else node.address} slots={ctx.procs_per_node}\n" for node in ctx.nodes
+        f"{node.name if by_name else node.address} slots={ctx.procs_per_node}\n"
+        for node in ctx.nodes
     )
     return LaunchFile(HOSTFILE, lines)
 

@@ -24,7 +24,7 @@ from dtrun.plan.launchers.base import (
     ssh_port_option,
 )
 from dtrun.render import render
-from dtrun.spec.cluster import SshAccess
+from dtrun.spec.cluster import SshAccess, Starter
 from dtrun.spec.launchplan import LaunchFile
 from dtrun.spec.request import Framework, HorovodController
 
@@ -85,7 +85,7 @@ MODES = {
         "on the embedded cluster, which has no sshd",
         "every simulated node is this machine, so COMMAND runs here.",
     ),
-    "slurm": (
+    "srun": (
         "under Slurm, through srun",
         "COMMAND runs as a one-task srun step on HOST, in this allocation.",
     ),
@@ -113,8 +113,10 @@ def ssh_option_groups(ssh: SshAccess) -> tuple[tuple[str, ...], ...]:
 
 def horovod_ssh(ctx: PlanContext) -> LaunchFile:
     """horovod-ssh.sh, the `ssh` horovodrun finds first on node 0's PATH (module docstring)."""
-    mode = "slurm" if ctx.scheduler == "slurm" else "local" if ctx.ssh is None else "ssh"
-    options = ssh_option_groups(ctx.ssh) if ctx.ssh is not None and mode == "ssh" else ()
+    srun = ctx.starter is Starter.SRUN
+    over_ssh = not srun and ctx.ssh is not None
+    mode = "srun" if srun else "ssh" if over_ssh else "local"
+    options = ssh_option_groups(ctx.ssh) if ctx.ssh is not None and over_ssh else ()
     how, what = MODES[mode]
     context = {
         "version": __version__,

@@ -24,6 +24,7 @@ from dtrun.plan.launchers.base import (
     ssh_port_option,
 )
 from dtrun.render import render
+from dtrun.spec.cluster import Starter
 from dtrun.spec.launchplan import CliArg, LaunchFile
 from dtrun.spec.request import Framework
 from dtrun.spec.text import plural
@@ -51,16 +52,14 @@ class Mpirun:
 
     def files(self, ctx: PlanContext) -> tuple[LaunchFile, ...]:
         files: tuple[LaunchFile, ...] = (hostfile(ctx), launch_env(ctx, RANKS))
-        if ctx.ssh is None and ctx.scheduler is None:
+        if ctx.ssh is None and ctx.starter is None:
             agent = render("launch/local-rsh.sh.j2", {"version": __version__, "run_id": ctx.run_id})
             files = (*files, LaunchFile(LOCAL_RSH, agent, 0o755))
         return files
 
     def node_context(self, ctx: PlanContext, node_rank: int) -> dict[str, object]:
         context = common_context(ctx, node_rank)
-        context.update(
-            mpi_args=mpi_args(ctx), local_agent=ctx.ssh is None and ctx.scheduler is None
-        )
+        context.update(mpi_args=mpi_args(ctx), local_agent=ctx.ssh is None and ctx.starter is None)
         return context
 
 
@@ -89,7 +88,7 @@ def mpi_args(ctx: PlanContext) -> tuple[CliArg, ...]:
 
 
 def remote_shell(ctx: PlanContext) -> tuple[CliArg, ...]:
-    if ctx.scheduler == "slurm":
+    if ctx.starter is Starter.SRUN:
         return (
             CliArg(
                 ("--mca", "ras", "^slurm"),

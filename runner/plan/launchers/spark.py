@@ -13,6 +13,7 @@ import json
 
 from dtrun.errors import PlanError
 from dtrun.plan.launchers.base import PlanContext, Script, common_context, every_node, program_argv
+from dtrun.spec.cluster import Starter
 from dtrun.spec.launchplan import LaunchFile
 from dtrun.spec.request import Framework
 
@@ -20,7 +21,7 @@ SPARK_CONFIG = "spark.json"
 
 
 def _spark_only(ctx: PlanContext, name: str) -> None:
-    if ctx.scheduler != "spark":
+    if ctx.starter is not Starter.TASKS:
         raise PlanError(
             f"--launcher {name} runs under Spark",
             why="Spark starts its ranks: one Spark task on each executor",
