@@ -80,6 +80,14 @@ def available() -> bool:
     return Path(SSHD).exists() and shutil.which("ssh-keygen") is not None
 
 
+def address(number: int) -> str:
+    """The ``number``-th loopback address from 127.0.0.1 (1: 127.0.0.1, 2: 127.0.0.2, ...),
+    past 127.0.0.254 on 127.0.1.1, 127.0.1.2, ...: 254 a /24, none ending .0 or .255, so a
+    cluster may have hundreds of nodes (every 127.0.0.0/8 address is the loopback's)."""
+    block, host = divmod(number - 1, 254)
+    return f"127.0.{block}.{host + 1}"
+
+
 def _keygen(path: Path, comment: str) -> str:
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
@@ -110,8 +118,8 @@ def start_cluster(
     settings: Mapping[str, str] = MappingProxyType({}),
     sftp: bool = True,
 ) -> SshCluster:
-    """``count`` instances on 127.0.0.<first>, the next addresses, ...; ``settings``: lines of
-    sshd_config by address, read before the defaults (sshd takes the first value it reads),
+    """``count`` instances on 127.0.0.<first> and the next addresses (``address``); ``settings``:
+    lines of sshd_config by address, read before the defaults (sshd takes the first value it reads),
     e.g. {"127.0.0.40": "LogLevel DEBUG1\n"}; ``sftp`` False: no SFTP subsystem, as sites that
     disable it have (sshd refuses a second Subsystem line, so it is left out, not overridden)."""
     require_e2e("sshd")
@@ -130,13 +138,13 @@ def start_cluster(
     worker = f"SetEnv {' '.join(names)}\n" if names else ""  # one line: sshd takes the first
     hosts = []
     for index in range(count):
-        address = f"127.0.0.{index + first}"
-        home = root / address
+        name = address(index + first)
+        home = root / name
         home.mkdir()
-        host_key = _keygen(home / "ssh_host_ed25519_key", f"host-{address}")
+        host_key = _keygen(home / "ssh_host_ed25519_key", f"host-{name}")
         config = home / "sshd_config"
         defaults = (
-            f"ListenAddress {address}:{port}\n"
+            f"ListenAddress {name}:{port}\n"
             f"HostKey {home / 'ssh_host_ed25519_key'}\n"
             f"PidFile {home / 'sshd.pid'}\n"
             f"AuthorizedKeysFile {authorized}\n"
@@ -151,8 +159,8 @@ def start_cluster(
             "MaxSessions 200\n"
             "LogLevel ERROR\n" + ("Subsystem sftp internal-sftp\n" if sftp else "") + worker
         )
-        config.write_text(settings.get(address, "") + defaults)
-        hosts.append(SshHost(address, port, host_key, config))
+        config.write_text(settings.get(name, "") + defaults)
+        hosts.append(SshHost(name, port, host_key, config))
     known_hosts = root / "known_hosts"
     known_hosts.write_text("".join(host.known_hosts_line + "\n" for host in hosts))
     cluster = SshCluster(root, getpass.getuser(), root / "client_key", known_hosts, hosts)

@@ -20,7 +20,7 @@ from dtrun.check.expected import GPU_PEAK_FLOOR, Expected, Thresholds
 from dtrun.check.gpus import gpu_problems
 from dtrun.check.model import Cause, CheckReport, LinkCheck, LinkVerdict, NodeCheck, Verdict
 from dtrun.check.result import Group, Measured, Series
-from dtrun.check.stats import Finding, judge_series, others
+from dtrun.check.stats import AllBut, Finding, judge_series, others
 
 
 @dataclass(frozen=True)
@@ -55,11 +55,14 @@ def _pairs(measured: Measured, thresholds: Thresholds, expected: Expected) -> li
     """Every pair against the pairs it shares no node with in the same cycles (else all the
     other pairs): a node that is slow with everyone does not drag its own pairs' yardstick."""
     flat: list[Group] = [g for pairs in measured.rounds for g in pairs if len(g.nodes) == 2]
+    pairs_of: dict[int, set[int]] = {}  # each node's pairs: the few a pair is not judged by
+    for i, group in enumerate(flat):
+        for node in group.nodes:
+            pairs_of.setdefault(node, set()).add(i)
 
-    def peers(index: int) -> list[int]:
-        ends = set(flat[index].nodes)
-        apart = [i for i, g in enumerate(flat) if i != index and not set(g.nodes) & ends]
-        return apart or [i for i in range(len(flat)) if i != index]
+    def peers(index: int) -> AllBut:
+        sharing = frozenset().union(*(pairs_of[node] for node in flat[index].nodes))
+        return AllBut(sharing) if len(sharing) < len(flat) else AllBut()
 
     findings = judge_series([g.busbw_gbs for g in flat], peers, thresholds.network)
     out = []

@@ -13,6 +13,7 @@ says little, and the minimum effect alone decides.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,33 +47,78 @@ def mad(values: Sequence[float]) -> float:
     return statistics.median(abs(value - middle) for value in values)
 
 
-def z_score(value: float, everyone: Sequence[float]) -> float | None:
-    if len(everyone) < MIN_FOR_Z:
-        return None
-    middle = statistics.median(everyone)
-    spread = max(mad(everyone), MAD_FLOOR * abs(middle))
-    return Z_FACTOR * (value - middle) / spread if spread > 0 else 0.0
-
-
 def _median(values: Series) -> float | None:
     present = [value for value in values if value is not None]
     return statistics.median(present) if present else None
 
 
+@dataclass(frozen=True)
+class AllBut:
+    """An item's peers: every other item but these."""
+
+    left_out: frozenset[int] = frozenset()
+
+
+def median_without(ordered: Sequence[float], removed: Sequence[float]) -> float | None:
+    """The median of ``ordered`` (sorted) with the values ``removed`` taken out (each one of
+    its members), as statistics.median would give it, in O(len(removed) log n): a node's peers
+    are the fleet but a few, and each median of them was a sort of the fleet, N x N log N at
+    N nodes (issue 41)."""
+    gone: list[int] = []
+    for value in sorted(removed):
+        at = bisect.bisect_left(ordered, value)
+        while at in gone:  # an equal value already taken out: the next copy
+            at += 1
+        gone.append(at)
+    count = len(ordered) - len(gone)
+    if count <= 0:
+        return None
+
+    def nth(rank: int) -> float:  # the rank-th value of what is left
+        for at in gone:  # ascending
+            if at <= rank:
+                rank += 1
+        return ordered[rank]
+
+    if count % 2:
+        return nth(count // 2)
+    return (nth(count // 2 - 1) + nth(count // 2)) / 2
+
+
+def _by_cycle(series: Sequence[Series]) -> list[list[float]]:
+    """Each cycle's figures, sorted."""
+    cycles: list[list[float]] = [[] for _ in range(max(map(len, series), default=0))]
+    for values in series:
+        for cycle, value in enumerate(values):
+            if value is not None:
+                cycles[cycle].append(value)
+    for figures in cycles:
+        figures.sort()
+    return cycles
+
+
 def judge_series(
-    series: Sequence[Series], peers_of: Callable[[int], Sequence[int]], min_effect: float
+    series: Sequence[Series], peers_of: Callable[[int], AllBut], min_effect: float
 ) -> list[Finding | None]:
     """Each item's cycles against its peers' in the same cycles. None: no figure, or no peer
     measured in any cycle it was."""
     medians = [_median(values) for values in series]
     everyone = [m for m in medians if m is not None]
+    by_cycle = _by_cycle(series)
+    ordered = sorted(everyone)
+    middle, spread = 0.0, 0.0
+    if len(everyone) >= MIN_FOR_Z:  # once for every item
+        middle = statistics.median(ordered)
+        spread = max(mad(ordered), MAD_FLOOR * abs(middle))
     out: list[Finding | None] = []
     for index, values in enumerate(series):
-        peers = peers_of(index)
+        apart = {index} | peers_of(index).left_out
         ratios = []
         for cycle, value in enumerate(values):
-            others = [series[p][cycle] for p in peers if cycle < len(series[p])]
-            reference = _median(others)
+            gone = [
+                v for i in apart if cycle < len(series[i]) and (v := series[i][cycle]) is not None
+            ]
+            reference = median_without(by_cycle[cycle], gone)
             if value is not None and reference:
                 ratios.append(value / reference)
         own = medians[index]
@@ -80,14 +126,18 @@ def judge_series(
             out.append(None)
             continue
         shortfall = 1 - statistics.median(ratios)
-        peer_medians = [m for m in (medians[p] for p in peers) if m is not None]
-        reference = statistics.median(peer_medians) if peer_medians else own
-        z = z_score(own, everyone)
+        reference = median_without(ordered, [m for i in apart if (m := medians[i]) is not None])
+        z = _z(own, middle, spread) if len(everyone) >= MIN_FOR_Z else None
         flagged = shortfall >= min_effect and (z is None or z <= Z_CUT)
-        out.append(Finding(own, reference, shortfall, z, flagged))
+        out.append(Finding(own, own if reference is None else reference, shortfall, z, flagged))
     return out
 
 
-def others(count: int) -> Callable[[int], list[int]]:
+def _z(value: float, middle: float, spread: float) -> float:
+    return Z_FACTOR * (value - middle) / spread if spread > 0 else 0.0
+
+
+def others(count: int) -> Callable[[int], AllBut]:
     """Every other item is a peer."""
-    return lambda index: [i for i in range(count) if i != index]
+    del count  # every item but the one judged, however many there are
+    return lambda index: AllBut()

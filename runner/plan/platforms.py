@@ -126,7 +126,11 @@ def sagemaker(ctx: PlanContext, accelerator: Accelerator) -> PlatformLayout:
         ),
     )
     files = tuple(
-        LaunchFile(f"{sagemaker_base_dir(rank)}/input/config/resourceconfig.json", config + "\n")
+        LaunchFile(
+            f"{sagemaker_base_dir(rank)}/input/config/resourceconfig.json",
+            config + "\n",
+            node_rank=rank,
+        )
         for rank, config in enumerate(configs)
     )
     return PlatformLayout(env=env, files=files)

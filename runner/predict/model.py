@@ -4,23 +4,21 @@ docs/prediction.md "The model" says it in words, with its sources. In short, on 
 measured point's footing (weak scaling: the step; strong: the step times R / R0) a point's loss
 is l(N) = T(N) / T(N0) - 1 = 1/E(N) - 1, the share of time the step spends on scaling, and
 
-    l(N) = S [N0 = 1 < N]  +  g log2(N / N0)  +  lam (N / N0 - 1)
+    l(N) = S [N0 = 1 < N]  +  g log2(N / N0)
 
 - S, **the one-time step** from one node onto the network: the gradient all-reduce leaves
   NVLink or PCIe. A ring all-reduce moves 2(R-1)/R of the gradient per rank, nearly 2 from two
   nodes on, so the step does not grow again.
 - g, **the growth per doubling**: what grows with the ranks (the network's hops, congestion,
   the slowest of more ranks).
-- lam, **the latency term**, linear in the nodes: a ring all-reduce's 2(R-1) latencies (the
-  alpha-beta cost, Thakur et al. 2005), and under strong scaling an overhead that does not
-  shrink with the work per rank (Amdahl). It makes the knees at scale.
 
 S and g are different for every workload: their prior (mean and spread, by scaling mode) is
-learned from the fit set of the published results (runner/predict/prior.py, by
-runner/predict/learn.py), and the run's own points update it (a Gaussian posterior: empirical
-Bayes). lam and the measurement noise are the prior's. Where the gradient's bytes and the busbw
-inside and across nodes are known, S is at most the all-reduce's extra time on the network;
-where the step times' spread is known, the growth is at least the straggler tax it implies.
+learned from the published results (runner/predict/prior.py, by runner/predict/learn.py), and
+the run's own points update it (a Gaussian posterior: empirical Bayes). The measurement noise
+is the prior's. Where the gradient's bytes and the busbw inside and across nodes are known, S
+is at most the all-reduce's extra time on the network; where the step times' spread is known,
+the growth is at least the straggler tax it implies. There is no latency term linear in the
+nodes: learned, it made the forecasts worse when each source was left out (docs/prediction.md).
 """
 
 from __future__ import annotations
@@ -103,9 +101,9 @@ def losses(points: Sequence[Measured], mode: ScalingMode) -> list[tuple[int, flo
     return [(p.nodes, 1 / efficiency(mode, base, p.nodes, p.step) - 1) for p in points[1:]]
 
 
-def features(base: int, nodes: int) -> tuple[float, float, float]:
-    """The loss's terms at ``nodes`` against ``base``: the step, doublings, latency."""
-    return (1.0 if base == 1 < nodes else 0.0, math.log2(nodes / base), nodes / base - 1)
+def features(base: int, nodes: int) -> tuple[float, float]:
+    """The loss's terms at ``nodes`` against ``base``: the step, the doublings."""
+    return (1.0 if base == 1 < nodes else 0.0, math.log2(nodes / base))
 
 
 @dataclass(frozen=True)
@@ -122,9 +120,9 @@ class Posterior:
         point's (nodes, loss) as measured: plus the terms' growth between the two, and the
         noise of both."""
         x, y = features(base, last[0]), features(base, nodes)
-        ds, dg, dl = (b - a for a, b in zip(x, y, strict=True))
+        ds, dg = (b - a for a, b in zip(x, y, strict=True))
         (s, g), ((vss, vsg), (_, vgg)) = self.mean, self.cov
-        mean = last[1] + ds * s + dg * g + dl * prior.latency
+        mean = last[1] + ds * s + dg * g
         var = ds**2 * vss + 2 * ds * dg * vsg + dg**2 * vgg + 2 * prior.noise_sd**2
         return mean, math.sqrt(var)
 
@@ -137,8 +135,8 @@ def posterior(prior: Prior, base: int, observed: Sequence[tuple[int, float]]) ->
     pss, psg, pgg = 1 / prior.step_sd**2, 0.0, 1 / prior.growth_sd**2
     bs, bg = prior.step_mean * pss, prior.growth_mean * pgg
     for nodes, loss in observed:
-        xs, xg, xl = features(base, nodes)
-        y = loss - xl * prior.latency
+        xs, xg = features(base, nodes)
+        y = loss
         pss, psg, pgg = pss + xs * xs / noise, psg + xs * xg / noise, pgg + xg * xg / noise
         bs, bg = bs + xs * y / noise, bg + xg * y / noise
     det = pss * pgg - psg * psg

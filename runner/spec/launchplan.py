@@ -64,11 +64,14 @@ class NodeLaunch:
 
 @dataclass(frozen=True)
 class LaunchFile:
-    """A file a launch needs beside its scripts: hostfile, config, wrapper. Same on every node."""
+    """A file a launch needs beside its scripts: hostfile, config, wrapper."""
 
     name: str
     content: str
     mode: int = 0o644
+    # The node (by rank) whose script alone reads it, such as a TensorFlow task's TF_CONFIG;
+    # None: every node. Nodes that do not share storage get only theirs (runner/engines/ssh).
+    node_rank: int | None = None
 
 
 @dataclass(frozen=True)

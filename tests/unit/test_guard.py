@@ -77,3 +77,33 @@ def test_the_stop_script_ends_every_process_with_the_tag_and_only_those(tmp_path
         for proc in [*tagged, other]:
             proc.kill()
             proc.wait()
+
+
+def test_the_stop_script_starts_a_few_processes_however_many_the_machine_runs(tmp_path):
+    """It ran on every node after every launch, and started two processes (tr, grep) per
+    process of the machine per look: 3.5 s a stop with 150 processes (issue 41)."""
+    calls = tmp_path / "calls"
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for tool in ("grep", "tr", "cut"):  # each records its start, then is the real one
+        real = subprocess.run(["which", tool], capture_output=True, text=True, check=True)
+        stub = stubs / tool
+        stub.write_text(f'#!/bin/sh\necho {tool} >> "{calls}"\nexec {real.stdout.strip()} "$@"\n')
+        stub.chmod(0o755)
+    machine = len([entry for entry in Path("/proc").iterdir() if entry.name.isdigit()])
+    tagged = subprocess.Popen(
+        ["sleep", "600"], env={**os.environ, "DTRUN_LAUNCH": "t1"}, start_new_session=True
+    )
+    try:
+        env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}"}
+        done = subprocess.run(
+            ["bash", "-c", stop_script("t1", 1.0)], env=env, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert tagged.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        tagged.kill()
+        tagged.wait()
+    assert done.stdout.split() == ["dtrun-left:"]
+    started = calls.read_text().split()
+    assert machine > 20 and len(started) <= 12, (machine, len(started))

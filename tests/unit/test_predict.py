@@ -227,8 +227,8 @@ def test_the_first_loss_is_mostly_the_one_time_step_not_growth_carried_forward()
     post = posterior(prior, 1, [(2, 0.15)])
     step, growth = post.mean
     assert step > growth  # the step took more of it than the growth
-    # from the 2-node point as measured: two more doublings and six more nodes' latency
-    assert _loss(fc) == pytest.approx(0.15 + 2 * growth + 6 * prior.latency)
+    # from the 2-node point as measured: two more doublings of the growth
+    assert _loss(fc) == pytest.approx(0.15 + 2 * growth)
     assert fc.efficiency is not None and fc.efficiency > 0.75
 
 
@@ -245,14 +245,16 @@ def test_a_third_point_measures_the_growth():
     )
 
 
-def test_the_latency_term_bends_strong_scaling_into_a_knee():
+def test_without_a_measured_spread_each_doubling_loses_the_same():
+    # no latency term linear in the nodes: learned, it made the forecasts worse with each
+    # source left out (docs/prediction.md); a knee comes only from a measured spread
     strong = Setting(8, ScalingMode.STRONG, absolute=True)
     counts = [16, 32, 64, 128]
     fcs = forecast([Measured(2, 1.0), Measured(4, 0.51)], counts, strong)
     losses_ = [_loss(fc) for fc in fcs]
     steps = [b - a for a, b in itertools.pairwise(losses_)]
-    assert steps[0] < steps[1] < steps[2]  # more lost at every doubling
-    assert PRIORS["strong"].latency > 0
+    assert steps[0] > 0
+    assert steps == pytest.approx([steps[0]] * 3)  # the posterior's growth, each doubling
     # and the step time is put back from the smallest point's footing: x N0 / N
     assert fcs[-1].step == pytest.approx(1.0 * (1 + losses_[-1]) * 2 / 128)
 
@@ -290,8 +292,8 @@ def test_the_bytes_and_busbw_cap_the_one_time_step():
     setting = Setting(8, ScalingMode.WEAK, True, Comm(5.2e9, 400, 450))
     bound = step_bound(Measured(1, 0.5), Measured(2, 0.56), setting)
     assert bound == pytest.approx((2 * 15 / 16 * 5.2 / 400 - 2 * 7 / 8 * 5.2 / 450) / 0.5)
-    # a bound above the posterior's step changes nothing
-    wide = predict(description(described(points=points, **comm | {"busbw_gbs": 180}), "m"),
+    # a bound above the posterior's step changes nothing (at 100 GB/s: a loss of 0.155)
+    wide = predict(description(described(points=points, **comm | {"busbw_gbs": 100}), "m"),
                    [8], 0.9)  # fmt: skip
     assert wide.predictions[0].efficiency == pytest.approx(f.efficiency)
 
@@ -318,7 +320,7 @@ def test_cannot_tell_says_what_to_measure_next():
 
 @pytest.mark.parametrize(
     ("second", "target", "verdict"),
-    [(1.0, 0.8, "scales"), (1.3, 0.9, "loses"), (1.08, 0.9, "cannot tell")],
+    [(1.0, 0.6, "scales"), (1.3, 0.9, "loses"), (1.08, 0.9, "cannot tell")],
 )
 def test_the_verdict_is_the_range_s_against_the_target(second, target, verdict):
     points = [{"nodes": 1, "step_time_s": 1.0}, {"nodes": 2, "step_time_s": second}]

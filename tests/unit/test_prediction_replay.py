@@ -1,9 +1,10 @@
 """docs/prediction.md's scores, replayed: every published result of the corpus through `dtrun
 predict --from` (its two smallest node counts in, its largest predicted), against what was
-measured there and against two naive forecasts, for the fit set and the held-out test set. The
-tables and figures in docs/prediction.md must be the ones this replay computes.
+measured there and against two naive forecasts: the second held-out set (holdout2, per source
+group) and, in-sample, the fit and test sets the prior is learned from. The tables and figures
+in docs/prediction.md must be the ones this replay computes.
 
-    .venv/bin/python -m tests.unit.test_prediction_replay [fit] [test]   # prints the blocks
+    .venv/bin/python -m tests.unit.test_prediction_replay   # prints the blocks, writes the CSVs
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from dtrun.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5
 from tests.paths import REPO
 
 DOCS = REPO / "docs"
-DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test split
+DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test/holdout2 split
+SPLITS = ("fit", "test", "holdout2")
 FIELDS = (
     "procs_per_node", "mode", "strategy", "parameters", "gradient_bytes_per_parameter",
     "busbw_gbs", "busbw_intra_node_gbs", "step_spread", "batch_per_process", "global_batch",
@@ -133,6 +135,27 @@ def table(rows: list[Scored]) -> str:
     return out.getvalue()
 
 
+def _header() -> list[str]:
+    return [
+        "| results | within 5 points: model | mean miss: model | stays at the second point's "
+        "| perfect scaling | median miss: model | inside the range | median range width |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+
+def _line(name: str, chosen: list[Scored]) -> str:
+    got = figures(chosen)
+    hits, mean, median = got["the model"]
+    second, perfect = got["stays at the second point's"][1], got["perfect scaling"][1]
+    inside = sum(r.inside for r in chosen)
+    width = statistics.median((r.high - r.low) * 100 for r in chosen)
+    return (
+        f"| {name} ({len(chosen)}) | {hits} ({hits / len(chosen):.0%}) | {mean:.1f} "
+        f"| {second:.1f} | {perfect:.1f} "
+        f"| {median:.1f} | {inside} ({inside / len(chosen):.0%}) | {width:.1f} |"
+    )
+
+
 def scores(rows: list[Scored]) -> str:
     """Per source group, the all-reduce results, and all: each forecast's hits and misses, and
     the model's range: how often it held the measured value, and its median width."""
@@ -140,23 +163,12 @@ def scores(rows: list[Scored]) -> str:
     if any(not r.scope for r in rows):
         groups.append(("all-reduce only", [r for r in rows if r.scope]))
     groups.append(("all", rows))
-    lines = [
-        "| results | within 5 points: model | mean miss: model | stays at the second point's "
-        "| perfect scaling | median miss: model | inside the range | median range width |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, chosen in groups:
-        got = figures(chosen)
-        hits, mean, median = got["the model"]
-        second, perfect = got["stays at the second point's"][1], got["perfect scaling"][1]
-        inside = sum(r.inside for r in chosen)
-        width = statistics.median((r.high - r.low) * 100 for r in chosen)
-        lines.append(
-            f"| {name} ({len(chosen)}) | {hits} ({hits / len(chosen):.0%}) | {mean:.1f} "
-            f"| {second:.1f} | {perfect:.1f} "
-            f"| {median:.1f} | {inside} ({inside / len(chosen):.0%}) | {width:.1f} |"
-        )
-    return "\n".join(lines)
+    return "\n".join(_header() + [_line(name, chosen) for name, chosen in groups])
+
+
+def in_sample(by_split: dict[str, list[Scored]]) -> str:
+    """One line a split the prior is learned from (its figures are in-sample)."""
+    return "\n".join(_header() + [_line(split, rows) for split, rows in by_split.items()])
 
 
 def _block(text: str, name: str) -> str:
@@ -165,8 +177,11 @@ def _block(text: str, name: str) -> str:
     return found.group(1).strip()
 
 
-def blocks(splits: tuple[str, ...] = ("fit", "test")) -> dict[str, str]:
-    return {f"{split}-scores": scores(replay(split)) for split in splits}
+def blocks() -> dict[str, str]:
+    return {
+        "holdout2-scores": scores(replay("holdout2")),
+        "in-sample-scores": in_sample({split: replay(split) for split in ("fit", "test")}),
+    }
 
 
 def test_docs_prediction_holds_the_replayed_tables_and_scores():
@@ -175,14 +190,14 @@ def test_docs_prediction_holds_the_replayed_tables_and_scores():
         assert _block(text, name) == computed, computed
 
 
-@pytest.mark.parametrize("split", ["fit", "test"])
+@pytest.mark.parametrize("split", SPLITS)
 def test_the_docs_csv_holds_every_replayed_forecast(split: str):
     computed = table(replay(split))
     assert (DOCS / f"prediction-{split}.csv").read_text() == computed, computed
 
 
-def test_the_report_s_figure_is_the_test_set_s():
-    rows = replay("test")
+def test_the_report_s_figure_is_the_second_held_out_set_s():
+    rows = replay("holdout2")
     inside = sum(r.inside for r in rows)
     assert (figures(rows)["the model"][0], inside, len(rows)) == (
         CHECKED_WITHIN_5,
@@ -192,15 +207,12 @@ def test_the_report_s_figure_is_the_test_set_s():
 
 
 def test_every_published_result_gets_a_prediction_within_its_range():
-    for row in replay("fit") + replay("test"):
+    for row in [r for split in SPLITS for r in replay(split)]:
         assert row.low <= row.predicted <= row.high, row
 
 
 if __name__ == "__main__":
-    import sys
-
-    splits = tuple(sys.argv[1:]) or ("fit", "test")
-    for name, computed in blocks(splits).items():
+    for name, computed in blocks().items():
         print(f"<!-- {name} -->\n{computed}\n<!-- /{name} -->\n")
-    for split in splits:  # the forecasts, one file a split
+    for split in SPLITS:  # the forecasts, one file a split
         (DOCS / f"prediction-{split}.csv").write_text(table(replay(split)))

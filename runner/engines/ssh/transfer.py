@@ -1,19 +1,22 @@
-"""Copying files to and from a node over SSH: by SFTP, or, where the node's sshd offers no SFTP
-subsystem (some sites disable it), through the exec channel, as Ansible's ssh connection does
-(its transfer method "smart": SFTP, then piped over the session).
+"""Copying files to and from a node over SSH. To a node: through the exec channel, in one
+`sh -s` script; back: by SFTP, or through the exec channel where the node's sshd offers no SFTP
+subsystem (some sites disable it), as Ansible's ssh connection does (its transfer method
+"smart": SFTP, then piped over the session).
 
-Through the exec channel, every file goes in one `sh -s` script read from standard input (any
-login shell runs `sh -s` alike, and no file's content or path is on a command line): each
-file is decoded from base64 (which the launch wrapper already needs on every node) into a
-temporary file beside it, given its mode, then renamed over the target, so a node never holds a
-half-written script. Paths are quoted for sh. A file is read back with `cat`, its absence
-told apart from a failure by the exit status.
+The files to a node go in one `sh -s` script read from standard input (any login shell runs
+`sh -s` alike, and no file's content or path is on a command line): each file is decoded from
+base64 (which the launch wrapper already needs on every node) into a temporary file beside it,
+given its mode, then renamed over the target, so a node never holds a half-written script.
+Paths are quoted for sh. One channel a node: SFTP took four requests or more a file, about
+100 ms of dtrun's CPU a node for a launch's 29 files (issue 41, docs/benchmarks.md). A file is
+read back with `cat`, its absence told apart from a failure by the exit status.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 import shlex
 from pathlib import Path, PurePosixPath
@@ -42,33 +45,26 @@ def no_sftp(exc: BaseException) -> bool:
     return isinstance(exc, asyncssh.SFTPError)
 
 
-async def sftp_put(connection: asyncssh.SSHClientConnection, files: Files) -> bool:
-    """Write ``files`` by SFTP; False (nothing written) where the node offers no SFTP."""
-    try:
-        client = await connection.start_sftp_client()
-    except Exception as exc:  # sorted below: only "no SFTP here" is an answer
-        if no_sftp(exc):
-            return False
-        raise
-    async with client as sftp:
-        for path, (content, mode) in files.items():
-            await sftp.makedirs(str(PurePosixPath(path).parent), exist_ok=True)
-            async with sftp.open(path, "wb") as remote:
-                await remote.write(content)
-            await sftp.chmod(path, mode)
-    return True
+@functools.lru_cache(maxsize=256)
+def _base64(content: bytes) -> str:
+    """Once per content: the code files are the same for every node (bytes keep their hash)."""
+    return base64.encodebytes(content).decode().rstrip("\n")
 
 
 def put_script(files: Files) -> str:
     """The sh script that writes ``files`` atomically (temporary file, mode, rename)."""
     lines = ["set -e", "umask 077", "tmp=", "trap 'rm -f \"$tmp\"' EXIT"]
+    made = ""
     for path, (content, mode) in files.items():
         target = shlex.quote(path)
+        parent = str(PurePosixPath(path).parent)
+        if parent != made:  # once for a run of files in one directory
+            lines.append(f"mkdir -p -- {shlex.quote(parent)}")
+            made = parent
         lines += [
-            f"mkdir -p -- {shlex.quote(str(PurePosixPath(path).parent))}",
             f"tmp={shlex.quote(path + '.dtrun-part.')}$$",
             f"base64 -d > \"$tmp\" <<'{_END}'",
-            base64.encodebytes(content).decode().rstrip("\n"),
+            _base64(content),
             _END,
             f'chmod {mode:o} "$tmp"',
             f'mv -f -- "$tmp" {target}',
@@ -83,8 +79,8 @@ async def exec_put(connection: asyncssh.SSHClientConnection, node: Node, files: 
     if result.exit_status != 0:
         raise SshError(
             f"cannot write the launch files on {node.name} ({node.address})",
-            why=f"`sh -s` exited {result.exit_status} writing them through the SSH session "
-            f"(the node's sshd offers no SFTP): {_tail(result.stderr)}",
+            why=f"`sh -s` exited {result.exit_status} writing them through the SSH session: "
+            f"{_tail(result.stderr)}",
             fix="check that the node's disk has room and its sh has base64 and mkdir; "
             "`dtrun exec --hosts ... -- df -h` shows every node's disks",
         )

@@ -82,7 +82,7 @@ class Tensorflow:
     def files(self, ctx: PlanContext) -> tuple[LaunchFile, ...]:
         every = tasks(ctx)
         return tuple(
-            LaunchFile(task.file, tf_config(ctx, task, every))
+            LaunchFile(task.file, tf_config(ctx, task, every), node_rank=task.node_rank)
             for task in sorted(every, key=by_role)
         )
 

@@ -1,0 +1,133 @@
+"""What the SSH executor copies to each node before a launch (runner/engines/ssh/executor.py):
+without shared storage, a node's own script and files and those every node reads, not every
+node's (issue 41: every node's to every node was N x N files); with shared storage, one node
+writes them all."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import PurePosixPath
+
+import pytest
+
+from dtrun.engines.ssh.executor import SshExecutor
+from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+from dtrun.engines.ssh.transfer import Files
+from dtrun.spec.cluster import Inventory, Node
+from dtrun.spec.launchplan import LaunchFile, LaunchPlan, NodeLaunch
+
+
+class _Session:
+    """What staging reads of a session: its inventory (nothing is connected)."""
+
+    def __init__(self, inventory: Inventory) -> None:
+        self.inventory = inventory
+
+
+class _Recording(SshExecutor):
+    """The executor, with each node's copy recorded instead of sent."""
+
+    def __init__(self, inventory: Inventory) -> None:
+        super().__init__(_Session(inventory))  # type: ignore[arg-type]
+        self.sent: dict[str, set[str]] = {}
+
+    async def _put(self, node: Node, files: Files) -> None:
+        self.sent[node.name] = {PurePosixPath(path).name for path in files if "/runs/" in path}
+
+
+def _inventory(shared: bool) -> Inventory:
+    text = "user: u\nhosts: [10.0.0.4, 10.0.0.5, 10.0.0.6]\n"
+    text += "shared: /mnt/shared\n" if shared else ""
+    return parse_hosts_file(text, "hosts.yaml", Defaults("u", sys.prefix + "/bin"))
+
+
+def _plan(inventory: Inventory) -> LaunchPlan:
+    nodes = inventory.nodes
+    launches = tuple(
+        NodeLaunch(node, rank, f"node-{rank}.sh", "true\n") for rank, node in enumerate(nodes)
+    )
+    files = (
+        LaunchFile("hostfile", "10.0.0.4\n"),  # every node reads it
+        *(LaunchFile(f"tf-config-worker-{r}.json", "{}", node_rank=r) for r in range(3)),
+    )
+    return LaunchPlan(
+        "tensorflow", "program", 3, 1, 3, None, "id", nodes[0].address, 1, launches, files, nodes
+    )
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_each_node_gets_its_own_script_and_files_and_the_shared_ones(shared):
+    inventory = _inventory(shared)
+    executor = _Recording(inventory)
+    asyncio.run(executor._stage(_plan(inventory), "/work/runs/id/n3/r0"))
+    if shared:  # one node writes every node's, once
+        assert executor.sent == {
+            "node-0": {"hostfile"}
+            | {f"node-{r}.sh" for r in range(3)}
+            | {f"tf-config-worker-{r}.json" for r in range(3)}
+        }
+    else:
+        assert executor.sent == {
+            f"node-{r}": {"hostfile", f"node-{r}.sh", f"tf-config-worker-{r}.json"}
+            for r in range(3)
+        }
+
+
+def test_a_node_a_head_only_launcher_starts_gets_its_own_files_too():
+    """mpirun, horovodrun, DeepSpeed over pdsh: one script, on node 0; every node's ranks run
+    launch-env.sh, which reads the node's own files (SageMaker's resourceconfig.json)."""
+    inventory = _inventory(shared=False)
+    plan = _plan(inventory)
+    head_only = LaunchPlan(
+        "mpirun", "program", 3, 1, 3, None, "id", plan.master_addr, 1, plan.launches[:1],
+        plan.files, plan.nodes,
+    )  # fmt: skip
+    executor = _Recording(inventory)
+    asyncio.run(executor._stage(head_only, "/work/runs/id/n3/r0"))
+    assert executor.sent == {
+        "node-0": {"hostfile", "node-0.sh", "tf-config-worker-0.json"},
+        "node-1": {"hostfile", "tf-config-worker-1.json"},
+        "node-2": {"hostfile", "tf-config-worker-2.json"},
+    }
+
+
+class _Result:
+    exit_status = 0
+    stderr = ""
+
+
+class _Connection:
+    """Records what the executor asks of a node's connection."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def run(self, command: str, **_: object) -> _Result:
+        self.asked.append(command)
+        return _Result()
+
+    async def start_sftp_client(self) -> None:
+        self.asked.append("sftp")
+        raise AssertionError("staging opened SFTP")
+
+
+class _Connected(_Session):
+    def __init__(self, inventory: Inventory) -> None:
+        super().__init__(inventory)
+        self.connections = {node.name: _Connection() for node in inventory.nodes}
+        self.limit = asyncio.Semaphore(64)
+
+    async def connection(self, node: Node) -> _Connection:
+        return self.connections[node.name]
+
+
+def test_a_nodes_files_go_in_one_exec_channel_not_sftp_requests_per_file():
+    """SFTP took four requests or more a file: ~100 ms of dtrun's CPU a node (issue 41)."""
+    inventory = _inventory(shared=False)
+    session = _Connected(inventory)
+    executor = SshExecutor(session)  # type: ignore[arg-type]
+    asyncio.run(executor._stage(_plan(inventory), "/work/runs/id/n3/r0"))
+    assert {name: c.asked for name, c in session.connections.items()} == {
+        f"node-{r}": ["sh -s"] for r in range(3)
+    }

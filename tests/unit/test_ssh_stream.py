@@ -1,0 +1,52 @@
+"""How dtrun follows a node's output over SSH (runner/engines/ssh/executor.py, _stream): a quiet
+node that runs for a while costs a look or so a second, not ten (issue 41: ten wakeups a second
+for every node of a launch, whatever its length)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from dtrun.engines.ssh import executor
+
+
+class _QuietNode:
+    """A process that prints nothing for ``seconds``, then exits 0 and closes its output."""
+
+    def __init__(self, seconds: float) -> None:
+        self.exit_status: int | None = None
+        self.exit_signal = None
+        self._done = asyncio.Event()
+        asyncio.get_running_loop().call_later(seconds, self._exit)
+
+    def _exit(self) -> None:
+        self.exit_status = 0
+        self._done.set()
+
+    @property
+    def stdout(self) -> AsyncIterator[str]:
+        async def lines() -> AsyncIterator[str]:
+            await self._done.wait()
+            yield "done\n"
+
+        return lines()
+
+
+def test_a_quiet_running_node_is_looked_at_about_once_a_second(monkeypatch):
+    looks = 0
+    wait = asyncio.wait
+
+    async def counted(*args, **kwargs):
+        nonlocal looks
+        looks += 1
+        return await wait(*args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "wait", counted)  # what _stream calls, counted
+    lines: list[str] = []
+
+    async def follow() -> None:
+        await executor._stream(_QuietNode(4.0), lines.append)  # type: ignore[arg-type]
+
+    asyncio.run(follow())
+    assert lines == ["done"]
+    assert looks <= 10, looks  # 0.1, 0.2, 0.4, 0.8, then every second; every 0.1 s was 40
