@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from dtrun.workloads.files import write_atomic
 from dtrun.workloads.gpt import flops_per_token, param_counts
+from dtrun.workloads.hosted import hosted
 
 if TYPE_CHECKING:  # the all-reduce workload uses this module without any engine
     from dtrun.workloads.engine import Engine
@@ -228,8 +229,11 @@ def exit_now(code: int) -> NoReturn:
     With gloo, tearing down torch's C++ state at exit sometimes aborts ("terminate called without
     an active exception", SIGABRT) after the work is done and the result written: about 1 launch
     in 15 on a 2-core machine with torch 2.13. The process group is destroyed and every file
-    closed by now; only the standard streams need flushing.
+    closed by now; only the standard streams need flushing. A workload its host runs in its own
+    process (runner/workloads/hosted.py) raises SystemExit instead: the host leaves so itself.
     """
     sys.stdout.flush()
     sys.stderr.flush()
+    if hosted():
+        raise SystemExit(code)
     os._exit(code)

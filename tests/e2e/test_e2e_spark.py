@@ -21,7 +21,6 @@ from tests.conftest import (
     default_signals,
     ends_within,
     launch_processes,
-    launched_running,
     run_dtrun,
     wait_for,
 )
@@ -119,14 +118,17 @@ def test_a_failed_task_fails_the_point_and_names_the_node(no_leftovers):
 def test_sigterm_stops_the_driver_the_executors_and_every_rank(no_leftovers):
     script = no_leftovers / "sleep.py"
     script.write_text("import time; print('sleeping', flush=True); time.sleep(600)\n")
+    runs = no_leftovers / "runs"
     with (no_leftovers / "dtrun.out").open("w+") as out:
         dtrun = subprocess.Popen(
             [*DTRUN, "run", "--spark", MASTER, "--launcher", "torchdistributor", "--nodes", "2",
              "--output", str(no_leftovers / "runs"), "--", "python", str(script)],
             cwd=no_leftovers, stdout=out, stderr=subprocess.STDOUT, preexec_fn=default_signals,
         )  # fmt: skip
+        # the program runs inside each rank's process (runner/engines/spark/inprocess.py): it
+        # has no command line of its own, so its logs say it started
         wait_for(
-            lambda: len(launched_running("sleep.py")) >= 2,
+            lambda: sum(b"sleeping" in log.read_bytes() for log in runs.rglob("spark-*.log")) >= 2,
             timeout=180,
             what="both nodes' programs to start",
         )
@@ -189,14 +191,17 @@ def test_a_standalone_master_runs_each_node_on_its_own_worker(standalone, no_lef
 def test_sigterm_on_a_standalone_master_leaves_no_executor_or_rank(standalone, no_leftovers):
     script = no_leftovers / "sleep.py"
     script.write_text("import time; print('sleeping', flush=True); time.sleep(600)\n")
+    runs = no_leftovers / "runs"
     with (no_leftovers / "dtrun.out").open("w+") as out:
         dtrun = subprocess.Popen(
             [*DTRUN, "run", "--spark", standalone.url, "--launcher", "torchdistributor",
              "--nodes", "2", "--output", str(no_leftovers / "runs"), "--", "python", str(script)],
             cwd=no_leftovers, stdout=out, stderr=subprocess.STDOUT, preexec_fn=default_signals,
         )  # fmt: skip
+        # the program runs inside each rank's process (runner/engines/spark/inprocess.py): it
+        # has no command line of its own, so its logs say it started
         wait_for(
-            lambda: len(launched_running("sleep.py")) >= 2,
+            lambda: sum(b"sleeping" in log.read_bytes() for log in runs.rglob("spark-*.log")) >= 2,
             timeout=180,
             what="both nodes' programs to start",
         )
@@ -255,6 +260,7 @@ def test_an_executor_killed_is_the_failed_node_and_the_stopped_one_is_null(
 
     script = no_leftovers / "sleep.py"
     script.write_text("import time; print('sleeping', flush=True); time.sleep(600)\n")
+    runs = no_leftovers / "runs"
     with (no_leftovers / "dtrun.out").open("w+") as out:
         dtrun = subprocess.Popen(
             [*DTRUN, "run", "--spark", standalone.url, "--launcher", "torchdistributor",
@@ -262,8 +268,10 @@ def test_an_executor_killed_is_the_failed_node_and_the_stopped_one_is_null(
              "python", str(script)],
             cwd=no_leftovers, stdout=out, stderr=subprocess.STDOUT, preexec_fn=default_signals,
         )  # fmt: skip
+        # the program runs inside each rank's process (runner/engines/spark/inprocess.py): it
+        # has no command line of its own, so its logs say it started
         wait_for(
-            lambda: len(launched_running("sleep.py")) >= 2,
+            lambda: sum(b"sleeping" in log.read_bytes() for log in runs.rglob("spark-*.log")) >= 2,
             timeout=180,
             what="both nodes' programs to start",
         )

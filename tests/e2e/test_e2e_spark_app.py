@@ -24,7 +24,6 @@ from tests.conftest import (
     DTRUN,
     default_signals,
     launch_processes,
-    launched_running,
     run_dtrun,
     wait_for,
 )
@@ -134,8 +133,9 @@ def test_sigkill_of_dtrun_leaves_no_process_of_the_application(no_leftovers):
         cwd=no_leftovers, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         preexec_fn=default_signals,
     )  # fmt: skip
+    runs = no_leftovers / "runs"  # the program runs inside each rank: its logs say it started
     wait_for(
-        lambda: len(launched_running("sleep.py")) >= 2,
+        lambda: sum(b"sleeping" in log.read_bytes() for log in runs.rglob("spark-*.log")) >= 2,
         timeout=180,
         what="both nodes' programs to start",
     )

@@ -317,7 +317,7 @@ def test_the_executor_wait_is_bounded_and_checked(value, ok):
 def test_a_local_cluster_gets_a_spark_home_of_its_own_whose_work_is_not_pyspark_s(
     tmp_path, monkeypatch
 ):
-    from dtrun.engines.spark.driver import own_spark_home
+    from dtrun.engines.spark.session import own_spark_home
 
     real = tmp_path / "pyspark"
     for name in ("bin", "jars", "work"):
@@ -394,10 +394,11 @@ def test_a_launch_whose_tasks_all_run_on_fewer_executors_is_not_starved(
     barrier stage runs, and the executor watch must not cancel it; with no task running after
     the wait it does."""
     from dtrun.engines.spark import driver
+    from dtrun.engines.spark.session import CHECK_EVERY_S
 
     run = driver.Driver("spark://127.0.0.40:7177", tmp_path)
     run.spark = _spark_with(_Tracker(executors, running))
     run.running = 1
     found: list[int] = []
-    run.watch_executors(1, needed=4, wait_s=-2 * driver.CHECK_EVERY_S, starved=found)
+    run.watch_executors(1, needed=4, wait_s=-2 * CHECK_EVERY_S, starved=found)
     assert found == ([executors] if starved else [])

@@ -3,11 +3,12 @@
 Starting a Spark application costs about 20 s on the development machine (a local-cluster's
 master, workers and executor JVMs; a real cluster's executors); a sweep runs many launches. So,
 as the Slurm engine keeps one allocation, the Spark engine starts the driver
-(runner/engines/spark/driver.py, through ``spark-driver.sh``) at the sweep's first launch and
-keeps it until the engine closes: each launch is one ``launch DIR`` line on the driver's stdin
-and ends with its ``dtrun-spark-done CODE`` line; the driver's output in between is that
-launch's (``spark-driver.log`` in its directory, and the console). A driver that ended (Spark
-did not start) is started again at the next launch.
+(runner/engines/spark/driver.py, through ``spark-driver.sh``) when the cluster opens, which
+starts Spark while dtrun plans the sweep, and keeps it until the engine closes: each launch is
+one ``launch DIR`` line on the driver's stdin and ends with its ``dtrun-spark-done CODE`` line;
+the driver's output in between is that launch's (``spark-driver.log`` in its directory, and the
+console), and what it said before the first launch is that launch's too. A driver that ended
+(Spark did not start) is started again at the next launch.
 
 Stops: the driver runs in a session of its own, every process of the application carries its
 tag (DTRUN_LAUNCH, passed to the executors as spark.executorEnv), and a guard
@@ -67,6 +68,8 @@ class SparkApp:
         self.done: queue.Queue[int | None] = queue.Queue()
         self.pump: threading.Thread | None = None
         self.starts = 0  # applications started: one for a sweep whose Spark stayed up
+        self.said: list[str] = []  # the driver's lines while no launch runs: the next one's
+        self.lines = threading.Lock()
 
     @property
     def up(self) -> bool:
@@ -76,9 +79,7 @@ class SparkApp:
         """Run the launch in ``workdir`` on the application, starting it if it is not up: the
         driver's code for it (0 done, 1 failed, 128+N stopped), None if the driver ended
         without one. AppTimeout past ``timeout_s``."""
-        if not self.up:
-            self.close()
-            self._start()
+        self.start()
         assert self.proc is not None and self.proc.stdin is not None
         write_atomic(workdir / DRIVER_SCRIPT, self.script(self.tag).encode(), 0o700)
         with NodeLog(workdir / DRIVER_LOG) as log:
@@ -87,7 +88,11 @@ class SparkApp:
                 log.write(f"{line}\n".encode())
                 on_line(line)
 
-            self.sink = sink
+            with self.lines:
+                for line in self.said:
+                    sink(line)
+                self.said.clear()
+                self.sink = sink
             try:
                 self._send(f"launch {workdir}")
                 try:  # no --timeout: math.inf, which a queue's wait cannot take
@@ -101,7 +106,14 @@ class SparkApp:
                     self.close()
                 raise AppTimeout
             finally:
-                self.sink = None
+                with self.lines:
+                    self.sink = None
+
+    def start(self) -> None:
+        """Start the driver, unless it is up."""
+        if not self.up:
+            self.close()
+            self._start()
 
     def close(self) -> None:
         """End the application (module docstring) and remove its directory; nothing if none
@@ -144,6 +156,7 @@ class SparkApp:
         write_atomic(self.dir / DRIVER_SCRIPT, self.script(self.tag).encode(), 0o700)
         self.guard = start_guard(["bash", "-c", stop_script(self.tag, self.grace_s)])
         self.done = queue.Queue()
+        self.said = []
         self.proc = subprocess.Popen(
             ["bash", DRIVER_SCRIPT, str(self.dir)],
             cwd=self.dir,
@@ -167,8 +180,12 @@ class SparkApp:
                 head, _, code = line.partition(" ")
                 if head == DONE and code.lstrip("-").isdigit():
                     done.put(int(code))
-                elif (sink := self.sink) is not None:
-                    sink(line)
+                    continue
+                with self.lines:
+                    if self.sink is not None:
+                        self.sink(line)
+                    else:
+                        self.said.append(line)
         done.put(None)  # the driver ended: no launch of it ends any more
 
     def _send(self, command: str) -> None:

@@ -1,9 +1,11 @@
-"""The Spark driver of a sweep: ``python -m dtrun.engines.spark.driver MASTER APP_DIR``.
+"""The Spark driver of a sweep: ``python -m dtrun.engines.spark.driver MASTER APP_DIR
+[RUN_ID CODE_DIR]``.
 
-Started by the Spark engine (runner/engines/spark/app.py) on this machine at the sweep's first
-launch and kept until the sweep ends, as the Slurm engine keeps one allocation: the Spark
+Started by the Spark engine (runner/engines/spark/app.py) on this machine when the cluster
+opens, and kept until the sweep ends, as the Slurm engine keeps one allocation: the Spark
 application (its SparkSession, and under local-cluster the master, workers and executor JVMs)
-starts once, and every launch of the sweep is one barrier stage on it. It reads commands on
+starts once, at once when given RUN_ID and CODE_DIR (while dtrun plans the sweep), else at the
+first launch, and every launch of the sweep is one barrier stage on it. It reads commands on
 stdin, one a line:
 
 - ``launch DIR``: run the launch whose files are in DIR (spark.json, node-R.sh), then print
@@ -49,23 +51,19 @@ from dtrun.engines.spark.failures import (
     task_failure,
 )
 from dtrun.engines.spark.node import TAG, node_main
-from dtrun.engines.spark.shipping import SHIPPED, build_zip
-from dtrun.execute.guard import TAG as LAUNCH_TAG
+from dtrun.engines.spark.session import (
+    CHECK_EVERY_S,
+    await_executors,
+    local_executors,
+    own_spark_home,
+    registered_executors,
+    session,
+)
 from dtrun.spec.text import plural
 
 GROUP = "dtrun-launch"
-WORK = "work"  # Spark's: SPARK_HOME/work, a local-cluster's application directories
 KEPT_WORK = "spark-work"  # where they are kept: in the launch that started the application
 DONE = "dtrun-spark-done"  # then the launch's code: the line that ends each launch's output
-CHECK_EVERY_S = 5  # Spark's barrier slot check, retried this often up to the wait (below)
-
-
-def registered_executors(spark: Any) -> int:
-    """Executors registered with this application now (Spark lists the driver too)."""
-    try:
-        return max(0, len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1)
-    except Exception:  # the context is stopping: no answer is not a count
-        return -1
 
 
 def tasks_running(spark: Any) -> int:
@@ -90,86 +88,19 @@ def executor_asks(spark: Any) -> str:
     return f"{memory} of memory" + (f" and {cores} cores" if cores else "")
 
 
-def executors_python(config: dict[str, Any]) -> str:
-    """The executors' Python: PYSPARK_PYTHON where set (Spark's own variable: a cluster whose
-    executors run another Python), else the launch's, which is dtrun's."""
-    return os.environ.get("PYSPARK_PYTHON") or str(config["python"])
-
-
-def own_spark_home(app_dir: Path) -> Path:
-    """A Spark home of this application's own, for a local-cluster: the real one's entries
-    linked into APP_DIR/spark-home, and SPARK_HOME set to it. A local-cluster's workers write
-    each application's directory (its executors' stdout and stderr) under SPARK_HOME/work,
-    always: Spark starts them with no work directory, and a worker without one takes
-    SPARK_HOME/work (Spark's LocalSparkCluster and Worker.createWorkDir; SPARK_WORKER_DIR and
-    spark.worker.dir are read by standalone workers only). That is pyspark's own directory in
-    site-packages: it grew with every sweep, and in an install the user cannot write to a
-    worker cannot create it (createWorkDir then exits). Returns the work directory."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    real = Path(os.environ.get("SPARK_HOME") or _find_spark_home()).resolve()
-    home = app_dir / "spark-home"
-    home.mkdir(exist_ok=True)
-    for entry in real.iterdir():
-        if entry.name != WORK and not (home / entry.name).exists():
-            (home / entry.name).symlink_to(entry)
-    (home / WORK).mkdir(exist_ok=True)
-    os.environ["SPARK_HOME"] = str(home)
-    return home / WORK
-
-
 def keep_work(work: Path | None, launch_dir: str) -> None:
     """The local-cluster's work directory (its executors' logs), into the directory of the
     launch that started the application, as spark-work/."""
     kept = Path(launch_dir) / KEPT_WORK
-    if work is None or not work.is_dir() or kept.is_symlink():  # a link is not followed
+    if work is None or not launch_dir or not work.is_dir():  # no launch ran: nowhere to keep
+        return
+    if kept.is_symlink():  # a link is not followed
         return
     with contextlib.suppress(OSError):  # a full disk loses the executors' logs, not the sweep
         kept.mkdir(exist_ok=True)
         for app in work.iterdir():  # app-ID/EXECUTOR/{stdout,stderr}
             if not (kept / app.name).exists():
                 shutil.move(str(app), str(kept / app.name))
-
-
-def session(master: str, config: dict[str, Any], app_dir: Path) -> Any:
-    from pyspark.sql import SparkSession
-
-    python = executors_python(config)
-    os.environ["PYSPARK_PYTHON"] = python
-    executor_env = {
-        # dtrun's code as shipped (runner/engines/spark/shipping.py), in each executor's
-        # working directory, where TorchDistributor's tasks and ranks run; then this
-        # checkout's path, where executors see it (as before the zip)
-        "PYTHONPATH": os.pathsep.join([SHIPPED, str(config["code_dir"])]),
-        "PYSPARK_PYTHON": python,
-    }
-    if LAUNCH_TAG in os.environ:  # every process of the sweep's application carries its tag
-        executor_env[LAUNCH_TAG] = os.environ[LAUNCH_TAG]
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(f"dtrun {config['run_id']}")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.task.maxFailures", "1")  # a failed rank fails the point, no retry
-        .config("spark.stage.maxConsecutiveAttempts", "1")
-        # Spark's check that the cluster has a slot per barrier task, retried every 5 s for the
-        # executor wait (its default, 40 times every 15 s, let a launch wait 10 minutes)
-        .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", f"{CHECK_EVERY_S}s")
-        .config(
-            "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures",
-            str(max(1, executor_wait_s() // CHECK_EVERY_S)),
-        )
-        .config("spark.local.dir", str(app_dir / "spark-tmp"))
-    )
-    for key, value in executor_env.items():
-        builder = builder.config(f"spark.executorEnv.{key}", value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    import dtrun
-
-    shipped = build_zip(Path(dtrun.__file__).resolve().parent, app_dir)
-    spark.sparkContext.addPyFile(str(shipped))
-    return spark
 
 
 def launch(spark: Any, config: dict[str, Any], launch_dir: str) -> None:
@@ -203,9 +134,12 @@ def launch(spark: Any, config: dict[str, Any], launch_dir: str) -> None:
 class Driver:
     """The sweep's Spark application and the launches dtrun sends it (module docstring)."""
 
-    def __init__(self, master: str, app_dir: Path) -> None:
+    def __init__(self, master: str, app_dir: Path, app: dict[str, Any] | None = None) -> None:
         self.master, self.app_dir = master, app_dir
+        self.app = app  # run_id, python, code_dir: start at once, before the first launch
         self.spark: Any = None
+        self.begun = False
+        self.failed: Failure | None = None
         self.started = time.monotonic()
         self.launches = 0  # launches begun; the one running now, if any, is this one
         self.running: int | None = None
@@ -257,37 +191,48 @@ class Driver:
                 return
             time.sleep(1.0)
 
-    def start(self, config: dict[str, Any], failure_file: Path) -> int | None:
-        """Start the application; None when it is up, else the launch's code."""
-        unreachable = master_unreachable(self.master)
-        if unreachable is not None:
-            return report(failure_file, unreachable)
+    def start(self, config: dict[str, Any]) -> None:
+        """Start the application: ``spark`` when it is up, else ``failed`` says why (nothing
+        when it was stopped). A local-cluster's executors are waited for: they register after
+        the session starts, and a barrier stage without them would wait a whole slot check."""
+        self.begun = True
+        self.failed = master_unreachable(self.master)
+        if self.failed is not None:
+            return
         print(f"{TAG} -: starting Spark on {self.master}", flush=True)
-        if self.master.startswith("local-cluster"):
+        if local_executors(self.master):
             self.work = own_spark_home(self.app_dir)
         try:
             self.spark = session(self.master, config, self.app_dir)
         except Exception as exc:  # no Java, a master that never took the application, ...
             self.spark = None
-            if self.stopped:
-                return 128 + self.stopped[0]
-            return report(failure_file, Failure(
+            self.failed = Failure(
                 f"Spark did not start on {self.master}", why=spark_said(exc),
                 fix="read spark-driver.log in the launch directory, and check --spark",
-            ))  # fmt: skip
+            )  # fmt: skip
+            return
+        if count := local_executors(self.master):
+            await_executors(self.spark, count, executor_wait_s())
         up = time.monotonic() - self.started
         print(f"{TAG} -: Spark is up in {up:.1f} s, for the whole sweep", flush=True)
-        return None
+
+    def not_started(self, failure_file: Path) -> int:
+        """The code of a launch the application did not start for."""
+        if self.failed is not None:
+            return report(failure_file, self.failed)
+        return 128 + (self.stopped or [signal.SIGTERM])[0]
 
     def run(self, launch_dir: str) -> int:
         """One launch on the application; its code (module docstring)."""
         config = json.loads((Path(launch_dir) / "spark.json").read_text())
         failure_file = Path(launch_dir) / FAILURE_FILE
         failure_file.unlink(missing_ok=True)  # an earlier attempt's (--resume)
+        self.first_launch = self.first_launch or launch_dir  # where a local-cluster's logs go
         if self.spark is None:
-            self.first_launch = launch_dir
-            if (code := self.start(config, failure_file)) is not None:
-                return code
+            if not self.begun:
+                self.start(config)
+            if self.spark is None:
+                return self.not_started(failure_file)
         self.launches += 1
         number, nodes = self.launches, len(config["nodes"])
         print(
@@ -336,6 +281,8 @@ class Driver:
                          name="dtrun-spark-read_commands", daemon=True).start()  # fmt: skip
         threading.Thread(target=self.cancel_jobs, name="dtrun-spark-cancel_jobs",
                          daemon=True).start()  # fmt: skip
+        if self.app is not None:  # while dtrun plans the sweep (runner/engines/spark/app.py)
+            self.start(self.app)
         while not self.stopped:
             try:
                 launch_dir = self.commands.get(timeout=0.5)
@@ -370,9 +317,12 @@ def take_stdin() -> TextIO:
 
 def main(argv: list[str]) -> int:
     master, app_dir = argv[0], Path(argv[1]).resolve()
+    app = None
+    if len(argv) == 4:  # MASTER APP_DIR RUN_ID CODE_DIR: start Spark now
+        app = {"run_id": argv[2], "python": sys.executable, "code_dir": argv[3]}
     # py4j logs, with a traceback, every call the stop cuts short: the stop is dtrun's doing
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
-    return Driver(master, app_dir).serve()
+    return Driver(master, app_dir, app).serve()
 
 
 if __name__ == "__main__":

@@ -32,8 +32,16 @@ class SparkEngine(Engine):
         master = choice.of(SparkOptions).spark
         assert master is not None
         inventory = spark_inventory(master, choice.local_nodes)
-        executor = SparkExecutor(master, f"{inventory.python_bin}/python", inventory.code_dir)
+        # bench, run and check name their job dtrun-RUN_ID; exec (refused: Spark runs tasks,
+        # not commands) and a dry run start no application
+        launches = not choice.dry_run and choice.job_name.startswith("dtrun-")
+        run_id = choice.job_name.removeprefix("dtrun-") if launches else ""
+        executor = SparkExecutor(
+            master, f"{inventory.python_bin}/python", inventory.code_dir, run_id=run_id
+        )
         try:  # one Spark application for every launch of the command (runner/engines/spark/app.py)
+            if launches:
+                executor.start()
             yield Cluster(inventory, executor, choice, self)
         finally:
             executor.close()

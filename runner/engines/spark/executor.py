@@ -55,12 +55,19 @@ def driver_script(run_id: str, master: str, python: str, code_dir: str, tag: str
 
 
 class SparkExecutor:
-    def __init__(self, master: str, python: str, code_dir: str, *, grace_s: float = 15.0) -> None:
+    def __init__(
+        self, master: str, python: str, code_dir: str, *, run_id: str = "", grace_s: float = 15.0
+    ) -> None:
         self.master, self.python, self.code_dir = master, python, code_dir
         self.grace_s = grace_s
         self.on_stopping: StopSink = quiet_stop
-        self.run_id = ""
+        self.run_id = run_id
         self.app = SparkApp(self._script, grace_s=grace_s)
+
+    def start(self) -> None:
+        """Start the sweep's application now, while dtrun plans the sweep; its first launch
+        finds it up, or says why it did not start (runner/engines/spark/app.py)."""
+        self.app.start()
 
     def _script(self, tag: str) -> str:
         return driver_script(self.run_id, self.master, self.python, self.code_dir, tag)

@@ -16,8 +16,11 @@ leaves no rank behind.
 Where dtrun came to the executor in the zip the driver ships (runner/engines/spark/shipping.py),
 the script's PYTHONPATH names that zip, so the workloads it runs import dtrun from it too.
 
-Standard library and dtrun.execute.guard, dtrun.workloads.files and dtrun.engines.spark.shipping
-only: this module is imported on the executors.
+Under TorchDistributor a Python program runs in the rank's own process instead, with no second
+Python start (runner/engines/spark/inprocess.py).
+
+Standard library and dtrun.execute.guard, dtrun.workloads.files, dtrun.workloads.hosted and
+dtrun.engines.spark.shipping and .inprocess only: this module is imported on the executors.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from dtrun.engines.spark.inprocess import program_of, run_here, runs_here
 from dtrun.engines.spark.shipping import shipped_root
 from dtrun.execute.guard import start_guard
 from dtrun.workloads.files import NodeLog, write_atomic
@@ -86,8 +90,23 @@ def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None
     name = names[node_rank]
     stem = name if local_rank == 0 else f"{name}.{local_rank}"
     where = Path(launch_dir)
+    script = where / f"node-{node_rank}.sh"
+    # TorchDistributor's rank is a Python of its own: a Python program runs in it
+    # (runner/engines/spark/inprocess.py); horovod.spark's ranks run the script
+    program = program_of(script, env) if horovod_port is None else None
     with NodeLog(where / f"{stem}.log") as log:
-        code, stopped = _run(where / f"node-{node_rank}.sh", env, log, node_rank)
+        if program is not None and runs_here(*program):
+
+            def write(raw: bytes) -> None:
+                log.write(raw)
+                line = raw.decode(errors="replace").rstrip("\n")
+                with contextlib.suppress(OSError, ValueError):  # a late line of a left child
+                    out.write(f"{TAG} {node_rank}: {line}\n".encode())
+
+            with os.fdopen(os.dup(1), "wb", buffering=0) as out:
+                code, stopped = run_here(*program, where, write), False
+        else:
+            code, stopped = _run(script, env, log, node_rank)
     if not stopped:  # a script node_main stopped did not end by itself: no exit to record
         write_atomic(where / f"{stem}{EXIT_SUFFIX}", f"{code}\n".encode())
     if code != 0:

@@ -1,0 +1,131 @@
+"""The sweep's SparkSession, as the driver (runner/engines/spark/driver.py) starts it: its
+configuration, a local-cluster's own Spark home and lighter JVMs, and the wait for its executors.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from dtrun.engines.spark.failures import executor_wait_s
+from dtrun.engines.spark.inventory import LOCAL_CLUSTER
+from dtrun.engines.spark.shipping import SHIPPED, build_zip
+from dtrun.execute.guard import TAG as LAUNCH_TAG
+
+WORK = "work"  # Spark's: SPARK_HOME/work, a local-cluster's application directories
+CHECK_EVERY_S = 5  # Spark's barrier slot check, retried this often up to the wait (below)
+POLL_S = 0.05  # how often the driver looks for a local-cluster's executors while they start
+
+# A local-cluster's JVMs (the driver's, with its master and workers, and each executor's) run
+# on this machine beside the ranks, for a few seconds of Spark's own work a launch. Started
+# with these, they spend less CPU on starting (docs/spark.md "How a launch runs"): C1 compiles
+# only (Java's tiered compilation stops at level 1), one compiler thread, the serial collector
+# (no parallel GC threads), no perf-data file. On a real cluster the cluster's settings stand.
+LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC -XX:-UsePerfData"
+
+
+def executors_python(config: dict[str, Any]) -> str:
+    """The executors' Python: PYSPARK_PYTHON where set (Spark's own variable: a cluster whose
+    executors run another Python), else the launch's, which is dtrun's."""
+    return os.environ.get("PYSPARK_PYTHON") or str(config["python"])
+
+
+def own_spark_home(app_dir: Path) -> Path:
+    """A Spark home of this application's own, for a local-cluster: the real one's entries
+    linked into APP_DIR/spark-home, and SPARK_HOME set to it. A local-cluster's workers write
+    each application's directory (its executors' stdout and stderr) under SPARK_HOME/work,
+    always: Spark starts them with no work directory, and a worker without one takes
+    SPARK_HOME/work (Spark's LocalSparkCluster and Worker.createWorkDir; SPARK_WORKER_DIR and
+    spark.worker.dir are read by standalone workers only). That is pyspark's own directory in
+    site-packages: it grew with every sweep, and in an install the user cannot write to a
+    worker cannot create it (createWorkDir then exits). Returns the work directory."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    real = Path(os.environ.get("SPARK_HOME") or _find_spark_home()).resolve()
+    home = app_dir / "spark-home"
+    home.mkdir(exist_ok=True)
+    for entry in real.iterdir():
+        if entry.name != WORK and not (home / entry.name).exists():
+            (home / entry.name).symlink_to(entry)
+    (home / WORK).mkdir(exist_ok=True)
+    os.environ["SPARK_HOME"] = str(home)
+    return home / WORK
+
+
+def session(master: str, config: dict[str, Any], app_dir: Path) -> Any:
+    from pyspark.sql import SparkSession
+
+    python = executors_python(config)
+    os.environ["PYSPARK_PYTHON"] = python
+    executor_env = {
+        # dtrun's code as shipped (runner/engines/spark/shipping.py), in each executor's
+        # working directory, where TorchDistributor's tasks and ranks run; then this
+        # checkout's path, where executors see it (as before the zip)
+        "PYTHONPATH": os.pathsep.join([SHIPPED, str(config["code_dir"])]),
+        "PYSPARK_PYTHON": python,
+    }
+    if LAUNCH_TAG in os.environ:  # every process of the sweep's application carries its tag
+        executor_env[LAUNCH_TAG] = os.environ[LAUNCH_TAG]
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(f"dtrun {config['run_id']}".strip())
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.task.maxFailures", "1")  # a failed rank fails the point, no retry
+        .config("spark.stage.maxConsecutiveAttempts", "1")
+        # Spark's check that the cluster has a slot per barrier task, retried every 5 s for the
+        # executor wait (its default, 40 times every 15 s, let a launch wait 10 minutes)
+        .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", f"{CHECK_EVERY_S}s")
+        .config(
+            "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures",
+            str(max(1, executor_wait_s() // CHECK_EVERY_S)),
+        )
+        .config("spark.local.dir", str(app_dir / "spark-tmp"))
+    )
+    for key, value in executor_env.items():
+        builder = builder.config(f"spark.executorEnv.{key}", value)
+    for key, value in jvm_settings(master).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    import dtrun
+
+    shipped = build_zip(Path(dtrun.__file__).resolve().parent, app_dir)
+    spark.sparkContext.addPyFile(str(shipped))
+    return spark
+
+
+def jvm_settings(master: str) -> dict[str, str]:
+    """The lighter JVMs of a local-cluster (LIGHT_JVM); none for any other master."""
+    if not local_executors(master):
+        return {}
+    return {f"spark.{role}.extraJavaOptions": LIGHT_JVM for role in ("driver", "executor")}
+
+
+def local_executors(master: str) -> int:
+    """How many executors a local-cluster master starts; 0 for any other master."""
+    local = LOCAL_CLUSTER.fullmatch(master)
+    return int(local.group(1)) if local else 0
+
+
+def await_executors(spark: Any, count: int, wait_s: float) -> int:
+    """Wait, up to ``wait_s``, until ``count`` executors have registered, so that the first
+    launch's barrier stage is not refused for want of slots and then checked again only
+    CHECK_EVERY_S later (a local-cluster's executor JVMs start after its session); how many
+    there are."""
+    deadline = time.monotonic() + wait_s
+    while (found := registered_executors(spark)) < count and time.monotonic() < deadline:
+        if found < 0:  # the session is stopping
+            break
+        time.sleep(POLL_S)
+    return found
+
+
+def registered_executors(spark: Any) -> int:
+    """Executors registered with this application now (Spark lists the driver too)."""
+    try:
+        return max(0, len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1)
+    except Exception:  # the context is stopping: no answer is not a count
+        return -1

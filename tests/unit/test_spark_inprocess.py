@@ -1,0 +1,130 @@
+"""Issue 41: a Spark point at torchrun's pace. TorchDistributor's rank runs the node's Python
+program in its own process (no second Python start), the application starts before the first
+launch, and a local-cluster's JVMs start lighter."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+from dtrun.engines.spark.app import SparkApp
+from dtrun.engines.spark.session import LIGHT_JVM, jvm_settings
+from dtrun.render import render
+from tests.paths import REPO
+
+# The rank's process as TorchDistributor's torchrun starts it: it calls node_main, then leaves
+# (TorchDistributor's script writes its output file; here: a line after node_main returns).
+RANK = """\
+import os, sys
+from dtrun.engines.spark.node import node_main
+print("rank pid", os.getpid(), flush=True)
+try:
+    node_main(sys.argv[1], ["spark-0"])
+finally:
+    print("host done", flush=True)
+"""
+
+PROGRAM = """\
+import os, sys
+from pathlib import Path
+Path("program.pid").write_text(str(os.getpid()))
+print("argv", sys.argv[1:], "threads", os.environ["OMP_NUM_THREADS"], flush=True)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def _node_script(tmp_path, program: list[str]) -> None:
+    """node-0.sh as dtrun renders it for TorchDistributor, running ``program``."""
+    from dtrun.engines.spark.inprocess import PROGRAM_ENV
+
+    script = render(
+        "launch/spark-node.sh.j2",
+        {
+            "version": "test", "run_id": "r", "node_rank": 0, "nnodes": 1,
+            "node": {"name": "spark-0", "address": "127.0.0.1"}, "code_dir": str(REPO),
+            "env": [{"key": "OMP_NUM_THREADS", "value": "1", "why": ""}], "node_env": [],
+            "step_hook": "", "ranks_from": "TorchDistributor's torchrun", "program": program,
+        },
+    )  # fmt: skip
+    assert PROGRAM_ENV in script
+    (tmp_path / "node-0.sh").write_text(script)
+
+
+def _rank(tmp_path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NODE_RANK": "0", "RANK": "0", "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", RANK, str(tmp_path)], env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_a_python_program_runs_in_the_rank_s_own_process_with_the_script_s_environment(tmp_path):
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    _node_script(tmp_path, [sys.executable, str(tmp_path / "prog.py"), "3"])
+    done = _rank(tmp_path)
+    # the program's exit is the node's and the rank's, after its host finished its own work
+    assert done.returncode == 3, done.stderr
+    assert (tmp_path / "spark-0.exit").read_text() == "3\n"
+    assert "host done" in done.stdout
+    # one process: the rank's; the script's environment (OMP_NUM_THREADS) and arguments
+    logged = (tmp_path / "spark-0.log").read_text()
+    assert "argv ['3'] threads 1" in logged
+    assert "dtrun-node 0: argv ['3'] threads 1" in done.stdout
+    assert f"rank pid {(tmp_path / 'program.pid').read_text()}\n" in done.stdout
+
+
+def test_a_workload_s_exit_now_in_the_rank_gives_its_code_to_the_node(tmp_path):
+    (tmp_path / "wl.py").write_text(
+        "from dtrun.workloads.result import exit_now\nprint('trained', flush=True)\nexit_now(0)\n"
+    )
+    _node_script(tmp_path, [sys.executable, "wl.py"])
+    done = _rank(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "spark-0.exit").read_text() == "0\n"
+    assert "host done" in done.stdout  # os._exit in the workload would have cut the host short
+    assert "dtrun-node 0: trained" in done.stdout
+
+
+def test_a_program_that_is_not_python_runs_as_the_script(tmp_path):
+    _node_script(tmp_path, ["sh", "-c", 'echo "pid $$"; exit 4'])
+    done = _rank(tmp_path)
+    assert done.returncode == 4, done.stderr
+    assert (tmp_path / "spark-0.exit").read_text() == "4\n"
+    assert "dtrun-node 0: pid" in done.stdout
+
+
+def test_what_the_driver_says_before_the_first_launch_is_that_launch_s(tmp_path):
+    """The application starts when the cluster opens (before any launch): what the driver
+    printed meanwhile (Spark starting) lands in the first launch's log, not lost."""
+    early = textwrap.dedent("""\
+        #!/usr/bin/env bash
+        echo "starting Spark"
+        while read -r word dir; do
+          [ "$word" = launch ] && echo "running $dir" && echo "dtrun-spark-done 0"
+        done
+        """)  # fmt: skip
+    app = SparkApp(lambda tag: early, grace_s=2.0)
+    try:
+        app.start()
+        deadline = time.monotonic() + 10
+        while not app.said and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first = tmp_path / "a"
+        first.mkdir()
+        assert app.launch(first, lambda line: None, 30) == 0
+        assert app.starts == 1
+        assert (first / "spark-driver.log").read_text() == f"starting Spark\nrunning {first}\n"
+    finally:
+        app.close()
+
+
+def test_only_a_local_cluster_s_jvms_start_lighter():
+    assert jvm_settings("local-cluster[2,1,1024]") == {
+        "spark.driver.extraJavaOptions": LIGHT_JVM,
+        "spark.executor.extraJavaOptions": LIGHT_JVM,
+    }
+    assert "-XX:TieredStopAtLevel=1" in LIGHT_JVM
+    assert jvm_settings("spark://head:7077") == {} and jvm_settings("yarn") == {}
