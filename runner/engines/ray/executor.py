@@ -211,6 +211,16 @@ class _Launch:
             else "wait for that work to end, or run with fewer --nodes",
         )
 
+    def timed_out(self, timeout_s: float, waiting: list[_Node]) -> RunTimeoutError:
+        """The error of a launch whose nodes in ``waiting`` still ran at its deadline."""
+        return RunTimeoutError(
+            f"the launch on {plural(self.plan.nnodes, 'node')} did not finish within "
+            f"{timeout_s:g} s",
+            why="still running when stopped: "
+            + ", ".join(node.launch.node.name for node in waiting),
+            fix="raise --timeout, or read the node logs for where it hung",
+        )
+
     def supervise(self, timeout_s: float) -> RunError | None:
         """Until the launch is decided by its success rule (None), a node fails or is lost,
         or time runs out."""
@@ -220,13 +230,7 @@ class _Launch:
             if not waiting or any(node.lost for node in self.nodes):
                 return None  # done, or lost_first says which node was lost
             if time.monotonic() >= deadline:
-                return RunTimeoutError(
-                    f"the launch on {plural(self.plan.nnodes, 'node')} did not finish within "
-                    f"{timeout_s:g} s",
-                    why="still running when stopped: "
-                    + ", ".join(node.launch.node.name for node in waiting),
-                    fix="raise --timeout, or read the node logs for where it hung",
-                )
+                return self.timed_out(timeout_s, waiting)
             began = time.monotonic()
             for node in self.polled():
                 step = self.heard(node)

@@ -22,9 +22,8 @@ from typing import Any
 from dtrun.engines.ray.executor import POLL_S as LAUNCH_POLL_S
 from dtrun.engines.ray.executor import _Launch, _Node, said
 from dtrun.engines.ray.node import GRACE_S, NodeProcess
-from dtrun.errors import RunError, RunTimeoutError
+from dtrun.errors import RunError
 from dtrun.execute.success import Next, after_exit
-from dtrun.spec.text import plural
 
 POLL_S = 0.2
 NODE_ID = "ray.io/node-id"  # the label Ray gives every node: its node id
@@ -213,13 +212,7 @@ class TrainerLaunch(_Launch):
                     node.ended = time.monotonic()
                 return None  # lost_first says which
             if time.monotonic() >= deadline:
-                return RunTimeoutError(
-                    f"the launch on {plural(self.plan.nnodes, 'node')} did not finish within "
-                    f"{timeout_s:g} s",
-                    why="still running when stopped: "
-                    + ", ".join(node.launch.node.name for node in waiting),
-                    fix="raise --timeout, or read the node logs for where it hung",
-                )
+                return self.timed_out(timeout_s, waiting)
             time.sleep(LAUNCH_POLL_S)
 
     def stop(self) -> None:

@@ -97,7 +97,8 @@ def run_here(argv: list[str], env: dict[str, str], where: Path, write: Sink) -> 
     first = str(where) if argv[1] == "-m" else str((where / argv[1]).parent)
     sys.path[:] = [first, *inherited, *(p for p in sys.path[1:] if p not in inherited)]
     host()  # the workload's exit_now raises SystemExit: this process leaves as below
-    _end_with_parent()
+    # the program has no process of its own for node_main to stop: this one ends
+    stop_with_parent(lambda: os.kill(os.getpid(), signal.SIGTERM))
     hook, code = sys.excepthook, 0
 
     def failed(*exc: Any) -> None:  # the host's own failure, after the program: exit 1
@@ -172,9 +173,9 @@ def _pump(read: int, write: Sink) -> None:
             write(raw)
 
 
-def _end_with_parent() -> None:
-    """End this process when the one that started it goes (torchrun, stopped or killed): the
-    program has no process of its own for node_main to stop."""
+def stop_with_parent(stop: Callable[[], object]) -> None:
+    """Call ``stop`` when the process that started this one goes (a cancelled Spark task's
+    worker is killed, or torchrun is stopped): its children would live on, orphaned."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     parent = os.getppid()
@@ -182,9 +183,9 @@ def _end_with_parent() -> None:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGTERM)
+        stop()
 
-    threading.Thread(target=watch, name="dtrun-rank-parent-watch", daemon=True).start()
+    threading.Thread(target=watch, name="dtrun-parent-watch", daemon=True).start()
 
 
 def _leave(code: int) -> None:

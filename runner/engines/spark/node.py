@@ -26,7 +26,6 @@ dtrun.engines.spark.shipping and .inprocess only: this module is imported on the
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from dtrun.engines.spark.inprocess import program_of, run_here, runs_here
+from dtrun.engines.spark.inprocess import program_of, run_here, runs_here, stop_with_parent
 from dtrun.engines.spark.shipping import shipped_root
 from dtrun.execute.guard import start_guard
 from dtrun.workloads.files import NodeLog, write_atomic
@@ -143,7 +142,7 @@ def _run(script: Path, env: dict[str, str], log: Any, node_rank: int) -> tuple[i
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, stop)
-    _stop_with_parent(stop)
+    stop_with_parent(stop)
     assert proc.stdout is not None
     pump = threading.Thread(
         target=_pump, args=(proc.stdout, log, node_rank), name="dtrun-node-output", daemon=True
@@ -185,18 +184,3 @@ END_GROUP = (
     f'while [ "$i" -lt {int(GRACE_S * 10)} ]; do kill -0 "-$1" 2>/dev/null || exit 0; '
     'sleep 0.1; i=$((i + 1)); done; kill -KILL "-$1" 2>/dev/null; exit 0'
 )
-
-
-def _stop_with_parent(stop: Any) -> None:
-    """Stop the script when the process that started this one goes (a cancelled Spark task's
-    worker is killed; its children would live on, orphaned)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        stop()
-
-    threading.Thread(target=watch, name="dtrun-parent-watch", daemon=True).start()
