@@ -398,7 +398,9 @@ def output_lines(done: subprocess.CompletedProcess[str]) -> Counter[str]:
 def test_the_hook_adds_nothing_to_the_programs_output(workdir, program, args):
     plain = launch(TORCHRUN, program, *args, cwd=workdir / "plain", hook=False)
     hooked = launch(TORCHRUN, program, *args, cwd=workdir / "hooked")
-    assert (plain.returncode, hooked.returncode) == (0, 0), hooked.stderr[-3000:]
+    assert (plain.returncode, hooked.returncode) == (0, 0), (
+        f"plain: {plain.stderr[-3000:]}\nhooked: {hooked.stderr[-3000:]}"
+    )
     assert not (workdir / "plain" / "steps").exists()
     assert len(list((workdir / "hooked" / "steps").iterdir())) == 2
     assert output_lines(hooked) == output_lines(plain)
@@ -410,7 +412,9 @@ def test_a_step_directory_that_cannot_be_written_changes_nothing_for_the_program
     (workdir / "hooked").mkdir()
     (workdir / "hooked" / "steps").write_text("a file where the directory should be")
     hooked = launch(TORCHRUN, "ddp_loop.py", "--steps", "4", cwd=workdir / "hooked")
-    assert (plain.returncode, hooked.returncode) == (0, 0), hooked.stderr[-3000:]
+    assert (plain.returncode, hooked.returncode) == (0, 0), (
+        f"plain: {plain.stderr[-3000:]}\nhooked: {hooked.stderr[-3000:]}"
+    )
     assert output_lines(hooked) == output_lines(plain)
     assert (workdir / "hooked" / "own-times-rank1.json").is_file()
 

@@ -53,4 +53,11 @@ for step in range(args.steps):
             next(engine.module.parameters()).add_(1.0)
     own.append(time.perf_counter() - started)
 Path(f"own-times-rank{rank}.json").write_text(json.dumps(own))
+# A gloo worker thread drops its last work's tensors under the GIL; one still doing so when
+# Python finalizes aborts the rank after its work is done ("terminate called without an active
+# exception", SIGABRT: pytorch/pytorch#190489, open for torch 2.13). DeepSpeed keeps the
+# process group alive past destroy_process_group, so its threads run into finalization: 2 of 20
+# launches here aborted. Idle a moment, without the GIL, so they finish first.
+dist.barrier()
+time.sleep(0.5)
 dist.destroy_process_group()
