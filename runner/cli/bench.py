@@ -88,7 +88,6 @@ def bench_spec(
     resolved_model = resolve_model(model.preset, vocab=model.vocab, **shape)
     price = checked_usd("--price-per-node-hour", sweep.price_per_node_hour)
     max_cost = checked_usd("--max-cost", sweep.max_cost)
-    until_decided, repeat = launches_of(sweep, counts)
     # Every option reaches the BenchSpec field of its name (--timeout: timeout_s); then the
     # values parsed or checked first, and the groups' own spec sections, in their place.
     by_option = {
@@ -104,8 +103,7 @@ def bench_spec(
         "health": gate.spec,
         "price_per_node_hour": price,
         "max_cost": max_cost,
-        "repeat": repeat,
-        "until_decided": until_decided,
+        **launches_of(sweep, counts),  # until_decided, repeat, max_launches
     }
     return BenchSpec(run_id, **{**launch_request(launching), **by_option, **parsed})
 

@@ -70,7 +70,7 @@ def bench_estimate(spec: BenchSpec, inventory: Inventory | None, nodes: int) -> 
     )
     guess = estimate(
         spec.node_counts,
-        spec.repeat,
+        spec.launches,
         workload=spec.workload if spec.program is None else "program",
         steps=spec.steps,
         timeout_s=spec.timeout_s,

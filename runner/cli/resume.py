@@ -163,17 +163,7 @@ def _check_as_typed(recorded: BenchSpec, *, resume: bool) -> None:
 
 
 def _check_launches(recorded: BenchSpec) -> None:
-    """--until-decided as runner/cli/sweep_options.py launches_of takes it."""
-    from dtrun.spec.bounds import BOUNDS
-    from dtrun.spec.request import MIN_LAUNCHES
-
-    if not recorded.until_decided:
-        return
-    if recorded.workload == "allreduce":
+    """--until-decided as runner/cli/sweep_options.py launches_of takes it (--max-launches'
+    range: runner/plan/checks.py, through resolve_bench)."""
+    if recorded.until_decided and recorded.workload == "allreduce":
         raise UsageError("--until-decided stops on a scaling verdict, and allreduce gives none")
-    ceiling = int(BOUNDS["--repeat"].high)
-    if not MIN_LAUNCHES <= recorded.repeat <= ceiling:
-        raise UsageError(
-            f"--max-launches {recorded.repeat} is out of range",
-            why=f"--until-decided takes {MIN_LAUNCHES} to {ceiling} launches a node count",
-        )

@@ -12,10 +12,9 @@ import typer
 from dtrun.cli import options as opts
 from dtrun.cli.cost import MaxCost, PricePerNodeHour
 from dtrun.errors import UsageError
-from dtrun.spec.bounds import BOUNDS, within
+from dtrun.spec.bounds import within
 from dtrun.spec.request import (
     DEFAULT_MAX_LAUNCHES,
-    MIN_LAUNCHES,
     BenchSpec,
     ScalingMode,
 )
@@ -160,11 +159,12 @@ class SweepOptions:
     max_cost: MaxCost = None
 
 
-def launches_of(sweep: SweepOptions, node_counts: tuple[int, ...]) -> tuple[bool, int]:
-    """The spec's ``until_decided`` and ``repeat``: --repeat's fixed launches, or, launching
-    until decided, the most launches a node count may take (--max-launches). Until decided is
-    the default where it can decide: training (or a program) at 2+ node counts, no --repeat
-    (docs/report.md, "Stopping when decided"; the figures behind it: docs/benchmarks.md)."""
+def launches_of(sweep: SweepOptions, node_counts: tuple[int, ...]) -> dict[str, int | bool]:
+    """The spec's ``until_decided``, ``repeat`` and ``max_launches``: --repeat's fixed
+    launches, or, launching until decided, the most launches a node count may take
+    (--max-launches). Until decided is the default where it can decide: training (or a program)
+    at 2+ node counts, no --repeat (docs/report.md, "Stopping when decided"; the figures behind
+    it: docs/benchmarks.md)."""
     fixed = sweep.repeat is not None
     if sweep.until_decided and fixed:
         raise UsageError(
@@ -178,24 +178,15 @@ def launches_of(sweep: SweepOptions, node_counts: tuple[int, ...]) -> tuple[bool
             fix="leave out --until-decided (or measure training: --workload train)",
         )
     decides = sweep.workload != "allreduce" and len(node_counts) > 1
-    if not (sweep.until_decided or (decides and not fixed)):
-        if sweep.max_launches is not None:
-            why = "fixed by --repeat" if fixed else "fixed: it has no scaling verdict to wait for"
-            raise UsageError(
-                f"--max-launches bounds launching until decided, and this sweep's launches are "
-                f"{why}",
-                fix="leave out --max-launches, or --repeat (a training sweep of 2+ node counts "
-                "launches until decided without it)",
-            )
-        return False, sweep.repeat if sweep.repeat is not None else BenchSpec.repeat
-    ceiling = int(BOUNDS["--repeat"].high)
-    most = DEFAULT_MAX_LAUNCHES if sweep.max_launches is None else sweep.max_launches
-    if not MIN_LAUNCHES <= most <= ceiling:
+    # both fields always: the options of their names would give None (runner/cli/bench.py)
+    repeat = BenchSpec.repeat if sweep.repeat is None else sweep.repeat
+    most = BenchSpec.max_launches if sweep.max_launches is None else sweep.max_launches
+    until_decided = sweep.until_decided or (decides and not fixed)
+    if not until_decided and sweep.max_launches is not None:
+        why = "fixed by --repeat" if fixed else "fixed: it has no scaling verdict to wait for"
         raise UsageError(
-            f"--max-launches {most} is out of range: --until-decided takes at least "
-            f"{MIN_LAUNCHES} launches a node count (one shows nothing of how much a launch "
-            f"moves), at most {ceiling}",
-            fix=f"pass --max-launches between {MIN_LAUNCHES} and {ceiling} "
-            f"(default {DEFAULT_MAX_LAUNCHES})",
+            f"--max-launches bounds launching until decided, and this sweep's launches are {why}",
+            fix="leave out --max-launches, or --repeat (a training sweep of 2+ node counts "
+            "launches until decided without it)",
         )
-    return True, most
+    return {"until_decided": until_decided, "repeat": repeat, "max_launches": most}

@@ -12,10 +12,13 @@ from dtrun.plan.registry import lookup
 from dtrun.plan.steppattern import compile_step_pattern
 from dtrun.spec.bounds import BOUNDS
 from dtrun.spec.request import (
+    DEFAULT_MAX_LAUNCHES,
+    MIN_LAUNCHES,
     AllreduceSpec,
     BenchSpec,
     HealthGate,
     LaunchRequest,
+    ModelSpec,
     RunSpec,
     ScalingMode,
 )
@@ -57,22 +60,19 @@ def check_launch(request: LaunchRequest) -> None:
 
 def check_bench(bench: BenchSpec) -> None:
     """The sweep's own numbers; the per-point checks happen as its points are resolved."""
-    model = bench.model
+    check_model(bench.model)
     numbers = {
         "--steps": bench.steps,
         "--procs-per-node": bench.procs_per_node,
         "--repeat": bench.repeat,
         "--batch": bench.batch,
-        "--layers": model.layers,
-        "--d-model": model.d_model,
-        "--heads": model.heads,
-        "--seq-len": model.seq_len,
-        "--vocab": model.vocab,
         "--project-tokens": bench.project_tokens,
     }
     for flag, value in numbers.items():
         check_bound(flag, value)
     check_bound("--timeout", bench.timeout_s)
+    if bench.until_decided:
+        check_max_launches(bench.max_launches)
     if not BOUNDS["--target-efficiency"].holds(bench.target_efficiency):
         raise PlanError(
             f"--target-efficiency must be {BOUNDS['--target-efficiency'].rule}",
@@ -102,16 +102,41 @@ def check_bench(bench: BenchSpec) -> None:
                 "the nodes",
                 fix="pass --mode strong with --global-batch, or --batch for weak scaling",
             )
-    if model.d_model % model.heads:
-        raise PlanError(
-            "--d-model must be a multiple of --heads",
-            why=f"{model.d_model} is not divisible by {model.heads}",
-        )
     if bench.step_pattern is not None:  # RE2 takes it, with one of `seconds` and `ms` at most
         compile_step_pattern(bench.step_pattern)
     check_allreduce(bench.allreduce)
     check_health(bench.health)
     check_launch(bench)
+
+
+def check_model(model: ModelSpec) -> None:
+    """The model's numbers, and the rule between two of them."""
+    for flag, value in (
+        ("--layers", model.layers),
+        ("--d-model", model.d_model),
+        ("--heads", model.heads),
+        ("--seq-len", model.seq_len),
+        ("--vocab", model.vocab),
+    ):
+        check_bound(flag, value)
+    if model.d_model % model.heads:
+        raise PlanError(
+            "--d-model must be a multiple of --heads",
+            why=f"{model.d_model} is not divisible by {model.heads}",
+        )
+
+
+def check_max_launches(most: int) -> None:
+    """--until-decided's most launches a node count: 2 at least, --repeat's ceiling at most."""
+    ceiling = int(BOUNDS["--repeat"].high)
+    if not MIN_LAUNCHES <= most <= ceiling:
+        raise PlanError(
+            f"--max-launches {most} is out of range: --until-decided takes at least "
+            f"{MIN_LAUNCHES} launches a node count (one shows nothing of how much a launch "
+            f"moves), at most {ceiling}",
+            fix=f"pass --max-launches between {MIN_LAUNCHES} and {ceiling} "
+            f"(default {DEFAULT_MAX_LAUNCHES})",
+        )
 
 
 def check_allreduce(spec: AllreduceSpec) -> None:

@@ -220,10 +220,11 @@ class BenchSpec(LaunchRequest):
     # and 5 launches a node count, so the interval holds the noise between launches too.
     steps: int = 60
     warmup: int = 10
-    repeat: int = 5  # with until_decided: the most launches a node count may take
+    repeat: int = 5  # --repeat: the fixed launches a node count takes (not until decided)
     # --until-decided: launch at each node count until its efficiency interval decides (at
-    # least 2 launches, at most ``repeat``; runner/report/sequential.py)
+    # least 2 launches, at most ``max_launches``; runner/report/sequential.py)
     until_decided: bool = False
+    max_launches: int = DEFAULT_MAX_LAUNCHES  # --max-launches (read only until decided)
     batch: int = 8  # per process in weak mode; per process at the smallest node count in strong
     global_batch: int | None = None  # strong mode: the fixed global batch (default from batch)
     model: ModelSpec = field(default_factory=ModelSpec)
@@ -249,6 +250,11 @@ class BenchSpec(LaunchRequest):
     # `seconds` or `ms` is the step's time, else the time between matches (docs/your-training.md)
     step_pattern: str | None = None
     probe: bool = False  # after each launch of the program, the all-reduce probe on its ranks
+
+    @property
+    def launches(self) -> int:
+        """The most launches a node count takes: --max-launches until decided, else --repeat."""
+        return self.max_launches if self.until_decided else self.repeat
 
     def redacted(self) -> BenchSpec:
         """This spec with the values of secret-looking --env variables (and program
