@@ -37,7 +37,7 @@ from dtrun.redact import remember_secrets
 from dtrun.spec.request import BenchSpec, ScalingMode
 
 if TYPE_CHECKING:
-    from dtrun.engines.base import Cluster, Drain
+    from dtrun.engines.base import Cluster
     from dtrun.plan.resolve import ResolvedBench
     from dtrun.plan.sweep import SweepPlan
     from dtrun.record.resume import Resumed
@@ -143,8 +143,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
     """
     from dtrun.plan.resolve import resolve_bench
 
-    with session(launching, where, json_out=json_out) as current:
-        current.drain_failing = gate.drain_failing
+    with session(launching, where, json_out=json_out, drains=True) as current:
         if json_out and launching.dry_run:
             raise UsageError(
                 "--json prints a sweep's summary, and --dry-run runs no sweep",
@@ -342,13 +341,6 @@ def _require_packages(resolved: ResolvedBench) -> None:
             )
 
 
-def _drain(cluster: Cluster, plan: SweepPlan) -> Drain | None:
-    """--drain-failing: the engine takes the nodes below the gate's mark out (Slurm drains)."""
-    if not cluster.choice.drain_failing:
-        return None
-    return cluster.engine.drain(cluster, plan.spec.run_id)
-
-
 def _sweep(
     cluster: Cluster,
     plan: SweepPlan,
@@ -369,7 +361,7 @@ def _sweep(
                 cluster.executor,
                 display.events(),
                 cluster.ready,
-                _drain(cluster, plan),
+                cluster.engine.drain(cluster, plan.spec.run_id),  # --drain-failing
                 resumed,
                 cluster.executor.command if cluster.engine.evictable else None,
                 command=typed_command(),

@@ -48,13 +48,6 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
             rich_help_panel=opts.OUT_PANEL,
         ),
     ] = None,
-    drain_failing: Annotated[
-        bool,
-        typer.Option(
-            "--drain-failing",
-            help="--slurm: drain the flagged nodes in Slurm (scontrol update state=drain).",
-        ),
-    ] = False,
     procs_per_node: Annotated[
         int | None,
         typer.Option(
@@ -127,12 +120,12 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
             program=Program(ProgramKind.MODULE, "dtrun.workloads.check"),
             timeout_s=timeout,
         )
-        choice = choose(where, 4, job_name=f"dtrun-{spec.run_id}", drain_failing=drain_failing)
+        choice = choose(where, 4, job_name=f"dtrun-{spec.run_id}", drains=True)
         with opened(choice, watch) as cluster:
             resolved = resolve_run(_per_node(spec, cluster, procs_per_node))
             done = _check_on(cluster, resolved, output, stream)
             print_report(done, wide=wide)
-            _next_steps(cluster, done, write_hosts, drain_failing)
+            _next_steps(cluster, done, write_hosts)
         if json_out:
             print_json(done.report.to_json())
     raise typer.Exit(done.report.exit_code)
@@ -172,9 +165,7 @@ def _check_on(cluster: Cluster, resolved: ResolvedRun, output: Path, stream: boo
     return run_check(cluster, resolved, output, on_line, on_begin)
 
 
-def _next_steps(
-    cluster: Cluster, done: CheckRun, write_hosts: Path | None, drain_failing: bool
-) -> None:
+def _next_steps(cluster: Cluster, done: CheckRun, write_hosts: Path | None) -> None:
     """--write-hosts, and the engine's next steps (Slurm: the exclude list, --drain-failing)."""
     flagged = [node for node in done.report.nodes if node.flagged]
     if write_hosts is not None:
@@ -186,5 +177,5 @@ def _next_steps(
         f"{node.verdict.value} ({node.cause.value if node.cause else ''})"
         for node in flagged
     }
-    for line in cluster.engine.after_check(cluster, reasons, drain_failing):
+    for line in cluster.engine.after_check(cluster, reasons):
         console().print(f"dtrun: {line}", highlight=False)

@@ -230,16 +230,6 @@ class GateOptions:
             help="The gate's message size (default: the catalog's, e.g. 8G).", rich_help_panel=_GATE
         ),
     ] = None
-    drain_failing: Annotated[
-        bool,
-        typer.Option(
-            "--drain-failing",
-            help="--slurm: drain the nodes the gate finds below the mark (scontrol update "
-            "state=drain, with the reason) and stop the sweep (exit 4); the next allocation gets "
-            "other nodes.",
-            rich_help_panel=_GATE,
-        ),
-    ] = False
 
     @property
     def spec(self) -> HealthGate:

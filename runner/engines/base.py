@@ -62,7 +62,6 @@ class ClusterChoice:
     patience: Patience = WAIT_FOR_STACK  # how long a launch waits for its nodes
     dry_run: bool = False  # --slurm outside an allocation asks for none
     job_name: str = "dtrun"  # the Slurm job dtrun asks for
-    drain_failing: bool = False  # --slurm: the health gate drains the nodes that fail it
 
     def of(self, kind: type[OptionsT]) -> OptionsT:
         """The options of one engine (its ``options.py`` class), as given or defaulted."""
@@ -131,10 +130,11 @@ class Engine:
         return None
 
     def drain(self, cluster: Cluster, run_id: str) -> Drain | None:
-        """--drain-failing's bench: what takes the gate's failing nodes out (None: nothing)."""
+        """--drain-failing's bench: what takes the gate's failing nodes out (None: nothing,
+        or --drain-failing not given)."""
         return None
 
-    def after_check(self, cluster: Cluster, flagged: Mapping[str, str], drain: bool) -> list[str]:
+    def after_check(self, cluster: Cluster, flagged: Mapping[str, str]) -> list[str]:
         """`dtrun check`'s next steps for the flagged nodes (node name -> why), as lines."""
         return []
 

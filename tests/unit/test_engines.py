@@ -184,5 +184,5 @@ def test_each_engine_checks_its_own_options_in_its_options_class():
         with pytest.raises(error, match=message):
             EngineOptions(**{field: value}).check()
     with pytest.raises(UsageError, match="--drain-failing shapes a Slurm allocation"):
-        EngineOptions().check(drain_failing=True)
-    EngineOptions(slurm=True).check(drain_failing=True)
+        EngineOptions(drain_failing=True).check()
+    EngineOptions(slurm=True, drain_failing=True).check()

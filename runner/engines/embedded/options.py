@@ -27,6 +27,6 @@ class EmbeddedOptions:
         ),
     ] = None
 
-    def check(self, drain_failing: bool) -> None:
+    def check(self) -> None:
         if self.local_nodes is not None:
             check_bound("--local-nodes", self.local_nodes)

@@ -48,6 +48,17 @@ class SlurmOptions:
     constraint: Annotated[str | None, _sbatch("constraint", "node features, e.g. ib&a100")] = None
     exclude: Annotated[str | None, _sbatch("exclude", "nodes not to use, e.g. gpu[03,07]")] = None
     nodelist: Annotated[str | None, _sbatch("nodelist", "nodes it must have")] = None
+    drain_failing: Annotated[
+        bool,
+        typer.Option(
+            "--drain-failing",
+            help="--slurm: drain the nodes below the mark in Slurm (scontrol update "
+            "state=drain, with the reason): bench's health gate's, and then stop the sweep "
+            "(exit 4), so that the next allocation gets other nodes; or those `dtrun check` "
+            "flags.",
+            rich_help_panel=PANEL,
+        ),
+    ] = False
     queue_timeout: Annotated[
         float,
         typer.Option(
@@ -58,13 +69,13 @@ class SlurmOptions:
         ),
     ] = DEFAULT_QUEUE_TIMEOUT_S
 
-    def check(self, drain_failing: bool) -> None:
+    def check(self) -> None:
         """--queue-timeout's range; Slurm's options (--drain-failing among them) without
         --slurm are refused, before Slurm is asked."""
         check_bound("--queue-timeout", self.queue_timeout)
-        self.slurm_request(drain_failing)
+        self.slurm_request()
 
-    def slurm_request(self, drain_failing: bool = False) -> SlurmRequest | None:
+    def slurm_request(self) -> SlurmRequest | None:
         """--slurm's request; Slurm options without --slurm are refused (they would be lost)."""
         from dtrun.engines.slurm.lease import lease_seconds
 
@@ -77,12 +88,11 @@ class SlurmOptions:
             exclude=self.exclude,
             nodelist=self.nodelist,
             queue_timeout_s=self.queue_timeout,
-            drain_failing=drain_failing,
         )
         if self.slurm:
             return replace(request, lease_s=lease_seconds())
         given = [flag for flag, _ in request.passed_through()]
-        if drain_failing:
+        if self.drain_failing:
             given.append("--drain-failing")
         if self.queue_timeout != DEFAULT_QUEUE_TIMEOUT_S:
             given.append("--queue-timeout")
@@ -97,6 +107,6 @@ class SlurmOptions:
 
 def request_of(choice: ClusterChoice) -> SlurmRequest:
     """The request of a choice the Slurm engine selected (--slurm was given)."""
-    request = choice.of(SlurmOptions).slurm_request(choice.drain_failing)
+    request = choice.of(SlurmOptions).slurm_request()
     assert request is not None, "only the Slurm engine's choices have a request"
     return request

@@ -57,7 +57,7 @@ class SshOptions(StackOptions):
         ),
     ] = DEFAULT_CONNECT_TIMEOUT
 
-    def check(self, drain_failing: bool) -> None:
+    def check(self) -> None:
         for flag, seconds in (
             ("--ready-timeout", self.ready_timeout),
             ("--connect-timeout", self.connect_timeout),
