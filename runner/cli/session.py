@@ -41,7 +41,7 @@ class StackWatch:
 
 def choose(
     where: Where,
-    local_nodes: int,
+    nodes: int,
     *,
     check: bool = False,
     teardown: bool = False,
@@ -49,8 +49,8 @@ def choose(
     job_name: str = "dtrun",
     drains: bool = False,
 ) -> ClusterChoice:
-    """The cluster the options chose; ``drains``: the command takes --drain-failing (bench's
-    health gate, check's flagged nodes)."""
+    """The cluster the options chose, for a command that needs ``nodes`` nodes; ``drains``:
+    the command takes --drain-failing (bench's health gate, check's flagged nodes)."""
     from dtrun.engines.base import ClusterChoice
 
     where.check()  # each engine's own checks, before any cluster is asked
@@ -67,9 +67,8 @@ def choose(
         )
     return ClusterChoice(
         options=where,  # each engine reads its own options (ClusterChoice.of)
-        local_nodes=where.local_nodes if where.local_nodes is not None else local_nodes,
+        nodes=nodes,
         check=check,
-        patience=where.patience,
         dry_run=dry_run,
         job_name=job_name,
     )

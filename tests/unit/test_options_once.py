@@ -74,3 +74,17 @@ def test_the_slurm_engine_drains_as_the_options_it_was_chosen_by_say(
     assert lines[0] == "next Slurm job: --exclude gpu02"
     assert (len(lines), len(shell.ran)) == ((2, 1) if drain else (1, 0))
     assert (cluster.engine.drain(cluster, "r1") is not None) is drain
+
+
+def test_a_cluster_choice_copies_no_option_and_reads_them_from_its_options():
+    from dataclasses import fields
+
+    from dtrun.cluster.readiness import Patience
+
+    copied = {f.name for f in fields(ClusterChoice)} & {f.name for f in fields(EngineOptions)}
+    assert copied == set()
+    given = EngineOptions(local_nodes=5, hosts="h1:4", connect_timeout=6.0)
+    assert ClusterChoice(given, nodes=2).local_nodes == 5  # --local-nodes wins
+    assert ClusterChoice(EngineOptions(), nodes=2).local_nodes == 2  # else the command's need
+    assert ClusterChoice(given).patience == Patience(6.0, 2.0, 2.0, "--connect-timeout")
+    assert ClusterChoice().patience == Patience(900.0)  # no options: a stack's patience
