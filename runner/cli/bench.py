@@ -86,8 +86,8 @@ def bench_spec(
     run_id = run_id_of(launching)
     shape = {name: getattr(model, name) for name in ("layers", "d_model", "heads", "seq_len")}
     resolved_model = resolve_model(model.preset, vocab=model.vocab, **shape)
-    price = checked_usd("--price-per-node-hour", sweep.price_per_node_hour)
-    max_cost = checked_usd("--max-cost", sweep.max_cost)
+    price = checked_usd("price_per_node_hour", sweep.price_per_node_hour)
+    max_cost = checked_usd("max_cost", sweep.max_cost)
     # Every option reaches the BenchSpec field of its name (--timeout: timeout_s); then the
     # values parsed or checked first, and the groups' own spec sections, in their place.
     by_option = {
@@ -229,20 +229,21 @@ def _recorded(
 def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptions) -> BenchSpec:
     """`dtrun bench -- PROGRAM`: the user's program and what its steps process."""
     from dtrun.cli.parse import parse_command
-    from dtrun.plan.bounds import check_bound
+    from dtrun.cli.workload_options import SAMPLES_PER_STEP, TOKENS_PER_STEP
+    from dtrun.plan.checks import check_bound
     from dtrun.spec.request import StepUnits, UnitKind
 
     given = [
-        (flag, kind, count)
-        for flag, kind, count in (
-            ("--samples-per-step", UnitKind.SAMPLES, units.samples_per_step),
-            ("--tokens-per-step", UnitKind.TOKENS, units.tokens_per_step),
+        (bound, kind, count)
+        for bound, kind, count in (
+            (SAMPLES_PER_STEP, UnitKind.SAMPLES, units.samples_per_step),
+            (TOKENS_PER_STEP, UnitKind.TOKENS, units.tokens_per_step),
         )
         if count is not None
     ]
     if not command:
         if given or units.per_process or units.step_pattern is not None or units.probe:
-            flag = given[0][0] if given else "--per-process" if units.per_process else ""
+            flag = given[0][0].flag if given else "--per-process" if units.per_process else ""
             flag = flag or ("--probe" if units.probe else "")
             raise UsageError(
                 f"{flag or '--step-pattern'} describes your program's steps, "
@@ -257,8 +258,9 @@ def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptio
         )
     step_units = None
     if given:
-        flag, kind, count = given[0]
-        check_bound(flag, count)
+        bound, kind, count = given[0]
+        check_bound(bound, count)
+        flag = bound.flag
         step_units = StepUnits(kind, count, units.per_process)
         weak = spec.mode is ScalingMode.WEAK
         if weak != units.per_process:  # what a step processes must grow as the mode says

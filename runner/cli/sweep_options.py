@@ -29,7 +29,7 @@ class SweepOptions:
         typer.Option(
             "--nodes",
             "-n",
-            help=f"Node counts to sweep, comma-separated{within('--nodes')}.",
+            help=f"Node counts to sweep, comma-separated{within(BenchSpec, 'node_counts')}.",
             rich_help_panel=opts.WHAT_PANEL,
         ),
     ] = "1,2"
@@ -68,7 +68,7 @@ class SweepOptions:
     steps: Annotated[
         int,
         typer.Option(
-            help=f"Training steps per launch, warm-up included{within('--steps')}.",
+            help=f"Training steps per launch, warm-up included{within(BenchSpec, 'steps')}.",
             rich_help_panel=opts.HOW_PANEL,
         ),
     ] = BenchSpec.steps
@@ -76,7 +76,7 @@ class SweepOptions:
         int,
         typer.Option(
             help="Untimed steps at the start of each launch, fewer than --steps"
-            f"{within('--warmup')}.",
+            f"{within(BenchSpec, 'warmup')}.",
             rich_help_panel=opts.HOW_PANEL,
         ),
     ] = BenchSpec.warmup
@@ -90,7 +90,7 @@ class SweepOptions:
     repeat: Annotated[
         int | None,
         typer.Option(
-            help=f"Fixed launches per node count (3+ trims outliers){within('--repeat')}. "
+            help=f"Fixed launches per node count (3+ trims outliers){within(BenchSpec, 'repeat')}. "
             "Without it a training sweep of 2+ node counts launches until decided "
             f"(--until-decided), any other {BenchSpec.repeat} times.",
             show_default=False,
@@ -112,8 +112,8 @@ class SweepOptions:
         int | None,
         typer.Option(
             "--max-launches",
-            help="Launching until decided: the most launches a node count takes (2 to 1,000; "
-            f"default {DEFAULT_MAX_LAUNCHES}).",
+            help="Launching until decided: the most launches a node count takes (default "
+            f"{DEFAULT_MAX_LAUNCHES}){within(BenchSpec, 'max_launches')}.",
             show_default=False,
             rich_help_panel=opts.HOW_PANEL,
         ),
@@ -129,28 +129,29 @@ class SweepOptions:
         int,
         typer.Option(
             help="Sequences per process per step (strong: at the fewest nodes)"
-            f"{within('--batch')}.",
+            f"{within(BenchSpec, 'batch')}.",
             rich_help_panel=opts.HOW_PANEL,
         ),
     ] = BenchSpec.batch
     global_batch: Annotated[
         int | None,
         typer.Option(
-            help=f"Strong scaling: the fixed global batch{within('--global-batch')}.",
+            help=f"Strong scaling: the fixed global batch{within(BenchSpec, 'global_batch')}.",
             rich_help_panel=opts.HOW_PANEL,
         ),
     ] = None
     timeout: Annotated[
         float,
         typer.Option(
-            help=f"Seconds before one launch is stopped{within('--timeout')}.",
+            help=f"Seconds before one launch is stopped{within(BenchSpec, 'timeout_s')}.",
             rich_help_panel=opts.HOW_PANEL,
         ),
     ] = BenchSpec.timeout_s
     project_tokens: Annotated[
         int,
         typer.Option(
-            help=f"Tokens for the report's time-to-train projection{within('--project-tokens')}.",
+            help="Tokens for the report's time-to-train projection"
+            f"{within(BenchSpec, 'project_tokens')}.",
             rich_help_panel=opts.OUT_PANEL,
         ),
     ] = BenchSpec.project_tokens

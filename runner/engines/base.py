@@ -57,7 +57,7 @@ class ChosenBy(Protocol):
     def local_nodes(self) -> int | None: ...  # --local-nodes
 
     @property
-    def patience(self) -> Patience: ...  # --connect-timeout, --ready-timeout
+    def patience(self) -> Patience: ...  # how long a launch waits for its nodes
 
 
 @dataclass(frozen=True)

@@ -88,3 +88,21 @@ def test_a_cluster_choice_copies_no_option_and_reads_them_from_its_options():
     assert ClusterChoice(EngineOptions(), nodes=2).local_nodes == 2  # else the command's need
     assert ClusterChoice(given).patience == Patience(6.0, 2.0, 2.0, "--connect-timeout")
     assert ClusterChoice().patience == Patience(900.0)  # no options: a stack's patience
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--timeout", "1e308", "--timeout must be a number of seconds above 0 and at most"),
+        ("--port", "65535", "--port must be at least 1 and at most 65,534"),
+        ("--procs-per-node", "0", "--procs-per-node must be at least 1 and at most 1,024"),
+    ],
+)
+def test_check_refuses_a_number_past_its_fields_range_before_any_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: str, value: str, said: str
+):
+    monkeypatch.chdir(tmp_path)
+    done = runner.invoke(app, ["check", flag, value])
+    assert done.exit_code == 2, done.output
+    assert said in " ".join(done.output.split())
+    assert "Traceback" not in done.output and not list(tmp_path.iterdir())

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dtrun.errors import UsageError
-from dtrun.plan.bounds import check_bound
-from dtrun.spec.bounds import within
+from dtrun.spec.bounds import seconds
 from dtrun.spec.slurmrequest import DEFAULT_QUEUE_TIMEOUT_S, SlurmRequest
 
 if TYPE_CHECKING:
     from dtrun.engines.base import ClusterChoice
 
 PANEL = "Slurm (--slurm)"
+QUEUE_TIMEOUT = seconds("--queue-timeout")
 
 
 def _sbatch(flag: str, what: str) -> Any:  # typer.Option's own return type
@@ -61,10 +61,11 @@ class SlurmOptions:
     ] = False
     queue_timeout: Annotated[
         float,
+        QUEUE_TIMEOUT,
         typer.Option(
             help="--slurm: seconds dtrun's allocation may wait in the queue (saying Slurm's "
             "reason) before dtrun cancels it and stops"
-            f"{within('--queue-timeout')}.",
+            f"{QUEUE_TIMEOUT.within}.",
             rich_help_panel=PANEL,
         ),
     ] = DEFAULT_QUEUE_TIMEOUT_S
@@ -72,7 +73,9 @@ class SlurmOptions:
     def check(self) -> None:
         """--queue-timeout's range; Slurm's options (--drain-failing among them) without
         --slurm are refused, before Slurm is asked."""
-        check_bound("--queue-timeout", self.queue_timeout)
+        from dtrun.plan.checks import check_bound
+
+        check_bound(QUEUE_TIMEOUT, self.queue_timeout)
         self.slurm_request()
 
     def slurm_request(self) -> SlurmRequest | None:
