@@ -37,7 +37,7 @@ from dtrun.redact import remember_secrets
 from dtrun.spec.request import BenchSpec, ScalingMode
 
 if TYPE_CHECKING:
-    from dtrun.engines.base import Cluster, Drain
+    from dtrun.engines.base import Cluster
     from dtrun.plan.resolve import ResolvedBench
     from dtrun.plan.sweep import SweepPlan
     from dtrun.record.resume import Resumed
@@ -86,9 +86,8 @@ def bench_spec(
     run_id = run_id_of(launching)
     shape = {name: getattr(model, name) for name in ("layers", "d_model", "heads", "seq_len")}
     resolved_model = resolve_model(model.preset, vocab=model.vocab, **shape)
-    price = checked_usd("--price-per-node-hour", sweep.price_per_node_hour)
-    max_cost = checked_usd("--max-cost", sweep.max_cost)
-    until_decided, repeat = launches_of(sweep, counts)
+    price = checked_usd("price_per_node_hour", sweep.price_per_node_hour)
+    max_cost = checked_usd("max_cost", sweep.max_cost)
     # Every option reaches the BenchSpec field of its name (--timeout: timeout_s); then the
     # values parsed or checked first, and the groups' own spec sections, in their place.
     by_option = {
@@ -104,8 +103,7 @@ def bench_spec(
         "health": gate.spec,
         "price_per_node_hour": price,
         "max_cost": max_cost,
-        "repeat": repeat,
-        "until_decided": until_decided,
+        **launches_of(sweep, counts),  # until_decided, repeat, max_launches
     }
     return BenchSpec(run_id, **{**launch_request(launching), **by_option, **parsed})
 
@@ -145,8 +143,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
     """
     from dtrun.plan.resolve import resolve_bench
 
-    with session(launching, where, json_out=json_out) as current:
-        current.drain_failing = gate.drain_failing
+    with session(launching, where, json_out=json_out, drains=True) as current:
         if json_out and launching.dry_run:
             raise UsageError(
                 "--json prints a sweep's summary, and --dry-run runs no sweep",
@@ -232,20 +229,21 @@ def _recorded(
 def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptions) -> BenchSpec:
     """`dtrun bench -- PROGRAM`: the user's program and what its steps process."""
     from dtrun.cli.parse import parse_command
-    from dtrun.plan.bounds import check_bound
+    from dtrun.cli.workload_options import SAMPLES_PER_STEP, TOKENS_PER_STEP
+    from dtrun.plan.checks import check_bound
     from dtrun.spec.request import StepUnits, UnitKind
 
     given = [
-        (flag, kind, count)
-        for flag, kind, count in (
-            ("--samples-per-step", UnitKind.SAMPLES, units.samples_per_step),
-            ("--tokens-per-step", UnitKind.TOKENS, units.tokens_per_step),
+        (bound, kind, count)
+        for bound, kind, count in (
+            (SAMPLES_PER_STEP, UnitKind.SAMPLES, units.samples_per_step),
+            (TOKENS_PER_STEP, UnitKind.TOKENS, units.tokens_per_step),
         )
         if count is not None
     ]
     if not command:
         if given or units.per_process or units.step_pattern is not None or units.probe:
-            flag = given[0][0] if given else "--per-process" if units.per_process else ""
+            flag = given[0][0].flag if given else "--per-process" if units.per_process else ""
             flag = flag or ("--probe" if units.probe else "")
             raise UsageError(
                 f"{flag or '--step-pattern'} describes your program's steps, "
@@ -260,8 +258,9 @@ def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptio
         )
     step_units = None
     if given:
-        flag, kind, count = given[0]
-        check_bound(flag, count)
+        bound, kind, count = given[0]
+        check_bound(bound, count)
+        flag = bound.flag
         step_units = StepUnits(kind, count, units.per_process)
         weak = spec.mode is ScalingMode.WEAK
         if weak != units.per_process:  # what a step processes must grow as the mode says
@@ -344,13 +343,6 @@ def _require_packages(resolved: ResolvedBench) -> None:
             )
 
 
-def _drain(cluster: Cluster, plan: SweepPlan) -> Drain | None:
-    """--drain-failing: the engine takes the nodes below the gate's mark out (Slurm drains)."""
-    if not cluster.choice.drain_failing:
-        return None
-    return cluster.engine.drain(cluster, plan.spec.run_id)
-
-
 def _sweep(
     cluster: Cluster,
     plan: SweepPlan,
@@ -371,7 +363,7 @@ def _sweep(
                 cluster.executor,
                 display.events(),
                 cluster.ready,
-                _drain(cluster, plan),
+                cluster.engine.drain(cluster, plan.spec.run_id),  # --drain-failing
                 resumed,
                 cluster.executor.command if cluster.engine.evictable else None,
                 command=typed_command(),

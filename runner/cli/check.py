@@ -20,6 +20,7 @@ from dtrun.cli.groups import grouped
 from dtrun.cli.options import Where
 from dtrun.cli.session import StackWatch, choose, last_word_on_billing, opened
 from dtrun.spec.bounds import within
+from dtrun.spec.request import RunSpec
 from dtrun.spec.text import plural
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from dtrun.plan.resolve import ResolvedRun
     from dtrun.record.rundir import RunDir
     from dtrun.spec.launchplan import LaunchPlan
-    from dtrun.spec.request import RunSpec
     from dtrun.sweep.check import CheckRun
 
 app = typer.Typer()
@@ -48,28 +48,24 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
             rich_help_panel=opts.OUT_PANEL,
         ),
     ] = None,
-    drain_failing: Annotated[
-        bool,
-        typer.Option(
-            "--drain-failing",
-            help="--slurm: drain the flagged nodes in Slurm (scontrol update state=drain).",
-        ),
-    ] = False,
     procs_per_node: Annotated[
         int | None,
         typer.Option(
             "--procs-per-node",
             "-p",
-            help=f"Processes per node (default: every GPU; 1 on CPUs){within('--procs-per-node')}.",
+            help="Processes per node (default: every GPU; 1 on CPUs)"
+            f"{within(RunSpec, 'procs_per_node')}.",
         ),
     ] = None,
     timeout: Annotated[
-        float, typer.Option(help=f"Seconds before the check is stopped{within('--timeout')}.")
+        float,
+        typer.Option(help=f"Seconds before the check is stopped{within(RunSpec, 'timeout_s')}."),
     ] = CHECK_TIMEOUT_S,
     port: Annotated[
         int,
         typer.Option(
-            help=f"Rendezvous port on the first node (MASTER_PORT is port+1){within('--port')}."
+            help="Rendezvous port on the first node (MASTER_PORT is port+1)"
+            f"{within(RunSpec, 'rdzv_port')}."
         ),
     ] = 29400,
     output: Annotated[
@@ -100,16 +96,12 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
     from dtrun.engines.base import ClusterChoice
     from dtrun.engines.registry import chosen
     from dtrun.errors import UsageError
-    from dtrun.plan.bounds import check_bound
+    from dtrun.plan.checks import check_fields
     from dtrun.plan.resolve import resolve_run
-    from dtrun.spec.request import Program, ProgramKind, RunSpec
+    from dtrun.spec.request import Program, ProgramKind
 
     watch = StackWatch(where.stack, False)
     with human_output_to_stderr(json_out), last_word_on_billing(watch), user_errors():
-        check_bound("--timeout", timeout)
-        check_bound("--port", port)
-        if procs_per_node is not None:
-            check_bound("--procs-per-node", procs_per_node)
         engine = chosen(where)
         if write_hosts is not None and not engine.logs_in:
             raise UsageError(
@@ -122,17 +114,18 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
         spec = RunSpec(
             check_run_id(run_id) if run_id is not None else new_run_id(),
             launcher=engine.launchers[0] if engine.launchers else "torchrun",
-            procs_per_node=procs_per_node or 1,
+            procs_per_node=1 if procs_per_node is None else procs_per_node,
             rdzv_port=port,
             program=Program(ProgramKind.MODULE, "dtrun.workloads.check"),
             timeout_s=timeout,
         )
-        choice = choose(where, 4, job_name=f"dtrun-{spec.run_id}", drain_failing=drain_failing)
+        check_fields(spec)  # --timeout, --port, --procs-per-node, before a cluster is asked
+        choice = choose(where, 4, job_name=f"dtrun-{spec.run_id}", drains=True)
         with opened(choice, watch) as cluster:
             resolved = resolve_run(_per_node(spec, cluster, procs_per_node))
             done = _check_on(cluster, resolved, output, stream)
             print_report(done, wide=wide)
-            _next_steps(cluster, done, write_hosts, drain_failing)
+            _next_steps(cluster, done, write_hosts)
         if json_out:
             print_json(done.report.to_json())
     raise typer.Exit(done.report.exit_code)
@@ -172,9 +165,7 @@ def _check_on(cluster: Cluster, resolved: ResolvedRun, output: Path, stream: boo
     return run_check(cluster, resolved, output, on_line, on_begin)
 
 
-def _next_steps(
-    cluster: Cluster, done: CheckRun, write_hosts: Path | None, drain_failing: bool
-) -> None:
+def _next_steps(cluster: Cluster, done: CheckRun, write_hosts: Path | None) -> None:
     """--write-hosts, and the engine's next steps (Slurm: the exclude list, --drain-failing)."""
     flagged = [node for node in done.report.nodes if node.flagged]
     if write_hosts is not None:
@@ -186,5 +177,5 @@ def _next_steps(
         f"{node.verdict.value} ({node.cause.value if node.cause else ''})"
         for node in flagged
     }
-    for line in cluster.engine.after_check(cluster, reasons, drain_failing):
+    for line in cluster.engine.after_check(cluster, reasons):
         console().print(f"dtrun: {line}", highlight=False)

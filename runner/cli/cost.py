@@ -4,12 +4,13 @@ will cost, said before anything bills (docs/report.md "Cost")."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from dtrun.cli.common import echo
-from dtrun.spec.bounds import within
+from dtrun.spec.bounds import bound_of, within
+from dtrun.spec.request import BenchSpec
 from dtrun.spec.text import plural
 
 if TYPE_CHECKING:
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
     from dtrun.cli.options import Where
     from dtrun.plan.estimate import Estimate
     from dtrun.spec.cluster import ClusterSpec, Inventory
-    from dtrun.spec.request import BenchSpec
 
 _COST = "Cost"
 
@@ -32,7 +32,7 @@ PricePerNodeHour = Annotated[
         help="What one node costs an hour, in US dollars: over the catalog's list price "
         "(spot, reserved, your own rate), and the only price on the embedded cluster, hosts "
         "files and Slurm. Without a price the report's cost columns say 'no price'"
-        f"{within('--price-per-node-hour')}.",
+        f"{within(BenchSpec, 'price_per_node_hour')}.",
         rich_help_panel=_COST,
         show_default=False,
     ),
@@ -43,18 +43,21 @@ MaxCost = Annotated[
         metavar="USD",
         help="Refuse (exit 2, nothing started) a sweep whose estimated cost is above this "
         "(--dry-run prints the estimate and how it is made)"
-        f"{within('--max-cost')}.",
+        f"{within(BenchSpec, 'max_cost')}.",
         rich_help_panel=_COST,
         show_default=False,
     ),
 ]
 
 
-def checked_usd(flag: str, value: float | None) -> float | None:
-    """A money option, checked (a finite amount above zero)."""
+def checked_usd(
+    field: Literal["price_per_node_hour", "max_cost"], value: float | None
+) -> float | None:
+    """A money option, checked (a finite amount above zero) against its BenchSpec field's
+    range."""
     from dtrun.azure.prices import check_usd
 
-    return check_usd(flag, value)
+    return check_usd(bound_of(BenchSpec, field), value)
 
 
 def bench_estimate(spec: BenchSpec, inventory: Inventory | None, nodes: int) -> Estimate:
@@ -70,7 +73,7 @@ def bench_estimate(spec: BenchSpec, inventory: Inventory | None, nodes: int) -> 
     )
     guess = estimate(
         spec.node_counts,
-        spec.repeat,
+        spec.launches,
         workload=spec.workload if spec.program is None else "program",
         steps=spec.steps,
         timeout_s=spec.timeout_s,

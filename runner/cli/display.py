@@ -52,7 +52,7 @@ def print_sweep_plan(
             print_plan(check.plan, preview, str((run_dir or Path()) / check.workdir))
     # Each point once, however many times it repeats: the repeats run the same scripts, and a
     # plan printed per repeat grows with --repeat (docs/bench.md, Bounds).
-    repeat = sweep.spec.repeat
+    repeat = sweep.spec.launches
     for plan in sweep.points:
         first, last = point_dir(plan.nnodes, 0), point_dir(plan.nnodes, repeat - 1)
         dirs = first if repeat == 1 else f"{first} to {last}, the same scripts in each"

@@ -16,8 +16,10 @@ from dtrun.engines.registry import EngineOptions
 from dtrun.spec.bounds import within
 from dtrun.spec.outcome import SuccessRule
 from dtrun.spec.request import (
+    BenchSpec,
     HorovodController,
     LauncherOptions,
+    LaunchRequest,
     Rendezvous,
     TfStrategy,
 )
@@ -55,7 +57,7 @@ TargetEfficiency = Annotated[
     typer.Option(
         help="Efficiency a node count must reach to scale, as a fraction (0.9: 90%): the "
         "report's verdicts"
-        f"{within('--target-efficiency')}.",
+        f"{within(BenchSpec, 'target_efficiency')}.",
         rich_help_panel=OUT_PANEL,
     ),
 ]
@@ -95,7 +97,7 @@ class Launching:
         typer.Option(
             "--procs-per-node",
             "-p",
-            help=f"Processes (GPUs) per node{within('--procs-per-node')}.",
+            help=f"Processes (GPUs) per node{within(LaunchRequest, 'procs_per_node')}.",
             rich_help_panel=WHAT_PANEL,
         ),
     ] = 1
@@ -118,7 +120,8 @@ class Launching:
     port: Annotated[
         int,
         typer.Option(
-            help=f"Rendezvous port on the first node (MASTER_PORT is port+1){within('--port')}.",
+            help="Rendezvous port on the first node (MASTER_PORT is port+1)"
+            f"{within(LaunchRequest, 'rdzv_port')}.",
             rich_help_panel=WHAT_PANEL,
         ),
     ] = 29400
@@ -191,7 +194,8 @@ class Launching:
         int,
         typer.Option(
             "--tf-ps",
-            help=f"tensorflow, parameter-server: parameter server tasks{within('--tf-ps')}.",
+            help="tensorflow, parameter-server: parameter server tasks"
+            f"{within(LauncherOptions, 'tf_ps')}.",
             rich_help_panel=WHAT_PANEL,
         ),
     ] = _DEFAULTS.tf_ps

@@ -12,7 +12,8 @@ from dtrun.cli import options as opts
 from dtrun.cli.common import console, human_output_to_stderr, print_json, user_errors
 from dtrun.cli.cost import PricePerNodeHour, checked_usd
 from dtrun.errors import UsageError
-from dtrun.spec.bounds import BOUNDS, Bound, within
+from dtrun.spec.bounds import Bound, bound_of, within
+from dtrun.spec.request import BenchSpec
 
 if TYPE_CHECKING:
     from dtrun.predict.predict import Prediction
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 app = typer.Typer()
 
 # As --health-threshold's: a busbw above 0, far above any fabric's
-BUSBW = Bound(0, 1_000_000, "", "GB/s", above=True)
+BUSBW = Bound("--busbw", 0, 1_000_000, "", "GB/s", above=True)
 
 
 @app.command()
@@ -32,7 +33,9 @@ def predict(
     nodes: Annotated[
         str,
         typer.Option(
-            "--nodes", "-n", help=f"Node counts to predict, comma-separated{within('--nodes')}."
+            "--nodes",
+            "-n",
+            help=f"Node counts to predict, comma-separated{within(BenchSpec, 'node_counts')}.",
         ),
     ] = "",
     from_file: Annotated[
@@ -68,7 +71,7 @@ def predict(
     measured elsewhere (dtrun predict --from measured.yaml --nodes 8,16).
     """
     from dtrun.cli.parse import parse_node_counts
-    from dtrun.plan.bounds import check_bound
+    from dtrun.plan.checks import check_bound
 
     with human_output_to_stderr(json_out), user_errors():
         if (run_dir is None) == (from_file is None):
@@ -82,15 +85,15 @@ def predict(
                 "--nodes is needed: the node counts to predict", fix="pass e.g. --nodes 8,16,32"
             )
         counts = parse_node_counts(nodes)
-        bound = BOUNDS["--nodes"]
+        bound = bound_of(BenchSpec, "node_counts")
         if not all(bound.holds(n) for n in counts):
             raise UsageError(f"--nodes needs node counts of {bound.rule}", why=f"got {nodes}")
-        check_bound("--target-efficiency", target_efficiency)
+        check_bound(bound_of(BenchSpec, "target_efficiency"), target_efficiency)
         if busbw is not None and not BUSBW.holds(busbw):
             raise UsageError(f"--busbw must be {BUSBW.rule}", why=f"got {busbw:g}")
         if size is not None and busbw is not None:
             raise UsageError("--size and --busbw both say the busbw: pass one of them")
-        override = checked_usd("--price-per-node-hour", price_per_node_hour)
+        override = checked_usd("price_per_node_hour", price_per_node_hour)
         result = _predict(run_dir, from_file, counts, target_efficiency, size, busbw, override)
         print_prediction(result)
         if json_out:

@@ -136,8 +136,8 @@ def _check_as_typed(recorded: BenchSpec, *, resume: bool) -> None:
 
     if resume:
         check_run_id(recorded.run_id)
-    checked_usd("--price-per-node-hour", recorded.price_per_node_hour)
-    checked_usd("--max-cost", recorded.max_cost)
+    checked_usd("price_per_node_hour", recorded.price_per_node_hour)
+    checked_usd("max_cost", recorded.max_cost)
     if recorded.model.preset is not None:
         lookup("preset", recorded.model.preset, PRESETS)
     _check_launches(recorded)
@@ -163,17 +163,7 @@ def _check_as_typed(recorded: BenchSpec, *, resume: bool) -> None:
 
 
 def _check_launches(recorded: BenchSpec) -> None:
-    """--until-decided as runner/cli/sweep_options.py launches_of takes it."""
-    from dtrun.spec.bounds import BOUNDS
-    from dtrun.spec.request import MIN_LAUNCHES
-
-    if not recorded.until_decided:
-        return
-    if recorded.workload == "allreduce":
+    """--until-decided as runner/cli/sweep_options.py launches_of takes it (the most launches'
+    range: runner/plan/checks.py, through resolve_bench)."""
+    if recorded.until_decided and recorded.workload == "allreduce":
         raise UsageError("--until-decided stops on a scaling verdict, and allreduce gives none")
-    ceiling = int(BOUNDS["--repeat"].high)
-    if not MIN_LAUNCHES <= recorded.repeat <= ceiling:
-        raise UsageError(
-            f"--max-launches {recorded.repeat} is out of range",
-            why=f"--until-decided takes {MIN_LAUNCHES} to {ceiling} launches a node count",
-        )

@@ -51,12 +51,12 @@ def run(
         typer.Argument(help="Your program and its arguments, after --.", show_default=False),
     ] = None,
     nodes: Annotated[
-        int, typer.Option("--nodes", "-n", help=f"Nodes to run on{within('--nodes')}.")
+        int, typer.Option("--nodes", "-n", help=f"Nodes to run on{within(RunSpec, 'nodes')}.")
     ] = 1,
     timeout: Annotated[
         float | None,
         typer.Option(
-            help=f"Seconds before the run is stopped (default: none){within('--timeout')}."
+            help=f"Seconds before the run is stopped (default: none){within(RunSpec, 'timeout_s')}."
         ),
     ] = None,
     *,

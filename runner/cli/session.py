@@ -41,17 +41,25 @@ class StackWatch:
 
 def choose(
     where: Where,
-    local_nodes: int,
+    nodes: int,
     *,
     check: bool = False,
     teardown: bool = False,
     dry_run: bool = False,
     job_name: str = "dtrun",
-    drain_failing: bool = False,
+    drains: bool = False,
 ) -> ClusterChoice:
+    """The cluster the options chose, for a command that needs ``nodes`` nodes; ``drains``:
+    the command takes --drain-failing (bench's health gate, check's flagged nodes)."""
     from dtrun.engines.base import ClusterChoice
 
-    where.check(drain_failing)  # each engine's own checks, before any cluster is asked
+    where.check()  # each engine's own checks, before any cluster is asked
+    if where.drain_failing and not drains:
+        raise UsageError(
+            "--drain-failing drains the nodes `dtrun bench`'s health gate or `dtrun check` "
+            "finds below the mark, and this command has neither",
+            fix="leave out --drain-failing",
+        )
     if teardown and where.stack is None:
         raise UsageError(
             "--teardown destroys a Pulumi stack, and no --stack was given",
@@ -59,12 +67,10 @@ def choose(
         )
     return ClusterChoice(
         options=where,  # each engine reads its own options (ClusterChoice.of)
-        local_nodes=where.local_nodes if where.local_nodes is not None else local_nodes,
+        nodes=nodes,
         check=check,
-        patience=where.patience,
         dry_run=dry_run,
         job_name=job_name,
-        drain_failing=drain_failing,
     )
 
 
@@ -139,10 +145,10 @@ def last_word_on_billing(watch: StackWatch) -> Iterator[None]:
 class Session:
     """One launch command under way: its options and the stack it may have to speak of."""
 
-    def __init__(self, launching: Launching, where: Where) -> None:
+    def __init__(self, launching: Launching, where: Where, drains: bool = False) -> None:
         self.launching, self.where = launching, where
         self.watch = StackWatch(where.stack, launching.teardown and not launching.dry_run)
-        self.drain_failing = False  # bench's --drain-failing, set before the cluster opens
+        self.drains = drains  # the command takes --drain-failing (bench)
         # what a stop (Ctrl-C, SIGTERM, SIGHUP) once the work is done must record before the
         # run directory is uploaded: bench sets it when its sweep has ended
         self.on_late_stop: Callable[[], None] | None = None
@@ -165,7 +171,7 @@ class Session:
             teardown=launching.teardown,
             dry_run=launching.dry_run,
             job_name=f"dtrun-{spec.run_id}",
-            drain_failing=self.drain_failing,
+            drains=self.drains,
         )
         with upload_after(store, launching.output / spec.run_id, command_secrets(spec)):
             try:
@@ -194,9 +200,12 @@ def warn_oversubscribed(cluster: Cluster, spec: LaunchRequest, local_nodes: int)
 
 
 @contextmanager
-def session(launching: Launching, where: Where, *, json_out: bool = False) -> Iterator[Session]:
-    """A launch command's frame: user errors printed as one line, the stack's last word."""
-    current = Session(launching, where)
+def session(
+    launching: Launching, where: Where, *, json_out: bool = False, drains: bool = False
+) -> Iterator[Session]:
+    """A launch command's frame: user errors printed as one line, the stack's last word;
+    ``drains``: the command takes --drain-failing."""
+    current = Session(launching, where, drains)
     with (
         human_output_to_stderr(json_out),
         last_word_on_billing(current.watch),

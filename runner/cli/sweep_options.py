@@ -12,10 +12,9 @@ import typer
 from dtrun.cli import options as opts
 from dtrun.cli.cost import MaxCost, PricePerNodeHour
 from dtrun.errors import UsageError
-from dtrun.spec.bounds import BOUNDS, within
+from dtrun.spec.bounds import within
 from dtrun.spec.request import (
     DEFAULT_MAX_LAUNCHES,
-    MIN_LAUNCHES,
     BenchSpec,
     ScalingMode,
 )
@@ -30,7 +29,7 @@ class SweepOptions:
         typer.Option(
             "--nodes",
             "-n",
-            help=f"Node counts to sweep, comma-separated{within('--nodes')}.",
+            help=f"Node counts to sweep, comma-separated{within(BenchSpec, 'node_counts')}.",
             rich_help_panel=opts.WHAT_PANEL,
         ),
     ] = "1,2"
@@ -69,7 +68,7 @@ class SweepOptions:
     steps: Annotated[
         int,
         typer.Option(
-            help=f"Training steps per launch, warm-up included{within('--steps')}.",
+            help=f"Training steps per launch, warm-up included{within(BenchSpec, 'steps')}.",
             rich_help_panel=opts.HOW_PANEL,
         ),
     ] = BenchSpec.steps
@@ -77,7 +76,7 @@ class SweepOptions:
         int,
         typer.Option(
             help="Untimed steps at the start of each launch, fewer than --steps"
-            f"{within('--warmup')}.",
+            f"{within(BenchSpec, 'warmup')}.",
             rich_help_panel=opts.HOW_PANEL,
         ),
     ] = BenchSpec.warmup
@@ -91,7 +90,7 @@ class SweepOptions:
     repeat: Annotated[
         int | None,
         typer.Option(
-            help=f"Fixed launches per node count (3+ trims outliers){within('--repeat')}. "
+            help=f"Fixed launches per node count (3+ trims outliers){within(BenchSpec, 'repeat')}. "
             "Without it a training sweep of 2+ node counts launches until decided "
             f"(--until-decided), any other {BenchSpec.repeat} times.",
             show_default=False,
@@ -113,8 +112,8 @@ class SweepOptions:
         int | None,
         typer.Option(
             "--max-launches",
-            help="Launching until decided: the most launches a node count takes (2 to 1,000; "
-            f"default {DEFAULT_MAX_LAUNCHES}).",
+            help="Launching until decided: the most launches a node count takes (default "
+            f"{DEFAULT_MAX_LAUNCHES}){within(BenchSpec, 'max_launches')}.",
             show_default=False,
             rich_help_panel=opts.HOW_PANEL,
         ),
@@ -130,28 +129,29 @@ class SweepOptions:
         int,
         typer.Option(
             help="Sequences per process per step (strong: at the fewest nodes)"
-            f"{within('--batch')}.",
+            f"{within(BenchSpec, 'batch')}.",
             rich_help_panel=opts.HOW_PANEL,
         ),
     ] = BenchSpec.batch
     global_batch: Annotated[
         int | None,
         typer.Option(
-            help=f"Strong scaling: the fixed global batch{within('--global-batch')}.",
+            help=f"Strong scaling: the fixed global batch{within(BenchSpec, 'global_batch')}.",
             rich_help_panel=opts.HOW_PANEL,
         ),
     ] = None
     timeout: Annotated[
         float,
         typer.Option(
-            help=f"Seconds before one launch is stopped{within('--timeout')}.",
+            help=f"Seconds before one launch is stopped{within(BenchSpec, 'timeout_s')}.",
             rich_help_panel=opts.HOW_PANEL,
         ),
     ] = BenchSpec.timeout_s
     project_tokens: Annotated[
         int,
         typer.Option(
-            help=f"Tokens for the report's time-to-train projection{within('--project-tokens')}.",
+            help="Tokens for the report's time-to-train projection"
+            f"{within(BenchSpec, 'project_tokens')}.",
             rich_help_panel=opts.OUT_PANEL,
         ),
     ] = BenchSpec.project_tokens
@@ -160,11 +160,12 @@ class SweepOptions:
     max_cost: MaxCost = None
 
 
-def launches_of(sweep: SweepOptions, node_counts: tuple[int, ...]) -> tuple[bool, int]:
-    """The spec's ``until_decided`` and ``repeat``: --repeat's fixed launches, or, launching
-    until decided, the most launches a node count may take (--max-launches). Until decided is
-    the default where it can decide: training (or a program) at 2+ node counts, no --repeat
-    (docs/report.md, "Stopping when decided"; the figures behind it: docs/benchmarks.md)."""
+def launches_of(sweep: SweepOptions, node_counts: tuple[int, ...]) -> dict[str, int | bool]:
+    """The spec's ``until_decided``, ``repeat`` and ``max_launches``: --repeat's fixed
+    launches, or, launching until decided, the most launches a node count may take
+    (--max-launches). Until decided is the default where it can decide: training (or a program)
+    at 2+ node counts, no --repeat (docs/report.md, "Stopping when decided"; the figures behind
+    it: docs/benchmarks.md)."""
     fixed = sweep.repeat is not None
     if sweep.until_decided and fixed:
         raise UsageError(
@@ -178,24 +179,15 @@ def launches_of(sweep: SweepOptions, node_counts: tuple[int, ...]) -> tuple[bool
             fix="leave out --until-decided (or measure training: --workload train)",
         )
     decides = sweep.workload != "allreduce" and len(node_counts) > 1
-    if not (sweep.until_decided or (decides and not fixed)):
-        if sweep.max_launches is not None:
-            why = "fixed by --repeat" if fixed else "fixed: it has no scaling verdict to wait for"
-            raise UsageError(
-                f"--max-launches bounds launching until decided, and this sweep's launches are "
-                f"{why}",
-                fix="leave out --max-launches, or --repeat (a training sweep of 2+ node counts "
-                "launches until decided without it)",
-            )
-        return False, sweep.repeat if sweep.repeat is not None else BenchSpec.repeat
-    ceiling = int(BOUNDS["--repeat"].high)
-    most = DEFAULT_MAX_LAUNCHES if sweep.max_launches is None else sweep.max_launches
-    if not MIN_LAUNCHES <= most <= ceiling:
+    # both fields always: the options of their names would give None (runner/cli/bench.py)
+    repeat = BenchSpec.repeat if sweep.repeat is None else sweep.repeat
+    most = BenchSpec.max_launches if sweep.max_launches is None else sweep.max_launches
+    until_decided = sweep.until_decided or (decides and not fixed)
+    if not until_decided and sweep.max_launches is not None:
+        why = "fixed by --repeat" if fixed else "fixed: it has no scaling verdict to wait for"
         raise UsageError(
-            f"--max-launches {most} is out of range: --until-decided takes at least "
-            f"{MIN_LAUNCHES} launches a node count (one shows nothing of how much a launch "
-            f"moves), at most {ceiling}",
-            fix=f"pass --max-launches between {MIN_LAUNCHES} and {ceiling} "
-            f"(default {DEFAULT_MAX_LAUNCHES})",
+            f"--max-launches bounds launching until decided, and this sweep's launches are {why}",
+            fix="leave out --max-launches, or --repeat (a training sweep of 2+ node counts "
+            "launches until decided without it)",
         )
-    return True, most
+    return {"until_decided": until_decided, "repeat": repeat, "max_launches": most}

@@ -11,7 +11,7 @@ import typer
 
 from dtrun.cli.groups import spec_from
 from dtrun.cli.options import no_default
-from dtrun.spec.bounds import within
+from dtrun.spec.bounds import Bound, within
 from dtrun.spec.request import (
     AllreduceSpec,
     HealthGate,
@@ -21,6 +21,11 @@ from dtrun.spec.request import (
     StrategySpec,
     TrainDtype,
 )
+
+# What one step of your program processes (ProgramOptions): past the most a step of any
+# model trained processes
+SAMPLES_PER_STEP = Bound("--samples-per-step", 1, 10**12)
+TOKENS_PER_STEP = Bound("--tokens-per-step", 1, 10**15)
 
 # `dtrun bench` only: the training workload's model and strategy, each in a help panel of its
 # own. The names are written out so that `dtrun --help` imports no registry; tests compare them.
@@ -68,28 +73,36 @@ class ModelOptions:
     ] = "tiny"
     layers: Annotated[
         int | None,
-        no_default(_MODEL, f"Transformer layers (tiny: {ModelSpec.layers}){within('--layers')}."),
+        no_default(
+            _MODEL, f"Transformer layers (tiny: {ModelSpec.layers}){within(ModelSpec, 'layers')}."
+        ),
     ] = None
     d_model: Annotated[
         int | None,
-        no_default(_MODEL, f"Model width (tiny: {ModelSpec.d_model}){within('--d-model')}."),
+        no_default(
+            _MODEL, f"Model width (tiny: {ModelSpec.d_model}){within(ModelSpec, 'd_model')}."
+        ),
     ] = None
     heads: Annotated[
         int | None,
         no_default(
             _MODEL,
-            f"Attention heads, dividing the width (tiny: {ModelSpec.heads}){within('--heads')}.",
+            f"Attention heads, dividing the width (tiny: {ModelSpec.heads})"
+            f"{within(ModelSpec, 'heads')}.",
         ),
     ] = None
     seq_len: Annotated[
         int | None,
         no_default(
-            _MODEL, f"Tokens per sequence (tiny: {ModelSpec.seq_len}){within('--seq-len')}."
+            _MODEL,
+            f"Tokens per sequence (tiny: {ModelSpec.seq_len}){within(ModelSpec, 'seq_len')}.",
         ),
     ] = None
     vocab: Annotated[
         int | None,
-        no_default(_MODEL, f"Vocabulary size (tiny: {ModelSpec.vocab}){within('--vocab')}."),
+        no_default(
+            _MODEL, f"Vocabulary size (tiny: {ModelSpec.vocab}){within(ModelSpec, 'vocab')}."
+        ),
     ] = None
 
 
@@ -112,7 +125,7 @@ class StrategyOptions:
         no_default(
             _STRATEGY,
             "pipeline: micro-batches per step, dividing the batch (default: 4)"
-            f"{within('--micro-batches')}.",
+            f"{within(StrategySpec, 'micro_batches')}.",
         ),
     ] = None
     pp_size: Annotated[
@@ -120,7 +133,7 @@ class StrategyOptions:
         no_default(
             _STRATEGY,
             "pipeline: ranks per pipeline; the rest are data-parallel (default: every rank)"
-            f"{within('--pp-size')}.",
+            f"{within(StrategySpec, 'pp_size')}.",
         ),
     ] = None
     stages_per_rank: Annotated[
@@ -128,7 +141,7 @@ class StrategyOptions:
         no_default(
             _STRATEGY,
             "pipeline: model stages per rank (default: 1; interleaved-1f1b: 2)"
-            f"{within('--stages-per-rank')}.",
+            f"{within(StrategySpec, 'stages_per_rank')}.",
         ),
     ] = None
     stage_split: Annotated[
@@ -170,7 +183,7 @@ class AllreduceOptions:
         int,
         typer.Option(
             "--ar-iters",
-            help=f"Timed operations per size{within('--ar-iters')}.",
+            help=f"Timed operations per size{within(AllreduceSpec, 'iters')}.",
             rich_help_panel=_AR,
         ),
     ] = _AR_DEFAULTS.iters
@@ -178,7 +191,8 @@ class AllreduceOptions:
         int,
         typer.Option(
             "--ar-warmup",
-            help=f"Untimed operations at the largest and smallest size{within('--ar-warmup')}.",
+            help="Untimed operations at the largest and smallest size"
+            f"{within(AllreduceSpec, 'warmup')}.",
             rich_help_panel=_AR,
         ),
     ] = _AR_DEFAULTS.warmup
@@ -220,7 +234,7 @@ class GateOptions:
         float | None,
         typer.Option(
             help="Pass mark in GB/s busbw (default: the catalog's for the size)"
-            f"{within('--health-threshold')}.",
+            f"{within(HealthGate, 'threshold_gbs')}.",
             rich_help_panel=_GATE,
         ),
     ] = None
@@ -230,16 +244,6 @@ class GateOptions:
             help="The gate's message size (default: the catalog's, e.g. 8G).", rich_help_panel=_GATE
         ),
     ] = None
-    drain_failing: Annotated[
-        bool,
-        typer.Option(
-            "--drain-failing",
-            help="--slurm: drain the nodes the gate finds below the mark (scontrol update "
-            "state=drain, with the reason) and stop the sweep (exit 4); the next allocation gets "
-            "other nodes.",
-            rich_help_panel=_GATE,
-        ),
-    ] = False
 
     @property
     def spec(self) -> HealthGate:
@@ -252,17 +256,19 @@ class ProgramOptions:
 
     samples_per_step: Annotated[
         int | None,
+        SAMPLES_PER_STEP,
         typer.Option(
             help="Your program: samples one optimizer step processes, all processes together "
-            f"(with --per-process: each process); gives samples/s{within('--samples-per-step')}.",
+            f"(with --per-process: each process); gives samples/s{SAMPLES_PER_STEP.within}.",
             rich_help_panel="Your program",
         ),
     ] = None
     tokens_per_step: Annotated[
         int | None,
+        TOKENS_PER_STEP,
         typer.Option(
             help="Your program: tokens one optimizer step processes, all processes together "
-            f"(with --per-process: each process); gives tokens/s{within('--tokens-per-step')}.",
+            f"(with --per-process: each process); gives tokens/s{TOKENS_PER_STEP.within}.",
             rich_help_panel="Your program",
         ),
     ] = None

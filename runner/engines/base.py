@@ -50,19 +50,40 @@ OptionsT = TypeVar("OptionsT")
 WAIT_FOR_STACK = Patience(DEFAULT_READY_TIMEOUT)
 
 
+class ChosenBy(Protocol):
+    """What every engine reads of the options a cluster is chosen by (``EngineOptions``)."""
+
+    @property
+    def local_nodes(self) -> int | None: ...  # --local-nodes
+
+    @property
+    def patience(self) -> Patience: ...  # how long a launch waits for its nodes
+
+
 @dataclass(frozen=True)
 class ClusterChoice:
     """Where to run, as the options said: every engine's options (``EngineOptions``,
     runner/engines/registry.py, one group of fields per engine, declared in the engine's own
-    ``options.py``), each read by its engine through ``of``; and what the command adds."""
+    ``options.py``), each read by its engine through ``of``, none copied; and what the command
+    adds."""
 
-    options: object = None  # EngineOptions; None: every engine's defaults (the embedded cluster)
-    local_nodes: int = 1  # size of the embedded cluster (and of an allocation --slurm asks for)
+    options: ChosenBy | None = None  # None: every engine's defaults (the embedded cluster)
+    nodes: int = 1  # the nodes the command needs (bench: its most; run: --nodes; check: 4)
     check: bool = False  # health checks (GPUs, InfiniBand, Python) before every launch
-    patience: Patience = WAIT_FOR_STACK  # how long a launch waits for its nodes
     dry_run: bool = False  # --slurm outside an allocation asks for none
     job_name: str = "dtrun"  # the Slurm job dtrun asks for
-    drain_failing: bool = False  # --slurm: the health gate drains the nodes that fail it
+
+    @property
+    def local_nodes(self) -> int:
+        """Size of the embedded cluster (and of an allocation --slurm asks for, the executors
+        --spark asks for): --local-nodes, else the nodes the command needs."""
+        given = None if self.options is None else self.options.local_nodes
+        return self.nodes if given is None else given
+
+    @property
+    def patience(self) -> Patience:
+        """How long a launch waits for its nodes."""
+        return WAIT_FOR_STACK if self.options is None else self.options.patience
 
     def of(self, kind: type[OptionsT]) -> OptionsT:
         """The options of one engine (its ``options.py`` class), as given or defaulted."""
@@ -131,10 +152,11 @@ class Engine:
         return None
 
     def drain(self, cluster: Cluster, run_id: str) -> Drain | None:
-        """--drain-failing's bench: what takes the gate's failing nodes out (None: nothing)."""
+        """--drain-failing's bench: what takes the gate's failing nodes out (None: nothing,
+        or --drain-failing not given)."""
         return None
 
-    def after_check(self, cluster: Cluster, flagged: Mapping[str, str], drain: bool) -> list[str]:
+    def after_check(self, cluster: Cluster, flagged: Mapping[str, str]) -> list[str]:
         """`dtrun check`'s next steps for the flagged nodes (node name -> why), as lines."""
         return []
 

@@ -39,11 +39,11 @@ class EngineOptions(RayOptions, SparkOptions, SlurmOptions, SshOptions, Embedded
     """Every engine's options, one group of fields per engine (bench, run and exec spread them
     as `Where`, runner/cli/options.py)."""
 
-    def check(self, drain_failing: bool = False) -> None:
+    def check(self) -> None:
         """Every engine's own checks of its options (each options class's ``check``), then
-        options that name two clusters; ``drain_failing``: --drain-failing was given."""
+        options that name two clusters."""
         for group in EngineOptions.__bases__:  # each declares its own check
-            vars(group)["check"](self, drain_failing)
+            vars(group)["check"](self)
         self.refuse_two_clusters()
 
     def refuse_two_clusters(self) -> None:

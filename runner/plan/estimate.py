@@ -94,7 +94,7 @@ def launch_guess(workload: str, steps: int, timeout_s: float) -> tuple[float, st
 
 def estimate(
     node_counts: tuple[int, ...],
-    repeat: int,
+    launches_per_point: int,
     *,
     workload: str,
     steps: int,
@@ -103,7 +103,8 @@ def estimate(
     price: Price | None,
     probed: tuple[int, ...] = (),
 ) -> Estimate:
-    """The estimate of a sweep of ``repeat`` launches at each node count. ``probed``: at these
+    """The estimate of a sweep of ``launches_per_point`` launches at each node count (--repeat,
+    or until decided the most: --max-launches). ``probed``: at these
     node counts each launch is followed by the all-reduce probe's, which runs to --timeout too
     (`dtrun bench --probe -- PROGRAM`, where a point has more than one process): in the
     cluster's bill a launch counts as the mean over the points of one or two; in the points'
@@ -116,13 +117,13 @@ def estimate(
         how = (
             f"{how}; and --probe's launch after each at {len(probed)} of {len(node_counts)} points"
         )
-    launches = len(node_counts) * repeat
+    launches = len(node_counts) * launches_per_point
     cluster = max(cluster_nodes, *node_counts)
     return Estimate(
         launches=launches,
         launch_s=launch_s,
         how=how,
-        point_node_hours=repeat * point_s / 3600,
+        point_node_hours=launches_per_point * point_s / 3600,
         cluster_nodes=cluster,
         billed_node_hours=cluster * launches * launch_s / 3600,
         ceiling_node_hours=cluster * launches * timeout_s / 3600,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dtrun.errors import PlanError
-from dtrun.plan.bounds import check_bound
+from dtrun.plan.checks import check_fields
 from dtrun.spec.cluster import Accelerator, Inventory
 from dtrun.spec.launchplan import LaunchFile
 from dtrun.spec.request import (
@@ -216,8 +216,7 @@ class Pipeline:
 
     def layout(self, bench: BenchSpec, world_size: int) -> PipelineLayout:
         spec = bench.strategy
-        if spec.pp_size is not None:
-            check_bound("--pp-size", spec.pp_size)
+        check_fields(spec, but=("micro_batches", "stages_per_rank"))  # --pp-size: below
         pp = spec.pp_size if spec.pp_size is not None else world_size
         if world_size % pp:
             raise PlanError(
@@ -242,12 +241,7 @@ class Pipeline:
         layout = self.layout(bench, world_size)
         rule = SCHEDULES[layout.schedule]
         name = layout.schedule.value
-        for flag, value in (
-            ("--micro-batches", bench.strategy.micro_batches),
-            ("--stages-per-rank", bench.strategy.stages_per_rank),
-        ):
-            if value is not None:
-                check_bound(flag, value)
+        check_fields(bench.strategy)  # --micro-batches, --pp-size, --stages-per-rank
         if rule.looped and layout.stages_per_rank < 2:
             raise PlanError(
                 f"{name} needs at least 2 stages per rank",

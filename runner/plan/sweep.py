@@ -71,9 +71,9 @@ def plan_sweep(resolved: ResolvedBench, inventory: Inventory) -> SweepPlan:
     spec = resolved.spec
     points = tuple(plan_point(resolved, inventory, point) for point in resolved.points)
     if spec.until_decided:  # round by round, up to --max-launches (runner/report/sequential.py)
-        order = [(plan, repeat) for repeat in range(spec.repeat) for plan in points]
+        order = [(plan, repeat) for repeat in range(spec.launches) for plan in points]
     else:
-        order = [(plan, repeat) for plan in points for repeat in range(spec.repeat)]
+        order = [(plan, repeat) for plan in points for repeat in range(spec.launches)]
     launches = tuple(Launch(plan, point_dir(plan.nnodes, repeat), repeat) for plan, repeat in order)
     environment = launch_env(inventory, spec.redacted(), resolved.largest)
     return SweepPlan(

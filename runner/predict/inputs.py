@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from dtrun.errors import UsageError
-from dtrun.spec.bounds import BOUNDS
-from dtrun.spec.request import ScalingMode
+from dtrun.spec.bounds import bound_of
+from dtrun.spec.request import RunSpec, ScalingMode
 from dtrun.spec.text import plural
 
 # All-reduces of the whole gradient per step, by strategy (runner/report/metrics.py's, with
@@ -65,7 +65,7 @@ def _ranged(name: str) -> dict[str, Any]:
 
 # the options' own ceilings: a larger count is a mistake, and past ~1e16 ranks the expected
 # slowest rank's quantile rounds to 1, where the normal's inverse has no value
-_PPN, _NODES = BOUNDS["--procs-per-node"], BOUNDS["--nodes"]
+_PPN, _NODES = bound_of(RunSpec, "procs_per_node"), bound_of(RunSpec, "nodes")
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",

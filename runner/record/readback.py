@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from dtrun.errors import DamagedRunError
-from dtrun.spec.bounds import BOUNDS
+from dtrun.spec.bounds import bound_of
+from dtrun.spec.request import RunSpec
 from dtrun.spec.runid import run_id_problem
 
 # (value, where it is in the file) -> what is wrong with it, or None when it fits
@@ -225,7 +226,7 @@ FLAG = kind("true or false", bool)
 STEP_SECONDS = ranged(
     "a number above 0", 1e-6, 1e6, "a step: a microsecond to about 11 days", int, float
 )
-_NODES = BOUNDS["--nodes"]
+_NODES = bound_of(RunSpec, "nodes")
 NODE_COUNT = ranged("a whole number above 0", _NODES.low, _NODES.high, "--nodes' range", int)
 
 

@@ -157,8 +157,12 @@ def recorded_spec(path: Path, flag: str = "--resume") -> BenchSpec:
     manifest = read_record(
         run_dir.manifest, MANIFEST_SHAPE, missing="it is no run directory", root=path
     )
+    bench = manifest["bench"]
+    if bench.get("until_decided") is True and "max_launches" not in bench:
+        # written before --max-launches had a field of its own: "repeat" held it
+        bench = {**bench, "max_launches": bench.get("repeat")}
     try:
-        return from_dict(BenchSpec, manifest["bench"], "bench")
+        return from_dict(BenchSpec, bench, "bench")
     except Mistyped as exc:
         raise damaged(run_dir.manifest, str(exc)) from None
 

@@ -72,7 +72,9 @@ _BENCH = obj(
     optional={
         "project_tokens": COUNT,
         "target_efficiency": POSITIVE,
-        "until_decided": FLAG,  # then "repeat" is the most launches (train, program)
+        "until_decided": FLAG,
+        # the most launches until decided; before it had a field, "repeat" held it
+        "max_launches": WHOLE,
         "launch": ANY_OBJECT,
         "strategy": nullable(ANY_OBJECT),
     },

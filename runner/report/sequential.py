@@ -57,7 +57,7 @@ def until_decided(bench: Mapping[str, Any]) -> dict[str, int | str] | None:
     and the first and last look's confidence; None for a fixed --repeat."""
     if not bench.get("until_decided"):
         return None
-    most = int(bench["repeat"])
+    most = most_launches(bench)
     return {
         "least": MIN_LAUNCHES,
         "most": most,
@@ -65,6 +65,12 @@ def until_decided(bench: Mapping[str, Any]) -> dict[str, int | str] | None:
         "first_text": confidence_text(look_confidence(most, MIN_LAUNCHES)),
         "last_text": confidence_text(look_confidence(most, most)),
     }
+
+
+def most_launches(bench: Mapping[str, Any]) -> int:
+    """A manifest's --max-launches; a manifest written before it had a field of its own keeps
+    it in ``repeat`` (runner/record/resume.py reads it so too)."""
+    return int(bench.get("max_launches", bench["repeat"]))
 
 
 def looks(max_launches: int) -> int:
@@ -177,5 +183,5 @@ def judged_rows(
     launches, or with --until-decided as of the look it stopped at."""
     target = float(bench.get("target_efficiency", DEFAULT_TARGET))
     if until_decided(bench):
-        return sequential_rows(results, int(bench["repeat"]), target)
+        return sequential_rows(results, most_launches(bench), target)
     return scaling_rows(results, target)

@@ -1,16 +1,22 @@
-"""The range of every number an option of dtrun takes, in one table: the checks
-(runner/plan/checks.py, runner/azure/prices.py), the options' help (runner/cli/options.py) and
-docs/bench.md ("Bounds", compared with this table by a test) all read it. Pure.
+"""The range of a number an option of dtrun takes, declared on the field that holds the
+option's value: ``steps: Annotated[int, Bound("--steps", 1, 1_000_000)] = 60`` (the specs in
+runner/spec/request.py, each engine's options.py). The checks (runner/plan/checks.py) walk the
+fields; an option's help reads its field's range (``within``); docs/bench.md ("Bounds") lists
+them, compared with the fields by a test. Pure.
 
 Every number has a ceiling, so that no value makes dtrun plan without end (``--repeat
 1000000000`` planned a billion launches before saying anything) or hand a node a number its
 tools cannot hold (``--timeout 1e308`` reached torchrun as an OverflowError). Each ceiling is
-far above any real use, and says why it is there.
+far above any real use, and says why it is there. Those shared by many fields: node counts
+past the largest clusters built (about 10,000 nodes); ports as TCP has them (MASTER_PORT is
+port + 1); model shapes and batches past any model trained; a sweep's repeats past any
+statistic's need (5 reach a verdict); seconds up to a month.
 """
 
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass
 
 DAY_S = 24 * 3600
@@ -21,6 +27,7 @@ MAX_SECONDS = 30 * DAY_S  # a launch or a wait longer than a month is a mistake,
 class Bound:
     """What one option accepts: ``low`` to ``high``; ``above``: more than ``low``, not equal."""
 
+    flag: str  # "--steps": the option, in messages
     low: float
     high: float
     what: str = ""  # "a number of seconds": what the value is, in messages
@@ -42,6 +49,11 @@ class Bound:
         return f"{low}{joint}{_number(self.high)}{unit}"
 
     @property
+    def within(self) -> str:
+        """The range, for an option's help: ' (1 to 1,000)'."""
+        return f" ({self.words})"
+
+    @property
     def rule(self) -> str:
         """The range as a refusal says it: 'a number of seconds above 0 and at most ...'."""
         what = f"{self.what} " if self.what else ""
@@ -53,52 +65,31 @@ def _number(value: float) -> str:
     return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
 
 
-def _seconds() -> Bound:
-    return Bound(0, MAX_SECONDS, "a number of seconds", "s (30 days)", above=True)
+def seconds(flag: str) -> Bound:
+    return Bound(flag, 0, MAX_SECONDS, "a number of seconds", "s (30 days)", above=True)
 
 
-# Flag -> its range. The ceilings: node counts past the largest clusters built (about 10,000
-# nodes); ports as TCP has them (MASTER_PORT is port + 1); model shapes and batches past any
-# model trained; a sweep's repeats past any statistic's need (5 reach a verdict).
-BOUNDS: dict[str, Bound] = {
-    "--nodes": Bound(1, 10_000),
-    "--local-nodes": Bound(1, 10_000),
-    "--procs-per-node": Bound(1, 1024),
-    "--port": Bound(1, 65534),
-    "--tf-ps": Bound(1, 1024),
-    "--steps": Bound(1, 1_000_000),
-    "--warmup": Bound(0, 999_999),
-    "--repeat": Bound(1, 1000),
-    "--batch": Bound(1, 1_048_576),
-    "--global-batch": Bound(1, 16_777_216),
-    "--layers": Bound(1, 1024),
-    "--d-model": Bound(1, 1_048_576),
-    "--heads": Bound(1, 65536),
-    "--seq-len": Bound(1, 16_777_216),
-    "--vocab": Bound(1, 16_777_216),
-    "--micro-batches": Bound(1, 65536),
-    "--pp-size": Bound(1, 1_048_576),
-    "--stages-per-rank": Bound(1, 1024),
-    "--ar-iters": Bound(1, 1_000_000),
-    "--ar-warmup": Bound(0, 1_000_000),
-    "--project-tokens": Bound(1, 10**15),
-    "--samples-per-step": Bound(1, 10**12),
-    "--tokens-per-step": Bound(1, 10**15),
-    "--target-efficiency": Bound(0, 1, "a fraction", above=True),
-    "--timeout": _seconds(),
-    "--ready-timeout": _seconds(),
-    "--connect-timeout": _seconds(),
-    "--queue-timeout": _seconds(),
-    "--health-threshold": Bound(0, 1_000_000, "", "GB/s", above=True),
-    "--price-per-node-hour": Bound(0, 100_000, "", "USD", above=True),
-    "--max-cost": Bound(0, 1_000_000_000, "", "USD", above=True),
-}
+def nodes_range(flag: str) -> Bound:
+    return Bound(flag, 1, 10_000)
 
 
-def bound(flag: str) -> Bound:
-    return BOUNDS[flag]
+def bounds_on(cls: type) -> dict[str, Bound]:
+    """Each field of dataclass ``cls`` whose type carries a range (``Annotated[int, Bound]``)
+    -> its range."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    return {
+        name: meta
+        for name, hint in hints.items()
+        for meta in getattr(hint, "__metadata__", ())
+        if isinstance(meta, Bound)
+    }
 
 
-def within(flag: str) -> str:
-    """The range, for an option's help: ' (1 to 1,000)'."""
-    return f" ({BOUNDS[flag].words})"
+def bound_of(cls: type, name: str) -> Bound:
+    """The range of field ``name`` of ``cls`` (a KeyError, at import, for a field without)."""
+    return bounds_on(cls)[name]
+
+
+def within(cls: type, name: str) -> str:
+    """Field ``name``'s range, for its option's help: ' (1 to 1,000)'."""
+    return bound_of(cls, name).within

@@ -1,13 +1,16 @@
 """What the user asked: a `dtrun bench` sweep (BenchSpec) or a `dtrun run` (RunSpec), with the
 model, strategy, launcher and measurement settings they name. Frozen values, checked by
-dtrun.plan.resolve; stdlib, dtrun.redact and dtrun.spec.outcome only."""
+dtrun.plan.resolve; each number's range on its field (runner/spec/bounds.py); stdlib,
+dtrun.redact and dtrun.spec only."""
 
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, field, replace
 from enum import StrEnum
+from typing import Annotated
 
 from dtrun.redact import Redactor, redact_args, redact_env, secret_args, secret_values
+from dtrun.spec.bounds import Bound, nodes_range, seconds
 from dtrun.spec.cluster import Accelerator
 from dtrun.spec.outcome import SuccessRule
 
@@ -23,11 +26,11 @@ class ScalingMode(StrEnum):
 class ModelSpec:
     """A GPT-style decoder: layers x (attention + MLP), tied embedding."""
 
-    layers: int = 2
-    d_model: int = 128
-    heads: int = 4
-    seq_len: int = 64
-    vocab: int = 1024
+    layers: Annotated[int, Bound("--layers", 1, 1024)] = 2
+    d_model: Annotated[int, Bound("--d-model", 1, 1_048_576)] = 128
+    heads: Annotated[int, Bound("--heads", 1, 65536)] = 4
+    seq_len: Annotated[int, Bound("--seq-len", 1, 16_777_216)] = 64
+    vocab: Annotated[int, Bound("--vocab", 1, 16_777_216)] = 1024
     preset: str | None = None  # the preset (runner/plan/presets.py) the shape started from
 
 
@@ -64,9 +67,12 @@ class StrategySpec:
 
     name: str | None = None  # ddp, fsdp, zero1, zero2, zero3, pipeline; None: the launcher's
     schedule: PipelineSchedule | None = None  # pipeline; None: 1f1b
-    micro_batches: int | None = None  # pipeline: micro-batches per step; None: 4
-    pp_size: int | None = None  # pipeline: ranks per pipeline; None: every rank of the point
-    stages_per_rank: int | None = None  # pipeline; None: 1, or 2 for interleaved-1f1b
+    # pipeline: micro-batches per step; None: 4
+    micro_batches: Annotated[int | None, Bound("--micro-batches", 1, 65536)] = None
+    # pipeline: ranks per pipeline; None: every rank of the point
+    pp_size: Annotated[int | None, Bound("--pp-size", 1, 1_048_576)] = None
+    # pipeline; None: 1, or 2 for interleaved-1f1b
+    stages_per_rank: Annotated[int | None, Bound("--stages-per-rank", 1, 1024)] = None
     stage_split: StageSplit | None = None  # pipeline; None: even
 
 
@@ -99,7 +105,8 @@ class LauncherOptions:
     zero_stage: int | None = None
     horovod_controller: HorovodController = HorovodController.GLOO  # horovodrun
     tf_strategy: TfStrategy = TfStrategy.MULTI_WORKER_MIRRORED  # tensorflow
-    tf_ps: int = 1  # tensorflow, parameter-server strategy: parameter server tasks
+    # tensorflow, parameter-server strategy: parameter server tasks
+    tf_ps: Annotated[int, Bound("--tf-ps", 1, 1024)] = 1
 
 
 class PlatformEnv(StrEnum):
@@ -156,8 +163,8 @@ class AllreduceSpec:
 
     sizes: str | None = None  # "4K:64M" doubling or "1M,16M"; None: the accelerator's default
     dtype: str = "float32"
-    warmup: int = 5
-    iters: int = 20
+    warmup: Annotated[int, Bound("--ar-warmup", 0, 1_000_000)] = 5
+    iters: Annotated[int, Bound("--ar-iters", 1, 1_000_000)] = 20
 
     def sizes_for(self, accelerator: Accelerator) -> str:
         """The message sizes to measure: the asked ones, or a range that finishes on this
@@ -173,7 +180,10 @@ class HealthGate:
 
     enabled: bool = True
     strict: bool = False  # fail the sweep below the threshold, instead of warning
-    threshold_gbs: float | None = None  # None: the catalog's pass mark for the size
+    # None: the catalog's pass mark for the size
+    threshold_gbs: Annotated[
+        float | None, Bound("--health-threshold", 0, 1_000_000, "", "GB/s", above=True)
+    ] = None
     size: str | None = None  # message size; None: the catalog's (8G, as Azure's health check)
 
 
@@ -184,9 +194,9 @@ class LaunchRequest:
     run_id: str
     _: KW_ONLY
     launcher: str = "torchrun"  # a LauncherName, as typed; dtrun.plan.resolve checks it
-    procs_per_node: int = 1
+    procs_per_node: Annotated[int, Bound("--procs-per-node", 1, 1024)] = 1
     env: tuple[tuple[str, str], ...] = ()  # user --env KEY=VALUE, in order; later keys win
-    rdzv_port: int = 29400
+    rdzv_port: Annotated[int, Bound("--port", 1, 65534)] = 29400
     launch: LauncherOptions = field(default_factory=LauncherOptions)
     nccl_debug: bool = False  # NCCL_DEBUG=INFO on every node
     cluster_env: bool = False  # also export the MPI-style cluster variables (docs/launchers.md)
@@ -213,34 +223,46 @@ MIN_LAUNCHES = 2  # one launch shows nothing of how much a launch moves: no inte
 class BenchSpec(LaunchRequest):
     """Everything the user asked of one `dtrun bench` sweep."""
 
-    node_counts: tuple[int, ...] = (1, 2)
+    node_counts: Annotated[tuple[int, ...], nodes_range("--nodes")] = (1, 2)
     workload: str = "train"
     mode: ScalingMode = ScalingMode.WEAK
     # Defaults chosen to reach a verdict (docs/report.md, "Defaults"): 50 timed steps a launch
     # and 5 launches a node count, so the interval holds the noise between launches too.
-    steps: int = 60
-    warmup: int = 10
-    repeat: int = 5  # with until_decided: the most launches a node count may take
+    steps: Annotated[int, Bound("--steps", 1, 1_000_000)] = 60
+    warmup: Annotated[int, Bound("--warmup", 0, 999_999)] = 10
+    # --repeat: the fixed launches a node count takes (not until decided)
+    repeat: Annotated[int, Bound("--repeat", 1, 1000)] = 5
     # --until-decided: launch at each node count until its efficiency interval decides (at
-    # least 2 launches, at most ``repeat``; runner/report/sequential.py)
+    # least 2 launches, at most ``max_launches``; runner/report/sequential.py)
     until_decided: bool = False
-    batch: int = 8  # per process in weak mode; per process at the smallest node count in strong
-    global_batch: int | None = None  # strong mode: the fixed global batch (default from batch)
+    # --max-launches (read only until decided); its ceiling: --repeat's
+    max_launches: Annotated[int, Bound("--max-launches", MIN_LAUNCHES, 1000)] = DEFAULT_MAX_LAUNCHES
+    # per process in weak mode; per process at the smallest node count in strong
+    batch: Annotated[int, Bound("--batch", 1, 1_048_576)] = 8
+    # strong mode: the fixed global batch (default from batch)
+    global_batch: Annotated[int | None, Bound("--global-batch", 1, 16_777_216)] = None
     model: ModelSpec = field(default_factory=ModelSpec)
-    timeout_s: float = 600.0
+    timeout_s: Annotated[float, seconds("--timeout")] = 600.0
     strategy: StrategySpec = field(default_factory=StrategySpec)  # the train workload's
     dtype: TrainDtype = TrainDtype.AUTO  # the train workload's arithmetic
     allreduce: AllreduceSpec = field(default_factory=AllreduceSpec)
     busbw: bool = True  # training launches also measure all-reduce busbw at the gradient size
     health: HealthGate = field(default_factory=HealthGate)
-    project_tokens: int = 10**9  # the report's time-to-train projection: tokens to train on
+    # the report's time-to-train projection: tokens to train on
+    project_tokens: Annotated[int, Bound("--project-tokens", 1, 10**15)] = 10**9
     # the report's verdicts: a node count scales when its efficiency's whole 95% interval is
     # at or above this fraction (docs/report.md "Intervals and verdicts")
-    target_efficiency: float = 0.9
+    target_efficiency: Annotated[
+        float, Bound("--target-efficiency", 0, 1, "a fraction", above=True)
+    ] = 0.9
     # What a node costs an hour (USD), over the catalog's list price (docs/report.md "Cost"),
     # and the most the sweep's estimate may come to before it is refused.
-    price_per_node_hour: float | None = None
-    max_cost: float | None = None
+    price_per_node_hour: Annotated[
+        float | None, Bound("--price-per-node-hour", 0, 100_000, "", "USD", above=True)
+    ] = None
+    max_cost: Annotated[
+        float | None, Bound("--max-cost", 0, 1_000_000_000, "", "USD", above=True)
+    ] = None
     # `dtrun bench -- PROGRAM`: the user's own program instead of a built-in workload
     # (docs/your-training.md), and what one of its optimizer steps processes
     program: Program | None = None
@@ -249,6 +271,11 @@ class BenchSpec(LaunchRequest):
     # `seconds` or `ms` is the step's time, else the time between matches (docs/your-training.md)
     step_pattern: str | None = None
     probe: bool = False  # after each launch of the program, the all-reduce probe on its ranks
+
+    @property
+    def launches(self) -> int:
+        """The most launches a node count takes: --max-launches until decided, else --repeat."""
+        return self.max_launches if self.until_decided else self.repeat
 
     def redacted(self) -> BenchSpec:
         """This spec with the values of secret-looking --env variables (and program
@@ -287,8 +314,8 @@ class RunSpec(LaunchRequest):
     """Everything the user asked of one `dtrun run`: their own program, on every node."""
 
     program: Program
-    nodes: int = 1
-    timeout_s: float | None = None  # None: as long as the program runs
+    nodes: Annotated[int, nodes_range("--nodes")] = 1
+    timeout_s: Annotated[float | None, seconds("--timeout")] = None  # None: as long as it runs
 
     def redacted(self) -> RunSpec:
         """This spec with secret-looking --env values and program arguments replaced, and

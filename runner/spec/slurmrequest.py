@@ -22,7 +22,6 @@ class SlurmRequest:
     exclude: str | None = None
     nodelist: str | None = None
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
-    drain_failing: bool = False  # the health gate drains the nodes that fail it
     lease_s: int = DEFAULT_LEASE_S  # DTRUN_SLURM_LEASE_S; 0: no lease
 
     def passed_through(self) -> tuple[tuple[str, str], ...]:

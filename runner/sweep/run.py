@@ -241,7 +241,7 @@ class _Runner:
                     results[run.nodes].append(result)
         nodes, spec = launch.plan.nnodes, self.plan.spec
         done = len(results[nodes])
-        return runs_next(results, nodes, done, spec.repeat, spec.target_efficiency)
+        return runs_next(results, nodes, done, spec.max_launches, spec.target_efficiency)
 
     def record(self, run: RunResult) -> None:
         self.sweep.runs.append(run)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from dtrun.engines.base import ClusterChoice, Hooks
+from dtrun.engines.registry import EngineOptions
 from dtrun.engines.spark.engine import SparkEngine
 from dtrun.engines.spark.executor import SparkExecutor
-from dtrun.engines.spark.options import SparkOptions
 from dtrun.errors import NodeFailedError
 from dtrun.spec.request import Program, ProgramKind, RunSpec
 from tests.conftest import (
@@ -52,7 +52,7 @@ def _spec(run_id: str, script: Path, marker: Path) -> RunSpec:
 def test_a_failed_launch_leaves_the_application_to_the_next_launch(no_leftovers):
     script, marker = no_leftovers / "fail_once.py", no_leftovers / "failed"
     script.write_text(FAIL_ONCE)
-    choice = ClusterChoice(SparkOptions(spark=MASTER), local_nodes=2)
+    choice = ClusterChoice(EngineOptions(spark=MASTER), nodes=2)
     with SparkEngine().open(choice, Hooks(notice=print)) as cluster:
         executor = cluster.executor
         assert isinstance(executor, SparkExecutor)

@@ -61,7 +61,7 @@ def test_a_sweep_until_decided_stops_each_point_between_two_and_the_maximum(no_l
     assert done.returncode == 0, done.stdout + done.stderr
     _checked(out / "ud")
     manifest = _read(out / "ud" / "manifest.json")
-    assert manifest["bench"]["until_decided"] is True and manifest["bench"]["repeat"] == 3
+    assert manifest["bench"]["until_decided"] is True and manifest["bench"]["max_launches"] == 3
 
     again = run_dtrun(
         "bench", "--rerun", str(out / "ud"), "--run-id", "ud2", "--quiet",

@@ -1,7 +1,7 @@
-"""Every number an option takes has a range (runner/spec/bounds.py): a value past it, nan or inf
-is refused with exit 2 and one message by the command that takes it, before anything is
-planned; the ranges are in --help and docs/bench.md ("Bounds"); a dry run's size does not grow
-with --repeat."""
+"""Every number an option takes has a range, declared on the field that holds it
+(runner/spec/bounds.py): a value past it, nan or inf is refused with exit 2 and one message by
+the command that takes it, before anything is planned; the ranges are in --help and
+docs/bench.md ("Bounds"); a dry run's size does not grow with --repeat."""
 
 from __future__ import annotations
 
@@ -17,13 +17,39 @@ import pytest
 from typer.testing import CliRunner
 
 from dtrun.cli.app import app
+from dtrun.cli.workload_options import ProgramOptions
+from dtrun.engines.registry import EngineOptions
 from dtrun.errors import PlanError
-from dtrun.plan.bounds import check_bound
-from dtrun.spec.bounds import BOUNDS
+from dtrun.plan.checks import check_bound
+from dtrun.spec.bounds import Bound, bounds_on
+from dtrun.spec.request import (
+    AllreduceSpec,
+    BenchSpec,
+    HealthGate,
+    LauncherOptions,
+    ModelSpec,
+    RunSpec,
+    StrategySpec,
+)
 from tests.paths import REPO
 from tests.unit.test_bad_input import refused
 
 ROOT = REPO
+# every class whose fields hold an option's value: the specs, the engines' and the program's
+HOLDERS = (BenchSpec, RunSpec, ModelSpec, StrategySpec, AllreduceSpec, HealthGate,
+           LauncherOptions, EngineOptions, ProgramOptions)  # fmt: skip
+
+
+def _declared() -> dict[str, Bound]:
+    """Every option's range, as its fields declare it: flag -> range."""
+    found: dict[str, Bound] = {}
+    for holder in HOLDERS:
+        for bound in bounds_on(holder).values():
+            assert found.setdefault(bound.flag, bound) == bound, f"{bound.flag}: two ranges"
+    return found
+
+
+BOUNDS = _declared()
 
 # flag -> (the command and the options it needs beside the flag, a value past the ceiling)
 PAST = {
@@ -35,6 +61,7 @@ PAST = {
     "--steps": (["bench"], "1000001"),
     "--warmup": (["bench", "--steps", "1000000"], "1000000"),
     "--repeat": (["bench"], "1000000000"),
+    "--max-launches": (["bench", "--until-decided"], "1001"),
     "--batch": (["bench"], "1048577"),
     "--global-batch": (["bench", "--mode", "strong"], "16777217"),
     "--layers": (["bench"], "1025"),
@@ -89,6 +116,7 @@ def test_a_value_past_an_options_ceiling_is_refused_naming_the_range(workdir, fl
     # the refusal names the ceiling (--warmup's is its rule against --steps)
     ceiling = f"at most {bound.rule.rpartition('at most ')[2]}"
     ceiling = "less than --steps" if flag == "--warmup" else ceiling
+    ceiling = "at most 1000" if flag == "--max-launches" else ceiling  # its own message
     refused(_bench_or_run(command, workdir, flag, value), workdir, ceiling)
 
 
@@ -122,11 +150,11 @@ def test_each_range_holds_its_ends_and_nothing_past_them(flag):
     bound = BOUNDS[flag]
     lowest = math.nextafter(bound.low, math.inf) if bound.above else bound.low
     for inside in (lowest, bound.high):
-        check_bound(flag, inside)
+        check_bound(bound, inside)
     below = bound.low if bound.above else bound.low - 1
     for outside in (below, bound.high + 1, math.nan, math.inf, -math.inf):
         with pytest.raises(PlanError, match=re.escape(f"{flag} must be")):
-            check_bound(flag, outside)
+            check_bound(bound, outside)
 
 
 def test_a_billion_repeats_are_refused_at_once_without_planning_them(tmp_path):

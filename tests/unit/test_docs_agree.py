@@ -39,7 +39,9 @@ def test_the_quickstart_quotes_the_default_sweep():
     assert (first, second) == spec.node_counts
     assert (steps, most) == (spec.steps, DEFAULT_MAX_LAUNCHES)
     # and the default is that: a sweep of the quickstart's node counts launches until decided
-    assert launches_of(SweepOptions(), spec.node_counts) == (True, DEFAULT_MAX_LAUNCHES)
+    launches = launches_of(SweepOptions(), spec.node_counts)
+    assert launches["until_decided"] is True
+    assert launches["max_launches"] == DEFAULT_MAX_LAUNCHES
 
 
 def test_the_strategies_the_docs_list_are_those_bench_help_offers():

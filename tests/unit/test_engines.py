@@ -19,7 +19,7 @@ def _given(**options: object) -> ClusterChoice:
 
 
 CHOICES = {
-    "embedded": [ClusterChoice(), ClusterChoice(local_nodes=3, check=True), _given()],
+    "embedded": [ClusterChoice(), ClusterChoice(nodes=3, check=True), _given()],
     "ssh": [_given(hosts="h1:4,h2:4"), _given(stack="dev"), _given(outputs=Path("dev.json"))],
     "slurm": [
         _given(slurm=True),
@@ -70,18 +70,18 @@ def test_each_engine_reads_its_own_options_from_the_choice():
     assert choice.of(SlurmOptions).slurm is False
     assert ClusterChoice().of(SshOptions) == SshOptions()  # nothing given: the defaults
     with pytest.raises(TypeError):
-        ClusterChoice(options=SshOptions()).of(SlurmOptions)
+        ClusterChoice(options=SshOptions()).of(SlurmOptions)  # type: ignore[arg-type]
 
 
 def test_the_embedded_choice_opens_local_nodes_with_no_dry_run_preview():
-    with open_cluster(ClusterChoice(local_nodes=2), Hooks(notice=print)) as cluster:
+    with open_cluster(ClusterChoice(nodes=2), Hooks(notice=print)) as cluster:
         assert cluster.engine.name == "embedded"
         assert [node.address for node in cluster.inventory.nodes] == ["127.0.0.2", "127.0.0.3"]
         assert cluster.preview is None
 
 
 def test_the_spark_choice_opens_with_its_dry_run_preview():
-    choice = ClusterChoice(EngineOptions(spark="spark://head:7077"), local_nodes=2)
+    choice = ClusterChoice(EngineOptions(spark="spark://head:7077"), nodes=2)
     with open_cluster(choice, Hooks(notice=print)) as cluster:
         assert cluster.engine.name == "spark"
         assert cluster.preview is not None
@@ -89,7 +89,7 @@ def test_the_spark_choice_opens_with_its_dry_run_preview():
 
 
 def test_spark_readiness_waits_for_nothing_before_its_barrier_job():
-    choice = ClusterChoice(EngineOptions(spark="spark://head:7077"), local_nodes=2)
+    choice = ClusterChoice(EngineOptions(spark="spark://head:7077"), nodes=2)
     with open_cluster(choice, Hooks(notice=print)) as cluster:
         plan = LaunchPlan.__new__(LaunchPlan)  # no fields: reading one would raise
         cluster.ready(plan)  # Spark's barrier job does the waiting, not a look at the nodes
@@ -146,12 +146,9 @@ def test_choose_hands_the_options_to_the_engines_and_adds_the_command_s_own():
 
     where = Where(hosts="h1:4", accept_new_host_keys=True, ready_timeout=7.0, connect_timeout=5.0)
     choice = choose(where, 3, check=True)
-    assert choice == ClusterChoice(
-        options=where,
-        local_nodes=3,
-        check=True,
-        patience=Patience(5.0, 2.0, 2.0, "--connect-timeout"),
-    )
+    assert choice == ClusterChoice(options=where, nodes=3, check=True)  # nothing copied
+    assert choice.local_nodes == 3
+    assert choice.patience == Patience(5.0, 2.0, 2.0, "--connect-timeout")
     assert choice.of(SshOptions).accept_new_host_keys is True
     assert choose(Where(local_nodes=2), 1).local_nodes == 2
     assert choose(Where(outputs=Path("dev.json")), 1).patience == Patience(900.0)
@@ -184,5 +181,5 @@ def test_each_engine_checks_its_own_options_in_its_options_class():
         with pytest.raises(error, match=message):
             EngineOptions(**{field: value}).check()
     with pytest.raises(UsageError, match="--drain-failing shapes a Slurm allocation"):
-        EngineOptions().check(drain_failing=True)
-    EngineOptions(slurm=True).check(drain_failing=True)
+        EngineOptions(drain_failing=True).check()
+    EngineOptions(slurm=True, drain_failing=True).check()

@@ -142,7 +142,7 @@ def _pristine() -> dict[str, Path]:
     names = {n: [f"node-{i}" for i in range(n)] for n in (1, 2, 4)}
     train = fake_run_dir(
         root / "train",
-        BenchSpec(run_id="train", node_counts=(1, 2, 4), repeat=3, until_decided=True),
+        BenchSpec(run_id="train", node_counts=(1, 2, 4), max_launches=3, until_decided=True),
         inventory,
         {},
         busbw={2: 2.0, 4: 1.5},

@@ -261,7 +261,7 @@ def test_a_point_that_stopped_decided_in_noise_says_its_verdict_was_set_aside(
              for n, s in ((1, 0.030), (2, 0.045))}  # fmt: skip
     loud = noise_data(NODES, other_cores=0.6, probe_s=[0.03, 0.03])
     noise = {1: [quiet(["node-0"], ())] * 2, 2: [loud] * 2}
-    bench = BenchSpec(run_id="v", repeat=6, until_decided=True)
+    bench = BenchSpec(run_id="v", max_launches=6, until_decided=True)
     run_dir = fake_run_dir(
         tmp_path / "v", bench, fixed_inventory, {}, step_times=steps, noise=noise
     )

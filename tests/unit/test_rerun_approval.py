@@ -9,6 +9,7 @@ which of the two stops it shows whether it was asked."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import subprocess
@@ -192,7 +193,7 @@ def test_an_unreadable_store_asks_again_and_a_link_is_not_followed(tmp_path):
         ({"program": Program(ProgramKind.SCRIPT, "train.py")}, "is not one a command line gives"),
         # refused when the manifest is read, before it is judged as a sweep
         ({"run_id": "../escape"}, "is damaged: 'run_id' is '../escape': a run id holds"),
-        ({"until_decided": True, "repeat": 1}, "--max-launches 1 is out of range"),
+        ({"until_decided": True, "max_launches": 1}, "--max-launches 1 is out of range"),
         ({"max_cost": -1.0}, "--max-cost"),
         ({"node_counts": (0,)}, "--nodes needs node counts"),
         ({"steps": 10**9}, "--steps must be"),
@@ -228,3 +229,18 @@ def test_a_typed_shell_startup_variable_is_refused(tmp_path):
     done = run_dtrun("bench", "--env", "BASH_ENV=/tmp/x", "--dry-run", cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--env BASH_ENV changes how bash runs" in done.stderr
+
+
+def test_a_max_launches_recorded_in_repeat_is_checked_as_if_typed(tmp_path):
+    # a manifest written while "repeat" held --max-launches (no field of its own) is read so
+    run_dir = _run_dir(tmp_path, replace(SPEC, env=(), until_decided=True, max_launches=1))
+    manifest = run_dir.manifest
+    data = json.loads(manifest.read_text())
+    data["bench"]["repeat"] = data["bench"].pop("max_launches")
+    manifest.write_text(json.dumps(data))
+    done = run_dtrun("bench", "--resume", str(run_dir.path), "--yes", cwd=tmp_path,
+                     env=_env(tmp_path))  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    err = " ".join(done.stderr.split())
+    assert "records a sweep dtrun refuses: --max-launches 1 is out of range" in err, err
+    assert "Traceback" not in err

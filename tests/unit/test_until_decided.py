@@ -154,13 +154,16 @@ class Scripted(LocalExecutor):
         )
 
 
-def bench(run_id: str, until_decided: bool = True, repeat: int = 6) -> BenchSpec:
+def bench(
+    run_id: str, until_decided: bool = True, max_launches: int = 6, repeat: int = 5
+) -> BenchSpec:
     return BenchSpec(
         run_id=run_id,
         node_counts=(1, 2),
         steps=4,
         warmup=1,
         repeat=repeat,
+        max_launches=max_launches,
         until_decided=until_decided,
     )
 
@@ -196,7 +199,7 @@ def test_a_sweep_stops_launching_a_point_once_it_decides(
 
 def test_a_sweep_on_the_target_stops_at_the_maximum(tmp_path: Path, fixed_inventory: Inventory):
     executor = Scripted({1: WOBBLY, 2: [t * 0.9 for t in reversed(WOBBLY)]})
-    run_sweep(sweep_plan(fixed_inventory, bench("ambiguous", repeat=4)), tmp_path, executor)
+    run_sweep(sweep_plan(fixed_inventory, bench("ambiguous", max_launches=4)), tmp_path, executor)
     assert executor.launched == [1, 2] * 4
     rows = summary_rows(tmp_path / "ambiguous")
     assert rows[1]["stopped"] == "maximum" and rows[1]["launches_n"] == 4
@@ -207,7 +210,7 @@ def test_a_fixed_sweep_keeps_its_order_and_says_nothing_of_stopping(
     tmp_path: Path, fixed_inventory: Inventory
 ):
     executor = Scripted({1: STEADY, 2: [t * 0.5 for t in STEADY]})
-    run_sweep(sweep_plan(fixed_inventory, bench("fixed", False, 3)), tmp_path, executor)
+    run_sweep(sweep_plan(fixed_inventory, bench("fixed", False, repeat=3)), tmp_path, executor)
     assert executor.launched == [1, 1, 1, 2, 2, 2]
     rows = summary_rows(tmp_path / "fixed")
     assert [r["stopped"] for r in rows] == [None, None]
@@ -218,7 +221,7 @@ def test_a_fixed_sweep_keeps_its_order_and_says_nothing_of_stopping(
 def test_the_report_rebuilt_later_replays_the_same_looks(
     tmp_path: Path, fixed_inventory: Inventory
 ):
-    spec = BenchSpec(run_id="later", node_counts=(1, 2), repeat=6, until_decided=True)
+    spec = BenchSpec(run_id="later", node_counts=(1, 2), max_launches=6, until_decided=True)
     # tokens/s of the whole point: about 90% efficiency, 5% apart, 2 of 6 launches
     run_dir = fake_run_dir(
         tmp_path / "later", spec, fixed_inventory, {1: [1000.0, 1050.0], 2: [1800.0, 1900.0]}
@@ -309,9 +312,46 @@ def test_a_resumed_sweep_runs_only_the_launches_the_rule_still_owes(
     with pytest.raises(RunInterruptedError):  # stopped as the 2-node point's second launch began
         run_sweep(sweep_plan(fixed_inventory, bench("cut")), tmp_path, StoppedAt(tokens, 4))
     resumed = read_resume(tmp_path / "cut", ())
-    assert resumed.spec.until_decided and resumed.spec.repeat == 6
+    assert resumed.spec.until_decided and resumed.spec.max_launches == 6
     executor = Scripted({1: STEADY[2:], 2: [t * 0.5 for t in STEADY[1:]]})
     run_sweep(sweep_plan(fixed_inventory, resumed.spec), tmp_path, executor, resumed=resumed)
     assert executor.launched == [2]  # the second 2-node launch, and then the point had decided
     rows = summary_rows(tmp_path / "cut")
     assert [(r["launches_n"], r["stopped"]) for r in rows] == [(2, "baseline"), (2, "decided")]
+
+
+def _as_recorded_before_max_launches(run_dir: Path) -> None:
+    """The manifest as dtrun wrote it while ``repeat`` held --max-launches (no field of its own)."""
+    manifest = run_dir / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["bench"]["repeat"] = data["bench"].pop("max_launches")
+    manifest.write_text(json.dumps(data))
+
+
+def test_a_sweep_recorded_when_repeat_held_max_launches_resumes_to_that_maximum(
+    tmp_path: Path, fixed_inventory: Inventory, no_stop_yet: None
+):
+    tokens = {1: WOBBLY, 2: [t * 0.9 for t in reversed(WOBBLY)]}  # on the target: never decides
+    with pytest.raises(RunInterruptedError):  # stopped as the 2-node point's second launch began
+        run_sweep(sweep_plan(fixed_inventory, bench("old", max_launches=3)), tmp_path,
+                  StoppedAt(tokens, 4))  # fmt: skip
+    _as_recorded_before_max_launches(tmp_path / "old")
+    resumed = read_resume(tmp_path / "old", ())
+    assert resumed.spec.until_decided and resumed.spec.max_launches == 3
+    executor = Scripted({1: WOBBLY[2:], 2: [t * 0.9 for t in reversed(WOBBLY)][1:]})
+    run_sweep(sweep_plan(fixed_inventory, resumed.spec), tmp_path, executor, resumed=resumed)
+    assert executor.launched == [2, 1, 2]  # up to 3 launches a point, not the default 6
+    rows = summary_rows(tmp_path / "old")
+    assert [(r["launches_n"], r["stopped"]) for r in rows] == [(3, "baseline"), (3, "maximum")]
+    assert "2 to 3 launches per node count" in (tmp_path / "old" / "report.md").read_text()
+
+
+def test_a_recorded_max_launches_and_repeat_are_read_each_for_itself(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    spec = BenchSpec(run_id="both", node_counts=(1, 2), repeat=2, max_launches=4,
+                     until_decided=True)  # fmt: skip
+    run_dir = fake_run_dir(tmp_path / "both", spec, fixed_inventory, {1: [1000.0], 2: [1800.0]})
+    build_report(RunDir(run_dir.path))
+    assert "2 to 4 launches per node count" in (run_dir.path / "report.md").read_text()
+    assert read_resume(run_dir.path, ()).spec.max_launches == 4

@@ -10,23 +10,27 @@ from typing import Annotated
 import typer
 
 from dtrun.engines.base import WHERE_PANEL
-from dtrun.plan.bounds import check_bound
-from dtrun.spec.bounds import within
+from dtrun.spec.bounds import nodes_range
+
+LOCAL_NODES = nodes_range("--local-nodes")
 
 
 @dataclass(frozen=True)
 class EmbeddedOptions:
     local_nodes: Annotated[
         int | None,
+        LOCAL_NODES,
         typer.Option(
             help="Size of the embedded cluster, of the allocation --slurm asks for outside one, "
             "or the executors --spark asks a spark://, yarn or k8s master for "
             "(default: the nodes the command needs; exec: 2; check: 4)"
-            f"{within('--local-nodes')}.",
+            f"{LOCAL_NODES.within}.",
             rich_help_panel=WHERE_PANEL,
         ),
     ] = None
 
-    def check(self, drain_failing: bool) -> None:
+    def check(self) -> None:
+        from dtrun.plan.checks import check_bound
+
         if self.local_nodes is not None:
-            check_bound("--local-nodes", self.local_nodes)
+            check_bound(LOCAL_NODES, self.local_nodes)

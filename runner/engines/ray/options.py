@@ -25,7 +25,7 @@ class RayOptions:
         ),
     ] = None
 
-    def check(self, drain_failing: bool) -> None:
+    def check(self) -> None:
         """A --ray that is not HOST:PORT is refused before anything starts."""
         if self.ray is not None:
             from dtrun.engines.ray.session import parse_address

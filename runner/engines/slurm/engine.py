@@ -51,20 +51,26 @@ class SlurmEngine(Engine):
             wait_for_nodes(cluster, plan)
 
     def drain(self, cluster: Cluster, run_id: str) -> Drain | None:
-        """The Slurm executor drains the nodes below the gate's mark."""
+        """With --drain-failing, the Slurm executor drains the nodes below the gate's mark."""
         from dtrun.engines.slurm.executor import SlurmExecutor
+        from dtrun.engines.slurm.options import SlurmOptions
+
+        if not cluster.choice.of(SlurmOptions).drain_failing:
+            return None
 
         executor = cluster.executor
         assert isinstance(executor, SlurmExecutor)
         return lambda nodes: executor.drain(nodes, run_id)
 
-    def after_check(self, cluster: Cluster, flagged: Mapping[str, str], drain: bool) -> list[str]:
+    def after_check(self, cluster: Cluster, flagged: Mapping[str, str]) -> list[str]:
         """The next job's --exclude, and with --drain-failing the flagged nodes drained."""
         from dtrun.engines.slurm.executor import SlurmExecutor
+        from dtrun.engines.slurm.options import SlurmOptions
 
         executor = cluster.executor
         assert isinstance(executor, SlurmExecutor)
         if not flagged:
             return []
         lines = [f"next Slurm job: --exclude {','.join(flagged)}"]
+        drain = cluster.choice.of(SlurmOptions).drain_failing
         return [*lines, executor.drain_hosts(flagged)] if drain else lines

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dtrun.errors import UsageError
-from dtrun.plan.bounds import check_bound
-from dtrun.spec.bounds import within
+from dtrun.spec.bounds import seconds
 from dtrun.spec.slurmrequest import DEFAULT_QUEUE_TIMEOUT_S, SlurmRequest
 
 if TYPE_CHECKING:
     from dtrun.engines.base import ClusterChoice
 
 PANEL = "Slurm (--slurm)"
+QUEUE_TIMEOUT = seconds("--queue-timeout")
 
 
 def _sbatch(flag: str, what: str) -> Any:  # typer.Option's own return type
@@ -48,23 +48,37 @@ class SlurmOptions:
     constraint: Annotated[str | None, _sbatch("constraint", "node features, e.g. ib&a100")] = None
     exclude: Annotated[str | None, _sbatch("exclude", "nodes not to use, e.g. gpu[03,07]")] = None
     nodelist: Annotated[str | None, _sbatch("nodelist", "nodes it must have")] = None
+    drain_failing: Annotated[
+        bool,
+        typer.Option(
+            "--drain-failing",
+            help="--slurm: drain the nodes below the mark in Slurm (scontrol update "
+            "state=drain, with the reason): bench's health gate's, and then stop the sweep "
+            "(exit 4), so that the next allocation gets other nodes; or those `dtrun check` "
+            "flags.",
+            rich_help_panel=PANEL,
+        ),
+    ] = False
     queue_timeout: Annotated[
         float,
+        QUEUE_TIMEOUT,
         typer.Option(
             help="--slurm: seconds dtrun's allocation may wait in the queue (saying Slurm's "
             "reason) before dtrun cancels it and stops"
-            f"{within('--queue-timeout')}.",
+            f"{QUEUE_TIMEOUT.within}.",
             rich_help_panel=PANEL,
         ),
     ] = DEFAULT_QUEUE_TIMEOUT_S
 
-    def check(self, drain_failing: bool) -> None:
+    def check(self) -> None:
         """--queue-timeout's range; Slurm's options (--drain-failing among them) without
         --slurm are refused, before Slurm is asked."""
-        check_bound("--queue-timeout", self.queue_timeout)
-        self.slurm_request(drain_failing)
+        from dtrun.plan.checks import check_bound
 
-    def slurm_request(self, drain_failing: bool = False) -> SlurmRequest | None:
+        check_bound(QUEUE_TIMEOUT, self.queue_timeout)
+        self.slurm_request()
+
+    def slurm_request(self) -> SlurmRequest | None:
         """--slurm's request; Slurm options without --slurm are refused (they would be lost)."""
         from dtrun.engines.slurm.lease import lease_seconds
 
@@ -77,12 +91,11 @@ class SlurmOptions:
             exclude=self.exclude,
             nodelist=self.nodelist,
             queue_timeout_s=self.queue_timeout,
-            drain_failing=drain_failing,
         )
         if self.slurm:
             return replace(request, lease_s=lease_seconds())
         given = [flag for flag, _ in request.passed_through()]
-        if drain_failing:
+        if self.drain_failing:
             given.append("--drain-failing")
         if self.queue_timeout != DEFAULT_QUEUE_TIMEOUT_S:
             given.append("--queue-timeout")
@@ -97,6 +110,6 @@ class SlurmOptions:
 
 def request_of(choice: ClusterChoice) -> SlurmRequest:
     """The request of a choice the Slurm engine selected (--slurm was given)."""
-    request = choice.of(SlurmOptions).slurm_request(choice.drain_failing)
+    request = choice.of(SlurmOptions).slurm_request()
     assert request is not None, "only the Slurm engine's choices have a request"
     return request

@@ -25,5 +25,5 @@ class SparkOptions:
         ),
     ] = None
 
-    def check(self, drain_failing: bool) -> None:
+    def check(self) -> None:
         """Nothing to check before the master is asked (runner/engines/spark/inventory.py)."""

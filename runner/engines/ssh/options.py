@@ -12,10 +12,10 @@ import typer
 from dtrun.cluster.readiness import Patience
 from dtrun.engines.base import DEFAULT_READY_TIMEOUT, WHERE_PANEL
 from dtrun.engines.common.stack import StackOptions
-from dtrun.plan.bounds import check_bound
-from dtrun.spec.bounds import within
+from dtrun.spec.bounds import seconds
 
 DEFAULT_CONNECT_TIMEOUT = 30.0
+READY_TIMEOUT, CONNECT_TIMEOUT = seconds("--ready-timeout"), seconds("--connect-timeout")
 
 Hosts = Annotated[
     str | None,
@@ -41,28 +41,29 @@ class SshOptions(StackOptions):
     ] = False
     ready_timeout: Annotated[
         float,
+        READY_TIMEOUT,
         typer.Option(
             help="Stacks: seconds to wait for nodes to boot, register and answer before giving up"
-            f"{within('--ready-timeout')}.",
+            f"{READY_TIMEOUT.within}.",
             rich_help_panel=WHERE_PANEL,
         ),
     ] = DEFAULT_READY_TIMEOUT
     connect_timeout: Annotated[
         float,
+        CONNECT_TIMEOUT,
         typer.Option(
             help="Hosts files: seconds every node has to answer SSH (tried every 2 s) before the "
             "run fails, naming the nodes that did not"
-            f"{within('--connect-timeout')}.",
+            f"{CONNECT_TIMEOUT.within}.",
             rich_help_panel=WHERE_PANEL,
         ),
     ] = DEFAULT_CONNECT_TIMEOUT
 
-    def check(self, drain_failing: bool) -> None:
-        for flag, seconds in (
-            ("--ready-timeout", self.ready_timeout),
-            ("--connect-timeout", self.connect_timeout),
-        ):
-            check_bound(flag, seconds)
+    def check(self) -> None:
+        from dtrun.plan.checks import check_bound
+
+        check_bound(READY_TIMEOUT, self.ready_timeout)
+        check_bound(CONNECT_TIMEOUT, self.connect_timeout)
 
     @property
     def patience(self) -> Patience:
