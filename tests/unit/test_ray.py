@@ -250,3 +250,26 @@ def test_a_ray_head_that_does_not_answer_exits_1_naming_it(tmp_path, monkeypatch
     assert done.exit_code == 1, said
     assert "cannot connect to the Ray cluster at 127.0.0.1:1" in said, said
     assert "Traceback" not in said
+
+
+class _Ray:
+    """What RaySession.close asks of Ray, counted."""
+
+    def __init__(self) -> None:
+        self.shut = 0
+
+    def shutdown(self) -> None:
+        self.shut += 1
+
+
+@pytest.mark.parametrize("trained", [False, True])
+def test_detached_actors_are_looked_up_only_after_a_torchtrainer_ran(monkeypatch, trained):
+    """Ray Train's are the only detached actors a dtrun job makes; under torchrun the lookup's
+    GCS queries (0.1-0.3 s of each Ray point, benchmarks/ray_trace.py) are skipped."""
+    looked: list[bool] = []
+    session = RaySession("h:1")
+    session.ray, session.trained = _Ray(), trained
+    monkeypatch.setattr(RaySession, "kill_detached", lambda self: looked.append(True))
+    session.close()
+    assert looked == ([True] if trained else [])
+    assert session.ray is None

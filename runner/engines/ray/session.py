@@ -89,6 +89,7 @@ class RaySession:
         self.address, self.run_id = address, run_id
         self.ray: Any = None
         self.job_id = ""
+        self.trained = False  # a TorchTrainer ran: Ray Train may have left detached actors
 
     def open(self) -> None:
         ray = need_ray()
@@ -119,10 +120,11 @@ class RaySession:
     def close(self) -> None:
         """The job ends: Ray kills whatever actor or placement group of it is left, and dtrun
         the detached actors its job made (Ray Train's AutoscalingCoordinator, which Ray keeps
-        past the job)."""
+        past the job; looked up only after a TorchTrainer ran: 0.1-0.3 s of GCS queries)."""
         if self.ray is not None:
             with contextlib.suppress(Exception):  # what cannot be asked is not left by us
-                self.kill_detached()
+                if self.trained:
+                    self.kill_detached()
             self.ray.shutdown()
             self.ray = None
 
