@@ -20,6 +20,7 @@ Run it in a network namespace of its own:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import signal
@@ -40,11 +41,15 @@ from tests.raycluster import ray_cluster_up  # noqa: E402
 
 
 def dtrun(address: str | None, launcher: str, steps: int, warmup: int, port: int, run: str,
-          workdir: Path, env: dict[str, str]) -> tuple[float, float]:  # fmt: skip
-    """(the whole command's wall time, the time until its launch ended: runs.json written)."""
+          workdir: Path, env: dict[str, str],
+          trace: bool = False) -> tuple[float, float]:  # fmt: skip
+    """(the whole command's wall time, the time until its launch ended: runs.json written).
+    ``trace``: run through benchmarks/ray_trace.py, which writes ``trace.json`` in workdir."""
     where = ["--ray", address] if address else []
+    exe = ([sys.executable, str(REPO / "benchmarks" / "ray_trace.py"), str(workdir / "trace.json")]
+           if trace else [str(BIN / "dtrun")])  # fmt: skip
     command = [
-        str(BIN / "dtrun"), "bench", *where, "--launcher", launcher, "--nodes", "2",
+        *exe, "bench", *where, "--launcher", launcher, "--nodes", "2",
         "--steps", str(steps), "--warmup", str(warmup), "--repeat", "1", "--port", str(port),
         "--output", str(workdir), "--run-id", run, "--no-busbw", "--no-health-gate", "--quiet",
     ]  # fmt: skip
@@ -57,6 +62,16 @@ def dtrun(address: str | None, launcher: str, steps: int, warmup: int, port: int
     return elapsed, (workdir / run / "runs.json").stat().st_mtime - wall
 
 
+def phases(trace: Path) -> str:
+    """Each mark of a trace (benchmarks/ray_trace.py) with the seconds since the one before."""
+    marks = json.loads(trace.read_text())
+    lines, last = [], 0.0
+    for what, at in marks:
+        lines.append(f"    {at:7.3f} s  (+{at - last:6.3f})  {what}")
+        last = at
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="counted A/B pairs")
@@ -64,6 +79,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--launcher", default="torchrun", help="torchrun or torchtrainer")
     parser.add_argument("--port", type=int, default=29800)
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="time A's phases (benchmarks/ray_trace.py) and print each round's",
+    )
     args = parser.parse_args()
     print(
         f"machine: {platform.node()}, {os.cpu_count()} cores, Python "
@@ -80,7 +100,7 @@ def main() -> None:
                 folder.mkdir()
             port = args.port + 30 * i
             a, a_launch = dtrun(cluster.address, args.launcher, args.steps, args.warmup, port,
-                                f"a{i}", dirs[0], cluster.env())  # fmt: skip
+                                f"a{i}", dirs[0], cluster.env(), args.trace)  # fmt: skip
             b = bare(args.steps, args.warmup, port + 10, f"b{i}", dirs[1])
             c, c_launch = dtrun(None, "torchrun", args.steps, args.warmup, port + 20, f"c{i}",
                                 dirs[2], cluster.env())  # fmt: skip
@@ -91,6 +111,8 @@ def main() -> None:
                   f"{c_launch:6.2f} s)   ratio {a / b:.3f}, to the launch's end "
                   f"{a_launch / b:.3f} (embedded {c / b:.3f}, {c_launch / b:.3f})   load {load}",
                   flush=True)  # fmt: skip
+            if args.trace:
+                print(phases(dirs[0] / "trace.json"), flush=True)
             if i:
                 rows.append((a, b, c, a_launch, c_launch))
 

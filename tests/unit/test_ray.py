@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from dtrun.engines.ray.executor import bundle, said
 from dtrun.engines.ray.node import NodeProcess
 from dtrun.engines.ray.session import RaySession, parse_address, ray_inventory
 from dtrun.engines.registry import EngineOptions
-from dtrun.errors import InventoryError, PlanError, UsageError
+from dtrun.errors import InventoryError, PlanError, SiteError, UsageError
 from dtrun.spec.cluster import Node, Starter
 from dtrun.spec.launchplan import NodeLaunch
 from tests.paths import REPO
@@ -84,9 +85,14 @@ def test_a_missing_ray_names_the_extra_and_exits_2(monkeypatch):
     assert raised.value.exit_code == 2 and "pip install 'dtrun[ray]'" in raised.value.fix
 
 
-def test_an_unreachable_head_is_said_before_ray_init(monkeypatch):
-    with pytest.raises(InventoryError, match=r"cannot connect to the Ray cluster at 127\.0\.0\.1"):
+def test_an_unreachable_head_is_said_before_ray_init_and_exits_1_as_an_ssh_node(monkeypatch):
+    """A cluster that does not answer is not bad input (exit 2), as an unreachable SSH node,
+    a Spark master or Slurm's controller (docs/ray.md)."""
+    with pytest.raises(
+        SiteError, match=r"cannot connect to the Ray cluster at 127\.0\.0\.1"
+    ) as raised:
         RaySession("127.0.0.1:1").open()
+    assert raised.value.exit_code == 1
 
 
 def test_a_bad_address_is_refused_with_the_other_option_checks():
@@ -187,3 +193,83 @@ def test_the_docs_list_every_file_outside_its_package_that_adding_ray_touched():
     for touched in ("runner/engines/registry.py", "pyproject.toml", "dev"):
         assert f"`{touched}`" in page
     assert Path(REPO / "docs" / "ray.md").is_file()
+
+
+# A Ray worker in small: NodeProcess started in a process of its own, which prints the script's
+# process group and waits to be killed.
+WORKER = """
+import sys, time
+from dtrun.engines.ray.node import NodeProcess
+node = NodeProcess("tag")
+node.spawn(["bash", "-c", "sleep 600 & sleep 600 & wait"])
+print(node.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_node_script_ends_when_its_worker_dies_as_ray_kills_it(tmp_path):
+    """Ray SIGKILLs a dying worker's direct children (its kill_child_processes_on_worker_exit):
+    the script's shell goes, its own children stay unless the guard, no child of the worker,
+    ends the group. Before, the guard was a direct child and went with the shell."""
+    worker = psutil.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE, cwd=tmp_path)
+    assert worker.stdout is not None
+    group = int(worker.stdout.readline())
+    deadline = time.monotonic() + 20
+    while len(_live_in_group(group)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_live_in_group(group)) == 3  # bash and its two sleeps
+    for child in worker.children():
+        child.kill()
+    worker.kill()
+    worker.wait()
+    deadline = time.monotonic() + 30
+    while _live_in_group(group) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _live_in_group(group) == []
+
+
+def test_a_command_task_streams_its_lines_and_ends_with_its_exit_code():
+    from dtrun.engines.ray.commands import bash
+
+    chunks = list(bash("echo one; sleep 1; echo two; sleep 600 & exit 3", "tag"))
+    assert [line for lines, _ in chunks for line in lines] == [b"one\n", b"two\n"]
+    assert [code for _, code in chunks] == [None] * (len(chunks) - 1) + [3]
+    assert len(chunks) >= 2  # the first line before the last: handed over as it came
+
+
+@pytest.mark.parametrize("command", [["exec", "--", "true"], ["check"], ["bench", "--nodes", "1"]])
+def test_a_ray_head_that_does_not_answer_exits_1_naming_it(tmp_path, monkeypatch, command):
+    from typer.testing import CliRunner
+
+    from dtrun.cli.app import app
+
+    monkeypatch.chdir(tmp_path)
+    name, *rest = command
+    done = CliRunner().invoke(app, [name, "--ray", "127.0.0.1:1", *rest])
+    said = " ".join(done.output.split())
+    assert done.exit_code == 1, said
+    assert "cannot connect to the Ray cluster at 127.0.0.1:1" in said, said
+    assert "Traceback" not in said
+
+
+class _Ray:
+    """What RaySession.close asks of Ray, counted."""
+
+    def __init__(self) -> None:
+        self.shut = 0
+
+    def shutdown(self) -> None:
+        self.shut += 1
+
+
+@pytest.mark.parametrize("trained", [False, True])
+def test_detached_actors_are_looked_up_only_after_a_torchtrainer_ran(monkeypatch, trained):
+    """Ray Train's are the only detached actors a dtrun job makes; under torchrun the lookup's
+    GCS queries (0.1-0.3 s of each Ray point, benchmarks/ray_trace.py) are skipped."""
+    looked: list[bool] = []
+    session = RaySession("h:1")
+    session.ray, session.trained = _Ray(), trained
+    monkeypatch.setattr(RaySession, "kill_detached", lambda self: looked.append(True))
+    session.close()
+    assert looked == ([True] if trained else [])
+    assert session.ray is None

@@ -97,7 +97,7 @@ class RayExecutor:
         self, scripts: dict[str, str], on_line: LineSink | None = None
     ) -> dict[str, Answer]:
         """Each script runs with bash on its node, as a Ray task pinned to the node's address."""
-        from dtrun.engines.ray.session import run_commands
+        from dtrun.engines.ray.commands import run_commands
 
         return run_commands(self.session, self.addresses, scripts, on_line)
 

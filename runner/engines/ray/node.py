@@ -6,7 +6,10 @@ machine; nothing is written where dtrun's own copy already stands), runs the scr
 in a process group of its own, and keeps its output until dtrun's next ``poll``. ``stop`` ends
 the group (SIGTERM, then SIGKILL after a grace). A guard (runner/execute/guard.py) ends the
 group when the actor's process ends without doing so: Ray kills a job's actors when its driver
-(dtrun) dies, or when a stop times out.
+(dtrun) dies, or when a stop times out. The guard is no child of the Ray worker: a worker that
+ends, or sees its raylet die, SIGKILLs its direct children (Ray's
+``RAY_kill_child_processes_on_worker_exit``, on by default: docs/ray.md), the guard with them,
+which left the script's own children running.
 
 Standard library and dtrun.execute.guard only: imported in the Ray workers.
 """
@@ -22,11 +25,14 @@ import threading
 import time
 from pathlib import Path
 
-from dtrun.execute.guard import TAG, drop_guard, start_guard
+from dtrun.execute.guard import TAG, WAIT_FOR_END
 
 GRACE_S = 5.0
 # Run by the guard as `sh -c END_GROUP dtrun-node-stop PGID` once the actor's process ends: the
 # script's group gets SIGTERM, then SIGKILL after GRACE_S. The guard has a session of its own.
+# How a guard is started as no child of the Ray worker: this shell starts it in the background
+# with the shell's stdin (the pipe only the worker writes) and exits, saying its pid.
+DETACH = 'exec 3<&0; "$@" <&3 3<&- >/dev/null 2>&1 & echo "$!"'
 END_GROUP = (
     'kill -TERM "-$1" 2>/dev/null || exit 0; i=0; '
     f'while [ "$i" -lt {int(GRACE_S * 10)} ]; do kill -0 "-$1" 2>/dev/null || exit 0; '
@@ -40,7 +46,7 @@ class NodeProcess:
     def __init__(self, tag: str) -> None:
         self.tag = tag
         self.proc: subprocess.Popen[bytes] | None = None
-        self.guard: subprocess.Popen[bytes] | None = None
+        self.guard: Guard | None = None
         self.output: list[bytes] = []
         self.lock = threading.Lock()
         self.pump: threading.Thread | None = None
@@ -61,22 +67,26 @@ class NodeProcess:
                 partial.write_bytes(content)
                 partial.chmod(mode)
                 partial.replace(path)
+        self.spawn(["bash", script], where)
+        import ray  # the worker's own: the node's address as Ray knows it
+
+        address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        return address, socket.gethostname()
+
+    def spawn(self, argv: list[str], cwd: Path | None = None) -> None:
+        """Start ``argv`` in a process group of its own, guarded, its output pumped."""
         self.proc = subprocess.Popen(
-            ["bash", script],
-            cwd=where,
+            argv,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             process_group=0,
             env={**os.environ, TAG: self.tag},
         )
-        self.guard = start_guard(["sh", "-c", END_GROUP, "dtrun-node-stop", str(self.proc.pid)])
+        self.guard = Guard(["sh", "-c", END_GROUP, "dtrun-node-stop", str(self.proc.pid)])
         self.pump = threading.Thread(target=self._pump, name="dtrun-ray-output", daemon=True)
         self.pump.start()
-        import ray  # the worker's own: the node's address as Ray knows it
-
-        address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
-        return address, socket.gethostname()
 
     def _pump(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -110,10 +120,33 @@ class NodeProcess:
             if self.proc.poll() is not None and not _group_alive(self.proc.pid):
                 break
         if self.guard is not None:
-            drop_guard(self.guard)
+            self.guard.drop()
             self.guard = None
         lines, code = self.poll()
         return lines, None if running else code
+
+
+class Guard:
+    """A guard (runner/execute/guard.py) that its starter does not count as a child (DETACH):
+    it runs ``command`` once this process ends, unless dropped first."""
+
+    def __init__(self, command: list[str]) -> None:
+        start = subprocess.Popen(
+            ["sh", "-c", DETACH, "dtrun-guard-start",
+             "sh", "-c", WAIT_FOR_END + ' && exec "$@"', "dtrun-guard", *command],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd="/", start_new_session=True,
+        )  # fmt: skip
+        assert start.stdin is not None and start.stdout is not None
+        self.pid = int(start.stdout.read().strip())
+        start.wait()
+        self.pipe = start.stdin  # its end of file sets the guard off
+
+    def drop(self) -> None:
+        """The script was stopped or is over: the guard ends without running its command."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        self.pipe.close()
 
 
 def _group_alive(pgid: int) -> bool:

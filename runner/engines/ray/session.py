@@ -14,14 +14,11 @@ import logging
 import re
 import signal
 import socket
-import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dtrun.errors import InventoryError, UsageError
-from dtrun.execute import Answer, LineSink
+from dtrun.errors import InventoryError, SiteError, UsageError
 from dtrun.spec.cluster import Accelerator, Inventory, Node, Starter
 
 ADDRESS = re.compile(r"(?P<host>[A-Za-z0-9][A-Za-z0-9.\-]*):(?P<port>\d{1,5})")
@@ -47,13 +44,28 @@ def reachable(address: str) -> None:
     try:
         with socket.create_connection((host, port), timeout=CONNECT_S):
             return
-    except OSError as error:
-        raise InventoryError(
+    except OSError as error:  # the cluster, not the flag's form: exit 1, as an SSH node's
+        raise SiteError(
             f"cannot connect to the Ray cluster at {address}",
             why=error.strerror or str(error),
             fix="start it (`ray start --head --port PORT`), or pass --ray with its head's "
             "HOST:PORT",
         ) from None
+
+
+def quiet_cluster_errors() -> None:
+    """Ray's driver prints the cluster's error messages to stdout (a lost raylet: its last 20
+    log lines), where `dtrun check --json` writes its JSON; dtrun names a lost node itself,
+    with Ray's reason. They go to dtrun's debug log instead (``print_to_stdstream``, looked up
+    by name by the driver's ``listen_error_messages`` thread, ray/_private/worker.py, Ray 2.60;
+    with ``log_to_driver=False`` nothing else calls it)."""
+    from ray._private import worker
+
+    def keep(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        for line in data.get("lines", []):
+            logging.getLogger("dtrun.ray").debug("Ray said: %s", line)
+
+    worker.print_to_stdstream = keep
 
 
 def need_ray() -> Any:
@@ -77,6 +89,7 @@ class RaySession:
         self.address, self.run_id = address, run_id
         self.ray: Any = None
         self.job_id = ""
+        self.trained = False  # a TorchTrainer ran: Ray Train may have left detached actors
 
     def open(self) -> None:
         ray = need_ray()
@@ -92,7 +105,7 @@ class RaySession:
                 job_config=ray.job_config.JobConfig(metadata={"dtrun": self.run_id or "dtrun"}),
             )
         except Exception as exc:  # a version mismatch, a head that is not Ray's, ...
-            raise InventoryError(
+            raise SiteError(
                 f"cannot join the Ray cluster at {self.address}",
                 why=str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
                 fix="run dtrun on a machine of the cluster, with the cluster's Ray version",
@@ -102,14 +115,16 @@ class RaySession:
                 signal.signal(signal.SIGTERM, term)
         self.ray = ray
         self.job_id = ray.get_runtime_context().get_job_id()
+        quiet_cluster_errors()
 
     def close(self) -> None:
         """The job ends: Ray kills whatever actor or placement group of it is left, and dtrun
         the detached actors its job made (Ray Train's AutoscalingCoordinator, which Ray keeps
-        past the job)."""
+        past the job; looked up only after a TorchTrainer ran: 0.1-0.3 s of GCS queries)."""
         if self.ray is not None:
             with contextlib.suppress(Exception):  # what cannot be asked is not left by us
-                self.kill_detached()
+                if self.trained:
+                    self.kill_detached()
             self.ray.shutdown()
             self.ray = None
 
@@ -181,47 +196,3 @@ def ray_inventory(address: str, nodes: list[dict[str, Any]]) -> Inventory:
         interface="lo" if all(_loopback(a) for a in addresses) else "eth0",
         starter=Starter.TASKS,  # an actor (or Ray Train worker) per node, the launcher inside
     )
-
-
-# Short scripts on Ray's nodes (dtrun exec, --check): one Ray task per node, pinned to the
-# node's address, running the script with bash.
-ANSWER_S = 300.0  # how long a node's script may take, scheduling included
-
-
-def bash(script: str) -> tuple[str, int]:
-    """Run in a Ray worker: the script's output and exit code."""
-    done = subprocess.run(
-        ["bash", "-s"], input=script.encode(), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, check=False, start_new_session=True,
-    )  # fmt: skip
-    return done.stdout.decode(errors="replace"), done.returncode
-
-
-def run_commands(
-    session: RaySession,
-    addresses: Mapping[str, str],
-    scripts: dict[str, str],
-    on_line: LineSink | None = None,
-) -> dict[str, Answer]:
-    ray = session.ray
-    remote = ray.remote(num_cpus=0, max_retries=0)(bash)
-    refs = {
-        name: remote.options(resources={f"node:{addresses[name]}": 0.001}).remote(script)
-        for name, script in scripts.items()
-    }
-    ray.wait(list(refs.values()), num_returns=len(refs), timeout=ANSWER_S)
-    answers = {}
-    for name, ref in refs.items():
-        try:
-            output, code = ray.get(ref, timeout=0)
-        except ray.exceptions.RayError as error:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref, force=True)
-            reason = "no answer" if isinstance(error, ray.exceptions.GetTimeoutError) else error
-            answers[name] = Answer(error=f"Ray: {str(reason).strip().splitlines()[0]}")
-            continue
-        if on_line is not None:
-            for line in output.splitlines():
-                on_line(name, line)
-        answers[name] = Answer(output.rstrip("\n"), code)
-    return answers

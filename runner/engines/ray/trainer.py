@@ -168,6 +168,7 @@ class TrainerLaunch(_Launch):
         files += [(n.launch.script_name, n.launch.script.encode(), 0o700) for n in self.nodes]
         scripts = {n.launch.node.address: (n.launch.node.name, n.launch.script_name)
                    for n in self.nodes}  # fmt: skip
+        self.executor.session.trained = True  # its detached actors are looked for at the end
         self.run = TrainerRun(self.ray, self.workdir, self.tag, self.executor.grace_s)
         self.run.start(scripts, [ids[n.launch.node.address] for n in self.nodes],
                        self.plan.master_port, files, f"dtrun-{self.plan.rdzv_id}")  # fmt: skip
