@@ -2,6 +2,8 @@
 (--worker-netns, tests/conftest.py), and how they are kept apart.
 
 - The Slurm tests' daemons use the machine's munged and kill it after.
+- The Ray tests each start a two-raylet cluster per module (tests/raycluster.py): one worker runs
+  them all, so a module's tests share its cluster and two clusters never run at once.
 - The Spark tests each start JVMs of a GiB or more (a local-cluster's master, workers and
   executors, or a standalone cluster); two such at once on a 2-core machine were not tried,
   and their executor waits are timed. (They also wrote every application's directory under
@@ -27,7 +29,9 @@ from typing import Any
 
 SHARED_BY_MACHINE = {"test_e2e_slurm.py": "slurm", "test_check_slurm.py": "slurm",
                      "test_e2e_spark.py": "spark", "test_e2e_spark_app.py": "spark",
-                     "test_check_spark.py": "spark"}  # fmt: skip
+                     "test_check_spark.py": "spark",
+                     "test_e2e_ray.py": "ray", "test_e2e_ray_faults.py": "ray",
+                     "test_e2e_ray_exec.py": "ray", "test_check_ray.py": "ray"}  # fmt: skip
 # where the claims live; a scratch suite (tests/unit/test_parts.py) gets its own
 LOCKS = Path(os.environ.get("DTRUN_TEST_LOCKS", "/tmp/dtrun-tests-locks"))
 
