@@ -47,6 +47,7 @@ from dtrun.record.runsfile import ok_runs
 from dtrun.report.program import STAND_INS
 from dtrun.report.resultfile import ALLREDUCE_SCHEMA, AllreduceResult, Result, parse_result
 from dtrun.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
+from dtrun.report.sequential import recorded_most
 from dtrun.spec.outcome import GateStatus, RunStatus, SweepStatus
 from dtrun.spec.request import ScalingMode, UnitKind
 
@@ -309,6 +310,7 @@ def read_recorded(run_dir: RunDir) -> Recorded:
     manifest = read_record(run_dir.manifest, MANIFEST, root=root)
     workload = str(manifest["bench"]["workload"])
     check_record(run_dir.manifest, manifest, BENCH_BY_WORKLOAD[workload])
+    check_record(run_dir.manifest, manifest, recorded_most)  # --until-decided's maximum
     runs = read_record(
         run_dir.runs,
         RUNS,

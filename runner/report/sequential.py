@@ -30,10 +30,12 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from dtrun.record.readback import describe
 from dtrun.report.metrics import ScalingRow, scaling_rows
 from dtrun.report.results import TrainResult
 from dtrun.report.stats import CONFIDENCE, DEFAULT_TARGET, Verdict, confidence_text
-from dtrun.spec.request import MIN_LAUNCHES
+from dtrun.spec.bounds import bound_of
+from dtrun.spec.request import MIN_LAUNCHES, BenchSpec
 
 
 class Stopped(StrEnum):
@@ -71,6 +73,19 @@ def most_launches(bench: Mapping[str, Any]) -> int:
     """A manifest's --max-launches; a manifest written before it had a field of its own keeps
     it in ``repeat`` (runner/record/resume.py reads it so too)."""
     return int(bench.get("max_launches", bench["repeat"]))
+
+
+def recorded_most(manifest: Any, where: str) -> str | None:
+    """A shape (runner/record/readback.py) of a checked manifest: until decided, its most
+    launches a node count in --max-launches' range (0 or 1 divided by zero; 10^9 looped)."""
+    bench = manifest["bench"]
+    if bench.get("until_decided") is not True:
+        return None
+    key = "max_launches" if "max_launches" in bench else "repeat"
+    bound = bound_of(BenchSpec, "max_launches")
+    if type(bench[key]) is int and bound.holds(bench[key]):
+        return None
+    return f"'bench.{key}' is {describe(bench[key])}: until decided, {bound.flag} is {bound.rule}"
 
 
 def looks(max_launches: int) -> int:

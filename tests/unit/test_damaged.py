@@ -158,6 +158,19 @@ def put(value: Any, *keys: str) -> Callable[[Any], None]:
     return change
 
 
+def until_decided(**most: int) -> Callable[[Any], None]:
+    """The manifest of an --until-decided sweep, its most launches as given: ``max_launches``,
+    or (as written before that field) ``repeat`` alone."""
+
+    def change(data: Any) -> None:
+        data["bench"]["until_decided"] = True
+        if "repeat" in most:
+            del data["bench"]["max_launches"]
+        data["bench"].update(most)
+
+    return change
+
+
 def allreduce_result(path: Path) -> None:
     path.write_text(json.dumps(allreduce_data(world=2, busbw={1 << 20: 1.0})))
 
@@ -313,6 +326,16 @@ CASES = {
     "compare-b-result-list": Case("b/n2/r0/result.json", text("[]"), "an empty list", "compare"),
     "compare-b-git-text": Case(
         "b/manifest.json", edit(put("abc", "git")), "'git' is 'abc', not a JSON object", "compare"
+    ),
+    # until decided, the most launches a node count: 0 or 1 divided by zero, 10^9 never ended
+    "manifest-until-decided-max-launches-1": Case(
+        "a/manifest.json", edit(until_decided(max_launches=1)), "'bench.max_launches' is 1"
+    ),
+    "manifest-until-decided-max-launches-1e9": Case(
+        "a/manifest.json", edit(until_decided(max_launches=10**9)), "at least 2 and at most 1,000"
+    ),
+    "manifest-until-decided-old-repeat-0": Case(  # written before max_launches had a field
+        "a/manifest.json", edit(until_decided(repeat=0)), "'bench.repeat' is 0"
     ),
 }
 
