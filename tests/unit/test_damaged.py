@@ -158,14 +158,16 @@ def put(value: Any, *keys: str) -> Callable[[Any], None]:
     return change
 
 
-def until_decided(**most: int) -> Callable[[Any], None]:
+def until_decided(**most: Any) -> Callable[[Any], None]:
     """The manifest of an --until-decided sweep, its most launches as given: ``max_launches``,
-    or (as written before that field) ``repeat`` alone."""
+    or (as written before that field) ``repeat`` alone; with no maximum, neither."""
 
     def change(data: Any) -> None:
         data["bench"]["until_decided"] = True
-        if "repeat" in most:
+        if "max_launches" not in most:
             del data["bench"]["max_launches"]
+        if "max_launches" not in most and "repeat" not in most:
+            del data["bench"]["repeat"]
         data["bench"].update(most)
 
     return change
@@ -336,6 +338,9 @@ CASES = {
     ),
     "manifest-until-decided-old-repeat-0": Case(  # written before max_launches had a field
         "a/manifest.json", edit(until_decided(repeat=0)), "'bench.repeat' is 0"
+    ),
+    "manifest-until-decided-without-its-maximum": Case(
+        "a/manifest.json", edit(until_decided(workload="allreduce")), "'bench.repeat' is null"
     ),
 }
 
