@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -228,13 +229,22 @@ def test_a_node_script_ends_when_its_worker_dies_as_ray_kills_it(tmp_path):
     assert _live_in_group(group) == []
 
 
-def test_a_command_task_streams_its_lines_and_ends_with_its_exit_code():
+def test_a_command_task_streams_its_lines_and_ends_with_its_exit_code(tmp_path):
+    """The first line is handed over while the script waits (for a file, not for a time: no
+    race on a loaded machine); what it left in its group goes with it."""
     from dtrun.engines.ray.commands import bash
 
-    chunks = list(bash("echo one; sleep 1; echo two; sleep 600 & exit 3", "tag"))
-    assert [line for lines, _ in chunks for line in lines] == [b"one\n", b"two\n"]
-    assert [code for _, code in chunks] == [None] * (len(chunks) - 1) + [3]
-    assert len(chunks) >= 2  # the first line before the last: handed over as it came
+    go = shlex.quote(str(tmp_path / "go"))
+    task = bash(f"echo $$; until [ -e {go} ]; do sleep 0.05; done; echo two; sleep 600 & exit 3",
+                "tag")  # fmt: skip
+    first, code = next(task)  # the script is still waiting: handed over as it came
+    assert code is None and len(first) == 1
+    group = int(first[0])  # bash -c's pid: its process group
+    (tmp_path / "go").touch()
+    rest = list(task)
+    assert [line for lines, _ in rest for line in lines] == [b"two\n"]
+    assert [code for _, code in rest] == [None] * (len(rest) - 1) + [3]
+    assert _live_in_group(group) == []  # the background sleep ended with the task
 
 
 @pytest.mark.parametrize("command", [["exec", "--", "true"], ["check"], ["bench", "--nodes", "1"]])
