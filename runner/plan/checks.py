@@ -12,7 +12,7 @@ from dtrun.errors import PlanError
 from dtrun.plan.launchers import LAUNCHERS
 from dtrun.plan.registry import lookup
 from dtrun.plan.steppattern import compile_step_pattern
-from dtrun.spec.bounds import Bound, bound_of, bounds_on
+from dtrun.spec.bounds import Bound, bound_of, bounds_on, shown
 from dtrun.spec.request import (
     DEFAULT_MAX_LAUNCHES,
     MIN_LAUNCHES,
@@ -42,7 +42,7 @@ def check_bound(bound: Bound, value: float) -> None:
     if not bound.holds(value):
         raise PlanError(
             f"{bound.flag} must be {bound.rule}",
-            why=f"got {value:g}",
+            why=f"got {shown(value)}",
             fix="the range of every option is in docs/bench.md, Bounds",
         )
 
@@ -137,7 +137,7 @@ def check_max_launches(most: int) -> None:
     ceiling = int(bound.high)
     if not bound.holds(most):
         raise PlanError(
-            f"--max-launches {most} is out of range: --until-decided takes at least "
+            f"--max-launches {shown(most)} is out of range: --until-decided takes at least "
             f"{MIN_LAUNCHES} launches a node count (one shows nothing of how much a launch "
             f"moves), at most {ceiling}",
             fix=f"pass --max-launches between {MIN_LAUNCHES} and {ceiling} "

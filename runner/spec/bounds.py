@@ -35,8 +35,9 @@ class Bound:
     above: bool = False
 
     def holds(self, value: float) -> bool:
-        """Inside the range; nan and the infinities never are."""
-        if not math.isfinite(value):
+        """Inside the range; nan and the infinities never are (an int of any size is finite:
+        math.isfinite would take it to a float, and 400 digits overflow one)."""
+        if isinstance(value, float) and not math.isfinite(value):
             return False
         return (value > self.low if self.above else value >= self.low) and value <= self.high
 
@@ -59,6 +60,15 @@ class Bound:
         what = f"{self.what} " if self.what else ""
         low = f"above {_number(self.low)}" if self.above else f"at least {_number(self.low)}"
         return f"{what}{low} and at most {_number(self.high)}"
+
+
+def shown(value: float) -> str:
+    """A refused value as a message says it: 1e+308, 1025; an int of 400 digits cut short
+    (':g' would take it to a float, which overflows)."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    digits = str(value)
+    return digits if len(digits) <= 20 else f"{digits[:20]}... ({len(digits)} digits)"
 
 
 def _number(value: float) -> str:

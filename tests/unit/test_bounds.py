@@ -120,6 +120,15 @@ def test_a_value_past_an_options_ceiling_is_refused_naming_the_range(workdir, fl
     refused(_bench_or_run(command, workdir, flag, value), workdir, ceiling)
 
 
+@pytest.mark.parametrize("flag", [flag for flag in PAST if flag not in FLOATS])
+def test_a_whole_number_of_400_digits_is_refused_naming_the_option(workdir, flag):
+    """Python holds it as an int; math.isfinite and a ':g' message took it to a float and
+    raised OverflowError (a traceback, exit 1)."""
+    command, _ = PAST[flag]
+    said = "--max-launches" if flag == "--max-launches" else f"{flag} "
+    refused(_bench_or_run(command, workdir, flag, "9" * 400), workdir, said)
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 @pytest.mark.parametrize("flag", FLOATS)
 def test_nan_and_inf_are_refused_wherever_a_float_is_taken(workdir, flag, value):
