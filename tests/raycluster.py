@@ -71,6 +71,21 @@ class RayCluster:
                     found.append(proc)
         return found
 
+    def under(self, address: str, needle: str) -> list[psutil.Process]:
+        """The cluster's processes whose command line holds ``needle``, under the raylet of
+        ``address``."""
+        found = []
+        for proc in self.processes():
+            try:
+                if needle not in " ".join(proc.cmdline()):
+                    continue
+                raylet = next(p for p in proc.parents() if "raylet" in p.name())
+                if f"--node_ip_address={address}" in " ".join(raylet.cmdline()):
+                    found.append(proc)
+            except (psutil.Error, StopIteration):
+                continue
+        return found
+
     def raylet(self, address: str) -> psutil.Process:
         for proc in self.processes():
             with contextlib.suppress(psutil.Error):

@@ -11,7 +11,6 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.conftest import DTRUN, default_signals, ends_within, run_dtrun, wait_for
@@ -29,21 +28,6 @@ def ray_cluster() -> Iterator[RayCluster]:
     pytest.importorskip("ray", reason="./dev setup installs Ray (the ray extra)")
     with ray_cluster_up() as up:
         yield up
-
-
-def _on_second(cluster: RayCluster, needle: str) -> list[psutil.Process]:
-    """The cluster's processes whose command line holds ``needle``, under 127.0.0.3's raylet."""
-    found = []
-    for proc in cluster.processes():
-        try:
-            if needle not in " ".join(proc.cmdline()):
-                continue
-            raylet = next(p for p in proc.parents() if "raylet" in p.name())
-            if f"--node_ip_address={SECOND}" in " ".join(raylet.cmdline()):
-                found.append(proc)
-        except (psutil.Error, StopIteration):
-            continue
-    return found
 
 
 def _start(where: Path, *args: str) -> tuple[subprocess.Popen[bytes], object]:
@@ -77,7 +61,7 @@ def test_a_raylet_lost_during_check_is_named_by_its_node(ray_cluster, tmp_path):
     # last in the module: it leaves 127.0.0.3 without a raylet
     dtrun, out = _start(tmp_path, "check", "--ray", ray_cluster.address, "--json",
                         "--output", str(tmp_path / "runs"), "--run-id", "c")  # fmt: skip
-    wait_for(lambda: _on_second(ray_cluster, "dtrun.workloads.check") != [], timeout=400,
+    wait_for(lambda: ray_cluster.under(SECOND, "dtrun.workloads.check") != [], timeout=400,
              what="the check's ranks on 127.0.0.3")  # fmt: skip
     ray_cluster.raylet(SECOND).kill()
     assert ends_within(dtrun, 400, out) == 1  # type: ignore[arg-type]

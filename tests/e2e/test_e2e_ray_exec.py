@@ -34,21 +34,6 @@ def ray_cluster() -> Iterator[RayCluster]:
         yield up
 
 
-def _on_second(cluster: RayCluster, needle: str) -> list[psutil.Process]:
-    """The cluster's processes whose command line holds ``needle``, under 127.0.0.3's raylet."""
-    found = []
-    for proc in cluster.processes():
-        try:
-            if needle not in " ".join(proc.cmdline()):
-                continue
-            raylet = next(p for p in proc.parents() if "raylet" in p.name())
-            if f"--node_ip_address={SECOND}" in " ".join(raylet.cmdline()):
-                found.append(proc)
-        except (psutil.Error, StopIteration):
-            continue
-    return found
-
-
 def _running(cluster: RayCluster, needle: str) -> list[int]:
     found = []
     for proc in cluster.processes():
@@ -113,7 +98,7 @@ def test_a_raylet_lost_during_exec_is_named_by_its_node(ray_cluster, tmp_path):
         tmp_path, "exec", "--wide", "--ray", ray_cluster.address, "--",
         f"echo started; if {ON_SECOND}; then sleep 600.5; fi",
     )  # fmt: skip
-    wait_for(lambda: _on_second(ray_cluster, "sleep 600.5") != [], timeout=300,
+    wait_for(lambda: ray_cluster.under(SECOND, "sleep 600.5") != [], timeout=300,
              what="the command on 127.0.0.3")  # fmt: skip
     ray_cluster.raylet(SECOND).kill()
     assert ends_within(dtrun, 300, out) == 1  # type: ignore[arg-type]
