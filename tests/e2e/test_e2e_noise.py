@@ -1,7 +1,7 @@
 """Real embedded sweeps with noise made on purpose: the report must name it.
 
 Nothing in dtrun is told about the noise: the tests make it from outside, with a process that
-burns CPU, and (for the straggler) by stopping and continuing one rank's process.
+burns CPU, and (for the straggler) a CPU quota on one rank's process.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests import faults
 from tests.conftest import processes_under, run_dtrun
 
 pytestmark = pytest.mark.e2e
@@ -36,27 +37,21 @@ def burning() -> Iterator[None]:
         hog.wait()
 
 
-def throttle(root: Path, node: str, stop: threading.Event) -> None:
-    """Until ``stop``: once the timed steps have begun (rank 0 logged a step), let ``node``'s
-    rank run 10 ms in every 50 (SIGSTOP and SIGCONT): a node throttled to a fifth of a CPU,
-    as a cgroup CPU quota or a hot, clocked-down machine would."""
-    ranks: list[psutil.Process] = []
-    while not stop.is_set() and not ranks:
+def throttle(root: Path, node: str, stop: threading.Event, group: faults.CpuGroup) -> None:
+    """Until ``stop``: once the timed steps have begun (rank 0 logged a step), move ``node``'s
+    rank into ``group``, a cpu cgroup whose quota the kernel enforces (tests/faults.py): a node
+    throttled as a container's CPU limit or a hot, clocked-down machine would. Not before: the
+    rank's imports at a fifth of a CPU would take seconds."""
+    while not stop.is_set():
         logs = list(root.glob("runs/*/n*/r*/node-0.log"))
         if any("step " in log.read_text() for log in logs):
             ranks = [p for p in processes_under(root) if _rank_of(p, node)]
+            if ranks:
+                for rank in ranks:
+                    with contextlib.suppress(OSError):  # it ended meanwhile
+                        group.join(rank.pid)
+                return
         stop.wait(0.02)
-    while not stop.is_set():
-        with contextlib.suppress(psutil.Error):
-            for rank in ranks:
-                rank.suspend()
-            stop.wait(0.04)
-            for rank in ranks:
-                rank.resume()
-        stop.wait(0.01)
-    with contextlib.suppress(psutil.Error):
-        for rank in ranks:
-            rank.resume()
 
 
 def _rank_of(proc: psutil.Process, node: str) -> bool:
@@ -84,13 +79,15 @@ def bench(cwd: Path, run_id: str, port: int) -> dict[str, object]:
 
 def test_a_throttled_rank_is_named_a_straggler(no_leftovers):
     stop = threading.Event()
-    slowing = threading.Thread(target=throttle, args=(no_leftovers, "node-1", stop))
-    slowing.start()
-    try:
-        summary = bench(no_leftovers, "slow", 29651)
-    finally:
-        stop.set()
-        slowing.join()
+    with faults.cpu_quota(0.2) as group:  # 4 ms in every 20: each probe pass is held back
+        slowing = threading.Thread(target=throttle, args=(no_leftovers, "node-1", stop, group))
+        slowing.start()
+        try:
+            summary = bench(no_leftovers, "slow", 29651)
+        finally:
+            stop.set()
+            slowing.join()
+        assert group.throttled()[0] > 0, "the quota never held node-1's rank back"
     point = summary["noise"]["points"][0]  # type: ignore[index]
     assert [(s["rank"], s["node"]) for s in point["stragglers"]] == [(1, "node-1")]
     assert point["verdict"] == "unreliable"

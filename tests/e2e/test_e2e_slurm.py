@@ -471,6 +471,9 @@ def test_a_node_slurm_loses_mid_run_is_named_and_recorded_as_lost(slurm, no_left
     assert "srun did not run the launch" not in said
     assert nodes == {"n1": (None, None), "n2": (None, "node failure (Slurm)")}
     wait_for(lambda: slurm.jobs() == [], timeout=30, what="the job to end")
+    # n2's step outlives its slurmd: the restarted slurmd ends it, a moment after the job has
+    # left squeue (CI once caught its torchrun dying, a zombie a moment later)
+    wait_for(lambda: launch_processes() == [], timeout=30, what="n2's step to be ended")
 
 
 def test_an_outside_scancel_is_said_and_recorded_as_not_dtruns_doing(slurm, no_leftovers):
