@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dtrun.errors import UsageError
-from dtrun.spec.bounds import Bound
-
 CURRENCY = "USD"
 PRICES_AS_OF = "2026-11-24"  # the day these figures were read from the source below
 PRICES_SOURCE = (
@@ -78,19 +75,6 @@ def sweep_price(override: float | None, size: str | None, region: str | None) ->
     if override is not None:
         return Price(override, "--price-per-node-hour")
     return list_price(size, region)
-
-
-def check_usd(bound: Bound, value: float | None) -> float | None:
-    """A money option: a finite amount above zero (0 would cost every sweep at nothing), at
-    most its ceiling (its field's range: runner/spec/request.py)."""
-    if value is None or bound.holds(value):
-        return value
-    flag = bound.flag
-    raise UsageError(
-        f"{flag} {value:g} is not a price",
-        why=f"an amount of US dollars {bound.rule} is needed",
-        fix=f"pass e.g. {flag} 98.32, or leave it out",
-    )
 
 
 def regions_priced(size: str) -> list[str]:

@@ -34,7 +34,7 @@ from dtrun.cli.workload_options import (
 )
 from dtrun.errors import DtrunError, RunDirWriteError, UsageError
 from dtrun.redact import remember_secrets
-from dtrun.spec.request import BenchSpec, ScalingMode
+from dtrun.spec.request import BenchSpec
 
 if TYPE_CHECKING:
     from dtrun.engines.base import Cluster
@@ -227,67 +227,27 @@ def _recorded(
 
 
 def with_program(spec: BenchSpec, command: list[str] | None, units: ProgramOptions) -> BenchSpec:
-    """`dtrun bench -- PROGRAM`: the user's program and what its steps process."""
+    """`dtrun bench -- PROGRAM`: the user's program and what its steps process (the checks:
+    runner/plan/checks.py step_units)."""
     from dtrun.cli.parse import parse_command
-    from dtrun.cli.workload_options import SAMPLES_PER_STEP, TOKENS_PER_STEP
-    from dtrun.plan.checks import check_bound
-    from dtrun.spec.request import StepUnits, UnitKind
+    from dtrun.plan.checks import step_units
+    from dtrun.spec.request import UnitKind
 
-    given = [
-        (bound, kind, count)
-        for bound, kind, count in (
-            (SAMPLES_PER_STEP, UnitKind.SAMPLES, units.samples_per_step),
-            (TOKENS_PER_STEP, UnitKind.TOKENS, units.tokens_per_step),
-        )
-        if count is not None
-    ]
+    describing = "--step-pattern" if units.step_pattern is not None else None
+    describing = "--probe" if units.probe else describing
+    counts = {UnitKind.SAMPLES: units.samples_per_step, UnitKind.TOKENS: units.tokens_per_step}
+    step = step_units(
+        counts,
+        per_process=units.per_process,
+        mode=spec.mode,
+        program=bool(command),
+        describing=describing,
+    )
     if not command:
-        if given or units.per_process or units.step_pattern is not None or units.probe:
-            flag = given[0][0].flag if given else "--per-process" if units.per_process else ""
-            flag = flag or ("--probe" if units.probe else "")
-            raise UsageError(
-                f"{flag or '--step-pattern'} describes your program's steps, "
-                "and no program was given",
-                fix="put your program after --, e.g. dtrun bench --nodes 1,2 -- python train.py",
-            )
         return spec
-    if len(given) > 1:
-        raise UsageError(
-            "--samples-per-step and --tokens-per-step are two units for one throughput",
-            fix="pass one of them",
-        )
-    step_units = None
-    if given:
-        bound, kind, count = given[0]
-        check_bound(bound, count)
-        flag = bound.flag
-        step_units = StepUnits(kind, count, units.per_process)
-        weak = spec.mode is ScalingMode.WEAK
-        if weak != units.per_process:  # what a step processes must grow as the mode says
-            raise UsageError(
-                f"{flag} {count} counts "
-                + ("each process's share" if units.per_process else "the whole step")
-                + f", and --mode {spec.mode.value} "
-                + (
-                    "keeps each process's batch, so a step's total grows with the processes"
-                    if weak
-                    else "keeps the global batch, so a step's total stays the same"
-                ),
-                fix=(
-                    f"pass --per-process with each process's {kind.value}"
-                    if weak
-                    else f"leave out --per-process and give the step's whole {kind.value}"
-                )
-                + ", or the other --mode if your program does that",
-            )
-    elif units.per_process:
-        raise UsageError(
-            "--per-process says how --samples-per-step or --tokens-per-step count",
-            fix="pass one of them too, or leave out --per-process",
-        )
     program = parse_command(command, Path.cwd())
     pattern = units.step_pattern  # checked with the sweep (runner/plan/checks.py)
-    return replace(spec, program=program, units=step_units, step_pattern=pattern, probe=units.probe)
+    return replace(spec, program=program, units=step, step_pattern=pattern, probe=units.probe)
 
 
 def _bench_on(

@@ -55,7 +55,7 @@ def checked_usd(
 ) -> float | None:
     """A money option, checked (a finite amount above zero) against its BenchSpec field's
     range."""
-    from dtrun.azure.prices import check_usd
+    from dtrun.plan.checks import check_usd
 
     return check_usd(bound_of(BenchSpec, field), value)
 

@@ -11,17 +11,13 @@ import typer
 from dtrun.cli import options as opts
 from dtrun.cli.common import console, human_output_to_stderr, print_json, user_errors
 from dtrun.cli.cost import PricePerNodeHour, checked_usd
-from dtrun.errors import UsageError
-from dtrun.spec.bounds import Bound, bound_of, within
-from dtrun.spec.request import BenchSpec
+from dtrun.spec.bounds import within
+from dtrun.spec.request import BUSBW, BenchSpec
 
 if TYPE_CHECKING:
     from dtrun.predict.predict import Prediction
 
 app = typer.Typer()
-
-# As --health-threshold's: a busbw above 0, far above any fabric's
-BUSBW = Bound("--busbw", 0, 1_000_000, "", "GB/s", above=True)
 
 
 @app.command()
@@ -71,28 +67,17 @@ def predict(
     measured elsewhere (dtrun predict --from measured.yaml --nodes 8,16).
     """
     from dtrun.cli.parse import parse_node_counts
-    from dtrun.plan.checks import check_bound
+    from dtrun.plan.checks import check_predict
 
     with human_output_to_stderr(json_out), user_errors():
-        if (run_dir is None) == (from_file is None):
-            raise UsageError(
-                "dtrun predict needs a run directory or --from FILE, one of them",
-                fix="dtrun predict runs/<run-id> --nodes 8,16, or dtrun predict --from "
-                "measured.yaml --nodes 8,16",
-            )
-        if not nodes:
-            raise UsageError(
-                "--nodes is needed: the node counts to predict", fix="pass e.g. --nodes 8,16,32"
-            )
-        counts = parse_node_counts(nodes)
-        bound = bound_of(BenchSpec, "node_counts")
-        if not all(bound.holds(n) for n in counts):
-            raise UsageError(f"--nodes needs node counts of {bound.rule}", why=f"got {nodes}")
-        check_bound(bound_of(BenchSpec, "target_efficiency"), target_efficiency)
-        if busbw is not None and not BUSBW.holds(busbw):
-            raise UsageError(f"--busbw must be {BUSBW.rule}", why=f"got {busbw:g}")
-        if size is not None and busbw is not None:
-            raise UsageError("--size and --busbw both say the busbw: pass one of them")
+        counts = parse_node_counts(nodes) if nodes else ()
+        check_predict(
+            sources=(run_dir is not None) + (from_file is not None),
+            counts=counts,
+            target=target_efficiency,
+            size=size,
+            busbw=busbw,
+        )
         override = checked_usd("price_per_node_hour", price_per_node_hour)
         result = _predict(run_dir, from_file, counts, target_efficiency, size, busbw, override)
         print_prediction(result)

@@ -11,7 +11,7 @@ import typer
 
 from dtrun.cli import options as opts
 from dtrun.cli.cost import MaxCost, PricePerNodeHour
-from dtrun.errors import UsageError
+from dtrun.plan.checks import launches
 from dtrun.spec.bounds import within
 from dtrun.spec.request import (
     DEFAULT_MAX_LAUNCHES,
@@ -161,33 +161,12 @@ class SweepOptions:
 
 
 def launches_of(sweep: SweepOptions, node_counts: tuple[int, ...]) -> dict[str, int | bool]:
-    """The spec's ``until_decided``, ``repeat`` and ``max_launches``: --repeat's fixed
-    launches, or, launching until decided, the most launches a node count may take
-    (--max-launches). Until decided is the default where it can decide: training (or a program)
-    at 2+ node counts, no --repeat (docs/report.md, "Stopping when decided"; the figures behind
-    it: docs/benchmarks.md)."""
-    fixed = sweep.repeat is not None
-    if sweep.until_decided and fixed:
-        raise UsageError(
-            "--until-decided launches until each point decides, and --repeat fixes the launches",
-            fix="bound --until-decided with --max-launches N instead of --repeat",
-        )
-    if sweep.until_decided and sweep.workload == "allreduce":
-        raise UsageError(
-            "--until-decided stops on a point's scaling verdict, and the allreduce workload "
-            "gives none",
-            fix="leave out --until-decided (or measure training: --workload train)",
-        )
-    decides = sweep.workload != "allreduce" and len(node_counts) > 1
-    # both fields always: the options of their names would give None (runner/cli/bench.py)
-    repeat = BenchSpec.repeat if sweep.repeat is None else sweep.repeat
-    most = BenchSpec.max_launches if sweep.max_launches is None else sweep.max_launches
-    until_decided = sweep.until_decided or (decides and not fixed)
-    if not until_decided and sweep.max_launches is not None:
-        why = "fixed by --repeat" if fixed else "fixed: it has no scaling verdict to wait for"
-        raise UsageError(
-            f"--max-launches bounds launching until decided, and this sweep's launches are {why}",
-            fix="leave out --max-launches, or --repeat (a training sweep of 2+ node counts "
-            "launches until decided without it)",
-        )
-    return {"until_decided": until_decided, "repeat": repeat, "max_launches": most}
+    """The spec's ``until_decided``, ``repeat`` and ``max_launches`` (runner/plan/checks.py
+    launches): both counts always, as the options of their names give None when not given."""
+    return launches(
+        until_decided=sweep.until_decided,
+        repeat=sweep.repeat,
+        max_launches=sweep.max_launches,
+        workload=sweep.workload,
+        node_counts=node_counts,
+    )

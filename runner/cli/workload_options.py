@@ -11,8 +11,9 @@ import typer
 
 from dtrun.cli.groups import spec_from
 from dtrun.cli.options import no_default
-from dtrun.spec.bounds import Bound, within
+from dtrun.spec.bounds import within
 from dtrun.spec.request import (
+    UNIT_BOUNDS,
     AllreduceSpec,
     HealthGate,
     ModelSpec,
@@ -20,12 +21,12 @@ from dtrun.spec.request import (
     StageSplit,
     StrategySpec,
     TrainDtype,
+    UnitKind,
 )
 
-# What one step of your program processes (ProgramOptions): past the most a step of any
-# model trained processes
-SAMPLES_PER_STEP = Bound("--samples-per-step", 1, 10**12)
-TOKENS_PER_STEP = Bound("--tokens-per-step", 1, 10**15)
+# What one step of your program processes (ProgramOptions): runner/spec/request.py
+SAMPLES_PER_STEP = UNIT_BOUNDS[UnitKind.SAMPLES]
+TOKENS_PER_STEP = UNIT_BOUNDS[UnitKind.TOKENS]
 
 # `dtrun bench` only: the training workload's model and strategy, each in a help panel of its
 # own. The names are written out so that `dtrun --help` imports no registry; tests compare them.

@@ -1,6 +1,7 @@
 """The checks on what the user asked that need no cluster: numbers in range (each declared on
 its field: runner/spec/bounds.py), names that exist, settings that fit together (each group's
-rules). Each failure is a PlanError saying what to pass instead. Pure."""
+rules, and which options go together: bench's launches and program units, predict's inputs,
+prices). Each failure is a UsageError saying what to pass instead (exit 2). Pure."""
 
 from __future__ import annotations
 
@@ -8,14 +9,16 @@ import dataclasses
 import re
 from collections.abc import Collection
 
-from dtrun.errors import PlanError
+from dtrun.errors import PlanError, UsageError
 from dtrun.plan.launchers import LAUNCHERS
 from dtrun.plan.registry import lookup
 from dtrun.plan.steppattern import compile_step_pattern
 from dtrun.spec.bounds import Bound, bound_of, bounds_on, shown
 from dtrun.spec.request import (
+    BUSBW,
     DEFAULT_MAX_LAUNCHES,
     MIN_LAUNCHES,
+    UNIT_BOUNDS,
     AllreduceSpec,
     BenchSpec,
     HealthGate,
@@ -23,6 +26,8 @@ from dtrun.spec.request import (
     ModelSpec,
     RunSpec,
     ScalingMode,
+    StepUnits,
+    UnitKind,
 )
 from dtrun.workloads.sizes import message_sizes
 
@@ -93,13 +98,7 @@ def check_bench(bench: BenchSpec) -> None:
             why=f"got {bench.target_efficiency:g}",
             fix="pass e.g. --target-efficiency 0.9 for 90%",
         )
-    nodes = bound_of(BenchSpec, "node_counts")
-    if not bench.node_counts or not all(nodes.holds(n) for n in bench.node_counts):
-        raise PlanError(
-            f"--nodes needs node counts of {nodes.rule}",
-            why=f"got {','.join(map(str, bench.node_counts)) or 'nothing'}",
-            fix="pass e.g. --nodes 1,2,4",
-        )
+    check_node_counts(bench.node_counts)
     if bench.program is not None:  # your program decides its steps: --warmup alone is checked
         check_bound(bound_of(BenchSpec, "warmup"), bench.warmup)
     elif not 0 <= bench.warmup < bench.steps:
@@ -118,6 +117,17 @@ def check_bench(bench: BenchSpec) -> None:
     check_allreduce(bench.allreduce)
     check_health(bench.health)
     check_launch(bench)
+
+
+def check_node_counts(counts: tuple[int, ...]) -> None:
+    """--nodes of bench and predict: one count at least, each in its range."""
+    nodes = bound_of(BenchSpec, "node_counts")
+    if not counts or not all(nodes.holds(n) for n in counts):
+        raise PlanError(
+            f"--nodes needs node counts of {nodes.rule}",
+            why=f"got {','.join(map(str, counts)) or 'nothing'}",
+            fix="pass e.g. --nodes 1,2,4",
+        )
 
 
 def check_model(model: ModelSpec) -> None:
@@ -190,3 +200,137 @@ def check_run(run: RunSpec) -> None:
             fix="pass the command after --, e.g. dtrun run --nodes 2 -- python train.py",
         )
     check_launch(run)
+
+
+def launches(
+    *,
+    until_decided: bool,
+    repeat: int | None,
+    max_launches: int | None,
+    workload: str,
+    node_counts: tuple[int, ...],
+) -> dict[str, int | bool]:
+    """The spec's ``until_decided``, ``repeat`` and ``max_launches`` from the options as given
+    (None: not given): --repeat's fixed launches, or, launching until decided, the most
+    launches a node count may take (--max-launches). Until decided is the default where it can
+    decide: training (or a program) at 2+ node counts, no --repeat (docs/report.md, "Stopping
+    when decided"; the figures behind it: docs/benchmarks.md)."""
+    fixed = repeat is not None
+    if until_decided and fixed:
+        raise UsageError(
+            "--until-decided launches until each point decides, and --repeat fixes the launches",
+            fix="bound --until-decided with --max-launches N instead of --repeat",
+        )
+    if until_decided and workload == "allreduce":
+        raise UsageError(
+            "--until-decided stops on a point's scaling verdict, and the allreduce workload "
+            "gives none",
+            fix="leave out --until-decided (or measure training: --workload train)",
+        )
+    decides = workload != "allreduce" and len(node_counts) > 1
+    deciding = until_decided or (decides and not fixed)
+    if not deciding and max_launches is not None:
+        why = "fixed by --repeat" if fixed else "fixed: it has no scaling verdict to wait for"
+        raise UsageError(
+            f"--max-launches bounds launching until decided, and this sweep's launches are {why}",
+            fix="leave out --max-launches, or --repeat (a training sweep of 2+ node counts "
+            "launches until decided without it)",
+        )
+    return {
+        "until_decided": deciding,
+        "repeat": BenchSpec.repeat if repeat is None else repeat,
+        "max_launches": BenchSpec.max_launches if max_launches is None else max_launches,
+    }
+
+
+def step_units(
+    counts: dict[UnitKind, int | None],
+    *,
+    per_process: bool,
+    mode: ScalingMode,
+    program: bool,
+    describing: str | None,
+) -> StepUnits | None:
+    """What one step of the user's program processes, from --samples-per-step or
+    --tokens-per-step (``counts``, None: not given) and --per-process; ``describing``: the
+    first other option given that describes a program's steps (--step-pattern, --probe), which
+    needs a program as the units do."""
+    given = [(kind, count) for kind, count in counts.items() if count is not None]
+    if not program:
+        flag = UNIT_BOUNDS[given[0][0]].flag if given else "--per-process" if per_process else ""
+        if flag or describing:
+            raise UsageError(
+                f"{flag or describing} describes your program's steps, and no program was given",
+                fix="put your program after --, e.g. dtrun bench --nodes 1,2 -- python train.py",
+            )
+        return None
+    if len(given) > 1:
+        raise UsageError(
+            "--samples-per-step and --tokens-per-step are two units for one throughput",
+            fix="pass one of them",
+        )
+    if not given:
+        if per_process:
+            raise UsageError(
+                "--per-process says how --samples-per-step or --tokens-per-step count",
+                fix="pass one of them too, or leave out --per-process",
+            )
+        return None
+    ((kind, count),) = given
+    bound = UNIT_BOUNDS[kind]
+    check_bound(bound, count)
+    weak = mode is ScalingMode.WEAK
+    if weak != per_process:  # what a step processes must grow as the mode says
+        raise UsageError(
+            f"{bound.flag} {count} counts "
+            + ("each process's share" if per_process else "the whole step")
+            + f", and --mode {mode.value} "
+            + (
+                "keeps each process's batch, so a step's total grows with the processes"
+                if weak
+                else "keeps the global batch, so a step's total stays the same"
+            ),
+            fix=(
+                f"pass --per-process with each process's {kind.value}"
+                if weak
+                else f"leave out --per-process and give the step's whole {kind.value}"
+            )
+            + ", or the other --mode if your program does that",
+        )
+    return StepUnits(kind, count, per_process)
+
+
+def check_usd(bound: Bound, value: float | None) -> float | None:
+    """A money option: a finite amount above zero (0 would cost every sweep at nothing), at
+    most its ceiling (its field's range: runner/spec/request.py)."""
+    if value is None or bound.holds(value):
+        return value
+    flag = bound.flag
+    raise UsageError(
+        f"{flag} {value:g} is not a price",
+        why=f"an amount of US dollars {bound.rule} is needed",
+        fix=f"pass e.g. {flag} 98.32, or leave it out",
+    )
+
+
+def check_predict(
+    *, sources: int, counts: tuple[int, ...], target: float, size: str | None, busbw: float | None
+) -> None:
+    """`dtrun predict`: one source of results (a run directory or --from; ``sources`` given),
+    the node counts to predict, the target, and one busbw at most (--size or --busbw)."""
+    if sources != 1:
+        raise UsageError(
+            "dtrun predict needs a run directory or --from FILE, one of them",
+            fix="dtrun predict runs/<run-id> --nodes 8,16, or dtrun predict --from "
+            "measured.yaml --nodes 8,16",
+        )
+    if not counts:
+        raise UsageError(
+            "--nodes is needed: the node counts to predict", fix="pass e.g. --nodes 8,16,32"
+        )
+    check_node_counts(counts)
+    check_bound(bound_of(BenchSpec, "target_efficiency"), target)
+    if busbw is not None:
+        check_bound(BUSBW, busbw)
+    if size is not None and busbw is not None:
+        raise UsageError("--size and --busbw both say the busbw: pass one of them")

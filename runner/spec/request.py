@@ -296,6 +296,17 @@ class UnitKind(StrEnum):
     TOKENS = "tokens"
 
 
+# dtrun predict's --busbw, as --health-threshold's: a busbw above 0, far above any fabric's
+BUSBW = Bound("--busbw", 0, 1_000_000, "", "GB/s", above=True)
+
+# What one step of a program processes (--samples-per-step, --tokens-per-step): past the most
+# a step of any model trained processes
+UNIT_BOUNDS = {
+    UnitKind.SAMPLES: Bound("--samples-per-step", 1, 10**12),
+    UnitKind.TOKENS: Bound("--tokens-per-step", 1, 10**15),
+}
+
+
 @dataclass(frozen=True)
 class StepUnits:
     """What one optimizer step of the user's program processes: ``count`` samples or tokens,

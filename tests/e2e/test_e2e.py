@@ -139,8 +139,8 @@ def test_an_allreduce_sweep_measures_busbw_per_size_and_node_count(no_leftovers)
     out = no_leftovers / "runs"
     done = run_dtrun(
         "bench", "--workload", "allreduce", "--nodes", "1,2", "-p", "1", "--sizes", "4K:256K",
-        "--ar-iters", "5", "--quiet", "--output", str(out), "--run-id", "ar", "--port", "29640",
-        "--json", cwd=no_leftovers,
+        "--ar-iters", "5", "--repeat", "1", "--quiet", "--output", str(out), "--run-id", "ar",
+        "--port", "29640", "--json", cwd=no_leftovers,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads(done.stdout)
