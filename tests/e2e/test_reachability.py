@@ -73,11 +73,17 @@ def test_a_dead_node_in_a_hosts_file_fails_the_run_within_the_connect_timeout(
         took = time.monotonic() - started
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
-    assert took < 8 + 6, f"took {took:.1f} s"  # the timeout, plus dtrun's start and stop
+    run = json.loads((no_leftovers / "runs" / "dead" / "run.json").read_text())
+    # within the timeout by dtrun's own clock (run.json's wall_s, from the launch's start to its
+    # failure), and at most a look's lateness past it: no look starts that could not end by then
+    # (runner/cluster/readiness.py). Ignored, the 30 s default gives up at about 20 s.
+    # Not the test's clock: dtrun's start and exit around the wait took 2.0 s (refused) and
+    # 4.5 s (silent) more at load 10, the wait itself 4.6 s and 7.35 s as at load 6
+    assert run["wall_s"] < 8 + 2, f"waited {run['wall_s']:.1f} s"
+    assert took < 60, f"took {took:.1f} s"  # and then it ends: nothing waits on the dead node
     # the live line while waiting: who answered, who not
     assert f"1 of 2 answered, not yet node-1 ({DEAD})" in out
     # the failure names the dead node, why, and how to give it longer
     assert "1 of 2 nodes not ready after" in out and f"node-1 ({DEAD}): cannot reach" in out
     assert "--connect-timeout" in out and "Traceback" not in out
-    run = json.loads((no_leftovers / "runs" / "dead" / "run.json").read_text())
     assert run["status"] == "failed" and f"node-1 ({DEAD})" in run["error"]

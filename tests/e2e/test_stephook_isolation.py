@@ -10,14 +10,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
-from tests.conftest import run_dtrun
+from tests.conftest import ended, run_dtrun, wait_for
 from tests.e2e.test_stephook import HOOK, hook_env
 from tests.e2e.test_stephook import workdir as workdir  # a fixture: this test's processes only
 from tests.paths import REPO, TESTS
@@ -102,7 +100,8 @@ def test_a_sitecustomize_that_raises_still_raises_and_the_steps_are_timed(tmp_pa
 
 
 # Three steps, a fork, seventeen more in the parent; the child exits (through Python's exit
-# handlers) a second after the parent has written its record.
+# handlers) once the parent has written its record (at its exit), whatever the load: a child
+# that slept a fixed 1.5 s could end first on a loaded machine, and its record be overwritten.
 FORKS = """
 import os, sys, time
 import torch
@@ -113,7 +112,10 @@ for step in range(20):
     opt.step()
     if step == 2 and os.fork() == 0:
         open("child.pid", "w").write(str(os.getpid()))
-        time.sleep(1.5)
+        parents = os.path.join(os.environ["DTRUN_STEP_DIR"], "rank-0.json")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(parents) and time.monotonic() < deadline:
+            time.sleep(0.01)
         sys.exit(0)
 print(os.getpid())
 """
@@ -124,10 +126,8 @@ def test_a_forked_child_that_exits_last_leaves_the_parents_steps(tmp_path):
     done = run(FORKS, env, tmp_path)
     assert done.returncode == 0, done.stderr
     child = int((tmp_path / "child.pid").read_text())
-    deadline = time.monotonic() + 30
-    while psutil.pid_exists(child) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.2)  # its exit handlers have run once it is gone
+    # its exit handlers have run once it has exited (a zombie too: init reaps it in its time)
+    wait_for(lambda: ended(child), timeout=60, what="the forked child to exit")
     record = step_record(tmp_path / "steps")
     assert (len(record["step_ends_s"]), record["pid"]) == (20, int(done.stdout))  # not 3
 
