@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -278,6 +279,7 @@ def _bench_on(
 
         widest = plan.points[-1]
         nodes = widest.nodes or tuple(launch.node for launch in widest.launches)
+        cluster.contacted = time.monotonic()  # the readiness wait counts from here
         check_program(cluster.executor.command, program, nodes)
     return _sweep(cluster, plan, launching, json_out, resumed)
 

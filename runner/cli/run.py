@@ -3,6 +3,7 @@ on every node at once."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -135,6 +136,7 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
 
         if cluster.engine.runs_shell:  # not Spark's tasks
             nodes = plan.nodes or tuple(launch.node for launch in plan.launches)
+            cluster.contacted = time.monotonic()  # the readiness wait counts from here
             check_program(cluster.executor.command, resolved.spec.program, nodes)
 
     return run_program(

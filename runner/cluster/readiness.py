@@ -143,14 +143,17 @@ def wait_until_ready(
     check: bool,
     patience: Patience,
     on_wait: WaitSink = no_wait_sink,
+    since: float | None = None,
 ) -> None:
     """Return once every node answers (and, with ``check``, is healthy), or NotReadyError
     naming every node that did not and why. ``on_wait`` hears each look that finds some
-    node missing, and the last one once all have answered after a wait."""
+    node missing, and the last one once all have answered after a wait. ``since``: when dtrun
+    first tried the nodes (time.monotonic(); the program check's look), which the patience
+    counts from: else a dead node would get one attempt more than the user gave it."""
     scripts = {
         node.name: check_script(inventory, node) if check else "echo dtrun-ready" for node in nodes
     }
-    started = time.monotonic()
+    started = time.monotonic() if since is None else since
     looked_before = False
     while True:
         answers = command(scripts)

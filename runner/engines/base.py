@@ -168,6 +168,9 @@ class Cluster:
     choice: ClusterChoice
     engine: Engine  # how the executor reaches the nodes
     on_wait: WaitSink = no_wait_sink  # hears each look at nodes that have not all answered
+    # when the program check first tried the nodes (time.monotonic()): the next readiness
+    # wait counts its patience from then, once (runner/cluster/readiness.py)
+    contacted: float | None = None
 
     @property
     def preview(self) -> Preview | None:
@@ -183,6 +186,7 @@ def wait_for_nodes(cluster: Cluster, plan: LaunchPlan) -> None:
     """The plan's nodes answer (and, with --check, are healthy); node 0 reaches the others by
     ssh where the inventory logs in by ssh."""
     nodes: Sequence[Node] = plan.nodes or tuple(launch.node for launch in plan.launches)
+    since, cluster.contacted = cluster.contacted, None
     wait_until_ready(
         cluster.executor.command,
         cluster.inventory,
@@ -190,6 +194,7 @@ def wait_for_nodes(cluster: Cluster, plan: LaunchPlan) -> None:
         check=cluster.choice.check,
         patience=cluster.choice.patience,
         on_wait=cluster.on_wait,
+        since=since,
     )
     if cluster.inventory.ssh is not None:
         from dtrun.cluster.peers import check_peers  # head-only launchers: node 0's ssh

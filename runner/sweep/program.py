@@ -49,13 +49,13 @@ def run_program(  # noqa: PLR0913 - the cluster's parts and hooks, given by its 
     """
     spec = resolved.spec
     plan = plan_run(resolved, inventory)
+    started = time.monotonic()  # the wait for the nodes counts from the check's first look
     check(plan)
     run_dir = create_run_dir(output, spec.run_id)
     workdir = launch_dir(run_dir)
     write_run_record(run_dir, spec, inventory, plan, status=RunStatus.RUNNING, command=command)
     if on_begin is not None:
         on_begin(run_dir, plan)
-    started = time.monotonic()
     timeout = spec.timeout_s if spec.timeout_s is not None else math.inf
     try:
         ready(plan)

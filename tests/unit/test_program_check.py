@@ -81,6 +81,31 @@ def test_a_node_that_does_not_answer_is_left_to_the_readiness_step():
     check_program(unreachable, Program(ProgramKind.SCRIPT, "/w/t.py"), NODES)
 
 
+def test_the_readiness_wait_counts_from_the_program_checks_look():
+    """The check's look at a dead node took one attempt already: the wait that follows gives
+    up by the user's timeout counted from that look, not one attempt later (a dead node under
+    --connect-timeout 30 kept dtrun 33 s, 22 s of them recorded)."""
+    import time
+
+    from dtrun.cluster.readiness import NotReadyError, Patience, wait_until_ready
+    from dtrun.spec.cluster import Inventory
+
+    looks: list[float] = []
+
+    def unreachable(scripts: dict[str, str]) -> dict[str, Answer]:
+        looks.append(time.monotonic())
+        return {name: Answer(error="no SSH answer in 2 s") for name in scripts}
+
+    inventory = Inventory("hosts:h.yaml", NODES, "/usr/bin", "/tmp/dtrun-code")
+    since = time.monotonic() - 3.0  # the program check's look began 3 s ago
+    with pytest.raises(NotReadyError, match="not ready after 3 s"):
+        wait_until_ready(
+            unreachable, inventory, NODES, check=False, patience=Patience(4.0, 2.0, 2.0),
+            since=since,
+        )  # fmt: skip
+    assert len(looks) == 1  # from now, 2 s to wait and 2 s to look would pass 4 s
+
+
 def test_a_module_is_left_to_the_launcher():
     assert program_script(Program(ProgramKind.MODULE, "trainer.main")) is None
 
