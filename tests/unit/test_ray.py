@@ -247,6 +247,23 @@ def test_a_command_task_streams_its_lines_and_ends_with_its_exit_code(tmp_path):
     assert _live_in_group(group) == []  # the background sleep ended with the task
 
 
+def test_what_an_ended_script_left_gets_its_grace_before_sigkill(tmp_path):
+    """The script has exited, its background child has not: the stop's SIGTERM is followed by
+    the grace for the whole group, not by SIGKILL at once because the script itself is gone
+    (which also returned while the child was still dying: CI saw it alive)."""
+    said = tmp_path / "said"
+    node = NodeProcess("tag")
+    child = f"trap 'sleep 0.2; echo bye > {shlex.quote(str(said))}; exit 0' TERM; "
+    child += "while :; do sleep 0.05; done"
+    node.spawn(["bash", "-c", f"bash -c {shlex.quote(child)} & echo $$; exit 3"])
+    assert node.proc is not None
+    node.proc.wait(timeout=20)  # the script is over; its child runs on in its group
+    lines, code = node.stop(grace_s=20.0)
+    assert code == 3
+    assert said.read_text() == "bye\n"  # its TERM handler ran to its end
+    assert _live_in_group(node.proc.pid) == []
+
+
 @pytest.mark.parametrize("command", [["exec", "--", "true"], ["check"], ["bench", "--nodes", "1"]])
 def test_a_ray_head_that_does_not_answer_exits_1_naming_it(tmp_path, monkeypatch, command):
     from typer.testing import CliRunner

@@ -115,7 +115,10 @@ class NodeProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
             deadline = time.monotonic() + wait
-            while self.proc.poll() is None and time.monotonic() < deadline:
+            # the script and all it left in its group: a signal sent is not a process gone
+            while (self.proc.poll() is None or _group_alive(self.proc.pid)) and (
+                time.monotonic() < deadline
+            ):
                 time.sleep(0.05)
             if self.proc.poll() is not None and not _group_alive(self.proc.pid):
                 break
@@ -150,8 +153,18 @@ class Guard:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs: a zombie does not count (it has ended; its
+    new parent, often init, reaps it in its own time)."""
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    proc = Path("/proc")
+    if not proc.is_dir():  # no /proc to tell zombies by: the group is there
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rpartition(")")[2].split()  # after "pid (comm)"
+            if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
+                return True
+    return False
