@@ -247,6 +247,20 @@ def test_a_command_task_streams_its_lines_and_ends_with_its_exit_code(tmp_path):
     assert _live_in_group(group) == []  # the background sleep ended with the task
 
 
+def test_a_script_reaped_by_another_is_a_lost_status_not_exit_0():
+    """A Ray worker whose raylet died reaps its children itself; Popen.poll then reads the
+    missing status as exit 0, a success. The node's actor says the status was lost."""
+    from dtrun.engines.ray.node import LostStatusError
+
+    node = NodeProcess("tag")
+    node.spawn(["bash", "-c", "exit 7"])
+    assert node.proc is not None
+    os.waitpid(node.proc.pid, 0)  # another reaper took it, and its status with it
+    with pytest.raises(LostStatusError, match="exit status was lost"):
+        node.poll()
+    assert node.stop(grace_s=1.0)[1] is None  # and a stop says nothing about how it ended
+
+
 def test_what_an_ended_script_left_gets_its_grace_before_sigkill(tmp_path):
     """The script has exited, its background child has not: the stop's SIGTERM is followed by
     the grace for the whole group, not by SIGKILL at once because the script itself is gone
@@ -258,7 +272,7 @@ def test_what_an_ended_script_left_gets_its_grace_before_sigkill(tmp_path):
     node.spawn(["bash", "-c", f"bash -c {shlex.quote(child)} & echo $$; exit 3"])
     assert node.proc is not None
     node.proc.wait(timeout=20)  # the script is over; its child runs on in its group
-    lines, code = node.stop(grace_s=20.0)
+    _, code = node.stop(grace_s=20.0)
     assert code == 3
     assert said.read_text() == "bye\n"  # its TERM handler ran to its end
     assert _live_in_group(node.proc.pid) == []

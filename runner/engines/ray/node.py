@@ -98,35 +98,68 @@ class NodeProcess:
         """The output since the last poll, and the script's exit code once it has exited and
         every line of it was handed over (None while it runs)."""
         assert self.proc is not None and self.pump is not None
-        code = self.proc.poll()
+        code = self._exit_code()
         if code is not None:
             self.pump.join(timeout=5)
         with self.lock:
             lines, self.output = self.output, []
         return lines, code
 
+    def _exit_code(self) -> int | None:
+        """The script's exit code once it has ended (None while it runs). Reaped here, not by
+        Popen.poll: a script another process reaped (a Ray worker whose raylet died reaps its
+        children) has no status left to read, and Popen reads that as exit 0, a success."""
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            try:
+                pid, status = os.waitpid(self.proc.pid, os.WNOHANG)
+            except ChildProcessError:
+                raise LostStatusError(
+                    "the script's exit status was lost: another process reaped it (its Ray "
+                    "worker's raylet is dead, or SIGCHLD is ignored there)"
+                ) from None
+            if pid == 0:
+                return None
+            self.proc.returncode = os.waitstatus_to_exitcode(status)
+        return self.proc.returncode
+
+    def _ended(self) -> bool:
+        try:
+            return self._exit_code() is not None
+        except LostStatusError:
+            return True
+
     def stop(self, grace_s: float = GRACE_S) -> tuple[list[bytes], int | None]:
         """End the script's group: SIGTERM, SIGKILL after ``grace_s``; its last output, and its
         exit code (None: the stop ended it)."""
         if self.proc is None:
             return [], None
-        running = self.proc.poll() is None
+        running = not self._ended()
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
             deadline = time.monotonic() + wait
             # the script and all it left in its group: a signal sent is not a process gone
-            while (self.proc.poll() is None or _group_alive(self.proc.pid)) and (
+            while (not self._ended() or _group_alive(self.proc.pid)) and (
                 time.monotonic() < deadline
             ):
                 time.sleep(0.05)
-            if self.proc.poll() is not None and not _group_alive(self.proc.pid):
+            if self._ended() and not _group_alive(self.proc.pid):
                 break
         if self.guard is not None:
             self.guard.drop()
             self.guard = None
-        lines, code = self.poll()
+        try:
+            lines, code = self.poll()
+        except LostStatusError:  # its status is gone: what it said is not
+            with self.lock:
+                lines, self.output = self.output, []
+            return lines, None
         return lines, None if running else code
+
+
+class LostStatusError(RuntimeError):
+    """The script ended and its exit status is gone: the task fails, and dtrun names the node."""
 
 
 class Guard:
