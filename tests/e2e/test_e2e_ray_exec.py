@@ -98,8 +98,11 @@ def test_a_raylet_lost_during_exec_is_named_by_its_node(ray_cluster, tmp_path):
         tmp_path, "exec", "--wide", "--ray", ray_cluster.address, "--",
         f"echo started; if {ON_SECOND}; then sleep 600.5; fi",
     )  # fmt: skip
-    wait_for(lambda: ray_cluster.under(SECOND, "sleep 600.5") != [], timeout=300,
-             what="the command on 127.0.0.3")  # fmt: skip
+    # the sleep itself, not the shell whose script names it: a raylet killed before the shell's
+    # test ran would make it skip the sleep and end 0 (ps finds no raylet there)
+    wait_for(lambda: [p for p in ray_cluster.under(SECOND, "sleep 600.5")
+                      if p.cmdline()[:1] == ["sleep"]] != [],
+             timeout=300, what="the command's sleep on 127.0.0.3")  # fmt: skip
     ray_cluster.raylet(SECOND).kill()
     assert ends_within(dtrun, 300, out) == 1  # type: ignore[arg-type]
     said = _said(out)
