@@ -265,13 +265,18 @@ def test_what_an_ended_script_left_gets_its_grace_before_sigkill(tmp_path):
     """The script has exited, its background child has not: the stop's SIGTERM is followed by
     the grace for the whole group, not by SIGKILL at once because the script itself is gone
     (which also returned while the child was still dying: CI saw it alive)."""
-    said = tmp_path / "said"
+    said, armed = tmp_path / "said", tmp_path / "armed"
     node = NodeProcess("tag")
     child = f"trap 'sleep 0.2; echo bye > {shlex.quote(str(said))}; exit 0' TERM; "
-    child += "while :; do sleep 0.05; done"
+    child += f": > {shlex.quote(str(armed))}; while :; do sleep 0.05; done"
     node.spawn(["bash", "-c", f"bash -c {shlex.quote(child)} & echo $$; exit 3"])
     assert node.proc is not None
     node.proc.wait(timeout=20)  # the script is over; its child runs on in its group
+    # its trap set (CI once stopped it first: bash's default for TERM, death, wrote nothing)
+    deadline = time.monotonic() + 20
+    while not armed.exists():
+        assert time.monotonic() < deadline, "the child never set its trap"
+        time.sleep(0.01)
     _, code = node.stop(grace_s=20.0)
     assert code == 3
     assert said.read_text() == "bye\n"  # its TERM handler ran to its end
