@@ -18,6 +18,8 @@ pair and their median. Target (issue 25): median ratio <= 1.01. On a shared 2-co
 wall time of a step moves by tens of percent with the other work there, so it also prints the
 same ratio of the steps' CPU time (the program's process_time per step), which moves far less
 and still holds all the hook's work: the hook does nothing but compute in the program's thread.
+Third, the whole launch's wall time, hooked over bare: what the hook's record at exit (the
+parameter digest, 34 MB here) adds to the run.
 
     .venv/bin/python benchmarks/stephook_overhead.py [--rounds 5] [--steps 40] [--warmup 5]
 """
@@ -32,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,8 +43,9 @@ HOOK = REPO / "runner" / "workloads" / "stephook"
 PROGRAM = REPO / "tests" / "programs" / "ddp_heavy.py"
 
 
-def median_step(hooked: bool, steps: int, warmup: int, workdir: Path) -> tuple[float, float]:
-    """One launch; the medians of both ranks' own step times (wall, CPU) after the warm-up."""
+def median_step(hooked: bool, steps: int, warmup: int, workdir: Path) -> tuple[float, float, float]:
+    """One launch; the medians of both ranks' own step times (wall, CPU) after the warm-up, and
+    the launch's wall time (imports, steps and, hooked, the record the hook writes at exit)."""
     workdir.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DTRUN_STEP")}
     env["OMP_NUM_THREADS"] = "1"
@@ -49,9 +53,11 @@ def median_step(hooked: bool, steps: int, warmup: int, workdir: Path) -> tuple[f
     if hooked:
         env |= {"DTRUN_STEP_HOOK": "1", "DTRUN_STEP_DIR": str(workdir / "steps")}
     command = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(PROGRAM)]
+    started = time.perf_counter()
     done = subprocess.run(
         [*command, "--steps", str(steps)], cwd=workdir, env=env, capture_output=True, check=False
     )
+    launch_s = time.perf_counter() - started
     recorded = sorted((workdir / "steps").glob("rank-*.json")) if hooked else []
     if done.returncode != 0 or len(recorded) != (2 if hooked else 0):
         tail = done.stderr.decode(errors="replace")[-2000:]
@@ -64,7 +70,7 @@ def median_step(hooked: bool, steps: int, warmup: int, workdir: Path) -> tuple[f
     for path in recorded:  # the hook saw every step: it measured what it was meant to
         if len(json.loads(path.read_text())["step_ends_s"]) != steps:
             raise SystemExit(f"{path} does not hold {steps} steps")
-    return statistics.median(times), statistics.median(cpu)
+    return statistics.median(times), statistics.median(cpu), launch_s
 
 
 MICRO = """
@@ -115,6 +121,7 @@ def main() -> None:
     )
     pairs: list[tuple[float, float]] = []
     cpu_pairs: list[tuple[float, float]] = []
+    launch_pairs: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory(prefix="dtrun-stephook-") as tmp:
         for i in range(args.rounds + 1):
             order = (True, False) if i % 2 == 0 else (False, True)  # neither always goes first
@@ -124,7 +131,7 @@ def main() -> None:
                 )
                 for hooked in order
             }
-            (a, a_cpu), (b, b_cpu) = timed[True], timed[False]
+            (a, a_cpu, a_launch), (b, b_cpu, b_launch) = timed[True], timed[False]
             label = "warm-up" if i == 0 else f"round {i}"
             print(
                 f"{label:>8}: hooked {a * 1000:7.1f} ms   bare {b * 1000:7.1f} ms   "
@@ -134,6 +141,7 @@ def main() -> None:
             if i:
                 pairs.append((a, b))
                 cpu_pairs.append((a_cpu, b_cpu))
+                launch_pairs.append((a_launch, b_launch))
         micro: list[tuple[float, float]] = []
         for i in range(args.rounds):
             order = (True, False) if i % 2 == 0 else (False, True)
@@ -158,6 +166,13 @@ def main() -> None:
             f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}, "
             f"{len(ratios)} pairs); target <= 1.01 (issue 25)"
         )
+    ratios = [a / b for a, b in launch_pairs]
+    print(
+        f"whole launch, wall (imports, steps, the hook's record at exit): hooked "
+        f"{statistics.median(a for a, _ in launch_pairs):.2f} s, bare "
+        f"{statistics.median(b for _, b in launch_pairs):.2f} s, ratio "
+        f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})"
+    )
 
 
 if __name__ == "__main__":

@@ -63,6 +63,11 @@ def _local(p: Any) -> Any:
 
 
 def _digest(params: list[Any]) -> str:
+    """SHA-256 of each parameter's shape, dtype and bytes, in order. The bytes are read in
+    place, through a ctypes array over the contiguous CPU tensor's memory (the buffer protocol
+    hashlib takes): bytes(storage) walked them one Python call a byte, 1.4 s a megabyte, a
+    minute at exit for an 8.4M-parameter model."""
+    import ctypes
     import hashlib
 
     import torch
@@ -70,9 +75,11 @@ def _digest(params: list[Any]) -> str:
     digest = hashlib.sha256()
     with torch.no_grad():
         for p in params:
-            tensor = _local(p).detach().cpu().clone(memory_format=torch.contiguous_format)
+            tensor = _local(p).detach().cpu().contiguous()
             digest.update(str(tuple(tensor.shape)).encode() + str(tensor.dtype).encode())
-            digest.update(bytes(tensor.reshape(-1).view(torch.uint8).untyped_storage()))
+            size = tensor.numel() * tensor.element_size()
+            if size:  # the array reads while ``tensor`` holds its memory
+                digest.update((ctypes.c_char * size).from_address(tensor.data_ptr()))
     return digest.hexdigest()
 
 
