@@ -165,16 +165,30 @@ def _here(proc: psutil.Process) -> bool:
 
 @contextlib.contextmanager
 def slow_processes(
-    env_matches: Callable[[dict[str, str]], bool], share: float, every_s: float = 0.05
+    env_matches: Callable[[dict[str, str]], bool],
+    share: float,
+    every_s: float = 0.05,
+    after: Callable[[], bool] = lambda: True,
+    until: Callable[[], bool] = lambda: False,
 ) -> Iterator[CpuGroup]:
     """Every process of this test worker whose environment ``env_matches`` in a cpu group
     allowed ``share`` of one CPU: a thread moves each one in as it appears (a rank spends a
-    second or more importing torch before it computes, far longer than ``every_s``)."""
+    second or more importing torch before it computes, far longer than ``every_s``), from the
+    first look at which ``after()`` holds (a rank's imports at a twentieth of a CPU take a
+    minute) to the first at which ``until()`` does, when it moves them all back (its exit too
+    would be slow)."""
     with cpu_quota(share) as group:
         stop = threading.Event()
 
         def watch() -> None:
             while not stop.wait(every_s):
+                if until():
+                    for pid in group.pids():
+                        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                            (CPU_ROOT / "cgroup.procs").write_text(str(pid))
+                    return
+                if not after():
+                    continue
                 members = set(group.pids())
                 for proc in _processes(env_matches):
                     if proc.pid not in members:
@@ -196,10 +210,15 @@ def slow_embedded_node(node: str, share: float) -> contextlib.AbstractContextMan
     return slow_processes(lambda env: env.get("DTRUN_NODE_NAME") == node, share)
 
 
-def slow_rank(rank: int, share: float) -> contextlib.AbstractContextManager[CpuGroup]:
+def slow_rank(
+    rank: int,
+    share: float,
+    after: Callable[[], bool] = lambda: True,
+    until: Callable[[], bool] = lambda: False,
+) -> contextlib.AbstractContextManager[CpuGroup]:
     """The process of one rank (its RANK variable, as torchrun sets it) in a cpu group allowed
-    ``share`` of one CPU."""
-    return slow_processes(lambda env: env.get("RANK") == str(rank), share)
+    ``share`` of one CPU, from when ``after()`` holds until ``until()`` does."""
+    return slow_processes(lambda env: env.get("RANK") == str(rank), share, after=after, until=until)
 
 
 def _netns(pid: int | str) -> str | None:

@@ -14,13 +14,13 @@ from tests import faults
 from tests.e2e.test_stephook import TORCHRUN, trained, workdir  # noqa: F401 - a fixture
 
 # real compute in every step (an MLP of 4 x 256 x 256), so a CPU quota slows it
-HEAVY = ("ddp_heavy.py", "--steps", "16", "--width", "256", "--layers", "4", "--batch", "32")
+HEAVY = ("ddp_heavy.py", "--steps", "16", "--width", "256", "--layers", "4", "--batch", "64")
 WARMUP = 3  # the first steps: imports, allocation
 
 
-def _medians(workdir: Path) -> tuple[list[float], list[float]]:
+def _medians(workdir: Path, *args: str) -> tuple[list[float], list[float]]:
     """Each rank's median time to its last gradient, and its mean step interval."""
-    records, _ = trained(TORCHRUN, *HEAVY, cwd=workdir)
+    records, _ = trained(TORCHRUN, *HEAVY, *args, cwd=workdir)
     for record in records:
         ready = record["grads_ready_s"]
         assert len(ready) == len(record["step_ends_s"])
@@ -38,8 +38,16 @@ def _medians(workdir: Path) -> tuple[list[float], list[float]]:
 
 
 def test_a_throttled_rank_takes_longer_to_its_last_gradient(workdir: Path) -> None:
-    with faults.slow_rank(1, 0.1) as group:
-        local, steps = _medians(workdir)
+    # 1 ms of CPU in every 20 (tests/faults.py), from rank 1's second step on (its imports
+    # and first-use set-up at a twentieth of a CPU would take a minute): its forward and
+    # backward take more than 1 ms, so each crosses a throttled period. With 2 ms (a share of
+    # 0.1) they could fit in one period's quota, the rank's steps falling into step with the
+    # periods: CI read 1.30 ms against 1.72 ms
+    # rank 1 waits after its first step until it is in the group; it leaves once its steps
+    # are over (its times written), the interpreter's exit at full speed
+    ready, done = workdir / "ready-rank1", workdir / "own-times-rank1.json"
+    with faults.slow_rank(1, 0.05, after=ready.exists, until=done.exists) as group:
+        local, steps = _medians(workdir, "--throttled-rank", "1")
         periods, _ = group.throttled()
     assert periods > 0, "the quota never held rank 1 back"
     assert local[1] / local[0] > 1.5, local

@@ -4,11 +4,17 @@ times each iteration itself and writes those times to own-times-rank<RANK>.json,
 ddp_loop.py does, and each iteration's CPU time (the process's, all threads) to
 own-cpu-rank<RANK>.json; benchmarks/stephook_overhead.py runs it hooked and unhooked.
 
-Usage: python ddp_heavy.py [--steps N] [--width W] [--layers L] [--batch B]
+With --throttled-rank R, rank R creates ready-rank<R> once its first step is done (its lazy
+imports and first-use set-up behind it) and waits, up to 120 s, until it is in another cpu
+cgroup than the one it started in: a test throttling it from outside
+(tests/e2e/test_stephook_ranks.py) thus throttles its steps and nothing else.
+
+Usage: python ddp_heavy.py [--steps N] [--width W] [--layers L] [--batch B] [--throttled-rank R]
 """
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 
@@ -21,7 +27,17 @@ parser.add_argument("--steps", type=int, default=40)
 parser.add_argument("--width", type=int, default=1024)
 parser.add_argument("--layers", type=int, default=8)
 parser.add_argument("--batch", type=int, default=64)
+parser.add_argument("--throttled-rank", type=int, default=None)
 args = parser.parse_args()
+
+
+def cpu_cgroup() -> str:
+    """This process's cgroup v1 cpu group, from /proc/self/cgroup."""
+    found = re.search(r"^\d+:cpu(,cpuacct)?:(.*)$", Path("/proc/self/cgroup").read_text(), re.M)
+    return found.group(2) if found else ""
+
+
+started_in = cpu_cgroup()
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -40,6 +56,11 @@ for _ in range(args.steps):
     optimizer.zero_grad()
     own.append(time.perf_counter() - started)
     cpu.append(time.process_time() - used)
+    if len(own) == 1 and rank == args.throttled_rank:
+        Path(f"ready-rank{rank}").touch()
+        deadline = time.monotonic() + 120
+        while cpu_cgroup() == started_in and time.monotonic() < deadline:
+            time.sleep(0.01)
 Path(f"own-times-rank{rank}.json").write_text(json.dumps(own))
 Path(f"own-cpu-rank{rank}.json").write_text(json.dumps(cpu))
 dist.destroy_process_group()
