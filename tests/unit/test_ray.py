@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import psutil
@@ -170,6 +171,31 @@ def test_the_node_actor_gives_the_exit_code_with_the_last_lines(tmp_path):
     assert (seen, code) == ([b"first\n", b"last\n"], 3)
 
 
+def test_a_held_poll_answers_once_the_script_ends_not_when_its_wait_is_over(tmp_path):
+    node = NodeProcess("tag")
+    node.start(str(tmp_path), [("n.sh", b"sleep 0.5; echo last; exit 4\n", 0o700)], "n.sh")
+    began = time.monotonic()
+    out, code = node.poll(60.0)
+    # a poll that held its whole wait would take 60 s; the script's end came after 0.5
+    assert (out, code) == ([b"last\n"], 4)
+    assert time.monotonic() - began < 30
+
+
+def test_a_held_poll_of_a_running_script_waits_its_time_and_keeps_the_lines(tmp_path):
+    node = NodeProcess("tag")
+    node.start(str(tmp_path), [("n.sh", b"echo early; sleep 600\n", 0o700)], "n.sh")
+    try:
+        deadline = time.monotonic() + 20
+        while not node.output and time.monotonic() < deadline:  # the line is in
+            time.sleep(0.01)
+        began = time.monotonic()
+        out, code = node.poll(0.5)
+        assert time.monotonic() - began >= 0.5  # lines alone do not cut the wait short
+        assert (out, code) == ([b"early\n"], None)
+    finally:
+        node.stop(grace_s=1.0)
+
+
 # Ray's name as a word (not "array", "gray"): the files outside its own package that name it
 RAY_WORD = re.compile(r"\bray\b", re.IGNORECASE)
 ALLOWED = {"runner/engines/registry.py"}
@@ -319,3 +345,77 @@ def test_detached_actors_are_looked_up_only_after_a_torchtrainer_ran(monkeypatch
     session.close()
     assert looked == ([True] if trained else [])
     assert session.ray is None
+
+
+class _Actor:
+    """A node actor that Ray never places: its calls are refs that never resolve."""
+
+    def __init__(self) -> None:
+        self.start = types.SimpleNamespace(remote=lambda *args: object())
+
+
+class _ActorClass:
+    def __init__(self, made: list[_Actor]) -> None:
+        self.made = made
+
+    def options(self, **_: object) -> _ActorClass:
+        return self
+
+    def remote(self, *_: object) -> _Actor:
+        self.made.append(_Actor())
+        return self.made[-1]
+
+
+class _Unplaced:
+    """A Ray whose cluster has ray-0 alive and ray-1 gone: a group never placed."""
+
+    def __init__(self) -> None:
+        self.made: list[_Actor] = []
+        self.killed: list[object] = []
+
+    def remote(self, _cls: object) -> _ActorClass:
+        return _ActorClass(self.made)
+
+    def kill(self, actor: object, no_restart: bool) -> None:
+        self.killed.append(actor)
+
+    def nodes(self) -> list[dict[str, object]]:
+        return [_node("127.0.0.2"), _node("127.0.0.3", alive=False)]
+
+
+def test_a_group_ray_cannot_place_kills_the_actors_asked_for_and_names_the_gone_node(
+    monkeypatch, tmp_path
+):
+    """The actors are asked for with the group, before Ray has placed it: when it never is,
+    they are killed and the launch says which node Ray has not, with nothing left to stop."""
+    import importlib
+
+    pgs = importlib.import_module("ray.util.placement_group")  # the module: ray.util's name
+    strategies = importlib.import_module("ray.util.scheduling_strategies")  # is its function
+
+    from dtrun.engines.ray.executor import RayExecutor, _Launch, _Node
+    from dtrun.errors import RunError
+
+    waited: list[float] = []
+    group = types.SimpleNamespace(wait=lambda timeout_seconds: waited.append(timeout_seconds))
+    monkeypatch.setattr(pgs, "placement_group", lambda *a, **k: group)
+    monkeypatch.setattr(strategies, "PlacementGroupSchedulingStrategy", lambda *a: None)
+    ray = _Unplaced()
+    session = types.SimpleNamespace(ray=ray)
+    executor = RayExecutor(session, {}, place_s=7.0)  # type: ignore[arg-type]
+    nodes = [
+        _Node(types.SimpleNamespace(  # type: ignore[arg-type]
+            node=types.SimpleNamespace(name=f"ray-{i}", address=address),
+            script_name=f"ray-{i}.sh", script="true\n"), log=None)  # type: ignore[arg-type]
+        for i, address in enumerate(("127.0.0.2", "127.0.0.3"))
+    ]  # fmt: skip
+    plan = types.SimpleNamespace(files=[], rdzv_id="r1")
+    launch = _Launch(executor, plan, tmp_path, nodes, lambda *_: None)  # type: ignore[arg-type]
+    with pytest.raises(RunError) as raised:
+        launch.place()
+    assert waited == [7.0]
+    assert len(ray.made) == 2 and ray.killed == ray.made
+    assert [node.actor for node in nodes] == [None, None]  # so the stop asks none of them
+    said = str(raised.value) + " " + str(raised.value.why)
+    assert "did not place the launch's 2 bundles within 7 s" in said, said
+    assert "no live node at ray-1 (127.0.0.3)" in said, said

@@ -29,14 +29,13 @@ def bash(script: str, tag: str) -> Iterator[tuple[list[bytes], int | None]]:
     process = NodeProcess(tag)
     process.spawn(["bash", "-c", script, "bash"])
     while True:
-        lines, code = process.poll()
+        lines, code = process.poll(CHUNK_S)
         if code is not None:
             rest, _ = process.stop(0.5)  # what it left in its group goes with it, as a launch's
             yield lines + rest, code
             return
         if lines:
             yield lines, None
-        time.sleep(CHUNK_S)
 
 
 def run_commands(

@@ -34,7 +34,8 @@ from dtrun.spec.text import plural
 from dtrun.workloads.files import NodeLog
 
 PLACE_S = 60.0  # how long Ray may take to place a launch's bundles
-POLL_S = 0.2  # how often each node's actor is asked for its output
+POLL_S = 0.2  # how long each node's actor holds a poll for output (less: its script ended)
+ANSWER_S = 1.0  # beyond POLL_S, how long dtrun waits for polls before it looks at the clock
 BUNDLE_CPUS = 1
 
 
@@ -166,9 +167,8 @@ class _Launch:
                 name=f"dtrun-{self.plan.rdzv_id}",
             )
             self.executor.placed += 1
-        ready, _ = ray.wait([self.group.ready()], timeout=self.executor.place_s)
-        if not ready:
-            raise self.unplaced()
+        # the actors are asked for at once: Ray starts each one's worker as soon as the group
+        # is placed, rather than after dtrun has heard so and asked (one round trip less)
         files = [(f.name, f.content.encode(), f.mode) for f in self.plan.files]
         files += [(n.launch.script_name, n.launch.script.encode(), 0o700) for n in self.nodes]
         actor = ray.remote(NodeProcess)
@@ -185,6 +185,12 @@ class _Launch:
             starts[index] = node.actor.start.remote(
                 str(self.workdir), files, node.launch.script_name
             )
+        if not self.group.wait(timeout_seconds=self.executor.place_s):
+            for node in self.nodes:  # never placed, so never started: nothing to stop
+                with contextlib.suppress(Exception):
+                    ray.kill(node.actor, no_restart=True)
+                node.actor = None
+            raise self.unplaced()
         for index, ref in starts.items():
             node = self.nodes[index]
             try:
@@ -231,23 +237,24 @@ class _Launch:
                 return None  # done, or lost_first says which node was lost
             if time.monotonic() >= deadline:
                 return self.timed_out(timeout_s, waiting)
-            began = time.monotonic()
             for node in self.polled():
                 step = self.heard(node)
                 if step is Next.FAILED:
                     return self.failed(node)
                 if step is Next.DONE:
                     return None
-            time.sleep(max(0.0, POLL_S - (time.monotonic() - began)))
 
     def polled(self) -> list[_Node]:
-        """The nodes whose poll came back within POLL_S (a node's next poll is asked only
-        once its last one answered)."""
+        """The nodes whose poll came back: the first to answer, and any others by then (each
+        actor holds a poll up to POLL_S, less once its script ends; a node's next poll is
+        asked only once its last one answered)."""
         for node in self.nodes:
             if node.running and node.poll is None:
-                node.poll = node.actor.poll.remote()
+                node.poll = node.actor.poll.remote(POLL_S)
         polls = [node.poll for node in self.nodes if node.poll is not None]
-        done, _ = self.ray.wait(polls, num_returns=len(polls), timeout=POLL_S)
+        done, _ = self.ray.wait(polls, num_returns=1, timeout=POLL_S + ANSWER_S)
+        if done:  # the others' answers that came with it
+            done, _ = self.ray.wait(polls, num_returns=len(polls), timeout=0)
         return [node for node in self.nodes if node.poll is not None and node.poll in done]
 
     def heard(self, node: _Node) -> Next:

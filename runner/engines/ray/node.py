@@ -49,6 +49,8 @@ class NodeProcess:
         self.guard: Guard | None = None
         self.output: list[bytes] = []
         self.lock = threading.Lock()
+        self.drained = threading.Condition(self.lock)  # the script's output reached its end
+        self.eof = False
         self.pump: threading.Thread | None = None
         self.stopped = False
 
@@ -93,12 +95,22 @@ class NodeProcess:
         for raw in iter(self.proc.stdout.readline, b""):
             with self.lock:
                 self.output.append(raw)
+        with self.lock:
+            self.eof = True
+            self.drained.notify_all()
 
-    def poll(self) -> tuple[list[bytes], int | None]:
+    def poll(self, wait_s: float = 0.0) -> tuple[list[bytes], int | None]:
         """The output since the last poll, and the script's exit code once it has exited and
-        every line of it was handed over (None while it runs)."""
+        every line of it was handed over (None while it runs). Waits up to ``wait_s`` first,
+        less when the script ends: its end is told at once, not at the next poll."""
         assert self.proc is not None and self.pump is not None
+        deadline = time.monotonic() + wait_s
+        with self.lock:
+            self.drained.wait_for(lambda: self.eof, timeout=wait_s)
         code = self._exit_code()
+        while code is None and self.eof and time.monotonic() < deadline:
+            time.sleep(0.01)  # its output closed a moment before it exits
+            code = self._exit_code()
         if code is not None:
             self.pump.join(timeout=5)
         with self.lock:

@@ -74,7 +74,7 @@ def train_loop(config: dict[str, Any]) -> None:
     process.start(config["workdir"], config["files"], script)
     stop = ray.get(relay.start.remote(name, address))
     while True:
-        lines, code = process.poll()
+        lines, code = process.poll(POLL_S)
         stop = ray.get(relay.put.remote(name, lines, code, code is not None))
         if code is not None:
             break
@@ -82,7 +82,6 @@ def train_loop(config: dict[str, Any]) -> None:
             lines, code = process.stop(config["grace_s"])
             ray.get(relay.put.remote(name, lines, code, True))
             return
-        time.sleep(POLL_S)
     if code != 0:
         raise RuntimeError(f"{name}'s script exited with {code}")
 
