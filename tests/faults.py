@@ -204,6 +204,46 @@ def slow_processes(
             watcher.join()
 
 
+@contextlib.contextmanager
+def slow_tree(
+    root: int,
+    share: float,
+    after: Callable[[], bool],
+    until: Callable[[], bool] = lambda: False,
+    every_s: float = 0.05,
+) -> Iterator[CpuGroup]:
+    """Every process under ``root`` (an sshd instance: every session it serves and all they
+    start) in a cpu group allowed ``share`` of one CPU, from the first look at which
+    ``after()`` holds to the first at which ``until()`` does: a node slowed for its timed steps,
+    not for its imports (which at a twentieth of a CPU take a minute)."""
+    with cpu_quota(share) as group:
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(every_s):
+                if until():
+                    for pid in group.pids():
+                        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                            (CPU_ROOT / "cgroup.procs").write_text(str(pid))
+                    return
+                if not after():
+                    continue
+                members = set(group.pids())
+                with contextlib.suppress(psutil.Error):
+                    for proc in psutil.Process(root).children(recursive=True):
+                        if proc.pid not in members:
+                            with contextlib.suppress(OSError):  # it ended meanwhile
+                                group.join(proc.pid)
+
+        watcher = threading.Thread(target=watch, name="slow-tree", daemon=True)
+        watcher.start()
+        try:
+            yield group
+        finally:
+            stop.set()
+            watcher.join()
+
+
 def slow_embedded_node(node: str, share: float) -> contextlib.AbstractContextManager[CpuGroup]:
     """Every process of the embedded node ``node`` (e.g. node-1: the embedded executor sets
     DTRUN_NODE_NAME) in a cpu group allowed ``share`` of one CPU."""

@@ -1,5 +1,5 @@
-"""A sweep over real sshd nodes, one of them throttled for real (a cpu cgroup quota on its
-sshd, tests/faults.py): the report names that node's host where scaling is lost, for dtrun's
+"""A sweep over real sshd nodes, one of them throttled for real (a cpu cgroup quota on what its
+sshd runs, tests/faults.py): the report names that node's host where scaling is lost, for dtrun's
 own workload and for a user's DDP program; on the same cluster unthrottled it names none."""
 
 from __future__ import annotations
@@ -23,6 +23,25 @@ SHARE = 0.05  # of one CPU: far below what a rank gets on this shared 2-core mac
 # the user's program: plain DDP whose step is compute (an MLP), not a sleep a quota leaves alone
 PROGRAM = ("--", "python", str(TESTS / "programs" / "ddp_heavy.py"), "--steps", "14",
            "--width", "256", "--layers", "4", "--batch", "32")  # fmt: skip
+# throttled, its rank 1 (node-1's, at 2 nodes) waits after its first step until it is in the group
+THROTTLED = ("--throttled-rank", "1")
+
+
+def _said(tmp: Path, words: str) -> bool:
+    """node-0's log of the 2-node point holds ``words``."""
+    return any(words in log.read_text() for log in (tmp / "runs").glob("*/n2/r*/node-0.log"))
+
+
+def _stepping(tmp: Path) -> bool:
+    """The 2-node point's timed steps have begun: node-0 logged a step (dtrun's workload), or
+    the program's rank 1 is past its first (ddp_heavy.py --throttled-rank)."""
+    return _said(tmp, "step ") or any(tmp.rglob("ready-rank1"))
+
+
+def _stepped(tmp: Path) -> bool:
+    """The 2-node point's steps are over: rank 0 wrote its result (dtrun's workload), or the
+    program's rank 1 its own times."""
+    return _said(tmp, "wrote result.json") or any(tmp.rglob("own-times-rank1.json"))
 
 
 def _sweep(cluster: SshCluster, tmp: Path, run_id: str, port: int, *program: str) -> str:
@@ -48,8 +67,13 @@ def _named(report: str) -> str:
 def test_a_sweep_with_a_throttled_node_names_its_host(
     sshd_cluster: SshCluster, no_leftovers: Path, program: tuple[str, ...], port: int
 ) -> None:
-    with faults.slow_sshd(sshd_cluster, SLOW, SHARE) as group:
-        report = _sweep(sshd_cluster, no_leftovers, "slow", port, *program)
+    # node-1's sessions throttled for the 2-node point's steps: not for their imports or exit
+    # (at a twentieth of a CPU, they took two minutes)
+    sshd = sshd_cluster.processes[SLOW].pid
+    with faults.slow_tree(sshd, SHARE, after=lambda: _stepping(no_leftovers),
+                          until=lambda: _stepped(no_leftovers)) as group:  # fmt: skip
+        report = _sweep(sshd_cluster, no_leftovers, "slow", port, *program,
+                        *(THROTTLED if program else ()))  # fmt: skip
         periods, _ = group.throttled()
     assert periods > 0, "the quota never held node-1 back"
     said = _named(report)
