@@ -4,11 +4,12 @@
   control, Documentation/scheduler/sched-bwc.rst: ``cpu.cfs_quota_us`` of CPU time per
   ``cpu.cfs_period_us``), and one node's processes moved into it. A process a member starts is
   a member too (a child starts in its parent's cgroup), so moving an sshd instance throttles
-  every session it serves from then on and everything they run, and moving a standalone Spark
-  worker's JVM every executor it starts; an embedded node, a process
-  group dtrun starts, is caught by its ``DTRUN_NODE_NAME`` as its processes appear. Each group
-  is named for this test process (``dtrun-test-<pid>-<n>``) and removed afterwards, its tasks
-  moved back to the root group first, whatever the test did.
+  every session it serves from then on and everything they run. ``slow_tree`` moves what runs
+  under a process (an sshd's sessions, a standalone Spark worker's executors) and an embedded
+  node's processes are caught by their ``DTRUN_NODE_NAME``, as they appear, from a cue on:
+  a node slowed for what is measured, not for its imports. Each group is named for this test
+  process (``dtrun-test-<pid>-<n>``) and removed afterwards, its tasks moved back to the root
+  group first, whatever the test did.
 - **A slow link**: an HTB qdisc on the loopback device, a default class at full rate and one
   at ``rate`` that a u32 filter sends every IPv4 packet addressed to one node into
   (tc-htb(8), tc-u32(8); this kernel has HTB and u32 but not netem). Only ever inside a test
@@ -30,14 +31,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import psutil
 
 from tests.sshd import SshCluster
-
-if TYPE_CHECKING:
-    from tests.sparkstandalone import StandaloneSpark
 
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")  # the cgroup v1 cpu controller's hierarchy
 # 20 ms (the default is 100): a step of a few ms is held back evenly, and the kernel's
@@ -126,15 +123,6 @@ def slow_sshd(cluster: SshCluster, address: str, share: float) -> Iterator[CpuGr
     session it opens from now on, and all they start, run throttled."""
     process = cluster.processes[address]
     with cpu_quota(share, [process.pid]) as group:
-        yield group
-
-
-@contextlib.contextmanager
-def slow_spark_worker(cluster: StandaloneSpark, worker: int, share: float) -> Iterator[CpuGroup]:
-    """Standalone Spark worker ``worker``'s JVM in a cpu group allowed ``share`` of one CPU:
-    every executor it starts from now on (its child), the Python workers an executor starts and
-    the ranks they run are members too."""
-    with cpu_quota(share, [cluster.worker_pid(worker)]) as group:
         yield group
 
 
@@ -244,10 +232,26 @@ def slow_tree(
             watcher.join()
 
 
-def slow_embedded_node(node: str, share: float) -> contextlib.AbstractContextManager[CpuGroup]:
+def slow_embedded_node(
+    node: str,
+    share: float,
+    after: Callable[[], bool] = lambda: True,
+    until: Callable[[], bool] = lambda: False,
+) -> contextlib.AbstractContextManager[CpuGroup]:
     """Every process of the embedded node ``node`` (e.g. node-1: the embedded executor sets
-    DTRUN_NODE_NAME) in a cpu group allowed ``share`` of one CPU."""
-    return slow_processes(lambda env: env.get("DTRUN_NODE_NAME") == node, share)
+    DTRUN_NODE_NAME) in a cpu group allowed ``share`` of one CPU, from when ``after()`` holds
+    until ``until()`` does."""
+    return slow_processes(
+        lambda env: env.get("DTRUN_NODE_NAME") == node, share, after=after, until=until
+    )
+
+
+def check_said(root: Path, words: str) -> bool:
+    """A node log of a `dtrun check` writing under ``root``/runs holds ``words``: "dtrun:
+    checking" once every rank has joined (runner/workloads/check.py), "dtrun: checked" once
+    its measuring is over. A cue to throttle a node for what the check measures, not for its
+    imports and start (at a twentieth of a CPU: minutes)."""
+    return any(words in log.read_text(errors="replace") for log in root.glob("runs/*/check/*.log"))
 
 
 def slow_rank(

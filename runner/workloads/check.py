@@ -213,6 +213,8 @@ def run(args: argparse.Namespace) -> int:
     )
     count = len(fleet.names)
     rounds, levels = pair_rounds(count), bisection_levels(count)
+    if dist.get_rank() == 0:  # every rank has joined: what the node logs say while it measures
+        print(f"dtrun: checking {count} nodes ({world} processes)", flush=True)
     layouts: list[list[list[int]]] = [[[node] for node in range(count)]]
     layouts += [[list(pair) for pair in pairs] for pairs in rounds] + levels
     every = [Groups(fleet, groups, args, device) for groups in layouts]

@@ -103,7 +103,11 @@ def test_a_throttled_sshd_node_is_named_alone_with_cause_compute(sshd_cluster, n
     slow = sshd_cluster.hosts[2].address
     hosts = _hosts(sshd_cluster, no_leftovers)
     kept = no_leftovers / "good.yaml"
-    with faults.slow_sshd(sshd_cluster, slow, SHARE) as group:
+    sshd = sshd_cluster.processes[slow].pid
+    with faults.slow_tree(
+        sshd, SHARE, after=lambda: faults.check_said(no_leftovers, "dtrun: checking"),
+        until=lambda: faults.check_said(no_leftovers, "dtrun: checked"),
+    ) as group:  # fmt: skip
         done, data = _check(
             no_leftovers, "--hosts", str(hosts), "--port", "29850", "--write-hosts", str(kept)
         )

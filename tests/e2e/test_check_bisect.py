@@ -28,7 +28,10 @@ def _groups(data):
 @pytest.mark.timeout(600)  # the check's own 480 s, and the fault made and undone
 def test_a_throttled_node_among_six_is_isolated_by_its_half_and_named_alone(no_leftovers):
     slow = "node-4"
-    with faults.slow_embedded_node(slow, SHARE) as group:
+    with faults.slow_embedded_node(
+        slow, SHARE, after=lambda: faults.check_said(no_leftovers, "dtrun: checking"),
+        until=lambda: faults.check_said(no_leftovers, "dtrun: checked"),
+    ) as group:  # fmt: skip
         # ten cycles with a node at a twentieth of a CPU: 160-194 s here at load 12
         done, data = _check(
             no_leftovers, "--local-nodes", str(NODES), "--port", "29910", timeout=480

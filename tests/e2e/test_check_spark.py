@@ -160,13 +160,17 @@ SHARE = 0.15  # of one CPU for the slow worker and all it starts (tests/faults.p
 def test_a_throttled_spark_worker_is_named_alone_with_cause_compute(
     standalone, ask, port, no_leftovers
 ):
-    """The worker on 127.0.0.42 in a cpu cgroup with a quota before the check starts: its
-    executor, the executor's Python workers and the ranks they run are its children, so the
-    quota holds them all; the check names that host alone, exit 5."""
+    """What the worker on 127.0.0.42 runs in a cpu cgroup with a quota while the check
+    measures: its executor, the executor's Python workers and the ranks they run are its
+    descendants; the check names that host alone, exit 5."""
     from tests import faults, sparkstandalone
 
     slow, fine = sparkstandalone.WORKERS[1], sparkstandalone.WORKERS[0]
-    with faults.slow_spark_worker(standalone, 1, SHARE) as group:
+    with faults.slow_tree(
+        standalone.worker_pid(1), SHARE,
+        after=lambda: faults.check_said(no_leftovers, "dtrun: checking"),
+        until=lambda: faults.check_said(no_leftovers, "dtrun: checked"),
+    ) as group:  # fmt: skip
         done, data = _check(no_leftovers, standalone.url, *ask, "--port", port)
         periods, _ = group.throttled()
     assert periods > 0, "the quota never held the worker back"
