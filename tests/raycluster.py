@@ -1,8 +1,11 @@
 """A real two-node Ray cluster on this machine for the Ray tests: ``ray start --head`` on
 127.0.0.2 and a second raylet on 127.0.0.3 (docs/ray.md), one CPU each, no dashboard, small
-object stores. Every process of it carries DTRUN_TEST_RAY=<its own marker> in its environment
-(the raylets' workers inherit it), which is how ``stop`` finds and ends them all, and only
-them: ``ray stop`` would end every Ray of the machine."""
+object stores. Each ``ray start`` runs in a session of its own, and every process of the
+cluster is in its process group (Ray's daemons and workers do not leave it); each also carries
+DTRUN_TEST_RAY=<its own marker> in its environment. ``stop`` finds and ends them by both, and
+only them: ``ray stop`` would end every Ray of the machine. The group is what finds the agents:
+a Ray process that sets its title (setproctitle) may write over its environment's strings,
+and a DashboardAgent and RuntimeEnvAgent a cluster left behind had no marker left to read."""
 
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ OBJECT_STORE = str(80 * 1024 * 1024)
 class RayCluster:
     temp_dir: Path
     marker: str = field(default_factory=lambda: secrets.token_hex(6))
+    groups: list[int] = field(default_factory=list)  # each `ray start`'s process group
     port: int = PORT
 
     @property
@@ -54,20 +58,27 @@ class RayCluster:
         self.wait_nodes(2)
 
     def _ray(self, *args: str) -> None:
-        done = subprocess.run(
+        starting = subprocess.Popen(
             [RAY, "start", *args, "--num-cpus", "1", "--object-store-memory", OBJECT_STORE,
              "--disable-usage-stats"],
-            env=self.env(), capture_output=True, text=True, timeout=120, check=False,
+            env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
         )  # fmt: skip
-        if done.returncode != 0:
-            raise RuntimeError(f"ray start {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+        self.groups.append(starting.pid)  # a session leader: its pid is its group's id
+        out, err = starting.communicate(timeout=120)
+        if starting.returncode != 0:
+            raise RuntimeError(f"ray start {' '.join(args)} failed:\n{out}{err}")
 
     def processes(self) -> list[psutil.Process]:
-        """Every live process of this cluster (its marker), workers and their children too."""
+        """Every live process of this cluster (its process groups, its marker), workers and
+        their children too."""
         found = []
         for proc in psutil.process_iter():
-            with contextlib.suppress(psutil.Error):
-                if proc.environ().get(MARKER) == self.marker and proc.status() != "zombie":
+            with contextlib.suppress(psutil.Error, OSError):  # it ended meanwhile
+                ours = os.getpgid(proc.pid) in self.groups
+                if (ours or proc.environ().get(MARKER) == self.marker) and (
+                    proc.status() != "zombie"
+                ):
                     found.append(proc)
         return found
 
