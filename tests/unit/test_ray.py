@@ -383,21 +383,15 @@ class _Unplaced:
         return [_node("127.0.0.2"), _node("127.0.0.3", alive=False)]
 
 
-def test_a_group_ray_cannot_place_kills_the_actors_asked_for_and_names_the_gone_node(
-    monkeypatch, tmp_path
-):
-    """The actors are asked for with the group, before Ray has placed it: when it never is,
-    they are killed and the launch says which node Ray has not, with nothing left to stop."""
+def _launch_on(monkeypatch, tmp_path, wait):
+    """A two-node launch on a Ray whose placement group's wait is ``wait``."""
     import importlib
+
+    from dtrun.engines.ray.executor import RayExecutor, _Launch, _Node
 
     pgs = importlib.import_module("ray.util.placement_group")  # the module: ray.util's name
     strategies = importlib.import_module("ray.util.scheduling_strategies")  # is its function
-
-    from dtrun.engines.ray.executor import RayExecutor, _Launch, _Node
-    from dtrun.errors import RunError
-
-    waited: list[float] = []
-    group = types.SimpleNamespace(wait=lambda timeout_seconds: waited.append(timeout_seconds))
+    group = types.SimpleNamespace(wait=wait)
     monkeypatch.setattr(pgs, "placement_group", lambda *a, **k: group)
     monkeypatch.setattr(strategies, "PlacementGroupSchedulingStrategy", lambda *a: None)
     ray = _Unplaced()
@@ -411,6 +405,20 @@ def test_a_group_ray_cannot_place_kills_the_actors_asked_for_and_names_the_gone_
     ]  # fmt: skip
     plan = types.SimpleNamespace(files=[], rdzv_id="r1")
     launch = _Launch(executor, plan, tmp_path, nodes, lambda *_: None)  # type: ignore[arg-type]
+    return launch, ray, nodes
+
+
+def test_a_group_ray_cannot_place_kills_the_actors_asked_for_and_names_the_gone_node(
+    monkeypatch, tmp_path
+):
+    """The actors are asked for with the group, before Ray has placed it: when it never is,
+    they are killed and the launch says which node Ray has not, with nothing left to stop."""
+    from dtrun.errors import RunError
+
+    waited: list[float] = []
+    launch, ray, nodes = _launch_on(
+        monkeypatch, tmp_path, lambda timeout_seconds: waited.append(timeout_seconds)
+    )
     with pytest.raises(RunError) as raised:
         launch.place()
     assert waited == [7.0]
@@ -419,3 +427,16 @@ def test_a_group_ray_cannot_place_kills_the_actors_asked_for_and_names_the_gone_
     said = str(raised.value) + " " + str(raised.value.why)
     assert "did not place the launch's 2 bundles within 7 s" in said, said
     assert "no live node at ray-1 (127.0.0.3)" in said, said
+
+
+def test_ctrl_c_while_ray_places_the_group_kills_the_actors_and_leaves_none_to_stop(
+    monkeypatch, tmp_path
+):
+    def interrupted(timeout_seconds: float) -> bool:
+        raise KeyboardInterrupt
+
+    launch, ray, nodes = _launch_on(monkeypatch, tmp_path, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        launch.place()
+    assert len(ray.made) == 2 and ray.killed == ray.made
+    assert not any(node.running for node in nodes)  # the stop waits on none of them

@@ -185,11 +185,13 @@ class _Launch:
             starts[index] = node.actor.start.remote(
                 str(self.workdir), files, node.launch.script_name
             )
-        if not self.group.wait(timeout_seconds=self.executor.place_s):
-            for node in self.nodes:  # never placed, so never started: nothing to stop
-                with contextlib.suppress(Exception):
-                    ray.kill(node.actor, no_restart=True)
-                node.actor = None
+        try:
+            placed = self.group.wait(timeout_seconds=self.executor.place_s)
+        except BaseException:  # Ctrl-C, SIGTERM: no stop to ask of actors that may never start
+            self.unstarted()
+            raise
+        if not placed:
+            self.unstarted()
             raise self.unplaced()
         for index, ref in starts.items():
             node = self.nodes[index]
@@ -200,6 +202,14 @@ class _Launch:
                 continue
             if address != node.launch.node.address:  # Ray's node:ADDRESS pins it: never
                 node.lost = f"its bundle was placed on {address}, not on its own node"
+
+    def unstarted(self) -> None:
+        """The actors asked for, killed before Ray placed them (their scripts never began, or
+        their guards end them) and unset, so that the stop asks nothing of them."""
+        for node in self.nodes:
+            with contextlib.suppress(Exception):
+                self.ray.kill(node.actor, no_restart=True)
+            node.actor = None
 
     def unplaced(self) -> RunError:
         alive = {str(n["NodeManagerAddress"]) for n in self.ray.nodes() if n.get("Alive")}
