@@ -1,7 +1,7 @@
 """Robust outliers over repeated cycles: a figure is flagged only when, cycle by cycle, it
 stands below the median of its peers measured in the same cycle by a minimum effect (the
 median of those ratios), and, with enough peers, its modified z-score among everyone is far
-out too (docs/check.md, "Statistics").
+out too, or it stands below them by GROSS_SHORTFALL (docs/check.md, "Statistics").
 
 Comparing within a cycle first takes out what changes over time on a shared machine (another
 job's load rises and falls over seconds; a cycle lasts about one). The modified z-score is
@@ -22,6 +22,9 @@ Z_FACTOR = 0.6745  # MAD x 1.4826 estimates a normal sigma; 1 / 1.4826 = 0.6745
 Z_CUT = -3.5  # Iglewicz and Hoaglin's cut for a modified z-score outlier
 MAD_FLOOR = 0.02  # the MAD is taken as at least 2% of the median
 MIN_FOR_Z = 5  # figures (its own included) before the z-score is used
+# a figure this far below its peers, cycle by cycle, is flagged whatever the fleet's spread: a
+# noisy fleet's MAD once put a node at 7.6% of its peers' compute at z -3.48 (docs/check.md)
+GROSS_SHORTFALL = 0.75
 
 Series = Sequence[float | None]  # one figure per cycle; None: not measured that cycle
 
@@ -128,7 +131,9 @@ def judge_series(
         shortfall = 1 - statistics.median(ratios)
         reference = median_without(ordered, [m for i in apart if (m := medians[i]) is not None])
         z = _z(own, middle, spread) if len(everyone) >= MIN_FOR_Z else None
-        flagged = shortfall >= min_effect and (z is None or z <= Z_CUT)
+        flagged = shortfall >= min_effect and (
+            z is None or z <= Z_CUT or shortfall >= GROSS_SHORTFALL
+        )
         out.append(Finding(own, own if reference is None else reference, shortfall, z, flagged))
     return out
 

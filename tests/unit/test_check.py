@@ -92,6 +92,25 @@ def test_with_many_nodes_a_small_effect_inside_the_fleets_spread_is_not_flagged(
     assert found[0] is not None and not found[0].flagged
 
 
+def test_a_node_a_tenth_as_fast_is_flagged_though_its_noisy_peers_widen_the_mad():
+    # CI's six-node check: five nodes at 61 to 91 GFLOP/s put the MAD at 13.5, and node-4 at
+    # 5.7 scored z -3.48, above the -3.5 cut; its shortfall, 92%, is past any fleet's spread
+    peers = [75.5, 87.9, 74.6, 90.7, 61.0]
+    series = [[value] * 5 for value in peers[:4]] + [[5.7] * 5] + [[peers[4]] * 5]
+    found = judge_series(series, others(6), 0.35)
+    assert found[4] is not None and found[4].z is not None and found[4].z > -3.5
+    assert [bool(f and f.flagged) for f in found] == [False] * 4 + [True, False]
+
+
+def test_a_node_at_half_its_noisy_peers_is_left_to_the_z_score():
+    # below the gross cut, the fleet's spread still decides: 48% below, as a clean node once
+    # read beside other work, in a fleet this wide is not flagged
+    series = [[75.5] * 3, [87.9] * 3, [74.6] * 3, [90.7] * 3, [40.0] * 3, [61.0] * 3]
+    found = judge_series(series, others(6), 0.35)
+    assert found[4] is not None and 0.35 < found[4].shortfall < 0.75
+    assert not any(f and f.flagged for f in found)
+
+
 def measured(n=4, compute=None, memory=None, pairs=None, gpus=None, device="cpu", groups=None):
     """A check result of ``n`` healthy CPU nodes, with some figures replaced (``groups``: a
     bisection group's busbw by its nodes)."""

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dtrun.check.stats import (
+    GROSS_SHORTFALL,
     MAD_FLOOR,
     MIN_FOR_Z,
     Z_CUT,
@@ -57,7 +58,9 @@ def straightforward(
             middle = statistics.median(everyone)
             spread = max(mad(everyone), MAD_FLOOR * abs(middle))
             z = Z_FACTOR * (own - middle) / spread if spread > 0 else 0.0
-        flagged = shortfall >= min_effect and (z is None or z <= Z_CUT)
+        flagged = shortfall >= min_effect and (
+            z is None or z <= Z_CUT or shortfall >= GROSS_SHORTFALL
+        )
         out.append(Finding(own, reference, shortfall, z, flagged))
     return out
 
