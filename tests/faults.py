@@ -152,84 +152,79 @@ def _here(proc: psutil.Process) -> bool:
 
 
 @contextlib.contextmanager
+def _slow_while(
+    found: Callable[[], Iterable[psutil.Process]],
+    share: float,
+    name: str,
+    after: Callable[[], bool],
+    until: Callable[[], bool],
+    every_s: float,
+) -> Iterator[CpuGroup]:
+    """Each process ``found()`` gives in a cpu group allowed ``share`` of one CPU: a thread
+    moves each one in as it appears, from the first look at which ``after()`` holds (a rank's
+    imports at a twentieth of a CPU take a minute) to the first at which ``until()`` does, when
+    it moves them all back (their exit too would be slow)."""
+    with cpu_quota(share) as group:
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(every_s):
+                if until():
+                    for pid in group.pids():
+                        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                            (CPU_ROOT / "cgroup.procs").write_text(str(pid))
+                    return
+                if not after():
+                    continue
+                members = set(group.pids())
+                for proc in found():
+                    if proc.pid not in members:
+                        with contextlib.suppress(OSError):  # it ended meanwhile
+                            group.join(proc.pid)
+
+        watcher = threading.Thread(target=watch, name=name, daemon=True)
+        watcher.start()
+        try:
+            yield group
+        finally:
+            stop.set()
+            watcher.join()
+
+
 def slow_processes(
     env_matches: Callable[[dict[str, str]], bool],
     share: float,
     every_s: float = 0.05,
     after: Callable[[], bool] = lambda: True,
     until: Callable[[], bool] = lambda: False,
-) -> Iterator[CpuGroup]:
+) -> contextlib.AbstractContextManager[CpuGroup]:
     """Every process of this test worker whose environment ``env_matches`` in a cpu group
-    allowed ``share`` of one CPU: a thread moves each one in as it appears (a rank spends a
-    second or more importing torch before it computes, far longer than ``every_s``), from the
-    first look at which ``after()`` holds (a rank's imports at a twentieth of a CPU take a
-    minute) to the first at which ``until()`` does, when it moves them all back (its exit too
-    would be slow)."""
-    with cpu_quota(share) as group:
-        stop = threading.Event()
-
-        def watch() -> None:
-            while not stop.wait(every_s):
-                if until():
-                    for pid in group.pids():
-                        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
-                            (CPU_ROOT / "cgroup.procs").write_text(str(pid))
-                    return
-                if not after():
-                    continue
-                members = set(group.pids())
-                for proc in _processes(env_matches):
-                    if proc.pid not in members:
-                        with contextlib.suppress(OSError):  # it ended meanwhile
-                            group.join(proc.pid)
-
-        watcher = threading.Thread(target=watch, name="slow-processes", daemon=True)
-        watcher.start()
-        try:
-            yield group
-        finally:
-            stop.set()
-            watcher.join()
+    allowed ``share`` of one CPU, as it appears (a rank spends a second or more importing torch
+    before it computes, far longer than ``every_s``), while ``after()`` and not ``until()``
+    (``_slow_while``)."""
+    return _slow_while(
+        lambda: _processes(env_matches), share, "slow-processes", after, until, every_s
+    )
 
 
-@contextlib.contextmanager
 def slow_tree(
     root: int,
     share: float,
     after: Callable[[], bool],
     until: Callable[[], bool] = lambda: False,
     every_s: float = 0.05,
-) -> Iterator[CpuGroup]:
+) -> contextlib.AbstractContextManager[CpuGroup]:
     """Every process under ``root`` (an sshd instance: every session it serves and all they
-    start) in a cpu group allowed ``share`` of one CPU, from the first look at which
-    ``after()`` holds to the first at which ``until()`` does: a node slowed for its timed steps,
-    not for its imports (which at a twentieth of a CPU take a minute)."""
-    with cpu_quota(share) as group:
-        stop = threading.Event()
+    start) in a cpu group allowed ``share`` of one CPU, while ``after()`` and not ``until()``:
+    a node slowed for its timed steps, not for its imports (``_slow_while``)."""
 
-        def watch() -> None:
-            while not stop.wait(every_s):
-                if until():
-                    for pid in group.pids():
-                        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
-                            (CPU_ROOT / "cgroup.procs").write_text(str(pid))
-                    return
-                if not after():
-                    continue
-                members = set(group.pids())
-                with contextlib.suppress(psutil.Error):
-                    for proc in psutil.Process(root).children(recursive=True):
-                        if proc.pid not in members:
-                            with contextlib.suppress(OSError):  # it ended meanwhile
-                                group.join(proc.pid)
-
-        watcher = threading.Thread(target=watch, name="slow-tree", daemon=True)
-        watcher.start()
+    def under() -> list[psutil.Process]:
         try:
-            yield group
-        finally:
-            stop.set()
-            watcher.join()
+            return psutil.Process(root).children(recursive=True)
+        except psutil.Error:  # ended meanwhile
+            return []
+
+    return _slow_while(under, share, "slow-tree", after, until, every_s)
 
 
 def slow_embedded_node(
