@@ -264,6 +264,8 @@ def main() -> int:
     failed = [k for k in ("allreduce", "training", "program") if "failed" in json.dumps(said[k])]
     if failed:
         print(f"gpu_check: failed: {', '.join(failed)}", file=sys.stderr)
+        for part in failed:  # what each failed part said, so a log alone shows why
+            print(f"{part}: {json.dumps(said[part])[-1500:]}", file=sys.stderr)
     return 1 if failed else 0
 
 
