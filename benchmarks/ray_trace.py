@@ -7,7 +7,8 @@ process started) to the file named first. Used by benchmarks/ray_vs_torchrun.py 
 The phases: the imports before dtrun's CLI runs; joining the cluster (``import ray`` and
 ``ray.init``); each launch's placement group (made, ready), its actors (each started its
 script), the first line of each node's output, the last node's exit, the stop (scripts, actors,
-group); leaving the cluster (detached actors, ``ray.shutdown``); the end of the process.
+group); leaving the cluster (detached actors, ``ray.shutdown``), beside the report, and the
+engine's block waiting for it; the end of the process.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def install() -> None:
     from dtrun.engines.ray import executor, session
 
     around(session.RaySession, "open", "join (import ray, ray.init)")
-    around(session.RaySession, "close", "leave (detached actors, ray.shutdown)")
+    around(session.RaySession, "_close", "leave (detached actors, ray.shutdown)")
+    around(session.RaySession, "close", "the engine's block left (the leave waited for)")
     around(session.RaySession, "kill_detached", "detached actors looked up")
     around(executor._Launch, "stop", "stop (scripts, actors, group)")
     around(executor._Launch, "supervise", "run (first poll to last exit)")

@@ -190,7 +190,9 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
                 done = _bench_on(cluster, resolved, launching, json_out, resumed)
                 if done is None:  # --dry-run
                     return
-                # the result first, then the report's files (that an upload of the run carries)
+                # the result first, then the report's files (that an upload of the run carries),
+                # while the engine lets go of its nodes (Cluster.release)
+                cluster.release()
                 print_summary(done, wide=wide)
                 done.write_report()
             if json_out:

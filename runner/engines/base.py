@@ -171,6 +171,9 @@ class Cluster:
     # when the program check first tried the nodes (time.monotonic()): the next readiness
     # wait counts its patience from then, once (runner/cluster/readiness.py)
     contacted: float | None = None
+    # the command asks nothing more of the nodes (the sweep's report is still to be written):
+    # an engine may start letting go of them; leaving its open() block still waits for that
+    release: Callable[[], None] = lambda: None
 
     @property
     def preview(self) -> Preview | None:

@@ -10,6 +10,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import time
 import types
 from pathlib import Path
@@ -345,6 +346,39 @@ def test_detached_actors_are_looked_up_only_after_a_torchtrainer_ran(monkeypatch
     session.close()
     assert looked == ([True] if trained else [])
     assert session.ray is None
+
+
+class _SlowRay(_Ray):
+    """A disconnect that takes its time, on the thread it ran on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.on: list[str] = []
+
+    def shutdown(self) -> None:
+        self.on.append(threading.current_thread().name)
+        self.go.wait(10)
+        super().shutdown()
+
+
+def test_a_release_disconnects_beside_the_report_and_the_close_waits_for_it():
+    """The sweep's report is written while Ray disconnects (Cluster.release); leaving the
+    engine's block still ends only once the job has."""
+    session = RaySession("h:1")
+    ray = _SlowRay()
+    session.ray = ray
+    session.close_soon()
+    session.close_soon()  # once is enough
+    assert ray.shut == 0  # the caller goes on (to its report) while Ray disconnects
+    closed = threading.Thread(target=session.close)
+    closed.start()
+    closed.join(0.3)
+    assert closed.is_alive()  # close waits for the disconnect under way
+    ray.go.set()
+    closed.join(10)
+    assert not closed.is_alive() and ray.shut == 1 and session.ray is None
+    assert ray.on == ["dtrun-ray-close"]
 
 
 class _Actor:

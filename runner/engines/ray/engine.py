@@ -35,7 +35,9 @@ class RayEngine(Engine):
             hooks.notice(f"joined the Ray cluster at {address} as job {session.job_id}")
             inventory = ray_inventory(address, session.alive())
             addresses = {node.name: node.address for node in inventory.nodes}
-            yield Cluster(inventory, RayExecutor(session, addresses), choice, self)
+            cluster = Cluster(inventory, RayExecutor(session, addresses), choice, self)
+            cluster.release = session.close_soon
+            yield cluster
         finally:
             session.close()
 

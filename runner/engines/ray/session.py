@@ -15,6 +15,7 @@ import re
 import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,7 @@ class RaySession:
         self.ray: Any = None
         self.job_id = ""
         self.trained = False  # a TorchTrainer ran: Ray Train may have left detached actors
+        self.closing: threading.Thread | None = None  # close_soon's
 
     def open(self) -> None:
         ray = need_ray()
@@ -117,10 +119,25 @@ class RaySession:
         self.job_id = ray.get_runtime_context().get_job_id()
         quiet_cluster_errors()
 
+    def close_soon(self) -> None:
+        """close() in a thread of its own, once nothing more is asked of the cluster: Ray's
+        disconnect (about 0.3 s, most of it joining the driver's listener threads) runs while
+        dtrun writes the report. close() waits for it."""
+        if self.ray is not None and self.closing is None:
+            self.closing = threading.Thread(target=self._close, name="dtrun-ray-close")
+            self.closing.start()
+
     def close(self) -> None:
-        """The job ends: Ray kills whatever actor or placement group of it is left, and dtrun
-        the detached actors its job made (Ray Train's AutoscalingCoordinator, which Ray keeps
-        past the job; looked up only after a TorchTrainer ran: 0.1-0.3 s of GCS queries)."""
+        """The job ends (module docstring); after close_soon, once its thread is done."""
+        if self.closing is not None:
+            self.closing.join()
+        else:
+            self._close()
+
+    def _close(self) -> None:
+        """Ray kills whatever actor or placement group of the job is left, and dtrun the
+        detached actors its job made (Ray Train's AutoscalingCoordinator, which Ray keeps past
+        the job; looked up only after a TorchTrainer ran: 0.1-0.3 s of GCS queries)."""
         if self.ray is not None:
             with contextlib.suppress(Exception):  # what cannot be asked is not left by us
                 if self.trained:
