@@ -9,7 +9,8 @@ test` are read (the test set was scored once, then declared seen: issue 38); `ho
 is. Of those, only all-reduce data parallelism: an entry whose notes or workload name a
 parameter server is left out (its cost grows with the workers, not as the model's does).
 
-For each scaling mode the hyperparameters (S's and g's mean and spread, and the noise) maximise
+For each scaling mode the hyperparameters (S's and g's mean and spread, the noise's floor and
+share of the loss) maximise
 the marginal likelihood of every entry's losses (type II maximum likelihood, "empirical Bayes":
 Efron and Morris 1973; Gelman et al., Bayesian Data Analysis, ch. 5). The range's half-width in
 standard deviations is the split-conformal quantile (Lei et al. 2018) of the standardised
@@ -29,11 +30,20 @@ from pathlib import Path
 from typing import Any
 
 from dtrun.predict.inputs import Description, description, yaml_loader
-from dtrun.predict.model import LEAST_LOSS, Measured, features, losses, posterior
+from dtrun.predict.model import (
+    LEAST_LOSS,
+    Measured,
+    features,
+    losses,
+    noise,
+    optimistic,
+    posterior,
+)
 from dtrun.predict.prior import Prior
 
 SERVER = re.compile(r"parameter[ _-]servers?", re.I)
 COVERAGE = 0.9  # the range's target: the measured value inside it in 9 of 10
+FLOOR = 1e-4  # the least spread of S, g and the noise: 0.01 points of loss
 LEARNED_FROM = ("fit", "test")  # the splits the prior is learned from; holdout2 is held out
 Series = tuple[int, list[tuple[int, float]]]  # (base nodes, (nodes, loss) after the base)
 Sourced = tuple[str, Series]  # (source_group, series)
@@ -58,13 +68,17 @@ def series(entry: dict[str, Any]) -> tuple[Description, Series]:
 
 
 def _unpack(theta: Sequence[float]) -> Prior:
-    mean_s, mean_g, log_s, log_g, log_noise = theta
-    return Prior(mean_s, math.exp(log_s), mean_g, math.exp(log_g), math.exp(log_noise))
+    """Each spread at least FLOOR: a few series a mode's two means fit exactly would otherwise
+    send the likelihood to infinity as every spread and the noise go to 0."""
+    mean_s, mean_g, log_s, log_g, log_noise, log_share = theta
+    return Prior(mean_s, FLOOR + math.exp(log_s), mean_g, FLOOR + math.exp(log_g),
+                 FLOOR + math.exp(log_noise), math.exp(log_share))  # fmt: skip
 
 
 def neg_log_likelihood(prior: Prior, data: Sequence[Series]) -> float:
     """-log p(losses | hyperparameters), S and g integrated out (each entry's losses are
-    jointly normal: mean X m0 + lam z, covariance X P0 X' + noise^2 I)."""
+    jointly normal: mean X m0, covariance X P0 X' + diag(noise^2), each loss's noise
+    model.noise of it)."""
     import numpy as np
 
     total = 0.0
@@ -75,7 +89,7 @@ def neg_log_likelihood(prior: Prior, data: Sequence[Series]) -> float:
         cov = (
             np.outer(x[:, 0], x[:, 0]) * prior.step_sd**2
             + np.outer(x[:, 1], x[:, 1]) * prior.growth_sd**2
-            + np.eye(len(y)) * prior.noise_sd**2
+            + np.diag([noise(prior, loss) ** 2 for loss in y])
         )
         sign, logdet = np.linalg.slogdet(cov)
         if sign <= 0:  # a degenerate spread (Nelder-Mead's trial step): not a candidate
@@ -88,7 +102,7 @@ def neg_log_likelihood(prior: Prior, data: Sequence[Series]) -> float:
 def learn(data: Sequence[Series]) -> Prior:
     from scipy.optimize import minimize
 
-    start = [0.03, 0.01, math.log(0.03), math.log(0.01), math.log(0.01)]
+    start = [0.03, 0.01, math.log(0.03), math.log(0.01), math.log(0.01), math.log(0.1)]
     found = minimize(
         lambda theta: neg_log_likelihood(_unpack(theta), data),
         start,
@@ -122,16 +136,26 @@ def _quantile(scores: list[float]) -> float:
     return ordered[min(len(ordered), math.ceil((len(ordered) + 1) * COVERAGE)) - 1]
 
 
+def score(one: Series, mean: float, sd: float) -> float:
+    """The least z whose range holds the series' largest loss, predicted from its first: the
+    standardised miss, or infinity where the loss is below the range's optimistic end at any z
+    (model.optimistic: better than the first point)."""
+    measured, first = one[1][-1][1], one[1][0][1]
+    if measured < min(first, mean):
+        return math.inf
+    return abs(measured - mean) / sd
+
+
 def conformal_z(by_mode: dict[str, list[Sourced]]) -> float:
-    """The split-conformal quantile of the standardised misses left out by source."""
-    return _quantile([abs(one[1][-1][1] - mean) / sd for one, mean, sd in left_out(by_mode)])
+    """The split-conformal quantile of the scores (``score``) left out by source."""
+    return _quantile([score(*predicted) for predicted in left_out(by_mode)])
 
 
 def cross_validation(path: Path) -> str:
     """The forecasts left out by source, scored as docs/prediction.md scores a set: within 5
     points, mean and median miss (points of efficiency), inside the range, its median width."""
     predicted = left_out(by_mode(learning_entries(path)))
-    z = _quantile([abs(one[1][-1][1] - mean) / sd for one, mean, sd in predicted])
+    z = _quantile([score(*one) for one in predicted])
 
     def eff(loss: float) -> float:
         return 1 / (1 + max(loss, LEAST_LOSS))
@@ -139,7 +163,7 @@ def cross_validation(path: Path) -> str:
     misses, inside, widths = [], 0, []
     for one, mean, sd in predicted:
         measured = eff(one[1][-1][1])
-        low, high = eff(mean + z * sd), eff(mean - z * sd)
+        low, high = eff(mean + z * sd), eff(optimistic(mean, z * sd, one[1][0][1]))
         misses.append(abs(eff(mean) - measured) * 100)
         inside += low <= measured <= high
         widths.append((high - low) * 100)
@@ -166,7 +190,8 @@ def module(path: Path) -> str:
     priors = {mode: learn([one for _, one in sourced]) for mode, sourced in data.items()}
     lines = [
         f'    "{mode}": Prior({p.step_mean:.4g}, {p.step_sd:.4g}, {p.growth_mean:.4g}, '
-        f"{p.growth_sd:.4g}, {p.noise_sd:.4g}),  # {len(data[mode])} entries"
+        f"{p.growth_sd:.4g}, {p.noise_sd:.4g}, {p.noise_share:.4g}),  # {len(data[mode])} "
+        "entries"
         for mode, p in priors.items()
     ]
     return TEMPLATE.format(
@@ -188,13 +213,15 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Prior:
     """One scaling mode's: the one-time step S and the growth per doubling g, each a normal of
-    this mean and spread (losses: 1/E - 1), and the noise of one measured loss."""
+    this mean and spread (losses: 1/E - 1), and the noise of one measured loss: noise_sd
+    plus noise_share times the loss's size (model.noise)."""
 
     step_mean: float
     step_sd: float
     growth_mean: float
     growth_sd: float
     noise_sd: float
+    noise_share: float
 
 
 PRIORS = {{

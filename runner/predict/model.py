@@ -14,11 +14,12 @@ is l(N) = T(N) / T(N0) - 1 = 1/E(N) - 1, the share of time the step spends on sc
 
 S and g are different for every workload: their prior (mean and spread, by scaling mode) is
 learned from the published results (runner/predict/prior.py, by runner/predict/learn.py), and
-the run's own points update it (a Gaussian posterior: empirical Bayes). The measurement noise
-is the prior's. Where the gradient's bytes and the busbw inside and across nodes are known, S
-is at most the all-reduce's extra time on the network; where the step times' spread is known,
-the growth is at least the straggler tax it implies. There is no latency term linear in the
-nodes: learned, it made the forecasts worse when each source was left out (docs/prediction.md).
+the run's own points update it (a Gaussian posterior: empirical Bayes). The noise of a measured
+loss is a floor plus a share of the loss's size, both learned with the prior. Where the
+gradient's bytes and the busbw inside and across nodes are known, S is at most the all-reduce's
+extra time on the network; where the step times' spread is known, the growth is at least the
+straggler tax it implies. There is no latency term linear in the nodes: learned, it made the
+forecasts worse when each source was left out (docs/prediction.md).
 """
 
 from __future__ import annotations
@@ -123,22 +124,36 @@ class Posterior:
         ds, dg = (b - a for a, b in zip(x, y, strict=True))
         (s, g), ((vss, vsg), (_, vgg)) = self.mean, self.cov
         mean = last[1] + ds * s + dg * g
-        var = ds**2 * vss + 2 * ds * dg * vsg + dg**2 * vgg + 2 * prior.noise_sd**2
+        var = ds**2 * vss + 2 * ds * dg * vsg + dg**2 * vgg
+        var += noise(prior, last[1]) ** 2 + noise(prior, mean) ** 2
         return mean, math.sqrt(var)
+
+
+def optimistic(mean: float, half: float, last: float) -> float:
+    """The range's optimistic end, as a loss: ``half`` below the forecast's ``mean``, but no
+    better than the largest measured point's loss ``last`` (more nodes are not taken to scale
+    better than fewer did), unless the forecast itself is. A loss below -1/2 (twice linear) is
+    past anything measured: the caller holds it there."""
+    return max(mean - half, min(last, mean))
+
+
+def noise(prior: Prior, loss: float) -> float:
+    """The noise of one measured loss: a floor, and a share of the loss's size (a series that
+    lost nothing was measured as losing nothing; one that lost a third, give or take more)."""
+    return prior.noise_sd + prior.noise_share * abs(loss)
 
 
 def posterior(prior: Prior, base: int, observed: Sequence[tuple[int, float]]) -> Posterior:
     """The Gaussian posterior of (S, g) given each observed (nodes, loss) (conjugate normal:
-    precision = prior's + X'X / noise^2)."""
-    noise = prior.noise_sd**2
+    precision = prior's + X' W X, W each loss's 1 / noise^2)."""
     # precision and precision-weighted mean, prior's first
     pss, psg, pgg = 1 / prior.step_sd**2, 0.0, 1 / prior.growth_sd**2
     bs, bg = prior.step_mean * pss, prior.growth_mean * pgg
-    for nodes, loss in observed:
+    for nodes, y in observed:
         xs, xg = features(base, nodes)
-        y = loss
-        pss, psg, pgg = pss + xs * xs / noise, psg + xs * xg / noise, pgg + xg * xg / noise
-        bs, bg = bs + xs * y / noise, bg + xg * y / noise
+        var = noise(prior, y) ** 2
+        pss, psg, pgg = pss + xs * xs / var, psg + xs * xg / var, pgg + xg * xg / var
+        bs, bg = bs + xs * y / var, bg + xg * y / var
     det = pss * pgg - psg * psg
     vss, vsg, vgg = pgg / det, -psg / det, pss / det
     return Posterior((vss * bs + vsg * bg, vsg * bs + vgg * bg), ((vss, vsg), (vsg, vgg)))
@@ -193,9 +208,8 @@ def forecast(
             rank_sd = setting.spread / SPREAD_SDS
             tax = rank_sd * (expected_max(nodes * ppn) - expected_max(last.nodes * ppn))
             mean = max(mean, last_loss + tax)
-        # a loss below -1/2 (twice linear) is past anything measured: held there
         effs = [1 / (1 + max(loss, LEAST_LOSS)) for loss in
-                (mean, mean + RANGE_Z * sd, mean - RANGE_Z * sd)]  # fmt: skip
+                (mean, mean + RANGE_Z * sd, optimistic(mean, RANGE_Z * sd, last_loss))]  # fmt: skip
         step = base.step * (1 + mean)
         if setting.mode is ScalingMode.STRONG:  # back from the base's footing
             step = step * base.nodes / nodes

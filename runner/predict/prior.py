@@ -12,18 +12,20 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Prior:
     """One scaling mode's: the one-time step S and the growth per doubling g, each a normal of
-    this mean and spread (losses: 1/E - 1), and the noise of one measured loss."""
+    this mean and spread (losses: 1/E - 1), and the noise of one measured loss: noise_sd
+    plus noise_share times the loss's size (model.noise)."""
 
     step_mean: float
     step_sd: float
     growth_mean: float
     growth_sd: float
     noise_sd: float
+    noise_share: float
 
 
 PRIORS = {
-    "strong": Prior(-0.04364, 0.03234, 0.04302, 0.02459, 0.03851),  # 30 entries
-    "weak": Prior(0.06157, 0.1222, 0.04614, 0.05109, 0.04555),  # 46 entries
+    "strong": Prior(-0.01029, 0.0001, 0.02193, 0.01379, 0.002285, 0.4545),  # 30 entries
+    "weak": Prior(0.03438, 0.03418, 0.01571, 0.009429, 0.002388, 0.4574),  # 46 entries
 }
 # the range's half-width in standard deviations (split-conformal by source, 90%)
-RANGE_Z = 2.38
+RANGE_Z = 5.93

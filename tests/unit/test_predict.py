@@ -369,7 +369,10 @@ def test_size_gives_a_description_its_catalog_busbw_across_nodes(tmp_path: Path)
     )
     assert not any("not bounded by its bytes" in line for line in out["assumptions"])
     free = predict(description(data, "m"), [8], 0.9).predictions[0]
-    assert out["predictions"][0]["efficiency_high"] < free.efficiency_high
+    bounded = out["predictions"][0]
+    # the step capped by the bytes: the growth takes the rest, and the forecast is lower
+    assert bounded["efficiency"] < free.efficiency
+    assert bounded["efficiency_low"] < free.efficiency_low
 
 
 def test_a_size_whose_busbw_does_not_apply_is_said_not_silently_dropped(tmp_path: Path):
@@ -526,3 +529,18 @@ def test_predict_and_the_report_show_one_efficiency_per_point(tmp_path: Path, fi
     printed = dtrun("predict", str(run.path), "--nodes", "4")
     said = "measured efficiency, the report's, at the median step time: 1 node 100%, 2 nodes 75%"
     assert said in " ".join(printed.output.split())
+
+
+def test_a_near_flat_series_is_forecast_near_flat():
+    # NVIDIA's weak-scaling results lose under 1% a doubling; a constant noise made the prior's
+    # growth outweigh two such points (89 to 92% forecast where 95 to 100% was measured)
+    points = [{"nodes": 8, "step_time_s": 1.0}, {"nodes": 16, "step_time_s": 1.005}]
+    [point] = predict(description(described(points=points), "m"), [128], 0.9).predictions
+    assert 0.95 <= point.efficiency < 1 / 1.005
+
+
+def test_the_range_is_no_better_than_the_largest_measured_point():
+    points = [{"nodes": 1, "step_time_s": 1.0}, {"nodes": 2, "step_time_s": 1.3}]
+    [point] = predict(description(described(points=points), "m"), [16], 0.9).predictions
+    assert point.efficiency_high == pytest.approx(1 / 1.3)
+    assert point.efficiency_low < point.efficiency < point.efficiency_high
