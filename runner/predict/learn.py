@@ -10,13 +10,13 @@ is. Of those, only all-reduce data parallelism: an entry whose notes or workload
 parameter server is left out (its cost grows with the workers, not as the model's does).
 
 For each scaling mode the hyperparameters (S's and g's mean and spread, the noise's floor and
-share of the loss) maximise
-the marginal likelihood of every entry's losses (type II maximum likelihood, "empirical Bayes":
-Efron and Morris 1973; Gelman et al., Bayesian Data Analysis, ch. 5). The range's half-width in
-standard deviations is the split-conformal quantile (Lei et al. 2018) of the standardised
-misses left out by source: the largest point of each entry predicted from its two smallest, by
-the prior learned without any entry of its source (`source_group`), since one source's
-results share a cluster and its errors. docs/prediction.md "The model" says the rest.
+its share of the loss) maximise the marginal likelihood of every entry's losses (type II
+maximum likelihood, "empirical Bayes": Efron and Morris 1973; Gelman et al., Bayesian Data
+Analysis, ch. 5). The range's half-width in standard deviations is the split-conformal quantile
+(Lei et al. 2018) of the scores (standardised misses) left out by source: the largest point of
+each entry predicted from its two smallest, by the prior learned without any entry of its
+source (`source_group`), since one source's results share a cluster and its errors.
+docs/prediction.md "The model" says the rest.
 """
 
 from __future__ import annotations

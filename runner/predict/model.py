@@ -139,7 +139,7 @@ def optimistic(mean: float, half: float, last: float) -> float:
 
 def noise(prior: Prior, loss: float) -> float:
     """The noise of one measured loss: a floor, and a share of the loss's size (a series that
-    lost nothing was measured as losing nothing; one that lost a third, give or take more)."""
+    lost nothing was measured as losing nothing; a large loss is known less closely)."""
     return prior.noise_sd + prior.noise_share * abs(loss)
 
 
