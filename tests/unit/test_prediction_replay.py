@@ -1,8 +1,8 @@
 """docs/prediction.md's scores, replayed: every published result of the corpus through `dtrun
 predict --from` (its two smallest node counts in, its largest predicted), against what was
-measured there and against two naive forecasts: the second held-out set (holdout2, per source
-group) and, in-sample, the fit and test sets the prior is learned from. The tables and figures
-in docs/prediction.md must be the ones this replay computes.
+measured there and against two naive forecasts: the held-out sets (holdout2 and holdout3, per
+source group), and every set's forecasts in its CSV. The tables and figures in docs/prediction.md
+must be the ones this replay computes.
 
     .venv/bin/python -m tests.unit.test_prediction_replay   # prints the blocks, writes the CSVs
 """
@@ -31,8 +31,8 @@ from dtrun.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5
 from tests.paths import REPO
 
 DOCS = REPO / "docs"
-DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test/holdout2 split
-SPLITS = ("fit", "test", "holdout2")
+DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test/holdout2/holdout3 split
+SPLITS = ("fit", "test", "holdout2", "holdout3")
 FIELDS = (
     "procs_per_node", "mode", "strategy", "parameters", "gradient_bytes_per_parameter",
     "busbw_gbs", "busbw_intra_node_gbs", "step_spread", "batch_per_process", "global_batch",
@@ -166,11 +166,6 @@ def scores(rows: list[Scored]) -> str:
     return "\n".join(_header() + [_line(name, chosen) for name, chosen in groups])
 
 
-def in_sample(by_split: dict[str, list[Scored]]) -> str:
-    """One line a split the prior is learned from (its figures are in-sample)."""
-    return "\n".join(_header() + [_line(split, rows) for split, rows in by_split.items()])
-
-
 def _block(text: str, name: str) -> str:
     found = re.search(rf"<!-- {name} -->\n(.*?)\n<!-- /{name} -->", text, re.S)
     assert found, f"docs/prediction.md has no <!-- {name} --> block"
@@ -180,7 +175,7 @@ def _block(text: str, name: str) -> str:
 def blocks() -> dict[str, str]:
     return {
         "holdout2-scores": scores(replay("holdout2")),
-        "in-sample-scores": in_sample({split: replay(split) for split in ("fit", "test")}),
+        "holdout3-scores": scores(replay("holdout3")),
     }
 
 
@@ -196,8 +191,8 @@ def test_the_docs_csv_holds_every_replayed_forecast(split: str):
     assert (DOCS / f"prediction-{split}.csv").read_text() == computed, computed
 
 
-def test_the_report_s_figure_is_the_second_held_out_set_s():
-    rows = replay("holdout2")
+def test_the_report_s_figure_is_the_held_out_sets_():
+    rows = replay("holdout2") + replay("holdout3")
     inside = sum(r.inside for r in rows)
     assert (figures(rows)["the model"][0], inside, len(rows)) == (
         CHECKED_WITHIN_5,
