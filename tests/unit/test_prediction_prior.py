@@ -28,7 +28,7 @@ def test_the_prior_is_learned_from_fit_and_test_never_from_the_held_out_sets(tmp
     assert {e["split"] for e in used} == {"fit", "test"}
     held_out = {e["id"] for e in entries if e["split"] in ("holdout2", "holdout3")}
     assert held_out and held_out.isdisjoint(e["id"] for e in used)
-    # a holdout2 entry changed beyond recognition leaves what the prior is learned from as it
+    # a held-out entry changed beyond recognition leaves what the prior is learned from as it
     # was (module() reads the corpus through learning_entries() alone)
     changed = [
         e | {"points": [{"nodes": 1, "throughput": 1.0}, {"nodes": 2, "throughput": 0.1},

@@ -191,7 +191,7 @@ def test_the_docs_csv_holds_every_replayed_forecast(split: str):
     assert (DOCS / f"prediction-{split}.csv").read_text() == computed, computed
 
 
-def test_the_report_s_figure_is_the_held_out_sets_():
+def test_the_report_s_figures_are_the_held_out_sets_together():
     rows = replay("holdout2") + replay("holdout3")
     inside = sum(r.inside for r in rows)
     assert (figures(rows)["the model"][0], inside, len(rows)) == (
