@@ -394,5 +394,6 @@ def warm_up_tools() -> None:
     fig.subplots().set_title("warm-up")
     fig.savefig(io.BytesIO(), format="png")
     markdown_parser()
-    for template in ("report.md.j2", "report.html.j2"):
-        environment().get_template(template)
+    env = environment()
+    for template in env.list_templates(filter_func=lambda name: name.startswith("report")):
+        env.get_template(template)  # and the parts report.md.j2 includes, compiled on first use
