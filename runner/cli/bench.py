@@ -282,7 +282,7 @@ def _bench_on(
         widest = plan.points[-1]
         nodes = widest.nodes or tuple(launch.node for launch in widest.launches)
         cluster.contacted = time.monotonic()  # the readiness wait counts from here
-        check_program(cluster.executor.command, program, nodes)
+        cluster.answered = check_program(cluster.executor.command, program, nodes)
     return _sweep(cluster, plan, launching, json_out, resumed)
 
 

@@ -137,7 +137,7 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
         if cluster.engine.runs_shell:  # not Spark's tasks
             nodes = plan.nodes or tuple(launch.node for launch in plan.launches)
             cluster.contacted = time.monotonic()  # the readiness wait counts from here
-            check_program(cluster.executor.command, resolved.spec.program, nodes)
+            cluster.answered = check_program(cluster.executor.command, resolved.spec.program, nodes)
 
     return run_program(
         resolved, inventory, launching.output, cluster.executor, on_line, on_begin,

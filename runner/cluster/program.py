@@ -41,24 +41,28 @@ def program_script(program: Program) -> str | None:
     )
 
 
-def check_program(command: Command, program: Program, nodes: Sequence[Node]) -> None:
+def check_program(command: Command, program: Program, nodes: Sequence[Node]) -> frozenset[str]:
     """Exit 2 naming each node where ``program`` is not there to run; nothing is started. A
-    node that does not answer is left to the readiness step."""
+    node that does not answer is left to the readiness step. Returns the names of the nodes
+    that answered (none where nothing was checked): the readiness step need not ask them
+    again (runner/engines/base.py, wait_for_nodes)."""
     script = program_script(program)
     if script is None or not nodes:
-        return
+        return frozenset()
     answers = command({node.name: script for node in nodes})
     found: list[tuple[str, str]] = []  # (node, what is wrong there)
+    answered: set[str] = set()
     for node in nodes:
         answer = answers.get(node.name, Answer(error="no answer"))
         if answer.error is not None:
             continue  # unreachable: the readiness step waits for it, then says so
+        answered.add(node.name)
         words = answer.output.rpartition("dtrun-program ")[2].split()
         state = words[0] if words else "no answer"
         if state != "ok":
             found.append((node.name, _SAID.get(state, f"could not be checked ({state})")))
     if not found:
-        return
+        return frozenset(answered)
     by_said: dict[str, list[str]] = {}
     for name, problem in found:
         by_said.setdefault(problem, []).append(name)

@@ -171,6 +171,9 @@ class Cluster:
     # when the program check first tried the nodes (time.monotonic()): the next readiness
     # wait counts its patience from then, once (runner/cluster/readiness.py)
     contacted: float | None = None
+    # the nodes that answered that check: without --check, the next readiness wait does not
+    # ask them again (one SSH channel a node fewer), once
+    answered: frozenset[str] = frozenset()
     # the command asks nothing more of the nodes (the sweep's report is still to be written):
     # an engine may start letting go of them; leaving its open() block still waits for that
     release: Callable[[], None] = lambda: None
@@ -190,15 +193,18 @@ def wait_for_nodes(cluster: Cluster, plan: LaunchPlan) -> None:
     ssh where the inventory logs in by ssh."""
     nodes: Sequence[Node] = plan.nodes or tuple(launch.node for launch in plan.launches)
     since, cluster.contacted = cluster.contacted, None
-    wait_until_ready(
-        cluster.executor.command,
-        cluster.inventory,
-        nodes,
-        check=cluster.choice.check,
-        patience=cluster.choice.patience,
-        on_wait=cluster.on_wait,
-        since=since,
-    )
+    answered, cluster.answered = cluster.answered, frozenset()
+    # every node just answered the program check, and reaching them is all this wait asks
+    if cluster.choice.check or not {node.name for node in nodes} <= answered:
+        wait_until_ready(
+            cluster.executor.command,
+            cluster.inventory,
+            nodes,
+            check=cluster.choice.check,
+            patience=cluster.choice.patience,
+            on_wait=cluster.on_wait,
+            since=since,
+        )
     if cluster.inventory.ssh is not None:
         from dtrun.cluster.peers import check_peers  # head-only launchers: node 0's ssh
 

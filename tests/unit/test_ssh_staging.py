@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from dataclasses import replace
 from pathlib import PurePosixPath
 
 import pytest
 
+from dtrun.engines.base import Cluster, ClusterChoice, wait_for_nodes
 from dtrun.engines.ssh.executor import SshExecutor
 from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
 from dtrun.engines.ssh.transfer import Files
+from dtrun.execute import Answer
 from dtrun.spec.cluster import Inventory, Node
 from dtrun.spec.launchplan import LaunchFile, LaunchPlan, NodeLaunch
 
@@ -131,3 +134,60 @@ def test_a_nodes_files_go_in_one_exec_channel_not_sftp_requests_per_file():
     assert {name: c.asked for name, c in session.connections.items()} == {
         f"node-{r}": ["sh -s"] for r in range(3)
     }
+
+
+def test_a_run_s_launch_reads_nothing_back_from_its_nodes(tmp_path):
+    # `dtrun run` records the nodes' exit codes and logs; looking for a result.json took an
+    # SFTP session on every node that never had one (issue 41: 6 channels a node, now 4).
+    inventory = _inventory(shared=False)
+    executor = _Recording(inventory)  # its session has no connection: any contact raises
+    plan = replace(_plan(inventory), workload="run")
+    asyncio.run(executor._collect(plan, "/work/runs/id/launch", tmp_path))
+    with pytest.raises(AttributeError, match="connection"):  # a built-in workload's does
+        asyncio.run(executor._collect(replace(plan, workload="train"), "/w", tmp_path))
+
+
+class _Asked(Exception):
+    """The readiness wait asked the nodes (the fake executor stops it there)."""
+
+
+def _cluster(inventory: Inventory, asked: list[set[str]], *, check: bool) -> Cluster:
+    """A cluster whose executor records whom the readiness wait asks, and stops it there."""
+
+    class Asking:
+        def command(self, scripts: dict[str, str]) -> dict[str, Answer]:
+            asked.append(set(scripts))
+            raise _Asked
+
+    # wait_for_nodes reads no engine
+    return Cluster(inventory, Asking(), ClusterChoice(check=check), None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_nodes_that_just_answered_the_program_check_are_not_asked_again(check):
+    inventory = _inventory(shared=False)
+    plan = _plan(inventory)
+    asked: list[set[str]] = []
+    cluster = _cluster(inventory, asked, check=check)
+    cluster.answered = frozenset(node.name for node in inventory.nodes)
+    every = {"node-0", "node-1", "node-2"}
+    if check:  # --check asks every node for its health, which the program check did not
+        with pytest.raises(_Asked):
+            wait_for_nodes(cluster, plan)
+        assert asked == [every]
+    else:
+        wait_for_nodes(cluster, plan)
+        assert asked == []
+    with pytest.raises(_Asked):  # once: the next launch's wait asks them
+        wait_for_nodes(cluster, plan)
+    assert asked[-1] == every
+
+
+def test_a_node_that_did_not_answer_the_program_check_is_waited_for():
+    inventory = _inventory(shared=False)
+    asked: list[set[str]] = []
+    cluster = _cluster(inventory, asked, check=False)
+    cluster.answered = frozenset({"node-0", "node-1"})
+    with pytest.raises(_Asked):
+        wait_for_nodes(cluster, _plan(inventory))
+    assert asked == [{"node-0", "node-1", "node-2"}]

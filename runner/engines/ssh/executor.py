@@ -363,7 +363,10 @@ class SshExecutor:
         """Copy rank 0's result back; without shared storage it is on one node, any of them.
         A user program's launch: every node's step records instead (each node holds its own
         ranks' without shared storage), from which dtrun makes the result here; from every
-        node at once, not one round trip after another (issue 41)."""
+        node at once, not one round trip after another (issue 41). `dtrun run`'s launch
+        reads nothing back: its record is the nodes' exit codes and logs."""
+        if plan.workload == "run":
+            return
         if plan.workload == "program":
 
             async def steps(node: Node) -> None:
