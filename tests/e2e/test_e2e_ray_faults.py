@@ -4,9 +4,11 @@ actor, placement group or process of the launch."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,8 +74,25 @@ def _said(out: object) -> str:
 
 
 def _nothing_left(cluster: RayCluster, timeout: float = 120) -> None:
-    wait_for(lambda: cluster.leftovers() == NOTHING, timeout=timeout,
-             what=f"no actor, placement group or process left: {cluster.leftovers()}")  # fmt: skip
+    """No actor, placement group or launch process left within ``timeout``; else fail with
+    what is left, each process with its parent and command line."""
+    deadline = time.monotonic() + timeout
+    while (left := cluster.leftovers()) != NOTHING:
+        if time.monotonic() > deadline:
+            pids = left.get("processes", [])
+            assert isinstance(pids, list)
+            pytest.fail(f"left after {timeout:g} s: {left}; {_described(pids)}")
+        time.sleep(0.1)
+
+
+def _described(pids: list[int]) -> list[str]:
+    """Each process as ps would show it: pid, parent and command line."""
+    out = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            out.append(f"{pid} (parent {proc.ppid()}): {' '.join(proc.cmdline())[:200]}")
+    return out
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])

@@ -474,3 +474,25 @@ def test_ctrl_c_while_ray_places_the_group_kills_the_actors_and_leaves_none_to_s
         launch.place()
     assert len(ray.made) == 2 and ray.killed == ray.made
     assert not any(node.running for node in nodes)  # the stop waits on none of them
+
+
+def test_what_a_node_prints_once_dtrun_stopped_it_goes_to_its_log_only(tmp_path):
+    # CI: ray-1's raylet was killed, dtrun stopped ray-0, and torchrun's SignalException
+    # traceback from ray-0 reached the console among dtrun's own lines (the other engines keep
+    # what a stopped node prints in its log: tests/e2e/test_e2e.py)
+    from dtrun.engines.ray.executor import RayExecutor, _Launch, _Node
+    from dtrun.workloads.files import NodeLog
+
+    heard: list[tuple[str, str]] = []
+    node = _Node(types.SimpleNamespace(  # type: ignore[arg-type]
+        node=types.SimpleNamespace(name="ray-0", address="127.0.0.2"),
+        script_name="ray-0.sh", script="true\n"), log=NodeLog(tmp_path / "ray-0.log"))  # fmt: skip
+    executor = RayExecutor(types.SimpleNamespace(ray=None), {})  # type: ignore[arg-type]
+    plan = types.SimpleNamespace(files=[], rdzv_id="r1")
+    launch = _Launch(executor, plan, tmp_path, [node], lambda *line: heard.append(line))  # type: ignore[arg-type]
+    launch.write(node, [b"step 1\n"])
+    node.stopped = True
+    launch.write(node, [b"Traceback (most recent call last):\n"])
+    node.log.close()
+    assert heard == [("ray-0", "step 1")]
+    assert (tmp_path / "ray-0.log").read_text() == "step 1\nTraceback (most recent call last):\n"

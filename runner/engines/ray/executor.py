@@ -283,9 +283,13 @@ class _Launch:
         return after_exit(self.plan.success, node.launch, code)
 
     def write(self, node: _Node, lines: list[bytes]) -> None:
+        """The node's lines to its log and the console; once dtrun has stopped the node, to
+        its log only: what its launcher prints while it stops (torchrun's SignalException
+        traceback) is not the user's to read there, as on the other engines."""
         for raw in lines:
             node.log.write(raw)
-            self.on_line(node.launch.node.name, raw.decode(errors="replace").rstrip("\r\n"))
+            if not node.stopped:
+                self.on_line(node.launch.node.name, raw.decode(errors="replace").rstrip("\r\n"))
 
     def failed(self, node: _Node) -> RunError:
         from dtrun.execute.failure import explain_log  # its patterns: only for a failure
