@@ -305,34 +305,17 @@ def _repository(url: str) -> str:
     return "/".join(parts[:3]).lower()
 
 
-def test_the_second_held_out_set_shares_no_source_with_the_sets_seen_before():
-    # holdout2 (issue 38) was gathered after the test set's misses were read: its sources must
-    # be new, or the score on it would not be a score on unseen data
+# the sets in the order they were gathered (issue 38): each held-out set after the ones before
+GATHERED = ("fit", "test", "holdout2", "holdout3", "holdout4")
+
+
+@pytest.mark.parametrize("held_out", GATHERED[2:])
+def test_each_held_out_set_shares_no_source_with_the_sets_gathered_before(held_out: str):
+    # a held-out set was gathered after the sets before it were scored and read: its sources
+    # must be new to all of them, or the score on it would not be a score on unseen data
     entries = [Entry.model_validate(e) for e in _load()]
-    seen = [e for e in entries if e.split in ("fit", "test")]
-    new = [e for e in entries if e.split == "holdout2"]
-    assert new
-    assert {e.source_group for e in new}.isdisjoint({e.source_group for e in seen})
-    assert {_repository(e.url) for e in new}.isdisjoint({_repository(e.url) for e in seen})
-
-
-def test_the_third_held_out_set_shares_no_source_with_the_sets_seen_before():
-    # holdout3 (issue 38) was gathered after holdout2: its sources must be new to fit, test
-    # and holdout2 alike, or the score on it would not be a score on unseen data
-    entries = [Entry.model_validate(e) for e in _load()]
-    seen = [e for e in entries if e.split in ("fit", "test", "holdout2")]
-    new = [e for e in entries if e.split == "holdout3"]
-    assert new
-    assert {e.source_group for e in new}.isdisjoint({e.source_group for e in seen})
-    assert {_repository(e.url) for e in new}.isdisjoint({_repository(e.url) for e in seen})
-
-
-def test_the_fourth_held_out_set_shares_no_source_with_the_sets_seen_before():
-    # holdout4 (issue 38) was gathered after holdout3 was scored: its sources must be new to
-    # fit, test, holdout2 and holdout3 alike, or the score on it would not be on unseen data
-    entries = [Entry.model_validate(e) for e in _load()]
-    seen = [e for e in entries if e.split in ("fit", "test", "holdout2", "holdout3")]
-    new = [e for e in entries if e.split == "holdout4"]
+    seen = [e for e in entries if e.split in GATHERED[: GATHERED.index(held_out)]]
+    new = [e for e in entries if e.split == held_out]
     assert new
     assert {e.source_group for e in new}.isdisjoint({e.source_group for e in seen})
     assert {_repository(e.url) for e in new}.isdisjoint({_repository(e.url) for e in seen})
