@@ -1,6 +1,6 @@
 """docs/prediction.md's scores, replayed: every published result of the corpus through `dtrun
 predict --from` (its two smallest node counts in, its largest predicted), against what was
-measured there and against two naive forecasts: the held-out sets (holdout2 to holdout4, per
+measured there and against two naive forecasts: the held-out sets (holdout2 to holdout5, per
 source group), and every set's forecasts in its CSV. The tables and figures in docs/prediction.md
 must be the ones this replay computes.
 
@@ -31,8 +31,8 @@ from dtrun.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5
 from tests.paths import REPO
 
 DOCS = REPO / "docs"
-DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test/holdout2-4 split
-SPLITS = ("fit", "test", "holdout2", "holdout3", "holdout4")
+DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test/holdout2-5 split
+SPLITS = ("fit", "test", "holdout2", "holdout3", "holdout4", "holdout5")
 FIELDS = (
     "procs_per_node", "mode", "strategy", "parameters", "gradient_bytes_per_parameter",
     "busbw_gbs", "busbw_intra_node_gbs", "step_spread", "batch_per_process", "global_batch",
@@ -177,6 +177,7 @@ def blocks() -> dict[str, str]:
         "holdout2-scores": scores(replay("holdout2")),
         "holdout3-scores": scores(replay("holdout3")),
         "holdout4-scores": scores(replay("holdout4")),
+        "holdout5-scores": scores(replay("holdout5")),
     }
 
 
@@ -193,7 +194,7 @@ def test_the_docs_csv_holds_every_replayed_forecast(split: str):
 
 
 def test_the_report_s_figures_are_the_held_out_sets_together():
-    rows = replay("holdout2") + replay("holdout3") + replay("holdout4")
+    rows = [r for split in SPLITS[2:] for r in replay(split)]
     inside = sum(r.inside for r in rows)
     assert (figures(rows)["the model"][0], inside, len(rows)) == (
         CHECKED_WITHIN_5,
