@@ -29,10 +29,10 @@ from dtrun.predict.learn import SERVER
 from dtrun.predict.model import Measured, efficiency
 from dtrun.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5
 from tests.paths import REPO
+from tests.unit.test_prediction_data import GATHERED as SPLITS  # fit, test, the held-out sets
 
 DOCS = REPO / "docs"
 DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test/holdout2-5 split
-SPLITS = ("fit", "test", "holdout2", "holdout3", "holdout4", "holdout5")
 FIELDS = (
     "procs_per_node", "mode", "strategy", "parameters", "gradient_bytes_per_parameter",
     "busbw_gbs", "busbw_intra_node_gbs", "step_spread", "batch_per_process", "global_batch",
@@ -173,12 +173,7 @@ def _block(text: str, name: str) -> str:
 
 
 def blocks() -> dict[str, str]:
-    return {
-        "holdout2-scores": scores(replay("holdout2")),
-        "holdout3-scores": scores(replay("holdout3")),
-        "holdout4-scores": scores(replay("holdout4")),
-        "holdout5-scores": scores(replay("holdout5")),
-    }
+    return {f"{split}-scores": scores(replay(split)) for split in SPLITS[2:]}
 
 
 def test_docs_prediction_holds_the_replayed_tables_and_scores():
