@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from dtrun.engines.slurm.allocation import (
     slurm_nodes,
 )
 from dtrun.engines.slurm.executor import SlurmExecutor, _Step, step_command, wrapper
-from dtrun.engines.slurm.fault import Heard
+from dtrun.engines.slurm.fault import Heard, ended_by_slurm
 from dtrun.engines.slurm.lease import hold_script
 from dtrun.engines.slurm.shell import SlurmShell, step_guard
 from dtrun.errors import NodeFailedError
@@ -29,7 +30,7 @@ from dtrun.execute.guard import drop_guard
 from dtrun.plan.launchfiles import What, plan_launch
 from dtrun.plan.resolve import resolve_run
 from dtrun.spec.cluster import Node, Starter
-from dtrun.spec.outcome import SuccessRule
+from dtrun.spec.outcome import NodeResult, SuccessRule
 from dtrun.spec.request import Program, ProgramKind, RunSpec
 from dtrun.spec.slurmrequest import SlurmRequest
 from tests.conftest import require_tool
@@ -308,3 +309,36 @@ def test_what_slurm_says_of_a_step_it_ended_is_heard(lines, lost, cancelled, due
     for line in lines:
         heard.line(line)
     assert (heard.lost, heard.cancelled, heard.due_to) == (lost, cancelled, due_to)
+
+
+@dataclass(frozen=True)
+class _Answers(SlurmShell):
+    """squeue's and sinfo's lines, as Slurm gives them after a scancel or a time limit."""
+
+    job_state: str = "CANCELLED"
+
+    def run(
+        self, command: Sequence[str], *, stdin: str | None = None, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        out = f"{self.job_state}|1:00\n" if command[0] == "squeue" else "n1|allocated|none\n"
+        return subprocess.CompletedProcess(list(command), 0, out, "")
+
+
+@pytest.mark.parametrize(
+    ("job_state", "due_to", "cause"),
+    [("CANCELLED", "", "cancelled from outside dtrun (scancel)"),
+     ("TIMEOUT", "TIME LIMIT", "time limit (Slurm)")],
+    ids=["scancel", "time-limit"],
+)  # fmt: skip
+def test_a_node_that_died_of_slurms_signal_is_ended_by_slurm_too(job_state, due_to, cause):
+    """CI once caught n2's task dying of the scancel's SIGTERM (exit 143) before srun ended:
+    it is Slurm's doing, as a node still running is; a node that failed on its own is not."""
+    heard = Heard(cancelled="STEP 4.0", due_to=due_to)
+    results = tuple(
+        NodeResult(node, f"127.0.0.{i}", code, f"{node}.log", 1.0)
+        for i, (node, code) in enumerate([("n1", None), ("n2", 143), ("n3", 137), ("n4", 1)])
+    )
+    error = ended_by_slurm(_Answers(job_state=job_state), "4", heard, results)
+    assert error is not None
+    ended = {r.node: (r.exit_code, r.cause) for r in error.node_results}
+    assert ended == {"n1": (None, cause), "n2": (143, cause), "n3": (137, cause), "n4": (1, None)}

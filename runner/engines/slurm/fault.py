@@ -7,6 +7,7 @@ step's output, the job's state (squeue -t all) and the lost nodes' states (sinfo
 from __future__ import annotations
 
 import re
+import signal
 import time
 from dataclasses import dataclass, field, replace
 
@@ -21,6 +22,9 @@ _NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
 _CANCELLED = re.compile(
     r"\*\*\* (STEP|JOB) (\S+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z][A-Z ]*[A-Z]))?[, ]"
 )
+# what Slurm's end of a step sends each task: SIGTERM, then SIGKILL after KillWait (scancel(1),
+# slurm.conf(5) KillWait); a task that died of one reports 128 + its number (bash(1), EXIT STATUS)
+_SLURMS_SIGNALS = (128 + signal.SIGTERM, 128 + signal.SIGKILL)
 FINAL_WAIT_S = 10.0  # how long a job may stay COMPLETING before its end is read anyway
 
 
@@ -82,6 +86,8 @@ def ended_by_slurm(
     """The error for a step Slurm ended (its node results say each node's part), or None when
     Slurm says nothing of it (srun failed on its own)."""
     running = [r.node for r in results if r.exit_code is None]
+    # a node whose task died of Slurm's own signal before srun ended was ended by it too
+    signalled = [r.node for r in results if r.exit_code is None or r.exit_code in _SLURMS_SIGNALS]
     state, limit = job_end(shell, job_id)
     states = node_states(shell, running) if running else {}
     lost = heard.lost or [n for n in running if state == "NODE_FAIL" or _down(states.get(n, ""))]
@@ -105,7 +111,7 @@ def ended_by_slurm(
             fix="pass a longer --time (or, inside your own allocation, give salloc or sbatch a "
             "longer --time); `dtrun bench --dry-run` shows every launch the sweep makes",
         )
-        causes = dict.fromkeys(running, "time limit (Slurm)")
+        causes = dict.fromkeys(signalled, "time limit (Slurm)")
     elif heard.cancelled is not None or state == "CANCELLED":
         # slurmstepd says STEP for a cancelled job's steps too: the job's state tells them apart
         what = f"job {job_id}" if state == "CANCELLED" or not heard.cancelled else ""
@@ -117,7 +123,7 @@ def ended_by_slurm(
             + (f"; the job is {state}" if state else "; the job has left squeue"),
             fix=f"run again; `squeue -u $USER` shows what else is running (job {job_id})",
         )
-        causes = dict.fromkeys(running, "cancelled from outside dtrun (scancel)")
+        causes = dict.fromkeys(signalled, "cancelled from outside dtrun (scancel)")
     else:
         return None
     error.node_results = tuple(
