@@ -345,3 +345,26 @@ def test_a_sigkilled_dtrun_leaves_no_process_of_its_launch_on_any_node(sshd_clus
         )
     finally:
         dtrun.kill()
+
+
+@pytest.mark.parametrize(
+    ("config", "cipher"),
+    [("", "aes128-gcm@openssh.com"),
+     ("Host *\n  Ciphers chacha20-poly1305@openssh.com\n", "chacha20-poly1305@openssh.com")],
+    ids=["no-ciphers-set", "the-users-ciphers"],
+)  # fmt: skip
+def test_connections_use_aes_gcm_unless_the_users_config_names_its_ciphers(
+    sshd_cluster, tmp_path, monkeypatch, config, cipher
+):
+    """AES-GCM costs dtrun far less CPU than chacha20 in asyncssh (docs/clusters.md); a user's
+    own Ciphers line is kept, as `ssh` keeps it."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    if config:
+        (home / ".ssh" / "config").write_text(config)
+    monkeypatch.setenv("HOME", str(home))
+    inventory = hosts(sshd_cluster, tmp_path, count=1)
+    with SshSession(inventory) as session:
+        connection = session.call(session.connection(inventory.nodes[0]))
+        assert connection.get_extra_info("send_cipher") == cipher
+        assert connection.get_extra_info("recv_cipher") == cipher

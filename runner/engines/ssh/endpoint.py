@@ -3,7 +3,9 @@ user's own ~/.ssh/config (asyncssh's parser) as OpenSSH would."""
 
 from __future__ import annotations
 
+import functools
 import getpass
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ class Endpoint:
     key_path: str | None
     hostname: str = ""  # the config's HostName for ``host``; empty: ``host`` itself
     proxy_jump: str = ""  # the config's ProxyJump for ``host`` ("a,b": through a, then b)
+    # the ciphers offered, in order; empty: as the config's Ciphers say (see _ciphers)
+    ciphers: tuple[str, ...] = ()
 
     @property
     def address(self) -> str:
@@ -45,7 +49,21 @@ def user_ssh_config() -> list[str]:
 
 def resolve(host: str, port: int | None, user: str | None, key_path: str | None) -> Endpoint:
     """``host`` as `ssh` would reach it: what is given explicitly wins (as `ssh -p -l` does),
-    the rest comes from ~/.ssh/config (HostName, Port, User), then 22 and the local user."""
+    the rest comes from ~/.ssh/config (HostName, Port, User), then 22 and the local user.
+    Once per host and config file as it is now: the engine and the session both ask."""
+    config = user_ssh_config()
+    stamp = tuple((path, Path(path).stat().st_mtime_ns) for path in config)
+    return _resolve(host, port, user, key_path, stamp)
+
+
+@functools.lru_cache(maxsize=8192)
+def _resolve(
+    host: str,
+    port: int | None,
+    user: str | None,
+    key_path: str | None,
+    config: tuple[tuple[str, int], ...],
+) -> Endpoint:
     import asyncssh
 
     explicit: dict[str, Any] = {}
@@ -55,7 +73,7 @@ def resolve(host: str, port: int | None, user: str | None, key_path: str | None)
         explicit["username"] = user
     try:
         options = asyncssh.SSHClientConnectionOptions(
-            host=host, config=user_ssh_config(), client_keys=None, **explicit
+            host=host, config=[path for path, _ in config], client_keys=None, **explicit
         )
     except (OSError, ValueError, asyncssh.Error) as exc:  # pragma: no cover - a broken config
         raise UsageError(
@@ -71,6 +89,27 @@ def resolve(host: str, port: int | None, user: str | None, key_path: str | None)
         key_path,
         hostname if hostname != host else "",
         options.tunnel if isinstance(options.tunnel, str) else "",
+        _ciphers(options.encryption_algs),
+    )
+
+
+# AES-GCM before asyncssh's first default, chacha20-poly1305: asyncssh builds several cipher
+# objects a packet for chacha (asyncssh/crypto/chacha.py) and one for GCM (crypto/cipher.py),
+# about a third of dtrun's CPU a node in a profiled launch (docs/clusters.md, "Connections")
+FAST_FIRST = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+def _ciphers(chosen: Sequence[bytes]) -> tuple[str, ...]:
+    """The ciphers to offer: asyncssh's defaults with AES-GCM first, or () where the user's
+    config names its own Ciphers (asyncssh then offers those, as `ssh` would)."""
+    from asyncssh.encryption import get_default_encryption_algs
+
+    defaults = [alg.decode() for alg in get_default_encryption_algs()]
+    if [alg.decode() for alg in chosen] != defaults:
+        return ()
+    return (
+        *[alg for alg in FAST_FIRST if alg in defaults],
+        *[alg for alg in defaults if alg not in FAST_FIRST],
     )
 
 

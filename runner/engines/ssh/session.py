@@ -226,6 +226,7 @@ class SshSession:
                         client_keys=self._client_keys(target),
                         known_hosts=self._known_hosts(),
                         tunnel=tunnel,  # None: direct (ProxyJump hosts were opened above)
+                        encryption_algs=target.ciphers or (),  # (): the config's Ciphers
                         connect_timeout=self.connect_timeout,
                         keepalive_interval=15,
                     )
@@ -282,6 +283,7 @@ class SshSession:
             client_keys=self._client_keys(target),
             known_hosts=None,  # accepting this once, on request; recorded below
             tunnel=tunnel,
+            encryption_algs=target.ciphers or (),
             connect_timeout=self.connect_timeout,
         )
         key = connection.get_server_host_key()
