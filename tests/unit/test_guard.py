@@ -107,3 +107,23 @@ def test_the_stop_script_starts_a_few_processes_however_many_the_machine_runs(tm
     assert done.stdout.split() == ["dtrun-left:"]
     started = calls.read_text().split()
     assert machine > 20 and len(started) <= 12, (machine, len(started))
+
+
+def test_the_stop_script_sleeps_not_at_all_when_nothing_carries_the_tag(tmp_path):
+    """A launch that ended by itself leaves nothing to stop; the stop ran after every launch on
+    every node and slept 0.2 s there before its last look (issue 41)."""
+    calls = tmp_path / "calls"
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    real = subprocess.run(["which", "sleep"], capture_output=True, text=True, check=True)
+    (stubs / "sleep").write_text(
+        f'#!/bin/sh\necho sleep >> "{calls}"\nexec {real.stdout.strip()} "$@"\n'
+    )
+    (stubs / "sleep").chmod(0o755)
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-c", stop_script(secrets.token_hex(8), 1.0)], env=env, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert done.stdout.split() == ["dtrun-left:"]
+    assert not calls.exists(), calls.read_text()
