@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dtrun.engines.ssh.remote import launch_command
+from dtrun.engines.ssh.remote import launch_command, swept_marker
 from dtrun.execute.guard import TAG
 from tests.conftest import launch_processes, require_tool, wait_for
 
@@ -52,10 +52,11 @@ def test_the_script_runs_in_its_directory_and_its_exit_code_comes_through(
     tmp_path, launch_dir, shell
 ):
     (launch_dir / "node-0.sh").write_text('pwd\necho "tag $DTRUN_LAUNCH"\nexit 3\n')
-    tag = secrets.token_hex(4)
-    # another node's process of the same launch on this machine: a guard that outlived its
-    # script's normal end would stop it when the connection closes
-    other = subprocess.Popen(["sleep", "600"], env={**os.environ, TAG: tag})
+    launch = secrets.token_hex(4)
+    tag = f"{launch}-0"
+    # another node's process of the same launch on this machine (its own tag): neither this
+    # node's stop at the script's end nor a guard that outlived it may stop it
+    other = subprocess.Popen(["sleep", "600"], env={**os.environ, TAG: f"{launch}-1"})
     try:
         for _ in range(10):
             login = subprocess.Popen(
@@ -63,7 +64,8 @@ def test_the_script_runs_in_its_directory_and_its_exit_code_comes_through(
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             )  # fmt: skip
             assert login.stdout is not None and login.stdin is not None
-            assert login.stdout.read() == f"{launch_dir}\ntag {tag}\n"
+            said = login.stdout.read()
+            assert said == f"{launch_dir}\ntag {tag}\n{swept_marker(tag)}  \n", said
             assert login.wait(timeout=30) == 3
             login.stdin.close()  # the connection closes after the exit status, as sshd's does
             login.stdout.close()
@@ -73,6 +75,30 @@ def test_the_script_runs_in_its_directory_and_its_exit_code_comes_through(
         other.kill()
         other.wait()
     assert not list(tmp_path.rglob("pwned"))  # the odd directory name ran nothing
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_what_the_script_left_running_is_stopped_at_its_end_and_said_so(launch_dir, shell):
+    """A daemon the script started outlives it: the wrapper stops it (dtrun need not log in
+    again) and says that nothing is left, on its last line."""
+    (launch_dir / "node-0.sh").write_text("setsid sleep 600 >/dev/null 2>&1 &\necho started\n")
+    tag = f"{secrets.token_hex(4)}-0"
+    login = subprocess.Popen(
+        [shell, "-c", wrapper(launch_dir, "node-0.sh", tag)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert login.stdout is not None
+        said = login.stdout.read().splitlines()
+        assert login.wait(timeout=30) == 0
+        assert said[0] == "started" and said[-1].split() == [swept_marker(tag)], said
+        assert ours(tag) == []
+    finally:
+        for proc in ours(tag):
+            proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(login.pid, signal.SIGKILL)
+        login.wait()
 
 
 @pytest.mark.parametrize("shell", ["sh", "bash"])

@@ -98,6 +98,7 @@ def test_a_node_a_head_only_launcher_starts_gets_its_own_files_too():
 class _Result:
     exit_status = 0
     stderr = ""
+    stdout = "dtrun-left: "
 
 
 class _Connection:
@@ -191,3 +192,27 @@ def test_a_node_that_did_not_answer_the_program_check_is_waited_for():
     with pytest.raises(_Asked):
         wait_for_nodes(cluster, _plan(inventory))
     assert asked == [{"node-0", "node-1", "node-2"}]
+
+
+def test_dtrun_logs_in_to_stop_only_nodes_whose_wrapper_did_not_stop_them():
+    """A node's wrapper stops what its script left and says so (templates/remote/launch.sh.j2):
+    dtrun then opens no stop channel there, one a node fewer per launch (issue 41). A node
+    still running when the launch ended (no word from its wrapper) is stopped as before, and
+    what a wrapper could not stop is said."""
+    from dtrun.engines.ssh.executor import _Ended
+
+    inventory = _inventory(shared=False)
+    plan = _plan(inventory)
+    session = _Connected(inventory)
+    executor = SshExecutor(session)  # type: ignore[arg-type]
+    launches = {launch.node.name: launch for launch in plan.launches}
+    ended = {
+        "node-0": _Ended(launches["node-0"], 0, 1.0, left=[]),
+        "node-1": _Ended(launches["node-1"], 0, 1.0, left=["4242"]),
+    }  # node-2 was still running: its wrapper said nothing
+    tags = {name: f"t-{rank}" for rank, name in enumerate(launches)}
+    problems = asyncio.run(executor._stop_everywhere(plan, tags, ended))
+    assert {name: c.asked for name, c in session.connections.items()} == {
+        "node-0": [], "node-1": [], "node-2": ["bash -s"],
+    }  # fmt: skip
+    assert problems == ["node-1: pids 4242 survived SIGKILL"]

@@ -1,11 +1,13 @@
 """Launches on real machines over SSH: stage, run every node's script, stop, collect.
 
-Every process of a launch carries DTRUN_LAUNCH=<random tag> in its environment (set on the
-command line, so no sshd AcceptEnv is needed); stopping a launch signals every process with the
-tag on every node and checks that none is left. Each node's script is started by a wrapper
-whose guard does that stop on the node if dtrun's connection closes first (a SIGKILLed dtrun:
-templates/remote/launch.sh.j2). Staging uses the shared storage when the inventory has one
-(written once), each node's workdir otherwise.
+Every process of a launch carries DTRUN_LAUNCH=<random tag>-<node's index> in its environment
+(set on the command line, so no sshd AcceptEnv is needed); stopping a launch on a node signals
+every process with that node's tag there and checks that none is left. Each node's script is
+started by a wrapper (templates/remote/launch.sh.j2) that does that stop itself once the script
+ends, and says so; its guard does it if dtrun's connection closes first (a SIGKILLed dtrun).
+dtrun logs in to stop a node only where its wrapper did not say so: a node still running, or
+stopped. Staging uses the shared storage when the inventory has one (written once), each
+node's workdir otherwise.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dtrun.engines.common.code import code_files
-from dtrun.engines.ssh.remote import DRAIN_S, launch_command, remote_launch_dir
+from dtrun.engines.ssh.remote import DRAIN_S, launch_command, remote_launch_dir, swept_marker
 from dtrun.engines.ssh.session import SshError, SshSession, lost_connection
 from dtrun.engines.ssh.transfer import (
     Files,
@@ -83,6 +85,7 @@ class _Ended:
     exit_code: int | None  # None: stopped by dtrun
     wall_s: float
     error: RunError | None = None  # the connection was lost
+    left: list[str] | None = None  # pids its wrapper's stop left; None: it did not stop them
 
 
 def _node_results(
@@ -216,6 +219,8 @@ class SshExecutor:
         node = launch.node
         started = time.monotonic()
         command = launch_command(remote_dir, launch.script_name, tag, self.grace_s)
+        marker = swept_marker(tag)
+        left: list[str] | None = None
         try:
             connection = await self.session.connection(node)
             with lost_connection(node):
@@ -224,6 +229,10 @@ class SshExecutor:
                 process = await connection.create_process(command, stderr=asyncssh.STDOUT)
 
                 def sink(line: str) -> None:
+                    nonlocal left
+                    if line.startswith(marker):  # the wrapper's, not the program's
+                        left = line.removeprefix(marker).split()
+                        return
                     log.write(line.encode() + b"\n")
                     on_line(node.name, line)
 
@@ -236,21 +245,25 @@ class SshExecutor:
             signal = process.exit_signal[0] if process.exit_signal else "?"
             on_line(node.name, f"dtrun: the launch ended by signal {signal}")
             status = 128
-        return _Ended(launch, status, time.monotonic() - started)
+        return _Ended(launch, status, time.monotonic() - started, left=left)
 
     async def _run(
         self, plan: LaunchPlan, workdir: Path, timeout_s: float, on_line: LineSink
     ) -> tuple[NodeResult, ...]:
         remote_dir = remote_launch_dir(self.inventory, workdir)
         await self._stage(plan, remote_dir)
-        tag = secrets.token_hex(8)
+        launch_tag = secrets.token_hex(8)
+        # each node's own: a node's stop leaves another node's processes on its machine alone
+        tags = {launch.node.name: f"{launch_tag}-{i}" for i, launch in enumerate(plan.launches)}
         logs = {
             launch.node.name: NodeLog(workdir / f"{launch.node.name}.log")
             for launch in plan.launches
         }
         tasks = {
             asyncio.create_task(
-                self._node(launch, remote_dir, tag, logs[launch.node.name], on_line)
+                self._node(
+                    launch, remote_dir, tags[launch.node.name], logs[launch.node.name], on_line
+                )
             ): launch
             for launch in plan.launches
         }
@@ -268,7 +281,7 @@ class SshExecutor:
         finally:
             for task in tasks:
                 task.cancel()
-            left = await asyncio.shield(self._stop_everywhere(plan, tag, ended))
+            left = await asyncio.shield(self._stop_everywhere(plan, tags, ended))
             for log in logs.values():
                 log.close()
             if stopped:  # each node as it ended: its exit code, or None where the stop ended it
@@ -338,21 +351,28 @@ class SshExecutor:
         return None
 
     async def _stop_everywhere(
-        self, plan: LaunchPlan, tag: str, ended: dict[str, _Ended]
+        self, plan: LaunchPlan, tags: dict[str, str], ended: dict[str, _Ended]
     ) -> list[str]:
-        """Stop the launch's processes on every reachable node; say where any is left."""
-        script = stop_script(tag, self.grace_s)
+        """Stop the launch's processes on every reachable node whose wrapper did not stop them
+        (one login a node fewer after a launch that ended by itself: issue 41); say where any
+        is left."""
         lost = {name for name, end in ended.items() if end.error is not None}
 
+        def survived(node: Node, left: list[str]) -> str | None:
+            return f"{node.name}: pids {' '.join(left)} survived SIGKILL" if left else None
+
         async def stop(node: Node) -> str | None:
+            done = ended.get(node.name)
+            if done is not None and done.left is not None:  # its wrapper stopped them
+                return survived(node, done.left)
+            script = stop_script(tags[node.name], self.grace_s)
             try:
                 connection = await self.session.connection(node)
                 with lost_connection(node, "stopping the launch"):
                     result = await connection.run("bash -s", input=script, check=False)
             except SshError:
                 return f"{node.name}: unreachable, so its processes could not be checked"
-            left = str(result.stdout).rpartition("dtrun-left:")[2].split()
-            return f"{node.name}: pids {' '.join(left)} survived SIGKILL" if left else None
+            return survived(node, str(result.stdout).rpartition("dtrun-left:")[2].split())
 
         reachable = [launch.node for launch in plan.launches if launch.node.name not in lost]
         problems = [p for p in await asyncio.gather(*(stop(node) for node in reachable)) if p]

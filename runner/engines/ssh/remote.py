@@ -22,9 +22,19 @@ def remote_launch_dir(inventory: Inventory, workdir: Path) -> str:
 DRAIN_S = 2.0  # how long output may trail a script's exit (a background child may hold it open)
 
 
+def swept_marker(tag: str) -> str:
+    """The line's start by which a node's wrapper says it stopped what its script left, and
+    what is left (normally nothing): the launch's tag in it, so no program's output is taken
+    for it."""
+    return f"dtrun-swept-{tag}:"
+
+
 def launch_command(remote_dir: str, script: str, tag: str, grace_s: float) -> str:
     """What the node's login shell runs for one launch: the script, with the guard that stops
-    the launch there if dtrun's connection closes first (templates/remote/launch.sh.j2).
+    the launch there if dtrun's connection closes first, and the stop of what the script left
+    once it ends, whose last line starts with ``swept_marker(tag)``
+    (templates/remote/launch.sh.j2). ``tag``: this node's own, so that its stop leaves
+    another node's processes on the same machine alone.
 
     The wrapper is a POSIX sh script; the login shell is whatever the node's account has (bash,
     dash, zsh, fish, csh). It gets one line they all read alike, with no character any of them
@@ -34,7 +44,8 @@ def launch_command(remote_dir: str, script: str, tag: str, grace_s: float) -> st
     wrapper = render(
         "remote/launch.sh.j2",
         {"dir": remote_dir, "script": script, "tag_name": TAG, "tag": tag,
-         "stop": stop_script(tag, grace_s), "wait_for_end": WAIT_FOR_END},
+         "stop": stop_script(tag, grace_s), "wait_for_end": WAIT_FOR_END,
+         "marker": swept_marker(tag)},
     )  # fmt: skip
     carried = base64.b64encode(wrapper.encode()).decode()
     return f"exec sh -c 'eval \"$(printf %s {carried} | base64 -d)\"'"
