@@ -216,3 +216,54 @@ def test_dtrun_logs_in_to_stop_only_nodes_whose_wrapper_did_not_stop_them():
         "node-0": [], "node-1": [], "node-2": ["bash -s"],
     }  # fmt: skip
     assert problems == ["node-1: pids 4242 survived SIGKILL"]
+
+
+class _Process:
+    """A launch's process as asyncssh gives it: its output lines, then its exit status."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self._lines = lines
+        self.exit_status: int | None = None
+        self.exit_signal = None
+        self.stdout = self
+
+    def __aiter__(self) -> _Process:
+        return self
+
+    async def __anext__(self) -> str:
+        if not self._lines:
+            self.exit_status = 0
+            raise StopAsyncIteration
+        return self._lines.pop(0) + "\n"
+
+    async def wait_closed(self) -> None:
+        return None
+
+
+def test_the_wrappers_word_is_kept_out_of_the_log_and_only_pids_are_taken_from_it(tmp_path):
+    """The wrapper's last line, under its launch's marker, names what its stop left: not the
+    program's output, and nothing but pids reaches dtrun's message from it."""
+    from dtrun.engines.ssh.remote import swept_marker
+    from dtrun.workloads.files import NodeLog
+
+    inventory = _inventory(shared=False)
+    plan = _plan(inventory)
+    session = _Connected(inventory)
+    said = ["step 1", f"{swept_marker('t-0')} 4242 \x1b[2J; rm -rf ~"]
+
+    async def create_process(command: str, **_: object) -> _Process:
+        return _Process(list(said))
+
+    session.connections["node-0"].create_process = create_process  # type: ignore[attr-defined]
+    executor = SshExecutor(session)  # type: ignore[arg-type]
+    lines: list[tuple[str, str]] = []
+    log = NodeLog(tmp_path / "node-0.log")
+    ended = asyncio.run(
+        executor._node(
+            plan.launches[0], "/w", "t-0", log, lambda node, line: lines.append((node, line))
+        )
+    )
+    log.close()
+    assert lines == [("node-0", "step 1")]
+    assert (tmp_path / "node-0.log").read_text() == "step 1\n"
+    assert (ended.exit_code, ended.left) == (0, ["4242"])

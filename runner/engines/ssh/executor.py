@@ -231,7 +231,7 @@ class SshExecutor:
                 def sink(line: str) -> None:
                     nonlocal left
                     if line.startswith(marker):  # the wrapper's, not the program's
-                        left = line.removeprefix(marker).split()
+                        left = [pid for pid in line.removeprefix(marker).split() if pid.isdigit()]
                         return
                     log.write(line.encode() + b"\n")
                     on_line(node.name, line)
