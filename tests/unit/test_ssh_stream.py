@@ -1,4 +1,4 @@
-"""How dtrun follows a node's output over SSH (runner/engines/ssh/executor.py, _stream): a quiet
+"""How dtrun follows a node's output over SSH (runner/engines/ssh/remote.py, stream): a quiet
 node that runs for a while costs a look or so a second, not ten (issue 41: ten wakeups a second
 for every node of a launch, whatever its length)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from dtrun.engines.ssh import executor
+from dtrun.engines.ssh import remote
 
 
 class _QuietNode:
@@ -41,11 +41,11 @@ def test_a_quiet_running_node_is_looked_at_about_once_a_second(monkeypatch):
         looks += 1
         return await wait(*args, **kwargs)
 
-    monkeypatch.setattr(asyncio, "wait", counted)  # what _stream calls, counted
+    monkeypatch.setattr(asyncio, "wait", counted)  # what stream calls, counted
     lines: list[str] = []
 
     async def follow() -> None:
-        await executor._stream(_QuietNode(4.0), lines.append)  # type: ignore[arg-type]
+        await remote.stream(_QuietNode(4.0), lines.append)  # type: ignore[arg-type]
 
     asyncio.run(follow())
     assert lines == ["done"]

@@ -17,13 +17,11 @@ import contextlib
 import math
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dtrun.engines.common.code import code_files
-from dtrun.engines.ssh.remote import DRAIN_S, launch_command, remote_launch_dir, swept_marker
+from dtrun.engines.ssh.remote import launch_command, remote_launch_dir, stream, swept_marker
 from dtrun.engines.ssh.session import SshError, SshSession, lost_connection
 from dtrun.engines.ssh.transfer import (
     Files,
@@ -41,42 +39,6 @@ from dtrun.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan, NodeLaunch
 from dtrun.spec.outcome import NodeResult
 from dtrun.spec.text import plural
 from dtrun.workloads.files import NodeLog
-
-if TYPE_CHECKING:
-    import asyncssh
-
-
-async def _stream(process: asyncssh.SSHClientProcess[str], sink: Callable[[str], None]) -> None:
-    """Pass every line to ``sink`` until the output ends, or shortly after the script exited.
-
-    OpenSSH reports the exit status when the script exits, even while a process it left in
-    the background keeps the output open; such a process is stopped with the launch.
-    """
-
-    async def read() -> None:
-        async for line in process.stdout:
-            if line:  # "" marks the end of the stream; a blank line is "\n"
-                sink(line.rstrip("\r\n"))
-
-    reader = asyncio.ensure_future(read())
-    look = 0.1  # how long to wait before looking at the exit status again
-    try:
-        while not reader.done():
-            if process.exit_status is not None or process.exit_signal is not None:
-                await asyncio.wait({reader}, timeout=DRAIN_S)
-                break
-            await asyncio.wait({reader}, timeout=look)
-            # A look every 0.1 s was ten wakeups a second for every node of a launch, however
-            # long it ran: 0.3 s of dtrun's CPU in a 200 s check of 8 nodes (issue 41).
-            look = min(1.0, look * 2)
-        if reader.done():
-            reader.result()  # raise what reading raised (e.g. the connection was lost)
-        if process.exit_status is None and process.exit_signal is None:
-            # The output ended first; the exit status follows with the channel's close.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(process.wait_closed(), timeout=DRAIN_S)
-    finally:
-        reader.cancel()
 
 
 @dataclass
@@ -156,7 +118,7 @@ class SshExecutor:
                             if on_line is not None:
                                 on_line(node.name, line)
 
-                        await _stream(process, sink)
+                        await stream(process, sink)
             except SshError as error:
                 self.session.forget(node)
                 return Answer("\n".join(lines), None, f"{error.what}: {error.why}")
@@ -236,7 +198,7 @@ class SshExecutor:
                     log.write(line.encode() + b"\n")
                     on_line(node.name, line)
 
-                await _stream(process, sink)
+                await stream(process, sink)
         except SshError as error:
             self.session.forget(node)
             return _Ended(launch, None, time.monotonic() - started, error)
