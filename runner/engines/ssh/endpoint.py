@@ -26,6 +26,11 @@ class Endpoint:
     proxy_jump: str = ""  # the config's ProxyJump for ``host`` ("a,b": through a, then b)
     # the ciphers offered, in order; empty: as the config's Ciphers say (see _ciphers)
     ciphers: tuple[str, ...] = ()
+    # the config's IdentityFile, CertificateFile and IdentitiesOnly for ``host``: the keys
+    # asyncssh would load for each connection, loaded once instead (session.py, _client_keys)
+    identity_files: tuple[str, ...] = ()
+    certificate_files: tuple[str, ...] = ()
+    identities_only: bool = False
 
     @property
     def address(self) -> str:
@@ -82,6 +87,7 @@ def _resolve(
             fix="fix ~/.ssh/config (`ssh -G HOST` shows what OpenSSH makes of it)",
         ) from None
     hostname = str(options.host)
+    config_of: Any = options.config  # the parsed config for this host
     return Endpoint(
         host,
         int(options.port),
@@ -90,6 +96,9 @@ def _resolve(
         hostname if hostname != host else "",
         options.tunnel if isinstance(options.tunnel, str) else "",
         _ciphers(options.encryption_algs),
+        tuple(str(path) for path in config_of.get("IdentityFile", ())),
+        tuple(str(path) for path in config_of.get("CertificateFile", ())),
+        bool(config_of.get("IdentitiesOnly")),
     )
 
 

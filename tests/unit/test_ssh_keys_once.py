@@ -1,0 +1,98 @@
+"""A session loads each private key once, not once per node (runner/engines/ssh/session.py,
+_client_keys): given a path, asyncssh reads and checks the key for every connection, and the
+check of an RSA key costs about 127 ms of CPU here (docs/clusters.md, "Connections").
+
+asyncssh.connect is replaced by what it does first, building the connection's options (where
+the keys are loaded); nothing is connected."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from dtrun.engines.ssh.endpoint import endpoint
+from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+from dtrun.engines.ssh.session import SshSession
+
+
+def _key(path: Path) -> Path:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The key files asyncssh reads, and asyncssh.connect as far as its options."""
+    seen: list[str] = []
+    read_file = asyncssh.public_key.read_file  # type: ignore[attr-defined]
+
+    def counting(filename: str) -> bytes:
+        seen.append(str(filename))
+        return bytes(read_file(filename))
+
+    async def options_only(host: str, port: object = (), **kwargs: object) -> object:
+        await asyncssh.SSHClientConnectionOptions.construct(None, host=host, port=port, **kwargs)
+        return object()
+
+    monkeypatch.setattr(asyncssh.public_key, "read_file", counting)
+    monkeypatch.setattr(asyncssh, "connect", options_only)
+    return seen
+
+
+def _connect_all(session: SshSession, nodes: slice = slice(None)) -> None:
+    async def every() -> None:
+        for node in session.inventory.nodes[nodes]:
+            await session._connect(node.name, endpoint(session.inventory, node), None)
+
+    session.call(every())
+
+
+def test_a_key_file_is_read_once_for_every_node(tmp_path, reads, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ssh/config of this machine's
+    key = _key(tmp_path / "cluster_key")
+    text = f"user: u\nkey: {key}\nhosts: [10.0.0.4, 10.0.0.5, 10.0.0.6, 10.0.0.7]\n"
+    inventory = parse_hosts_file(text, "hosts.yaml", Defaults("u", sys.prefix + "/bin"))
+    with SshSession(inventory) as session:
+        _connect_all(session, slice(0, 1))
+        assert str(key) in reads
+        first = len(reads)
+        _connect_all(session, slice(1, None))
+    assert len(reads) == first  # no key file read again for the other three nodes
+
+
+def test_the_default_keys_and_a_configs_identity_file_are_read_once_too(
+    tmp_path, reads, monkeypatch
+):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    default = _key(tmp_path / ".ssh" / "id_ed25519")
+    chosen = _key(tmp_path / "chosen_key")
+    (tmp_path / ".ssh" / "config").write_text(f"Host 10.0.1.*\n  IdentityFile {chosen}\n")
+    text = "user: u\nhosts: [10.0.0.4, 10.0.0.5, 10.0.1.4, 10.0.1.5]\n"
+    inventory = parse_hosts_file(text, "hosts.yaml", Defaults("u", sys.prefix + "/bin"))
+    with SshSession(inventory) as session:
+        _connect_all(session, slice(0, 1))  # 10.0.0.4: the default keys
+        _connect_all(session, slice(2, 3))  # 10.0.1.4: its config's IdentityFile
+        assert str(default) in reads and str(chosen) in reads
+        first = len(reads)
+        _connect_all(session)
+        keys = {
+            node.address: session._client_keys(endpoint(inventory, node))
+            for node in inventory.nodes
+        }
+    assert len(reads) == first
+    # each host offers the key its config names, as `ssh` would
+    assert keys["10.0.0.4"][0].public_data == asyncssh.read_private_key(default).public_data
+    assert keys["10.0.1.5"][0].public_data == asyncssh.read_private_key(chosen).public_data
+
+
+def test_a_missing_key_file_still_fails_the_connection(tmp_path, reads, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    text = f"user: u\nkey: {tmp_path / 'gone'}\nhosts: [10.0.0.4]\n"
+    inventory = parse_hosts_file(text, "hosts.yaml", Defaults("u", sys.prefix + "/bin"))
+    with SshSession(inventory, retries=1) as session, pytest.raises(Exception, match="gone"):
+        _connect_all(session)
