@@ -35,7 +35,7 @@ class _Recording(SshExecutor):
         super().__init__(_Session(inventory))  # type: ignore[arg-type]
         self.sent: dict[str, set[str]] = {}
 
-    async def _put(self, node: Node, files: Files) -> None:
+    async def _put(self, node: Node, files: Files, code: Files) -> None:
         self.sent[node.name] = {PurePosixPath(path).name for path in files if "/runs/" in path}
 
 
@@ -101,6 +101,21 @@ class _Result:
     stdout = "dtrun-left: "
 
 
+class _Staging:
+    """A first launch's staging: the node asks for the code (transfer.py, exec_put)."""
+
+    class stdin:  # asyncssh's attribute names
+        write = write_eof = staticmethod(lambda *_: None)
+
+    class stdout:
+        @staticmethod
+        async def readline() -> str:
+            return "dtrun-code-wanted\n"
+
+    async def wait(self, **_: object) -> _Result:
+        return _Result()
+
+
 class _Connection:
     """Records what the executor asks of a node's connection."""
 
@@ -110,6 +125,10 @@ class _Connection:
     async def run(self, command: str, **_: object) -> _Result:
         self.asked.append(command)
         return _Result()
+
+    async def create_process(self, command: str, **_: object) -> _Staging:
+        self.asked.append(command)
+        return _Staging()
 
     async def start_sftp_client(self) -> None:
         self.asked.append("sftp")
@@ -254,7 +273,7 @@ def test_the_wrappers_word_is_kept_out_of_the_log_and_only_pids_are_taken_from_i
     async def create_process(command: str, **_: object) -> _Process:
         return _Process(list(said))
 
-    session.connections["node-0"].create_process = create_process  # type: ignore[attr-defined]
+    session.connections["node-0"].create_process = create_process  # type: ignore[method-assign,assignment]
     executor = SshExecutor(session)  # type: ignore[arg-type]
     lines: list[tuple[str, str]] = []
     log = NodeLog(tmp_path / "node-0.log")

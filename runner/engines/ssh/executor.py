@@ -132,12 +132,13 @@ class SshExecutor:
         """Shared storage: one node writes for all. Otherwise every node gets its own copy."""
         return nodes[:1] if self.inventory.shared_dir else nodes
 
-    async def _put(self, node: Node, files: Files) -> None:
-        """Through the exec channel, every file in one script (transfer.py says why)."""
+    async def _put(self, node: Node, files: Files, code: Files) -> None:
+        """Through the exec channel, every file in one script, the code only where the node
+        lacks it (transfer.py says why)."""
         connection = await self.session.connection(node)
         with lost_connection(node, "copying the launch files"):
             async with self.session.limit:
-                await exec_put(connection, node, files)
+                await exec_put(connection, node, files, code)
 
     async def _stage(self, plan: LaunchPlan, remote_dir: str) -> None:
         """Code, scripts and launch files to every node of the point: a head-only launcher
@@ -166,9 +167,7 @@ class SshExecutor:
                     if shared or file.node_rank is None or file.node_rank == ranks.get(node.name)
                 }
             )
-            if node.name not in self._code_staged:
-                files.update(code)
-            uploads.append(self._put(node, files))
+            uploads.append(self._put(node, files, {} if node.name in self._code_staged else code))
         await asyncio.gather(*uploads)
         self._code_staged.update(node.name for node in self._staging_nodes(nodes))
         if self.inventory.shared_dir:
