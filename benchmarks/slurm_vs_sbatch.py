@@ -11,6 +11,13 @@ and cancels the allocation, timed from start to exit. dtrun runs with --no-busbw
 --no-health-gate (extra measurement the script does not do, not overhead). Also timed: from
 starting dtrun to its first node's script starting (the wrapper's first line, streamed).
 
+Slurm's own queue time: in both arms a thread asks squeue every 50 ms from the start, and the
+first answer that shows a job RUNNING ends the job's wait in the queue. slurmctld starts a job
+on a free cluster within 0.07 s or after 1-3 s (its scheduler's pass; job state PENDING,
+reason None, in both arms alike). The ratio is given as timed, and past the queue:
+(A - A's queue) / (B - B's queue), which leaves out what Slurm's scheduler does and neither
+arm can change.
+
 The cluster is the test suite's real one (tests/slurmd.py: slurmctld and two slurmd on this
 machine, one CPU each), started for the run; A and B alternate after one warm-up of each.
 
@@ -27,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -59,11 +67,38 @@ exec {BIN}/torchrun --nnodes=2 --nproc-per-node=1 \\
 """
 
 
+class QueueWatch:
+    """Asks squeue every 50 ms from its start: when a job was first seen RUNNING."""
+
+    def __init__(self, cluster: slurmd.SlurmCluster) -> None:
+        self.cluster = cluster
+        self.running_at: float | None = None
+        self.start = time.perf_counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set() and self.running_at is None:
+            states = self.cluster.run("squeue", "-h", "-o", "%T").stdout.split()
+            if "RUNNING" in states:
+                self.running_at = time.perf_counter() - self.start
+            time.sleep(0.05)
+
+    def stop(self) -> float:
+        """Seconds from the start to the job running (0 if it was never seen running)."""
+        self._stop.set()
+        self._thread.join()
+        return self.running_at or 0.0
+
+
 def by_hand(cluster: slurmd.SlurmCluster, steps: int, warmup: int, port: int, run: str,
-            workdir: Path) -> float:  # fmt: skip
+            workdir: Path) -> tuple[float, float]:  # fmt: skip
+    """(wall time from submitting to the job leaving squeue, its time in the queue)."""
     script = workdir / "job.sh"
     script.write_text(sbatch_script(steps, warmup, port, run, workdir))
     start = time.perf_counter()
+    watch = QueueWatch(cluster)
     done = subprocess.run(["sbatch", "--parsable", str(script)], env=cluster.env, cwd=workdir,
                           capture_output=True, text=True, check=False)  # fmt: skip
     # `sbatch --wait` looks at the job every few seconds (it returned at 10.0 s every time):
@@ -72,15 +107,17 @@ def by_hand(cluster: slurmd.SlurmCluster, steps: int, warmup: int, port: int, ru
     while done.returncode == 0 and cluster.run("squeue", "-h", "-j", job, "-o", "%T").stdout:
         time.sleep(0.05)
     elapsed = time.perf_counter() - start
+    queued = watch.stop()
     if done.returncode != 0 or not (workdir / "result.json").is_file():
         logs = "".join(p.read_text()[-2000:] for p in workdir.glob("slurm-*.out"))
         raise SystemExit(f"sbatch failed ({done.returncode}): {done.stderr}\n{logs}")
-    return elapsed
+    return elapsed, queued
 
 
 def dtrun(cluster: slurmd.SlurmCluster, steps: int, warmup: int, port: int, run: str,
-          workdir: Path, exe: str) -> tuple[float, float]:  # fmt: skip
-    """(wall time of the whole command, time until its first node's script started)."""
+          workdir: Path, exe: str) -> tuple[float, float, float]:  # fmt: skip
+    """(wall time of the whole command, time until its first node's script started, its
+    allocation's time in the queue)."""
     command = [
         exe, "bench", "--slurm", "--nodes", "2", "--steps", str(steps),
         "--warmup", str(warmup), "--repeat", "1", "--port", str(port), "--output", str(workdir),
@@ -88,6 +125,7 @@ def dtrun(cluster: slurmd.SlurmCluster, steps: int, warmup: int, port: int, run:
     ]  # fmt: skip
     first = None
     start = time.perf_counter()
+    watch = QueueWatch(cluster)
     with subprocess.Popen(command, env=cluster.env, cwd=workdir, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True) as process:  # fmt: skip
         assert process.stdout is not None
@@ -98,9 +136,10 @@ def dtrun(cluster: slurmd.SlurmCluster, steps: int, warmup: int, port: int, run:
                 first = time.perf_counter() - start
         code = process.wait()
     elapsed = time.perf_counter() - start
+    queued = watch.stop()
     if code != 0 or first is None or not (workdir / run / "report.md").is_file():
         raise SystemExit(f"dtrun failed ({code}): {''.join(said)[-3000:]}")
-    return elapsed, first
+    return elapsed, first, queued
 
 
 def main() -> None:
@@ -123,6 +162,7 @@ def main() -> None:
     print(f"one point: 2 Slurm nodes x 1 process, {args.steps} steps ({args.warmup} warm-up)")
     print(f"dtrun: {args.dtrun}")
     pairs: list[tuple[float, float]] = []
+    past_queue: list[float] = []  # (A - A's queue) / (B - B's queue)
     firsts: list[float] = []
     with tempfile.TemporaryDirectory(prefix="dtrun-slurm-bench-") as tmp:
         cluster = slurmd.start(Path(tmp) / "slurm")
@@ -132,18 +172,20 @@ def main() -> None:
                 a_dir.mkdir()
                 b_dir.mkdir()
                 cluster.reset()
-                a, first = dtrun(
+                a, first, qa = dtrun(
                     cluster, args.steps, args.warmup, args.port, f"a{i}", a_dir, args.dtrun
                 )
                 cluster.reset()
-                b = by_hand(cluster, args.steps, args.warmup, args.port + 10, f"b{i}", b_dir)
+                b, qb = by_hand(cluster, args.steps, args.warmup, args.port + 10, f"b{i}", b_dir)
                 label = "warm-up" if i == 0 else f"round {i}"
                 print(
-                    f"{label:>8}: dtrun --slurm {a:6.2f} s (first node started at {first:5.2f} s)"
-                    f"   sbatch+srun torchrun {b:6.2f} s   ratio {a / b:.3f}"
+                    f"{label:>8}: dtrun --slurm {a:6.2f} s (queued {qa:4.2f} s, first node "
+                    f"started at {first:5.2f} s)   sbatch+srun torchrun {b:6.2f} s (queued "
+                    f"{qb:4.2f} s)   ratio {a / b:.3f}, past the queue {(a - qa) / (b - qb):.3f}"
                 )
                 if i:
                     pairs.append((a, b))
+                    past_queue.append((a - qa) / (b - qb))
                     firsts.append(first)
         finally:
             cluster.close()
@@ -153,6 +195,10 @@ def main() -> None:
         f"sbatch {statistics.median(b for _, b in pairs):.2f} s, "
         f"ratio {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
         "target <= 1.10 (issue 14)"
+    )
+    print(
+        f"past Slurm's queue: ratio {statistics.median(past_queue):.3f} "
+        f"(min {min(past_queue):.3f}, max {max(past_queue):.3f})"
     )
     print(
         f"dtrun --slurm to the first node's script: median {statistics.median(firsts):.2f} s "
