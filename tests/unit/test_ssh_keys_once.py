@@ -17,6 +17,7 @@ import pytest
 from dtrun.engines.ssh.endpoint import endpoint
 from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
 from dtrun.engines.ssh.session import SshSession
+from dtrun.errors import UsageError
 
 
 def _key(path: Path) -> Path:
@@ -90,9 +91,55 @@ def test_the_default_keys_and_a_configs_identity_file_are_read_once_too(
     assert keys["10.0.1.5"][0].public_data == asyncssh.read_private_key(chosen).public_data
 
 
-def test_a_missing_key_file_still_fails_the_connection(tmp_path, reads, monkeypatch):
+def _given(tmp_path: Path, key: Path) -> SshSession:
+    text = f"user: u\nkey: {key}\nhosts: [10.0.0.4]\n"
+    return SshSession(parse_hosts_file(text, "hosts.yaml", Defaults("u", sys.prefix + "/bin")))
+
+
+def test_a_missing_key_file_is_a_usage_error_not_an_unreachable_node(tmp_path, reads, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    text = f"user: u\nkey: {tmp_path / 'gone'}\nhosts: [10.0.0.4]\n"
-    inventory = parse_hosts_file(text, "hosts.yaml", Defaults("u", sys.prefix + "/bin"))
-    with SshSession(inventory, retries=1) as session, pytest.raises(Exception, match="gone"):
+    with _given(tmp_path, tmp_path / "gone") as session, pytest.raises(UsageError) as caught:
         _connect_all(session)
+    assert caught.value.exit_code == 2
+    assert f"cannot read the SSH key {tmp_path / 'gone'}" in caught.value.message
+    assert "No such file" in caught.value.message and "leave `key:` out" in caught.value.message
+
+
+def test_a_key_with_a_passphrase_is_a_usage_error_that_says_to_use_the_agent(
+    tmp_path, reads, monkeypatch
+):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    key = tmp_path / "locked"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "s3cret", "-f", str(key)], check=True
+    )
+    with _given(tmp_path, key) as session, pytest.raises(UsageError) as caught:
+        _connect_all(session)
+    assert caught.value.exit_code == 2
+    assert "is encrypted with a passphrase" in caught.value.message
+    assert f"ssh-add {key}" in caught.value.message and "s3cret" not in caught.value.message
+
+
+def test_a_file_that_is_no_key_is_a_usage_error(tmp_path, reads, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "notes.txt").write_text("not a key\n")
+    with _given(tmp_path, tmp_path / "notes.txt") as session, pytest.raises(UsageError) as caught:
+        _connect_all(session)
+    assert f"cannot use the SSH key {tmp_path / 'notes.txt'}" in caught.value.message
+
+
+def test_a_missing_identity_file_of_the_config_is_skipped_as_ssh_skips_it(
+    tmp_path, reads, monkeypatch
+):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    there = _key(tmp_path / "there_key")
+    (tmp_path / ".ssh" / "config").write_text(
+        f"Host *\n  IdentityFile {tmp_path / 'gone_key'}\n  IdentityFile {there}\n"
+    )
+    text = "user: u\nhosts: [10.0.0.4]\n"
+    inventory = parse_hosts_file(text, "hosts.yaml", Defaults("u", sys.prefix + "/bin"))
+    with SshSession(inventory) as session:
+        _connect_all(session)
+        keys = session._client_keys(endpoint(inventory, inventory.nodes[0]))
+    assert [key.public_data for key in keys] == [asyncssh.read_private_key(there).public_data]

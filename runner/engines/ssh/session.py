@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dtrun.engines.ssh.endpoint import Endpoint, endpoint, jump_endpoint, user_ssh_config
+from dtrun.engines.ssh.keys import ClientKeys
 from dtrun.errors import RunError, UsageError
 from dtrun.spec.cluster import Inventory, Node
 
@@ -68,7 +69,7 @@ class SshSession:
         self._hops: dict[str, asyncio.Task[asyncssh.SSHClientConnection]] = {}
         self._limit: asyncio.Semaphore | None = None
         self._parsed: tuple[tuple[object, ...], Any] | None = None  # _known_hosts's
-        self._keys: dict[object, list[Any]] = {}  # _client_keys's, loaded once
+        self._keys = ClientKeys(inventory)
 
     # -- the event loop -------------------------------------------------------------------
     def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
@@ -201,38 +202,8 @@ class SshSession:
         return self._parsed[1]
 
     def _client_keys(self, target: Endpoint) -> list[Any]:
-        """The keys to offer, as asyncssh would load them for ``target`` (connection.py,
-        SSHClientConnectionOptions.prepare), loaded once per session: loading checks an RSA
-        private key, 127 ms of CPU each time here, and asyncssh would do it for every
-        connection (docs/clusters.md, "Connections"). The agent is still asked, as `ssh` does."""
-        import asyncssh
-
-        ssh = self.inventory.ssh
-        certs, only = target.certificate_files, target.identities_only
-        if target.key_path:  # given: an unreadable or encrypted key is an error
-            return self._loaded(((target.key_path,), certs, only, False))
-        if ssh is not None and ssh.private_key:
-            if ssh.private_key not in self._keys:
-                self._keys[ssh.private_key] = [asyncssh.import_private_key(ssh.private_key)]
-            return self._keys[ssh.private_key]
-        # as `ssh` does: the config's IdentityFile, else the default keys; encrypted ones are
-        # left to the agent
-        return self._loaded((target.identity_files, certs, only, True))
-
-    def _loaded(self, how: tuple[tuple[str, ...], tuple[str, ...], bool, bool]) -> list[Any]:
-        import asyncssh
-        from asyncssh.public_key import load_default_keypairs
-
-        if how not in self._keys:
-            files, certs, only, ignore_encrypted = how
-            if files:
-                keys = asyncssh.load_keypairs(
-                    list(files), None, list(certs), only, ignore_encrypted
-                )
-            else:
-                keys = load_default_keypairs(None, list(certs))
-            self._keys[how] = list(keys)
-        return self._keys[how]
+        """The keys ``target``'s login offers, loaded once per session (keys.py says why)."""
+        return self._keys.of(target)
 
     async def _connect(
         self, name: str, target: Endpoint, tunnel: asyncssh.SSHClientConnection | None

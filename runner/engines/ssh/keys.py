@@ -1,0 +1,89 @@
+"""The client keys a node's login offers, loaded once per command (docs/clusters.md,
+"Connections").
+
+asyncssh loads the keys again for every connection it opens (connection.py,
+SSHClientConnectionOptions.prepare), and loading an RSA private key runs OpenSSL's key check:
+127 ms of CPU each time on the development VM, about 33 s at 256 nodes. The keys are chosen as
+asyncssh (and `ssh`) would choose them: the hosts file's `key:`, else a stack's key, else the
+IdentityFile of ~/.ssh/config, else the default ~/.ssh/id_* files. The agent is still asked.
+
+A `key:` that cannot be read or is encrypted is a usage error (exit 2): dtrun logs into every
+node at once and asks for no passphrase. An IdentityFile of the config that is missing is
+skipped, as `ssh` skips it; an encrypted one is left to the agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dtrun.engines.ssh.endpoint import Endpoint
+from dtrun.errors import UsageError
+from dtrun.spec.cluster import Inventory
+
+_FALLBACK = "leave `key:` out to use ~/.ssh/config, your default keys and your ssh agent"
+
+
+class ClientKeys:
+    def __init__(self, inventory: Inventory) -> None:
+        self.inventory = inventory
+        self._loaded: dict[object, list[Any]] = {}
+
+    def of(self, target: Endpoint) -> list[Any]:
+        """The key pairs ``target``'s login offers (the same list for every node alike)."""
+        ssh = self.inventory.ssh
+        certs, only = target.certificate_files, target.identities_only
+        how: tuple[object, ...]
+        if target.key_path:
+            how = ("given", target.key_path, certs, only)
+        elif ssh is not None and ssh.private_key:
+            how = ("stack", ssh.private_key)
+        else:
+            how = ("config", target.identity_files, certs, only)
+        if how not in self._loaded:
+            self._loaded[how] = self._load(how)
+        return self._loaded[how]
+
+    @staticmethod
+    def _load(how: tuple[Any, ...]) -> list[Any]:
+        import asyncssh
+        from asyncssh.public_key import load_default_keypairs
+
+        if how[0] == "stack":
+            return [asyncssh.import_private_key(how[1])]
+        if how[0] == "given":
+            _, path, certs, only = how
+            try:
+                return list(asyncssh.load_keypairs([path], None, list(certs), only, False))
+            except (OSError, ValueError) as exc:  # asyncssh.KeyImportError is a ValueError
+                raise _unusable(path, exc) from None
+        _, files, certs, only = how
+        if not files:
+            return list(load_default_keypairs(None, list(certs)))
+        keys: list[Any] = []
+        for path in files:
+            try:  # one at a time: a missing one is skipped, as `ssh` skips it
+                keys += asyncssh.load_keypairs([path], None, list(certs), only, True)
+            except OSError:
+                continue
+        return keys
+
+
+def _unusable(path: str, exc: Exception) -> UsageError:
+    if isinstance(exc, OSError):
+        return UsageError(
+            f"cannot read the SSH key {path} (the hosts file's `key:`)",
+            why=exc.strerror or str(exc),
+            fix=f"give the path of a private key that is there, or {_FALLBACK}",
+        )
+    if "assphrase" in str(exc):
+        return UsageError(
+            f"the SSH key {path} (the hosts file's `key:`) is encrypted with a passphrase",
+            why="dtrun logs into every node at once and asks for no passphrase",
+            fix=f"add it to your ssh agent (`ssh-add {path}`) and {_FALLBACK}; or give a key "
+            "without a passphrase",
+        )
+    return UsageError(
+        f"cannot use the SSH key {path} (the hosts file's `key:`)",
+        why=str(exc),
+        fix=f"give the path of an OpenSSH or PEM private key, or {_FALLBACK}",
+    )
