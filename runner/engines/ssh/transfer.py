@@ -8,8 +8,9 @@ The files to a node go in one `sh -s` script read from standard input (any login
 base64 (which the launch wrapper already needs on every node) into a temporary file beside it,
 given its mode, then renamed over the target, so a node never holds a half-written script.
 Paths are quoted for sh. One channel a node: SFTP took four requests or more a file, about
-100 ms of dtrun's CPU a node for a launch's 29 files (issue 41, docs/benchmarks.md). A file is
-read back with `cat`, its absence told apart from a failure by the exit status.
+100 ms of dtrun's CPU a node for a launch's 29 files (issue 41, docs/benchmarks.md). dtrun's
+own code goes only to a node that lacks it (exec_put). A file is read back with `cat`, its
+absence told apart from a failure by the exit status.
 """
 
 from __future__ import annotations
@@ -87,10 +88,10 @@ async def exec_put(
     "wanted" gets the code, in the same channel (`sh -s` reads its script as it comes)."""
     script = put_script(files)
     if not code:
-        return await _finish(node, await connection.run("sh -s", input=script, check=False))
+        return _finish(node, await connection.run("sh -s", input=script, check=False))
     if not checkable(code):  # a path sha256sum would escape: sent every time
         done = await connection.run("sh -s", input=script + put_script(code), check=False)
-        return await _finish(node, done, sent=True)
+        return _finish(node, done, sent=True)
     process = await connection.create_process("sh -s")
     process.stdin.write(script + code_check_script(code))
     wanted = False
@@ -101,10 +102,10 @@ async def exec_put(
     if wanted:
         process.stdin.write(put_script(code))
     process.stdin.write_eof()
-    return await _finish(node, await process.wait(check=False), sent=wanted)
+    return _finish(node, await process.wait(check=False), sent=wanted)
 
 
-async def _finish(node: Node, result: asyncssh.SSHCompletedProcess, sent: bool = False) -> bool:
+def _finish(node: Node, result: asyncssh.SSHCompletedProcess, sent: bool = False) -> bool:
     if result.exit_status != 0:
         raise SshError(
             f"cannot write the launch files on {node.name} ({node.address})",
