@@ -32,9 +32,10 @@ import contextlib
 import gc
 import multiprocessing
 import os
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -56,7 +57,8 @@ class ReportBuilder:
                 mp_context=multiprocessing.get_context("spawn"),  # no copy of dtrun's threads
                 initializer=_lowest_priority,
             )
-            self._pool.submit(_warm_up)  # starts the helper now, and readies its tools
+            with _main_left_out():
+                self._pool.submit(_warm_up)  # starts the helper now, and readies its tools
         except Exception:
             self.close()
 
@@ -108,6 +110,26 @@ class ReportBuilder:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+@contextlib.contextmanager
+def _main_left_out() -> Iterator[None]:
+    """The helper starts without running dtrun's main script again.
+
+    multiprocessing's spawn runs the parent's ``__main__`` file in the child (as ``__mp_main__``,
+    for functions defined there) before the child's own work: for the ``dtrun`` console script,
+    ``dtrun.cli.app`` and every command's options, 0.1-0.2 s of CPU at full priority in dtrun's
+    session while the nodes start (their torchrun took 0.1-0.2 s longer to start its ranks).
+    The helper's work is in this module; it needs nothing of the main script. A ``__main__``
+    without ``__file__`` is not run again (``multiprocessing.spawn.get_preparation_data``,
+    read in the parent as the pool starts its worker, inside ``submit``)."""
+    main = sys.modules.get("__main__")
+    path = main.__dict__.pop("__file__", None) if main is not None else None
+    try:
+        yield
+    finally:
+        if main is not None and path is not None:
+            main.__file__ = path
 
 
 def _warm_up() -> None:

@@ -5,6 +5,8 @@ helper still readying its tools at the lowest priority is raised as soon as dtru
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,6 +20,7 @@ from dtrun.spec.cluster import Inventory
 from dtrun.spec.request import BenchSpec
 from dtrun.sweep import run as sweep_run
 from dtrun.sweep.run import run_sweep
+from tests.paths import REPO
 from tests.plans import sweep_plan
 from tests.unit.test_sweep_records import Recorded
 
@@ -115,3 +118,41 @@ def test_the_helper_s_warm_up_compiles_every_template_a_report_uses(
     build_report(run_dir)
     assert (run_dir.path / "report.html").is_file()
     assert compiled == []
+
+
+HELPED_MAIN = """
+import os
+import sys
+from pathlib import Path
+
+if __name__ != "__main__":  # run again in a spawned child, as "__mp_main__"
+    Path(os.environ["MAIN_RUN_AGAIN"]).write_text(__name__)
+else:
+    from dtrun.report.builder import ReportBuilder
+
+    builder = ReportBuilder()
+    try:
+        print(builder.call(os.getpid) != os.getpid())
+    finally:
+        builder.close()
+    print(os.path.basename(__file__))  # put back once the helper started
+"""
+
+
+def test_the_helper_starts_without_running_dtrun_s_main_script_again(tmp_path: Path):
+    # multiprocessing's spawn ran the `dtrun` script again in the helper (dtrun.cli.app and
+    # every command's options: 0.1-0.2 s of CPU at full priority while the nodes started).
+    script = tmp_path / "main.py"
+    script.write_text(HELPED_MAIN)
+    again = tmp_path / "run-again"
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env={**os.environ, "MAIN_RUN_AGAIN": str(again), "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "main.py"]  # the helper did the work
+    assert not again.exists()
