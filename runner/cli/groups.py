@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 F = TypeVar("F", bound=Callable[..., None])
 
 
-def _fields(group: type) -> list[inspect.Parameter]:
+@functools.cache  # a group serves several commands; its hints are evaluated once
+def _fields(group: type) -> tuple[inspect.Parameter, ...]:
     hints = typing.get_type_hints(group, include_extras=True)
     params = []
     for field in dataclasses.fields(group):
@@ -38,7 +39,7 @@ def _fields(group: type) -> list[inspect.Parameter]:
                 annotation=hints[field.name],
             )
         )
-    return params
+    return tuple(params)
 
 
 def grouped(command: F) -> F:
