@@ -11,7 +11,7 @@ time, combined over launches MLPerf-style; its 95% intervals and the verdicts co
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,15 +22,18 @@ from dtrun.report.results import TrainResult
 from dtrun.report.stats import (
     CONFIDENCE,
     DEFAULT_TARGET,
+    Advice,
     Verdict,
     intervals,
     judge,
     launch_samples_per_s,
     launch_tokens_per_s,
+    launches_to_decide,
     noise_text,
     pooled_launch_noise,
     reason,
     step_spread,
+    steps_dominate,
 )
 from dtrun.report.stats import trimmed_mean as trimmed_mean  # re-exported: it lived here
 from dtrun.spec.request import ScalingMode
@@ -119,9 +122,13 @@ def scaling_rows(
     results: Mapping[int, Sequence[TrainResult]],
     target: float = DEFAULT_TARGET,
     confidence: float = CONFIDENCE,
+    level: Callable[[int], float] | None = None,
+    flag: str = "--repeat",
 ) -> tuple[ScalingRow, ...]:
     """One row per node count that has at least one result, ordered by node count, each
-    judged against ``target`` efficiency with ``confidence`` intervals."""
+    judged against ``target`` efficiency with ``confidence`` intervals. An undecided point
+    says how many launches would decide it: ``level(k)`` is the confidence a sweep of k
+    launches judges at (``confidence`` for fixed launches), ``flag`` the option that sets k."""
     measured = {n: list(rs) for n, rs in sorted(results.items()) if rs}
     if not measured:
         return ()
@@ -168,11 +175,28 @@ def scaling_rows(
                 confidence=confidence,
             )
         )
-    return tuple(_judged(row, rows[0]) for row in rows)
+
+    def advice(row: ScalingRow) -> Advice | None:
+        if row.efficiency_low is None or row.efficiency_high is None or noise.sigma is None:
+            return None
+        needed = launches_to_decide(
+            (row.efficiency_low, row.efficiency_high),
+            row.target_efficiency,
+            noise.sigma,
+            len(measured),
+            level or (lambda _: confidence),
+        )
+        steps = steps_dominate([measured[base_nodes], measured[row.nodes]], noise.sigma)
+        return Advice(needed, steps, flag)
+
+    return tuple(_judged(row, rows[0], advice) for row in rows)
 
 
-def _judged(row: ScalingRow, base: ScalingRow) -> ScalingRow:
-    """The row with its verdict against its target, and the verdict's reason."""
+def _judged(
+    row: ScalingRow, base: ScalingRow, advice: Callable[[ScalingRow], Advice | None]
+) -> ScalingRow:
+    """The row with its verdict against its target, and the verdict's reason (``advice``:
+    what would decide it, asked of an undecided point only)."""
     if row is base:
         verdict = Verdict.BASELINE
     else:
@@ -188,6 +212,7 @@ def _judged(row: ScalingRow, base: ScalingRow) -> ScalingRow:
         noise,
         " and ".join(single),
         row.confidence,
+        advice(row) if verdict is Verdict.INCONCLUSIVE else None,
     )
     return replace(row, verdict=verdict, verdict_reason=said)
 

@@ -133,7 +133,7 @@ def replay(
         if not running or any(len(results[n]) < k for n in [counts[0], *running]):
             break  # a look needs every node count still running at k launches
         at = look_confidence(max_launches, k)
-        looked = {row.nodes: row for row in scaling_rows(_first(results, k), target, at)}
+        looked = {row.nodes: row for row in _rows(_first(results, k), target, at)}
         for nodes in running:
             row = looked[nodes]
             if row.verdict in (Verdict.SCALES, Verdict.LOSES):
@@ -172,7 +172,7 @@ def sequential_rows(
     (its verdict is that look's), the baseline and any point that never stopped (the sweep
     ended first) with all their launches, each interval at the confidence of the look its
     launches make (the baseline's: the last look's)."""
-    whole = scaling_rows(results, target, look_confidence(max_launches, max_launches))
+    whole = _rows(results, target, look_confidence(max_launches, max_launches))
     if not whole:
         return whole
     stops, at_stop = replay(results, max_launches, target)
@@ -181,15 +181,21 @@ def sequential_rows(
         stop = stops.get(row.nodes)
         if stop is None:
             at = look_confidence(max_launches, row.launches_n)
-            ended = {r.nodes: r for r in scaling_rows(results, target, at)}[row.nodes]
+            ended = {r.nodes: r for r in _rows(results, target, at)}[row.nodes]
             rows.append(replace(ended, stopped=Stopped.ENDED.value))
             continue
-        kept = at_stop[row.nodes]
-        if stop.why is Stopped.MAXIMUM:
-            said = kept.verdict_reason.replace("more --repeat", "a higher --max-launches")
-            kept = replace(kept, verdict_reason=said)
-        rows.append(replace(kept, stopped=stop.why.value))
+        rows.append(replace(at_stop[row.nodes], stopped=stop.why.value))
     return tuple(rows)
+
+
+def _rows(
+    results: Mapping[int, Sequence[TrainResult]], target: float, confidence: float
+) -> tuple[ScalingRow, ...]:
+    """The rows at one look; an undecided point says how many launches would decide it, as
+    --max-launches: a sweep of at most k launches judges its last look at look_confidence(k, k)."""
+    return scaling_rows(
+        results, target, confidence, level=lambda k: look_confidence(k, k), flag="--max-launches"
+    )
 
 
 def judged_rows(

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from dtrun.report.results import TrainResult
-from dtrun.spec.request import BenchSpec
+from dtrun.spec.request import MIN_LAUNCHES, BenchSpec
 from dtrun.spec.text import plural
 
 CONFIDENCE = 0.95  # the interval's coverage
@@ -189,6 +189,83 @@ def judge(low: float | None, high: float | None, target: float) -> Verdict:
     return Verdict.INCONCLUSIVE
 
 
+# The most launches a point the advice of an undecided verdict names: past this, more launches
+# are no practical way to decide at the spread measured
+MOST_ADVISED = 100
+ADVICE_POWER = 0.8  # the chance the advised launches decide, if the spread and centre hold
+# sd of a normal over its p10-p90 width (2 x 1.2816), and the standard error of a median of n
+# over that of a mean (sqrt(pi / 2)): the steps' own share of a launch's spread (``advice``)
+P10_P90_SD = 2.563
+MEDIAN_SE = math.sqrt(math.pi / 2)
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What would decide an undecided point: ``launches`` a node count (None: more than
+    MOST_ADVISED), ``steps`` whether the steps' own noise is most of the launches' spread (then
+    more --steps narrows the interval too), ``flag`` the option that sets the launches."""
+
+    launches: int | None
+    steps: bool
+    flag: str = "--repeat"
+
+    def text(self, noise: str) -> str:
+        steps = ", more --steps" if self.steps else ""
+        if self.launches is None:
+            return (
+                f"to decide: more than {MOST_ADVISED} launches a point at this spread (the "
+                f"efficiency is that near the target){steps}, or a quieter machine ({noise})"
+            )
+        return (
+            f"to decide: about {self.launches} launches a point at this spread "
+            f"({self.flag} {self.launches}){steps}, or a quieter machine ({noise})"
+        )
+
+
+def launches_to_decide(
+    bounds: tuple[float, float],
+    target: float,
+    sigma: float,
+    counts: int,
+    level: Callable[[int], float],
+) -> int | None:
+    """The fewest launches at every node count whose interval would clear ``target`` with
+    ADVICE_POWER probability if the efficiency is the interval's centre and the launches keep
+    spreading by ``sigma`` (log tokens/s): the usual sample size of a two-sample comparison,
+    (t + z)·sigma·sqrt(2/k) below the distance to the target (Cohen 1988, "Statistical Power
+    Analysis for the Behavioral Sciences", ch. 2), t at the confidence ``level(k)`` a sweep of
+    k launches judges at, with ``counts`` node counts pooling k - 1 degrees of freedom each,
+    z the normal's ADVICE_POWER quantile. None: more than MOST_ADVISED. An estimate, as a
+    sample size from a pilot's spread is."""
+    from scipy.special import ndtri
+
+    centre = (math.log(bounds[0]) + math.log(bounds[1])) / 2
+    distance = abs(centre - math.log(target))
+    z = float(ndtri(ADVICE_POWER))
+    for k in range(MIN_LAUNCHES, MOST_ADVISED + 1):
+        t = LaunchNoise(sigma, counts * (k - 1)).critical(level(k))
+        if (t + z) * sigma * math.sqrt(2 / k) < distance:
+            return k
+    return None
+
+
+def steps_dominate(results: Sequence[Sequence[TrainResult]], sigma: float) -> bool:
+    """Whether the steps' own noise is most of the launches' spread: each launch's median
+    of n steps varies by about sqrt(pi/2) x sd / sqrt(n) from its steps alone (sd from the p10-p90
+    width, as of a normal). Slow drift of the machine within and between launches is the rest,
+    and more steps do not average it away (docs/report.md, "Intervals and verdicts")."""
+    shares = []
+    for launches in results:
+        for result in launches:
+            if len(result.step_times) < 2:
+                continue
+            median = percentile(result.step_times, 50)
+            width = percentile(result.step_times, 90) - percentile(result.step_times, 10)
+            sd = width / median / P10_P90_SD
+            shares.append((MEDIAN_SE * sd) ** 2 / len(result.step_times))
+    return bool(shares) and sigma > 0 and statistics.fmean(shares) >= sigma**2 / 2
+
+
 def reason(
     verdict: Verdict,
     efficiency: float,
@@ -197,10 +274,12 @@ def reason(
     noise: str,
     single: str = "",
     confidence: float = CONFIDENCE,
+    advice: Advice | None = None,
 ) -> str:
     """The verdict's explanation, as the report and the console print it after the verdict.
     ``noise`` says how much the point's and the baseline's figures vary (see ``noise_text``);
-    ``single`` where there was one launch ("here", "at the baseline"), if anywhere."""
+    ``single`` where there was one launch ("here", "at the baseline"), if anywhere; ``advice``
+    what would decide an undecided point."""
     low, high = bounds
     if verdict is Verdict.BASELINE:
         return "every efficiency is measured against it"
@@ -217,10 +296,12 @@ def reason(
         return f"{figure}, {ci}, at or above {goal}"
     if verdict is Verdict.LOSES:
         return f"{figure}, {ci}, below {goal}"
-    return (
-        f"{figure}, but the {ci} straddles {goal}; to decide: more --repeat, more --steps, "
-        f"or a quieter machine ({noise})"
-    )
+    if advice is None:
+        return (
+            f"{figure}, but the {ci} straddles {goal}; to decide: more --repeat, or a quieter "
+            f"machine ({noise})"
+        )
+    return f"{figure}, but the {ci} straddles {goal}; {advice.text(noise)}"
 
 
 def confidence_text(confidence: float) -> str:

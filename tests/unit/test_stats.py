@@ -22,6 +22,7 @@ from dtrun.report.stats import (
     Verdict,
     judge,
     launch_tokens_per_s,
+    launches_to_decide,
     pooled_launch_noise,
 )
 from tests.factories import train_result
@@ -107,9 +108,73 @@ def test_a_noisy_series_is_inconclusive_and_says_what_to_change():
     assert point.efficiency_low is not None and point.efficiency_high is not None
     assert point.efficiency_low < 0.9 <= point.efficiency_high
     assert "straddles the 90% target" in point.verdict_reason
-    assert "more --repeat, more --steps, or a quieter machine" in point.verdict_reason
+    assert "launches a point at this spread (--repeat " in point.verdict_reason
+    assert "or a quieter machine" in point.verdict_reason
     assert point.step_spread is not None and point.step_spread > 0.3
     assert f"steps {point.step_spread:.0%}" in point.verdict_reason
+
+
+def test_the_launches_advised_decide_about_four_sweeps_in_five():
+    # an efficiency of 85% against the 90% target, launches moving by 5%: sweeps of the
+    # advised launches decide about as often as the advice's power (80%), half as many far less
+    advised = launches_to_decide((0.85, 0.85), 0.9, 0.05, 2, lambda _: 0.95)
+    assert advised is not None and 4 < advised < 100
+
+    def decided(count: int) -> float:
+        verdicts = []
+        for k in range(60):
+            one = launches(0.0336, 0.01, 30, range(1000 * k, 1000 * k + count), level=0.05)
+            seeds = range(500 + 1000 * k, 500 + 1000 * k + count)
+            two = launches(0.0336 / 0.85, 0.01, 30, seeds, level=0.05)
+            verdicts.append(rows_for(one, two)[1].verdict)
+        assert Verdict.SCALES not in verdicts
+        return verdicts.count(Verdict.LOSES) / len(verdicts)
+
+    share = decided(advised)
+    assert 0.65 <= share <= 0.95
+    assert decided(advised // 2) < share - 0.2
+
+
+def test_an_undecided_point_says_how_many_launches_would_decide_it():
+    one = launches(0.0336, 0.1, 30, range(3), level=0.05)
+    two = launches(0.0336 / 0.84, 0.1, 30, range(3, 6), level=0.05)
+    point = rows_for(one, two)[1]
+    assert point.verdict is Verdict.INCONCLUSIVE, point.verdict_reason
+    low, high = point.efficiency_low, point.efficiency_high
+    assert low is not None and high is not None and point.launch_sigma is not None
+    advised = launches_to_decide((low, high), 0.9, point.launch_sigma, 2, lambda _: 0.95)
+    assert advised is not None and advised > 3
+    assert f"to decide: about {advised} launches a point at this spread (--repeat {advised})" in (
+        point.verdict_reason
+    )
+
+
+def test_a_point_on_the_target_is_told_launches_will_not_decide_it():
+    one = launches(0.0336, 0.1, 30, range(4), level=0.05)
+    two = launches(0.0336 / 0.9, 0.1, 30, range(4, 8), level=0.05)
+    point = rows_for(one, two)[1]
+    assert point.verdict is Verdict.INCONCLUSIVE
+    assert point.efficiency_low is not None and point.efficiency_high is not None
+    center = math.sqrt(point.efficiency_low * point.efficiency_high)
+    assert abs(math.log(center / 0.9)) < 0.01, center  # these seeds land it on the target
+    assert "more than 100 launches a point at this spread" in point.verdict_reason
+
+
+def test_more_steps_are_advised_only_where_the_steps_noise_is_most_of_the_spread():
+    # no launch-to-launch noise, 10 steps spread over two thirds of their median: each launch's
+    # median moves by its steps alone, and more steps narrow the interval
+    sampled = rows_for(
+        launches(0.0336, 0.25, 10, range(3)), launches(0.0373, 0.25, 10, range(3, 6))
+    )[1]
+    assert sampled.verdict is Verdict.INCONCLUSIVE, sampled.verdict_reason
+    assert ", more --steps, or a quieter machine" in sampled.verdict_reason
+    # launches moving by 10% around 200 steps each: more steps average nothing of it
+    drifting = rows_for(
+        launches(0.0336, 0.25, 200, range(5), level=0.1),
+        launches(0.0373, 0.25, 200, range(5, 10), level=0.1),
+    )[1]
+    assert drifting.verdict is Verdict.INCONCLUSIVE, drifting.verdict_reason
+    assert "--steps" not in drifting.verdict_reason
 
 
 def test_more_launches_narrow_the_interval():

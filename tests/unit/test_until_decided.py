@@ -96,7 +96,7 @@ def test_a_point_on_the_target_runs_to_the_maximum_and_says_so():
     assert stops[2].launches == 6 and stops[2].why == "maximum"
     row = sequential_rows(results, 6)[1]
     assert row.stopped == "maximum" and row.verdict is Verdict.INCONCLUSIVE
-    assert "a higher --max-launches" in row.verdict_reason
+    assert "to decide: more than 100 launches a point at this spread" in row.verdict_reason
     assert "--repeat" not in row.verdict_reason
 
 
