@@ -6,7 +6,8 @@ Runs `dtrun bench` ROUNDS times on the embedded cluster with the defaults (plus 
 (scales, loses, inconclusive), its efficiency and interval, its launches and why it stopped,
 and the run's wall time and node-seconds (each launch's wall time x its nodes, the points'
 launches; the health gate's are the same for both and not counted). Prints one line per run
-and the totals: verdicts reached out of ROUNDS per point, the median interval width, wall time
+and the totals: verdicts reached out of ROUNDS per point, the median interval width, the
+launch-to-launch spread, the launches an undecided point's reason says would decide it, wall time
 a run, and node-seconds per conclusive verdict (a run's node-seconds summed over the runs,
 over the conclusive verdicts among them).
 
@@ -17,15 +18,17 @@ prints the totals for each. With --checkout DIR, each round runs the default fro
 and from DIR (another checkout's dtrun, for old against new in one sitting), the same way.
 
     .venv/bin/python benchmarks/verdict_rate.py [--rounds 10] [--compare | --checkout DIR]
-        [-- ARGS]
+        [--keep DIR] [-- ARGS]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -35,6 +38,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+ADVISED = re.compile(r"to decide: (?:about (\d+)|more than (\d+)) launches a point")
 FIXED = ("--repeat", "5")  # the default of a sweep of 2+ node counts was this until issue #29
 
 
@@ -50,6 +54,9 @@ class Tally:
     launches: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     walls: list[float] = field(default_factory=list)
     node_s: list[float] = field(default_factory=list)
+    sigmas: list[float] = field(default_factory=list)  # each run's launch-to-launch sd
+    # an undecided point's launches that would decide it, as its reason says ("12", ">100")
+    advised: dict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
     decided: int = 0
     failed: int = 0
 
@@ -89,9 +96,17 @@ def run_once(tally: Tally, index: int, tmp: str, port: int, args: list[str]) -> 
             tally.widths[row["nodes"]].append(high - low)
         interval = "-" if low is None else f"[{low * 100:.1f}, {high * 100:.1f}]"
         stopped = f", {row['launches_n']} launches, {row['stopped']}" if row.get("stopped") else ""
+        sigma = row.get("launch_sigma")
+        if sigma is not None:
+            tally.sigmas.append(sigma)
+        advised = ADVISED.search(row.get("verdict_reason") or "")
+        if advised:  # an undecided point's advice (runner/report/stats.py, Advice)
+            tally.advised[row["nodes"]].append(advised.group(1) or f">{advised.group(2)}")
         said.append(
             f"{row['nodes']} nodes: {row['verdict']} {row['efficiency'] * 100:.1f}% "
             f"{interval}{stopped}"
+            + ("" if sigma is None else f", launches' sd {sigma * 100:.1f}%")
+            + (f", would decide at about {tally.advised[row['nodes']][-1]}" if advised else "")
         )
     print(
         f"{tally.name} run {index}: {'; '.join(said)} ({tally.walls[-1]:.0f} s, "
@@ -114,10 +129,18 @@ def totals(tally: Tally) -> None:
             else "-"
         )
         taken = tally.launches[nodes]
+        advised = tally.advised[nodes]
         print(
             f"{nodes} nodes: a verdict in {reached} of {len(said)} runs {counts}; interval "
             f"width {width}; launches median {statistics.median(taken):g} "
             f"({min(taken)}-{max(taken)})"
+            + (f"; undecided, would decide at about {', '.join(advised)}" if advised else "")
+        )
+    if tally.sigmas:
+        sigmas = tally.sigmas
+        print(
+            f"launch-to-launch sd of log tokens/s: median {statistics.median(sigmas) * 100:.1f}% "
+            f"({min(sigmas) * 100:.1f}-{max(sigmas) * 100:.1f}%)"
         )
     walls = tally.walls
     print(
@@ -142,6 +165,9 @@ def main() -> None:
         "--compare", action="store_true", help="each round: --repeat 5 and the default"
     )
     parser.add_argument("--checkout", help="each round: the default here and from this checkout")
+    parser.add_argument(
+        "--keep", type=Path, help="write the run directories here, kept (default: a temporary one)"
+    )
     parser.add_argument("args", nargs="*", help="more `dtrun bench` arguments")
     args = parser.parse_args()
     ways = [Tally("defaults", ())]
@@ -158,7 +184,10 @@ def main() -> None:
         f"started {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
         flush=True,
     )
-    with tempfile.TemporaryDirectory(prefix="dtrun-verdict-") as tmp:
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    kept = contextlib.nullcontext(str(args.keep.resolve())) if args.keep else None
+    with kept or tempfile.TemporaryDirectory(prefix="dtrun-verdict-") as tmp:
         for index in range(args.rounds):
             order = ways if index % 2 == 0 else ways[::-1]
             for which, tally in enumerate(order):

@@ -16,6 +16,7 @@ from dtrun.spec.text import host_label
 from dtrun.workloads.noise import (
     ALONE,
     OTHER_CORES,
+    SHARED_STRAGGLER_RATIO,
     STEAL_SHARE,
     STRAGGLER_RATIO,
     UNTIL_GRADIENTS,
@@ -31,6 +32,7 @@ THRESHOLDS = {
     "steal_share": STEAL_SHARE,
     "other_cores": OTHER_CORES,
     "straggler_ratio": STRAGGLER_RATIO,
+    "shared_straggler_ratio": SHARED_STRAGGLER_RATIO,
 }
 
 
@@ -247,8 +249,17 @@ def _stragglers(measured: Sequence[tuple[int, LaunchNoise]]) -> list[Straggler]:
         Straggler(rank, noise.rank_nodes[rank], ratio, launch, noise.host(rank), noise.probe_what)
         for launch, noise in measured
         for rank, ratio in enumerate(straggler_ratios(noise.probe_rank_s or ()))
-        if ratio > STRAGGLER_RATIO and _matters(noise, rank, ratio)
+        if ratio > straggler_ratio(noise, rank) and _matters(noise, rank, ratio)
     ]
+
+
+def straggler_ratio(noise: LaunchNoise, rank: int) -> float:
+    """The ratio above which ``rank`` is a straggler: SHARED_STRAGGLER_RATIO where its node
+    shares its machine with another node of the launch (a neighbour on the same cores slows
+    it, as expected there), else STRAGGLER_RATIO."""
+    node = noise.rank_nodes[rank] if rank < len(noise.rank_nodes) else None
+    shared = any(n.node == node and len(n.nodes_on_machine) > 1 for n in noise.nodes)
+    return SHARED_STRAGGLER_RATIO if shared else STRAGGLER_RATIO
 
 
 def _matters(noise: LaunchNoise, rank: int, ratio: float) -> bool:
