@@ -30,8 +30,10 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from statistics import NormalDist
 from typing import Any
 
+from dtrun.predict.model import SPREAD_SDS
 from dtrun.report.results import TrainResult
 from dtrun.spec.request import MIN_LAUNCHES, BenchSpec
 from dtrun.spec.text import plural
@@ -193,9 +195,8 @@ def judge(low: float | None, high: float | None, target: float) -> Verdict:
 # are no practical way to decide at the spread measured
 MOST_ADVISED = 100
 ADVICE_POWER = 0.8  # the chance the advised launches decide, if the spread and centre hold
-# sd of a normal over its p10-p90 width (2 x 1.2816), and the standard error of a median of n
-# over that of a mean (sqrt(pi / 2)): the steps' own share of a launch's spread (``advice``)
-P10_P90_SD = 2.563
+# the standard error of a median of n over that of a mean (sqrt(pi / 2)): the steps' own share
+# of a launch's spread (``steps_dominate``)
 MEDIAN_SE = math.sqrt(math.pi / 2)
 
 
@@ -237,11 +238,9 @@ def launches_to_decide(
     k launches judges at, with ``counts`` node counts pooling k - 1 degrees of freedom each,
     z the normal's ADVICE_POWER quantile. None: more than MOST_ADVISED. An estimate, as a
     sample size from a pilot's spread is."""
-    from scipy.special import ndtri
-
     centre = (math.log(bounds[0]) + math.log(bounds[1])) / 2
     distance = abs(centre - math.log(target))
-    z = float(ndtri(ADVICE_POWER))
+    z = NormalDist().inv_cdf(ADVICE_POWER)
     for k in range(MIN_LAUNCHES, MOST_ADVISED + 1):
         t = LaunchNoise(sigma, counts * (k - 1)).critical(level(k))
         if (t + z) * sigma * math.sqrt(2 / k) < distance:
@@ -261,7 +260,7 @@ def steps_dominate(results: Sequence[Sequence[TrainResult]], sigma: float) -> bo
                 continue
             median = percentile(result.step_times, 50)
             width = percentile(result.step_times, 90) - percentile(result.step_times, 10)
-            sd = width / median / P10_P90_SD
+            sd = width / median / SPREAD_SDS
             shares.append((MEDIAN_SE * sd) ** 2 / len(result.step_times))
     return bool(shares) and sigma > 0 and statistics.fmean(shares) >= sigma**2 / 2
 
