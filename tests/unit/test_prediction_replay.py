@@ -1,7 +1,7 @@
 """docs/prediction.md's scores, replayed: every published result of the corpus through `dtrun
 predict --from` (its two smallest node counts in, its largest predicted), against what was
-measured there and against two naive forecasts: the held-out sets (holdout2 to holdout5, per
-source group), and every set's forecasts in its CSV. The tables and figures in docs/prediction.md
+measured there and against two naive forecasts: the held-out sets (holdout2 to holdout6, a
+line each), and every set's forecasts in its CSV. The tables and figures in docs/prediction.md
 must be the ones this replay computes.
 
     .venv/bin/python -m tests.unit.test_prediction_replay   # prints the blocks, writes the CSVs
@@ -32,7 +32,7 @@ from tests.paths import REPO
 from tests.unit.test_prediction_data import GATHERED as SPLITS  # fit, test, the held-out sets
 
 DOCS = REPO / "docs"
-DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test/holdout2-5 split
+DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test/holdout2-6 split
 FIELDS = (
     "procs_per_node", "mode", "strategy", "parameters", "gradient_bytes_per_parameter",
     "busbw_gbs", "busbw_intra_node_gbs", "step_spread", "batch_per_process", "global_batch",
@@ -156,14 +156,13 @@ def _line(name: str, chosen: list[Scored]) -> str:
     )
 
 
-def scores(rows: list[Scored]) -> str:
-    """Per source group, the all-reduce results, and all: each forecast's hits and misses, and
-    the model's range: how often it held the measured value, and its median width."""
-    groups = [(g, [r for r in rows if r.group == g]) for g in sorted({r.group for r in rows})]
-    if any(not r.scope for r in rows):
-        groups.append(("all-reduce only", [r for r in rows if r.scope]))
-    groups.append(("all", rows))
-    return "\n".join(_header() + [_line(name, chosen) for name, chosen in groups])
+def scores(sets: list[tuple[str, list[Scored]]]) -> str:
+    """A line per held-out set and one for all of them (every result's forecast is in the
+    set's CSV): each forecast's hits and misses, and the model's range: how often it held the
+    measured value, and its median width."""
+    together = [r for _, rows in sets for r in rows]
+    lines = [_line(name, rows) for name, rows in sets]
+    return "\n".join([*_header(), *lines, _line("all held-out", together)])
 
 
 def _block(text: str, name: str) -> str:
@@ -173,7 +172,7 @@ def _block(text: str, name: str) -> str:
 
 
 def blocks() -> dict[str, str]:
-    return {f"{split}-scores": scores(replay(split)) for split in SPLITS[2:]}
+    return {"held-out-scores": scores([(split, replay(split)) for split in SPLITS[2:]])}
 
 
 def test_docs_prediction_holds_the_replayed_tables_and_scores():
