@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dtrun.errors import UsageError
+from dtrun.predict.model import Pipeline
 from dtrun.spec.bounds import bound_of
 from dtrun.spec.request import RunSpec, ScalingMode
 from dtrun.spec.text import plural
@@ -55,6 +56,7 @@ RANGES = {
                          "median"),
     "batch_per_process": Range(1, 1e12, "units a process's step processes: at least one"),
     "global_batch": Range(1, 1e12, "units a step processes: at least one"),
+    "micro_batches": Range(1, 1e9, "micro-batches each pipeline runs a step: at least one"),
 }  # fmt: skip
 
 
@@ -82,6 +84,10 @@ SCHEMA: dict[str, Any] = {
         # what a step processes, in the throughput's unit: lets step times and throughputs mix
         "batch_per_process": _ranged("batch_per_process"),  # weak: each process's, every count
         "global_batch": _ranged("global_batch"),  # strong scaling: all processes' together
+        # pipeline parallelism (strong scaling: its bubble is computed, model.Pipeline)
+        "pipeline_parallel": {"type": "integer", "minimum": 1, "maximum": _PPN.high * _NODES.high},
+        "virtual_pipeline_stages": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "micro_batches": _ranged("micro_batches"),  # each pipeline's, at the smallest count
         "points": {
             "type": "array",
             "minItems": 2,
@@ -97,6 +103,10 @@ SCHEMA: dict[str, Any] = {
                 "oneOf": [{"required": ["step_time_s"]}, {"required": ["throughput"]}],
             },
         },
+    },
+    "dependentRequired": {
+        "micro_batches": ["pipeline_parallel"],
+        "virtual_pipeline_stages": ["pipeline_parallel", "micro_batches"],
     },
 }
 
@@ -124,6 +134,20 @@ class Description:
     step_spread: float | None = None  # (p90 - p10) / p50 of the largest point's step times
     batch_per_process: float | None = None
     global_batch: float | None = None
+    pipeline_parallel: int | None = None
+    micro_batches: float | None = None  # each pipeline's a step, at the smallest node count
+    virtual_pipeline_stages: int | None = None
+
+    @property
+    def pipeline(self) -> Pipeline | None:
+        """The pipeline whose bubble the model computes: strong scaling (the global batch
+        fixed, so each pipeline's micro-batches fall as the nodes grow), 2 or more stages and
+        its micro-batches known. Under weak scaling they stay as many: no change to model."""
+        if self.weak or (self.pipeline_parallel or 1) < 2 or self.micro_batches is None:
+            return None
+        return Pipeline(
+            self.pipeline_parallel or 1, self.micro_batches, self.virtual_pipeline_stages or 1
+        )
 
     @property
     def absolute(self) -> bool:
@@ -291,6 +315,9 @@ def description(data: Any, source: str) -> Description:
         step_spread=data.get("step_spread"),
         batch_per_process=data.get("batch_per_process"),
         global_batch=data.get("global_batch"),
+        pipeline_parallel=data.get("pipeline_parallel"),
+        micro_batches=data.get("micro_batches"),
+        virtual_pipeline_stages=data.get("virtual_pipeline_stages"),
     )
 
 

@@ -33,6 +33,7 @@ from dtrun.predict.inputs import Description, description, yaml_loader
 from dtrun.predict.model import (
     LEAST_LOSS,
     Measured,
+    bubble,
     features,
     losses,
     noise,
@@ -46,7 +47,10 @@ COVERAGE = 0.9  # the range's target: the measured value inside it in 9 of 10
 FLOOR = 1e-4  # the least spread of S, g and the noise: 0.01 points of loss
 LEARNED_FROM = ("fit", "test")  # the splits the prior is learned from; holdout2 is held out
 Series = tuple[int, list[tuple[int, float]]]  # (base nodes, (nodes, loss) after the base)
-Sourced = tuple[str, Series]  # (source_group, series)
+# (source_group, series, the pipeline bubble's loss at each point of the series: model.Pipeline's,
+# known, so taken out of the losses S and g are learned from and put back to score)
+Sourced = tuple[str, Series, tuple[float, ...]]
+Predicted = tuple[Series, float, float, tuple[float, ...]]  # series, mean, sd, bubbles
 
 
 def learning_entries(path: Path) -> list[dict[str, Any]]:
@@ -62,9 +66,10 @@ def learning_entries(path: Path) -> list[dict[str, Any]]:
 
 
 def series(entry: dict[str, Any]) -> tuple[Description, Series]:
+    """The entry's losses after its first point, less its pipeline bubble where known."""
     desc = description(entry, str(entry.get("id")))
     points = [Measured(n, t) for n, t in desc.steps()]
-    return desc, (points[0].nodes, losses(points, desc.mode))
+    return desc, (points[0].nodes, losses(points, desc.mode, desc.pipeline))
 
 
 def _unpack(theta: Sequence[float]) -> Prior:
@@ -112,21 +117,22 @@ def learn(data: Sequence[Series]) -> Prior:
     return _unpack(found.x)
 
 
-def left_out(by_mode: dict[str, list[Sourced]]) -> list[tuple[Series, float, float]]:
+def left_out(by_mode: dict[str, list[Sourced]]) -> list[Predicted]:
     """Each entry's largest point's loss predicted from its two smallest by the prior learned
-    without any entry of its source: (the entry's series, the loss's mean, its sd)."""
+    without any entry of its source: (the entry's series, the loss's mean, its sd, the
+    bubble's loss at each point; the series and the mean without the bubble)."""
     out = []
     for data in by_mode.values():
-        for group in sorted({g for g, _ in data}):
-            prior = learn([one for g, one in data if g != group])
-            for g, one in data:
+        for group in sorted({g for g, _, _ in data}):
+            prior = learn([one for g, one, _ in data if g != group])
+            for g, one, extras in data:
                 base, observed = one
                 if g != group or len(observed) < 2:  # two points only: nothing to predict
                     continue
                 mean, sd = posterior(prior, base, observed[:1]).beyond(
                     observed[0], observed[-1][0], base, prior
                 )
-                out.append((one, mean, sd))
+                out.append((one, mean, sd, extras))
     return out
 
 
@@ -136,14 +142,14 @@ def _quantile(scores: list[float]) -> float:
     return ordered[min(len(ordered), math.ceil((len(ordered) + 1) * COVERAGE)) - 1]
 
 
-def score(one: Series, mean: float, sd: float) -> float:
+def score(one: Series, mean: float, sd: float, extras: Sequence[float]) -> float:
     """The least z whose range holds the series' largest loss, predicted from its first: the
-    standardised miss, or infinity where the loss is below the range's optimistic end at any z
-    (model.optimistic: better than the first point)."""
-    measured, first = one[1][-1][1], one[1][0][1]
-    if measured < min(first, mean):
+    standardised miss, or infinity where the whole loss (the bubble's put back) is below the
+    range's optimistic end at any z (model.optimistic: better than the first point)."""
+    measured, first = one[1][-1][1] + extras[-1], one[1][0][1] + extras[0]
+    if measured < min(first, mean + extras[-1]):
         return math.inf
-    return abs(measured - mean) / sd
+    return abs(measured - extras[-1] - mean) / sd
 
 
 def conformal_z(by_mode: dict[str, list[Sourced]]) -> float:
@@ -161,10 +167,12 @@ def cross_validation(path: Path) -> str:
         return 1 / (1 + max(loss, LEAST_LOSS))
 
     misses, inside, widths = [], 0, []
-    for one, mean, sd in predicted:
-        measured = eff(one[1][-1][1])
-        low, high = eff(mean + z * sd), eff(optimistic(mean, z * sd, one[1][0][1]))
-        misses.append(abs(eff(mean) - measured) * 100)
+    for one, mean, sd, extras in predicted:
+        whole = mean + extras[-1]  # the bubble's put back
+        measured = eff(one[1][-1][1] + extras[-1])
+        low = eff(whole + z * sd)
+        high = eff(optimistic(whole, z * sd, one[1][0][1] + extras[0]))
+        misses.append(abs(eff(whole) - measured) * 100)
         inside += low <= measured <= high
         widths.append((high - low) * 100)
     hits = sum(m <= 5 + 1e-9 for m in misses)
@@ -179,7 +187,8 @@ def by_mode(entries: Sequence[dict[str, Any]]) -> dict[str, list[Sourced]]:
     out: dict[str, list[Sourced]] = {}
     for entry in entries:
         desc, one = series(entry)
-        out.setdefault(desc.mode.value, []).append((str(entry.get("source_group")), one))
+        extras = tuple(bubble(desc.pipeline, one[0], nodes) for nodes, _ in one[1])
+        out.setdefault(desc.mode.value, []).append((str(entry.get("source_group")), one, extras))
     return dict(sorted(out.items()))
 
 
@@ -187,7 +196,7 @@ def module(path: Path) -> str:
     """runner/predict/prior.py's text, learned from the corpus at ``path``."""
     entries = learning_entries(path)
     data = by_mode(entries)
-    priors = {mode: learn([one for _, one in sourced]) for mode, sourced in data.items()}
+    priors = {mode: learn([one for _, one, _ in sourced]) for mode, sourced in data.items()}
     lines = [
         f'    "{mode}": Prior({p.step_mean:.4g}, {p.step_sd:.4g}, {p.growth_mean:.4g}, '
         f"{p.growth_sd:.4g}, {p.noise_sd:.4g}, {p.noise_share:.4g}),  # {len(data[mode])} "

@@ -19,7 +19,9 @@ loss is a floor plus a share of the loss's size, both learned with the prior. Wh
 gradient's bytes and the busbw inside and across nodes are known, S is at most the all-reduce's
 extra time on the network; where the step times' spread is known, the growth is at least the
 straggler tax it implies. There is no latency term linear in the nodes: learned, it made the
-forecasts worse when each source was left out (docs/prediction.md).
+forecasts worse when each source was left out (docs/prediction.md). Under strong scaling with
+pipeline parallelism and a known count of micro-batches, the pipeline's bubble is computed, not
+learned (``Pipeline``), and S and g model the rest.
 """
 
 from __future__ import annotations
@@ -81,12 +83,36 @@ class Forecast:
 
 
 @dataclass(frozen=True)
+class Pipeline:
+    """A pipeline-parallel model under strong scaling: its stages p, the micro-batches m0 each
+    pipeline runs a step at the smallest measured node count, and virtual stages v per rank
+    (interleaved 1F1B; 1 for GPipe or plain 1F1B). A step is m + (p - 1) / v micro-batches'
+    time (the bubble: Huang et al. 2019, GPipe; Narayanan et al. 2021, SC'21, section 2.2).
+    The global batch is fixed, so at N nodes each pipeline runs m0 N0 / N of them, and the
+    bubble's share grows with the nodes (docs/prediction.md "The model", 4)."""
+
+    stages: int
+    micro_batches: float  # at the smallest measured node count
+    virtual: int = 1
+
+    def micro_batches_at(self, base: int, nodes: int) -> float:
+        return self.micro_batches * base / nodes
+
+    def loss(self, base: int, nodes: int) -> float:
+        """The bubble's loss at ``nodes`` against ``base``, on the base's footing:
+        T(N) N / (T(N0) N0) - 1 = b (N / N0 - 1) / (m0 + b), with b = (p - 1) / v."""
+        bubble = (self.stages - 1) / self.virtual
+        return bubble * (nodes / base - 1) / (self.micro_batches + bubble)
+
+
+@dataclass(frozen=True)
 class Setting:
     procs_per_node: int
     mode: ScalingMode
     absolute: bool  # step times in seconds (else relative: throughput was given)
     comm: Comm | None = None
     spread: float | None = None  # (p90 - p10) / p50 of the largest point's step times
+    pipeline: Pipeline | None = None  # strong scaling only: its bubble is computed
 
 
 def efficiency(mode: ScalingMode, base: Measured, nodes: int, step: float) -> float:
@@ -96,10 +122,22 @@ def efficiency(mode: ScalingMode, base: Measured, nodes: int, step: float) -> fl
     return base.nodes * base.step / (nodes * step)
 
 
-def losses(points: Sequence[Measured], mode: ScalingMode) -> list[tuple[int, float]]:
-    """(nodes, loss) of each point after the first: 1/E - 1 against the first."""
+def losses(
+    points: Sequence[Measured], mode: ScalingMode, pipeline: Pipeline | None = None
+) -> list[tuple[int, float]]:
+    """(nodes, loss) of each point after the first: 1/E - 1 against the first, less the
+    pipeline's bubble where it is known (what S and g are to model)."""
     base = points[0]
-    return [(p.nodes, 1 / efficiency(mode, base, p.nodes, p.step) - 1) for p in points[1:]]
+    out = []
+    for p in points[1:]:
+        loss = 1 / efficiency(mode, base, p.nodes, p.step) - 1
+        out.append((p.nodes, loss - bubble(pipeline, base.nodes, p.nodes)))
+    return out
+
+
+def bubble(pipeline: Pipeline | None, base: int, nodes: int) -> float:
+    """The pipeline bubble's loss at ``nodes`` against ``base`` (0 without a pipeline)."""
+    return 0.0 if pipeline is None else pipeline.loss(base, nodes)
 
 
 def features(base: int, nodes: int) -> tuple[float, float]:
@@ -194,7 +232,8 @@ def forecast(
         return tuple(Forecast(n, why_not=why) for n in targets)
     base, last = points[0], points[-1]
     prior = PRIORS[setting.mode.value]
-    observed = losses(points, setting.mode)
+    pipe = setting.pipeline
+    observed = losses(points, setting.mode, pipe)
     post = posterior(prior, base.nodes, observed)
     bound = step_bound(base, points[1], setting)
     if bound is not None:
@@ -202,14 +241,25 @@ def forecast(
     last_loss = observed[-1][1]
     out = []
     for nodes in targets:
+        if pipe is not None and pipe.micro_batches_at(base.nodes, nodes) < 1:
+            why = (
+                f"at {nodes} nodes the fixed global batch leaves each pipeline "
+                f"{pipe.micro_batches_at(base.nodes, nodes):.2g} micro-batches, fewer than one"
+            )
+            out.append(Forecast(nodes, why_not=why))
+            continue
         mean, sd = post.beyond(observed[-1], nodes, base.nodes, prior)
         if setting.spread:  # the slowest of more ranks: at least this is lost
             ppn = setting.procs_per_node
             rank_sd = setting.spread / SPREAD_SDS
             tax = rank_sd * (expected_max(nodes * ppn) - expected_max(last.nodes * ppn))
             mean = max(mean, last_loss + tax)
+        # the bubble is known: back to the whole loss, and the optimistic end no better than
+        # the largest measured point's whole loss
+        mean += bubble(pipe, base.nodes, nodes)
+        measured = last_loss + bubble(pipe, base.nodes, last.nodes)
         effs = [1 / (1 + max(loss, LEAST_LOSS)) for loss in
-                (mean, mean + RANGE_Z * sd, optimistic(mean, RANGE_Z * sd, last_loss))]  # fmt: skip
+                (mean, mean + RANGE_Z * sd, optimistic(mean, RANGE_Z * sd, measured))]  # fmt: skip
         step = base.step * (1 + mean)
         if setting.mode is ScalingMode.STRONG:  # back from the base's footing
             step = step * base.nodes / nodes

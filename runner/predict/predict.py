@@ -14,6 +14,7 @@ from dtrun.predict.model import (
     Comm,
     Forecast,
     Measured,
+    Pipeline,
     Setting,
     efficiency,
     forecast,
@@ -25,7 +26,7 @@ PREDICT_SCHEMA = "dtrun.predict/1"
 # How the model did on the held-out sets of docs/prediction.md (holdout2 to holdout6): within
 # 5 points of the measured efficiency in this many, the measured value inside the range in this
 # many, of this many (tests/unit/test_prediction_replay.py holds them to its replay)
-CHECKED_WITHIN_5, CHECKED_INSIDE, CHECKED_OF = 54, 67, 76
+CHECKED_WITHIN_5, CHECKED_INSIDE, CHECKED_OF = 54, 68, 76
 CANNOT_TELL = "cannot tell"
 GIVEN = "from the points as given"  # a description's: its step times or throughputs
 
@@ -136,6 +137,47 @@ def _comm(desc: Description, assumptions: list[str]) -> Comm | None:
     return Comm(gradient, desc.busbw_gbs, desc.busbw_intra_node_gbs)
 
 
+def _pipeline(desc: Description, assumptions: list[str]) -> Pipeline | None:
+    """The pipeline whose bubble is computed, its assumption said; UsageError where a measured
+    point would leave a pipeline less than one micro-batch (the description contradicts
+    itself)."""
+    stages = desc.pipeline_parallel or 1
+    if stages < 2:
+        return None
+    pipe = desc.pipeline
+    if pipe is None:
+        assumptions.append(
+            f"pipeline parallel {stages}: "
+            + (
+                "under weak scaling each pipeline runs as many micro-batches at every node "
+                "count, so its bubble does not change"
+                if desc.weak
+                else "without micro_batches its bubble, which grows as more pipelines share "
+                "the global batch, is not modelled: give micro_batches"
+            )
+        )
+        return None
+    base = desc.points[0].nodes
+    for point in desc.points[1:]:
+        left = pipe.micro_batches_at(base, point.nodes)
+        if left < 1:
+            raise UsageError(
+                f"{desc.source}: micro_batches: {desc.micro_batches:g} at {plural(base, 'node')} "
+                f"leaves each pipeline {left:.2g} at {point.nodes} nodes, fewer than one",
+                why="under strong scaling the global batch is fixed, so each pipeline's "
+                "micro-batches fall as N0 / N",
+                fix="give the micro-batches each pipeline runs a step at the smallest node count",
+            )
+    assumptions.append(
+        f"pipeline parallel {stages}"
+        + (f" ({pipe.virtual} virtual stages a rank)" if pipe.virtual > 1 else "")
+        + f", {pipe.micro_batches:g} micro-batches a step at {plural(base, 'node')}, falling as "
+        f"N0 / N: the bubble, (p - 1) / v of m + (p - 1) / v micro-batches' time, is computed "
+        "and the step and the growth model the rest"
+    )
+    return pipe
+
+
 def predict(
     desc: Description,
     nodes: Sequence[int],
@@ -180,7 +222,8 @@ def predict(
             "at least the straggler tax of the expected slowest of more ranks"
         )
     comm = _comm(desc, assumptions)
-    setting = Setting(desc.procs_per_node, desc.mode, desc.seconds, comm, desc.step_spread)
+    pipe = _pipeline(desc, assumptions)
+    setting = Setting(desc.procs_per_node, desc.mode, desc.seconds, comm, desc.step_spread, pipe)
     base = points[0]
     measured = tuple((p.nodes, efficiency(desc.mode, base, p.nodes, p.step)) for p in points)
     out = []

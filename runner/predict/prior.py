@@ -24,7 +24,7 @@ class Prior:
 
 
 PRIORS = {
-    "strong": Prior(-0.01029, 0.0001, 0.02193, 0.01379, 0.002285, 0.4545),  # 30 entries
+    "strong": Prior(-0.009158, 0.00444, 0.0209, 0.01428, 0.0006322, 0.484),  # 30 entries
     "weak": Prior(0.03438, 0.03418, 0.01571, 0.009429, 0.002388, 0.4574),  # 46 entries
 }
 # the range's half-width in standard deviations (split-conformal by source, 90%)

@@ -547,3 +547,87 @@ def test_the_range_is_no_better_than_the_largest_measured_point():
     assert low is not None and mid is not None and high is not None
     assert high == pytest.approx(1 / 1.3)
     assert low < mid < high
+
+
+def _pipelined(nodes: int, stages: int = 8, micro_batches: float = 64.0, base: int = 8) -> float:
+    """A strong-scaling step time of a pipeline whose only loss is its bubble: m + p - 1
+    micro-batches' time, m falling as N0 / N, on N / N0 times the ranks."""
+    return (micro_batches * base / nodes + stages - 1) / 100
+
+
+PIPELINE = {"mode": "strong", "pipeline_parallel": 8}
+
+
+def test_a_pipeline_s_knee_under_strong_scaling_is_forecast_from_its_bubble():
+    # 8 stages, 64 micro-batches at 8 nodes: at 128 nodes each pipeline runs 4, and the bubble
+    # (7 of 11 micro-batches' time) halves the efficiency; two points cannot show that knee
+    points = [{"nodes": n, "step_time_s": _pipelined(n)} for n in (8, 16)]
+    truth = 8 * _pipelined(8) / (128 * _pipelined(128))
+    blind = predict(description(described(points=points, **PIPELINE), "m"), [128], 0.9)
+    told = predict(
+        description(described(points=points, micro_batches=64, **PIPELINE), "m"), [128], 0.9
+    )
+    [without], [with_bubble] = blind.predictions, told.predictions
+    assert without.efficiency is not None and with_bubble.efficiency is not None
+    assert without.efficiency - truth > 0.2  # carried forward as growth: far too optimistic
+    assert with_bubble.efficiency == pytest.approx(truth, abs=0.05)
+    assert with_bubble.efficiency_low is not None and with_bubble.efficiency_high is not None
+    assert with_bubble.efficiency_low <= truth <= with_bubble.efficiency_high
+    assert any("bubble" in a and "computed" in a for a in told.assumptions)
+    assert any("micro_batches" in a and "not modelled" in a for a in blind.assumptions)
+
+
+def test_interleaved_stages_shrink_the_bubble_the_forecast_carries():
+    points = [{"nodes": n, "step_time_s": _pipelined(n)} for n in (8, 16)]
+    plain, interleaved = (
+        predict(
+            description(described(points=points, micro_batches=64, **PIPELINE, **extra), "m"),
+            [128],
+            0.9,
+        ).predictions[0]
+        for extra in ({}, {"virtual_pipeline_stages": 4})
+    )
+    assert plain.efficiency is not None and interleaved.efficiency is not None
+    assert interleaved.efficiency > plain.efficiency + 0.1
+
+
+def test_under_weak_scaling_a_pipeline_s_bubble_is_said_not_to_change():
+    points = [{"nodes": 8, "step_time_s": 1.0}, {"nodes": 16, "step_time_s": 1.02}]
+    data = described(points=points, pipeline_parallel=4, micro_batches=16)
+    weak = predict(description(data, "m"), [64], 0.9)
+    plain = predict(description(described(points=points), "m"), [64], 0.9)
+    assert weak.predictions[0].efficiency == plain.predictions[0].efficiency
+    assert any("weak scaling" in a and "does not change" in a for a in weak.assumptions)
+
+
+def test_a_node_count_that_leaves_a_pipeline_no_micro_batch_is_not_forecast():
+    points = [{"nodes": n, "step_time_s": _pipelined(n, micro_batches=16)} for n in (8, 16)]
+    data = described(points=points, micro_batches=16, **PIPELINE)
+    fits, past = predict(description(data, "m"), [128, 256], 0.9).predictions
+    assert fits.efficiency is not None
+    assert past.efficiency is None and "fewer than one" in past.why
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"micro_batches": 64}, "'pipeline_parallel' is a dependency of 'micro_batches'"),
+        ({"pipeline_parallel": 0}, "pipeline_parallel: 0 is less than the minimum of 1"),
+        ({"pipeline_parallel": 4, "micro_batches": 0.5}, "micro_batches: 0.5 is outside 1 to"),
+        ({"pipeline_parallel": 4, "micro_batches": 4, "virtual_pipeline_stages": 0}, "minimum"),
+    ],
+)
+def test_a_wrong_pipeline_field_is_named_and_exits_2(change, said):
+    with pytest.raises(UsageError) as refused:
+        description(described(**change), "m.yaml")
+    assert refused.value.exit_code == 2 and said in refused.value.message
+
+
+def test_micro_batches_too_few_for_a_measured_point_is_one_message_and_exit_2(tmp_path: Path):
+    points = [{"nodes": 8, "step_time_s": 1.0}, {"nodes": 64, "step_time_s": 0.2}]
+    path = tmp_path / "m.yaml"
+    path.write_text(json.dumps(described(points=points, micro_batches=4, **PIPELINE)))
+    done = dtrun("predict", "--from", str(path), "--nodes", "128")
+    assert done.exit_code == 2
+    assert "micro_batches: 4 at 8 nodes leaves each pipeline 0.5 at 64 nodes" in done.output
+    assert "Traceback" not in done.output

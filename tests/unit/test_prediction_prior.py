@@ -62,7 +62,7 @@ def test_the_range_is_calibrated_with_each_source_left_out_whole(
         return real(data)
 
     monkeypatch.setattr(learn, "learn", recording)
-    conformal_z({"weak": [("a", a1), ("a", a2), ("b", b1)]})
+    conformal_z({"weak": [("a", a1, (0.0, 0.0)), ("a", a2, (0.0, 0.0)), ("b", b1, (0.0, 0.0))]})
     assert learned_from == [[b1], [a1, a2]]  # without a's both, then without b
 
 

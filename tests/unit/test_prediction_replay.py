@@ -36,6 +36,7 @@ DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test/holdout2-6
 FIELDS = (
     "procs_per_node", "mode", "strategy", "parameters", "gradient_bytes_per_parameter",
     "busbw_gbs", "busbw_intra_node_gbs", "step_spread", "batch_per_process", "global_batch",
+    "pipeline_parallel", "micro_batches", "virtual_pipeline_stages",
 )  # fmt: skip
 WITHIN = 0.05  # a hit: within 5 points
 
