@@ -104,7 +104,7 @@ def _predict(
     if size is not None:
         size = get_size(size).name  # an unknown or retired size: exit 2, with the known ones
     if from_file is not None:
-        from dtrun.predict.inputs import read_description
+        from dtrun.predict.files import read_description
 
         desc = read_description(from_file)
         said: tuple[str, ...] = ()

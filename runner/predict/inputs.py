@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from dtrun.errors import UsageError
@@ -319,91 +318,3 @@ def description(data: Any, source: str) -> Description:
         micro_batches=data.get("micro_batches"),
         virtual_pipeline_stages=data.get("virtual_pipeline_stages"),
     )
-
-
-MAX_FILE = 1024 * 1024  # a description is a few lines; more is not one
-
-# YAML 1.2's floats: PyYAML implements YAML 1.1, where `1.3e9` (no sign in the exponent) and
-# `1e9` (no dot) are strings. docs/prediction.md's format writes them as people do.
-_FLOAT_1_2 = r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-    |[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF)|[-+]\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"""
-
-
-def _safe_loader() -> Any:
-    """libyaml's safe loader where PyYAML has it (its wheels do): its parser refuses nesting
-    past 1,000 levels at once, where the pure-Python one took 37 s over 20,000 `[` (it is
-    quadratic in the depth) and recursed past Python's limit over 5,000 `- `."""
-    import yaml
-
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def yaml_loader() -> Any:
-    import re
-
-    import yaml
-
-    class Loader(_safe_loader()):  # type: ignore[misc]
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            """A mapping whose key is given twice is refused: YAML 1.2 and JSON (RFC 8259,
-            "SHOULD be unique") leave the winner to the reader, and PyYAML keeps the last."""
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    twice = key in seen
-                    seen.add(key)
-                except TypeError:  # an unhashable key: the constructor below names it
-                    continue
-                if twice:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"the key {cut(repr(key), 60)} is given twice",
-                        key_node.start_mark,
-                    )  # fmt: skip
-            return super().construct_mapping(node, deep)
-
-    Loader.yaml_implicit_resolvers = {
-        key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
-        for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:float", re.compile(_FLOAT_1_2, re.X), list("-+0123456789.")
-    )
-    return Loader
-
-
-def read_description(path: Path) -> Description:
-    """A description file, YAML (JSON is YAML too): UsageError for a file that is missing, not
-    a regular file, too large or not YAML."""
-    import yaml
-
-    try:
-        if not path.is_file():
-            raise UsageError(
-                f"--from {path}: {'no such file' if not path.exists() else 'not a regular file'}",
-                fix="pass the YAML or JSON file that describes your measured results",
-            )
-        if path.stat().st_size > MAX_FILE:
-            raise UsageError(f"--from {path}: larger than {MAX_FILE:,} bytes: not a description")
-        text = path.read_text(encoding="utf-8")
-        # an alias repeats a node without copying it: a few lines can stand for billions of
-        # values for the checks below to walk ("billion laughs"); the format has no use for one
-        events = yaml.parse(text, Loader=_safe_loader())
-        if any(isinstance(event, yaml.AliasEvent) for event in events):
-            raise UsageError(
-                f"--from {path}: YAML aliases (*name) are not part of the format",
-                fix="write each value out in full",
-            )
-        data = yaml.load(text, Loader=yaml_loader())
-    except RecursionError:  # the pure-Python parser, where libyaml is missing
-        raise UsageError(f"--from {path}: nested too deep: not a description") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--from {path}: cannot be read", why=str(exc)) from None
-    except (yaml.YAMLError, ValueError) as exc:  # ValueError: an int of over 4,300 digits
-        why = cut(" ".join(str(exc).split()))
-        if "is given twice" in why:
-            raise UsageError(
-                f"--from {path}: a key is given twice", why=why, fix="give each key once"
-            ) from None
-        raise UsageError(f"--from {path}: not YAML or JSON", why=why) from None
-    return description(data, str(path))

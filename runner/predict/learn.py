@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dtrun.predict.inputs import Description, description, yaml_loader
+from dtrun.predict.files import yaml_loader
+from dtrun.predict.inputs import Description, description
 from dtrun.predict.model import (
     LEAST_LOSS,
     Measured,

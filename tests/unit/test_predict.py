@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from dtrun.cli.app import app
 from dtrun.errors import UsageError
-from dtrun.predict.inputs import description, read_description
+from dtrun.predict.files import read_description
+from dtrun.predict.inputs import description
 from dtrun.predict.model import (
     SPREAD_SDS,
     Comm,

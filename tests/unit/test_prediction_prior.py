@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dtrun.predict import learn
-from dtrun.predict.inputs import yaml_loader
+from dtrun.predict.files import yaml_loader
 from dtrun.predict.learn import Series, conformal_z, learning_entries, module
 from dtrun.predict.prior import Prior
 from tests.paths import REPO

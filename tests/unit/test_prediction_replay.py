@@ -24,7 +24,8 @@ import yaml
 from typer.testing import CliRunner
 
 from dtrun.cli.app import app
-from dtrun.predict.inputs import description, yaml_loader
+from dtrun.predict.files import yaml_loader
+from dtrun.predict.inputs import description
 from dtrun.predict.learn import SERVER
 from dtrun.predict.model import Measured, efficiency
 from dtrun.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5
