@@ -120,7 +120,7 @@ def kind(record: Record, parent: str) -> str:
         if parent.startswith("ray::") or parent == "raylet":
             return "Ray's workers and their ranks"
         return "other Python (pytest's workers, dtrun, test helpers)"
-    if name.startswith("ray::") or name.startswith("raylet"):
+    if name.startswith("ray::"):
         return "Ray's workers and their ranks"
     if name in ("bash", "sh", "dash", "env", "cat", "sleep", "timeout", "setsid", "nice"):
         return "shells and small tools"

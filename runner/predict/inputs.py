@@ -142,11 +142,10 @@ class Description:
         """The pipeline whose bubble the model computes: strong scaling (the global batch
         fixed, so each pipeline's micro-batches fall as the nodes grow), 2 or more stages and
         its micro-batches known. Under weak scaling they stay as many: no change to model."""
-        if self.weak or (self.pipeline_parallel or 1) < 2 or self.micro_batches is None:
+        stages = self.pipeline_parallel or 1
+        if self.weak or stages < 2 or self.micro_batches is None:
             return None
-        return Pipeline(
-            self.pipeline_parallel or 1, self.micro_batches, self.virtual_pipeline_stages or 1
-        )
+        return Pipeline(stages, self.micro_batches, self.virtual_pipeline_stages or 1)
 
     @property
     def absolute(self) -> bool:

@@ -239,12 +239,15 @@ def forecast(
     if bound is not None:
         post = _capped(post, bound)
     last_loss = observed[-1][1]
+    # the largest measured point's whole loss, its bubble put back: the optimistic end's bound
+    last_whole = last_loss + bubble(pipe, base.nodes, last.nodes)
     out = []
     for nodes in targets:
-        if pipe is not None and pipe.micro_batches_at(base.nodes, nodes) < 1:
+        left = None if pipe is None else pipe.micro_batches_at(base.nodes, nodes)
+        if left is not None and left < 1:
             why = (
                 f"at {nodes} nodes the fixed global batch leaves each pipeline "
-                f"{pipe.micro_batches_at(base.nodes, nodes):.2g} micro-batches, fewer than one"
+                f"{left:.2g} micro-batches, fewer than one"
             )
             out.append(Forecast(nodes, why_not=why))
             continue
@@ -254,12 +257,10 @@ def forecast(
             rank_sd = setting.spread / SPREAD_SDS
             tax = rank_sd * (expected_max(nodes * ppn) - expected_max(last.nodes * ppn))
             mean = max(mean, last_loss + tax)
-        # the bubble is known: back to the whole loss, and the optimistic end no better than
-        # the largest measured point's whole loss
-        mean += bubble(pipe, base.nodes, nodes)
-        measured = last_loss + bubble(pipe, base.nodes, last.nodes)
-        effs = [1 / (1 + max(loss, LEAST_LOSS)) for loss in
-                (mean, mean + RANGE_Z * sd, optimistic(mean, RANGE_Z * sd, measured))]  # fmt: skip
+        mean += bubble(pipe, base.nodes, nodes)  # known: back to the whole loss
+        half = RANGE_Z * sd
+        ends = (mean, mean + half, optimistic(mean, half, last_whole))
+        effs = [1 / (1 + max(loss, LEAST_LOSS)) for loss in ends]
         step = base.step * (1 + mean)
         if setting.mode is ScalingMode.STRONG:  # back from the base's footing
             step = step * base.nodes / nodes
