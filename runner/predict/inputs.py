@@ -273,6 +273,11 @@ def description(data: Any, source: str) -> Description:
             bound = RANGES[str(name)]
             what = f"{shown(error.instance)} is outside {bound.low:g} to {bound.high:g}"
             why = bound.why
+        elif error.validator == "dependentRequired":
+            why = (
+                "micro_batches and virtual_pipeline_stages describe a pipeline: they need its "
+                "stages, pipeline_parallel (and virtual_pipeline_stages needs micro_batches)"
+            )
         raise UsageError(
             f"{source}: {_where(error)}: {what}",
             why=why,

@@ -632,3 +632,14 @@ def test_micro_batches_too_few_for_a_measured_point_is_one_message_and_exit_2(tm
     assert done.exit_code == 2
     assert "micro_batches: 4 at 8 nodes leaves each pipeline 0.5 at 64 nodes" in done.output
     assert "Traceback" not in done.output
+
+
+def test_pipeline_fields_without_their_stages_say_why_they_need_them(tmp_path: Path):
+    path = tmp_path / "m.yaml"
+    path.write_text(json.dumps(described(mode="strong", micro_batches=64)))
+    done = dtrun("predict", "--from", str(path), "--nodes", "8")
+    assert done.exit_code == 2 and "Traceback" not in done.output
+    said = " ".join(done.output.split())
+    assert "'pipeline_parallel' is a dependency of 'micro_batches'" in said
+    assert "they need its stages, pipeline_parallel" in said
+    assert "needs procs_per_node" not in said  # not the generic reason
