@@ -14,8 +14,8 @@ Stops: the driver runs in a session of its own, every process of the application
 tag (DTRUN_LAUNCH, passed to the executors as spark.executorEnv), and a guard
 (runner/execute/guard.py) stops them all by that tag if dtrun is killed outright. ``close``
 ends the application: end of file on the driver's stdin (it cancels what runs and stops
-Spark), SIGTERM then SIGKILL to its process group after ``grace_s``, then every process left
-with its tag.
+Spark), SIGTERM to its process group after ``end_wait_s`` and SIGKILL after ``grace_s`` more,
+then every process left with its tag.
 """
 
 from __future__ import annotations
@@ -58,8 +58,12 @@ class SparkApp:
         *,
         grace_s: float = 15.0,
         cancel_wait_s: float = CANCEL_WAIT_S,
+        end_wait_s: float | None = None,
     ) -> None:
         self.script, self.grace_s, self.cancel_wait_s = script, grace_s, cancel_wait_s
+        # how long ``close`` waits for the driver to end on its own before SIGTERM: grace_s
+        # unless given (a driver writing its JVM's class data takes longer, driver.py)
+        self.end_wait_s = grace_s if end_wait_s is None else end_wait_s
         self.proc: subprocess.Popen[bytes] | None = None
         self.guard: subprocess.Popen[bytes] | None = None
         self.tag = ""
@@ -125,7 +129,7 @@ class SparkApp:
             with contextlib.suppress(OSError):
                 proc.stdin.close()  # the driver cancels what runs and stops Spark
         try:
-            proc.wait(timeout=self.grace_s)
+            proc.wait(timeout=self.end_wait_s)
         except subprocess.TimeoutExpired:
             self._signal(proc, signal.SIGTERM)
             try:

@@ -33,12 +33,14 @@ import os
 import queue
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from dtrun.engines.spark.cds import RECORD_WAIT_S, Archives, archives
 from dtrun.engines.spark.failures import (
     FAILURE_FILE,
     Failure,
@@ -53,6 +55,7 @@ from dtrun.engines.spark.failures import (
 from dtrun.engines.spark.node import TAG, node_main
 from dtrun.engines.spark.session import (
     CHECK_EVERY_S,
+    LIGHT_JVM,
     await_executors,
     local_executors,
     own_spark_home,
@@ -148,6 +151,7 @@ class Driver:
         self.cancels: queue.Queue[tuple[int | None, str]] = queue.Queue()
         self.work: Path | None = None  # a local-cluster's work directory (own_spark_home)
         self.first_launch = ""  # the directory of the launch that started the application
+        self.archives: Archives | None = None  # a local-cluster's class data (cds.py)
 
     def on_signal(self, signum: int, _: object) -> None:
         self.stopped.append(signum)
@@ -201,9 +205,10 @@ class Driver:
             return
         print(f"{TAG} -: starting Spark on {self.master}", flush=True)
         if local_executors(self.master):
-            self.work = own_spark_home(self.app_dir)
+            self.archives = archives(LIGHT_JVM)
+            self.work = own_spark_home(self.archives.home or self.app_dir)
         try:
-            self.spark = session(self.master, config, self.app_dir)
+            self.spark = session(self.master, config, self.app_dir, self.archives)
         except Exception as exc:  # no Java, a master that never took the application, ...
             self.spark = None
             self.failed = Failure(
@@ -297,8 +302,28 @@ class Driver:
         if self.spark is not None:
             with contextlib.suppress(Exception):
                 self.spark.stop()
+            if self.archives is not None and self.archives.recording and not self.stopped:
+                jvm_exited(RECORD_WAIT_S)  # its archive is written as it exits
+                self.archives.adopt()
         keep_work(self.work, self.first_launch)
         return 128 + self.stopped[0] if self.stopped else 0
+
+
+def jvm_exited(wait_s: float) -> bool:
+    """End the driver's JVM (pyspark's gateway: it exits at the end of its stdin) and wait up
+    to ``wait_s`` for it; whether it exited."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return False
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def take_stdin() -> TextIO:

@@ -22,6 +22,7 @@ from dtrun import __version__
 from dtrun.engines.common.scripts import write_launch_files, write_scripts
 from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.spark.app import DRIVER_LOG, DRIVER_SCRIPT, AppTimeout, SparkApp
+from dtrun.engines.spark.cds import RECORD_WAIT_S
 from dtrun.engines.spark.failures import FAILURE_FILE
 from dtrun.engines.spark.node import EXIT_SUFFIX, TAG
 from dtrun.errors import (
@@ -62,7 +63,8 @@ class SparkExecutor:
         self.grace_s = grace_s
         self.on_stopping: StopSink = quiet_stop
         self.run_id = run_id
-        self.app = SparkApp(self._script, grace_s=grace_s)
+        # a driver that ends its application waits for its JVM's class data (driver.py)
+        self.app = SparkApp(self._script, grace_s=grace_s, end_wait_s=grace_s + RECORD_WAIT_S)
 
     def start(self) -> None:
         """Start the sweep's application now, while dtrun plans the sweep; its first launch

@@ -5,10 +5,12 @@ configuration, a local-cluster's own Spark home and lighter JVMs, and the wait f
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from dtrun.engines.spark.cds import Archives
 from dtrun.engines.spark.failures import executor_wait_s
 from dtrun.engines.spark.inventory import LOCAL_CLUSTER
 from dtrun.engines.spark.shipping import SHIPPED, build_zip
@@ -22,7 +24,8 @@ POLL_S = 0.05  # how often the driver looks for a local-cluster's executors whil
 # on this machine beside the ranks, for a few seconds of Spark's own work a launch. Started
 # with these, they spend less CPU on starting (docs/spark.md "How a launch runs"): C1 compiles
 # only (Java's tiered compilation stops at level 1), one compiler thread, the serial collector
-# (no parallel GC threads), no perf-data file. On a real cluster the cluster's settings stand.
+# (no parallel GC threads), no perf-data file; and Spark's classes mapped from an archive
+# (runner/engines/spark/cds.py). On a real cluster the cluster's settings stand.
 LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC -XX:-UsePerfData"
 
 
@@ -49,12 +52,15 @@ def own_spark_home(app_dir: Path) -> Path:
     for entry in real.iterdir():
         if entry.name != WORK and not (home / entry.name).exists():
             (home / entry.name).symlink_to(entry)
-    (home / WORK).mkdir(exist_ok=True)
+    shutil.rmtree(home / WORK, ignore_errors=True)  # a killed application's, in a kept home
+    (home / WORK).mkdir()
     os.environ["SPARK_HOME"] = str(home)
     return home / WORK
 
 
-def session(master: str, config: dict[str, Any], app_dir: Path) -> Any:
+def session(
+    master: str, config: dict[str, Any], app_dir: Path, archives: Archives | None = None
+) -> Any:
     from pyspark.sql import SparkSession
 
     python = executors_python(config)
@@ -86,7 +92,7 @@ def session(master: str, config: dict[str, Any], app_dir: Path) -> Any:
     )
     for key, value in executor_env.items():
         builder = builder.config(f"spark.executorEnv.{key}", value)
-    for key, value in jvm_settings(master).items():
+    for key, value in jvm_settings(master, archives).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -97,11 +103,16 @@ def session(master: str, config: dict[str, Any], app_dir: Path) -> Any:
     return spark
 
 
-def jvm_settings(master: str) -> dict[str, str]:
-    """The lighter JVMs of a local-cluster (LIGHT_JVM); none for any other master."""
+def jvm_settings(master: str, archives: Archives | None = None) -> dict[str, str]:
+    """The lighter JVMs of a local-cluster (LIGHT_JVM, with ``archives``' class data where
+    given); none for any other master."""
     if not local_executors(master):
         return {}
-    return {f"spark.{role}.extraJavaOptions": LIGHT_JVM for role in ("driver", "executor")}
+    chosen = archives or Archives(LIGHT_JVM, LIGHT_JVM)
+    return {
+        "spark.driver.extraJavaOptions": chosen.driver,
+        "spark.executor.extraJavaOptions": chosen.executor,
+    }
 
 
 def local_executors(master: str) -> int:

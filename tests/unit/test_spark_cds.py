@@ -1,0 +1,111 @@
+"""A local-cluster's class-data archives (runner/engines/spark/cds.py): which JVM options an
+application gets with an empty cache, a full one, a busy one or none, and which recorded
+archives are kept. The JVMs themselves: tests/e2e/test_e2e_spark.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dtrun.engines.spark import cds
+from dtrun.engines.spark.session import LIGHT_JVM, jvm_settings
+
+pytestmark = pytest.mark.skipif(cds.java() is None, reason="no java: ./dev setup installs it")
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "dtrun" / "spark-cds"
+
+
+def test_an_empty_cache_records_each_jvm_under_a_name_of_its_own(cache: Path) -> None:
+    chosen = cds.archives(LIGHT_JVM)
+    assert chosen.recording is not None and chosen.home == chosen.recording.parent
+    assert chosen.home.parent == cache
+    assert chosen.driver.startswith(LIGHT_JVM)
+    assert f"-XX:ArchiveClassesAtExit={chosen.recording}-driver.jsa" in chosen.driver
+    # Spark puts each executor's id into its options: no two executors write one file
+    assert f"{chosen.recording}-executor-{{{{EXECUTOR_ID}}}}.jsa" in chosen.executor
+    assert "SharedArchiveFile" not in chosen.driver + chosen.executor
+    settings = jvm_settings("local-cluster[2,1,1024]", chosen)
+    assert settings["spark.driver.extraJavaOptions"] == chosen.driver
+    assert settings["spark.executor.extraJavaOptions"] == chosen.executor
+    assert jvm_settings("spark://head:7077", chosen) == {}
+
+
+def test_a_second_application_records_nothing_while_the_first_does(cache: Path) -> None:
+    first = cds.archives(LIGHT_JVM)
+    assert first.recording is not None
+    # the lock is held by a process, as each application's driver is one
+    code = f"from dtrun.engines.spark import cds; print(cds.archives({LIGHT_JVM!r}).driver)"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, env=os.environ.copy())  # fmt: skip
+    assert other.stdout.strip() == LIGHT_JVM
+
+
+def test_a_full_cache_maps_both_archives_and_verifies_them(cache: Path) -> None:
+    home = cds.archives(LIGHT_JVM).home
+    assert home is not None
+    (home / "driver.jsa").write_bytes(b"archive")
+    (home / "executor.jsa").write_bytes(b"archive")
+    chosen = cds.archives(LIGHT_JVM)
+    assert chosen.recording is None and chosen.home is None
+    assert chosen.driver.endswith(f"-XX:SharedArchiveFile={home / 'driver.jsa'}")
+    assert chosen.executor.endswith(f"-XX:SharedArchiveFile={home / 'executor.jsa'}")
+    assert "-XX:+VerifySharedSpaces" in chosen.driver  # a damaged archive is refused by its CRC
+
+
+def test_only_archives_the_jvm_logged_as_written_whole_are_kept(cache: Path) -> None:
+    chosen = cds.archives(LIGHT_JVM)
+    stem = chosen.recording
+    assert stem is not None and chosen.home is not None
+    (stem.parent / f"{stem.name}-driver.jsa").write_bytes(b"driver")
+    (stem.parent / f"{stem.name}-driver.log").write_text(
+        "[26.8s][info][cds,dynamic] Written dynamic archive 0x800bc7000 - 0x807dfaab0\n"
+    )
+    # executor 0 was killed while it wrote: its log ends before the line
+    (stem.parent / f"{stem.name}-executor-0.jsa").write_bytes(b"cut")
+    (stem.parent / f"{stem.name}-executor-0.log").write_text("[15.5s] Archiving hidden X\n")
+    (stem.parent / f"{stem.name}-executor-1.jsa").write_bytes(b"executor 1")
+    assert chosen.adopt() == ["driver"]
+    assert (chosen.home / "driver.jsa").read_bytes() == b"driver"
+    assert not (chosen.home / "executor.jsa").exists()
+    assert not list(chosen.home.glob("recording-*"))  # every temporary file removed
+
+
+def test_a_recording_clears_what_a_stopped_one_left(cache: Path) -> None:
+    home = cds.archives(LIGHT_JVM).home
+    assert home is not None
+    (home / "recording-1-driver.jsa").write_bytes(b"cut short by SIGTERM")
+    again = subprocess.run(
+        [sys.executable, "-c", "from dtrun.engines.spark import cds; "
+         f"print(cds.archives({LIGHT_JVM!r}).recording)"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert again.stdout.strip().startswith(str(home / "recording-"))
+    assert not (home / "recording-1-driver.jsa").exists()
+
+
+def test_no_java_or_a_cache_path_spark_would_split_leaves_the_plain_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a cache"))
+    plain = cds.archives(LIGHT_JVM)
+    assert (plain.driver, plain.executor, plain.recording) == (LIGHT_JVM, LIGHT_JVM, None)
+    assert not (tmp_path / "a cache").exists()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    assert cds.archives(LIGHT_JVM).driver == LIGHT_JVM
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_plain_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+    assert cds.archives(LIGHT_JVM).driver == LIGHT_JVM
