@@ -332,6 +332,23 @@ def test_a_local_cluster_gets_a_spark_home_of_its_own_whose_work_is_not_pyspark_
     assert work.is_dir() and not work.is_symlink()  # the workers write here, not in `real`
 
 
+def test_a_kept_spark_home_is_relinked_to_this_install_and_its_work_emptied(tmp_path, monkeypatch):
+    # the class-data recording's home stays in the cache (runner/engines/spark/cds.py): one
+    # made from another install, and an application killed in it, are set right
+    from dtrun.engines.spark.session import own_spark_home
+
+    real, other = tmp_path / "pyspark", tmp_path / "gone"
+    for name in ("bin", "jars"):
+        (real / name).mkdir(parents=True)
+    kept = tmp_path / "cache" / "spark-home"
+    (kept / "work" / "app-killed" / "0").mkdir(parents=True)
+    (kept / "jars").symlink_to(other / "jars")  # dangling: that install was removed
+    monkeypatch.setenv("SPARK_HOME", str(real))
+    work = own_spark_home(tmp_path / "cache")
+    assert (kept / "jars").readlink() == real / "jars" and (kept / "bin").is_symlink()
+    assert work == kept / "work" and not list(work.iterdir())
+
+
 def test_the_executors_logs_go_to_the_launch_that_started_the_application(tmp_path):
     from dtrun.engines.spark.driver import keep_work
 

@@ -109,3 +109,16 @@ def test_a_cache_that_cannot_be_written_leaves_the_plain_settings(
     (tmp_path / "file").write_text("not a directory")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
     assert cds.archives(LIGHT_JVM).driver == LIGHT_JVM
+
+
+def test_each_spark_install_has_archives_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an archive names its jars by path: another install's would be refused by every JVM
+    keys = []
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        monkeypatch.setenv("SPARK_HOME", str(tmp_path / name))
+        keys.append(cds.key(LIGHT_JVM))
+    assert None not in keys and keys[0] != keys[1]
+    assert cds.key(LIGHT_JVM) == keys[1] != cds.key(LIGHT_JVM + " -Xss1m")

@@ -52,17 +52,26 @@ def java() -> str | None:
     return str(Path(found).resolve()) if found and Path(found).is_file() else None
 
 
+def real_spark_home() -> Path:
+    """The Spark home a local-cluster's own is made from (session.py own_spark_home):
+    SPARK_HOME where set, else pyspark's."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    return Path(os.environ.get("SPARK_HOME") or _find_spark_home()).resolve()
+
+
 def key(settings: str) -> str | None:
-    """The cache directory's name: pyspark's version, the java binary (its path, size and
-    time) and the JVM settings. None without a java."""
+    """The cache directory's name: pyspark's version and Spark home (each install its own:
+    the archives name its jars), the java binary (its path, size and time) and the JVM
+    settings. None without a java."""
     import pyspark
 
     binary = java()
     if binary is None:
         return None
     stat = Path(binary).stat()
-    text = "\n".join([pyspark.__version__, binary, str(stat.st_size), str(stat.st_mtime_ns),
-                      settings])  # fmt: skip
+    text = "\n".join([pyspark.__version__, str(real_spark_home()), binary, str(stat.st_size),
+                      str(stat.st_mtime_ns), settings])  # fmt: skip
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

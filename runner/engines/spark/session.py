@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dtrun.engines.spark.cds import Archives
+from dtrun.engines.spark.cds import Archives, real_spark_home
 from dtrun.engines.spark.failures import executor_wait_s
 from dtrun.engines.spark.inventory import LOCAL_CLUSTER
 from dtrun.engines.spark.shipping import SHIPPED, build_zip
@@ -44,14 +44,17 @@ def own_spark_home(app_dir: Path) -> Path:
     spark.worker.dir are read by standalone workers only). That is pyspark's own directory in
     site-packages: it grew with every sweep, and in an install the user cannot write to a
     worker cannot create it (createWorkDir then exits). Returns the work directory."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    real = Path(os.environ.get("SPARK_HOME") or _find_spark_home()).resolve()
+    real = real_spark_home()
     home = app_dir / "spark-home"
     home.mkdir(exist_ok=True)
     for entry in real.iterdir():
-        if entry.name != WORK and not (home / entry.name).exists():
-            (home / entry.name).symlink_to(entry)
+        link = home / entry.name
+        if entry.name == WORK:
+            continue
+        if link.is_symlink() and link.readlink() != entry:  # a kept home's, gone stale
+            link.unlink()
+        if not link.is_symlink():
+            link.symlink_to(entry)
     shutil.rmtree(home / WORK, ignore_errors=True)  # a killed application's, in a kept home
     (home / WORK).mkdir()
     os.environ["SPARK_HOME"] = str(home)
