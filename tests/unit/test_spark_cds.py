@@ -53,6 +53,9 @@ def test_a_full_cache_maps_both_archives_and_verifies_them(cache: Path) -> None:
     assert home is not None
     (home / "driver.jsa").write_bytes(b"archive")
     (home / "executor.jsa").write_bytes(b"archive")
+    # the recording's Spark home gone, the archives' jars are nowhere: record again
+    assert cds.archives(LIGHT_JVM).recording is not None
+    (home / "spark-home").mkdir()
     chosen = cds.archives(LIGHT_JVM)
     assert chosen.recording is None and chosen.home is None
     assert chosen.driver.endswith(f"-XX:SharedArchiveFile={home / 'driver.jsa'}")

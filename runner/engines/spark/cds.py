@@ -11,13 +11,13 @@ the jars its classes came from, by the Spark home's path, and a JVM maps it only
 paths still exist (it compares the jars by their real paths): so the recording application
 runs in a Spark home that stays, in the cache, one recording at a time (a lock); the others
 run in their own as before (session.py own_spark_home), the archive's paths leading to the same
-jars. Later applications
-map the archives, with ``-XX:+VerifySharedSpaces`` (a damaged archive is refused by its CRC, and
-the JVM starts without it: the JVM's own check, as is its refusal of an archive from another
-JVM or of changed jars). Anything that fails here costs the speed-up, never the sweep.
+jars. Later applications map the archives, with ``-XX:+VerifySharedSpaces`` (a damaged archive
+is refused by its CRC, and the JVM starts without it: the JVM's own check, as is its refusal of
+an archive from another JVM or of changed jars). Anything that fails here costs the speed-up,
+never the sweep.
 
 The cache: ``$XDG_CACHE_HOME/dtrun/spark-cds`` (``~/.cache`` without it), one directory per
-pyspark version, Java and JVM settings.
+pyspark version and install, Java and JVM settings.
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ def archives(settings: str) -> Archives:
         if not set(str(directory)) <= SAFE:  # Spark splits the options on blanks and quotes
             return plain
         driver, executor = directory / f"{DRIVER}.jsa", directory / f"{EXECUTOR}.jsa"
-        if driver.is_file() and executor.is_file():
+        # the kept Spark home too: without it the archives' jar paths lead nowhere
+        if driver.is_file() and executor.is_file() and (directory / "spark-home").is_dir():
             use = f"{settings} {QUIET} -XX:+VerifySharedSpaces -XX:SharedArchiveFile="
             return Archives(f"{use}{driver}", f"{use}{executor}")
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
