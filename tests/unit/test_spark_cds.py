@@ -125,3 +125,44 @@ def test_each_spark_install_has_archives_of_its_own(
         keys.append(cds.key(LIGHT_JVM))
     assert None not in keys and keys[0] != keys[1]
     assert cds.key(LIGHT_JVM) == keys[1] != cds.key(LIGHT_JVM + " -Xss1m")
+
+
+def _gateway(monkeypatch: pytest.MonkeyPatch, command: list[str]) -> subprocess.Popen[bytes]:
+    """A stand-in for pyspark's gateway JVM: a process whose stdin the driver closes."""
+    from pyspark import SparkContext
+
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+
+    class Gateway:
+        pass
+
+    gateway = Gateway()
+    gateway.proc = proc  # type: ignore[attr-defined]
+    monkeypatch.setattr(SparkContext, "_gateway", gateway)
+    return proc
+
+
+def test_the_driver_ends_its_jvm_by_its_stdin_and_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dtrun.engines.spark.driver import jvm_exited
+
+    proc = _gateway(monkeypatch, ["cat"])  # exits at the end of its stdin, as the gateway does
+    assert jvm_exited(30, lambda: False)
+    assert proc.returncode == 0
+
+
+def test_a_signal_ends_the_wait_for_the_jvm_and_nothing_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dtrun.engines.spark.driver import jvm_exited
+
+    proc = _gateway(monkeypatch, ["sleep", "60"])  # a JVM still writing its archive
+    calls = iter(range(1000))
+    try:
+        # stopped at the third look: the wait ends long before its 60 s
+        assert not jvm_exited(60, lambda: next(calls) >= 2)
+        assert proc.poll() is None  # the sweep's stop ends it, not the wait
+    finally:
+        proc.kill()
+        proc.wait()

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -302,28 +303,32 @@ class Driver:
         if self.spark is not None:
             with contextlib.suppress(Exception):
                 self.spark.stop()
-            if self.archives is not None and self.archives.recording and not self.stopped:
-                jvm_exited(RECORD_WAIT_S)  # its archive is written as it exits
-                self.archives.adopt()
+            kept = self.archives
+            # its archive is written as it exits; a signal ends the wait, and nothing is kept
+            if kept and kept.recording and jvm_exited(RECORD_WAIT_S, lambda: bool(self.stopped)):
+                kept.adopt()
         keep_work(self.work, self.first_launch)
         return 128 + self.stopped[0] if self.stopped else 0
 
 
-def jvm_exited(wait_s: float) -> bool:
+def jvm_exited(wait_s: float, stopped: Callable[[], bool]) -> bool:
     """End the driver's JVM (pyspark's gateway: it exits at the end of its stdin) and wait up
-    to ``wait_s`` for it; whether it exited."""
+    to ``wait_s`` for it, unless ``stopped`` first; whether it exited, unstopped."""
     from pyspark import SparkContext
 
     proc = getattr(SparkContext._gateway, "proc", None)
-    if proc is None:
+    if proc is None or stopped():
         return False
     with contextlib.suppress(OSError):
         proc.stdin.close()
-    try:
-        proc.wait(timeout=wait_s)
-    except subprocess.TimeoutExpired:
-        return False
-    return True
+    deadline = time.monotonic() + wait_s
+    while not stopped() and time.monotonic() < deadline:
+        try:
+            proc.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            continue
+        return not stopped()
+    return False
 
 
 def take_stdin() -> TextIO:
