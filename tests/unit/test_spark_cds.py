@@ -166,3 +166,24 @@ def test_a_signal_ends_the_wait_for_the_jvm_and_nothing_is_kept(
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_kept_spark_home_that_cannot_be_set_right_costs_the_class_data_not_the_sweep(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dtrun.engines.spark.session import local_home
+
+    real = tmp_path / "pyspark"
+    for name in ("bin", "jars"):
+        (real / name).mkdir(parents=True)
+    monkeypatch.setenv("SPARK_HOME", str(real))  # own_spark_home sets it: restored after
+    chosen = cds.archives(LIGHT_JVM)
+    assert chosen.home is not None
+    (chosen.home / "spark-home").mkdir()
+    (chosen.home / "spark-home" / "work").write_text("a file where the work directory goes")
+    app = tmp_path / "app"
+    app.mkdir()
+    kept, work = local_home(chosen, app)
+    assert kept is None  # the plain settings: jvm_settings(master, None)
+    assert work == app / "spark-home" / "work" and work.is_dir()
+    assert os.environ["SPARK_HOME"] == str(app / "spark-home")

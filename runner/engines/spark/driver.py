@@ -59,7 +59,7 @@ from dtrun.engines.spark.session import (
     LIGHT_JVM,
     await_executors,
     local_executors,
-    own_spark_home,
+    local_home,
     registered_executors,
     session,
 )
@@ -206,8 +206,7 @@ class Driver:
             return
         print(f"{TAG} -: starting Spark on {self.master}", flush=True)
         if local_executors(self.master):
-            self.archives = archives(LIGHT_JVM)
-            self.work = own_spark_home(self.archives.home or self.app_dir)
+            self.archives, self.work = local_home(archives(LIGHT_JVM), self.app_dir)
         try:
             self.spark = session(self.master, config, self.app_dir, self.archives)
         except Exception as exc:  # no Java, a master that never took the application, ...

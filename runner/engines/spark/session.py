@@ -61,6 +61,19 @@ def own_spark_home(app_dir: Path) -> Path:
     return home / WORK
 
 
+def local_home(chosen: Archives, app_dir: Path) -> tuple[Archives | None, Path]:
+    """A local-cluster's class data and work directory: in the Spark home kept in the cache
+    where ``chosen`` records (runner/engines/spark/cds.py), else in the application's own; the
+    application's own and no class data where the kept one cannot be set right (a file where
+    its work directory goes): the speed-up is lost, not the sweep."""
+    if chosen.home is None:
+        return chosen, own_spark_home(app_dir)
+    try:
+        return chosen, own_spark_home(chosen.home)
+    except OSError:
+        return None, own_spark_home(app_dir)
+
+
 def session(
     master: str, config: dict[str, Any], app_dir: Path, archives: Archives | None = None
 ) -> Any:
