@@ -1,6 +1,6 @@
 """A local-cluster's class-data archives (runner/engines/spark/cds.py): which JVM options an
 application gets with an empty cache, a full one, a busy one or none, and which recorded
-archives are kept. The JVMs themselves: tests/e2e/test_e2e_spark.py."""
+archives are kept. The JVMs themselves: tests/e2e/test_e2e_spark_cds.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,11 @@ import pytest
 from dtrun.engines.spark import cds
 from dtrun.engines.spark.session import LIGHT_JVM, jvm_settings
 
-pytestmark = pytest.mark.skipif(cds.java() is None, reason="no java: ./dev setup installs it")
+
+@pytest.fixture(autouse=True)
+def _java() -> None:
+    if cds.java() is None:  # ./dev test installs it for every part: missing is a broken setup
+        pytest.fail("no java: run ./dev setup (apt-get install default-jre-headless)")
 
 
 @pytest.fixture
