@@ -78,14 +78,18 @@ def key(settings: str) -> str | None:
 @dataclass(frozen=True)
 class Archives:
     """What one application's JVMs are started with, and where a recording application's
-    archives are written (``recording``: None when it maps them) and its Spark home is made
-    (``home``; the lock on it held by ``lock``, an open file, until the process exits)."""
+    archives are written (``recording``: None when it maps them; the lock on them held by
+    ``lock``, an open file, until the process exits)."""
 
     driver: str  # JVM options
     executor: str
     recording: Path | None = None  # the temporary names' stem
-    home: Path | None = None  # where session.own_spark_home makes the recording's Spark home
     lock: object = None
+
+    @property
+    def home(self) -> Path | None:
+        """Where session.own_spark_home makes a recording's Spark home: the cache directory."""
+        return None if self.recording is None else self.recording.parent
 
     def adopt(self) -> list[str]:
         """A recording application's archives, each written whole, into the cache (an atomic
@@ -146,6 +150,5 @@ def archives(settings: str) -> Archives:
         record(f"{stem}-{DRIVER}"),
         record(f"{stem}-{EXECUTOR}-{{{{EXECUTOR_ID}}}}"),  # Spark puts in each executor's id
         stem,
-        directory,
         lock,
     )
