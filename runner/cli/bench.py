@@ -77,8 +77,10 @@ def bench_spec(
     allreduce: AllreduceOptions,
     gate: GateOptions,
     launching: Launching,
+    most: int,
 ) -> BenchSpec:
-    """The options of `dtrun bench`, as one BenchSpec (parsed, not yet checked)."""
+    """The options of `dtrun bench`, as one BenchSpec (parsed, not yet checked); ``most``: the
+    engine's --max-launches (Engine.max_launches)."""
     from dtrun.cli.parse import parse_node_counts
     from dtrun.plan.presets import resolve_model
 
@@ -104,7 +106,7 @@ def bench_spec(
         "health": gate.spec,
         "price_per_node_hour": price,
         "max_cost": max_cost,
-        **launches_of(sweep, counts),  # until_decided, repeat, max_launches
+        **launches_of(sweep, counts, most),  # until_decided, repeat, max_launches
     }
     return BenchSpec(run_id, **{**launch_request(launching), **by_option, **parsed})
 
@@ -162,7 +164,10 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
                     fix="leave out --yes",
                 )
             resumed = None
-            spec = bench_spec(sweep, model, strategy, allreduce, gate, launching)
+            from dtrun.engines.registry import chosen
+
+            most = chosen(where).max_launches
+            spec = bench_spec(sweep, model, strategy, allreduce, gate, launching, most)
             spec = with_program(spec, command, program_options)
         # never printed, recorded or uploaded, even in an error
         remember_secrets(command_secrets(spec))

@@ -15,6 +15,7 @@ from dtrun.plan.checks import launches
 from dtrun.spec.bounds import within
 from dtrun.spec.request import (
     DEFAULT_MAX_LAUNCHES,
+    EMBEDDED_MAX_LAUNCHES,
     BenchSpec,
     ScalingMode,
 )
@@ -113,7 +114,8 @@ class SweepOptions:
         typer.Option(
             "--max-launches",
             help="Launching until decided: the most launches a node count takes (default "
-            f"{DEFAULT_MAX_LAUNCHES}){within(BenchSpec, 'max_launches')}.",
+            f"{DEFAULT_MAX_LAUNCHES}; {EMBEDDED_MAX_LAUNCHES} on the embedded cluster, where a "
+            f"launch costs seconds){within(BenchSpec, 'max_launches')}.",
             show_default=False,
             rich_help_panel=opts.HOW_PANEL,
         ),
@@ -160,13 +162,17 @@ class SweepOptions:
     max_cost: MaxCost = None
 
 
-def launches_of(sweep: SweepOptions, node_counts: tuple[int, ...]) -> dict[str, int | bool]:
+def launches_of(
+    sweep: SweepOptions, node_counts: tuple[int, ...], most: int
+) -> dict[str, int | bool]:
     """The spec's ``until_decided``, ``repeat`` and ``max_launches`` (runner/plan/checks.py
-    launches): both counts always, as the options of their names give None when not given."""
+    launches): both counts always, as the options of their names give None when not given;
+    ``most``: the engine's --max-launches (Engine.max_launches)."""
     return launches(
         until_decided=sweep.until_decided,
         repeat=sweep.repeat,
         max_launches=sweep.max_launches,
         workload=sweep.workload,
         node_counts=node_counts,
+        most=most,
     )

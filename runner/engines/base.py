@@ -21,6 +21,7 @@ from dtrun.plan.launchers.base import Launcher
 from dtrun.spec.cluster import Inventory, Node
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.outcome import NodeHealth
+from dtrun.spec.request import DEFAULT_MAX_LAUNCHES
 
 if TYPE_CHECKING:
     from dtrun.cluster.outputs import StackOutputs
@@ -119,6 +120,8 @@ class Engine:
     evictable: ClassVar[bool] = False  # a failed launch asks its nodes whether one was evicted
     logs_in: ClassVar[bool] = True  # its nodes are hosts a hosts file can name
     unit: ClassVar[str] = "node"  # what `dtrun check` counts before it knows the hosts
+    # --max-launches' default: launching until decided, the most launches a node count takes
+    max_launches: ClassVar[int] = DEFAULT_MAX_LAUNCHES
 
     def selects(self, choice: ClusterChoice) -> bool:
         """Whether the options chose this engine (exactly one engine selects any choice)."""

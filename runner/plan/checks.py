@@ -17,6 +17,7 @@ from dtrun.spec.bounds import Bound, bound_of, bounds_on, shown
 from dtrun.spec.request import (
     BUSBW,
     DEFAULT_MAX_LAUNCHES,
+    EMBEDDED_MAX_LAUNCHES,
     MIN_LAUNCHES,
     UNIT_BOUNDS,
     AllreduceSpec,
@@ -151,7 +152,7 @@ def check_max_launches(most: int) -> None:
             f"{MIN_LAUNCHES} launches a node count (one shows nothing of how much a launch "
             f"moves), at most {ceiling}",
             fix=f"pass --max-launches between {MIN_LAUNCHES} and {ceiling} "
-            f"(default {DEFAULT_MAX_LAUNCHES})",
+            f"(default {DEFAULT_MAX_LAUNCHES}, {EMBEDDED_MAX_LAUNCHES} on the embedded cluster)",
         )
 
 
@@ -209,12 +210,14 @@ def launches(
     max_launches: int | None,
     workload: str,
     node_counts: tuple[int, ...],
+    most: int = DEFAULT_MAX_LAUNCHES,
 ) -> dict[str, int | bool]:
     """The spec's ``until_decided``, ``repeat`` and ``max_launches`` from the options as given
     (None: not given): --repeat's fixed launches, or, launching until decided, the most
-    launches a node count may take (--max-launches). Until decided is the default where it can
-    decide: training (or a program) at 2+ node counts, no --repeat (docs/report.md, "Stopping
-    when decided"; the figures behind it: docs/benchmarks.md)."""
+    launches a node count may take (--max-launches; not given: ``most``, the engine's). Until
+    decided is the default where it can decide: training (or a program) at 2+ node counts, no
+    --repeat (docs/report.md, "Stopping when decided"; the figures behind it:
+    docs/benchmarks.md)."""
     fixed = repeat is not None
     if until_decided and fixed:
         raise UsageError(
@@ -239,7 +242,7 @@ def launches(
     return {
         "until_decided": deciding,
         "repeat": BenchSpec.repeat if repeat is None else repeat,
-        "max_launches": BenchSpec.max_launches if max_launches is None else max_launches,
+        "max_launches": most if max_launches is None else max_launches,
     }
 
 

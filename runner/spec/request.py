@@ -216,6 +216,9 @@ class LaunchRequest:
 # --until-decided's default --max-launches: 5 looks (after 2 to 6 launches), each at 99%
 # (runner/report/sequential.py); a point that decides in none costs 6/5 of --repeat's default.
 DEFAULT_MAX_LAUNCHES = 6
+# ... on the embedded cluster, where a launch costs seconds of this machine and no node-hours:
+# its ranks share the cores, so its launches spread more (docs/report.md "Defaults")
+EMBEDDED_MAX_LAUNCHES = 12
 MIN_LAUNCHES = 2  # one launch shows nothing of how much a launch moves: no interval
 
 

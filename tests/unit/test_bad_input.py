@@ -42,7 +42,7 @@ CLI = [
     ("bench --price-per-node-hour nan", "--price-per-node-hour nan is not a price"),
     ("bench --max-cost -3", "--max-cost -3 is not a price"),
     ("bench --max-cost 5", "--max-cost 5 needs a price"),
-    ("bench --max-cost 1 --price-per-node-hour 10", "estimated cost $8.00 is above --max-cost 1"),
+    ("bench --max-cost 1 --price-per-node-hour 10", "estimated cost $16.00 is above --max-cost 1"),
     ("bench --mode sideways", "'sideways' is not one of"),
     ("bench --workload nonsense", "unknown workload 'nonsense'"),
     ("bench --batch 0", "--batch must be at least 1"),

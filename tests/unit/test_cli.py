@@ -109,15 +109,15 @@ def test_dry_run_ends_with_the_sweeps_estimate_named_as_a_guess(tmp_path):
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     *_, hours, cost = result.stdout.splitlines()
-    # 2 points x at most 6 launches (until decided) x (60 s + 60 steps x 1 s); the 2 nodes
-    # bill while any runs
+    # 2 points x at most 12 launches (until decided, the embedded cluster's most) x (60 s +
+    # 60 steps x 1 s); the 2 nodes bill while any runs
     assert hours.startswith(
-        "# ==== estimate (a guess, not a measurement): at most 12 launches x 120 s"
+        "# ==== estimate (a guess, not a measurement): at most 24 launches x 120 s"
     )
     assert "60 s start-up + 60 steps x 1 s, guessed" in hours
-    assert "0.800 node-hours" in hours
+    assert "1.600 node-hours" in hours
     assert cost == (
-        "# ==== estimated cost: $8.00 at $10 a node-hour (--price-per-node-hour); at most $40.00"
+        "# ==== estimated cost: $16.00 at $10 a node-hour (--price-per-node-hour); at most $80.00"
     )
 
 

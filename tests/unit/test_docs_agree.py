@@ -10,8 +10,9 @@ from typer.core import TyperGroup, TyperOption
 
 from dtrun.cli.app import app
 from dtrun.cli.sweep_options import SweepOptions, launches_of
+from dtrun.engines.embedded.engine import EmbeddedEngine
 from dtrun.plan.strategies import STRATEGIES
-from dtrun.spec.request import DEFAULT_MAX_LAUNCHES, BenchSpec
+from dtrun.spec.request import BenchSpec
 from tests.paths import REPO
 
 ROOT = REPO
@@ -37,11 +38,12 @@ def test_the_quickstart_quotes_the_default_sweep():
     first, second, steps, most = map(int, said.groups())
     spec = BenchSpec("defaults")
     assert (first, second) == spec.node_counts
-    assert (steps, most) == (spec.steps, DEFAULT_MAX_LAUNCHES)
+    # the quickstart runs on the embedded cluster, with its own most launches
+    assert (steps, most) == (spec.steps, EmbeddedEngine.max_launches)
     # and the default is that: a sweep of the quickstart's node counts launches until decided
-    launches = launches_of(SweepOptions(), spec.node_counts)
+    launches = launches_of(SweepOptions(), spec.node_counts, EmbeddedEngine.max_launches)
     assert launches["until_decided"] is True
-    assert launches["max_launches"] == DEFAULT_MAX_LAUNCHES
+    assert launches["max_launches"] == EmbeddedEngine.max_launches
 
 
 def test_the_strategies_the_docs_list_are_those_bench_help_offers():

@@ -32,7 +32,7 @@ from dtrun.report.stats import Verdict
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
 from dtrun.spec.outcome import NodeResult
-from dtrun.spec.request import BenchSpec
+from dtrun.spec.request import DEFAULT_MAX_LAUNCHES, EMBEDDED_MAX_LAUNCHES, BenchSpec
 from dtrun.sweep.run import run_sweep
 from tests.factories import fake_run_dir, result_data, train_result
 from tests.plans import sweep_plan
@@ -259,8 +259,10 @@ def test_a_bad_stopping_option_is_one_clear_message_and_exit_2(
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        ([], "up to 6 launches"),  # training at 2+ node counts: until decided by default
-        (["--nodes", "1,2,4", "--", "python", "train.py"], "up to 6 launches"),  # a program too
+        # training at 2+ node counts: until decided by default, on the embedded cluster up to
+        # its own most (EmbeddedEngine.max_launches)
+        ([], "up to 12 launches"),
+        (["--nodes", "1,2,4", "--", "python", "train.py"], "up to 12 launches"),  # a program too
         (["--repeat", "5"], "5 launches"),  # a fixed --repeat is the way out
         (["--nodes", "2"], "5 launches"),  # one node count: no verdict to wait for
         (["--workload", "allreduce"], "5 launches"),  # no scaling verdict either
@@ -273,6 +275,15 @@ def test_a_sweep_launches_until_decided_by_default_where_it_can_decide(
     assert done.exit_code == 0, done.output
     assert said in done.output
     assert ("up to" in said) == ("up to" in done.output)
+
+
+def test_only_the_embedded_cluster_launches_past_six_by_default():
+    from dtrun.engines.registry import ENGINES
+
+    most = {engine.name: engine.max_launches for engine in ENGINES}
+    assert most.pop("embedded") == EMBEDDED_MAX_LAUNCHES == 12
+    assert set(most.values()) == {DEFAULT_MAX_LAUNCHES}  # ssh, slurm, spark, ray: 6
+    assert {"ssh", "slurm", "spark", "ray"} <= set(most)
 
 
 def test_the_dry_run_plans_the_rounds_up_to_the_maximum(tmp_path: Path):

@@ -9,11 +9,14 @@ from dtrun.cluster.readiness import check_ports_free
 from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks, wait_for_nodes
 from dtrun.engines.embedded.inventory import embedded_inventory, oversubscription
 from dtrun.spec.launchplan import LaunchPlan
+from dtrun.spec.request import EMBEDDED_MAX_LAUNCHES
 
 
 class EmbeddedEngine(Engine):
     name = "embedded"
     runs_this_python = True
+    # a launch costs seconds here; the ranks share the cores, so launches spread more
+    max_launches = EMBEDDED_MAX_LAUNCHES
 
     def selects(self, choice: ClusterChoice) -> bool:
         return True  # last in ENGINES: what no other engine selects
