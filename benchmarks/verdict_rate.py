@@ -17,8 +17,14 @@ so that a drift of the machine falls on both alike), each run in a directory of 
 prints the totals for each. With --checkout DIR, each round runs the default from this checkout
 and from DIR (another checkout's dtrun, for old against new in one sitting), the same way.
 
+With --replay-max K (repeatable), each until-decided run's launches are also replayed as a sweep
+of at most K launches would have looked at them (runner/report/sequential.py replay: the same
+rounds, each point's first launches), and the totals say how many such intervals decided: an
+old and a new maximum compared on the same launches. The noise check's set-aside is not
+replayed. With --from DIR, the runs a --keep DIR holds are read again instead of launched.
+
     .venv/bin/python benchmarks/verdict_rate.py [--rounds 10] [--compare | --checkout DIR]
-        [--keep DIR] [-- ARGS]
+        [--keep DIR | --from DIR] [--replay-max K ...] [-- ARGS]
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import platform
 import re
@@ -37,8 +44,10 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ADVISED = re.compile(r"to decide: (?:about (\d+)|more than (\d+)) launches a point")
+RESULT = "result.json"  # a launch's record, beside its node scripts
 FIXED = ("--repeat", "5")  # the default of a sweep of 2+ node counts was this until issue #29
 
 
@@ -59,10 +68,37 @@ class Tally:
     advised: dict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
     decided: int = 0
     failed: int = 0
+    # --replay-max K: per K, each run's point's interval as a sweep of at most K launches left
+    # it ("decided" or not), over the runs
+    replayed: dict[int, list[bool]] = field(default_factory=lambda: defaultdict(list))
 
 
-def run_once(tally: Tally, index: int, tmp: str, port: int, args: list[str]) -> None:
+def replay_at(tally: Tally, run: Path, most: list[int]) -> None:
+    """The run's launches looked at as a sweep of at most K launches would have, for each K."""
+    from dtrun.report.resultfile import load_train_result
+    from dtrun.report.sequential import replay
+
+    runs = json.loads((run / "runs.json").read_text())["runs"]
+    results: dict[int, list[Any]] = defaultdict(list)
+    for launch in sorted(runs, key=lambda r: (r["nodes"], r["repeat"])):
+        if launch["status"] == "ok":
+            results[launch["nodes"]].append(load_train_result(run / launch["run_dir"] / RESULT))
+    for k in most:
+        stops, _ = replay(results, k)
+        points = sorted(results)[1:]
+        tally.replayed[k].append(all(
+            n in stops and stops[n].why == "decided" for n in points
+        ))  # fmt: skip
+
+
+def run_once(
+    tally: Tally, index: int, tmp: str, port: int, args: list[str], again: bool = False
+) -> Path | None:
+    """One run of ``tally``'s sweep (``again``: read the kept one instead); its directory, or
+    None where it failed."""
     run_id = f"{tally.name}-{index}"  # one directory per way and round
+    if again:  # a kept run: its wall time is not recorded
+        return read_run(tally, Path(tmp) / run_id, index, math.nan)
     command = [
         sys.executable, "-m", "dtrun.cli", "bench", "--quiet", "--output", tmp,
         "--run-id", run_id, "--port", str(port), *tally.extra, *args,
@@ -74,12 +110,18 @@ def run_once(tally: Tally, index: int, tmp: str, port: int, args: list[str]) -> 
     done = subprocess.run(
         command, capture_output=True, text=True, check=False, env=env, cwd=tmp
     )  # cwd: not a checkout, whose dtrun would come first on the path
-    tally.walls.append(time.monotonic() - started)
+    wall = time.monotonic() - started
     if done.returncode != 0:
+        tally.walls.append(wall)
         tally.failed += 1
         print(f"{tally.name} run {index}: exit {done.returncode}: {done.stderr[-800:]}")
-        return
-    run = Path(tmp) / run_id
+        return None
+    return read_run(tally, Path(tmp) / run_id, index, wall)
+
+
+def read_run(tally: Tally, run: Path, index: int, wall: float) -> Path:
+    """A finished run's verdicts, intervals and launches, tallied and printed."""
+    tally.walls.append(wall)
     summary = json.loads((run / "summary.json").read_text())
     runs = json.loads((run / "runs.json").read_text())["runs"]
     node_s = sum(r["nodes"] * r["wall_s"] for r in runs)
@@ -108,11 +150,13 @@ def run_once(tally: Tally, index: int, tmp: str, port: int, args: list[str]) -> 
             + ("" if sigma is None else f", launches' sd {sigma * 100:.1f}%")
             + (f", would decide at about {tally.advised[row['nodes']][-1]}" if advised else "")
         )
+    took = "read again" if math.isnan(wall) else f"{wall:.0f} s"
     print(
-        f"{tally.name} run {index}: {'; '.join(said)} ({tally.walls[-1]:.0f} s, "
+        f"{tally.name} run {index}: {'; '.join(said)} ({took}, "
         f"{node_s:.0f} node-s; load {Path('/proc/loadavg').read_text().split()[0]})",
         flush=True,
     )
+    return run
 
 
 def totals(tally: Tally) -> None:
@@ -142,11 +186,17 @@ def totals(tally: Tally) -> None:
             f"launch-to-launch sd of log tokens/s: median {statistics.median(sigmas) * 100:.1f}% "
             f"({min(sigmas) * 100:.1f}-{max(sigmas) * 100:.1f}%)"
         )
-    walls = tally.walls
-    print(
-        f"wall time per run: median {statistics.median(walls):.0f} s ({min(walls):.0f}-"
-        f"{max(walls):.0f}); failed runs {tally.failed}"
-    )
+    for k, decided in sorted(tally.replayed.items()):
+        print(
+            f"replayed at most {k} launches: every interval decided in {sum(decided)} of "
+            f"{len(decided)} runs (the noise set-aside not replayed)"
+        )
+    walls = [wall for wall in tally.walls if not math.isnan(wall)]
+    if walls:  # none for runs read again (--from)
+        print(
+            f"wall time per run: median {statistics.median(walls):.0f} s ({min(walls):.0f}-"
+            f"{max(walls):.0f}); failed runs {tally.failed}"
+        )
     if tally.node_s:
         spent = sum(tally.node_s)
         per = f"{spent / tally.decided:.0f}" if tally.decided else "- (none conclusive)"
@@ -168,8 +218,17 @@ def main() -> None:
     parser.add_argument(
         "--keep", type=Path, help="write the run directories here, kept (default: a temporary one)"
     )
+    parser.add_argument(
+        "--from", dest="again", type=Path, help="read the runs a --keep DIR holds, launch none"
+    )
+    parser.add_argument(
+        "--replay-max", type=int, action="append", default=[], metavar="K",
+        help="also replay each run's launches as a sweep of at most K launches (repeatable)",
+    )  # fmt: skip
     parser.add_argument("args", nargs="*", help="more `dtrun bench` arguments")
     args = parser.parse_args()
+    if args.again and args.keep:
+        parser.error("--from reads a kept sitting, and --keep writes one: pass one of them")
     ways = [Tally("defaults", ())]
     if args.compare:
         ways = [Tally("fixed", FIXED), Tally("defaults", ())]
@@ -186,13 +245,16 @@ def main() -> None:
     )
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
-    kept = contextlib.nullcontext(str(args.keep.resolve())) if args.keep else None
+    where = args.keep or args.again
+    kept = contextlib.nullcontext(str(where.resolve())) if where else None
     with kept or tempfile.TemporaryDirectory(prefix="dtrun-verdict-") as tmp:
         for index in range(args.rounds):
             order = ways if index % 2 == 0 else ways[::-1]
             for which, tally in enumerate(order):
                 port = args.port + 4 * index + 2 * which
-                run_once(tally, index, tmp, port, args.args)
+                run = run_once(tally, index, tmp, port, args.args, again=args.again is not None)
+                if run is not None and args.replay_max:
+                    replay_at(tally, run, args.replay_max)
     for tally in ways:
         totals(tally)
     print(f"load average at the end: {Path('/proc/loadavg').read_text().strip()}")
