@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 ADVISED = re.compile(r"to decide: (?:about (\d+)|more than (\d+)) launches a point")
-RESULT = "result.json"  # a launch's record, beside its node scripts
 FIXED = ("--repeat", "5")  # the default of a sweep of 2+ node counts was this until issue #29
 
 
@@ -77,12 +76,15 @@ def replay_at(tally: Tally, run: Path, most: list[int]) -> None:
     """The run's launches looked at as a sweep of at most K launches would have, for each K."""
     from dtrun.report.resultfile import load_train_result
     from dtrun.report.sequential import replay
+    from dtrun.spec.launchplan import RESULT_FILE
 
     runs = json.loads((run / "runs.json").read_text())["runs"]
     results: dict[int, list[Any]] = defaultdict(list)
     for launch in sorted(runs, key=lambda r: (r["nodes"], r["repeat"])):
         if launch["status"] == "ok":
-            results[launch["nodes"]].append(load_train_result(run / launch["run_dir"] / RESULT))
+            results[launch["nodes"]].append(
+                load_train_result(run / launch["run_dir"] / RESULT_FILE)
+            )
     for k in most:
         stops, _ = replay(results, k)
         points = sorted(results)[1:]
