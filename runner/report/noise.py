@@ -4,6 +4,9 @@ Reads each launch's ``noise`` (runner/workloads/noise.py writes it: CPU steal an
 each node over the timed steps, each rank's compute alone) and the manifest's sample of this
 machine before the sweep, and says plainly where a point is unreliable: steal above 5% of a
 node's CPU time, other load above a fifth of a core, or a straggler (docs/report.md "Noise").
+
+A launch timed in steal or other load is left out of its point while two others were quiet
+(runner/report/launchnoise.py): its findings are the kept launches', and a note says which.
 """
 
 from __future__ import annotations
@@ -12,7 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dtrun.spec.text import host_label
+from dtrun.report.launchnoise import (
+    LaunchNoise,
+    kept_launches,
+    left_out_note,
+    noisy,
+    where,
+    worst,
+)
 from dtrun.workloads.noise import (
     ALONE,
     OTHER_CORES,
@@ -34,84 +44,6 @@ THRESHOLDS = {
     "straggler_ratio": STRAGGLER_RATIO,
     "shared_straggler_ratio": SHARED_STRAGGLER_RATIO,
 }
-
-
-@dataclass(frozen=True)
-class NodeNoise:
-    """One node over one launch's timed steps (its machine's figures, shared by the nodes on
-    that machine)."""
-
-    node: str
-    nodes_on_machine: tuple[str, ...]
-    cpus: int | None
-    loadavg_1m: float | None
-    steal_share: float | None  # of the machine's CPU time
-    other_cores: float | None  # CPU seconds per second of work other than the launch's
-    other_share: float | None  # ... as a share of the machine's CPU time
-
-
-@dataclass(frozen=True)
-class LaunchNoise:
-    window_s: float  # the timed steps, seconds (rank 0)
-    nodes: tuple[NodeNoise, ...]
-    probe_steps: int  # forward and backward passes each rank timed alone (0: none)
-    probe_rank_s: tuple[float, ...] | None  # each rank's median, by rank
-    probe_why: str | None  # why there is no probe
-    rank_nodes: tuple[str, ...]  # the node each rank ran on, by rank
-    # each rank's node as reports name it, with its host: "node-1 (127.0.0.3)" (host_label)
-    rank_hosts: tuple[str, ...] = ()
-    # what each rank's probe time is: ALONE (a step computed alone, dtrun's own workload) or
-    # UNTIL_GRADIENTS (a program's step until its last local gradient; runner/workloads/noise.py)
-    probe_what: str = ALONE
-    step_s: float | None = None  # the launch's step time (p50): a program's straggler's scale
-
-    def host(self, rank: int) -> str:
-        return self.rank_hosts[rank] if self.rank_hosts else self.rank_nodes[rank]
-
-
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def parse_noise(
-    data: Mapping[str, Any] | None,
-    rank_nodes: Sequence[str],
-    rank_addresses: Sequence[str | None] = (),
-    step_s: float | None = None,
-) -> LaunchNoise | None:
-    """A result's ``noise``; None for results written before it was recorded.
-    ``rank_addresses``: each rank's node's host (results before they were recorded: none)."""
-    if data is None:
-        return None
-    probe = data["probe"]
-    if probe["rank_s"] is not None and len(probe["rank_s"]) != len(rank_nodes):
-        raise ValueError(f"'noise.probe.rank_s' has {len(probe['rank_s'])} ranks, not "
-                         f"{len(rank_nodes)}")  # fmt: skip
-    return LaunchNoise(
-        window_s=float(data["window_s"]),
-        nodes=tuple(
-            NodeNoise(
-                node=str(node["node"]),
-                nodes_on_machine=tuple(str(n) for n in node["nodes_on_machine"]),
-                cpus=None if node["cpus"] is None else int(node["cpus"]),
-                loadavg_1m=_opt_float(node["loadavg_1m"]),
-                steal_share=_opt_float(node["steal_share"]),
-                other_cores=_opt_float(node["other_cores"]),
-                other_share=_opt_float(node["other_share"]),
-            )
-            for node in data["nodes"]
-        ),
-        probe_steps=int(probe["steps"]),
-        probe_rank_s=None if probe["rank_s"] is None else tuple(float(t) for t in probe["rank_s"]),
-        probe_why=None if probe["why"] is None else str(probe["why"]),
-        rank_nodes=tuple(rank_nodes),
-        rank_hosts=tuple(
-            host_label(node, rank_addresses[rank] if rank < len(rank_addresses) else None)
-            for rank, node in enumerate(rank_nodes)
-        ),
-        probe_what=str(probe.get("what") or ALONE),
-        step_s=step_s,
-    )
 
 
 @dataclass(frozen=True)
@@ -153,6 +85,10 @@ class PointNoise:
     probe_why: str | None
     stragglers: tuple[Straggler, ...]
     findings: tuple[str, ...]  # what the report says, plainly; empty when quiet
+    # the launches (1-based) timed in steal or other load and left out of the interval, and
+    # the sentence that says so (kept_launches); the figures above are the other launches'
+    left_out: tuple[int, ...] = ()
+    left_out_note: str | None = None
 
     @property
     def unreliable(self) -> bool:
@@ -199,42 +135,18 @@ class NoiseReport:
         }
 
 
-def _where(node: NodeNoise) -> tuple[str, str]:
-    """Who a machine's figures belong to, and the pronoun: ('node-1', 'its') or
-    ('node-0 and node-1 (one machine)', 'their')."""
-    names = node.nodes_on_machine
-    if len(names) > 1:
-        return f"{', '.join(names[:-1])} and {names[-1]} (one machine)", "their"
-    return node.node, "its"
-
-
-def _worst(launches: Sequence[tuple[int, LaunchNoise]], key: str) -> tuple[int, NodeNoise] | None:
-    """(launch, node) with the highest figure ``key`` over every launch and node."""
-    found = [
-        (launch, node)
-        for launch, noise in launches
-        for node in noise.nodes
-        if getattr(node, key) is not None
-    ]
-    return max(found, key=lambda pair: getattr(pair[1], key), default=None)
-
-
-def _noisy(node: NodeNoise) -> bool:
-    return (node.steal_share or 0) > STEAL_SHARE or (node.other_cores or 0) > OTHER_CORES
-
-
 def _load_findings(nodes: int, measured: Sequence[tuple[int, LaunchNoise]], of: str) -> list[str]:
     """Steal and other load above their thresholds, at the worst node of the worst launch."""
     findings = []
-    steal, other = _worst(measured, "steal_share"), _worst(measured, "other_cores")
+    steal, other = worst(measured, "steal_share"), worst(measured, "other_cores")
     if steal and (steal[1].steal_share or 0) > STEAL_SHARE:
-        who, whose = _where(steal[1])
+        who, whose = where(steal[1])
         findings.append(
             f"The {nodes}-node point is unreliable: {who} lost {steal[1].steal_share:.0%} of "
             f"{whose} CPU time to steal (the hypervisor ran other work), {of.format(steal[0])}"
         )
     if other and (other[1].other_cores or 0) > OTHER_CORES:
-        who, whose = _where(other[1])
+        who, whose = where(other[1])
         window = dict(measured)[other[0]].window_s
         findings.append(
             f"The {nodes}-node point is unreliable: {who} spent {other[1].other_share or 0:.0%} "
@@ -282,7 +194,7 @@ def _straggler_finding(straggler: Straggler, noise: LaunchNoise, of: str) -> str
 
 
 def _busy_then(straggler: Straggler, noise: LaunchNoise) -> bool:
-    return any(_noisy(node) for node in noise.nodes if node.node == straggler.node)
+    return any(noisy(node) for node in noise.nodes if node.node == straggler.node)
 
 
 def _straggler_findings(
@@ -316,14 +228,16 @@ def _slowest(measured: Sequence[tuple[int, LaunchNoise]]) -> tuple[float, str] |
 
 def point_noise(nodes: int, launches: Sequence[LaunchNoise | None]) -> PointNoise:
     """The worst figures of one node count's launches, and its findings."""
-    measured = [(k + 1, noise) for k, noise in enumerate(launches) if noise is not None]
+    kept = kept_launches(launches)
+    left = [(k + 1, n) for k, n in enumerate(launches) if k not in kept and n is not None]
+    measured = [(k + 1, n) for k, n in enumerate(launches) if k in kept and n is not None]
     by_launch = dict(measured)
     of = f"launch {{}} of {len(launches)}"
     stragglers = _stragglers(measured)
     findings = _load_findings(nodes, measured, of) + _straggler_findings(
         stragglers, by_launch, len(launches)
     )
-    steal, other = _worst(measured, "steal_share"), _worst(measured, "other_cores")
+    steal, other = worst(measured, "steal_share"), worst(measured, "other_cores")
     slowest = _slowest(measured)
     every = [node for _, noise in measured for node in noise.nodes]
     loads = [node.loadavg_1m for node in every if node.loadavg_1m is not None]
@@ -331,17 +245,17 @@ def point_noise(nodes: int, launches: Sequence[LaunchNoise | None]) -> PointNois
     return PointNoise(
         nodes=nodes,
         launches=len(launches),
-        measured=len(measured),
+        measured=len(measured) + len(left),
         # one node is on one machine whatever the cluster: only two or more sharing one tell
         shared_machine=nodes > 1
         and bool(every)
         and all(len(n.nodes_on_machine) == nodes for n in every),
         cpus=next((node.cpus for node in every if node.cpus), None),
         steal_share=steal[1].steal_share if steal else None,
-        steal_where=_where(steal[1])[0] if steal else None,
+        steal_where=where(steal[1])[0] if steal else None,
         other_cores=other[1].other_cores if other else None,
         other_share=other[1].other_share if other else None,
-        other_where=_where(other[1])[0] if other else None,
+        other_where=where(other[1])[0] if other else None,
         loadavg_1m=max(loads, default=None),
         probe_steps=max((noise.probe_steps for noise in probes), default=0),
         probe_ratio=slowest[0] if slowest else None,
@@ -349,6 +263,8 @@ def point_noise(nodes: int, launches: Sequence[LaunchNoise | None]) -> PointNois
         probe_why=next((noise.probe_why for noise in probes if noise.probe_why), None),
         stragglers=tuple(stragglers),
         findings=tuple(findings),
+        left_out=tuple(k for k, _ in left),
+        left_out_note=left_out_note(nodes, left, len(launches)) if left else None,
     )
 
 

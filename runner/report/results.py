@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from dtrun.errors import ResultError
-from dtrun.report.noise import LaunchNoise, parse_noise
+from dtrun.report.launchnoise import LaunchNoise, parse_noise
 from dtrun.report.stages import StageSplit, parse_stage_split
 
 T = TypeVar("T")

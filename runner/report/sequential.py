@@ -21,6 +21,10 @@ baseline in every round while any point still runs, so that a point's look after
 compares them with the baseline's first ``k``. A look at ``k`` takes every node count's first
 ``k`` launches, only once every node count still running has ``k``: the sweep decides while it
 runs and the report replays the same looks from the recorded results, so both say the same.
+
+The looks count only quiet launches: one timed in steal or other load (runner/report/noise.py
+``disturbed``) is left out and the sweep launches on, within --max-launches. A point whose
+remaining launches can no longer reach the next look stops there, at the maximum.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from enum import StrEnum
 from typing import Any
 
 from dtrun.record.readback import describe
+from dtrun.report.launchnoise import disturbed, kept_launches
 from dtrun.report.metrics import ScalingRow, scaling_rows
 from dtrun.report.results import TrainResult
 from dtrun.report.stats import CONFIDENCE, DEFAULT_TARGET, Verdict, confidence_text
@@ -114,33 +119,56 @@ def _first(results: Mapping[int, Sequence[TrainResult]], k: int) -> dict[int, li
     return {n: list(rs[:k]) for n, rs in results.items() if rs}
 
 
+def quiet_results(
+    results: Mapping[int, Sequence[TrainResult]],
+) -> dict[int, list[TrainResult]]:
+    """Each node count's launches less those timed in steal or other load, in order."""
+    return {n: [r for r in rs if not disturbed(r.noise)] for n, rs in results.items()}
+
+
+def kept_results(
+    results: Mapping[int, Sequence[TrainResult]],
+) -> dict[int, list[TrainResult]]:
+    """Each node count's launches its row is built from (runner/report/noise.py
+    ``kept_launches``: the quiet ones where two or more were, else all)."""
+    return {n: [rs[k] for k in kept_launches([r.noise for r in rs])] for n, rs in results.items()}
+
+
 def replay(
     results: Mapping[int, Sequence[TrainResult]],
     max_launches: int,
     target: float = DEFAULT_TARGET,
 ) -> tuple[dict[int, Stop], dict[int, ScalingRow]]:
-    """The looks the sweep took on ``results`` (each node count's launches in order): each
-    point that stopped, where and why, and its row at that look. A point without a stop still
-    runs (or the sweep ended before it stopped)."""
+    """The looks the sweep took on ``results`` (each node count's launches in order, disturbed
+    ones included): each point that stopped, where (after how many quiet launches) and why, and
+    its row at that look (none where it never had one). A point without a stop still runs (or
+    the sweep ended before it stopped)."""
     counts = sorted(n for n, rs in results.items() if rs)
     if not counts:
         return {}, {}
+    quiet = quiet_results(results)
+    # the most quiet launches each count can still reach: those it has, and those left to take
+    reach = {n: len(quiet[n]) + max_launches - len(results[n]) for n in counts}
     points = counts[1:]
     stops: dict[int, Stop] = {}
     rows: dict[int, ScalingRow] = {}
     for k in range(MIN_LAUNCHES, max_launches + 1):
+        for nodes in [n for n in points if n not in stops]:
+            if min(reach[nodes], reach[counts[0]]) < k:  # no look at k can come
+                last = k - 1 if nodes in rows else len(quiet[nodes])
+                stops[nodes] = Stop(last, Stopped.MAXIMUM)
         running = [n for n in points if n not in stops]
-        if not running or any(len(results[n]) < k for n in [counts[0], *running]):
-            break  # a look needs every node count still running at k launches
+        if not running or any(len(quiet[n]) < k for n in [counts[0], *running]):
+            break  # a look needs every node count still running at k quiet launches
         at = look_confidence(max_launches, k)
-        looked = {row.nodes: row for row in _rows(_first(results, k), target, at)}
+        looked = {row.nodes: row for row in _rows(_first(quiet, k), target, at)}
         for nodes in running:
-            row = looked[nodes]
+            row = rows[nodes] = looked[nodes]
             if row.verdict in (Verdict.SCALES, Verdict.LOSES):
-                stops[nodes], rows[nodes] = Stop(k, Stopped.DECIDED), row
+                stops[nodes] = Stop(k, Stopped.DECIDED)
             elif k == max_launches:
-                stops[nodes], rows[nodes] = Stop(k, Stopped.MAXIMUM), row
-    return stops, rows
+                stops[nodes] = Stop(k, Stopped.MAXIMUM)
+    return stops, {n: row for n, row in rows.items() if n in stops}
 
 
 def runs_next(
@@ -150,12 +178,13 @@ def runs_next(
     max_launches: int,
     target: float = DEFAULT_TARGET,
 ) -> bool:
-    """Whether node count ``nodes`` launches again, having had ``launches``: always below
-    two, never at the maximum; a point until it decides; the baseline while any point runs."""
-    if launches < MIN_LAUNCHES:
-        return True
+    """Whether node count ``nodes`` launches again, having had ``launches`` (disturbed ones
+    included): never at the maximum; always below two quiet ones; a point until it stops; the
+    baseline while any point runs."""
     if launches >= max_launches:
         return False
+    if len(quiet_results(results).get(nodes, ())) < MIN_LAUNCHES:
+        return True
     stops, _ = replay(results, max_launches, target)
     counts = sorted(results)
     if nodes == counts[0]:
@@ -170,19 +199,22 @@ def sequential_rows(
 ) -> tuple[ScalingRow, ...]:
     """The report's rows of an --until-decided sweep: each point as of the look it stopped at
     (its verdict is that look's), the baseline and any point that never stopped (the sweep
-    ended first) with all their launches, each interval at the confidence of the look its
-    launches make (the baseline's: the last look's)."""
-    whole = _rows(results, target, look_confidence(max_launches, max_launches))
+    ended first) or never had a look with all their kept launches (``kept_results``), each
+    interval at the confidence of the look its launches make (the baseline's: the last
+    look's)."""
+    kept = kept_results(results)
+    whole = _rows(kept, target, look_confidence(max_launches, max_launches))
     if not whole:
         return whole
     stops, at_stop = replay(results, max_launches, target)
     rows = [replace(whole[0], stopped=Stopped.BASELINE.value)]
     for row in whole[1:]:
         stop = stops.get(row.nodes)
-        if stop is None:
+        if stop is None or row.nodes not in at_stop:
             at = look_confidence(max_launches, row.launches_n)
-            ended = {r.nodes: r for r in _rows(results, target, at)}[row.nodes]
-            rows.append(replace(ended, stopped=Stopped.ENDED.value))
+            ended = {r.nodes: r for r in _rows(kept, target, at)}[row.nodes]
+            why = Stopped.ENDED if stop is None else stop.why
+            rows.append(replace(ended, stopped=why.value))
             continue
         rows.append(replace(at_stop[row.nodes], stopped=stop.why.value))
     return tuple(rows)
@@ -201,9 +233,9 @@ def _rows(
 def judged_rows(
     results: Mapping[int, Sequence[TrainResult]], bench: Mapping[str, Any]
 ) -> tuple[ScalingRow, ...]:
-    """The report's rows for a manifest's ``bench``: every point judged at 95% after its
-    launches, or with --until-decided as of the look it stopped at."""
+    """The report's rows for a manifest's ``bench``: every point judged at 95% after its kept
+    launches (``kept_results``), or with --until-decided as of the look it stopped at."""
     target = float(bench.get("target_efficiency", DEFAULT_TARGET))
     if until_decided(bench):
         return sequential_rows(results, most_launches(bench), target)
-    return scaling_rows(results, target)
+    return scaling_rows(kept_results(results), target)

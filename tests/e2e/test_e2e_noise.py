@@ -107,3 +107,45 @@ def test_a_cpu_burning_process_during_the_bench_is_reported_as_other_load(no_lef
     assert "every node is a process group on this one machine" in str(summary["html"])
     before = summary["noise"]["before"]  # type: ignore[index]
     assert before["other_cores"] > 0.2  # the burner was running before the sweep, too
+
+
+def burn_during(run: Path, launch: str, stop: threading.Event) -> None:
+    """A CPU burner from when ``launch`` (``n2/r1``) begins until the next launch does."""
+    nodes, repeat = launch.split("/r")
+    following = run / f"{nodes}/r{int(repeat) + 1}"
+    while not stop.is_set() and not (run / launch).exists():
+        stop.wait(0.02)
+    if stop.is_set():
+        return
+    with burning():
+        while not stop.is_set() and not following.exists():
+            stop.wait(0.02)
+
+
+@pytest.mark.alone  # its claim needs the other launches quiet
+def test_a_launch_timed_beside_a_cpu_burner_is_left_out_of_its_point(no_leftovers):
+    out = no_leftovers / "runs"
+    stop = threading.Event()
+    burner = threading.Thread(target=burn_during, args=(out / "left", "n2/r1", stop))
+    burner.start()
+    try:
+        done = run_dtrun(
+            "bench", "--nodes", "1,2", "--steps", "20", "--warmup", "2", "--repeat", "3",
+            "--no-busbw", "--quiet", "--output", str(out), "--run-id", "left",
+            "--port", str(29655), cwd=no_leftovers,
+        )  # fmt: skip
+    finally:
+        stop.set()
+        burner.join()
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = out / "left"
+    summary = json.loads((run / "summary.json").read_text())
+    point = summary["noise"]["points"][1]
+    burned = json.loads((run / "n2" / "r1" / "result.json").read_text())["noise"]
+    assert max(node["other_cores"] for node in burned["nodes"]) > 0.2
+    assert point["left_out"] == [2], point
+    assert point["verdict"] == "quiet" and point["other_cores"] <= 0.2
+    row = summary["rows"][1]
+    assert row["launches_n"] == 2 and "measured in noise" not in row["verdict_reason"]
+    report = (run / "report.md").read_text()
+    assert "Launch 2 of 3 is left out of the 2-node point's interval: node-0 and node-1" in report

@@ -143,15 +143,55 @@ def test_steal_above_five_percent_is_reported(tmp_path, fixed_inventory):
 
 def test_the_worst_launch_of_a_point_is_the_one_reported(tmp_path, fixed_inventory):
     calm, loud = quiet(), noise_data(NODES, other_cores=0.5, probe_s=[0.03, 0.03])
+    louder = noise_data(NODES, other_cores=0.7, probe_s=[0.03, 0.03])
     run_dir = build(
         tmp_path,
         fixed_inventory,
-        {1: [quiet(["node-0"], ())] * 3, 2: [calm, loud, calm]},
+        {1: [quiet(["node-0"], ())] * 3, 2: [loud, calm, louder]},  # one quiet: all kept
         repeat=3,
     )
     section = noise_section(run_dir)
     assert "| 2 | 3 of 3 |" in noise_section(run_dir, html=True)
-    assert "0.50 cores over 1.0 s), launch 2 of 3" in section
+    assert "0.70 cores over 1.0 s), launch 3 of 3" in section
+    assert "left out" not in section
+
+
+def test_a_launch_in_other_load_is_left_out_while_two_others_were_quiet(tmp_path, fixed_inventory):
+    calm, loud = quiet(), noise_data(NODES, other_cores=0.5, probe_s=[0.03, 0.03])
+    bench = BenchSpec(run_id="n", repeat=3)
+    throughput = {1: [1000.0] * 3, 2: [1900.0, 1000.0, 1900.0]}  # the loud launch: half speed
+    noise = {1: [quiet(["node-0"], ())] * 3, 2: [calm, loud, calm]}
+    run_dir = fake_run_dir(tmp_path / "n", bench, fixed_inventory, throughput, noise=noise)
+    build_report(run_dir)
+    section = noise_section(run_dir)
+    assert (
+        "- Launch 2 of 3 is left out of the 2-node point's interval: node-0 spent 25% of its CPU "
+        "on other work." in section
+    )
+    assert "No other launch crossed a noise threshold" in section and "**" not in section
+    assert "| 2 | 3 of 3 (1 left out) |" in noise_section(run_dir, html=True)
+    summary = json.loads(run_dir.summary.read_text())
+    point = summary["noise"]["points"][1]
+    assert point["verdict"] == "quiet" and point["left_out"] == [2]
+    assert point["other_cores"] == pytest.approx(0.05)  # the kept launches' worst
+    (row,) = [r for r in summary["rows"] if r["nodes"] == 2]
+    assert row["launches_n"] == 2 and row["efficiency"] == pytest.approx(0.95)
+    assert "2 launches (1 more left out for noise)" in run_dir.report.read_text()
+
+
+def test_steal_in_two_launches_of_three_keeps_them_all_and_the_point_unreliable(
+    tmp_path, fixed_inventory
+):
+    calm, stolen = quiet(), noise_data(NODES, steal=0.07, probe_s=[0.03, 0.03])
+    run_dir = build(
+        tmp_path, fixed_inventory, {1: [quiet(["node-0"], ())] * 3, 2: [stolen, calm, stolen]}, 3
+    )
+    summary = json.loads(run_dir.summary.read_text())
+    point = summary["noise"]["points"][1]
+    assert point["verdict"] == "unreliable" and point["left_out"] == []
+    assert "node-0 lost 7% of its CPU time to steal" in noise_section(run_dir)
+    (row,) = [r for r in summary["rows"] if r["nodes"] == 2]
+    assert row["launches_n"] == 3
 
 
 def test_the_embedded_cluster_is_said_to_share_one_machine(tmp_path, fixed_inventory):
@@ -275,12 +315,12 @@ def test_a_point_that_stopped_decided_in_noise_says_its_verdict_was_set_aside(
     tmp_path, fixed_inventory
 ):
     """--until-decided stops a point once its interval decides; more launches cannot make a
-    noisy point quiet (its noise is the worst of its launches), so it stays stopped, and the
-    report says why a point that 'decided' reads inconclusive."""
+    point with a straggler quiet (a straggler is the cluster's, not a disturbed launch's), so
+    it stays stopped, and the report says why a point that 'decided' reads inconclusive."""
     steps = {n: [[s + 0.0001 * (i % 5) for i in range(50)] for _ in range(2)]
              for n, s in ((1, 0.030), (2, 0.045))}  # fmt: skip
-    loud = noise_data(NODES, other_cores=0.6, probe_s=[0.03, 0.03])
-    noise = {1: [quiet(["node-0"], ())] * 2, 2: [loud] * 2}
+    slow = noise_data(NODES, probe_s=[0.03, 0.045])  # rank 1 at 1.5x: a straggler
+    noise = {1: [quiet(["node-0"], ())] * 2, 2: [slow] * 2}
     bench = BenchSpec(run_id="v", max_launches=6, until_decided=True)
     run_dir = fake_run_dir(
         tmp_path / "v", bench, fixed_inventory, {}, step_times=steps, noise=noise

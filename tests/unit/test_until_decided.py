@@ -21,6 +21,7 @@ from dtrun.record.resume import read_resume
 from dtrun.record.rundir import RunDir
 from dtrun.report.build import build_report
 from dtrun.report.metrics import scaling_rows
+from dtrun.report.results import parse_train_result
 from dtrun.report.sequential import (
     look_confidence,
     looks,
@@ -34,7 +35,7 @@ from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
 from dtrun.spec.outcome import NodeResult
 from dtrun.spec.request import DEFAULT_MAX_LAUNCHES, EMBEDDED_MAX_LAUNCHES, BenchSpec
 from dtrun.sweep.run import run_sweep
-from tests.factories import fake_run_dir, result_data, train_result
+from tests.factories import fake_run_dir, noise_data, result_data, train_result
 from tests.plans import sweep_plan
 
 runner = CliRunner(env={"COLUMNS": "200"})
@@ -127,12 +128,16 @@ def test_a_point_that_decided_keeps_its_look_while_the_baseline_runs_on_for_anot
 
 class Scripted(LocalExecutor):
     """An executor that runs nothing: each launch writes rank 0's result at the next of
-    ``tokens[nodes]`` (tokens/s a node), as a node would, and counts the launches."""
+    ``tokens[nodes]`` (tokens/s a node), as a node would, and counts the launches. The
+    launches in ``stolen`` ((nodes, k), k from 0) record 8% CPU steal on every node."""
 
-    def __init__(self, tokens: dict[int, list[float]]) -> None:
+    def __init__(
+        self, tokens: dict[int, list[float]], stolen: frozenset[tuple[int, int]] = frozenset()
+    ) -> None:
         super().__init__()
         self.tokens = {nodes: list(values) for nodes, values in tokens.items()}
         self.launched: list[int] = []
+        self.stolen = stolen
 
     def run(
         self,
@@ -143,10 +148,13 @@ class Scripted(LocalExecutor):
         on_line: LineSink,
         tag: str | None = None,
     ) -> tuple[NodeResult, ...]:
+        stolen = (plan.nnodes, self.launched.count(plan.nnodes)) in self.stolen
         self.launched.append(plan.nnodes)
         workdir.mkdir(parents=True, exist_ok=True)
         tokens = self.tokens[plan.nnodes].pop(0) * plan.nnodes
-        data = result_data(world=plan.world_size, tokens_per_s=tokens)
+        names = [launch.node.name for launch in plan.launches]
+        noise = noise_data(names, steal=0.08 if stolen else 0.001)
+        data = result_data(world=plan.world_size, tokens_per_s=tokens, noise=noise)
         (workdir / RESULT_FILE).write_text(json.dumps(data))
         return tuple(
             NodeResult(launch.node.name, launch.node.address, 0, f"{launch.node.name}.log", 0.1)
@@ -204,6 +212,57 @@ def test_a_sweep_on_the_target_stops_at_the_maximum(tmp_path: Path, fixed_invent
     rows = summary_rows(tmp_path / "ambiguous")
     assert rows[1]["stopped"] == "maximum" and rows[1]["launches_n"] == 4
     assert rows[1]["verdict"] == "inconclusive"
+
+
+def test_a_launch_in_steal_is_left_out_and_the_sweep_launches_on_to_decide(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    # the 2-node point's second launch ran in 8% steal: its look waits for a third
+    executor = Scripted({1: STEADY, 2: [t * 0.5 for t in STEADY]}, frozenset({(2, 1)}))
+    run_sweep(sweep_plan(fixed_inventory, bench("stolen")), tmp_path, executor)
+    assert executor.launched == [1, 2, 1, 2, 1, 2]
+    rows = summary_rows(tmp_path / "stolen")
+    assert [(r["nodes"], r["launches_n"], r["stopped"]) for r in rows] == [
+        (1, 3, "baseline"),
+        (2, 2, "decided"),
+    ]
+    assert rows[1]["verdict"] == "loses"  # not set aside: its interval has no noisy launch
+    assert rows[1]["confidence"] == pytest.approx(look_confidence(6, 2))
+    report = (tmp_path / "stolen" / "report.md").read_text()
+    assert "Launch 2 of 3 is left out of the 2-node point's interval: node-0 lost 8%" in report
+    assert "x 2 launches (1 more left out for noise) (stopped: decided): **loses**" in report
+
+
+def test_a_point_whose_launches_cannot_reach_its_next_look_stops_at_the_maximum():
+    quiet = noise_data(["node-0", "node-1"], steal=0.001)
+    stolen = noise_data(["node-0", "node-1"], steal=0.08)
+
+    def launch(nodes: int, tokens: float, noise: dict[str, Any]):
+        data = result_data(world=nodes, tokens_per_s=tokens * nodes * 0.9, noise=noise)
+        return parse_train_result(data, "test")
+
+    results = {
+        1: [launch(1, t / 0.9, quiet) for t in WOBBLY[:4]],
+        2: [
+            launch(2, t, n) for t, n in zip(WOBBLY[4:], (quiet, stolen, quiet, quiet), strict=True)
+        ],
+    }
+    # 4 of at most 4 taken, 3 quiet: the look at 3 was its last; no look at 4 can come
+    stops, rows = replay(results, 4)
+    assert stops[2].launches == 3 and stops[2].why == "maximum"
+    assert rows[2].launches_n == 3
+    assert not runs_next(results, 2, 4, 4)
+    # at 3 of 4, the one left could still make the fourth quiet launch: it runs
+    first = {n: rs[:3] for n, rs in results.items()}
+    assert first[2][1].noise is not None and runs_next(first, 2, 3, 4)
+    assert 2 not in replay(first, 4)[0]
+    # none quiet of 2 taken: never looked at, keeps launching; at the maximum, all its
+    # launches make its row (the Noise section sets it aside)
+    none = {1: results[1][:2], 2: [launch(2, t, stolen) for t in WOBBLY[:2]]}
+    assert runs_next(none, 2, 2, 4) and replay(none, 4) == ({}, {})
+    assert replay(none, 2)[0][2].why == "maximum"
+    row = sequential_rows(none, 2)[1]
+    assert (row.stopped, row.launches_n) == ("maximum", 2)
 
 
 def test_a_fixed_sweep_keeps_its_order_and_says_nothing_of_stopping(
