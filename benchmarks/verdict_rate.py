@@ -85,8 +85,8 @@ def replay_at(tally: Tally, run: Path, most: list[int]) -> None:
             results[launch["nodes"]].append(
                 load_train_result(run / launch["run_dir"] / RESULT_FILE)
             )
-    for k in most:
-        stops, _ = replay(results, k)
+    for k in most:  # a sweep of at most k takes each count's first k, disturbed ones included
+        stops, _ = replay({n: rs[:k] for n, rs in results.items()}, k)
         points = sorted(results)[1:]
         tally.replayed[k].append(all(
             n in stops and stops[n].why == "decided" for n in points
@@ -140,6 +140,9 @@ def read_run(tally: Tally, run: Path, index: int, wall: float) -> Path:
             tally.widths[row["nodes"]].append(high - low)
         interval = "-" if low is None else f"[{low * 100:.1f}, {high * 100:.1f}]"
         stopped = f", {row['launches_n']} launches, {row['stopped']}" if row.get("stopped") else ""
+        left = [p["left_out"] for p in summary["noise"]["points"] if p["nodes"] == row["nodes"]]
+        if left and left[0]:  # launches in steal or other load, left out of the interval
+            stopped += f" ({len(left[0])} more left out for noise)"
         sigma = row.get("launch_sigma")
         if sigma is not None:
             tally.sigmas.append(sigma)

@@ -15,7 +15,7 @@ from dtrun.record.rundir import RunDir
 from dtrun.report.build import build_report
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.request import BenchSpec
-from tests.factories import fake_run_dir
+from tests.factories import fake_run_dir, noise_data
 from tests.paths import REPO
 
 
@@ -64,3 +64,25 @@ def test_reading_a_sitting_again_and_keeping_one_are_refused_together(
     with pytest.raises(SystemExit) as stopped:
         _script().main()
     assert stopped.value.code == 2
+
+
+def test_a_run_says_how_many_launches_were_left_out_for_noise(
+    tmp_path: Path, fixed_inventory: Inventory, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+):  # fmt: skip
+    spec = BenchSpec(run_id="defaults-0", node_counts=(1, 2), max_launches=12, until_decided=True)
+    calm = [noise_data(["node-0"], steal=0.001)] * 3
+    nodes = ["node-0", "node-1"]
+    stolen = [noise_data(nodes, steal=0.001), noise_data(nodes, steal=0.09)]
+    tokens = {1: [1000.0, 1002.0, 1001.0], 2: [1000.0, 1300.0, 1003.0]}
+    noise = {1: calm, 2: [*stolen, noise_data(nodes, steal=0.001)]}
+    run = fake_run_dir(tmp_path / "defaults-0", spec, fixed_inventory, tokens, noise=noise)
+    build_report(RunDir(run.path))
+    argv = ["verdict_rate.py", "--rounds", "1", "--from", str(tmp_path), "--replay-max", "2"]
+    monkeypatch.setattr(sys, "argv", argv)
+    _script().main()
+    out = capsys.readouterr().out
+    assert "2 nodes: loses 50.0% [" in out  # the stolen launch at 1,300 left out
+    assert "2 launches, decided (1 more left out for noise)" in out
+    # at most 2: the first two launches, one of them stolen: no look, undecided
+    assert "replayed at most 2 launches: every interval decided in 0 of 1 runs" in out
