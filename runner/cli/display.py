@@ -192,6 +192,10 @@ class SweepDisplay:
                 f"{launch_tokens_per_s(result):,.0f} {unit}/s at the median step "
                 f"({median_step(result) * 1000:.1f} ms, n = {result.timed_steps}){busbw}"
             )
+            from dtrun.report.launchnoise import disturbed
+
+            if disturbed(result.noise):  # runner/report/launchnoise.py: kept_launches
+                what += "; timed in steal or other load: left out where 2 others are quiet"
             if result.program is not None and result.program.timing == "whole program":
                 # no rank's step record: no torch optimizer stepped where the hook ran
                 what += (

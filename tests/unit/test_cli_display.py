@@ -8,8 +8,10 @@ import re
 from rich.console import Console
 
 from dtrun.cli.display import RegistryBar, SweepDisplay
+from dtrun.report.results import parse_train_result
 from dtrun.spec.outcome import RunResult, RunStatus
 from dtrun.spec.request import BenchSpec
+from tests.factories import noise_data, result_data
 from tests.plans import sweep_plan
 
 
@@ -58,6 +60,22 @@ def test_the_sweep_bar_shows_the_time_left_from_the_pace_of_launches(fixed_inven
     console.print(display.progress.get_renderable())
     # 2 of 4 launches done, one a minute: 2 minutes left
     assert re.search(r"2/4 .* elapsed, 0:02:00 left", out.getvalue()), out.getvalue()
+
+
+def test_a_launch_timed_in_steal_says_it_may_be_left_out(fixed_inventory):
+    console, out = _console()
+    spec = BenchSpec("steal", node_counts=(1, 2), steps=4, warmup=1, repeat=2)
+    display = SweepDisplay(console, sweep_plan(fixed_inventory, spec), quiet=True)
+    nodes = ["node-0", "node-1"]
+    for launch, steal in enumerate((0.001, 0.09)):
+        data = result_data(world=2, tokens_per_s=1000.0, noise=noise_data(nodes, steal=steal))
+        result = parse_train_result(data, "test")
+        display.on_done(RunResult(2, launch, RunStatus.OK, 5.0, f"n2/r{launch}"), result)
+    first, second = out.getvalue().split("2 nodes, launch ")[1:]
+    assert "left out" not in first
+    assert "timed in steal or other load: left out where 2 others are quiet" in " ".join(
+        second.split()
+    )
 
 
 def test_the_end_table_shows_n_the_efficiency_interval_and_the_verdict(
