@@ -37,7 +37,7 @@ from dtrun.record.rundir import RunDir
 from dtrun.record.runsfile import segment_walls
 from dtrun.redact import REDACTED
 from dtrun.spec.outcome import RunResult, RunStatus
-from dtrun.spec.request import BenchSpec
+from dtrun.spec.request import NOISY_LEFT_OUT, BenchSpec
 
 T = TypeVar("T")
 
@@ -67,6 +67,8 @@ class Resumed:
     replaced: tuple[RunResult, ...] = ()
     # each earlier run of dtrun on this sweep, its wall time (None: not recorded)
     walls: tuple[float | None, ...] = ()
+    # it leaves launches timed in noise out (spec/request.py NOISY_LEFT_OUT); older sweeps: no
+    leave_out: bool = True
 
     def is_done(self, nodes: int, repeat: int) -> bool:
         return any(run.nodes == nodes and run.repeat == repeat for run in self.done)
@@ -221,4 +223,5 @@ def read_resume(
     done = tuple(run for run in every if run.status is RunStatus.OK)
     replaced = (*earlier, *(run for run in every if run.status is not RunStatus.OK))
     walls = segment_walls(runs, 1 + len(manifest.get("resumed", [])))
-    return Resumed(run_dir, spec, done, replaced, walls)
+    leave_out = manifest["bench"].get("noisy_launches") == NOISY_LEFT_OUT
+    return Resumed(run_dir, spec, done, replaced, walls, leave_out)

@@ -43,7 +43,7 @@ from dtrun.redact import Redactor, redact_data, redact_text, redact_var
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.launchplan import EnvVar, LaunchPlan, point_dir
 from dtrun.spec.outcome import Health, NodeResult, RunStatus
-from dtrun.spec.request import BenchSpec, RunSpec
+from dtrun.spec.request import NOISY_LEFT_OUT, BenchSpec, RunSpec
 from dtrun.workloads.files import write_atomic
 
 MANIFEST_SCHEMA = "dtrun.manifest/1"
@@ -244,7 +244,7 @@ def write_manifest(
     ``paid_before``: runner/record/paid.py's, None where the cluster does not say.
     ``command``: dtrun's arguments as typed (sys.argv after the program name), None where
     dtrun was not started from a command line."""
-    bench_data = asdict(bench.redacted())
+    bench_data = {**asdict(bench.redacted()), "noisy_launches": NOISY_LEFT_OUT}
     bench_data["env"] = [list(pair) for pair in bench_data["env"]]
     git = manifest.git_revision_later()  # git runs while the rest is gathered
     run_dir.write_json(

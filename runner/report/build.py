@@ -22,6 +22,7 @@ from dtrun.redact import redact_text
 from dtrun.render import code_block, environment, render
 from dtrun.report.cost import SweepCost, sweep_cost
 from dtrun.report.htmlpage import METHOD_MARKERS, data_uri, markdown_parser, report_html_body
+from dtrun.report.launchnoise import leaves_out
 from dtrun.report.losses import LossRow, where_scaling_is_lost
 from dtrun.report.metrics import (
     FORMULAS,
@@ -157,10 +158,9 @@ def analyse(run_dir: RunDir) -> Report:
         report = replace(base, busbw_rows=rows_ar, first=_first(measured))
     else:
         trained = _only(results, TrainResult)
-        noise = noise_report(
-            {n: [r.noise for r in rs] for n, rs in trained.items()}, manifest.get("noise")
-        )
-        rows = judged_rows(trained, bench)  # --until-decided: as of each point's last look
+        noisy = {n: [r.noise for r in rs] for n, rs in trained.items()}
+        noise = noise_report(noisy, manifest.get("noise"), leaves_out(bench))
+        rows = judged_rows(trained, bench, runs_data)  # --until-decided: as of each last look
         rows = verdicts_on_quiet_points(rows, noise)
         if workload == "program":  # --steps is the built-in workload's: your program's steps
             rows = tuple(

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dtrun.spec.request import MIN_LAUNCHES
+from dtrun.spec.request import MIN_LAUNCHES, NOISY_LEFT_OUT
 from dtrun.spec.text import host_label
 from dtrun.workloads.noise import ALONE, OTHER_CORES, STEAL_SHARE
 
@@ -126,10 +126,15 @@ def disturbed(noise: LaunchNoise | None) -> bool:
     return noise is not None and any(noisy(node) for node in noise.nodes)
 
 
-def kept_launches(launches: Sequence[LaunchNoise | None]) -> list[int]:
+def leaves_out(bench: Mapping[str, Any]) -> bool:
+    """Whether a manifest's sweep left its disturbed launches out."""
+    return bench.get("noisy_launches") == NOISY_LEFT_OUT
+
+
+def kept_launches(launches: Sequence[LaunchNoise | None], leave_out: bool = True) -> list[int]:
     """The launches (0-based) a point's interval is built from: the quiet ones where at least
-    MIN_LAUNCHES were quiet, else all of them (and the point is unreliable)."""
-    quiet = [k for k, noise in enumerate(launches) if not disturbed(noise)]
+    MIN_LAUNCHES were quiet, else (or without ``leave_out``) all of them."""
+    quiet = [k for k, noise in enumerate(launches) if not (leave_out and disturbed(noise))]
     return quiet if len(quiet) >= MIN_LAUNCHES else list(range(len(launches)))
 
 

@@ -226,9 +226,11 @@ def _slowest(measured: Sequence[tuple[int, LaunchNoise]]) -> tuple[float, str] |
     return max(ratios, key=lambda pair: pair[0], default=None)
 
 
-def point_noise(nodes: int, launches: Sequence[LaunchNoise | None]) -> PointNoise:
-    """The worst figures of one node count's launches, and its findings."""
-    kept = kept_launches(launches)
+def point_noise(
+    nodes: int, launches: Sequence[LaunchNoise | None], leave_out: bool = True
+) -> PointNoise:
+    """The worst figures of one node count's kept launches, and its findings."""
+    kept = kept_launches(launches, leave_out)
     left = [(k + 1, n) for k, n in enumerate(launches) if k not in kept and n is not None]
     measured = [(k + 1, n) for k, n in enumerate(launches) if k in kept and n is not None]
     by_launch = dict(measured)
@@ -284,11 +286,14 @@ def before_finding(before: Mapping[str, Any] | None) -> str | None:
 
 
 def noise_report(
-    launches: Mapping[int, Sequence[LaunchNoise | None]], before: Mapping[str, Any] | None
+    launches: Mapping[int, Sequence[LaunchNoise | None]],
+    before: Mapping[str, Any] | None,
+    leave_out: bool = True,
 ) -> NoiseReport:
-    """Every node count's noise, in order, and the machine before the sweep."""
+    """Every node count's noise, in order, and the machine before the sweep (``leave_out``:
+    runner/report/launchnoise.py ``leaves_out`` of the manifest)."""
     return NoiseReport(
-        points=tuple(point_noise(n, ls) for n, ls in sorted(launches.items()) if ls),
+        points=tuple(point_noise(n, ls, leave_out) for n, ls in sorted(launches.items()) if ls),
         before=None if before is None else dict(before),
         before_finding=before_finding(before),
     )

@@ -22,9 +22,11 @@ compares them with the baseline's first ``k``. A look at ``k`` takes every node 
 ``k`` launches, only once every node count still running has ``k``: the sweep decides while it
 runs and the report replays the same looks from the recorded results, so both say the same.
 
-The looks count only quiet launches: one timed in steal or other load (runner/report/noise.py
-``disturbed``) is left out and the sweep launches on, within --max-launches. A point whose
-remaining launches can no longer reach the next look stops there, at the maximum.
+The looks count only quiet launches: one timed in steal or other load
+(runner/report/launchnoise.py ``disturbed``) is left out and the count launches again, within
+--max-launches rounds; a count that has the next look's quiet launches waits for those that
+do not. A point whose remaining rounds can no longer reach its next look stops there
+(``Stopped.OUT_OF_REACH``). Sweeps recorded before launches were left out replay as they ran.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from enum import StrEnum
 from typing import Any
 
 from dtrun.record.readback import describe
-from dtrun.report.launchnoise import disturbed, kept_launches
+from dtrun.report.launchnoise import disturbed, kept_launches, leaves_out
 from dtrun.report.metrics import ScalingRow, scaling_rows
 from dtrun.report.results import TrainResult
 from dtrun.report.stats import CONFIDENCE, DEFAULT_TARGET, Verdict, confidence_text
@@ -46,6 +48,8 @@ from dtrun.spec.request import MIN_LAUNCHES, BenchSpec
 class Stopped(StrEnum):
     DECIDED = "decided"  # the interval cleared the target at a look
     MAXIMUM = "maximum"  # --max-launches reached, undecided
+    # launches left out for noise left too few rounds for the next look
+    OUT_OF_REACH = "out of reach"
     ENDED = "ended"  # the sweep ended (failed, interrupted) before either
     BASELINE = "baseline"  # the smallest node count: runs while any point runs
 
@@ -54,6 +58,8 @@ class Stopped(StrEnum):
 STOPPED_TEXT = {
     Stopped.DECIDED.value: "stopped: decided",
     Stopped.MAXIMUM.value: "stopped: --max-launches reached undecided",
+    Stopped.OUT_OF_REACH.value: "stopped undecided: with launches left out for noise, its next "
+    "look was out of --max-launches' reach",
     Stopped.ENDED.value: "the sweep ended before it decided",
     Stopped.BASELINE.value: "the baseline runs while any point runs",
 }
@@ -120,93 +126,130 @@ def _first(results: Mapping[int, Sequence[TrainResult]], k: int) -> dict[int, li
 
 
 def quiet_results(
-    results: Mapping[int, Sequence[TrainResult]],
+    results: Mapping[int, Sequence[TrainResult]], leave_out: bool = True
 ) -> dict[int, list[TrainResult]]:
-    """Each node count's launches less those timed in steal or other load, in order."""
-    return {n: [r for r in rs if not disturbed(r.noise)] for n, rs in results.items()}
+    """Each node count's launches less those timed in steal or other load, in order (with
+    ``leave_out`` false, as a sweep recorded before launches were left out: all of them)."""
+    return {
+        n: [r for r in rs if not (leave_out and disturbed(r.noise))] for n, rs in results.items()
+    }
 
 
 def kept_results(
-    results: Mapping[int, Sequence[TrainResult]],
+    results: Mapping[int, Sequence[TrainResult]], leave_out: bool = True
 ) -> dict[int, list[TrainResult]]:
-    """Each node count's launches its row is built from (runner/report/noise.py
+    """Each node count's launches its row is built from (runner/report/launchnoise.py
     ``kept_launches``: the quiet ones where two or more were, else all)."""
-    return {n: [rs[k] for k in kept_launches([r.noise for r in rs])] for n, rs in results.items()}
+    return {
+        n: [rs[k] for k in kept_launches([r.noise for r in rs], leave_out)]
+        for n, rs in results.items()
+    }
+
+
+@dataclass(frozen=True)
+class Looks:
+    """What the looks on a sweep's results came to: each point that stopped, where and why, its
+    row at that look (none where it never had one), and the look that comes next."""
+
+    stops: dict[int, Stop]
+    rows: dict[int, ScalingRow]
+    next_look: int  # the quiet launches a count needs for the next look
+
+
+def looked(
+    results: Mapping[int, Sequence[TrainResult]],
+    max_launches: int,
+    target: float = DEFAULT_TARGET,
+    rounds_left: int | None = None,
+    leave_out: bool = True,
+) -> Looks:
+    """The looks the sweep took on ``results`` (each node count's launches in order, disturbed
+    ones included). ``rounds_left``: the rounds the sweep can still launch in (None: the sweep
+    ended before its rounds did); a point whose quiet launches, or the baseline's, can no longer
+    reach the next look stops there (Stopped.OUT_OF_REACH)."""
+    counts = sorted(n for n, rs in results.items() if rs)
+    if not counts:
+        return Looks({}, {}, MIN_LAUNCHES)
+    quiet = quiet_results(results, leave_out)
+    left = max_launches if rounds_left is None else rounds_left
+    reach = {n: len(quiet[n]) + left for n in counts}
+    points = counts[1:]
+    stops: dict[int, Stop] = {}
+    rows: dict[int, ScalingRow] = {}
+    k = MIN_LAUNCHES
+    while k <= max_launches:
+        for nodes in [n for n in points if n not in stops]:
+            if min(reach[nodes], reach[counts[0]]) < k:  # no look at k can come
+                stops[nodes] = Stop(
+                    k - 1 if nodes in rows else len(quiet[nodes]), Stopped.OUT_OF_REACH
+                )
+        running = [n for n in points if n not in stops]
+        if not running or any(len(quiet[n]) < k for n in [counts[0], *running]):
+            break  # a look needs every node count still running at k quiet launches
+        at = look_confidence(max_launches, k)
+        now = {row.nodes: row for row in _rows(_first(quiet, k), target, at)}
+        for nodes in running:
+            row = rows[nodes] = now[nodes]
+            if row.verdict in (Verdict.SCALES, Verdict.LOSES):
+                stops[nodes] = Stop(k, Stopped.DECIDED)
+            elif k == max_launches:
+                stops[nodes] = Stop(k, Stopped.MAXIMUM)
+        k += 1
+    return Looks(stops, {n: row for n, row in rows.items() if n in stops}, k)
 
 
 def replay(
     results: Mapping[int, Sequence[TrainResult]],
     max_launches: int,
     target: float = DEFAULT_TARGET,
+    rounds_left: int | None = None,
+    leave_out: bool = True,
 ) -> tuple[dict[int, Stop], dict[int, ScalingRow]]:
-    """The looks the sweep took on ``results`` (each node count's launches in order, disturbed
-    ones included): each point that stopped, where (after how many quiet launches) and why, and
-    its row at that look (none where it never had one). A point without a stop still runs (or
-    the sweep ended before it stopped)."""
-    counts = sorted(n for n, rs in results.items() if rs)
-    if not counts:
-        return {}, {}
-    quiet = quiet_results(results)
-    # the most quiet launches each count can still reach: those it has, and those left to take
-    reach = {n: len(quiet[n]) + max_launches - len(results[n]) for n in counts}
-    points = counts[1:]
-    stops: dict[int, Stop] = {}
-    rows: dict[int, ScalingRow] = {}
-    for k in range(MIN_LAUNCHES, max_launches + 1):
-        for nodes in [n for n in points if n not in stops]:
-            if min(reach[nodes], reach[counts[0]]) < k:  # no look at k can come
-                last = k - 1 if nodes in rows else len(quiet[nodes])
-                stops[nodes] = Stop(last, Stopped.MAXIMUM)
-        running = [n for n in points if n not in stops]
-        if not running or any(len(quiet[n]) < k for n in [counts[0], *running]):
-            break  # a look needs every node count still running at k quiet launches
-        at = look_confidence(max_launches, k)
-        looked = {row.nodes: row for row in _rows(_first(quiet, k), target, at)}
-        for nodes in running:
-            row = rows[nodes] = looked[nodes]
-            if row.verdict in (Verdict.SCALES, Verdict.LOSES):
-                stops[nodes] = Stop(k, Stopped.DECIDED)
-            elif k == max_launches:
-                stops[nodes] = Stop(k, Stopped.MAXIMUM)
-    return stops, {n: row for n, row in rows.items() if n in stops}
+    """``looked``'s stops and rows."""
+    looks_ = looked(results, max_launches, target, rounds_left, leave_out)
+    return looks_.stops, looks_.rows
 
 
 def runs_next(
     results: Mapping[int, Sequence[TrainResult]],
     nodes: int,
-    launches: int,
+    round_: int,
     max_launches: int,
     target: float = DEFAULT_TARGET,
+    leave_out: bool = True,
 ) -> bool:
-    """Whether node count ``nodes`` launches again, having had ``launches`` (disturbed ones
-    included): never at the maximum; always below two quiet ones; a point until it stops; the
-    baseline while any point runs."""
-    if launches >= max_launches:
+    """Whether node count ``nodes`` launches in round ``round_`` (from 0), on the results so far:
+    never past the maximum; a point until it stops, the baseline while any point runs; and
+    only while it has fewer quiet launches than the next look needs (one that has them waits
+    for the counts whose launches were left out, so that a point stops with the launches of
+    the look it stopped at)."""
+    if round_ >= max_launches:
         return False
-    if len(quiet_results(results).get(nodes, ())) < MIN_LAUNCHES:
-        return True
-    stops, _ = replay(results, max_launches, target)
+    looks_ = looked(results, max_launches, target, max_launches - round_, leave_out)
     counts = sorted(results)
-    if nodes == counts[0]:
-        return any(n not in stops for n in counts[1:])
-    return nodes not in stops
+    running = [n for n in counts[1:] if n not in looks_.stops]
+    if not running or (nodes != counts[0] and nodes not in running):
+        return False
+    return len(quiet_results(results, leave_out).get(nodes, ())) < looks_.next_look
 
 
 def sequential_rows(
     results: Mapping[int, Sequence[TrainResult]],
     max_launches: int,
     target: float = DEFAULT_TARGET,
+    rounds_left: int | None = None,
+    leave_out: bool = True,
 ) -> tuple[ScalingRow, ...]:
     """The report's rows of an --until-decided sweep: each point as of the look it stopped at
     (its verdict is that look's), the baseline and any point that never stopped (the sweep
     ended first) or never had a look with all their kept launches (``kept_results``), each
     interval at the confidence of the look its launches make (the baseline's: the last
     look's)."""
-    kept = kept_results(results)
+    kept = kept_results(results, leave_out)
     whole = _rows(kept, target, look_confidence(max_launches, max_launches))
     if not whole:
         return whole
-    stops, at_stop = replay(results, max_launches, target)
+    stops, at_stop = replay(results, max_launches, target, rounds_left, leave_out)
     rows = [replace(whole[0], stopped=Stopped.BASELINE.value)]
     for row in whole[1:]:
         stop = stops.get(row.nodes)
@@ -220,6 +263,15 @@ def sequential_rows(
     return tuple(rows)
 
 
+def rounds_left(bench: Mapping[str, Any], runs: Mapping[str, Any]) -> int | None:
+    """The rounds a complete --until-decided sweep had left after its last launch (runs.json's
+    runs' ``repeat`` is the round); None for a sweep that ended before its rounds did."""
+    if runs.get("status") != "complete":
+        return None
+    taken = [run["repeat"] for run in runs.get("runs", ()) if type(run.get("repeat")) is int]
+    return max(most_launches(bench) - (max(taken, default=-1) + 1), 0)
+
+
 def _rows(
     results: Mapping[int, Sequence[TrainResult]], target: float, confidence: float
 ) -> tuple[ScalingRow, ...]:
@@ -231,11 +283,16 @@ def _rows(
 
 
 def judged_rows(
-    results: Mapping[int, Sequence[TrainResult]], bench: Mapping[str, Any]
+    results: Mapping[int, Sequence[TrainResult]],
+    bench: Mapping[str, Any],
+    runs: Mapping[str, Any] | None = None,
 ) -> tuple[ScalingRow, ...]:
-    """The report's rows for a manifest's ``bench``: every point judged at 95% after its kept
-    launches (``kept_results``), or with --until-decided as of the look it stopped at."""
+    """The report's rows for a manifest's ``bench`` (and runs.json's ``runs``): every point
+    judged at 95% after its kept launches (``kept_results``), or with --until-decided as of
+    the look it stopped at."""
     target = float(bench.get("target_efficiency", DEFAULT_TARGET))
+    leave_out = leaves_out(bench)
     if until_decided(bench):
-        return sequential_rows(results, most_launches(bench), target)
-    return scaling_rows(kept_results(results), target)
+        left = rounds_left(bench, runs or {})
+        return sequential_rows(results, most_launches(bench), target, left, leave_out)
+    return scaling_rows(kept_results(results, leave_out), target)

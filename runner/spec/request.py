@@ -220,6 +220,9 @@ DEFAULT_MAX_LAUNCHES = 6
 # its ranks share the cores, so its launches spread more (docs/report.md "Defaults")
 EMBEDDED_MAX_LAUNCHES = 12
 MIN_LAUNCHES = 2  # one launch shows nothing of how much a launch moves: no interval
+# manifest.json's bench.noisy_launches: the sweep left launches timed in steal or other load out
+# of its intervals (runner/report/launchnoise.py); a sweep recorded before kept them all
+NOISY_LEFT_OUT = "left out"
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,7 @@ class _Runner:
         self.drain, self.evictions = drain, evictions
         self.beside = beside or Beside(ReportBuilder)  # the record and the report helper
         self.report_later, self.record_failed = False, False  # run_sweep(report_later=True)
+        self.leave_out = True  # launches in noise left out (a resumed older sweep's: not)
         self.sweep = Sweep(run_dir)
         self.status = SweepStatus.RUNNING
         self.error: str | None = None
@@ -239,9 +240,9 @@ class _Runner:
                 result = load_result(self.sweep.run_dir.path / run.run_dir / RESULT_FILE)
                 if isinstance(result, TrainResult):
                     results[run.nodes].append(result)
-        nodes, spec = launch.plan.nnodes, self.plan.spec
-        done = len(results[nodes])
-        return runs_next(results, nodes, done, spec.max_launches, spec.target_efficiency)
+        spec, leave = self.plan.spec, self.leave_out
+        args = (launch.plan.nnodes, launch.repeat, spec.max_launches, spec.target_efficiency)
+        return runs_next(results, *args, leave)
 
     def record(self, run: RunResult) -> None:
         self.sweep.runs.append(run)
@@ -363,6 +364,7 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
     sample = MachineSample() if plan.inventory.source == "embedded" else None
     sweeping = _Runner(plan, run_dir, executor, events, ready, drain, evictions, Beside(record))
     sweeping.started, sweeping.report_later = started, report_later
+    sweeping.leave_out = resumed is None or resumed.leave_out
     if resumed is not None:
         sweeping.sweep.runs.extend(resumed.done)
         sweeping.earlier_walls, sweeping.replaced = resumed.walls, resumed.replaced

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -217,13 +218,14 @@ def test_a_sweep_on_the_target_stops_at_the_maximum(tmp_path: Path, fixed_invent
 def test_a_launch_in_steal_is_left_out_and_the_sweep_launches_on_to_decide(
     tmp_path: Path, fixed_inventory: Inventory
 ):
-    # the 2-node point's second launch ran in 8% steal: its look waits for a third
+    # the 2-node point's second launch ran in 8% steal: its look waits for a third, and the
+    # baseline, which has its two, waits with it
     executor = Scripted({1: STEADY, 2: [t * 0.5 for t in STEADY]}, frozenset({(2, 1)}))
     run_sweep(sweep_plan(fixed_inventory, bench("stolen")), tmp_path, executor)
-    assert executor.launched == [1, 2, 1, 2, 1, 2]
+    assert executor.launched == [1, 2, 1, 2, 2]
     rows = summary_rows(tmp_path / "stolen")
     assert [(r["nodes"], r["launches_n"], r["stopped"]) for r in rows] == [
-        (1, 3, "baseline"),
+        (1, 2, "baseline"),
         (2, 2, "decided"),
     ]
     assert rows[1]["verdict"] == "loses"  # not set aside: its interval has no noisy launch
@@ -233,36 +235,77 @@ def test_a_launch_in_steal_is_left_out_and_the_sweep_launches_on_to_decide(
     assert "x 2 launches (1 more left out for noise) (stopped: decided): **loses**" in report
 
 
-def test_a_point_whose_launches_cannot_reach_its_next_look_stops_at_the_maximum():
-    quiet = noise_data(["node-0", "node-1"], steal=0.001)
+def test_a_point_whose_rounds_cannot_reach_its_next_look_stops_out_of_reach(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    # on the target, never decided; its second launch in steal: 4 rounds give it 3 quiet ones
+    executor = Scripted({1: WOBBLY, 2: [t * 0.9 for t in reversed(WOBBLY)]}, frozenset({(2, 1)}))
+    run_sweep(sweep_plan(fixed_inventory, bench("reach", max_launches=4)), tmp_path, executor)
+    # round 3: the baseline, with its two, waits for the point's second quiet launch
+    assert executor.launched == [1, 2, 1, 2, 2, 1, 2]
+    rows = summary_rows(tmp_path / "reach")
+    assert [(r["nodes"], r["launches_n"], r["stopped"]) for r in rows] == [
+        (1, 3, "baseline"),
+        (2, 3, "out of reach"),
+    ]
+    assert rows[1]["confidence"] == pytest.approx(look_confidence(4, 3))  # its last look's
+    report = (tmp_path / "reach" / "report.md").read_text()
+    assert "its next look was out of --max-launches' reach" in report
+
+
+def test_a_count_with_the_next_look_s_launches_waits_for_the_others(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    # 2 and 4 nodes lose clearly; the 4-node point's second launch ran in steal
+    halves = [t * 0.5 for t in STEADY]
+    executor = Scripted({1: STEADY, 2: halves, 4: halves}, frozenset({(4, 1)}))
+    spec = replace(bench("wait"), node_counts=(1, 2, 4))
+    run_sweep(sweep_plan(fixed_inventory, spec), tmp_path, executor)
+    assert executor.launched == [1, 2, 4, 1, 2, 4, 4]  # not a third 2-node launch
+    rows = summary_rows(tmp_path / "wait")
+    assert [(r["nodes"], r["launches_n"], r["stopped"]) for r in rows] == [
+        (1, 2, "baseline"),
+        (2, 2, "decided"),
+        (4, 2, "decided"),
+    ]
+    report = (tmp_path / "wait" / "report.md").read_text()
+    assert "4 nodes, n = 10 steps x 2 launches (1 more left out for noise)" in report
+    assert "2 nodes, n = 10 steps x 2 launches (stopped" in report
+
+
+def test_no_quiet_launch_leaves_no_look_and_every_launch_in_the_row():
     stolen = noise_data(["node-0", "node-1"], steal=0.08)
 
-    def launch(nodes: int, tokens: float, noise: dict[str, Any]):
-        data = result_data(world=nodes, tokens_per_s=tokens * nodes * 0.9, noise=noise)
+    def launch(nodes: int, tokens: float):
+        data = result_data(world=nodes, tokens_per_s=tokens * nodes, noise=stolen)
         return parse_train_result(data, "test")
 
-    results = {
-        1: [launch(1, t / 0.9, quiet) for t in WOBBLY[:4]],
-        2: [
-            launch(2, t, n) for t, n in zip(WOBBLY[4:], (quiet, stolen, quiet, quiet), strict=True)
-        ],
-    }
-    # 4 of at most 4 taken, 3 quiet: the look at 3 was its last; no look at 4 can come
-    stops, rows = replay(results, 4)
-    assert stops[2].launches == 3 and stops[2].why == "maximum"
-    assert rows[2].launches_n == 3
-    assert not runs_next(results, 2, 4, 4)
-    # at 3 of 4, the one left could still make the fourth quiet launch: it runs
-    first = {n: rs[:3] for n, rs in results.items()}
-    assert first[2][1].noise is not None and runs_next(first, 2, 3, 4)
-    assert 2 not in replay(first, 4)[0]
-    # none quiet of 2 taken: never looked at, keeps launching; at the maximum, all its
-    # launches make its row (the Noise section sets it aside)
-    none = {1: results[1][:2], 2: [launch(2, t, stolen) for t in WOBBLY[:2]]}
+    none = {1: [launch(1, t) for t in WOBBLY[:2]], 2: [launch(2, t) for t in WOBBLY[2:4]]}
     assert runs_next(none, 2, 2, 4) and replay(none, 4) == ({}, {})
-    assert replay(none, 2)[0][2].why == "maximum"
-    row = sequential_rows(none, 2)[1]
-    assert (row.stopped, row.launches_n) == ("maximum", 2)
+    assert not runs_next(none, 2, 4, 4)
+    assert replay(none, 2, rounds_left=0)[0][2].why == "out of reach"
+    row = sequential_rows(none, 2, rounds_left=0)[1]
+    assert (row.stopped, row.launches_n) == ("out of reach", 2)  # all kept: it is unreliable
+
+
+def test_a_sweep_recorded_before_launches_were_left_out_replays_as_it_ran(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    spec = BenchSpec(run_id="old", node_counts=(1, 2), max_launches=6, until_decided=True)
+    nodes = ["node-0", "node-1"]
+    stolen = noise_data(nodes, steal=0.08)
+    noise = {1: [noise_data(["node-0"])] * 2, 2: [noise_data(nodes), stolen]}
+    tokens = {1: [1000.0, 1001.0], 2: [1000.0, 1001.0]}  # 50%: decided after 2
+    run_dir = fake_run_dir(tmp_path / "old", spec, fixed_inventory, tokens, noise=noise)
+    manifest = json.loads(run_dir.manifest.read_text())
+    assert read_resume(run_dir.path, ()).leave_out  # a --resume goes on as it began
+    assert manifest["bench"].pop("noisy_launches") == "left out"
+    run_dir.manifest.write_text(json.dumps(manifest))  # as a dtrun before it wrote it
+    assert not read_resume(run_dir.path, ()).leave_out
+    build_report(RunDir(run_dir.path))
+    rows = summary_rows(run_dir.path)
+    assert (rows[1]["stopped"], rows[1]["launches_n"]) == ("decided", 2)
+    assert rows[1]["verdict"] == "inconclusive"  # set aside for noise, as it was
 
 
 def test_a_fixed_sweep_keeps_its_order_and_says_nothing_of_stopping(
