@@ -46,7 +46,7 @@ from dtrun.report.reproduce import (
 )
 from dtrun.report.resultfile import AllreduceResult, Result
 from dtrun.report.results import SizeRow, TrainResult
-from dtrun.report.sequential import STOPPED_TEXT, judged_rows, until_decided
+from dtrun.report.sequential import STOPPED_TEXT, judged_rows, until_decided, used_launches
 from dtrun.report.stages import StageTable, stage_tables
 from dtrun.report.stats import CONFIDENCE, ONE_LAUNCH, STATISTIC, confidence_text
 from dtrun.report.summaryfile import SUMMARY_SCHEMA
@@ -158,8 +158,9 @@ def analyse(run_dir: RunDir) -> Report:
         report = replace(base, busbw_rows=rows_ar, first=_first(measured))
     else:
         trained = _only(results, TrainResult)
+        used = used_launches(trained, bench, runs_data)  # a point's launches to its stop
         noisy = {n: [r.noise for r in rs] for n, rs in trained.items()}
-        noise = noise_report(noisy, manifest.get("noise"), leaves_out(bench))
+        noise = noise_report(noisy, manifest.get("noise"), leaves_out(bench), used)
         rows = judged_rows(trained, bench, runs_data)  # --until-decided: as of each last look
         rows = verdicts_on_quiet_points(rows, noise)
         if workload == "program":  # --steps is the built-in workload's: your program's steps

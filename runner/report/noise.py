@@ -12,7 +12,7 @@ A launch timed in steal or other load is left out of its point while two others 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from dtrun.report.launchnoise import (
@@ -89,6 +89,7 @@ class PointNoise:
     # the sentence that says so (kept_launches); the figures above are the other launches'
     left_out: tuple[int, ...] = ()
     left_out_note: str | None = None
+    unused: int = 0  # launches after the look a point stopped at, for one that never came
 
     @property
     def unreliable(self) -> bool:
@@ -289,11 +290,18 @@ def noise_report(
     launches: Mapping[int, Sequence[LaunchNoise | None]],
     before: Mapping[str, Any] | None,
     leave_out: bool = True,
+    used: Mapping[int, int] | None = None,
 ) -> NoiseReport:
     """Every node count's noise, in order, and the machine before the sweep (``leave_out``:
-    runner/report/launchnoise.py ``leaves_out`` of the manifest)."""
+    runner/report/launchnoise.py ``leaves_out`` of the manifest; ``used``: how many of each
+    count's launches its row stands on, runner/report/sequential.py used_launches)."""
+    used = used or {n: len(ls) for n, ls in launches.items()}
     return NoiseReport(
-        points=tuple(point_noise(n, ls, leave_out) for n, ls in sorted(launches.items()) if ls),
+        points=tuple(
+            replace(point_noise(n, ls[: used[n]], leave_out), unused=len(ls) - used[n])
+            for n, ls in sorted(launches.items())
+            if ls
+        ),
         before=None if before is None else dict(before),
         before_finding=before_finding(before),
     )

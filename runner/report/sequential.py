@@ -58,8 +58,8 @@ class Stopped(StrEnum):
 STOPPED_TEXT = {
     Stopped.DECIDED.value: "stopped: decided",
     Stopped.MAXIMUM.value: "stopped: --max-launches reached undecided",
-    Stopped.OUT_OF_REACH.value: "stopped undecided: with launches left out for noise, its next "
-    "look was out of --max-launches' reach",
+    Stopped.OUT_OF_REACH.value: "stopped undecided: launches in noise (its own or the "
+    "baseline's) left its next look out of --max-launches' reach",
     Stopped.ENDED.value: "the sweep ended before it decided",
     Stopped.BASELINE.value: "the baseline runs while any point runs",
 }
@@ -160,19 +160,19 @@ def looked(
     results: Mapping[int, Sequence[TrainResult]],
     max_launches: int,
     target: float = DEFAULT_TARGET,
-    rounds_left: int | None = None,
+    rounds_left: int | Mapping[int, int] | None = None,
     leave_out: bool = True,
 ) -> Looks:
     """The looks the sweep took on ``results`` (each node count's launches in order, disturbed
-    ones included). ``rounds_left``: the rounds the sweep can still launch in (None: the sweep
-    ended before its rounds did); a point whose quiet launches, or the baseline's, can no longer
-    reach the next look stops there (Stopped.OUT_OF_REACH)."""
+    ones included). ``rounds_left``: the launches each count (or every count) can still take
+    (None: the sweep ended before its rounds did); a point whose quiet launches, or the
+    baseline's, can no longer reach the next look stops there (Stopped.OUT_OF_REACH)."""
     counts = sorted(n for n, rs in results.items() if rs)
     if not counts:
         return Looks({}, {}, MIN_LAUNCHES)
     quiet = quiet_results(results, leave_out)
-    left = max_launches if rounds_left is None else rounds_left
-    reach = {n: len(quiet[n]) + left for n in counts}
+    left = {n: max_launches for n in counts} if rounds_left is None else rounds_left
+    reach = {n: len(quiet[n]) + (left if isinstance(left, int) else left[n]) for n in counts}
     points = counts[1:]
     stops: dict[int, Stop] = {}
     rows: dict[int, ScalingRow] = {}
@@ -225,7 +225,9 @@ def runs_next(
     the look it stopped at)."""
     if round_ >= max_launches:
         return False
-    looks_ = looked(results, max_launches, target, max_launches - round_, leave_out)
+    # the launches each count can still take: the smaller ones have had this round's turn
+    left = {n: max_launches - round_ - (n < nodes) for n in results}
+    looks_ = looked(results, max_launches, target, left, leave_out)
     counts = sorted(results)
     running = [n for n in counts[1:] if n not in looks_.stops]
     if not running or (nodes != counts[0] and nodes not in running):
@@ -280,6 +282,31 @@ def _rows(
     return scaling_rows(
         results, target, confidence, level=lambda k: look_confidence(k, k), flag="--max-launches"
     )
+
+
+def used_launches(
+    results: Mapping[int, Sequence[TrainResult]],
+    bench: Mapping[str, Any],
+    runs: Mapping[str, Any] | None = None,
+) -> dict[int, int]:
+    """How many of each count's launches (a prefix) its row and its noise stand on: all, but
+    for a point stopped at a look, those up to that look's last quiet launch (any after were
+    taken for a look that never came: the baseline's launches were in noise)."""
+    used = {n: len(rs) for n, rs in results.items()}
+    if not until_decided(bench):
+        return used
+    leave_out = leaves_out(bench)
+    target = float(bench.get("target_efficiency", DEFAULT_TARGET))
+    left = rounds_left(bench, runs or {})
+    stops, rows = replay(results, most_launches(bench), target, left, leave_out)
+    for nodes, stop in stops.items():
+        quiet = 0
+        for index, result in enumerate(results[nodes] if nodes in rows else ()):
+            quiet += not (leave_out and disturbed(result.noise))
+            if quiet == stop.launches:
+                used[nodes] = index + 1
+                break
+    return used
 
 
 def judged_rows(

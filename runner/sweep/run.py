@@ -209,11 +209,14 @@ class _Runner:
         return health
 
     def points(self, resumed: Resumed | None = None) -> None:
-        for launch in self.plan.launches:
-            if resumed is not None and resumed.is_done(launch.plan.nnodes, launch.repeat):
+        kept = resumed.is_done if resumed is not None else lambda nodes, repeat: False
+        done = [kept(launch.plan.nnodes, launch.repeat) for launch in self.plan.launches]
+        last = max((i for i, was in enumerate(done) if was), default=-1)
+        for index, launch in enumerate(self.plan.launches):
+            if done[index]:
                 continue  # --resume: finished with a result before; kept as it was
-            if self.plan.spec.until_decided and not self.runs_next(launch):
-                continue  # --until-decided: this node count has stopped
+            if self.plan.spec.until_decided and (index < last or not self.runs_next(launch)):
+                continue  # stopped or waiting (runs_next), or a round a --resume left behind
             self.events.on_start(launch.plan, launch.repeat)
             self.current = (launch, time.monotonic())
             outcome = self.launch(launch)

@@ -89,10 +89,10 @@ def test_a_clear_loss_is_decided_after_two_launches():
 
 def test_a_point_on_the_target_runs_to_the_maximum_and_says_so():
     results = {1: point(WOBBLY[:6], 1), 2: point(WOBBLY[2:8], 2, efficiency=0.9)}
-    for launches in range(2, 6):
+    for launches in range(2, 6):  # each round: the baseline's turn, then the point's
         first = {n: rs[:launches] for n, rs in results.items()}
-        assert runs_next(first, 2, launches, 6)
         assert runs_next(first, 1, launches, 6)
+        assert runs_next({**first, 1: results[1][: launches + 1]}, 2, launches, 6)
     assert not runs_next(results, 2, 6, 6)
     stops, _ = replay(results, 6)
     assert stops[2].launches == 6 and stops[2].why == "maximum"
@@ -250,7 +250,7 @@ def test_a_point_whose_rounds_cannot_reach_its_next_look_stops_out_of_reach(
     ]
     assert rows[1]["confidence"] == pytest.approx(look_confidence(4, 3))  # its last look's
     report = (tmp_path / "reach" / "report.md").read_text()
-    assert "its next look was out of --max-launches' reach" in report
+    assert "left its next look out of --max-launches' reach" in report
 
 
 def test_a_count_with_the_next_look_s_launches_waits_for_the_others(
@@ -273,6 +273,39 @@ def test_a_count_with_the_next_look_s_launches_waits_for_the_others(
     assert "2 nodes, n = 10 steps x 2 launches (stopped" in report
 
 
+def test_no_count_launches_once_the_baseline_can_bring_no_look(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    # the baseline's first launch in steal; at most 3: after round 2's baseline launch no
+    # look at 3 can come, and the point does not launch for it
+    tokens = {1: WOBBLY, 2: [t * 0.9 for t in reversed(WOBBLY)]}
+    executor = Scripted(tokens, frozenset({(1, 0)}))
+    run_sweep(sweep_plan(fixed_inventory, bench("base", max_launches=3)), tmp_path, executor)
+    assert executor.launched == [1, 2, 1, 2, 1]
+    rows = summary_rows(tmp_path / "base")
+    assert [(r["launches_n"], r["stopped"]) for r in rows] == [(2, "baseline"), (2, "out of reach")]
+
+
+def test_a_point_s_launch_for_a_look_that_never_came_is_said_unused(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    # the baseline's third and fourth launches in steal: the point's third was taken for a
+    # look at 3 that the baseline's fourth could still have brought
+    tokens = {1: WOBBLY, 2: [t * 0.9 for t in reversed(WOBBLY)]}
+    executor = Scripted(tokens, frozenset({(1, 2), (1, 3)}))
+    run_sweep(sweep_plan(fixed_inventory, bench("unused", max_launches=4)), tmp_path, executor)
+    assert executor.launched == [1, 2, 1, 2, 1, 2, 1]
+    rows = summary_rows(tmp_path / "unused")
+    assert [(r["launches_n"], r["stopped"]) for r in rows] == [(2, "baseline"), (2, "out of reach")]
+    report = (tmp_path / "unused" / "report.md").read_text()
+    assert "x 2 launches (1 more after its last look, unused) (stopped undecided" in report
+    noise = json.loads((tmp_path / "unused" / "summary.json").read_text())["noise"]["points"]
+    assert [(p["launches"], p["unused"], p["left_out"]) for p in noise] == [
+        (4, 0, [3, 4]),
+        (2, 1, []),
+    ]
+
+
 def test_no_quiet_launch_leaves_no_look_and_every_launch_in_the_row():
     stolen = noise_data(["node-0", "node-1"], steal=0.08)
 
@@ -281,7 +314,10 @@ def test_no_quiet_launch_leaves_no_look_and_every_launch_in_the_row():
         return parse_train_result(data, "test")
 
     none = {1: [launch(1, t) for t in WOBBLY[:2]], 2: [launch(2, t) for t in WOBBLY[2:4]]}
-    assert runs_next(none, 2, 2, 4) and replay(none, 4) == ({}, {})
+    assert runs_next(none, 1, 2, 4) and replay(none, 4) == ({}, {})  # 2 rounds to get 2
+    # the baseline's third in noise too: one round left cannot give it two quiet launches
+    third = {**none, 1: [*none[1], launch(1, WOBBLY[4])]}
+    assert not runs_next(third, 2, 2, 4)
     assert not runs_next(none, 2, 4, 4)
     assert replay(none, 2, rounds_left=0)[0][2].why == "out of reach"
     row = sequential_rows(none, 2, rounds_left=0)[1]
@@ -400,8 +436,13 @@ def test_the_dry_run_plans_the_rounds_up_to_the_maximum(tmp_path: Path):
 class StoppedAt(Scripted):
     """``Scripted``, with a Ctrl-C arriving as launch number ``at`` (from 1) begins."""
 
-    def __init__(self, tokens: dict[int, list[float]], at: int) -> None:
-        super().__init__(tokens)
+    def __init__(
+        self,
+        tokens: dict[int, list[float]],
+        at: int,
+        stolen: frozenset[tuple[int, int]] = frozenset(),
+    ) -> None:
+        super().__init__(tokens, stolen)
         self.at = at
 
     def run(
@@ -431,6 +472,26 @@ def test_a_resumed_sweep_runs_only_the_launches_the_rule_still_owes(
     assert executor.launched == [2]  # the second 2-node launch, and then the point had decided
     rows = summary_rows(tmp_path / "cut")
     assert [(r["launches_n"], r["stopped"]) for r in rows] == [(2, "baseline"), (2, "decided")]
+
+
+def test_a_resumed_sweep_does_not_go_back_to_a_round_where_a_count_waited(
+    tmp_path: Path, fixed_inventory: Inventory, no_stop_yet: None
+):
+    tokens = {1: WOBBLY, 2: [t * 0.9 for t in reversed(WOBBLY)]}  # on the target: undecided
+    stolen = frozenset({(2, 1)})  # the baseline waits in round 2 for the point's second quiet
+    with pytest.raises(RunInterruptedError):  # stopped as round 3's baseline launch began
+        run_sweep(sweep_plan(fixed_inventory, bench("gap")), tmp_path, StoppedAt(tokens, 6, stolen))
+    assert sorted(p.parent.name + "/" + p.name for p in (tmp_path / "gap").glob("n*/r*")) == [
+        "n1/r0", "n1/r1", "n1/r3", "n2/r0", "n2/r1", "n2/r2",
+    ]  # fmt: skip
+    resumed = read_resume(tmp_path / "gap", ())
+    executor = Scripted({1: WOBBLY[2:], 2: [t * 0.9 for t in reversed(WOBBLY)][3:]})
+    run_sweep(sweep_plan(fixed_inventory, resumed.spec), tmp_path, executor, resumed=resumed)
+    assert not (tmp_path / "gap" / "n1" / "r2" / "result.json").exists()  # not gone back to
+    assert executor.launched[:2] == [1, 2]  # round 3's, again
+    rows = summary_rows(tmp_path / "gap")
+    # the round the baseline waited is spent: 5 quiet launches each, no look at 6
+    assert [(r["launches_n"], r["stopped"]) for r in rows] == [(5, "baseline"), (5, "out of reach")]
 
 
 def _as_recorded_before_max_launches(run_dir: Path) -> None:
