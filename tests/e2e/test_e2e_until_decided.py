@@ -23,30 +23,37 @@ def _read(path: Path) -> dict[str, Any]:
 
 def _checked(run: Path) -> list[dict[str, Any]]:
     """The run's summary rows, after checking its launches ran round by round, each point
-    between 2 and 3 launches, as many as its row and its reason say."""
+    between 2 and 3 launches, as many as its row, its Noise entry and its reason say (a launch
+    in steal or other load left out: docs/report.md "Noise")."""
     runs = _read(run / "runs.json")
     assert runs["status"] == "complete"
     order = [(r["nodes"], r["repeat"]) for r in runs["runs"]]
     assert order == sorted(order, key=lambda launch: (launch[1], launch[0]))  # round by round
-    rows: list[dict[str, Any]] = _read(run / "summary.json")["rows"]
+    summary = _read(run / "summary.json")
+    rows: list[dict[str, Any]] = summary["rows"]
     assert [row["nodes"] for row in rows] == [1, 2]
     base, two = rows
     assert base["stopped"] == "baseline"
-    assert two["stopped"] in ("decided", "maximum")
-    assert 2 <= two["launches_n"] <= 3
-    assert two["launches_n"] == sum(1 for nodes, _ in order if nodes == 2)
-    assert base["launches_n"] == two["launches_n"]  # the baseline ran while the point ran
+    assert two["stopped"] in ("decided", "maximum", "out of reach")
+    taken = {n: sum(1 for nodes, _ in order if nodes == n) for n in (1, 2)}
+    assert 2 <= taken[2] <= 3 and taken[1] <= 3
+    noise = {p["nodes"]: p for p in summary["noise"]["points"]}
+    for row in rows:  # every launch is in its row, left out for noise, or unused
+        point = noise[row["nodes"]]
+        assert row["launches_n"] + len(point["left_out"]) + point["unused"] == taken[row["nodes"]]
     noisy = "measured in noise" in two["verdict_reason"]
     if two["stopped"] == "decided":  # unless the Noise section took the verdict back
         assert two["verdict"] in ("scales", "loses") or noisy, two["verdict_reason"]
-    else:
+        said = "(stopped: decided, then set aside for noise)" if noisy else "(stopped: decided)"
+    elif two["stopped"] == "maximum":
         assert two["launches_n"] == 3 and two["verdict"] == "inconclusive"
+        said = "--max-launches reached"
+    else:  # launches in noise left no look at 3 within reach
+        assert noise[1]["left_out"] or noise[2]["left_out"] or noisy, summary["noise"]
+        assert two["verdict"] == "inconclusive"
+        said = "left its next look out of --max-launches' reach"
     # 2 looks (after 2 and 3 launches), spending 1/3 and 2/3 of the 5%
     assert two["confidence"] == pytest.approx(look_confidence(3, two["launches_n"]))
-    if two["stopped"] == "decided":  # set aside: docs/report.md, "Stopping when decided"
-        said = "(stopped: decided, then set aside for noise)" if noisy else "(stopped: decided)"
-    else:
-        said = "--max-launches reached"
     assert said in (run / "report.md").read_text()
     return rows
 
