@@ -100,7 +100,8 @@ class ScalingRow:
     # The intervals' confidence (summary/6): 95%, or with --until-decided the per-look level
     # that keeps 5% over all the looks (runner/report/sequential.py); and why the point took
     # the launches it did: None for a fixed --repeat, else "decided", "maximum" (--max-launches
-    # reached undecided), "ended" (the sweep ended first) or "baseline".
+    # reached undecided), "out of reach" (launches in noise left no next look), "ended" (the
+    # sweep ended first) or "baseline" (runner/report/sequential.py Stopped).
     confidence: float = CONFIDENCE
     stopped: str | None = None
 
