@@ -45,6 +45,14 @@ def _running(cluster: RayCluster, needle: str) -> list[int]:
     return found
 
 
+def _command(proc: psutil.Process) -> list[str]:
+    """A process's command line; none for one that ended meanwhile (a shell's child)."""
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return []
+
+
 def _start(where: Path, *args: str) -> tuple[subprocess.Popen[bytes], object]:
     out = (where / "dtrun.out").open("w+")
     dtrun = subprocess.Popen([*DTRUN, *args], cwd=where, stdout=out, stderr=subprocess.STDOUT,
@@ -101,7 +109,7 @@ def test_a_raylet_lost_during_exec_is_named_by_its_node(ray_cluster, tmp_path):
     # the sleep itself, not the shell whose script names it: a raylet killed before the shell's
     # test ran would make it skip the sleep and end 0 (ps finds no raylet there)
     wait_for(lambda: [p for p in ray_cluster.under(SECOND, "sleep 600.5")
-                      if p.cmdline()[:1] == ["sleep"]] != [],
+                      if _command(p)[:1] == ["sleep"]] != [],
              timeout=300, what="the command's sleep on 127.0.0.3")  # fmt: skip
     ray_cluster.raylet(SECOND).kill()
     assert ends_within(dtrun, 300, out) == 1  # type: ignore[arg-type]
