@@ -37,7 +37,7 @@ from dtrun.record.rundir import RunDir
 from dtrun.record.runsfile import segment_walls
 from dtrun.redact import REDACTED
 from dtrun.spec.outcome import RunResult, RunStatus
-from dtrun.spec.request import NOISY_LEFT_OUT, BenchSpec
+from dtrun.spec.request import BenchSpec, leaves_out
 
 T = TypeVar("T")
 
@@ -223,5 +223,4 @@ def read_resume(
     done = tuple(run for run in every if run.status is RunStatus.OK)
     replaced = (*earlier, *(run for run in every if run.status is not RunStatus.OK))
     walls = segment_walls(runs, 1 + len(manifest.get("resumed", [])))
-    leave_out = manifest["bench"].get("noisy_launches") == NOISY_LEFT_OUT
-    return Resumed(run_dir, spec, done, replaced, walls, leave_out)
+    return Resumed(run_dir, spec, done, replaced, walls, leaves_out(manifest["bench"]))

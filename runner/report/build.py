@@ -22,7 +22,6 @@ from dtrun.redact import redact_text
 from dtrun.render import code_block, environment, render
 from dtrun.report.cost import SweepCost, sweep_cost
 from dtrun.report.htmlpage import METHOD_MARKERS, data_uri, markdown_parser, report_html_body
-from dtrun.report.launchnoise import leaves_out
 from dtrun.report.losses import LossRow, where_scaling_is_lost
 from dtrun.report.metrics import (
     FORMULAS,
@@ -51,7 +50,7 @@ from dtrun.report.stages import StageTable, stage_tables
 from dtrun.report.stats import CONFIDENCE, ONE_LAUNCH, STATISTIC, confidence_text
 from dtrun.report.summaryfile import SUMMARY_SCHEMA
 from dtrun.spec.outcome import health_below
-from dtrun.spec.request import ScalingMode
+from dtrun.spec.request import ScalingMode, leaves_out
 
 T = TypeVar("T")
 DEFAULT_PROJECT_TOKENS = 10**9

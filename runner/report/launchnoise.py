@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dtrun.spec.request import MIN_LAUNCHES, NOISY_LEFT_OUT
+from dtrun.spec.request import MIN_LAUNCHES
 from dtrun.spec.text import host_label
 from dtrun.workloads.noise import ALONE, OTHER_CORES, STEAL_SHARE
 
@@ -124,11 +124,6 @@ def noisy(node: NodeNoise) -> bool:
 def disturbed(noise: LaunchNoise | None) -> bool:
     """A launch timed while steal or other load crossed its threshold on any of its nodes."""
     return noise is not None and any(noisy(node) for node in noise.nodes)
-
-
-def leaves_out(bench: Mapping[str, Any]) -> bool:
-    """Whether a manifest's sweep left its disturbed launches out."""
-    return bench.get("noisy_launches") == NOISY_LEFT_OUT
 
 
 def kept_launches(launches: Sequence[LaunchNoise | None], leave_out: bool = True) -> list[int]:

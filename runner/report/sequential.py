@@ -37,12 +37,12 @@ from enum import StrEnum
 from typing import Any
 
 from dtrun.record.readback import describe
-from dtrun.report.launchnoise import disturbed, kept_launches, leaves_out
+from dtrun.report.launchnoise import disturbed, kept_launches
 from dtrun.report.metrics import ScalingRow, scaling_rows
 from dtrun.report.results import TrainResult
 from dtrun.report.stats import CONFIDENCE, DEFAULT_TARGET, Verdict, confidence_text
 from dtrun.spec.bounds import bound_of
-from dtrun.spec.request import MIN_LAUNCHES, BenchSpec
+from dtrun.spec.request import MIN_LAUNCHES, BenchSpec, leaves_out
 
 
 class Stopped(StrEnum):
@@ -171,7 +171,7 @@ def looked(
     if not counts:
         return Looks({}, {}, MIN_LAUNCHES)
     quiet = quiet_results(results, leave_out)
-    left = {n: max_launches for n in counts} if rounds_left is None else rounds_left
+    left = max_launches if rounds_left is None else rounds_left
     reach = {n: len(quiet[n]) + (left if isinstance(left, int) else left[n]) for n in counts}
     points = counts[1:]
     stops: dict[int, Stop] = {}

@@ -5,9 +5,10 @@ dtrun.redact and dtrun.spec only."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field, replace
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from dtrun.redact import Redactor, redact_args, redact_env, secret_args, secret_values
 from dtrun.spec.bounds import Bound, nodes_range, seconds
@@ -223,6 +224,11 @@ MIN_LAUNCHES = 2  # one launch shows nothing of how much a launch moves: no inte
 # manifest.json's bench.noisy_launches: the sweep left launches timed in steal or other load out
 # of its intervals (runner/report/launchnoise.py); a sweep recorded before kept them all
 NOISY_LEFT_OUT = "left out"
+
+
+def leaves_out(bench: Mapping[str, Any]) -> bool:
+    """Whether a manifest's ``bench`` is a sweep's that left its disturbed launches out."""
+    return bench.get("noisy_launches") == NOISY_LEFT_OUT
 
 
 @dataclass(frozen=True)
