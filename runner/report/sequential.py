@@ -290,8 +290,9 @@ def used_launches(
     runs: Mapping[str, Any] | None = None,
 ) -> dict[int, int]:
     """How many of each count's launches (a prefix) its row and its noise stand on: all, but
-    for a point stopped at a look, those up to that look's last quiet launch (any after were
-    taken for a look that never came: the baseline's launches were in noise)."""
+    for a point stopped at a look, those up to that look's last quiet launch and the launches
+    in noise right after it (left out: runner/report/launchnoise.py); a quiet one after was
+    taken for a look that never came (the baseline's launches were in noise) and is unused."""
     used = {n: len(rs) for n, rs in results.items()}
     if not until_decided(bench):
         return used
@@ -302,10 +303,10 @@ def used_launches(
     for nodes, stop in stops.items():
         quiet = 0
         for index, result in enumerate(results[nodes] if nodes in rows else ()):
-            quiet += not (leave_out and disturbed(result.noise))
-            if quiet == stop.launches:
-                used[nodes] = index + 1
+            if quiet == stop.launches and not (leave_out and disturbed(result.noise)):
                 break
+            quiet += not (leave_out and disturbed(result.noise))
+            used[nodes] = index + 1
     return used
 
 

@@ -6,8 +6,9 @@ Balanced weighs the pieces by their time on this machine, so its split is the ma
 choose; whatever it chose must hold fewer FLOPs on its slowest stage than the even split
 (counted), and each stage's forward and backward passes timed alone after training must show
 its slowest stage taking a smaller share of the stages' time (measured). A timing comparison:
-other work on the machine slows a run, so each split keeps its best of up to three runs; it
-runs with the other real launches (e2e).
+other work on the machine slows one stage's process more than the other's (two processes on two
+cores), so it runs alone (pyproject.toml "alone"), and each split keeps its best of up to three
+runs.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 from dtrun.workloads.stagecost import Shape, even_split, stage_costs
 from tests.paths import REPO
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 REPO = REPO
 # 12 blocks of d = 128; the head (V = 16,000) counts as 9.6 of them in FLOPs (about 7 in time
@@ -70,8 +71,8 @@ def test_balanced_stages_make_the_slowest_stage_faster_predicted_and_measured(tm
     ]
     assert counted[1] < counted[0]
     # Measured: each stage's compute alone, the slowest stage's share of each split's time.
-    # Other work on the machine (the other e2e worker's launches) disturbs a run, so each split
-    # keeps its smallest of up to three runs, even and balanced in turn, until balanced's is.
+    # Other work on the machine disturbs a run, so each split keeps its smallest of up to three
+    # runs, even and balanced in turn, until balanced's is.
     slowest = {"even": [slowest_share(even)], "balanced": [slowest_share(balanced)]}
     for attempt in range(2):
         if min(slowest["balanced"]) < min(slowest["even"]):

@@ -306,6 +306,26 @@ def test_a_point_s_launch_for_a_look_that_never_came_is_said_unused(
     ]
 
 
+def test_a_point_s_last_launch_in_noise_is_named_left_out_where_it_stopped_out_of_reach(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    # at most 3; the point's third launch in steal: no round is left for a quiet third
+    tokens = {1: WOBBLY, 2: [t * 0.9 for t in reversed(WOBBLY)]}
+    executor = Scripted(tokens, frozenset({(2, 2)}))
+    run_sweep(sweep_plan(fixed_inventory, bench("own", max_launches=3)), tmp_path, executor)
+    assert executor.launched == [1, 2, 1, 2, 1, 2]
+    rows = summary_rows(tmp_path / "own")
+    assert [(r["launches_n"], r["stopped"]) for r in rows] == [(3, "baseline"), (2, "out of reach")]
+    report = (tmp_path / "own" / "report.md").read_text()
+    assert "x 2 launches (1 more left out for noise) (stopped undecided" in report
+    assert "Launch 3 of 3 is left out of the 2-node point's interval: node-0 lost 8%" in report
+    noise = json.loads((tmp_path / "own" / "summary.json").read_text())["noise"]["points"]
+    assert [(p["launches"], p["unused"], p["left_out"]) for p in noise] == [
+        (3, 0, []),
+        (3, 0, [3]),
+    ]
+
+
 def test_no_quiet_launch_leaves_no_look_and_every_launch_in_the_row():
     stolen = noise_data(["node-0", "node-1"], steal=0.08)
 
