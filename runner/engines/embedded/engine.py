@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from dtrun.cluster.readiness import check_ports_free
 from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks, wait_for_nodes
-from dtrun.engines.embedded.inventory import embedded_inventory, oversubscription
+from dtrun.engines.embedded.inventory import embedded_inventory, node_cores, oversubscription
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.request import EMBEDDED_MAX_LAUNCHES
 
@@ -23,9 +23,16 @@ class EmbeddedEngine(Engine):
 
     @contextlib.contextmanager
     def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
+        import os
+        import shutil
+
         from dtrun.engines.embedded.executor import LocalExecutor
 
-        yield Cluster(embedded_inventory(choice.local_nodes), LocalExecutor(), choice, self)
+        inventory = embedded_inventory(choice.local_nodes)
+        # util-linux's taskset keeps each node to its cores; without it they share them all
+        found = shutil.which("taskset") is not None
+        cores = node_cores(inventory, sorted(os.sched_getaffinity(0))) if found else {}
+        yield Cluster(inventory, LocalExecutor(cores=cores), choice, self)
 
     def ready(self, cluster: Cluster, plan: LaunchPlan) -> None:
         # MASTER_PORT sits next to the rendezvous port (LaunchRequest.master_port)

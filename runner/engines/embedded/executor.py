@@ -10,7 +10,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,9 +71,13 @@ class LocalExecutor:
     (runner/execute/guard.py) stops them all the same way if dtrun is killed outright.
     """
 
-    def __init__(self, *, grace_s: float = 5.0) -> None:
+    def __init__(
+        self, *, grace_s: float = 5.0, cores: Mapping[str, tuple[int, ...]] | None = None
+    ) -> None:
         self.grace_s = grace_s
         self.on_stopping: StopSink = quiet_stop
+        # each node's cores (runner/engines/embedded/inventory.py node_cores); none: any core
+        self.cores = dict(cores or {})
 
     def run(
         self,
@@ -97,7 +101,8 @@ class LocalExecutor:
         try:
             for launch in plan.launches:
                 with sigint_deferred():  # a node that was started is one that gets stopped
-                    nodes.append(_start(launch, workdir, on_line, exits, tag))
+                    pinned = self.pinned(launch.node.name, ["bash", launch.script_name])
+                    nodes.append(_start(launch, pinned, workdir, on_line, exits, tag))
             verdict = _supervise(nodes, exits, timeout_s, plan)
         except KeyboardInterrupt:
             interrupted = True
@@ -124,7 +129,7 @@ class LocalExecutor:
 
         def start(name: str) -> subprocess.Popen[bytes]:
             return subprocess.Popen(
-                ["bash", "-s"],
+                self.pinned(name, ["bash", "-s"]),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -134,6 +139,14 @@ class LocalExecutor:
 
         ended = run_scripts(scripts, start, on_line)
         return {name: Answer("\n".join(lines), code) for name, (lines, code) in ended.items()}
+
+    def pinned(self, node: str, command: list[str]) -> list[str]:
+        """``command`` kept to ``node``'s cores by util-linux taskset (it execs the command:
+        the same process, and all it starts inherits the cores)."""
+        cores = self.cores.get(node)
+        if not cores:
+            return command
+        return ["taskset", "--cpu-list", ",".join(map(str, cores)), *command]
 
     def _stop(self, nodes: list[_Node]) -> None:
         """Stop every process of every node that is still there, then reap the nodes."""
@@ -167,12 +180,17 @@ class LocalExecutor:
 
 
 def _start(
-    launch: NodeLaunch, workdir: Path, on_line: LineSink, exits: queue.Queue[_Node], tag: str
+    launch: NodeLaunch,
+    command: list[str],
+    workdir: Path,
+    on_line: LineSink,
+    exits: queue.Queue[_Node],
+    tag: str,
 ) -> _Node:
     write_atomic(workdir / launch.script_name, launch.script.encode(), 0o700)
     log_path = workdir / f"{launch.node.name}.log"
     popen = subprocess.Popen(
-        ["bash", launch.script_name],
+        command,
         cwd=workdir,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

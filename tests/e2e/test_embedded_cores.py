@@ -1,0 +1,39 @@
+"""A real launch on the embedded cluster: each node's ranks run on that node's own core, as a
+machine's processes run on its own cores (runner/engines/embedded/inventory.py node_cores).
+Port 29950."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.conftest import run_dtrun
+
+pytestmark = pytest.mark.e2e
+
+# A user program under torchrun: records the cores its rank may run on.
+PROGRAM = """
+import json, os
+with open(f"cores-{os.environ['RANK']}.json", "w") as out:
+    cores = sorted(os.sched_getaffinity(0))
+    json.dump({"node": os.environ["DTRUN_NODE_NAME"], "cores": cores}, out)
+"""
+
+
+def test_each_embedded_node_s_rank_runs_on_that_node_s_own_core(no_leftovers):
+    script = no_leftovers / "cores.py"
+    script.write_text(PROGRAM)
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "run", "--nodes", "2", "--port", "29950", "--output", str(out), "--run-id", "cores",
+        "--", "python", str(script), cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    allowed = sorted(os.sched_getaffinity(0))
+    share = max(1, len(allowed) // 2)
+    seen = [json.loads((out / "cores" / "launch" / f"cores-{r}.json").read_text()) for r in (0, 1)]
+    assert [s["node"] for s in seen] == ["node-0", "node-1"]
+    assert seen[0]["cores"] == allowed[:share]
+    assert seen[1]["cores"] == allowed[share : 2 * share] or len(allowed) == 1

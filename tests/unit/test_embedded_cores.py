@@ -1,0 +1,44 @@
+"""The embedded cluster keeps each simulated node to its own share of this machine's cores
+(runner/engines/embedded/inventory.py node_cores; docs/bench.md "The embedded local cluster")."""
+
+from __future__ import annotations
+
+import os
+
+from dtrun.engines.embedded.executor import LocalExecutor
+from dtrun.engines.embedded.inventory import local_cluster, node_cores
+
+
+def _cluster(size: int, cpu_count: int):
+    return local_cluster(size, python_bin="python3", code_dir="/opt/dtrun", cpu_count=cpu_count)
+
+
+def test_each_node_takes_its_own_share_of_the_cores_in_order():
+    assert node_cores(_cluster(2, 4), range(4)) == {"node-0": (0, 1), "node-1": (2, 3)}
+    assert node_cores(_cluster(2, 2), [4, 7]) == {"node-0": (4,), "node-1": (7,)}
+
+
+def test_nodes_beyond_the_cores_wrap_round_onto_them():
+    assert node_cores(_cluster(4, 2), [0, 1]) == {
+        "node-0": (0,),
+        "node-1": (1,),
+        "node-2": (0,),
+        "node-3": (1,),
+    }
+    # more cores counted than dtrun may use (a container's cpuset): the allowed ones, shared
+    assert node_cores(_cluster(2, 8), [2, 3]) == {"node-0": (2, 3), "node-1": (2, 3)}
+
+
+def test_a_node_s_processes_run_only_on_its_cores():
+    allowed = sorted(os.sched_getaffinity(0))
+    cores = {"node-0": (allowed[0],), "node-1": (allowed[-1],)}
+    answers = LocalExecutor(cores=cores).command(
+        {name: "grep Cpus_allowed_list /proc/self/status" for name in cores}
+    )
+    for name, answer in answers.items():
+        assert answer.exit_code == 0, answer.output
+        assert answer.output.split()[-1] == str(cores[name][0])
+    # no cores given: the node runs wherever dtrun may
+    count = "python3 -c 'import os; print(len(os.sched_getaffinity(0)))'"
+    (free,) = LocalExecutor().command({"node-0": count}).values()
+    assert free.output.split()[-1] == str(len(allowed))
