@@ -44,7 +44,7 @@ def embedded_inventory(size: int) -> Inventory:
 
 
 def node_cores(inventory: Inventory, allowed: Sequence[int]) -> dict[str, tuple[int, ...]]:
-    """The cores each simulated node runs on (docs/clusters.md "The embedded cluster"): node i
+    """The cores each simulated node runs on (docs/bench.md "The embedded local cluster"): node i
     its own ``cpus`` of the cores this process may use, in order, wrapping round where the
     nodes outnumber them. A node kept to its cores is one machine's share, as a container's
     cpuset is; ranks floating over every core time a different machine from launch to launch
