@@ -103,7 +103,8 @@ def run(
         console().print(
             styled(
                 ("ok", "green"),
-                f" {plural(done.plan.nnodes, 'node')}, {done.plan.world_size} processes via "
+                f" {plural(done.plan.nnodes, 'node')}, "
+                f"{plural(done.plan.world_size, 'process')} via "
                 f"{done.plan.launcher}: {ended} in {done.wall_s:.1f} s; "
                 f"logs and outputs in {done.launch_dir}",
             )

@@ -192,8 +192,7 @@ def warn_oversubscribed(cluster: Cluster, spec: LaunchRequest, local_nodes: int)
     from dtrun.spec.request import BenchSpec
 
     counts = spec.node_counts if isinstance(spec, BenchSpec) else (local_nodes,)
-    warning = cluster.engine.warning(counts, spec.procs_per_node)
-    if warning is not None:
+    for warning in cluster.engine.warnings(cluster, counts, spec.procs_per_node):
         from dtrun.cli.inert import styled
 
         console().print(styled(("warning:", "yellow"), f" {warning}"))

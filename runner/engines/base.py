@@ -150,9 +150,11 @@ class Engine:
     def refuse_check(self, choice: ClusterChoice) -> None:
         """A UsageError for options `dtrun check` cannot honour on this engine."""
 
-    def warning(self, node_counts: Sequence[int], procs_per_node: int) -> str | None:
-        """A line to warn with before a launch (the embedded cluster's cores), or None."""
-        return None
+    def warnings(
+        self, cluster: Cluster, node_counts: Sequence[int], procs_per_node: int
+    ) -> list[str]:
+        """Lines to warn with before a launch (the embedded cluster's cores)."""
+        return []
 
     def drain(self, cluster: Cluster, run_id: str) -> Drain | None:
         """--drain-failing's bench: what takes the gate's failing nodes out (None: nothing,

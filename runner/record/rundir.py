@@ -40,7 +40,7 @@ from dtrun.record import manifest
 from dtrun.record.envdigest import env_digests
 from dtrun.record.readback import inside
 from dtrun.redact import Redactor, redact_data, redact_text, redact_var
-from dtrun.spec.cluster import Inventory
+from dtrun.spec.cluster import Inventory, usable_cpus
 from dtrun.spec.launchplan import EnvVar, LaunchPlan, point_dir
 from dtrun.spec.outcome import Health, NodeResult, RunStatus
 from dtrun.spec.request import NOISY_LEFT_OUT, BenchSpec, RunSpec
@@ -130,6 +130,7 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
+        "usable_cpus": usable_cpus(),  # its affinity: the embedded nodes' cores
         "memory_bytes": psutil.virtual_memory().total,
         "python": platform.python_version(),
     }

@@ -27,6 +27,7 @@ from dtrun.report.program import (
     sharding_text,
     timing_text,
 )
+from dtrun.report.reproduce import kept_cores
 from dtrun.report.results import ProgramFacts, TrainResult
 from dtrun.spec.text import plural
 
@@ -181,6 +182,9 @@ def _setup(report: Report) -> dict[str, str]:
         if strategy:  # as given on the command line; the result below says what ran
             facts["strategy options"] = ", ".join(f"{k} {v}" for k, v in strategy.items())
     facts.update(_env(manifest))
+    kept = kept_cores(manifest)
+    if kept is not None:
+        facts["cores"] = kept
     git = manifest.get("git")
     if git:
         facts["git revision"] = git["revision"][:12] + (" (dirty)" if git["dirty"] else "")

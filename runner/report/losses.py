@@ -264,7 +264,7 @@ def _why_lost(
     if oversubscribed:
         return (
             f"{lost}, and the all-reduce takes only about {share:.0%} of the step: the embedded "
-            "cluster runs more processes than this machine has cores, so they wait for CPU"
+            "cluster's processes share cores, so they wait for CPU"
         )
     return (
         f"{lost}, though the all-reduce takes only about {share:.0%} of the step: look for "

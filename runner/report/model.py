@@ -193,7 +193,7 @@ def finding(
     span = f"{low:.0%}" if round(low, 2) == round(high, 2) else f"{low:.0%} to {high:.0%}"
     if gap < -LARGE_GAP:
         contention = (
-            "CPU contention (the embedded cluster runs more processes than this machine has cores)"
+            "CPU contention (the embedded cluster's processes share cores)"
             if oversubscribed
             else "CPU contention"
         )

@@ -80,6 +80,8 @@ _BENCH = obj(
         "strategy": nullable(ANY_OBJECT),
     },
 )
+_NODE = {"name": TEXT, "address": TEXT}  # and an embedded node's cores, under taskset
+_MACHINE = {"hostname": TEXT, "cpu": TEXT, "cpu_count": nullable(WHOLE), "memory_bytes": NUMBER}
 _PAID_BEFORE = obj({"from": TEXT, "since": TEXT, "seconds": NUMBER, "nodes": WHOLE})
 MANIFEST = obj(
     {
@@ -87,12 +89,10 @@ MANIFEST = obj(
         "created_at": TEXT,
         "bench": _BENCH,
         "inventory": obj(
-            {"source": TEXT, "nodes": list_of(obj({"name": TEXT, "address": TEXT}))},
+            {"source": TEXT, "nodes": list_of(obj(_NODE, {"cores": nullable(list_of(WHOLE))}))},
             optional={"size": nullable(TEXT)},
         ),
-        "machine": obj(
-            {"hostname": TEXT, "cpu": TEXT, "cpu_count": nullable(WHOLE), "memory_bytes": NUMBER}
-        ),
+        "machine": obj(_MACHINE, {"usable_cpus": nullable(WHOLE)}),  # its affinity's cores
     },
     optional={
         "dtrun_version": nullable(TEXT),

@@ -1,7 +1,7 @@
 """The report's set-up and reproducibility lines from the manifest: where it was measured, the
 command in a code block nothing can end, the versions and sources a rerun needs (as Markdown,
-every recorded value quoted: runner/render.py), and which points ran more processes than the
-machine has cores."""
+every recorded value quoted: runner/render.py), and at which points the embedded cluster's
+processes shared cores."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dtrun.report.metrics import (
 )
 from dtrun.report.resultfile import Result
 from dtrun.report.results import TrainResult
-from dtrun.spec.cluster import exceeds_cores
+from dtrun.spec.cluster import shares_cores
 from dtrun.spec.text import noun, plural
 
 
@@ -23,9 +23,13 @@ def measured_on(manifest: Mapping[str, Any], first: Result | None) -> str:
     machine = manifest["machine"]
     nodes = len(inventory["nodes"])
     if inventory["source"] == "embedded":
+        usable, count = machine.get("usable_cpus"), machine["cpu_count"]
+        cores = f"{count} cores"
+        if usable is not None and count is not None and usable < count:
+            cores = f"{usable} of its {count} cores"
         return (
             f"embedded local cluster: {plural(nodes, 'simulated node')} on one machine "
-            f"({machine['hostname']}: {machine['cpu']}, {machine['cpu_count']} cores, "
+            f"({machine['hostname']}: {machine['cpu']}, {cores}, "
             f"{machine['memory_bytes'] / 2**30:.0f} GiB)"
         )
     device = f", {first.device_name}" if first else ""
@@ -76,13 +80,37 @@ def _facts(manifest: Mapping[str, Any], first: Result | None) -> list[tuple[str,
         rows.append(("image", f"{image['urn']} ({image['source']})"))
     nodes = manifest["inventory"]["nodes"]
     rows.append(("nodes", ", ".join(f"{n['name']} {n['address']}" for n in nodes)))
+    kept = kept_cores(manifest)
+    if kept is not None:
+        rows.append(("cores", kept))
     return rows
 
 
+def kept_cores(manifest: Mapping[str, Any]) -> str | None:
+    """The embedded nodes' cores as the manifest records them (docs/bench.md "The embedded
+    local cluster"); None for other clusters and for manifests written before they were."""
+    nodes = manifest["inventory"]["nodes"]
+    if manifest["inventory"]["source"] != "embedded" or not any("cores" in n for n in nodes):
+        return None
+    if all(n.get("cores") is None for n in nodes):
+        return "every node on every core dtrun could use (taskset not found)"
+    return "; ".join(
+        f"{n['name']}: {','.join(map(str, n['cores'])) if n.get('cores') else 'any'}" for n in nodes
+    )
+
+
 def oversubscribed(manifest: Mapping[str, Any], rows: Sequence[ScalingRow]) -> list[int]:
-    """Node counts at which the embedded cluster ran more processes than this machine has cores:
-    their efficiency measures the shared CPU, not the launcher or the communication."""
+    """Node counts at which the embedded cluster's processes shared cores (runner/spec/cluster.py
+    shares_cores, on the cores dtrun could use and each node's own where recorded): their
+    efficiency measures the shared CPU, not the launcher or the communication."""
     if manifest["inventory"]["source"] != "embedded":
         return []
-    cores = manifest["machine"]["cpu_count"]
-    return [row.nodes for row in rows if exceeds_cores(row.world_size, cores)]
+    machine = manifest["machine"]
+    cores = machine.get("usable_cpus") or machine["cpu_count"]
+    kept = [node.get("cores") for node in manifest["inventory"]["nodes"]]
+    over = []
+    for row in rows:
+        per_node = max(1, row.world_size // max(1, row.nodes))
+        if shares_cores(kept[: row.nodes] or [None] * row.nodes, per_node, cores):
+            over.append(row.nodes)
+    return over

@@ -20,6 +20,7 @@ from dtrun.report.results import (
     parse_train_result,
     size_rows,
 )
+from dtrun.spec.text import plural
 
 ALLREDUCE_SCHEMA = "dtrun.allreduce/1"
 
@@ -61,7 +62,8 @@ class AllreduceResult:
             return "1 process"
         if self.wrong:
             return f"FAILED: {self.wrong} wrong elements"
-        return f"correct sums: {self.world_size} ranks on {len(set(self.rank_nodes))} nodes"
+        nodes = plural(len(set(self.rank_nodes)), "node")
+        return f"correct sums: {self.world_size} ranks on {nodes}"
 
 
 def parse_allreduce_result(data: Mapping[str, Any], source: str) -> AllreduceResult:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from dtrun.errors import ResultError
 from dtrun.report.launchnoise import LaunchNoise, parse_noise
 from dtrun.report.stages import StageSplit, parse_stage_split
+from dtrun.spec.text import plural
 
 T = TypeVar("T")
 TRAIN_SCHEMA = "dtrun.train/1"
@@ -114,14 +115,15 @@ class TrainResult:
         """Whether the ranks were shown to communicate (see the workload's docstring)."""
         if self.program is not None:  # the user's program: its parameters' digests
             if self.program.proof == "in sync":
-                return f"in sync: {self.world_size} ranks on {len(set(self.rank_nodes))} nodes"
+                nodes = plural(len(set(self.rank_nodes)), "node")
+                return f"in sync: {self.world_size} ranks on {nodes}"
             return f"{self.program.proof}: {self.program.proof_why}"
         if self.world_size == 1:
             return "1 process"
         failed = [check.name for check in self.checks if not check.ok]
         if not self.verified:
             return f"FAILED: {', '.join(failed) if failed else 'ranks disagree'}"
-        where = f"{self.world_size} ranks on {len(set(self.rank_nodes))} nodes"
+        where = f"{self.world_size} ranks on {plural(len(set(self.rank_nodes)), 'node')}"
         if self.proof_kind == "pipeline":
             return f"pipeline verified: {where}"
         return f"in sync: {where}"

@@ -3,6 +3,8 @@ describes (ClusterSpec). Frozen values; stdlib and dtrun.redact only."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -23,6 +25,8 @@ class Node:
     address: str  # the address other nodes reach it on (rendezvous, --local-addr)
     slots: int = 1  # processes it is meant to run: its GPUs, or a CPU share on CPU nodes
     cpus: int = 1  # cores this node may use; split between its processes
+    # the cores it is kept to (an embedded node under taskset); None: any core it is given
+    cores: tuple[int, ...] | None = None
     # How to log in, where it differs from the inventory's SshAccess (hosts files).
     ssh_host: str | None = None  # default: address
     ssh_port: int | None = None
@@ -89,11 +93,34 @@ class Inventory:
         return replace(self, ssh=self.ssh.redacted() if self.ssh else None)
 
 
+def usable_cpus() -> int:
+    """The cores this process may use (its affinity: a container's cpuset, a `taskset`), not
+    every core the machine has: the embedded cluster's nodes share these."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def exceeds_cores(processes: int, cores: int | None) -> bool:
     """Whether ``processes`` on one machine of ``cores`` cores (the embedded cluster's nodes
     times its processes per node) share cores: their figures then measure the shared CPU, not
-    the launcher or the communication. The report's rule and the bench's warning."""
+    the launcher or the communication."""
     return processes > (cores or 1)
+
+
+def shares_cores(
+    kept_to: Sequence[Sequence[int] | None], procs_per_node: int, cores: int | None
+) -> bool:
+    """Whether the processes of a point on the embedded cluster share cores, its nodes each
+    kept to their cores (``kept_to``, in node order; None where a node floats over this
+    machine's ``cores``): a node with more processes than cores, or more processes than the
+    point's nodes have cores between them. The report's rule and the bench's warning."""
+    if not kept_to or any(kept is None for kept in kept_to):
+        return exceeds_cores(len(kept_to) * procs_per_node, cores)
+    pinned = [set(kept or ()) for kept in kept_to]
+    if any(procs_per_node > len(kept) for kept in pinned):
+        return True
+    return len(kept_to) * procs_per_node > len(set().union(*pinned))
 
 
 class StorageKind(StrEnum):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 
 from dtrun.engines.embedded.executor import LocalExecutor
-from dtrun.engines.embedded.inventory import local_cluster, node_cores
+from dtrun.engines.embedded.inventory import embedded_inventory, local_cluster, node_cores
+from dtrun.record.rundir import machine
 
 
 def _cluster(size: int, cpu_count: int):
@@ -25,8 +26,16 @@ def test_nodes_beyond_the_cores_wrap_round_onto_them():
         "node-2": (0,),
         "node-3": (1,),
     }
-    # more cores counted than dtrun may use (a container's cpuset): the allowed ones, shared
-    assert node_cores(_cluster(2, 8), [2, 3]) == {"node-0": (2, 3), "node-1": (2, 3)}
+
+
+def test_the_shares_are_of_the_cores_dtrun_may_use_not_the_machine_s(monkeypatch):
+    # eight cores, two of them dtrun's (a container's cpuset, a taskset around dtrun)
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {2, 3})
+    inventory = embedded_inventory(2)
+    assert [node.cpus for node in inventory.nodes] == [1, 1]
+    assert node_cores(inventory, [2, 3]) == {"node-0": (2,), "node-1": (3,)}
+    assert machine()["cpu_count"] == 8 and machine()["usable_cpus"] == 2
 
 
 def test_a_node_s_processes_run_only_on_its_cores():

@@ -138,7 +138,7 @@ def test_a_point_far_below_the_model_is_a_finding():
     second = losses[1]
     assert second.model_gap == pytest.approx(0.5 - STEP / (STEP + 65536e-9))
     assert second.model_finding.startswith("measured is 50 points below the model (100%)")
-    assert "more processes than this machine has cores" in second.model_finding
+    assert "the embedded cluster's processes share cores" in second.model_finding
 
 
 def test_a_point_far_above_the_model_is_a_finding():

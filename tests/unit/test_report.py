@@ -101,12 +101,13 @@ def test_embedded_points_with_more_processes_than_cores_are_flagged(tmp_path, fi
         tmp_path / "r7", bench, fixed_inventory, {1: [1000], 2: [1900], 4: [3000]}
     )
     manifest = json.loads(run_dir.manifest.read_text())
-    manifest["machine"]["cpu_count"] = 2
+    manifest["machine"].update(cpu_count=8, usable_cpus=2)
     run_dir.manifest.write_text(json.dumps(manifest))
     build_report(run_dir)
-    assert "Note: at 4 nodes the embedded cluster runs more processes than" in (
+    assert "Note: at 4 nodes the embedded cluster's processes share cores" in (
         run_dir.report.read_text()
     )
+    assert "than the 2 cores dtrun could use" in run_dir.report.read_text()
 
 
 def test_the_html_report_is_self_contained_and_escapes_what_it_shows(tmp_path, fixed_inventory):

@@ -4,7 +4,6 @@ take from here."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -38,4 +37,7 @@ def this_checkout() -> str:
 
 
 def this_cpu_count() -> int:
-    return os.cpu_count() or 1
+    """The cores this process may use (runner/spec/cluster.py usable_cpus)."""
+    from dtrun.spec.cluster import usable_cpus
+
+    return usable_cpus()

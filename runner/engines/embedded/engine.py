@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 from dtrun.cluster.readiness import check_ports_free
 from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks, wait_for_nodes
+from dtrun.engines.common.code import this_cpu_count
 from dtrun.engines.embedded.inventory import embedded_inventory, node_cores, oversubscription
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.request import EMBEDDED_MAX_LAUNCHES
@@ -29,9 +31,12 @@ class EmbeddedEngine(Engine):
         from dtrun.engines.embedded.executor import LocalExecutor
 
         inventory = embedded_inventory(choice.local_nodes)
-        # util-linux's taskset keeps each node to its cores; without it they share them all
+        # util-linux's taskset keeps each node to its cores; without it they share them all.
+        # Each node's cores are in its inventory entry, so the manifest records them.
         found = shutil.which("taskset") is not None
         cores = node_cores(inventory, sorted(os.sched_getaffinity(0))) if found else {}
+        nodes = tuple(replace(node, cores=cores.get(node.name)) for node in inventory.nodes)
+        inventory = replace(inventory, nodes=nodes)
         yield Cluster(inventory, LocalExecutor(cores=cores), choice, self)
 
     def ready(self, cluster: Cluster, plan: LaunchPlan) -> None:
@@ -40,8 +45,18 @@ class EmbeddedEngine(Engine):
         if cluster.choice.check:  # without: processes on this machine, nothing to reach
             wait_for_nodes(cluster, plan)
 
-    def warning(self, node_counts: Sequence[int], procs_per_node: int) -> str | None:
-        """Nodes x processes per node beyond this machine's cores."""
-        import os
-
-        return oversubscription(node_counts, procs_per_node, os.cpu_count() or 1)
+    def warnings(
+        self, cluster: Cluster, node_counts: Sequence[int], procs_per_node: int
+    ) -> list[str]:
+        """Processes that would share cores; nodes that float over every core (no taskset)."""
+        nodes = cluster.inventory.nodes
+        said = []
+        if nodes and all(node.cores is None for node in nodes):
+            said.append(
+                "taskset (util-linux) is not on PATH: the embedded nodes share every core, and "
+                "their figures spread more from launch to launch; install util-linux to keep "
+                "each node to its own cores"
+            )
+        kept = [node.cores for node in nodes]
+        over = oversubscription(node_counts, procs_per_node, this_cpu_count(), kept)
+        return said + ([over] if over is not None else [])

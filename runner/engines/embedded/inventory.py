@@ -1,5 +1,5 @@
-"""The embedded cluster's inventory: simulated nodes on 127.0.0.x sharing this machine's cores,
-and when they oversubscribe them."""
+"""The embedded cluster's inventory: simulated nodes on 127.0.0.x sharing the cores dtrun may
+use, and when they oversubscribe them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from dtrun.engines.common.code import this_checkout, this_cpu_count, this_python
 from dtrun.errors import InventoryError
-from dtrun.spec.cluster import Accelerator, Inventory, Node, exceeds_cores
+from dtrun.spec.cluster import Accelerator, Inventory, Node, shares_cores
 
 # One machine can pretend to be this many nodes before the simulation says nothing useful.
 MAX_LOCAL_NODES = 32
@@ -19,7 +19,8 @@ def local_cluster(size: int, *, python_bin: str, code_dir: str, cpu_count: int) 
         raise InventoryError(
             f"the embedded cluster cannot simulate {size} nodes",
             why=f"it runs 1 to {MAX_LOCAL_NODES} nodes on this machine",
-            fix=f"pass --nodes with counts up to {MAX_LOCAL_NODES}, or use a real cluster",
+            fix=f"ask for at most {MAX_LOCAL_NODES} nodes (--nodes, or --local-nodes for "
+            "`dtrun exec` and `check`), or use a real cluster",
         )
     cpus = max(1, cpu_count // size)
     nodes = tuple(
@@ -37,7 +38,8 @@ def local_cluster(size: int, *, python_bin: str, code_dir: str, cpu_count: int) 
 
 
 def embedded_inventory(size: int) -> Inventory:
-    """The embedded cluster for this machine: this interpreter, this checkout, these cores."""
+    """The embedded cluster for this machine: this interpreter, this checkout, the cores this
+    process may use (its affinity, not every core of the machine)."""
     return local_cluster(
         size, python_bin=this_python(), code_dir=this_checkout(), cpu_count=this_cpu_count()
     )
@@ -65,20 +67,35 @@ def _nodes(count: int) -> str:
     return f"{count} node{'' if count == 1 else 's'}"
 
 
-def oversubscription(node_counts: Sequence[int], procs_per_node: int, cores: int) -> str | None:
-    """A warning where the embedded cluster would run more processes than this machine has
-    cores (the report's rule, runner/spec/cluster.py exceeds_cores); None where it would not."""
-    over = sorted(n for n in set(node_counts) if exceeds_cores(n * procs_per_node, cores))
+def oversubscription(
+    node_counts: Sequence[int],
+    procs_per_node: int,
+    cores: int,
+    kept_to: Sequence[Sequence[int] | None] | None = None,
+) -> str | None:
+    """A warning where the embedded cluster's processes would share cores (the report's rule,
+    runner/spec/cluster.py shares_cores): ``cores`` the cores dtrun may use, ``kept_to`` each
+    node's own cores where taskset keeps it to them; None where they would not."""
+    kept = list(kept_to) if kept_to is not None else [None] * max(node_counts, default=0)
+    over = sorted(
+        n for n in set(node_counts) if shares_cores(kept[:n] or [None] * n, procs_per_node, cores)
+    )
     if not over:
         return None
     widest = max(over)
     processes = widest * procs_per_node
     per_node = f"{procs_per_node} process{'' if procs_per_node == 1 else 'es'} per node"
     points = f"{', '.join(map(str, over[:-1]))} and {widest}" if len(over) > 1 else str(widest)
+    own = [len(node) for node in kept[:widest] if node is not None]
+    keep = f"nodes x processes per node at most {cores}"
+    if own and procs_per_node > min(own):
+        keep = (
+            f"processes per node within each node's {min(own)} core{'' if min(own) == 1 else 's'}"
+        )
     return (
         f"the embedded cluster runs {processes} processes at {_nodes(widest)} ({per_node}) "
-        f"on this machine's {cores} core{'' if cores == 1 else 's'}: at {points} "
+        f"on the {cores} core{'' if cores == 1 else 's'} dtrun may use: at {points} "
         f"node{'' if over == [1] else 's'} the processes share cores, so the figures measure "
-        "the shared CPU, not the launcher or the communication; keep nodes x processes per "
-        f"node at most {cores} for figures that mean more"
+        f"the shared CPU, not the launcher or the communication; keep {keep} for figures that "
+        "mean more"
     )
