@@ -230,7 +230,13 @@ def launches(
             "gives none",
             fix="leave out --until-decided (or measure training: --workload train)",
         )
-    decides = workload != "allreduce" and len(node_counts) > 1
+    if until_decided and len(set(node_counts)) < 2:
+        raise UsageError(
+            "--until-decided stops on a point's scaling verdict against the smallest node "
+            f"count, and --nodes gives one node count ({node_counts[0]})",
+            fix="give two or more node counts (--nodes 1,2), or leave out --until-decided",
+        )
+    decides = workload != "allreduce" and len(set(node_counts)) > 1
     deciding = until_decided or (decides and not fixed)
     if not deciding and max_launches is not None:
         why = "fixed by --repeat" if fixed else "fixed: it has no scaling verdict to wait for"

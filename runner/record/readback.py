@@ -22,7 +22,7 @@ from typing import Any
 
 from dtrun.errors import DamagedRunError
 from dtrun.spec.bounds import bound_of
-from dtrun.spec.request import RunSpec
+from dtrun.spec.request import BenchSpec, RunSpec
 from dtrun.spec.runid import run_id_problem
 
 # (value, where it is in the file) -> what is wrong with it, or None when it fits
@@ -228,6 +228,18 @@ STEP_SECONDS = ranged(
 )
 _NODES = bound_of(RunSpec, "nodes")
 NODE_COUNT = ranged("a whole number above 0", _NODES.low, _NODES.high, "--nodes' range", int)
+_TARGET = bound_of(BenchSpec, "target_efficiency")
+
+
+def _target(value: Any, where: str) -> str | None:
+    """--target-efficiency as the option takes it: what `dtrun bench --resume` refuses, the
+    report refuses too."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not _TARGET.holds(value):
+        return f"{_name(where)} is {describe(value)}: {_TARGET.flag} is {_TARGET.rule}"
+    return None
+
+
+TARGET: Shape = _target
 
 
 def _run_id(value: Any, where: str) -> str | None:

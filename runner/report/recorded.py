@@ -32,6 +32,7 @@ from dtrun.record.readback import (
     REVISION,
     RUN_ID,
     STEP_SECONDS,
+    TARGET,
     TEXT,
     WHOLE,
     check_record,
@@ -51,8 +52,7 @@ from dtrun.report.sequential import recorded_most
 from dtrun.spec.outcome import GateStatus, RunStatus, SweepStatus
 from dtrun.spec.request import ScalingMode, UnitKind
 
-# Each workload's result, as the report reads it.
-RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {
+RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {  # each workload's result
     "train": TrainResult,
     "allreduce": AllreduceResult,
     "program": TrainResult,  # `dtrun bench -- PROGRAM`, read as training (dtrun.program/1)
@@ -72,7 +72,7 @@ _BENCH = obj(
     },
     optional={
         "project_tokens": COUNT,
-        "target_efficiency": POSITIVE,
+        "target_efficiency": TARGET,
         "until_decided": FLAG,
         # the most launches until decided; before it had a field, "repeat" held it
         "max_launches": WHOLE,

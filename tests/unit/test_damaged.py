@@ -266,7 +266,13 @@ CASES = {
     "manifest-zero-target": Case(
         "a/manifest.json",
         edit(put(0, "bench", "target_efficiency")),
-        "'bench.target_efficiency' is 0, not a number above 0",
+        "'bench.target_efficiency' is 0: --target-efficiency is a fraction above 0 and at most 1",
+    ),
+    # what `dtrun bench --resume` refuses, the report refuses too
+    "manifest-target-above-one": Case(
+        "a/manifest.json",
+        edit(put(5, "bench", "target_efficiency")),
+        "'bench.target_efficiency' is 5: --target-efficiency is a fraction above 0 and at most 1",
     ),
     "result-probe-rows-empty": Case(
         "a/n2/r0/result.json", edit(put([], "busbw", "rows")), "'busbw.rows' is an empty list"

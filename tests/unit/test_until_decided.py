@@ -403,6 +403,8 @@ def test_the_report_rebuilt_later_replays_the_same_looks(
         (["--max-launches", "4", "--workload", "allreduce"], "no scaling verdict to wait for"),
         (["--until-decided", "--repeat", "3"], "--repeat fixes the launches"),
         (["--until-decided", "--workload", "allreduce"], "the allreduce workload gives none"),
+        (["--until-decided", "--nodes", "1"], "--nodes gives one node count (1)"),
+        (["--until-decided", "--nodes", "2,2"], "--nodes gives one node count (2)"),
     ],
 )
 def test_a_bad_stopping_option_is_one_clear_message_and_exit_2(
