@@ -172,7 +172,10 @@ def looked(
         return Looks({}, {}, MIN_LAUNCHES)
     quiet = quiet_results(results, leave_out)
     left = max_launches if rounds_left is None else rounds_left
-    reach = {n: len(quiet[n]) + (left if isinstance(left, int) else left[n]) for n in counts}
+    reach = {
+        n: len(quiet[n]) + (left if isinstance(left, int) else left.get(n, max_launches))
+        for n in counts
+    }
     points = counts[1:]
     stops: dict[int, Stop] = {}
     rows: dict[int, ScalingRow] = {}
@@ -202,7 +205,7 @@ def replay(
     results: Mapping[int, Sequence[TrainResult]],
     max_launches: int,
     target: float = DEFAULT_TARGET,
-    rounds_left: int | None = None,
+    rounds_left: int | Mapping[int, int] | None = None,
     leave_out: bool = True,
 ) -> tuple[dict[int, Stop], dict[int, ScalingRow]]:
     """``looked``'s stops and rows."""
@@ -239,7 +242,7 @@ def sequential_rows(
     results: Mapping[int, Sequence[TrainResult]],
     max_launches: int,
     target: float = DEFAULT_TARGET,
-    rounds_left: int | None = None,
+    rounds_left: int | Mapping[int, int] | None = None,
     leave_out: bool = True,
 ) -> tuple[ScalingRow, ...]:
     """The report's rows of an --until-decided sweep: each point as of the look it stopped at
@@ -265,13 +268,28 @@ def sequential_rows(
     return tuple(rows)
 
 
-def rounds_left(bench: Mapping[str, Any], runs: Mapping[str, Any]) -> int | None:
-    """The rounds a complete --until-decided sweep had left after its last launch (runs.json's
-    runs' ``repeat`` is the round); None for a sweep that ended before its rounds did."""
-    if runs.get("status") != "complete":
+def rounds_left(bench: Mapping[str, Any], runs: Mapping[str, Any]) -> int | dict[int, int] | None:
+    """The launches each node count could still take when an --until-decided sweep ended, as
+    the sweep saw them (runs.json's runs' ``repeat`` is the round). Complete: the rounds left
+    after its last launch. Stopped (interrupted, failed) after a launch of round r at N nodes
+    ended: N and fewer had round r's turn, more did not (``runs_next``'s count), so the points
+    the sweep had stopped out of reach stay stopped there. None: no launch ended."""
+    most, recorded = most_launches(bench), runs.get("runs", ())
+    if runs.get("status") == "complete":
+        taken = [run["repeat"] for run in recorded if type(run.get("repeat")) is int]
+        return max(most - (max(taken, default=-1) + 1), 0)
+    ended = [
+        (run["repeat"], run["nodes"])
+        for run in recorded
+        if type(run.get("repeat")) is int
+        and type(run.get("nodes")) is int
+        and run.get("status") != "interrupted"  # stopped under way: its turn was not taken
+    ]
+    if not ended:
         return None
-    taken = [run["repeat"] for run in runs.get("runs", ()) if type(run.get("repeat")) is int]
-    return max(most_launches(bench) - (max(taken, default=-1) + 1), 0)
+    round_, nodes = max(ended)
+    counts = {run["nodes"] for run in recorded if type(run.get("nodes")) is int}
+    return {n: max(most - round_ - (n <= nodes), 0) for n in counts}
 
 
 def _rows(

@@ -27,6 +27,7 @@ from dtrun.report.sequential import (
     look_confidence,
     looks,
     replay,
+    rounds_left,
     runs_next,
     sequential_rows,
 )
@@ -251,6 +252,35 @@ def test_a_point_whose_rounds_cannot_reach_its_next_look_stops_out_of_reach(
     assert rows[1]["confidence"] == pytest.approx(look_confidence(4, 3))  # its last look's
     report = (tmp_path / "reach" / "report.md").read_text()
     assert "left its next look out of --max-launches' reach" in report
+
+
+def test_a_sweep_stopped_after_it_stopped_a_point_out_of_reach_reports_that_stop(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    # as above, then SIGTERM after the last launch: runs.json says interrupted, and the
+    # rebuilt report keeps the stop the sweep made (not "the sweep ended before it decided")
+    executor = Scripted({1: WOBBLY, 2: [t * 0.9 for t in reversed(WOBBLY)]}, frozenset({(2, 1)}))
+    run_sweep(sweep_plan(fixed_inventory, bench("late", max_launches=4)), tmp_path, executor)
+    runs_file = tmp_path / "late" / "runs.json"
+    runs = json.loads(runs_file.read_text())
+    runs_file.write_text(json.dumps({**runs, "status": "interrupted"}))
+    build_report(RunDir(tmp_path / "late"))
+    rows = summary_rows(tmp_path / "late")
+    assert [(r["nodes"], r["launches_n"], r["stopped"]) for r in rows] == [
+        (1, 3, "baseline"),
+        (2, 3, "out of reach"),
+    ]
+
+
+def test_a_stopped_sweep_s_counts_keep_the_rounds_they_had_when_it_stopped():
+    bench_ = {"until_decided": True, "max_launches": 4, "repeat": 5}
+    ran = [(0, 1), (0, 2), (0, 3), (1, 1), (1, 2)]  # stopped before round 1's 3-node launch
+    recorded = [{"nodes": n, "repeat": r, "status": "ok"} for r, n in ran]
+    under_way = {"nodes": 3, "repeat": 1, "status": "interrupted"}
+    runs = {"status": "interrupted", "runs": [*recorded, under_way]}
+    assert rounds_left(bench_, runs) == {1: 2, 2: 2, 3: 3}
+    assert rounds_left(bench_, {"status": "complete", "runs": recorded}) == 2
+    assert rounds_left(bench_, {"status": "interrupted", "runs": [under_way]}) is None
 
 
 def test_a_count_with_the_next_look_s_launches_waits_for_the_others(
