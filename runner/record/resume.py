@@ -25,6 +25,7 @@ from dtrun.record.readback import (
     TEXT,
     WHOLE,
     Shape,
+    check_record,
     damaged,
     describe,
     kind,
@@ -34,7 +35,7 @@ from dtrun.record.readback import (
     read_record,
 )
 from dtrun.record.rundir import RunDir
-from dtrun.record.runsfile import segment_walls
+from dtrun.record.runsfile import launches_problem, segment_walls
 from dtrun.redact import REDACTED
 from dtrun.spec.outcome import RunResult, RunStatus
 from dtrun.spec.request import BenchSpec, leaves_out
@@ -220,6 +221,7 @@ def read_resume(
         ]
     except Mistyped as exc:
         raise damaged(run_dir.runs, str(exc)) from None
+    check_record(run_dir.runs, runs, launches_problem)  # or --resume launches over a result
     done = tuple(run for run in every if run.status is RunStatus.OK)
     replaced = (*earlier, *(run for run in every if run.status is not RunStatus.OK))
     walls = segment_walls(runs, 1 + len(manifest.get("resumed", [])))

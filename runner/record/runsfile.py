@@ -10,7 +10,9 @@ from typing import Any
 
 from dtrun.record.rundir import RunDir, now_iso
 from dtrun.redact import redact_text
+from dtrun.spec.launchplan import point_dir
 from dtrun.spec.outcome import RunResult, RunStatus, SweepStatus
+from dtrun.spec.text import plural
 
 RUNS_SCHEMA = "dtrun.runs/1"
 
@@ -75,3 +77,25 @@ def ok_runs(runs_data: Mapping[str, Any]) -> list[tuple[int, int, str]]:
         for run in runs_data["runs"]
         if run["status"] == RunStatus.OK.value
     ]
+
+
+def launches_problem(runs_data: Any, where: str) -> str | None:
+    """A runs.json (of the shape recorded.RUNS checks) whose launches are not as a sweep
+    records them: each launch once, in its own directory n<N>/r<k>, its round k from 0 up;
+    None where they are. A hand-edited record would otherwise count one result twice, take a
+    2-node result for the baseline, or send --resume to launch over a recorded one."""
+    seen: set[tuple[int, int]] = set()
+    for index, run in enumerate(runs_data["runs"]):
+        nodes, repeat = run["nodes"], run["repeat"]
+        name = f"'runs[{index}]"
+        if repeat < 0:
+            return f"{name}.repeat' is {repeat}: a sweep's launches count from 0"
+        if run["run_dir"] != point_dir(nodes, repeat):
+            return (
+                f"{name}.run_dir' is {run['run_dir']!r}: a sweep runs launch {repeat} at "
+                f"{plural(nodes, 'node')} in {point_dir(nodes, repeat)!r}"
+            )
+        if (nodes, repeat) in seen:
+            return f"{name}' records launch {repeat} at {plural(nodes, 'node')} a second time"
+        seen.add((nodes, repeat))
+    return None

@@ -44,7 +44,7 @@ from dtrun.record.readback import (
     read_record,
 )
 from dtrun.record.rundir import HEALTH_FILE, RunDir
-from dtrun.record.runsfile import ok_runs
+from dtrun.record.runsfile import launches_problem, ok_runs
 from dtrun.report.program import STAND_INS
 from dtrun.report.resultfile import ALLREDUCE_SCHEMA, AllreduceResult, Result, parse_result
 from dtrun.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
@@ -306,8 +306,7 @@ class Recorded:
 def read_recorded(run_dir: RunDir) -> Recorded:
     """Read and check every file the report is made from; raise DamagedRunError at the first
     file that is missing, unreadable or not as dtrun writes it."""
-    root = run_dir.path
-    manifest = read_record(run_dir.manifest, MANIFEST, root=root)
+    manifest = read_record(run_dir.manifest, MANIFEST, root=(root := run_dir.path))
     workload = str(manifest["bench"]["workload"])
     check_record(run_dir.manifest, manifest, BENCH_BY_WORKLOAD[workload])
     check_record(run_dir.manifest, manifest, recorded_most)  # --until-decided's maximum
@@ -318,6 +317,7 @@ def read_recorded(run_dir: RunDir) -> Recorded:
         "or the file was removed",
         root=root,
     )
+    check_record(run_dir.runs, runs, launches_problem)  # each once, where a sweep puts it
     health = None
     if (run_dir.path / HEALTH_FILE).is_symlink() or (run_dir.path / HEALTH_FILE).exists():
         health = read_record(run_dir.path / HEALTH_FILE, HEALTH, root=root)

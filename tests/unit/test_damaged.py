@@ -226,7 +226,23 @@ CASES = {
     "runs-entry-outside": Case(
         "a/runs.json",
         edit(put("../../etc", "runs", "0", "run_dir")),
-        "a launch's 'run_dir' is '../../etc', outside the run directory",
+        "'runs[0].run_dir' is '../../etc': a sweep runs launch 0 at 1 node in 'n1/r0'",
+    ),
+    # a hand-edited runs.json would count a result twice or take a 2-node one for the baseline
+    "runs-negative-launch": Case(
+        "a/runs.json",
+        edit(put(-1, "runs", "0", "repeat")),
+        "'runs[0].repeat' is -1: a sweep's launches count from 0",
+    ),
+    "runs-launch-twice": Case(
+        "a/runs.json",
+        edit(lambda data: data["runs"].append(dict(data["runs"][0]))),
+        "records launch 0 at 1 node a second time",
+    ),
+    "runs-nodes-relabelled": Case(
+        "a/runs.json",
+        edit(put(1, "runs", "1", "nodes")),
+        "'runs[1].run_dir' is 'n2/r0': a sweep runs launch 0 at 1 node in 'n1/r0'",
     ),
     "result-missing": Case("a/n2/r0/result.json", removed, "records the launch in n2/r0 as"),
     "result-not-json": Case("a/n1/r0/result.json", text("{\n"), "line 2 column 1"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dtrun.errors import UsageError
+from dtrun.errors import DamagedRunError, UsageError
 from dtrun.record.resume import from_dict, read_resume
 from dtrun.record.rundir import RunDir, record_resume, write_manifest
 from dtrun.record.runsfile import write_runs
@@ -23,6 +23,7 @@ from dtrun.spec.request import (
     StrategySpec,
 )
 from tests.conftest import run_dtrun
+from tests.factories import fake_run_dir
 from tests.unit.test_peers import ssh_cluster
 
 SPEC = BenchSpec(
@@ -171,3 +172,16 @@ def test_a_manifest_whose_sweep_cannot_be_read_is_named(tmp_path):
     done = run_dtrun("bench", "--resume", str(run_dir.path), cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "manifest.json" in done.stderr and "sideways" in done.stderr
+
+
+def test_a_runs_file_with_a_launch_out_of_place_is_refused_before_anything_launches(
+    tmp_path, fixed_inventory
+):
+    # a hand-edited round of -1 would have sent --resume to launch over a recorded result
+    spec = BenchSpec(run_id="moved", node_counts=(1, 2), repeat=3)
+    run_dir = fake_run_dir(tmp_path / "moved", spec, fixed_inventory, {1: [1000.0], 2: [1800.0]})
+    data = json.loads(run_dir.runs.read_text())
+    data["runs"][0]["repeat"] = -1
+    run_dir.write_json(run_dir.runs, data)
+    with pytest.raises(DamagedRunError, match=r"'runs\[0\]\.repeat' is -1: a sweep's launches"):
+        read_resume(run_dir.path, ())
