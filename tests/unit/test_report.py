@@ -108,6 +108,15 @@ def test_embedded_points_with_more_processes_than_cores_are_flagged(tmp_path, fi
         run_dir.report.read_text()
     )
     assert "than the 2 cores dtrun could use" in run_dir.report.read_text()
+    # a manifest written before usable_cpus was recorded: the machine's cores
+    del manifest["machine"]["usable_cpus"]
+    manifest["machine"]["cpu_count"] = 2
+    run_dir.manifest.write_text(json.dumps(manifest))
+    build_report(run_dir)
+    assert "than the 2 cores dtrun could use" in run_dir.report.read_text()
+    assert "- **Oversubscribed**: at 4 nodes the processes share cores" in (
+        run_dir.report.read_text()
+    )
 
 
 def test_the_html_report_is_self_contained_and_escapes_what_it_shows(tmp_path, fixed_inventory):
