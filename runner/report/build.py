@@ -42,6 +42,7 @@ from dtrun.report.reproduce import (
     measured_on,
     oversubscribed,
     reproducibility,
+    usable_cores,
 )
 from dtrun.report.resultfile import AllreduceResult, Result
 from dtrun.report.results import SizeRow, TrainResult
@@ -117,8 +118,7 @@ BUSBW = _Plot(
     "all-reduce busbw against message size",
 )
 PLOTS = (THROUGHPUT, EFFICIENCY, BUSBW)
-# What build_report writes (each through a temporary file beside it) or removes.
-OUTPUTS = (
+OUTPUTS = (  # what build_report writes (each through a temporary file beside it) or removes
     "summary.json",
     "report.md",
     "report.html",
@@ -306,6 +306,7 @@ def _context(report: Report) -> dict[str, Any]:
         "widest": report.widest,
         "measured_on": measured_on(manifest, report.first),
         "oversubscribed": oversubscribed(manifest, report.rows),
+        "usable_cores": usable_cores(manifest),
         "noise": report.noise,
         "stages": report.stages,
         "cost": report.cost,

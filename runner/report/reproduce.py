@@ -99,14 +99,21 @@ def kept_cores(manifest: Mapping[str, Any]) -> str | None:
     )
 
 
+def usable_cores(manifest: Mapping[str, Any]) -> int | None:
+    """The cores dtrun could use where it ran: its affinity's, or (in manifests written before
+    those were recorded) the machine's."""
+    machine = manifest["machine"]
+    cores = machine.get("usable_cpus") or machine["cpu_count"]
+    return None if cores is None else int(cores)
+
+
 def oversubscribed(manifest: Mapping[str, Any], rows: Sequence[ScalingRow]) -> list[int]:
     """Node counts at which the embedded cluster's processes shared cores (runner/spec/cluster.py
     shares_cores, on the cores dtrun could use and each node's own where recorded): their
     efficiency measures the shared CPU, not the launcher or the communication."""
     if manifest["inventory"]["source"] != "embedded":
         return []
-    machine = manifest["machine"]
-    cores = machine.get("usable_cpus") or machine["cpu_count"]
+    cores = usable_cores(manifest)
     kept = [node.get("cores") for node in manifest["inventory"]["nodes"]]
     over = []
     for row in rows:

@@ -117,7 +117,7 @@ def shares_cores(
     point's nodes have cores between them. The report's rule and the bench's warning."""
     if not kept_to or any(kept is None for kept in kept_to):
         return exceeds_cores(len(kept_to) * procs_per_node, cores)
-    pinned = [set(kept or ()) for kept in kept_to]
+    pinned = [set(kept) for kept in kept_to if kept is not None]
     if any(procs_per_node > len(kept) for kept in pinned):
         return True
     return len(kept_to) * procs_per_node > len(set().union(*pinned))

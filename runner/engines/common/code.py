@@ -34,10 +34,3 @@ def this_python() -> str:
 def this_checkout() -> str:
     """The folder that holds the package here (the repository root in a checkout)."""
     return str(Path(dtrun.__file__).resolve().parent.parent)
-
-
-def this_cpu_count() -> int:
-    """The cores this process may use (runner/spec/cluster.py usable_cpus)."""
-    from dtrun.spec.cluster import usable_cpus
-
-    return usable_cpus()

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from dtrun.cluster.readiness import check_ports_free
 from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks, wait_for_nodes
-from dtrun.engines.common.code import this_cpu_count
 from dtrun.engines.embedded.inventory import embedded_inventory, node_cores, oversubscription
+from dtrun.spec.cluster import usable_cpus
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.request import EMBEDDED_MAX_LAUNCHES
 
@@ -58,5 +58,5 @@ class EmbeddedEngine(Engine):
                 "each node to its own cores"
             )
         kept = [node.cores for node in nodes]
-        over = oversubscription(node_counts, procs_per_node, this_cpu_count(), kept)
+        over = oversubscription(node_counts, procs_per_node, usable_cpus(), kept)
         return said + ([over] if over is not None else [])

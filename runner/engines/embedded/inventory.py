@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dtrun.engines.common.code import this_checkout, this_cpu_count, this_python
+from dtrun.engines.common.code import this_checkout, this_python
 from dtrun.errors import InventoryError
-from dtrun.spec.cluster import Accelerator, Inventory, Node, shares_cores
+from dtrun.spec.cluster import Accelerator, Inventory, Node, shares_cores, usable_cpus
 
 # One machine can pretend to be this many nodes before the simulation says nothing useful.
 MAX_LOCAL_NODES = 32
@@ -41,7 +41,7 @@ def embedded_inventory(size: int) -> Inventory:
     """The embedded cluster for this machine: this interpreter, this checkout, the cores this
     process may use (its affinity, not every core of the machine)."""
     return local_cluster(
-        size, python_bin=this_python(), code_dir=this_checkout(), cpu_count=this_cpu_count()
+        size, python_bin=this_python(), code_dir=this_checkout(), cpu_count=usable_cpus()
     )
 
 
