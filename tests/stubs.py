@@ -1,9 +1,11 @@
 """Stub launcher binaries that record how they were called, and players of what they would do.
 
 A stub (torchrun, deepspeed, horovodrun, mpirun, python) writes its argv, environment and working
-directory to $STUB_LOG as JSON and exits 0. The players then do, for a recorded head-only
-launcher, what the real one does for every process (documented behaviour, cited per launcher):
-start launch-env.sh with the variables that launcher sets and the environment it forwards.
+directory to $STUB_LOG as JSON and exits 0. The python stub records ``python -c QUICK_EXIT ...``,
+torchrun's entry point as the torchrun launcher runs it, as a call of torchrun. The players then
+do, for a recorded head-only launcher, what the real one does for every process (documented
+behaviour, cited per launcher): start launch-env.sh with the variables that launcher sets and
+the environment it forwards.
 """
 
 from __future__ import annotations
@@ -18,14 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from dtrun.engines.common.scripts import write_launch_files
+from dtrun.plan.launchers.torchrun import QUICK_EXIT
 from dtrun.spec.launchplan import LaunchPlan
 
 STUBS = ("torchrun", "deepspeed", "horovodrun", "mpirun", "python")
 
 _STUB = """#!{python}
 import json, os, sys, time
-name = os.path.basename(sys.argv[0])
-record = {{"name": name, "argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}}
+name, argv = os.path.basename(sys.argv[0]), sys.argv[1:]
+if name == "python" and argv[:2] == ["-c", {quick_exit!r}]:
+    name, argv = "torchrun", argv[2:]
+record = {{"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}}
 stamp = f"{{time.monotonic_ns()}}-{{os.getpid()}}"
 path = os.path.join(os.environ["STUB_LOG"], f"{{name}}-{{stamp}}.json")
 with open(path + ".partial", "w") as out:
@@ -47,7 +52,7 @@ def make_stubs(bin_dir: Path) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     for name in STUBS:
         path = bin_dir / name
-        path.write_text(_STUB.format(python=sys.executable))
+        path.write_text(_STUB.format(python=sys.executable, quick_exit=QUICK_EXIT))
         path.chmod(0o755)
     return bin_dir
 
