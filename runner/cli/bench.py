@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dtrun.cli import options as opts
-from dtrun.cli.common import command_secrets, console, print_json, typed_command
+from dtrun.cli.common import command_secrets, console, echo, print_json, typed_command
 from dtrun.cli.cost import (
     before_line,
     checked_usd,
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from dtrun.plan.resolve import ResolvedBench
     from dtrun.plan.sweep import SweepPlan
     from dtrun.record.resume import Resumed
+    from dtrun.record.rundir import RunDir
     from dtrun.sweep.run import Sweep
 
 app = typer.Typer()
@@ -155,6 +156,9 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
         from_record = _recorded(ctx, sweep, launching, command)
         if from_record is not None:
             spec, resumed, output = from_record
+            if resumed is not None and resumed.complete:
+                _nothing_to_resume(resumed.run_dir, json_out)
+                return
             current.launching = launching = replace(launching, output=output)
         else:
             if sweep.yes:
@@ -205,6 +209,17 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
         except KeyboardInterrupt:
             record_late_stop()
             raise
+
+
+def _nothing_to_resume(run_dir: RunDir, json_out: bool) -> None:
+    """--resume on a sweep that ended with every launch run: said, nothing changed."""
+    path = run_dir.path
+    echo(
+        f"nothing to resume: the sweep in {path} is complete, every launch recorded. "
+        f"`dtrun report {path}` rebuilds its report; `dtrun bench --rerun {path}` runs it again."
+    )
+    if json_out:
+        print_json(sweep_json(run_dir))
 
 
 def _recorded(

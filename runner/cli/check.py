@@ -18,7 +18,13 @@ from dtrun.cli.common import (
 )
 from dtrun.cli.groups import grouped
 from dtrun.cli.options import Where
-from dtrun.cli.session import StackWatch, choose, last_word_on_billing, opened
+from dtrun.cli.session import (
+    StackWatch,
+    choose,
+    last_word_on_billing,
+    opened,
+    warn_oversubscribed,
+)
 from dtrun.spec.bounds import within
 from dtrun.spec.request import RunSpec
 from dtrun.spec.text import plural
@@ -123,6 +129,8 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
         choice = choose(where, 4, job_name=f"dtrun-{spec.run_id}", drains=True)
         with opened(choice, watch) as cluster:
             resolved = resolve_run(_per_node(spec, cluster, procs_per_node))
+            # embedded nodes sharing cores: their gaps are the shared CPU's, not a node's
+            warn_oversubscribed(cluster, resolved.spec, len(cluster.inventory.nodes))
             done = _check_on(cluster, resolved, output, stream)
             print_report(done, wide=wide)
             _next_steps(cluster, done, write_hosts)

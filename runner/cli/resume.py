@@ -61,9 +61,11 @@ def resume_request(ctx: typer.Context, path: Path, launching: Any, yes: bool) ->
     env = parse_env(launching.env) if launching.env else ()
     recorded = recorded_spec(path)
     check_recorded(path, recorded, resume=True)
+    resumed = read_resume(path, env, recorded)
+    if resumed.complete:  # nothing to launch, approve or check: the caller says so
+        return resumed
     if not launching.dry_run:
         approve(path, recorded, "--resume", yes=yes)
-    resumed = read_resume(path, env, recorded)
     # Every record the report will read, each kept launch's result.json included, is checked
     # now, with the reader `dtrun report` and `dtrun compare` use: a damaged one is refused
     # before anything is launched or written, not after the sweep ran.

@@ -37,7 +37,7 @@ from dtrun.record.readback import (
 from dtrun.record.rundir import RunDir
 from dtrun.record.runsfile import launches_problem, segment_walls
 from dtrun.redact import REDACTED
-from dtrun.spec.outcome import RunResult, RunStatus
+from dtrun.spec.outcome import RunResult, RunStatus, SweepStatus
 from dtrun.spec.request import BenchSpec, leaves_out
 
 T = TypeVar("T")
@@ -70,6 +70,7 @@ class Resumed:
     walls: tuple[float | None, ...] = ()
     # it leaves launches timed in noise out (spec/request.py NOISY_LEFT_OUT); older sweeps: no
     leave_out: bool = True
+    complete: bool = False  # runs.json says the sweep ended with every launch run: none left
 
     def is_done(self, nodes: int, repeat: int) -> bool:
         return any(run.nodes == nodes and run.repeat == repeat for run in self.done)
@@ -225,4 +226,5 @@ def read_resume(
     done = tuple(run for run in every if run.status is RunStatus.OK)
     replaced = (*earlier, *(run for run in every if run.status is not RunStatus.OK))
     walls = segment_walls(runs, 1 + len(manifest.get("resumed", [])))
-    return Resumed(run_dir, spec, done, replaced, walls, leaves_out(manifest["bench"]))
+    complete = runs.get("status") == SweepStatus.COMPLETE.value
+    return Resumed(run_dir, spec, done, replaced, walls, leaves_out(manifest["bench"]), complete)

@@ -50,7 +50,7 @@ from dtrun.report.resultfile import ALLREDUCE_SCHEMA, AllreduceResult, Result, p
 from dtrun.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
 from dtrun.report.sequential import recorded_most
 from dtrun.spec.outcome import GateStatus, RunStatus, SweepStatus
-from dtrun.spec.request import ScalingMode, UnitKind
+from dtrun.spec.request import NOISY_LEFT_OUT, ScalingMode, UnitKind
 
 RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {  # each workload's result
     "train": TrainResult,
@@ -74,8 +74,8 @@ _BENCH = obj(
         "project_tokens": COUNT,
         "target_efficiency": TARGET,
         "until_decided": FLAG,
-        # the most launches until decided; before it had a field, "repeat" held it
-        "max_launches": WHOLE,
+        "max_launches": WHOLE,  # the most launches until decided (before: "repeat" held it)
+        "noisy_launches": one_of(NOISY_LEFT_OUT),  # absent: an older sweep that kept them
         "launch": ANY_OBJECT,
         "strategy": nullable(ANY_OBJECT),
     },

@@ -1,6 +1,6 @@
 """A real launch on the embedded cluster: each node's ranks run on that node's own core, as a
 machine's processes run on its own cores (runner/engines/embedded/inventory.py node_cores), and
-the run's record says which. Ports 29950 and 29954."""
+the run's record says which. Ports 29950, 29954 and 29958."""
 
 from __future__ import annotations
 
@@ -63,3 +63,18 @@ def test_dtrun_kept_to_one_core_keeps_its_nodes_there_and_says_they_share_it(no_
     assert [s["cores"] for s in seen] == [[int(core)], [int(core)]]
     manifest = json.loads((out / "one" / "run.json").read_text())
     assert manifest["machine"]["usable_cpus"] == 1
+
+
+def test_check_on_nodes_kept_to_one_core_says_they_share_it(no_leftovers):
+    """dtrun check's gaps between nodes that share a core are the shared CPU's, not a node's."""
+    core = str(max(os.sched_getaffinity(0)))
+    done = subprocess.run(
+        ["taskset", "--cpu-list", core, *DTRUN, "check", "--local-nodes", "2", "--port", "29958",
+         "--output", str(no_leftovers / "runs"), "--run-id", "shared"],
+        cwd=no_leftovers, env=dict(os.environ, COLUMNS="400"), capture_output=True, text=True,
+        timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode in (0, 5), done.stdout + done.stderr  # judged, whatever it found
+    assert "2 processes at 2 nodes (1 process per node) on the 1 core dtrun may use" in (
+        done.stdout + done.stderr
+    )

@@ -290,6 +290,12 @@ CASES = {
         edit(put(5, "bench", "target_efficiency")),
         "'bench.target_efficiency' is 5: --target-efficiency is a fraction above 0 and at most 1",
     ),
+    # a hand-edited value would keep the launches timed in noise in, as an older sweep did
+    "manifest-noisy-launches-unknown": Case(
+        "a/manifest.json",
+        edit(put("kept in", "bench", "noisy_launches")),
+        "'bench.noisy_launches' is 'kept in', not one of 'left out'",
+    ),
     "result-probe-rows-empty": Case(
         "a/n2/r0/result.json", edit(put([], "busbw", "rows")), "'busbw.rows' is an empty list"
     ),

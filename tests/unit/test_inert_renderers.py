@@ -62,6 +62,7 @@ CHECKED = {
     ("manifest.json", "bench.mode"),
     ("manifest.json", "bench.workload"),
     ("manifest.json", "bench.units.kind"),
+    ("manifest.json", "bench.noisy_launches"),
     ("manifest.json", "git.revision"),
     ("result.json", "schema"),
     ("result.json", "timing"),

@@ -185,3 +185,32 @@ def test_a_runs_file_with_a_launch_out_of_place_is_refused_before_anything_launc
     run_dir.write_json(run_dir.runs, data)
     with pytest.raises(DamagedRunError, match=r"'runs\[0\]\.repeat' is -1: a sweep's launches"):
         read_resume(run_dir.path, ())
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    return {str(p.relative_to(path)): p.read_bytes() for p in files}
+
+
+def test_resume_of_a_complete_sweep_says_so_and_changes_nothing(tmp_path, fixed_inventory):
+    from dtrun.report.build import build_report
+
+    run_dir = fake_run_dir(
+        tmp_path / "done", BenchSpec("done", node_counts=(1, 2)), fixed_inventory,
+        {1: [100.0, 101.0], 2: [190.0, 191.0]},
+    )  # fmt: skip
+    build_report(run_dir)
+    before = _tree(run_dir.path)
+    done = run_dtrun("bench", "--resume", str(run_dir.path), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nothing to resume" in done.stdout and f"dtrun report {run_dir.path}" in done.stdout
+    assert _tree(run_dir.path) == before  # no resume recorded, no report rewritten
+    as_json = run_dtrun("bench", "--resume", str(run_dir.path), "--json", cwd=tmp_path)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["run_id"] == "done"  # the summary, as after a sweep
+    assert "nothing to resume" in as_json.stderr
+    assert _tree(run_dir.path) == before
+
+
+def test_resume_of_a_stopped_sweep_is_not_called_complete(tmp_path):
+    assert not read_resume(_run_dir(tmp_path).path, (("WANDB_API_KEY", "x"),)).complete
