@@ -2,10 +2,10 @@
 
 A stub (torchrun, deepspeed, horovodrun, mpirun, python) writes its argv, environment and working
 directory to $STUB_LOG as JSON and exits 0. The python stub records ``python -c QUICK_EXIT ...``,
-torchrun's entry point as the torchrun launcher runs it, as a call of torchrun. The players then
-do, for a recorded head-only launcher, what the real one does for every process (documented
-behaviour, cited per launcher): start launch-env.sh with the variables that launcher sets and
-the environment it forwards.
+torchrun's or DeepSpeed's entry point as their launchers run it, as a call of that launcher.
+The players then do, for a recorded head-only launcher, what the real one does for every
+process (documented behaviour, cited per launcher): start launch-env.sh with the variables that
+launcher sets and the environment it forwards.
 """
 
 from __future__ import annotations
@@ -20,16 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from dtrun.engines.common.scripts import write_launch_files
-from dtrun.plan.launchers.torchrun import QUICK_EXIT
+from dtrun.plan.launchers import deepspeed, torchrun
 from dtrun.spec.launchplan import LaunchPlan
 
 STUBS = ("torchrun", "deepspeed", "horovodrun", "mpirun", "python")
+# python -c CODE as the launcher whose entry point CODE runs
+QUICK_EXITS = {torchrun.QUICK_EXIT: "torchrun", deepspeed.QUICK_EXIT: "deepspeed"}
 
 _STUB = """#!{python}
 import json, os, sys, time
 name, argv = os.path.basename(sys.argv[0]), sys.argv[1:]
-if name == "python" and argv[:2] == ["-c", {quick_exit!r}]:
-    name, argv = "torchrun", argv[2:]
+launchers = {quick_exits!r}
+if name == "python" and len(argv) > 1 and argv[0] == "-c" and argv[1] in launchers:
+    name, argv = launchers[argv[1]], argv[2:]
 record = {{"name": name, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}}
 stamp = f"{{time.monotonic_ns()}}-{{os.getpid()}}"
 path = os.path.join(os.environ["STUB_LOG"], f"{{name}}-{{stamp}}.json")
@@ -52,7 +55,7 @@ def make_stubs(bin_dir: Path) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     for name in STUBS:
         path = bin_dir / name
-        path.write_text(_STUB.format(python=sys.executable, quick_exit=QUICK_EXIT))
+        path.write_text(_STUB.format(python=sys.executable, quick_exits=QUICK_EXITS))
         path.chmod(0o755)
     return bin_dir
 

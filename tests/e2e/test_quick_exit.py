@@ -1,7 +1,8 @@
-"""torchrun as dtrun's nodes run it: its own entry point, leaving as soon as it returns
-(QUICK_EXIT, runner/plan/launchers/torchrun.py), against the torchrun script itself.
+"""torchrun and DeepSpeed as dtrun's nodes run them: their own entry point, leaving as soon as
+it returns (runner/plan/launchers/quickexit.py), against their console scripts.
 
-Each test starts real torchrun agents (``--standalone``, one worker) on a tiny program.
+Each test starts real launchers (torchrun ``--standalone`` or ``deepspeed --no_ssh``, one
+worker) on a tiny program. Port 29962.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from dtrun.plan.launchers import deepspeed
 from dtrun.plan.launchers.torchrun import QUICK_EXIT
 
 BIN = Path(sys.executable).parent
@@ -70,3 +72,22 @@ def test_quick_exit_runs_the_exit_handlers_and_ignores_the_user_s_modules(tmp_pa
     assert returncode == 0, output
     assert "trained" in output
     assert len(list(marks.iterdir())) == 2, output  # the agent's and its worker's
+
+
+def test_deepspeed_s_quick_exit_leaves_with_its_exit_code(tmp_path: Path) -> None:
+    """The deepspeed script exits with its launcher's non-zero code; so does the quick exit
+    (its success is every DeepSpeed e2e launch's)."""
+    (tmp_path / "hostfile").write_text("localhost slots=1\n")
+    fails = tmp_path / "fails.py"
+    fails.write_text('raise RuntimeError("rank blew up")\n')
+    args = ["--no_ssh", "--node_rank=0", "--hostfile=hostfile", "--master_addr=127.0.0.1",
+            "--master_port=29962", str(fails)]  # fmt: skip
+    codes = []
+    for command in ([str(BIN / "deepspeed")], [str(BIN / "python"), "-c", deepspeed.QUICK_EXIT]):
+        done = subprocess.run(
+            [*command, *args], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            check=False,
+        )  # fmt: skip
+        assert "rank blew up" in done.stdout + done.stderr, done.stdout + done.stderr
+        codes.append(done.returncode)
+    assert codes[0] == codes[1] != 0, codes

@@ -25,8 +25,12 @@ from dtrun.plan.launchers.base import (
     launch_env,
     node_ssh_options,
 )
+from dtrun.plan.launchers.quickexit import quick_exit
 from dtrun.spec.launchplan import EnvVar, LaunchFile
 from dtrun.spec.request import Framework, ProgramKind
+
+# DeepSpeed's own entry point, leaving once it returns (runner/plan/launchers/quickexit.py)
+QUICK_EXIT = quick_exit("deepspeed.launcher.runner", "deepspeed")
 
 DEEPSPEED_ENV = ".deepspeed_env"
 
@@ -91,7 +95,8 @@ class DeepSpeedLauncher:
             )
             argv = ("--no_python", f"./{LAUNCH_ENV}")
         context.update(
-            deepspeed=f"{ctx.python_bin}/deepspeed",
+            python=ctx.python,
+            quick_exit=QUICK_EXIT,
             over_ssh=ctx.ssh is not None,
             ssh_append=" ".join(node_ssh_options(ctx.ssh)) if ctx.ssh else "",
             options=options,

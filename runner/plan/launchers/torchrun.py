@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dtrun.plan.launchers.base import PlanContext, Script, common_context, every_node
+from dtrun.plan.launchers.quickexit import quick_exit
 from dtrun.spec.launchplan import LaunchFile
 from dtrun.spec.request import Framework, ProgramKind
 
@@ -14,19 +15,10 @@ _PROGRAM_FLAGS: dict[ProgramKind, tuple[str, ...]] = {
 }
 
 
-# torchrun's own entry point (its console script calls the same ``main``), run by the node's
-# python (docs/launchers.md "torchrun"). Once ``main`` returns, torchrun is done: its workers
-# have exited, and its rendezvous store is closed (the agent holds no socket then, checked with
-# `ss`). The exit handlers run (logging's flush, tempfile's clean-ups), then the process leaves
-# without the interpreter's teardown of torch's modules, 0.6-0.8 s per agent here. A failure (an
-# exception, a non-zero exit) leaves as torchrun's console script does. ``-c`` puts the working
-# directory first on sys.path, where the console script has its own bin directory: it comes off,
-# so no file of the user's code shadows a module torchrun imports.
-QUICK_EXIT = (
-    'import sys; sys.path[:] = [p for p in sys.path if p]; sys.argv[0] = "torchrun"; '
-    "import atexit, os; from torch.distributed.run import main; main(); "
-    "atexit._run_exitfuncs(); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)"
-)
+# torchrun's own entry point, run by the node's python (runner/plan/launchers/quickexit.py):
+# its rendezvous store is closed by the time ``main`` returns (the agent holds no socket then,
+# checked with `ss`), so no node leaves another without its store sooner than before.
+QUICK_EXIT = quick_exit("torch.distributed.run", "torchrun")
 
 
 class Torchrun:

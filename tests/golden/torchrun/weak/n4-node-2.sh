@@ -21,8 +21,7 @@ export OMP_NUM_THREADS=2
 # Unbuffered output, so dtrun streams each line as written.
 export PYTHONUNBUFFERED=1
 
-# torchrun's own entry point, which leaves as soon as it is done (QUICK_EXIT in
-# runner/plan/launchers/torchrun.py).
+# torchrun's own entry point, which leaves as soon as it is done (runner/plan/launchers/quickexit.py).
 # torchrun sets RANK, LOCAL_RANK and GROUP_RANK per process and hands the workers the
 # MASTER_ADDR/MASTER_PORT agreed at the c10d rendezvous, which node 0 hosts.
 exec /opt/dtrun/venv/bin/python -c 'import sys; sys.path[:] = [p for p in sys.path if p]; sys.argv[0] = "torchrun"; import atexit, os; from torch.distributed.run import main; main(); atexit._run_exitfuncs(); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' \

@@ -23,7 +23,8 @@ export PYTHONUNBUFFERED=1
 
 # DeepSpeed on every node without ssh: each node starts its own ranks (its hostfile line's slots),
 # and deepspeed.launcher.launch sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
-exec /opt/dtrun/venv/bin/deepspeed \
+# DeepSpeed's own entry point, which leaves as soon as it is done (runner/plan/launchers/quickexit.py).
+exec /opt/dtrun/venv/bin/python -c 'import sys; sys.path[:] = [p for p in sys.path if p]; sys.argv[0] = "deepspeed"; import atexit, os; from deepspeed.launcher.runner import main; main(); atexit._run_exitfuncs(); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' \
   --hostfile=hostfile \
   --master_addr=127.0.0.2 \
   --master_port=29401 \

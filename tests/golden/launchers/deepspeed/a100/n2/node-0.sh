@@ -42,7 +42,8 @@ export UCX_NET_DEVICES=eth0
 # DeepSpeed on the head node only: it starts deepspeed.launcher.launch on every node of the
 # hostfile over pdsh, exporting .deepspeed_env there; each rank runs launch-env.sh, which maps
 # DeepSpeed's CROSS_RANK and LOCAL_SIZE to NODE_RANK and LOCAL_WORLD_SIZE.
-exec /shared/dtrun/venv/bin/deepspeed \
+# DeepSpeed's own entry point, which leaves as soon as it is done (runner/plan/launchers/quickexit.py).
+exec /shared/dtrun/venv/bin/python -c 'import sys; sys.path[:] = [p for p in sys.path if p]; sys.argv[0] = "deepspeed"; import atexit, os; from deepspeed.launcher.runner import main; main(); atexit._run_exitfuncs(); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' \
   --hostfile=hostfile \
   --master_addr=10.1.0.4 \
   --master_port=29401 \

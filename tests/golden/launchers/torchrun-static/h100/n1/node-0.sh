@@ -47,8 +47,7 @@ export NCCL_P2P_NET_CHUNKSIZE=2097152
 # no PXN rail relaying through NVLink (Azure NDv5 tuning)
 export NCCL_PXN_DISABLE=1
 
-# torchrun's own entry point, which leaves as soon as it is done (QUICK_EXIT in
-# runner/plan/launchers/torchrun.py).
+# torchrun's own entry point, which leaves as soon as it is done (runner/plan/launchers/quickexit.py).
 # A static rendezvous: this node is node rank 0, and node 0's agent hosts the store on
 # MASTER_ADDR:MASTER_PORT. torchrun sets RANK, LOCAL_RANK and GROUP_RANK (= NODE_RANK).
 exec /shared/dtrun/venv/bin/python -c 'import sys; sys.path[:] = [p for p in sys.path if p]; sys.argv[0] = "torchrun"; import atexit, os; from torch.distributed.run import main; main(); atexit._run_exitfuncs(); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' \

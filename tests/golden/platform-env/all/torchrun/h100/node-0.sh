@@ -93,8 +93,7 @@ export SM_RESOURCE_CONFIG='{"current_host":"10.2.0.4","hosts":["10.2.0.4","10.2.
 # --platform-env sagemaker: this node's /opt/ml, relative to the launch directory
 export SAGEMAKER_BASE_DIR=sagemaker/node-0
 
-# torchrun's own entry point, which leaves as soon as it is done (QUICK_EXIT in
-# runner/plan/launchers/torchrun.py).
+# torchrun's own entry point, which leaves as soon as it is done (runner/plan/launchers/quickexit.py).
 # torchrun sets RANK, LOCAL_RANK and GROUP_RANK per process and hands the workers the
 # MASTER_ADDR/MASTER_PORT agreed at the c10d rendezvous, which node 0 hosts.
 exec /shared/dtrun/venv/bin/python -c 'import sys; sys.path[:] = [p for p in sys.path if p]; sys.argv[0] = "torchrun"; import atexit, os; from torch.distributed.run import main; main(); atexit._run_exitfuncs(); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' \
