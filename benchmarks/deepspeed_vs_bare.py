@@ -11,6 +11,9 @@ Three candidates run in turn, round after round, after one warm-up round:
   arguments that dtrun rendered for the warm-up point (read back from its node scripts, so the
   two can never drift apart) and the variables its scripts export. Wall time until both exit.
 - **dtrun torchrun**: the same point under `--launcher torchrun` (DDP), issue 29's first baseline.
+- **bare, quick exit**: the bare commands through DeepSpeed's entry point with dtrun's quick exit
+  (runner/plan/launchers/quickexit.py), as dtrun's nodes run it: dtrun deepspeed / this is
+  dtrun's own cost, apart from the interpreter teardown the quick exit skips.
 
 Each round's dtrun wall time is divided by that round's bare DeepSpeed and torchrun times; the
 medians with min and max are printed. Issue 29's target: dtrun / bare deepspeed <= 1.05.
@@ -36,6 +39,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(REPO))
+from dtrun.plan.launchers.deepspeed import QUICK_EXIT  # noqa: E402
 
 
 def dtrun(
@@ -75,14 +80,23 @@ def bare_commands(plan: Path, port: int) -> list[tuple[dict[str, str], list[str]
     for rank in (0, 1):
         exports, argv = rendered(plan / f"node-{rank}.sh")
         argv = [f"--master_port={port}" if a.startswith("--master_port=") else a for a in argv]
+        if argv[1:3] == ["-c", QUICK_EXIT]:  # dtrun's nodes: DeepSpeed's main, quick exit
+            argv = [str(BIN / "deepspeed"), *argv[3:]]
         if not Path(argv[0]).name == "deepspeed" or "--no_ssh" not in argv:
             raise SystemExit(f"unexpected DeepSpeed command in {plan}: {shlex.join(argv)}")
         commands.append((exports, argv))
     return commands
 
 
-def bare(commands: list[tuple[dict[str, str], list[str]]], plan: Path, workdir: Path) -> float:
-    """Both nodes' `deepspeed` commands started together; wall time until both exit."""
+def bare(
+    commands: list[tuple[dict[str, str], list[str]]], plan: Path, workdir: Path, quick: bool = False
+) -> float:
+    """Both nodes' `deepspeed` commands started together; wall time until both exit.
+    ``quick``: DeepSpeed's entry point with dtrun's quick exit instead of the deepspeed script."""
+    if quick:
+        commands = [
+            (env, [str(BIN / "python"), "-c", QUICK_EXIT, *argv[1:]]) for env, argv in commands
+        ]
     launch = Path(tempfile.mkdtemp(prefix="bare-", dir=workdir))
     for name in ("hostfile", "ds_config.json"):
         (launch / name).write_bytes((plan / name).read_bytes())
@@ -119,7 +133,7 @@ def main() -> None:
         f"{os.cpu_count()} cores, Python {platform.python_version()}"
     )
     print(f"one point: 2 embedded nodes x 1 process, {args.steps} steps ({args.warmup} warm-up)")
-    names = ("dtrun deepspeed", "bare deepspeed", "dtrun torchrun")
+    names = ("dtrun deepspeed", "bare deepspeed", "dtrun torchrun", "bare, quick exit")
     walls: dict[str, list[float]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="dtrun-ds-bare-") as tmp:
         workdir = args.keep or Path(tmp)
@@ -136,6 +150,7 @@ def main() -> None:
                 print("bare: " + " & ".join(shlex.join(argv) for _, argv in commands))
             times[names[1]] = bare(commands, plan, workdir)
             times[names[2]], _ = dtrun("torchrun", args, args.port + 20, workdir, env)
+            times[names[3]] = bare(commands, plan, workdir, quick=True)
             if round_:
                 for name in names:
                     walls[name].append(times[name])
@@ -146,7 +161,7 @@ def main() -> None:
             cold_env = dict(env, TORCH_EXTENSIONS_DIR=str(workdir / "empty-torch-extensions"))
             cold, _ = dtrun("deepspeed", args, args.port, workdir, cold_env)
 
-    dt, bd, tr = (walls[name] for name in names)
+    dt, bd, tr, qx = (walls[name] for name in names)
     print()
     for name in names:
         w = walls[name]
@@ -160,6 +175,8 @@ def main() -> None:
     print(
         f"bare deepspeed / dtrun torchrun:  {spread([a / b for a, b in zip(bd, tr, strict=True)])}"
     )
+    own = spread([a / b for a, b in zip(dt, qx, strict=True)])
+    print(f"dtrun deepspeed / bare, quick exit: {own}")
     if cold is not None:
         print(
             f"dtrun deepspeed with an empty TORCH_EXTENSIONS_DIR: {cold:.2f} s "
