@@ -84,6 +84,18 @@ def bare(steps: int, warmup: int, port: int, run: str, workdir: Path, quick: boo
     return elapsed
 
 
+def quick_exit_line(pairs: list[tuple[float, float]], quick: list[float]) -> str:
+    """dtrun's wall times (A) and the bare torchrun ones (B) of ``pairs`` against the bare
+    commands with the quick exit (``quick``, the same rounds): medians, A/Q with min and max."""
+    own = [a / q for (a, _), q in zip(pairs, quick, strict=True)]
+    teardown = statistics.median(b / q for (_, b), q in zip(pairs, quick, strict=True))
+    return (
+        f"dtrun / bare with the same quick exit: median {statistics.median(own):.3f} "
+        f"(min {min(own):.3f}, max {max(own):.3f}); bare torchrun / bare with the quick exit: "
+        f"median {teardown:.3f}"
+    )
+
+
 def dtrun(steps: int, warmup: int, port: int, run: str, workdir: Path, exe: str) -> float:
     command = [
         exe, "bench", "--nodes", "2", "--steps", str(steps),
@@ -150,12 +162,7 @@ def main() -> None:
         f"ratio {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
         "target <= 1.05 (issue 41)"
     )
-    own = [a / q for (a, _), q in zip(pairs, quick, strict=True)]
-    print(
-        f"dtrun / bare with the same quick exit: median {statistics.median(own):.3f} "
-        f"(min {min(own):.3f}, max {max(own):.3f}); bare torchrun / bare with the quick exit: "
-        f"median {statistics.median(b / q for (_, b), q in zip(pairs, quick, strict=True)):.3f}"
-    )
+    print(quick_exit_line(pairs, quick))
     if second:
         vs_ratios = [vs / b for vs, (_, b) in zip(second, pairs, strict=True)]
         print(

@@ -32,6 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PROGRAM = REPO / "tests" / "programs" / "ddp_loop.py"
 sys.path.insert(0, str(REPO))
+from overhead_vs_bare_torchrun import quick_exit_line  # noqa: E402  (beside this file)
+
 from dtrun.plan.launchers.torchrun import QUICK_EXIT  # noqa: E402
 
 
@@ -127,12 +129,7 @@ def main() -> None:
         f"ratio {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
         "target <= 1.05 (issue 41)"
     )
-    own = [a / q for (a, _), q in zip(pairs, quick, strict=True)]
-    print(
-        f"dtrun / bare with the same quick exit: median {statistics.median(own):.3f} "
-        f"(min {min(own):.3f}, max {max(own):.3f}); bare torchrun / bare with the quick exit: "
-        f"median {statistics.median(b / q for (_, b), q in zip(pairs, quick, strict=True)):.3f}"
-    )
+    print(quick_exit_line(pairs, quick))
 
 
 if __name__ == "__main__":
