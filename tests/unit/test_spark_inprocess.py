@@ -11,21 +11,10 @@ import textwrap
 import time
 
 from dtrun.engines.spark.app import SparkApp
+from dtrun.engines.spark.distributor import NODE_MODULE
 from dtrun.engines.spark.session import LIGHT_JVM, jvm_settings
 from dtrun.render import render
 from tests.paths import REPO
-
-# The rank's process as TorchDistributor's torchrun starts it: it calls node_main, then leaves
-# (TorchDistributor's script writes its output file; here: a line after node_main returns).
-RANK = """\
-import os, sys
-from dtrun.engines.spark.node import node_main
-print("rank pid", os.getpid(), flush=True)
-try:
-    node_main(sys.argv[1], ["spark-0"])
-finally:
-    print("host done", flush=True)
-"""
 
 PROGRAM = """\
 import os, sys
@@ -53,27 +42,30 @@ def _node_script(tmp_path, program: list[str]) -> None:
     (tmp_path / "node-0.sh").write_text(script)
 
 
-def _rank(tmp_path) -> subprocess.CompletedProcess[str]:
+def _rank(tmp_path) -> tuple[subprocess.CompletedProcess[str], int]:
+    """The rank's process as TorchDistributor's torchrun starts it (runner/engines/spark/
+    distributor.py), and its pid."""
     env = {**os.environ, "NODE_RANK": "0", "RANK": "0", "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-c", RANK, str(tmp_path)], env=env, capture_output=True, text=True,
-        timeout=60, check=False,
-    )  # fmt: skip
+    with subprocess.Popen(
+        [sys.executable, "-m", NODE_MODULE, str(tmp_path), "spark-0"], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as rank:  # fmt: skip
+        out, err = rank.communicate(timeout=60)
+    return subprocess.CompletedProcess(rank.args, rank.returncode, out, err), rank.pid
 
 
 def test_a_python_program_runs_in_the_rank_s_own_process_with_the_script_s_environment(tmp_path):
     (tmp_path / "prog.py").write_text(PROGRAM)
     _node_script(tmp_path, [sys.executable, str(tmp_path / "prog.py"), "3"])
-    done = _rank(tmp_path)
-    # the program's exit is the node's and the rank's, after its host finished its own work
+    done, pid = _rank(tmp_path)
+    # the program's exit is the node's and the rank's, after node_main recorded it
     assert done.returncode == 3, done.stderr
     assert (tmp_path / "spark-0.exit").read_text() == "3\n"
-    assert "host done" in done.stdout
     # one process: the rank's; the script's environment (OMP_NUM_THREADS) and arguments
     logged = (tmp_path / "spark-0.log").read_text()
     assert "argv ['3'] threads 1" in logged
     assert "dtrun-node 0: argv ['3'] threads 1" in done.stdout
-    assert f"rank pid {(tmp_path / 'program.pid').read_text()}\n" in done.stdout
+    assert (tmp_path / "program.pid").read_text() == str(pid)
 
 
 def test_a_workload_s_exit_now_in_the_rank_gives_its_code_to_the_node(tmp_path):
@@ -81,16 +73,16 @@ def test_a_workload_s_exit_now_in_the_rank_gives_its_code_to_the_node(tmp_path):
         "from dtrun.workloads.result import exit_now\nprint('trained', flush=True)\nexit_now(0)\n"
     )
     _node_script(tmp_path, [sys.executable, "wl.py"])
-    done = _rank(tmp_path)
+    done, _ = _rank(tmp_path)
     assert done.returncode == 0, done.stderr
+    # os._exit in the workload would have cut node_main short of its exit file
     assert (tmp_path / "spark-0.exit").read_text() == "0\n"
-    assert "host done" in done.stdout  # os._exit in the workload would have cut the host short
     assert "dtrun-node 0: trained" in done.stdout
 
 
 def test_a_program_that_is_not_python_runs_as_the_script(tmp_path):
     _node_script(tmp_path, ["sh", "-c", 'echo "pid $$"; exit 4'])
-    done = _rank(tmp_path)
+    done, _ = _rank(tmp_path)
     assert done.returncode == 4, done.stderr
     assert (tmp_path / "spark-0.exit").read_text() == "4\n"
     assert "dtrun-node 0: pid" in done.stdout

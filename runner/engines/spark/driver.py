@@ -14,9 +14,9 @@ stdin, one a line:
 - ``cancel``: cancel the launch running now (dtrun's --timeout);
 - end of file: cancel what runs, stop the session and exit 0.
 
-A launch runs ``TorchDistributor(num_processes=W, local_mode=False).run(node_main, ...)``, the
-function form (TorchDistributor's file form reports a failed rank as success, docs/spark.md),
-or ``horovod.spark.run(node_main, num_proc=N, nics=[NIC])``; each task's ``node_main``
+A launch runs TorchDistributor, torchrun on each task running ``node_main`` (runner/engines/
+spark/distributor.py), or ``horovod.spark.run(node_main, num_proc=N, nics=[NIC])``; each task's
+``node_main``
 (runner/engines/spark/node.py) runs that node's rendered script. A failed launch fails its job,
 not the application: the next launch runs on the same executors (a lost executor is replaced by
 Spark's master). If Spark did not start, the driver says why and exits after that launch; dtrun
@@ -111,12 +111,9 @@ def launch(spark: Any, config: dict[str, Any], launch_dir: str) -> None:
     names, launcher = config["nodes"], config["launcher"]
     spark.sparkContext.setJobGroup(GROUP, f"dtrun {config['run_id']}", interruptOnCancel=True)
     if launcher == "torchdistributor":
-        from pyspark.ml.torch.distributor import TorchDistributor
+        from dtrun.engines.spark.distributor import NodeDistributor
 
-        distributor = TorchDistributor(
-            num_processes=config["world_size"], local_mode=False, use_gpu=False
-        )
-        distributor.run(node_main, launch_dir, names)
+        NodeDistributor(config["world_size"]).run_nodes(launch_dir, names)
     elif launcher == "horovod-spark":
         import horovod.spark
 

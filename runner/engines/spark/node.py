@@ -1,12 +1,14 @@
 """What runs inside each Spark task: the node's rendered script, logged and accounted for.
 
-TorchDistributor (function form) and horovod.spark call ``node_main`` in every rank's process
-on the executors. It runs ``node-<NODE_RANK>.sh`` from the launch directory, which the driver
-and the executors share (local-cluster: this machine; a real cluster: shared storage), writes
-every line to ``<node>.log`` there and prints it tagged ``dtrun-node R:`` (TorchDistributor
-streams task output to the driver), records the exit code in ``<node>.exit`` (none when it
-stopped the script: a stopped node has no exit of its own), and fails the task when the
-script does, so Spark fails the job at once and names the partition.
+TorchDistributor's torchrun runs this module as every rank's process on the executors
+(``python -m dtrun.engines.spark.node LAUNCH_DIR NAME...``, runner/engines/spark/distributor.py);
+horovod.spark calls ``node_main`` there. It runs ``node-<NODE_RANK>.sh`` from the launch
+directory, which the driver and the executors share (local-cluster: this machine; a real
+cluster: shared storage), writes every line to ``<node>.log`` there and prints it tagged
+``dtrun-node R:`` (TorchDistributor streams task output to the driver), records the exit code
+in ``<node>.exit`` (none when it stopped the script: a stopped node has no exit of its own),
+and fails the task when the script does, so Spark fails the job at once and names the
+partition.
 
 The script runs in a process group of its own, which ``node_main`` stops (SIGTERM, then
 SIGKILL) when it is stopped itself or when its parent, the Spark-started process, goes away,
@@ -184,3 +186,7 @@ END_GROUP = (
     f'while [ "$i" -lt {int(GRACE_S * 10)} ]; do kill -0 "-$1" 2>/dev/null || exit 0; '
     'sleep 0.1; i=$((i + 1)); done; kill -KILL "-$1" 2>/dev/null; exit 0'
 )
+
+
+if __name__ == "__main__":  # a TorchDistributor rank (runner/engines/spark/distributor.py)
+    sys.exit(node_main(sys.argv[1], sys.argv[2:]))
