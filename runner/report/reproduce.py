@@ -93,7 +93,7 @@ def kept_cores(manifest: Mapping[str, Any]) -> str | None:
     if manifest["inventory"]["source"] != "embedded" or not any("cores" in n for n in nodes):
         return None
     if all(n.get("cores") is None for n in nodes):
-        return "every node on every core dtrun could use (taskset not found)"
+        return "every node on every core dtrun could use (no taskset)"
     return "; ".join(
         f"{n['name']}: {','.join(map(str, n['cores'])) if n.get('cores') else 'any'}" for n in nodes
     )

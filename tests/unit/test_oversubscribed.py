@@ -4,6 +4,7 @@ the rule the report marks such points with."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -73,6 +74,31 @@ def test_without_taskset_the_bench_says_its_nodes_share_every_core(tmp_path, mon
     assert "warning: taskset (util-linux) is not on PATH: the embedded nodes share every core" in (
         done.output
     )
+
+
+def test_a_taskset_refused_an_affinity_floats_the_nodes_and_says_why(tmp_path, monkeypatch):
+    """Where sched_setaffinity is denied (a seccomp profile, a sandbox), taskset fails every
+    node's launch with EPERM: the nodes float instead, and the bench says why."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "taskset"  # what util-linux's taskset prints when the kernel says EPERM
+    fake.write_text(
+        '#!/bin/sh\necho "taskset: failed to set pid $$\'s affinity: Operation not permitted" >&2'
+        "\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    done = dtrun("bench", "--dry-run", "--nodes", "1,2", "--output", str(tmp_path / "runs"))
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.output.split())
+    assert "warning: taskset cannot set a CPU affinity here (taskset: failed to set pid" in said
+    assert "Operation not permitted): the embedded nodes share every core" in said
+    assert "run dtrun where it may set a CPU affinity (sched_setaffinity)" in said
+    from dtrun.engines.base import ClusterChoice, Hooks
+    from dtrun.engines.embedded.engine import EmbeddedEngine
+
+    with EmbeddedEngine().open(ClusterChoice(nodes=2), Hooks(notice=print)) as cluster:
+        assert [node.cores for node in cluster.inventory.nodes] == [None, None]  # floating
 
 
 def dtrun(*args: str):

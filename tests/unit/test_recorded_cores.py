@@ -44,7 +44,7 @@ def test_the_manifest_and_report_say_which_cores_each_node_was_kept_to(tmp_path,
         (run.path / "report.md").read_text()
     )
     floating = json.loads(_run(tmp_path, "floating", fixed_inventory).manifest.read_text())
-    assert kept_cores(floating) == "every node on every core dtrun could use (taskset not found)"
+    assert kept_cores(floating) == "every node on every core dtrun could use (no taskset)"
 
 
 def test_a_manifest_from_before_the_cores_were_recorded_has_no_cores_row(tmp_path, fixed_inventory):
@@ -88,5 +88,5 @@ def test_compare_tells_runs_on_other_cores_apart(tmp_path, fixed_inventory):
     }
     assert differs["cores"] == (
         "node-0: 0,1; node-1: 2,3; node-2: 4,5; node-3: 6,7",
-        "every node on every core dtrun could use (taskset not found)",
+        "every node on every core dtrun could use (no taskset)",
     )

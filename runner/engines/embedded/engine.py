@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
@@ -12,6 +15,27 @@ from dtrun.engines.embedded.inventory import embedded_inventory, node_cores, ove
 from dtrun.spec.cluster import usable_cpus
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.request import EMBEDDED_MAX_LAUNCHES
+
+NO_TASKSET = "taskset (util-linux) is not on PATH"
+
+
+def taskset_refused(core: int) -> str | None:
+    """Why util-linux's taskset cannot keep a node to its cores here, or None when it can: not
+    on PATH, or refused an affinity (a seccomp profile or a sandbox that denies
+    sched_setaffinity fails every node's launch with EPERM), tried once on ``core``."""
+    if shutil.which("taskset") is None:
+        return NO_TASKSET
+    try:
+        tried = subprocess.run(
+            ["taskset", "--cpu-list", str(core), "true"], capture_output=True, text=True,
+            timeout=30, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"taskset cannot run here ({error})"
+    if tried.returncode == 0:
+        return None
+    said = (tried.stderr.strip().splitlines() or [f"exit {tried.returncode}"])[-1]
+    return f"taskset cannot set a CPU affinity here ({said})"
 
 
 class EmbeddedEngine(Engine):
@@ -25,16 +49,14 @@ class EmbeddedEngine(Engine):
 
     @contextlib.contextmanager
     def open(self, choice: ClusterChoice, hooks: Hooks) -> Iterator[Cluster]:
-        import os
-        import shutil
-
         from dtrun.engines.embedded.executor import LocalExecutor
 
         inventory = embedded_inventory(choice.local_nodes)
-        # util-linux's taskset keeps each node to its cores; without it they share them all.
-        # Each node's cores are in its inventory entry, so the manifest records them.
-        found = shutil.which("taskset") is not None
-        cores = node_cores(inventory, sorted(os.sched_getaffinity(0))) if found else {}
+        # util-linux's taskset keeps each node to its cores; without it, or where it may not
+        # set an affinity, they share them all. Each node's cores are in its inventory entry,
+        # so the manifest records them.
+        usable = sorted(os.sched_getaffinity(0))
+        cores = node_cores(inventory, usable) if taskset_refused(usable[0]) is None else {}
         nodes = tuple(replace(node, cores=cores.get(node.name)) for node in inventory.nodes)
         inventory = replace(inventory, nodes=nodes)
         yield Cluster(inventory, LocalExecutor(cores=cores), choice, self)
@@ -51,11 +73,17 @@ class EmbeddedEngine(Engine):
         """Processes that would share cores; nodes that float over every core (no taskset)."""
         nodes = cluster.inventory.nodes
         said = []
-        if nodes and all(node.cores is None for node in nodes):
+        refused = taskset_refused(min(os.sched_getaffinity(0)))
+        if nodes and all(node.cores is None for node in nodes) and refused is not None:
             said.append(
-                "taskset (util-linux) is not on PATH: the embedded nodes share every core, and "
-                "their figures spread more from launch to launch; install util-linux to keep "
-                "each node to its own cores"
+                f"{refused}: the embedded nodes share every core, and their figures spread "
+                "more from launch to launch; "
+                + (
+                    "install util-linux to keep each node to its own cores"
+                    if refused == NO_TASKSET
+                    else "run dtrun where it may set a CPU affinity (sched_setaffinity) to keep "
+                    "each node to its own cores"
+                )
             )
         kept = [node.cores for node in nodes]
         over = oversubscription(node_counts, procs_per_node, usable_cpus(), kept)
