@@ -89,3 +89,43 @@ def test_torchrun_and_its_rank_end_when_the_task_s_python_worker_is_killed(rank_
         for proc in started:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()
+
+
+def _pid_task(rows):
+    """A task that, like TorchDistributor's, never reads its input: its Python worker's pid."""
+    import os
+
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    yield pa.RecordBatch.from_pydict({"pid": [os.getpid()]})
+
+
+def test_a_task_reading_its_input_first_keeps_its_python_worker_from_launch_to_launch(
+    monkeypatch,
+):
+    """Spark reuses a Python worker only once its task has read all its input: each launch
+    under TorchDistributor's own task forked new ones, which imported pandas, pyarrow and
+    pyspark.ml again."""
+    from pyspark.sql import SparkSession
+
+    from dtrun.engines.spark.distributor import read_input_first
+
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # the executors' Python: this one
+    spark = (
+        SparkSession.builder.master("local-cluster[2,1,1024]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.executorEnv.PYTHONPATH", str(REPO))
+        .getOrCreate()
+    )
+    try:
+
+        def workers(task) -> set[int]:
+            rows = spark.range(0, 2, 1, 2).mapInArrow(task, "pid long", barrier=True).collect()
+            return {row.pid for row in rows}
+
+        unread = [workers(_pid_task) for _ in range(2)]
+        assert not unread[0] & unread[1]  # new workers for every stage
+        read = [workers(read_input_first(_pid_task)) for _ in range(3)]
+        assert read[1] == read[2] and len(read[1]) == 2  # the same two, stage after stage
+    finally:
+        spark.stop()

@@ -2,9 +2,10 @@
 
 A launch is ``NodeDistributor(W).run_nodes(launch_dir, names)``: TorchDistributor's barrier
 stage, rendezvous settings (MASTER_ADDR, MASTER_PORT and the run's id, gathered across the
-tasks), log streaming and failure handling, unchanged. What runs in each task differs in two
-ways from ``TorchDistributor.run``, both through TorchDistributor's own hook for them
-(``_run(train_object, run_pytorch_file_fn)``, which pyspark's DeepspeedTorchDistributor uses):
+tasks), log streaming and failure handling, unchanged. What runs in each task differs in
+three ways from ``TorchDistributor.run``, the first two through TorchDistributor's own hook for
+them (``_run(train_object, run_pytorch_file_fn)``, which pyspark's DeepspeedTorchDistributor
+uses):
 
 - torchrun runs as the task's child, as DeepspeedTorchDistributor runs it, not under
   ``pyspark.ml.torch.torch_run_process_wrapper``. That wrapper is a Python of its own that
@@ -15,12 +16,14 @@ ways from ``TorchDistributor.run``, both through TorchDistributor's own hook for
 - torchrun runs its own ``main`` and leaves once it returns (runner/plan/launchers/
   quickexit.py), and each rank runs ``python -m dtrun.engines.spark.node LAUNCH_DIR NAME...``:
   ``node_main`` with no pickled function, so the rank does not import pyspark (1.3 s a launch).
+- the task reads its input before it starts (``read_input_first``), so that Spark reuses
+  each executor's Python worker from one launch to the next.
 
 Traced with strace on the 2-core VM, 2026-12-02: a steady launch took 13.5-15 s, of which
-the wrapper's start 1.7 s, the rank's pyspark import 1.3 s and torchrun's teardown 0.5 s
-(docs/spark.md "How a launch runs"). Spark's own sleeps stay: 1 s for TorchDistributor's log
-server, and 1 s for each of its two ``allGather`` calls (Spark's barrier waits in whole
-seconds, BarrierTaskContext.runBarrier).
+the wrapper's start 1.7 s, the rank's pyspark import 1.3 s, torchrun's teardown 0.5 s and a
+new Python worker 1.2 s (docs/spark.md "Launchers"). Spark's own sleeps stay: 1 s for
+TorchDistributor's log server, and 1 s for each of its two ``allGather`` calls (Spark's barrier
+waits in whole seconds, BarrierTaskContext.runBarrier).
 
 Imported on the driver; the executors import ``run_torchrun`` from here, which needs pyspark
 and the standard library only.
@@ -29,6 +32,7 @@ and the standard library only.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyspark.ml.torch.distributor import TorchDistributor
@@ -52,6 +56,23 @@ class NodeDistributor(TorchDistributor):
 
     def run_nodes(self, launch_dir: str, names: list[str]) -> None:
         self._run(NODE_MODULE, run_torchrun, launch_dir, *names)
+
+    def _get_spark_task_function(self, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        """TorchDistributor's task, reading its input first (module docstring)."""
+        return read_input_first(super()._get_spark_task_function(*args, **kwargs))
+
+
+def read_input_first(task: Callable[[Iterator[Any]], Iterator[Any]]) -> Callable[..., Any]:
+    """``task`` after reading its partition's input to the end (one row of ``spark.range`` a
+    task). TorchDistributor's task never reads it, and a Python worker that leaves its input
+    unread is not reused: each launch forked a new one on every executor, which imported
+    pandas, pyarrow and pyspark.ml again (1.2 s a launch here)."""
+
+    def task_reading_first(rows: Iterator[Any]) -> Iterator[Any]:
+        read = list(rows)
+        yield from task(iter(read))
+
+    return task_reading_first
 
 
 def torchrun_code() -> str:
