@@ -73,8 +73,9 @@ class EmbeddedEngine(Engine):
         """Processes that would share cores; nodes that float over every core (no taskset)."""
         nodes = cluster.inventory.nodes
         said = []
-        refused = taskset_refused(min(os.sched_getaffinity(0)))
-        if nodes and all(node.cores is None for node in nodes) and refused is not None:
+        floating = bool(nodes) and all(node.cores is None for node in nodes)
+        refused = taskset_refused(min(os.sched_getaffinity(0))) if floating else None
+        if refused is not None:
             said.append(
                 f"{refused}: the embedded nodes share every core, and their figures spread "
                 "more from launch to launch; "

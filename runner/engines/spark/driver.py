@@ -16,12 +16,11 @@ stdin, one a line:
 
 A launch runs TorchDistributor, torchrun on each task running ``node_main`` (runner/engines/
 spark/distributor.py), or ``horovod.spark.run(node_main, num_proc=N, nics=[NIC])``; each task's
-``node_main``
-(runner/engines/spark/node.py) runs that node's rendered script. A failed launch fails its job,
-not the application: the next launch runs on the same executors (a lost executor is replaced by
-Spark's master). If Spark did not start, the driver says why and exits after that launch; dtrun
-starts a new one for the next. On SIGTERM, SIGHUP or SIGINT it cancels the job, stops the
-session and exits 128 + the signal.
+``node_main`` (runner/engines/spark/node.py) runs that node's rendered script. A failed launch
+fails its job, not the application: the next launch runs on the same executors (a lost executor
+is replaced by Spark's master). If Spark did not start, the driver says why and exits after that
+launch; dtrun starts a new one for the next. On SIGTERM, SIGHUP or SIGINT it cancels the job,
+stops the session and exits 128 + the signal.
 """
 
 from __future__ import annotations
