@@ -61,10 +61,9 @@ def test_torchrun_and_its_rank_end_when_the_task_s_python_worker_is_killed(rank_
     task = subprocess.Popen(  # the Spark task's Python worker, calling run_torchrun
         [
             sys.executable, "-c",
-            "import sys; from dtrun.engines.spark.distributor import run_torchrun, torchrun_code; "
-            "from dtrun.engines.spark.distributor import CODE; "
-            "run_torchrun({'local_mode': True, 'num_processes': 1, CODE: torchrun_code()}, "
-            "'fake_rank', 'sleep', sys.argv[1])",
+            "import sys; from dtrun.engines.spark.distributor import run_torchrun; "
+            "from tests.e2e.test_spark_torchrun import _params; "
+            "run_torchrun(_params(), 'fake_rank', 'sleep', sys.argv[1])",
             str(pid_file),
         ],
         stdout=subprocess.DEVNULL,
