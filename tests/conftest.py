@@ -18,7 +18,7 @@ import pytest
 from dtrun.engines.embedded.inventory import embedded_inventory, local_cluster
 from dtrun.spec.cluster import Accelerator, Inventory, Node, SshAccess
 from dtrun.spec.request import BenchSpec
-from tests import machine, slurmd, sshd
+from tests import machine, slurmd, sshd, torch_extensions
 from tests.sshd import SshCluster
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ DTRUN = [sys.executable, "-X", "faulthandler", "-m", "dtrun.cli"]
 # gets its part's marker from its directory.
 PARTS = ("unit", "e2e", "infra")
 # Fixtures that start daemons or real launches: only tests under tests/e2e/ may use them.
-E2E_FIXTURES = frozenset({"sshd_cluster", "slurm_daemons", "slurm", "no_leftovers"})
+E2E_FIXTURES = frozenset({"sshd_cluster", "slurm_daemons", "slurm", "no_leftovers", "deepspeed_op"})
 
 
 def _part(path: Path) -> str | None:
@@ -80,6 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # session, and several sessions share this machine (helpers, CI jobs); the leftover check
     # and the fault fixtures must never take another session's processes for their own
     os.environ.setdefault("DTRUN_TEST_SESSION", f"{os.getpid()}-{time.time_ns()}")
+    torch_extensions.use_own_directory()
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if config.getoption("--worker-netns") and worker is not None:
         _own_network(worker)
@@ -378,6 +379,15 @@ def _described(proc: psutil.Process) -> str:
     with contextlib.suppress(psutil.Error):
         return f"{proc.pid} {' '.join(proc.cmdline())[:200]}"
     return str(proc.pid)
+
+
+@pytest.fixture
+def deepspeed_op() -> None:
+    """DeepSpeed's shared-memory op built in the suite's extension directory, and no stale
+    build lock there for a user's DeepSpeed program to wait on forever (tests/torch_extensions)."""
+    removed = torch_extensions.ready()
+    if removed:
+        print(f"removed stale torch extension locks: {[str(p) for p in removed]}")
 
 
 @pytest.fixture

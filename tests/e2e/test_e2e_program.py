@@ -330,7 +330,9 @@ def test_an_fsdp_program_is_timed_and_its_shards_said_not_comparable(no_leftover
 # a hang guard, not a speed check: 78 s alone, 262 s of the default 300 beside Spark's tests in
 # a fresh-clone run (2026-11-30), 300 s (timed out) on three workers
 @pytest.mark.timeout(600)
-def test_a_deepspeed_engine_under_its_launcher_counts_its_accumulation_once(no_leftovers):
+def test_a_deepspeed_engine_under_its_launcher_counts_its_accumulation_once(
+    no_leftovers, deepspeed_op
+):
     done, run = bench(
         no_leftovers, "--launcher", "deepspeed", "--", "python",
         str(PROGRAMS / "deepspeed_loop.py"), "--steps", "8", "--accumulate", "4", "--sleep",

@@ -305,7 +305,7 @@ def test_fsdp1_parameters_are_said_sharded(workdir, options, gradient_bytes):
 
 
 @pytest.mark.e2e
-def test_deepspeed_zero_0_under_its_launcher_counts_its_accumulation_once(workdir):
+def test_deepspeed_zero_0_under_its_launcher_counts_its_accumulation_once(workdir, deepspeed_op):
     """DeepSpeed's engine.step() steps the optimizer once per gradient_accumulation_steps."""
     records, own = trained(
         deepspeed_launcher(29581), "deepspeed_loop.py", "--accumulate", "4", "--sleep", "0.01",
@@ -320,14 +320,16 @@ def test_deepspeed_zero_0_under_its_launcher_counts_its_accumulation_once(workdi
 
 
 @pytest.mark.e2e
-def test_deepspeed_ranks_that_diverge_have_different_digests(workdir):
+def test_deepspeed_ranks_that_diverge_have_different_digests(workdir, deepspeed_op):
     records, _ = trained(TORCHRUN, "deepspeed_loop.py", "--steps", "4", "--diverge", cwd=workdir)
     assert records[0]["param_digest"] != records[1]["param_digest"]
 
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("stage", [1, 2, 3])
-def test_deepspeed_zero_partitions_are_said_sharded_and_the_model_counted_whole(workdir, stage):
+def test_deepspeed_zero_partitions_are_said_sharded_and_the_model_counted_whole(
+    workdir, deepspeed_op, stage
+):
     """Under ZeRO 1 and 2 the stepping torch optimizer holds this rank's flat fp32 partition,
     under ZeRO 3 the model's parameters are empty: the gradient bytes are still the model's."""
     records, own = trained(
@@ -395,7 +397,9 @@ def output_lines(done: subprocess.CompletedProcess[str]) -> Counter[str]:
     ],
     ids=["ddp", "deepspeed-zero1"],
 )
-def test_the_hook_adds_nothing_to_the_programs_output(workdir, program, args):
+def test_the_hook_adds_nothing_to_the_programs_output(workdir, program, args, request):
+    if program.startswith("deepspeed"):
+        request.getfixturevalue("deepspeed_op")
     plain = launch(TORCHRUN, program, *args, cwd=workdir / "plain", hook=False)
     hooked = launch(TORCHRUN, program, *args, cwd=workdir / "hooked")
     assert (plain.returncode, hooked.returncode) == (0, 0), (

@@ -1,0 +1,76 @@
+"""The suite's own TORCH_EXTENSIONS_DIR, with DeepSpeed's shared-memory op built once in it.
+
+A user's DeepSpeed program (tests/programs/deepspeed_loop.py) JIT-builds or loads
+`deepspeed_shm_comm` in every rank's init_distributed (docs/launchers.md, "deepspeed"). Each
+build or load takes torch's FileBaton: a `lock` file made with O_CREAT|O_EXCL and held open
+until the build is done (torch/utils/file_baton.py, torch 2.13.0). A process killed while it
+holds one leaves the file behind, and every later load waits for it forever: in CI that hung all
+seven DeepSpeed program tests until their timeouts (2026-12-02).
+
+So the tests build the op once, outside any launch a test may kill, in a directory of the
+suite's own; and before each DeepSpeed program test they remove a lock that no process holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.paths import REPO
+
+DIRECTORY = REPO / ".cache" / "torch-extensions"  # .gitignore'd, beside the venv's user
+BUILD = (
+    "from deepspeed.accelerator import get_accelerator\n"
+    "builder = get_accelerator().create_op_builder('ShareMemCommBuilder')\n"
+    "builder is None or builder.load()\n"
+)
+_built = False  # in this process (one per xdist worker)
+
+
+def use_own_directory() -> None:
+    """Every process the tests start builds and loads torch extensions in DIRECTORY."""
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(DIRECTORY)
+
+
+def _held(lock: Path) -> bool:
+    """Whether a live process has this lock file open (the baton's holder keeps its fd)."""
+    target = str(lock)
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if any(f.path == target for f in proc.open_files()):
+                return True
+    return False
+
+
+def stale_locks() -> list[Path]:
+    """The batons under DIRECTORY that no process holds, looked at twice a second apart: a
+    holder closes its fd just before it removes the file, so one look could catch it between."""
+    # TORCH_EXTENSIONS_DIR/NAME/lock (torch's default directory adds a py311_cpu level)
+    found = [lock for lock in DIRECTORY.glob("*/lock") if not _held(lock)]
+    if found:
+        time.sleep(1)
+    return [lock for lock in found if lock.exists() and not _held(lock)]
+
+
+def ready() -> list[Path]:
+    """Remove stale batons, then build the op once per process; return what was removed."""
+    global _built
+    DIRECTORY.mkdir(parents=True, exist_ok=True)
+    with (DIRECTORY / ".tests.lock").open("w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # released by the kernel if this process dies
+        removed = stale_locks()
+        for lock in removed:
+            lock.unlink(missing_ok=True)
+        if not _built:
+            subprocess.run(
+                [sys.executable, "-c", BUILD], check=True, capture_output=True, timeout=900
+            )
+            _built = True
+    return removed
