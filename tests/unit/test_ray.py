@@ -153,7 +153,8 @@ def _live_in_group(group: int) -> list[int]:
     """Processes of the group that are not zombies (this machine's init may reap late)."""
     live = []
     for proc in psutil.process_iter(["status"]):
-        with contextlib.suppress(psutil.Error):
+        # os.getpgid raises ProcessLookupError for one that ended since process_iter saw it
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
             if os.getpgid(proc.pid) == group and proc.info["status"] != psutil.STATUS_ZOMBIE:
                 live.append(proc.pid)
     return live

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from dtrun.cluster.readiness import check_ports_free
 from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks, wait_for_nodes
+from dtrun.engines.embedded.extensions import stale_lock_warnings
 from dtrun.engines.embedded.inventory import embedded_inventory, node_cores, oversubscription
 from dtrun.spec.cluster import usable_cpus
 from dtrun.spec.launchplan import LaunchPlan
@@ -70,7 +71,8 @@ class EmbeddedEngine(Engine):
     def warnings(
         self, cluster: Cluster, node_counts: Sequence[int], procs_per_node: int
     ) -> list[str]:
-        """Processes that would share cores; nodes that float over every core (no taskset)."""
+        """Processes that would share cores; nodes that float over every core (no taskset);
+        torch extension build locks a killed process left (runner/engines/embedded/extensions)."""
         nodes = cluster.inventory.nodes
         said = []
         floating = bool(nodes) and all(node.cores is None for node in nodes)
@@ -88,4 +90,4 @@ class EmbeddedEngine(Engine):
             )
         kept = [node.cores for node in nodes]
         over = oversubscription(node_counts, procs_per_node, usable_cpus(), kept)
-        return said + ([over] if over is not None else [])
+        return said + ([over] if over is not None else []) + stale_lock_warnings()

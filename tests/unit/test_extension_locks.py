@@ -1,0 +1,54 @@
+"""A torch extension build lock left by a killed process makes every later DeepSpeed start wait
+forever (runner/engines/embedded/extensions.py): the embedded bench names it and how to mend it."""
+
+from __future__ import annotations
+
+import os
+
+from typer.testing import CliRunner
+
+from dtrun.cli.app import app
+from dtrun.engines.embedded.extensions import stale_locks
+
+
+def dry_bench(tmp_path):
+    runs = str(tmp_path / "runs")
+    done = CliRunner(env={"COLUMNS": "400"}).invoke(
+        app, ["bench", "--dry-run", "--nodes", "1,2", "--output", runs]
+    )
+    assert done.exit_code == 0, done.output
+    return " ".join(done.output.split())
+
+
+def test_a_lock_no_process_holds_is_named_with_the_command_that_removes_it(tmp_path, monkeypatch):
+    root = tmp_path / "torch extensions"  # a space: the rm command quotes the path
+    (root / "deepspeed_shm_comm").mkdir(parents=True)
+    lock = root / "deepspeed_shm_comm" / "lock"
+    lock.touch()  # what torch's FileBaton leaves when its holder is killed
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(root))
+    said = dry_bench(tmp_path)
+    assert f"warning: {lock} is a torch extension build lock that no process holds" in said
+    assert f"remove it (rm '{lock}')" in said
+    assert lock.exists()  # named, not removed: the cache is the user's
+
+
+def test_a_lock_a_live_process_holds_is_a_build_under_way_and_not_named(tmp_path, monkeypatch):
+    (tmp_path / "ext" / "deepspeed_shm_comm").mkdir(parents=True)
+    lock = tmp_path / "ext" / "deepspeed_shm_comm" / "lock"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    fd = os.open(lock, os.O_CREAT | os.O_EXCL)  # as FileBaton.try_acquire holds it
+    try:
+        assert stale_locks(settle=0) == []
+        assert "torch extension build lock" not in dry_bench(tmp_path)
+    finally:
+        os.close(fd)
+    assert stale_locks(settle=0) == [lock]
+
+
+def test_torch_s_default_root_is_looked_in_a_level_deeper(tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    build = tmp_path / "cache" / "torch_extensions" / "py311_cpu" / "deepspeed_shm_comm"
+    build.mkdir(parents=True)
+    (build / "lock").touch()
+    assert stale_locks(settle=0) == [build / "lock"]
