@@ -45,10 +45,15 @@ def test_a_lock_a_live_process_holds_is_a_build_under_way_and_not_named(tmp_path
     assert stale_locks(settle=0) == [lock]
 
 
-def test_torch_s_default_root_is_looked_in_a_level_deeper(tmp_path, monkeypatch):
+def test_torch_s_default_root_is_looked_in_a_level_deeper_where_the_nodes_look(
+    tmp_path, monkeypatch
+):
+    """The nodes start without XDG_CACHE_HOME (runner/plan/machineenv.py), so their torch
+    builds under HOME's .cache, and that is where dtrun looks."""
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    build = tmp_path / "cache" / "torch_extensions" / "py311_cpu" / "deepspeed_shm_comm"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-the-nodes"))
+    build = tmp_path / ".cache" / "torch_extensions" / "py311_cpu" / "deepspeed_shm_comm"
     build.mkdir(parents=True)
     (build / "lock").touch()
     assert stale_locks(settle=0) == [build / "lock"]

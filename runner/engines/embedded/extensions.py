@@ -18,15 +18,21 @@ from pathlib import Path
 
 import psutil
 
+from dtrun.plan.machineenv import node_environment
+
 
 def extensions_root() -> Path:
-    """TORCH_EXTENSIONS_DIR, or torch's default: the user's cache directory's torch_extensions
-    (torch.utils.cpp_extension.get_default_build_root; appdirs' user_cache_dir on Linux)."""
-    given = os.environ.get("TORCH_EXTENSIONS_DIR")
+    """Where the embedded nodes' torch builds extensions: TORCH_EXTENSIONS_DIR, or torch's
+    default, the cache directory's torch_extensions (torch.utils.cpp_extension's
+    get_default_build_root: appdirs' user_cache_dir, XDG_CACHE_HOME or ~/.cache on Linux), in
+    the environment a node starts with (runner/plan/machineenv.py)."""
+    env = node_environment(os.environ)
+    given = env.get("TORCH_EXTENSIONS_DIR")
     if given:
         return Path(given)
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "torch_extensions"
+    cache = env.get("XDG_CACHE_HOME")
+    home = Path(env.get("HOME") or Path.home())
+    return (Path(cache) if cache else home / ".cache") / "torch_extensions"
 
 
 def _held(lock: Path) -> bool:
