@@ -13,19 +13,16 @@ suite's own; and before each DeepSpeed program test they remove a lock that no p
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
-
+from dtrun.engines.embedded.extensions import stale_locks
 from tests.paths import REPO
 
-DIRECTORY = REPO / ".cache" / "torch-extensions"  # .gitignore'd, beside the venv's user
+DIRECTORY = REPO / ".cache" / "torch-extensions"  # under .cache/, which git ignores
 BUILD = (
     "from deepspeed.accelerator import get_accelerator\n"
     "builder = get_accelerator().create_op_builder('ShareMemCommBuilder')\n"
@@ -39,33 +36,13 @@ def use_own_directory() -> None:
     os.environ["TORCH_EXTENSIONS_DIR"] = str(DIRECTORY)
 
 
-def _held(lock: Path) -> bool:
-    """Whether a live process has this lock file open (the baton's holder keeps its fd)."""
-    target = str(lock)
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            if any(f.path == target for f in proc.open_files()):
-                return True
-    return False
-
-
-def stale_locks() -> list[Path]:
-    """The batons under DIRECTORY that no process holds, looked at twice a second apart: a
-    holder closes its fd just before it removes the file, so one look could catch it between."""
-    # TORCH_EXTENSIONS_DIR/NAME/lock (torch's default directory adds a py311_cpu level)
-    found = [lock for lock in DIRECTORY.glob("*/lock") if not _held(lock)]
-    if found:
-        time.sleep(1)
-    return [lock for lock in found if lock.exists() and not _held(lock)]
-
-
 def ready() -> list[Path]:
     """Remove stale batons, then build the op once per process; return what was removed."""
     global _built
     DIRECTORY.mkdir(parents=True, exist_ok=True)
     with (DIRECTORY / ".tests.lock").open("w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)  # released by the kernel if this process dies
-        removed = stale_locks()
+        removed = stale_locks(DIRECTORY)  # dtrun's own look (runner/engines/embedded)
         for lock in removed:
             lock.unlink(missing_ok=True)
         if not _built:
