@@ -3,7 +3,8 @@ forever (runner/engines/embedded/extensions.py): the embedded bench names it and
 
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
 
 from typer.testing import CliRunner
 
@@ -32,17 +33,36 @@ def test_a_lock_no_process_holds_is_named_with_the_command_that_removes_it(tmp_p
     assert lock.exists()  # named, not removed: the cache is the user's
 
 
-def test_a_lock_a_live_process_holds_is_a_build_under_way_and_not_named(tmp_path, monkeypatch):
-    (tmp_path / "ext" / "deepspeed_shm_comm").mkdir(parents=True)
-    lock = tmp_path / "ext" / "deepspeed_shm_comm" / "lock"
+def test_torch_s_own_baton_is_not_named_while_held_and_named_once_its_holder_is_killed(
+    tmp_path, monkeypatch
+):
+    """torch's FileBaton, as a rank takes it to build or load an op: held, it is a build under
+    way; its holder SIGKILLed (a stopped launch), the file stays and every later load waits."""
+    build = tmp_path / "ext" / "deepspeed_shm_comm"
+    build.mkdir(parents=True)
+    lock = build / "lock"
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
-    fd = os.open(lock, os.O_CREAT | os.O_EXCL)  # as FileBaton.try_acquire holds it
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True
+    )
     try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         assert stale_locks(settle=0) == []
         assert "torch extension build lock" not in dry_bench(tmp_path)
     finally:
-        os.close(fd)
+        holder.kill()
+        holder.wait()
+    assert lock.exists()
     assert stale_locks(settle=0) == [lock]
+
+
+HOLD = """
+import sys, time
+from torch.utils.file_baton import FileBaton
+assert FileBaton(sys.argv[1]).try_acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
 
 
 def test_torch_s_default_root_is_looked_in_a_level_deeper_where_the_nodes_look(
