@@ -46,8 +46,11 @@ def ready() -> list[Path]:
         for lock in removed:
             lock.unlink(missing_ok=True)
         if not _built:
-            subprocess.run(
-                [sys.executable, "-c", BUILD], check=True, capture_output=True, timeout=900
-            )
+            done = subprocess.run(
+                [sys.executable, "-c", BUILD], capture_output=True, text=True, timeout=900,
+                check=False,
+            )  # fmt: skip
+            if done.returncode != 0:
+                raise RuntimeError(f"building DeepSpeed's op failed:\n{done.stderr[-3000:]}")
             _built = True
     return removed
