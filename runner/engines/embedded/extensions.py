@@ -16,8 +16,6 @@ import shlex
 import time
 from pathlib import Path
 
-import psutil
-
 from dtrun.plan.machineenv import node_environment
 
 
@@ -37,6 +35,8 @@ def extensions_root() -> Path:
 
 def _held(lock: Path) -> bool:
     """Whether a live process has the lock open: the baton's holder keeps its descriptor."""
+    import psutil  # only where a lock is found: not on every command's import path
+
     target = str(lock)
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
