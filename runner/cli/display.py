@@ -298,11 +298,12 @@ def print_exec_summary(
     nodes: Sequence[Node], answers: dict[str, Answer], *, wide: bool = False
 ) -> int:
     """A table of every node's exit code (or why it could not run); returns how many failed.
-    The error wraps between words; the address goes first when the terminal is narrow."""
+    The error wraps, breaking a word too long for it (an algorithm list, a path), and stays;
+    the address goes first when the terminal is narrow."""
     from rich.text import Text
 
     columns = (Column("node", 10, "left", wrap=True), Column("address", 5, "left", wrap=True),
-               Column("exit", 9), Column("error", 8, "left", wrap=True))  # fmt: skip
+               Column("exit", 9), Column("error", 8, "left", wrap=True, fold=True))  # fmt: skip
     rows = []
     failed = 0
     for node in nodes:

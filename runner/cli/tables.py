@@ -4,7 +4,8 @@ Each column has a priority. At the console's width, the lowest-priority columns 
 until the rest fit with every cell whole (rich measures them); a line under the table names what
 was left out and how to see it. A number column's cells never wrap; a wrapping column's cells
 and every header break between words only. ``--wide`` keeps every column at its full width and
-lets the terminal wrap the lines.
+lets the terminal wrap the lines. A folding column (an error's text) breaks a word longer than
+it has room for, an algorithm list or a long path, rather than being left out.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
 _PADDING = 2
 # a cell measured for its full width: wider than any terminal, so nothing caps the measurement
 _UNBOUNDED = 10_000
+# the least width a folding column asks for: its longer words break across lines
+FOLD_WIDTH = 24
 WIDE_HINT = "--wide shows every column (the terminal wraps), --json every figure"
 
 
@@ -36,6 +39,7 @@ class Column:
     justify: JustifyMethod = "right"
     wrap: bool = False
     pair: str | None = None  # columns read side by side (A and B): left out together
+    fold: bool = False  # wrapping, and a word longer than its width breaks (an error's text)
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ class Fitted:
     kept: tuple[int, ...] = ()
 
 
-def _text(cell: str | Text, no_wrap: bool) -> Text:
+def _text(cell: str | Text, no_wrap: bool, fold: bool = False) -> Text:
     from rich.text import Text
 
     from dtrun.cli.inert import printable
@@ -68,6 +72,8 @@ def _text(cell: str | Text, no_wrap: bool) -> Text:
     # plain text, its control characters as escapes (runner/cli/inert.py), measured as shown
     text = Text(printable(cell, tabs=False)) if isinstance(cell, str) else cell.copy()
     text.no_wrap = no_wrap
+    if fold:
+        text.overflow = "fold"
     return text
 
 
@@ -85,6 +91,8 @@ def _measure(console: Console, grid: Grid) -> list[tuple[int, int]]:
         need = max(
             [head.minimum, *(cell.minimum if column.wrap else cell.maximum for cell in body)]
         )
+        if column.fold:  # its longer words break rather than the column going
+            need = min(need, max(head.minimum, FOLD_WIDTH))
         sizes.append((need + _PADDING, natural + _PADDING))
     return sizes
 
@@ -132,7 +140,9 @@ def _table(grid: Grid, kept: list[int], widths: dict[int, int]) -> Table:
             _text(column.header, False), justify=column.justify, width=widths[index] - _PADDING
         )
     for row in grid.rows:
-        table.add_row(*(_text(row[i], not grid.columns[i].wrap) for i in kept))
+        table.add_row(
+            *(_text(row[i], not grid.columns[i].wrap, grid.columns[i].fold) for i in kept)
+        )
     return table
 
 

@@ -158,3 +158,27 @@ def test_the_config_s_identity_file_logs_in_where_the_default_key_does_not(
         assert f"cannot log in to node-0 as {getpass.getuser()!r}" in done.stderr
         assert "cut the login off after too many keys" in done.stderr
         assert "add `IdentitiesOnly yes`" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("Ciphers aes256-cbc", "No matching encryption algorithm found"),
+        ("KexAlgorithms diffie-hellman-group1-sha1", "No matching key exchange algorithm found"),
+    ],
+)
+def test_a_config_that_leaves_no_algorithm_in_common_is_exit_2_naming_it(
+    user_home, tmp_path, setting, said
+):
+    """A user's Ciphers or KexAlgorithms that the node's sshd accepts none of: one message
+    saying so and where to look, exit 2, at once (the same on every try, so not retried)."""
+    hosts, env = user_home
+    config = tmp_path / "home" / ".ssh" / "config"
+    config.write_text(config.read_text() + f"  {setting}\n")
+    done = dtrun(env, "exec", "--hosts", str(hosts), "--", "true", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said_all = " ".join((done.stdout + done.stderr).split())
+    assert "cannot agree on algorithms with node-" in said_all
+    assert said in said_all
+    assert "KexAlgorithms, MACs and HostKeyAlgorithms lines of ~/.ssh/config" in said_all
+    assert "Traceback" not in said_all

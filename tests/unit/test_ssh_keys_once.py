@@ -143,3 +143,27 @@ def test_a_missing_identity_file_of_the_config_is_skipped_as_ssh_skips_it(
         _connect_all(session)
         keys = session._client_keys(endpoint(inventory, inventory.nodes[0]))
     assert [key.public_data for key in keys] == [asyncssh.read_private_key(there).public_data]
+
+
+@pytest.mark.parametrize(
+    ("files", "said"),
+    [
+        ({"config": "Include ~/.ssh/config\n"}, "Include lines go round in a circle"),
+        ({"config": "Include ~/.ssh/a\n", "a": "Include ~/.ssh/config\n"}, "in a circle"),
+        ({"config": "Host *\n  Port notanumber\n"}, "Invalid Port integer value: notanumber"),
+        ({"config": "Host *\n  User \xff\n"}, "codec can't decode byte 0xff"),
+    ],
+)
+def test_a_broken_user_ssh_config_is_a_usage_error_not_a_traceback(
+    tmp_path, monkeypatch, files, said
+):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    for name, text in files.items():
+        (tmp_path / ".ssh" / name).write_bytes(text.encode("latin-1"))
+    inventory = parse_hosts_file("hosts: [10.0.0.4]\n", "hosts.yaml", Defaults("u", "/usr/bin"))
+    with pytest.raises(UsageError) as caught:
+        endpoint(inventory, inventory.nodes[0])
+    assert caught.value.exit_code == 2
+    assert said in f"{caught.value.message} {caught.value.why}"
+    assert "cannot read the ssh config for 10.0.0.4" in caught.value.message

@@ -230,3 +230,24 @@ def test_sizes_wide_keeps_every_column_on_a_narrow_terminal():
     assert done.exit_code == 0, done.output
     header = next(line for line in done.output.splitlines() if "size" in line and "┃" in line)
     assert "image" in header and "note" in header and "left out" not in done.output
+
+
+def test_exec_error_with_a_word_wider_than_the_terminal_breaks_and_stays(fixed_inventory):
+    # asyncssh names every cipher the node offers in one comma-joined word, longer than 80
+    # columns: the error column breaks it across lines rather than being left out
+    ciphers = ["chacha20-poly1305@openssh.com", "aes128-ctr", "aes192-ctr", "aes256-ctr",
+               "aes128-gcm@openssh.com", "aes256-gcm@openssh.com"]  # fmt: skip
+    offered = ",".join(ciphers)
+    error = f"cannot reach node-0: No matching encryption algorithm found, received {offered}"
+    nodes = fixed_inventory.nodes[:2]
+    answers = {nodes[0].name: Answer(error=error), nodes[1].name: Answer("", 0)}
+    for width in (60, 80):
+        out = Console(file=io.StringIO(), width=width, record=True, highlight=False)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("dtrun.cli.display.console", lambda stderr=False, out=out: out)
+            display.print_exec_summary(nodes, answers)
+        text = out.export_text()
+        assert max(len(line) for line in text.splitlines()) <= width
+        assert "error" not in "".join(line for line in text.splitlines() if "left out" in line)
+        column = [line.split("│")[-2] for line in text.splitlines() if line.startswith("│")]
+        assert offered in "".join(cell.strip() for cell in column).replace(" ", "")

@@ -80,10 +80,14 @@ def _resolve(
         options = asyncssh.SSHClientConnectionOptions(
             host=host, config=[path for path, _ in config], client_keys=None, **explicit
         )
-    except (OSError, ValueError, asyncssh.Error) as exc:  # pragma: no cover - a broken config
+    except (OSError, ValueError, asyncssh.Error, RecursionError) as exc:
+        why = str(exc)
+        if isinstance(exc, RecursionError):  # asyncssh follows Include without a depth limit
+            why = "its Include lines go round in a circle: a file includes itself, or one that "
+            why += "includes it (OpenSSH stops at 16 levels: too many recursive includes)"
         raise UsageError(
             f"cannot read the ssh config for {host}",
-            why=str(exc),
+            why=why,
             fix="fix ~/.ssh/config (`ssh -G HOST` shows what OpenSSH makes of it)",
         ) from None
     hostname = str(options.host)

@@ -37,6 +37,11 @@ class SshLoginError(UsageError):
     """The node refused the user or key: the hosts file or stack settings are wrong."""
 
 
+class SshAlgorithmsError(UsageError):
+    """The node's sshd and the algorithms offered (the user's ~/.ssh/config) have none in
+    common: a setting to change, not a node to wait for."""
+
+
 class HostKeyError(UsageError):
     """A node's host key is unknown or has changed."""
 
@@ -230,6 +235,14 @@ class SshSession:
                 return await self._unknown_host_key(name, target, tunnel)
             except asyncssh.PermissionDenied:
                 raise _login_refused(name, target, too_many_keys=False) from None
+            except asyncssh.KeyExchangeFailed as exc:  # the same on every try: not retried
+                raise SshAlgorithmsError(
+                    f"cannot agree on algorithms with {name} ({target})",
+                    why=f"{exc.reason} (dtrun offers what ~/.ssh/config allows this host)",
+                    fix="check the Ciphers, KexAlgorithms, MACs and HostKeyAlgorithms lines "
+                    "of ~/.ssh/config for this host (`ssh -G HOST` shows them; `ssh -vv HOST` "
+                    "shows what the server offers) and remove or widen them",
+                ) from None
             except (OSError, asyncssh.Error) as exc:
                 if isinstance(exc, asyncssh.DisconnectError) and TOO_MANY_KEYS in exc.reason:
                     raise _login_refused(name, target, too_many_keys=True) from None
