@@ -7,6 +7,7 @@ traceback.
 
 from __future__ import annotations
 
+import re
 import signal
 from typing import TYPE_CHECKING
 
@@ -122,12 +123,23 @@ class NodeFailedError(RunError):
         self.exit_code_of_node = exit_code
         self.log_path = log_path
         self.detail = detail
+        fix = f"read {log_path}, fix the cause, and run again"
+        taken = _PORT_TAKEN.search(detail)
+        if taken:  # torch's TCPStore could not listen: another run holds the port
+            fix = (
+                f"port {taken[1]} is taken on {node}: another run (a second dtrun on the same "
+                "machine) or program listens there; pass --port with a free one, or wait for it"
+            )
         super().__init__(
             f"{node} ({address}) failed with {describe_exit(exit_code)}; "
             "the other nodes were stopped",
             why=detail or f"{log_path} is empty",
-            fix=f"read {log_path}, fix the cause, and run again",
+            fix=fix,
         )
+
+
+# torch's TCPStore when its port is in use (torch/csrc/distributed/c10d/socket.cpp's message)
+_PORT_TAKEN = re.compile(r"port: (\d+), useIpv6: \w+, code: -98, name: EADDRINUSE")
 
 
 class RunTimeoutError(RunError):

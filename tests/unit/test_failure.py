@@ -202,7 +202,19 @@ def test_every_recorded_failure_is_told_in_a_bounded_message(path):
     lines = error.message.splitlines()
     assert len(lines) <= 30
     assert lines[0].startswith("node-1 (127.0.0.3) failed with exit code 1; the other nodes")
+    if path.stem == "torchrun-port-taken":  # the next step is the port's (below)
+        return
     assert lines[-1] == f"  next: read {path}, fix the cause, and run again"
+
+
+def test_a_rendezvous_port_another_run_holds_is_named_with_what_to_do():
+    path = LOGS / "torchrun-port-taken.log"
+    error = NodeFailedError("node-0", "127.0.0.2", 1, str(path), explain_log(path))
+    assert "EADDRINUSE" in error.why
+    assert error.fix == (
+        "port 29400 is taken on node-0: another run (a second dtrun on the same machine) or "
+        "program listens there; pass --port with a free one, or wait for it"
+    )
 
 
 def test_the_message_says_the_rank_then_its_error_then_the_launcher_s_summary():
