@@ -10,6 +10,9 @@ itself under `unshare -n`; root), and times on each N:
   dtrun's, plus `true`; torchrun would start torch twice per node, 450 MB, 3 CPU-s). The first
   round on a new cluster sends dtrun's code to every node (shown as launch-1st); the later
   rounds find it there, as a user's second run does (their median is shown as launch);
+- lines:  the launch of `seq 1 K` (--lines K, default 100), every node printing K lines: what
+  dtrun spends on a program's output, beyond the launch of `true` (its CPU less launch's, over
+  N x K lines, is shown as us/line), piped to a file as a cluster's output usually is;
 - check:  `dtrun check --hosts H` for N up to --check-nodes (two torch processes per node,
   125 MB private memory each: 64 nodes would need 16 GB, more than this shared machine has);
 
@@ -29,6 +32,7 @@ a single connection from dtrun, so sshd's MaxStartups (200 here) is never reache
 least squares, a + b N; the marginal CPU a node between successive N shows whether it grows.
 
     .venv/bin/python benchmarks/scale_cost.py [--nodes 16,64] [--rounds 3] [--check-nodes 16]
+        [--lines 100]
         [--records 64,256,1024] [--judge 64,256,1024] [--json OUT]
 """
 
@@ -123,6 +127,8 @@ def on_cluster(nodes: int, args: argparse.Namespace, tmp: Path) -> list[Cost]:
                 "--launcher", "tensorflow", "--output", runs, "--", "true",
             ],
         }  # fmt: skip
+        if args.lines:
+            commands["lines"] = [*commands["launch"][:-1], "seq", "1", str(args.lines)]
         for what, argv in commands.items():
             rounds = [
                 timed(what, nodes, argv, tmp / f"{what}-{nodes}-{k}.log")
@@ -134,6 +140,10 @@ def on_cluster(nodes: int, args: argparse.Namespace, tmp: Path) -> list[Cost]:
                 rounds = rounds[1:]
             costs.append(median_cost(rounds))
             show(costs[-1])
+            if what == "lines":
+                launch = next(c for c in costs if c.what == "launch" and c.nodes == nodes)
+                extra = costs[-1].cpu_s - launch.cpu_s
+                print(f"   lines: {1e6 * extra / (nodes * args.lines):.0f} us of dtrun CPU a line")
         if nodes <= args.check_nodes:
             argv = [
                 dtrun, "check", "--hosts", str(hosts), "--output", runs, "--timeout", "1800",
@@ -262,6 +272,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=counts, default=[16, 64], help="sshd node counts")
     parser.add_argument("--rounds", type=int, default=3, help="exec and launch rounds per N")
     parser.add_argument("--check-nodes", type=int, default=16, help="dtrun check up to this N")
+    parser.add_argument("--lines", type=int, default=100, help="lines a node prints (0: none)")
     parser.add_argument(
         "--records", type=counts, default=[64, 256, 1024], help="report/compare sweeps to N"
     )

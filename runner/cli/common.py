@@ -151,15 +151,26 @@ def mute_node_lines() -> None:
 
 def print_node_line(console: Console, node: str, line: str) -> None:
     """One line of a node's output, prefixed [node-i] in that node's colour (none once the
-    nodes are being stopped: their logs keep every line)."""
+    nodes are being stopped: their logs keep every line).
+
+    Where the console has no colours and no terminal (output piped to a file, `tee`, a CI
+    log: a large cluster's usual place), the line is written as rich would write it, without
+    rich laying it out: 191 us of dtrun's CPU a line went to 60 (docs/benchmarks.md, "dtrun's
+    own cost by node count"), for programs that print from every rank."""
     if _node_lines_muted:
         return
 
-    from dtrun.cli.inert import styled
+    from dtrun.cli.inert import printable, styled
 
+    # what the program printed, less the secrets it was given (the node log keeps it whole)
+    shown = redact_text(line)
+    if console.color_system is None and not console.is_terminal and not console.record:
+        # soft-wrapped, unstyled: rich writes "[node] LINE" and a line break, tabs expanded
+        text = printable(f"[{node}] {shown}")
+        console.file.write((text.expandtabs(console.tab_size) if "\t" in text else text) + "\n")
+        return
     # the node's number (node-3, gpu017 from Slurm), else the same colour for the same name
     number = re.search(r"(\d+)$", node)
     index = int(number.group(1)) if number else sum(node.encode())
     style = NODE_STYLES[index % len(NODE_STYLES)]
-    # what the program printed, less the secrets it was given (the node log keeps it whole)
-    console.print(styled((f"[{node}] ", style), redact_text(line)), soft_wrap=True)
+    console.print(styled((f"[{node}] ", style), shown), soft_wrap=True)

@@ -30,11 +30,13 @@ def test_the_scale_benchmark_times_every_command_at_a_few_nodes_and_fits_them(tm
     said = json.loads(out.read_text())
     timed = sorted((c["what"], c["nodes"]) for c in said["costs"])
     on_nodes = [("exec", 2), ("exec", 4), ("launch", 2), ("launch", 4), ("check", 2)]
+    on_nodes += [("lines", 2), ("lines", 4)]  # the launch of `seq 1 100`
     on_records = [("report", 4), ("report", 8), ("compare", 4), ("compare", 8)]
     assert timed == sorted([*on_nodes, *on_records])
     for cost in said["costs"]:
         assert cost["wall_s"] >= cost["cpu_s"] * 0.5 > 0 and cost["rss_mb"] > 10, cost
     fits = {row["what"]: row for row in said["summary"]}
-    assert set(fits) == {"exec", "launch", "check", "report", "compare"}
+    assert set(fits) == {"exec", "launch", "lines", "check", "report", "compare"}
+    assert "us of dtrun CPU a line" in done.stdout
     assert len(fits["exec"]["marginal_cpu_ms_per_node"]) == 1
     assert set(fits["report"]["extrapolated"]) == {"1024", "4096"}

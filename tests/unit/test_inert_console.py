@@ -136,3 +136,28 @@ def test_the_rerun_prompt_shows_a_recorded_program_s_markup_as_it_is(monkeypatch
     assert not approval._prompt(f"records:\n  program: train.py '[bold]x[/]{CLEAR}'\nRun them?")
     said = capsys.readouterr().err
     assert "  program: train.py '[bold]x[/]\\x1b[2J'" in said
+
+
+PIPED_LINES = ["step 3 loss 2.1", "tab\there\t\tx", f"{TITLE}{CLEAR}{LINK}", "\x9bcsi\u2028next",
+               "é 漢字 ✓", "cr\rbell\x07", "", "  both  ", "x" * 300,
+               "ghp_" + "a" * 36]  # fmt: skip
+
+
+@pytest.mark.parametrize("line", PIPED_LINES)
+def test_a_node_line_written_without_rich_when_piped_is_what_rich_writes(monkeypatch, line):
+    """Piped (no terminal, no colours), a node's line is written directly, the costly part of
+    a large cluster's output (runner/cli/common.py): byte for byte what rich writes."""
+    from dtrun import redact
+
+    monkeypatch.setattr(redact, "_process", redact.process_redactor().knowing(["hunter22"]))
+    for text in (line, f"{line} --password hunter22"):
+        direct, rich = io.StringIO(), io.StringIO()
+        plain = inert_console_class()(file=direct, highlight=False, width=80)
+        recording = inert_console_class()(file=rich, highlight=False, width=80, record=True)
+        with monkeypatch.context() as patch:  # record=True: rich lays the line out
+            patch.setattr(plain, "print", lambda *_, **__: pytest.fail("laid out by rich"))
+            print_node_line(plain, "node-3", text)
+        print_node_line(recording, "node-3", text)
+        assert direct.getvalue() == rich.getvalue()
+        assert "hunter22" not in direct.getvalue()
+        _no_terminal_control(direct.getvalue())
