@@ -6,6 +6,7 @@ import contextlib
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING
 
@@ -149,6 +150,9 @@ def mute_node_lines() -> None:
     _node_lines_muted.append(True)
 
 
+_WRITING = threading.Lock()  # node lines written without rich (print_node_line)
+
+
 def print_node_line(console: Console, node: str, line: str) -> None:
     """One line of a node's output, prefixed [node-i] in that node's colour (none once the
     nodes are being stopped: their logs keep every line).
@@ -167,7 +171,8 @@ def print_node_line(console: Console, node: str, line: str) -> None:
     if console.color_system is None and not console.is_terminal and not console.record:
         # soft-wrapped, unstyled: rich writes "[node] LINE" and a line break, tabs expanded
         text = printable(f"[{node}] {shown}")
-        console.file.write((text.expandtabs(console.tab_size) if "\t" in text else text) + "\n")
+        with _WRITING:  # whole lines, whichever thread reads a node's output
+            console.file.write((text.expandtabs(console.tab_size) if "\t" in text else text) + "\n")
         return
     # the node's number (node-3, gpu017 from Slurm), else the same colour for the same name
     number = re.search(r"(\d+)$", node)
