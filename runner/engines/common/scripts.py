@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from dtrun.execute import LineSink
+from dtrun.execute.guard import drop_guard, start_guard
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.workloads.files import NodeLog, write_atomic
 
@@ -35,7 +39,11 @@ def run_scripts(
                 on_line(name, line)
 
     processes = {name: start(name) for name in scripts}
+    # Each script is a process group of its own (``start`` starts a new session): if dtrun is
+    # SIGKILLed before they end, the guard stops every group (runner/execute/guard.py).
+    guard = start_guard(["sh", "-c", _STOP_GROUPS, "dtrun-stop", *map(str, _groups(processes))])
     readers = []
+    stopped = True  # until every reader is done: an interrupt stops the scripts
     try:
         for name, process in processes.items():
             assert process.stdin is not None and process.stdout is not None
@@ -49,11 +57,60 @@ def run_scripts(
             readers.append(reader)
         for reader in readers:
             reader.join()
+        stopped = False
     finally:
+        drop_guard(guard)
+        if stopped:  # Ctrl-C, SIGTERM or SIGHUP: every process a script started, not its bash
+            _stop_groups(processes)
         for process in processes.values():
             if process.poll() is None:
                 process.terminate()
     return {name: (lines[name], process.wait()) for name, process in processes.items()}
+
+
+# SIGTERM to every group, SIGKILL to what is left after the grace (arguments: the groups)
+_GRACE_S = 5
+_STOP_GROUPS = (
+    'for g; do kill -s TERM -- "-$g" 2>/dev/null; done; '
+    f"sleep {_GRACE_S}; "
+    'for g; do kill -s KILL -- "-$g" 2>/dev/null; done'
+)  # kill -s: POSIX; dash refuses `kill -TERM -- -G`
+
+
+def _groups(processes: dict[str, subprocess.Popen[bytes]]) -> list[int]:
+    """The process groups the scripts lead (those started in a session of their own)."""
+    groups = []
+    for process in processes.values():
+        with contextlib.suppress(ProcessLookupError):
+            if os.getpgid(process.pid) == process.pid:
+                groups.append(process.pid)
+    return groups
+
+
+def _stop_groups(processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each script's process group, SIGKILL after the grace to what is left."""
+    groups = _groups(processes)
+    for group in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGTERM)
+    leaders = {process.pid: process for process in processes.values()}
+    deadline = time.monotonic() + _GRACE_S
+    for group in groups:
+        # the leader reaped as it ends (a zombie would keep its group alive)
+        while time.monotonic() < deadline and (leaders[group].poll(), _group_alive(group))[1]:
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_scripts(plan: LaunchPlan, workdir: Path) -> None:

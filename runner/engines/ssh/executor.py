@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dtrun.engines.common.code import code_files
-from dtrun.engines.ssh.remote import launch_command, remote_launch_dir, stream, swept_marker
+from dtrun.engines.ssh.remote import (
+    COMMAND_LINE,
+    END_OF_SCRIPT,
+    launch_command,
+    remote_launch_dir,
+    stream,
+    swept_marker,
+)
 from dtrun.engines.ssh.session import SshError, SshSession, lost_connection
 from dtrun.engines.ssh.transfer import (
     Files,
@@ -109,9 +116,12 @@ class SshExecutor:
                 connection = await self.session.connection(node)
                 async with self.session.limit:
                     with lost_connection(node, "running the command"):
+                        # the script, then its end; the input stays open: its end of file
+                        # (dtrun gone) stops the script there (remote.py, COMMAND_LINE)
                         process = await connection.create_process(
-                            "bash -s", input=script.rstrip("\n") + "\n", stderr=asyncssh.STDOUT
+                            COMMAND_LINE, stderr=asyncssh.STDOUT
                         )
+                        process.stdin.write(f"{script.rstrip(chr(10))}\n{END_OF_SCRIPT}\n")
 
                         def sink(line: str) -> None:
                             lines.append(line)

@@ -58,6 +58,41 @@ def launch_command(remote_dir: str, script: str, tag: str, grace_s: float) -> st
     return f"exec sh -c 'eval \"$(printf %s {carried} | base64 -d)\"'"
 
 
+# What `dtrun exec` and dtrun's own short commands run on a node (SshExecutor.command): the
+# script comes on standard input up to END_OF_SCRIPT, which then stays open and is never
+# written; the script runs with bash in a process group of its own, and a guard reads the rest
+# of the input. Its end of file means sshd closed the session with the script still running
+# (dtrun stopped by a signal, or SIGKILLed): the guard then stops the group, SIGTERM and SIGKILL
+# after 5 s, as the embedded engine does (runner/engines/common/scripts.py). A script whose end
+# never came (dtrun gone while sending it) does not run. `kill -s`: POSIX (dash refuses
+# `kill -TERM -- -G`).
+END_OF_SCRIPT = "DTRUN_END_OF_SCRIPT"
+_COMMAND = f"""s= ended=
+while IFS= read -r l; do
+  if [ "$l" = {END_OF_SCRIPT} ]; then ended=1; break; fi
+  s="$s$l
+"
+done
+[ -n "$ended" ] || exit 255
+exec 3<&0
+printf '%s' "$s" | setsid --wait bash -s 3<&- &
+run=$!
+stop='{WAIT_FOR_END}; kill -s TERM -- "-$0"; sleep 5; kill -s KILL -- "-$0"'
+sh -c "$stop" "$run" <&3 >/dev/null 2>&1 3<&- &
+guard=$!
+exec 3<&-
+wait "$run"
+status=$?
+kill "$guard" 2>/dev/null
+exit "$status"
+"""
+COMMAND_LINE = (
+    "exec sh -c 'eval \"$(printf %s "
+    + base64.b64encode(_COMMAND.encode()).decode()
+    + " | base64 -d)\"'"
+)
+
+
 async def stream(process: asyncssh.SSHClientProcess[str], sink: Callable[[str], None]) -> None:
     """Pass every line to ``sink`` until the output ends, or shortly after the script exited.
 
