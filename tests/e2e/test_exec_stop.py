@@ -72,3 +72,22 @@ def test_an_exec_on_sshd_nodes_stopped_by_a_signal_leaves_no_command_running(
         f"known_hosts: {sshd_cluster.known_hosts}\nhosts: [{addresses}]\n"
     )
     _exec_then(signum, ["--hosts", str(hosts)], 2, tmp_path)
+
+
+def test_an_exec_on_sshd_nodes_runs_a_script_line_that_reads_like_the_end_line(
+    sshd_cluster, tmp_path
+):
+    """The script goes on the wrapper's input up to an end line carrying a random token: a
+    line of the user's command that reads as an end line without it does not cut it short."""
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(
+        f"user: {sshd_cluster.user}\nport: 2222\nkey: {sshd_cluster.key}\n"
+        f"known_hosts: {sshd_cluster.known_hosts}\nhosts: [{sshd_cluster.hosts[0].address}]\n"
+    )
+    command = "cat <<'EOF'\nDTRUN_END_OF_SCRIPT\nEOF\necho after-it"
+    done = subprocess.run(
+        [*DTRUN, "exec", "--hosts", str(hosts), "--", command],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "DTRUN_END_OF_SCRIPT" in done.stdout and "after-it" in done.stdout

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from dtrun.engines.common.code import code_files
 from dtrun.engines.ssh.remote import (
-    COMMAND_LINE,
-    END_OF_SCRIPT,
+    command_line,
+    end_of_script,
     launch_command,
     remote_launch_dir,
     stream,
@@ -117,11 +117,13 @@ class SshExecutor:
                 async with self.session.limit:
                     with lost_connection(node, "running the command"):
                         # the script, then its end; the input stays open: its end of file
-                        # (dtrun gone) stops the script there (remote.py, COMMAND_LINE)
+                        # (dtrun gone) stops the script there (remote.py, command_line)
+                        token = secrets.token_hex(8)
                         process = await connection.create_process(
-                            COMMAND_LINE, stderr=asyncssh.STDOUT
+                            command_line(token), stderr=asyncssh.STDOUT
                         )
-                        process.stdin.write(f"{script.rstrip(chr(10))}\n{END_OF_SCRIPT}\n")
+                        end = end_of_script(token)
+                        process.stdin.write(f"{script.rstrip(chr(10))}\n{end}\n")
 
                         def sink(line: str) -> None:
                             lines.append(line)

@@ -59,17 +59,17 @@ def launch_command(remote_dir: str, script: str, tag: str, grace_s: float) -> st
 
 
 # What `dtrun exec` and dtrun's own short commands run on a node (SshExecutor.command): the
-# script comes on standard input up to END_OF_SCRIPT, which then stays open and is never
-# written; the script runs with bash in a process group of its own, and a guard reads the rest
-# of the input. Its end of file means sshd closed the session with the script still running
-# (dtrun stopped by a signal, or SIGKILLed): the guard then stops the group, SIGTERM and SIGKILL
-# after 5 s, as the embedded engine does (runner/engines/common/scripts.py). A script whose end
-# never came (dtrun gone while sending it) does not run. `kill -s`: POSIX (dash refuses
-# `kill -TERM -- -G`).
-END_OF_SCRIPT = "DTRUN_END_OF_SCRIPT"
+# script comes on standard input up to its end line (end_of_script), and the input then stays
+# open and is never written; the script runs with bash in a process group of its own, and a
+# guard reads the rest of the input. Its end of file means sshd closed the session with the
+# script still running (dtrun stopped by a signal, or SIGKILLed): the guard then stops the
+# group, SIGTERM and SIGKILL after 5 s, as the embedded engine does (runner/engines/common/
+# scripts.py). A script whose end never came (dtrun gone while sending it) does not run; the
+# end line carries a random token (the wrapper's $1), so no line of a script ends it.
+# `kill -s`: POSIX (dash refuses `kill -TERM -- -G`).
 _COMMAND = f"""s= ended=
 while IFS= read -r l; do
-  if [ "$l" = {END_OF_SCRIPT} ]; then ended=1; break; fi
+  if [ "$l" = "DTRUN_END_OF_SCRIPT_$1" ]; then ended=1; break; fi
   s="$s$l
 "
 done
@@ -86,11 +86,17 @@ status=$?
 kill "$guard" 2>/dev/null
 exit "$status"
 """
-COMMAND_LINE = (
-    "exec sh -c 'eval \"$(printf %s "
-    + base64.b64encode(_COMMAND.encode()).decode()
-    + " | base64 -d)\"'"
-)
+_CARRIED = base64.b64encode(_COMMAND.encode()).decode()
+
+
+def command_line(token: str) -> str:
+    """The login shell's line for one short command (any shell reads it alike, as
+    launch_command's); ``token``: hex, the end line's (``end_of_script``)."""
+    return f"exec sh -c 'eval \"$(printf %s {_CARRIED} | base64 -d)\"' dtrun-command {token}"
+
+
+def end_of_script(token: str) -> str:
+    return f"DTRUN_END_OF_SCRIPT_{token}"
 
 
 async def stream(process: asyncssh.SSHClientProcess[str], sink: Callable[[str], None]) -> None:
