@@ -74,6 +74,10 @@ def test_a_sweep_runs_on_spark_executors_with_each_spark_launcher(no_leftovers, 
     assert sorted(p.name for p in kept.iterdir()) == ["0", "1"]
     assert all((kept / e / "stderr").is_file() for e in ("0", "1"))
     assert _pyspark_work() == before
+    if launcher == "torchdistributor":  # the tasks agree with no barrier sync (distributor.py)
+        logs = "".join((kept / e / "stderr").read_text() for e in ("0", "1"))
+        assert "Executor: Running task" in logs  # Spark's INFO lines are there
+        assert "entered the global sync" not in logs
 
 
 def _pyspark_work() -> set[str]:

@@ -1,29 +1,41 @@
-"""TorchDistributor with torchrun started as Spark's own DeepspeedTorchDistributor starts it.
+"""TorchDistributor with torchrun started as Spark's own DeepspeedTorchDistributor starts it,
+and its barrier stage without Spark's whole-second waits.
 
-A launch is ``NodeDistributor(W).run_nodes(launch_dir, names)``: TorchDistributor's barrier
-stage, rendezvous settings (MASTER_ADDR, MASTER_PORT and the run's id, gathered across the
-tasks), log streaming and failure handling, unchanged. What runs in each task differs in
-three ways from ``TorchDistributor.run``, the first two through TorchDistributor's own hook for
-them (``_run(train_object, run_pytorch_file_fn)``, which pyspark's DeepspeedTorchDistributor
-uses):
+A launch is ``NodeDistributor(W, port).run_nodes(launch_dir, names)``: TorchDistributor's
+``_run`` (its checks of the request and the slots), its torchrun arguments, its log streaming
+(``LogStreamingServer`` on the driver, a ``LogStreamingClient`` in each task) and its failure
+handling (``_execute_command`` raises on a non-zero exit, which fails the stage). What differs
+from ``TorchDistributor.run``:
 
 - torchrun runs as the task's child, as DeepspeedTorchDistributor runs it, not under
   ``pyspark.ml.torch.torch_run_process_wrapper``. That wrapper is a Python of its own that
   imports ``pyspark.ml`` (pandas, scipy; 1.7 s a launch here) and exits 0 whatever torchrun
   did, so a failed rank passed for a success (docs/spark.md). Here torchrun's exit code is the
-  task's (``_execute_command`` raises on non-zero), and torchrun gets SIGTERM when its task's
-  Python worker goes, as the wrapper's parent watch did.
+  task's, and torchrun gets SIGTERM when its task's Python worker goes, as the wrapper's parent
+  watch did.
 - torchrun runs its own ``main`` and leaves once it returns (runner/plan/launchers/
   quickexit.py), and each rank runs ``python -m dtrun.engines.spark.node LAUNCH_DIR NAME...``:
   ``node_main`` with no pickled function, so the rank does not import pyspark (1.3 s a launch).
 - the task reads its input before it starts (``read_input_first``), so that Spark reuses
   each executor's Python worker from one launch to the next.
+- the stage's task (``node_task``) agrees on the rendezvous with at most one barrier sync.
+  TorchDistributor's task calls ``allGather`` twice (task 0's free port, then its run id), and
+  Spark answers every barrier sync after a whole second: its ``BarrierTaskContext.runBarrier``
+  polls the reply with ``Thread.sleep(1000)`` (spark-core 4.3.0, read with javap). Here the
+  driver draws the run id, and MASTER_ADDR is task 0's executor address, which every task reads
+  from ``getTaskInfos()`` without a sync. MASTER_PORT: on a local-cluster, whose executors all
+  run on the driver's machine, a port free here that the driver finds (``free_port``), with no
+  sync; elsewhere task 0's free port, gathered as TorchDistributor gathers it (one sync). Not
+  dtrun's fixed ``--port``: a failed launch's torchrun, still stopping, holds it and fails the
+  next launch with EADDRINUSE (seen), and two sweeps on one machine would clash. The
+  environment each torchrun sees is TorchDistributor's: MASTER_ADDR, MASTER_PORT,
+  PYSPARK_TORCH_DISTRIBUTOR_RDZV_ID, WORLD_SIZE, NODE_RANK, RANK and an empty
+  CUDA_VISIBLE_DEVICES (``use_gpu=False``).
+- the driver waits for its log server to listen (``start_log_server``), where
+  TorchDistributor sleeps 1 s a launch.
 
-Traced with strace on the 2-core VM, 2026-12-02: a steady launch took 13.5-15 s, of which
-the wrapper's start 1.7 s, the rank's pyspark import 1.3 s, torchrun's teardown 0.5 s and a
-new Python worker 1.2 s (docs/spark.md "Launchers"). Spark's own sleeps stay: 1 s for
-TorchDistributor's log server, and 1 s for each of its two ``allGather`` calls (Spark's barrier
-waits in whole seconds, BarrierTaskContext.runBarrier).
+Traced on the 2-core VM, 2026-12-03: a steady launch took 12.5 s, of which these three waits
+3.0 s (docs/spark.md "Launchers").
 
 Imported on the driver; the executors import ``run_torchrun`` from here, which needs pyspark
 and the standard library only.
@@ -31,11 +43,15 @@ and the standard library only.
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pyspark.ml.torch.distributor import TorchDistributor
+from pyspark.ml.torch.distributor import TorchDistributor, _get_conf
+from pyspark.ml.torch.log_communication import LogStreamingServer  # type: ignore[attr-defined]
 
 NODE_MODULE = "dtrun.engines.spark.node"  # what each rank runs: node_main (node.py)
 CODE = "dtrun_torchrun_code"  # input_params' key: the ``python -c`` code torchrun runs with
@@ -47,19 +63,153 @@ PARENT_DEATH = (
 )
 
 
-class NodeDistributor(TorchDistributor):
-    """TorchDistributor on Spark's executors, one torchrun per task (module docstring)."""
+# How long the driver waits for its log server to listen; past it, the launch runs without it,
+# as TorchDistributor's does when its server fails to start (the tasks' output then stays in
+# each node's log).
+LOG_SERVER_WAIT_S = 5.0
 
-    def __init__(self, num_processes: int) -> None:
+
+class NodeDistributor(TorchDistributor):
+    """TorchDistributor on Spark's executors, one torchrun per task (module docstring);
+    ``master_port``: MASTER_PORT, the rendezvous endpoint's port, free on task 0's host; None:
+    task 0's free port, gathered (module docstring)."""
+
+    def __init__(self, num_processes: int, master_port: int | None) -> None:
         super().__init__(num_processes=num_processes, local_mode=False, use_gpu=False)
         self.input_params[CODE] = torchrun_code()
+        self.master_port = master_port
 
     def run_nodes(self, launch_dir: str, names: list[str]) -> None:
         self._run(NODE_MODULE, run_torchrun, launch_dir, *names)
 
-    def _get_spark_task_function(self, *args: Any, **kwargs: Any) -> Callable[..., Any]:
-        """TorchDistributor's task, reading its input first (module docstring)."""
-        return read_input_first(super()._get_spark_task_function(*args, **kwargs))
+    def _run_distributed_training(
+        self,
+        framework_wrapper_fn: Callable[..., Any],
+        train_object: Any,
+        run_pytorch_file_fn: Callable[..., Any] | None,
+        spark_dataframe: Any,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
+        """TorchDistributor's, with dtrun's task and its log server waited for, not slept for
+        (module docstring). ``_run`` calls it with the module to run and ``run_torchrun``."""
+        if spark_dataframe is not None or kwargs or framework_wrapper_fn is not run_torchrun:
+            raise ValueError("NodeDistributor runs a module under run_torchrun, and nothing else")
+        self.driver_address = _get_conf(self.spark, "spark.driver.host", "")
+        server = LogStreamingServer()
+        self.log_streaming_server_port = start_log_server(server, self.driver_address)
+        if self.log_streaming_server_port < 0:
+            self.logger.warning("TorchDistributor's log server did not start: the tasks' "
+                                "output is in each node's log only")  # fmt: skip
+        try:
+            task = node_task(
+                self.num_processes, self.input_params, self.driver_address,
+                self.log_streaming_server_port, self.master_port, secrets.token_hex(16),
+                train_object, args,
+            )  # fmt: skip
+            self._check_encryption()
+            self.logger.info(
+                f"Started distributed training with {self.num_processes} executor processes"
+            )
+            tasks = self.spark.range(start=0, end=self.num_tasks, step=1,
+                                     numPartitions=self.num_tasks)  # fmt: skip
+            tasks.mapInArrow(read_input_first(task), "chunk binary", barrier=True).collect()
+        finally:
+            server.shutdown()
+        self.logger.info(
+            f"Finished distributed training with {self.num_processes} executor processes"
+        )
+
+
+def start_log_server(server: LogStreamingServer, host: str) -> int:
+    """Start TorchDistributor's log server; its port once it listens (its ``server`` is set in
+    its thread once the socket is bound and listening), or -1 when it did not start within
+    LOG_SERVER_WAIT_S. TorchDistributor sleeps 1 s instead, and goes on even if it never
+    started."""
+    try:
+        server.start(spark_host_address=host)
+    except Exception:  # as TorchDistributor: no log server is no failure of the launch
+        return -1
+    deadline = time.monotonic() + LOG_SERVER_WAIT_S
+    while server.server is None:
+        thread = server.serve_thread
+        if time.monotonic() > deadline or thread is None or not thread.is_alive():
+            return -1
+        time.sleep(0.005)
+    return int(server.port or -1)
+
+
+def node_task(
+    num_processes: int,
+    input_params: dict[str, Any],
+    driver_address: str,
+    log_port: int,
+    master_port: int | None,
+    rdzv_id: str,
+    module: str,
+    args: tuple[Any, ...],
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The barrier stage's task: TorchDistributor's environment for torchrun, agreed on with no
+    barrier sync (module docstring), then ``run_torchrun`` with its output streamed to the
+    driver's log server. It yields no rows: the ranks' results are files."""
+
+    def task(rows: Iterator[Any]) -> Iterator[Any]:
+        import contextlib
+        import os
+
+        from pyspark import BarrierTaskContext
+        from pyspark.ml.torch.log_communication import (  # type: ignore[attr-defined]
+            LogStreamingClient,
+        )
+
+        context = BarrierTaskContext.get()
+        rank = str(context.partitionId())
+        master = context.getTaskInfos()[0].address.split(":")[0]
+        port = master_port if master_port is not None else gathered_port(context, master)
+        os.environ.update(
+            CUDA_VISIBLE_DEVICES="",  # TorchDistributor's, under use_gpu=False
+            MASTER_ADDR=master,
+            MASTER_PORT=str(port),
+            PYSPARK_TORCH_DISTRIBUTOR_RDZV_ID=rdzv_id,
+            WORLD_SIZE=str(num_processes),
+            NODE_RANK=rank,
+            RANK=rank,
+        )
+        client = LogStreamingClient(driver_address, log_port)
+        try:
+            run_torchrun(dict(input_params, log_streaming_client=client), module, *args)
+        finally:
+            with contextlib.suppress(Exception):
+                LogStreamingClient._destroy()
+        yield from ()
+
+    return task
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (bound to port 0 and let go), as TorchDistributor's
+    tasks find one: for a local-cluster, whose executors all run here."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+def gathered_port(context: Any, address: str) -> int:
+    """A port free on task 0's host, found there and gathered to every task: TorchDistributor's
+    ``get_free_port``, one barrier sync."""
+    import socket
+
+    port = ""
+    if context.partitionId() == 0:
+        with contextlib.suppress(OSError), socket.socket() as sock:
+            sock.bind((address, 0))
+            port = str(sock.getsockname()[1])
+    gathered = context.allGather(port)[0]
+    if not gathered:
+        raise RuntimeError("Failed to find free port for distributed training.")
+    return int(gathered)
 
 
 def read_input_first(task: Callable[[Iterator[Any]], Iterator[Any]]) -> Callable[..., Any]:

@@ -106,13 +106,16 @@ def keep_work(work: Path | None, launch_dir: str) -> None:
                 shutil.move(str(app), str(kept / app.name))
 
 
-def launch(spark: Any, config: dict[str, Any], launch_dir: str) -> None:
+def launch(spark: Any, config: dict[str, Any], launch_dir: str, here: bool) -> None:
+    """One launch's barrier stage; ``here``: every executor runs on this machine
+    (local-cluster), so TorchDistributor's MASTER_PORT is a port free here (distributor.py)."""
     names, launcher = config["nodes"], config["launcher"]
     spark.sparkContext.setJobGroup(GROUP, f"dtrun {config['run_id']}", interruptOnCancel=True)
     if launcher == "torchdistributor":
-        from dtrun.engines.spark.distributor import NodeDistributor
+        from dtrun.engines.spark.distributor import NodeDistributor, free_port
 
-        NodeDistributor(config["world_size"]).run_nodes(launch_dir, names)
+        port = free_port() if here else None
+        NodeDistributor(config["world_size"], port).run_nodes(launch_dir, names)
     elif launcher == "horovod-spark":
         import horovod.spark
 
@@ -251,7 +254,8 @@ class Driver:
         ).start()  # fmt: skip
         failure: BaseException | None = None
         try:
-            launch(self.spark, config, launch_dir)  # main thread: horovod.spark sets handlers
+            # the main thread: horovod.spark sets signal handlers
+            launch(self.spark, config, launch_dir, local_executors(self.master) > 0)
         except BaseException as exc:
             failure = exc
         finally:
