@@ -16,6 +16,14 @@ from ``TorchDistributor.run``:
 - torchrun runs its own ``main`` and leaves once it returns (runner/plan/launchers/
   quickexit.py), and each rank runs ``python -m dtrun.engines.spark.node LAUNCH_DIR NAME...``:
   ``node_main`` with no pickled function, so the rank does not import pyspark (1.3 s a launch).
+- the barrier stage is an RDD's, ``sc.parallelize(range(W), W).barrier().mapPartitions``, as
+  TorchDistributor ran it in Spark 3.4; since 3.5 it is a DataFrame's (``mapInPandas``, for
+  Spark Connect). A DataFrame stage's first run plans and generates code in every JVM and
+  starts Arrow and pandas in every Python worker. On a fresh local-cluster here (2026-12-03),
+  a first empty barrier task took 13.4-14.9 s as a DataFrame's, 5.9-6.1 s as an RDD's
+  (Spark's default JVMs); a dtrun launch's torchrun started 5.4 s sooner; and a point of 5
+  launches went from 1.48 to 1.38 times dtrun's torchrun point
+  (benchmarks/spark_vs_torchrun.py).
 - the task reads its input before it starts (``read_input_first``), so that Spark reuses
   each executor's Python worker from one launch to the next.
 - the stage's task (``node_task``) agrees on the rendezvous with at most one barrier sync.
@@ -111,9 +119,8 @@ class NodeDistributor(TorchDistributor):
             self.logger.info(
                 f"Started distributed training with {self.num_processes} executor processes"
             )
-            tasks = self.spark.range(start=0, end=self.num_tasks, step=1,
-                                     numPartitions=self.num_tasks)  # fmt: skip
-            tasks.mapInArrow(read_input_first(task), "chunk binary", barrier=True).collect()
+            tasks = self.spark.sparkContext.parallelize(range(self.num_tasks), self.num_tasks)
+            tasks.barrier().mapPartitions(read_input_first(task)).collect()
         finally:
             server.shutdown()
         self.logger.info(
@@ -213,10 +220,10 @@ def gathered_port(context: Any, address: str) -> int:
 
 
 def read_input_first(task: Callable[[Iterator[Any]], Iterator[Any]]) -> Callable[..., Any]:
-    """``task`` after reading its partition's input to the end (one row of ``spark.range`` a
-    task). TorchDistributor's task never reads it, and a Python worker that leaves its input
-    unread is not reused: each launch forked a new one on every executor, which imported
-    pandas, pyarrow and pyspark.ml again (1.2 s a launch here)."""
+    """``task`` after reading its partition's input to the end (one number a task).
+    TorchDistributor's task never reads it, and a Python worker that leaves its input unread is
+    not reused: each launch forked a new one on every executor, which imported pyspark.ml
+    again (1.2 s a launch here)."""
 
     def task_reading_first(rows: Iterator[Any]) -> Iterator[Any]:
         read = list(rows)
