@@ -15,7 +15,8 @@ import time
 import psutil
 import pytest
 
-from dtrun.engines.spark.distributor import CODE, run_torchrun, torchrun_code
+from dtrun.engines.spark.distributor import torchrun_code
+from dtrun.engines.spark.task import CODE, run_torchrun
 from tests.paths import REPO
 
 # A rank that says it started, then does what its first argument says.
@@ -61,7 +62,7 @@ def test_torchrun_and_its_rank_end_when_the_task_s_python_worker_is_killed(rank_
     task = subprocess.Popen(  # the Spark task's Python worker, calling run_torchrun
         [
             sys.executable, "-c",
-            "import sys; from dtrun.engines.spark.distributor import run_torchrun; "
+            "import sys; from dtrun.engines.spark.task import run_torchrun; "
             "from tests.e2e.test_spark_torchrun import _params; "
             "run_torchrun(_params(), 'fake_rank', 'sleep', sys.argv[1])",
             str(pid_file),
@@ -107,7 +108,7 @@ def test_a_task_reading_its_input_first_keeps_its_python_worker_from_launch_to_l
     pyspark.ml again."""
     from pyspark.sql import SparkSession
 
-    from dtrun.engines.spark.distributor import read_input_first
+    from dtrun.engines.spark.task import read_input_first
 
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # the executors' Python: this one
     spark = (

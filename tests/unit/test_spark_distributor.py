@@ -1,6 +1,6 @@
-"""dtrun's TorchDistributor task and log server (runner/engines/spark/distributor.py): the
-environment TorchDistributor gives torchrun, agreed on with no barrier sync, and a log server
-waited for until it listens, not slept for."""
+"""dtrun's TorchDistributor task and log server (runner/engines/spark/distributor.py and
+task.py): the environment TorchDistributor gives torchrun, agreed on with no barrier sync, and
+a log server waited for until it listens, not slept for."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pyspark.ml.torch.log_communication import LogStreamingServer  # type: ignore[attr-defined]
 
-from dtrun.engines.spark import distributor
+from dtrun.engines.spark import distributor, task
 
 
 class _NoSync:
@@ -47,15 +47,15 @@ def test_each_task_gets_torchdistributors_environment_with_no_barrier_sync(parti
         seen.update({name: os.environ[name] for name in names}, module=module, args=args,
                     client="log_streaming_client" in params)  # fmt: skip
 
-    monkeypatch.setattr(distributor, "run_torchrun", run_torchrun)
+    monkeypatch.setattr(task, "run_torchrun", run_torchrun)
     for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "NODE_RANK", "WORLD_SIZE",
                  "CUDA_VISIBLE_DEVICES", "PYSPARK_TORCH_DISTRIBUTOR_RDZV_ID"):  # fmt: skip
         monkeypatch.setenv(name, "before")  # restored after the test
     names = ("/launch", "spark-0", "spark-1")
-    task = distributor.node_task(
+    stage_task = task.node_task(
         2, {"num_processes": 2}, "127.0.0.1", -1, 29401, "ab12", "dtrun.engines.spark.node", names
     )
-    assert list(task(iter([]))) == []
+    assert list(stage_task(iter([]))) == []
     assert seen == {
         "CUDA_VISIBLE_DEVICES": "", "MASTER_ADDR": "127.0.0.7", "MASTER_PORT": "29401",
         "WORLD_SIZE": "2", "NODE_RANK": str(partition), "RANK": str(partition),
@@ -99,11 +99,11 @@ def test_off_a_local_cluster_task_0s_free_port_is_gathered_in_one_sync():
     """The driver cannot find a port free on another host: TorchDistributor's way."""
     sent: list[str] = []
     first = _Gathers(0, sent)
-    port = distributor.gathered_port(first, "127.0.0.1")
+    port = task.gathered_port(first, "127.0.0.1")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))  # free on task 0's host
     other = _Gathers(1, sent)
-    assert distributor.gathered_port(other, "127.0.0.1") == port
+    assert task.gathered_port(other, "127.0.0.1") == port
     assert (first.syncs, other.syncs) == (1, 1)
 
 

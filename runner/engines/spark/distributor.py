@@ -45,24 +45,23 @@ from ``TorchDistributor.run``:
 Traced on the 2-core VM, 2026-12-03: a steady launch took 12.5 s, of which these three waits
 3.0 s (docs/spark.md "Launchers").
 
-Imported on the driver; the executors import ``run_torchrun`` from here, which needs pyspark
-and the standard library only.
+Imported on the driver only. The task (``node_task``, ``run_torchrun``) is in
+runner/engines/spark/task.py, which the executors import without ``pyspark.ml``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import secrets
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.ml.torch.distributor import TorchDistributor, _get_conf
 from pyspark.ml.torch.log_communication import LogStreamingServer  # type: ignore[attr-defined]
 
+from dtrun.engines.spark.task import CODE, node_task, read_input_first, run_torchrun
+
 NODE_MODULE = "dtrun.engines.spark.node"  # what each rank runs: node_main (node.py)
-CODE = "dtrun_torchrun_code"  # input_params' key: the ``python -c`` code torchrun runs with
 # First, torchrun takes SIGTERM when its task's Python worker goes, and then ends its ranks
 # (runner/engines/spark/inprocess.py stop_with_parent: PR_SET_PDEATHSIG and a parent watch).
 PARENT_DEATH = (
@@ -146,53 +145,6 @@ def start_log_server(server: LogStreamingServer, host: str) -> int:
     return int(server.port or -1)
 
 
-def node_task(
-    num_processes: int,
-    input_params: dict[str, Any],
-    driver_address: str,
-    log_port: int,
-    master_port: int | None,
-    rdzv_id: str,
-    module: str,
-    args: tuple[Any, ...],
-) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The barrier stage's task: TorchDistributor's environment for torchrun, agreed on with no
-    barrier sync (module docstring), then ``run_torchrun`` with its output streamed to the
-    driver's log server. It yields no rows: the ranks' results are files."""
-
-    def task(rows: Iterator[Any]) -> Iterator[Any]:
-        import contextlib
-        import os
-
-        from pyspark import BarrierTaskContext
-        from pyspark.ml.torch.log_communication import (  # type: ignore[attr-defined]
-            LogStreamingClient,
-        )
-
-        context = BarrierTaskContext.get()
-        rank = str(context.partitionId())
-        master = context.getTaskInfos()[0].address.split(":")[0]
-        port = master_port if master_port is not None else gathered_port(context, master)
-        os.environ.update(
-            CUDA_VISIBLE_DEVICES="",  # TorchDistributor's, under use_gpu=False
-            MASTER_ADDR=master,
-            MASTER_PORT=str(port),
-            PYSPARK_TORCH_DISTRIBUTOR_RDZV_ID=rdzv_id,
-            WORLD_SIZE=str(num_processes),
-            NODE_RANK=rank,
-            RANK=rank,
-        )
-        client = LogStreamingClient(driver_address, log_port)
-        try:
-            run_torchrun(dict(input_params, log_streaming_client=client), module, *args)
-        finally:
-            with contextlib.suppress(Exception):
-                LogStreamingClient._destroy()
-        yield from ()
-
-    return task
-
-
 def free_port() -> int:
     """A TCP port free on this machine now (bound to port 0 and let go), as TorchDistributor's
     tasks find one: for a local-cluster, whose executors all run here."""
@@ -203,60 +155,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def gathered_port(context: Any, address: str) -> int:
-    """A port free on task 0's host, found there and gathered to every task: TorchDistributor's
-    ``get_free_port``, one barrier sync."""
-    import socket
-
-    port = ""
-    if context.partitionId() == 0:
-        with contextlib.suppress(OSError), socket.socket() as sock:
-            sock.bind((address, 0))
-            port = str(sock.getsockname()[1])
-    gathered = context.allGather(port)[0]
-    if not gathered:
-        raise RuntimeError("Failed to find free port for distributed training.")
-    return int(gathered)
-
-
-def read_input_first(task: Callable[[Iterator[Any]], Iterator[Any]]) -> Callable[..., Any]:
-    """``task`` after reading its partition's input to the end (one number a task).
-    TorchDistributor's task never reads it, and a Python worker that leaves its input unread is
-    not reused: each launch forked a new one on every executor, which imported pyspark.ml
-    again (1.2 s a launch here)."""
-
-    def task_reading_first(rows: Iterator[Any]) -> Iterator[Any]:
-        read = list(rows)
-        yield from task(iter(read))
-
-    return task_reading_first
-
-
 def torchrun_code() -> str:
     """The ``python -c`` code of each task's torchrun (on the driver: quickexit is not shipped)."""
     from dtrun.plan.launchers.quickexit import quick_exit
 
     return PARENT_DEATH + quick_exit("torch.distributed.run", "torchrun")
-
-
-def torchrun_command(input_params: dict[str, Any], module: str, *args: str) -> list[str]:
-    """The task's torchrun: TorchDistributor's own rendezvous arguments for this task, then
-    ``--module`` MODULE and its arguments."""
-    rendezvous, per_node = TorchDistributor._get_torchrun_args(
-        local_mode=input_params["local_mode"], num_processes=input_params["num_processes"]
-    )
-    return [
-        sys.executable, "-c", input_params[CODE], *rendezvous, f"--nproc_per_node={per_node}",
-        "--module", module, *args,
-    ]  # fmt: skip
-
-
-def run_torchrun(input_params: dict[str, Any], module: str, *args: Any, **kwargs: Any) -> None:
-    """TorchDistributor's ``run_pytorch_file_fn`` (a task's work): torchrun, its output streamed
-    to the driver as TorchDistributor streams it; raises when torchrun exits non-zero."""
-    if kwargs:
-        raise ValueError("the node module takes no keyword arguments")
-    command = torchrun_command(input_params, module, *map(str, args))
-    TorchDistributor._execute_command(
-        command, log_streaming_client=input_params.get("log_streaming_client")
-    )

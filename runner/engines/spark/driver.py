@@ -26,6 +26,7 @@ stops the session and exits 128 + the signal.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -220,6 +221,14 @@ class Driver:
         up = time.monotonic() - self.started
         print(f"{TAG} -: Spark is up in {up:.1f} s, for the whole sweep", flush=True)
 
+    def ends_at_once(self) -> bool:
+        """Whether the application may end at once after its last launch (``end_at_once``),
+        not by Spark's stop (1.0 s here, and the JVM's exit 0.4 s more, 2026-12-04): on a
+        local-cluster, all of whose processes are this driver's, unless it records class data,
+        which needs the JVMs' own exit (cds.py)."""
+        recording = self.archives is not None and self.archives.recording is not None
+        return bool(local_executors(self.master)) and not recording
+
     def not_started(self, failure_file: Path) -> int:
         """The code of a launch the application did not start for."""
         if self.failed is not None:
@@ -299,6 +308,9 @@ class Driver:
             print(f"{DONE} {code}", flush=True)
             if self.spark is None:  # it did not start: a new driver tries again
                 break
+        if self.spark is not None and not self.stopped and self.ends_at_once():
+            keep_work(self.work, self.first_launch)
+            end_at_once()
         if self.spark is not None:
             with contextlib.suppress(Exception):
                 self.spark.stop()
@@ -308,6 +320,36 @@ class Driver:
                 kept.adopt()
         keep_work(self.work, self.first_launch)
         return 128 + self.stopped[0] if self.stopped else 0
+
+
+def end_at_once(wait_s: float = 5.0) -> None:
+    """End the application's processes at once and leave (it never returns): every process
+    under this one (its JVM, the local-cluster's executors, their Python workers) SIGKILLed and
+    reaped here. This process is made their child subreaper first, so that the ones orphaned
+    by the kill come to it to be reaped, not to PID 1 (which in a container may never reap
+    them). What is left after ``wait_s`` is dtrun's sweep of the tag's (app.py)."""
+    import psutil
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    me = psutil.Process()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        for child in me.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        try:
+            if not me.children():
+                break
+        except psutil.Error:
+            break
+        time.sleep(0.01)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def jvm_exited(wait_s: float, stopped: Callable[[], bool]) -> bool:
