@@ -224,7 +224,7 @@ _NOISE = obj(
         "window_s": NUMBER,
         "nodes": list_of(obj(_NOISY_NODE)),
         "probe": obj(
-            {"steps": WHOLE, "rank_s": nullable(list_of(POSITIVE)), "why": nullable(TEXT)}
+            {"steps": WHOLE, "rank_s": nullable(list_of(STEP_SECONDS)), "why": nullable(TEXT)}
         ),
     }
 )

@@ -22,7 +22,7 @@ from dtrun.spec.cluster import Inventory
 from dtrun.spec.outcome import GateStatus, Health, NodeHealth, RunResult, RunStatus, SweepStatus
 from dtrun.spec.request import BenchSpec
 from tests.conftest import run_dtrun
-from tests.factories import allreduce_data, fake_run_dir
+from tests.factories import allreduce_data, fake_run_dir, noise_data
 
 Damage = Callable[[Path], object]
 # Derived files from an earlier build: `dtrun report` would rewrite them, so they show whether
@@ -295,6 +295,13 @@ CASES = {
         "a/manifest.json",
         edit(put("kept in", "bench", "noisy_launches")),
         "'bench.noisy_launches' is 'kept in', not one of 'left out'",
+    ),
+    # each rank's probe median: one of 1e308 s over one of 1e-308 s made an infinite straggler
+    # ratio, which summary.json (strict JSON) refused with a traceback
+    "result-probe-rank-1e308-seconds": Case(
+        "a/n2/r0/result.json",
+        edit(put(noise_data(["node-0", "node-1"], probe_s=[1e308, 1e-308]), "noise")),
+        "'noise.probe.rank_s[0]' is 1e+308, outside 1e-06 to 1e+06 (a step: a microsecond",
     ),
     "result-probe-rows-empty": Case(
         "a/n2/r0/result.json", edit(put([], "busbw", "rows")), "'busbw.rows' is an empty list"
