@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
+from dtrun.record.readback import NODE_COUNT, NUMBER, TEXT, WHOLE, list_of, nullable, obj, one_of
 from dtrun.record.rundir import RunDir, now_iso
 from dtrun.redact import redact_text
 from dtrun.spec.launchplan import point_dir
@@ -15,6 +16,32 @@ from dtrun.spec.outcome import RunResult, RunStatus, SweepStatus
 from dtrun.spec.text import plural
 
 RUNS_SCHEMA = "dtrun.runs/1"
+
+# What the report and `dtrun compare` read of it (runner/report/recorded.py)
+RUNS = obj(
+    {
+        "status": one_of(*(status.value for status in SweepStatus)),
+        "error": nullable(TEXT),
+        "runs": list_of(
+            obj(
+                {
+                    "nodes": NODE_COUNT,
+                    "repeat": WHOLE,
+                    "status": one_of(*(status.value for status in RunStatus)),
+                    "wall_s": NUMBER,
+                    "run_dir": TEXT,
+                }
+            )
+        ),
+    },
+    # the sweep's wall time, each run of dtrun's, and the launches a --resume ran again: what
+    # the Cost section adds up
+    optional={
+        "wall_s": nullable(NUMBER),
+        "segment_wall_s": list_of(nullable(NUMBER)),
+        "replaced": list_of(obj({"nodes": NODE_COUNT, "wall_s": NUMBER})),
+    },
+)
 
 
 def write_runs(
@@ -80,7 +107,7 @@ def ok_runs(runs_data: Mapping[str, Any]) -> list[tuple[int, int, str]]:
 
 
 def launches_problem(runs_data: Any, where: str) -> str | None:
-    """A runs.json (of the shape recorded.RUNS checks) whose launches are not as a sweep
+    """A runs.json (of the shape RUNS checks) whose launches are not as a sweep
     records them: each launch once, in its own directory n<N>/r<k>, its round k from 0 up;
     None where they are. A hand-edited record would otherwise count one result twice, take a
     2-node result for the baseline, or send --resume to launch over a recorded one."""

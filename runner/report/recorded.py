@@ -44,12 +44,12 @@ from dtrun.record.readback import (
     read_record,
 )
 from dtrun.record.rundir import HEALTH_FILE, RunDir
-from dtrun.record.runsfile import launches_problem, ok_runs
+from dtrun.record.runsfile import RUNS, launches_problem, ok_runs
 from dtrun.report.program import STAND_INS
 from dtrun.report.resultfile import ALLREDUCE_SCHEMA, AllreduceResult, Result, parse_result
 from dtrun.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
 from dtrun.report.sequential import recorded_most
-from dtrun.spec.outcome import GateStatus, RunStatus, SweepStatus
+from dtrun.spec.outcome import GateStatus
 from dtrun.spec.request import NOISY_LEFT_OUT, ScalingMode, UnitKind
 
 RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {  # each workload's result
@@ -161,31 +161,6 @@ BENCH_BY_WORKLOAD = {
         }
     ),
 }
-
-RUNS = obj(
-    {
-        "status": one_of(*_values(SweepStatus)),
-        "error": nullable(TEXT),
-        "runs": list_of(
-            obj(
-                {
-                    "nodes": NODE_COUNT,
-                    "repeat": WHOLE,
-                    "status": one_of(*_values(RunStatus)),
-                    "wall_s": NUMBER,
-                    "run_dir": TEXT,
-                }
-            )
-        ),
-    },
-    # the sweep's wall time, each run of dtrun's, and the launches a --resume ran again: what
-    # the Cost section adds up
-    optional={
-        "wall_s": nullable(NUMBER),
-        "segment_wall_s": list_of(nullable(NUMBER)),
-        "replaced": list_of(obj({"nodes": NODE_COUNT, "wall_s": NUMBER})),
-    },
-)
 
 HEALTH = obj(
     {
