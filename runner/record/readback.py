@@ -226,20 +226,28 @@ FLAG = kind("true or false", bool)
 STEP_SECONDS = ranged(
     "a number above 0", 1e-6, 1e6, "a step: a microsecond to about 11 days", int, float
 )
+# a wall time: a launch's, the sweep's, a run of dtrun's, the nodes' before the sweep; -1e300
+# s printed 300-digit node-hours and costs, and no cluster stays up 3 years for one sweep
+WALL_SECONDS = ranged("a number of seconds", 0, 1e8, "a wall time: up to about 3 years", int, float)
 _NODES = bound_of(RunSpec, "nodes")
 NODE_COUNT = ranged("a whole number above 0", _NODES.low, _NODES.high, "--nodes' range", int)
-_TARGET = bound_of(BenchSpec, "target_efficiency")
 
 
-def _target(value: Any, where: str) -> str | None:
-    """--target-efficiency as the option takes it: what `dtrun bench --resume` refuses, the
-    report refuses too."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not _TARGET.holds(value):
-        return f"{_name(where)} is {describe(value)}: {_TARGET.flag} is {_TARGET.rule}"
-    return None
+def as_option(cls: type, name: str) -> Shape:
+    """A number as the option of field ``name`` of ``cls`` takes it: what `dtrun bench
+    --resume` refuses, the report refuses too."""
+    bound = bound_of(cls, name)
+
+    def check(value: Any, where: str) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not bound.holds(value):
+            return f"{_name(where)} is {describe(value)}: {bound.flag} is {bound.rule}"
+        return None
+
+    return check
 
 
-TARGET: Shape = _target
+TARGET = as_option(BenchSpec, "target_efficiency")
+PRICE = as_option(BenchSpec, "price_per_node_hour")  # a price of 1e300 printed 300 digits
 
 
 def _run_id(value: Any, where: str) -> str | None:

@@ -8,7 +8,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from dtrun.record.readback import NODE_COUNT, NUMBER, TEXT, WHOLE, list_of, nullable, obj, one_of
+from dtrun.record.readback import (
+    NODE_COUNT,
+    TEXT,
+    WALL_SECONDS,
+    WHOLE,
+    list_of,
+    nullable,
+    obj,
+    one_of,
+)
 from dtrun.record.rundir import RunDir, now_iso
 from dtrun.redact import redact_text
 from dtrun.spec.launchplan import point_dir
@@ -28,7 +37,7 @@ RUNS = obj(
                     "nodes": NODE_COUNT,
                     "repeat": WHOLE,
                     "status": one_of(*(status.value for status in RunStatus)),
-                    "wall_s": NUMBER,
+                    "wall_s": WALL_SECONDS,
                     "run_dir": TEXT,
                 }
             )
@@ -37,9 +46,9 @@ RUNS = obj(
     # the sweep's wall time, each run of dtrun's, and the launches a --resume ran again: what
     # the Cost section adds up
     optional={
-        "wall_s": nullable(NUMBER),
-        "segment_wall_s": list_of(nullable(NUMBER)),
-        "replaced": list_of(obj({"nodes": NODE_COUNT, "wall_s": NUMBER})),
+        "wall_s": nullable(WALL_SECONDS),
+        "segment_wall_s": list_of(nullable(WALL_SECONDS)),
+        "replaced": list_of(obj({"nodes": NODE_COUNT, "wall_s": WALL_SECONDS})),
     },
 )
 

@@ -28,12 +28,14 @@ from dtrun.record.readback import (
     NODE_COUNT,
     NUMBER,
     POSITIVE,
+    PRICE,
     RESTORE,
     REVISION,
     RUN_ID,
     STEP_SECONDS,
     TARGET,
     TEXT,
+    WALL_SECONDS,
     WHOLE,
     check_record,
     damaged,
@@ -82,7 +84,7 @@ _BENCH = obj(
 )
 _NODE = {"name": TEXT, "address": TEXT}  # and an embedded node's cores, under taskset
 _MACHINE = {"hostname": TEXT, "cpu": TEXT, "cpu_count": nullable(WHOLE), "memory_bytes": NUMBER}
-_PAID_BEFORE = obj({"from": TEXT, "since": TEXT, "seconds": NUMBER, "nodes": WHOLE})
+_PAID_BEFORE = obj({"from": TEXT, "since": TEXT, "seconds": WALL_SECONDS, "nodes": WHOLE})
 MANIFEST = obj(
     {
         "run_id": RUN_ID,
@@ -105,7 +107,7 @@ MANIFEST = obj(
         "git": nullable(obj({"revision": REVISION, "dirty": FLAG})),
         "launch_environment": nullable(list_of(obj({"key": TEXT, "value": TEXT}))),
         # what a node cost an hour (the report's Cost section divides and multiplies by it)
-        "price": nullable(obj({"usd_per_node_hour": POSITIVE, "source": TEXT})),
+        "price": nullable(obj({"usd_per_node_hour": PRICE, "source": TEXT})),
         # what the nodes billed before the sweep, and each --resume's cluster and its time
         # before (the Cost section's "paid before" rows and its per-run figures)
         "paid_before": nullable(_PAID_BEFORE),

@@ -303,6 +303,21 @@ CASES = {
         edit(put(noise_data(["node-0", "node-1"], probe_s=[1e308, 1e-308]), "noise")),
         "'noise.probe.rank_s[0]' is 1e+308, outside 1e-06 to 1e+06 (a step: a microsecond",
     ),
+    # the Cost section's inputs: a launch of -1e300 s or a price of 1e300 USD an hour printed
+    # 300-digit node-hours and costs
+    "runs-launch-of-minus-1e300-seconds": Case(
+        "a/runs.json",
+        edit(put(-1e300, "runs", "0", "wall_s")),
+        "'runs[0].wall_s' is -1e+300, outside 0 to 1e+08 (a wall time: up to about 3 years)",
+    ),
+    "runs-sweep-of-1e300-seconds": Case(
+        "a/runs.json", edit(put([1e300], "segment_wall_s")), "'segment_wall_s[0]' is 1e+300"
+    ),
+    "manifest-price-of-1e300-usd": Case(
+        "a/manifest.json",
+        edit(put({"usd_per_node_hour": 1e300, "source": "--price-per-node-hour"}, "price")),
+        "'price.usd_per_node_hour' is 1e+300: --price-per-node-hour is above 0 and at most 100,000",
+    ),
     "result-probe-rows-empty": Case(
         "a/n2/r0/result.json", edit(put([], "busbw", "rows")), "'busbw.rows' is an empty list"
     ),
