@@ -38,12 +38,31 @@ def damaged(path: Path, why: str, fix: str = RESTORE) -> DamagedRunError:
     return DamagedRunError(f"{path} is damaged", why=why, fix=fix)
 
 
-def read_record(path: Path, shape: Shape, *, missing: str = "", root: Path | None = None) -> Any:
+def read_record(
+    path: Path, shape: Shape, *, missing: str = "", root: Path | None = None, schema: str = ""
+) -> Any:
     """The JSON in ``path``, checked against ``shape``; ``missing`` says why it must exist;
-    ``root``: the run directory ``path`` must not leave (through a link)."""
+    ``root``: the run directory ``path`` must not leave (through a link); ``schema``: the
+    record's schema, where it has one."""
     data = load_json(path, missing, root)
+    if schema:
+        check_schema(path, data, schema)
     check_record(path, data, shape)
     return data
+
+
+def check_schema(path: Path, data: Any, schema: str) -> None:
+    """A record of another schema (a later dtrun's) is refused, not read as this dtrun's: its
+    fields may mean something else, and the messages would name the wrong fault."""
+    if not isinstance(data, dict) or data.get("schema") == schema:
+        return  # a record that is no object: the shape says so
+    found = f"schema {describe(data['schema'])}" if "schema" in data else "no schema"
+    raise DamagedRunError(
+        f"{path} has {found}",
+        why=f"this dtrun reads {schema!r} (dtrun writes it in every one)",
+        fix="read it with the dtrun that wrote it (manifest.json's dtrun_version), or run the "
+        "sweep again with this one; nothing was written",
+    )
 
 
 def check_record(path: Path, data: Any, shape: Shape) -> None:

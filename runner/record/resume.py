@@ -34,8 +34,8 @@ from dtrun.record.readback import (
     obj,
     read_record,
 )
-from dtrun.record.rundir import RunDir
-from dtrun.record.runsfile import launches_problem, segment_walls
+from dtrun.record.rundir import MANIFEST_SCHEMA, RunDir
+from dtrun.record.runsfile import RUNS_SCHEMA, launches_problem, segment_walls
 from dtrun.redact import REDACTED
 from dtrun.spec.outcome import RunResult, RunStatus, SweepStatus
 from dtrun.spec.request import BenchSpec, leaves_out
@@ -159,7 +159,11 @@ def recorded_spec(path: Path, flag: str = "--resume") -> BenchSpec:
             fix="pass the run directory of an earlier `dtrun bench` (runs/<run-id>)",
         )
     manifest = read_record(
-        run_dir.manifest, MANIFEST_SHAPE, missing="it is no run directory", root=path
+        run_dir.manifest,
+        MANIFEST_SHAPE,
+        missing="it is no run directory",
+        root=path,
+        schema=MANIFEST_SCHEMA,
     )
     bench = manifest["bench"]
     if bench.get("until_decided") is True and "max_launches" not in bench:
@@ -211,9 +215,19 @@ def read_resume(
     spec = read_spec(path, env, recorded=recorded)
     run_dir = RunDir(path)
     manifest = read_record(
-        run_dir.manifest, MANIFEST_SHAPE, missing="it is no run directory", root=path
+        run_dir.manifest,
+        MANIFEST_SHAPE,
+        missing="it is no run directory",
+        root=path,
+        schema=MANIFEST_SCHEMA,
     )
-    runs = read_record(run_dir.runs, RUNS_SHAPE, missing="no launch of it was recorded", root=path)
+    runs = read_record(
+        run_dir.runs,
+        RUNS_SHAPE,
+        missing="no launch of it was recorded",
+        root=path,
+        schema=RUNS_SCHEMA,
+    )
     try:
         every = [from_dict(RunResult, run, f"runs[{i}]") for i, run in enumerate(runs["runs"])]
         earlier = [

@@ -45,8 +45,8 @@ from dtrun.record.readback import (
     one_of,
     read_record,
 )
-from dtrun.record.rundir import HEALTH_FILE, RunDir
-from dtrun.record.runsfile import RUNS, launches_problem, ok_runs
+from dtrun.record.rundir import HEALTH_FILE, HEALTH_SCHEMA, MANIFEST_SCHEMA, RunDir
+from dtrun.record.runsfile import RUNS, RUNS_SCHEMA, launches_problem, ok_runs
 from dtrun.report.program import STAND_INS
 from dtrun.report.resultfile import ALLREDUCE_SCHEMA, AllreduceResult, Result, parse_result
 from dtrun.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
@@ -283,7 +283,8 @@ class Recorded:
 def read_recorded(run_dir: RunDir) -> Recorded:
     """Read and check every file the report is made from; raise DamagedRunError at the first
     file that is missing, unreadable or not as dtrun writes it."""
-    manifest = read_record(run_dir.manifest, MANIFEST, root=(root := run_dir.path))
+    root = run_dir.path
+    manifest = read_record(run_dir.manifest, MANIFEST, root=root, schema=MANIFEST_SCHEMA)
     workload = str(manifest["bench"]["workload"])
     check_record(run_dir.manifest, manifest, BENCH_BY_WORKLOAD[workload])
     check_record(run_dir.manifest, manifest, recorded_most)  # --until-decided's maximum
@@ -293,11 +294,12 @@ def read_recorded(run_dir: RunDir) -> Recorded:
         missing="the sweep recorded no launch: it stopped before its first launch ended, "
         "or the file was removed",
         root=root,
+        schema=RUNS_SCHEMA,
     )
     check_record(run_dir.runs, runs, launches_problem)  # each once, where a sweep puts it
     health = None
     if (run_dir.path / HEALTH_FILE).is_symlink() or (run_dir.path / HEALTH_FILE).exists():
-        health = read_record(run_dir.path / HEALTH_FILE, HEALTH, root=root)
+        health = read_record(run_dir.path / HEALTH_FILE, HEALTH, root=root, schema=HEALTH_SCHEMA)
         if health["status"] != GateStatus.SKIPPED:
             check_record(run_dir.path / HEALTH_FILE, health, HEALTH_JUDGED)
     results: dict[int, list[Result]] = defaultdict(list)

@@ -318,6 +318,19 @@ CASES = {
         edit(put({"usd_per_node_hour": 1e300, "source": "--price-per-node-hour"}, "price")),
         "'price.usd_per_node_hour' is 1e+300: --price-per-node-hour is above 0 and at most 100,000",
     ),
+    # a record of another schema (a later dtrun's) is not read as this dtrun's
+    "manifest-later-schema": Case(
+        "a/manifest.json",
+        edit(put("dtrun.manifest/2", "schema")),
+        "has schema 'dtrun.manifest/2': this dtrun reads 'dtrun.manifest/1'",
+    ),
+    "runs-later-schema": Case(
+        "a/runs.json", edit(put("dtrun.runs/2", "schema")), "has schema 'dtrun.runs/2'"
+    ),
+    "health-no-schema": Case("a/health.json", edit(drop("schema")), "has no schema"),
+    "compare-b-manifest-later-schema": Case(
+        "b/manifest.json", edit(put("dtrun.manifest/2", "schema")), "'dtrun.manifest/2'", "compare"
+    ),
     "result-probe-rows-empty": Case(
         "a/n2/r0/result.json", edit(put([], "busbw", "rows")), "'busbw.rows' is an empty list"
     ),
@@ -518,4 +531,18 @@ def test_resume_refuses_a_damaged_record_before_it_launches_or_writes(
     assert "Traceback" not in output
     assert f"error: a/{file} is damaged" in done.stderr
     assert says in done.stderr
+    assert snapshot(tmp_path) == before  # nothing launched, written or removed
+
+
+def test_resume_refuses_a_manifest_of_a_later_schema(tmp_path: Path, fixed_inventory: Inventory):
+    bench = BenchSpec(run_id="a", node_counts=(1, 2), steps=4, warmup=1, rdzv_port=29728)
+    fake_run_dir(
+        tmp_path / "a", bench, fixed_inventory, {1: [1000.0]}, status=SweepStatus.INTERRUPTED
+    )
+    edit(put("dtrun.manifest/2", "schema"))(tmp_path / "a" / "manifest.json")
+    before = snapshot(tmp_path)
+    done = run_dtrun("bench", "--resume", "a", cwd=tmp_path, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: a/manifest.json has schema 'dtrun.manifest/2'" in done.stderr
+    assert "read it with the dtrun that wrote it" in done.stderr
     assert snapshot(tmp_path) == before  # nothing launched, written or removed

@@ -58,6 +58,7 @@ cli = CliRunner(env={"COLUMNS": WIDE})
 # What the reader checks against a vocabulary or a shape (exit 2 when it is anything else),
 # by file and field (list indices as []). Every other text field is free text, shown as text.
 CHECKED = {
+    ("manifest.json", "schema"),
     ("manifest.json", "run_id"),
     ("manifest.json", "bench.mode"),
     ("manifest.json", "bench.workload"),
@@ -67,9 +68,11 @@ CHECKED = {
     ("result.json", "schema"),
     ("result.json", "timing"),
     ("result.json", "units.kind"),
+    ("runs.json", "schema"),
     ("runs.json", "status"),
     ("runs.json", "runs[].status"),
     ("runs.json", "runs[].run_dir"),
+    ("health.json", "schema"),
     ("health.json", "status"),
 }
 # The environment dtrun ran in: recorded, never shown by a renderer.
