@@ -546,3 +546,18 @@ def test_resume_refuses_a_manifest_of_a_later_schema(tmp_path: Path, fixed_inven
     assert "error: a/manifest.json has schema 'dtrun.manifest/2'" in done.stderr
     assert "read it with the dtrun that wrote it" in done.stderr
     assert snapshot(tmp_path) == before  # nothing launched, written or removed
+
+
+def test_a_recorded_text_that_is_not_unicode_is_reported_as_its_escape(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    """A command-line byte that is not UTF-8 reaches Python as a lone surrogate (PEP 383) and
+    the manifest as its JSON escape: report.md could not be encoded, after summary.json and
+    the plots had been rewritten."""
+    make_run(tmp_path / "a", fixed_inventory)
+    edit(put("dtrun bench -- python train.py \udcff", "command"))(tmp_path / "a" / "manifest.json")
+    with contextlib.chdir(tmp_path):
+        done = CliRunner(env={"COLUMNS": "250"}).invoke(app, ["report", "a"])
+    assert done.exit_code == 0, f"{done.exception!r}\n{done.stdout}{done.stderr}"
+    assert "python train.py \\udcff\n" in (tmp_path / "a" / "report.md").read_text()
+    assert "python train.py \\udcff" in (tmp_path / "a" / "report.html").read_text()
