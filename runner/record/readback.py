@@ -71,6 +71,11 @@ def check_record(path: Path, data: Any, shape: Shape) -> None:
         raise damaged(path, problem)
 
 
+# The largest record a sweep writes is a program's result.json: every rank's step times, about
+# 11 bytes each (1,024 ranks of 10,000 steps: 110 MB). A larger file is no record, and read
+# whole a sparse 1 GiB one took over 2 GB of memory before json refused its first byte.
+MAX_BYTES = 256 * 1024 * 1024
+
 # No figure dtrun records has more digits than this (byte counts, nanoseconds and seeds have
 # under 20): a longer one is damage, and Python would refuse or overflow on it later.
 MAX_DIGITS = 30
@@ -155,17 +160,26 @@ def _read_regular(path: Path, missing: str, root: Path | None) -> bytes:
     except OSError as exc:
         raise damaged(path, f"it cannot be read: {exc.strerror or exc}") from None
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
             raise damaged(path, "it is a directory, not a file")
-        if not stat.S_ISREG(mode):
-            raise damaged(path, f"it is {_kind(mode)}, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise damaged(path, f"it is {_kind(info.st_mode)}, not a file")
+        if info.st_size > MAX_BYTES:
+            raise damaged(path, _too_large(info.st_size))
         with os.fdopen(fd, "rb", closefd=False) as file:
-            return file.read()
+            raw = file.read(MAX_BYTES + 1)  # no more, should it have grown since
+            if len(raw) > MAX_BYTES:
+                raise damaged(path, _too_large(len(raw)))
+            return raw
     except OSError as exc:
         raise damaged(path, f"it cannot be read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+
+
+def _too_large(size: int) -> str:
+    return f"it is {size:,} bytes, more than any record dtrun writes ({MAX_BYTES:,} at most)"
 
 
 def inside(path: Path, root: Path) -> bool:

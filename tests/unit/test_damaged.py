@@ -561,3 +561,26 @@ def test_a_recorded_text_that_is_not_unicode_is_reported_as_its_escape(
     assert done.exit_code == 0, f"{done.exception!r}\n{done.stdout}{done.stderr}"
     assert "python train.py \\udcff\n" in (tmp_path / "a" / "report.md").read_text()
     assert "python train.py \\udcff" in (tmp_path / "a" / "report.html").read_text()
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_a_record_of_a_gigabyte_is_refused_by_its_size_before_it_is_read(
+    command: str, tmp_path: Path, fixed_inventory: Inventory
+):
+    """A sparse 1 GiB result.json (no disk, all zeros): read whole, it took over 2 GB of
+    memory and 10 s before json refused its first byte."""
+    for name in ("a", "b"):
+        make_run(tmp_path / name, fixed_inventory)
+    huge = tmp_path / "a" / "n2" / "r0" / "result.json"
+    with huge.open("r+b") as file:
+        file.truncate(1 << 30)
+    before = snapshot(tmp_path / "b")
+    runs = ["a"] if command == "report" else ["a", "b"]
+    with contextlib.chdir(tmp_path):
+        done = CliRunner(env={"COLUMNS": "250"}).invoke(app, [command, *runs])
+    assert done.exit_code == 2, f"{done.exception!r}\n{done.stdout}{done.stderr}"
+    assert "error: a/n2/r0/result.json is damaged: it is 1,073,741,824 bytes" in done.stderr
+    assert "more than any record dtrun writes" in done.stderr
+    # nothing written (the big file is not hashed: that would read it)
+    assert huge.stat().st_size == 1 << 30 and snapshot(tmp_path / "b") == before
+    assert (tmp_path / "a" / "report.md").read_text() == "report.md from an earlier build\n"
