@@ -11,6 +11,7 @@ from dtrun.errors import UsageError
 from dtrun.predict.inputs import Description, cut, description
 
 MAX_FILE = 1024 * 1024  # a description is a few lines; more is not one
+FORMAT = 'pass a YAML or JSON description, see docs/prediction.md "From a description"'
 
 # YAML 1.2's floats: PyYAML implements YAML 1.1, where `1.3e9` (no sign in the exponent) and
 # `1e9` (no dot) are strings. docs/prediction.md's format writes them as people do.
@@ -73,7 +74,9 @@ def read_description(path: Path) -> Description:
                 fix="pass the YAML or JSON file that describes your measured results",
             )
         if path.stat().st_size > MAX_FILE:
-            raise UsageError(f"--from {path}: larger than {MAX_FILE:,} bytes: not a description")
+            raise UsageError(
+                f"--from {path}: larger than {MAX_FILE:,} bytes: not a description", fix=FORMAT
+            )
         text = path.read_text(encoding="utf-8")
         # an alias repeats a node without copying it: a few lines can stand for billions of
         # values for the checks below to walk ("billion laughs"); the format has no use for one
@@ -85,14 +88,14 @@ def read_description(path: Path) -> Description:
             )
         data = yaml.load(text, Loader=yaml_loader())
     except RecursionError:  # the pure-Python parser, where libyaml is missing
-        raise UsageError(f"--from {path}: nested too deep: not a description") from None
+        raise UsageError(f"--from {path}: nested too deep: not a description", fix=FORMAT) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--from {path}: cannot be read", why=str(exc)) from None
+        raise UsageError(f"--from {path}: cannot be read", why=str(exc), fix=FORMAT) from None
     except (yaml.YAMLError, ValueError) as exc:  # ValueError: an int of over 4,300 digits
         why = cut(" ".join(str(exc).split()))
         if "is given twice" in why:
             raise UsageError(
                 f"--from {path}: a key is given twice", why=why, fix="give each key once"
             ) from None
-        raise UsageError(f"--from {path}: not YAML or JSON", why=why) from None
+        raise UsageError(f"--from {path}: not YAML or JSON", why=why, fix=FORMAT) from None
     return description(data, str(path))

@@ -125,6 +125,29 @@ def test_a_file_that_is_no_description_is_refused(tmp_path: Path, text, said):
     assert said in refused.value.message
 
 
+def _sparse(path: Path) -> None:
+    with path.open("wb") as file:
+        file.truncate(1 << 30)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda path: path.write_text("points: ["),  # not YAML
+        lambda path: path.write_bytes(b"mode: w\xe9ak\n"),  # not UTF-8
+        _sparse,  # too large
+        lambda path: path.write_text(f"note: {'1' * 5000}\n"),  # a number Python cannot hold
+    ],
+    ids=["not-yaml", "not-utf8", "a-gigabyte", "5000-digits"],
+)
+def test_a_file_that_is_no_description_is_refused_with_what_to_do(tmp_path: Path, make):
+    path = tmp_path / "m.yaml"
+    make(path)
+    with pytest.raises(UsageError) as refused:
+        read_description(path)
+    assert 'docs/prediction.md "From a description"' in refused.value.fix
+
+
 def test_a_yaml_bomb_is_refused_before_anything_walks_it(tmp_path: Path):
     lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
