@@ -150,6 +150,12 @@ def _read_regular(path: Path, missing: str, root: Path | None) -> bytes:
             f"a symbolic link leads it out of the run directory {root}, and dtrun reads no "
             "record from elsewhere",
         )
+    if root is not None and (target := _linked_to(path, root)) is not None:
+        raise damaged(
+            path,
+            f"a symbolic link leads it to {target} in the run directory, and dtrun reads each "
+            "record where the sweep wrote it (one launch's result read as another's counts twice)",
+        )
     try:
         # O_NONBLOCK: opening a FIFO with no writer returns at once (and is refused below)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -176,6 +182,12 @@ def _read_regular(path: Path, missing: str, root: Path | None) -> bytes:
         raise damaged(path, f"it cannot be read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+
+
+def _linked_to(path: Path, root: Path) -> Path | None:
+    """Where a link on the way from ``root`` leads ``path`` (inside it), or None: no link."""
+    real, top = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    return None if real == top / path.relative_to(root) else real.relative_to(top)
 
 
 def _too_large(size: int) -> str:

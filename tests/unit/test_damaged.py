@@ -119,6 +119,14 @@ def link_out(path: Path) -> None:
     path.symlink_to(outside)
 
 
+def link_to(target: str) -> Damage:
+    def damage(path: Path) -> None:
+        path.unlink()
+        path.symlink_to(target)
+
+    return damage
+
+
 def directory_out(path: Path) -> None:
     """The launch directory holding the file is a link to a copy of it outside the run."""
     launch = path.parent
@@ -357,6 +365,12 @@ CASES = {
     "manifest-link-out": Case("a/manifest.json", link_out, "leads it out of the run directory"),
     "result-directory-link-out": Case(
         "a/n1/r0/result.json", directory_out, "leads it out of the run directory"
+    ),
+    # a link inside the run directory: one launch's result read again as another's
+    "result-link-to-another-launch": Case(
+        "a/n2/r0/result.json",
+        link_to("../../n1/r0/result.json"),
+        "a symbolic link leads it to n1/r0/result.json in the run directory",
     ),
     "compare-b-runs-link-out": Case(
         "b/runs.json", link_out, "leads it out of the run directory", "compare"
