@@ -274,17 +274,26 @@ STEP_SECONDS = ranged(
 # a wall time: a launch's, the sweep's, a run of dtrun's, the nodes' before the sweep; -1e300
 # s printed 300-digit node-hours and costs, and no cluster stays up 3 years for one sweep
 WALL_SECONDS = ranged("a number of seconds", 0, 1e8, "a wall time: up to about 3 years", int, float)
+# a machine's noise figures (runner/workloads/noise.py): 1e308 other cores printed 300 digits
+SHARE = ranged("a number", 0, 1, "a share of the CPU time", int, float)
+CORES = ranged("a number", 0, 1e6, "cores or a load: none to a million", int, float)
 _NODES = bound_of(RunSpec, "nodes")
 NODE_COUNT = ranged("a whole number above 0", _NODES.low, _NODES.high, "--nodes' range", int)
 
 
-def as_option(cls: type, name: str) -> Shape:
-    """A number as the option of field ``name`` of ``cls`` takes it: what `dtrun bench
-    --resume` refuses, the report refuses too."""
+def as_option(cls: type, name: str, *, whole: bool = False) -> Shape:
+    """A number (``whole``: an int) as the option of field ``name`` of ``cls`` takes it: what
+    `dtrun bench --resume` refuses, the report refuses too."""
     bound = bound_of(cls, name)
 
     def check(value: Any, where: str) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not bound.holds(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or (whole and isinstance(value, float))
+        ):
+            return _wrong(value, where, "a whole number" if whole else "a number")
+        if not bound.holds(value):
             return f"{_name(where)} is {describe(value)}: {bound.flag} is {bound.rule}"
         return None
 
@@ -293,6 +302,7 @@ def as_option(cls: type, name: str) -> Shape:
 
 TARGET = as_option(BenchSpec, "target_efficiency")
 PRICE = as_option(BenchSpec, "price_per_node_hour")  # a price of 1e300 printed 300 digits
+PROJECT_TOKENS = as_option(BenchSpec, "project_tokens", whole=True)  # 10^29: 20-digit days
 
 
 def _run_id(value: Any, where: str) -> str | None:

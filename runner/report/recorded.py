@@ -23,15 +23,18 @@ from typing import Any
 from dtrun.errors import DamagedRunError, OutputDirError, ResultError
 from dtrun.record.readback import (
     ANY_OBJECT,
+    CORES,
     COUNT,
     FLAG,
     NODE_COUNT,
     NUMBER,
     POSITIVE,
     PRICE,
+    PROJECT_TOKENS,
     RESTORE,
     REVISION,
     RUN_ID,
+    SHARE,
     STEP_SECONDS,
     TARGET,
     TEXT,
@@ -73,7 +76,7 @@ _BENCH = obj(
         "mode": one_of(*_values(ScalingMode)),
     },
     optional={
-        "project_tokens": COUNT,
+        "project_tokens": PROJECT_TOKENS,
         "target_efficiency": TARGET,
         "until_decided": FLAG,
         "max_launches": WHOLE,  # the most launches until decided (before: "repeat" held it)
@@ -82,6 +85,13 @@ _BENCH = obj(
         "strategy": nullable(ANY_OBJECT),
     },
 )
+# a machine's noise, before the sweep (manifest.json) or over a launch's timed steps
+_MACHINE_NOISE = {
+    "loadavg_1m": nullable(CORES),
+    "steal_share": nullable(SHARE),
+    "other_cores": nullable(CORES),
+    "other_share": nullable(SHARE),
+}
 _NODE = {"name": TEXT, "address": TEXT}  # and an embedded node's cores, under taskset
 _MACHINE = {"hostname": TEXT, "cpu": TEXT, "cpu_count": nullable(WHOLE), "memory_bytes": NUMBER}
 _PAID_BEFORE = obj({"from": TEXT, "since": TEXT, "seconds": WALL_SECONDS, "nodes": WHOLE})
@@ -122,10 +132,7 @@ MANIFEST = obj(
             obj(
                 # the Noise section's "before the sweep" line reads every one of these
                 {"sample_s": POSITIVE, "cpus": COUNT},
-                optional={
-                    key: nullable(NUMBER)
-                    for key in ("loadavg_1m", "steal_share", "other_cores", "other_share")
-                },
+                optional=_MACHINE_NOISE,
             )
         ),
     },
@@ -193,13 +200,11 @@ HEALTH_JUDGED = obj({"threshold_gbs": NUMBER})  # a gate that ran has its pass m
 _TIMING = obj({key: NUMBER for key in ("time_us", "algbw", "busbw", "wrong")})
 _ROW = {"size": COUNT, "count": NUMBER, "type": TEXT, "out_of_place": _TIMING, "in_place": _TIMING}
 _ROWS = list_of(obj(_ROW), nonempty=True)
-_NOISY_NODE = {"node": TEXT, "nodes_on_machine": list_of(TEXT), "cpus": nullable(COUNT)} | {
-    key: nullable(NUMBER) for key in ("loadavg_1m", "steal_share", "other_cores", "other_share")
-}
+_NOISY_NODE = {"node": TEXT, "nodes_on_machine": list_of(TEXT), "cpus": nullable(COUNT)}
 _NOISE = obj(
     {
-        "window_s": NUMBER,
-        "nodes": list_of(obj(_NOISY_NODE)),
+        "window_s": WALL_SECONDS,
+        "nodes": list_of(obj(_NOISY_NODE | _MACHINE_NOISE)),
         "probe": obj(
             {"steps": WHOLE, "rank_s": nullable(list_of(STEP_SECONDS)), "why": nullable(TEXT)}
         ),

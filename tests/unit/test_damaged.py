@@ -339,6 +339,27 @@ CASES = {
     "compare-b-manifest-later-schema": Case(
         "b/manifest.json", edit(put("dtrun.manifest/2", "schema")), "'dtrun.manifest/2'", "compare"
     ),
+    # figures the report prints: 1e308 other cores printed 300 digits, 10^29 tokens 20-digit days
+    "result-noise-1e308-other-cores": Case(
+        "a/n2/r0/result.json",
+        edit(put(noise_data(["node-0", "node-1"], other_cores=1e308), "noise")),
+        "'noise.nodes[0].other_cores' is 1e+308, outside 0 to 1e+06 (cores or a load",
+    ),
+    "result-noise-steal-share-of-3": Case(
+        "a/n2/r0/result.json",
+        edit(put(noise_data(["node-0", "node-1"], steal=3.0), "noise")),
+        "'noise.nodes[0].steal_share' is 3.0, outside 0 to 1 (a share of the CPU time)",
+    ),
+    "manifest-10-to-the-29-project-tokens": Case(
+        "a/manifest.json",
+        edit(put(10**29, "bench", "project_tokens")),
+        "--project-tokens is at least 1 and at most 1,000,000,000,000,000",
+    ),
+    "manifest-fractional-project-tokens": Case(
+        "a/manifest.json",
+        edit(put(1.5e9, "bench", "project_tokens")),
+        "'bench.project_tokens' is 1500000000.0, not a whole number",
+    ),
     "result-probe-rows-empty": Case(
         "a/n2/r0/result.json", edit(put([], "busbw", "rows")), "'busbw.rows' is an empty list"
     ),
