@@ -16,8 +16,11 @@ from markdown_it.token import Token
 # CommonMark with GFM's tables, raw HTML on: HTML in the text would show as html_* tokens
 PARSER = MarkdownIt("commonmark").enable("table")
 PLOTS = frozenset({"throughput.png", "efficiency.png", "busbw.png"})
-# C0 but the layout's line break (and tabs, which rich expands), DEL, C1
-RAW_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 but the layout's line break (and tabs, which rich expands), DEL, C1, and the bidirectional
+# controls that reorder a shown line (runner/spec/text.py's BIDI)
+RAW_CONTROL = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f" r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
 _SENTINEL = re.compile(r"⟦\d+⟧")
 
 

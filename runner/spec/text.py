@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import re
 
-# C0 and C1 controls, DEL, and the Unicode line and paragraph separators.
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# C0 and C1 controls, DEL, the Unicode line and paragraph separators, and the bidirectional
+# controls that reorder what a line shows ("Trojan Source", CVE-2021-42574: U+202A-202E,
+# U+2066-2069, and the marks U+061C, U+200E, U+200F; Unicode's UAX #9 lists them).
+BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+CONTROL = re.compile(rf"[\x00-\x1f\x7f-\x9f\u2028\u2029{BIDI}]")
 
 
 def escaped(character: str) -> str:

@@ -142,7 +142,7 @@ def test_the_rerun_prompt_shows_a_recorded_program_s_markup_as_it_is(monkeypatch
 
 
 PIPED_LINES = ["step 3 loss 2.1", "tab\there\t\tx", f"{TITLE}{CLEAR}{LINK}", "\x9bcsi\u2028next",
-               "é 漢字 ✓", "cr\rbell\x07", "", "  both  ", "x" * 300,
+               "rlo\u202etxt.exe", "é 漢字 ✓", "cr\rbell\x07", "", "  both  ", "x" * 300,
                "ghp_" + "a" * 36]  # fmt: skip
 
 

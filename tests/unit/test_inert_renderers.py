@@ -91,6 +91,7 @@ FILLER = " []/=#*_!<>()|&~$\\-+.`{}^ab1"  # no ':', quote or capital: see _check
 CONTROLS = (
     "\x1b]0;title\x07", "\x1b[2J", "\x1b[31m", "\x1b]8;;https://evil.example/\x1b\\", "\n",
     "\r", "\t", "\x00", "\x07", "\x08", "\x7f", "\x85", "\x9b", "\u2028", "\u2029",
+    "\u202e", "\u2066", "\u200f",  # bidirectional controls: a line shown reordered
     "\ue000details\ue000 ", "\ue000end\ue000", "  ",  # two blanks end a line with <br>
 )  # fmt: skip
 
