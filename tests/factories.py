@@ -204,6 +204,7 @@ def fake_run_dir(
                     world=world, tokens_per_s=tokens, busbw=probe, step_times=times,
                     noise=launch_noise,
                 )  # fmt: skip
+            data["nnodes"] = nodes  # as a sweep writes it: the point's nodes, not its ranks
             (point / "result.json").write_text(json.dumps(data))
             rel = str(point.relative_to(path))
             wall = (launch_wall_s or {}).get(nodes, 1.0)

@@ -56,6 +56,7 @@ from dtrun.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
 from dtrun.report.sequential import recorded_most
 from dtrun.spec.outcome import GateStatus
 from dtrun.spec.request import NOISY_LEFT_OUT, ScalingMode, UnitKind
+from dtrun.spec.text import plural
 
 RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {  # each workload's result
     "train": TrainResult,
@@ -309,12 +310,13 @@ def read_recorded(run_dir: RunDir) -> Recorded:
             check_record(run_dir.path / HEALTH_FILE, health, HEALTH_JUDGED)
     results: dict[int, list[Result]] = defaultdict(list)
     for nodes, _, directory in ok_runs(runs):
-        results[nodes].append(_result(run_dir, directory, workload))
+        results[nodes].append(_result(run_dir, directory, workload, nodes))
     return Recorded(manifest, runs, health, dict(results))
 
 
-def _result(run_dir: RunDir, directory: str, workload: str) -> Result:
-    """A finished launch's result.json: runs.json says it ended ok, so rank 0 wrote one."""
+def _result(run_dir: RunDir, directory: str, workload: str, nodes: int) -> Result:
+    """A finished launch's result.json: runs.json says it ended ok, so rank 0 wrote one, of
+    the ``nodes`` of its point."""
     inside = Path(directory)
     if inside.is_absolute() or ".." in inside.parts:
         raise damaged(
@@ -342,6 +344,12 @@ def _result(run_dir: RunDir, directory: str, workload: str) -> Result:
             path,
             f"it holds a {data['schema']} result, but the sweep's workload is {workload} "
             f"({run_dir.manifest.name})",
+        )
+    if result.nnodes != nodes:  # a result of another point, copied or moved here
+        raise damaged(
+            path,
+            f"it holds a result of {plural(result.nnodes, 'node')}, but {run_dir.runs.name} "
+            f"records the launch in {directory} at {plural(nodes, 'node')}",
         )
     return result
 

@@ -127,6 +127,15 @@ def link_to(target: str) -> Damage:
     return damage
 
 
+def copy_of(other: str) -> Damage:
+    """The file replaced by a copy of another record of the run (``other``, relative to it)."""
+
+    def damage(path: Path) -> None:
+        path.write_bytes((path.parent / other).read_bytes())
+
+    return damage
+
+
 def directory_out(path: Path) -> None:
     """The launch directory holding the file is a link to a copy of it outside the run."""
     launch = path.parent
@@ -392,6 +401,12 @@ CASES = {
         "a/n2/r0/result.json",
         link_to("../../n1/r0/result.json"),
         "a symbolic link leads it to n1/r0/result.json in the run directory",
+    ),
+    # a copy of another point's result: the 1-node launch counted as a 2-node one
+    "result-of-another-point": Case(
+        "a/n2/r0/result.json",
+        copy_of("../../n1/r0/result.json"),
+        "it holds a result of 1 node, but runs.json records the launch in n2/r0 at 2 nodes",
     ),
     "compare-b-runs-link-out": Case(
         "b/runs.json", link_out, "leads it out of the run directory", "compare"
