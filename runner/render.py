@@ -131,16 +131,10 @@ _MD_NUMBER = re.compile(r"[-+]?\d[\d,]*(\.\d+)?%?")
 _MD_MARK = "\ue000"
 
 
-# A lone surrogate: a byte that was not UTF-8, as Python decodes a command line (PEP 383), or a
-# record's JSON escape of one. No UTF-8 file can hold it: report.md's write would fail.
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _one_line(text: str) -> str:
     """Control characters and lone surrogates as escapes (``\\n``, ``\\x1b``, ``\\udcff``),
     the <details> marker removed."""
-    text = _SURROGATE.sub(lambda m: escaped(m.group(0)), text.replace(_MD_MARK, ""))
-    return CONTROL.sub(lambda m: escaped(m.group(0)), text)
+    return CONTROL.sub(lambda m: escaped(m.group(0)), text.replace(_MD_MARK, ""))
 
 
 def md(value: object) -> str:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from dtrun.spec.text import BIDI, escaped
+from dtrun.spec.text import BIDI, SURROGATES, escaped
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # runner/spec/text.py's CONTROL (bidirectional controls too) but the layout's \n and \t; and
 # lone surrogates (a record's "\ud800", a byte that was not UTF-8): stdout cannot encode them.
-SHOWN_AS_ESCAPES = re.compile(rf"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029{BIDI}\ud800-\udfff]")
+SHOWN_AS_ESCAPES = re.compile(rf"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029{BIDI}{SURROGATES}]")
 
 
 def printable(text: str, *, tabs: bool = True) -> str:

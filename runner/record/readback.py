@@ -144,18 +144,8 @@ def load_json(path: Path, missing: str = "", root: Path | None = None) -> Any:
 
 
 def _read_regular(path: Path, missing: str, root: Path | None) -> bytes:
-    if root is not None and not inside(path, root):
-        raise damaged(
-            path,
-            f"a symbolic link leads it out of the run directory {root}, and dtrun reads no "
-            "record from elsewhere",
-        )
-    if root is not None and (target := _linked_to(path, root)) is not None:
-        raise damaged(
-            path,
-            f"a symbolic link leads it to {target} in the run directory, and dtrun reads each "
-            "record where the sweep wrote it (one launch's result read as another's counts twice)",
-        )
+    if root is not None and (linked := _link_problem(path, root)) is not None:
+        raise damaged(path, linked)
     try:
         # O_NONBLOCK: opening a FIFO with no writer returns at once (and is refused below)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -184,10 +174,22 @@ def _read_regular(path: Path, missing: str, root: Path | None) -> bytes:
         os.close(fd)
 
 
-def _linked_to(path: Path, root: Path) -> Path | None:
-    """Where a link on the way from ``root`` leads ``path`` (inside it), or None: no link."""
+def _link_problem(path: Path, root: Path) -> str | None:
+    """Where a link on the way from ``root`` leads ``path``, out of the run directory or in it;
+    None where no link does (realpath: a link loop is left for the open to report)."""
     real, top = Path(os.path.realpath(path)), Path(os.path.realpath(root))
-    return None if real == top / path.relative_to(root) else real.relative_to(top)
+    if real == top / path.relative_to(root):
+        return None
+    if not real.is_relative_to(top):
+        return (
+            f"a symbolic link leads it out of the run directory {root}, and dtrun reads no "
+            "record from elsewhere"
+        )
+    return (
+        f"a symbolic link leads it to {real.relative_to(top)} in the run directory, and dtrun "
+        "reads each record where the sweep wrote it (one launch's result read as another's "
+        "counts twice)"
+    )
 
 
 def _too_large(size: int) -> str:

@@ -8,8 +8,11 @@ import re
 # C0 and C1 controls, DEL, the Unicode line and paragraph separators, and the bidirectional
 # controls that reorder what a line shows ("Trojan Source", CVE-2021-42574: U+202A-202E,
 # U+2066-2069, and the marks U+061C, U+200E, U+200F; Unicode's UAX #9 lists them).
+# And lone surrogates: a byte that was not UTF-8, as Python decodes a command line (PEP 383),
+# or a record's JSON escape of one; no UTF-8 file or terminal can hold one.
 BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-CONTROL = re.compile(rf"[\x00-\x1f\x7f-\x9f\u2028\u2029{BIDI}]")
+SURROGATES = "\ud800-\udfff"
+CONTROL = re.compile(rf"[\x00-\x1f\x7f-\x9f\u2028\u2029{BIDI}{SURROGATES}]")
 
 
 def escaped(character: str) -> str:
