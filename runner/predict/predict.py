@@ -128,13 +128,19 @@ def _comm(desc: Description, assumptions: list[str]) -> Comm | None:
         )
         return None
     strategy = desc.strategy or "ddp"
+    syncs = STRATEGIES.get(strategy, 1.0)
     assumptions.append(
-        f"gradient sync: {STRATEGIES.get(strategy, 1.0):g} all-reduces of "
-        f"{gradient / STRATEGIES.get(strategy, 1.0) / 1e9:.3g} GB per step ({strategy}) at "
-        f"{desc.busbw_gbs:g} GB/s busbw across nodes"
+        f"gradient sync: {syncs:g} all-reduce{'' if syncs == 1 else 's'} of "
+        f"{gradient / syncs / 1e9:.3g} GB per step ({strategy}) at "
+        f"{gbs(desc.busbw_gbs)} GB/s busbw across nodes"
         + (f", {desc.busbw_intra_node_gbs:g} GB/s within one" if desc.busbw_intra_node_gbs else "")
     )
     return Comm(gradient, desc.busbw_gbs, desc.busbw_intra_node_gbs)
+
+
+def gbs(value: float) -> str:
+    """A busbw as the assumptions print it: three figures ('0.936', '385'), no exponent."""
+    return f"{value:.3g}" if value < 1000 else f"{value:.0f}"
 
 
 def _pipeline(desc: Description, assumptions: list[str]) -> Pipeline | None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from dtrun.azure.sizefacts import expected_busbw, no_busbw_because
 from dtrun.errors import DtrunError, UsageError
 from dtrun.predict.inputs import STRATEGIES, Description, Point
-from dtrun.predict.predict import Launches, Prediction, predict
+from dtrun.predict.predict import Launches, Prediction, gbs, predict
 from dtrun.report.results import PROGRAM_STRATEGY, TrainResult
 from dtrun.report.stats import STATISTIC
 from dtrun.spec.request import ScalingMode
@@ -140,13 +140,12 @@ def _busbw(
     if size is not None and catalog is not None:
         return middle, (f"busbw {middle:g} GB/s across nodes: {size}'s ({catalog.source})",)
     unused = () if size is None else (no_busbw_because(size, ppn),)  # said, not silently passed
-    measured = [row for row in rows if row.nodes > 1 and row.busbw]
+    measured = [(row.nodes, row.busbw) for row in rows if row.nodes > 1 and row.busbw]
     if measured:
-        value = measured[-1].busbw
+        nodes, value = measured[-1]
         return value, (
             *unused,
-            f"busbw {value:g} GB/s across nodes, as the probe measured it at "
-            f"{measured[-1].nodes} nodes",
+            f"busbw {gbs(value)} GB/s across nodes, as the probe measured it at {nodes} nodes",
         )
     if catalog is not None:
         return middle, (f"busbw {middle:g} GB/s across nodes, the catalog's ({catalog.source})",)

@@ -322,6 +322,20 @@ def test_the_bytes_and_busbw_cap_the_one_time_step():
     assert wide.predictions[0].efficiency == pytest.approx(f.efficiency)
 
 
+@pytest.mark.parametrize(
+    ("strategy", "busbw", "said"),
+    [("ddp", 0.935612, "1 all-reduce of 5.2 GB per step (ddp) at 0.936 GB/s"),
+     ("fsdp", 1500, "1.5 all-reduces of 5.2 GB per step (fsdp) at 1500 GB/s")],
+)  # fmt: skip
+def test_the_gradient_sync_assumption_reads_as_english_with_three_figures(strategy, busbw, said):
+    comm = {"parameters": 1.3e9, "gradient_bytes_per_parameter": 4, "busbw_gbs": busbw,
+            "strategy": strategy}  # fmt: skip
+    out = predict(description(described(**comm), "m"), [8], 0.9)
+    assert any(a == f"gradient sync: {said} busbw across nodes" for a in out.assumptions), (
+        out.assumptions
+    )
+
+
 def test_the_strong_bound_puts_the_all_reduce_on_the_one_node_footing():
     # 1 node at 0.5 s, 2 at 0.3 s: the all-reduce across nodes counts twice on the footing
     setting = Setting(8, ScalingMode.STRONG, True, Comm(5.2e9, 180, 450))
