@@ -20,12 +20,14 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from functools import cache
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from dtrun.errors import UnsafeValueError
 from dtrun.locations import templates_dir
 from dtrun.spec.text import CONTROL, escaped, noun, plural
+
+if TYPE_CHECKING:  # jinja2 loads with the first template, not with every command (21 ms)
+    import jinja2
 
 
 class Placed(str):
@@ -191,7 +193,6 @@ def _is_report(name: str | None) -> bool:
     return bool(name) and str(name).startswith("report")
 
 
-@jinja2.pass_context
 def _placed(context: jinja2.runtime.Context, value: object) -> object:
     """Every ``{{ ... }}`` of a script or config: a number, quoted text, or a plain word. In
     the Markdown reports any other value is written as Markdown text that reads as itself
@@ -213,6 +214,8 @@ def _placed(context: jinja2.runtime.Context, value: object) -> object:
 
 @cache
 def environment() -> jinja2.Environment:
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(templates_dir()),
         undefined=jinja2.StrictUndefined,
@@ -221,7 +224,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
-        finalize=_placed,
+        finalize=jinja2.pass_context(_placed),
     )
     env.filters["shquote"] = shquote
     env.filters["shwords"] = shwords

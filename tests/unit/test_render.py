@@ -99,3 +99,12 @@ def test_scripts_start_strict_and_export_the_environment_contract(fixed_inventor
         "export LOCAL_WORLD_SIZE=2",
     ):
         assert export in lines
+
+
+def test_a_command_that_renders_nothing_does_not_load_jinja2():
+    # `dtrun exec` and `dtrun --help` render no template: jinja2 cost them 21 ms a start
+    import sys
+
+    code = "import sys, dtrun.cli.app; print('jinja2' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
