@@ -97,6 +97,23 @@ def test_a_launch_past_its_timeout_is_stopped_and_the_running_nodes_named(no_lef
     assert processes_under(no_leftovers) == []
 
 
+# A program that daemonizes: its child, in a session of its own, is orphaned to init at once,
+# so no reading of the node's process tree ever sees it.
+DAEMON = "(setsid sleep 600 &)\necho daemon started"
+
+
+def test_a_daemon_a_node_left_running_is_stopped_when_the_launch_ends(no_leftovers):
+    LocalExecutor().run(plan_of(DAEMON), no_leftovers / "p", timeout_s=60, on_line=Lines())
+    assert processes_under(no_leftovers) == []
+
+
+def test_a_daemon_a_node_left_running_is_stopped_when_another_node_fails(no_leftovers):
+    plan = plan_of(DAEMON + "\nsleep 600", "sleep 1\nexit 1")
+    with pytest.raises(NodeFailedError):
+        LocalExecutor().run(plan, no_leftovers / "p", timeout_s=60, on_line=Lines())
+    assert processes_under(no_leftovers) == []
+
+
 def test_a_process_that_ignores_sigterm_is_killed(no_leftovers):
     stubborn = "trap '' TERM\necho ready\nwhile true; do sleep 0.2; done"
     plan = plan_of(stubborn, "sleep 0.5\nexit 1")

@@ -111,7 +111,7 @@ class LocalExecutor:
                 self.on_stopping(sum(node.returncode is None for node in nodes))
         finally:
             with sigint_deferred():
-                self._stop(nodes)
+                self._stop(nodes, tag)
                 drop_guard(guard)
         results = tuple(node.result() for node in nodes)
         if interrupted:  # each node as it ended: its exit code, or None where the stop ended it
@@ -148,8 +148,11 @@ class LocalExecutor:
             return command
         return ["taskset", "--cpu-list", ",".join(map(str, cores)), *command]
 
-    def _stop(self, nodes: list[_Node]) -> None:
-        """Stop every process of every node that is still there, then reap the nodes."""
+    def _stop(self, nodes: list[_Node], tag: str) -> None:
+        """Stop every process of every node that is still there, then reap the nodes; last,
+        whatever still carries the launch's tag (a daemon the program started, orphaned to
+        init before any reading of the tree saw it), as an SSH node's wrapper stops it
+        (templates/remote/launch.sh.j2)."""
         _track(nodes)
         victims: list[psutil.Process] = []
         for node in nodes:
@@ -174,6 +177,9 @@ class LocalExecutor:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         _wait_gone(alive, time.monotonic() + 5)
+        subprocess.run(
+            ["bash", "-c", stop_script(tag, self.grace_s)], stdout=subprocess.DEVNULL, check=False
+        )
         for node in nodes:
             for thread in node.threads:
                 thread.join(timeout=5)
