@@ -13,6 +13,7 @@ from dtrun.errors import UsageError
 from dtrun.spec.cluster import Node
 from dtrun.spec.request import PlatformEnv, Program, ProgramKind
 from dtrun.spec.runid import MAX_RUN_ID, RUN_ID_RULE, run_id_problem, run_id_size
+from dtrun.spec.text import SURROGATES
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?\Z")
 
@@ -42,8 +43,30 @@ def parse_env(items: list[str]) -> tuple[tuple[str, str], ...]:
                 f"--env {item!r} is not KEY=VALUE",
                 fix="pass --env NAME=VALUE, once per variable",
             )
-        pairs.append((key, value))
+        pairs.append((key, utf8(f"--env {key}'s value", value)))
     return tuple(pairs)
+
+
+def utf8(what: str, text: str, *, show: bool = False) -> str:
+    """``text``, refused where a byte of it was not UTF-8 (Python keeps one as a lone
+    surrogate, PEP 383): the scripts, records and logs dtrun writes are UTF-8 text, and cannot
+    deliver it unchanged (docs/launchers.md#dtrun-run). Shown only where ``show``: an argument
+    or a value may be a secret, and no redactor knows it yet."""
+    bad = _NOT_UTF8.search(text)
+    if bad is None:
+        return text
+    byte = f"0x{ord(bad.group(0)) & 0xFF:02x}"
+    shown = _NOT_UTF8.sub(lambda m: f"\\x{ord(m.group(0)) & 0xFF:02x}", text)
+    raise UsageError(
+        f"{what} '{shown}' is not UTF-8" if show else f"{what} is not UTF-8",
+        why=f"byte {byte} at index {bad.start()}: dtrun writes it into launch scripts and "
+        "records, which are UTF-8 text",
+        fix="pass it as UTF-8 (a file name: `convmv -f latin1 -t utf8`), or let your program "
+        "read it from a file",
+    )
+
+
+_NOT_UTF8 = re.compile(f"[{SURROGATES}]")
 
 
 def parse_platforms(items: Sequence[str]) -> tuple[PlatformEnv, ...]:
@@ -97,6 +120,14 @@ def parse_command(argv: list[str], cwd: Path | None = None) -> Program:
     executable path is taken from ``cwd`` (where dtrun was started), since every process runs
     in its launch directory.
     """
+    program = _program(argv, cwd)
+    utf8("the program", program.target, show=True)
+    for number, arg in enumerate(program.args, 1):
+        utf8(f"the program's argument {number}", arg)
+    return program
+
+
+def _program(argv: list[str], cwd: Path | None) -> Program:
     if not argv:
         raise UsageError(
             "dtrun run needs a command to run",
@@ -130,6 +161,8 @@ def parse_command_line(words: list[str]) -> str:
         raise UsageError(
             "no command to run", fix="put it after --, e.g. dtrun exec -- nvidia-smi -L"
         )
+    for number, word in enumerate(words, 1):
+        utf8(f"the command's word {number}", word)
     return words[0] if len(words) == 1 else shlex.join(words)
 
 

@@ -146,6 +146,15 @@ CLI = [
     ("run --procs-per-node -1 -- python x.py", "--procs-per-node must be at least 1"),
     ("run --env NOPE -- python x.py", "--env 'NOPE' is not KEY=VALUE"),
     ("run --run-id ../up -- python x.py", "cannot name a run directory"),
+    # a byte that is not UTF-8 (Python's lone surrogate for it): no script or record holds it
+    (
+        "run -- python x.py a\udcffb",
+        "the program's argument 1 is not UTF-8: byte 0xff at index 1",
+    ),
+    ("run -- ./\udcff.sh", "\\xff.sh' is not UTF-8"),
+    ("run --env X=\udcfe -- python x.py", "--env X's value is not UTF-8: byte 0xfe at index 0"),
+    ("bench -- python x.py 1 \udcff", "the program's argument 2 is not UTF-8"),
+    ("exec -- echo \udcff", "the command's word 2 is not UTF-8"),
     ("exec", "no command to run"),
     ("exec --nodes 9 -- true", "which is not a node of this cluster"),
     ("exec --nodes x -- true", "which is not a node of this cluster"),
