@@ -23,7 +23,6 @@ import errno
 import json
 import os
 import platform
-import shutil
 import socket
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -35,10 +34,11 @@ import psutil
 from dtrun import __version__
 from dtrun.azure.catalog import SIZES
 from dtrun.azure.prices import Price
-from dtrun.errors import DiskFullError, DtrunError, OutputDirError, RunDirWriteError
+from dtrun.errors import OutputDirError
 from dtrun.record import manifest
 from dtrun.record.envdigest import env_digests
 from dtrun.record.readback import inside
+from dtrun.record.writefail import removed, write_error
 from dtrun.redact import Redactor, redact_data, redact_text, redact_var
 from dtrun.spec.cluster import Inventory, usable_cpus
 from dtrun.spec.launchplan import EnvVar, LaunchPlan, point_dir
@@ -62,57 +62,6 @@ def as_json(data: object) -> str:
     # paths and the like as the file has them
     plain = json.loads(json.dumps(data, default=str, allow_nan=False))
     return json.dumps(redact_data(plain), indent=2, allow_nan=False) + "\n"
-
-
-def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunError | None:
-    """What a failed write into run directory ``root`` means to the user, or None when the
-    OSError is none a disk or the run directory explains (a bug: it keeps its traceback)."""
-    what = f"{path.relative_to(root) if path and path.is_relative_to(root) else path or root}"
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return DiskFullError(
-            f"the disk holding {root} is full ({_free_bytes(root):,} bytes free)",
-            why=f"{what} could not be written; results so far are kept in {root}, each file "
-            "whole (the one being written was dropped)",
-            fix=f"free space and run `dtrun report {root}`",
-        )
-    if exc.errno == errno.EROFS:
-        return RunDirWriteError(
-            f"{root} is on a read-only file system",
-            why=f"{what} could not be written",
-            fix="pass --output with a directory on a writable disk, or remount it read-write",
-        )
-    if exc.errno == errno.ENOENT and not root.is_dir():
-        return removed(root, f"{what} could not be written")
-    if exc.errno == errno.ELOOP:
-        return RunDirWriteError(
-            f"{what} in {root} is a symbolic link",
-            why="dtrun writes no file through a link (it could point anywhere)",
-            fix=f"remove the link from {root} and run the command again",
-        )
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return RunDirWriteError(
-            f"{what} in {root} cannot be written",
-            why="permission denied",
-            fix=f"run dtrun as a user who may write {root}",
-        )
-    return None
-
-
-def removed(root: Path, why: str) -> RunDirWriteError:
-    return RunDirWriteError(
-        f"the run directory {root} was removed while dtrun was writing to it",
-        why=why,
-        fix="leave a run directory in place until dtrun ends, and run the command again",
-    )
-
-
-def _free_bytes(root: Path) -> int:
-    for where in (root, *root.parents):
-        try:
-            return shutil.disk_usage(where).free
-        except OSError:
-            continue
-    return 0
 
 
 def machine() -> dict[str, Any]:

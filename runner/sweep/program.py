@@ -12,7 +12,8 @@ from dtrun.errors import LaunchInterrupted, RunError, RunInterruptedError, inter
 from dtrun.execute import Executor, LineSink, discard
 from dtrun.plan.resolve import ResolvedRun
 from dtrun.plan.sweep import plan_run
-from dtrun.record.rundir import RunDir, create_run_dir, launch_dir, write_error, write_run_record
+from dtrun.record.rundir import RunDir, create_run_dir, launch_dir, write_run_record
+from dtrun.record.writefail import write_error
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.outcome import NodeResult, RunStatus

@@ -27,12 +27,12 @@ from dtrun.record.rundir import (
     create_run_dir,
     record_machine_noise,
     record_resume,
-    write_error,
     write_health,
     write_manifest,
     write_plans,
 )
 from dtrun.record.runsfile import write_runs
+from dtrun.record.writefail import write_error
 from dtrun.report.builder import ReportBuilder
 from dtrun.report.resultfile import Result
 from dtrun.spec.cluster import Node

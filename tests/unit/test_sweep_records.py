@@ -122,6 +122,26 @@ def test_a_full_disk_mid_sweep_keeps_the_last_whole_record_and_says_so(
     assert run_dtrun("report", str(run), cwd=disk).returncode == 0  # as the message says
 
 
+def test_a_launch_directory_its_program_removed_is_named_and_recorded(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    def remove_own(launch: int, workdir: Path) -> None:
+        shutil.rmtree(workdir)  # what a program may do to the directory it runs in
+
+    with pytest.raises(RunDirWriteError) as raised:
+        run_sweep(sweep_plan(fixed_inventory, bench("own")), tmp_path, Recorded(remove_own))
+    assert raised.value.exit_code == 1
+    assert f"n1/r0 in {tmp_path / 'own'} was removed while dtrun was writing to it" in str(
+        raised.value
+    )
+    assert f"{tmp_path / 'own' / 'n1' / 'r0' / RESULT_FILE} could not be written" in str(
+        raised.value
+    )
+    runs = runs_of(tmp_path / "own")
+    assert runs["status"] == "failed"
+    assert "n1/r0" in runs["error"]
+
+
 def test_a_run_directory_removed_during_the_sweep_is_named(
     tmp_path: Path, fixed_inventory: Inventory
 ):

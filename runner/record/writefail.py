@@ -1,0 +1,77 @@
+"""Why a write into a run directory failed, said to the user: a full disk, a read-only file
+system, a link, a folder removed under dtrun (docs/report.md, "Writing whole files")."""
+
+from __future__ import annotations
+
+import errno
+import re
+import shutil
+from pathlib import Path
+
+from dtrun.errors import DiskFullError, DtrunError, RunDirWriteError
+from dtrun.workloads.files import PARTIAL
+
+
+def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunError | None:
+    """What a failed write into run directory ``root`` means to the user, or None when the
+    OSError is none a disk or the run directory explains (a bug: it keeps its traceback)."""
+    what = f"{path.relative_to(root) if path and path.is_relative_to(root) else path or root}"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFullError(
+            f"the disk holding {root} is full ({_free_bytes(root):,} bytes free)",
+            why=f"{what} could not be written; results so far are kept in {root}, each file "
+            "whole (the one being written was dropped)",
+            fix=f"free space and run `dtrun report {root}`",
+        )
+    if exc.errno == errno.EROFS:
+        return RunDirWriteError(
+            f"{root} is on a read-only file system",
+            why=f"{what} could not be written",
+            fix="pass --output with a directory on a writable disk, or remount it read-write",
+        )
+    if exc.errno == errno.ENOENT and (gone := _gone(exc, root)) is not None:
+        meant = _TEMPORARY.sub(r"\1", str(exc.filename)) if exc.filename else what
+        return removed(root, f"{meant} could not be written", gone)
+    if exc.errno == errno.ELOOP:
+        return RunDirWriteError(
+            f"{what} in {root} is a symbolic link",
+            why="dtrun writes no file through a link (it could point anywhere)",
+            fix=f"remove the link from {root} and run the command again",
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return RunDirWriteError(
+            f"{what} in {root} cannot be written",
+            why="permission denied",
+            fix=f"run dtrun as a user who may write {root}",
+        )
+    return None
+
+
+# write_atomic's temporary name for NAME (runner/workloads/files.py)
+_TEMPORARY = re.compile(rf"\.([^/]+)\.[0-9a-f]+{re.escape(PARTIAL)}$")
+
+
+def _gone(exc: OSError, root: Path) -> Path | None:
+    """The run directory, or the topmost folder in it, missing on the way to the file the
+    OSError names: a program runs in its launch directory, and may remove it."""
+    file = Path(str(exc.filename))
+    parts = reversed(file.relative_to(root).parents) if file.is_relative_to(root) else [Path()]
+    return next((root / part for part in parts if not (root / part).is_dir()), None)
+
+
+def removed(root: Path, why: str, gone: Path | None = None) -> RunDirWriteError:
+    part = f"{gone.relative_to(root)} in" if gone not in (None, root) else "the run directory"
+    return RunDirWriteError(
+        f"{part} {root} was removed while dtrun was writing to it",
+        why=why,
+        fix="leave a run directory in place until dtrun ends, and run the command again",
+    )
+
+
+def _free_bytes(root: Path) -> int:
+    for where in (root, *root.parents):
+        try:
+            return shutil.disk_usage(where).free
+        except OSError:
+            continue
+    return 0
