@@ -459,6 +459,9 @@ def small_disk(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
         return where
 
     yield mount
+    from dtrun.record.writer import release_writer
+
+    release_writer()  # a sweep run in this process holds its run directory's lock file open
     for where in mounted:
         subprocess.run(["umount", str(where)], check=False)
 

@@ -13,6 +13,7 @@ from dtrun.cli.inert import styled
 from dtrun.cli.summary import efficiency_text, print_noise, print_verdicts, report_grid, sweep_json
 from dtrun.cli.tables import Column, Grid, print_grid
 from dtrun.errors import UsageError
+from dtrun.record.writer import UNRECORDED, ended_unrecorded
 
 if TYPE_CHECKING:
     from dtrun.record.rundir import RunDir
@@ -36,6 +37,8 @@ def report(
         print_grid(console(), report_grid(built), wide=wide)
         print_verdicts(built)
         print_noise(built)
+        if ended_unrecorded(built.run_dir.path, built.status):
+            console().print(f"status: {UNRECORDED}")
         console().print(f"rebuilt {built.run_dir.report} and {built.run_dir.html.name}")
         if json_out:
             print_json(sweep_json(RunDir(run_dir)))

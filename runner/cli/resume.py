@@ -26,6 +26,7 @@ from dtrun.cli.approval import approve, program_words
 from dtrun.cli.options import Where
 from dtrun.errors import UsageError
 from dtrun.record.resume import Resumed, read_resume, read_spec, recorded_spec
+from dtrun.record.writer import hold_writer
 from dtrun.spec.request import BenchSpec, UnitKind
 
 # Options that do not change the sweep: allowed beside --resume.
@@ -72,6 +73,8 @@ def resume_request(ctx: typer.Context, path: Path, launching: Any, yes: bool) ->
     from dtrun.report.recorded import read_recorded
 
     read_recorded(resumed.run_dir)
+    if not launching.dry_run:  # the first write; refused while another dtrun still writes
+        hold_writer(path)
     return resumed
 
 

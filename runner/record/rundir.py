@@ -39,6 +39,7 @@ from dtrun.record import manifest
 from dtrun.record.envdigest import env_digests
 from dtrun.record.readback import inside
 from dtrun.record.writefail import removed, write_error
+from dtrun.record.writer import hold_writer
 from dtrun.redact import Redactor, redact_data, redact_text, redact_var
 from dtrun.spec.cluster import Inventory, usable_cpus
 from dtrun.spec.launchplan import EnvVar, LaunchPlan, point_dir
@@ -168,6 +169,7 @@ def create_run_dir(output: Path, run_id: str) -> RunDir:
             why=exc.strerror or str(exc),
             fix="pass --output with a directory you can write, e.g. --output ./runs",
         ) from None
+    hold_writer(path)
     return RunDir(path)
 
 

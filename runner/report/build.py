@@ -18,6 +18,7 @@ from dtrun import __version__
 from dtrun.azure.sizefacts import ExpectedBusbw, expected_busbw
 from dtrun.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5, Prediction
 from dtrun.record.rundir import RunDir
+from dtrun.record.writer import writer_alive
 from dtrun.redact import redact_text
 from dtrun.render import code_block, environment, render
 from dtrun.report.cost import SweepCost, sweep_cost
@@ -105,18 +106,9 @@ class _Plot:
     alt: str  # what it shows, for the Markdown image and the HTML alt text
 
 
-THROUGHPUT = _Plot(
-    "throughput.png",
-    "tokens/s against nodes, with the ideal line",
-)
-EFFICIENCY = _Plot(
-    "efficiency.png",
-    "efficiency against nodes, with the target",
-)
-BUSBW = _Plot(
-    "busbw.png",
-    "all-reduce busbw against message size",
-)
+THROUGHPUT = _Plot("throughput.png", "tokens/s against nodes, with the ideal line")
+EFFICIENCY = _Plot("efficiency.png", "efficiency against nodes, with the target")
+BUSBW = _Plot("busbw.png", "all-reduce busbw against message size")
 PLOTS = (THROUGHPUT, EFFICIENCY, BUSBW)
 OUTPUTS = (  # what build_report writes (each through a temporary file beside it) or removes
     "summary.json",
@@ -284,6 +276,7 @@ def _context(report: Report) -> dict[str, Any]:
         "manifest": manifest,
         "bench": bench,
         "runs": report.runs,
+        "writer": writer_alive(report.run_dir.path) if report.status == "running" else None,
         "workload": report.workload,
         "rows": report.rows,
         "busbw_rows": report.busbw_rows,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from dtrun.record.writer import LOCK_FILE
 from dtrun.redact import Redactor
 from dtrun.store.url import StoreUrl
 
@@ -64,6 +65,9 @@ class ResultsStore(Protocol):
     ) -> Upload: ...
 
 
+_NOT_RESULTS = (".write-test", LOCK_FILE)
+
+
 def files_to_upload(run_dir: Path) -> list[Path]:
     """Every regular file under ``run_dir``, sorted, without half-written temporaries."""
     return scan(run_dir)[0]
@@ -73,7 +77,8 @@ def scan(run_dir: Path) -> tuple[list[Path], list[Path]]:
     """The regular files under ``run_dir`` and its symbolic links, each sorted.
 
     ``*.partial*`` are the atomic writes of runner/record/rundir.py caught mid-way;
-    ``.write-test`` is the probe that checks the directory can be written. A symbolic link,
+    ``.write-test`` is the probe that checks the directory can be written, ``.dtrun-writer``
+    the writer's lock (runner/record/writer.py). A symbolic link,
     to a file or a directory, is no file of the run: a program's working directory may link
     to a dataset or a key, and the upload sends no link's target (S3 holds no links). The
     links are listed apart, so the upload can say it left them out.
@@ -90,7 +95,7 @@ def scan(run_dir: Path) -> tuple[list[Path], list[Path]]:
                 continue
             if stat.S_ISLNK(mode):
                 links.append(path)
-            elif stat.S_ISREG(mode) and ".partial" not in name and name != ".write-test":
+            elif stat.S_ISREG(mode) and ".partial" not in name and name not in _NOT_RESULTS:
                 found.append(path)
     return found, links
 

@@ -145,6 +145,7 @@ def run_dir(tmp_path):
         "n1/r0/node-0.log": "step 3/3\n",
         "n1/r0/result.json": '{"tokens_per_s": 10}\n',
         "runs.json.partial": "{",
+        ".dtrun-writer": "",  # the writer's lock (runner/record/writer.py): no result
     }
     for name, text in files.items():
         (run / name).parent.mkdir(parents=True, exist_ok=True)
@@ -153,7 +154,7 @@ def run_dir(tmp_path):
     return run
 
 
-def test_files_to_upload_are_every_file_but_temporaries(run_dir):
+def test_files_to_upload_are_every_file_but_temporaries_and_the_lock(run_dir):
     names = [path.relative_to(run_dir).as_posix() for path in files_to_upload(run_dir)]
     assert names == [
         "manifest.json", "report.md", "summary.json", "throughput.png",

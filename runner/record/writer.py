@@ -1,0 +1,84 @@
+"""Which dtrun writes a run directory: the one that holds the lock on its ``.dtrun-writer``.
+
+The kernel drops an flock(2) lock when its holder ends, however it ends (SIGKILL, out of
+memory, a crash), so a run directory whose runs.json still says "running" while nobody holds
+the lock was left by a dtrun that ended without recording how; and a second dtrun (`--resume`
+in another terminal) cannot write into a run directory the first still writes
+(docs/report.md, "Writing whole files").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+from pathlib import Path
+
+from dtrun.errors import OutputDirError
+
+LOCK_FILE = ".dtrun-writer"
+UNRECORDED = (
+    "running as last recorded, yet no dtrun holds the run directory: it ended without "
+    "recording how (SIGKILL, out of memory, or its machine stopped)"
+)
+_held: list[int] = []  # the lock this process holds: one run directory at a time
+
+
+def hold_writer(run_path: Path) -> None:
+    """Take ``run_path``'s writer lock for the rest of this process (or until it takes another
+    run directory's), or say which dtrun holds it."""
+    try:
+        fd = os.open(run_path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise IsADirectoryError(0, "not a file")  # a FIFO there: not ours to lock
+    except OSError as exc:
+        raise OutputDirError(
+            f"cannot take {run_path} for writing",
+            why=f"{LOCK_FILE}: {exc.strerror or exc}",
+            fix=f"remove {run_path / LOCK_FILE} if it is a link or not a file, and run again",
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise OutputDirError(
+            f"another dtrun is writing {run_path}",
+            why="two writers would mix their launches in one record",
+            fix="wait for it to end, or stop it (Ctrl-C where it runs), then run this again",
+        ) from None
+    release_writer()
+    _held.append(fd)
+
+
+def release_writer() -> None:
+    while _held:
+        with contextlib.suppress(OSError):
+            os.close(_held.pop())
+
+
+def writer_alive(run_path: Path) -> bool | None:
+    """Whether a dtrun holds ``run_path`` for writing now; None where no lock file says (a run
+    directory from before the lock, or copied without it)."""
+    try:
+        fd = os.open(run_path / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return False
+
+
+def ended_unrecorded(run_path: Path, status: str) -> bool:
+    """runs.json says "running", yet no dtrun holds the run directory: its dtrun ended without
+    recording how (SIGKILL, out of memory, its machine stopped)."""
+    return status == "running" and writer_alive(run_path) is False
