@@ -4,7 +4,7 @@ The kernel drops an flock(2) lock when its holder ends, however it ends (SIGKILL
 memory, a crash), so a run directory whose runs.json still says "running" while nobody holds
 the lock was left by a dtrun that ended without recording how; and a second dtrun (`--resume`
 in another terminal) cannot write into a run directory the first still writes
-(docs/report.md, "Writing whole files").
+(docs/report.md, "Writing: whole files, no links, a full disk").
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _held: list[int] = []  # the lock this process holds: one run directory at a tim
 
 def hold_writer(run_path: Path) -> None:
     """Take ``run_path``'s writer lock for the rest of this process (or until it takes another
-    run directory's), or say which dtrun holds it."""
+    run directory's); refused while another dtrun holds it."""
     try:
         fd = os.open(run_path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
