@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from dtrun.cli.app import app
 from dtrun.cli.store import upload_after
 from dtrun.errors import RunInterruptedError
+from dtrun.record.writer import LOCK_FILE
 from dtrun.store.s3 import S3Store
 from dtrun.store.url import parse_results_url
 from tests.aws import ACCOUNT, BUCKET, stored, user_keys
@@ -26,10 +27,12 @@ def dtrun(*args: str):
 
 
 def local_files(run):
+    """The run's results as it left them: every file but the writer's lock (an empty file that
+    says which dtrun writes the directory, runner/record/writer.py)."""
     return {
         path.relative_to(run).as_posix(): path.read_bytes()
         for path in sorted(run.rglob("*"))
-        if path.is_file()
+        if path.is_file() and path.name != LOCK_FILE
     }
 
 
