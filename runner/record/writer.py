@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from dtrun.errors import OutputDirError
+from dtrun.errors import DamagedRunError, OutputDirError, UsageError
 
 LOCK_FILE = ".dtrun-writer"
 UNRECORDED = (
@@ -82,3 +82,23 @@ def ended_unrecorded(run_path: Path, status: str) -> bool:
     """runs.json says "running", yet no dtrun holds the run directory: its dtrun ended without
     recording how (SIGKILL, out of memory, its machine stopped)."""
     return status == "running" and writer_alive(run_path) is False
+
+
+def no_launch_recorded(run_path: Path, runs: Path) -> None:
+    """runs.json is written as the first launch ends. Before: a dtrun still in that launch, or
+    one that ended in it without recording how, as the lock says; nothing raised where no
+    lock file says (the caller's message stands)."""
+    alive = writer_alive(run_path)
+    if alive:
+        raise UsageError(
+            f"{run_path} has no launch recorded yet",
+            why="a dtrun is running its first launch; runs.json is written as that ends",
+            fix="wait for the first launch to end, then run this again",
+        )
+    if alive is False:
+        raise DamagedRunError(
+            f"{runs} is missing",
+            why="the sweep recorded no launch: its dtrun ended in its first launch without "
+            "recording how (SIGKILL, out of memory, or its machine stopped)",
+            fix=f"run the sweep again: dtrun bench --rerun {run_path}",
+        )

@@ -50,6 +50,7 @@ from dtrun.record.readback import (
 )
 from dtrun.record.rundir import HEALTH_FILE, HEALTH_SCHEMA, MANIFEST_SCHEMA, RunDir
 from dtrun.record.runsfile import RUNS, RUNS_SCHEMA, launches_problem, ok_runs
+from dtrun.record.writer import no_launch_recorded
 from dtrun.report.program import STAND_INS
 from dtrun.report.resultfile import ALLREDUCE_SCHEMA, AllreduceResult, Result, parse_result
 from dtrun.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
@@ -294,6 +295,8 @@ def read_recorded(run_dir: RunDir) -> Recorded:
     workload = str(manifest["bench"]["workload"])
     check_record(run_dir.manifest, manifest, BENCH_BY_WORKLOAD[workload])
     check_record(run_dir.manifest, manifest, recorded_most)  # --until-decided's maximum
+    if not (run_dir.runs.exists() or run_dir.runs.is_symlink()):
+        no_launch_recorded(root, run_dir.runs)  # what the writer's lock says, if anything
     runs = read_record(
         run_dir.runs,
         RUNS,

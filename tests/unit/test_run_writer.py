@@ -132,3 +132,34 @@ def test_a_link_or_fifo_in_the_lock_s_place_is_refused_not_followed(tmp_path: Pa
             hold_writer(tmp_path / name)
         assert writer_alive(tmp_path / name) is None
     assert target.read_text() == "keep"
+
+
+@pytest.mark.parametrize(
+    ("holder", "said"),
+    [
+        ("gone", ["runs.json is missing", "its dtrun ended in its first launch without recording "
+                  "how", "next: run the sweep again: dtrun bench --rerun"]),
+        ("alive", ["has no launch recorded yet", "a dtrun is running its first launch",
+                   "next: wait for the first launch to end"]),
+        ("no lock file", ["runs.json is missing", "it stopped before its first launch ended"]),
+    ],
+)  # fmt: skip
+def test_a_sweep_with_no_launch_recorded_says_whether_its_dtrun_is_still_in_it(
+    tmp_path: Path, fixed_inventory, holder: str, said: list[str]
+):
+    run_dir = fake_run_dir(
+        tmp_path / "first", BenchSpec(run_id="first", node_counts=(1, 2)), fixed_inventory, {},
+        SweepStatus.RUNNING,
+    )  # fmt: skip
+    run_dir.runs.unlink()  # as a sweep is before its first launch ends
+    if holder != "no lock file":
+        (run_dir.path / LOCK_FILE).touch()
+    if holder == "alive":
+        with held_elsewhere(run_dir.path):
+            done = run_dtrun("report", str(run_dir.path), cwd=tmp_path)
+    else:
+        done = run_dtrun("report", str(run_dir.path), cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    text = " ".join(done.stderr.split())
+    assert all(part in text for part in said), text
+    assert "Traceback" not in done.stderr and not run_dir.report.exists()
