@@ -36,6 +36,7 @@ from dtrun.record.readback import (
 )
 from dtrun.record.rundir import MANIFEST_SCHEMA, RunDir
 from dtrun.record.runsfile import RUNS_SCHEMA, launches_problem, segment_walls
+from dtrun.record.writer import no_launch_recorded
 from dtrun.redact import REDACTED
 from dtrun.spec.outcome import RunResult, RunStatus, SweepStatus
 from dtrun.spec.request import BenchSpec, leaves_out
@@ -221,6 +222,8 @@ def read_resume(
         root=path,
         schema=MANIFEST_SCHEMA,
     )
+    if not (run_dir.runs.exists() or run_dir.runs.is_symlink()):
+        no_launch_recorded(path, run_dir.runs)  # still in its first launch, or ended in it
     runs = read_record(
         run_dir.runs,
         RUNS_SHAPE,

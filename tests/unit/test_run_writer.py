@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,13 +31,16 @@ def held_elsewhere(path: Path) -> Iterator[None]:
         ["flock", "--exclusive", str(path / LOCK_FILE), "sh", "-c", "echo held; exec sleep 60"],
         stdout=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         yield
     finally:
-        holder.kill()
+        os.killpg(holder.pid, signal.SIGKILL)  # flock and its sleep, which holds the lock too
         holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
 
 
 def test_a_new_run_directory_is_held_by_the_dtrun_that_made_it(tmp_path: Path):
@@ -119,8 +124,6 @@ def test_a_running_sweep_s_report_tells_a_killed_dtrun_from_one_still_writing(
 
 
 def test_a_link_or_fifo_in_the_lock_s_place_is_refused_not_followed(tmp_path: Path):
-    import os
-
     target = tmp_path / "elsewhere"
     target.write_text("keep")
     (tmp_path / "a").mkdir()
@@ -154,12 +157,15 @@ def test_a_sweep_with_no_launch_recorded_says_whether_its_dtrun_is_still_in_it(
     run_dir.runs.unlink()  # as a sweep is before its first launch ends
     if holder != "no lock file":
         (run_dir.path / LOCK_FILE).touch()
-    if holder == "alive":
-        with held_elsewhere(run_dir.path):
-            done = run_dtrun("report", str(run_dir.path), cwd=tmp_path)
-    else:
-        done = run_dtrun("report", str(run_dir.path), cwd=tmp_path)
-    assert done.returncode == 2, done.stdout + done.stderr
-    text = " ".join(done.stderr.split())
-    assert all(part in text for part in said), text
-    assert "Traceback" not in done.stderr and not run_dir.report.exists()
+    for command in (("report",), ("bench", "--resume")):
+        if holder == "alive":
+            with held_elsewhere(run_dir.path):
+                done = run_dtrun(*command, str(run_dir.path), cwd=tmp_path)
+        else:
+            done = run_dtrun(*command, str(run_dir.path), cwd=tmp_path)
+        assert done.returncode == 2, done.stdout + done.stderr
+        text = " ".join(done.stderr.split())
+        # --resume says the same, its own advice aside; without the lock, its own words
+        wanted = said if command == ("report",) else said[: 1 if holder == "no lock file" else 2]
+        assert all(part in text for part in wanted), text
+        assert "Traceback" not in done.stderr and not run_dir.report.exists()
