@@ -13,7 +13,7 @@ from dtrun.cli.inert import styled
 from dtrun.cli.summary import efficiency_text, print_noise, print_verdicts, report_grid, sweep_json
 from dtrun.cli.tables import Column, Grid, print_grid
 from dtrun.errors import UsageError
-from dtrun.record.writer import UNRECORDED, ended_unrecorded
+from dtrun.record.writer import UNRECORDED
 
 if TYPE_CHECKING:
     from dtrun.record.rundir import RunDir
@@ -37,7 +37,7 @@ def report(
         print_grid(console(), report_grid(built), wide=wide)
         print_verdicts(built)
         print_noise(built)
-        if ended_unrecorded(built.run_dir.path, built.status):
+        if built.status == "running" and built.writer is False:  # nobody holds it
             console().print(f"status: {UNRECORDED}")
         console().print(f"rebuilt {built.run_dir.report} and {built.run_dir.html.name}")
         if json_out:

@@ -222,8 +222,7 @@ def read_resume(
         root=path,
         schema=MANIFEST_SCHEMA,
     )
-    if not (run_dir.runs.exists() or run_dir.runs.is_symlink()):
-        no_launch_recorded(path, run_dir.runs)  # still in its first launch, or ended in it
+    no_launch_recorded(path, run_dir.runs)  # still in its first launch, or ended in it
     runs = read_record(
         run_dir.runs,
         RUNS_SHAPE,

@@ -1,5 +1,6 @@
 """Why a write into a run directory failed, said to the user: a full disk, a read-only file
-system, a link, a folder removed under dtrun (docs/report.md, "Writing whole files")."""
+system, a link, a folder removed under dtrun (docs/report.md,
+"Writing: whole files, no links, a full disk")."""
 
 from __future__ import annotations
 

@@ -98,6 +98,7 @@ class Report:
     cost: SweepCost | None = None  # node-hours and cost per point, the sweep's total and idle
     next_counts: Prediction | None = None  # training sweeps: 2x and 4x the largest node count
     summary: dict[str, Any] = field(default_factory=dict)  # what summary.json holds
+    writer: bool | None = None  # a "running" sweep's: a dtrun holds it (record/writer.py)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ def analyse(run_dir: RunDir) -> Report:
         manifest,
         runs_data,
         health=recorded.health,
+        writer=writer_alive(run_dir.path) if runs_data["status"] == "running" else None,
     )
     series: dict[int, tuple[SizeRow, ...]] = {}
     expected: dict[int, ExpectedBusbw | None] = {}
@@ -276,7 +278,7 @@ def _context(report: Report) -> dict[str, Any]:
         "manifest": manifest,
         "bench": bench,
         "runs": report.runs,
-        "writer": writer_alive(report.run_dir.path) if report.status == "running" else None,
+        "writer": report.writer,
         "workload": report.workload,
         "rows": report.rows,
         "busbw_rows": report.busbw_rows,

@@ -295,8 +295,7 @@ def read_recorded(run_dir: RunDir) -> Recorded:
     workload = str(manifest["bench"]["workload"])
     check_record(run_dir.manifest, manifest, BENCH_BY_WORKLOAD[workload])
     check_record(run_dir.manifest, manifest, recorded_most)  # --until-decided's maximum
-    if not (run_dir.runs.exists() or run_dir.runs.is_symlink()):
-        no_launch_recorded(root, run_dir.runs)  # what the writer's lock says, if anything
+    no_launch_recorded(root, run_dir.runs)  # what the writer's lock says, if anything
     runs = read_record(
         run_dir.runs,
         RUNS,
