@@ -25,14 +25,23 @@ def rdzv_id(run_id: str, nodes: int) -> str:
     return f"dtrun-{run_id}-n{nodes}"
 
 
-def require_nodes(inventory: Inventory, nodes: int) -> None:
-    """The one check a plan makes: the inventory holds the nodes the request needs."""
+def require_nodes(inventory: Inventory, nodes: int, procs_per_node: int = 1) -> None:
+    """The checks a plan makes: the inventory holds the nodes the request needs, and a node
+    given its GPUs (an embedded node, docs/bench.md "The embedded local cluster") has one for
+    each process: a process past them would ask for a GPU its node cannot see."""
     if not 1 <= nodes <= len(inventory.nodes):
         raise PlanError(
             f"cannot run on {nodes} nodes",
             why=f"the inventory ({inventory.source}) holds {plural(len(inventory.nodes), 'node')}",
             fix=f"pass --nodes with counts up to {len(inventory.nodes)}, or add nodes",
         )
+    for node in inventory.nodes[:nodes]:
+        if node.gpus is not None and procs_per_node > len(node.gpus):
+            raise PlanError(
+                f"cannot run {plural(procs_per_node, 'process')} per node on {node.name}",
+                why=f"it is given {plural(len(node.gpus), 'GPU')} of this machine, one a process",
+                fix=f"pass -p {len(node.gpus)} or fewer, or fewer --nodes to give each more GPUs",
+            )
 
 
 @dataclass(frozen=True)
@@ -50,8 +59,8 @@ class What:
 
 def plan_launch(inventory: Inventory, launch: ResolvedLaunch, nodes: int, what: What) -> LaunchPlan:
     """Every node's script and every launch file for ``what`` on the first ``nodes`` nodes."""
-    require_nodes(inventory, nodes)
     request, launcher = launch.request, launch.launcher
+    require_nodes(inventory, nodes, request.procs_per_node)
     selected = inventory.nodes[:nodes]
     ctx = PlanContext(
         run_id=request.run_id,

@@ -27,6 +27,8 @@ class Node:
     cpus: int = 1  # cores this node may use; split between its processes
     # the cores it is kept to (an embedded node under taskset); None: any core it is given
     cores: tuple[int, ...] | None = None
+    # the GPUs it is given (an embedded node, by CUDA_VISIBLE_DEVICES); None: every GPU it has
+    gpus: tuple[str, ...] | None = None
     # How to log in, where it differs from the inventory's SshAccess (hosts files).
     ssh_host: str | None = None  # default: address
     ssh_port: int | None = None

@@ -60,7 +60,8 @@ class EmbeddedEngine(Engine):
         cores = node_cores(inventory, usable) if taskset_refused(usable[0]) is None else {}
         nodes = tuple(replace(node, cores=cores.get(node.name)) for node in inventory.nodes)
         inventory = replace(inventory, nodes=nodes)
-        yield Cluster(inventory, LocalExecutor(cores=cores), choice, self)
+        gpus = {node.name: node.gpus for node in nodes if node.gpus}
+        yield Cluster(inventory, LocalExecutor(cores=cores, gpus=gpus), choice, self)
 
     def ready(self, cluster: Cluster, plan: LaunchPlan) -> None:
         # MASTER_PORT sits next to the rendezvous port (LaunchRequest.master_port)

@@ -72,12 +72,18 @@ class LocalExecutor:
     """
 
     def __init__(
-        self, *, grace_s: float = 5.0, cores: Mapping[str, tuple[int, ...]] | None = None
+        self,
+        *,
+        grace_s: float = 5.0,
+        cores: Mapping[str, tuple[int, ...]] | None = None,
+        gpus: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.grace_s = grace_s
         self.on_stopping: StopSink = quiet_stop
         # each node's cores (runner/engines/embedded/inventory.py node_cores); none: any core
         self.cores = dict(cores or {})
+        # each node's GPUs (runner/engines/embedded/inventory.py local_cluster); none: no GPU
+        self.gpus = dict(gpus or {})
 
     def run(
         self,
@@ -142,11 +148,14 @@ class LocalExecutor:
 
     def pinned(self, node: str, command: list[str]) -> list[str]:
         """``command`` kept to ``node``'s cores by util-linux taskset (it execs the command:
-        the same process, and all it starts inherits the cores)."""
-        cores = self.cores.get(node)
-        if not cores:
-            return command
-        return ["taskset", "--cpu-list", ",".join(map(str, cores)), *command]
+        the same process, and all it starts inherits the cores), and shown only ``node``'s
+        GPUs by CUDA_VISIBLE_DEVICES, set by env(1) (which execs it too)."""
+        cores, gpus = self.cores.get(node), self.gpus.get(node)
+        if cores:
+            command = ["taskset", "--cpu-list", ",".join(map(str, cores)), *command]
+        if gpus:
+            command = ["env", "CUDA_VISIBLE_DEVICES=" + ",".join(gpus), *command]
+        return command
 
     def _stop(self, nodes: list[_Node], tag: str) -> None:
         """Stop every process of every node that is still there, then reap the nodes; last,

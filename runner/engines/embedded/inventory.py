@@ -1,9 +1,13 @@
 """The embedded cluster's inventory: simulated nodes on 127.0.0.x sharing the cores dtrun may
-use, and when they oversubscribe them."""
+use (and this machine's NVIDIA GPUs, where each node can have one), and when they oversubscribe
+them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from dtrun.engines.common.code import this_checkout, this_python
 from dtrun.errors import InventoryError
@@ -13,8 +17,50 @@ from dtrun.spec.cluster import Accelerator, Inventory, Node, shares_cores, usabl
 MAX_LOCAL_NODES = 32
 
 
-def local_cluster(size: int, *, python_bin: str, code_dir: str, cpu_count: int) -> Inventory:
-    """``size`` simulated nodes on 127.0.0.2, 127.0.0.3, ... sharing this machine's cores."""
+# The NVIDIA driver's entry for each GPU it drives (one folder per PCI address), and its
+# device files where /proc has no such entry (a container given the devices alone).
+DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")
+DEVICES = Path("/dev")
+# What CUDA_VISIBLE_DEVICES may name: indices or UUIDs (GPU-..., MIG-...), in order (NVIDIA's
+# MPS guide, docs.nvidia.com/deploy/topics/topic_5_2_1.html). As PyTorch 2.13 reads it
+# (torch/cuda/__init__.py _parse_visible_devices), the list ends at an entry naming no GPU,
+# and an entry named twice leaves none.
+GPU_ENTRY = re.compile(r"\d+|(?:GPU|MIG)-[0-9A-Za-z/-]+")
+
+
+def visible_gpus(
+    environ: Mapping[str, str] = os.environ, driver: Path = DRIVER_GPUS, devices: Path = DEVICES
+) -> tuple[str, ...]:
+    """The NVIDIA GPUs this machine shows dtrun's processes, as CUDA_VISIBLE_DEVICES names
+    them: that variable's entries where it is set (empty or ``-1``: none), else an index for
+    each GPU the driver lists. No GPU: empty. Reads no CUDA library (docs/bench.md "The
+    embedded local cluster")."""
+    given = environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        shown = []
+        for entry in (part.strip() for part in given.split(",")):
+            if not GPU_ENTRY.fullmatch(entry):
+                break
+            if entry in shown:
+                return ()
+            shown.append(entry)
+        return tuple(shown)
+    try:
+        count = sum(1 for _ in driver.iterdir())
+    except OSError:
+        count = 0
+    if not count:
+        count = sum(1 for path in devices.glob("nvidia*") if path.name[6:].isdigit())
+    return tuple(str(index) for index in range(count))
+
+
+def local_cluster(
+    size: int, *, python_bin: str, code_dir: str, cpu_count: int, gpus: Sequence[str] = ()
+) -> Inventory:
+    """``size`` simulated nodes on 127.0.0.2, 127.0.0.3, ... sharing this machine's cores.
+    Where ``gpus`` has one for each node, the nodes are CUDA nodes: each is given an equal
+    share of them, in order, and its slots are its GPUs (the rest, if they do not divide
+    evenly, stay unused); else the nodes run on the CPU."""
     if not 1 <= size <= MAX_LOCAL_NODES:
         raise InventoryError(
             f"the embedded cluster cannot simulate {size} nodes",
@@ -23,15 +69,23 @@ def local_cluster(size: int, *, python_bin: str, code_dir: str, cpu_count: int) 
             "`dtrun exec` and `check`), or use a real cluster",
         )
     cpus = max(1, cpu_count // size)
+    each = len(gpus) // size
     nodes = tuple(
-        Node(name=f"node-{i}", address=f"127.0.0.{i + 2}", slots=1, cpus=cpus) for i in range(size)
+        Node(
+            name=f"node-{i}",
+            address=f"127.0.0.{i + 2}",
+            slots=each or 1,
+            cpus=cpus,
+            gpus=tuple(gpus[i * each : (i + 1) * each]) if each else None,
+        )
+        for i in range(size)
     )
     return Inventory(
         source="embedded",
         nodes=nodes,
         python_bin=python_bin,
         code_dir=code_dir,
-        accelerator=Accelerator.CPU,
+        accelerator=Accelerator.CUDA if each else Accelerator.CPU,
         ssh=None,  # no sshd on the simulated nodes yet: launchers use their no-SSH modes
         interface="lo",  # every simulated node's address is on the loopback interface
     )
@@ -39,9 +93,13 @@ def local_cluster(size: int, *, python_bin: str, code_dir: str, cpu_count: int) 
 
 def embedded_inventory(size: int) -> Inventory:
     """The embedded cluster for this machine: this interpreter, this checkout, the cores this
-    process may use (its affinity, not every core of the machine)."""
+    process may use (its affinity, not every core of the machine), the GPUs it is shown."""
     return local_cluster(
-        size, python_bin=this_python(), code_dir=this_checkout(), cpu_count=usable_cpus()
+        size,
+        python_bin=this_python(),
+        code_dir=this_checkout(),
+        cpu_count=usable_cpus(),
+        gpus=visible_gpus(),
     )
 
 

@@ -1,0 +1,96 @@
+"""The embedded cluster gives each simulated node its share of this machine's NVIDIA GPUs, by
+CUDA_VISIBLE_DEVICES, where there is one for each node (runner/engines/embedded/inventory.py;
+docs/bench.md "The embedded local cluster")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dtrun.engines.embedded.executor import LocalExecutor
+from dtrun.engines.embedded.inventory import local_cluster, visible_gpus
+from dtrun.spec.cluster import Accelerator
+
+
+def _driver(tmp_path: Path, gpus: int) -> Path:
+    driver = tmp_path / "gpus"
+    driver.mkdir()
+    for index in range(gpus):
+        (driver / f"0000:{index:02x}:00.0").mkdir()
+    return driver
+
+
+def _cluster(size: int, gpus: tuple[str, ...]):
+    return local_cluster(size, python_bin="python3", code_dir="/opt/dtrun", cpu_count=16, gpus=gpus)
+
+
+def test_the_gpus_are_those_the_driver_lists(tmp_path):
+    assert visible_gpus({}, _driver(tmp_path, 2), tmp_path) == ("0", "1")
+
+
+def test_without_the_driver_s_list_the_device_files_count(tmp_path):
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
+        (tmp_path / name).touch()
+    assert visible_gpus({}, tmp_path / "no-driver", tmp_path) == ("0", "1")
+
+
+def test_no_driver_and_no_device_files_is_no_gpu(tmp_path):
+    assert visible_gpus({}, tmp_path / "no-driver", tmp_path) == ()
+
+
+def test_cuda_visible_devices_decides_as_cuda_reads_it(tmp_path):
+    driver = _driver(tmp_path, 4)
+    shown = {
+        "2,3": ("2", "3"),
+        " 1 , 0 ": ("1", "0"),
+        "": (),  # the usual way to hide every GPU
+        "-1": (),
+        "0,-1,1": ("0",),  # CUDA stops at the first entry naming no GPU
+        "GPU-8a3c2f4e-0000-1111-2222-333344445555": ("GPU-8a3c2f4e-0000-1111-2222-333344445555",),
+        "0;rm -rf /": (),
+        "0,1,0": (),  # named twice: PyTorch sees none
+    }
+    for value, gpus in shown.items():
+        assert visible_gpus({"CUDA_VISIBLE_DEVICES": value}, driver, tmp_path) == gpus, value
+
+
+def test_each_node_takes_an_equal_share_of_the_gpus_in_order():
+    inventory = _cluster(2, ("0", "1", "2", "3"))
+    assert inventory.accelerator is Accelerator.CUDA
+    assert [(node.gpus, node.slots) for node in inventory.nodes] == [
+        (("0", "1"), 2),
+        (("2", "3"), 2),
+    ]
+    # what does not divide evenly stays unused
+    assert [node.gpus for node in _cluster(2, ("0", "1", "2")).nodes] == [("0",), ("1",)]
+
+
+def test_fewer_gpus_than_nodes_runs_every_node_on_the_cpu():
+    for gpus in ((), ("0",)):
+        inventory = _cluster(2, gpus)
+        assert inventory.accelerator is Accelerator.CPU
+        assert [(node.gpus, node.slots) for node in inventory.nodes] == [(None, 1), (None, 1)]
+
+
+def test_a_node_s_processes_see_only_its_gpus():
+    gpus = {"node-0": ("0", "1"), "node-1": ("GPU-ab12",)}
+    answers = LocalExecutor(gpus=gpus).command(
+        {"node-0": 'echo "[$CUDA_VISIBLE_DEVICES]"', "node-1": 'echo "[$CUDA_VISIBLE_DEVICES]"'}
+    )
+    assert answers["node-0"].output.split()[-1] == "[0,1]"
+    assert answers["node-1"].output.split()[-1] == "[GPU-ab12]"
+    assert LocalExecutor().pinned("node-0", ["bash"]) == ["bash"]
+
+
+def test_more_processes_than_a_node_s_gpus_is_refused_before_anything_runs():
+    from dtrun.errors import PlanError
+    from dtrun.plan.launchfiles import require_nodes
+
+    one_each = _cluster(2, ("0", "1"))
+    require_nodes(one_each, 2, 1)
+    with pytest.raises(PlanError, match="cannot run 2 processes per node on node-0") as raised:
+        require_nodes(one_each, 2, 2)
+    assert raised.value.exit_code == 2
+    assert "pass -p 1 or fewer" in raised.value.fix
+    require_nodes(_cluster(2, ()), 2, 8)  # CPU nodes: -p is the user's to choose
