@@ -19,7 +19,10 @@ if TYPE_CHECKING:
 
 
 def _figure(value: Any, unit: str) -> str:
-    return f"{value:.3g} {unit}" if isinstance(value, int | float) else "-"
+    """Three figures below 1,000, whole above (an H200's 4,272 GB/s, never 4.27e+03)."""
+    if not isinstance(value, int | float):
+        return "-"
+    return f"{value:.3g} {unit}" if abs(value) < 1000 else f"{value:,.0f} {unit}"
 
 
 def _row(node: NodeCheck, gpus: bool) -> tuple[str, ...]:

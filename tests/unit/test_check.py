@@ -372,3 +372,13 @@ def test_a_spark_check_whose_tasks_all_ran_on_one_host_is_an_error_not_a_verdict
     one_spark_host(one, 1)  # asked for one: one host is what was asked
     two = replace(measured(2), names=("spark-0", "spark-1"), addresses=("10.0.0.1", "10.0.0.2"))
     one_spark_host(two, 4)
+
+
+def test_a_gpu_s_figures_print_whole_above_a_thousand_never_as_an_exponent():
+    from dtrun.cli.check_output import _figure
+
+    # an H200's copy bandwidth as `dtrun check` measured it on one (docs/benchmarks.md)
+    assert _figure(4272.11, "GB/s") == "4,272 GB/s"
+    assert _figure(769.485, "TFLOP/s") == "769 TFLOP/s"
+    assert _figure(30.4219, "GB/s") == "30.4 GB/s"
+    assert _figure(None, "GB/s") == "-"

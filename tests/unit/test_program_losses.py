@@ -58,3 +58,16 @@ def test_the_report_says_which_factor_a_program_s_gradient_sync_used(tmp_path, f
     summary = json.loads(run_dir.summary.read_text())
     assert [row["sync_factor"] for row in summary["where_scaling_is_lost"]] == [None, 1.5]
     assert summary["rows"][1]["sharded"] == "DeepSpeed ZeRO stage 3"
+
+
+def test_a_program_s_report_calls_its_dtype_its_parameters_not_its_precision(
+    tmp_path, fixed_inventory
+):
+    # an HF Trainer under --bf16 keeps float32 parameters and computes under autocast, which the
+    # step hook does not see (seen on an H200, docs/benchmarks.md)
+    bench = BenchSpec("p", program=PROGRAM, warmup=2, repeat=1)
+    run_dir = program_run_dir(tmp_path / "p", bench, fixed_inventory, STEPS)
+    build_report(run_dir)
+    report = run_dir.report.read_text()
+    (backend,) = [line for line in report.splitlines() if line.startswith("| Backend |")]
+    assert backend.endswith(" parameters (a mixed-precision autocast is not recorded), torch n/a |")
