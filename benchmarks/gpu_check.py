@@ -1,6 +1,9 @@
 """The GPU check (issue 41): what one GPU machine gives, in one run of at most 8 minutes, written
 as one JSON file and a Markdown table for docs/benchmarks.md. benchmarks/gpu.sh runs it.
 
+Each part runs `dtrun bench` on the embedded cluster's one node, which has every GPU of the
+machine (docs/bench.md "The embedded local cluster").
+
 1. All-reduce across every GPU of the machine (`dtrun bench --workload allreduce`, one node, a
    process per GPU), under NCCL's default choice and under NCCL_ALGO=Ring: the large-message
    busbw (the largest size's in-place busbw, not nccl-tests' average over sizes). One GPU has
@@ -219,9 +222,10 @@ def table(said: dict[str, Any]) -> str:
                     f"TFLOP/s per GPU, MFU {mfu} |")  # fmt: skip
     program = said["program"]
     if "hook_cost_ratio_median" in program:
-        ratio = program["hook_cost_ratio_median"]
+        ratio, each = program["hook_cost_ratio_median"], program["hook_cost_ratios"]
         rows.append(f"| step hook's cost on a Lightning program | {ratio:.3f} "
-                    "(hooked / bare step time) |")  # fmt: skip
+                    f"({min(each):.3f}-{max(each):.3f}, {len(each)} pairs; hooked / bare "
+                    "step time) |")  # fmt: skip
     return "\n".join(rows) + "\n"
 
 
