@@ -51,7 +51,12 @@ def _run_dir(path: Path) -> RunDir:
     # Anything named manifest.json makes it a run directory: what is wrong with a damaged one
     # (a directory, unreadable, not JSON) is said when it is read.
     if not (path.is_dir() and (manifest.exists() or manifest.is_symlink())):
-        if not path.is_dir():
+        fix = "pass a directory that `dtrun bench` printed, e.g. runs/<run-id>"
+        if path.exists() and not path.is_dir():
+            hint = "it is a file, not a directory"
+            if (path.parent / "manifest.json").is_file():  # report.md, summary.json, ...
+                fix = f"pass the run directory that holds it: {path.parent}"
+        elif not path.is_dir():
             hint = "no such directory"
         elif (path / "run.json").is_file():
             hint = (
@@ -63,7 +68,7 @@ def _run_dir(path: Path) -> RunDir:
         raise UsageError(
             f"{path} is not a `dtrun bench` run directory",
             why=hint,
-            fix="pass a directory that `dtrun bench` printed, e.g. runs/<run-id>",
+            fix=fix,
         )
     return RunDir(path)
 

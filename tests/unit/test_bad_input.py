@@ -286,6 +286,17 @@ def test_a_bad_command_line_value(workdir, line, must_say):
     refused(args, workdir, must_say)
 
 
+def test_a_file_given_for_a_run_directory_names_the_directory_that_holds_it(workdir):
+    run = workdir / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text("{}")
+    (run / "report.md").write_text("# a report\n")
+    refused(["report", str(run / "report.md")], workdir, "it is a file, not a directory")
+    refused(["compare", str(run / "report.md"), str(run)], workdir, f"holds it: {run}")
+    (workdir / "notes.txt").write_text("")
+    refused(["report", "notes.txt"], workdir, "e.g. runs/<run-id>")
+
+
 def test_max_cost_refuses_a_real_sweep_before_anything_is_asked_for(workdir):
     # no --dry-run: the refusal comes before the hosts are reached and before runs/ is made
     # (hosts that do not resolve, so a sweep that got past it could not start anything)
