@@ -37,6 +37,8 @@ def test_without_the_driver_s_list_the_device_files_count(tmp_path):
 
 def test_no_driver_and_no_device_files_is_no_gpu(tmp_path):
     assert visible_gpus({}, tmp_path / "no-driver", tmp_path) == ()
+    # a CPU machine with the variable set (an image's or a CI's environment) stays one
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0"}, tmp_path / "no-driver", tmp_path) == ()
 
 
 def test_cuda_visible_devices_decides_as_cuda_reads_it(tmp_path):
@@ -49,6 +51,7 @@ def test_cuda_visible_devices_decides_as_cuda_reads_it(tmp_path):
         "0,-1,1": ("0",),  # CUDA stops at the first entry naming no GPU
         "GPU-8a3c2f4e-0000-1111-2222-333344445555": ("GPU-8a3c2f4e-0000-1111-2222-333344445555",),
         "0;rm -rf /": (),
+        "1,7": ("1",),  # the driver lists 4: index 7 names none
         "0,1,0": (),  # named twice: PyTorch sees none
     }
     for value, gpus in shown.items():

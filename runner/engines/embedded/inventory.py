@@ -32,26 +32,27 @@ def visible_gpus(
     environ: Mapping[str, str] = os.environ, driver: Path = DRIVER_GPUS, devices: Path = DEVICES
 ) -> tuple[str, ...]:
     """The NVIDIA GPUs this machine shows dtrun's processes, as CUDA_VISIBLE_DEVICES names
-    them: that variable's entries where it is set (empty or ``-1``: none), else an index for
-    each GPU the driver lists. No GPU: empty. Reads no CUDA library (docs/bench.md "The
-    embedded local cluster")."""
-    given = environ.get("CUDA_VISIBLE_DEVICES")
-    if given is not None:
-        shown = []
-        for entry in (part.strip() for part in given.split(",")):
-            if not GPU_ENTRY.fullmatch(entry):
-                break
-            if entry in shown:
-                return ()
-            shown.append(entry)
-        return tuple(shown)
+    them: none where the driver lists none (whatever the variable says: a CPU machine with it
+    set is still a CPU machine); else that variable's entries where it is set (empty or
+    ``-1``: none; an index past the driver's GPUs ends the list), else an index for each GPU
+    the driver lists. Reads no CUDA library (docs/bench.md "The embedded local cluster")."""
     try:
         count = sum(1 for _ in driver.iterdir())
     except OSError:
         count = 0
     if not count:
         count = sum(1 for path in devices.glob("nvidia*") if path.name[6:].isdigit())
-    return tuple(str(index) for index in range(count))
+    given = environ.get("CUDA_VISIBLE_DEVICES")
+    if not count or given is None:
+        return tuple(str(index) for index in range(count))
+    shown: list[str] = []
+    for entry in (part.strip() for part in given.split(",")):
+        if not GPU_ENTRY.fullmatch(entry) or (entry.isdigit() and int(entry) >= count):
+            break
+        if entry in shown:
+            return ()
+        shown.append(entry)
+    return tuple(shown)
 
 
 def local_cluster(
