@@ -39,7 +39,8 @@ def require_nodes(inventory: Inventory, nodes: int, procs_per_node: int = 1) -> 
         if node.gpus is not None and procs_per_node > len(node.gpus):
             raise PlanError(
                 f"cannot run {plural(procs_per_node, 'process')} per node on {node.name}",
-                why=f"it is given {plural(len(node.gpus), 'GPU')} of this machine, one a process",
+                why=f"it has {plural(len(node.gpus), 'GPU')} of this machine, and each "
+                "process needs one",
                 fix=f"pass -p {len(node.gpus)} or fewer, or fewer --nodes to give each more GPUs",
             )
 
