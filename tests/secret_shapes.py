@@ -211,6 +211,21 @@ def leaks(text: str | bytes) -> list[str]:
     return [core for core in CORES if core in body]
 
 
+def base64_leaks(text: str) -> list[str]:
+    """The cores of every planted secret that a run of base64 digits in ``text`` decodes to,
+    at any of its four digit alignments, in either alphabet: what a reader of a log could
+    decode. A mask (``<redacted>``) ends a run, so a masked core decodes to nothing whole."""
+    found = []
+    for run in re.findall(r"[A-Za-z0-9+/_-]{4,}", text):
+        digits = run.translate(str.maketrans("-_", "+/"))
+        for start in range(4):
+            chunk = digits[start:]
+            chunk = chunk[: len(chunk) - (len(chunk) % 4 == 1)]  # a lone last digit holds no byte
+            body = base64.b64decode(chunk + "=" * (-len(chunk) % 4)).decode(errors="replace")
+            found += [core for core in CORES if core in body]
+    return found
+
+
 def _in_shell_double_quotes(text: str) -> str:
     return '"' + "".join("\\" + c if c in '$`"\\' else c for c in text) + '"'
 

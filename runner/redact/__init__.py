@@ -15,11 +15,13 @@ How a secret value is found again in free text (a program's output, an error, a 
 script): not only whole, but by its *fragments* (``fragments``): each line of a multi-line value
 (a PEM key printed line by line) and each piece in every quoting dtrun or a program writes it
 in (shell single and double quotes, JSON, Python repr, URL and HTML escapes, and each of those
-inside another). A ``Redactor`` knows the fragments of every secret value and masks them.
+inside another), and in base64 (``base64_forms``: an HTTP Basic header, a config blob). A
+``Redactor`` knows the fragments of every secret value and masks them.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import re
@@ -95,15 +97,41 @@ def lines_of(value: str) -> list[str]:
     return [piece for piece in dict.fromkeys([value, *lines]) if worth_looking_for(piece)]
 
 
+# A base64 form is looked for from this many digits (48 bits): one of a short value's
+# alignments would otherwise be a few digits that any inlined image holds by chance.
+BASE64_SHORTEST = 8
+_URL_SAFE = str.maketrans("+/", "-_")
+
+
+def base64_forms(piece: str) -> set[str]:
+    """``piece`` as it reads inside base64 text, at each of the three alignments what precedes
+    it may give it (``base64("api:" + key)``, HTTP Basic's), in the standard and URL-safe
+    alphabets: only the digits its own bytes decide, so neither what follows it nor padding
+    changes them. The first one or two bytes of an unaligned piece share a digit with what
+    precedes it and stay unmasked. As GitHub Actions' runner masks a secret's base64
+    (actions/runner, src/Sdk/DTLogging/Logging/ValueEncoders.cs, EnumerateBase64Variations),
+    with the digits that follow trimmed."""
+    raw = piece.encode()
+    found: set[str] = set()
+    for skip in range(3):
+        rest = raw[skip:]
+        digits = base64.b64encode(rest).decode()[: len(rest) * 4 // 3]
+        if len(digits) >= BASE64_SHORTEST:
+            found |= {digits, digits.translate(_URL_SAFE)}
+    return found
+
+
 def fragments(value: str) -> frozenset[str]:
     """Every string a secret ``value`` may be seen as: the value and each of its lines, each as
     written raw and in every encoding of ``_ENCODINGS``, and of two of them one inside the
-    other (JSON inside shell quotes, a URL-encoded piece inside JSON)."""
+    other (JSON inside shell quotes, a URL-encoded piece inside JSON); and the value and each
+    line in base64."""
     found: set[str] = set()
     for piece in lines_of(value):
         once = {piece, *(encode(piece) for encode in _ENCODINGS)}
         found.update(once)
         found.update(encode(form) for form in once for encode in _ENCODINGS)
+        found.update(base64_forms(piece))
     return frozenset(form for form in found if len(form) >= SHORTEST)
 
 

@@ -7,6 +7,8 @@ tests/e2e/test_secrets.py launches with the table's slice (``SLICE``)."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from typer.testing import CliRunner
 
@@ -21,7 +23,14 @@ from dtrun.store.s3 import S3Store
 from dtrun.store.url import parse_results_url
 from tests.aws import BUCKET, stored
 from tests.factories import program_run_dir
-from tests.secret_shapes import ENCODINGS, GENERATED, every_encoding, leaks, planted
+from tests.secret_shapes import (
+    ENCODINGS,
+    GENERATED,
+    base64_leaks,
+    every_encoding,
+    leaks,
+    planted,
+)
 from tests.unit.test_secrets import leaked, records
 
 ARGS = tuple(arg for shape in GENERATED for arg in shape.args)
@@ -51,6 +60,24 @@ def test_each_generated_argument_is_hidden_and_masked_in_every_encoding(shape):
         for how, encode in ENCODINGS.items()
     }
     assert {key: text for key, text in printed.items() if leaks(text)} == {}
+
+
+# What may precede a secret inside base64 (HTTP Basic's "user:", W&B's "api:") and follow it
+# (a newline from `echo`, more fields): every alignment of three, and tails that change the
+# digits after it.
+BASE64_AROUND = [("", ""), ("a", "\n"), ("ab", "xyz"), ("api:", ""), ("user:", "\n")]
+
+
+@pytest.mark.parametrize("shape", GENERATED, ids=[shape.name for shape in GENERATED])
+def test_each_generated_secret_is_masked_in_base64_at_every_alignment(shape):
+    hide = Redactor.of(secret_args(shape.args))
+    for value in (value for value in planted(shape) if leaks(value)):  # those holding one
+        for before, after in BASE64_AROUND:
+            raw = (before + value + after).encode()
+            for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+                printed = f"Basic {encoded.decode()} ok"
+                assert base64_leaks(printed), (before, value)  # the check can fail
+                assert base64_leaks(hide.text(printed)) == [], (before, value, after)
 
 
 def test_the_generated_table_leaks_unless_redacted():
