@@ -7,6 +7,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING
 
@@ -151,6 +152,29 @@ def mute_node_lines() -> None:
 
 
 _WRITING = threading.Lock()  # node lines written without rich (print_node_line)
+# A progress bar's states (a line ending "\r", runner/engines/common/scripts.py segments): one
+# shown per node this often, and the bar's last state, which ends its line, always.
+PROGRESS_EVERY_S = 10.0
+_progress_shown: dict[str, float] = {}
+
+
+def _progress(node: str, line: str) -> str | None:
+    """What of ``line`` the console shows: a progress state where one is due (None where not),
+    and of a line that holds several states (an engine that reads whole lines: Slurm's srun
+    --label), the last, as a terminal would leave it."""
+    if line.endswith("\r"):
+        now, state = time.monotonic(), line.rstrip("\r")
+        if (
+            not state.strip()
+            or now - _progress_shown.get(node, -PROGRESS_EVERY_S) < PROGRESS_EVERY_S
+        ):
+            return None
+        _progress_shown[node] = now
+        return state
+    if "\r" in line:
+        states = [state for state in line.split("\r") if state.strip()]
+        return states[-1] if states else ""
+    return line
 
 
 def print_node_line(console: Console, node: str, line: str) -> None:
@@ -163,11 +187,14 @@ def print_node_line(console: Console, node: str, line: str) -> None:
     own cost by node count"), for programs that print from every rank."""
     if _node_lines_muted:
         return
+    state = _progress(node, line)
+    if state is None:
+        return
 
     from dtrun.cli.inert import printable, styled
 
     # what the program printed, less the secrets it was given (the node log keeps it whole)
-    shown = redact_text(line)
+    shown = redact_text(state)
     if console.color_system is None and not console.is_terminal and not console.record:
         # soft-wrapped, unstyled: rich writes "[node] LINE" and a line break, tabs expanded
         text = printable(f"[{node}] {shown}")

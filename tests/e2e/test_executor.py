@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,23 @@ def test_every_node_runs_and_its_output_is_streamed_and_saved(no_leftovers):
     assert ("node-1", "hello from 1") in lines.lines
     assert (no_leftovers / "p" / "node-1.log").read_text() == "hello from 1\n"
     assert (no_leftovers / "p" / "node-0.sh").stat().st_mode & 0o777 == 0o700
+
+
+# A progress bar as tqdm draws it: "\r" before each state, "\n" at its end; then a last line
+# with no line end.
+BAR = "printf '\\r 0%%'; sleep 0.3; printf '\\r 50%%'; sleep 0.3; printf '\\r100%%\\n'; printf tail"
+
+
+def test_a_progress_bar_s_states_stream_as_lines_and_the_log_keeps_every_byte(no_leftovers):
+    seen: list[tuple[float, str]] = []
+    LocalExecutor().run(
+        plan_of(BAR), no_leftovers / "p", timeout_s=60,
+        on_line=lambda node, line: seen.append((time.monotonic(), line)),
+    )  # fmt: skip
+    assert [line for _, line in seen] == ["\r", " 0%\r", " 50%\r", "100%", "tail"]
+    # each state as it was drawn over, not every state at the bar's end
+    assert seen[3][0] - seen[1][0] >= 0.3
+    assert (no_leftovers / "p" / "node-0.log").read_bytes() == b"\r 0%\r 50%\r100%\ntail"
 
 
 def test_a_failing_node_stops_the_others_and_is_named_with_its_log(no_leftovers):

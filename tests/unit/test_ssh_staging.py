@@ -246,13 +246,10 @@ class _Process:
         self.exit_signal = None
         self.stdout = self
 
-    def __aiter__(self) -> _Process:
-        return self
-
-    async def __anext__(self) -> str:
+    async def readuntil(self, separators: object) -> str:
         if not self._lines:
             self.exit_status = 0
-            raise StopAsyncIteration
+            raise asyncio.IncompleteReadError(b"", None)
         return self._lines.pop(0) + "\n"
 
     async def wait_closed(self) -> None:

@@ -5,7 +5,6 @@ for every node of a launch, whatever its length)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 from dtrun.engines.ssh import remote
 
@@ -17,6 +16,7 @@ class _QuietNode:
         self.exit_status: int | None = None
         self.exit_signal = None
         self._done = asyncio.Event()
+        self._said = False
         asyncio.get_running_loop().call_later(seconds, self._exit)
 
     def _exit(self) -> None:
@@ -24,12 +24,16 @@ class _QuietNode:
         self._done.set()
 
     @property
-    def stdout(self) -> AsyncIterator[str]:
-        async def lines() -> AsyncIterator[str]:
-            await self._done.wait()
-            yield "done\n"
+    def stdout(self) -> _QuietNode:
+        return self
 
-        return lines()
+    async def readuntil(self, separators: object) -> str:
+        """Nothing until the node exits; then one line, then the output's end."""
+        await self._done.wait()
+        if self._said:
+            raise asyncio.IncompleteReadError(b"", None)
+        self._said = True
+        return "done\n"
 
 
 def test_a_quiet_running_node_is_looked_at_about_once_a_second(monkeypatch):
@@ -48,5 +52,5 @@ def test_a_quiet_running_node_is_looked_at_about_once_a_second(monkeypatch):
         await remote.stream(_QuietNode(4.0), lines.append)  # type: ignore[arg-type]
 
     asyncio.run(follow())
-    assert lines == ["done"]
+    assert lines == ["done\n"]  # with its line end: the sink keeps what the node wrote
     assert looks <= 10, looks  # 0.1, 0.2, 0.4, 0.8, then every second; every 0.1 s was 40

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -34,7 +34,7 @@ def run_scripts(
 
     def collect(name: str, line: str) -> None:
         with lock:
-            lines[name].append(line)
+            lines[name].append(line.rstrip("\r"))
             if on_line is not None:
                 on_line(name, line)
 
@@ -128,8 +128,51 @@ def write_launch_files(plan: LaunchPlan, workdir: Path) -> None:
         write_atomic(path, file.content.encode(), file.mode)
 
 
+# A line ends at "\n" (or "\r\n"). A progress bar redrawn in place (tqdm's, which the HF
+# Trainer and Lightning draw by default) writes each state after a "\r" and no "\n" until it
+# closes: each state is a line of its own too, passed on with its "\r", so that the console
+# shows one every few seconds (runner/cli/common.py print_node_line) and --step-pattern sees
+# each as it comes, not one line of every state at the bar's end.
+READ = 65536  # bytes a read takes at most: what is there, without waiting for more
+
+
+def segments(stream: IO[bytes]) -> Iterator[bytes]:
+    r"""``stream``'s bytes cut after each line end (``\n``, ``\r\n`` or a lone ``\r``), as they
+    come; a ``\r`` that ends a read waits for the next to say whether ``\n`` follows. Together
+    they are the stream, byte for byte."""
+    read = getattr(stream, "read1", stream.read)
+    line: list[bytes] = []  # the current line's pieces: a line longer than a read is joined once
+    carry = b""
+    while chunk := read(READ):
+        chunk, carry = carry + chunk, b""
+        if chunk.endswith(b"\r"):
+            chunk, carry = chunk[:-1], b"\r"
+        # bytes.splitlines cuts at exactly these ends (ASCII "\n", "\r\n", "\r"), in C
+        parts = chunk.splitlines(keepends=True)
+        tail = parts.pop() if parts and not parts[-1].endswith((b"\n", b"\r")) else None
+        for part in parts:
+            if line:
+                line.append(part)
+                part, line = b"".join(line), []
+            yield part
+        if tail is not None:
+            line.append(tail)
+    if line or carry:
+        yield b"".join(line) + carry
+
+
+# What readers that cut lines themselves (asyncssh's readuntil) cut at (``segments``).
+LINE_ENDS = ("\r\n", "\n", "\r")
+
+
+def line_text(segment: str) -> str:
+    r"""A segment as its line's sinks get it: without its line end, but a progress state with
+    its "\r" (``segments``)."""
+    return segment if segment.endswith("\r") else segment.rstrip("\r\n")
+
+
 def pump(stream: IO[bytes], log: NodeLog | io.BytesIO, name: str, on_line: LineSink) -> None:
     with stream, log:
-        for raw in iter(stream.readline, b""):
+        for raw in segments(stream):
             log.write(raw)  # a NodeLog on a full disk stops writing, and the reading goes on
-            on_line(name, raw.decode(errors="replace").rstrip("\r\n"))
+            on_line(name, line_text(raw.decode(errors="replace")))

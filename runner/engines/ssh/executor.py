@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dtrun.engines.common.code import code_files
+from dtrun.engines.common.scripts import line_text
 from dtrun.engines.ssh.remote import (
     command_line,
     end_of_script,
@@ -125,8 +126,9 @@ class SshExecutor:
                         end = end_of_script(token)
                         process.stdin.write(f"{script.rstrip(chr(10))}\n{end}\n")
 
-                        def sink(line: str) -> None:
-                            lines.append(line)
+                        def sink(segment: str) -> None:
+                            line = line_text(segment)
+                            lines.append(line.rstrip("\r"))
                             if on_line is not None:
                                 on_line(node.name, line)
 
@@ -201,13 +203,19 @@ class SshExecutor:
 
                 process = await connection.create_process(command, stderr=asyncssh.STDOUT)
 
-                def sink(line: str) -> None:
+                def sink(segment: str) -> None:
                     nonlocal left
-                    if line.startswith(marker):  # the wrapper's, not the program's
-                        left = [pid for pid in line.removeprefix(marker).split() if pid.isdigit()]
-                        return
-                    log.write(line.encode() + b"\n")
-                    on_line(node.name, line)
+                    # the wrapper's last line, after the program's output even where that
+                    # did not end its own last line
+                    ours = segment.find(marker)
+                    if ours >= 0:
+                        said = segment[ours + len(marker) :]
+                        left = [pid for pid in said.split() if pid.isdigit()]
+                        segment = segment[:ours]
+                        if not segment:
+                            return
+                    log.write(segment.encode())  # as the program wrote it, "\r" and all
+                    on_line(node.name, line_text(segment))
 
                 await stream(process, sink)
         except SshError as error:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dtrun.engines.common.scripts import LINE_ENDS
 from dtrun.execute.guard import TAG, WAIT_FOR_END, stop_script
 from dtrun.spec.cluster import Inventory
 
@@ -100,16 +101,22 @@ def end_of_script(token: str) -> str:
 
 
 async def stream(process: asyncssh.SSHClientProcess[str], sink: Callable[[str], None]) -> None:
-    """Pass every line to ``sink`` until the output ends, or shortly after the script exited.
+    """Pass every line to ``sink``, with its line end, until the output ends, or shortly after
+    the script exited. A progress bar's state (after a lone "\r") is a line too
+    (runner/engines/common/scripts.py segments).
 
     OpenSSH reports the exit status when the script exits, even while a process it left in
     the background keeps the output open; such a process is stopped with the launch.
     """
 
     async def read() -> None:
-        async for line in process.stdout:
-            if line:  # "" marks the end of the stream; a blank line is "\n"
-                sink(line.rstrip("\r\n"))
+        while True:
+            try:
+                sink(await process.stdout.readuntil(LINE_ENDS))
+            except asyncio.IncompleteReadError as end:  # the output's end: its last piece
+                if end.partial:
+                    sink(str(end.partial))
+                return
 
     reader = asyncio.ensure_future(read())
     look = 0.1  # how long to wait before looking at the exit status again
