@@ -94,7 +94,8 @@ _MACHINE_NOISE = {
     "other_cores": nullable(CORES),
     "other_share": nullable(SHARE),
 }
-_NODE = {"name": TEXT, "address": TEXT}  # and an embedded node's cores, under taskset
+_NODE = {"name": TEXT, "address": TEXT}  # and an embedded node's cores (taskset) and GPUs
+_KEPT_TO = {"cores": nullable(list_of(WHOLE)), "gpus": nullable(list_of(TEXT))}
 _MACHINE = {"hostname": TEXT, "cpu": TEXT, "cpu_count": nullable(WHOLE), "memory_bytes": NUMBER}
 _PAID_BEFORE = obj({"from": TEXT, "since": TEXT, "seconds": WALL_SECONDS, "nodes": WHOLE})
 MANIFEST = obj(
@@ -103,7 +104,7 @@ MANIFEST = obj(
         "created_at": TEXT,
         "bench": _BENCH,
         "inventory": obj(
-            {"source": TEXT, "nodes": list_of(obj(_NODE, {"cores": nullable(list_of(WHOLE))}))},
+            {"source": TEXT, "nodes": list_of(obj(_NODE, _KEPT_TO))},
             optional={"size": nullable(TEXT)},
         ),
         "machine": obj(_MACHINE, {"usable_cpus": nullable(WHOLE)}),  # its affinity's cores

@@ -27,10 +27,13 @@ def measured_on(manifest: Mapping[str, Any], first: Result | None) -> str:
         cores = f"{count} cores"
         if usable is not None and count is not None and usable < count:
             cores = f"{usable} of its {count} cores"
+        gpus = len(inventory["nodes"][0].get("gpus") or ()) if nodes else 0
+        each = f", {plural(gpus, 'GPU')} a node" if gpus else ""
+        each += f" ({first.device_name})" if gpus and first else ""
         return (
             f"embedded local cluster: {plural(nodes, 'simulated node')} on one machine "
             f"({machine['hostname']}: {machine['cpu']}, {cores}, "
-            f"{machine['memory_bytes'] / 2**30:.0f} GiB)"
+            f"{machine['memory_bytes'] / 2**30:.0f} GiB){each}"
         )
     device = f", {first.device_name}" if first else ""
     size = f"{inventory['size']} " if inventory.get("size") else ""

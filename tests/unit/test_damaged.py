@@ -359,6 +359,11 @@ CASES = {
         edit(put(noise_data(["node-0", "node-1"], steal=3.0), "noise")),
         "'noise.nodes[0].steal_share' is 3.0, outside 0 to 1 (a share of the CPU time)",
     ),
+    "manifest-node-gpus-a-number": Case(
+        "a/manifest.json",
+        edit(put(7, "inventory", "nodes", "0", "gpus")),
+        "'inventory.nodes[0].gpus' is 7",
+    ),
     "manifest-10-to-the-29-project-tokens": Case(
         "a/manifest.json",
         edit(put(10**29, "bench", "project_tokens")),

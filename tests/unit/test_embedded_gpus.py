@@ -97,3 +97,27 @@ def test_more_processes_than_a_node_s_gpus_is_refused_before_anything_runs():
     assert raised.value.exit_code == 2
     assert "pass -p 1 or fewer" in raised.value.fix
     require_nodes(_cluster(2, ()), 2, 8)  # CPU nodes: -p is the user's to choose
+
+
+def test_the_report_says_how_many_gpus_each_embedded_node_had(tmp_path):
+    from dtrun.report.build import build_report
+    from dtrun.spec.request import BenchSpec
+    from tests.factories import fake_run_dir
+
+    bench = BenchSpec("g", node_counts=(1, 2), repeat=2)
+    run_dir = fake_run_dir(
+        tmp_path / "g",
+        bench,
+        _cluster(2, ("0", "1", "2", "3")),
+        {1: [100.0, 101.0], 2: [190.0, 191.0]},
+    )
+    build_report(run_dir)
+    (measured,) = [
+        line for line in run_dir.report.read_text().splitlines() if "Measured on" in line
+    ]
+    assert "embedded local cluster: 2 simulated nodes on one machine" in measured
+    assert "GiB), 2 GPUs a node (" in measured  # and the first result's device name
+    cpu_dir = fake_run_dir(tmp_path / "c", bench, _cluster(2, ()), {1: [100.0], 2: [190.0]})
+    build_report(cpu_dir)
+    (cpu_line,) = [x for x in cpu_dir.report.read_text().splitlines() if "Measured on" in x]
+    assert "GPU" not in cpu_line
