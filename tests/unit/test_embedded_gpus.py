@@ -121,3 +121,52 @@ def test_the_report_says_how_many_gpus_each_embedded_node_had(tmp_path):
     build_report(cpu_dir)
     (cpu_line,) = [x for x in cpu_dir.report.read_text().splitlines() if "Measured on" in x]
     assert "GPU" not in cpu_line
+
+
+def _torch_at(tmp_path: Path, version_py: str, monkeypatch) -> None:
+    """This interpreter's torch, as find_spec finds it, with this version.py."""
+    import importlib.machinery
+    import importlib.util
+
+    folder = tmp_path / "torch"
+    folder.mkdir(parents=True)
+    (folder / "version.py").write_text(version_py)
+    spec = importlib.machinery.ModuleSpec("torch", None, is_package=True)
+    spec.submodule_search_locations = [str(folder)]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+
+
+def test_the_build_of_torch_is_read_from_its_version_file_without_importing_it(
+    tmp_path, monkeypatch
+):
+    from dtrun.engines.embedded.inventory import torch_cuda
+
+    # torch 2.x writes the annotated form (this checkout's CPU build has cuda ... = None)
+    _torch_at(tmp_path, "__version__ = '2.11.0+cu130'\ncuda: Optional[str] = '13.0'\n", monkeypatch)
+    assert torch_cuda() == "13.0"
+    monkeypatch.undo()
+    _torch_at(
+        tmp_path / "cpu", "__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\n", monkeypatch
+    )
+    assert torch_cuda() is None
+    monkeypatch.undo()
+    assert torch_cuda() is None  # this checkout's own torch: the CPU build ./dev installs
+
+
+def test_gpus_with_a_cpu_build_of_torch_run_the_nodes_on_the_cpu_and_say_why(monkeypatch):
+    from dtrun.engines.embedded import inventory
+
+    monkeypatch.setattr(inventory, "visible_gpus", lambda: ("0", "1"))
+    monkeypatch.setattr(inventory, "torch_cuda", lambda: None)
+    assert inventory.embedded_inventory(2).accelerator is Accelerator.CPU
+    said = inventory.gpu_warning(2)
+    assert (
+        said is not None and "shows dtrun 2 NVIDIA GPUs, but this Python's torch is a CPU" in said
+    )
+    monkeypatch.setattr(inventory, "torch_cuda", lambda: "13.0")
+    assert inventory.embedded_inventory(2).accelerator is Accelerator.CUDA
+    assert inventory.gpu_warning(2) is None
+    said = inventory.gpu_warning(4)
+    assert said is not None and "ask for at most 2 nodes (--nodes)" in said
+    monkeypatch.setattr(inventory, "visible_gpus", lambda: ())
+    assert inventory.gpu_warning(4) is None  # a CPU machine: nothing to say

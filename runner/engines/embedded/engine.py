@@ -12,7 +12,12 @@ from dataclasses import replace
 from dtrun.cluster.readiness import check_ports_free
 from dtrun.engines.base import Cluster, ClusterChoice, Engine, Hooks, wait_for_nodes
 from dtrun.engines.embedded.extensions import stale_lock_warnings
-from dtrun.engines.embedded.inventory import embedded_inventory, node_cores, oversubscription
+from dtrun.engines.embedded.inventory import (
+    embedded_inventory,
+    gpu_warning,
+    node_cores,
+    oversubscription,
+)
 from dtrun.spec.cluster import usable_cpus
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.request import EMBEDDED_MAX_LAUNCHES
@@ -91,4 +96,6 @@ class EmbeddedEngine(Engine):
             )
         kept = [node.cores for node in nodes]
         over = oversubscription(node_counts, procs_per_node, usable_cpus(), kept)
-        return said + ([over] if over is not None else []) + stale_lock_warnings()
+        gpus = gpu_warning(len(nodes)) if not any(node.gpus for node in nodes) else None
+        said += [warning for warning in (over, gpus) if warning is not None]
+        return said + stale_lock_warnings()

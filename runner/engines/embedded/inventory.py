@@ -4,6 +4,7 @@ them."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -55,6 +56,42 @@ def visible_gpus(
     return tuple(shown)
 
 
+def torch_cuda() -> str | None:
+    """The CUDA version this interpreter's torch was built for (its torch/version.py's
+    ``cuda``), read without importing torch (1.5 s); None for a CPU build, or no torch."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            text = (Path(folder) / "version.py").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        found = re.search(r"^cuda\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+        return found.group(1) if found else None
+    return None
+
+
+def gpu_warning(nodes: int) -> str | None:
+    """Why a machine with NVIDIA GPUs runs its embedded nodes on the CPU, or None."""
+    gpus = visible_gpus()
+    if not gpus:
+        return None
+    shown = f"this machine shows dtrun {len(gpus)} NVIDIA GPU{'' if len(gpus) == 1 else 's'}"
+    if torch_cuda() is None:
+        return (
+            f"{shown}, but this Python's torch is a CPU build: the embedded nodes run on the "
+            "CPU; install a CUDA build of torch to run them on the GPUs"
+        )
+    if len(gpus) < nodes:
+        return (
+            f"{shown} for {nodes} embedded nodes: they run on the CPU; ask for at most "
+            f"{len(gpus)} nodes (--nodes) to give each its own"
+        )
+    return None
+
+
 def local_cluster(
     size: int, *, python_bin: str, code_dir: str, cpu_count: int, gpus: Sequence[str] = ()
 ) -> Inventory:
@@ -100,7 +137,7 @@ def embedded_inventory(size: int) -> Inventory:
         python_bin=this_python(),
         code_dir=this_checkout(),
         cpu_count=usable_cpus(),
-        gpus=visible_gpus(),
+        gpus=visible_gpus() if torch_cuda() else (),  # a CPU build of torch cannot use them
     )
 
 
