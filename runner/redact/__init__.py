@@ -97,25 +97,27 @@ def lines_of(value: str) -> list[str]:
     return [piece for piece in dict.fromkeys([value, *lines]) if worth_looking_for(piece)]
 
 
-# A base64 form is looked for from this many digits (48 bits): one of a short value's
-# alignments would otherwise be a few digits that any inlined image holds by chance.
-BASE64_SHORTEST = 8
+# A base64 form is looked for from this many digits (42 bits): one of a short value's
+# alignments would otherwise be a few digits that any inlined image holds by chance. A value of
+# SHORTEST characters has 7 at each alignment (docs/security.md: "base64 at any alignment").
+BASE64_SHORTEST = 7
 _URL_SAFE = str.maketrans("+/", "-_")
 
 
 def base64_forms(piece: str) -> set[str]:
     """``piece`` as it reads inside base64 text, at each of the three alignments what precedes
     it may give it (``base64("api:" + key)``, HTTP Basic's), in the standard and URL-safe
-    alphabets: only the digits its own bytes decide, so neither what follows it nor padding
-    changes them. The first one or two bytes of an unaligned piece share a digit with what
-    precedes it and stay unmasked. As GitHub Actions' runner masks a secret's base64
+    alphabets: only the digits its own bytes decide, so neither what precedes nor what follows
+    it nor padding changes them. The digit an unaligned piece's first byte shares with what
+    precedes it stays unmasked. As GitHub Actions' runner masks a secret's base64
     (actions/runner, src/Sdk/DTLogging/Logging/ValueEncoders.cs, EnumerateBase64Variations),
-    with the digits that follow trimmed."""
+    with the digits that precede and follow trimmed."""
     raw = piece.encode()
     found: set[str] = set()
-    for skip in range(3):
-        rest = raw[skip:]
-        digits = base64.b64encode(rest).decode()[: len(rest) * 4 // 3]
+    for before in range(3):  # bytes of the piece's 3-byte group that precede it
+        # its first digit of its own: the first whose 6 bits all lie in the piece
+        start, end = -(-before * 4 // 3), (before + len(raw)) * 4 // 3
+        digits = base64.b64encode(bytes(before) + raw).decode()[start:end]
         if len(digits) >= BASE64_SHORTEST:
             found |= {digits, digits.translate(_URL_SAFE)}
     return found

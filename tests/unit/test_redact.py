@@ -145,3 +145,20 @@ def test_a_long_line_of_hyphenated_words_is_redacted_in_linear_time(piece):
         return min(times)
 
     assert best(32000) / best(8000) < 8
+
+
+@pytest.mark.parametrize("value", ["hunter", "hunter2", "Hunter2Password"])
+def test_a_short_secret_is_masked_in_base64_at_every_alignment(value):
+    """From the shortest value looked for (6 characters): HTTP Basic's "user:" puts a password
+    at the third alignment, where its own digits were 5 before its first byte's were counted."""
+    import base64
+
+    hide = Redactor.of([value])
+    for before in ("", "a", "ab", "user:", "api:"):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            encoded = encode((before + value + "\n").encode()).decode()
+            masked = hide.text(encoded)
+            assert REDACTED in masked, (before, encoded)
+            # what is left decodes to no more than one character of the value
+            for left in masked.split(REDACTED):
+                assert len(left.rstrip("=")) <= len(encoded) - len(value) * 4 // 3 + 1
