@@ -246,7 +246,7 @@ class _Process:
         self.exit_signal = None
         self.stdout = self
 
-    async def readuntil(self, separators: object) -> str:
+    async def readuntil(self, separators: object, max_separator_len: int = 0) -> str:
         if not self._lines:
             self.exit_status = 0
             raise asyncio.IncompleteReadError(b"", None)

@@ -27,7 +27,7 @@ class _QuietNode:
     def stdout(self) -> _QuietNode:
         return self
 
-    async def readuntil(self, separators: object) -> str:
+    async def readuntil(self, separators: object, max_separator_len: int = 0) -> str:
         """Nothing until the node exits; then one line, then the output's end."""
         await self._done.wait()
         if self._said:
@@ -54,3 +54,82 @@ def test_a_quiet_running_node_is_looked_at_about_once_a_second(monkeypatch):
     asyncio.run(follow())
     assert lines == ["done\n"]  # with its line end: the sink keeps what the node wrote
     assert looks <= 10, looks  # 0.1, 0.2, 0.4, 0.8, then every second; every 0.1 s was 40
+
+
+class _Channel:
+    """What asyncssh's stream session asks of its channel: a receive window, UTF-8."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+
+    def get_recv_window(self) -> int:
+        return self.window
+
+    def get_connection(self) -> None:
+        return None
+
+    def get_encoding(self) -> tuple[str, str]:
+        return "utf-8", "strict"
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    def get_read_datatypes(self) -> set[None]:
+        return {None}
+
+    def get_write_datatypes(self) -> set[None]:
+        return {None}
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class _Node:
+    """A node's process whose output arrives as ``packets``, read by asyncssh's own reader."""
+
+    def __init__(self, window: int) -> None:
+        from asyncssh.stream import SSHReader, SSHStreamSession
+
+        channel = _Channel(window)
+        self.session: SSHStreamSession[str] = SSHStreamSession()
+        self.session.connection_made(channel)  # type: ignore[arg-type]
+        self.stdout = SSHReader(self.session, channel)  # type: ignore[arg-type]
+        self.exit_status: int | None = None
+        self.exit_signal = None
+
+    async def wait_closed(self) -> None:
+        pass
+
+
+def _streamed(packets: list[str], window: int = 1 << 21) -> list[str]:
+    async def follow() -> list[str]:
+        node, said = _Node(window), list[str]()
+
+        async def send() -> None:
+            for packet in packets:
+                await asyncio.sleep(0.01)
+                node.session.data_received(packet, None)
+            await asyncio.sleep(0.01)
+            node.session.eof_received()
+
+        sending = asyncio.ensure_future(send())
+        await remote.stream(node, said.append)  # type: ignore[arg-type]
+        await sending
+        return said
+
+    return asyncio.run(follow())
+
+
+def test_a_crlf_split_between_packets_is_one_line_end():
+    # not a progress state "abc\r" and an empty line "\n"
+    assert _streamed(["abc\r", "\nxyz\n"]) == ["abc\r\n", "xyz\n"]
+    assert _streamed(["a\r", "b\r", "\r\n"]) == ["a\r", "b\r", "\r\n"]
+    assert _streamed(["state\r"]) == ["state\r"]  # the output's end: what it held
+
+
+def test_a_line_longer_than_the_receive_window_does_not_end_the_output():
+    said = _streamed(["a" * 100, "b" * 100, "\nafter\n"], window=150)
+    assert "".join(said) == "a" * 100 + "b" * 100 + "\nafter\n"

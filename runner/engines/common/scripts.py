@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -161,8 +162,11 @@ def segments(stream: IO[bytes]) -> Iterator[bytes]:
         yield b"".join(line) + carry
 
 
-# What readers that cut lines themselves (asyncssh's readuntil) cut at (``segments``).
-LINE_ENDS = ("\r\n", "\n", "\r")
+# What readers that cut lines themselves (asyncssh's readuntil) cut at (``segments``): a "\r"
+# only once what follows it has come and is not "\n", or a "\r\n" split between two packets
+# would be a progress state and an empty line. LINE_END_LONGEST: how far back a reader looks.
+LINE_END = re.compile(r"\r\n|\n|\r(?=[^\n])")
+LINE_END_LONGEST = 2
 
 
 def line_text(segment: str) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dtrun.engines.common.scripts import LINE_ENDS
+from dtrun.engines.common.scripts import LINE_END, LINE_END_LONGEST
 from dtrun.execute.guard import TAG, WAIT_FOR_END, stop_script
 from dtrun.spec.cluster import Inventory
 
@@ -112,11 +112,13 @@ async def stream(process: asyncssh.SSHClientProcess[str], sink: Callable[[str], 
     async def read() -> None:
         while True:
             try:
-                sink(await process.stdout.readuntil(LINE_ENDS))
-            except asyncio.IncompleteReadError as end:  # the output's end: its last piece
-                if end.partial:
-                    sink(str(end.partial))
-                return
+                sink(await process.stdout.readuntil(LINE_END, LINE_END_LONGEST))
+            except asyncio.IncompleteReadError as end:
+                # the output's end (its last piece), or a piece as long as the receive window
+                # (2 MiB) with no line end yet: passed on, and the reading goes on
+                if not end.partial:
+                    return
+                sink(str(end.partial))
 
     reader = asyncio.ensure_future(read())
     look = 0.1  # how long to wait before looking at the exit status again
