@@ -53,6 +53,9 @@ def test_cuda_visible_devices_decides_as_cuda_reads_it(tmp_path):
         "0;rm -rf /": (),
         "1,7": ("1",),  # the driver lists 4: index 7 names none
         "0,1,0": (),  # named twice: PyTorch sees none
+        "0,00": (),  # the same GPU twice, as PyTorch reads an index
+        "01,2": ("1", "2"),
+        "\u0663": (),  # an Arabic-Indic 3: a digit to Python, no GPU to CUDA
     }
     for value, gpus in shown.items():
         assert visible_gpus({"CUDA_VISIBLE_DEVICES": value}, driver, tmp_path) == gpus, value

@@ -25,8 +25,8 @@ DEVICES = Path("/dev")
 # What CUDA_VISIBLE_DEVICES may name: indices or UUIDs (GPU-..., MIG-...), in order (NVIDIA's
 # MPS guide, docs.nvidia.com/deploy/topics/topic_5_2_1.html). As PyTorch 2.13 reads it
 # (torch/cuda/__init__.py _parse_visible_devices), the list ends at an entry naming no GPU,
-# and an entry named twice leaves none.
-GPU_ENTRY = re.compile(r"\d+|(?:GPU|MIG)-[0-9A-Za-z/-]+")
+# and an entry named twice (1 and 01 too) leaves none. ASCII digits: CUDA reads no other.
+GPU_ENTRY = re.compile(r"\d+|(?:GPU|MIG)-[0-9A-Za-z/-]+", re.ASCII)
 
 
 def visible_gpus(
@@ -50,6 +50,7 @@ def visible_gpus(
     for entry in (part.strip() for part in given.split(",")):
         if not GPU_ENTRY.fullmatch(entry) or (entry.isdigit() and int(entry) >= count):
             break
+        entry = str(int(entry)) if entry.isdigit() else entry  # 01 is 1
         if entry in shown:
             return ()
         shown.append(entry)
