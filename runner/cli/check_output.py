@@ -22,7 +22,8 @@ def _figure(value: Any, unit: str) -> str:
     """Three figures below 1,000, whole above (an H200's 4,272 GB/s, never 4.27e+03)."""
     if not isinstance(value, int | float):
         return "-"
-    return f"{value:.3g} {unit}" if abs(value) < 1000 else f"{value:,.0f} {unit}"
+    # 999.5 rounds to three figures as 1e+03: whole from there
+    return f"{value:.3g} {unit}" if abs(value) < 999.5 else f"{value:,.0f} {unit}"
 
 
 def _row(node: NodeCheck, gpus: bool) -> tuple[str, ...]:

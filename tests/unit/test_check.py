@@ -381,4 +381,6 @@ def test_a_gpu_s_figures_print_whole_above_a_thousand_never_as_an_exponent():
     assert _figure(4272.11, "GB/s") == "4,272 GB/s"
     assert _figure(769.485, "TFLOP/s") == "769 TFLOP/s"
     assert _figure(30.4219, "GB/s") == "30.4 GB/s"
+    assert _figure(999.4, "GB/s") == "999 GB/s"
+    assert _figure(999.7, "GB/s") == "1,000 GB/s"  # three figures of it would be 1e+03
     assert _figure(None, "GB/s") == "-"
