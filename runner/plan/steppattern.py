@@ -45,12 +45,22 @@ def compile_step_pattern(pattern: str) -> Any:
 
 
 def step_matcher(pattern: str) -> Callable[[str], dict[str, str | None] | None]:
-    """Node 0's line -> the groups of ``pattern``'s first match in it, or None."""
+    """Node 0's line -> the groups of ``pattern``'s first match in it, or None. A progress
+    bar's state (a line ending "\r", runner/engines/common/scripts.py segments) is matched
+    as a line; the same text again right after it is the bar redrawn as it closes (tqdm
+    does), not another step."""
     compiled = compile_step_pattern(pattern)
+    state: list[str] = []  # the last progress state matched, while no other line came
 
     def match(line: str) -> dict[str, str | None] | None:
-        found = compiled.search(searchable(line))
-        return None if found is None else dict(found.groupdict())
+        text = line.rstrip("\r")
+        redrawn = state == [text]
+        state[:] = [text] if line.endswith("\r") else []
+        found = None if redrawn else compiled.search(searchable(text))
+        if found is None:
+            state.clear()
+            return None
+        return dict(found.groupdict())
 
     return match
 

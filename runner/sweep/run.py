@@ -169,7 +169,7 @@ class _Runner:
 
         def on_line(node: str, line: str) -> None:
             if node == first:
-                found = match(line.rstrip("\r"))  # a progress state too
+                found = match(line)  # a progress state too ("\r")
                 if found is not None:
                     self.matched.append((time.monotonic(), found))
             sink(node, line)

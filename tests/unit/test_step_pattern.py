@@ -81,3 +81,19 @@ def test_re2_finds_what_pythons_re_finds_for_step_patterns(pattern, line):
     assert (ours is None) == (theirs is None)
     if ours is not None and theirs is not None:
         assert ours.groupdict() == theirs.groupdict() and ours.group(0) == theirs.group(0)
+
+
+def test_a_tqdm_bar_s_states_match_once_each_and_its_closing_redraw_not_again():
+    import io
+
+    from dtrun.engines.common.scripts import line_text, segments
+
+    # what tqdm writes for 3 steps: a "\r" before each state, the last drawn again as it closes
+    bar = b"\r  0%|  | 0/3\r 33%|# | 1/3\r 67%|##| 2/3\r100%|##| 3/3\r100%|##| 3/3\n"
+    lines = [line_text(part.decode()) for part in segments(io.BytesIO(bar))]
+    match = step_matcher(r"(\d+)/3")
+    steps = [found for found in map(match, lines) if found is not None]
+    assert len(steps) == 4  # 0/3, 1/3, 2/3, 3/3: the closing 3/3 is no fifth step
+    # the same line printed twice is two steps, as before
+    again = step_matcher(r"step done")
+    assert sum(again(line) is not None for line in ["step done", "step done"]) == 2
