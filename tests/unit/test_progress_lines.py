@@ -83,3 +83,13 @@ def test_a_line_holding_every_state_shows_the_last_as_a_terminal_would():
     print_node_line(_console(out), "node-0", "\r  0%| 0/3\r 33%| 1/3\r100%| 3/3   ")
     shown = out.getvalue()
     assert "100%| 3/3" in shown and "0/3" not in shown and "\\r" not in shown
+
+
+def test_a_command_s_answer_holds_a_bar_s_states_and_no_empty_line_for_its_lone_cr():
+    from dtrun.engines.embedded.executor import LocalExecutor
+
+    (answer,) = (
+        LocalExecutor().command({"node-0": "printf '\\r 50%%\\r100%%\\n\\nend\\n'"}).values()
+    )
+    assert answer.exit_code == 0
+    assert answer.output.splitlines() == [" 50%", "100%", "", "end"]  # a real empty line stays

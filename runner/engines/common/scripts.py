@@ -35,7 +35,10 @@ def run_scripts(
 
     def collect(name: str, line: str) -> None:
         with lock:
-            lines[name].append(line.rstrip("\r"))
+            if line.strip():  # a bar's leading lone "\r" is no line of its answer
+                lines[name].append(line.rstrip("\r"))
+            elif not line.endswith("\r"):
+                lines[name].append(line)
             if on_line is not None:
                 on_line(name, line)
 

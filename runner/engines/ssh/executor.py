@@ -128,7 +128,8 @@ class SshExecutor:
 
                         def sink(segment: str) -> None:
                             line = line_text(segment)
-                            lines.append(line.rstrip("\r"))
+                            if line.strip() or not line.endswith("\r"):  # not a bar's lone "\r"
+                                lines.append(line.rstrip("\r"))
                             if on_line is not None:
                                 on_line(node.name, line)
 
