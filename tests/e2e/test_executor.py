@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -77,20 +76,34 @@ def test_every_node_runs_and_its_output_is_streamed_and_saved(no_leftovers):
 
 
 # A progress bar as tqdm draws it: "\r" before each state, "\n" at its end; then a last line
-# with no line end.
-BAR = "printf '\\r 0%%'; sleep 0.3; printf '\\r 50%%'; sleep 0.3; printf '\\r100%%\\n'; printf tail"
+# with no line end saying whether the bar's 0% state reached dtrun while the bar was still
+# drawing: the script waits (at most 10 s) for the file the test's sink makes on seeing it.
+def bar(seen_flag: Path) -> str:
+    return (
+        "printf '\\r 0%%'; sleep 0.1; printf '\\r 50%%'; when=late; for _ in $(seq 200); do "
+        f"if [ -e {seen_flag} ]; then when=early; break; fi; sleep 0.05; done; "
+        "printf '\\r100%%\\n'; printf %s \"$when\""
+    )
+
+
+def progress_sink(seen_flag: Path, seen: list[str]):
+    def sink(node: str, line: str) -> None:
+        seen.append(line)
+        if line == " 0%\r":
+            seen_flag.touch()
+
+    return sink
 
 
 def test_a_progress_bar_s_states_stream_as_lines_and_the_log_keeps_every_byte(no_leftovers):
-    seen: list[tuple[float, str]] = []
+    seen: list[str] = []
+    flag = no_leftovers / "seen-0"
     LocalExecutor().run(
-        plan_of(BAR), no_leftovers / "p", timeout_s=60,
-        on_line=lambda node, line: seen.append((time.monotonic(), line)),
-    )  # fmt: skip
-    assert [line for _, line in seen] == ["\r", " 0%\r", " 50%\r", "100%", "tail"]
+        plan_of(bar(flag)), no_leftovers / "p", timeout_s=60, on_line=progress_sink(flag, seen)
+    )
     # each state as it was drawn over, not every state at the bar's end
-    assert seen[3][0] - seen[1][0] >= 0.3
-    assert (no_leftovers / "p" / "node-0.log").read_bytes() == b"\r 0%\r 50%\r100%\ntail"
+    assert seen == ["\r", " 0%\r", " 50%\r", "100%", "early"]
+    assert (no_leftovers / "p" / "node-0.log").read_bytes() == b"\r 0%\r 50%\r100%\nearly"
 
 
 def test_a_failing_node_stops_the_others_and_is_named_with_its_log(no_leftovers):
