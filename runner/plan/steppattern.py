@@ -45,22 +45,19 @@ def compile_step_pattern(pattern: str) -> Any:
 
 
 def step_matcher(pattern: str) -> Callable[[str], dict[str, str | None] | None]:
-    """Node 0's line -> the groups of ``pattern``'s first match in it, or None. A progress
+    r"""Node 0's line -> the groups of ``pattern``'s first match in it, or None. A progress
     bar's state (a line ending "\r", runner/engines/common/scripts.py segments) is matched
     as a line; the same text again right after it is the bar redrawn as it closes (tqdm
     does), not another step."""
     compiled = compile_step_pattern(pattern)
-    state: list[str] = []  # the last progress state matched, while no other line came
+    last_state: str | None = None  # the progress state just matched
 
     def match(line: str) -> dict[str, str | None] | None:
+        nonlocal last_state
         text = line.rstrip("\r")
-        redrawn = state == [text]
-        state[:] = [text] if line.endswith("\r") else []
-        found = None if redrawn else compiled.search(searchable(text))
-        if found is None:
-            state.clear()
-            return None
-        return dict(found.groupdict())
+        found = None if text == last_state else compiled.search(searchable(text))
+        last_state = text if found is not None and line.endswith("\r") else None
+        return None if found is None else dict(found.groupdict())
 
     return match
 

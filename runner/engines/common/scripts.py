@@ -35,10 +35,9 @@ def run_scripts(
 
     def collect(name: str, line: str) -> None:
         with lock:
-            if line.strip():  # a bar's leading lone "\r" is no line of its answer
-                lines[name].append(line.rstrip("\r"))
-            elif not line.endswith("\r"):
-                lines[name].append(line)
+            kept = answer_line(line)
+            if kept is not None:
+                lines[name].append(kept)
             if on_line is not None:
                 on_line(name, line)
 
@@ -170,6 +169,14 @@ def segments(stream: IO[bytes]) -> Iterator[bytes]:
 # would be a progress state and an empty line. LINE_END_LONGEST: how far back a reader looks.
 LINE_END = re.compile(r"\r\n|\n|\r(?=[^\n])")
 LINE_END_LONGEST = 2
+
+
+def answer_line(line: str) -> str | None:
+    r"""A line as a command's answer keeps it: a progress state without its "\r", and none
+    for an empty state (the lone "\r" a tqdm bar starts with); a real empty line stays."""
+    if line.endswith("\r"):
+        return line.rstrip("\r") if line.strip() else None
+    return line
 
 
 def line_text(segment: str) -> str:

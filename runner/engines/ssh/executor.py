@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dtrun.engines.common.code import code_files
-from dtrun.engines.common.scripts import line_text
+from dtrun.engines.common.scripts import answer_line, line_text
 from dtrun.engines.ssh.remote import (
     command_line,
     end_of_script,
@@ -128,8 +128,9 @@ class SshExecutor:
 
                         def sink(segment: str) -> None:
                             line = line_text(segment)
-                            if line.strip() or not line.endswith("\r"):  # not a bar's lone "\r"
-                                lines.append(line.rstrip("\r"))
+                            kept = answer_line(line)
+                            if kept is not None:
+                                lines.append(kept)
                             if on_line is not None:
                                 on_line(node.name, line)
 
