@@ -216,7 +216,14 @@ class SshSession:
         import asyncssh
 
         delay = 1.0
-        for attempt in range(1, self.retries + 1):
+        # A connection the node closed during the handshake gets one more try even where
+        # retries is 1: OpenSSH's sshd, finding no algorithm in common, exits without a word,
+        # and about 1 in 100 times before its own offer is sent, so the client reads only
+        # the close (docs/clusters.md, "Connections"); the next try names the algorithms.
+        attempts = self.retries
+        attempt = 0
+        while attempt < attempts:
+            attempt += 1
             try:
                 async with self.limit:
                     return await asyncssh.connect(
@@ -246,11 +253,14 @@ class SshSession:
             except (OSError, asyncssh.Error) as exc:
                 if isinstance(exc, asyncssh.DisconnectError) and TOO_MANY_KEYS in exc.reason:
                     raise _login_refused(name, target, too_many_keys=True) from None
-                if attempt == self.retries:
+                if isinstance(exc, asyncssh.ConnectionLost) and attempts == 1:
+                    attempts = 2
+                    continue
+                if attempt >= attempts:
                     raise SshError(
                         f"cannot reach {name} ({target})",
                         why=(str(exc) or f"no SSH answer in {self.connect_timeout:.0f} s")
-                        + (f" (after {self.retries} attempts)" if self.retries > 1 else ""),
+                        + (f" (after {attempt} attempts)" if attempt > 1 else ""),
                         fix="check that the node is up and its sshd listens there; "
                         "`dtrun exec ... -- true` tries every node",
                     ) from None
