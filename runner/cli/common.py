@@ -158,6 +158,11 @@ PROGRESS_EVERY_S = 10.0
 _progress_shown: dict[str, float] = {}
 
 
+def new_progress_clocks() -> None:
+    """A launch begins: its bars' first states show at once, whenever the last launch's did."""
+    _progress_shown.clear()
+
+
 def _progress(node: str, line: str) -> str | None:
     """What of ``line`` the console shows: a progress state where one is due (None where not),
     and of a line that holds several states (an engine that reads whole lines: Slurm's srun

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dtrun import __version__
-from dtrun.cli.common import console, echo, print_node_line
+from dtrun.cli.common import console, echo, new_progress_clocks, print_node_line
 from dtrun.cli.inert import styled
 from dtrun.cli.tables import Column, Grid, print_grid
 from dtrun.spec.launchplan import point_dir
@@ -163,6 +163,7 @@ class SweepDisplay:
             print_node_line(self.console, node, line)
 
     def on_start(self, plan: LaunchPlan, repeat: int) -> None:
+        new_progress_clocks()
         self.progress.update(
             self.task,
             description=f"{plural(plan.nnodes, 'node')}, {plural(plan.world_size, 'process')}, "

@@ -106,3 +106,24 @@ def test_the_end_table_shows_n_the_efficiency_interval_and_the_verdict(
     monkeypatch.setattr("dtrun.cli.summary.console", lambda: console)
     print_verdicts(report)
     assert f"2 nodes: loses: {row.verdict_reason}" in out.getvalue()
+
+
+def test_a_launch_s_first_progress_state_shows_however_soon_after_the_last_launch_s(
+    fixed_inventory, monkeypatch
+):
+    from dtrun.cli import common
+
+    now = [100.0]
+    monkeypatch.setattr("time.monotonic", lambda: now[0])
+    monkeypatch.setattr(common, "_progress_shown", {})
+    console, out = _console()
+    spec = BenchSpec("bars", node_counts=(1, 2), steps=4, warmup=1, repeat=2)
+    display = SweepDisplay(console, sweep_plan(fixed_inventory, spec), quiet=False)
+    plans = sweep_plan(fixed_inventory, spec).launches
+    display.on_start(plans[0].plan, 0)
+    display.on_line("node-0", "first launch 1/30\r")
+    display.on_line("node-0", "first launch 30/30")
+    now[0] += 3.0  # the next launch's bar, 3 s later: inside the 10 s between states
+    display.on_start(plans[1].plan, 1)
+    display.on_line("node-0", "second launch 1/30\r")
+    assert "second launch 1/30" in out.getvalue()
