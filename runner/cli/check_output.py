@@ -93,8 +93,10 @@ def _yaml_hosts(path: Path) -> dict[str, Any] | None:
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        # libyaml's where PyYAML has it: nesting past 1,000 levels is an error, not a recursion
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        data = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=loader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
         return None
     if isinstance(data, dict) and isinstance(data.get("hosts"), list):
         return data

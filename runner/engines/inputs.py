@@ -51,10 +51,16 @@ def stack_outputs(stack: str | None, outputs: Path | None) -> StackOutputs:
         text = read_text(outputs, "outputs file")
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise InventoryError(
                 f"{outputs} is not JSON",
-                why=str(exc) if text.strip() else "the file is empty",
+                why=(
+                    "it nests deeper than any outputs"
+                    if isinstance(exc, RecursionError)
+                    else str(exc)
+                    if text.strip()
+                    else "the file is empty"
+                ),
                 fix="save the outputs again with `dtrun outputs --stack NAME --save FILE`",
             ) from None
         return parse_outputs(data, str(outputs))

@@ -36,7 +36,7 @@ def preempted(output: str) -> bool:
     vm = lines.get("dtrun-vm", "").strip()
     try:
         data = json.loads(lines.get("dtrun-events", "{}"))
-    except ValueError:
+    except (ValueError, RecursionError):  # not IMDS's answer: no event
         return False
     events = data.get("Events") if isinstance(data, dict) else None
     if not isinstance(events, list):

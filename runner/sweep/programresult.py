@@ -49,7 +49,7 @@ def read_step_files(folder: Path) -> dict[int, dict[str, Any]]:
             data = json.loads(path.read_bytes())
             rank = int(data["rank"])
             ends = [float(end) for end in data["step_ends_s"]]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise ResultError(f"{path} is not a step record", why=str(exc)) from None
         if data.get("schema") != STEPS_SCHEMA or not all(math.isfinite(end) for end in ends):
             raise ResultError(f"{path} is not a {STEPS_SCHEMA} record", why="schema or times")

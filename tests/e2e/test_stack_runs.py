@@ -149,3 +149,17 @@ def test_a_sweep_on_the_stack_records_and_reports_the_time_paid_before_it(loopba
     again = json.loads(Path("runs/second/manifest.json").read_text())["paid_before"]
     assert again["since"] == "the end of sweep first on the same nodes"
     assert again["seconds"] < 120
+
+
+@pytest.mark.parametrize("content", ["{not json", "[" * 100_000, '["a list"]'])
+def test_a_registry_entry_that_is_not_an_object_is_exit_2_naming_it(
+    loopback_stack, tmp_path, content
+):
+    """The registry is written by the nodes' cloud-init: a damaged file there is named, not
+    a traceback."""
+    (tmp_path / "shared" / ".dtrun" / "nodes" / "dtrunnode000009.json").write_text(content)
+    result = dtrun("exec", "--stack", "loop", "--", "true")
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "dtrunnode000009.json on the head node is not a dtrun node registry entry" in said
+    assert "Traceback" not in said

@@ -196,6 +196,7 @@ HOSTS = [
     ("latin1.txt", "n\xf6de slots=1\n".encode("latin-1"), "is not UTF-8 text"),
     ("binary.txt", b"\x00\x01\x02binary", "is not a text file"),
     ("nul.yaml", b"hosts: [a]\n\x00\n", "line 2 holds the control character"),
+    ("deep.yaml", "hosts: " + "[" * 50_000 + "]" * 50_000, "not valid YAML"),  # no recursion
 ]
 
 # Stack outputs files (--outputs): (file name, content, words the message must hold).
@@ -210,6 +211,7 @@ OUTPUTS = [
     ("v0.json", '{"version": 0}', "holds stack outputs version 0"),
     ("noip.json", '{"version": 1}', "noip.json"),
     ("utf16.json", '{"version": 1}'.encode("utf-16"), "is not UTF-8 text"),
+    ("deep.json", "[" * 100_000 + "]" * 100_000, "deep.json is not JSON"),  # no RecursionError
 ]
 
 # Stack settings (dtrun:* in Pulumi.<stack>.yaml), checked before Pulumi runs the program;

@@ -33,6 +33,7 @@ def _said(vm: str, events: object) -> str:
         (_said("vm-1", {"Events": [{"EventType": "Preempt", "Resources": []}]}), True),
         (_said("vm-1", {"Events": []}), False),
         ("dtrun-vm vm-1\ndtrun-events <html>not json\n", False),
+        ("dtrun-vm vm-1\ndtrun-events " + "[" * 100_000 + "\n", False),  # nested past Python's
         ("", False),  # no IMDS: not on Azure
         (_said("vm-1", {"Events": None}), False),
         (_said("vm-1", []), False),

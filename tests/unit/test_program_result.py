@@ -140,6 +140,12 @@ def test_step_records_that_are_not_the_hook_s_are_refused(tmp_path: Path):
         read_step_files(tmp_path)
 
 
+def test_a_step_record_nested_past_python_s_limit_is_refused_not_a_traceback(tmp_path: Path):
+    (tmp_path / "rank-0.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ResultError, match="is not a step record"):
+        read_step_files(tmp_path)
+
+
 def test_a_record_of_a_process_with_no_rank_is_left_out(tmp_path: Path):
     (tmp_path / "rank-0.json").write_text(json.dumps(record(0, ENDS)))
     (tmp_path / "rank-pid4242.json").write_text(json.dumps({**record(0, ENDS), "rank": "pid4242"}))

@@ -171,11 +171,16 @@ def _slots(node: yaml.Node, source: str) -> int:
 
 def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
     try:
-        root = yaml.compose(text)
+        # libyaml's parser where PyYAML has it (its wheels do): it refuses nesting past 1,000
+        # levels, where the pure-Python one recursed past Python's limit and printed a
+        # traceback (runner/predict/files.py, _safe_loader)
+        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
         raise _error(source, line, f"not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except RecursionError:  # the pure-Python parser, nested thousands deep
+        raise _error(source, 1, "not valid YAML (nested too deep)") from None
     if root is None:
         raise _error(source, 1, "the file is empty", "list the hosts under 'hosts:'")
     top = _fields(root, source, TOP_FIELDS, "the file")

@@ -6,6 +6,7 @@ import json
 import time
 
 from dtrun.cluster.outputs import (
+    OutputsError,
     RegistryEntry,
     StackOutputs,
     inventory_from_stack,
@@ -33,7 +34,19 @@ async def read_registry(session: SshSession, outputs: StackOutputs) -> list[Regi
                 continue  # e.g. a .partial being written
             path = f"{outputs.registry_path}/{name}"
             async with sftp.open(path) as file:
-                data = json.loads(await file.read())
+                text = await file.read()
+            try:
+                data = json.loads(text)
+            except (ValueError, RecursionError) as exc:
+                raise OutputsError(
+                    f"{path} on the head node is not a dtrun node registry entry",
+                    why=f"it is not JSON ({exc})",
+                ) from None
+            if not isinstance(data, dict):
+                raise OutputsError(
+                    f"{path} on the head node is not a dtrun node registry entry",
+                    why=f"it holds a JSON {type(data).__name__}, not an object",
+                )
             entries.append(parse_registry_entry(data, path))
     return entries
 
