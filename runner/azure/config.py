@@ -81,6 +81,11 @@ def schema(project_file: Path = PROJECT_FILE) -> dict[str, Setting]:
     return settings
 
 
+def _a(kind: str) -> str:
+    """The type with its article: an integer, an array, a string, a boolean."""
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
 def _coerce(setting: Setting, raw: object) -> object:
     """Values read back from a stack file are strings; turn them into the declared type."""
     if not isinstance(raw, str) or setting.type == "string":
@@ -91,9 +96,9 @@ def _coerce(setting: Setting, raw: object) -> object:
         if setting.type == "boolean":
             return {"true": True, "false": False}[raw.lower()]
         return json.loads(raw)
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, RecursionError):
         raise setting_error(
-            setting.key, f"is {raw!r}, not a {setting.type}", f"set it to a {setting.type}"
+            setting.key, f"is {raw!r}, not {_a(setting.type)}", f"set it to {_a(setting.type)}"
         ) from None
 
 
@@ -106,7 +111,7 @@ def _typed(setting: Setting, value: object) -> object:
     }
     if not expected[setting.type](value):
         raise setting_error(
-            setting.key, f"is {value!r}, not a {setting.type}", f"set it to a {setting.type}"
+            setting.key, f"is {value!r}, not {_a(setting.type)}", f"set it to {_a(setting.type)}"
         )
     return value
 

@@ -129,11 +129,25 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(interrupted_exit_code()) from None
 
 
+# The most of one line of an error shown: a value quoted in a message (a setting, a host, a
+# path) can be a file's whole megabyte; the line keeps its start and its end (what is wrong).
+ERROR_LINE_MOST = 2_000
+
+
+def _clipped(line: str) -> str:
+    if len(line) <= ERROR_LINE_MOST:
+        return line
+    head, tail = line[: ERROR_LINE_MOST * 3 // 4], line[-ERROR_LINE_MOST // 4 :]
+    return f"{head} ... ({len(line) - len(head) - len(tail):,} characters not shown) ... {tail}"
+
+
 def print_error(message: str) -> None:
-    """``error: MESSAGE`` on stderr, the label in bold red."""
+    """``error: MESSAGE`` on stderr, the label in bold red; a line of it over ERROR_LINE_MOST
+    characters shows its start and its end."""
     from dtrun.cli.inert import styled
 
-    message = redact_text(message)  # before its control characters become escapes
+    message = redact_text(message)  # before its control characters become escapes; and cut
+    message = "\n".join(_clipped(line) for line in message.split("\n"))  # after: no fragment
     console(stderr=True).print(styled(("error:", "bold red"), f" {message}"), soft_wrap=True)
 
 

@@ -17,6 +17,10 @@ from dtrun.spec.text import CONTROL, escaped
 HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 # A login name as POSIX and useradd take it (a trailing '$' is Samba's machine accounts).
 LOGIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?")
+# The longest each can be: a domain name's text, 253 characters (RFC 1035 §2.3.4: 255 octets
+# with its length bytes); a login name, 255 (Linux's LOGIN_NAME_MAX, 256 with its end).
+HOST_NAME_MOST = 253
+LOGIN_NAME_MOST = 255
 
 
 def is_ipv6(text: str) -> bool:
@@ -35,6 +39,8 @@ def control_character(text: str) -> str | None:
 
 def host_problem(text: str) -> str | None:
     """Why ``text`` is not a host name, ssh alias or IP address; None when it is one."""
+    if len(text) > HOST_NAME_MOST:
+        return f"is {len(text):,} characters long; a host name has at most {HOST_NAME_MOST}"
     if HOST_NAME.fullmatch(text) or is_ipv6(text):
         return None
     control = control_character(text)
@@ -49,6 +55,8 @@ def host_problem(text: str) -> str | None:
 
 def login_problem(text: str) -> str | None:
     """Why ``text`` is not a login name; None when it is one."""
+    if len(text) > LOGIN_NAME_MOST:
+        return f"is {len(text):,} characters long; a login name has at most {LOGIN_NAME_MOST}"
     if LOGIN_NAME.fullmatch(text):
         return None
     control = control_character(text)

@@ -22,6 +22,7 @@ from dtrun.azure.catalog import CatalogError
 from dtrun.azure.config import cluster_spec
 from dtrun.azure.settingcheck import ConfigError
 from dtrun.cli.app import app
+from dtrun.cli.common import ERROR_LINE_MOST
 
 # (command line, words the message must hold). Each names what is wrong; `dtrun` is implied.
 CLI = [
@@ -196,6 +197,8 @@ HOSTS = [
     ("latin1.txt", "n\xf6de slots=1\n".encode("latin-1"), "is not UTF-8 text"),
     ("binary.txt", b"\x00\x01\x02binary", "is not a text file"),
     ("nul.yaml", b"hosts: [a]\n\x00\n", "line 2 holds the control character"),
+    ("longuser.yaml", f"user: {'u' * 10_000}\nhosts: [a]\n", "a login name has at most 255"),
+    ("longhost.yaml", f"hosts: [{'h' * 254}]\n", "254 characters long; a host name has at most"),
     ("deep.yaml", "hosts: " + "[" * 50_000 + "]" * 50_000, "not valid YAML"),  # no recursion
 ]
 
@@ -239,6 +242,7 @@ SETTINGS = [
     ({"image": "ubuntu-hpc"}, "is not an image URN"),
     ({"image": "almalinux:almalinux-hpc:8_10-hpc-gen2:latest"}, "not an Ubuntu image"),
     ({"vmsize": "Standard_ND96isr_H100_v5"}, "did you mean dtrun:vmSize"),
+    ({"adminCidrs": "[" * 100_000}, "not an array"),  # as a stack file holds it: no recursion
 ]
 
 
@@ -262,6 +266,8 @@ def refused(args: list[str], where: Path, must_say: str) -> None:
     assert "Traceback" not in out
     flat = " ".join(out.replace("│", " ").split())
     assert must_say in flat, f"{args}: {must_say!r} not in\n{out}"
+    # a value quoted back is cut to the line's start and end, whatever its size
+    assert max(map(len, out.splitlines())) <= ERROR_LINE_MOST + 100, f"{args}: a long line"
     # one message, saying what to do: dtrun's `next:` line or click's pointer to --help
     ours, clicks = flat.count("error:"), flat.count("Error")
     assert (ours, clicks) in ((1, 0), (0, 1)), f"{args}: not one message\n{out}"

@@ -146,7 +146,7 @@ def test_sizes_and_node_counts_the_catalog_refuses(settings, message):
         ({"tags": ["team"]}, "not KEY=VALUE"),
         ({"image": "ubuntu-hpc"}, "is not an image URN"),
         ({"image": "almalinux:almalinux-hpc:8_10-hpc-gen2:latest"}, "not an Ubuntu image"),
-        ({"nodeCount": "many"}, "not a integer"),
+        ({"nodeCount": "many"}, "not an integer"),
         ({"vmsize": "Standard_ND96isr_H100_v5"}, "did you mean dtrun:vmSize"),
         ({"mountPath": "shared dir"}, "dtrun:mountPath"),
     ],
