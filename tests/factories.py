@@ -205,6 +205,7 @@ def fake_run_dir(
                     noise=launch_noise,
                 )  # fmt: skip
             data["nnodes"] = nodes  # as a sweep writes it: the point's nodes, not its ranks
+            data["procs_per_node"] = bench.procs_per_node
             (point / "result.json").write_text(json.dumps(data))
             rel = str(point.relative_to(path))
             wall = (launch_wall_s or {}).get(nodes, 1.0)

@@ -279,6 +279,9 @@ WALL_SECONDS = ranged("a number of seconds", 0, 1e8, "a wall time: up to about 3
 # a machine's noise figures (runner/workloads/noise.py): 1e308 other cores printed 300 digits
 SHARE = ranged("a number", 0, 1, "a share of the CPU time", int, float)
 CORES = ranged("a number", 0, 1e6, "cores or a load: none to a million", int, float)
+# a launch's MFU, scaled to the median step (report/metrics.py): 1e308 became infinite, which
+# summary.json cannot hold; a share of the peak, over 1 only where the catalog's peak is low
+MFU = ranged("a share", 0, 10, "MFU: the model's FLOP/s over the GPUs' peak", int, float)
 _NODES = bound_of(RunSpec, "nodes")
 NODE_COUNT = ranged("a whole number above 0", _NODES.low, _NODES.high, "--nodes' range", int)
 

@@ -26,6 +26,7 @@ from dtrun.record.readback import (
     CORES,
     COUNT,
     FLAG,
+    MFU,
     NODE_COUNT,
     NUMBER,
     POSITIVE,
@@ -52,12 +53,17 @@ from dtrun.record.rundir import HEALTH_FILE, HEALTH_SCHEMA, MANIFEST_SCHEMA, Run
 from dtrun.record.runsfile import RUNS, RUNS_SCHEMA, launches_problem, ok_runs
 from dtrun.record.writer import no_launch_recorded
 from dtrun.report.program import STAND_INS
-from dtrun.report.resultfile import ALLREDUCE_SCHEMA, AllreduceResult, Result, parse_result
+from dtrun.report.resultfile import (
+    ALLREDUCE_SCHEMA,
+    AllreduceResult,
+    Result,
+    parse_result,
+    point_problem,
+)
 from dtrun.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
 from dtrun.report.sequential import recorded_most
 from dtrun.spec.outcome import GateStatus
 from dtrun.spec.request import NOISY_LEFT_OUT, ScalingMode, UnitKind
-from dtrun.spec.text import plural
 
 RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {  # each workload's result
     "train": TrainResult,
@@ -85,6 +91,7 @@ _BENCH = obj(
         "noisy_launches": one_of(NOISY_LEFT_OUT),  # absent: an older sweep that kept them
         "launch": ANY_OBJECT,
         "strategy": nullable(ANY_OBJECT),
+        "env": list_of(list_of(TEXT)),  # `dtrun compare` lists each pair
     },
 )
 # a machine's noise, before the sweep (manifest.json) or over a launch's timed steps
@@ -240,6 +247,7 @@ RESULTS = {
             # the statistic's input: each a step's seconds (runner/report/stats.py)
             "step_times_s": nullable(list_of(STEP_SECONDS)),
             "noise": nullable(_NOISE),
+            "mfu": nullable(MFU),
         },
     ),
     ALLREDUCE_SCHEMA: obj(
@@ -348,12 +356,9 @@ def _result(run_dir: RunDir, directory: str, workload: str, nodes: int) -> Resul
             f"it holds a {data['schema']} result, but the sweep's workload is {workload} "
             f"({run_dir.manifest.name})",
         )
-    if result.nnodes != nodes:  # a result of another point, copied or moved here
-        raise damaged(
-            path,
-            f"it holds a result of {plural(result.nnodes, 'node')}, but {run_dir.runs.name} "
-            f"records the launch in {directory} at {plural(nodes, 'node')}",
-        )
+    problem = point_problem(result, nodes, f"{run_dir.runs.name} records the launch in {directory}")
+    if problem is not None:  # a result of another point, copied or moved here, or edited
+        raise damaged(path, problem)
     return result
 
 

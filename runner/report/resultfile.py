@@ -122,3 +122,20 @@ def load_result(path: Path) -> Result:
     except DamagedRunError as exc:  # not JSON, not a file, numbers beyond any figure, ...
         raise ResultError(f"{path} is not valid JSON", why=exc.why) from None
     return parse_result(data, str(path))
+
+
+def point_problem(result: Result, nodes: int, recorded: str) -> str | None:
+    """Why ``result`` is no launch of the point of ``nodes`` that ``recorded`` says it is:
+    another point's, or processes that do not add up (the report's processes column, busbw
+    and losses read the world size); None when it is one."""
+    if result.nnodes != nodes:
+        held, meant = plural(result.nnodes, "node"), plural(nodes, "node")
+        return f"it holds a result of {held}, but {recorded} at {meant}"
+    ranks = nodes * result.procs_per_node
+    if result.world_size != ranks:
+        return (
+            f"it holds a launch of {plural(result.world_size, 'process')}, but "
+            f"{plural(nodes, 'node')} of {plural(result.procs_per_node, 'process')} each "
+            f"run {ranks}"
+        )
+    return None

@@ -418,6 +418,22 @@ CASES = {
     ),
     # only regular files are read: a FIFO would hang the read
     "result-fifo": Case("a/n1/r0/result.json", fifo, "it is a FIFO (named pipe), not a file"),
+    # an MFU of 1e308, scaled to the median step, was infinite: summary.json refused to hold it
+    "result-mfu-1e308": Case(
+        "a/n2/r0/result.json",
+        edit(put(1e308, "mfu")),
+        "'mfu' is 1e+308, outside 0 to 10 (MFU: the model's FLOP/s over the GPUs' peak",
+    ),
+    # 7 processes on 2 nodes of 1 each: the report's processes, busbw and losses read it
+    "result-world-size-not-its-processes": Case(
+        "a/n2/r0/result.json",
+        edit(put(7, "world_size")),
+        "it holds a launch of 7 processes, but 2 nodes of 1 process each run 2",
+    ),
+    # compare lists each --env pair: a number there was a TypeError
+    "compare-b-env-a-number": Case(
+        "b/manifest.json", edit(put(-1, "bench", "env")), "'bench.env' is -1, not a list", "compare"
+    ),
     "manifest-fifo": Case("a/manifest.json", fifo, "it is a FIFO (named pipe), not a file"),
     "compare-b-result-fifo": Case("b/n2/r0/result.json", fifo, "a FIFO", "compare"),
     # numbers beyond any figure dtrun records: Python refuses 5,000 digits, overflows on 400
