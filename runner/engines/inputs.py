@@ -14,16 +14,29 @@ if TYPE_CHECKING:
     pass
 
 
+# A hosts file of 10,000 nodes (--nodes' most) at 100 bytes a line is 1 MB; a stack's outputs
+# are smaller. /dev/zero, or a 1 GB file given by mistake, was read whole: a MemoryError.
+MAX_TEXT_BYTES = 16 * 1024 * 1024
+
+
 def read_text(path: Path, what: str, fix: str = "") -> str:
-    """A text file as editors write it: UTF-8, with or without a byte-order mark."""
+    """A text file as editors write it: UTF-8, with or without a byte-order mark; a pipe too
+    (--hosts <(...)), read no further than any such file goes."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            data = file.read(MAX_TEXT_BYTES + 1)
     except OSError as exc:
         raise InventoryError(
             f"cannot read the {what} {path}",
             why=exc.strerror or str(exc),
             fix=fix or f"pass an existing, readable file to --{what.split()[0]}",
         ) from None
+    if len(data) > MAX_TEXT_BYTES:
+        raise InventoryError(
+            f"the {what} {path} is too large",
+            why=f"it holds more than any {what} ({MAX_TEXT_BYTES:,} bytes)",
+            fix=fix or f"pass the {what} itself to --{what.split()[0]}",
+        )
     try:
         text = data.decode("utf-8-sig")  # a BOM (Windows editors) is not part of a host name
     except UnicodeDecodeError as exc:

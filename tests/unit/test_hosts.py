@@ -348,3 +348,44 @@ def test_bench_dry_run_on_hosts_given_as_horovod_h_needs_no_sshd(tmp_path, monke
     assert missing.exit_code == 2
     assert "cannot read the hosts file gpu0: No such file or directory" in missing.stderr
     assert "or the hosts themselves as HOST:SLOTS items" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # str.isdigit() holds for '²', which int() refuses: a ValueError and a traceback
+        ("a slots=\u00b2\n", "hostfile, line 1: 'slots' is '\u00b2', not a whole number"),
+        ("a slots=\u0663\n", "hostfile, line 1: 'slots' is '\u0663', not a whole number"),
+        ("a:\u00b2,b:1\n", "hostfile, line 1: 'a:\u00b2': the slots after ':' are '\u00b2'"),
+    ],
+)
+def test_slots_are_ascii_digits_and_others_are_refused_as_bad_input(text, message):
+    with pytest.raises(HostsFileError) as caught:
+        parse_hosts_file(text, "hostfile", DEFAULTS)
+    assert message in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # cpus reached the nodes as OMP_NUM_THREADS=100000000000
+        ("cpus: 100000000000\nhosts: [a]\n", "line 1: 'cpus' is 100000000000, more than 8,192"),
+        ("hosts: [{host: a, slots: 5000}]\n", "line 1: 'slots' is 5000, more than 1,024"),
+        ("a slots=999999999999999999999\n", "line 1: 'slots' is 999999999999999999999, more"),
+    ],
+)
+def test_a_hosts_files_counts_have_a_ceiling(text, message):
+    with pytest.raises(HostsFileError) as caught:
+        parse_hosts_file(text, "hosts", DEFAULTS)
+    assert message in caught.value.message
+
+
+def test_a_hosts_file_that_never_ends_is_refused_after_its_first_megabytes(tmp_path):
+    """/dev/zero (or a 1 GB file) was read whole: a MemoryError, or all of this machine's."""
+    from dtrun.engines.inputs import MAX_TEXT_BYTES, read_text
+    from dtrun.errors import InventoryError
+
+    with pytest.raises(InventoryError) as caught:
+        read_text(Path("/dev/zero"), "hosts file")
+    assert f"more than any hosts file ({MAX_TEXT_BYTES:,} bytes)" in caught.value.message
+    assert caught.value.exit_code == 2

@@ -21,10 +21,30 @@ from dataclasses import dataclass
 
 from dtrun.cluster.names import HOST_NAME, host_problem, is_ipv6
 from dtrun.errors import InventoryError
+from dtrun.spec.bounds import bound_of
+from dtrun.spec.request import LaunchRequest
 
 # Above this a host:slots list's `:N` is more likely an SSH port than processes on one host
 # (`h1:22`, `h1:2222`); a hostfile line `HOST slots=N` says slots unambiguously and has no cap.
 MAX_LIST_SLOTS = 64
+# A host runs at most as many processes as --procs-per-node takes, and has at most as many CPUs
+# as Linux is built for (CONFIG_NR_CPUS: 8,192): cpus reached the nodes as OMP_NUM_THREADS, and
+# 10^11 was passed on as it was.
+MOST = {
+    "slots": (bound_of(LaunchRequest, "procs_per_node").high, "--procs-per-node's most"),
+    "max_slots": (bound_of(LaunchRequest, "procs_per_node").high, "--procs-per-node's most"),
+    "cpus": (8192, "the most CPUs Linux is built for, CONFIG_NR_CPUS"),
+}
+
+
+def count_problem(field: str, count: int) -> str | None:
+    """Why ``count`` cannot be the hosts file's ``field``, or None."""
+    if count < 1:
+        return f"'{field}' is {count}, not at least 1"
+    most, why = MOST[field]
+    return f"'{field}' is {count}, more than {most:,.0f} ({why})" if count > most else None
+
+
 _LIST_FIX = "items are HOST or HOST:SLOTS, e.g. gpu-a:4,gpu-b:4 ([fe80::1]:4 for IPv6)"
 
 
@@ -57,6 +77,11 @@ class Entry:
     host: str  # an address or name as ssh takes it: IPv6 without brackets
     slots: int
     at: str  # "line 3" or "item 2", for errors that point back at it
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit() holds for '²', which int() refuses."""
+    return text.isascii() and text.isdigit()
 
 
 def _has_slots(word: str) -> bool:
@@ -129,12 +154,14 @@ def _mpi_line(line: str, where: str, at: str) -> Entry:
         key, sep, value = word.partition("=")
         if key not in ("slots", "max_slots") or not sep:
             raise located(where, f"'{word}' is not slots=N", "write lines as HOST slots=N")
-        if not value.isdigit() or int(value) < 1:
+        if not _digits(value) or int(value) < 1:
             raise located(
                 where,
                 f"'{key}' is {value!r}, not a whole number of at least 1",
                 f"write {key}=N with the number of processes the host runs, e.g. {key}=8",
             )
+        if problem := count_problem(key, int(value)):
+            raise located(where, problem, f"write {key}=N with the processes the host runs")
         counts[key] = int(value)
     # OpenMPI: with max_slots alone, "the slots value defaults to the limit" (mpirun(1))
     slots = counts.get("slots", counts.get("max_slots", 1))
@@ -165,7 +192,7 @@ def _list_item(item: str, where: str, at: str) -> Entry:
         raise located(where, f"{written!r} is not a host name or address", _LIST_FIX)
     if slots_text is None:
         return Entry(host, 1, at)
-    if not slots_text.isdigit() or int(slots_text) < 1:
+    if not _digits(slots_text) or int(slots_text) < 1:
         raise located(
             where,
             f"{item!r}: the slots after ':' are {slots_text!r}, not a whole number of at least 1",

@@ -18,7 +18,14 @@ import yaml
 
 from dtrun.azure.catalog import SIZES
 from dtrun.cluster.names import control_character, host_problem, login_problem
-from dtrun.engines.ssh.hostlines import Entry, HostsFileError, located, read_host_list, read_lines
+from dtrun.engines.ssh.hostlines import (
+    Entry,
+    HostsFileError,
+    count_problem,
+    located,
+    read_host_list,
+    read_lines,
+)
 from dtrun.spec.cluster import Accelerator, Inventory, Node, SshAccess
 
 TOP_FIELDS = {
@@ -160,8 +167,8 @@ def _port(node: yaml.Node, source: str) -> int:
 
 def _count(node: yaml.Node, source: str, field: str) -> int:
     count: int = _scalar(node, source, field, int)
-    if count < 1:
-        raise _error(source, node.start_mark.line + 1, f"'{field}' is {count}, not at least 1")
+    if problem := count_problem(field, count):
+        raise _error(source, node.start_mark.line + 1, problem)
     return count
 
 
