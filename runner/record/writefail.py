@@ -5,6 +5,7 @@ system, a link, a folder removed under dtrun (docs/report.md,
 from __future__ import annotations
 
 import errno
+import os
 import re
 import shutil
 from pathlib import Path
@@ -15,7 +16,10 @@ from dtrun.workloads.files import PARTIAL
 
 def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunError | None:
     """What a failed write into run directory ``root`` means to the user, or None when the
-    OSError is none a disk or the run directory explains (a bug: it keeps its traceback)."""
+    OSError is none a disk or the run directory explains (a bug: it keeps its traceback).
+    Without ``path``, the file the OSError names (an executor's write), not its temporary."""
+    if path is None and exc.filename is not None:
+        path = Path(_TEMPORARY.sub(r"\1", os.fsdecode(exc.filename)))
     what = f"{path.relative_to(root) if path and path.is_relative_to(root) else path or root}"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return DiskFullError(

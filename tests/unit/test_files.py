@@ -232,3 +232,18 @@ def test_a_file_is_on_disk_before_it_takes_its_name(tmp_path, monkeypatch):
     files.write_atomic(tmp_path / "runs.json", b"{}\n")
     assert order == ["fsync", "rename"]
     assert (tmp_path / "runs.json").read_bytes() == b"{}\n"
+
+
+def test_a_link_met_by_an_executors_write_is_named_in_the_message(tmp_path: Path):
+    """An executor's write fails with the OSError alone (the sweep explains it with the run
+    directory): the message named the run directory as the link, not the file that is one."""
+    from dtrun.record.writefail import write_error
+
+    (tmp_path / "n2" / "r1").mkdir(parents=True)
+    script = tmp_path / "n2" / "r1" / "node-0.sh"
+    script.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError) as raised:
+        write_atomic(script, b"echo\n")
+    explained = write_error(raised.value, tmp_path)
+    assert explained is not None
+    assert explained.message.startswith(f"n2/r1/node-0.sh in {tmp_path} is a symbolic link")
