@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from dtrun.errors import UnsafeValueError
 from dtrun.locations import templates_dir
-from dtrun.spec.text import CONTROL, escaped, noun, plural
+from dtrun.spec.text import CONTROL, escaped, noun, percent, percent_range, plural
 
 if TYPE_CHECKING:  # jinja2 loads with the first template, not with every command (21 ms)
     import jinja2
@@ -239,6 +239,8 @@ def environment() -> jinja2.Environment:
     env.filters["byte_size"] = byte_size
     env.filters["plural"] = plural
     env.filters["noun"] = noun
+    env.filters["percent"] = percent  # an efficiency beside its target: never across it
+    env.filters["percent_range"] = percent_range
     return env
 
 

@@ -149,10 +149,12 @@ def _predict(
 
 def print_prediction(result: Prediction) -> None:
     from dtrun.cli.tables import Column, Grid, print_grid
-    from dtrun.spec.text import plural
+    from dtrun.spec.text import percent, percent_range, plural
 
     out = console()
-    measured = ", ".join(f"{plural(n, 'node')} {e:.0%}" for n, e in result.measured)
+    measured = ", ".join(
+        f"{plural(n, 'node')} {percent(e, result.target_efficiency)}" for n, e in result.measured
+    )
     columns = (
         Column("nodes", 5),
         Column("efficiency (range)", 5),
@@ -172,13 +174,13 @@ def print_prediction(result: Prediction) -> None:
             cost = f"{p.cost.node_hours:.3f} node-hours"
             if p.cost.usd is not None:
                 cost = f"${p.cost.usd:,.2f} ({cost})"
-        rows.append(
-            (str(p.nodes), f"{p.efficiency:.0%} ({low:.0%}-{high:.0%})", p.verdict, step, cost)
-        )
+        target = result.target_efficiency
+        shown = f"{percent(p.efficiency, target)} ({percent_range(low, high, target)})"
+        rows.append((str(p.nodes), shown, p.verdict, step, cost))
     title = f"predicted from {result.source} (measured efficiency, {result.statistic}: {measured})"
     caption = (
         f"{result.mode} scaling; efficiency against the smallest measured node count, range in "
-        f"brackets; verdict against the {result.target_efficiency:.0%} target"
+        f"brackets; verdict against the {result.target_efficiency * 100:g}% target"
     )
     costed = next((p.cost.what for p in result.predictions if p.cost is not None), None)
     if costed:

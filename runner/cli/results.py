@@ -140,9 +140,12 @@ def print_comparison(result: Comparison, *, wide: bool = False) -> None:
     def number(value: float | None, spec: str) -> str:
         return "-" if value is None else format(value, spec)
 
-    def efficiency(verdict: str | None, value: float | None, *interval: float | None) -> str:
+    def efficiency(
+        verdict: str | None, value: float | None, low: float | None, high: float | None,
+        target: float | None,
+    ) -> str:  # fmt: skip
         # a run's baseline is 100% by definition, as in its own summary table
-        return "100%" if verdict == "baseline" else efficiency_text(value, *interval)
+        return "100%" if verdict == "baseline" else efficiency_text(value, low, high, target)
 
     def between(low: float | None, high: float | None, spec: str) -> str:
         return "-" if low is None or high is None else f"{low:{spec}}-{high:{spec}}"
@@ -160,10 +163,18 @@ def print_comparison(result: Comparison, *, wide: bool = False) -> None:
                 number(row.ratio, ".2f"),
                 row.change or "-",
                 efficiency(
-                    row.a_verdict, row.a_efficiency, row.a_efficiency_low, row.a_efficiency_high
+                    row.a_verdict,
+                    row.a_efficiency,
+                    row.a_efficiency_low,
+                    row.a_efficiency_high,
+                    result.a_target,
                 ),
                 efficiency(
-                    row.b_verdict, row.b_efficiency, row.b_efficiency_low, row.b_efficiency_high
+                    row.b_verdict,
+                    row.b_efficiency,
+                    row.b_efficiency_low,
+                    row.b_efficiency_high,
+                    result.b_target,
                 ),
                 number(row.a_busbw, ".2f"),
                 number(row.b_busbw, ".2f"),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from dtrun.cli.common import console
 from dtrun.cli.inert import styled
 from dtrun.cli.tables import Column, Grid, print_grid
-from dtrun.spec.text import plural
+from dtrun.spec.text import percent, percent_range, plural
 from dtrun.workloads.sizes import format_size
 
 if TYPE_CHECKING:
@@ -115,17 +115,22 @@ def _verdict_cell(row: ScalingRow) -> str:
 
 def _efficiency_cell(row: ScalingRow) -> str:
     if row.verdict == "baseline":  # 100% by definition
-        return f"{row.efficiency:.0%}"
-    return efficiency_text(row.efficiency, row.efficiency_low, row.efficiency_high)
+        return percent(row.efficiency)
+    return efficiency_text(
+        row.efficiency, row.efficiency_low, row.efficiency_high, row.target_efficiency
+    )
 
 
-def efficiency_text(value: float | None, low: float | None, high: float | None) -> str:
-    """'92% (88-96%)'; a figure without an interval stands alone."""
+def efficiency_text(
+    value: float | None, low: float | None, high: float | None, target: float | None = None
+) -> str:
+    """'92% (88-96%)', each figure on its side of ``target`` as the report shows it (0.8997
+    below 90%: '89.97%'); a figure without an interval stands alone."""
     if value is None:
         return "-"
     if low is None or high is None:
-        return f"{value:.0%}"
-    return f"{value:.0%} ({low * 100:.0f}-{high * 100:.0f}%)"
+        return percent(value, target)
+    return f"{percent(value, target)} ({percent_range(low, high, target)})"
 
 
 def print_verdicts(report: Report) -> None:

@@ -20,7 +20,7 @@ from dtrun.predict.model import (
     forecast,
 )
 from dtrun.predict.prior import PRIORS, RANGE_Z
-from dtrun.spec.text import plural
+from dtrun.spec.text import percent_range, plural
 
 PREDICT_SCHEMA = "dtrun.predict/1"
 # How the model did on the held-out sets of docs/prediction.md (holdout2 to holdout8): within
@@ -88,11 +88,12 @@ class Launches:
 
 
 def _verdict(target: float, low: float, high: float) -> tuple[str, str]:
+    span, goal = percent_range(low, high, target), f"{target * 100:g}%"
     if low >= target:
-        return "scales", f"the whole range {low:.0%}-{high:.0%} is at or above {target:.0%}"
+        return "scales", f"the whole range {span} is at or above {goal}"
     if high < target:
-        return "loses", f"the whole range {low:.0%}-{high:.0%} is below {target:.0%}"
-    return CANNOT_TELL, f"the range {low:.0%}-{high:.0%} straddles the {target:.0%} target"
+        return "loses", f"the whole range {span} is below {goal}"
+    return CANNOT_TELL, f"the range {span} straddles the {goal} target"
 
 
 def measure_next(desc: Description, fc: Forecast) -> str:

@@ -99,6 +99,9 @@ class Comparison:
     noisy: tuple[NoisyPoint, ...] = ()
     # why A and B are one run ("the same run directory", ...); None: two runs
     same_run: str | None = None
+    # each run's target efficiency, its efficiencies shown on their side of it (training)
+    a_target: float | None = None
+    b_target: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": COMPARE_SCHEMA, **asdict(self)}
@@ -347,5 +350,9 @@ def compare(a: Report, b: Report) -> Comparison:
     metric = "busbw (GB/s)" if a.workload == "allreduce" else f"{unit} at the median step"
     return Comparison(
         a.manifest["run_id"], b.manifest["run_id"], a.workload, metric, tuple(rows),
-        differences, unit, noisy, same_run(a, b),
+        differences, unit, noisy, same_run(a, b), _target(a), _target(b),
     )  # fmt: skip
+
+
+def _target(report: Report) -> float | None:
+    return report.rows[0].target_efficiency if report.rows else None

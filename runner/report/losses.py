@@ -22,6 +22,7 @@ from dtrun.report.noise import Straggler
 from dtrun.report.results import PROGRAM_STRATEGY
 from dtrun.report.stats import Verdict
 from dtrun.spec.request import ScalingMode
+from dtrun.spec.text import percent
 
 
 def allreduce_seconds(size_bytes: int, busbw_gbs: float, world: int) -> float:
@@ -209,11 +210,12 @@ def _finding(
 ) -> str:
     if row is base:
         return "the baseline every efficiency is measured against"
+    shown = percent(row.efficiency, row.target_efficiency)
     if row.verdict is Verdict.SCALES:
-        return f"scales ({row.efficiency:.0%}, its 95% interval at or above the target)"
+        return f"scales ({shown}, its 95% interval at or above the target)"
     if row.efficiency >= row.target_efficiency:
         return (
-            f"{row.efficiency:.0%}, at or above the {row.target_efficiency:.0%} target, but not "
+            f"{shown}, at or above the {row.target_efficiency * 100:g}% target, but not "
             f"shown to scale: {row.verdict.value} (see the verdict)"
         )
     return _why_lost(row, base, expected, share, oversubscribed, straggler)

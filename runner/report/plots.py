@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from dtrun.azure.sizefacts import ExpectedBusbw
 from dtrun.report.metrics import ScalingRow
 from dtrun.report.results import SizeRow
-from dtrun.spec.text import plural
+from dtrun.spec.text import percent, plural
 from dtrun.workloads.sizes import format_size
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def plot_throughput(rows: Sequence[ScalingRow], *, title: str, unit: str = "toke
                 marker="o", capsize=4, label=f"measured, 95% CI (n = {_n(rows)})")  # fmt: skip
     for row in rows:
         ax.annotate(
-            f"{row.efficiency:.0%}",
+            percent(row.efficiency, row.target_efficiency),
             (row.nodes, row.tokens_per_s),
             textcoords="offset points",
             xytext=(6, -12),
@@ -96,15 +96,15 @@ def plot_efficiency(rows: Sequence[ScalingRow], *, title: str) -> bytes:
     target the verdicts are judged against."""
     fig, ax = _figure()
     nodes = [row.nodes for row in rows]
-    percent = [[value * 100 for value in side] for side in _bars(rows, "efficiency")]
+    bars = [[value * 100 for value in side] for side in _bars(rows, "efficiency")]
     target = rows[0].target_efficiency * 100
     ax.plot(nodes, [100.0] * len(nodes), "--", color="grey", label="ideal")
     ax.axhline(target, ls=":", color="C3", label=f"target {target:g}%")
-    ax.errorbar(nodes, [row.efficiency * 100 for row in rows], yerr=percent, marker="o",
+    ax.errorbar(nodes, [row.efficiency * 100 for row in rows], yerr=bars, marker="o",
                 capsize=4, label=f"measured, 95% CI (n = {_n(rows)})")  # fmt: skip
     for row in rows:
         ax.annotate(
-            f"{row.efficiency:.0%} {row.verdict}",
+            f"{percent(row.efficiency, row.target_efficiency)} {row.verdict}",
             (row.nodes, row.efficiency * 100),
             textcoords="offset points",
             xytext=(6, -12),

@@ -36,7 +36,7 @@ from typing import Any
 from dtrun.predict.model import SPREAD_SDS
 from dtrun.report.results import TrainResult
 from dtrun.spec.request import MIN_LAUNCHES, BenchSpec
-from dtrun.spec.text import plural
+from dtrun.spec.text import percent, percent_range, plural
 
 CONFIDENCE = 0.95  # the interval's coverage
 DEFAULT_TARGET = BenchSpec.target_efficiency  # --target-efficiency; older manifests: this
@@ -282,14 +282,14 @@ def reason(
     low, high = bounds
     if verdict is Verdict.BASELINE:
         return "every efficiency is measured against it"
-    figure = f"efficiency {efficiency:.0%}"
+    figure = f"efficiency {percent(efficiency, target)}"
     if low is None or high is None:
         return (
             f"{figure}, no interval: one launch {single or 'a point'}; {ONE_LAUNCH} (how "
             "much a whole launch's speed moves, which its own steps do not show); to decide, "
             "--repeat 2 or more"
         )
-    ci = f"{confidence_text(confidence)} CI {low * 100:.0f}-{high * 100:.0f}%"
+    ci = f"{confidence_text(confidence)} CI {percent_range(low, high, target)}"
     goal = f"the {target * 100:g}% target"
     if verdict is Verdict.SCALES:
         return f"{figure}, {ci}, at or above {goal}"

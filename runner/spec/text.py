@@ -1,8 +1,10 @@
 """What ends or bends a line of text wherever dtrun writes a value: one pattern for the input
-checks (runner/cluster/names.py) and the renderer's one-line form (runner/render.py). Stdlib."""
+checks (runner/cluster/names.py) and the renderer's one-line form (runner/render.py); and how
+counts and percents read wherever dtrun shows them. Stdlib."""
 
 from __future__ import annotations
 
+import math
 import re
 
 # C0 and C1 controls, DEL, the Unicode line and paragraph separators, and the bidirectional
@@ -36,3 +38,22 @@ def host_label(node: str, address: str | None) -> str:
     """A node as reports name it: dtrun's name and the host the hosts file, stack or scheduler
     gave it, 'node-1 (127.0.0.3)'; the name alone where it is the host, or none is known."""
     return f"{node} ({address})" if address and address != node else node
+
+
+def percent(value: float, target: float | None = None) -> str:
+    """A fraction as a whole percent, '92%'; beside a ``target``, with as many decimals as keep
+    it on its side of the target (at most 3, then rounded away from it): 0.8996 against 0.9
+    is '89.96%', never a '90%' beside a verdict of below."""
+    if target is None:
+        return f"{value * 100:.0f}%"
+    for digits in range(3):
+        text = f"{value * 100:.{digits}f}"
+        if (float(text) / 100 >= target) == (value >= target):
+            return f"{text}%"
+    scaled = value * 100_000
+    return f"{(math.ceil(scaled) if value >= target else math.floor(scaled)) / 1000:.3f}%"
+
+
+def percent_range(low: float, high: float, target: float | None = None) -> str:
+    """An interval of fractions as percents, '86-89.97%', each end as ``percent`` shows it."""
+    return f"{percent(low, target)[:-1]}-{percent(high, target)}"

@@ -1,0 +1,69 @@
+"""What a verdict is printed beside: every figure of a point says what its numbers support, the
+same in report.md, report.html, summary.json, the console, `dtrun compare` and `dtrun predict`
+(docs/report.md "Intervals and verdicts")."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from dtrun.cli.app import app
+from dtrun.cli.summary import report_grid
+from dtrun.cli.tables import print_grid
+from dtrun.report.build import analyse, build_report
+from dtrun.report.stats import Verdict
+from dtrun.spec.request import BenchSpec
+from dtrun.spec.text import percent, percent_range
+from tests.factories import fake_run_dir, html_markdown
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("value", "target", "shown"),
+    [
+        (0.8996, 0.9, "89.96%"),  # below: never '90%'
+        (0.8951, 0.9, "89.5%"),
+        (0.89999999, 0.9, "89.999%"),  # past three decimals: rounded away from the target
+        (0.9, 0.9, "90%"),
+        (0.9004, 0.9, "90%"),
+        (0.9052, 0.9055, "90.5%"),  # '91%' would be above a 90.55% target
+        (1.12, 0.9, "112%"),
+        (0.8996, None, "90%"),  # no target: whole percents
+    ],
+)
+def test_an_efficiency_is_shown_on_its_side_of_the_target(value, target, shown):
+    assert percent(value, target) == shown
+
+
+def test_a_range_shows_each_end_on_its_side_of_the_target():
+    assert percent_range(0.8468, 0.89968, 0.9) == "85-89.97%"
+    assert percent_range(0.8951, 0.95, 0.9) == "89.5-95%"
+
+
+def test_an_interval_just_below_the_target_is_never_shown_reaching_it(tmp_path, fixed_inventory):
+    """Two launches a point, 1% apart: the 2-node efficiency interval ends at 89.97%, below the
+    90% target, so the point loses; '85-90%' beside 'below the 90% target' contradicts it."""
+    bench = BenchSpec(run_id="edge", node_counts=(1, 2), repeat=2)
+    tokens = {1: [1000.0, 1010.0], 2: [1745.7, 1745.7 * 1.01]}
+    run = fake_run_dir(tmp_path / "edge", bench, fixed_inventory, tokens)
+    report = build_report(run)
+    row = report.rows[1]
+    assert row.verdict is Verdict.LOSES and 0.8996 < (row.efficiency_high or 0) < 0.8997
+    assert "95% CI 85-89.97%, below the 90% target" in row.verdict_reason
+    text = run.report.read_text()
+    assert "| 87% (85-89.97%) | **loses** |" in text
+    assert "85-90%" not in text and "85-90%" not in html_markdown(run)
+    out = io.StringIO()
+    from rich.console import Console
+
+    print_grid(Console(file=out, width=200), report_grid(analyse(run)))
+    assert "87% (85-89.97%)" in out.getvalue()
+    other = fake_run_dir(tmp_path / "other", BenchSpec(run_id="other", repeat=2), fixed_inventory,
+                         {1: [1000.0, 1010.0], 2: [1800.0, 1818.0]})  # fmt: skip
+    done = runner.invoke(app, ["compare", str(run.path), str(other.path)], env={"COLUMNS": "250"})
+    assert done.exit_code == 0, done.output
+    assert re.search(r"│\s+87% \(85-89\.97%\) │", done.output), done.output
