@@ -70,7 +70,8 @@ INTERVAL_TEXT = (
     f"{CONFIDENCE:.0%} t-interval from the launches: each launch's ln tokens/s; a point's "
     "mean of them, speedup and efficiency from its difference with the baseline's, with the "
     "launch-to-launch variance pooled over the node counts and Student's t at its degrees of "
-    "freedom (launches less one per node count); none with one launch at the point or baseline"
+    "freedom (launches less one per node count); none with one launch at the point or baseline, "
+    "or where no launch differs from another"
 )
 
 

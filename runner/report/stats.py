@@ -43,6 +43,9 @@ DEFAULT_TARGET = BenchSpec.target_efficiency  # --target-efficiency; older manif
 STATISTIC = "median step time"
 NO_STEPS = "no per-step times recorded"
 ONE_LAUNCH = "one launch cannot show the launch-to-launch spread"
+# every launch at every node count alike: only a coarse clock does that, and a zero-width
+# interval would decide on a spread nothing measured
+NO_SPREAD = "every launch ran at the same speed, so nothing measured how much a launch moves"
 METHOD = "t-interval on launches' log tokens/s, launch-to-launch variance pooled over node counts"
 
 
@@ -160,12 +163,12 @@ def intervals(
     difference from the baseline's, with the sweep's pooled launch-to-launch ``noise``
     (``scale``: its node count over the baseline's; 1 is the baseline itself). Absent: no
     interval, the point or the baseline having one launch (nothing shows how much a launch
-    moves), or no node count two."""
+    moves), no node count two, or no spread among them (NO_SPREAD)."""
     out: dict[str, Any] = {}
     if scale == 1:  # the baseline: 1x and 100% by definition
         out |= dict.fromkeys(("speedup_low", "speedup_high"), 1.0)
         out |= dict.fromkeys(("efficiency_low", "efficiency_high"), 1.0)
-    if noise.sigma is None or len(results) < 2:
+    if not noise.sigma or len(results) < 2:  # None, or 0: NO_SPREAD
         return out
     t = noise.critical(confidence)
     mean = statistics.fmean(log_launches(results))
@@ -284,6 +287,8 @@ def reason(
         return "every efficiency is measured against it"
     figure = f"efficiency {percent(efficiency, target)}"
     if low is None or high is None:
+        if not single:  # two launches or more at both: the launches never differed
+            return f"{figure}, no interval: {NO_SPREAD}; to decide, time the steps more finely"
         return (
             f"{figure}, no interval: one launch {single or 'a point'}; {ONE_LAUNCH} (how "
             "much a whole launch's speed moves, which its own steps do not show); to decide, "

@@ -263,10 +263,11 @@ def test_a_verdict_stands_only_on_points_measured_quietly(
     tmp_path, fixed_inventory, noisy_at, verdict
 ):
     """2 nodes at two thirds of the 1-node speed, clearly below the target: *loses*, unless
-    the point or its baseline was measured in noise, which makes it *inconclusive*."""
+    the point or its baseline was measured in noise, which makes it *inconclusive*. Each
+    launch a little slower than the last: launches that never differ give no interval."""
     steps = {
-        1: [[0.030 + 0.0001 * (i % 5) for i in range(50)] for _ in range(3)],
-        2: [[0.045 + 0.0001 * (i % 5) for i in range(50)] for _ in range(3)],
+        1: [[0.030 + 0.0001 * (i % 5 + k) for i in range(50)] for k in range(3)],
+        2: [[0.045 + 0.0001 * (i % 5 + k) for i in range(50)] for k in range(3)],
     }
     loud = noise_data(["node-0"], other_cores=0.6, probe_s=[0.03])
     noise = {
@@ -295,8 +296,8 @@ def test_a_verdict_made_inconclusive_by_noise_says_in_english_what_it_would_have
     tmp_path, fixed_inventory, two_node_s, would
 ):
     steps = {
-        1: [[0.030 + 0.0001 * (i % 5) for i in range(50)] for _ in range(3)],
-        2: [[two_node_s + 0.0001 * (i % 5) for i in range(50)] for _ in range(3)],
+        1: [[0.030 + 0.0001 * (i % 5 + k) for i in range(50)] for k in range(3)],
+        2: [[two_node_s + 0.0001 * (i % 5 + k) for i in range(50)] for k in range(3)],
     }
     loud = noise_data(NODES, other_cores=0.6, probe_s=[0.03, 0.03])
     noise = {1: [quiet(["node-0"], ())] * 3, 2: [loud] * 3}
@@ -317,7 +318,7 @@ def test_a_point_that_stopped_decided_in_noise_says_its_verdict_was_set_aside(
     """--until-decided stops a point once its interval decides; more launches cannot make a
     point with a straggler quiet (a straggler is the cluster's, not a disturbed launch's), so
     it stays stopped, and the report says why a point that 'decided' reads inconclusive."""
-    steps = {n: [[s + 0.0001 * (i % 5) for i in range(50)] for _ in range(2)]
+    steps = {n: [[s + 0.0001 * (i % 5 + k) for i in range(50)] for k in range(2)]
              for n, s in ((1, 0.030), (2, 0.045))}  # fmt: skip
     slow = noise_data(NODES, probe_s=[0.03, 0.045])  # rank 1 at 1.5x: a straggler
     noise = {1: [quiet(["node-0"], ())] * 2, 2: [slow] * 2}

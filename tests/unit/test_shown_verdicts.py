@@ -67,3 +67,19 @@ def test_an_interval_just_below_the_target_is_never_shown_reaching_it(tmp_path, 
     done = runner.invoke(app, ["compare", str(run.path), str(other.path)], env={"COLUMNS": "250"})
     assert done.exit_code == 0, done.output
     assert re.search(r"│\s+87% \(85-89\.97%\) │", done.output), done.output
+
+
+def test_launches_that_never_differ_give_no_interval_and_no_verdict(tmp_path, fixed_inventory):
+    """Step times read off a coarse clock (a program printing 0.11 s a step) make every launch
+    alike: no launch-to-launch spread was measured, and a zero-width '95% CI 91-91%' that
+    decides 'scales' after two launches claims a certainty nothing showed."""
+    bench = BenchSpec(run_id="flat", node_counts=(1, 2), repeat=2)
+    times = {1: [[0.1] * 20, [0.1] * 20], 2: [[0.11] * 20, [0.11] * 20]}
+    run = fake_run_dir(tmp_path / "flat", bench, fixed_inventory, {}, step_times=times)
+    row = analyse(run).rows[1]
+    assert row.launch_sigma == 0
+    assert row.efficiency_low is None and row.efficiency_high is None
+    assert row.verdict is Verdict.INCONCLUSIVE
+    assert "every launch ran at the same speed" in row.verdict_reason
+    assert "one launch" not in row.verdict_reason
+
