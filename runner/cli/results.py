@@ -125,16 +125,18 @@ def print_comparison(result: Comparison, *, wide: bool = False) -> None:
                Column("B / A", 8)]  # fmt: skip
     caption = None
     if train:
-        columns[2:2] = [Column("A 95% CI", 5, pair="ci")]
-        columns[4:4] = [Column("B 95% CI", 5, pair="ci")]
+        a_level, b_level = result.a_level, result.b_level
+        columns[2:2] = [Column(f"A {a_level} CI", 5, pair="ci")]
+        columns[4:4] = [Column(f"B {b_level} CI", 5, pair="ci")]
         columns += [
             Column("change", 8, wrap=True),
-            Column("A eff. (95% CI)", 7, pair="eff"), Column("B eff. (95% CI)", 7, pair="eff"),
+            Column(f"A eff. ({a_level} CI)", 7, pair="eff"),
+            Column(f"B eff. ({b_level} CI)", 7, pair="eff"),
             Column("A busbw", 3, pair="busbw"), Column("B busbw", 3, pair="busbw"),
         ]  # fmt: skip
         caption = (
-            f"{unit} and efficiency at the median step time; a change only where the two 95% "
-            "intervals do not overlap"
+            f"{unit} and efficiency at the median step time; a change only where the two "
+            f"intervals ({a_level} and {b_level}) do not overlap"
         )
 
     def number(value: float | None, spec: str) -> str:

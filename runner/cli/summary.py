@@ -77,10 +77,13 @@ def report_grid(report: Report) -> Grid:
         ]
         return Grid(columns, rows, title)
     unit = report.summary.get("unit") or "tokens"
+    from dtrun.report.stats import interval_level
+
     sequential = any(row.stopped for row in report.rows)  # --until-decided
     caption = (
         f"{unit}/s, speedup and efficiency at the median step time, efficiency with its "
-        f"{'per-look' if sequential else '95%'} interval from the launches in brackets; n = "
+        f"{interval_level([row.confidence for row in report.rows])} interval from the launches "
+        "in brackets; n = "
         "timed steps x launches"
         + ("; --until-decided: why each point stopped after its verdict" if sequential else "")
     )

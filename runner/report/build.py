@@ -49,7 +49,7 @@ from dtrun.report.resultfile import AllreduceResult, Result
 from dtrun.report.results import SizeRow, TrainResult
 from dtrun.report.sequential import STOPPED_TEXT, judged_rows, until_decided, used_launches
 from dtrun.report.stages import StageTable, stage_tables
-from dtrun.report.stats import CONFIDENCE, ONE_LAUNCH, STATISTIC, confidence_text
+from dtrun.report.stats import CONFIDENCE, ONE_LAUNCH, STATISTIC, interval_level
 from dtrun.report.summaryfile import SUMMARY_SCHEMA
 from dtrun.spec.outcome import health_below
 from dtrun.spec.request import ScalingMode, leaves_out
@@ -294,7 +294,7 @@ def _context(report: Report) -> dict[str, Any]:
         "statistic": STATISTIC_TEXT,
         "interval": INTERVAL_TEXT,
         "confidence": CONFIDENCE,
-        "confidence_text": "per-look" if until_decided(bench) else confidence_text(CONFIDENCE),
+        "confidence_text": interval_level([row.confidence for row in report.rows] or [CONFIDENCE]),
         "until_decided": until_decided(bench),
         "stopped_text": STOPPED_TEXT,
         "one_launch": ONE_LAUNCH,

@@ -1,12 +1,12 @@
 """`dtrun compare RUN_A RUN_B`: two runs side by side, from their saved results. Read-only.
 
 Rows are matched by node count; training figures are at the median step time, with each run's
-95% interval, and a difference is called a change only when the two intervals do not overlap
-(runner/report/stats.py) and both points were measured quietly: where either run's report
-calls its point unreliable (its Noise section), the change is "noisy (A)" and the reason is
-said. A run compared with itself is said to be one. Beside the figures it lists what differs
-between the two runs' set-ups (launcher, size, model, versions, ...), since a ratio means
-little without it.
+interval (95%, or per-look for an --until-decided run), and a difference is called a change only
+when the two intervals do not overlap (runner/report/stats.py) and both points were measured
+quietly: where either run's report calls its point unreliable (its Noise section), the change is
+"noisy (A)" and the reason is said. A run compared with itself is said to be one. Beside the
+figures it lists what differs between the two runs' set-ups (launcher, size, model, versions,
+...), since a ratio means little without it.
 
 Only like with like: two runs of the same workload, and two runs of a user's program only
 when their throughputs count the same unit (docs/your-training.md "Comparing runs").
@@ -29,6 +29,7 @@ from dtrun.report.program import (
 )
 from dtrun.report.reproduce import kept_cores
 from dtrun.report.results import ProgramFacts, TrainResult
+from dtrun.report.stats import CONFIDENCE, interval_level
 from dtrun.spec.text import plural
 
 COMPARE_SCHEMA = "dtrun.compare/3"
@@ -40,7 +41,7 @@ class Figures:
     """One run's figures at one node count, as `dtrun compare` shows them."""
 
     value: float  # the throughput at the median step (training, programs) or busbw in GB/s
-    low: float | None = None  # the 95% interval of ``value`` (training; None: none)
+    low: float | None = None  # the interval of ``value`` (training; None: none)
     high: float | None = None
     efficiency: float | None = None
     efficiency_low: float | None = None
@@ -59,7 +60,7 @@ class CompareRow:
     b_efficiency: float | None
     a_busbw: float | None  # training: the probe's busbw at the gradient size
     b_busbw: float | None
-    a_low: float | None = None  # training: each run's 95% interval of its tokens/s
+    a_low: float | None = None  # training: each run's interval of its tokens/s
     a_high: float | None = None
     b_low: float | None = None
     b_high: float | None = None
@@ -102,6 +103,9 @@ class Comparison:
     # each run's target efficiency, its efficiencies shown on their side of it (training)
     a_target: float | None = None
     b_target: float | None = None
+    # each run's intervals' level: "95%", or "per-look" for an --until-decided run's
+    a_level: str = "95%"
+    b_level: str = "95%"
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": COMPARE_SCHEMA, **asdict(self)}
@@ -126,7 +130,7 @@ def _figures(report: Report) -> dict[int, Figures]:
 
 
 def change(a: Figures, b: Figures, noisy: str = "") -> str | None:
-    """B against A: a change only when the two 95% intervals do not overlap and neither point
+    """B against A: a change only when the two intervals do not overlap and neither point
     was measured in noise; ``noisy``: which sides were ("A", "B", "A, B"), "" for none."""
     if a.low is None or a.high is None or b.low is None or b.high is None:
         return None
@@ -350,9 +354,13 @@ def compare(a: Report, b: Report) -> Comparison:
     metric = "busbw (GB/s)" if a.workload == "allreduce" else f"{unit} at the median step"
     return Comparison(
         a.manifest["run_id"], b.manifest["run_id"], a.workload, metric, tuple(rows),
-        differences, unit, noisy, same_run(a, b), _target(a), _target(b),
+        differences, unit, noisy, same_run(a, b), _target(a), _target(b), _level(a), _level(b),
     )  # fmt: skip
 
 
 def _target(report: Report) -> float | None:
     return report.rows[0].target_efficiency if report.rows else None
+
+
+def _level(report: Report) -> str:
+    return interval_level([row.confidence for row in report.rows] or [CONFIDENCE])

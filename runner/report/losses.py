@@ -20,7 +20,7 @@ from dtrun.report.model import (
 )
 from dtrun.report.noise import Straggler
 from dtrun.report.results import PROGRAM_STRATEGY
-from dtrun.report.stats import Verdict
+from dtrun.report.stats import Verdict, confidence_text
 from dtrun.spec.request import ScalingMode
 from dtrun.spec.text import percent
 
@@ -212,7 +212,8 @@ def _finding(
         return "the baseline every efficiency is measured against"
     shown = percent(row.efficiency, row.target_efficiency)
     if row.verdict is Verdict.SCALES:
-        return f"scales ({shown}, its 95% interval at or above the target)"
+        level = confidence_text(row.confidence)
+        return f"scales ({shown}, its {level} interval at or above the target)"
     if row.efficiency >= row.target_efficiency:
         return (
             f"{shown}, at or above the {row.target_efficiency * 100:g}% target, but not "

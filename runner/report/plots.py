@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from dtrun.azure.sizefacts import ExpectedBusbw
 from dtrun.report.metrics import ScalingRow
 from dtrun.report.results import SizeRow
+from dtrun.report.stats import interval_level
 from dtrun.spec.text import percent, plural
 from dtrun.workloads.sizes import format_size
 
@@ -55,7 +56,7 @@ def _separated(ax: Axes, *, x: bool = True) -> None:
 
 
 def _bars(rows: Sequence[ScalingRow], value: str) -> list[list[float]]:
-    """Error bars below and above each row's ``value`` from its 95% interval (none without
+    """Error bars below and above each row's ``value`` from its interval (none without
     one; never negative, should a figure sit outside its own interval)."""
     below, above = [], []
     for row in rows:
@@ -66,12 +67,12 @@ def _bars(rows: Sequence[ScalingRow], value: str) -> list[list[float]]:
 
 
 def plot_throughput(rows: Sequence[ScalingRow], *, title: str, unit: str = "tokens") -> bytes:
-    """tokens/s (median step) against nodes with its 95% interval and the ideal linear line."""
+    """tokens/s (median step) against nodes with its interval and the ideal linear line."""
     fig, ax = _figure()
     nodes = [row.nodes for row in rows]
     ax.plot(nodes, [row.ideal_tokens_per_s for row in rows], "--", color="grey", label="ideal")
     ax.errorbar(nodes, [row.tokens_per_s for row in rows], yerr=_bars(rows, "tokens_per_s"),
-                marker="o", capsize=4, label=f"measured, 95% CI (n = {_n(rows)})")  # fmt: skip
+                marker="o", capsize=4, label=_measured(rows))  # fmt: skip
     for row in rows:
         ax.annotate(
             percent(row.efficiency, row.target_efficiency),
@@ -92,7 +93,7 @@ def plot_throughput(rows: Sequence[ScalingRow], *, title: str, unit: str = "toke
 
 
 def plot_efficiency(rows: Sequence[ScalingRow], *, title: str) -> bytes:
-    """Scaling efficiency against nodes with its 95% interval, the ideal 100% line and the
+    """Scaling efficiency against nodes with its interval, the ideal 100% line and the
     target the verdicts are judged against."""
     fig, ax = _figure()
     nodes = [row.nodes for row in rows]
@@ -101,7 +102,7 @@ def plot_efficiency(rows: Sequence[ScalingRow], *, title: str) -> bytes:
     ax.plot(nodes, [100.0] * len(nodes), "--", color="grey", label="ideal")
     ax.axhline(target, ls=":", color="C3", label=f"target {target:g}%")
     ax.errorbar(nodes, [row.efficiency * 100 for row in rows], yerr=bars, marker="o",
-                capsize=4, label=f"measured, 95% CI (n = {_n(rows)})")  # fmt: skip
+                capsize=4, label=_measured(rows))  # fmt: skip
     for row in rows:
         ax.annotate(
             f"{percent(row.efficiency, row.target_efficiency)} {row.verdict}",
@@ -120,6 +121,12 @@ def plot_efficiency(rows: Sequence[ScalingRow], *, title: str) -> bytes:
     ax.grid(alpha=0.3)
     ax.legend()
     return _png(fig)
+
+
+def _measured(rows: Sequence[ScalingRow]) -> str:
+    """The measured line's label: its intervals' level as the report names it (95%, or
+    per-look with --until-decided) and n."""
+    return f"measured, {interval_level([row.confidence for row in rows])} CI (n = {_n(rows)})"
 
 
 def _n(rows: Sequence[ScalingRow]) -> str:

@@ -313,6 +313,14 @@ def confidence_text(confidence: float) -> str:
     return f"{confidence * 100:.4g}%"
 
 
+def interval_level(confidences: Sequence[float]) -> str:
+    """What a table or plot of several points calls their intervals: "95%" where every one is
+    at one level, else "per-look" (--until-decided: each at the level of the look it stopped
+    at, 99.67% to 98.33% with 6 launches at most)."""
+    levels = set(confidences)
+    return confidence_text(levels.pop()) if len(levels) == 1 else "per-look"
+
+
 def noise_text(points: Sequence[tuple[int, float | None, float | None]]) -> str:
     """How much the figures a verdict rests on vary, per node count: (nodes, the step times'
     p10-p90 width and the launches' min-max width, each as a share of the median or the

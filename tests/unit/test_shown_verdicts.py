@@ -83,3 +83,28 @@ def test_launches_that_never_differ_give_no_interval_and_no_verdict(tmp_path, fi
     assert "every launch ran at the same speed" in row.verdict_reason
     assert "one launch" not in row.verdict_reason
 
+
+def _steps(step: float, launch: int) -> list[float]:
+    """20 steps around ``step`` seconds, each launch 0.1% slower than the one before."""
+    return [step * (1 + 0.001 * launch) * (1 + 0.01 * (i % 5 - 2) / 2) for i in range(20)]
+
+
+def test_an_until_decided_run_s_intervals_are_never_called_95_percent(tmp_path, fixed_inventory):
+    """--until-decided judges each look at its own level (99.67% at the first of six): the
+    compare table, its caption and the report's finding name that level, not 95%."""
+    decided = BenchSpec(run_id="decided", node_counts=(1, 2), until_decided=True, max_launches=6)
+    times = {n: [_steps(1.0 / e, k) for k in range(2)] for n, e in ((1, 1.0), (2, 0.99))}
+    run = fake_run_dir(tmp_path / "decided", decided, fixed_inventory, {}, step_times=times)
+    report = build_report(run)
+    row = report.rows[1]
+    assert (row.verdict, row.stopped) == (Verdict.SCALES, "decided")
+    assert row.confidence == pytest.approx(1 - 0.05 / 15)
+    assert "scales (99%, its 99.67% interval at or above the target)" in run.report.read_text()
+    fixed = BenchSpec(run_id="fixed", node_counts=(1, 2), repeat=2)
+    other = fake_run_dir(tmp_path / "fixed", fixed, fixed_inventory, {}, step_times=times)
+    done = runner.invoke(app, ["compare", str(run.path), str(other.path)], env={"COLUMNS": "250"})
+    assert done.exit_code == 0, done.output
+    assert "A 95% CI" not in done.output and "A eff. (95% CI)" not in done.output
+    assert "A per-look CI" in done.output and "A eff. (per-look CI)" in done.output
+    assert "B 95% CI" in done.output
+    assert "the two intervals (per-look and 95%) do not overlap" in done.output
