@@ -14,6 +14,8 @@ from dtrun.cli.cost import PricePerNodeHour, checked_usd
 from dtrun.spec.bounds import within
 from dtrun.spec.request import BUSBW, BenchSpec
 
+DEFAULT_TARGET = BenchSpec.target_efficiency  # without a run to take it from (--from)
+
 if TYPE_CHECKING:
     from dtrun.predict.predict import Prediction
 
@@ -57,7 +59,15 @@ def predict(
             help=f"All-reduce busbw across nodes, GB/s, in place of the run's ({BUSBW.words}).",
         ),
     ] = None,
-    target_efficiency: opts.TargetEfficiency = 0.9,
+    target_efficiency: Annotated[
+        float | None,
+        typer.Option(
+            help="Efficiency a node count must reach to scale, as a fraction (0.9: 90%); "
+            "default: the run's own target, 0.9 with --from"
+            f"{within(BenchSpec, 'target_efficiency')}.",
+            rich_help_panel=opts.OUT_PANEL,
+        ),
+    ] = None,
     price_per_node_hour: PricePerNodeHour = None,
     json_out: opts.Json = False,
 ) -> None:
@@ -74,7 +84,7 @@ def predict(
         check_predict(
             sources=(run_dir is not None) + (from_file is not None),
             counts=counts,
-            target=target_efficiency,
+            target=DEFAULT_TARGET if target_efficiency is None else target_efficiency,
             size=size,
             busbw=busbw,
         )
@@ -89,7 +99,7 @@ def _predict(
     run_dir: Path | None,
     from_file: Path | None,
     counts: tuple[int, ...],
-    target: float,
+    target: float | None,
     size: str | None,
     busbw: float | None,
     override: float | None,
@@ -123,7 +133,7 @@ def _predict(
         if price is None and size is not None:
             listed = list_price(size, None)
             price = None if listed is None else (listed.usd_per_node_hour, listed.source)
-        result = predict(desc, counts, target, price=price)
+        result = predict(desc, counts, DEFAULT_TARGET if target is None else target, price=price)
         return replace(result, assumptions=(*said, *result.assumptions))
     from dtrun.cli.results import _run_dir
     from dtrun.report.build import analyse
@@ -136,6 +146,8 @@ def _predict(
     if size is not None and override is None:
         listed = list_price(size, report.manifest["inventory"].get("region"))
         price = None if listed is None else (listed.usd_per_node_hour, listed.source)
+    if target is None:  # the run's own, as its report's verdicts and Next node counts judge
+        target = float(report.manifest["bench"].get("target_efficiency", DEFAULT_TARGET))
     result = predict(
         found.description,
         counts,

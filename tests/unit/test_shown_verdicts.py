@@ -108,3 +108,27 @@ def test_an_until_decided_run_s_intervals_are_never_called_95_percent(tmp_path, 
     assert "A per-look CI" in done.output and "A eff. (per-look CI)" in done.output
     assert "B 95% CI" in done.output
     assert "the two intervals (per-look and 95%) do not overlap" in done.output
+
+
+def test_predict_on_a_run_judges_against_the_run_s_own_target(tmp_path, fixed_inventory):
+    """The report's Next node counts judge 4 and 8 nodes against the run's --target-efficiency;
+    `dtrun predict RUN --nodes 4,8` on the same figures judged them against 0.9 instead, and
+    so gave other verdicts for the same predicted efficiencies."""
+    import json
+
+    bench = BenchSpec(run_id="t80", node_counts=(1, 2), repeat=2, target_efficiency=0.8)
+    times = {n: [_steps(s, k) for k in range(2)] for n, s in ((1, 0.1), (2, 0.101))}
+    run = fake_run_dir(tmp_path / "t80", bench, fixed_inventory, {}, step_times=times,
+                       busbw={2: 40.0})  # fmt: skip
+    report = build_report(run)
+    assert report.next_counts is not None
+    said = {p.nodes: p.verdict for p in report.next_counts.predictions}
+    assert said == {4: "scales", 8: "scales"}
+    done = runner.invoke(app, ["predict", str(run.path), "--nodes", "4,8", "--json"])
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout[done.stdout.index("{") :])
+    assert data["target_efficiency"] == 0.8
+    assert {p["nodes"]: p["verdict"] for p in data["predictions"]} == said
+    given = runner.invoke(app, ["predict", str(run.path), "--nodes", "4", "--json",
+                                "--target-efficiency", "0.99"])  # fmt: skip
+    assert json.loads(given.stdout[given.stdout.index("{") :])["target_efficiency"] == 0.99
