@@ -136,7 +136,12 @@ def print_comparison(result: Comparison, *, wide: bool = False) -> None:
         ]  # fmt: skip
         caption = (
             f"{unit} and efficiency at the median step time; a change only where the two "
-            f"intervals ({a_level} and {b_level}) do not overlap"
+            + (
+                f"{a_level} intervals"
+                if a_level == b_level
+                else f"intervals ({a_level}, {b_level})"
+            )
+            + " do not overlap"
         )
 
     def number(value: float | None, spec: str) -> str:

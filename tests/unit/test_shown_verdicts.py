@@ -107,7 +107,7 @@ def test_an_until_decided_run_s_intervals_are_never_called_95_percent(tmp_path, 
     assert "A 95% CI" not in done.output and "A eff. (95% CI)" not in done.output
     assert "A per-look CI" in done.output and "A eff. (per-look CI)" in done.output
     assert "B 95% CI" in done.output
-    assert "the two intervals (per-look and 95%) do not overlap" in done.output
+    assert "the two intervals (per-look, 95%) do not overlap" in done.output
 
 
 def test_predict_on_a_run_judges_against_the_run_s_own_target(tmp_path, fixed_inventory):
