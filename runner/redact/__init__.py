@@ -139,6 +139,59 @@ def fragments(value: str) -> frozenset[str]:
 
 Data = TypeVar("Data")
 
+# A secret printed across line breaks (a logger or rich wrapping a config dump at 80 columns,
+# a SAS token or a JWT being hundreds of characters): a line's end that is the start of a
+# secret, a line's start that is its end, and a line that lies wholly inside it are masked,
+# from this many characters, in values of at least WRAPPED_PIECE_SHORTEST (a short value
+# seldom wraps, and its pieces would be ordinary words). Fewer characters of a piece at a
+# break can show, as a value under SHORTEST can (docs/security.md).
+WRAPPED_SHORTEST = 8
+WRAPPED_PIECE_SHORTEST = 16
+
+
+def _wrapped_ends(line: str, piece: str) -> tuple[int, int]:
+    """How many characters at the start and at the end of ``line`` (its indent and trailing
+    white space aside) belong to ``piece`` broken across lines: its end, and its start."""
+    first = piece[:WRAPPED_SHORTEST]
+    body = line.rstrip()
+    tail = 0
+    at = body.find(first, max(0, len(body) - len(piece) + 1))
+    while at != -1:
+        if piece.startswith(body[at:]):
+            tail = len(body) - at
+            break
+        at = body.find(first, at + 1)
+    lead = len(line) - len(line.lstrip())
+    head, opening = 0, line[lead : lead + WRAPPED_SHORTEST]
+    if len(opening) == WRAPPED_SHORTEST:
+        at = piece.find(opening, 1)
+        while at != -1:
+            if line.startswith(piece[at:], lead):
+                head = len(piece) - at
+                break
+            at = piece.find(opening, at + 1)
+    return head, tail
+
+
+def mask_wrapped(text: str, pieces: Iterable[str]) -> str:
+    """``text`` with every piece's fragments at line breaks masked (WRAPPED_SHORTEST)."""
+    lines = text.split("\n")
+    for index, line in enumerate(lines):
+        for piece in pieces:
+            inner = line.strip()
+            if len(inner) >= WRAPPED_SHORTEST and inner in piece:
+                line = line.replace(inner, REDACTED)
+                continue
+            head, tail = _wrapped_ends(line, piece)
+            lead = len(line) - len(line.lstrip())
+            end = len(line.rstrip())
+            if tail >= WRAPPED_SHORTEST and end - tail >= lead + head:
+                line = line[: end - tail] + REDACTED + line[end:]
+            if head >= WRAPPED_SHORTEST:
+                line = line[:lead] + REDACTED + line[lead + head :]
+        lines[index] = line
+    return "\n".join(lines)
+
 
 @dataclass(frozen=True)
 class Redactor:
@@ -146,21 +199,27 @@ class Redactor:
     shapes, in any text, bytes or JSON-like data."""
 
     forms: tuple[str, ...] = ()  # longest first, so a form inside another goes with it
+    wrapped: tuple[str, ...] = ()  # the values and their lines looked for across line breaks
 
     @classmethod
     def of(cls, values: Iterable[str]) -> Redactor:
         return cls().knowing(values)
 
     def knowing(self, values: Iterable[str]) -> Redactor:
-        forms = set(self.forms)
+        forms, wrapped = set(self.forms), dict.fromkeys(self.wrapped)
         for value in values:
             forms |= fragments(value)
-        return Redactor(tuple(sorted(forms, key=lambda form: (-len(form), form))))
+            wrapped.update(
+                dict.fromkeys(p for p in lines_of(value) if len(p) >= WRAPPED_PIECE_SHORTEST)
+            )
+        return Redactor(tuple(sorted(forms, key=lambda form: (-len(form), form))), tuple(wrapped))
 
     def text(self, text: str) -> str:
         for form in self.forms:
             if form in text:
                 text = text.replace(form, REDACTED)
+        if self.wrapped:
+            text = mask_wrapped(text, self.wrapped)
         return redact_value(text)
 
     def data(self, data: Data) -> Data:

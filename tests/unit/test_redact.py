@@ -8,6 +8,8 @@ import json
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dtrun.redact import (
     REDACTED,
@@ -162,3 +164,45 @@ def test_a_short_secret_is_masked_in_base64_at_every_alignment(value):
             # what is left decodes to no more than one character of the value
             for left in masked.split(REDACTED):
                 assert len(left.rstrip("=")) <= len(encoded) - len(value) * 4 // 3 + 1
+
+
+SAS = "sv=2024-11-04&sig=AbCdEf0123456789GhIjKlMnOpQrStUv%3D"  # an Azure SAS token's tail
+
+
+def _shown_of(value: str, shown: str) -> int:
+    """The longest run of ``value``'s characters, in order, that ``shown`` still holds."""
+    return max(
+        (j - i for i in range(len(value)) for j in range(i + 1, len(value) + 1)
+         if value[i:j] in shown),
+        default=0,
+    )  # fmt: skip
+
+
+@given(
+    st.lists(st.integers(1, len(SAS) - 1), min_size=1, max_size=3, unique=True),
+    st.sampled_from(["", "    ", "\t"]),
+    st.sampled_from(["token: ", "config = {'sas': '", ""]),
+)
+def test_a_secret_wrapped_across_lines_shows_no_piece_of_8_characters(cuts, indent, before):
+    """A logger or rich wrapping a config dump breaks a long secret over lines; each line is
+    redacted alone (a node's output, line by line), and none keeps 8 of its characters in a
+    row (WRAPPED_SHORTEST)."""
+    cuts = sorted(cuts)
+    pieces = [SAS[i:j] for i, j in zip([0, *cuts], [*cuts, len(SAS)], strict=True)]
+    lines = [before + pieces[0], *(indent + piece for piece in pieces[1:-1])]
+    lines.append(indent + pieces[-1] + "', 'lr': 0.1}" if len(pieces) > 1 else "")
+    hide = Redactor.of([SAS])
+    for line in lines:
+        shown = hide.text(line)
+        assert _shown_of(SAS, shown) < 8, (line, shown)
+
+
+def test_ordinary_lines_beside_a_long_secret_are_left_whole():
+    hide = Redactor.of([SAS, "mypassword-very-long-1234"])
+    for line in [
+        "step 1234 loss 2.3456 lr 0.0001 sv=2024",
+        "    enter your password and continue",
+        "sig=Ab",
+        "2024-11-04 12:00:00 epoch 3 done",
+    ]:
+        assert hide.text(line) == line
