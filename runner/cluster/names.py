@@ -63,3 +63,22 @@ def login_problem(text: str) -> str | None:
     if control:
         return f"holds a control character ({control})"
     return "is not a login name (letters, digits, '.', '_' and '-')"
+
+
+# A network interface name as Linux takes one (dev_valid_name in net/core/dev.c): 1 to 15 bytes
+# (IFNAMSIZ is 16 with the name's end), not '.' or '..', and no '/', ':' or white space.
+INTERFACE_NAME_MOST = 15
+
+
+def interface_problem(text: str) -> str | None:
+    """Why ``text`` is not a Linux network interface name; None when it is one."""
+    size = len(text.encode())
+    if not size:
+        return "is empty; a network interface name has 1 to 15 bytes"
+    if size > INTERFACE_NAME_MOST:
+        return f"is {size:,} bytes long; a network interface name has at most 15"
+    if text in (".", ".."):
+        return "is not a network interface name (Linux takes no '.' or '..')"
+    if any(c in "/:" or c.isspace() for c in text):
+        return "is not a network interface name (Linux takes no '/', ':' or white space)"
+    return None

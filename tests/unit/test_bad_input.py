@@ -199,6 +199,8 @@ HOSTS = [
     ("nul.yaml", b"hosts: [a]\n\x00\n", "line 2 holds the control character"),
     ("longuser.yaml", f"user: {'u' * 10_000}\nhosts: [a]\n", "a login name has at most 255"),
     ("longhost.yaml", f"hosts: [{'h' * 254}]\n", "254 characters long; a host name has at most"),
+    ("iface.yaml", "hosts: [a]\ninterface: 'eth0; touch x'\n", "line 2: 'interface' 'eth0; t"),
+    ("longiface.yaml", "hosts: [a]\ninterface: enp0s31f6-bridge0\n", "line 2: 'interface' 'enp0s"),
     ("deep.yaml", "hosts: " + "[" * 50_000 + "]" * 50_000, "not valid YAML"),  # no recursion
 ]
 

@@ -389,3 +389,14 @@ def test_a_hosts_file_that_never_ends_is_refused_after_its_first_megabytes(tmp_p
         read_text(Path("/dev/zero"), "hosts file")
     assert f"more than any hosts file ({MAX_TEXT_BYTES:,} bytes)" in caught.value.message
     assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("name", ["eth0", "lo", "ib0", "enp0s31f6", "bond0.100", "e" * 15, "é" * 7])
+def test_an_interface_linux_would_name_is_taken(name):
+    assert parse(f"hosts: [a]\ninterface: '{name}'\n").interface == name
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "e" * 16, "é" * 8, "a/b", "eth0:1", "eth 0"])
+def test_an_interface_linux_would_refuse_is_refused_with_the_line(name):
+    with pytest.raises(HostsFileError, match=r"hosts\.yaml, line 2: 'interface'"):
+        parse(f"hosts: [a]\ninterface: '{name}'\n")

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from dtrun.azure.catalog import SIZES
-from dtrun.cluster.names import control_character, host_problem, login_problem
+from dtrun.cluster.names import control_character, host_problem, interface_problem, login_problem
 from dtrun.engines.ssh.hostlines import (
     Entry,
     HostsFileError,
@@ -74,11 +74,13 @@ def _scalar(node: yaml.Node, source: str, field: str, kind: type) -> Any:
     return value
 
 
-# The fields that name a machine or an account: they reach ssh, launchers and scripts' comments.
+# The fields that name a machine, an account or an interface: they reach ssh, launchers and
+# scripts' comments.
 _NAME_CHECKS: dict[str, Callable[[str], str | None]] = {
     "host": host_problem,
     "address": host_problem,
     "user": login_problem,
+    "interface": interface_problem,
 }
 
 
