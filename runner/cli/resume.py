@@ -25,7 +25,7 @@ import typer
 from dtrun.cli.approval import approve, program_words
 from dtrun.cli.options import Where
 from dtrun.errors import UsageError
-from dtrun.record.resume import Resumed, read_resume, read_spec, recorded_spec
+from dtrun.record.resume import Resumed, read_resume, read_spec, recorded_spec, refuse_links
 from dtrun.record.writer import hold_writer
 from dtrun.spec.request import BenchSpec, UnitKind
 
@@ -65,6 +65,7 @@ def resume_request(ctx: typer.Context, path: Path, launching: Any, yes: bool) ->
     resumed = read_resume(path, env, recorded)
     if resumed.complete:  # nothing to launch, approve or check: the caller says so
         return resumed
+    refuse_links(resumed)  # a link where it writes: refused now, not once launches began
     if not launching.dry_run:
         approve(path, recorded, "--resume", yes=yes)
     # Every record the report will read, each kept launch's result.json included, is checked

@@ -10,6 +10,7 @@ redacted (secret-looking names) must be given again.
 from __future__ import annotations
 
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, fields, is_dataclass
@@ -34,12 +35,13 @@ from dtrun.record.readback import (
     obj,
     read_record,
 )
-from dtrun.record.rundir import MANIFEST_SCHEMA, RunDir
+from dtrun.record.rundir import HEALTH_FILE, MANIFEST_SCHEMA, RunDir
 from dtrun.record.runsfile import RUNS_SCHEMA, launches_problem, segment_walls
 from dtrun.record.writer import no_launch_recorded
 from dtrun.redact import REDACTED
 from dtrun.spec.outcome import RunResult, RunStatus, SweepStatus
 from dtrun.spec.request import BenchSpec, leaves_out
+from dtrun.workloads.files import refuse_link
 
 T = TypeVar("T")
 
@@ -244,3 +246,45 @@ def read_resume(
     walls = segment_walls(runs, 1 + len(manifest.get("resumed", [])))
     complete = runs.get("status") == SweepStatus.COMPLETE.value
     return Resumed(run_dir, spec, done, replaced, walls, leaves_out(manifest["bench"]), complete)
+
+
+def written_paths(resumed: Resumed) -> list[Path]:
+    """What resuming ``resumed`` writes, in the order it does, as far as it is there now: each
+    launch it (re)runs, its node count's folder and everything already in it (a failed
+    launch's files are replaced); plan/n<N>/ of node counts with no launch kept; the records
+    and the report. A kept launch's folder is not among them: what its program left there,
+    links included, is only read (runner/record/readback.py)."""
+    run_dir, spec = resumed.run_dir, resumed.spec
+    folders = [
+        run_dir.point(nodes, repeat)
+        for nodes in spec.node_counts
+        for repeat in range(spec.launches)
+        if not resumed.is_done(nodes, repeat)
+    ]
+    kept = {run.nodes for run in resumed.done}
+    plans = [run_dir.plan_dir(nodes) for nodes in spec.node_counts if nodes not in kept]
+    paths: list[Path] = []
+    for folder in [*folders, *plans]:
+        paths += [folder.parent, folder]
+        if not folder.is_symlink() and folder.is_dir():
+            for top, dirs, files in os.walk(folder):  # follows no link: a link is a name here
+                paths += sorted(Path(top, name) for name in [*dirs, *files])
+    records = (run_dir.manifest, run_dir.runs, run_dir.summary, run_dir.report, run_dir.html)
+    return [*dict.fromkeys(paths), *records, run_dir.path / HEALTH_FILE]
+
+
+def refuse_links(resumed: Resumed) -> None:
+    """Exit 2 naming the first symbolic link among the paths resuming writes, before anything
+    runs: a write would refuse it anyway (write_atomic), but only once launches had begun."""
+    root = resumed.run_dir.path
+    for path in written_paths(resumed):
+        try:
+            refuse_link(path)
+        except OSError:
+            raise UsageError(
+                f"{path.relative_to(root)} in {root} is a symbolic link, and --resume writes there",
+                why="dtrun writes no file or folder through a link (it could point anywhere); "
+                "nothing was run or written",
+                fix=f"remove the link (or put what it points to in its place) and run "
+                f"`dtrun bench --resume {root}` again",
+            ) from None

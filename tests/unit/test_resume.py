@@ -214,3 +214,53 @@ def test_resume_of_a_complete_sweep_says_so_and_changes_nothing(tmp_path, fixed_
 
 def test_resume_of_a_stopped_sweep_is_not_called_complete(tmp_path):
     assert not read_resume(_run_dir(tmp_path).path, (("WANDB_API_KEY", "x"),)).complete
+
+
+def _stopped(tmp_path: Path, inventory) -> RunDir:
+    """A sweep of 1 and 2 nodes, 2 launches each, stopped before n2/r1: n2/r1 runs again."""
+    spec = BenchSpec("linked", node_counts=(1, 2), repeat=2)
+    run_dir = fake_run_dir(
+        tmp_path / "linked", spec, inventory, {1: [100.0, 101.0], 2: [190.0]},
+        SweepStatus.INTERRUPTED,
+    )  # fmt: skip
+    (run_dir.path / "n2" / "r1").mkdir()  # the stopped launch's folder, as it left it
+    (run_dir.path / "report.md").write_text("# earlier report\n")
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    ("link", "named"),
+    [("n2/r1", "n2/r1"), ("n2/r1/node-0.sh", "n2/r1/node-0.sh"), ("report.md", "report.md")],
+)
+def test_resume_refuses_a_link_where_it_writes_before_anything_runs(
+    tmp_path, fixed_inventory, link, named
+):
+    run_dir = _stopped(tmp_path, fixed_inventory)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    planted = run_dir.path / link
+    if planted.is_dir():
+        planted.rmdir()
+    elif planted.exists():
+        planted.unlink()
+    planted.symlink_to(elsewhere if link == "n2/r1" else elsewhere / "file")
+    before = _tree(run_dir.path)
+    done = run_dtrun("bench", "--resume", str(run_dir.path), "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{named} in {run_dir.path} is a symbolic link, and --resume writes there" in (
+        done.stderr
+    )
+    assert "remove the link" in done.stderr
+    assert _tree(run_dir.path) == before and not any(elsewhere.iterdir())
+
+
+def test_links_a_program_left_in_a_kept_launch_are_not_refused(tmp_path, fixed_inventory):
+    from dtrun.record.resume import refuse_links, written_paths
+
+    run_dir = _stopped(tmp_path, fixed_inventory)
+    (run_dir.path / "n1" / "r0" / "ckpt").symlink_to(tmp_path)  # n1/r0 is kept: only read
+    resumed = read_resume(run_dir.path, ())
+    refuse_links(resumed)
+    written = {str(p.relative_to(run_dir.path)) for p in written_paths(resumed)}
+    assert {"n2", "n2/r1", "report.md", "summary.json"} <= written
+    assert not any(name.startswith("n1/") for name in written)
