@@ -202,6 +202,7 @@ HOSTS = [
     ("iface.yaml", "hosts: [a]\ninterface: 'eth0; touch x'\n", "line 2: 'interface' 'eth0; t"),
     ("longiface.yaml", "hosts: [a]\ninterface: enp0s31f6-bridge0\n", "line 2: 'interface' 'enp0s"),
     ("deep.yaml", "hosts: " + "[" * 50_000 + "]" * 50_000, "not valid YAML"),  # no recursion
+    ("null.yaml", "interface:\nhosts: [a]\n", "line 1: 'interface' has no value"),
 ]
 
 # Stack outputs files (--outputs): (file name, content, words the message must hold).

@@ -63,6 +63,12 @@ def test_yaml_defaults_without_a_size_are_cpu_nodes_with_local_python():
     assert [n.address for n in inventory.nodes] == ["127.0.0.2", "127.0.0.3"]
 
 
+def test_a_text_field_is_taken_as_written_not_as_yaml_1_1_reads_it():
+    inventory = parse("user: 0123\ninterface: on\nworkdir: 1e3\nhosts: [a]\n")
+    assert inventory.ssh is not None and inventory.ssh.user == "0123"  # not octal 83
+    assert (inventory.interface, inventory.ssh.workdir) == ("on", "1e3")  # not True, 1000.0
+
+
 def test_an_address_separate_from_the_ssh_host():
     inventory = parse("hosts:\n  - host: gpu-a.example.com\n    address: 10.0.0.4\n")
     assert (inventory.nodes[0].ssh_host, inventory.nodes[0].address) == (

@@ -61,7 +61,10 @@ def _scalar(node: yaml.Node, source: str, field: str, kind: type) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise _error(source, line, f"'{field}' is {value!r}, not a whole number")
     elif kind is str:
-        value = str(value)
+        if value is None:
+            raise _error(source, line, f"'{field}' has no value", "give it one, or remove the line")
+        # as written: YAML 1.1 reads `user: 0123` as the number 83 and `interface: on` as True
+        value = node.value
         control = control_character(value)
         if control:
             raise _error(
