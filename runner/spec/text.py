@@ -43,10 +43,21 @@ def host_label(node: str, address: str | None) -> str:
 def percent(value: float, target: float | None = None) -> str:
     """A fraction as a whole percent, '92%'; beside a ``target``, with as many decimals as keep
     it on its side of the target (at most 3, then rounded away from it): 0.8996 against 0.9
-    is '89.96%', never a '90%' beside a verdict of below."""
+    is '89.96%', never a '90%' beside a verdict of below. A non-zero fraction never reads '0%':
+    below half a percent it takes the decimals that show it (0.003 is '0.3%'), and under
+    0.0005% it is '<0.001%'."""
+    text = _percent(value, target)
+    if value > 0 and float(text[:-1]) == 0:  # too small for three decimals, yet not zero
+        return "<0.001%"
+    return text
+
+
+def _percent(value: float, target: float | None) -> str:
+    # the fewest decimals that show a non-zero value as non-zero (0 for half a percent or more)
+    least = next((d for d in range(3) if value == 0 or float(f"{value * 100:.{d}f}")), 3)
     if target is None:
-        return f"{value * 100:.0f}%"
-    for digits in range(3):
+        return f"{value * 100:.{least}f}%"
+    for digits in range(least, 3):
         text = f"{value * 100:.{digits}f}"
         if (float(text) / 100 >= target) == (value >= target):
             return f"{text}%"

@@ -132,3 +132,24 @@ def test_predict_on_a_run_judges_against_the_run_s_own_target(tmp_path, fixed_in
     given = runner.invoke(app, ["predict", str(run.path), "--nodes", "4", "--json",
                                 "--target-efficiency", "0.99"])  # fmt: skip
     assert json.loads(given.stdout[given.stdout.index("{") :])["target_efficiency"] == 0.99
+
+
+@pytest.mark.parametrize(
+    ("value", "target", "shown"),
+    [
+        (0.003, 0.9, "0.3%"),
+        (0.003, None, "0.3%"),
+        (0.0004, 0.9, "0.04%"),
+        (0.00004, None, "0.004%"),
+        (1e-7, 0.9, "<0.001%"),  # past three decimals: still not zero
+        (1e-7, None, "<0.001%"),
+        (0.0, 0.9, "0%"),  # zero is zero
+        (0.006, None, "1%"),  # rounds to a whole non-zero percent as before
+    ],
+)
+def test_a_tiny_efficiency_never_reads_zero(value, target, shown):
+    assert percent(value, target) == shown
+
+
+def test_a_range_from_a_tiny_efficiency_never_starts_at_zero():
+    assert percent_range(0.002, 0.02, 0.9) == "0.2-2%"
