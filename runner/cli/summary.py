@@ -139,6 +139,9 @@ def efficiency_text(
 def print_verdicts(report: Report) -> None:
     """Below the table: each judged node count's verdict and why, in the report's words."""
     out = console()
+    said = (report.summary.get("baseline") or {}).get("finding")
+    if said:  # every efficiency below is against another node count than asked
+        out.print(styled(("baseline:", "yellow"), f" {said}"), highlight=False)
     for row in report.rows[1:]:
         style = {"scales": "green", "loses": "red"}.get(str(row.verdict), "yellow")
         out.print(

@@ -37,6 +37,7 @@ from dtrun.report.stats import (
 )
 from dtrun.report.stats import trimmed_mean as trimmed_mean  # re-exported: it lived here
 from dtrun.spec.request import ScalingMode
+from dtrun.spec.text import plural
 
 FORMULAS: dict[ScalingMode, str] = {
     ScalingMode.WEAK: (
@@ -104,6 +105,36 @@ class ScalingRow:
     # sweep ended first) or "baseline" (runner/report/sequential.py Stopped).
     confidence: float = CONFIDENCE
     stopped: str | None = None
+
+
+def baseline(
+    bench: Mapping[str, Any], runs: Mapping[str, Any], rows: Sequence[ScalingRow]
+) -> dict[str, Any] | None:
+    """summary.json's ``baseline``: the node count every efficiency is against (``nodes``, the
+    smallest with a result: scaling_rows), the smallest one asked for (``requested_nodes``; None
+    where the manifest does not say) and, where they differ, the finding that says so (every
+    launch of the one asked for failed: each efficiency means other than the user asked);
+    None without a training row."""
+    if not rows:
+        return None
+    used = rows[0].nodes
+    counts = bench.get("node_counts")
+    asked = [n for n in counts if type(n) is int] if isinstance(counts, list) else []
+    requested = min(asked) if asked else None
+    finding = None
+    if requested is not None and requested < used:
+        tried = [run for run in runs.get("runs", ()) if run.get("nodes") == requested]
+        if not tried:
+            why = "not launched"
+        elif all(run.get("status") == "failed" for run in tried):
+            why = f"{plural(len(tried), 'launch')} failed"
+        else:
+            why = f"{plural(len(tried), 'launch')}, none with a result"
+        finding = (
+            f"the requested baseline, {plural(requested, 'node')}, has no result ({why}): every "
+            f"speedup and efficiency is against {plural(used, 'node')}"
+        )
+    return {"nodes": used, "requested_nodes": requested, "finding": finding}
 
 
 # Gradient-synchronisation traffic per step, in all-reduces of the whole gradient (the ZeRO

@@ -16,9 +16,11 @@ from dtrun.record.readback import damaged, load_json
 # 4: where_scaling_is_lost[].finding; 5: intervals from the launches (a t-interval on per-launch
 # log throughput, null from one launch), rows[].launch_sigma and rows[].interval_df;
 # 6: rows[].confidence (the intervals' level: 0.95, or --until-decided's per-look level) and
-# rows[].stopped (--until-decided: why the point took the launches it did; null otherwise).
+# rows[].stopped (--until-decided: why the point took the launches it did; null otherwise);
+# 7: baseline (the node count every efficiency is against, the smallest asked for, and the
+# finding where that one had no result; null for all-reduce).
 # Older summaries read as they are: without these fields, every interval at 95%.
-SUMMARY_SCHEMA = "dtrun.summary/6"
+SUMMARY_SCHEMA = "dtrun.summary/7"
 
 # (list of rows in summary.json, the field's old name, its new name), oldest first
 RENAMED = (("where_scaling_is_lost", "verdict", "finding"),)

@@ -72,7 +72,7 @@ def test_summary_carries_rows_status_and_formula(tmp_path, fixed_inventory):
     )
     build_report(run_dir)
     summary = json.loads(run_dir.summary.read_text())
-    assert summary["schema"] == "dtrun.summary/6"
+    assert summary["schema"] == "dtrun.summary/7"
     assert summary["status"] == "failed"
     assert [row["efficiency"] for row in summary["rows"]] == [1.0, 0.75]
     assert "Status: **failed**" in run_dir.report.read_text()

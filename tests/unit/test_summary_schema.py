@@ -51,7 +51,7 @@ def test_where_scaling_is_lost_says_its_finding_and_verdict_means_one_thing(
 ):
     run_dir = _run(tmp_path / "new", fixed_inventory)
     summary = json.loads(run_dir.summary.read_text())
-    assert summary["schema"] == SUMMARY_SCHEMA == "dtrun.summary/6"
+    assert summary["schema"] == SUMMARY_SCHEMA == "dtrun.summary/7"
     lost = summary["where_scaling_is_lost"]
     assert all("verdict" not in row for row in lost)
     assert lost[0]["finding"] == "the baseline every efficiency is measured against"
@@ -106,9 +106,9 @@ def test_older_run_directories_compare_predict_and_rebuild(tmp_path, fixed_inven
     done = runner.invoke(app, ["report", str(a.path), "--json"])
     assert done.exit_code == 0, done.output
     rebuilt = json.loads(done.stdout)
-    assert rebuilt["schema"] == "dtrun.summary/6"
+    assert rebuilt["schema"] == "dtrun.summary/7"
     assert "communication-bound" in rebuilt["where_scaling_is_lost"][2]["finding"]
-    assert json.loads(a.summary.read_text())["schema"] == "dtrun.summary/6"  # rewritten
+    assert json.loads(a.summary.read_text())["schema"] == "dtrun.summary/7"  # rewritten
 
 
 @pytest.mark.parametrize(
