@@ -88,27 +88,53 @@ def run(
         # never printed, recorded or uploaded, even in an error
         remember_secrets(command_secrets(spec))
         resolved = resolve_run(spec)
-        with current.cluster(spec, nodes) as cluster:
-            if launching.dry_run:
-                workdir = launching.output / run_id / "launch"
-                print_plan(
-                    plan_run(resolved.redacted(), cluster.inventory), cluster.preview, str(workdir)
-                )
-                return
-            done = _run_program(cluster, resolved, launching)
-        stopped = sum(node.stopped_after_worker0 for node in done.nodes)
-        ended = f"node 0 exited 0, {plural(stopped, 'node')} stopped after it" if stopped else (
-            "every node exited 0"
-        )  # fmt: skip
-        console().print(
-            styled(
-                ("ok", "green"),
-                f" {plural(done.plan.nnodes, 'node')}, "
-                f"{plural(done.plan.world_size, 'process')} via "
-                f"{done.plan.launcher}: {ended} in {done.wall_s:.1f} s; "
-                f"logs and outputs in {done.launch_dir}",
-            )
+        done: ProgramRun | None = None
+        recorded = False
+
+        def record_late_stop() -> None:
+            # the program ended (recorded ok), then dtrun was stopped: closing the cluster,
+            # uploading or printing; recorded once, before any upload of the run
+            nonlocal recorded
+            if done is not None and not recorded:
+                from dtrun.errors import interruption
+                from dtrun.record.rundir import record_stop_after_run
+
+                recorded = True
+                error = f"{interruption()} after the program ended (tidying up)"
+                record_stop_after_run(done.run_dir, error)
+
+        current.on_late_stop = record_late_stop
+        try:
+            with current.cluster(spec, nodes) as cluster:
+                if launching.dry_run:
+                    workdir = launching.output / run_id / "launch"
+                    print_plan(
+                        plan_run(resolved.redacted(), cluster.inventory),
+                        cluster.preview,
+                        str(workdir),
+                    )
+                    return
+                done = _run_program(cluster, resolved, launching)
+            _say_ok(done)
+        except KeyboardInterrupt:
+            record_late_stop()
+            raise
+
+
+def _say_ok(done: ProgramRun) -> None:
+    stopped = sum(node.stopped_after_worker0 for node in done.nodes)
+    ended = f"node 0 exited 0, {plural(stopped, 'node')} stopped after it" if stopped else (
+        "every node exited 0"
+    )  # fmt: skip
+    console().print(
+        styled(
+            ("ok", "green"),
+            f" {plural(done.plan.nnodes, 'node')}, "
+            f"{plural(done.plan.world_size, 'process')} via "
+            f"{done.plan.launcher}: {ended} in {done.wall_s:.1f} s; "
+            f"logs and outputs in {done.launch_dir}",
         )
+    )
 
 
 def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) -> ProgramRun:

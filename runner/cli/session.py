@@ -150,7 +150,7 @@ class Session:
         self.watch = StackWatch(where.stack, launching.teardown and not launching.dry_run)
         self.drains = drains  # the command takes --drain-failing (bench)
         # what a stop (Ctrl-C, SIGTERM, SIGHUP) once the work is done must record before the
-        # run directory is uploaded: bench sets it when its sweep has ended
+        # run directory is uploaded: bench and run set it
         self.on_late_stop: Callable[[], None] | None = None
 
     @contextmanager

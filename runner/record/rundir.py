@@ -345,6 +345,15 @@ def write_run_record(  # noqa: PLR0913 - the record's parts, each a keyword
     )
 
 
+def record_stop_after_run(run_dir: RunDir, error: str) -> None:
+    """run.json of a program that ended, then had dtrun stopped (closing the cluster,
+    uploading): the stop is recorded, so the record says what dtrun's exit code says."""
+    path = run_dir.path / "run.json"
+    data = json.loads(path.read_text())  # written by this run of dtrun a moment ago
+    data.update(status=RunStatus.INTERRUPTED, error=redact_text(error), updated_at=now_iso())
+    run_dir.write_json(path, data)
+
+
 def write_health(run_path: Path, health: Health) -> None:
     """health.json: the health gate's verdict and every node's figure."""
     data: dict[str, Any] = {"schema": HEALTH_SCHEMA, "checked_at": now_iso(), **asdict(health)}

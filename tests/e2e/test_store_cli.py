@@ -133,3 +133,30 @@ def test_a_sigterm_while_the_summary_prints_is_recorded(no_leftovers, no_stop_ye
         "interrupted",
         "stopped by SIGTERM after the sweep ended (tidying up)",
     )
+
+
+@pytest.mark.e2e
+def test_a_sigterm_after_a_program_ended_is_in_its_run_record(program, no_stop_yet, monkeypatch):
+    from dtrun.cli import session
+
+    real_opened = session.opened
+
+    @contextlib.contextmanager
+    def closing_stopped(choice, watch):
+        with real_opened(choice, watch) as cluster:
+            yield cluster
+        stop_with_sigterm()  # the program ended and is recorded; the cluster is closing
+
+    monkeypatch.setattr(session, "opened", closing_stopped)
+    out = program / "runs"
+    result = dtrun(
+        "run", "--port", "29708", "--output", str(out), "--run-id", "late", "--",
+        "python", "hello.py",
+    )  # fmt: skip
+    assert result.exit_code == 143, result.output
+    record = json.loads((out / "late" / "run.json").read_text())
+    assert (record["status"], record["error"]) == (
+        "interrupted",
+        "stopped by SIGTERM after the program ended (tidying up)",
+    )
+    assert [node["exit_code"] for node in record["nodes"]] == [0]
