@@ -26,7 +26,10 @@ def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunErro
             f"the disk holding {root} is full ({_free_bytes(root):,} bytes free)",
             why=f"{what} could not be written; results so far are kept in {root}, each file "
             "whole (the one being written was dropped)",
-            fix=f"free space and run `dtrun report {root}`",
+            # `dtrun report` reads a sweep's directory (it has a manifest), not `dtrun run`'s
+            fix=f"free space and run `dtrun report {root}`"
+            if (root / "manifest.json").is_file()
+            else "free space and run the command again",
         )
     if exc.errno == errno.EROFS:
         return RunDirWriteError(

@@ -101,6 +101,7 @@ def test_a_full_disk_keeps_the_old_file_leaves_no_partial_and_says_what_to_do(
 ):
     run_dir = RunDir(tmp_path / "run")
     run_dir.path.mkdir()
+    run_dir.write_json(run_dir.manifest, {"run_id": "run"})  # a sweep's: `dtrun report` reads it
     run_dir.write_json(run_dir.runs, {"runs": [1]})
     failing_write(monkeypatch, errno.ENOSPC, after=5)
     with pytest.raises(DiskFullError) as raised:
@@ -112,7 +113,23 @@ def test_a_full_disk_keeps_the_old_file_leaves_no_partial_and_says_what_to_do(
     assert f"next: free space and run `dtrun report {run_dir.path}`" in message
     assert raised.value.exit_code == 1
     assert json.loads(run_dir.runs.read_text()) == {"runs": [1]}  # no record claims more
-    assert names(run_dir.path) == ["runs.json"]
+    assert names(run_dir.path) == ["manifest.json", "runs.json"]
+
+
+def test_a_full_disk_under_dtrun_run_says_to_run_it_again_not_to_build_a_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # `dtrun report` refuses a `dtrun run` directory (its record is run.json, no manifest)
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.path.mkdir()
+    run_dir.write_json(run_dir.path / "run.json", {"status": "running"})
+    failing_write(monkeypatch, errno.ENOSPC, after=5)
+    with pytest.raises(DiskFullError) as raised:
+        run_dir.write_json(run_dir.path / "run.json", {"status": "ok"})
+    message = raised.value.message
+    assert message.startswith(f"the disk holding {run_dir.path} is full (")
+    assert "dtrun report" not in message
+    assert message.endswith("next: free space and run the command again")
 
 
 @pytest.mark.parametrize(
