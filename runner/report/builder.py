@@ -92,11 +92,18 @@ class ReportBuilder:
 
     def call(self, work: Callable[..., T], *args: object) -> T:
         """``work(*args)`` in the helper at full speed, or here where the helper is not working
-        (whatever went wrong there)."""
+        (whatever else went wrong there). An error dtrun explains (a full disk) is the work's
+        own: raised as it is, not tried again here, where it would name another file."""
+        from dtrun.errors import DtrunError
+
         if self._pool is not None:
             self._full_speed()
-            with contextlib.suppress(Exception):
+            try:
                 return self._pool.submit(_at_full_speed, work, *args).result()
+            except DtrunError:
+                raise
+            except Exception:  # the helper broke: the same work, here
+                pass
         return work(*args)
 
     def _full_speed(self) -> None:
