@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import platform
 from pathlib import Path
 from typing import Any
@@ -353,6 +354,14 @@ def write_program_result(
 ) -> None:
     """result.json in ``workdir`` from its dtrun-steps/ (collected there from every node) and
     --step-pattern's matches."""
+    if os.path.lexists(workdir / RESULT_FILE):  # dtrun removed its own before the launch
+        raise ResultError(
+            f"the program wrote {RESULT_FILE} in its launch directory {workdir}, where dtrun "
+            "writes the launch's result",
+            why="the program's file is kept as it left it, and this launch has no result",
+            fix=f"have the program write its {RESULT_FILE} under another name or in another "
+            "directory (an absolute path: it runs in the launch directory)",
+        )
     records = read_step_files(workdir / STEP_DIR)
     result = program_result(spec, plan, records, wall_s, matched)
     data = (json.dumps(result, indent=2, allow_nan=False) + "\n").encode()

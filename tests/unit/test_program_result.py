@@ -313,3 +313,19 @@ def test_step_records_from_ranks_dtrun_did_not_launch_are_said_in_the_proof():
     )
     facts = parse_result(data, "r")
     assert facts.proof.startswith("not checked: the step records name ranks 0, 1")  # the console's
+
+
+def test_a_result_json_the_program_wrote_is_kept_and_the_launch_fails_saying_so(tmp_path: Path):
+    # dtrun's own result.json goes in the launch directory, the program's working directory:
+    # written over, the program's file (its own metrics) was lost without a word
+    from dtrun.sweep.programresult import write_program_result
+
+    bench = spec()
+    (tmp_path / "result.json").write_text('{"accuracy": 0.93}')
+    with pytest.raises(ResultError) as raised:
+        write_program_result(bench, plan(bench), tmp_path, 7.5, None)
+    assert raised.value.message.startswith(
+        f"the program wrote result.json in its launch directory {tmp_path}, where dtrun writes "
+        "the launch's result"
+    )
+    assert (tmp_path / "result.json").read_text() == '{"accuracy": 0.93}'
