@@ -37,7 +37,7 @@ from dtrun.azure.prices import Price
 from dtrun.errors import OutputDirError
 from dtrun.record import manifest
 from dtrun.record.envdigest import env_digests
-from dtrun.record.readback import inside
+from dtrun.record.readback import damaged, inside
 from dtrun.record.writefail import removed, write_error
 from dtrun.record.writer import hold_writer
 from dtrun.redact import Redactor, redact_data, redact_text, redact_var
@@ -255,7 +255,7 @@ def record_resume(
     """--resume: manifest.json's ``resumed`` list says when, on which cluster, keeping what,
     with which command (``secrets`` hidden), and what that cluster billed before the resume
     began."""
-    data = json.loads(run_dir.manifest.read_text())
+    data = _manifest(run_dir)
     data.setdefault("resumed", []).append(
         {
             "at": now_iso(),
@@ -269,11 +269,24 @@ def record_resume(
     run_dir.write_json(run_dir.manifest, data)
 
 
+def _manifest(run_dir: RunDir) -> dict[str, Any]:
+    """manifest.json as this run wrote it, to add to; a program that wrote over it (it runs
+    two levels below) leaves a damaged run, not a traceback."""
+    try:
+        data = json.loads(run_dir.manifest.read_text())
+    except (ValueError, RecursionError) as exc:
+        why = f"it is no longer JSON ({type(exc).__name__}): did the program write it?"
+        raise damaged(run_dir.manifest, why) from None
+    if not isinstance(data, dict):
+        raise damaged(run_dir.manifest, "it is no longer a JSON object: did the program write it?")
+    return data
+
+
 def record_machine_noise(
     run_dir: RunDir, sample: dict[str, Any] | None, resumed: bool = False
 ) -> None:
     """Add the sample of this machine before the sweep (noise_sample) to manifest.json."""
-    data = json.loads(run_dir.manifest.read_text())
+    data = _manifest(run_dir)
     if resumed:  # the original sweep's sample stays; this one goes with its resume
         data["resumed"][-1]["noise"] = sample
     else:

@@ -376,3 +376,15 @@ def test_a_straggler_below_the_host_ratio_is_noise_not_where_scaling_is_lost(
     assert said in run_dir.report.read_text()
     (_, lost) = json.loads(run_dir.summary.read_text())["where_scaling_is_lost"]
     assert "host" not in lost["finding"]
+
+
+@pytest.mark.parametrize("written", ["garbage", "[1, 2]", "[" * 100_000])
+def test_a_manifest_the_program_wrote_over_is_a_damaged_run_not_a_traceback(
+    tmp_path, fixed_inventory, written
+):
+    """The program runs two levels below manifest.json: one that writes over it leaves the
+    sweep's end with exit 2 naming the file, not a JSONDecodeError."""
+    run_dir = build(tmp_path, fixed_inventory, None)
+    run_dir.manifest.write_text(written)
+    with pytest.raises(DamagedRunError, match=r"manifest\.json is damaged"):
+        record_machine_noise(run_dir, None)
