@@ -10,7 +10,6 @@ redacted (secret-looking names) must be given again.
 from __future__ import annotations
 
 import dataclasses
-import os
 import types
 import typing
 from dataclasses import dataclass, fields, is_dataclass
@@ -39,6 +38,7 @@ from dtrun.record.rundir import HEALTH_FILE, MANIFEST_SCHEMA, RunDir
 from dtrun.record.runsfile import RUNS_SCHEMA, launches_problem, segment_walls
 from dtrun.record.writer import no_launch_recorded
 from dtrun.redact import REDACTED
+from dtrun.spec.launchplan import STEP_DIR
 from dtrun.spec.outcome import RunResult, RunStatus, SweepStatus
 from dtrun.spec.request import BenchSpec, leaves_out
 from dtrun.workloads.files import refuse_link
@@ -250,10 +250,12 @@ def read_resume(
 
 def written_paths(resumed: Resumed) -> list[Path]:
     """What resuming ``resumed`` writes, in the order it does, as far as it is there now: each
-    launch it (re)runs, its node count's folder and everything already in it (a failed
-    launch's files are replaced); plan/n<N>/ of node counts with no launch kept; the records
-    and the report. A kept launch's folder is not among them: what its program left there,
-    links included, is only read (runner/record/readback.py)."""
+    launch it (re)runs, its node count's folder, what is at the top of it and in its
+    dtrun-steps/ (where dtrun's files go; a failed launch's are replaced); plan/n<N>/ of node
+    counts with no launch kept; the records and the report. Deeper, a failed launch's folder
+    holds what its program made, which the program makes again (W&B's wandb/latest-run is a
+    link): not dtrun's to refuse. A kept launch's folder is not among them: what its program
+    left there, links included, is only read (runner/record/readback.py)."""
     run_dir, spec = resumed.run_dir, resumed.spec
     folders = [
         run_dir.point(nodes, repeat)
@@ -266,9 +268,9 @@ def written_paths(resumed: Resumed) -> list[Path]:
     paths: list[Path] = []
     for folder in [*folders, *plans]:
         paths += [folder.parent, folder]
-        if not folder.is_symlink() and folder.is_dir():
-            for top, dirs, files in os.walk(folder):  # follows no link: a link is a name here
-                paths += sorted(Path(top, name) for name in [*dirs, *files])
+        for where in (folder, folder / STEP_DIR):
+            if not where.is_symlink() and where.is_dir():
+                paths += sorted(where.iterdir())  # names only: a link is not followed
     records = (run_dir.manifest, run_dir.runs, run_dir.summary, run_dir.report, run_dir.html)
     return [*dict.fromkeys(paths), *records, run_dir.path / HEALTH_FILE]
 

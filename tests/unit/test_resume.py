@@ -264,3 +264,20 @@ def test_links_a_program_left_in_a_kept_launch_are_not_refused(tmp_path, fixed_i
     written = {str(p.relative_to(run_dir.path)) for p in written_paths(resumed)}
     assert {"n2", "n2/r1", "report.md", "summary.json"} <= written
     assert not any(name.startswith("n1/") for name in written)
+
+
+def test_links_a_failed_launch_s_program_made_below_its_folder_are_not_refused(
+    tmp_path, fixed_inventory
+):
+    """W&B's wandb/latest-run is a link: the program makes it again when its launch reruns,
+    and dtrun writes nothing there. A link at the top of that folder, where dtrun's files go,
+    is still refused (test above)."""
+    from dtrun.record.resume import refuse_links, written_paths
+
+    run_dir = _stopped(tmp_path, fixed_inventory)
+    wandb = run_dir.path / "n2" / "r1" / "wandb"
+    wandb.mkdir(parents=True, exist_ok=True)
+    (wandb / "latest-run").symlink_to(wandb)
+    resumed = read_resume(run_dir.path, ())
+    refuse_links(resumed)  # no exit 2
+    assert run_dir.path / "n2" / "r1" / "wandb" in written_paths(resumed)
