@@ -6,6 +6,7 @@ import contextlib
 import sys
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -146,6 +147,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
     dtrun bench --hosts hosts.yaml --nodes 1,2 -- python train.py --batch-size 32
     """
     from dtrun.plan.resolve import resolve_bench
+    from dtrun.record.runsfile import record_stop_after_sweep
 
     with session(launching, where, json_out=json_out, drains=True) as current:
         if json_out and launching.dry_run:
@@ -177,28 +179,12 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
         remember_secrets(command_secrets(spec))
         resolved = resolve_bench(spec)
         refuse_early(resolved.spec, where, resolved.largest)  # --max-cost: nothing asked for yet
-        done: Sweep | None = None
-        recorded = False
-
-        def record_late_stop() -> None:
-            # the sweep ended (complete), then dtrun was stopped: closing the cluster,
-            # uploading or printing the summary; recorded once, before any upload of the run
-            nonlocal recorded
-            if done is not None and not recorded:
-                from dtrun.errors import interruption
-                from dtrun.record.runsfile import record_stop_after_sweep
-
-                recorded = True
-                record_stop_after_sweep(
-                    done.run_dir, f"{interruption()} after the sweep ended (tidying up)"
-                )
-
-        current.on_late_stop = record_late_stop
         try:
             with current.cluster(resolved.spec, resolved.largest) as cluster:
                 done = _bench_on(cluster, resolved, launching, json_out, resumed)
                 if done is None:  # --dry-run
                     return
+                current.ended("the sweep", partial(record_stop_after_sweep, done.run_dir))
                 # the result first, then the report's files (that an upload of the run carries),
                 # while the engine lets go of its nodes (Cluster.release)
                 cluster.release()
@@ -207,7 +193,7 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
             if json_out:
                 print_json(sweep_json(done.run_dir))
         except KeyboardInterrupt:
-            record_late_stop()
+            current.record_late_stop()
             raise
 
 

@@ -4,6 +4,7 @@ on every node at once."""
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -74,6 +75,7 @@ def run(
     from dtrun.cli.parse import parse_command
     from dtrun.plan.resolve import resolve_run
     from dtrun.plan.sweep import plan_run
+    from dtrun.record.rundir import record_stop_after_run
 
     with session(launching, where) as current:
         run_id = run_id_of(launching)
@@ -88,22 +90,6 @@ def run(
         # never printed, recorded or uploaded, even in an error
         remember_secrets(command_secrets(spec))
         resolved = resolve_run(spec)
-        done: ProgramRun | None = None
-        recorded = False
-
-        def record_late_stop() -> None:
-            # the program ended (recorded ok), then dtrun was stopped: closing the cluster,
-            # uploading or printing; recorded once, before any upload of the run
-            nonlocal recorded
-            if done is not None and not recorded:
-                from dtrun.errors import interruption
-                from dtrun.record.rundir import record_stop_after_run
-
-                recorded = True
-                error = f"{interruption()} after the program ended (tidying up)"
-                record_stop_after_run(done.run_dir, error)
-
-        current.on_late_stop = record_late_stop
         try:
             with current.cluster(spec, nodes) as cluster:
                 if launching.dry_run:
@@ -115,9 +101,10 @@ def run(
                     )
                     return
                 done = _run_program(cluster, resolved, launching)
+                current.ended("the program", partial(record_stop_after_run, done.run_dir))
             _say_ok(done)
         except KeyboardInterrupt:
-            record_late_stop()
+            current.record_late_stop()
             raise
 
 

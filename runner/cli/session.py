@@ -149,9 +149,23 @@ class Session:
         self.launching, self.where = launching, where
         self.watch = StackWatch(where.stack, launching.teardown and not launching.dry_run)
         self.drains = drains  # the command takes --drain-failing (bench)
-        # what a stop (Ctrl-C, SIGTERM, SIGHUP) once the work is done must record before the
-        # run directory is uploaded: bench and run set it
-        self.on_late_stop: Callable[[], None] | None = None
+        # what records a stop (Ctrl-C, SIGTERM, SIGHUP) that comes once the work is done, before
+        # the run directory is uploaded (``ended``), and whether it has
+        self._late: tuple[str, Callable[[str], None]] | None = None
+        self._late_recorded = False
+
+    def ended(self, what: str, record: Callable[[str], None]) -> None:
+        """The work (``what``: "the sweep", "the program") ended and is recorded: a stop from
+        here on (closing the cluster, uploading, printing) is recorded by ``record(error)``."""
+        self._late = (what, record)
+
+    def record_late_stop(self) -> None:
+        """Record a stop after the work ended, once (nothing where the work had not ended)."""
+        if self._late is None or self._late_recorded:
+            return
+        self._late_recorded = True
+        what, record = self._late
+        record(f"{interruption()} after {what} ended (tidying up)")
 
     @contextmanager
     def cluster(self, spec: LaunchRequest, local_nodes: int) -> Iterator[Cluster]:
@@ -181,8 +195,7 @@ class Session:
             except KeyboardInterrupt:
                 # stopped while the cluster closed: recorded before the copy is uploaded, so
                 # the copy says what the local records and the exit code say
-                if self.on_late_stop is not None:
-                    self.on_late_stop()
+                self.record_late_stop()
                 raise
 
 
