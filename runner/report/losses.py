@@ -22,7 +22,7 @@ from dtrun.report.noise import Straggler
 from dtrun.report.results import PROGRAM_STRATEGY
 from dtrun.report.stats import Verdict, confidence_text
 from dtrun.spec.request import ScalingMode
-from dtrun.spec.text import percent
+from dtrun.spec.text import lost_percent, percent
 
 
 def allreduce_seconds(size_bytes: int, busbw_gbs: float, world: int) -> float:
@@ -231,7 +231,7 @@ def _why_lost(
     straggler: Straggler | None,
 ) -> str:
     """Where a node count below its target lost scaling, the likeliest cause first."""
-    lost = f"{1 - row.efficiency:.0%} lost"
+    lost = f"{lost_percent(row.efficiency, row.target_efficiency)} lost"
     if row.bubble is not None and row.bubble > (base.bubble or 0.0) + 0.05:
         return (
             f"{lost}: each rank of the {row.pp_size}-rank pipeline idles about {row.bubble:.0%} "

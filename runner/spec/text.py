@@ -65,6 +65,16 @@ def _percent(value: float, target: float | None) -> str:
     return f"{(math.ceil(scaled) if value >= target else math.floor(scaled)) / 1000:.3f}%"
 
 
+def lost_percent(efficiency: float, target: float | None = None) -> str:
+    """What an efficiency below 1 loses, as the complement of how ``percent`` shows it, so the
+    two add up to 100: '10.04%' beside '89.96%', '99.7%' beside '0.3%' (never '100%')."""
+    shown = percent(efficiency, target)
+    if shown.startswith("<"):
+        return ">99.999%"
+    number = shown[:-1]
+    return f"{100 - float(number):.{len(number.partition('.')[2])}f}%"
+
+
 def percent_range(low: float, high: float, target: float | None = None) -> str:
     """An interval of fractions as percents, '86-89.97%', each end as ``percent`` shows it."""
     return f"{percent(low, target)[:-1]}-{percent(high, target)}"

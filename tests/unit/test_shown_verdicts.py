@@ -5,6 +5,7 @@ same in report.md, report.html, summary.json, the console, `dtrun compare` and `
 from __future__ import annotations
 
 import io
+import json
 import re
 
 import pytest
@@ -16,7 +17,7 @@ from dtrun.cli.tables import print_grid
 from dtrun.report.build import analyse, build_report
 from dtrun.report.stats import Verdict
 from dtrun.spec.request import BenchSpec
-from dtrun.spec.text import percent, percent_range
+from dtrun.spec.text import lost_percent, percent, percent_range
 from tests.factories import fake_run_dir, html_markdown
 
 runner = CliRunner()
@@ -153,3 +154,27 @@ def test_a_tiny_efficiency_never_reads_zero(value, target, shown):
 
 def test_a_range_from_a_tiny_efficiency_never_starts_at_zero():
     assert percent_range(0.002, 0.02, 0.9) == "0.2-2%"
+
+
+@pytest.mark.parametrize(
+    ("value", "target", "lost"),
+    [
+        (0.003, 0.9, "99.7%"),  # never "100% lost" beside an efficiency of 0.3%
+        (0.8996, 0.9, "10.04%"),  # beside "89.96%": the two add up to 100
+        (0.85, 0.9, "15%"),
+        (1e-7, 0.9, ">99.999%"),
+        (0.0, 0.9, "100%"),  # nothing done is all lost
+    ],
+)
+def test_what_is_lost_is_the_complement_of_the_efficiency_shown(value, target, lost):
+    assert lost_percent(value, target) == lost
+    if not lost.startswith(">"):
+        assert float(lost[:-1]) + float(percent(value, target)[:-1]) == pytest.approx(100)
+
+
+def test_a_point_at_a_tiny_efficiency_is_not_said_to_lose_everything(tmp_path, fixed_inventory):
+    bench = BenchSpec(run_id="t", repeat=1)
+    run_dir = fake_run_dir(tmp_path / "t", bench, fixed_inventory, {1: [1000.0], 2: [6.0]})
+    build_report(run_dir)
+    (_, lost) = json.loads(run_dir.summary.read_text())["where_scaling_is_lost"]
+    assert lost["finding"].startswith("99.7% lost"), lost["finding"]
