@@ -217,6 +217,7 @@ def scaling_rows(
             noise.sigma,
             len(measured),
             level or (lambda _: confidence),
+            least=row.launches_n + 1,
         )
         steps = steps_dominate([measured[base_nodes], measured[row.nodes]], noise.sigma)
         return Advice(needed, steps, flag)

@@ -232,8 +232,10 @@ def launches_to_decide(
     sigma: float,
     counts: int,
     level: Callable[[int], float],
+    least: int = MIN_LAUNCHES,
 ) -> int | None:
-    """The fewest launches at every node count whose interval would clear ``target`` with
+    """The fewest launches at every node count, ``least`` at the fewest (more than the point
+    has: it is undecided with those), whose interval would clear ``target`` with
     ADVICE_POWER probability if the efficiency is the interval's centre and the launches keep
     spreading by ``sigma`` (log tokens/s): the usual sample size of a two-sample comparison,
     (t + z)·sigma·sqrt(2/k) below the distance to the target (Cohen 1988, "Statistical Power
@@ -244,7 +246,7 @@ def launches_to_decide(
     centre = (math.log(bounds[0]) + math.log(bounds[1])) / 2
     distance = abs(centre - math.log(target))
     z = NormalDist().inv_cdf(ADVICE_POWER)
-    for k in range(MIN_LAUNCHES, MOST_ADVISED + 1):
+    for k in range(max(MIN_LAUNCHES, least), MOST_ADVISED + 1):
         t = LaunchNoise(sigma, counts * (k - 1)).critical(level(k))
         if (t + z) * sigma * math.sqrt(2 / k) < distance:
             return k

@@ -331,3 +331,20 @@ def test_two_points_with_the_same_step_times_have_an_interval_around_the_same_sp
     assert point.speedup == 1.0 and point.efficiency == 0.5
     assert point.efficiency_low is not None and point.efficiency_high is not None
     assert point.efficiency_low < 0.48 and point.efficiency_high > 0.52
+
+
+def test_an_undecided_point_is_never_advised_the_launches_it_already_has():
+    """A point undecided at a strict look (the first of an until-decided sweep) may clear the
+    target at the looser level a sweep of that many launches would judge at: the advice still
+    asks for more launches than the point has, never "--max-launches 2" beside 2 launches."""
+    one = launches(0.0336, 0.01, 30, range(2), level=0.02)
+    two = launches(0.0336 / 0.8, 0.01, 30, range(2, 4), level=0.02)
+    measured = {
+        1: [train_result(world=1, step_times=times) for times in one],
+        2: [train_result(world=2, step_times=times) for times in two],
+    }
+    rows = scaling_rows(measured, 0.9, 0.99999, level=lambda _: 0.5, flag="--max-launches")
+    point = rows[1]
+    assert point.verdict is Verdict.INCONCLUSIVE, point.verdict_reason
+    assert "about 3 launches a point at this spread (--max-launches 3)" in point.verdict_reason
+    assert launches_to_decide((0.8, 0.8), 0.9, 0.02, 2, lambda _: 0.5) == 2
