@@ -38,7 +38,7 @@ from dtrun.errors import OutputDirError
 from dtrun.record import manifest
 from dtrun.record.envdigest import env_digests
 from dtrun.record.readback import damaged, inside
-from dtrun.record.writefail import removed, write_error
+from dtrun.record.writefail import removed, with_cut_logs, write_error
 from dtrun.record.writer import hold_writer
 from dtrun.redact import Redactor, redact_data, redact_text, redact_var
 from dtrun.spec.cluster import Inventory, usable_cpus
@@ -349,7 +349,7 @@ def write_run_record(  # noqa: PLR0913 - the record's parts, each a keyword
             "spec": spec_data,
             "inventory": asdict(inventory.redacted()),
             "machine": machine(),
-            "nodes": [asdict(node) for node in nodes],
+            "nodes": [asdict(node) for node in with_cut_logs(nodes)],
             "image": image_of(inventory),
             "versions": manifest.versions(),
             "git": git(),

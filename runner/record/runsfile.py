@@ -19,6 +19,7 @@ from dtrun.record.readback import (
     one_of,
 )
 from dtrun.record.rundir import RunDir, now_iso
+from dtrun.record.writefail import with_cut_logs
 from dtrun.redact import redact_text
 from dtrun.spec.launchplan import point_dir
 from dtrun.spec.outcome import RunResult, RunStatus, SweepStatus
@@ -103,7 +104,8 @@ def segment_walls(runs_data: Mapping[str, Any], parts: int) -> tuple[float | Non
 
 
 def _run(run: RunResult) -> dict[str, Any]:
-    return asdict(replace(run, error=redact_text(run.error) if run.error else run.error))
+    error = redact_text(run.error) if run.error else run.error
+    return asdict(replace(run, error=error, node_results=with_cut_logs(run.node_results)))
 
 
 def ok_runs(runs_data: Mapping[str, Any]) -> list[tuple[int, int, str]]:

@@ -8,10 +8,13 @@ import errno
 import os
 import re
 import shutil
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from dtrun.errors import DiskFullError, DtrunError, RunDirWriteError
-from dtrun.workloads.files import PARTIAL
+from dtrun.spec.outcome import NodeResult
+from dtrun.workloads.files import CUT_LOGS, PARTIAL
 
 
 def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunError | None:
@@ -25,7 +28,7 @@ def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunErro
         return DiskFullError(
             f"the disk holding {root} is full ({_free_bytes(root):,} bytes free)",
             why=f"{what} could not be written; results so far are kept in {root}, each file "
-            "whole (the one being written was dropped)",
+            f"whole (the one being written was dropped){_cut_here(root)}",
             # `dtrun report` reads a sweep's directory (it has a manifest), not `dtrun run`'s
             fix=f"free space and run `dtrun report {root}`"
             if (root / "manifest.json").is_file()
@@ -83,3 +86,27 @@ def _free_bytes(root: Path) -> int:
         except OSError:
             continue
     return 0
+
+
+def with_cut_logs(nodes: Sequence[NodeResult]) -> tuple[NodeResult, ...]:
+    """The nodes, each whose log on this machine a write error cut short saying so
+    (``log_cut``), for the launch's record."""
+    return tuple(
+        replace(node, log_cut=f"{why}: its later lines reached only the console")
+        if node.log_cut is None and (why := CUT_LOGS.get(node.log_path))
+        else node
+        for node in nodes
+    )
+
+
+def _cut_here(root: Path) -> str:
+    """The node logs in ``root`` a write error cut short, for a full disk's message."""
+    cut = sorted(
+        str(Path(path).relative_to(root)) for path in CUT_LOGS if Path(path).is_relative_to(root)
+    )
+    if not cut:
+        return ""
+    shown = ", ".join(cut[:3]) + (f" and {len(cut) - 3} more" if len(cut) > 3 else "")
+    return f"; the node logs {shown} stop where the disk filled" if len(cut) > 1 else (
+        f"; the node log {shown} stops where the disk filled"
+    )  # fmt: skip

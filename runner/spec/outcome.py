@@ -33,6 +33,8 @@ class NodeResult:
     # what ended the node when neither its script nor dtrun did, in the engine's words (a
     # Slurm node failure, a time limit, a scancel from outside dtrun, a lost Spark executor)
     cause: str | None = None
+    # why the node's log on this machine stopped short of its output (a full disk); None: whole
+    log_cut: str | None = None
 
 
 class RunStatus(StrEnum):

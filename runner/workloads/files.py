@@ -24,6 +24,9 @@ from pathlib import Path
 
 # Marks dtrun's temporary files: a run directory's readers and uploads skip names holding it.
 PARTIAL = ".partial"
+# The node logs a write error cut short in this process, by path: why (NodeLog). A launch's
+# record says so per node (runner/sweep/runlaunch.py), as does a full disk's message.
+CUT_LOGS: dict[str, str] = {}
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -72,6 +75,7 @@ class NodeLog:
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         flags |= os.O_APPEND if append else os.O_TRUNC
         self.path = path
+        CUT_LOGS.pop(str(path), None)  # an earlier launch's log of that name (--resume)
         self.error: OSError | None = None
         self._fd: int | None = os.open(path, flags, 0o644)
 
@@ -85,6 +89,7 @@ class NodeLog:
                 view = view[os.write(self._fd, view) :]
         except OSError as exc:
             self.error = exc
+            CUT_LOGS[str(self.path)] = exc.strerror or str(exc)
 
     def close(self) -> None:
         if self._fd is not None:

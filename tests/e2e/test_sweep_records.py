@@ -41,3 +41,24 @@ def test_a_real_sweep_on_a_full_disk_exits_1_with_every_file_whole(
         for entry in runs_of(run)["runs"]:
             if entry["status"] == "ok":  # ok means its result is there, whole
                 json.loads((run / entry["run_dir"] / RESULT_FILE).read_text())
+
+
+@pytest.mark.e2e
+def test_a_node_log_cut_by_a_full_disk_is_named_when_dtrun_run_stops(
+    small_disk: Callable[[int], Path], no_leftovers: Path
+):
+    """A program printing more than the disk holds: its node log stops where the disk
+    filled, and the full disk's message names that log rather than calling every file whole."""
+    disk = small_disk(120)
+    (no_leftovers / "chatty.py").write_text("for i in range(6000):\n    print('x' * 100, i)\n")
+    done = run_dtrun(
+        "run", "-o", str(disk), "--run-id", "chatty", "--port", "29728", "--",
+        "python", "chatty.py", cwd=no_leftovers, timeout=300,
+    )  # fmt: skip
+    run = disk / "chatty"
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"error: the disk holding {run} is full (" in done.stderr
+    assert "the node log launch/node-0.log stops where the disk filled" in done.stderr
+    log = (run / "launch" / "node-0.log").read_text()
+    assert "x" * 100 in log and " 5999\n" not in log  # cut, not whole

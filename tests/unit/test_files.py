@@ -14,7 +14,9 @@ import pytest
 
 from dtrun.errors import DiskFullError, RunDirWriteError
 from dtrun.record.rundir import RunDir
+from dtrun.record.writefail import with_cut_logs, write_error
 from dtrun.spec.cluster import Inventory
+from dtrun.spec.outcome import NodeResult
 from dtrun.spec.request import BenchSpec
 from dtrun.workloads.files import NodeLog, write_atomic
 from dtrun.workloads.result import write_result
@@ -203,6 +205,32 @@ def test_a_node_log_on_a_full_disk_stops_writing_and_lets_the_output_flow(
     assert log.error is not None
     assert log.error.errno == errno.ENOSPC
     assert (tmp_path / "node-0.log").read_bytes() == b"first\n"
+
+
+def test_a_node_log_a_full_disk_cut_short_is_said_in_the_record_and_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The log stops where the disk filled; the launch's record and the full disk's message
+    say which log, not "each file whole"."""
+    path = tmp_path / "n1" / "r0" / "node-0.log"
+    path.parent.mkdir(parents=True)
+    with NodeLog(path) as log:
+        log.write(b"first\n")
+        failing_write(monkeypatch, errno.ENOSPC)
+        log.write(b"second\n")
+    monkeypatch.undo()
+    node = NodeResult("node-0", "127.0.0.2", 0, str(path), 1.0)
+    whole = NodeResult("node-1", "127.0.0.3", 0, str(tmp_path / "n1" / "r0" / "node-1.log"), 1.0)
+    cut, kept = with_cut_logs([node, whole])
+    assert cut.log_cut == "No space left on device: its later lines reached only the console"
+    assert kept.log_cut is None
+    full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "runs.json"))
+    said = write_error(full, tmp_path)
+    assert said is not None and "the node log n1/r0/node-0.log stops where the disk filled" in (
+        str(said.why)
+    )
+    NodeLog(path).close()  # the launch run again (--resume): a new log, whole so far
+    assert with_cut_logs([node])[0].log_cut is None
 
 
 def test_a_node_log_is_not_opened_through_a_link(tmp_path: Path):
