@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,7 @@ def test_sigkill_of_dtrun_leaves_no_process_of_the_application(no_leftovers):
     and the driver, its stdin closed, stops Spark."""
     script = no_leftovers / "sleep.py"
     script.write_text("import time; print('sleeping', flush=True); time.sleep(600)\n")
+    before = set(Path(tempfile.gettempdir()).glob("dtrun-spark-*"))
     dtrun = subprocess.Popen(
         [*DTRUN, "run", "--spark", MASTER, "--launcher", "torchdistributor", "--nodes", "2",
          "--output", str(no_leftovers / "runs"), "--", "python", str(script)],
@@ -142,3 +144,6 @@ def test_sigkill_of_dtrun_leaves_no_process_of_the_application(no_leftovers):
     dtrun.send_signal(signal.SIGKILL)
     assert dtrun.wait(timeout=10) == -signal.SIGKILL
     wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the application")
+    # nor its directory of this machine's temporary files (the driver's script, Spark's home)
+    left = lambda: set(Path(tempfile.gettempdir()).glob("dtrun-spark-*")) - before  # noqa: E731
+    wait_for(lambda: not left(), timeout=30, what="the application's directory to go")

@@ -22,6 +22,7 @@ wherever the sentinel shows (tests/inert.py).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import json
@@ -143,6 +144,7 @@ def _steps(median: float) -> list[float]:
 def _pristine() -> dict[str, Path]:
     """The three run directories, as sweeps left them, built once."""
     root = Path(tempfile.mkdtemp(prefix="dtrun-inert-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)  # built once, removed at the end
     inventory = CLUSTERS["embedded"]
     names = {n: [f"node-{i}" for i in range(n)] for n in (1, 2, 4)}
     train = fake_run_dir(

@@ -14,7 +14,9 @@ values land: tests/unit/test_template_values.py.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, replace
@@ -50,6 +52,7 @@ from tests.stubs import (
 
 # One marker for the whole module: hostile values try to create it, and nothing ever may.
 MARKER_DIR = Path(tempfile.mkdtemp(prefix="dtrun-inject-"))
+atexit.register(shutil.rmtree, MARKER_DIR, ignore_errors=True)  # no directory left in /tmp
 MARKER = MARKER_DIR / "PWNED"
 _M = str(MARKER)
 

@@ -25,6 +25,7 @@ import math
 import os
 import queue
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -158,7 +159,10 @@ class SparkApp:
         self.tag = secrets.token_hex(8)
         self.dir = Path(tempfile.mkdtemp(prefix="dtrun-spark-"))
         write_atomic(self.dir / DRIVER_SCRIPT, self.script(self.tag).encode(), 0o700)
-        self.guard = start_guard(["bash", "-c", stop_script(self.tag, self.grace_s)])
+        # dtrun SIGKILLed: its processes stopped, then the directory (Spark's home copy, 2 MB)
+        # removed, as ``close`` would
+        stop = f"{stop_script(self.tag, self.grace_s)}\nrm -rf -- {shlex.quote(str(self.dir))}\n"
+        self.guard = start_guard(["bash", "-c", stop])
         self.done = queue.Queue()
         self.said = []
         self.proc = subprocess.Popen(
