@@ -27,6 +27,7 @@ from dtrun.spec.text import plural
 if TYPE_CHECKING:
     from dtrun.cluster.outputs import StackOutputs
     from dtrun.engines.base import Cluster, ClusterChoice
+    from dtrun.spec.cluster import Inventory
     from dtrun.spec.request import LaunchRequest
 
 
@@ -201,14 +202,31 @@ class Session:
 
 def warn_oversubscribed(cluster: Cluster, spec: LaunchRequest, local_nodes: int) -> None:
     """The engine's warning line (the embedded cluster's nodes x processes per node beyond
-    this machine's cores)."""
+    this machine's cores), and GPUs that --procs-per-node leaves idle."""
+    from dtrun.cli.inert import styled
     from dtrun.spec.request import BenchSpec
 
     counts = spec.node_counts if isinstance(spec, BenchSpec) else (local_nodes,)
-    for warning in cluster.engine.warnings(cluster, counts, spec.procs_per_node):
-        from dtrun.cli.inert import styled
-
+    warnings = cluster.engine.warnings(cluster, counts, spec.procs_per_node)
+    idle = idle_gpus(cluster.inventory, max(counts), spec.procs_per_node)
+    for warning in [*warnings, *([idle] if idle else [])]:
         console().print(styled(("warning:", "yellow"), f" {warning}"))
+
+
+def idle_gpus(inventory: Inventory, nodes: int, procs_per_node: int) -> str | None:
+    """What to say where every one of the first ``nodes`` GPU nodes has more GPUs than
+    processes (-p defaults to 1, as torchrun's --nproc-per-node does)."""
+    from dtrun.spec.cluster import Accelerator
+
+    used = inventory.nodes[:nodes]
+    gpus = min((node.slots for node in used), default=0)
+    if inventory.accelerator is not Accelerator.CUDA or gpus <= procs_per_node:
+        return None
+    return (
+        f"each node has {plural(gpus, 'GPU')} and --procs-per-node is {procs_per_node}, so "
+        f"{gpus - procs_per_node} of each node's GPUs stay idle and the sweep measures "
+        f"{plural(procs_per_node, 'process')} a node; pass -p {gpus} to use them all"
+    )
 
 
 @contextmanager

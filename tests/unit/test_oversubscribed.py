@@ -125,3 +125,23 @@ def test_a_run_on_more_processes_than_cores_warns(tmp_path, two_cores):
     done = dtrun("run", "--dry-run", "--nodes", "3", "--output", out, "--", "python", "t.py")
     assert done.exit_code == 0, done.output
     assert f"{WARNING} 3 processes at 3 nodes" in done.output
+
+
+@pytest.mark.parametrize(("procs", "warned"), [("1", True), ("8", False)])
+def test_gpu_nodes_left_mostly_idle_by_procs_per_node_are_warned_of(tmp_path, procs, warned):
+    """-p defaults to 1, as torchrun's --nproc-per-node does: on 8-GPU nodes that measures one
+    GPU a node, which the user is told before anything runs."""
+    hosts = tmp_path / "hosts.yaml"
+    nodes = "".join(f"  - {{host: 10.0.0.{i}, slots: 8}}\n" for i in (4, 5))
+    hosts.write_text(f"accelerator: cuda\nhosts:\n{nodes}")
+    done = CliRunner().invoke(
+        app, ["bench", "--hosts", str(hosts), "--nodes", "1,2", "-p", procs, "--dry-run"]
+    )
+    assert done.exit_code == 0, done.output
+    said = " ".join(done.output.split())
+    idle = (
+        "warning: each node has 8 GPUs and --procs-per-node is 1, so 7 of each node's GPUs stay "
+        "idle and the sweep measures 1 process a node; pass -p 8 to use them all"
+    )
+    assert (idle in said) is warned
+    assert ("stay idle" in said) is warned
