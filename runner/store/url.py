@@ -13,6 +13,11 @@ SCHEMES = ("s3",)  # the keys of dtrun.store.s3.STORES (a test keeps them equal)
 # Bucket names: 3-63 characters of lowercase letters, digits, '.' and '-', starting and ending
 # with a letter or digit (the rules of AWS S3, which S3-compatible stores follow).
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+# A prefix's characters that S3's "Object key naming guidelines" (Amazon S3 User Guide,
+# docs/bench.md "Results in S3") list under "Characters to avoid", and the control characters
+# 00-1F and 7F, which S3's XML requests normalise (a \r becomes \n).
+_AVOIDED = re.compile(r'[\x00-\x1f\x7f\\{}^%`\[\]"<>~#|]')
+PREFIX_MOST = 512  # bytes of UTF-8: a key is at most 1,024, and the run id and paths follow
 # USER:PASSWORD@ or USER@ before the bucket (the password may hold / and @): a bucket name
 # holds neither : nor @, and a key may hold @ only after the first /.
 _CREDENTIALS = re.compile(r"(?:[^/@]*:.*|[^/@:]+)@(?P<rest>[^@]*)\Z", re.DOTALL)
@@ -83,7 +88,29 @@ def parse_results_url(text: str) -> StoreUrl:
             why=problem,
             fix="pass the bucket's exact name, e.g. --results s3://my-results/dtrun",
         )
-    return StoreUrl(scheme, bucket, prefix.strip("/"))
+    prefix = prefix.strip("/")
+    problem = prefix_problem(prefix)
+    if problem:
+        raise UsageError(
+            f"--results {text!r}: the prefix {prefix!r} is not one to name S3 objects by",
+            why=problem,
+            fix="pass a prefix of letters, digits and / - _ . ! * ( ), e.g. "
+            f"--results s3://{bucket}/dtrun",
+        )
+    return StoreUrl(scheme, bucket, prefix)
+
+
+def prefix_problem(prefix: str) -> str:
+    """Why ``prefix`` should not begin S3 object keys, or "" when it may."""
+    found = _AVOIDED.search(prefix)
+    if found:
+        return f"it holds {found.group()!r}, a character S3's key naming guidelines say to avoid"
+    if len(prefix.encode()) > PREFIX_MOST:
+        return (
+            f"it is {len(prefix.encode()):,} bytes long; S3 keys are at most 1,024 and the run "
+            f"id and file paths follow it, so dtrun takes at most {PREFIX_MOST}"
+        )
+    return ""
 
 
 def bucket_name_problem(bucket: str) -> str:

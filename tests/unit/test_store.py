@@ -43,6 +43,31 @@ def test_each_run_goes_under_the_prefix_in_a_directory_of_its_own():
 
 
 @pytest.mark.parametrize(
+    ("prefix", "said"),
+    [
+        ("team/a\nb", "it holds '\\n'"),  # a line break: S3's XML requests normalise it
+        ("runs/\x1b[2J", "it holds '\\x1b'"),  # a terminal escape, printed with the URL
+        ("a%2F..%2Fb", "it holds '%'"),
+        ("x#frag", "it holds '#'"),
+        ("a" * 513, "it is 513 bytes long"),
+    ],
+)
+def test_a_prefix_s3_s_key_guidelines_say_to_avoid_is_refused(prefix, said):
+    with pytest.raises(UsageError) as caught:
+        parse_results_url(f"s3://results/{prefix}")
+    assert said in str(caught.value)
+    assert "a character S3's key naming guidelines say to avoid" in str(caught.value) or (
+        "S3 keys are at most 1,024" in str(caught.value)
+    )
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("prefix", ["team/dtrun_runs-1.(x)!*", "a" * 512, "it's/$(x)@y=z"])
+def test_a_prefix_of_safe_or_merely_special_characters_is_taken(prefix):
+    assert parse_results_url(f"s3://results/{prefix}").prefix == prefix
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [
         ("results/dtrun", "names no scheme"),
