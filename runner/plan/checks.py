@@ -39,6 +39,10 @@ _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # The shells' entries of sudo's table of variables it never passes on (sudo's env.c,
 # initial_badenv_table; docs/security.md, "Run directories are data").
 SHELL_STARTUP = ("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "GLOBIGNORE", "CDPATH")
+# dtrun's variables on the nodes (the launch's tag, the step hook's, the node's name): an --env
+# of that name would replace them in the launch script, and a stop would no longer find the
+# launch's processes by their tag (runner/execute/guard.py)
+OWN_PREFIX = "DTRUN_"
 DTYPES = ("float32", "bfloat16", "float16")  # the all-reduce workload's --dtype choices
 
 
@@ -71,6 +75,14 @@ def check_launch(request: LaunchRequest) -> None:
                 f"--env {key!r} is not a valid variable name",
                 why="names are letters, digits and underscores, not starting with a digit",
                 fix="pass --env NAME=VALUE",
+            )
+        if key.startswith(OWN_PREFIX):
+            raise PlanError(
+                f"--env {key} names one of dtrun's own variables on the nodes",
+                why="dtrun sets them itself: DTRUN_LAUNCH tags every process of a launch so a "
+                "stop finds them all, the step hook's DTRUN_STEP_DIR and DTRUN_WARMUP follow "
+                "--warmup and the run directory",
+                fix=f"leave out --env {key}; use dtrun's options (--warmup) for what it sets",
             )
         if key in SHELL_STARTUP:
             raise PlanError(

@@ -186,6 +186,7 @@ def test_an_unreadable_store_asks_again_and_a_link_is_not_followed(tmp_path):
         ({"step_pattern": "(["}, "--step-pattern '([' is not a regular expression"),
         ({"env": (("BASH_ENV", "/tmp/x"),)}, "--env BASH_ENV changes how bash runs"),
         ({"env": (("A B", "x"),)}, "--env 'A B' is not a valid variable name"),
+        ({"env": (("DTRUN_LAUNCH", "x"),)}, "--env DTRUN_LAUNCH names one of dtrun's own"),
         ({"program": Program(ProgramKind.EXECUTABLE, "python", ("-c", "import os"))},
          "cannot tell what `python -c import os` runs"),
         ({"program": Program(ProgramKind.EXECUTABLE, "python3", ("/w/train.py",))},
@@ -200,8 +201,8 @@ def test_an_unreadable_store_asks_again_and_a_link_is_not_followed(tmp_path):
         ({"program": None, "step_pattern": "x"}, "--step-pattern describes your program"),
     ],
     ids=[
-        "step-pattern", "bash-env", "env-name", "interpreter-option", "interpreter-as-executable",
-        "relative-script",
+        "step-pattern", "bash-env", "env-name", "own-env", "interpreter-option",
+        "interpreter-as-executable", "relative-script",
         "run-id", "max-launches", "max-cost", "nodes", "steps", "pattern-without-program",
     ],
 )  # fmt: skip
@@ -229,6 +230,20 @@ def test_a_typed_shell_startup_variable_is_refused(tmp_path):
     done = run_dtrun("bench", "--env", "BASH_ENV=/tmp/x", "--dry-run", cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--env BASH_ENV changes how bash runs" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["DTRUN_LAUNCH", "DTRUN_STEP_DIR", "DTRUN_WARMUP"])
+def test_a_typed_dtrun_variable_is_refused_as_it_would_hide_the_launch_from_its_stop(
+    tmp_path, name
+):
+    """DTRUN_LAUNCH exported by the launch script in place of the launch's tag: a stop that
+    finds the launch's processes by their tag would find none."""
+    done = run_dtrun("run", "--env", f"{name}=x", "--dry-run", "--", "python", "t.py",
+                     cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--env {name} names one of dtrun's own variables on the nodes" in done.stderr
+    lower = run_dtrun("bench", "--env", "dtrun_launch=x", "--dry-run", cwd=tmp_path)
+    assert lower.returncode == 0, lower.stderr  # another variable: Linux's names keep case
 
 
 def test_a_max_launches_recorded_in_repeat_is_checked_as_if_typed(tmp_path):
