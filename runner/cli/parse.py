@@ -143,7 +143,22 @@ def _program(argv: list[str], cwd: Path | None) -> Program:
         target = anchored(first) if "/" in first else first  # a bare name is looked up in PATH
         return Program(ProgramKind.EXECUTABLE, target, tuple(rest))
     if len(rest) >= 2 and rest[0] == "-m":
-        return Program(ProgramKind.MODULE, rest[1], tuple(rest[2:]))
+        module = rest[1]
+        if not all(part.isidentifier() for part in module.split(".")):
+            raise UsageError(
+                f"python -m {module!r}: {module!r} is not a module name",
+                why="python -m takes an absolute module name, Python identifiers joined by "
+                "dots (pkg.train): it would fail on every node after the launch started",
+                fix="pass python -m PACKAGE.MODULE, or python SCRIPT for a file",
+            )
+        if module.endswith(".py") and cwd is not None and (cwd / module).is_file():
+            raise UsageError(
+                f"python -m {module} names a module by its file",
+                why=f"-m takes a module name, and {module} is a file here: Python would look "
+                f"for a module 'py' in a package {module[:-3]!r}",
+                fix=f"pass python {module}, or python -m {module[:-3]}",
+            )
+        return Program(ProgramKind.MODULE, module, tuple(rest[2:]))
     if rest and not rest[0].startswith("-"):
         return Program(ProgramKind.SCRIPT, anchored(rest[0]), tuple(rest[1:]))
     raise UsageError(

@@ -72,6 +72,28 @@ def test_python_without_a_script_or_module_is_refused(argv):
         parse_command(argv)
 
 
+@pytest.mark.parametrize("module", ["pkg.mod;x", ".relative", "a..b", "1abc", "pkg/train"])
+def test_a_module_that_is_no_module_name_is_refused_before_any_launch(module):
+    with pytest.raises(UsageError, match="is not a module name") as caught:
+        parse_command(["python", "-m", module, "--lr", "1"])
+    assert caught.value.exit_code == 2
+    assert "Python identifiers joined by dots" in str(caught.value)
+
+
+@pytest.mark.parametrize("module", ["pkg.train", "ünï.cødé", "_private.x1"])
+def test_a_dotted_name_of_identifiers_is_a_module(module):
+    assert parse_command(["python", "-m", module]).target == module
+
+
+def test_python_dash_m_a_file_here_says_to_run_the_file_or_name_the_module(tmp_path):
+    (tmp_path / "train.py").write_text("print('x')\n")
+    with pytest.raises(UsageError, match="names a module by its file") as caught:
+        parse_command(["python", "-m", "train.py"], tmp_path)
+    assert caught.value.fix == "pass python train.py, or python -m train"
+    # with no such file it may be a package 'train' with a module 'py': left to Python
+    assert parse_command(["python", "-m", "other.py"], tmp_path).target == "other.py"
+
+
 def test_relative_script_and_executable_paths_are_taken_from_where_dtrun_started(tmp_path):
     script = parse_command(["python", "train.py", "--lr", "1"], tmp_path)
     assert script == Program(ProgramKind.SCRIPT, str(tmp_path / "train.py"), ("--lr", "1"))
