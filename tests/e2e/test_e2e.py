@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -299,3 +300,18 @@ def test_a_signal_stops_every_process_and_keeps_the_record(no_leftovers, stop, c
     assert (runs["status"], runs["error"]) == ("interrupted", said)
     assert [(r["nodes"], r["status"]) for r in runs["runs"]] == [(2, "interrupted")]
     assert (out / "sigint" / "report.md").is_file()
+
+
+def test_a_launch_leaves_torchrun_s_log_directory_in_its_own_not_in_tmp(tmp_path: Path):
+    """Without --log-dir torchrun makes a /tmp/torchelastic_* on every node at every launch
+    and never removes it (5,771 here from the suite and the sessions' sweeps)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    (tmp_path / "r.py").write_text("import os\nprint('rank', os.environ['RANK'])\n")
+    done = run_dtrun(
+        "run", "--nodes", "2", "-o", str(tmp_path / "runs"), "--run-id", "t", "--port", "29736",
+        "--", "python", "r.py", cwd=tmp_path, env={**os.environ, "TMPDIR": str(temp)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not list(temp.glob("torchelastic_*"))
+    assert len(list((tmp_path / "runs" / "t" / "launch" / "torchelastic").iterdir())) == 2

@@ -159,7 +159,7 @@ def test_torchrun_is_called_with_a_c10d_rendezvous_on_node_zero(stubs):
         "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
         "--rdzv-endpoint=127.0.0.2:29400", "--rdzv-id=dtrun-stub-n2",
         "--rdzv-conf=is_host=0,join_timeout=600", "--local-addr=127.0.0.3", "--max-restarts=0",
-        "train.py", *NASTY,
+        "--log-dir=torchelastic", "train.py", *NASTY,
     ]  # fmt: skip
 
 

@@ -22,6 +22,9 @@ export OMP_NUM_THREADS=1
 export PYTHONUNBUFFERED=1
 
 # torchrun's own entry point, which leaves as soon as it is done (runner/plan/launchers/quickexit.py).
+# Its log directory (per-rank error files, empty unless a rank fails) is here, in the launch's
+# directory: without --log-dir torchrun makes a /tmp/torchelastic_* on every node at every
+# launch and never removes it.
 # torchrun sets RANK, LOCAL_RANK and GROUP_RANK per process and hands the workers the
 # MASTER_ADDR/MASTER_PORT agreed at the c10d rendezvous, which node 0 hosts.
 exec /opt/dtrun/venv/bin/python -c 'import sys; sys.path[:] = [p for p in sys.path if p]; sys.argv[0] = "torchrun"; import atexit, os; from torch.distributed.run import main; main(); atexit._run_exitfuncs(); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' \
@@ -33,4 +36,5 @@ exec /opt/dtrun/venv/bin/python -c 'import sys; sys.path[:] = [p for p in sys.pa
   --rdzv-conf=is_host=1,join_timeout=600 \
   --local-addr=127.0.0.2 \
   --max-restarts=0 \
+  --log-dir=torchelastic \
   -m dtrun.workloads.train --steps 60 --warmup 10 --batch 16 --seq-len 128 --layers 4 --d-model 256 --heads 8 --vocab 4096 --device cpu --mode strong --timeout 600 --out result.json --busbw-iters 20

@@ -40,6 +40,9 @@ export UCX_TLS=tcp
 export UCX_NET_DEVICES=eth0
 
 # torchrun's own entry point, which leaves as soon as it is done (runner/plan/launchers/quickexit.py).
+# Its log directory (per-rank error files, empty unless a rank fails) is here, in the launch's
+# directory: without --log-dir torchrun makes a /tmp/torchelastic_* on every node at every
+# launch and never removes it.
 # torchrun sets RANK, LOCAL_RANK and GROUP_RANK per process and hands the workers the
 # MASTER_ADDR/MASTER_PORT agreed at the c10d rendezvous, which node 0 hosts.
 exec /shared/dtrun/venv/bin/python -c 'import sys; sys.path[:] = [p for p in sys.path if p]; sys.argv[0] = "torchrun"; import atexit, os; from torch.distributed.run import main; main(); atexit._run_exitfuncs(); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' \
@@ -51,4 +54,5 @@ exec /shared/dtrun/venv/bin/python -c 'import sys; sys.path[:] = [p for p in sys
   --rdzv-conf=is_host=0,join_timeout=600 \
   --local-addr=10.1.0.5 \
   --max-restarts=0 \
+  --log-dir=torchelastic \
   -m dtrun.workloads.train_deepspeed --steps 60 --warmup 10 --batch 8 --seq-len 64 --layers 32 --d-model 128 --heads 4 --vocab 1024 --device cuda --mode weak --timeout 600 --out result.json --dtype bfloat16 --peak-tflops 312.0 --busbw-iters 20 --deepspeed-config ds_config.json

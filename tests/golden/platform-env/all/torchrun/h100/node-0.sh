@@ -94,6 +94,9 @@ export SM_RESOURCE_CONFIG='{"current_host":"10.2.0.4","hosts":["10.2.0.4","10.2.
 export SAGEMAKER_BASE_DIR=sagemaker/node-0
 
 # torchrun's own entry point, which leaves as soon as it is done (runner/plan/launchers/quickexit.py).
+# Its log directory (per-rank error files, empty unless a rank fails) is here, in the launch's
+# directory: without --log-dir torchrun makes a /tmp/torchelastic_* on every node at every
+# launch and never removes it.
 # torchrun sets RANK, LOCAL_RANK and GROUP_RANK per process and hands the workers the
 # MASTER_ADDR/MASTER_PORT agreed at the c10d rendezvous, which node 0 hosts.
 exec /shared/dtrun/venv/bin/python -c 'import sys; sys.path[:] = [p for p in sys.path if p]; sys.argv[0] = "torchrun"; import atexit, os; from torch.distributed.run import main; main(); atexit._run_exitfuncs(); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' \
@@ -105,4 +108,5 @@ exec /shared/dtrun/venv/bin/python -c 'import sys; sys.path[:] = [p for p in sys
   --rdzv-conf=is_host=1,join_timeout=600 \
   --local-addr=10.2.0.4 \
   --max-restarts=0 \
+  --log-dir=torchelastic \
   train.py --epochs 1
