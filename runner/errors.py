@@ -164,7 +164,12 @@ def stopped_by(signum: int) -> None:
 
 
 def stop_signal() -> signal.Signals:
-    return _stop_signal[0] if _stop_signal else signal.SIGINT
+    """The signal stopping dtrun. Asked with none remembered, the stop is a real Ctrl-C (SIGINT
+    keeps Python's own handler, which asyncio's Ctrl-C handling needs, so nothing remembers
+    it): it is remembered now, and a SIGTERM after it does not rename the stop."""
+    if not _stop_signal:
+        _stop_signal.append(signal.SIGINT)
+    return _stop_signal[0]
 
 
 def interruption() -> str:
