@@ -50,6 +50,9 @@ def test_the_rendezvous_arguments_are_torchdistributors(gpus, monkeypatch):
         ours = task.torchrun_command(params, "mod", "x")
         assert ours == [sys.executable, "-c", "pass", *theirs, f"--nproc_per_node={per_node}",
                         "--module", "mod", "x"]  # fmt: skip
+        # dtrun's own addition: torchrun's logs in the launch's directory, not a new /tmp one
+        logged = task.torchrun_command({**params, task.LOG_DIR: "/l/torchelastic"}, "mod", "x")
+        assert logged[-4:] == ["--log_dir=/l/torchelastic", "--module", "mod", "x"]
 
 
 @pytest.mark.parametrize("lines", [3, 150])

@@ -54,12 +54,13 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pyspark.ml.torch.distributor import TorchDistributor, _get_conf
 from pyspark.ml.torch.log_communication import LogStreamingServer  # type: ignore[attr-defined]
 
-from dtrun.engines.spark.task import CODE, node_task, read_input_first, run_torchrun
+from dtrun.engines.spark.task import CODE, LOG_DIR, node_task, read_input_first, run_torchrun
 
 NODE_MODULE = "dtrun.engines.spark.node"  # what each rank runs: node_main (node.py)
 # First, torchrun takes SIGTERM when its task's Python worker goes, and then ends its ranks
@@ -87,6 +88,7 @@ class NodeDistributor(TorchDistributor):
         self.master_port = master_port
 
     def run_nodes(self, launch_dir: str, names: list[str]) -> None:
+        self.input_params[LOG_DIR] = str(Path(launch_dir) / "torchelastic")
         self._run(NODE_MODULE, run_torchrun, launch_dir, *names)
 
     def _run_distributed_training(

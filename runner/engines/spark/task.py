@@ -34,6 +34,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+# input_params' key: torchrun's log directory, in the launch's directory (without --log_dir
+# torchrun makes a /tmp/torchelastic_* at every launch and never removes it)
+LOG_DIR = "dtrun_torchrun_log_dir"
 CODE = "dtrun_torchrun_code"  # input_params' key: the ``python -c`` code torchrun runs with
 TAIL_LINES = 100  # TorchDistributor's _TAIL_LINES_TO_KEEP: the output an error carries
 # pyspark's log client, loaded under this name (its last part: the file's, log_communication.py)
@@ -145,9 +148,10 @@ def torchrun_command(input_params: dict[str, Any], module: str, *args: str) -> l
             f"--rdzv_endpoint={os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
             f"--rdzv_id={rdzv_id}",
         ]
+    logs = [f"--log_dir={input_params[LOG_DIR]}"] if input_params.get(LOG_DIR) else []
     return [
         sys.executable, "-c", input_params[CODE], *rendezvous, f"--nproc_per_node={per_node}",
-        "--module", module, *args,
+        *logs, "--module", module, *args,
     ]  # fmt: skip
 
 
