@@ -271,6 +271,17 @@ def test_a_dry_run_prints_the_request_and_every_srun_line_and_submits_nothing(sl
     assert not (no_leftovers / "runs").exists()
 
 
+def test_a_dry_run_naming_a_partition_slurm_lacks_says_so(slurm, no_leftovers):
+    """sinfo -p nosuch prints nothing (and exits 0): a traceback (min() of no nodes) before."""
+    done = run_dtrun(
+        "bench", "--slurm", "--nodes", "1,2", "--partition", "nosuch", "--dry-run",
+        cwd=no_leftovers, env=slurm.env,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Slurm lists no node in partition 'nosuch'" in done.stderr
+    assert "Traceback" not in done.stderr and slurm.jobs() == []
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [

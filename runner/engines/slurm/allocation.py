@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -233,6 +234,13 @@ def candidate_nodes(shell: SlurmShell, request: SlurmRequest) -> tuple[str, ...]
     if request.partition is not None:
         command += ["-p", request.partition]
     names = list(dict.fromkeys(shell.check(command, "list the nodes").split()))
+    if not names:
+        where = f"partition {request.partition!r}" if request.partition else "any partition"
+        raise UsageError(
+            f"Slurm lists no node in {where}",
+            why=f"`{shlex.join(command)}` printed nothing",
+            fix="pass --partition naming a partition `sinfo -s` lists",
+        )
     excluded = set(hostnames(shell, request.exclude)) if request.exclude else set()
     return tuple(name for name in names if name not in excluded)
 
