@@ -282,6 +282,31 @@ def test_a_dry_run_naming_a_partition_slurm_lacks_says_so(slurm, no_leftovers):
     assert "Traceback" not in done.stderr and slurm.jobs() == []
 
 
+@pytest.mark.parametrize("nodelist", [None, "n[1-2]"], ids=["bare", "with-nodelist"])
+@pytest.mark.parametrize(
+    "command",
+    [("bench", "--slurm", "--nodes", "1,2", *QUICK), ("bench", "--slurm", "--dry-run"),
+     ("run", "--slurm", "--nodes", "2", "--", "hostname")],
+    ids=["bench", "dry-run", "run"],
+)  # fmt: skip
+def test_a_shell_that_outlived_its_allocation_is_refused_naming_slurm_job_id(
+    slurm, no_leftovers, command, nodelist
+):
+    """A tmux started under salloc keeps SLURM_JOB_ID after the job ends. Before: a
+    traceback (no node list), or a run directory and `srun did not run the launch` (exit 1),
+    or `the program hostname cannot be run` (exit 2, a wrong cause)."""
+    stale = {"SLURM_JOB_ID": "4242", **({"SLURM_JOB_NODELIST": nodelist} if nodelist else {})}
+    done = run_dtrun(
+        *command[:1], "--output", str(no_leftovers / "runs"), *command[1:],
+        cwd=no_leftovers, env={**slurm.env, **stale},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = "this shell's SLURM_JOB_ID is '4242', and that Slurm job is not listed by squeue"
+    assert said in done.stderr and "unset SLURM_JOB_ID" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (no_leftovers / "runs").exists() and slurm.jobs() == []
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [

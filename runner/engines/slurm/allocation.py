@@ -268,3 +268,20 @@ def inside_allocation(environ: Mapping[str, str] | None = None) -> str | None:
     """The job id of the allocation dtrun runs inside (salloc, sbatch), if any."""
     job = (os.environ if environ is None else environ).get("SLURM_JOB_ID", "").strip()
     return job or None
+
+
+def running_allocation(shell: SlurmShell, job: str) -> str:
+    """The node list of the allocation SLURM_JOB_ID names, which must be running. A shell
+    that outlived its allocation (a tmux or screen started under salloc) still has its
+    SLURM_* variables: it is refused here, before anything is written or started."""
+    seen = job_state(shell, job)
+    if seen is not None and seen[0] == "RUNNING":
+        return seen[2]
+    state = "not listed by squeue" if seen is None else f"{seen[0]}, not RUNNING"
+    raise UsageError(
+        f"this shell's SLURM_JOB_ID is {job!r}, and that Slurm job is {state}",
+        why="dtrun runs inside the allocation SLURM_JOB_ID names; a shell that outlived its "
+        "allocation (tmux or screen started under salloc) keeps the variable",
+        fix="run dtrun inside a running allocation (salloc, sbatch), or `unset SLURM_JOB_ID "
+        "SLURM_JOB_NODELIST` for dtrun to ask Slurm for one",
+    )

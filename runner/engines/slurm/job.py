@@ -22,6 +22,7 @@ from dtrun.engines.slurm.allocation import (
     cpus_per_node,
     hostnames,
     inside_allocation,
+    running_allocation,
     slurm_inventory,
     slurm_nodes,
     submit,
@@ -31,7 +32,7 @@ from dtrun.engines.slurm.executor import SlurmExecutor
 from dtrun.engines.slurm.fault import job_end
 from dtrun.engines.slurm.lease import Lease
 from dtrun.engines.slurm.options import request_of
-from dtrun.engines.slurm.shell import LIVE, SlurmShell, cancel, job_state
+from dtrun.engines.slurm.shell import LIVE, SlurmShell, cancel
 from dtrun.engines.slurm.stage import HeadStaging, head_shell
 from dtrun.errors import UsageError
 from dtrun.spec.cluster import Inventory, Node
@@ -131,8 +132,8 @@ def open_slurm(
         if request.passed_through():
             given = ", ".join(flag for flag, _ in request.passed_through())
             notice(f"inside Slurm job {job}: its nodes are used, and {given} do not apply")
-        seen = job_state(shell, job) or ("", "", "")
-        nodelist = os.environ.get("SLURM_JOB_NODELIST") or seen[2]
+        listed = running_allocation(shell, job)  # a stale SLURM_JOB_ID is refused here
+        nodelist = os.environ.get("SLURM_JOB_NODELIST") or listed
         names = hostnames(shell, nodelist)
         notice(f"inside Slurm job {job}: {plural(len(names), 'node')}, {','.join(names)}")
         nodes, gpus = slurm_nodes(shell, names)
