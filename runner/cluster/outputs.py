@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dtrun.azure.catalog import SIZES
+from dtrun.azure.catalog import MAX_NODES_BY_SUPPORT_REQUEST, SIZES
 from dtrun.azure.expiry import ExpiryError, parse_iso
 from dtrun.cluster.names import control_character, host_problem, login_problem
 from dtrun.errors import UsageError
@@ -25,6 +25,9 @@ READ_VERSIONS = (1, 2, 3, 4)
 SCHEDULERS = ("none", "slurm")
 EXPIRY_ACTIONS = ("scaleset", "group")
 REGISTRY_SCHEMA = "dtrun.node/1"
+# The most GPUs (and InfiniBand ports) one VM has: Azure's largest have 8; a count past this,
+# or below 0, is a changed file, not a machine.
+MOST_PER_VM = 64
 
 
 class OutputsError(UsageError):
@@ -91,6 +94,18 @@ def _field(data: Mapping[str, Any], key: str, kind: type, source: str) -> Any:
         raise OutputsError(f"{source}: {key!r} is {value!r}, not a {kind.__name__}")
     if isinstance(value, str):
         _check_text(key, value, source)
+    return value
+
+
+def _count(data: Mapping[str, Any], key: str, low: int, high: int, source: str) -> int:
+    """A whole number of nodes, GPUs or ports from ``low`` to ``high``, or named as wrong."""
+    value: int = _field(data, key, int, source)
+    if not low <= value <= high:
+        raise OutputsError(
+            f"{source}: {key!r} is {value:,}, not a count from {low} to {high}",
+            why="a stack made by `dtrun up` never holds one: the file was changed by hand",
+            fix="save the outputs again with `dtrun outputs --stack NAME --save FILE`",
+        )
     return value
 
 
@@ -172,8 +187,8 @@ def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
         **_expiry(data, int(version), source),
         **_created(data, int(version), source),
         known_hosts=tuple(known_hosts),
-        node_count=_field(data, "node_count", int, source),
-        gpus_per_node=_field(data, "gpus_per_node", int, source),
+        node_count=_count(data, "node_count", 1, MAX_NODES_BY_SUPPORT_REQUEST, source),
+        gpus_per_node=_count(data, "gpus_per_node", 0, MOST_PER_VM, source),
         ssh_private_key=private_key,
         **strings,
     )
@@ -263,9 +278,9 @@ def parse_registry_entry(data: Mapping[str, Any], source: str) -> RegistryEntry:
         address=_field(data, "address", str, source),
         role=_field(data, "role", str, source),
         vm_size=_field(data, "vm_size", str, source),
-        gpus=_field(data, "gpus", int, source),
-        ib_ports_active=_field(data, "ib_ports_active", int, source),
-        ib_ports_expected=_field(data, "ib_ports_expected", int, source),
+        gpus=_count(data, "gpus", 0, MOST_PER_VM, source),
+        ib_ports_active=_count(data, "ib_ports_active", 0, MOST_PER_VM, source),
+        ib_ports_expected=_count(data, "ib_ports_expected", 0, MOST_PER_VM, source),
         infiniband=_field(data, "infiniband", str, source),
         python=_field(data, "python", str, source),
     )

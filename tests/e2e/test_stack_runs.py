@@ -163,3 +163,27 @@ def test_a_registry_entry_that_is_not_an_object_is_exit_2_naming_it(
     said = " ".join(result.output.split())
     assert "dtrunnode000009.json on the head node is not a dtrun node registry entry" in said
     assert "Traceback" not in said
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"ssh_private_key": "not a key"}, "the stack's outputs hold an ssh_private_key dtrun "
+         "cannot use: Invalid private key"),
+        ({"node_count": 0}, "'node_count' is 0, not a count from 1 to 300"),
+    ],
+    ids=["key", "node-count"],
+)  # fmt: skip
+def test_a_stack_whose_outputs_were_edited_is_exit_2_naming_the_output(
+    loopback_stack, monkeypatch, change, said
+):
+    """A stack someone else changed. Before: asyncssh's KeyImportError as a traceback (exit 1);
+    a node_count of 0 or -3 ran on whatever had registered, waiting for "the -3 nodes"."""
+    values = azure_stack.outputs("loop").values | change
+    monkeypatch.setattr(azure_stack, "outputs", lambda name: Outputs(values, frozenset()))
+    for command in (("exec", "--stack", "loop", "--", "true"),
+                    ("bench", "--stack", "loop", "--dry-run")):  # fmt: skip
+        result = dtrun(*command)
+        assert result.exit_code == 2, result.output
+        assert said in " ".join(result.output.split())
+        assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)

@@ -221,6 +221,10 @@ def test_registry_entries_say_when_a_node_is_ready():
         ({"node_count": True}, "not a int"),
         ({"ssh_private_key": "[secret]"}, "masked as [secret]"),
         ({"known_hosts": ["10.42.1.*"]}, "not 'HOSTS TYPE KEY'"),
+        ({"node_count": 0}, "'node_count' is 0, not a count from 1 to 300"),
+        ({"node_count": -3}, "'node_count' is -3, not a count from 1 to 300"),
+        ({"node_count": 10**30}, "'node_count' is 1,000,000,000,000,000,000,000,000,000,000"),
+        ({"gpus_per_node": -8}, "'gpus_per_node' is -8, not a count from 0 to 64"),
     ],
 )
 def test_bad_outputs_name_the_field(change, message):
@@ -243,3 +247,5 @@ def test_registry_entries_of_another_schema_or_with_bad_addresses_are_refused():
         parse_registry_entry(entry | {"schema": "other"}, "n.json")
     with pytest.raises(OutputsError, match="not an IP address"):
         parse_registry_entry(entry | {"address": "node-0"}, "n.json")
+    with pytest.raises(OutputsError, match="'gpus' is -1, not a count from 0 to 64"):
+        parse_registry_entry(entry | {"gpus": -1}, "n.json")

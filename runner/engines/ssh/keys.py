@@ -49,7 +49,15 @@ class ClientKeys:
         from asyncssh.public_key import load_default_keypairs
 
         if how[0] == "stack":
-            return [asyncssh.import_private_key(how[1])]
+            try:
+                return [asyncssh.import_private_key(how[1])]
+            except ValueError as exc:  # asyncssh.KeyImportError; its words hold no key text
+                raise UsageError(
+                    "the stack's outputs hold an ssh_private_key dtrun cannot use",
+                    why=f"{exc} (a stack made by `dtrun up` exports an unencrypted OpenSSH key)",
+                    fix="save the outputs again with `dtrun outputs --stack NAME --save FILE`, "
+                    "or correct the stack's key",
+                ) from None
         if how[0] == "given":
             _, path, certs, only = how
             try:
