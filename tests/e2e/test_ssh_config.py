@@ -60,6 +60,26 @@ def test_aliases_and_the_default_key_reach_every_node(user_home, tmp_path):
     assert re.search(r"│ node-1 │ 127\.0\.0\.3 │ +0 │", done.stdout), done.stdout
 
 
+@pytest.mark.parametrize("bad", ["id_ed25519.pub", "notes.txt"], ids=["public-key", "text"])
+def test_an_identity_file_that_is_no_private_key_is_skipped_as_ssh_skips_it(
+    user_home, tmp_path, bad
+):
+    """`IdentityFile ~/.ssh/id_ed25519.pub` (the public half, named by mistake) before the
+    right key: `ssh` says `Load key ...: invalid format` and logs in with the next one. Before:
+    asyncssh's KeyImportError as a traceback, exit 1."""
+    hosts, env = user_home
+    ssh = tmp_path / "home" / ".ssh"
+    (ssh / "notes.txt").write_text("not a key\n")
+    config = ssh / "config"
+    config.write_text(
+        f"Host *\n  IdentityFile ~/.ssh/{bad}\n  IdentityFile ~/.ssh/id_ed25519\n"
+        + config.read_text()
+    )
+    done = dtrun(env, "exec", "--hosts", str(hosts), "--", "echo reached", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[node-0] reached" in done.stdout and "[node-1] reached" in done.stdout
+
+
 def test_a_run_on_aliases_meets_at_the_alias_s_hostname(user_home, tmp_path, no_leftovers):
     hosts, env = user_home
     script = tmp_path / "where.py"

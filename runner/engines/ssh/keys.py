@@ -8,8 +8,8 @@ asyncssh (and `ssh`) would choose them: the hosts file's `key:`, else a stack's 
 IdentityFile of ~/.ssh/config, else the default ~/.ssh/id_* files. The agent is still asked.
 
 A `key:` that cannot be read or is encrypted is a usage error (exit 2): dtrun logs into every
-node at once and asks for no passphrase. An IdentityFile of the config that is missing is
-skipped, as `ssh` skips it; an encrypted one is left to the agent.
+node at once and asks for no passphrase. An IdentityFile of the config that is missing or is
+no private key is skipped, as `ssh` skips it; an encrypted one is left to the agent.
 """
 
 from __future__ import annotations
@@ -69,9 +69,10 @@ class ClientKeys:
             return list(load_default_keypairs(None, list(certs)))
         keys: list[Any] = []
         for path in files:
-            try:  # one at a time: a missing one is skipped, as `ssh` skips it
+            try:  # one at a time: a missing one is skipped, as `ssh` skips it, and so is one
+                # that is no private key (a .pub named by mistake: `ssh` says "invalid format")
                 keys += asyncssh.load_keypairs([path], None, list(certs), only, True)
-            except OSError:
+            except (OSError, ValueError):  # asyncssh.KeyImportError is a ValueError
                 continue
         return keys
 
