@@ -19,6 +19,7 @@ from dtrun.errors import NodeFailedError, RunError, UsageError
 from dtrun.execute import LineSink, discard
 from dtrun.plan.check import CHECK_DIR, CheckSettings, plan_check
 from dtrun.record.rundir import RunDir, create_run_dir
+from dtrun.record.writefail import write_error
 from dtrun.spec.cluster import Inventory, Node, Starter
 from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
 
@@ -138,6 +139,11 @@ def run_check(
             cluster.ready(plan)
             cluster.executor.run(plan, workdir, timeout_s=timeout, on_line=on_line)
             break
+        except OSError as exc:  # an executor's write: a full disk, the run directory removed
+            explained = write_error(exc, run_dir.path)
+            if explained is None:
+                raise
+            raise explained from None
         except NodeFailedError as exc:
             failed = next((n for n in nodes if n.name == exc.node), None)
             if failed is None or attempt == RETRIES or len(nodes) < 2:

@@ -235,3 +235,18 @@ def test_a_check_on_a_saved_stack_outputs_file_names_the_nodes_by_their_addresse
     )  # fmt: skip
     assert again.returncode in (0, 5), again.stdout + again.stderr  # 5: a noisy figure, not SSH
     assert [n["host"] for n in json.loads(again.stdout)["nodes"]] == good
+
+
+def test_a_check_on_a_full_disk_exits_1_saying_so_and_leaves_no_process(small_disk, no_leftovers):
+    """-o on a disk with room for no launch script: the embedded executor's write fails.
+    Before: OSError [Errno 28] as a traceback (bench's sweep already said it in words)."""
+    disk = small_disk(8)
+    done = run_dtrun(
+        "check", "--local-nodes", "2", "--port", "29828", "--output", str(disk),
+        "--run-id", "full", cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"error: the disk holding {disk / 'full'} is full (" in done.stderr
+    assert "next: free space and run the command again" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not [path for path in disk.rglob("*") if ".partial" in path.name]
