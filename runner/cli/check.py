@@ -126,7 +126,13 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
             timeout_s=timeout,
         )
         check_fields(spec)  # --timeout, --port, --procs-per-node, before a cluster is asked
-        choice = choose(where, 4, job_name=f"dtrun-{spec.run_id}", drains=True)
+        choice = choose(
+            where,
+            4,
+            job_name=f"dtrun-{spec.run_id}",
+            drains=True,
+            nodes_by="check's default; --local-nodes sets it",
+        )
         with opened(choice, watch) as cluster:
             resolved = resolve_run(_per_node(spec, cluster, procs_per_node))
             # embedded nodes sharing cores: their gaps are the shared CPU's, not a node's

@@ -184,7 +184,10 @@ def exec_command(
 
     with user_errors():
         line = parse_command_line(command or [])
-        with opened(choose(where, 2), StackWatch(None, False)) as cluster:
+        with opened(
+            choose(where, 2, nodes_by="exec's default; --local-nodes sets it"),
+            StackWatch(None, False),
+        ) as cluster:
             chosen = select_nodes(cluster.inventory.nodes, nodes)
             out = console()
             answers = cluster.executor.command(

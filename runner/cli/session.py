@@ -49,6 +49,7 @@ def choose(
     dry_run: bool = False,
     job_name: str = "dtrun",
     drains: bool = False,
+    nodes_by: str = "the largest of --nodes",
 ) -> ClusterChoice:
     """The cluster the options chose, for a command that needs ``nodes`` nodes; ``drains``:
     the command takes --drain-failing (bench's health gate, check's flagged nodes)."""
@@ -72,6 +73,7 @@ def choose(
         check=check,
         dry_run=dry_run,
         job_name=job_name,
+        nodes_by=nodes_by,
     )
 
 

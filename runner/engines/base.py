@@ -73,6 +73,7 @@ class ClusterChoice:
     check: bool = False  # health checks (GPUs, InfiniBand, Python) before every launch
     dry_run: bool = False  # --slurm outside an allocation asks for none
     job_name: str = "dtrun"  # the Slurm job dtrun asks for
+    nodes_by: str = "the largest of --nodes"  # what sets ``nodes``, as a message names it
 
     @property
     def local_nodes(self) -> int:
@@ -80,6 +81,12 @@ class ClusterChoice:
         --spark asks for): --local-nodes, else the nodes the command needs."""
         given = None if self.options is None else self.options.local_nodes
         return self.nodes if given is None else given
+
+    @property
+    def local_nodes_by(self) -> str:
+        """The option ``local_nodes`` comes from, as a message names it."""
+        given = None if self.options is None else self.options.local_nodes
+        return self.nodes_by if given is None else "--local-nodes"
 
     @property
     def patience(self) -> Patience:

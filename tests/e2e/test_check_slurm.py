@@ -25,3 +25,23 @@ def test_a_check_on_slurm_names_its_nodes_as_slurm_does_and_ends_its_job(slurm, 
         ("n1", "n2", "ok")
     ]
     assert slurm.jobs() == []  # the allocation dtrun asked for is gone
+
+
+@pytest.mark.parametrize(
+    ("command", "said", "fix"),
+    [(("check",), "needs 4 nodes (check's default; --local-nodes sets it)", "--local-nodes"),
+     (("exec", "--local-nodes", "3"), "needs 3 nodes (--local-nodes)", "--local-nodes"),
+     (("bench", "--nodes", "1,3"), "needs 3 nodes (the largest of --nodes)", "--nodes")],
+    ids=["check", "exec", "bench"],
+)  # fmt: skip
+def test_more_nodes_than_the_partition_names_the_option_that_asked_for_them(
+    slurm, no_leftovers, command, said, fix
+):
+    """`dtrun check --slurm` asks for 4 nodes unless --local-nodes says otherwise. Before, on
+    this 2-node partition, it said "(the largest of --nodes)", an option check does not have."""
+    rest = ("--", "true") if command[0] == "exec" else ("--output", str(no_leftovers / "runs"))
+    done = run_dtrun(*command, "--slurm", *rest, cwd=no_leftovers, env=slurm.env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"dtrun {said} and Slurm partition debug has 2" in done.stderr
+    assert f"next: ask for at most 2 nodes with {fix}, or pass --partition" in done.stderr
+    assert slurm.jobs() == []

@@ -194,9 +194,12 @@ def cpus_per_node(value: str, count: int) -> tuple[int, ...] | None:
     return tuple(counts) if len(counts) == count else None
 
 
-def check_partition_size(shell: SlurmShell, request: SlurmRequest, count: int) -> None:
+def check_partition_size(
+    shell: SlurmShell, request: SlurmRequest, count: int, counted_by: str
+) -> None:
     """Refuse, before asking Slurm for anything, more nodes than the partition holds (Slurm
-    would take the job and hold it pending forever, reason PartitionConfig)."""
+    would take the job and hold it pending forever, reason PartitionConfig). ``counted_by``:
+    the option that set ``count``, which the message names."""
     if request.nodelist is not None:
         return  # Slurm judges a list of named nodes itself (sbatch refuses an unknown one)
     rows = shell.check(["sinfo", "-N", "-h", "-o", "%N|%P"], "list the nodes").splitlines()
@@ -215,13 +218,14 @@ def check_partition_size(shell: SlurmShell, request: SlurmRequest, count: int) -
     if count <= len(usable):
         return
     label = key.rstrip("*")
+    option = re.findall(r"--[a-z-]+", counted_by)[-1]  # the option the user changes
     raise UsageError(
-        f"dtrun needs {plural(count, 'node')} (the largest of --nodes) and Slurm partition "
+        f"dtrun needs {plural(count, 'node')} ({counted_by}) and Slurm partition "
         f"{label} has "
         f"{len(usable)}" + (" outside --exclude" if excluded else ""),
         why=f"its nodes: {', '.join(usable) or 'none'} (sinfo -p {label})",
-        fix=f"ask for at most {plural(len(usable), 'node')}, or pass --partition naming a larger "
-        "partition (`sinfo -s` lists them)",
+        fix=f"ask for at most {plural(len(usable), 'node')} with {option}, or pass --partition "
+        "naming a larger partition (`sinfo -s` lists them)",
     )
 
 

@@ -146,7 +146,7 @@ def open_slurm(
         )
         return
     count = choice.local_nodes
-    check_partition_size(shell, request, count)
+    check_partition_size(shell, request, count, choice.local_nodes_by)
     if choice.dry_run:
         names = candidate_nodes(shell, request)[:count]
         nodes, gpus = slurm_nodes(shell, names)
