@@ -19,11 +19,21 @@ import signal
 import subprocess
 from collections.abc import Sequence
 
+from dtrun.execute.reaper import grace_within
+
 TAG = "DTRUN_LAUNCH"  # every process of a launch carries TAG=<random tag> in its environment
 # What a guard waits with: reading a pipe nobody writes ends only at its end of file. A loop in
 # the guard's own shell, not a `cat` it waits for: the guard is one process, which whoever
 # drops it ends by its pid, and a child killed by something else cannot set it off.
 WAIT_FOR_END = "while read -r _; do :; done"
+REAPER = "execute/reaper.py"  # below the package's folder, where code_files ships it
+
+
+def reaper_command(python: str, package_dir: str, grace_s: float) -> list[str]:
+    """What runs a node's script under the reaper (runner/execute/reaper.py), which stops what
+    the script left, tagged or not: the node's python, isolated (-I: no PYTHONPATH, no user
+    site; -S: no site, 2 ms of its 12), with a grace inside the stop's ``grace_s``."""
+    return [python, "-I", "-S", f"{package_dir}/{REAPER}", f"{grace_within(grace_s):g}"]
 
 
 def start_guard(command: Sequence[str]) -> subprocess.Popen[bytes]:

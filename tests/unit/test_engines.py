@@ -103,7 +103,9 @@ def test_ssh_ships_the_runner_package_root_wherever_its_executor_module_lives():
     shipped = code_files()
     assert f"{name}/__init__.py" in shipped
     assert f"{name}/workloads/train.py" in shipped
-    assert all(path.startswith((f"{name}/__init__.py", f"{name}/workloads/")) for path in shipped)
+    assert f"{name}/execute/reaper.py" in shipped  # what each node's script runs under
+    kept = (f"{name}/__init__.py", f"{name}/workloads/", f"{name}/execute/reaper.py")
+    assert all(path.startswith(kept) for path in shipped)
 
 
 def test_every_engine_options_class_is_among_engine_options_bases():

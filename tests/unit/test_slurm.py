@@ -5,7 +5,9 @@ wrapper each task runs (golden, shellcheck, and run as srun would run it)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -33,8 +35,8 @@ from dtrun.spec.cluster import Node, Starter
 from dtrun.spec.outcome import NodeResult, SuccessRule
 from dtrun.spec.request import Program, ProgramKind, RunSpec
 from dtrun.spec.slurmrequest import SlurmRequest
-from tests.conftest import require_tool
-from tests.paths import TESTS
+from tests.conftest import ended, require_tool
+from tests.paths import REPO, TESTS
 
 NODES = (
     Node("gpu01", "10.0.0.4", slots=8, cpus=96),
@@ -142,8 +144,21 @@ def test_a_node_without_the_run_directory_is_noticed(tmp_path):
     assert step.guard == ["gpu01"]
 
 
+def test_an_exit_said_once_dtrun_cancels_the_step_is_the_stop_s_not_the_node_s(tmp_path):
+    """A task can outlive the script Slurm killed under it and say `exited 137`: the node was
+    still running when dtrun cancelled the step (its timeout names it), not ended by itself."""
+    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None)
+    step.line(b"0: dtrun: slurm task 0 of job 7 runs node-0.sh on gpu01\n")
+    step.line(b"1: dtrun: slurm task 1 of job 7 runs node-1.sh on gpu02\n")
+    step.line(b"0: dtrun: node-0.sh on gpu01 exited 0\n")
+    step.stopping = True
+    step.line(b"1: dtrun: node-1.sh on gpu02 exited 137\n")
+    step.close()
+    assert {node: code for node, (code, _) in step.exits.items()} == {"gpu01": 0}
+
+
 def test_the_wrapper_is_golden_and_shellcheck_clean(tmp_path, golden):
-    text = wrapper(_plan(), "r1")
+    text = wrapper(_plan(), "r1", "/opt/venv/bin/python", "/opt/dtrun")
     golden("slurm/srun-node.sh", text)
     path = tmp_path / "srun-node.sh"
     path.write_text(text)
@@ -168,6 +183,27 @@ def test_the_wrapper_runs_its_nodes_script_and_says_how_it_ended(tmp_path, node,
     lines = done.stdout.splitlines()
     assert lines[0] == f"dtrun: slurm task 0 of job 7 runs {script} on {node}"
     assert lines[-1] == f"dtrun: {script} on {node} exited {code}"
+
+
+@pytest.mark.parametrize("python", [sys.executable, "/nonexistent/bin/python"])
+def test_a_daemon_the_script_orphans_is_stopped_when_it_ends_where_python_is(tmp_path, python):
+    """Under the reaper, a helper started with a cleared environment and a double fork stays in
+    the task's process tree and is stopped at the script's end; without the nodes' python the
+    script runs as before, and the daemon outlives it, as it did."""
+    (tmp_path / "srun-node.sh").write_text(wrapper(_plan(), "r1", python, str(REPO / "dtrun")))
+    (tmp_path / "node-0.sh").write_text(
+        "env -i setsid sh -c 'sleep 600 </dev/null >/dev/null 2>&1 & echo $!'\nexit 4\n"
+    )
+    env = {**os.environ, "SLURMD_NODENAME": "gpu01"}
+    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh")], env=env,
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    daemon = int(done.stdout.splitlines()[1])
+    try:
+        assert done.returncode == 4
+        assert ended(daemon) is (python == sys.executable)
+    finally:
+        if not ended(daemon):
+            os.kill(daemon, signal.SIGKILL)
 
 
 def test_the_wrapper_refuses_a_node_without_a_script(tmp_path):

@@ -12,6 +12,7 @@ import re
 import secrets
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,14 +21,16 @@ import pytest
 
 from dtrun.engines.ssh.remote import launch_command, swept_marker
 from dtrun.execute.guard import TAG
-from tests.conftest import launch_processes, require_tool, wait_for
+from tests.conftest import ended, launch_processes, require_tool, wait_for
+from tests.paths import REPO
 
 ONE_LINE = r"""exec sh -c 'eval "\$\(printf %s ([A-Za-z0-9+/=]+) \| base64 -d\)"'"""
 ODD_DIR = 'it\'s a "dir" $(touch pwned) `id`'
 
 
-def wrapper(where: Path, script: str, tag: str) -> str:
-    return launch_command(str(where), script, tag, 1.0)
+def wrapper(where: Path, script: str, tag: str, python: str = sys.executable) -> str:
+    """The node's command, its script under the reaper: this python, this checkout's code."""
+    return launch_command(str(where), script, tag, 1.0, python=python, package=str(REPO / "dtrun"))
 
 
 def ours(tag: str) -> list[psutil.Process]:
@@ -101,6 +104,37 @@ def test_what_the_script_left_running_is_stopped_at_its_end_and_said_so(launch_d
         login.wait()
 
 
+@pytest.mark.parametrize("python", [sys.executable, "/nonexistent/bin/python"])
+def test_a_daemon_without_the_tag_is_stopped_at_the_script_s_end_where_python_is(
+    launch_dir, python
+):
+    """A helper started with a cleared environment and a double fork carries no tag: the reaper
+    it was reparented to stops it. A node without the launch's python runs the script as
+    before, and the daemon outlives it, as it did."""
+    (launch_dir / "node-0.sh").write_text(
+        "env -i setsid sh -c 'sleep 600 </dev/null >/dev/null 2>&1 & echo $!'\nexit 3\n"
+    )
+    tag = f"{secrets.token_hex(4)}-0"
+    login = subprocess.Popen(
+        ["sh", "-c", wrapper(launch_dir, "node-0.sh", tag, python)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    daemon = None
+    try:
+        assert login.stdout is not None
+        daemon = int(login.stdout.readline())
+        said = login.stdout.read().splitlines()
+        assert login.wait(timeout=30) == 3
+        assert said[-1].split() == [swept_marker(tag)], said
+        assert ended(daemon) is (python == sys.executable)
+    finally:
+        if daemon is not None and not ended(daemon):
+            os.kill(daemon, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(login.pid, signal.SIGKILL)
+        login.wait()
+
+
 @pytest.mark.parametrize("shell", ["sh", "bash"])
 def test_a_script_ended_by_a_signal_reports_128_plus_it(launch_dir, shell):
     (launch_dir / "node-0.sh").write_text("kill -TERM $$\n")
@@ -122,7 +156,7 @@ def test_when_the_input_closes_the_guard_stops_every_process_of_the_launch(launc
     )  # fmt: skip
     try:
         assert login.stdout is not None and login.stdout.readline() == "started\n"
-        wait_for(lambda: len(ours(tag)) == 2, timeout=10, what="bash and sleep")
+        wait_for(lambda: len(ours(tag)) == 3, timeout=10, what="the reaper, bash and sleep")
         assert login.stdin is not None
         login.stdin.close()  # sshd closes it when dtrun's connection goes
         wait_for(lambda: ours(tag) == [], timeout=15, what="the guard's stop")

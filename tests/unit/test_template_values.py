@@ -73,7 +73,7 @@ def _produce() -> None:
             launch=case.options,
         )
         plan = build_run_plan(inventory, spec)
-        wrapper(plan, "r1")
+        wrapper(plan, "r1", "/v/bin/python", "/c/dtrun")
         driver_script(plan.rdzv_id, "spark://h:7077", "/opt/venv/bin/python", "/opt/c", "tag1")
         check_script(plan, PeerSsh(("-p", "2222", "-i", "/keys/id_ed25519")))
         readiness_script(replace(inventory, ssh=SSH), inventory.nodes[0])
@@ -83,7 +83,9 @@ def _produce() -> None:
         bench = BenchSpec("r1", launcher=launcher, node_counts=(2,), program=program)
         cluster = local_cluster(2, python_bin="/v/bin", code_dir="/c", cpu_count=4)
         plan_sweep(resolve_bench(bench), cluster)
-    launch_command("/tmp/dtrun/r1/n1/r1", "node-0.sh", "tag1", 5.0)
+    launch_command(
+        "/tmp/dtrun/r1/n1/r1", "node-0.sh", "tag1", 5.0, python="/v/bin/python", package="/c/dtrun"
+    )
     stop_script("tag1", 5.0)
     for kind, target in ((ProgramKind.SCRIPT, "/w/t.py"), (ProgramKind.EXECUTABLE, "./run.sh")):
         program_script(Program(kind, target))

@@ -11,14 +11,16 @@ import dtrun
 
 
 def code_files() -> dict[str, bytes]:
-    """What the nodes import: the package's __init__.py, its workloads/ and the step hook, by
-    their paths under its import name (dtrun/workloads/train.py; the folder is runner/ in a
+    """What the nodes import: the package's __init__.py, its workloads/ and the step hook, and
+    the reaper a launch's script runs under (runner/execute/reaper.py), by their paths under
+    its import name (dtrun/workloads/train.py; the folder is runner/ in a
     checkout), relative path -> bytes."""
     package = Path(dtrun.__file__).resolve().parent
     name = dtrun.__name__
     workloads = package / "workloads"
     files = [
         package / "__init__.py",
+        package / "execute" / "reaper.py",
         *sorted(workloads.glob("*.py")),
         *sorted((workloads / "stephook").glob("*.py")),
     ]

@@ -8,6 +8,7 @@ import queue
 import secrets
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -20,7 +21,7 @@ from dtrun.engines.common.scripts import pump, run_scripts, write_launch_files
 from dtrun.engines.common.signals import sigint_deferred
 from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
 from dtrun.execute import Answer, LineSink, StopSink, quiet_stop
-from dtrun.execute.guard import TAG, drop_guard, start_guard, stop_script
+from dtrun.execute.guard import TAG, drop_guard, reaper_command, start_guard, stop_script
 from dtrun.execute.success import Next, after_exit, mark_stopped
 from dtrun.plan.machineenv import node_environment
 from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
@@ -29,6 +30,7 @@ from dtrun.spec.text import plural
 from dtrun.workloads.files import NodeLog, write_atomic
 
 TRACK_EVERY_S = 1.0  # how often the process tree below each node is recorded
+_PACKAGE = str(Path(__file__).resolve().parent.parent.parent)  # the reaper's package folder
 
 
 @dataclass
@@ -107,7 +109,11 @@ class LocalExecutor:
         try:
             for launch in plan.launches:
                 with sigint_deferred():  # a node that was started is one that gets stopped
-                    pinned = self.pinned(launch.node.name, ["bash", launch.script_name])
+                    # under the reaper, as on an SSH node: what the script leaves, tagged or
+                    # not, is its to stop (runner/execute/reaper.py)
+                    reaper = reaper_command(sys.executable, _PACKAGE, self.grace_s)
+                    script = [*reaper, "bash", launch.script_name]
+                    pinned = self.pinned(launch.node.name, script)
                     nodes.append(_start(launch, pinned, workdir, on_line, exits, tag))
             verdict = _supervise(nodes, exits, timeout_s, plan)
         except KeyboardInterrupt:

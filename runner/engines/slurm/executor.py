@@ -34,7 +34,7 @@ from dtrun.errors import (
     UsageError,
 )
 from dtrun.execute import Answer, LineSink, StopSink, quiet_stop
-from dtrun.execute.guard import TAG, drop_guard
+from dtrun.execute.guard import REAPER, TAG, drop_guard, reaper_command
 from dtrun.execute.success import Next, Settled, mark_stopped, settle
 from dtrun.render import render
 from dtrun.spec.launchplan import LaunchPlan
@@ -55,10 +55,14 @@ _GUARD = (
 )
 
 
-def wrapper(plan: LaunchPlan, run_id: str) -> str:
+def wrapper(plan: LaunchPlan, run_id: str, python: str = "", package: str = "") -> str:
+    """srun-node.sh; with the nodes' ``python`` and dtrun's ``package`` there, each script runs
+    under the reaper (runner/execute/reaper.py), with the other engines' 5 s stop grace."""
     scripts = [(launch.node.name, launch.script_name) for launch in plan.launches]
+    reaper = reaper_command(python, package, 5.0) if python and package else []
+    needs = [python, f"{package}/{REAPER}"]  # checked there first
     return render("launch/srun-node.sh.j2", {"version": __version__, "run_id": run_id,
-                                              "scripts": scripts})  # fmt: skip
+                  "scripts": scripts, "reaper": reaper, "needs": needs})  # fmt: skip
 
 
 def step_command(
@@ -98,6 +102,7 @@ class _Step:
     guard: list[str] = field(default_factory=list)  # nodes that do not see the run directory
     started: float = field(default_factory=time.monotonic)
     slurm: Heard = field(default_factory=Heard)  # what srun and slurmstepd said of the end
+    stopping: bool = False  # dtrun cancels the step: an exit said from now on is the stop's
 
     def line(self, raw: bytes) -> None:
         text = raw.decode(errors="replace").rstrip("\r\n")
@@ -117,7 +122,7 @@ class _Step:
             return
         content = label.group(2) if label else text
         ended = _EXITED.match(content)
-        if ended and ended.group(2) == node:
+        if ended and ended.group(2) == node and not self.stopping:
             self.exits[node] = (int(ended.group(3)), time.monotonic())
         self._write(f"{node}.log", (content + "\n").encode())
         self.on_line(node, content)
@@ -149,8 +154,10 @@ class SlurmExecutor:
         gpus_per_node: int = 0,
         staging: HeadStaging | None = None,
         grace_s: float = 15.0,
+        reaper: tuple[str, str] = ("", ""),  # the nodes' python and dtrun's package there
     ) -> None:
         self.shell, self.job_id, self.grace_s = shell, job_id, grace_s
+        self.reaper = reaper
         self.gpus_per_node = gpus_per_node
         # a stack's Slurm: launch directories go to its shared storage, and come back
         self.staging = staging
@@ -168,7 +175,8 @@ class SlurmExecutor:
         workdir.mkdir(parents=True, exist_ok=True)
         write_launch_files(plan, workdir)
         write_scripts(plan, workdir)
-        write_atomic(workdir / WRAPPER, wrapper(plan, workdir.parent.parent.name).encode(), 0o755)
+        srun_node = wrapper(plan, workdir.parent.parent.name, *self.reaper)
+        write_atomic(workdir / WRAPPER, srun_node.encode(), 0o755)
         there = self.staging.push(workdir) if self.staging else str(workdir)
         tag = secrets.token_hex(6)
         name = f"dtrun-{tag}"
@@ -201,6 +209,7 @@ class SlurmExecutor:
                 self.on_stopping(len(plan.launches) - len(step.exits))
         finally:
             if process.poll() is None:
+                step.stopping = True  # a task that outlives its killed script says it exited
                 with sigint_deferred():  # a second Ctrl-C does not cut the stop short
                     self._stop(process, name)
             drop_guard(guard)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import dtrun
 from dtrun.engines.base import Cluster
 from dtrun.engines.common.code import this_checkout, this_python
 from dtrun.engines.common.signals import sigint_deferred
@@ -97,7 +98,9 @@ def _cluster(
 ) -> Cluster:
     gpus = min(node.slots for node in inventory.nodes) if inventory.accelerator == "cuda" else 0
     staging = head.staging if head is not None else None
-    executor = SlurmExecutor(shell, job, gpus_per_node=gpus, staging=staging)
+    # each node's script under the reaper: the nodes' python, dtrun's code as staged there
+    reaper = (f"{inventory.python_bin}/python", f"{inventory.code_dir}/{dtrun.__name__}")
+    executor = SlurmExecutor(shell, job, gpus_per_node=gpus, staging=staging, reaper=reaper)
     return Cluster(inventory, executor, choice, engine)
 
 

@@ -26,6 +26,7 @@ from dtrun.engines.ssh.remote import (
     command_line,
     end_of_script,
     launch_command,
+    node_python,
     remote_launch_dir,
     stream,
     swept_marker,
@@ -195,7 +196,9 @@ class SshExecutor:
     ) -> _Ended:
         node = launch.node
         started = time.monotonic()
-        command = launch_command(remote_dir, launch.script_name, tag, self.grace_s)
+        command = launch_command(
+            remote_dir, launch.script_name, tag, self.grace_s, *node_python(self.inventory)
+        )
         marker = swept_marker(tag)
         left: list[str] | None = None
         try:

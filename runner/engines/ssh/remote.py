@@ -10,8 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import dtrun
 from dtrun.engines.common.scripts import LINE_END, LINE_END_LONGEST
-from dtrun.execute.guard import TAG, WAIT_FOR_END, stop_script
+from dtrun.execute.guard import REAPER, TAG, WAIT_FOR_END, reaper_command, stop_script
 from dtrun.spec.cluster import Inventory
 
 if TYPE_CHECKING:
@@ -27,6 +28,12 @@ def remote_launch_dir(inventory: Inventory, workdir: Path) -> str:
     return f"{base}/runs/{workdir.parent.parent.name}/{workdir.parent.name}/{workdir.name}"
 
 
+def node_python(inventory: Inventory) -> tuple[str, str]:
+    """The nodes' python and dtrun's package there, as code_files ships it: what the reaper
+    runs with (runner/execute/reaper.py)."""
+    return f"{inventory.python_bin}/python", f"{inventory.code_dir}/{dtrun.__name__}"
+
+
 DRAIN_S = 2.0  # how long output may trail a script's exit (a background child may hold it open)
 
 
@@ -37,23 +44,29 @@ def swept_marker(tag: str) -> str:
     return f"dtrun-swept-{tag}:"
 
 
-def launch_command(remote_dir: str, script: str, tag: str, grace_s: float) -> str:
+def launch_command(
+    remote_dir: str, script: str, tag: str, grace_s: float, python: str = "", package: str = ""
+) -> str:
     """What the node's login shell runs for one launch: the script, with the guard that stops
     the launch there if dtrun's connection closes first, and the stop of what the script left
     once it ends, whose last line starts with ``swept_marker(tag)``
     (templates/remote/launch.sh.j2). ``tag``: this node's own, so that its stop leaves
-    another node's processes on the same machine alone.
+    another node's processes on the same machine alone. ``python`` and ``package`` (dtrun's
+    code as shipped to the node): the script runs under the reaper (runner/execute/reaper.py)
+    where the node has both, which stops what the script left without the tag.
 
     The wrapper is a POSIX sh script; the login shell is whatever the node's account has (bash,
     dash, zsh, fish, csh). It gets one line they all read alike, with no character any of them
     treats specially: sh runs the wrapper, carried in base64."""
     from dtrun.render import render  # jinja2: only for launches, not for `dtrun exec`
 
+    reaper = reaper_command(python, package, grace_s) if python and package else []
+    needs = [python, f"{package}/{REAPER}"]  # what the reaper runs with, checked there first
     wrapper = render(
         "remote/launch.sh.j2",
         {"dir": remote_dir, "script": script, "tag_name": TAG, "tag": tag,
          "stop": stop_script(tag, grace_s), "wait_for_end": WAIT_FOR_END,
-         "marker": swept_marker(tag)},
+         "marker": swept_marker(tag), "reaper": reaper, "needs": needs},
     )  # fmt: skip
     carried = base64.b64encode(wrapper.encode()).decode()
     return f"exec sh -c 'eval \"$(printf %s {carried} | base64 -d)\"'"

@@ -15,7 +15,14 @@ case "$node" in
     ;;
 esac
 echo "dtrun: slurm task ${SLURM_PROCID:-?} of job ${SLURM_JOB_ID:-?} runs ${script} on ${node}"
-bash "./${script}"
+# The script under dtrun's reaper (runner/execute/reaper.py) where this node has the launch's
+# python: a daemon the script orphans stays in this task's process tree, which Slurm's
+# proctrack/linuxproc stops (not what init adopted), and is stopped when the script ends.
+run=()
+if [ -x /opt/venv/bin/python ] && [ -r /opt/dtrun/execute/reaper.py ]; then
+  run=(/opt/venv/bin/python -I -S /opt/dtrun/execute/reaper.py 4)
+fi
+${run[@]+"${run[@]}"} bash "./${script}"
 code=$?
 echo "dtrun: ${script} on ${node} exited ${code}"
 exit "$code"
