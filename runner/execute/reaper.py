@@ -9,8 +9,8 @@ itself a child subreaper (prctl PR_SET_CHILD_SUBREAPER, Linux 3.4; not inherited
 across execve), so every orphan below it is reparented to it instead of to init. When the
 script ends, or a stop's SIGTERM, SIGINT or SIGHUP reaches it, it stops every child it has
 (SIGTERM, then SIGKILL after its grace, round after round: a killed child's own children become
-its children) and exits only when none is left, with the script's exit code (128 + N where a
-signal N ended it, as bash reports it).
+its children) and exits only when none is left, as the script ended: with its exit code, or
+by the signal that ended it (whoever waits sees "signal SIGKILL", not 137).
 
 Python, not a compiled helper: Python is what the nodes already run (torchrun, DeepSpeed, the
 workloads, the step hook all run under the launch's python; SSH and a stack's Slurm ship this
@@ -87,6 +87,7 @@ class Reaper:
         self.script = script
         self.grace_s = grace_s
         self.status: int | None = None  # the script's exit code once reaped
+        self.signal: int | None = None  # the signal that ended the script, if one did
         self.deadline: float | None = None  # when stopping: the SIGKILLs' time
         self.termed: set[int] = set()
 
@@ -101,6 +102,7 @@ class Reaper:
                 return True
             if pid == self.script:
                 self.status = exit_code(status)
+                self.signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
 
     def stop(self, *, spare_script: bool) -> None:
         """Begin the stop: SIGTERM to every child, but the script where a stop signalled it
@@ -120,6 +122,20 @@ class Reaper:
                     os.kill(pid, signal.SIGKILL if late else signal.SIGTERM)
                 except ProcessLookupError:
                     pass
+
+
+def die_as(signum: int) -> None:
+    """End as the script ended, by its signal, so that whoever waits for the reaper sees what
+    it would have seen of the script ("failed with signal SIGKILL", not exit code 137). No core
+    file: the reaper's would be of no use."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if signum != signal.SIGKILL and signum != signal.SIGSTOP:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
+    os.kill(os.getpid(), signum)
+    time.sleep(1)  # a signal whose default is to go on (SIGCHLD, SIGWINCH): the code instead
 
 
 def main(argv: list[str]) -> int:
@@ -146,6 +162,8 @@ def main(argv: list[str]) -> int:
         if got is not None and got.si_signo in STOPS:
             reaper.stop(spare_script=True)
         if not reaper.reap() and reaper.status is not None:
+            if reaper.signal is not None:
+                die_as(reaper.signal)
             return reaper.status  # the script ended and nothing is left: no look at /proc
         if reaper.status is not None:
             reaper.stop(spare_script=False)
