@@ -131,7 +131,7 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
             4,
             job_name=f"dtrun-{spec.run_id}",
             drains=True,
-            nodes_by="check's default; --local-nodes sets it",
+            nodes_by=("check's default; --local-nodes sets it", "--local-nodes"),
         )
         with opened(choice, watch) as cluster:
             resolved = resolve_run(_per_node(spec, cluster, procs_per_node))

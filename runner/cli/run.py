@@ -185,7 +185,7 @@ def exec_command(
     with user_errors():
         line = parse_command_line(command or [])
         with opened(
-            choose(where, 2, nodes_by="exec's default; --local-nodes sets it"),
+            choose(where, 2, nodes_by=("exec's default; --local-nodes sets it", "--local-nodes")),
             StackWatch(None, False),
         ) as cluster:
             chosen = select_nodes(cluster.inventory.nodes, nodes)

@@ -49,7 +49,7 @@ def choose(
     dry_run: bool = False,
     job_name: str = "dtrun",
     drains: bool = False,
-    nodes_by: str = "the largest of --nodes",
+    nodes_by: tuple[str, str] = ("the largest of --nodes", "--nodes"),
 ) -> ClusterChoice:
     """The cluster the options chose, for a command that needs ``nodes`` nodes; ``drains``:
     the command takes --drain-failing (bench's health gate, check's flagged nodes)."""

@@ -73,7 +73,8 @@ class ClusterChoice:
     check: bool = False  # health checks (GPUs, InfiniBand, Python) before every launch
     dry_run: bool = False  # --slurm outside an allocation asks for none
     job_name: str = "dtrun"  # the Slurm job dtrun asks for
-    nodes_by: str = "the largest of --nodes"  # what sets ``nodes``, as a message names it
+    # what sets ``nodes``, as a message names it, and the option that changes it
+    nodes_by: tuple[str, str] = ("the largest of --nodes", "--nodes")
 
     @property
     def local_nodes(self) -> int:
@@ -83,10 +84,10 @@ class ClusterChoice:
         return self.nodes if given is None else given
 
     @property
-    def local_nodes_by(self) -> str:
+    def local_nodes_by(self) -> tuple[str, str]:
         """The option ``local_nodes`` comes from, as a message names it."""
         given = None if self.options is None else self.options.local_nodes
-        return self.nodes_by if given is None else "--local-nodes"
+        return self.nodes_by if given is None else ("--local-nodes", "--local-nodes")
 
     @property
     def patience(self) -> Patience:

@@ -29,6 +29,17 @@ WAIT_FOR_END = "while read -r _; do :; done"
 REAPER = "execute/reaper.py"  # below the package's folder, where code_files ships it
 
 
+def reaper_on_node(python: str, package_dir: str, grace_s: float) -> dict[str, list[str]]:
+    """The launch templates' values (remote/launch.sh.j2, launch/srun-node.sh.j2): ``reaper``,
+    the command a node's script runs under (none without ``python`` and ``package_dir``), and
+    ``needs``, what the node must have for it, checked there first."""
+    found = bool(python and package_dir)
+    return {
+        "reaper": reaper_command(python, package_dir, grace_s) if found else [],
+        "needs": [python, f"{package_dir}/{REAPER}"],
+    }
+
+
 def reaper_command(python: str, package_dir: str, grace_s: float) -> list[str]:
     """What runs a node's script under the reaper (runner/execute/reaper.py), which stops what
     the script left, tagged or not: the node's python, isolated (-I: no PYTHONPATH, no user

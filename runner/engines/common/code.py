@@ -36,3 +36,9 @@ def this_python() -> str:
 def this_checkout() -> str:
     """The folder that holds the package here (the repository root in a checkout)."""
     return str(Path(dtrun.__file__).resolve().parent.parent)
+
+
+def node_python(python_bin: str, code_dir: str) -> tuple[str, str]:
+    """The nodes' python and dtrun's package there, as code_files ships it (an inventory's
+    ``python_bin`` and ``code_dir``): what the reaper runs with (runner/execute/reaper.py)."""
+    return f"{python_bin}/python", f"{code_dir}/{dtrun.__name__}"

@@ -195,11 +195,11 @@ def cpus_per_node(value: str, count: int) -> tuple[int, ...] | None:
 
 
 def check_partition_size(
-    shell: SlurmShell, request: SlurmRequest, count: int, counted_by: str
+    shell: SlurmShell, request: SlurmRequest, count: int, counted_by: tuple[str, str]
 ) -> None:
     """Refuse, before asking Slurm for anything, more nodes than the partition holds (Slurm
     would take the job and hold it pending forever, reason PartitionConfig). ``counted_by``:
-    the option that set ``count``, which the message names."""
+    what set ``count``, as the message names it, and the option that changes it."""
     if request.nodelist is not None:
         return  # Slurm judges a list of named nodes itself (sbatch refuses an unknown one)
     rows = shell.check(["sinfo", "-N", "-h", "-o", "%N|%P"], "list the nodes").splitlines()
@@ -218,9 +218,9 @@ def check_partition_size(
     if count <= len(usable):
         return
     label = key.rstrip("*")
-    option = re.findall(r"--[a-z-]+", counted_by)[-1]  # the option the user changes
+    what, option = counted_by
     raise UsageError(
-        f"dtrun needs {plural(count, 'node')} ({counted_by}) and Slurm partition "
+        f"dtrun needs {plural(count, 'node')} ({what}) and Slurm partition "
         f"{label} has "
         f"{len(usable)}" + (" outside --exclude" if excluded else ""),
         why=f"its nodes: {', '.join(usable) or 'none'} (sinfo -p {label})",

@@ -34,7 +34,7 @@ from dtrun.errors import (
     UsageError,
 )
 from dtrun.execute import Answer, LineSink, StopSink, quiet_stop
-from dtrun.execute.guard import REAPER, TAG, drop_guard, reaper_command
+from dtrun.execute.guard import TAG, drop_guard, reaper_on_node
 from dtrun.execute.success import Next, Settled, mark_stopped, settle
 from dtrun.render import render
 from dtrun.spec.launchplan import LaunchPlan
@@ -59,10 +59,8 @@ def wrapper(plan: LaunchPlan, run_id: str, python: str = "", package: str = "") 
     """srun-node.sh; with the nodes' ``python`` and dtrun's ``package`` there, each script runs
     under the reaper (runner/execute/reaper.py), with the other engines' 5 s stop grace."""
     scripts = [(launch.node.name, launch.script_name) for launch in plan.launches]
-    reaper = reaper_command(python, package, 5.0) if python and package else []
-    needs = [python, f"{package}/{REAPER}"]  # checked there first
     return render("launch/srun-node.sh.j2", {"version": __version__, "run_id": run_id,
-                  "scripts": scripts, "reaper": reaper, "needs": needs})  # fmt: skip
+                  "scripts": scripts, **reaper_on_node(python, package, 5.0)})  # fmt: skip
 
 
 def step_command(

@@ -12,9 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import dtrun
 from dtrun.engines.base import Cluster
-from dtrun.engines.common.code import this_checkout, this_python
+from dtrun.engines.common.code import node_python, this_checkout, this_python
 from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.slurm.allocation import (
     allocation_request,
@@ -99,7 +98,7 @@ def _cluster(
     gpus = min(node.slots for node in inventory.nodes) if inventory.accelerator == "cuda" else 0
     staging = head.staging if head is not None else None
     # each node's script under the reaper: the nodes' python, dtrun's code as staged there
-    reaper = (f"{inventory.python_bin}/python", f"{inventory.code_dir}/{dtrun.__name__}")
+    reaper = node_python(inventory.python_bin, inventory.code_dir)
     executor = SlurmExecutor(shell, job, gpus_per_node=gpus, staging=staging, reaper=reaper)
     return Cluster(inventory, executor, choice, engine)
 

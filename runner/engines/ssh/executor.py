@@ -20,13 +20,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dtrun.engines.common.code import code_files
+from dtrun.engines.common.code import code_files, node_python
 from dtrun.engines.common.scripts import answer_line, line_text
 from dtrun.engines.ssh.remote import (
     command_line,
     end_of_script,
     launch_command,
-    node_python,
     remote_launch_dir,
     stream,
     swept_marker,
@@ -196,9 +195,8 @@ class SshExecutor:
     ) -> _Ended:
         node = launch.node
         started = time.monotonic()
-        command = launch_command(
-            remote_dir, launch.script_name, tag, self.grace_s, *node_python(self.inventory)
-        )
+        python = node_python(self.inventory.python_bin, self.inventory.code_dir)
+        command = launch_command(remote_dir, launch.script_name, tag, self.grace_s, *python)
         marker = swept_marker(tag)
         left: list[str] | None = None
         try:

@@ -10,9 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import dtrun
 from dtrun.engines.common.scripts import LINE_END, LINE_END_LONGEST
-from dtrun.execute.guard import REAPER, TAG, WAIT_FOR_END, reaper_command, stop_script
+from dtrun.execute.guard import TAG, WAIT_FOR_END, reaper_on_node, stop_script
 from dtrun.spec.cluster import Inventory
 
 if TYPE_CHECKING:
@@ -26,12 +25,6 @@ def remote_launch_dir(inventory: Inventory, workdir: Path) -> str:
         f"{inventory.shared_dir}/.dtrun" if inventory.shared_dir else (ssh.workdir if ssh else "")
     )
     return f"{base}/runs/{workdir.parent.parent.name}/{workdir.parent.name}/{workdir.name}"
-
-
-def node_python(inventory: Inventory) -> tuple[str, str]:
-    """The nodes' python and dtrun's package there, as code_files ships it: what the reaper
-    runs with (runner/execute/reaper.py)."""
-    return f"{inventory.python_bin}/python", f"{inventory.code_dir}/{dtrun.__name__}"
 
 
 DRAIN_S = 2.0  # how long output may trail a script's exit (a background child may hold it open)
@@ -60,13 +53,11 @@ def launch_command(
     treats specially: sh runs the wrapper, carried in base64."""
     from dtrun.render import render  # jinja2: only for launches, not for `dtrun exec`
 
-    reaper = reaper_command(python, package, grace_s) if python and package else []
-    needs = [python, f"{package}/{REAPER}"]  # what the reaper runs with, checked there first
     wrapper = render(
         "remote/launch.sh.j2",
         {"dir": remote_dir, "script": script, "tag_name": TAG, "tag": tag,
          "stop": stop_script(tag, grace_s), "wait_for_end": WAIT_FOR_END,
-         "marker": swept_marker(tag), "reaper": reaper, "needs": needs},
+         "marker": swept_marker(tag), **reaper_on_node(python, package, grace_s)},
     )  # fmt: skip
     carried = base64.b64encode(wrapper.encode()).decode()
     return f"exec sh -c 'eval \"$(printf %s {carried} | base64 -d)\"'"
