@@ -311,8 +311,15 @@ def _machine_group(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture
-def slurm(slurm_daemons: slurmd.SlurmCluster) -> slurmd.SlurmCluster:
+def slurm(
+    request: pytest.FixtureRequest, slurm_daemons: slurmd.SlurmCluster
+) -> slurmd.SlurmCluster:
     """The Slurm test cluster with no job in it and every node idle."""
+    if machine.SHARED_BY_MACHINE.get(request.path.name) != "slurm":
+        pytest.fail(
+            f"{request.path.name} uses the Slurm test cluster: add it to tests/machine.py's "
+            "SHARED_BY_MACHINE as 'slurm', or under -n it runs beside the Slurm tests"
+        )
     slurm_daemons.reset()
     return slurm_daemons
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 SHARED_BY_MACHINE = {"test_e2e_slurm.py": "slurm", "test_check_slurm.py": "slurm",
+                     "test_untagged_orphans.py": "slurm",
                      "test_e2e_spark.py": "spark", "test_e2e_spark_app.py": "spark",
                      "test_check_spark.py": "spark",
                      "test_e2e_ray.py": "ray", "test_e2e_ray_faults.py": "ray",
