@@ -28,7 +28,11 @@ from dtrun.infra.storage import SharedStorage, StorageArgs
 from dtrun.spec.cluster import ClusterSpec, Scheduler
 
 OUTPUTS_VERSION = 4
-NO_EXPIRY: pulumi.Output[HeadExpiry | None] = pulumi.Output.from_input(None)
+
+
+def _no_expiry() -> pulumi.Output[HeadExpiry | None]:
+    """Made when the program runs, not at import: an Output needs the run's event loop."""
+    return pulumi.Output.from_input(None)
 
 
 def _boot(
@@ -38,8 +42,9 @@ def _boot(
     key: tls.PrivateKey,
     munge: pulumi.Output[str | None],
     cluster_key: tls.PrivateKey | None = None,
-    expiry: pulumi.Output[HeadExpiry | None] = NO_EXPIRY,
+    expiry: pulumi.Output[HeadExpiry | None] | None = None,
 ) -> pulumi.Output[str]:
+    expiry = _no_expiry() if expiry is None else expiry
     pattern = nodes_host_pattern(subnets(cluster.vnet_cidr)["nodes"])
     node_to_node = (
         pulumi.Output.all(cluster_key.private_key_openssh, cluster_key.public_key_openssh)
@@ -97,7 +102,7 @@ def _expiry(
     """With expiry on: the head's identity and its role on the group, and what the head's
     cloud-init needs; both None-valued when dtrun:ttlHours and idleMinutes are 0."""
     if not cluster.expiry.enabled:
-        return NO_EXPIRY, None
+        return _no_expiry(), None
     identity = ExpiryIdentity("expiry", ExpiryArgs(cluster, group.name, group.id, tags))
     head = pulumi.Output.all(group.id, identity.client_id).apply(
         lambda v: HeadExpiry(group_id=v[0], client_id=v[1])
