@@ -57,6 +57,7 @@ def test_a_throttled_node_among_six_is_isolated_by_its_half_and_named_alone(no_l
     assert "slow group" not in done.stderr and "note: a group" not in done.stderr
 
 
+@pytest.mark.alone  # six ranks on 2 cores beside the other worker's launches: one false alarm seen
 def test_a_clean_six_node_check_flags_no_node_link_or_group(no_leftovers):
     done, data = _check(no_leftovers, "--local-nodes", str(NODES), "--port", "29920")
     assert done.returncode == 0, done.stdout + done.stderr
