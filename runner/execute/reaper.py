@@ -16,10 +16,9 @@ Python, not a compiled helper: Python is what the nodes already run (torchrun, D
 workloads, the step hook all run under the launch's python; SSH and a stack's Slurm ship this
 file with dtrun's code), and ctypes reaches prctl without a compiler. Run as a file, ``python -I
 -S reaper.py GRACE_S COMMAND...``: standard library only, nothing from the user's environment.
-The embedded, SSH and Slurm engines run every node's script under it. Spark does not: its
-executors may hold dtrun only in a zip (runner/engines/spark/shipping.py), no file to run, and
-TorchDistributor runs a Python program in the rank's own process (inprocess.py), with no script
-to run under anything.
+Every engine but Spark runs each node's script under it. Spark's executors may hold dtrun
+only in a zip (runner/engines/spark/shipping.py), no file to run, and TorchDistributor runs a
+Python program in the rank's own process (inprocess.py), with no script to run under anything.
 
 Its grace is shorter than the stop's (``grace_within``): a stop's SIGKILL reaches every tagged
 process, the reaper too, and a reaper killed before its children would orphan them to init.

@@ -15,12 +15,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import DTRUN, default_signals, ends_within, wait_for
+from tests.conftest import DTRUN, default_signals, ended, ends_within, wait_for
+from tests.paths import TESTS
 from tests.raycluster import SECOND, RayCluster, ray_cluster_up
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]  # Ray Train under load: minutes
 
 NOTHING: dict[str, list[object]] = {"actors": [], "groups": [], "processes": []}
+DAEMON = TESTS / "programs" / "helper_daemon.py"
 SLEEP = "import time; print('sleeping', flush=True); time.sleep(600)\n"
 
 
@@ -118,6 +120,41 @@ def test_a_sigkilled_dtrun_leaves_no_actor_placement_group_or_process(ray_cluste
     dtrun.wait()
     # Ray ends the job of a driver that died: its actors and placement groups go, and each
     # actor's guard ends its node's script
+    _nothing_left(ray_cluster)
+
+
+@pytest.mark.parametrize("stop", ["ends-by-itself", "sigterm"])
+def test_an_untagged_daemon_a_rank_leaves_is_gone_with_the_launch(ray_cluster, tmp_path, stop):
+    """helper_daemon.py, as tests/e2e/test_untagged_orphans.py runs it on the other engines: a
+    daemon with a cleared environment (no tag) and a double fork (out of the script's process
+    group) on each Ray node. The reaper each node's script runs under stops it."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    out = (tmp_path / "dtrun.out").open("w+")
+    dtrun = subprocess.Popen(
+        [*DTRUN, "run", "--ray", ray_cluster.address, "--nodes", "2", "--output",
+         str(tmp_path / "runs"), "--run-id", "d", "--", "python", str(DAEMON), "--pids", str(pids),
+         *(["--hold"] if stop == "sigterm" else [])],
+        cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, preexec_fn=default_signals,
+    )  # fmt: skip
+    started: list[int] = []
+    try:
+        wait_for(lambda: len([f for f in pids.glob("daemon-*.pid") if f.read_text()]) == 2,
+                 timeout=400, what="a daemon on each node")  # fmt: skip
+        started = [int(f.read_text()) for f in pids.glob("daemon-*.pid")]
+        assert [pid for pid in started if ended(pid)] == []
+        if stop == "sigterm":
+            dtrun.send_signal(signal.SIGTERM)
+        code = ends_within(dtrun, 180, out)
+        left = [pid for pid in started if not ended(pid)]
+    finally:
+        dtrun.kill()
+        for pid in started:
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(pid).name() == "sleep":
+                    psutil.Process(pid).kill()
+    assert code == (143 if stop == "sigterm" else 0), _said(out)
+    assert left == [], f"the daemons outlived the launch: {_described(left)}"
     _nothing_left(ray_cluster)
 
 

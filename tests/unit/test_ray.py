@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import types
+import uuid
 from pathlib import Path
 
 import psutil
@@ -133,9 +134,15 @@ def inventory_for():
     return make
 
 
+def own_tag() -> str:
+    """A launch tag no other test's scripts carry: a guard that fires (its worker died, or its
+    NodeProcess was collected, closing the guard's pipe) ends every process with its tag."""
+    return uuid.uuid4().hex
+
+
 def test_the_node_actor_streams_the_script_and_stops_its_group(tmp_path):
     files = [("node-0.sh", b"echo one; echo two; sleep 600 & wait\n", 0o700)]
-    node = NodeProcess("tag")
+    node = NodeProcess(own_tag())
     node.start(str(tmp_path), files, "node-0.sh")
     lines: list[bytes] = []
     deadline = time.monotonic() + 20
@@ -147,6 +154,25 @@ def test_the_node_actor_streams_the_script_and_stops_its_group(tmp_path):
     group = node.proc.pid
     assert node.stop(grace_s=1.0) == ([], None)  # stopped: no exit of its own
     assert _live_in_group(group) == []  # its background sleep too
+
+
+def test_a_daemon_the_script_leaves_untagged_and_out_of_its_group_ends_with_it(tmp_path):
+    """A cleared environment (no tag) and setsid (out of the group the stop ends): only the
+    reaper the script runs under finds it. Before, it ran on after the script's exit 0."""
+    pid = tmp_path / "daemon.pid"
+    daemon = f"sleep 600 </dev/null >/dev/null 2>&1 & echo $! > {shlex.quote(str(pid))}"
+    script = f"env -i setsid sh -c {shlex.quote(daemon)}; exit 0\n".encode()
+    node = NodeProcess(own_tag())
+    node.start(str(tmp_path), [("n.sh", script, 0o700)], "n.sh")
+    try:
+        assert node.poll(60.0)[1] == 0
+        left = psutil.Process(int(pid.read_text()))
+        assert not left.is_running() or left.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        pass  # gone, as it should be
+    finally:
+        with contextlib.suppress(psutil.Error, ValueError, OSError):
+            psutil.Process(int(pid.read_text())).kill()
 
 
 def _live_in_group(group: int) -> list[int]:
@@ -161,7 +187,7 @@ def _live_in_group(group: int) -> list[int]:
 
 
 def test_the_node_actor_gives_the_exit_code_with_the_last_lines(tmp_path):
-    node = NodeProcess("tag")
+    node = NodeProcess(own_tag())
     node.start(str(tmp_path), [("n.sh", b"echo first; echo last; exit 3\n", 0o700)], "n.sh")
     seen: list[bytes] = []
     code = None
@@ -174,7 +200,7 @@ def test_the_node_actor_gives_the_exit_code_with_the_last_lines(tmp_path):
 
 
 def test_a_held_poll_answers_once_the_script_ends_not_when_its_wait_is_over(tmp_path):
-    node = NodeProcess("tag")
+    node = NodeProcess(own_tag())
     node.start(str(tmp_path), [("n.sh", b"sleep 0.5; echo last; exit 4\n", 0o700)], "n.sh")
     began = time.monotonic()
     out, code = node.poll(60.0)
@@ -184,7 +210,7 @@ def test_a_held_poll_answers_once_the_script_ends_not_when_its_wait_is_over(tmp_
 
 
 def test_a_held_poll_of_a_running_script_waits_its_time_and_keeps_the_lines(tmp_path):
-    node = NodeProcess("tag")
+    node = NodeProcess(own_tag())
     node.start(str(tmp_path), [("n.sh", b"echo early; sleep 600\n", 0o700)], "n.sh")
     try:
         deadline = time.monotonic() + 20
@@ -229,7 +255,7 @@ def test_the_docs_list_every_file_outside_its_package_that_adding_ray_touched():
 WORKER = """
 import sys, time
 from dtrun.engines.ray.node import NodeProcess
-node = NodeProcess("tag")
+node = NodeProcess(sys.argv[1])
 node.spawn(["bash", "-c", "sleep 600 & sleep 600 & wait"])
 print(node.proc.pid, flush=True)
 time.sleep(600)
@@ -240,7 +266,8 @@ def test_a_node_script_ends_when_its_worker_dies_as_ray_kills_it(tmp_path):
     """Ray SIGKILLs a dying worker's direct children (its kill_child_processes_on_worker_exit):
     the script's shell goes, its own children stay unless the guard, no child of the worker,
     ends the group. Before, the guard was a direct child and went with the shell."""
-    worker = psutil.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE, cwd=tmp_path)
+    worker = psutil.Popen([sys.executable, "-c", WORKER, own_tag()], stdout=subprocess.PIPE,
+                          cwd=tmp_path)  # fmt: skip
     assert worker.stdout is not None
     group = int(worker.stdout.readline())
     deadline = time.monotonic() + 20
@@ -255,6 +282,44 @@ def test_a_node_script_ends_when_its_worker_dies_as_ray_kills_it(tmp_path):
     while _live_in_group(group) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _live_in_group(group) == []
+
+
+def test_a_rank_in_a_session_of_its_own_ends_when_its_worker_dies(tmp_path):
+    """torchrun's workers have sessions of their own: when the Ray worker dies and SIGKILLs its
+    child (the reaper), the group's stop misses them; the guard finds them by the launch's tag.
+    Before, such a rank ran on, parent init, once its torchrun had been SIGKILLed."""
+    pid = tmp_path / "rank.pid"
+    rank = f"setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $! > {shlex.quote(str(pid))}; wait"
+    worker = psutil.Popen(
+        [sys.executable, "-c", WORKER.replace('"sleep 600 & sleep 600 & wait"', repr(rank)),
+         own_tag()],
+        stdout=subprocess.PIPE, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        assert worker.stdout is not None
+        worker.stdout.readline()
+        deadline = time.monotonic() + 20
+        while not (pid.exists() and pid.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = psutil.Process(int(pid.read_text()))
+        for child in worker.children():
+            child.kill()
+        worker.kill()
+        worker.wait()
+        deadline = time.monotonic() + 30
+        while _running(left) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(left)
+    finally:
+        with contextlib.suppress(psutil.Error, ValueError, OSError):
+            psutil.Process(int(pid.read_text())).kill()
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_a_command_task_streams_its_lines_and_ends_with_its_exit_code(tmp_path):
@@ -280,7 +345,7 @@ def test_a_script_reaped_by_another_is_a_lost_status_not_exit_0():
     missing status as exit 0, a success. The node's actor says the status was lost."""
     from dtrun.engines.ray.node import LostStatusError
 
-    node = NodeProcess("tag")
+    node = NodeProcess(own_tag())
     node.spawn(["bash", "-c", "exit 7"])
     assert node.proc is not None
     os.waitpid(node.proc.pid, 0)  # another reaper took it, and its status with it
@@ -294,7 +359,7 @@ def test_what_an_ended_script_left_gets_its_grace_before_sigkill(tmp_path):
     the grace for the whole group, not by SIGKILL at once because the script itself is gone
     (which also returned while the child was still dying: CI saw it alive)."""
     said, armed = tmp_path / "said", tmp_path / "armed"
-    node = NodeProcess("tag")
+    node = NodeProcess(own_tag())
     child = f"trap 'sleep 0.2; echo bye > {shlex.quote(str(said))}; exit 0' TERM; "
     child += f": > {shlex.quote(str(armed))}; while :; do sleep 0.05; done"
     node.spawn(["bash", "-c", f"bash -c {shlex.quote(child)} & echo $$; exit 3"])

@@ -3,13 +3,15 @@ launch's placement group, runs the node's rendered script and hands its output t
 
 The actor writes the launch's files in the launch directory (the same path as on dtrun's
 machine; nothing is written where dtrun's own copy already stands), runs the script with bash
-in a process group of its own, and keeps its output until dtrun's next ``poll``. ``stop`` ends
-the group (SIGTERM, then SIGKILL after a grace). A guard (runner/execute/guard.py) ends the
-group when the actor's process ends without doing so: Ray kills a job's actors when its driver
-(dtrun) dies, or when a stop times out. The guard is no child of the Ray worker: a worker that
-ends, or sees its raylet die, SIGKILLs its direct children (Ray's
+under the reaper (runner/execute/reaper.py: what the script leaves, tagged or not, is stopped
+with it) in a process group of its own, and keeps its output until dtrun's next ``poll``.
+``stop`` ends the group (SIGTERM, then SIGKILL after a grace). A guard (runner/execute/guard.py)
+ends the group when the actor's process ends without doing so: Ray kills a job's actors when
+its driver (dtrun) dies, or when a stop times out. The guard is no child of the Ray worker: a
+worker that ends, or sees its raylet die, SIGKILLs its direct children (Ray's
 ``RAY_kill_child_processes_on_worker_exit``, on by default: docs/ray.md), the guard with them,
-which left the script's own children running.
+which left the script's own children running. That SIGKILL reaches the reaper too: what it
+adopted then goes to init, and only the group's stop finds what kept the group.
 
 Standard library and dtrun.execute.guard only: imported in the Ray workers.
 """
@@ -21,23 +23,42 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
-from dtrun.execute.guard import TAG, WAIT_FOR_END
+from dtrun.execute.guard import TAG, WAIT_FOR_END, reaper_command
 
 GRACE_S = 5.0
-# Run by the guard as `sh -c END_GROUP dtrun-node-stop PGID` once the actor's process ends: the
-# script's group gets SIGTERM, then SIGKILL after GRACE_S. The guard has a session of its own.
-# How a guard is started as no child of the Ray worker: this shell starts it in the background
-# with the shell's stdin (the pipe only the worker writes) and exits, saying its pid.
+# Run by the guard as `sh -c END_LAUNCH dtrun-node-stop PGID TAG=VALUE` once the actor's
+# process ends: the script's group and every process carrying the launch's tag get SIGTERM,
+# then SIGKILL after GRACE_S. The tag finds what the group does not: torchrun's workers (sessions
+# of their own), which outlived a torchrun SIGKILLed before it had stopped them (CI: a rank
+# left running, parent init, after its raylet was killed). One grep over every environment, as
+# templates/remote/stop.sh.j2 does. The guard has a session of its own and no tag (the worker's
+# environment). How a guard is started as no child of the Ray worker: this shell starts it in
+# the background with the shell's stdin (the pipe only the worker writes) and exits, saying its
+# pid.
 DETACH = 'exec 3<&0; "$@" <&3 3<&- >/dev/null 2>&1 & echo "$!"'
-END_GROUP = (
-    'kill -TERM "-$1" 2>/dev/null || exit 0; i=0; '
-    f'while [ "$i" -lt {int(GRACE_S * 10)} ]; do kill -0 "-$1" 2>/dev/null || exit 0; '
-    'sleep 0.1; i=$((i + 1)); done; kill -KILL "-$1" 2>/dev/null; exit 0'
+END_LAUNCH = (
+    'g=$1 t=$2; tagged() { grep -lsxzF -- "$t" /proc/[0-9]*/environ | cut -d/ -f3; }; '
+    'hit() { kill "-$1" "-$g" 2>/dev/null; for p in $(tagged); do kill "-$1" "$p" 2>/dev/null; '
+    "done; }; hit TERM; i=0; "
+    f'while [ "$i" -lt {int(GRACE_S * 10)} ]; do '
+    'if ! kill -0 "-$g" 2>/dev/null && [ -z "$(tagged)" ]; then exit 0; fi; '
+    "sleep 0.1; i=$((i + 1)); done; hit KILL; exit 0"
 )
+
+
+def _reaper() -> list[str]:
+    """What the script runs under: the reaper (runner/execute/reaper.py), which stops what it
+    left, tagged or not, when it ends or a stop reaches the group. None where the worker holds
+    dtrun in no folder (no file to run): the script runs bare, its group stopped as before."""
+    package = Path(__file__).resolve().parents[2]
+    if not (package / "execute" / "reaper.py").is_file():
+        return []
+    return reaper_command(sys.executable, str(package), GRACE_S)
 
 
 class NodeProcess:
@@ -69,7 +90,7 @@ class NodeProcess:
                 partial.write_bytes(content)
                 partial.chmod(mode)
                 partial.replace(path)
-        self.spawn(["bash", script], where)
+        self.spawn([*_reaper(), "bash", script], where)
         import ray  # the worker's own: the node's address as Ray knows it
 
         address: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
@@ -86,7 +107,8 @@ class NodeProcess:
             process_group=0,
             env={**os.environ, TAG: self.tag},
         )
-        self.guard = Guard(["sh", "-c", END_GROUP, "dtrun-node-stop", str(self.proc.pid)])
+        self.guard = Guard(["sh", "-c", END_LAUNCH, "dtrun-node-stop", str(self.proc.pid),
+                            f"{TAG}={self.tag}"])  # fmt: skip
         self.pump = threading.Thread(target=self._pump, name="dtrun-ray-output", daemon=True)
         self.pump.start()
 
