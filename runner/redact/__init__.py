@@ -234,11 +234,15 @@ class Redactor:
         return found  # type: ignore[return-value]  # the same type as it came
 
     def body(self, data: bytes) -> bytes:
-        """A file's bytes redacted: as UTF-8 text when they are, else the known values' raw
+        """A file's bytes redacted: as text when they are UTF-8 or hold no NUL byte (a log with
+        a stray byte that is not UTF-8, its bytes kept as they are), else the known values' raw
         bytes only (a binary file is left whole otherwise)."""
         try:
             text = data.decode()
         except UnicodeDecodeError:
+            if b"\0" not in data:  # git's rule for a binary file
+                shown = self.text(data.decode(errors="surrogateescape"))
+                return shown.encode(errors="surrogateescape")
             for form in self.forms:
                 encoded = form.encode()
                 if encoded in data:

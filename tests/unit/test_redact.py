@@ -22,7 +22,7 @@ from dtrun.redact import (
     secrets_in_environment,
 )
 from dtrun.spec.request import Program, ProgramKind, RunSpec
-from tests.secret_shapes import ENCODINGS, ENV, MACHINE, PROGRAM_ARGS, SHAPES, leaks, planted
+from tests.secret_shapes import ENCODINGS, ENV, GHP, MACHINE, PROGRAM_ARGS, SHAPES, leaks, planted
 
 SPEC = RunSpec("r", env=ENV, program=Program(ProgramKind.SCRIPT, "t.py", PROGRAM_ARGS))
 # what dtrun knows as secret for a command given the table's inputs (runner/cli/bench.py)
@@ -127,6 +127,14 @@ def test_records_and_files_are_redacted_whole_and_binary_files_only_of_known_val
     }
     binary = b"\x89PNG\xff\x00Hunter2Password\x00AKIAABCDEFGHIJKLMNOP"
     assert HIDE.body(binary) == b"\x89PNG\xff\x00<redacted>\x00AKIAABCDEFGHIJKLMNOP"
+
+
+def test_a_log_with_a_byte_that_is_not_utf8_is_still_redacted_as_text():
+    """One stray byte (a C library's Latin-1 message) does not make a node log binary: its
+    URL credentials, token shapes and wrapped secrets are hidden, every other byte kept."""
+    hide = Redactor.of(["Zq9xSecretVal77LongerAbc"])
+    log = b"caf\xe9 https://bob:Pw0rdXyz@h/x " + GHP.encode() + b"\nZq9xSecretVal77Lo\nngerAbc\n"
+    assert hide.body(log) == b"caf\xe9 https://<redacted>@h/x <redacted>\n<redacted>\nngerAbc\n"
 
 
 @pytest.mark.parametrize("piece", ["a-", "ab1-", "x-api-", "a.", "aa+"])
