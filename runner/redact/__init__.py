@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import quote, quote_plus
 
+from dtrun.redact.decoded import decoded, mask
 from dtrun.redact.shapes import (
     REDACTED,
     is_secret_name,
@@ -200,24 +201,28 @@ class Redactor:
 
     forms: tuple[str, ...] = ()  # longest first, so a form inside another goes with it
     wrapped: tuple[str, ...] = ()  # the values and their lines looked for across line breaks
+    read: tuple[str, ...] = ()  # the values and their lines as ``decoded`` reads them
 
     @classmethod
     def of(cls, values: Iterable[str]) -> Redactor:
         return cls().knowing(values)
 
     def knowing(self, values: Iterable[str]) -> Redactor:
-        forms, wrapped = set(self.forms), dict.fromkeys(self.wrapped)
+        forms, wrapped, read = set(self.forms), dict.fromkeys(self.wrapped), set(self.read)
         for value in values:
             forms |= fragments(value)
+            read.update(filter(worth_looking_for, (decoded(p).text for p in lines_of(value))))
             wrapped.update(
                 dict.fromkeys(p for p in lines_of(value) if len(p) >= WRAPPED_PIECE_SHORTEST)
             )
-        return Redactor(tuple(sorted(forms, key=lambda form: (-len(form), form))), tuple(wrapped))
+        longest_first = tuple(sorted(forms, key=lambda form: (-len(form), form)))
+        return Redactor(longest_first, tuple(wrapped), tuple(sorted(read)))
 
     def text(self, text: str) -> str:
         for form in self.forms:
             if form in text:
                 text = text.replace(form, REDACTED)
+        text = mask(text, self.read, REDACTED)  # a piece with escapes or colours between
         if self.wrapped:
             text = mask_wrapped(text, self.wrapped)
         return redact_value(text)

@@ -137,6 +137,48 @@ def test_a_log_with_a_byte_that_is_not_utf8_is_still_redacted_as_text():
     assert hide.body(log) == b"caf\xe9 https://<redacted>@h/x <redacted>\n<redacted>\nngerAbc\n"
 
 
+KEY = "Zq9x/Secret~Val!77"  # a storage key's / and a password's ~ and !
+
+
+@pytest.mark.parametrize(
+    ("written", "shown"),
+    [
+        # a colour between its characters (rich's highlighting), and as dtrun's console shows it
+        ("Zq9x/Se\x1b[1;36mcret\x1b[0m~Val!77", REDACTED),
+        ("Zq9x/Se\\x1b[1;36mcret~Val!77", REDACTED),
+        ("'Zq9x/Se'\"cret~Val!77\"", f"'{REDACTED}\""),  # quotes a shell joins
+        ("Zq9x\\/Secret~Val!77", REDACTED),  # JSON with / escaped (ujson, PHP)
+        ("Zq9\\u0078/Secret~Val!77", REDACTED),  # one character JSON-escaped
+        ("Zq9x%2FSecret%7EVal%2177", REDACTED),  # Java's URLEncoder: ~ too
+        ("Zq9x/Secret~Val\\!77", REDACTED),  # a shell's backslash (printf %q)
+        ("Zq9x&#47;Secret~Val&#33;77", REDACTED),  # HTML character references
+    ],
+)  # fmt: skip
+def test_a_secret_partly_escaped_or_interrupted_is_masked_where_it_was_written(written, shown):
+    assert Redactor.of([KEY]).text(f"key: {written} ok") == f"key: {shown} ok"
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["", "\x1b[31m", "'\"", "''"]),
+            st.sampled_from([str, lambda c: c if c.isalnum() else "\\" + c,
+                             lambda c: f"%{ord(c):02x}", lambda c: f"\\u{ord(c):04X}",
+                             lambda c: f"&#{ord(c)};"]),
+        ),
+        min_size=len(KEY), max_size=len(KEY),
+    )
+)  # fmt: skip
+def test_any_mix_of_escapes_and_colours_in_a_secret_is_masked_whole(ways):
+    """Each character written raw or escaped, colours and quotes between: the secret is masked
+    from its first character as written to its last, and nothing around it."""
+    written = "".join(
+        (cut if index else "") + write(c)
+        for index, (c, (cut, write)) in enumerate(zip(KEY, ways, strict=True))
+    )
+    assert Redactor.of([KEY]).text(f"key: {written} ok") == f"key: {REDACTED} ok"
+
+
 @pytest.mark.parametrize("piece", ["a-", "ab1-", "x-api-", "a.", "aa+"])
 def test_a_long_line_of_hyphenated_words_is_redacted_in_linear_time(piece):
     """A log line of many hyphenated or dotted words (a progress bar, ids, base64url): no rule
@@ -212,5 +254,6 @@ def test_ordinary_lines_beside_a_long_secret_are_left_whole():
         "    enter your password and continue",
         "sig=Ab",
         "2024-11-04 12:00:00 epoch 3 done",
+        '{"path": "a\\/b", "rate": "50%25", \'q\': "\\u00e9"} \x1b[32mok\x1b[0m &amp;',
     ]:
         assert hide.text(line) == line
