@@ -150,11 +150,18 @@ WRAPPED_SHORTEST = 8
 WRAPPED_PIECE_SHORTEST = 16
 
 
+def _body_end(line: str) -> int:
+    """Where ``line``'s text ends: before its trailing white space and the "…" that marks a
+    line cut short (runner/execute/failure.py quotes a log's lines so), where a secret may
+    be cut as at a line break."""
+    return len(line.rstrip().removesuffix("…"))
+
+
 def _wrapped_ends(line: str, piece: str) -> tuple[int, int]:
     """How many characters at the start and at the end of ``line`` (its indent and trailing
     white space aside) belong to ``piece`` broken across lines: its end, and its start."""
     first = piece[:WRAPPED_SHORTEST]
-    body = line.rstrip()
+    body = line[: _body_end(line)]
     tail = 0
     at = body.find(first, max(0, len(body) - len(piece) + 1))
     while at != -1:
@@ -185,7 +192,7 @@ def mask_wrapped(text: str, pieces: Iterable[str]) -> str:
                 continue
             head, tail = _wrapped_ends(line, piece)
             lead = len(line) - len(line.lstrip())
-            end = len(line.rstrip())
+            end = _body_end(line)
             if tail >= WRAPPED_SHORTEST and end - tail >= lead + head:
                 line = line[: end - tail] + REDACTED + line[end:]
             if head >= WRAPPED_SHORTEST:

@@ -247,6 +247,17 @@ def test_a_secret_wrapped_across_lines_shows_no_piece_of_8_characters(cuts, inde
         assert _shown_of(SAS, shown) < 8, (line, shown)
 
 
+def test_a_secret_where_a_failed_nodes_quoted_log_line_is_cut_is_masked():
+    """A node's error quotes its log's lines cut at 240 characters with "…": a secret the cut
+    runs through shows no piece of 8 characters, as at a line break."""
+    from dtrun.execute.failure import LINE_CHARS, explain
+
+    for at in (LINE_CHARS - 30, LINE_CHARS - 9):
+        line = "RuntimeError: no hub " + "x" * (at - 28) + " token=" + SAS + " end"
+        shown = Redactor.of([SAS]).text(explain(f"step 1\n{line}\n"))
+        assert shown.endswith(f" token={REDACTED}…") and _shown_of(SAS, shown) < 8, shown
+
+
 def test_ordinary_lines_beside_a_long_secret_are_left_whole():
     hide = Redactor.of([SAS, "mypassword-very-long-1234"])
     for line in [
