@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dtrun.errors import describe_exit, indent
+from dtrun.redact import redact_text
 
 TAIL_LINES = 20  # lines of a log quoted when nothing in it is recognised
 ERROR_LINES = 12  # at most, of the failing rank's traceback: its last frames and exception
@@ -394,6 +395,6 @@ def _is_failing(source: str, facts: dict[str, str]) -> bool:
     return source.rstrip(": ") == facts.get("host")
 
 
-def _cut(line: str) -> str:
-    line = line.rstrip()
+def _cut(line: str) -> str:  # a long line's secrets masked first: a cut would keep a start
+    line = line.rstrip() if len(line) <= LINE_CHARS else redact_text(line.rstrip())
     return line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 1] + "…"

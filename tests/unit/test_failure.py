@@ -227,3 +227,13 @@ def test_the_message_says_the_rank_then_its_error_then_the_launcher_s_summary():
     assert message.index(RAISED) < message.index("the launcher's summary:")
     assert message.index("the launcher's summary:") < message.index("ChildFailedError")
     assert "torch/distributed/run.py" not in message
+
+
+def test_a_short_secret_a_long_line_is_cut_through_shows_none_of_it(monkeypatch):
+    """The quoted lines are cut at 240 characters after their secrets are masked: a cut
+    through a 12-character password leaves none of it for the message's redaction to miss."""
+    from dtrun import redact
+
+    monkeypatch.setattr(redact, "_process", redact.Redactor.of(["Hunter2Pass!"]))
+    line = "RuntimeError: login failed: " + "x" * 195 + " password=Hunter2Pass! at db"
+    assert "Hunter" not in explain(f"step 1\n{line}\n")
