@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING
 import typer
 
 from dtrun.errors import DtrunError, interrupted_exit_code, interruption
-from dtrun.redact import redact_data, redact_text, secrets_in_environment
+from dtrun.redact import pem_line, redact_data, redact_text, secrets_in_environment
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -170,6 +170,7 @@ _WRITING = threading.Lock()  # node lines written without rich (print_node_line)
 # shown per node this often, and the bar's last state, which ends its line, always.
 PROGRESS_EVERY_S = 10.0
 _progress_shown: dict[str, float] = {}
+_pem_prefixes: dict[str, str | None] = {}  # a node printing a private key line by line
 
 
 def new_progress_clocks() -> None:
@@ -213,6 +214,7 @@ def print_node_line(console: Console, node: str, line: str) -> None:
     from dtrun.cli.inert import printable, styled
 
     # what the program printed, less the secrets it was given (the node log keeps it whole)
+    state, _pem_prefixes[node] = pem_line(state, _pem_prefixes.get(node))
     shown = redact_text(state)
     if console.color_system is None and not console.is_terminal and not console.record:
         # soft-wrapped, unstyled: rich writes "[node] LINE" and a line break, tabs expanded

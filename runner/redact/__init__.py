@@ -36,6 +36,8 @@ from dtrun.redact.shapes import (
     is_secret_name,
     is_secret_option,
     name_words,
+    pem_line,
+    pem_lines,
     redact_url_credentials,
     redact_value,
     scan_args,
@@ -44,9 +46,9 @@ from dtrun.redact.shapes import (
 
 __all__ = [
     "REDACTED", "Redactor", "fragments", "is_secret_name", "is_secret_option", "name_words",
-    "process_redactor", "redact_args", "redact_data", "redact_env", "redact_text",
-    "redact_url_credentials", "redact_value", "redact_var", "remember_secrets", "secret_args",
-    "secret_values", "secrets_in", "secrets_in_environment", "worth_looking_for",
+    "pem_line", "pem_lines", "process_redactor", "redact_args", "redact_data", "redact_env",
+    "redact_text", "redact_url_credentials", "redact_value", "redact_var", "remember_secrets",
+    "secret_args", "secret_values", "secrets_in", "secrets_in_environment", "worth_looking_for",
 ]  # fmt: skip
 
 # A value, or a line of one, is looked for in free text only from this length: shorter ones

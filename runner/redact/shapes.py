@@ -126,6 +126,40 @@ _TOKEN_SHAPES = re.compile(
     r"|-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----(?s:.*?)-----END [A-Z0-9 ]*PRIVATE KEY-----"
 )
 
+# A PEM private key a program prints line by line (`print(key)`): each line reaches the console
+# alone, where the whole key's shape is never seen. From a line that begins one, each line of
+# its base64, its headers (Proc-Type: ...) and its END line is hidden, under the prefix its
+# BEGIN line had (torchrun's "[rank0]:"); any other line ends it.
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+_PEM_LINE = re.compile(
+    r"[A-Za-z0-9+/=]{0,128}|[A-Za-z-]{1,32}: .{0,256}|-----END [A-Z0-9 ]*PRIVATE KEY-----.*"
+)
+
+
+def pem_line(line: str, prefix: str | None) -> tuple[str, str | None]:
+    """One line of a stream with what it holds of a PEM private key printed line by line
+    hidden, and the prefix the key's next line has (None: no key goes on). ``prefix``: what
+    the line before said of this one."""
+    if prefix is not None and line.startswith(prefix):
+        rest = line[len(prefix) :].strip()
+        if _PEM_LINE.fullmatch(rest):
+            return prefix + REDACTED, None if rest.startswith("-----END") else prefix
+    begin = _PEM_BEGIN.search(line)
+    if begin is None or "-----END" in line[begin.end() :]:
+        return line, None
+    return line[: begin.start()] + REDACTED, line[: begin.start()]
+
+
+def pem_lines(text: str) -> str:
+    """``text`` with every PEM private key printed line by line hidden (``pem_line``): a log
+    whose last lines alone are quoted would show the key's without its BEGIN line."""
+    shown, prefix = [], None
+    for line in text.split("\n"):
+        line, prefix = pem_line(line, prefix)
+        shown.append(line)
+    return "\n".join(shown)
+
+
 # Images inlined in HTML (report.html): base64 is left as it is, where a token's shape would
 # turn up by chance and the image would break.
 _DATA_URI = re.compile(r"(data:[\w/+.-]+;base64,[A-Za-z0-9+/=]+)")

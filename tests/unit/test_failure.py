@@ -237,3 +237,20 @@ def test_a_short_secret_a_long_line_is_cut_through_shows_none_of_it(monkeypatch)
     monkeypatch.setattr(redact, "_process", redact.Redactor.of(["Hunter2Pass!"]))
     line = "RuntimeError: login failed: " + "x" * 195 + " password=Hunter2Pass! at db"
     assert "Hunter" not in explain(f"step 1\n{line}\n")
+
+
+def test_a_private_key_printed_before_a_failure_is_not_quoted_from_its_last_lines(tmp_path):
+    """The error quotes a log's last 20 lines: those of a 2048-bit key printed line by line
+    (print(key)) without its BEGIN line, which alone says they are a key."""
+    import base64
+    import hashlib
+
+    from dtrun.redact import redact_text
+
+    digits = base64.b64encode(b"".join(hashlib.sha512(bytes([i])).digest() for i in range(25)))
+    body = [digits[i : i + 64].decode() for i in range(0, len(digits), 64)]
+    key = ["-----BEGIN RSA PRIVATE KEY-----", *body, "-----END RSA PRIVATE KEY-----"]
+    (tmp_path / "node-0.log").write_text("\n".join(["loading", *key, "exit 1"]) + "\n")
+    shown = redact_text(explain_log(tmp_path / "node-0.log"))
+    assert len(body) > TAIL_LINES and "exit 1" in shown
+    assert [line for line in body if line in shown] == []

@@ -22,7 +22,17 @@ from dtrun.redact import (
     secrets_in_environment,
 )
 from dtrun.spec.request import Program, ProgramKind, RunSpec
-from tests.secret_shapes import ENCODINGS, ENV, GHP, MACHINE, PROGRAM_ARGS, SHAPES, leaks, planted
+from tests.secret_shapes import (
+    ENCODINGS,
+    ENV,
+    GHP,
+    MACHINE,
+    PEM_A,
+    PROGRAM_ARGS,
+    SHAPES,
+    leaks,
+    planted,
+)
 
 SPEC = RunSpec("r", env=ENV, program=Program(ProgramKind.SCRIPT, "t.py", PROGRAM_ARGS))
 # what dtrun knows as secret for a command given the table's inputs (runner/cli/bench.py)
@@ -177,6 +187,26 @@ def test_any_mix_of_escapes_and_colours_in_a_secret_is_masked_whole(ways):
         for index, (c, (cut, write)) in enumerate(zip(KEY, ways, strict=True))
     )
     assert Redactor.of([KEY]).text(f"key: {written} ok") == f"key: {REDACTED} ok"
+
+
+def test_a_private_key_a_node_prints_line_by_line_is_hidden_on_the_console(monkeypatch):
+    """print(key) of a key dtrun was not given: each line reaches the console alone, from the
+    BEGIN line to the END line, under torchrun's rank prefix; the lines around it stay."""
+    import io
+
+    from dtrun.cli import common
+    from dtrun.cli.inert import inert_console_class
+
+    monkeypatch.setattr(common, "_pem_prefixes", {})
+    out = io.StringIO()
+    lines = ["loaded", *PEM_A.splitlines(), "step 1 loss 2.5"]
+    for line in lines:
+        common.print_node_line(inert_console_class()(file=out), "node-0", f"[rank0]:{line}")
+        common.print_node_line(inert_console_class()(file=out), "node-1", line)
+    shown = out.getvalue()
+    assert leaks(shown) == [] and "BEGIN" not in shown and "END" not in shown
+    assert shown.count(f"[rank0]:{REDACTED}") == len(lines) - 2
+    assert "[node-0] [rank0]:loaded" in shown and "[node-1] step 1 loss 2.5" in shown
 
 
 @pytest.mark.parametrize("piece", ["a-", "ab1-", "x-api-", "a.", "aa+"])
