@@ -65,6 +65,10 @@ def _main(
     ] = False,
 ) -> None:
     """Measure whether distributed training really scales: plan, launch, report."""
+    from dtrun.cli.common import machine_secrets
+    from dtrun.redact import remember_secrets
+
+    remember_secrets(machine_secrets())  # whatever the command prints
 
 
 def _stop_like_ctrl_c(signum: int, frame: FrameType | None) -> None:

@@ -57,9 +57,15 @@ class RedactedStream:
 
 def command_secrets(spec: LaunchRequest) -> list[str]:
     """Every value a launch command must not print, record or upload: the spec's secrets, and
-    this machine's (runner/redact/ ``secrets_in_environment``: a secret-named variable's value,
-    URL credentials and tokens), whatever way a program or a record comes to show them."""
-    return [*spec.secrets(), *secrets_in_environment(os.environ, _names_a_file)]
+    this machine's, whatever way a program or a record comes to show them."""
+    return [*spec.secrets(), *machine_secrets()]
+
+
+def machine_secrets() -> tuple[str, ...]:
+    """This machine's secrets (runner/redact/ ``secrets_in_environment``: a secret-named
+    variable's value, URL credentials and tokens): every command hides them, from a node's
+    output (`dtrun exec`) to Pulumi's (`dtrun up`)."""
+    return secrets_in_environment(os.environ, _names_a_file)
 
 
 def _names_a_file(value: str) -> bool:

@@ -81,6 +81,17 @@ def test_a_dry_run_shows_none_of_them(tmp_path, machine_env):
     assert not list(tmp_path.iterdir())
 
 
+def test_a_command_that_launches_nothing_hides_this_machines_secrets_too(tmp_path, monkeypatch):
+    """Not only run and bench: `dtrun predict` quoting a file, as `dtrun exec` a node's output
+    and `dtrun up` Pulumi's, shows none of this machine's secret-named variables' values."""
+    monkeypatch.setenv("MY_API_KEY", "Hunter2SecretValue")
+    described = tmp_path / "measured.json"
+    described.write_text('{"Hunter2SecretValue": 1, "Hunter2SecretValue": 2}')
+    result = dtrun("predict", "--nodes", "8", "--from", str(described))
+    assert result.exit_code == 2 and "the key '<redacted>' is given twice" in result.output
+    assert "Hunter2" not in result.output
+
+
 def dry_run(*options: str) -> list[str]:
     return ["run", "--dry-run", *options, "--", "python", "t.py"]
 
