@@ -68,9 +68,11 @@ def _text(cell: str | Text, no_wrap: bool, fold: bool = False) -> Text:
     from rich.text import Text
 
     from dtrun.cli.inert import printable
+    from dtrun.redact import redact_text
 
-    # plain text, its control characters as escapes (runner/cli/inert.py), measured as shown
-    text = Text(printable(cell, tabs=False)) if isinstance(cell, str) else cell.copy()
+    # plain text, its control characters as escapes (runner/cli/inert.py), measured as shown;
+    # redacted before the layout, which would cut a secret across lines and pad it with borders
+    text = Text(printable(redact_text(cell), tabs=False)) if isinstance(cell, str) else cell.copy()
     text.no_wrap = no_wrap
     if fold:
         text.overflow = "fold"

@@ -251,3 +251,21 @@ def test_exec_error_with_a_word_wider_than_the_terminal_breaks_and_stays(fixed_i
         assert "error" not in "".join(line for line in text.splitlines() if "left out" in line)
         column = [line.split("│")[-2] for line in text.splitlines() if line.startswith("│")]
         assert offered in "".join(cell.strip() for cell in column).replace(" ", "")
+
+
+def test_a_secret_in_a_cell_is_masked_before_the_table_cuts_it_across_lines(
+    fixed_inventory, monkeypatch
+):
+    """A cell folded over lines puts borders between a secret's pieces, where no redaction of
+    the printed table finds them; the cell is redacted before it is laid out."""
+    from dtrun import redact
+
+    monkeypatch.setattr(redact, "_process", redact.Redactor.of(["Hunter2SecretValue0123456789"]))
+    nodes = fixed_inventory.nodes[:1]
+    answers = {nodes[0].name: Answer(error="login refused: password Hunter2SecretValue0123456789")}
+    out = Console(file=io.StringIO(), width=60, record=True, highlight=False)
+    monkeypatch.setattr("dtrun.cli.display.console", lambda stderr=False: out)
+    display.print_exec_summary(nodes, answers)
+    column = "".join(line.split("│")[-2].strip() for line in out.export_text().splitlines()
+                     if line.startswith("│"))  # fmt: skip
+    assert "<redacted>" in column and "Hunter2" not in column
