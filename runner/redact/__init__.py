@@ -184,9 +184,12 @@ def _wrapped_ends(line: str, piece: str) -> tuple[int, int]:
 
 
 def mask_wrapped(text: str, pieces: Iterable[str]) -> str:
-    """``text`` with every piece's fragments at line breaks masked (WRAPPED_SHORTEST)."""
-    lines = text.split("\n")
+    """``text`` with every piece's fragments at line breaks masked (WRAPPED_SHORTEST): "\n",
+    and a lone "\r" that redraws a progress bar (its states are lines of their own)."""
+    lines = re.split(r"(\r\n|\r|\n)", text)  # odd indices: the breaks
     for index, line in enumerate(lines):
+        if index % 2:
+            continue
         for piece in pieces:
             inner = line.strip()
             if len(inner) >= WRAPPED_SHORTEST and inner in piece:
@@ -200,7 +203,7 @@ def mask_wrapped(text: str, pieces: Iterable[str]) -> str:
             if head >= WRAPPED_SHORTEST:
                 line = line[:lead] + REDACTED + line[lead + head :]
         lines[index] = line
-    return "\n".join(lines)
+    return "".join(lines)
 
 
 @dataclass(frozen=True)

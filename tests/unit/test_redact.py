@@ -288,6 +288,13 @@ def test_a_secret_where_a_failed_nodes_quoted_log_line_is_cut_is_masked():
         assert shown.endswith(f" token={REDACTED}…") and _shown_of(SAS, shown) < 8, shown
 
 
+def test_a_secret_cut_by_a_progress_redraw_is_masked_in_an_uploaded_log():
+    """A node log keeps a bar's "\r" redraws, which the console shows as lines of their own:
+    a secret's start before one and its end after are masked as at a line break."""
+    shown = Redactor.of([SAS]).body(f"cfg {SAS[:20]}\r{SAS[20:]} ok\r\nnext\n".encode())
+    assert shown.decode() == f"cfg {REDACTED}\r{REDACTED} ok\r\nnext\n"
+
+
 def test_ordinary_lines_beside_a_long_secret_are_left_whole():
     hide = Redactor.of([SAS, "mypassword-very-long-1234"])
     for line in [
