@@ -3,6 +3,7 @@ on every node at once."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from functools import partial
 from pathlib import Path
@@ -29,7 +30,7 @@ from dtrun.cli.groups import grouped
 from dtrun.cli.inert import styled
 from dtrun.cli.options import Launching, Where
 from dtrun.cli.session import StackWatch, choose, opened, session
-from dtrun.redact import remember_secrets
+from dtrun.redact import remember_secrets, secret_args
 from dtrun.spec.bounds import within
 from dtrun.spec.request import RunSpec
 from dtrun.spec.text import plural
@@ -184,6 +185,8 @@ def exec_command(
 
     with user_errors():
         line = parse_command_line(command or [])
+        words = tuple(command or [])  # their secrets: a node may print them back (bash -x)
+        remember_secrets([*secret_args(words), *secret_args(_words(words))])
         with opened(
             choose(where, 2, nodes_by=("exec's default; --local-nodes sets it", "--local-nodes")),
             StackWatch(None, False),
@@ -197,3 +200,15 @@ def exec_command(
     failed = print_exec_summary(chosen, answers, wide=wide)
     if failed:
         raise typer.Exit(1)
+
+
+def _words(command: tuple[str, ...]) -> tuple[str, ...]:
+    """`dtrun exec`'s words, each split again as a shell would split it (a shell line, or
+    `bash -c LINE`'s; an unclosed quote splits at white space), for their secrets."""
+    words: list[str] = []
+    for word in command:
+        try:
+            words += shlex.split(word)
+        except ValueError:
+            words += word.split()
+    return tuple(words)

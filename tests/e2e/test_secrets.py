@@ -120,3 +120,17 @@ def test_a_failing_program_that_prints_them_shows_none_in_its_lines_error_record
     assert leaked(records(out / "leaky")) == {}
     uploaded = stored(s3, "p/leaky/")
     assert "p/leaky/launch/node-0.log" in uploaded and leaked(uploaded) == {}
+
+
+@pytest.mark.e2e
+def test_exec_hides_the_secrets_of_its_own_command_that_a_node_prints_back(no_leftovers):
+    """`bash -x` traces the line it runs: its --api-key value, and a password in it given as
+    one shell line, show <redacted> in the node lines."""
+    traced = dtrun(
+        "exec", "--local-nodes", "1", "--", "bash", "-xc", "true --api-key Exec0Key0Core"
+    )
+    assert traced.exit_code == 0, traced.output
+    assert f"+ true --api-key {REDACTED}" in traced.output and "Exec0Key0" not in traced.output
+    line = dtrun("exec", "--local-nodes", "1", "--", "set -x; true --password='Exec0Pw0Core'")
+    assert line.exit_code == 0, line.output
+    assert "Exec0Pw0" not in line.output
