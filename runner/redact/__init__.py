@@ -25,6 +25,7 @@ import base64
 import html
 import json
 import re
+import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -288,12 +289,16 @@ def redact_args(args: tuple[str, ...], hide: Redactor | None = None) -> tuple[st
 
 
 def secret_values(env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
-    """Every value ``redact_env`` hides, whole or in part: the values a Redactor is made of."""
+    """Every value ``redact_env`` hides, whole or in part: the values a Redactor is made of.
+    A value too short to look for alone (``worth_looking_for``) is looked for after its name,
+    as a launch script (``export NAME=VALUE``, shell-quoted) and .deepspeed_env write it."""
     found: list[str] = []
     for name, value in env:
         if is_secret_name(name):
             if value:
                 found.append(value)
+            if value and not worth_looking_for(value):
+                found += [f"{name}={value}", f"{name}={shlex.quote(value)}"]
         else:
             found.extend(secrets_in(value))
     return tuple(dict.fromkeys(found))

@@ -120,6 +120,18 @@ def test_short_numeric_and_boolean_values_are_not_looked_for_in_free_text():
     assert redact_env(env, hide) == tuple((name, REDACTED) for name, _ in env)
 
 
+def test_a_short_secret_is_masked_where_its_name_is_written_before_it():
+    """A launch script and .deepspeed_env write each --env value after its name: an uploaded
+    one shows no value of a secret name, however short; free text without the name keeps it."""
+    env = (("SHORT_PASS", "Pw3x9"), ("DB_PIN", "1234"), ("ODD_PW", "a b"), ("LR", "Pw3x9"))
+    hide = Redactor.of(secret_values(env))
+    script = "export SHORT_PASS=Pw3x9\nexport DB_PIN=1234\nexport ODD_PW='a b'\nexport LR=Pw3x9\n"
+    assert hide.text(script) == (
+        f"export {REDACTED}\nexport {REDACTED}\nexport {REDACTED}\nexport LR=Pw3x9\n"
+    )
+    assert hide.text("SHORT_PASS=Pw3x9\n") == f"{REDACTED}\n"  # .deepspeed_env
+
+
 def test_inlined_images_are_left_whole():
     """report.html's plots are base64: a token shape there by chance must not break one."""
     image = "data:image/png;base64," + "QUtJQUFCQ0RFRkdISUpLTE1OT1A" + "AKIAABCDEFGHIJKLMNOP+/="
