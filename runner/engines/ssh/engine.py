@@ -100,11 +100,16 @@ def _through_ssh_config(inventory: Inventory) -> Inventory:
     """A hosts file may name Host aliases of the user's ~/.ssh/config: dtrun logs in through the
     alias, as `ssh ALIAS` would, and the nodes reach each other (rendezvous, MASTER_ADDR) at the
     alias's HostName."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from dtrun.engines.ssh.endpoint import endpoint
 
+    # every host at once: reading the config for a host runs its `Match exec` commands, as
+    # `ssh HOST` would; one host after another, a 1 s command took N seconds (docs/clusters.md)
+    with ThreadPoolExecutor(max_workers=min(32, len(inventory.nodes) or 1)) as pool:
+        targets = list(pool.map(lambda node: endpoint(inventory, node), inventory.nodes))
     nodes = []
-    for node in inventory.nodes:
-        target = endpoint(inventory, node)
+    for node, target in zip(inventory.nodes, targets, strict=True):
         if target.hostname and node.address == target.host:  # no address of its own given
             node = replace(node, address=target.hostname, ssh_host=target.host)
         nodes.append(node)
