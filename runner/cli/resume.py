@@ -65,7 +65,10 @@ def resume_request(ctx: typer.Context, path: Path, launching: Any, yes: bool) ->
     resumed = read_resume(path, env, recorded)
     if resumed.complete:  # nothing to launch, approve or check: the caller says so
         return resumed
-    refuse_links(resumed)  # a link where it writes: refused now, not once launches began
+    from dtrun.report.build import OUTPUTS
+
+    # a link where it writes, the report's plots too: refused now, not once launches began
+    refuse_links(resumed, OUTPUTS)
     if not launching.dry_run:
         approve(path, recorded, "--resume", yes=yes)
     # Every record the report will read, each kept launch's result.json included, is checked

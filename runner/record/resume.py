@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
@@ -248,14 +249,15 @@ def read_resume(
     return Resumed(run_dir, spec, done, replaced, walls, leaves_out(manifest["bench"]), complete)
 
 
-def written_paths(resumed: Resumed) -> list[Path]:
+def written_paths(resumed: Resumed, derived: Iterable[str] = ()) -> list[Path]:
     """What resuming ``resumed`` writes, in the order it does, as far as it is there now: each
     launch it (re)runs, its node count's folder, what is at the top of it and in its
     dtrun-steps/ (where dtrun's files go; a failed launch's are replaced); plan/n<N>/ of node
     counts with no launch kept; the records and the report. Deeper, a failed launch's folder
     holds what its program made, which the program makes again (W&B's wandb/latest-run is a
     link): not dtrun's to refuse. A kept launch's folder is not among them: what its program
-    left there, links included, is only read (runner/record/readback.py)."""
+    left there, links included, is only read (runner/record/readback.py). ``derived``: the
+    report's other files (its plots), named by runner/report/build.py's OUTPUTS."""
     run_dir, spec = resumed.run_dir, resumed.spec
     folders = [
         run_dir.point(nodes, repeat)
@@ -272,14 +274,15 @@ def written_paths(resumed: Resumed) -> list[Path]:
             if not where.is_symlink() and where.is_dir():
                 paths += sorted(where.iterdir())  # names only: a link is not followed
     records = (run_dir.manifest, run_dir.runs, run_dir.summary, run_dir.report, run_dir.html)
-    return [*dict.fromkeys(paths), *records, run_dir.path / HEALTH_FILE]
+    others = (run_dir.path / name for name in derived)
+    return [*dict.fromkeys([*paths, *records, *others]), run_dir.path / HEALTH_FILE]
 
 
-def refuse_links(resumed: Resumed) -> None:
+def refuse_links(resumed: Resumed, derived: Iterable[str] = ()) -> None:
     """Exit 2 naming the first symbolic link among the paths resuming writes, before anything
     runs: a write would refuse it anyway (write_atomic), but only once launches had begun."""
     root = resumed.run_dir.path
-    for path in written_paths(resumed):
+    for path in written_paths(resumed, derived):
         try:
             refuse_link(path)
         except OSError:

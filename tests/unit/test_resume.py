@@ -230,7 +230,13 @@ def _stopped(tmp_path: Path, inventory) -> RunDir:
 
 @pytest.mark.parametrize(
     ("link", "named"),
-    [("n2/r1", "n2/r1"), ("n2/r1/node-0.sh", "n2/r1/node-0.sh"), ("report.md", "report.md")],
+    [
+        ("n2/r1", "n2/r1"),
+        ("n2/r1/node-0.sh", "n2/r1/node-0.sh"),
+        ("report.md", "report.md"),
+        ("throughput.png", "throughput.png"),  # a plot: refused before, not after, the launches
+        ("busbw.png", "busbw.png"),
+    ],
 )
 def test_resume_refuses_a_link_where_it_writes_before_anything_runs(
     tmp_path, fixed_inventory, link, named
