@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dtrun.cli import options as opts
-from dtrun.cli.check_output import print_report, write_hosts_file
+from dtrun.cli.check_output import print_report, refuse_hosts_target, write_hosts_file
 from dtrun.cli.common import (
     console,
     human_output_to_stderr,
@@ -116,6 +116,8 @@ def check(  # noqa: PLR0913 - the command's own options, beside the engines' gro
                 fix="leave out --write-hosts; take the hosts the check flags out of that "
                 "cluster by hand",
             )
+        if write_hosts is not None:
+            refuse_hosts_target(write_hosts)  # not after the check ran: refused there too
         engine.refuse_check(ClusterChoice(where))
         spec = RunSpec(
             check_run_id(run_id) if run_id is not None else new_run_id(),

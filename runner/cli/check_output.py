@@ -150,6 +150,28 @@ def _access(inventory: Inventory) -> dict[str, Any]:
     return {name: value for name, value in fields.items() if value is not None}
 
 
+def refuse_hosts_target(path: Path) -> None:
+    """--write-hosts' file, refused before the check runs where write_hosts_file would refuse
+    it after: a link, something not a file at its name, a folder that is not there."""
+    from dtrun.workloads.files import refuse_link
+
+    problem = None
+    try:
+        refuse_link(path)
+    except OSError as exc:
+        problem = exc.strerror
+    if problem is None and (path.exists() and not path.is_file()):
+        problem = "it is not a plain file"
+    if problem is None and not path.parent.is_dir():
+        problem = f"the folder {path.parent} is not there"
+    if problem is not None:
+        raise UsageError(
+            f"cannot write --write-hosts {path}",
+            why=f"{problem}; nothing was run",
+            fix="pass a path in a directory you can write (not a link)",
+        )
+
+
 def write_hosts_file(path: Path, inventory: Inventory, done: CheckRun, flagged: set[str]) -> None:
     """--write-hosts: whole or not at all, never through a link."""
     import yaml

@@ -305,6 +305,26 @@ def test_write_hosts_under_spark_is_refused_before_anything_runs(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("target", ["link.yaml", "folder", "missing/good.yaml"])
+def test_a_write_hosts_file_that_cannot_be_written_is_refused_before_the_check_runs(
+    tmp_path, target
+):
+    """A link (to a file outside), a folder at its name, a folder that is not there: exit 2
+    before any cluster is asked (--outputs names a file that is not there: asked, it fails)."""
+    from tests.conftest import run_dtrun
+
+    (tmp_path / "victim").write_text("kept")
+    (tmp_path / "link.yaml").symlink_to(tmp_path / "victim")
+    (tmp_path / "folder").mkdir()
+    done = run_dtrun(
+        "check", "--outputs", "none.json", "--write-hosts", str(tmp_path / target), cwd=tmp_path
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"cannot write --write-hosts {tmp_path / target}" in done.stderr
+    assert "nothing was run" in done.stderr and "Traceback" not in done.stderr
+    assert (tmp_path / "victim").read_text() == "kept"
+
+
 def test_write_hosts_from_a_stack_reaches_the_nodes_through_its_head_as_the_stack_did():
     import yaml
 
