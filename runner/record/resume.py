@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar, Union
 
 from dtrun.errors import UsageError
+from dtrun.plan.sweep import HEALTH_DIR
 from dtrun.record.readback import (
     FLAG,
     NUMBER,
@@ -253,11 +254,12 @@ def written_paths(resumed: Resumed, derived: Iterable[str] = ()) -> list[Path]:
     """What resuming ``resumed`` writes, in the order it does, as far as it is there now: each
     launch it (re)runs, its node count's folder, what is at the top of it and in its
     dtrun-steps/ (where dtrun's files go; a failed launch's are replaced); plan/n<N>/ of node
-    counts with no launch kept; the records and the report. Deeper, a failed launch's folder
-    holds what its program made, which the program makes again (W&B's wandb/latest-run is a
-    link): not dtrun's to refuse. A kept launch's folder is not among them: what its program
-    left there, links included, is only read (runner/record/readback.py). ``derived``: the
-    report's other files (its plots), named by runner/report/build.py's OUTPUTS."""
+    counts with no launch kept; health/ and its node folders where the gate runs; the records
+    and the report. Deeper, a failed launch's folder holds what its program made, which the
+    program makes again (W&B's wandb/latest-run is a link): not dtrun's to refuse. A kept
+    launch's folder is not among them: what its program left there, links included, is only
+    read (runner/record/readback.py). ``derived``: the report's other files (its plots),
+    named by runner/report/build.py's OUTPUTS."""
     run_dir, spec = resumed.run_dir, resumed.spec
     folders = [
         run_dir.point(nodes, repeat)
@@ -268,14 +270,21 @@ def written_paths(resumed: Resumed, derived: Iterable[str] = ()) -> list[Path]:
     kept = {run.nodes for run in resumed.done}
     plans = [run_dir.plan_dir(nodes) for nodes in spec.node_counts if nodes not in kept]
     paths: list[Path] = []
+    gate = [run_dir.path / HEALTH_DIR] if spec.health.enabled else []  # health/<node>/
     for folder in [*folders, *plans]:
         paths += [folder.parent, folder]
         for where in (folder, folder / STEP_DIR):
-            if not where.is_symlink() and where.is_dir():
+            if _real_dir(where):
                 paths += sorted(where.iterdir())  # names only: a link is not followed
+    for folder in gate:
+        paths += [folder, *(sorted(folder.iterdir()) if _real_dir(folder) else [])]
     records = (run_dir.manifest, run_dir.runs, run_dir.summary, run_dir.report, run_dir.html)
     others = (run_dir.path / name for name in derived)
     return [*dict.fromkeys([*paths, *records, *others]), run_dir.path / HEALTH_FILE]
+
+
+def _real_dir(path: Path) -> bool:
+    return not path.is_symlink() and path.is_dir()
 
 
 def refuse_links(resumed: Resumed, derived: Iterable[str] = ()) -> None:

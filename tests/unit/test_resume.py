@@ -236,6 +236,7 @@ def _stopped(tmp_path: Path, inventory) -> RunDir:
         ("report.md", "report.md"),
         ("throughput.png", "throughput.png"),  # a plot: refused before, not after, the launches
         ("busbw.png", "busbw.png"),
+        ("health", "health"),  # the gate's launches go in health/<node>/, the gate goes first
     ],
 )
 def test_resume_refuses_a_link_where_it_writes_before_anything_runs(
@@ -249,7 +250,7 @@ def test_resume_refuses_a_link_where_it_writes_before_anything_runs(
         planted.rmdir()
     elif planted.exists():
         planted.unlink()
-    planted.symlink_to(elsewhere if link == "n2/r1" else elsewhere / "file")
+    planted.symlink_to(elsewhere if link in ("n2/r1", "health") else elsewhere / "file")
     before = _tree(run_dir.path)
     done = run_dtrun("bench", "--resume", str(run_dir.path), "--dry-run", cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
