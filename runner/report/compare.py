@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dtrun.errors import UsageError
+from dtrun.redact import redact_var
 from dtrun.report.build import Report
 from dtrun.report.program import (
     STAND_INS,
@@ -247,7 +248,8 @@ def _env(manifest: Mapping[str, Any]) -> dict[str, str]:
     for pair in manifest["bench"].get("env") or ():
         if not (isinstance(pair, list) and len(pair) == 2):
             continue
-        name, shown = (str(part) for part in pair)
+        name, value = (str(part) for part in pair)
+        shown = redact_var(name, value)  # as the manifest's writer: one written elsewhere may not
         digest = digests.get(name)
         facts[f"--env {name}"] = f"{shown} ({digest})" if isinstance(digest, str) else shown
     return facts

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dtrun.redact import redact_var
 from dtrun.render import code, code_block, md, verbatim
 from dtrun.report.metrics import (
     ScalingRow,
@@ -54,7 +55,11 @@ def reproducibility(manifest: Mapping[str, Any], first: Result | None) -> list[t
     rows = [(what, md(value)) for what, value in _facts(manifest, first)]
     launch_env = manifest.get("launch_environment") or []
     if launch_env:
-        pairs = (code(f"{var['key']}={var['value']}", table=True) for var in launch_env)
+        # redact_var, as the manifest's writer: a run directory written elsewhere may not have
+        pairs = (
+            code(f"{var['key']}={redact_var(var['key'], var['value'])}", table=True)
+            for var in launch_env
+        )
         rows.append(("launch environment", verbatim(", ".join(pairs))))
     return rows
 

@@ -159,6 +159,28 @@ def test_runs_whose_env_differs_are_told_apart_by_name_and_digest_never_by_value
     assert "--env HF_TOKEN" in shown.output
 
 
+def test_an_env_value_named_as_a_secret_is_not_shown_though_a_manifest_records_it_plain(
+    tmp_path, fixed_inventory
+):
+    """A manifest written by another tool, an older dtrun or edited by hand: compare masks the
+    value of a secret-named --env as the manifest writer does (redact_var)."""
+    secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"  # no token shape: only its name says
+    a = fake_run_dir(tmp_path / "a", BenchSpec(run_id="a", node_counts=(1, 2)), fixed_inventory,
+                     {1: [1000], 2: [1600]})  # fmt: skip
+    b = fake_run_dir(tmp_path / "b", BenchSpec(run_id="b", node_counts=(1, 2)), fixed_inventory,
+                     {1: [1000], 2: [1600]})  # fmt: skip
+    manifest = json.loads(b.manifest.read_text())
+    manifest["bench"]["env"] = [["AWS_SECRET_ACCESS_KEY", secret], ["LR", "2"]]
+    b.manifest.write_text(json.dumps(manifest))
+    shown = runner.invoke(app, ["compare", str(a.path), str(b.path), "--wide"])
+    as_json = runner.invoke(app, ["compare", str(a.path), str(b.path), "--json"])
+    assert shown.exit_code == 0 and as_json.exit_code == 0, shown.output
+    assert secret not in shown.output + as_json.stdout
+    differs = {what: (a, b) for what, a, b in json.loads(as_json.stdout)["differences"]}
+    assert differs["--env AWS_SECRET_ACCESS_KEY"] == ("-", "<redacted>")
+    assert differs["--env LR"] == ("-", "2")
+
+
 def test_runs_with_the_same_env_are_the_same_in_every_recorded_respect(tmp_path, fixed_inventory):
     env = (("HF_TOKEN", "hf_same-value-0000"), ("LR", "1"))
     shown, _ = _env_runs(tmp_path, fixed_inventory, env, env)

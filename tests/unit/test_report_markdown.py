@@ -81,6 +81,27 @@ def test_program_arguments_and_an_env_value_with_backticks_stay_in_their_code_sp
     assert f"| launch environment | {cell} |" in text
 
 
+def test_a_launch_environment_value_named_as_a_secret_is_not_shown_though_recorded_plain(
+    tmp_path, fixed_inventory
+):
+    """A run directory written by another tool, an older dtrun or edited by hand: the report
+    masks the value of a secret-named variable as the manifest writer does (redact_var)."""
+    run = fake_run_dir(tmp_path / "r", BenchSpec("r", node_counts=(1, 2)), fixed_inventory,
+                       {1: [1000], 2: [1800]})  # fmt: skip
+    manifest = json.loads(run.manifest.read_text())
+    secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"  # no token shape: only its name says
+    manifest["launch_environment"] = [
+        {"key": "AWS_SECRET_ACCESS_KEY", "value": secret, "why": "--env"},
+        {"key": "NOTE", "value": "plain", "why": "--env"},
+    ]
+    run.manifest.write_text(json.dumps(manifest))
+    build_report(run)
+    for written in (run.report, run.html, run.summary):
+        assert secret not in written.read_text()
+    assert "AWS_SECRET_ACCESS_KEY=<redacted>" in run.report.read_text()
+    assert "NOTE=plain" in run.report.read_text()
+
+
 def test_a_code_span_s_fence_is_longer_than_any_backtick_run_in_it():
     assert code("a") == "`a`"
     assert code("a`b``c") == "```a`b``c```"
