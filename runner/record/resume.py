@@ -10,6 +10,7 @@ redacted (secret-looking names) must be given again.
 from __future__ import annotations
 
 import dataclasses
+import stat
 import types
 import typing
 from collections.abc import Iterable
@@ -288,8 +289,9 @@ def _real_dir(path: Path) -> bool:
 
 
 def refuse_links(resumed: Resumed, derived: Iterable[str] = ()) -> None:
-    """Exit 2 naming the first symbolic link among the paths resuming writes, before anything
-    runs: a write would refuse it anyway (write_atomic), but only once launches had begun."""
+    """Exit 2 naming the first symbolic link (or FIFO, socket, device) among the paths resuming
+    writes, before anything runs: a write would refuse it anyway (write_atomic), but only once
+    launches had begun."""
     root = resumed.run_dir.path
     for path in written_paths(resumed, derived):
         try:
@@ -302,3 +304,21 @@ def refuse_links(resumed: Resumed, derived: Iterable[str] = ()) -> None:
                 fix=f"remove the link (or put what it points to in its place) and run "
                 f"`dtrun bench --resume {root}` again",
             ) from None
+        if _special(path):  # a FIFO: opening it to write a node's log waited forever
+            raise UsageError(
+                f"{path.relative_to(root)} in {root} is {_special(path)}, and --resume writes "
+                "there",
+                why="dtrun writes plain files and folders; nothing was run or written",
+                fix=f"remove it and run `dtrun bench --resume {root}` again",
+            )
+
+
+def _special(path: Path) -> str:
+    """'a FIFO', 'a socket' or 'a device' where ``path`` is one; "" otherwise."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return ""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+        return ""
+    return "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"

@@ -77,7 +77,15 @@ class NodeLog:
         self.path = path
         CUT_LOGS.pop(str(path), None)  # an earlier launch's log of that name (--resume)
         self.error: OSError | None = None
-        self._fd: int | None = os.open(path, flags, 0o644)
+        # O_NONBLOCK: a FIFO at the log's name (no reader) is refused at once, not waited on
+        fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0), 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(
+                errno.EEXIST, "it is not a plain file; dtrun writes a log there", str(path)
+            )
+        os.set_blocking(fd, True)
+        self._fd: int | None = fd
 
     def write(self, data: bytes) -> None:
         """Straight to the file (no buffer: a line is in the log once its node printed it)."""

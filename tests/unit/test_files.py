@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -239,6 +240,26 @@ def test_a_node_log_is_not_opened_through_a_link(tmp_path: Path):
     with pytest.raises(OSError, match="symbolic link"):
         NodeLog(tmp_path / "node-0.log")
     assert (tmp_path / "elsewhere").read_text() == "x"
+
+
+@pytest.mark.parametrize("reader", [False, True])
+def test_a_node_log_at_a_fifo_is_refused_at_once_not_waited_on(tmp_path: Path, reader: bool):
+    """A FIFO left at a launch's log name (`--resume` of a shared run directory): opening it
+    to write waited for a reader forever, and SIGTERM did not end the wait. In a child, so a
+    wait fails the test instead of hanging it."""
+    os.mkfifo(tmp_path / "node-0.log")
+    held = os.open(tmp_path / "node-0.log", os.O_RDONLY | os.O_NONBLOCK) if reader else None
+    child = "from pathlib import Path; from dtrun.workloads.files import NodeLog; import sys\n"
+    child += "try: NodeLog(Path(sys.argv[1]))\nexcept OSError as exc: print('refused', exc)"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", child, str(tmp_path / "node-0.log")],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        if held is not None:
+            os.close(held)
+    assert done.stdout.startswith("refused"), done.stdout + done.stderr
 
 
 def test_report_on_a_read_only_disk_says_so_not_permission_denied(

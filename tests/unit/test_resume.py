@@ -4,6 +4,7 @@ it cannot serve refused with exit 2 and nothing changed."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -259,6 +260,20 @@ def test_resume_refuses_a_link_where_it_writes_before_anything_runs(
     )
     assert "remove the link" in done.stderr
     assert _tree(run_dir.path) == before and not any(elsewhere.iterdir())
+
+
+def test_resume_refuses_a_fifo_where_it_writes_a_log_before_anything_runs(
+    tmp_path, fixed_inventory
+):
+    """Opening a FIFO (no reader) to write a node's log waited forever, SIGTERM or not."""
+    run_dir = _stopped(tmp_path, fixed_inventory)
+    os.mkfifo(run_dir.path / "n2" / "r1" / "node-0.log")
+    done = run_dtrun("bench", "--resume", str(run_dir.path), "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"n2/r1/node-0.log in {run_dir.path} is a FIFO, and --resume writes there" in (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr
 
 
 def test_links_a_program_left_in_a_kept_launch_are_not_refused(tmp_path, fixed_inventory):
