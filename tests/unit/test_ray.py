@@ -26,6 +26,7 @@ from dtrun.engines.registry import EngineOptions
 from dtrun.errors import InventoryError, PlanError, SiteError, UsageError
 from dtrun.spec.cluster import Node, Starter
 from dtrun.spec.launchplan import NodeLaunch
+from tests.conftest import ended, wait_for
 from tests.paths import REPO
 from tests.plans import build_run_plan
 from tests.unit.test_launch_stubs import run_spec
@@ -166,10 +167,7 @@ def test_a_daemon_the_script_leaves_untagged_and_out_of_its_group_ends_with_it(t
     node.start(str(tmp_path), [("n.sh", script, 0o700)], "n.sh")
     try:
         assert node.poll(60.0)[1] == 0
-        left = psutil.Process(int(pid.read_text()))
-        assert not left.is_running() or left.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        pass  # gone, as it should be
+        assert ended(int(pid.read_text()))
     finally:
         with contextlib.suppress(psutil.Error, ValueError, OSError):
             psutil.Process(int(pid.read_text())).kill()
@@ -274,10 +272,7 @@ def test_a_node_script_ends_when_its_worker_dies_as_ray_kills_it(tmp_path):
     while len(_live_in_group(group)) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(_live_in_group(group)) == 3  # bash and its two sleeps
-    for child in worker.children():
-        child.kill()
-    worker.kill()
-    worker.wait()
+    _die_as_ray_kills(worker)
     deadline = time.monotonic() + 30
     while _live_in_group(group) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -301,25 +296,19 @@ def test_a_rank_in_a_session_of_its_own_ends_when_its_worker_dies(tmp_path):
         deadline = time.monotonic() + 20
         while not (pid.exists() and pid.read_text()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        left = psutil.Process(int(pid.read_text()))
-        for child in worker.children():
-            child.kill()
-        worker.kill()
-        worker.wait()
-        deadline = time.monotonic() + 30
-        while _running(left) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _running(left)
+        _die_as_ray_kills(worker)
+        wait_for(lambda: ended(int(pid.read_text())), timeout=30, what="the rank to end")
     finally:
         with contextlib.suppress(psutil.Error, ValueError, OSError):
             psutil.Process(int(pid.read_text())).kill()
 
 
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+def _die_as_ray_kills(worker: psutil.Popen) -> None:
+    """A dying Ray worker SIGKILLs its direct children (kill_child_processes_on_worker_exit)."""
+    for child in worker.children():
+        child.kill()
+    worker.kill()
+    worker.wait()
 
 
 def test_a_command_task_streams_its_lines_and_ends_with_its_exit_code(tmp_path):
