@@ -4,6 +4,8 @@ runner/predict/inputs.py's schema."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -62,22 +64,40 @@ def yaml_loader() -> Any:
     return Loader
 
 
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes, from one open: checked as a regular file of at most MAX_FILE bytes by
+    the descriptor it is read from (a check by name, then a read, could read what was swapped
+    in between); a FIFO is refused, not waited on (O_NONBLOCK)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise UsageError(
+            f"--from {path}: no such file",
+            fix="pass the YAML or JSON file that describes your measured results",
+        ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # a directory, a FIFO, /dev/zero
+        os.close(fd)
+        raise UsageError(
+            f"--from {path}: not a regular file",
+            fix="pass the YAML or JSON file that describes your measured results",
+        )
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(MAX_FILE + 1)  # no more, should it have grown since
+    if max(info.st_size, len(data)) > MAX_FILE:
+        raise UsageError(
+            f"--from {path}: larger than {MAX_FILE:,} bytes: not a description", fix=FORMAT
+        )
+    return data
+
+
 def read_description(path: Path) -> Description:
     """A description file, YAML (JSON is YAML too): UsageError for a file that is missing, not
     a regular file, too large or not YAML."""
     import yaml
 
     try:
-        if not path.is_file():
-            raise UsageError(
-                f"--from {path}: {'no such file' if not path.exists() else 'not a regular file'}",
-                fix="pass the YAML or JSON file that describes your measured results",
-            )
-        if path.stat().st_size > MAX_FILE:
-            raise UsageError(
-                f"--from {path}: larger than {MAX_FILE:,} bytes: not a description", fix=FORMAT
-            )
-        text = path.read_text(encoding="utf-8")
+        text = _read_bounded(path).decode("utf-8")
         # an alias repeats a node without copying it: a few lines can stand for billions of
         # values for the checks below to walk ("billion laughs"); the format has no use for one
         events = yaml.parse(text, Loader=_safe_loader())

@@ -203,6 +203,26 @@ def test_a_missing_file_is_named(tmp_path: Path):
         read_description(tmp_path / "nope.yaml")
 
 
+def test_the_description_read_is_the_file_its_size_was_checked_on(tmp_path, monkeypatch):
+    """A file swapped for a larger one between a check by name and the read (a race) is not
+    read: the checks and the read are one open's."""
+    import os
+
+    path = tmp_path / "m.yaml"
+    path.write_text(f"procs_per_node: 8\nmode: weak\n{POINTS}")
+    real_stat = os.stat
+
+    def stat_then_swap(target: Any, *args: Any, **kwargs: Any) -> Any:
+        found = real_stat(target, *args, **kwargs)
+        if str(target) == str(path):  # looked at by name: now swap in 2 MB
+            (tmp_path / "big").write_text("procs_per_node: 4\n" + "#" * (2 << 20))
+            (tmp_path / "big").replace(path)
+        return found
+
+    monkeypatch.setattr(os, "stat", stat_then_swap)
+    assert read_description(path).procs_per_node == 8
+
+
 @pytest.mark.parametrize(
     ("line", "said"),
     [
