@@ -9,6 +9,7 @@ and tested against recorded files.
 from __future__ import annotations
 
 import ipaddress
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -285,9 +286,14 @@ def parse_registry_entry(data: Mapping[str, Any], source: str) -> RegistryEntry:
         python=_field(data, "python", str, source),
     )
     try:
-        ipaddress.ip_address(entry.address)
+        address = ipaddress.ip_address(entry.address)
     except ValueError:
         raise OutputsError(f"{source}: 'address' is {entry.address!r}, not an IP address") from None
+    if address.is_unspecified or address.is_multicast or address.is_reserved:
+        raise OutputsError(  # 0.0.0.0, 224.0.0.1, 255.255.255.255: no one node's address
+            f"{source}: 'address' is {entry.address}, which no single node can have",
+            why="it is an unspecified, multicast or reserved address",
+        )
     return entry
 
 
@@ -300,6 +306,15 @@ def inventory_from_stack(
         (entry for entry in registry if entry.role == "node"),
         key=lambda entry: ipaddress.ip_address(entry.address),
     )
+    for one, other in itertools.pairwise(entries):
+        if ipaddress.ip_address(one.address) == ipaddress.ip_address(other.address):
+            raise OutputsError(  # counted as two nodes, one machine would run both's ranks
+                f"the nodes {one.hostname} and {other.hostname} both registered the address "
+                f"{one.address}",
+                why="one of the two registry entries is stale (a VM replaced or re-imaged)",
+                fix="remove the stale entry from the registry on the head node, or run "
+                "`dtrun down` and `dtrun up` to rebuild the cluster",
+            )
     size = SIZES.get(outputs.vm_size)
     cpus = size.vcpus if size else 1
     nodes = tuple(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 
@@ -249,3 +250,19 @@ def test_registry_entries_of_another_schema_or_with_bad_addresses_are_refused():
         parse_registry_entry(entry | {"address": "node-0"}, "n.json")
     with pytest.raises(OutputsError, match="'gpus' is -1, not a count from 0 to 64"):
         parse_registry_entry(entry | {"gpus": -1}, "n.json")
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "224.0.0.1", "255.255.255.255", "ff02::1"])
+def test_a_registry_address_no_single_node_can_have_is_refused(address):
+    entry = json.loads((DATA / "registry" / "dtrunnode000000.json").read_text())
+    with pytest.raises(OutputsError, match="which no single node can have"):
+        parse_registry_entry(entry | {"address": address}, "n.json")
+
+
+def test_two_registry_entries_with_one_address_are_refused_naming_both():
+    outputs = parse_outputs(load("v1-h100-azurefiles-generated-key.json"), "recorded")
+    first = next(entry for entry in registry() if entry.role == "node")
+    stale = dataclasses.replace(first, hostname="dtrunnode00000z")
+    with pytest.raises(OutputsError, match="both registered the address") as caught:
+        inventory_from_stack("dev", outputs, [*registry(), stale])
+    assert {first.hostname, "dtrunnode00000z"} <= set(caught.value.message.split())
