@@ -15,6 +15,7 @@ from dtrun.check.expected import Thresholds, expected_for
 from dtrun.check.judge import judge_check
 from dtrun.check.model import CheckReport
 from dtrun.check.result import Measured, load
+from dtrun.check.stopped import CHECK_RECORD, CHECK_SCHEMA, CheckStatus, stopped_record
 from dtrun.errors import NodeFailedError, RunError, UsageError
 from dtrun.execute import LineSink, discard
 from dtrun.plan.check import CHECK_DIR, CheckSettings, plan_check
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from dtrun.plan.resolve import ResolvedRun
 
 RETRIES = 2  # launches again without a node whose launch failed, at most this often
-CHECK_RECORD = "check.json"
 
 
 @dataclass(frozen=True)
@@ -119,9 +119,33 @@ def run_check(
     settings = settings or CheckSettings.for_inventory(inventory)
     labels = host_labels(inventory)
     run_dir = create_run_dir(output, resolved.spec.run_id)
-    workdir = run_dir.path / CHECK_DIR
     started = time.monotonic()
-    nodes, unreachable = answering(cluster, labels)
+    unreachable: dict[str, str] = {}
+    try:
+        return _checked(cluster, resolved, run_dir, started, labels, unreachable, on_line,
+                        on_begin, settings)  # fmt: skip
+    except (RunError, KeyboardInterrupt) as stop:
+        wall = time.monotonic() - started
+        record = stopped_record(stop, wall, unreachable, labels, inventory.source)
+        run_dir.write_json(run_dir.path / CHECK_RECORD, record)  # atomic, no link followed
+        raise
+
+
+def _checked(  # noqa: PLR0913 - run_check's state, handed on
+    cluster: Cluster,
+    resolved: ResolvedRun,
+    run_dir: RunDir,
+    started: float,
+    labels: dict[str, str],
+    unreachable: dict[str, str],
+    on_line: LineSink,
+    on_begin: Callable[[RunDir, LaunchPlan], None] | None,
+    settings: CheckSettings,
+) -> CheckRun:
+    inventory = cluster.inventory
+    workdir = run_dir.path / CHECK_DIR
+    nodes, answered = answering(cluster, labels)
+    unreachable.update(answered)
     for attempt in range(RETRIES + 1):
         if not nodes:
             raise RunError(
@@ -164,7 +188,8 @@ def run_check(
     wall = time.monotonic() - started
     run_dir.write_json(
         run_dir.path / CHECK_RECORD,
-        {"schema": "dtrun.check-report/1", **report.to_json(), "wall_s": wall,
-         "settings": dict(measured.settings), "source": inventory.source},
+        {"schema": CHECK_SCHEMA, **report.to_json(), "wall_s": wall,
+         "settings": dict(measured.settings), "source": inventory.source,
+         "status": CheckStatus.COMPLETED},
     )  # fmt: skip
     return CheckRun(report, run_dir, workdir, wall, labels, measured)

@@ -6,13 +6,15 @@ tests/unit/test_check.py."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests import faults, sshd
-from tests.conftest import DTRUN, run_dtrun
+from tests.conftest import DTRUN, default_signals, ends_within, run_dtrun, wait_for
 from tests.e2e.test_ssh import hosts_file_text
 from tests.e2e.test_ssh_jump import user_env
 from tests.paths import TESTS
@@ -250,3 +252,43 @@ def test_a_check_on_a_full_disk_exits_1_saying_so_and_leaves_no_process(small_di
     assert "next: free space and run the command again" in done.stderr
     assert "Traceback" not in done.stderr
     assert not [path for path in disk.rglob("*") if ".partial" in path.name]
+
+
+def test_a_check_stopped_by_sigterm_records_the_stop_in_check_json(no_leftovers):
+    """SIGTERM mid-launch: exit 143 as before, and check.json now says how the check ended,
+    each node's end and no verdict (before: only check/ with the node logs was left)."""
+    out = no_leftovers / "runs"
+    log = out / "stopped" / "check" / "node-0.log"
+    with (no_leftovers / "dtrun.out").open("w+") as said:
+        dtrun = subprocess.Popen(
+            [*DTRUN, "check", "--local-nodes", "2", "--port", "29836", "--output", str(out),
+             "--run-id", "stopped"],
+            cwd=no_leftovers, stdout=said, stderr=subprocess.STDOUT, preexec_fn=default_signals,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: log.is_file() and log.stat().st_size > 0, timeout=120,
+                     what="node 0's launch to begin")  # fmt: skip
+        except BaseException:
+            dtrun.kill()
+            raise
+        dtrun.send_signal(signal.SIGTERM)
+        assert ends_within(dtrun, 120, said) == 143
+    record = json.loads((out / "stopped" / "check.json").read_text())
+    assert (record["status"], record["signal"], record["error"]) == (
+        "interrupted", "SIGTERM", "stopped by SIGTERM",
+    )  # fmt: skip
+    assert sorted(node["node"] for node in record["launch"]) == ["node-0", "node-1"]
+    assert "nodes" not in record and "links" not in record
+
+
+def test_a_check_past_its_timeout_records_timeout_in_check_json(no_leftovers):
+    """--timeout 2: no check finishes a launch in 2 s; exit 1 as before, check.json says
+    timeout and names no verdict."""
+    done, data = _check(no_leftovers, "--local-nodes", "2", "--port", "29838", "--timeout", "2",
+                        run_id="late")  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert data is None and "did not finish within 2 s" in done.stderr
+    record = json.loads((no_leftovers / "runs" / "late" / "check.json").read_text())
+    assert record["status"] == "timeout"
+    assert "did not finish within 2 s" in record["error"]
+    assert "nodes" not in record and record["wall_s"] > 0

@@ -1,0 +1,61 @@
+"""check.json of a check that did not finish: how it ended (a signal, its timeout, a failed
+node), what each node's launch did, and no verdict (docs/check.md, "check.json")."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from enum import StrEnum
+from typing import Any
+
+from dtrun.errors import (
+    LaunchInterrupted,
+    NodeFailedError,
+    RunError,
+    RunTimeoutError,
+    interruption,
+    stop_signal,
+)
+from dtrun.record.writefail import with_cut_logs
+from dtrun.redact import redact_text
+
+CHECK_RECORD = "check.json"
+CHECK_SCHEMA = "dtrun.check-report/1"
+
+
+class CheckStatus(StrEnum):
+    """How a check ended (check.json "status"; a record without one is completed)."""
+
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM, SIGHUP
+    TIMEOUT = "timeout"  # --timeout
+    FAILED = "failed"  # a node's launch failed past the retries, or none answered
+
+
+def stopped_record(
+    stop: RunError | KeyboardInterrupt,
+    wall_s: float,
+    unreachable: dict[str, str],
+    labels: dict[str, str],
+    source: str,
+) -> dict[str, Any]:
+    """The record of a check ``stop`` ended: no nodes, links or groups, since a check that did
+    not finish supports no verdict."""
+    record: dict[str, Any] = {"schema": CHECK_SCHEMA}
+    if isinstance(stop, KeyboardInterrupt):
+        record.update(status=CheckStatus.INTERRUPTED, signal=stop_signal().name,
+                      error=interruption())  # fmt: skip
+        results = stop.node_results if isinstance(stop, LaunchInterrupted) else ()
+    else:
+        timeout = isinstance(stop, RunTimeoutError)
+        record.update(status=CheckStatus.TIMEOUT if timeout else CheckStatus.FAILED,
+                      error=redact_text(stop.message))  # fmt: skip
+        if isinstance(stop, NodeFailedError):
+            record["failed_node"] = labels.get(stop.node, stop.node)
+        results = stop.node_results
+    return {
+        **record,
+        "unreachable": dict(unreachable),
+        "launch": [asdict(node) for node in with_cut_logs(results)],
+        "wall_s": wall_s,
+        "source": source,
+    }

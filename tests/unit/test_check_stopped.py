@@ -1,0 +1,102 @@
+"""check.json of a check that did not finish (docs/check.md, "check.json"): run_check over a
+cluster whose launch is stopped, times out or fails records how, with no verdict. The real
+stops on the embedded cluster: tests/e2e/test_check.py."""
+
+from __future__ import annotations
+
+import json
+import signal
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from dtrun.engines.embedded.inventory import embedded_inventory
+from dtrun.errors import (
+    LaunchInterrupted,
+    NodeFailedError,
+    RunError,
+    RunTimeoutError,
+    _stop_signal,
+    stopped_by,
+)
+from dtrun.plan.resolve import resolve_run
+from dtrun.spec.outcome import NodeResult
+from dtrun.spec.request import Program, ProgramKind, RunSpec
+from dtrun.sweep.check import run_check
+
+RESULTS = (
+    NodeResult("node-0", "127.0.0.1", None, "/r/check/node-0.log", 3.0),
+    NodeResult("node-1", "127.0.0.1", -15, "/r/check/node-1.log", 3.0),
+)
+
+
+class _Executor:
+    """Every node answers; the launch ends with ``stop``."""
+
+    def __init__(self, stop: BaseException) -> None:
+        self.stop = stop
+
+    def command(self, commands):
+        return {name: SimpleNamespace(error=None, exit_code=0) for name in commands}
+
+    def run(self, plan, workdir, *, timeout_s, on_line):
+        raise self.stop
+
+
+def _check(tmp_path, stop: BaseException) -> dict[str, Any]:
+    cluster = SimpleNamespace(
+        inventory=embedded_inventory(2), executor=_Executor(stop), ready=lambda plan: None
+    )
+    spec = RunSpec(
+        "stopped", procs_per_node=1, nodes=2, rdzv_port=29400,
+        program=Program(ProgramKind.MODULE, "dtrun.workloads.check"), timeout_s=60.0,
+    )  # fmt: skip
+    with pytest.raises(type(stop)):
+        run_check(cluster, resolve_run(spec), tmp_path)  # type: ignore[arg-type]
+    record: dict[str, Any] = json.loads((tmp_path / "stopped" / "check.json").read_text())
+    return record
+
+
+@pytest.fixture
+def sigterm():
+    _stop_signal.clear()
+    stopped_by(signal.SIGTERM)
+    yield
+    _stop_signal.clear()
+
+
+def test_a_check_stopped_by_sigterm_records_the_signal_each_node_and_no_verdict(tmp_path, sigterm):
+    record = _check(tmp_path, LaunchInterrupted(RESULTS))
+    assert record["schema"] == "dtrun.check-report/1"
+    assert (record["status"], record["signal"], record["error"]) == (
+        "interrupted", "SIGTERM", "stopped by SIGTERM",
+    )  # fmt: skip
+    assert [(n["node"], n["exit_code"]) for n in record["launch"]] == [
+        ("node-0", None), ("node-1", -15),
+    ]  # fmt: skip
+    assert record["source"].startswith("embedded") and record["wall_s"] >= 0
+    assert not {"nodes", "links", "groups"} & record.keys()  # no verdict of an unfinished check
+
+
+def test_a_check_past_its_timeout_records_timeout_with_no_verdict(tmp_path):
+    error = RunTimeoutError("the check ran past its timeout of 60 s")
+    error.node_results = RESULTS
+    record = _check(tmp_path, error)
+    assert record["status"] == "timeout"
+    assert record["error"].startswith("the check ran past its timeout of 60 s")
+    assert len(record["launch"]) == 2 and "nodes" not in record
+
+
+def test_a_node_that_fails_every_launch_is_named_as_the_failed_node(tmp_path):
+    error = NodeFailedError("node-1", "127.0.0.1", 1, "/r/check/node-1.log", "boom")
+    record = _check(tmp_path, error)  # retried without node-1; named again: raised
+    assert (record["status"], record["failed_node"]) == ("failed", "node-1")
+    assert "node-1 (127.0.0.1) failed with exit code 1" in record["error"]
+    assert record["unreachable"] == {"node-1": f"its launch failed: {error.message}"}
+
+
+def test_a_secret_in_a_stop_s_message_is_masked_in_the_record(tmp_path):
+    record = _check(tmp_path, RunError("node said HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz123456"))
+    assert record["status"] == "failed"
+    assert "hf_abcdefghijklmnopqrstuvwxyz123456" not in json.dumps(record)
