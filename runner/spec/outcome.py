@@ -46,6 +46,8 @@ class RunStatus(StrEnum):
     TIMEOUT = "timeout"
     INTERRUPTED = "interrupted"
     EVICTED = "evicted"  # a node was evicted (a spot VM taken back) or vanished (--resume)
+    # run.json of a dtrun that ended still "running" (SIGKILL), set by its guard (record/ended.py)
+    UNRECORDED = "unrecorded"
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,10 @@ from pathlib import Path
 
 from dtrun.errors import LaunchInterrupted, RunError, RunInterruptedError, interruption
 from dtrun.execute import Executor, LineSink, discard
+from dtrun.execute.guard import drop_guard, start_guard
 from dtrun.plan.resolve import ResolvedRun
 from dtrun.plan.sweep import plan_run
+from dtrun.record.ended import guard_command
 from dtrun.record.rundir import RunDir, create_run_dir, launch_dir, write_run_record
 from dtrun.record.writefail import write_error
 from dtrun.spec.cluster import Inventory
@@ -55,6 +57,29 @@ def run_program(  # noqa: PLR0913 - the cluster's parts and hooks, given by its 
     run_dir = create_run_dir(output, spec.run_id)
     workdir = launch_dir(run_dir)
     write_run_record(run_dir, spec, inventory, plan, status=RunStatus.RUNNING, command=command)
+    # SIGKILL runs none of the code below: the guard says so in run.json (record/ended.py)
+    guard = start_guard(guard_command(run_dir.path / "run.json"))
+    try:
+        return _launch(resolved, inventory, run_dir, workdir, plan, started, executor, on_line,
+                       on_begin, ready, command)  # fmt: skip
+    finally:
+        drop_guard(guard)  # run.json says how the launch ended
+
+
+def _launch(  # noqa: PLR0913 - run_program's state, handed on
+    resolved: ResolvedRun,
+    inventory: Inventory,
+    run_dir: RunDir,
+    workdir: Path,
+    plan: LaunchPlan,
+    started: float,
+    executor: Executor,
+    on_line: LineSink,
+    on_begin: Callable[[RunDir, LaunchPlan], None] | None,
+    ready: Ready,
+    command: Sequence[str] | None,
+) -> ProgramRun:
+    spec = resolved.spec
     if on_begin is not None:
         on_begin(run_dir, plan)
     timeout = spec.timeout_s if spec.timeout_s is not None else math.inf
