@@ -11,6 +11,7 @@ from dtrun.errors import (
     LaunchInterrupted,
     NodeFailedError,
     RunError,
+    RunInterruptedError,
     RunTimeoutError,
     interruption,
     stop_signal,
@@ -41,10 +42,10 @@ def stopped_record(
     """The record of a check ``stop`` ended: no nodes, links or groups, since a check that did
     not finish supports no verdict."""
     record: dict[str, Any] = {"schema": CHECK_SCHEMA}
-    if isinstance(stop, KeyboardInterrupt):
+    if isinstance(stop, KeyboardInterrupt | RunInterruptedError):
         record.update(status=CheckStatus.INTERRUPTED, signal=stop_signal().name,
                       error=interruption())  # fmt: skip
-        results = stop.node_results if isinstance(stop, LaunchInterrupted) else ()
+        results = stop.node_results if isinstance(stop, LaunchInterrupted | RunError) else ()
     else:
         timeout = isinstance(stop, RunTimeoutError)
         record.update(status=CheckStatus.TIMEOUT if timeout else CheckStatus.FAILED,

@@ -16,6 +16,7 @@ from dtrun.errors import (
     LaunchInterrupted,
     NodeFailedError,
     RunError,
+    RunInterruptedError,
     RunTimeoutError,
     _stop_signal,
     stopped_by,
@@ -100,3 +101,8 @@ def test_a_secret_in_a_stop_s_message_is_masked_in_the_record(tmp_path):
     record = _check(tmp_path, RunError("node said HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz123456"))
     assert record["status"] == "failed"
     assert "hf_abcdefghijklmnopqrstuvwxyz123456" not in json.dumps(record)
+
+
+def test_a_stop_raised_as_run_interrupted_error_is_interrupted_not_failed(tmp_path, sigterm):
+    record = _check(tmp_path, RunInterruptedError("stopped by SIGTERM"))
+    assert (record["status"], record["signal"]) == ("interrupted", "SIGTERM")
