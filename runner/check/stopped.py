@@ -30,6 +30,20 @@ class CheckStatus(StrEnum):
     INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM, SIGHUP
     TIMEOUT = "timeout"  # --timeout
     FAILED = "failed"  # a node's launch failed past the retries, or none answered
+    UNRECORDED = "unrecorded"  # dtrun was killed (SIGKILL): written by its guard
+
+
+UNRECORDED_CHECK = (
+    "dtrun ended without recording how the check ended (SIGKILL, out of memory): "
+    "recorded by its guard; the node logs in check/ show how far it got"
+)
+
+
+def unrecorded_record() -> dict[str, Any]:
+    """What the guard writes where a killed check left no check.json: no verdict, and nothing
+    of the run (the guard's arguments are seen by ps)."""
+    return {"schema": CHECK_SCHEMA, "status": CheckStatus.UNRECORDED.value,
+            "error": UNRECORDED_CHECK}  # fmt: skip
 
 
 def stopped_record(

@@ -1,19 +1,24 @@
-"""run.json of a `dtrun run` that ended without recording how: SIGKILL (`kill -9`, the OOM
-killer, a CI runner's hard stop) runs none of dtrun's code, so run.json would say "running"
-for ever. A guard (runner/execute/guard.py) started beside the run runs this module when dtrun
-ends, however it ends; it rewrites a run.json that still says "running" to "unrecorded",
-atomically and through no link. A run that recorded its end (ok, failed, ...) is left as it is.
+"""run.json of a `dtrun run` (check.json of a check) that ended without recording how:
+SIGKILL (`kill -9`, the OOM killer, a CI runner's hard stop) runs none of dtrun's code, so
+run.json would say "running" for ever, and a check would leave no check.json. A guard
+(runner/execute/guard.py) started beside the run runs this module when dtrun ends, however it
+ends; it rewrites a run.json that still says "running" to "unrecorded" (writes a check's
+record where there is none), atomically and through no link. A run that recorded its end
+(ok, failed, ...) is left as it is.
 
-Run as ``python -I -S -c GUARD_CODE ROOT RUN_JSON`` (guard_command): the standard library, the
-run's record types and the one atomic write only, nothing dtrun's process held.
+Run as ``python -I -S -c GUARD_CODE ROOT RECORD [MISSING]`` (guard_command): the standard
+library, the run's record types and the one atomic write only, nothing dtrun's process held.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from dtrun.spec.outcome import RunStatus
 from dtrun.workloads.files import write_atomic
@@ -25,16 +30,37 @@ UNRECORDED_RUN = (
 # the guard's program: the package's root first on the path (-I keeps PYTHONPATH out)
 GUARD_CODE = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from dtrun.record.ended import mark_unrecorded; mark_unrecorded(sys.argv[2])"
+    "from dtrun.record.ended import settle; settle(*sys.argv[2:])"
 )
 
 
-def guard_command(run_json: Path) -> list[str]:
-    """The command a guard runs when dtrun ends: this interpreter, this package's root."""
+def guard_command(record: Path, missing: Mapping[str, Any] | None = None) -> list[str]:
+    """The command a guard runs when dtrun ends: this interpreter, this package's root.
+    ``missing``: the record to write where none is (check.json); else run.json's rewrite."""
     import dtrun
 
     root = Path(dtrun.__file__).parent.parent  # not resolved: a checkout's dtrun -> runner
-    return [sys.executable, "-I", "-S", "-c", GUARD_CODE, str(root), str(run_json)]
+    extra = [json.dumps(missing)] if missing is not None else []
+    return [sys.executable, "-I", "-S", "-c", GUARD_CODE, str(root), str(record), *extra]
+
+
+def settle(record: str, missing: str | None = None) -> bool:
+    """The guard's work: ``missing`` (JSON) written where no record is, else mark_unrecorded."""
+    if missing is None:
+        return mark_unrecorded(record)
+    path = Path(record)
+    if os.path.lexists(path):  # dtrun recorded how it ended (or something is there: kept)
+        return False
+    data = {**json.loads(missing), "updated_at": _now()}
+    try:
+        write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
+    except OSError:
+        return False
+    return True
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def mark_unrecorded(run_json: str | Path) -> bool:
@@ -50,7 +76,7 @@ def mark_unrecorded(run_json: str | Path) -> bool:
     data.update(
         status=RunStatus.UNRECORDED.value,
         error=UNRECORDED_RUN,
-        updated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        updated_at=_now(),
     )
     try:
         write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())

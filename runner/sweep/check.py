@@ -15,10 +15,18 @@ from dtrun.check.expected import Thresholds, expected_for
 from dtrun.check.judge import judge_check
 from dtrun.check.model import CheckReport
 from dtrun.check.result import Measured, load
-from dtrun.check.stopped import CHECK_RECORD, CHECK_SCHEMA, CheckStatus, stopped_record
+from dtrun.check.stopped import (
+    CHECK_RECORD,
+    CHECK_SCHEMA,
+    CheckStatus,
+    stopped_record,
+    unrecorded_record,
+)
 from dtrun.errors import NodeFailedError, RunError, UsageError
 from dtrun.execute import LineSink, discard
+from dtrun.execute.guard import drop_guard, start_guard
 from dtrun.plan.check import CHECK_DIR, CheckSettings, plan_check
+from dtrun.record.ended import guard_command
 from dtrun.record.rundir import RunDir, create_run_dir
 from dtrun.record.writefail import write_error
 from dtrun.spec.cluster import Inventory, Node, Starter
@@ -121,6 +129,8 @@ def run_check(
     run_dir = create_run_dir(output, resolved.spec.run_id)
     started = time.monotonic()
     unreachable: dict[str, str] = {}
+    # SIGKILL runs none of the code below: the guard writes check.json (record/ended.py)
+    guard = start_guard(guard_command(run_dir.path / CHECK_RECORD, unrecorded_record()))
     try:
         return _checked(cluster, resolved, run_dir, started, labels, unreachable, on_line,
                         on_begin, settings)  # fmt: skip
@@ -129,6 +139,8 @@ def run_check(
         record = stopped_record(stop, wall, unreachable, labels, inventory.source)
         run_dir.write_json(run_dir.path / CHECK_RECORD, record)  # atomic, no link followed
         raise
+    finally:
+        drop_guard(guard)  # check.json says how the check ended
 
 
 def _checked(  # noqa: PLR0913 - run_check's state, handed on

@@ -292,3 +292,27 @@ def test_a_check_past_its_timeout_records_timeout_in_check_json(no_leftovers):
     assert record["status"] == "timeout"
     assert "did not finish within 2 s" in record["error"]
     assert "nodes" not in record and record["wall_s"] > 0
+
+
+def test_a_sigkilled_check_leaves_check_json_saying_unrecorded(no_leftovers):
+    """SIGKILL runs none of dtrun's code: the guard beside the check writes check.json
+    (runner/record/ended.py). Before: no check.json at all."""
+    out = no_leftovers / "runs"
+    log = out / "killed" / "check" / "node-0.log"
+    dtrun = subprocess.Popen(
+        [*DTRUN, "check", "--local-nodes", "2", "--port", "29842", "--output", str(out),
+         "--run-id", "killed"],
+        cwd=no_leftovers, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=default_signals,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: log.is_file() and log.stat().st_size > 0, timeout=120,
+                 what="node 0's launch to begin")  # fmt: skip
+    finally:
+        dtrun.send_signal(signal.SIGKILL)
+        dtrun.wait(timeout=10)
+    record_path = out / "killed" / "check.json"
+    wait_for(record_path.is_file, timeout=30, what="the guard to write check.json")
+    record = json.loads(record_path.read_text())
+    assert (record["status"], record["schema"]) == ("unrecorded", "dtrun.check-report/1")
+    assert "nodes" not in record

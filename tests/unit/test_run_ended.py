@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 
+from dtrun.check.stopped import unrecorded_record
 from dtrun.execute.guard import drop_guard, start_guard
-from dtrun.record.ended import UNRECORDED_RUN, guard_command, mark_unrecorded
+from dtrun.record.ended import UNRECORDED_RUN, guard_command, mark_unrecorded, settle
 
 
 def _record(tmp_path, status):
@@ -55,3 +56,15 @@ def test_the_guard_marks_run_json_when_its_pipe_closes_and_not_when_dropped(tmp_
     guard.stdin.close()  # as when dtrun's process is gone
     assert guard.wait(timeout=60) == 0
     assert json.loads(path.read_text())["status"] == "unrecorded"
+
+
+def test_a_killed_check_s_guard_writes_check_json_only_where_none_is(tmp_path):
+    path = tmp_path / "check.json"
+    missing = json.dumps(unrecorded_record())
+    assert settle(str(path), missing)
+    data = json.loads(path.read_text())
+    assert (data["schema"], data["status"]) == ("dtrun.check-report/1", "unrecorded")
+    assert "nodes" not in data and "SIGKILL" in data["error"]
+    path.write_text('{"status": "interrupted"}')  # dtrun recorded the stop itself
+    assert not settle(str(path), missing)
+    assert json.loads(path.read_text()) == {"status": "interrupted"}
