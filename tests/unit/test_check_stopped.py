@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dtrun import errors
 from dtrun.engines.embedded.inventory import embedded_inventory
 from dtrun.errors import (
     LaunchInterrupted,
@@ -18,7 +19,6 @@ from dtrun.errors import (
     RunError,
     RunInterruptedError,
     RunTimeoutError,
-    _stop_signal,
     stopped_by,
 )
 from dtrun.plan.resolve import resolve_run
@@ -60,11 +60,9 @@ def _check(tmp_path, stop: BaseException) -> dict[str, Any]:
 
 
 @pytest.fixture
-def sigterm():
-    _stop_signal.clear()
+def sigterm(monkeypatch):
+    monkeypatch.setattr(errors, "_stop_signal", [])
     stopped_by(signal.SIGTERM)
-    yield
-    _stop_signal.clear()
 
 
 def test_a_check_stopped_by_sigterm_records_the_signal_each_node_and_no_verdict(tmp_path, sigterm):
