@@ -4,6 +4,7 @@ them (again without a node whose launch failed, which is then named), and the ve
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from dtrun.check.stopped import (
     stopped_record,
     unrecorded_record,
 )
-from dtrun.errors import NodeFailedError, RunError, UsageError
+from dtrun.errors import NodeFailedError, RunDirWriteError, RunError, UsageError
 from dtrun.execute import LineSink, discard
 from dtrun.execute.guard import drop_guard, start_guard
 from dtrun.plan.check import CHECK_DIR, CheckSettings, plan_check
@@ -137,7 +138,9 @@ def run_check(
     except (RunError, KeyboardInterrupt) as stop:
         wall = time.monotonic() - started
         record = stopped_record(stop, wall, unreachable, labels, inventory.source)
-        run_dir.write_json(run_dir.path / CHECK_RECORD, record)  # atomic, no link followed
+        # atomic, no link followed; a full disk keeps the stop's own error and exit code
+        with contextlib.suppress(RunDirWriteError):
+            run_dir.write_json(run_dir.path / CHECK_RECORD, record)
         raise
     finally:
         drop_guard(guard)  # check.json says how the check ended

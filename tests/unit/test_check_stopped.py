@@ -45,7 +45,8 @@ class _Executor:
         raise self.stop
 
 
-def _check(tmp_path, stop: BaseException) -> dict[str, Any]:
+def _run(tmp_path, stop: BaseException) -> None:
+    """run_check, ended by ``stop``, which it raises again."""
     cluster = SimpleNamespace(
         inventory=embedded_inventory(2), executor=_Executor(stop), ready=lambda plan: None
     )
@@ -55,6 +56,10 @@ def _check(tmp_path, stop: BaseException) -> dict[str, Any]:
     )  # fmt: skip
     with pytest.raises(type(stop)):
         run_check(cluster, resolve_run(spec), tmp_path)  # type: ignore[arg-type]
+
+
+def _check(tmp_path, stop: BaseException) -> dict[str, Any]:
+    _run(tmp_path, stop)
     record: dict[str, Any] = json.loads((tmp_path / "stopped" / "check.json").read_text())
     return record
 
@@ -104,3 +109,15 @@ def test_a_secret_in_a_stop_s_message_is_masked_in_the_record(tmp_path):
 def test_a_stop_raised_as_run_interrupted_error_is_interrupted_not_failed(tmp_path, sigterm):
     record = _check(tmp_path, RunInterruptedError("stopped by SIGTERM"))
     assert (record["status"], record["signal"]) == ("interrupted", "SIGTERM")
+
+
+def test_a_stop_on_a_full_disk_keeps_the_stop_s_own_error(tmp_path, monkeypatch):
+    """check.json cannot be written: the timeout is still what is raised (exit code kept)."""
+    from dtrun.errors import RunDirWriteError
+    from dtrun.record.rundir import RunDir
+
+    def full(self, path, data):
+        raise RunDirWriteError(f"the disk holding {path} is full")
+
+    monkeypatch.setattr(RunDir, "write_json", full)
+    _run(tmp_path, RunTimeoutError("the launch did not finish within 60 s"))  # raises it again
