@@ -186,10 +186,9 @@ def bench(  # noqa: PLR0913 - typer's context (for --resume) beside the option g
                     return
                 current.ended("the sweep", partial(record_stop_after_sweep, done.run_dir))
                 # the result first, then the report's files (that an upload of the run carries),
-                # while the engine lets go of its nodes (Cluster.release)
+                # while the engine lets go of its nodes (Cluster.release), then their path
                 cluster.release()
                 print_summary(done, wide=wide)
-                done.write_report()
             if json_out:
                 print_json(sweep_json(done.run_dir))
         except KeyboardInterrupt:

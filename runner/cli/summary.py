@@ -19,13 +19,17 @@ if TYPE_CHECKING:
 
 
 def print_summary(sweep: Sweep, *, wide: bool = False) -> None:
-    """The sweep's table: scaling for training, bus bandwidth for all-reduce."""
+    """The sweep's table: scaling for training, bus bandwidth for all-reduce; then the report's
+    files written (Sweep.write_report: after the result, off the user's wait,
+    docs/benchmarks.md), and only then their path, so the path printed holds this report."""
     out = console()
     report = sweep.report
     if report is not None:
         print_grid(out, report_grid(report), wide=wide)
         print_verdicts(report)
         print_noise(report)
+    sweep.write_report()
+    if report is not None:
         out.print(f"report: {sweep.run_dir.report} (and {sweep.run_dir.html.name})")
 
 

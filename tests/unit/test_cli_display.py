@@ -127,3 +127,28 @@ def test_a_launch_s_first_progress_state_shows_however_soon_after_the_last_launc
     display.on_start(plans[1].plan, 1)
     display.on_line("node-0", "second launch 1/30\r")
     assert "second launch 1/30" in out.getvalue()
+
+
+def test_the_report_path_is_printed_once_the_report_is_written(tmp_path, fixed_inventory, capsys):
+    """`dtrun bench` shows the result, then writes the report (off the user's wait), and names
+    report.md only then: a user who opens it at once finds this sweep's report."""
+    from dtrun.cli.summary import print_summary
+    from dtrun.report.build import analyse, write_report
+    from dtrun.sweep.run import Sweep
+    from tests.factories import fake_run_dir
+
+    run = fake_run_dir(tmp_path / "r", BenchSpec(run_id="r", node_counts=(1, 2), repeat=2),
+                       fixed_inventory, {1: [1000.0, 1010.0], 2: [1900.0, 1910.0]})  # fmt: skip
+    report = analyse(run)
+    before: list[str] = []
+
+    def write() -> None:
+        before.append(capsys.readouterr().out)
+        write_report(report)
+
+    print_summary(Sweep(run, report=report, unwritten=write))
+    after = capsys.readouterr().out
+    assert len(before) == 1 and "scales" in before[0], "the result is shown before the write"
+    assert "report:" not in before[0]
+    assert " ".join(after.split()) == f"report: {run.report} (and report.html)"  # wrapped at 80
+    assert run.report.is_file() and run.html.is_file()
