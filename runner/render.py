@@ -66,6 +66,44 @@ def oneline(value: object) -> str:
     return Placed(CONTROL.sub(lambda m: escaped(m.group(0)), text))
 
 
+def _ansi_c(word: str) -> str:
+    """A word in bash's $'...' quoting: its control characters as the escapes bash reads back
+    (``\\n``, ``\\x1b``, ``\\u2028``), its backslashes and quotes escaped."""
+    body = word.replace("\\", "\\\\").replace("'", "\\'")
+    return "$'" + CONTROL.sub(lambda m: _bash_escape(m.group(0)), body) + "'"
+
+
+def _bash_escape(character: str) -> str:
+    # bash reads \xHH as a byte: a character past ASCII (NEL, U+2028) goes as \uHHHH
+    return escaped(character) if character < "\x80" else f"\\u{ord(character):04x}"
+
+
+def shell_line(words: Iterable[object]) -> str:
+    """Words as one shell command line to show (a report, the console): shlex.quote's quoting,
+    and a word holding a line break or another control character in bash's $'...' quoting, so
+    the command reads, and pastes, as one line."""
+    return Placed(
+        " ".join(
+            _ansi_c(text) if CONTROL.search(text) else shlex.quote(text) for text in map(str, words)
+        )
+    )
+
+
+def command_shown(command: str) -> str:
+    """A recorded command line (a manifest's, shell-quoted) as one line: where its line breaks
+    are all inside its words, each such word in $'...' (shell_line); else (a break between
+    commands, a quote left open) the line with them as escapes. A line without a break is as
+    recorded (code_block writes its other control characters as escapes)."""
+    if "\n" not in command:
+        return command
+    try:
+        words = shlex.split(command)
+    except ValueError:  # a quote left open
+        return _one_line(command)
+    inside = sum(word.count("\n") for word in words)
+    return shell_line(words) if inside == command.count("\n") else _one_line(command)
+
+
 def verbatim(value: object) -> str:
     """A fragment of shell or config dtrun composed from its own constants (an expression such
     as ``${OMPI_COMM_WORLD_RANK}``), or Markdown a report template's macro composed (its values

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dtrun.redact import redact_var
-from dtrun.render import code, code_block, md, verbatim
+from dtrun.render import code, code_block, command_shown, md, verbatim
 from dtrun.report.metrics import (
     ScalingRow,
 )
@@ -43,10 +43,12 @@ def measured_on(manifest: Mapping[str, Any], first: Result | None) -> str:
 
 def command_block(manifest: Mapping[str, Any]) -> str:
     """The recorded command line (redacted, runner/record/manifest.py) as a Markdown code
-    block, fenced with more backticks than the command holds in a row; "" where the manifest
-    has none (written before dtrun recorded it, or not started from a command line)."""
+    block, fenced with more backticks than the command holds in a row, on one line (a line
+    break in it shown quoted, render.command_shown: no second line reads as a command); ""
+    where the manifest has none (written before dtrun recorded it, or not started from a
+    command line)."""
     command = manifest.get("command")
-    return code_block(str(command), "shell") if command else ""
+    return code_block(command_shown(str(command)), "shell") if command else ""
 
 
 def reproducibility(manifest: Mapping[str, Any], first: Result | None) -> list[tuple[str, str]]:

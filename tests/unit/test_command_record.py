@@ -105,6 +105,29 @@ def test_a_command_holding_backticks_cannot_end_its_code_block(tmp_path, fixed_i
     assert f"`````shell\n{manifest['command']}\n`````" in report
 
 
+@pytest.mark.parametrize(
+    ("recorded", "shown"),
+    [  # dtrun's own record: the word with a line break in bash's $'...', read back the same
+        (shlex.join(["dtrun", "bench", "--env", "A=1\nrm -rf ~", "--", "t.py", "it's"]),
+         "dtrun bench --env $'A=1\\nrm -rf ~' -- t.py 'it'\"'\"'s'"),
+        # another tool's: a break between commands, a quote left open, shown as escapes
+        ("dtrun bench\nrm -rf ~", "dtrun bench\\nrm -rf ~"),
+        ("dtrun bench 'a\u2028b", "dtrun bench 'a\\u2028b"),
+    ],
+)  # fmt: skip
+def test_a_recorded_command_with_a_line_break_is_shown_as_one_line(
+    tmp_path, fixed_inventory, recorded, shown
+):
+    run_dir = fake_run_dir(tmp_path / "nl", BenchSpec("nl"), fixed_inventory, {1: [1.0]})
+    manifest = json.loads(run_dir.manifest.read_text())
+    manifest["command"] = recorded
+    run_dir.manifest.write_text(json.dumps(manifest))
+    build_report(run_dir)
+    report = run_dir.report.read_text()
+    assert f"```shell\n{shown}\n```" in report
+    assert "\nrm -rf ~" not in report
+
+
 def _without_command(path: Path, fixed_inventory) -> RunDir:
     """A run directory whose manifest was written before dtrun recorded the command."""
     spec = BenchSpec("old", node_counts=(1, 2), steps=4, warmup=1, repeat=1)

@@ -8,7 +8,7 @@ from dataclasses import replace
 import jinja2
 import pytest
 
-from dtrun.render import render, shquote
+from dtrun.render import render, shell_line, shquote
 from dtrun.spec.request import BenchSpec, ModelSpec, ScalingMode
 from tests.conftest import require_tool
 from tests.plans import build_plan
@@ -108,3 +108,11 @@ def test_a_command_that_renders_nothing_does_not_load_jinja2():
     code = "import sys, dtrun.cli.app; print('jinja2' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_shown_command_line_is_one_line_that_bash_reads_back_word_for_word():
+    words = ["dtrun", "A=x\ny\x1b", "it's\\", "a\\n'\nb\t", "\x85\u2028\u202e", "plain"]
+    line = shell_line(words)
+    assert "\n" not in line and "\r" not in line and "\u2028" not in line
+    read = subprocess.run(["bash", "-c", 'printf "%s|" ' + line], capture_output=True, check=True)
+    assert read.stdout.decode().split("|")[:-1] == words
