@@ -11,29 +11,45 @@ import re
 import signal
 from typing import TYPE_CHECKING
 
+from dtrun.spec.text import one_line
+
 if TYPE_CHECKING:
     from dtrun.spec.outcome import NodeResult
 
 
+class Lines(str):
+    """Text whose line breaks are its own layout: lines dtrun laid out, each value in them on a
+    line of its own and indented (``indent``), or made one line. A DtrunError keeps its breaks."""
+
+
+def _laid_out(text: str) -> str:
+    """A part of an error message: Lines as they are; any other text one line, its line breaks
+    and control characters written as escapes (``\\n``), so that a value it quotes (a node's
+    name from a result file, a path, a scheduler's words) cannot print a line of its own."""
+    return text if isinstance(text, Lines) else one_line(text)
+
+
 class DtrunError(Exception):
-    """Base of every error dtrun expects and reports to the user."""
+    """Base of every error dtrun expects and reports to the user. Its what, why and fix are one
+    line each unless given as Lines; the message's own layout (``next:``) is added here."""
 
     exit_code = 1
 
     def __init__(self, what: str, *, why: str = "", fix: str = "") -> None:
-        self.what = what
-        self.why = why
-        self.fix = fix
+        self.what = _laid_out(what)
+        self.why = _laid_out(why)
+        self.fix = _laid_out(fix)
         super().__init__(self.message)
 
     @property
-    def message(self) -> str:
+    def message(self) -> Lines:
+        """What, why and fix laid out; quoted whole in another error, it keeps its lines."""
         text = self.what
         if self.why:
             text += f": {self.why}"
         if self.fix:
             text += f"\n  next: {self.fix}"
-        return text
+        return Lines(text)
 
 
 class UsageError(DtrunError):
@@ -133,7 +149,7 @@ class NodeFailedError(RunError):
         super().__init__(
             f"{node} ({address}) failed with {describe_exit(exit_code)}; "
             "the other nodes were stopped",
-            why=detail or f"{log_path} is empty",
+            why=Lines(detail) if detail else f"{log_path} is empty",  # explain's layout
             fix=fix,
         )
 
@@ -215,5 +231,6 @@ def describe_exit(code: int) -> str:
     return f"exit code {code}"
 
 
-def indent(text: str, prefix: str = "    ") -> str:
-    return "\n".join(prefix + line for line in text.splitlines())
+def indent(text: str, prefix: str = "    ") -> Lines:
+    """Each line of ``text`` behind ``prefix``: no line of it reads as one of the message's."""
+    return Lines("\n".join(prefix + line for line in text.splitlines()))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from dtrun.errors import UnsafeValueError
 from dtrun.locations import templates_dir
-from dtrun.spec.text import CONTROL, escaped, noun, percent, percent_range, plural
+from dtrun.spec.text import CONTROL, escaped, noun, one_line, percent, percent_range, plural
 
 if TYPE_CHECKING:  # jinja2 loads with the first template, not with every command (21 ms)
     import jinja2
@@ -62,8 +62,7 @@ def shwords(values: Iterable[object]) -> str:
 def oneline(value: object) -> str:
     """Any value as one line of text (a comment, a systemd Description=): control characters
     written as escapes (``\\n``, ``\\x1b``), so nothing it holds can end the line."""
-    text = str(value)
-    return Placed(CONTROL.sub(lambda m: escaped(m.group(0)), text))
+    return Placed(one_line(str(value)))
 
 
 def _ansi_c(word: str) -> str:
@@ -174,7 +173,7 @@ _MD_MARK = "\ue000"
 def _one_line(text: str) -> str:
     """Control characters and lone surrogates as escapes (``\\n``, ``\\x1b``, ``\\udcff``),
     the <details> marker removed."""
-    return CONTROL.sub(lambda m: escaped(m.group(0)), text.replace(_MD_MARK, ""))
+    return one_line(text.replace(_MD_MARK, ""))
 
 
 def md(value: object) -> str:

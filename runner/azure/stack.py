@@ -18,7 +18,7 @@ from dtrun.azure.config import cluster_spec
 from dtrun.azure.expiry import deadline
 from dtrun.azure.project import workspace
 from dtrun.azure.settingcheck import NAMESPACE
-from dtrun.errors import DtrunError, UsageError
+from dtrun.errors import DtrunError, Lines, UsageError, indent
 from dtrun.extras import need
 from dtrun.spec.cluster import ClusterSpec, ExpirySpec
 
@@ -68,8 +68,9 @@ def check_stack_name(name: str) -> str:
     return name
 
 
-def _tail(text: str, lines: int = 15) -> str:
-    return "\n".join(line for line in text.strip().splitlines()[-lines:])
+def _tail(text: str, lines: int = 15) -> Lines:
+    """Pulumi's last lines, each indented under the message (runner/errors.py Lines)."""
+    return Lines("its last lines:\n" + indent("\n".join(text.strip().splitlines()[-lines:])))
 
 
 @contextlib.contextmanager

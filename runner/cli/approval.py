@@ -20,14 +20,14 @@ import contextlib
 import hashlib
 import json
 import os
-import shlex
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
-from dtrun.errors import DtrunError, UsageError
+from dtrun.errors import DtrunError, Lines, UsageError
 from dtrun.spec.request import BenchSpec, Program, ProgramKind
+from dtrun.spec.text import one_line
 
 APPROVED = "approved"  # the file under $XDG_CONFIG_HOME/dtrun/
 
@@ -98,13 +98,16 @@ def program_words(program: Program) -> list[str]:
 
 
 def shown(recorded: BenchSpec) -> str:
-    """The recorded program and environment, secrets redacted, one per line."""
+    """The recorded program and environment, secrets redacted, one per line: each shell-quoted
+    on its line (render.shell_line), a line break in a value too, so no value reads as a line."""
+    from dtrun.render import shell_line
+
     safe = recorded.redacted()
     lines = []
     if safe.program is not None:
-        lines.append(f"  program: {shlex.join(program_words(safe.program))}")
-    lines.extend(f"  --env {shlex.quote(f'{name}={value}')}" for name, value in safe.env)
-    return "\n".join(lines)
+        lines.append(f"  program: {shell_line(program_words(safe.program))}")
+    lines.extend(f"  --env {shell_line([f'{name}={value}'])}" for name, value in safe.env)
+    return Lines("\n".join(lines))
 
 
 def approve(
@@ -127,13 +130,14 @@ def approve(
     if approved(store, digest):
         return
     manifest = run_dir / "manifest.json"
-    what = f"{flag} {run_dir} runs the program and environment {manifest} records"
+    what = one_line(f"{flag} {run_dir} runs the program and environment {manifest} records")
     if ask is None:
         if not sys.stdin.isatty():
             raise UsageError(
                 f"{what}, and there is no terminal to ask whether to run them",
-                why="a run directory is data: whoever could write it chose them\n"
-                + shown(recorded),
+                why=Lines(
+                    "a run directory is data: whoever could write it chose them\n" + shown(recorded)
+                ),
                 fix=f"read them, then pass --yes: dtrun bench {flag} {run_dir} --yes",
             )
         ask = _prompt

@@ -37,6 +37,7 @@ from dtrun.cli.workload_options import (
 from dtrun.errors import DtrunError, RunDirWriteError, UsageError
 from dtrun.redact import remember_secrets
 from dtrun.spec.request import BenchSpec
+from dtrun.spec.text import one_line
 
 if TYPE_CHECKING:
     from dtrun.engines.base import Cluster
@@ -341,7 +342,9 @@ def _sweep(
     except DtrunError as exc:
         # a run directory that could not be written has no report: its message says what is kept
         if display.run_dir is not None and not isinstance(exc, RunDirWriteError):
-            out.print(f"finished launches and the report are kept in {display.run_dir.path}")
+            out.print(
+                one_line(f"finished launches and the report are kept in {display.run_dir.path}")
+            )
             if json_out and display.run_dir.summary.exists():
                 # scripts get the partial summary too, unless it cannot be read: then the
                 # sweep's own error, raised below, is the one to show

@@ -27,7 +27,7 @@ from dtrun.cli.session import (
 )
 from dtrun.spec.bounds import within
 from dtrun.spec.request import RunSpec
-from dtrun.spec.text import plural
+from dtrun.spec.text import one_line, plural
 
 if TYPE_CHECKING:
     from dtrun.engines.base import Cluster
@@ -194,4 +194,4 @@ def _next_steps(cluster: Cluster, done: CheckRun, write_hosts: Path | None) -> N
         for node in flagged
     }
     for line in cluster.engine.after_check(cluster, reasons):
-        console().print(f"dtrun: {line}", highlight=False)
+        console().print(one_line(f"dtrun: {line}"), highlight=False)

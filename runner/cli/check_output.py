@@ -10,7 +10,7 @@ from dtrun.cli.common import console
 from dtrun.cli.inert import styled
 from dtrun.cli.tables import Column, Grid, print_grid
 from dtrun.errors import UsageError
-from dtrun.spec.text import plural
+from dtrun.spec.text import one_line, plural
 
 if TYPE_CHECKING:
     from dtrun.check.model import NodeCheck
@@ -60,13 +60,15 @@ def print_report(done: CheckRun, *, wide: bool = False) -> None:
     out = console()
     print_grid(out, Grid(columns, rows, hint="--wide shows every column"), wide=wide)
     for link in report.slow_links:
-        out.print(f"slow link {link.a} - {link.b}: {link.evidence}", highlight=False)
+        out.print(one_line(f"slow link {link.a} - {link.b}: {link.evidence}"), highlight=False)
     for group in (group for group in report.groups if group.follow):
         said = "slow group" if group.slow else "note: a group"
         levels = f"at {group.levels} levels running" if group.levels > 1 else "at one level only"
         out.print(
-            f"{said} (bisection level {group.level}, slow {levels}): {group.evidence}; "
-            f"{group.follow}",
+            one_line(
+                f"{said} (bisection level {group.level}, slow {levels}): {group.evidence}; "
+                f"{group.follow}"
+            ),
             highlight=False,
         )
     flagged = report.flagged_nodes

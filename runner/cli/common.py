@@ -154,7 +154,10 @@ def print_error(message: str) -> None:
 
     message = redact_text(message)  # before its control characters become escapes; and cut
     message = "\n".join(_clipped(line) for line in message.split("\n"))  # after: no fragment
-    console(stderr=True).print(styled(("error:", "bold red"), f" {message}"), soft_wrap=True)
+    # its lines are the error's own layout: runner/errors.py made each value in them one line
+    console(stderr=True).print(
+        styled(("error:", "bold red"), f" {message}", layout=True), soft_wrap=True
+    )
 
 
 NODE_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red")
@@ -232,4 +235,5 @@ def print_node_line(console: Console, node: str, line: str) -> None:
     number = re.search(r"(\d+)$", node)
     index = int(number.group(1)) if number else sum(node.encode())
     style = NODE_STYLES[index % len(NODE_STYLES)]
-    console.print(styled((f"[{node}] ", style), shown), soft_wrap=True)
+    # one line of output (read line by line; a \r is escaped), its tabs kept as a terminal shows
+    console.print(styled((f"[{node}] ", style), shown, layout=True), soft_wrap=True)

@@ -11,7 +11,7 @@ from dtrun.cli.common import console, echo, new_progress_clocks, print_node_line
 from dtrun.cli.inert import styled
 from dtrun.cli.tables import Column, Grid, print_grid
 from dtrun.spec.launchplan import point_dir
-from dtrun.spec.text import plural
+from dtrun.spec.text import one_line, plural
 from dtrun.workloads.sizes import format_size
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def print_sweep_plan(
         print_plan(plan, preview, str((run_dir or Path()) / first))
     echo("# ==== environment recorded in manifest.json (the largest point's)")
     for var in sweep.environment:
-        echo(f"{var.key}={var.value}")
+        echo(one_line(f"{var.key}={var.value}"))  # a value's line break as \\n: one line
 
 
 def print_plan(plan: LaunchPlan, preview: Preview | None = None, workdir: str = "") -> None:
@@ -75,12 +75,14 @@ def print_plan(plan: LaunchPlan, preview: Preview | None = None, workdir: str = 
     for launch in plan.launches:
         node = launch.node
         echo(
-            f"# ---- {plural(plan.nnodes, 'node')}: {launch.script_name} on {node.name} "
-            f"({node.address}) via {plan.launcher}, world size {plan.world_size} ----"
+            one_line(
+                f"# ---- {plural(plan.nnodes, 'node')}: {launch.script_name} on {node.name} "
+                f"({node.address}) via {plan.launcher}, world size {plan.world_size} ----"
+            )
         )
         echo(launch.script)
     for file in plan.files:
-        echo(f"# ---- {where}: launch file {file.name} (every node) ----")
+        echo(one_line(f"# ---- {where}: launch file {file.name} (every node) ----"))
         echo(file.content)
 
 
@@ -233,7 +235,7 @@ class WaitLines:
     def __call__(self, waiting: Waiting) -> None:
         state = (waiting.answered, tuple(label for label, _ in waiting.missing))
         if state != self.last:
-            self.console.print(f"dtrun: {waiting.describe()}", highlight=False)
+            self.console.print(one_line(f"dtrun: {waiting.describe()}"), highlight=False)
             self.last = state
 
 

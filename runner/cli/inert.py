@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from dtrun.spec.text import BIDI, SURROGATES, escaped
+from dtrun.spec.text import BIDI, SURROGATES, escaped, one_line
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -34,11 +34,16 @@ def printable(text: str, *, tabs: bool = True) -> str:
     return shown if tabs else shown.replace("\t", "\\t")
 
 
-def styled(*parts: str | tuple[str, str]) -> Text:
-    """Text from plain strings and (text, style) pairs; no part is read as markup."""
+def styled(*parts: str | tuple[str, str], layout: bool = False) -> Text:
+    """One line of text from plain strings and (text, style) pairs; no part is read as markup,
+    and a line break in a part (a value it quotes: a node's name from a result file, a path)
+    is written as its escape (``\\n``), so no value prints a line of its own. With ``layout``
+    their line breaks and tabs are kept (an error's message: runner/errors.py Lines; a node's
+    output line, its tabs expanded)."""
     from rich.text import Text
 
-    return Text.assemble(*((printable(p), "") if isinstance(p, str) else (printable(p[0]), p[1])
+    shown = printable if layout else one_line
+    return Text.assemble(*((shown(p), "") if isinstance(p, str) else (shown(p[0]), p[1])
                            for p in parts))  # fmt: skip
 
 

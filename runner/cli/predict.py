@@ -13,6 +13,7 @@ from dtrun.cli.common import console, human_output_to_stderr, print_json, user_e
 from dtrun.cli.cost import PricePerNodeHour, checked_usd
 from dtrun.spec.bounds import within
 from dtrun.spec.request import BUSBW, BenchSpec
+from dtrun.spec.text import one_line
 
 DEFAULT_TARGET = BenchSpec.target_efficiency  # without a run to take it from (--from)
 
@@ -200,9 +201,9 @@ def print_prediction(result: Prediction) -> None:
     print_grid(out, Grid(columns, rows, title, caption, min_columns=3))
     for p in result.predictions:
         if p.efficiency is not None and p.verdict == "cannot tell":
-            out.print(f"{p.nodes} nodes: cannot tell: {p.why}", markup=False, highlight=False,
+            out.print(one_line(f"{p.nodes} nodes: cannot tell: {p.why}"), highlight=False,
                       soft_wrap=True)  # fmt: skip
     price = result.price or "no price: pass --price-per-node-hour USD to cost it"
-    out.print(f"price: {price}", markup=False, highlight=False, soft_wrap=True)
+    out.print(one_line(f"price: {price}"), markup=False, highlight=False, soft_wrap=True)
     for line in result.assumptions:
-        out.print(f"assumed: {line}", markup=False, highlight=False, soft_wrap=True)
+        out.print(one_line(f"assumed: {line}"), markup=False, highlight=False, soft_wrap=True)

@@ -14,6 +14,7 @@ from dtrun.cli.summary import efficiency_text, print_noise, print_verdicts, repo
 from dtrun.cli.tables import Column, Grid, print_grid
 from dtrun.errors import UsageError
 from dtrun.record.writer import UNRECORDED
+from dtrun.spec.text import one_line
 
 if TYPE_CHECKING:
     from dtrun.record.rundir import RunDir
@@ -39,7 +40,7 @@ def report(
         print_noise(built)
         if built.status == "running" and built.writer is False:  # nobody holds it
             console().print(f"status: {UNRECORDED}")
-        console().print(f"rebuilt {built.run_dir.report} and {built.run_dir.html.name}")
+        console().print(one_line(f"rebuilt {built.run_dir.report} and {built.run_dir.html.name}"))
         if json_out:
             print_json(sweep_json(RunDir(run_dir)))
 

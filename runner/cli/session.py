@@ -22,7 +22,7 @@ from dtrun.cli.common import (
 from dtrun.cli.display import RegistryBar
 from dtrun.cli.options import Launching, Where
 from dtrun.errors import UsageError, interruption
-from dtrun.spec.text import plural
+from dtrun.spec.text import one_line, plural
 
 if TYPE_CHECKING:
     from dtrun.cluster.outputs import StackOutputs
@@ -89,12 +89,13 @@ def opened(choice: ClusterChoice, watch: StackWatch) -> Iterator[Cluster]:
         watch.outputs = outputs
         line = expiry_notice(watch.name, outputs)
         if line:
-            out.print(f"dtrun: {line}", highlight=False)
+            out.print(one_line(f"dtrun: {line}"), highlight=False)
 
     with (
         RegistryBar(out) as registry_bar,
         open_cluster(
-            choice, Hooks(lambda message: out.print(f"dtrun: {message}"), seen, registry_bar)
+            choice,
+            Hooks(lambda message: out.print(one_line(f"dtrun: {message}")), seen, registry_bar),
         ) as cluster,
     ):
 

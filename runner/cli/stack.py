@@ -10,6 +10,7 @@ import typer
 from dtrun.cli import options as opts
 from dtrun.cli.common import console, echo, user_errors
 from dtrun.cli.tables import Column, Grid, print_grid
+from dtrun.spec.text import one_line
 
 if TYPE_CHECKING:
     from dtrun.spec.cluster import ClusterSpec
@@ -125,7 +126,7 @@ def destroy_and_say(stack: str) -> None:
         return
     echo(f"destroyed {len(destroyed)} resources of stack {name}; nothing of it bills now:")
     for line in destroyed:
-        echo(f"  {line}")
+        echo(f"  {one_line(line)}")
 
 
 @app.command()
@@ -177,7 +178,7 @@ def _save_private(path: Path, text: str) -> None:
 def _print_outputs(values: dict[str, object]) -> None:
     width = max((len(key) for key in values), default=0)
     for key, value in values.items():
-        echo(f"{key:<{width}}  {value}")
+        echo(one_line(f"{key:<{width}}  {value}"))
 
 
 @app.command()

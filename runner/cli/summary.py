@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from dtrun.cli.common import console
 from dtrun.cli.inert import styled
 from dtrun.cli.tables import Column, Grid, print_grid
-from dtrun.spec.text import percent, percent_range, plural
+from dtrun.spec.text import one_line, percent, percent_range, plural
 from dtrun.workloads.sizes import format_size
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def print_summary(sweep: Sweep, *, wide: bool = False) -> None:
         print_noise(report)
     sweep.write_report()
     if report is not None:
-        out.print(f"report: {sweep.run_dir.report} (and {sweep.run_dir.html.name})")
+        out.print(one_line(f"report: {sweep.run_dir.report} (and {sweep.run_dir.html.name})"))
 
 
 def print_noise(report: Report) -> None:

@@ -67,12 +67,13 @@ class Fitted:
 def _text(cell: str | Text, no_wrap: bool, fold: bool = False) -> Text:
     from rich.text import Text
 
-    from dtrun.cli.inert import printable
     from dtrun.redact import redact_text
+    from dtrun.spec.text import one_line
 
-    # plain text, its control characters as escapes (runner/cli/inert.py), measured as shown;
-    # redacted before the layout, which would cut a secret across lines and pad it with borders
-    text = Text(printable(redact_text(cell), tabs=False)) if isinstance(cell, str) else cell.copy()
+    # plain text on one line, its control characters and line breaks as escapes: a value (a
+    # node's name from a result file) makes no line of its own; measured as shown; redacted
+    # before the layout, which would cut a secret across lines and pad it with borders
+    text = Text(one_line(redact_text(cell))) if isinstance(cell, str) else cell.copy()
     text.no_wrap = no_wrap
     if fold:
         text.overflow = "fold"

@@ -22,6 +22,11 @@ def escaped(character: str) -> str:
     return repr(character)[1:-1]
 
 
+def one_line(text: str) -> str:
+    """``text`` with every control character (CONTROL) written as its escape: one line."""
+    return CONTROL.sub(lambda m: escaped(m.group(0)), text)
+
+
 def noun(count: int, word: str) -> str:
     """``word`` as English counts it: 'node' for 1, 'nodes', 'processes', 'launches' else."""
     if count == 1:
