@@ -147,3 +147,34 @@ def test_sigkill_of_dtrun_leaves_no_process_of_the_application(no_leftovers):
     # nor its directory of this machine's temporary files (the driver's script, Spark's home)
     left = lambda: set(Path(tempfile.gettempdir()).glob("dtrun-spark-*")) - before  # noqa: E731
     wait_for(lambda: not left(), timeout=30, what="the application's directory to go")
+
+
+# Two dtrun runs, the first failed (FAIL_ONCE), with a /tmp of their own: an empty tmpfs in a
+# mount namespace of this script's (other sessions' files there are not the runs'). Then what
+# is left in it besides the runs' own directory.
+EMPTY_TMP = r"""
+set -u
+mount -t tmpfs dtrun-test-tmp /tmp || exit 90
+mkdir /tmp/run && cd /tmp/run && printf '%s' "$1" > fail_once.py && shift
+for _ in 1 2; do
+  "$@" -- python /tmp/run/fail_once.py /tmp/run/failed
+  echo "dtrun exit $?"
+done
+echo "left in /tmp:" && ls -A /tmp
+"""
+
+
+def test_a_spark_launch_normal_or_failed_leaves_nothing_in_tmp(no_leftovers):
+    """The JVMs' java.io.tmpdir is /tmp whatever TMPDIR says: each left a liblz4-java-*.so
+    (and its .lck), the driver a spark-* directory, Spark's launcher /tmp/hsperfdata_root."""
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "bash", "-c", EMPTY_TMP, "bash",
+         FAIL_ONCE, *DTRUN, "run", "--spark", MASTER, "--launcher", "torchdistributor",
+         "--nodes", "2", "--output", "runs", "--quiet"],
+        cwd=no_leftovers, capture_output=True, text=True, timeout=400, check=False,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert done.stdout.count("dtrun exit") == 2, said
+    assert "dtrun exit 1" in done.stdout and "dtrun exit 0" in done.stdout, said
+    assert done.stdout.split("left in /tmp:\n")[1].split() == ["run"], said

@@ -5,6 +5,7 @@ configuration, a local-cluster's own Spark home and lighter JVMs, and the wait f
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -27,6 +28,11 @@ POLL_S = 0.05  # how often the driver looks for a local-cluster's executors whil
 # (no parallel GC threads), no perf-data file; and Spark's classes mapped from an archive
 # (runner/engines/spark/cds.py). On a real cluster the cluster's settings stand.
 LIGHT_JVM = "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC -XX:-UsePerfData"
+# The JVMs' java.io.tmpdir, in the application's directory, which dtrun removes with it
+# (runner/engines/spark/app.py): /tmp otherwise, where lz4-java leaves its native library
+# (liblz4-java-*.so) and Spark a spark-* directory at every application (docs/spark.md).
+JAVA_TMP = "java-tmp"
+NO_PERF_DATA = "-XX:-UsePerfData"  # no /tmp/hsperfdata_<user> (the JVM's perf-data file)
 
 
 def executors_python(config: dict[str, Any]) -> str:
@@ -110,6 +116,13 @@ def session(
         builder = builder.config(f"spark.executorEnv.{key}", value)
     for key, value in jvm_settings(master, archives).items():
         builder = builder.config(key, value)
+    for key, value in temp_settings(master, app_dir).items():
+        builder = builder.config(key, value)
+    # Spark's launcher JVM (spark-class) takes no Spark setting: without this it leaves
+    # /tmp/hsperfdata_<user> (a user's own options come after, and win)
+    launcher = os.environ.get("SPARK_LAUNCHER_OPTS", "")
+    if NO_PERF_DATA not in launcher.split():
+        os.environ["SPARK_LAUNCHER_OPTS"] = f"{NO_PERF_DATA} {launcher}".strip()
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     import dtrun
@@ -129,6 +142,18 @@ def jvm_settings(master: str, archives: Archives | None = None) -> dict[str, str
         "spark.driver.extraJavaOptions": chosen.driver,
         "spark.executor.extraJavaOptions": chosen.executor,
     }
+
+
+def temp_settings(master: str, app_dir: Path) -> dict[str, str]:
+    """java.io.tmpdir in APP_DIR/java-tmp (JAVA_TMP) for the driver's JVM, and a
+    local-cluster's executors', which run here too; a real cluster's executors keep their
+    own. Spark's defaultJavaOptions, which its extraJavaOptions follow: a user's own
+    java.io.tmpdir there still wins."""
+    temp = app_dir / JAVA_TMP
+    temp.mkdir(exist_ok=True)
+    option = shlex.quote(f"-Djava.io.tmpdir={temp}")  # Spark splits options as a shell does
+    roles = ("driver", "executor") if local_executors(master) else ("driver",)
+    return {f"spark.{role}.defaultJavaOptions": option for role in roles}
 
 
 def local_executors(master: str) -> int:
