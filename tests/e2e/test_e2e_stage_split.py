@@ -36,6 +36,7 @@ SHAPE = Shape(layers=12, d_model=128, seq_len=64, vocab=16_000)
 def train(split_kind: str, out: Path) -> dict[str, Any]:
     command = [
         str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2",
+        f"--log-dir={out.with_suffix('.torchelastic')}",  # not a /tmp/torchelastic_*
         "-m", "dtrun.workloads.train", "--strategy", "pipeline", "--schedule", "1f1b",
         "--micro-batches", "4", "--stage-split", split_kind, "--steps", "6", "--warmup", "2",
         "--batch", "8", "--seq-len", str(SHAPE.seq_len), "--layers", str(SHAPE.layers),

@@ -17,7 +17,8 @@ from dtrun.plan.launchers import deepspeed
 from dtrun.plan.launchers.torchrun import QUICK_EXIT
 
 BIN = Path(sys.executable).parent
-ARGS = ["--standalone", "--nproc-per-node=1", "--max-restarts=0"]
+# --log-dir in the working directory: without it torchrun leaves a /tmp/torchelastic_*
+ARGS = ["--standalone", "--nproc-per-node=1", "--max-restarts=0", "--log-dir=torchelastic"]
 MARKER = """
 import atexit, os
 atexit.register(lambda: open(os.path.join(os.environ["MARKS"], str(os.getpid())), "w").close())

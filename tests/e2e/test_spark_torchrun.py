@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from dtrun.engines.spark.distributor import torchrun_code
-from dtrun.engines.spark.task import CODE, run_torchrun
+from dtrun.engines.spark.task import CODE, LOG_DIR, run_torchrun
 from tests.paths import REPO
 
 # A rank that says it started, then does what its first argument says.
@@ -32,8 +32,9 @@ sys.exit(int(sys.argv[1]))
 
 
 def _params() -> dict[str, object]:
-    """TorchDistributor's input_params for one local process, with dtrun's torchrun code."""
-    return {"local_mode": True, "num_processes": 1, CODE: torchrun_code()}
+    """TorchDistributor's input_params for one local process, with dtrun's torchrun code and
+    its log directory in the working directory (rank_module's), not a /tmp/torchelastic_*."""
+    return {"local_mode": True, "num_processes": 1, CODE: torchrun_code(), LOG_DIR: "torchelastic"}
 
 
 @pytest.fixture()
@@ -42,6 +43,7 @@ def rank_module(tmp_path, monkeypatch):
     path = os.pathsep.join([str(tmp_path), str(REPO)])
     monkeypatch.setenv("PYTHONPATH", path)  # torchrun's rank finds the module, and dtrun
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.chdir(tmp_path)  # torchrun's, and its log directory's (_params)
     return tmp_path
 
 

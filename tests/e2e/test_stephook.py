@@ -35,7 +35,14 @@ REPO = REPO
 HOOK = REPO / "runner" / "workloads" / "stephook"
 PROGRAMS = TESTS / "programs"
 BIN = Path(sys.executable).parent
-TORCHRUN = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2"]
+# --log-dir in the launch's working directory: without it torchrun leaves a /tmp/torchelastic_*
+TORCHRUN = [
+    str(BIN / "torchrun"),
+    "--standalone",
+    "--nproc-per-node",
+    "2",
+    "--log-dir=torchelastic",
+]
 HOROVODRUN = [str(BIN / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2", sys.executable]
 # The toy model of every program: Linear(64, 64) and Linear(64, 8), float32.
 PARAMS = 64 * 64 + 64 + 64 * 8 + 8

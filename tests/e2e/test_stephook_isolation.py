@@ -153,8 +153,8 @@ def test_a_hook_that_does_not_load_leaves_its_reason_in_a_torch_process(tmp_path
 INNER_LAUNCHER = """
 import os, sys
 torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-os.execv(torchrun, [torchrun, "--standalone", "--nproc-per-node", "2", {program!r},
-                    "--steps", "6", "--sleep", "0.01"])
+os.execv(torchrun, [torchrun, "--standalone", "--nproc-per-node", "2", "--log-dir=inner",
+                    {program!r}, "--steps", "6", "--sleep", "0.01"])
 """
 
 
