@@ -5,6 +5,7 @@ launch, and a local-cluster's JVMs start lighter."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -120,3 +121,29 @@ def test_only_a_local_cluster_s_jvms_start_lighter():
     }
     assert "-XX:TieredStopAtLevel=1" in LIGHT_JVM
     assert jvm_settings("spark://head:7077") == {} and jvm_settings("yarn") == {}
+
+
+# A node script that says its program (program_of runs it) only after a while.
+SLOW_TO_SAY = 'touch "$DTRUN_NODE_PROGRAM.started"; exec sleep 60\n'
+
+
+def test_a_rank_stopped_while_its_script_says_its_program_leaves_no_temporary_directory(
+    tmp_path,
+):
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    (tmp_path / "node-0.sh").write_text(SLOW_TO_SAY)
+    rank = subprocess.Popen(
+        [sys.executable, "-c", "import os, sys; from pathlib import Path; "
+         "from dtrun.engines.spark.inprocess import program_of; "
+         "program_of(Path(sys.argv[1]), dict(os.environ))", str(tmp_path / "node-0.sh")],
+        env={**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not list(temp.glob("dtrun-node-*/program.started")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(temp.glob("dtrun-node-*/program.started")), "the script never started"
+    rank.send_signal(signal.SIGTERM)
+    code = rank.wait(timeout=30)
+    assert list(temp.iterdir()) == []  # a SIGTERM's default action left it
+    assert code == 128 + signal.SIGTERM

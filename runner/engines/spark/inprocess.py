@@ -50,7 +50,7 @@ def program_of(script: Path, env: dict[str, str]) -> tuple[list[str], dict[str, 
             return None
     except OSError:
         return None
-    with tempfile.TemporaryDirectory(prefix="dtrun-node-") as tmp:
+    with _exit_on_stop(), tempfile.TemporaryDirectory(prefix="dtrun-node-") as tmp:
         stem = Path(tmp) / "program"
         done = subprocess.run(
             ["bash", str(script)],
@@ -67,6 +67,28 @@ def program_of(script: Path, env: dict[str, str]) -> tuple[list[str], dict[str, 
         pairs = (item.partition("=") for item in env_file.read_bytes().decode().split("\0"))
         program_env = {key: value for key, _, value in pairs if key and key != PROGRAM_ENV}
     return argv, program_env
+
+
+@contextlib.contextmanager
+def _exit_on_stop() -> Any:
+    """SIGTERM or SIGHUP in the block (a launch stopped while the script says its program):
+    SystemExit(128 + N), so that the script is killed and the temporary directory removed on the
+    way out. A signal's default action runs no clean-up: such a stop left a $TMPDIR/dtrun-node-*
+    behind, and the script running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stopped(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    saved = {sig: signal.signal(sig, stopped) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 def runs_here(argv: list[str], env: dict[str, str]) -> bool:
