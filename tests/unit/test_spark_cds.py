@@ -191,3 +191,19 @@ def test_a_kept_spark_home_that_cannot_be_set_right_costs_the_class_data_not_the
     assert kept is None  # the plain settings: jvm_settings(master, None)
     assert work == app / "spark-home" / "work" and work.is_dir()
     assert os.environ["SPARK_HOME"] == str(app / "spark-home")
+
+
+def test_the_driver_s_temporary_files_option_leaves_the_user_s_own_after_ours(tmp_path):
+    """java.io.tmpdir in the application's directory through spark-submit's environment, for
+    every master: a user's own SPARK_SUBMIT_OPTS, spark-defaults.conf or --conf come later on
+    the JVM's command line and win; no Spark setting of theirs is replaced."""
+    from dtrun.engines.spark.session import driver_java_env, temp_settings
+
+    env = driver_java_env(tmp_path, {"SPARK_SUBMIT_OPTS": "-Djava.io.tmpdir=/scratch"})
+    words = env["SPARK_SUBMIT_OPTS"].split()
+    assert words[0] == f"-Djava.io.tmpdir={tmp_path / 'java-tmp'}"
+    assert words[-1] == "-Djava.io.tmpdir=/scratch"  # the user's, last: it wins
+    assert (tmp_path / "java-tmp").is_dir()
+    assert env["SPARK_LAUNCHER_OPTS"] == "-XX:-UsePerfData"
+    assert temp_settings("spark://10.0.0.1:7077", tmp_path) == {}  # a real cluster's own
+    assert "spark.executor.defaultJavaOptions" in temp_settings("local-cluster[2,1,1024]", tmp_path)

@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -118,11 +119,7 @@ def session(
         builder = builder.config(key, value)
     for key, value in temp_settings(master, app_dir).items():
         builder = builder.config(key, value)
-    # Spark's launcher JVM (spark-class) takes no Spark setting: without this it leaves
-    # /tmp/hsperfdata_<user> (a user's own options come after, and win)
-    launcher = os.environ.get("SPARK_LAUNCHER_OPTS", "")
-    if NO_PERF_DATA not in launcher.split():
-        os.environ["SPARK_LAUNCHER_OPTS"] = f"{NO_PERF_DATA} {launcher}".strip()
+    os.environ.update(driver_java_env(app_dir, os.environ))  # this process starts one driver
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     import dtrun
@@ -144,16 +141,33 @@ def jvm_settings(master: str, archives: Archives | None = None) -> dict[str, str
     }
 
 
-def temp_settings(master: str, app_dir: Path) -> dict[str, str]:
-    """java.io.tmpdir in APP_DIR/java-tmp (JAVA_TMP) for the driver's JVM, and a
-    local-cluster's executors', which run here too; a real cluster's executors keep their
-    own. Spark's defaultJavaOptions, which its extraJavaOptions follow: a user's own
-    java.io.tmpdir there still wins."""
+def java_tmp_option(app_dir: Path) -> str:
+    """-Djava.io.tmpdir=APP_DIR/java-tmp (JAVA_TMP), made, quoted as Spark splits options (a
+    shell's way)."""
     temp = app_dir / JAVA_TMP
     temp.mkdir(exist_ok=True)
-    option = shlex.quote(f"-Djava.io.tmpdir={temp}")  # Spark splits options as a shell does
-    roles = ("driver", "executor") if local_executors(master) else ("driver",)
-    return {f"spark.{role}.defaultJavaOptions": option for role in roles}
+    return shlex.quote(f"-Djava.io.tmpdir={temp}")
+
+
+def temp_settings(master: str, app_dir: Path) -> dict[str, str]:
+    """A local-cluster's executors' java.io.tmpdir (they run here, on dtrun's own cluster),
+    through Spark's defaultJavaOptions, which its extraJavaOptions follow; a real cluster's
+    executors keep their own."""
+    if not local_executors(master):
+        return {}
+    return {"spark.executor.defaultJavaOptions": java_tmp_option(app_dir)}
+
+
+def driver_java_env(app_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """The driver's JVM (any master) and Spark's launcher JVM, through the environment that
+    spark-submit reads before any Spark setting: java.io.tmpdir in the application's directory
+    and no perf-data file (/tmp/hsperfdata_<user>). A user's own options (spark-defaults.conf,
+    --conf, their own SPARK_SUBMIT_OPTS) come after ours on the JVM's command line, and win."""
+    ours = {
+        "SPARK_LAUNCHER_OPTS": NO_PERF_DATA,
+        "SPARK_SUBMIT_OPTS": f"{java_tmp_option(app_dir)} {NO_PERF_DATA}",
+    }
+    return {name: f"{value} {env.get(name, '')}".strip() for name, value in ours.items()}
 
 
 def local_executors(master: str) -> int:
