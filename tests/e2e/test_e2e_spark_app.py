@@ -194,4 +194,8 @@ def test_a_spark_launch_normal_or_failed_leaves_nothing_in_tmp(no_leftovers):
     assert done.returncode == 0, said
     assert done.stdout.count("dtrun exit") == 2, said
     assert "dtrun exit 1" in done.stdout and "dtrun exit 0" in done.stdout, said
-    assert sorted(done.stdout.split("left in /tmp:\n")[1].split()) == sorted(["run", *keep]), said
+    # torch's one per-user compile cache (torchinductor_<user>, made as torch._dynamo is
+    # imported) does not grow with the runs: not the JVMs' files this is about
+    left = [n for n in done.stdout.split("left in /tmp:\n")[1].split() if not n.startswith(
+        "torchinductor_")]  # fmt: skip
+    assert sorted(left) == sorted(["run", *keep]), said
