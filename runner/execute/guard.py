@@ -17,7 +17,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from dtrun.execute.reaper import grace_within
 
@@ -57,6 +57,16 @@ def start_guard(command: Sequence[str]) -> subprocess.Popen[bytes]:
         cwd="/",
         start_new_session=True,  # not stopped with dtrun's own process group
     )
+
+
+@contextlib.contextmanager
+def guarded(command: Sequence[str]) -> Iterator[None]:
+    """``command`` runs should dtrun end inside the block without leaving it (SIGKILL)."""
+    guard = start_guard(command)
+    try:
+        yield
+    finally:
+        drop_guard(guard)
 
 
 def drop_guard(guard: subprocess.Popen[bytes]) -> None:

@@ -25,7 +25,7 @@ from dtrun.check.stopped import (
 )
 from dtrun.errors import NodeFailedError, RunDirWriteError, RunError, UsageError
 from dtrun.execute import LineSink, discard
-from dtrun.execute.guard import drop_guard, start_guard
+from dtrun.execute.guard import guarded
 from dtrun.plan.check import CHECK_DIR, CheckSettings, plan_check
 from dtrun.record.ended import guard_command
 from dtrun.record.rundir import RunDir, create_run_dir
@@ -131,19 +131,17 @@ def run_check(
     started = time.monotonic()
     unreachable: dict[str, str] = {}
     # SIGKILL runs none of the code below: the guard writes check.json (record/ended.py)
-    guard = start_guard(guard_command(run_dir.path / CHECK_RECORD, unrecorded_record()))
-    try:
-        return _checked(cluster, resolved, run_dir, started, labels, unreachable, on_line,
-                        on_begin, settings)  # fmt: skip
-    except (RunError, KeyboardInterrupt) as stop:
-        wall = time.monotonic() - started
-        record = stopped_record(stop, wall, unreachable, labels, inventory.source)
-        # atomic, no link followed; a full disk keeps the stop's own error and exit code
-        with contextlib.suppress(RunDirWriteError):
-            run_dir.write_json(run_dir.path / CHECK_RECORD, record)
-        raise
-    finally:
-        drop_guard(guard)  # check.json says how the check ended
+    with guarded(guard_command(run_dir.path / CHECK_RECORD, unrecorded_record())):
+        try:
+            return _checked(cluster, resolved, run_dir, started, labels, unreachable, on_line,
+                            on_begin, settings)  # fmt: skip
+        except (RunError, KeyboardInterrupt) as stop:
+            wall = time.monotonic() - started
+            record = stopped_record(stop, wall, unreachable, labels, inventory.source)
+            # atomic, no link followed; a full disk keeps the stop's own error and exit code
+            with contextlib.suppress(RunDirWriteError):
+                run_dir.write_json(run_dir.path / CHECK_RECORD, record)
+            raise
 
 
 def _checked(  # noqa: PLR0913 - run_check's state, handed on

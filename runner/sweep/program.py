@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dtrun.errors import LaunchInterrupted, RunError, RunInterruptedError, interruption
 from dtrun.execute import Executor, LineSink, discard
-from dtrun.execute.guard import drop_guard, start_guard
+from dtrun.execute.guard import guarded
 from dtrun.plan.resolve import ResolvedRun
 from dtrun.plan.sweep import plan_run
 from dtrun.record.ended import guard_command
@@ -58,12 +58,9 @@ def run_program(  # noqa: PLR0913 - the cluster's parts and hooks, given by its 
     workdir = launch_dir(run_dir)
     write_run_record(run_dir, spec, inventory, plan, status=RunStatus.RUNNING, command=command)
     # SIGKILL runs none of the code below: the guard says so in run.json (record/ended.py)
-    guard = start_guard(guard_command(run_dir.path / "run.json"))
-    try:
+    with guarded(guard_command(run_dir.path / "run.json")):  # dropped once run.json says
         return _launch(resolved, inventory, run_dir, workdir, plan, started, executor, on_line,
                        on_begin, ready, command)  # fmt: skip
-    finally:
-        drop_guard(guard)  # run.json says how the launch ended
 
 
 def _launch(  # noqa: PLR0913 - run_program's state, handed on
