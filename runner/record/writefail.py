@@ -40,7 +40,7 @@ def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunErro
             why=f"{what} could not be written",
             fix="pass --output with a directory on a writable disk, or remount it read-write",
         )
-    if exc.errno == errno.ENOENT and (gone := _gone(exc, root)) is not None:
+    if exc.errno == errno.ENOENT and (gone := _gone(exc, root) or _emptied(exc)) is not None:
         meant = _TEMPORARY.sub(r"\1", str(exc.filename)) if exc.filename else what
         return removed(root, f"{meant} could not be written", gone)
     if exc.errno == errno.ELOOP:
@@ -68,6 +68,14 @@ def _gone(exc: OSError, root: Path) -> Path | None:
     file = Path(str(exc.filename))
     parts = reversed(file.relative_to(root).parents) if file.is_relative_to(root) else [Path()]
     return next((root / part for part in parts if not (root / part).is_dir()), None)
+
+
+def _emptied(exc: OSError) -> Path | None:
+    """The folder whose files were being removed when dtrun's own temporary file went from it
+    before it took its name (the folder itself not gone yet: a removal caught midway)."""
+    if exc.filename is None or not _TEMPORARY.search(os.fsdecode(exc.filename)):
+        return None
+    return Path(os.fsdecode(exc.filename)).parent
 
 
 def removed(root: Path, why: str, gone: Path | None = None) -> RunDirWriteError:

@@ -158,6 +158,21 @@ def test_a_run_directory_removed_while_writing_is_named(tmp_path: Path):
         run_dir.write_json(run_dir.runs, {})
 
 
+def test_a_run_directory_caught_midway_through_its_removal_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # `rm -rf` has removed dtrun's temporary file, not yet the folder: the rename finds no file
+    def emptied(path: Path) -> None:
+        for partial in path.parent.glob(".*.partial"):
+            partial.unlink()
+
+    monkeypatch.setattr("dtrun.workloads.files.refuse_link", emptied)
+    run_dir = RunDir(tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    with pytest.raises(RunDirWriteError, match=r"the run directory .* was removed while dtrun"):
+        run_dir.write_json(run_dir.path / "manifest.json", {})
+
+
 def test_a_bug_keeps_its_own_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     failing_write(monkeypatch, errno.EBADF)
     with pytest.raises(OSError) as raised:
