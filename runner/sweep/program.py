@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dtrun.errors import LaunchInterrupted, RunError, RunInterruptedError, interruption
+from dtrun.errors import DtrunError, LaunchInterrupted, RunError, RunInterruptedError, interruption
 from dtrun.execute import Executor, LineSink, discard
 from dtrun.execute.guard import guarded
 from dtrun.plan.resolve import ResolvedRun
 from dtrun.plan.sweep import plan_run
 from dtrun.record.ended import guard_command
-from dtrun.record.rundir import RunDir, create_run_dir, launch_dir, write_run_record
+from dtrun.record.rundir import (
+    RunDir,
+    create_run_dir,
+    launch_dir,
+    record_stop_after_run,
+    write_run_record,
+)
 from dtrun.record.writefail import write_error
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.launchplan import LaunchPlan
@@ -57,10 +64,15 @@ def run_program(  # noqa: PLR0913 - the cluster's parts and hooks, given by its 
     run_dir = create_run_dir(output, spec.run_id)
     workdir = launch_dir(run_dir)
     write_run_record(run_dir, spec, inventory, plan, status=RunStatus.RUNNING, command=command)
-    # SIGKILL runs none of the code below: the guard says so in run.json (record/ended.py)
-    with guarded(guard_command(run_dir.path / "run.json")):  # dropped once run.json says
-        return _launch(resolved, inventory, run_dir, workdir, plan, started, executor, on_line,
-                       on_begin, ready, command)  # fmt: skip
+    try:
+        # SIGKILL runs none of the code below: the guard says so in run.json (record/ended.py)
+        with guarded(guard_command(run_dir.path / "run.json")):  # dropped once run.json says
+            return _launch(resolved, inventory, run_dir, workdir, plan, started, executor,
+                           on_line, on_begin, ready, command)  # fmt: skip
+    except KeyboardInterrupt:  # outside the launch's own handler: before it, or the guard's drop
+        with contextlib.suppress(OSError, ValueError, DtrunError):  # the stop is what is said
+            record_stop_after_run(run_dir, interruption())
+        raise _interrupted(workdir) from None
 
 
 def _launch(  # noqa: PLR0913 - run_program's state, handed on
@@ -102,14 +114,18 @@ def _launch(  # noqa: PLR0913 - run_program's state, handed on
             nodes=stop.node_results if isinstance(stop, LaunchInterrupted) else (),
             command=command,
         )  # fmt: skip
-        raise RunInterruptedError(
-            interruption(),
-            why="every process dtrun started was stopped",
-            fix=f"node logs are kept in {workdir}",
-        ) from None
+        raise _interrupted(workdir) from None
     wall = time.monotonic() - started
     write_run_record(
         run_dir, spec, inventory, plan, status=RunStatus.OK, wall_s=wall, nodes=nodes,
         command=command,
     )  # fmt: skip
     return ProgramRun(run_dir, workdir, plan, nodes, wall)
+
+
+def _interrupted(workdir: Path) -> RunInterruptedError:
+    return RunInterruptedError(
+        interruption(),
+        why="every process dtrun started was stopped",
+        fix=f"node logs are kept in {workdir}",
+    )

@@ -4,11 +4,20 @@ tests/e2e/test_failure.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
+import pytest
+
 from dtrun.check.stopped import unrecorded_record
+from dtrun.engines.embedded.inventory import embedded_inventory
+from dtrun.errors import RunInterruptedError
 from dtrun.execute.guard import drop_guard, start_guard
+from dtrun.plan.resolve import resolve_run
 from dtrun.record.ended import UNRECORDED_RUN, guard_command, mark_unrecorded, settle
+from dtrun.spec.outcome import NodeResult
+from dtrun.spec.request import Program, ProgramKind, RunSpec
+from dtrun.sweep.program import run_program
 
 
 def _record(tmp_path, status):
@@ -68,3 +77,48 @@ def test_a_killed_check_s_guard_writes_check_json_only_where_none_is(tmp_path):
     path.write_text('{"status": "interrupted"}')  # dtrun recorded the stop itself
     assert not settle(str(path), missing)
     assert json.loads(path.read_text()) == {"status": "interrupted"}
+
+
+class _Launched:
+    """An executor whose every node exits 0 at once."""
+
+    on_stopping = None
+
+    def run(self, plan, workdir, *, timeout_s, on_line):
+        return tuple(
+            NodeResult(node.name, node.address, 0, str(workdir / f"{node.name}.log"), 0.1)
+            for node in plan.nodes
+        )
+
+
+def _program_run(tmp_path, **hooks):
+    spec = RunSpec(
+        "stopped", procs_per_node=1, nodes=2, rdzv_port=29400,
+        program=Program(ProgramKind.SCRIPT, "train.py"),
+    )  # fmt: skip
+    with pytest.raises(RunInterruptedError):
+        run_program(resolve_run(spec), embedded_inventory(2), tmp_path, _Launched(), **hooks)  # type: ignore[arg-type]
+    return json.loads((tmp_path / "stopped" / "run.json").read_text())
+
+
+def test_a_ctrl_c_before_the_launch_starts_leaves_run_json_interrupted(tmp_path):
+    def ctrl_c(run_dir, plan):
+        raise KeyboardInterrupt
+
+    record = _program_run(tmp_path, on_begin=ctrl_c)
+    assert record["status"] == "interrupted"
+    assert record["error"] == "interrupted by the user (Ctrl-C)"
+
+
+def test_a_ctrl_c_as_the_guard_is_dropped_after_the_launch_is_recorded_as_interrupted(
+    tmp_path, monkeypatch
+):
+    @contextlib.contextmanager
+    def dropped_by_ctrl_c(command):
+        yield
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("dtrun.sweep.program.guarded", dropped_by_ctrl_c)
+    record = _program_run(tmp_path)
+    assert record["status"] == "interrupted"  # the exit code says so too: not "ok"
+    assert [node["exit_code"] for node in record["nodes"]] == [0, 0]
