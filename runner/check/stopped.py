@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from dtrun.errors import (
+    DtrunError,
     LaunchInterrupted,
     NodeFailedError,
     RunError,
@@ -29,7 +30,9 @@ class CheckStatus(StrEnum):
     COMPLETED = "completed"
     INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM, SIGHUP
     TIMEOUT = "timeout"  # --timeout
-    FAILED = "failed"  # a node's launch failed past the retries, or none answered
+    # a node's launch failed past the retries, none answered, or rank 0's result was missing
+    # or damaged
+    FAILED = "failed"
     UNRECORDED = "unrecorded"  # dtrun was killed (SIGKILL): written by its guard
 
 
@@ -47,7 +50,7 @@ def unrecorded_record() -> dict[str, Any]:
 
 
 def stopped_record(
-    stop: RunError | KeyboardInterrupt,
+    stop: DtrunError | KeyboardInterrupt,
     wall_s: float,
     unreachable: dict[str, str],
     labels: dict[str, str],
@@ -66,7 +69,7 @@ def stopped_record(
                       error=redact_text(stop.message))  # fmt: skip
         if isinstance(stop, NodeFailedError):
             record["failed_node"] = labels.get(stop.node, stop.node)
-        results = stop.node_results
+        results = stop.node_results if isinstance(stop, RunError) else ()
     return {
         **record,
         "unreachable": dict(unreachable),

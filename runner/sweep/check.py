@@ -23,7 +23,14 @@ from dtrun.check.stopped import (
     stopped_record,
     unrecorded_record,
 )
-from dtrun.errors import NodeFailedError, RunDirWriteError, RunError, UsageError
+from dtrun.errors import (
+    DamagedRunError,
+    DtrunError,
+    NodeFailedError,
+    RunDirWriteError,
+    RunError,
+    UsageError,
+)
 from dtrun.execute import LineSink, discard
 from dtrun.execute.guard import guarded
 from dtrun.plan.check import CHECK_DIR, CheckSettings, plan_check
@@ -32,6 +39,7 @@ from dtrun.record.rundir import RunDir, create_run_dir
 from dtrun.record.writefail import write_error
 from dtrun.spec.cluster import Inventory, Node, Starter
 from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
+from dtrun.spec.outcome import NodeResult
 
 if TYPE_CHECKING:
     from dtrun.engines.base import Cluster
@@ -116,6 +124,21 @@ def answering(cluster: Cluster, labels: dict[str, str]) -> tuple[tuple[Node, ...
     return tuple(n for n in nodes if labels[n.name] not in out), out
 
 
+def _result(workdir: Path, launched: tuple[NodeResult, ...]) -> Measured:
+    """Rank 0's result; missing or damaged after a launch every node exited 0 from, the check
+    failed (exit 1), each node's end kept for check.json."""
+    try:
+        return load(workdir / RESULT_FILE)
+    except DamagedRunError as exc:
+        error = RunError(
+            "the check's launch ended without a result to judge",
+            why=f"{exc.what}: {exc.why}",
+            fix=f"read the node logs in {workdir}, and run dtrun check again",
+        )
+        error.node_results = launched
+        raise error from None
+
+
 def run_check(
     cluster: Cluster,
     resolved: ResolvedRun,
@@ -135,7 +158,7 @@ def run_check(
         try:
             return _checked(cluster, resolved, run_dir, started, labels, unreachable, on_line,
                             on_begin, settings)  # fmt: skip
-        except (RunError, KeyboardInterrupt) as stop:
+        except (DtrunError, KeyboardInterrupt) as stop:  # a damaged result.json among them
             wall = time.monotonic() - started
             record = stopped_record(stop, wall, unreachable, labels, inventory.source)
             # atomic, no link followed; a full disk keeps the stop's own error and exit code
@@ -174,7 +197,7 @@ def _checked(  # noqa: PLR0913 - run_check's state, handed on
         timeout = resolved.spec.timeout_s or float(resolved.join_timeout_s)
         try:
             cluster.ready(plan)
-            cluster.executor.run(plan, workdir, timeout_s=timeout, on_line=on_line)
+            launched = cluster.executor.run(plan, workdir, timeout_s=timeout, on_line=on_line)
             break
         except OSError as exc:  # an executor's write: a full disk, the run directory removed
             explained = write_error(exc, run_dir.path)
@@ -187,7 +210,7 @@ def _checked(  # noqa: PLR0913 - run_check's state, handed on
                 raise
             unreachable[labels[failed.name]] = f"its launch failed: {exc.message}"
             nodes = tuple(n for n in nodes if n is not failed)
-    measured = load(workdir / RESULT_FILE)
+    measured = _result(workdir, launched)
     if inventory.starter is Starter.TASKS:  # the tasks learn their hosts as they run
         one_spark_host(measured, plan.nnodes)
         labels = spark_labels(measured, labels)

@@ -33,16 +33,22 @@ RESULTS = (
 
 
 class _Executor:
-    """Every node answers; the launch ends with ``stop``."""
+    """Every node answers; the launch ends with ``stop``, else exits 0 having written
+    ``result``."""
 
-    def __init__(self, stop: BaseException) -> None:
+    def __init__(self, stop: BaseException | None, result: str | None = None) -> None:
         self.stop = stop
+        self.result = result
 
     def command(self, commands):
         return {name: SimpleNamespace(error=None, exit_code=0) for name in commands}
 
     def run(self, plan, workdir, *, timeout_s, on_line):
-        raise self.stop
+        if self.stop is not None:
+            raise self.stop
+        if self.result is not None:  # rank 0's result, as written
+            (workdir / "result.json").write_text(self.result)
+        return RESULTS
 
 
 def _run(tmp_path, stop: BaseException) -> None:
@@ -121,3 +127,22 @@ def test_a_stop_on_a_full_disk_keeps_the_stop_s_own_error(tmp_path, monkeypatch)
 
     monkeypatch.setattr(RunDir, "write_json", full)
     _run(tmp_path, RunTimeoutError("the launch did not finish within 60 s"))  # raises it again
+
+
+@pytest.mark.parametrize(
+    ("result", "says"),
+    [(None, "rank 0 of the check writes it"), ('{"schema": "no"}', "result.json is damaged")],
+)
+def test_a_launch_that_ends_without_a_readable_result_is_recorded_failed(tmp_path, result, says):
+    cluster = SimpleNamespace(
+        inventory=embedded_inventory(2), executor=_Executor(None, result), ready=lambda p: None
+    )
+    spec = RunSpec(
+        "stopped", procs_per_node=1, nodes=2, rdzv_port=29400,
+        program=Program(ProgramKind.MODULE, "dtrun.workloads.check"), timeout_s=60.0,
+    )  # fmt: skip
+    with pytest.raises(RunError, match="ended without a result to judge"):  # exit 1: a failure
+        run_check(cluster, resolve_run(spec), tmp_path)  # type: ignore[arg-type]
+    record = json.loads((tmp_path / "stopped" / "check.json").read_text())
+    assert record["status"] == "failed" and says in record["error"]
+    assert "nodes" not in record and len(record["launch"]) == 2  # each node's exit, no verdict
