@@ -9,7 +9,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dtrun.errors import DtrunError, LaunchInterrupted, RunError, RunInterruptedError, interruption
+from dtrun.errors import (
+    DtrunError,
+    LaunchInterrupted,
+    RunDirWriteError,
+    RunError,
+    RunInterruptedError,
+    interruption,
+)
 from dtrun.execute import Executor, LineSink, discard
 from dtrun.execute.guard import guarded
 from dtrun.plan.resolve import ResolvedRun
@@ -101,19 +108,23 @@ def _launch(  # noqa: PLR0913 - run_program's state, handed on
         if explained is None:
             raise
         raise explained from None
+    # a stop's record that cannot be written (a full disk) leaves the stop's own error and
+    # exit code, not the disk's
     except RunError as exc:
-        write_run_record(
-            run_dir, spec, inventory, plan, status=status_of(exc), error=exc.message,
-            wall_s=time.monotonic() - started, nodes=exc.node_results, command=command,
-        )  # fmt: skip
+        with contextlib.suppress(RunDirWriteError):
+            write_run_record(
+                run_dir, spec, inventory, plan, status=status_of(exc), error=exc.message,
+                wall_s=time.monotonic() - started, nodes=exc.node_results, command=command,
+            )  # fmt: skip
         raise
     except KeyboardInterrupt as stop:
-        write_run_record(
-            run_dir, spec, inventory, plan, status=RunStatus.INTERRUPTED,
-            error=interruption(), wall_s=time.monotonic() - started,
-            nodes=stop.node_results if isinstance(stop, LaunchInterrupted) else (),
-            command=command,
-        )  # fmt: skip
+        with contextlib.suppress(RunDirWriteError):
+            write_run_record(
+                run_dir, spec, inventory, plan, status=RunStatus.INTERRUPTED,
+                error=interruption(), wall_s=time.monotonic() - started,
+                nodes=stop.node_results if isinstance(stop, LaunchInterrupted) else (),
+                command=command,
+            )  # fmt: skip
         raise _interrupted(workdir) from None
     wall = time.monotonic() - started
     write_run_record(

@@ -11,10 +11,11 @@ import pytest
 
 from dtrun.check.stopped import unrecorded_record
 from dtrun.engines.embedded.inventory import embedded_inventory
-from dtrun.errors import RunInterruptedError
+from dtrun.errors import RunDirWriteError, RunInterruptedError, RunTimeoutError
 from dtrun.execute.guard import drop_guard, start_guard
 from dtrun.plan.resolve import resolve_run
 from dtrun.record.ended import UNRECORDED_RUN, guard_command, mark_unrecorded, settle
+from dtrun.record.rundir import RunDir
 from dtrun.spec.outcome import NodeResult
 from dtrun.spec.request import Program, ProgramKind, RunSpec
 from dtrun.sweep.program import run_program
@@ -122,3 +123,23 @@ def test_a_ctrl_c_as_the_guard_is_dropped_after_the_launch_is_recorded_as_interr
     record = _program_run(tmp_path)
     assert record["status"] == "interrupted"  # the exit code says so too: not "ok"
     assert [node["exit_code"] for node in record["nodes"]] == [0, 0]
+
+
+class _TimedOut(_Launched):
+    def run(self, plan, workdir, *, timeout_s, on_line):
+        raise RunTimeoutError("the program did not finish within 60 s")
+
+
+def test_a_stop_whose_record_meets_a_full_disk_keeps_its_own_error(tmp_path, monkeypatch):
+    written = RunDir.write_json
+
+    def full_after_running(self, path, data):
+        if data.get("status") != "running":
+            raise RunDirWriteError(f"the disk holding {self.path} is full")
+        written(self, path, data)
+
+    monkeypatch.setattr(RunDir, "write_json", full_after_running)
+    spec = RunSpec("full", procs_per_node=1, nodes=2, rdzv_port=29400,
+                   program=Program(ProgramKind.SCRIPT, "train.py"))  # fmt: skip
+    with pytest.raises(RunTimeoutError):  # the timeout's error and exit code, not the disk's
+        run_program(resolve_run(spec), embedded_inventory(2), tmp_path, _TimedOut())  # type: ignore[arg-type]
