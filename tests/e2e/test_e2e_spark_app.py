@@ -17,6 +17,7 @@ import pytest
 
 from dtrun.engines.base import ClusterChoice, Hooks
 from dtrun.engines.registry import EngineOptions
+from dtrun.engines.spark.app import DRIVER_LOG
 from dtrun.engines.spark.engine import SparkEngine
 from dtrun.engines.spark.executor import SparkExecutor
 from dtrun.errors import NodeFailedError
@@ -137,8 +138,9 @@ def test_sigkill_of_dtrun_leaves_no_process_of_the_application(no_leftovers):
         preexec_fn=default_signals,
     )  # fmt: skip
     runs = no_leftovers / "runs"  # the program runs inside each rank: its logs say it started
+    nodes_logs = lambda: (log for log in runs.rglob("spark-*.log") if log.name != DRIVER_LOG)  # noqa: E731
     wait_for(
-        lambda: sum(b"sleeping" in log.read_bytes() for log in runs.rglob("spark-*.log")) >= 2,
+        lambda: sum(b"sleeping" in log.read_bytes() for log in nodes_logs()) >= 2,
         timeout=180,
         what="both nodes' programs to start",
     )
