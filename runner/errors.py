@@ -127,6 +127,8 @@ class RunError(DtrunError):
     """A launch on the nodes failed."""
 
     node_results: tuple[NodeResult, ...] = ()  # how every node ended, set by the executor
+    # the node the launch lost (its SSH connection dropped): a check goes on without it
+    lost_node: str | None = None
 
 
 class NodeFailedError(RunError):

@@ -67,8 +67,11 @@ def stopped_record(
         timeout = isinstance(stop, RunTimeoutError)
         record.update(status=CheckStatus.TIMEOUT if timeout else CheckStatus.FAILED,
                       error=redact_text(stop.message))  # fmt: skip
-        if isinstance(stop, NodeFailedError):
-            record["failed_node"] = labels.get(stop.node, stop.node)
+        failed = (
+            stop.node if isinstance(stop, NodeFailedError) else getattr(stop, "lost_node", None)
+        )
+        if failed is not None:
+            record["failed_node"] = labels.get(failed, failed)
         results = stop.node_results if isinstance(stop, RunError) else ()
     return {
         **record,

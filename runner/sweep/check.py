@@ -124,6 +124,16 @@ def answering(cluster: Cluster, labels: dict[str, str]) -> tuple[tuple[Node, ...
     return tuple(n for n in nodes if labels[n.name] not in out), out
 
 
+def _out_of(error: RunError) -> tuple[str | None, str]:
+    """The node a launch's ``error`` puts out of the check, and why: one whose launch failed,
+    or one whose connection was lost mid-check; (None, "") for any other error."""
+    if isinstance(error, NodeFailedError):
+        return error.node, f"its launch failed: {error.message}"
+    if error.lost_node is not None:
+        return error.lost_node, f"lost during the check: {error.what}: {error.why}"
+    return None, ""
+
+
 def _result(workdir: Path, launched: tuple[NodeResult, ...]) -> Measured:
     """Rank 0's result; missing or damaged after a launch every node exited 0 from, the check
     failed (exit 1), each node's end kept for check.json."""
@@ -204,11 +214,12 @@ def _checked(  # noqa: PLR0913 - run_check's state, handed on
             if explained is None:
                 raise
             raise explained from None
-        except NodeFailedError as exc:
-            failed = next((n for n in nodes if n.name == exc.node), None)
+        except RunError as exc:
+            name, why = _out_of(exc)
+            failed = next((n for n in nodes if n.name == name), None)
             if failed is None or attempt == RETRIES or len(nodes) < 2:
                 raise
-            unreachable[labels[failed.name]] = f"its launch failed: {exc.message}"
+            unreachable[labels[failed.name]] = why
             nodes = tuple(n for n in nodes if n is not failed)
     measured = _result(workdir, launched)
     if inventory.starter is Starter.TASKS:  # the tasks learn their hosts as they run

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -237,6 +238,38 @@ def test_a_check_on_a_saved_stack_outputs_file_names_the_nodes_by_their_addresse
     )  # fmt: skip
     assert again.returncode in (0, 5), again.stdout + again.stderr  # 5: a noisy figure, not SSH
     assert [n["host"] for n in json.loads(again.stdout)["nodes"]] == good
+
+
+def test_a_node_lost_mid_check_is_named_and_the_others_are_checked(sshd_cluster, no_leftovers):
+    """The fourth node's sshd and sessions go away once every rank has joined (a node going
+    down): the check names it and measures the other three (before: the whole check failed)."""
+    lost = sshd_cluster.hosts[3]
+    hosts = _hosts(sshd_cluster, no_leftovers)
+
+    def go_down() -> None:
+        wait_for(lambda: faults.check_said(no_leftovers, "dtrun: checking"), timeout=200,
+                 what="every rank to join")  # fmt: skip
+        sshd_cluster.stop(lost.address)
+
+    stopper = threading.Thread(target=go_down, daemon=True)
+    stopper.start()
+    try:
+        done, data = _check(no_leftovers, "--hosts", str(hosts), "--port", "29960")
+    finally:
+        stopper.join(timeout=60)
+        if lost.address not in sshd_cluster.processes:  # stopped: back for the next test
+            sshd_cluster.start(lost)
+    assert done.returncode == 5, done.stdout + done.stderr
+    verdicts = {n["host"]: (n["verdict"], n["cause"]) for n in data["nodes"]}
+    assert verdicts.pop(lost.address) == ("failed", "unreachable")
+    assert sorted(verdicts) == sorted(h.address for h in sshd_cluster.hosts[:3])
+    assert [link for link in data["links"] if lost.address in (link["a"], link["b"])] == []
+    evidence = next(n for n in data["nodes"] if n["host"] == lost.address)["figures"]["evidence"]
+    assert evidence[0].startswith(
+        f"lost during the check: lost the SSH connection to node-3 ({lost.address})"
+    )
+    record = json.loads((no_leftovers / "runs" / "check" / "check.json").read_text())
+    assert record["nodes"] == data["nodes"]
 
 
 def test_a_check_on_a_full_disk_exits_1_saying_so_and_leaves_no_process(small_disk, no_leftovers):

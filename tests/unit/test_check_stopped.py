@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from dtrun import errors
+from dtrun.check.stopped import stopped_record
 from dtrun.engines.embedded.inventory import embedded_inventory
+from dtrun.engines.ssh.session import SshError
 from dtrun.errors import (
     LaunchInterrupted,
     NodeFailedError,
@@ -146,3 +148,47 @@ def test_a_launch_that_ends_without_a_readable_result_is_recorded_failed(tmp_pat
     record = json.loads((tmp_path / "stopped" / "check.json").read_text())
     assert record["status"] == "failed" and says in record["error"]
     assert "nodes" not in record and len(record["launch"]) == 2  # each node's exit, no verdict
+
+
+class _LosesNode1:
+    """node-1's connection drops in the first launch; the next launch, without it, times out."""
+
+    def __init__(self) -> None:
+        self.launched: list[list[str]] = []
+
+    def command(self, commands):
+        return {name: SimpleNamespace(error=None, exit_code=0) for name in commands}
+
+    def run(self, plan, workdir, *, timeout_s, on_line):
+        self.launched.append([launch.node.name for launch in plan.launches])
+        if len(self.launched) == 1:
+            lost = SshError("lost the SSH connection to node-1 (127.0.0.3)", why="reset")
+            lost.lost_node = "node-1"
+            raise lost
+        raise RunTimeoutError("the check ran past its timeout of 60 s")
+
+
+def test_a_node_lost_mid_check_is_named_and_the_check_goes_on_without_it(tmp_path):
+    executor = _LosesNode1()
+    cluster = SimpleNamespace(
+        inventory=embedded_inventory(2), executor=executor, ready=lambda plan: None
+    )
+    spec = RunSpec(
+        "stopped", procs_per_node=1, nodes=2, rdzv_port=29400,
+        program=Program(ProgramKind.MODULE, "dtrun.workloads.check"), timeout_s=60.0,
+    )  # fmt: skip
+    with pytest.raises(RunTimeoutError):
+        run_check(cluster, resolve_run(spec), tmp_path)  # type: ignore[arg-type]
+    assert executor.launched == [["node-0", "node-1"], ["node-0"]]
+    record = json.loads((tmp_path / "stopped" / "check.json").read_text())
+    label = next(iter(record["unreachable"]))
+    assert record["unreachable"][label].startswith(
+        "lost during the check: lost the SSH connection to node-1 (127.0.0.3): reset"
+    )
+
+
+def test_a_check_that_ends_on_a_lost_node_names_it_as_the_failed_node():
+    lost = SshError("lost the SSH connection to node-1 (127.0.0.3)", why="reset")
+    lost.lost_node = "node-1"
+    record = stopped_record(lost, 1.0, {}, {"node-1": "127.0.0.3"}, "hosts")
+    assert (record["status"], record["failed_node"]) == ("failed", "127.0.0.3")

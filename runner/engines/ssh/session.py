@@ -366,11 +366,13 @@ def lost_connection(node: Node, doing: str = "running the launch") -> Iterator[N
     try:
         yield
     except (asyncssh.ConnectionLost, asyncssh.DisconnectError, BrokenPipeError) as exc:
-        raise SshError(
+        lost = SshError(
             f"lost the SSH connection to {where}",
             why=f"{exc}: its sshd stopped, or the node went down",
             fix="check the node; dtrun stopped the launch on the other nodes",
-        ) from None
+        )
+        lost.lost_node = node.name
+        raise lost from None
     except asyncssh.ChannelOpenError as exc:
         raise SshError(
             f"the sshd of {where} refused a session for {doing}",
