@@ -127,6 +127,9 @@ def test_yaml_errors_name_the_file_line_and_field(text, message):
         ("a slots=x\n", "hostfile, line 1: 'slots' is 'x'"),
         ("a slots=0\n", "not a whole number of at least 1"),
         ("a\na\n", "hostfile, line 2: a is listed twice (also line 1)"),
+        # the last one was taken, silently: 8 processes where the line also says 4
+        ("a slots=4 slots=8\n", "hostfile, line 1: 'slots' is given twice on the line"),
+        ("a max_slots=4 max_slots=8\n", "line 1: 'max_slots' is given twice"),
         ("# only a comment\n", "no hosts in the file"),
     ],
 )

@@ -154,6 +154,12 @@ def _mpi_line(line: str, where: str, at: str) -> Entry:
         key, sep, value = word.partition("=")
         if key not in ("slots", "max_slots") or not sep:
             raise located(where, f"'{word}' is not slots=N", "write lines as HOST slots=N")
+        if key in counts:  # which one is meant? (the YAML reader refuses a key twice too)
+            raise located(
+                where,
+                f"'{key}' is given twice on the line",
+                f"write {key}=N once, with the number of processes the host runs",
+            )
         if not _digits(value) or int(value) < 1:
             raise located(
                 where,
