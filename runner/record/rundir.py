@@ -157,7 +157,13 @@ def create_run_dir(output: Path, run_id: str) -> RunDir:
         probe = path / ".write-test"
         probe.write_text("ok")
         probe.unlink()
-    except FileExistsError:
+    except FileExistsError as exc:
+        if exc.filename is not None and Path(exc.filename) != path:  # in the way: no folder
+            raise OutputDirError(
+                f"cannot write the run directory {path}",
+                why=f"{exc.filename} {_not_a_folder(Path(exc.filename))}",
+                fix="pass --output with a directory you can write, e.g. --output ./runs",
+            ) from None
         raise OutputDirError(
             f"run directory {path} already exists",
             why="each run gets a directory of its own, so earlier results are never overwritten",
@@ -171,6 +177,14 @@ def create_run_dir(output: Path, run_id: str) -> RunDir:
         ) from None
     hold_writer(path)
     return RunDir(path)
+
+
+def _not_a_folder(path: Path) -> str:
+    """Why ``path``, on the way to a run directory, holds none: a link to nowhere (mkdir says
+    it exists; it is no folder to make one in)."""
+    if path.is_symlink():
+        return f"is a symbolic link to {path.readlink()}, which is not there"
+    return "is not a directory"
 
 
 def image_of(inventory: Inventory) -> dict[str, str | None]:

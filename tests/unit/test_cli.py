@@ -80,6 +80,19 @@ def test_an_existing_run_directory_is_never_overwritten(tmp_path):
     assert "already exists" in result.stderr
 
 
+def test_an_output_that_is_a_link_to_nowhere_is_named_not_called_an_existing_run(tmp_path):
+    """mkdir found the link "existing": dtrun said the run directory already existed."""
+    (tmp_path / "runs").symlink_to(tmp_path / "gone")
+    result = dtrun("bench", "--output", str(tmp_path / "runs" / "deeper"), "--run-id", "new")
+    assert result.exit_code == 2
+    assert "already exists" not in result.stderr
+    assert f"{tmp_path / 'runs'} is a symbolic link to {tmp_path / 'gone'}, which is not there" in (
+        " ".join(result.stderr.split())
+    )
+    assert "next: pass --output with a directory you can write" in result.stderr
+    assert not (tmp_path / "gone").exists()
+
+
 def test_unknown_flags_and_non_numbers_are_usage_errors():
     assert dtrun("bench", "--frobnicate").exit_code == 2
     bad = dtrun("bench", "--steps", "many")
