@@ -7,13 +7,19 @@ import re
 
 UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 _SIZE = re.compile(r"(\d+)([KMG]?)B?\Z", re.IGNORECASE)
+# The largest message: more than any accelerator's memory (192 GB) holds. A larger one is a
+# typo, and reached the nodes: every launch failed allocating it (docs/bench.md, Bounds).
+MAX_SIZE = 256 * UNITS["G"]
 
 
 def parse_size(text: str) -> int:
     match = _SIZE.match(text.strip())
     if match is None:
         raise ValueError(f"{text!r} is not a size such as 4K, 64M or 1G")
-    return int(match.group(1)) * UNITS[match.group(2).upper()]
+    size = int(match.group(1)) * UNITS[match.group(2).upper()]
+    if size > MAX_SIZE:
+        raise ValueError(f"{text!r} is more than 256G, more than any accelerator's memory")
+    return size
 
 
 def message_sizes(spec: str) -> list[int]:

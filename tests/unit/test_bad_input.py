@@ -125,6 +125,8 @@ CLI = [
     ("bench --workload allreduce --sizes 1M:1K", "not above the second"),
     ("bench --workload allreduce --sizes 12Q", "'12Q' is not a size"),
     ("bench --workload allreduce --sizes 0", "holds no positive size"),
+    ("bench --workload allreduce --sizes 4K:99999999G", "'99999999G' is more than 256G"),
+    ("bench --health-size 99999999999999G", "'99999999999999G' is more than 256G"),
     ("bench --workload allreduce --ar-dtype int3", "--ar-dtype 'int3' is not a type"),
     ("bench --workload allreduce --ar-iters 0", "--ar-iters must be at least 1"),
     ("bench --workload allreduce --ar-warmup -1", "--ar-warmup must be at least 0 and at most"),

@@ -24,10 +24,18 @@ def test_a_list_is_sorted_without_repeats():
     assert message_sizes("16M, 1M,1M") == [1024**2, 16 * 1024**2]
 
 
-@pytest.mark.parametrize("bad", ["", "4X", "0:4K", "64K:4K", "-1", ","])
+@pytest.mark.parametrize(
+    "bad", ["", "4X", "0:4K", "64K:4K", "-1", ",", "257G", "4K:99999999999999G", "1M,300G"]
+)
 def test_bad_sizes_are_refused(bad):
     with pytest.raises(ValueError):
         message_sizes(bad)
+
+
+def test_the_largest_size_is_256g_and_more_says_why():
+    assert message_sizes("128G:256G") == [128 * 1024**3, 256 * 1024**3]
+    with pytest.raises(ValueError, match="'257G' is more than 256G, more than any accelerator"):
+        message_sizes("4K:257G")
 
 
 def test_formatting_gives_the_shortest_exact_spelling():
