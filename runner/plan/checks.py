@@ -92,7 +92,11 @@ def check_launch(request: LaunchRequest) -> None:
                 fix=f"leave out --env {key}; set what your program needs in its own variables",
             )
     if request.launch.zero_stage not in (None, 1, 2, 3):
-        raise PlanError("--zero-stage must be 1, 2 or 3", why=f"got {request.launch.zero_stage}")
+        raise PlanError(
+            "--zero-stage must be 1, 2 or 3",
+            why=f"got {request.launch.zero_stage}",
+            fix="pass --zero-stage 1, 2 or 3, or --strategy zero1, zero2 or zero3",
+        )
     check_fields(request.launch)  # --tf-ps
     lookup("launcher", request.launcher, LAUNCHERS)
 
@@ -117,7 +121,9 @@ def check_bench(bench: BenchSpec) -> None:
     elif not 0 <= bench.warmup < bench.steps:
         raise PlanError(
             "--warmup must be at least 0 and less than --steps",
-            why=f"warm-up {bench.warmup}, steps {bench.steps}: no step would be timed",
+            why=f"warm-up {bench.warmup}, steps {bench.steps}"
+            + (": no step would be timed" if bench.warmup >= bench.steps else ""),
+            fix=f"pass --warmup from 0 to {max(bench.steps - 1, 0)}, or more --steps",
         )
     if bench.global_batch is not None and bench.mode is ScalingMode.WEAK:
         raise PlanError(
@@ -150,7 +156,14 @@ def check_model(model: ModelSpec) -> None:
         raise PlanError(
             "--d-model must be a multiple of --heads",
             why=f"{model.d_model} is not divisible by {model.heads}",
+            fix=f"pass --d-model {_multiple(model.d_model, model.heads)} or --heads dividing "
+            f"{model.d_model}",
         )
+
+
+def _multiple(width: int, heads: int) -> int:
+    """A multiple of ``heads`` near ``width``: the one below, else ``heads`` (in range both)."""
+    return max(width // heads * heads, heads)
 
 
 def check_max_launches(most: int) -> None:
@@ -352,6 +365,13 @@ def check_predict(
     check_node_counts(counts)
     check_bound(bound_of(BenchSpec, "target_efficiency"), target)
     if busbw is not None and not BUSBW.holds(busbw):  # not in docs/bench.md's Bounds
-        raise UsageError(f"--busbw must be {BUSBW.rule}", why=f"got {shown(busbw)}")
+        raise UsageError(
+            f"--busbw must be {BUSBW.rule}",
+            why=f"got {shown(busbw)}",
+            fix="pass the busbw across nodes in GB/s, e.g. --busbw 40",
+        )
     if size is not None and busbw is not None:
-        raise UsageError("--size and --busbw both say the busbw: pass one of them")
+        raise UsageError(
+            "--size and --busbw both say the busbw",
+            fix="pass one of them: --size for the catalog's busbw, --busbw for your own",
+        )
