@@ -3,7 +3,6 @@ and a stack's outputs (SSH and a stack's own Slurm), from a saved file or from P
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,19 +60,15 @@ def read_text(path: Path, what: str, fix: str = "") -> str:
 def stack_outputs(stack: str | None, outputs: Path | None) -> StackOutputs:
     """The outputs of --stack's stack, or those --outputs holds."""
     if outputs is not None:
+        from dtrun.record.readback import NotReadable, parse_json
+
         text = read_text(outputs, "outputs file")
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
+        try:  # strictly: a 5,000-digit number was a ValueError json.loads never names
+            data = parse_json(text)
+        except NotReadable as exc:
             raise InventoryError(
-                f"{outputs} is not JSON",
-                why=(
-                    "it nests deeper than any outputs"
-                    if isinstance(exc, RecursionError)
-                    else str(exc)
-                    if text.strip()
-                    else "the file is empty"
-                ),
+                f"{outputs} is not JSON dtrun reads",
+                why=str(exc) if text.strip() else "the file is empty",
                 fix="save the outputs again with `dtrun outputs --stack NAME --save FILE`",
             ) from None
         return parse_outputs(data, str(outputs))

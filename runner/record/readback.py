@@ -126,21 +126,34 @@ def load_json(path: Path, missing: str = "", root: Path | None = None) -> Any:
             path, f"byte {exc.start} (0x{raw[exc.start]:02x}) is not UTF-8, so it is not JSON"
         ) from None
     try:
+        return parse_json(text)
+    except NotReadable as exc:
+        raise damaged(path, str(exc)) from None
+
+
+class NotReadable(ValueError):
+    """Why a text is no JSON parse_json reads: one clause for a message."""
+
+
+def parse_json(text: str) -> Any:
+    """``text`` as JSON, every number of a sane size and every key once (any file dtrun reads
+    back: a record, saved stack outputs); else NotReadable, saying what is wrong."""
+    try:
         return json.loads(
             text, parse_int=_whole, parse_float=_decimal, object_pairs_hook=_unique_keys
         )
     except _Twice as exc:
-        raise damaged(path, f"{exc}: dtrun writes each key once") from None
+        raise NotReadable(f"{exc}: dtrun writes each key once") from None
     except json.JSONDecodeError as exc:
         ends_early = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
         cut = " (the file ends early: cut short?)" if ends_early else ""
-        raise damaged(path, f"line {exc.lineno} column {exc.colno}: {exc.msg}{cut}") from None
+        raise NotReadable(f"line {exc.lineno} column {exc.colno}: {exc.msg}{cut}") from None
     except _TooLong as exc:
-        raise damaged(
-            path, f"it holds {exc}, more than any figure dtrun records ({MAX_DIGITS} digits)"
+        raise NotReadable(
+            f"it holds {exc}, more than any figure dtrun records ({MAX_DIGITS} digits)"
         ) from None
     except RecursionError:
-        raise damaged(path, "it nests deeper than any record dtrun writes") from None
+        raise NotReadable("it nests deeper than any record dtrun writes") from None
 
 
 def _read_regular(path: Path, missing: str, root: Path | None) -> bytes:

@@ -222,6 +222,9 @@ OUTPUTS = [
     ("noip.json", '{"version": 1}', "noip.json"),
     ("utf16.json", '{"version": 1}'.encode("utf-16"), "is not UTF-8 text"),
     ("deep.json", "[" * 100_000 + "]" * 100_000, "deep.json is not JSON"),  # no RecursionError
+    # int() refuses 4,300+ digits with a ValueError json.loads passes on: a traceback
+    ("digits.json", '{"version": 1, "x": ' + "9" * 5000 + "}", "a whole number of 5,000 digits"),
+    ("twice.json", '{"version": 99, "version": 1}', "the key 'version' is given twice"),
 ]
 
 # Stack settings (dtrun:* in Pulumi.<stack>.yaml), checked before Pulumi runs the program;

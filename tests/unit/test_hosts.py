@@ -381,6 +381,9 @@ def test_slots_are_ascii_digits_and_others_are_refused_as_bad_input(text, messag
         ("cpus: 100000000000\nhosts: [a]\n", "line 1: 'cpus' is 100000000000, more than 8,192"),
         ("hosts: [{host: a, slots: 5000}]\n", "line 1: 'slots' is 5000, more than 1,024"),
         ("a slots=999999999999999999999\n", "line 1: 'slots' is 999999999999999999999, more"),
+        # int() refuses 4,300+ digits with a ValueError YAML passes on: a traceback
+        ("hosts: [{host: a, slots: " + "9" * 5000 + "}]\n", "'slots' is a number of 5,000 digits"),
+        ("port: " + "9" * 4301 + "\nhosts: [a]\n", "line 1: 'port' is a number of 4,301 digits"),
     ],
 )
 def test_a_hosts_files_counts_have_a_ceiling(text, message):

@@ -55,6 +55,9 @@ def _scalar(node: yaml.Node, source: str, field: str, kind: type) -> Any:
     loader = yaml.SafeLoader("")
     try:
         value: Any = loader.construct_object(node, deep=True)
+    except ValueError:  # int() of more than 4,300 digits (a traceback, before)
+        what = f"'{field}' is a number of {len(node.value):,} digits, far past any it takes"
+        raise _error(source, line, what) from None
     finally:
         loader.dispose()
     if kind is int:
