@@ -384,6 +384,8 @@ def test_slots_are_ascii_digits_and_others_are_refused_as_bad_input(text, messag
         # int() refuses 4,300+ digits with a ValueError YAML passes on: a traceback
         ("hosts: [{host: a, slots: " + "9" * 5000 + "}]\n", "'slots' is a number of 5,000 digits"),
         ("port: " + "9" * 4301 + "\nhosts: [a]\n", "line 1: 'port' is a number of 4,301 digits"),
+        ("a slots=" + "9" * 5000 + "\n", "line 1: 'slots' is a number of 5,000 digits"),
+        ("a:1,b:" + "9" * 5000 + "\n", "line 1: the slots of 'b' are a number of 5,000 digits"),
     ],
 )
 def test_a_hosts_files_counts_have_a_ceiling(text, message):

@@ -84,6 +84,16 @@ def _digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+# More digits than any count a hosts file holds; int() refuses 4,300 with a ValueError
+MOST_DIGITS = 30
+
+
+def _too_long(where: str, what: str, digits: str, fix: str) -> HostsFileError | None:
+    if _digits(digits) and len(digits) > MOST_DIGITS:
+        return located(where, f"{what} a number of {len(digits):,} digits", fix)
+    return None
+
+
 def _has_slots(word: str) -> bool:
     """``h1:4`` or ``[fe80::1]:4``; not a bare IPv6 address such as ``fe80::1``."""
     return bool(re.fullmatch(r"[^:\[\]]+:\d+|\[[^\]]*\]:\d+", word))
@@ -160,6 +170,8 @@ def _mpi_line(line: str, where: str, at: str) -> Entry:
                 f"'{key}' is given twice on the line",
                 f"write {key}=N once, with the number of processes the host runs",
             )
+        if error := _too_long(where, f"'{key}' is", value, f"write {key}=N, e.g. {key}=8"):
+            raise error
         if not _digits(value) or int(value) < 1:
             raise located(
                 where,
@@ -198,6 +210,8 @@ def _list_item(item: str, where: str, at: str) -> Entry:
         raise located(where, f"{written!r} is not a host name or address", _LIST_FIX)
     if slots_text is None:
         return Entry(host, 1, at)
+    if error := _too_long(where, f"the slots of {written!r} are", slots_text, _LIST_FIX):
+        raise error
     if not _digits(slots_text) or int(slots_text) < 1:
         raise located(
             where,
