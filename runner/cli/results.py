@@ -47,7 +47,14 @@ def report(
 
 def _run_dir(path: Path) -> RunDir:
     from dtrun.record.rundir import RunDir
+    from dtrun.workloads.files import name_too_long
 
+    if name_too_long(path):  # pathlib raises on it: a traceback, before
+        raise UsageError(
+            f"{path} is not a `dtrun bench` run directory",
+            why="no directory can have a name this long",
+            fix="pass a directory that `dtrun bench` printed, e.g. runs/<run-id>",
+        )
     manifest = path / "manifest.json"
     # Anything named manifest.json makes it a run directory: what is wrong with a damaged one
     # (a directory, unreadable, not JSON) is said when it is read.

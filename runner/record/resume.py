@@ -44,7 +44,7 @@ from dtrun.redact import REDACTED
 from dtrun.spec.launchplan import STEP_DIR
 from dtrun.spec.outcome import RunResult, RunStatus, SweepStatus
 from dtrun.spec.request import BenchSpec, leaves_out
-from dtrun.workloads.files import refuse_link
+from dtrun.workloads.files import name_too_long, refuse_link
 
 T = TypeVar("T")
 
@@ -159,7 +159,7 @@ def recorded_spec(path: Path, flag: str = "--resume") -> BenchSpec:
     """The sweep run directory ``path`` records, as its manifest holds it (secrets redacted);
     ``flag`` names the option in the messages."""
     run_dir = RunDir(path)
-    if not path.is_dir():
+    if name_too_long(path) or not path.is_dir():  # pathlib raises on a name too long
         raise UsageError(
             f"{flag} {path}: no such run directory",
             fix="pass the run directory of an earlier `dtrun bench` (runs/<run-id>)",

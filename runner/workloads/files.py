@@ -64,6 +64,17 @@ def refuse_link(path: Path) -> None:
         raise OSError(errno.ELOOP, "it is a symbolic link; dtrun writes through none", str(path))
 
 
+def name_too_long(path: Path) -> bool:
+    """No file can have ``path``'s name (ENAMETOOLONG: a part over 255 bytes, or the whole over
+    4,096): pathlib's exists() and is_dir() raise it, where they answer False for a name that
+    is merely not there."""
+    try:
+        os.lstat(path)
+    except OSError as exc:
+        return exc.errno == errno.ENAMETOOLONG
+    return False
+
+
 class NodeLog:
     """A node's log, written as its output streams: opened without following a link, and
     on a full disk (or any write error) it stops writing and remembers why, so the thread

@@ -167,6 +167,13 @@ CLI = [
     ("report missing-run", "is not a `dtrun bench` run directory: no such directory"),
     ("report .", "it holds no manifest.json"),
     ("compare missing-a missing-b", "is not a `dtrun bench` run directory"),
+    # a name longer than a file system takes (256+ bytes a part): pathlib's is_dir() and
+    # exists() raise ENAMETOOLONG where they answer False for a name not there
+    ("report " + "r" * 300, "no directory can have a name this long"),
+    ("compare " + "r" * 300 + " " + "s" * 300, "no directory can have a name this long"),
+    ("predict " + "r" * 300 + " --nodes 8", "no directory can have a name this long"),
+    ("bench --hosts " + "h" * 300, "cannot read the hosts file hhh"),
+    ("bench --hosts a:" + "9" * 5000, "the slots of 'a' are a number of 5,000 digits"),
     ("sizes --region mars", "No such option: --region"),
     ("down --stack 'bad name!'", "is not a stack name"),
     ("outputs --stack 'bad name!'", "is not a stack name"),
@@ -301,6 +308,12 @@ def test_a_bad_command_line_value(workdir, line, must_say):
     if args[0] in ("bench", "run"):  # never the user's runs/: an --output of the test's own
         args[1:1] = ["--output", str(workdir / "runs"), "--dry-run"]
     refused(args, workdir, must_say)
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--rerun"])
+def test_a_run_directory_of_a_name_no_file_can_have_is_no_such_directory(workdir, flag):
+    """300 bytes in one part of a path: pathlib's is_dir() raised ENAMETOOLONG, a traceback."""
+    refused(["bench", flag, "r" * 300], workdir, f"{flag} {'r' * 300}: no such run directory")
 
 
 def test_a_file_given_for_a_run_directory_names_the_directory_that_holds_it(workdir):

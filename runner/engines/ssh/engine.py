@@ -83,9 +83,10 @@ def _hosts_inventory(hosts: str) -> Inventory:
     """--hosts FILE, or --hosts h1:4,h2:4 (the hosts themselves) where no such file exists."""
     from dtrun.engines.ssh.hostlines import is_host_list
     from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file, parse_hosts_value  # yaml: here
+    from dtrun.workloads.files import name_too_long
 
     defaults = Defaults(getpass.getuser(), python_bin=this_python())
-    if not Path(hosts).exists() and is_host_list(hosts):
+    if (name_too_long(Path(hosts)) or not Path(hosts).exists()) and is_host_list(hosts):
         return parse_hosts_value(hosts, defaults)
     text = read_text(
         Path(hosts),
