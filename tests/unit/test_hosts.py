@@ -386,6 +386,8 @@ def test_slots_are_ascii_digits_and_others_are_refused_as_bad_input(text, messag
         ("port: " + "9" * 4301 + "\nhosts: [a]\n", "line 1: 'port' is a number of 4,301 digits"),
         ("a slots=" + "9" * 5000 + "\n", "line 1: 'slots' is a number of 5,000 digits"),
         ("a:1,b:" + "9" * 5000 + "\n", "line 1: the slots of 'b' are a number of 5,000 digits"),
+        # a host name of a list is held to a line's 253 characters: it was taken whole
+        ("a:1," + "b" * 254 + ":1\n", "line 1: the host is 254 characters long; a host name"),
     ],
 )
 def test_a_hosts_files_counts_have_a_ceiling(text, message):

@@ -208,6 +208,8 @@ def _list_item(item: str, where: str, at: str) -> Entry:
     host = _bracketed(written, where)
     if host == written and not (HOST_NAME.fullmatch(host) or is_ipv6(host)):
         raise located(where, f"{written!r} is not a host name or address", _LIST_FIX)
+    if problem := host_problem(host):  # its length: a hostfile line's host is held to it too
+        raise located(where, f"the host {problem}", _LIST_FIX)
     if slots_text is None:
         return Entry(host, 1, at)
     if error := _too_long(where, f"the slots of {written!r} are", slots_text, _LIST_FIX):
