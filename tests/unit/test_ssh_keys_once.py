@@ -146,6 +146,29 @@ def test_a_missing_identity_file_of_the_config_is_skipped_as_ssh_skips_it(
 
 
 @pytest.mark.parametrize(
+    ("hostname", "said"),
+    [
+        ("'$(touch pwned)x'", "is not a host name or address"),
+        ("-oProxyCommand=id", "starts with '-', which ssh would read as an option"),
+        ("h" * 254, "is 254 characters long"),
+    ],
+)
+def test_a_hostname_of_the_user_ssh_config_is_held_to_a_hosts_file_s_rules(
+    tmp_path, monkeypatch, hostname, said
+):
+    """It became the node's address (MASTER_ADDR, the ssh-keyscan dtrun suggests) unchecked."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text(f"Host alias\n  HostName {hostname}\n")
+    inventory = parse_hosts_file("hosts: [alias]\n", "hosts.yaml", Defaults("u", "/usr/bin"))
+    with pytest.raises(UsageError) as caught:
+        endpoint(inventory, inventory.nodes[0])
+    assert caught.value.exit_code == 2
+    assert "~/.ssh/config gives alias the HostName" in caught.value.message
+    assert said in caught.value.why
+
+
+@pytest.mark.parametrize(
     ("files", "said"),
     [
         ({"config": "Include ~/.ssh/config\n"}, "Include lines go round in a circle"),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dtrun.cluster.names import host_problem
 from dtrun.errors import UsageError
 from dtrun.spec.cluster import Inventory, Node
 
@@ -91,6 +92,14 @@ def _resolve(
             fix="fix ~/.ssh/config (`ssh -G HOST` shows what OpenSSH makes of it)",
         ) from None
     hostname = str(options.host)
+    if hostname != host and (problem := host_problem(hostname)) is not None:
+        # a hosts file's host is held to this: the HostName becomes the node's address, in
+        # every script, MASTER_ADDR and the commands dtrun suggests (docs/security.md)
+        raise UsageError(
+            f"~/.ssh/config gives {host} the HostName {hostname!r}",
+            why=f"it {problem}",
+            fix="fix that HostName in ~/.ssh/config (`ssh -G HOST` shows what OpenSSH makes of it)",
+        )
     config_of: Any = options.config  # the parsed config for this host
     return Endpoint(
         host,
