@@ -19,6 +19,7 @@ from dtrun.record.readback import (
     one_of,
     read_record,
 )
+from dtrun.spec.text import plural
 
 SCHEMA = "dtrun.check/1"
 _GROUP = obj({"nodes": list_of(WHOLE, nonempty=True), "busbw_gbs": list_of(nullable(NUMBER))})
@@ -77,6 +78,7 @@ def parse(data: dict[str, Any]) -> Measured:
     compute: list[list[Series]] = [[] for _ in names]
     memory: list[list[Series]] = [[] for _ in names]
     gpus: list[tuple[Mapping[str, str], ...] | None] = [None] * count
+    _check_groups(data, count)
     for rank in data["ranks"]:
         node = rank["node"]
         if not 0 <= node < count:
@@ -98,6 +100,21 @@ def parse(data: dict[str, Any]) -> Measured:
         settings=data["settings"],
         addresses=tuple(node["address"] for node in data["nodes"]),
     )
+
+
+def _check_groups(data: dict[str, Any], count: int) -> None:
+    """Every group's nodes among the ``count`` nodes, and one 'inside' group a node, as the
+    workload writes them: a node 9 of 4 was an IndexError, and -1 blamed the last node."""
+    if len(data["inside"]) != count:
+        held = plural(len(data["inside"]), "group")
+        raise ValueError(f"'inside' holds {held} for {plural(count, 'node')}, one a node")
+    levels = [("inside", data["inside"])]
+    levels += [(f"rounds[{i}]", pairs) for i, pairs in enumerate(data["rounds"])]
+    levels += [(f"bisection[{i}]", level) for i, level in enumerate(data["bisection"])]
+    for where, groups in levels:
+        for group in groups:
+            if stray := [node for node in group["nodes"] if not 0 <= node < count]:
+                raise ValueError(f"a group of '{where}' names node {stray[0]} of {count}")
 
 
 def load(path: Path) -> Measured:

@@ -265,6 +265,36 @@ def test_a_result_round_trips_through_parse():
     assert m.addresses == ("a", "b")
 
 
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (lambda d: d["rounds"][0][0].update(nodes=[0, 9]), "a group of 'rounds[0]' names node 9"),
+        (lambda d: d["rounds"][0][0].update(nodes=[-1, 1]), "'rounds[0]' names node -1 of 2"),
+        (lambda d: d["bisection"].append([{"nodes": [0, 5], "busbw_gbs": [1.0]}]), "node 5"),
+        (lambda d: d["inside"].pop(), "'inside' holds 1 group for 2 nodes"),
+    ],
+)
+def test_a_result_s_group_of_nodes_it_does_not_have_is_damage(tmp_path, edit, said):
+    """A node index past the node count was an IndexError (a traceback); -1 blamed the last
+    node for a pair it was never in."""
+    data = {
+        "schema": "dtrun.check/1", "device": "cpu", "settings": {},
+        "nodes": [{"name": "node-0", "address": "a", "ranks": [0]},
+                  {"name": "node-1", "address": "b", "ranks": [1]}],
+        "ranks": [{"node": 0, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": None},
+                  {"node": 1, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": None}],
+        "inside": [{"nodes": [0], "busbw_gbs": [None]}, {"nodes": [1], "busbw_gbs": [None]}],
+        "rounds": [[{"nodes": [0, 1], "busbw_gbs": [1.5]}]],
+        "bisection": [],
+    }  # fmt: skip
+    edit(data)
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(DamagedRunError) as caught:
+        load(path)
+    assert said in caught.value.message
+
+
 def test_a_stacks_nodes_are_named_by_their_registered_address_and_embedded_by_name():
     from dtrun.spec.cluster import Inventory, Node
     from dtrun.sweep.check import host_labels
