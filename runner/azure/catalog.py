@@ -299,8 +299,11 @@ def _retired(size: VmSize, on: datetime.date) -> CatalogError:
     )
 
 
-def get_size(name: str, *, today: datetime.date | None = None) -> VmSize:
-    """The catalog entry for ``name``, or an error that says which size to use instead."""
+def get_size(
+    name: str, *, today: datetime.date | None = None, setting: str = "the vmSize setting"
+) -> VmSize:
+    """The catalog entry for ``name``, or an error that says which size to use instead;
+    ``setting``: where the name was given (predict's --size)."""
     today = today or datetime.date.today()
     key = name if name.lower().startswith("standard_") else f"Standard_{name}"
     size = _BY_LOWER.get(key.lower())
@@ -335,7 +338,7 @@ def get_size(name: str, *, today: datetime.date | None = None) -> VmSize:
     raise CatalogError(
         f"{name} is not an InfiniBand size dtrun knows",
         why=f"{hint}known sizes: {', '.join(known_sizes(today))}",
-        fix="pick one of those for the vmSize setting",
+        fix=f"pick one of those for {setting}",
     )
 
 

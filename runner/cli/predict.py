@@ -113,7 +113,7 @@ def _predict(
     from dtrun.predict.predict import predict
 
     if size is not None:
-        size = get_size(size).name  # an unknown or retired size: exit 2, with the known ones
+        size = get_size(size, setting="--size").name  # unknown or retired: exit 2, the known
     if from_file is not None:
         from dtrun.predict.files import read_description
 

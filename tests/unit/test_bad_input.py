@@ -126,6 +126,8 @@ CLI = [
     ("bench --workload allreduce --sizes 12Q", "'12Q' is not a size"),
     ("bench --workload allreduce --sizes 0", "holds no positive size"),
     ("predict --from x.json --nodes 8 --busbw 0", "--busbw must be above 0"),
+    # it said "pick one of those for the vmSize setting", a stack's setting
+    ("predict --from x.json --nodes 8 --size Standard_X1", "next: pick one of those for --size"),
     ("predict --from x.json --nodes 8 --busbw 1 --size Standard_ND96isr_H100_v5", "both say"),
     ("bench --workload allreduce --sizes 4K:99999999G", "'99999999G' is more than 256G"),
     ("bench --health-size 99999999999999G", "'99999999999999G' is more than 256G"),
