@@ -23,7 +23,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from dtrun.errors import ResultError
+from dtrun.errors import DamagedRunError, ResultError
+from dtrun.record import readback as rb
 from dtrun.report.results import PROGRAM_SCHEMA
 from dtrun.report.stats import percentile
 from dtrun.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan
@@ -34,6 +35,25 @@ from dtrun.workloads.noise import UNTIL_GRADIENTS, launch_noise
 
 STEPS_SCHEMA = "dtrun.steps/1"
 MAX_STEP_FILE = 64 * 1024 * 1024  # a rank's file: a float per step; more is not the hook's
+_TEXT = rb.nullable(rb.TEXT)
+
+
+def _rank(value: Any, where: str) -> str | None:
+    """A rank as the hook writes it, the digits of RANK (text), or a whole number."""
+    digits = value if isinstance(value, str) else str(value) if type(value) is int else ""
+    fits = digits.isascii() and digits.isdigit() and len(digits) <= 9
+    return None if fits else f"'{where}' is {rb.describe(value)}, not a rank (a whole number)"
+
+
+# The hook's record as dtrun uses it: the program's own processes write it, and a field of
+# another kind (params "x", errors [{}], a digest list) was a traceback after the launch
+STEP_SHAPE = rb.obj(
+    {"schema": rb.one_of(STEPS_SCHEMA), "rank": _rank, "step_ends_s": rb.list_of(rb.NUMBER)},
+    {"node": rb.TEXT, "address": _TEXT, "params": rb.nullable(rb.WHOLE), "sharded": _TEXT,
+     "peak_memory_bytes": rb.nullable(rb.WHOLE), "param_digest": _TEXT,
+     "errors": rb.list_of(rb.TEXT), "gradient_bytes": rb.ANY_OBJECT,
+     "grads_ready_s": rb.list_of(rb.nullable(rb.NUMBER))},
+)  # fmt: skip
 
 
 def read_step_files(folder: Path) -> dict[int, dict[str, Any]]:
@@ -47,14 +67,17 @@ def read_step_files(folder: Path) -> dict[int, dict[str, Any]]:
         if not path.stem.removeprefix("rank-").isdigit():
             continue  # a process with no rank variable (a helper the program started)
         try:
-            data = json.loads(path.read_bytes())
-            rank = int(data["rank"])
-            ends = [float(end) for end in data["step_ends_s"]]
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
-            raise ResultError(f"{path} is not a step record", why=str(exc)) from None
-        if data.get("schema") != STEPS_SCHEMA or not all(math.isfinite(end) for end in ends):
-            raise ResultError(f"{path} is not a {STEPS_SCHEMA} record", why="schema or times")
-        records[rank] = {**data, "step_ends_s": ends}
+            data = rb.read_record(path, STEP_SHAPE, root=folder)
+        except DamagedRunError as exc:
+            raise ResultError(f"{path} is not a step record", why=exc.why) from None
+        ends = [float(end) for end in data["step_ends_s"]]
+        if not all(map(float.__lt__, ends, ends[1:])):  # a step of 0 s divided by zero
+            why = "its step_ends_s do not increase: each step ends after the one before"
+            raise ResultError(f"{path} is not a step record", why=why)
+        if not all(isinstance(n, int) for n in data["gradient_bytes"].values()):
+            why = "its gradient_bytes are not whole numbers of bytes"
+            raise ResultError(f"{path} is not a step record", why=why)
+        records[int(data["rank"])] = {**data, "step_ends_s": ends}
     return records
 
 
@@ -174,6 +197,7 @@ def _noise(
     nodes = [str(records[rank].get("node", "")) for rank in sorted(records)]
     try:
         measured = launch_noise(gathered, nodes, steps)
+        json.dumps(measured, allow_nan=False)  # a window's NaN: result.json cannot hold it
     except (KeyError, TypeError, ValueError):
         return None  # a window of another shape: no figures, as before the hook had them
     measured["probe"]["what"] = UNTIL_GRADIENTS

@@ -17,7 +17,12 @@ from dtrun.report.resultfile import parse_result
 from dtrun.report.results import ProgramFacts, TrainResult
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.request import BenchSpec, Program, ProgramKind, ScalingMode, StepUnits, UnitKind
-from dtrun.sweep.programresult import pattern_steps, program_result, read_step_files
+from dtrun.sweep.programresult import (
+    pattern_steps,
+    program_result,
+    read_step_files,
+    write_program_result,
+)
 
 PROGRAM = Program(ProgramKind.SCRIPT, "/w/train.py")
 
@@ -144,6 +149,57 @@ def test_a_step_record_nested_past_python_s_limit_is_refused_not_a_traceback(tmp
     (tmp_path / "rank-0.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ResultError, match="is not a step record"):
         read_step_files(tmp_path)
+
+
+def test_a_rank_is_read_as_the_hook_writes_it_the_digits_of_rank(tmp_path: Path):
+    (tmp_path / "rank-1.json").write_text(json.dumps({**record(1, ENDS), "rank": "1"}))
+    assert list(read_step_files(tmp_path)) == [1]
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        # each was a ValueError, OverflowError, TypeError or ZeroDivisionError after the launch
+        ({"params": "x"}, "'params' is 'x', not a whole number"),
+        ({"peak_memory_bytes": float("inf")}, "'peak_memory_bytes' is inf, not a whole number"),
+        ({"errors": [{"a": 1}]}, "'errors[0]' is an object, not text"),
+        ({"errors": 5}, "'errors' is 5, not a list"),
+        ({"param_digest": [1]}, "'param_digest' is a list, not text"),
+        ({"rank": "0x1"}, "'rank' is '0x1', not a rank"),
+        ({"gradient_bytes": {"float32": "x"}}, "gradient_bytes are not whole numbers of bytes"),
+        ({"step_ends_s": [1.0] * 6}, "step_ends_s do not increase"),
+        ({"step_ends_s": [6.0, 5.0, 4.0, 3.0, 2.0, 1.0]}, "step_ends_s do not increase"),
+    ],
+)
+def test_a_step_record_field_of_another_kind_fails_the_launch_saying_which(
+    tmp_path: Path, change: dict[str, Any], why: str
+):
+    """The program's processes write the records (the hook runs in them): any field dtrun
+    uses is held to its kind, and a launch with a record of another is failed with its name."""
+    steps = tmp_path / "dtrun-steps"
+    steps.mkdir()
+    (steps / "rank-0.json").write_text(json.dumps({**record(0, ENDS), **change}))
+    (steps / "rank-1.json").write_text(json.dumps(record(1, ENDS)))
+    bench = spec()
+    with pytest.raises(ResultError) as caught:
+        write_program_result(bench, plan(bench), tmp_path, 9.0, None)
+    assert "rank-0.json is not a step record" in caught.value.message
+    assert why in caught.value.message
+    assert not (tmp_path / "result.json").exists()
+
+
+def test_a_noise_window_holding_nan_leaves_the_launch_without_noise_figures(tmp_path: Path):
+    """result.json is written without NaN (allow_nan=False): a window's NaN was a ValueError."""
+    steps = tmp_path / "dtrun-steps"
+    steps.mkdir()
+    for rank in (0, 1):
+        hostile = {**window("m", 190, 0.5), "wall_s": float("nan")}
+        (steps / f"rank-{rank}.json").write_text(
+            json.dumps({**record(rank, ENDS), "noise_window": hostile})
+        )
+    bench = spec()
+    write_program_result(bench, plan(bench), tmp_path, 9.0, None)
+    assert json.loads((tmp_path / "result.json").read_text())["noise"] is None
 
 
 def test_a_record_of_a_process_with_no_rank_is_left_out(tmp_path: Path):
