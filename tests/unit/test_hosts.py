@@ -382,8 +382,9 @@ def test_slots_are_ascii_digits_and_others_are_refused_as_bad_input(text, messag
         ("hosts: [{host: a, slots: 5000}]\n", "line 1: 'slots' is 5000, more than 1,024"),
         ("a slots=999999999999999999999\n", "line 1: 'slots' is 999999999999999999999, more"),
         # int() refuses 4,300+ digits with a ValueError YAML passes on: a traceback
-        ("hosts: [{host: a, slots: " + "9" * 5000 + "}]\n", "'slots' is a number of 5,000 digits"),
-        ("port: " + "9" * 4301 + "\nhosts: [a]\n", "line 1: 'port' is a number of 4,301 digits"),
+        ("hosts: [{host: a, slots: " + "9" * 5000 + "}]\n", "'slots' is '99999999999999"),
+        ("port: " + "9" * 4301 + "\nhosts: [a]\n", "line 1: 'port' is '9999999999"),
+        ("slots: 2001-13-45\nhosts: [a]\n", "line 1: 'slots' is '2001-13-45', not a whole"),
         ("a slots=" + "9" * 5000 + "\n", "line 1: 'slots' is a number of 5,000 digits"),
         ("a:1,b:" + "9" * 5000 + "\n", "line 1: the slots of 'b' are a number of 5,000 digits"),
         # a host name of a list is held to a line's 253 characters: it was taken whole
@@ -394,6 +395,13 @@ def test_a_hosts_files_counts_have_a_ceiling(text, message):
     with pytest.raises(HostsFileError) as caught:
         parse_hosts_file(text, "hosts", DEFAULTS)
     assert message in caught.value.message
+
+
+def test_a_name_yaml_would_read_as_an_impossible_date_is_taken_as_written():
+    """YAML 1.1 reads 2001-13-45 as a date, and its month 13 was a ValueError: a traceback."""
+    inventory = parse_hosts_file("user: 2001-12-45\nhosts: [2001-13-45]\n", "hosts", DEFAULTS)
+    assert [node.address for node in inventory.nodes] == ["2001-13-45"]
+    assert inventory.ssh is not None and inventory.ssh.user == "2001-12-45"
 
 
 def test_a_hosts_file_that_never_ends_is_refused_after_its_first_megabytes(tmp_path):
