@@ -14,7 +14,7 @@ import stat
 import types
 import typing
 from collections.abc import Iterable
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import MISSING, dataclass, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar, Union
@@ -92,6 +92,10 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     not); fields the data lacks keep their defaults (records written by older versions)."""
     if not isinstance(data, dict):
         raise Mistyped(_wrong(data, where, "a JSON object"))
+    needed = (f.name for f in fields(cls) if f.init and f.name not in data)  # type: ignore[arg-type]
+    absent = next((name for name in needed if _required(cls, name)), None)
+    if absent is not None:  # cls() would raise a TypeError: a traceback
+        raise Mistyped(f"'{where}' has no '{absent}'" if where else f"it has no '{absent}'")
     hints = typing.get_type_hints(cls)
     given = {
         f.name: _value(hints[f.name], data[f.name], f"{where}.{f.name}" if where else f.name)
@@ -99,6 +103,12 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
         if f.name in data and f.init
     }
     return cls(**given)
+
+
+def _required(cls: type, name: str) -> bool:
+    """Field ``name`` of ``cls`` has no default: every record must give it."""
+    field = cls.__dataclass_fields__[name]  # type: ignore[attr-defined]
+    return field.default is MISSING and field.default_factory is MISSING
 
 
 def _wrong(value: Any, where: str, expected: str) -> str:

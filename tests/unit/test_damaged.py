@@ -583,6 +583,8 @@ RESUME_CASES = {
         "'runs[0].status' is 7, not one of",
     ),
     "run-nodes-text": ("runs.json", edit(put("1", "runs", "0", "nodes")), "'runs[0].nodes' is"),
+    # a field with no default missing: BenchSpec(...) raised a TypeError, a traceback
+    "bench-empty": ("manifest.json", edit(put({}, "bench")), "'bench' has no 'run_id'"),
 }
 
 
