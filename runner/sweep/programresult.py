@@ -35,6 +35,7 @@ from dtrun.workloads.noise import UNTIL_GRADIENTS, launch_noise
 
 STEPS_SCHEMA = "dtrun.steps/1"
 MAX_STEP_FILE = 64 * 1024 * 1024  # a rank's file: a float per step; more is not the hook's
+FASTEST_STEP_S = 1e-6  # readback's STEP_SECONDS: a microsecond, no step that syncs is faster
 _TEXT = rb.nullable(rb.TEXT)
 
 
@@ -45,8 +46,7 @@ def _rank(value: Any, where: str) -> str | None:
     return None if fits else f"'{where}' is {rb.describe(value)}, not a rank (a whole number)"
 
 
-# The hook's record as dtrun uses it: the program's own processes write it, and a field of
-# another kind (params "x", errors [{}], a digest list) was a traceback after the launch
+# The hook's record, written in the program's processes: a field of another kind crashed dtrun
 STEP_SHAPE = rb.obj(
     {"schema": rb.one_of(STEPS_SCHEMA), "rank": _rank, "step_ends_s": rb.list_of(rb.NUMBER)},
     {"node": rb.TEXT, "address": _TEXT, "params": rb.nullable(rb.WHOLE), "sharded": _TEXT,
@@ -235,7 +235,15 @@ def pattern_steps(spec: BenchSpec, matched: Matched) -> tuple[list[float], int]:
                 times.append(value * scale)
         return times[spec.warmup :], len(matched)
     arrivals = [arrival for arrival, _ in matched]
-    return _intervals(arrivals)[max(spec.warmup, 1) - 1 :], len(matched)
+    times = _intervals(arrivals)[max(spec.warmup, 1) - 1 :]
+    if times and min(times) < FASTEST_STEP_S:  # 0 s divided by zero; the report refuses < 1 us
+        raise ResultError(
+            f"--step-pattern's lines came {min(times):.1g} s apart: no step's time, but output "
+            "held back (buffered) and written at once",
+            fix="have the program flush each line (stdbuf -oL for C or C++), or print each "
+            "step's time in a (?P<seconds>...) group",
+        )
+    return times, len(matched)
 
 
 def program_result(

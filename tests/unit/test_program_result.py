@@ -132,6 +132,22 @@ def test_without_a_group_the_time_between_matches_is_the_step_s():
     assert seen == 5
 
 
+@pytest.mark.parametrize("gap", [0.0, 1e-7])
+def test_lines_that_arrive_together_are_refused_as_held_back_not_timed(tmp_path: Path, gap):
+    """A program whose output is buffered writes its step lines at once: 0 s apart divided by
+    zero (a traceback), 0.1 us apart made a result `dtrun report` then refused as damaged."""
+    bench = spec(step_pattern="step")
+    matched: list[tuple[float, dict[str, str | None]]] = [
+        (100.0 + index * gap, {}) for index in range(8)
+    ]
+    with pytest.raises(ResultError) as caught:
+        write_program_result(bench, plan(bench), tmp_path, 9.0, matched)
+    assert "--step-pattern's lines came" in caught.value.message
+    assert "held back (buffered) and written at once" in caught.value.message
+    assert "flush each line" in caught.value.fix
+    assert not (tmp_path / "result.json").exists()
+
+
 def test_a_step_pattern_that_matched_nothing_says_so():
     with pytest.raises(ResultError, match="--step-pattern matched no line of node 0's output"):
         pattern_steps(spec(step_pattern="step (?P<seconds>[0-9.]+)"), [])
