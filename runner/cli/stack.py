@@ -158,15 +158,13 @@ def outputs(
 
 
 def _save_private(path: Path, text: str) -> None:
-    import os
-
+    """``text`` at ``path``, mode 0600 from its first byte, whole or not at all: a write that
+    fails (a full disk) leaves the file saved before, where it was removed first."""
     from dtrun.errors import OutputDirError
+    from dtrun.workloads.files import write_atomic
 
     try:
-        path.unlink(missing_ok=True)  # created afresh, so it is never readable by others
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
+        write_atomic(path, text.encode(), mode=0o600)
     except OSError as exc:
         raise OutputDirError(
             f"cannot write {path}",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime
 import json
 import stat
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -71,6 +73,26 @@ def test_saved_outputs_are_readable_by_their_owner_only(tmp_path):
     _save_private(path, '{"ssh_private_key": "x"}\n')
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.read_text() == '{"ssh_private_key": "x"}\n'
+
+
+def test_a_save_that_fails_midway_keeps_the_outputs_saved_before(tmp_path):
+    """The old file was removed first, then written: a full disk (here a file size limit)
+    left neither the old outputs nor the new ones whole."""
+    path = tmp_path / "cluster.json"
+    path.write_text('{"old": 1}\n')
+    code = (
+        "import resource, signal, sys; from pathlib import Path; "
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64)); "
+        "from dtrun.cli.stack import _save_private; "
+        "_save_private(Path(sys.argv[1]), 'x' * 1000)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=False
+    )
+    assert "OutputDirError" in done.stderr, done.stderr  # cannot write: File too large
+    assert path.read_text() == '{"old": 1}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["cluster.json"]  # no partial file left
 
 
 def v3(**change: object) -> dict[str, object]:
