@@ -87,14 +87,14 @@ def stage_tables(
     trained: Mapping[int, Sequence[TrainResult]], model: Mapping[str, Any]
 ) -> tuple[StageTable, ...]:
     """Every node count whose first launch ran a pipeline of two or more stages with its split
-    recorded (results from before --stage-split have none: no table)."""
-    shape = Shape(
-        int(model["layers"]), int(model["d_model"]), int(model["seq_len"]), int(model["vocab"])
-    )
+    recorded (results from before --stage-split have none: no table). ``model`` is read only
+    for a table: the manifest's shape checks it for training runs, not a program's, whose
+    manifest holding another model was a TypeError in `dtrun report`."""
     tables = []
     for nodes, results in sorted(trained.items()):
         first = results[0].split if results else None
         if first is not None and len(first.blocks) > 1:
+            shape = Shape(*(int(model[key]) for key in ("layers", "d_model", "seq_len", "vocab")))
             tables.append(_table(nodes, first, results[0].pp_size, shape))
     return tuple(tables)
 

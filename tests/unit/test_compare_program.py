@@ -137,3 +137,21 @@ def test_compare_json_carries_the_program_s_unit(tmp_path, fixed_inventory):
     assert done.exit_code == 0, done.output
     data = json.loads(done.stdout)
     assert (data["unit"], data["metric"]) == ("samples/s", "samples/s at the median step")
+
+
+@pytest.mark.parametrize(
+    "model", [None, {}, {"layers": "x", "d_model": 1, "seq_len": 1, "vocab": 1}]
+)
+def test_a_program_run_s_manifest_model_is_not_read_by_report_or_predict(
+    tmp_path, fixed_inventory, model
+):
+    """A program's sweep trains no built-in model: its manifest's `model` is checked for
+    training runs only, and the stage tables read it anyway (a TypeError, a traceback)."""
+    run = program_run_dir(tmp_path / "a", bench("a"), fixed_inventory, STEPS)
+    manifest = run.path / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["bench"]["model"] = model
+    manifest.write_text(json.dumps(data))
+    for args in (["report", str(run.path)], ["predict", str(run.path), "--nodes", "8"]):
+        done = runner.invoke(app, args)
+        assert done.exit_code == 0, (args, done.output, done.exception)
