@@ -249,7 +249,7 @@ def parse_program_result(data: Mapping[str, Any], source: str) -> TrainResult:
             optimizer_steps=int(data["optimizer_steps"]),
             proof=str(proof["answer"]),
             proof_why=str(proof["why"]),
-            gradient_bytes=sum(int(b) for b in (data.get("gradient_bytes") or {}).values()),
+            gradient_bytes=_gradient_bytes(data),
             sharded=_program_sharded(data),
         )
         p50 = float(steps["p50"])
@@ -285,6 +285,17 @@ def parse_program_result(data: Mapping[str, Any], source: str) -> TrainResult:
             f"{source} is not a complete {PROGRAM_SCHEMA} result",
             why=f"missing or malformed field {exc}",
         ) from None
+
+
+def _gradient_bytes(data: Mapping[str, Any]) -> int:
+    """The program's gradients' bytes, every dtype together (an AttributeError where the
+    field was no object: a traceback in `dtrun report`)."""
+    from dtrun.record.readback import describe
+
+    given = data.get("gradient_bytes") or {}
+    if not isinstance(given, dict):
+        raise TypeError(f"'gradient_bytes' is {describe(given)}, not an object")
+    return sum(int(b) for b in given.values())
 
 
 def _program_sharded(data: Mapping[str, Any]) -> str | None:

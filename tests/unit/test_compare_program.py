@@ -155,3 +155,20 @@ def test_a_program_run_s_manifest_model_is_not_read_by_report_or_predict(
     for args in (["report", str(run.path)], ["predict", str(run.path), "--nodes", "8"]):
         done = runner.invoke(app, args)
         assert done.exit_code == 0, (args, done.output, done.exception)
+
+
+@pytest.mark.parametrize("given", [-1, "x", [[1, 2]]])
+def test_a_program_result_s_gradient_bytes_of_another_kind_is_damage(
+    tmp_path, fixed_inventory, given
+):
+    """`(data.get("gradient_bytes") or {}).values()` on a number or text: an AttributeError,
+    which the reader's malformed-field errors did not list (a traceback)."""
+    run = program_run_dir(tmp_path / "a", bench("a"), fixed_inventory, STEPS)
+    result = run.path / "n2" / "r0" / "result.json"
+    data = json.loads(result.read_text())
+    data["gradient_bytes"] = given
+    result.write_text(json.dumps(data))
+    for args in (["report", str(run.path)], ["predict", str(run.path), "--nodes", "8"]):
+        done = runner.invoke(app, args)
+        assert done.exit_code == 2, (args, done.output, done.exception)
+        assert "'gradient_bytes' is" in " ".join(done.output.split())
