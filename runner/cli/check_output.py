@@ -98,8 +98,8 @@ def _yaml_hosts(path: Path) -> dict[str, Any] | None:
         # libyaml's where PyYAML has it: nesting past 1,000 levels is an error, not a recursion
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         data = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=loader)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
-        return None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError, ValueError):
+        return None  # ValueError: changed since the check read it (a date 2001-13-45, 4,300 digits)
     if isinstance(data, dict) and isinstance(data.get("hosts"), list):
         return data
     return None

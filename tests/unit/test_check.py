@@ -382,6 +382,20 @@ def test_write_hosts_from_a_stack_reaches_the_nodes_through_its_head_as_the_stac
     )
 
 
+def test_write_hosts_from_a_hosts_file_yaml_cannot_build_lists_the_inventory_s_nodes(tmp_path):
+    """The file is read again after the check: changed meanwhile to a value whose YAML type
+    raises (a date of month 13, an int of 5,000 digits), it was a ValueError after the check."""
+    from dtrun.cli.check_output import kept_hosts
+    from dtrun.spec.cluster import Inventory, Node
+
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts: [a, b]\nwhen: 2001-13-45\n")
+    nodes = (Node("node-0", "a"), Node("node-1", "b"))
+    inventory = Inventory(f"hosts:{hosts}", nodes, python_bin="/usr/bin", code_dir="/c")
+    kept = kept_hosts(hosts, inventory, {"b"}, {"node-0": "a", "node-1": "b"})
+    assert kept["hosts"] == [{"host": "a"}]
+
+
 def test_the_spark_tasks_of_one_host_are_one_node_and_other_nodes_stay_apart():
     """The check workload's fleet: ranks whose Spark executor ran on one host are that host's
     processes (node_series then takes the slowest); without a host, the node dtrun named."""
