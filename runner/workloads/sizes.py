@@ -7,8 +7,9 @@ import re
 
 UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 _SIZE = re.compile(r"(\d+)([KMG]?)B?\Z", re.IGNORECASE)
-# The largest message: more than any accelerator's memory (192 GB) holds. A larger one is a
-# typo, and reached the nodes: every launch failed allocating it (docs/bench.md, Bounds).
+# The largest message: an all-reduce holds its send and receive buffers, so one above 256G
+# fits no accelerator's memory (288 GB at most in 2026). A larger one is a typo, and reached
+# the nodes: every launch failed allocating it (docs/bench.md, Bounds).
 MAX_SIZE = 256 * UNITS["G"]
 
 
@@ -18,7 +19,7 @@ def parse_size(text: str) -> int:
         raise ValueError(f"{text!r} is not a size such as 4K, 64M or 1G")
     size = int(match.group(1)) * UNITS[match.group(2).upper()]
     if size > MAX_SIZE:
-        raise ValueError(f"{text!r} is more than 256G, more than any accelerator's memory")
+        raise ValueError(f"{text!r} is more than 256G: no accelerator holds its all-reduce")
     return size
 
 
