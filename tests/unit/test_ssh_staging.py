@@ -252,6 +252,12 @@ class _Process:
             raise asyncio.IncompleteReadError(b"", None)
         return self._lines.pop(0) + "\n"
 
+    def exit_status_received(self, status: int) -> None:
+        pass  # asyncssh's session callbacks, ignored unless hooked
+
+    def exit_signal_received(self, *_: object) -> None:
+        pass
+
     async def wait_closed(self) -> None:
         return None
 

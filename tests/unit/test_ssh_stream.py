@@ -1,6 +1,7 @@
 """How dtrun follows a node's output over SSH (runner/engines/ssh/remote.py, stream): a quiet
-node that runs for a while costs a look or so a second, not ten (issue 41: ten wakeups a second
-for every node of a launch, whatever its length)."""
+node that runs for a while costs no look at all until it exits (issue 41: a look every second
+for every node of a launch, whatever its length), and a script that exits while a process it
+left keeps the output open is done shortly after its exit status."""
 
 from __future__ import annotations
 
@@ -10,18 +11,32 @@ from dtrun.engines.ssh import remote
 
 
 class _QuietNode:
-    """A process that prints nothing for ``seconds``, then exits 0 and closes its output."""
+    """A process that prints nothing for ``seconds``, then exits 0 and closes its output (or,
+    ``held``, keeps it open: a background child of its script holds it)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, held: bool = False) -> None:
         self.exit_status: int | None = None
         self.exit_signal = None
         self._done = asyncio.Event()
         self._said = False
+        self._held = held
         asyncio.get_running_loop().call_later(seconds, self._exit)
 
     def _exit(self) -> None:
+        # as asyncssh's channel does: the status, then the session's callback
         self.exit_status = 0
-        self._done.set()
+        self.exit_status_received(0)
+        if not self._held:
+            self._done.set()
+
+    def exit_status_received(self, status: int) -> None:
+        pass  # SSHClientSession's: ignored unless hooked
+
+    def exit_signal_received(self, *_: object) -> None:
+        pass
+
+    async def wait_closed(self) -> None:
+        await asyncio.Event().wait()  # the channel stays open while the output is held
 
     @property
     def stdout(self) -> _QuietNode:
@@ -36,7 +51,7 @@ class _QuietNode:
         return "done\n"
 
 
-def test_a_quiet_running_node_is_looked_at_about_once_a_second(monkeypatch):
+def test_a_quiet_running_node_is_not_looked_at_until_it_exits(monkeypatch):
     looks = 0
     wait = asyncio.wait
 
@@ -49,11 +64,24 @@ def test_a_quiet_running_node_is_looked_at_about_once_a_second(monkeypatch):
     lines: list[str] = []
 
     async def follow() -> None:
-        await remote.stream(_QuietNode(4.0), lines.append)  # type: ignore[arg-type]
+        await remote.stream(_QuietNode(3.0), lines.append)  # type: ignore[arg-type]
 
     asyncio.run(follow())
     assert lines == ["done\n"]  # with its line end: the sink keeps what the node wrote
-    assert looks <= 10, looks  # 0.1, 0.2, 0.4, 0.8, then every second; every 0.1 s was 40
+    assert looks == 1, looks  # one wait for the output's end or the exit; polling made 6
+
+
+def test_a_script_whose_child_holds_the_output_open_is_done_soon_after_its_exit(monkeypatch):
+    monkeypatch.setattr(remote, "DRAIN_S", 0.2)
+
+    async def follow() -> float:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await remote.stream(_QuietNode(0.3, held=True), list[str]().append)  # type: ignore[arg-type]
+        return loop.time() - started
+
+    took = asyncio.run(asyncio.wait_for(follow(), timeout=10))
+    assert 0.5 <= took < 3.0, took  # the exit at 0.3 s, then DRAIN_S for trailing output
 
 
 class _Channel:
@@ -99,6 +127,12 @@ class _Node:
         self.stdout = SSHReader(self.session, channel)  # type: ignore[arg-type]
         self.exit_status: int | None = None
         self.exit_signal = None
+
+    def exit_status_received(self, status: int) -> None:
+        pass
+
+    def exit_signal_received(self, *_: object) -> None:
+        pass
 
     async def wait_closed(self) -> None:
         pass
