@@ -226,6 +226,18 @@ def base64_leaks(text: str) -> list[str]:
     return found
 
 
+def hex_leaks(text: str) -> list[str]:
+    """The cores of every planted secret that a run of hexadecimal digits in ``text`` decodes
+    to, at either nibble alignment, in either case: what a reader of a hex dump could decode."""
+    found = []
+    for run in re.findall(r"[0-9A-Fa-f]{2,}", text):
+        for start in range(2):
+            chunk = run[start:]
+            body = bytes.fromhex(chunk[: len(chunk) - len(chunk) % 2]).decode(errors="replace")
+            found += [core for core in CORES if core in body]
+    return found
+
+
 def _in_shell_double_quotes(text: str) -> str:
     return '"' + "".join("\\" + c if c in '$`"\\' else c for c in text) + '"'
 

@@ -127,17 +127,25 @@ def base64_forms(piece: str) -> set[str]:
     return found
 
 
+def hex_forms(piece: str) -> set[str]:
+    """``piece``'s bytes in hexadecimal, lower and upper case (``bytes.hex()``, ``xxd -p``,
+    ``od``-free dumps, a key printed as hex): two digits a byte, so no alignment."""
+    digits = piece.encode().hex()
+    return {digits, digits.upper()}
+
+
 def fragments(value: str) -> frozenset[str]:
     """Every string a secret ``value`` may be seen as: the value and each of its lines, each as
     written raw and in every encoding of ``_ENCODINGS``, and of two of them one inside the
     other (JSON inside shell quotes, a URL-encoded piece inside JSON); and the value and each
-    line in base64."""
+    line in base64 and in hexadecimal."""
     found: set[str] = set()
     for piece in lines_of(value):
         once = {piece, *(encode(piece) for encode in _ENCODINGS)}
         found.update(once)
         found.update(encode(form) for form in once for encode in _ENCODINGS)
         found.update(base64_forms(piece))
+        found.update(hex_forms(piece))
     return frozenset(form for form in found if len(form) >= SHORTEST)
 
 
@@ -151,6 +159,16 @@ Data = TypeVar("Data")
 # break can show, as a value under SHORTEST can (docs/security.md).
 WRAPPED_SHORTEST = 8
 WRAPPED_PIECE_SHORTEST = 16
+
+
+def wrapped_forms(piece: str) -> list[str]:
+    """What of ``piece`` may be cut by line breaks: the piece, its base64 as a whole value
+    encoded (``base64`` and MIME wrap it at 76 columns, PEM at 64) and its hexadecimal
+    (``xxd -p`` wraps at 60), where long enough to wrap at all (WRAPPED_PIECE_SHORTEST)."""
+    raw = piece.encode()
+    encoded = base64.b64encode(raw).decode()[: len(raw) * 4 // 3]  # the digits its bytes decide
+    forms = [piece, encoded, raw.hex()]
+    return [form for form in forms if len(form) >= WRAPPED_PIECE_SHORTEST]
 
 
 def _body_end(line: str) -> int:
@@ -225,9 +243,7 @@ class Redactor:
         for value in values:
             forms |= fragments(value)
             read.update(filter(worth_looking_for, (decoded(p).text for p in lines_of(value))))
-            wrapped.update(
-                dict.fromkeys(p for p in lines_of(value) if len(p) >= WRAPPED_PIECE_SHORTEST)
-            )
+            wrapped.update(dict.fromkeys(f for p in lines_of(value) for f in wrapped_forms(p)))
         longest_first = tuple(sorted(forms, key=lambda form: (-len(form), form)))
         return Redactor(longest_first, tuple(wrapped), tuple(sorted(read)))
 

@@ -289,6 +289,39 @@ def test_a_secret_wrapped_across_lines_shows_no_piece_of_8_characters(cuts, inde
         assert _shown_of(SAS, shown) < 8, (line, shown)
 
 
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
+def _hex(text: str) -> str:
+    return text.encode().hex()
+
+
+@pytest.mark.parametrize(
+    ("width", "encode"),
+    [(76, _b64), (64, _b64), (60, _hex)],
+    ids=["MIME base64 (76)", "PEM base64 (64)", "xxd -p (60)"],
+)
+@pytest.mark.parametrize("after", ["", "\n", '", "lr": 0.1}'])
+def test_a_long_secret_dumped_wrapped_in_base64_or_hex_shows_no_8_of_its_digits(
+    width, encode, after
+):
+    """`base64`, MIME and PEM wrap base64 at 76 or 64 columns, `xxd -p` hex at 60: each line
+    of a long secret's dump, redacted alone, keeps no 8 of its digits in a row (the digits its
+    own bytes decide: base64's last one may be shared with what follows it)."""
+    value = SAS + "&skoid=" + "9f3b2c1d-4e5f" * 6
+    digits = encode(value + after)
+    own = digits[: len(value) * 4 // 3] if encode is _b64 else encode(value)
+    lines = [digits[i : i + width] for i in range(0, len(digits), width)]
+    assert len(lines) >= 3 and own in "".join(lines)  # the dump holds it, across its lines
+    hide = Redactor.of([value])
+    for line in lines:
+        shown = hide.text(line)
+        assert _shown_of(own, shown) < 8, (line, shown)
+
+
 def test_a_secret_where_a_failed_nodes_quoted_log_line_is_cut_is_masked():
     """A node's error quotes its log's lines cut at 240 characters with "…": a secret the cut
     runs through shows no piece of 8 characters, as at a line break."""

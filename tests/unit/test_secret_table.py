@@ -28,6 +28,7 @@ from tests.secret_shapes import (
     GENERATED,
     base64_leaks,
     every_encoding,
+    hex_leaks,
     leaks,
     planted,
 )
@@ -78,6 +79,16 @@ def test_each_generated_secret_is_masked_in_base64_at_every_alignment(shape):
                 printed = f"Basic {encoded.decode()} ok"
                 assert base64_leaks(printed), (before, value)  # the check can fail
                 assert base64_leaks(hide.text(printed)) == [], (before, value, after)
+
+
+@pytest.mark.parametrize("shape", GENERATED, ids=[shape.name for shape in GENERATED])
+def test_each_generated_secret_is_masked_in_hexadecimal(shape):
+    hide = Redactor.of(secret_args(shape.args))
+    for value in (value for value in planted(shape) if leaks(value)):  # those holding one
+        digits = value.encode().hex()
+        for printed in (f"key {digits} ok", f"KEY={digits.upper()}", f"x{digits}\n"):
+            assert hex_leaks(printed), value  # the check can fail
+            assert hex_leaks(hide.text(printed)) == [], (value, printed)
 
 
 def test_the_generated_table_leaks_unless_redacted():
