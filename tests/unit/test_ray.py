@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dtrun.engines.ray.executor import bundle, said
+from dtrun.engines.ray.executor import bundle, node_tag, said
 from dtrun.engines.ray.node import NodeProcess
 from dtrun.engines.ray.session import RaySession, parse_address, ray_inventory
 from dtrun.engines.registry import EngineOptions
@@ -301,6 +301,36 @@ def test_a_rank_in_a_session_of_its_own_ends_when_its_worker_dies(tmp_path):
     finally:
         with contextlib.suppress(psutil.Error, ValueError, OSError):
             psutil.Process(int(pid.read_text())).kill()
+
+
+def test_a_dead_workers_guard_leaves_another_nodes_rank_on_the_same_machine(tmp_path):
+    """Two nodes of one launch on one host (two raylets there), tagged as the executor tags
+    them: when one node's worker dies, its guard ends that node's rank, not the other's. With
+    one tag for the launch it ended both (CI: ray-1's raylet killed, ray-0's torchrun got
+    SIGTERM from ray-1's guard before dtrun stopped it)."""
+    launch = own_tag()
+    pids = [tmp_path / f"rank-{index}.pid" for index in range(2)]
+    workers = []
+    try:
+        for index, pid in enumerate(pids):  # a rank in a session of its own, as torchrun's
+            rank = f"setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $! > {pid}; wait"
+            code = WORKER.replace('"sleep 600 & sleep 600 & wait"', repr(rank))
+            workers.append(psutil.Popen([sys.executable, "-c", code, node_tag(launch, index)],
+                                        stdout=subprocess.PIPE, cwd=tmp_path))  # fmt: skip
+        wait_for(lambda: all(p.exists() and p.read_text().strip() for p in pids), timeout=20,
+                 what="both ranks")  # fmt: skip
+        ranks = [int(pid.read_text()) for pid in pids]
+        _die_as_ray_kills(workers[1])
+        wait_for(lambda: ended(ranks[1]), timeout=30, what="the dead node's rank to end")
+        time.sleep(1.0)  # the guard's SIGTERM is sent at once; SIGKILL would follow in 5 s
+        assert not ended(ranks[0])
+    finally:
+        for worker in workers:
+            with contextlib.suppress(psutil.Error):
+                _die_as_ray_kills(worker)
+        for pid in pids:
+            with contextlib.suppress(psutil.Error, ValueError, OSError):
+                psutil.Process(int(pid.read_text())).kill()
 
 
 def _die_as_ray_kills(worker: psutil.Popen) -> None:

@@ -138,6 +138,14 @@ class RayExecutor:
         raise verdict
 
 
+def node_tag(launch_tag: str, index: int) -> str:
+    """The tag node ``index``'s actor gives its processes: its own, so that the guard of a
+    node whose worker died stops that node's processes, not another node's on the same
+    machine (two Ray nodes on one host; CI: ray-1's dead raylet SIGTERMed ray-0's torchrun),
+    as the SSH engine's tags are each node's own."""
+    return f"{launch_tag}-{index}"
+
+
 class _Launch:
     """One launch's placement group and actors (module docstring)."""
 
@@ -153,7 +161,7 @@ class _Launch:
         self.nodes, self.on_line = nodes, on_line
         self.ray = executor.session.ray
         self.group: Any = None
-        self.tag = secrets.token_hex(8)
+        self.tag = secrets.token_hex(8)  # each node's own from it: node_tag
 
     def place(self) -> None:
         from ray.util.placement_group import placement_group
@@ -180,7 +188,7 @@ class _Launch:
                     max_restarts=0,
                     name=f"dtrun-{self.plan.rdzv_id}-{node.launch.node.name}",
                     scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, index),
-                ).remote(self.tag)
+                ).remote(node_tag(self.tag, index))
             node.started = time.monotonic()
             starts[index] = node.actor.start.remote(
                 str(self.workdir), files, node.launch.script_name
