@@ -5,7 +5,9 @@ names, `[address]:port` for a port other than 22), checked under the HostName a 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -117,6 +119,26 @@ def test_an_unknown_key_of_an_alias_names_its_address_to_scan(cluster, tmp_path)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert f"the host key of node-0 ([{ADDRESSES[0]}]:{PORT}) is not known" in refused.stderr
     assert f"ssh-keyscan -p {PORT} {ADDRESSES[0]} >> {home.known}" in refused.stderr
+
+
+def test_the_suggested_keyscan_line_works_pasted_into_a_shell_for_an_odd_path(cluster, tmp_path):
+    """A hosts file's known_hosts in a folder whose name has a space and a `;`: the line dtrun
+    suggests, run by sh as a user pastes it, records the key there (unquoted, it wrote to
+    `.../my` and ran `x/known_hosts`)."""
+    home = Home(cluster, tmp_path)
+    odd = tmp_path / "my keys; x" / "known_hosts"
+    odd.parent.mkdir()
+    odd.write_text(keyscan(ADDRESSES[1])[0] + "\n")
+    home.hosts.write_text(home.hosts.read_text() + f"known_hosts: {json.dumps(str(odd))}\n")
+    refused = home.exec()
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    line = re.search(r"run `(ssh-keyscan [^`]*)`", " ".join(refused.stderr.split()))
+    assert line is not None, refused.stderr
+    require_tool("ssh-keyscan")
+    subprocess.run(["sh", "-c", line.group(1)], cwd=tmp_path, check=True, timeout=30,
+                   capture_output=True)  # fmt: skip
+    reached = home.exec()
+    assert reached.returncode == 0, reached.stdout + reached.stderr
 
 
 def test_an_accepted_key_is_recorded_where_ssh_itself_reads_it(cluster, tmp_path):

@@ -287,7 +287,10 @@ class SshSession:
                 f"{'the stack outputs (dtrun up again)' if stack_keys else self.known_hosts_file}",
             )
         if not self.accept_new or stack_keys:
-            scan = f"ssh-keyscan -p {target.port} {target.address} >> {self.known_hosts_file}"
+            import shlex  # a line to paste into a shell: the path may hold a space or `;`
+
+            file = shlex.quote(str(self.known_hosts_file))
+            scan = f"ssh-keyscan -p {target.port} {shlex.quote(target.address)} >> {file}"
             raise HostKeyError(
                 f"the host key of {name} ({target.known_hosts_name}) is not known",
                 why=f"it is not in {self.known_hosts_file}, and dtrun never accepts keys silently",
