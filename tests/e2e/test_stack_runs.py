@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from dtrun.azure import stack as azure_stack
 from dtrun.azure.stack import Outputs
 from dtrun.cli.app import app
-from tests.paths import TESTS
+from tests.paths import REPO, TESTS
 
 DATA = TESTS / "data"
 RESOURCES = ["azure-native:compute:VirtualMachineScaleSet gpu-vmss", "tls:index:PrivateKey key"]
@@ -151,7 +151,13 @@ def test_a_sweep_on_the_stack_records_and_reports_the_time_paid_before_it(loopba
     assert again["seconds"] < 120
 
 
-@pytest.mark.parametrize("content", ["{not json", "[" * 100_000, '["a list"]'])
+@pytest.mark.parametrize(
+    "content",
+    ["{not json", "[" * 100_000, '["a list"]',
+     # a whole entry but for its address given twice: json.loads took the last
+     '{"address": "127.0.0.9", ' + (REPO / "tests/data/registry/dtrunnode000000.json")
+     .read_text().strip()[1:]],
+)  # fmt: skip
 def test_a_registry_entry_that_is_not_an_object_is_exit_2_naming_it(
     loopback_stack, tmp_path, content
 ):

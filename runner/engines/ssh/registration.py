@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 from dtrun.cluster.outputs import (
@@ -15,6 +14,7 @@ from dtrun.cluster.outputs import (
 from dtrun.cluster.readiness import NotReadyError
 from dtrun.engines.base import RegistryPoll
 from dtrun.engines.ssh.session import SshSession
+from dtrun.record.readback import NotReadable, parse_json
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.text import plural
 
@@ -35,12 +35,12 @@ async def read_registry(session: SshSession, outputs: StackOutputs) -> list[Regi
             path = f"{outputs.registry_path}/{name}"
             async with sftp.open(path) as file:
                 text = await file.read()
-            try:
-                data = json.loads(text)
-            except (ValueError, RecursionError) as exc:
+            try:  # every key once, numbers of a sane size, as any record dtrun reads back
+                data = parse_json(text)
+            except NotReadable as exc:
                 raise OutputsError(
                     f"{path} on the head node is not a dtrun node registry entry",
-                    why=f"it is not JSON ({exc})",
+                    why=f"it is not JSON as a node writes it ({exc})",
                 ) from None
             if not isinstance(data, dict):
                 raise OutputsError(
