@@ -105,6 +105,14 @@ def prefix_problem(prefix: str) -> str:
     found = _AVOIDED.search(prefix)
     if found:
         return f"it holds {found.group()!r}, a character S3's key naming guidelines say to avoid"
+    segment = next((part for part in prefix.split("/") if part in ("", ".", "..")), None)
+    if prefix and segment is not None:
+        shown = "an empty segment ('//')" if not segment else f"a {segment!r} segment"
+        return (
+            f"it holds {shown}: S3 keeps it in every key as written (no folder is left or "
+            "entered), and a copy of the runs to disk (aws s3 sync) would leave its folder "
+            "or name one with nothing"
+        )
     if len(prefix.encode()) > PREFIX_MOST:
         return (
             f"it is {len(prefix.encode()):,} bytes long; S3 keys are at most 1,024 and the run "

@@ -62,6 +62,17 @@ def test_a_prefix_s3_s_key_guidelines_say_to_avoid_is_refused(prefix, said):
     assert caught.value.exit_code == 2
 
 
+@pytest.mark.parametrize(
+    ("prefix", "said"),
+    [("a/../b", "a '..' segment"), ("..", "a '..' segment"), ("a//b", "an empty segment"),
+     ("./x", "a '.' segment")],
+)  # fmt: skip
+def test_a_prefix_with_an_empty_dot_or_dot_dot_segment_is_refused(prefix, said):
+    with pytest.raises(UsageError) as caught:
+        parse_results_url(f"s3://results/{prefix}/")
+    assert said in str(caught.value) and caught.value.exit_code == 2
+
+
 @pytest.mark.parametrize("prefix", ["team/dtrun_runs-1.(x)!*", "a" * 512, "it's/$(x)@y=z"])
 def test_a_prefix_of_safe_or_merely_special_characters_is_taken(prefix):
     assert parse_results_url(f"s3://results/{prefix}").prefix == prefix
