@@ -64,9 +64,24 @@ def test_yaml_defaults_without_a_size_are_cpu_nodes_with_local_python():
 
 
 def test_a_text_field_is_taken_as_written_not_as_yaml_1_1_reads_it():
-    inventory = parse("user: 0123\ninterface: on\nworkdir: 1e3\nhosts: [a]\n")
+    inventory = parse("user: 0123\ninterface: on\nhosts: [a]\n")
     assert inventory.ssh is not None and inventory.ssh.user == "0123"  # not octal 83
-    assert (inventory.interface, inventory.ssh.workdir) == ("on", "1e3")  # not True, 1000.0
+    assert inventory.interface == "on"  # not True
+
+
+@pytest.mark.parametrize(
+    "line", ["workdir: 1e3", "workdir: dtrun-work", "python: venv/bin", "shared: ~/shared"]
+)
+def test_a_node_directory_that_is_not_a_full_path_is_refused_naming_its_line(line):
+    """The nodes' scripts quote it: a relative path would be taken from wherever a script runs
+    (the login's home, a launch directory), and `~` would stay a `~`."""
+    from dtrun.engines.ssh.hostlines import HostsFileError
+
+    with pytest.raises(HostsFileError) as caught:
+        parse(f"hosts: [a]\n{line}\n")
+    said = str(caught.value)
+    assert "line 2" in said and "is not an absolute path" in said, said
+    assert caught.value.exit_code == 2
 
 
 def test_an_address_separate_from_the_ssh_host():
