@@ -128,8 +128,8 @@ def base64_forms(piece: str) -> set[str]:
 
 
 def hex_forms(piece: str) -> set[str]:
-    """``piece``'s bytes in hexadecimal, lower and upper case (``bytes.hex()``, ``xxd -p``,
-    ``od``-free dumps, a key printed as hex): two digits a byte, so no alignment."""
+    """``piece``'s bytes in hexadecimal, lower and upper case (``bytes.hex()``, ``xxd -p``, a
+    key printed as hex): two digits a byte, so no alignment to allow for."""
     digits = piece.encode().hex()
     return {digits, digits.upper()}
 
