@@ -119,12 +119,17 @@ def base64_forms(piece: str) -> set[str]:
     raw = piece.encode()
     found: set[str] = set()
     for before in range(3):  # bytes of the piece's 3-byte group that precede it
-        # its first digit of its own: the first whose 6 bits all lie in the piece
-        start, end = -(-before * 4 // 3), (before + len(raw)) * 4 // 3
-        digits = base64.b64encode(bytes(before) + raw).decode()[start:end]
+        digits = _own_digits(raw, before)
         if len(digits) >= BASE64_SHORTEST:
             found |= {digits, digits.translate(_URL_SAFE)}
     return found
+
+
+def _own_digits(raw: bytes, before: int) -> str:
+    """The base64 digits of ``raw`` that its own bytes decide, ``before`` bytes of its 3-byte
+    group preceding it: from the first digit whose 6 bits all lie in it, to the last."""
+    start, end = -(-before * 4 // 3), (before + len(raw)) * 4 // 3
+    return base64.b64encode(bytes(before) + raw).decode()[start:end]
 
 
 def hex_forms(piece: str) -> set[str]:
@@ -166,8 +171,7 @@ def wrapped_forms(piece: str) -> list[str]:
     encoded (``base64`` and MIME wrap it at 76 columns, PEM at 64) and its hexadecimal
     (``xxd -p`` wraps at 60), where long enough to wrap at all (WRAPPED_PIECE_SHORTEST)."""
     raw = piece.encode()
-    encoded = base64.b64encode(raw).decode()[: len(raw) * 4 // 3]  # the digits its bytes decide
-    forms = [piece, encoded, raw.hex()]
+    forms = [piece, _own_digits(raw, 0), raw.hex()]
     return [form for form in forms if len(form) >= WRAPPED_PIECE_SHORTEST]
 
 

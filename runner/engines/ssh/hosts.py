@@ -79,13 +79,28 @@ def _scalar(node: yaml.Node, source: str, field: str, kind: type) -> Any:
     return value
 
 
-# The fields that name a machine, an account or an interface: they reach ssh, launchers and
-# scripts' comments.
+def _node_path_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a directory on the nodes: it reaches every script, quoted, where
+    a relative path would be taken from whatever folder the script is in, and a `~` would stay
+    a `~` (control characters are refused with every field's value: _scalar)."""
+    if not value.startswith("/"):
+        return (
+            "is not an absolute path: the nodes' scripts would take it from wherever they "
+            "run; give its full path, from /"
+        )
+    return None
+
+
+# The fields that name a machine, an account, an interface or a directory on the nodes: they
+# reach ssh, launchers, scripts and their comments.
 _NAME_CHECKS: dict[str, Callable[[str], str | None]] = {
     "host": host_problem,
     "address": host_problem,
     "user": login_problem,
     "interface": interface_problem,
+    "workdir": _node_path_problem,
+    "shared": _node_path_problem,
+    "python": _node_path_problem,
 }
 
 
@@ -104,21 +119,7 @@ def _jump_problem(value: str) -> str | None:
 _PATH_FIELDS = frozenset({"workdir", "shared", "python"})
 
 
-def _node_path_problem(value: str) -> str | None:
-    """Why ``value`` cannot be a directory on the nodes: it reaches every script, quoted, where
-    a relative path would be taken from whatever folder the script is in, and a `~` would stay
-    a `~` (control characters are refused with every field's value: _scalar)."""
-    if not value.startswith("/"):
-        return "is not an absolute path: the nodes' scripts would take it from wherever they run"
-    return None
-
-
 def _check_name(field: str, value: str, source: str, line: int) -> None:
-    path_problem = _node_path_problem(value) if field in _PATH_FIELDS else None
-    if path_problem:
-        raise _error(
-            source, line, f"'{field}' {value!r} {path_problem}", "give its full path, from /"
-        )
     if field in _PATH_FIELDS and os.pathsep in value:
         raise _error(
             source,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -287,8 +288,7 @@ class SshSession:
                 f"{'the stack outputs (dtrun up again)' if stack_keys else self.known_hosts_file}",
             )
         if not self.accept_new or stack_keys:
-            import shlex  # a line to paste into a shell: the path may hold a space or `;`
-
+            # a line to paste into a shell: the path may hold a space or `;`
             file = shlex.quote(str(self.known_hosts_file))
             scan = f"ssh-keyscan -p {target.port} {shlex.quote(target.address)} >> {file}"
             raise HostKeyError(
