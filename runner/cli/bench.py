@@ -286,7 +286,7 @@ def _bench_on(
         from dtrun.cluster.program import check_program
 
         widest = plan.points[-1]
-        nodes = widest.nodes or tuple(launch.node for launch in widest.launches)
+        nodes = widest.every_node
         cluster.contacted = time.monotonic()  # the readiness wait counts from here
         cluster.answered = check_program(cluster.executor.command, program, nodes)
     return _sweep(cluster, plan, launching, json_out, resumed)

@@ -150,7 +150,7 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
         from dtrun.cluster.program import check_program
 
         if cluster.engine.runs_shell:  # not Spark's tasks
-            nodes = plan.nodes or tuple(launch.node for launch in plan.launches)
+            nodes = plan.every_node
             cluster.contacted = time.monotonic()  # the readiness wait counts from here
             cluster.answered = check_program(cluster.executor.command, resolved.spec.program, nodes)
 

@@ -126,8 +126,8 @@ def no_wait_sink(waiting: Waiting) -> None:
 
 @dataclass(frozen=True)
 class Patience:
-    """How long to wait for nodes: ``timeout_s`` in all, a look every ``poll_s``, and no new
-    look that could not finish (``attempt_s``: its connect timeout) before the deadline."""
+    """How long to wait for nodes: ``timeout_s`` in all, a look every ``poll_s``, the last
+    as late as it can still finish (``attempt_s``: its connect timeout) by the deadline."""
 
     timeout_s: float
     poll_s: float = 5.0
@@ -178,14 +178,17 @@ def wait_until_ready(
             if looked_before:
                 on_wait(waiting)
             return
-        if waited + patience.poll_s + patience.attempt_s > patience.timeout_s:
+        # the latest a next look may start and still finish by the deadline
+        left = patience.timeout_s - patience.attempt_s - waited
+        if left <= 0:
             listed = "; ".join(f"{label}: {why}" for label, why in waiting.missing)
             raise NotReadyError(
-                f"{len(reasons)} of {plural(len(nodes), 'node')} not ready after {waited:.0f} s",
+                f"{len(reasons)} of {plural(len(nodes), 'node')} not ready within "
+                f"{patience.option} {patience.timeout_s:g} s",
                 why=listed,
                 fix=f"fix those nodes (`dtrun exec` runs a command on every node), or wait "
                 f"longer with {patience.option}",
             )
         on_wait(waiting)
         looked_before = True
-        time.sleep(patience.poll_s)
+        time.sleep(min(patience.poll_s, left))

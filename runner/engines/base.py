@@ -204,7 +204,7 @@ class Cluster:
 def wait_for_nodes(cluster: Cluster, plan: LaunchPlan) -> None:
     """The plan's nodes answer (and, with --check, are healthy); node 0 reaches the others by
     ssh where the inventory logs in by ssh."""
-    nodes: Sequence[Node] = plan.nodes or tuple(launch.node for launch in plan.launches)
+    nodes: Sequence[Node] = plan.every_node
     since, cluster.contacted = cluster.contacted, None
     answered, cluster.answered = cluster.answered, frozenset()
     # every node just answered the program check, and reaching them is all this wait asks

@@ -93,3 +93,9 @@ class LaunchPlan:
     files: tuple[LaunchFile, ...] = ()  # written beside the scripts on every node
     nodes: tuple[Node, ...] = ()  # every node of this point, whether it runs a script or not
     success: SuccessRule = SuccessRule.ALL  # when the launch has succeeded (--success)
+
+    @property
+    def every_node(self) -> tuple[Node, ...]:
+        """Every node of this point: ``nodes``, or where a plan leaves it empty, the nodes
+        that run a script (they are all of them then)."""
+        return self.nodes or tuple(launch.node for launch in self.launches)

@@ -4,8 +4,10 @@ A spot VM that Azure takes back gets a Scheduled Event of type ``Preempt`` namin
 ahead, in the instance metadata service (IMDS) every VM of the cluster can read; then it is
 gone. So when a launch fails over SSH, dtrun asks the launch's nodes what Scheduled Events say
 (templates/remote/scheduled-events.sh.j2): a node named in a ``Preempt`` event, or a node that
-no longer answers at all, turns the failure into an :class:`EvictedError` ("evicted"), whose fix
-is `dtrun bench --resume`. Nodes that answer with no such event leave the failure as it was.
+no longer answers at all though it answered earlier in the sweep, turns the failure into an
+:class:`EvictedError` ("evicted"), whose fix is `dtrun bench --resume`. Nodes that answer with no
+such event, and nodes that never answered (a wrong address: the readiness error says so), leave
+the failure as it was.
 
 ``DTRUN_IMDS_URL`` overrides the metadata service's address (tests: a fake on loopback).
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from dtrun import __version__
 from dtrun.errors import DtrunError, RunError
@@ -50,13 +52,21 @@ def preempted(output: str) -> bool:
     return False
 
 
-def check_eviction(command: Command, plan: LaunchPlan, error: RunError, run_dir: str) -> RunError:
-    """``error`` as it was, or an EvictedError naming the evicted and vanished nodes."""
+def check_eviction(
+    command: Command,
+    plan: LaunchPlan,
+    error: RunError,
+    run_dir: str,
+    answered: Collection[str] | None = None,
+) -> RunError:
+    """``error`` as it was, or an EvictedError naming the evicted and vanished nodes.
+    ``answered``: the nodes that answered earlier in the sweep (None: every node of the plan);
+    only those can have vanished."""
     script = render(
         "remote/scheduled-events.sh.j2",
         {"version": __version__, "imds": os.environ.get("DTRUN_IMDS_URL", IMDS)},
     )
-    nodes = plan.nodes or tuple(launch.node for launch in plan.launches)
+    nodes = plan.every_node
     try:
         answers = command({node.name: script for node in nodes})
     except (DtrunError, OSError):  # a refused login, a changed host key: the failure stands
@@ -65,6 +75,8 @@ def check_eviction(command: Command, plan: LaunchPlan, error: RunError, run_dir:
     for node in nodes:
         answer = answers.get(node.name)
         if answer is None or answer.error is not None:
+            if answered is not None and node.name not in answered:
+                continue  # never reached: not gone, never there (the error names it)
             why = answer.error if answer is not None else "no answer"
             said.append(f"{node.name} ({node.address}) vanished: {why}")
         elif preempted(answer.output):

@@ -54,36 +54,20 @@ if TYPE_CHECKING:
     from dtrun.report.build import Report
 
 
-def _ignore_begin(run_dir: RunDir) -> None:
-    pass
-
-
-def _ignore_start(plan: LaunchPlan, repeat: int) -> None:
-    pass
-
-
-def _ignore_done(run: RunResult, result: Result | None) -> None:
-    pass
-
-
-def _ignore_node(node: Node, index: int, total: int) -> None:
-    pass
-
-
-def _ignore_health(health: Health) -> None:
-    pass
+def _ignore(*_: object) -> None:
+    """A SweepEvents hook nobody listens to."""
 
 
 @dataclass(frozen=True)
 class SweepEvents:
     """What the caller hears while the sweep runs (the CLI draws progress from these)."""
 
-    on_begin: Callable[[RunDir], None] = _ignore_begin
+    on_begin: Callable[[RunDir], None] = _ignore
     on_line: LineSink = discard
-    on_start: Callable[[LaunchPlan, int], None] = _ignore_start
-    on_done: Callable[[RunResult, Result | None], None] = _ignore_done
-    on_gate_node: Callable[[Node, int, int], None] = _ignore_node  # a gate check starts
-    on_health: Callable[[Health], None] = _ignore_health  # the gate's verdict
+    on_start: Callable[[LaunchPlan, int], None] = _ignore
+    on_done: Callable[[RunResult, Result | None], None] = _ignore
+    on_gate_node: Callable[[Node, int, int], None] = _ignore  # a gate check starts
+    on_health: Callable[[Health], None] = _ignore  # the gate's verdict
 
 
 @dataclass
@@ -125,9 +109,9 @@ class _Runner:
         self.status = SweepStatus.RUNNING
         self.error: str | None = None
         self.current: tuple[Launch, float] | None = None  # the point under way, and its start
+        self.answered: set[str] = set()  # nodes that passed a readiness wait: can vanish
         self.started = time.monotonic()  # the sweep's start: its run directory was just made
-        # --resume: the earlier runs of dtrun on this sweep, their wall times, and their
-        # launches without a result that run again now
+        # --resume: earlier runs' wall times, and their launches without a result, run again
         self.earlier_walls: tuple[float | None, ...] = ()
         self.replaced: tuple[RunResult, ...] = ()
         # --step-pattern: node 0's matching lines of the launch under way (arrival, groups)
@@ -148,6 +132,7 @@ class _Runner:
             ready=self.ready,
             evictions=self.evictions,
             finish=self.finish_program if launch.plan.workload == "program" else None,
+            answered=self.answered,
         )
         try:
             self.beside.join()

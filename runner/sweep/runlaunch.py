@@ -50,7 +50,7 @@ def status_of(error: DtrunError) -> RunStatus:
     return RunStatus.TIMEOUT if isinstance(error, RunTimeoutError) else RunStatus.FAILED
 
 
-def run_launch(
+def run_launch(  # noqa: PLR0913 - the launch, where it runs, and the sweep's hooks, by keyword
     launch: Launch,
     run_path: Path,
     executor: Executor,
@@ -60,11 +60,14 @@ def run_launch(
     ready: Ready,
     evictions: Command | None = None,
     finish: Finish | None = None,
+    answered: set[str] | None = None,
 ) -> Outcome:
     """Wait for the launch's nodes, run it into run_path/<its workdir>, read its result.
     ``evictions``: on real machines, how to ask the nodes whether one was evicted when the
     launch failed (runner/sweep/eviction.py). ``finish`` makes the launch's result.json from
-    what its processes left (a user's program: runner/sweep/programresult.py)."""
+    what its processes left (a user's program: runner/sweep/programresult.py). ``answered``:
+    the nodes that passed a readiness wait earlier in the sweep, this launch's added once its
+    own passes; a node outside it that fails is not taken for evicted (it never answered)."""
     plan = launch.plan
     workdir = run_path / launch.workdir
     # an earlier attempt's result (--resume runs failed launches again in their directories)
@@ -73,6 +76,8 @@ def run_launch(
     started = time.monotonic()
     try:
         ready(plan)
+        if answered is not None:
+            answered.update(node.name for node in plan.every_node)
         ran = time.monotonic()
         nodes: tuple[NodeResult, ...] = executor.run(
             plan, workdir, timeout_s=timeout_s, on_line=on_line
@@ -85,7 +90,7 @@ def run_launch(
         # a node that failed or was lost, not dtrun stopping the launch itself
         stopped = (RunTimeoutError, RunInterruptedError, EvictedError)
         if evictions is not None and isinstance(exc, RunError) and not isinstance(exc, stopped):
-            exc = check_eviction(evictions, plan, exc, str(run_path))
+            exc = check_eviction(evictions, plan, exc, str(run_path), answered)
         node_results = exc.node_results if isinstance(exc, RunError) else ()
         wall = time.monotonic() - started
         run = RunResult(

@@ -87,6 +87,9 @@ def test_a_dead_node_in_a_hosts_file_fails_the_run_within_the_connect_timeout(
     if dead is refused_port:
         assert f"1 of 2 answered, not yet node-1 ({DEAD})" in out
     # the failure names the dead node, why, and how to give it longer
-    assert "1 of 2 nodes not ready after" in out and f"node-1 ({DEAD}): cannot reach" in out
+    assert (
+        "1 of 2 nodes not ready within --connect-timeout" in out
+        and f"node-1 ({DEAD}): cannot reach" in out
+    )
     assert "--connect-timeout" in out and "Traceback" not in out
     assert run["status"] == "failed" and f"node-1 ({DEAD})" in run["error"]

@@ -182,3 +182,21 @@ def test_a_user_program_is_benched_over_ssh_with_every_node_s_step_records(
     result = json.loads((point / "result.json").read_text())
     assert (result["timed_steps"], result["proof"]["answer"]) == (4, "in sync")
     assert {rank["node"] for rank in result["ranks"]} == {"node-0", "node-1"}
+
+
+def test_a_node_that_never_answered_fails_readiness_not_as_an_eviction(sshd_cluster, tmp_path):
+    text = hosts_file_text(sshd_cluster, tmp_path, count=1).replace(
+        "hosts: [127.0.0.2]", "hosts: [127.0.0.2, 127.0.0.99]"
+    )
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(text)
+    done = run_dtrun(
+        "bench", "--hosts", str(hosts), "--nodes", "1,2", "--steps", "2", "--warmup", "1",
+        "--repeat", "1", "--port", "29790", "--connect-timeout", "6",
+        "--output", str(tmp_path / "runs"), "--run-id", "never", "--quiet", cwd=tmp_path,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said
+    assert "evicted" not in said and "vanished" not in said, said
+    assert "node-1 (127.0.0.99)" in said and "not ready within --connect-timeout 6 s" in said, said
+    assert said.count("next:") == 1 and "--resume" not in said, said

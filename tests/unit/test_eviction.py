@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from dtrun.cluster.readiness import NotReadyError
 from dtrun.errors import NodeFailedError
 from dtrun.execute import Answer
 from dtrun.spec.cluster import Inventory
@@ -65,6 +66,20 @@ def test_a_node_that_does_not_answer_vanished(tmp_path):
     assert isinstance(error, EvictedError)
     assert error.what == "evicted: node-1 (127.0.0.3) vanished: no route to host"
     assert "dtrun bench --resume runs/x" in error.fix and error.why == failure.message
+
+
+def test_a_node_that_never_answered_in_the_sweep_has_not_vanished():
+    """A wrong address fails the readiness wait; it was never there, so it is no eviction
+    and --resume is no fix (it was reported "evicted: node-1 ... vanished")."""
+    plan = bash_plan(hosts_like(), "true", "true")
+    failure = NotReadyError("1 of 2 nodes not ready", why="node-1: connection refused")
+
+    def command(scripts: dict[str, str]) -> dict[str, Answer]:
+        return {"node-0": Answer(_said("a", {}), 0), "node-1": Answer(error="connection refused")}
+
+    assert check_eviction(command, plan, failure, "runs/x", answered={"node-0"}) is failure
+    gone = check_eviction(command, plan, failure, "runs/x", answered={"node-0", "node-1"})
+    assert isinstance(gone, EvictedError) and "node-1 (127.0.0.3) vanished" in gone.what
 
 
 def hosts_like() -> Inventory:

@@ -98,12 +98,38 @@ def test_the_readiness_wait_counts_from_the_program_checks_look():
 
     inventory = Inventory("hosts:h.yaml", NODES, "/usr/bin", "/tmp/dtrun-code")
     since = time.monotonic() - 3.0  # the program check's look began 3 s ago
-    with pytest.raises(NotReadyError, match="not ready after 3 s"):
+    with pytest.raises(NotReadyError, match="not ready within --ready-timeout 4 s"):
         wait_until_ready(
             unreachable, inventory, NODES, check=False, patience=Patience(4.0, 2.0, 2.0),
             since=since,
         )  # fmt: skip
     assert len(looks) == 1  # from now, 2 s to wait and 2 s to look would pass 4 s
+
+
+def test_the_last_look_at_a_dead_node_is_as_late_as_can_still_finish(monkeypatch):
+    """--connect-timeout 6 with a look every 2 s, each up to 2 s: looks at 0, 2 and 4 s (the
+    last ends by 6), not only at 0 and 2 (it gave up at 2 s, of 6, as "not ready after 2 s")."""
+    from dtrun.cluster import readiness
+    from dtrun.spec.cluster import Inventory
+
+    now = [100.0]
+    looks: list[float] = []
+    monkeypatch.setattr("dtrun.cluster.readiness.time.monotonic", lambda: now[0])
+    monkeypatch.setattr(
+        "dtrun.cluster.readiness.time.sleep", lambda seconds: now.__setitem__(0, now[0] + seconds)
+    )
+
+    def refused(scripts: dict[str, str]) -> dict[str, Answer]:
+        looks.append(now[0] - 100.0)
+        return {name: Answer(error="connection refused") for name in scripts}
+
+    inventory = Inventory("hosts:h.yaml", NODES, "/usr/bin", "/tmp/dtrun-code")
+    patience = readiness.Patience(6.0, 2.0, 2.0, "--connect-timeout")
+    with pytest.raises(
+        readiness.NotReadyError, match="2 of 2 nodes not ready within --connect-timeout 6 s"
+    ):
+        readiness.wait_until_ready(refused, inventory, NODES, check=False, patience=patience)
+    assert looks == [0.0, 2.0, 4.0]
 
 
 def test_a_module_is_left_to_the_launcher():
