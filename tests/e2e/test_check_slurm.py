@@ -4,10 +4,12 @@ daemons are the machine's, so tests/machine.py keeps every test that uses them o
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
-from tests.conftest import run_dtrun
+from tests import faults
+from tests.conftest import run_dtrun, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -45,3 +47,32 @@ def test_more_nodes_than_the_partition_names_the_option_that_asked_for_them(
     assert f"dtrun {said} and Slurm partition debug has 2" in done.stderr
     assert f"next: ask for at most 2 nodes with {fix}, or pass --partition" in done.stderr
     assert slurm.jobs() == []
+
+
+def test_a_node_slurm_loses_mid_check_is_named_and_the_other_is_checked(slurm, no_leftovers):
+    """n2 set down once every rank has joined: the check names it and measures n1 in the same
+    allocation (before: the whole check failed, check.json naming no node)."""
+
+    def go_down() -> None:
+        wait_for(lambda: faults.check_said(no_leftovers, "dtrun: checking"), timeout=200,
+                 what="every rank to join")  # fmt: skip
+        slurm.run("scontrol", "update", "nodename=n2", "state=down", "reason=dtrun test")
+
+    stopper = threading.Thread(target=go_down, daemon=True)
+    stopper.start()
+    done = run_dtrun(
+        "check", "--slurm", "--local-nodes", "2", "--port", "29884", "--json",
+        "--output", str(no_leftovers / "runs"), "--run-id", "lost",
+        cwd=no_leftovers, env=slurm.env, timeout=280,
+    )  # fmt: skip
+    stopper.join(timeout=60)
+    said = done.stdout + done.stderr
+    assert done.returncode == 5, said
+    data = json.loads(done.stdout)
+    verdicts = {n["host"]: (n["verdict"], n["cause"]) for n in data["nodes"]}
+    assert verdicts == {"n1": ("ok", None), "n2": ("failed", "unreachable")}, said
+    evidence = next(n for n in data["nodes"] if n["host"] == "n2")["figures"]["evidence"]
+    assert evidence[0].startswith("lost during the check: Slurm lost node n2"), evidence
+    record = json.loads((no_leftovers / "runs" / "lost" / "check.json").read_text())
+    assert record["nodes"] == data["nodes"]
+    wait_for(lambda: slurm.jobs() == [], timeout=30, what="the allocation to end")

@@ -86,8 +86,8 @@ def test_the_allocation_request_holds_the_largest_count_and_every_passed_option(
                            constraint="ib&a100", exclude="gpu[03]", nodelist=None)  # fmt: skip
     assert allocation_request(request, 8, "dtrun-r1") == [
         "sbatch", "--parsable", "--job-name=dtrun-r1", "--nodes=8", "--ntasks-per-node=1",
-        "--exclusive", "--output=/dev/null", "--comment=dtrun-lease:0", "--partition=gpu",
-        "--account=ml", "--qos=high", "--time=2:00:00", "--constraint=ib&a100",
+        "--exclusive", "--no-kill", "--output=/dev/null", "--comment=dtrun-lease:0",
+        "--partition=gpu", "--account=ml", "--qos=high", "--time=2:00:00", "--constraint=ib&a100",
         "--exclude=gpu[03]", f"--wrap={hold_script(300)}",
     ]  # fmt: skip
     unleased = allocation_request(replace(request, lease_s=0), 8, "dtrun-r1")

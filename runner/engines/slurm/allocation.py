@@ -55,6 +55,7 @@ def allocation_request(request: SlurmRequest, nodes: int, name: str) -> list[str
         f"--nodes={nodes}",
         "--ntasks-per-node=1",
         "--exclusive",  # nobody else's work on the nodes while they are measured
+        "--no-kill",  # a node lost ends its step, not the job: a check goes on without it
         "--output=/dev/null",
         f"--comment={COMMENT}0",
         *(f"{flag}={value}" for flag, value in request.passed_through()),

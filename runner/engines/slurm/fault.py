@@ -102,6 +102,7 @@ def ended_by_slurm(
             fix=f"`sinfo -R` and `scontrol show node {lost[0]}` say why; run again once it is "
             f"back, or without it (--exclude {','.join(lost)})",
         )
+        error.lost_node = lost[0]  # a check goes on without it (the allocation keeps the rest)
         causes = {n: "node failure (Slurm)" for n in lost}
     elif state == "TIMEOUT" or heard.due_to == "TIME LIMIT":
         error = SlurmEndedError(
