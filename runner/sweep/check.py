@@ -134,6 +134,17 @@ def _out_of(error: RunError) -> tuple[str | None, str]:
     return None, ""
 
 
+def _out_label(starter: Starter | None, plan: LaunchPlan, labels: dict[str, str], name: str) -> str:
+    """The label of a node put out of the check: where tasks learn their hosts as they run
+    (Starter.TASKS; spark_labels), the address the launch placed it at when no other node
+    shares it, as the nodes measured are labelled; else its label as it was."""
+    if starter is not Starter.TASKS:
+        return labels[name]
+    addresses = Counter(node.address for node in plan.every_node)
+    placed = next((node.address for node in plan.every_node if node.name == name), "")
+    return placed if placed and addresses[placed] == 1 else labels[name]
+
+
 def _result(workdir: Path, launched: tuple[NodeResult, ...]) -> Measured:
     """Rank 0's result; missing or damaged after a launch every node exited 0 from, the check
     failed (exit 1), each node's end kept for check.json."""
@@ -219,6 +230,7 @@ def _checked(  # noqa: PLR0913 - run_check's state, handed on
             failed = next((n for n in nodes if n.name == name), None)
             if failed is None or attempt == RETRIES or len(nodes) < 2:
                 raise
+            labels[failed.name] = _out_label(inventory.starter, plan, labels, failed.name)
             unreachable[labels[failed.name]] = why
             nodes = tuple(n for n in nodes if n is not failed)
     measured = _result(workdir, launched)

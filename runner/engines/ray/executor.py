@@ -313,13 +313,15 @@ class _Launch:
         if not lost:
             return None
         node = min(lost, key=lambda n: n.ended or 0.0)
-        return RunError(
+        error = RunError(
             f"{node.launch.node.name} ({node.launch.node.address}) was lost: Ray ended its "
             "actor, and the other nodes were stopped",
             why=f"Ray: {node.lost}",
             fix=f"check the Ray node at {node.launch.node.address} (its raylet.out, under "
             "/tmp/ray/session_latest/logs there), then run again",
         )
+        error.lost_node = node.launch.node.name  # a check goes on without it
+        return error
 
     def stop(self) -> None:
         """Every script stopped, every actor killed, the placement group removed."""
