@@ -87,4 +87,4 @@ def wait_for_registry(
                 fix=f"read the nodes' /var/log/dtrun-bootstrap.log (`dtrun exec --stack {stack} "
                 "-- tail /var/log/dtrun-bootstrap.log`), or wait longer with --ready-timeout",
             )
-        time.sleep(poll_s)
+        time.sleep(min(poll_s, timeout_s - waited))  # the last look at the deadline, not past
