@@ -203,6 +203,7 @@ def _checked(  # noqa: PLR0913 - run_check's state, handed on
     workdir = run_dir.path / CHECK_DIR
     nodes, answered = answering(cluster, labels)
     unreachable.update(answered)
+    put_out: list[str] = []  # each node a failed launch put out of the check, and why
     for attempt in range(RETRIES + 1):
         if not nodes:
             raise RunError(
@@ -229,9 +230,12 @@ def _checked(  # noqa: PLR0913 - run_check's state, handed on
             name, why = _out_of(exc)
             failed = next((n for n in nodes if n.name == name), None)
             if failed is None or attempt == RETRIES or len(nodes) < 2:
+                if put_out:  # a retry's failure: say what the check went on without, and why
+                    exc.why = "; ".join([*filter(None, [exc.why]), *put_out])
                 raise
             labels[failed.name] = _out_label(inventory.starter, plan, labels, failed.name)
             unreachable[labels[failed.name]] = why
+            put_out.append(f"this launch ran without {labels[failed.name]}, {why}")
             nodes = tuple(n for n in nodes if n is not failed)
     measured = _result(workdir, launched)
     if inventory.starter is Starter.TASKS:  # the tasks learn their hosts as they run

@@ -101,11 +101,12 @@ def test_a_check_past_its_timeout_records_timeout_with_no_verdict(tmp_path):
 
 
 def test_a_node_that_fails_every_launch_is_named_as_the_failed_node(tmp_path):
-    error = NodeFailedError("node-1", "127.0.0.1", 1, "/r/check/node-1.log", "boom")
-    record = _check(tmp_path, error)  # retried without node-1; named again: raised
+    args = ("node-1", "127.0.0.1", 1, "/r/check/node-1.log", "boom")
+    first = NodeFailedError(*args).message  # as the first launch said it
+    record = _check(tmp_path, NodeFailedError(*args))  # retried without node-1; named again
     assert (record["status"], record["failed_node"]) == ("failed", "node-1")
     assert "node-1 (127.0.0.1) failed with exit code 1" in record["error"]
-    assert record["unreachable"] == {"node-1": f"its launch failed: {error.message}"}
+    assert record["unreachable"] == {"node-1": f"its launch failed: {first}"}
 
 
 def test_a_secret_in_a_stop_s_message_is_masked_in_the_record(tmp_path):
@@ -177,11 +178,17 @@ def test_a_node_lost_mid_check_is_named_and_the_check_goes_on_without_it(tmp_pat
         "stopped", procs_per_node=1, nodes=2, rdzv_port=29400,
         program=Program(ProgramKind.MODULE, "dtrun.workloads.check"), timeout_s=60.0,
     )  # fmt: skip
-    with pytest.raises(RunTimeoutError):
+    with pytest.raises(RunTimeoutError) as raised:
         run_check(cluster, resolve_run(spec), tmp_path)  # type: ignore[arg-type]
     assert executor.launched == [["node-0", "node-1"], ["node-0"]]
     record = json.loads((tmp_path / "stopped" / "check.json").read_text())
     label = next(iter(record["unreachable"]))
+    # the retry's failure says what it ran without (a Slurm job ended with its lost first node
+    # said only "Expired or invalid job")
+    assert raised.value.why.endswith(
+        f"this launch ran without {label}, lost during the check: lost the SSH connection to "
+        "node-1 (127.0.0.3): reset"
+    )
     assert record["unreachable"][label].startswith(
         "lost during the check: lost the SSH connection to node-1 (127.0.0.3): reset"
     )
