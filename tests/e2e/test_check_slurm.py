@@ -52,21 +52,7 @@ def test_more_nodes_than_the_partition_names_the_option_that_asked_for_them(
 def test_a_node_slurm_loses_mid_check_is_named_and_the_other_is_checked(slurm, no_leftovers):
     """n2 set down once every rank has joined: the check names it and measures n1 in the same
     allocation (before: the whole check failed, check.json naming no node)."""
-
-    def go_down() -> None:
-        wait_for(lambda: faults.check_said(no_leftovers, "dtrun: checking"), timeout=200,
-                 what="every rank to join")  # fmt: skip
-        slurm.run("scontrol", "update", "nodename=n2", "state=down", "reason=dtrun test")
-
-    stopper = threading.Thread(target=go_down, daemon=True)
-    stopper.start()
-    done = run_dtrun(
-        "check", "--slurm", "--local-nodes", "2", "--port", "29884", "--json",
-        "--output", str(no_leftovers / "runs"), "--run-id", "lost",
-        cwd=no_leftovers, env=slurm.env, timeout=280,
-    )  # fmt: skip
-    stopper.join(timeout=60)
-    said = done.stdout + done.stderr
+    done, said = _down_mid_check(slurm, no_leftovers, "n2", "29884")
     assert done.returncode == 5, said
     data = json.loads(done.stdout)
     verdicts = {n["host"]: (n["verdict"], n["cause"]) for n in data["nodes"]}
@@ -76,3 +62,34 @@ def test_a_node_slurm_loses_mid_check_is_named_and_the_other_is_checked(slurm, n
     record = json.loads((no_leftovers / "runs" / "lost" / "check.json").read_text())
     assert record["nodes"] == data["nodes"]
     wait_for(lambda: slurm.jobs() == [], timeout=30, what="the allocation to end")
+
+
+def test_losing_the_node_that_holds_the_job_fails_the_check_saying_so(slurm, no_leftovers):
+    """n1 runs the allocation's batch script: Slurm ends the job with it, --no-kill or not, so
+    the retry on n2 cannot run; its error says the check had gone on without n1, and why."""
+    done, said = _down_mid_check(slurm, no_leftovers, "n1", "29886")
+    assert done.returncode == 1, said
+    assert "this launch ran without n1, lost during the check: Slurm lost node n1" in said, said
+    record = json.loads((no_leftovers / "runs" / "lost" / "check.json").read_text())
+    assert record["status"] == "failed" and list(record["unreachable"]) == ["n1"], record
+    assert "Traceback" not in said
+    wait_for(lambda: slurm.jobs() == [], timeout=30, what="the allocation to end")
+
+
+def _down_mid_check(slurm, where, node: str, port: str):
+    """`dtrun check --slurm` on both nodes, ``node`` set down once every rank has joined."""
+
+    def go_down() -> None:
+        wait_for(lambda: faults.check_said(where, "dtrun: checking"), timeout=200,
+                 what="every rank to join")  # fmt: skip
+        slurm.run("scontrol", "update", f"nodename={node}", "state=down", "reason=dtrun test")
+
+    stopper = threading.Thread(target=go_down, daemon=True)
+    stopper.start()
+    done = run_dtrun(
+        "check", "--slurm", "--local-nodes", "2", "--port", port, "--json",
+        "--output", str(where / "runs"), "--run-id", "lost",
+        cwd=where, env=slurm.env, timeout=280,
+    )  # fmt: skip
+    stopper.join(timeout=60)
+    return done, done.stdout + done.stderr
