@@ -68,6 +68,17 @@ def test_two_raylets_on_one_address_or_none_with_a_cpu_are_refused():
         ray_inventory("h:1", [])
 
 
+@pytest.mark.parametrize(
+    "hostile", ["10.0.0.2;touch /tmp/x", "$(id)", "10.0.0.2\nx", "-oProxyCommand=x", ""]
+)
+def test_a_node_address_ray_gives_that_is_no_host_is_refused(hostile):
+    """Ray's NodeManagerAddress reaches node scripts and the rendezvous: refused, as Slurm's
+    NodeAddr is, whatever a raylet was started with."""
+    with pytest.raises(InventoryError, match="gives a node the address") as raised:
+        ray_inventory("h:1", [_node("10.0.0.3"), _node(hostile)])
+    assert raised.value.exit_code == 2
+
+
 def test_each_bundle_is_pinned_to_its_nodes_address():
     launch = NodeLaunch(Node("ray-1", "10.0.0.9"), 1, "node-1.sh", "")
     assert bundle(launch) == {"CPU": 1, "node:10.0.0.9": 0.001}

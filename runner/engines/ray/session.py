@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from dtrun.cluster.names import host_problem
 from dtrun.errors import InventoryError, SiteError, UsageError
 from dtrun.spec.cluster import Accelerator, Inventory, Node, Starter
 
@@ -193,6 +194,13 @@ def ray_inventory(address: str, nodes: list[dict[str, Any]]) -> Inventory:
             f"the Ray cluster at {address} has no node with a CPU to run on",
             fix="start its nodes with `ray start --address HEAD:PORT` (--num-cpus 1 or more)",
         )
+    for host in addresses:  # Ray's answer lands in scripts and the rendezvous (docs/security.md)
+        if problem := host_problem(host):
+            raise InventoryError(
+                f"the Ray cluster at {address} gives a node the address {host!r}, which {problem}",
+                why="dtrun places a node's address in its launch script and the rendezvous",
+                fix="start that raylet with --node-ip-address set to its IP address",
+            )
     twice = sorted({a for a in addresses if addresses.count(a) > 1})
     if twice:
         raise InventoryError(
