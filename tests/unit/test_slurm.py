@@ -378,3 +378,23 @@ def test_a_node_that_died_of_slurms_signal_is_ended_by_slurm_too(job_state, due_
     assert error is not None
     ended = {r.node: (r.exit_code, r.cause) for r in error.node_results}
     assert ended == {"n1": (None, cause), "n2": (143, cause), "n3": (137, cause), "n4": (1, None)}
+
+
+def test_a_node_stopped_by_slurms_signal_when_another_is_lost_is_stopped_not_failed():
+    """CI caught n1's task dying of the SIGKILL srun sends when the step loses n2 (exit 137,
+    under --no-kill): it is recorded as stopped with the step; n2 as the node lost."""
+    heard = Heard(lost=["n2"])
+    results = tuple(
+        NodeResult(node, f"127.0.0.{i}", code, f"{node}.log", 1.0)
+        for i, (node, code) in enumerate([("n1", 137), ("n2", None), ("n3", None), ("n4", 1)])
+    )
+    error = ended_by_slurm(_Answers(job_state="RUNNING"), "4", heard, results)
+    assert error is not None
+    assert error.lost_node == "n2"
+    ended = {r.node: (r.exit_code, r.cause) for r in error.node_results}
+    assert ended == {
+        "n1": (137, "stopped with the step: Slurm lost n2"),
+        "n2": (None, "node failure (Slurm)"),
+        "n3": (None, None),
+        "n4": (1, None),
+    }

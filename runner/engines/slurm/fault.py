@@ -103,7 +103,14 @@ def ended_by_slurm(
             f"back, or without it (--exclude {','.join(lost)})",
         )
         error.lost_node = lost[0]  # a check goes on without it (the allocation keeps the rest)
-        causes = {n: "node failure (Slurm)" for n in lost}
+        # with --no-kill (allocation.py) srun ends the step's other tasks with Slurm's signal:
+        # one that died of it before srun ended was stopped with the step, not failed
+        causes = {
+            r.node: f"stopped with the step: Slurm lost {lost[0]}"
+            for r in results
+            if r.exit_code in _SLURMS_SIGNALS
+        }
+        causes |= {n: "node failure (Slurm)" for n in lost}
     elif state == "TIMEOUT" or heard.due_to == "TIME LIMIT":
         error = SlurmEndedError(
             f"Slurm job {job_id} reached its time limit ({limit or 'the partition default'}) "
