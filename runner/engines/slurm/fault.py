@@ -1,7 +1,8 @@
 """Why a Slurm step ended when neither its nodes nor dtrun ended it (docs/slurm.md, "Failures
 and stops"): a node Slurm lost (set down, its slurmd gone), the job's time limit, or a scancel
 from outside dtrun. Read from what Slurm itself says: srun's and slurmstepd's messages in the
-step's output, the job's state (squeue -t all) and the lost nodes' states (sinfo).
+step's output, the job's state and node list (squeue -t all: under --no-kill a lost node
+leaves the job, which runs on) and the lost nodes' states (sinfo).
 """
 
 from __future__ import annotations
