@@ -338,6 +338,7 @@ def _sweep(
                 cluster.executor.command if cluster.engine.evictable else None,
                 command=typed_command(),
                 report_later=True,
+                answered=cluster.answered,  # the program check's: gone later, they vanished
             )
     except DtrunError as exc:
         # a run directory that could not be written has no report: its message says what is kept

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -109,7 +109,7 @@ class _Runner:
         self.status = SweepStatus.RUNNING
         self.error: str | None = None
         self.current: tuple[Launch, float] | None = None  # the point under way, and its start
-        self.answered: set[str] = set()  # nodes that passed a readiness wait: can vanish
+        self.answered: set[str] = set()  # nodes that answered (readiness, program check)
         self.started = time.monotonic()  # the sweep's start: its run directory was just made
         # --resume: earlier runs' wall times, and their launches without a result, run again
         self.earlier_walls: tuple[float | None, ...] = ()
@@ -310,6 +310,7 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
     *,
     command: Sequence[str] | None = None,
     report_later: bool = False,
+    answered: Collection[str] = (),
 ) -> Sweep:
     """Run a sweep plan into output/<run-id>/: the gate, then every launch of every point.
 
@@ -320,6 +321,8 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
     was evicted (runner/sweep/eviction.py). ``command``: dtrun's arguments as typed, recorded
     (secrets hidden) in manifest.json. ``report_later``: a complete sweep's report is analysed
     (Sweep.report) and its files written by Sweep.write_report, after the caller has shown it.
+    ``answered``: nodes that answered before the sweep (the program check): gone later, they
+    vanished (runner/sweep/eviction.py), as nodes that passed a readiness wait did.
     """
     events = events or SweepEvents()
     spec = plan.spec
@@ -353,6 +356,7 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
     sweeping = _Runner(plan, run_dir, executor, events, ready, drain, evictions, Beside(record))
     sweeping.started, sweeping.report_later = started, report_later
     sweeping.leave_out = resumed is None or resumed.leave_out
+    sweeping.answered.update(answered)
     if resumed is not None:
         sweeping.sweep.runs.extend(resumed.done)
         sweeping.earlier_walls, sweeping.replaced = resumed.walls, resumed.replaced

@@ -9,6 +9,7 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -594,3 +595,36 @@ def test_a_user_program_is_benched_on_slurm_with_its_steps_from_both_nodes(slurm
     assert {rank["node"] for rank in result["ranks"]} == {"n1", "n2"}
     assert result["proof"]["answer"] == "in sync"
     assert slurm.jobs() == []
+
+
+def test_a_node_slurm_loses_between_points_is_named_by_the_next_point(slurm, no_leftovers):
+    """n2 set down while the 1-node point runs on n1: under --no-kill the job keeps n1, so that
+    point finishes and is kept; the 2-node point cannot start on n2 and names it lost (not
+    "srun did not run the launch"), and dtrun cancels the job it still holds."""
+    program = TESTS / "programs" / "ddp_loop.py"
+    out = no_leftovers / "runs"
+
+    def go_down() -> None:
+        wait_for(lambda: launched_running("ddp_loop.py") != [], timeout=200,
+                 what="the 1-node point to start")  # fmt: skip
+        slurm.run("scontrol", "update", "nodename=n2", "state=down", "reason=dtrun test")
+
+    stopper = threading.Thread(target=go_down, daemon=True)
+    stopper.start()
+    done = run_dtrun(
+        "bench", "--slurm", "--nodes", "1,2", "--warmup", "2", "--repeat", "1", "--quiet",
+        "--output", str(out), "--run-id", "gap", "--port", "29656",
+        "--", "python", str(program), "--steps", "8", "--sleep", "1",
+        cwd=no_leftovers, env=slurm.env, timeout=280,
+    )  # fmt: skip
+    stopper.join(timeout=60)
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said
+    assert "error: Slurm lost node n2 (node failure)" in said, said
+    assert "srun did not run the launch" not in said and "Traceback" not in said, said
+    runs = json.loads((out / "gap" / "runs.json").read_text())
+    assert [(r["nodes"], r["status"]) for r in runs["runs"]] == [(1, "ok"), (2, "failed")], runs
+    causes = {n["node"]: n["cause"] for n in runs["runs"][1]["node_results"]}
+    assert causes["n2"] == "node failure (Slurm)", runs
+    assert "cancelled; squeue no longer lists it" in said, said
+    wait_for(lambda: slurm.jobs() == [] and slurm.steps() == [], timeout=30, what="no job")

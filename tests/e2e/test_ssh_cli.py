@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
-from tests.conftest import run_dtrun
+from tests.conftest import launched_running, run_dtrun, wait_for
 from tests.e2e.test_ssh import hosts_file_text
 from tests.paths import TESTS
 
@@ -200,3 +201,39 @@ def test_a_node_that_never_answered_fails_readiness_not_as_an_eviction(sshd_clus
     assert "evicted" not in said and "vanished" not in said, said
     assert "node-1 (127.0.0.99)" in said and "not ready within --connect-timeout 6 s" in said, said
     assert said.count("next:") == 1 and "--resume" not in said, said
+
+
+def test_a_node_that_answered_the_program_check_and_then_went_away_vanished(
+    sshd_cluster, no_leftovers
+):
+    """node-1 answers the program check, then its sshd goes away while the 1-node point runs
+    (a spot VM taken back): it was there, so the 2-node point's failure is an eviction with
+    --resume (it read as a node that never answered: "not ready", fix the node)."""
+    program = TESTS / "programs" / "ddp_loop.py"
+    hosts = write_hosts(sshd_cluster, no_leftovers, count=2)
+    out = no_leftovers / "runs"
+
+    def go_away() -> None:
+        wait_for(lambda: launched_running("ddp_loop.py") != [], timeout=200,
+                 what="the 1-node point to start")  # fmt: skip
+        sshd_cluster.stop("127.0.0.3")
+
+    stopper = threading.Thread(target=go_away, daemon=True)
+    stopper.start()
+    try:
+        done = run_dtrun(
+            "bench", "--hosts", str(hosts), "--nodes", "1,2", "--warmup", "2", "--repeat", "1",
+            "--port", "29794", "--output", str(out), "--run-id", "gone", "--quiet",
+            "--connect-timeout", "6",
+            "--", "python", str(program), "--steps", "6", "--sleep", "0.5", cwd=no_leftovers,
+        )  # fmt: skip
+        stopper.join(timeout=60)
+    finally:
+        if "127.0.0.3" not in sshd_cluster.processes:
+            sshd_cluster.start(sshd_cluster.hosts[1])
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert "evicted: node-1 (127.0.0.3) vanished" in said, said
+    assert f"dtrun bench --resume {out / 'gone'}" in " ".join(said.split()), said
+    runs = json.loads((out / "gone" / "runs.json").read_text())
+    assert [(r["nodes"], r["status"]) for r in runs["runs"]] == [(1, "ok"), (2, "evicted")], runs

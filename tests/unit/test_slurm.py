@@ -24,7 +24,7 @@ from dtrun.engines.slurm.allocation import (
     slurm_nodes,
 )
 from dtrun.engines.slurm.executor import SlurmExecutor, _Step, step_command, wrapper
-from dtrun.engines.slurm.fault import Heard, ended_by_slurm
+from dtrun.engines.slurm.fault import Heard, NodeLostError, ended_by_slurm
 from dtrun.engines.slurm.lease import hold_script
 from dtrun.engines.slurm.shell import SlurmShell, step_guard
 from dtrun.errors import NodeFailedError
@@ -398,3 +398,17 @@ def test_a_node_stopped_by_slurms_signal_when_another_is_lost_is_stopped_not_fai
         "n3": (None, None),
         "n4": (1, None),
     }
+
+
+def test_a_node_slurm_loses_is_named_before_the_failure_it_caused_on_another(tmp_path):
+    """gpu02 lost: gpu01's program saw its peer go and exited 1 before srun's SIGKILL reached
+    it (a race a loaded machine can lose). Slurm's loss is the cause: gpu02 is the lost node
+    (a check goes on without it), not gpu01 failed (a check would retry on the lost node)."""
+    step = _ended_step(tmp_path, ("gpu01", 1, 2.0))
+    step.slurm.line("srun: error: Node failure on gpu02")
+    executor = SlurmExecutor(_Answers(job_state="RUNNING"), "7")
+    with pytest.raises(NodeLostError, match="Slurm lost node gpu02") as raised:
+        executor._verdict(_plan(), 1, step, timed_out=False, timeout_s=60)
+    assert raised.value.lost_node == "gpu02"
+    ended = {r.node: (r.exit_code, r.cause) for r in raised.value.node_results}
+    assert ended == {"gpu01": (1, None), "gpu02": (None, "node failure (Slurm)")}

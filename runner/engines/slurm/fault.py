@@ -1,7 +1,8 @@
 """Why a Slurm step ended when neither its nodes nor dtrun ended it (docs/slurm.md, "Failures
 and stops"): a node Slurm lost (set down, its slurmd gone), the job's time limit, or a scancel
 from outside dtrun. Read from what Slurm itself says: srun's and slurmstepd's messages in the
-step's output, the job's state (squeue -t all) and the lost nodes' states (sinfo).
+step's output, the job's state and node list (squeue -t all: under --no-kill a lost node
+leaves the job, which runs on) and the lost nodes' states (sinfo).
 """
 
 from __future__ import annotations
@@ -58,16 +59,26 @@ class Heard:
             self.due_to = cancelled.group(3) or ""
 
 
-def job_end(shell: SlurmShell, job_id: str, wait_s: float = FINAL_WAIT_S) -> tuple[str, str]:
-    """(state, time limit) of the job as squeue lists it, ended jobs included (-t all, for
-    MinJobAge after their end); a job still COMPLETING is waited for, up to ``wait_s``."""
+def job_end(shell: SlurmShell, job_id: str, wait_s: float = FINAL_WAIT_S) -> tuple[str, str, str]:
+    """(state, time limit, node list) of the job as squeue lists it, ended jobs included (-t
+    all, for MinJobAge after their end); a job still COMPLETING is waited for, up to
+    ``wait_s``."""
     deadline = time.monotonic() + wait_s
     while True:
-        done = shell.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T|%l"])
-        state, _, limit = done.stdout.strip().partition("\n")[0].partition("|")
+        done = shell.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T|%l|%N"])
+        state, limit, nodelist = [*done.stdout.strip().partition("\n")[0].split("|", 2), "", ""][:3]
         if state != "COMPLETING" or time.monotonic() >= deadline:
-            return state, limit
+            return state, limit, nodelist
         time.sleep(0.2)
+
+
+def released(shell: SlurmShell, nodelist: str, names: list[str]) -> list[str]:
+    """Those of ``names`` a running job's node list no longer holds: under --no-kill
+    (allocation.py) Slurm takes a lost node out of the job, and may return it to service
+    (ReturnToService) before sinfo is asked."""
+    done = shell.run(["scontrol", "show", "hostnames", nodelist]) if nodelist else None
+    held = done.stdout.split() if done is not None and done.returncode == 0 else []
+    return [name for name in names if held and name not in held]
 
 
 def node_states(shell: SlurmShell, names: list[str]) -> dict[str, str]:
@@ -88,17 +99,23 @@ def ended_by_slurm(
     running = [r.node for r in results if r.exit_code is None]
     # a node whose task died of Slurm's own signal before srun ended was ended by it too
     signalled = [r.node for r in results if r.exit_code is None or r.exit_code in _SLURMS_SIGNALS]
-    state, limit = job_end(shell, job_id)
+    state, limit, nodelist = job_end(shell, job_id)
     states = node_states(shell, running) if running else {}
-    lost = heard.lost or [n for n in running if state == "NODE_FAIL" or _down(states.get(n, ""))]
+    gone = released(shell, nodelist, running) if state == "RUNNING" and running else []
+    lost = heard.lost or [
+        n for n in running if state == "NODE_FAIL" or _down(states.get(n, "")) or n in gone
+    ]
     error: RunError
     if lost or heard.due_to == "NODE FAILURE":
         lost = lost or running
-        seen = "; ".join(f"Slurm has {n} {states[n]}" for n in lost if _down(states.get(n, "")))
+        said = [f"srun: node failure on {', '.join(heard.lost)}"] if heard.lost else []
+        said += [f"Slurm has {n} {states[n]}" for n in lost if _down(states.get(n, ""))]
+        if out := [n for n in lost if n in gone]:
+            said.append(f"Slurm job {job_id} no longer holds {', '.join(out)}")
         error = NodeLostError(
             f"Slurm lost node {', '.join(lost)} (node failure): the launch on it ended, and the "
             "other nodes were stopped",
-            why=f"srun: node failure on {', '.join(lost)}" + (f"; {seen}" if seen else ""),
+            why="; ".join(said) or f"srun: node failure on {', '.join(lost)}",
             fix=f"`sinfo -R` and `scontrol show node {lost[0]}` say why; run again once it is "
             f"back, or without it (--exclude {','.join(lost)})",
         )

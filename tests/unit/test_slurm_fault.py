@@ -1,0 +1,56 @@
+"""How dtrun tells a node Slurm lost (runner/engines/slurm/fault.py) from what Slurm's commands
+answer, under the --no-kill allocation (runner/engines/slurm/allocation.py): fake answers."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dtrun.engines.slurm.fault import Heard, NodeLostError, ended_by_slurm
+from dtrun.engines.slurm.shell import SlurmShell
+from dtrun.spec.outcome import NodeResult
+
+
+@dataclass(frozen=True)
+class _Slurm(SlurmShell):
+    """squeue, scontrol and sinfo as Slurm answers them: the job running on ``held``, every
+    node up (``idle``: back in service, as ReturnToService brings a lost node back)."""
+
+    held: str = "n1"
+
+    def run(
+        self, command: Sequence[str], *, stdin: str | None = None, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        if command[0] == "squeue":
+            out = f"RUNNING|1:00:00|{self.held}\n"
+        elif command[:3] == ["scontrol", "show", "hostnames"]:
+            out = "\n".join(self.held.split(",")) + "\n"
+        else:  # sinfo
+            out = "n1|allocated|none\nn2|idle|none\n"
+        return subprocess.CompletedProcess(list(command), 0, out, "")
+
+
+def _results(*codes: tuple[str, int | None]) -> tuple[NodeResult, ...]:
+    return tuple(
+        NodeResult(node, f"127.0.0.{i}", code, f"{node}.log", 0.0)
+        for i, (node, code) in enumerate(codes)
+    )
+
+
+def test_a_node_the_job_no_longer_holds_was_lost_though_it_is_back_in_service():
+    """n2 lost while the 1-node point ran on n1: under --no-kill Slurm took it out of the job,
+    then returned it to service (ReturnToService=2). The 2-node point's srun said only "Only
+    allocated 1 nodes asked for 2" (read as "srun did not run the launch"): the job's own node
+    list says n2 left it."""
+    error = ended_by_slurm(_Slurm(held="n1"), "1", Heard(), _results(("n1", None), ("n2", None)))
+    assert isinstance(error, NodeLostError), error
+    assert error.what.startswith("Slurm lost node n2 (node failure)")
+    assert error.lost_node == "n2"
+    assert "Slurm job 1 no longer holds n2" in error.why
+    ended = {r.node: r.cause for r in error.node_results}
+    assert ended == {"n1": None, "n2": "node failure (Slurm)"}
+
+
+def test_a_step_srun_could_not_start_on_nodes_the_job_still_holds_is_no_node_lost():
+    assert ended_by_slurm(_Slurm(held="n1,n2"), "1", Heard(), _results(("n1", None))) is None
