@@ -1,9 +1,9 @@
 """What `dtrun report` and `dtrun compare` read from a run directory, checked before any use.
 
 Every file the report is made from (manifest.json, runs.json, health.json, each finished
-launch's result.json) is read and checked here, whole, before anything is written: a damaged
-run directory is refused with one message naming the file and what is wrong with it (exit 2),
-and left as it was. The shapes below hold what the report reads, not everything the files hold.
+launch's result.json) is checked here, whole, before anything is written: a damaged run
+directory is refused with one message naming the file and what is wrong (exit 2), left as it
+was. The shapes hold what the report reads, not everything the files hold.
 
 Tolerated, as normal states of a run: launches that did not finish (their result.json is never
 read), a sweep still `running` (stopped before it recorded its end), leftover ``*.partial``
@@ -205,8 +205,7 @@ HEALTH = obj(
 )
 HEALTH_JUDGED = obj({"threshold_gbs": NUMBER})  # a gate that ran has its pass mark
 
-# result.json: the fields the report's arithmetic divides by or needs to be there; whatever
-# else is wrong, parse_result names.
+# result.json: what the report's arithmetic divides by or needs; parse_result names the rest.
 _TIMING = obj({key: NUMBER for key in ("time_us", "algbw", "busbw", "wrong")})
 _ROW = {"size": COUNT, "count": NUMBER, "type": TEXT, "out_of_place": _TIMING, "in_place": _TIMING}
 _ROWS = list_of(obj(_ROW), nonempty=True)
@@ -321,13 +320,13 @@ def read_recorded(run_dir: RunDir) -> Recorded:
             check_record(run_dir.path / HEALTH_FILE, health, HEALTH_JUDGED)
     results: dict[int, list[Result]] = defaultdict(list)
     for nodes, _, directory in ok_runs(runs):
-        results[nodes].append(_result(run_dir, directory, workload, nodes))
+        results[nodes].append(_result(run_dir, directory, manifest["bench"], nodes))
     return Recorded(manifest, runs, health, dict(results))
 
 
-def _result(run_dir: RunDir, directory: str, workload: str, nodes: int) -> Result:
+def _result(run_dir: RunDir, directory: str, bench: dict[str, Any], nodes: int) -> Result:
     """A finished launch's result.json: runs.json says it ended ok, so rank 0 wrote one, of
-    the ``nodes`` of its point."""
+    the ``nodes`` of its point, of the sweep manifest.json's ``bench`` records."""
     inside = Path(directory)
     if inside.is_absolute() or ".." in inside.parts:
         raise damaged(
@@ -350,14 +349,15 @@ def _result(run_dir: RunDir, directory: str, workload: str, nodes: int) -> Resul
         result = parse_result(data, str(path))
     except ResultError as exc:  # a schema this dtrun does not read, a field its parser refused
         raise DamagedRunError(exc.what, why=exc.why, fix=exc.fix or RESTORE) from None
-    if not isinstance(result, RESULT_TYPES[workload]):
+    if not isinstance(result, RESULT_TYPES[bench["workload"]]):
         raise damaged(
             path,
-            f"it holds a {data['schema']} result, but the sweep's workload is {workload} "
+            f"it holds a {data['schema']} result, but the sweep's workload is {bench['workload']} "
             f"({run_dir.manifest.name})",
         )
-    problem = point_problem(result, nodes, f"{run_dir.runs.name} records the launch in {directory}")
-    if problem is not None:  # a result of another point, copied or moved here, or edited
+    recorded = f"{run_dir.runs.name} records the launch in {directory}"
+    problem = point_problem(result, nodes, recorded, sweep=(data, bench))
+    if problem is not None:  # a result of another point or run, copied or moved here, or edited
         raise damaged(path, problem)
     return result
 

@@ -413,6 +413,25 @@ CASES = {
         copy_of("../../n1/r0/result.json"),
         "it holds a result of 1 node, but runs.json records the launch in n2/r0 at 2 nodes",
     ),
+    # a result of another run's set-up (two runs' files mixed): its step times, averaged in,
+    # were read as a launch of this sweep's model
+    "result-of-another-model": Case(
+        "a/n2/r0/result.json",
+        edit(put(24, "model", "layers")),
+        "it holds a launch of model.layers 24, but manifest.json's sweep ran model.layers 2",
+    ),
+    "result-of-another-sequence-length": Case(
+        "a/n1/r0/result.json", edit(put(128, "model", "seq_len")), "model.seq_len 128, but"
+    ),
+    "result-of-another-mode": Case(
+        "a/n2/r0/result.json", edit(put("strong", "mode")), "mode 'strong', but manifest.json"
+    ),
+    "result-steps-as-text": Case(
+        "a/n1/r0/result.json", edit(put("60", "steps")), "steps '60', but manifest.json's sweep"
+    ),
+    "compare-b-result-of-another-run": Case(
+        "b/n2/r0/result.json", edit(put(1000, "warmup")), "warmup 1000, but", "compare"
+    ),
     "compare-b-runs-link-out": Case(
         "b/runs.json", link_out, "leads it out of the run directory", "compare"
     ),
