@@ -92,6 +92,7 @@ _BENCH = obj(
         "launch": ANY_OBJECT,
         "strategy": nullable(ANY_OBJECT),
         "env": list_of(list_of(TEXT)),  # `dtrun compare` lists each pair
+        "node_counts": list_of(NODE_COUNT, nonempty=True),  # the baseline asked for
     },
 )
 # a machine's noise, before the sweep (manifest.json) or over a launch's timed steps
@@ -118,8 +119,7 @@ MANIFEST = obj(
     },
     optional={
         "dtrun_version": nullable(TEXT),
-        # the command line as typed, secrets hidden ("Reproducing this run"); absent in
-        # manifests written before dtrun recorded it, null where no command line started it
+        # the command line, secrets hidden ("Reproducing this run"); null or absent: none kept
         "command": nullable(TEXT),
         "image": nullable(obj({"urn": nullable(TEXT), "source": nullable(TEXT)})),
         "versions": nullable(ANY_OBJECT),

@@ -413,6 +413,18 @@ CASES = {
         copy_of("../../n1/r0/result.json"),
         "it holds a result of 1 node, but runs.json records the launch in n2/r0 at 2 nodes",
     ),
+    # the node counts asked for: the report's baseline finding named "-1 nodes" as requested
+    "manifest-node-counts-negative": Case(
+        "a/manifest.json",
+        edit(put([0, -1], "bench", "node_counts")),
+        "'bench.node_counts[0]' is 0, outside 1 to 10,000 (--nodes' range)",
+    ),
+    "manifest-node-counts-text": Case(
+        "a/manifest.json", edit(put("1,2", "bench", "node_counts")), "is '1,2', not a list"
+    ),
+    "manifest-node-counts-none": Case(
+        "a/manifest.json", edit(put([], "bench", "node_counts")), "'bench.node_counts' is an"
+    ),
     # a result of another run's set-up (two runs' files mixed): its step times, averaged in,
     # were read as a launch of this sweep's model
     "result-of-another-model": Case(
