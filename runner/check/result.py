@@ -10,13 +10,13 @@ from typing import Any
 
 from dtrun.record.readback import (
     ANY_OBJECT,
-    NUMBER,
     TEXT,
     WHOLE,
     list_of,
     nullable,
     obj,
     one_of,
+    ranged,
     read_record,
 )
 from dtrun.spec.text import plural
@@ -42,7 +42,10 @@ def _gpu_row(value: Any, where: str) -> str | None:
     return problem
 
 
-_GROUP = obj({"nodes": list_of(WHOLE, nonempty=True), "busbw_gbs": list_of(nullable(NUMBER))})
+# What a machine can measure: -1e308 GFLOP/s flagged a node with a 300-digit percentage
+GFLOPS = ranged("a number", 0, 1e9, "GFLOP/s: none to a million TFLOP/s", int, float)
+GBS = ranged("a number", 0, 1e6, "GB/s: none to a million", int, float)
+_GROUP = obj({"nodes": list_of(WHOLE, nonempty=True), "busbw_gbs": list_of(nullable(GBS))})
 SHAPE = obj(
     {
         "schema": one_of(SCHEMA),
@@ -51,7 +54,7 @@ SHAPE = obj(
         "nodes": list_of(obj({"name": TEXT, "address": TEXT, "ranks": list_of(WHOLE)})),
         "ranks": list_of(
             obj(
-                {"node": WHOLE, "compute_gflops": list_of(NUMBER), "memory_gbs": list_of(NUMBER)},
+                {"node": WHOLE, "compute_gflops": list_of(GFLOPS), "memory_gbs": list_of(GBS)},
                 {"gpus": nullable(list_of(_gpu_row))},
             )
         ),
