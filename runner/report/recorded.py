@@ -50,7 +50,7 @@ from dtrun.record.readback import (
     read_record,
 )
 from dtrun.record.rundir import HEALTH_FILE, HEALTH_SCHEMA, MANIFEST_SCHEMA, RunDir
-from dtrun.record.runsfile import RUNS, RUNS_SCHEMA, launches_problem, ok_runs
+from dtrun.record.runsfile import RUNS, RUNS_SCHEMA, ok_runs, sweep_launches
 from dtrun.record.writer import no_launch_recorded
 from dtrun.report.program import STAND_INS
 from dtrun.report.resultfile import (
@@ -312,7 +312,7 @@ def read_recorded(run_dir: RunDir) -> Recorded:
         root=root,
         schema=RUNS_SCHEMA,
     )
-    check_record(run_dir.runs, runs, launches_problem)  # each once, where a sweep puts it
+    check_record(run_dir.runs, runs, sweep_launches(manifest["bench"]))  # each once, the sweep's
     health = None
     if (run_dir.path / HEALTH_FILE).is_symlink() or (run_dir.path / HEALTH_FILE).exists():
         health = read_record(run_dir.path / HEALTH_FILE, HEALTH, root=root, schema=HEALTH_SCHEMA)

@@ -190,6 +190,16 @@ def until_decided(**most: Any) -> Callable[[Any], None]:
     return change
 
 
+def launch(nodes: int, repeat: int, status: str) -> Callable[[Any], None]:
+    """runs.json with one more launch, as the first is but at ``nodes`` and round ``repeat``."""
+
+    def change(data: Any) -> None:
+        run = {**data["runs"][0], "nodes": nodes, "repeat": repeat, "status": status}
+        data["runs"].append({**run, "run_dir": f"n{nodes}/r{repeat}"})
+
+    return change
+
+
 def allreduce_result(path: Path) -> None:
     path.write_text(json.dumps(allreduce_data(world=2, busbw={1 << 20: 1.0})))
 
@@ -413,6 +423,18 @@ CASES = {
         copy_of("../../n1/r0/result.json"),
         "it holds a result of 1 node, but runs.json records the launch in n2/r0 at 2 nodes",
     ),
+    # launches the sweep never ran (another run's runs.json): 200,000 of them took the report
+    # 85 s and 2 GB listing them
+    "runs-launch-of-a-node-count-not-asked-for": Case(
+        "a/runs.json",
+        edit(launch(4, 0, "failed")),
+        "'runs[2].nodes' is 4, but manifest.json's sweep ran 1, 2 nodes",
+    ),
+    "runs-launch-past-the-most": Case(
+        "a/runs.json",
+        edit(launch(1, 99, "failed")),
+        "'runs[2].repeat' is 99, but manifest.json's sweep runs launches 0 to 4 a node count",
+    ),
     # the node counts asked for: the report's baseline finding named "-1 nodes" as requested
     "manifest-node-counts-negative": Case(
         "a/manifest.json",
@@ -534,11 +556,11 @@ def test_a_damaged_run_directory_is_refused_and_left_as_it_was(
 
 
 def interrupted(path: Path) -> None:
-    """As an interrupted sweep leaves it: a point that never finished has no result."""
+    """As an interrupted sweep leaves it: a launch that never finished has no result."""
     data = json.loads((path / "runs.json").read_text())
     data["status"] = SweepStatus.INTERRUPTED.value
     data["error"] = "interrupted by the user (Ctrl-C)"
-    unfinished = RunResult(4, 0, RunStatus.INTERRUPTED, 2.5, "n4/r0", (), data["error"])
+    unfinished = RunResult(2, 1, RunStatus.INTERRUPTED, 2.5, "n2/r1", (), data["error"])
     data["runs"].append(asdict(unfinished))
     (path / "runs.json").write_text(json.dumps(data))
 
@@ -587,6 +609,11 @@ RESUME_CASES = {
         "manifest.json",
         edit(put([1, "2"], "bench", "node_counts")),
         "'bench.node_counts[1]' is '2', not a whole number",
+    ),
+    "launch-of-another-run": (  # --resume took it as done, then the report refused the run
+        "runs.json",
+        edit(launch(8, 0, "ok")),
+        "'runs[1].nodes' is 8, but manifest.json's sweep ran 1, 2 nodes",
     ),
     "port-null": (
         "manifest.json",
