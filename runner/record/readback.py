@@ -318,6 +318,11 @@ def as_option(cls: type, name: str, *, whole: bool = False) -> Shape:
     return check
 
 
+def options(cls: type, *names: str) -> dict[str, Shape]:
+    """Each of ``names``, a whole number as its option of ``cls`` takes it (as_option)."""
+    return {name: as_option(cls, name, whole=True) for name in names}
+
+
 TARGET = as_option(BenchSpec, "target_efficiency")
 PRICE = as_option(BenchSpec, "price_per_node_hour")  # a price of 1e300 printed 300 digits
 PROJECT_TOKENS = as_option(BenchSpec, "project_tokens", whole=True)  # 10^29: 20-digit days

@@ -5,9 +5,8 @@ launch's result.json) is checked here, whole, before anything is written: a dama
 directory is refused with one message naming the file and what is wrong (exit 2), left as it
 was. The shapes hold what the report reads, not everything the files hold.
 
-Tolerated, as normal states of a run: launches that did not finish (their result.json is never
-read), a sweep still `running` (stopped before it recorded its end), leftover ``*.partial``
-files, and derived files (summary.json, report.md, report.html, the plots), which are rebuilt.
+Tolerated: unfinished launches (their result.json is never read), a sweep still `running`,
+leftover ``*.partial`` files, and derived files (summary.json, report.md, ...), rebuilt.
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ from dtrun.record.readback import (
     nullable,
     obj,
     one_of,
+    options,
     read_record,
 )
 from dtrun.record.rundir import HEALTH_FILE, HEALTH_SCHEMA, MANIFEST_SCHEMA, RunDir
@@ -63,7 +63,7 @@ from dtrun.report.resultfile import (
 from dtrun.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
 from dtrun.report.sequential import recorded_most
 from dtrun.spec.outcome import GateStatus
-from dtrun.spec.request import NOISY_LEFT_OUT, ScalingMode, UnitKind
+from dtrun.spec.request import NOISY_LEFT_OUT, BenchSpec, ModelSpec, ScalingMode, UnitKind
 
 RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {  # each workload's result
     "train": TrainResult,
@@ -147,13 +147,13 @@ MANIFEST = obj(
         ),
     },
 )
-_MODEL = {key: WHOLE for key in ("layers", "d_model", "heads", "seq_len", "vocab")}
+_MODEL = options(ModelSpec, "layers", "d_model", "heads", "seq_len", "vocab")  # as --resume
 BENCH_BY_WORKLOAD = {
     "train": obj(
         {
             "bench": obj(
                 {"model": obj(_MODEL, optional={"preset": nullable(TEXT)})}
-                | {key: WHOLE for key in ("procs_per_node", "steps", "warmup", "repeat")}
+                | options(BenchSpec, "procs_per_node", "steps", "warmup", "repeat")
             )
         }
     ),
@@ -175,7 +175,7 @@ BENCH_BY_WORKLOAD = {
                         )
                     ),
                 }
-                | {key: WHOLE for key in ("procs_per_node", "warmup", "repeat")}
+                | options(BenchSpec, "procs_per_node", "warmup", "repeat")
             )
         }
     ),

@@ -435,6 +435,20 @@ CASES = {
         edit(launch(1, 99, "failed")),
         "'runs[2].repeat' is 99, but manifest.json's sweep runs launches 0 to 4 a node count",
     ),
+    # what the launches are checked against is checked first, as --resume checks it: a repeat
+    # of 0 said runs.json's launch 0 was past "launches 0 to -1", a step count of 0 blamed
+    # each result.json for the manifest's damage
+    "manifest-repeat-0": Case(
+        "a/manifest.json", edit(put(0, "bench", "repeat")), "'bench.repeat' is 0: --repeat is"
+    ),
+    "manifest-steps-0": Case(
+        "a/manifest.json", edit(put(0, "bench", "steps")), "'bench.steps' is 0: --steps is"
+    ),
+    "manifest-layers-minus-1": Case(
+        "a/manifest.json",
+        edit(put(-1, "bench", "model", "layers")),
+        "'bench.model.layers' is -1: --layers is",
+    ),
     # the node counts asked for: the report's baseline finding named "-1 nodes" as requested
     "manifest-node-counts-negative": Case(
         "a/manifest.json",
