@@ -10,6 +10,7 @@ from typing import Any
 
 from dtrun.record.readback import (
     ANY_OBJECT,
+    GBS,
     TEXT,
     WHOLE,
     list_of,
@@ -44,7 +45,6 @@ def _gpu_row(value: Any, where: str) -> str | None:
 
 # What a machine can measure: -1e308 GFLOP/s flagged a node with a 300-digit percentage
 GFLOPS = ranged("a number", 0, 1e9, "GFLOP/s: none to a million TFLOP/s", int, float)
-GBS = ranged("a number", 0, 1e6, "GB/s: none to a million", int, float)
 _GROUP = obj({"nodes": list_of(WHOLE, nonempty=True), "busbw_gbs": list_of(nullable(GBS))})
 SHAPE = obj(
     {

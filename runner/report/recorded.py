@@ -25,6 +25,7 @@ from dtrun.record.readback import (
     CORES,
     COUNT,
     FLAG,
+    GBS,
     MFU,
     NODE_COUNT,
     NUMBER,
@@ -181,32 +182,23 @@ BENCH_BY_WORKLOAD = {
     ),
 }
 
+_GATE_NODE = {"node": TEXT, "address": TEXT, "busbw": nullable(GBS), "passed": FLAG}
 HEALTH = obj(
     {
         "status": one_of(*_values(GateStatus)),
         "note": TEXT,
-        "threshold_gbs": nullable(NUMBER),
+        "threshold_gbs": nullable(GBS),
         "threshold_source": nullable(TEXT),
         "size": nullable(TEXT),
         "procs_per_node": nullable(WHOLE),
-        "nodes": list_of(
-            obj(
-                {
-                    "node": TEXT,
-                    "address": TEXT,
-                    "busbw": nullable(NUMBER),
-                    "passed": FLAG,
-                    "error": nullable(TEXT),
-                    "directory": TEXT,
-                }
-            )
-        ),
+        "nodes": list_of(obj(_GATE_NODE | {"error": nullable(TEXT), "directory": TEXT})),
     }
 )
 HEALTH_JUDGED = obj({"threshold_gbs": NUMBER})  # a gate that ran has its pass mark
 
 # result.json: what the report's arithmetic divides by or needs; parse_result names the rest.
-_TIMING = obj({key: NUMBER for key in ("time_us", "algbw", "busbw", "wrong")})
+# algbw is left as it is: one process's all-reduce does no transfer, and its algbw can be any size
+_TIMING = obj({"time_us": NUMBER, "algbw": NUMBER, "busbw": GBS, "wrong": NUMBER})
 _ROW = {"size": COUNT, "count": NUMBER, "type": TEXT, "out_of_place": _TIMING, "in_place": _TIMING}
 _ROWS = list_of(obj(_ROW), nonempty=True)
 _NOISY_NODE = {"node": TEXT, "nodes_on_machine": list_of(TEXT), "cpus": nullable(COUNT)}

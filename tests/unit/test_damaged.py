@@ -384,6 +384,20 @@ CASES = {
         edit(put(1.5e9, "bench", "project_tokens")),
         "'bench.project_tokens' is 1500000000.0, not a whole number",
     ),
+    # bandwidths: a gate's pass mark or node figure of +-1e308 printed 300 digits in report.md
+    "health-node-busbw-minus-1e308": Case(
+        "a/health.json",
+        edit(put(-1e308, "nodes", "0", "busbw")),
+        "'nodes[0].busbw' is -1e+308, outside 0 to 1e+06 (GB/s: none to a million)",
+    ),
+    "health-pass-mark-1e308": Case(
+        "a/health.json", edit(put(1e308, "threshold_gbs")), "'threshold_gbs' is 1e+308, outside"
+    ),
+    "result-probe-busbw-1e308": Case(
+        "a/n2/r0/result.json",
+        edit(put(1e308, "busbw", "rows", "1", "in_place", "busbw")),
+        "'busbw.rows[1].in_place.busbw' is 1e+308, outside 0 to 1e+06",
+    ),
     "result-probe-rows-empty": Case(
         "a/n2/r0/result.json", edit(put([], "busbw", "rows")), "'busbw.rows' is an empty list"
     ),
