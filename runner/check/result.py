@@ -10,19 +10,42 @@ from typing import Any
 
 from dtrun.record.readback import (
     ANY_OBJECT,
-    NUMBER,
+    GBS,
     TEXT,
     WHOLE,
     list_of,
     nullable,
     obj,
     one_of,
+    ranged,
     read_record,
 )
 from dtrun.spec.text import plural
 
 SCHEMA = "dtrun.check/1"
-_GROUP = obj({"nodes": list_of(WHOLE, nonempty=True), "busbw_gbs": list_of(nullable(NUMBER))})
+# a GPU row's longest text: nvidia-smi's error, cut to 300 (runner/workloads/check_measure.py)
+GPU_TEXT = 300
+
+
+def _gpu_row(value: Any, where: str) -> str | None:
+    """A GPU's row as nvidia-smi's CSV gives it: every value text, none long. A number was a
+    TypeError in gpu_problems, 4,000 hex digits a ValueError (str() of its count)."""
+    problem = ANY_OBJECT(value, where)
+    for key, item in value.items() if problem is None else ():
+        inner = f"{where}.{key}"
+        problem = TEXT(item, inner)
+        if problem is None and len(item) > GPU_TEXT:
+            problem = (
+                f"'{inner}' is text of {len(item):,} characters, more than nvidia-smi's {GPU_TEXT}"
+            )
+        if problem is not None:
+            return problem
+    return problem
+
+
+# What a machine can measure: -1e308 GFLOP/s flagged a node with a 300-digit percentage
+GFLOPS = ranged("a number", 0, 1e9, "GFLOP/s: none to a million TFLOP/s", int, float)
+_GROUP = obj({"nodes": list_of(WHOLE, nonempty=True), "busbw_gbs": list_of(nullable(GBS))})
 SHAPE = obj(
     {
         "schema": one_of(SCHEMA),
@@ -31,8 +54,8 @@ SHAPE = obj(
         "nodes": list_of(obj({"name": TEXT, "address": TEXT, "ranks": list_of(WHOLE)})),
         "ranks": list_of(
             obj(
-                {"node": WHOLE, "compute_gflops": list_of(NUMBER), "memory_gbs": list_of(NUMBER)},
-                {"gpus": nullable(list_of(ANY_OBJECT))},
+                {"node": WHOLE, "compute_gflops": list_of(GFLOPS), "memory_gbs": list_of(GBS)},
+                {"gpus": nullable(list_of(_gpu_row))},
             )
         ),
         "inside": list_of(_GROUP),

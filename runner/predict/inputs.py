@@ -245,6 +245,17 @@ def cut(text: str, most: int = 200) -> str:
     return text if len(text) <= most else f"{text[:most]}... ({len(text):,} characters)"
 
 
+def _kind(value: Any) -> str:
+    """What a value is, never what it holds."""
+    if value is None:
+        return "nothing (an empty file, or comments only)"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a list" if isinstance(value, list) else "text"
+
+
 def _where(error: Any) -> str:
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
     return path.lstrip(".") or "the top level"
@@ -269,6 +280,10 @@ def description(data: Any, source: str) -> Description:
         name = error.absolute_path[-1] if error.absolute_path else None
         if error.validator == "oneOf":
             what = "it needs step_time_s or throughput, one of them, not both"
+        elif error.validator == "type" and not error.absolute_path:
+            # the whole file: a .env or ~/.netrc given by mistake is one YAML string, and
+            # quoting it printed its secrets (docs/security.md, "Redaction")
+            what = f"it holds {_kind(error.instance)}, not a mapping of the format's fields"
         elif error.validator in ("minimum", "maximum") and name in RANGES:
             bound = RANGES[str(name)]
             what = f"{shown(error.instance)} is outside {bound.low:g} to {bound.high:g}"

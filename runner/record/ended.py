@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -59,6 +60,22 @@ def settle(record: str, missing: str | None = None) -> bool:
     return True
 
 
+# run.json holds a node's end each: 10,000 nodes (--nodes' most) take a few MB
+MAX_RECORD = 32 * 1024 * 1024
+
+
+def _read_record(path: Path) -> bytes:
+    """The record's bytes: a regular file, no larger than any run.json (the program runs in
+    the run directory: a FIFO put there was waited on for ever, O_NONBLOCK opens it at once;
+    a sparse 2 GiB file was read whole); else OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RECORD:
+            raise OSError(f"{path} is no record: not a regular file of a record's size")
+        return file.read(MAX_RECORD + 1)
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -68,8 +85,8 @@ def mark_unrecorded(run_json: str | Path) -> bool:
     else, or cannot be read or written (nothing is then changed)."""
     path = Path(run_json)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(_read_record(path).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
         return False
     if not isinstance(data, dict) or data.get("status") != RunStatus.RUNNING:
         return False

@@ -84,8 +84,9 @@ def _ends(results: Path, inventory: Inventory) -> Iterator[tuple[datetime.dateti
                     wall = datetime.timedelta(seconds=float(walls[index]))
                     yield parse_iso(started, "created_at") + wall, directory.name
                 # else: a part whose end is not recorded is passed over
+        # OverflowError: a wall time of 1e300 s (timedelta) or one past the year 9999 (the sum)
         except (DamagedRunError, OSError, ValueError, KeyError, TypeError, AttributeError,
-                ExpiryError):  # fmt: skip
+                OverflowError, ExpiryError):  # fmt: skip
             continue
 
 

@@ -295,6 +295,8 @@ CORES = ranged("a number", 0, 1e6, "cores or a load: none to a million", int, fl
 # a launch's MFU, scaled to the median step (report/metrics.py): 1e308 became infinite, which
 # summary.json cannot hold; a share of the peak, over 1 only where the catalog's peak is low
 MFU = ranged("a share", 0, 10, "MFU: the model's FLOP/s over the GPUs' peak", int, float)
+# a bandwidth dtrun measures (busbw, a memory copy): 1e308 printed 300 digits in report.md
+GBS = ranged("a number", 0, 1e6, "GB/s: none to a million", int, float)
 _NODES = bound_of(RunSpec, "nodes")
 NODE_COUNT = ranged("a whole number above 0", _NODES.low, _NODES.high, "--nodes' range", int)
 
@@ -316,6 +318,11 @@ def as_option(cls: type, name: str, *, whole: bool = False) -> Shape:
         return None
 
     return check
+
+
+def options(cls: type, *names: str) -> dict[str, Shape]:
+    """Each of ``names``, a whole number as its option of ``cls`` takes it (as_option)."""
+    return {name: as_option(cls, name, whole=True) for name in names}
 
 
 TARGET = as_option(BenchSpec, "target_efficiency")

@@ -38,7 +38,7 @@ from dtrun.record.readback import (
     read_record,
 )
 from dtrun.record.rundir import HEALTH_FILE, MANIFEST_SCHEMA, RunDir
-from dtrun.record.runsfile import RUNS_SCHEMA, launches_problem, segment_walls
+from dtrun.record.runsfile import RUNS_SCHEMA, segment_walls, sweep_launches
 from dtrun.record.writer import no_launch_recorded
 from dtrun.redact import REDACTED
 from dtrun.spec.launchplan import STEP_DIR
@@ -253,7 +253,7 @@ def read_resume(
         ]
     except Mistyped as exc:
         raise damaged(run_dir.runs, str(exc)) from None
-    check_record(run_dir.runs, runs, launches_problem)  # or --resume launches over a result
+    check_record(run_dir.runs, runs, sweep_launches(manifest["bench"]))  # or it launches over one
     done = tuple(run for run in every if run.status is RunStatus.OK)
     replaced = (*earlier, *(run for run in every if run.status is not RunStatus.OK))
     walls = segment_walls(runs, 1 + len(manifest.get("resumed", [])))

@@ -37,7 +37,7 @@ from dtrun.azure.prices import Price
 from dtrun.errors import OutputDirError
 from dtrun.record import manifest
 from dtrun.record.envdigest import env_digests
-from dtrun.record.readback import damaged, inside
+from dtrun.record.readback import damaged, inside, load_json
 from dtrun.record.writefail import removed, with_cut_logs, write_error
 from dtrun.record.writer import hold_writer
 from dtrun.redact import Redactor, redact_data, redact_text, redact_var
@@ -286,11 +286,7 @@ def record_resume(
 def _manifest(run_dir: RunDir) -> dict[str, Any]:
     """manifest.json as this run wrote it, to add to; a program that wrote over it (it runs
     two levels below) leaves a damaged run, not a traceback."""
-    try:
-        data = json.loads(run_dir.manifest.read_text())
-    except (ValueError, RecursionError) as exc:
-        why = f"it is no longer JSON ({type(exc).__name__}): did the program write it?"
-        raise damaged(run_dir.manifest, why) from None
+    data = load_json(run_dir.manifest, root=run_dir.path)  # a FIFO left there: not waited on
     if not isinstance(data, dict):
         raise damaged(run_dir.manifest, "it is no longer a JSON object: did the program write it?")
     return data

@@ -13,6 +13,7 @@ from dtrun.record.readback import (
     TEXT,
     WALL_SECONDS,
     WHOLE,
+    Shape,
     list_of,
     nullable,
     obj,
@@ -137,3 +138,41 @@ def launches_problem(runs_data: Any, where: str) -> str | None:
             return f"{name}' records launch {repeat} at {plural(nodes, 'node')} a second time"
         seen.add((nodes, repeat))
     return None
+
+
+def most_launches(bench: Mapping[str, Any]) -> int | None:
+    """The most launches a node count takes in the sweep manifest.json's ``bench`` records
+    (BenchSpec.launches): --max-launches until decided (written before it had a field,
+    "repeat" held it), else --repeat; None where the manifest does not say."""
+    until = bench.get("until_decided") is True and "max_launches" in bench
+    most = bench.get("max_launches" if until else "repeat")
+    return most if type(most) is int else None
+
+
+def sweep_launches(bench: Mapping[str, Any]) -> Shape:
+    """launches_problem, and each launch one the sweep of ``bench`` runs: at a node count it
+    asked for, a round below its most (runner/plan/sweep.py). A runs.json of another run, or
+    hand-edited, had the report list launches no sweep made (200,000 took 85 s and 2 GB), and
+    --resume take them as done."""
+    counts = bench.get("node_counts")
+    most = most_launches(bench)
+
+    def check(runs_data: Any, where: str) -> str | None:
+        problem = launches_problem(runs_data, where)
+        for index, run in enumerate(runs_data["runs"] if problem is None else ()):
+            nodes, repeat = run["nodes"], run["repeat"]
+            if isinstance(counts, list) and nodes not in counts:
+                asked = ", ".join(map(str, counts))
+                return (
+                    f"'runs[{index}].nodes' is {nodes}, but manifest.json's sweep ran {asked} "
+                    "nodes: a launch of another run, or one edited"
+                )
+            if most is not None and repeat >= most:
+                return (
+                    f"'runs[{index}].repeat' is {repeat}, but manifest.json's sweep runs "
+                    f"launches 0 to {most - 1} a node count: a launch of another run, or one "
+                    "edited"
+                )
+        return problem
+
+    return check

@@ -1,13 +1,12 @@
 """What `dtrun report` and `dtrun compare` read from a run directory, checked before any use.
 
 Every file the report is made from (manifest.json, runs.json, health.json, each finished
-launch's result.json) is read and checked here, whole, before anything is written: a damaged
-run directory is refused with one message naming the file and what is wrong with it (exit 2),
-and left as it was. The shapes below hold what the report reads, not everything the files hold.
+launch's result.json) is checked here, whole, before anything is written: a damaged run
+directory is refused with one message naming the file and what is wrong (exit 2), left as it
+was. The shapes hold what the report reads, not everything the files hold.
 
-Tolerated, as normal states of a run: launches that did not finish (their result.json is never
-read), a sweep still `running` (stopped before it recorded its end), leftover ``*.partial``
-files, and derived files (summary.json, report.md, report.html, the plots), which are rebuilt.
+Tolerated: unfinished launches (their result.json is never read), a sweep still `running`,
+leftover ``*.partial`` files, and derived files (summary.json, report.md, ...), rebuilt.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from dtrun.record.readback import (
     CORES,
     COUNT,
     FLAG,
+    GBS,
     MFU,
     NODE_COUNT,
     NUMBER,
@@ -47,10 +47,11 @@ from dtrun.record.readback import (
     nullable,
     obj,
     one_of,
+    options,
     read_record,
 )
 from dtrun.record.rundir import HEALTH_FILE, HEALTH_SCHEMA, MANIFEST_SCHEMA, RunDir
-from dtrun.record.runsfile import RUNS, RUNS_SCHEMA, launches_problem, ok_runs
+from dtrun.record.runsfile import RUNS, RUNS_SCHEMA, ok_runs, sweep_launches
 from dtrun.record.writer import no_launch_recorded
 from dtrun.report.program import STAND_INS
 from dtrun.report.resultfile import (
@@ -63,7 +64,7 @@ from dtrun.report.resultfile import (
 from dtrun.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
 from dtrun.report.sequential import recorded_most
 from dtrun.spec.outcome import GateStatus
-from dtrun.spec.request import NOISY_LEFT_OUT, ScalingMode, UnitKind
+from dtrun.spec.request import NOISY_LEFT_OUT, BenchSpec, ModelSpec, ScalingMode, UnitKind
 
 RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {  # each workload's result
     "train": TrainResult,
@@ -92,6 +93,7 @@ _BENCH = obj(
         "launch": ANY_OBJECT,
         "strategy": nullable(ANY_OBJECT),
         "env": list_of(list_of(TEXT)),  # `dtrun compare` lists each pair
+        "node_counts": list_of(NODE_COUNT, nonempty=True),  # the baseline asked for
     },
 )
 # a machine's noise, before the sweep (manifest.json) or over a launch's timed steps
@@ -118,8 +120,7 @@ MANIFEST = obj(
     },
     optional={
         "dtrun_version": nullable(TEXT),
-        # the command line as typed, secrets hidden ("Reproducing this run"); absent in
-        # manifests written before dtrun recorded it, null where no command line started it
+        # the command line, secrets hidden ("Reproducing this run"); null or absent: none kept
         "command": nullable(TEXT),
         "image": nullable(obj({"urn": nullable(TEXT), "source": nullable(TEXT)})),
         "versions": nullable(ANY_OBJECT),
@@ -147,13 +148,13 @@ MANIFEST = obj(
         ),
     },
 )
-_MODEL = {key: WHOLE for key in ("layers", "d_model", "heads", "seq_len", "vocab")}
+_MODEL = options(ModelSpec, "layers", "d_model", "heads", "seq_len", "vocab")  # as --resume
 BENCH_BY_WORKLOAD = {
     "train": obj(
         {
             "bench": obj(
                 {"model": obj(_MODEL, optional={"preset": nullable(TEXT)})}
-                | {key: WHOLE for key in ("procs_per_node", "steps", "warmup", "repeat")}
+                | options(BenchSpec, "procs_per_node", "steps", "warmup", "repeat")
             )
         }
     ),
@@ -175,39 +176,29 @@ BENCH_BY_WORKLOAD = {
                         )
                     ),
                 }
-                | {key: WHOLE for key in ("procs_per_node", "warmup", "repeat")}
+                | options(BenchSpec, "procs_per_node", "warmup", "repeat")
             )
         }
     ),
 }
 
+_GATE_NODE = {"node": TEXT, "address": TEXT, "busbw": nullable(GBS), "passed": FLAG}
 HEALTH = obj(
     {
         "status": one_of(*_values(GateStatus)),
         "note": TEXT,
-        "threshold_gbs": nullable(NUMBER),
+        "threshold_gbs": nullable(GBS),
         "threshold_source": nullable(TEXT),
         "size": nullable(TEXT),
         "procs_per_node": nullable(WHOLE),
-        "nodes": list_of(
-            obj(
-                {
-                    "node": TEXT,
-                    "address": TEXT,
-                    "busbw": nullable(NUMBER),
-                    "passed": FLAG,
-                    "error": nullable(TEXT),
-                    "directory": TEXT,
-                }
-            )
-        ),
+        "nodes": list_of(obj(_GATE_NODE | {"error": nullable(TEXT), "directory": TEXT})),
     }
 )
 HEALTH_JUDGED = obj({"threshold_gbs": NUMBER})  # a gate that ran has its pass mark
 
-# result.json: the fields the report's arithmetic divides by or needs to be there; whatever
-# else is wrong, parse_result names.
-_TIMING = obj({key: NUMBER for key in ("time_us", "algbw", "busbw", "wrong")})
+# result.json: what the report's arithmetic divides by or needs; parse_result names the rest.
+# algbw is left as it is: one process's all-reduce does no transfer, and its algbw can be any size
+_TIMING = obj({"time_us": NUMBER, "algbw": NUMBER, "busbw": GBS, "wrong": NUMBER})
 _ROW = {"size": COUNT, "count": NUMBER, "type": TEXT, "out_of_place": _TIMING, "in_place": _TIMING}
 _ROWS = list_of(obj(_ROW), nonempty=True)
 _NOISY_NODE = {"node": TEXT, "nodes_on_machine": list_of(TEXT), "cpus": nullable(COUNT)}
@@ -313,7 +304,7 @@ def read_recorded(run_dir: RunDir) -> Recorded:
         root=root,
         schema=RUNS_SCHEMA,
     )
-    check_record(run_dir.runs, runs, launches_problem)  # each once, where a sweep puts it
+    check_record(run_dir.runs, runs, sweep_launches(manifest["bench"]))  # each once, the sweep's
     health = None
     if (run_dir.path / HEALTH_FILE).is_symlink() or (run_dir.path / HEALTH_FILE).exists():
         health = read_record(run_dir.path / HEALTH_FILE, HEALTH, root=root, schema=HEALTH_SCHEMA)
@@ -321,13 +312,13 @@ def read_recorded(run_dir: RunDir) -> Recorded:
             check_record(run_dir.path / HEALTH_FILE, health, HEALTH_JUDGED)
     results: dict[int, list[Result]] = defaultdict(list)
     for nodes, _, directory in ok_runs(runs):
-        results[nodes].append(_result(run_dir, directory, workload, nodes))
+        results[nodes].append(_result(run_dir, directory, manifest["bench"], nodes))
     return Recorded(manifest, runs, health, dict(results))
 
 
-def _result(run_dir: RunDir, directory: str, workload: str, nodes: int) -> Result:
+def _result(run_dir: RunDir, directory: str, bench: dict[str, Any], nodes: int) -> Result:
     """A finished launch's result.json: runs.json says it ended ok, so rank 0 wrote one, of
-    the ``nodes`` of its point."""
+    the ``nodes`` of its point, of the sweep manifest.json's ``bench`` records."""
     inside = Path(directory)
     if inside.is_absolute() or ".." in inside.parts:
         raise damaged(
@@ -350,14 +341,15 @@ def _result(run_dir: RunDir, directory: str, workload: str, nodes: int) -> Resul
         result = parse_result(data, str(path))
     except ResultError as exc:  # a schema this dtrun does not read, a field its parser refused
         raise DamagedRunError(exc.what, why=exc.why, fix=exc.fix or RESTORE) from None
-    if not isinstance(result, RESULT_TYPES[workload]):
+    if not isinstance(result, RESULT_TYPES[bench["workload"]]):
         raise damaged(
             path,
-            f"it holds a {data['schema']} result, but the sweep's workload is {workload} "
+            f"it holds a {data['schema']} result, but the sweep's workload is {bench['workload']} "
             f"({run_dir.manifest.name})",
         )
-    problem = point_problem(result, nodes, f"{run_dir.runs.name} records the launch in {directory}")
-    if problem is not None:  # a result of another point, copied or moved here, or edited
+    recorded = f"{run_dir.runs.name} records the launch in {directory}"
+    problem = point_problem(result, nodes, recorded, sweep=(data, bench))
+    if problem is not None:  # a result of another point or run, copied or moved here, or edited
         raise damaged(path, problem)
     return result
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dtrun.errors import DamagedRunError, ResultError
-from dtrun.record.readback import load_json
+from dtrun.record.readback import describe, load_json
 from dtrun.report.results import (
     PROGRAM_SCHEMA,
     TRAIN_SCHEMA,
@@ -124,10 +124,16 @@ def load_result(path: Path) -> Result:
     return parse_result(data, str(path))
 
 
-def point_problem(result: Result, nodes: int, recorded: str) -> str | None:
+def point_problem(
+    result: Result,
+    nodes: int,
+    recorded: str,
+    sweep: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
+) -> str | None:
     """Why ``result`` is no launch of the point of ``nodes`` that ``recorded`` says it is:
     another point's, or processes that do not add up (the report's processes column, busbw
-    and losses read the world size); None when it is one."""
+    and losses read the world size), or (``sweep``: its JSON and manifest.json's bench)
+    another run's; None when it is one."""
     if result.nnodes != nodes:
         held, meant = plural(result.nnodes, "node"), plural(nodes, "node")
         return f"it holds a result of {held}, but {recorded} at {meant}"
@@ -138,4 +144,34 @@ def point_problem(result: Result, nodes: int, recorded: str) -> str | None:
             f"{plural(nodes, 'node')} of {plural(result.procs_per_node, 'process')} each "
             f"run {ranks}"
         )
+    return None if sweep is None else sweep_problem(*sweep)
+
+
+# What the sweep passes every launch of the training workload (runner/plan/workloads.py,
+# train_args), and its result records (runner/workloads/result.py): a result that holds other
+# values is a launch of another run, copied in or mixed with this one's files, and its step
+# times are no measurement of this sweep's model.
+SWEEP_FIELDS = ("mode", "steps", "warmup")
+MODEL_FIELDS = ("layers", "d_model", "heads", "seq_len", "vocab")
+
+
+def sweep_problem(data: Mapping[str, Any], bench: Mapping[str, Any]) -> str | None:
+    """Why the training result ``data`` is no launch of the sweep manifest.json's ``bench``
+    records; None when it is one. A field either lacks is not compared: an older dtrun's
+    records fewer."""
+    if data.get("schema") != TRAIN_SCHEMA:
+        return None
+    model = data.get("model")
+    model = model if isinstance(model, Mapping) else {}
+    ran = bench.get("model")
+    ran = ran if isinstance(ran, Mapping) else {}
+    pairs = [(key, data[key], bench[key]) for key in SWEEP_FIELDS if key in data and key in bench]
+    pairs += [(f"model.{key}", model[key], ran[key])
+              for key in MODEL_FIELDS if key in model and key in ran]  # fmt: skip
+    for name, held, ran in pairs:
+        if type(held) is not type(ran) or held != ran:  # 60.0 or true: not what dtrun writes
+            return (
+                f"it holds a launch of {name} {describe(held)}, but manifest.json's sweep ran "
+                f"{name} {describe(ran)}: a launch of another run, or one edited"
+            )
     return None

@@ -295,6 +295,71 @@ def test_a_result_s_group_of_nodes_it_does_not_have_is_damage(tmp_path, edit, sa
     assert said in caught.value.message
 
 
+@pytest.mark.parametrize(
+    ("row", "said"),
+    [
+        ({"index": "0", "xid": 5}, "'ranks[0].gpus[0].xid' is 5, not text"),
+        ({"index": "0", "retired_pages.pending": None}, "'ranks[0].gpus[0].retired_pages"),
+        ({"index": "0", "ecc.errors.uncorrected.volatile.total": "0x" + "f" * 4000},
+         "'ranks[0].gpus[0].ecc.errors.uncorrected.volatile.total' is text of 4,002 characters"),
+    ],
+    ids=["number", "null", "4000-hex-digits"],
+)  # fmt: skip
+def test_a_gpu_row_that_is_not_nvidia_smi_s_text_is_damage(tmp_path, row, said):
+    """nvidia-smi's rows are text of a few characters (runner/workloads/check_measure.py): a
+    number there was a TypeError (int(5, 0)), and 4,000 hex digits of ECC errors a ValueError
+    (str() of an int past 4,300 digits), each a traceback from `dtrun check`."""
+    data = {
+        "schema": "dtrun.check/1", "device": "cuda", "settings": {},
+        "nodes": [{"name": "node-0", "address": "a", "ranks": [0]},
+                  {"name": "node-1", "address": "b", "ranks": [1]}],
+        "ranks": [{"node": 0, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": [row]},
+                  {"node": 1, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": None}],
+        "inside": [{"nodes": [0], "busbw_gbs": [None]}, {"nodes": [1], "busbw_gbs": [None]}],
+        "rounds": [[{"nodes": [0, 1], "busbw_gbs": [1.5]}]],
+        "bisection": [],
+    }  # fmt: skip
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(DamagedRunError) as caught:
+        load(path)
+    assert said in caught.value.why
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (lambda d: d["ranks"][0].update(compute_gflops=[-1e308]),
+         "'ranks[0].compute_gflops[0]' is -1e+308, outside 0 to 1e+09"),
+        (lambda d: d["ranks"][1].update(memory_gbs=[1e308]),
+         "'ranks[1].memory_gbs[0]' is 1e+308, outside 0 to 1e+06"),
+        (lambda d: d["rounds"][0][0].update(busbw_gbs=[-2.0]),
+         "'rounds[0][0].busbw_gbs[0]' is -2.0, outside 0 to 1e+06"),
+    ],
+    ids=["compute-minus-1e308", "memory-1e308", "busbw-negative"],
+)  # fmt: skip
+def test_a_figure_no_machine_measures_is_damage_not_a_verdict(tmp_path, edit, said):
+    """-1e308 GFLOP/s flagged the node slow with a 300-digit percentage below the median, and
+    1e308 GB/s of memory passed as fine: a figure outside what any machine measures is a
+    damaged result, as the report's are (runner/record/readback.py, ranged)."""
+    data = {
+        "schema": "dtrun.check/1", "device": "cpu", "settings": {},
+        "nodes": [{"name": "node-0", "address": "a", "ranks": [0]},
+                  {"name": "node-1", "address": "b", "ranks": [1]}],
+        "ranks": [{"node": 0, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": None},
+                  {"node": 1, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": None}],
+        "inside": [{"nodes": [0], "busbw_gbs": [None]}, {"nodes": [1], "busbw_gbs": [None]}],
+        "rounds": [[{"nodes": [0, 1], "busbw_gbs": [1.5]}]],
+        "bisection": [],
+    }  # fmt: skip
+    edit(data)
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(DamagedRunError) as caught:
+        load(path)
+    assert said in caught.value.why
+
+
 def test_a_stacks_nodes_are_named_by_their_registered_address_and_embedded_by_name():
     from dtrun.spec.cluster import Inventory, Node
     from dtrun.sweep.check import host_labels

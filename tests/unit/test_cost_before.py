@@ -327,3 +327,17 @@ def test_a_resume_that_stopped_before_writing_has_no_end_on_its_nodes(tmp_path, 
     sweep(runs, "s", [(other, "10:00:00"), (SAME, "10:20:00")], "10:05:00", [300.0])
     before = paid_before(runs, stack, at("11:00:00"))
     assert before is not None and before["since"] == CREATED
+
+
+@pytest.mark.parametrize("wall", [1e300, -1e300, 1e12], ids=["1e300", "-1e300", "1e12"])
+def test_a_sweep_beside_whose_wall_time_leaves_the_calendar_is_passed_over(tmp_path, stack, wall):
+    """A run directory beside this one (the results directory: anyone's) whose runs.json holds
+    a part's wall time of 1e300 s, or 1e12 s (past the year 9999), was an OverflowError out of
+    timedelta or the date's addition: a traceback as `dtrun bench` started on the stack. Like
+    any record that cannot be read there, it is passed over (docs/report.md, "Cost")."""
+    runs = tmp_path / "runs"
+    sweep(runs, "s", [(SAME, "10:00:00"), (SAME, "10:20:00")], "10:40:00", [wall])
+    sweep(runs, "t", [(SAME, "10:00:00")], "10:30:00")
+    before = paid_before(runs, stack, at("11:00:00"))
+    assert before is not None
+    assert before["from"] == "2026-11-23T10:30:00Z"  # t's end: s is passed over

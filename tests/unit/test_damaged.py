@@ -190,6 +190,16 @@ def until_decided(**most: Any) -> Callable[[Any], None]:
     return change
 
 
+def launch(nodes: int, repeat: int, status: str) -> Callable[[Any], None]:
+    """runs.json with one more launch, as the first is but at ``nodes`` and round ``repeat``."""
+
+    def change(data: Any) -> None:
+        run = {**data["runs"][0], "nodes": nodes, "repeat": repeat, "status": status}
+        data["runs"].append({**run, "run_dir": f"n{nodes}/r{repeat}"})
+
+    return change
+
+
 def allreduce_result(path: Path) -> None:
     path.write_text(json.dumps(allreduce_data(world=2, busbw={1 << 20: 1.0})))
 
@@ -374,6 +384,20 @@ CASES = {
         edit(put(1.5e9, "bench", "project_tokens")),
         "'bench.project_tokens' is 1500000000.0, not a whole number",
     ),
+    # bandwidths: a gate's pass mark or node figure of +-1e308 printed 300 digits in report.md
+    "health-node-busbw-minus-1e308": Case(
+        "a/health.json",
+        edit(put(-1e308, "nodes", "0", "busbw")),
+        "'nodes[0].busbw' is -1e+308, outside 0 to 1e+06 (GB/s: none to a million)",
+    ),
+    "health-pass-mark-1e308": Case(
+        "a/health.json", edit(put(1e308, "threshold_gbs")), "'threshold_gbs' is 1e+308, outside"
+    ),
+    "result-probe-busbw-1e308": Case(
+        "a/n2/r0/result.json",
+        edit(put(1e308, "busbw", "rows", "1", "in_place", "busbw")),
+        "'busbw.rows[1].in_place.busbw' is 1e+308, outside 0 to 1e+06",
+    ),
     "result-probe-rows-empty": Case(
         "a/n2/r0/result.json", edit(put([], "busbw", "rows")), "'busbw.rows' is an empty list"
     ),
@@ -412,6 +436,63 @@ CASES = {
         "a/n2/r0/result.json",
         copy_of("../../n1/r0/result.json"),
         "it holds a result of 1 node, but runs.json records the launch in n2/r0 at 2 nodes",
+    ),
+    # launches the sweep never ran (another run's runs.json): 200,000 of them took the report
+    # 85 s and 2 GB listing them
+    "runs-launch-of-a-node-count-not-asked-for": Case(
+        "a/runs.json",
+        edit(launch(4, 0, "failed")),
+        "'runs[2].nodes' is 4, but manifest.json's sweep ran 1, 2 nodes",
+    ),
+    "runs-launch-past-the-most": Case(
+        "a/runs.json",
+        edit(launch(1, 99, "failed")),
+        "'runs[2].repeat' is 99, but manifest.json's sweep runs launches 0 to 4 a node count",
+    ),
+    # what the launches are checked against is checked first, as --resume checks it: a repeat
+    # of 0 said runs.json's launch 0 was past "launches 0 to -1", a step count of 0 blamed
+    # each result.json for the manifest's damage
+    "manifest-repeat-0": Case(
+        "a/manifest.json", edit(put(0, "bench", "repeat")), "'bench.repeat' is 0: --repeat is"
+    ),
+    "manifest-steps-0": Case(
+        "a/manifest.json", edit(put(0, "bench", "steps")), "'bench.steps' is 0: --steps is"
+    ),
+    "manifest-layers-minus-1": Case(
+        "a/manifest.json",
+        edit(put(-1, "bench", "model", "layers")),
+        "'bench.model.layers' is -1: --layers is",
+    ),
+    # the node counts asked for: the report's baseline finding named "-1 nodes" as requested
+    "manifest-node-counts-negative": Case(
+        "a/manifest.json",
+        edit(put([0, -1], "bench", "node_counts")),
+        "'bench.node_counts[0]' is 0, outside 1 to 10,000 (--nodes' range)",
+    ),
+    "manifest-node-counts-text": Case(
+        "a/manifest.json", edit(put("1,2", "bench", "node_counts")), "is '1,2', not a list"
+    ),
+    "manifest-node-counts-none": Case(
+        "a/manifest.json", edit(put([], "bench", "node_counts")), "'bench.node_counts' is an"
+    ),
+    # a result of another run's set-up (two runs' files mixed): its step times, averaged in,
+    # were read as a launch of this sweep's model
+    "result-of-another-model": Case(
+        "a/n2/r0/result.json",
+        edit(put(24, "model", "layers")),
+        "it holds a launch of model.layers 24, but manifest.json's sweep ran model.layers 2",
+    ),
+    "result-of-another-sequence-length": Case(
+        "a/n1/r0/result.json", edit(put(128, "model", "seq_len")), "model.seq_len 128, but"
+    ),
+    "result-of-another-mode": Case(
+        "a/n2/r0/result.json", edit(put("strong", "mode")), "mode 'strong', but manifest.json"
+    ),
+    "result-steps-as-text": Case(
+        "a/n1/r0/result.json", edit(put("60", "steps")), "steps '60', but manifest.json's sweep"
+    ),
+    "compare-b-result-of-another-run": Case(
+        "b/n2/r0/result.json", edit(put(1000, "warmup")), "warmup 1000, but", "compare"
     ),
     "compare-b-runs-link-out": Case(
         "b/runs.json", link_out, "leads it out of the run directory", "compare"
@@ -503,11 +584,11 @@ def test_a_damaged_run_directory_is_refused_and_left_as_it_was(
 
 
 def interrupted(path: Path) -> None:
-    """As an interrupted sweep leaves it: a point that never finished has no result."""
+    """As an interrupted sweep leaves it: a launch that never finished has no result."""
     data = json.loads((path / "runs.json").read_text())
     data["status"] = SweepStatus.INTERRUPTED.value
     data["error"] = "interrupted by the user (Ctrl-C)"
-    unfinished = RunResult(4, 0, RunStatus.INTERRUPTED, 2.5, "n4/r0", (), data["error"])
+    unfinished = RunResult(2, 1, RunStatus.INTERRUPTED, 2.5, "n2/r1", (), data["error"])
     data["runs"].append(asdict(unfinished))
     (path / "runs.json").write_text(json.dumps(data))
 
@@ -556,6 +637,11 @@ RESUME_CASES = {
         "manifest.json",
         edit(put([1, "2"], "bench", "node_counts")),
         "'bench.node_counts[1]' is '2', not a whole number",
+    ),
+    "launch-of-another-run": (  # --resume took it as done, then the report refused the run
+        "runs.json",
+        edit(launch(8, 0, "ok")),
+        "'runs[1].nodes' is 8, but manifest.json's sweep ran 1, 2 nodes",
     ),
     "port-null": (
         "manifest.json",

@@ -115,7 +115,10 @@ def test_step_times_and_throughputs_mix_only_through_the_batch():
 
 @pytest.mark.parametrize(
     ("text", "said"),
-    [("points: [", "not YAML or JSON"), ("- 1\n- 2\n", "the top level: [1, 2] is not of type")],
+    [
+        ("points: [", "not YAML or JSON"),
+        ("- 1\n- 2\n", "the top level: it holds a list, not a mapping"),
+    ],
 )
 def test_a_file_that_is_no_description_is_refused(tmp_path: Path, text, said):
     path = tmp_path / "m.yaml"
@@ -123,6 +126,31 @@ def test_a_file_that_is_no_description_is_refused(tmp_path: Path, text, said):
     with pytest.raises(UsageError) as refused:
         read_description(path)
     assert said in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("DB_PASSWORD=s3cr3t-value\nAPI_TOKEN=t0ken-value\n", "it holds text, not a mapping"),
+        ("machine example.com login bob password s3cr3t-value\n", "it holds text, not a"),
+        ("db.example.com:5432:app:bob:s3cr3t-value\n", "it holds text, not a mapping"),
+        ("- s3cr3t-value\n- t0ken-value\n", "it holds a list, not a mapping"),
+    ],
+    ids=["dotenv", "netrc", "pgpass", "list"],
+)
+def test_a_file_given_by_mistake_is_refused_without_showing_what_it_holds(
+    tmp_path: Path, text: str, said: str
+):
+    """`--from .env` (or ~/.netrc, ~/.pgpass) reads as one YAML string, which the message
+    quoted: the secrets in it were printed (docs/security.md, "Redaction")."""
+    path = tmp_path / "measured.yaml"
+    path.write_text(text)
+    done = dtrun("predict", "--from", str(path), "--nodes", "4")
+    assert done.exit_code == 2, done.output
+    shown = " ".join(done.output.split())
+    assert said in shown
+    assert "s3cr3t-value" not in shown
+    assert "t0ken-value" not in shown
 
 
 def _sparse(path: Path) -> None:

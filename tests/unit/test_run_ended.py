@@ -143,3 +143,37 @@ def test_a_stop_whose_record_meets_a_full_disk_keeps_its_own_error(tmp_path, mon
                    program=Program(ProgramKind.SCRIPT, "train.py"))  # fmt: skip
     with pytest.raises(RunTimeoutError):  # the timeout's error and exit code, not the disk's
         run_program(resolve_run(spec), embedded_inventory(2), tmp_path, _TimedOut())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "sparse"])
+def test_a_run_json_that_is_no_record_is_left_at_once_not_waited_on(tmp_path, kind):
+    """The program runs inside the run directory and can put anything at run.json: a FIFO
+    there left the guard waiting for a writer for ever after a SIGKILL (a process no stop
+    ends), and a sparse 256 MiB file was read whole into its memory (a 2 GiB one: 4 GB)."""
+    import os
+    import stat
+    import threading
+    import tracemalloc
+
+    path = tmp_path / "run.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        with path.open("wb") as file:
+            file.truncate(256 << 20)
+    answer: list[bool] = []
+    tracemalloc.start()
+    try:
+        guard = threading.Thread(target=lambda: answer.append(mark_unrecorded(path)), daemon=True)
+        guard.start()
+        guard.join(10)
+        if guard.is_alive():  # let the read end: a writer opens and closes the FIFO
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert answer == [False]
+    assert peak < 64 << 20  # no more than a record's most was read
+    mode = path.lstat().st_mode
+    assert stat.S_ISFIFO(mode) if kind == "fifo" else path.stat().st_size == 256 << 20

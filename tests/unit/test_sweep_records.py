@@ -5,8 +5,10 @@ no record that claims more than was written."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,9 +17,9 @@ import pytest
 
 from dtrun import errors
 from dtrun.engines.embedded.executor import LocalExecutor
-from dtrun.errors import DiskFullError, RunDirWriteError, RunInterruptedError
+from dtrun.errors import DamagedRunError, DiskFullError, RunDirWriteError, RunInterruptedError
 from dtrun.execute import LineSink
-from dtrun.record.rundir import RunDir
+from dtrun.record.rundir import RunDir, record_machine_noise
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
 from dtrun.spec.outcome import NodeResult
@@ -154,3 +156,27 @@ def test_a_run_directory_removed_during_the_sweep_is_named(
     with pytest.raises(RunDirWriteError, match="was removed while dtrun was writing to it"):
         run_sweep(sweep_plan(fixed_inventory, bench("gone")), tmp_path, Recorded(remove_it))
     assert not (tmp_path / "gone").exists()  # not made again, empty, by a later launch
+
+
+def test_a_fifo_the_program_left_at_manifest_json_is_refused_not_waited_on(tmp_path):
+    """The program runs two levels below the manifest, which dtrun reads back at the sweep's
+    end to add the machine's noise: a FIFO left there blocked that read for ever."""
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.path.mkdir()
+    os.mkfifo(run_dir.manifest)
+    raised: list[BaseException] = []
+
+    def add_noise() -> None:
+        try:
+            record_machine_noise(run_dir, None)
+        except BaseException as exc:  # what it raised is the answer
+            raised.append(exc)
+
+    reader = threading.Thread(target=add_noise, daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # let the read end: a writer opens and closes the FIFO
+        os.close(os.open(run_dir.manifest, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(10)
+    assert len(raised) == 1 and isinstance(raised[0], DamagedRunError)
+    assert "FIFO" in raised[0].why
