@@ -129,6 +129,8 @@ class RunError(DtrunError):
     node_results: tuple[NodeResult, ...] = ()  # how every node ended, set by the executor
     # the node the launch lost (its SSH connection dropped): a check goes on without it
     lost_node: str | None = None
+    # False where losing it ended the rest too (Slurm's job gone with it): no retry can run
+    others_held: bool = True
 
 
 class NodeFailedError(RunError):

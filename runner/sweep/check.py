@@ -126,10 +126,10 @@ def answering(cluster: Cluster, labels: dict[str, str]) -> tuple[tuple[Node, ...
 
 def _out_of(error: RunError) -> tuple[str | None, str]:
     """The node a launch's ``error`` puts out of the check, and why: one whose launch failed,
-    or one whose connection was lost mid-check; (None, "") for any other error."""
+    or one lost mid-check while the others are still held; (None, "") for any other error."""
     if isinstance(error, NodeFailedError):
         return error.node, f"its launch failed: {error.message}"
-    if error.lost_node is not None:
+    if error.lost_node is not None and error.others_held:
         return error.lost_node, f"lost during the check: {error.what}: {error.why}"
     return None, ""
 

@@ -66,12 +66,13 @@ def test_a_node_slurm_loses_mid_check_is_named_and_the_other_is_checked(slurm, n
 
 def test_losing_the_node_that_holds_the_job_fails_the_check_saying_so(slurm, no_leftovers):
     """n1 runs the allocation's batch script: Slurm ends the job with it, --no-kill or not, so
-    the retry on n2 cannot run; its error says the check had gone on without n1, and why."""
+    no retry on n2 can run (one said "Expired or invalid job"): the check ends naming n1."""
     done, said = _down_mid_check(slurm, no_leftovers, "n1", "29886")
     assert done.returncode == 1, said
-    assert "this launch ran without n1, lost during the check: Slurm lost node n1" in said, said
+    assert "error: Slurm lost node n1 (node failure)" in said, said
+    assert "ended with it" in said and "Expired or invalid job" not in said, said
     record = json.loads((no_leftovers / "runs" / "lost" / "check.json").read_text())
-    assert record["status"] == "failed" and list(record["unreachable"]) == ["n1"], record
+    assert (record["status"], record["failed_node"]) == ("failed", "n1"), record
     assert "Traceback" not in said
     wait_for(lambda: slurm.jobs() == [], timeout=30, what="the allocation to end")
 

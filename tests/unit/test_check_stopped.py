@@ -199,3 +199,31 @@ def test_a_check_that_ends_on_a_lost_node_names_it_as_the_failed_node():
     lost.lost_node = "node-1"
     record = stopped_record(lost, 1.0, {}, {"node-1": "127.0.0.3"}, "hosts")
     assert (record["status"], record["failed_node"]) == ("failed", "127.0.0.3")
+
+
+class _LosesTheJob(_LosesNode1):
+    """node-0 lost, and the job that held every node with it (Slurm's batch host)."""
+
+    def run(self, plan, workdir, *, timeout_s, on_line):
+        self.launched.append([launch.node.name for launch in plan.launches])
+        lost = RunError("Slurm lost node node-0 (node failure)", why="Slurm job 1 ended with it")
+        lost.lost_node, lost.others_held = "node-0", False
+        raise lost
+
+
+def test_a_lost_node_that_took_the_others_with_it_ends_the_check_without_a_retry(tmp_path):
+    """A retry without node-0 had nothing to run in: it failed "Expired or invalid job"."""
+    executor = _LosesTheJob()
+    cluster = SimpleNamespace(
+        inventory=embedded_inventory(2), executor=executor, ready=lambda plan: None
+    )
+    spec = RunSpec(
+        "stopped", procs_per_node=1, nodes=2, rdzv_port=29400,
+        program=Program(ProgramKind.MODULE, "dtrun.workloads.check"), timeout_s=60.0,
+    )  # fmt: skip
+    with pytest.raises(RunError, match="Slurm lost node node-0"):
+        run_check(cluster, resolve_run(spec), tmp_path)  # type: ignore[arg-type]
+    assert executor.launched == [["node-0", "node-1"]]
+    record = json.loads((tmp_path / "stopped" / "check.json").read_text())
+    assert (record["status"], record["failed_node"]) == ("failed", "node-0")
+    assert record["unreachable"] == {}

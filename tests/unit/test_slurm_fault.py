@@ -54,3 +54,30 @@ def test_a_node_the_job_no_longer_holds_was_lost_though_it_is_back_in_service():
 
 def test_a_step_srun_could_not_start_on_nodes_the_job_still_holds_is_no_node_lost():
     assert ended_by_slurm(_Slurm(held="n1,n2"), "1", Heard(), _results(("n1", None))) is None
+
+
+@dataclass(frozen=True)
+class _Ended(_Slurm):
+    """The job ended with its first node (it runs the batch script): NODE_FAIL, no nodes."""
+
+    def run(
+        self, command: Sequence[str], *, stdin: str | None = None, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        if command[0] == "squeue":
+            return subprocess.CompletedProcess(list(command), 0, "NODE_FAIL|1:00:00|\n", "")
+        return super().run(command, stdin=stdin, timeout_s=timeout_s)
+
+
+def test_a_lost_node_that_ended_the_job_says_so_and_leaves_no_others_held():
+    heard = Heard(lost=["n1"])
+    error = ended_by_slurm(_Ended(), "1", heard, _results(("n1", None), ("n2", 137)))
+    assert isinstance(error, NodeLostError) and error.lost_node == "n1"
+    assert not error.others_held  # a check cannot go on in the job: it is gone
+    assert "Slurm job 1 ended with it (NODE_FAIL)" in error.why
+
+
+def test_a_lost_node_the_job_ran_on_without_leaves_the_others_held():
+    heard = Heard(lost=["n2"])
+    error = ended_by_slurm(_Slurm(held="n1"), "1", heard, _results(("n1", None), ("n2", None)))
+    assert isinstance(error, NodeLostError) and error.others_held
+    assert "ended with it" not in error.why

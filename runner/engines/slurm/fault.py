@@ -112,6 +112,8 @@ def ended_by_slurm(
         said += [f"Slurm has {n} {states[n]}" for n in lost if _down(states.get(n, ""))]
         if out := [n for n in lost if n in gone]:
             said.append(f"Slurm job {job_id} no longer holds {', '.join(out)}")
+        if state != "RUNNING":  # its batch host lost, or an allocation without --no-kill
+            said.append(f"Slurm job {job_id} ended with it ({state or 'gone from squeue'})")
         error = NodeLostError(
             f"Slurm lost node {', '.join(lost)} (node failure): the launch on it ended, and the "
             "other nodes were stopped",
@@ -119,7 +121,8 @@ def ended_by_slurm(
             fix=f"`sinfo -R` and `scontrol show node {lost[0]}` say why; run again once it is "
             f"back, or without it (--exclude {','.join(lost)})",
         )
-        error.lost_node = lost[0]  # a check goes on without it (the allocation keeps the rest)
+        error.lost_node = lost[0]  # a check goes on without it while the job holds the rest
+        error.others_held = state == "RUNNING"
         # with --no-kill (allocation.py) srun ends the step's other tasks with Slurm's signal:
         # one that died of it before srun ended was stopped with the step, not failed
         causes = {
