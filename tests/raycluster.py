@@ -113,7 +113,10 @@ class RayCluster:
         )  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"asking Ray failed:\n{done.stderr[-3000:]}")
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        answers = [line for line in done.stdout.splitlines() if line.startswith(ANSWER_MARK)]
+        if len(answers) != 1:
+            raise RuntimeError(f"Ray's driver gave no one answer:\n{done.stdout[-3000:]}")
+        return json.loads(answers[0].removeprefix(ANSWER_MARK))
 
     def leftovers(self) -> dict[str, object]:
         """What dtrun's jobs left: live actors, placement groups not removed, processes of a
@@ -124,7 +127,7 @@ class RayCluster:
         return state
 
     def nodes_alive(self) -> int:
-        alive = self.ask("print(json.dumps(sum(n['Alive'] for n in ray.nodes())))")
+        alive = self.ask("answer(sum(n['Alive'] for n in ray.nodes()))")
         assert isinstance(alive, int)
         return alive
 
@@ -168,9 +171,14 @@ def _environ(proc: psutil.Process) -> dict[str, str]:
     return {}
 
 
-ASK_PRELUDE = """
+# The answer is one line with a mark of its own: Ray itself may print after it ("raylet has
+# lagging heartbeats ..." once a raylet was killed; CI caught the last line being that).
+ANSWER_MARK = "dtrun-ask-answer:"
+ASK_PRELUDE = f"""
 import json, logging, ray
-ray.init(address="{address}", logging_level=logging.ERROR, log_to_driver=False)
+def answer(value):
+    print("{ANSWER_MARK}" + json.dumps(value), flush=True)
+ray.init(address="{{address}}", logging_level=logging.ERROR, log_to_driver=False)
 """
 
 # The jobs whose driver was dtrun (not these short drivers), the actors alive, the placement
@@ -180,6 +188,6 @@ from ray._private import state
 me = ray.get_runtime_context().get_job_id()
 actors = [a for a in state.actors().values() if a["State"] != "DEAD"]
 groups = [g for g in ray.util.placement_group_table().values() if g["state"] != "REMOVED"]
-print(json.dumps({"actors": [a.get("Name") or a["ActorID"] for a in actors],
-                  "groups": [g["name"] for g in groups]}))
+answer({"actors": [a.get("Name") or a["ActorID"] for a in actors],
+        "groups": [g["name"] for g in groups]})
 """

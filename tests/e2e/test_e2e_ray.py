@@ -35,7 +35,7 @@ def _result(run: Path, nodes: int) -> dict[str, Any]:
 
 def _dtrun_jobs(cluster: RayCluster) -> list[dict[str, Any]]:
     jobs = cluster.ask(
-        "from ray._private import state\nprint(json.dumps([j for j in state.state.job_table()]))"
+        "from ray._private import state\nanswer([j for j in state.state.job_table()])"
     )
     assert isinstance(jobs, list)
     return [job for job in jobs if "dtrun.cli" in job["Entrypoint"]]

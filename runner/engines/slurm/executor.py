@@ -392,7 +392,7 @@ def _failed_itself(step: _Step, settled: Settled) -> bool:
     """A node's program exited non-zero on its own (not on a signal, 128 + N): its failure is
     the launch's, and the step Slurm then reports cancelled is dtrun's fail-fast stop of it.
     Not where srun says Slurm lost a node: a peer's exit then is the loss's doing (a check goes
-    on without the lost node, docs/check.md), as Ray names a lost node first."""
+    on without the lost node, docs/check.md), as the other engines name a lost node first."""
     if settled.next is not Next.FAILED or settled.launch is None or step.slurm.lost:
         return False
     code = step.exits[settled.launch.node.name][0]
