@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -248,8 +250,9 @@ def test_a_damaged_result_file_is_named_with_what_is_wrong(tmp_path):
         load(path)
 
 
-def test_a_result_round_trips_through_parse():
-    data = {
+def _two_nodes() -> dict[str, Any]:
+    """A check result as rank 0 writes it: two CPU nodes, one round."""
+    return {
         "schema": "dtrun.check/1", "device": "cpu", "settings": {},
         "nodes": [{"name": "node-0", "address": "a", "ranks": [0]},
                   {"name": "node-1", "address": "b", "ranks": [1]}],
@@ -259,6 +262,19 @@ def test_a_result_round_trips_through_parse():
         "rounds": [[{"nodes": [0, 1], "busbw_gbs": [1.5]}]],
         "bisection": [],
     }  # fmt: skip
+
+
+def _damage(tmp_path: Path, data: dict[str, Any]) -> DamagedRunError:
+    """What loading ``data`` as a check's result.json raises."""
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(DamagedRunError) as caught:
+        load(path)
+    return caught.value
+
+
+def test_a_result_round_trips_through_parse():
+    data = _two_nodes()
     m = parse(data)
     assert m.names == ("node-0", "node-1")
     assert m.rounds[0][0] == Group((0, 1), (1.5,))
@@ -277,22 +293,9 @@ def test_a_result_round_trips_through_parse():
 def test_a_result_s_group_of_nodes_it_does_not_have_is_damage(tmp_path, edit, said):
     """A node index past the node count was an IndexError (a traceback); -1 blamed the last
     node for a pair it was never in."""
-    data = {
-        "schema": "dtrun.check/1", "device": "cpu", "settings": {},
-        "nodes": [{"name": "node-0", "address": "a", "ranks": [0]},
-                  {"name": "node-1", "address": "b", "ranks": [1]}],
-        "ranks": [{"node": 0, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": None},
-                  {"node": 1, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": None}],
-        "inside": [{"nodes": [0], "busbw_gbs": [None]}, {"nodes": [1], "busbw_gbs": [None]}],
-        "rounds": [[{"nodes": [0, 1], "busbw_gbs": [1.5]}]],
-        "bisection": [],
-    }  # fmt: skip
+    data = _two_nodes()
     edit(data)
-    path = tmp_path / "result.json"
-    path.write_text(json.dumps(data))
-    with pytest.raises(DamagedRunError) as caught:
-        load(path)
-    assert said in caught.value.message
+    assert said in _damage(tmp_path, data).message
 
 
 @pytest.mark.parametrize(
@@ -309,21 +312,9 @@ def test_a_gpu_row_that_is_not_nvidia_smi_s_text_is_damage(tmp_path, row, said):
     """nvidia-smi's rows are text of a few characters (runner/workloads/check_measure.py): a
     number there was a TypeError (int(5, 0)), and 4,000 hex digits of ECC errors a ValueError
     (str() of an int past 4,300 digits), each a traceback from `dtrun check`."""
-    data = {
-        "schema": "dtrun.check/1", "device": "cuda", "settings": {},
-        "nodes": [{"name": "node-0", "address": "a", "ranks": [0]},
-                  {"name": "node-1", "address": "b", "ranks": [1]}],
-        "ranks": [{"node": 0, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": [row]},
-                  {"node": 1, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": None}],
-        "inside": [{"nodes": [0], "busbw_gbs": [None]}, {"nodes": [1], "busbw_gbs": [None]}],
-        "rounds": [[{"nodes": [0, 1], "busbw_gbs": [1.5]}]],
-        "bisection": [],
-    }  # fmt: skip
-    path = tmp_path / "result.json"
-    path.write_text(json.dumps(data))
-    with pytest.raises(DamagedRunError) as caught:
-        load(path)
-    assert said in caught.value.why
+    data = _two_nodes()
+    data["device"], data["ranks"][0]["gpus"] = "cuda", [row]
+    assert said in _damage(tmp_path, data).why
 
 
 @pytest.mark.parametrize(
@@ -342,22 +333,9 @@ def test_a_figure_no_machine_measures_is_damage_not_a_verdict(tmp_path, edit, sa
     """-1e308 GFLOP/s flagged the node slow with a 300-digit percentage below the median, and
     1e308 GB/s of memory passed as fine: a figure outside what any machine measures is a
     damaged result, as the report's are (runner/record/readback.py, ranged)."""
-    data = {
-        "schema": "dtrun.check/1", "device": "cpu", "settings": {},
-        "nodes": [{"name": "node-0", "address": "a", "ranks": [0]},
-                  {"name": "node-1", "address": "b", "ranks": [1]}],
-        "ranks": [{"node": 0, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": None},
-                  {"node": 1, "compute_gflops": [1.0], "memory_gbs": [2.0], "gpus": None}],
-        "inside": [{"nodes": [0], "busbw_gbs": [None]}, {"nodes": [1], "busbw_gbs": [None]}],
-        "rounds": [[{"nodes": [0, 1], "busbw_gbs": [1.5]}]],
-        "bisection": [],
-    }  # fmt: skip
+    data = _two_nodes()
     edit(data)
-    path = tmp_path / "result.json"
-    path.write_text(json.dumps(data))
-    with pytest.raises(DamagedRunError) as caught:
-        load(path)
-    assert said in caught.value.why
+    assert said in _damage(tmp_path, data).why
 
 
 def test_a_stacks_nodes_are_named_by_their_registered_address_and_embedded_by_name():

@@ -12,8 +12,9 @@ import signal
 import time
 from dataclasses import dataclass, field, replace
 
+from dtrun.engines.slurm.allocation import hostnames
 from dtrun.engines.slurm.shell import SlurmShell
-from dtrun.errors import RunError
+from dtrun.errors import DtrunError, RunError
 from dtrun.spec.outcome import NodeResult
 
 # srun's words for a node the controller lost, and slurmstepd's for a step or job it ends:
@@ -76,8 +77,10 @@ def released(shell: SlurmShell, nodelist: str, names: list[str]) -> list[str]:
     """Those of ``names`` a running job's node list no longer holds: under --no-kill
     (allocation.py) Slurm takes a lost node out of the job, and may return it to service
     (ReturnToService) before sinfo is asked."""
-    done = shell.run(["scontrol", "show", "hostnames", nodelist]) if nodelist else None
-    held = done.stdout.split() if done is not None and done.returncode == 0 else []
+    try:  # where Slurm does not say, none is taken for released
+        held = hostnames(shell, nodelist) if nodelist else ()
+    except DtrunError:
+        held = ()
     return [name for name in names if held and name not in held]
 
 
