@@ -17,9 +17,11 @@ code with the options it records (each checked as if typed): it is not asked abo
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -61,14 +63,29 @@ def record_digest(run_dir: Path, recorded: BenchSpec) -> str:
     return hashlib.sha256(where + b"\n" + text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
+# a line is 64 hex digits and a path: a million approvals fit
+MAX_STORE = 64 * 1024 * 1024
+
+
+def _read_store(store: Path) -> bytes:
+    """The store's bytes: a regular file of a store's size, else OSError (a FIFO put at its
+    name was waited on for ever: O_NONBLOCK opens it at once and it is refused)."""
+    fd = os.open(store, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_STORE:
+            raise OSError(errno.EINVAL, "not a regular file of an approval store's size")
+        return file.read(MAX_STORE + 1)
+
+
 def approved(store: Path, digest: str) -> bool:
     """Whether ``digest`` is one of the store's lines; a store that cannot be read holds none
     (dtrun asks again)."""
     try:
-        with store.open(encoding="utf-8", errors="replace") as lines:
-            return any(line.split(" ", 1)[0] == digest for line in lines)
+        text = _read_store(store).decode("utf-8", errors="replace")
     except OSError:
         return False
+    return any(line.split(" ", 1)[0] == digest for line in text.splitlines())
 
 
 def remember(store: Path, digest: str, run_dir: Path) -> None:
@@ -80,7 +97,7 @@ def remember(store: Path, digest: str, run_dir: Path) -> None:
         store.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         old = b""
         with contextlib.suppress(FileNotFoundError):
-            old = store.read_bytes()
+            old = _read_store(store)
         line = f"{digest} {json.dumps(str(run_dir.resolve()))}\n".encode()
         write_atomic(store, old + (b"" if not old or old.endswith(b"\n") else b"\n") + line, 0o600)
     except OSError as exc:

@@ -180,6 +180,24 @@ def test_an_unreadable_store_asks_again_and_a_link_is_not_followed(tmp_path):
     assert target.read_text() == "keep\n"  # the link was not written through
 
 
+def test_a_fifo_at_the_store_asks_again_and_is_not_waited_on(tmp_path, capsys):
+    from dtrun.cli.approval import approve, approved
+
+    store = tmp_path / "approved"
+    os.mkfifo(store)  # no writer: reading it would wait for ever
+    said: list[str] = []
+
+    def ask(question: str) -> bool:
+        said.append(question)
+        return True
+
+    approve(tmp_path, SPEC, "--rerun", yes=False, ask=ask, store=store)
+    assert said  # it held no approval: the user was asked
+    assert "could not remember the approval" in capsys.readouterr().err
+    assert not approved(store, "0" * 64)
+    assert store.is_fifo()  # left as it was
+
+
 @pytest.mark.parametrize(
     ("change", "said"),
     [
