@@ -81,3 +81,32 @@ def test_a_lost_node_the_job_ran_on_without_leaves_the_others_held():
     error = ended_by_slurm(_Slurm(held="n1"), "1", heard, _results(("n1", None), ("n2", None)))
     assert isinstance(error, NodeLostError) and error.others_held
     assert "ended with it" not in error.why
+
+
+@dataclass(frozen=True)
+class _EndedDown(_Ended):
+    """The job ended NODE_FAIL and srun said nothing; sinfo has n2 down, n1 up."""
+
+    def run(
+        self, command: Sequence[str], *, stdin: str | None = None, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        if command[0] == "sinfo":
+            out = "n1|allocated|none\nn2|down*|Not responding\n"
+            return subprocess.CompletedProcess(list(command), 0, out, "")
+        return super().run(command, stdin=stdin, timeout_s=timeout_s)
+
+
+def test_a_job_ended_by_node_failure_names_only_the_node_slurm_has_down():
+    error = ended_by_slurm(_EndedDown(), "1", Heard(), _results(("n1", None), ("n2", None)))
+    assert isinstance(error, NodeLostError), error
+    assert error.what.startswith("Slurm lost node n2 (node failure)")
+    assert "Slurm has n2 down* (Not responding)" in error.why
+    ended = {r.node: r.cause for r in error.node_results}
+    assert ended == {"n1": None, "n2": "node failure (Slurm)"}
+
+
+def test_a_job_ended_by_node_failure_with_every_node_back_names_them_all():
+    """Slurm returned the lost node to service before sinfo was asked: nothing tells which."""
+    error = ended_by_slurm(_Ended(), "1", Heard(), _results(("n1", None), ("n2", None)))
+    assert isinstance(error, NodeLostError), error
+    assert error.what.startswith("Slurm lost node n1, n2 (node failure)")

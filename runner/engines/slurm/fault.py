@@ -105,9 +105,10 @@ def ended_by_slurm(
     state, limit, nodelist = job_end(shell, job_id)
     states = node_states(shell, running) if running else {}
     gone = released(shell, nodelist, running) if state == "RUNNING" and running else []
-    lost = heard.lost or [
-        n for n in running if state == "NODE_FAIL" or _down(states.get(n, "")) or n in gone
-    ]
+    # srun's own words; else the nodes Slurm has down or took out of the job; else, where the
+    # job ended NODE_FAIL and sinfo already has every node back (ReturnToService), all of them
+    down = [n for n in running if _down(states.get(n, "")) or n in gone]
+    lost = heard.lost or down or (running if state == "NODE_FAIL" else [])
     error: RunError
     if lost or heard.due_to == "NODE FAILURE":
         lost = lost or running
