@@ -1,6 +1,6 @@
 """docs/prediction.md's scores, replayed: every published result of the corpus through `dtrun
 predict --from` (its two smallest node counts in, its largest predicted), against what was
-measured there and against two naive forecasts: the held-out sets (holdout2 to holdout10, a
+measured there and against two naive forecasts: the held-out sets (holdout2 to holdout11, a
 line each), and every set's forecasts in its CSV. The tables and figures in docs/prediction.md
 must be the ones this replay computes.
 
@@ -33,7 +33,7 @@ from tests.paths import REPO
 from tests.unit.test_prediction_data import GATHERED as SPLITS  # fit, test, the held-out sets
 
 DOCS = REPO / "docs"
-DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test/holdout2-10 split
+DATA = DOCS / "prediction-data.yaml"  # the corpus, with its fit/test/holdout2-11 split
 FIELDS = (
     "procs_per_node", "mode", "strategy", "parameters", "gradient_bytes_per_parameter",
     "busbw_gbs", "busbw_intra_node_gbs", "step_spread", "batch_per_process", "global_batch",
