@@ -1,6 +1,7 @@
-"""The SSH session loop's executor (runner/engines/ssh/endpoint.py, InlineOptions): asyncssh's
-options for a connection without a config file are built at once in the loop's thread; with a
-config file (whose `Match exec` runs commands), and any other work, in a thread as before."""
+"""Without a config file, asyncssh's options are built in dtrun's own thread: the SSH session
+loop's executor (runner/engines/ssh/endpoint.py, InlineOptions) builds a connection's at once,
+and the hosts file's hosts are resolved one after another (engine.py, _through_ssh_config).
+With a config file (whose `Match exec` runs commands), and for any other work, in threads."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from dtrun.engines.ssh import endpoint
 from dtrun.engines.ssh.endpoint import InlineOptions
+from dtrun.engines.ssh.engine import _hosts_inventory, _through_ssh_config
 
 
 @pytest.fixture
@@ -61,3 +64,25 @@ def test_options_read_from_a_config_file_and_other_work_go_to_a_thread(built_in,
         other = executor.submit(threading.get_ident).result()
     assert options.port == 2200
     assert threading.get_ident() not in (*built_in, other)
+
+
+def test_the_hosts_are_resolved_in_dtrun_s_thread_without_a_config_and_in_threads_with_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    threads: list[int] = []
+    resolve = endpoint.endpoint
+
+    def recorded(*args: object) -> endpoint.Endpoint:
+        threads.append(threading.get_ident())
+        return resolve(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(endpoint, "endpoint", recorded)
+    inventory = _hosts_inventory("gpu-a:4,gpu-b:4")
+    assert [n.address for n in _through_ssh_config(inventory).nodes] == ["gpu-a", "gpu-b"]
+    assert threads == [threading.get_ident()] * 2
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text("Host gpu-b\n  HostName 10.0.0.9\n")
+    threads.clear()
+    assert [n.address for n in _through_ssh_config(inventory).nodes] == ["gpu-a", "10.0.0.9"]
+    assert len(threads) == 2 and threading.get_ident() not in threads
