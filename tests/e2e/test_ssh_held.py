@@ -68,3 +68,22 @@ def test_a_staging_that_fails_in_the_check_s_session_names_the_node_and_why(
     message = caught.value.message
     assert "cannot write the launch files on node-0 (127.0.0.2)" in message
     assert "Not a directory" in message or "File exists" in message
+
+
+@pytest.mark.e2e
+def test_with_shared_storage_node_0_stages_through_its_session_and_the_others_are_closed(
+    sshd_cluster, no_leftovers, sessions
+):
+    inventory = hosts(sshd_cluster, no_leftovers, count=2, shared=str(no_leftovers / "shared"))
+    plan = bash_plan(inventory, "cat node-1.sh >/dev/null; echo zero", "echo one")
+    with SshSession(inventory) as session:
+        executor = SshExecutor(session)
+        executor.command({node.name: "true" for node in inventory.nodes}, hold=True)
+        held = dict(executor._held)
+        assert sorted(held) == ["node-0", "node-1"]
+        results = executor.run(plan, workdir(no_leftovers), timeout_s=120, on_line=print)
+        assert executor._held == {}
+        assert held["node-1"].is_closing()  # it had nothing to stage: its sh ends
+    assert [r.exit_code for r in results] == [0, 0]
+    assert len(sessions) == 4  # two checks, two launches: node 0's check session staged
+    assert launch_processes() == []

@@ -88,8 +88,7 @@ class SshExecutor:
         self._code_staged: set[str] = set()
         self._no_sftp: set[str] = set()  # nodes whose sshd offers no SFTP subsystem
         self._stopped: tuple[NodeResult, ...] | None = None  # how each node of a stop ended
-        # sessions of a held command (the program check), each node's until its staging
-        self._held: dict[str, asyncssh.SSHClientProcess[str]] = {}
+        self._held: dict[str, asyncssh.SSHClientProcess[str]] = {}  # the check's, to stage
 
     def run(
         self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
@@ -188,6 +187,9 @@ class SshExecutor:
         self._code_staged.update(node.name for node in self._staging_nodes(nodes))
         if self.inventory.shared_dir:
             self._code_staged.update(node.name for node in nodes)
+            for held in self._held.values():  # node 0 staged every node's: they stage nothing
+                held.close()
+            self._held.clear()
 
     # -- one launch -----------------------------------------------------------------------
     async def _node(
