@@ -288,7 +288,8 @@ def _bench_on(
         widest = plan.points[-1]
         nodes = widest.every_node
         cluster.contacted = time.monotonic()  # the readiness wait counts from here
-        cluster.answered = check_program(cluster.executor.command, program, nodes)
+        held = partial(cluster.executor.command, hold=True)  # the staging's session too
+        cluster.answered = check_program(held, program, nodes)
     return _sweep(cluster, plan, launching, json_out, resumed)
 
 

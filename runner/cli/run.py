@@ -152,7 +152,8 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
         if cluster.engine.runs_shell:  # not Spark's tasks
             nodes = plan.every_node
             cluster.contacted = time.monotonic()  # the readiness wait counts from here
-            cluster.answered = check_program(cluster.executor.command, resolved.spec.program, nodes)
+            held = partial(cluster.executor.command, hold=True)  # the staging's session too
+            cluster.answered = check_program(held, resolved.spec.program, nodes)
 
     return run_program(
         resolved, inventory, launching.output, cluster.executor, on_line, on_begin,

@@ -43,11 +43,13 @@ class Executor(Protocol):
     ) -> tuple[NodeResult, ...]: ...
 
     def command(
-        self, scripts: dict[str, str], on_line: LineSink | None = None
+        self, scripts: dict[str, str], on_line: LineSink | None = None, *, hold: bool = False
     ) -> dict[str, Answer]:
         """Run a short bash script on each named node at once (node name -> script), streaming
         its output to ``on_line`` when given. An unreachable node gets an error instead of an
-        exit code; a refused login or an unknown host key raises at once."""
+        exit code; a refused login or an unknown host key raises at once. ``hold``: the next
+        launch stages its files through each answering node's session, where the executor has
+        sessions (SSH: one fewer to open a node); the others ignore it."""
         ...
 
 

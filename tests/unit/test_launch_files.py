@@ -179,3 +179,21 @@ def test_parameter_server_configs_place_chief_workers_and_servers(nodes, servers
     # the chief runs in the foreground of node 0; the other nodes only serve
     assert [launch.service for launch in p.launches] == [False] + [True] * (nodes - 1)
     assert 'TF_CONFIG="$(<tf-config-chief-0.json)" /shared' in p.launches[0].script
+
+
+def test_every_tf_config_is_written_as_json_dumps_writes_it_beyond_the_golden_node_counts():
+    """A TF_CONFIG's text is json.dumps(indent=2) of what it holds, on more nodes and servers
+    than the golden files have: the cluster, the same in every file, is encoded once and
+    nested (tensorflow.py, tf_configs)."""
+    base = CLUSTERS["h100"]
+    nodes = tuple(
+        replace(base.nodes[0], name=f"node-{i}", address=f"10.9.0.{i + 1}") for i in range(7)
+    )
+    options = LauncherOptions(tf_strategy=TfStrategy.PARAMETER_SERVER, tf_ps=9)
+    run = RunSpec("golden", TF_PROGRAM, nodes=7, launcher="tensorflow", launch=options)
+    p = build_run_plan(replace(base, nodes=nodes), run)
+    assert len(p.files) == 1 + 7 + 9
+    for f in p.files:
+        config = json.loads(f.content)
+        assert f.content == json.dumps(config, indent=2) + "\n", f.name
+        assert len(config["cluster"]["ps"]) == 9 and len(config["cluster"]["worker"]) == 7

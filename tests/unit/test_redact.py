@@ -350,3 +350,22 @@ def test_ordinary_lines_beside_a_long_secret_are_left_whole():
         '{"path": "a\\/b", "rate": "50%25", \'q\': "\\u00e9"} \x1b[32mok\x1b[0m &amp;',
     ]:
         assert hide.text(line) == line
+
+
+def test_a_string_repeated_through_a_record_is_redacted_wherever_it_is_as_text_redacts_it():
+    """Redactor.data redacts each distinct string once (issue 41) and puts it back wherever it
+    was: as a key, a value, in a list or a tuple, in another Redactor's data as that one hides
+    it."""
+    secret = "Zq9xSecretVal77LongerAbc"
+    said = f"token={secret} at https://user:pw9Xq@host/x"
+    record = {
+        said: [said, (said, 3, None), {"node": said, said: 1.5}],
+        "nodes": [{"name": f"node-{i}", "address": "10.0.0.1", "log": said} for i in range(3)],
+    }
+    for hide in (Redactor.of([secret]), Redactor()):
+        shown = hide.text(said)
+        assert shown != said
+        assert hide.data(record) == {
+            shown: [shown, (shown, 3, None), {"node": shown, shown: 1.5}],
+            "nodes": [{"name": f"node-{i}", "address": "10.0.0.1", "log": shown} for i in range(3)],
+        }

@@ -135,7 +135,7 @@ class LocalExecutor:
         raise error
 
     def command(
-        self, scripts: dict[str, str], on_line: LineSink | None = None
+        self, scripts: dict[str, str], on_line: LineSink | None = None, *, hold: bool = False
     ) -> dict[str, Answer]:
         """Each script runs with bash as its simulated node, all at once."""
 

@@ -95,7 +95,7 @@ class RayExecutor:
         self.placed = 0  # placement groups made, for the tests and the benchmark
 
     def command(
-        self, scripts: dict[str, str], on_line: LineSink | None = None
+        self, scripts: dict[str, str], on_line: LineSink | None = None, *, hold: bool = False
     ) -> dict[str, Answer]:
         """Each script runs with bash on its node, as a Ray task pinned to the node's address."""
         from dtrun.engines.ray.commands import run_commands

@@ -327,7 +327,7 @@ class SlurmExecutor:
         return f"--drain-failing drained {', '.join(reasons)} in Slurm"
 
     def command(
-        self, scripts: dict[str, str], on_line: LineSink | None = None
+        self, scripts: dict[str, str], on_line: LineSink | None = None, *, hold: bool = False
     ) -> dict[str, Answer]:
         """Each script on its node as a one-task step (--overlap: beside any other step). A
         node srun could not start the step on gets an error, not an exit code."""

@@ -75,7 +75,7 @@ class SparkExecutor:
         return driver_script(self.run_id, self.master, self.python, self.code_dir, tag)
 
     def command(
-        self, scripts: dict[str, str], on_line: LineSink | None = None
+        self, scripts: dict[str, str], on_line: LineSink | None = None, *, hold: bool = False
     ) -> dict[str, Answer]:
         raise UsageError(
             "dtrun exec and --check run shell scripts on nodes, and Spark runs only tasks",

@@ -103,12 +103,16 @@ def _through_ssh_config(inventory: Inventory) -> Inventory:
     alias's HostName."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from dtrun.engines.ssh.endpoint import endpoint
+    from dtrun.engines.ssh.endpoint import endpoint, user_ssh_config
 
-    # every host at once: reading the config for a host runs its `Match exec` commands, as
-    # `ssh HOST` would; one host after another, a 1 s command took N seconds (docs/clusters.md)
-    with ThreadPoolExecutor(max_workers=min(32, len(inventory.nodes) or 1)) as pool:
-        targets = list(pool.map(lambda node: endpoint(inventory, node), inventory.nodes))
+    if not user_ssh_config():  # no config, no command to wait for: a thread's round trip a
+        targets = [endpoint(inventory, node) for node in inventory.nodes]  # host saved
+    else:
+        # every host at once: reading the config for a host runs its `Match exec` commands, as
+        # `ssh HOST` would; one host after another, a 1 s command took N seconds
+        # (docs/clusters.md)
+        with ThreadPoolExecutor(max_workers=min(32, len(inventory.nodes) or 1)) as pool:
+            targets = list(pool.map(lambda node: endpoint(inventory, node), inventory.nodes))
     nodes = []
     for node, target in zip(inventory.nodes, targets, strict=True):
         if target.hostname and node.address == target.host:  # no address of its own given

@@ -19,14 +19,14 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dtrun.engines.common.code import code_files, node_python
 from dtrun.engines.common.scripts import answer_line, line_text
 from dtrun.engines.ssh.remote import (
-    command_line,
-    end_of_script,
     launch_command,
     remote_launch_dir,
+    run_command,
     stream,
     swept_marker,
 )
@@ -47,6 +47,9 @@ from dtrun.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan, NodeLaunch
 from dtrun.spec.outcome import NodeResult
 from dtrun.spec.text import plural
 from dtrun.workloads.files import NodeLog
+
+if TYPE_CHECKING:
+    import asyncssh
 
 
 @dataclass
@@ -85,6 +88,7 @@ class SshExecutor:
         self._code_staged: set[str] = set()
         self._no_sftp: set[str] = set()  # nodes whose sshd offers no SFTP subsystem
         self._stopped: tuple[NodeResult, ...] | None = None  # how each node of a stop ended
+        self._held: dict[str, asyncssh.SSHClientProcess[str]] = {}  # the check's, to stage
 
     def run(
         self, plan: LaunchPlan, workdir: Path, *, timeout_s: float, on_line: LineSink
@@ -99,46 +103,38 @@ class SshExecutor:
             raise LaunchInterrupted(self._stopped) from None
 
     def command(
-        self, scripts: dict[str, str], on_line: LineSink | None = None
+        self, scripts: dict[str, str], on_line: LineSink | None = None, *, hold: bool = False
     ) -> dict[str, Answer]:
         by_name = {node.name: node for node in self.inventory.nodes}
         return self.session.call(
-            self._command({by_name[name]: script for name, script in scripts.items()}, on_line)
+            self._command({by_name[name]: s for name, s in scripts.items()}, on_line, hold)
         )
 
     async def _command(
-        self, scripts: dict[Node, str], on_line: LineSink | None
+        self, scripts: dict[Node, str], on_line: LineSink | None, hold: bool
     ) -> dict[str, Answer]:
         async def one(node: Node, script: str) -> Answer:
-            import asyncssh
-
             lines: list[str] = []
+
+            def sink(segment: str) -> None:
+                line = line_text(segment)
+                kept = answer_line(line)
+                if kept is not None:
+                    lines.append(kept)
+                if on_line is not None:
+                    on_line(node.name, line)
+
             try:
                 connection = await self.session.connection(node)
                 async with self.session.limit:
                     with lost_connection(node, "running the command"):
-                        # the script, then its end; the input stays open: its end of file
-                        # (dtrun gone) stops the script there (remote.py, command_line)
-                        token = secrets.token_hex(8)
-                        process = await connection.create_process(
-                            command_line(token), stderr=asyncssh.STDOUT
-                        )
-                        end = end_of_script(token)
-                        process.stdin.write(f"{script.rstrip(chr(10))}\n{end}\n")
-
-                        def sink(segment: str) -> None:
-                            line = line_text(segment)
-                            kept = answer_line(line)
-                            if kept is not None:
-                                lines.append(kept)
-                            if on_line is not None:
-                                on_line(node.name, line)
-
-                        await stream(process, sink)
+                        process, status = await run_command(connection, script, sink, hold=hold)
             except SshError as error:
                 self.session.forget(node)
                 return Answer("\n".join(lines), None, f"{error.what}: {error.why}")
-            return Answer("\n".join(lines), process.exit_status)
+            if hold and process.exit_status is None and not process.is_closing():
+                self._held[node.name] = process  # the node's staging goes through it
+            return Answer("\n".join(lines), status)
 
         answers = await asyncio.gather(*(one(node, script) for node, script in scripts.items()))
         return {node.name: answer for node, answer in zip(scripts, answers, strict=True)}
@@ -152,9 +148,12 @@ class SshExecutor:
         """Through the exec channel, every file in one script, the code only where the node
         lacks it (transfer.py says why)."""
         connection = await self.session.connection(node)
+        held = self._held.pop(node.name, None)  # the program check's session, if it is open
+        if held is not None and (held.exit_status is not None or held.is_closing()):
+            held = None
         with lost_connection(node, "copying the launch files"):
             async with self.session.limit:
-                await exec_put(connection, node, files, code)
+                await exec_put(connection, node, files, code, held)
 
     async def _stage(self, plan: LaunchPlan, remote_dir: str) -> None:
         """Code, scripts and launch files to every node of the point: a head-only launcher
@@ -188,6 +187,9 @@ class SshExecutor:
         self._code_staged.update(node.name for node in self._staging_nodes(nodes))
         if self.inventory.shared_dir:
             self._code_staged.update(node.name for node in nodes)
+            for held in self._held.values():  # node 0 staged every node's: they stage nothing
+                held.close()
+            self._held.clear()
 
     # -- one launch -----------------------------------------------------------------------
     async def _node(

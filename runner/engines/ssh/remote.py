@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dtrun.engines.common.scripts import LINE_END, LINE_END_LONGEST
 from dtrun.execute.guard import TAG, WAIT_FOR_END, reaper_on_node, stop_script
@@ -89,19 +90,80 @@ exec 3<&-
 wait "$run"
 status=$?
 kill "$guard" 2>/dev/null
-exit "$status"
 """
-_CARRIED = base64.b64encode(_COMMAND.encode()).decode()
+# A held command (SshExecutor.command with hold): once the script has ended and its guard is
+# gone (so nothing else reads the input), the node says so and the script's exit code on one
+# line, and waits for dtrun's next line. STAGE makes the session the launch's staging `sh -s`
+# (transfer.py, exec_put): the program check and the staging share one session a node, one
+# channel fewer to open (issue 41). The end of the input, or any other line, ends it.
+_HELD = (
+    _COMMAND
+    + 'wait "$guard" 2>/dev/null\n'
+    + 'printf \'%s %s\\n\' "DTRUN_HELD_$1" "$status"\n'
+    + 'IFS= read -r next || exit "$status"\n'
+    + '[ "$next" = stage ] && exec sh -s\n'
+    + 'exit "$status"\n'
+)
+STAGE = "stage\n"
+_CARRIED = base64.b64encode((_COMMAND + 'exit "$status"\n').encode()).decode()
+_CARRIED_HELD = base64.b64encode(_HELD.encode()).decode()
 
 
-def command_line(token: str) -> str:
+def command_line(token: str, *, hold: bool = False) -> str:
     """The login shell's line for one short command (any shell reads it alike, as
-    launch_command's); ``token``: hex, the end line's (``end_of_script``)."""
-    return f"exec sh -c 'eval \"$(printf %s {_CARRIED} | base64 -d)\"' dtrun-command {token}"
+    launch_command's); ``token``: hex, the end line's (``end_of_script``); ``hold``: the
+    session waits for STAGE once the script has ended (held_marker says when)."""
+    carried = _CARRIED_HELD if hold else _CARRIED
+    return f"exec sh -c 'eval \"$(printf %s {carried} | base64 -d)\"' dtrun-command {token}"
 
 
 def end_of_script(token: str) -> str:
     return f"DTRUN_END_OF_SCRIPT_{token}"
+
+
+def held_marker(token: str) -> str:
+    """What a held command prints, before its exit code, once its script has ended."""
+    return f"DTRUN_HELD_{token} "
+
+
+async def run_command(
+    connection: asyncssh.SSHClientConnection,
+    script: str,
+    sink: Callable[[str], None],
+    *,
+    hold: bool = False,
+) -> tuple[asyncssh.SSHClientProcess[str], int | None]:
+    """Run a short bash script on the node (the protocol above), its output to ``sink``; the
+    session and the script's exit code. Held: the session stays open for STAGE where the
+    node said the script ended (its stderr apart: the staging reads it); else it has closed."""
+    import asyncssh
+
+    token = secrets.token_hex(8)
+    # the script, then its end; the input stays open: its end of file (dtrun gone) stops the
+    # script there
+    merged: dict[str, Any] = {} if hold else {"stderr": asyncssh.STDOUT}
+    process = await connection.create_process(command_line(token, hold=hold), **merged)
+    process.stdin.write(f"{script.rstrip(chr(10))}\n{end_of_script(token)}\n")
+    if not hold:
+        await stream(process, sink)
+        return process, process.exit_status
+    marker = held_marker(token)
+    while True:
+        try:
+            segment = await process.stdout.readuntil(LINE_END, LINE_END_LONGEST)
+        except asyncio.IncompleteReadError as end:  # the session ended without the marker
+            if end.partial:
+                sink(str(end.partial))
+            await process.wait_closed()
+            return process, process.exit_status
+        said = segment.find(marker)
+        if said < 0:
+            sink(segment)
+            continue
+        if said:
+            sink(segment[:said])
+        words = segment[said + len(marker) :].split()
+        return process, int(words[0]) if words and words[0].isdigit() else None
 
 
 def _exited(process: asyncssh.SSHClientProcess[str]) -> asyncio.Event:

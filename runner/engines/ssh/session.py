@@ -69,6 +69,9 @@ class SshSession:
         self.notice = notice
         self.concurrency = concurrency
         self._runner = asyncio.Runner()
+        from dtrun.engines.ssh.endpoint import InlineOptions  # asyncssh options, no thread
+
+        self._runner.get_loop().set_default_executor(InlineOptions())
         self._connections: dict[str, asyncssh.SSHClientConnection] = {}
         self._pending: dict[str, asyncio.Task[asyncssh.SSHClientConnection]] = {}
         self._jump: asyncio.Task[asyncssh.SSHClientConnection] | None = None

@@ -24,6 +24,7 @@ import shlex
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from dtrun.engines.ssh.remote import STAGE
 from dtrun.engines.ssh.session import SshError
 from dtrun.workloads.files import write_atomic
 
@@ -76,23 +77,31 @@ def put_script(files: Files) -> str:
 
 
 async def exec_put(
-    connection: asyncssh.SSHClientConnection, node: Node, files: Files, code: Files | None = None
+    connection: asyncssh.SSHClientConnection,
+    node: Node,
+    files: Files,
+    code: Files | None = None,
+    held: asyncssh.SSHClientProcess[str] | None = None,
 ) -> bool:
     """Write ``files`` through the exec channel, and ``code`` (dtrun's workload code) only where
     the node does not hold it already; an SshError naming the node if sh fails. Returns whether
-    the code was sent.
+    the code was sent. ``held``: the node's held session (remote.py, STAGE) instead of a new
+    channel.
 
     The code is most of what a first launch sends a node (180 KB, 2.6 ms of dtrun's CPU a node
     on loopback, docs/benchmarks.md), and the same from one run to the next. The script asks
     the node first: `sha256sum -c` against the files' digests. Only a node that answers
     "wanted" gets the code, in the same channel (`sh -s` reads its script as it comes)."""
     script = put_script(files)
-    if not code:
-        return _finish(node, await connection.run("sh -s", input=script, check=False))
-    if not checkable(code):  # a path sha256sum would escape: sent every time
-        done = await connection.run("sh -s", input=script + put_script(code), check=False)
-        return _finish(node, done, sent=True)
-    process = await connection.create_process("sh -s")
+    if held is not None:
+        held.stdin.write(STAGE)  # the held session becomes `sh -s`
+        process = held
+    else:
+        process = await connection.create_process("sh -s")
+    if not code or not checkable(code):  # a path sha256sum would escape: sent every time
+        process.stdin.write(script + (put_script(code) if code else ""))
+        process.stdin.write_eof()
+        return _finish(node, await process.wait(check=False), sent=bool(code))
     process.stdin.write(script + code_check_script(code))
     wanted = False
     while line := await process.stdout.readline():

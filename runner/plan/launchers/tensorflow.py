@@ -31,8 +31,10 @@ class Task:
         return f"tf-config-{self.type}-{self.index}.json"
 
 
-def tasks(ctx: PlanContext) -> tuple[Task, ...]:
-    """Every task of the cluster; tasks sharing a node take consecutive ports from --port."""
+def tasks_of(ctx: PlanContext, node_rank: int) -> tuple[Task, ...]:
+    """The tasks of one node, on consecutive ports from --port: the chief first (node 0 under
+    ParameterServerStrategy), its worker, then the parameter servers spread over the nodes from
+    node 0. Without the other nodes': a node's script is planned with its own (issue 41)."""
     if ctx.procs_per_node != 1:
         raise PlanError(
             "the tensorflow launcher runs one worker per node",
@@ -40,19 +42,20 @@ def tasks(ctx: PlanContext) -> tuple[Task, ...]:
             "of its node itself",
             fix="pass --procs-per-node 1",
         )
-    per_node: list[list[tuple[str, int]]] = [[] for _ in ctx.nodes]
-    if ctx.options.tf_strategy is TfStrategy.PARAMETER_SERVER:
-        per_node[0].append((CHIEF, 0))
-    for rank in range(ctx.nnodes):
-        per_node[rank].append((WORKER, rank))
-    if ctx.options.tf_strategy is TfStrategy.PARAMETER_SERVER:
-        for index in range(ctx.options.tf_ps):
-            per_node[index % ctx.nnodes].append((PS, index))
+    serving = ctx.options.tf_strategy is TfStrategy.PARAMETER_SERVER
+    mine = [(CHIEF, 0)] if serving and node_rank == 0 else []
+    mine.append((WORKER, node_rank))
+    if serving:
+        mine += [(PS, index) for index in range(node_rank, ctx.options.tf_ps, ctx.nnodes)]
     return tuple(
-        Task(kind, index, rank, ctx.rdzv_port + slot)
-        for rank, node_tasks in enumerate(per_node)
-        for slot, (kind, index) in enumerate(node_tasks)
+        Task(kind, index, node_rank, ctx.rdzv_port + slot)
+        for slot, (kind, index) in enumerate(mine)
     )
+
+
+def tasks(ctx: PlanContext) -> tuple[Task, ...]:
+    """Every task of the cluster, node by node."""
+    return tuple(task for rank in range(ctx.nnodes) for task in tasks_of(ctx, rank))
 
 
 def by_role(task: Task) -> tuple[int, int]:
@@ -60,14 +63,23 @@ def by_role(task: Task) -> tuple[int, int]:
     return (CHIEF, WORKER, PS).index(task.type), task.index
 
 
-def tf_config(ctx: PlanContext, task: Task, every: tuple[Task, ...]) -> str:
+def tf_configs(ctx: PlanContext) -> tuple[tuple[Task, str], ...]:
+    """Every task's TF_CONFIG, in role order: the cluster, the same in every file, written
+    once and nested as json.dumps(indent=2) nests it; only the task differs. One encoding of
+    the cluster per task was N x N addresses (issue 41)."""
+    ordered = sorted(tasks(ctx), key=by_role)  # a task's index is its place in its list
     cluster: dict[str, list[str]] = {}
-    for other in sorted(every, key=by_role):  # a task's index is its place in its list
-        cluster.setdefault(other.type, []).append(
-            f"{ctx.nodes[other.node_rank].address}:{other.port}"
-        )
-    config = {"cluster": cluster, "task": {"type": task.type, "index": task.index}}
-    return json.dumps(config, indent=2) + "\n"
+    for task in ordered:
+        cluster.setdefault(task.type, []).append(f"{ctx.nodes[task.node_rank].address}:{task.port}")
+    nested = json.dumps(cluster, indent=2).replace("\n", "\n  ")
+    return tuple(
+        (task, f'{{\n  "cluster": {nested},\n  "task": {_nested_task(task)}\n}}\n')
+        for task in ordered
+    )
+
+
+def _nested_task(task: Task) -> str:
+    return json.dumps({"type": task.type, "index": task.index}, indent=2).replace("\n", "\n  ")
 
 
 class Tensorflow:
@@ -80,14 +92,13 @@ class Tensorflow:
         return tuple(Script(rank, service=serving and rank > 0) for rank in range(ctx.nnodes))
 
     def files(self, ctx: PlanContext) -> tuple[LaunchFile, ...]:
-        every = tasks(ctx)
         return tuple(
-            LaunchFile(task.file, tf_config(ctx, task, every), node_rank=task.node_rank)
-            for task in sorted(every, key=by_role)
+            LaunchFile(task.file, config, node_rank=task.node_rank)
+            for task, config in tf_configs(ctx)
         )
 
     def node_context(self, ctx: PlanContext, node_rank: int) -> dict[str, object]:
-        mine = [task for task in tasks(ctx) if task.node_rank == node_rank]
+        mine = tasks_of(ctx, node_rank)
         chief = [task for task in mine if task.type == CHIEF]
         context = common_context(ctx, node_rank)
         context.update(

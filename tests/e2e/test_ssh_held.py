@@ -1,0 +1,89 @@
+"""The program check's session carries the launch's staging (runner/engines/ssh/remote.py, a
+held command): against real sshd instances, one session a node fewer, the same files, the same
+error where the staging fails, and nothing left running."""
+
+from __future__ import annotations
+
+import asyncssh
+import pytest
+
+from dtrun.engines.ssh.executor import SshExecutor
+from dtrun.engines.ssh.session import SshError, SshSession
+from tests.conftest import launch_processes
+from tests.e2e.test_ssh import bash_plan, hosts, workdir
+
+
+@pytest.fixture
+def sessions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The command of every session dtrun opens on a node (asyncssh's `run` opens them too)."""
+    opened: list[str] = []
+    original = asyncssh.SSHClientConnection.create_process
+
+    async def counted(self, command, *args, **kwargs):
+        opened.append(command)
+        return await original(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(asyncssh.SSHClientConnection, "create_process", counted)
+    return opened
+
+
+@pytest.mark.e2e
+def test_the_program_check_s_session_stages_the_launch_one_session_a_node_fewer(
+    sshd_cluster, no_leftovers, sessions
+):
+    inventory = hosts(sshd_cluster, no_leftovers, count=2)
+    plan = bash_plan(inventory, "cat node-0.sh >/dev/null; echo zero", "echo one")
+    lines: list[tuple[str, str]] = []
+    with SshSession(inventory) as session:
+        executor = SshExecutor(session)
+        checked = {node.name: "echo checked; exit 3" for node in inventory.nodes}
+        answers = executor.command(checked, hold=True)
+        assert {(a.output, a.exit_code) for a in answers.values()} == {("checked", 3)}
+        assert len(sessions) == 2
+        results = executor.run(
+            plan, workdir(no_leftovers), timeout_s=120, on_line=lambda n, t: lines.append((n, t))
+        )
+    assert [r.exit_code for r in results] == [0, 0]
+    assert sorted(lines) == [("node-0", "zero"), ("node-1", "one")]
+    # the two launches only: each node's files went through its check's session
+    assert len(sessions) == 4
+    assert launch_processes() == []
+
+
+@pytest.mark.e2e
+def test_a_staging_that_fails_in_the_check_s_session_names_the_node_and_why(
+    sshd_cluster, tmp_path, sessions
+):
+    inventory = hosts(sshd_cluster, tmp_path, count=1)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a directory should be")
+    with SshSession(inventory) as session:
+        executor = SshExecutor(session)
+        executor.command({"node-0": "true"}, hold=True)
+        with pytest.raises(SshError) as caught:
+            session.call(
+                executor._put(inventory.nodes[0], {str(blocker / "x.sh"): (b"x", 0o700)}, {})
+            )
+    assert len(sessions) == 1  # the check's session wrote, and failed
+    message = caught.value.message
+    assert "cannot write the launch files on node-0 (127.0.0.2)" in message
+    assert "Not a directory" in message or "File exists" in message
+
+
+@pytest.mark.e2e
+def test_with_shared_storage_node_0_stages_through_its_session_and_the_others_are_closed(
+    sshd_cluster, no_leftovers, sessions
+):
+    inventory = hosts(sshd_cluster, no_leftovers, count=2, shared=str(no_leftovers / "shared"))
+    plan = bash_plan(inventory, "cat node-1.sh >/dev/null; echo zero", "echo one")
+    with SshSession(inventory) as session:
+        executor = SshExecutor(session)
+        executor.command({node.name: "true" for node in inventory.nodes}, hold=True)
+        held = dict(executor._held)
+        assert sorted(held) == ["node-0", "node-1"]
+        results = executor.run(plan, workdir(no_leftovers), timeout_s=120, on_line=print)
+        assert executor._held == {}
+        assert held["node-1"].is_closing()  # it had nothing to stage: its sh ends
+    assert [r.exit_code for r in results] == [0, 0]
+    assert len(sessions) == 4  # two checks, two launches: node 0's check session staged
+    assert launch_processes() == []
