@@ -3,9 +3,8 @@
 One event loop per session (asyncio.Runner), so connections survive between launches of a
 sweep. Nodes are reached directly, through the inventory's jump host, or through the ProxyJump
 hosts of the user's ~/.ssh/config (each jump host logged into once and shared); host keys are
-checked
-against the stack's known_hosts lines or the user's known_hosts file, and a new key is only
-recorded when asked (--accept-new-host-keys), never silently.
+checked against the stack's known_hosts lines or the user's known_hosts file, and a new key is
+only recorded when asked (--accept-new-host-keys), never silently.
 """
 
 from __future__ import annotations
@@ -89,14 +88,17 @@ class SshSession:
         async def close(connections: list[asyncssh.SSHClientConnection]) -> None:
             for connection in connections:
                 connection.close()
-            for connection in connections:
-                with contextlib.suppress(Exception):
-                    await connection.wait_closed()
+            await asyncio.gather(*(c.wait_closed() for c in connections), return_exceptions=True)
 
         async def close_all() -> None:
             await close(list(self._connections.values()))
             jumps = [*self._hops.values(), *([self._jump] if self._jump else [])]
             await close([task.result() for task in jumps if _opened(task)])  # nodes' tunnels
+            # openings under way, stopped, their ends read: else asyncio's traceback at close
+            others = asyncio.all_tasks() - {asyncio.current_task()}
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
         with contextlib.suppress(Exception):
             self._runner.run(close_all())
