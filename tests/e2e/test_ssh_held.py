@@ -87,3 +87,32 @@ def test_with_shared_storage_node_0_stages_through_its_session_and_the_others_ar
     assert [r.exit_code for r in results] == [0, 0]
     assert len(sessions) == 4  # two checks, two launches: node 0's check session staged
     assert launch_processes() == []
+
+
+# 3 MB: past asyncssh's 2 MiB receive window, where it stops reading the channel until what
+# it holds is read
+_FLOOD = "head -c 3000000 /dev/zero | tr '\\0' x"
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "flood", [f"{_FLOOD} >&2; echo >&2", f"{_FLOOD}; echo"], ids=["stderr", "one-line"]
+)
+def test_a_held_check_that_floods_its_output_still_answers_and_stages(
+    sshd_cluster, no_leftovers, flood
+):
+    """A login script (~/.bashrc) or a check that writes megabytes, to stderr or as one line,
+    before the check's answer: dtrun read on past it, or it waited for ever."""
+    inventory = hosts(sshd_cluster, no_leftovers, count=1)
+    plan = bash_plan(inventory, "echo zero")
+    with SshSession(inventory) as session:
+        executor = SshExecutor(session)
+        answers = executor.command({"node-0": f"{flood}\necho checked; exit 3"}, hold=True)
+        assert answers["node-0"].exit_code == 3
+        # the answer is taken at the held marker, which may overtake stderr's last pieces
+        assert "checked" in answers["node-0"].output
+        assert "node-0" in executor._held
+        results = executor.run(plan, workdir(no_leftovers), timeout_s=60, on_line=print)
+    assert [r.exit_code for r in results] == [0]
+    assert launch_processes() == []
