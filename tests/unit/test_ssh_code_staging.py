@@ -146,3 +146,24 @@ def test_a_failed_write_names_the_node_and_sends_no_code(tmp_path):
     with pytest.raises(SshError, match="node-0"):
         _put(local, files, _code(tmp_path))
     assert not (tmp_path / "code").exists()
+
+
+class _LoginScriptExits(_Local):
+    """A node whose login script (~/.bashrc) exits 3 before `sh -s` starts: nothing said."""
+
+    async def create_process(self, command: str, **_: object) -> _LocalProcess:
+        process = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", "exit 3", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        return _LocalProcess(process, self.sent)
+
+
+def test_a_staging_ended_before_sh_said_anything_points_at_the_login_script(tmp_path):
+    files = {f"{tmp_path}/runs/r0/node-0.sh": (b"true\n", 0o700)}
+    with pytest.raises(SshError) as failed:
+        _put(_LoginScriptExits(), files, {})
+    assert "`sh -s` exited 3" in failed.value.why
+    assert "said nothing" in failed.value.why
+    assert "~/.bashrc" in failed.value.fix
+    assert "dtrun exec --hosts ... -- true" in failed.value.fix

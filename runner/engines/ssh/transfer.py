@@ -132,15 +132,22 @@ def _said(result: asyncssh.SSHCompletedProcess, held: object, before: str = "") 
 def _finish(
     node: Node, result: asyncssh.SSHCompletedProcess, said: str, sent: bool = False
 ) -> bool:
-    if result.exit_status != 0:
+    if result.exit_status == 0:
+        return sent
+    why = f"`sh -s` exited {result.exit_status} writing them through the SSH session"
+    if not said.strip():  # ended before sh said a word: as a login script that exits does
         raise SshError(
             f"cannot write the launch files on {node.name} ({node.address})",
-            why=f"`sh -s` exited {result.exit_status} writing them through the SSH session: "
-            f"{_tail(said)}",
-            fix="check that the node's disk has room and its sh has base64 and mkdir; "
-            "`dtrun exec --hosts ... -- df -h` shows every node's disks",
+            why=f"{why}, and said nothing",
+            fix="see what a command there says: `dtrun exec --hosts ... -- true`; a login "
+            "script (~/.bashrc) that exits or fails ends every command on its node",
         )
-    return sent
+    raise SshError(
+        f"cannot write the launch files on {node.name} ({node.address})",
+        why=f"{why}: {_tail(said)}",
+        fix="check that the node's disk has room and its sh has base64 and mkdir; "
+        "`dtrun exec --hosts ... -- df -h` shows every node's disks",
+    )
 
 
 _THERE, _WANTED = "dtrun-code-there", "dtrun-code-wanted"
