@@ -56,7 +56,10 @@ def _base64(content: bytes) -> str:
 
 def put_script(files: Files) -> str:
     """The sh script that writes ``files`` atomically (temporary file, mode, rename)."""
+    # sh runs no EXIT trap for a signal that kills it (logind ending a session's processes,
+    # an admin's kill): each is an exit here, so no half-written file stays
     lines = ["set -e", "umask 077", "tmp=", "trap 'rm -f \"$tmp\"' EXIT"]
+    lines.append("trap 'exit 1' HUP INT PIPE TERM")
     made = ""
     for path, (content, mode) in files.items():
         target = shlex.quote(path)
