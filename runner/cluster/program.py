@@ -17,6 +17,7 @@ from dtrun.execute import Answer
 from dtrun.render import render
 from dtrun.spec.cluster import Node
 from dtrun.spec.request import Program, ProgramKind
+from dtrun.spec.text import one_line
 
 Command = Callable[[dict[str, str]], dict[str, Answer]]
 
@@ -27,6 +28,29 @@ _SAID = {
     "not-executable": "is not executable",
     "not-in-path": "is not found in its PATH",
 }
+
+
+_UNANSWERED = "could not be checked: the check "
+
+
+def _problem(answer: Answer) -> str | None:
+    """What is wrong with the program on a node that answered, by its check's last word."""
+    _, said, after = answer.output.rpartition("dtrun-program ")
+    words = after.split() if said else []
+    if not words:
+        return _unanswered(answer)
+    state = one_line(words[0])
+    return None if state == "ok" else _SAID.get(state, f"could not be checked ({state})")
+
+
+def _unanswered(answer: Answer) -> str:
+    """A node whose check ended before it said a word of the program: a login script that
+    exits, or sets -e and fails, ends every command there first. Its exit code and last line
+    say why, control characters escaped."""
+    ended = "was stopped" if answer.exit_code is None else f"exited {answer.exit_code}"
+    last = answer.output.strip().splitlines()[-1:]
+    line = f", its last line: {one_line(last[0])}" if last else ", saying nothing"
+    return f"{_UNANSWERED}{ended} before answering{line}"
 
 
 def program_script(program: Program) -> str | None:
@@ -57,10 +81,9 @@ def check_program(command: Command, program: Program, nodes: Sequence[Node]) -> 
         if answer.error is not None:
             continue  # unreachable: the readiness step waits for it, then says so
         answered.add(node.name)
-        words = answer.output.rpartition("dtrun-program ")[2].split()
-        state = words[0] if words else "no answer"
-        if state != "ok":
-            found.append((node.name, _SAID.get(state, f"could not be checked ({state})")))
+        problem = _problem(answer)
+        if problem is not None:
+            found.append((node.name, problem))
     if not found:
         return frozenset(answered)
     by_said: dict[str, list[str]] = {}
@@ -68,7 +91,10 @@ def check_program(command: Command, program: Program, nodes: Sequence[Node]) -> 
         by_said.setdefault(problem, []).append(name)
     where = "; ".join(f"on {' and '.join(names)} it {said}" for said, names in by_said.items())
     what = "script" if program.kind is ProgramKind.SCRIPT else "program"
-    if set(by_said) == {_SAID["not-executable"]}:
+    if any(said.startswith(_UNANSWERED) for said in by_said):
+        fix = "see what a command there says: `dtrun exec --hosts ... -- true`; a login script "
+        fix += "(~/.bashrc) that exits or fails ends every command on its node"
+    elif set(by_said) == {_SAID["not-executable"]}:
         fix = f"make it executable on every node (chmod +x {program.target}), or run it with its "
         fix += "interpreter (bash SCRIPT, python SCRIPT)"
     elif program.kind is ProgramKind.EXECUTABLE and "/" not in program.target:

@@ -142,3 +142,22 @@ def test_a_hostile_path_is_one_quoted_word_in_the_check(tmp_path):
     with pytest.raises(UsageError, match="does not exist"):
         check_program(here, Program(ProgramKind.SCRIPT, target), NODES)
     assert not mark.exists()
+
+
+def test_a_node_whose_check_ends_without_an_answer_is_named_with_its_exit_code():
+    """A login script (~/.bashrc) that exits 3, or sets -e and fails, ends every command on
+    the node before the check says a word: the message names the exit code and the last
+    line, not a missing file."""
+
+    def login_script_exits(scripts: dict[str, str]) -> dict[str, Answer]:
+        said = {"node-0": ("dtrun-program ok\n", 0), "node-1": ("bashrc: no module\x1b[0m\n", 3)}
+        return {name: Answer(*said[name]) for name in scripts}
+
+    with pytest.raises(UsageError) as refused:
+        check_program(login_script_exits, Program(ProgramKind.SCRIPT, "/w/t.py"), NODES)
+    assert (
+        "on node-1 it could not be checked: the check exited 3 before answering, "
+        "its last line: bashrc: no module\\x1b[0m" in refused.value.what
+    )
+    assert "dtrun exec --hosts ... -- true" in refused.value.fix
+    assert "put it at that path" not in refused.value.fix

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dtrun.engines.ssh.session import SshError
-from dtrun.engines.ssh.transfer import Files, checkable, exec_put
+from dtrun.engines.ssh.transfer import Files, checkable, exec_put, put_script
 from dtrun.spec.cluster import Node
 
 
@@ -146,3 +146,37 @@ def test_a_failed_write_names_the_node_and_sends_no_code(tmp_path):
     with pytest.raises(SshError, match="node-0"):
         _put(local, files, _code(tmp_path))
     assert not (tmp_path / "code").exists()
+
+
+class _LoginScriptExits(_Local):
+    """A node whose login script (~/.bashrc) exits 3 before `sh -s` starts: nothing said."""
+
+    async def create_process(self, command: str, **_: object) -> _LocalProcess:
+        process = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", "exit 3", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        return _LocalProcess(process, self.sent)
+
+
+def test_a_staging_ended_before_sh_said_anything_points_at_the_login_script(tmp_path):
+    files = {f"{tmp_path}/runs/r0/node-0.sh": (b"true\n", 0o700)}
+    with pytest.raises(SshError) as failed:
+        _put(_LoginScriptExits(), files, {})
+    assert "`sh -s` exited 3" in failed.value.why
+    assert "said nothing" in failed.value.why
+    assert "~/.bashrc" in failed.value.fix
+    assert "dtrun exec --hosts ... -- true" in failed.value.fix
+
+
+@pytest.mark.parametrize("signal", ["HUP", "TERM", "PIPE"])
+def test_a_staging_stopped_by_a_signal_mid_file_leaves_no_part_file(tmp_path, signal):
+    """A node's logind ending the session's processes, or an admin's kill, while a file is
+    half written: sh, killed by the signal, ran no EXIT trap and left `x.sh.dtrun-part.PID`."""
+    import subprocess
+
+    script = put_script({f"{tmp_path}/x.sh": (b"x" * 100_000, 0o700)})
+    # the signal while the file is half made: written, not yet renamed
+    script = script.replace("chmod 700", f"kill -s {signal} $$\nchmod 700", 1)
+    subprocess.run(["sh", "-s"], input=script, text=True, capture_output=True, check=False)
+    assert list(tmp_path.iterdir()) == []

@@ -47,7 +47,7 @@ def _until_held(node: subprocess.Popen[str], token: str) -> tuple[list[str], str
 def test_a_held_command_says_its_exit_code_then_stages_the_files_sent_after_stage(tmp_path, shell):
     node, token = _start(shell, "echo checked\necho to-stderr >&2\nexit 3")
     lines, status = _until_held(node, token)
-    assert (lines, status) == (["checked"], "3")  # its stderr apart, for the staging to read
+    assert (lines, status) == (["checked"], "3")  # stderr on its own pipe here (dtrun merges it)
     target = tmp_path / "launch" / "node-0.sh"
     out, err = node.communicate(STAGE + put_script({str(target): (b"echo hi\n", 0o700)}))
     assert (node.returncode, out, err) == (0, "", "to-stderr\n")

@@ -9,7 +9,7 @@ import contextlib
 import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dtrun.engines.common.scripts import LINE_END, LINE_END_LONGEST
 from dtrun.execute.guard import TAG, WAIT_FOR_END, reaper_on_node, stop_script
@@ -135,14 +135,19 @@ async def run_command(
 ) -> tuple[asyncssh.SSHClientProcess[str], int | None]:
     """Run a short bash script on the node (the protocol above), its output to ``sink``; the
     session and the script's exit code. Held: the session stays open for STAGE where the
-    node said the script ended (its stderr apart: the staging reads it); else it has closed."""
+    node said the script ended; else it has closed.
+
+    Its stderr comes with its output, held or not: asyncssh stops reading the whole channel
+    while it holds a receive window's worth (2 MiB) unread, so a login script's 3 MB on a
+    stderr read by no one kept the held marker from coming, and dtrun waited for ever."""
     import asyncssh
 
     token = secrets.token_hex(8)
     # the script, then its end; the input stays open: its end of file (dtrun gone) stops the
     # script there
-    merged: dict[str, Any] = {} if hold else {"stderr": asyncssh.STDOUT}
-    process = await connection.create_process(command_line(token, hold=hold), **merged)
+    process = await connection.create_process(
+        command_line(token, hold=hold), stderr=asyncssh.STDOUT
+    )
     process.stdin.write(f"{script.rstrip(chr(10))}\n{end_of_script(token)}\n")
     if not hold:
         await stream(process, sink)
@@ -151,9 +156,13 @@ async def run_command(
     while True:
         try:
             segment = await process.stdout.readuntil(LINE_END, LINE_END_LONGEST)
-        except asyncio.IncompleteReadError as end:  # the session ended without the marker
+        except asyncio.IncompleteReadError as end:
+            # a piece as long as the receive window with no line end yet (passed on, and the
+            # reading goes on, as stream's), or the output's end: the session ended without
+            # the marker
             if end.partial:
                 sink(str(end.partial))
+                continue
             await process.wait_closed()
             return process, process.exit_status
         said = segment.find(marker)

@@ -56,7 +56,10 @@ def _base64(content: bytes) -> str:
 
 def put_script(files: Files) -> str:
     """The sh script that writes ``files`` atomically (temporary file, mode, rename)."""
+    # sh runs no EXIT trap for a signal that kills it (logind ending a session's processes,
+    # an admin's kill): each is an exit here, so no half-written file stays
     lines = ["set -e", "umask 077", "tmp=", "trap 'rm -f \"$tmp\"' EXIT"]
+    lines.append("trap 'exit 1' HUP INT PIPE TERM")
     made = ""
     for path, (content, mode) in files.items():
         target = shlex.quote(path)
@@ -91,7 +94,10 @@ async def exec_put(
     The code is most of what a first launch sends a node (180 KB, 2.6 ms of dtrun's CPU a node
     on loopback, docs/benchmarks.md), and the same from one run to the next. The script asks
     the node first: `sha256sum -c` against the files' digests. Only a node that answers
-    "wanted" gets the code, in the same channel (`sh -s` reads its script as it comes)."""
+    "wanted" gets the code, in the same channel (`sh -s` reads its script as it comes).
+
+    A held session's stderr comes with its output (remote.run_command): sh's message is read
+    there."""
     script = put_script(files)
     if held is not None:
         held.stdin.write(STAGE)  # the held session becomes `sh -s`
@@ -101,29 +107,50 @@ async def exec_put(
     if not code or not checkable(code):  # a path sha256sum would escape: sent every time
         process.stdin.write(script + (put_script(code) if code else ""))
         process.stdin.write_eof()
-        return _finish(node, await process.wait(check=False), sent=bool(code))
+        result = await process.wait(check=False)
+        return _finish(node, result, _said(result, held), sent=bool(code))
     process.stdin.write(script + code_check_script(code))
     wanted = False
+    before = ""  # what sh said before its answer: a failure's message, where held
     while line := await process.stdout.readline():
         if line.strip() in (_THERE, _WANTED):
             wanted = line.strip() == _WANTED
             break
+        before += line
     if wanted:
         process.stdin.write(put_script(code))
     process.stdin.write_eof()
-    return _finish(node, await process.wait(check=False), sent=wanted)
+    result = await process.wait(check=False)
+    return _finish(node, result, _said(result, held, before), sent=wanted)
 
 
-def _finish(node: Node, result: asyncssh.SSHCompletedProcess, sent: bool = False) -> bool:
-    if result.exit_status != 0:
+def _said(result: asyncssh.SSHCompletedProcess, held: object, before: str = "") -> str:
+    """What sh said on its stderr; where the session was held, its output, from ``before``
+    (what was read of it before its answer) on."""
+    if held is None:
+        return str(result.stderr or "")
+    return before + str(result.stdout or "")
+
+
+def _finish(
+    node: Node, result: asyncssh.SSHCompletedProcess, said: str, sent: bool = False
+) -> bool:
+    if result.exit_status == 0:
+        return sent
+    why = f"`sh -s` exited {result.exit_status} writing them through the SSH session"
+    if not said.strip():  # ended before sh said a word: as a login script that exits does
         raise SshError(
             f"cannot write the launch files on {node.name} ({node.address})",
-            why=f"`sh -s` exited {result.exit_status} writing them through the SSH session: "
-            f"{_tail(result.stderr)}",
-            fix="check that the node's disk has room and its sh has base64 and mkdir; "
-            "`dtrun exec --hosts ... -- df -h` shows every node's disks",
+            why=f"{why}, and said nothing",
+            fix="see what a command there says: `dtrun exec --hosts ... -- true`; a login "
+            "script (~/.bashrc) that exits or fails ends every command on its node",
         )
-    return sent
+    raise SshError(
+        f"cannot write the launch files on {node.name} ({node.address})",
+        why=f"{why}: {_tail(said)}",
+        fix="check that the node's disk has room and its sh has base64 and mkdir; "
+        "`dtrun exec --hosts ... -- df -h` shows every node's disks",
+    )
 
 
 _THERE, _WANTED = "dtrun-code-there", "dtrun-code-wanted"
