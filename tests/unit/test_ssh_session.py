@@ -60,7 +60,7 @@ def test_a_connection_still_opening_when_the_session_closes_prints_no_traceback(
         await asyncio.gather(session.connection(first), session.connection(second))
 
     session = SshSession(inventory)
-    session._open = open_
+    session._open = open_  # type: ignore[method-assign]
     with pytest.raises(ConnectionError, match="no cipher"):
         session.call(both(session))
     session.close()
