@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from dtrun.errors import UsageError
-from dtrun.execute import Answer
+from dtrun.execute import LOGIN_SCRIPT_FIX, Answer
 from dtrun.render import render
 from dtrun.spec.cluster import Node
 from dtrun.spec.request import Program, ProgramKind
@@ -92,8 +92,7 @@ def check_program(command: Command, program: Program, nodes: Sequence[Node]) -> 
     where = "; ".join(f"on {' and '.join(names)} it {said}" for said, names in by_said.items())
     what = "script" if program.kind is ProgramKind.SCRIPT else "program"
     if any(said.startswith(_UNANSWERED) for said in by_said):
-        fix = "see what a command there says: `dtrun exec --hosts ... -- true`; a login script "
-        fix += "(~/.bashrc) that exits or fails ends every command on its node"
+        fix = LOGIN_SCRIPT_FIX
     elif set(by_said) == {_SAID["not-executable"]}:
         fix = f"make it executable on every node (chmod +x {program.target}), or run it with its "
         fix += "interpreter (bash SCRIPT, python SCRIPT)"

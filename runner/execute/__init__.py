@@ -22,6 +22,14 @@ LineSink = Callable[[str, str], None]  # (node name, one line of its output with
 StopSink = Callable[[int], None]  # hears, at once, how many nodes a stop (Ctrl-C...) is stopping
 
 
+# What to do where a node's command ended before it said a word: the program check's and the
+# staging's advice alike
+LOGIN_SCRIPT_FIX = (
+    "see what a command there says: `dtrun exec --hosts ... -- true`; a login script "
+    "(~/.bashrc) that exits or fails ends every command on its node"
+)
+
+
 def quiet_stop(running: int) -> None:
     """Hear nothing when a stop begins (the records still say the run was interrupted)."""
 

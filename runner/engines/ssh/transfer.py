@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from dtrun.engines.ssh.remote import STAGE
 from dtrun.engines.ssh.session import SshError
+from dtrun.execute import LOGIN_SCRIPT_FIX
 from dtrun.workloads.files import write_atomic
 
 if TYPE_CHECKING:
@@ -138,18 +139,14 @@ def _finish(
     if result.exit_status == 0:
         return sent
     why = f"`sh -s` exited {result.exit_status} writing them through the SSH session"
+    fix = "check that the node's disk has room and its sh has base64 and mkdir; "
+    fix += "`dtrun exec --hosts ... -- df -h` shows every node's disks"
     if not said.strip():  # ended before sh said a word: as a login script that exits does
-        raise SshError(
-            f"cannot write the launch files on {node.name} ({node.address})",
-            why=f"{why}, and said nothing",
-            fix="see what a command there says: `dtrun exec --hosts ... -- true`; a login "
-            "script (~/.bashrc) that exits or fails ends every command on its node",
-        )
+        why, fix = f"{why}, and said nothing", LOGIN_SCRIPT_FIX
+    else:
+        why = f"{why}: {_tail(said)}"
     raise SshError(
-        f"cannot write the launch files on {node.name} ({node.address})",
-        why=f"{why}: {_tail(said)}",
-        fix="check that the node's disk has room and its sh has base64 and mkdir; "
-        "`dtrun exec --hosts ... -- df -h` shows every node's disks",
+        f"cannot write the launch files on {node.name} ({node.address})", why=why, fix=fix
     )
 
 
