@@ -110,11 +110,17 @@ PYTHON_BY_PARENT = {
 }
 
 
+# acct(5) writes the command name of a process's last thread to exit. A torch rank (torch 2.13)
+# mostly ends on one of gloo's threads: 12 ranks of tests/e2e/test_e2e.py ended as
+# pt_gloo_runloop, one as gloo_tcp_loop (2026-12-06). Those names are a Python's.
+TORCH_THREADS = ("pt_gloo", "gloo_")
+
+
 def kind(record: Record, parent: str) -> str:
     name = record.name
     if name in BY_NAME:
         return BY_NAME[name]
-    if name.startswith("python"):
+    if name.startswith(("python", *TORCH_THREADS)):
         if parent in PYTHON_BY_PARENT:
             return PYTHON_BY_PARENT[parent]
         if parent.startswith("ray::") or parent == "raylet":

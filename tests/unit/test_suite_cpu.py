@@ -42,6 +42,24 @@ def test_a_rank_is_named_by_its_agent_though_its_pid_was_used_before():
     ]
 
 
+def test_a_rank_that_ended_on_one_of_gloo_s_threads_is_a_torch_rank():
+    s = _script()
+    found = [
+        s.Record("pt_elastic", 1.0, 300, 1, 20.0),
+        s.Record("pt_gloo_runloop", 2.0, 301, 300, 21.0),
+        s.Record("gloo_tcp_loop", 2.5, 302, 300, 21.0),
+        s.Record("pt_gloo_runloop", 0.5, 303, 1, 22.0),  # under pytest, not an agent
+    ]
+    parent = s.parents(found)
+    kinds = [s.kind(r, parent[i]) for i, r in enumerate(found)]
+    assert kinds == [
+        "torchrun agents",
+        "torch ranks (under torchrun's agent)",
+        "torch ranks (under torchrun's agent)",
+        "other Python (pytest's workers, dtrun, test helpers)",
+    ]
+
+
 def test_the_summary_sums_each_kind_and_its_share_of_all():
     s = _script()
     found = [
