@@ -298,42 +298,33 @@ class SshExecutor:
         """Until the launch succeeds by its rule (None), a node fails or is lost, or time runs
         out. Service nodes (TensorFlow's parameter servers) are not waited for; they are stopped
         afterwards, as every node still running is once node 0 has exited 0 under worker0."""
-        deadline = time.monotonic() + timeout_s
-        pending = set(tasks)
-        while any(not tasks[task].service for task in pending):
-            remaining = deadline - time.monotonic()  # inf: `dtrun run` without --timeout
-            done, pending = await asyncio.wait(
-                pending,
-                timeout=None if math.isinf(remaining) else max(0.0, remaining),
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            if not done:
-                names = ", ".join(
-                    sorted(tasks[t].node.name for t in pending if not tasks[t].service)
-                )
+        waited = sum(not launch.service for launch in tasks.values())
+        # taken as they end, O(1) a node (asyncio.wait over every pending task was O(N) each)
+        limit = None if math.isinf(timeout_s) else timeout_s
+        for end in asyncio.as_completed(tasks, timeout=limit) if waited else ():
+            try:
+                result = await end
+            except TimeoutError:
+                still = sorted(t.node.name for k, t in tasks.items() if not (k.done() or t.service))
                 return RunTimeoutError(
                     f"the launch on {plural(len(tasks), 'node')} did not finish within "
                     f"{timeout_s:g} s",
-                    why=f"still running when stopped: {names}",
+                    why=f"still running when stopped: {', '.join(still)}",
                     fix="raise --timeout, or read the node logs for where it hung",
                 )
-            for task in done:
-                result = task.result()
-                ended[result.launch.node.name] = result
-                if result.error is not None:
-                    return result.error
-                code = 1 if result.exit_code is None else result.exit_code
-                step = after_exit(plan.success, result.launch, code)
-                if step is Next.FAILED:
-                    from dtrun.execute.failure import explain_log  # only for a failure
+            waited -= not result.launch.service
+            ended[result.launch.node.name] = result
+            if result.error is not None:
+                return result.error
+            code = 1 if result.exit_code is None else result.exit_code
+            step = after_exit(plan.success, result.launch, code)
+            if step is Next.FAILED:
+                from dtrun.execute.failure import explain_log  # only for a failure
 
-                    node = result.launch.node
-                    log = workdir / f"{node.name}.log"
-                    return NodeFailedError(
-                        node.name, node.address, code, str(log), explain_log(log)
-                    )
-                if step is Next.DONE:
-                    return None
+                node, log = result.launch.node, workdir / f"{result.launch.node.name}.log"
+                return NodeFailedError(node.name, node.address, code, str(log), explain_log(log))
+            if step is Next.DONE or not waited:
+                return None
         return None
 
     async def _stop_everywhere(

@@ -1,0 +1,118 @@
+"""How the SSH executor waits on a launch's nodes (runner/engines/ssh/executor.py, _supervise):
+each node taken as it ends, the first to fail named, a node that ended in time taken though
+the time is up, and a timeout naming the nodes still running but not the service ones."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from dtrun.engines.ssh.executor import SshExecutor, _Ended
+from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+from dtrun.errors import NodeFailedError, RunError, RunTimeoutError
+from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
+
+
+def _plan(count: int, service: int | None = None) -> LaunchPlan:
+    hosts = ", ".join(f"10.0.0.{i + 4}" for i in range(count))
+    inventory = parse_hosts_file(
+        f"user: u\nhosts: [{hosts}]\n", "hosts.yaml", Defaults("u", sys.prefix + "/bin")
+    )
+    nodes = inventory.nodes
+    launches = tuple(
+        replace(NodeLaunch(node, rank, f"node-{rank}.sh", "true\n"), service=rank == service)
+        for rank, node in enumerate(nodes)
+    )
+    return LaunchPlan(
+        "tensorflow", "program", count, 1, count, None, "id", nodes[0].address, 1, launches, (),
+        nodes,
+    )  # fmt: skip
+
+
+async def _ends(launch: NodeLaunch, after_s: float, code: int) -> _Ended:
+    await asyncio.sleep(after_s)
+    return _Ended(launch, code, after_s)
+
+
+def _supervise(
+    plan: LaunchPlan, ends: dict[int, tuple[float, int]], timeout_s: float, tmp_path: Path
+) -> tuple[RunError | None, dict[str, _Ended]]:
+    """``ends``: rank -> (seconds until it ends, its exit code); a rank left out never ends."""
+    ended: dict[str, _Ended] = {}
+
+    async def main() -> RunError | None:
+        tasks = {
+            asyncio.create_task(_ends(launch, *ends.get(launch.node_rank, (3600.0, 0)))): launch
+            for launch in plan.launches
+        }
+        try:
+            executor = SshExecutor.__new__(SshExecutor)  # _supervise reads none of its state
+            return await executor._supervise(plan, tasks, ended, timeout_s, tmp_path)
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    return asyncio.run(main()), ended
+
+
+def test_the_node_that_fails_first_is_named_though_another_fails_later(tmp_path):
+    ends = {0: (0.3, 1), 1: (0.05, 0), 2: (0.1, 7), 3: (0.2, 0)}
+    error, ended = _supervise(_plan(4), ends, 30.0, tmp_path)
+    assert isinstance(error, NodeFailedError)
+    assert (error.node, error.exit_code_of_node) == ("node-2", 7)
+    assert sorted(ended) == ["node-1", "node-2"]  # taken as they ended; node-0 not yet
+
+
+def test_every_node_ending_0_is_a_success_in_any_order(tmp_path):
+    ends = {rank: (0.01 * (7 - rank), 0) for rank in range(8)}
+    error, ended = _supervise(_plan(8), ends, 30.0, tmp_path)
+    assert error is None
+    assert sorted(ended) == [f"node-{rank}" for rank in range(8)]
+
+
+def test_a_timeout_names_the_nodes_still_running_but_not_a_service_node(tmp_path):
+    ends = {0: (0.01, 0), 2: (0.02, 0)}  # node-1 and node-3 never end; node-3 a service node
+    error, ended = _supervise(_plan(4, service=3), ends, 0.3, tmp_path)
+    assert isinstance(error, RunTimeoutError)
+    assert error.why == "still running when stopped: node-1"
+    assert sorted(ended) == ["node-0", "node-2"]
+
+
+def test_nodes_that_ended_in_time_are_taken_though_no_time_is_left(tmp_path):
+    ends = {rank: (0.0, 0) for rank in range(3)}
+    ended: dict[str, _Ended] = {}
+    plan = _plan(3)
+
+    async def main() -> RunError | None:
+        tasks = {asyncio.create_task(_ends(launch, 0.0, 0)): launch for launch in plan.launches}
+        await asyncio.sleep(0.05)  # every node has ended; then the launch's time is 0
+        executor = SshExecutor.__new__(SshExecutor)
+        return await executor._supervise(plan, tasks, ended, 0.0, tmp_path)
+
+    assert asyncio.run(main()) is None and len(ends) == len(ended) == 3
+
+
+def test_a_launch_with_only_a_service_node_left_is_done(tmp_path):
+    ends = {0: (0.01, 0), 1: (0.02, 0)}  # node-2, the service node, never ends
+    error, ended = _supervise(_plan(3, service=2), ends, 30.0, tmp_path)
+    assert error is None
+    assert sorted(ended) == ["node-0", "node-1"]
+
+
+def test_the_wait_benchmark_times_both_waits_on_every_node_count(capsys, monkeypatch):
+    """benchmarks/supervise_cost.py, shrunk: a row a node count, both waits taking every end."""
+    import importlib.util
+
+    from tests.paths import REPO
+
+    path = REPO / "benchmarks" / "supervise_cost.py"
+    spec = importlib.util.spec_from_file_location("supervise_cost", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(sys, "argv", [str(path), "--nodes", "4,16", "--rounds", "1"])
+    module.main()
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [row.split()[0] for row in rows] == ["4", "16"]
