@@ -143,3 +143,31 @@ def test_a_launch_stages_its_files_and_dtrun_s_code_and_runs_the_program_as_writ
     assert [node["exit_code"] for node in record["nodes"]] == [0, 0]
     code = no_leftovers / "remote" / "code" / "dtrun"
     assert (code / "__init__.py").is_file() and (code / "execute").is_dir()
+
+
+ENVIRONMENT_SEEN = """
+import os
+seen = [os.environ.get(key) for key in ("NODE_RANK", "SEEN", "OMP_NUM_THREADS")]
+print("seen", *seen, "code" in os.environ.get("PYTHONPATH", ""), flush=True)
+"""
+
+
+@pytest.mark.parametrize("shell_cluster", ["tcsh"], indirect=True)
+def test_deepspeed_s_pdsh_command_gives_every_rank_its_environment_under_csh(
+    shell_cluster, no_leftovers
+):
+    """pdsh hands DeepSpeed's `export KEY=VALUE; ...` to the node's login shell, and csh has
+    no `export`: without pdsh-ssh.sh the ranks ran without .deepspeed_env and PYTHONPATH."""
+    hosts = write_hosts(shell_cluster, no_leftovers)
+    (no_leftovers / "seen.py").write_text(ENVIRONMENT_SEEN)
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "run", "--hosts", str(hosts), "--launcher", "deepspeed", "--nodes", "2",
+        "--port", "29984", "--timeout", "120", "--env", "SEEN=x  y", "--output", str(out),
+        "--run-id", "ds", "--", "python", str(no_leftovers / "seen.py"), cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (out / "ds" / "launch" / "node-0.log").read_text()
+    assert "Command not found" not in log
+    seen = sorted(line.split(": ", 1)[1] for line in log.splitlines() if ": seen " in line)
+    assert seen == ["seen 0 x  y 1 True", "seen 1 x  y 1 True"], log
