@@ -171,3 +171,22 @@ def test_deepspeed_s_pdsh_command_gives_every_rank_its_environment_under_csh(
     assert "Command not found" not in log
     seen = sorted(line.split(": ", 1)[1] for line in log.splitlines() if ": seen " in line)
     assert seen == ["seen 0 x  y 1 True", "seen 1 x  y 1 True"], log
+
+
+def test_mpirun_starts_its_daemons_through_the_login_shell_and_every_rank_runs(
+    shell_cluster, no_leftovers
+):
+    """OpenMPI writes the daemons' command for the shell it takes the account's for: fish it
+    takes for sh, whose `( ... )` fish refuses, and mpirun waited for ever without fish-rsh.sh."""
+    hosts = write_hosts(shell_cluster, no_leftovers)
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "run", "--hosts", str(hosts), "--launcher", "mpirun", "--nodes", "2",
+        "--port", "29988", "--timeout", "30", "--env", "SEEN=x  y", "--output", str(out),
+        "--run-id", "mpi", "--", "sh", "-c", 'echo "seen $NODE_RANK [$SEEN]"', cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (out / "mpi" / "launch" / "node-0.log").read_text()
+    assert sorted(line for line in log.splitlines() if line.startswith("seen")) == [
+        "seen 0 [x  y]", "seen 1 [x  y]",
+    ], log  # fmt: skip
