@@ -79,14 +79,14 @@ def exit_codes(output: str) -> dict[str, str]:
 
 
 def test_the_node_s_login_shell_is_the_one_the_account_has_and_reads_its_start_up_file(
-    shell_cluster, tmp_path
+    shell_cluster, no_leftovers
 ):
     """The test rig itself: sshd runs the command with that shell, which read its file."""
-    hosts = write_hosts(shell_cluster, tmp_path)
+    hosts = write_hosts(shell_cluster, no_leftovers)
     done = run_dtrun(
         "exec", "--hosts", str(hosts), "--nodes", "0", "--",
         'echo "$SHELL"; echo "$PATH"; getent passwd "$(id -un)" | cut -d: -f7',
-        cwd=tmp_path,
+        cwd=no_leftovers,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     shell, path, passwd = node_lines(done.stdout, "node-0")
@@ -95,15 +95,15 @@ def test_the_node_s_login_shell_is_the_one_the_account_has_and_reads_its_start_u
 
 
 def test_exec_passes_every_word_and_line_to_bash_as_written_and_its_exit_codes(
-    shell_cluster, tmp_path
+    shell_cluster, no_leftovers
 ):
-    hosts = write_hosts(shell_cluster, tmp_path)
-    here = tmp_path / "globbed"
+    hosts = write_hosts(shell_cluster, no_leftovers)
+    here = no_leftovers / "globbed"
     here.mkdir()
     for file in ("x y", "z"):
         (here / file).touch()
     words = run_dtrun(
-        "exec", "--hosts", str(hosts), "--", "printf", "[%s]\\n", *WORDS, cwd=tmp_path
+        "exec", "--hosts", str(hosts), "--", "printf", "[%s]\\n", *WORDS, cwd=no_leftovers
     )
     assert words.returncode == 0, words.stdout + words.stderr
     for node in ("node-0", "node-1"):
@@ -112,7 +112,7 @@ def test_exec_passes_every_word_and_line_to_bash_as_written_and_its_exit_codes(
         f"cd {here} && printf '[%s]\\n' \"a  b\" '$HOME' 'it'\\''s' \"!x\" 'back\\slash' "
         '"$((6 * 7))" * && [ "$(hostname)" = nowhere ] || exit 7'
     )
-    failed = run_dtrun("exec", "--hosts", str(hosts), "--", line, cwd=tmp_path)
+    failed = run_dtrun("exec", "--hosts", str(hosts), "--", line, cwd=no_leftovers)
     assert failed.returncode == 1, failed.stdout + failed.stderr
     expected = ["[a  b]", "[$HOME]", "[it's]", "[!x]", "[back\\slash]", "[42]", "[x y]", "[z]"]
     for node in ("node-0", "node-1"):
