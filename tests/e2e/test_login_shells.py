@@ -190,3 +190,22 @@ def test_mpirun_starts_its_daemons_through_the_login_shell_and_every_rank_runs(
     assert sorted(line for line in log.splitlines() if line.startswith("seen")) == [
         "seen 0 [x  y]", "seen 1 [x  y]",
     ], log  # fmt: skip
+
+
+@pytest.mark.parametrize("shell_cluster", ["tcsh", "fish"], indirect=True)
+def test_horovodrun_reaches_the_other_node_past_a_csh_or_fish_login_shell(
+    shell_cluster, no_leftovers
+):
+    """horovod-ssh.sh sends Horovod's bash command to `bash -s` on its input: neither csh nor
+    fish reads it."""
+    hosts = write_hosts(shell_cluster, no_leftovers)
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "run", "--hosts", str(hosts), "--launcher", "horovodrun", "--nodes", "2",
+        "--port", "29992", "--timeout", "120", "--env", "SEEN=x  y", "--output", str(out),
+        "--run-id", "hvd", "--", "sh", "-c", 'echo "seen $NODE_RANK [$SEEN]"', cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (out / "hvd" / "launch" / "node-0.log").read_text()
+    seen = sorted(line.split(":", 1)[1] for line in log.splitlines() if ":seen " in line)
+    assert seen == ["seen 0 [x  y]", "seen 1 [x  y]"], log
