@@ -45,6 +45,9 @@ class SshCluster:
     known_hosts: Path  # every instance's host key
     hosts: list[SshHost]
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # what sshd runs under: the user's own login shell and home directory (start_cluster, shell)
+    wrapper: tuple[str, ...] = ()
+    home: Path | None = None  # the user's home in the sessions, where shell gave it one
 
     def stop(self, address: str) -> None:
         """Stop one instance and every session it serves, as a node going away would."""
@@ -65,7 +68,7 @@ class SshCluster:
 
     def start(self, host: SshHost) -> None:
         self.processes[host.address] = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(host.config)],
+            [*self.wrapper, SSHD, "-D", "-e", "-f", str(host.config)],
             stdout=subprocess.DEVNULL,
             stderr=(self.root / f"sshd-{host.address}.log").open("ab"),
         )
@@ -117,11 +120,13 @@ def start_cluster(
     first: int = 2,
     settings: Mapping[str, str] = MappingProxyType({}),
     sftp: bool = True,
+    shell: str = "",
 ) -> SshCluster:
     """``count`` instances on 127.0.0.<first> and the next addresses (``address``); ``settings``:
     lines of sshd_config by address, read before the defaults (sshd takes the first value it reads),
     e.g. {"127.0.0.40": "LogLevel DEBUG1\n"}; ``sftp`` False: no SFTP subsystem, as sites that
-    disable it have (sshd refuses a second Subsystem line, so it is left out, not overridden)."""
+    disable it have (sshd refuses a second Subsystem line, so it is left out, not overridden);
+    ``shell``: the user's login shell in the sessions (``own_login``)."""
     require_e2e("sshd")
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation dir
     root.mkdir(parents=True, exist_ok=True)
@@ -164,6 +169,9 @@ def start_cluster(
     known_hosts = root / "known_hosts"
     known_hosts.write_text("".join(host.known_hosts_line + "\n" for host in hosts))
     cluster = SshCluster(root, getpass.getuser(), root / "client_key", known_hosts, hosts)
+    if shell:
+        cluster.home = root / "home"
+        cluster.wrapper = own_login(root, cluster.user, shell, cluster.home)
     try:
         for host in hosts:
             cluster.start(host)
@@ -171,3 +179,22 @@ def start_cluster(
         cluster.close()
         raise
     return cluster
+
+
+def own_login(root: Path, user: str, shell: str, home: Path) -> tuple[str, ...]:
+    """The command that runs sshd with ``user``'s login shell ``shell`` and home ``home``, as
+    a site's account has them, without touching this machine's /etc/passwd: sshd runs in a
+    mount namespace of its own (unshare, root only), where a copy of /etc/passwd with the
+    user's line changed is bind-mounted over it; sshd reads both with getpwnam."""
+    home.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for line in Path("/etc/passwd").read_text().splitlines():
+        fields = line.split(":")  # passwd(5): name:password:uid:gid:gecos:home:shell
+        if fields[0] == user:
+            fields[5:7] = [str(home), shell]
+        lines.append(":".join(fields))
+    passwd = root / "passwd"
+    passwd.write_text("\n".join(lines) + "\n")
+    passwd.chmod(0o644)
+    mount = 'mount --bind "$0" /etc/passwd && exec "$@"'
+    return ("unshare", "--mount", "--propagation", "private", "sh", "-c", mount, str(passwd))

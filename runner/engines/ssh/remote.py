@@ -50,8 +50,9 @@ def launch_command(
     where the node has both, which stops what the script left without the tag.
 
     The wrapper is a POSIX sh script; the login shell is whatever the node's account has (bash,
-    dash, zsh, fish, csh). It gets one line they all read alike, with no character any of them
-    treats specially: sh runs the wrapper, carried in base64."""
+    dash, zsh, ksh, tcsh, fish: tests/e2e/test_login_shells.py). It gets one line they all read
+    alike, with no character any of them treats specially: sh runs the wrapper, carried in
+    base64."""
     from dtrun.render import render  # jinja2: only for launches, not for `dtrun exec`
 
     wrapper = render(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dtrun import __version__
 from dtrun.errors import PlanError
 from dtrun.plan.launchers.base import (
     HOSTFILE,
@@ -26,6 +27,7 @@ from dtrun.plan.launchers.base import (
     node_ssh_options,
 )
 from dtrun.plan.launchers.quickexit import quick_exit
+from dtrun.render import render
 from dtrun.spec.launchplan import EnvVar, LaunchFile
 from dtrun.spec.request import Framework, ProgramKind
 
@@ -33,6 +35,7 @@ from dtrun.spec.request import Framework, ProgramKind
 QUICK_EXIT = quick_exit("deepspeed.launcher.runner", "deepspeed")
 
 DEEPSPEED_ENV = ".deepspeed_env"
+PDSH_SSH = "pdsh-ssh.sh"  # the `ssh` pdsh finds first on node 0's PATH (templates/launch)
 
 # What deepspeed.launcher.launch sets in every rank it starts (deepspeed/launcher/launch.py).
 RANKS = RankSource(
@@ -68,7 +71,12 @@ class DeepSpeedLauncher:
     def files(self, ctx: PlanContext) -> tuple[LaunchFile, ...]:
         if ctx.ssh is None:
             return (hostfile(ctx),)
-        return (hostfile(ctx), deepspeed_env(ctx.env, ctx.step_hook), launch_env(ctx, RANKS))
+        return (
+            hostfile(ctx),
+            deepspeed_env(ctx.env, ctx.step_hook),
+            launch_env(ctx, RANKS),
+            pdsh_ssh(ctx),
+        )
 
     def node_context(self, ctx: PlanContext, node_rank: int) -> dict[str, object]:
         context = common_context(ctx, node_rank)
@@ -99,10 +107,18 @@ class DeepSpeedLauncher:
             quick_exit=QUICK_EXIT,
             over_ssh=ctx.ssh is not None,
             ssh_append=" ".join(node_ssh_options(ctx.ssh)) if ctx.ssh else "",
+            pdsh_ssh=PDSH_SSH,
             options=options,
             program=argv,
         )
         return context
+
+
+def pdsh_ssh(ctx: PlanContext) -> LaunchFile:
+    """pdsh-ssh.sh: carries DeepSpeed's command past the node's login shell, which may be csh,
+    where DeepSpeed's `export KEY=VALUE;` fails (templates/launch/pdsh-ssh.sh.j2)."""
+    context = {"version": __version__, "run_id": ctx.run_id}
+    return LaunchFile(PDSH_SSH, render("launch/pdsh-ssh.sh.j2", context), 0o755)
 
 
 def deepspeed_env(env: tuple[EnvVar, ...], step_hook: str | None = None) -> LaunchFile:

@@ -30,6 +30,7 @@ from dtrun.spec.request import Framework
 from dtrun.spec.text import plural
 
 LOCAL_RSH = "local-rsh.sh"
+FISH_RSH = "fish-rsh.sh"  # the agent where the login shell is fish (templates/launch)
 
 # What OpenMPI sets in every rank it starts.
 RANKS = RankSource(
@@ -55,12 +56,27 @@ class Mpirun:
         if ctx.ssh is None and ctx.starter is None:
             agent = render("launch/local-rsh.sh.j2", {"version": __version__, "run_id": ctx.run_id})
             files = (*files, LaunchFile(LOCAL_RSH, agent, 0o755))
+        elif ctx.ssh is not None and ctx.starter is None:
+            files = (*files, fish_rsh(ctx))
         return files
 
     def node_context(self, ctx: PlanContext, node_rank: int) -> dict[str, object]:
         context = common_context(ctx, node_rank)
-        context.update(mpi_args=mpi_args(ctx), local_agent=ctx.ssh is None and ctx.starter is None)
+        context.update(
+            mpi_args=mpi_args(ctx),
+            local_agent=ctx.ssh is None and ctx.starter is None,
+            fish_rsh=FISH_RSH if ctx.ssh is not None and ctx.starter is None else "",
+        )
         return context
+
+
+def fish_rsh(ctx: PlanContext) -> LaunchFile:
+    """fish-rsh.sh: mpirun's agent where the login shell is fish, which OpenMPI takes for sh
+    (templates/launch/fish-rsh.sh.j2). It skips the plm_rsh_args words mpirun passes first."""
+    assert ctx.ssh is not None
+    skipped = len((*ssh_port_option(ctx.ssh), *node_ssh_options(ctx.ssh)))
+    context = {"version": __version__, "run_id": ctx.run_id, "skipped": skipped}
+    return LaunchFile(FISH_RSH, render("launch/fish-rsh.sh.j2", context), 0o755)
 
 
 def mpi_args(ctx: PlanContext) -> tuple[CliArg, ...]:

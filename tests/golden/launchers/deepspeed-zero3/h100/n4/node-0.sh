@@ -53,6 +53,16 @@ export PDSH_SSH_ARGS_APPEND='-i /home/azureuser/.ssh/id_ed25519'
 # DeepSpeed on the head node only: it starts deepspeed.launcher.launch on every node of the
 # hostfile over pdsh, exporting .deepspeed_env there; each rank runs launch-env.sh, which maps
 # DeepSpeed's CROSS_RANK and LOCAL_SIZE to NODE_RANK and LOCAL_WORLD_SIZE.
+# pdsh reaches each node through pdsh-ssh.sh (pdsh-bin/ssh), which carries
+# DeepSpeed's command past the node's login shell (csh has no `export`); OpenSSH's own ssh is
+# kept for it in DTRUN_REAL_SSH. pdsh's default options, then `--` before the command; no
+# -l%u, which pdsh leaves out by default, so ~/.ssh/config's User still applies.
+DTRUN_REAL_SSH="$(type -P ssh || true)"
+export DTRUN_REAL_SSH
+mkdir -p pdsh-bin
+ln -sfn ../pdsh-ssh.sh pdsh-bin/ssh
+PATH="$PWD/pdsh-bin:$PATH"
+export PDSH_SSH_ARGS='-2 -a -x %h --'
 # DeepSpeed's own entry point, which leaves as soon as it is done (runner/plan/launchers/quickexit.py).
 exec /shared/dtrun/venv/bin/python -c 'import sys; sys.path[:] = [p for p in sys.path if p]; sys.argv[0] = "deepspeed"; import atexit, os; from deepspeed.launcher.runner import main; main(); atexit._run_exitfuncs(); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' \
   --hostfile=hostfile \

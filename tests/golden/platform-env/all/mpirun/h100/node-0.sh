@@ -132,4 +132,10 @@ mpi_args=(
 if [ "$(id -u)" -eq 0 ]; then
   mpi_args+=(--allow-run-as-root)
 fi
+# OpenMPI writes its daemons' command for sh where this account's login shell is fish, which
+# refuses it: fish-rsh.sh carries it past fish, here and on every node that starts others.
+fish_rsh=$PWD/fish-rsh.sh
+case "$(getent passwd "$(id -un)" | cut -d: -f7)" in
+  */fish) mpi_args+=(--mca plm_rsh_agent "$fish_rsh") ;;
+esac
 exec mpirun "${mpi_args[@]}" ./launch-env.sh
