@@ -7,7 +7,7 @@
 # login shell reads alike: sh runs it, carried in base64.
 set -euo pipefail
 if [ $# -lt 4 ]; then
-  echo "fish-rsh: expected 2 option word(s), HOST and COMMAND from mpirun" >&2
+  echo "fish-rsh: expected mpirun's plm_rsh_args, HOST and COMMAND" >&2
   exit 255
 fi
 options=("${@:1:2}")
