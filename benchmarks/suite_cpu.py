@@ -10,6 +10,7 @@ else running.
 
     .venv/bin/python benchmarks/suite_cpu.py -- tests/e2e -m "not alone" -n 2 ...
     .venv/bin/python benchmarks/suite_cpu.py --pacct FILE [--pacct FILE]   # records taken before
+        [--between START END]   # only what started in that window (one part of a suite)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 TICKS = 100  # acct v3's clock: AHZ, 100 a second on Linux (checked: `sleep 3` records 300)
@@ -114,12 +116,21 @@ PYTHON_BY_PARENT = {
 # mostly ends on one of gloo's threads: 12 ranks of tests/e2e/test_e2e.py ended as
 # pt_gloo_runloop, one as gloo_tcp_loop (2026-12-06). Those names are a Python's.
 TORCH_THREADS = ("pt_gloo", "gloo_")
+# A JVM ends on one of its own threads as often as on `java` (a fresh-clone suite, 2026-12-06):
+# HotSpot's names, cut to 15 characters as comm is
+JVM_THREADS = (
+    "Reference Handl", "Finalizer", "C1 CompilerThre", "C2 CompilerThre", "Sweeper thread",
+    "Monitor Deflati", "Notification Th", "Signal Dispatch", "VM Thread", "G1 ", "GC Thread",
+    "Common-Cleaner", "Attach Listener", "Service Thread", "VM Periodic Tas", "DestroyJavaVM",
+)  # fmt: skip
 
 
 def kind(record: Record, parent: str) -> str:
     name = record.name
     if name in BY_NAME:
         return BY_NAME[name]
+    if name.startswith(JVM_THREADS):
+        return BY_NAME["java"]
     if name.startswith(("python", *TORCH_THREADS)):
         if parent in PYTHON_BY_PARENT:
             return PYTHON_BY_PARENT[parent]
@@ -160,12 +171,24 @@ def main() -> None:
         default=[],
         help="summarise these accounting files instead of running pytest",
     )
+    parser.add_argument(
+        "--between",
+        nargs=2,
+        metavar=("START", "END"),
+        help="with --pacct: only the processes that started in this window (ISO times, e.g. "
+        "2026-12-06T06:59:10), and the cores it kept busy",
+    )
     parser.add_argument("pytest", nargs="*", help="pytest's arguments (after --)")
     args = parser.parse_args()
     if shutil.which("dump-acct") is None or shutil.which("accton") is None:
         raise SystemExit("needs Debian's acct package (accton, dump-acct): apt-get install acct")
     if args.pacct:
-        print(summary([r for p in args.pacct for r in records(p)], None))
+        found = [r for p in args.pacct for r in records(p)]
+        wall = None
+        if args.between:
+            start, end = (datetime.fromisoformat(t).timestamp() for t in args.between)
+            found, wall = [r for r in found if start <= r.start <= end], end - start
+        print(summary(found, wall))
         return
     with tempfile.TemporaryDirectory() as tmp:
         pacct = Path(tmp) / "pacct"

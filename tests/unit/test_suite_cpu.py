@@ -60,6 +60,20 @@ def test_a_rank_that_ended_on_one_of_gloo_s_threads_is_a_torch_rank():
     ]
 
 
+def test_a_jvm_that_ended_on_one_of_its_own_threads_is_a_spark_jvm():
+    s = _script()
+    found = [
+        s.Record("Reference Handl", 4.0, 400, 1, 20.0),
+        s.Record("C2 CompilerThre", 2.0, 401, 1, 20.0),
+        s.Record("java", 1.0, 402, 1, 20.0),
+        s.Record("Referee", 1.0, 403, 1, 20.0),  # not HotSpot's
+    ]
+    parent = s.parents(found)
+    assert [s.kind(r, parent[i]) for i, r in enumerate(found)] == [
+        "Spark JVMs", "Spark JVMs", "Spark JVMs", "other",
+    ]  # fmt: skip
+
+
 def test_the_summary_sums_each_kind_and_its_share_of_all():
     s = _script()
     found = [
