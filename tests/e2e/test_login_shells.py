@@ -6,13 +6,12 @@ written, and its output and exit code come back exactly."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests import sshd
-from tests.conftest import run_dtrun
+from tests.conftest import require_tool, run_dtrun
 from tests.e2e.test_ssh import hosts_file_text
 from tests.sshd import SshCluster
 
@@ -43,9 +42,7 @@ def shell_cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> SshCluster:
     name = request.param
-    path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"{name} is not installed (`./dev test` installs it)")
+    path = require_tool(name)  # ./dev test installs every one: missing fails, never skips
     if not sshd.available():
         pytest.skip(f"sshd is not installed: {sshd.ENABLE}")
     first = 70 + 2 * SHELLS.index(name)  # 127.0.0.70 ... 127.0.0.79
