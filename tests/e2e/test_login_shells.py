@@ -142,10 +142,14 @@ def test_a_launch_stages_its_files_and_dtrun_s_code_and_runs_the_program_as_writ
     assert (code / "__init__.py").is_file() and (code / "execute").is_dir()
 
 
+# one write of the whole line: print's pieces, written one by one, were once split by
+# DeepSpeed's own log line on the same stream (3 e2e workers)
 ENVIRONMENT_SEEN = """
-import os
+import os, sys
 seen = [os.environ.get(key) for key in ("NODE_RANK", "SEEN", "OMP_NUM_THREADS")]
-print("seen", *seen, "code" in os.environ.get("PYTHONPATH", ""), flush=True)
+seen.append(str("code" in os.environ.get("PYTHONPATH", "")))
+sys.stdout.write(" ".join(["seen", *map(str, seen)]) + "\\n")
+sys.stdout.flush()
 """
 
 
