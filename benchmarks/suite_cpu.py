@@ -174,6 +174,7 @@ def main() -> None:
     parser.add_argument(
         "--between",
         nargs=2,
+        type=datetime.fromisoformat,
         metavar=("START", "END"),
         help="with --pacct: only the processes that started in this window (ISO times, e.g. "
         "2026-12-06T06:59:10), and the cores it kept busy",
@@ -186,7 +187,7 @@ def main() -> None:
         found = [r for p in args.pacct for r in records(p)]
         wall = None
         if args.between:
-            start, end = (datetime.fromisoformat(t).timestamp() for t in args.between)
+            start, end = (t.timestamp() for t in args.between)
             found, wall = [r for r in found if start <= r.start <= end], end - start
         print(summary(found, wall))
         return
