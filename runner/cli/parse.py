@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 import secrets
 import shlex
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from dtrun.errors import UsageError
+from dtrun.spec.bounds import bound_of
 from dtrun.spec.cluster import Node
-from dtrun.spec.request import PlatformEnv, Program, ProgramKind
+from dtrun.spec.request import BenchSpec, PlatformEnv, Program, ProgramKind
 from dtrun.spec.runid import MAX_RUN_ID, RUN_ID_RULE, run_id_problem, run_id_size
 from dtrun.spec.text import SURROGATES
 
@@ -22,6 +24,14 @@ def parse_node_counts(text: str) -> tuple[int, ...]:
     """``"1,2,4"`` -> (1, 2, 4): sorted, without repeats. Range checks happen in the plan."""
     counts: set[int] = set()
     for part in text.replace(" ", "").split(","):
+        digits = part.lstrip("+-")
+        if digits.isascii() and digits.isdigit() and len(digits) > sys.get_int_max_str_digits():
+            rule = bound_of(BenchSpec, "node_counts").rule
+            raise UsageError(
+                f"--nodes needs node counts of {rule}",
+                why=f"got a number of {len(digits):,} digits",
+                fix="pass e.g. --nodes 1,2,4",
+            )
         try:
             counts.add(int(part))
         except ValueError:

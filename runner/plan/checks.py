@@ -141,10 +141,13 @@ def check_bench(bench: BenchSpec) -> None:
 def check_node_counts(counts: tuple[int, ...]) -> None:
     """--nodes of bench and predict: one count at least, each in its range."""
     nodes = bound_of(BenchSpec, "node_counts")
-    if not counts or not all(nodes.holds(n) for n in counts):
+    wrong = [n for n in counts if not nodes.holds(n)]
+    if not counts or wrong:
+        # the counts out of range, each cut short (``shown``), the first few: not 5,000 digits
+        got = ", ".join(shown(n) for n in wrong[:3]) + (", ..." if len(wrong) > 3 else "")
         raise PlanError(
             f"--nodes needs node counts of {nodes.rule}",
-            why=f"got {','.join(map(str, counts)) or 'nothing'}",
+            why=f"got {got or 'nothing'}",
             fix="pass e.g. --nodes 1,2,4",
         )
 

@@ -29,6 +29,9 @@ CLI = [
     ("bench --nodes 0", "--nodes needs node counts of at least 1"),
     ("bench --nodes two", "'two' is not a whole number"),
     ("bench --nodes -1", "got -1"),
+    ("bench --nodes 2," + "9" * 5000, "at most 10,000: got a number of 5,000 digits"),
+    ("bench --nodes 2," + "9" * 30, "got 99999999999999999999... (30 digits)"),
+    ("bench --nodes 0,1,20000,-3,0,-5", "got -5, -3, 0, ..."),
     ("bench --nodes 1,,2", "it has an empty entry"),
     ("bench --nodes ''", "it has an empty entry"),
     ("bench --nodes 100", "cannot simulate 100 nodes"),
@@ -304,7 +307,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize(("line", "must_say"), CLI, ids=[line for line, _ in CLI])
+@pytest.mark.parametrize(("line", "must_say"), CLI, ids=[line[:60] for line, _ in CLI])
 def test_a_bad_command_line_value(workdir, line, must_say):
     args = shlex.split(line)
     if args[0] in ("bench", "run"):  # never the user's runs/: an --output of the test's own
