@@ -134,14 +134,19 @@ def _out_of(error: RunError) -> tuple[str | None, str]:
     return None, ""
 
 
-def _out_label(starter: Starter | None, plan: LaunchPlan, labels: dict[str, str], name: str) -> str:
+def _out_label(
+    starter: Starter | None, plan: LaunchPlan, labels: dict[str, str], error: RunError, name: str
+) -> str:
     """The label of a node put out of the check: where tasks learn their hosts as they run
-    (Starter.TASKS; spark_labels), the address the launch placed it at when no other node
-    shares it, as the nodes measured are labelled; else its label as it was."""
+    (Starter.TASKS; spark_labels), its address when no other node shares it, as the nodes
+    measured are labelled (the host the launch's results learned, else where it was placed);
+    else its label as it was."""
     if starter is not Starter.TASKS:
         return labels[name]
-    addresses = Counter(node.address for node in plan.every_node)
-    placed = next((node.address for node in plan.every_node if node.name == name), "")
+    learned = {result.node: result.address for result in error.node_results}
+    where = {node.name: learned.get(node.name) or node.address for node in plan.every_node}
+    addresses = Counter(where.values())
+    placed = where.get(name, "")
     return placed if placed and addresses[placed] == 1 else labels[name]
 
 
@@ -233,7 +238,7 @@ def _checked(  # noqa: PLR0913 - run_check's state, handed on
                 if put_out:  # a retry's failure: say what the check went on without, and why
                     exc.why = "; ".join([*filter(None, [exc.why]), *put_out])
                 raise
-            labels[failed.name] = _out_label(inventory.starter, plan, labels, failed.name)
+            labels[failed.name] = _out_label(inventory.starter, plan, labels, exc, failed.name)
             unreachable[labels[failed.name]] = why
             put_out.append(f"this launch ran without {labels[failed.name]}, {why}")
             nodes = tuple(n for n in nodes if n is not failed)

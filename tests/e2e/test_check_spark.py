@@ -180,3 +180,40 @@ def test_a_throttled_spark_worker_is_named_alone_with_cause_compute(
     # the one link is slow because of its node, not a slow link of its own
     assert [link["verdict"] for link in data["links"]] in (["ok"], ["node"]), data["links"]
     _ended(standalone, no_leftovers)
+
+
+def test_a_spark_worker_lost_mid_check_is_named_and_the_other_is_checked(standalone, no_leftovers):
+    """The worker on 127.0.0.42 goes down once every rank has joined (its JVM and its
+    executor killed, as a host going down): the check names that host and measures the other
+    (as a lost sshd node, Slurm node or raylet is: docs/check.md)."""
+    import signal
+    import threading
+
+    from tests import faults, sparkstandalone
+
+    lost, fine = sparkstandalone.WORKERS[1], sparkstandalone.WORKERS[0]
+
+    def go_down() -> None:
+        wait_for(lambda: faults.check_said(no_leftovers, "dtrun: checking"), timeout=300,
+                 what="every rank to join")  # fmt: skip
+        os.kill(standalone.worker_pid(1), signal.SIGKILL)
+        for pid in sparkstandalone.executor_pids(1):
+            os.kill(pid, signal.SIGKILL)
+
+    downer = threading.Thread(target=go_down, daemon=True)
+    downer.start()
+    try:
+        done, data = _check(no_leftovers, standalone.url, "--local-nodes", "2", "--port", "29990")
+    finally:
+        downer.join(timeout=60)
+    assert done.returncode == 5, done.stdout + done.stderr
+    verdicts = {n["host"]: (n["verdict"], n["cause"]) for n in data["nodes"]}
+    assert verdicts == {lost: ("failed", "unreachable"), fine: ("ok", None)}, data["nodes"]
+    # the node whose executor went, not the one whose gloo then lost its peer (before: that
+    # one, by the exit code it wrote, under its task's name)
+    evidence = next(n for n in data["nodes"] if n["host"] == lost)["figures"]["evidence"]
+    assert re.match(rf"lost during the check: Spark lost spark-\d \({re.escape(lost)}\): "
+                    r"Spark lost its executor: worker lost", evidence[0]), evidence  # fmt: skip
+    record = json.loads((no_leftovers / "runs" / "check" / "check.json").read_text())
+    assert record["nodes"] == data["nodes"]
+    _ended(standalone, no_leftovers)

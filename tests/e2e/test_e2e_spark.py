@@ -289,7 +289,8 @@ def test_an_executor_killed_is_the_failed_node_and_the_stopped_one_is_null(
     lost = next(node for node, (code, _) in nodes.items() if code is not None)
     assert nodes[lost] == (137, True), nodes  # the executor's own exit, as Spark reported it
     assert [value for node, value in nodes.items() if node != lost] == [(None, False)], nodes
-    assert f"error: {lost} (spark-executor) failed with exit code 137" in said, said
+    # named by the host its task recorded (runner/engines/spark/node.py): worker 1's
+    assert f"error: {lost} (127.0.0.42) failed with exit code 137" in said, said
     # Spark's own words: ExecutorLostFailure (Spark 3) or the scheduler's Lost executor (Spark 4)
     assert ("ExecutorLostFailure" in said or "Lost executor" in said) and "Traceback" not in said
     wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the launch")

@@ -24,10 +24,11 @@ from dtrun.engines.spark.failures import (
 )
 from dtrun.engines.spark.inventory import executors, spark_inventory
 from dtrun.engines.spark.node import contract_from_horovod, executor_address, node_main
-from dtrun.errors import NodeFailedError, PlanError, UsageError
+from dtrun.errors import NodeFailedError, PlanError, RunError, UsageError
 from dtrun.plan.launchers.spark import SPARK_CONFIG
 from dtrun.spec.cluster import Node, Starter
 from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
+from dtrun.spec.outcome import NodeResult
 from tests.conftest import ended
 from tests.paths import REPO
 from tests.plans import build_run_plan
@@ -292,6 +293,61 @@ def test_a_barrier_failure_with_no_lost_executor_in_the_log_records_no_code(tmp_
     write_failure(tmp_path / FAILURE_FILE, task_failure(RuntimeError(BARRIER)))
     results = node_results(_plan(["spark-0", "spark-1"]), tmp_path)
     assert [(r.exit_code, r.cause is not None) for r in results] == [(None, False), (None, True)]
+
+
+URL = "http://127.0.0.42:8081/logPage/?appId=app-1&executorId={}&logType=stderr"
+
+
+def test_node_main_records_its_executors_host_and_id_as_it_starts(tmp_path, monkeypatch):
+    (tmp_path / "node-1.sh").write_text("exit 0\n")
+    monkeypatch.setenv("NODE_RANK", "1")
+    monkeypatch.setenv("SPARK_LOG_URL_STDERR", URL.format(3))
+    node_main(str(tmp_path), ["spark-0", "spark-1"])
+    assert (tmp_path / "spark-1.host").read_text() == "127.0.0.42 3\n"
+
+
+def _lost(tmp_path: Path, why: str, executor: str = "0") -> tuple[tuple[NodeResult, ...], RunError]:
+    """spark-0 on 127.0.0.41 exited 1 (gloo: its peer closed), spark-1 on 127.0.0.42 wrote no
+    exit, and the driver's log says it lost executor ``executor`` on 127.0.0.42."""
+    (tmp_path / "spark-0.host").write_text("127.0.0.41 1\n")
+    (tmp_path / "spark-1.host").write_text("127.0.0.42 0\n")
+    (tmp_path / "spark-0.exit").write_text("1\n")
+    (tmp_path / "spark-0.log").write_text("RuntimeError: Connection closed by peer\n")
+    (tmp_path / "spark-driver.log").write_text(
+        f"26/12/06 09:26:19 ERROR TaskSchedulerImpl: Lost executor {executor} on 127.0.0.42: "
+        f"{why}\n"
+    )
+    results = node_results(_plan(["spark-0", "spark-1"]), tmp_path)
+    driver = NodeFailedError("spark-driver", "127.0.0.1", 1, "d.log", "")
+    return results, node_failure(results, driver, {})
+
+
+def test_a_node_whose_executors_host_went_is_the_lost_one_not_the_peer_that_then_failed(
+    tmp_path,
+):
+    results, error = _lost(tmp_path, "worker lost: 127.0.0.42:36329 got disassociated")
+    assert [(r.exit_code, r.address) for r in results] == [(1, "127.0.0.1"), (None, "127.0.0.42")]
+    assert not isinstance(error, NodeFailedError)
+    assert (error.lost_node, error.others_held) == ("spark-1", True)  # a check goes on without it
+    assert (error.what, error.why) == (
+        "Spark lost spark-1 (127.0.0.42)",
+        "Spark lost its executor: worker lost: 127.0.0.42:36329 got disassociated",
+    )
+
+
+def test_a_killed_executor_is_the_failed_node_with_its_code_before_the_peer_that_then_failed(
+    tmp_path,
+):
+    _, error = _lost(tmp_path, "Command exited with code 137")
+    assert isinstance(error, NodeFailedError)
+    assert (error.node, error.exit_code_of_node) == ("spark-1", 137)
+    assert error.what.startswith("spark-1 (127.0.0.42) failed with exit code 137")
+
+
+def test_another_executor_lost_on_the_same_host_leaves_the_node_to_its_exit(tmp_path):
+    results, error = _lost(tmp_path, "Command exited with code 137", executor="5")
+    assert [r.cause for r in results] == [None, None]
+    assert isinstance(error, NodeFailedError) and error.node == "spark-0"
 
 
 def test_a_driver_failure_it_recorded_is_the_error_not_its_log(tmp_path):

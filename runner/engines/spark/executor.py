@@ -24,7 +24,7 @@ from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.spark.app import DRIVER_LOG, DRIVER_SCRIPT, AppTimeout, SparkApp
 from dtrun.engines.spark.cds import RECORD_WAIT_S
 from dtrun.engines.spark.failures import FAILURE_FILE
-from dtrun.engines.spark.node import EXIT_SUFFIX, TAG
+from dtrun.engines.spark.node import EXIT_SUFFIX, HOST_SUFFIX, TAG
 from dtrun.errors import (
     LaunchInterrupted,
     NodeFailedError,
@@ -94,8 +94,9 @@ class SparkExecutor:
         workdir.mkdir(parents=True, exist_ok=True)
         write_launch_files(plan, workdir)
         write_scripts(plan, workdir)  # run by each Spark task's node_main, not from here
-        for stale in workdir.glob(f"*{EXIT_SUFFIX}"):  # an earlier attempt's (--resume)
-            stale.unlink()
+        for suffix in (EXIT_SUFFIX, HOST_SUFFIX):  # an earlier attempt's (--resume, a check's)
+            for stale in workdir.glob(f"*{suffix}"):
+                stale.unlink()
         self.run_id = self.run_id or plan.rdzv_id
         names = {str(i): launch.node.name for i, launch in enumerate(plan.launches)}
 
@@ -142,13 +143,20 @@ def node_results(plan: LaunchPlan, workdir: Path) -> tuple[NodeResult, ...]:
     executor's exit code, as the driver recorded it (spark-failure.json)."""
     failure = driver_failure(workdir)
     lost = failure.get("partition") if isinstance(failure.get("partition"), int) else None
+    gone = lost_hosts(workdir)
     results = []
     for rank, launch in enumerate(plan.launches):
         exit_file = workdir / f"{launch.node.name}{EXIT_SUFFIX}"
         code = _exit_code(exit_file)
         log = workdir / f"{launch.node.name}.log"
         result = NodeResult(launch.node.name, launch.node.address, code, str(log), wall_s=0.0)
-        if rank == lost and code is None:
+        host, ident = _executor(workdir / f"{launch.node.name}{HOST_SUFFIX}")
+        went = gone.get((host, ident))  # by its id where it knew it, else by its host
+        if code is None and host and went is not None:  # Spark lost its executor: the node
+            exited = _EXITED.search(went)
+            result = replace(result, address=host, cause=f"Spark lost its executor: {went}",
+                             exit_code=int(exited.group(1)) if exited else None)  # fmt: skip
+        elif rank == lost and code is None:
             executor = failure.get("exit_code")
             if not isinstance(executor, int):
                 executor = lost_executor_exit(workdir)
@@ -164,6 +172,36 @@ def node_results(plan: LaunchPlan, workdir: Path) -> tuple[NodeResult, ...]:
 # The driver's log line for an executor that died (TaskSchedulerImpl): `Lost executor 0 on
 # 127.0.0.42: Command exited with code 137`.
 _LOST_EXECUTOR = re.compile(r"Lost executor \S+ on \S+: .*?exited with code (-?\d+)")
+
+
+# The driver's log line for each executor it lost (TaskSchedulerImpl): `Lost executor 0 on
+# 127.0.0.42: worker lost: 127.0.0.42:36329 got disassociated` (its host went), or `...: Command
+# exited with code 137` (the executor was killed).
+_LOST_ON = re.compile(r"Lost executor (\S+) on ([^\s:]+): (.*)")
+_EXITED = re.compile(r"exited with code (-?\d+)")
+
+
+def lost_hosts(workdir: Path) -> dict[tuple[str, str], str]:
+    """Spark's reason for each executor the driver's log says it lost, by (host, executor id)
+    and by (host, "") for a task that recorded no id."""
+    try:
+        text = (workdir / DRIVER_LOG).read_text(errors="replace")
+    except OSError:
+        return {}
+    out = {}
+    for found in _LOST_ON.finditer(text):
+        executor, host, why = found.group(1), found.group(2), found.group(3).strip()
+        out[(host, executor)] = out[(host, "")] = why
+    return out
+
+
+def _executor(path: Path) -> tuple[str, str]:
+    """What a task recorded of its executor (node.py): its host and id, "" for each unknown."""
+    try:
+        host, _, ident = path.read_text().strip().partition(" ")
+    except OSError:
+        return "", ""
+    return host, ident
 
 
 def lost_executor_exit(workdir: Path) -> int | None:
@@ -204,8 +242,17 @@ def node_failure(
     failed = [r for r in results if r.exit_code not in (None, 0) and r.cause is None]
     failed.sort(key=lambda r: Path(r.log_path).with_suffix(EXIT_SUFFIX).stat().st_mtime)
     lost = [r for r in results if r.cause is not None]
+    gone = [r for r in lost if r.cause and r.cause.startswith("Spark lost its executor:")]
     error: RunError
-    if failed:
+    if gone and (code := gone[0].exit_code) is not None:  # before the others' failures:
+        first = gone[0]  # they came from losing it (gloo: connection closed by peer)
+        error = NodeFailedError(first.node, first.address, code, first.log_path, first.cause or "")
+    elif gone:
+        first = gone[0]
+        error = RunError(f"Spark lost {first.node} ({first.address})", why=first.cause or "",
+                         fix=f"bring {first.address} back, or run without it")  # fmt: skip
+        error.lost_node, error.others_held = first.node, True  # a check goes on without it
+    elif failed:
         from dtrun.execute.failure import explain_log  # its patterns: only for a failure
 
         first = failed[0]

@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from dtrun.engines.spark.inprocess import program_of, run_here, runs_here, stop_with_parent
 from dtrun.engines.spark.shipping import shipped_root
@@ -44,6 +44,7 @@ from dtrun.execute.guard import start_guard
 from dtrun.workloads.files import NodeLog, write_atomic
 
 EXIT_SUFFIX = ".exit"
+HOST_SUFFIX = ".host"  # the executor's host, written as the task starts
 TAG = "dtrun-node"
 GRACE_S = 5.0
 
@@ -75,20 +76,33 @@ def executor_address(env: dict[str, str]) -> str | None:
     return host or None
 
 
+def executor_id(env: dict[str, str]) -> str | None:
+    """The executor's id, where its log URL gives it (a standalone worker's does:
+    `.../logPage/?appId=...&executorId=0&logType=stderr`)."""
+    ids = parse_qs(urlsplit(env.get("SPARK_LOG_URL_STDERR", "")).query).get("executorId")
+    return ids[0] if ids else None
+
+
 def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None) -> int:
     """Run this rank's node script; its exit code, or SystemExit with it when it failed."""
     env = dict(os.environ)
     if horovod_port is not None:
         env = contract_from_horovod(env, horovod_port)
     address = executor_address(env)
+    node_rank = int(env["NODE_RANK"])
+    name = names[node_rank]
     if address is not None:  # recorded as the node's address (templates/launch/base.sh.j2)
         env["DTRUN_EXECUTOR_ADDR"] = address
+        # and where dtrun reads it if this task ends with no result: the host of an executor
+        # Spark loses is how dtrun knows which node was lost (runner/engines/spark/executor.py)
+        executor = executor_id(env) or ""
+        with contextlib.suppress(OSError):  # a failed write only loses that clue
+            where = Path(launch_dir) / f"{name}{HOST_SUFFIX}"
+            write_atomic(where, f"{address} {executor}".strip().encode() + b"\n")
     shipped = shipped_root(__file__)
     if shipped is not None:  # the script runs where the executor's working directory is not
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [shipped, env.get("PYTHONPATH")]))
-    node_rank = int(env["NODE_RANK"])
     local_rank = int(env.get("LOCAL_RANK", "0"))
-    name = names[node_rank]
     stem = name if local_rank == 0 else f"{name}.{local_rank}"
     where = Path(launch_dir)
     script = where / f"node-{node_rank}.sh"
