@@ -350,6 +350,16 @@ def test_another_executor_lost_on_the_same_host_leaves_the_node_to_its_exit(tmp_
     assert isinstance(error, NodeFailedError) and error.node == "spark-0"
 
 
+def test_a_host_two_nodes_ran_on_without_executor_ids_names_neither_by_host(tmp_path):
+    for name in ("spark-0", "spark-1"):
+        (tmp_path / f"{name}.host").write_text("127.0.0.1\n")
+    (tmp_path / "spark-driver.log").write_text(
+        "ERROR TaskSchedulerImpl: Lost executor 1 on 127.0.0.1: Command exited with code 137\n"
+    )
+    results = node_results(_plan(["spark-0", "spark-1"]), tmp_path)
+    assert [r.cause for r in results] == [None, None]
+
+
 def test_a_driver_failure_it_recorded_is_the_error_not_its_log(tmp_path):
     unreachable = master_unreachable("spark://127.0.0.1:1")
     assert unreachable is not None

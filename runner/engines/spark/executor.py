@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -144,14 +145,17 @@ def node_results(plan: LaunchPlan, workdir: Path) -> tuple[NodeResult, ...]:
     failure = driver_failure(workdir)
     lost = failure.get("partition") if isinstance(failure.get("partition"), int) else None
     gone = lost_hosts(workdir)
+    recorded = [_executor(workdir / f"{launch.node.name}{HOST_SUFFIX}") for launch in plan.launches]
+    shared = Counter(host for host, _ in recorded)
     results = []
     for rank, launch in enumerate(plan.launches):
         exit_file = workdir / f"{launch.node.name}{EXIT_SUFFIX}"
         code = _exit_code(exit_file)
         log = workdir / f"{launch.node.name}.log"
         result = NodeResult(launch.node.name, launch.node.address, code, str(log), wall_s=0.0)
-        host, ident = _executor(workdir / f"{launch.node.name}{HOST_SUFFIX}")
-        went = gone.get((host, ident))  # by its id where it knew it, else by its host
+        host, ident = recorded[rank]
+        # by its executor's id where it knew it, else by a host no other node ran on
+        went = gone.get((host, ident)) if ident or shared[host] == 1 else None
         if code is None and host and went is not None:  # Spark lost its executor: the node
             exited = _EXITED.search(went)
             result = replace(result, address=host, cause=f"Spark lost its executor: {went}",
