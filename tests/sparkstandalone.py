@@ -65,14 +65,20 @@ class StandaloneSpark:
 
 
 def executor_pids(worker: int) -> list[int]:
-    """The executor JVMs worker ``worker`` started (its children, in its work directory)."""
+    """The executor JVMs worker ``worker`` started (its children, in its work directory): in
+    this process's network namespace only, where the worker lives (--worker-netns). Another
+    test session's cluster on the same addresses, in a namespace of its own, is not this one's:
+    a test that kills what it finds would kill that session's executor too."""
     import psutil
 
+    here = Path("/proc/self/ns/net").readlink()
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         line = " ".join(proc.info.get("cmdline") or [])
         if "CoarseGrainedExecutorBackend" in line and f"--hostname {WORKERS[worker]}" in line:
-            found.append(proc.pid)
+            with contextlib.suppress(OSError):  # it ended meanwhile
+                if Path(f"/proc/{proc.pid}/ns/net").readlink() == here:
+                    found.append(proc.pid)
     return found
 
 
