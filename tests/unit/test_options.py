@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -20,6 +21,17 @@ def test_node_counts_that_are_not_numbers_are_refused(text):
     with pytest.raises(UsageError, match="is not a list of node counts") as caught:
         parse_node_counts(text)
     assert "--nodes 1,2,4" in caught.value.message
+
+
+def test_node_counts_are_read_where_python_has_no_digit_limit():
+    """PYTHONINTMAXSTRDIGITS=0 lifts int()'s limit: every count was refused as too long."""
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        assert parse_node_counts("1,2") == (1, 2)
+        assert parse_node_counts("2," + "9" * 5000) == (2, 10**5000 - 1)  # the plan refuses it
+    finally:
+        sys.set_int_max_str_digits(before)
 
 
 def test_env_splits_on_the_first_equals_sign():

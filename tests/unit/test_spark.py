@@ -360,6 +360,29 @@ def test_a_host_two_nodes_ran_on_without_executor_ids_names_neither_by_host(tmp_
     assert [r.cause for r in results] == [None, None]
 
 
+@pytest.mark.parametrize(
+    ("url_host", "spark_says"),
+    [("[2001:db8::5]", "2001:db8::5"), ("[2001:db8::5]", "[2001:db8::5]"),
+     ("Worker-B.Example", "Worker-B.Example")],
+)  # fmt: skip
+def test_a_lost_executor_on_an_ipv6_or_capitalised_host_names_its_node(
+    tmp_path, url_host, spark_says
+):
+    """The task's host is its log URL's, bare and lower-cased (urlsplit); Spark's log line
+    keeps the case and the colons: such a node was missed, and its peer named instead."""
+    url = f"http://{url_host}:8081/logPage/?appId=app-1&executorId=0&logType=stderr"
+    host = executor_address({"SPARK_LOG_URL_STDERR": url})
+    (tmp_path / "spark-0.host").write_text("10.0.0.1 1\n")
+    (tmp_path / "spark-0.exit").write_text("1\n")
+    (tmp_path / "spark-1.host").write_text(f"{host} 0\n")
+    (tmp_path / "spark-driver.log").write_text(
+        f"ERROR TaskSchedulerImpl: Lost executor 0 on {spark_says}: Command exited with code 137\n"
+    )
+    results = node_results(_plan(["spark-0", "spark-1"]), tmp_path)
+    assert [r.exit_code for r in results] == [1, 137]
+    assert results[1].cause == "Spark lost its executor: Command exited with code 137"
+
+
 def test_a_driver_failure_it_recorded_is_the_error_not_its_log(tmp_path):
     unreachable = master_unreachable("spark://127.0.0.1:1")
     assert unreachable is not None

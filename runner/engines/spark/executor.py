@@ -155,7 +155,7 @@ def node_results(plan: LaunchPlan, workdir: Path) -> tuple[NodeResult, ...]:
         result = NodeResult(launch.node.name, launch.node.address, code, str(log), wall_s=0.0)
         host, ident = recorded[rank]
         # by its executor's id where it knew it, else by a host no other node ran on
-        went = gone.get((host, ident)) if ident or shared[host] == 1 else None
+        went = gone.get((host.lower(), ident)) if ident or shared[host] == 1 else None
         if code is None and host and went is not None:  # Spark lost its executor: the node
             exited = _EXITED.search(went)
             result = replace(result, address=host, cause=f"Spark lost its executor: {went}",
@@ -180,8 +180,9 @@ _LOST_EXECUTOR = re.compile(r"Lost executor \S+ on \S+: .*?exited with code (-?\
 
 # The driver's log line for each executor it lost (TaskSchedulerImpl): `Lost executor 0 on
 # 127.0.0.42: worker lost: 127.0.0.42:36329 got disassociated` (its host went), or `...: Command
-# exited with code 137` (the executor was killed).
-_LOST_ON = re.compile(r"Lost executor (\S+) on ([^\s:]+): (.*)")
+# exited with code 137` (the executor was killed). The host up to the first ": " (an IPv6
+# address has colons); bare and lower-cased, as executor_address has it (urlsplit's hostname).
+_LOST_ON = re.compile(r"Lost executor (\S+) on (\S+?): (.*)")
 _EXITED = re.compile(r"exited with code (-?\d+)")
 
 
@@ -194,7 +195,8 @@ def lost_hosts(workdir: Path) -> dict[tuple[str, str], str]:
         return {}
     out = {}
     for found in _LOST_ON.finditer(text):
-        executor, host, why = found.group(1), found.group(2), found.group(3).strip()
+        executor, why = found.group(1), found.group(3).strip()
+        host = found.group(2).removeprefix("[").removesuffix("]").lower()
         out[(host, executor)] = out[(host, "")] = why
     return out
 
