@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dtrun.engines.spark.executor import driver_failure, node_failure, node_results
+from dtrun.engines.spark.executor import driver_failure, lost_hosts, node_failure, node_results
 from dtrun.engines.spark.failures import (
     FAILURE_FILE,
     executor_wait_s,
@@ -381,6 +381,13 @@ def test_a_lost_executor_on_an_ipv6_or_capitalised_host_names_its_node(
     results = node_results(_plan(["spark-0", "spark-1"]), tmp_path)
     assert [r.exit_code for r in results] == [1, 137]
     assert results[1].cause == "Spark lost its executor: Command exited with code 137"
+
+
+def test_a_node_printing_spark_s_words_is_not_spark_losing_an_executor(tmp_path):
+    (tmp_path / "spark-driver.log").write_text(
+        "dtrun-node 1: ERROR TaskSchedulerImpl: Lost executor 0 on 127.0.0.42: worker lost\n"
+    )
+    assert lost_hosts(tmp_path) == {}
 
 
 def test_a_driver_failure_it_recorded_is_the_error_not_its_log(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -54,6 +55,58 @@ def test_every_launch_runs_on_the_one_driver_and_a_failed_launch_keeps_it(tmp_pa
     finally:
         app.close()
     assert app.proc is None and not app.up
+
+
+# A stand-in whose launch fails and whose Spark says, half a second later, that it lost an
+# executor: the job failed from that loss before the scheduler logged it.
+LATE_LOSS = """\
+#!/usr/bin/env bash
+while read -r word dir; do
+  if [ "$word" = launch ]; then
+    echo "dtrun-spark-done 1"
+    sleep 0.5
+    echo "ERROR TaskSchedulerImpl: Lost executor 0 on 127.0.0.42: worker lost"
+  fi
+done
+"""
+
+
+def test_a_failed_launch_keeps_its_log_until_spark_says_it_lost_an_executor(tmp_path):
+    app = SparkApp(lambda tag: LATE_LOSS, grace_s=2.0)
+    lines: list[str] = []
+    polled: list[bool] = []
+
+    def settled() -> bool:
+        polled.append(any("Lost executor" in line for line in lines))
+        return polled[-1]
+
+    try:
+        assert app.launch(_launch_dir(tmp_path, "a", 1), lines.append, 30, settled=settled) == 1
+    finally:
+        app.close()
+    # before: the line came after the launch returned, into the next launch's log
+    assert "Lost executor 0 on 127.0.0.42" in (tmp_path / "a" / "spark-driver.log").read_text()
+    assert polled[0] is False and polled[-1] is True
+
+
+def test_a_failed_launch_waits_for_spark_s_word_no_longer_than_settle_s(tmp_path, monkeypatch):
+    monkeypatch.setattr("dtrun.engines.spark.app.SETTLE_S", 0.2)
+    app = SparkApp(lambda tag: STAND_IN, grace_s=2.0)
+    polls: list[str] = []
+
+    def never(name: str) -> Callable[[], bool]:
+        def settled() -> bool:
+            polls.append(name)
+            return False
+
+        return settled
+
+    try:
+        assert app.launch(_launch_dir(tmp_path, "a", 1), print, 30, settled=never("a")) == 1
+        assert app.launch(_launch_dir(tmp_path, "b", 0), print, 30, settled=never("b")) == 0
+    finally:
+        app.close()
+    assert "a" in polls and "b" not in polls  # a launch that succeeded waits for nothing
 
 
 def test_a_launch_past_its_time_is_cancelled_and_the_application_stays(tmp_path):

@@ -31,6 +31,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,6 +42,10 @@ from dtrun.workloads.files import NodeLog, write_atomic
 DRIVER_SCRIPT = "spark-driver.sh"
 DRIVER_LOG = "spark-driver.log"
 CANCEL_WAIT_S = 60.0  # how long a cancelled launch may take to end before the app is stopped
+# how long a failed launch waits for Spark to say it lost an executor: the driver hears an
+# executor's connection drop at once, and a job failed by that loss can end first (3 s: the
+# wait on a failure whose other nodes Spark stopped, which writes no exit)
+SETTLE_S = 3.0
 
 Sink = Callable[[str], None]
 
@@ -80,10 +85,19 @@ class SparkApp:
     def up(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def launch(self, workdir: Path, on_line: Sink, timeout_s: float) -> int | None:
+    def launch(
+        self,
+        workdir: Path,
+        on_line: Sink,
+        timeout_s: float,
+        *,
+        settled: Callable[[], bool] | None = None,
+    ) -> int | None:
         """Run the launch in ``workdir`` on the application, starting it if it is not up: the
         driver's code for it (0 done, 1 failed, 128+N stopped), None if the driver ended
-        without one. AppTimeout past ``timeout_s``."""
+        without one. AppTimeout past ``timeout_s``. A failed launch keeps the driver's lines
+        coming to its log until ``settled()`` or SETTLE_S: Spark may say it lost an executor
+        after the job failed from that loss (runner/engines/spark/executor.py)."""
         self.start()
         assert self.proc is not None and self.proc.stdin is not None
         write_atomic(workdir / DRIVER_SCRIPT, self.script(self.tag).encode(), 0o700)
@@ -101,9 +115,15 @@ class SparkApp:
             try:
                 self._send(f"launch {workdir}")
                 try:  # no --timeout: math.inf, which a queue's wait cannot take
-                    return self.done.get(timeout=None if math.isinf(timeout_s) else timeout_s)
+                    code = self.done.get(timeout=None if math.isinf(timeout_s) else timeout_s)
                 except queue.Empty:
                     pass
+                else:
+                    if code not in (0, None) and settled is not None:
+                        deadline = time.monotonic() + SETTLE_S
+                        while not settled() and time.monotonic() < deadline:
+                            time.sleep(0.05)
+                    return code
                 self._send("cancel")
                 try:
                     self.done.get(timeout=self.cancel_wait_s)

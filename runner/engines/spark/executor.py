@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import threading
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -101,6 +102,8 @@ class SparkExecutor:
         self.run_id = self.run_id or plan.rdzv_id
         names = {str(i): launch.node.name for i, launch in enumerate(plan.launches)}
 
+        lost = threading.Event()  # the driver said it lost an executor
+
         def demux(line: str) -> None:
             # node_main's lines, streamed by TorchDistributor: `dtrun-node R: text`
             head, _, rest = line.partition(": ")
@@ -108,10 +111,18 @@ class SparkExecutor:
             if tagged and head[len(TAG) + 1 :] in names:
                 on_line(names[head[len(TAG) + 1 :]], rest)
             else:  # the driver's own (`dtrun-node -: ...`) and Spark's
+                if _LOST_ON.search(line):
+                    lost.set()
                 on_line(DRIVER, rest if tagged else line)
 
+        def settled() -> bool:
+            """Nothing more to wait for before naming the node that failed: Spark said it
+            lost an executor, or every node wrote its exit (SETTLE_S)."""
+            exits = (workdir / f"{launch.node.name}{EXIT_SUFFIX}" for launch in plan.launches)
+            return lost.is_set() or all(path.exists() for path in exits)
+
         try:
-            code = self.app.launch(workdir, demux, timeout_s)
+            code = self.app.launch(workdir, demux, timeout_s, settled=settled)
         except AppTimeout:
             error = RunTimeoutError(
                 f"the launch on {plural(plan.nnodes, 'node')} did not finish within "
@@ -182,7 +193,7 @@ _LOST_EXECUTOR = re.compile(r"Lost executor \S+ on \S+: .*?exited with code (-?\
 # 127.0.0.42: worker lost: 127.0.0.42:36329 got disassociated` (its host went), or `...: Command
 # exited with code 137` (the executor was killed). The host up to the first ": " (an IPv6
 # address has colons); bare and lower-cased, as executor_address has it (urlsplit's hostname).
-_LOST_ON = re.compile(r"Lost executor (\S+) on (\S+?): (.*)")
+_LOST_ON = re.compile(r"^(?!dtrun-node ).*?Lost executor (\S+) on (\S+?): (.*)$", re.MULTILINE)
 _EXITED = re.compile(r"exited with code (-?\d+)")
 
 
