@@ -18,29 +18,29 @@ from dtrun.spec.runid import MAX_RUN_ID, RUN_ID_RULE, run_id_problem, run_id_siz
 from dtrun.spec.text import SURROGATES
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?\Z")
+_COUNT = re.compile(r"[+-]?([0-9]+)")
 
 
 def parse_node_counts(text: str) -> tuple[int, ...]:
     """``"1,2,4"`` -> (1, 2, 4): sorted, without repeats. Range checks happen in the plan."""
     counts: set[int] = set()
     for part in text.replace(" ", "").split(","):
-        digits = part.lstrip("+-")
-        most = sys.get_int_max_str_digits()  # 0: no limit (PYTHONINTMAXSTRDIGITS=0)
-        if digits.isascii() and digits.isdigit() and 0 < most < len(digits):
-            rule = bound_of(BenchSpec, "node_counts").rule
-            raise UsageError(
-                f"--nodes needs node counts of {rule}",
-                why=f"got a number of {len(digits):,} digits",
-                fix="pass e.g. --nodes 1,2,4",
-            )
-        try:
-            counts.add(int(part))
-        except ValueError:
+        # ASCII digits with one sign at most: int() alone also takes 1_0 and other scripts' digits
+        found = _COUNT.fullmatch(part)
+        if found is None:
             raise UsageError(
                 f"--nodes {text!r} is not a list of node counts",
                 why=f"{part!r} is not a whole number" if part else "it has an empty entry",
                 fix="pass whole numbers separated by commas, e.g. --nodes 1,2,4",
-            ) from None
+            )
+        most = sys.get_int_max_str_digits()  # 0: no limit (PYTHONINTMAXSTRDIGITS=0)
+        if 0 < most < len(found.group(1)):  # int() would refuse it
+            raise UsageError(
+                f"--nodes needs node counts of {bound_of(BenchSpec, 'node_counts').rule}",
+                why=f"got a number of {len(found.group(1)):,} digits",
+                fix="pass e.g. --nodes 1,2,4",
+            )
+        counts.add(int(part))
     return tuple(sorted(counts))
 
 

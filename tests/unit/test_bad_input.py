@@ -32,6 +32,8 @@ CLI = [
     ("bench --nodes 2," + "9" * 5000, "at most 10,000: got a number of 5,000 digits"),
     ("bench --nodes 2," + "9" * 30, "got 99999999999999999999... (30 digits)"),
     ("bench --nodes 0,1,20000,-3,0,-5", "got -5, -3, 0, ..."),
+    ("bench --nodes 1_0", "'1_0' is not a whole number"),
+    ("bench --nodes 2,+-" + "9" * 5000, "is not a whole number"),
     ("bench --nodes 1,,2", "it has an empty entry"),
     ("bench --nodes ''", "it has an empty entry"),
     ("bench --nodes 100", "cannot simulate 100 nodes"),
