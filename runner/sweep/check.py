@@ -8,13 +8,13 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dtrun.check.expected import Thresholds, expected_for
 from dtrun.check.judge import judge_check
-from dtrun.check.model import CheckReport
+from dtrun.check.model import Cause, CheckReport, Verdict
 from dtrun.check.result import Measured, load
 from dtrun.check.stopped import (
     CHECK_RECORD,
@@ -150,6 +150,18 @@ def _out_label(
     return placed if placed and addresses[placed] == 1 else labels[name]
 
 
+def failed_earlier(report: CheckReport, again: dict[str, str]) -> CheckReport:
+    """Each host an earlier attempt put out and a later one measured, one row: failed (its
+    launch failed), its figures, and why first. Two rows, failed and measured, said both."""
+    nodes = tuple(
+        replace(node, verdict=Verdict.FAILED, cause=Cause.UNREACHABLE,
+                evidence=(again[node.host], *node.evidence))
+        if node.host in again else node
+        for node in report.nodes
+    )  # fmt: skip
+    return replace(report, nodes=nodes)
+
+
 def _result(workdir: Path, launched: tuple[NodeResult, ...]) -> Measured:
     """Rank 0's result; missing or damaged after a launch every node exited 0 from, the check
     failed (exit 1), each node's end kept for check.json."""
@@ -246,13 +258,17 @@ def _checked(  # noqa: PLR0913 - run_check's state, handed on
     if inventory.starter is Starter.TASKS:  # the tasks learn their hosts as they run
         one_spark_host(measured, plan.nnodes)
         labels = spark_labels(measured, labels)
+    # a host put out that a later attempt measured (Spark put a task on a new executor there)
+    seen = {labels.get(name, name) for name in measured.names}
+    again = {host: why for host, why in unreachable.items() if host in seen}
     report = judge_check(
         measured,
         labels,
-        unreachable,
+        {host: why for host, why in unreachable.items() if host not in again},
         Thresholds.for_device(measured.device),
         expected_for(inventory.size, plan.procs_per_node),
     )
+    report = failed_earlier(report, again)
     wall = time.monotonic() - started
     run_dir.write_json(
         run_dir.path / CHECK_RECORD,

@@ -217,3 +217,39 @@ def test_a_spark_worker_lost_mid_check_is_named_and_the_other_is_checked(standal
     record = json.loads((no_leftovers / "runs" / "check" / "check.json").read_text())
     assert record["nodes"] == data["nodes"]
     _ended(standalone, no_leftovers)
+
+
+def test_an_executor_killed_mid_check_names_its_host_once_and_fails_the_check(
+    standalone, no_leftovers
+):
+    """Worker 2's executor is SIGKILLed once every rank has joined; the worker lives and starts
+    a new one, where Spark may put the next attempt's task. Either way the host is named once,
+    failed, with Spark's exit code. In 4 runs here Spark put the next task on the other
+    worker's executor each time; where it puts it on the new one, the host is one failed row
+    with its figures (tests/unit/test_check.py), not two."""
+    import signal
+    import threading
+
+    from tests import faults, sparkstandalone
+
+    killed = sparkstandalone.WORKERS[1]
+
+    def kill() -> None:
+        wait_for(lambda: faults.check_said(no_leftovers, "dtrun: checking"), timeout=300,
+                 what="every rank to join")  # fmt: skip
+        for pid in sparkstandalone.executor_pids(1):
+            os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill, daemon=True)
+    killer.start()
+    try:
+        done, data = _check(no_leftovers, standalone.url, "--local-nodes", "2", "--port", "29995")
+    finally:
+        killer.join(timeout=60)
+    assert done.returncode == 5, done.stdout + done.stderr
+    hosts = [n["host"] for n in data["nodes"]]
+    assert len(hosts) == len(set(hosts)) and killed in hosts, data["nodes"]
+    row = next(n for n in data["nodes"] if n["host"] == killed)
+    assert (row["verdict"], row["cause"]) == ("failed", "unreachable"), row
+    assert "exit code 137" in row["figures"]["evidence"][0], row
+    _ended(standalone, no_leftovers)

@@ -491,3 +491,24 @@ def test_a_gpu_s_figures_print_whole_above_a_thousand_never_as_an_exponent():
     assert _figure(999.4, "GB/s") == "999 GB/s"
     assert _figure(999.7, "GB/s") == "1,000 GB/s"  # three figures of it would be 1e+03
     assert _figure(None, "GB/s") == "-"
+
+
+def test_a_host_put_out_and_measured_later_is_one_failed_row_with_its_figures():
+    """Spark: a task dropped after its executor was killed can land on a new executor on the
+    same host in the next attempt; the host is one row, failed, the earlier loss first."""
+    from dtrun.check.model import CheckReport, NodeCheck
+    from dtrun.sweep.check import failed_earlier
+
+    report = CheckReport(
+        (NodeCheck("127.0.0.42", Verdict.OK, None, {"compute_gflops": 40.0}, ("fine",)),
+         NodeCheck("127.0.0.43", Verdict.OK, None, {"compute_gflops": 41.0})),
+        (),
+    )  # fmt: skip
+    merged = failed_earlier(report, {"127.0.0.42": "its launch failed: exit code 137"})
+    assert [(n.host, n.verdict, n.cause) for n in merged.nodes] == [
+        ("127.0.0.42", Verdict.FAILED, Cause.UNREACHABLE),
+        ("127.0.0.43", Verdict.OK, None),
+    ]
+    assert merged.nodes[0].evidence == ("its launch failed: exit code 137", "fine")
+    assert merged.nodes[0].figures == {"compute_gflops": 40.0}
+    assert merged.exit_code == FLAGGED_EXIT
