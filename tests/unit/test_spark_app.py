@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import psutil
 import pytest
 
 import dtrun
-from dtrun.engines.spark.app import AppTimeout, SparkApp
+from dtrun.engines.spark.app import SETTLE_S, AppTimeout, SparkApp
 from dtrun.engines.spark.shipping import SHIPPED, build_zip, shipped_root
 
 # A stand-in driver: answers each launch with its directory's `code` file, ignores a launch of
@@ -107,6 +108,25 @@ def test_a_failed_launch_waits_for_spark_s_word_no_longer_than_settle_s(tmp_path
     finally:
         app.close()
     assert "a" in polls and "b" not in polls  # a launch that succeeded waits for nothing
+
+
+# A stand-in whose Spark did not start (a silent master): it fails the launch and ends.
+NOT_STARTED = """\
+#!/usr/bin/env bash
+read -r word dir
+echo "dtrun-spark-done 1"
+"""
+
+
+def test_a_failed_launch_whose_driver_ended_waits_for_no_more_of_its_lines(tmp_path):
+    app = SparkApp(lambda tag: NOT_STARTED, grace_s=2.0)
+    try:
+        began = time.monotonic()
+        code = app.launch(_launch_dir(tmp_path, "a", 1), print, 30, settled=lambda: False)
+        took = time.monotonic() - began
+    finally:
+        app.close()
+    assert code == 1 and took < SETTLE_S / 2, took  # nothing more can come from it: 3 s before
 
 
 def test_a_launch_past_its_time_is_cancelled_and_the_application_stays(tmp_path):

@@ -121,7 +121,7 @@ class SparkApp:
                 else:
                     if code not in (0, None) and settled is not None:
                         deadline = time.monotonic() + SETTLE_S
-                        while not settled() and time.monotonic() < deadline:
+                        while not settled() and self._talking() and time.monotonic() < deadline:
                             time.sleep(0.05)
                     return code
                 self._send("cancel")
@@ -215,6 +215,11 @@ class SparkApp:
                     else:
                         self.said.append(line)
         done.put(None)  # the driver ended: no launch of it ends any more
+
+    def _talking(self) -> bool:
+        """Whether more of the driver's lines may come: its output is still read (a driver
+        whose Spark did not start, e.g. a silent master, ends after its launch)."""
+        return self.pump is not None and self.pump.is_alive()
 
     def _send(self, command: str) -> None:
         assert self.proc is not None and self.proc.stdin is not None
