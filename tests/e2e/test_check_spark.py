@@ -182,30 +182,38 @@ def test_a_throttled_spark_worker_is_named_alone_with_cause_compute(
     _ended(standalone, no_leftovers)
 
 
+def _check_killing(tmp, master, port, pids):
+    """`dtrun check` on ``master`` (2 nodes), SIGKILLing ``pids()`` once every rank joined."""
+    import signal
+    import threading
+
+    from tests import faults
+
+    def kill() -> None:
+        wait_for(lambda: faults.check_said(tmp, "dtrun: checking"), timeout=300,
+                 what="every rank to join")  # fmt: skip
+        for pid in pids():
+            os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill, daemon=True)
+    killer.start()
+    try:
+        return _check(tmp, master, "--local-nodes", "2", "--port", port)
+    finally:
+        killer.join(timeout=60)
+
+
 def test_a_spark_worker_lost_mid_check_is_named_and_the_other_is_checked(standalone, no_leftovers):
     """The worker on 127.0.0.42 goes down once every rank has joined (its JVM and its
     executor killed, as a host going down): the check names that host and measures the other
     (as a lost sshd node, Slurm node or raylet is: docs/check.md)."""
-    import signal
-    import threading
-
-    from tests import faults, sparkstandalone
+    from tests import sparkstandalone
 
     lost, fine = sparkstandalone.WORKERS[1], sparkstandalone.WORKERS[0]
-
-    def go_down() -> None:
-        wait_for(lambda: faults.check_said(no_leftovers, "dtrun: checking"), timeout=300,
-                 what="every rank to join")  # fmt: skip
-        os.kill(standalone.worker_pid(1), signal.SIGKILL)
-        for pid in sparkstandalone.executor_pids(1):
-            os.kill(pid, signal.SIGKILL)
-
-    downer = threading.Thread(target=go_down, daemon=True)
-    downer.start()
-    try:
-        done, data = _check(no_leftovers, standalone.url, "--local-nodes", "2", "--port", "29990")
-    finally:
-        downer.join(timeout=60)
+    done, data = _check_killing(
+        no_leftovers, standalone.url, "29990",
+        lambda: [standalone.worker_pid(1), *sparkstandalone.executor_pids(1)],
+    )  # fmt: skip
     assert done.returncode == 5, done.stdout + done.stderr
     verdicts = {n["host"]: (n["verdict"], n["cause"]) for n in data["nodes"]}
     assert verdicts == {lost: ("failed", "unreachable"), fine: ("ok", None)}, data["nodes"]
@@ -227,25 +235,12 @@ def test_an_executor_killed_mid_check_names_its_host_once_and_fails_the_check(
     failed, with Spark's exit code. In 4 runs here Spark put the next task on the other
     worker's executor each time; where it puts it on the new one, the host is one failed row
     with its figures (tests/unit/test_check.py), not two."""
-    import signal
-    import threading
-
-    from tests import faults, sparkstandalone
+    from tests import sparkstandalone
 
     killed = sparkstandalone.WORKERS[1]
-
-    def kill() -> None:
-        wait_for(lambda: faults.check_said(no_leftovers, "dtrun: checking"), timeout=300,
-                 what="every rank to join")  # fmt: skip
-        for pid in sparkstandalone.executor_pids(1):
-            os.kill(pid, signal.SIGKILL)
-
-    killer = threading.Thread(target=kill, daemon=True)
-    killer.start()
-    try:
-        done, data = _check(no_leftovers, standalone.url, "--local-nodes", "2", "--port", "29995")
-    finally:
-        killer.join(timeout=60)
+    done, data = _check_killing(
+        no_leftovers, standalone.url, "29995", lambda: sparkstandalone.executor_pids(1)
+    )
     assert done.returncode == 5, done.stdout + done.stderr
     hosts = [n["host"] for n in data["nodes"]]
     assert len(hosts) == len(set(hosts)) and killed in hosts, data["nodes"]

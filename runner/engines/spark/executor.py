@@ -168,13 +168,12 @@ def node_results(plan: LaunchPlan, workdir: Path) -> tuple[NodeResult, ...]:
         # by its executor's id where it knew it, else by a host no other node ran on
         went = gone.get((host.lower(), ident)) if ident or shared[host] == 1 else None
         if code is None and host and went is not None:  # Spark lost its executor: the node
-            exited = _EXITED.search(went)
-            result = replace(result, address=host, cause=f"Spark lost its executor: {went}",
-                             exit_code=int(exited.group(1)) if exited else None)  # fmt: skip
+            result = replace(result, address=host, cause=f"{EXECUTOR_LOST}{went}",
+                             exit_code=_exited(went))  # fmt: skip
         elif rank == lost and code is None:
             executor = failure.get("exit_code")
             if not isinstance(executor, int):
-                executor = lost_executor_exit(workdir)
+                executor = lost_executor_exit(gone)
             result = replace(
                 result,
                 exit_code=executor if isinstance(executor, int) else None,
@@ -184,17 +183,19 @@ def node_results(plan: LaunchPlan, workdir: Path) -> tuple[NodeResult, ...]:
     return tuple(results)
 
 
-# The driver's log line for an executor that died (TaskSchedulerImpl): `Lost executor 0 on
-# 127.0.0.42: Command exited with code 137`.
-_LOST_EXECUTOR = re.compile(r"Lost executor \S+ on \S+: .*?exited with code (-?\d+)")
-
-
 # The driver's log line for each executor it lost (TaskSchedulerImpl): `Lost executor 0 on
 # 127.0.0.42: worker lost: 127.0.0.42:36329 got disassociated` (its host went), or `...: Command
 # exited with code 137` (the executor was killed). The host up to the first ": " (an IPv6
 # address has colons); bare and lower-cased, as executor_address has it (urlsplit's hostname).
 _LOST_ON = re.compile(r"^(?!dtrun-node ).*?Lost executor (\S+) on (\S+?): (.*)$", re.MULTILINE)
 _EXITED = re.compile(r"exited with code (-?\d+)")
+EXECUTOR_LOST = "Spark lost its executor: "  # a node's cause, before Spark's reason
+
+
+def _exited(why: str) -> int | None:
+    """The executor's exit code in Spark's reason (`Command exited with code 137`), if any."""
+    found = _EXITED.search(why)
+    return int(found.group(1)) if found else None
 
 
 def lost_hosts(workdir: Path) -> dict[tuple[str, str], str]:
@@ -221,14 +222,11 @@ def _executor(path: Path) -> tuple[str, str]:
     return host, ident
 
 
-def lost_executor_exit(workdir: Path) -> int | None:
-    """The exit code of the one executor the driver's log says was lost; None when it names no
-    such executor, or several with different codes (which one ran the partition is unknown)."""
-    try:
-        text = (workdir / DRIVER_LOG).read_text(errors="replace")
-    except OSError:
-        return None
-    codes = {int(found.group(1)) for found in _LOST_EXECUTOR.finditer(text)}
+def lost_executor_exit(gone: dict[tuple[str, str], str]) -> int | None:
+    """The exit code of the one executor the driver's log says was lost (``lost_hosts``); None
+    when it names no such executor, or several with different codes (which one ran the
+    partition is unknown)."""
+    codes = {code for why in gone.values() if (code := _exited(why)) is not None}
     return codes.pop() if len(codes) == 1 else None
 
 
@@ -259,7 +257,7 @@ def node_failure(
     failed = [r for r in results if r.exit_code not in (None, 0) and r.cause is None]
     failed.sort(key=lambda r: Path(r.log_path).with_suffix(EXIT_SUFFIX).stat().st_mtime)
     lost = [r for r in results if r.cause is not None]
-    gone = [r for r in lost if r.cause and r.cause.startswith("Spark lost its executor:")]
+    gone = [r for r in lost if r.cause and r.cause.startswith(EXECUTOR_LOST)]
     error: RunError
     if gone and (code := gone[0].exit_code) is not None:  # before the others' failures:
         first = gone[0]  # they came from losing it (gloo: connection closed by peer)
