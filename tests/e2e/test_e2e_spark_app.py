@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -130,12 +129,13 @@ def test_sigkill_of_dtrun_leaves_no_process_of_the_application(no_leftovers):
     and the driver, its stdin closed, stops Spark."""
     script = no_leftovers / "sleep.py"
     script.write_text("import time; print('sleeping', flush=True); time.sleep(600)\n")
-    before = set(Path(tempfile.gettempdir()).glob("dtrun-spark-*"))
+    own_tmp = no_leftovers / "tmp"  # other workers' Spark tests make theirs in the shared /tmp
+    own_tmp.mkdir()
     dtrun = subprocess.Popen(
         [*DTRUN, "run", "--spark", MASTER, "--launcher", "torchdistributor", "--nodes", "2",
          "--output", str(no_leftovers / "runs"), "--", "python", str(script)],
         cwd=no_leftovers, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        preexec_fn=default_signals,
+        preexec_fn=default_signals, env=os.environ | {"TMPDIR": str(own_tmp)},
     )  # fmt: skip
     runs = no_leftovers / "runs"  # the program runs inside each rank: its logs say it started
     nodes_logs = lambda: (log for log in runs.rglob("spark-*.log") if log.name != DRIVER_LOG)  # noqa: E731
@@ -144,11 +144,12 @@ def test_sigkill_of_dtrun_leaves_no_process_of_the_application(no_leftovers):
         timeout=180,
         what="both nodes' programs to start",
     )
+    left = lambda: list(own_tmp.glob("dtrun-spark-*"))  # noqa: E731
+    assert left(), "the application made no directory in TMPDIR"
     dtrun.send_signal(signal.SIGKILL)
     assert dtrun.wait(timeout=10) == -signal.SIGKILL
     wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the application")
     # nor its directory of this machine's temporary files (the driver's script, Spark's home)
-    left = lambda: set(Path(tempfile.gettempdir()).glob("dtrun-spark-*")) - before  # noqa: E731
     wait_for(lambda: not left(), timeout=30, what="the application's directory to go")
 
 

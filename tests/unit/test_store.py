@@ -9,7 +9,6 @@ import json
 import socket
 import stat
 import tempfile
-from pathlib import Path
 
 import pytest
 from moto.core.authorization import enable_iam_authentication
@@ -240,7 +239,9 @@ def test_secret_env_values_are_redacted_in_the_copies_only(s3, run_dir):
     assert stat.S_IMODE(script.stat().st_mode) == 0o700
 
 
-def test_a_log_over_the_in_memory_limit_is_redacted_piece_by_piece(s3, run_dir, monkeypatch):
+def test_a_log_over_the_in_memory_limit_is_redacted_piece_by_piece(
+    s3, run_dir, monkeypatch, tmp_path
+):
     from dtrun.store import base
 
     monkeypatch.setattr(base, "SCAN_LIMIT", 100)  # the streamed path, on a small file
@@ -251,7 +252,9 @@ def test_a_log_over_the_in_memory_limit_is_redacted_piece_by_piece(s3, run_dir, 
     log.write_text("".join(lines))
     checkpoint = run_dir / "n1/r0/model.pt"  # over the limit, nothing to hide: goes as it is
     checkpoint.write_bytes(bytes(range(256)) * 4)
-    spills_before = set(Path(tempfile.gettempdir()).glob("dtrun-upload-*"))
+    own_tmp = tmp_path / "tmp"  # other workers' uploads spill into the shared /tmp
+    own_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(own_tmp))
 
     S3Store(parse_results_url(f"s3://{BUCKET}")).upload(run_dir, secrets=["hunter2-token"])
 
@@ -264,7 +267,7 @@ def test_a_log_over_the_in_memory_limit_is_redacted_piece_by_piece(s3, run_dir, 
     ]  # every other line byte for byte, none cut at a piece's end
     assert "hunter2-token" in log.read_text()  # the local log is untouched
     assert objects["r1/n1/r0/model.pt"] == checkpoint.read_bytes()
-    assert set(Path(tempfile.gettempdir()).glob("dtrun-upload-*")) == spills_before
+    assert list(own_tmp.iterdir()) == []  # the spill went with the upload
 
 
 def test_short_values_are_not_taken_for_secrets(s3, run_dir):
