@@ -182,8 +182,9 @@ def test_a_throttled_spark_worker_is_named_alone_with_cause_compute(
     _ended(standalone, no_leftovers)
 
 
-def _check_killing(tmp, master, port, pids):
-    """`dtrun check` on ``master`` (2 nodes), SIGKILLing ``pids()`` once every rank joined."""
+def _check_killing(tmp, master, port, pids, signal_=None, env=None):
+    """`dtrun check` on ``master`` (2 nodes), sending ``pids()`` SIGKILL (or ``signal_``) once
+    every rank joined."""
     import signal
     import threading
 
@@ -193,12 +194,12 @@ def _check_killing(tmp, master, port, pids):
         wait_for(lambda: faults.check_said(tmp, "dtrun: checking"), timeout=300,
                  what="every rank to join")  # fmt: skip
         for pid in pids():
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signal_ or signal.SIGKILL)
 
     killer = threading.Thread(target=kill, daemon=True)
     killer.start()
     try:
-        return _check(tmp, master, "--local-nodes", "2", "--port", port)
+        return _check(tmp, master, "--local-nodes", "2", "--port", port, env=env)
     finally:
         killer.join(timeout=60)
 
@@ -247,4 +248,49 @@ def test_an_executor_killed_mid_check_names_its_host_once_and_fails_the_check(
     row = next(n for n in data["nodes"] if n["host"] == killed)
     assert (row["verdict"], row["cause"]) == ("failed", "unreachable"), row
     assert "exit code 137" in row["figures"]["evidence"][0], row
+    _ended(standalone, no_leftovers)
+
+
+# The driver's heartbeat timeout, as a user sets it in their spark-defaults.conf; Spark's own
+# defaults (120 s, checked each 60 s) name a silent executor after 2-3 minutes.
+HEARTBEAT_CONF = """spark.network.timeout 20s
+spark.network.timeoutInterval 5s
+spark.executor.heartbeatInterval 2s
+"""
+
+
+def test_a_spark_worker_that_hangs_mid_check_is_named_and_the_other_is_checked(
+    standalone, no_leftovers
+):
+    """Every process of the worker on 127.0.0.42 (its JVM, its executor, the executor's Python
+    workers and ranks) is stopped with SIGSTOP once every rank has joined: nothing closes a
+    connection, as when a host freezes. Spark names the executor whose heartbeats stopped;
+    the check names that host, not the peer whose collective waits on it."""
+    import signal
+
+    import psutil
+
+    conf = no_leftovers / "spark-conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text(HEARTBEAT_CONF)
+    from tests import sparkstandalone
+
+    hung, fine = sparkstandalone.WORKERS[1], sparkstandalone.WORKERS[0]
+    worker = standalone.worker_pid(1)
+    family = lambda: [worker, *(p.pid for p in psutil.Process(worker).children(recursive=True))]  # noqa: E731
+    try:
+        env = os.environ | {"SPARK_CONF_DIR": str(conf)}
+        done, data = _check_killing(
+            no_leftovers, standalone.url, "29985", family, signal.SIGSTOP, env
+        )
+    finally:
+        for pid in family():  # the host is gone: what it ran goes with it
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert done.returncode == 5, done.stdout + done.stderr
+    verdicts = {n["host"]: (n["verdict"], n["cause"]) for n in data["nodes"]}
+    assert verdicts == {hung: ("failed", "unreachable"), fine: ("ok", None)}, data["nodes"]
+    evidence = next(n for n in data["nodes"] if n["host"] == hung)["figures"]["evidence"]
+    assert re.match(rf"lost during the check: Spark lost spark-\d \({re.escape(hung)}\)",
+                    evidence[0]), evidence  # fmt: skip
     _ended(standalone, no_leftovers)

@@ -190,3 +190,36 @@ def test_a_broken_user_ssh_config_is_a_usage_error_not_a_traceback(
     assert caught.value.exit_code == 2
     assert said in f"{caught.value.message} {caught.value.why}"
     assert "cannot read the ssh config for 10.0.0.4" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("config", "interval", "count"),
+    [
+        ("", 15, 3),  # dtrun's own: a node silent for 45 s is lost
+        ("Host 10.0.0.*\n  ServerAliveInterval 3\n  ServerAliveCountMax 2\n", 3, 2),
+        ("Host *\n  ServerAliveInterval 0\n", 0, 3),  # never, as the user's ssh would
+    ],
+)
+def test_a_node_that_stops_answering_is_lost_after_the_user_s_server_alive_settings(
+    tmp_path, monkeypatch, config, interval, count
+):
+    """A hung node keeps its connection open; the keepalives name it lost. ~/.ssh/config's
+    ServerAliveInterval and ServerAliveCountMax set when, as for `ssh` (before: always 15 s)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text(config)
+    built: list[asyncssh.SSHClientConnectionOptions] = []
+
+    async def options_only(host: str, port: object = (), **kwargs: object) -> object:
+        built.append(
+            await asyncssh.SSHClientConnectionOptions.construct(
+                None, host=host, port=port, **kwargs
+            )
+        )
+        return object()
+
+    monkeypatch.setattr(asyncssh, "connect", options_only)
+    inventory = parse_hosts_file("hosts: [10.0.0.4]\n", "hosts.yaml", Defaults("u", "/usr/bin"))
+    with SshSession(inventory) as session:
+        _connect_all(session)
+    assert [(o.keepalive_interval, o.keepalive_count_max) for o in built] == [(interval, count)]

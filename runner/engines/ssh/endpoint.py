@@ -35,6 +35,10 @@ class Endpoint:
     identity_files: tuple[str, ...] = ()
     certificate_files: tuple[str, ...] = ()
     identities_only: bool = False
+    # the config's ServerAliveInterval and ServerAliveCountMax: a node that stops answering
+    # (hung, or gone without closing its connection) is lost after their product; 0: never
+    alive_interval: float = 15.0
+    alive_count_max: int = 3
 
     @property
     def address(self) -> str:
@@ -139,6 +143,8 @@ def _resolve(
         tuple(str(path) for path in config_of.get("IdentityFile", ())),
         tuple(str(path) for path in config_of.get("CertificateFile", ())),
         bool(config_of.get("IdentitiesOnly")),
+        float(config_of.get("ServerAliveInterval", Endpoint.alive_interval)),
+        int(config_of.get("ServerAliveCountMax", Endpoint.alive_count_max)),
     )
 
 

@@ -4,8 +4,7 @@ One event loop per session (asyncio.Runner), so connections survive between laun
 sweep. Nodes are reached directly, through the inventory's jump host, or through the ProxyJump
 hosts of the user's ~/.ssh/config (each jump host logged into once and shared); host keys are
 checked against the stack's known_hosts lines or the user's known_hosts file, and a new key is
-only recorded when asked (--accept-new-host-keys), never silently.
-"""
+only recorded when asked (--accept-new-host-keys), never silently."""
 
 from __future__ import annotations
 
@@ -242,7 +241,8 @@ class SshSession:
                         tunnel=tunnel,  # None: direct (ProxyJump hosts were opened above)
                         encryption_algs=target.ciphers or (),  # (): the config's Ciphers
                         connect_timeout=self.connect_timeout,
-                        keepalive_interval=15,
+                        keepalive_interval=target.alive_interval,  # as ~/.ssh/config says,
+                        keepalive_count_max=target.alive_count_max,  # else 15 s x 3
                     )
             except asyncssh.HostKeyNotVerifiable:
                 return await self._unknown_host_key(name, target, tunnel)

@@ -1,0 +1,77 @@
+"""`dtrun check` when a node hangs mid-check: every process of the fourth sshd node (its sshd,
+its sessions, the ranks) is stopped with SIGSTOP once every rank has joined. Nothing closes a
+connection, as when a host freezes or loses power behind a switch that keeps its links up: its
+kernel still acknowledges, nothing answers. The user's ~/.ssh/config sets the keepalives that
+find it (ServerAliveInterval 2, ServerAliveCountMax 3: 6 s; dtrun's own, 45 s). The other tests
+of a node lost mid-check close its connections (tests/e2e/test_check.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import threading
+
+import psutil
+import pytest
+
+from tests import faults
+from tests.conftest import run_dtrun, wait_for
+from tests.e2e.test_check import _hosts
+from tests.e2e.test_ssh_jump import user_env
+
+pytestmark = pytest.mark.e2e
+
+
+def _frozen(pid: int) -> list[psutil.Process]:
+    """SIGSTOP a process and every descendant; the stopped processes, the root first."""
+    root = psutil.Process(pid)
+    stopped = []
+    for proc in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):  # one that ended while they were listed
+            proc.send_signal(signal.SIGSTOP)
+            stopped.append(proc)
+    return stopped
+
+
+ALIVE = "Host *\n  ServerAliveInterval 2\n  ServerAliveCountMax 3\n"
+
+
+def test_a_node_that_hangs_mid_check_is_named_lost_and_the_others_are_checked(
+    sshd_cluster, no_leftovers
+):
+    hung = sshd_cluster.hosts[3]
+    hosts = _hosts(sshd_cluster, no_leftovers)
+    frozen: list[psutil.Process] = []
+
+    def hang() -> None:
+        wait_for(lambda: faults.check_said(no_leftovers, "dtrun: checking"), timeout=200,
+                 what="every rank to join")  # fmt: skip
+        frozen.extend(_frozen(sshd_cluster.processes[hung.address].pid))
+
+    freezer = threading.Thread(target=hang, daemon=True)
+    freezer.start()
+    try:
+        done = run_dtrun(
+            "check", "--hosts", str(hosts), "--port", "29980", "--json",
+            "--output", str(no_leftovers / "runs"), "--run-id", "check",
+            cwd=no_leftovers, timeout=400, env=user_env(sshd_cluster, no_leftovers, ALIVE),
+        )  # fmt: skip
+    finally:
+        freezer.join(timeout=60)
+        for proc in frozen:  # the host is gone: what it ran goes with it
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        sshd_cluster.processes.pop(hung.address).wait(timeout=10)
+        sshd_cluster.start(hung)  # back for the next test
+    assert frozen, "the node was never frozen"
+    assert done.returncode == 5, done.stdout + done.stderr
+    data = json.loads(done.stdout)
+    verdicts = {n["host"]: (n["verdict"], n["cause"]) for n in data["nodes"]}
+    assert verdicts.pop(hung.address) == ("failed", "unreachable"), done.stderr
+    assert sorted(verdicts) == sorted(h.address for h in sshd_cluster.hosts[:3])
+    assert set(verdicts.values()) == {("ok", None)}, done.stderr
+    evidence = next(n for n in data["nodes"] if n["host"] == hung.address)["figures"]["evidence"]
+    assert evidence[0].startswith("lost during the check:"), evidence
+    record = json.loads((no_leftovers / "runs" / "check" / "check.json").read_text())
+    assert record["nodes"] == data["nodes"]
