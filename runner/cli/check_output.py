@@ -90,19 +90,35 @@ def print_report(done: CheckRun, *, wide: bool = False) -> None:
     ))  # fmt: skip
 
 
+# The hosts file's fields that are whole numbers (runner/engines/ssh/hosts.py); every other
+# value is text as written, as the check read it: YAML 1.1 reads `0755` as 493 and `on` as true
+WHOLE_FIELDS = frozenset({"port", "slots", "cpus"})
+
+
 def _yaml_hosts(path: Path) -> dict[str, Any] | None:
     """The hosts file at ``path`` when it is YAML with a hosts list; None otherwise."""
     import yaml
 
     try:
         # libyaml's where PyYAML has it: nesting past 1,000 levels is an error, not a recursion
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        loader = getattr(yaml, "CBaseLoader", yaml.BaseLoader)  # every value as written
         data = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=loader)
+        if isinstance(data, dict) and isinstance(data.get("hosts"), list):
+            hosts = [_whole(e) if isinstance(e, dict) else e for e in data["hosts"]]
+            return {**_whole(data), "hosts": hosts}
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError, ValueError):
-        return None  # ValueError: changed since the check read it (a date 2001-13-45, 4,300 digits)
-    if isinstance(data, dict) and isinstance(data.get("hosts"), list):
-        return data
+        pass  # ValueError: changed since the check read it (a port of 4,300 digits)
     return None
+
+
+def _whole(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with each whole-number field's text read as YAML reads it (`0x8AE`: 2222)."""
+    import yaml
+
+    return {
+        key: yaml.safe_load(value) if key in WHOLE_FIELDS and isinstance(value, str) else value
+        for key, value in fields.items()
+    }
 
 
 def _entry_host(entry: Any) -> tuple[str, str]:

@@ -8,6 +8,7 @@ it never reaches a script (docs/security.md, "Threat model"). Pure.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 
 from dtrun.spec.text import CONTROL, escaped
@@ -81,4 +82,18 @@ def interface_problem(text: str) -> str | None:
         return "is not a network interface name (Linux takes no '.' or '..')"
     if any(c in "/:" or c.isspace() for c in text):
         return "is not a network interface name (Linux takes no '/', ':' or white space)"
+    return None
+
+
+def node_dir_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a directory on the nodes (a shared one, the code's, Python's);
+    None when it can. It reaches every script, quoted, and PYTHONPATH: a relative path would be
+    taken from whatever folder the script is in, and a `~` would stay a `~`."""
+    if not text.startswith("/"):
+        return (
+            "is not an absolute path: the nodes' scripts would take it from wherever they "
+            "run; give its full path, from /"
+        )
+    if os.pathsep in text:
+        return f"holds '{os.pathsep}', which splits PYTHONPATH in two"
     return None

@@ -16,7 +16,7 @@ from typing import Any
 
 from dtrun.azure.catalog import MAX_NODES_BY_SUPPORT_REQUEST, SIZES
 from dtrun.azure.expiry import ExpiryError, parse_iso
-from dtrun.cluster.names import control_character, host_problem, login_problem
+from dtrun.cluster.names import control_character, host_problem, login_problem, node_dir_problem
 from dtrun.errors import UsageError
 from dtrun.spec.cluster import Accelerator, Inventory, Node, SshAccess
 
@@ -110,11 +110,14 @@ def _count(data: Mapping[str, Any], key: str, low: int, high: int, source: str) 
     return value
 
 
-# The outputs that name a machine or an account, and the check each must pass.
+# The outputs that name a machine, an account or a directory on the nodes (as a hosts file's
+# `shared` and `python`: the inventory's code directory and Python), and the check each must pass.
 _NAME_CHECKS = {
     "head_public_address": host_problem,
     "head_private_address": host_problem,
     "ssh_user": login_problem,
+    "mount_path": node_dir_problem,
+    "python_bin": node_dir_problem,
 }
 
 

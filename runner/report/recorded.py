@@ -114,7 +114,8 @@ MANIFEST = obj(
         "bench": _BENCH,
         "inventory": obj(
             {"source": TEXT, "nodes": list_of(obj(_NODE, _KEPT_TO))},
-            optional={"size": nullable(TEXT)},
+            # region: `dtrun predict RUN --size` looks its list price up by it
+            optional={"size": nullable(TEXT), "region": nullable(TEXT)},
         ),
         "machine": obj(_MACHINE, {"usable_cpus": nullable(WHOLE)}),  # its affinity's cores
     },

@@ -427,16 +427,39 @@ def test_write_hosts_from_a_stack_reaches_the_nodes_through_its_head_as_the_stac
 
 def test_write_hosts_from_a_hosts_file_yaml_cannot_build_lists_the_inventory_s_nodes(tmp_path):
     """The file is read again after the check: changed meanwhile to a value whose YAML type
-    raises (a date of month 13, an int of 5,000 digits), it was a ValueError after the check."""
+    raises (a port of 5,000 digits), it was a ValueError after the check."""
     from dtrun.cli.check_output import kept_hosts
     from dtrun.spec.cluster import Inventory, Node
 
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text("hosts: [a, b]\nwhen: 2001-13-45\n")
+    hosts.write_text(f"hosts: [a, b]\nport: {'9' * 5000}\n")
     nodes = (Node("node-0", "a"), Node("node-1", "b"))
     inventory = Inventory(f"hosts:{hosts}", nodes, python_bin="/usr/bin", code_dir="/c")
     kept = kept_hosts(hosts, inventory, {"b"}, {"node-0": "a", "node-1": "b"})
     assert kept["hosts"] == [{"host": "a"}]
+
+
+def test_write_hosts_keeps_each_name_of_a_hosts_file_as_written(tmp_path):
+    """The hosts file's own YAML, less the flagged hosts: each name as the check read it, as
+    written. YAML 1.1 reads `0755` as the number 493 and `on` as true: the file written named
+    hosts 493 and true, user 83, and kept the flagged host `on`."""
+    import yaml
+
+    from dtrun.cli.check_output import kept_hosts
+    from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+    from dtrun.sweep.check import host_labels
+
+    text = "user: 0123\nport: 2222\nhosts:\n  - host: 0755\n  - host: on\n  - {host: c, port: 22}\n"
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(text)
+    defaults = Defaults(user="me", python_bin="/v/bin")
+    checked = parse_hosts_file(text, str(hosts), defaults)
+    labels = host_labels(checked)
+    kept = kept_hosts(hosts, checked, {labels["node-1"]}, labels)
+    back = parse_hosts_file(yaml.safe_dump(kept, sort_keys=False), "good.yaml", defaults)
+    assert labels["node-1"] == "on"
+    assert [(n.address, n.ssh_port) for n in back.nodes] == [("0755", 2222), ("c", 22)]
+    assert back.ssh is not None and (back.ssh.user, back.ssh.port) == ("0123", 2222)
 
 
 def test_the_spark_tasks_of_one_host_are_one_node_and_other_nodes_stay_apart():

@@ -210,6 +210,7 @@ class Case:
     damage: Damage
     says: str  # what the message must say about it
     command: str = "report"
+    options: tuple[str, ...] = ()  # after the run directories
 
 
 CASES = {
@@ -557,6 +558,14 @@ CASES = {
     "manifest-until-decided-without-its-maximum": Case(
         "a/manifest.json", edit(until_decided(workload="allreduce")), "'bench.repeat' is null"
     ),
+    # `predict --size` looks the size's list price up by the recorded region: .lower() of 5
+    "predict-size-region-number": Case(
+        "a/manifest.json",
+        edit(put(5, "inventory", "region")),
+        "'inventory.region' is 5, not text",
+        "predict",
+        ("--nodes", "4", "--size", "Standard_ND96asr_v4"),
+    ),
 }
 
 
@@ -569,9 +578,9 @@ def test_a_damaged_run_directory_is_refused_and_left_as_it_was(
     damaged = tmp_path / case.file
     case.damage(damaged)
     before = snapshot(tmp_path)
-    runs = ["a"] if case.command == "report" else ["a", "b"]
+    runs = ["a", "b"] if case.command == "compare" else ["a"]
     with contextlib.chdir(tmp_path):  # in process: 72 cases, each a dtrun start saved
-        done = CliRunner(env={"COLUMNS": "250"}).invoke(app, [case.command, *runs])
+        done = CliRunner(env={"COLUMNS": "250"}).invoke(app, [case.command, *runs, *case.options])
     output = done.stdout + done.stderr
     # exit 2 through dtrun's own error printing, never an exception
     assert isinstance(done.exception, SystemExit), f"{done.exception!r}\n{output}"

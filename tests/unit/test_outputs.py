@@ -234,6 +234,24 @@ def test_bad_outputs_name_the_field(change, message):
         parse_outputs(data, "outputs.json")
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"mount_path": "shared"}, "'mount_path' is not an absolute path"),
+        ({"python_bin": "venv/bin"}, "'python_bin' is not an absolute path"),
+        ({"mount_path": "/shared:lib"}, "'mount_path' holds ':', which splits PYTHONPATH"),
+        ({"python_bin": "/opt/a:b/bin"}, "'python_bin' holds ':', which splits PYTHONPATH"),
+    ],
+)
+def test_a_node_directory_the_hosts_file_refuses_is_refused_in_outputs_too(change, message):
+    """The inventory's code directory, shared directory and Python, as a hosts file's `shared`
+    and `python`: a relative one, or one whose ':' splits the nodes' PYTHONPATH, would have the
+    nodes import from whatever folder their scripts run in."""
+    data = load("v4-h100-azurefiles-created.json") | change
+    with pytest.raises(OutputsError, match=message):
+        parse_outputs(data, "outputs.json")
+
+
 def test_a_missing_field_is_named_with_the_command_to_fix_it():
     data = load("v1-h100-azurefiles-generated-key.json")
     del data["python_bin"]

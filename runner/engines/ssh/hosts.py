@@ -17,7 +17,13 @@ from typing import Any
 import yaml
 
 from dtrun.azure.catalog import SIZES
-from dtrun.cluster.names import control_character, host_problem, interface_problem, login_problem
+from dtrun.cluster.names import (
+    control_character,
+    host_problem,
+    interface_problem,
+    login_problem,
+    node_dir_problem,
+)
 from dtrun.engines.ssh.hostlines import (
     Entry,
     HostsFileError,
@@ -79,18 +85,6 @@ def _scalar(node: yaml.Node, source: str, field: str, kind: type) -> Any:
     return value
 
 
-def _node_path_problem(value: str) -> str | None:
-    """Why ``value`` cannot be a directory on the nodes: it reaches every script, quoted, where
-    a relative path would be taken from whatever folder the script is in, and a `~` would stay
-    a `~` (control characters are refused with every field's value: _scalar)."""
-    if not value.startswith("/"):
-        return (
-            "is not an absolute path: the nodes' scripts would take it from wherever they "
-            "run; give its full path, from /"
-        )
-    return None
-
-
 # The fields that name a machine, an account, an interface or a directory on the nodes: they
 # reach ssh, launchers, scripts and their comments.
 _NAME_CHECKS: dict[str, Callable[[str], str | None]] = {
@@ -98,9 +92,9 @@ _NAME_CHECKS: dict[str, Callable[[str], str | None]] = {
     "address": host_problem,
     "user": login_problem,
     "interface": interface_problem,
-    "workdir": _node_path_problem,
-    "shared": _node_path_problem,
-    "python": _node_path_problem,
+    "workdir": node_dir_problem,
+    "shared": node_dir_problem,
+    "python": node_dir_problem,
 }
 
 
