@@ -180,6 +180,14 @@ def test_a_secret_partly_escaped_or_interrupted_is_masked_where_it_was_written(w
     assert Redactor.of([KEY]).text(f"key: {written} ok") == f"key: {shown} ok"
 
 
+@pytest.mark.parametrize("written", ["correct\\ horse\\ battery", "correct\\ horse' 'battery"])
+def test_a_passphrase_whose_spaces_a_shell_escapes_is_masked(written):
+    """printf %q and `ls` write a space as "\\ ": a passphrase so written is masked whole, as
+    one with its ! written "\\!" is."""
+    hide = Redactor.of(["correct horse battery"])
+    assert hide.text(f"run: login --pass {written} ok") == f"run: login --pass {REDACTED} ok"
+
+
 @given(
     st.lists(
         st.tuples(
