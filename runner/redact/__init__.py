@@ -164,6 +164,7 @@ Data = TypeVar("Data")
 # break can show, as a value under SHORTEST can (docs/security.md).
 WRAPPED_SHORTEST = 8
 WRAPPED_PIECE_SHORTEST = 16
+_WRAP_BREAKS = re.compile(r"(\r\n|\r|\n|\\r\\n|\\r|\\n)")
 
 
 def wrapped_forms(piece: str) -> list[str]:
@@ -208,8 +209,9 @@ def _wrapped_ends(line: str, piece: str) -> tuple[int, int]:
 
 def mask_wrapped(text: str, pieces: Iterable[str]) -> str:
     """``text`` with every piece's fragments at line breaks masked (WRAPPED_SHORTEST): "\n",
-    and a lone "\r" that redraws a progress bar (its states are lines of their own)."""
-    lines = re.split(r"(\r\n|\r|\n)", text)  # odd indices: the breaks
+    a lone "\r" that redraws a progress bar (its states are lines of their own), and either
+    written as an escape (a JSON log line's string, _LINE_BREAKS)."""
+    lines = _WRAP_BREAKS.split(text)  # odd indices: the breaks
     for index, line in enumerate(lines):
         if index % 2:
             continue

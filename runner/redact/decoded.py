@@ -19,7 +19,7 @@ _ESCAPE = re.compile(
     r"(?P<none>(?:\x1b|\\x1b|\\u001[bB]|\\033|\\e)\[[0-?]{0,32}[ -/]{0,4}[@-~]|['\"])"
     r"|\\u(?P<u>[0-9a-fA-F]{4})|\\x(?P<x>[0-9a-fA-F]{2})|%(?P<url>[0-9a-fA-F]{2})"
     r"|(?P<entity>&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|amp|lt|gt|quot|apos);)"
-    r"|\\(?P<char>[^0-9A-Za-z\s])"  # JSON's \/, a shell's \! \$ \\
+    r"|\\(?P<char>[^0-9A-Za-z\s]| )"  # JSON's \/, a shell's \! \$ \\ and \  (printf %q)
 )
 _QUOTES = frozenset("'\"")
 

@@ -318,6 +318,21 @@ def test_a_slurm_node_address_that_is_no_address_is_refused():
         slurm_nodes(Sinfo(), ["g1"])  # type: ignore[arg-type]
 
 
+def test_a_node_name_sinfo_lists_for_a_dry_run_is_checked_as_a_job_s_are():
+    """Outside an allocation a dry run takes its nodes from `sinfo -N -o %N`; a name there
+    that is no node name is refused, as `scontrol show hostnames` names are."""
+    from dtrun.engines.slurm.allocation import candidate_nodes
+    from dtrun.errors import InventoryError
+    from dtrun.spec.slurmrequest import SlurmRequest
+
+    class Sinfo:
+        def check(self, command: list[str], doing: str) -> str:
+            return "g1\n../../home/u/.bashrc\n"
+
+    with pytest.raises(InventoryError, match=r"Slurm node name '\.\./\.\./home/u/\.bashrc'"):
+        candidate_nodes(Sinfo(), SlurmRequest())  # type: ignore[arg-type]
+
+
 def test_the_issue_s_hosts_file_is_refused_by_the_dry_run_before_any_file_is_written(tmp_path):
     from tests.conftest import run_dtrun
 

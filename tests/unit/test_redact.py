@@ -180,6 +180,14 @@ def test_a_secret_partly_escaped_or_interrupted_is_masked_where_it_was_written(w
     assert Redactor.of([KEY]).text(f"key: {written} ok") == f"key: {shown} ok"
 
 
+@pytest.mark.parametrize("written", ["correct\\ horse\\ battery", "correct\\ horse' 'battery"])
+def test_a_passphrase_whose_spaces_a_shell_escapes_is_masked(written):
+    """printf %q and `ls` write a space as "\\ ": a passphrase so written is masked whole, as
+    one with its ! written "\\!" is."""
+    hide = Redactor.of(["correct horse battery"])
+    assert hide.text(f"run: login --pass {written} ok") == f"run: login --pass {REDACTED} ok"
+
+
 @given(
     st.lists(
         st.tuples(
@@ -369,3 +377,16 @@ def test_a_string_repeated_through_a_record_is_redacted_wherever_it_is_as_text_r
             shown: [shown, (shown, 3, None), {"node": shown, shown: 1.5}],
             "nodes": [{"name": f"node-{i}", "address": "10.0.0.1", "log": shown} for i in range(3)],
         }
+
+
+@pytest.mark.parametrize("cuts", [(20,), (12, 30), (9, 26, 44)])
+def test_a_secret_wrapped_across_lines_inside_a_json_string_shows_no_piece_of_8_characters(cuts):
+    """A JSON log line (structlog, a program's metrics file the upload sends) writes a wrapped
+    config dump's line breaks as \\n: each piece at such a break is masked as at a real one."""
+    import json
+
+    pieces = [SAS[i:j] for i, j in zip([0, *cuts], [*cuts, len(SAS)], strict=True)]
+    dump = "config = {'sas': '" + "\n    ".join(pieces) + "', 'lr': 0.1}"
+    line = json.dumps({"event": dump, "level": "info"})
+    shown = Redactor.of([SAS]).text(line)
+    assert _shown_of(SAS, shown) < 8, shown

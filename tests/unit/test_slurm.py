@@ -137,6 +137,16 @@ def test_the_step_output_becomes_each_nodes_log_and_exit(tmp_path):
     assert ("gpu01", "step 1 loss 7.0") in seen
 
 
+def test_a_task_printing_sruns_node_failure_words_is_not_slurm_losing_a_node(tmp_path):
+    """A program's output (its own srun's, a log it prints) must not make dtrun report a
+    healthy node lost: a check would put it out, and --drain-failing drain it."""
+    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None)
+    step.line(b"0: dtrun: slurm task 0 of job 7 runs node-0.sh on gpu01\n")
+    step.line(b"0: srun: error: Node failure on gpu02\n")
+    step.close()
+    assert (step.slurm.lost, step.slurm.said) == ([], False)
+
+
 def test_a_node_without_the_run_directory_is_noticed(tmp_path):
     step = _Step(tmp_path, {"node-0.sh": "gpu01"}, lambda node, line: None)
     step.line(b"0: dtrun: the run directory /home/u/runs/r1/launch is not on gpu01\n")

@@ -515,3 +515,15 @@ def test_a_launch_whose_tasks_all_run_on_fewer_executors_is_not_starved(
     found: list[int] = []
     run.watch_executors(1, needed=4, wait_s=-2 * CHECK_EVERY_S, starved=found)
     assert found == ([executors] if starved else [])
+
+
+def test_a_host_file_naming_no_host_gives_the_lost_node_no_address_from_it(tmp_path):
+    """A task's .host file and the driver's log come from the cluster: a "host" holding a
+    shell word or an escape is no address for records and messages (docs/security.md)."""
+    forged = "x;$(touch${IFS}pwned)\x1b[2J"
+    (tmp_path / "spark-0.host").write_text(f"{forged} 0\n")
+    (tmp_path / "spark-driver.log").write_text(
+        f"ERROR TaskSchedulerImpl: Lost executor 0 on {forged}: Command exited with code 137\n"
+    )
+    results = node_results(_plan(["spark-0"]), tmp_path)
+    assert [(r.address, r.cause) for r in results] == [("127.0.0.1", None)]

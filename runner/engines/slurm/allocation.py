@@ -127,14 +127,18 @@ def wait_running(
 
 def hostnames(shell: SlurmShell, nodelist: str) -> tuple[str, ...]:
     """Slurm's compressed node list (gpu[01-04]) as names, by `scontrol show hostnames`."""
-    names = tuple(shell.check(["scontrol", "show", "hostnames", nodelist], "expand").split())
+    return _usable(shell.check(["scontrol", "show", "hostnames", nodelist], "expand").split())
+
+
+def _usable(names: Sequence[str]) -> tuple[str, ...]:
+    """Slurm's node names, each checked before it names a file or lands in a script."""
     for name in names:
         if not _NODE_NAME.fullmatch(name):
             raise InventoryError(
                 f"Slurm node name {name!r} is not one dtrun can use",
                 why="dtrun names log files and scripts after nodes: letters, digits, . _ -",
             )
-    return names
+    return tuple(names)
 
 
 def gpus_of(gres: str) -> int:
@@ -238,7 +242,7 @@ def candidate_nodes(shell: SlurmShell, request: SlurmRequest) -> tuple[str, ...]
     command = ["sinfo", "-N", "-h", "-o", "%N"]
     if request.partition is not None:
         command += ["-p", request.partition]
-    names = list(dict.fromkeys(shell.check(command, "list the nodes").split()))
+    names = list(dict.fromkeys(_usable(shell.check(command, "list the nodes").split())))
     if not names:
         where = f"partition {request.partition!r}" if request.partition else "any partition"
         raise UsageError(

@@ -20,7 +20,8 @@ from dtrun.spec.outcome import NodeResult
 # srun's words for a node the controller lost, and slurmstepd's for a step or job it ends:
 # `*** STEP 3.0 ON n1 CANCELLED AT 2026-01-01T10:00:00 DUE TO NODE FAILURE, SEE ... ***`,
 # `*** JOB 4 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***`, and without DUE TO for a scancel.
-_NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
+# srun's own line starts the line: a task's (`0: srun: ...`, --label) is the program's words.
+_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)")
 _CANCELLED = re.compile(
     r"\*\*\* (STEP|JOB) (\S+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z][A-Z ]*[A-Z]))?[, ]"
 )

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from dtrun import __version__
+from dtrun.cluster.names import host_problem
 from dtrun.engines.common.scripts import write_launch_files, write_scripts
 from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.spark.app import DRIVER_LOG, DRIVER_SCRIPT, AppTimeout, SparkApp
@@ -214,12 +215,14 @@ def lost_hosts(workdir: Path) -> dict[tuple[str, str], str]:
 
 
 def _executor(path: Path) -> tuple[str, str]:
-    """What a task recorded of its executor (node.py): its host and id, "" for each unknown."""
+    """What a task recorded of its executor (node.py): its host and id, "" for each unknown. A
+    host that is not one (host_problem) is unknown: Spark's answer is checked before it becomes
+    a node's address in records and messages (docs/security.md, "Threat model")."""
     try:
-        host, _, ident = path.read_text().strip().partition(" ")
+        host, _, ident = path.read_text(errors="replace").strip().partition(" ")
     except OSError:
         return "", ""
-    return host, ident
+    return ("", "") if host_problem(host) else (host, ident)
 
 
 def lost_executor_exit(gone: dict[tuple[str, str], str]) -> int | None:
