@@ -3,6 +3,8 @@ file without the flagged nodes (docs/check.md, "Output")."""
 
 from __future__ import annotations
 
+import contextlib
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -190,6 +192,16 @@ def refuse_hosts_target(path: Path) -> None:
         )
 
 
+def _mode(path: Path, source: str | None) -> int:
+    """The written file's mode: the one it replaces, else its source hosts file's (a 0600 file
+    stays 0600), else 0644."""
+    for given in (path, Path(source) if source else None):
+        with contextlib.suppress(OSError):
+            if given is not None and stat.S_ISREG(mode := given.stat().st_mode):
+                return stat.S_IMODE(mode)
+    return 0o644
+
+
 def write_hosts_file(path: Path, inventory: Inventory, done: CheckRun, flagged: set[str]) -> None:
     """--write-hosts: whole or not at all, never through a link."""
     import yaml
@@ -206,7 +218,7 @@ def write_hosts_file(path: Path, inventory: Inventory, done: CheckRun, flagged: 
         )
         return
     try:
-        write_atomic(path, yaml.safe_dump(data, sort_keys=False).encode())
+        write_atomic(path, yaml.safe_dump(data, sort_keys=False).encode(), _mode(path, source))
     except OSError as exc:
         raise UsageError(
             f"cannot write --write-hosts {path}",

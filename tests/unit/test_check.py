@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -460,6 +461,39 @@ def test_write_hosts_keeps_each_name_of_a_hosts_file_as_written(tmp_path):
     assert labels["node-1"] == "on"
     assert [(n.address, n.ssh_port) for n in back.nodes] == [("0755", 2222), ("c", 22)]
     assert back.ssh is not None and (back.ssh.user, back.ssh.port) == ("0123", 2222)
+
+
+@pytest.mark.parametrize(
+    ("before", "source", "after"),
+    [(None, 0o600, 0o600), (0o640, 0o600, 0o640), (None, None, 0o644)],
+)
+def test_write_hosts_keeps_the_mode_of_the_file_it_replaces_else_of_its_source(
+    tmp_path, before, source, after
+):
+    """A 0600 hosts file's copy was written 0644, over a 0600 file too."""
+    import types
+    from typing import cast
+
+    from dtrun.cli.check_output import write_hosts_file
+    from dtrun.spec.cluster import Inventory, Node
+    from dtrun.sweep.check import CheckRun
+
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("hosts: [a, b]\n")
+    if source is not None:
+        hosts.chmod(source)
+    given = f"hosts:{hosts}" if source is not None else "embedded"
+    inventory = Inventory(
+        given, (Node("node-0", "a"), Node("node-1", "b")), python_bin="/u", code_dir="/c"
+    )
+    good = tmp_path / "good.yaml"
+    if before is not None:
+        good.write_text("hosts: [old]\n")
+        good.chmod(before)
+    done = types.SimpleNamespace(hosts={"node-0": "a", "node-1": "b"})
+    write_hosts_file(good, inventory, cast(CheckRun, done), {"b"})
+    assert "a" in good.read_text() and "b" not in good.read_text().replace("hosts", "")
+    assert stat.S_IMODE(good.stat().st_mode) == after
 
 
 def test_the_spark_tasks_of_one_host_are_one_node_and_other_nodes_stay_apart():
