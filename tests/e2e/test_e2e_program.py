@@ -229,14 +229,18 @@ def test_a_program_that_prints_its_step_times_is_timed_by_the_pattern(no_leftove
     data = result(run, 1)
     assert (data["timing"], data["optimizer_steps"]) == ("step pattern", 8)
     assert data["timed_steps"] == 6  # steps 2 to 7: --warmup 2 (its first step has no start)
-    assert statistics.median(data["step_times_s"]) == pytest.approx(0.125, rel=0.2)
+    printed = [
+        float(line.split()[3]) / 1000
+        for line in (run / "n1" / "r0" / "node-0.log").read_text().splitlines()
+        if line.startswith("step ")
+    ]
     if own:  # the program's own figures, to the printed millisecond
-        printed = [
-            float(line.split()[3]) / 1000
-            for line in (run / "n1" / "r0" / "node-0.log").read_text().splitlines()
-            if line.startswith("step ")
-        ]
+        assert statistics.median(data["step_times_s"]) == pytest.approx(0.125, rel=0.2)
         assert data["step_times_s"] == pytest.approx(printed[2:], abs=1e-6)
+    else:  # between the lines' arrivals: in all, the time the program says those steps took
+        # (one interval may stretch and the next shrink on a loaded machine: CI's median of
+        # the six was 0.154 s once, the sleeps' 0.125)
+        assert sum(data["step_times_s"]) == pytest.approx(sum(printed[2:]), rel=0.15)
 
 
 def test_sigterm_ends_dtrun_whatever_the_step_pattern_makes_of_a_long_line(no_leftovers):
