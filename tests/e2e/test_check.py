@@ -31,6 +31,7 @@ def _check(tmp, *args, run_id="check", timeout=280):
     return done, (json.loads(done.stdout) if done.stdout.strip() else None)
 
 
+@pytest.mark.alone  # a clean check flags nothing: a quiet machine's claim (pyproject.toml)
 @pytest.mark.parametrize(("nodes", "port"), [(2, 29810), (4, 29820)])
 def test_a_clean_embedded_cluster_checks_ok_and_exits_0(no_leftovers, nodes, port):
     done, data = _check(no_leftovers, "--local-nodes", str(nodes), "--port", str(port))
@@ -63,6 +64,7 @@ def _kept(path):
     ]
 
 
+@pytest.mark.alone  # a clean check flags nothing: a quiet machine's claim (pyproject.toml)
 def test_clean_sshd_nodes_check_ok_and_write_hosts_keeps_them_all(sshd_cluster, no_leftovers):
     hosts = _hosts(sshd_cluster, no_leftovers)
     kept = no_leftovers / "good.yaml"

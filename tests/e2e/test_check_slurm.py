@@ -14,6 +14,7 @@ from tests.conftest import run_dtrun, wait_for
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.alone  # a clean check flags nothing: a quiet machine's claim (pyproject.toml)
 def test_a_check_on_slurm_names_its_nodes_as_slurm_does_and_ends_its_job(slurm, no_leftovers):
     done = run_dtrun(
         "check", "--slurm", "--local-nodes", "2", "--port", "29880", "--json",

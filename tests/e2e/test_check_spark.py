@@ -87,6 +87,7 @@ def _ended(standalone, tmp):
     wait_for(lambda: launch_processes() == [], timeout=30, what="no process of the launch")
 
 
+@pytest.mark.alone  # a clean check flags nothing: a quiet machine's claim (pyproject.toml)
 def test_a_clean_check_on_standalone_spark_names_the_executors_hosts_and_ends_its_app(
     standalone, no_leftovers
 ):
@@ -102,6 +103,7 @@ def test_a_clean_check_on_standalone_spark_names_the_executors_hosts_and_ends_it
     _ended(standalone, no_leftovers)
 
 
+@pytest.mark.alone  # a clean check flags nothing: a quiet machine's claim (pyproject.toml)
 @pytest.mark.parametrize(
     ("standalone", "executor_cores", "port"),
     [((2, "1g"), None, "29910"), ((2, "2g"), 1, "29940")],
