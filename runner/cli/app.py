@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import signal
+import sys
 from types import FrameType
 from typing import Annotated
 
@@ -90,10 +91,25 @@ def _stop_on_signals() -> None:
             signal.signal(signum, _stop_like_ctrl_c)
 
 
+def _print_bug(exc: Exception) -> None:
+    """A bug's traceback, as Python prints one, with every secret this process knows masked:
+    its message or a line of its source may quote one (docs/security.md). Typer's own printer
+    would show it whole."""
+    import traceback
+
+    from dtrun.redact import redact_text
+
+    sys.stderr.write(redact_text("".join(traceback.format_exception(exc))))
+    sys.stderr.flush()
+
+
 def main() -> None:
     _stop_on_signals()
     try:
         app()
+    except Exception as exc:  # not dtrun's own errors (user_errors): a bug, traceback and exit 1
+        _print_bug(exc)
+        sys.exit(1)
     finally:
         # Nothing is collected after this point: move every object out of the collector's
         # reach, so interpreter shutdown does not walk matplotlib's and torch's object graphs

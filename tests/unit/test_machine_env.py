@@ -109,3 +109,30 @@ def test_every_secret_named_value_of_this_machine_is_known_to_the_redaction(
     remember_secrets(secrets)
     line = f"key AwsSecretCore3 pw {PLANTED['SLACK_WEBHOOK_URL']} in {tmp_path}/sa.json"
     assert redact_text(line) == f"key {REDACTED} pw https://{REDACTED} in {tmp_path}/sa.json"
+
+
+def test_a_bug_s_traceback_masks_the_machine_s_secrets(tmp_path):
+    """An exception that escapes dtrun (a bug, not its own error) keeps its traceback and exit
+    1, with this machine's secrets masked in it. Before, typer printed it whole: a message that
+    quoted a secret-named variable's value showed it."""
+    import subprocess
+    import sys
+
+    program = (
+        "import os, dtrun.azure.catalog as c\n"
+        "def bug():\n"
+        "    raise ValueError('token ' + os.environ['WANDB_API_KEY'])\n"
+        "c.known_sizes = bug\n"
+        "from dtrun.cli.app import main\n"
+        "import sys; sys.argv = ['dtrun', 'sizes']\n"
+        "main()\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "WANDB_API_KEY": "WandbKeyOf32CharactersXyz0123456"}
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, cwd=tmp_path, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Traceback (most recent call last)" in done.stderr
+    assert f"ValueError: token {REDACTED}" in done.stderr, done.stderr
+    assert "WandbKeyOf32" not in done.stderr + done.stdout
