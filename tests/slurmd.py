@@ -130,6 +130,31 @@ class SlurmCluster:
         self.processes[index].kill()
         self.processes[index].wait()
 
+    def freeze_node(self, name: str) -> list[int]:
+        """SIGSTOP every process of the node, as a host that hangs: its slurmd, the slurmstepd
+        it forked and their tasks, which all live in its UTS namespace (and nothing else
+        does). The stopped pids, slurmd first; ``kill_frozen`` ends them."""
+        import signal
+
+        import psutil
+
+        slurmd = self.processes[1 + list(NODES).index(name)].pid
+        uts = Path(f"/proc/{slurmd}/ns/uts").readlink()
+        stopped = []
+        for proc in [psutil.Process(slurmd), *psutil.process_iter()]:
+            with contextlib.suppress(OSError, psutil.Error):  # one that ended meanwhile
+                if proc.pid not in stopped and Path(f"/proc/{proc.pid}/ns/uts").readlink() == uts:
+                    proc.send_signal(signal.SIGSTOP)
+                    stopped.append(proc.pid)
+        return stopped
+
+    def kill_frozen(self, name: str, pids: list[int]) -> None:
+        """The hung node gone: SIGKILL what ``freeze_node`` stopped; then restart_node."""
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        self.processes[1 + list(NODES).index(name)].wait(timeout=10)
+
     def restart_node(self, name: str) -> None:
         """Start the node's slurmd again (after kill_node) and wait until Slurm has it idle."""
         index = 1 + list(NODES).index(name)

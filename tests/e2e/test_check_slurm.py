@@ -50,10 +50,14 @@ def test_more_nodes_than_the_partition_names_the_option_that_asked_for_them(
     assert slurm.jobs() == []
 
 
-def test_a_node_slurm_loses_mid_check_is_named_and_the_other_is_checked(slurm, no_leftovers):
-    """n2 set down once every rank has joined: the check names it and measures n1 in the same
+@pytest.mark.parametrize(("fault", "port"), [("set-down", "29884"), ("hung", "29888")])
+def test_a_node_slurm_loses_mid_check_is_named_and_the_other_is_checked(
+    slurm, no_leftovers, fault, port
+):
+    """n2 set down once every rank has joined, or hung (every process of it SIGSTOPped: Slurm
+    finds it after SlurmdTimeout, 30 s here): the check names it and measures n1 in the same
     allocation (before: the whole check failed, check.json naming no node)."""
-    done, said = _down_mid_check(slurm, no_leftovers, "n2", "29884")
+    done, said = _down_mid_check(slurm, no_leftovers, "n2", port, hang=fault == "hung")
     assert done.returncode == 5, said
     data = json.loads(done.stdout)
     verdicts = {n["host"]: (n["verdict"], n["cause"]) for n in data["nodes"]}
@@ -78,20 +82,32 @@ def test_losing_the_node_that_holds_the_job_fails_the_check_saying_so(slurm, no_
     wait_for(lambda: slurm.jobs() == [], timeout=30, what="the allocation to end")
 
 
-def _down_mid_check(slurm, where, node: str, port: str):
-    """`dtrun check --slurm` on both nodes, ``node`` set down once every rank has joined."""
+def _down_mid_check(slurm, where, node: str, port: str, hang: bool = False):
+    """`dtrun check --slurm` on both nodes, ``node`` set down (or hung) once every rank has
+    joined."""
+    frozen: list[int] = []
 
     def go_down() -> None:
         wait_for(lambda: faults.check_said(where, "dtrun: checking"), timeout=200,
                  what="every rank to join")  # fmt: skip
-        slurm.run("scontrol", "update", f"nodename={node}", "state=down", "reason=dtrun test")
+        if hang:
+            frozen.extend(slurm.freeze_node(node))
+        else:
+            slurm.run("scontrol", "update", f"nodename={node}", "state=down", "reason=dtrun test")
 
     stopper = threading.Thread(target=go_down, daemon=True)
     stopper.start()
-    done = run_dtrun(
-        "check", "--slurm", "--local-nodes", "2", "--port", port, "--json",
-        "--output", str(where / "runs"), "--run-id", "lost",
-        cwd=where, env=slurm.env, timeout=280,
-    )  # fmt: skip
-    stopper.join(timeout=60)
+    try:
+        done = run_dtrun(
+            "check", "--slurm", "--local-nodes", "2", "--port", port, "--json",
+            "--output", str(where / "runs"), "--run-id", "lost",
+            cwd=where, env=slurm.env, timeout=280,
+        )  # fmt: skip
+    finally:
+        stopper.join(timeout=60)
+        if hang:  # the hung host is gone; a new one takes its name for the next test
+            slurm.kill_frozen(node, frozen)
+            slurm.restart_node(node)
+    if hang:
+        assert len(frozen) > 2, f"{node} was not frozen with its step: {frozen}"
     return done, done.stdout + done.stderr
