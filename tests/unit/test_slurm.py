@@ -336,15 +336,19 @@ def test_the_step_guard_cancels_only_its_own_step_and_only_when_dtrun_is_gone(
         assert not (tmp_path / "cancelled").exists()
 
 
+# srun --label prefixes slurmstepd's line with the node's first task, as its tasks' own lines
+# (Slurm 22.05 here: `0: slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT ... DUE TO TIME
+# LIMIT ***`), so a program could print the same; its own non-zero exit is taken first
+# (executor.py _failed_itself). srun's own lines carry no label.
 @pytest.mark.parametrize(
     ("lines", "lost", "cancelled", "due_to"),
     [
         (["srun: error: Node failure on n2"], ["n2"], None, ""),
-        (["slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO "
+        (["0: slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO "
           "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"], [], "STEP 3.0", "NODE FAILURE"),
-        (["slurmstepd-n1: error: *** JOB 4 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO TIME "
+        (["0: slurmstepd-n1: error: *** JOB 4 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO TIME "
           "LIMIT ***"], [], "JOB 4", "TIME LIMIT"),
-        (["slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT 2026-11-25T17:29:15 ***"], [],
+        (["0: slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT 2026-11-25T17:29:15 ***"], [],
          "STEP 2.0", ""),
         (["srun: error: n1: task 0: Terminated", "a program printing *** STEP"], [], None, ""),
     ],

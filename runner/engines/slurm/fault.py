@@ -21,6 +21,9 @@ from dtrun.spec.outcome import NodeResult
 # `*** STEP 3.0 ON n1 CANCELLED AT 2026-01-01T10:00:00 DUE TO NODE FAILURE, SEE ... ***`,
 # `*** JOB 4 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***`, and without DUE TO for a scancel.
 # srun's own line starts the line: a task's (`0: srun: ...`, --label) is the program's words.
+# slurmstepd's comes labelled as its node's first task (`0: slurmstepd-n1: error: *** ...`):
+# matched anywhere; a program that prints it and exits non-zero fails on its own first
+# (executor.py _failed_itself).
 _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)")
 _CANCELLED = re.compile(
     r"\*\*\* (STEP|JOB) (\S+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z][A-Z ]*[A-Z]))?[, ]"
