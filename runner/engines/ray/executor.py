@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dtrun.engines.common.scripts import write_launch_files, write_scripts
+from dtrun.engines.common.scripts import line_text, write_launch_files, write_scripts
 from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.ray.launcher import NAME as TORCHTRAINER
 from dtrun.engines.ray.node import GRACE_S, NodeProcess
@@ -297,7 +297,7 @@ class _Launch:
         for raw in lines:
             node.log.write(raw)
             if not node.stopped:
-                self.on_line(node.launch.node.name, raw.decode(errors="replace").rstrip("\r\n"))
+                self.on_line(node.launch.node.name, line_text(raw.decode(errors="replace")))
 
     def failed(self, node: _Node) -> RunError:
         from dtrun.execute.failure import explain_log  # its patterns: only for a failure
