@@ -94,6 +94,22 @@ def test_rays_reason_is_one_line_without_its_traceback():
     )
 
 
+def test_a_method_that_raised_is_said_by_its_exception_without_ray_s_colours():
+    """Ray's RayTaskError says its header first, coloured: a node whose actor could not write
+    its launch files was "lost" with "\\x1b[36mray::NodeProcess.start()\\x1b[39m (pid=42,
+    ip=10.0.0.2)" in its cause, escapes and all, and not the error that ended it."""
+    exceptions = pytest.importorskip("ray.exceptions")
+    cause = PermissionError(13, "Permission denied", "/runs/r1/n2")
+    header = "\x1b[36mray::NodeProcess.start()\x1b[39m (pid=42, ip=10.0.0.2)"
+    error = exceptions.RayTaskError(
+        "start", f"Traceback (most recent call last):\n{cause}", cause,
+        proctitle="ray::NodeProcess.start", pid=42, ip="10.0.0.2",
+    ).as_instanceof_cause()  # fmt: skip
+    assert str(error).startswith(header)  # as Ray 2.60 writes it
+    assert said(error) == "PermissionError: [Errno 13] Permission denied: '/runs/r1/n2'"
+    assert said(RuntimeError(f"{header}\nmore")) == "ray::NodeProcess.start() (pid=42, ip=10.0.0.2)"
+
+
 def test_a_missing_ray_names_the_extra_and_exits_2(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(UsageError, match=r"--ray needs Ray") as raised:

@@ -14,6 +14,7 @@ groups (runner/engines/ray/session.py).
 from __future__ import annotations
 
 import contextlib
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -44,9 +45,19 @@ def bundle(launch: NodeLaunch) -> dict[str, float]:
     return {"CPU": BUNDLE_CPUS, f"node:{launch.node.address}": 0.001}
 
 
+# a terminal's colour codes: Ray colours a task error's first line (colorama)
+_COLOURS = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
 def said(error: BaseException) -> str:
-    """Ray's reason, in one line, without its traceback."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    """Ray's reason, in one line, without its traceback or colours; for a method of the actor
+    that raised (Ray's RayTaskError), the exception it raised, not Ray's header line."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, BaseException) and cause is not error:
+        inner, kind = said(cause), type(cause).__name__
+        return (inner if inner == kind else f"{kind}: {inner}")[:400]
+    text = _COLOURS.sub("", str(error))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     text = next((line for line in lines if "died" in line or "lost" in line.lower()), "")
     return (text or (lines[0] if lines else type(error).__name__))[:400]
 
