@@ -80,7 +80,8 @@ def read_step_files(folder: Path) -> dict[int, dict[str, Any]]:
         if not all(map(float.__lt__, ends, ends[1:])):  # a step of 0 s divided by zero
             why = "its step_ends_s do not increase: each step ends after the one before"
             raise ResultError(f"{path} is not a step record", why=why)
-        if not all(isinstance(n, int) for n in data["gradient_bytes"].values()):
+        # none below 0 (--probe's sum: a busbw.gradient_bytes `dtrun report` calls damaged)
+        if not all(type(n) is int and n >= 0 for n in data["gradient_bytes"].values()):
             why = "its gradient_bytes are not whole numbers of bytes"
             raise ResultError(f"{path} is not a step record", why=why)
         records[int(data["rank"])] = {**data, "step_ends_s": ends}

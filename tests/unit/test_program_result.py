@@ -183,6 +183,8 @@ def test_a_rank_is_read_as_the_hook_writes_it_the_digits_of_rank(tmp_path: Path)
         ({"param_digest": [1]}, "'param_digest' is a list, not text"),
         ({"rank": "0x1"}, "'rank' is '0x1', not a rank"),
         ({"gradient_bytes": {"float32": "x"}}, "gradient_bytes are not whole numbers of bytes"),
+        ({"gradient_bytes": {"float32": -40}}, "gradient_bytes are not whole numbers of bytes"),
+        ({"gradient_bytes": {"float32": True}}, "gradient_bytes are not whole numbers of bytes"),
         ({"step_ends_s": [1.0] * 6}, "step_ends_s do not increase"),
         ({"step_ends_s": [6.0, 5.0, 4.0, 3.0, 2.0, 1.0]}, "step_ends_s do not increase"),
     ],
