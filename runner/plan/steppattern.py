@@ -4,17 +4,24 @@
 Python's re backtracks: `(a+)+$` over a line of 40 `a`s and a `b` takes longer than any
 sweep, and it holds the GIL while it does, so the thread that matched node 0's lines kept
 dtrun from handling SIGTERM or Ctrl-C (issue 36). RE2 (google-re2) never backtracks; it has no
-backreferences or lookaround, so a pattern that needs them is refused when given. Pure.
+backreferences or lookaround, so a pattern that needs them is refused when given. Its matches
+become step times here (pattern_steps). Pure.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 from typing import Any
 
-from dtrun.errors import UsageError
+from dtrun.errors import ResultError, UsageError
+from dtrun.spec.request import BenchSpec
 
 TIME_GROUPS = ("seconds", "ms")
+# readback's STEP_SECONDS, by which `dtrun report` reads a result's step times: a microsecond
+# (no step that synchronises ranks is faster) to about 11 days
+FASTEST_STEP_S, SLOWEST_STEP_S = 1e-6, 1e6
 EXAMPLE = "--step-pattern 'step \\d+ took (?P<seconds>[0-9.]+) s'"
 
 
@@ -74,3 +81,45 @@ def searchable(line: str) -> str:
 
 def _cut(text: str, most: int = 200) -> str:
     return text if len(text) <= most else f"{text[:most]}... ({len(text):,} characters)"
+
+
+Matched = list[tuple[float, dict[str, str | None]]]  # --step-pattern: (arrival, groups)
+
+
+def has_time_group(matched: Matched) -> bool:
+    return bool(matched) and ("seconds" in matched[0][1] or "ms" in matched[0][1])
+
+
+def pattern_steps(spec: BenchSpec, matched: Matched) -> tuple[list[float], int]:
+    """--step-pattern's step times and how many steps it saw: each match's `seconds` or `ms`
+    group where the pattern has one, else the time between one match and the next (the first
+    match has none, so it is warm-up, as the hook's first step is)."""
+    if not matched:
+        raise ResultError(
+            "--step-pattern matched no line of node 0's output",
+            why=f"the pattern {spec.step_pattern!r} found no step in the program's output",
+            fix="check it against the node-0.log beside result.json (RE2 syntax; "
+            "search, not full match)",
+        )
+    groups = matched[0][1]
+    if "seconds" in groups or "ms" in groups:
+        scale, name = (1.0, "seconds") if "seconds" in groups else (1e-3, "ms")
+        times = []
+        for _, found in matched:
+            try:
+                value = float(found.get(name) or "")
+            except ValueError:
+                continue  # the group matched no number on this line
+            if math.isfinite(value) and value > 0:
+                times.append(value * scale)
+        return times[spec.warmup :], len(matched)
+    arrivals = [arrival for arrival, _ in matched]
+    times = [b - a for a, b in itertools.pairwise(arrivals)][max(spec.warmup, 1) - 1 :]
+    if times and min(times) < FASTEST_STEP_S:  # 0 s divided by zero; the report refuses < 1 us
+        raise ResultError(
+            f"--step-pattern's lines came {min(times):.1g} s apart: no step's time, but output "
+            "held back (buffered) and written at once",
+            fix="have the program flush each line (stdbuf -oL for C or C++), or print each "
+            "step's time in a (?P<seconds>...) group",
+        )
+    return times, len(matched)

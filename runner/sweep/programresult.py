@@ -24,6 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from dtrun.errors import DamagedRunError, ResultError
+from dtrun.plan.steppattern import (
+    FASTEST_STEP_S,
+    SLOWEST_STEP_S,
+    Matched,
+    has_time_group,
+    pattern_steps,
+)
 from dtrun.record import readback as rb
 from dtrun.report.results import PROGRAM_SCHEMA
 from dtrun.report.stats import percentile
@@ -35,7 +42,6 @@ from dtrun.workloads.noise import UNTIL_GRADIENTS, launch_noise
 
 STEPS_SCHEMA = "dtrun.steps/1"
 MAX_STEP_FILE = 64 * 1024 * 1024  # a rank's file: a float per step; more is not the hook's
-FASTEST_STEP_S = 1e-6  # readback's STEP_SECONDS: a microsecond, no step that syncs is faster
 _TEXT = rb.nullable(rb.TEXT)
 
 
@@ -74,7 +80,8 @@ def read_step_files(folder: Path) -> dict[int, dict[str, Any]]:
         if not all(map(float.__lt__, ends, ends[1:])):  # a step of 0 s divided by zero
             why = "its step_ends_s do not increase: each step ends after the one before"
             raise ResultError(f"{path} is not a step record", why=why)
-        if not all(isinstance(n, int) for n in data["gradient_bytes"].values()):
+        # none below 0 (--probe's sum: a busbw.gradient_bytes `dtrun report` calls damaged)
+        if not all(type(n) is int and n >= 0 for n in data["gradient_bytes"].values()):
             why = "its gradient_bytes are not whole numbers of bytes"
             raise ResultError(f"{path} is not a step record", why=why)
         records[int(data["rank"])] = {**data, "step_ends_s": ends}
@@ -204,48 +211,6 @@ def _noise(
     return measured
 
 
-Matched = list[tuple[float, dict[str, str | None]]]  # --step-pattern: (arrival, groups)
-
-
-def _has_time_group(matched: Matched) -> bool:
-    return bool(matched) and ("seconds" in matched[0][1] or "ms" in matched[0][1])
-
-
-def pattern_steps(spec: BenchSpec, matched: Matched) -> tuple[list[float], int]:
-    """--step-pattern's step times and how many steps it saw: each match's `seconds` or `ms`
-    group where the pattern has one, else the time between one match and the next (the first
-    match has none, so it is warm-up, as the hook's first step is)."""
-    if not matched:
-        raise ResultError(
-            "--step-pattern matched no line of node 0's output",
-            why=f"the pattern {spec.step_pattern!r} found no step in the program's output",
-            fix="check it against the node-0.log beside result.json (RE2 syntax; "
-            "search, not full match)",
-        )
-    groups = matched[0][1]
-    if "seconds" in groups or "ms" in groups:
-        scale, name = (1.0, "seconds") if "seconds" in groups else (1e-3, "ms")
-        times = []
-        for _, found in matched:
-            try:
-                value = float(found.get(name) or "")
-            except ValueError:
-                continue  # the group matched no number on this line
-            if math.isfinite(value) and value > 0:
-                times.append(value * scale)
-        return times[spec.warmup :], len(matched)
-    arrivals = [arrival for arrival, _ in matched]
-    times = _intervals(arrivals)[max(spec.warmup, 1) - 1 :]
-    if times and min(times) < FASTEST_STEP_S:  # 0 s divided by zero; the report refuses < 1 us
-        raise ResultError(
-            f"--step-pattern's lines came {min(times):.1g} s apart: no step's time, but output "
-            "held back (buffered) and written at once",
-            fix="have the program flush each line (stdbuf -oL for C or C++), or print each "
-            "step's time in a (?P<seconds>...) group",
-        )
-    return times, len(matched)
-
-
 def program_result(
     spec: BenchSpec,
     plan: LaunchPlan,
@@ -263,7 +228,7 @@ def program_result(
     if matched is not None:
         timed, steps_seen = pattern_steps(spec, matched)
         timing = "step pattern"
-        if _has_time_group(matched):  # each match is a step's time: only --warmup left out
+        if has_time_group(matched):  # each match is a step's time: only --warmup left out
             timed_from = spec.warmup
         if not timed:
             raise ResultError(
@@ -288,6 +253,9 @@ def program_result(
     else:
         timed = [wall_s]
         timing = "whole program"
+    bad = [t for t in timed if not FASTEST_STEP_S <= t <= SLOWEST_STEP_S]
+    if bad and timing != "whole program":  # a wall time is dtrun's own
+        _out_of_range(bad[0], matched is not None, first_rank)
     ranks = [
         {"rank": rank, "node": str(r.get("node", "")), "address": _opt_str(r, "address"), "os": ""}
         for rank, r in sorted(records.items())
@@ -337,6 +305,20 @@ def program_result(
         "hook_errors": sorted({e for r in records.values() for e in r.get("errors", ())}),
         "wall_s": wall_s,
     }
+
+
+def _out_of_range(step_s: float, pattern: bool, rank: int | None) -> None:
+    """A timed step result.json cannot hold (``dtrun report`` called the run damaged; 1e-320 s
+    made an infinite throughput, a traceback): the launch fails naming where it came from."""
+    where = "--step-pattern read" if pattern else f"rank {rank}'s step record has"
+    raise ResultError(
+        f"{where} a step of {step_s:g} s, outside {FASTEST_STEP_S:g} to {SLOWEST_STEP_S:g} s",
+        why="no step's time: a step takes a microsecond to about 11 days",
+        fix="make the pattern's (?P<seconds>...) or (?P<ms>...) group match the step's time in "
+        "its unit"
+        if pattern
+        else "let only dtrun's step hook write its dtrun-steps/ files",
+    )
 
 
 def _opt_str(record: dict[str, Any], key: str) -> str | None:

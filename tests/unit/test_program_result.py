@@ -12,13 +12,13 @@ import pytest
 from dtrun.engines.embedded.inventory import local_cluster
 from dtrun.errors import ResultError
 from dtrun.plan.resolve import resolve_bench
+from dtrun.plan.steppattern import pattern_steps
 from dtrun.plan.sweep import plan_sweep
 from dtrun.report.resultfile import parse_result
 from dtrun.report.results import ProgramFacts, TrainResult
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.request import BenchSpec, Program, ProgramKind, ScalingMode, StepUnits, UnitKind
 from dtrun.sweep.programresult import (
-    pattern_steps,
     program_result,
     read_step_files,
     write_program_result,
@@ -183,6 +183,8 @@ def test_a_rank_is_read_as_the_hook_writes_it_the_digits_of_rank(tmp_path: Path)
         ({"param_digest": [1]}, "'param_digest' is a list, not text"),
         ({"rank": "0x1"}, "'rank' is '0x1', not a rank"),
         ({"gradient_bytes": {"float32": "x"}}, "gradient_bytes are not whole numbers of bytes"),
+        ({"gradient_bytes": {"float32": -40}}, "gradient_bytes are not whole numbers of bytes"),
+        ({"gradient_bytes": {"float32": True}}, "gradient_bytes are not whole numbers of bytes"),
         ({"step_ends_s": [1.0] * 6}, "step_ends_s do not increase"),
         ({"step_ends_s": [6.0, 5.0, 4.0, 3.0, 2.0, 1.0]}, "step_ends_s do not increase"),
     ],
@@ -401,3 +403,31 @@ def test_a_result_json_the_program_wrote_is_kept_and_the_launch_fails_saying_so(
         "the launch's result"
     )
     assert (tmp_path / "result.json").read_text() == '{"accuracy": 0.93}'
+
+
+@pytest.mark.parametrize("value", ["1e-9", "1e-320", "2e6"])
+def test_a_step_pattern_time_a_result_cannot_hold_fails_the_launch_naming_it(tmp_path: Path, value):
+    """A `seconds` group's 1e-9 made a result.json `dtrun report` then called damaged, and
+    1e-320 an infinite throughput that result.json cannot hold (a ValueError traceback)."""
+    bench = spec(step_pattern="took (?P<seconds>\\S+) s", warmup=1)
+    matched: list[tuple[float, dict[str, str | None]]] = [
+        (float(t), {"seconds": "0.5" if t < 2 else value}) for t in range(4)
+    ]
+    with pytest.raises(ResultError) as caught:
+        write_program_result(bench, plan(bench), tmp_path, 9.0, matched)
+    assert f"--step-pattern read a step of {float(value):g} s" in caught.value.message
+    assert "(?P<seconds>...)" in caught.value.fix
+    assert not (tmp_path / "result.json").exists()
+
+
+def test_a_step_record_step_a_result_cannot_hold_fails_the_launch_naming_the_rank(
+    tmp_path: Path,
+):
+    steps = tmp_path / "dtrun-steps"
+    steps.mkdir()
+    ends = [1.0, 1.1, 1.2, 1.2 + 1e-9, 1.3]  # a step of a nanosecond, timed
+    (steps / "rank-0.json").write_text(json.dumps(record(0, ends)))
+    bench = spec()
+    with pytest.raises(ResultError, match="rank 0's step record has a step of 1e-09 s"):
+        write_program_result(bench, plan(bench), tmp_path, 9.0, None)
+    assert not (tmp_path / "result.json").exists()

@@ -93,3 +93,14 @@ def test_a_command_s_answer_holds_a_bar_s_states_and_no_empty_line_for_its_lone_
     )
     assert answer.exit_code == 0
     assert answer.output.splitlines() == [" 50%", "100%", "", "end"]  # a real empty line stays
+
+
+def test_a_line_without_an_end_is_passed_on_in_pieces_not_held_whole():
+    """A program that writes without a line end (a binary blob to stdout) was held whole in
+    dtrun's memory, however large, until its first line end or its exit."""
+    mib = 1 << 20
+    data = b"x" * (4 * mib + 100) + b"\nend"
+    parts = list(segments(io.BytesIO(data)))
+    assert b"".join(parts) == data
+    assert max(map(len, parts)) <= 2 * mib  # LONGEST_LINE and a read at most
+    assert parts[-2].endswith(b"x\n") and parts[-1] == b"end"

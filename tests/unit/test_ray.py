@@ -94,6 +94,22 @@ def test_rays_reason_is_one_line_without_its_traceback():
     )
 
 
+def test_a_method_that_raised_is_said_by_its_exception_without_ray_s_colours():
+    """Ray's RayTaskError says its header first, coloured: a node whose actor could not write
+    its launch files was "lost" with "\\x1b[36mray::NodeProcess.start()\\x1b[39m (pid=42,
+    ip=10.0.0.2)" in its cause, escapes and all, and not the error that ended it."""
+    exceptions = pytest.importorskip("ray.exceptions")
+    cause = PermissionError(13, "Permission denied", "/runs/r1/n2")
+    header = "\x1b[36mray::NodeProcess.start()\x1b[39m (pid=42, ip=10.0.0.2)"
+    error = exceptions.RayTaskError(
+        "start", f"Traceback (most recent call last):\n{cause}", cause,
+        proctitle="ray::NodeProcess.start", pid=42, ip="10.0.0.2",
+    ).as_instanceof_cause()  # fmt: skip
+    assert str(error).startswith(header)  # as Ray 2.60 writes it
+    assert said(error) == "PermissionError: [Errno 13] Permission denied: '/runs/r1/n2'"
+    assert said(RuntimeError(f"{header}\nmore")) == "ray::NodeProcess.start() (pid=42, ip=10.0.0.2)"
+
+
 def test_a_missing_ray_names_the_extra_and_exits_2(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(UsageError, match=r"--ray needs Ray") as raised:
@@ -592,3 +608,33 @@ def test_what_a_node_prints_once_dtrun_stopped_it_goes_to_its_log_only(tmp_path)
     node.log.close()
     assert heard == [("ray-0", "step 1")]
     assert (tmp_path / "ray-0.log").read_text() == "step 1\nTraceback (most recent call last):\n"
+
+
+def test_a_progress_bar_s_states_come_one_by_one_as_on_the_other_engines(tmp_path):
+    """Read by lines ("\\n"), a tqdm bar's states came as one line once the bar closed: the
+    console showed nothing while it ran, --step-pattern saw one step where the bar drew
+    three, and the actor held the bar's whole output until then."""
+    from dtrun.engines.ray.executor import RayExecutor, _Launch, _Node
+    from dtrun.workloads.files import NodeLog
+
+    script = b"printf 'step 1\\r'; printf 'step 2\\r'; printf 'step 3\\n'\n"
+    node = NodeProcess(own_tag())
+    node.start(str(tmp_path), [("n.sh", script, 0o700)], "n.sh")
+    lines: list[bytes] = []
+    code = None
+    deadline = time.monotonic() + 20
+    while code is None and time.monotonic() < deadline:
+        out, code = node.poll(0.2)
+        lines += out
+    assert (lines, code) == ([b"step 1\r", b"step 2\r", b"step 3\n"], 0)
+    heard: list[tuple[str, str]] = []
+    state = _Node(types.SimpleNamespace(  # type: ignore[arg-type]
+        node=types.SimpleNamespace(name="ray-0", address="127.0.0.2"),
+        script_name="ray-0.sh", script="true\n"), log=NodeLog(tmp_path / "ray-0.log"))  # fmt: skip
+    executor = RayExecutor(types.SimpleNamespace(ray=None), {})  # type: ignore[arg-type]
+    plan = types.SimpleNamespace(files=[], rdzv_id="r1")
+    launch = _Launch(executor, plan, tmp_path, [state], lambda *line: heard.append(line))  # type: ignore[arg-type]
+    launch.write(state, lines)
+    state.log.close()
+    # each state with its "\r", as the sinks of the other engines get it (scripts.line_text)
+    assert heard == [("ray-0", "step 1\r"), ("ray-0", "step 2\r"), ("ray-0", "step 3")]

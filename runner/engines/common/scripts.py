@@ -137,14 +137,18 @@ def write_launch_files(plan: LaunchPlan, workdir: Path) -> None:
 # shows one every few seconds (runner/cli/common.py print_node_line) and --step-pattern sees
 # each as it comes, not one line of every state at the bar's end.
 READ = 65536  # bytes a read takes at most: what is there, without waiting for more
+# A line longer than this is passed on in pieces of about this size: a program that writes
+# without a line end (a binary blob, `yes | tr -d '\n'`) was held whole in dtrun's memory.
+LONGEST_LINE = 1 << 20
 
 
 def segments(stream: IO[bytes]) -> Iterator[bytes]:
     r"""``stream``'s bytes cut after each line end (``\n``, ``\r\n`` or a lone ``\r``), as they
-    come; a ``\r`` that ends a read waits for the next to say whether ``\n`` follows. Together
-    they are the stream, byte for byte."""
+    come, and within a line past LONGEST_LINE; a ``\r`` that ends a read waits for the next to
+    say whether ``\n`` follows. Together they are the stream, byte for byte."""
     read = getattr(stream, "read1", stream.read)
     line: list[bytes] = []  # the current line's pieces: a line longer than a read is joined once
+    held = 0  # their bytes
     carry = b""
     while chunk := read(READ):
         chunk, carry = carry + chunk, b""
@@ -156,10 +160,14 @@ def segments(stream: IO[bytes]) -> Iterator[bytes]:
         for part in parts:
             if line:
                 line.append(part)
-                part, line = b"".join(line), []
+                part, line, held = b"".join(line), [], 0
             yield part
         if tail is not None:
             line.append(tail)
+            held += len(tail)
+            if held >= LONGEST_LINE:
+                yield b"".join(line)
+                line, held = [], 0
     if line or carry:
         yield b"".join(line) + carry
 

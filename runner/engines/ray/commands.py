@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from dtrun.engines.common.scripts import answer_line, line_text
 from dtrun.engines.ray.executor import said
 from dtrun.engines.ray.node import NodeProcess
 from dtrun.engines.ray.session import RaySession
@@ -81,8 +82,9 @@ def _next(
     except ray.exceptions.RayError as error:  # a lost raylet or worker
         return Answer("\n".join(output), error=f"Ray: {said(error)}")
     for raw in lines:
-        line = raw.decode(errors="replace").rstrip("\r\n")
-        output.append(line)
+        line = line_text(raw.decode(errors="replace"))
+        if (kept := answer_line(line)) is not None:
+            output.append(kept)
         if on_line is not None:
             on_line(name, line)
     return None if code is None else Answer("\n".join(output), code)

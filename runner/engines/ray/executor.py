@@ -14,13 +14,14 @@ groups (runner/engines/ray/session.py).
 from __future__ import annotations
 
 import contextlib
+import re
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dtrun.engines.common.scripts import write_launch_files, write_scripts
+from dtrun.engines.common.scripts import line_text, write_launch_files, write_scripts
 from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.ray.launcher import NAME as TORCHTRAINER
 from dtrun.engines.ray.node import GRACE_S, NodeProcess
@@ -44,9 +45,19 @@ def bundle(launch: NodeLaunch) -> dict[str, float]:
     return {"CPU": BUNDLE_CPUS, f"node:{launch.node.address}": 0.001}
 
 
+# a terminal's colour codes: Ray colours a task error's first line (colorama)
+_COLOURS = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
 def said(error: BaseException) -> str:
-    """Ray's reason, in one line, without its traceback."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    """Ray's reason, in one line, without its traceback or colours; for a method of the actor
+    that raised (Ray's RayTaskError), the exception it raised, not Ray's header line."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, BaseException) and cause is not error:
+        inner, kind = said(cause), type(cause).__name__
+        return (inner if inner == kind else f"{kind}: {inner}")[:400]
+    text = _COLOURS.sub("", str(error))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     text = next((line for line in lines if "died" in line or "lost" in line.lower()), "")
     return (text or (lines[0] if lines else type(error).__name__))[:400]
 
@@ -297,7 +308,7 @@ class _Launch:
         for raw in lines:
             node.log.write(raw)
             if not node.stopped:
-                self.on_line(node.launch.node.name, raw.decode(errors="replace").rstrip("\r\n"))
+                self.on_line(node.launch.node.name, line_text(raw.decode(errors="replace")))
 
     def failed(self, node: _Node) -> RunError:
         from dtrun.execute.failure import explain_log  # its patterns: only for a failure

@@ -13,7 +13,8 @@ worker that ends, or sees its raylet die, SIGKILLs its direct children (Ray's
 which left the script's own children running. That SIGKILL reaches the reaper too: what it
 adopted then goes to init, and only the group's stop finds what kept the group.
 
-Standard library and dtrun.execute.guard only: imported in the Ray workers.
+Standard library, dtrun.execute.guard and the engines' line cutting (runner/engines/common/
+scripts.py ``segments``) only: imported in the Ray workers.
 """
 
 from __future__ import annotations
@@ -113,8 +114,12 @@ class NodeProcess:
         self.pump.start()
 
     def _pump(self) -> None:
+        r"""The script's output, cut as the other engines cut it (``segments``): a progress
+        bar's states, each after a "\r", come as they are drawn, not as one line at its end."""
+        from dtrun.engines.common.scripts import segments
+
         assert self.proc is not None and self.proc.stdout is not None
-        for raw in iter(self.proc.stdout.readline, b""):
+        for raw in segments(self.proc.stdout):
             with self.lock:
                 self.output.append(raw)
         with self.lock:
