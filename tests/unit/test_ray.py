@@ -638,3 +638,45 @@ def test_a_progress_bar_s_states_come_one_by_one_as_on_the_other_engines(tmp_pat
     state.log.close()
     # each state with its "\r", as the sinks of the other engines get it (scripts.line_text)
     assert heard == [("ray-0", "step 1\r"), ("ray-0", "step 2\r"), ("ray-0", "step 3")]
+
+
+@pytest.mark.parametrize("raised", [True, False], ids=["start-raised", "actor-died"])
+def test_a_start_that_raised_is_said_as_a_start_not_as_a_lost_node(monkeypatch, tmp_path, raised):
+    """A node whose actor's start raised (its launch directory not writable there) was "lost:
+    Ray ended its actor", and the fix sent the user to raylet.out. Ray still has the node: the
+    launch could not start on it, and the fix says where it writes."""
+    exceptions = pytest.importorskip("ray.exceptions")
+    launch, ray, _ = _launch_on(monkeypatch, tmp_path, lambda timeout_seconds: True)
+    cause = PermissionError(13, "Permission denied", str(tmp_path))
+    failure = (
+        exceptions.RayTaskError(
+            "start", "Traceback", cause, pid=42, ip="127.0.0.3"
+        ).as_instanceof_cause()
+        if raised
+        else exceptions.ActorDiedError()
+    )
+    answers = iter([("127.0.0.2", "h0"), failure])
+
+    def get(ref: object) -> object:
+        answer = next(answers)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    made = types.SimpleNamespace(start=types.SimpleNamespace(remote=lambda *_: object()))
+    actors = types.SimpleNamespace(remote=lambda *_: made)
+    monkeypatch.setattr(
+        ray, "remote", lambda _cls: types.SimpleNamespace(options=lambda **_: actors), raising=False
+    )
+    ray.exceptions, ray.get = exceptions, get
+    launch.place()
+    error = launch.lost_first()
+    assert error is not None and error.lost_node == "ray-1"  # a check goes on without it
+    said = f"{error} | {error.why} | {error.fix}"
+    if raised:
+        assert "ray-1 (127.0.0.3) could not start its launch" in said, said
+        assert "PermissionError: [Errno 13] Permission denied" in said, said
+        assert str(tmp_path) in error.fix and "raylet.out" not in said, said
+    else:
+        assert "ray-1 (127.0.0.3) was lost: Ray ended its actor" in said, said
+        assert "raylet.out" in error.fix, said

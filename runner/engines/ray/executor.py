@@ -73,6 +73,7 @@ class _Node:
     code: int | None = None
     stopped: bool = False
     lost: str | None = None  # Ray's words, when it lost the node's actor
+    raised: bool = False  # lost because its start raised, on a node Ray still has
 
     @property
     def running(self) -> bool:
@@ -217,7 +218,9 @@ class _Launch:
             try:
                 address, _host = ray.get(ref)
             except ray.exceptions.RayError as error:
+                # RayTaskError: start itself raised (its files could not be written), not a loss
                 node.lost = said(error)
+                node.raised = isinstance(error, ray.exceptions.RayTaskError)
                 continue
             if address != node.launch.node.address:  # Ray's node:ADDRESS pins it: never
                 node.lost = f"its bundle was placed on {address}, not on its own node"
@@ -324,13 +327,24 @@ class _Launch:
         if not lost:
             return None
         node = min(lost, key=lambda n: n.ended or 0.0)
-        error = RunError(
-            f"{node.launch.node.name} ({node.launch.node.address}) was lost: Ray ended its "
-            "actor, and the other nodes were stopped",
-            why=f"Ray: {node.lost}",
-            fix=f"check the Ray node at {node.launch.node.address} (its raylet.out, under "
-            "/tmp/ray/session_latest/logs there), then run again",
-        )
+        name, address = node.launch.node.name, node.launch.node.address
+        if node.raised:
+            error = RunError(
+                f"{name} ({address}) could not start its launch: its Ray actor raised, and the "
+                "other nodes were stopped",
+                why=f"Ray: {node.lost}",
+                fix=f"the Ray worker on {address} writes the launch's files in {self.workdir} "
+                "(the same path as here): let its user make and write that directory, or pass "
+                "--output a directory it can write, then run again",
+            )
+        else:
+            error = RunError(
+                f"{name} ({address}) was lost: Ray ended its actor, and the other nodes were "
+                "stopped",
+                why=f"Ray: {node.lost}",
+                fix=f"check the Ray node at {address} (its raylet.out, under "
+                "/tmp/ray/session_latest/logs there), then run again",
+            )
         error.lost_node = node.launch.node.name  # a check goes on without it
         return error
 
