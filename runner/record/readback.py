@@ -281,6 +281,8 @@ NUMBER = kind("a number", int, float)
 POSITIVE = kind("a number above 0", int, float, positive=True)
 WHOLE = kind("a whole number", int)
 COUNT = kind("a whole number above 0", int, positive=True)
+# a model's parameters or a process's bytes, as a program's step hook counts them: 0 or more
+AMOUNT = ranged("a whole number", 0, 2**63 - 1, "a count or a size: 0 or more", int)
 FLAG = kind("true or false", bool)
 # a step's seconds: a microsecond (no step that synchronises ranks is faster) to about 11 days
 STEP_SECONDS = ranged(

@@ -55,8 +55,8 @@ def _rank(value: Any, where: str) -> str | None:
 # The hook's record, written in the program's processes: a field of another kind crashed dtrun
 STEP_SHAPE = rb.obj(
     {"schema": rb.one_of(STEPS_SCHEMA), "rank": _rank, "step_ends_s": rb.list_of(rb.NUMBER)},
-    {"node": rb.TEXT, "address": _TEXT, "params": rb.nullable(rb.WHOLE), "sharded": _TEXT,
-     "peak_memory_bytes": rb.nullable(rb.WHOLE), "param_digest": _TEXT,
+    {"node": rb.TEXT, "address": _TEXT, "params": rb.nullable(rb.AMOUNT), "sharded": _TEXT,
+     "peak_memory_bytes": rb.nullable(rb.AMOUNT), "param_digest": _TEXT,
      "errors": rb.list_of(rb.TEXT), "gradient_bytes": rb.ANY_OBJECT,
      "grads_ready_s": rb.list_of(rb.nullable(rb.NUMBER))},
 )  # fmt: skip

@@ -178,6 +178,9 @@ def test_a_rank_is_read_as_the_hook_writes_it_the_digits_of_rank(tmp_path: Path)
         # each was a ValueError, OverflowError, TypeError or ZeroDivisionError after the launch
         ({"params": "x"}, "'params' is 'x', not a whole number"),
         ({"peak_memory_bytes": float("inf")}, "'peak_memory_bytes' is inf, not a whole number"),
+        # a report of -5 parameters or -1 bytes: no count a program has
+        ({"params": -5}, "'params' is -5, outside 0 to"),
+        ({"peak_memory_bytes": -1}, "'peak_memory_bytes' is -1, outside 0 to"),
         ({"errors": [{"a": 1}]}, "'errors[0]' is an object, not text"),
         ({"errors": 5}, "'errors' is 5, not a list"),
         ({"param_digest": [1]}, "'param_digest' is a list, not text"),
