@@ -236,7 +236,7 @@ def _lustre(sku: str, size_gib: int) -> None:
     if sku not in LUSTRE_STEP_TIB:
         raise setting_error("lustreSku", f"is {sku!r}", f"use one of {', '.join(LUSTRE_STEP_TIB)}")
     step = LUSTRE_STEP_TIB[sku]
-    if size_gib % 1024 or (size_gib // 1024) % step:
+    if size_gib <= 0 or size_gib % 1024 or (size_gib // 1024) % step:
         raise setting_error(
             "storageSizeGib",
             f"is {size_gib} GiB; {sku} comes in steps of {step} TiB ({step * 1024} GiB)",

@@ -246,3 +246,12 @@ def test_ssh_keys_azure_refuses_are_refused_at_config_with_exit_2(make, message)
 def test_ssh_keys_azure_accepts_are_kept_as_given(make):
     key = make()
     assert spec(sshPublicKey=key).ssh_public_key == key
+
+
+@pytest.mark.parametrize("size_gib", [0, -8192])
+def test_a_lustre_size_of_zero_or_less_is_refused(size_gib):
+    # 0 and -8192 are whole multiples of the step: they passed, and Azure refused the file
+    # system only after the group, the network and the rest were made.
+    with pytest.raises(ConfigError, match="dtrun:storageSizeGib") as caught:
+        spec(storageKind="lustre", storageSizeGib=size_gib, zone="1")
+    assert "use a multiple of 8192, e.g. 8192" in caught.value.fix
