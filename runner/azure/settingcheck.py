@@ -36,6 +36,20 @@ _PREFIX = re.compile(r"[a-z][a-z0-9]{1,11}\Z")
 _LOCATION = re.compile(r"[a-z][a-z0-9]+\Z")
 
 
+_MOUNT_PATH = re.compile(r"(/[A-Za-z0-9._-]+)+\Z")
+
+
+# What each machine needs of its own disk at boot and after: the share mounted on one of these,
+# or on a folder above one, would hide it (the boot scripts, sshd's and Slurm's settings, the
+# logs, the admin's authorized_keys: "/home/{user}/.ssh" is added with the user's name).
+_OWN_PATHS = (
+    "/bin", "/boot", "/dev", "/etc/dtrun", "/etc/fstab", "/etc/munge", "/etc/slurm", "/etc/ssh",
+    "/lib", "/lib64", "/opt", "/proc", "/root", "/run/dtrun", "/sbin", "/snap", "/sys", "/tmp",
+    "/usr/bin", "/usr/lib", "/usr/local/sbin", "/usr/sbin", "/var/lib", "/var/log",
+    "/var/spool/slurmctld",
+)  # fmt: skip
+
+
 # What Azure accepts as a Linux VM's SSH key: RSA of 2048 bits or more, and ed25519 (docs/azure.md
 # "Settings"); ECDSA, DSA and RSA under 2048 bits are refused when the VM is created.
 MIN_RSA_BITS = 2048
@@ -166,6 +180,20 @@ def check_prefix(prefix: str) -> str:
             "use 2 to 12 lowercase letters and digits, starting with a letter",
         )
     return prefix
+
+
+def check_mount_path(path: str, admin_user: str) -> str:
+    """An absolute path of plain names that hides none of the machine's own files."""
+    fix = "use an absolute path of plain names beside the system's folders, e.g. /shared"
+    names = path.split("/")[1:]
+    if not _MOUNT_PATH.match(path) or {".", ".."} & set(names):
+        raise setting_error("mountPath", f"is {path!r}", fix)
+    for own in (*_OWN_PATHS, f"/home/{admin_user}/.ssh"):
+        if own == path or own.startswith(path + "/"):
+            raise setting_error(
+                "mountPath", f"is {path}, where the share would hide the machine's own {own}", fix
+            )
+    return path
 
 
 def check_location(location: str) -> str:

@@ -255,3 +255,21 @@ def test_a_lustre_size_of_zero_or_less_is_refused(size_gib):
     with pytest.raises(ConfigError, match="dtrun:storageSizeGib") as caught:
         spec(storageKind="lustre", storageSizeGib=size_gib, zone="1")
     assert "use a multiple of 8192, e.g. 8192" in caught.value.fix
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/shared/..", "/.", "/shared/./x", "/home", "/home/azureuser", "/etc", "/usr/local", "/var"],
+)
+def test_a_mount_path_that_would_hide_the_machine_s_own_files_is_refused(path):
+    # Mounted there, the share would cover / itself, the admin's authorized_keys (no login),
+    # /usr/local/sbin's boot scripts or /etc: each was accepted before.
+    with pytest.raises(ConfigError, match="dtrun:mountPath") as caught:
+        spec(mountPath=path)
+    assert caught.value.exit_code == 2
+    assert "e.g. /shared" in caught.value.fix
+
+
+@pytest.mark.parametrize("path", ["/shared", "/mnt/shared", "/home/shared", "/var/shared", "/data"])
+def test_a_mount_path_beside_the_machine_s_own_files_is_kept(path):
+    assert spec(mountPath=path).storage.mount_path == path
