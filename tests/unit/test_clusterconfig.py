@@ -273,3 +273,24 @@ def test_a_mount_path_that_would_hide_the_machine_s_own_files_is_refused(path):
 @pytest.mark.parametrize("path", ["/shared", "/mnt/shared", "/home/shared", "/var/shared", "/data"])
 def test_a_mount_path_beside_the_machine_s_own_files_is_kept(path):
     assert spec(mountPath=path).storage.mount_path == path
+
+
+@pytest.mark.parametrize("user", ["adm", "backup", "console", "owner", "sql", "a", "user1"])
+def test_an_admin_user_azure_reserves_is_refused_before_anything_is_made(user):
+    # Azure refuses these names only when it creates the head VM: after the group, the
+    # network and the shared storage.
+    with pytest.raises(ConfigError, match=f"dtrun:adminUser is '{user}'") as caught:
+        spec(adminUser=user)
+    assert "e.g. azureuser" in caught.value.fix
+
+
+@pytest.mark.parametrize("user", ["slurm", "munge", "daemon", "sshd", "nobody", "systemd-network"])
+def test_an_admin_user_the_machines_already_have_is_refused(user):
+    # The image's own accounts, and Slurm's and munge's that dtrun-slurm makes.
+    with pytest.raises(ConfigError, match="already has an account of that name"):
+        spec(adminUser=user)
+
+
+@pytest.mark.parametrize("user", ["azureuser", "alice", "ml_ops", "dtrun-admin"])
+def test_an_ordinary_admin_user_is_kept(user):
+    assert spec(adminUser=user).admin_user == user
