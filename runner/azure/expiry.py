@@ -120,6 +120,6 @@ def expiry_fields(outputs: Mapping[str, object]) -> tuple[str | None, int, str |
     action = outputs.get("expiry_action")
     return (
         expires if isinstance(expires, str) else None,
-        idle if isinstance(idle, int) else 0,
+        idle if isinstance(idle, int) and not isinstance(idle, bool) else 0,
         action if isinstance(action, str) else None,
     )
