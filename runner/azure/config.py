@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,6 +25,7 @@ from dtrun.azure.settingcheck import (
     admin_cidrs,
     check_admin_user,
     check_location,
+    check_mount_path,
     check_prefix,
     check_public_key,
     check_spot_price,
@@ -224,11 +224,7 @@ def _storage(v: Mapping[str, object]) -> StorageSpec:
         )
     if kind is StorageKind.LUSTRE:
         _lustre(sku, size)
-    path = str(v["mountPath"])
-    if not re.fullmatch(r"(/[A-Za-z0-9._-]+)+", path):
-        raise setting_error(
-            "mountPath", f"is {path!r}", "use an absolute path of plain names, e.g. /shared"
-        )
+    path = check_mount_path(str(v["mountPath"]), str(v["adminUser"]))
     return StorageSpec(kind=kind, size_gib=size, mount_path=path, lustre_sku=sku)
 
 
@@ -236,7 +232,7 @@ def _lustre(sku: str, size_gib: int) -> None:
     if sku not in LUSTRE_STEP_TIB:
         raise setting_error("lustreSku", f"is {sku!r}", f"use one of {', '.join(LUSTRE_STEP_TIB)}")
     step = LUSTRE_STEP_TIB[sku]
-    if size_gib % 1024 or (size_gib // 1024) % step:
+    if size_gib <= 0 or size_gib % 1024 or (size_gib // 1024) % step:
         raise setting_error(
             "storageSizeGib",
             f"is {size_gib} GiB; {sku} comes in steps of {step} TiB ({step * 1024} GiB)",

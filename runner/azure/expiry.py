@@ -19,6 +19,9 @@ TAG_ACTION = "dtrun-expiry-action"
 # Below this an idle rule could delete nodes before the first command reaches them: the
 # timer's clock starts when the head boots, and the nodes take minutes to boot and register.
 MIN_IDLE_MINUTES = 10
+# A deadline further off is no deadline (set dtrun:ttlHours 0): the most ttlHours and
+# `dtrun extend --hours` take. Far beyond it, the deadline is past the year 9999.
+MAX_HOURS = 24 * 30
 _FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -51,9 +54,10 @@ def deadline(now: datetime.datetime, hours: float) -> str:
 
 def expiry_spec(ttl_hours: int, idle_minutes: int, action: str, expires_at: str) -> ExpirySpec:
     """The expiry settings, checked (keys named as in Pulumi.yaml)."""
-    if ttl_hours < 0:
+    if not 0 <= ttl_hours <= MAX_HOURS:
         raise ExpiryError(
-            f"dtrun:ttlHours is {ttl_hours}", fix="use hours from `dtrun up`, or 0 for no deadline"
+            f"dtrun:ttlHours is {ttl_hours}",
+            fix=f"use hours from `dtrun up`, at most {MAX_HOURS}, or 0 for no deadline",
         )
     if idle_minutes < 0 or 0 < idle_minutes < MIN_IDLE_MINUTES:
         raise ExpiryError(
@@ -116,6 +120,6 @@ def expiry_fields(outputs: Mapping[str, object]) -> tuple[str | None, int, str |
     action = outputs.get("expiry_action")
     return (
         expires if isinstance(expires, str) else None,
-        idle if isinstance(idle, int) else 0,
+        idle if isinstance(idle, int) and not isinstance(idle, bool) else 0,
         action if isinstance(action, str) else None,
     )

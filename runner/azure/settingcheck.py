@@ -24,7 +24,23 @@ RDMA_NETWORK = ipaddress.ip_network("172.16.0.0/16")
 WIDEST_ADMIN_PREFIX = {4: 8, 6: 16}
 
 
-RESERVED_USERS = {"root", "admin", "administrator", "user", "guest", "test", "sys", "support"}
+# Azure's disallowed adminUsername values (the API's OSProfile reference), lowercase: it refuses
+# them only when it creates the head VM, after the group, the network and the storage.
+RESERVED_USERS = frozenset({
+    "1", "123", "a", "actuser", "adm", "admin", "admin1", "admin2", "administrator", "aspnet",
+    "backup", "console", "david", "guest", "john", "owner", "root", "server", "sql", "support",
+    "support_388945a0", "sys", "test", "test1", "test2", "test3", "user", "user1", "user2",
+    "user3", "user4", "user5",
+})  # fmt: skip
+
+
+# Accounts the machines already have: Ubuntu 22.04's own, and Slurm's and munge's, which
+# dtrun-slurm makes. The admin user would be merged into one, or Slurm's user into it.
+SYSTEM_USERS = frozenset({
+    "_apt", "bin", "daemon", "fwupd-refresh", "games", "gnats", "irc", "landscape", "list", "lp",
+    "lxd", "mail", "man", "messagebus", "munge", "news", "nobody", "pollinate", "proxy", "slurm",
+    "sshd", "sync", "syslog", "tcpdump", "tss", "usbmux", "uucp", "uuidd", "www-data",
+})  # fmt: skip
 
 
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
@@ -34,6 +50,20 @@ _PREFIX = re.compile(r"[a-z][a-z0-9]{1,11}\Z")
 
 
 _LOCATION = re.compile(r"[a-z][a-z0-9]+\Z")
+
+
+_MOUNT_PATH = re.compile(r"(/[A-Za-z0-9._-]+)+\Z")
+
+
+# What each machine needs of its own disk at boot and after: the share mounted on one of these,
+# or on a folder above one, would hide it (the boot scripts, sshd's and Slurm's settings, the
+# logs, the admin's authorized_keys: "/home/{user}/.ssh" is added with the user's name).
+_OWN_PATHS = (
+    "/bin", "/boot", "/dev", "/etc/dtrun", "/etc/fstab", "/etc/munge", "/etc/slurm", "/etc/ssh",
+    "/lib", "/lib64", "/opt", "/proc", "/root", "/run/dtrun", "/sbin", "/snap", "/sys", "/tmp",
+    "/usr/bin", "/usr/lib", "/usr/local/sbin", "/usr/sbin", "/var/lib", "/var/log",
+    "/var/spool/slurmctld",
+)  # fmt: skip
 
 
 # What Azure accepts as a Linux VM's SSH key: RSA of 2048 bits or more, and ed25519 (docs/azure.md
@@ -122,11 +152,14 @@ def check_spot_price(text: str) -> float:
 
 
 def check_admin_user(user: str) -> str:
+    fix = "use lowercase letters, digits, '-' and '_', not root or admin; e.g. azureuser"
     if not _USER.match(user) or user in RESERVED_USERS:
         raise setting_error(
-            "adminUser",
-            f"is {user!r}, which Azure or Linux does not accept as a login",
-            "use lowercase letters, digits, '-' and '_', not root or admin; e.g. azureuser",
+            "adminUser", f"is {user!r}, which Azure or Linux does not accept as a login", fix
+        )
+    if user in SYSTEM_USERS or user.startswith("systemd-"):
+        raise setting_error(
+            "adminUser", f"is {user!r}; every machine already has an account of that name", fix
         )
     return user
 
@@ -166,6 +199,20 @@ def check_prefix(prefix: str) -> str:
             "use 2 to 12 lowercase letters and digits, starting with a letter",
         )
     return prefix
+
+
+def check_mount_path(path: str, admin_user: str) -> str:
+    """An absolute path of plain names that hides none of the machine's own files."""
+    fix = "use an absolute path of plain names beside the system's folders, e.g. /shared"
+    names = path.split("/")[1:]
+    if not _MOUNT_PATH.match(path) or {".", ".."} & set(names):
+        raise setting_error("mountPath", f"is {path!r}", fix)
+    for own in (*_OWN_PATHS, f"/home/{admin_user}/.ssh"):
+        if own == path or own.startswith(path + "/"):
+            raise setting_error(
+                "mountPath", f"is {path}, where the share would hide the machine's own {own}", fix
+            )
+    return path
 
 
 def check_location(location: str) -> str:

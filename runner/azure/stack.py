@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dtrun.azure.config import cluster_spec
-from dtrun.azure.expiry import deadline
+from dtrun.azure.expiry import MAX_HOURS, deadline
 from dtrun.azure.project import workspace
 from dtrun.azure.settingcheck import NAMESPACE
 from dtrun.errors import DtrunError, Lines, UsageError, indent
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 INSTALL = "curl -fsSL https://get.pulumi.com | sh"
 _STACK_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}\Z")
-MAX_EXTEND_HOURS = 24 * 30  # a deadline further off is no deadline: set dtrun:ttlHours 0
 
 Printer = Callable[[str], None]
 
@@ -174,10 +173,10 @@ def extend(stack: str, hours: float, on_output: Printer) -> Outputs:
     not one targeted at the group, so the stack outputs carry the new deadline too; with the
     settings unchanged it changes the group's tags and nothing else."""
     command = f"dtrun extend --stack {stack} --hours {hours:g}"
-    if not 0 < hours <= MAX_EXTEND_HOURS:
+    if not 0 < hours <= MAX_HOURS:
         raise UsageError(
             f"--hours {hours:g} is not a time to expire in",
-            fix=f"give hours from now, more than 0 and at most {MAX_EXTEND_HOURS}",
+            fix=f"give hours from now, more than 0 and at most {MAX_HOURS}",
         )
     with _pulumi(command, stack):
         selected = _select(stack, create=False)

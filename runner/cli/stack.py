@@ -30,10 +30,13 @@ def expiry_line(stack: str | None, values: dict[str, object]) -> str:
     """When and how the stack removes itself, from its outputs (docs/azure.md "Expiry")."""
     import datetime
 
-    from dtrun.azure.expiry import describe, expiry_fields
+    from dtrun.azure.expiry import ExpiryError, describe, expiry_fields
 
     expires_at, idle, action = expiry_fields(values)
-    return describe(stack, expires_at, idle, action, datetime.datetime.now(datetime.UTC))
+    try:
+        return describe(stack, expires_at, idle, action, datetime.datetime.now(datetime.UTC))
+    except ExpiryError as error:  # an output no program of dtrun's wrote: said, not raised
+        return one_line(f"expiry unknown: the stack output {error.what}")
 
 
 def _before_up(spec: ClusterSpec) -> None:

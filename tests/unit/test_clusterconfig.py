@@ -246,3 +246,51 @@ def test_ssh_keys_azure_refuses_are_refused_at_config_with_exit_2(make, message)
 def test_ssh_keys_azure_accepts_are_kept_as_given(make):
     key = make()
     assert spec(sshPublicKey=key).ssh_public_key == key
+
+
+@pytest.mark.parametrize("size_gib", [0, -8192])
+def test_a_lustre_size_of_zero_or_less_is_refused(size_gib):
+    # 0 and -8192 are whole multiples of the step: they passed, and Azure refused the file
+    # system only after the group, the network and the rest were made.
+    with pytest.raises(ConfigError, match="dtrun:storageSizeGib") as caught:
+        spec(storageKind="lustre", storageSizeGib=size_gib, zone="1")
+    assert "use a multiple of 8192, e.g. 8192" in caught.value.fix
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/shared/..", "/.", "/shared/./x", "/home", "/home/azureuser", "/etc", "/usr/local", "/var"],
+)
+def test_a_mount_path_that_would_hide_the_machine_s_own_files_is_refused(path):
+    # Mounted there, the share would cover / itself, the admin's authorized_keys (no login),
+    # /usr/local/sbin's boot scripts or /etc: each was accepted before.
+    with pytest.raises(ConfigError, match="dtrun:mountPath") as caught:
+        spec(mountPath=path)
+    assert caught.value.exit_code == 2
+    assert "e.g. /shared" in caught.value.fix
+
+
+@pytest.mark.parametrize("path", ["/shared", "/mnt/shared", "/home/shared", "/var/shared", "/data"])
+def test_a_mount_path_beside_the_machine_s_own_files_is_kept(path):
+    assert spec(mountPath=path).storage.mount_path == path
+
+
+@pytest.mark.parametrize("user", ["adm", "backup", "console", "owner", "sql", "a", "user1"])
+def test_an_admin_user_azure_reserves_is_refused_before_anything_is_made(user):
+    # Azure refuses these names only when it creates the head VM: after the group, the
+    # network and the shared storage.
+    with pytest.raises(ConfigError, match=f"dtrun:adminUser is '{user}'") as caught:
+        spec(adminUser=user)
+    assert "e.g. azureuser" in caught.value.fix
+
+
+@pytest.mark.parametrize("user", ["slurm", "munge", "daemon", "sshd", "nobody", "systemd-network"])
+def test_an_admin_user_the_machines_already_have_is_refused(user):
+    # The image's own accounts, and Slurm's and munge's that dtrun-slurm makes.
+    with pytest.raises(ConfigError, match="already has an account of that name"):
+        spec(adminUser=user)
+
+
+@pytest.mark.parametrize("user", ["azureuser", "alice", "ml_ops", "dtrun-admin"])
+def test_an_ordinary_admin_user_is_kept(user):
+    assert spec(adminUser=user).admin_user == user

@@ -79,3 +79,18 @@ def test_older_outputs_have_no_expiry_fields():
     assert expiry_fields(
         {"expires_at": "2026-11-23T23:05:00Z", "idle_minutes": 60, "expiry_action": "group"}
     ) == ("2026-11-23T23:05:00Z", 60, "group")
+
+
+@pytest.mark.parametrize("hours", [24 * 30 + 1, 10**8])
+def test_a_ttl_beyond_the_longest_deadline_is_refused_as_extend_refuses_it(hours):
+    # 10**8 hours passed the check, then `dtrun up` (and the program) raised OverflowError
+    # with a traceback computing the deadline; 721 made a deadline `dtrun extend` refuses.
+    with pytest.raises(ExpiryError) as caught:
+        expiry(ttlHours=hours)
+    assert f"dtrun:ttlHours is {hours}" in caught.value.message
+    assert "at most 720" in caught.value.fix
+    assert caught.value.exit_code == 2
+
+
+def test_the_longest_ttl_is_kept():
+    assert expiry(ttlHours=24 * 30).ttl_hours == 720

@@ -232,3 +232,27 @@ def test_a_destroy_that_fails_half_way_lists_what_still_bills(monkeypatch):
     assert "run `dtrun down --stack dev` again" in out
     assert "`dtrun down --stack dev` failed" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_a_stack_deadline_output_that_is_no_time_is_said_without_a_traceback(monkeypatch, tmp_path):
+    # A stack whose expires_at output is no time (another program's stack, one edited) made
+    # `dtrun outputs` end in ExpiryError's traceback (exit 1) after --save had written the file.
+    values = v3(expires_at="soon\x1b[2J", idle_minutes=True)
+    monkeypatch.setattr(azure_stack, "outputs", lambda name: Outputs(values, frozenset()))
+    saved = tmp_path / "cluster.json"
+    result = runner.invoke(app, ["outputs", "--stack", "dev", "--save", str(saved)])
+    assert result.exit_code == 0, result.output
+    assert result.exception is None
+    assert "expires_at is 'soon\\x1b[2J', not an ISO 8601 time" in result.stdout
+    assert "\x1b" not in result.stdout
+    assert f"saved to {saved}" in result.stdout
+
+
+def test_a_boolean_idle_minutes_output_is_no_idle_rule(monkeypatch):
+    values = v3(idle_minutes=True)
+    monkeypatch.setattr(azure_stack, "outputs", lambda name: Outputs(values, frozenset()))
+    result = runner.invoke(app, ["outputs", "--stack", "dev"])
+    assert result.exit_code == 0, result.output
+    last = result.stdout.strip().splitlines()[-1]
+    assert "True min" not in last
+    assert last.startswith("expiry deletes the GPU scale set at ")
