@@ -24,8 +24,9 @@ RDMA_NETWORK = ipaddress.ip_network("172.16.0.0/16")
 WIDEST_ADMIN_PREFIX = {4: 8, 6: 16}
 
 
-# Azure's disallowed adminUsername values (the API's OSProfile reference), lowercase: it refuses
-# them only when it creates the head VM, after the group, the network and the storage.
+# Azure's disallowed adminUsername values: OSProfile.adminUsername, "Disallowed values", in the
+# Azure SDK reference (learn.microsoft.com, .../arm-workloads/osprofile; checked 2026-12-06, all
+# 32). Azure refuses them only when it creates the head VM, after the group, network and storage.
 RESERVED_USERS = frozenset({
     "1", "123", "a", "actuser", "adm", "admin", "admin1", "admin2", "administrator", "aspnet",
     "backup", "console", "david", "guest", "john", "owner", "root", "server", "sql", "support",
