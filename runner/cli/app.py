@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import signal
 import sys
+import threading
 from types import FrameType
 from typing import Annotated
 
@@ -91,20 +92,28 @@ def _stop_on_signals() -> None:
             signal.signal(signum, _stop_like_ctrl_c)
 
 
-def _print_bug(exc: Exception) -> None:
+def _print_bug(exc: BaseException, heading: str = "") -> None:
     """A bug's traceback, as Python prints one, with every secret this process knows masked:
     its message or a line of its source may quote one (docs/security.md). Typer's own printer
-    would show it whole."""
+    (and threading's) would show it whole."""
     import traceback
 
     from dtrun.redact import redact_text
 
-    sys.stderr.write(redact_text("".join(traceback.format_exception(exc))))
+    sys.stderr.write(redact_text(heading + "".join(traceback.format_exception(exc))))
     sys.stderr.flush()
+
+
+def _print_thread_bug(args: threading.ExceptHookArgs) -> None:
+    """threading.excepthook: a bug in one of dtrun's threads (an output pump), masked too."""
+    if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
+        name = args.thread.name if args.thread is not None else "?"
+        _print_bug(args.exc_value, f"Exception in thread {name}:\n")
 
 
 def main() -> None:
     _stop_on_signals()
+    threading.excepthook = _print_thread_bug
     try:
         app()
     except Exception as exc:  # not dtrun's own errors (user_errors): a bug, traceback and exit 1

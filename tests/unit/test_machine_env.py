@@ -136,3 +136,30 @@ def test_a_bug_s_traceback_masks_the_machine_s_secrets(tmp_path):
     assert "Traceback (most recent call last)" in done.stderr
     assert f"ValueError: token {REDACTED}" in done.stderr, done.stderr
     assert "WandbKeyOf32" not in done.stderr + done.stdout
+
+
+def test_a_bug_in_one_of_dtrun_s_threads_masks_the_machine_s_secrets(tmp_path):
+    """threading's own printer showed a thread's exception whole (an output pump's bug)."""
+    import subprocess
+    import sys
+
+    program = (
+        "import os, threading, dtrun.azure.catalog as c\n"
+        "def pump():\n"
+        "    raise ValueError('token ' + os.environ['WANDB_API_KEY'])\n"
+        "def sizes():\n"
+        "    t = threading.Thread(target=pump, name='pump-0'); t.start(); t.join()\n"
+        "    return []\n"
+        "c.known_sizes = sizes\n"
+        "from dtrun.cli.app import main\n"
+        "import sys; sys.argv = ['dtrun', 'sizes']\n"
+        "main()\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "WANDB_API_KEY": "WandbKeyOf32CharactersXyz0123456"}
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, cwd=tmp_path, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert "Exception in thread pump-0:" in done.stderr, done.stderr
+    assert f"ValueError: token {REDACTED}" in done.stderr, done.stderr
+    assert "WandbKeyOf32" not in done.stderr + done.stdout
