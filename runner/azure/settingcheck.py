@@ -4,6 +4,7 @@ safe cluster is a ConfigError naming the setting and what to set instead."""
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -145,7 +146,7 @@ def check_spot_price(text: str) -> float:
         price = float(text)
     except ValueError:
         price = 0.0
-    if price != -1 and price <= 0:
+    if not math.isfinite(price) or (price != -1 and price <= 0):
         raise setting_error(
             "spotMaxPrice", f"is {text!r}", "use -1 (up to on-demand) or a price in USD, e.g. 12.5"
         )

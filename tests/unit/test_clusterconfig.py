@@ -294,3 +294,10 @@ def test_an_admin_user_the_machines_already_have_is_refused(user):
 @pytest.mark.parametrize("user", ["azureuser", "alice", "ml_ops", "dtrun-admin"])
 def test_an_ordinary_admin_user_is_kept(user):
     assert spec(adminUser=user).admin_user == user
+
+
+@pytest.mark.parametrize("price", ["nan", "inf", "-inf", "NaN", "Infinity"])
+def test_a_spot_price_that_is_not_a_finite_number_is_refused(price):
+    with pytest.raises(ConfigError, match="dtrun:spotMaxPrice") as caught:
+        spec(spotMaxPrice=price)
+    assert caught.value.exit_code == 2
