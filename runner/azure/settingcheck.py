@@ -132,7 +132,33 @@ def vnet_cidr(cidr: str) -> str:
             f"{cidr} overlaps 172.16.0.0/16, the range Azure's InfiniBand network uses",
             "use a range outside it, e.g. 10.42.0.0/16",
         )
+    special = _special_block(network)
+    if special:
+        raise setting_error(
+            "vnetCidr",
+            f"is {cidr}, which reaches {special}; Azure refuses such a virtual network",
+            "use a private unicast range, e.g. 10.42.0.0/16",
+        )
     return str(network)
+
+
+def _special_block(network: ipaddress.IPv4Network) -> str | None:
+    """The first multicast, loopback, link-local, reserved or "this network" (0.0.0.0/8) range
+    the network reaches, in /16 steps: the narrowest such range, link-local, is a /16."""
+    blocks = network.subnets(new_prefix=16) if network.prefixlen < 16 else iter([network])
+    for block in blocks:
+        first = block.network_address
+        kinds = {
+            "multicast": first.is_multicast,
+            "loopback": first.is_loopback,
+            "link-local": first.is_link_local,
+            "reserved": first.is_reserved,
+            '"this network"': block.supernet(new_prefix=8).network_address.is_unspecified,
+        }
+        for kind, hit in kinds.items():
+            if hit:
+                return f"{block} ({kind})"
+    return None
 
 
 def subnets(vnet: str) -> dict[str, str]:
