@@ -28,6 +28,7 @@ from dtrun.azure.settingcheck import (
     check_mount_path,
     check_prefix,
     check_public_key,
+    check_python_packages,
     check_spot_price,
     check_tags,
     setting_error,
@@ -167,7 +168,7 @@ def cluster_spec(
         head_vm_size=str(v["headVmSize"]),
         vnet_cidr=vnet_cidr(str(v["vnetCidr"])),
         tags=check_tags(_strings(v["tags"])),
-        python_packages=tuple(_strings(v["pythonPackages"])),
+        python_packages=check_python_packages(_strings(v["pythonPackages"])),
         scheduler=_choice("scheduler", Scheduler, v["scheduler"]),
         expiry=expiry_spec(
             int(str(v["ttlHours"])),

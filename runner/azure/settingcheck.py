@@ -257,3 +257,16 @@ def check_tags(items: list[str]) -> tuple[tuple[str, str], ...]:
             raise setting_error("tags", f"holds {item!r}, not KEY=VALUE", "use e.g. team=ml-infra")
         tags.append((key, value))
     return tuple(tags)
+
+
+def check_python_packages(items: list[str]) -> tuple[str, ...]:
+    """Each entry is one argument of the nodes' `pip install` (dtrun-python-env): one starting
+    with '-' would be read as an option (--index-url, -r, -e), not a package."""
+    for item in items:
+        if item.strip().startswith("-"):
+            raise setting_error(
+                "pythonPackages",
+                f"holds {item!r}, which the nodes' `pip install` would read as an option",
+                "list package names or requirement specifiers only, e.g. torch or numpy>=1.26",
+            )
+    return tuple(items)

@@ -327,3 +327,16 @@ def test_a_vnet_in_a_range_azure_refuses_is_refused(cidr, kind):
 )
 def test_a_private_or_public_unicast_vnet_is_kept(cidr):
     assert spec(vnetCidr=cidr).vnet_cidr == cidr
+
+
+@pytest.mark.parametrize("entry", ["--index-url=https://evil.example/", "-r", " -e .", "--pre"])
+def test_a_python_package_that_pip_would_read_as_an_option_is_refused(entry):
+    with pytest.raises(ConfigError, match="dtrun:pythonPackages holds") as caught:
+        spec(pythonPackages=["numpy", entry])
+    assert entry in caught.value.message
+    assert caught.value.exit_code == 2
+
+
+def test_python_packages_and_requirement_specifiers_are_kept():
+    packages = ["torch", "numpy>=1.26", "transformers[torch]==4.46.0"]
+    assert spec(pythonPackages=packages).python_packages == tuple(packages)
