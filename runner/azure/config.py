@@ -144,9 +144,13 @@ def resolve(values: Mapping[str, object]) -> dict[str, object]:
 
 
 def cluster_spec(
-    values: Mapping[str, object], *, today: datetime.date | None = None
+    values: Mapping[str, object],
+    *,
+    today: datetime.date | None = None,
+    now: datetime.datetime | None = None,
 ) -> ClusterSpec:
-    """Validate the stack settings and return the cluster they describe."""
+    """Validate the stack settings and return the cluster they describe (``now``: see
+    expiry_spec)."""
     v = resolve(values)
     size = get_size(str(v["vmSize"]), today=today)
     node_count = int(str(v["nodeCount"]))
@@ -175,6 +179,7 @@ def cluster_spec(
             int(str(v["idleMinutes"])),
             str(v["expiryAction"]),
             str(v["expiresAt"]),
+            now,
         ),
         zone=_zone(str(v["zone"]), storage),
     )

@@ -52,8 +52,15 @@ def deadline(now: datetime.datetime, hours: float) -> str:
     return iso(now + datetime.timedelta(hours=hours))
 
 
-def expiry_spec(ttl_hours: int, idle_minutes: int, action: str, expires_at: str) -> ExpirySpec:
-    """The expiry settings, checked (keys named as in Pulumi.yaml)."""
+def expiry_spec(
+    ttl_hours: int,
+    idle_minutes: int,
+    action: str,
+    expires_at: str,
+    now: datetime.datetime | None = None,
+) -> ExpirySpec:
+    """The expiry settings, checked (keys named as in Pulumi.yaml). Given ``now`` (the program),
+    a deadline already past is refused; `dtrun up` and `extend` pass none: they write a new one."""
     if not 0 <= ttl_hours <= MAX_HOURS:
         raise ExpiryError(
             f"dtrun:ttlHours is {ttl_hours}",
@@ -71,7 +78,15 @@ def expiry_spec(ttl_hours: int, idle_minutes: int, action: str, expires_at: str)
         names = ", ".join(choice.value for choice in ExpiryAction)
         raise ExpiryError(f"dtrun:expiryAction is {action!r}", fix=f"use one of {names}") from None
     if expires_at:
-        expires_at = iso(parse_iso(expires_at, "dtrun:expiresAt"))
+        moment = parse_iso(expires_at, "dtrun:expiresAt")
+        if now is not None and moment <= now:
+            raise ExpiryError(
+                f"dtrun:expiresAt is {expires_at}, which has passed",
+                why="the head's timer would delete the cluster as soon as it starts",
+                fix="run `dtrun up` or `dtrun extend --hours N`, which write a new deadline, "
+                "or `pulumi config rm dtrun:expiresAt` for ttlHours from this update",
+            )
+        expires_at = iso(moment)
     return ExpirySpec(ttl_hours, idle_minutes, chosen, expires_at)
 
 
