@@ -22,6 +22,9 @@ MIN_IDLE_MINUTES = 10
 # A deadline further off is no deadline (set dtrun:ttlHours 0): the most ttlHours and
 # `dtrun extend --hours` take. Far beyond it, the deadline is past the year 9999.
 MAX_HOURS = 24 * 30
+# The longest idle rule, the same 30 days: far beyond it (about 10^13 minutes), the head's
+# script cannot even compute the idle deadline (timedelta overflows at every run).
+MAX_IDLE_MINUTES = MAX_HOURS * 60
 _FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -71,6 +74,11 @@ def expiry_spec(
             f"dtrun:idleMinutes is {idle_minutes}",
             why="the idle clock starts when the head boots, and the nodes take minutes to boot",
             fix=f"use 0 (no idle rule) or {MIN_IDLE_MINUTES} minutes or more",
+        )
+    if idle_minutes > MAX_IDLE_MINUTES:
+        raise ExpiryError(
+            f"dtrun:idleMinutes is {idle_minutes}, more than 30 days",
+            fix=f"use at most {MAX_IDLE_MINUTES} minutes, or 0 for no idle rule",
         )
     try:
         chosen = ExpiryAction(action)

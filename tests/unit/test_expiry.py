@@ -112,3 +112,15 @@ def test_a_deadline_ahead_is_kept_and_dtrun_up_may_replace_a_stale_one():
     # `dtrun up` and `extend` check the settings before writing a new deadline: no `now`.
     stale = {"adminCidrs": ["203.0.113.4/32"], "expiresAt": "2000-01-01T00:00:00Z"}
     assert cluster_spec(stale).expiry.expires_at == "2000-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("minutes", [43_201, 10**13])
+def test_an_idle_rule_longer_than_30_days_is_refused(minutes):
+    with pytest.raises(ExpiryError) as caught:
+        expiry(idleMinutes=minutes)
+    assert f"dtrun:idleMinutes is {minutes}, more than 30 days" in caught.value.message
+    assert caught.value.exit_code == 2
+
+
+def test_an_idle_rule_of_30_days_is_kept():
+    assert expiry(idleMinutes=43_200).idle_minutes == 43_200
