@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 
 import pulumi
@@ -11,7 +12,10 @@ from dtrun.azure.settingcheck import NAMESPACE
 from dtrun.spec.cluster import ClusterSpec
 
 
-def load_cluster(config: pulumi.Config | None = None) -> ClusterSpec:
+def load_cluster(
+    config: pulumi.Config | None = None, now: datetime.datetime | None = None
+) -> ClusterSpec:
+    """The program's settings; a dtrun:expiresAt before ``now`` (default: now) is refused."""
     config = config or pulumi.Config(NAMESPACE)
     getters: dict[str, Callable[[str], object]] = {
         "string": config.get,
@@ -24,4 +28,4 @@ def load_cluster(config: pulumi.Config | None = None) -> ClusterSpec:
         value = getters[setting.type](key)
         if value is not None:
             values[key] = value
-    return cluster_spec(values)
+    return cluster_spec(values, now=now or datetime.datetime.now(datetime.UTC))

@@ -28,6 +28,7 @@ from dtrun.azure.settingcheck import (
     check_mount_path,
     check_prefix,
     check_public_key,
+    check_python_packages,
     check_spot_price,
     check_tags,
     setting_error,
@@ -143,9 +144,13 @@ def resolve(values: Mapping[str, object]) -> dict[str, object]:
 
 
 def cluster_spec(
-    values: Mapping[str, object], *, today: datetime.date | None = None
+    values: Mapping[str, object],
+    *,
+    today: datetime.date | None = None,
+    now: datetime.datetime | None = None,
 ) -> ClusterSpec:
-    """Validate the stack settings and return the cluster they describe."""
+    """Validate the stack settings and return the cluster they describe (``now``: see
+    expiry_spec)."""
     v = resolve(values)
     size = get_size(str(v["vmSize"]), today=today)
     node_count = int(str(v["nodeCount"]))
@@ -167,13 +172,14 @@ def cluster_spec(
         head_vm_size=str(v["headVmSize"]),
         vnet_cidr=vnet_cidr(str(v["vnetCidr"])),
         tags=check_tags(_strings(v["tags"])),
-        python_packages=tuple(_strings(v["pythonPackages"])),
+        python_packages=check_python_packages(_strings(v["pythonPackages"])),
         scheduler=_choice("scheduler", Scheduler, v["scheduler"]),
         expiry=expiry_spec(
             int(str(v["ttlHours"])),
             int(str(v["idleMinutes"])),
             str(v["expiryAction"]),
             str(v["expiresAt"]),
+            now,
         ),
         zone=_zone(str(v["zone"]), storage),
     )

@@ -22,6 +22,9 @@ MIN_IDLE_MINUTES = 10
 # A deadline further off is no deadline (set dtrun:ttlHours 0): the most ttlHours and
 # `dtrun extend --hours` take. Far beyond it, the deadline is past the year 9999.
 MAX_HOURS = 24 * 30
+# The longest idle rule, the same 30 days: far beyond it (about 10^13 minutes), the head's
+# script cannot even compute the idle deadline (timedelta overflows at every run).
+MAX_IDLE_MINUTES = MAX_HOURS * 60
 _FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -52,8 +55,15 @@ def deadline(now: datetime.datetime, hours: float) -> str:
     return iso(now + datetime.timedelta(hours=hours))
 
 
-def expiry_spec(ttl_hours: int, idle_minutes: int, action: str, expires_at: str) -> ExpirySpec:
-    """The expiry settings, checked (keys named as in Pulumi.yaml)."""
+def expiry_spec(
+    ttl_hours: int,
+    idle_minutes: int,
+    action: str,
+    expires_at: str,
+    now: datetime.datetime | None = None,
+) -> ExpirySpec:
+    """The expiry settings, checked (keys named as in Pulumi.yaml). Given ``now`` (the program),
+    a deadline already past is refused; `dtrun up` and `extend` pass none: they write a new one."""
     if not 0 <= ttl_hours <= MAX_HOURS:
         raise ExpiryError(
             f"dtrun:ttlHours is {ttl_hours}",
@@ -65,13 +75,26 @@ def expiry_spec(ttl_hours: int, idle_minutes: int, action: str, expires_at: str)
             why="the idle clock starts when the head boots, and the nodes take minutes to boot",
             fix=f"use 0 (no idle rule) or {MIN_IDLE_MINUTES} minutes or more",
         )
+    if idle_minutes > MAX_IDLE_MINUTES:
+        raise ExpiryError(
+            f"dtrun:idleMinutes is {idle_minutes}, more than 30 days",
+            fix=f"use at most {MAX_IDLE_MINUTES} minutes, or 0 for no idle rule",
+        )
     try:
         chosen = ExpiryAction(action)
     except ValueError:
         names = ", ".join(choice.value for choice in ExpiryAction)
         raise ExpiryError(f"dtrun:expiryAction is {action!r}", fix=f"use one of {names}") from None
     if expires_at:
-        expires_at = iso(parse_iso(expires_at, "dtrun:expiresAt"))
+        moment = parse_iso(expires_at, "dtrun:expiresAt")
+        if now is not None and moment <= now:
+            raise ExpiryError(
+                f"dtrun:expiresAt is {expires_at}, which has passed",
+                why="the head's timer would delete the cluster as soon as it starts",
+                fix="run `dtrun up` or `dtrun extend --hours N`, which write a new deadline, "
+                "or `pulumi config rm dtrun:expiresAt` for ttlHours from this update",
+            )
+        expires_at = iso(moment)
     return ExpirySpec(ttl_hours, idle_minutes, chosen, expires_at)
 
 

@@ -4,6 +4,7 @@ safe cluster is a ConfigError naming the setting and what to set instead."""
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -131,7 +132,33 @@ def vnet_cidr(cidr: str) -> str:
             f"{cidr} overlaps 172.16.0.0/16, the range Azure's InfiniBand network uses",
             "use a range outside it, e.g. 10.42.0.0/16",
         )
+    special = _special_block(network)
+    if special:
+        raise setting_error(
+            "vnetCidr",
+            f"is {cidr}, which reaches {special}; Azure refuses such a virtual network",
+            "use a private unicast range, e.g. 10.42.0.0/16",
+        )
     return str(network)
+
+
+def _special_block(network: ipaddress.IPv4Network) -> str | None:
+    """The first multicast, loopback, link-local, reserved or "this network" (0.0.0.0/8) range
+    the network reaches, in /16 steps: the narrowest such range, link-local, is a /16."""
+    blocks = network.subnets(new_prefix=16) if network.prefixlen < 16 else iter([network])
+    for block in blocks:
+        first = block.network_address
+        kinds = {
+            "multicast": first.is_multicast,
+            "loopback": first.is_loopback,
+            "link-local": first.is_link_local,
+            "reserved": first.is_reserved,
+            '"this network"': block.supernet(new_prefix=8).network_address.is_unspecified,
+        }
+        for kind, hit in kinds.items():
+            if hit:
+                return f"{block} ({kind})"
+    return None
 
 
 def subnets(vnet: str) -> dict[str, str]:
@@ -145,7 +172,7 @@ def check_spot_price(text: str) -> float:
         price = float(text)
     except ValueError:
         price = 0.0
-    if price != -1 and price <= 0:
+    if not math.isfinite(price) or (price != -1 and price <= 0):
         raise setting_error(
             "spotMaxPrice", f"is {text!r}", "use -1 (up to on-demand) or a price in USD, e.g. 12.5"
         )
@@ -230,3 +257,16 @@ def check_tags(items: list[str]) -> tuple[tuple[str, str], ...]:
             raise setting_error("tags", f"holds {item!r}, not KEY=VALUE", "use e.g. team=ml-infra")
         tags.append((key, value))
     return tuple(tags)
+
+
+def check_python_packages(items: list[str]) -> tuple[str, ...]:
+    """Each entry is one argument of the nodes' `pip install` (dtrun-python-env): one starting
+    with '-' would be read as an option (--index-url, -r, -e), not a package."""
+    for item in items:
+        if item.strip().startswith("-"):
+            raise setting_error(
+                "pythonPackages",
+                f"holds {item!r}, which the nodes' `pip install` would read as an option",
+                "list package names or requirement specifiers only, e.g. torch or numpy>=1.26",
+            )
+    return tuple(items)

@@ -54,3 +54,10 @@ def test_a_bad_setting_stops_the_program_with_one_clean_message(mocks):
     with pytest.raises(pulumi.RunError, match="opens SSH to the whole internet"):
         runpy.run_path(str(MAIN))
     assert not mocks.declared
+
+
+def test_a_deadline_already_past_stops_the_program_before_anything_is_made(mocks):
+    stack_config(adminCidrs=["203.0.113.4/32"], expiresAt="2000-01-01T00:00:00Z")
+    with pytest.raises(pulumi.RunError, match="dtrun:expiresAt is 2000-01-01T00:00:00Z, which"):
+        runpy.run_path(str(MAIN))
+    assert not mocks.declared

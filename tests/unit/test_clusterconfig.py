@@ -294,3 +294,49 @@ def test_an_admin_user_the_machines_already_have_is_refused(user):
 @pytest.mark.parametrize("user", ["azureuser", "alice", "ml_ops", "dtrun-admin"])
 def test_an_ordinary_admin_user_is_kept(user):
     assert spec(adminUser=user).admin_user == user
+
+
+@pytest.mark.parametrize("price", ["nan", "inf", "-inf", "NaN", "Infinity"])
+def test_a_spot_price_that_is_not_a_finite_number_is_refused(price):
+    with pytest.raises(ConfigError, match="dtrun:spotMaxPrice") as caught:
+        spec(spotMaxPrice=price)
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("cidr", "kind"),
+    [
+        ("224.0.0.0/16", "multicast"),
+        ("127.0.0.0/16", "loopback"),
+        ("169.254.0.0/16", "link-local"),
+        ("169.0.0.0/8", "link-local"),
+        ("0.0.0.0/8", "this network"),
+        ("0.42.0.0/16", "this network"),
+        ("240.0.0.0/4", "reserved"),
+        ("192.0.0.0/2", "multicast"),
+    ],
+)
+def test_a_vnet_in_a_range_azure_refuses_is_refused(cidr, kind):
+    with pytest.raises(ConfigError, match=f"dtrun:vnetCidr is {cidr}.*{kind}") as caught:
+        spec(vnetCidr=cidr)
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "cidr", ["10.42.0.0/16", "10.0.0.0/8", "192.168.0.0/16", "100.64.0.0/16", "20.30.0.0/16"]
+)
+def test_a_private_or_public_unicast_vnet_is_kept(cidr):
+    assert spec(vnetCidr=cidr).vnet_cidr == cidr
+
+
+@pytest.mark.parametrize("entry", ["--index-url=https://evil.example/", "-r", " -e .", "--pre"])
+def test_a_python_package_that_pip_would_read_as_an_option_is_refused(entry):
+    with pytest.raises(ConfigError, match="dtrun:pythonPackages holds") as caught:
+        spec(pythonPackages=["numpy", entry])
+    assert entry in caught.value.message
+    assert caught.value.exit_code == 2
+
+
+def test_python_packages_and_requirement_specifiers_are_kept():
+    packages = ["torch", "numpy>=1.26", "transformers[torch]==4.46.0"]
+    assert spec(pythonPackages=packages).python_packages == tuple(packages)

@@ -94,3 +94,33 @@ def test_a_ttl_beyond_the_longest_deadline_is_refused_as_extend_refuses_it(hours
 
 def test_the_longest_ttl_is_kept():
     assert expiry(ttlHours=24 * 30).ttl_hours == 720
+
+
+@pytest.mark.parametrize(
+    "past", ["2026-11-23T11:59:00Z", "2026-11-23T12:00:00Z", "2000-01-01T00:00Z"]
+)
+def test_a_deadline_already_past_is_refused_where_the_program_uses_it(past):
+    with pytest.raises(ExpiryError) as caught:
+        cluster_spec({"adminCidrs": ["203.0.113.4/32"], "expiresAt": past}, now=NOON)
+    assert f"dtrun:expiresAt is {past}, which has passed" in caught.value.message
+    assert caught.value.exit_code == 2
+
+
+def test_a_deadline_ahead_is_kept_and_dtrun_up_may_replace_a_stale_one():
+    later = {"adminCidrs": ["203.0.113.4/32"], "expiresAt": "2026-11-23T12:01:00Z"}
+    assert cluster_spec(later, now=NOON).expiry.expires_at == "2026-11-23T12:01:00Z"
+    # `dtrun up` and `extend` check the settings before writing a new deadline: no `now`.
+    stale = {"adminCidrs": ["203.0.113.4/32"], "expiresAt": "2000-01-01T00:00:00Z"}
+    assert cluster_spec(stale).expiry.expires_at == "2000-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("minutes", [43_201, 10**13])
+def test_an_idle_rule_longer_than_30_days_is_refused(minutes):
+    with pytest.raises(ExpiryError) as caught:
+        expiry(idleMinutes=minutes)
+    assert f"dtrun:idleMinutes is {minutes}, more than 30 days" in caught.value.message
+    assert caught.value.exit_code == 2
+
+
+def test_an_idle_rule_of_30_days_is_kept():
+    assert expiry(idleMinutes=43_200).idle_minutes == 43_200
