@@ -249,13 +249,39 @@ def check_location(location: str) -> str:
     return location
 
 
+# Azure Resource Manager's tag limits (learn.microsoft.com, azure-resource-manager/management/
+# tag-resources, "Limitations"): a name of at most 512 characters without < > % & \ ? /, a value
+# of at most 256, 50 a resource, names compared without case. dtrun's own tags (infra/program.py
+# build: dtrun-cluster and managed-by on every resource, three dtrun-expiry ones on the group)
+# name the cluster to the user, `dtrun down` and the head's timer: none is the user's to set.
+TAG_FORBIDDEN = set("<>%&\\?/")
+MOST_USER_TAGS = 50 - 5
+
+
 def check_tags(items: list[str]) -> tuple[tuple[str, str], ...]:
-    tags = []
+    tags: list[tuple[str, str]] = []
+    fix = "use e.g. team=ml-infra: a name of at most 512 characters without < > % & \\ ? /"
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise setting_error("tags", f"holds {item!r}, not KEY=VALUE", "use e.g. team=ml-infra")
+        if len(key) > 512 or len(value) > 256 or TAG_FORBIDDEN & set(key):
+            raise setting_error("tags", f"holds {item!r}, which Azure refuses as a tag", fix)
+        if key.lower() == "managed-by" or key.lower().startswith("dtrun-"):
+            raise setting_error(
+                "tags", f"holds {key!r}, a tag dtrun sets itself", "name your tag otherwise"
+            )
+        if any(key.lower() == seen.lower() for seen, _ in tags):
+            raise setting_error(
+                "tags", f"names {key!r} twice (Azure ignores case)", "give each tag once"
+            )
         tags.append((key, value))
+    if len(tags) > MOST_USER_TAGS:
+        raise setting_error(
+            "tags",
+            f"holds {len(tags)} tags",
+            f"use at most {MOST_USER_TAGS}: Azure takes 50 a resource, and dtrun sets 5",
+        )
     return tuple(tags)
 
 

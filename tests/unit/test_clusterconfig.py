@@ -144,6 +144,13 @@ def test_sizes_and_node_counts_the_catalog_refuses(settings, message):
         ({"sshPublicKey": "-----BEGIN OPENSSH PRIVATE KEY-----"}, "not an OpenSSH public key"),
         ({"namePrefix": "Dtrun-Cluster"}, "2 to 12 lowercase letters"),
         ({"tags": ["team"]}, "not KEY=VALUE"),
+        # dtrun's own tags name the cluster to `dtrun down` and the head's timer; Azure's limits
+        ({"tags": ["dtrun-cluster=other"]}, "'dtrun-cluster', a tag dtrun sets itself"),
+        ({"tags": ["Managed-By=me"]}, "'Managed-By', a tag dtrun sets itself"),
+        ({"tags": ["team=a", "Team=b"]}, "names 'Team' twice"),
+        ({"tags": ["a/b=c"]}, "which Azure refuses as a tag"),
+        ({"tags": ["team=" + "x" * 257]}, "which Azure refuses as a tag"),
+        ({"tags": [f"t{i}=x" for i in range(46)]}, "holds 46 tags"),
         ({"image": "ubuntu-hpc"}, "is not an image URN"),
         ({"image": "almalinux:almalinux-hpc:8_10-hpc-gen2:latest"}, "not an Ubuntu image"),
         ({"nodeCount": "many"}, "not an integer"),
