@@ -243,6 +243,19 @@ def check_mount_path(path: str, admin_user: str) -> str:
     return path
 
 
+# An Azure VM size name as the API spells them (Standard_D4s_v5, Standard_M416-208s_v2,
+# Basic_A1): the head's size is no GPU size of dtrun's catalog, so only its shape is checked
+_VM_SIZE = re.compile(r"(Standard|Basic)_[A-Za-z0-9]+(?:[_-][A-Za-z0-9]+)*\Z")
+
+
+def check_head_vm_size(size: str) -> str:
+    if not _VM_SIZE.match(size):
+        raise setting_error(
+            "headVmSize", f"is {size!r}, not an Azure VM size name", "use e.g. Standard_D4s_v5"
+        )
+    return size
+
+
 def check_location(location: str) -> str:
     if not _LOCATION.match(location):
         raise setting_error("location", f"is {location!r}", "use an Azure region name, e.g. eastus")

@@ -144,6 +144,8 @@ def test_sizes_and_node_counts_the_catalog_refuses(settings, message):
         ({"sshPublicKey": "-----BEGIN OPENSSH PRIVATE KEY-----"}, "not an OpenSSH public key"),
         ({"namePrefix": "Dtrun-Cluster"}, "2 to 12 lowercase letters"),
         ({"tags": ["team"]}, "not KEY=VALUE"),
+        ({"headVmSize": "x; rm -rf /"}, "dtrun:headVmSize is 'x; rm -rf /', not an Azure VM size"),
+        ({"headVmSize": "Standard_D4s_v5\n"}, "not an Azure VM size name"),
         # dtrun's own tags name the cluster to `dtrun down` and the head's timer; Azure's limits
         ({"tags": ["dtrun-cluster=other"]}, "'dtrun-cluster', a tag dtrun sets itself"),
         ({"tags": ["Managed-By=me"]}, "'Managed-By', a tag dtrun sets itself"),
@@ -347,3 +349,8 @@ def test_a_python_package_that_pip_would_read_as_an_option_is_refused(entry):
 def test_python_packages_and_requirement_specifiers_are_kept():
     packages = ["torch", "numpy>=1.26", "transformers[torch]==4.46.0"]
     assert spec(pythonPackages=packages).python_packages == tuple(packages)
+
+
+@pytest.mark.parametrize("size", ["Standard_D4s_v5", "Standard_M416-208s_v2", "Basic_A1"])
+def test_head_sizes_as_azure_spells_them_are_kept(size):
+    assert spec(headVmSize=size).head_vm_size == size
