@@ -13,10 +13,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dtrun.errors import ResultError, UsageError
-from dtrun.spec.request import BenchSpec
+
+if TYPE_CHECKING:
+    from dtrun.spec.request import BenchSpec
 
 TIME_GROUPS = ("seconds", "ms")
 # readback's STEP_SECONDS, by which `dtrun report` reads a result's step times: a microsecond
@@ -90,6 +92,11 @@ def has_time_group(matched: Matched) -> bool:
     return bool(matched) and ("seconds" in matched[0][1] or "ms" in matched[0][1])
 
 
+def intervals(moments: list[float]) -> list[float]:
+    """The time from each moment to the next: step times from their ends or arrivals."""
+    return [later - earlier for earlier, later in itertools.pairwise(moments)]
+
+
 def pattern_steps(spec: BenchSpec, matched: Matched) -> tuple[list[float], int]:
     """--step-pattern's step times and how many steps it saw: each match's `seconds` or `ms`
     group where the pattern has one, else the time between one match and the next (the first
@@ -114,7 +121,7 @@ def pattern_steps(spec: BenchSpec, matched: Matched) -> tuple[list[float], int]:
                 times.append(value * scale)
         return times[spec.warmup :], len(matched)
     arrivals = [arrival for arrival, _ in matched]
-    times = [b - a for a, b in itertools.pairwise(arrivals)][max(spec.warmup, 1) - 1 :]
+    times = intervals(arrivals)[max(spec.warmup, 1) - 1 :]
     if times and min(times) < FASTEST_STEP_S:  # 0 s divided by zero; the report refuses < 1 us
         raise ResultError(
             f"--step-pattern's lines came {min(times):.1g} s apart: no step's time, but output "

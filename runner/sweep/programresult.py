@@ -15,7 +15,6 @@ agree; they are compared here, with no collective. Sharded parameters (FSDP, ZeR
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -29,6 +28,7 @@ from dtrun.plan.steppattern import (
     SLOWEST_STEP_S,
     Matched,
     has_time_group,
+    intervals,
     pattern_steps,
 )
 from dtrun.record import readback as rb
@@ -86,10 +86,6 @@ def read_step_files(folder: Path) -> dict[int, dict[str, Any]]:
             raise ResultError(f"{path} is not a step record", why=why)
         records[int(data["rank"])] = {**data, "step_ends_s": ends}
     return records
-
-
-def _intervals(ends: list[float]) -> list[float]:
-    return [later - earlier for earlier, later in itertools.pairwise(ends)]
 
 
 def _units(spec: BenchSpec, world_size: int) -> dict[str, Any]:
@@ -248,7 +244,7 @@ def program_result(
                 "are not timed",
                 fix="let the program run more steps, or pass a smaller --warmup",
             )
-        timed = _intervals(ends)[timed_from - 1 :]
+        timed = intervals(ends)[timed_from - 1 :]
         timing = "optimizer steps"
     else:
         timed = [wall_s]
@@ -290,7 +286,7 @@ def program_result(
         },
         "step_times_s": [round(t, 7) for t in timed],
         "rank_step_times_s": {
-            str(rank): [round(t, 7) for t in _intervals(r["step_ends_s"])[timed_from - 1 :]]
+            str(rank): [round(t, 7) for t in intervals(r["step_ends_s"])[timed_from - 1 :]]
             for rank, r in sorted(records.items())
         },
         "units": units,
