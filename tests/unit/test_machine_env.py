@@ -111,46 +111,18 @@ def test_every_secret_named_value_of_this_machine_is_known_to_the_redaction(
     assert redact_text(line) == f"key {REDACTED} pw https://{REDACTED} in {tmp_path}/sa.json"
 
 
-def test_a_bug_s_traceback_masks_the_machine_s_secrets(tmp_path):
-    """An exception that escapes dtrun (a bug, not its own error) keeps its traceback and exit
-    1, with this machine's secrets masked in it. Before, typer printed it whole: a message that
-    quoted a secret-named variable's value showed it."""
-    import subprocess
-    import sys
-
-    program = (
-        "import os, dtrun.azure.catalog as c\n"
-        "def bug():\n"
-        "    raise ValueError('token ' + os.environ['WANDB_API_KEY'])\n"
-        "c.known_sizes = bug\n"
-        "from dtrun.cli.app import main\n"
-        "import sys; sys.argv = ['dtrun', 'sizes']\n"
-        "main()\n"
-    )
-    env = {"PATH": "/usr/bin:/bin", "WANDB_API_KEY": "WandbKeyOf32CharactersXyz0123456"}
-    done = subprocess.run(
-        [sys.executable, "-c", program], env=env, cwd=tmp_path, capture_output=True, text=True,
-        timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 1, done.stderr
-    assert "Traceback (most recent call last)" in done.stderr
-    assert f"ValueError: token {REDACTED}" in done.stderr, done.stderr
-    assert "WandbKeyOf32" not in done.stderr + done.stdout
-
-
-def test_a_bug_in_one_of_dtrun_s_threads_masks_the_machine_s_secrets(tmp_path):
-    """threading's own printer showed a thread's exception whole (an output pump's bug)."""
+def _sizes_raising(tmp_path, raising: str):
+    """`dtrun sizes` in a subprocess whose catalog runs ``raising`` (Python defining
+    ``known_sizes``, which raises a ValueError quoting WANDB_API_KEY's value)."""
     import subprocess
     import sys
 
     program = (
         "import os, threading, dtrun.azure.catalog as c\n"
-        "def pump():\n"
+        "def bug():\n"
         "    raise ValueError('token ' + os.environ['WANDB_API_KEY'])\n"
-        "def sizes():\n"
-        "    t = threading.Thread(target=pump, name='pump-0'); t.start(); t.join()\n"
-        "    return []\n"
-        "c.known_sizes = sizes\n"
+        f"{raising}"
+        "c.known_sizes = known_sizes\n"
         "from dtrun.cli.app import main\n"
         "import sys; sys.argv = ['dtrun', 'sizes']\n"
         "main()\n"
@@ -160,6 +132,26 @@ def test_a_bug_in_one_of_dtrun_s_threads_masks_the_machine_s_secrets(tmp_path):
         [sys.executable, "-c", program], env=env, cwd=tmp_path, capture_output=True, text=True,
         timeout=60,
     )  # fmt: skip
-    assert "Exception in thread pump-0:" in done.stderr, done.stderr
     assert f"ValueError: token {REDACTED}" in done.stderr, done.stderr
     assert "WandbKeyOf32" not in done.stderr + done.stdout
+    return done
+
+
+def test_a_bug_s_traceback_masks_the_machine_s_secrets(tmp_path):
+    """An exception that escapes dtrun (a bug, not its own error) keeps its traceback and exit
+    1, with this machine's secrets masked in it. Before, typer printed it whole: a message that
+    quoted a secret-named variable's value showed it."""
+    done = _sizes_raising(tmp_path, "known_sizes = bug\n")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback (most recent call last)" in done.stderr
+
+
+def test_a_bug_in_one_of_dtrun_s_threads_masks_the_machine_s_secrets(tmp_path):
+    """threading's own printer showed a thread's exception whole (an output pump's bug)."""
+    done = _sizes_raising(
+        tmp_path,
+        "def known_sizes():\n"
+        "    t = threading.Thread(target=bug, name='pump-0'); t.start(); t.join()\n"
+        "    return []\n",
+    )
+    assert "Exception in thread pump-0:" in done.stderr, done.stderr

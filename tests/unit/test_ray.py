@@ -588,20 +588,27 @@ def test_ctrl_c_while_ray_places_the_group_kills_the_actors_and_leaves_none_to_s
     assert not any(node.running for node in nodes)  # the stop waits on none of them
 
 
-def test_what_a_node_prints_once_dtrun_stopped_it_goes_to_its_log_only(tmp_path):
-    # CI: ray-1's raylet was killed, dtrun stopped ray-0, and torchrun's SignalException
-    # traceback from ray-0 reached the console among dtrun's own lines (the other engines keep
-    # what a stopped node prints in its log: tests/e2e/test_e2e.py)
+def _one_node_launch(tmp_path, heard: list[tuple[str, str]]):
+    """A launch of one node, ray-0, on no Ray: what it writes, its log and ``heard`` (its
+    console lines) get."""
     from dtrun.engines.ray.executor import RayExecutor, _Launch, _Node
     from dtrun.workloads.files import NodeLog
 
-    heard: list[tuple[str, str]] = []
     node = _Node(types.SimpleNamespace(  # type: ignore[arg-type]
         node=types.SimpleNamespace(name="ray-0", address="127.0.0.2"),
         script_name="ray-0.sh", script="true\n"), log=NodeLog(tmp_path / "ray-0.log"))  # fmt: skip
     executor = RayExecutor(types.SimpleNamespace(ray=None), {})  # type: ignore[arg-type]
     plan = types.SimpleNamespace(files=[], rdzv_id="r1")
     launch = _Launch(executor, plan, tmp_path, [node], lambda *line: heard.append(line))  # type: ignore[arg-type]
+    return launch, node
+
+
+def test_what_a_node_prints_once_dtrun_stopped_it_goes_to_its_log_only(tmp_path):
+    # CI: ray-1's raylet was killed, dtrun stopped ray-0, and torchrun's SignalException
+    # traceback from ray-0 reached the console among dtrun's own lines (the other engines keep
+    # what a stopped node prints in its log: tests/e2e/test_e2e.py)
+    heard: list[tuple[str, str]] = []
+    launch, node = _one_node_launch(tmp_path, heard)
     launch.write(node, [b"step 1\n"])
     node.stopped = True
     launch.write(node, [b"Traceback (most recent call last):\n"])
@@ -614,9 +621,6 @@ def test_a_progress_bar_s_states_come_one_by_one_as_on_the_other_engines(tmp_pat
     """Read by lines ("\\n"), a tqdm bar's states came as one line once the bar closed: the
     console showed nothing while it ran, --step-pattern saw one step where the bar drew
     three, and the actor held the bar's whole output until then."""
-    from dtrun.engines.ray.executor import RayExecutor, _Launch, _Node
-    from dtrun.workloads.files import NodeLog
-
     script = b"printf 'step 1\\r'; printf 'step 2\\r'; printf 'step 3\\n'\n"
     node = NodeProcess(own_tag())
     node.start(str(tmp_path), [("n.sh", script, 0o700)], "n.sh")
@@ -628,12 +632,7 @@ def test_a_progress_bar_s_states_come_one_by_one_as_on_the_other_engines(tmp_pat
         lines += out
     assert (lines, code) == ([b"step 1\r", b"step 2\r", b"step 3\n"], 0)
     heard: list[tuple[str, str]] = []
-    state = _Node(types.SimpleNamespace(  # type: ignore[arg-type]
-        node=types.SimpleNamespace(name="ray-0", address="127.0.0.2"),
-        script_name="ray-0.sh", script="true\n"), log=NodeLog(tmp_path / "ray-0.log"))  # fmt: skip
-    executor = RayExecutor(types.SimpleNamespace(ray=None), {})  # type: ignore[arg-type]
-    plan = types.SimpleNamespace(files=[], rdzv_id="r1")
-    launch = _Launch(executor, plan, tmp_path, [state], lambda *line: heard.append(line))  # type: ignore[arg-type]
+    launch, state = _one_node_launch(tmp_path, heard)
     launch.write(state, lines)
     state.log.close()
     # each state with its "\r", as the sinks of the other engines get it (scripts.line_text)
