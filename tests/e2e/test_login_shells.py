@@ -54,6 +54,10 @@ def shell_cluster(
         rc, text = RC_FILES[name]
         (cluster.home / rc).parent.mkdir(parents=True, exist_ok=True)
         (cluster.home / rc).write_text(text)
+    if name == "fish":  # its data directory, as any account has after its first login: both
+        # nodes share this home, and two first fish runs at once race to make it (mkdir's
+        # EEXIST), which fish reports as "Unable to locate data directory" (CI, 2026-12-06)
+        (cluster.home / ".local" / "share" / "fish").mkdir(parents=True)
     request.addfinalizer(cluster.close)
     return cluster
 
