@@ -46,13 +46,8 @@ def test_a_ddp_program_is_timed_by_its_optimizer_steps_as_its_own_clock_says(no_
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     for nodes in (1, 2):
-        data = result(run, nodes)
+        data = assert_timed_as_its_own_clock(run, nodes, 14)  # every rank's times are kept
         assert data["schema"] == "dtrun.program/1"
-        assert (data["optimizer_steps"], data["timed_steps"]) == (14, 12)
-        assert len(data["rank_step_times_s"]) == nodes  # every rank's times are kept
-        own = json.loads((run / f"n{nodes}" / "r0" / "own-times-rank0.json").read_text())
-        hooked = statistics.median(data["step_times_s"])
-        assert hooked == pytest.approx(statistics.median(own[2:]), rel=0.05)
         assert data["units"] == {
             "kind": "samples", "per_step": 16 * nodes, "given": True, "per_process": True,
         }  # fmt: skip
@@ -80,12 +75,7 @@ def test_gradient_accumulation_counts_one_step_per_optimizer_step(no_leftovers):
         run_id="accum", port=29812,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    data = result(run, 2)
-    assert (data["optimizer_steps"], data["timed_steps"]) == (6, 4)  # not 24 micro-batches
-    own = json.loads((run / "n2" / "r0" / "own-times-rank0.json").read_text())
-    assert statistics.median(data["step_times_s"]) == pytest.approx(
-        statistics.median(own[2:]), rel=0.05
-    )
+    data = assert_timed_as_its_own_clock(run, 2, 6)  # not 24 micro-batches
     assert data["units"]["kind"] == "process-steps"  # no units given: weak, by step times
 
 
@@ -301,9 +291,12 @@ def assert_timed_as_its_own_clock(run: Path, nodes: int, steps: int) -> dict[str
     assert (data["optimizer_steps"], data["timed_steps"]) == (steps, steps - 2)
     assert len(data["rank_step_times_s"]) == nodes
     own = json.loads((run / f"n{nodes}" / "r0" / "own-times-rank0.json").read_text())
-    assert statistics.median(data["step_times_s"]) == pytest.approx(
-        statistics.median(own[2:]), rel=0.05
-    )
+    # the hook's intervals telescope to the time from the end of step 1 to the end of the last,
+    # which the program's own times for steps 2 on add up to; their median is no such check on
+    # a loaded machine (one interval stretches, the next shrinks: CI's horovod run once had
+    # 0.0415 s against its own 0.0497)
+    timed = data["step_times_s"]
+    assert sum(timed) == pytest.approx(sum(own[2:]), rel=0.15), (timed, own)
     return data
 
 
