@@ -43,14 +43,12 @@ from dtrun.workloads.pipeline_proof import Layout, pipeline_proof
 from dtrun.workloads.pipeline_stage import GPTStage, Record
 from dtrun.workloads.pipeline_timing import StageInput, gather_stage_times, profile, time_stage
 from dtrun.workloads.proof import Proof, single_process
-from dtrun.workloads.stagecost import Pieces, Shape, shares, split, stage_costs
+from dtrun.workloads.stagecost import SCHEDULE_NAMES, Pieces, Shape, shares, split, stage_costs
 
 # --schedule -> the schedule class; "looped" ones take every local stage, the others one.
-SCHEDULES: dict[str, Callable[..., Any]] = {
-    "gpipe": ScheduleGPipe,
-    "1f1b": Schedule1F1B,
-    "interleaved-1f1b": ScheduleInterleaved1F1B,
-}
+SCHEDULES: dict[str, Callable[..., Any]] = dict(
+    zip(SCHEDULE_NAMES, (ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B), strict=True)
+)
 LOOPED = {"interleaved-1f1b"}
 BUCKET = 1 << 24  # elements per gradient all-reduce between pipelines (64 MiB of float32)
 

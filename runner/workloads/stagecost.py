@@ -171,6 +171,10 @@ def _smoothest(
 
 _NEVER = float("inf")  # above any stage's cost, or sum of their squares
 
+# --schedule's choices, whose classes pipeline_parallel.SCHEDULES gives: named here, where the
+# workload's options can read them without importing torch.distributed.pipelining
+SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved-1f1b")
+
 SPLITS: dict[str, Callable[[Shape, int, Pieces | None], list[int]]] = {
     "even": lambda shape, stages, _: even_split(shape, stages),
     "balanced": balanced_split,

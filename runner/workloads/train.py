@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import statistics
 import sys
 import time
@@ -34,9 +35,7 @@ from dtrun.workloads import noise
 from dtrun.workloads.allreduce import probe as probe_allreduce
 from dtrun.workloads.ddp import DdpEngine
 from dtrun.workloads.engine import Engine, EngineFactory
-from dtrun.workloads.fsdp import FsdpEngine
 from dtrun.workloads.gpt import param_counts
-from dtrun.workloads.pipeline_parallel import SCHEDULES, PipelineEngine
 from dtrun.workloads.result import (
     Measured,
     build_result,
@@ -46,12 +45,26 @@ from dtrun.workloads.result import (
     rank_info,
     write_result,
 )
-from dtrun.workloads.stagecost import SPLITS
+from dtrun.workloads.stagecost import SCHEDULE_NAMES, SPLITS
+
+
+def _on_demand(module: str, name: str) -> EngineFactory:
+    """Engine ``name`` of ``module``, imported when a launch picks it. FSDP's and the pipeline's
+    modules import torch.distributed.fsdp and .pipelining (torch._dynamo with it): 0.5 s of CPU
+    each on every rank (``python -X importtime``, torch 2.13 on this project's 2-core CI
+    machine), which a DDP launch, the default, never used."""
+
+    def make(args: argparse.Namespace, device: torch.device) -> Engine:
+        engine: EngineFactory = getattr(importlib.import_module(f"dtrun.workloads.{module}"), name)
+        return engine(args, device)
+
+    return make
+
 
 ENGINES: dict[str, EngineFactory] = {
     "ddp": DdpEngine,
-    "fsdp": FsdpEngine,
-    "pipeline": PipelineEngine,
+    "fsdp": _on_demand("fsdp", "FsdpEngine"),
+    "pipeline": _on_demand("pipeline_parallel", "PipelineEngine"),
 }
 
 InitDistributed = Callable[[argparse.Namespace, str], None]
@@ -81,7 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--vocab", type=int, default=1024)
     parser.add_argument("--preset", default=None, help="the preset the shape came from")
     parser.add_argument("--strategy", choices=sorted(ENGINES), default="ddp")
-    parser.add_argument("--schedule", choices=sorted(SCHEDULES), default="1f1b")
+    parser.add_argument("--schedule", choices=sorted(SCHEDULE_NAMES), default="1f1b")
     parser.add_argument("--micro-batches", type=int, default=4, help="pipeline, per step")
     parser.add_argument("--pp-size", type=int, default=None, help="pipeline: ranks per pipeline")
     parser.add_argument("--stages-per-rank", type=int, default=1)

@@ -4,6 +4,8 @@ their own unless an engine adds some (Horovod its version and controller)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +17,8 @@ from dtrun.workloads import train
 from dtrun.workloads.ddp import DdpEngine
 from dtrun.workloads.engine import DataParallelEngine
 from dtrun.workloads.fsdp import FsdpEngine
+from dtrun.workloads.pipeline_parallel import SCHEDULES, PipelineEngine
+from dtrun.workloads.stagecost import SCHEDULE_NAMES
 from dtrun.workloads.train_deepspeed import DeepSpeedEngine
 from dtrun.workloads.train_horovod import HorovodEngine
 
@@ -53,3 +57,25 @@ def test_a_data_parallel_engine_alone_proves_one_process_and_adds_nothing(one_ra
     assert trained.describe() == {}
     assert trained.probe_stages(3) is None
     assert (trained.zero_stage, trained.replicas, trained.data_rank) == (None, 1, 0)
+
+
+def test_the_training_workload_imports_fsdp_and_pipelining_only_for_a_launch_that_uses_them():
+    # a DDP rank (the default) paid 1.4 s of CPU importing both before: every rank, every launch
+    probe = (
+        "import sys; from dtrun.workloads import train; "
+        "print(sorted(m for m in ('torch.distributed.fsdp', 'torch.distributed.pipelining') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("strategy", "kind"), [("fsdp", FsdpEngine), ("pipeline", PipelineEngine)])
+def test_an_engine_imported_on_demand_is_the_one_its_strategy_names(one_rank, strategy, kind):
+    args = train.parse_args(["--strategy", strategy, "--layers", "1", "--d-model", "32",
+                             "--heads", "2", "--vocab", "64", "--seq-len", "8"])  # fmt: skip
+    assert isinstance(train.ENGINES[strategy](args, torch.device("cpu")), kind)
+
+
+def test_the_schedules_the_options_offer_are_the_ones_the_pipeline_runs():
+    assert tuple(SCHEDULES) == SCHEDULE_NAMES
