@@ -142,13 +142,21 @@ def vnet_cidr(cidr: str) -> str:
     return str(network)
 
 
+# Azure's virtual IP for DNS, DHCP and the VM agent: Azure's "Virtual Network FAQ" (What
+# address ranges can I use in my virtual networks?) lists 168.63.129.16/32 beside the
+# multicast, broadcast, loopback and link-local ranges as ones a virtual network cannot hold.
+PLATFORM_ADDRESS = ipaddress.IPv4Address("168.63.129.16")
+
+
 def _special_block(network: ipaddress.IPv4Network) -> str | None:
-    """The first multicast, loopback, link-local, reserved or "this network" (0.0.0.0/8) range
-    the network reaches, in /16 steps: the narrowest such range, link-local, is a /16."""
+    """The first multicast, loopback, link-local, reserved, "this network" (0.0.0.0/8) or
+    platform-address range the network reaches, in /16 steps: the narrowest such range besides
+    the platform address, link-local, is a /16."""
     blocks = network.subnets(new_prefix=16) if network.prefixlen < 16 else iter([network])
     for block in blocks:
         first = block.network_address
         kinds = {
+            f"Azure's platform address {PLATFORM_ADDRESS}": PLATFORM_ADDRESS in block,
             "multicast": first.is_multicast,
             "loopback": first.is_loopback,
             "link-local": first.is_link_local,

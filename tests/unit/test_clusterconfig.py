@@ -323,6 +323,9 @@ def test_a_spot_price_that_is_not_a_finite_number_is_refused(price):
         ("0.42.0.0/16", "this network"),
         ("240.0.0.0/4", "reserved"),
         ("192.0.0.0/2", "multicast"),
+        ("168.63.0.0/16", "platform address 168.63.129.16"),
+        ("168.0.0.0/8", "platform address 168.63.129.16"),
+        ("168.63.128.0/22", "platform address 168.63.129.16"),
     ],
 )
 def test_a_vnet_in_a_range_azure_refuses_is_refused(cidr, kind):
