@@ -45,6 +45,9 @@ TAG_EXPIRES_AT = "dtrun-expires-at"
 TAG_IDLE_MINUTES = "dtrun-idle-minutes"
 TAG_ACTION = "dtrun-expiry-action"
 UTC = datetime.timezone.utc  # datetime.UTC is 3.11+
+# The longest idle rule dtrun writes (runner/azure/expiry.py MAX_IDLE_MINUTES, 30 days): a tag
+# set by hand far beyond it overflows timedelta at every run.
+MAX_IDLE_MINUTES = 30 * 24 * 60
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,13 @@ def rules_from_tags(tags: dict[str, str]) -> Rules:
         except ValueError:
             print(f"dtrun-expiry: tag {TAG_EXPIRES_AT}={tags[TAG_EXPIRES_AT]!r} is not a time")
     idle = tags.get(TAG_IDLE_MINUTES, "0")
-    if not idle.isdigit():
-        print(f"dtrun-expiry: tag {TAG_IDLE_MINUTES}={idle!r} is not a number of minutes")
+    # ASCII digits only: int() refuses "²", which isdigit() takes, and the ValueError would end
+    # the run before the deadline was looked at
+    if not (idle.isascii() and idle.isdigit()) or int(idle) > MAX_IDLE_MINUTES:
+        print(
+            f"dtrun-expiry: tag {TAG_IDLE_MINUTES}={idle!r} is not a number of minutes up to "
+            f"{MAX_IDLE_MINUTES}"
+        )
         idle = "0"
     return Rules(expires_at, int(idle), tags.get(TAG_ACTION, "scaleset"))
 

@@ -209,6 +209,23 @@ def test_with_ttl_0_and_no_idle_rule_nothing_is_ever_deleted(head, azure):
     assert "deadline none, idle rule off" in ran.stdout
 
 
+@pytest.mark.parametrize("idle", ["²", "10000000000000", "43201"])
+def test_an_idle_tag_set_by_hand_out_of_range_is_no_idle_rule_and_the_deadline_holds(
+    head, azure, idle
+):
+    azure.tags = {**rules(expires=HOUR), "dtrun-idle-minutes": idle}
+    head.last_active(datetime.timedelta(days=40))
+    kept = head.run(azure)
+    assert kept.returncode == 0, kept.stderr
+    assert azure.deleted == []
+    assert f"dtrun-idle-minutes={idle!r} is not a number of minutes up to 43200" in kept.stdout
+    assert "idle rule off" in kept.stdout
+    azure.tags = {**rules(expires=-HOUR), "dtrun-idle-minutes": idle}
+    deleted = head.run(azure)
+    assert deleted.returncode == 0, deleted.stderr
+    assert azure.deleted == [SCALE_SET]  # the passed deadline, whatever the idle tag says
+
+
 def test_the_group_action_deletes_the_whole_group(head, azure):
     azure.tags = rules(expires=-HOUR, action="group")
     ran = head.run(azure)
