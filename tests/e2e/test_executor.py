@@ -148,8 +148,11 @@ def test_a_daemon_a_node_left_running_is_stopped_when_another_node_fails(no_left
 
 
 def test_a_process_that_ignores_sigterm_is_killed(no_leftovers):
-    stubborn = "trap '' TERM\necho ready\nwhile true; do sleep 0.2; done"
-    plan = plan_of(stubborn, "sleep 0.5\nexit 1")
+    # node-1 fails once node-0 ignores SIGTERM (its file says so), not after a fixed 0.5 s: a
+    # bash started late on a loaded machine would die of the stop's SIGTERM, and nothing would
+    # be left for the SIGKILL this test is about
+    stubborn = "trap '' TERM\ntouch ignoring\nwhile true; do sleep 0.2; done"
+    plan = plan_of(stubborn, "until [ -e ignoring ]; do sleep 0.05; done\nexit 1")
     with pytest.raises(NodeFailedError):
         LocalExecutor(grace_s=0.5).run(plan, no_leftovers / "p", timeout_s=60, on_line=Lines())
     assert processes_under(no_leftovers) == []
