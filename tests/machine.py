@@ -8,7 +8,9 @@
   executors, or a standalone cluster); two such at once on a 2-core machine were not tried,
   and their executor waits are timed. (They also wrote every application's directory under
   pyspark/work/ in the venv, named by the second it started, until the driver gave a
-  local-cluster a Spark home of its own: runner/engines/spark/driver.py.)
+  local-cluster a Spark home of its own: runner/engines/spark/driver.py. A SparkSession a test
+  starts itself still writes there: test_spark_torchrun.py's, which test_e2e_spark.py's check
+  that nothing new appears there would see.)
 
 Under ``--dist loadgroup``, ``MachineGroups`` runs each such group of files on one worker, one
 test after another. It takes the place of xdist's own loadgroup: it is xdist's
@@ -30,7 +32,7 @@ from typing import Any
 SHARED_BY_MACHINE = {"test_e2e_slurm.py": "slurm", "test_check_slurm.py": "slurm",
                      "test_untagged_orphans.py": "slurm",
                      "test_e2e_spark.py": "spark", "test_e2e_spark_app.py": "spark",
-                     "test_check_spark.py": "spark",
+                     "test_check_spark.py": "spark", "test_spark_torchrun.py": "spark",
                      "test_e2e_ray.py": "ray", "test_e2e_ray_faults.py": "ray",
                      "test_e2e_ray_exec.py": "ray", "test_check_ray.py": "ray"}  # fmt: skip
 # where the claims live; a scratch suite (tests/unit/test_parts.py) gets its own

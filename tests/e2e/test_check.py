@@ -104,6 +104,7 @@ def _flagged(data):
     return nodes, links
 
 
+@pytest.mark.alone  # "named alone": the clean nodes flag nothing, a quiet machine's claim
 def test_a_throttled_sshd_node_is_named_alone_with_cause_compute(sshd_cluster, no_leftovers):
     slow = sshd_cluster.hosts[2].address
     hosts = _hosts(sshd_cluster, no_leftovers)
@@ -142,6 +143,7 @@ def _shaped_pairs(run, shaped):
     }
 
 
+@pytest.mark.alone  # "named alone": the clean nodes flag nothing, a quiet machine's claim
 @pytest.mark.parametrize(("index", "port"), [(0, 29860), (1, 29870)])
 def test_a_shaped_link_is_named_alone_as_its_link_or_its_node(
     sshd_cluster, no_leftovers, index, port

@@ -25,6 +25,7 @@ def _groups(data):
     return [(g["level"], tuple(g["hosts"]), g["verdict"]) for g in data["groups"]]
 
 
+@pytest.mark.alone  # "named alone": five clean nodes and a clean half flag nothing (as below)
 @pytest.mark.timeout(600)  # the check's own 480 s, and the fault made and undone
 def test_a_throttled_node_among_six_is_isolated_by_its_half_and_named_alone(no_leftovers):
     slow = "node-4"

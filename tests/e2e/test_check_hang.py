@@ -37,6 +37,7 @@ def _frozen(pid: int) -> list[psutil.Process]:
 ALIVE = "Host *\n  ServerAliveInterval 2\n  ServerAliveCountMax 3\n"
 
 
+@pytest.mark.alone  # the three others checked "ok": a clean measurement, a quiet machine's claim
 def test_a_node_that_hangs_mid_check_is_named_lost_and_the_others_are_checked(
     sshd_cluster, no_leftovers
 ):

@@ -10,7 +10,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -216,16 +215,15 @@ def test_sigterm_on_a_standalone_master_leaves_no_executor_or_rank(standalone, n
 
 
 def test_a_master_that_does_not_answer_fails_at_once_saying_so(no_leftovers):
-    started = time.monotonic()
+    # the guard: Spark's own registration retries (3 x 20 s) ended the run at about 68 s
     done = run_dtrun(
         "run", "--spark", "spark://127.0.0.40:7199", "--launcher", "torchdistributor",
         "--nodes", "2", "--output", str(no_leftovers / "runs"), "--", "true",
-        cwd=no_leftovers, timeout=120,
+        cwd=no_leftovers, timeout=55,
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     assert "cannot connect to the Spark master at spark://127.0.0.40:7199" in done.stderr
     assert "Traceback" not in done.stderr and "stopped SparkContext" not in done.stderr
-    assert time.monotonic() - started < 30  # was about 68 s
 
 
 @pytest.fixture
@@ -241,8 +239,8 @@ def test_workers_too_small_for_an_executor_fail_the_launch_saying_what_to_change
     small_standalone, no_leftovers
 ):
     """Workers of 512 MiB and executors of 1 GiB: Spark gives the application no executor; the
-    launch ends after the executor wait, not at --timeout."""
-    started = time.monotonic()
+    launch ends after the executor wait, not at --timeout (none given: as long as it runs,
+    so the run's own timeout here is the guard)."""
     done = run_dtrun(
         "run", "--spark", small_standalone.url, "--launcher", "torchdistributor", "--nodes", "2",
         "--output", str(no_leftovers / "runs"), "--run-id", "small", "--", "true",
@@ -252,7 +250,6 @@ def test_workers_too_small_for_an_executor_fail_the_launch_saying_what_to_change
     assert "Spark gave this launch 0 of the 2 executors it needs within 15 s" in done.stderr
     assert "1g of memory" in done.stderr and "spark-defaults.conf" in done.stderr
     assert "Traceback" not in done.stderr
-    assert time.monotonic() - started < 150
     record = json.loads((no_leftovers / "runs" / "small" / "run.json").read_text())
     assert [n["exit_code"] for n in record["nodes"]] == [None, None]
 

@@ -41,7 +41,9 @@ def _exec_then(signum: int, where: list[str], nodes: int, tmp_path: Path) -> str
         wait_for(lambda: len(_sleeps(seconds)) == nodes, timeout=60, what="the sleeps")
         os.kill(process.pid, signum)
         out = process.communicate(timeout=60)[0]
-        deadline = time.monotonic() + 8  # a SIGKILL's guard: at once; SIGKILL after 5 s
+        # a stop by dtrun: gone as it exits; a SIGKILL's guard: at once (SIGKILL after 5 s),
+        # once its end of the pipe or the SSH connection closes, which a loaded machine delays
+        deadline = time.monotonic() + (30 if signum == signal.SIGKILL else 8)
         while _sleeps(seconds) and time.monotonic() < deadline:
             time.sleep(0.1)
         left = _sleeps(seconds)

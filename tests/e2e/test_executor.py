@@ -119,10 +119,12 @@ def test_a_failing_node_stops_the_others_and_is_named_with_its_log(no_leftovers)
     assert processes_under(no_leftovers) == []
 
 
+# 5 s: node-1's `echo` must have ended by then for the claim, and a bash started on a loaded
+# machine (three e2e workers on 2 cores) may take more than 1 s; node-0 sleeps 600 s
 def test_a_launch_past_its_timeout_is_stopped_and_the_running_nodes_named(no_leftovers):
     plan = plan_of(LIKE_TORCHRUN, "echo done")
-    with pytest.raises(RunTimeoutError, match="did not finish within 1 s") as caught:
-        LocalExecutor().run(plan, no_leftovers / "p", timeout_s=1, on_line=Lines())
+    with pytest.raises(RunTimeoutError, match="did not finish within 5 s") as caught:
+        LocalExecutor().run(plan, no_leftovers / "p", timeout_s=5, on_line=Lines())
     assert "still running when stopped: node-0" in caught.value.message
     assert "node-1" not in caught.value.why
     assert processes_under(no_leftovers) == []
@@ -146,8 +148,11 @@ def test_a_daemon_a_node_left_running_is_stopped_when_another_node_fails(no_left
 
 
 def test_a_process_that_ignores_sigterm_is_killed(no_leftovers):
-    stubborn = "trap '' TERM\necho ready\nwhile true; do sleep 0.2; done"
-    plan = plan_of(stubborn, "sleep 0.5\nexit 1")
+    # node-1 fails once node-0 ignores SIGTERM (its file says so), not after a fixed 0.5 s: a
+    # bash started late on a loaded machine would die of the stop's SIGTERM, and nothing would
+    # be left for the SIGKILL this test is about
+    stubborn = "trap '' TERM\ntouch ignoring\nwhile true; do sleep 0.2; done"
+    plan = plan_of(stubborn, "until [ -e ignoring ]; do sleep 0.05; done\nexit 1")
     with pytest.raises(NodeFailedError):
         LocalExecutor(grace_s=0.5).run(plan, no_leftovers / "p", timeout_s=60, on_line=Lines())
     assert processes_under(no_leftovers) == []
@@ -242,8 +247,9 @@ def test_under_worker0_a_node_failing_before_node_0_is_done_still_fails_fast(no_
 
 def test_under_the_default_rule_node_0_exiting_0_waits_for_the_others(no_leftovers):
     plan = plan_of("echo trained", LIKE_TORCHRUN)
+    # node-0's `echo` ended well within the 5 s (it would be named too), node-1 never does
     with pytest.raises(RunTimeoutError, match="still running when stopped: node-1"):
-        LocalExecutor().run(plan, no_leftovers / "p", timeout_s=1, on_line=Lines())
+        LocalExecutor().run(plan, no_leftovers / "p", timeout_s=5, on_line=Lines())
     assert processes_under(no_leftovers) == []
 
 

@@ -182,12 +182,14 @@ def test_mpirun_starts_its_daemons_through_the_login_shell_and_every_rank_runs(
     shell_cluster, no_leftovers
 ):
     """OpenMPI writes the daemons' command for the shell it takes the account's for: fish it
-    takes for sh, whose `( ... )` fish refuses, and mpirun waited for ever without fish-rsh.sh."""
+    takes for sh, whose `( ... )` fish refuses, and mpirun waited for ever without fish-rsh.sh.
+    --timeout 120, as the other launchers' here: ssh, a login shell and OpenMPI's daemons on
+    each node start slowly beside the other e2e workers; a hang is for ever."""
     hosts = write_hosts(shell_cluster, no_leftovers)
     out = no_leftovers / "runs"
     done = run_dtrun(
         "run", "--hosts", str(hosts), "--launcher", "mpirun", "--nodes", "2",
-        "--port", "29988", "--timeout", "30", "--env", "SEEN=x  y", "--output", str(out),
+        "--port", "29988", "--timeout", "120", "--env", "SEEN=x  y", "--output", str(out),
         "--run-id", "mpi", "--", "sh", "-c", 'echo "seen $NODE_RANK [$SEEN]"', cwd=no_leftovers,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

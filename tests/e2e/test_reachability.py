@@ -78,8 +78,9 @@ def test_a_dead_node_in_a_hosts_file_fails_the_run_within_the_connect_timeout(
     # failure), and at most a look's lateness past it: no look starts that could not end by then
     # (runner/cluster/readiness.py). Ignored, the 30 s default gives up at about 20 s.
     # Not the test's clock: dtrun's start and exit around the wait took 2.0 s (refused) and
-    # 4.5 s (silent) more at load 10, the wait itself 4.6 s and 7.35 s as at load 6
-    assert run["wall_s"] < 8 + 2, f"waited {run['wall_s']:.1f} s"
+    # 4.5 s (silent) more at load 10, the wait itself 4.6 s and 7.35 s as at load 6. 5 s past
+    # it: a look (2.7 s) ending late on a loaded machine, and still far from the 20 s ignored
+    assert run["wall_s"] < 8 + 5, f"waited {run['wall_s']:.1f} s"
     assert took < 60, f"took {took:.1f} s"  # and then it ends: nothing waits on the dead node
     # the live line while waiting, who answered and who not, between looks: a silent node's
     # look lasts an attempt (2.7 s), and after the program check's look and one more the

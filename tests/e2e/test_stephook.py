@@ -113,14 +113,17 @@ def trained(
 
 
 def assert_matches_own_clock(record: dict[str, Any], own: list[float]) -> None:
-    """One step per iteration of the program: each interval its own time within 10% (median),
-    the mean within 5%. A miscount is off by a whole step or more (50% and up); single steps of
-    50-120 ms move by a few ms when the two e2e workers share two cores (5.4% seen once)."""
+    """One step per iteration of the program: each interval its own time within 25% (median),
+    the mean within 5%. A miscount is off by a whole step or more: a clock one step off reads
+    the uneven programs' steps (1, 2, 3 times --sleep, and a few ms of compute) 40% off or
+    more at the median. Single steps of 20-120 ms move by a few ms beside other e2e workers on
+    two cores (5.4% at the median seen with two workers; three run now), each step's own bit
+    of CPU after its sleep waiting for a core."""
     ends = record["step_ends_s"]
     assert len(ends) == len(own)
     intervals = [later - earlier for earlier, later in itertools.pairwise(ends)]
     errors = [abs(mine - theirs) / theirs for mine, theirs in zip(intervals, own[1:], strict=True)]
-    assert statistics.median(errors) <= 0.10, (intervals, own)  # step by step
+    assert statistics.median(errors) <= 0.25, (intervals, own)  # step by step
     # and the mean step time (the first step has no visible start: warm-up)
     assert abs((ends[-1] - ends[0]) / sum(own[1:]) - 1) <= 0.05, (intervals, own)
 
