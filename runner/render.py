@@ -110,14 +110,28 @@ def verbatim(value: object) -> str:
     return Placed(str(value))
 
 
+# Characters past U+FFFF: JSON writes each as a surrogate pair of \u escapes, which YAML reads
+# as two characters (PyYAML, cloud-init's); YAML's own escape is \UXXXXXXXX.
+_ASTRAL = re.compile(r"([\U00010000-\U0010ffff])")
+
+
 def yaml_str(value: object) -> str:
-    """A YAML double-quoted scalar (JSON strings are valid YAML): safe for any text."""
-    return Placed(json.dumps(str(value)))
+    """A YAML double-quoted scalar: JSON's escapes (valid YAML), and YAML's ``\\U`` escape for
+    a character past U+FFFF. Safe for any text."""
+    parts = _ASTRAL.split(str(value))  # odd indices: the characters past U+FFFF
+    body = "".join(
+        f"\\U{ord(part):08x}" if index % 2 else json.dumps(part)[1:-1]
+        for index, part in enumerate(parts)
+    )
+    return Placed(f'"{body}"')
 
 
 # What a literal block cannot carry as it is: a line break other than \n (YAML reads \r, NEL
-# and the Unicode separators as breaks), another control character, a byte-order mark.
-_NOT_IN_BLOCK = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
+# and the Unicode separators as breaks), another control character, a byte-order mark, and
+# what YAML reads nowhere in a document (U+FFFE, U+FFFF, a surrogate).
+_NOT_IN_BLOCK = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]"
+)
 
 
 def yaml_block(text: str, indent: int) -> str:

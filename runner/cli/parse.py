@@ -150,6 +150,12 @@ def _program(argv: list[str], cwd: Path | None) -> Program:
     def anchored(path: str) -> str:
         return str(cwd / path) if cwd is not None and not Path(path).is_absolute() else path
 
+    if first.startswith("-"):  # after `exec`, --no-python, --no_python: an option of theirs
+        raise UsageError(
+            f"the program {first!r} starts with '-'",
+            why="every launcher would read it as an option of its own, not as a command",
+            fix=f"name a file of that name by its path, e.g. ./{first}",
+        )
     if not _PYTHON.match(first):
         target = anchored(first) if "/" in first else first  # a bare name is looked up in PATH
         return Program(ProgramKind.EXECUTABLE, target, tuple(rest))

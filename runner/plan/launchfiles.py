@@ -4,6 +4,7 @@ so every launcher sees the same environment and settings whatever it runs. Pure.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 from dtrun.errors import PlanError
@@ -62,6 +63,14 @@ def plan_launch(inventory: Inventory, launch: ResolvedLaunch, nodes: int, what: 
     """Every node's script and every launch file for ``what`` on the first ``nodes`` nodes."""
     request, launcher = launch.request, launch.launcher
     require_nodes(inventory, nodes, request.procs_per_node)
+    if what.step_hook and os.pathsep in inventory.code_dir:
+        raise PlanError(
+            f"cannot time the program's steps: dtrun's code folder {inventory.code_dir} holds "
+            f"'{os.pathsep}'",
+            why="the step hook reaches every process through PYTHONPATH, from under that "
+            f"folder, and '{os.pathsep}' splits PYTHONPATH in two",
+            fix=f"install or move dtrun to a folder whose path has no '{os.pathsep}'",
+        )
     selected = inventory.nodes[:nodes]
     ctx = PlanContext(
         run_id=request.run_id,

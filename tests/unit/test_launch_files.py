@@ -197,3 +197,23 @@ def test_every_tf_config_is_written_as_json_dumps_writes_it_beyond_the_golden_no
         config = json.loads(f.content)
         assert f.content == json.dumps(config, indent=2) + "\n", f.name
         assert len(config["cluster"]["ps"]) == 9 and len(config["cluster"]["worker"]) == 7
+
+
+def test_a_program_is_not_timed_from_a_code_folder_whose_path_splits_pythonpath():
+    """The step hook reaches every process through PYTHONPATH, from under the code folder
+    (this checkout on the embedded, Ray, Spark engines and inside a Slurm allocation): a ':'
+    in that folder's path splits PYTHONPATH, the hook is never imported, and the launch would
+    run and find no step. Hosts files and stack outputs refuse such a path where they are read."""
+    from dtrun.engines.embedded.inventory import local_cluster
+    from dtrun.errors import PlanError
+    from dtrun.plan.resolve import resolve_bench
+    from dtrun.plan.sweep import plan_sweep
+    from dtrun.spec.request import BenchSpec, Program, ProgramKind
+
+    cluster = local_cluster(2, python_bin="/v/bin", code_dir="/home/u/ml:v2", cpu_count=4)
+    program = Program(ProgramKind.SCRIPT, "/w/train.py")
+    bench = BenchSpec("r1", launcher="torchrun", node_counts=(2,), program=program)
+    with pytest.raises(PlanError, match="/home/u/ml:v2 holds ':'") as refused:
+        plan_sweep(resolve_bench(bench), cluster)
+    assert refused.value.exit_code == 2
+    assert "PYTHONPATH" in str(refused.value)

@@ -106,6 +106,16 @@ def test_python_dash_m_a_file_here_says_to_run_the_file_or_name_the_module(tmp_p
     assert parse_command(["python", "-m", "other.py"], tmp_path).target == "other.py"
 
 
+@pytest.mark.parametrize("argv", [["-a", "foo", "echo", "hi"], ["-x"], ["--help"]])
+def test_a_program_that_starts_with_a_dash_is_refused_and_told_to_name_its_path(argv):
+    # It lands after `exec` (bash reads -a NAME as exec's own option: `echo hi` would run) and
+    # after torchrun's --no-python, DeepSpeed's --no_python, as an option of theirs.
+    with pytest.raises(UsageError, match=f"the program {argv[0]!r} starts with '-'") as caught:
+        parse_command(argv)
+    assert caught.value.exit_code == 2
+    assert f"./{argv[0]}" in str(caught.value)
+
+
 def test_relative_script_and_executable_paths_are_taken_from_where_dtrun_started(tmp_path):
     script = parse_command(["python", "train.py", "--lr", "1"], tmp_path)
     assert script == Program(ProgramKind.SCRIPT, str(tmp_path / "train.py"), ("--lr", "1"))

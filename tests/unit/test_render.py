@@ -116,3 +116,18 @@ def test_a_shown_command_line_is_one_line_that_bash_reads_back_word_for_word():
     assert "\n" not in line and "\r" not in line and "\u2028" not in line
     read = subprocess.run(["bash", "-c", 'printf "%s|" ' + line], capture_output=True, check=True)
     assert read.stdout.decode().split("|")[:-1] == words
+
+
+# YAML (1.1 and 1.2) reads no U+FFFE or U+FFFF, not even inside a block scalar, and takes no
+# surrogate pair in a \u escape: each stands for a character of its own (PyYAML, cloud-init's).
+YAML_TEXTS = ["numpy\uffff", "a\ufffeb\n", "a\x1b\U0001f600", "\U0001f600\n", "\\ud83d\\ude00\r"]
+
+
+@pytest.mark.parametrize("text", YAML_TEXTS)
+def test_yaml_quoting_reads_back_any_text_exactly(text):
+    import yaml
+
+    from dtrun.render import yaml_block, yaml_str
+
+    assert yaml.safe_load(f"k: {yaml_str(text)}\n") == {"k": text}
+    assert yaml.safe_load(f"k:\n  v: {yaml_block(text, 4)}\n") == {"k": {"v": text}}

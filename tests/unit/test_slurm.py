@@ -216,6 +216,28 @@ def test_a_daemon_the_script_orphans_is_stopped_when_it_ends_where_python_is(tmp
             os.kill(daemon, signal.SIGKILL)
 
 
+def test_a_node_named_like_a_shell_keyword_gets_its_own_script(tmp_path):
+    """Slurm's node names reach srun-node.sh as case patterns: `esac` is a name Slurm takes
+    (and _usable passes), and, unquoted as the first word of a pattern, it would end the case
+    statement and leave the whole wrapper a syntax error on every node."""
+    from dtrun.engines.slurm.allocation import _usable
+
+    names = _usable(["esac", "in"])
+    nodes = tuple(replace(node, name=name) for node, name in zip(NODES, names, strict=True))
+    inventory = slurm_inventory("slurm:job 7", nodes, gpus=8, python_bin="/v/bin", code_dir="/c")
+    spec = RunSpec("r1", launcher="torchrun", program=Program(ProgramKind.SCRIPT, "t.py"), nodes=2)
+    plan = plan_launch(inventory, resolve_run(spec).launch, 2, What(spec.program, "run", 60))
+    (tmp_path / "srun-node.sh").write_text(wrapper(plan, "r1"))
+    (tmp_path / "node-0.sh").write_text("echo zero\n")
+    (tmp_path / "node-1.sh").write_text("echo one\n")
+    for node, said in (("esac", "zero"), ("in", "one")):
+        env = {**os.environ, "SLURMD_NODENAME": node}
+        done = subprocess.run(["bash", str(tmp_path / "srun-node.sh")], env=env,
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[1] == said
+
+
 def test_the_wrapper_refuses_a_node_without_a_script(tmp_path):
     (tmp_path / "srun-node.sh").write_text(wrapper(_plan(), "r1"))
     env = {**os.environ, "SLURMD_NODENAME": "gpu09"}

@@ -6,9 +6,10 @@
 set -uo pipefail
 cd -- "$(dirname -- "${BASH_SOURCE[0]}")" || exit 2
 node="${SLURMD_NODENAME:?is not set: start this file with srun}"
+# Each pattern opens with '(': a node Slurm names `esac` is then a pattern, not the case's end.
 case "$node" in
-  gpu01) script="node-0.sh" ;;
-  gpu02) script="node-1.sh" ;;
+  (gpu01) script="node-0.sh" ;;
+  (gpu02) script="node-1.sh" ;;
   *)
     echo "dtrun: Slurm started this on ${node}, which has no script in this launch" >&2
     exit 2
