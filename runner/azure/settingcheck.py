@@ -10,6 +10,7 @@ import re
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_ssh_public_key
+from packaging.requirements import InvalidRequirement, Requirement
 
 from dtrun.errors import UsageError
 
@@ -308,12 +309,22 @@ def check_tags(items: list[str]) -> tuple[tuple[str, str], ...]:
 
 def check_python_packages(items: list[str]) -> tuple[str, ...]:
     """Each entry is one argument of the nodes' `pip install` (dtrun-python-env): one starting
-    with '-' would be read as an option (--index-url, -r, -e), not a package."""
+    with '-' would be read as an option (--index-url, -r, -e), not a package; any other must be
+    a PEP 508 requirement (packaging's parser, pip's own), or pip fails at the nodes' first
+    boot, with the GPUs already paid for."""
+    fix = "list package names or requirement specifiers only, e.g. torch or numpy>=1.26"
     for item in items:
         if item.strip().startswith("-"):
             raise setting_error(
                 "pythonPackages",
                 f"holds {item!r}, which the nodes' `pip install` would read as an option",
-                "list package names or requirement specifiers only, e.g. torch or numpy>=1.26",
+                fix,
             )
+        try:
+            Requirement(item)
+        except InvalidRequirement as error:
+            reason = str(error).splitlines()[0]
+            raise setting_error(
+                "pythonPackages", f"holds {item!r}, which is no requirement: {reason}", fix
+            ) from None
     return tuple(items)

@@ -349,8 +349,19 @@ def test_a_python_package_that_pip_would_read_as_an_option_is_refused(entry):
     assert caught.value.exit_code == 2
 
 
+@pytest.mark.parametrize(
+    "entry", ["", " ", "numpy\x1b", "numpy\n", "torch==", "a b", "numpy\uffff"]
+)
+def test_a_python_package_that_is_no_requirement_is_refused_before_the_nodes_boot(entry):
+    with pytest.raises(ConfigError, match=r"dtrun:pythonPackages holds .*which is no requirement"):
+        spec(pythonPackages=["numpy", entry])
+
+
 def test_python_packages_and_requirement_specifiers_are_kept():
-    packages = ["torch", "numpy>=1.26", "transformers[torch]==4.46.0"]
+    packages = [
+        "torch", "numpy>=1.26", "transformers[torch]==4.46.0", "torch==2.6.0+cu124",
+        "numpy; python_version < '3.12'", "pkg @ https://example.org/pkg-1.0-py3-none-any.whl",
+    ]  # fmt: skip
     assert spec(pythonPackages=packages).python_packages == tuple(packages)
 
 
