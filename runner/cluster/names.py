@@ -82,6 +82,14 @@ def interface_problem(text: str) -> str | None:
         return "is not a network interface name (Linux takes no '.' or '..')"
     if any(c in "/:" or c.isspace() for c in text):
         return "is not a network interface name (Linux takes no '/', ':' or white space)"
+    # Linux takes these, the launchers do not read them as one name: horovodrun's
+    # --network-interfaces takes a leading '-' as an option, and Open MPI's btl_tcp_if_include
+    # and NCCL_SOCKET_IFNAME take a ',' as a list and a leading '^' (NCCL '=' too) as a rule
+    if text[0] in "-^=" or "," in text:
+        return (
+            "starts with '-', '^' or '=', or holds ',', which the launchers read as an option, "
+            "a list or a rule, not a name; rename the interface (ip link set NAME name NEW)"
+        )
     return None
 
 

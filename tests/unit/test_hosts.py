@@ -435,7 +435,10 @@ def test_an_interface_linux_would_name_is_taken(name):
     assert parse(f"hosts: [a]\ninterface: '{name}'\n").interface == name
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "e" * 16, "é" * 8, "a/b", "eth0:1", "eth 0"])
+@pytest.mark.parametrize(
+    "name",
+    ["", ".", "..", "e" * 16, "é" * 8, "a/b", "eth0:1", "eth 0", "-x", "^lo", "=eth0", "eth0,ib0"],
+)
 def test_an_interface_linux_would_refuse_is_refused_with_the_line(name):
     with pytest.raises(HostsFileError, match=r"hosts\.yaml, line 2: 'interface'"):
         parse(f"hosts: [a]\ninterface: '{name}'\n")
