@@ -21,6 +21,7 @@ from typing import Any
 
 from dtrun.errors import DamagedRunError, OutputDirError, ResultError
 from dtrun.record.readback import (
+    AMOUNT,
     ANY_OBJECT,
     CORES,
     COUNT,
@@ -105,7 +106,7 @@ _MACHINE_NOISE = {
 }
 _NODE = {"name": TEXT, "address": TEXT}  # and an embedded node's cores (taskset) and GPUs
 _KEPT_TO = {"cores": nullable(list_of(WHOLE)), "gpus": nullable(list_of(TEXT))}
-_MACHINE = {"hostname": TEXT, "cpu": TEXT, "cpu_count": nullable(WHOLE), "memory_bytes": NUMBER}
+_MACHINE = {"hostname": TEXT, "cpu": TEXT, "cpu_count": nullable(WHOLE), "memory_bytes": AMOUNT}
 _PAID_BEFORE = obj({"from": TEXT, "since": TEXT, "seconds": WALL_SECONDS, "nodes": WHOLE})
 MANIFEST = obj(
     {
@@ -233,8 +234,11 @@ RESULTS = {
             "samples_per_s": NUMBER,
             "step_time_s": obj({"p50": STEP_SECONDS, "p90": STEP_SECONDS}),
             "communication": obj({"allreduce_ok": FLAG, "params_in_sync": FLAG}),
+            "timed_steps": COUNT,
+            "peak_memory_bytes": AMOUNT,  # 1e308 printed 300 digits; Infinity, a traceback
         },
         optional={
+            "peak_memory_max_bytes": nullable(AMOUNT),
             "busbw": nullable(obj({"gradient_bytes": COUNT, "rows": _ROWS})),
             # the statistic's input: each a step's seconds (runner/report/stats.py)
             "step_times_s": nullable(list_of(STEP_SECONDS)),
@@ -262,8 +266,8 @@ RESULTS = {
                 }
             ),
             "proof": obj({"answer": TEXT, "why": TEXT}),
-            "peak_memory_bytes": WHOLE,
-            "peak_memory_max_bytes": WHOLE,
+            "peak_memory_bytes": AMOUNT,
+            "peak_memory_max_bytes": AMOUNT,
         },
         optional={
             "busbw": nullable(obj({"gradient_bytes": COUNT, "rows": _ROWS})),

@@ -506,6 +506,26 @@ CASES = {
         edit(put(1e308, "mfu")),
         "'mfu' is 1e+308, outside 0 to 10 (MFU: the model's FLOP/s over the GPUs' peak",
     ),
+    # a whole number read as Infinity: int() raised OverflowError, a traceback (exit 1)
+    "result-timed-steps-infinite": Case(
+        "a/n2/r0/result.json",
+        edit(put(float("inf"), "timed_steps")),
+        "'timed_steps' is inf, not a whole number above 0",
+    ),
+    "result-pipeline-size-infinite": Case(
+        "a/n2/r0/result.json", edit(put(float("inf"), "pp_size")), "malformed field"
+    ),
+    # bytes the report prints: 1e308 peak memory, or machine memory, printed 300 digits
+    "result-peak-memory-1e308-bytes": Case(
+        "a/n2/r0/result.json",
+        edit(put(1e308, "peak_memory_bytes")),
+        "'peak_memory_bytes' is 1e+308, not a whole number",
+    ),
+    "manifest-machine-memory-1e308-bytes": Case(
+        "a/manifest.json",
+        edit(put(1e308, "machine", "memory_bytes")),
+        "'machine.memory_bytes' is 1e+308, not a whole number",
+    ),
     # 7 processes on 2 nodes of 1 each: the report's processes, busbw and losses read it
     "result-world-size-not-its-processes": Case(
         "a/n2/r0/result.json",
