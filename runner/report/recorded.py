@@ -49,6 +49,7 @@ from dtrun.record.readback import (
     obj,
     one_of,
     options,
+    ranged,
     read_record,
 )
 from dtrun.record.rundir import HEALTH_FILE, HEALTH_SCHEMA, MANIFEST_SCHEMA, RunDir
@@ -199,9 +200,11 @@ HEALTH = obj(
 HEALTH_JUDGED = obj({"threshold_gbs": NUMBER})  # a gate that ran has its pass mark
 
 # result.json: what the report's arithmetic divides by or needs; parse_result names the rest.
-# algbw is left as it is: one process's all-reduce does no transfer, and its algbw can be any size
-_TIMING = obj({"time_us": NUMBER, "algbw": NUMBER, "busbw": GBS, "wrong": NUMBER})
-_ROW = {"size": COUNT, "count": NUMBER, "type": TEXT, "out_of_place": _TIMING, "in_place": _TIMING}
+# figures the all-reduce table prints (1e308 printed 300 digits): algbw past GBS's range, as one
+# process's all-reduce does no transfer and its algbw is any size S / t; a time to 11 days
+_FIGURE = ranged("a number", 0, 1e12, "a time in us or an algbw in GB/s: up to 1e12", int, float)
+_TIMING = obj({"time_us": _FIGURE, "algbw": _FIGURE, "busbw": GBS, "wrong": AMOUNT})
+_ROW = {"size": COUNT, "count": AMOUNT, "type": TEXT, "out_of_place": _TIMING, "in_place": _TIMING}
 _ROWS = list_of(obj(_ROW), nonempty=True)
 _NOISY_NODE = {"node": TEXT, "nodes_on_machine": list_of(TEXT), "cpus": nullable(COUNT)}
 _NOISE = obj(

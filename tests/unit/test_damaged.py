@@ -399,6 +399,27 @@ CASES = {
         edit(put(1e308, "busbw", "rows", "1", "in_place", "busbw")),
         "'busbw.rows[1].in_place.busbw' is 1e+308, outside 0 to 1e+06",
     ),
+    # the all-reduce table's other figures: 1e308 printed 300 digits in report.md
+    "result-probe-time-1e308-us": Case(
+        "a/n2/r0/result.json",
+        edit(put(1e308, "busbw", "rows", "1", "in_place", "time_us")),
+        "'busbw.rows[1].in_place.time_us' is 1e+308, outside 0 to 1e+12",
+    ),
+    "result-probe-algbw-1e308": Case(
+        "a/n2/r0/result.json",
+        edit(put(1e308, "busbw", "rows", "1", "out_of_place", "algbw")),
+        "'busbw.rows[1].out_of_place.algbw' is 1e+308, outside 0 to 1e+12",
+    ),
+    "result-probe-1e308-wrong-elements": Case(
+        "a/n2/r0/result.json",
+        edit(put(1e308, "busbw", "rows", "0", "in_place", "wrong")),
+        "'busbw.rows[0].in_place.wrong' is 1e+308, not a whole number",
+    ),
+    "result-probe-count-1e308": Case(
+        "a/n2/r0/result.json",
+        edit(put(1e308, "busbw", "rows", "0", "count")),
+        "'busbw.rows[0].count' is 1e+308, not a whole number",
+    ),
     "result-probe-rows-empty": Case(
         "a/n2/r0/result.json", edit(put([], "busbw", "rows")), "'busbw.rows' is an empty list"
     ),
