@@ -20,9 +20,9 @@ from dtrun.cli.app import app
 from dtrun.record.rundir import write_health
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.outcome import GateStatus, Health, NodeHealth, RunResult, RunStatus, SweepStatus
-from dtrun.spec.request import BenchSpec
+from dtrun.spec.request import BenchSpec, Program, ProgramKind
 from tests.conftest import run_dtrun
-from tests.factories import allreduce_data, fake_run_dir, noise_data
+from tests.factories import allreduce_data, fake_run_dir, noise_data, program_run_dir
 
 Damage = Callable[[Path], object]
 # Derived files from an earlier build: `dtrun report` would rewrite them, so they show whether
@@ -793,3 +793,18 @@ def test_a_record_of_a_gigabyte_is_refused_by_its_size_before_it_is_read(
     # nothing written (the big file is not hashed: that would read it)
     assert huge.stat().st_size == 1 << 30 and snapshot(tmp_path / "b") == before
     assert (tmp_path / "a" / "report.md").read_text() == "report.md from an earlier build\n"
+
+
+def test_a_program_s_result_with_an_infinite_count_is_refused_not_a_traceback(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    """int() of a JSON Infinity raises OverflowError: `dtrun report` printed a traceback."""
+    bench = BenchSpec("p", program=Program(ProgramKind.SCRIPT, "/w/train.py", ()),
+                      node_counts=(1, 2), warmup=2, repeat=1)  # fmt: skip
+    run = program_run_dir(tmp_path / "p", bench, fixed_inventory, {1: [[0.1] * 5], 2: [[0.12] * 5]})
+    edit(put(float("inf"), "params"))(run.path / "n2" / "r0" / "result.json")
+    for command in (["report", str(run.path)], ["compare", str(run.path), str(run.path)]):
+        done = CliRunner(env={"COLUMNS": "250"}).invoke(app, command)
+        assert isinstance(done.exception, SystemExit), f"{done.exception!r}\n{done.output}"
+        assert done.exit_code == 2, done.output
+        assert "is not a complete dtrun.program/1 result" in " ".join(done.output.split())
