@@ -67,6 +67,7 @@ from dtrun.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
 from dtrun.report.sequential import recorded_most
 from dtrun.spec.outcome import GateStatus
 from dtrun.spec.request import NOISY_LEFT_OUT, BenchSpec, ModelSpec, ScalingMode, UnitKind
+from dtrun.workloads.sizes import MAX_SIZE
 
 RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {  # each workload's result
     "train": TrainResult,
@@ -200,11 +201,11 @@ HEALTH = obj(
 HEALTH_JUDGED = obj({"threshold_gbs": NUMBER})  # a gate that ran has its pass mark
 
 # result.json: what the report's arithmetic divides by or needs; parse_result names the rest.
-# figures the all-reduce table prints (1e308 printed 300 digits): algbw past GBS's range, as one
-# process's all-reduce does no transfer and its algbw is any size S / t; a time to 11 days
-_FIGURE = ranged("a number", 0, 1e12, "a time in us or an algbw in GB/s: up to 1e12", int, float)
+# The all-reduce rows: 1e308 printed 300 digits, 10^29 bytes broke the plot (algbw: see why)
+_FIGURE = ranged("a number", 0, 1e12, "a time in us, or an algbw (S / t: any size)", int, float)
 _TIMING = obj({"time_us": _FIGURE, "algbw": _FIGURE, "busbw": GBS, "wrong": AMOUNT})
-_ROW = {"size": COUNT, "count": AMOUNT, "type": TEXT, "out_of_place": _TIMING, "in_place": _TIMING}
+_SIZE = ranged("a whole number above 0", 1, MAX_SIZE, "a message size: up to --sizes' 256G", int)
+_ROW = {"size": _SIZE, "count": AMOUNT, "type": TEXT, "out_of_place": _TIMING, "in_place": _TIMING}
 _ROWS = list_of(obj(_ROW), nonempty=True)
 _NOISY_NODE = {"node": TEXT, "nodes_on_machine": list_of(TEXT), "cpus": nullable(COUNT)}
 _NOISE = obj(
@@ -227,9 +228,11 @@ _LAUNCH = {
     "torch_version": TEXT,
     "ranks": list_of(obj({"node": TEXT}), nonempty=True),
 }
+_TIMED = {"timed_steps": COUNT, "peak_memory_bytes": AMOUNT}  # 1e308 B: 300 digits; inf: a crash
 RESULTS = {
     TRAIN_SCHEMA: obj(
         _LAUNCH
+        | _TIMED
         | {
             "model": obj({"params": NUMBER, "seq_len": COUNT}),
             "global_batch": COUNT,
@@ -237,8 +240,6 @@ RESULTS = {
             "samples_per_s": NUMBER,
             "step_time_s": obj({"p50": STEP_SECONDS, "p90": STEP_SECONDS}),
             "communication": obj({"allreduce_ok": FLAG, "params_in_sync": FLAG}),
-            "timed_steps": COUNT,
-            "peak_memory_bytes": AMOUNT,  # 1e308 printed 300 digits; Infinity, a traceback
         },
         optional={
             "peak_memory_max_bytes": nullable(AMOUNT),
@@ -254,9 +255,9 @@ RESULTS = {
     ),
     PROGRAM_SCHEMA: obj(
         _LAUNCH
+        | _TIMED
         | {
             "timing": one_of("optimizer steps", "whole program", "step pattern"),
-            "timed_steps": COUNT,
             "optimizer_steps": WHOLE,
             "step_time_s": obj({"p50": STEP_SECONDS, "p90": STEP_SECONDS}),
             "step_times_s": list_of(STEP_SECONDS, nonempty=True),
@@ -269,7 +270,6 @@ RESULTS = {
                 }
             ),
             "proof": obj({"answer": TEXT, "why": TEXT}),
-            "peak_memory_bytes": AMOUNT,
             "peak_memory_max_bytes": AMOUNT,
         },
         optional={

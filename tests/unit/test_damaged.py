@@ -420,6 +420,12 @@ CASES = {
         edit(put(1e308, "busbw", "rows", "0", "count")),
         "'busbw.rows[0].count' is 1e+308, not a whole number",
     ),
+    # a message of 10^29 bytes: the busbw plot's log axis raised TypeError (exit 1)
+    "result-probe-message-of-10-to-the-29-bytes": Case(
+        "a/n2/r0/result.json",
+        edit(put(10**29, "busbw", "rows", "0", "size")),
+        "'busbw.rows[0].size' is 100000000000000000000000000000, outside 1 to 2.74878e+11",
+    ),
     "result-probe-rows-empty": Case(
         "a/n2/r0/result.json", edit(put([], "busbw", "rows")), "'busbw.rows' is an empty list"
     ),
