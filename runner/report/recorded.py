@@ -21,6 +21,7 @@ from typing import Any
 
 from dtrun.errors import DamagedRunError, OutputDirError, ResultError
 from dtrun.record.readback import (
+    AMOUNT,
     ANY_OBJECT,
     CORES,
     COUNT,
@@ -48,6 +49,7 @@ from dtrun.record.readback import (
     obj,
     one_of,
     options,
+    ranged,
     read_record,
 )
 from dtrun.record.rundir import HEALTH_FILE, HEALTH_SCHEMA, MANIFEST_SCHEMA, RunDir
@@ -65,6 +67,7 @@ from dtrun.report.results import PROGRAM_SCHEMA, TRAIN_SCHEMA, TrainResult
 from dtrun.report.sequential import recorded_most
 from dtrun.spec.outcome import GateStatus
 from dtrun.spec.request import NOISY_LEFT_OUT, BenchSpec, ModelSpec, ScalingMode, UnitKind
+from dtrun.workloads.sizes import MAX_SIZE
 
 RESULT_TYPES: dict[str, type[TrainResult] | type[AllreduceResult]] = {  # each workload's result
     "train": TrainResult,
@@ -105,7 +108,7 @@ _MACHINE_NOISE = {
 }
 _NODE = {"name": TEXT, "address": TEXT}  # and an embedded node's cores (taskset) and GPUs
 _KEPT_TO = {"cores": nullable(list_of(WHOLE)), "gpus": nullable(list_of(TEXT))}
-_MACHINE = {"hostname": TEXT, "cpu": TEXT, "cpu_count": nullable(WHOLE), "memory_bytes": NUMBER}
+_MACHINE = {"hostname": TEXT, "cpu": TEXT, "cpu_count": nullable(WHOLE), "memory_bytes": AMOUNT}
 _PAID_BEFORE = obj({"from": TEXT, "since": TEXT, "seconds": WALL_SECONDS, "nodes": WHOLE})
 MANIFEST = obj(
     {
@@ -198,9 +201,11 @@ HEALTH = obj(
 HEALTH_JUDGED = obj({"threshold_gbs": NUMBER})  # a gate that ran has its pass mark
 
 # result.json: what the report's arithmetic divides by or needs; parse_result names the rest.
-# algbw is left as it is: one process's all-reduce does no transfer, and its algbw can be any size
-_TIMING = obj({"time_us": NUMBER, "algbw": NUMBER, "busbw": GBS, "wrong": NUMBER})
-_ROW = {"size": COUNT, "count": NUMBER, "type": TEXT, "out_of_place": _TIMING, "in_place": _TIMING}
+# The all-reduce rows: 1e308 printed 300 digits, 10^29 bytes broke the plot (algbw: see why)
+_FIGURE = ranged("a number", 0, 1e12, "a time in us, or an algbw (S / t: any size)", int, float)
+_TIMING = obj({"time_us": _FIGURE, "algbw": _FIGURE, "busbw": GBS, "wrong": AMOUNT})
+_SIZE = ranged("a whole number above 0", 1, MAX_SIZE, "a message size: up to --sizes' 256G", int)
+_ROW = {"size": _SIZE, "count": AMOUNT, "type": TEXT, "out_of_place": _TIMING, "in_place": _TIMING}
 _ROWS = list_of(obj(_ROW), nonempty=True)
 _NOISY_NODE = {"node": TEXT, "nodes_on_machine": list_of(TEXT), "cpus": nullable(COUNT)}
 _NOISE = obj(
@@ -223,9 +228,11 @@ _LAUNCH = {
     "torch_version": TEXT,
     "ranks": list_of(obj({"node": TEXT}), nonempty=True),
 }
+_TIMED = {"timed_steps": COUNT, "peak_memory_bytes": AMOUNT}  # 1e308 B: 300 digits; inf: a crash
 RESULTS = {
     TRAIN_SCHEMA: obj(
         _LAUNCH
+        | _TIMED
         | {
             "model": obj({"params": NUMBER, "seq_len": COUNT}),
             "global_batch": COUNT,
@@ -235,6 +242,7 @@ RESULTS = {
             "communication": obj({"allreduce_ok": FLAG, "params_in_sync": FLAG}),
         },
         optional={
+            "peak_memory_max_bytes": nullable(AMOUNT),
             "busbw": nullable(obj({"gradient_bytes": COUNT, "rows": _ROWS})),
             # the statistic's input: each a step's seconds (runner/report/stats.py)
             "step_times_s": nullable(list_of(STEP_SECONDS)),
@@ -247,9 +255,9 @@ RESULTS = {
     ),
     PROGRAM_SCHEMA: obj(
         _LAUNCH
+        | _TIMED
         | {
             "timing": one_of("optimizer steps", "whole program", "step pattern"),
-            "timed_steps": COUNT,
             "optimizer_steps": WHOLE,
             "step_time_s": obj({"p50": STEP_SECONDS, "p90": STEP_SECONDS}),
             "step_times_s": list_of(STEP_SECONDS, nonempty=True),
@@ -262,8 +270,7 @@ RESULTS = {
                 }
             ),
             "proof": obj({"answer": TEXT, "why": TEXT}),
-            "peak_memory_bytes": WHOLE,
-            "peak_memory_max_bytes": WHOLE,
+            "peak_memory_max_bytes": AMOUNT,
         },
         optional={
             "busbw": nullable(obj({"gradient_bytes": COUNT, "rows": _ROWS})),

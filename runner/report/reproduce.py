@@ -5,10 +5,11 @@ processes shared cores."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dtrun.redact import redact_var
+from dtrun.redact import Redactor, redact_var, secret_args
 from dtrun.render import code, code_block, command_shown, md, verbatim
 from dtrun.report.metrics import (
     ScalingRow,
@@ -48,7 +49,19 @@ def command_block(manifest: Mapping[str, Any]) -> str:
     where the manifest has none (written before dtrun recorded it, or not started from a
     command line)."""
     command = manifest.get("command")
-    return code_block(command_shown(str(command)), "shell") if command else ""
+    return code_block(command_shown(_redacted(str(command))), "shell") if command else ""
+
+
+def _redacted(command: str) -> str:
+    """A recorded command line with its secrets hidden again where they stand, as the
+    manifest's writer hides them (command_line): a manifest written elsewhere or edited by hand
+    may not have, as with the launch environment (redact_var). Its words as a shell reads them,
+    or, with a quote left open, as blanks split them; its layout kept for command_shown."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    return Redactor.of(secret_args(tuple(words))).text(command)
 
 
 def reproducibility(manifest: Mapping[str, Any], first: Result | None) -> list[tuple[str, str]]:

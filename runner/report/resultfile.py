@@ -74,7 +74,7 @@ def parse_allreduce_result(data: Mapping[str, Any], source: str) -> AllreduceRes
             rows=size_rows(data["rows"]),
             wrong=int(data["communication"]["wrong"]),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Overflow: int(Infinity)
         raise ResultError(
             f"{source} is not a complete {ALLREDUCE_SCHEMA} result",
             why=f"missing or malformed field {exc}",

@@ -227,7 +227,7 @@ def parse_train_result(data: Mapping[str, Any], source: str) -> TrainResult:
                 for c in comm.get("checks", ())
             ),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # Overflow: int(Infinity)
         raise ResultError(
             f"{source} is not a complete {TRAIN_SCHEMA} result",
             why=f"missing or malformed field {exc}",
@@ -280,7 +280,7 @@ def parse_program_result(data: Mapping[str, Any], source: str) -> TrainResult:
             noise=_noise(data),
             program=facts,
         )
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError, ZeroDivisionError) as exc:
         raise ResultError(
             f"{source} is not a complete {PROGRAM_SCHEMA} result",
             why=f"missing or malformed field {exc}",

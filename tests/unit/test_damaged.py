@@ -20,9 +20,9 @@ from dtrun.cli.app import app
 from dtrun.record.rundir import write_health
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.outcome import GateStatus, Health, NodeHealth, RunResult, RunStatus, SweepStatus
-from dtrun.spec.request import BenchSpec
+from dtrun.spec.request import BenchSpec, Program, ProgramKind
 from tests.conftest import run_dtrun
-from tests.factories import allreduce_data, fake_run_dir, noise_data
+from tests.factories import allreduce_data, fake_run_dir, noise_data, program_run_dir
 
 Damage = Callable[[Path], object]
 # Derived files from an earlier build: `dtrun report` would rewrite them, so they show whether
@@ -399,6 +399,33 @@ CASES = {
         edit(put(1e308, "busbw", "rows", "1", "in_place", "busbw")),
         "'busbw.rows[1].in_place.busbw' is 1e+308, outside 0 to 1e+06",
     ),
+    # the all-reduce table's other figures: 1e308 printed 300 digits in report.md
+    "result-probe-time-1e308-us": Case(
+        "a/n2/r0/result.json",
+        edit(put(1e308, "busbw", "rows", "1", "in_place", "time_us")),
+        "'busbw.rows[1].in_place.time_us' is 1e+308, outside 0 to 1e+12",
+    ),
+    "result-probe-algbw-1e308": Case(
+        "a/n2/r0/result.json",
+        edit(put(1e308, "busbw", "rows", "1", "out_of_place", "algbw")),
+        "'busbw.rows[1].out_of_place.algbw' is 1e+308, outside 0 to 1e+12",
+    ),
+    "result-probe-1e308-wrong-elements": Case(
+        "a/n2/r0/result.json",
+        edit(put(1e308, "busbw", "rows", "0", "in_place", "wrong")),
+        "'busbw.rows[0].in_place.wrong' is 1e+308, not a whole number",
+    ),
+    "result-probe-count-1e308": Case(
+        "a/n2/r0/result.json",
+        edit(put(1e308, "busbw", "rows", "0", "count")),
+        "'busbw.rows[0].count' is 1e+308, not a whole number",
+    ),
+    # a message of 10^29 bytes: the busbw plot's log axis raised TypeError (exit 1)
+    "result-probe-message-of-10-to-the-29-bytes": Case(
+        "a/n2/r0/result.json",
+        edit(put(10**29, "busbw", "rows", "0", "size")),
+        "'busbw.rows[0].size' is 100000000000000000000000000000, outside 1 to 2.74878e+11",
+    ),
     "result-probe-rows-empty": Case(
         "a/n2/r0/result.json", edit(put([], "busbw", "rows")), "'busbw.rows' is an empty list"
     ),
@@ -505,6 +532,26 @@ CASES = {
         "a/n2/r0/result.json",
         edit(put(1e308, "mfu")),
         "'mfu' is 1e+308, outside 0 to 10 (MFU: the model's FLOP/s over the GPUs' peak",
+    ),
+    # a whole number read as Infinity: int() raised OverflowError, a traceback (exit 1)
+    "result-timed-steps-infinite": Case(
+        "a/n2/r0/result.json",
+        edit(put(float("inf"), "timed_steps")),
+        "'timed_steps' is inf, not a whole number above 0",
+    ),
+    "result-pipeline-size-infinite": Case(
+        "a/n2/r0/result.json", edit(put(float("inf"), "pp_size")), "malformed field"
+    ),
+    # bytes the report prints: 1e308 peak memory, or machine memory, printed 300 digits
+    "result-peak-memory-1e308-bytes": Case(
+        "a/n2/r0/result.json",
+        edit(put(1e308, "peak_memory_bytes")),
+        "'peak_memory_bytes' is 1e+308, not a whole number",
+    ),
+    "manifest-machine-memory-1e308-bytes": Case(
+        "a/manifest.json",
+        edit(put(1e308, "machine", "memory_bytes")),
+        "'machine.memory_bytes' is 1e+308, not a whole number",
     ),
     # 7 processes on 2 nodes of 1 each: the report's processes, busbw and losses read it
     "result-world-size-not-its-processes": Case(
@@ -752,3 +799,18 @@ def test_a_record_of_a_gigabyte_is_refused_by_its_size_before_it_is_read(
     # nothing written (the big file is not hashed: that would read it)
     assert huge.stat().st_size == 1 << 30 and snapshot(tmp_path / "b") == before
     assert (tmp_path / "a" / "report.md").read_text() == "report.md from an earlier build\n"
+
+
+def test_a_program_s_result_with_an_infinite_count_is_refused_not_a_traceback(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    """int() of a JSON Infinity raises OverflowError: `dtrun report` printed a traceback."""
+    bench = BenchSpec("p", program=Program(ProgramKind.SCRIPT, "/w/train.py", ()),
+                      node_counts=(1, 2), warmup=2, repeat=1)  # fmt: skip
+    run = program_run_dir(tmp_path / "p", bench, fixed_inventory, {1: [[0.1] * 5], 2: [[0.12] * 5]})
+    edit(put(float("inf"), "params"))(run.path / "n2" / "r0" / "result.json")
+    for command in (["report", str(run.path)], ["compare", str(run.path), str(run.path)]):
+        done = CliRunner(env={"COLUMNS": "250"}).invoke(app, command)
+        assert isinstance(done.exception, SystemExit), f"{done.exception!r}\n{done.output}"
+        assert done.exit_code == 2, done.output
+        assert "is not a complete dtrun.program/1 result" in " ".join(done.output.split())

@@ -102,6 +102,27 @@ def test_a_launch_environment_value_named_as_a_secret_is_not_shown_though_record
     assert "NOTE=plain" in run.report.read_text()
 
 
+def test_a_recorded_command_line_s_secret_is_not_shown_though_recorded_plain(
+    tmp_path, fixed_inventory
+):
+    """The command line in "Reproducing this run", from a manifest written elsewhere or edited
+    by hand: its --env value under a secret name is masked as the manifest writer masks it
+    (runner/record/manifest.py command_line), as the launch environment's is."""
+    run = fake_run_dir(tmp_path / "r", BenchSpec("r", node_counts=(1, 2)), fixed_inventory,
+                       {1: [1000], 2: [1800]})  # fmt: skip
+    manifest = json.loads(run.manifest.read_text())
+    secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"  # no token shape: only its name says
+    manifest["command"] = f"dtrun bench --env AWS_SECRET_ACCESS_KEY={secret} --nodes 1,2"
+    run.manifest.write_text(json.dumps(manifest))
+    build_report(run)
+    for written in (run.report, run.html, run.summary):
+        assert secret not in written.read_text()
+    # masked where it stands: the line otherwise as recorded
+    assert (
+        "dtrun bench --env AWS_SECRET_ACCESS_KEY=<redacted> --nodes 1,2" in run.report.read_text()
+    )
+
+
 def test_a_code_span_s_fence_is_longer_than_any_backtick_run_in_it():
     assert code("a") == "`a`"
     assert code("a`b``c") == "```a`b``c```"
