@@ -16,7 +16,7 @@ from pulumi_azure_native import resources
 
 from dtrun.azure.catalog import SIZES
 from dtrun.azure.expiry import deadline, group_tags
-from dtrun.azure.settingcheck import subnets
+from dtrun.azure.settingcheck import CLUSTER_TAG, MANAGED_BY_TAG, subnets
 from dtrun.infra.cloudinit import Boot, ClusterKey, HeadExpiry, render_cloud_init
 from dtrun.infra.cluster import GpuCluster
 from dtrun.infra.expiry import ExpiryArgs, ExpiryIdentity
@@ -112,7 +112,7 @@ def _expiry(
 
 def build(cluster: ClusterSpec) -> dict[str, object]:
     size = SIZES[cluster.vm_size]
-    tags = {"dtrun-cluster": cluster.name_prefix, "managed-by": "dtrun", **dict(cluster.tags)}
+    tags = {CLUSTER_TAG: cluster.name_prefix, MANAGED_BY_TAG: "dtrun", **dict(cluster.tags)}
     deadline_at = expires_at(cluster, datetime.datetime.now(datetime.UTC))
     # Only the group carries the expiry tags: the head's timer reads them there, and a new
     # deadline at each `dtrun up` then updates one resource, not all of them.

@@ -278,6 +278,8 @@ def check_location(location: str) -> str:
 # name the cluster to the user, `dtrun down` and the head's timer: none is the user's to set.
 TAG_FORBIDDEN = set("<>%&\\?/")
 MOST_USER_TAGS = 50 - 5
+CLUSTER_TAG, MANAGED_BY_TAG = "dtrun-cluster", "managed-by"  # on every resource
+OWN_TAG_PREFIX = "dtrun-"  # the cluster's tag and the expiry ones (runner/azure/expiry.py)
 
 
 def check_tags(items: list[str]) -> tuple[tuple[str, str], ...]:
@@ -289,7 +291,7 @@ def check_tags(items: list[str]) -> tuple[tuple[str, str], ...]:
             raise setting_error("tags", f"holds {item!r}, not KEY=VALUE", "use e.g. team=ml-infra")
         if len(key) > 512 or len(value) > 256 or TAG_FORBIDDEN & set(key):
             raise setting_error("tags", f"holds {item!r}, which Azure refuses as a tag", fix)
-        if key.lower() == "managed-by" or key.lower().startswith("dtrun-"):
+        if key.lower() == MANAGED_BY_TAG or key.lower().startswith(OWN_TAG_PREFIX):
             raise setting_error(
                 "tags", f"holds {key!r}, a tag dtrun sets itself", "name your tag otherwise"
             )

@@ -268,3 +268,17 @@ def test_an_unreachable_azure_is_a_failed_run_that_says_so(head, tmp_path):
     ran = head.run(unreachable)
     assert ran.returncode == 1
     assert "dtrun-expiry: could not check or delete:" in ran.stderr
+
+
+def test_the_head_script_caps_the_idle_rule_where_dtrun_does(monkeypatch):
+    # installed verbatim on the head, stdlib only: it keeps its own copy of dtrun's limit
+    import importlib.util
+
+    from dtrun.azure.expiry import MAX_IDLE_MINUTES
+
+    loaded = importlib.util.spec_from_file_location("head_expiry", EXPIRY_SCRIPT)
+    assert loaded is not None and loaded.loader is not None
+    script = importlib.util.module_from_spec(loaded)
+    monkeypatch.setitem(sys.modules, "head_expiry", script)  # its dataclass looks itself up
+    loaded.loader.exec_module(script)
+    assert script.MAX_IDLE_MINUTES == MAX_IDLE_MINUTES
