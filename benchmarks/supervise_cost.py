@@ -23,7 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dtrun.engines.ssh.executor import SshExecutor, _Ended
+from dtrun.engines.ssh.ended import Ended
+from dtrun.engines.ssh.executor import SshExecutor
 from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
 from dtrun.execute.success import Next, after_exit
 from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
@@ -44,9 +45,7 @@ def plan_of(count: int) -> LaunchPlan:
     )  # fmt: skip
 
 
-async def baseline(
-    plan: LaunchPlan, tasks: dict[Any, NodeLaunch], ended: dict[str, _Ended]
-) -> None:
+async def baseline(plan: LaunchPlan, tasks: dict[Any, NodeLaunch], ended: dict[str, Ended]) -> None:
     """The wait before 2026-12-06 (its success path)."""
     pending = set(tasks)
     while any(not tasks[task].service for task in pending):
@@ -59,7 +58,7 @@ async def baseline(
                 return
 
 
-async def current(plan: LaunchPlan, tasks: dict[Any, NodeLaunch], ended: dict[str, _Ended]) -> None:
+async def current(plan: LaunchPlan, tasks: dict[Any, NodeLaunch], ended: dict[str, Ended]) -> None:
     executor = SshExecutor.__new__(SshExecutor)  # _supervise reads none of its state
     assert await executor._supervise(plan, tasks, ended, float("inf"), Path("/nonexistent")) is None
 
@@ -70,15 +69,15 @@ def run_once(count: int, wait: Any) -> float:
     async def main() -> None:
         gates = [asyncio.get_running_loop().create_future() for _ in plan.launches]
 
-        async def node(launch: NodeLaunch, gate: asyncio.Future[None]) -> _Ended:
+        async def node(launch: NodeLaunch, gate: asyncio.Future[None]) -> Ended:
             await gate
-            return _Ended(launch, 0, 0.0)
+            return Ended(launch, 0, 0.0)
 
         tasks = {
             asyncio.create_task(node(one, gate)): one
             for one, gate in zip(plan.launches, gates, strict=True)
         }
-        ended: dict[str, _Ended] = {}
+        ended: dict[str, Ended] = {}
 
         async def ends() -> None:
             for gate in gates:  # one end a turn of the loop

@@ -192,12 +192,18 @@ def stop_signal() -> signal.Signals:
     return _stop_signal[0]
 
 
-def interruption() -> str:
-    """What stopped the run, as records say it."""
-    stop = stop_signal()
-    return (
-        "interrupted by the user (Ctrl-C)" if stop is signal.SIGINT else f"stopped by {stop.name}"
+def interruption(stop: BaseException | None = None) -> str:
+    """What stopped the run, as records say it; ``stop``, the interruption raised: where it
+    came while the launch was stopping after its own end (LaunchInterrupted.ended), that end
+    is said first."""
+    signum = stop_signal()
+    said = (
+        "interrupted by the user (Ctrl-C)"
+        if signum is signal.SIGINT
+        else f"stopped by {signum.name}"
     )
+    ended = getattr(stop, "ended", None)
+    return said if ended is None else f"{ended.what}; {said} during that stop"
 
 
 def interrupted_exit_code() -> int:
@@ -218,9 +224,12 @@ class LaunchInterrupted(KeyboardInterrupt):
     stopped, with how each node ended (its exit code, or None where the stop ended it), so the
     records say each node's state, not none."""
 
-    def __init__(self, node_results: tuple[NodeResult, ...]) -> None:
+    def __init__(self, node_results: tuple[NodeResult, ...], ended: RunError | None = None) -> None:
+        """``ended``: how the launch had ended (a failed node, its timeout) where the stop came
+        while dtrun stopped its other nodes for that, so the records say both."""
         super().__init__()
         self.node_results = node_results
+        self.ended = ended
 
 
 def describe_exit(code: int) -> str:

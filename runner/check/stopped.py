@@ -61,7 +61,7 @@ def stopped_record(
     record: dict[str, Any] = {"schema": CHECK_SCHEMA}
     if isinstance(stop, KeyboardInterrupt | RunInterruptedError):
         record.update(status=CheckStatus.INTERRUPTED, signal=stop_signal().name,
-                      error=interruption())  # fmt: skip
+                      error=interruption(stop))  # fmt: skip
         results = stop.node_results if isinstance(stop, LaunchInterrupted | RunError) else ()
     else:
         timeout = isinstance(stop, RunTimeoutError)

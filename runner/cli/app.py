@@ -74,8 +74,9 @@ def _main(
 
 
 def _stop_like_ctrl_c(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM and SIGHUP (timeout, CI cancels, a closed terminal, systemd) stop dtrun the way
-    Ctrl-C does: one path stops every process dtrun started and records the run as stopped."""
+    """SIGTERM, SIGHUP and SIGQUIT (timeout, CI cancels, a closed terminal, systemd, Ctrl-\\)
+    stop dtrun the way Ctrl-C does: one path stops every process dtrun started and records the
+    run as stopped."""
     from dtrun.errors import stopped_by
 
     stopped_by(signum)
@@ -87,7 +88,7 @@ def _stop_on_signals() -> None:
     # by a non-interactive shell's `&` is restored, since SIGTERM and SIGHUP are delivered as it.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         if signal.getsignal(signum) != signal.SIG_IGN:
             signal.signal(signum, _stop_like_ctrl_c)
 

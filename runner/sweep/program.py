@@ -121,11 +121,11 @@ def _launch(  # noqa: PLR0913 - run_program's state, handed on
         with contextlib.suppress(RunDirWriteError):
             write_run_record(
                 run_dir, spec, inventory, plan, status=RunStatus.INTERRUPTED,
-                error=interruption(), wall_s=time.monotonic() - started,
+                error=interruption(stop), wall_s=time.monotonic() - started,
                 nodes=stop.node_results if isinstance(stop, LaunchInterrupted) else (),
                 command=command,
             )  # fmt: skip
-        raise _interrupted(workdir) from None
+        raise _interrupted(workdir, stop) from None
     wall = time.monotonic() - started
     write_run_record(
         run_dir, spec, inventory, plan, status=RunStatus.OK, wall_s=wall, nodes=nodes,
@@ -134,9 +134,9 @@ def _launch(  # noqa: PLR0913 - run_program's state, handed on
     return ProgramRun(run_dir, workdir, plan, nodes, wall)
 
 
-def _interrupted(workdir: Path) -> RunInterruptedError:
+def _interrupted(workdir: Path, stop: KeyboardInterrupt | None = None) -> RunInterruptedError:
     return RunInterruptedError(
-        interruption(),
+        interruption(stop),
         why="every process dtrun started was stopped",
         fix=f"node logs are kept in {workdir}",
     )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from dtrun.azure.prices import sweep_price
 from dtrun.engines.base import Drain
+from dtrun.engines.common.signals import sigint_deferred
 from dtrun.errors import DtrunError, LaunchInterrupted, RunInterruptedError, interruption
 from dtrun.execute import Executor, LineSink, discard
 from dtrun.plan.sweep import Launch, SweepPlan
@@ -40,7 +41,6 @@ from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.outcome import (
     GateStatus,
     Health,
-    NodeResult,
     RunResult,
     RunStatus,
     SweepStatus,
@@ -258,7 +258,10 @@ class _Runner:
             raise
         try:
             try:
-                self.write_runs()
+                # stopping already (a Ctrl-C, a failure): a Ctrl-C now is that stop, not a cut
+                # in how it is recorded
+                with sigint_deferred(replay=self.status is SweepStatus.COMPLETE):
+                    self.write_runs()
                 if sample is not None:  # after a Ctrl-C, not a moment more for it
                     interrupted = self.status is SweepStatus.INTERRUPTED
                     record_machine_noise(run_dir, sample.result(wait=not interrupted), resumed)
@@ -284,9 +287,11 @@ class _Runner:
                 fix=f"rebuild the report with `dtrun report {run_dir.path}`",
             ) from None
 
-    def interrupted(self, nodes: tuple[NodeResult, ...] = ()) -> None:
-        """``nodes``: how each node of the launch under way ended, as its executor said."""
-        self.status, self.error = SweepStatus.INTERRUPTED, interruption()
+    def interrupted(self, stop: KeyboardInterrupt) -> None:
+        """``stop``: with how each node of the launch under way ended, as its executor said
+        (LaunchInterrupted), and how that launch had ended where the stop came as it stopped."""
+        nodes = stop.node_results if isinstance(stop, LaunchInterrupted) else ()
+        self.status, self.error = SweepStatus.INTERRUPTED, interruption(stop)
         if self.current is not None:
             launch, started = self.current
             wall = time.monotonic() - started
@@ -370,9 +375,9 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
         sweeping.points(resumed)
         sweeping.status = SweepStatus.COMPLETE
     except KeyboardInterrupt as stop:
-        sweeping.interrupted(stop.node_results if isinstance(stop, LaunchInterrupted) else ())
+        sweeping.interrupted(stop)
         raise RunInterruptedError(
-            interruption(),
+            interruption(stop),
             why="every process dtrun started was stopped",
             fix=f"finished launches are kept in {run_dir.path}; run the rest with "
             f"`dtrun bench --resume {run_dir.path}` (or rebuild the report as it is with "

@@ -261,10 +261,12 @@ def test_a_sigkilled_dtrun_leaves_no_process_of_its_launch(no_leftovers):
         (signal.SIGINT, 130, "interrupted by the user (Ctrl-C)"),
         (signal.SIGTERM, 143, "stopped by SIGTERM"),  # timeout, CI cancels, systemd, kill
         (signal.SIGHUP, 129, "stopped by SIGHUP"),  # the terminal or SSH session closed
-        # Ctrl-C, then the user's tooling's SIGTERM while dtrun stops: the first one names it
+        (signal.SIGQUIT, 131, "stopped by SIGQUIT"),  # Ctrl-\
+        # Ctrl-C, then the user's tooling's SIGTERM while dtrun stops: the first one names it,
+        # and the second does not cut the record of how each node ended
         ((signal.SIGINT, signal.SIGTERM), 130, "interrupted by the user (Ctrl-C)"),
     ],
-    ids=["SIGINT", "SIGTERM", "SIGHUP", "SIGINT-then-SIGTERM"],
+    ids=["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGINT-then-SIGTERM"],
 )
 def test_a_signal_stops_every_process_and_keeps_the_record(no_leftovers, stop, code, said):
     stops = stop if isinstance(stop, tuple) else (stop,)
@@ -310,7 +312,60 @@ def test_a_signal_stops_every_process_and_keeps_the_record(no_leftovers, stop, c
     runs = json.loads((out / "sigint" / "runs.json").read_text())
     assert (runs["status"], runs["error"]) == ("interrupted", said)
     assert [(r["nodes"], r["status"]) for r in runs["runs"]] == [(2, "interrupted")]
+    nodes = runs["runs"][0]["node_results"]
+    assert [(n["node"], n["log_path"]) for n in nodes] == [
+        (name, str(point / f"{name}.log")) for name in ("node-0", "node-1")
+    ]
     assert (out / "sigint" / "report.md").is_file()
+
+
+# Rank 0 outlives the fail-fast stop's SIGTERM (it says it got it, for the test's handshake);
+# rank 1 fails once rank 0 trains.
+_FAILS_WHILE_ONE_HOLDS = """\
+import os, pathlib, signal, sys, time
+here = pathlib.Path(sys.argv[1])
+if os.environ["RANK"] == "0":
+    signal.signal(signal.SIGTERM, lambda *_: (here / "term-seen").touch())
+    (here / "training").touch()
+    while True:
+        time.sleep(0.1)
+while not (here / "training").exists():
+    time.sleep(0.1)
+sys.exit(3)
+"""
+
+
+def test_a_signal_while_a_failed_launch_stops_keeps_the_failure_in_the_record(no_leftovers):
+    """SIGTERM while dtrun stops the nodes a failure left (their grace period): the record
+    says the node that failed and its exit code, and the stop, not only the stop."""
+    (no_leftovers / "prog.py").write_text(_FAILS_WHILE_ONE_HOLDS)
+    out = no_leftovers / "runs"
+    proc = subprocess.Popen(
+        [*DTRUN, "bench", "--nodes", "2", "--repeat", "1", "--no-health-gate", "--output",
+         str(out), "--run-id", "f", "--port", "29744", "--", "python", "prog.py",
+         str(no_leftovers)],
+        cwd=no_leftovers, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_signals,
+    )  # fmt: skip
+    try:  # the stop's SIGTERM reached rank 0, which holds out for the grace period (5 s)
+        wait_for(lambda: (no_leftovers / "term-seen").exists(), timeout=120, what="the stop")
+    except BaseException:
+        proc.kill()
+        raise
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stdout + stderr
+    said = "node-1 (127.0.0.3) failed with exit code 1; the other nodes were stopped; stopped "
+    said += "by SIGTERM during that stop"
+    assert f"error: {said}" in stderr
+    runs = json.loads((out / "f" / "runs.json").read_text())
+    assert (runs["status"], runs["error"]) == ("interrupted", said)
+    (run,) = runs["runs"]
+    assert (run["status"], run["error"]) == ("interrupted", said)
+    assert [(n["node"], n["exit_code"]) for n in run["node_results"]] == [
+        ("node-0", None), ("node-1", 1)
+    ]  # fmt: skip
+    assert processes_under(no_leftovers) == []
 
 
 def test_a_launch_leaves_torchrun_s_log_directory_in_its_own_not_in_tmp(tmp_path: Path):

@@ -94,13 +94,15 @@ def test_an_unknown_host_key_stops_the_command_with_the_way_to_accept_it(sshd_cl
 
 @pytest.mark.parametrize(
     ("stop", "code"),
-    [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129)],
-    ids=["ctrl-c", "sigterm", "sighup"],
+    # Ctrl-C, then SIGTERM while dtrun stops the nodes: the same stop, its record whole
+    [("SIGINT", 130), ("SIGTERM", 143), ("SIGHUP", 129), ("SIGINT,SIGTERM", 130)],
+    ids=["ctrl-c", "sigterm", "sighup", "ctrl-c-then-sigterm"],
 )
 def test_a_signal_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers, stop, code):
     import contextlib
     import signal
     import subprocess
+    import time
 
     import psutil
 
@@ -109,7 +111,7 @@ def test_a_signal_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers
     hosts = write_hosts(sshd_cluster, no_leftovers, count=2)
     proc = subprocess.Popen(
         [*DTRUN, "bench", "--hosts", str(hosts), "--nodes", "2", "--steps", "100000",
-         "--warmup", "1", "--repeat", "1", "--port", str(29780 + code % 10),
+         "--warmup", "1", "--repeat", "1", "--port", str(29780 + code % 10 + 5 * stop.count(",")),
          "--output", str(no_leftovers / "runs"),
          "--run-id", "sigint", "--quiet"],
         cwd=no_leftovers, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -129,10 +131,14 @@ def test_a_signal_over_ssh_stops_every_remote_process(sshd_cluster, no_leftovers
     except BaseException:
         proc.kill()
         raise
-    proc.send_signal(getattr(signal, stop))
+    first, *then = stop.split(",")
+    proc.send_signal(getattr(signal, first))
+    for one in then:
+        time.sleep(0.3)  # dtrun is stopping the nodes
+        proc.send_signal(getattr(signal, one))
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == code, stdout + stderr
-    said = "interrupted by the user (Ctrl-C)" if stop == "SIGINT" else f"stopped by {stop}"
+    said = "interrupted by the user (Ctrl-C)" if first == "SIGINT" else f"stopped by {stop}"
     assert said in stderr
     assert f"dtrun: {said}: stopping 2 nodes..." in stdout + stderr
     assert "Traceback" not in stderr

@@ -218,7 +218,7 @@ def test_dtrun_logs_in_to_stop_only_nodes_whose_wrapper_did_not_stop_them():
     dtrun then opens no stop channel there, one a node fewer per launch (issue 41). A node
     still running when the launch ended (no word from its wrapper) is stopped as before, and
     what a wrapper could not stop is said."""
-    from dtrun.engines.ssh.executor import _Ended
+    from dtrun.engines.ssh.ended import Ended
 
     inventory = _inventory(shared=False)
     plan = _plan(inventory)
@@ -226,8 +226,8 @@ def test_dtrun_logs_in_to_stop_only_nodes_whose_wrapper_did_not_stop_them():
     executor = SshExecutor(session)  # type: ignore[arg-type]
     launches = {launch.node.name: launch for launch in plan.launches}
     ended = {
-        "node-0": _Ended(launches["node-0"], 0, 1.0, left=[]),
-        "node-1": _Ended(launches["node-1"], 0, 1.0, left=["4242"]),
+        "node-0": Ended(launches["node-0"], 0, 1.0, left=[]),
+        "node-1": Ended(launches["node-1"], 0, 1.0, left=["4242"]),
     }  # node-2 was still running: its wrapper said nothing
     tags = {name: f"t-{rank}" for rank, name in enumerate(launches)}
     problems = asyncio.run(executor._stop_everywhere(plan, tags, ended))

@@ -9,7 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from dtrun.engines.ssh.executor import SshExecutor, _Ended
+from dtrun.engines.ssh.ended import Ended
+from dtrun.engines.ssh.executor import SshExecutor
 from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
 from dtrun.errors import NodeFailedError, RunError, RunTimeoutError
 from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
@@ -31,16 +32,16 @@ def _plan(count: int, service: int | None = None) -> LaunchPlan:
     )  # fmt: skip
 
 
-async def _ends(launch: NodeLaunch, after_s: float, code: int) -> _Ended:
+async def _ends(launch: NodeLaunch, after_s: float, code: int) -> Ended:
     await asyncio.sleep(after_s)
-    return _Ended(launch, code, after_s)
+    return Ended(launch, code, after_s)
 
 
 def _supervise(
     plan: LaunchPlan, ends: dict[int, tuple[float, int]], timeout_s: float, tmp_path: Path
-) -> tuple[RunError | None, dict[str, _Ended]]:
+) -> tuple[RunError | None, dict[str, Ended]]:
     """``ends``: rank -> (seconds until it ends, its exit code); a rank left out never ends."""
-    ended: dict[str, _Ended] = {}
+    ended: dict[str, Ended] = {}
 
     async def main() -> RunError | None:
         tasks = {
@@ -82,7 +83,7 @@ def test_a_timeout_names_the_nodes_still_running_but_not_a_service_node(tmp_path
 
 def test_nodes_that_ended_in_time_are_taken_though_no_time_is_left(tmp_path):
     ends = {rank: (0.0, 0) for rank in range(3)}
-    ended: dict[str, _Ended] = {}
+    ended: dict[str, Ended] = {}
     plan = _plan(3)
 
     async def main() -> RunError | None:

@@ -118,20 +118,22 @@ class LocalExecutor:
             verdict = _supervise(nodes, exits, timeout_s, plan)
         except KeyboardInterrupt:
             interrupted = True
-            # saying so must not replace the interruption (a closed terminal, a broken pipe)
-            with sigint_deferred(), contextlib.suppress(Exception):
-                self.on_stopping(sum(node.returncode is None for node in nodes))
         finally:
-            with sigint_deferred():
+            with sigint_deferred(replay=False) as late:  # raised below, with every node's end
+                if interrupted:  # saying so must not replace the stop (a closed terminal)
+                    with contextlib.suppress(Exception):
+                        self.on_stopping(sum(node.returncode is None for node in nodes))
                 self._stop(nodes, tag)
                 drop_guard(guard)
         results = tuple(node.result() for node in nodes)
-        if interrupted:  # each node as it ended: its exit code, or None where the stop ended it
-            raise LaunchInterrupted(results)
-        if verdict is None:
+        error = None
+        if verdict is not None:
+            error = verdict if isinstance(verdict, RunError) else _failure(verdict)
+            error.node_results = results
+        if interrupted or late:  # each node as it ended: its exit code, or None if stopped
+            raise LaunchInterrupted(results, None if interrupted else error)
+        if error is None:
             return mark_stopped(plan.success, results)
-        error = verdict if isinstance(verdict, RunError) else _failure(verdict)
-        error.node_results = results
         raise error
 
     def command(

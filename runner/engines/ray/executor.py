@@ -135,18 +135,21 @@ class RayExecutor:
             verdict = launch.supervise(timeout_s)
         except KeyboardInterrupt:
             interrupted = True
-            with sigint_deferred(), contextlib.suppress(Exception):
-                self.on_stopping(sum(node.running for node in nodes))
         finally:
-            with sigint_deferred():
+            with sigint_deferred(replay=False) as late:  # raised below, with every node's end
+                if interrupted:  # saying so must not replace the stop (a closed terminal)
+                    with contextlib.suppress(Exception):
+                        self.on_stopping(sum(node.running for node in nodes))
                 launch.stop()
         results = tuple(node.result() for node in nodes)
-        if interrupted:
-            raise LaunchInterrupted(results)
-        verdict = launch.lost_first() or verdict
+        if not interrupted:
+            verdict = launch.lost_first() or verdict
+        if verdict is not None:
+            verdict.node_results = results
+        if interrupted or late:  # each node as it ended: its exit code, or None if stopped
+            raise LaunchInterrupted(results, None if interrupted else verdict)
         if verdict is None:
             return mark_stopped(plan.success, results)
-        verdict.node_results = results
         raise verdict
 
 

@@ -203,17 +203,23 @@ class SlurmExecutor:
             timed_out = _wait(process, timeout_s, lambda: step.settled(plan).next is Next.DONE)
         except KeyboardInterrupt:
             interrupted = True
-            with contextlib.suppress(Exception):
-                self.on_stopping(len(plan.launches) - len(step.exits))
         finally:
-            if process.poll() is None:
-                step.stopping = True  # a task that outlives its killed script says it exited
-                with sigint_deferred():  # a second Ctrl-C does not cut the stop short
+            with sigint_deferred(replay=False) as late:  # raised below, with every node's end
+                if interrupted:  # saying so must not replace the stop (a closed terminal)
+                    with contextlib.suppress(Exception):
+                        self.on_stopping(len(plan.launches) - len(step.exits))
+                if process.poll() is None:
+                    step.stopping = True  # a task that outlives its killed script says it exited
                     self._stop(process, name)
-            drop_guard(guard)
-            reader.join(timeout=10)
-            step.close()
-        if interrupted:  # each node as it ended: its exit code, or None where the stop ended it
+                drop_guard(guard)
+                reader.join(timeout=10)
+                step.close()
+        if late and not interrupted:  # came while its nodes stopped for its end (a failure)
+            try:
+                self._verdict(plan, process.returncode, step, timed_out, timeout_s)
+            except RunError as ended:
+                raise LaunchInterrupted(_results(plan, step, step.exits), ended) from None
+        if interrupted or late:  # each node as it ended: its exit code, or None if stopped
             raise LaunchInterrupted(_results(plan, step, step.exits))
         if self.staging is not None:
             self.staging.pull(there, workdir)  # result.json and what the program wrote
@@ -270,7 +276,7 @@ class SlurmExecutor:
             not done
             and not _failed_itself(step, settled)
             and step.slurm.said
-            and (slurm := self._ended(step, results))
+            and (slurm := ended_by_slurm(self.shell, self.job_id, step.slurm, results))
         ):
             error = slurm  # Slurm ended the step: a node that exited on its signal is not it
         elif settled.next is Next.FAILED and settled.launch is not None:
@@ -280,7 +286,7 @@ class SlurmExecutor:
             log = step.workdir / f"{node}.log"
             error = NodeFailedError(node, address, step.exits[node][0], str(log), explain_log(log))
         elif not done and (code != 0 or len(step.exits) < len(plan.launches)):
-            ended = self._ended(step, results)
+            ended = ended_by_slurm(self.shell, self.job_id, step.slurm, results)
             if ended is not None:
                 raise ended
             srun_log = step.workdir / SRUN_LOG
@@ -296,11 +302,6 @@ class SlurmExecutor:
         # Slurm's own end already says each node's part (its cause): keep that one
         error.node_results = error.node_results or results
         raise error
-
-    def _ended(self, step: _Step, results: tuple[NodeResult, ...]) -> RunError | None:
-        """Slurm's own end of the step (a node lost, the time limit, a scancel from outside
-        dtrun), with each node's part in it; None when Slurm says nothing of one."""
-        return ended_by_slurm(self.shell, self.job_id, step.slurm, results)
 
     def drain(self, nodes: Sequence[NodeHealth], run_id: str) -> str:
         """Drain nodes the health gate found below its mark, each with the reason (scontrol

@@ -134,7 +134,7 @@ class SparkExecutor:
             error.node_results = node_results(plan, workdir)
             raise error from None
         except KeyboardInterrupt:  # each node as its files say: exited, or stopped
-            with sigint_deferred():
+            with sigint_deferred(replay=False):  # a second Ctrl-C is this stop
                 with contextlib.suppress(Exception):  # saying so must not replace the stop
                     self.on_stopping(plan.nnodes)
                 self.app.stop()

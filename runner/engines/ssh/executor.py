@@ -17,12 +17,13 @@ import contextlib
 import math
 import secrets
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dtrun.engines.common.code import code_files, node_python
 from dtrun.engines.common.scripts import answer_line, line_text
+from dtrun.engines.common.signals import sigint_deferred
+from dtrun.engines.ssh.ended import Ended, StoppedLate, node_results, with_left
 from dtrun.engines.ssh.remote import (
     launch_command,
     remote_launch_dir,
@@ -52,31 +53,6 @@ if TYPE_CHECKING:
     import asyncssh
 
 
-@dataclass
-class _Ended:
-    launch: NodeLaunch
-    exit_code: int | None  # None: stopped by dtrun
-    wall_s: float
-    error: RunError | None = None  # the connection was lost
-    left: list[str] | None = None  # pids its wrapper's stop left; None: it did not stop them
-
-
-def _node_results(
-    plan: LaunchPlan, workdir: Path, ended: dict[str, _Ended]
-) -> tuple[NodeResult, ...]:
-    """How each node of the launch ended; exit code None where dtrun stopped it."""
-    return tuple(
-        NodeResult(
-            node=launch.node.name,
-            address=launch.node.address,
-            exit_code=ended[launch.node.name].exit_code if launch.node.name in ended else None,
-            log_path=str(workdir / f"{launch.node.name}.log"),
-            wall_s=ended[launch.node.name].wall_s if launch.node.name in ended else 0.0,
-        )
-        for launch in plan.launches
-    )
-
-
 class SshExecutor:
     """Runs a LaunchPlan's node scripts over an SshSession (Executor protocol)."""
 
@@ -101,6 +77,8 @@ class SshExecutor:
             if self._stopped is None:  # stopped before any node started
                 raise
             raise LaunchInterrupted(self._stopped) from None
+        except StoppedLate as stop:
+            raise LaunchInterrupted(stop.nodes, stop.ended) from None
 
     def command(
         self, scripts: dict[str, str], on_line: LineSink | None = None, *, hold: bool = False
@@ -194,7 +172,7 @@ class SshExecutor:
     # -- one launch -----------------------------------------------------------------------
     async def _node(
         self, launch: NodeLaunch, remote_dir: str, tag: str, log: NodeLog, on_line: LineSink
-    ) -> _Ended:
+    ) -> Ended:
         node = launch.node
         started = time.monotonic()
         python = node_python(self.inventory.python_bin, self.inventory.code_dir)
@@ -225,13 +203,13 @@ class SshExecutor:
                 await stream(process, sink)
         except SshError as error:
             self.session.forget(node)
-            return _Ended(launch, None, time.monotonic() - started, error)
+            return Ended(launch, None, time.monotonic() - started, error)
         status = process.exit_status
         if status is None or status < 0:  # killed by a signal
             signal = process.exit_signal[0] if process.exit_signal else "?"
             on_line(node.name, f"dtrun: the launch ended by signal {signal}")
             status = 128
-        return _Ended(launch, status, time.monotonic() - started, left=left)
+        return Ended(launch, status, time.monotonic() - started, left=left)
 
     async def _run(
         self, plan: LaunchPlan, workdir: Path, timeout_s: float, on_line: LineSink
@@ -242,8 +220,7 @@ class SshExecutor:
         # each node's own: a node's stop leaves another node's processes on its machine alone
         tags = {launch.node.name: f"{launch_tag}-{i}" for i, launch in enumerate(plan.launches)}
         logs = {
-            launch.node.name: NodeLog(workdir / f"{launch.node.name}.log")
-            for launch in plan.launches
+            each.node.name: NodeLog(workdir / f"{each.node.name}.log") for each in plan.launches
         }
         tasks = {
             asyncio.create_task(
@@ -253,7 +230,7 @@ class SshExecutor:
             ): launch
             for launch in plan.launches
         }
-        ended: dict[str, _Ended] = {}
+        ended: dict[str, Ended] = {}
         verdict: RunError | None = None
         left: list[str] = []
         stopped = False
@@ -261,28 +238,26 @@ class SshExecutor:
             verdict = await self._supervise(plan, tasks, ended, timeout_s, workdir)
         except asyncio.CancelledError:  # Ctrl-C, SIGTERM or SIGHUP (the session's loop)
             stopped = True
-            with contextlib.suppress(Exception):  # a closed terminal must not replace the stop
-                self.on_stopping(len(tasks) - len(ended))
             raise
         finally:
-            for task in tasks:
-                task.cancel()
-            left = await asyncio.shield(self._stop_everywhere(plan, tags, ended))
-            for log in logs.values():
-                log.close()
+            with sigint_deferred(replay=False) as late:  # raised below, with every node's end
+                if stopped:  # saying so must not replace the stop (a closed terminal)
+                    with contextlib.suppress(Exception):
+                        self.on_stopping(len(tasks) - len(ended))
+                for task in tasks:
+                    task.cancel()
+                left = await asyncio.shield(self._stop_everywhere(plan, tags, ended))
+                for log in logs.values():
+                    log.close()
             if stopped:  # each node as it ended: its exit code, or None where the stop ended it
-                self._stopped = _node_results(plan, workdir, ended)
-        if left and verdict is None:
-            verdict = RunError(
-                "processes of the launch were left behind",
-                why="; ".join(left),
-                fix="stop them by hand (they carry DTRUN_LAUNCH in their environment)",
-            )
-        elif left and verdict is not None:
-            verdict.why += "\nafter stopping: " + "; ".join(left)
-        results = _node_results(plan, workdir, ended)
+                self._stopped = node_results(plan, workdir, ended)
+        verdict = with_left(verdict, left)
+        results = node_results(plan, workdir, ended)
         if verdict is not None:
             verdict.node_results = results
+        if late:
+            raise StoppedLate(results, verdict)
+        if verdict is not None:
             raise verdict
         await self._collect(plan, remote_dir, workdir)
         return mark_stopped(plan.success, results)
@@ -290,8 +265,8 @@ class SshExecutor:
     async def _supervise(
         self,
         plan: LaunchPlan,
-        tasks: dict[asyncio.Task[_Ended], NodeLaunch],
-        ended: dict[str, _Ended],
+        tasks: dict[asyncio.Task[Ended], NodeLaunch],
+        ended: dict[str, Ended],
         timeout_s: float,
         workdir: Path,
     ) -> RunError | None:
@@ -328,7 +303,7 @@ class SshExecutor:
         return None
 
     async def _stop_everywhere(
-        self, plan: LaunchPlan, tags: dict[str, str], ended: dict[str, _Ended]
+        self, plan: LaunchPlan, tags: dict[str, str], ended: dict[str, Ended]
     ) -> list[str]:
         """Stop the launch's processes on every reachable node whose wrapper did not stop them
         (one login a node fewer after a launch that ended by itself: issue 41); say where any
