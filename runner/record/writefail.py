@@ -25,10 +25,13 @@ def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunErro
         path = Path(_TEMPORARY.sub(r"\1", os.fsdecode(exc.filename)))
     what = f"{path.relative_to(root) if path and path.is_relative_to(root) else path or root}"
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        # a node log (NodeLog) is cut, not dropped, and its launch was stopped for it
+        cut = path is not None and str(path) in CUT_LOGS
         return DiskFullError(
             f"the disk holding {root} is full ({_free_bytes(root):,} bytes free)",
-            why=f"{what} could not be written; results so far are kept in {root}, each file "
-            f"whole (the one being written was dropped){_cut_here(root)}",
+            why=f"{what} could not be written{', so the launch was stopped' if cut else ''}; "
+            f"results so far are kept in {root}, each file whole"
+            f"{'' if cut else ' (the one being written was dropped)'}{_cut_here(root)}",
             # `dtrun report` reads a sweep's directory (it has a manifest), not `dtrun run`'s
             fix=f"free space and run `dtrun report {root}`"
             if (root / "manifest.json").is_file()

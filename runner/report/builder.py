@@ -32,6 +32,7 @@ import contextlib
 import gc
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -52,11 +53,12 @@ class ReportBuilder:
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
         try:
-            self._pool = ProcessPoolExecutor(
-                max_workers=1,
-                mp_context=multiprocessing.get_context("spawn"),  # no copy of dtrun's threads
-                initializer=_lowest_priority,
-            )
+            with _hangup_blocked():
+                self._pool = ProcessPoolExecutor(
+                    max_workers=1,
+                    mp_context=multiprocessing.get_context("spawn"),  # no copy of dtrun's threads
+                    initializer=_lowest_priority,
+                )
             with _main_left_out():
                 self._pool.submit(_warm_up)  # starts the helper now, and readies its tools
         except Exception:
@@ -117,6 +119,20 @@ class ReportBuilder:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+@contextlib.contextmanager
+def _hangup_blocked() -> Iterator[None]:
+    """SIGHUP blocked in this thread while the pool makes its queues: their semaphores start
+    multiprocessing's resource tracker, in dtrun's process group, and it keeps this thread's
+    mask (it unblocks only SIGINT and SIGTERM, which it ignores). A SIGHUP to the group (a
+    closed terminal) ended it, and dtrun's cleanup then printed a KeyError traceback from the
+    tracker it started again for every semaphore. dtrun's other threads still take SIGHUP."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 @contextlib.contextmanager

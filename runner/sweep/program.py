@@ -107,6 +107,11 @@ def _launch(  # noqa: PLR0913 - run_program's state, handed on
         explained = write_error(exc, run_dir.path)
         if explained is None:
             raise
+        with contextlib.suppress(RunDirWriteError):  # run.json says why, where it still can
+            write_run_record(
+                run_dir, spec, inventory, plan, status=RunStatus.FAILED, error=explained.message,
+                wall_s=time.monotonic() - started, command=command,
+            )  # fmt: skip
         raise explained from None
     # a stop's record that cannot be written (a full disk) leaves the stop's own error and
     # exit code, not the disk's

@@ -20,6 +20,7 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 # Marks dtrun's temporary files: a run directory's readers and uploads skip names holding it.
@@ -79,10 +80,19 @@ class NodeLog:
     """A node's log, written as its output streams: opened without following a link, and
     on a full disk (or any write error) it stops writing and remembers why, so the thread
     copying a node's output goes on reading it (a node blocked on a full pipe would hang the
-    launch) and the node's lines still reach the console."""
+    launch) and the node's lines still reach the console. ``on_error`` hears that error once,
+    naming the log: the executor stops the launch, as for a failed node (a launch whose logs
+    and results cannot be kept ran on unseen until --timeout)."""
 
-    def __init__(self, path: Path, *, append: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        append: bool = False,
+        on_error: Callable[[OSError], object] | None = None,
+    ) -> None:
         refuse_link(path)
+        self.on_error = on_error
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         flags |= os.O_APPEND if append else os.O_TRUNC
         self.path = path
@@ -107,8 +117,11 @@ class NodeLog:
             while view:
                 view = view[os.write(self._fd, view) :]
         except OSError as exc:
-            self.error = exc
+            # os.write names no file: the log's path, for the caller's message (writefail.py)
+            self.error = OSError(exc.errno, exc.strerror or str(exc), str(self.path))
             CUT_LOGS[str(self.path)] = exc.strerror or str(exc)
+            if self.on_error is not None:
+                self.on_error(self.error)
 
     def close(self) -> None:
         if self._fd is not None:

@@ -62,3 +62,27 @@ def test_a_node_log_cut_by_a_full_disk_is_named_when_dtrun_run_stops(
     assert "the node log launch/node-0.log stops where the disk filled" in done.stderr
     log = (run / "launch" / "node-0.log").read_text()
     assert "x" * 100 in log and " 5999\n" not in log  # cut, not whole
+
+
+@pytest.mark.e2e
+def test_a_launch_whose_node_logs_fill_the_disk_is_stopped_and_said_full(
+    small_disk: Callable[[int], Path], no_leftovers: Path
+):
+    """A program that prints without end, -o on a disk too small for its logs: once a node's
+    log cannot be written every node is stopped, as for a failed node, and the full disk is
+    the error. Before, the nodes ran on unseen until --timeout (here: never)."""
+    disk = small_disk(200)
+    (no_leftovers / "spew.py").write_text("while True:\n    print('x' * 200, flush=True)\n")
+    done = run_dtrun(
+        "bench", "--nodes", "2", "--repeat", "1", "--no-health-gate", "-o", str(disk),
+        "--run-id", "spew", "--port", "29668", "--", "python", "spew.py",
+        cwd=no_leftovers, timeout=240,
+    )  # fmt: skip
+    run = disk / "spew"
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"error: the disk holding {run} is full (" in done.stderr
+    assert "where the disk filled" in done.stderr  # the node logs it cut short are named
+    assert "did not finish within" not in done.stderr
+    assert "x" * 200 in (run / "n2" / "r0" / "node-0.log").read_text()  # kept to the cut
+    assert not [path for path in run.rglob("*") if ".partial" in path.name]

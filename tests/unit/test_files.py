@@ -249,6 +249,29 @@ def test_a_node_log_a_full_disk_cut_short_is_said_in_the_record_and_the_error(
     assert with_cut_logs([node])[0].log_cut is None
 
 
+def test_a_node_log_a_full_disk_cut_is_the_error_that_stopped_its_launch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The executor hears the log's error once, naming the log, and stops the launch; the
+    full disk's message says so, and calls the log cut rather than dropped."""
+    path = tmp_path / "n2" / "r0" / "node-0.log"
+    path.parent.mkdir(parents=True)
+    heard: list[OSError] = []
+    with NodeLog(path, on_error=heard.append) as log:
+        log.write(b"first\n")
+        failing_write(monkeypatch, errno.ENOSPC)
+        log.write(b"second\n")
+        log.write(b"third\n")
+    monkeypatch.undo()
+    assert heard == [log.error]
+    assert (heard[0].errno, heard[0].filename) == (errno.ENOSPC, str(path))
+    said = write_error(heard[0], tmp_path)
+    assert isinstance(said, DiskFullError)
+    assert "n2/r0/node-0.log could not be written, so the launch was stopped;" in said.message
+    assert "dropped" not in said.message
+    assert "the node log n2/r0/node-0.log stops where the disk filled" in said.message
+
+
 def test_a_node_log_is_not_opened_through_a_link(tmp_path: Path):
     (tmp_path / "elsewhere").write_text("x")
     (tmp_path / "node-0.log").symlink_to(tmp_path / "elsewhere")

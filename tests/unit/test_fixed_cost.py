@@ -156,3 +156,40 @@ def test_the_helper_starts_without_running_dtrun_s_main_script_again(tmp_path: P
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "main.py"]  # the helper did the work
     assert not again.exists()
+
+
+# dtrun's process group gets a SIGHUP (its terminal closed); dtrun handles it and cleans up
+_HUNG_UP = """
+import os, signal, sys, time
+from multiprocessing import resource_tracker
+from dtrun.report.builder import ReportBuilder
+
+heard = []
+signal.signal(signal.SIGHUP, lambda *_: heard.append(True))  # dtrun's own handler
+builder = ReportBuilder()
+assert builder._pool is not None and builder._pool.submit(abs, -1).result() == 1
+tracker = resource_tracker._resource_tracker._pid
+os.killpg(0, signal.SIGHUP)
+for _ in range(200):  # the tracker's end, where the signal ends it (at once)
+    if os.waitpid(tracker, os.WNOHANG)[0]:
+        print("the tracker died", flush=True)
+        break
+    time.sleep(0.01)
+builder.close()
+print("heard" if heard else "not heard", flush=True)
+"""
+
+
+def test_a_sighup_to_dtrun_s_process_group_spares_the_report_helper_s_resource_tracker(
+    tmp_path: Path,
+):
+    """The helper's queues' semaphores are multiprocessing's resource tracker's to clean up,
+    and it ran in dtrun's process group: a SIGHUP there ended it, and dtrun's own cleanup
+    printed five KeyError tracebacks from the tracker it started again."""
+    done = subprocess.run(
+        [sys.executable, "-c", _HUNG_UP], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120, start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["heard"]
+    assert "Traceback" not in done.stderr and "resource_tracker" not in done.stderr

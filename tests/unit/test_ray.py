@@ -679,3 +679,38 @@ def test_a_start_that_raised_is_said_as_a_start_not_as_a_lost_node(monkeypatch, 
     else:
         assert "ray-1 (127.0.0.3) was lost: Ray ended its actor" in said, said
         assert "raylet.out" in error.fix, said
+
+
+def test_a_node_log_the_disk_cannot_hold_ends_the_wait_with_the_disks_error(tmp_path):
+    """The node prints on; its log refuses a line (ENOSPC): the wait ends with that error,
+    naming the log, for run's finally to stop every node, not at --timeout."""
+    import errno
+
+    launch, node = _one_node_launch(tmp_path, [])
+    full = os.open("/dev/full", os.O_WRONLY)  # every write: ENOSPC, as on a full disk
+    assert node.log._fd is not None
+    os.dup2(full, node.log._fd)
+    os.close(full)
+    polls = []
+
+    class Actor:
+        class poll:  # Ray's actor method, called as .remote
+            @staticmethod
+            def remote(wait_s: float) -> str:
+                polls.append(wait_s)
+                return f"poll-{len(polls)}"
+
+    class Ray:
+        exceptions = types.SimpleNamespace(RayError=RuntimeError)
+
+        def wait(self, refs, num_returns, timeout):
+            return refs, []
+
+        def get(self, ref):
+            return [b"x" * 200 + b"\n"], None  # still running
+
+    node.actor, launch.ray, node.launch.service, launch.plan.nnodes = Actor(), Ray(), False, 1
+    with pytest.raises(OSError) as raised:
+        launch.supervise(timeout_s=2.0)  # before: the time ran out, the node still running
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, str(node.log.path))
+    assert len(polls) == 1  # at the first answer the log refused

@@ -5,13 +5,14 @@ tests/e2e/test_failure.py."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 
 import pytest
 
 from dtrun.check.stopped import unrecorded_record
 from dtrun.engines.embedded.inventory import embedded_inventory
-from dtrun.errors import RunDirWriteError, RunInterruptedError, RunTimeoutError
+from dtrun.errors import DiskFullError, RunDirWriteError, RunInterruptedError, RunTimeoutError
 from dtrun.execute.guard import drop_guard, start_guard
 from dtrun.plan.resolve import resolve_run
 from dtrun.record.ended import UNRECORDED_RUN, guard_command, mark_unrecorded, settle
@@ -177,3 +178,20 @@ def test_a_run_json_that_is_no_record_is_left_at_once_not_waited_on(tmp_path, ki
     assert peak < 64 << 20  # no more than a record's most was read
     mode = path.lstat().st_mode
     assert stat.S_ISFIFO(mode) if kind == "fifo" else path.stat().st_size == 256 << 20
+
+
+class _LogCut(_Launched):
+    def run(self, plan, workdir, *, timeout_s, on_line):
+        log = workdir / "node-0.log"  # the executor stopped every node: its log was cut
+        raise OSError(errno.ENOSPC, "No space left on device", str(log))
+
+
+def test_a_launch_stopped_by_a_full_disk_says_so_in_run_json_where_it_still_fits(tmp_path):
+    spec = RunSpec("cut", procs_per_node=1, nodes=2, rdzv_port=29400,
+                   program=Program(ProgramKind.SCRIPT, "train.py"))  # fmt: skip
+    with pytest.raises(DiskFullError) as raised:
+        run_program(resolve_run(spec), embedded_inventory(2), tmp_path, _LogCut())  # type: ignore[arg-type]
+    assert "launch/node-0.log could not be written" in raised.value.message
+    record = json.loads((tmp_path / "cut" / "run.json").read_text())
+    assert record["status"] == "failed"  # not "running", read later as ended unrecorded
+    assert record["error"] == raised.value.message

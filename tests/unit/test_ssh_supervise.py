@@ -5,15 +5,27 @@ the time is up, and a timeout naming the nodes still running but not the service
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
+
+import pytest
 
 from dtrun.engines.ssh.ended import Ended
 from dtrun.engines.ssh.executor import SshExecutor
 from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
 from dtrun.errors import NodeFailedError, RunError, RunTimeoutError
 from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
+from dtrun.workloads.files import NodeLog
+
+if TYPE_CHECKING:
+    from dtrun.engines.ssh.session import SshSession
+    from dtrun.spec.cluster import Inventory
 
 
 def _plan(count: int, service: int | None = None) -> LaunchPlan:
@@ -117,3 +129,59 @@ def test_the_wait_benchmark_times_both_waits_on_every_node_count(capsys, monkeyp
     module.main()
     rows = capsys.readouterr().out.splitlines()[1:]
     assert [row.split()[0] for row in rows] == ["4", "16"]
+
+
+def test_a_node_whose_log_cannot_be_written_stops_the_launch_with_the_disks_error(
+    tmp_path, monkeypatch
+):
+    """The node's output stops being read at the line its log refused, and the launch ends
+    with that OSError (the caller says a full disk), not at --timeout with the node running."""
+    plan = _plan(2)
+    read: list[str] = []
+
+    async def stream(process: object, sink: Callable[[str], None]) -> None:
+        for number in range(1000):  # a program printing on, while anyone reads it
+            read.append(f"line {number}\n")
+            sink(read[-1])
+
+    class Process:
+        exit_status, exit_signal = 0, None
+
+    class Connection:
+        async def create_process(self, command: str, **_: object) -> Process:
+            return Process()
+
+    class Session:
+        async def connection(self, node: object) -> Connection:
+            return Connection()
+
+    monkeypatch.setattr("dtrun.engines.ssh.executor.stream", stream)
+    executor = SshExecutor.__new__(SshExecutor)
+    executor.session, executor.grace_s = cast("SshSession", Session()), 5.0
+    inventory = SimpleNamespace(python_bin="/usr/bin", code_dir="/opt/dtrun")
+    executor.inventory = cast("Inventory", inventory)
+    log = NodeLog(tmp_path / "node-0.log")
+    full = os.open("/dev/full", os.O_WRONLY)  # every write: ENOSPC, as on a full disk
+    assert log._fd is not None
+    os.dup2(full, log._fd)
+    os.close(full)
+    ended: dict[str, Ended] = {}
+
+    async def main() -> RunError | None:
+        first, second = plan.launches
+        tasks = {
+            asyncio.create_task(executor._node(first, "/r", "t", log, lambda *_: None)): first,
+            asyncio.create_task(_ends(second, 3600.0, 0)): second,  # runs on
+        }
+        try:
+            return await executor._supervise(plan, tasks, ended, 5.0, tmp_path)
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    with pytest.raises(OSError) as raised:
+        asyncio.run(main())
+    assert raised.value.errno == errno.ENOSPC
+    assert raised.value.filename == str(tmp_path / "node-0.log")
+    assert read == ["line 0\n"]
+    assert ended["node-0"].exit_code is None  # to be stopped, as a node still running is

@@ -100,9 +100,9 @@ class LocalExecutor:
         when not given), which a SIGKILLed dtrun's guard finds them by."""
         workdir.mkdir(parents=True, exist_ok=True)
         write_launch_files(plan, workdir)
-        exits: queue.Queue[_Node] = queue.Queue()
+        exits: queue.Queue[_Node | OSError] = queue.Queue()  # a node's end, or its log's
         nodes: list[_Node] = []
-        verdict: _Node | RunTimeoutError | None = None
+        verdict: _Node | RunTimeoutError | OSError | None = None
         tag = tag or secrets.token_hex(8)
         guard = start_guard(["bash", "-c", stop_script(tag, self.grace_s)])
         interrupted = False
@@ -126,6 +126,8 @@ class LocalExecutor:
                 self._stop(nodes, tag)
                 drop_guard(guard)
         results = tuple(node.result() for node in nodes)
+        if isinstance(verdict, OSError):  # a node's log could not be written: the caller says
+            raise verdict  # why (runner/record/writefail.py), as for the launch files
         error = None
         if verdict is not None:
             error = verdict if isinstance(verdict, RunError) else _failure(verdict)
@@ -207,7 +209,7 @@ def _start(
     command: list[str],
     workdir: Path,
     on_line: LineSink,
-    exits: queue.Queue[_Node],
+    exits: queue.Queue[_Node | OSError],
     tag: str,
 ) -> _Node:
     write_atomic(workdir / launch.script_name, launch.script.encode(), 0o700)
@@ -228,7 +230,7 @@ def _start(
     node.threads = [
         threading.Thread(
             target=pump,
-            args=(popen.stdout, NodeLog(log_path), node.name, on_line),
+            args=(popen.stdout, NodeLog(log_path, on_error=exits.put), node.name, on_line),
             name=f"dtrun-log-{node.name}",
             daemon=True,
         ),
@@ -241,7 +243,7 @@ def _start(
     return node
 
 
-def _wait(node: _Node, exits: queue.Queue[_Node]) -> None:
+def _wait(node: _Node, exits: queue.Queue[_Node | OSError]) -> None:
     code = node.popen.wait()
     node.ended = time.monotonic()
     node.returncode = code
@@ -249,10 +251,10 @@ def _wait(node: _Node, exits: queue.Queue[_Node]) -> None:
 
 
 def _supervise(
-    nodes: list[_Node], exits: queue.Queue[_Node], timeout_s: float, plan: LaunchPlan
-) -> _Node | RunTimeoutError | None:
-    """Wait until the launch succeeds by its rule (None), a node fails (that node), or time
-    runs out.
+    nodes: list[_Node], exits: queue.Queue[_Node | OSError], timeout_s: float, plan: LaunchPlan
+) -> _Node | RunTimeoutError | OSError | None:
+    """Wait until the launch succeeds by its rule (None), a node fails (that node), a node's
+    log cannot be written (why: a full disk), or time runs out.
 
     Service nodes (NodeLaunch.service) are not waited for: once every other node has exited 0
     the launch is done, and the caller stops them (as it stops every node still running once
@@ -278,6 +280,8 @@ def _supervise(
             node = exits.get(timeout=min(next_track, deadline) - now)
         except queue.Empty:
             continue
+        if isinstance(node, OSError):
+            return node
         assert node.returncode is not None  # set before the node is queued
         step = after_exit(plan.success, node.launch, node.returncode)
         if step is Next.FAILED:

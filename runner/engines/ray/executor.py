@@ -274,10 +274,18 @@ class _Launch:
                 return self.timed_out(timeout_s, waiting)
             for node in self.polled():
                 step = self.heard(node)
+                self.cut()
                 if step is Next.FAILED:
                     return self.failed(node)
                 if step is Next.DONE:
                     return None
+
+    def cut(self) -> None:
+        """A node log the disk cannot hold (NodeLog) ends the launch as a failed node does:
+        run's finally stops every node, and the caller says why (record/writefail.py)."""
+        for node in self.nodes:
+            if node.log.error is not None:
+                raise node.log.error
 
     def polled(self) -> list[_Node]:
         """The nodes whose poll came back: the first to answer, and any others by then (each

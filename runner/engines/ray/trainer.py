@@ -201,6 +201,7 @@ class TrainerLaunch(_Launch):
         deadline = time.monotonic() + timeout_s
         while True:
             step = self.take()
+            self.cut()
             if step is Next.FAILED:
                 return self.failed(self.decider)
             waiting = [n for n in self.nodes if n.code is None and not n.launch.service]

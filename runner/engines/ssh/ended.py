@@ -17,6 +17,7 @@ class Ended:
     wall_s: float
     error: RunError | None = None  # the connection was lost
     left: list[str] | None = None  # pids its wrapper's stop left; None: it did not stop them
+    cut: OSError | None = None  # its log could not be written (a full disk): the launch stops
 
 
 def node_results(

@@ -199,11 +199,17 @@ class SshExecutor:
                             return
                     log.write(segment.encode())  # as the program wrote it, "\r" and all
                     on_line(node.name, line_text(segment))
+                    if log.error is not None:  # the reading ends: the node is to be stopped
+                        raise log.error
 
                 await stream(process, sink)
         except SshError as error:
             self.session.forget(node)
             return Ended(launch, None, time.monotonic() - started, error)
+        except OSError as error:
+            if error is not log.error:
+                raise
+            return Ended(launch, None, time.monotonic() - started, cut=error)
         status = process.exit_status
         if status is None or status < 0:  # killed by a signal
             signal = process.exit_signal[0] if process.exit_signal else "?"
@@ -291,6 +297,8 @@ class SshExecutor:
             ended[result.launch.node.name] = result
             if result.error is not None:
                 return result.error
+            if result.cut is not None:  # the caller says why (runner/record/writefail.py)
+                raise result.cut
             code = 1 if result.exit_code is None else result.exit_code
             step = after_exit(plan.success, result.launch, code)
             if step is Next.FAILED:
