@@ -448,3 +448,43 @@ def test_a_node_slurm_loses_is_named_before_the_failure_it_caused_on_another(tmp
     assert raised.value.lost_node == "gpu02"
     ended = {r.node: (r.exit_code, r.cause) for r in raised.value.node_results}
     assert ended == {"gpu01": (1, None), "gpu02": (None, "node failure (Slurm)")}
+
+
+def test_a_node_log_the_disk_cannot_hold_stops_the_step_and_is_raised(tmp_path, monkeypatch):
+    """A step whose node log cannot be written (a full disk) is cancelled at once, as a failed
+    node's is, and the write's error raised for the caller to say (runner/record/
+    writefail.py). Before, srun ran on unseen until --timeout. srun is a program printing a
+    bound task's lines without end; squeue and scancel are stand-ins that list no step."""
+    import errno
+
+    import dtrun.engines.slurm.executor as slurm_executor
+    from dtrun.workloads.files import NodeLog
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("squeue", "scancel"):
+        (tools / tool).write_text("#!/bin/sh\nexit 0\n")
+        (tools / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    spew = "print('0: dtrun: slurm task 0 of job 7 runs node-0.sh on gpu01', flush=True)\n"
+    spew += "while True:\n    print('0: ' + 'x' * 200, flush=True)\n"
+    monkeypatch.setattr(slurm_executor, "step_command", lambda *_: [sys.executable, "-c", spew])
+
+    class FullLog(NodeLog):
+        """A log on a disk with no room: every write is ENOSPC (/dev/full)."""
+
+        def __init__(self, path: Path, **options: object) -> None:
+            super().__init__(path, **options)  # type: ignore[arg-type]
+            full = os.open("/dev/full", os.O_WRONLY)
+            assert self._fd is not None
+            os.dup2(full, self._fd)
+            os.close(full)
+
+    monkeypatch.setattr(slurm_executor, "NodeLog", FullLog)
+    workdir = tmp_path / "runs" / "r1" / "launch"
+    executor = SlurmExecutor(SlurmShell(), "7", grace_s=1.0)
+    with pytest.raises(OSError) as raised:
+        executor.run(_plan(), workdir, timeout_s=120, on_line=lambda *_: None)
+    assert (raised.value.errno, raised.value.filename) == (
+        errno.ENOSPC, str(workdir.resolve() / "gpu01.log")
+    )  # fmt: skip

@@ -101,6 +101,7 @@ class _Step:
     started: float = field(default_factory=time.monotonic)
     slurm: Heard = field(default_factory=Heard)  # what srun and slurmstepd said of the end
     stopping: bool = False  # dtrun cancels the step: an exit said from now on is the stop's
+    cut: OSError | None = None  # a log the disk could not hold: the launch stops (NodeLog)
 
     def line(self, raw: bytes) -> None:
         text = raw.decode(errors="replace").rstrip("\r\n")
@@ -133,7 +134,8 @@ class _Step:
 
     def _write(self, name: str, data: bytes) -> None:
         if name not in self.logs:
-            self.logs[name] = NodeLog(self.workdir / name, append=True)
+            cut = lambda error: setattr(self, "cut", self.cut or error)  # noqa: E731
+            self.logs[name] = NodeLog(self.workdir / name, append=True, on_error=cut)
         self.logs[name].write(data)
 
     def close(self) -> None:
@@ -144,16 +146,11 @@ class _Step:
 class SlurmExecutor:
     """Runs a LaunchPlan's node scripts as one srun step in a Slurm job (Executor protocol)."""
 
-    def __init__(
-        self,
-        shell: SlurmShell,
-        job_id: str,
-        *,
-        gpus_per_node: int = 0,
-        staging: HeadStaging | None = None,
-        grace_s: float = 15.0,
-        reaper: tuple[str, str] = ("", ""),  # the nodes' python and dtrun's package there
-    ) -> None:
+    def __init__(  # reaper: the nodes' python and dtrun's package there
+        self, shell: SlurmShell, job_id: str, *, gpus_per_node: int = 0,
+        staging: HeadStaging | None = None, grace_s: float = 15.0,
+        reaper: tuple[str, str] = ("", ""),
+    ) -> None:  # fmt: skip
         self.shell, self.job_id, self.grace_s = shell, job_id, grace_s
         self.reaper = reaper
         self.gpus_per_node = gpus_per_node
@@ -180,27 +177,13 @@ class SlurmExecutor:
         name = f"dtrun-{tag}"
         step = _Step(workdir, {each.script_name: each.node.name for each in plan.launches}, on_line)
         guard = step_guard(self.shell, self.job_id, name)  # first: no moment without it
-        try:
-            process = self.shell.popen(
-                # every process of the launch carries the tag, here and through the head's ssh
-                [
-                    "env",
-                    f"{TAG}={tag}",
-                    *step_command(plan, self.job_id, there, name, self.gpus_per_node),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C reaches dtrun, which cancels the step itself
-            )
-        except BaseException:
-            drop_guard(guard)
-            raise
+        process = self._start(plan, there, name, tag, guard)
         reader = threading.Thread(target=_pump, args=(process, step), daemon=True)
         reader.start()
         timed_out = interrupted = False
         try:
-            timed_out = _wait(process, timeout_s, lambda: step.settled(plan).next is Next.DONE)
+            ends = lambda: step.cut is not None or step.settled(plan).next is Next.DONE  # noqa: E731
+            timed_out = _wait(process, timeout_s, ends)
         except KeyboardInterrupt:
             interrupted = True
         finally:
@@ -214,6 +197,8 @@ class SlurmExecutor:
                 drop_guard(guard)
                 reader.join(timeout=10)
                 step.close()
+        if step.cut is not None and not interrupted:  # the caller says why (writefail.py)
+            raise step.cut
         if late and not interrupted:  # came while its nodes stopped for its end (a failure)
             try:
                 self._verdict(plan, process.returncode, step, timed_out, timeout_s)
@@ -224,6 +209,20 @@ class SlurmExecutor:
         if self.staging is not None:
             self.staging.pull(there, workdir)  # result.json and what the program wrote
         return self._verdict(plan, process.returncode, step, timed_out, timeout_s)
+
+    def _start(
+        self, plan: LaunchPlan, there: str, name: str, tag: str, guard: subprocess.Popen[bytes]
+    ) -> subprocess.Popen[bytes]:
+        """srun: every process of the launch carries the tag, here and through the head's
+        ssh; Ctrl-C reaches dtrun (a session of its own), which cancels the step itself."""
+        command = ["env", f"{TAG}={tag}", *step_command(plan, self.job_id, there, name,
+                                                         self.gpus_per_node)]  # fmt: skip
+        try:
+            return self.shell.popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        except BaseException:
+            drop_guard(guard)
+            raise
 
     def _stop(self, process: subprocess.Popen[bytes], name: str) -> None:
         """Cancel the step (Slurm signals every process of it on every node), then srun. A
