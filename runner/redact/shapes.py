@@ -210,14 +210,20 @@ def unquoted(value: str) -> list[str]:
 
 def shell_words(args: tuple[str, ...]) -> tuple[str, ...]:
     """Each argument's words as a shell splits them (``bash -c LINE``, ``"--token X"`` as one
-    argument, `dtrun exec`'s shell line), or at white space where a quote is left open."""
+    argument, `dtrun exec`'s shell line), ``;``, ``&&``, ``|`` and redirections apart, or at
+    white space and those where a quote is left open."""
     words: list[str] = []
     for arg in args:
+        lexer = shlex.shlex(arg, posix=True, punctuation_chars=True)
+        lexer.whitespace_split, lexer.commenters = True, ""  # as shlex.split: no comments
         try:
-            words += shlex.split(arg)
+            words += list(lexer)
         except ValueError:
-            words += arg.split()
+            words += _SHELL_BREAKS.split(arg)
     return tuple(words)
+
+
+_SHELL_BREAKS = re.compile(r"[\s;&|<>()]+")
 
 
 # An argument's name before `=` or as an option: `--api-key`, `DB_PW`, Hydra's `+db.password`;

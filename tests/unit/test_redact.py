@@ -122,6 +122,15 @@ def test_a_secret_option_inside_a_shell_line_argument_is_secret_and_masked():
     assert "Zq9vXw7LmN3pRt" not in repr(spec.redacted())
 
 
+def test_a_secret_option_before_a_shell_operator_is_secret_without_the_operator():
+    """`dtrun exec -- "echo --token X; nvidia-smi"`: the value a shell passes is X, not X;
+    (a node printing X back showed it whole)."""
+    lines = ("echo --token Zq9vXw7LmN3pRt; ls", "a --token Zq9vXw7LmN3pRt&&b",
+             "a 'b --token Zq9vXw7LmN3pRt|c")  # the last with a quote left open  # fmt: skip
+    for line in lines:
+        assert "Zq9vXw7LmN3pRt" in secret_args((line,)), line
+
+
 def test_short_numeric_and_boolean_values_are_not_looked_for_in_free_text():
     """TOKENIZERS_PARALLELISM=false is no secret: 'false' stays in every log and record;
     a secret name's value is still hidden where its name is known."""
