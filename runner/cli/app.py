@@ -67,10 +67,13 @@ def _main(
     ] = False,
 ) -> None:
     """Measure whether distributed training really scales: plan, launch, report."""
-    from dtrun.cli.common import machine_secrets
-    from dtrun.redact import remember_secrets
+    from dtrun.cli.common import machine_secrets, typed_command
+    from dtrun.redact import remember_secrets, secrets_in
 
-    remember_secrets(machine_secrets())  # whatever the command prints
+    # whatever the command prints; and the URL credentials and tokens of its own arguments as
+    # values: a path made of one (--hosts ssh://u:pw@h, read as ssh:/u:pw@h) has no URL's shape
+    typed = [secret for word in typed_command() for secret in secrets_in(word)]
+    remember_secrets([*machine_secrets(), *typed])
 
 
 def _stop_like_ctrl_c(signum: int, frame: FrameType | None) -> None:
