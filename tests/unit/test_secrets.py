@@ -117,6 +117,22 @@ def test_a_jump_host_with_a_password_is_refused_without_showing_it(tmp_path, sha
     assert not out.exists()  # no record of it either
 
 
+@pytest.mark.parametrize(
+    "args",
+    [("check", "{url}"), ("run", "--port", "{url}", "--", "python", "t.py"), ("{url}",),
+     ("run", "--port", "ghp_{core}{core}", "--", "python", "t.py")],
+    ids=["extra argument", "bad value", "no such command", "a token as a bad value"],
+)  # fmt: skip
+def test_a_usage_error_quoting_the_value_it_refused_hides_its_secret(args):
+    """Click's own errors (typer prints them in a panel, past dtrun's consoles) quote the
+    value: URL credentials and token shapes in it are hidden as in all dtrun prints."""
+    core = "Zq9vXw7LmN3pRt"
+    url = f"https://alice:{core}@127.0.0.9/x"
+    result = dtrun(*(arg.format(url=url, core=core) for arg in args))
+    assert result.exit_code == 2, result.output
+    assert core not in result.output and "<redacted>" in result.output, result.output
+
+
 @pytest.mark.parametrize("option", ["--hosts", "--outputs"])
 def test_a_path_option_s_url_credentials_are_hidden_where_the_path_loses_the_url_s_shape(
     tmp_path, monkeypatch, option
