@@ -36,8 +36,7 @@ def program_texts(
 ) -> ProgramTexts:
     program = bench.get("program") or {}
     # masked again as the manifest's writer masks them: one written elsewhere may not have
-    args = redact_args(tuple(str(a) for a in program.get("args", [])))
-    words = [str(program.get("target", "")), *args]
+    words = list(redact_args((str(program.get("target", "")), *map(str, program.get("args", [])))))
     if program.get("kind") == "module":
         words = ["python", "-m", *words]
     elif program.get("kind") == "script":

@@ -122,6 +122,14 @@ def test_a_secret_option_inside_a_shell_line_argument_is_secret_and_masked():
     assert "Zq9vXw7LmN3pRt" not in repr(spec.redacted())
 
 
+def test_a_command_line_quoted_as_the_program_s_one_word_has_its_secrets_masked():
+    """`dtrun run -- "python t.py --hf-token X"`: the whole line is the program's name, shown
+    by the plan, the record and the error that it is not found."""
+    spec = RunSpec("r", program=Program(ProgramKind.EXECUTABLE, "t.sh --hf-token Zq9vXw7LmN3pRt"))
+    assert "Zq9vXw7LmN3pRt" in spec.secrets()
+    assert spec.redacted().program.target == f"t.sh --hf-token {REDACTED}"
+
+
 def test_a_secret_option_before_a_shell_operator_is_secret_without_the_operator():
     """`dtrun exec -- "echo --token X; nvidia-smi"`: the value a shell passes is X, not X;
     (a node printing X back showed it whole)."""
