@@ -2,19 +2,53 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from dtrun import __version__
 from dtrun.cli import bench, check, predict, results, run, stack
 
+
+class _Group(TyperGroup):
+    """The root command: a usage error's message (click quotes the value it refused, a URL with
+    its password included) redacted as all dtrun prints is; typer prints it past dtrun's
+    consoles, in a panel that would cut a value across lines."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any
+    ) -> Any:
+        with _redacted_usage_error():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _redacted_usage_error():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _redacted_usage_error() -> Iterator[None]:
+    try:
+        yield
+    except typer.TyperException as exc:  # click's ClickException, as typer carries it
+        message = getattr(exc, "message", None)
+        if isinstance(message, str):
+            from dtrun.redact import redact_text
+
+            exc.message = redact_text(message)
+        raise
+
+
 app = typer.Typer(
+    cls=_Group,
     name="dtrun",
     help="Measure whether distributed training really scales: plan, launch, report.",
     no_args_is_help=True,
@@ -67,10 +101,13 @@ def _main(
     ] = False,
 ) -> None:
     """Measure whether distributed training really scales: plan, launch, report."""
-    from dtrun.cli.common import machine_secrets
-    from dtrun.redact import remember_secrets
+    from dtrun.cli.common import machine_secrets, typed_command
+    from dtrun.redact import remember_secrets, secrets_in
 
-    remember_secrets(machine_secrets())  # whatever the command prints
+    # whatever the command prints; and the URL credentials and tokens of its own arguments as
+    # values: a path made of one (--hosts ssh://u:pw@h, read as ssh:/u:pw@h) has no URL's shape
+    typed = [secret for word in typed_command() for secret in secrets_in(word)]
+    remember_secrets([*machine_secrets(), *typed])
 
 
 def _stop_like_ctrl_c(signum: int, frame: FrameType | None) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dtrun.errors import UsageError
+from dtrun.redact import redact_text
 from dtrun.spec.bounds import bound_of
 from dtrun.spec.cluster import Node
 from dtrun.spec.request import BenchSpec, PlatformEnv, Program, ProgramKind
@@ -118,6 +119,13 @@ def check_run_id(run_id: str) -> str:
             f"--run-id {run_id!r} cannot name a run directory",
             why=f"use {RUN_ID_RULE}",
             fix="pass e.g. --run-id baseline-1, or leave it out to get a fresh one",
+        )
+    if redact_text(run_id) != run_id:  # not shown: it is the secret
+        raise UsageError(
+            "--run-id holds a secret: a token's shape, or a value dtrun hides",
+            why="every record would show <redacted> in its place, and the run could not be "
+            'read back (docs/security.md, "Redaction")',
+            fix="pass another --run-id, or leave it out to get a fresh one",
         )
     return run_id
 

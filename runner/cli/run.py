@@ -3,7 +3,6 @@ on every node at once."""
 
 from __future__ import annotations
 
-import shlex
 import time
 from functools import partial
 from pathlib import Path
@@ -187,7 +186,7 @@ def exec_command(
     with user_errors():
         line = parse_command_line(command or [])
         words = tuple(command or [])  # their secrets: a node may print them back (bash -x)
-        remember_secrets([*secret_args(words), *secret_args(_words(words))])
+        remember_secrets(secret_args(words))
         with opened(
             choose(where, 2, nodes_by=("exec's default; --local-nodes sets it", "--local-nodes")),
             StackWatch(None, False),
@@ -201,15 +200,3 @@ def exec_command(
     failed = print_exec_summary(chosen, answers, wide=wide)
     if failed:
         raise typer.Exit(1)
-
-
-def _words(command: tuple[str, ...]) -> tuple[str, ...]:
-    """`dtrun exec`'s words, each split again as a shell would split it (a shell line, or
-    `bash -c LINE`'s; an unclosed quote splits at white space), for their secrets."""
-    words: list[str] = []
-    for word in command:
-        try:
-            words += shlex.split(word)
-        except ValueError:
-            words += word.split()
-    return tuple(words)

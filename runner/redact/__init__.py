@@ -43,6 +43,7 @@ from dtrun.redact.shapes import (
     redact_value,
     scan_args,
     secrets_in,
+    shell_words,
 )
 
 __all__ = [
@@ -308,14 +309,18 @@ def redact_var(name: str, value: str) -> str:
 def secret_args(args: tuple[str, ...]) -> tuple[str, ...]:
     """The values in a program's arguments that records must not show: those of options named
     like secrets in any case style (``--hf-token X``, ``--api-key=X``, ``--accessToken X``,
-    ``DB_PW=X``, ``--password -dash``), URL and header credentials and token-shaped values."""
-    return scan_args(args)[1]
+    ``DB_PW=X``, ``--password -dash``), URL and header credentials and token-shaped values;
+    also where an argument is a shell line (``bash -c 'curl --token X'``)."""
+    return tuple(dict.fromkeys([*scan_args(args)[1], *scan_args(shell_words(args))[1]]))
 
 
 def redact_args(args: tuple[str, ...], hide: Redactor | None = None) -> tuple[str, ...]:
-    """``args`` with every value ``secret_args`` names replaced by <redacted>, and the
-    fragments of the values ``hide`` knows masked in the rest."""
+    """``args`` with every value ``secret_args`` names replaced by <redacted>, its fragments
+    in a shell line masked, and the fragments of the values ``hide`` knows masked in the rest."""
     hide = hide or Redactor()
+    inner = scan_args(shell_words(args))[1]
+    if inner:
+        hide = hide.knowing(inner)
     return tuple(hide.text(arg) for arg in scan_args(args)[0])
 
 

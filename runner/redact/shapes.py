@@ -6,6 +6,7 @@ URL credentials, credential headers and well-known token shapes (docs/security.m
 from __future__ import annotations
 
 import re
+import shlex
 from urllib.parse import unquote
 
 REDACTED = "<redacted>"
@@ -205,6 +206,24 @@ def unquoted(value: str) -> list[str]:
     if len(value) > 2 and value[0] == value[-1] and value[0] in "'\"":
         return [value, value[1:-1]]
     return [value]
+
+
+def shell_words(args: tuple[str, ...]) -> tuple[str, ...]:
+    """Each argument's words as a shell splits them (``bash -c LINE``, ``"--token X"`` as one
+    argument, `dtrun exec`'s shell line), ``;``, ``&&``, ``|`` and redirections apart, or at
+    white space and those where a quote is left open."""
+    words: list[str] = []
+    for arg in args:
+        lexer = shlex.shlex(arg, posix=True, punctuation_chars=True)
+        lexer.whitespace_split, lexer.commenters = True, ""  # as shlex.split: no comments
+        try:
+            words += list(lexer)
+        except ValueError:
+            words += _SHELL_BREAKS.split(arg)
+    return tuple(words)
+
+
+_SHELL_BREAKS = re.compile(r"[\s;&|<>()]+")
 
 
 # An argument's name before `=` or as an option: `--api-key`, `DB_PW`, Hydra's `+db.password`;

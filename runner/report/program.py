@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dtrun.redact import redact_args
 from dtrun.report.results import ProgramFacts
 from dtrun.spec.request import ScalingMode
 
@@ -34,7 +35,8 @@ def program_texts(
     bench: Mapping[str, Any], mode: ScalingMode, facts: ProgramFacts | None
 ) -> ProgramTexts:
     program = bench.get("program") or {}
-    words = [str(program.get("target", ""))] + [str(a) for a in program.get("args", [])]
+    # masked again as the manifest's writer masks them: one written elsewhere may not have
+    words = list(redact_args((str(program.get("target", "")), *map(str, program.get("args", [])))))
     if program.get("kind") == "module":
         words = ["python", "-m", *words]
     elif program.get("kind") == "script":

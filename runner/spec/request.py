@@ -157,6 +157,14 @@ class Program:
     target: str
     args: tuple[str, ...] = ()
 
+    def secrets(self) -> tuple[str, ...]:
+        """Its arguments' secret values; its target's too, a command line quoted as one word
+        (`dtrun run -- "train --hf-token X"`) being run as a program's name."""
+        return secret_args((self.target, *self.args))
+
+    def redacted(self, hide: Redactor) -> Program:
+        return replace(self, target=hide.text(self.target), args=redact_args(self.args, hide))
+
 
 @dataclass(frozen=True)
 class AllreduceSpec:
@@ -293,14 +301,11 @@ class BenchSpec(LaunchRequest):
         """This spec with the values of secret-looking --env variables (and program
         arguments) replaced, and their fragments masked wherever another value repeats them."""
         hide = Redactor.of(self.secrets())
-        program = self.program
-        if program is not None:
-            program = replace(program, args=redact_args(program.args, hide))
+        program = self.program.redacted(hide) if self.program is not None else None
         return replace(self, env=redact_env(self.env, hide), program=program)
 
     def secrets(self) -> tuple[str, ...]:
-        program_args = self.program.args if self.program is not None else ()
-        return super().secrets() + secret_args(program_args)
+        return super().secrets() + (self.program.secrets() if self.program is not None else ())
 
 
 class UnitKind(StrEnum):
@@ -344,8 +349,7 @@ class RunSpec(LaunchRequest):
         """This spec with secret-looking --env values and program arguments replaced, and
         their fragments masked wherever another value or argument repeats them."""
         hide = Redactor.of(self.secrets())
-        program = replace(self.program, args=redact_args(self.program.args, hide))
-        return replace(self, env=redact_env(self.env, hide), program=program)
+        return replace(self, env=redact_env(self.env, hide), program=self.program.redacted(hide))
 
     def secrets(self) -> tuple[str, ...]:
-        return super().secrets() + secret_args(self.program.args)
+        return super().secrets() + self.program.secrets()

@@ -79,6 +79,9 @@ CLI = [
     ("bench --run-id a/b", "--run-id 'a/b' cannot name a run directory"),
     ("bench --run-id ..", "--run-id '..' cannot name a run directory"),
     ("bench --run-id ''", "--run-id '' cannot name a run directory"),
+    # a token's shape: every record would hold <redacted>, unreadable, after the whole sweep
+    ("bench --run-id ghp_" + "Zq9vXw7LmN3pRt" * 2, "--run-id holds a secret"),
+    ("run --run-id hf_" + "Zq9vXw7LmN3pRt" * 2 + " -- python x.py", "--run-id holds a secret"),
     ("bench --run-id " + "r" * 300, "--run-id is 300 bytes long"),
     # measured in bytes, as a file system does: 90 characters, 270 bytes
     ("bench --run-id " + "日" * 90, "--run-id is 270 bytes long (90 characters)"),

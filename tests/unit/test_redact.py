@@ -18,6 +18,7 @@ from dtrun.redact import (
     redact_args,
     redact_env,
     redact_value,
+    secret_args,
     secret_values,
     secrets_in_environment,
 )
@@ -108,6 +109,34 @@ def test_env_and_arguments_keep_what_is_not_secret():
     args = ("--api-key", "sk-" + "x" * 24, "--hub=ghp_" + "a" * 24, "--lr", "3e-4")
     assert redact_args(args) == ("--api-key", REDACTED, f"--hub={REDACTED}", "--lr", "3e-4")
     assert redact_args(("--tokenizer", "gpt2")) == ("--tokenizer", "gpt2")
+
+
+def test_a_secret_option_inside_a_shell_line_argument_is_secret_and_masked():
+    """`dtrun run -- bash -c 'train --hf-token X'`, or `"--token X"` as one argument: the
+    line's words are read as a shell splits them (as `dtrun exec`'s are)."""
+    args = ("-c", "python t.py --hf-token Zq9vXw7LmN3pRt --lr 3", "--api-key Yk8uWv6KjM2oQs")
+    assert {"Zq9vXw7LmN3pRt", "Yk8uWv6KjM2oQs"} <= set(secret_args(args))
+    assert redact_args(args) == ("-c", f"python t.py --hf-token {REDACTED} --lr 3",
+                                 f"--api-key {REDACTED}")  # fmt: skip
+    spec = RunSpec("r", program=Program(ProgramKind.EXECUTABLE, "bash", args))
+    assert "Zq9vXw7LmN3pRt" not in repr(spec.redacted())
+
+
+def test_a_command_line_quoted_as_the_program_s_one_word_has_its_secrets_masked():
+    """`dtrun run -- "python t.py --hf-token X"`: the whole line is the program's name, shown
+    by the plan, the record and the error that it is not found."""
+    spec = RunSpec("r", program=Program(ProgramKind.EXECUTABLE, "t.sh --hf-token Zq9vXw7LmN3pRt"))
+    assert "Zq9vXw7LmN3pRt" in spec.secrets()
+    assert spec.redacted().program.target == f"t.sh --hf-token {REDACTED}"
+
+
+def test_a_secret_option_before_a_shell_operator_is_secret_without_the_operator():
+    """`dtrun exec -- "echo --token X; nvidia-smi"`: the value a shell passes is X, not X;
+    (a node printing X back showed it whole)."""
+    lines = ("echo --token Zq9vXw7LmN3pRt; ls", "a --token Zq9vXw7LmN3pRt&&b",
+             "a 'b --token Zq9vXw7LmN3pRt|c")  # the last with a quote left open  # fmt: skip
+    for line in lines:
+        assert "Zq9vXw7LmN3pRt" in secret_args((line,)), line
 
 
 def test_short_numeric_and_boolean_values_are_not_looked_for_in_free_text():

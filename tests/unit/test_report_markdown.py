@@ -182,3 +182,22 @@ def test_report_templates_mark_only_their_macros_verbatim_and_quote_no_value_by_
             if re.search(r"\|\s*(oneline|safe)\b", line):
                 wrong.append(f"{where} (a filter that quotes nothing for Markdown)")
     assert len(templates) >= 5 and not wrong, "\n".join(wrong)
+
+
+def test_a_recorded_program_argument_s_secret_is_not_shown_though_recorded_plain(
+    tmp_path, fixed_inventory
+):
+    """The program line in the report's workload (and `dtrun compare`'s set-up), from a
+    manifest written elsewhere or edited by hand: a secret option's value is masked as the
+    manifest writer masks it (runner/redact/ ``redact_args``), as the command line's is."""
+    bench = BenchSpec("p", program=Program(ProgramKind.SCRIPT, "/w/train.py", ("--lr", "3")),
+                      node_counts=(1, 2), warmup=2, repeat=1)  # fmt: skip
+    run = program_run_dir(tmp_path / "p", bench, fixed_inventory, {1: [[0.1] * 5], 2: [[0.12] * 5]})
+    manifest = json.loads(run.manifest.read_text())
+    secrets = ("wJalrXUtnFEMI7K7MDENG", "bPxRfiCYEXAMPLEKEY9")  # no token shape: names say
+    manifest["bench"]["program"]["args"] = ["--hf-token", secrets[0], f"--api-key={secrets[1]}"]
+    run.manifest.write_text(json.dumps(manifest))
+    build_report(run)
+    for written in (run.report, run.html, run.summary):
+        assert not any(secret in written.read_text() for secret in secrets)
+    assert "train.py --hf-token '<redacted>' '--api-key=<redacted>'" in run.report.read_text()

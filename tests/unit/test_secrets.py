@@ -117,6 +117,36 @@ def test_a_jump_host_with_a_password_is_refused_without_showing_it(tmp_path, sha
     assert not out.exists()  # no record of it either
 
 
+@pytest.mark.parametrize(
+    "args",
+    [("check", "{url}"), ("run", "--port", "{url}", "--", "python", "t.py"), ("{url}",),
+     ("run", "--port", "ghp_{core}{core}", "--", "python", "t.py")],
+    ids=["extra argument", "bad value", "no such command", "a token as a bad value"],
+)  # fmt: skip
+def test_a_usage_error_quoting_the_value_it_refused_hides_its_secret(args):
+    """Click's own errors (typer prints them in a panel, past dtrun's consoles) quote the
+    value: URL credentials and token shapes in it are hidden as in all dtrun prints."""
+    core = "Zq9vXw7LmN3pRt"
+    url = f"https://alice:{core}@127.0.0.9/x"
+    result = dtrun(*(arg.format(url=url, core=core) for arg in args))
+    assert result.exit_code == 2, result.output
+    assert core not in result.output and "<redacted>" in result.output, result.output
+
+
+@pytest.mark.parametrize("option", ["--hosts", "--outputs"])
+def test_a_path_option_s_url_credentials_are_hidden_where_the_path_loses_the_url_s_shape(
+    tmp_path, monkeypatch, option
+):
+    """`--hosts ssh://alice:PW@host` is read as the file ssh:/alice:PW@host (Path drops a /),
+    which no URL rule matches: dtrun's own arguments' credentials are known as values."""
+    url = "ssh://alice:Zq9vXw7LmN3pRt@127.0.0.9/x"
+    args = dry_run(option, url, "--output", str(tmp_path))
+    monkeypatch.setattr("sys.argv", ["dtrun", *args])  # as the console script is started
+    result = dtrun(*args)
+    assert result.exit_code == 2 and "cannot read the" in result.output, result.output
+    assert "Zq9vXw7LmN3pRt" not in result.output and "ssh:/<redacted>@127.0.0.9" in result.output
+
+
 @pytest.mark.parametrize("shape", CREDENTIALS, ids=[shape.name for shape in CREDENTIALS])
 def test_results_with_credentials_is_refused_without_showing_them(tmp_path, shape):
     url = f"s3://AKIAIOSFODNN7EXAMPLE:{shape.secret}@{BUCKET}/p"
