@@ -38,8 +38,19 @@ def control_character(text: str) -> str | None:
     return escaped(found.group(0)) if found else None
 
 
+def remember_password(text: str) -> None:
+    """A host written USER:PASSWORD@HOST, as a URL's user part is: its password is masked
+    wherever dtrun prints it, the error that refuses the host included (docs/security.md)."""
+    user, at, _ = text.rpartition("@")
+    if at and ":" in user:
+        from dtrun.redact import remember_secrets
+
+        remember_secrets([user.partition(":")[2]])
+
+
 def host_problem(text: str) -> str | None:
     """Why ``text`` is not a host name, ssh alias or IP address; None when it is one."""
+    remember_password(text)
     if len(text) > HOST_NAME_MOST:
         return f"is {len(text):,} characters long; a host name has at most {HOST_NAME_MOST}"
     if HOST_NAME.fullmatch(text) or is_ipv6(text):

@@ -117,6 +117,25 @@ def test_a_jump_host_with_a_password_is_refused_without_showing_it(tmp_path, sha
     assert not out.exists()  # no record of it either
 
 
+@pytest.mark.parametrize("shape", CREDENTIALS, ids=[shape.name for shape in CREDENTIALS])
+def test_a_host_written_with_a_password_is_refused_without_showing_it(tmp_path, shape):
+    """USER:PASSWORD@HOST as a node's host, in each hosts-file shape and typed to --hosts: the
+    error quotes the host with its password masked."""
+    host = f"alice:{shape.secret}@10.0.0.1"
+    written = {
+        "hosts.txt": f"{host} slots=1\n",  # an MPI hostfile
+        "list.txt": f"n1:2,{host}:2\n",  # host:slots items
+        "hosts.yaml": f"hosts:\n  - host: {json.dumps(host)}\n",
+    }
+    for name, text in written.items():
+        (tmp_path / name).write_text(text)
+    for given in [*(str(tmp_path / name) for name in written), host, f"n1:2,{host}"]:
+        result = dtrun("exec", "--hosts", given, "--", "true")
+        assert result.exit_code == 2, result.output
+        assert "alice:<redacted>@10.0.0.1" in result.output
+        assert leaks(result.output) == []
+
+
 @pytest.mark.parametrize(
     "args",
     [("check", "{url}"), ("run", "--port", "{url}", "--", "python", "t.py"), ("{url}",),

@@ -81,10 +81,13 @@ class SshEngine(Engine):
 
 def _hosts_inventory(hosts: str) -> Inventory:
     """--hosts FILE, or --hosts h1:4,h2:4 (the hosts themselves) where no such file exists."""
+    from dtrun.cluster.names import remember_password
     from dtrun.engines.ssh.hostlines import is_host_list
     from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file, parse_hosts_value  # yaml: here
     from dtrun.workloads.files import name_too_long
 
+    for item in hosts.split(","):  # a USER:PASSWORD@HOST typed there: masked where quoted
+        remember_password(item)
     defaults = Defaults(getpass.getuser(), python_bin=this_python())
     if (name_too_long(Path(hosts)) or not Path(hosts).exists()) and is_host_list(hosts):
         return parse_hosts_value(hosts, defaults)

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dtrun.cluster.names import HOST_NAME, host_problem, is_ipv6
+from dtrun.cluster.names import HOST_NAME, host_problem, is_ipv6, remember_password
 from dtrun.errors import InventoryError
 from dtrun.spec.bounds import bound_of
 from dtrun.spec.request import LaunchRequest
@@ -206,6 +206,7 @@ def _split_item(item: str) -> tuple[str, str | None]:
 def _list_item(item: str, where: str, at: str) -> Entry:
     written, slots_text = _split_item(item)
     host = _bracketed(written, where)
+    remember_password(written)  # USER:PASSWORD@HOST: quoted below, masked
     if host == written and not (HOST_NAME.fullmatch(host) or is_ipv6(host)):
         raise located(where, f"{written!r} is not a host name or address", _LIST_FIX)
     if problem := host_problem(host):  # its length: a hostfile line's host is held to it too
