@@ -11,9 +11,11 @@ from urllib.parse import unquote
 
 REDACTED = "<redacted>"
 
-# Variable names whose values never reach a log, a report or the terminal: anywhere in the name.
+# Variable names whose values never reach a log, a report or the terminal: anywhere in the name
+# (SSHPASS: sshpass(1) -e reads the password from it).
 _SECRET_NAME = re.compile(
-    r"KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SAS|CONNECTION_STRING|PRIVATE|DSN",
+    r"KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SAS|CONNECTION_STRING|PRIVATE|DSN|"
+    r"SSHPASS",
     re.IGNORECASE,
 )
 # Short words that mark a secret only as a whole word of a name: DB_PASS, GITHUB_PAT, SMTP_PWD,

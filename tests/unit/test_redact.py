@@ -82,6 +82,7 @@ def test_url_credentials_are_hidden_to_the_last_at_before_the_host(text, shown):
     ("name", "secret"),
     [("DB_PASS", True), ("GITHUB_PAT", True), ("SMTP_PWD", True), ("HF_TOKEN", True),
      ("GPG_PW", True), ("GPG_PASSPHRASE", True), ("dbPw", True), ("DB_CREDS", True),
+     ("SSHPASS", True), ("sshpass", True),  # sshpass -e reads the password from it
      ("PATH", False), ("COMPASS_DIR", False), ("PASSAGE", False), ("OMP_NUM_THREADS", False),
      ("PWD", False), ("SSH_AUTH_SOCK", False), ("XDG_SESSION_TYPE", False)],
 )  # fmt: skip
