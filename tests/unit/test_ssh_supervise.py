@@ -185,3 +185,45 @@ def test_a_node_whose_log_cannot_be_written_stops_the_launch_with_the_disks_erro
     assert raised.value.filename == str(tmp_path / "node-0.log")
     assert read == ["line 0\n"]
     assert ended["node-0"].exit_code is None  # to be stopped, as a node still running is
+
+
+def test_a_ctrl_c_while_results_are_collected_keeps_how_every_node_ended(tmp_path, monkeypatch):
+    """Every node ended 0, and Ctrl-C came while dtrun copied the results back: the stop
+    carries each node's end, so the records name the nodes and their logs. Before, a bare
+    KeyboardInterrupt left the launch recorded with no node. The loop is a real
+    asyncio.Runner's, as SshSession's, whose Ctrl-C cancels the launch."""
+    import signal
+
+    from dtrun.errors import LaunchInterrupted
+
+    plan = _plan(2)
+    monkeypatch.setattr("dtrun.engines.ssh.executor.remote_launch_dir", lambda *_: "/r")
+    executor = SshExecutor.__new__(SshExecutor)
+    runner = asyncio.Runner()
+    executor.session = cast("SshSession", SimpleNamespace(call=runner.run))
+    executor.inventory = cast("Inventory", SimpleNamespace())
+    executor.on_stopping, executor._stopped = lambda *_: None, None
+
+    async def nothing(*_: object) -> list[str]:
+        return []
+
+    async def node(launch: NodeLaunch, *_: object) -> Ended:
+        return Ended(launch, 0, 0.1, left=[])
+
+    async def collect(*_: object) -> None:
+        signal.raise_signal(signal.SIGINT)  # the user's Ctrl-C, as the copy runs
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(executor, "_stage", nothing)
+    monkeypatch.setattr(executor, "_node", node)
+    monkeypatch.setattr(executor, "_stop_everywhere", nothing)
+    monkeypatch.setattr(executor, "_collect", collect)
+    try:
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            executor.run(plan, tmp_path, timeout_s=60, on_line=lambda *_: None)
+    finally:
+        runner.close()
+    assert isinstance(stopped.value, LaunchInterrupted)
+    assert [(r.node, r.exit_code) for r in stopped.value.node_results] == [
+        (launch.node.name, 0) for launch in plan.launches
+    ]

@@ -265,6 +265,7 @@ class SshExecutor:
             raise StoppedLate(results, verdict)
         if verdict is not None:
             raise verdict
+        self._stopped = results  # a Ctrl-C while the results come back: how each node ended
         await self._collect(plan, remote_dir, workdir)
         return mark_stopped(plan.success, results)
 
