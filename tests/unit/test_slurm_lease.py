@@ -90,7 +90,11 @@ def test_the_lease_is_renewed_through_scontrol(tmp_path, monkeypatch):
     calls = fake_scontrol(tmp_path, monkeypatch, "exit 0")
     warned: list[str] = []
     with Lease(SlurmShell(), "812", 1, warned.append) as lease:  # every 0.2 s
-        time.sleep(1.1)
+        # five renewals, however slow a loaded machine makes each scontrol (a 1.1 s sleep saw
+        # only 4 beside a suite); the deadline only ends a lease that stopped renewing
+        deadline = time.monotonic() + 60
+        while lease.renewals < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
     seen = calls.read_text().splitlines()
     assert seen[:2] == [
         "update JobId=812 Comment=dtrun-lease:1",
