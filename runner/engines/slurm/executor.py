@@ -101,7 +101,6 @@ class _Step:
     started: float = field(default_factory=time.monotonic)
     slurm: Heard = field(default_factory=Heard)  # what srun and slurmstepd said of the end
     stopping: bool = False  # dtrun cancels the step: an exit said from now on is the stop's
-    cut: OSError | None = None  # a log the disk could not hold: the launch stops (NodeLog)
 
     def line(self, raw: bytes) -> None:
         text = raw.decode(errors="replace").rstrip("\r\n")
@@ -134,9 +133,12 @@ class _Step:
 
     def _write(self, name: str, data: bytes) -> None:
         if name not in self.logs:
-            cut = lambda error: setattr(self, "cut", self.cut or error)  # noqa: E731
-            self.logs[name] = NodeLog(self.workdir / name, append=True, on_error=cut)
+            self.logs[name] = NodeLog(self.workdir / name, append=True)
         self.logs[name].write(data)
+
+    @property
+    def cut(self) -> OSError | None:  # a log the disk could not hold: the launch stops
+        return next((log.error for log in list(self.logs.values()) if log.error), None)
 
     def close(self) -> None:
         for log in self.logs.values():
@@ -376,8 +378,7 @@ def _pump(process: subprocess.Popen[bytes], step: _Step) -> None:
 
 
 def _wait(process: subprocess.Popen[bytes], timeout_s: float, done: Callable[[], bool]) -> bool:
-    """Wait for srun to end, or until ``done()`` (node 0 exited 0 under --success worker0:
-    the caller stops the step); True when ``timeout_s`` passed first."""
+    """For srun to end, or ``done()`` (worker0 done, a log cut): True if ``timeout_s`` passed."""
     deadline = time.monotonic() + timeout_s
     while process.poll() is None and not done():
         left = deadline - time.monotonic()
