@@ -21,25 +21,35 @@ When dtrun waits for the helper it first sets the helper's autogroup back to nic
 helper still readying its tools at nice 19 on a machine busy with other work would otherwise
 finish that first at 1.5% of a core (83 s before a report, under a load average of 65).
 
-The helper is a single-worker ``concurrent.futures.ProcessPoolExecutor``. When it cannot start
-or fails for any reason, the report is built here instead: it is the same function either way.
+The helper is a plain Python child (``python -c``, this module's ``serve``) that takes pickled
+work over a socket pair, one piece after another, and sends back each result in turn. Not
+multiprocessing's ProcessPoolExecutor, as it was: its queues hold named POSIX semaphores
+(/dev/shm/sem.mp-*) that only multiprocessing's resource tracker unlinks, and the tracker ran
+in dtrun's process group, so a SIGKILL to the group (a job scheduler's stop, ``timeout -s
+KILL``) left five names in /dev/shm for good on every such kill. A socket has no name: the
+kernel closes it with whichever process ends, and the helper ends at once when dtrun's end
+closes, however dtrun ended. When the helper cannot start or fails for any reason, the report
+is built here instead: it is the same function either way.
 """
 
 from __future__ import annotations
 
-import atexit
+import collections
 import contextlib
 import gc
-import multiprocessing
 import os
-import signal
+import pickle
+import queue
+import socket
+import struct
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from dtrun.record.rundir import RunDir
@@ -47,20 +57,26 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 AUTOGROUP = Path("/proc/self/autogroup")  # "/autogroup-<id> nice <n>" (sched(7), "autogroup")
+LENGTH = struct.Struct("!Q")  # each message on the socket: its length, then its pickle
+# The helper's start: dtrun's sys.path (the checkout or wheel this dtrun runs from, not one the
+# environment names), then serve. Nothing of dtrun's main script runs again in it.
+SERVE = (
+    "import sys; sys.path[:] = sys.argv[2:]; "
+    "from dtrun.report.builder import serve; serve(int(sys.argv[1]))"
+)
+
+
+class HelperError(Exception):
+    """The helper did not answer (it ended, or was closed) or its answer could not travel: the
+    work is done here instead."""
 
 
 class ReportBuilder:
     def __init__(self) -> None:
-        self._pool: ProcessPoolExecutor | None = None
+        self._helper: Helper | None = None
         try:
-            with _hangup_blocked():
-                self._pool = ProcessPoolExecutor(
-                    max_workers=1,
-                    mp_context=multiprocessing.get_context("spawn"),  # no copy of dtrun's threads
-                    initializer=_lowest_priority,
-                )
-            with _main_left_out():
-                self._pool.submit(_warm_up)  # starts the helper now, and readies its tools
+            self._helper = Helper()
+            self._helper.submit(_warm_up)  # readies its tools while the nodes run
         except Exception:
             self.close()
 
@@ -98,61 +114,146 @@ class ReportBuilder:
         own: raised as it is, not tried again here, where it would name another file."""
         from dtrun.errors import DtrunError
 
-        if self._pool is not None:
-            self._full_speed()
+        if self._helper is not None:
+            # The helper's autogroup to nice 0 from here, at once: a warm-up still under way
+            # (sent before ``work``) would otherwise finish at nice 19 first.
+            _set_autogroup_nice(0, Path(f"/proc/{self._helper.pid}/autogroup"))
             try:
-                return self._pool.submit(_at_full_speed, work, *args).result()
+                answer: Future[T] = self._helper.submit(_at_full_speed, work, *args)
+                return answer.result()
             except DtrunError:
                 raise
             except Exception:  # the helper broke: the same work, here
                 pass
         return work(*args)
 
-    def _full_speed(self) -> None:
-        """The helper's autogroup to nice 0 from here, at once: a warm-up still under way
-        (queued before ``work``) would otherwise finish at nice 19 first."""
-        pids = getattr(self._pool, "_processes", None) or {}  # the pool's worker, by pid
-        for pid in list(pids):
-            _set_autogroup_nice(0, Path(f"/proc/{pid}/autogroup"))
+    def close(self) -> None:
+        if self._helper is not None:
+            self._helper.close()
+            self._helper = None
+
+
+class Helper:
+    """The helper process, from dtrun's side: ``submit`` sends it work and returns a future,
+    which a thread of dtrun's resolves when the helper's answers come back, in order."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()  # both close-on-exec: the nodes inherit neither
+        try:
+            with theirs:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-c", SERVE, str(theirs.fileno()), *sys.path],
+                    stdin=subprocess.DEVNULL,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,  # Ctrl-C at the terminal is dtrun's; an autogroup
+                )
+        except BaseException:
+            ours.close()
+            raise
+        self.pid = self._process.pid
+        self._socket = ours
+        self._lock = threading.Lock()  # the sends, and the order of the futures waiting
+        self._waiting: collections.deque[Future[Any]] = collections.deque()
+        self._gone = False
+        self._answers = threading.Thread(target=self._answer, name="dtrun-report-helper")
+        self._answers.daemon = True
+        self._answers.start()
+
+    def submit(self, work: Callable[..., T], *args: object) -> Future[T]:
+        message = pickle.dumps((work, args), protocol=pickle.HIGHEST_PROTOCOL)
+        future: Future[T] = Future()
+        with self._lock:
+            if self._gone:
+                raise HelperError("the report helper has ended")
+            self._waiting.append(future)
+            self._socket.sendall(LENGTH.pack(len(message)) + message)  # OSError: it ended
+        return future
+
+    def _answer(self) -> None:
+        """Each answer to the future that waits longest; every one left fails at the end."""
+        with contextlib.suppress(EOFError, OSError):
+            while True:
+                answer = _receive(self._socket)
+                with self._lock:
+                    future = self._waiting.popleft()
+                try:
+                    done, value = pickle.loads(answer)
+                except Exception as exc:  # a result that cannot be rebuilt here
+                    done, value = False, exc
+                if done:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+        with self._lock:
+            self._gone = True
+            waiting, self._waiting = self._waiting, collections.deque()
+        for future in waiting:
+            future.set_exception(HelperError("the report helper ended before it answered"))
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        """The helper gone and reaped: it holds nothing to clean up, so it is not waited for
+        (a warm-up under way at nice 19 could take seconds on a busy machine)."""
+        with contextlib.suppress(OSError):
+            self._socket.shutdown(socket.SHUT_RDWR)  # the answers' thread ends at once
+        self._process.kill()
+        self._process.wait()
+        self._answers.join()
+        self._socket.close()
 
 
-@contextlib.contextmanager
-def _hangup_blocked() -> Iterator[None]:
-    """SIGHUP blocked in this thread while the pool makes its queues: their semaphores start
-    multiprocessing's resource tracker, in dtrun's process group, and it keeps this thread's
-    mask (it unblocks only SIGINT and SIGTERM, which it ignores). A SIGHUP to the group (a
-    closed terminal) ended it, and dtrun's cleanup then printed a KeyError traceback from the
-    tracker it started again for every semaphore. dtrun's other threads still take SIGHUP."""
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+def serve(fd: int) -> None:
+    """The helper's life: at the lowest priority, each piece of work dtrun sends, in turn, and
+    its result (or the exception it raised) sent back. It ends when dtrun's end of the socket
+    closes, however dtrun ended, at once: a thread reads the socket all along, work or none."""
+    link = socket.socket(fileno=fd)
+    _set_autogroup_nice(19)  # its own session: its own autogroup
+    os.nice(19)  # alone in its autogroup, this only ranks it where autogroups are off
+    work: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+
+    def read() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            while True:
+                work.put(_receive(link))
+        # Without tearing down the interpreter (matplotlib's modules and objects: 20 ms); the
+        # helper has nothing to flush: it prints nothing, and its answers went out as made.
+        os._exit(0)
+
+    threading.Thread(target=read, name="dtrun-report-work", daemon=True).start()
+    while True:
+        message = work.get()
+        try:
+            function, args = pickle.loads(message)
+            answer = pickle.dumps((True, function(*args)), protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException as exc:
+            answer = _failure(exc)
+        try:
+            link.sendall(LENGTH.pack(len(answer)) + answer)
+        except OSError:  # dtrun ended
+            os._exit(0)
+
+
+def _failure(exc: BaseException) -> bytes:
+    """The exception as dtrun can rebuild it; one that cannot travel, named in another."""
     try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        return pickle.dumps((False, exc), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return pickle.dumps((False, HelperError(f"the report helper failed: {exc!r}")))
 
 
-@contextlib.contextmanager
-def _main_left_out() -> Iterator[None]:
-    """The helper starts without running dtrun's main script again.
+def _receive(link: socket.socket) -> bytes:
+    (length,) = LENGTH.unpack(_exactly(link, LENGTH.size))
+    return _exactly(link, length)
 
-    multiprocessing's spawn runs the parent's ``__main__`` file in the child (as ``__mp_main__``,
-    for functions defined there) before the child's own work: for the ``dtrun`` console script,
-    ``dtrun.cli.app`` and every command's options, 0.1-0.2 s of CPU at full priority in dtrun's
-    session while the nodes start (their torchrun took 0.1-0.2 s longer to start its ranks).
-    The helper's work is in this module; it needs nothing of the main script. A ``__main__``
-    without ``__file__`` is not run again (``multiprocessing.spawn.get_preparation_data``,
-    read in the parent as the pool starts its worker, inside ``submit``)."""
-    main = sys.modules.get("__main__")
-    path = main.__dict__.pop("__file__", None) if main is not None else None
-    try:
-        yield
-    finally:
-        if main is not None and path is not None:
-            main.__file__ = path
+
+def _exactly(link: socket.socket, length: int) -> bytes:
+    """``length`` bytes from the socket; EOFError where the other end closed first."""
+    data = bytearray()
+    while len(data) < length:
+        chunk = link.recv(min(length - len(data), 1 << 20))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return bytes(data)
 
 
 def _warm_up() -> None:
@@ -162,27 +263,6 @@ def _warm_up() -> None:
     # What is loaded now stays till the helper exits: keep the collector off it, so the
     # helper's exit does not walk matplotlib's object graph (a tenth of a second).
     gc.freeze()
-
-
-def _lowest_priority() -> None:
-    """The helper's start: out of dtrun's session and to the back of the CPU queue, and gone
-    with dtrun however dtrun ends (a SIGKILLed dtrun's helper would otherwise wait for work
-    forever: its task queue's pipe is held open by its own copy of the queue)."""
-    os.setsid()  # Ctrl-C at the terminal is dtrun's to handle; and an autogroup of its own
-    _set_autogroup_nice(19)
-    os.nice(19)  # alone in its autogroup, this only ranks it where autogroups are off
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="dtrun-report-parent-watch", daemon=True).start()
-    # Its work done, the helper leaves without tearing down the interpreter (matplotlib's
-    # modules and objects: 20 ms that dtrun waits for in ReportBuilder.close). The pool's
-    # results travel over a pipe written before this runs; the helper prints nothing.
-    atexit.register(os._exit, 0)
 
 
 def _at_full_speed(work: Callable[..., T], *args: object) -> T:

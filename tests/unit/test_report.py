@@ -255,12 +255,12 @@ def test_the_report_builder_writes_what_build_report_writes_from_a_low_priority_
     counts: dict[int, list[float]] = {1: [900, 1000, 1100], 2: [1700, 1800, 1900]}
     run_dir = fake_run_dir(tmp_path / "rb", bench, fixed_inventory, counts)
     builder = ReportBuilder()
-    pool = builder._pool
-    assert pool is not None
-    helper = pool.submit(os.getpid).result()
+    helping = builder._helper
+    assert helping is not None
+    helper = helping.submit(os.getpid).result()
     assert helper != os.getpid()
-    assert pool.submit(os.nice, 0).result() == 19  # the back of the CPU queue
-    assert pool.submit(os.getsid, 0).result() == helper  # a session of its own: no Ctrl-C
+    assert helping.submit(os.nice, 0).result() == 19  # the back of the CPU queue
+    assert helping.submit(os.getsid, 0).result() == helper  # a session of its own: no Ctrl-C
     report = builder.build(run_dir)
     names = ("report.md", "report.html", "summary.json", "throughput.png", "efficiency.png")
     helped = {name: (run_dir.path / name).read_bytes() for name in names}
@@ -275,9 +275,9 @@ def test_the_report_helper_warms_up_at_the_lowest_priority_and_builds_at_full_sp
     # a core, and dtrun waited 11 s for a 0.2 s report (issue 29).
     builder = ReportBuilder()
     try:
-        pool = builder._pool
-        assert pool is not None
-        assert pool.submit(autogroup_nice).result() == 19  # while the nodes run
+        helping = builder._helper
+        assert helping is not None
+        assert helping.submit(autogroup_nice).result() == 19  # while the nodes run
         assert builder.call(autogroup_nice) == 0  # dtrun is waiting for this
         assert builder.call(os.getsid, 0) != os.getsid(0)  # in the helper, not here
     finally:
@@ -288,8 +288,8 @@ def test_the_report_is_built_here_when_the_helper_died(tmp_path, fixed_inventory
     bench = BenchSpec(run_id="rd")
     run_dir = fake_run_dir(tmp_path / "rd", bench, fixed_inventory, {1: [1000], 2: [1800]})
     builder = ReportBuilder()
-    assert builder._pool is not None
-    os.kill(builder._pool.submit(os.getpid).result(), signal.SIGKILL)
+    assert builder._helper is not None
+    os.kill(builder._helper.submit(os.getpid).result(), signal.SIGKILL)
     report = builder.build(run_dir)
     assert report.rows[1].efficiency == pytest.approx(0.9)
     assert (run_dir.path / "report.html").is_file()

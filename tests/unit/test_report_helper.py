@@ -1,15 +1,23 @@
 """The report's helper process (runner/report/builder.py): where its work fails for a reason
-dtrun explains (a full disk), that is the error; the work is not done a second time here."""
+dtrun explains (a full disk), that is the error; the work is not done a second time here. And a
+SIGKILL to dtrun's whole process group leaves nothing of the helper's behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from dtrun.errors import DiskFullError
 from dtrun.report.builder import ReportBuilder
+from tests.paths import REPO
 
 
 def _fail_as_a_full_disk(tries: Path) -> None:
@@ -24,7 +32,7 @@ def test_an_error_dtrun_explains_in_the_helper_is_raised_once_not_retried_here(t
     tries = tmp_path / "tries"
     builder = ReportBuilder()
     try:
-        assert builder._pool is not None
+        assert builder._helper is not None
         with pytest.raises(DiskFullError) as raised:
             builder.call(_fail_as_a_full_disk, tries)
     finally:
@@ -32,3 +40,72 @@ def test_an_error_dtrun_explains_in_the_helper_is_raised_once_not_retried_here(t
     assert raised.value.why == "report.html could not be written"
     (pid,) = tries.read_text().split()
     assert int(pid) != os.getpid()  # the helper's try, and no other
+
+
+# dtrun, its report helper started and answering, till its process group is killed
+_KILLED = """
+import os, signal
+from dtrun.report.builder import ReportBuilder
+
+builder = ReportBuilder()
+print(builder.call(os.getpid), flush=True)  # the helper's pid
+signal.pause()
+"""
+
+
+def _shared_memory_mapped(pid: int) -> set[int]:
+    """The inodes of the files in /dev/shm that a process has mapped: a named POSIX semaphore is
+    one (by inode: glibc maps a temporary name, then links it to the semaphore's)."""
+    fields = (line.split(maxsplit=5) for line in Path(f"/proc/{pid}/maps").read_text().splitlines())
+    return {
+        int(field[4]) for field in fields if len(field) == 6 and field[5].startswith("/dev/shm/")
+    }
+
+
+def _in_dev_shm(inodes: set[int]) -> list[Path]:
+    found = []
+    for path in Path("/dev/shm").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # another's, removed meanwhile
+            if path.lstat().st_ino in inodes:
+                found.append(path)
+    return sorted(found)
+
+
+def _ended(process: psutil.Process) -> bool:
+    """Once it has exited (reaped, or a zombie where nothing reaps the orphans), within 60 s."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm on this system")
+def test_a_sigkill_to_dtrun_s_process_group_leaves_no_helper_and_nothing_in_dev_shm(
+    tmp_path: Path,
+):
+    # A scheduler's stop (`kill -KILL -- -PGID`, `timeout -s KILL`): under multiprocessing, the
+    # helper's queues' five semaphores (/dev/shm/sem.mp-*) were the resource tracker's to
+    # unlink, and it was killed with dtrun's group: each such kill left five for good.
+    mapped: set[int] = set()
+    with subprocess.Popen(
+        [sys.executable, "-c", _KILLED], cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+        start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+    ) as dtrun:  # fmt: skip
+        try:
+            assert dtrun.stdout is not None
+            helper = psutil.Process(int(dtrun.stdout.readline()))
+            mapped = _shared_memory_mapped(dtrun.pid) | _shared_memory_mapped(helper.pid)
+            os.killpg(dtrun.pid, signal.SIGKILL)
+            dtrun.wait()
+            assert _ended(helper)  # gone with dtrun, though in a session of its own
+            assert _in_dev_shm(mapped) == []
+        finally:
+            if dtrun.poll() is None:  # not reaped: its pid is still its group's
+                os.killpg(dtrun.pid, signal.SIGKILL)
+            for left in _in_dev_shm(mapped):  # what a failing run left, not left for good
+                left.unlink(missing_ok=True)
