@@ -22,7 +22,8 @@ helper still readying its tools at nice 19 on a machine busy with other work wou
 finish that first at 1.5% of a core (83 s before a report, under a load average of 65).
 
 The helper is a plain Python child (``python -c``, this module's ``serve``) that takes pickled
-work over a socket pair, one piece after another, and sends back each result in turn. Not
+work over a socket pair (``multiprocessing.connection.Connection``'s messages: a length, then
+the pickle), one piece after another, and sends back each result in turn. Not
 multiprocessing's ProcessPoolExecutor, as it was: its queues hold named POSIX semaphores
 (/dev/shm/sem.mp-*) that only multiprocessing's resource tracker unlinks, and the tracker ran
 in dtrun's process group, so a SIGKILL to the group (a job scheduler's stop, ``timeout -s
@@ -41,13 +42,13 @@ import os
 import pickle
 import queue
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 AUTOGROUP = Path("/proc/self/autogroup")  # "/autogroup-<id> nice <n>" (sched(7), "autogroup")
-LENGTH = struct.Struct("!Q")  # each message on the socket: its length, then its pickle
 # The helper's start: dtrun's sys.path (the checkout or wheel this dtrun runs from, not one the
 # environment names), then serve. Nothing of dtrun's main script runs again in it.
 SERVE = (
@@ -151,7 +151,8 @@ class Helper:
             ours.close()
             raise
         self.pid = self._process.pid
-        self._socket = ours
+        self._socket = ours  # for shutdown; the messages go through a Connection on a dup
+        self._link = Connection(os.dup(ours.fileno()))
         self._lock = threading.Lock()  # the sends, and the order of the futures waiting
         self._waiting: collections.deque[Future[Any]] = collections.deque()
         self._gone = False
@@ -166,14 +167,14 @@ class Helper:
             if self._gone:
                 raise HelperError("the report helper has ended")
             self._waiting.append(future)
-            self._socket.sendall(LENGTH.pack(len(message)) + message)  # OSError: it ended
+            self._link.send_bytes(message)  # OSError: it ended
         return future
 
     def _answer(self) -> None:
         """Each answer to the future that waits longest; every one left fails at the end."""
         with contextlib.suppress(EOFError, OSError):
             while True:
-                answer = _receive(self._socket)
+                answer = self._link.recv_bytes()
                 with self._lock:
                     future = self._waiting.popleft()
                 try:
@@ -198,6 +199,7 @@ class Helper:
         self._process.kill()
         self._process.wait()
         self._answers.join()
+        self._link.close()
         self._socket.close()
 
 
@@ -205,7 +207,7 @@ def serve(fd: int) -> None:
     """The helper's life: at the lowest priority, each piece of work dtrun sends, in turn, and
     its result (or the exception it raised) sent back. It ends when dtrun's end of the socket
     closes, however dtrun ended, at once: a thread reads the socket all along, work or none."""
-    link = socket.socket(fileno=fd)
+    link = Connection(fd)
     _set_autogroup_nice(19)  # its own session: its own autogroup
     os.nice(19)  # alone in its autogroup, this only ranks it where autogroups are off
     work: queue.SimpleQueue[bytes] = queue.SimpleQueue()
@@ -213,7 +215,7 @@ def serve(fd: int) -> None:
     def read() -> None:
         with contextlib.suppress(EOFError, OSError):
             while True:
-                work.put(_receive(link))
+                work.put(link.recv_bytes())
         # Without tearing down the interpreter (matplotlib's modules and objects: 20 ms); the
         # helper has nothing to flush: it prints nothing, and its answers went out as made.
         os._exit(0)
@@ -227,7 +229,7 @@ def serve(fd: int) -> None:
         except BaseException as exc:
             answer = _failure(exc)
         try:
-            link.sendall(LENGTH.pack(len(answer)) + answer)
+            link.send_bytes(answer)
         except OSError:  # dtrun ended
             os._exit(0)
 
@@ -238,22 +240,6 @@ def _failure(exc: BaseException) -> bytes:
         return pickle.dumps((False, exc), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return pickle.dumps((False, HelperError(f"the report helper failed: {exc!r}")))
-
-
-def _receive(link: socket.socket) -> bytes:
-    (length,) = LENGTH.unpack(_exactly(link, LENGTH.size))
-    return _exactly(link, length)
-
-
-def _exactly(link: socket.socket, length: int) -> bytes:
-    """``length`` bytes from the socket; EOFError where the other end closed first."""
-    data = bytearray()
-    while len(data) < length:
-        chunk = link.recv(min(length - len(data), 1 << 20))
-        if not chunk:
-            raise EOFError
-        data += chunk
-    return bytes(data)
 
 
 def _warm_up() -> None:
