@@ -30,6 +30,16 @@ LOGIN_SCRIPT_FIX = (
 )
 
 
+class LogCut(OSError):
+    """A node log the disk could not hold (NodeLog's OSError, the same errno and file) that
+    stopped its launch, with how every node of it ended: the launch's record keeps them
+    (runner/sweep/runlaunch.py), as a failed node's RunError does."""
+
+    def __init__(self, error: OSError, node_results: tuple[NodeResult, ...]) -> None:
+        super().__init__(error.errno, error.strerror, error.filename)
+        self.node_results = node_results
+
+
 def quiet_stop(running: int) -> None:
     """Hear nothing when a stop begins (the records still say the run was interrupted)."""
 

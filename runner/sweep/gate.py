@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dtrun.errors import HealthGateError
+from dtrun.errors import HealthGateError, RunDirWriteError
 from dtrun.plan.sweep import HEALTH_DIR, GatePlan, Launch
 from dtrun.report.resultfile import AllreduceResult
 from dtrun.spec.outcome import GateStatus, Health, NodeHealth
@@ -39,6 +39,14 @@ def judge(gate: GatePlan, outcomes: Sequence[Outcome], *, strict: bool) -> Healt
         procs_per_node=gate.procs_per_node,
         nodes=checks,
     )
+
+
+def written(outcome: Outcome) -> Outcome:
+    """A check's outcome, unless the run directory could not take its launch's files (a full
+    disk): that error is raised, the disk's and not the node's health, and stops the sweep."""
+    if isinstance(outcome.error, RunDirWriteError):
+        raise outcome.error
+    return outcome
 
 
 def refuse(health: Health, run_path: str) -> HealthGateError:

@@ -17,7 +17,7 @@ from dtrun.errors import (
     RunInterruptedError,
     interruption,
 )
-from dtrun.execute import Executor, LineSink, discard
+from dtrun.execute import Executor, LineSink, LogCut, discard
 from dtrun.execute.guard import guarded
 from dtrun.plan.resolve import ResolvedRun
 from dtrun.plan.sweep import plan_run
@@ -111,6 +111,7 @@ def _launch(  # noqa: PLR0913 - run_program's state, handed on
             write_run_record(
                 run_dir, spec, inventory, plan, status=RunStatus.FAILED, error=explained.message,
                 wall_s=time.monotonic() - started, command=command,
+                nodes=exc.node_results if isinstance(exc, LogCut) else (),
             )  # fmt: skip
         raise explained from None
     # a stop's record that cannot be written (a full disk) leaves the stop's own error and

@@ -47,7 +47,7 @@ from dtrun.spec.outcome import (
 )
 from dtrun.sweep.beside import Beside
 from dtrun.sweep.eviction import Command
-from dtrun.sweep.gate import judge, refuse, skipped
+from dtrun.sweep.gate import judge, refuse, skipped, written
 from dtrun.sweep.runlaunch import Outcome, Ready, always_ready, run_launch
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ class _Runner:
             outcomes = []
             for index, check in enumerate(gate.checks):
                 self.events.on_gate_node(check.plan.nodes[0], index, len(gate.checks))
-                outcomes.append(self.launch(check))
+                outcomes.append(written(self.launch(check)))
             health = judge(gate, outcomes, strict=self.plan.spec.health.strict)
             if health.below and self.drain is not None:
                 # --drain-failing: the scheduler keeps them out of this and later jobs
@@ -206,10 +206,11 @@ class _Runner:
             self.current = (launch, time.monotonic())
             outcome = self.launch(launch)
             self.current = None
+            if outcome.error is not None:  # recorded with its launch: a full disk may stop
+                self.status, self.error = SweepStatus.FAILED, outcome.error.message  # the rest
             self.record(outcome.run)
             self.events.on_done(outcome.run, outcome.result)
             if outcome.error is not None:
-                self.status, self.error = SweepStatus.FAILED, outcome.error.message
                 raise outcome.error
 
     def runs_next(self, launch: Launch) -> bool:

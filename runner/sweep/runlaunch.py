@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dtrun.errors import DtrunError, RunError, RunInterruptedError, RunTimeoutError
-from dtrun.execute import Executor, LineSink
+from dtrun.execute import Executor, LineSink, LogCut
 from dtrun.plan.sweep import Launch
+from dtrun.record.writefail import write_error
 from dtrun.report.resultfile import Result, load_result
 from dtrun.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan
 from dtrun.spec.outcome import NodeResult, RunResult, RunStatus
@@ -67,7 +68,9 @@ def run_launch(  # noqa: PLR0913 - the launch, where it runs, and the sweep's ho
     launch failed (runner/sweep/eviction.py). ``finish`` makes the launch's result.json from
     what its processes left (a user's program: runner/sweep/programresult.py). ``answered``:
     the nodes that passed a readiness wait earlier in the sweep, this launch's added once its
-    own passes; a node outside it that fails is not taken for evicted (it never answered)."""
+    own passes; a node outside it that fails is not taken for evicted (it never answered).
+    A write the run directory could not take (a full disk) is the launch's failure too,
+    explained (runner/record/writefail.py): it is recorded like any other."""
     plan = launch.plan
     workdir = run_path / launch.workdir
     # an earlier attempt's result (--resume runs failed launches again in their directories)
@@ -85,6 +88,18 @@ def run_launch(  # noqa: PLR0913 - the launch, where it runs, and the sweep's ho
         if finish is not None:
             finish(plan, workdir, time.monotonic() - ran)
         result = load_result(workdir / RESULT_FILE)
+    except OSError as caught:  # an executor's write: a full disk, the run directory removed
+        explained = write_error(caught, run_path)
+        if explained is None:
+            raise
+        # how each node ended, where a node log the disk could not hold stopped them (LogCut)
+        nodes = caught.node_results if isinstance(caught, LogCut) else ()
+        wall = time.monotonic() - started
+        run = RunResult(
+            plan.nnodes, launch.repeat, RunStatus.FAILED, wall, launch.workdir, nodes,
+            explained.message,
+        )  # fmt: skip
+        return Outcome(run, error=explained)
     except DtrunError as caught:
         exc = caught
         # a node that failed or was lost, not dtrun stopping the launch itself

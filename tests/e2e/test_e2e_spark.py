@@ -311,3 +311,32 @@ def test_a_user_program_is_benched_on_spark_executors(no_leftovers, launcher, pr
     assert result["schema"] == "dtrun.program/1"
     assert (result["timed_steps"], result["proof"]["answer"]) == (4, "in sync")
     assert sorted(rank["node"] for rank in result["ranks"]) == ["spark-0", "spark-1"]
+
+
+def test_a_node_log_the_disk_cannot_hold_stops_every_rank_and_says_the_disk_is_full(
+    small_disk, no_leftovers
+):
+    """The node logs are written on the executors (node_main): once the disk cannot hold one,
+    that node stops and says so, dtrun cancels the launch as for a failed node, nothing of it
+    is left running, and the full disk is the error, naming the cut log. Before, the nodes ran
+    on unlogged until --timeout (600 s by default: past this test's wait)."""
+    disk = small_disk(400)
+    spew = no_leftovers / "spew.py"
+    spew.write_text("while True:\n    print('x' * 200, flush=True)\n")
+    done = run_dtrun(
+        "bench", "--spark", MASTER, "--launcher", "torchdistributor", "--nodes", "2",
+        "--repeat", "1", "--no-health-gate", "-o", str(disk),
+        "--run-id", "spew", "--", "python", str(spew), cwd=no_leftovers, timeout=400,
+    )  # fmt: skip
+    run = disk / "spew"
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert f"error: the disk holding {run} is full (" in done.stderr, done.stderr
+    assert "where the disk filled" in done.stderr  # the node log it cut short is named
+    assert "did not finish within" not in done.stderr
+    logs = [
+        path for path in (run / "n2" / "r0").glob("spark-*.log") if "x" * 200 in path.read_text()
+    ]
+    assert logs  # kept up to the cut
+    assert not [path for path in run.rglob("*") if ".partial" in path.name]
+    wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the launch")

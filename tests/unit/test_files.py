@@ -351,3 +351,44 @@ def test_a_link_met_by_an_executors_write_is_named_in_the_message(tmp_path: Path
     explained = write_error(raised.value, tmp_path)
     assert explained is not None
     assert explained.message.startswith(f"n2/r1/node-0.sh in {tmp_path} is a symbolic link")
+
+
+def test_an_embedded_launch_a_cut_log_stopped_raises_it_with_how_every_node_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Node 0's log on a disk with no room (/dev/full), both nodes printing on: the embedded
+    executor stops them and raises the log's OSError with each node's end (LogCut), for the
+    launch's record. Before, the bare OSError left the record with no node."""
+    import dtrun.engines.embedded.executor as embedded
+    from dtrun.execute import LogCut
+    from dtrun.spec.cluster import Node
+    from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
+
+    class FullLog(NodeLog):
+        def __init__(self, path: Path, **options: object) -> None:
+            super().__init__(path, **options)  # type: ignore[arg-type]
+            if path.name == "node-0.log":
+                full = os.open("/dev/full", os.O_WRONLY)  # every write: ENOSPC
+                assert self._fd is not None
+                os.dup2(full, self._fd)
+                os.close(full)
+
+    monkeypatch.setattr(embedded, "NodeLog", FullLog)
+    spew = "while :; do echo xxxxxxxxxxxxxxxx; sleep 0.01; done\n"
+    launches = tuple(
+        NodeLaunch(Node(f"node-{i}", "127.0.0.1"), i, f"node-{i}.sh", spew) for i in range(2)
+    )
+    plan = LaunchPlan("torchrun", "train", 2, 1, 2, 8, "r", "h", 1, launches)
+    with pytest.raises(OSError) as raised:
+        embedded.LocalExecutor(grace_s=1.0).run(
+            plan, tmp_path, timeout_s=120, on_line=lambda *_: None
+        )
+    assert (raised.value.errno, raised.value.filename) == (
+        errno.ENOSPC,
+        str(tmp_path / "node-0.log"),
+    )
+    assert isinstance(raised.value, LogCut)
+    assert [(r.node, r.exit_code) for r in raised.value.node_results] == [
+        ("node-0", None),
+        ("node-1", None),
+    ]

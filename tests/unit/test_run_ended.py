@@ -13,6 +13,7 @@ import pytest
 from dtrun.check.stopped import unrecorded_record
 from dtrun.engines.embedded.inventory import embedded_inventory
 from dtrun.errors import DiskFullError, RunDirWriteError, RunInterruptedError, RunTimeoutError
+from dtrun.execute import LogCut
 from dtrun.execute.guard import drop_guard, start_guard
 from dtrun.plan.resolve import resolve_run
 from dtrun.record.ended import UNRECORDED_RUN, guard_command, mark_unrecorded, settle
@@ -183,7 +184,11 @@ def test_a_run_json_that_is_no_record_is_left_at_once_not_waited_on(tmp_path, ki
 class _LogCut(_Launched):
     def run(self, plan, workdir, *, timeout_s, on_line):
         log = workdir / "node-0.log"  # the executor stopped every node: its log was cut
-        raise OSError(errno.ENOSPC, "No space left on device", str(log))
+        stopped = tuple(
+            NodeResult(node.name, node.address, None, str(workdir / f"{node.name}.log"), 0.1)
+            for node in plan.nodes
+        )
+        raise LogCut(OSError(errno.ENOSPC, "No space left on device", str(log)), stopped)
 
 
 def test_a_launch_stopped_by_a_full_disk_says_so_in_run_json_where_it_still_fits(tmp_path):
@@ -195,3 +200,8 @@ def test_a_launch_stopped_by_a_full_disk_says_so_in_run_json_where_it_still_fits
     record = json.loads((tmp_path / "cut" / "run.json").read_text())
     assert record["status"] == "failed"  # not "running", read later as ended unrecorded
     assert record["error"] == raised.value.message
+    # how each node ended: every one stopped for the cut log (before: no node recorded)
+    assert [(n["node"], n["exit_code"]) for n in record["nodes"]] == [
+        ("node-0", None),
+        ("node-1", None),
+    ]

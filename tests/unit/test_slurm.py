@@ -28,6 +28,7 @@ from dtrun.engines.slurm.fault import Heard, NodeLostError, ended_by_slurm
 from dtrun.engines.slurm.lease import hold_script
 from dtrun.engines.slurm.shell import SlurmShell, step_guard
 from dtrun.errors import NodeFailedError
+from dtrun.execute import LogCut
 from dtrun.execute.guard import drop_guard
 from dtrun.plan.launchfiles import What, plan_launch
 from dtrun.plan.resolve import resolve_run
@@ -488,3 +489,9 @@ def test_a_node_log_the_disk_cannot_hold_stops_the_step_and_is_raised(tmp_path, 
     assert (raised.value.errno, raised.value.filename) == (
         errno.ENOSPC, str(workdir.resolve() / "gpu01.log")
     )  # fmt: skip
+    # with how each node ended, for the launch's record (runs.json, run.json): all stopped
+    assert isinstance(raised.value, LogCut)
+    assert [(r.node, r.exit_code) for r in raised.value.node_results] == [
+        ("gpu01", None),
+        ("gpu02", None),
+    ]

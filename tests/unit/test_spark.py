@@ -4,11 +4,13 @@ script, and how the executor reads each node's end from the files node_main writ
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -111,6 +113,26 @@ def test_node_main_runs_the_node_script_logs_it_and_records_its_exit(tmp_path, m
     assert node_main(str(tmp_path), ["spark-0", "spark-1"]) == 0
     assert (tmp_path / "spark-1.exit").read_text() == "0\n"
     assert (tmp_path / "spark-1.log").read_text().endswith(f"{tmp_path}\n")
+
+
+def test_a_node_log_the_disk_cannot_hold_stops_the_node_and_node_main_says_so(
+    small_disk: Callable[[int], Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+):
+    """The node's log is on its executor: once the disk cannot hold it, node_main stops the
+    script (as dtrun stops a node on the other engines), records no exit of its own, fails its
+    task, and tells dtrun why on its output (`dtrun-log-cut R: ERRNO WHY`, which the driver
+    streams). Before, the script ran on unlogged, and its exit file then failed to be written."""
+    disk = small_disk(64)
+    (disk / "node-0.sh").write_text(f"for i in $(seq 4000); do echo {'x' * 200}; done\n")
+    monkeypatch.setenv("NODE_RANK", "0")
+    with pytest.raises(SystemExit) as ended:
+        node_main(str(disk), ["spark-0"])
+    assert ended.value.code == 128 + signal.SIGTERM  # stopped, not run to its end
+    assert f"dtrun-log-cut 0: {errno.ENOSPC} No space left on device\n" in capfd.readouterr().out
+    assert not (disk / "spark-0.exit").exists()
+    assert "x" * 200 in (disk / "spark-0.log").read_text()  # kept up to the cut
 
 
 def _plan(names: list[str]) -> LaunchPlan:

@@ -4,6 +4,7 @@ code the driver ships imports with nothing but the zip on the path."""
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,8 +14,15 @@ import psutil
 import pytest
 
 import dtrun
-from dtrun.engines.spark.app import AppTimeout, SparkApp
+from dtrun.engines.spark.app import DRIVER_LOG, AppTimeout, SparkApp
+from dtrun.engines.spark.executor import SparkExecutor
 from dtrun.engines.spark.shipping import SHIPPED, build_zip, shipped_root
+from dtrun.errors import DiskFullError
+from dtrun.execute import LogCut
+from dtrun.record.writefail import write_error
+from dtrun.workloads.files import CUT_LOGS
+from tests.paths import REPO
+from tests.unit.test_spark import _plan
 
 # A stand-in driver: answers each launch with its directory's `code` file, ignores a launch of
 # a directory holding `hang` until cancelled, and says which of its process it is.
@@ -173,6 +181,83 @@ def test_closing_the_application_leaves_none_of_its_processes(tmp_path):
         except psutil.Error:
             continue
     assert left == []
+
+
+# A stand-in whose launch's node 1 says its log was cut on its executor (node_main), and whose
+# launch ends only when dtrun cancels it.
+CUT_ON_NODE_1 = """\
+#!/usr/bin/env bash
+while read -r word dir; do
+  if [ "$word" = launch ]; then
+    echo "dtrun-node 1: training"
+    echo "dtrun-log-cut 1: 28 No space left on device"
+  elif [ "$word" = cancel ] && [ -z "$cancelled" ]; then
+    cancelled=1; echo "dtrun-spark-done 1"
+  fi
+done
+"""
+
+
+def test_a_node_log_cut_on_its_executor_cancels_the_launch_and_raises_naming_it(tmp_path):
+    """node_main's word that its log was cut (a full disk on the executor) stops the launch
+    at once, as a failed node does, and the launch raises the OSError naming that log, with
+    how each node ended, for the full disk's message and the records. Before, the line was
+    shown as the driver's and the launch ran on until --timeout."""
+    executor = SparkExecutor("local-cluster[2,1,1024]", sys.executable, str(REPO))
+    executor.app = SparkApp(lambda tag: CUT_ON_NODE_1, grace_s=2.0)
+    lines: list[tuple[str, str]] = []
+    try:
+        with pytest.raises(OSError) as raised:
+            executor.run(_plan(["spark-0", "spark-1"]), tmp_path, timeout_s=20,
+                         on_line=lambda node, line: lines.append((node, line)))  # fmt: skip
+    finally:
+        executor.close()
+    log = tmp_path / "spark-1.log"
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, str(log))
+    assert isinstance(raised.value, LogCut)
+    assert [(r.node, r.exit_code) for r in raised.value.node_results] == [
+        ("spark-0", None),
+        ("spark-1", None),
+    ]
+    assert CUT_LOGS[str(log)] == "No space left on device"  # the records say it was cut
+    assert ("spark-1", "training") in lines and not [n for n, line in lines if "cut" in line]
+    said = write_error(raised.value, tmp_path)
+    assert isinstance(said, DiskFullError)
+    assert "spark-1.log could not be written, so the launch was stopped" in said.message
+
+
+# A stand-in that prints without end once launched, until dtrun cancels the launch.
+SPEWS = """\
+#!/usr/bin/env bash
+while read -r word dir; do
+  if [ "$word" = launch ]; then
+    while :; do echo "dtrun-node 0: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; done &
+    spew=$!
+  elif [ "$word" = cancel ] && [ -n "$spew" ]; then
+    kill "$spew"; wait "$spew"; spew=; echo "dtrun-spark-done 1"
+  fi
+done
+"""
+
+
+def test_a_driver_log_the_disk_cannot_hold_cancels_the_launch_and_raises_naming_it(
+    small_disk: Callable[[int], Path],
+):
+    """spark-driver.log, written here, on a full disk: the launch is cancelled as for a failed
+    node and raises the OSError naming that log. Before, the log stopped and the launch ran on,
+    its output unkept, until --timeout."""
+    disk = small_disk(64)
+    app = SparkApp(lambda tag: SPEWS, grace_s=2.0)
+    try:
+        with pytest.raises(OSError) as raised:
+            app.launch(_launch_dir(disk, "a", 0), lambda line: None, 20)
+        assert app.up  # the application stays for the next launch, as after a failed one
+    finally:
+        app.close()
+    assert (raised.value.errno, raised.value.filename) == (
+        errno.ENOSPC,
+        str(disk / "a" / DRIVER_LOG),
+    )
 
 
 def test_the_shipped_zip_alone_imports_the_node_code_and_knows_it_came_from_it(tmp_path):

@@ -227,3 +227,43 @@ def test_a_ctrl_c_while_results_are_collected_keeps_how_every_node_ended(tmp_pat
     assert [(r.node, r.exit_code) for r in stopped.value.node_results] == [
         (launch.node.name, 0) for launch in plan.launches
     ]
+
+
+def test_a_launch_a_cut_log_stopped_raises_it_with_how_every_node_ended(tmp_path, monkeypatch):
+    """Node 0's log refused a line (a full disk): the launch raises that OSError with every
+    node's end (LogCut), so that the sweep's runs.json and run.json record the nodes it
+    stopped. Before, the bare OSError left the launch recorded with no node."""
+    from dtrun.execute import LogCut
+
+    plan = _plan(2)
+    monkeypatch.setattr("dtrun.engines.ssh.executor.remote_launch_dir", lambda *_: "/r")
+    executor = SshExecutor.__new__(SshExecutor)
+    runner = asyncio.Runner()
+    executor.session = cast("SshSession", SimpleNamespace(call=runner.run))
+    executor.inventory = cast("Inventory", SimpleNamespace())
+    executor.on_stopping, executor._stopped = lambda *_: None, None
+    log = str(tmp_path / "node-0.log")
+
+    async def nothing(*_: object) -> list[str]:
+        return []
+
+    async def node(launch: NodeLaunch, *_: object) -> Ended:
+        if launch.node_rank == 0:
+            cut = OSError(errno.ENOSPC, "No space left on device", log)
+            return Ended(launch, None, 0.1, cut=cut)
+        await asyncio.sleep(3600)  # runs on until stopped
+        raise AssertionError("not stopped")
+
+    monkeypatch.setattr(executor, "_stage", nothing)
+    monkeypatch.setattr(executor, "_node", node)
+    monkeypatch.setattr(executor, "_stop_everywhere", nothing)
+    try:
+        with pytest.raises(OSError) as raised:
+            executor.run(plan, tmp_path, timeout_s=60, on_line=lambda *_: None)
+    finally:
+        runner.close()
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, log)
+    assert isinstance(raised.value, LogCut)
+    assert [(r.node, r.exit_code) for r in raised.value.node_results] == [
+        (launch.node.name, None) for launch in plan.launches
+    ]

@@ -4,6 +4,7 @@ no record that claims more than was written."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ import pytest
 from dtrun import errors
 from dtrun.engines.embedded.executor import LocalExecutor
 from dtrun.errors import DamagedRunError, DiskFullError, RunDirWriteError, RunInterruptedError
-from dtrun.execute import LineSink
+from dtrun.execute import LineSink, LogCut
 from dtrun.record.rundir import RunDir, record_machine_noise
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
@@ -26,6 +27,7 @@ from dtrun.spec.outcome import NodeResult
 from dtrun.spec.request import BenchSpec
 from dtrun.sweep import run as sweep_run
 from dtrun.sweep.run import run_sweep
+from dtrun.workloads.files import CUT_LOGS
 from tests.conftest import fill, run_dtrun
 from tests.factories import result_data
 from tests.plans import sweep_plan
@@ -122,6 +124,59 @@ def test_a_full_disk_mid_sweep_keeps_the_last_whole_record_and_says_so(
     assert not [path for path in run.rglob("*") if ".partial" in path.name]
     (disk / "filler").unlink()
     assert run_dtrun("report", str(run), cwd=disk).returncode == 0  # as the message says
+
+
+class CutOnTheSecondLaunch(Recorded):
+    """The second launch's node-1 log could not be written (a full disk under the launch, not
+    under runs.json): the executor stopped its nodes and raised NodeLog's error with how each
+    ended, as the embedded executor does."""
+
+    def run(
+        self,
+        plan: LaunchPlan,
+        workdir: Path,
+        *,
+        timeout_s: float,
+        on_line: LineSink,
+        tag: str | None = None,
+    ) -> tuple[NodeResult, ...]:
+        if self.launches == 0:
+            return super().run(plan, workdir, timeout_s=timeout_s, on_line=on_line)
+        nodes = tuple(
+            NodeResult(
+                launch.node.name,
+                launch.node.address,
+                None,
+                str(workdir / f"{launch.node.name}.log"),
+                0.5,
+            )
+            for launch in plan.launches
+        )
+        CUT_LOGS[str(workdir / "node-1.log")] = "No space left on device"  # as NodeLog has it
+        cut = OSError(errno.ENOSPC, "No space left on device", str(workdir / "node-1.log"))
+        raise LogCut(cut, nodes)
+
+
+def test_a_launch_a_full_disk_stopped_is_recorded_failed_with_its_nodes_where_runs_json_fits(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    """As `dtrun run` records it in run.json: the launch is in runs.json, failed, with each
+    node's end and the full disk's words, beside the sweep's error. Before, runs.json had only
+    the sweep's error: the launch that stopped it was missing."""
+    with pytest.raises(DiskFullError) as raised:
+        run_sweep(sweep_plan(fixed_inventory, bench("cut")), tmp_path, CutOnTheSecondLaunch())
+    assert (
+        "n2/r0/node-1.log could not be written, so the launch was stopped" in raised.value.message
+    )
+    runs = runs_of(tmp_path / "cut")
+    assert runs["status"] == "failed" and runs["error"] == raised.value.message
+    assert [(r["nodes"], r["status"]) for r in runs["runs"]] == [(1, "ok"), (2, "failed")]
+    cut = runs["runs"][1]
+    assert cut["error"] == raised.value.message
+    assert [(n["node"], n["exit_code"]) for n in cut["node_results"]] == [
+        (node.name, None) for node in fixed_inventory.nodes[:2]
+    ]
+    assert cut["node_results"][1]["log_cut"].startswith("No space left on device")
 
 
 def test_a_launch_directory_its_program_removed_is_named_and_recorded(

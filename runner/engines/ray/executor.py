@@ -27,7 +27,7 @@ from dtrun.engines.ray.launcher import NAME as TORCHTRAINER
 from dtrun.engines.ray.node import GRACE_S, NodeProcess
 from dtrun.engines.ray.session import RaySession
 from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
-from dtrun.execute import Answer, LineSink, StopSink, quiet_stop
+from dtrun.execute import Answer, LineSink, LogCut, StopSink, quiet_stop
 from dtrun.execute.success import Next, after_exit, mark_stopped
 from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
 from dtrun.spec.outcome import NodeResult
@@ -129,12 +129,14 @@ class RayExecutor:
 
             launch = TrainerLaunch(self, plan, workdir, nodes, on_line)
         verdict: RunError | None = None
-        interrupted = False
+        interrupted, cut = False, None
         try:
             launch.place()
             verdict = launch.supervise(timeout_s)
         except KeyboardInterrupt:
             interrupted = True
+        except OSError as error:  # a node log the disk could not hold (_Launch.cut)
+            cut = error
         finally:
             with sigint_deferred(replay=False) as late:  # raised below, with every node's end
                 if interrupted:  # saying so must not replace the stop (a closed terminal)
@@ -142,6 +144,8 @@ class RayExecutor:
                         self.on_stopping(sum(node.running for node in nodes))
                 launch.stop()
         results = tuple(node.result() for node in nodes)
+        if cut is not None:  # the caller says why (runner/record/writefail.py)
+            raise LogCut(cut, results)
         if not interrupted:
             verdict = launch.lost_first() or verdict
         if verdict is not None:

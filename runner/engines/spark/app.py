@@ -21,7 +21,6 @@ then every process left with its tag.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import queue
 import secrets
@@ -42,6 +41,7 @@ from dtrun.workloads.files import NodeLog, write_atomic
 DRIVER_SCRIPT = "spark-driver.sh"
 DRIVER_LOG = "spark-driver.log"
 CANCEL_WAIT_S = 60.0  # how long a cancelled launch may take to end before the app is stopped
+CANCEL_AGAIN_S = 1.0  # how often a launch cut short (a full disk) is cancelled until it ends
 # how long a failed launch waits for Spark to say it lost an executor: the driver hears an
 # executor's connection drop at once, and a job failed by that loss can end first (3 s: the
 # wait on a failure whose other nodes Spark stopped, which writes no exit)
@@ -80,6 +80,8 @@ class SparkApp:
         self.starts = 0  # applications started: one for a sweep whose Spark stayed up
         self.said: list[str] = []  # the driver's lines while no launch runs: the next one's
         self.lines = threading.Lock()
+        self.cut: OSError | None = None  # a log of the launch the disk could not hold
+        self.sent = False  # the launch under way was sent to the driver
 
     @property
     def up(self) -> bool:
@@ -95,13 +97,16 @@ class SparkApp:
     ) -> int | None:
         """Run the launch in ``workdir`` on the application, starting it if it is not up: the
         driver's code for it (0 done, 1 failed, 128+N stopped), None if the driver ended
-        without one. AppTimeout past ``timeout_s``. A failed launch keeps the driver's lines
-        coming to its log until ``settled()`` or SETTLE_S: Spark may say it lost an executor
-        after the job failed from that loss (runner/engines/spark/executor.py)."""
+        without one. AppTimeout past ``timeout_s``; the OSError of a log the disk could not
+        hold (``cut_short``), once the launch it cancelled has ended. A failed launch keeps
+        the driver's lines coming to its log until ``settled()`` or SETTLE_S: Spark may say
+        it lost an executor after the job failed from that loss
+        (runner/engines/spark/executor.py)."""
         self.start()
         assert self.proc is not None and self.proc.stdin is not None
         write_atomic(workdir / DRIVER_SCRIPT, self.script(self.tag).encode(), 0o700)
-        with NodeLog(workdir / DRIVER_LOG) as log:
+        self.cut, self.sent = None, False
+        with NodeLog(workdir / DRIVER_LOG, on_error=self.cut_short) as log:
 
             def sink(line: str) -> None:
                 log.write(f"{line}\n".encode())
@@ -113,12 +118,17 @@ class SparkApp:
                 self.said.clear()
                 self.sink = sink
             try:
+                if self.cut is not None:  # before the launch was sent: it does not start
+                    raise self.cut
                 self._send(f"launch {workdir}")
-                try:  # no --timeout: math.inf, which a queue's wait cannot take
-                    code = self.done.get(timeout=None if math.isinf(timeout_s) else timeout_s)
+                self.sent = True
+                try:
+                    code = self._ended(timeout_s)
                 except queue.Empty:
                     pass
                 else:
+                    if self.cut is not None:  # stopped for it: no failure of its own to settle
+                        raise self.cut
                     if code not in (0, None) and settled is not None:
                         deadline = time.monotonic() + SETTLE_S
                         while not settled() and self._talking() and time.monotonic() < deadline:
@@ -133,6 +143,30 @@ class SparkApp:
             finally:
                 with self.lines:
                     self.sink = None
+
+    def _ended(self, timeout_s: float) -> int | None:
+        """The driver's code for the launch sent; queue.Empty past ``timeout_s``. A launch cut
+        short is cancelled again every CANCEL_AGAIN_S until it ends: the driver drops a cancel
+        that comes before its launch's job has started (nothing to cancel yet)."""
+        deadline = time.monotonic() + timeout_s  # no --timeout: math.inf
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise queue.Empty
+            try:
+                return self.done.get(timeout=min(left, CANCEL_AGAIN_S))
+            except queue.Empty:
+                if self.cut is not None:
+                    self._send("cancel")
+
+    def cut_short(self, error: OSError) -> None:
+        """A log of the launch under way the disk cannot hold (NodeLog: the driver's here, a
+        node's on its executor): the launch is cancelled, as a failed node's job ends, and
+        ``launch`` raises the first such error once the driver says the launch ended."""
+        if self.cut is None:
+            self.cut = error
+            if self.sent:
+                self._send("cancel")
 
     def start(self) -> None:
         """Start the driver, unless it is up."""

@@ -7,16 +7,21 @@ application and every process below it (a local-cluster's executors and their ra
 cluster's executors end with the application). What each node did comes from the files its
 Spark task's node_main writes in the launch directory: ``<node>.log`` and ``<node>.exit``. The
 launch directory must be one the executors share with the driver (this machine's for
-local-cluster; shared storage otherwise).
+local-cluster; shared storage otherwise). A log the disk cannot hold, the driver's here or a
+node's on its executor (node_main stops that node and says so), cancels the launch as a failed
+node's job ends, and ``run`` raises its OSError with every node's end (LogCut).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 import re
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +32,7 @@ from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.spark.app import DRIVER_LOG, DRIVER_SCRIPT, AppTimeout, SparkApp
 from dtrun.engines.spark.cds import RECORD_WAIT_S
 from dtrun.engines.spark.failures import FAILURE_FILE
-from dtrun.engines.spark.node import EXIT_SUFFIX, HOST_SUFFIX, TAG
+from dtrun.engines.spark.node import CUT, EXIT_SUFFIX, HOST_SUFFIX, TAG
 from dtrun.errors import (
     LaunchInterrupted,
     NodeFailedError,
@@ -35,11 +40,12 @@ from dtrun.errors import (
     RunTimeoutError,
     UsageError,
 )
-from dtrun.execute import Answer, LineSink, StopSink, quiet_stop
+from dtrun.execute import Answer, LineSink, LogCut, StopSink, quiet_stop
 from dtrun.render import render
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.outcome import NodeResult
 from dtrun.spec.text import plural
+from dtrun.workloads.files import CUT_LOGS
 
 DRIVER = "spark-driver"
 
@@ -104,17 +110,7 @@ class SparkExecutor:
         names = {str(i): launch.node.name for i, launch in enumerate(plan.launches)}
 
         lost = threading.Event()  # the driver said it lost an executor
-
-        def demux(line: str) -> None:
-            # node_main's lines, streamed by TorchDistributor: `dtrun-node R: text`
-            head, _, rest = line.partition(": ")
-            tagged = head.startswith(f"{TAG} ")
-            if tagged and head[len(TAG) + 1 :] in names:
-                on_line(names[head[len(TAG) + 1 :]], rest)
-            else:  # the driver's own (`dtrun-node -: ...`) and Spark's
-                if _LOST_ON.search(line):
-                    lost.set()
-                on_line(DRIVER, rest if tagged else line)
+        demux = self._demux(names, workdir, on_line, lost)
 
         def settled() -> bool:
             """Nothing more to wait for before naming the node that failed: Spark said it
@@ -133,6 +129,10 @@ class SparkExecutor:
             )
             error.node_results = node_results(plan, workdir)
             raise error from None
+        except OSError as cut:  # a log the disk could not hold: the caller says why (writefail)
+            if cut is not self.app.cut:
+                raise
+            raise LogCut(cut, node_results(plan, workdir)) from None
         except KeyboardInterrupt:  # each node as its files say: exited, or stopped
             with sigint_deferred(replay=False):  # a second Ctrl-C is this stop
                 with contextlib.suppress(Exception):  # saying so must not replace the stop
@@ -148,6 +148,39 @@ class SparkExecutor:
         driver = NodeFailedError(DRIVER, "127.0.0.1", 1 if code is None else code, str(log),
                                  explain_log(log))  # fmt: skip
         raise node_failure(results, driver, driver_failure(workdir))
+
+    def _demux(
+        self, names: dict[str, str], workdir: Path, on_line: LineSink, lost: threading.Event
+    ) -> Callable[[str], None]:
+        """The driver's lines to the console: each node's by name, the driver's own and
+        Spark's as the driver's; ``lost`` set when Spark says it lost an executor; a node's
+        cut log (node_main's `dtrun-log-cut R: ERRNO WHY`) cuts the launch short."""
+
+        def demux(line: str) -> None:
+            # node_main's lines, streamed by TorchDistributor: `dtrun-node R: text`
+            head, _, rest = line.partition(": ")
+            if head.startswith(f"{CUT} ") and head[len(CUT) + 1 :] in names:
+                self.app.cut_short(_cut(workdir / f"{names[head[len(CUT) + 1 :]]}.log", rest))
+                return
+            tagged = head.startswith(f"{TAG} ")
+            if tagged and head[len(TAG) + 1 :] in names:
+                on_line(names[head[len(TAG) + 1 :]], rest)
+            else:  # the driver's own (`dtrun-node -: ...`) and Spark's
+                if _LOST_ON.search(line):
+                    lost.set()
+                on_line(DRIVER, rest if tagged else line)
+
+        return demux
+
+
+def _cut(log: Path, said: str) -> OSError:
+    """Node log ``log`` cut by a write error on its executor, as its node_main said it
+    (`ERRNO WHY`), as this machine's NodeLog would have it: in CUT_LOGS, for the records."""
+    number, _, why = said.partition(" ")
+    code = int(number) if number.isdigit() else errno.ENOSPC
+    why = why.strip() or os.strerror(code)
+    CUT_LOGS[str(log)] = why
+    return OSError(code, why, str(log))
 
 
 def node_results(plan: LaunchPlan, workdir: Path) -> tuple[NodeResult, ...]:

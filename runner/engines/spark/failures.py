@@ -2,11 +2,13 @@
 driver.py) writes a ``Failure`` to ``spark-failure.json`` in the launch directory, and the
 engine's executor (runner/engines/spark/executor.py) reads it beside each node's exit file.
 
-Standard library only: read from Spark's (py4j's) exceptions by their text.
+Standard library only (and dtrun.workloads.files, which is too): read from Spark's (py4j's)
+exceptions by their text.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +17,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from dtrun.workloads.files import write_atomic
 
 FAILURE_FILE = "spark-failure.json"  # what failed, as the driver understood it (SparkExecutor)
 CONNECT_S = 10.0  # how long a master may take to accept a connection
@@ -51,12 +55,15 @@ class Failure:
 
 
 def write_failure(path: Path, failure: Failure) -> None:
-    path.write_text(json.dumps(asdict(failure), indent=2) + "\n")
+    write_atomic(path, (json.dumps(asdict(failure), indent=2) + "\n").encode())
 
 
 def report(path: Path, failure: Failure) -> int:
-    """Say the failure in one line (no traceback: dtrun shows the message), record it, exit 1."""
-    write_failure(path, failure)
+    """Say the failure in one line (no traceback: dtrun shows the message), record it, exit 1.
+    A record the disk cannot hold is left out: the line still says it, and dtrun says the
+    full disk (a launch a cut log stopped, runner/engines/spark/app.py)."""
+    with contextlib.suppress(OSError):
+        write_failure(path, failure)
     print(f"dtrun-spark: {failure.what}: {failure.why}", file=sys.stderr, flush=True)
     return 1
 

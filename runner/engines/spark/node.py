@@ -8,7 +8,8 @@ cluster: shared storage), writes every line to ``<node>.log`` there and prints i
 ``dtrun-node R:`` (TorchDistributor streams task output to the driver), records the exit code
 in ``<node>.exit`` (none when it stopped the script: a stopped node has no exit of its own),
 and fails the task when the script does, so Spark fails the job at once and names the
-partition.
+partition. A log the disk cannot hold stops the node, which says so (``CUT``) for dtrun to
+stop the launch.
 
 The script runs in a process group of its own, which ``node_main`` stops (SIGTERM, then
 SIGKILL) when it is stopped itself or when its parent, the Spark-started process, goes away,
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -46,6 +48,8 @@ from dtrun.workloads.files import NodeLog, write_atomic
 EXIT_SUFFIX = ".exit"
 HOST_SUFFIX = ".host"  # the executor's host, written as the task starts
 TAG = "dtrun-node"
+# `dtrun-log-cut R: ERRNO WHY`: node R's log could not be written, so it stopped (node_main)
+CUT = "dtrun-log-cut"
 GRACE_S = 5.0
 
 
@@ -109,19 +113,32 @@ def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None
     # TorchDistributor's rank is a Python of its own: a Python program runs in it
     # (runner/engines/spark/inprocess.py); horovod.spark's ranks run the script
     program = program_of(script, env) if horovod_port is None else None
-    with NodeLog(where / f"{stem}.log") as log:
-        if program is not None and runs_here(*program):
+    stops: list[Callable[[], object]] = []  # how this node stops, once it runs
+    # this process's own output (the program's, when it runs here, goes through a pipe)
+    with os.fdopen(os.dup(1), "wb", buffering=0) as out:
 
-            def write(raw: bytes) -> None:
-                log.write(raw)
-                line = raw.decode(errors="replace").rstrip("\n")
-                with contextlib.suppress(OSError, ValueError):  # a late line of a left child
-                    out.write(f"{TAG} {node_rank}: {line}\n".encode())
+        def cut(error: OSError) -> None:
+            """The log the disk cannot hold (NodeLog) stops the node, and dtrun hears why
+            (runner/engines/spark/executor.py): every other node stops with the launch."""
+            with contextlib.suppress(OSError, ValueError):
+                out.write(f"{CUT} {node_rank}: {error.errno} {error.strerror}\n".encode())
+            for stop in stops:
+                stop()
 
-            with os.fdopen(os.dup(1), "wb", buffering=0) as out:
+        with NodeLog(where / f"{stem}.log", on_error=cut) as log:
+            if program is not None and runs_here(*program):
+
+                def write(raw: bytes) -> None:
+                    log.write(raw)
+                    line = raw.decode(errors="replace").rstrip("\n")
+                    with contextlib.suppress(OSError, ValueError):  # a late line of a left child
+                        out.write(f"{TAG} {node_rank}: {line}\n".encode())
+
+                # the program has no process of its own: this one ends, as run_here's does
+                stops.append(lambda: os.kill(os.getpid(), signal.SIGTERM))
                 code, stopped = run_here(*program, where, write), False
-        else:
-            code, stopped = _run(script, env, log, node_rank)
+            else:
+                code, stopped = _run(script, env, log, node_rank, stops)
     if not stopped:  # a script node_main stopped did not end by itself: no exit to record
         write_atomic(where / f"{stem}{EXIT_SUFFIX}", f"{code}\n".encode())
     if code != 0:
@@ -129,8 +146,11 @@ def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None
     return code
 
 
-def _run(script: Path, env: dict[str, str], log: Any, node_rank: int) -> tuple[int, bool]:
-    """The script's exit code, and whether node_main stopped it (a signal, its parent gone)."""
+def _run(
+    script: Path, env: dict[str, str], log: Any, node_rank: int, stops: list[Callable[[], object]]
+) -> tuple[int, bool]:
+    """The script's exit code, and whether node_main stopped it (a signal, its parent gone, its
+    log cut: ``stops`` gets the stop)."""
     proc = subprocess.Popen(
         ["bash", str(script)],
         cwd=script.parent,
@@ -159,6 +179,7 @@ def _run(script: Path, env: dict[str, str], log: Any, node_rank: int) -> tuple[i
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, stop)
     stop_with_parent(stop)
+    stops.append(stop)
     assert proc.stdout is not None
     pump = threading.Thread(
         target=_pump, args=(proc.stdout, log, node_rank), name="dtrun-node-output", daemon=True

@@ -40,7 +40,7 @@ from dtrun.engines.ssh.transfer import (
     sftp_get,
 )
 from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
-from dtrun.execute import Answer, LineSink, StopSink, quiet_stop
+from dtrun.execute import Answer, LineSink, LogCut, StopSink, quiet_stop
 from dtrun.execute.guard import stop_script
 from dtrun.execute.success import Next, after_exit, mark_stopped
 from dtrun.spec.cluster import Node
@@ -239,12 +239,14 @@ class SshExecutor:
         ended: dict[str, Ended] = {}
         verdict: RunError | None = None
         left: list[str] = []
-        stopped = False
+        stopped, cut = False, None
         try:
             verdict = await self._supervise(plan, tasks, ended, timeout_s, workdir)
         except asyncio.CancelledError:  # Ctrl-C, SIGTERM or SIGHUP (the session's loop)
             stopped = True
             raise
+        except OSError as error:  # a node log the disk could not hold (_supervise)
+            cut = error
         finally:
             with sigint_deferred(replay=False) as late:  # raised below, with every node's end
                 if stopped:  # saying so must not replace the stop (a closed terminal)
@@ -255,10 +257,12 @@ class SshExecutor:
                 left = await asyncio.shield(self._stop_everywhere(plan, tags, ended))
                 for log in logs.values():
                     log.close()
-            if stopped:  # each node as it ended: its exit code, or None where the stop ended it
-                self._stopped = node_results(plan, workdir, ended)
+            # a stop's: each node as it ended, its exit code, or None where the stop ended it
+            self._stopped = node_results(plan, workdir, ended)
         verdict = with_left(verdict, left)
         results = node_results(plan, workdir, ended)
+        if cut is not None:  # the caller says why (runner/record/writefail.py)
+            raise LogCut(cut, results)
         if verdict is not None:
             verdict.node_results = results
         if late:
