@@ -10,7 +10,7 @@ success rule (success.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -38,6 +38,15 @@ class LogCut(OSError):
     def __init__(self, error: OSError, node_results: tuple[NodeResult, ...]) -> None:
         super().__init__(error.errno, error.strerror, error.filename)
         self.node_results = node_results
+
+
+def cut_by(error: OSError, cuts: Iterable[OSError | None]) -> OSError:
+    """``error``, where it is one of ``cuts``, the launch's node logs' write errors (NodeLog's:
+    the launch was cut short, for LogCut); any other OSError (the console's pipe gone, a bug)
+    is raised again as it is, with its own type and traceback."""
+    if any(error is cut for cut in cuts):
+        return error
+    raise error
 
 
 def quiet_stop(running: int) -> None:

@@ -235,11 +235,16 @@ def serve(fd: int) -> None:
 
 
 def _failure(exc: BaseException) -> bytes:
-    """The exception as dtrun can rebuild it; one that cannot travel, named in another."""
+    """The exception as dtrun can rebuild it; one that cannot travel, named in another (by its
+    type where it cannot say itself either: the helper answers, and prints no traceback)."""
     try:
         return pickle.dumps((False, exc), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
-        return pickle.dumps((False, HelperError(f"the report helper failed: {exc!r}")))
+        try:
+            named = repr(exc)
+        except Exception:
+            named = type(exc).__qualname__
+        return pickle.dumps((False, HelperError(f"the report helper failed: {named}")))
 
 
 def _warm_up() -> None:

@@ -77,14 +77,13 @@ def run_launch(  # noqa: PLR0913 - the launch, where it runs, and the sweep's ho
     (workdir / RESULT_FILE).unlink(missing_ok=True)
     _remove_step_records(workdir / STEP_DIR)
     started = time.monotonic()
+    nodes: tuple[NodeResult, ...] = ()  # how each node ended, once the executor says
     try:
         ready(plan)
         if answered is not None:
             answered.update(node.name for node in plan.every_node)
         ran = time.monotonic()
-        nodes: tuple[NodeResult, ...] = executor.run(
-            plan, workdir, timeout_s=timeout_s, on_line=on_line
-        )
+        nodes = executor.run(plan, workdir, timeout_s=timeout_s, on_line=on_line)
         if finish is not None:
             finish(plan, workdir, time.monotonic() - ran)
         result = load_result(workdir / RESULT_FILE)
@@ -92,8 +91,9 @@ def run_launch(  # noqa: PLR0913 - the launch, where it runs, and the sweep's ho
         explained = write_error(caught, run_path)
         if explained is None:
             raise
-        # how each node ended, where a node log the disk could not hold stopped them (LogCut)
-        nodes = caught.node_results if isinstance(caught, LogCut) else ()
+        # how each node ended: a node log the disk could not hold stopped them (LogCut), or
+        # they ended and their result could not be written (``finish``: result.json)
+        nodes = caught.node_results if isinstance(caught, LogCut) else nodes
         wall = time.monotonic() - started
         run = RunResult(
             plan.nnodes, launch.repeat, RunStatus.FAILED, wall, launch.workdir, nodes,

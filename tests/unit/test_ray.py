@@ -714,3 +714,32 @@ def test_a_node_log_the_disk_cannot_hold_ends_the_wait_with_the_disks_error(tmp_
         launch.supervise(timeout_s=2.0)  # before: the time ran out, the node still running
     assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, str(node.log.path))
     assert len(polls) == 1  # at the first answer the log refused
+
+
+def test_an_oserror_that_is_no_node_log_s_keeps_its_type_and_traceback(monkeypatch, tmp_path):
+    """Only a node log the disk cannot hold is a cut launch (LogCut). Any other OSError while
+    the launch runs (here Ray's own ConnectionError, its head gone) is raised as it is, with
+    its type and traceback, once every node is stopped. Before, it came back as a LogCut
+    "[Errno None] None" raised from run, its origin lost."""
+    from dtrun.engines.ray.executor import RayExecutor, _Launch
+    from dtrun.execute import LogCut
+    from dtrun.spec.launchplan import LaunchPlan
+
+    stopped: list[str] = []
+
+    def head_gone(self: object) -> None:
+        raise ConnectionError("Ray's GCS at 127.0.0.2:6379 does not answer")
+
+    monkeypatch.setattr(_Launch, "place", head_gone)
+    monkeypatch.setattr(_Launch, "stop", lambda self: stopped.append("every node"))
+    launches = tuple(
+        NodeLaunch(Node(f"ray-{i}", f"127.0.0.{i + 2}"), i, f"ray-{i}.sh", "true\n")
+        for i in range(2)
+    )
+    plan = LaunchPlan("torchrun", "train", 2, 1, 2, 8, "r", "h", 1, launches)
+    executor = RayExecutor(types.SimpleNamespace(ray=None), {})  # type: ignore[arg-type]
+    with pytest.raises(OSError) as raised:
+        executor.run(plan, tmp_path, timeout_s=60, on_line=lambda *_: None)
+    assert type(raised.value) is ConnectionError and not isinstance(raised.value, LogCut)
+    assert "head_gone" in [entry.name for entry in raised.traceback]
+    assert stopped == ["every node"]

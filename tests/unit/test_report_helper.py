@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -109,3 +110,33 @@ def test_a_sigkill_to_dtrun_s_process_group_leaves_no_helper_and_nothing_in_dev_
                 os.killpg(dtrun.pid, signal.SIGKILL)
             for left in _in_dev_shm(mapped):  # what a failing run left, not left for good
                 left.unlink(missing_ok=True)
+
+
+class _Unsayable(Exception):
+    """A failure that can neither travel (a lock in it) nor say itself (its repr raises)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def _fail_unsayably() -> None:
+    raise _Unsayable
+
+
+def test_a_failure_that_can_neither_travel_nor_be_named_leaves_the_helper_answering(
+    capfd: pytest.CaptureFixture[str],
+):
+    # Before, naming it for dtrun raised in the helper's own loop: the helper died, printing
+    # three chained tracebacks on dtrun's terminal, and the next report was built here.
+    builder = ReportBuilder()
+    try:
+        with pytest.raises(_Unsayable):  # done here again, as any failure that cannot travel
+            builder.call(_fail_unsayably)
+        assert builder.call(os.getpid) != os.getpid()  # the helper still answers
+    finally:
+        builder.close()
+    assert "Traceback" not in capfd.readouterr().err

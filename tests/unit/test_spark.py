@@ -135,6 +135,22 @@ def test_a_node_log_the_disk_cannot_hold_stops_the_node_and_node_main_says_so(
     assert "x" * 200 in (disk / "spark-0.log").read_text()  # kept up to the cut
 
 
+def test_a_cut_line_whose_errno_is_no_plain_number_cuts_the_launch_as_a_full_disk(tmp_path):
+    """The driver's reader (SparkApp._pump) reads every line through the executor's demux: a
+    `dtrun-log-cut R:` line whose number int() refuses ("²" is a digit to str.isdigit) raised
+    ValueError there, which ended the reader, and the launch then waited for its end forever."""
+    from dtrun.engines.spark.executor import _cut
+    from dtrun.workloads.files import CUT_LOGS
+
+    log = tmp_path / "spark-0.log"
+    try:
+        cut = _cut(log, "\u00b2 No space left on device")
+        assert (cut.errno, cut.filename) == (errno.ENOSPC, str(log))
+        assert CUT_LOGS[str(log)] == "No space left on device"
+    finally:
+        CUT_LOGS.pop(str(log), None)
+
+
 def _plan(names: list[str]) -> LaunchPlan:
     launches = tuple(
         NodeLaunch(Node(name, "127.0.0.1"), i, f"node-{i}.sh", "") for i, name in enumerate(names)

@@ -267,3 +267,48 @@ def test_a_launch_a_cut_log_stopped_raises_it_with_how_every_node_ended(tmp_path
     assert [(r.node, r.exit_code) for r in raised.value.node_results] == [
         (launch.node.name, None) for launch in plan.launches
     ]
+
+
+def test_an_oserror_that_is_no_node_log_s_keeps_its_type_and_traceback(tmp_path, monkeypatch):
+    """Only a node log's write error is a cut launch (LogCut). Any other OSError from a node's
+    task (here the console's pipe gone: dtrun's output piped into `head`) is raised as it is,
+    with its own type and traceback, after every node is stopped. Before, it came back as a
+    LogCut "[Errno 32] Broken pipe" raised from _run, its origin lost."""
+    from dtrun.execute import LogCut
+
+    plan = _plan(2)
+    monkeypatch.setattr("dtrun.engines.ssh.executor.remote_launch_dir", lambda *_: "/r")
+    executor = SshExecutor.__new__(SshExecutor)
+    runner = asyncio.Runner()
+    executor.session = cast("SshSession", SimpleNamespace(call=runner.run))
+    executor.inventory = cast("Inventory", SimpleNamespace())
+    executor.on_stopping, executor._stopped = lambda *_: None, None
+    stopped: list[str] = []
+
+    async def nothing(*_: object) -> list[str]:
+        return []
+
+    async def stop_everywhere(*_: object) -> list[str]:
+        stopped.append("every node")
+        return []
+
+    def console_gone() -> None:
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    async def node(launch: NodeLaunch, *_: object) -> Ended:
+        if launch.node_rank == 0:
+            console_gone()
+        await asyncio.sleep(3600)  # runs on until stopped
+        raise AssertionError("not stopped")
+
+    monkeypatch.setattr(executor, "_stage", nothing)
+    monkeypatch.setattr(executor, "_node", node)
+    monkeypatch.setattr(executor, "_stop_everywhere", stop_everywhere)
+    try:
+        with pytest.raises(OSError) as raised:
+            executor.run(plan, tmp_path, timeout_s=60, on_line=lambda *_: None)
+    finally:
+        runner.close()
+    assert type(raised.value) is BrokenPipeError and not isinstance(raised.value, LogCut)
+    assert "console_gone" in [entry.name for entry in raised.traceback]
+    assert stopped == ["every node"]

@@ -12,14 +12,14 @@ import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from dtrun import errors
 from dtrun.engines.embedded.executor import LocalExecutor
 from dtrun.errors import DamagedRunError, DiskFullError, RunDirWriteError, RunInterruptedError
-from dtrun.execute import LineSink, LogCut
+from dtrun.execute import Executor, LineSink, LogCut
 from dtrun.record.rundir import RunDir, record_machine_noise
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
@@ -177,6 +177,48 @@ def test_a_launch_a_full_disk_stopped_is_recorded_failed_with_its_nodes_where_ru
         (node.name, None) for node in fixed_inventory.nodes[:2]
     ]
     assert cut["node_results"][1]["log_cut"].startswith("No space left on device")
+
+
+def test_a_result_a_full_disk_refused_after_every_node_ended_keeps_how_each_ended(
+    tmp_path: Path,
+):
+    """A user's program ran to its end on every node; its result.json (the sweep's ``finish``)
+    could not be written: the launch is recorded failed with the full disk's words and each
+    node's end, as the executor returned it. Before, the record dropped every node."""
+    from dtrun.plan.sweep import Launch
+    from dtrun.spec.cluster import Node
+    from dtrun.spec.launchplan import NodeLaunch
+    from dtrun.spec.outcome import RunStatus
+    from dtrun.sweep.runlaunch import always_ready, run_launch
+
+    launches = tuple(
+        NodeLaunch(Node(f"node-{i}", "127.0.0.1"), i, f"node-{i}.sh", "") for i in range(2)
+    )
+    plan = LaunchPlan("torchrun", "program", 2, 1, 2, 8, "r", "h", 1, launches)
+    workdir = tmp_path / "n2" / "r0"
+    ended = tuple(
+        NodeResult(
+            each.node.name, each.node.address, 0, str(workdir / f"{each.node.name}.log"), 1.0
+        )
+        for each in launches
+    )
+
+    class Ran:
+        def run(self, *_: object, **__: object) -> tuple[NodeResult, ...]:
+            return ended
+
+    def finish(plan: LaunchPlan, workdir: Path, wall_s: float) -> None:
+        temporary = workdir / f".{RESULT_FILE}.0a1b2c3d.partial"  # write_atomic's
+        raise OSError(errno.ENOSPC, "No space left on device", str(temporary))
+
+    executor = cast(Executor, Ran())
+    outcome = run_launch(
+        Launch(plan, "n2/r0"), tmp_path, executor, timeout_s=60, on_line=lambda *_: None,
+        ready=always_ready, finish=finish,
+    )  # fmt: skip
+    assert isinstance(outcome.error, DiskFullError)
+    assert f"n2/r0/{RESULT_FILE} could not be written" in outcome.error.message
+    assert outcome.run.status is RunStatus.FAILED and outcome.run.node_results == ended
 
 
 def test_a_launch_directory_its_program_removed_is_named_and_recorded(

@@ -27,7 +27,7 @@ from dtrun.engines.ray.launcher import NAME as TORCHTRAINER
 from dtrun.engines.ray.node import GRACE_S, NodeProcess
 from dtrun.engines.ray.session import RaySession
 from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
-from dtrun.execute import Answer, LineSink, LogCut, StopSink, quiet_stop
+from dtrun.execute import Answer, LineSink, LogCut, StopSink, cut_by, quiet_stop
 from dtrun.execute.success import Next, after_exit, mark_stopped
 from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
 from dtrun.spec.outcome import NodeResult
@@ -135,8 +135,8 @@ class RayExecutor:
             verdict = launch.supervise(timeout_s)
         except KeyboardInterrupt:
             interrupted = True
-        except OSError as error:  # a node log the disk could not hold (_Launch.cut)
-            cut = error
+        except OSError as error:  # a node log the disk could not hold (_Launch.cut), only
+            cut = cut_by(error, (node.log.error for node in nodes))
         finally:
             with sigint_deferred(replay=False) as late:  # raised below, with every node's end
                 if interrupted:  # saying so must not replace the stop (a closed terminal)

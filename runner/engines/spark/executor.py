@@ -177,7 +177,7 @@ def _cut(log: Path, said: str) -> OSError:
     """Node log ``log`` cut by a write error on its executor, as its node_main said it
     (`ERRNO WHY`), as this machine's NodeLog would have it: in CUT_LOGS, for the records."""
     number, _, why = said.partition(" ")
-    code = int(number) if number.isdigit() else errno.ENOSPC
+    code = int(number) if number.isascii() and number.isdigit() else errno.ENOSPC  # int('²')
     why = why.strip() or os.strerror(code)
     CUT_LOGS[str(log)] = why
     return OSError(code, why, str(log))

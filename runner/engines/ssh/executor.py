@@ -40,7 +40,7 @@ from dtrun.engines.ssh.transfer import (
     sftp_get,
 )
 from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
-from dtrun.execute import Answer, LineSink, LogCut, StopSink, quiet_stop
+from dtrun.execute import Answer, LineSink, LogCut, StopSink, cut_by, quiet_stop
 from dtrun.execute.guard import stop_script
 from dtrun.execute.success import Next, after_exit, mark_stopped
 from dtrun.spec.cluster import Node
@@ -245,8 +245,8 @@ class SshExecutor:
         except asyncio.CancelledError:  # Ctrl-C, SIGTERM or SIGHUP (the session's loop)
             stopped = True
             raise
-        except OSError as error:  # a node log the disk could not hold (_supervise)
-            cut = error
+        except OSError as error:  # a node log the disk could not hold (_supervise), only
+            cut = cut_by(error, (end.cut for end in ended.values()))
         finally:
             with sigint_deferred(replay=False) as late:  # raised below, with every node's end
                 if stopped:  # saying so must not replace the stop (a closed terminal)
