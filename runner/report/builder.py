@@ -50,7 +50,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 if TYPE_CHECKING:
     from dtrun.record.rundir import RunDir
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 AUTOGROUP = Path("/proc/self/autogroup")  # "/autogroup-<id> nice <n>" (sched(7), "autogroup")
+CLOSE_WAIT_S = 10.0  # the most a closing dtrun waits for the helper to finish a report
 # The helper's start: dtrun's sys.path (the checkout or wheel this dtrun runs from, not one the
 # environment names), then serve. Nothing of dtrun's main script runs again in it.
 SERVE = (
@@ -115,9 +116,7 @@ class ReportBuilder:
         from dtrun.errors import DtrunError
 
         if self._helper is not None:
-            # The helper's autogroup to nice 0 from here, at once: a warm-up still under way
-            # (sent before ``work``) would otherwise finish at nice 19 first.
-            _set_autogroup_nice(0, Path(f"/proc/{self._helper.pid}/autogroup"))
+            self._helper.full_speed()
             try:
                 answer: Future[T] = self._helper.submit(_at_full_speed, work, *args)
                 return answer.result()
@@ -156,9 +155,18 @@ class Helper:
         self._lock = threading.Lock()  # the sends, and the order of the futures waiting
         self._waiting: collections.deque[Future[Any]] = collections.deque()
         self._gone = False
+        self._fast = False  # its autogroup set back to nice 0 (full_speed)
         self._answers = threading.Thread(target=self._answer, name="dtrun-report-helper")
         self._answers.daemon = True
         self._answers.start()
+
+    def full_speed(self) -> None:
+        """The helper's autogroup to nice 0 from here, at once, once: a warm-up still under way
+        would otherwise finish at nice 19 before the work sent after it (the kernel takes one
+        such change every 0.1 s without privilege: not again)."""
+        if not self._fast:
+            self._fast = True
+            _set_autogroup_nice(0, Path(f"/proc/{self.pid}/autogroup"))
 
     def submit(self, work: Callable[..., T], *args: object) -> Future[T]:
         message = pickle.dumps((work, args), protocol=pickle.HIGHEST_PROTOCOL)
@@ -192,12 +200,17 @@ class Helper:
             future.set_exception(HelperError("the report helper ended before it answered"))
 
     def close(self) -> None:
-        """The helper gone and reaped: it holds nothing to clean up, so it is not waited for
-        (a warm-up under way at nice 19 could take seconds on a busy machine)."""
+        """The helper gone and reaped. Closing the socket ends it at once when it is idle or
+        warming up (``serve``); a report it is writing it finishes first, so that no
+        temporary file is left in the run directory, and it is killed after CLOSE_WAIT_S."""
+        self.full_speed()  # its ending, or the report it finishes, not held back at nice 19
         with contextlib.suppress(OSError):
             self._socket.shutdown(socket.SHUT_RDWR)  # the answers' thread ends at once
-        self._process.kill()
-        self._process.wait()
+        try:
+            self._process.wait(timeout=CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
         self._answers.join()
         self._link.close()
         self._socket.close()
@@ -206,32 +219,51 @@ class Helper:
 def serve(fd: int) -> None:
     """The helper's life: at the lowest priority, each piece of work dtrun sends, in turn, and
     its result (or the exception it raised) sent back. It ends when dtrun's end of the socket
-    closes, however dtrun ended, at once: a thread reads the socket all along, work or none."""
+    closes, however dtrun ended (a thread reads the socket all along): at once when it is idle
+    or warming up; after the work under way otherwise, which may be writing the report's files
+    (write_atomic's temporary file, killed mid-write, would stay in the run directory)."""
     link = Connection(fd)
     _set_autogroup_nice(19)  # its own session: its own autogroup
     os.nice(19)  # alone in its autogroup, this only ranks it where autogroups are off
     work: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+    state = threading.Lock()  # ``writing`` and ``ended``, between the two threads
+    writing = ended = False
 
-    def read() -> None:
-        with contextlib.suppress(EOFError, OSError):
-            while True:
-                work.put(link.recv_bytes())
+    def leave() -> NoReturn:
         # Without tearing down the interpreter (matplotlib's modules and objects: 20 ms); the
         # helper has nothing to flush: it prints nothing, and its answers went out as made.
         os._exit(0)
+
+    def read() -> None:
+        nonlocal ended
+        with contextlib.suppress(EOFError, OSError):
+            while True:
+                work.put(link.recv_bytes())
+        with state:
+            ended = True
+            if not writing:
+                leave()
 
     threading.Thread(target=read, name="dtrun-report-work", daemon=True).start()
     while True:
         message = work.get()
         try:
             function, args = pickle.loads(message)
+            with state:
+                if ended:
+                    leave()
+                writing = function is not _warm_up
             answer = pickle.dumps((True, function(*args)), protocol=pickle.HIGHEST_PROTOCOL)
         except BaseException as exc:
             answer = _failure(exc)
+        with state:
+            writing = False
+            if ended:
+                leave()
         try:
             link.send_bytes(answer)
         except OSError:  # dtrun ended
-            os._exit(0)
+            leave()
 
 
 def _failure(exc: BaseException) -> bytes:

@@ -140,3 +140,45 @@ def test_a_failure_that_can_neither_travel_nor_be_named_leaves_the_helper_answer
     finally:
         builder.close()
     assert "Traceback" not in capfd.readouterr().err
+
+
+def _write_slowly(path: Path, started: Path, release: Path) -> None:
+    """A report file written as write_atomic writes one, held mid-write until ``release``."""
+    temporary = path.with_name(f".{path.name}.0000.partial")
+    temporary.write_text("half")
+    started.touch()
+    for _ in range(600):  # at most 60 s, then on: a hang guard, not a timing
+        if release.exists():
+            break
+        time.sleep(0.1)
+    temporary.replace(path)
+
+
+def test_closing_while_the_helper_writes_a_report_lets_it_finish_and_leaves_no_temporary_file(
+    tmp_path: Path,
+):
+    # Before, close() killed the helper at once: a Ctrl-C while the report was being written
+    # left `.report.md.<hex>.partial` in the run directory and no report.md.
+    path, started, release = tmp_path / "report.md", tmp_path / "started", tmp_path / "release"
+    builder = ReportBuilder()
+    helper = builder._helper
+    assert helper is not None
+    helper.full_speed()  # as call() does
+    helper.submit(_write_slowly, path, started, release)
+    for _ in range(600):
+        if started.exists():
+            break
+        time.sleep(0.1)
+    assert started.exists()
+    closing = threading.Thread(target=builder.close)
+    closing.start()
+    for _ in range(600):  # close() has shut the socket (the answers' thread saw it)
+        if helper._gone:
+            break
+        time.sleep(0.01)
+    release.touch()  # the write goes on only once close() has begun
+    closing.join(timeout=60)
+    assert not closing.is_alive()
+    assert path.read_text() == "half"
+    assert not list(tmp_path.glob("*.partial"))
+    assert not psutil.pid_exists(helper.pid) or _ended(psutil.Process(helper.pid))
