@@ -187,6 +187,19 @@ def test_a_node_whose_log_cannot_be_written_stops_the_launch_with_the_disks_erro
     assert ended["node-0"].exit_code is None  # to be stopped, as a node still running is
 
 
+def _on_runner(runner: asyncio.Runner) -> SshExecutor:
+    """An SshExecutor with no session: its calls run on ``runner``, it says no stop."""
+    executor = SshExecutor.__new__(SshExecutor)
+    executor.session = cast("SshSession", SimpleNamespace(call=runner.run))
+    executor.inventory = cast("Inventory", SimpleNamespace())
+    executor.on_stopping, executor._stopped = lambda *_: None, None
+    return executor
+
+
+async def _nothing(*_: object) -> list[str]:
+    return []
+
+
 def test_a_ctrl_c_while_results_are_collected_keeps_how_every_node_ended(tmp_path, monkeypatch):
     """Every node ended 0, and Ctrl-C came while dtrun copied the results back: the stop
     carries each node's end, so the records name the nodes and their logs. Before, a bare
@@ -198,14 +211,8 @@ def test_a_ctrl_c_while_results_are_collected_keeps_how_every_node_ended(tmp_pat
 
     plan = _plan(2)
     monkeypatch.setattr("dtrun.engines.ssh.executor.remote_launch_dir", lambda *_: "/r")
-    executor = SshExecutor.__new__(SshExecutor)
     runner = asyncio.Runner()
-    executor.session = cast("SshSession", SimpleNamespace(call=runner.run))
-    executor.inventory = cast("Inventory", SimpleNamespace())
-    executor.on_stopping, executor._stopped = lambda *_: None, None
-
-    async def nothing(*_: object) -> list[str]:
-        return []
+    executor = _on_runner(runner)
 
     async def node(launch: NodeLaunch, *_: object) -> Ended:
         return Ended(launch, 0, 0.1, left=[])
@@ -214,9 +221,9 @@ def test_a_ctrl_c_while_results_are_collected_keeps_how_every_node_ended(tmp_pat
         await asyncio.sleep(0)
         raise KeyboardInterrupt  # the user's Ctrl-C, as the copy runs
 
-    monkeypatch.setattr(executor, "_stage", nothing)
+    monkeypatch.setattr(executor, "_stage", _nothing)
     monkeypatch.setattr(executor, "_node", node)
-    monkeypatch.setattr(executor, "_stop_everywhere", nothing)
+    monkeypatch.setattr(executor, "_stop_everywhere", _nothing)
     monkeypatch.setattr(executor, "_collect", collect)
     try:
         with pytest.raises(KeyboardInterrupt) as stopped:
@@ -237,15 +244,9 @@ def test_a_launch_a_cut_log_stopped_raises_it_with_how_every_node_ended(tmp_path
 
     plan = _plan(2)
     monkeypatch.setattr("dtrun.engines.ssh.executor.remote_launch_dir", lambda *_: "/r")
-    executor = SshExecutor.__new__(SshExecutor)
     runner = asyncio.Runner()
-    executor.session = cast("SshSession", SimpleNamespace(call=runner.run))
-    executor.inventory = cast("Inventory", SimpleNamespace())
-    executor.on_stopping, executor._stopped = lambda *_: None, None
+    executor = _on_runner(runner)
     log = str(tmp_path / "node-0.log")
-
-    async def nothing(*_: object) -> list[str]:
-        return []
 
     async def node(launch: NodeLaunch, *_: object) -> Ended:
         if launch.node_rank == 0:
@@ -254,9 +255,9 @@ def test_a_launch_a_cut_log_stopped_raises_it_with_how_every_node_ended(tmp_path
         await asyncio.sleep(3600)  # runs on until stopped
         raise AssertionError("not stopped")
 
-    monkeypatch.setattr(executor, "_stage", nothing)
+    monkeypatch.setattr(executor, "_stage", _nothing)
     monkeypatch.setattr(executor, "_node", node)
-    monkeypatch.setattr(executor, "_stop_everywhere", nothing)
+    monkeypatch.setattr(executor, "_stop_everywhere", _nothing)
     try:
         with pytest.raises(OSError) as raised:
             executor.run(plan, tmp_path, timeout_s=60, on_line=lambda *_: None)
@@ -278,15 +279,9 @@ def test_an_oserror_that_is_no_node_log_s_keeps_its_type_and_traceback(tmp_path,
 
     plan = _plan(2)
     monkeypatch.setattr("dtrun.engines.ssh.executor.remote_launch_dir", lambda *_: "/r")
-    executor = SshExecutor.__new__(SshExecutor)
     runner = asyncio.Runner()
-    executor.session = cast("SshSession", SimpleNamespace(call=runner.run))
-    executor.inventory = cast("Inventory", SimpleNamespace())
-    executor.on_stopping, executor._stopped = lambda *_: None, None
+    executor = _on_runner(runner)
     stopped: list[str] = []
-
-    async def nothing(*_: object) -> list[str]:
-        return []
 
     async def stop_everywhere(*_: object) -> list[str]:
         stopped.append("every node")
@@ -301,7 +296,7 @@ def test_an_oserror_that_is_no_node_log_s_keeps_its_type_and_traceback(tmp_path,
         await asyncio.sleep(3600)  # runs on until stopped
         raise AssertionError("not stopped")
 
-    monkeypatch.setattr(executor, "_stage", nothing)
+    monkeypatch.setattr(executor, "_stage", _nothing)
     monkeypatch.setattr(executor, "_node", node)
     monkeypatch.setattr(executor, "_stop_everywhere", stop_everywhere)
     try:
