@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import re
 import signal
 import sys
 import threading
@@ -43,8 +44,17 @@ def _redacted_usage_error() -> Iterator[None]:
         if isinstance(message, str):
             from dtrun.redact import redact_text
 
-            exc.message = redact_text(message)
+            exc.message = _LONG.sub(_cut, redact_text(message))
         raise
+
+
+# click quotes a refused value whole: a 5,000-digit --steps (past int()'s 4,300-digit limit,
+# so click itself refuses it) filled 70 lines of the error panel
+_LONG = re.compile(r"[^\s']{201,}")  # a path or a URL under 200 characters stays whole
+
+
+def _cut(long: re.Match[str]) -> str:
+    return f"{long[0][:60]}... ({len(long[0]):,} characters)"
 
 
 app = typer.Typer(

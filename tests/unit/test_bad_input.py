@@ -399,3 +399,12 @@ def test_a_key_path_with_a_space_for_a_head_only_launcher(workdir, launcher):
         workdir,
         "the key path '/keys/my key' has a space",
     )  # fmt: skip
+
+
+def test_a_value_click_refuses_is_quoted_cut_short_not_whole(workdir):
+    # Past int()'s 4,300-digit limit click itself refuses --steps and quoted all 5,000 digits:
+    # 70 lines of the error panel.
+    args = ["bench", "--output", str(workdir / "runs"), "--dry-run", "--steps", "9" * 5000]
+    refused(args, workdir, "(5,000 characters)")
+    output = CliRunner(env={"COLUMNS": "80"}).invoke(app, args).output
+    assert len(output.splitlines()) < 10, output
