@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from dtrun.errors import LaunchInterrupted, RunError
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.outcome import NodeResult
 
@@ -47,6 +48,21 @@ def cut_by(error: OSError, cuts: Iterable[OSError | None]) -> OSError:
     if any(error is cut for cut in cuts):
         return error
     raise error
+
+
+def cut_ended(cut: OSError) -> RunError:
+    """How a launch a node log's write error cut short ended, as LaunchInterrupted.ended says
+    it where a stop signal came while its nodes stopped for that cut: the records then say
+    both, as for a failed node (runner/errors.py ``interruption``)."""
+    why = cut.strerror or "the disk could not hold it"
+    return RunError(f"node log {cut.filename} could not be written ({why}); every node was stopped")
+
+
+def cut_stop(cut: OSError, results: tuple[NodeResult, ...], late: list[int]) -> BaseException:
+    """What a launch a node log cut short raises once its nodes are stopped: LogCut (the
+    caller says why: runner/record/writefail.py), or LaunchInterrupted saying the cut too where
+    a stop signal came while they stopped (``late``, sigint_deferred's)."""
+    return LaunchInterrupted(results, cut_ended(cut)) if late else LogCut(cut, results)
 
 
 def quiet_stop(running: int) -> None:

@@ -274,3 +274,30 @@ def test_only_worker0_marks_the_nodes_dtrun_stopped_as_stopped_after_worker_0():
         True,
     ]
     assert mark_stopped(SuccessRule.ALL, results) == results
+
+
+class CtrlCWhileStopping(LocalExecutor):
+    """A Ctrl-C comes while the nodes are being stopped (held back by sigint_deferred)."""
+
+    def _stop(self, nodes, tag):
+        signal.raise_signal(signal.SIGINT)
+        super()._stop(nodes, tag)
+
+
+def test_a_ctrl_c_while_a_cut_log_s_launch_stops_is_the_interruption_and_says_the_cut(
+    small_disk, no_leftovers
+):
+    """node-0 prints without end on a 64 KiB disk, node-1 sleeps: once node-0's log cannot be
+    written every node is stopped, and a Ctrl-C during that stop is the launch's interruption,
+    with the cut log as its end (records: interrupted, saying both). Before, the Ctrl-C was
+    dropped and the launch raised the cut alone (LogCut: failed, exit 1)."""
+    from dtrun.errors import LaunchInterrupted
+
+    disk = small_disk(64)
+    plan = plan_of("while true; do echo " + "x" * 200 + "; done", LIKE_TORCHRUN)
+    with pytest.raises(LaunchInterrupted) as caught:
+        CtrlCWhileStopping().run(plan, disk / "p", timeout_s=120, on_line=Lines())
+    ended = caught.value.ended
+    assert ended is not None and "node log " in ended.what and "node-0.log" in ended.what
+    assert [r.node for r in caught.value.node_results] == ["node-0", "node-1"]
+    assert processes_under(no_leftovers) == []

@@ -743,3 +743,38 @@ def test_an_oserror_that_is_no_node_log_s_keeps_its_type_and_traceback(monkeypat
     assert type(raised.value) is ConnectionError and not isinstance(raised.value, LogCut)
     assert "head_gone" in [entry.name for entry in raised.traceback]
     assert stopped == ["every node"]
+
+
+def test_a_ctrl_c_while_a_cut_log_s_launch_stops_is_the_interruption_and_says_the_cut(
+    monkeypatch, tmp_path
+):
+    """ray-0's log could not be written (a full disk) and a Ctrl-C came while every node was
+    stopped for it: the launch is interrupted, with the cut as its end (records: interrupted,
+    saying both). Before, the Ctrl-C was dropped and the launch raised the cut alone (LogCut:
+    failed, exit 1)."""
+    import errno
+    import signal
+
+    from dtrun.engines.ray.executor import RayExecutor, _Launch
+    from dtrun.errors import LaunchInterrupted
+    from dtrun.spec.launchplan import LaunchPlan
+
+    def cut(self: _Launch) -> None:
+        log = self.nodes[0].log
+        log.error = OSError(errno.ENOSPC, "No space left on device", str(log.path))
+        raise log.error
+
+    monkeypatch.setattr(_Launch, "place", cut)
+    monkeypatch.setattr(_Launch, "stop", lambda self: signal.raise_signal(signal.SIGINT))
+    launches = tuple(
+        NodeLaunch(Node(f"ray-{i}", f"127.0.0.{i + 2}"), i, f"ray-{i}.sh", "true\n")
+        for i in range(2)
+    )
+    plan = LaunchPlan("torchrun", "train", 2, 1, 2, 8, "r", "h", 1, launches)
+    executor = RayExecutor(types.SimpleNamespace(ray=None), {})  # type: ignore[arg-type]
+    with pytest.raises(LaunchInterrupted) as raised:
+        executor.run(plan, tmp_path, timeout_s=60, on_line=lambda *_: None)
+    ended = raised.value.ended
+    assert ended is not None
+    assert f"node log {tmp_path.resolve() / 'ray-0.log'} could not be written" in ended.what
+    assert [r.node for r in raised.value.node_results] == ["ray-0", "ray-1"]

@@ -451,13 +451,10 @@ def test_a_node_slurm_loses_is_named_before_the_failure_it_caused_on_another(tmp
     assert ended == {"gpu01": (1, None), "gpu02": (None, "node failure (Slurm)")}
 
 
-def test_a_node_log_the_disk_cannot_hold_stops_the_step_and_is_raised(tmp_path, monkeypatch):
-    """A step whose node log cannot be written (a full disk) is cancelled at once, as a failed
-    node's is, and the write's error raised for the caller to say (runner/record/
-    writefail.py). Before, srun ran on unseen until --timeout. srun is a program printing a
-    bound task's lines without end; squeue and scancel are stand-ins that list no step."""
-    import errno
-
+def _full_disk_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """srun as a program printing a bound task's lines without end, squeue and scancel as
+    stand-ins that list no step, and every node log on a disk with no room (/dev/full): the
+    launch directory to run in."""
     import dtrun.engines.slurm.executor as slurm_executor
     from dtrun.workloads.files import NodeLog
 
@@ -482,7 +479,16 @@ def test_a_node_log_the_disk_cannot_hold_stops_the_step_and_is_raised(tmp_path, 
             os.close(full)
 
     monkeypatch.setattr(slurm_executor, "NodeLog", FullLog)
-    workdir = tmp_path / "runs" / "r1" / "launch"
+    return tmp_path / "runs" / "r1" / "launch"
+
+
+def test_a_node_log_the_disk_cannot_hold_stops_the_step_and_is_raised(tmp_path, monkeypatch):
+    """A step whose node log cannot be written (a full disk) is cancelled at once, as a failed
+    node's is, and the write's error raised for the caller to say (runner/record/
+    writefail.py). Before, srun ran on unseen until --timeout."""
+    import errno
+
+    workdir = _full_disk_step(tmp_path, monkeypatch)
     executor = SlurmExecutor(SlurmShell(), "7", grace_s=1.0)
     with pytest.raises(OSError) as raised:
         executor.run(_plan(), workdir, timeout_s=120, on_line=lambda *_: None)
@@ -495,3 +501,30 @@ def test_a_node_log_the_disk_cannot_hold_stops_the_step_and_is_raised(tmp_path, 
         ("gpu01", None),
         ("gpu02", None),
     ]
+
+
+def test_a_ctrl_c_while_a_cut_log_s_step_stops_is_the_interruption_and_says_the_cut(
+    tmp_path, monkeypatch
+):
+    """A Ctrl-C while dtrun cancels the step for a cut log: the launch is interrupted, with
+    the cut as its end (records: interrupted, saying both). Before, the Ctrl-C was dropped and
+    the launch raised the cut alone (failed, exit 1)."""
+    import signal
+
+    from dtrun.errors import LaunchInterrupted
+
+    workdir = _full_disk_step(tmp_path, monkeypatch)
+    executor = SlurmExecutor(SlurmShell(), "7", grace_s=1.0)
+    stop = executor._stop
+
+    def ctrl_c_meanwhile(*args: object) -> None:
+        signal.raise_signal(signal.SIGINT)  # held back by the stop (sigint_deferred)
+        stop(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(executor, "_stop", ctrl_c_meanwhile)
+    with pytest.raises(LaunchInterrupted) as raised:
+        executor.run(_plan(), workdir, timeout_s=120, on_line=lambda *_: None)
+    ended = raised.value.ended
+    assert ended is not None
+    assert f"node log {workdir.resolve() / 'gpu01.log'} could not be written" in ended.what
+    assert [r.node for r in raised.value.node_results] == ["gpu01", "gpu02"]

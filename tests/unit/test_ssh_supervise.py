@@ -307,3 +307,44 @@ def test_an_oserror_that_is_no_node_log_s_keeps_its_type_and_traceback(tmp_path,
     assert type(raised.value) is BrokenPipeError and not isinstance(raised.value, LogCut)
     assert "console_gone" in [entry.name for entry in raised.traceback]
     assert stopped == ["every node"]
+
+
+def test_a_stop_signal_while_a_cut_log_s_launch_stops_says_both(tmp_path, monkeypatch):
+    """Node 0's log refused a line (a full disk), and a Ctrl-C came while dtrun stopped the
+    other node for it: the launch is interrupted (LaunchInterrupted, exit 130) and its end,
+    the cut log, is said with it, as for a failed node. Before, the Ctrl-C was dropped: the
+    launch raised LogCut and the sweep ended `failed`, exit 1."""
+    import signal
+
+    from dtrun.errors import LaunchInterrupted
+
+    plan = _plan(2)
+    monkeypatch.setattr("dtrun.engines.ssh.executor.remote_launch_dir", lambda *_: "/r")
+    runner = asyncio.Runner()
+    executor = _on_runner(runner)
+    log = str(tmp_path / "node-0.log")
+
+    async def node(launch: NodeLaunch, *_: object) -> Ended:
+        if launch.node_rank == 0:
+            cut = OSError(errno.ENOSPC, "No space left on device", log)
+            return Ended(launch, None, 0.1, cut=cut)
+        await asyncio.sleep(3600)  # runs on until stopped
+        raise AssertionError("not stopped")
+
+    async def ctrl_c_meanwhile(*_: object) -> list[str]:
+        signal.raise_signal(signal.SIGINT)  # held back by the stop (sigint_deferred)
+        return []
+
+    monkeypatch.setattr(executor, "_stage", _nothing)
+    monkeypatch.setattr(executor, "_node", node)
+    monkeypatch.setattr(executor, "_stop_everywhere", ctrl_c_meanwhile)
+    try:
+        with pytest.raises(LaunchInterrupted) as raised:
+            executor.run(plan, tmp_path, timeout_s=60, on_line=lambda *_: None)
+    finally:
+        runner.close()
+    ended = raised.value.ended
+    assert ended is not None and f"node log {log} could not be written" in ended.what
+    assert [(r.node, r.exit_code) for r in raised.value.node_results] == [
+        (launch.node.name, None) for launch in plan.launches
+    ]

@@ -20,7 +20,7 @@ import psutil
 from dtrun.engines.common.scripts import pump, run_scripts, write_launch_files
 from dtrun.engines.common.signals import sigint_deferred
 from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
-from dtrun.execute import Answer, LineSink, LogCut, StopSink, quiet_stop
+from dtrun.execute import Answer, LineSink, StopSink, cut_stop, quiet_stop
 from dtrun.execute.guard import TAG, drop_guard, reaper_command, start_guard, stop_script
 from dtrun.execute.success import Next, after_exit, mark_stopped
 from dtrun.plan.machineenv import node_environment
@@ -126,8 +126,8 @@ class LocalExecutor:
                 self._stop(nodes, tag)
                 drop_guard(guard)
         results = tuple(node.result() for node in nodes)
-        if isinstance(verdict, OSError):  # a node's log could not be written: the caller says
-            raise LogCut(verdict, results)  # why (runner/record/writefail.py)
+        if isinstance(verdict, OSError):  # a node's log could not be written (writefail.py)
+            raise cut_stop(verdict, results, late)  # and a stop signal that came meanwhile
         error = None
         if verdict is not None:
             error = verdict if isinstance(verdict, RunError) else _failure(verdict)

@@ -27,7 +27,7 @@ from dtrun.engines.ray.launcher import NAME as TORCHTRAINER
 from dtrun.engines.ray.node import GRACE_S, NodeProcess
 from dtrun.engines.ray.session import RaySession
 from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
-from dtrun.execute import Answer, LineSink, LogCut, StopSink, cut_by, quiet_stop
+from dtrun.execute import Answer, LineSink, StopSink, cut_by, cut_stop, quiet_stop
 from dtrun.execute.success import Next, after_exit, mark_stopped
 from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
 from dtrun.spec.outcome import NodeResult
@@ -144,8 +144,8 @@ class RayExecutor:
                         self.on_stopping(sum(node.running for node in nodes))
                 launch.stop()
         results = tuple(node.result() for node in nodes)
-        if cut is not None:  # the caller says why (runner/record/writefail.py)
-            raise LogCut(cut, results)
+        if cut is not None:  # the caller says why (writefail.py); a stop signal meanwhile too
+            raise cut_stop(cut, results, late)
         if not interrupted:
             verdict = launch.lost_first() or verdict
         if verdict is not None:

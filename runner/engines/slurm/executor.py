@@ -33,7 +33,7 @@ from dtrun.errors import (
     RunTimeoutError,
     UsageError,
 )
-from dtrun.execute import Answer, LineSink, LogCut, StopSink, quiet_stop
+from dtrun.execute import Answer, LineSink, StopSink, cut_stop, quiet_stop
 from dtrun.execute.guard import TAG, drop_guard, reaper_on_node
 from dtrun.execute.success import Next, Settled, mark_stopped, settle
 from dtrun.render import render
@@ -200,7 +200,7 @@ class SlurmExecutor:
                 reader.join(timeout=10)
                 step.close()
         if step.cut is not None and not interrupted:  # the caller says why (writefail.py)
-            raise LogCut(step.cut, _results(plan, step, step.exits))
+            raise cut_stop(step.cut, _results(plan, step, step.exits), late)
         if late and not interrupted:  # came while its nodes stopped for its end (a failure)
             try:
                 self._verdict(plan, process.returncode, step, timed_out, timeout_s)

@@ -40,7 +40,7 @@ from dtrun.engines.ssh.transfer import (
     sftp_get,
 )
 from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
-from dtrun.execute import Answer, LineSink, LogCut, StopSink, cut_by, quiet_stop
+from dtrun.execute import Answer, LineSink, LogCut, StopSink, cut_by, cut_ended, quiet_stop
 from dtrun.execute.guard import stop_script
 from dtrun.execute.success import Next, after_exit, mark_stopped
 from dtrun.spec.cluster import Node
@@ -261,8 +261,8 @@ class SshExecutor:
             self._stopped = node_results(plan, workdir, ended)
         verdict = with_left(verdict, left)
         results = node_results(plan, workdir, ended)
-        if cut is not None:  # the caller says why (runner/record/writefail.py)
-            raise LogCut(cut, results)
+        if cut is not None:  # the caller says why (writefail.py); a stop signal meanwhile too
+            raise StoppedLate(results, cut_ended(cut)) if late else LogCut(cut, results)
         if verdict is not None:
             verdict.node_results = results
         if late:
