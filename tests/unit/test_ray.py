@@ -19,13 +19,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dtrun.engines.ray.executor import bundle, node_tag, said
+from dtrun.engines.ray.executor import RayExecutor, bundle, node_tag, said
 from dtrun.engines.ray.node import NodeProcess
 from dtrun.engines.ray.session import RaySession, parse_address, ray_inventory
 from dtrun.engines.registry import EngineOptions
 from dtrun.errors import InventoryError, PlanError, SiteError, UsageError
 from dtrun.spec.cluster import Node, Starter
-from dtrun.spec.launchplan import NodeLaunch
+from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
 from tests.conftest import ended, wait_for
 from tests.paths import REPO
 from tests.plans import build_run_plan
@@ -716,14 +716,24 @@ def test_a_node_log_the_disk_cannot_hold_ends_the_wait_with_the_disks_error(tmp_
     assert len(polls) == 1  # at the first answer the log refused
 
 
+def _two_ray_nodes() -> tuple[LaunchPlan, RayExecutor]:
+    """A 2-node torchrun plan on Ray, and a RayExecutor with no Ray session (its launch's
+    place and stop stand-ins)."""
+    launches = tuple(
+        NodeLaunch(Node(f"ray-{i}", f"127.0.0.{i + 2}"), i, f"ray-{i}.sh", "true\n")
+        for i in range(2)
+    )
+    plan = LaunchPlan("torchrun", "train", 2, 1, 2, 8, "r", "h", 1, launches)
+    return plan, RayExecutor(types.SimpleNamespace(ray=None), {})  # type: ignore[arg-type]
+
+
 def test_an_oserror_that_is_no_node_log_s_keeps_its_type_and_traceback(monkeypatch, tmp_path):
     """Only a node log the disk cannot hold is a cut launch (LogCut). Any other OSError while
     the launch runs (here Ray's own ConnectionError, its head gone) is raised as it is, with
     its type and traceback, once every node is stopped. Before, it came back as a LogCut
     "[Errno None] None" raised from run, its origin lost."""
-    from dtrun.engines.ray.executor import RayExecutor, _Launch
+    from dtrun.engines.ray.executor import _Launch
     from dtrun.execute import LogCut
-    from dtrun.spec.launchplan import LaunchPlan
 
     stopped: list[str] = []
 
@@ -732,12 +742,7 @@ def test_an_oserror_that_is_no_node_log_s_keeps_its_type_and_traceback(monkeypat
 
     monkeypatch.setattr(_Launch, "place", head_gone)
     monkeypatch.setattr(_Launch, "stop", lambda self: stopped.append("every node"))
-    launches = tuple(
-        NodeLaunch(Node(f"ray-{i}", f"127.0.0.{i + 2}"), i, f"ray-{i}.sh", "true\n")
-        for i in range(2)
-    )
-    plan = LaunchPlan("torchrun", "train", 2, 1, 2, 8, "r", "h", 1, launches)
-    executor = RayExecutor(types.SimpleNamespace(ray=None), {})  # type: ignore[arg-type]
+    plan, executor = _two_ray_nodes()
     with pytest.raises(OSError) as raised:
         executor.run(plan, tmp_path, timeout_s=60, on_line=lambda *_: None)
     assert type(raised.value) is ConnectionError and not isinstance(raised.value, LogCut)
@@ -755,9 +760,8 @@ def test_a_ctrl_c_while_a_cut_log_s_launch_stops_is_the_interruption_and_says_th
     import errno
     import signal
 
-    from dtrun.engines.ray.executor import RayExecutor, _Launch
+    from dtrun.engines.ray.executor import _Launch
     from dtrun.errors import LaunchInterrupted
-    from dtrun.spec.launchplan import LaunchPlan
 
     def cut(self: _Launch) -> None:
         log = self.nodes[0].log
@@ -766,12 +770,7 @@ def test_a_ctrl_c_while_a_cut_log_s_launch_stops_is_the_interruption_and_says_th
 
     monkeypatch.setattr(_Launch, "place", cut)
     monkeypatch.setattr(_Launch, "stop", lambda self: signal.raise_signal(signal.SIGINT))
-    launches = tuple(
-        NodeLaunch(Node(f"ray-{i}", f"127.0.0.{i + 2}"), i, f"ray-{i}.sh", "true\n")
-        for i in range(2)
-    )
-    plan = LaunchPlan("torchrun", "train", 2, 1, 2, 8, "r", "h", 1, launches)
-    executor = RayExecutor(types.SimpleNamespace(ray=None), {})  # type: ignore[arg-type]
+    plan, executor = _two_ray_nodes()
     with pytest.raises(LaunchInterrupted) as raised:
         executor.run(plan, tmp_path, timeout_s=60, on_line=lambda *_: None)
     ended = raised.value.ended

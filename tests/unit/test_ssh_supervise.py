@@ -8,7 +8,7 @@ import asyncio
 import errno
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -236,6 +236,20 @@ def test_a_ctrl_c_while_results_are_collected_keeps_how_every_node_ended(tmp_pat
     ]
 
 
+def _log_cut_on_node_0(log: str) -> Callable[..., Awaitable[Ended]]:
+    """A node task stand-in: node 0's log refused a line (a full disk); the others run on
+    until stopped."""
+
+    async def node(launch: NodeLaunch, *_: object) -> Ended:
+        if launch.node_rank == 0:
+            cut = OSError(errno.ENOSPC, "No space left on device", log)
+            return Ended(launch, None, 0.1, cut=cut)
+        await asyncio.sleep(3600)  # runs on until stopped
+        raise AssertionError("not stopped")
+
+    return node
+
+
 def test_a_launch_a_cut_log_stopped_raises_it_with_how_every_node_ended(tmp_path, monkeypatch):
     """Node 0's log refused a line (a full disk): the launch raises that OSError with every
     node's end (LogCut), so that the sweep's runs.json and run.json record the nodes it
@@ -248,15 +262,8 @@ def test_a_launch_a_cut_log_stopped_raises_it_with_how_every_node_ended(tmp_path
     executor = _on_runner(runner)
     log = str(tmp_path / "node-0.log")
 
-    async def node(launch: NodeLaunch, *_: object) -> Ended:
-        if launch.node_rank == 0:
-            cut = OSError(errno.ENOSPC, "No space left on device", log)
-            return Ended(launch, None, 0.1, cut=cut)
-        await asyncio.sleep(3600)  # runs on until stopped
-        raise AssertionError("not stopped")
-
     monkeypatch.setattr(executor, "_stage", _nothing)
-    monkeypatch.setattr(executor, "_node", node)
+    monkeypatch.setattr(executor, "_node", _log_cut_on_node_0(log))
     monkeypatch.setattr(executor, "_stop_everywhere", _nothing)
     try:
         with pytest.raises(OSError) as raised:
@@ -324,19 +331,12 @@ def test_a_stop_signal_while_a_cut_log_s_launch_stops_says_both(tmp_path, monkey
     executor = _on_runner(runner)
     log = str(tmp_path / "node-0.log")
 
-    async def node(launch: NodeLaunch, *_: object) -> Ended:
-        if launch.node_rank == 0:
-            cut = OSError(errno.ENOSPC, "No space left on device", log)
-            return Ended(launch, None, 0.1, cut=cut)
-        await asyncio.sleep(3600)  # runs on until stopped
-        raise AssertionError("not stopped")
-
     async def ctrl_c_meanwhile(*_: object) -> list[str]:
         signal.raise_signal(signal.SIGINT)  # held back by the stop (sigint_deferred)
         return []
 
     monkeypatch.setattr(executor, "_stage", _nothing)
-    monkeypatch.setattr(executor, "_node", node)
+    monkeypatch.setattr(executor, "_node", _log_cut_on_node_0(log))
     monkeypatch.setattr(executor, "_stop_everywhere", ctrl_c_meanwhile)
     try:
         with pytest.raises(LaunchInterrupted) as raised:
