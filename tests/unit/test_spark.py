@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -565,3 +566,30 @@ def test_a_host_file_naming_no_host_gives_the_lost_node_no_address_from_it(tmp_p
     )
     results = node_results(_plan(["spark-0"]), tmp_path)
     assert [(r.address, r.cause) for r in results] == [("127.0.0.1", None)]
+
+
+def test_a_cut_line_from_a_node_s_second_rank_names_that_rank_s_log(tmp_path):
+    """node_main writes a node's second and later ranks to `<node>.<local rank>.log`: its cut
+    line says `R.L`, and the launch is cut short naming that log. Before, the line said only
+    R, and the error named `<node>.log`, which the disk had not cut."""
+    import types
+
+    from dtrun.engines.spark.executor import SparkExecutor
+    from dtrun.workloads.files import CUT_LOGS
+
+    cuts: list[OSError] = []
+    executor = SparkExecutor.__new__(SparkExecutor)
+    executor.app = types.SimpleNamespace(cut_short=cuts.append)  # type: ignore[assignment]
+    names = {"0": "spark-0", "1": "spark-1"}
+    demux = executor._demux(names, tmp_path, lambda *_: None, threading.Event())
+    try:
+        demux("dtrun-log-cut 1.1: 28 No space left on device")
+        demux("dtrun-log-cut 0: 28 No space left on device")
+        demux("dtrun-log-cut 1.x: 28 not a rank: not a cut")
+        assert [cut.filename for cut in cuts] == [
+            str(tmp_path / "spark-1.1.log"),
+            str(tmp_path / "spark-0.log"),
+        ]
+    finally:
+        for log in ("spark-1.1.log", "spark-0.log"):
+            CUT_LOGS.pop(str(tmp_path / log), None)

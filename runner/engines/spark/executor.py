@@ -154,13 +154,14 @@ class SparkExecutor:
     ) -> Callable[[str], None]:
         """The driver's lines to the console: each node's by name, the driver's own and
         Spark's as the driver's; ``lost`` set when Spark says it lost an executor; a node's
-        cut log (node_main's `dtrun-log-cut R: ERRNO WHY`) cuts the launch short."""
+        cut log (node_main's `dtrun-log-cut R[.L]: ERRNO WHY`) cuts the launch short."""
 
         def demux(line: str) -> None:
             # node_main's lines, streamed by TorchDistributor: `dtrun-node R: text`
             head, _, rest = line.partition(": ")
-            if head.startswith(f"{CUT} ") and head[len(CUT) + 1 :] in names:
-                self.app.cut_short(_cut(workdir / f"{names[head[len(CUT) + 1 :]]}.log", rest))
+            stem = _cut_log(head, names)
+            if stem is not None:
+                self.app.cut_short(_cut(workdir / f"{stem}.log", rest))
                 return
             tagged = head.startswith(f"{TAG} ")
             if tagged and head[len(TAG) + 1 :] in names:
@@ -171,6 +172,17 @@ class SparkExecutor:
                 on_line(DRIVER, rest if tagged else line)
 
         return demux
+
+
+def _cut_log(head: str, names: dict[str, str]) -> str | None:
+    """The stem of the log a `dtrun-log-cut R[.L]` line names: node R's, or its rank L's past
+    the first (node_main's ``stem``); None for any other line."""
+    if not head.startswith(f"{CUT} "):
+        return None
+    node, _, local = head[len(CUT) + 1 :].partition(".")
+    if node not in names or (local and not (local.isascii() and local.isdigit())):
+        return None
+    return names[node] + (f".{local}" if local else "")
 
 
 def _cut(log: Path, said: str) -> OSError:

@@ -48,7 +48,8 @@ from dtrun.workloads.files import NodeLog, write_atomic
 EXIT_SUFFIX = ".exit"
 HOST_SUFFIX = ".host"  # the executor's host, written as the task starts
 TAG = "dtrun-node"
-# `dtrun-log-cut R: ERRNO WHY`: node R's log could not be written, so it stopped (node_main)
+# `dtrun-log-cut R[.L]: ERRNO WHY`: node R's log (its rank L's, past the first) could not be
+# written, so it stopped (node_main)
 CUT = "dtrun-log-cut"
 GRACE_S = 5.0
 
@@ -121,7 +122,8 @@ def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None
             """The log the disk cannot hold (NodeLog) stops the node, and dtrun hears why
             (runner/engines/spark/executor.py): every other node stops with the launch."""
             with contextlib.suppress(OSError, ValueError):
-                out.write(f"{CUT} {node_rank}: {error.errno} {error.strerror}\n".encode())
+                who = node_rank if local_rank == 0 else f"{node_rank}.{local_rank}"  # its log
+                out.write(f"{CUT} {who}: {error.errno} {error.strerror}\n".encode())
             for stop in stops:
                 stop()
 
