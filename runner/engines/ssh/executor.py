@@ -257,10 +257,10 @@ class SshExecutor:
                 left = await asyncio.shield(self._stop_everywhere(plan, tags, ended))
                 for log in logs.values():
                     log.close()
-            # a stop's: each node as it ended, its exit code, or None where the stop ended it
-            self._stopped = node_results(plan, workdir, ended)
+            # each node as it ended, its exit code or None where the stop ended it: for a Ctrl-C
+            # now or while the results come back (_collect), and for the end said below
+            results = self._stopped = node_results(plan, workdir, ended)
         verdict = with_left(verdict, left)
-        results = node_results(plan, workdir, ended)
         if cut is not None:  # the caller says why (writefail.py); a stop signal meanwhile too
             raise StoppedLate(results, cut_ended(cut)) if late else LogCut(cut, results)
         if verdict is not None:
@@ -269,7 +269,6 @@ class SshExecutor:
             raise StoppedLate(results, verdict)
         if verdict is not None:
             raise verdict
-        self._stopped = results  # a Ctrl-C while the results come back: how each node ended
         await self._collect(plan, remote_dir, workdir)
         return mark_stopped(plan.success, results)
 
