@@ -398,21 +398,46 @@ def test_the_step_guard_cancels_only_its_own_step_and_only_when_dtrun_is_gone(
     ("lines", "lost", "cancelled", "due_to"),
     [
         (["srun: error: Node failure on n2"], ["n2"], None, ""),
-        (["0: slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO "
-          "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"], [], "STEP 3.0", "NODE FAILURE"),
+        (["0: slurmstepd-n1: error: *** STEP 4.3 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO "
+          "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"], [], "STEP 4.3", "NODE FAILURE"),
         (["0: slurmstepd-n1: error: *** JOB 4 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO TIME "
           "LIMIT ***"], [], "JOB 4", "TIME LIMIT"),
-        (["0: slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT 2026-11-25T17:29:15 ***"], [],
-         "STEP 2.0", ""),
+        (["0: slurmstepd-n1: error: *** STEP 4.2 ON n1 CANCELLED AT 2026-11-25T17:29:15 ***"], [],
+         "STEP 4.2", ""),
         (["srun: error: n1: task 0: Terminated", "a program printing *** STEP"], [], None, ""),
     ],
     ids=["node-failure", "step-node-failure", "time-limit", "scancel", "neither"],
 )  # fmt: skip
 def test_what_slurm_says_of_a_step_it_ended_is_heard(lines, lost, cancelled, due_to):
-    heard = Heard()
+    heard = Heard(job="4")
     for line in lines:
         heard.line(line)
     assert (heard.lost, heard.cancelled, heard.due_to) == (lost, cancelled, due_to)
+
+
+def test_slurmstepds_end_of_another_job_that_a_program_prints_is_its_output(tmp_path):
+    """A training script that prints an older job's output (slurm-1234.out, which ends with
+    slurmstepd's time limit) and runs on: every node exits 0, and the launch succeeds, not
+    "Slurm job 7 reached its time limit"."""
+    plan = _plan()
+    (tmp_path / "srun-node.sh").write_text(wrapper(plan, "r1"))
+    (tmp_path / "slurm-1234.out").write_text(
+        "epoch 3 loss 1.2\nslurmstepd: error: *** JOB 1234 ON gpu01 CANCELLED AT "
+        "2026-11-25T17:30:00 DUE TO TIME LIMIT ***\n"
+    )
+    (tmp_path / "node-0.sh").write_text("tail -n 2 slurm-1234.out\necho resumed\n")
+    (tmp_path / "node-1.sh").write_text("echo resumed\n")
+    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None,
+                 "5f3a", slurm=Heard(job="7"))  # fmt: skip
+    for task, node in enumerate(["gpu01", "gpu02"]):
+        env = {**os.environ, "SLURMD_NODENAME": node, "SLURM_PROCID": str(task)}
+        done = subprocess.run(["bash", str(tmp_path / "srun-node.sh"), "5f3a"], env=env,
+                              capture_output=True, check=True)  # fmt: skip
+        for raw in done.stdout.splitlines(keepends=True):
+            step.line(f"{task}: ".encode() + raw)
+    step.close()
+    results = SlurmExecutor(_Answers(job_state="RUNNING"), "7")._verdict(plan, 0, step, False, 60)
+    assert [(r.node, r.exit_code) for r in results] == [("gpu01", 0), ("gpu02", 0)]
 
 
 @dataclass(frozen=True)

@@ -177,8 +177,9 @@ class SlurmExecutor:
         write_atomic(workdir / WRAPPER, srun_node.encode(), 0o755)
         there = self.staging.push(workdir) if self.staging else str(workdir)
         tag = secrets.token_hex(6)
-        name = f"dtrun-{tag}"
         step = _Step(workdir, {x.script_name: x.node.name for x in plan.launches}, on_line, tag)
+        step.slurm.job = self.job_id
+        name = f"dtrun-{tag}"
         guard = step_guard(self.shell, self.job_id, name)  # first: no moment without it
         process = self._start(plan, there, tag, guard)
         reader = threading.Thread(target=_pump, args=(process, step), daemon=True)
@@ -229,8 +230,7 @@ class SlurmExecutor:
 
     def _stop(self, process: subprocess.Popen[bytes], name: str) -> None:
         """Cancel the step (Slurm signals every process of it on every node), then srun. A
-        step Slurm does not list yet (srun just started) is stopped through srun, which
-        passes SIGTERM on to its tasks."""
+        step Slurm does not list yet (srun just started) is stopped through srun (SIGTERM)."""
         deadline = time.monotonic() + 2.0
         ids: list[str] = []
         while not ids and process.poll() is None and time.monotonic() < deadline:
