@@ -195,6 +195,24 @@ def test_an_end_line_of_an_older_launch_that_a_program_prints_is_its_output(tmp_
     assert "exited 0 (launch 9e9e)" in (tmp_path / "gpu02.log").read_text()
 
 
+def test_a_program_that_leaves_its_last_line_unended_still_ends_its_node(tmp_path):
+    """Its wrapper's end line then follows the program's last words on the same line (`epoch 1
+    donedtrun: node-0.sh on gpu01 exited 0 ...`): the node ended, with its code; before, dtrun
+    heard no end and said srun did not run the launch."""
+    plan = _plan()
+    (tmp_path / "srun-node.sh").write_text(wrapper(plan, "r1"))
+    (tmp_path / "node-0.sh").write_text("printf 'epoch 1 done'\nexit 4\n")
+    env = {**os.environ, "SLURMD_NODENAME": "gpu01", "SLURM_PROCID": "0"}
+    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh"), "5f3a"], env=env,
+                          capture_output=True, check=False)  # fmt: skip
+    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None,
+                 "5f3a")  # fmt: skip
+    for raw in done.stdout.splitlines(keepends=True):
+        step.line(b"0: " + raw)
+    step.close()
+    assert {node: code for node, (code, _) in step.exits.items()} == {"gpu01": 4}
+
+
 def test_the_wrapper_is_golden_and_shellcheck_clean(tmp_path, golden):
     text = wrapper(_plan(), "r1", "/opt/venv/bin/python", "/opt/dtrun")
     golden("slurm/srun-node.sh", text)

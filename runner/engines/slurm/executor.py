@@ -47,7 +47,7 @@ SRUN_LOG = "srun.log"  # srun's own messages, and anything a task printed before
 NOT_SHARED = 97  # the guard's exit: the run directory is not on that node
 _LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
 _BOUND = re.compile(r"^dtrun: slurm task \S+ of job \S+ runs (\S+) on (\S+)$")
-_EXITED = re.compile(r"^dtrun: (\S+) on (\S+) exited (\d+) \(launch (\S+)\)$")
+_EXITED = re.compile(r"dtrun: (\S+) on (\S+) exited (\d+) \(launch (\S+)\)$")  # after any output
 # Run by each task before the wrapper: a run directory the node does not share fails clearly.
 _GUARD = (
     'cd -- "$1" 2>/dev/null && [ -r ./srun-node.sh ] || { echo "dtrun: the run directory $1 is '
@@ -120,7 +120,7 @@ class _Step:
             self.on_line("slurm", text)
             return
         content = label.group(2) if label else text
-        ended = _EXITED.match(content)
+        ended = _EXITED.search(content)
         if ended and ended.group(2) == node and ended.group(4) == self.tag and not self.stopping:
             self.exits[node] = (int(ended.group(3)), time.monotonic())
         self._write(f"{node}.log", (content + "\n").encode())
