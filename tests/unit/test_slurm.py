@@ -97,13 +97,13 @@ def test_the_allocation_request_holds_the_largest_count_and_every_passed_option(
 
 def test_a_launch_is_one_step_a_task_per_node_with_all_its_cpus_and_gpus():
     plan = _plan()
-    command = step_command(plan, "7", "/home/u/runs/r1/launch", "dtrun-ab", gpus_per_node=8)
+    command = step_command(plan, "7", "/home/u/runs/r1/launch", "ab", gpus_per_node=8)
     assert command[:12] == [
         "srun", "--jobid=7", "--job-name=dtrun-ab", "--nodes=2", "--ntasks=2",
         "--ntasks-per-node=1", "--nodelist=gpu01,gpu02", "--cpus-per-task=96",
         "--kill-on-bad-exit=1", "--label", "--chdir=/home/u/runs/r1/launch", "--gres=gpu:8",
     ]  # fmt: skip
-    assert command[-2:] == ["dtrun-srun", "/home/u/runs/r1/launch"]
+    assert command[-3:] == ["dtrun-srun", "/home/u/runs/r1/launch", "ab"]
 
 
 def test_mpirun_under_slurm_runs_on_the_head_with_a_hostfile_of_slurm_names():
@@ -118,15 +118,15 @@ def test_mpirun_under_slurm_runs_on_the_head_with_a_hostfile_of_slurm_names():
 def test_the_step_output_becomes_each_nodes_log_and_exit(tmp_path):
     seen: list[tuple[str, str]] = []
     step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"},
-                 lambda node, line: seen.append((node, line)))  # fmt: skip
+                 lambda node, line: seen.append((node, line)), "5f3a")  # fmt: skip
     for raw in [
         "srun: warning: something about the job\n",
         "1: dtrun: slurm task 1 of job 7 runs node-1.sh on gpu02\n",
         " 0: dtrun: slurm task 0 of job 7 runs node-0.sh on gpu01\n",
         "0: step 1 loss 7.0\n",
         "1: Traceback (most recent call last):\n",
-        "1: dtrun: node-1.sh on gpu02 exited 3\n",
-        "0: dtrun: node-0.sh on gpu01 exited 0\n",
+        "1: dtrun: node-1.sh on gpu02 exited 3 (launch 5f3a)\n",
+        "0: dtrun: node-0.sh on gpu01 exited 0 (launch 5f3a)\n",
     ]:
         step.line(raw.encode())
     step.close()
@@ -141,7 +141,9 @@ def test_the_step_output_becomes_each_nodes_log_and_exit(tmp_path):
 def test_a_task_printing_sruns_node_failure_words_is_not_slurm_losing_a_node(tmp_path):
     """A program's output (its own srun's, a log it prints) must not make dtrun report a
     healthy node lost: a check would put it out, and --drain-failing drain it."""
-    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None)
+    step = _Step(
+        tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None, "5f3a"
+    )
     step.line(b"0: dtrun: slurm task 0 of job 7 runs node-0.sh on gpu01\n")
     step.line(b"0: srun: error: Node failure on gpu02\n")
     step.close()
@@ -149,7 +151,7 @@ def test_a_task_printing_sruns_node_failure_words_is_not_slurm_losing_a_node(tmp
 
 
 def test_a_node_without_the_run_directory_is_noticed(tmp_path):
-    step = _Step(tmp_path, {"node-0.sh": "gpu01"}, lambda node, line: None)
+    step = _Step(tmp_path, {"node-0.sh": "gpu01"}, lambda node, line: None, "5f3a")
     step.line(b"0: dtrun: the run directory /home/u/runs/r1/launch is not on gpu01\n")
     step.close()
     assert step.guard == ["gpu01"]
@@ -158,14 +160,57 @@ def test_a_node_without_the_run_directory_is_noticed(tmp_path):
 def test_an_exit_said_once_dtrun_cancels_the_step_is_the_stop_s_not_the_node_s(tmp_path):
     """A task can outlive the script Slurm killed under it and say `exited 137`: the node was
     still running when dtrun cancelled the step (its timeout names it), not ended by itself."""
-    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None)
+    step = _Step(
+        tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None, "5f3a"
+    )
     step.line(b"0: dtrun: slurm task 0 of job 7 runs node-0.sh on gpu01\n")
     step.line(b"1: dtrun: slurm task 1 of job 7 runs node-1.sh on gpu02\n")
-    step.line(b"0: dtrun: node-0.sh on gpu01 exited 0\n")
+    step.line(b"0: dtrun: node-0.sh on gpu01 exited 0 (launch 5f3a)\n")
     step.stopping = True
-    step.line(b"1: dtrun: node-1.sh on gpu02 exited 137\n")
+    step.line(b"1: dtrun: node-1.sh on gpu02 exited 137 (launch 5f3a)\n")
     step.close()
     assert {node: code for node, (code, _) in step.exits.items()} == {"gpu01": 0}
+
+
+def test_an_end_line_of_an_older_launch_that_a_program_prints_is_its_output(tmp_path):
+    """A training script that prints an older run's log (its end lines: one from before tags,
+    one of another launch) has not ended: its node fails or ends when its own wrapper says."""
+    plan = _plan()
+    (tmp_path / "srun-node.sh").write_text(wrapper(plan, "r1"))
+    (tmp_path / "old.log").write_text(
+        "dtrun: node-1.sh on gpu02 exited 1\ndtrun: node-1.sh on gpu02 exited 0 (launch 9e9e)\n"
+    )
+    (tmp_path / "node-1.sh").write_text("cat old.log\necho 'step 1 loss 7.0'\nexit 3\n")
+    env = {**os.environ, "SLURMD_NODENAME": "gpu02", "SLURM_PROCID": "1", "SLURM_JOB_ID": "7"}
+    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh"), "5f3a"], env=env,
+                          capture_output=True, check=False)  # fmt: skip
+    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None,
+                 "5f3a")  # fmt: skip
+    ended = []
+    for raw in done.stdout.splitlines(keepends=True):
+        step.line(b"1: " + raw)
+        ended.append(step.exits.get("gpu02", (None, 0.0))[0])
+    step.close()
+    assert ended == [None, None, None, None, 3]
+    assert "exited 0 (launch 9e9e)" in (tmp_path / "gpu02.log").read_text()
+
+
+def test_a_program_that_leaves_its_last_line_unended_still_ends_its_node(tmp_path):
+    """Its wrapper's end line then follows the program's last words on the same line (`epoch 1
+    donedtrun: node-0.sh on gpu01 exited 0 ...`): the node ended, with its code; before, dtrun
+    heard no end and said srun did not run the launch."""
+    plan = _plan()
+    (tmp_path / "srun-node.sh").write_text(wrapper(plan, "r1"))
+    (tmp_path / "node-0.sh").write_text("printf 'epoch 1 done'\nexit 4\n")
+    env = {**os.environ, "SLURMD_NODENAME": "gpu01", "SLURM_PROCID": "0"}
+    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh"), "5f3a"], env=env,
+                          capture_output=True, check=False)  # fmt: skip
+    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None,
+                 "5f3a")  # fmt: skip
+    for raw in done.stdout.splitlines(keepends=True):
+        step.line(b"0: " + raw)
+    step.close()
+    assert {node: code for node, (code, _) in step.exits.items()} == {"gpu01": 4}
 
 
 def test_the_wrapper_is_golden_and_shellcheck_clean(tmp_path, golden):
@@ -187,13 +232,13 @@ def test_the_wrapper_runs_its_nodes_script_and_says_how_it_ended(tmp_path, node,
     (tmp_path / "node-0.sh").write_text("echo zero\n")
     (tmp_path / "node-1.sh").write_text("echo one; exit 5\n")
     env = {**os.environ, "SLURMD_NODENAME": node, "SLURM_PROCID": "0", "SLURM_JOB_ID": "7"}
-    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh")], env=env,
+    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh"), "5f3a"], env=env,
                           capture_output=True, text=True)  # fmt: skip
     script = "node-0.sh" if node == "gpu01" else "node-1.sh"
     assert done.returncode == code
     lines = done.stdout.splitlines()
     assert lines[0] == f"dtrun: slurm task 0 of job 7 runs {script} on {node}"
-    assert lines[-1] == f"dtrun: {script} on {node} exited {code}"
+    assert lines[-1] == f"dtrun: {script} on {node} exited {code} (launch 5f3a)"
 
 
 @pytest.mark.parametrize("python", [sys.executable, "/nonexistent/bin/python"])
@@ -206,7 +251,7 @@ def test_a_daemon_the_script_orphans_is_stopped_when_it_ends_where_python_is(tmp
         "env -i setsid sh -c 'sleep 600 </dev/null >/dev/null 2>&1 & echo $!'\nexit 4\n"
     )
     env = {**os.environ, "SLURMD_NODENAME": "gpu01"}
-    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh")], env=env,
+    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh"), "5f3a"], env=env,
                           capture_output=True, text=True, timeout=30)  # fmt: skip
     daemon = int(done.stdout.splitlines()[1])
     try:
@@ -233,7 +278,7 @@ def test_a_node_named_like_a_shell_keyword_gets_its_own_script(tmp_path):
     (tmp_path / "node-1.sh").write_text("echo one\n")
     for node, said in (("esac", "zero"), ("in", "one")):
         env = {**os.environ, "SLURMD_NODENAME": node}
-        done = subprocess.run(["bash", str(tmp_path / "srun-node.sh")], env=env,
+        done = subprocess.run(["bash", str(tmp_path / "srun-node.sh"), "5f3a"], env=env,
                               capture_output=True, text=True)  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines()[1] == said
@@ -242,7 +287,7 @@ def test_a_node_named_like_a_shell_keyword_gets_its_own_script(tmp_path):
 def test_the_wrapper_refuses_a_node_without_a_script(tmp_path):
     (tmp_path / "srun-node.sh").write_text(wrapper(_plan(), "r1"))
     env = {**os.environ, "SLURMD_NODENAME": "gpu09"}
-    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh")], env=env,
+    done = subprocess.run(["bash", str(tmp_path / "srun-node.sh"), "5f3a"], env=env,
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 2 and "gpu09, which has no script" in done.stderr
 
@@ -273,7 +318,9 @@ def test_a_node_that_does_not_see_the_run_directory_is_a_clear_usage_error(tmp_p
     from dtrun.engines.slurm.shell import SlurmShell
     from dtrun.errors import UsageError
 
-    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None)
+    step = _Step(
+        tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None, "5f3a"
+    )
     step.line(b"1: dtrun: the run directory /home/u/runs/r1/launch is not on gpu02\n")
     step.close()
     with pytest.raises(UsageError) as raised:
@@ -294,7 +341,9 @@ def test_nodes_with_one_gpu_each_are_gpu_nodes():
 
 
 def _ended_step(tmp_path, *exits: tuple[str, int, float]) -> _Step:
-    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None)
+    step = _Step(
+        tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None, "5f3a"
+    )
     step.started = 0.0
     step.exits.update({node: (code, when) for node, code, when in exits})
     return step
@@ -367,21 +416,46 @@ def test_the_step_guard_cancels_only_its_own_step_and_only_when_dtrun_is_gone(
     ("lines", "lost", "cancelled", "due_to"),
     [
         (["srun: error: Node failure on n2"], ["n2"], None, ""),
-        (["0: slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO "
-          "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"], [], "STEP 3.0", "NODE FAILURE"),
+        (["0: slurmstepd-n1: error: *** STEP 4.3 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO "
+          "NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***"], [], "STEP 4.3", "NODE FAILURE"),
         (["0: slurmstepd-n1: error: *** JOB 4 ON n1 CANCELLED AT 2026-11-25T17:30:00 DUE TO TIME "
           "LIMIT ***"], [], "JOB 4", "TIME LIMIT"),
-        (["0: slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT 2026-11-25T17:29:15 ***"], [],
-         "STEP 2.0", ""),
+        (["0: slurmstepd-n1: error: *** STEP 4.2 ON n1 CANCELLED AT 2026-11-25T17:29:15 ***"], [],
+         "STEP 4.2", ""),
         (["srun: error: n1: task 0: Terminated", "a program printing *** STEP"], [], None, ""),
     ],
     ids=["node-failure", "step-node-failure", "time-limit", "scancel", "neither"],
 )  # fmt: skip
 def test_what_slurm_says_of_a_step_it_ended_is_heard(lines, lost, cancelled, due_to):
-    heard = Heard()
+    heard = Heard(job="4")
     for line in lines:
         heard.line(line)
     assert (heard.lost, heard.cancelled, heard.due_to) == (lost, cancelled, due_to)
+
+
+def test_slurmstepds_end_of_another_job_that_a_program_prints_is_its_output(tmp_path):
+    """A training script that prints an older job's output (slurm-1234.out, which ends with
+    slurmstepd's time limit) and runs on: every node exits 0, and the launch succeeds, not
+    "Slurm job 7 reached its time limit"."""
+    plan = _plan()
+    (tmp_path / "srun-node.sh").write_text(wrapper(plan, "r1"))
+    (tmp_path / "slurm-1234.out").write_text(
+        "epoch 3 loss 1.2\nslurmstepd: error: *** JOB 1234 ON gpu01 CANCELLED AT "
+        "2026-11-25T17:30:00 DUE TO TIME LIMIT ***\n"
+    )
+    (tmp_path / "node-0.sh").write_text("tail -n 2 slurm-1234.out\necho resumed\n")
+    (tmp_path / "node-1.sh").write_text("echo resumed\n")
+    step = _Step(tmp_path, {"node-0.sh": "gpu01", "node-1.sh": "gpu02"}, lambda n, line: None,
+                 "5f3a", slurm=Heard(job="7"))  # fmt: skip
+    for task, node in enumerate(["gpu01", "gpu02"]):
+        env = {**os.environ, "SLURMD_NODENAME": node, "SLURM_PROCID": str(task)}
+        done = subprocess.run(["bash", str(tmp_path / "srun-node.sh"), "5f3a"], env=env,
+                              capture_output=True, check=True)  # fmt: skip
+        for raw in done.stdout.splitlines(keepends=True):
+            step.line(f"{task}: ".encode() + raw)
+    step.close()
+    results = SlurmExecutor(_Answers(job_state="RUNNING"), "7")._verdict(plan, 0, step, False, 60)
+    assert [(r.node, r.exit_code) for r in results] == [("gpu01", 0), ("gpu02", 0)]
 
 
 @dataclass(frozen=True)

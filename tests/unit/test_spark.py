@@ -334,6 +334,40 @@ def test_a_barrier_failure_with_no_lost_executor_in_the_log_records_no_code(tmp_
     assert [(r.exit_code, r.cause is not None) for r in results] == [(None, False), (None, True)]
 
 
+def test_spark_s_words_a_failed_node_printed_are_its_output_not_spark_losing_a_node(
+    tmp_path, monkeypatch
+):
+    """A training script that prints an older run's spark-driver.log, then fails: its task's
+    error carries the output's last lines, and Spark's failure and driver log carry that error.
+    The old run's lost executor and task in it are not this launch's (they named node 0 lost,
+    exit 137, while node 1 failed by itself)."""
+    from dtrun.engines.spark.task import stream
+
+    (tmp_path / "old.log").write_text(
+        "26/11/25 18:59:33 ERROR TaskSchedulerImpl: Lost executor 0 on 127.0.0.42: Command "
+        "exited with code 137\n26/11/25 18:59:33 WARN TaskSetManager: Lost task 0.0 in stage "
+        "2.0 (TID 4) (127.0.0.42 executor 0): ExecutorLostFailure (executor 0 exited caused by "
+        "one of the running tasks) Reason: Command exited with code 137\n"
+    )
+    (tmp_path / "node-1.sh").write_text("cat old.log\nexit 1\n")
+    monkeypatch.setenv("NODE_RANK", "1")
+    node = [sys.executable, "-m", "dtrun.engines.spark.node", str(tmp_path), "spark-0", "spark-1"]
+    with pytest.raises(RuntimeError) as failed:  # the task's error, as TorchDistributor's
+        stream(node)
+    said = (  # Spark 4's failure of the barrier stage: its words, then the task's error
+        f"{BARRIER}\norg.apache.spark.api.python.PythonException: Traceback (most recent call "
+        f"last):\nRuntimeError: {failed.value}\n"
+    )
+    write_failure(tmp_path / FAILURE_FILE, task_failure(RuntimeError(said)))
+    (tmp_path / "spark-driver.log").write_text(
+        f"26/11/25 19:00:01 WARN TaskSetManager: Lost task 1.0 in stage 3.0 (TID 7) "
+        f"(127.0.0.43 executor 1): {said}"
+    )
+    assert lost_hosts(tmp_path) == {}
+    results = node_results(_plan(["spark-0", "spark-1"]), tmp_path)
+    assert [(r.exit_code, r.cause) for r in results] == [(None, None), (1, None)]
+
+
 URL = "http://127.0.0.42:8081/logPage/?appId=app-1&executorId={}&logType=stderr"
 
 

@@ -47,11 +47,11 @@ SRUN_LOG = "srun.log"  # srun's own messages, and anything a task printed before
 NOT_SHARED = 97  # the guard's exit: the run directory is not on that node
 _LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
 _BOUND = re.compile(r"^dtrun: slurm task \S+ of job \S+ runs (\S+) on (\S+)$")
-_EXITED = re.compile(r"^dtrun: (\S+) on (\S+) exited (\d+)$")
+_EXITED = re.compile(r"dtrun: (\S+) on (\S+) exited (\d+) \(launch (\S+)\)$")  # after any output
 # Run by each task before the wrapper: a run directory the node does not share fails clearly.
 _GUARD = (
     'cd -- "$1" 2>/dev/null && [ -r ./srun-node.sh ] || { echo "dtrun: the run directory $1 is '
-    f'not on ${{SLURMD_NODENAME:-this node}}"; exit {NOT_SHARED}; }}; exec bash ./srun-node.sh'
+    f'not on ${{SLURMD_NODENAME:-this node}}"; exit {NOT_SHARED}; }}; exec bash ./srun-node.sh "$2"'
 )
 
 
@@ -64,15 +64,15 @@ def wrapper(plan: LaunchPlan, run_id: str, python: str = "", package: str = "") 
 
 
 def step_command(
-    plan: LaunchPlan, job_id: str, workdir: str, name: str, gpus_per_node: int = 0
+    plan: LaunchPlan, job_id: str, workdir: str, tag: str, gpus_per_node: int = 0
 ) -> list[str]:
-    """The srun line of one launch: a task on each node that runs a script, all of its CPUs
-    (and GPUs) to the task, Slurm stopping the step when one task fails."""
+    """The srun line of one launch, step dtrun-``tag``: a task on each node runs a script (its
+    end line carries ``tag``), all CPUs (and GPUs) to it, Slurm stopping the step at a failure."""
     nodes = [launch.node for launch in plan.launches]
     command = [
         "srun",
         f"--jobid={job_id}",
-        f"--job-name={name}",
+        f"--job-name=dtrun-{tag}",
         f"--nodes={len(nodes)}",
         f"--ntasks={len(nodes)}",
         "--ntasks-per-node=1",
@@ -84,7 +84,7 @@ def step_command(
     ]
     if gpus_per_node:
         command.append(f"--gres=gpu:{gpus_per_node}")  # a step sees only the GPUs it asks for
-    return [*command, "bash", "-c", _GUARD, "dtrun-srun", workdir]
+    return [*command, "bash", "-c", _GUARD, "dtrun-srun", workdir, tag]
 
 
 @dataclass
@@ -94,6 +94,7 @@ class _Step:
     workdir: Path
     names: dict[str, str]  # script name -> node name
     on_line: LineSink
+    tag: str  # the launch's: an end line without it is the program's output (an older log)
     logs: dict[str, NodeLog] = field(default_factory=dict)
     bound: dict[str, str] = field(default_factory=dict)  # task -> node name
     exits: dict[str, tuple[int, float]] = field(default_factory=dict)  # node -> (code, when)
@@ -119,8 +120,8 @@ class _Step:
             self.on_line("slurm", text)
             return
         content = label.group(2) if label else text
-        ended = _EXITED.match(content)
-        if ended and ended.group(2) == node and not self.stopping:
+        ended = _EXITED.search(content)
+        if ended and ended.group(2) == node and ended.group(4) == self.tag and not self.stopping:
             self.exits[node] = (int(ended.group(3)), time.monotonic())
         self._write(f"{node}.log", (content + "\n").encode())
         self.on_line(node, content)
@@ -176,10 +177,11 @@ class SlurmExecutor:
         write_atomic(workdir / WRAPPER, srun_node.encode(), 0o755)
         there = self.staging.push(workdir) if self.staging else str(workdir)
         tag = secrets.token_hex(6)
+        step = _Step(workdir, {x.script_name: x.node.name for x in plan.launches}, on_line, tag)
+        step.slurm.job = self.job_id
         name = f"dtrun-{tag}"
-        step = _Step(workdir, {each.script_name: each.node.name for each in plan.launches}, on_line)
         guard = step_guard(self.shell, self.job_id, name)  # first: no moment without it
-        process = self._start(plan, there, name, tag, guard)
+        process = self._start(plan, there, tag, guard)
         reader = threading.Thread(target=_pump, args=(process, step), daemon=True)
         reader.start()
         timed_out = interrupted = False
@@ -213,11 +215,11 @@ class SlurmExecutor:
         return self._verdict(plan, process.returncode, step, timed_out, timeout_s)
 
     def _start(
-        self, plan: LaunchPlan, there: str, name: str, tag: str, guard: subprocess.Popen[bytes]
+        self, plan: LaunchPlan, there: str, tag: str, guard: subprocess.Popen[bytes]
     ) -> subprocess.Popen[bytes]:
         """srun: every process of the launch carries the tag, here and through the head's
         ssh; Ctrl-C reaches dtrun (a session of its own), which cancels the step itself."""
-        command = ["env", f"{TAG}={tag}", *step_command(plan, self.job_id, there, name,
+        command = ["env", f"{TAG}={tag}", *step_command(plan, self.job_id, there, tag,
                                                          self.gpus_per_node)]  # fmt: skip
         try:
             return self.shell.popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -228,8 +230,7 @@ class SlurmExecutor:
 
     def _stop(self, process: subprocess.Popen[bytes], name: str) -> None:
         """Cancel the step (Slurm signals every process of it on every node), then srun. A
-        step Slurm does not list yet (srun just started) is stopped through srun, which
-        passes SIGTERM on to its tasks."""
+        step Slurm does not list yet (srun just started) is stopped through srun (SIGTERM)."""
         deadline = time.monotonic() + 2.0
         ids: list[str] = []
         while not ids and process.poll() is None and time.monotonic() < deadline:
@@ -314,8 +315,7 @@ class SlurmExecutor:
         return self.drain_hosts(reasons)
 
     def drain_hosts(self, reasons: Mapping[str, str]) -> str:
-        """Drain these nodes (node name -> reason), as ``drain`` does; `dtrun check` names
-        them."""
+        """Drain these nodes (node name -> reason), as ``drain`` does; `dtrun check` names them."""
         for name, reason in reasons.items():
             done = self.shell.run(
                 ["scontrol", "update", f"nodename={name}", "state=drain", f"reason={reason}"]

@@ -22,8 +22,8 @@ from dtrun.spec.outcome import NodeResult
 # `*** JOB 4 ON n1 CANCELLED AT ... DUE TO TIME LIMIT ***`, and without DUE TO for a scancel.
 # srun's own line starts the line: a task's (`0: srun: ...`, --label) is the program's words.
 # slurmstepd's comes labelled as its node's first task (`0: slurmstepd-n1: error: *** ...`):
-# matched anywhere; a program that prints it and exits non-zero fails on its own first
-# (executor.py _failed_itself).
+# matched anywhere, for this job only (a program may print an older job's log); a program that
+# prints it and exits non-zero fails on its own first (executor.py _failed_itself).
 _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)")
 _CANCELLED = re.compile(
     r"\*\*\* (STEP|JOB) (\S+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z][A-Z ]*[A-Z]))?[, ]"
@@ -49,6 +49,7 @@ class Heard:
     lost: list[str] = field(default_factory=list)  # nodes srun reported a node failure on
     cancelled: str | None = None  # "STEP 3.0" or "JOB 4" that slurmstepd said it cancelled
     due_to: str = ""  # slurmstepd's reason: TIME LIMIT, NODE FAILURE, PREEMPTION; "" for scancel
+    job: str = ""  # the job's id: slurmstepd's line for another job is a program's output
 
     @property
     def said(self) -> bool:
@@ -59,7 +60,7 @@ class Heard:
         if lost is not None and lost.group(1) not in self.lost:
             self.lost.append(lost.group(1))
         cancelled = _CANCELLED.search(text)
-        if cancelled is not None and self.cancelled is None:
+        if cancelled and self.cancelled is None and cancelled.group(2).split(".")[0] == self.job:
             self.cancelled = f"{cancelled.group(1)} {cancelled.group(2)}"
             self.due_to = cancelled.group(3) or ""
 

@@ -21,7 +21,7 @@ class SlurmPreview:
     def launch(self, plan: LaunchPlan, workdir: str) -> str:
         path = Path(workdir)
         command = step_command(
-            plan, self.executor.job_id, str(path.resolve()), "dtrun-TAG",
+            plan, self.executor.job_id, str(path.resolve()), "TAG",
             self.executor.gpus_per_node,
         )  # fmt: skip
         return (

@@ -31,7 +31,7 @@ from dtrun.engines.common.scripts import write_launch_files, write_scripts
 from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.spark.app import DRIVER_LOG, DRIVER_SCRIPT, AppTimeout, SparkApp
 from dtrun.engines.spark.cds import RECORD_WAIT_S
-from dtrun.engines.spark.failures import FAILURE_FILE
+from dtrun.engines.spark.failures import FAILURE_FILE, TASK_OUTPUT
 from dtrun.engines.spark.node import CUT, EXIT_SUFFIX, HOST_SUFFIX, TAG
 from dtrun.errors import (
     LaunchInterrupted,
@@ -233,7 +233,10 @@ def node_results(plan: LaunchPlan, workdir: Path) -> tuple[NodeResult, ...]:
 # 127.0.0.42: worker lost: 127.0.0.42:36329 got disassociated` (its host went), or `...: Command
 # exited with code 137` (the executor was killed). The host up to the first ": " (an IPv6
 # address has colons); bare and lower-cased, as executor_address has it (urlsplit's hostname).
-_LOST_ON = re.compile(r"^(?!dtrun-node ).*?Lost executor (\S+) on (\S+?): (.*)$", re.MULTILINE)
+_LOST_ON = re.compile(  # not in a node's line, nor in a failed task's output (TASK_OUTPUT)
+    rf"^(?!dtrun-node )(?:(?!{re.escape(TASK_OUTPUT)}).)*?Lost executor (\S+) on (\S+?): (.*)$",
+    re.MULTILINE,
+)
 _EXITED = re.compile(r"exited with code (-?\d+)")
 EXECUTOR_LOST = "Spark lost its executor: "  # a node's cause, before Spark's reason
 

@@ -20,6 +20,9 @@ from urllib.parse import urlsplit
 
 from dtrun.workloads.files import write_atomic
 
+# What a failed task's error says before the last lines of its output (TorchDistributor's, and
+# runner/engines/spark/task.py's): what a program printed, an older run's log, follows it
+TASK_OUTPUT = "included below: "
 FAILURE_FILE = "spark-failure.json"  # what failed, as the driver understood it (SparkExecutor)
 CONNECT_S = 10.0  # how long a master may take to accept a connection
 WAIT_ENV = "DTRUN_SPARK_EXECUTOR_WAIT_S"
@@ -119,7 +122,8 @@ def task_failure(error: BaseException) -> Failure:
     """The job failed: the partition Spark names, with its reason (an executor lost, and its
     exit code), or Spark's words when it names none."""
     said = spark_said(error)
-    text = str(getattr(error, "java_exception", None) or error)
+    # Spark's own words, before the failed task's output
+    text = str(getattr(error, "java_exception", None) or error).partition(TASK_OUTPUT)[0]
     lost = _LOST_TASK.search(text)
     barrier = _BARRIER_TASK.search(text)
     if lost is None and barrier is not None:
