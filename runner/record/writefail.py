@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from dtrun.errors import DiskFullError, DtrunError, RunDirWriteError
+from dtrun.errors import DiskFullError, DtrunError, RunDirWriteError, RunError
 from dtrun.spec.outcome import NodeResult
-from dtrun.workloads.files import CUT_LOGS, PARTIAL
+from dtrun.workloads.files import CUT_LOGS, PARTIAL, UNWRITTEN
 
 
 def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunError | None:
@@ -59,6 +59,45 @@ def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunErro
             fix=f"run dtrun as a user who may write {root}",
         )
     return None
+
+
+def unwritten(error: RunError, root: Path) -> DtrunError | None:
+    """A failed launch whose node could not write its result.json on a full disk (its
+    workload's `dtrun-unwritten: ERRNO PATH` line in the node's log), said as that disk's
+    failure, not the node's: in run directory ``root`` as write_error says it, elsewhere (a
+    node's own disk) naming the node. None for any other failure, a node's own."""
+    for node in error.node_results:
+        said = _said_unwritten(Path(node.log_path))
+        if said is None or said.errno not in (errno.ENOSPC, errno.EDQUOT):
+            continue
+        path = Path(str(said.filename))
+        if path.is_relative_to(root):
+            return write_error(said, root, path)
+        return DiskFullError(
+            f"the disk holding {path.parent} on {node.node} is full",
+            why=f"{node.node} could not write {path.name} there, so its launch failed",
+            fix=f"free space on {node.node} and run the command again",
+        )
+    return None
+
+
+_UNWRITTEN_LINE = re.compile(rf"{re.escape(UNWRITTEN)} (\d+) (.+)$", re.MULTILINE)
+_LOG_TAIL = 65536  # bytes of a node log read for that line: it comes just before the end
+
+
+def _said_unwritten(log: Path) -> OSError | None:
+    """The write error a node's workload said (UNWRITTEN) in the end of its log, if any."""
+    try:
+        with log.open("rb") as file:
+            file.seek(max(0, file.seek(0, os.SEEK_END) - _LOG_TAIL))
+            tail = file.read().decode(errors="replace")
+    except OSError:  # no log (the node never started), or it went with its folder
+        return None
+    found = _UNWRITTEN_LINE.findall(tail)
+    if not found:
+        return None
+    code, path = found[-1]
+    return OSError(int(code), os.strerror(int(code)), path.rstrip("\r"))
 
 
 # write_atomic's temporary name for NAME (runner/workloads/files.py)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from dtrun.errors import DiskFullError, RunDirWriteError
+from dtrun.errors import DiskFullError, NodeFailedError, RunDirWriteError
 from dtrun.record.rundir import RunDir
-from dtrun.record.writefail import with_cut_logs, write_error
+from dtrun.record.writefail import unwritten, with_cut_logs, write_error
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.outcome import NodeResult
 from dtrun.spec.request import BenchSpec
@@ -392,3 +392,42 @@ def test_an_embedded_launch_a_cut_log_stopped_raises_it_with_how_every_node_ende
         ("node-0", None),
         ("node-1", None),
     ]
+
+
+@pytest.mark.parametrize("on_its_own_disk", [False, True])
+def test_a_result_a_nodes_full_disk_refused_is_said_as_that_disk_not_the_node(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    on_its_own_disk: bool,
+):
+    """The workload says, in its node's log, which result.json the disk refused; dtrun reads
+    it there: the run directory's disk as write_error says it, or a node's own (SSH without
+    shared storage) with the node named. Before, the node failed: "exit code 1"."""
+    run = tmp_path / "run"
+    where = (tmp_path / "node-disk" if on_its_own_disk else run) / "health" / "node-0"
+    where.mkdir(parents=True)
+    failing_write(monkeypatch, errno.ENOSPC)
+    with pytest.raises(OSError, match="No space left on device"):  # the node's traceback
+        write_result(where / "result.json", {"schema": "dtrun.allreduce/1"})
+    monkeypatch.undo()
+    log = tmp_path / "node-0.log"
+    log.write_text("".join(f"[rank0]: {line}\n" for line in capsys.readouterr().err.splitlines()))
+    failed = NodeFailedError("node-0", "10.0.0.4", 1, str(log), "OSError: [Errno 28]")
+    failed.node_results = (NodeResult("node-0", "10.0.0.4", 1, str(log), 1.0),)
+    said = unwritten(failed, run)
+    assert isinstance(said, DiskFullError) and said.exit_code == 1
+    if on_its_own_disk:
+        assert said.message.startswith(f"the disk holding {where} on node-0 is full")
+        assert "next: free space on node-0 and run the command again" in str(said)
+    else:
+        assert said.message.startswith(f"the disk holding {run} is full (")
+        assert "health/node-0/result.json could not be written" in said.message
+
+
+def test_a_node_that_failed_on_its_own_is_no_disk_s_failure(tmp_path: Path):
+    log = tmp_path / "node-0.log"
+    log.write_text("[rank0]: RuntimeError: boom\n")
+    failed = NodeFailedError("node-0", "10.0.0.4", 1, str(log), "RuntimeError: boom")
+    failed.node_results = (NodeResult("node-0", "10.0.0.4", 1, str(log), 1.0),)
+    assert unwritten(failed, tmp_path) is None
