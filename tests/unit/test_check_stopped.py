@@ -261,6 +261,7 @@ def test_a_node_log_a_full_disk_cut_keeps_each_node_s_end_in_the_record(tmp_path
     monkeypatch.setitem(CUT_LOGS, str(log), "No space left on device")  # as NodeLog has it
     cut = OSError(errno.ENOSPC, "No space left on device", str(log))
     raised = _run_on(tmp_path, _Executor(LogCut(cut, RESULTS)), DiskFullError)
+    assert isinstance(raised, DiskFullError)
     assert "check/node-1.log could not be written, so the launch was stopped" in raised.message
     record = json.loads((tmp_path / "stopped" / "check.json").read_text())
     assert (record["status"], record["error"]) == ("failed", raised.message)
