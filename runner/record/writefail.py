@@ -71,13 +71,24 @@ def unwritten(error: RunError, root: Path) -> DtrunError | None:
         if said is None or said.errno not in (errno.ENOSPC, errno.EDQUOT):
             continue
         path = Path(str(said.filename))
-        if path.is_relative_to(root):
-            return write_error(said, root, path)
+        here = _in_run_dir(path, root)
+        if here is not None:
+            return write_error(said, root, here)
         return DiskFullError(
             f"the disk holding {path.parent} on {node.node} is full",
             why=f"{node.node} could not write {path.name} there, so its launch failed",
             fix=f"free space on {node.node} and run the command again",
         )
+    return None
+
+
+def _in_run_dir(path: Path, root: Path) -> Path | None:
+    """``path``, absolute as a node said it (its working directory: links resolved), as a
+    path in run directory ``root`` as dtrun names it (`-o runs`: relative, maybe through a
+    link); None where it is elsewhere (a node's own disk)."""
+    for base in (root.absolute(), root.resolve()):
+        if path.is_relative_to(base):
+            return root / path.relative_to(base)
     return None
 
 

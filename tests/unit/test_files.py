@@ -19,7 +19,7 @@ from dtrun.record.writefail import unwritten, with_cut_logs, write_error
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.outcome import NodeResult
 from dtrun.spec.request import BenchSpec
-from dtrun.workloads.files import NodeLog, write_atomic
+from dtrun.workloads.files import UNWRITTEN, NodeLog, write_atomic
 from dtrun.workloads.result import write_result
 from tests.conftest import fill, run_dtrun
 from tests.factories import fake_run_dir
@@ -431,3 +431,24 @@ def test_a_node_that_failed_on_its_own_is_no_disk_s_failure(tmp_path: Path):
     failed = NodeFailedError("node-0", "10.0.0.4", 1, str(log), "RuntimeError: boom")
     failed.node_results = (NodeResult("node-0", "10.0.0.4", 1, str(log), 1.0),)
     assert unwritten(failed, tmp_path) is None
+
+
+@pytest.mark.parametrize("named", ["relative", "through a link"])
+def test_a_run_directory_named_relative_or_through_a_link_is_still_the_full_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: str
+):
+    """`-o runs` (the default) names the run directory relative to here; a node says the
+    absolute path it wrote to, a link resolved (its working directory)."""
+    (tmp_path / "disk" / "g" / "check").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    if named == "through a link":
+        (tmp_path / "runs").symlink_to(tmp_path / "disk")
+    run = Path("runs/g") if named == "through a link" else Path("disk/g")
+    log = tmp_path / "node-0.log"
+    log.write_text(f"{UNWRITTEN} {errno.ENOSPC} {tmp_path / 'disk/g/check/result.json'}\n")
+    failed = NodeFailedError("node-0", "127.0.0.2", 1, str(log), "OSError: [Errno 28]")
+    failed.node_results = (NodeResult("node-0", "127.0.0.2", 1, str(log), 1.0),)
+    said = unwritten(failed, run)
+    assert isinstance(said, DiskFullError)
+    assert said.message.startswith(f"the disk holding {run} is full (")
+    assert "check/result.json could not be written" in said.message
