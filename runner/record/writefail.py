@@ -71,6 +71,8 @@ def unwritten(error: RunError, root: Path) -> DtrunError | None:
         if said is None or said.errno not in (errno.ENOSPC, errno.EDQUOT):
             continue
         path = Path(str(said.filename))
+        if not _of_this_launch(path, Path(node.log_path), root):
+            continue  # an older run's line that a program printed (an old log): its output
         here = _in_run_dir(path, root)
         if here is not None:
             return write_error(said, root, here)
@@ -90,6 +92,17 @@ def _in_run_dir(path: Path, root: Path) -> Path | None:
         if path.is_relative_to(base):
             return root / path.relative_to(base)
     return None
+
+
+def _of_this_launch(path: Path, log: Path, root: Path) -> bool:
+    """Whether the result file ``path`` a node's log names is this launch's: in the folder of
+    the node's log (<id>/n2/r0 in ``root``, or that folder staged on the node, as
+    remote_launch_dir has it), not one an older run's log named."""
+    for base in (root.absolute(), root.resolve()):  # a node log's path may be resolved
+        if log.parent.absolute().is_relative_to(base):
+            want = (base.name, *log.parent.absolute().relative_to(base).parts)
+            return path.parent.parts[-len(want) :] == want
+    return False
 
 
 _UNWRITTEN_LINE = re.compile(rf"{re.escape(UNWRITTEN)} (\d+) (.+)$", re.MULTILINE)

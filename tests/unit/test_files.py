@@ -405,13 +405,17 @@ def test_a_result_a_nodes_full_disk_refused_is_said_as_that_disk_not_the_node(
     it there: the run directory's disk as write_error says it, or a node's own (SSH without
     shared storage) with the node named. Before, the node failed: "exit code 1"."""
     run = tmp_path / "run"
-    where = (tmp_path / "node-disk" if on_its_own_disk else run) / "health" / "node-0"
-    where.mkdir(parents=True)
+    here = run / "health" / "node-0"  # the launch's folder here, and staged on its node
+    where = (
+        tmp_path / "node-disk" / "runs" / "run" / "health" / "node-0" if on_its_own_disk else here
+    )
+    for folder in {here, where}:
+        folder.mkdir(parents=True, exist_ok=True)
     failing_write(monkeypatch, errno.ENOSPC)
     with pytest.raises(OSError, match="No space left on device"):  # the node's traceback
         write_result(where / "result.json", {"schema": "dtrun.allreduce/1"})
     monkeypatch.undo()
-    log = tmp_path / "node-0.log"
+    log = here / "node-0.log"
     log.write_text("".join(f"[rank0]: {line}\n" for line in capsys.readouterr().err.splitlines()))
     failed = NodeFailedError("node-0", "10.0.0.4", 1, str(log), "OSError: [Errno 28]")
     failed.node_results = (NodeResult("node-0", "10.0.0.4", 1, str(log), 1.0),)
@@ -444,7 +448,7 @@ def test_a_run_directory_named_relative_or_through_a_link_is_still_the_full_disk
     if named == "through a link":
         (tmp_path / "runs").symlink_to(tmp_path / "disk")
     run = Path("runs/g") if named == "through a link" else Path("disk/g")
-    log = tmp_path / "node-0.log"
+    log = run / "check" / "node-0.log"
     log.write_text(f"{UNWRITTEN} {errno.ENOSPC} {tmp_path / 'disk/g/check/result.json'}\n")
     failed = NodeFailedError("node-0", "127.0.0.2", 1, str(log), "OSError: [Errno 28]")
     failed.node_results = (NodeResult("node-0", "127.0.0.2", 1, str(log), 1.0),)
@@ -452,3 +456,15 @@ def test_a_run_directory_named_relative_or_through_a_link_is_still_the_full_disk
     assert isinstance(said, DiskFullError)
     assert said.message.startswith(f"the disk holding {run} is full (")
     assert "check/result.json could not be written" in said.message
+
+
+def test_a_full_disk_line_of_an_older_run_a_program_printed_is_its_output(tmp_path: Path):
+    """A program that prints an older run's node log (which holds that run's full-disk line),
+    then fails on its own: the failure is the node's, not a full disk of the older run's."""
+    log = tmp_path / "runs" / "new" / "n1" / "r0" / "node-0.log"
+    log.parent.mkdir(parents=True)
+    old = tmp_path / "runs" / "old" / "n1" / "r0" / "result.json"
+    log.write_text(f"[rank0]: {UNWRITTEN} {errno.ENOSPC} {old}\n[rank0]: RuntimeError: boom\n")
+    failed = NodeFailedError("node-0", "127.0.0.2", 1, str(log), "RuntimeError: boom")
+    failed.node_results = (NodeResult("node-0", "127.0.0.2", 1, str(log), 1.0),)
+    assert unwritten(failed, tmp_path / "runs" / "new") is None
