@@ -3,6 +3,7 @@ node), what each node's launch did, and no verdict (docs/check.md, "check.json")
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from enum import StrEnum
 from typing import Any
@@ -19,6 +20,7 @@ from dtrun.errors import (
 )
 from dtrun.record.writefail import with_cut_logs
 from dtrun.redact import redact_text
+from dtrun.spec.outcome import NodeResult
 
 CHECK_RECORD = "check.json"
 CHECK_SCHEMA = "dtrun.check-report/1"
@@ -55,9 +57,11 @@ def stopped_record(
     unreachable: dict[str, str],
     labels: dict[str, str],
     source: str,
+    ended: Sequence[NodeResult] = (),
 ) -> dict[str, Any]:
     """The record of a check ``stop`` ended: no nodes, links or groups, since a check that did
-    not finish supports no verdict."""
+    not finish supports no verdict. ``ended``: how each node ended where the stop carries none
+    (a full disk's, runner/sweep/check.py)."""
     record: dict[str, Any] = {"schema": CHECK_SCHEMA}
     if isinstance(stop, KeyboardInterrupt | RunInterruptedError):
         record.update(status=CheckStatus.INTERRUPTED, signal=stop_signal().name,
@@ -72,7 +76,7 @@ def stopped_record(
         )
         if failed is not None:
             record["failed_node"] = labels.get(failed, failed)
-        results = stop.node_results if isinstance(stop, RunError) else ()
+        results = stop.node_results if isinstance(stop, RunError) else tuple(ended)
     return {
         **record,
         "unreachable": dict(unreachable),

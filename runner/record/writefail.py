@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from dtrun.errors import DiskFullError, DtrunError, RunDirWriteError
+from dtrun.errors import DiskFullError, DtrunError, RunDirWriteError, RunError
 from dtrun.spec.outcome import NodeResult
-from dtrun.workloads.files import CUT_LOGS, PARTIAL
+from dtrun.workloads.files import CUT_LOGS, PARTIAL, UNWRITTEN
 
 
 def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunError | None:
@@ -59,6 +59,69 @@ def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunErro
             fix=f"run dtrun as a user who may write {root}",
         )
     return None
+
+
+def unwritten(error: RunError, root: Path) -> DtrunError | None:
+    """A failed launch whose node could not write its result.json on a full disk (its
+    workload's `dtrun-unwritten: ERRNO PATH` line in the node's log), said as that disk's
+    failure, not the node's: in run directory ``root`` as write_error says it, elsewhere (a
+    node's own disk) naming the node. None for any other failure, a node's own."""
+    for node in error.node_results:
+        said = _said_unwritten(Path(node.log_path))
+        if said is None or said.errno not in (errno.ENOSPC, errno.EDQUOT):
+            continue
+        path = Path(str(said.filename))
+        if not _of_this_launch(path, Path(node.log_path), root):
+            continue  # an older run's line that a program printed (an old log): its output
+        here = _in_run_dir(path, root)
+        if here is not None:
+            return write_error(said, root, here)
+        return DiskFullError(
+            f"the disk holding {path.parent} on {node.node} is full",
+            why=f"{node.node} could not write {path.name} there, so its launch failed",
+            fix=f"free space on {node.node} and run the command again",
+        )
+    return None
+
+
+def _in_run_dir(path: Path, root: Path) -> Path | None:
+    """``path``, absolute as a node said it (its working directory: links resolved), as a
+    path in run directory ``root`` as dtrun names it (`-o runs`: relative, maybe through a
+    link); None where it is elsewhere (a node's own disk)."""
+    for base in (root.absolute(), root.resolve()):
+        if path.is_relative_to(base):
+            return root / path.relative_to(base)
+    return None
+
+
+def _of_this_launch(path: Path, log: Path, root: Path) -> bool:
+    """Whether the result file ``path`` a node's log names is this launch's: in the folder of
+    the node's log (<id>/n2/r0 in ``root``, or that folder staged on the node, as
+    remote_launch_dir has it), not one an older run's log named."""
+    for base in (root.absolute(), root.resolve()):  # a node log's path may be resolved
+        if log.parent.absolute().is_relative_to(base):
+            want = (base.name, *log.parent.absolute().relative_to(base).parts)
+            return path.parent.parts[-len(want) :] == want
+    return False
+
+
+_UNWRITTEN_LINE = re.compile(rf"{re.escape(UNWRITTEN)} (\d+) (.+)$", re.MULTILINE)
+_LOG_TAIL = 65536  # bytes of a node log read for that line: it comes just before the end
+
+
+def _said_unwritten(log: Path) -> OSError | None:
+    """The write error a node's workload said (UNWRITTEN) in the end of its log, if any."""
+    try:
+        with log.open("rb") as file:
+            file.seek(max(0, file.seek(0, os.SEEK_END) - _LOG_TAIL))
+            tail = file.read().decode(errors="replace")
+    except OSError:  # no log (the node never started), or it went with its folder
+        return None
+    found = _UNWRITTEN_LINE.findall(tail)
+    if not found:
+        return None
+    code, path = found[-1]
+    return OSError(int(code), os.strerror(int(code)), path.rstrip("\r"))
 
 
 # write_atomic's temporary name for NAME (runner/workloads/files.py)

@@ -31,12 +31,12 @@ from dtrun.errors import (
     RunError,
     UsageError,
 )
-from dtrun.execute import LineSink, discard
+from dtrun.execute import LineSink, LogCut, discard
 from dtrun.execute.guard import guarded
 from dtrun.plan.check import CHECK_DIR, CheckSettings, plan_check
 from dtrun.record.ended import guard_command
 from dtrun.record.rundir import RunDir, create_run_dir
-from dtrun.record.writefail import write_error
+from dtrun.record.writefail import unwritten, write_error
 from dtrun.spec.cluster import Inventory, Node, Starter
 from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
 from dtrun.spec.outcome import NodeResult
@@ -150,6 +150,17 @@ def _out_label(
     return placed if placed and addresses[placed] == 1 else labels[name]
 
 
+def _not_the_disk(error: RunError, root: Path, ended: list[NodeResult]) -> None:
+    """Raise the full disk, not the node, where a node's launch failed because its disk could
+    not take its result.json (runner/record/writefail.py ``unwritten``): no node is put out of
+    the check for it, and no launch is tried again on a disk that holds nothing more. Each
+    node's end goes to ``ended``, for check.json."""
+    explained = unwritten(error, root)
+    if explained is not None:
+        ended.extend(error.node_results)
+        raise explained from None
+
+
 def failed_earlier(report: CheckReport, again: dict[str, str]) -> CheckReport:
     """Each host an earlier attempt put out and a later one measured, one row: failed (its
     launch failed), its figures, and why first. Two rows, failed and measured, said both."""
@@ -191,14 +202,15 @@ def run_check(
     run_dir = create_run_dir(output, resolved.spec.run_id)
     started = time.monotonic()
     unreachable: dict[str, str] = {}
+    ended: list[NodeResult] = []  # how each node ended where a full disk stopped the launch
     # SIGKILL runs none of the code below: the guard writes check.json (record/ended.py)
     with guarded(guard_command(run_dir.path / CHECK_RECORD, unrecorded_record())):
         try:
-            return _checked(cluster, resolved, run_dir, started, labels, unreachable, on_line,
-                            on_begin, settings)  # fmt: skip
+            return _checked(cluster, resolved, run_dir, started, labels, unreachable, ended,
+                            on_line, on_begin, settings)  # fmt: skip
         except (DtrunError, KeyboardInterrupt) as stop:  # a damaged result.json among them
             wall = time.monotonic() - started
-            record = stopped_record(stop, wall, unreachable, labels, inventory.source)
+            record = stopped_record(stop, wall, unreachable, labels, inventory.source, ended)
             # atomic, no link followed; a full disk keeps the stop's own error and exit code
             with contextlib.suppress(RunDirWriteError):
                 run_dir.write_json(run_dir.path / CHECK_RECORD, record)
@@ -212,6 +224,7 @@ def _checked(  # noqa: PLR0913 - run_check's state, handed on
     started: float,
     labels: dict[str, str],
     unreachable: dict[str, str],
+    ended: list[NodeResult],
     on_line: LineSink,
     on_begin: Callable[[RunDir, LaunchPlan], None] | None,
     settings: CheckSettings,
@@ -242,8 +255,10 @@ def _checked(  # noqa: PLR0913 - run_check's state, handed on
             explained = write_error(exc, run_dir.path)
             if explained is None:
                 raise
+            ended.extend(exc.node_results if isinstance(exc, LogCut) else ())
             raise explained from None
         except RunError as exc:
+            _not_the_disk(exc, run_dir.path, ended)
             name, why = _out_of(exc)
             failed = next((n for n in nodes if n.name == name), None)
             if failed is None or attempt == RETRIES or len(nodes) < 2:

@@ -12,7 +12,7 @@ from pathlib import Path
 from dtrun.errors import DtrunError, RunError, RunInterruptedError, RunTimeoutError
 from dtrun.execute import Executor, LineSink, LogCut
 from dtrun.plan.sweep import Launch
-from dtrun.record.writefail import write_error
+from dtrun.record.writefail import unwritten, write_error
 from dtrun.report.resultfile import Result, load_result
 from dtrun.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan
 from dtrun.spec.outcome import NodeResult, RunResult, RunStatus
@@ -102,11 +102,15 @@ def run_launch(  # noqa: PLR0913 - the launch, where it runs, and the sweep's ho
         return Outcome(run, error=explained)
     except DtrunError as caught:
         exc = caught
+        ended = caught.node_results if isinstance(caught, RunError) else ()
         # a node that failed or was lost, not dtrun stopping the launch itself
         stopped = (RunTimeoutError, RunInterruptedError, EvictedError)
+        if isinstance(exc, RunError) and not isinstance(exc, stopped):
+            # a node whose disk could not take its result.json: the disk failed, not the node
+            exc = unwritten(exc, run_path) or exc
         if evictions is not None and isinstance(exc, RunError) and not isinstance(exc, stopped):
             exc = check_eviction(evictions, plan, exc, str(run_path), answered)
-        node_results = exc.node_results if isinstance(exc, RunError) else ()
+        node_results = exc.node_results if isinstance(exc, RunError) else ended
         wall = time.monotonic() - started
         run = RunResult(
             plan.nnodes, launch.repeat, status_of(exc), wall, launch.workdir, node_results,

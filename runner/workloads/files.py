@@ -28,6 +28,10 @@ PARTIAL = ".partial"
 # The node logs a write error cut short in this process, by path: why (NodeLog). A launch's
 # record says so per node (runner/sweep/runlaunch.py), as does a full disk's message.
 CUT_LOGS: dict[str, str] = {}
+# The line a workload prints on its node where its result.json could not be written
+# (`dtrun-unwritten: ERRNO PATH`, runner/workloads/result.py): dtrun reads it in the node's log
+# and names that disk (a full one) rather than the node (runner/record/writefail.py).
+UNWRITTEN = "dtrun-unwritten:"
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from dtrun.workloads.files import write_atomic
+from dtrun.workloads.files import UNWRITTEN, write_atomic
 from dtrun.workloads.gpt import flops_per_token, param_counts
 from dtrun.workloads.hosted import hosted
 
@@ -219,8 +219,14 @@ def build_result(
 
 
 def write_result(path: Path, result: dict[str, Any]) -> None:
-    """Whole or not at all, and not through a link: a reader never sees half a file."""
-    write_atomic(path, (json.dumps(result, indent=2) + "\n").encode())
+    """Whole or not at all, and not through a link: a reader never sees half a file. Where
+    it cannot be written (a full disk), a line says so before the traceback: the node is not
+    what failed, its disk is, and dtrun says that (runner/record/writefail.py ``unwritten``)."""
+    try:
+        write_atomic(path, (json.dumps(result, indent=2) + "\n").encode())
+    except OSError as exc:
+        print(f"{UNWRITTEN} {exc.errno} {path.absolute()}", file=sys.stderr, flush=True)
+        raise
 
 
 def exit_now(code: int) -> NoReturn:

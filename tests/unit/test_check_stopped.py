@@ -4,6 +4,7 @@ stops on the embedded cluster: tests/e2e/test_check.py."""
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
 from types import SimpleNamespace
@@ -16,6 +17,8 @@ from dtrun.check.stopped import stopped_record
 from dtrun.engines.embedded.inventory import embedded_inventory
 from dtrun.engines.ssh.session import SshError
 from dtrun.errors import (
+    DiskFullError,
+    DtrunError,
     LaunchInterrupted,
     NodeFailedError,
     RunError,
@@ -23,10 +26,12 @@ from dtrun.errors import (
     RunTimeoutError,
     stopped_by,
 )
+from dtrun.execute import LogCut
 from dtrun.plan.resolve import resolve_run
 from dtrun.spec.outcome import NodeResult
 from dtrun.spec.request import Program, ProgramKind, RunSpec
 from dtrun.sweep.check import run_check
+from dtrun.workloads.files import CUT_LOGS, UNWRITTEN
 
 RESULTS = (
     NodeResult("node-0", "127.0.0.1", None, "/r/check/node-0.log", 3.0),
@@ -218,3 +223,48 @@ def test_a_lost_node_that_took_the_others_with_it_ends_the_check_without_a_retry
     record = json.loads((tmp_path / "stopped" / "check.json").read_text())
     assert (record["status"], record["failed_node"]) == ("failed", "node-0")
     assert record["unreachable"] == {}
+
+
+class _ResultUnwritten(_LosesNode1):
+    """Rank 0 on node-0 could not write result.json (a full disk): the workload said so in
+    node-0's log (write_result's line, then its traceback) and exited 1, and the executor
+    raised that node's failure, as the embedded executor does."""
+
+    def run(self, plan, workdir, *, timeout_s, on_line):
+        self.launched.append([launch.node.name for launch in plan.launches])
+        log, said = workdir / "node-0.log", "OSError: [Errno 28] No space left on device"
+        log.write_text(f"{UNWRITTEN} {errno.ENOSPC} {workdir / 'result.json'}\n[rank0]: {said}\n")
+        failed = NodeFailedError("node-0", "127.0.0.2", 1, str(log), said)
+        failed.node_results = (NodeResult("node-0", "127.0.0.2", 1, str(log), 1.0),)
+        raise failed
+
+
+def test_a_result_a_full_disk_refused_stops_the_check_as_a_full_disk_not_node_0(tmp_path):
+    """Before, node-0 was put out of the check as failed and the check ran again without it."""
+    executor = _ResultUnwritten()
+    raised = _run_on(tmp_path, executor, DtrunError)
+    assert executor.launched == [["node-0", "node-1"]]  # no retry without node-0
+    assert isinstance(raised, DiskFullError) and raised.exit_code == 1
+    run = tmp_path / "stopped"
+    assert f"the disk holding {run} is full" in raised.message
+    assert "check/result.json could not be written" in raised.message
+    record = json.loads((run / "check.json").read_text())  # what the disk could still take
+    assert (record["status"], record["error"]) == ("failed", raised.message)
+    assert "failed_node" not in record and record["unreachable"] == {}
+    assert [(n["node"], n["exit_code"]) for n in record["launch"]] == [("node-0", 1)]
+
+
+def test_a_node_log_a_full_disk_cut_keeps_each_node_s_end_in_the_record(tmp_path, monkeypatch):
+    """The launch a cut node log stopped (LogCut): the disk is the error, and check.json keeps
+    how each node ended, as runs.json does for a sweep's launch. Before, "launch" was empty."""
+    log = tmp_path / "stopped" / "check" / "node-1.log"
+    monkeypatch.setitem(CUT_LOGS, str(log), "No space left on device")  # as NodeLog has it
+    cut = OSError(errno.ENOSPC, "No space left on device", str(log))
+    raised = _run_on(tmp_path, _Executor(LogCut(cut, RESULTS)), DiskFullError)
+    assert isinstance(raised, DiskFullError)
+    assert "check/node-1.log could not be written, so the launch was stopped" in raised.message
+    record = json.loads((tmp_path / "stopped" / "check.json").read_text())
+    assert (record["status"], record["error"]) == ("failed", raised.message)
+    assert [(n["node"], n["exit_code"]) for n in record["launch"]] == [
+        ("node-0", None), ("node-1", -15),
+    ]  # fmt: skip

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from dtrun.errors import DiskFullError, RunDirWriteError
+from dtrun.errors import DiskFullError, NodeFailedError, RunDirWriteError
 from dtrun.record.rundir import RunDir
-from dtrun.record.writefail import with_cut_logs, write_error
+from dtrun.record.writefail import unwritten, with_cut_logs, write_error
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.outcome import NodeResult
 from dtrun.spec.request import BenchSpec
-from dtrun.workloads.files import NodeLog, write_atomic
+from dtrun.workloads.files import UNWRITTEN, NodeLog, write_atomic
 from dtrun.workloads.result import write_result
 from tests.conftest import fill, run_dtrun
 from tests.factories import fake_run_dir
@@ -392,3 +392,79 @@ def test_an_embedded_launch_a_cut_log_stopped_raises_it_with_how_every_node_ende
         ("node-0", None),
         ("node-1", None),
     ]
+
+
+@pytest.mark.parametrize("on_its_own_disk", [False, True])
+def test_a_result_a_nodes_full_disk_refused_is_said_as_that_disk_not_the_node(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    on_its_own_disk: bool,
+):
+    """The workload says, in its node's log, which result.json the disk refused; dtrun reads
+    it there: the run directory's disk as write_error says it, or a node's own (SSH without
+    shared storage) with the node named. Before, the node failed: "exit code 1"."""
+    run = tmp_path / "run"
+    here = run / "health" / "node-0"  # the launch's folder here, and staged on its node
+    where = (
+        tmp_path / "node-disk" / "runs" / "run" / "health" / "node-0" if on_its_own_disk else here
+    )
+    for folder in {here, where}:
+        folder.mkdir(parents=True, exist_ok=True)
+    failing_write(monkeypatch, errno.ENOSPC)
+    with pytest.raises(OSError, match="No space left on device"):  # the node's traceback
+        write_result(where / "result.json", {"schema": "dtrun.allreduce/1"})
+    monkeypatch.undo()
+    log = here / "node-0.log"
+    log.write_text("".join(f"[rank0]: {line}\n" for line in capsys.readouterr().err.splitlines()))
+    failed = NodeFailedError("node-0", "10.0.0.4", 1, str(log), "OSError: [Errno 28]")
+    failed.node_results = (NodeResult("node-0", "10.0.0.4", 1, str(log), 1.0),)
+    said = unwritten(failed, run)
+    assert isinstance(said, DiskFullError) and said.exit_code == 1
+    if on_its_own_disk:
+        assert said.message.startswith(f"the disk holding {where} on node-0 is full")
+        assert "next: free space on node-0 and run the command again" in str(said)
+    else:
+        assert said.message.startswith(f"the disk holding {run} is full (")
+        assert "health/node-0/result.json could not be written" in said.message
+
+
+def test_a_node_that_failed_on_its_own_is_no_disk_s_failure(tmp_path: Path):
+    log = tmp_path / "node-0.log"
+    log.write_text("[rank0]: RuntimeError: boom\n")
+    failed = NodeFailedError("node-0", "10.0.0.4", 1, str(log), "RuntimeError: boom")
+    failed.node_results = (NodeResult("node-0", "10.0.0.4", 1, str(log), 1.0),)
+    assert unwritten(failed, tmp_path) is None
+
+
+@pytest.mark.parametrize("named", ["relative", "through a link"])
+def test_a_run_directory_named_relative_or_through_a_link_is_still_the_full_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: str
+):
+    """`-o runs` (the default) names the run directory relative to here; a node says the
+    absolute path it wrote to, a link resolved (its working directory)."""
+    (tmp_path / "disk" / "g" / "check").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    if named == "through a link":
+        (tmp_path / "runs").symlink_to(tmp_path / "disk")
+    run = Path("runs/g") if named == "through a link" else Path("disk/g")
+    log = run / "check" / "node-0.log"
+    log.write_text(f"{UNWRITTEN} {errno.ENOSPC} {tmp_path / 'disk/g/check/result.json'}\n")
+    failed = NodeFailedError("node-0", "127.0.0.2", 1, str(log), "OSError: [Errno 28]")
+    failed.node_results = (NodeResult("node-0", "127.0.0.2", 1, str(log), 1.0),)
+    said = unwritten(failed, run)
+    assert isinstance(said, DiskFullError)
+    assert said.message.startswith(f"the disk holding {run} is full (")
+    assert "check/result.json could not be written" in said.message
+
+
+def test_a_full_disk_line_of_an_older_run_a_program_printed_is_its_output(tmp_path: Path):
+    """A program that prints an older run's node log (which holds that run's full-disk line),
+    then fails on its own: the failure is the node's, not a full disk of the older run's."""
+    log = tmp_path / "runs" / "new" / "n1" / "r0" / "node-0.log"
+    log.parent.mkdir(parents=True)
+    old = tmp_path / "runs" / "old" / "n1" / "r0" / "result.json"
+    log.write_text(f"[rank0]: {UNWRITTEN} {errno.ENOSPC} {old}\n[rank0]: RuntimeError: boom\n")
+    failed = NodeFailedError("node-0", "127.0.0.2", 1, str(log), "RuntimeError: boom")
+    failed.node_results = (NodeResult("node-0", "127.0.0.2", 1, str(log), 1.0),)
+    assert unwritten(failed, tmp_path / "runs" / "new") is None

@@ -6,9 +6,12 @@ writes them all."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import sys
+from collections.abc import Callable
 from dataclasses import replace
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,9 +19,12 @@ from dtrun.engines.base import Cluster, ClusterChoice, wait_for_nodes
 from dtrun.engines.ssh.executor import SshExecutor
 from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
 from dtrun.engines.ssh.transfer import Files
+from dtrun.errors import DiskFullError
 from dtrun.execute import Answer
+from dtrun.record.writefail import write_error
 from dtrun.spec.cluster import Inventory, Node
-from dtrun.spec.launchplan import LaunchFile, LaunchPlan, NodeLaunch
+from dtrun.spec.launchplan import RESULT_FILE, LaunchFile, LaunchPlan, NodeLaunch
+from tests.conftest import fill
 
 
 class _Session:
@@ -289,3 +295,37 @@ def test_the_wrappers_word_is_kept_out_of_the_log_and_only_pids_are_taken_from_i
     assert lines == [("node-0", "step 1")]
     assert (tmp_path / "node-0.log").read_text() == "step 1\n"
     assert (ended.exit_code, ended.left) == (0, ["4242"])
+
+
+class _Copies(_Connection):
+    """A node's connection whose exec channel answers with a result.json's bytes."""
+
+    async def run(self, command: str, **_: object) -> SimpleNamespace:  # type: ignore[override]
+        self.asked.append(command)
+        return SimpleNamespace(exit_status=0, stdout=b'{"rows": []}\n' * 500, stderr=b"")
+
+
+def test_a_result_this_machines_full_disk_refuses_is_that_disk_s_error_not_no_result(
+    small_disk: Callable[[int], Path],
+):
+    """A health-gate check's result.json, copied back from its node to a full disk here: the
+    disk's error, naming the file, and no partial copy left. Before, the copy's OSError was
+    passed over as a node without the file, and the check read as its node failing (no
+    result)."""
+    disk = small_disk(64)
+    workdir = disk / "run" / "health" / "node-0"
+    workdir.mkdir(parents=True)
+    fill(disk)
+    inventory = _inventory(shared=False)
+    session = _Connected(inventory)
+    session.connections = {node.name: _Copies() for node in inventory.nodes}
+    executor = SshExecutor(session)  # type: ignore[arg-type]
+    executor._no_sftp.update(session.connections)  # through the exec channel
+    plan = replace(_plan(inventory), workload="allreduce")
+    with pytest.raises(OSError) as raised:
+        asyncio.run(executor._collect(plan, "/w/runs/run/health/node-0", workdir))
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, str(workdir / RESULT_FILE))
+    assert list(workdir.iterdir()) == []  # no partial copy
+    said = write_error(raised.value, disk / "run")
+    assert isinstance(said, DiskFullError)
+    assert f"health/node-0/{RESULT_FILE} could not be written" in said.message

@@ -18,16 +18,22 @@ import pytest
 
 from dtrun import errors
 from dtrun.engines.embedded.executor import LocalExecutor
-from dtrun.errors import DamagedRunError, DiskFullError, RunDirWriteError, RunInterruptedError
+from dtrun.errors import (
+    DamagedRunError,
+    DiskFullError,
+    NodeFailedError,
+    RunDirWriteError,
+    RunInterruptedError,
+)
 from dtrun.execute import Executor, LineSink, LogCut
 from dtrun.record.rundir import RunDir, record_machine_noise
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
 from dtrun.spec.outcome import NodeResult
-from dtrun.spec.request import BenchSpec
+from dtrun.spec.request import BenchSpec, HealthGate
 from dtrun.sweep import run as sweep_run
 from dtrun.sweep.run import run_sweep
-from dtrun.workloads.files import CUT_LOGS
+from dtrun.workloads.files import CUT_LOGS, UNWRITTEN
 from tests.conftest import fill, run_dtrun
 from tests.factories import result_data
 from tests.plans import sweep_plan
@@ -219,6 +225,54 @@ def test_a_result_a_full_disk_refused_after_every_node_ended_keeps_how_each_ende
     assert isinstance(outcome.error, DiskFullError)
     assert f"n2/r0/{RESULT_FILE} could not be written" in outcome.error.message
     assert outcome.run.status is RunStatus.FAILED and outcome.run.node_results == ended
+
+
+class ResultUnwrittenAtTheGate(Recorded):
+    """The health gate's check on node-0 ran, and its all-reduce could not write result.json
+    (a full disk): the workload said so in its node log (write_result's line, then its
+    traceback) and exited 1, and the executor raised that node's failure, as the embedded
+    executor does. Every other launch runs as Recorded's."""
+
+    def run(
+        self,
+        plan: LaunchPlan,
+        workdir: Path,
+        *,
+        timeout_s: float,
+        on_line: LineSink,
+        tag: str | None = None,
+    ) -> tuple[NodeResult, ...]:
+        if workdir.parent.name != "health":
+            return super().run(plan, workdir, timeout_s=timeout_s, on_line=on_line)
+        node, log = plan.launches[0].node, workdir / "node-0.log"
+        said = "OSError: [Errno 28] No space left on device"
+        log.write_text(f"{UNWRITTEN} {errno.ENOSPC} {workdir / RESULT_FILE}\n[rank0]: {said}\n")
+        failed = NodeFailedError(node.name, node.address, 1, str(log), said)
+        failed.node_results = (NodeResult(node.name, node.address, 1, str(log), 0.5),)
+        raise failed
+
+
+def test_a_gate_check_whose_result_a_full_disk_refused_stops_the_sweep_as_a_full_disk(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    """Not node-0 judged unhealthy (the gate warned and the sweep went on): the disk is named,
+    as for a node log the disk cut, and nothing is said of node-0's health."""
+    spec = BenchSpec(
+        run_id="gate", node_counts=(1,), steps=4, warmup=1, repeat=1, procs_per_node=2,
+        health=HealthGate(threshold_gbs=0.001),
+    )  # fmt: skip
+    executor = ResultUnwrittenAtTheGate()
+    with pytest.raises(errors.DtrunError) as raised:
+        run_sweep(sweep_plan(fixed_inventory, spec), tmp_path, executor)
+    run = tmp_path / "gate"
+    # before: node-0 below the mark ("failed with exit code 1"), and the sweep went on
+    assert not (run / "health.json").exists(), (run / "health.json").read_text()
+    assert executor.launches == 0  # no point ran after it
+    assert isinstance(raised.value, DiskFullError) and raised.value.exit_code == 1
+    assert f"the disk holding {run} is full" in raised.value.message
+    assert f"health/node-0/{RESULT_FILE} could not be written" in raised.value.message
+    runs = runs_of(run)
+    assert runs["status"] == "failed" and runs["error"] == raised.value.message
 
 
 def test_a_launch_directory_its_program_removed_is_named_and_recorded(

@@ -37,6 +37,7 @@ from dtrun.engines.ssh.transfer import (
     exec_get,
     exec_get_steps,
     exec_put,
+    next_node_unless_here,
     sftp_get,
 )
 from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
@@ -367,7 +368,7 @@ class SshExecutor:
         remote, local = f"{remote_dir}/{RESULT_FILE}", workdir / RESULT_FILE
         for node in list(plan.nodes) or [launch.node for launch in plan.launches]:
             connection = await self.session.connection(node)
-            with lost_connection(node, f"copying {RESULT_FILE} back"), contextlib.suppress(OSError):
+            with lost_connection(node, f"copying {RESULT_FILE} back"), next_node_unless_here(local):
                 found = None if node.name in self._no_sftp else await sftp_get(
                     connection, remote, local
                 )  # fmt: skip

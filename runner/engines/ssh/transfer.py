@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import errno
 import functools
 import hashlib
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -188,7 +191,8 @@ async def sftp_get(
         if not await sftp.exists(remote):
             return False
         part = _part(local)
-        await sftp.get(remote, str(part))
+        with _none_left(part):
+            await sftp.get(remote, str(part))
     part.replace(local)
     return True
 
@@ -217,8 +221,36 @@ async def exec_get(
 def _write_here(local: Path, data: bytes) -> None:
     """Write a copied file into the run directory whole: temporary file, then rename."""
     part = _part(local)
-    part.write_bytes(data)
+    with _none_left(part):
+        part.write_bytes(data)
     part.replace(local)
+
+
+@contextlib.contextmanager
+def _none_left(part: Path) -> Iterator[None]:
+    """A copy's temporary file, removed where the copy failed (a full disk here)."""
+    try:
+        yield
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+
+
+# This machine's disk refusing a copied file: no other node's copy of it would fit either
+_REFUSED_HERE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+@contextlib.contextmanager
+def next_node_unless_here(local: Path) -> Iterator[None]:
+    """Copying ``local`` back from one node of several: an OSError (the connection dropped)
+    leaves the next node to try, but this machine's disk refusing the copy (full, read-only)
+    is raised naming ``local``, for the run directory's error (runner/record/writefail.py),
+    not passed over as if the launch had left no result (its node failed)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in _REFUSED_HERE:
+            raise OSError(exc.errno, exc.strerror, str(local)) from exc
 
 
 def _part(local: Path) -> Path:
