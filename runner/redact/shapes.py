@@ -259,3 +259,19 @@ def scan_args(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         found.extend(secrets_in(arg))
         redacted.append(redact_value(arg))
     return tuple(redacted), tuple(dict.fromkeys(found))
+
+
+def line_secrets(args: tuple[str, ...]) -> tuple[str, ...]:
+    """The secret values ``scan_args`` finds in ``args``, in their words as a shell splits them
+    (``bash -c 'curl --token X'``), and in the words quoted inside those read as lines again
+    (``'"--hf-token X"'``, ``bash -c 'run "--token X"'``)."""
+    words = shell_words(args)
+    found = [*scan_args(args)[1], *scan_args(words)[1], *scan_args(shell_words(words))[1]]
+    return tuple(dict.fromkeys(found))
+
+
+def secrets_in_line(value: str) -> tuple[str, ...]:
+    """What ``secrets_in`` finds in a variable's value, and the values of the secret options
+    it holds read as a shell line: an --env value or a machine variable that a script passes on
+    as arguments (``NOTE='curl --token X'``; ``--max-tokens 5`` is no secret)."""
+    return tuple(dict.fromkeys([*secrets_in(value), *line_secrets((value,))]))

@@ -18,6 +18,7 @@ from dtrun.redact import (
     redact_args,
     redact_env,
     redact_value,
+    redact_var,
     secret_args,
     secret_values,
     secrets_in_environment,
@@ -121,6 +122,34 @@ def test_a_secret_option_inside_a_shell_line_argument_is_secret_and_masked():
                                  f"--api-key {REDACTED}")  # fmt: skip
     spec = RunSpec("r", program=Program(ProgramKind.EXECUTABLE, "bash", args))
     assert "Zq9vXw7LmN3pRt" not in repr(spec.redacted())
+
+
+def test_a_secret_option_quoted_inside_a_shell_line_argument_is_secret():
+    """`bash -c 'run "--token X"'`: a word quoted inside the line is read as a line too."""
+    args = ("-c", 'run "--token Nq5vXw7LmN3pRt" --lr 3')
+    assert "Nq5vXw7LmN3pRt" in secret_args(args)
+    assert redact_args(args) == ("-c", f'run "--token {REDACTED}" --lr 3')
+
+
+def test_a_plain_variable_s_secret_options_are_secret_and_its_counts_stay():
+    """An --env value or a machine variable holding a command line or options (`NOTE='curl
+    --token X'`, `EXTRA='"--hf-token X"'`): read as a shell line; `--max-tokens 5` stays."""
+    env = (
+        ("NOTE", "curl --token X9f8e7d6c5b4a3"),
+        ("EXTRA", '"--hf-token Ab3dEf1234zz"'),
+        ("FLAGS", "--max-tokens 5 --pad-token-id 0"),
+    )
+    assert {"X9f8e7d6c5b4a3", "Ab3dEf1234zz"} == set(secret_values(env))
+    assert redact_env(env) == (
+        ("NOTE", f"curl --token {REDACTED}"), ("EXTRA", f'"--hf-token {REDACTED}"'),
+        ("FLAGS", "--max-tokens 5 --pad-token-id 0"),
+    )  # fmt: skip
+    conf = "--conf spark.ssl.keyStorePassword=Mc7hOpt99 --conf spark.ssl.keyStore=/etc/ks.jks"
+    assert redact_var("SPARK_SUBMIT_OPTS", conf) == conf.replace("Mc7hOpt99", REDACTED).replace(
+        "/etc/ks.jks", REDACTED
+    )  # the record hides a key store's path as an argument's
+    machine = {"SPARK_SUBMIT_OPTS": conf, "FLAGS": "--max-tokens 5"}
+    assert secrets_in_environment(machine, lambda value: value == "/etc/ks.jks") == ("Mc7hOpt99",)
 
 
 def test_a_command_line_quoted_as_the_program_s_one_word_has_its_secrets_masked():
