@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import quote, quote_plus
 
-from dtrun.redact.decoded import decoded, mask
+from dtrun.redact.decoded import mask, readings
 from dtrun.redact.shapes import (
     REDACTED,
     is_secret_name,
@@ -240,7 +240,7 @@ class Redactor:
 
     forms: tuple[str, ...] = ()  # longest first, so a form inside another goes with it
     wrapped: tuple[str, ...] = ()  # the values and their lines looked for across line breaks
-    read: tuple[str, ...] = ()  # the values and their lines as ``decoded`` reads them
+    read: tuple[str, ...] = ()  # the values and their lines, also as ``decoded`` reads them
 
     @classmethod
     def of(cls, values: Iterable[str]) -> Redactor:
@@ -250,8 +250,9 @@ class Redactor:
         forms, wrapped, read = set(self.forms), dict.fromkeys(self.wrapped), set(self.read)
         for value in values:
             forms |= fragments(value)
-            read.update(filter(worth_looking_for, (decoded(p).text for p in lines_of(value))))
-            wrapped.update(dict.fromkeys(f for p in lines_of(value) for f in wrapped_forms(p)))
+            lines = lines_of(value)
+            read.update(filter(worth_looking_for, (r for p in lines for r in readings(p))))
+            wrapped.update(dict.fromkeys(f for p in lines for f in wrapped_forms(p)))
         longest_first = tuple(sorted(forms, key=lambda form: (-len(form), form)))
         return Redactor(longest_first, tuple(wrapped), tuple(sorted(read)))
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dtrun import redact
 from dtrun.redact import (
     REDACTED,
     Redactor,
@@ -245,6 +246,39 @@ def test_a_passphrase_whose_spaces_a_shell_escapes_is_masked(written):
     one with its ! written "\\!" is."""
     hide = Redactor.of(["correct horse battery"])
     assert hide.text(f"run: login --pass {written} ok") == f"run: login --pass {REDACTED} ok"
+
+
+# A secret holding a tab and characters past ASCII: JSON (ensure_ascii) writes its tab as \t
+# beside \u escapes and a UTF-16 pair, Python's ascii() as \t beside \x and \U escapes.
+TAB_AND_ACCENT = "Json0Tab\tJson0Uni\u00e9Json0End\U0001f600Json0Pair"
+DUMPED = json.dumps(TAB_AND_ACCENT)
+
+
+@pytest.mark.parametrize(
+    "written",
+    [DUMPED[:6] + "\x1b[1;36m" + DUMPED[6:] + "\x1b[0m",
+     DUMPED.replace("\\u00e9", "\\u00E9").replace("\\ud83d\\ude00", "\\uD83D\\uDE00"),
+     ascii(TAB_AND_ACCENT)],
+    ids=["JSON a logger highlights", "JSON with upper-case hex (.NET, Jackson)", "ascii()"],
+)  # fmt: skip
+def test_a_secret_with_a_tab_and_non_ascii_is_masked_however_json_or_python_escape_it(
+    monkeypatch, written
+):
+    """\t is read as the tab it stands for, beside \u00e9, \ud83d\ude00 and \U0001f600: an
+    --env secret so written is masked by the process's redaction."""
+    monkeypatch.setattr(redact, "_process", Redactor())
+    redact.remember_secrets(secret_values((("DB_PASS", TAB_AND_ACCENT),)))
+    assert "Json0" in written  # the check can fail
+    shown = redact.redact_text(f"config: {written} ok")
+    assert REDACTED in shown and "Json0" not in shown and shown.endswith(" ok"), shown
+
+
+def test_a_secret_holding_a_backslash_and_a_letter_is_masked_in_json_a_logger_highlights():
+    """Its own \\t is no tab: JSON writes it \\\\t, read back as a backslash and a t."""
+    secret = "C:\\temp\\Secret0Core"
+    dumped = json.dumps(secret)
+    written = dumped[:5] + "\x1b[31m" + dumped[5:]
+    assert Redactor.of([secret]).text(f"dir {written} ok") == f'dir "{REDACTED}" ok'
 
 
 @given(
