@@ -170,12 +170,12 @@ _WRAP_BREAKS = re.compile(r"(\r\n|\r|\n|\\r\\n|\\r|\\n)")
 
 
 def wrapped_forms(piece: str) -> list[str]:
-    """What of ``piece`` may be cut by line breaks: the piece, its base64 as a whole value
-    encoded (``base64`` and MIME wrap it at 76 columns, PEM at 64) and its hexadecimal
-    (``xxd -p`` wraps at 60), where long enough to wrap at all (WRAPPED_PIECE_SHORTEST)."""
+    """What of ``piece`` may be cut by line breaks: the piece raw, in JSON and repr, its base64
+    as a whole value encoded (``base64`` and MIME wrap it at 76 columns, PEM at 64) and its
+    hexadecimal (``xxd -p`` at 60), where long enough to wrap at all (WRAPPED_PIECE_SHORTEST)."""
     raw = piece.encode()
-    forms = [piece, _own_digits(raw, 0), raw.hex()]
-    return [form for form in forms if len(form) >= WRAPPED_PIECE_SHORTEST]
+    forms = [piece, json.dumps(piece)[1:-1], repr(piece)[1:-1], _own_digits(raw, 0), raw.hex()]
+    return [form for form in dict.fromkeys(forms) if len(form) >= WRAPPED_PIECE_SHORTEST]
 
 
 def _body_end(line: str) -> int:

@@ -483,3 +483,18 @@ def test_a_secret_wrapped_across_lines_inside_a_json_string_shows_no_piece_of_8_
     line = json.dumps({"event": dump, "level": "info"})
     shown = Redactor.of([SAS]).text(line)
     assert _shown_of(SAS, shown) < 8, shown
+
+
+@pytest.mark.parametrize("dump", [json.dumps, repr], ids=["JSON", "repr"])
+@pytest.mark.parametrize("width", [23, 40, 50, 60])
+def test_a_secret_wrapped_in_its_json_or_repr_escapes_shows_no_piece_of_8_characters(dump, width):
+    """A config dump wrapped at ``width`` columns holding a secret whose JSON or repr writes
+    escapes (\\t, \\u00e9, \\ud83d\\ude00): each line redacted alone keeps no 8 characters in a
+    row of the secret as written, as where the secret is written raw."""
+    line = dump({"config": f"db = {{'password': '{TAB_AND_ACCENT}'}}"})
+    written = dump(TAB_AND_ACCENT)[1:-1]
+    assert written in line and written != TAB_AND_ACCENT  # escaped, in one piece
+    hide = Redactor.of([TAB_AND_ACCENT])
+    for piece in (line[i : i + width] for i in range(0, len(line), width)):
+        shown = hide.text(piece)
+        assert _shown_of(written, shown) < 8, (piece, shown)
