@@ -153,6 +153,17 @@ def test_a_plain_variable_s_secret_options_are_secret_and_its_counts_stay():
     assert secrets_in_environment(machine, lambda value: value == "/etc/ks.jks") == ("Mc7hOpt99",)
 
 
+def test_a_secret_named_key_of_json_or_a_dict_in_a_value_or_argument_is_secret():
+    """`--env CONFIG='{"api_key": "X"}'`, `--config "{'hf_token': 'X'}"`: the key's value is
+    secret, as written and as a program that loads the JSON prints it; counts and kinds stay."""
+    env = (("CONFIG", '{"api_key": "Jk7Secret0Val", "token_type": "bearer", "max_tokens": "5"}'),)
+    assert secret_values(env) == ("Jk7Secret0Val",)
+    assert redact_env(env) == (("CONFIG", env[0][1].replace("Jk7Secret0Val", REDACTED)),)
+    args = ("--config", "{'hf_token': 'Dk8Secret0Val', 'key_dim': 64}")
+    assert redact_args(args) == ("--config", f"{{'hf_token': '{REDACTED}', 'key_dim': 64}}")
+    assert "Pw9\u00e9Secret" in secret_values((("C", '{"password": "Pw9\\u00e9Secret"}'),))
+
+
 def test_a_command_line_quoted_as_the_program_s_one_word_has_its_secrets_masked():
     """`dtrun run -- "python t.py --hf-token X"`: the whole line is the program's name, shown
     by the plan, the record and the error that it is not found."""
