@@ -293,8 +293,15 @@ def line_secrets(args: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
+# What makes a value more than one word: white space, or a quote a shell would take out.
+_SPLIT = re.compile(r"[\s'\"]")
+
+
 def secrets_in_line(value: str) -> tuple[str, ...]:
     """What ``secrets_in`` finds in a variable's value, and the values of the secret options
     it holds read as a shell line: an --env value or a machine variable that a script passes on
-    as arguments (``NOTE='curl --token X'``; ``--max-tokens 5`` is no secret)."""
-    return tuple(dict.fromkeys([*secrets_in(value), *line_secrets((value,))]))
+    as arguments (``NOTE='curl --token X'``; ``--max-tokens 5`` is no secret). One without
+    white space or quotes is one word (``--token=X``), not split: dtrun reads every variable of
+    this machine at each start, LS_COLORS's hundreds of ``;`` too."""
+    words = line_secrets((value,)) if _SPLIT.search(value) else scan_args((value,))[1]
+    return tuple(dict.fromkeys([*secrets_in(value), *words]))
