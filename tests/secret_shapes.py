@@ -162,9 +162,18 @@ SHAPES: tuple[Shape, ...] = (
     ),
     Shape("token shape in a value", GHP, env=(("NOTE", f"token {GHP} here"),)),
     Shape("AWS key id", "AKIAQWERTYUIOPASDFGH", env=(("HINT", "AKIAQWERTYUIOPASDFGH"),)),
+    # a plain variable holding a command line or options: its secret options' values
+    Shape("secret option in a value", "EnvOpt0Token0Core",
+          env=(("CURL_CMD", "curl --token EnvOpt0Token0Core https://hub.example"),)),
+    Shape("quoted secret option in a value", "EnvOpt0HfTok0Core",
+          env=(("EXTRA", '"--hf-token EnvOpt0HfTok0Core"'),)),
+    Shape("secret key of JSON in a value", "JsonKey0Secret0Core",
+          env=(("TRAIN_CONFIG", '{"api_key": "JsonKey0Secret0Core", "max_tokens": 5}'),)),
     Shape("secret option", SK, args=("--api-key", SK)),
     Shape("secret option=", "ArgTokenValue99", args=("--hub-token=ArgTokenValue99",)),
     Shape("URL in an argument", "ArgUrlPass99", args=("--db", "postgres://u:ArgUrlPass99@db/x")),
+    Shape("secret key of a dict in an argument", "DictKey0Secret0Core",
+          args=("--config", "{'hf_token': 'DictKey0Secret0Core', 'key_dim': 64}")),
     Shape(
         "URL in this machine's environment",
         "MachinePass77",
@@ -179,6 +188,12 @@ SHAPES: tuple[Shape, ...] = (
         "secret name among this machine's run settings",
         "TorchHub0TokenCore",
         machine=(("TORCH_HUB_TOKEN", "TorchHub0TokenCore"),),
+    ),
+    Shape(
+        "secret option among this machine's run settings",
+        "MachineOpt0Core",
+        machine=(("PYSPARK_SUBMIT_ARGS",
+                  "--conf spark.hadoop.fs.s3a.secret.key=MachineOpt0Core pyspark-shell"),),
     ),
     Shape(
         "token in this machine's environment",

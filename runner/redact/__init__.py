@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import quote, quote_plus
 
-from dtrun.redact.decoded import decoded, mask
+from dtrun.redact.decoded import mask, readings
 from dtrun.redact.shapes import (
     REDACTED,
     is_secret_name,
     is_secret_option,
+    line_secrets,
     name_words,
     pem_line,
     pem_lines,
@@ -43,7 +44,7 @@ from dtrun.redact.shapes import (
     redact_value,
     scan_args,
     secrets_in,
-    shell_words,
+    secrets_in_line,
 )
 
 __all__ = [
@@ -169,12 +170,12 @@ _WRAP_BREAKS = re.compile(r"(\r\n|\r|\n|\\r\\n|\\r|\\n)")
 
 
 def wrapped_forms(piece: str) -> list[str]:
-    """What of ``piece`` may be cut by line breaks: the piece, its base64 as a whole value
-    encoded (``base64`` and MIME wrap it at 76 columns, PEM at 64) and its hexadecimal
-    (``xxd -p`` wraps at 60), where long enough to wrap at all (WRAPPED_PIECE_SHORTEST)."""
+    """What of ``piece`` may be cut by line breaks: the piece raw, in JSON and repr, its base64
+    as a whole value encoded (``base64`` and MIME wrap it at 76 columns, PEM at 64) and its
+    hexadecimal (``xxd -p`` at 60), where long enough to wrap at all (WRAPPED_PIECE_SHORTEST)."""
     raw = piece.encode()
-    forms = [piece, _own_digits(raw, 0), raw.hex()]
-    return [form for form in forms if len(form) >= WRAPPED_PIECE_SHORTEST]
+    forms = [piece, json.dumps(piece)[1:-1], repr(piece)[1:-1], _own_digits(raw, 0), raw.hex()]
+    return [form for form in dict.fromkeys(forms) if len(form) >= WRAPPED_PIECE_SHORTEST]
 
 
 def _body_end(line: str) -> int:
@@ -239,7 +240,7 @@ class Redactor:
 
     forms: tuple[str, ...] = ()  # longest first, so a form inside another goes with it
     wrapped: tuple[str, ...] = ()  # the values and their lines looked for across line breaks
-    read: tuple[str, ...] = ()  # the values and their lines as ``decoded`` reads them
+    read: tuple[str, ...] = ()  # the values and their lines, also as ``decoded`` reads them
 
     @classmethod
     def of(cls, values: Iterable[str]) -> Redactor:
@@ -249,8 +250,9 @@ class Redactor:
         forms, wrapped, read = set(self.forms), dict.fromkeys(self.wrapped), set(self.read)
         for value in values:
             forms |= fragments(value)
-            read.update(filter(worth_looking_for, (decoded(p).text for p in lines_of(value))))
-            wrapped.update(dict.fromkeys(f for p in lines_of(value) for f in wrapped_forms(p)))
+            lines = lines_of(value)
+            read.update(filter(worth_looking_for, (r for p in lines for r in readings(p))))
+            wrapped.update(dict.fromkeys(f for p in lines for f in wrapped_forms(p)))
         longest_first = tuple(sorted(forms, key=lambda form: (-len(form), form)))
         return Redactor(longest_first, tuple(wrapped), tuple(sorted(read)))
 
@@ -303,7 +305,9 @@ class Redactor:
 
 def redact_var(name: str, value: str) -> str:
     """One variable's value as records show it."""
-    return REDACTED if is_secret_name(name) else redact_text(value)
+    if is_secret_name(name):
+        return REDACTED
+    return Redactor.of(secrets_in_line(value)).text(redact_text(value))
 
 
 def secret_args(args: tuple[str, ...]) -> tuple[str, ...]:
@@ -311,14 +315,14 @@ def secret_args(args: tuple[str, ...]) -> tuple[str, ...]:
     like secrets in any case style (``--hf-token X``, ``--api-key=X``, ``--accessToken X``,
     ``DB_PW=X``, ``--password -dash``), URL and header credentials and token-shaped values;
     also where an argument is a shell line (``bash -c 'curl --token X'``)."""
-    return tuple(dict.fromkeys([*scan_args(args)[1], *scan_args(shell_words(args))[1]]))
+    return line_secrets(args)
 
 
 def redact_args(args: tuple[str, ...], hide: Redactor | None = None) -> tuple[str, ...]:
     """``args`` with every value ``secret_args`` names replaced by <redacted>, its fragments
     in a shell line masked, and the fragments of the values ``hide`` knows masked in the rest."""
     hide = hide or Redactor()
-    inner = scan_args(shell_words(args))[1]
+    inner = line_secrets(args)
     if inner:
         hide = hide.knowing(inner)
     return tuple(hide.text(arg) for arg in scan_args(args)[0])
@@ -336,24 +340,24 @@ def secret_values(env: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
             if value and not worth_looking_for(value):
                 found += [f"{name}={value}", f"{name}={shlex.quote(value)}"]
         else:
-            found.extend(secrets_in(value))
+            found.extend(secrets_in_line(value))
     return tuple(dict.fromkeys(found))
 
 
 def secrets_in_environment(
     env: Mapping[str, str], is_path: Callable[[str], bool] = lambda _: False
 ) -> tuple[str, ...]:
-    """This machine's secrets: every secret-named variable's value (AWS_SECRET_ACCESS_KEY,
-    GPG_PASSPHRASE) and the URL credentials and tokens of every value. Remembered like the
-    secrets given to dtrun: a program that prints one, or a node that was given one, shows
-    <redacted>. Not a value that ``is_path`` says names a file (GOOGLE_APPLICATION_CREDENTIALS:
-    the file is the secret, its path is not, and would blank ordinary paths)."""
+    """This machine's secrets: every secret-named variable's value (GPG_PASSPHRASE), and the
+    URL credentials, tokens and secret options' values in every value. Remembered like the
+    secrets given to dtrun: a program that prints one, or a node given one, shows <redacted>.
+    Not a value that ``is_path`` says names a file (GOOGLE_APPLICATION_CREDENTIALS: the file
+    is the secret, its path is not, and would blank ordinary paths)."""
     found = [
         value
         for name, value in env.items()
         if is_secret_name(name) and worth_looking_for(value) and not is_path(value)
     ]
-    found += [secret for value in env.values() for secret in secrets_in(value)]
+    found += [s for value in env.values() for s in secrets_in_line(value) if not is_path(s)]
     return tuple(dict.fromkeys(found))
 
 

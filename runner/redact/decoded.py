@@ -1,7 +1,7 @@
 """Text as a reader reads it where some of a secret's characters are written escaped or apart:
 colour codes between them (a logger's highlighting), quotes a shell joins (``'ab'"cd"``), and
-escapes of JSON (``\\u0041``, ``\\/``), Python and shells (``\\x41``, ``\\!``), URLs (``%41``)
-and HTML (``&#65;``, ``&amp;``) for some of them only. ``decoded`` reads each as the one
+escapes of JSON (``\\u0041``, ``\\t``, ``\\/``), Python and shells (``\\x41``, ``\\!``), URLs
+(``%41``) and HTML (``&#65;``, ``&amp;``) for some of them only. ``decoded`` reads each as the one
 character it stands for, quotes and colours as none, and keeps where each came from, so that a
 secret found in what it reads is masked in the text as written (runner/redact/__init__.py).
 """
@@ -17,16 +17,26 @@ from dataclasses import dataclass
 # an ANSI CSI sequence, raw or written as an escape (a line dtrun printed, its ESC shown).
 _ESCAPE = re.compile(
     r"(?P<none>(?:\x1b|\\x1b|\\u001[bB]|\\033|\\e)\[[0-?]{0,32}[ -/]{0,4}[@-~]|['\"])"
-    r"|\\u(?P<u>[0-9a-fA-F]{4})|\\x(?P<x>[0-9a-fA-F]{2})|%(?P<url>[0-9a-fA-F]{2})"
+    # a character past U+FFFF as JSON writes it, two UTF-16 halves (\ud83d\ude00)
+    r"|(?P<pair>\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|\\u(?P<u>[0-9a-fA-F]{4})|\\U(?P<big>000[0-9a-fA-F]{5}|0010[0-9a-fA-F]{4})"
+    r"|\\x(?P<x>[0-9a-fA-F]{2})|%(?P<url>[0-9a-fA-F]{2})"
     r"|(?P<entity>&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|amp|lt|gt|quot|apos);)"
+    r"|\\(?P<control>[tnrbfv])"  # JSON's, Python's and $'...' tab, line breaks, ...
     r"|\\(?P<char>[^0-9A-Za-z\s]| )"  # JSON's \/, a shell's \! \$ \\ and \  (printf %q)
 )
 _QUOTES = frozenset("'\"")
+_CONTROLS = {"t": "\t", "n": "\n", "r": "\r", "b": "\b", "f": "\f", "v": "\v"}
 
 
 def _character(match: re.Match[str]) -> str:
-    hexadecimal = match.group("u") or match.group("x") or match.group("url")
-    if hexadecimal:
+    hexadecimal = match.group("u") or match.group("big") or match.group("x") or match.group("url")
+    if match.group("pair"):
+        high, low = (int(half, 16) for half in match.group("pair")[2:].split("\\u"))
+        character = chr(0x10000 + (high - 0xD800) * 0x400 + low - 0xDC00)
+    elif match.group("control"):
+        character = _CONTROLS[match.group("control")]
+    elif hexadecimal:
         character = chr(int(hexadecimal, 16))
     elif match.group("entity"):
         character = html.unescape(match.group("entity"))
@@ -55,6 +65,12 @@ class Decoded:
         if stop is None:
             stop = self.starts[last] + end - self.at[last]
         return begin, stop
+
+
+def readings(piece: str) -> set[str]:
+    """A secret's piece as ``mask`` looks for it: as ``decoded`` reads it, and as it is, where
+    a backslash and a letter are its own (``C:\\temp`` written as JSON's ``C:\\\\temp``)."""
+    return {piece, decoded(piece).text}
 
 
 def has_escapes(text: str) -> bool:

@@ -5,6 +5,8 @@ URL credentials, credential headers and well-known token shapes (docs/security.m
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import shlex
 from urllib.parse import unquote
@@ -259,3 +261,47 @@ def scan_args(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         found.extend(secrets_in(arg))
         redacted.append(redact_value(arg))
     return tuple(redacted), tuple(dict.fromkeys(found))
+
+
+# A quoted key and its quoted value, as JSON, a Python dict or YAML's flow style write them
+# (`{"api_key": "X"}`, `{'hf_token': 'X'}`): bounded, so a long line is searched in linear time.
+_QUOTED_PAIR = re.compile(
+    r"""(?P<q>["'])(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})(?P=q)[ \t]{0,8}:[ \t]{0,8}"""
+    r"""(?P<v>["'])(?P<value>(?:\\.|(?!(?P=v))[^\\\n]){1,1024}?)(?P=v)"""
+)
+
+
+def _quoted_pairs(arg: str) -> list[str]:
+    """The values of ``arg``'s quoted secret-named keys, as written and as JSON reads them."""
+    found: list[str] = []
+    for match in _QUOTED_PAIR.finditer(arg):
+        if is_secret_option(match.group("name")):
+            found.append(match.group("value"))
+            with contextlib.suppress(ValueError):  # a Python dict's escapes, not JSON's
+                found.append(str(json.loads(f'"{match.group("value")}"')))
+    return found
+
+
+def line_secrets(args: tuple[str, ...]) -> tuple[str, ...]:
+    """The secret values ``scan_args`` finds in ``args``, in their words as a shell splits them
+    (``bash -c 'curl --token X'``), and in the words quoted inside those read as lines again
+    (``'"--hf-token X"'``, ``bash -c 'run "--token X"'``); and those of secret-named keys of
+    JSON or a dict in any of them (``--config '{"hf_token": "X"}'``)."""
+    words = shell_words(args)
+    found = [*scan_args(args)[1], *scan_args(words)[1], *scan_args(shell_words(words))[1]]
+    found += [value for arg in args for value in _quoted_pairs(arg)]
+    return tuple(dict.fromkeys(found))
+
+
+# What makes a value more than one word: white space, or a quote a shell would take out.
+_SPLIT = re.compile(r"[\s'\"]")
+
+
+def secrets_in_line(value: str) -> tuple[str, ...]:
+    """What ``secrets_in`` finds in a variable's value, and the values of the secret options
+    it holds read as a shell line: an --env value or a machine variable that a script passes on
+    as arguments (``NOTE='curl --token X'``; ``--max-tokens 5`` is no secret). One without
+    white space or quotes is one word (``--token=X``), not split: dtrun reads every variable of
+    this machine at each start, LS_COLORS's hundreds of ``;`` too."""
+    words = line_secrets((value,)) if _SPLIT.search(value) else scan_args((value,))[1]
+    return tuple(dict.fromkeys([*secrets_in(value), *words]))

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dtrun import redact
 from dtrun.redact import (
     REDACTED,
     Redactor,
@@ -18,6 +19,7 @@ from dtrun.redact import (
     redact_args,
     redact_env,
     redact_value,
+    redact_var,
     secret_args,
     secret_values,
     secrets_in_environment,
@@ -123,6 +125,45 @@ def test_a_secret_option_inside_a_shell_line_argument_is_secret_and_masked():
     assert "Zq9vXw7LmN3pRt" not in repr(spec.redacted())
 
 
+def test_a_secret_option_quoted_inside_a_shell_line_argument_is_secret():
+    """`bash -c 'run "--token X"'`: a word quoted inside the line is read as a line too."""
+    args = ("-c", 'run "--token Nq5vXw7LmN3pRt" --lr 3')
+    assert "Nq5vXw7LmN3pRt" in secret_args(args)
+    assert redact_args(args) == ("-c", f'run "--token {REDACTED}" --lr 3')
+
+
+def test_a_plain_variable_s_secret_options_are_secret_and_its_counts_stay():
+    """An --env value or a machine variable holding a command line or options (`NOTE='curl
+    --token X'`, `EXTRA='"--hf-token X"'`): read as a shell line; `--max-tokens 5` stays."""
+    env = (
+        ("NOTE", "curl --token X9f8e7d6c5b4a3"),
+        ("EXTRA", '"--hf-token Ab3dEf1234zz"'),
+        ("FLAGS", "--max-tokens 5 --pad-token-id 0"),
+    )
+    assert {"X9f8e7d6c5b4a3", "Ab3dEf1234zz"} == set(secret_values(env))
+    assert redact_env(env) == (
+        ("NOTE", f"curl --token {REDACTED}"), ("EXTRA", f'"--hf-token {REDACTED}"'),
+        ("FLAGS", "--max-tokens 5 --pad-token-id 0"),
+    )  # fmt: skip
+    conf = "--conf spark.ssl.keyStorePassword=Mc7hOpt99 --conf spark.ssl.keyStore=/etc/ks.jks"
+    assert redact_var("SPARK_SUBMIT_OPTS", conf) == conf.replace("Mc7hOpt99", REDACTED).replace(
+        "/etc/ks.jks", REDACTED
+    )  # the record hides a key store's path as an argument's
+    machine = {"SPARK_SUBMIT_OPTS": conf, "FLAGS": "--max-tokens 5"}
+    assert secrets_in_environment(machine, lambda value: value == "/etc/ks.jks") == ("Mc7hOpt99",)
+
+
+def test_a_secret_named_key_of_json_or_a_dict_in_a_value_or_argument_is_secret():
+    """`--env CONFIG='{"api_key": "X"}'`, `--config "{'hf_token': 'X'}"`: the key's value is
+    secret, as written and as a program that loads the JSON prints it; counts and kinds stay."""
+    env = (("CONFIG", '{"api_key": "Jk7Secret0Val", "token_type": "bearer", "max_tokens": "5"}'),)
+    assert secret_values(env) == ("Jk7Secret0Val",)
+    assert redact_env(env) == (("CONFIG", env[0][1].replace("Jk7Secret0Val", REDACTED)),)
+    args = ("--config", "{'hf_token': 'Dk8Secret0Val', 'key_dim': 64}")
+    assert redact_args(args) == ("--config", f"{{'hf_token': '{REDACTED}', 'key_dim': 64}}")
+    assert "Pw9\u00e9Secret" in secret_values((("C", '{"password": "Pw9\\u00e9Secret"}'),))
+
+
 def test_a_command_line_quoted_as_the_program_s_one_word_has_its_secrets_masked():
     """`dtrun run -- "python t.py --hf-token X"`: the whole line is the program's name, shown
     by the plan, the record and the error that it is not found."""
@@ -216,6 +257,39 @@ def test_a_passphrase_whose_spaces_a_shell_escapes_is_masked(written):
     one with its ! written "\\!" is."""
     hide = Redactor.of(["correct horse battery"])
     assert hide.text(f"run: login --pass {written} ok") == f"run: login --pass {REDACTED} ok"
+
+
+# A secret holding a tab and characters past ASCII: JSON (ensure_ascii) writes its tab as \t
+# beside \u escapes and a UTF-16 pair, Python's ascii() as \t beside \x and \U escapes.
+TAB_AND_ACCENT = "Json0Tab\tJson0Uni\u00e9Json0End\U0001f600Json0Pair"
+DUMPED = json.dumps(TAB_AND_ACCENT)
+
+
+@pytest.mark.parametrize(
+    "written",
+    [DUMPED[:6] + "\x1b[1;36m" + DUMPED[6:] + "\x1b[0m",
+     DUMPED.replace("\\u00e9", "\\u00E9").replace("\\ud83d\\ude00", "\\uD83D\\uDE00"),
+     ascii(TAB_AND_ACCENT)],
+    ids=["JSON a logger highlights", "JSON with upper-case hex (.NET, Jackson)", "ascii()"],
+)  # fmt: skip
+def test_a_secret_with_a_tab_and_non_ascii_is_masked_however_json_or_python_escape_it(
+    monkeypatch, written
+):
+    """\t is read as the tab it stands for, beside \u00e9, \ud83d\ude00 and \U0001f600: an
+    --env secret so written is masked by the process's redaction."""
+    monkeypatch.setattr(redact, "_process", Redactor())
+    redact.remember_secrets(secret_values((("DB_PASS", TAB_AND_ACCENT),)))
+    assert "Json0" in written  # the check can fail
+    shown = redact.redact_text(f"config: {written} ok")
+    assert REDACTED in shown and "Json0" not in shown and shown.endswith(" ok"), shown
+
+
+def test_a_secret_holding_a_backslash_and_a_letter_is_masked_in_json_a_logger_highlights():
+    """Its own \\t is no tab: JSON writes it \\\\t, read back as a backslash and a t."""
+    secret = "C:\\temp\\Secret0Core"
+    dumped = json.dumps(secret)
+    written = dumped[:5] + "\x1b[31m" + dumped[5:]
+    assert Redactor.of([secret]).text(f"dir {written} ok") == f'dir "{REDACTED}" ok'
 
 
 @given(
@@ -420,3 +494,18 @@ def test_a_secret_wrapped_across_lines_inside_a_json_string_shows_no_piece_of_8_
     line = json.dumps({"event": dump, "level": "info"})
     shown = Redactor.of([SAS]).text(line)
     assert _shown_of(SAS, shown) < 8, shown
+
+
+@pytest.mark.parametrize("dump", [json.dumps, repr], ids=["JSON", "repr"])
+@pytest.mark.parametrize("width", [23, 40, 50, 60])
+def test_a_secret_wrapped_in_its_json_or_repr_escapes_shows_no_piece_of_8_characters(dump, width):
+    """A config dump wrapped at ``width`` columns holding a secret whose JSON or repr writes
+    escapes (\\t, \\u00e9, \\ud83d\\ude00): each line redacted alone keeps no 8 characters in a
+    row of the secret as written, as where the secret is written raw."""
+    line = dump({"config": f"db = {{'password': '{TAB_AND_ACCENT}'}}"})
+    written = dump(TAB_AND_ACCENT)[1:-1]
+    assert written in line and written != TAB_AND_ACCENT  # escaped, in one piece
+    hide = Redactor.of([TAB_AND_ACCENT])
+    for piece in (line[i : i + width] for i in range(0, len(line), width)):
+        shown = hide.text(piece)
+        assert _shown_of(written, shown) < 8, (piece, shown)
