@@ -357,7 +357,7 @@ def secrets_in_environment(
         for name, value in env.items()
         if is_secret_name(name) and worth_looking_for(value) and not is_path(value)
     ]
-    found += [s for value in env.values() for s in secrets_in_line(value) if not is_path(s)]
+    found += [x for value in env.values() for x in secrets_in_line(value) if not is_path(x)]
     return tuple(dict.fromkeys(found))
 
 
