@@ -213,6 +213,13 @@ class SweepDisplay:
         self.console.print(
             styled(("ok", "green"), f" {label}: {what}, {result.proof}, {run.wall_s:.1f} s")
         )
+        if isinstance(result, TrainResult) and result.program and result.program.probe_error:
+            # a failure, not progress: said under --quiet too, as the report says it
+            console(stderr=True).print(
+                one_line(f"dtrun: warning: {label}: {result.program.probe_error}"),
+                highlight=False,
+                soft_wrap=True,
+            )
 
     def on_gate_node(self, node: Node, index: int, total: int) -> None:
         self.progress.update(

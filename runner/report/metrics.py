@@ -93,6 +93,9 @@ class ScalingRow:
     # `dtrun bench -- PROGRAM`: how the program's parameters were sharded, as the step hook saw
     # it ("FSDP (DTensor shards)", "DeepSpeed ZeRO stage 3", ...; None: whole on every rank)
     sharded: str | None = None
+    # --probe: why the all-reduce probe failed, in the first launch it failed in (None: it
+    # failed in none); the report says it where the busbw column would have its figure
+    probe_error: str | None = None
     # The intervals' inputs (summary/5): the launch-to-launch standard deviation of ln tokens/s
     # pooled over the sweep's node counts (None: no node count has two launches), and its
     # degrees of freedom (launches less one per node count; 0: none).
@@ -194,6 +197,7 @@ def scaling_rows(
                 in_sync=all(r.verified for r in runs),
                 busbw=_probe_busbw(runs),
                 gradient_bytes=next((r.busbw.gradient_bytes for r in runs if r.busbw), None),
+                probe_error=_probe_error(runs),
                 peak_memory_bytes=max(r.peak_memory_max_bytes or r.peak_memory_bytes for r in runs),
                 **_layout(runs[0]),
                 **intervals(nodes / base_nodes, runs, measured[base_nodes], noise, confidence),
@@ -274,6 +278,17 @@ def _layout(result: TrainResult) -> dict[str, Any]:
 def _probe_busbw(runs: Sequence[TrainResult]) -> float | None:
     values = [r.busbw.at_gradient.in_place.busbw for r in runs if r.busbw is not None]
     return trimmed_mean(values) if values else None
+
+
+def _probe_error(runs: Sequence[TrainResult]) -> str | None:
+    """The first failed probe's error, and how many more of the point's launches it failed in."""
+    errors = [r.program.probe_error for r in runs if r.program and r.program.probe_error]
+    if not errors:
+        return None
+    more = (
+        f" (and in {len(errors) - 1} more of its {len(runs)} launches)" if len(errors) > 1 else ""
+    )
+    return errors[0] + more
 
 
 @dataclass(frozen=True)

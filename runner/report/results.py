@@ -166,6 +166,7 @@ class ProgramFacts:
     # how the ranks' parameters are sharded ("FSDP (DTensor shards)", "FSDP (flat parameter
     # shards)", "DeepSpeed ZeRO stage N"); None: whole on every rank, or the hook saw no steps
     sharded: str | None = None
+    probe_error: str | None = None  # --probe: why the all-reduce probe after it failed
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,7 @@ def parse_program_result(data: Mapping[str, Any], source: str) -> TrainResult:
             proof_why=str(proof["why"]),
             gradient_bytes=_gradient_bytes(data),
             sharded=_program_sharded(data),
+            probe_error=_opt(data.get("probe_error"), str),
         )
         p50 = float(steps["p50"])
         return TrainResult(

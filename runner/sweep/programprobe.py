@@ -49,8 +49,8 @@ def probe_program(
         executor.run(probe, probe_dir, timeout_s=spec.timeout_s, on_line=on_line)
         measured = load_result(probe_dir / RESULT_FILE)
     except DtrunError as exc:  # the program's own measurement stands; the probe is extra
+        # said once the launch is done (runner/cli/display.py on_done), under --quiet too
         data["probe_error"] = f"the all-reduce probe after the program failed: {exc.what}"
-        on_line(plan.launches[0].node.name, f"dtrun: {data['probe_error']}")
     else:
         rows = json.loads((probe_dir / RESULT_FILE).read_text())["rows"]  # read just now
         if isinstance(measured, AllreduceResult):

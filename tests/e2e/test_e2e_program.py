@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -286,6 +287,25 @@ def test_probe_times_all_reduces_up_to_the_program_s_gradients_on_its_ranks(no_l
     summary = json.loads((run / "summary.json").read_text())
     lost = {row["nodes"]: row for row in summary["where_scaling_is_lost"]}
     assert lost[2]["busbw"] is not None and lost[2]["busbw"] > 0
+
+
+def test_a_failed_probe_is_said_on_stderr_and_in_the_report_of_a_quiet_run(no_leftovers):
+    # the program leaves a folder where the probe writes its result: the probe fails for real
+    program = f"{sys.executable} {DDP} --steps 5 --sleep 0 && mkdir -p probe/result.json"
+    done, run = bench(
+        no_leftovers, "--probe", "--", "sh", "-c", program, run_id="probe-failed", port=29750,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr  # the program's measurement stands
+    failed = "the all-reduce probe after the program failed: node-0 (127.0.0.2) failed"
+    assert failed in result(run, 2)["probe_error"]
+    said = [line for line in done.stderr.splitlines() if failed in line]
+    assert said == [f"dtrun: warning: 2 nodes, launch 1: {result(run, 2)['probe_error']}"]
+    summary = json.loads((run / "summary.json").read_text())
+    rows = {row["nodes"]: row for row in summary["rows"]}
+    assert failed in rows[2]["probe_error"] and rows[1]["probe_error"] is None
+    report = (run / "report.md").read_text()
+    assert "one process per launch, or no --probe" not in report
+    assert f"At 2 nodes, {failed}" in report
 
 
 def assert_timed_as_its_own_clock(run: Path, nodes: int, steps: int) -> dict[str, Any]:

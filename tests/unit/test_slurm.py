@@ -602,3 +602,56 @@ def test_a_ctrl_c_while_a_cut_log_s_step_stops_is_the_interruption_and_says_the_
     assert ended is not None
     assert f"node log {workdir.resolve() / 'gpu01.log'} could not be written" in ended.what
     assert [r.node for r in raised.value.node_results] == ["gpu01", "gpu02"]
+
+
+# srun as `dtrun exec --slurm` runs it, one task reading its script: the task's lines (labelled
+# `0: ` under --label, its stderr with them), then srun's own line for a task that ended non-zero
+# (`srun: error: n1: task 0: Exited with exit code 3`, srun's _task_finish), srun's exit code.
+# SRUN_FAILS: srun runs no task and says why, as when Slurm refuses the step.
+FAKE_SRUN = f"""#!{sys.executable}
+import os, subprocess, sys
+if os.environ.get("SRUN_FAILS"):
+    print("srun: error: Unable to create step for job 7: Requested nodes are busy", flush=True)
+    sys.exit(1)
+label = "0: " if "--label" in sys.argv else ""
+done = subprocess.run(["bash", "-s"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+for line in done.stdout.splitlines():
+    print(label + line, flush=True)
+if done.returncode:
+    print(f"srun: error: n1: task 0: Exited with exit code {{done.returncode}}", flush=True)
+sys.exit(done.returncode)
+"""
+
+
+@pytest.mark.parametrize(
+    ("script", "output"),
+    [("exit 3", ""), ("echo 'srun: error: what the command printed last' >&2; exit 3",
+                      "srun: error: what the command printed last")],
+    ids=["silent", "printing-srun-s-words"],
+)  # fmt: skip
+def test_exec_s_command_that_fails_on_its_own_answers_its_exit_code_not_srun_s_error(
+    tmp_path, monkeypatch, script, output
+):
+    """A command srun ran that exited 3 is the command's exit 3, whatever its last line: only
+    srun's own line, unlabelled, and not the one in which srun reports a task's end, says srun
+    ran nothing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(FAKE_SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    lines: list[tuple[str, str]] = []
+    answers = SlurmExecutor(SlurmShell(), "7").command(
+        {"n1": script}, lambda node, line: lines.append((node, line))
+    )
+    assert (answers["n1"].exit_code, answers["n1"].error) == (3, None)
+    said = [output] if output else []
+    assert answers["n1"].output.splitlines() == [
+        *said,
+        "srun: error: n1: task 0: Exited with exit code 3",
+    ]
+    assert [line for _, line in lines] == answers["n1"].output.splitlines()  # streamed unlabelled
+    monkeypatch.setenv("SRUN_FAILS", "1")
+    (refused,) = SlurmExecutor(SlurmShell(), "7").command({"n1": script}).values()
+    assert refused.exit_code is None
+    assert refused.error == "srun: error: Unable to create step for job 7: Requested nodes are busy"

@@ -23,7 +23,7 @@ from pathlib import Path
 from dtrun import __version__
 from dtrun.engines.common.scripts import run_scripts, write_launch_files, write_scripts
 from dtrun.engines.common.signals import sigint_deferred
-from dtrun.engines.slurm.fault import Heard, ended_by_slurm
+from dtrun.engines.slurm.fault import Heard, ended_by_slurm, srun_answer, task_lines
 from dtrun.engines.slurm.shell import SlurmShell, cancel, step_guard
 from dtrun.engines.slurm.stage import HeadStaging
 from dtrun.errors import (
@@ -333,7 +333,8 @@ class SlurmExecutor:
     ) -> dict[str, Answer]:
         """Each script on its node as a one-task step (--overlap: beside any other step). A
         node srun could not start the step on gets an error, not an exit code."""
-        one = ["srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1"]
+        # --label: a task's line that reads like srun's is told from srun's (fault.py)
+        one = ["srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--label"]
 
         def start(name: str) -> subprocess.Popen[bytes]:
             return self.shell.popen(
@@ -344,13 +345,8 @@ class SlurmExecutor:
                 start_new_session=True,
             )
 
-        answers = {}
-        for name, (said, code) in run_scripts(scripts, start, on_line).items():
-            if code != 0 and said and said[-1].startswith("srun: error"):
-                answers[name] = Answer("\n".join(said), error=said[-1])
-            else:
-                answers[name] = Answer("\n".join(said), code)
-        return answers
+        answers = run_scripts(scripts, start, None if on_line is None else task_lines(on_line))
+        return {name: srun_answer(said, code) for name, (said, code) in answers.items()}
 
 
 def _results(

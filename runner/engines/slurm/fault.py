@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from dtrun.engines.slurm.allocation import hostnames
 from dtrun.engines.slurm.shell import SlurmShell
 from dtrun.errors import DtrunError, RunError
+from dtrun.execute import Answer, LineSink
 from dtrun.spec.outcome import NodeResult
 
 # srun's words for a node the controller lost, and slurmstepd's for a step or job it ends:
@@ -31,6 +32,10 @@ _CANCELLED = re.compile(
 # what Slurm's end of a step sends each task: SIGTERM, then SIGKILL after KillWait (scancel(1),
 # slurm.conf(5) KillWait); a task that died of one reports 128 + its number (bash(1), EXIT STATUS)
 _SLURMS_SIGNALS = (128 + signal.SIGTERM, 128 + signal.SIGKILL)
+# srun's own line for a task that ended badly, `srun: error: n1: task 0: Exited with exit code
+# 3` or `...: task 0: Killed` (srun's _task_finish): the task ran, and its exit code stands.
+_TASK_END = re.compile(r"^srun: error: \S+: tasks? [0-9,\[\]-]+: ")
+TASK_LABEL = "0: "  # srun --label's prefix on every line of a one-task step's task
 FINAL_WAIT_S = 10.0  # how long a job may stay COMPLETING before its end is read anyway
 
 
@@ -63,6 +68,29 @@ class Heard:
         if cancelled and self.cancelled is None and cancelled.group(2).split(".")[0] == self.job:
             self.cancelled = f"{cancelled.group(1)} {cancelled.group(2)}"
             self.due_to = cancelled.group(3) or ""
+
+
+def task_lines(on_line: LineSink) -> LineSink:
+    """``on_line`` for a one-task `srun --label` step: the task's lines as it printed them,
+    srun's own as srun printed them."""
+
+    def sink(node: str, line: str) -> None:
+        on_line(node, line.removeprefix(TASK_LABEL))
+
+    return sink
+
+
+def srun_answer(said: list[str], code: int) -> Answer:
+    """A one-task `srun --label` step's answer (``said``: its lines, labelled): the task's
+    exit code, or srun's own error where srun ran no task. A task's line that reads `srun:
+    error` (labelled) or srun's line for the task's end is no such error: the task ran."""
+    own = [line for line in said if not line.startswith(TASK_LABEL)]
+    output = "\n".join(line.removeprefix(TASK_LABEL) for line in said)
+    last = own[-1] if own else ""
+    ran = len(own) < len(said) or _TASK_END.match(last) is not None  # a task printed, or ended
+    if code != 0 and not ran and last.startswith("srun: error"):
+        return Answer(output, error=last)
+    return Answer(output, code)
 
 
 def job_end(shell: SlurmShell, job_id: str, wait_s: float = FINAL_WAIT_S) -> tuple[str, str, str]:
