@@ -623,3 +623,19 @@ def test_a_node_slurm_loses_between_points_is_named_by_the_next_point(slurm, no_
     assert causes["n2"] == "node failure (Slurm)", runs
     assert "cancelled; squeue no longer lists it" in said, said
     wait_for(lambda: slurm.jobs() == [] and slurm.steps() == [], timeout=30, what="no job")
+
+
+def test_exec_s_command_failing_on_one_node_answers_its_exit_code(slurm, no_leftovers):
+    """srun says `srun: error: n2: task 0: Exited with exit code 3` for a task that fails on
+    its own: that is the command's exit code, not srun failing to start the step."""
+    done = run_dtrun(
+        "exec", "--slurm", "--", 'echo on $SLURMD_NODENAME; [ "$SLURMD_NODENAME" != n2 ] || exit 3',
+        cwd=no_leftovers, env=slurm.env, timeout=60,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert "[n1] on n1" in done.stdout and "[n2] on n2" in done.stdout, said
+    rows = {row.split()[1]: row.split("│")[3:5] for row in done.stdout.splitlines()
+            if row.startswith("│ n")}  # fmt: skip
+    assert [cell.strip() for cell in rows["n2"]] == ["3", ""], said  # before: "-", srun's line
+    assert slurm.jobs() == []
