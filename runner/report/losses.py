@@ -245,8 +245,11 @@ def _why_lost(
             f"(launch {straggler.launch}), and every rank waits for it each step: check that "
             "host for throttling or other work, or leave it out"
         )
+    if row.busbw is None and row.probe_error:
+        return f"{lost}; the all-reduce probe that would say why failed (below)"
     if row.busbw is None:
-        return f"{lost}; no all-reduce probe to say why (rerun without --no-busbw)"
+        again = "with --probe" if row.program else "without --no-busbw"
+        return f"{lost}; no all-reduce probe to say why (rerun {again})"
     if share is None:
         return (
             f"{lost}; one pipeline has no gradient all-reduce: look at its stages' balance and "

@@ -96,6 +96,7 @@ class ScalingRow:
     # --probe: why the all-reduce probe failed, in the first launch it failed in (None: it
     # failed in none); the report says it where the busbw column would have its figure
     probe_error: str | None = None
+    program: bool = False  # `dtrun bench -- PROGRAM`: its probe is --probe, not --busbw
     # The intervals' inputs (summary/5): the launch-to-launch standard deviation of ln tokens/s
     # pooled over the sweep's node counts (None: no node count has two launches), and its
     # degrees of freedom (launches less one per node count; 0: none).
@@ -198,6 +199,7 @@ def scaling_rows(
                 busbw=_probe_busbw(runs),
                 gradient_bytes=next((r.busbw.gradient_bytes for r in runs if r.busbw), None),
                 probe_error=_probe_error(runs),
+                program=runs[0].program is not None,
                 peak_memory_bytes=max(r.peak_memory_max_bytes or r.peak_memory_bytes for r in runs),
                 **_layout(runs[0]),
                 **intervals(nodes / base_nodes, runs, measured[base_nodes], noise, confidence),

@@ -71,3 +71,11 @@ def test_a_program_s_report_calls_its_dtype_its_parameters_not_its_precision(
     report = run_dir.report.read_text()
     (backend,) = [line for line in report.splitlines() if line.startswith("| Backend |")]
     assert backend.endswith(" parameters (a mixed-precision autocast is not recorded), torch n/a |")
+
+
+def test_a_program_run_without_a_probe_is_told_to_rerun_with_probe(tmp_path, fixed_inventory):
+    """A program's all-reduce probe is --probe; --no-busbw is the built-in workloads' flag."""
+    bench = BenchSpec("p", program=PROGRAM, warmup=2, repeat=1)
+    run_dir = program_run_dir(tmp_path / "p", bench, fixed_inventory, STEPS)
+    two = {row.nodes: row for row in analyse(run_dir).losses}[2]
+    assert two.finding.endswith("no all-reduce probe to say why (rerun with --probe)")
