@@ -214,24 +214,11 @@ class _Runner:
                 raise outcome.error
 
     def runs_next(self, launch: Launch) -> bool:
-        """--until-decided: whether ``launch``'s node count launches again, on the results
-        recorded so far (runner/report/sequential.py)."""
-        from dtrun.report.resultfile import load_result
-        from dtrun.report.results import TrainResult
-        from dtrun.report.sequential import runs_next
-        from dtrun.spec.launchplan import RESULT_FILE
+        """--until-decided: whether ``launch``'s node count launches again (decided.py)."""
+        from dtrun.sweep.decided import launches_next
 
-        if launch.repeat < 2:
-            return True
-        results: dict[int, list[TrainResult]] = {p.nnodes: [] for p in self.plan.points}
-        for run in sorted(self.sweep.runs, key=lambda run: run.repeat):
-            if run.status is RunStatus.OK:
-                result = load_result(self.sweep.run_dir.path / run.run_dir / RESULT_FILE)
-                if isinstance(result, TrainResult):
-                    results[run.nodes].append(result)
-        spec, leave = self.plan.spec, self.leave_out
-        args = (launch.plan.nnodes, launch.repeat, spec.max_launches, spec.target_efficiency)
-        return runs_next(results, *args, leave)
+        runs, path = self.sweep.runs, self.sweep.run_dir.path
+        return launches_next(self.plan, launch, runs, path, self.leave_out)
 
     def record(self, run: RunResult) -> None:
         self.sweep.runs.append(run)
