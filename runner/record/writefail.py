@@ -61,6 +61,20 @@ def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunErro
     return None
 
 
+def first_cause(first: DtrunError | None, refused: DtrunError, record: str) -> DtrunError:
+    """What to raise where a record (``record``: runs.json, run.json) could not be written:
+    ``refused``, its write's error, unless a failure raised already stopped the run
+    (``first``), whose cause (a full disk's first file refused, most often) it keeps, adding
+    that the record could not take it."""
+    if first is None or first is refused or not isinstance(refused, RunDirWriteError):
+        return refused
+    said = f"{record} could not take the entry either"
+    if said not in first.why:  # once: a sweep writes runs.json after its launch and at its end
+        same = isinstance(first, DiskFullError) and isinstance(refused, DiskFullError)
+        first.why = "; ".join(filter(None, [first.why, said + ("" if same else f" ({refused})")]))
+    return first
+
+
 def unwritten(error: RunError, root: Path) -> DtrunError | None:
     """A failed launch whose node could not write its result.json on a full disk (its
     workload's `dtrun-unwritten: ERRNO PATH` line in the node's log), said as that disk's

@@ -33,7 +33,7 @@ from dtrun.record.rundir import (
     write_plans,
 )
 from dtrun.record.runsfile import write_runs
-from dtrun.record.writefail import write_error
+from dtrun.record.writefail import first_cause, write_error
 from dtrun.report.builder import ReportBuilder
 from dtrun.report.resultfile import Result
 from dtrun.spec.cluster import Node
@@ -108,6 +108,7 @@ class _Runner:
         self.sweep = Sweep(run_dir)
         self.status = SweepStatus.RUNNING
         self.error: str | None = None
+        self.failure: DtrunError | None = None  # what failed the sweep: its first cause
         self.current: tuple[Launch, float] | None = None  # the point under way, and its start
         self.answered: set[str] = set()  # nodes that answered (readiness, program check)
         self.started = time.monotonic()  # the sweep's start: its run directory was just made
@@ -207,7 +208,7 @@ class _Runner:
             outcome = self.launch(launch)
             self.current = None
             if outcome.error is not None:  # recorded with its launch: a full disk may stop
-                self.status, self.error = SweepStatus.FAILED, outcome.error.message  # the rest
+                self.failed(outcome.error)  # the rest
             self.record(outcome.run)
             self.events.on_done(outcome.run, outcome.result)
             if outcome.error is not None:
@@ -224,11 +225,19 @@ class _Runner:
         self.sweep.runs.append(run)
         self.write_runs()
 
+    def failed(self, error: DtrunError) -> None:
+        self.status, self.error, self.failure = SweepStatus.FAILED, error.message, error
+
     def write_runs(self) -> None:
+        """runs.json; where the sweep failed already, a write refused (a full disk, often that
+        failure's cause) raises the failure, saying runs.json lacks it."""
         walls = (*self.earlier_walls, time.monotonic() - self.started)
-        write_runs(
-            self.sweep.run_dir, self.sweep.runs, self.status, self.error, walls, self.replaced
-        )
+        try:
+            write_runs(
+                self.sweep.run_dir, self.sweep.runs, self.status, self.error, walls, self.replaced
+            )
+        except DtrunError as refused:  # a write refused: the sweep's first cause is kept
+            raise first_cause(self.failure, refused, "runs.json") from None
 
     def finish(self, sample: MachineSample | None, resumed: bool) -> None:
         """However the sweep ended: runs.json, the machine's sample, the report. Where the
@@ -357,7 +366,7 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
         try:
             sweeping.sweep.health = sweeping.gate()
         except DtrunError as exc:
-            sweeping.status, sweeping.error = SweepStatus.FAILED, exc.message
+            sweeping.failed(exc)
             raise
         events.on_health(sweeping.sweep.health)
         sweeping.points(resumed)
@@ -375,7 +384,7 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
         explained = write_error(exc, run_dir.path)
         if explained is None:
             raise
-        sweeping.status, sweeping.error = SweepStatus.FAILED, explained.message
+        sweeping.failed(explained)
         raise explained from None
     finally:
         sweeping.finish(sample, resumed is not None)
