@@ -547,3 +547,22 @@ def test_a_probe_result_a_full_disk_refused_is_said_as_that_disk_not_the_probe_f
         assert outcome.error.message.startswith(f"the disk holding {run_dir.path} is full (")
         assert f"n2/r0/probe/{RESULT_FILE} could not be written" in outcome.error.message
         assert outcome.run.status is RunStatus.FAILED and outcome.run.node_results == ended
+
+
+def test_a_write_a_full_disk_refused_under_a_launch_names_its_file_not_the_run_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A write of dtrun's own during a launch (a user program's result.json, made from its
+    step records by write_atomic) that a full disk refuses: os.write's OSError names no file,
+    so the launch's error said "the disk holding runs/x is full: runs/x could not be
+    written". Now it names the file."""
+    run = tmp_path / "run"
+    (run / "n2" / "r0").mkdir(parents=True)
+    failing_write(monkeypatch, errno.ENOSPC)
+    with pytest.raises(OSError) as raised:
+        write_atomic(run / "n2" / "r0" / "result.json", b"{}")
+    monkeypatch.undo()
+    said = write_error(raised.value, run)  # as run_launch explains a ``finish``'s OSError
+    assert isinstance(said, DiskFullError)
+    assert "n2/r0/result.json could not be written" in said.message
+    assert names(run / "n2" / "r0") == []  # no partial left
