@@ -33,8 +33,9 @@ LOGIN_SCRIPT_FIX = (
 
 class LogCut(OSError):
     """A node log the disk could not hold (NodeLog's OSError, the same errno and file) that
-    stopped its launch, with how every node of it ended: the launch's record keeps them
-    (runner/sweep/runlaunch.py), as a failed node's RunError does."""
+    stopped its launch, or a result copied back from a node that this machine's disk refused
+    once every node had ended (the SSH executor's), with how every node of it ended: the
+    launch's record keeps them (runner/sweep/runlaunch.py), as a failed node's RunError does."""
 
     def __init__(self, error: OSError, node_results: tuple[NodeResult, ...]) -> None:
         super().__init__(error.errno, error.strerror, error.filename)

@@ -61,11 +61,52 @@ def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunErro
     return None
 
 
+def first_cause(first: DtrunError | None, refused: DtrunError, record: str) -> DtrunError:
+    """What to raise where a record (``record``: runs.json, run.json) could not be written:
+    ``refused``, its write's error, unless a failure raised already stopped the run
+    (``first``), whose cause (a full disk's first file refused, most often) it keeps, adding
+    that the record could not take it."""
+    if first is None or first is refused or not isinstance(refused, RunDirWriteError):
+        return refused
+    said = f"{record} could not take the entry either"
+    if said not in first.why:  # once: a sweep writes runs.json after its launch and at its end
+        same = isinstance(first, DiskFullError) and isinstance(refused, DiskFullError)
+        first.why = "; ".join(filter(None, [first.why, said + ("" if same else f" ({refused})")]))
+    return first
+
+
 def unwritten(error: RunError, root: Path) -> DtrunError | None:
     """A failed launch whose node could not write its result.json on a full disk (its
     workload's `dtrun-unwritten: ERRNO PATH` line in the node's log), said as that disk's
     failure, not the node's: in run directory ``root`` as write_error says it, elsewhere (a
     node's own disk) naming the node. None for any other failure, a node's own."""
+    found = _refused(error, root)
+    if found is None:
+        return None
+    node, said, here = found
+    if here is not None:
+        return write_error(said, root, here)
+    path = Path(str(said.filename))
+    return DiskFullError(
+        f"the disk holding {path.parent} on {node} is full",
+        why=f"{node} could not write {path.name} there, so its launch failed",
+        fix=f"free space on {node} and run the command again",
+    )
+
+
+def unwritten_here(error: RunError, root: Path) -> OSError | None:
+    """unwritten's full disk where it is run directory ``root``'s: the node's write error
+    naming its file as dtrun names it, for a caller to raise as its own write's (write_error
+    explains it, with the launch's nodes kept: runner/sweep/runlaunch.py)."""
+    found = _refused(error, root)
+    if found is None or found[2] is None:
+        return None
+    return OSError(found[1].errno, found[1].strerror, str(found[2]))
+
+
+def _refused(error: RunError, root: Path) -> tuple[str, OSError, Path | None] | None:
+    """The first node of ``error`` whose log says a full disk refused its result file in this
+    launch: the node, the write error said, and the file in ``root`` (None: elsewhere)."""
     for node in error.node_results:
         said = _said_unwritten(Path(node.log_path))
         if said is None or said.errno not in (errno.ENOSPC, errno.EDQUOT):
@@ -73,14 +114,7 @@ def unwritten(error: RunError, root: Path) -> DtrunError | None:
         path = Path(str(said.filename))
         if not _of_this_launch(path, Path(node.log_path), root):
             continue  # an older run's line that a program printed (an old log): its output
-        here = _in_run_dir(path, root)
-        if here is not None:
-            return write_error(said, root, here)
-        return DiskFullError(
-            f"the disk holding {path.parent} on {node.node} is full",
-            why=f"{node.node} could not write {path.name} there, so its launch failed",
-            fix=f"free space on {node.node} and run the command again",
-        )
+        return node.node, said, _in_run_dir(path, root)
     return None
 
 

@@ -7,10 +7,11 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from dtrun.errors import DtrunError
+from dtrun.errors import DtrunError, RunError
 from dtrun.execute import Executor, LineSink
 from dtrun.plan.sweep import SweepPlan
 from dtrun.record.rundir import RunDir
+from dtrun.record.writefail import unwritten, unwritten_here
 from dtrun.spec.launchplan import LaunchPlan
 
 
@@ -50,10 +51,25 @@ def probe_program(
         measured = load_result(probe_dir / RESULT_FILE)
     except DtrunError as exc:  # the program's own measurement stands; the probe is extra
         # said once the launch is done (runner/cli/display.py on_done), under --quiet too
-        data["probe_error"] = f"the all-reduce probe after the program failed: {exc.what}"
+        data["probe_error"] = _probe_error(exc, run_dir.path)
     else:
         rows = json.loads((probe_dir / RESULT_FILE).read_text())["rows"]  # read just now
         if isinstance(measured, AllreduceResult):
             data["busbw"] = {"gradient_bytes": gradient, "dtype": "float32", "rows": rows}
     text = json.dumps(data, indent=2, allow_nan=False) + "\n"
     write_atomic(workdir / RESULT_FILE, text.encode())
+
+
+def _probe_error(exc: DtrunError, root: Path) -> str:
+    """Why the probe left no figures, for the program's result.json. A full disk that refused
+    a node's probe result (runner/record/writefail.py) is said as the disk; the run
+    directory's is raised, an OSError naming the file as a write of dtrun's: it stops the
+    launch, as a full disk does elsewhere, with its nodes kept (runner/sweep/runlaunch.py)."""
+    if isinstance(exc, RunError):
+        here = unwritten_here(exc, root)
+        if here is not None:
+            raise here from None
+        full = unwritten(exc, root)
+        if full is not None:  # a node's own disk
+            return f"the all-reduce probe's result could not be kept: {full.what}"
+    return f"the all-reduce probe after the program failed: {exc.what}"

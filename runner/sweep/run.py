@@ -33,7 +33,7 @@ from dtrun.record.rundir import (
     write_plans,
 )
 from dtrun.record.runsfile import write_runs
-from dtrun.record.writefail import write_error
+from dtrun.record.writefail import first_cause, write_error
 from dtrun.report.builder import ReportBuilder
 from dtrun.report.resultfile import Result
 from dtrun.spec.cluster import Node
@@ -108,6 +108,7 @@ class _Runner:
         self.sweep = Sweep(run_dir)
         self.status = SweepStatus.RUNNING
         self.error: str | None = None
+        self.failure: DtrunError | None = None  # what failed the sweep: its first cause
         self.current: tuple[Launch, float] | None = None  # the point under way, and its start
         self.answered: set[str] = set()  # nodes that answered (readiness, program check)
         self.started = time.monotonic()  # the sweep's start: its run directory was just made
@@ -207,41 +208,36 @@ class _Runner:
             outcome = self.launch(launch)
             self.current = None
             if outcome.error is not None:  # recorded with its launch: a full disk may stop
-                self.status, self.error = SweepStatus.FAILED, outcome.error.message  # the rest
+                self.failed(outcome.error)  # the rest
             self.record(outcome.run)
             self.events.on_done(outcome.run, outcome.result)
             if outcome.error is not None:
                 raise outcome.error
 
     def runs_next(self, launch: Launch) -> bool:
-        """--until-decided: whether ``launch``'s node count launches again, on the results
-        recorded so far (runner/report/sequential.py)."""
-        from dtrun.report.resultfile import load_result
-        from dtrun.report.results import TrainResult
-        from dtrun.report.sequential import runs_next
-        from dtrun.spec.launchplan import RESULT_FILE
+        """--until-decided: whether ``launch``'s node count launches again (decided.py)."""
+        from dtrun.sweep.decided import launches_next
 
-        if launch.repeat < 2:
-            return True
-        results: dict[int, list[TrainResult]] = {p.nnodes: [] for p in self.plan.points}
-        for run in sorted(self.sweep.runs, key=lambda run: run.repeat):
-            if run.status is RunStatus.OK:
-                result = load_result(self.sweep.run_dir.path / run.run_dir / RESULT_FILE)
-                if isinstance(result, TrainResult):
-                    results[run.nodes].append(result)
-        spec, leave = self.plan.spec, self.leave_out
-        args = (launch.plan.nnodes, launch.repeat, spec.max_launches, spec.target_efficiency)
-        return runs_next(results, *args, leave)
+        runs, path = self.sweep.runs, self.sweep.run_dir.path
+        return launches_next(self.plan, launch, runs, path, self.leave_out)
 
     def record(self, run: RunResult) -> None:
         self.sweep.runs.append(run)
         self.write_runs()
 
+    def failed(self, error: DtrunError) -> None:
+        self.status, self.error, self.failure = SweepStatus.FAILED, error.message, error
+
     def write_runs(self) -> None:
+        """runs.json; where the sweep failed already, a write refused (a full disk, often that
+        failure's cause) raises the failure, saying runs.json lacks it."""
         walls = (*self.earlier_walls, time.monotonic() - self.started)
-        write_runs(
-            self.sweep.run_dir, self.sweep.runs, self.status, self.error, walls, self.replaced
-        )
+        try:
+            write_runs(
+                self.sweep.run_dir, self.sweep.runs, self.status, self.error, walls, self.replaced
+            )
+        except DtrunError as refused:  # a write refused: the sweep's first cause is kept
+            raise first_cause(self.failure, refused, "runs.json") from None
 
     def finish(self, sample: MachineSample | None, resumed: bool) -> None:
         """However the sweep ended: runs.json, the machine's sample, the report. Where the
@@ -370,7 +366,7 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
         try:
             sweeping.sweep.health = sweeping.gate()
         except DtrunError as exc:
-            sweeping.status, sweeping.error = SweepStatus.FAILED, exc.message
+            sweeping.failed(exc)
             raise
         events.on_health(sweeping.sweep.health)
         sweeping.points(resumed)
@@ -388,7 +384,7 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
         explained = write_error(exc, run_dir.path)
         if explained is None:
             raise
-        sweeping.status, sweeping.error = SweepStatus.FAILED, explained.message
+        sweeping.failed(explained)
         raise explained from None
     finally:
         sweeping.finish(sample, resumed is not None)

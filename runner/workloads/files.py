@@ -52,9 +52,11 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
             os.close(fd)
         refuse_link(path)  # made while this was writing: still not followed, but refused
         temporary.replace(path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):  # the directory went away: nothing left to remove
             temporary.unlink()
+        if isinstance(exc, OSError) and exc.filename is None:  # os.write's and fsync's: a full
+            exc.filename = str(temporary)  # disk names the file (runner/record/writefail.py)
         raise
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -468,3 +469,100 @@ def test_a_full_disk_line_of_an_older_run_a_program_printed_is_its_output(tmp_pa
     failed = NodeFailedError("node-0", "127.0.0.2", 1, str(log), "RuntimeError: boom")
     failed.node_results = (NodeResult("node-0", "127.0.0.2", 1, str(log), 1.0),)
     assert unwritten(failed, tmp_path / "runs" / "new") is None
+
+
+@pytest.mark.parametrize("on_its_own_disk", [False, True])
+def test_a_probe_result_a_full_disk_refused_is_said_as_that_disk_not_the_probe_failing(
+    tmp_path: Path, fixed_inventory: Inventory, on_its_own_disk: bool
+):
+    """--probe after a user's program: the probe's all-reduce could not write its result.json
+    (a full disk; its node said so in its log and exited 1). The run directory's disk stops
+    the launch as its full disk, naming the probe's file, each node's end kept; a node's own
+    disk is said in the program's result. Before: "the all-reduce probe after the program
+    failed: node-0 failed with exit code 1", and the launch went on as if nothing was full."""
+    from dtrun.execute import Executor
+    from dtrun.plan.sweep import Launch
+    from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
+    from dtrun.spec.outcome import RunStatus
+    from dtrun.spec.request import Program, ProgramKind
+    from dtrun.sweep.programprobe import probe_program
+    from dtrun.sweep.programresult import program_result
+    from dtrun.sweep.runlaunch import always_ready, run_launch
+    from tests.plans import sweep_plan
+
+    program = Program(ProgramKind.SCRIPT, "/w/train.py")
+    bench = BenchSpec("p", program=program, node_counts=(2,), warmup=2, repeat=1, probe=True)
+    sweep = sweep_plan(fixed_inventory, bench)
+    run_dir = RunDir(tmp_path / "p")
+    launch = Launch(sweep.launches[0].plan, "n2/r0")
+    workdir = run_dir.path / launch.workdir
+    ended = tuple(
+        NodeResult(node.name, node.address, 0, str(workdir / f"{node.name}.log"), 1.0)
+        for node in launch.plan.nodes
+    )
+    staged = tmp_path / "node-disk" / "runs" if on_its_own_disk else tmp_path
+
+    class Probed:
+        """The program's launch ends well; the probe's node 0 cannot write its result."""
+
+        def run(self, plan: LaunchPlan, where: Path, **_: object) -> tuple[NodeResult, ...]:
+            where.mkdir(parents=True, exist_ok=True)
+            if where.name != "probe":
+                return ended
+            log = where / "node-0.log"
+            refused = staged / "p" / "n2" / "r0" / "probe" / RESULT_FILE
+            log.write_text(f"[rank0]: {UNWRITTEN} {errno.ENOSPC} {refused}\n")
+            failed = NodeFailedError("node-0", "127.0.0.2", 1, str(log), "OSError: [Errno 28]")
+            failed.node_results = (NodeResult("node-0", "127.0.0.2", 1, str(log), 1.0),)
+            raise failed
+
+    executor = cast(Executor, Probed())
+
+    def finish(plan: LaunchPlan, where: Path, wall_s: float) -> None:
+        ranks = {  # each rank's step records, as the step hook leaves them
+            rank: {
+                "schema": "dtrun.steps/1", "rank": rank, "node": f"node-{rank}",
+                "step_ends_s": [1.0, 2.0, 3.0, 4.0], "params": 1024,
+                "gradient_bytes": {"float32": 4096}, "param_digest": "d", "sharded": None,
+                "errors": [],
+            }
+            for rank in range(plan.world_size)
+        }  # fmt: skip
+        data = program_result(sweep.spec, plan, ranks, wall_s, None)
+        (where / RESULT_FILE).write_text(json.dumps(data))
+        probe_program(sweep, plan, where, executor, run_dir, lambda *_: None)
+
+    outcome = run_launch(
+        launch, run_dir.path, executor, timeout_s=60, on_line=lambda *_: None,
+        ready=always_ready, finish=finish,
+    )  # fmt: skip
+    if on_its_own_disk:
+        said = json.loads((workdir / RESULT_FILE).read_text())["probe_error"]
+        assert said == (
+            "the all-reduce probe's result could not be kept: the disk holding "
+            f"{staged / 'p' / 'n2' / 'r0' / 'probe'} on node-0 is full"
+        )
+    else:
+        assert isinstance(outcome.error, DiskFullError)
+        assert outcome.error.message.startswith(f"the disk holding {run_dir.path} is full (")
+        assert f"n2/r0/probe/{RESULT_FILE} could not be written" in outcome.error.message
+        assert outcome.run.status is RunStatus.FAILED and outcome.run.node_results == ended
+
+
+def test_a_write_a_full_disk_refused_under_a_launch_names_its_file_not_the_run_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A write of dtrun's own during a launch (a user program's result.json, made from its
+    step records by write_atomic) that a full disk refuses: os.write's OSError names no file,
+    so the launch's error said "the disk holding runs/x is full: runs/x could not be
+    written". Now it names the file."""
+    run = tmp_path / "run"
+    (run / "n2" / "r0").mkdir(parents=True)
+    failing_write(monkeypatch, errno.ENOSPC)
+    with pytest.raises(OSError) as raised:
+        write_atomic(run / "n2" / "r0" / "result.json", b"{}")
+    monkeypatch.undo()
+    said = write_error(raised.value, run)  # as run_launch explains a ``finish``'s OSError
+    assert isinstance(said, DiskFullError)
+    assert "n2/r0/result.json could not be written" in said.message
+    assert names(run / "n2" / "r0") == []  # no partial left

@@ -348,3 +348,41 @@ def test_a_stop_signal_while_a_cut_log_s_launch_stops_says_both(tmp_path, monkey
     assert [(r.node, r.exit_code) for r in raised.value.node_results] == [
         (launch.node.name, None) for launch in plan.launches
     ]
+
+
+def test_a_result_copy_this_machines_full_disk_refused_keeps_how_every_node_ended(
+    tmp_path, monkeypatch
+):
+    """Every node ended 0, and the copy of rank 0's result.json back here was refused by this
+    machine's full disk (transfer.py next_node_unless_here): the launch raises that OSError
+    with every node's end (LogCut), so that its record names the nodes and their logs, as for
+    a cut log. Before, the bare OSError left the launch recorded with no node."""
+    from dtrun.execute import LogCut
+    from dtrun.spec.launchplan import RESULT_FILE
+
+    plan = replace(_plan(2), workload="allreduce")
+    monkeypatch.setattr("dtrun.engines.ssh.executor.remote_launch_dir", lambda *_: "/r")
+    runner = asyncio.Runner()
+    executor = _on_runner(runner)
+    local = str(tmp_path / RESULT_FILE)
+
+    async def node(launch: NodeLaunch, *_: object) -> Ended:
+        return Ended(launch, 0, 0.1, left=[])
+
+    async def collect(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", local)  # as transfer.py says
+
+    monkeypatch.setattr(executor, "_stage", _nothing)
+    monkeypatch.setattr(executor, "_node", node)
+    monkeypatch.setattr(executor, "_stop_everywhere", _nothing)
+    monkeypatch.setattr(executor, "_collect", collect)
+    try:
+        with pytest.raises(OSError) as raised:
+            executor.run(plan, tmp_path, timeout_s=60, on_line=lambda *_: None)
+    finally:
+        runner.close()
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, local)
+    assert isinstance(raised.value, LogCut)
+    assert [(r.node, r.exit_code) for r in raised.value.node_results] == [
+        (launch.node.name, 0) for launch in plan.launches
+    ]

@@ -331,3 +331,45 @@ def test_a_fifo_the_program_left_at_manifest_json_is_refused_not_waited_on(tmp_p
         reader.join(10)
     assert len(raised) == 1 and isinstance(raised[0], DamagedRunError)
     assert "FIFO" in raised[0].why
+
+
+def test_a_gate_check_a_full_disk_refused_is_named_where_runs_json_is_refused_too(
+    small_disk: Callable[[int], Path], fixed_inventory: Inventory, monkeypatch: pytest.MonkeyPatch
+):
+    """One full disk, the run directory's: the gate check's result.json was refused, then
+    runs.json too as the sweep ended. The first file refused is the cause said; before, the
+    runs.json write's error replaced it."""
+    disk = small_disk(400)
+    recorded = threading.Event()  # the run's record is written beside the first launch
+    builder = sweep_run.ReportBuilder
+
+    def record() -> sweep_run.ReportBuilder:
+        recorded.set()  # the manifest and plans written: the disk fills after them
+        return builder()
+
+    class FullAtTheGate(ResultUnwrittenAtTheGate):
+        def run(
+            self,
+            plan: LaunchPlan,
+            workdir: Path,
+            *,
+            timeout_s: float,
+            on_line: LineSink,
+            tag: str | None = None,
+        ) -> tuple[NodeResult, ...]:
+            assert recorded.wait(30)
+            try:
+                return super().run(plan, workdir, timeout_s=timeout_s, on_line=on_line)
+            finally:
+                fill(disk)  # after its log: the node said what it could not write
+
+    monkeypatch.setattr(sweep_run, "ReportBuilder", record)
+    spec = BenchSpec(
+        run_id="gate", node_counts=(1,), steps=4, warmup=1, repeat=1, procs_per_node=2,
+        health=HealthGate(threshold_gbs=0.001),
+    )  # fmt: skip
+    with pytest.raises(DiskFullError) as raised:
+        run_sweep(sweep_plan(fixed_inventory, spec), disk, FullAtTheGate())
+    assert f"the disk holding {disk / 'gate'} is full" in raised.value.message
+    assert f"health/node-0/{RESULT_FILE} could not be written" in raised.value.message
+    assert "runs.json could not take the entry either" in raised.value.message

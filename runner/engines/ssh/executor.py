@@ -38,6 +38,7 @@ from dtrun.engines.ssh.transfer import (
     exec_get_steps,
     exec_put,
     next_node_unless_here,
+    refused_here,
     sftp_get,
 )
 from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
@@ -270,8 +271,21 @@ class SshExecutor:
             raise StoppedLate(results, verdict)
         if verdict is not None:
             raise verdict
-        await self._collect(plan, remote_dir, workdir)
-        return mark_stopped(plan.success, results)
+        return await self._collected(plan, remote_dir, workdir, mark_stopped(plan.success, results))
+
+    async def _collected(
+        self, plan: LaunchPlan, remote_dir: str, workdir: Path, results: tuple[NodeResult, ...]
+    ) -> tuple[NodeResult, ...]:
+        """How each node ended, once what they left is copied back (_collect). This machine's
+        disk refusing a copy (transfer.py) is raised as a cut log is (LogCut): with every
+        node's end, for the launch's record."""
+        try:
+            await self._collect(plan, remote_dir, workdir)
+        except OSError as refused:
+            if not refused_here(refused):
+                raise
+            raise LogCut(refused, results) from refused
+        return results
 
     async def _supervise(
         self,

@@ -249,8 +249,13 @@ def next_node_unless_here(local: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if exc.errno in _REFUSED_HERE:
+        if refused_here(exc):
             raise OSError(exc.errno, exc.strerror, str(local)) from exc
+
+
+def refused_here(error: OSError) -> bool:
+    """Whether this machine's disk refused a file copied back (full, read-only)."""
+    return error.errno in _REFUSED_HERE
 
 
 def _part(local: Path) -> Path:
