@@ -11,6 +11,8 @@ import re
 import shlex
 from urllib.parse import unquote
 
+from dtrun.redact.tools import tool_passwords
+
 REDACTED = "<redacted>"
 
 # Variable names whose values never reach a log, a report or the terminal: anywhere in the name
@@ -241,11 +243,18 @@ def scan_args(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     The value of a secret option is hidden whether it comes after `=` (``--api-key=X``,
     ``DB_PW=X``) or as the next argument (``--password X``), also when it starts with a single
     `-` (``--password -dashSecret99``); an argument starting with `--` after one is the next
-    option (a secret-named flag: ``--use-auth --lr 3e-4``)."""
+    option (a secret-named flag: ``--use-auth --lr 3e-4``). So is the password a well-known
+    tool takes after a short flag (``curl -u bob:PW``, ``sshpass -p PW``: ``tool_passwords``)."""
     redacted: list[str] = []
     found: list[str] = []
     hide_next = False
-    for arg in args:
+    tools = {index: (shown, password) for index, shown, password in tool_passwords(args, REDACTED)}
+    for index, arg in enumerate(args):
+        if index in tools:
+            redacted.append(tools[index][0])
+            found.extend(unquoted(tools[index][1]))
+            hide_next = False
+            continue
         if hide_next and not arg.startswith("--"):
             redacted.append(REDACTED)
             found.extend(unquoted(arg))
