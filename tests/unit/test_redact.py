@@ -214,6 +214,29 @@ def test_the_same_short_flags_elsewhere_stay_visible(args):
     assert secret_args(args) == ()
 
 
+@pytest.mark.parametrize(
+    "dump",
+    [
+        json.dumps,
+        lambda text: json.dumps(text).replace("/", "\\/"),
+        lambda text: repr(text.encode()),
+    ],
+    ids=["JSON", "JSON escaping /", "repr of bytes"],
+)
+def test_a_header_credential_a_node_prints_with_escapes_is_hidden_to_its_end(dump):
+    """A credential dtrun was not given, found in a node's output by its header's shape and
+    written escaped (`Bearer abc\\u00e9Def...`): hidden whole, not up to its first backslash
+    (`\\u00e9Esc0Hdr0Core...` showed)."""
+    for header in ("Authorization: Bearer abc\u00e9Esc0Hdr0Core/Tail0Hdr0Core\U0001f600x",
+                   "X-Api-Key: abc\u00e9Esc0Hdr0Core/Tail0Hdr0Core",
+                   "got Bearer abc\u00e9Esc0Hdr0Core/Tail0Hdr0Core"):  # fmt: skip
+        printed = dump({"msg": header}) if dump is json.dumps else dump(header)
+        assert "Esc0Hdr0Core" in printed and "\\" in printed  # the check can fail
+        shown = redact.redact_text(f"[node-0] {printed}")
+        assert "Esc0Hdr0Core" not in shown and "Tail0Hdr0Core" not in shown, shown
+        assert header.split(" ")[0] in shown and REDACTED in shown
+
+
 def test_short_numeric_and_boolean_values_are_not_looked_for_in_free_text():
     """TOKENIZERS_PARALLELISM=false is no secret: 'false' stays in every log and record;
     a secret name's value is still hidden where its name is known."""
