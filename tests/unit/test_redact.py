@@ -214,6 +214,18 @@ def test_the_same_short_flags_elsewhere_stay_visible(args):
     assert secret_args(args) == ()
 
 
+def test_a_tool_run_as_the_program_has_its_short_password_hidden_where_it_stands():
+    """`dtrun run -- curl -u bob:PW URL`: the tool is the program's target, not an argument,
+    and a password under 6 characters is hidden only where its flag says (SHORTEST)."""
+    for target, args, shown in (
+        ("curl", ("-u", "bob:ab12", "https://h/x"), ("-u", f"bob:{REDACTED}", "https://h/x")),
+        ("/usr/bin/sshpass", ("-p", "xy12", "ssh", "-p", "22", "h"),
+         ("-p", REDACTED, "ssh", "-p", "22", "h")),
+    ):  # fmt: skip
+        spec = RunSpec("r", program=Program(ProgramKind.EXECUTABLE, target, args))
+        assert spec.redacted().program == Program(ProgramKind.EXECUTABLE, target, shown)
+
+
 @pytest.mark.parametrize(
     "dump",
     [
