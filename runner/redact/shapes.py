@@ -11,6 +11,8 @@ import re
 import shlex
 from urllib.parse import unquote
 
+from dtrun.redact.tools import tool_passwords
+
 REDACTED = "<redacted>"
 
 # Variable names whose values never reach a log, a report or the terminal: anywhere in the name
@@ -99,10 +101,18 @@ _URL_CREDENTIALS = re.compile(
     r"@(?=[^\s/@\"'<>])"
 )
 
+# An escape a credential's character may be written as inside JSON or a repr (a node's JSON
+# log): a character past ASCII (`\u00e9`, a byte's `\xc3`, `\U0001f600`) or JSON's `\/`.
+# Not one of a quote, <, >, a backslash or a control character: those end a credential.
+_ESCAPED = (
+    r"\\u(?!00(?:[01][0-9a-fA-F]|2[27]|3[ceCE]|5[cC]))[0-9a-fA-F]{4}"
+    r"|\\x[89a-fA-F][0-9a-fA-F]|\\U000[0-9a-fA-F]{5}|\\U0010[0-9a-fA-F]{4}|\\/"
+)
+
 # A credential in an HTTP header written as text (`-H "Authorization: Bearer X"`, a log's
 # `X-Api-Key: X`): the header's name, its scheme kept (RFC 9110 section 11.4: Bearer, Basic,
-# Token, ...), and the credential, up to a quote, a backslash, <, > or the line's end. Every
-# part is bounded, so a long hyphenated line is searched in linear time.
+# Token, ...), and the credential, up to a quote, a backslash that is no _ESCAPED, <, > or the
+# line's end. Every part is bounded, so a long hyphenated line is searched in linear time.
 _HEADER = re.compile(
     # no \b before the two commonest: curl's `-HAuthorization: ...` in one argument
     r"(?P<head>(?i:(?:proxy-)?authorization|(?:set-)?cookie|\bprivate-token"
@@ -111,11 +121,14 @@ _HEADER = re.compile(
     r"[ \t]*:[ \t]*"
     # possessive: a scheme seen is kept, so text already redacted stays as it is
     r"(?:(?i:bearer|basic|token|digest|negotiate|ntlm|apikey|aws4-hmac-sha256)[ \t]+)?+)"
-    r"(?P<credential>[^\s\"'<>\\](?:[^\r\n\"'<>\\]{0,1024}[^\s\"'<>\\])?)"
+    rf"(?P<credential>(?:[^\s\"'<>\\]|{_ESCAPED})"
+    rf"(?:(?:[^\r\n\"'<>\\]|{_ESCAPED}){{0,1024}}(?:[^\s\"'<>\\]|{_ESCAPED}))?)"
 )
 
 # An OAuth bearer token without its header's name (RFC 6750 section 2.1: b64token).
-_BEARER = re.compile(r"(?P<head>\bBearer[ \t]+)(?P<credential>[A-Za-z0-9._~+/-]{8,}=*)")
+_BEARER = re.compile(
+    rf"(?P<head>\bBearer[ \t]+)(?P<credential>(?:[A-Za-z0-9._~+/-]|{_ESCAPED}){{8,}}=*)"
+)
 
 # Tokens recognisable by their shape, wherever they appear in a value.
 _TOKEN_SHAPES = re.compile(
@@ -241,11 +254,18 @@ def scan_args(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     The value of a secret option is hidden whether it comes after `=` (``--api-key=X``,
     ``DB_PW=X``) or as the next argument (``--password X``), also when it starts with a single
     `-` (``--password -dashSecret99``); an argument starting with `--` after one is the next
-    option (a secret-named flag: ``--use-auth --lr 3e-4``)."""
+    option (a secret-named flag: ``--use-auth --lr 3e-4``). So is the password a well-known
+    tool takes after a short flag (``curl -u bob:PW``, ``sshpass -p PW``: ``tool_passwords``)."""
     redacted: list[str] = []
     found: list[str] = []
     hide_next = False
-    for arg in args:
+    tools = {index: (shown, password) for index, shown, password in tool_passwords(args, REDACTED)}
+    for index, arg in enumerate(args):
+        if index in tools:
+            redacted.append(tools[index][0])
+            found.extend(unquoted(tools[index][1]))
+            hide_next = False
+            continue
         if hide_next and not arg.startswith("--"):
             redacted.append(REDACTED)
             found.extend(unquoted(arg))

@@ -163,7 +163,10 @@ class Program:
         return secret_args((self.target, *self.args))
 
     def redacted(self, hide: Redactor) -> Program:
-        return replace(self, target=hide.text(self.target), args=redact_args(self.args, hide))
+        """Read with its target, the tool whose flags say which argument is a password
+        (`dtrun run -- curl -u bob:PW`: a short PW is not looked for as free text)."""
+        target, *args = redact_args((self.target, *self.args), hide)
+        return replace(self, target=target, args=tuple(args))
 
 
 @dataclass(frozen=True)

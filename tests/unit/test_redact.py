@@ -181,6 +181,74 @@ def test_a_secret_option_before_a_shell_operator_is_secret_without_the_operator(
         assert "Zq9vXw7LmN3pRt" in secret_args((line,)), line
 
 
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [(("curl", "-u", "bob:Passw0rd", "https://h/x"), ("curl", "-u", f"bob:{REDACTED}", "https://h/x")),
+     (("curl", "-fsSu", "bob:Passw0rd"), ("curl", "-fsSu", f"bob:{REDACTED}")),
+     (("curl", "-kubob:Passw0rd"), ("curl", f"-kubob:{REDACTED}")),
+     (("/usr/bin/curl", "--user=bob:Pass:w0rd"), ("/usr/bin/curl", f"--user=bob:{REDACTED}")),
+     (("curl", "-U", "px:Passw0rd"), ("curl", "-U", f"px:{REDACTED}")),
+     (("sshpass", "-pPassw0rd", "ssh", "-p", "2222", "h"),
+      ("sshpass", f"-p{REDACTED}", "ssh", "-p", "2222", "h")),
+     (("mysql", "-uroot", "-pPassw0rd", "db"), ("mysql", "-uroot", f"-p{REDACTED}", "db")),
+     (("redis-cli", "-a", "Passw0rd", "ping"), ("redis-cli", "-a", REDACTED, "ping"))],
+)  # fmt: skip
+def test_a_well_known_tool_s_short_flag_password_is_hidden_and_the_user_stays(args, shown):
+    """`curl -u bob:PW` (the user stays), `sshpass -p PW`, `mysql -pPW`, `redis-cli -a PW`:
+    the password is the flag's because of the tool named before it."""
+    assert redact_args(args) == shown
+    assert {"Passw0rd", "Pass:w0rd"} & set(secret_args(args))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("python", "train.py", "-p", "4", "-u", "bob:x1"), ("torchrun", "-p", "29500"),
+     ("mysql", "-p", "train"), ("curl", "-u", "bob", "https://h/x"), ("curl", "--user-agent=a:b"),
+     ("curl", "-HAccept: a:b", "-o/tmp/u:v"),
+     ("-c", "sshpass -f pw.txt ssh -p 2222 h; ls -p /tmp"), ("ssh", "h", "redis-cli", "ping")],
+)  # fmt: skip
+def test_the_same_short_flags_elsewhere_stay_visible(args):
+    """A port, a count or a user elsewhere; `mysql -p DB` prompts, DB is the database; curl
+    without a password prompts for it."""
+    assert redact_args(args) == args
+    assert secret_args(args) == ()
+
+
+def test_a_tool_run_as_the_program_has_its_short_password_hidden_where_it_stands():
+    """`dtrun run -- curl -u bob:PW URL`: the tool is the program's target, not an argument,
+    and a password under 6 characters is hidden only where its flag says (SHORTEST)."""
+    for target, args, shown in (
+        ("curl", ("-u", "bob:ab12", "https://h/x"), ("-u", f"bob:{REDACTED}", "https://h/x")),
+        ("/usr/bin/sshpass", ("-p", "xy12", "ssh", "-p", "22", "h"),
+         ("-p", REDACTED, "ssh", "-p", "22", "h")),
+    ):  # fmt: skip
+        spec = RunSpec("r", program=Program(ProgramKind.EXECUTABLE, target, args))
+        assert spec.redacted().program == Program(ProgramKind.EXECUTABLE, target, shown)
+
+
+@pytest.mark.parametrize(
+    "dump",
+    [
+        json.dumps,
+        lambda text: json.dumps(text).replace("/", "\\/"),
+        lambda text: repr(text.encode()),
+    ],
+    ids=["JSON", "JSON escaping /", "repr of bytes"],
+)
+def test_a_header_credential_a_node_prints_with_escapes_is_hidden_to_its_end(dump):
+    """A credential dtrun was not given, found in a node's output by its header's shape and
+    written escaped (`Bearer abc\\u00e9Def...`): hidden whole, not up to its first backslash
+    (`\\u00e9Esc0Hdr0Core...` showed)."""
+    for header in ("Authorization: Bearer abc\u00e9Esc0Hdr0Core/Tail0Hdr0Core\U0001f600x",
+                   "X-Api-Key: abc\u00e9Esc0Hdr0Core/Tail0Hdr0Core",
+                   "got Bearer abc\u00e9Esc0Hdr0Core/Tail0Hdr0Core"):  # fmt: skip
+        printed = dump({"msg": header}) if dump is json.dumps else dump(header)
+        assert "Esc0Hdr0Core" in printed and "\\" in printed  # the check can fail
+        shown = redact.redact_text(f"[node-0] {printed}")
+        assert "Esc0Hdr0Core" not in shown and "Tail0Hdr0Core" not in shown, shown
+        assert header.split(" ")[0] in shown and REDACTED in shown
+
+
 def test_short_numeric_and_boolean_values_are_not_looked_for_in_free_text():
     """TOKENIZERS_PARALLELISM=false is no secret: 'false' stays in every log and record;
     a secret name's value is still hidden where its name is known."""
