@@ -27,6 +27,7 @@ from dtrun.errors import (
 )
 from dtrun.execute import Executor, LineSink, LogCut
 from dtrun.record.rundir import RunDir, record_machine_noise
+from dtrun.report.builder import ReportBuilder
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.launchplan import RESULT_FILE, LaunchPlan
 from dtrun.spec.outcome import NodeResult
@@ -341,9 +342,9 @@ def test_a_gate_check_a_full_disk_refused_is_named_where_runs_json_is_refused_to
     runs.json write's error replaced it."""
     disk = small_disk(400)
     recorded = threading.Event()  # the run's record is written beside the first launch
-    builder = sweep_run.ReportBuilder
+    builder = ReportBuilder
 
-    def record() -> sweep_run.ReportBuilder:
+    def record() -> ReportBuilder:
         recorded.set()  # the manifest and plans written: the disk fills after them
         return builder()
 
