@@ -442,3 +442,18 @@ def test_an_interface_linux_would_name_is_taken(name):
 def test_an_interface_linux_would_refuse_is_refused_with_the_line(name):
     with pytest.raises(HostsFileError, match=r"hosts\.yaml, line 2: 'interface'"):
         parse(f"hosts: [a]\ninterface: '{name}'\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("key: ~no-such-user-here/id_ed25519\nhosts: [a]\n", "line 1: 'key' is '~no-such-user"),
+        ("hosts: [a]\nknown_hosts: ~no-such-user-here/kh\n", "line 2: 'known_hosts' is '~no-"),
+        ("hosts:\n  - host: a\n    key: ~no-such-user-here/k\n", "line 3: 'key' is '~no-such-"),
+    ],
+)
+def test_a_path_under_the_home_of_no_user_here_is_refused_naming_its_line(text, message):
+    with pytest.raises(HostsFileError, match=message) as caught:
+        parse(text)
+    assert caught.value.exit_code == 2
+    assert "give the full path" in str(caught.value.fix)

@@ -192,6 +192,20 @@ def _slots(node: yaml.Node, source: str) -> int:
     return _count(node, source, "slots")
 
 
+def _path(node: yaml.Node, source: str, field: str) -> str:
+    """A path on this machine, '~' and '~user' expanded as `ssh` expands them."""
+    given: str = _scalar(node, source, field, str)
+    try:
+        return str(Path(given).expanduser())
+    except RuntimeError:  # '~name' of no user here, or '~' with no home directory
+        raise _error(
+            source,
+            node.start_mark.line + 1,
+            f"'{field}' is {given!r}: this machine has no home directory for its '~'",
+            "give the full path",
+        ) from None
+
+
 def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
     try:
         # libyaml's parser where PyYAML has it (its wheels do): it refuses nesting past 1,000
@@ -212,7 +226,7 @@ def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
     read: dict[str, Callable[[yaml.Node], Any]] = {
         "user": lambda n: _scalar(n, source, "user", str),
         "port": lambda n: _port(n, source),
-        "key": lambda n: str(Path(_scalar(n, source, "key", str)).expanduser()),
+        "key": lambda n: _path(n, source, "key"),
         "slots": lambda n: _slots(n, source),
         "cpus": lambda n: _count(n, source, "cpus"),
     }
@@ -301,7 +315,9 @@ def _inventory(
             identity_file=str(common["key"]) if "key" in common else None,
             jump_host=jump,
             workdir=workdir,
-            known_hosts_file=str(Path(known_hosts).expanduser()) if known_hosts else None,
+            known_hosts_file=_path(top["known_hosts"], source, "known_hosts")
+            if known_hosts
+            else None,
         ),
         interface=text("interface", "eth0") or "eth0",
         shared_dir=shared,
