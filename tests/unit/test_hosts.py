@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -457,3 +458,24 @@ def test_a_path_under_the_home_of_no_user_here_is_refused_naming_its_line(text, 
         parse(text)
     assert caught.value.exit_code == 2
     assert "give the full path" in str(caught.value.fix)
+
+
+@pytest.mark.parametrize("field", ["key", "known_hosts"])
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory", "sparse"])
+def test_a_key_or_known_hosts_that_is_no_file_or_huge_is_refused_before_it_is_read(
+    tmp_path, field, kind
+):
+    """asyncssh reads these whole: a FIFO hung dtrun for good, /dev/zero filled the memory."""
+    path = tmp_path / "f"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        with path.open("wb") as sparse:
+            sparse.truncate(2 * 1024**3)
+    with pytest.raises(HostsFileError, match=f"line 1: '{field}' '{path}' is ") as caught:
+        parse(f"{field}: {path}\nhosts: [a]\n")
+    assert caught.value.exit_code == 2

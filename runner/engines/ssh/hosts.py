@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,18 +193,41 @@ def _slots(node: yaml.Node, source: str) -> int:
     return _count(node, source, "slots")
 
 
+# The files `key:` and `known_hosts:` name are read whole, by asyncssh: /dev/zero, a FIFO or a
+# sparse file of gigabytes hung dtrun or filled the memory. An OpenSSH key is a few kB (RSA
+# 16384: 12 kB); a known_hosts of 10,000 nodes with three keys each, about 10 MB.
+_MOST_BYTES = {"key": 1024 * 1024, "known_hosts": 256 * 1024 * 1024}
+
+
 def _path(node: yaml.Node, source: str, field: str) -> str:
-    """A path on this machine, '~' and '~user' expanded as `ssh` expands them."""
+    """A file on this machine, '~' and '~user' expanded as `ssh` expands them: a regular file
+    of at most _MOST_BYTES where it exists (asyncssh reads it whole)."""
     given: str = _scalar(node, source, field, str)
+    line = node.start_mark.line + 1
     try:
-        return str(Path(given).expanduser())
+        path = Path(given).expanduser()
     except RuntimeError:  # '~name' of no user here, or '~' with no home directory
         raise _error(
             source,
-            node.start_mark.line + 1,
+            line,
             f"'{field}' is {given!r}: this machine has no home directory for its '~'",
             "give the full path",
         ) from None
+    try:
+        found = path.stat()
+    except OSError:  # not there (yet): the key's reader or --accept-new-host-keys says so
+        return str(path)
+    if not stat.S_ISREG(found.st_mode):
+        raise _error(source, line, f"'{field}' {given!r} is not a file", "give a file's path")
+    if found.st_size > _MOST_BYTES[field]:
+        raise _error(
+            source,
+            line,
+            f"'{field}' {given!r} is {found.st_size:,} bytes, more than any {field} file "
+            f"({_MOST_BYTES[field]:,})",
+            "give the path of the file itself",
+        )
+    return str(path)
 
 
 def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
