@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from dtrun.engines.ssh.endpoint import jump_endpoint
 from dtrun.engines.ssh.hostlines import HostsFileError, is_host_list
 from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file, parse_hosts_value
+from dtrun.errors import UsageError
 from dtrun.spec.cluster import Accelerator
 
 DEFAULTS = Defaults(user="me", python_bin="/opt/venv/bin")
@@ -478,4 +480,15 @@ def test_a_key_or_known_hosts_that_is_no_file_or_huge_is_refused_before_it_is_re
             sparse.truncate(2 * 1024**3)
     with pytest.raises(HostsFileError, match=f"line 1: '{field}' '{path}' is ") as caught:
         parse(f"{field}: {path}\nhosts: [a]\n")
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "99999", "²", "٢٢", "9" * 5000])
+def test_a_jump_hosts_port_outside_1_to_65535_or_not_ascii_digits_is_refused(port):
+    """'²' is a digit to str.isdigit but not to int(): a traceback; 99999 reached the resolver,
+    'Name or service not known' on every node (exit 1). A ProxyJump of ~/.ssh/config too."""
+    with pytest.raises(HostsFileError, match=r"line 1: 'jump' is not \[USER@\]HOST\[:PORT\]"):
+        parse(f"jump: 'admin@bastion:{port}'\nhosts: [a]\n")
+    with pytest.raises(UsageError, match="cannot read the jump host") as caught:
+        jump_endpoint(f"admin@bastion:{port}", None, None, None)
     assert caught.value.exit_code == 2

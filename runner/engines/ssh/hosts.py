@@ -22,6 +22,7 @@ from dtrun.cluster.names import (
     control_character,
     host_problem,
     interface_problem,
+    is_port,
     login_problem,
     node_dir_problem,
 )
@@ -104,8 +105,8 @@ def _jump_problem(value: str) -> str | None:
     back: a password written into it (``user:pw@host``) must not reach the terminal."""
     user, at, rest = value.rpartition("@")
     host, colon, port = rest.partition(":")
-    if (at and login_problem(user)) or host_problem(host) or (colon and not port.isdigit()):
-        return "is not [USER@]HOST[:PORT] (a login name, a host name or address, a port number)"
+    if (at and login_problem(user)) or host_problem(host) or (colon and not is_port(port)):
+        return "is not [USER@]HOST[:PORT] (a login name, a host name or address, a port 1 to 65535)"
     return None
 
 
