@@ -37,3 +37,13 @@ def test_a_report_whose_stdout_takes_nothing_says_so_in_one_message(
     assert "Traceback" not in done.stderr
     assert f"error: cannot write the output to stdout: {why}" in done.stderr
     assert (run / "report.md").is_file()  # what the report writes is written
+
+
+def test_the_version_whose_stdout_takes_nothing_says_so_in_one_message():
+    with Path("/dev/full").open("w") as full:
+        done = subprocess.run(
+            [*DTRUN, "--version"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "error: cannot write the output to stdout: No space left on device" in done.stderr
