@@ -146,7 +146,10 @@ def test_a_version_3_stack_says_when_it_expires_and_older_ones_have_no_expiry():
     [
         ({"expires_at": "tomorrow"}, "'tomorrow', not an ISO 8601 time"),
         ({"expires_at": 5}, "'expires_at' is 5, not a time or null"),
-        ({"idle_minutes": "60"}, "'idle_minutes' is '60', not a int"),
+        ({"idle_minutes": "60"}, "'idle_minutes' is '60', not a whole number"),
+        # printed as "after -1 min without a launch"; `dtrun up` sets 0 (none) to 30 days
+        ({"idle_minutes": -1}, "'idle_minutes' is -1, not a count from 0 to 43200"),
+        ({"idle_minutes": 10**9}, "'idle_minutes' is 1,000,000,000, not a count from 0 to"),
         ({"expiry_action": "vm"}, "'expiry_action' is 'vm', not one of scaleset, group"),
     ],
 )
@@ -218,8 +221,8 @@ def test_registry_entries_say_when_a_node_is_ready():
     [
         ({"version": 5}, "made by a newer dtrun"),
         ({"version": None}, "it has no 'version' field"),
-        ({"node_count": "four"}, "'node_count' is 'four', not a int"),
-        ({"node_count": True}, "not a int"),
+        ({"node_count": "four"}, "'node_count' is 'four', not a whole number"),
+        ({"node_count": True}, "not a whole number"),
         ({"ssh_private_key": "[secret]"}, "masked as [secret]"),
         ({"known_hosts": ["10.42.1.*"]}, "not 'HOSTS TYPE KEY'"),
         ({"node_count": 0}, "'node_count' is 0, not a count from 1 to 300"),
