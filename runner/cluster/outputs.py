@@ -154,7 +154,12 @@ def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
             why="it has no 'version' field, which every dtrun stack's outputs carry",
             fix="save them with `dtrun outputs --stack NAME --save FILE`",
         )
-    if not isinstance(version, int | float) or version not in READ_VERSIONS:
+    # true == 1 to Python: a file saying `"version": true` was read as version 1
+    if (
+        isinstance(version, bool)
+        or not isinstance(version, int | float)
+        or version not in READ_VERSIONS
+    ):
         newer = isinstance(version, int | float) and version > OUTPUTS_VERSION
         raise OutputsError(
             f"{source} holds stack outputs version {version!r}",

@@ -287,3 +287,10 @@ def test_two_registry_entries_with_one_address_are_refused_naming_both():
     with pytest.raises(OutputsError, match="both registered the address") as caught:
         inventory_from_stack("dev", outputs, [*registry(), stale])
     assert {first.hostname, "dtrunnode00000z"} <= set(caught.value.message.split())
+
+
+@pytest.mark.parametrize("version", [True, False])
+def test_a_version_of_true_or_false_is_no_version(version):
+    """true == 1 to Python: `"version": true` was read as a version 1 stack."""
+    with pytest.raises(OutputsError, match=f"holds stack outputs version {version!r}"):
+        parse_outputs(load("v1-h100-azurefiles-generated-key.json") | {"version": version}, "o")
