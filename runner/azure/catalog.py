@@ -336,7 +336,7 @@ def get_size(
     close = difflib.get_close_matches(key, list(SIZES), n=1, cutoff=0.6)
     hint = f"did you mean {close[0]}? " if close else ""
     raise CatalogError(
-        f"{name} is not an InfiniBand size dtrun knows",
+        f"{name!r} is not an InfiniBand size dtrun knows",
         why=f"{hint}known sizes: {', '.join(known_sizes(today))}",
         fix=f"pick one of those for {setting}",
     )

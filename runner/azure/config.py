@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -88,13 +89,20 @@ def _a(kind: str) -> str:
     return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
+def _ascii_int(raw: str) -> int:
+    """int() takes '٤', ' 4' and '1_000' too: a stack file's integer is ASCII digits."""
+    if not re.fullmatch(r"-?[0-9]+", raw):
+        raise ValueError(raw)
+    return int(raw)
+
+
 def _coerce(setting: Setting, raw: object) -> object:
     """Values read back from a stack file are strings; turn them into the declared type."""
     if not isinstance(raw, str) or setting.type == "string":
         return raw
     try:
         if setting.type == "integer":
-            return int(raw)
+            return _ascii_int(raw)
         if setting.type == "boolean":
             return {"true": True, "false": False}[raw.lower()]
         return json.loads(raw)

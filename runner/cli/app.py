@@ -99,7 +99,10 @@ for _group in app.registered_groups:
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"dtrun {__version__}")
+        from dtrun.cli.common import user_errors, writing_stdout
+
+        with user_errors(), writing_stdout():  # `dtrun --version > /dev/full`: one message
+            typer.echo(f"dtrun {__version__}")
         raise typer.Exit()
 
 

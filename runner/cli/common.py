@@ -25,6 +25,29 @@ if TYPE_CHECKING:
 _HUMAN_TO_STDERR = False  # --json: stdout carries the JSON alone
 
 
+def stdout_lost(why: str) -> DtrunError:
+    """stdout takes no more output (`> /dev/full`, `>&-`): one message on stderr, not a bug's
+    traceback; what was printed before stays."""
+    return DtrunError(
+        "cannot write the output to stdout",
+        why=why,
+        fix="free space where stdout goes, or send it elsewhere (> FILE)",
+    )
+
+
+@contextlib.contextmanager
+def writing_stdout() -> Iterator[None]:
+    """Writes to stdout: one that fails is stdout_lost."""
+    if sys.stdout is None:  # `dtrun report runs/x >&-`
+        raise stdout_lost("it is closed")
+    try:
+        yield
+    except BrokenPipeError:  # `| head`: click ends quietly, as other tools do
+        raise
+    except OSError as exc:
+        raise stdout_lost(exc.strerror or str(exc)) from None
+
+
 class RedactedStream:
     """stdout or stderr as a console writes to it, every write redacted on the way out
     (runner/redact/): what dtrun prints holds no secret it was given, whichever message,
@@ -39,13 +62,16 @@ class RedactedStream:
         return getattr(stream, "rich_proxied_file", stream)
 
     def write(self, text: str) -> int:
-        return self._stream().write(redact_text(text))
+        with contextlib.nullcontext() if self._stderr else writing_stdout():
+            return self._stream().write(redact_text(text))
 
     def flush(self) -> None:
-        self._stream().flush()
+        with contextlib.nullcontext() if self._stderr else writing_stdout():
+            self._stream().flush()
 
     def isatty(self) -> bool:
-        return self._stream().isatty()
+        stream = self._stream()
+        return stream is not None and stream.isatty()  # None: stdout closed (`>&-`)
 
     def fileno(self) -> int:
         return self._stream().fileno()
@@ -107,7 +133,8 @@ def echo(text: str) -> None:
     the line breaks and tabs written as escapes (runner/cli/inert.py)."""
     from dtrun.cli.inert import printable
 
-    typer.echo(printable(redact_text(text)), err=_HUMAN_TO_STDERR)
+    with contextlib.nullcontext() if _HUMAN_TO_STDERR else writing_stdout():
+        typer.echo(printable(redact_text(text)), err=_HUMAN_TO_STDERR)
 
 
 def print_json(data: object) -> None:
@@ -116,8 +143,9 @@ def print_json(data: object) -> None:
     import json
 
     plain = json.loads(json.dumps(data, default=str, allow_nan=False))
-    sys.stdout.write(json.dumps(redact_data(plain), indent=2, allow_nan=False) + "\n")
-    sys.stdout.flush()
+    with writing_stdout():
+        sys.stdout.write(json.dumps(redact_data(plain), indent=2, allow_nan=False) + "\n")
+        sys.stdout.flush()
 
 
 @contextlib.contextmanager

@@ -197,7 +197,7 @@ def _program(argv: list[str], cwd: Path | None) -> Program:
 
 def parse_command_line(words: list[str]) -> str:
     """`dtrun exec -- CMD`: one argument is a shell line as it is; several are quoted words."""
-    if not words:
+    if not words or (len(words) == 1 and not words[0].strip()):  # `dtrun exec -- ''` ran nothing
         raise UsageError(
             "no command to run", fix="put it after --, e.g. dtrun exec -- nvidia-smi -L"
         )

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dtrun.spec.text import one_line
+
 if TYPE_CHECKING:
     from rich.console import Console, JustifyMethod
     from rich.table import Table
@@ -155,8 +157,8 @@ def print_grid(out: Console, grid: Grid, *, wide: bool = False) -> Fitted:
     from dtrun.cli.inert import inert_console_class
 
     fitted = fit(out, grid, wide=wide)
-    if grid.title:
-        out.print(grid.title, markup=False, highlight=False)
+    if grid.title:  # one line: it names what the user gave (--from's file, a run's id)
+        out.print(one_line(grid.title), markup=False, highlight=False)
     if fitted.width > out.width:
         # as wide as the table: the terminal wraps its lines instead of rich cutting its cells
         whole = inert_console_class()(file=out.file, width=fitted.width, highlight=False,

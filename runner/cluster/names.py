@@ -65,6 +65,12 @@ def host_problem(text: str) -> str | None:
     return "is not a host name or address (letters, digits, '.', '_' and '-', or IPv6)"
 
 
+def is_port(text: str) -> bool:
+    """``text`` is a TCP port as written after a host's ':': ASCII digits, 1 to 65535 ('²' is a
+    digit to str.isdigit, and int() refuses it)."""
+    return text.isascii() and text.isdigit() and len(text) <= 5 and 1 <= int(text) <= 65535
+
+
 def login_problem(text: str) -> str | None:
     """Why ``text`` is not a login name; None when it is one."""
     if len(text) > LOGIN_NAME_MOST:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dtrun.azure.catalog import MAX_NODES_BY_SUPPORT_REQUEST, SIZES
-from dtrun.azure.expiry import ExpiryError, parse_iso
+from dtrun.azure.expiry import MAX_IDLE_MINUTES, ExpiryError, parse_iso
 from dtrun.cluster.names import control_character, host_problem, login_problem, node_dir_problem
 from dtrun.errors import UsageError
 from dtrun.spec.cluster import Accelerator, Inventory, Node, SshAccess
@@ -92,10 +92,13 @@ def _field(data: Mapping[str, Any], key: str, kind: type, source: str) -> Any:
         value = int(value)  # JSON from some tools writes 2 as 2.0
     # bool is an int in Python; a stack output that is true is not a node count.
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise OutputsError(f"{source}: {key!r} is {value!r}, not a {kind.__name__}")
+        raise OutputsError(f"{source}: {key!r} is {value!r}, not {_KINDS.get(kind, kind.__name__)}")
     if isinstance(value, str):
         _check_text(key, value, source)
     return value
+
+
+_KINDS = {int: "a whole number", str: "text", bool: "true or false", list: "a list"}
 
 
 def _count(data: Mapping[str, Any], key: str, low: int, high: int, source: str) -> int:
@@ -151,7 +154,12 @@ def parse_outputs(data: Mapping[str, Any], source: str) -> StackOutputs:
             why="it has no 'version' field, which every dtrun stack's outputs carry",
             fix="save them with `dtrun outputs --stack NAME --save FILE`",
         )
-    if not isinstance(version, int | float) or version not in READ_VERSIONS:
+    # true == 1 to Python: a file saying `"version": true` was read as version 1
+    if (
+        isinstance(version, bool)
+        or not isinstance(version, int | float)
+        or version not in READ_VERSIONS
+    ):
         newer = isinstance(version, int | float) and version > OUTPUTS_VERSION
         raise OutputsError(
             f"{source} holds stack outputs version {version!r}",
@@ -239,7 +247,8 @@ def _expiry(data: Mapping[str, Any], version: int, source: str) -> dict[str, Any
     if version < 3:
         return {}
     expires_at = _time_or_null(data.get("expires_at", "absent"), "expires_at", source)
-    idle = _field(data, "idle_minutes", int, source)
+    # the rule `dtrun up` sets (0: none; expiry.py): -1 printed "after -1 min without a launch"
+    idle = _count(data, "idle_minutes", 0, MAX_IDLE_MINUTES, source)
     action = data.get("expiry_action", "absent")
     if action is not None and action not in EXPIRY_ACTIONS:
         raise OutputsError(

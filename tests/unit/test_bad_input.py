@@ -171,6 +171,9 @@ CLI = [
     ("bench -- python x.py 1 \udcff", "the program's argument 2 is not UTF-8"),
     ("exec -- echo \udcff", "the command's word 2 is not UTF-8"),
     ("exec", "no command to run"),
+    # an empty shell line ran nothing on every node and exited 0, as if it had run
+    ("exec -- ''", "no command to run"),
+    ("exec -- ' '", "no command to run"),
     ("exec --nodes 9 -- true", "which is not a node of this cluster"),
     ("exec --nodes x -- true", "which is not a node of this cluster"),
     ("exec --hosts missing.yaml -- true", "cannot read the hosts file missing.yaml"),

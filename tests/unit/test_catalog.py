@@ -171,3 +171,12 @@ def test_expected_cross_node_busbw_never_passes_the_nodes_infiniband_line_rate(s
     """A ring all-reduce across nodes moves its busbw through each node's NICs: Gb/s / 8."""
     low, high = size.busbw_cross_node_gbs
     assert low <= high <= size.ib_total_gbps / 8
+
+
+@pytest.mark.parametrize("name", ["", " ", "Standard_ND96 isr"])
+def test_a_size_dtrun_does_not_know_is_quoted_so_an_empty_or_spaced_name_shows(name):
+    # `dtrun predict --size ''` printed "error:  is not an InfiniBand size dtrun knows"
+    with pytest.raises(CatalogError) as caught:
+        get_size(name, setting="--size")
+    assert str(caught.value.what).startswith(f"{name!r} is not an InfiniBand size dtrun knows")
+    assert caught.value.exit_code == 2

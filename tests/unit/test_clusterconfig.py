@@ -156,6 +156,11 @@ def test_sizes_and_node_counts_the_catalog_refuses(settings, message):
         ({"image": "ubuntu-hpc"}, "is not an image URN"),
         ({"image": "almalinux:almalinux-hpc:8_10-hpc-gen2:latest"}, "not an Ubuntu image"),
         ({"nodeCount": "many"}, "not an integer"),
+        # int() reads other scripts' digits, spaces and '_': what a stack file says is ASCII
+        ({"nodeCount": "\u0664"}, "dtrun:nodeCount is '\u0664', not an integer"),
+        ({"nodeCount": "\uff19"}, "not an integer"),
+        ({"nodeCount": " 4"}, "dtrun:nodeCount is ' 4', not an integer"),
+        ({"storageSizeGib": "1_024"}, "dtrun:storageSizeGib is '1_024', not an integer"),
         ({"vmsize": "Standard_ND96isr_H100_v5"}, "did you mean dtrun:vmSize"),
         ({"mountPath": "shared dir"}, "dtrun:mountPath"),
     ],

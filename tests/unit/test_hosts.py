@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from dtrun.engines.ssh.endpoint import jump_endpoint
 from dtrun.engines.ssh.hostlines import HostsFileError, is_host_list
 from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file, parse_hosts_value
+from dtrun.errors import UsageError
 from dtrun.spec.cluster import Accelerator
 
 DEFAULTS = Defaults(user="me", python_bin="/opt/venv/bin")
@@ -442,3 +445,50 @@ def test_an_interface_linux_would_name_is_taken(name):
 def test_an_interface_linux_would_refuse_is_refused_with_the_line(name):
     with pytest.raises(HostsFileError, match=r"hosts\.yaml, line 2: 'interface'"):
         parse(f"hosts: [a]\ninterface: '{name}'\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("key: ~no-such-user-here/id_ed25519\nhosts: [a]\n", "line 1: 'key' is '~no-such-user"),
+        ("hosts: [a]\nknown_hosts: ~no-such-user-here/kh\n", "line 2: 'known_hosts' is '~no-"),
+        ("hosts:\n  - host: a\n    key: ~no-such-user-here/k\n", "line 3: 'key' is '~no-such-"),
+    ],
+)
+def test_a_path_under_the_home_of_no_user_here_is_refused_naming_its_line(text, message):
+    with pytest.raises(HostsFileError, match=message) as caught:
+        parse(text)
+    assert caught.value.exit_code == 2
+    assert "give the full path" in str(caught.value.fix)
+
+
+@pytest.mark.parametrize("field", ["key", "known_hosts"])
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory", "sparse"])
+def test_a_key_or_known_hosts_that_is_no_file_or_huge_is_refused_before_it_is_read(
+    tmp_path, field, kind
+):
+    """asyncssh reads these whole: a FIFO hung dtrun for good, /dev/zero filled the memory."""
+    path = tmp_path / "f"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        with path.open("wb") as sparse:
+            sparse.truncate(2 * 1024**3)
+    with pytest.raises(HostsFileError, match=f"line 1: '{field}' '{path}' is ") as caught:
+        parse(f"{field}: {path}\nhosts: [a]\n")
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "99999", "²", "٢٢", "9" * 5000])
+def test_a_jump_hosts_port_outside_1_to_65535_or_not_ascii_digits_is_refused(port):
+    """'²' is a digit to str.isdigit but not to int(): a traceback; 99999 reached the resolver,
+    'Name or service not known' on every node (exit 1). A ProxyJump of ~/.ssh/config too."""
+    with pytest.raises(HostsFileError, match=r"line 1: 'jump' is not \[USER@\]HOST\[:PORT\]"):
+        parse(f"jump: 'admin@bastion:{port}'\nhosts: [a]\n")
+    with pytest.raises(UsageError, match="cannot read the jump host") as caught:
+        jump_endpoint(f"admin@bastion:{port}", None, None, None)
+    assert caught.value.exit_code == 2

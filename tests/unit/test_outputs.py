@@ -146,7 +146,10 @@ def test_a_version_3_stack_says_when_it_expires_and_older_ones_have_no_expiry():
     [
         ({"expires_at": "tomorrow"}, "'tomorrow', not an ISO 8601 time"),
         ({"expires_at": 5}, "'expires_at' is 5, not a time or null"),
-        ({"idle_minutes": "60"}, "'idle_minutes' is '60', not a int"),
+        ({"idle_minutes": "60"}, "'idle_minutes' is '60', not a whole number"),
+        # printed as "after -1 min without a launch"; `dtrun up` sets 0 (none) to 30 days
+        ({"idle_minutes": -1}, "'idle_minutes' is -1, not a count from 0 to 43200"),
+        ({"idle_minutes": 10**9}, "'idle_minutes' is 1,000,000,000, not a count from 0 to"),
         ({"expiry_action": "vm"}, "'expiry_action' is 'vm', not one of scaleset, group"),
     ],
 )
@@ -218,8 +221,8 @@ def test_registry_entries_say_when_a_node_is_ready():
     [
         ({"version": 5}, "made by a newer dtrun"),
         ({"version": None}, "it has no 'version' field"),
-        ({"node_count": "four"}, "'node_count' is 'four', not a int"),
-        ({"node_count": True}, "not a int"),
+        ({"node_count": "four"}, "'node_count' is 'four', not a whole number"),
+        ({"node_count": True}, "not a whole number"),
         ({"ssh_private_key": "[secret]"}, "masked as [secret]"),
         ({"known_hosts": ["10.42.1.*"]}, "not 'HOSTS TYPE KEY'"),
         ({"node_count": 0}, "'node_count' is 0, not a count from 1 to 300"),
@@ -284,3 +287,10 @@ def test_two_registry_entries_with_one_address_are_refused_naming_both():
     with pytest.raises(OutputsError, match="both registered the address") as caught:
         inventory_from_stack("dev", outputs, [*registry(), stale])
     assert {first.hostname, "dtrunnode00000z"} <= set(caught.value.message.split())
+
+
+@pytest.mark.parametrize("version", [True, False])
+def test_a_version_of_true_or_false_is_no_version(version):
+    """true == 1 to Python: `"version": true` was read as a version 1 stack."""
+    with pytest.raises(OutputsError, match=f"holds stack outputs version {version!r}"):
+        parse_outputs(load("v1-h100-azurefiles-generated-key.json") | {"version": version}, "o")

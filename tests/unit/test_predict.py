@@ -728,3 +728,14 @@ def test_pipeline_fields_without_their_stages_say_why_they_need_them(tmp_path: P
     assert "'pipeline_parallel' is a dependency of 'micro_batches'" in said
     assert "they need its stages, pipeline_parallel" in said
     assert "needs procs_per_node" not in said  # not the generic reason
+
+
+def test_the_headline_names_a_file_whose_name_breaks_lines_on_one_line(tmp_path: Path):
+    """A file name may hold a newline: the headline wrote it raw and so forged a line of its
+    own under the command's (an `error:` line, say), where every other line escapes it."""
+    path = tmp_path / "m\nerror: forged.yaml"
+    path.write_text(ISSUE_EXAMPLE)
+    done = dtrun("predict", "--from", str(path), "--nodes", "4")
+    assert done.exit_code == 0, done.output
+    assert not any(line.startswith("error: forged") for line in done.output.splitlines())
+    assert "m\\nerror: forged.yaml" in "".join(done.output.splitlines())

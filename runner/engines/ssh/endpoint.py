@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dtrun.cluster.names import host_problem
+from dtrun.cluster.names import host_problem, is_port
 from dtrun.errors import UsageError
 from dtrun.spec.cluster import Inventory, Node
 
@@ -179,7 +179,7 @@ def jump_endpoint(spec: str, port: int | None, user: str | None, key: str | None
             fix="write USER@HOST[:PORT] in the hosts file's `jump:` or ProxyJump, and let the "
             "jump host accept your key",
         )
-    if not host or (given_port and not given_port.isdigit()):
+    if not host or (given_port and not is_port(given_port)):
         raise UsageError(
             f"cannot read the jump host {spec!r}",
             why="a jump host is written [USER@]HOST[:PORT]",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from dtrun.cluster.names import (
     control_character,
     host_problem,
     interface_problem,
+    is_port,
     login_problem,
     node_dir_problem,
 )
@@ -103,8 +105,8 @@ def _jump_problem(value: str) -> str | None:
     back: a password written into it (``user:pw@host``) must not reach the terminal."""
     user, at, rest = value.rpartition("@")
     host, colon, port = rest.partition(":")
-    if (at and login_problem(user)) or host_problem(host) or (colon and not port.isdigit()):
-        return "is not [USER@]HOST[:PORT] (a login name, a host name or address, a port number)"
+    if (at and login_problem(user)) or host_problem(host) or (colon and not is_port(port)):
+        return "is not [USER@]HOST[:PORT] (a login name, a host name or address, a port 1 to 65535)"
     return None
 
 
@@ -192,6 +194,43 @@ def _slots(node: yaml.Node, source: str) -> int:
     return _count(node, source, "slots")
 
 
+# The files `key:` and `known_hosts:` name are read whole, by asyncssh: /dev/zero, a FIFO or a
+# sparse file of gigabytes hung dtrun or filled the memory. An OpenSSH key is a few kB (RSA
+# 16384: 12 kB); a known_hosts of 10,000 nodes with three keys each, about 10 MB.
+_MOST_BYTES = {"key": 1024 * 1024, "known_hosts": 256 * 1024 * 1024}
+
+
+def _path(node: yaml.Node, source: str, field: str) -> str:
+    """A file on this machine, '~' and '~user' expanded as `ssh` expands them: a regular file
+    of at most _MOST_BYTES where it exists (asyncssh reads it whole)."""
+    given: str = _scalar(node, source, field, str)
+    line = node.start_mark.line + 1
+    try:
+        path = Path(given).expanduser()
+    except RuntimeError:  # '~name' of no user here, or '~' with no home directory
+        raise _error(
+            source,
+            line,
+            f"'{field}' is {given!r}: this machine has no home directory for its '~'",
+            "give the full path",
+        ) from None
+    try:
+        found = path.stat()
+    except OSError:  # not there (yet): the key's reader or --accept-new-host-keys says so
+        return str(path)
+    if not stat.S_ISREG(found.st_mode):
+        raise _error(source, line, f"'{field}' {given!r} is not a file", "give a file's path")
+    if found.st_size > _MOST_BYTES[field]:
+        raise _error(
+            source,
+            line,
+            f"'{field}' {given!r} is {found.st_size:,} bytes, more than any {field} file "
+            f"({_MOST_BYTES[field]:,})",
+            "give the path of the file itself",
+        )
+    return str(path)
+
+
 def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
     try:
         # libyaml's parser where PyYAML has it (its wheels do): it refuses nesting past 1,000
@@ -212,7 +251,7 @@ def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
     read: dict[str, Callable[[yaml.Node], Any]] = {
         "user": lambda n: _scalar(n, source, "user", str),
         "port": lambda n: _port(n, source),
-        "key": lambda n: str(Path(_scalar(n, source, "key", str)).expanduser()),
+        "key": lambda n: _path(n, source, "key"),
         "slots": lambda n: _slots(n, source),
         "cpus": lambda n: _count(n, source, "cpus"),
     }
@@ -301,7 +340,9 @@ def _inventory(
             identity_file=str(common["key"]) if "key" in common else None,
             jump_host=jump,
             workdir=workdir,
-            known_hosts_file=str(Path(known_hosts).expanduser()) if known_hosts else None,
+            known_hosts_file=_path(top["known_hosts"], source, "known_hosts")
+            if known_hosts
+            else None,
         ),
         interface=text("interface", "eth0") or "eth0",
         shared_dir=shared,

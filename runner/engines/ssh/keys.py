@@ -14,6 +14,8 @@ no private key is skipped, as `ssh` skips it; an encrypted one is left to the ag
 
 from __future__ import annotations
 
+import stat
+from pathlib import Path
 from typing import Any
 
 from dtrun.engines.ssh.endpoint import Endpoint
@@ -69,12 +71,25 @@ class ClientKeys:
             return list(load_default_keypairs(None, list(certs)))
         keys: list[Any] = []
         for path in files:
+            if not _plain_file(path):  # a FIFO hung the read for good, /dev/zero filled memory
+                continue
             try:  # one at a time: a missing one is skipped, as `ssh` skips it, and so is one
                 # that is no private key (a .pub named by mistake: `ssh` says "invalid format")
                 keys += asyncssh.load_keypairs([path], None, list(certs), only, True)
             except (OSError, ValueError):  # asyncssh.KeyImportError is a ValueError
                 continue
         return keys
+
+
+def _plain_file(path: str) -> bool:
+    """A regular file of a key's size (a few kB; the hosts file's `key:` is checked so too,
+    hosts.py _MOST_BYTES): what asyncssh may read whole. Any other is skipped, as a missing
+    one is."""
+    try:
+        found = Path(path).stat()
+    except OSError:
+        return False
+    return stat.S_ISREG(found.st_mode) and found.st_size <= 1024 * 1024
 
 
 def _unusable(path: str, exc: Exception) -> UsageError:
