@@ -23,12 +23,19 @@ LEASE_S = 6  # and the script polls every 2 s (hold_script's poll_s, for a quick
 
 
 @contextlib.contextmanager
-def holding(tmp_path: Path, squeue: str | None) -> Iterator[subprocess.Popen[bytes]]:
-    """The batch script under sh, with ``squeue`` (a shell body; None: no squeue on PATH)."""
+def holding(
+    tmp_path: Path, squeue: str | None, clock: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The batch script under sh, with ``squeue`` (a shell body; None: no squeue on PATH);
+    with ``clock``, its `date +%s` reads that file (a clock the test moves), else the real."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("date", "sleep"):  # the script's other tools, and nothing else
-        (bin_dir / tool).symlink_to(f"/bin/{tool}")
+        if tool == "date" and clock is not None:
+            (bin_dir / tool).write_text(f"#!/bin/sh\nread -r now < {clock}; echo $now\n")
+            (bin_dir / tool).chmod(0o755)
+        else:
+            (bin_dir / tool).symlink_to(f"/bin/{tool}")
     if squeue is not None:
         (bin_dir / "squeue").write_text(f"#!/bin/sh\n{squeue}\n")
         (bin_dir / "squeue").chmod(0o755)
@@ -48,18 +55,35 @@ def test_the_job_ends_itself_when_the_lease_is_not_renewed(tmp_path):
     comment = tmp_path / "comment"
     comment.write_text("dtrun-lease:0")
     with holding(tmp_path, f"read -r line < {comment}; echo $line") as script:
-        assert script.wait(timeout=LEASE_S + 6) == 0  # one lease after the first poll
+        assert script.wait(timeout=LEASE_S + 60) == 0  # one lease after the first poll
+
+
+def _move(path: Path, text: str) -> None:
+    """Write ``path`` whole (rename): the script never reads it half-written."""
+    part = path.with_suffix(".part")
+    part.write_text(text)
+    part.replace(path)
 
 
 def test_the_job_holds_while_the_lease_is_renewed(tmp_path):
-    comment = tmp_path / "comment"
-    comment.write_text("dtrun-lease:0")
-    with holding(tmp_path, f"read -r line < {comment}; echo $line") as script:
-        for count in range(1, 8):  # 14 s: over two leases, renewed every 2 s
-            time.sleep(2)
-            comment.write_text(f"dtrun-lease:{count}")
+    """On a clock the test moves, 2 s a renewal: a busy machine delaying the test (it failed
+    a fresh-clone run so, on the real clock) delays the clock too, never ends the lease."""
+    comment, clock = tmp_path / "comment", tmp_path / "clock"
+    _move(comment, "dtrun-lease:0")
+    _move(clock, "1000")
+    with holding(tmp_path, f"read -r line < {comment}; echo $line", clock) as script:
+        for count in range(1, 8):  # 14 s of its clock: over two leases, renewed every 2 s
+            time.sleep(2)  # a poll or so of the script's (its sleep is real)
+            _move(comment, f"dtrun-lease:{count}")
+            _move(clock, str(1000 + 2 * count))
             assert script.poll() is None
-        assert script.wait(timeout=LEASE_S + 6) == 0  # and ends once the renewals stop
+        for now in range(1016, 1100, 2):  # the clock goes on, with no renewal
+            _move(clock, str(now))
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                script.wait(timeout=2)
+            if script.poll() is not None:
+                break
+        assert script.poll() == 0 and now >= 1014 + LEASE_S  # ends once renewals stop
 
 
 def test_a_controller_that_does_not_answer_ends_no_job(tmp_path):
