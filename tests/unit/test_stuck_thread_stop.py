@@ -105,3 +105,23 @@ def test_the_ssh_session_closes_and_dtrun_ends_while_a_thread_of_its_loop_is_stu
     command = [sys.executable, "-X", "faulthandler", "-c", _SESSION, str(fifo)]
     said = _stopped_while_stuck(tmp_path, command, fifo, signal.SIGINT)
     assert said.split() == ["stopped", "closed"], said
+
+
+def test_daemon_threads_give_results_in_order_and_leave_stuck_calls_at_shutdown():
+    import threading
+
+    from dtrun.engines.common.threads import DaemonThreads
+
+    pool = DaemonThreads(2, "dtrun-test")
+    assert list(pool.map(lambda n: n * n, range(10))) == [n * n for n in range(10)]
+    with pytest.raises(ZeroDivisionError):
+        pool.submit(lambda: 1 / 0).result()
+    release = threading.Event()
+    stuck = [pool.submit(release.wait) for _ in range(3)]  # two threads: the third waits
+    wait_for(lambda: stuck[0].running() and stuck[1].running(), timeout=30, what="both calls")
+    pool.shutdown(wait=True, cancel_futures=True)  # returns with both calls still running
+    assert stuck[2].cancelled()
+    ours = [thread for thread in threading.enumerate() if thread.name.startswith("dtrun-test")]
+    assert [thread.daemon for thread in ours] == [True, True]
+    release.set()
+    assert [stuck[0].result(timeout=30), stuck[1].result(timeout=30)] == [True, True]
