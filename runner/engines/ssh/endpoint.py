@@ -6,12 +6,13 @@ from __future__ import annotations
 import functools
 import getpass
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from dtrun.cluster.names import host_problem, is_port
+from dtrun.engines.common.threads import DaemonThreads
 from dtrun.errors import UsageError
 from dtrun.spec.cluster import Inventory, Node
 
@@ -54,12 +55,13 @@ class Endpoint:
         return f"{self.user}@{self.address}:{self.port}{alias}"
 
 
-class InlineOptions(ThreadPoolExecutor):
+class InlineOptions(DaemonThreads):
     """The session loop's default executor: asyncssh builds each connection's options in it
     (SSHClientConnectionOptions.construct), a thread's round trip a node. Without a config
     file that is arithmetic, no I/O: it runs at once, in the loop's thread, 0.2 to 0.4 ms of
     dtrun's CPU a node less (issue 41). Options read from a config (its `Match exec` runs
-    commands), name lookups and the rest go to the threads, as before."""
+    commands), name lookups and the rest go to the threads, as before: daemon threads, so one
+    stuck there (a `Match exec` that never ends) does not hold dtrun past a stop."""
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         import asyncssh

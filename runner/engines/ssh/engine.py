@@ -104,8 +104,7 @@ def _through_ssh_config(inventory: Inventory) -> Inventory:
     """A hosts file may name Host aliases of the user's ~/.ssh/config: dtrun logs in through the
     alias, as `ssh ALIAS` would, and the nodes reach each other (rendezvous, MASTER_ADDR) at the
     alias's HostName."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    from dtrun.engines.common.threads import DaemonThreads
     from dtrun.engines.ssh.endpoint import endpoint, user_ssh_config
 
     if not user_ssh_config():  # no config, no command to wait for: a thread's round trip a
@@ -113,8 +112,8 @@ def _through_ssh_config(inventory: Inventory) -> Inventory:
     else:
         # every host at once: reading the config for a host runs its `Match exec` commands, as
         # `ssh HOST` would; one host after another, a 1 s command took N seconds
-        # (docs/clusters.md)
-        with ThreadPoolExecutor(max_workers=min(32, len(inventory.nodes) or 1)) as pool:
+        # (docs/clusters.md); daemon threads: a command that never ends does not hold a stop
+        with DaemonThreads(min(32, len(inventory.nodes) or 1), "dtrun-ssh-config") as pool:
             targets = list(pool.map(lambda node: endpoint(inventory, node), inventory.nodes))
     nodes = []
     for node, target in zip(inventory.nodes, targets, strict=True):
