@@ -25,6 +25,7 @@ from dtrun.cluster.names import (
     is_port,
     login_problem,
     node_dir_problem,
+    workdir_problem,
 )
 from dtrun.engines.ssh.hostlines import (
     Entry,
@@ -94,7 +95,7 @@ _NAME_CHECKS: dict[str, Callable[[str], str | None]] = {
     "address": host_problem,
     "user": login_problem,
     "interface": interface_problem,
-    "workdir": node_dir_problem,
+    "workdir": workdir_problem,
     "shared": node_dir_problem,
     "python": node_dir_problem,
 }
