@@ -520,3 +520,22 @@ def test_a_workdir_of_its_own_below_or_beside_system_folders_is_taken(workdir):
     inventory = parse(f"hosts: [a]\nworkdir: {workdir}\n")
     assert inventory.ssh is not None and inventory.ssh.workdir == workdir
 
+
+@pytest.mark.parametrize(
+    ("entry", "kind"),
+    [("[true]", "a true/false value"), ("[a, 1.5]", "a number"), ("[10:20]", "a number"),
+     ("[2001-01-01]", "a date"), ("\n  - host: off", "a true/false value"),
+     ("\n  - host: a\n    address: 12", "a number")],
+)  # fmt: skip
+def test_a_host_yaml_reads_as_a_boolean_number_or_date_is_refused_naming_it(entry, kind):
+    """`hosts: [true]` became the host 'true' and `[1.5]` the host '1.5' (ssh: 1.0.0.5)."""
+    with pytest.raises(HostsFileError) as caught:
+        parse(f"hosts: {entry}\n")
+    said = caught.value.message
+    assert f"is {kind} to YAML, not a host name" in said and "quote it" in said, said
+    assert caught.value.exit_code == 2
+
+
+def test_a_quoted_host_that_yaml_would_read_as_a_number_is_taken_as_written():
+    inventory = parse("hosts: ['1.5', \"true\"]\n")
+    assert [node.ssh_host for node in inventory.nodes] == ["1.5", "true"]
