@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.serialization import load_ssh_public_key
 from packaging.requirements import InvalidRequirement, Requirement
 
 from dtrun.errors import UsageError
+from dtrun.spec.text import CONTROL, escaped, one_line
 
 NAMESPACE = "dtrun"
 
@@ -282,6 +283,11 @@ CLUSTER_TAG, MANAGED_BY_TAG = "dtrun-cluster", "managed-by"  # on every resource
 OWN_TAG_PREFIX = "dtrun-"  # the cluster's tag and the expiry ones (runner/azure/expiry.py)
 
 
+def cut_tag(item: str) -> str:
+    """A tag as a message shows it: its first 60 characters (a value may have 256)."""
+    return item if len(item) <= 60 else f"{item[:60]}..."
+
+
 def check_tags(items: list[str]) -> tuple[tuple[str, str], ...]:
     tags: list[tuple[str, str]] = []
     fix = "use e.g. team=ml-infra: a name of at most 512 characters without < > % & \\ ? /"
@@ -289,6 +295,15 @@ def check_tags(items: list[str]) -> tuple[tuple[str, str], ...]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise setting_error("tags", f"holds {item!r}, not KEY=VALUE", "use e.g. team=ml-infra")
+        control = CONTROL.search(item)
+        if control:  # a newline, an escape sequence: in `az` tables, the portal, logs
+            where = "name" if control.start() < len(key) else "value"
+            raise setting_error(
+                "tags",
+                f"holds a tag whose {where} has a control character ({escaped(control[0])}): "
+                f"{one_line(cut_tag(item))}",
+                "write each tag on one line, as KEY=VALUE in printable characters",
+            )
         if len(key) > 512 or len(value) > 256 or TAG_FORBIDDEN & set(key):
             raise setting_error("tags", f"holds {item!r}, which Azure refuses as a tag", fix)
         if key.lower() == MANAGED_BY_TAG or key.lower().startswith(OWN_TAG_PREFIX):

@@ -25,8 +25,9 @@ _COST = "Cost"
 
 
 # `dtrun bench`'s SweepOptions carry these two.
+# Taken as text, read by checked_usd: typer's float() took 1_000, ' 5' and other scripts' digits.
 PricePerNodeHour = Annotated[
-    float | None,
+    str | None,
     typer.Option(
         metavar="USD",
         help="What one node costs an hour, in US dollars: over the catalog's list price "
@@ -38,7 +39,7 @@ PricePerNodeHour = Annotated[
     ),
 ]
 MaxCost = Annotated[
-    float | None,
+    str | None,
     typer.Option(
         metavar="USD",
         help="Refuse (exit 2, nothing started) a sweep whose estimated cost is above this "
@@ -51,13 +52,17 @@ MaxCost = Annotated[
 
 
 def checked_usd(
-    field: Literal["price_per_node_hour", "max_cost"], value: float | None
+    field: Literal["price_per_node_hour", "max_cost"], value: str | float | None
 ) -> float | None:
-    """A money option, checked (a finite amount above zero) against its BenchSpec field's
-    range."""
+    """A money option, as given (text) or recorded (a number), checked (a plain, finite
+    amount) against its BenchSpec field's range."""
+    from dtrun.cli.parse import parse_amount
     from dtrun.plan.checks import check_usd
 
-    return check_usd(bound_of(BenchSpec, field), value)
+    bound = bound_of(BenchSpec, field)
+    if isinstance(value, str):
+        return check_usd(bound, parse_amount(bound.flag, value), value)
+    return check_usd(bound, value)
 
 
 def bench_estimate(spec: BenchSpec, inventory: Inventory | None, nodes: int) -> Estimate:

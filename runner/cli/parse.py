@@ -45,6 +45,24 @@ def parse_node_counts(text: str) -> tuple[int, ...]:
     return tuple(sorted(counts))
 
 
+# A decimal amount as people write one, ASCII only: float() also takes 1_000, ' 5', Arabic-Indic
+# digits and nan; an exponent stays (1e3), and the option's range refuses what is absurd.
+_AMOUNT = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def parse_amount(flag: str, text: str) -> float:
+    """``"98.32"`` -> 98.32 for a money option; the range is checked by the caller."""
+    if _AMOUNT.fullmatch(text) is None:
+        shown = text if len(text) <= 40 else f"{text[:40]}..."
+        raise UsageError(
+            f"{flag} {shown} is not a price",
+            why="an amount is ASCII digits with one '.' at most, and an exponent (e3) if need "
+            "be: no '_', space, sign or other script's digits",
+            fix=f"pass e.g. {flag} 98.32, or leave it out",
+        )
+    return float(text)
+
+
 def parse_env(items: list[str]) -> tuple[tuple[str, str], ...]:
     """``["A=1", "B=x=y"]`` -> (("A", "1"), ("B", "x=y")). Names are checked in the plan."""
     pairs = []

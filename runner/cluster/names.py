@@ -122,3 +122,37 @@ def node_dir_problem(text: str) -> str | None:
     if os.pathsep in text:
         return f"holds '{os.pathsep}', which splits PYTHONPATH in two"
     return None
+
+
+# The folders of the system itself: a hosts file's workdir gets dtrun's `code/` and `runs/`
+# written straight into it (runner/engines/ssh/remote.py), so `workdir: /etc` wrote /etc/code and
+# /etc/runs on every node where the login could (root's), and `workdir: /` wrote /code and /runs.
+SYSTEM_DIRS = frozenset(
+    ("bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "proc", "root",
+     "run", "sbin", "sys", "usr", "var")
+)  # fmt: skip
+
+
+def workdir_problem(text: str) -> str | None:
+    """Why ``text`` cannot be the nodes' workdir; None when it can: a node directory
+    (node_dir_problem) that is neither /, nor a system folder (SYSTEM_DIRS, and any folder
+    directly under /usr), nor holds a folder name that starts or ends with white space."""
+    problem = node_dir_problem(text)
+    if problem:
+        return problem
+    parts = [part for part in text.split("/") if part not in ("", ".")]
+    if any(part != part.strip() for part in parts):
+        return "holds a folder name that starts or ends with white space; give the path without it"
+    kept: list[str] = []
+    for part in parts:  # '..' taken as written, as the nodes' sh takes it without links
+        if part == "..":
+            kept = kept[:-1]
+        else:
+            kept.append(part)
+    top = not kept or (len(kept) == 1 and kept[0] in SYSTEM_DIRS)
+    if top or (len(kept) == 2 and kept[0] == "usr"):  # /usr/local, /usr/share, ...
+        return (
+            f"is {'/' + '/'.join(kept)}, a folder of the system: dtrun writes its code/ and "
+            "runs/ straight into the workdir; give a folder of dtrun's own, such as /tmp/dtrun"
+        )
+    return None

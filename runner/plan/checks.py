@@ -337,14 +337,15 @@ def step_units(
     return StepUnits(kind, count, per_process)
 
 
-def check_usd(bound: Bound, value: float | None) -> float | None:
+def check_usd(bound: Bound, value: float | None, given: str = "") -> float | None:
     """A money option: a finite amount above zero (0 would cost every sweep at nothing), at
-    most its ceiling (its field's range: runner/spec/request.py)."""
+    most its ceiling (its field's range: runner/spec/request.py). ``given``: the text it was
+    read from, shown as the user wrote it (1e-320, not 9.99989e-321)."""
     if value is None or bound.holds(value):
         return value
     flag = bound.flag
     raise UsageError(
-        f"{flag} {value:g} is not a price",
+        f"{flag} {given or format(value, 'g')} is not a price",
         why=f"an amount of US dollars {bound.rule} is needed",
         fix=f"pass e.g. {flag} 98.32, or leave it out",
     )

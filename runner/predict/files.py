@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,21 @@ def yaml_loader() -> Any:
                     )  # fmt: skip
             return super().construct_mapping(node, deep)
 
+    def construct_int(loader: Any, node: Any) -> Any:
+        """An int of more digits than Python converts (4,300 unless set otherwise): named too
+        long, where int() said "use sys.set_int_max_str_digits()", advice for a programmer."""
+        try:
+            return yaml.constructor.SafeConstructor.construct_yaml_int(loader, node)
+        except ValueError:
+            digits = sum(c.isdigit() for c in node.value)
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a whole number of {digits:,} digits is too long", node.start_mark
+            ) from None
+
+    # a date as written (2001-01-01), as YAML 1.2 and JSON read it: a datetime.date was shown
+    # as `datetime.date(2001, 1, 1)` in an error, and 2001-13-45 was a ValueError
+    Loader.add_constructor("tag:yaml.org,2002:timestamp", lambda loader, node: node.value)
+    Loader.add_constructor("tag:yaml.org,2002:int", construct_int)
     Loader.yaml_implicit_resolvers = {
         key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
         for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
@@ -116,6 +132,14 @@ def read_description(path: Path) -> Description:
         if "is given twice" in why:
             raise UsageError(
                 f"--from {path}: a key is given twice", why=why, fix="give each key once"
+            ) from None
+        problem, mark = getattr(exc, "problem", None) or "", getattr(exc, "problem_mark", None)
+        if problem.endswith("digits is too long") and mark is not None:
+            raise UsageError(
+                f"--from {path}, line {mark.line + 1}: {problem}",
+                why=f"dtrun reads whole numbers of at most {sys.get_int_max_str_digits():,} "
+                "digits; no measured figure needs more",
+                fix=f"write it in fewer digits (1.3e9 for 1,300,000,000); {FORMAT}",
             ) from None
         raise UsageError(f"--from {path}: not YAML or JSON", why=why, fix=FORMAT) from None
     return description(data, str(path))

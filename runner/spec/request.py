@@ -279,9 +279,10 @@ class BenchSpec(LaunchRequest):
         float, Bound("--target-efficiency", 0, 1, "a fraction", above=True)
     ] = 0.9
     # What a node costs an hour (USD), over the catalog's list price (docs/report.md "Cost"),
-    # and the most the sweep's estimate may come to before it is refused.
+    # and the most the sweep's estimate may come to before it is refused. A price under a
+    # hundredth of a cent (1e-320 was taken) is a slip, not a rate.
     price_per_node_hour: Annotated[
-        float | None, Bound("--price-per-node-hour", 0, 100_000, "", "USD", above=True)
+        float | None, Bound("--price-per-node-hour", 0.0001, 100_000, "", "USD")
     ] = None
     max_cost: Annotated[
         float | None, Bound("--max-cost", 0, 1_000_000_000, "", "USD", above=True)

@@ -11,7 +11,7 @@ import yaml
 
 from dtrun.azure.catalog import SIZES, known_sizes
 from dtrun.azure.config import cluster_spec
-from dtrun.azure.settingcheck import RDMA_NETWORK
+from dtrun.azure.settingcheck import RDMA_NETWORK, ConfigError
 from dtrun.infra.cloudinit import MOUNTS
 from dtrun.spec.cluster import ClusterSpec, StorageKind
 from tests.infra.harness import SCALE_SET_CREATED, Program, run
@@ -279,6 +279,27 @@ def test_every_resource_carries_the_cluster_tags():
         if resource.type.startswith("azure-native:") and "tags" in resource.inputs:
             assert resource.inputs["tags"]["team"] == "ml-infra", resource.name
             assert resource.inputs["tags"]["dtrun-cluster"] == "dtrun"
+
+
+@pytest.mark.parametrize(
+    ("tag", "said"),
+    [("team=ml\ninfra", "value has a control character (\\n): team=ml\\ninfra"),
+     ("owner=a\tb", "value has a control character (\\t)"),
+     ("te\x1b[2Jam=x", "name has a control character (\\x1b)"),
+     ("team=a\u2028b", "value has a control character (\\u2028)")],
+)  # fmt: skip
+def test_a_tag_with_a_control_character_is_refused_before_any_resource(tag, said):
+    """Each resource carries the tags (above): a newline or an escape reached every one."""
+    with pytest.raises(ConfigError) as caught:
+        program(cluster(tags=[tag]))
+    assert f"dtrun:tags holds a tag whose {said}" in caught.value.what
+    assert caught.value.exit_code == 2
+
+
+def test_a_tag_value_with_spaces_and_punctuation_reaches_every_resource_as_written():
+    p = program(cluster(tags=["team=ML infra (east) #4"]))
+    tagged = [r for r in p.resources if r.type.startswith("azure-native:") and "tags" in r.inputs]
+    assert tagged and all(r.inputs["tags"]["team"] == "ML infra (east) #4" for r in tagged)
 
 
 def test_nodes_get_the_cluster_key_and_the_node_host_key_for_strict_checks():

@@ -323,6 +323,36 @@ def test_a_bad_command_line_value(workdir, line, must_say):
     refused(args, workdir, must_say)
 
 
+@pytest.mark.parametrize(
+    ("value", "must_say"),
+    [("1e-320", "1e-320 is not a price: an amount of US dollars at least 0.0001"),
+     ("0.00009", "0.00009 is not a price: an amount of US dollars at least 0.0001"),
+     ("1_000", "1_000 is not a price: an amount is ASCII digits"),
+     ("\u0661\u0660", "is not a price: an amount is ASCII digits"),
+     (" 5", "5 is not a price: an amount is ASCII digits"),
+     ("+5", "+5 is not a price: an amount is ASCII digits")],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["bench", "predict"])
+def test_a_price_that_is_no_plain_amount_or_under_a_hundredth_of_a_cent_is_refused(
+    workdir, command, value, must_say
+):
+    """float() took 1_000, ' 5' and Arabic-Indic digits, and 1e-320 (a subnormal) passed the
+    range 'above 0': a sweep priced at nothing, with a price no one pays."""
+    (workdir / "measured.yaml").write_text("{}\n")
+    where = ["--output", str(workdir / "runs"), "--dry-run", "--nodes", "1"]
+    if command == "predict":
+        where = ["--from", "measured.yaml", "--nodes", "8"]
+    refused([command, *where, "--price-per-node-hour", value], workdir, must_say)
+
+
+def test_a_price_of_a_hundredth_of_a_cent_or_in_an_exponent_is_taken():
+    from dtrun.cli.cost import checked_usd
+
+    assert checked_usd("price_per_node_hour", "0.0001") == 0.0001
+    assert checked_usd("price_per_node_hour", "1e3") == 1000.0
+    assert checked_usd("max_cost", ".5") == 0.5
+
+
 @pytest.mark.parametrize("flag", ["--resume", "--rerun"])
 def test_a_run_directory_of_a_name_no_file_can_have_is_no_such_directory(workdir, flag):
     """300 bytes in one part of a path: pathlib's is_dir() raised ENAMETOOLONG, a traceback."""

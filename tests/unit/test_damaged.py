@@ -344,7 +344,7 @@ CASES = {
     "manifest-price-of-1e300-usd": Case(
         "a/manifest.json",
         edit(put({"usd_per_node_hour": 1e300, "source": "--price-per-node-hour"}, "price")),
-        "'price.usd_per_node_hour' is 1e+300: --price-per-node-hour is above 0 and at most 100,000",
+        "'price.usd_per_node_hour' is 1e+300: --price-per-node-hour is at least 0.0001",
     ),
     # a record of another schema (a later dtrun's) is not read as this dtrun's
     "manifest-later-schema": Case(

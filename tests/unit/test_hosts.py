@@ -492,3 +492,50 @@ def test_a_jump_hosts_port_outside_1_to_65535_or_not_ascii_digits_is_refused(por
     with pytest.raises(UsageError, match="cannot read the jump host") as caught:
         jump_endpoint(f"admin@bastion:{port}", None, None, None)
     assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("workdir", "shown"),
+    [("/", "/"), ("//", "/"), ("/./", "/"), ("/etc", "/etc"), ("/usr/", "/usr"),
+     ("/usr/local", "/usr/local"), ("/var", "/var"), ("/tmp/../etc", "/etc")],
+)  # fmt: skip
+def test_a_workdir_that_is_a_system_folder_is_refused_naming_it(workdir, shown):
+    """dtrun writes code/ and runs/ straight into the workdir: /etc would get /etc/code."""
+    with pytest.raises(HostsFileError) as caught:
+        parse(f"hosts: [a]\nworkdir: {workdir}\n")
+    said = caught.value.message
+    assert f"line 2: 'workdir' '{workdir}' is {shown}, a folder of the system" in said, said
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("workdir", ["'/  '", "'/ tmp/dtrun'", "'/tmp/dtrun '"])
+def test_a_workdir_with_a_folder_name_edged_by_white_space_is_refused(workdir):
+    with pytest.raises(HostsFileError) as caught:
+        parse(f"hosts: [a]\nworkdir: {workdir}\n")
+    assert "starts or ends with white space" in caught.value.message
+
+
+@pytest.mark.parametrize("workdir", ["/tmp", "/var/tmp/dtrun", "/scratch", "/usr/local/dtrun"])
+def test_a_workdir_of_its_own_below_or_beside_system_folders_is_taken(workdir):
+    inventory = parse(f"hosts: [a]\nworkdir: {workdir}\n")
+    assert inventory.ssh is not None and inventory.ssh.workdir == workdir
+
+
+@pytest.mark.parametrize(
+    ("entry", "kind"),
+    [("[true]", "a true/false value"), ("[a, 1.5]", "a number"), ("[10:20]", "a number"),
+     ("[2001-01-01]", "a date"), ("\n  - host: off", "a true/false value"),
+     ("\n  - host: a\n    address: 12", "a number")],
+)  # fmt: skip
+def test_a_host_yaml_reads_as_a_boolean_number_or_date_is_refused_naming_it(entry, kind):
+    """`hosts: [true]` became the host 'true' and `[1.5]` the host '1.5' (ssh: 1.0.0.5)."""
+    with pytest.raises(HostsFileError) as caught:
+        parse(f"hosts: {entry}\n")
+    said = caught.value.message
+    assert f"is {kind} to YAML, not a host name" in said and "quote it" in said, said
+    assert caught.value.exit_code == 2
+
+
+def test_a_quoted_host_that_yaml_would_read_as_a_number_is_taken_as_written():
+    inventory = parse("hosts: ['1.5', \"true\"]\n")
+    assert [node.ssh_host for node in inventory.nodes] == ["1.5", "true"]

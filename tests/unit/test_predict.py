@@ -206,8 +206,10 @@ POINTS = "points: [{nodes: 1, step_time_s: 1}, {nodes: 2, step_time_s: 1.1}]"
          "parameters: a whole number of 401 digits is outside"),
         (f"points: [{{nodes: 1, throughput: 1{'0' * 400}}}, {{nodes: 2, throughput: 3}}]",
          "points[0].throughput: a whole number of 401 digits is outside"),
-        (f"note: {'1' * 5000}\n{POINTS}", "not YAML or JSON: Exceeds the limit (4300 digits)"),
-        (f"when: 2001-13-45\n{POINTS}", "not YAML or JSON: month must be in 1..12"),
+        (f"note: {'1' * 5000}\n{POINTS}",
+         "line 3: a whole number of 5,000 digits is too long: dtrun reads whole numbers of at "
+         "most 4,300 digits"),
+        (f"strategy: 2001-13-45\n{POINTS}", "strategy: '2001-13-45' is not one of"),
     ],
 )  # fmt: skip
 def test_a_number_python_cannot_hold_is_refused_without_a_traceback(tmp_path: Path, text, said):
@@ -218,6 +220,35 @@ def test_a_number_python_cannot_hold_is_refused_without_a_traceback(tmp_path: Pa
     assert done.exit_code == 2, done.output
     assert said in " ".join(done.output.split())
     assert "Traceback" not in done.output
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [("2001-01-01", "points[0].nodes: '2001-01-01' is not of type 'integer'"),
+     ("2001-01-01 10:00:00", "points[0].nodes: '2001-01-01 10:00:00' is not of type"),
+     ("!!timestamp 2001-01-01", "points[0].nodes: '2001-01-01' is not of type")],
+)  # fmt: skip
+def test_a_date_in_a_description_is_shown_as_the_file_has_it(tmp_path: Path, value, said):
+    """YAML 1.1 made it a datetime.date, and the error showed `datetime.date(2001, 1, 1)`."""
+    path = tmp_path / "m.yaml"
+    points = f"points: [{{nodes: {value}, step_time_s: 1}}, {{nodes: 2, step_time_s: 1.1}}]"
+    path.write_text(f"procs_per_node: 8\nmode: weak\n{points}\n")
+    done = dtrun("predict", "--from", str(path), "--nodes", "4")
+    assert done.exit_code == 2, done.output
+    shown = " ".join(done.output.split())
+    assert said in shown and "datetime" not in shown, shown
+
+
+def test_a_number_of_thousands_of_digits_is_refused_as_too_long_naming_its_line(tmp_path: Path):
+    """int() refused it with "use sys.set_int_max_str_digits() to increase the limit": advice
+    for a programmer, not for whoever wrote the file."""
+    path = tmp_path / "m.yaml"
+    path.write_text(f"procs_per_node: 8\nmode: weak\nparameters: {'1' * 5000}\n{POINTS}\n")
+    done = dtrun("predict", "--from", str(path), "--nodes", "4")
+    assert done.exit_code == 2, done.output
+    shown = " ".join(done.output.split())
+    assert "line 3: a whole number of 5,000 digits is too long" in shown, shown
+    assert "set_int_max_str_digits" not in shown and "Traceback" not in shown
 
 
 def test_a_field_outside_the_format_is_ignored_whatever_it_holds(tmp_path: Path):

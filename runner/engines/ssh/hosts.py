@@ -7,6 +7,7 @@ The shapes are documented in docs/clusters.md ("Hosts files").
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import stat
@@ -25,6 +26,7 @@ from dtrun.cluster.names import (
     is_port,
     login_problem,
     node_dir_problem,
+    workdir_problem,
 )
 from dtrun.engines.ssh.hostlines import (
     Entry,
@@ -73,6 +75,14 @@ def _scalar(node: yaml.Node, source: str, field: str, kind: type) -> Any:
     elif kind is str:
         if value is None:
             raise _error(source, line, f"'{field}' has no value", "give it one, or remove the line")
+        if field in _HOST_FIELDS and not isinstance(value, str):
+            raise _error(
+                source,
+                line,
+                f"'{field}' {node.value} is {_yaml_kind(value)} to YAML, not a host name",
+                f"give the host's name or address; if {node.value} is one, quote it: "
+                f"'{node.value}'",
+            )
         # as written: YAML 1.1 reads `user: 0123` as the number 83 and `interface: on` as True
         value = node.value
         control = control_character(value)
@@ -87,6 +97,21 @@ def _scalar(node: yaml.Node, source: str, field: str, kind: type) -> Any:
     return value
 
 
+# A host that YAML reads as another type (`hosts: [true, 1.5, 10:20]`: True, 1.5, 620) was a
+# typing slip more likely than a machine's name; quoted, it is taken as written.
+_HOST_FIELDS = frozenset({"host", "address"})
+
+
+def _yaml_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "a true/false value"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return "a date"
+    return f"a {type(value).__name__}"
+
+
 # The fields that name a machine, an account, an interface or a directory on the nodes: they
 # reach ssh, launchers, scripts and their comments.
 _NAME_CHECKS: dict[str, Callable[[str], str | None]] = {
@@ -94,7 +119,7 @@ _NAME_CHECKS: dict[str, Callable[[str], str | None]] = {
     "address": host_problem,
     "user": login_problem,
     "interface": interface_problem,
-    "workdir": node_dir_problem,
+    "workdir": workdir_problem,
     "shared": node_dir_problem,
     "python": node_dir_problem,
 }
