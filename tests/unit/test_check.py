@@ -443,14 +443,18 @@ def test_write_hosts_from_a_hosts_file_yaml_cannot_build_lists_the_inventory_s_n
 def test_write_hosts_keeps_each_name_of_a_hosts_file_as_written(tmp_path):
     """The hosts file's own YAML, less the flagged hosts: each name as the check read it, as
     written. YAML 1.1 reads `0755` as the number 493 and `on` as true: the file written named
-    hosts 493 and true, user 83, and kept the flagged host `on`."""
+    hosts 493 and true, user 83, and kept the flagged host `on`. (A host YAML reads as a
+    number or boolean is refused unless quoted; the user is as written.)"""
     import yaml
 
     from dtrun.cli.check_output import kept_hosts
     from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
     from dtrun.sweep.check import host_labels
 
-    text = "user: 0123\nport: 2222\nhosts:\n  - host: 0755\n  - host: on\n  - {host: c, port: 22}\n"
+    text = (
+        "user: 0123\nport: 2222\nhosts:\n  - host: '0755'\n  - host: 'on'\n"
+        "  - {host: c, port: 22}\n"
+    )
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(text)
     defaults = Defaults(user="me", python_bin="/v/bin")
