@@ -247,3 +247,19 @@ def test_an_identity_file_of_the_ssh_config_that_is_a_fifo_is_skipped_not_read(t
     if reader.is_alive():  # the old reader: let it go, so the run can end
         os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
     assert loaded == [[]]
+
+
+def test_an_identity_file_of_the_ssh_config_under_home_is_read(tmp_path, monkeypatch):
+    """~/.ssh/config's `IdentityFile ~/.ssh/id_x` comes with its ~: the check for a plain
+    file took it as it was, found no such file, and skipped the key (the IdentitiesOnly e2e
+    login then failed)."""
+    from dtrun.engines.ssh.endpoint import Endpoint
+    from dtrun.engines.ssh.keys import ClientKeys
+    from dtrun.spec.cluster import Inventory
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh").mkdir()
+    _key(tmp_path / ".ssh" / "id_x")
+    target = Endpoint("a", 22, "me", None, identity_files=("~/.ssh/id_x",))
+    keys = ClientKeys(Inventory(source="hosts:h", nodes=(), python_bin="/p", code_dir="/c"))
+    assert len(keys.of(target)) == 1

@@ -86,7 +86,7 @@ def _plain_file(path: str) -> bool:
     hosts.py _MOST_BYTES): what asyncssh may read whole. Any other is skipped, as a missing
     one is."""
     try:
-        found = Path(path).stat()
+        found = Path(path).expanduser().stat()  # ~/.ssh/id_x as the config has it
     except OSError:
         return False
     return stat.S_ISREG(found.st_mode) and found.st_size <= 1024 * 1024
