@@ -64,9 +64,13 @@ def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunErro
 def first_cause(first: DtrunError | None, refused: DtrunError, record: str) -> DtrunError:
     """What to raise where a record (``record``: runs.json, run.json) could not be written:
     ``refused``, its write's error, unless a failure raised already stopped the run
-    (``first``), whose cause (a full disk's first file refused, most often) it keeps, adding
-    that the record could not take it."""
+    (``first``) by a write refused in the run directory (a full disk's first file), whose
+    cause it keeps, adding that the record could not take it. A node's failure gives way: on
+    a full disk it is most often the disk's doing (a Spark node stopped by its cut log, whose
+    word did not reach dtrun)."""
     if first is None or first is refused or not isinstance(refused, RunDirWriteError):
+        return refused
+    if not isinstance(first, RunDirWriteError):
         return refused
     said = f"{record} could not take the entry either"
     if said not in first.why:  # once: a sweep writes runs.json after its launch and at its end

@@ -16,7 +16,7 @@ import pytest
 
 from dtrun.errors import DiskFullError, NodeFailedError, RunDirWriteError
 from dtrun.record.rundir import RunDir
-from dtrun.record.writefail import unwritten, with_cut_logs, write_error
+from dtrun.record.writefail import first_cause, unwritten, with_cut_logs, write_error
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.outcome import NodeResult
 from dtrun.spec.request import BenchSpec
@@ -566,3 +566,16 @@ def test_a_write_a_full_disk_refused_under_a_launch_names_its_file_not_the_run_d
     assert isinstance(said, DiskFullError)
     assert "n2/r0/result.json could not be written" in said.message
     assert names(run / "n2" / "r0") == []  # no partial left
+
+
+def test_a_node_failure_gives_way_to_the_full_disk_that_refused_the_record():
+    """A Spark node stopped by its cut log, whose word did not reach dtrun (TorchDistributor's
+    log server down), failed its launch; then runs.json was refused. The disk is the error, as
+    before first_cause (a fresh-clone e2e run said "spark-driver ... failed" with a traceback);
+    a full disk's first refused file keeps its place."""
+    node = NodeFailedError("spark-driver", "127.0.0.1", 1, "/r/n2/r0/spark-driver.log", "boom")
+    disk = DiskFullError("the disk holding /r is full (0 bytes free): runs.json could not ...")
+    assert first_cause(node, disk, "runs.json") is disk
+    gate = DiskFullError("the disk holding /r is full: health/node-0/result.json could not ...")
+    assert first_cause(gate, disk, "runs.json") is gate
+    assert "runs.json could not take the entry either" in gate.why
