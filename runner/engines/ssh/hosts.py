@@ -36,6 +36,7 @@ from dtrun.engines.ssh.hostlines import (
     read_host_list,
     read_lines,
 )
+from dtrun.engines.ssh.keys import KEY_MOST_BYTES
 from dtrun.spec.cluster import Accelerator, Inventory, Node, SshAccess
 
 TOP_FIELDS = {
@@ -222,7 +223,7 @@ def _slots(node: yaml.Node, source: str) -> int:
 # The files `key:` and `known_hosts:` name are read whole, by asyncssh: /dev/zero, a FIFO or a
 # sparse file of gigabytes hung dtrun or filled the memory. An OpenSSH key is a few kB (RSA
 # 16384: 12 kB); a known_hosts of 10,000 nodes with three keys each, about 10 MB.
-_MOST_BYTES = {"key": 1024 * 1024, "known_hosts": 256 * 1024 * 1024}
+_MOST_BYTES = {"key": KEY_MOST_BYTES, "known_hosts": 256 * 1024 * 1024}
 
 
 def _path(node: yaml.Node, source: str, field: str) -> str:

@@ -81,15 +81,19 @@ class ClientKeys:
         return keys
 
 
+# The most a private key file holds (an RSA 16384 key: 12 kB), for what asyncssh reads whole:
+# a config's IdentityFile here, the hosts file's `key:` in hosts.py.
+KEY_MOST_BYTES = 1024 * 1024
+
+
 def _plain_file(path: str) -> bool:
-    """A regular file of a key's size (a few kB; the hosts file's `key:` is checked so too,
-    hosts.py _MOST_BYTES): what asyncssh may read whole. Any other is skipped, as a missing
-    one is."""
+    """A regular file of a key's size (KEY_MOST_BYTES): what asyncssh may read whole. Any
+    other is skipped, as a missing one is."""
     try:
         found = Path(path).expanduser().stat()  # ~/.ssh/id_x as the config has it
     except OSError:
         return False
-    return stat.S_ISREG(found.st_mode) and found.st_size <= 1024 * 1024
+    return stat.S_ISREG(found.st_mode) and found.st_size <= KEY_MOST_BYTES
 
 
 def _unusable(path: str, exc: Exception) -> UsageError:
