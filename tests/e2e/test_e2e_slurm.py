@@ -627,7 +627,8 @@ def test_a_node_slurm_loses_between_points_is_named_by_the_next_point(slurm, no_
 
 def test_exec_s_command_failing_on_one_node_answers_its_exit_code(slurm, no_leftovers):
     """srun says `srun: error: n2: task 0: Exited with exit code 3` for a task that fails on
-    its own: that is the command's exit code, not srun failing to start the step."""
+    its own: that is the command's exit code, not srun failing to start the step, and not a
+    line of n2's output (before, it streamed as `[n2] srun: error: ...`)."""
     done = run_dtrun(
         "exec", "--slurm", "--", 'echo on $SLURMD_NODENAME; [ "$SLURMD_NODENAME" != n2 ] || exit 3',
         cwd=no_leftovers, env=slurm.env, timeout=60,
@@ -638,4 +639,6 @@ def test_exec_s_command_failing_on_one_node_answers_its_exit_code(slurm, no_left
     rows = {row.split()[1]: row.split("│")[3:5] for row in done.stdout.splitlines()
             if row.startswith("│ n")}  # fmt: skip
     assert [cell.strip() for cell in rows["n2"]] == ["3", ""], said  # before: "-", srun's line
+    # srun's line for the task's end is not n2's output: the table's exit 3 says it
+    assert "Exited with exit code" not in said, said
     assert slurm.jobs() == []

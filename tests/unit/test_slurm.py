@@ -607,13 +607,16 @@ def test_a_ctrl_c_while_a_cut_log_s_step_stops_is_the_interruption_and_says_the_
 # srun as `dtrun exec --slurm` runs it, one task reading its script: the task's lines (labelled
 # `0: ` under --label, its stderr with them), then srun's own line for a task that ended non-zero
 # (`srun: error: n1: task 0: Exited with exit code 3`, srun's _task_finish), srun's exit code.
-# SRUN_FAILS: srun runs no task and says why, as when Slurm refuses the step.
+# SRUN_FAILS: srun runs no task and says why, as when Slurm refuses the step; SRUN_SAYS: a line
+# of srun's own before the task's.
 FAKE_SRUN = f"""#!{sys.executable}
 import os, subprocess, sys
 if os.environ.get("SRUN_FAILS"):
     print("srun: error: Unable to create step for job 7: Requested nodes are busy", flush=True)
     sys.exit(1)
 label = "0: " if "--label" in sys.argv else ""
+if os.environ.get("SRUN_SAYS"):
+    print(os.environ["SRUN_SAYS"], flush=True)
 done = subprocess.run(["bash", "-s"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 for line in done.stdout.splitlines():
     print(label + line, flush=True)
@@ -645,13 +648,31 @@ def test_exec_s_command_that_fails_on_its_own_answers_its_exit_code_not_srun_s_e
         {"n1": script}, lambda node, line: lines.append((node, line))
     )
     assert (answers["n1"].exit_code, answers["n1"].error) == (3, None)
-    said = [output] if output else []
-    assert answers["n1"].output.splitlines() == [
-        *said,
-        "srun: error: n1: task 0: Exited with exit code 3",
-    ]
+    assert answers["n1"].output.splitlines() == ([output] if output else [])
     assert [line for _, line in lines] == answers["n1"].output.splitlines()  # streamed unlabelled
     monkeypatch.setenv("SRUN_FAILS", "1")
     (refused,) = SlurmExecutor(SlurmShell(), "7").command({"n1": script}).values()
     assert refused.exit_code is None
     assert refused.error == "srun: error: Unable to create step for job 7: Requested nodes are busy"
+
+
+def test_exec_under_slurm_streams_the_node_s_lines_and_not_srun_s_own(tmp_path, monkeypatch):
+    """`dtrun exec --slurm -- sh -c 'exit 3'` showed srun's `srun: error: n1: task 0: Exited
+    with exit code 3` as a line of n1's output, beside the table's exit 3. srun's own lines are
+    not the node's: the task's end is dropped (its exit code is the answer's), any other line
+    streams as slurm's (`[slurm] ...`, as a launch's do), and neither is in the node's answer."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(FAKE_SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("SRUN_SAYS", "srun: Job 7 step creation temporarily disabled, retrying")
+    lines: list[tuple[str, str]] = []
+    answers = SlurmExecutor(SlurmShell(), "7").command(
+        {"n1": "echo from n1; exit 3"}, lambda node, line: lines.append((node, line))
+    )
+    assert lines == [
+        ("slurm", "srun: Job 7 step creation temporarily disabled, retrying"),
+        ("n1", "from n1"),
+    ]
+    assert (answers["n1"].output, answers["n1"].exit_code) == ("from n1", 3)

@@ -36,6 +36,7 @@ _SLURMS_SIGNALS = (128 + signal.SIGTERM, 128 + signal.SIGKILL)
 # 3` or `...: task 0: Killed` (srun's _task_finish): the task ran, and its exit code stands.
 _TASK_END = re.compile(r"^srun: error: \S+: tasks? [0-9,\[\]-]+: ")
 TASK_LABEL = "0: "  # srun --label's prefix on every line of a one-task step's task
+SRUN_SAYS = "srun: "  # how every message of srun's own begins: `srun: error: ...`
 FINAL_WAIT_S = 10.0  # how long a job may stay COMPLETING before its end is read anyway
 
 
@@ -70,24 +71,37 @@ class Heard:
             self.due_to = cancelled.group(3) or ""
 
 
+def _srun_s_own(line: str) -> bool:
+    """srun's own message, not a task's line: unlabelled, in srun's words. A task's line is
+    labelled, but the pieces after its first of a progress bar's states or of a line too long
+    to hold (runner/engines/common/scripts.py segments) are not: they are the task's too."""
+    return line.startswith(SRUN_SAYS)
+
+
 def task_lines(on_line: LineSink) -> LineSink:
-    """``on_line`` for a one-task `srun --label` step: the task's lines as it printed them,
-    srun's own as srun printed them."""
+    """``on_line`` for a one-task `srun --label` step: the task's lines as it printed them.
+    srun's own lines are not the node's: the one for the task's end repeats the exit code its
+    answer carries, and is dropped; any other streams as `[slurm] ...`, as a launch's do."""
 
     def sink(node: str, line: str) -> None:
-        on_line(node, line.removeprefix(TASK_LABEL))
+        if not _srun_s_own(line):
+            on_line(node, line.removeprefix(TASK_LABEL))
+        elif _TASK_END.match(line) is None:
+            on_line("slurm", line)
 
     return sink
 
 
 def srun_answer(said: list[str], code: int) -> Answer:
     """A one-task `srun --label` step's answer (``said``: its lines, labelled): the task's
-    exit code, or srun's own error where srun ran no task. A task's line that reads `srun:
-    error` (labelled) or srun's line for the task's end is no such error: the task ran."""
-    own = [line for line in said if not line.startswith(TASK_LABEL)]
-    output = "\n".join(line.removeprefix(TASK_LABEL) for line in said)
+    output (srun's own lines left out) and exit code, or srun's own error where srun ran no
+    task. A task's line that reads `srun: error` (labelled) or srun's line for the task's end
+    is no such error: the task ran."""
+    own = [line for line in said if _srun_s_own(line)]
+    task = [line.removeprefix(TASK_LABEL) for line in said if not _srun_s_own(line)]
+    output = "\n".join(task)
     last = own[-1] if own else ""
-    ran = len(own) < len(said) or _TASK_END.match(last) is not None  # a task printed, or ended
+    ran = bool(task) or _TASK_END.match(last) is not None  # a task printed, or ended
     if code != 0 and not ran and last.startswith("srun: error"):
         return Answer(output, error=last)
     return Answer(output, code)
