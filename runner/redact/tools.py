@@ -26,14 +26,31 @@ _TOOLS: dict[str, dict[str, str]] = {
 }
 # Tools that take a password as a bare argument: the options of theirs that take a value, and
 # which argument that is no option is the password (1: the first), by the letters of the short
-# options given (None: none is). htpasswd(1): `-b FILE USER PW`, `-nb USER PW` (a bundle such as
-# `-cbB` too; without -b it prompts); `wandb login [KEY]`.
-_BARE: dict[str, tuple[frozenset[str], Callable[[str], int | None]]] = {
-    "htpasswd": (
-        frozenset({"-C"}),
-        lambda letters: (2 if "n" in letters else 3) if "b" in letters else None,
-    ),
-    "wandb login": (frozenset({"--host", "--base-url"}), lambda _: 1),
+# options given and those arguments (None: none is). htpasswd(1): `-b FILE USER PW`, `-nb USER
+# PW` (a bundle such as `-cbB` too; without -b it prompts); `wandb login [KEY]`; `aws configure
+# set NAME VALUE` (the AWS CLI reference) when NAME, qualified or not (`default.NAME`), is one
+# that goes to the credentials file.
+_AWS_SECRETS = frozenset({"aws_secret_access_key", "aws_session_token", "aws_security_token"})
+_AWS_VALUED = frozenset(
+    {"--profile", "--region", "--output", "--query", "--endpoint-url", "--color", "--ca-bundle",
+     "--cli-read-timeout", "--cli-connect-timeout", "--cli-binary-format", "--sso-session",
+     "--services"}
+)  # fmt: skip
+
+
+def _htpasswd(letters: str, _bare: list[str]) -> int | None:
+    return (2 if "n" in letters else 3) if "b" in letters else None
+
+
+def _aws_configure(_letters: str, bare: list[str]) -> int | None:
+    name = bare[1].rsplit(".", 1)[-1] if bare[:1] == ["set"] and len(bare) > 1 else ""
+    return 3 if name in _AWS_SECRETS else None
+
+
+_BARE: dict[str, tuple[frozenset[str], Callable[[str, list[str]], int | None]]] = {
+    "htpasswd": (frozenset({"-C"}), _htpasswd),
+    "wandb login": (frozenset({"--host", "--base-url"}), lambda *_: 1),
+    "aws configure": (_AWS_VALUED, _aws_configure),
 }
 # Options of tools that run a command after them, taking a value: the first other word that is
 # no option is the command, whose flags are its own (`sshpass -p X ssh -p 2222 h`: a port).
@@ -119,6 +136,6 @@ def _bare_passwords(args: tuple[str, ...], mark: str) -> Iterator[tuple[int, str
             else:
                 bare.append(index)
             index += 1
-        at = which(letters)
+        at = which(letters, [args[at] for at in bare])
         if at is not None and len(bare) >= at and args[bare[at - 1]]:
             yield bare[at - 1], mark, args[bare[at - 1]]
