@@ -1,23 +1,56 @@
 """Passwords that well-known tools take after a short flag (``curl -u bob:PW``, ``sshpass -p
-PW``, ``mysql -pPW``, ``redis-cli -a PW``), found by the tool named before the flag: the same
-flags elsewhere are ports, users and counts (``torchrun -p``, ``python train.py -p 4``). Pure;
-runner/redact/shapes.py ``scan_args`` hides what ``tool_passwords`` finds.
+PW``, ``mysql -pPW``, ``redis-cli -a PW``, ``docker login -p PW``, ``7z x -pPW``) or as a bare
+argument (``htpasswd -b FILE USER PW``, ``wandb login KEY``), found by the tool named before
+them: the same flags elsewhere are ports, users and counts (``torchrun -p``, ``docker run -p
+8080:80``, ``python train.py -p 4``). Pure; runner/redact/shapes.py ``scan_args`` hides what
+``tool_passwords`` finds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 # How a flag carries the password: "next" as the next argument or attached (`sshpass -p PW`,
 # `sshpass -pPW`); "attached" only attached (`mysql -pPW`: `mysql -p db` prompts, and db is the
 # database); "user" as curl's USER:PASSWORD, next, attached or after `=`, the password alone
 # being secret (after the first `:`; without one curl prompts).
-_MYSQL = {"-p": "attached"}
+# A tool named with its subcommand ("docker login") takes the flag only after that subcommand.
+_ATTACHED_P = {"-p": "attached"}  # mysql, 7z
 _TOOLS: dict[str, dict[str, str]] = {
     "curl": {"-u": "user", "--user": "user", "-U": "user", "--proxy-user": "user"},
     "sshpass": {"-p": "next"},
     "redis-cli": {"-a": "next"},
-    **dict.fromkeys(("mysql", "mariadb", "mysqldump", "mysqladmin", "mariadb-dump"), _MYSQL),
+    **dict.fromkeys(("mysql", "mariadb", "mysqldump", "mysqladmin", "mariadb-dump"), _ATTACHED_P),
+    "docker login": {"-p": "next"},  # `docker run -p 8080:80` publishes a port
+    **dict.fromkeys(("7z", "7za", "7zr"), _ATTACHED_P),  # `7z x -p a.7z` prompts
+}
+# Tools that take a password as a bare argument: the options of theirs that take a value, and
+# which argument that is no option is the password (1: the first), by the letters of the short
+# options given and those arguments (None: none is). htpasswd(1): `-b FILE USER PW`, `-nb USER
+# PW` (a bundle such as `-cbB` too; without -b it prompts); `wandb login [KEY]`; `aws configure
+# set NAME VALUE` (the AWS CLI reference) when NAME, qualified or not (`default.NAME`), is one
+# that goes to the credentials file.
+_AWS_SECRETS = frozenset({"aws_secret_access_key", "aws_session_token", "aws_security_token"})
+_AWS_VALUED = frozenset(
+    {"--profile", "--region", "--output", "--query", "--endpoint-url", "--color", "--ca-bundle",
+     "--cli-read-timeout", "--cli-connect-timeout", "--cli-binary-format", "--sso-session",
+     "--services"}
+)  # fmt: skip
+
+
+def _htpasswd(letters: str, _bare: list[str]) -> int | None:
+    return (2 if "n" in letters else 3) if "b" in letters else None
+
+
+def _aws_configure(_letters: str, bare: list[str]) -> int | None:
+    name = bare[1].rsplit(".", 1)[-1] if bare[:1] == ["set"] and len(bare) > 1 else ""
+    return 3 if name in _AWS_SECRETS else None
+
+
+_BARE: dict[str, tuple[frozenset[str], Callable[[str, list[str]], int | None]]] = {
+    "htpasswd": (frozenset({"-C"}), _htpasswd),
+    "wandb login": (frozenset({"--host", "--base-url"}), lambda *_: 1),
+    "aws configure": (_AWS_VALUED, _aws_configure),
 }
 # Options of tools that run a command after them, taking a value: the first other word that is
 # no option is the command, whose flags are its own (`sshpass -p X ssh -p 2222 h`: a port).
@@ -55,9 +88,10 @@ def tool_passwords(args: tuple[str, ...], mark: str) -> Iterator[tuple[int, str,
     """For each argument of ``args`` (a program's, or a shell line's words) holding a password
     that a well-known tool named before it takes: its index, the argument with the password
     replaced by ``mark``, and the password."""
+    yield from _bare_passwords(args, mark)
     tool, flags = "", {}
     for index, arg in enumerate(args):
-        name = arg.rsplit("/", 1)[-1]
+        name = _tool(args, index)
         if name in _TOOLS:
             tool, flags = name, _TOOLS[name]
         elif arg in _COMMAND_ENDS or (
@@ -75,3 +109,33 @@ def tool_passwords(args: tuple[str, ...], mark: str) -> Iterator[tuple[int, str,
             found = _password(how, value, mark) if value else None
             if found:
                 yield at, before + found[0], found[1]
+
+
+def _tool(args: tuple[str, ...], index: int) -> str:
+    """The tool ``args[index]`` names: its file's name, with the subcommand after it where a
+    tool is known by both (``docker login``)."""
+    name = args[index].rsplit("/", 1)[-1]
+    both = f"{name} {args[index + 1]}" if index + 1 < len(args) else ""
+    return both if both in _TOOLS or both in _BARE else name
+
+
+def _bare_passwords(args: tuple[str, ...], mark: str) -> Iterator[tuple[int, str, str]]:
+    """The passwords of ``_BARE``'s tools in ``args``, as ``tool_passwords`` yields them."""
+    for start in range(len(args)):
+        tool = _tool(args, start)
+        if tool not in _BARE:
+            continue
+        valued, which = _BARE[tool]
+        letters, bare, index = "", [], start + 1 + tool.count(" ")
+        while index < len(args) and args[index] not in _COMMAND_ENDS:
+            arg = args[index]
+            if arg in valued:
+                index += 1
+            elif arg[:2] == "--" or (arg[:1] == "-" and len(arg) > 1):
+                letters += "" if arg[:2] == "--" else arg[1:]
+            else:
+                bare.append(index)
+            index += 1
+        at = which(letters, [args[at] for at in bare])
+        if at is not None and len(bare) >= at and args[bare[at - 1]]:
+            yield bare[at - 1], mark, args[bare[at - 1]]

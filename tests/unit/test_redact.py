@@ -191,7 +191,10 @@ def test_a_secret_option_before_a_shell_operator_is_secret_without_the_operator(
      (("sshpass", "-pPassw0rd", "ssh", "-p", "2222", "h"),
       ("sshpass", f"-p{REDACTED}", "ssh", "-p", "2222", "h")),
      (("mysql", "-uroot", "-pPassw0rd", "db"), ("mysql", "-uroot", f"-p{REDACTED}", "db")),
-     (("redis-cli", "-a", "Passw0rd", "ping"), ("redis-cli", "-a", REDACTED, "ping"))],
+     (("redis-cli", "-a", "Passw0rd", "ping"), ("redis-cli", "-a", REDACTED, "ping")),
+     (("docker", "login", "-u", "bob", "-p", "Passw0rd", "reg.io"),
+      ("docker", "login", "-u", "bob", "-p", REDACTED, "reg.io")),
+     (("7z", "x", "-pPassw0rd", "d.7z"), ("7z", "x", f"-p{REDACTED}", "d.7z"))],
 )  # fmt: skip
 def test_a_well_known_tool_s_short_flag_password_is_hidden_and_the_user_stays(args, shown):
     """`curl -u bob:PW` (the user stays), `sshpass -p PW`, `mysql -pPW`, `redis-cli -a PW`:
@@ -205,13 +208,36 @@ def test_a_well_known_tool_s_short_flag_password_is_hidden_and_the_user_stays(ar
     [("python", "train.py", "-p", "4", "-u", "bob:x1"), ("torchrun", "-p", "29500"),
      ("mysql", "-p", "train"), ("curl", "-u", "bob", "https://h/x"), ("curl", "--user-agent=a:b"),
      ("curl", "-HAccept: a:b", "-o/tmp/u:v"),
-     ("-c", "sshpass -f pw.txt ssh -p 2222 h; ls -p /tmp"), ("ssh", "h", "redis-cli", "ping")],
+     ("-c", "sshpass -f pw.txt ssh -p 2222 h; ls -p /tmp"), ("ssh", "h", "redis-cli", "ping"),
+     ("docker", "run", "-p", "8080:80", "img"), ("7z", "x", "-p", "d.7z"),
+     ("htpasswd", "-c", "f", "bob"), ("htpasswd", "-n", "bob"), ("wandb", "login", "--relogin"),
+     ("aws", "configure", "set", "region", "eu-west-1")],
 )  # fmt: skip
 def test_the_same_short_flags_elsewhere_stay_visible(args):
     """A port, a count or a user elsewhere; `mysql -p DB` prompts, DB is the database; curl
     without a password prompts for it."""
     assert redact_args(args) == args
     assert secret_args(args) == ()
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [("htpasswd -b f bob Passw0rd", f"htpasswd -b f bob {REDACTED}"),
+     ("htpasswd -nb bob Passw0rd", f"htpasswd -nb bob {REDACTED}"),
+     ("htpasswd -cbB -C 10 f bob Passw0rd && ls", f"htpasswd -cbB -C 10 f bob {REDACTED} && ls"),
+     ("wandb login --host https://w.io Passw0rd", f"wandb login --host https://w.io {REDACTED}"),
+     ("aws configure set aws_secret_access_key Passw0rd",
+      f"aws configure set aws_secret_access_key {REDACTED}"),
+     ("aws configure set --profile d default.aws_session_token Passw0rd",
+      f"aws configure set --profile d default.aws_session_token {REDACTED}")],
+)  # fmt: skip
+def test_a_password_a_well_known_tool_takes_as_a_bare_argument_is_hidden(line, shown):
+    """`htpasswd -b FILE USER PW`, `htpasswd -nb USER PW`, `wandb login KEY` and `aws configure
+    set aws_secret_access_key KEY` take the secret with no flag before it: hidden as an
+    argument, in a shell line and in an --env value."""
+    assert redact_args(tuple(line.split())) == tuple(shown.split())
+    assert redact_args(("bash", "-c", line)) == ("bash", "-c", shown)
+    assert redact_env((("SETUP", line),)) == (("SETUP", shown),)
 
 
 def test_a_tool_run_as_the_program_has_its_short_password_hidden_where_it_stands():
