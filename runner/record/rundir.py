@@ -149,8 +149,17 @@ class RunDir:
         return self.path / "plan" / f"n{nodes}"
 
 
+def resolved_once(path: Path) -> Path:
+    """``path`` with every link on the way followed, once: a run directory reached through a
+    link is read and written where the link pointed then, whatever it points to later. With
+    no link on the way, ``path`` as given (the paths printed stay the user's)."""
+    real = Path(os.path.realpath(path))
+    return path if real == path.absolute() else real
+
+
 def create_run_dir(output: Path, run_id: str) -> RunDir:
-    """Make runs/<run-id>/, or say why it cannot be made, before anything else happens."""
+    """Make runs/<run-id>/, or say why it cannot be made, before anything else happens; a
+    link on the way resolved once (resolved_once)."""
     path = output / run_id
     try:
         path.mkdir(parents=True, exist_ok=False)
@@ -175,6 +184,7 @@ def create_run_dir(output: Path, run_id: str) -> RunDir:
             why=exc.strerror or str(exc),
             fix="pass --output with a directory you can write, e.g. --output ./runs",
         ) from None
+    path = resolved_once(path)
     hold_writer(path)
     return RunDir(path)
 
