@@ -233,7 +233,7 @@ def write_manifest(
             # the command line as typed, shell-quoted, secrets hidden (manifest.command_line)
             "command": _command(command, bench.secrets()),
             "machine": machine(),
-            "inventory": asdict(inventory.redacted()),
+            "inventory": inventory.recorded(),
             "bench": bench_data,
             # a digest of each --env value recorded redacted: `dtrun compare` tells runs whose
             # secrets differ apart by it (runner/record/envdigest.py); never the value
@@ -284,7 +284,7 @@ def record_resume(
         {
             "at": now_iso(),
             "command": _command(command, secrets),
-            "inventory": asdict(inventory.redacted()),
+            "inventory": inventory.recorded(),
             "launches_kept": kept,
             "paid_before": paid_before,
             "dtrun_version": __version__,
@@ -367,7 +367,7 @@ def write_run_record(  # noqa: PLR0913 - the record's parts, each a keyword
             "launcher": plan.launcher,
             "world_size": plan.world_size,
             "spec": spec_data,
-            "inventory": asdict(inventory.redacted()),
+            "inventory": inventory.recorded(),
             "machine": machine(),
             "nodes": [asdict(node) for node in with_cut_logs(nodes)],
             "image": image_of(inventory),
