@@ -98,3 +98,14 @@ def test_bench_output_through_a_link_is_resolved_once(tmp_path: Path) -> None:
 def test_bench_output_with_no_link_on_the_way_keeps_the_path_as_given(tmp_path: Path) -> None:
     run_dir = create_run_dir(tmp_path / "runs", "x")
     assert run_dir.path == tmp_path / "runs" / "x"
+
+
+def test_resume_through_a_link_reads_and_names_the_directory_it_resolves_to(
+    tmp_path: Path, fixed_inventory: Inventory
+) -> None:
+    from tests.conftest import run_dtrun
+
+    a, _, link = _two_runs(tmp_path, fixed_inventory)
+    done = run_dtrun("bench", "--resume", str(link), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"the sweep in {a} is complete" in " ".join(done.stdout.split())
