@@ -212,16 +212,19 @@ def _recorded(
     ctx: typer.Context, sweep: SweepOptions, launching: Launching, command: list[str] | None
 ) -> tuple[BenchSpec, Resumed | None, Path] | None:
     """--rerun or --resume: the sweep the run directory records, and where it is written;
-    None for a new sweep."""
+    None for a new sweep. A link to the run directory is followed once (resolved_once): its
+    records are read, approved and written there alone."""
+    from dtrun.record.rundir import resolved_once
+
     if sweep.rerun is not None:  # the recorded sweep again, as a new run
         from dtrun.cli.resume import rerun_request
 
-        run_id = run_id_of(launching)
-        spec, output = rerun_request(ctx, sweep.rerun, launching, command, run_id, sweep.yes)
+        run_id, rerun = run_id_of(launching), resolved_once(sweep.rerun)
+        spec, output = rerun_request(ctx, rerun, launching, command, run_id, sweep.yes)
         return spec, None, output
-    resume = sweep.resume
-    if resume is None:
+    if sweep.resume is None:
         return None
+    resume = resolved_once(sweep.resume)
     from dtrun.cli.resume import resume_request
 
     if command:

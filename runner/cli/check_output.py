@@ -97,19 +97,19 @@ def print_report(done: CheckRun, *, wide: bool = False) -> None:
 WHOLE_FIELDS = frozenset({"port", "slots", "cpus"})
 
 
-def _yaml_hosts(path: Path) -> dict[str, Any] | None:
-    """The hosts file at ``path`` when it is YAML with a hosts list; None otherwise."""
+def _yaml_hosts(text: str) -> dict[str, Any] | None:
+    """A hosts file's ``text`` when it is YAML with a hosts list; None otherwise."""
     import yaml
 
     try:
         # libyaml's where PyYAML has it: nesting past 1,000 levels is an error, not a recursion
         loader = getattr(yaml, "CBaseLoader", yaml.BaseLoader)  # every value as written
-        data = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=loader)
+        data = yaml.load(text, Loader=loader)
         if isinstance(data, dict) and isinstance(data.get("hosts"), list):
             hosts = [_whole(e) if isinstance(e, dict) else e for e in data["hosts"]]
             return {**_whole(data), "hosts": hosts}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError, ValueError):
-        pass  # ValueError: changed since the check read it (a port of 4,300 digits)
+    except (yaml.YAMLError, RecursionError, ValueError):
+        pass  # ValueError: a YAML type that raises (a port of 4,300 digits)
     return None
 
 
@@ -132,11 +132,12 @@ def _entry_host(entry: Any) -> tuple[str, str]:
     return str(entry), str(entry)
 
 
-def kept_hosts(hosts_file: Path | None, inventory: Inventory, flagged: set[str],
-               labels: dict[str, str]) -> dict[str, Any]:  # fmt: skip
-    """The hosts file's own YAML without the flagged hosts, or a YAML hosts list of the
-    inventory's other nodes (a hosts file of lines, or no hosts file)."""
-    data = _yaml_hosts(hosts_file) if hosts_file is not None and hosts_file.is_file() else None
+def kept_hosts(inventory: Inventory, flagged: set[str], labels: dict[str, str]) -> dict[str, Any]:
+    """The hosts file's own YAML, as the check read it (Inventory.hosts_text: not read again),
+    without the flagged hosts; or a YAML hosts list of the inventory's other nodes (a hosts
+    file of lines, or no hosts file)."""
+    text = inventory.hosts_text
+    data = _yaml_hosts(text) if text is not None else None
     if data is not None:
         kept = [e for e in data["hosts"] if not {*_entry_host(e)} & flagged]
         return {**data, "hosts": kept}
@@ -211,7 +212,7 @@ def write_hosts_file(path: Path, inventory: Inventory, done: CheckRun, flagged: 
     source = (
         inventory.source.removeprefix("hosts:") if inventory.source.startswith("hosts:") else None
     )
-    data = kept_hosts(Path(source) if source else None, inventory, flagged, done.hosts)
+    data = kept_hosts(inventory, flagged, done.hosts)
     if not data["hosts"]:
         console(stderr=True).print(
             f"dtrun: every node was flagged; {path} not written", highlight=False

@@ -30,7 +30,6 @@ def report(
     wide: opts.Wide = False,
 ) -> None:
     """Rebuild summary.json, report.md, report.html and the plots from a run's saved results."""
-    from dtrun.record.rundir import RunDir
     from dtrun.report.build import build_report
 
     with human_output_to_stderr(json_out), user_errors():
@@ -42,19 +41,22 @@ def report(
             console().print(f"status: {UNRECORDED}")
         console().print(one_line(f"rebuilt {built.run_dir.report} and {built.run_dir.html.name}"))
         if json_out:
-            print_json(sweep_json(RunDir(run_dir)))
+            print_json(sweep_json(built.run_dir))  # the directory read, not the link again
 
 
-def _run_dir(path: Path) -> RunDir:
-    from dtrun.record.rundir import RunDir
+def _run_dir(given: Path) -> RunDir:
+    """The run directory ``given`` names, a link on the way resolved once (resolved_once):
+    checked, read and written there alone; messages name ``given``."""
+    from dtrun.record.rundir import RunDir, resolved_once
     from dtrun.workloads.files import name_too_long
 
-    if name_too_long(path):  # pathlib raises on it: a traceback, before
+    if name_too_long(given):  # pathlib raises on it: a traceback, before
         raise UsageError(
-            f"{path} is not a `dtrun bench` run directory",
+            f"{given} is not a `dtrun bench` run directory",
             why="no directory can have a name this long",
             fix="pass a directory that `dtrun bench` printed, e.g. runs/<run-id>",
         )
+    path = resolved_once(given)
     manifest = path / "manifest.json"
     # Anything named manifest.json makes it a run directory: what is wrong with a damaged one
     # (a directory, unreadable, not JSON) is said when it is read.
@@ -74,7 +76,7 @@ def _run_dir(path: Path) -> RunDir:
         else:
             hint = "it holds no manifest.json"
         raise UsageError(
-            f"{path} is not a `dtrun bench` run directory",
+            f"{given} is not a `dtrun bench` run directory",
             why=hint,
             fix=fix,
         )

@@ -51,11 +51,16 @@ def upload_after(
 
     A directory that existed before is never uploaded: it is another run's (dtrun refuses to
     write into it). ``secrets`` (every value the command was given as secret: --env values,
-    program arguments, URL credentials and tokens) are redacted in the copies.
+    program arguments, URL credentials and tokens) are redacted in the copies. A link on the
+    way is followed once, now, as create_run_dir follows it: the run uploaded is the one
+    written, wherever the link points by the end.
     """
     if store is None:
         yield
         return
+    from dtrun.record.rundir import resolved_once
+
+    run_dir = resolved_once(run_dir)
     existed = run_dir.exists()
     try:
         yield

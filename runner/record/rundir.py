@@ -149,8 +149,17 @@ class RunDir:
         return self.path / "plan" / f"n{nodes}"
 
 
+def resolved_once(path: Path) -> Path:
+    """``path`` with every link on the way followed, once: a run directory reached through a
+    link is read and written where the link pointed then, whatever it points to later. With
+    no link on the way, ``path`` as given (the paths printed stay the user's)."""
+    real = Path(os.path.realpath(path))
+    return path if real == path.absolute() else real
+
+
 def create_run_dir(output: Path, run_id: str) -> RunDir:
-    """Make runs/<run-id>/, or say why it cannot be made, before anything else happens."""
+    """Make runs/<run-id>/, or say why it cannot be made, before anything else happens; a
+    link on the way resolved once (resolved_once)."""
     path = output / run_id
     try:
         path.mkdir(parents=True, exist_ok=False)
@@ -175,6 +184,7 @@ def create_run_dir(output: Path, run_id: str) -> RunDir:
             why=exc.strerror or str(exc),
             fix="pass --output with a directory you can write, e.g. --output ./runs",
         ) from None
+    path = resolved_once(path)
     hold_writer(path)
     return RunDir(path)
 
@@ -223,7 +233,7 @@ def write_manifest(
             # the command line as typed, shell-quoted, secrets hidden (manifest.command_line)
             "command": _command(command, bench.secrets()),
             "machine": machine(),
-            "inventory": asdict(inventory.redacted()),
+            "inventory": inventory.recorded(),
             "bench": bench_data,
             # a digest of each --env value recorded redacted: `dtrun compare` tells runs whose
             # secrets differ apart by it (runner/record/envdigest.py); never the value
@@ -274,7 +284,7 @@ def record_resume(
         {
             "at": now_iso(),
             "command": _command(command, secrets),
-            "inventory": asdict(inventory.redacted()),
+            "inventory": inventory.recorded(),
             "launches_kept": kept,
             "paid_before": paid_before,
             "dtrun_version": __version__,
@@ -357,7 +367,7 @@ def write_run_record(  # noqa: PLR0913 - the record's parts, each a keyword
             "launcher": plan.launcher,
             "world_size": plan.world_size,
             "spec": spec_data,
-            "inventory": asdict(inventory.redacted()),
+            "inventory": inventory.recorded(),
             "machine": machine(),
             "nodes": [asdict(node) for node in with_cut_logs(nodes)],
             "image": image_of(inventory),

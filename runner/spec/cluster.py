@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 
 from dtrun.redact import REDACTED
@@ -85,6 +85,10 @@ class Inventory:
     # when the nodes were created (ISO 8601), where the cluster says (a stack's outputs v4):
     # the report's time paid before a sweep begins from it (docs/report.md "Cost")
     nodes_created_at: str | None = None
+    # a hosts file's text as it was read and checked, once: --write-hosts writes from it, not
+    # from the file read again (changed since, it would write what was never checked); no
+    # record holds it (recorded)
+    hosts_text: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def description(self) -> str:
@@ -92,7 +96,13 @@ class Inventory:
 
     def redacted(self) -> Inventory:
         """This inventory without secrets, for records and reports."""
-        return replace(self, ssh=self.ssh.redacted() if self.ssh else None)
+        return replace(self, ssh=self.ssh.redacted() if self.ssh else None, hosts_text=None)
+
+    def recorded(self) -> dict[str, object]:
+        """What a record keeps of this inventory: its fields, redacted, less the hosts text."""
+        kept = asdict(self.redacted())
+        del kept["hosts_text"]
+        return kept
 
 
 def usable_cpus() -> int:

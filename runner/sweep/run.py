@@ -209,8 +209,10 @@ class _Runner:
             self.current = None
             if outcome.error is not None:  # recorded with its launch: a full disk may stop
                 self.failed(outcome.error)  # the rest
-            self.record(outcome.run)
-            self.events.on_done(outcome.run, outcome.result)
+            try:
+                self.record(outcome.run)
+            finally:  # its line even where runs.json refused it: then nothing else names it
+                self.events.on_done(outcome.run, outcome.result)
             if outcome.error is not None:
                 raise outcome.error
 

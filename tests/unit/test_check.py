@@ -413,7 +413,7 @@ def test_write_hosts_from_a_stack_reaches_the_nodes_through_its_head_as_the_stac
                       code_dir="/shared/.dtrun/code", ssh=ssh, shared_dir="/shared",
                       size="Standard_HB176rs_v4")  # fmt: skip
     labels = {node.name: node.address for node in nodes}
-    text = yaml.safe_dump(kept_hosts(None, stack, {"10.42.1.5"}, labels), sort_keys=False)
+    text = yaml.safe_dump(kept_hosts(stack, {"10.42.1.5"}, labels), sort_keys=False)
     assert "secret" not in text  # the stack's private key stays out of the file
     back = parse_hosts_file(text, "good.yaml", Defaults(user="me", python_bin="/elsewhere"))
     assert [node.address for node in back.nodes] == ["10.42.1.4", "10.42.1.6"]
@@ -427,16 +427,16 @@ def test_write_hosts_from_a_stack_reaches_the_nodes_through_its_head_as_the_stac
 
 
 def test_write_hosts_from_a_hosts_file_yaml_cannot_build_lists_the_inventory_s_nodes(tmp_path):
-    """The file is read again after the check: changed meanwhile to a value whose YAML type
-    raises (a port of 5,000 digits), it was a ValueError after the check."""
+    """Hosts text whose YAML type raises (a port of 5,000 digits) was a ValueError after the
+    check."""
     from dtrun.cli.check_output import kept_hosts
     from dtrun.spec.cluster import Inventory, Node
 
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(f"hosts: [a, b]\nport: {'9' * 5000}\n")
     nodes = (Node("node-0", "a"), Node("node-1", "b"))
-    inventory = Inventory(f"hosts:{hosts}", nodes, python_bin="/usr/bin", code_dir="/c")
-    kept = kept_hosts(hosts, inventory, {"b"}, {"node-0": "a", "node-1": "b"})
+    inventory = Inventory(f"hosts:{hosts}", nodes, python_bin="/usr/bin", code_dir="/c",
+                          hosts_text=f"hosts: [a, b]\nport: {'9' * 5000}\n")  # fmt: skip
+    kept = kept_hosts(inventory, {"b"}, {"node-0": "a", "node-1": "b"})
     assert kept["hosts"] == [{"host": "a"}]
 
 
@@ -445,6 +445,8 @@ def test_write_hosts_keeps_each_name_of_a_hosts_file_as_written(tmp_path):
     written. YAML 1.1 reads `0755` as the number 493 and `on` as true: the file written named
     hosts 493 and true, user 83, and kept the flagged host `on`. (A host YAML reads as a
     number or boolean is refused unless quoted; the user is as written.)"""
+    from dataclasses import replace
+
     import yaml
 
     from dtrun.cli.check_output import kept_hosts
@@ -458,13 +460,35 @@ def test_write_hosts_keeps_each_name_of_a_hosts_file_as_written(tmp_path):
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(text)
     defaults = Defaults(user="me", python_bin="/v/bin")
-    checked = parse_hosts_file(text, str(hosts), defaults)
+    checked = replace(parse_hosts_file(text, str(hosts), defaults), hosts_text=text)
     labels = host_labels(checked)
-    kept = kept_hosts(hosts, checked, {labels["node-1"]}, labels)
+    kept = kept_hosts(checked, {labels["node-1"]}, labels)
     back = parse_hosts_file(yaml.safe_dump(kept, sort_keys=False), "good.yaml", defaults)
     assert labels["node-1"] == "on"
     assert [(n.address, n.ssh_port) for n in back.nodes] == [("0755", 2222), ("c", 22)]
     assert back.ssh is not None and (back.ssh.user, back.ssh.port) == ("0123", 2222)
+
+
+def test_write_hosts_writes_the_hosts_file_the_check_read_not_what_it_became(tmp_path):
+    """The file was read again after the check: changed meanwhile (a host added, another jump
+    host), dtrun wrote what it never checked (time of check, time of use)."""
+    import types
+    from typing import cast
+
+    import yaml
+
+    from dtrun.cli.check_output import write_hosts_file
+    from dtrun.engines.ssh.engine import _hosts_inventory
+    from dtrun.sweep.check import CheckRun
+
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text("jump: 10.0.0.1\nhosts: [a, b]\n")
+    inventory = _hosts_inventory(str(hosts))
+    hosts.write_text("jump: 198.51.100.66\nhosts: [a, b, unchecked]\n")
+    good = tmp_path / "good.yaml"
+    done = types.SimpleNamespace(hosts={"node-0": "a", "node-1": "b"})
+    write_hosts_file(good, inventory, cast(CheckRun, done), {"b"})
+    assert yaml.safe_load(good.read_text()) == {"jump": "10.0.0.1", "hosts": ["a"]}
 
 
 @pytest.mark.parametrize(

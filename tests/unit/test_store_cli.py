@@ -130,3 +130,23 @@ def no_stop_yet(monkeypatch):
     from dtrun import errors
 
     monkeypatch.setattr(errors, "_stop_signal", [])
+
+
+def test_an_output_through_a_link_uploads_the_run_written_there_not_where_it_points_later(
+    s3, tmp_path
+):
+    """`bench -o LINK --results`: the run is written where LINK pointed when the run directory
+    was made (create_run_dir); the upload followed the link again at the end."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    link = tmp_path / "runs"
+    link.symlink_to(tmp_path / "a")
+    store = S3Store(parse_results_url(f"s3://{BUCKET}/runs"))
+    with upload_after(store, link / "x", ()):
+        (tmp_path / "a" / "x").mkdir()
+        (tmp_path / "a" / "x" / "runs.json").write_text("{}\n")
+        (tmp_path / "b" / "x").mkdir()
+        (tmp_path / "b" / "x" / "other.txt").write_text("not this run\n")
+        link.unlink()
+        link.symlink_to(tmp_path / "b")
+    assert stored(s3, "runs/x/") == {"runs/x/runs.json": b"{}\n"}

@@ -374,3 +374,34 @@ def test_a_gate_check_a_full_disk_refused_is_named_where_runs_json_is_refused_to
     assert f"the disk holding {disk / 'gate'} is full" in raised.value.message
     assert f"health/node-0/{RESULT_FILE} could not be written" in raised.value.message
     assert "runs.json could not take the entry either" in raised.value.message
+
+
+def test_a_failed_launch_is_still_reported_done_where_runs_json_refuses_it(
+    small_disk: Callable[[int], Path], fixed_inventory: Inventory
+):
+    """The second launch failed on a full disk and runs.json could not take it either: the
+    progress line for that launch (on_done: `x 2 nodes, launch 1: failed after ...`) was never
+    printed, so neither the screen nor any record named the launch that failed."""
+    from dtrun.spec.outcome import RunResult
+    from dtrun.sweep.run import SweepEvents
+
+    disk = small_disk(400)
+    heard: list[tuple[int, str]] = []
+
+    def on_done(run: RunResult, result: object) -> None:
+        heard.append((run.nodes, run.status.value))
+
+    def full_from_the_second_launch(launch: int, workdir: Path) -> None:
+        if launch == 2:
+            fill(disk)
+
+    with pytest.raises(DiskFullError) as raised:
+        run_sweep(
+            sweep_plan(fixed_inventory, bench("told")),
+            disk,
+            Recorded(full_from_the_second_launch),
+            SweepEvents(on_done=on_done),
+        )
+    assert f"the disk holding {disk / 'told'} is full" in raised.value.message
+    assert [(r["nodes"], r["status"]) for r in runs_of(disk / "told")["runs"]] == [(1, "ok")]
+    assert heard == [(1, "ok"), (2, "failed")]

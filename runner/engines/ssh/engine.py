@@ -97,7 +97,7 @@ def _hosts_inventory(hosts: str) -> Inventory:
         fix="pass an existing, readable file to --hosts, or the hosts themselves as "
         "HOST:SLOTS items (--hosts gpu-a:8,gpu-b:8)",
     )
-    return parse_hosts_file(text, hosts, defaults)
+    return replace(parse_hosts_file(text, hosts, defaults), hosts_text=text)  # --write-hosts
 
 
 def _through_ssh_config(inventory: Inventory) -> Inventory:
