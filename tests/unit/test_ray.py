@@ -490,7 +490,40 @@ def test_a_release_disconnects_beside_the_report_and_the_close_waits_for_it():
     ray.go.set()
     closed.join(10)
     assert not closed.is_alive() and ray.shut == 1 and session.ray is None
-    assert ray.on == ["dtrun-ray-close"]
+    assert ray.on == ["dtrun-ray-close-1"]
+
+
+# dtrun's end while Ray's disconnect, begun by close_soon, never ends (an Event no one sets)
+_STUCK_CLOSE = """
+import threading
+from dtrun.engines.ray.session import RaySession
+
+class Stuck:
+    def shutdown(self):
+        threading.Event().wait()
+
+session = RaySession("h:1")
+session.ray = Stuck()
+session.close_soon()
+print("leaving", flush=True)
+"""
+
+
+def test_dtrun_exits_while_rays_disconnect_never_ends():
+    """close_soon's thread is a daemon (DaemonThreads, as the other engines' threads): Python's
+    exit does not wait for it. Before, it was no daemon and the exit joined it: dtrun hung for
+    as long as Ray's shutdown did (here, for good). Python 3.11 let a Ctrl-C'd close() mark the
+    thread ended (bpo-45274's handling), which hid it there; nothing else did."""
+    child = subprocess.Popen([sys.executable, "-c", _STUCK_CLOSE], cwd=REPO,
+                             env={**os.environ, "PYTHONPATH": str(REPO)},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        out, _ = child.communicate(timeout=60)  # it ends at once, or never
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        pytest.fail("dtrun did not exit while Ray's disconnect never ended")
+    assert child.returncode == 0 and out.decode().strip() == "leaving", out
 
 
 class _Actor:

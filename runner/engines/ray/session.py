@@ -15,11 +15,12 @@ import re
 import signal
 import socket
 import sys
-import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from dtrun.cluster.names import host_problem
+from dtrun.engines.common.threads import DaemonThreads
 from dtrun.errors import InventoryError, SiteError, UsageError
 from dtrun.spec.cluster import Accelerator, Inventory, Node, Starter
 
@@ -92,7 +93,7 @@ class RaySession:
         self.ray: Any = None
         self.job_id = ""
         self.trained = False  # a TorchTrainer ran: Ray Train may have left detached actors
-        self.closing: threading.Thread | None = None  # close_soon's
+        self.closing: Future[None] | None = None  # close_soon's
 
     def open(self) -> None:
         ray = need_ray()
@@ -123,15 +124,18 @@ class RaySession:
     def close_soon(self) -> None:
         """close() in a thread of its own, once nothing more is asked of the cluster: Ray's
         disconnect (about 0.3 s, most of it joining the driver's listener threads) runs while
-        dtrun writes the report. close() waits for it."""
+        dtrun writes the report. close() waits for it. A daemon thread (DaemonThreads): a
+        disconnect that never ends (a head that stopped answering) must not hold dtrun at its
+        exit, once a stop has ended the wait."""
         if self.ray is not None and self.closing is None:
-            self.closing = threading.Thread(target=self._close, name="dtrun-ray-close")
-            self.closing.start()
+            thread = DaemonThreads(1, name="dtrun-ray-close")
+            self.closing = thread.submit(self._close)
+            thread.shutdown(wait=False)
 
     def close(self) -> None:
         """The job ends (module docstring); after close_soon, once its thread is done."""
         if self.closing is not None:
-            self.closing.join()
+            self.closing.result()
         else:
             self._close()
 
