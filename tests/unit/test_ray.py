@@ -810,3 +810,33 @@ def test_a_ctrl_c_while_a_cut_log_s_launch_stops_is_the_interruption_and_says_th
     assert ended is not None
     assert f"node log {tmp_path.resolve() / 'ray-0.log'} could not be written" in ended.what
     assert [r.node for r in raised.value.node_results] == ["ray-0", "ray-1"]
+
+
+def test_a_node_log_the_disk_cannot_hold_ends_run_with_logcut_and_every_nodes_end(
+    monkeypatch, tmp_path
+):
+    """ray-0's log refuses a line (ENOSPC) while the launch runs: every node is stopped, and
+    run raises LogCut with the disk's error and file and how every node ended, for the
+    launch's record (runner/sweep/runlaunch.py) as the other engines' cut launches."""
+    import errno
+
+    from dtrun.engines.ray.executor import _Launch
+    from dtrun.execute import LogCut
+
+    stopped: list[str] = []
+
+    def cut(self: _Launch, timeout_s: float) -> None:
+        log = self.nodes[0].log
+        log.error = OSError(errno.ENOSPC, "No space left on device", str(log.path))
+        raise log.error
+
+    monkeypatch.setattr(_Launch, "place", lambda self: None)
+    monkeypatch.setattr(_Launch, "supervise", cut)
+    monkeypatch.setattr(_Launch, "stop", lambda self: stopped.append("every node"))
+    plan, executor = _two_ray_nodes()
+    with pytest.raises(LogCut) as raised:
+        executor.run(plan, tmp_path, timeout_s=60, on_line=lambda *_: None)
+    assert stopped == ["every node"]
+    cut_log = str(tmp_path.resolve() / "ray-0.log")
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, cut_log)
+    assert [r.node for r in raised.value.node_results] == ["ray-0", "ray-1"]
