@@ -14,6 +14,7 @@ import threading
 import time
 import types
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -840,3 +841,53 @@ def test_a_node_log_the_disk_cannot_hold_ends_run_with_logcut_and_every_nodes_en
     cut_log = str(tmp_path.resolve() / "ray-0.log")
     assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, cut_log)
     assert [r.node for r in raised.value.node_results] == ["ray-0", "ray-1"]
+
+
+class _CommandRay:
+    """A Ray whose one command task hands over ``chunks`` (Ray's generator task: each next() a
+    ref to one chunk, here the chunk itself), one by one, as fast as they are asked for."""
+
+    exceptions = types.SimpleNamespace(RayError=RuntimeError)
+
+    def __init__(self, chunks: Iterator[tuple[list[bytes], int | None]]) -> None:
+        task = types.SimpleNamespace(remote=lambda *_: iter(chunks))
+        self.task = types.SimpleNamespace(options=lambda **_: task)
+
+    def remote(self, **_: object) -> object:
+        return lambda _fn: self.task
+
+    def wait(
+        self, refs: list[object], num_returns: int, timeout: float
+    ) -> tuple[list[object], list[object]]:
+        return refs[:1], refs[1:]
+
+    def get(self, ref: object) -> object:
+        return ref
+
+
+def test_a_node_printing_without_end_leaves_its_answer_its_last_lines_only():
+    """`dtrun exec` on a node that prints far more than an answer keeps (here 3 times
+    ANSWER_MOST): every line is shown as it comes, and the answer holds the last ANSWER_MOST
+    characters, where its readers' markers are. Before, every line was held in dtrun's memory
+    till the end: a node printing a gigabyte grew dtrun by as much."""
+    from dtrun.engines.common.scripts import ANSWER_MOST
+    from dtrun.engines.ray.commands import run_commands
+
+    line = b"x" * 1014 + b"\n"  # 1024 bytes with its number
+    count = 3 * ANSWER_MOST // 1024
+
+    def chunks() -> Iterator[tuple[list[bytes], int | None]]:
+        for start in range(0, count, 64):
+            yield [b"%08d " % i + line for i in range(start, min(start + 64, count))], None
+        yield [b"dtrun-marker done\n"], 0
+
+    shown = [0]
+    session = types.SimpleNamespace(ray=_CommandRay(chunks()))
+    answers = run_commands(session, {"ray-0": "127.0.0.2"}, {"ray-0": "yes"},  # type: ignore[arg-type]
+                           lambda node, text: shown.__setitem__(0, shown[0] + 1))  # fmt: skip
+    answer = answers["ray-0"]
+    assert answer.exit_code == 0 and shown[0] == count + 1
+    assert len(answer.output) <= ANSWER_MOST
+    kept = answer.output.splitlines()
+    assert kept[-1] == "dtrun-marker done"
+    assert kept[-2].startswith(f"{count - 1:08d} ") and len(kept) >= ANSWER_MOST // 1024 - 1
