@@ -20,9 +20,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dtrun.engines.ray.executor import RayExecutor, bundle, node_tag, said
+from dtrun.engines.ray.executor import RayExecutor, bundle, node_tag
 from dtrun.engines.ray.node import NodeProcess
-from dtrun.engines.ray.session import RaySession, parse_address, ray_inventory
+from dtrun.engines.ray.session import RaySession, parse_address, ray_inventory, said
 from dtrun.engines.registry import EngineOptions
 from dtrun.errors import InventoryError, PlanError, SiteError, UsageError
 from dtrun.spec.cluster import Node, Starter
@@ -891,3 +891,50 @@ def test_a_node_printing_without_end_leaves_its_answer_its_last_lines_only():
     kept = answer.output.splitlines()
     assert kept[-1] == "dtrun-marker done"
     assert kept[-2].startswith(f"{count - 1:08d} ") and len(kept) >= ANSWER_MOST // 1024 - 1
+
+
+def test_a_node_whose_actor_stopped_answering_is_named_as_hung_at_the_timeout(
+    monkeypatch, tmp_path
+):
+    """ray-1's node hangs (its machine, its raylet and worker SIGSTOPped): its polls never
+    answer, and Ray calls it dead only once its health checks fail (about a minute). At the
+    launch's deadline dtrun says which node had stopped answering, by name and address, not
+    only that both still ran; ray-0, which answered all along, is not named so."""
+    from dtrun.engines.ray import executor as ray_executor
+    from dtrun.errors import RunTimeoutError
+    from dtrun.workloads.files import NodeLog
+
+    monkeypatch.setattr(ray_executor, "POLL_S", 0.01)
+    monkeypatch.setattr(ray_executor, "ANSWER_S", 0.01)
+
+    class Actor:
+        def __init__(self, name: str) -> None:
+            self.poll = types.SimpleNamespace(remote=lambda wait_s: name)
+
+    class Ray:
+        exceptions = types.SimpleNamespace(RayError=RuntimeError)
+
+        def wait(self, refs, num_returns, timeout):
+            time.sleep(0.01)  # a poll's time; ray-1's never answers
+            return [ref for ref in refs if ref == "ray-0"], []
+
+        def get(self, ref):
+            return [], None  # ray-0 runs on, printing nothing
+
+    plan, executor = _two_ray_nodes()
+    nodes = [ray_executor._Node(launch, NodeLog(tmp_path / f"{launch.node.name}.log"))
+             for launch in plan.launches]  # fmt: skip
+    launch = ray_executor._Launch(executor, plan, tmp_path, nodes, lambda *_: None)
+    launch.ray = Ray()
+    for node in nodes:
+        node.actor, node.started = Actor(node.launch.node.name), time.monotonic()
+    nodes[0].answered = nodes[0].started
+    nodes[1].answered = nodes[1].started - 100.0  # its last answer, past SILENT_S
+    error = launch.supervise(timeout_s=0.3)
+    for node in nodes:
+        node.log.close()
+    assert isinstance(error, RunTimeoutError)
+    why = str(error.why)
+    assert why.startswith("still running when stopped: ray-0, ray-1; "), why
+    assert "; ray-1 (127.0.0.3) had not answered dtrun for 100 s" in why and "its node hangs" in why
+    assert "ray-0 (127.0.0.2)" not in why, why

@@ -16,9 +16,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dtrun.engines.common.scripts import AnswerLines, line_text
-from dtrun.engines.ray.executor import said
 from dtrun.engines.ray.node import NodeProcess
-from dtrun.engines.ray.session import RaySession
+from dtrun.engines.ray.session import RaySession, said
 from dtrun.execute import Answer, LineSink
 
 ANSWER_S = 300.0  # how long a node's script may take, scheduling included

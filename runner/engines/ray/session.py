@@ -71,6 +71,23 @@ def quiet_cluster_errors() -> None:
     worker.print_to_stdstream = keep
 
 
+# a terminal's colour codes: Ray colours a task error's first line (colorama)
+_COLOURS = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def said(error: BaseException) -> str:
+    """Ray's reason, in one line, without its traceback or colours; for a method of the actor
+    that raised (Ray's RayTaskError), the exception it raised, not Ray's header line."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, BaseException) and cause is not error:
+        inner, kind = said(cause), type(cause).__name__
+        return (inner if inner == kind else f"{kind}: {inner}")[:400]
+    text = _COLOURS.sub("", str(error))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    text = next((line for line in lines if "died" in line or "lost" in line.lower()), "")
+    return (text or (lines[0] if lines else type(error).__name__))[:400]
+
+
 def need_ray() -> Any:
     """Ray, or exit 2 naming dtrun's ray extra (as runner/extras.py says the others)."""
     try:
