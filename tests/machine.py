@@ -34,7 +34,8 @@ SHARED_BY_MACHINE = {"test_e2e_slurm.py": "slurm", "test_check_slurm.py": "slurm
                      "test_e2e_spark.py": "spark", "test_e2e_spark_app.py": "spark",
                      "test_check_spark.py": "spark", "test_spark_torchrun.py": "spark",
                      "test_e2e_ray.py": "ray", "test_e2e_ray_faults.py": "ray",
-                     "test_e2e_ray_exec.py": "ray", "test_check_ray.py": "ray"}  # fmt: skip
+                     "test_e2e_ray_exec.py": "ray", "test_check_ray.py": "ray",
+                     "test_e2e_ray_hang.py": "ray"}  # fmt: skip
 # where the claims live; a scratch suite (tests/unit/test_parts.py) gets its own
 LOCKS = Path(os.environ.get("DTRUN_TEST_LOCKS", "/tmp/dtrun-tests-locks"))
 

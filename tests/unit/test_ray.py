@@ -14,14 +14,15 @@ import threading
 import time
 import types
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from dtrun.engines.ray.executor import RayExecutor, bundle, node_tag, said
+from dtrun.engines.ray.executor import RayExecutor, bundle, node_tag
 from dtrun.engines.ray.node import NodeProcess
-from dtrun.engines.ray.session import RaySession, parse_address, ray_inventory
+from dtrun.engines.ray.session import RaySession, parse_address, ray_inventory, said
 from dtrun.engines.registry import EngineOptions
 from dtrun.errors import InventoryError, PlanError, SiteError, UsageError
 from dtrun.spec.cluster import Node, Starter
@@ -490,7 +491,40 @@ def test_a_release_disconnects_beside_the_report_and_the_close_waits_for_it():
     ray.go.set()
     closed.join(10)
     assert not closed.is_alive() and ray.shut == 1 and session.ray is None
-    assert ray.on == ["dtrun-ray-close"]
+    assert ray.on == ["dtrun-ray-close-1"]
+
+
+# dtrun's end while Ray's disconnect, begun by close_soon, never ends (an Event no one sets)
+_STUCK_CLOSE = """
+import threading
+from dtrun.engines.ray.session import RaySession
+
+class Stuck:
+    def shutdown(self):
+        threading.Event().wait()
+
+session = RaySession("h:1")
+session.ray = Stuck()
+session.close_soon()
+print("leaving", flush=True)
+"""
+
+
+def test_dtrun_exits_while_rays_disconnect_never_ends():
+    """close_soon's thread is a daemon (DaemonThreads, as the other engines' threads): Python's
+    exit does not wait for it. Before, it was no daemon and the exit joined it: dtrun hung for
+    as long as Ray's shutdown did (here, for good). Python 3.11 let a Ctrl-C'd close() mark the
+    thread ended (bpo-45274's handling), which hid it there; nothing else did."""
+    child = subprocess.Popen([sys.executable, "-c", _STUCK_CLOSE], cwd=REPO,
+                             env={**os.environ, "PYTHONPATH": str(REPO)},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        out, _ = child.communicate(timeout=60)  # it ends at once, or never
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        pytest.fail("dtrun did not exit while Ray's disconnect never ended")
+    assert child.returncode == 0 and out.decode().strip() == "leaving", out
 
 
 class _Actor:
@@ -777,3 +811,130 @@ def test_a_ctrl_c_while_a_cut_log_s_launch_stops_is_the_interruption_and_says_th
     assert ended is not None
     assert f"node log {tmp_path.resolve() / 'ray-0.log'} could not be written" in ended.what
     assert [r.node for r in raised.value.node_results] == ["ray-0", "ray-1"]
+
+
+def test_a_node_log_the_disk_cannot_hold_ends_run_with_logcut_and_every_nodes_end(
+    monkeypatch, tmp_path
+):
+    """ray-0's log refuses a line (ENOSPC) while the launch runs: every node is stopped, and
+    run raises LogCut with the disk's error and file and how every node ended, for the
+    launch's record (runner/sweep/runlaunch.py) as the other engines' cut launches."""
+    import errno
+
+    from dtrun.engines.ray.executor import _Launch
+    from dtrun.execute import LogCut
+
+    stopped: list[str] = []
+
+    def cut(self: _Launch, timeout_s: float) -> None:
+        log = self.nodes[0].log
+        log.error = OSError(errno.ENOSPC, "No space left on device", str(log.path))
+        raise log.error
+
+    monkeypatch.setattr(_Launch, "place", lambda self: None)
+    monkeypatch.setattr(_Launch, "supervise", cut)
+    monkeypatch.setattr(_Launch, "stop", lambda self: stopped.append("every node"))
+    plan, executor = _two_ray_nodes()
+    with pytest.raises(LogCut) as raised:
+        executor.run(plan, tmp_path, timeout_s=60, on_line=lambda *_: None)
+    assert stopped == ["every node"]
+    cut_log = str(tmp_path.resolve() / "ray-0.log")
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, cut_log)
+    assert [r.node for r in raised.value.node_results] == ["ray-0", "ray-1"]
+
+
+class _CommandRay:
+    """A Ray whose one command task hands over ``chunks`` (Ray's generator task: each next() a
+    ref to one chunk, here the chunk itself), one by one, as fast as they are asked for."""
+
+    exceptions = types.SimpleNamespace(RayError=RuntimeError)
+
+    def __init__(self, chunks: Iterator[tuple[list[bytes], int | None]]) -> None:
+        task = types.SimpleNamespace(remote=lambda *_: iter(chunks))
+        self.task = types.SimpleNamespace(options=lambda **_: task)
+
+    def remote(self, **_: object) -> object:
+        return lambda _fn: self.task
+
+    def wait(
+        self, refs: list[object], num_returns: int, timeout: float
+    ) -> tuple[list[object], list[object]]:
+        return refs[:1], refs[1:]
+
+    def get(self, ref: object) -> object:
+        return ref
+
+
+def test_a_node_printing_without_end_leaves_its_answer_its_last_lines_only():
+    """`dtrun exec` on a node that prints far more than an answer keeps (here 3 times
+    ANSWER_MOST): every line is shown as it comes, and the answer holds the last ANSWER_MOST
+    characters, where its readers' markers are. Before, every line was held in dtrun's memory
+    till the end: a node printing a gigabyte grew dtrun by as much."""
+    from dtrun.engines.common.scripts import ANSWER_MOST
+    from dtrun.engines.ray.commands import run_commands
+
+    line = b"x" * 1014 + b"\n"  # 1024 bytes with its number
+    count = 3 * ANSWER_MOST // 1024
+
+    def chunks() -> Iterator[tuple[list[bytes], int | None]]:
+        for start in range(0, count, 64):
+            yield [b"%08d " % i + line for i in range(start, min(start + 64, count))], None
+        yield [b"dtrun-marker done\n"], 0
+
+    shown = [0]
+    session = types.SimpleNamespace(ray=_CommandRay(chunks()))
+    answers = run_commands(session, {"ray-0": "127.0.0.2"}, {"ray-0": "yes"},  # type: ignore[arg-type]
+                           lambda node, text: shown.__setitem__(0, shown[0] + 1))  # fmt: skip
+    answer = answers["ray-0"]
+    assert answer.exit_code == 0 and shown[0] == count + 1
+    assert len(answer.output) <= ANSWER_MOST
+    kept = answer.output.splitlines()
+    assert kept[-1] == "dtrun-marker done"
+    assert kept[-2].startswith(f"{count - 1:08d} ") and len(kept) >= ANSWER_MOST // 1024 - 1
+
+
+def test_a_node_whose_actor_stopped_answering_is_named_as_hung_at_the_timeout(
+    monkeypatch, tmp_path
+):
+    """ray-1's node hangs (its machine, its raylet and worker SIGSTOPped): its polls never
+    answer, and Ray calls it dead only once its health checks fail (about a minute). At the
+    launch's deadline dtrun says which node had stopped answering, by name and address, not
+    only that both still ran; ray-0, which answered all along, is not named so."""
+    from dtrun.engines.ray import executor as ray_executor
+    from dtrun.errors import RunTimeoutError
+    from dtrun.workloads.files import NodeLog
+
+    monkeypatch.setattr(ray_executor, "POLL_S", 0.01)
+    monkeypatch.setattr(ray_executor, "ANSWER_S", 0.01)
+
+    class Actor:
+        def __init__(self, name: str) -> None:
+            self.poll = types.SimpleNamespace(remote=lambda wait_s: name)
+
+    class Ray:
+        exceptions = types.SimpleNamespace(RayError=RuntimeError)
+
+        def wait(self, refs, num_returns, timeout):
+            time.sleep(0.01)  # a poll's time; ray-1's never answers
+            return [ref for ref in refs if ref == "ray-0"], []
+
+        def get(self, ref):
+            return [], None  # ray-0 runs on, printing nothing
+
+    plan, executor = _two_ray_nodes()
+    nodes = [ray_executor._Node(launch, NodeLog(tmp_path / f"{launch.node.name}.log"))
+             for launch in plan.launches]  # fmt: skip
+    launch = ray_executor._Launch(executor, plan, tmp_path, nodes, lambda *_: None)
+    launch.ray = Ray()
+    for node in nodes:
+        node.actor, node.started = Actor(node.launch.node.name), time.monotonic()
+    nodes[0].answered = nodes[0].started
+    nodes[1].answered = nodes[1].started - 100.0  # its last answer, past SILENT_S
+    error = launch.supervise(timeout_s=0.3)
+    for node in nodes:
+        node.log.close()
+    assert isinstance(error, RunTimeoutError)
+    why = str(error.why)
+    assert why.startswith("still running when stopped: ray-0, ray-1; "), why
+    assert "; ray-1 (127.0.0.3) had not answered dtrun for 100 s" in why and "its node hangs" in why
+    assert "ray-0 (127.0.0.2)" not in why, why

@@ -4,6 +4,7 @@ once (``Executor.command``). Engines import it; it imports no engine."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import os
@@ -185,6 +186,35 @@ def answer_line(line: str) -> str | None:
     if line.endswith("\r"):
         return line.rstrip("\r") if line.strip() else None
     return line
+
+
+# Of a short script's output, what its answer keeps: its last lines, this many characters in
+# all. Its readers look for their markers at its end (cluster/readiness.py, peers.py,
+# program.py); a node printing a gigabyte grew dtrun's memory by as much. Every line is shown
+# as it comes all the same (on_line), and kept whole: at most LONGEST_LINE.
+ANSWER_MOST = 4 * LONGEST_LINE
+
+
+class AnswerLines:
+    """A short script's answer lines as they come (``answer_line``), its last ANSWER_MOST
+    characters only (one line at least)."""
+
+    def __init__(self, most: int = ANSWER_MOST) -> None:
+        self.most = most
+        self.lines: collections.deque[str] = collections.deque()
+        self.held = 0  # characters, a newline a line
+
+    def add(self, line: str) -> None:
+        kept = answer_line(line)
+        if kept is None:
+            return
+        self.lines.append(kept)
+        self.held += len(kept) + 1
+        while self.held > self.most and len(self.lines) > 1:
+            self.held -= len(self.lines.popleft()) + 1
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
 
 
 def line_text(segment: str) -> str:

@@ -15,10 +15,9 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from dtrun.engines.common.scripts import answer_line, line_text
-from dtrun.engines.ray.executor import said
+from dtrun.engines.common.scripts import AnswerLines, line_text
 from dtrun.engines.ray.node import NodeProcess
-from dtrun.engines.ray.session import RaySession
+from dtrun.engines.ray.session import RaySession, said
 from dtrun.execute import Answer, LineSink
 
 ANSWER_S = 300.0  # how long a node's script may take, scheduling included
@@ -53,7 +52,7 @@ def run_commands(
         for name, script in scripts.items()
     }
     by_generator = {id(generator): name for name, generator in running.items()}
-    output: dict[str, list[str]] = {name: [] for name in scripts}
+    output = {name: AnswerLines() for name in scripts}  # each one's last lines (ANSWER_MOST)
     answers: dict[str, Answer] = {}
     deadline = time.monotonic() + ANSWER_S
     while running and time.monotonic() < deadline:
@@ -67,24 +66,23 @@ def run_commands(
                 del running[name]
     for name, generator in running.items():  # past ANSWER_S: its group ends with its worker
         ray.cancel(generator, force=True)
-        answers[name] = Answer("\n".join(output[name]), error=f"no answer in {ANSWER_S:g} s")
+        answers[name] = Answer(output[name].text(), error=f"no answer in {ANSWER_S:g} s")
     return {name: answers[name] for name in scripts}
 
 
 def _next(
-    ray: Any, generator: Any, name: str, output: list[str], on_line: LineSink | None
+    ray: Any, generator: Any, name: str, output: AnswerLines, on_line: LineSink | None
 ) -> Answer | None:
     """The node's answer once its task has ended (None while it runs); its lines shown."""
     try:
         lines, code = ray.get(next(generator))
     except StopIteration:  # never: the last chunk carries the exit code
-        return Answer("\n".join(output), error="Ray: the task ended without an exit code")
+        return Answer(output.text(), error="Ray: the task ended without an exit code")
     except ray.exceptions.RayError as error:  # a lost raylet or worker
-        return Answer("\n".join(output), error=f"Ray: {said(error)}")
+        return Answer(output.text(), error=f"Ray: {said(error)}")
     for raw in lines:
         line = line_text(raw.decode(errors="replace"))
-        if (kept := answer_line(line)) is not None:
-            output.append(kept)
+        output.add(line)
         if on_line is not None:
             on_line(name, line)
-    return None if code is None else Answer("\n".join(output), code)
+    return None if code is None else Answer(output.text(), code)

@@ -14,7 +14,6 @@ groups (runner/engines/ray/session.py).
 from __future__ import annotations
 
 import contextlib
-import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from dtrun.engines.common.scripts import line_text, write_launch_files, write_sc
 from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.ray.launcher import NAME as TORCHTRAINER
 from dtrun.engines.ray.node import GRACE_S, NodeProcess
-from dtrun.engines.ray.session import RaySession
+from dtrun.engines.ray.session import RaySession, said
 from dtrun.errors import LaunchInterrupted, NodeFailedError, RunError, RunTimeoutError
 from dtrun.execute import Answer, LineSink, StopSink, cut_by, cut_stop, quiet_stop
 from dtrun.execute.success import Next, after_exit, mark_stopped
@@ -37,29 +36,13 @@ from dtrun.workloads.files import NodeLog
 PLACE_S = 60.0  # how long Ray may take to place a launch's bundles
 POLL_S = 0.2  # how long each node's actor holds a poll for output (less: its script ended)
 ANSWER_S = 1.0  # beyond POLL_S, how long dtrun waits for polls before it looks at the clock
+SILENT_S = 10.0  # an actor silent this long at the deadline: its node hangs (timed_out)
 BUNDLE_CPUS = 1
 
 
 def bundle(launch: NodeLaunch) -> dict[str, float]:
     """One node's bundle: a CPU, on the node of its address (Ray's own ``node:ADDRESS``)."""
     return {"CPU": BUNDLE_CPUS, f"node:{launch.node.address}": 0.001}
-
-
-# a terminal's colour codes: Ray colours a task error's first line (colorama)
-_COLOURS = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
-
-
-def said(error: BaseException) -> str:
-    """Ray's reason, in one line, without its traceback or colours; for a method of the actor
-    that raised (Ray's RayTaskError), the exception it raised, not Ray's header line."""
-    cause = getattr(error, "cause", None)
-    if isinstance(cause, BaseException) and cause is not error:
-        inner, kind = said(cause), type(cause).__name__
-        return (inner if inner == kind else f"{kind}: {inner}")[:400]
-    text = _COLOURS.sub("", str(error))
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    text = next((line for line in lines if "died" in line or "lost" in line.lower()), "")
-    return (text or (lines[0] if lines else type(error).__name__))[:400]
 
 
 @dataclass
@@ -69,6 +52,7 @@ class _Node:
     actor: Any = None
     poll: Any = None  # the poll under way
     started: float = 0.0
+    answered: float | None = None  # its last poll's answer (its start, till then)
     ended: float | None = None
     code: int | None = None
     stopped: bool = False
@@ -208,7 +192,7 @@ class _Launch:
                     name=f"dtrun-{self.plan.rdzv_id}-{node.launch.node.name}",
                     scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, index),
                 ).remote(node_tag(self.tag, index))
-            node.started = time.monotonic()
+            node.started = node.answered = time.monotonic()
             starts[index] = node.actor.start.remote(
                 str(self.workdir), files, node.launch.script_name
             )
@@ -257,12 +241,18 @@ class _Launch:
         )
 
     def timed_out(self, timeout_s: float, waiting: list[_Node]) -> RunTimeoutError:
-        """The error of a launch whose nodes in ``waiting`` still ran at its deadline."""
+        """The error of a launch whose nodes in ``waiting`` still ran at its deadline, naming
+        those whose actor no longer answered (a hung node: Ray calls it dead only later)."""
+        now = time.monotonic()
+        hung = "".join(f"; {n.launch.node.name} ({n.launch.node.address}) had not answered "
+                       f"dtrun for {now - n.answered:.0f} s: its node hangs" for n in waiting
+                       if n.answered is not None and now - n.answered > SILENT_S)  # fmt: skip
         return RunTimeoutError(
             f"the launch on {plural(self.plan.nnodes, 'node')} did not finish within "
             f"{timeout_s:g} s",
             why="still running when stopped: "
-            + ", ".join(node.launch.node.name for node in waiting),
+            + ", ".join(node.launch.node.name for node in waiting)
+            + hung,
             fix="raise --timeout, or read the node logs for where it hung",
         )
 
@@ -313,6 +303,7 @@ class _Launch:
         except ray.exceptions.RayError as error:
             node.lost, node.ended = said(error), time.monotonic()
             return Next.WAIT
+        node.answered = time.monotonic()
         self.write(node, lines)
         if code is None:
             return Next.WAIT
@@ -332,9 +323,8 @@ class _Launch:
         from dtrun.execute.failure import explain_log  # its patterns: only for a failure
 
         assert node.code is not None
-        name, address = node.launch.node.name, node.launch.node.address
-        return NodeFailedError(name, address, node.code, str(node.log.path),
-                               explain_log(node.log.path))  # fmt: skip
+        where, log = node.launch.node, node.log.path
+        return NodeFailedError(where.name, where.address, node.code, str(log), explain_log(log))
 
     def lost_first(self) -> RunError | None:
         """A node Ray lost, named before any failure it caused on the others."""

@@ -15,11 +15,12 @@ import re
 import signal
 import socket
 import sys
-import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from dtrun.cluster.names import host_problem
+from dtrun.engines.common.threads import DaemonThreads
 from dtrun.errors import InventoryError, SiteError, UsageError
 from dtrun.spec.cluster import Accelerator, Inventory, Node, Starter
 
@@ -70,6 +71,23 @@ def quiet_cluster_errors() -> None:
     worker.print_to_stdstream = keep
 
 
+# a terminal's colour codes: Ray colours a task error's first line (colorama)
+_COLOURS = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+def said(error: BaseException) -> str:
+    """Ray's reason, in one line, without its traceback or colours; for a method of the actor
+    that raised (Ray's RayTaskError), the exception it raised, not Ray's header line."""
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, BaseException) and cause is not error:
+        inner, kind = said(cause), type(cause).__name__
+        return (inner if inner == kind else f"{kind}: {inner}")[:400]
+    text = _COLOURS.sub("", str(error))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    text = next((line for line in lines if "died" in line or "lost" in line.lower()), "")
+    return (text or (lines[0] if lines else type(error).__name__))[:400]
+
+
 def need_ray() -> Any:
     """Ray, or exit 2 naming dtrun's ray extra (as runner/extras.py says the others)."""
     try:
@@ -92,7 +110,7 @@ class RaySession:
         self.ray: Any = None
         self.job_id = ""
         self.trained = False  # a TorchTrainer ran: Ray Train may have left detached actors
-        self.closing: threading.Thread | None = None  # close_soon's
+        self.closing: Future[None] | None = None  # close_soon's
 
     def open(self) -> None:
         ray = need_ray()
@@ -123,15 +141,18 @@ class RaySession:
     def close_soon(self) -> None:
         """close() in a thread of its own, once nothing more is asked of the cluster: Ray's
         disconnect (about 0.3 s, most of it joining the driver's listener threads) runs while
-        dtrun writes the report. close() waits for it."""
+        dtrun writes the report. close() waits for it. A daemon thread (DaemonThreads): a
+        disconnect that never ends (a head that stopped answering) must not hold dtrun at its
+        exit, once a stop has ended the wait."""
         if self.ray is not None and self.closing is None:
-            self.closing = threading.Thread(target=self._close, name="dtrun-ray-close")
-            self.closing.start()
+            thread = DaemonThreads(1, name="dtrun-ray-close")
+            self.closing = thread.submit(self._close)
+            thread.shutdown(wait=False)
 
     def close(self) -> None:
         """The job ends (module docstring); after close_soon, once its thread is done."""
         if self.closing is not None:
-            self.closing.join()
+            self.closing.result()
         else:
             self._close()
 

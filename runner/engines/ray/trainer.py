@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from dtrun.engines.ray.executor import POLL_S as LAUNCH_POLL_S
-from dtrun.engines.ray.executor import _Launch, _Node, said
+from dtrun.engines.ray.executor import _Launch, _Node
 from dtrun.engines.ray.node import GRACE_S, NodeProcess
+from dtrun.engines.ray.session import said
 from dtrun.errors import RunError
 from dtrun.execute.success import Next, after_exit
 
