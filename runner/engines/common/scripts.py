@@ -30,15 +30,14 @@ def run_scripts(
 ) -> dict[str, tuple[list[str], int]]:
     """Each node's short script, all at once: ``start(node)`` starts a process that reads the
     script on its stdin (bash -s here, srun ... bash -s under Slurm). Every node's output lines,
-    streamed to ``on_line`` as they come, and its exit code."""
-    lines: dict[str, list[str]] = {name: [] for name in scripts}
+    streamed to ``on_line`` as they come (the last ANSWER_MOST characters kept), and its exit
+    code."""
+    lines = {name: AnswerLines() for name in scripts}
     lock = threading.Lock()
 
     def collect(name: str, line: str) -> None:
         with lock:
-            kept = answer_line(line)
-            if kept is not None:
-                lines[name].append(kept)
+            lines[name].add(line)
             if on_line is not None:
                 on_line(name, line)
 
@@ -69,7 +68,7 @@ def run_scripts(
         for process in processes.values():
             if process.poll() is None:
                 process.terminate()
-    return {name: (lines[name], process.wait()) for name, process in processes.items()}
+    return {name: (list(lines[name].lines), process.wait()) for name, process in processes.items()}
 
 
 # SIGTERM to every group, SIGKILL to what is left after the grace (arguments: the groups)

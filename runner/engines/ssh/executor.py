@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dtrun.engines.common.code import code_files, node_python
-from dtrun.engines.common.scripts import answer_line, line_text
+from dtrun.engines.common.scripts import AnswerLines, line_text
 from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.ssh.ended import Ended, StoppedLate, node_results, with_left
 from dtrun.engines.ssh.remote import (
@@ -94,13 +94,11 @@ class SshExecutor:
         self, scripts: dict[Node, str], on_line: LineSink | None, hold: bool
     ) -> dict[str, Answer]:
         async def one(node: Node, script: str) -> Answer:
-            lines: list[str] = []
+            lines = AnswerLines()  # its last lines (ANSWER_MOST)
 
             def sink(segment: str) -> None:
                 line = line_text(segment)
-                kept = answer_line(line)
-                if kept is not None:
-                    lines.append(kept)
+                lines.add(line)
                 if on_line is not None:
                     on_line(node.name, line)
 
@@ -111,10 +109,10 @@ class SshExecutor:
                         process, status = await run_command(connection, script, sink, hold=hold)
             except SshError as error:
                 self.session.forget(node)
-                return Answer("\n".join(lines), None, f"{error.what}: {error.why}")
+                return Answer(lines.text(), None, f"{error.what}: {error.why}")
             if hold and process.exit_status is None and not process.is_closing():
                 self._held[node.name] = process  # the node's staging goes through it
-            return Answer("\n".join(lines), status)
+            return Answer(lines.text(), status)
 
         answers = await asyncio.gather(*(one(node, script) for node, script in scripts.items()))
         return {node.name: answer for node, answer in zip(scripts, answers, strict=True)}
