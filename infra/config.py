@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
 
 import pulumi
 
@@ -15,17 +14,15 @@ from dtrun.spec.cluster import ClusterSpec
 def load_cluster(
     config: pulumi.Config | None = None, now: datetime.datetime | None = None
 ) -> ClusterSpec:
-    """The program's settings; a dtrun:expiresAt before ``now`` (default: now) is refused."""
+    """The program's settings; a dtrun:expiresAt before ``now`` (default: now) is refused.
+
+    Each is read as the text the stack holds and typed by cluster_spec, as `dtrun up` types
+    them: pulumi.Config's get_bool and get_int raised Pulumi's own ConfigTypeError, with a
+    traceback, for `dtrun:spot: on`, and get_int took 1_000 where dtrun refuses it."""
     config = config or pulumi.Config(NAMESPACE)
-    getters: dict[str, Callable[[str], object]] = {
-        "string": config.get,
-        "integer": config.get_int,
-        "boolean": config.get_bool,
-        "array": config.get_object,
-    }
     values = {}
-    for key, setting in schema().items():
-        value = getters[setting.type](key)
+    for key in schema():
+        value = config.get(key)
         if value is not None:
             values[key] = value
     return cluster_spec(values, now=now or datetime.datetime.now(datetime.UTC))

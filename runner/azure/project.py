@@ -39,6 +39,47 @@ def installed_project(folder: Path, package: Path = PACKAGE) -> dict[str, Any]:
     return project
 
 
+def project_folder(environ: Mapping[str, str] = os.environ) -> Path:
+    """The folder Pulumi works in (workspace), found without writing anything."""
+    root = checkout()
+    return root if root is not None else user_project_dir(environ)
+
+
+def stack_settings(stack: str, folder: Path) -> dict[str, object] | None:
+    """The dtrun: settings of ``folder``/Pulumi.<stack>.yaml, each as written there (the text
+    Pulumi hands the program; a list, its items' texts), for `dtrun up` to check before it looks
+    for the Pulumi CLI. None where Pulumi alone can read them: no such file, text that is no
+    YAML, a secret value (secure:) or an ESC environment."""
+    try:
+        text = (folder / f"Pulumi.{stack}.yaml").read_text()
+        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        return None
+    fields = dict(_pairs(root))
+    config = fields.get("config")
+    if "environment" in fields or not isinstance(config, yaml.MappingNode):
+        return None
+    values: dict[str, object] = {}
+    for key, node in _pairs(config):
+        if not key.startswith("dtrun:"):
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            values[key] = node.value
+        elif isinstance(node, yaml.SequenceNode) and all(
+            isinstance(item, yaml.ScalarNode) for item in node.value
+        ):
+            values[key] = [item.value for item in node.value]
+        else:
+            return None
+    return values
+
+
+def _pairs(node: yaml.Node | None) -> list[tuple[str, yaml.Node]]:
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    return [(str(key.value), value) for key, value in node.value]
+
+
 def workspace(environ: Mapping[str, str] = os.environ) -> tuple[Path, dict[str, str]]:
     """The folder Pulumi works in, and the environment variables it needs there."""
     return prepare(checkout(), environ)

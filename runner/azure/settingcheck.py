@@ -177,11 +177,13 @@ def subnets(vnet: str) -> dict[str, str]:
     return {name: str(next(blocks)) for name in ("head", "nodes", "netapp", "lustre")}
 
 
+# A price as people write one, ASCII only, as the CLI's (runner/cli/parse.py, parse_amount):
+# float() also takes 1_0, ' 5' and other scripts' digits
+_PRICE = re.compile(r"-1|(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def check_spot_price(text: str) -> float:
-    try:
-        price = float(text)
-    except ValueError:
-        price = 0.0
+    price = float(text) if _PRICE.fullmatch(text) else 0.0
     if not math.isfinite(price) or (price != -1 and price <= 0):
         raise setting_error(
             "spotMaxPrice", f"is {text!r}", "use -1 (up to on-demand) or a price in USD, e.g. 12.5"

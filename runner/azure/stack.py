@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dtrun.azure.config import cluster_spec
 from dtrun.azure.expiry import MAX_HOURS, deadline
-from dtrun.azure.project import workspace
+from dtrun.azure.project import project_folder, stack_settings, workspace
 from dtrun.azure.settingcheck import NAMESPACE
 from dtrun.errors import DtrunError, Lines, UsageError, indent
 from dtrun.extras import need
@@ -110,6 +110,15 @@ def stack_config(stack: auto.Stack) -> ClusterSpec:
     return cluster_spec(values)
 
 
+def check_stack_file(stack: str) -> None:
+    """The settings Pulumi.<stack>.yaml holds, checked before the Pulumi CLI is looked for: a bad
+    one is said whether Pulumi is installed or not (stack_config checks them all again, as
+    Pulumi reads them)."""
+    values = stack_settings(stack, project_folder())
+    if values is not None:
+        cluster_spec(values)
+
+
 def _created(stack: auto.Stack) -> list[str]:
     """The resources a stack holds now, as TYPE NAME lines (best effort, for error messages)."""
     with contextlib.suppress(Exception):
@@ -160,6 +169,7 @@ def up(stack: str, on_output: Printer, on_spec: Callable[[ClusterSpec], None]) -
     checked settings before anything is created (what `dtrun up` says the cluster bills an
     hour, the warning about ttlHours 0)."""
     command = f"dtrun up --stack {stack}"
+    check_stack_file(stack)
     with _pulumi(command, stack):
         selected = _select(stack, create=True)
         spec = stack_config(selected)
@@ -178,6 +188,7 @@ def extend(stack: str, hours: float, on_output: Printer) -> Outputs:
             f"--hours {hours:g} is not a time to expire in",
             fix=f"give hours from now, more than 0 and at most {MAX_HOURS}",
         )
+    check_stack_file(stack)
     with _pulumi(command, stack):
         selected = _select(stack, create=False)
         spec = stack_config(selected)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import re
 import signal
@@ -27,6 +28,8 @@ class _Group(TyperGroup):
     def make_context(
         self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any
     ) -> Any:
+        for command in self.commands.values():
+            _plain_numbers(command)
         with _redacted_usage_error():
             return super().make_context(info_name, args, parent, **extra)
 
@@ -46,6 +49,48 @@ def _redacted_usage_error() -> Iterator[None]:
 
             exc.message = _LONG.sub(_cut, redact_text(message))
         raise
+
+
+# click's int and float options convert with int() and float(), which also take 1_0, ' 5' and
+# other scripts' digits: every number option takes plain ASCII digits, as prices do
+# (parse_amount); nan and inf pass, for each option's own range check to name its range
+_PLAIN = {
+    "int": (re.compile(r"[+-]?[0-9]+"), "a whole number"),
+    "float": (
+        re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?i:inf|nan)"),
+        "a number",
+    ),
+}
+
+
+def _plain_numbers(command: Any) -> None:
+    """Every int and float option of ``command`` (a click command) refuses other digits."""
+    for param in command.params:
+        kind = param.type
+        if kind.name not in _PLAIN or getattr(kind, "plain", False):
+            continue
+        pattern, shape = _PLAIN[kind.name]
+        plain = copy.copy(kind)  # typer's click types are shared between options
+
+        def convert(
+            value: Any,
+            param: Any,
+            ctx: Any,
+            *,
+            plain: Any = plain,
+            inner: Any = kind.convert,
+            pattern: re.Pattern[str] = pattern,
+            shape: str = shape,
+        ) -> Any:
+            if isinstance(value, str) and pattern.fullmatch(value) is None:
+                shown = value if len(value) <= 40 else f"{value[:40]}..."
+                plain.fail(
+                    f"{shown!r} is not {shape}: write it in ASCII digits, e.g. 10", param, ctx
+                )
+            return inner(value, param, ctx)
+
+        plain.convert, plain.plain = convert, True
+        param.type = plain
 
 
 # click quotes a refused value whole: a 5,000-digit --steps (past int()'s 4,300-digit limit,

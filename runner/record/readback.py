@@ -279,8 +279,8 @@ def ranged(expected: str, low: float, high: float, why: str, *types: type) -> Sh
 TEXT = kind("text", str)
 NUMBER = kind("a number", int, float)
 POSITIVE = kind("a number above 0", int, float, positive=True)
-WHOLE = kind("a whole number", int)
-COUNT = kind("a whole number above 0", int, positive=True)
+WHOLE = ranged("a whole number", -(2**63), 2**63 - 1, "a 64-bit whole number", int)
+COUNT = ranged("a whole number above 0", 1, 2**63 - 1, "a 64-bit count", int)  # not 30 digits
 # a model's parameters or a process's bytes, as a program's step hook counts them: 0 or more
 AMOUNT = ranged("a whole number", 0, 2**63 - 1, "a count or a size: 0 or more", int)
 FLAG = kind("true or false", bool)

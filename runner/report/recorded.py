@@ -158,7 +158,7 @@ BENCH_BY_WORKLOAD = {
         {
             "bench": obj(
                 {"model": obj(_MODEL, optional={"preset": nullable(TEXT)})}
-                | options(BenchSpec, "procs_per_node", "steps", "warmup", "repeat")
+                | options(BenchSpec, "procs_per_node", "steps", "warmup", "repeat", "batch")
             )
         }
     ),
@@ -234,7 +234,7 @@ RESULTS = {
         _LAUNCH
         | _TIMED
         | {
-            "model": obj({"params": NUMBER, "seq_len": COUNT}),
+            "model": obj({"params": AMOUNT, "seq_len": COUNT}),  # the header prints params
             "global_batch": COUNT,
             "tokens_per_s": POSITIVE,
             "samples_per_s": NUMBER,

@@ -61,3 +61,20 @@ def test_a_deadline_already_past_stops_the_program_before_anything_is_made(mocks
     with pytest.raises(pulumi.RunError, match="dtrun:expiresAt is 2000-01-01T00:00:00Z, which"):
         runpy.run_path(str(MAIN))
     assert not mocks.declared
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "kind"),
+    [("spot", "on", "a boolean"), ("spot", "yes", "a boolean"), ("spot", "1", "a boolean"),
+     ("allowSshFromInternet", "on", "a boolean"), ("nodeCount", "four", "an integer"),
+     ("nodeCount", "1_0", "an integer"), ("ttlHours", "1.5", "an integer"),
+     ("idleMinutes", "true", "an integer"), ("storageSizeGib", " 1024", "an integer")],
+)  # fmt: skip
+def test_a_mistyped_setting_stops_the_program_with_dtruns_message(mocks, key, value, kind):
+    stack_config(adminCidrs=["203.0.113.4/32"], **{key: value})
+    with pytest.raises(pulumi.RunError) as caught:
+        runpy.run_path(str(MAIN))
+    assert str(caught.value) == (
+        f"dtrun:{key} is {value!r}, not {kind}\n  next: set it to {kind}"
+    ), caught.value
+    assert not mocks.declared

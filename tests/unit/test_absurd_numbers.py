@@ -192,3 +192,29 @@ def test_a_record_with_a_key_given_twice_is_refused(tmp_path, fixed_inventory):
     code, said = report(tmp_path, fixed_inventory, twice, "runs.json")
     assert code == 2, said
     assert "the key 'status' is given twice in one object" in said
+
+
+THIRTY_DIGITS = 10**30 - 1
+
+
+@pytest.mark.parametrize(
+    ("file", "keys", "field"),
+    [
+        ("n1/r0/result.json", ("timed_steps",), "'timed_steps'"),
+        ("n2/r0/result.json", ("global_batch",), "'global_batch'"),
+        ("n1/r0/result.json", ("model", "params"), "'model.params'"),
+        ("n2/r0/result.json", ("busbw", "gradient_bytes"), "'busbw.gradient_bytes'"),
+        ("manifest.json", ("bench", "batch"), "'bench.batch'"),
+        ("health.json", ("procs_per_node",), "'procs_per_node'"),
+    ],
+)
+def test_a_hand_edited_30_digit_count_is_refused_naming_the_file_and_field(
+    tmp_path, fixed_inventory, file, keys, field
+):
+    """Printed whole before: a 30-digit step count widened `dtrun report`'s table and
+    report.md, a 30-digit batch `dtrun compare`'s."""
+    code, said = report(tmp_path, fixed_inventory, put(THIRTY_DIGITS, *keys), file)
+    assert code == 2, said
+    assert f"error: a/{file} is damaged: {field} is {THIRTY_DIGITS}" in said
+    assert "at most" in said or "outside" in said
+    assert "next: restore it" in said

@@ -273,6 +273,31 @@ def test_dry_run_says_why_there_is_no_gate(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["bench", "--steps", "1_0"], "--steps"),
+        (["bench", "--steps", "\u0664"], "--steps"),  # an Arabic-Indic 4
+        (["bench", "--warmup", " 5"], "--warmup"),
+        (["bench", "--ready-timeout", "1_000"], "--ready-timeout"),
+        (["run", "--nodes", "1_0", "--", "python", "x.py"], "--nodes"),
+        (["run", "--timeout", "6_0", "--", "python", "x.py"], "--timeout"),
+        (["extend", "--stack", "dev", "--hours", "2_4"], "--hours"),
+    ],
+)
+def test_number_options_take_plain_ascii_digits_only(tmp_path, args, flag):
+    command, *rest = args
+    result = dtrun(
+        command, *(["--dry-run", "--output", str(tmp_path / "runs")] * (command != "extend")), *rest
+    )
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.replace("│", " ").split())
+    assert f"Invalid value for '{flag}'" in said
+    assert "write it in ASCII digits" in said
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["bench", "--timeout", "nan"], "--timeout must be a number of seconds above 0"),

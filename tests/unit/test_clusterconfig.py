@@ -310,6 +310,18 @@ def test_an_ordinary_admin_user_is_kept(user):
     assert spec(adminUser=user).admin_user == user
 
 
+@pytest.mark.parametrize("price", ["1_2.5", " 12.5", "\u0661\u0662", "+12.5", "12.5 "])
+def test_a_spot_price_in_other_than_plain_ascii_digits_is_refused(price):
+    with pytest.raises(ConfigError, match="dtrun:spotMaxPrice is") as caught:
+        spec(spotMaxPrice=price)
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("price", ["-1", "12.5", "0.75", "1e2"])
+def test_a_plain_spot_price_or_minus_one_is_kept(price):
+    assert spec(spotMaxPrice=price).spot_max_price == float(price)
+
+
 @pytest.mark.parametrize("price", ["nan", "inf", "-inf", "NaN", "Infinity"])
 def test_a_spot_price_that_is_not_a_finite_number_is_refused(price):
     with pytest.raises(ConfigError, match="dtrun:spotMaxPrice") as caught:

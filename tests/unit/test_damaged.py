@@ -292,7 +292,7 @@ CASES = {
     "result-zero-sequence": Case(
         "a/n1/r0/result.json",
         edit(put(0, "model", "seq_len")),
-        "'model.seq_len' is 0, not a whole number above 0",
+        "'model.seq_len' is 0, outside 1 to",
     ),
     "manifest-noise-no-sample": Case(
         "a/manifest.json", edit(put({"steal_share": 0.0}, "noise")), "'noise' has no 'sample_s'"

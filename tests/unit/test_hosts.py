@@ -508,6 +508,25 @@ def test_a_workdir_that_is_a_system_folder_is_refused_naming_it(workdir, shown):
     assert caught.value.exit_code == 2
 
 
+@pytest.mark.parametrize(
+    ("shared", "shown"),
+    [("/", "/"), ("/etc", "/etc"), ("/usr/share", "/usr/share"), ("/shared/../var", "/var")],
+)
+def test_a_shared_folder_that_is_a_system_folder_is_refused_naming_it(shared, shown):
+    """dtrun writes its .dtrun/ folder into the shared one: `shared: /` would get /.dtrun."""
+    with pytest.raises(HostsFileError) as caught:
+        parse(f"hosts: [a]\nshared: {shared}\n")
+    said = caught.value.message
+    assert f"line 2: 'shared' '{shared}' is {shown}, a folder of the system" in said, said
+    assert "writes its .dtrun/ folder into the shared folder" in said
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("shared", ["/shared", "/home/alice", "/usr/local/shared", "/mnt/nfs"])
+def test_a_shared_folder_of_its_own_is_taken(shared):
+    assert parse(f"hosts: [a]\nshared: {shared}\n").shared_dir == shared
+
+
 @pytest.mark.parametrize("workdir", ["'/  '", "'/ tmp/dtrun'", "'/tmp/dtrun '"])
 def test_a_workdir_with_a_folder_name_edged_by_white_space_is_refused(workdir):
     with pytest.raises(HostsFileError) as caught:

@@ -49,6 +49,65 @@ def test_without_the_pulumi_cli_each_command_exits_2_saying_next_how_to_install_
     assert "Traceback" not in result.output
 
 
+@pytest.fixture
+def stack_file(monkeypatch, tmp_path):
+    """Pulumi.dev.yaml in a project folder of the test's own, with the text given."""
+    monkeypatch.setattr(azure_stack, "project_folder", lambda: tmp_path, raising=False)
+
+    def write(text: str):
+        path = tmp_path / "Pulumi.dev.yaml"
+        path.write_text(text)
+        return path
+
+    return write
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("dtrun:spot: on", "error: dtrun:spot is 'on', not a boolean"),
+        ("dtrun:spot: yes", "error: dtrun:spot is 'yes', not a boolean"),
+        ("dtrun:nodeCount: 1_0", "error: dtrun:nodeCount is '1_0', not an integer"),
+        ("dtrun:adminCidrs: [0.0.0.0/0]", "error: dtrun:adminCidrs holds 0.0.0.0/0, which opens"),
+    ],
+)
+@pytest.mark.parametrize("command", [["up"], ["extend", "--hours", "4"]], ids=lambda c: c[0])
+def test_a_bad_setting_in_the_stack_file_is_said_before_the_pulumi_cli_is_looked_for(
+    no_pulumi_cli, stack_file, command, setting, said
+):
+    text = f"config:\n  dtrun:adminCidrs: [203.0.113.4/32]\n  {setting}\n"
+    path = stack_file(text)
+    result = runner.invoke(app, [*command, "--stack", "dev"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(said), result.stderr
+    assert "Pulumi CLI" not in result.stderr
+    assert "Traceback" not in result.output
+    assert path.read_text() == text
+
+
+def test_good_settings_in_the_stack_file_go_on_to_the_pulumi_cli(no_pulumi_cli, stack_file):
+    stack_file((TESTS.parent / "Pulumi.example.yaml").read_text())
+    result = runner.invoke(app, ["up", "--stack", "dev"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: the Pulumi CLI is not installed: ")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "config:\n  dtrun:spot: on\n  dtrun:sshPublicKey:\n    secure: AAEx\n",
+        "environment: [dev-env]\nconfig:\n  dtrun:spot: on\n",
+        "config: [",
+    ],
+    ids=["a secret", "an ESC environment", "no YAML"],
+)
+def test_a_stack_file_pulumi_alone_can_read_is_left_to_pulumi(no_pulumi_cli, stack_file, text):
+    stack_file(text)
+    result = runner.invoke(app, ["up", "--stack", "dev"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: the Pulumi CLI is not installed: ")
+
+
 def test_a_bad_stack_name_is_refused_before_pulumi_runs(no_pulumi_cli):
     result = runner.invoke(app, ["up", "--stack", "my stack"])
     assert result.exit_code == 2

@@ -26,6 +26,7 @@ from dtrun.cluster.names import (
     is_port,
     login_problem,
     node_dir_problem,
+    shared_problem,
     workdir_problem,
 )
 from dtrun.engines.ssh.hostlines import (
@@ -121,7 +122,7 @@ _NAME_CHECKS: dict[str, Callable[[str], str | None]] = {
     "user": login_problem,
     "interface": interface_problem,
     "workdir": workdir_problem,
-    "shared": node_dir_problem,
+    "shared": shared_problem,
     "python": node_dir_problem,
 }
 
@@ -216,10 +217,6 @@ def _count(node: yaml.Node, source: str, field: str) -> int:
     return count
 
 
-def _slots(node: yaml.Node, source: str) -> int:
-    return _count(node, source, "slots")
-
-
 # The files `key:` and `known_hosts:` name are read whole, by asyncssh: /dev/zero, a FIFO or a
 # sparse file of gigabytes hung dtrun or filled the memory. An OpenSSH key is a few kB (RSA
 # 16384: 12 kB); a known_hosts of 10,000 nodes with three keys each, about 10 MB.
@@ -278,7 +275,7 @@ def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
         "user": lambda n: _scalar(n, source, "user", str),
         "port": lambda n: _port(n, source),
         "key": lambda n: _path(n, source, "key"),
-        "slots": lambda n: _slots(n, source),
+        "slots": lambda n: _count(n, source, "slots"),
         "cpus": lambda n: _count(n, source, "cpus"),
     }
     common = {name: read[name](node) for name, node in top.items() if name in read}
