@@ -65,6 +65,13 @@ def test_an_embedded_exec_stopped_by_a_signal_leaves_no_command_running(signum, 
         assert "stopped by SIGTERM" in out
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_an_embedded_exec_stopped_by_a_signal_stops_a_daemon_it_started(signum, tmp_path):
+    """A daemon in a session of its own, out of the script's group, ignoring SIGTERM."""
+    line = "trap '' TERM; setsid sleep {s} & sleep {s}"
+    _exec_then(signum, [], 4, tmp_path, line)  # 2 nodes, 2 sleeps a node
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_an_exec_on_sshd_nodes_stopped_by_a_signal_leaves_no_command_running(
     signum, sshd_cluster, tmp_path
