@@ -347,9 +347,9 @@ def _sweep(
     except DtrunError as exc:
         # a run directory that could not be written has no report: its message says what is kept
         if display.run_dir is not None and not isinstance(exc, RunDirWriteError):
-            out.print(
-                one_line(f"finished launches and the report are kept in {display.run_dir.path}")
-            )
+            # a stop during the report's build, after the last launch, leaves none
+            kept = "and the report are" if display.run_dir.report.exists() else "are"
+            out.print(one_line(f"finished launches {kept} kept in {display.run_dir.path}"))
             if json_out and display.run_dir.summary.exists():
                 # scripts get the partial summary too, unless it cannot be read: then the
                 # sweep's own error, raised below, is the one to show

@@ -42,7 +42,9 @@ def guard_command(record: Path, missing: Mapping[str, Any] | None = None) -> lis
 
     root = Path(dtrun.__file__).parent.parent  # not resolved: a checkout's dtrun -> runner
     extra = [json.dumps(missing)] if missing is not None else []
-    return [sys.executable, "-I", "-S", "-c", GUARD_CODE, str(root), str(record), *extra]
+    # the guard runs from / (start_guard): a record under `--output runs` is named from here
+    where = str(record.absolute())  # not resolved: a link there is refused when written
+    return [sys.executable, "-I", "-S", "-c", GUARD_CODE, str(root), where, *extra]
 
 
 def settle(record: str, missing: str | None = None) -> bool:

@@ -273,8 +273,16 @@ class _Runner:
             else:
                 self.sweep.report = reporter.build(run_dir)
         except KeyboardInterrupt:
-            if self.status is not SweepStatus.COMPLETE:
-                raise  # stopped in a launch, or failed: recorded as that already
+            if self.status is not SweepStatus.COMPLETE:  # stopped in a launch, or failed:
+                # recorded as that already; said so, not as a bare stop that hides it
+                rest = f"; run the rest with `dtrun bench --resume {run_dir.path}`"
+                raise RunInterruptedError(
+                    interruption(),
+                    why="as the report was built, which may be unfinished, after: "
+                    + (self.error or "").split("\n")[0],  # its first line: runs.json holds all
+                    fix=f"rebuild the report with `dtrun report {run_dir.path}`"
+                    + (rest if self.status is SweepStatus.INTERRUPTED else ""),
+                ) from None
             self.status = SweepStatus.INTERRUPTED
             self.error = f"{interruption()} after its last launch: every launch ended and is "
             self.error += "recorded; the report may be unfinished"

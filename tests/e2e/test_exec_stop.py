@@ -29,12 +29,14 @@ def _sleeps(seconds: int) -> list[psutil.Process]:
     return found
 
 
-def _exec_then(signum: int, where: list[str], nodes: int, tmp_path: Path) -> str:
-    """`dtrun exec` of a long sleep on every node, ``signum`` once every node runs it; its
-    output. No sleep of it may be left a few seconds later."""
+def _exec_then(
+    signum: int, where: list[str], nodes: int, tmp_path: Path, line: str = "sleep {s}"
+) -> str:
+    """`dtrun exec` of a long sleep on every node (``line``, {s} its seconds), ``signum`` once
+    every node runs it; its output. No sleep of it may be left a few seconds later."""
     seconds = random.randint(5000, 9999)  # this test's own sleeps
     process = subprocess.Popen(
-        [*DTRUN, "exec", *where, "--", f"sleep {seconds}; echo finished"],
+        [*DTRUN, "exec", *where, "--", line.format(s=seconds) + "; echo finished"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
@@ -63,6 +65,13 @@ def test_an_embedded_exec_stopped_by_a_signal_leaves_no_command_running(signum, 
         assert "stopped by SIGTERM" in out
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_an_embedded_exec_stopped_by_a_signal_stops_a_daemon_it_started(signum, tmp_path):
+    """A daemon in a session of its own, out of the script's group, ignoring SIGTERM."""
+    line = "trap '' TERM; setsid sleep {s} & sleep {s}"
+    _exec_then(signum, [], 4, tmp_path, line)  # 2 nodes, 2 sleeps a node
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_an_exec_on_sshd_nodes_stopped_by_a_signal_leaves_no_command_running(
     signum, sshd_cluster, tmp_path
@@ -74,6 +83,23 @@ def test_an_exec_on_sshd_nodes_stopped_by_a_signal_leaves_no_command_running(
         f"known_hosts: {sshd_cluster.known_hosts}\nhosts: [{addresses}]\n"
     )
     _exec_then(signum, ["--hosts", str(hosts)], 2, tmp_path)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_an_exec_on_sshd_nodes_stopped_by_a_signal_stops_a_daemon_it_started(
+    signum, sshd_cluster, tmp_path
+):
+    """A command that leaves a daemon in a session of its own (`setsid sleep &`), out of the
+    command's process group, and ignores SIGTERM: the stop reaches it too, by the tag it
+    inherits."""
+    hosts = tmp_path / "hosts.yaml"
+    addresses = ", ".join(host.address for host in sshd_cluster.hosts[:2])
+    hosts.write_text(
+        f"user: {sshd_cluster.user}\nport: 2222\nkey: {sshd_cluster.key}\n"
+        f"known_hosts: {sshd_cluster.known_hosts}\nhosts: [{addresses}]\n"
+    )
+    line = "trap '' TERM; setsid sleep {s} & sleep {s}"
+    _exec_then(signum, ["--hosts", str(hosts)], 4, tmp_path, line)  # 2 sleeps a node
 
 
 def test_an_exec_on_sshd_nodes_runs_a_script_line_that_reads_like_the_end_line(

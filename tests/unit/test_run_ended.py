@@ -70,6 +70,18 @@ def test_the_guard_marks_run_json_when_its_pipe_closes_and_not_when_dropped(tmp_
     assert json.loads(path.read_text())["status"] == "unrecorded"
 
 
+def test_the_guard_marks_a_run_json_given_relative_to_where_dtrun_started(tmp_path, monkeypatch):
+    """`--output runs` (the default) gives a relative run directory; the guard runs from /,
+    so its record is named from where dtrun started, or a killed run says "running" for ever."""
+    monkeypatch.chdir(tmp_path)
+    path = _record(tmp_path, "running").relative_to(tmp_path)
+    guard = start_guard(guard_command(path))
+    assert guard.stdin is not None
+    guard.stdin.close()  # as when dtrun's process is gone
+    assert guard.wait(timeout=60) == 0
+    assert json.loads((tmp_path / path).read_text())["status"] == "unrecorded"
+
+
 def test_a_killed_check_s_guard_writes_check_json_only_where_none_is(tmp_path):
     path = tmp_path / "check.json"
     missing = json.dumps(unrecorded_record())

@@ -405,3 +405,35 @@ def test_a_failed_launch_is_still_reported_done_where_runs_json_refuses_it(
     assert f"the disk holding {disk / 'told'} is full" in raised.value.message
     assert [(r["nodes"], r["status"]) for r in runs_of(disk / "told")["runs"]] == [(1, "ok")]
     assert heard == [(1, "ok"), (2, "failed")]
+
+
+class FailsFirstLaunch(Recorded):
+    """Every node of the first launch exits 1."""
+
+    def run(
+        self,
+        plan: LaunchPlan,
+        workdir: Path,
+        *,
+        timeout_s: float,
+        on_line: LineSink,
+        tag: str | None = None,
+    ) -> tuple[NodeResult, ...]:
+        node = plan.launches[0].node
+        failed = NodeFailedError(node.name, node.address, 1, f"{node.name}.log", "")
+        failed.node_results = (NodeResult(node.name, node.address, 1, f"{node.name}.log", 0.5),)
+        raise failed
+
+
+def test_a_sigterm_while_a_failed_sweep_s_report_is_built_keeps_the_failure_and_the_next_step(
+    tmp_path: Path, fixed_inventory: Inventory, monkeypatch: pytest.MonkeyPatch, no_stop_yet: None
+):
+    """Not a bare "stopped by SIGTERM": the failure, that the report may be unfinished, and
+    the command that rebuilds it; runs.json keeps the failure (docs/bench.md, Signals)."""
+    monkeypatch.setattr(sweep_run, "ReportBuilder", StoppedWhileReporting)
+    with pytest.raises(RunInterruptedError) as raised:
+        run_sweep(sweep_plan(fixed_inventory, bench("failed")), tmp_path, FailsFirstLaunch())
+    said = str(raised.value)
+    assert raised.value.exit_code == 143 and "failed with exit code 1" in said
+    assert f"next: rebuild the report with `dtrun report {tmp_path / 'failed'}`" in said
+    assert runs_of(tmp_path / "failed")["status"] == "failed"

@@ -27,11 +27,14 @@ def run_scripts(
     scripts: dict[str, str],
     start: Callable[[str], subprocess.Popen[bytes]],
     on_line: LineSink | None = None,
+    tag: str = "",
 ) -> dict[str, tuple[list[str], int]]:
     """Each node's short script, all at once: ``start(node)`` starts a process that reads the
     script on its stdin (bash -s here, srun ... bash -s under Slurm). Every node's output lines,
     streamed to ``on_line`` as they come (the last ANSWER_MOST characters kept), and its exit
-    code."""
+    code. ``tag``: the environment entry (NAME=VALUE) ``start`` gives the scripts; a stop
+    stops what carries it too, a daemon the script left in a session of its own (`setsid
+    sleep &`) included."""
     lines = {name: AnswerLines() for name in scripts}
     lock = threading.Lock()
 
@@ -44,7 +47,8 @@ def run_scripts(
     processes = {name: start(name) for name in scripts}
     # Each script is a process group of its own (``start`` starts a new session): if dtrun is
     # SIGKILLed before they end, the guard stops every group (runner/execute/guard.py).
-    guard = start_guard(["sh", "-c", _STOP_GROUPS, "dtrun-stop", *map(str, _groups(processes))])
+    groups = map(str, _groups(processes))
+    guard = start_guard(["sh", "-c", _STOP_GROUPS, tag or _NO_TAG, *groups])
     readers = []
     stopped = True  # until every reader is done: an interrupt stops the scripts
     try:
@@ -64,19 +68,23 @@ def run_scripts(
     finally:
         drop_guard(guard)
         if stopped:  # Ctrl-C, SIGTERM or SIGHUP: every process a script started, not its bash
-            _stop_groups(processes)
+            _stop_groups(processes, tag)
         for process in processes.values():
             if process.poll() is None:
                 process.terminate()
     return {name: (list(lines[name].lines), process.wait()) for name, process in processes.items()}
 
 
-# SIGTERM to every group, SIGKILL to what is left after the grace (arguments: the groups)
+# SIGTERM to every group and every process carrying the tag ($0), SIGKILL to what is left
+# after the grace (arguments: the groups); as templates/remote/stop.sh.j2 finds the tagged
 _GRACE_S = 5
+_NO_TAG = "dtrun-stop"
 _STOP_GROUPS = (
-    'for g; do kill -s TERM -- "-$g" 2>/dev/null; done; '
+    f'tagged() {{ [ "$0" = {_NO_TAG} ] || '
+    'grep -lsxzF -- "$0" /proc/[0-9]*/environ | cut -d/ -f3; }; '
+    'for g; do kill -s TERM -- "-$g" 2>/dev/null; done; kill -s TERM $(tagged) 2>/dev/null; '
     f"sleep {_GRACE_S}; "
-    'for g; do kill -s KILL -- "-$g" 2>/dev/null; done'
+    'for g; do kill -s KILL -- "-$g" 2>/dev/null; done; kill -s KILL $(tagged) 2>/dev/null'
 )  # kill -s: POSIX; dash refuses `kill -TERM -- -G`
 
 
@@ -90,12 +98,14 @@ def _groups(processes: dict[str, subprocess.Popen[bytes]]) -> list[int]:
     return groups
 
 
-def _stop_groups(processes: dict[str, subprocess.Popen[bytes]]) -> None:
-    """SIGTERM to each script's process group, SIGKILL after the grace to what is left."""
+def _stop_groups(processes: dict[str, subprocess.Popen[bytes]], tag: str = "") -> None:
+    """SIGTERM to each script's process group and what carries ``tag``, SIGKILL after the
+    grace to what is left."""
     groups = _groups(processes)
     for group in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGTERM)
+    _signal_tagged(tag, signal.SIGTERM)
     leaders = {process.pid: process for process in processes.values()}
     deadline = time.monotonic() + _GRACE_S
     for group in groups:
@@ -104,6 +114,25 @@ def _stop_groups(processes: dict[str, subprocess.Popen[bytes]]) -> None:
             time.sleep(0.05)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
+    while time.monotonic() < deadline and _tagged(tag):
+        time.sleep(0.05)
+    _signal_tagged(tag, signal.SIGKILL)
+
+
+def _tagged(tag: str) -> list[int]:
+    """The processes whose environment holds the entry ``tag`` (none for no tag)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ") if tag else ():
+        with contextlib.suppress(OSError):  # gone, or not ours to read
+            if tag.encode() in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+    return found
+
+
+def _signal_tagged(tag: str, signum: signal.Signals) -> None:
+    for pid in _tagged(tag):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
 
 
 def _group_alive(group: int) -> bool:

@@ -150,10 +150,11 @@ class LocalExecutor:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**node_environment(os.environ), "DTRUN_NODE_NAME": name},
+                env={**node_environment(os.environ), "DTRUN_NODE_NAME": name, TAG: tag},
             )
 
-        ended = run_scripts(scripts, start, on_line)
+        tag = f"exec-{secrets.token_hex(8)}"  # a stop finds what the scripts left by it
+        ended = run_scripts(scripts, start, on_line, f"{TAG}={tag}")
         return {name: Answer("\n".join(lines), code) for name, (lines, code) in ended.items()}
 
     def pinned(self, node: str, command: list[str]) -> list[str]:

@@ -73,7 +73,10 @@ def launch_command(
 # group, SIGTERM and SIGKILL after 5 s, as the embedded engine does (runner/engines/common/
 # scripts.py). A script whose end never came (dtrun gone while sending it) does not run; the
 # end line carries a random token (the wrapper's $1), so no line of a script ends it.
-# `kill -s`: POSIX (dash refuses `kill -TERM -- -G`).
+# The script carries TAG=exec-TOKEN, and the guard stops what carries it too: a daemon the
+# command left in a session of its own (`setsid sleep &`) is out of its group (as in
+# templates/remote/stop.sh.j2). `kill -s`: POSIX (dash refuses `kill -TERM -- -G`).
+_TAGGED = 'grep -lsxzF -- "$t" /proc/[0-9]*/environ | cut -d/ -f3'
 _COMMAND = f"""s= ended=
 while IFS= read -r l; do
   if [ "$l" = "DTRUN_END_OF_SCRIPT_$1" ]; then ended=1; break; fi
@@ -82,10 +85,11 @@ while IFS= read -r l; do
 done
 [ -n "$ended" ] || exit 255
 exec 3<&0
-printf '%s' "$s" | setsid --wait bash -s 3<&- &
+printf '%s' "$s" | {TAG}="exec-$1" setsid --wait bash -s 3<&- &
 run=$!
-stop='{WAIT_FOR_END}; kill -s TERM -- "-$0"; sleep 5; kill -s KILL -- "-$0"'
-sh -c "$stop" "$run" <&3 >/dev/null 2>&1 3<&- &
+stop='t="{TAG}=exec-$1"; {WAIT_FOR_END}; kill -s TERM -- "-$0" $({_TAGGED}); sleep 5
+kill -s KILL -- "-$0" $({_TAGGED})'
+sh -c "$stop" "$run" "$1" <&3 >/dev/null 2>&1 3<&- &
 guard=$!
 exec 3<&-
 wait "$run"
