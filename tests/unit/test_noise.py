@@ -15,9 +15,11 @@ import pytest
 
 from dtrun.record.noise_sample import MachineSample, tree_cpu_s
 from dtrun.workloads.noise import (
+    MIN_WINDOW_TICKS,
     STRAGGLER_RATIO,
     CpuTimes,
     Snapshot,
+    clock_ticks,
     launch_noise,
     machine_figures,
     node_noise,
@@ -103,6 +105,15 @@ def test_shares_of_the_machines_cpu_time_and_the_other_load_in_cores():
 def test_other_load_is_never_negative_when_ticks_round_below_the_launchs_own_time():
     figures = machine_figures({"total": 200, "busy": 98, "steal": 0}, 100, 1.0, 1.0)
     assert figures["other_cores"] == 0.0
+
+
+def test_a_window_too_short_for_the_tick_clock_reads_as_not_measured():
+    # a program of 5 short steps timed 19 ms: 3 ticks of 10 ms on 2 CPUs, one tick either way
+    # in /proc/stat's sampling is a third of the window, not load (it read 0.52 other cores)
+    figures = machine_figures({"total": 3, "busy": 3, "steal": 0}, 100, 0.019, 0.02)
+    assert set(figures.values()) == {None}
+    entries = node_noise([{**window("boot-1", 0.01), "wall_s": 0.019}], ["node-0"])
+    assert entries[0]["other_cores"] is None and entries[0]["steal_share"] is None
 
 
 def window(machine: str, own_cpu_s: float, busy: int = 150) -> dict[str, object]:
@@ -197,7 +208,7 @@ def test_dtruns_own_cpu_time_counts_its_children_once_they_are_reaped():
 
 
 def test_the_machine_sample_gives_shares_of_cpu_time_and_the_load_average():
-    sample = MachineSample(0.05).result()
+    sample = MachineSample(MIN_WINDOW_TICKS / clock_ticks()).result()
     assert sample is not None
     assert sample["cpus"] == os.cpu_count()
     assert sample["sample_s"] >= 0.05
