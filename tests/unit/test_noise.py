@@ -23,6 +23,7 @@ from dtrun.workloads.noise import (
     launch_noise,
     machine_figures,
     node_noise,
+    own_cpu_s,
     parse_loadavg,
     parse_proc_stat,
     rank_window,
@@ -196,6 +197,24 @@ def test_a_strategy_that_cannot_compute_alone_records_why_and_no_times():
     gathered = [{**window("m", 0.6), "alone_s": None, "alone_why": why}] * 2
     noise = launch_noise(gathered, ["node-0", "node-1"], 3)
     assert noise["probe"] == {"steps": 0, "rank_s": None, "why": why}
+
+
+def test_a_ranks_cpu_time_counts_its_workers_alive_and_reaped_once():
+    # a program's DataLoader workers are its own work, not other load: 2 spawn workers read
+    # 1.97 other cores over 2.2 s on a quiet machine when a rank counted itself alone
+    before = own_cpu_s()
+    worker = subprocess.Popen(
+        [sys.executable, "-c", BUSY_CHILD.replace("3_000_000", "30_000_000") + "\ninput()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert worker.stdout is not None and worker.stdin is not None
+    used = float(worker.stdout.readline())  # what the worker measured of itself, still alive
+    alive = own_cpu_s() - before
+    worker.stdin.close()
+    worker.wait(timeout=30)
+    reaped = own_cpu_s() - before
+    assert alive >= used - 0.02  # ticks of 10 ms, at most one each way
+    assert used - 0.02 <= reaped <= alive + 0.1  # once, not twice
 
 
 def test_dtruns_own_cpu_time_counts_its_children_once_they_are_reaped():
