@@ -33,6 +33,11 @@ STRAGGLER_RATIO = 1.25  # a rank computed 1.25x as long as the median of the oth
 # half speed is a slow node there. Clean embedded 2-node sweeps on the 2-core dev VM read up to
 # 1.49x; a node held to a tenth or a twentieth of a CPU 2.1x-5.5x (docs/report.md "Noise").
 SHARED_STRAGGLER_RATIO = 2.0
+# /proc/stat counts CPU time by sampling each CPU at every clock tick, so a window fewer ticks
+# long than this reads the sampling, not the load: one tick is 0.05 cores of a window this long
+# (OTHER_CORES is 0.2). A program of five sub-millisecond steps was timed over 19 ms, 3 ticks of
+# 2 CPUs, and read 0.52 other cores; shorter windows give no figures (not measured).
+MIN_WINDOW_TICKS = 20
 
 # What a rank's probe time is, as findings say it after "took 1.6x as long as the median of
 # the other ranks": dtrun's own workload computes a step on each rank alone; a program's step
@@ -132,9 +137,48 @@ def clock_ticks() -> int:
 
 
 def own_cpu_s() -> float:
-    """This process's CPU time, user and system, all its threads, seconds."""
+    """This process's CPU time and its children's, user and system, seconds: its own threads,
+    the children it reaped, and every live descendant (a program's DataLoader workers are
+    the launch's work, not other load), counted once whether alive or reaped by now."""
     times = os.times()
-    return times.user + times.system
+    own = times.user + times.system + times.children_user + times.children_system
+    return own + sum(_process_cpu_s(pid) for pid in _descendants(os.getpid()))
+
+
+def _children(pid: int) -> list[int]:
+    """The live children of ``pid``, from each of its threads' /proc children list (Linux
+    3.5+; none where there is no /proc)."""
+    found: list[int] = []
+    try:
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    for thread in threads:
+        text = _read(str(thread / "children")) or ""
+        found += [int(child) for child in text.split()]
+    return found
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], _children(pid)
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo += _children(child)
+    return found
+
+
+def _process_cpu_s(pid: int) -> float:
+    """A live process's CPU time and its reaped children's (proc_pid_stat(5): utime, stime,
+    cutime, cstime, fields 14-17, in clock ticks); 0 where it ended meanwhile."""
+    text = _read(f"/proc/{pid}/stat")
+    if not text or ")" not in text:
+        return 0.0
+    fields = text.rsplit(")", 1)[1].split()  # the name before it may hold spaces
+    try:
+        return sum(int(value) for value in fields[11:15]) / clock_ticks()
+    except ValueError:
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -171,8 +215,9 @@ def machine_figures(
 
     steal_share, busy_share and other_share are fractions of every CPU's time over the window
     (the ``cpu`` line's total); other_cores is the other work in cores (CPU seconds per second).
+    None where there are no ticks or the window is under MIN_WINDOW_TICKS long.
     """
-    if not ticks or ticks["total"] <= 0 or wall_s <= 0:
+    if not ticks or ticks["total"] <= 0 or wall_s * clock < MIN_WINDOW_TICKS:
         return {"steal_share": None, "busy_share": None, "other_cores": None, "other_share": None}
     total_s = ticks["total"] / clock
     other_s = max(0.0, ticks["busy"] / clock - launch_cpu_s)

@@ -15,12 +15,15 @@ import pytest
 
 from dtrun.record.noise_sample import MachineSample, tree_cpu_s
 from dtrun.workloads.noise import (
+    MIN_WINDOW_TICKS,
     STRAGGLER_RATIO,
     CpuTimes,
     Snapshot,
+    clock_ticks,
     launch_noise,
     machine_figures,
     node_noise,
+    own_cpu_s,
     parse_loadavg,
     parse_proc_stat,
     rank_window,
@@ -105,6 +108,15 @@ def test_other_load_is_never_negative_when_ticks_round_below_the_launchs_own_tim
     assert figures["other_cores"] == 0.0
 
 
+def test_a_window_too_short_for_the_tick_clock_reads_as_not_measured():
+    # a program of 5 short steps timed 19 ms: 3 ticks of 10 ms on 2 CPUs, one tick either way
+    # in /proc/stat's sampling is a third of the window, not load (it read 0.52 other cores)
+    figures = machine_figures({"total": 3, "busy": 3, "steal": 0}, 100, 0.019, 0.02)
+    assert set(figures.values()) == {None}
+    entries = node_noise([{**window("boot-1", 0.01), "wall_s": 0.019}], ["node-0"])
+    assert entries[0]["other_cores"] is None and entries[0]["steal_share"] is None
+
+
 def window(machine: str, own_cpu_s: float, busy: int = 150) -> dict[str, object]:
     return {
         "machine": machine,
@@ -187,6 +199,24 @@ def test_a_strategy_that_cannot_compute_alone_records_why_and_no_times():
     assert noise["probe"] == {"steps": 0, "rank_s": None, "why": why}
 
 
+def test_a_ranks_cpu_time_counts_its_workers_alive_and_reaped_once():
+    # a program's DataLoader workers are its own work, not other load: 2 spawn workers read
+    # 1.97 other cores over 2.2 s on a quiet machine when a rank counted itself alone
+    before = own_cpu_s()
+    worker = subprocess.Popen(
+        [sys.executable, "-c", BUSY_CHILD.replace("3_000_000", "30_000_000") + "\ninput()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert worker.stdout is not None and worker.stdin is not None
+    used = float(worker.stdout.readline())  # what the worker measured of itself, still alive
+    alive = own_cpu_s() - before
+    worker.stdin.close()
+    worker.wait(timeout=30)
+    reaped = own_cpu_s() - before
+    assert alive >= used - 0.02  # ticks of 10 ms, at most one each way
+    assert used - 0.02 <= reaped <= alive + 0.1  # once, not twice
+
+
 def test_dtruns_own_cpu_time_counts_its_children_once_they_are_reaped():
     before = tree_cpu_s()
     child = subprocess.run(
@@ -197,7 +227,7 @@ def test_dtruns_own_cpu_time_counts_its_children_once_they_are_reaped():
 
 
 def test_the_machine_sample_gives_shares_of_cpu_time_and_the_load_average():
-    sample = MachineSample(0.05).result()
+    sample = MachineSample(MIN_WINDOW_TICKS / clock_ticks()).result()
     assert sample is not None
     assert sample["cpus"] == os.cpu_count()
     assert sample["sample_s"] >= 0.05
