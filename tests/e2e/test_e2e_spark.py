@@ -340,3 +340,19 @@ def test_a_node_log_the_disk_cannot_hold_stops_every_rank_and_says_the_disk_is_f
     assert logs  # kept up to the cut
     assert not [path for path in run.rglob("*") if ".partial" in path.name]
     wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the launch")
+
+
+def test_a_horovod_spark_node_s_lines_show_on_the_console_as_its_node_s(no_leftovers):
+    """Under horovod.spark each node's output reaches dtrun's console as `[spark-R] ...`, as
+    under TorchDistributor (node_main sends it to the driver's Relay). Before, Horovod kept it
+    in the executors' own logs: no node line reached the console."""
+    hello = no_leftovers / "hello.py"
+    hello.write_text("import os\nprint('hello from rank', os.environ['RANK'], flush=True)\n")
+    done = run_dtrun(
+        "bench", "--spark", MASTER, "--launcher", "horovod-spark", "--nodes", "2",
+        "--repeat", "1", "--no-health-gate", "--output", str(no_leftovers / "runs"),
+        "--run-id", "hello", "--", "python", str(hello), cwd=no_leftovers, timeout=400,
+    )  # fmt: skip
+    assert "[spark-0] hello from rank 0" in done.stdout, done.stdout + done.stderr
+    assert "[spark-1] hello from rank 1" in done.stdout, done.stdout + done.stderr
+    wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the launch")
