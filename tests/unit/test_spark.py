@@ -645,3 +645,28 @@ def test_node_main_under_horovod_sends_its_lines_to_the_driver_s_relay(tmp_path,
         node_main(str(tmp_path), ["spark-0", "spark-1"], None, relay.address)
         wait_for(lambda: "dtrun-node 1: rank 1 here" in out.getvalue(), timeout=10,
                  what="the node's line at the relay")  # fmt: skip
+
+
+def test_the_relay_prints_nothing_a_connection_without_the_launch_s_token_sends():
+    """Anyone who reaches the driver's host can connect to the Relay: a made-up cut line from
+    one that does not first send this launch's token is not printed (it would stop the
+    launch, naming a node whose log was never cut); a node's, sent with it, is."""
+    import io
+    import socket
+
+    from dtrun.engines.spark.node import CUT, TAG, Relay
+
+    out = io.StringIO()
+    with Relay("127.0.0.1", out) as relay:
+        host, port, token = relay.address
+        for first in ("", "0" * len(token), token[:-1], f"{token}0"):
+            with socket.create_connection((host, port), timeout=10) as stranger:
+                stranger.sendall(f"{first}\n{CUT} 1: 28 No space left on device\n".encode())
+                stranger.shutdown(socket.SHUT_WR)
+                while stranger.recv(4096):  # the relay closes it once it is done with it
+                    pass
+        assert out.getvalue() == ""
+        with socket.create_connection((host, port), timeout=10) as node:
+            node.sendall(f"{token}\n{TAG} 0: from the node\n".encode())
+        wait_for(lambda: "from the node" in out.getvalue(), timeout=10, what="the node's line")
+    assert out.getvalue() == f"{TAG} 0: from the node\n"

@@ -29,7 +29,9 @@ dtrun.engines.spark.shipping and .inprocess only: this module is imported on the
 from __future__ import annotations
 
 import contextlib
+import hmac
 import os
+import secrets
 import signal
 import socket
 import socketserver
@@ -94,7 +96,7 @@ def node_main(
     launch_dir: str,
     names: list[str],
     horovod_port: int | None = None,
-    relay: tuple[str, int] | None = None,
+    relay: tuple[str, int, str] | None = None,
 ) -> int:
     """Run this rank's node script; its exit code, or SystemExit with it when it failed.
     ``relay``: where its lines go under horovod.spark (``Relay``)."""
@@ -220,12 +222,15 @@ def _pump(output: Any, log: Any, node_rank: int, out: BinaryIO) -> None:
             out.flush()
 
 
-def _output(relay: tuple[str, int] | None) -> BinaryIO:
-    """Where node_main's lines go: the driver's Relay, or this process's own output (also
-    where a relay that cannot be reached leaves them: the executor's log)."""
+def _output(relay: tuple[str, int, str] | None) -> BinaryIO:
+    """Where node_main's lines go: the driver's Relay, its token first, or this process's own
+    output (also where a relay that cannot be reached leaves them: the executor's log)."""
     if relay is not None:
+        host, port, token = relay
         with contextlib.suppress(OSError):
-            return socket.create_connection(relay, timeout=30).makefile("wb")
+            sent = socket.create_connection((host, port), timeout=30).makefile("wb")
+            sent.write(f"{token}\n".encode())
+            return sent
     return os.fdopen(os.dup(1), "wb", buffering=0)
 
 
@@ -239,15 +244,18 @@ class Relay(socketserver.ThreadingTCPServer):
     daemon_threads = True
 
     def __init__(self, host: str, out: TextIO) -> None:
-        self.out, self.lock = out, threading.Lock()
+        # Anyone who reaches the driver's host can connect: only a connection whose first line
+        # is this launch's token, which the nodes get with node_main's arguments (Spark's own
+        # channel), is heard; another's lines, a made-up cut line among them, are not printed.
+        self.out, self.lock, self.token = out, threading.Lock(), secrets.token_hex(16)
         super().__init__((host, 0), _RelayLines)
         threading.Thread(target=self.serve_forever, name="dtrun-relay", daemon=True).start()
 
     @property
-    def address(self) -> tuple[str, int]:
-        """Where the nodes reach it (node_main's ``relay``)."""
+    def address(self) -> tuple[str, int, str]:
+        """Where the nodes reach it, and its token (node_main's ``relay``)."""
         host, port = self.server_address[:2]
-        return str(host), int(port)
+        return str(host), int(port), self.token
 
     def __exit__(self, *_: object) -> None:
         self.shutdown()
@@ -257,6 +265,9 @@ class Relay(socketserver.ThreadingTCPServer):
 class _RelayLines(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         relay = cast(Relay, self.server)
+        said = self.rfile.readline(len(relay.token) + 2).rstrip(b"\n")
+        if not hmac.compare_digest(said, relay.token.encode()):
+            return  # not a node of this launch
         for raw in self.rfile:
             with relay.lock:
                 relay.out.write(raw.decode(errors="replace").rstrip("\n") + "\n")
