@@ -313,8 +313,9 @@ def test_a_user_program_is_benched_on_spark_executors(no_leftovers, launcher, pr
     assert sorted(rank["node"] for rank in result["ranks"]) == ["spark-0", "spark-1"]
 
 
+@pytest.mark.parametrize("launcher", ["torchdistributor", "horovod-spark"])
 def test_a_node_log_the_disk_cannot_hold_stops_every_rank_and_says_the_disk_is_full(
-    small_disk, no_leftovers
+    small_disk, no_leftovers, launcher
 ):
     """The node logs are written on the executors (node_main): once the disk cannot hold one,
     that node stops and says so, dtrun cancels the launch as for a failed node, nothing of it
@@ -324,7 +325,7 @@ def test_a_node_log_the_disk_cannot_hold_stops_every_rank_and_says_the_disk_is_f
     spew = no_leftovers / "spew.py"
     spew.write_text("while True:\n    print('x' * 200, flush=True)\n")
     done = run_dtrun(
-        "bench", "--spark", MASTER, "--launcher", "torchdistributor", "--nodes", "2",
+        "bench", "--spark", MASTER, "--launcher", launcher, "--nodes", "2",
         "--repeat", "1", "--no-health-gate", "-o", str(disk),
         "--run-id", "spew", "--", "python", str(spew), cwd=no_leftovers, timeout=400,
     )  # fmt: skip
@@ -332,11 +333,29 @@ def test_a_node_log_the_disk_cannot_hold_stops_every_rank_and_says_the_disk_is_f
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert f"error: the disk holding {run} is full (" in done.stderr, done.stderr
-    assert "where the disk filled" in done.stderr  # the node log it cut short is named
+    assert "where the disk filled" in done.stderr
+    # the node log it cut short is the one named (under Horovod too, not spark-driver.log)
+    assert re.search(r"n2/r0/spark-\d\.log could not be written", done.stderr), done.stderr
     assert "did not finish within" not in done.stderr
     logs = [
         path for path in (run / "n2" / "r0").glob("spark-*.log") if "x" * 200 in path.read_text()
     ]
     assert logs  # kept up to the cut
     assert not [path for path in run.rglob("*") if ".partial" in path.name]
+    wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the launch")
+
+
+def test_a_horovod_spark_node_s_lines_show_on_the_console_as_its_node_s(no_leftovers):
+    """Under horovod.spark each node's output reaches dtrun's console as `[spark-R] ...`, as
+    under TorchDistributor (node_main sends it to the driver's Relay). Before, Horovod kept it
+    in the executors' own logs: no node line reached the console."""
+    hello = no_leftovers / "hello.py"
+    hello.write_text("import os\nprint('hello from rank', os.environ['RANK'], flush=True)\n")
+    done = run_dtrun(
+        "bench", "--spark", MASTER, "--launcher", "horovod-spark", "--nodes", "2",
+        "--repeat", "1", "--no-health-gate", "--output", str(no_leftovers / "runs"),
+        "--run-id", "hello", "--", "python", str(hello), cwd=no_leftovers, timeout=400,
+    )  # fmt: skip
+    assert "[spark-0] hello from rank 0" in done.stdout, done.stdout + done.stderr
+    assert "[spark-1] hello from rank 1" in done.stdout, done.stdout + done.stderr
     wait_for(lambda: launch_processes() == [], timeout=60, what="no process of the launch")

@@ -32,7 +32,7 @@ from dtrun.plan.launchers.spark import SPARK_CONFIG
 from dtrun.spec.cluster import Node, Starter
 from dtrun.spec.launchplan import LaunchPlan, NodeLaunch
 from dtrun.spec.outcome import NodeResult
-from tests.conftest import ended
+from tests.conftest import ended, wait_for
 from tests.paths import REPO
 from tests.plans import build_run_plan
 from tests.unit.test_launch_stubs import run_spec
@@ -100,7 +100,7 @@ def test_horovod_variables_become_the_contract_with_the_node_as_the_rank():
     )
 
 
-def test_node_main_runs_the_node_script_logs_it_and_records_its_exit(tmp_path, monkeypatch, capsys):
+def test_node_main_runs_the_node_script_logs_it_and_records_its_exit(tmp_path, monkeypatch, capfd):
     (tmp_path / "node-1.sh").write_text('echo "rank $RANK here"; exit 3\n')
     monkeypatch.setenv("NODE_RANK", "1")
     monkeypatch.setenv("RANK", "1")
@@ -109,7 +109,7 @@ def test_node_main_runs_the_node_script_logs_it_and_records_its_exit(tmp_path, m
     assert ended.value.code == 3
     assert (tmp_path / "spark-1.exit").read_text() == "3\n"
     assert (tmp_path / "spark-1.log").read_text() == "rank 1 here\n"
-    assert "dtrun-node 1: rank 1 here" in capsys.readouterr().out
+    assert "dtrun-node 1: rank 1 here" in capfd.readouterr().out
     (tmp_path / "node-1.sh").write_text("pwd\n")  # it runs in the launch directory
     assert node_main(str(tmp_path), ["spark-0", "spark-1"]) == 0
     assert (tmp_path / "spark-1.exit").read_text() == "0\n"
@@ -627,3 +627,46 @@ def test_a_cut_line_from_a_node_s_second_rank_names_that_rank_s_log(tmp_path):
     finally:
         for log in ("spark-1.1.log", "spark-0.log"):
             CUT_LOGS.pop(str(tmp_path / log), None)
+
+
+def test_node_main_under_horovod_sends_its_lines_to_the_driver_s_relay(tmp_path, monkeypatch):
+    """Under horovod.spark node_main's tagged lines (and a cut log's) go to the driver's
+    Relay, which prints them as they come. Before, they went to the task's own output, which
+    Horovod forwards only in 64 KiB chunks or at the task's end (or, without stdout=, never)."""
+    import io
+
+    from dtrun.engines.spark.node import Relay
+
+    (tmp_path / "node-1.sh").write_text('echo "rank $RANK here"\n')
+    monkeypatch.setenv("NODE_RANK", "1")
+    monkeypatch.setenv("RANK", "1")
+    out = io.StringIO()
+    with Relay("127.0.0.1", out) as relay:
+        node_main(str(tmp_path), ["spark-0", "spark-1"], None, relay.address)
+        wait_for(lambda: "dtrun-node 1: rank 1 here" in out.getvalue(), timeout=10,
+                 what="the node's line at the relay")  # fmt: skip
+
+
+def test_the_relay_prints_nothing_a_connection_without_the_launch_s_token_sends():
+    """Anyone who reaches the driver's host can connect to the Relay: a made-up cut line from
+    one that does not first send this launch's token is not printed (it would stop the
+    launch, naming a node whose log was never cut); a node's, sent with it, is."""
+    import io
+    import socket
+
+    from dtrun.engines.spark.node import CUT, TAG, Relay
+
+    out = io.StringIO()
+    with Relay("127.0.0.1", out) as relay:
+        host, port, token = relay.address
+        for first in ("", "0" * len(token), token[:-1], f"{token}0"):
+            with socket.create_connection((host, port), timeout=10) as stranger:
+                stranger.sendall(f"{first}\n{CUT} 1: 28 No space left on device\n".encode())
+                stranger.shutdown(socket.SHUT_WR)
+                while stranger.recv(4096):  # the relay closes it once it is done with it
+                    pass
+        assert out.getvalue() == ""
+        with socket.create_connection((host, port), timeout=10) as node:
+            node.sendall(f"{token}\n{TAG} 0: from the node\n".encode())
+        wait_for(lambda: "from the node" in out.getvalue(), timeout=10, what="the node's line")
+    assert out.getvalue() == f"{TAG} 0: from the node\n"

@@ -260,6 +260,23 @@ def test_a_driver_log_the_disk_cannot_hold_cancels_the_launch_and_raises_naming_
     )
 
 
+def test_a_node_s_cut_log_is_named_over_the_driver_log_its_own_lines_then_filled(tmp_path):
+    """The driver's log holds the nodes' lines too: on a full disk it may fail on lines a node
+    sent before its own log stopped and said so. The node's log is the one named; the first
+    node's stays named. Before, the first cut won: spark-driver.log under horovod.spark."""
+    app = SparkApp(lambda tag: SPEWS, grace_s=2.0)
+
+    def cut(name: str) -> OSError:
+        return OSError(errno.ENOSPC, "No space left on device", str(tmp_path / name))
+
+    driver, node, other = cut(DRIVER_LOG), cut("spark-1.log"), cut("spark-0.log")
+    app.cut_short(driver)
+    app.cut_short(node)
+    app.cut_short(other)
+    app.cut_short(driver)
+    assert app.cut is node
+
+
 def test_the_shipped_zip_alone_imports_the_node_code_and_knows_it_came_from_it(tmp_path):
     shipped = build_zip(Path(dtrun.__file__).resolve().parent, tmp_path)
     assert shipped.name == SHIPPED

@@ -162,10 +162,13 @@ class SparkApp:
     def cut_short(self, error: OSError) -> None:
         """A log of the launch under way the disk cannot hold (NodeLog: the driver's here, a
         node's on its executor): the launch is cancelled, as a failed node's job ends, and
-        ``launch`` raises the first such error once the driver says the launch ended."""
-        if self.cut is None:
+        ``launch`` raises the first such error once the driver says the launch ended, a node's
+        over the driver's: the driver's log holds the nodes' lines too, and may fill with
+        those already on their way when a node's log stopped and said so."""
+        first = self.cut is None
+        if first or Path(self.cut.filename or "").name == DRIVER_LOG:  # type: ignore[union-attr]
             self.cut = error
-            if self.sent:
+            if first and self.sent:
                 self._send("cancel")
 
     def start(self) -> None:

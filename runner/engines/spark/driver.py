@@ -53,7 +53,7 @@ from dtrun.engines.spark.failures import (
     spark_said,
     task_failure,
 )
-from dtrun.engines.spark.node import TAG, node_main
+from dtrun.engines.spark.node import TAG, Relay, node_main
 from dtrun.engines.spark.session import (
     CHECK_EVERY_S,
     LIGHT_JVM,
@@ -120,17 +120,17 @@ def launch(spark: Any, config: dict[str, Any], launch_dir: str, here: bool) -> N
     elif launcher == "horovod-spark":
         import horovod.spark
 
-        horovod.spark.run(
-            node_main,
-            args=(launch_dir, names, config["master_port"]),
-            num_proc=len(names),
-            start_timeout=config["start_timeout_s"],
-            # a local-cluster's executors meet on lo; elsewhere Horovod finds the interfaces
-            # every host shares itself (docs/spark.md)
-            nics=[config["interface"]] if config["interface"] == "lo" else None,
-            use_gloo=True,
-            verbose=0,
-        )
+        host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+        with Relay(host, sys.stdout) as relay:
+            horovod.spark.run(
+                node_main,
+                args=(launch_dir, names, config["master_port"], relay.address),
+                num_proc=len(names),
+                start_timeout=config["start_timeout_s"],
+                # local-cluster: lo; else the interfaces all hosts share (docs/spark.md)
+                nics=[config["interface"]] if config["interface"] == "lo" else None,
+                use_gloo=True, verbose=0,
+            )  # fmt: skip
     else:  # pragma: no cover - the plan only writes the two
         raise ValueError(f"not a Spark launcher: {launcher}")
 

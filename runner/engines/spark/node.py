@@ -9,7 +9,7 @@ cluster: shared storage), writes every line to ``<node>.log`` there and prints i
 in ``<node>.exit`` (none when it stopped the script: a stopped node has no exit of its own),
 and fails the task when the script does, so Spark fails the job at once and names the
 partition. A log the disk cannot hold stops the node, which says so (``CUT``) for dtrun to
-stop the launch.
+stop the launch. Under horovod.spark those lines go to the driver's ``Relay``.
 
 The script runs in a process group of its own, which ``node_main`` stops (SIGTERM, then
 SIGKILL) when it is stopped itself or when its parent, the Spark-started process, goes away,
@@ -29,15 +29,19 @@ dtrun.engines.spark.shipping and .inprocess only: this module is imported on the
 from __future__ import annotations
 
 import contextlib
+import hmac
 import os
+import secrets
 import signal
+import socket
+import socketserver
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TextIO, cast
 from urllib.parse import parse_qs, urlsplit
 
 from dtrun.engines.spark.inprocess import program_of, run_here, runs_here, stop_with_parent
@@ -88,8 +92,14 @@ def executor_id(env: dict[str, str]) -> str | None:
     return ids[0] if ids else None
 
 
-def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None) -> int:
-    """Run this rank's node script; its exit code, or SystemExit with it when it failed."""
+def node_main(
+    launch_dir: str,
+    names: list[str],
+    horovod_port: int | None = None,
+    relay: tuple[str, int, str] | None = None,
+) -> int:
+    """Run this rank's node script; its exit code, or SystemExit with it when it failed.
+    ``relay``: where its lines go under horovod.spark (``Relay``)."""
     env = dict(os.environ)
     if horovod_port is not None:
         env = contract_from_horovod(env, horovod_port)
@@ -116,7 +126,7 @@ def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None
     program = program_of(script, env) if horovod_port is None else None
     stops: list[Callable[[], object]] = []  # how this node stops, once it runs
     # this process's own output (the program's, when it runs here, goes through a pipe)
-    with os.fdopen(os.dup(1), "wb", buffering=0) as out:
+    with _output(relay) as out:
 
         def cut(error: OSError) -> None:
             """The log the disk cannot hold (NodeLog) stops the node, and dtrun hears why
@@ -124,6 +134,7 @@ def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None
             with contextlib.suppress(OSError, ValueError):
                 who = node_rank if local_rank == 0 else f"{node_rank}.{local_rank}"  # its log
                 out.write(f"{CUT} {who}: {error.errno} {error.strerror}\n".encode())
+                out.flush()
             for stop in stops:
                 stop()
 
@@ -135,12 +146,13 @@ def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None
                     line = raw.decode(errors="replace").rstrip("\n")
                     with contextlib.suppress(OSError, ValueError):  # a late line of a left child
                         out.write(f"{TAG} {node_rank}: {line}\n".encode())
+                        out.flush()
 
                 # the program has no process of its own: this one ends, as run_here's does
                 stops.append(lambda: os.kill(os.getpid(), signal.SIGTERM))
                 code, stopped = run_here(*program, where, write), False
             else:
-                code, stopped = _run(script, env, log, node_rank, stops)
+                code, stopped = _run(script, env, log, node_rank, stops, out)
     if not stopped:  # a script node_main stopped did not end by itself: no exit to record
         write_atomic(where / f"{stem}{EXIT_SUFFIX}", f"{code}\n".encode())
     if code != 0:
@@ -149,7 +161,12 @@ def node_main(launch_dir: str, names: list[str], horovod_port: int | None = None
 
 
 def _run(
-    script: Path, env: dict[str, str], log: Any, node_rank: int, stops: list[Callable[[], object]]
+    script: Path,
+    env: dict[str, str],
+    log: Any,
+    node_rank: int,
+    stops: list[Callable[[], object]],
+    out: BinaryIO,
 ) -> tuple[int, bool]:
     """The script's exit code, and whether node_main stopped it (a signal, its parent gone, its
     log cut: ``stops`` gets the stop)."""
@@ -184,7 +201,7 @@ def _run(
     stops.append(stop)
     assert proc.stdout is not None
     pump = threading.Thread(
-        target=_pump, args=(proc.stdout, log, node_rank), name="dtrun-node-output", daemon=True
+        target=_pump, args=(proc.stdout, log, node_rank, out), name="dtrun-node-output", daemon=True
     )
     pump.start()
     code = _wait(proc)
@@ -196,11 +213,65 @@ def _run(
     return code, False
 
 
-def _pump(output: Any, log: Any, node_rank: int) -> None:
+def _pump(output: Any, log: Any, node_rank: int, out: BinaryIO) -> None:
     for raw in output:
         log.write(raw)  # a full disk stops the log, not the node's output
         line = raw.decode(errors="replace").rstrip("\n")
-        print(f"{TAG} {node_rank}: {line}", flush=True)
+        with contextlib.suppress(OSError, ValueError):  # the driver gone: the log has it
+            out.write(f"{TAG} {node_rank}: {line}\n".encode())
+            out.flush()
+
+
+def _output(relay: tuple[str, int, str] | None) -> BinaryIO:
+    """Where node_main's lines go: the driver's Relay, its token first, or this process's own
+    output (also where a relay that cannot be reached leaves them: the executor's log)."""
+    if relay is not None:
+        host, port, token = relay
+        with contextlib.suppress(OSError):
+            sent = socket.create_connection((host, port), timeout=30).makefile("wb")
+            sent.write(f"{token}\n".encode())
+            return sent
+    return os.fdopen(os.dup(1), "wb", buffering=0)
+
+
+class Relay(socketserver.ThreadingTCPServer):
+    """Where horovod.spark's nodes send their lines, which the driver prints as
+    TorchDistributor streams them (runner/engines/spark/driver.py). Horovod's own forwarding
+    of a task's output does not do: its client reads that stream 64 KiB at a time
+    (codecs.StreamReader.read(65536) in horovod/runner/common/util/network.py), so a node's
+    lines came late or never, and its cut log's line after the launch had failed."""
+
+    daemon_threads = True
+
+    def __init__(self, host: str, out: TextIO) -> None:
+        # Anyone who reaches the driver's host can connect: only a connection whose first line
+        # is this launch's token, which the nodes get with node_main's arguments (Spark's own
+        # channel), is heard; another's lines, a made-up cut line among them, are not printed.
+        self.out, self.lock, self.token = out, threading.Lock(), secrets.token_hex(16)
+        super().__init__((host, 0), _RelayLines)
+        threading.Thread(target=self.serve_forever, name="dtrun-relay", daemon=True).start()
+
+    @property
+    def address(self) -> tuple[str, int, str]:
+        """Where the nodes reach it, and its token (node_main's ``relay``)."""
+        host, port = self.server_address[:2]
+        return str(host), int(port), self.token
+
+    def __exit__(self, *_: object) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _RelayLines(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        relay = cast(Relay, self.server)
+        said = self.rfile.readline(len(relay.token) + 2).rstrip(b"\n")
+        if not hmac.compare_digest(said, relay.token.encode()):
+            return  # not a node of this launch
+        for raw in self.rfile:
+            with relay.lock:
+                relay.out.write(raw.decode(errors="replace").rstrip("\n") + "\n")
+                relay.out.flush()
 
 
 def _wait(proc: subprocess.Popen[bytes]) -> int:
