@@ -178,8 +178,8 @@ def subnets(vnet: str) -> dict[str, str]:
 
 
 # A price as people write one, ASCII only, as the CLI's (runner/cli/parse.py, parse_amount):
-# float() also takes 1_0, ' 5' and other scripts' digits
-_PRICE = re.compile(r"-1|(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# float() also takes 1_0, ' 5' and other scripts' digits; -1 as -1.0 too, as float() took it
+_PRICE = re.compile(r"-1(?:\.0*)?|(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def check_spot_price(text: str) -> float:

@@ -137,16 +137,24 @@ def workdir_problem(text: str) -> str | None:
     """Why ``text`` cannot be the nodes' workdir; None when it can: a node directory
     (node_dir_problem) that is neither /, nor a system folder (SYSTEM_DIRS, and any folder
     directly under /usr), nor holds a folder name that starts or ends with white space."""
-    return _own_dir_problem(text, "dtrun writes its code/ and runs/ straight into the workdir")
+    return _own_dir_problem(
+        text,
+        "dtrun writes its code/ and runs/ straight into the workdir",
+        "a folder of dtrun's own, such as /tmp/dtrun",
+    )
 
 
 def shared_problem(text: str) -> str | None:
     """Why ``text`` cannot be the nodes' shared folder, as workdir_problem: dtrun writes its
     .dtrun/ folder (code, runs) into it, so `shared: /` wrote /.dtrun on every node."""
-    return _own_dir_problem(text, "dtrun writes its .dtrun/ folder into the shared folder")
+    return _own_dir_problem(
+        text,
+        "dtrun writes its .dtrun/ folder into the shared folder",
+        "a folder every host mounts, such as /shared/dtrun",  # not /tmp: each host's own
+    )
 
 
-def _own_dir_problem(text: str, writes: str) -> str | None:
+def _own_dir_problem(text: str, writes: str, instead: str) -> str | None:
     problem = node_dir_problem(text)
     if problem:
         return problem
@@ -161,8 +169,5 @@ def _own_dir_problem(text: str, writes: str) -> str | None:
             kept.append(part)
     top = not kept or (len(kept) == 1 and kept[0] in SYSTEM_DIRS)
     if top or (len(kept) == 2 and kept[0] == "usr"):  # /usr/local, /usr/share, ...
-        return (
-            f"is {'/' + '/'.join(kept)}, a folder of the system: {writes}; give a folder of "
-            "dtrun's own, such as /tmp/dtrun"
-        )
+        return f"is {'/' + '/'.join(kept)}, a folder of the system: {writes}; give {instead}"
     return None

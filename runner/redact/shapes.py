@@ -231,15 +231,20 @@ def shell_words(args: tuple[str, ...]) -> tuple[str, ...]:
     white space and those where a quote is left open."""
     words: list[str] = []
     for arg in args:
-        lexer = shlex.shlex(arg, posix=True, punctuation_chars=True)
+        lexer = shlex.shlex(arg, posix=True, punctuation_chars=_PUNCTUATION)
         lexer.whitespace_split, lexer.commenters = True, ""  # as shlex.split: no comments
+        lexer.whitespace = " \t\r"  # a new line ends a command, as `;` does
         try:
-            words += list(lexer)
+            words += ["\n" if "\n" in word and set(word) <= _ENDS else word for word in lexer]
         except ValueError:
             words += _SHELL_BREAKS.split(arg)
     return tuple(words)
 
 
+# shlex's punctuation and a new line: `wandb login<newline>python x` is two commands, so
+# `python` was taken for wandb's key
+_PUNCTUATION = "();<>|&\n"
+_ENDS = frozenset(_PUNCTUATION)
 _SHELL_BREAKS = re.compile(r"[\s;&|<>()]+")
 
 

@@ -322,6 +322,13 @@ def test_a_plain_spot_price_or_minus_one_is_kept(price):
     assert spec(spotMaxPrice=price).spot_max_price == float(price)
 
 
+@pytest.mark.parametrize("price", ["-1.0", "-1.00", "-1."])
+def test_minus_one_written_as_a_decimal_is_kept_as_up_to_on_demand(price):
+    """`dtrun:spotMaxPrice: -1.0` was taken before prices took plain digits only; its message
+    said "use -1", the same number."""
+    assert spec(spotMaxPrice=price).spot_max_price == -1
+
+
 @pytest.mark.parametrize("price", ["nan", "inf", "-inf", "NaN", "Infinity"])
 def test_a_spot_price_that_is_not_a_finite_number_is_refused(price):
     with pytest.raises(ConfigError, match="dtrun:spotMaxPrice") as caught:

@@ -522,6 +522,16 @@ def test_a_shared_folder_that_is_a_system_folder_is_refused_naming_it(shared, sh
     assert caught.value.exit_code == 2
 
 
+def test_a_refused_shared_folder_is_not_told_to_be_a_folder_only_one_host_has():
+    """/tmp/dtrun, right for a workdir, is each host's own: a shared folder is one every host
+    mounts."""
+    with pytest.raises(HostsFileError) as caught:
+        parse("hosts: [a]\nshared: /etc\n")
+    said = caught.value.message
+    assert "/tmp" not in said, said
+    assert "a folder every host mounts, such as /shared/dtrun" in said
+
+
 @pytest.mark.parametrize("shared", ["/shared", "/home/alice", "/usr/local/shared", "/mnt/nfs"])
 def test_a_shared_folder_of_its_own_is_taken(shared):
     assert parse(f"hosts: [a]\nshared: {shared}\n").shared_dir == shared

@@ -240,6 +240,18 @@ def test_a_password_a_well_known_tool_takes_as_a_bare_argument_is_hidden(line, s
     assert redact_env((("SETUP", line),)) == (("SETUP", shown),)
 
 
+@pytest.mark.parametrize(
+    "line",
+    ["wandb login\npython train.py data", "7z x -p d.7z\nls -pla", "mysql -p db\r\nls -pla",
+     "wandb login &&\n\npython train.py"],
+)  # fmt: skip
+def test_a_new_line_of_a_shell_line_ends_a_tool_s_command_as_a_semicolon_does(line):
+    """`bash -c 'wandb login<newline>python train.py'`: the next line is a command of its own,
+    so `python` was taken for wandb's key and hidden wherever dtrun printed it."""
+    assert secret_args(("bash", "-c", line)) == ()
+    assert redact_args(("bash", "-c", line)) == ("bash", "-c", line)
+
+
 def test_a_tool_run_as_the_program_has_its_short_password_hidden_where_it_stands():
     """`dtrun run -- curl -u bob:PW URL`: the tool is the program's target, not an argument,
     and a password under 6 characters is hidden only where its flag says (SHORTEST)."""
