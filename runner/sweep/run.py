@@ -207,8 +207,8 @@ class _Runner:
             self.current = (launch, time.monotonic())
             outcome = self.launch(launch)
             self.current = None
-            if outcome.error is not None:  # recorded with its launch: a full disk may stop
-                self.failed(outcome.error)  # the rest
+            if outcome.error is not None:  # recorded with its launch: a full disk stops the rest
+                self.failed(outcome.error)
             try:
                 self.record(outcome.run)
             finally:  # its line even where runs.json refused it: then nothing else names it
