@@ -172,9 +172,8 @@ class _Runner:
         if self.plan.spec.probe and plan.world_size > 1:
             from dtrun.sweep.programprobe import probe_program
 
-            probe_program(
-                self.plan, plan, workdir, self.executor, self.sweep.run_dir, self.events.on_line
-            )
+            run_dir, on_line = self.sweep.run_dir, self.events.on_line
+            probe_program(self.plan, plan, workdir, self.executor, run_dir, on_line)
 
     def gate(self) -> Health:
         gate, path = self.plan.gate, self.sweep.run_dir.path
@@ -207,8 +206,8 @@ class _Runner:
             self.current = (launch, time.monotonic())
             outcome = self.launch(launch)
             self.current = None
-            if outcome.error is not None:  # recorded with its launch: a full disk stops the rest
-                self.failed(outcome.error)
+            if outcome.error is not None:  # recorded with its launch
+                self.failed(outcome.error)  # a full disk stops the rest
             try:
                 self.record(outcome.run)
             finally:  # its line even where runs.json refused it: then nothing else names it
