@@ -17,6 +17,14 @@ from typing import Any
 from dtrun.errors import DtrunError, Lines, NodeFailedError, ResultError, RunError
 from dtrun.sweep.programresult import read_step_files
 
+# What a rank raises when a peer is gone: gloo's RuntimeError ("Connection closed by peer"),
+# torch.distributed's DistError kinds (NCCL's DistBackendError, DistNetworkError,
+# DistStoreError). A rank that raised another (OSError saving a checkpoint, a ValueError) failed
+# of its own, whichever rank ended cleanly first.
+PEER_ERRORS = frozenset(
+    {"RuntimeError", "DistError", "DistBackendError", "DistNetworkError", "DistStoreError"}
+)
+
 
 class EarlyExitError(RunError):
     """A rank ended with no error while the others ran on; their failure followed from it."""
@@ -34,8 +42,8 @@ def early_exit(error: DtrunError, steps: Path) -> DtrunError:
     ended = [r for r in records if isinstance(r.get("ended_at_s"), float | int)]
     raised = [r for r in ended if r.get("raised")]
     clean = [r for r in ended if not r.get("raised")]
-    if not raised or not clean:
-        return error
+    if not raised or not clean or any(r["raised"] not in PEER_ERRORS for r in raised):
+        return error  # one raised its own error (a bug saving a checkpoint): no peer left
     first = min(clean, key=lambda r: r["ended_at_s"])
     if first["ended_at_s"] >= min(r["ended_at_s"] for r in raised) or _steps(first) > min(
         _steps(r) for r in raised

@@ -93,3 +93,13 @@ def test_records_of_a_hook_that_did_not_say_how_ranks_ended_leave_the_failure_as
         del each["ended_at_s"], each["raised"]
     said = launch_failing(tmp_path, fixed_inventory, records).error
     assert isinstance(said, NodeFailedError) and said.node == "node-0"
+
+
+def test_a_rank_that_raised_its_own_error_is_not_said_to_have_lost_a_peer(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    """Rank 1 finished cleanly; rank 0 then failed saving its checkpoint (OSError): rank 1's
+    clean end is no cause of rank 0's failure."""
+    records = [record(0, 2, 1000.5, "OSError"), record(1, 2, 1000.0, None)]
+    said = launch_failing(tmp_path, fixed_inventory, records).error
+    assert isinstance(said, NodeFailedError) and said.node == "node-0"
