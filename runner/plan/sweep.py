@@ -5,6 +5,7 @@ dtrun.sweep runs it launch by launch. Also `dtrun run`'s single launch. Pure.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from dtrun.azure.sizefacts import health_threshold
@@ -83,6 +84,9 @@ def plan_sweep(resolved: ResolvedBench, inventory: Inventory) -> SweepPlan:
 
 # `dtrun bench -- PROGRAM`: placeholders in the program's arguments, each point's own value
 PLACEHOLDERS = ("nodes", "world_size", "procs_per_node")
+# "{nodes}" filled in; "{{nodes}}" passed as "{nodes}", as str.format reads it. Other braces
+# stay as they are: a JSON argument's own "}}" is no escape.
+_PLACEHOLDER = re.compile(r"\{\{(NAME)\}\}|\{(NAME)\}".replace("NAME", "|".join(PLACEHOLDERS)))
 
 
 def program_point(resolved: ResolvedBench, inventory: Inventory, point: Point) -> LaunchPlan:
@@ -97,9 +101,7 @@ def program_point(resolved: ResolvedBench, inventory: Inventory, point: Point) -
     }
 
     def filled(arg: str) -> str:
-        for name in PLACEHOLDERS:
-            arg = arg.replace("{" + name + "}", str(values[name]))
-        return arg
+        return _PLACEHOLDER.sub(lambda m: f"{{{m[1]}}}" if m[1] else str(values[m[2]]), arg)
 
     program = replace(spec.program, args=tuple(filled(arg) for arg in spec.program.args))
     why = 'dtrun bench -- PROGRAM: this point\'s values (docs/your-training.md "Placeholders")'

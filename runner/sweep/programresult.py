@@ -58,7 +58,8 @@ STEP_SHAPE = rb.obj(
     {"node": rb.TEXT, "address": _TEXT, "params": rb.nullable(rb.AMOUNT), "sharded": _TEXT,
      "peak_memory_bytes": rb.nullable(rb.AMOUNT), "param_digest": _TEXT,
      "errors": rb.list_of(rb.TEXT), "gradient_bytes": rb.ANY_OBJECT,
-     "grads_ready_s": rb.list_of(rb.nullable(rb.NUMBER))},
+     "grads_ready_s": rb.list_of(rb.nullable(rb.NUMBER)),
+     "ended_at_s": rb.NUMBER, "raised": _TEXT},
 )  # fmt: skip
 
 

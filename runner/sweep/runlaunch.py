@@ -16,6 +16,7 @@ from dtrun.record.writefail import unwritten, write_error
 from dtrun.report.resultfile import Result, load_result
 from dtrun.spec.launchplan import RESULT_FILE, STEP_DIR, LaunchPlan
 from dtrun.spec.outcome import NodeResult, RunResult, RunStatus
+from dtrun.sweep.earlyexit import early_exit
 from dtrun.sweep.eviction import Command, EvictedError, check_eviction
 
 Ready = Callable[[LaunchPlan], None]  # the readiness barrier before a launch; raises if not
@@ -108,6 +109,8 @@ def run_launch(  # noqa: PLR0913 - the launch, where it runs, and the sweep's ho
         if isinstance(exc, RunError) and not isinstance(exc, stopped):
             # a node whose disk could not take its result.json: the disk failed, not the node
             exc = unwritten(exc, run_path) or exc
+            # a rank that ended early, cleanly, is named before the peers it left failing
+            exc = early_exit(exc, workdir / STEP_DIR)
         if evictions is not None and isinstance(exc, RunError) and not isinstance(exc, stopped):
             exc = check_eviction(evictions, plan, exc, str(run_path), answered)
         node_results = exc.node_results if isinstance(exc, RunError) else ended

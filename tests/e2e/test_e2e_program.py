@@ -156,6 +156,33 @@ def test_a_program_that_fails_on_rank_1_fails_the_point_naming_it(no_leftovers):
     assert [(r["nodes"], r["status"]) for r in runs["runs"]] == [(1, "ok"), (2, "failed")]
 
 
+def test_a_rank_that_exits_0_early_is_named_before_the_peer_it_left_failing(no_leftovers):
+    """DDP's rank 1 calls sys.exit(0) after its second step; rank 0 then fails in the next
+    all-reduce ("Connection closed by peer"). Before, node-0 was the only one named."""
+    program = no_leftovers / "exit1.py"
+    program.write_text(
+        "import os, sys\n"
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(6):\n"
+        "    model(torch.ones(2, 4)).sum().backward()\n"
+        "    opt.step()\n"
+        "    if step == 1 and os.environ['RANK'] == '1':\n"
+        "        sys.exit(0)\n"
+    )
+    done, run = bench(no_leftovers, "--", "python", str(program), run_id="exit1", port=29826)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        "error: node-1's rank 1 ended with no error after step 2 while the others ran on; "
+        "the others then failed: node-0 (127.0.0.2) failed"
+    ) in done.stderr
+    runs = json.loads((run / "runs.json").read_text())
+    assert [(r["nodes"], r["status"]) for r in runs["runs"]] == [(1, "ok"), (2, "failed")]
+
+
 def test_report_compare_and_resume_work_on_program_runs(no_leftovers):
     marker = no_leftovers / "fixed"
     program = no_leftovers / "flaky.py"

@@ -390,6 +390,9 @@ def test_a_rank_that_fails_keeps_its_traceback_and_its_steps(workdir):
     assert "RuntimeError: rank 1 fails at step 3, as planned" in done.stderr
     record = json.loads((workdir / "steps" / "rank-1.json").read_text())
     assert len(record["step_ends_s"]) == 3  # steps 0, 1 and 2, before it raised
+    # how it ended, for a failure's cause (runner/sweep/earlyexit.py): when, and of what
+    assert record["raised"] == "RuntimeError"
+    assert isinstance(record["ended_at_s"], float)
 
 
 def output_lines(done: subprocess.CompletedProcess[str]) -> Counter[str]:

@@ -434,3 +434,14 @@ def test_a_step_record_step_a_result_cannot_hold_fails_the_launch_naming_the_ran
     with pytest.raises(ResultError, match="rank 0's step record has a step of 1e-09 s"):
         write_program_result(bench, plan(bench), tmp_path, 9.0, None)
     assert not (tmp_path / "result.json").exists()
+
+
+def test_doubled_braces_pass_a_placeholder_s_name_to_the_program_as_it_is():
+    args = ("--a", "{{nodes}}", "--n={nodes}/{{world_size}}", '{"a": {"b": {nodes}}}', "{nodez}")
+    launch = plan(spec(program=Program(ProgramKind.SCRIPT, "/w/train.py", args))).launches[0]
+    line = next(line for line in launch.script.splitlines() if "/w/train.py" in line)
+    # other braces pass as they are: a JSON argument keeps its own "}}"
+    assert line.split() == [
+        "/w/train.py", "--a", "'{nodes}'", "'--n=2/{world_size}'", "'{\"a\":", "{\"b\":",
+        "2}}'", "'{nodez}'",
+    ]  # fmt: skip

@@ -268,6 +268,7 @@ class SshExecutor:
         if late:
             raise StoppedLate(results, verdict)
         if verdict is not None:
+            await self._steps_of_failed(plan, remote_dir, workdir, verdict)
             raise verdict
         return await self._collected(plan, remote_dir, workdir, mark_stopped(plan.success, results))
 
@@ -284,6 +285,14 @@ class SshExecutor:
                 raise
             raise LogCut(refused, results) from refused
         return results
+
+    async def _steps_of_failed(
+        self, plan: LaunchPlan, remote_dir: str, workdir: Path, verdict: RunError
+    ) -> None:
+        """A failed program's step records, if they come back: how its ranks ended (earlyexit)."""
+        if plan.workload == "program" and isinstance(verdict, NodeFailedError):
+            with contextlib.suppress(RunError, OSError, TimeoutError):
+                await asyncio.wait_for(self._collect(plan, remote_dir, workdir), 30)
 
     async def _supervise(
         self,

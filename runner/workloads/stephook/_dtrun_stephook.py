@@ -24,9 +24,10 @@ with what tells whether they are sharded (FSDP's DTensor or flat parameters; und
 the engine found on the first step's call stack gives the ZeRO stage and the model's own
 parameters, where the stepping optimizer holds a flat partition), and the noise window: the
 machine's and the process's CPU times from the end of the last warm-up step (``DTRUN_WARMUP``)
-to exit, as runner/workloads/noise.py reads them for dtrun's own workload. A forked child
-starts with no steps: only the steps a process made itself are its record, so a child that
-exits after its parent does not overwrite the parent's. It never writes to
+to exit, as runner/workloads/noise.py reads them for dtrun's own workload, and how it ended:
+its exit time and the uncaught exception's type, if one ended it (runner/sweep/earlyexit.py).
+A forked child starts with no steps: only the steps a process made itself are its record, so a
+child that exits after its parent does not overwrite the parent's. It never writes to
 the program's stdout or stderr; a failure of the hook is recorded in the file, never raised into
 the program.
 
@@ -238,6 +239,10 @@ def _record() -> dict[str, Any]:
         "sharded": None,
         "noise_window": None,
         "errors": steps.errors,
+        # how the process ended: when (Unix time, to set the ranks' ends in order) and the
+        # uncaught exception that ended it (Python sets sys.last_type before exit), or None
+        "ended_at_s": time.time(),
+        "raised": getattr(getattr(sys, "last_type", None), "__name__", None),
     }
     if not steps.order:
         return record
