@@ -1,0 +1,73 @@
+"""A secret --env value that is also a name dtrun writes (a node's name or address, a record's
+key or status) would mask dtrun's own records: refused at input, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dtrun import redact
+from dtrun.cli.app import app
+from dtrun.cli.ownwords import record_words
+from dtrun.redact import Redactor
+
+
+@pytest.fixture(autouse=True)
+def fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's dtrun knows only the secrets its own command was given, as a new process."""
+    monkeypatch.setattr(redact, "_process", Redactor())
+
+
+def dry_run(tmp_path: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(
+        app, ["run", "--dry-run", "--output", str(tmp_path), *args, "--", "python", "t.py"]
+    )
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(
+    ("value", "what"),
+    [
+        ("node-0", "a node's name"),
+        ("127.0.0.2", "a node's address"),
+        ("running", "a key or value of its records"),
+        ("status", "a key or value of its records"),
+        ("log_path", "a key or value of its records"),
+        ("unning", "a key or value of its records"),  # inside one: masked within it
+    ],
+)
+def test_a_secret_that_is_a_name_dtrun_writes_is_refused_at_input(
+    tmp_path: Path, value: str, what: str
+) -> None:
+    code, output = dry_run(tmp_path, "-n", "1", "-e", f"DB_PASS={value}")
+    assert code == 2, output
+    assert f"the value of DB_PASS is also a name dtrun writes in its records ({what})" in output
+    assert "Traceback" not in output
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_bench_is_refused_alike(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["bench", "--dry-run", "--nodes", "1", "--output", str(tmp_path), "-e",
+              "API_KEY=node-0"],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "the value of API_KEY is also a name dtrun writes" in result.output
+
+
+@pytest.mark.parametrize("value", ["s3cr3t-value", "ok", "node-0"])
+def test_other_values_still_run(tmp_path: Path, value: str) -> None:
+    """A real secret; a short one, masked only as NAME=VALUE; a node's name under a name
+    that is not secret."""
+    name = "NODE_LABEL" if value == "node-0" else "DB_PASS"
+    code, output = dry_run(tmp_path, "-n", "1", "-e", f"{name}={value}")
+    assert code == 0, output
+
+
+def test_the_record_words_are_derived_from_the_record_shapes_results_and_enums() -> None:
+    words = record_words()
+    assert {"log_path", "node", "address", "nodes_on_machine"} <= words  # keys
+    assert {"running", "unrecorded", "complete", "ok"} <= words  # enum values
+    assert not {"__builtins__", "ValueError"} & words
