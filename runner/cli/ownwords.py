@@ -1,10 +1,12 @@
-"""Secret values that are also names dtrun writes in its records, refused at input.
+"""Secret values that are also names dtrun writes in its records: refused, or not looked for.
 
 A secret is masked wherever it appears (runner/redact/): one that is, or lies inside, a node's
 name or address, a record's key or one of the values dtrun records (``running``, ``status``,
 ``node-0``) would mask dtrun's own records (run.json's ``nodes[].node``, ``log_path``), leave
 them unreadable by `dtrun report`, and the masks' places would give the secret away. Such a
-value is refused before anything starts (exit 2). The words are derived from the code: the
+value given to the command (an --env value, a secret in the program's arguments) is refused
+before anything starts (exit 2); one of this machine's variables, which dtrun cannot refuse, is
+no longer looked for (as a value too short to look for). The words are derived from the code: the
 keys and choices of the record shapes `dtrun report` reads (runner/report/recorded.py), the
 fields of the results run.json and runs.json hold (runner/spec/outcome.py), and every choice
 of dtrun's enums.
@@ -18,8 +20,9 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 
 from dtrun.errors import PlanError
-from dtrun.redact import is_secret_name, worth_looking_for
+from dtrun.redact import is_secret_name, spare_secrets, worth_looking_for
 from dtrun.spec.cluster import Inventory
+from dtrun.spec.request import LaunchRequest
 
 
 def _shape_words(shape: object, seen: set[int]) -> Iterable[str]:
@@ -83,26 +86,49 @@ def _is_shape(value: object) -> bool:
     return callable(value) and getattr(value, "__module__", "") == "dtrun.record.readback"
 
 
-def refuse_own_words(env: tuple[tuple[str, str], ...], inventory: Inventory | None = None) -> None:
-    """Refuse a secret --env value that is, or lies inside, a name dtrun writes: a record's key
-    or recorded choice, or (``inventory``) a node's name or address."""
-    named: list[tuple[str, Callable[[], Iterable[str]]]] = []
-    if inventory is not None:
-        named += [
-            ("a node's name", lambda: (node.name for node in inventory.nodes)),
-            ("a node's address", lambda: (node.address for node in inventory.nodes)),
-        ]
-    else:
-        named.append(("a key or value of its records", record_words))
-    for name, value in env:
-        if not (is_secret_name(name) and worth_looking_for(value)):
-            continue  # not secret, or masked only as NAME=VALUE (docs/security.md)
-        for what, words in named:
+def _named(inventory: Inventory | None) -> list[tuple[str, Callable[[], Iterable[str]]]]:
+    """What a secret must not lie inside: the records' words, or the inventory's names."""
+    if inventory is None:
+        return [("a key or value of its records", record_words)]
+    return [
+        ("a node's name", lambda: (node.name for node in inventory.nodes)),
+        ("a node's address", lambda: (node.address for node in inventory.nodes)),
+    ]
+
+
+def _given(spec: LaunchRequest) -> Iterable[tuple[str, str]]:
+    """The secrets the command was given, each with what it is: an --env value under a secret
+    name, a secret in the program's arguments; those masked as free text alone (a short one is
+    masked only as NAME=VALUE, docs/security.md)."""
+    for name, value in spec.env:
+        if is_secret_name(name) and worth_looking_for(value):
+            yield f"the value of {name}", value
+    program = getattr(spec, "program", None)
+    for value in program.secrets() if program is not None else ():
+        if worth_looking_for(value):
+            yield "a secret in the program's arguments", value
+
+
+def refuse_own_words(spec: LaunchRequest, inventory: Inventory | None = None) -> None:
+    """Refuse a secret the command was given that is, or lies inside, a name dtrun writes: a
+    record's key or recorded choice, or (``inventory``) a node's name or address. The same
+    values this machine's variables hold are no longer looked for (``spare_own_words``)."""
+    for what, words in _named(inventory):
+        for given, value in _given(spec):
             if any(value in word for word in words()):
                 raise PlanError(
-                    f"the value of {name} is also a name dtrun writes in its records ({what})",
+                    f"{given} is also a name dtrun writes in its records ({what})",
                     why="a secret is masked wherever it appears, so dtrun's own records would "
                     "be masked: `dtrun report` could not read them, and the masks would show "
                     "where the secret stands",
-                    fix=f"give {name} its real secret value, or a test value dtrun does not write",
+                    fix="give it its real secret value, or a test value dtrun does not write",
                 )
+    spare_own_words(inventory)
+
+
+def spare_own_words(inventory: Inventory | None = None) -> None:
+    """Stop looking for a remembered secret that lies inside a name dtrun writes: one of this
+    machine's variables (MY_API_KEY=launches), which dtrun cannot refuse and a launch does not
+    need, is then masked nowhere, as a value too short to look for is not."""
+    names = [word for _, words in _named(inventory) for word in words()]
+    spare_secrets(lambda value: any(value in word for word in names))

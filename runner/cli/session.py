@@ -178,7 +178,7 @@ class Session:
         from dtrun.cli.ownwords import refuse_own_words
         from dtrun.cli.store import check_results, upload_after
 
-        refuse_own_words(spec.env)
+        refuse_own_words(spec)
         launching = self.launching
         from dtrun.engines.registry import chosen
 
@@ -196,7 +196,7 @@ class Session:
         with upload_after(store, launching.output / spec.run_id, command_secrets(spec)):
             try:
                 with opened(choice, self.watch) as cluster:
-                    refuse_own_words(spec.env, cluster.inventory)  # known once it is opened
+                    refuse_own_words(spec, cluster.inventory)  # known once it is opened
                     warn_oversubscribed(cluster, spec, local_nodes)
                     yield cluster
             except KeyboardInterrupt:

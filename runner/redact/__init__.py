@@ -51,7 +51,8 @@ __all__ = [
     "REDACTED", "Redactor", "fragments", "is_secret_name", "is_secret_option", "name_words",
     "pem_line", "pem_lines", "process_redactor", "redact_args", "redact_data", "redact_env",
     "redact_text", "redact_url_credentials", "redact_value", "redact_var", "remember_secrets",
-    "secret_args", "secret_values", "secrets_in", "secrets_in_environment", "worth_looking_for",
+    "secret_args", "secret_values", "secrets_in", "secrets_in_environment", "spare_secrets",
+    "worth_looking_for",
 ]  # fmt: skip
 
 # A value, or a line of one, is looked for in free text only from this length: shorter ones
@@ -203,6 +204,7 @@ class Redactor:
     forms: tuple[str, ...] = ()  # longest first, so a form inside another goes with it
     wrapped: tuple[str, ...] = ()  # the values and their lines looked for across line breaks
     read: tuple[str, ...] = ()  # the values and their lines, also as ``decoded`` reads them
+    values: tuple[str, ...] = ()  # the values it was given (``sparing``)
 
     @classmethod
     def of(cls, values: Iterable[str]) -> Redactor:
@@ -210,13 +212,19 @@ class Redactor:
 
     def knowing(self, values: Iterable[str]) -> Redactor:
         forms, wrapped, read = set(self.forms), dict.fromkeys(self.wrapped), set(self.read)
+        values = tuple(values)
         for value in values:
             forms |= fragments(value)
             lines = lines_of(value)
             read.update(filter(worth_looking_for, (r for p in lines for r in readings(p))))
             wrapped.update(dict.fromkeys(f for p in lines for f in wrapped_forms(p)))
         longest_first = tuple(sorted(forms, key=lambda form: (-len(form), form)))
-        return Redactor(longest_first, tuple(wrapped), tuple(sorted(read)))
+        given = tuple(dict.fromkeys((*self.values, *values)))
+        return Redactor(longest_first, tuple(wrapped), tuple(sorted(read)), given)
+
+    def sparing(self, spared: Callable[[str], bool]) -> Redactor:
+        """This Redactor without the values ``spared`` says are not looked for."""
+        return Redactor.of(value for value in self.values if not spared(value))
 
     def text(self, text: str) -> str:
         for form in self.forms:
@@ -349,6 +357,14 @@ def remember_secrets(values: Iterable[str]) -> None:
 def process_redactor() -> Redactor:
     """The Redactor of every value this process was given as secret."""
     return _process
+
+
+def spare_secrets(spared: Callable[[str], bool]) -> None:
+    """Stop looking for the remembered values ``spared`` says are not (this machine's
+    variables' values that are names dtrun writes: runner/cli/ownwords.py)."""
+    global _process
+    _process = _process.sparing(spared)
+
 
 def redact_text(text: str) -> str:
     """Free text as the terminal and the records show it: every fragment of every remembered

@@ -12,6 +12,9 @@ from dtrun import redact
 from dtrun.cli.app import app
 from dtrun.cli.ownwords import record_words
 from dtrun.redact import Redactor
+from dtrun.spec.cluster import Inventory
+from dtrun.spec.request import BenchSpec
+from tests.factories import fake_run_dir
 
 
 @pytest.fixture(autouse=True)
@@ -71,3 +74,40 @@ def test_the_record_words_are_derived_from_the_record_shapes_results_and_enums()
     assert {"log_path", "node", "address", "nodes_on_machine"} <= words  # keys
     assert {"running", "unrecorded", "complete", "ok"} <= words  # enum values
     assert not {"__builtins__", "ValueError"} & words
+
+
+def test_a_secret_in_the_programs_arguments_that_is_a_name_dtrun_writes_is_refused(
+    tmp_path: Path,
+) -> None:
+    result = CliRunner().invoke(
+        app, ["run", "--dry-run", "--output", str(tmp_path), "--", "python", "t.py", "--token",
+              "running"],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "a secret in the program's arguments is also a name dtrun writes" in result.output
+
+
+def test_this_machines_secret_that_is_a_name_dtrun_writes_masks_no_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dtrun cannot refuse a variable it was not given: it stops looking for it, as for a
+    value too short to look for."""
+    monkeypatch.setenv("MY_API_KEY", "torchrun")
+    code, output = dry_run(tmp_path, "-n", "1")
+    assert code == 0, output
+    assert "via torchrun" in output
+    assert "<redacted>" not in output
+
+
+def test_dtrun_report_writes_an_unmasked_report_under_such_a_machine_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fixed_inventory: Inventory
+) -> None:
+    run = tmp_path / "run"
+    fake_run_dir(run, BenchSpec(run_id="run", node_counts=(1, 2)), fixed_inventory,
+                 {1: [1000.0], 2: [1800.0]})  # fmt: skip
+    monkeypatch.setenv("MY_API_KEY", "launches")  # inside manifest.json's max_launches
+    result = CliRunner().invoke(app, ["report", str(run)])
+    assert result.exit_code == 0, result.output
+    assert '"launches":' in (run / "summary.json").read_text()
+    for name in ("summary.json", "report.md", "report.html"):
+        assert "<redacted>" not in (run / name).read_text(), name
