@@ -132,3 +132,10 @@ def spare_own_words(inventory: Inventory | None = None) -> None:
     need, is then masked nowhere, as a value too short to look for is not."""
     names = [word for _, words in _named(inventory) for word in words()]
     spare_secrets(lambda value: any(value in word for word in names))
+
+
+def kept_secrets(values: Iterable[str]) -> list[str]:
+    """``values`` less those no longer looked for (``spare_own_words``) that lie inside a
+    record's names: the secrets an uploaded copy of the run is redacted of."""
+    words = record_words()
+    return [value for value in values if not any(value in word for word in words)]

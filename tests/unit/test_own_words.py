@@ -4,6 +4,7 @@ key or status) would mask dtrun's own records: refused at input, nothing written
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -14,6 +15,7 @@ from dtrun.cli.ownwords import record_words
 from dtrun.redact import Redactor
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.request import BenchSpec
+from tests.aws import BUCKET, stored
 from tests.factories import fake_run_dir
 
 
@@ -111,3 +113,21 @@ def test_dtrun_report_writes_an_unmasked_report_under_such_a_machine_secret(
     assert '"launches":' in (run / "summary.json").read_text()
     for name in ("summary.json", "report.md", "report.html"):
         assert "<redacted>" not in (run / name).read_text(), name
+
+
+def test_an_uploaded_copy_is_not_masked_by_this_machines_secret_that_dtrun_writes(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("print('hello')\n")
+    monkeypatch.setenv("MY_API_KEY", "status")  # run.json's key
+    result = CliRunner().invoke(
+        app, ["run", "-n", "1", "--output", str(tmp_path / "runs"), "--results",
+              f"s3://{BUCKET}/runs", "--", "python", "t.py"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    copies = stored(s3, "runs/")
+    run_json = next(body for key, body in copies.items() if key.endswith("/run.json"))
+    assert b'"status": "ok"' in run_json
+    (here,) = (tmp_path / "runs").glob("*/run.json")
+    assert run_json == here.read_bytes()  # redacted as the record here is
