@@ -30,8 +30,10 @@ def report(
     wide: opts.Wide = False,
 ) -> None:
     """Rebuild summary.json, report.md, report.html and the plots from a run's saved results."""
+    from dtrun.cli.ownwords import spare_own_words
     from dtrun.report.build import build_report
 
+    spare_own_words()  # this machine's secret that is a name in the records: not masked there
     with human_output_to_stderr(json_out), user_errors():
         built = build_report(_run_dir(run_dir))
         print_grid(console(), report_grid(built), wide=wide)
@@ -91,9 +93,11 @@ def compare(
     wide: opts.Wide = False,
 ) -> None:
     """Show two runs side by side, by node count, and what differs between their set-ups."""
+    from dtrun.cli.ownwords import spare_own_words
     from dtrun.report.build import analyse
     from dtrun.report.compare import compare as compare_runs
 
+    spare_own_words()
     with human_output_to_stderr(json_out), user_errors():
         result = compare_runs(analyse(_run_dir(run_a)), analyse(_run_dir(run_b)))
         if result.same_run is not None:

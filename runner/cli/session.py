@@ -175,8 +175,10 @@ class Session:
     def cluster(self, spec: LaunchRequest, local_nodes: int) -> Iterator[Cluster]:
         """Check the store, open the cluster, and upload the run directory when the block ends
         (however it ends). Called once the request is checked, so bad input costs nothing."""
+        from dtrun.cli.ownwords import kept_secrets, refuse_own_words
         from dtrun.cli.store import check_results, upload_after
 
+        refuse_own_words(spec)
         launching = self.launching
         from dtrun.engines.registry import chosen
 
@@ -191,9 +193,11 @@ class Session:
             job_name=f"dtrun-{spec.run_id}",
             drains=self.drains,
         )
-        with upload_after(store, launching.output / spec.run_id, command_secrets(spec)):
+        secrets = kept_secrets(command_secrets(spec))  # as the records here are redacted
+        with upload_after(store, launching.output / spec.run_id, secrets):
             try:
                 with opened(choice, self.watch) as cluster:
+                    refuse_own_words(spec, cluster.inventory)  # known once it is opened
                     warn_oversubscribed(cluster, spec, local_nodes)
                     yield cluster
             except KeyboardInterrupt:

@@ -21,7 +21,6 @@ inside another), and in base64 (``base64_forms``: an HTTP Basic header, a config
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import re
@@ -32,6 +31,7 @@ from typing import TypeVar
 from urllib.parse import quote, quote_plus
 
 from dtrun.redact.decoded import mask, readings
+from dtrun.redact.encoded import base64_forms, hex_forms, own_digits
 from dtrun.redact.shapes import (
     REDACTED,
     is_secret_name,
@@ -51,7 +51,8 @@ __all__ = [
     "REDACTED", "Redactor", "fragments", "is_secret_name", "is_secret_option", "name_words",
     "pem_line", "pem_lines", "process_redactor", "redact_args", "redact_data", "redact_env",
     "redact_text", "redact_url_credentials", "redact_value", "redact_var", "remember_secrets",
-    "secret_args", "secret_values", "secrets_in", "secrets_in_environment", "worth_looking_for",
+    "secret_args", "secret_values", "secrets_in", "secrets_in_environment", "spare_secrets",
+    "worth_looking_for",
 ]  # fmt: skip
 
 # A value, or a line of one, is looked for in free text only from this length: shorter ones
@@ -103,44 +104,6 @@ def lines_of(value: str) -> list[str]:
     return [piece for piece in dict.fromkeys([value, *lines]) if worth_looking_for(piece)]
 
 
-# A base64 form is looked for from this many digits (42 bits): one of a short value's
-# alignments would otherwise be a few digits that any inlined image holds by chance. A value of
-# SHORTEST characters has 7 at each alignment (docs/security.md: "base64 at any alignment").
-BASE64_SHORTEST = 7
-_URL_SAFE = str.maketrans("+/", "-_")
-
-
-def base64_forms(piece: str) -> set[str]:
-    """``piece`` as it reads inside base64 text, at each of the three alignments what precedes
-    it may give it (``base64("api:" + key)``, HTTP Basic's), in the standard and URL-safe
-    alphabets: only the digits its own bytes decide, so neither what precedes nor what follows
-    it nor padding changes them. The digit an unaligned piece's first byte shares with what
-    precedes it stays unmasked. As GitHub Actions' runner masks a secret's base64
-    (actions/runner, src/Sdk/DTLogging/Logging/ValueEncoders.cs, EnumerateBase64Variations),
-    with the digits that precede and follow trimmed."""
-    raw = piece.encode()
-    found: set[str] = set()
-    for before in range(3):  # bytes of the piece's 3-byte group that precede it
-        digits = _own_digits(raw, before)
-        if len(digits) >= BASE64_SHORTEST:
-            found |= {digits, digits.translate(_URL_SAFE)}
-    return found
-
-
-def _own_digits(raw: bytes, before: int) -> str:
-    """The base64 digits of ``raw`` that its own bytes decide, ``before`` bytes of its 3-byte
-    group preceding it: from the first digit whose 6 bits all lie in it, to the last."""
-    start, end = -(-before * 4 // 3), (before + len(raw)) * 4 // 3
-    return base64.b64encode(bytes(before) + raw).decode()[start:end]
-
-
-def hex_forms(piece: str) -> set[str]:
-    """``piece``'s bytes in hexadecimal, lower and upper case (``bytes.hex()``, ``xxd -p``, a
-    key printed as hex): two digits a byte, so no alignment to allow for."""
-    digits = piece.encode().hex()
-    return {digits, digits.upper()}
-
-
 def fragments(value: str) -> frozenset[str]:
     """Every string a secret ``value`` may be seen as: the value and each of its lines, each as
     written raw and in every encoding of ``_ENCODINGS``, and of two of them one inside the
@@ -174,7 +137,7 @@ def wrapped_forms(piece: str) -> list[str]:
     as a whole value encoded (``base64`` and MIME wrap it at 76 columns, PEM at 64) and its
     hexadecimal (``xxd -p`` at 60), where long enough to wrap at all (WRAPPED_PIECE_SHORTEST)."""
     raw = piece.encode()
-    forms = [piece, json.dumps(piece)[1:-1], repr(piece)[1:-1], _own_digits(raw, 0), raw.hex()]
+    forms = [piece, json.dumps(piece)[1:-1], repr(piece)[1:-1], own_digits(raw, 0), raw.hex()]
     return [form for form in dict.fromkeys(forms) if len(form) >= WRAPPED_PIECE_SHORTEST]
 
 
@@ -241,6 +204,7 @@ class Redactor:
     forms: tuple[str, ...] = ()  # longest first, so a form inside another goes with it
     wrapped: tuple[str, ...] = ()  # the values and their lines looked for across line breaks
     read: tuple[str, ...] = ()  # the values and their lines, also as ``decoded`` reads them
+    values: tuple[str, ...] = ()  # the values it was given (``sparing``)
 
     @classmethod
     def of(cls, values: Iterable[str]) -> Redactor:
@@ -248,13 +212,19 @@ class Redactor:
 
     def knowing(self, values: Iterable[str]) -> Redactor:
         forms, wrapped, read = set(self.forms), dict.fromkeys(self.wrapped), set(self.read)
+        values = tuple(values)
         for value in values:
             forms |= fragments(value)
             lines = lines_of(value)
             read.update(filter(worth_looking_for, (r for p in lines for r in readings(p))))
             wrapped.update(dict.fromkeys(f for p in lines for f in wrapped_forms(p)))
         longest_first = tuple(sorted(forms, key=lambda form: (-len(form), form)))
-        return Redactor(longest_first, tuple(wrapped), tuple(sorted(read)))
+        given = tuple(dict.fromkeys((*self.values, *values)))
+        return Redactor(longest_first, tuple(wrapped), tuple(sorted(read)), given)
+
+    def sparing(self, spared: Callable[[str], bool]) -> Redactor:
+        """This Redactor without the values ``spared`` says are not looked for."""
+        return Redactor.of(value for value in self.values if not spared(value))
 
     def text(self, text: str) -> str:
         for form in self.forms:
@@ -387,6 +357,13 @@ def remember_secrets(values: Iterable[str]) -> None:
 def process_redactor() -> Redactor:
     """The Redactor of every value this process was given as secret."""
     return _process
+
+
+def spare_secrets(spared: Callable[[str], bool]) -> None:
+    """Stop looking for the remembered values ``spared`` says are not (this machine's
+    variables' values that are names dtrun writes: runner/cli/ownwords.py)."""
+    global _process
+    _process = _process.sparing(spared)
 
 
 def redact_text(text: str) -> str:
