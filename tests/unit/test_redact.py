@@ -241,6 +241,33 @@ def test_a_password_a_well_known_tool_takes_as_a_bare_argument_is_hidden(line, s
 
 
 @pytest.mark.parametrize(
+    "args",
+    [("echo", "wandb login failed, retrying"), ("git", "commit", "-m", "wandb login problems"),
+     ("bash", "-c", "echo htpasswd -b f bob Passw0rd"),
+     ("bash", "-c", "grep -c 'aws configure set aws_secret_access_key Passw0rd' notes.md")],
+)  # fmt: skip
+def test_a_bare_argument_tool_named_where_no_command_starts_hides_nothing(args):
+    """`echo wandb login failed, retrying`: wandb, htpasswd and aws are the tools only where a
+    command starts, so `failed,` was hidden as wandb's key in a message that only names it."""
+    assert secret_args(args) == ()
+    assert redact_args(args) == args
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["sudo -u bob htpasswd -b f bob Passw0rd", "env WANDB_MODE=online wandb login Passw0rd",
+     "ls; nohup wandb login Passw0rd", "cd /x && time wandb login Passw0rd",
+     "(wandb login Passw0rd)", "WANDB_HOST=x wandb login Passw0rd",
+     "timeout 60 sudo -E wandb login Passw0rd", "ssh -p 22 node1 wandb login Passw0rd",
+     "if true; then wandb login Passw0rd; fi", "echo x | xargs -n1 wandb login Passw0rd"],
+)  # fmt: skip
+def test_a_bare_argument_tool_after_a_command_that_runs_it_is_still_found(line):
+    """sudo, env, nohup, time, timeout, ssh, xargs and a variable before it run the tool: it
+    starts a command there, as after `;`, `&&`, `(` and `then`."""
+    assert secret_args(("bash", "-c", line)) == ("Passw0rd",)
+
+
+@pytest.mark.parametrize(
     "line",
     ["wandb login\npython train.py data", "7z x -p d.7z\nls -pla", "mysql -p db\r\nls -pla",
      "wandb login &&\n\npython train.py"],
