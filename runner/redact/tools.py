@@ -53,6 +53,13 @@ _BARE: dict[str, tuple[frozenset[str], Callable[[str, list[str]], int | None]]] 
     "wandb login": (frozenset({"--host", "--base-url"}), lambda *_: 1),
     "aws configure": (_AWS_VALUED, _aws_configure),
 }
+# The options taking a value that tools known with a subcommand take before it (docker(1):
+# `docker -H tcp://h login`, docs.docker.com/reference/cli/docker; `aws --profile d configure`).
+_GLOBALS = {
+    "docker": frozenset({"-H", "--host", "--config", "-c", "--context", "-l", "--log-level",
+                         "--tlscacert", "--tlscert", "--tlskey"}),
+    "aws": _AWS_VALUED,
+}  # fmt: skip
 # Tools and shell words that run a command after them: their options that take a value, and
 # how many words that are no option come before the command (`ssh HOST CMD`, `timeout 60 CMD`);
 # the next is the command, whose flags are its own (`sshpass -p X ssh -p 2222 h`: a port).
@@ -109,7 +116,7 @@ def tool_passwords(args: tuple[str, ...], mark: str) -> Iterator[tuple[int, str,
     yield from _bare_passwords(args, mark)
     tool, flags = "", {}
     for index, arg in enumerate(args):
-        name = _tool(args, index)
+        name = _tool(args, index)[0]
         if name in _TOOLS:
             tool, flags = name, _TOOLS[name]
         elif arg in _COMMAND_ENDS or (
@@ -129,12 +136,15 @@ def tool_passwords(args: tuple[str, ...], mark: str) -> Iterator[tuple[int, str,
                 yield at, before + found[0], found[1]
 
 
-def _tool(args: tuple[str, ...], index: int) -> str:
-    """The tool ``args[index]`` names: its file's name, with the subcommand after it where a
-    tool is known by both (``docker login``)."""
-    name = args[index].rsplit("/", 1)[-1]
-    both = f"{name} {args[index + 1]}" if index + 1 < len(args) else ""
-    return both if both in _TOOLS or both in _BARE else name
+def _tool(args: tuple[str, ...], index: int) -> tuple[str, int]:
+    """The tool ``args[index]`` names: its file's name, with the subcommand after it and its
+    own options where a tool is known by both (``docker -H tcp://h login``); and the index
+    of the first argument after them."""
+    name, after = args[index].rsplit("/", 1)[-1], index + 1
+    while after < len(args) and args[after][:1] == "-" and name in _GLOBALS:
+        after += 2 if args[after] in _GLOBALS[name] else 1
+    both = f"{name} {args[after]}" if after < len(args) else ""
+    return (both, after + 1) if both in _TOOLS or both in _BARE else (name, index + 1)
 
 
 def _command_starts(args: tuple[str, ...]) -> Iterator[int]:
@@ -165,11 +175,11 @@ def _bare_passwords(args: tuple[str, ...], mark: str) -> Iterator[tuple[int, str
     Short-flag tools (``_TOOLS``) count anywhere: their flag must follow them too, and an
     option's value may be a shell line that one starts (`--setup 'sshpass -p PW ssh h'`)."""
     for start in _command_starts(args):
-        tool = _tool(args, start)
+        tool, index = _tool(args, start)
         if tool not in _BARE:
             continue
         valued, which = _BARE[tool]
-        letters, bare, index = "", [], start + 1 + tool.count(" ")
+        letters, bare = "", []
         while index < len(args) and args[index] not in _COMMAND_ENDS:
             arg = args[index]
             if arg in valued:
