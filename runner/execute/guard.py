@@ -27,6 +27,16 @@ TAG = "DTRUN_LAUNCH"  # every process of a launch carries TAG=<random tag> in it
 # drops it ends by its pid, and a child killed by something else cannot set it off.
 WAIT_FOR_END = "while read -r _; do :; done"
 REAPER = "execute/reaper.py"  # below the package's folder, where code_files ships it
+# The pids of the processes whose environment holds the entry "$t" (TAG=VALUE): one grep over
+# every environment (entries end in NUL: -z; the whole entry: -x; -s: a process gone or not
+# ours to read is skipped). find hands grep the files in batches (`-exec {} +`): a glob on
+# grep's command line passed ARG_MAX at ~90,000 processes, and grep ran on none. -prune keeps
+# find to /proc/PID's own entries, as POSIX find can (-maxdepth is no POSIX option); no single
+# quote, so a single-quoted shell string can hold it (runner/engines/ssh/remote.py).
+TAGGED = (
+    'find /proc -path "/proc/*/*" -prune -path "/proc/[0-9]*/environ" '
+    '-exec grep -lsxzF -- "$t" {} + 2>/dev/null | cut -d/ -f3'
+)
 
 
 def reaper_on_node(python: str, package_dir: str, grace_s: float) -> dict[str, list[str]]:

@@ -8,6 +8,7 @@ them: the same flags elsewhere are ports, users and counts (``torchrun -p``, ``d
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 # How a flag carries the password: "next" as the next argument or attached (`sshpass -p PW`,
@@ -52,9 +53,33 @@ _BARE: dict[str, tuple[frozenset[str], Callable[[str, list[str]], int | None]]] 
     "wandb login": (frozenset({"--host", "--base-url"}), lambda *_: 1),
     "aws configure": (_AWS_VALUED, _aws_configure),
 }
-# Options of tools that run a command after them, taking a value: the first other word that is
-# no option is the command, whose flags are its own (`sshpass -p X ssh -p 2222 h`: a port).
-_WRAPPERS = {"sshpass": ("-f", "-d", "-p", "-P")}
+# The options taking a value that tools known with a subcommand take before it (docker(1):
+# `docker -H tcp://h login`, docs.docker.com/reference/cli/docker; `aws --profile d configure`).
+_GLOBALS = {
+    "docker": frozenset({"-H", "--host", "--config", "-c", "--context", "-l", "--log-level",
+                         "--tlscacert", "--tlscert", "--tlskey"}),
+    "aws": _AWS_VALUED,
+}  # fmt: skip
+# Tools and shell words that run a command after them: their options that take a value, and
+# how many words that are no option come before the command (`ssh HOST CMD`, `timeout 60 CMD`);
+# the next is the command, whose flags are its own (`sshpass -p X ssh -p 2222 h`: a port).
+_SHELL = (frozenset({"-o", "-O", "+o", "+O"}), 0)  # bash -c 'CMD'
+_WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
+    "sshpass": (frozenset({"-f", "-d", "-p", "-P"}), 0),
+    "sudo": (frozenset({"-u", "-g", "-h", "-p", "-C", "-D", "-r", "-t", "-U", "-T"}), 0),
+    "env": (frozenset({"-u", "-C", "-S", "--unset", "--chdir"}), 0),
+    "xargs": (frozenset({"-I", "-L", "-n", "-P", "-s", "-d", "-E", "-a"}), 0),
+    "timeout": (frozenset({"-s", "-k", "--signal", "--kill-after"}), 1),
+    "ssh": (frozenset({"-p", "-i", "-l", "-o", "-F", "-J", "-L", "-R", "-D", "-E", "-b", "-c",
+                       "-m", "-O", "-Q", "-S", "-W", "-w", "-B"}), 1),
+    "nice": (frozenset({"-n"}), 0), "exec": (frozenset({"-a"}), 0),
+    "time": (frozenset({"-f", "-o"}), 0),
+    **dict.fromkeys(("bash", "sh", "zsh", "dash"), _SHELL),
+    **dict.fromkeys(("nohup", "command", "if", "then", "else", "elif", "while", "until", "do",
+                     "!", "{"), (frozenset[str](), 0)),
+}  # fmt: skip
+# A variable set for the command, before it or after env (`A=1 wandb login KEY`).
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
 # curl's switches that a bundle holds before -u (`curl -fsSLu bob:PW`, `-ksubob:PW`).
 _CURL_SWITCHES = frozenset("fsSLkvi")
 # Shell words that end a command: the next word names a tool again (`sshpass -p X ssh h; ls -p`).
@@ -91,11 +116,11 @@ def tool_passwords(args: tuple[str, ...], mark: str) -> Iterator[tuple[int, str,
     yield from _bare_passwords(args, mark)
     tool, flags = "", {}
     for index, arg in enumerate(args):
-        name = _tool(args, index)
+        name = _tool(args, index)[0]
         if name in _TOOLS:
             tool, flags = name, _TOOLS[name]
         elif arg in _COMMAND_ENDS or (
-            tool in _WRAPPERS and arg[:1] != "-" and args[index - 1] not in _WRAPPERS[tool]
+            tool in _WRAPPERS and arg[:1] != "-" and args[index - 1] not in _WRAPPERS[tool][0]
         ):
             tool, flags = "", {}
         for flag, how in flags.items():
@@ -111,22 +136,50 @@ def tool_passwords(args: tuple[str, ...], mark: str) -> Iterator[tuple[int, str,
                 yield at, before + found[0], found[1]
 
 
-def _tool(args: tuple[str, ...], index: int) -> str:
-    """The tool ``args[index]`` names: its file's name, with the subcommand after it where a
-    tool is known by both (``docker login``)."""
-    name = args[index].rsplit("/", 1)[-1]
-    both = f"{name} {args[index + 1]}" if index + 1 < len(args) else ""
-    return both if both in _TOOLS or both in _BARE else name
+def _tool(args: tuple[str, ...], index: int) -> tuple[str, int]:
+    """The tool ``args[index]`` names: its file's name, with the subcommand after it and its
+    own options where a tool is known by both (``docker -H tcp://h login``); and the index
+    of the first argument after them."""
+    name, after = args[index].rsplit("/", 1)[-1], index + 1
+    while after < len(args) and args[after][:1] == "-" and name in _GLOBALS:
+        after += 2 if args[after] in _GLOBALS[name] else 1
+    both = f"{name} {args[after]}" if after < len(args) else ""
+    return (both, after + 1) if both in _TOOLS or both in _BARE else (name, index + 1)
+
+
+def _command_starts(args: tuple[str, ...]) -> Iterator[int]:
+    """The indexes of ``args`` where a command starts: the first word, after a word that ends
+    a command (``;``, ``&&``, ``|``, a new line, ``(``), after the variables set before it and
+    after a tool that runs it (``sudo -u bob CMD``, ``env A=1 CMD``, ``ssh -p 22 HOST CMD``)."""
+    expect, valued, before, index = True, frozenset[str](), 0, 0
+    while index < len(args):
+        arg, option = args[index], args[index][:1] in ("-", "+") and len(args[index]) > 1
+        if arg in _COMMAND_ENDS:
+            expect, valued, before = True, frozenset(), 0
+        elif not expect or _ASSIGNMENT.fullmatch(arg):
+            pass
+        elif option:  # a wrapper's, or those of the program whose arguments these are
+            index += 1 if arg in valued else 0  # and the option's value
+        elif before:
+            before -= 1
+        else:
+            yield index
+            valued, before = _WRAPPERS.get(arg.rsplit("/", 1)[-1], (frozenset(), -1))
+            expect = before >= 0
+        index += 1
 
 
 def _bare_passwords(args: tuple[str, ...], mark: str) -> Iterator[tuple[int, str, str]]:
-    """The passwords of ``_BARE``'s tools in ``args``, as ``tool_passwords`` yields them."""
-    for start in range(len(args)):
-        tool = _tool(args, start)
+    """The passwords of ``_BARE``'s tools where a command starts in ``args``, as
+    ``tool_passwords`` yields them: `echo wandb login failed` names wandb, and `failed` is no key.
+    Short-flag tools (``_TOOLS``) count anywhere: their flag must follow them too, and an
+    option's value may be a shell line that one starts (`--setup 'sshpass -p PW ssh h'`)."""
+    for start in _command_starts(args):
+        tool, index = _tool(args, start)
         if tool not in _BARE:
             continue
         valued, which = _BARE[tool]
-        letters, bare, index = "", [], start + 1 + tool.count(" ")
+        letters, bare = "", []
         while index < len(args) and args[index] not in _COMMAND_ENDS:
             arg = args[index]
             if arg in valued:

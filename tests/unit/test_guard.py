@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from dtrun.execute.guard import drop_guard, start_guard, stop_script
+from dtrun.execute.guard import TAGGED, drop_guard, start_guard, stop_script
 from tests.conftest import ended, wait_for
 from tests.paths import REPO
 
@@ -132,3 +132,40 @@ def test_the_stop_script_sleeps_not_at_all_when_nothing_carries_the_tag(tmp_path
     )  # fmt: skip
     assert done.stdout.split() == ["dtrun-left:"]
     assert not calls.exists(), calls.read_text()
+
+
+def _scan(scan: str, entry: str, cwd: Path, stack_kib: int | None = None) -> list[str]:
+    """The pids the tag scan ``scan`` (a shell command reading "$t") finds for ``entry``."""
+    limit = f"ulimit -s {stack_kib}; " if stack_kib else ""
+    done = subprocess.run(["sh", "-c", f"{limit}t={entry}; {scan}"], cwd=cwd,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    return done.stdout.split()
+
+
+def test_the_tag_scan_finds_a_tagged_process_past_the_command_line_s_limit(tmp_path):
+    """A node with ~90,000 processes: `grep ... /proc/[0-9]*/environ` put every path on one
+    command line, past ARG_MAX, and grep ran on none (`Argument list too long`): a stop found
+    nothing to stop. Here a stand-in /proc of 3,000 long pid names (360 KiB of paths) under
+    a 1 MiB stack (ARG_MAX 256 KiB): the scan finds the one that carries the tag, and none
+    other."""
+    proc = tmp_path / "p"
+    for index in range(3000):
+        (proc / f"{index:0100d}").mkdir(parents=True)
+        (proc / f"{index:0100d}" / "environ").write_bytes(b"HOME=/\0DTRUN_LAUNCH=other\0")
+    (proc / f"{1234:0100d}" / "environ").write_bytes(b"HOME=/\0DTRUN_LAUNCH=t1-0\0")
+    (proc / "sys").mkdir()  # not a process: not read
+    (proc / "sys" / "environ").write_bytes(b"DTRUN_LAUNCH=t1-0\0")
+    scan = TAGGED.replace("/proc", "./p")  # ./p/PID/environ: the pid is the third field too
+    assert _scan(scan, "DTRUN_LAUNCH=t1-0", tmp_path, stack_kib=1024) == [f"{1234:0100d}"]
+
+
+def test_the_tag_scan_finds_a_tagged_process_of_this_machine(tmp_path):
+    """The scan that the SSH wrapper's guard, the local scripts' guard and a Ray node's stop
+    run (TAGGED), on this machine's own /proc."""
+    tag = secrets.token_hex(4)
+    tagged = subprocess.Popen(["sleep", "600"], env={**os.environ, "DTRUN_LAUNCH": tag})
+    try:
+        assert _scan(TAGGED, f"DTRUN_LAUNCH={tag}", tmp_path) == [str(tagged.pid)]
+    finally:
+        tagged.kill()
+        tagged.wait()

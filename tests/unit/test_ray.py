@@ -938,3 +938,39 @@ def test_a_node_whose_actor_stopped_answering_is_named_as_hung_at_the_timeout(
     assert why.startswith("still running when stopped: ray-0, ray-1; "), why
     assert "; ray-1 (127.0.0.3) had not answered dtrun for 100 s" in why and "its node hangs" in why
     assert "ray-0 (127.0.0.2)" not in why, why
+
+
+def test_a_node_is_named_hung_only_for_silence_after_its_start_not_its_placement(
+    monkeypatch, tmp_path
+):
+    """Ray took 30 s to place the group and --timeout was 1 s: at the deadline both nodes'
+    starts had returned a second before, yet each "had not answered dtrun for 31 s: its node
+    hangs", its silence counted from when its actor was asked for. It counts from its start's
+    return: neither is named hung, until one is silent past SILENT_S after it."""
+    from dtrun.engines.ray import executor as ray_executor
+
+    now = [0.0]
+    monkeypatch.setattr(ray_executor, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+
+    def slow_placement(timeout_seconds: float) -> bool:
+        now[0] += 30.0
+        return True
+
+    launch, ray, nodes = _launch_on(monkeypatch, tmp_path, slow_placement)
+    answers = iter([("127.0.0.2", "h0"), ("127.0.0.3", "h1")])
+    made = types.SimpleNamespace(start=types.SimpleNamespace(remote=lambda *_: object()))
+    actors = types.SimpleNamespace(remote=lambda *_: made)
+    monkeypatch.setattr(
+        ray, "remote", lambda _cls: types.SimpleNamespace(options=lambda **_: actors), raising=False
+    )
+    monkeypatch.setattr(ray, "get", lambda _ref: next(answers), raising=False)
+    launch.plan.nnodes = 2
+    launch.place()
+    now[0] += 1.0
+    why = str(launch.timed_out(1.0, nodes).why)
+    assert why == "still running when stopped: ray-0, ray-1", why
+    now[0] += ray_executor.SILENT_S + 1.0
+    nodes[0].answered = now[0] - 0.2  # ray-0 answers its polls; ray-1 never did
+    why = str(launch.timed_out(1.0, nodes).why)
+    assert "; ray-1 (127.0.0.3) had not answered dtrun for 12 s: its node hangs" in why, why
+    assert "ray-0 (127.0.0.2)" not in why, why

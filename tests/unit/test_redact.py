@@ -204,6 +204,38 @@ def test_a_well_known_tool_s_short_flag_password_is_hidden_and_the_user_stays(ar
 
 
 @pytest.mark.parametrize(
+    ("line", "shown"),
+    [("docker -H tcp://x login -p Passw0rd", f"docker -H tcp://x login -p {REDACTED}"),
+     ("docker --host=tcp://x -D login -u bob -p Passw0rd r.io",
+      f"docker --host=tcp://x -D login -u bob -p {REDACTED} r.io"),
+     ("docker --config /c --context ci -l debug login -p Passw0rd",
+      f"docker --config /c --context ci -l debug login -p {REDACTED}"),
+     ("docker -c ci --tls --tlscacert ca.pem login -p Passw0rd",
+      f"docker -c ci --tls --tlscacert ca.pem login -p {REDACTED}"),
+     ("aws --profile d configure set aws_secret_access_key Passw0rd",
+      f"aws --profile d configure set aws_secret_access_key {REDACTED}")],
+)  # fmt: skip
+def test_a_tool_s_own_options_before_its_subcommand_keep_its_password_found(line, shown):
+    """`docker -H tcp://x login -p PW`: docker's options (and their values) may come before
+    `login`, as aws's before `configure`; the password was shown."""
+    assert redact_args(tuple(line.split())) == tuple(shown.split())
+    assert secret_args(("bash", "-c", line)) == ("Passw0rd",)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "docker -H tcp://x run -p 8080:80 img",
+        "docker --context login run -p 8080:80 img",
+        "docker -l debug logs -p",
+    ],
+)
+def test_a_tool_s_own_option_values_are_not_taken_for_its_subcommand(line):
+    """`docker --context login run -p 8080:80`: `login` is the context's name, and -p a port."""
+    assert secret_args(tuple(line.split())) == ()
+
+
+@pytest.mark.parametrize(
     "args",
     [("python", "train.py", "-p", "4", "-u", "bob:x1"), ("torchrun", "-p", "29500"),
      ("mysql", "-p", "train"), ("curl", "-u", "bob", "https://h/x"), ("curl", "--user-agent=a:b"),
@@ -238,6 +270,33 @@ def test_a_password_a_well_known_tool_takes_as_a_bare_argument_is_hidden(line, s
     assert redact_args(tuple(line.split())) == tuple(shown.split())
     assert redact_args(("bash", "-c", line)) == ("bash", "-c", shown)
     assert redact_env((("SETUP", line),)) == (("SETUP", shown),)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("echo", "wandb login failed, retrying"), ("git", "commit", "-m", "wandb login problems"),
+     ("bash", "-c", "echo htpasswd -b f bob Passw0rd"),
+     ("bash", "-c", "grep -c 'aws configure set aws_secret_access_key Passw0rd' notes.md")],
+)  # fmt: skip
+def test_a_bare_argument_tool_named_where_no_command_starts_hides_nothing(args):
+    """`echo wandb login failed, retrying`: wandb, htpasswd and aws are the tools only where a
+    command starts, so `failed,` was hidden as wandb's key in a message that only names it."""
+    assert secret_args(args) == ()
+    assert redact_args(args) == args
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["sudo -u bob htpasswd -b f bob Passw0rd", "env WANDB_MODE=online wandb login Passw0rd",
+     "ls; nohup wandb login Passw0rd", "cd /x && time wandb login Passw0rd",
+     "(wandb login Passw0rd)", "WANDB_HOST=x wandb login Passw0rd",
+     "timeout 60 sudo -E wandb login Passw0rd", "ssh -p 22 node1 wandb login Passw0rd",
+     "if true; then wandb login Passw0rd; fi", "echo x | xargs -n1 wandb login Passw0rd"],
+)  # fmt: skip
+def test_a_bare_argument_tool_after_a_command_that_runs_it_is_still_found(line):
+    """sudo, env, nohup, time, timeout, ssh, xargs and a variable before it run the tool: it
+    starts a command there, as after `;`, `&&`, `(` and `then`."""
+    assert secret_args(("bash", "-c", line)) == ("Passw0rd",)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from dtrun.execute import LineSink
-from dtrun.execute.guard import drop_guard, start_guard
+from dtrun.execute.guard import TAGGED, drop_guard, start_guard
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.workloads.files import NodeLog, write_atomic
 
@@ -80,8 +80,7 @@ def run_scripts(
 _GRACE_S = 5
 _NO_TAG = "dtrun-stop"
 _STOP_GROUPS = (
-    f'tagged() {{ [ "$0" = {_NO_TAG} ] || '
-    'grep -lsxzF -- "$0" /proc/[0-9]*/environ | cut -d/ -f3; }; '
+    f't=$0; tagged() {{ [ "$t" = {_NO_TAG} ] || {TAGGED}; }}; '
     'for g; do kill -s TERM -- "-$g" 2>/dev/null; done; kill -s TERM $(tagged) 2>/dev/null; '
     f"sleep {_GRACE_S}; "
     'for g; do kill -s KILL -- "-$g" 2>/dev/null; done; kill -s KILL $(tagged) 2>/dev/null'

@@ -52,7 +52,7 @@ class _Node:
     actor: Any = None
     poll: Any = None  # the poll under way
     started: float = 0.0
-    answered: float | None = None  # its last poll's answer (its start, till then)
+    answered: float | None = None  # its last poll's answer (its start's return, till then)
     ended: float | None = None
     code: int | None = None
     stopped: bool = False
@@ -192,7 +192,7 @@ class _Launch:
                     name=f"dtrun-{self.plan.rdzv_id}-{node.launch.node.name}",
                     scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, index),
                 ).remote(node_tag(self.tag, index))
-            node.started = node.answered = time.monotonic()
+            node.started = time.monotonic()
             starts[index] = node.actor.start.remote(
                 str(self.workdir), files, node.launch.script_name
             )
@@ -213,6 +213,8 @@ class _Launch:
                 node.lost = said(error)
                 node.raised = isinstance(error, ray.exceptions.RayTaskError)
                 continue
+            # its first answer: silence counts from here, not from the placement's wait
+            node.answered = time.monotonic()
             if address != node.launch.node.address:  # Ray's node:ADDRESS pins it: never
                 node.lost = f"its bundle was placed on {address}, not on its own node"
 
@@ -242,7 +244,9 @@ class _Launch:
 
     def timed_out(self, timeout_s: float, waiting: list[_Node]) -> RunTimeoutError:
         """The error of a launch whose nodes in ``waiting`` still ran at its deadline, naming
-        those whose actor no longer answered (a hung node: Ray calls it dead only later)."""
+        those whose actor no longer answered (a hung node: Ray calls it dead only later): for
+        SILENT_S since it last answered, its start's return the first; one that never
+        answered is not named so (Ray may not have placed it yet)."""
         now = time.monotonic()
         hung = "".join(f"; {n.launch.node.name} ({n.launch.node.address}) had not answered "
                        f"dtrun for {now - n.answered:.0f} s: its node hangs" for n in waiting

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from dtrun.execute.guard import TAG, WAIT_FOR_END, reaper_command
+from dtrun.execute.guard import TAG, TAGGED, WAIT_FOR_END, reaper_command
 
 GRACE_S = 5.0
 # Run by the guard as `sh -c END_LAUNCH dtrun-node-stop PGID TAG=VALUE` once the actor's
@@ -43,7 +43,7 @@ GRACE_S = 5.0
 # pid.
 DETACH = 'exec 3<&0; "$@" <&3 3<&- >/dev/null 2>&1 & echo "$!"'
 END_LAUNCH = (
-    'g=$1 t=$2; tagged() { grep -lsxzF -- "$t" /proc/[0-9]*/environ | cut -d/ -f3; }; '
+    f"g=$1 t=$2; tagged() {{ {TAGGED}; }}; "
     'hit() { kill "-$1" "-$g" 2>/dev/null; for p in $(tagged); do kill "-$1" "$p" 2>/dev/null; '
     "done; }; hit TERM; i=0; "
     f'while [ "$i" -lt {int(GRACE_S * 10)} ]; do '

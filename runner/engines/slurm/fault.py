@@ -72,9 +72,11 @@ class Heard:
 
 
 def _srun_s_own(line: str) -> bool:
-    """srun's own message, not a task's line: unlabelled, in srun's words. A task's line is
-    labelled, but the pieces after its first of a progress bar's states or of a line too long
-    to hold (runner/engines/common/scripts.py segments) are not: they are the task's too."""
+    """srun's own message, not a task's line: one that begins `srun: ` (SRUN_SAYS), which no
+    labelled line does (a task's begins `0: `). The label alone does not tell: the pieces
+    after the first of a progress bar's states or of a line too long to hold
+    (runner/engines/common/scripts.py segments) are unlabelled and the task's; such a piece
+    that itself begins `srun: ` is taken for srun's."""
     return line.startswith(SRUN_SAYS)
 
 

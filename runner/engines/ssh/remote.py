@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dtrun.engines.common.scripts import LINE_END, LINE_END_LONGEST
-from dtrun.execute.guard import TAG, WAIT_FOR_END, reaper_on_node, stop_script
+from dtrun.execute.guard import TAG, TAGGED, WAIT_FOR_END, reaper_on_node, stop_script
 from dtrun.spec.cluster import Inventory
 
 if TYPE_CHECKING:
@@ -76,7 +76,6 @@ def launch_command(
 # The script carries TAG=exec-TOKEN, and the guard stops what carries it too: a daemon the
 # command left in a session of its own (`setsid sleep &`) is out of its group (as in
 # templates/remote/stop.sh.j2). `kill -s`: POSIX (dash refuses `kill -TERM -- -G`).
-_TAGGED = 'grep -lsxzF -- "$t" /proc/[0-9]*/environ | cut -d/ -f3'
 _COMMAND = f"""s= ended=
 while IFS= read -r l; do
   if [ "$l" = "DTRUN_END_OF_SCRIPT_$1" ]; then ended=1; break; fi
@@ -87,8 +86,8 @@ done
 exec 3<&0
 printf '%s' "$s" | {TAG}="exec-$1" setsid --wait bash -s 3<&- &
 run=$!
-stop='t="{TAG}=exec-$1"; {WAIT_FOR_END}; kill -s TERM -- "-$0" $({_TAGGED}); sleep 5
-kill -s KILL -- "-$0" $({_TAGGED})'
+stop='t="{TAG}=exec-$1"; {WAIT_FOR_END}; kill -s TERM -- "-$0" $({TAGGED}); sleep 5
+kill -s KILL -- "-$0" $({TAGGED})'
 sh -c "$stop" "$run" "$1" <&3 >/dev/null 2>&1 3<&- &
 guard=$!
 exec 3<&-
