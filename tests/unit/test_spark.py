@@ -670,3 +670,37 @@ def test_the_relay_prints_nothing_a_connection_without_the_launch_s_token_sends(
             node.sendall(f"{token}\n{TAG} 0: from the node\n".encode())
         wait_for(lambda: "from the node" in out.getvalue(), timeout=10, what="the node's line")
     assert out.getvalue() == f"{TAG} 0: from the node\n"
+
+
+def test_the_relay_listens_where_spark_binds_and_is_reached_at_the_driver_s_host(
+    monkeypatch, capsys
+):
+    """A driver in a container or behind NAT gives its executors `spark.driver.host` but binds
+    at `spark.driver.bindAddress` (Spark's own RPC does): horovod.spark's Relay listens there
+    and tells the nodes the host. Before, it bound at the host itself, an address not of this
+    machine, and the launch failed: `OSError: [Errno 99] Cannot assign requested address`."""
+    import socket
+    import types
+
+    from dtrun.engines.spark import driver
+
+    reached: list[tuple[str, int, str]] = []
+
+    def run(main, args, **_):
+        reached.append(args[3])
+        _, port, token = args[3]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as node:
+            node.sendall(f"{token}\ndtrun-node 0: through the relay\n".encode())
+        wait_for(lambda: "through the relay" in capsys.readouterr().out, timeout=10,
+                 what="the node's line at the relay")  # fmt: skip
+
+    horovod = types.ModuleType("horovod")
+    horovod.spark = types.SimpleNamespace(run=run)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "horovod", horovod)
+    monkeypatch.setitem(sys.modules, "horovod.spark", horovod.spark)
+    conf = {"spark.driver.host": "203.0.113.5", "spark.driver.bindAddress": "127.0.0.1"}
+    context = types.SimpleNamespace(setJobGroup=lambda *_, **__: None, getConf=lambda: conf)
+    config = {"nodes": ["spark-0"], "launcher": "horovod-spark", "run_id": "r", "master_port": 1,
+              "start_timeout_s": 30, "interface": "lo"}  # fmt: skip
+    driver.launch(types.SimpleNamespace(sparkContext=context), config, "/nowhere", True)
+    assert [host for host, _, _ in reached] == ["203.0.113.5"]

@@ -243,19 +243,28 @@ class Relay(socketserver.ThreadingTCPServer):
 
     daemon_threads = True
 
-    def __init__(self, host: str, out: TextIO) -> None:
+    def __init__(self, host: str, out: TextIO, bind: str | None = None) -> None:
+        """Listening at ``bind`` (``host`` by default), reached at ``host``."""
         # Anyone who reaches the driver's host can connect: only a connection whose first line
         # is this launch's token, which the nodes get with node_main's arguments (Spark's own
         # channel), is heard; another's lines, a made-up cut line among them, are not printed.
         self.out, self.lock, self.token = out, threading.Lock(), secrets.token_hex(16)
-        super().__init__((host, 0), _RelayLines)
+        self.host = host
+        super().__init__((host if bind is None else bind, 0), _RelayLines)
         threading.Thread(target=self.serve_forever, name="dtrun-relay", daemon=True).start()
+
+    @classmethod
+    def of_driver(cls, conf: Any, out: TextIO) -> Relay:
+        """The Relay of a driver whose Spark configuration is ``conf``: listening where Spark's
+        own RPC does (``spark.driver.bindAddress``, which a driver in a container or behind
+        NAT sets apart), reached where the executors reach the driver (``spark.driver.host``)."""
+        host = conf.get("spark.driver.host", "127.0.0.1")
+        return cls(host, out, conf.get("spark.driver.bindAddress", host))
 
     @property
     def address(self) -> tuple[str, int, str]:
         """Where the nodes reach it, and its token (node_main's ``relay``)."""
-        host, port = self.server_address[:2]
-        return str(host), int(port), self.token
+        return self.host, int(self.server_address[1]), self.token
 
     def __exit__(self, *_: object) -> None:
         self.shutdown()
