@@ -704,3 +704,20 @@ def test_the_relay_listens_where_spark_binds_and_is_reached_at_the_driver_s_host
               "start_timeout_s": 30, "interface": "lo"}  # fmt: skip
     driver.launch(types.SimpleNamespace(sparkContext=context), config, "/nowhere", True)
     assert [host for host, _, _ in reached] == ["203.0.113.5"]
+
+
+def test_the_relay_lets_go_of_a_connection_that_does_not_send_the_token_in_time(monkeypatch):
+    """Anyone who reaches the driver's host can connect to the Relay and send nothing: it
+    closes such a connection once the token is late. Before, each held a thread and a file
+    descriptor of the driver until the launch ended: a thousand idle connections, a thousand
+    threads."""
+    import io
+    import socket
+
+    from dtrun.engines.spark.node import Relay
+
+    monkeypatch.setattr(Relay, "token_wait_s", 0.2, raising=False)
+    with Relay("127.0.0.1", io.StringIO()) as relay:
+        host, port, _ = relay.address
+        with socket.create_connection((host, port), timeout=5) as stranger:
+            assert stranger.recv(1) == b""  # closed by the relay, not timed out here

@@ -242,6 +242,9 @@ class Relay(socketserver.ThreadingTCPServer):
     lines came late or never, and its cut log's line after the launch had failed."""
 
     daemon_threads = True
+    # A node sends the token as it connects; a connection that does not is let go, not kept
+    # with a thread of the driver's until the launch ends
+    token_wait_s = 10.0
 
     def __init__(self, host: str, out: TextIO, bind: str | None = None) -> None:
         """Listening at ``bind`` (``host`` by default), reached at ``host``."""
@@ -274,9 +277,14 @@ class Relay(socketserver.ThreadingTCPServer):
 class _RelayLines(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         relay = cast(Relay, self.server)
-        said = self.rfile.readline(len(relay.token) + 2).rstrip(b"\n")
+        self.connection.settimeout(relay.token_wait_s)
+        try:
+            said = self.rfile.readline(len(relay.token) + 2).rstrip(b"\n")
+        except OSError:  # the token late, or the connection gone
+            return
         if not hmac.compare_digest(said, relay.token.encode()):
             return  # not a node of this launch
+        self.connection.settimeout(None)  # a node may print nothing for hours
         for raw in self.rfile:
             with relay.lock:
                 relay.out.write(raw.decode(errors="replace").rstrip("\n") + "\n")
