@@ -721,3 +721,30 @@ def test_the_relay_lets_go_of_a_connection_that_does_not_send_the_token_in_time(
         host, port, _ = relay.address
         with socket.create_connection((host, port), timeout=5) as stranger:
             assert stranger.recv(1) == b""  # closed by the relay, not timed out here
+
+
+def test_a_node_s_connection_reset_prints_no_traceback_on_the_driver(capfd):
+    """A node's executor lost or killed resets its connection to the Relay: the lines it sent
+    are printed and the driver's console shows no traceback. Before, socketserver printed
+    `ConnectionResetError: [Errno 104] Connection reset by peer` with its traceback among the
+    launch's lines."""
+    import io
+    import socket
+    import struct
+
+    from dtrun.engines.spark.node import Relay
+
+    out = io.StringIO()
+    with Relay("127.0.0.1", out) as relay:
+        host, port, token = relay.address
+        node = socket.create_connection((host, port), timeout=10)
+        node.sendall(f"{token}\ndtrun-node 0: before it was lost\n".encode())
+        wait_for(lambda: "before it was lost" in out.getvalue(), timeout=10,
+                 what="the node's line")  # fmt: skip
+        node.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        node.close()  # a reset, as a killed executor's kernel sends
+        with socket.create_connection((host, port), timeout=10) as after:  # served after it
+            after.sendall(f"{token}\ndtrun-node 1: still heard\n".encode())
+        wait_for(lambda: "still heard" in out.getvalue(), timeout=10,
+                 what="a line after the reset")  # fmt: skip
+    assert "Traceback" not in capfd.readouterr().err
