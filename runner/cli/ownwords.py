@@ -134,8 +134,9 @@ def spare_own_words(inventory: Inventory | None = None) -> None:
     spare_secrets(lambda value: any(value in word for word in names))
 
 
-def kept_secrets(values: Iterable[str]) -> list[str]:
+def kept_secrets(values: Iterable[str], inventory: Inventory | None = None) -> list[str]:
     """``values`` less those no longer looked for (``spare_own_words``) that lie inside a
-    record's names: the secrets an uploaded copy of the run is redacted of."""
-    words = record_words()
-    return [value for value in values if not any(value in word for word in words)]
+    record's names, or (``inventory``) a node's name or address: the secrets an uploaded copy
+    of the run is redacted of."""
+    names = [word for _, words in _named(inventory) for word in words()]
+    return [value for value in values if not any(value in word for word in names)]
