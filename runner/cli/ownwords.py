@@ -114,10 +114,12 @@ def refuse_own_words(spec: LaunchRequest, inventory: Inventory | None = None) ->
     record's key or recorded choice, or (``inventory``) a node's name or address. The same
     values this machine's variables hold are no longer looked for (``spare_own_words``)."""
     for what, words in _named(inventory):
+        names = set(words())
         for given, value in _given(spec):
-            if any(value in word for word in words()):
+            if any(value in word for word in names):
+                how = "is also" if value in names else "lies inside"
                 raise PlanError(
-                    f"{given} is also a name dtrun writes in its records ({what})",
+                    f"{given} {how} a name dtrun writes in its records ({what})",
                     why="a secret is masked wherever it appears, so dtrun's own records would "
                     "be masked: `dtrun report` could not read them, and the masks would show "
                     "where the secret stands",

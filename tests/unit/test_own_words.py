@@ -40,7 +40,8 @@ def dry_run(tmp_path: Path, *args: str) -> tuple[int, str]:
         ("running", "a key or value of its records"),
         ("status", "a key or value of its records"),
         ("log_path", "a key or value of its records"),
-        ("unning", "a key or value of its records"),  # inside one: masked within it
+        ("unning", "a key or value of its records"),  # inside one: masked within it, and
+        # said so (before, the message said "unning" was a name dtrun writes)
     ],
 )
 def test_a_secret_that_is_a_name_dtrun_writes_is_refused_at_input(
@@ -48,7 +49,8 @@ def test_a_secret_that_is_a_name_dtrun_writes_is_refused_at_input(
 ) -> None:
     code, output = dry_run(tmp_path, "-n", "1", "-e", f"DB_PASS={value}")
     assert code == 2, output
-    assert f"the value of DB_PASS is also a name dtrun writes in its records ({what})" in output
+    how = "lies inside" if value == "unning" else "is also"
+    assert f"the value of DB_PASS {how} a name dtrun writes in its records ({what})" in output
     assert "Traceback" not in output
     assert not list(tmp_path.iterdir())
 
