@@ -748,3 +748,22 @@ def test_a_node_s_connection_reset_prints_no_traceback_on_the_driver(capfd):
         wait_for(lambda: "still heard" in out.getvalue(), timeout=10,
                  what="a line after the reset")  # fmt: skip
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_node_silent_at_first_is_heard_when_it_prints_later(monkeypatch):
+    """A node sends its token as it connects, not with its first line: a script silent at
+    first (importing torch, loading data) is still heard once it prints. Before, the token
+    waited in the node's buffer for that first line, past the Relay's wait for it."""
+    import io
+    import time
+
+    from dtrun.engines.spark import node
+    from dtrun.engines.spark.node import Relay
+
+    monkeypatch.setattr(Relay, "token_wait_s", 0.2)
+    out = io.StringIO()
+    with Relay("127.0.0.1", out) as relay, node._output(relay.address) as sent:
+        time.sleep(0.5)  # silent past the token's wait
+        sent.write(b"dtrun-node 0: at last\n")
+        sent.flush()
+        wait_for(lambda: "at last" in out.getvalue(), timeout=10, what="the late line")

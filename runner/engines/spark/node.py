@@ -230,6 +230,7 @@ def _output(relay: tuple[str, int, str] | None) -> BinaryIO:
         with contextlib.suppress(OSError):
             sent = socket.create_connection((host, port), timeout=30).makefile("wb")
             sent.write(f"{token}\n".encode())
+            sent.flush()  # now, not with the first line: the Relay waits token_wait_s for it
             return sent
     return os.fdopen(os.dup(1), "wb", buffering=0)
 
