@@ -114,10 +114,12 @@ def refuse_own_words(spec: LaunchRequest, inventory: Inventory | None = None) ->
     record's key or recorded choice, or (``inventory``) a node's name or address. The same
     values this machine's variables hold are no longer looked for (``spare_own_words``)."""
     for what, words in _named(inventory):
+        names = set(words())
         for given, value in _given(spec):
-            if any(value in word for word in words()):
+            if any(value in word for word in names):
+                how = "is also" if value in names else "lies inside"
                 raise PlanError(
-                    f"{given} is also a name dtrun writes in its records ({what})",
+                    f"{given} {how} a name dtrun writes in its records ({what})",
                     why="a secret is masked wherever it appears, so dtrun's own records would "
                     "be masked: `dtrun report` could not read them, and the masks would show "
                     "where the secret stands",
@@ -134,8 +136,9 @@ def spare_own_words(inventory: Inventory | None = None) -> None:
     spare_secrets(lambda value: any(value in word for word in names))
 
 
-def kept_secrets(values: Iterable[str]) -> list[str]:
+def kept_secrets(values: Iterable[str], inventory: Inventory | None = None) -> list[str]:
     """``values`` less those no longer looked for (``spare_own_words``) that lie inside a
-    record's names: the secrets an uploaded copy of the run is redacted of."""
-    words = record_words()
-    return [value for value in values if not any(value in word for word in words)]
+    record's names, or (``inventory``) a node's name or address: the secrets an uploaded copy
+    of the run is redacted of."""
+    names = [word for _, words in _named(inventory) for word in words()]
+    return [value for value in values if not any(value in word for word in names)]

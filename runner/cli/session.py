@@ -198,6 +198,7 @@ class Session:
             try:
                 with opened(choice, self.watch) as cluster:
                     refuse_own_words(spec, cluster.inventory)  # known once it is opened
+                    secrets[:] = kept_secrets(secrets, cluster.inventory)  # the upload's too
                     warn_oversubscribed(cluster, spec, local_nodes)
                     yield cluster
             except KeyboardInterrupt:

@@ -19,10 +19,19 @@ from dtrun.sweep.programresult import read_step_files
 
 # What a rank raises when a peer is gone: gloo's RuntimeError ("Connection closed by peer"),
 # torch.distributed's DistError kinds (NCCL's DistBackendError, DistNetworkError,
-# DistStoreError). A rank that raised another (OSError saving a checkpoint, a ValueError) failed
-# of its own, whichever rank ended cleanly first.
+# DistStoreError), Horovod's HorovodInternalError ("Horovod has been shut down ... after one of
+# the ranks finished execution", horovod/torch/mpi_ops.py's synchronize). A rank that raised
+# another (OSError saving a checkpoint, a ValueError) failed of its own, whichever rank ended
+# cleanly first.
 PEER_ERRORS = frozenset(
-    {"RuntimeError", "DistError", "DistBackendError", "DistNetworkError", "DistStoreError"}
+    {
+        "RuntimeError",
+        "DistError",
+        "DistBackendError",
+        "DistNetworkError",
+        "DistStoreError",
+        "HorovodInternalError",
+    }
 )
 
 

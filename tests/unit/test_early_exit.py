@@ -103,3 +103,16 @@ def test_a_rank_that_raised_its_own_error_is_not_said_to_have_lost_a_peer(
     records = [record(0, 2, 1000.5, "OSError"), record(1, 2, 1000.0, None)]
     said = launch_failing(tmp_path, fixed_inventory, records).error
     assert isinstance(said, NodeFailedError) and said.node == "node-0"
+
+
+def test_a_rank_that_exited_0_under_horovod_is_named_before_the_shutdown_the_others_raised(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    """Under Horovod a rank that left raises nothing in the others' collectives but
+    HorovodInternalError ("Horovod has been shut down ... after one of the ranks finished
+    execution", horovodrun --gloo, rank 1 sys.exit(0) at step 2). Before, that was taken for
+    an error of the rank's own, and the rank that left was not named."""
+    records = [record(0, 2, 1000.5, "HorovodInternalError"), record(1, 2, 1000.0, None)]
+    said = launch_failing(tmp_path, fixed_inventory, records).error
+    assert said is not None
+    assert said.message.startswith("node-1's rank 1 ended with no error after step 2")

@@ -40,7 +40,8 @@ def dry_run(tmp_path: Path, *args: str) -> tuple[int, str]:
         ("running", "a key or value of its records"),
         ("status", "a key or value of its records"),
         ("log_path", "a key or value of its records"),
-        ("unning", "a key or value of its records"),  # inside one: masked within it
+        ("unning", "a key or value of its records"),  # inside one: masked within it, and
+        # said so (before, the message said "unning" was a name dtrun writes)
     ],
 )
 def test_a_secret_that_is_a_name_dtrun_writes_is_refused_at_input(
@@ -48,7 +49,8 @@ def test_a_secret_that_is_a_name_dtrun_writes_is_refused_at_input(
 ) -> None:
     code, output = dry_run(tmp_path, "-n", "1", "-e", f"DB_PASS={value}")
     assert code == 2, output
-    assert f"the value of DB_PASS is also a name dtrun writes in its records ({what})" in output
+    how = "lies inside" if value == "unning" else "is also"
+    assert f"the value of DB_PASS {how} a name dtrun writes in its records ({what})" in output
     assert "Traceback" not in output
     assert not list(tmp_path.iterdir())
 
@@ -130,4 +132,25 @@ def test_an_uploaded_copy_is_not_masked_by_this_machines_secret_that_dtrun_write
     run_json = next(body for key, body in copies.items() if key.endswith("/run.json"))
     assert b'"status": "ok"' in run_json
     (here,) = (tmp_path / "runs").glob("*/run.json")
+    assert run_json == here.read_bytes()  # redacted as the record here is
+
+
+def test_an_uploaded_copy_is_not_masked_by_this_machines_secret_that_is_a_node_s_name(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine's secret that is a node's name is spared once the cluster is open and its
+    names known: the uploaded copy is redacted as the records here are. Before, the copy was
+    redacted of it still, run.json's `"node": "<redacted>"` unreadable to `dtrun report`."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("print('hello')\n")
+    monkeypatch.setenv("MY_API_KEY", "node-0")  # the embedded cluster's first node
+    result = CliRunner().invoke(
+        app, ["run", "-n", "1", "--output", str(tmp_path / "runs"), "--results",
+              f"s3://{BUCKET}/runs", "--", "python", "t.py"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    copies = stored(s3, "runs/")
+    run_json = next(body for key, body in copies.items() if key.endswith("/run.json"))
+    (here,) = (tmp_path / "runs").glob("*/run.json")
+    assert b'"node-0"' in here.read_bytes()
     assert run_json == here.read_bytes()  # redacted as the record here is

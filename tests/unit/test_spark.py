@@ -670,3 +670,100 @@ def test_the_relay_prints_nothing_a_connection_without_the_launch_s_token_sends(
             node.sendall(f"{token}\n{TAG} 0: from the node\n".encode())
         wait_for(lambda: "from the node" in out.getvalue(), timeout=10, what="the node's line")
     assert out.getvalue() == f"{TAG} 0: from the node\n"
+
+
+def test_the_relay_listens_where_spark_binds_and_is_reached_at_the_driver_s_host(
+    monkeypatch, capsys
+):
+    """A driver in a container or behind NAT gives its executors `spark.driver.host` but binds
+    at `spark.driver.bindAddress` (Spark's own RPC does): horovod.spark's Relay listens there
+    and tells the nodes the host. Before, it bound at the host itself, an address not of this
+    machine, and the launch failed: `OSError: [Errno 99] Cannot assign requested address`."""
+    import socket
+    import types
+
+    from dtrun.engines.spark import driver
+
+    reached: list[tuple[str, int, str]] = []
+
+    def run(main, args, **_):
+        reached.append(args[3])
+        _, port, token = args[3]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as node:
+            node.sendall(f"{token}\ndtrun-node 0: through the relay\n".encode())
+        wait_for(lambda: "through the relay" in capsys.readouterr().out, timeout=10,
+                 what="the node's line at the relay")  # fmt: skip
+
+    horovod = types.ModuleType("horovod")
+    horovod.spark = types.SimpleNamespace(run=run)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "horovod", horovod)
+    monkeypatch.setitem(sys.modules, "horovod.spark", horovod.spark)
+    conf = {"spark.driver.host": "203.0.113.5", "spark.driver.bindAddress": "127.0.0.1"}
+    context = types.SimpleNamespace(setJobGroup=lambda *_, **__: None, getConf=lambda: conf)
+    config = {"nodes": ["spark-0"], "launcher": "horovod-spark", "run_id": "r", "master_port": 1,
+              "start_timeout_s": 30, "interface": "lo"}  # fmt: skip
+    driver.launch(types.SimpleNamespace(sparkContext=context), config, "/nowhere", True)
+    assert [host for host, _, _ in reached] == ["203.0.113.5"]
+
+
+def test_the_relay_lets_go_of_a_connection_that_does_not_send_the_token_in_time(monkeypatch):
+    """Anyone who reaches the driver's host can connect to the Relay and send nothing: it
+    closes such a connection once the token is late. Before, each held a thread and a file
+    descriptor of the driver until the launch ended: a thousand idle connections, a thousand
+    threads."""
+    import io
+    import socket
+
+    from dtrun.engines.spark.node import Relay
+
+    monkeypatch.setattr(Relay, "token_wait_s", 0.2, raising=False)
+    with Relay("127.0.0.1", io.StringIO()) as relay:
+        host, port, _ = relay.address
+        with socket.create_connection((host, port), timeout=5) as stranger:
+            assert stranger.recv(1) == b""  # closed by the relay, not timed out here
+
+
+def test_a_node_s_connection_reset_prints_no_traceback_on_the_driver(capfd):
+    """A node's executor lost or killed resets its connection to the Relay: the lines it sent
+    are printed and the driver's console shows no traceback. Before, socketserver printed
+    `ConnectionResetError: [Errno 104] Connection reset by peer` with its traceback among the
+    launch's lines."""
+    import io
+    import socket
+    import struct
+
+    from dtrun.engines.spark.node import Relay
+
+    out = io.StringIO()
+    with Relay("127.0.0.1", out) as relay:
+        host, port, token = relay.address
+        node = socket.create_connection((host, port), timeout=10)
+        node.sendall(f"{token}\ndtrun-node 0: before it was lost\n".encode())
+        wait_for(lambda: "before it was lost" in out.getvalue(), timeout=10,
+                 what="the node's line")  # fmt: skip
+        node.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        node.close()  # a reset, as a killed executor's kernel sends
+        with socket.create_connection((host, port), timeout=10) as after:  # served after it
+            after.sendall(f"{token}\ndtrun-node 1: still heard\n".encode())
+        wait_for(lambda: "still heard" in out.getvalue(), timeout=10,
+                 what="a line after the reset")  # fmt: skip
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_node_silent_at_first_is_heard_when_it_prints_later(monkeypatch):
+    """A node sends its token as it connects, not with its first line: a script silent at
+    first (importing torch, loading data) is still heard once it prints. Before, the token
+    waited in the node's buffer for that first line, past the Relay's wait for it."""
+    import io
+    import time
+
+    from dtrun.engines.spark import node
+    from dtrun.engines.spark.node import Relay
+
+    monkeypatch.setattr(Relay, "token_wait_s", 0.2)
+    out = io.StringIO()
+    with Relay("127.0.0.1", out) as relay, node._output(relay.address) as sent:
+        time.sleep(0.5)  # silent past the token's wait
+        sent.write(b"dtrun-node 0: at last\n")
+        sent.flush()
+        wait_for(lambda: "at last" in out.getvalue(), timeout=10, what="the late line")

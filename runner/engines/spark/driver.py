@@ -120,8 +120,7 @@ def launch(spark: Any, config: dict[str, Any], launch_dir: str, here: bool) -> N
     elif launcher == "horovod-spark":
         import horovod.spark
 
-        host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
-        with Relay(host, sys.stdout) as relay:
+        with Relay.of_driver(spark.sparkContext.getConf(), sys.stdout) as relay:
             horovod.spark.run(
                 node_main,
                 args=(launch_dir, names, config["master_port"], relay.address),

@@ -230,6 +230,7 @@ def _output(relay: tuple[str, int, str] | None) -> BinaryIO:
         with contextlib.suppress(OSError):
             sent = socket.create_connection((host, port), timeout=30).makefile("wb")
             sent.write(f"{token}\n".encode())
+            sent.flush()  # now, not with the first line: the Relay waits token_wait_s for it
             return sent
     return os.fdopen(os.dup(1), "wb", buffering=0)
 
@@ -242,20 +243,32 @@ class Relay(socketserver.ThreadingTCPServer):
     lines came late or never, and its cut log's line after the launch had failed."""
 
     daemon_threads = True
+    # A node sends the token as it connects; a connection that does not is let go, not kept
+    # with a thread of the driver's until the launch ends
+    token_wait_s = 10.0
 
-    def __init__(self, host: str, out: TextIO) -> None:
+    def __init__(self, host: str, out: TextIO, bind: str | None = None) -> None:
+        """Listening at ``bind`` (``host`` by default), reached at ``host``."""
         # Anyone who reaches the driver's host can connect: only a connection whose first line
         # is this launch's token, which the nodes get with node_main's arguments (Spark's own
         # channel), is heard; another's lines, a made-up cut line among them, are not printed.
         self.out, self.lock, self.token = out, threading.Lock(), secrets.token_hex(16)
-        super().__init__((host, 0), _RelayLines)
+        self.host = host
+        super().__init__((host if bind is None else bind, 0), _RelayLines)
         threading.Thread(target=self.serve_forever, name="dtrun-relay", daemon=True).start()
+
+    @classmethod
+    def of_driver(cls, conf: Any, out: TextIO) -> Relay:
+        """The Relay of a driver whose Spark configuration is ``conf``: listening where Spark's
+        own RPC does (``spark.driver.bindAddress``, which a driver in a container or behind
+        NAT sets apart), reached where the executors reach the driver (``spark.driver.host``)."""
+        host = conf.get("spark.driver.host", "127.0.0.1")
+        return cls(host, out, conf.get("spark.driver.bindAddress", host))
 
     @property
     def address(self) -> tuple[str, int, str]:
         """Where the nodes reach it, and its token (node_main's ``relay``)."""
-        host, port = self.server_address[:2]
-        return str(host), int(port), self.token
+        return self.host, int(self.server_address[1]), self.token
 
     def __exit__(self, *_: object) -> None:
         self.shutdown()
@@ -265,13 +278,21 @@ class Relay(socketserver.ThreadingTCPServer):
 class _RelayLines(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         relay = cast(Relay, self.server)
-        said = self.rfile.readline(len(relay.token) + 2).rstrip(b"\n")
+        self.connection.settimeout(relay.token_wait_s)
+        try:
+            said = self.rfile.readline(len(relay.token) + 2).rstrip(b"\n")
+        except OSError:  # the token late, or the connection gone
+            return
         if not hmac.compare_digest(said, relay.token.encode()):
             return  # not a node of this launch
-        for raw in self.rfile:
-            with relay.lock:
-                relay.out.write(raw.decode(errors="replace").rstrip("\n") + "\n")
-                relay.out.flush()
+        self.connection.settimeout(None)  # a node may print nothing for hours
+        # a node's executor lost resets its connection: its lines up to then are printed, and
+        # the failure is the launch's to name (runner/engines/spark/executor.py), not a traceback
+        with contextlib.suppress(OSError):
+            for raw in self.rfile:
+                with relay.lock:
+                    relay.out.write(raw.decode(errors="replace").rstrip("\n") + "\n")
+                    relay.out.flush()
 
 
 def _wait(proc: subprocess.Popen[bytes]) -> int:
