@@ -66,7 +66,9 @@ def _enum_choices(kind: type[enum.Enum]) -> Iterable[str]:
 @cache
 def record_words() -> frozenset[str]:
     """Every key and recorded choice dtrun's records hold, derived from the code."""
-    from dtrun.check import model as _check_model  # noqa: F401  # its enums, loaded
+    # the modules whose enums check.json records, loaded: the walk sees loaded enums only
+    from dtrun.check import model as _check_model  # noqa: F401
+    from dtrun.check import stopped as _check_stopped  # noqa: F401
     from dtrun.report import recorded
     from dtrun.spec import outcome
 

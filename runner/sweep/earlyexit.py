@@ -36,7 +36,8 @@ PEER_ERRORS = frozenset(
 
 
 class EarlyExitError(RunError):
-    """A rank ended with no error while the others ran on; their failure followed from it."""
+    """A rank ended with no traceback (a return, or sys.exit with any code: the step hook sees no
+    exit code) while the others ran on; their failure followed from it."""
 
 
 def early_exit(error: DtrunError, steps: Path) -> DtrunError:
@@ -67,7 +68,7 @@ def early_exit(error: DtrunError, steps: Path) -> DtrunError:
     who = f"{node}'s rank {first['rank']}" if node else f"rank {first['rank']}"
     log = result.log_path if result is not None else error.log_path
     early = EarlyExitError(
-        f"{who} ended with no error {after} while the others ran on; the others then failed",
+        f"{who} ended with no traceback {after} while the others ran on; the others then failed",
         why=Lines(f"{error.what}: {error.why}"),
         fix=f"find why rank {first['rank']} left its training loop early (a return or "
         f"sys.exit on that rank only: every rank must take the same steps); read {log}",

@@ -176,7 +176,7 @@ def test_a_rank_that_exits_0_early_is_named_before_the_peer_it_left_failing(no_l
     done, run = bench(no_leftovers, "--", "python", str(program), run_id="exit1", port=29826)
     assert done.returncode == 1, done.stdout + done.stderr
     assert (
-        "error: node-1's rank 1 ended with no error after step 2 while the others ran on; "
+        "error: node-1's rank 1 ended with no traceback after step 2 while the others ran on; "
         "the others then failed: node-0 (127.0.0.2) failed"
     ) in done.stderr
     runs = json.loads((run / "runs.json").read_text())

@@ -69,7 +69,7 @@ def test_a_rank_that_exited_0_while_the_others_ran_on_is_named_before_their_fail
     assert outcome.error is not None and outcome.run.status is RunStatus.FAILED
     said = outcome.error.message
     assert said.startswith(
-        "node-1's rank 1 ended with no error after step 2 while the others ran on; the others "
+        "node-1's rank 1 ended with no traceback after step 2 while the others ran on; the others "
         "then failed: node-0 (127.0.0.2) failed with exit code 1"
     )
     assert "Connection closed by peer" in said  # their failure follows, as it was
@@ -115,4 +115,4 @@ def test_a_rank_that_exited_0_under_horovod_is_named_before_the_shutdown_the_oth
     records = [record(0, 2, 1000.5, "HorovodInternalError"), record(1, 2, 1000.0, None)]
     said = launch_failing(tmp_path, fixed_inventory, records).error
     assert said is not None
-    assert said.message.startswith("node-1's rank 1 ended with no error after step 2")
+    assert said.message.startswith("node-1's rank 1 ended with no traceback after step 2")

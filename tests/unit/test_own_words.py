@@ -154,3 +154,14 @@ def test_an_uploaded_copy_is_not_masked_by_this_machines_secret_that_is_a_node_s
     (here,) = (tmp_path / "runs").glob("*/run.json")
     assert b'"node-0"' in here.read_bytes()
     assert run_json == here.read_bytes()  # redacted as the record here is
+
+
+def test_the_record_words_hold_check_json_s_statuses_in_a_fresh_process() -> None:
+    """The enum walk sees loaded enums only: in a fresh dtrun process check.json's statuses
+    (CheckStatus, `completed`) were missing until something else had imported them."""
+    import subprocess
+    import sys
+
+    code = "from dtrun.cli.ownwords import record_words; print('completed' in record_words())"
+    said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert said.stdout.strip() == "True", said.stderr
