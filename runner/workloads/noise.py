@@ -20,7 +20,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -137,12 +137,22 @@ def clock_ticks() -> int:
 
 
 def own_cpu_s() -> float:
-    """This process's CPU time and its children's, user and system, seconds: its own threads,
-    the children it reaped, and every live descendant (a program's DataLoader workers are
-    the launch's work, not other load), counted once whether alive or reaped by now."""
+    """This process's CPU time and its reaped children's, user and system, seconds (its live
+    descendants: ``descendants``)."""
     times = os.times()
-    own = times.user + times.system + times.children_user + times.children_system
-    return own + sum(_process_cpu_s(pid) for pid in _descendants(os.getpid()))
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def descendants() -> dict[int, tuple[int, float]]:
+    """Every live descendant of this process (a program's DataLoader workers: the launch's
+    work, not other load): its parent's pid, and its CPU time and its reaped children's."""
+    found: dict[int, tuple[int, float]] = {}
+    todo = [(child, os.getpid()) for child in _children(os.getpid())]
+    while todo:
+        pid, parent = todo.pop()
+        found[pid] = (parent, _process_cpu_s(pid))
+        todo += [(child, pid) for child in _children(pid)]
+    return found
 
 
 def _children(pid: int) -> list[int]:
@@ -156,15 +166,6 @@ def _children(pid: int) -> list[int]:
     for thread in threads:
         text = _read(str(thread / "children")) or ""
         found += [int(child) for child in text.split()]
-    return found
-
-
-def _descendants(pid: int) -> list[int]:
-    found, todo = [], _children(pid)
-    while todo:
-        child = todo.pop()
-        found.append(child)
-        todo += _children(child)
     return found
 
 
@@ -184,12 +185,29 @@ def _process_cpu_s(pid: int) -> float:
 @dataclass(frozen=True)
 class Snapshot:
     cpu: CpuTimes | None
-    own_s: float
+    own_s: float  # own_cpu_s
     at: float  # time.perf_counter()
+    tree: dict[int, tuple[int, float]] = field(default_factory=dict)  # descendants
 
 
 def snapshot() -> Snapshot:
-    return Snapshot(read_cpu_times(), own_cpu_s(), time.perf_counter())
+    return Snapshot(read_cpu_times(), own_cpu_s(), time.perf_counter(), descendants())
+
+
+def window_own_s(start: Snapshot, end: Snapshot) -> float:
+    """The CPU time this process and its descendants took between two snapshots, none counted
+    twice or below nothing: a descendant alive at both counts its growth, one born since its
+    whole time; one gone since counts nothing of its own, and its time before the window
+    comes off where its parent, alive at the end, holds it among its reaped children's (this
+    process's os.times, a descendant's cutime). One whose parent went too went to init: its
+    time since the window began is lost (a double fork's daemon), never taken off."""
+    took = end.own_s - start.own_s
+    for pid, (_, cpu) in end.tree.items():
+        took += cpu - start.tree.get(pid, (0, 0.0))[1]
+    for pid, (parent, cpu) in start.tree.items():
+        if pid not in end.tree and (parent == os.getpid() or parent in end.tree):
+            took -= cpu  # its parent reaped it: its whole time is in the parent's count
+    return max(0.0, took)
 
 
 def rank_window(start: Snapshot, end: Snapshot) -> dict[str, Any]:
@@ -203,7 +221,7 @@ def rank_window(start: Snapshot, end: Snapshot) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "wall_s": end.at - start.at,
         "ticks": ticks,
-        "own_cpu_s": end.own_s - start.own_s,
+        "own_cpu_s": window_own_s(start, end),
         "loadavg_1m": read_loadavg(),
     }
 

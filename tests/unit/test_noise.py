@@ -8,6 +8,7 @@ USER_HZ 100) and its /proc/loadavg.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -23,14 +24,15 @@ from dtrun.workloads.noise import (
     launch_noise,
     machine_figures,
     node_noise,
-    own_cpu_s,
     parse_loadavg,
     parse_proc_stat,
     rank_window,
     read_cpu_times,
     read_loadavg,
+    snapshot,
     straggler_ratios,
     stragglers,
+    window_own_s,
 )
 from tests.paths import TESTS
 
@@ -202,19 +204,52 @@ def test_a_strategy_that_cannot_compute_alone_records_why_and_no_times():
 def test_a_ranks_cpu_time_counts_its_workers_alive_and_reaped_once():
     # a program's DataLoader workers are its own work, not other load: 2 spawn workers read
     # 1.97 other cores over 2.2 s on a quiet machine when a rank counted itself alone
-    before = own_cpu_s()
+    before = snapshot()
     worker = subprocess.Popen(
         [sys.executable, "-c", BUSY_CHILD.replace("3_000_000", "30_000_000") + "\ninput()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert worker.stdout is not None and worker.stdin is not None
     used = float(worker.stdout.readline())  # what the worker measured of itself, still alive
-    alive = own_cpu_s() - before
+    alive = window_own_s(before, snapshot())
     worker.stdin.close()
     worker.wait(timeout=30)
-    reaped = own_cpu_s() - before
+    reaped = window_own_s(before, snapshot())
     assert alive >= used - 0.02  # ticks of 10 ms, at most one each way
     assert used - 0.02 <= reaped <= alive + 0.1  # once, not twice
+
+
+# A worker that starts a grandchild, which burns CPU and then waits; the worker prints what
+# the grandchild used and its pid, then leaves without waiting for it (init takes it).
+GRANDCHILD = BUSY_CHILD.replace("3_000_000", "30_000_000") + "\nimport time\ntime.sleep(60)"
+DOUBLE_FORK = (
+    "import os, subprocess, sys\n"
+    f"g = subprocess.Popen([sys.executable, '-c', {GRANDCHILD!r}], stdout=subprocess.PIPE, "
+    "text=True)\n"
+    "print(g.stdout.readline().strip(), g.pid, flush=True)\n"
+    "sys.stdin.readline()\n"
+    "os._exit(0)\n"
+)
+
+
+def test_a_descendant_init_took_over_takes_nothing_off_the_ranks_cpu_time():
+    # a double fork's daemon that burnt its CPU before the window: the window read its rank's
+    # own CPU as -1.12 s (more "other load" than there was) when its time left the count
+    worker = subprocess.Popen([sys.executable, "-c", DOUBLE_FORK], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert worker.stdout is not None and worker.stdin is not None
+    used, grandchild = worker.stdout.readline().split()
+    try:
+        start = snapshot()
+        assert int(grandchild) in start.tree and float(used) > 0.1
+        worker.stdin.write("go\n")
+        worker.stdin.close()
+        worker.wait(timeout=30)
+        end = snapshot()
+        assert int(grandchild) not in end.tree  # init's now
+        assert 0.0 <= window_own_s(start, end) <= 0.1
+    finally:
+        os.kill(int(grandchild), signal.SIGKILL)
 
 
 def test_dtruns_own_cpu_time_counts_its_children_once_they_are_reaped():
