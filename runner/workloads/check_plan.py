@@ -17,6 +17,10 @@ from __future__ import annotations
 Pair = tuple[int, int]
 
 MIN_PARTNERS = 2  # where the fleet allows: one partner cannot tell a node from its link
+# Up to this many nodes every pair is measured: 4 nodes' hypercube met 4 of their 6 pairs, and
+# their only bisection group is the whole fleet (which decides nothing), so a slow 0-3 or 1-2
+# link went unseen, exit 0; one round more meets them all
+EVERY_PAIR_UP_TO = 4
 
 
 def _meet(pairs: list[Pair], met: list[set[int]]) -> None:
@@ -52,7 +56,7 @@ def pair_rounds(n: int) -> list[list[Pair]]:
         extra = _match_idle([i for i in range(n) if i not in paired], met)
         _meet(extra, met)
         rounds.append(sorted(pairs + extra))
-    want = min(MIN_PARTNERS, n - 1)
+    want = n - 1 if n <= EVERY_PAIR_UP_TO else min(MIN_PARTNERS, n - 1)
     while any(len(partners) < want for partners in met):
         short = [i for i in range(n) if len(met[i]) < want]
         pairs = []
