@@ -32,6 +32,16 @@ def is_ipv6(text: str) -> bool:
     return True
 
 
+def same_host(text: str) -> str:
+    """``text`` as a key that two spellings of one host share: a name in lower case without a
+    final dot (RFC 4343: names are case-insensitive; ``a.`` is ``a`` fully qualified), an IP
+    address in its canonical form (``0::1`` is ``::1``)."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return text.lower().removesuffix(".")
+
+
 def control_character(text: str) -> str | None:
     """The first control character ``text`` holds, as an escape (``\\n``), or None."""
     found = CONTROL.search(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import textwrap
 from pathlib import Path
 
@@ -568,3 +569,25 @@ def test_a_host_yaml_reads_as_a_boolean_number_or_date_is_refused_naming_it(entr
 def test_a_quoted_host_that_yaml_would_read_as_a_number_is_taken_as_written():
     inventory = parse("hosts: ['1.5', \"true\"]\n")
     assert [node.ssh_host for node in inventory.nodes] == ["1.5", "true"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # a host name is case-insensitive (RFC 4343) and a trailing dot names the same host:
+        # each pair is one machine, checked or run as two nodes that share it
+        ("hosts:\n  - node-a\n  - NODE-A\n", "line 3: NODE-A:22 is listed twice (also line 2)"),
+        ("hosts:\n  - node-a\n  - node-a.\n", "line 3: node-a.:22 is listed twice (also line 2)"),
+        ("hosts:\n  - '::1'\n  - '0::1'\n", "line 3: 0::1:22 is listed twice (also line 2)"),
+    ],
+)
+def test_a_host_under_two_spellings_is_refused_as_listed_twice(text, message):
+    with pytest.raises(HostsFileError, match=re.escape(message)) as caught:
+        parse(text)
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("text", ["a\nA\n", "a\na.\n", "h1:2,H1:2\n"])
+def test_an_mpi_hostfile_or_list_with_a_host_under_two_spellings_is_refused(text):
+    with pytest.raises(HostsFileError, match="is listed twice"):
+        parse_hosts_file(text, "hostfile", DEFAULTS)

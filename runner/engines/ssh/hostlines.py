@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dtrun.cluster.names import HOST_NAME, host_problem, is_ipv6, remember_password
+from dtrun.cluster.names import HOST_NAME, host_problem, is_ipv6, remember_password, same_host
 from dtrun.errors import InventoryError
 from dtrun.spec.bounds import bound_of
 from dtrun.spec.request import LaunchRequest
@@ -243,15 +243,15 @@ def _items(line: str) -> list[str]:
 def _unique(entries: list[Entry], source: str) -> tuple[Entry, ...]:
     seen: dict[str, Entry] = {}
     for entry in entries:
-        if entry.host in seen:
-            also = seen[entry.host].at
+        if same_host(entry.host) in seen:
+            also = seen[same_host(entry.host)].at
             raise located(
                 f"{source}, {entry.at}",
                 f"{entry.host} is listed twice (also {also})",
                 "list each host once, with its slots (OpenMPI's -H counts a repeated host as "
                 "one more slot: write aa:2 for aa,aa)",
             )
-        seen[entry.host] = entry
+        seen[same_host(entry.host)] = entry
     return tuple(entries)
 
 

@@ -26,6 +26,7 @@ from dtrun.cluster.names import (
     is_port,
     login_problem,
     node_dir_problem,
+    same_host,
     shared_problem,
     workdir_problem,
 )
@@ -298,11 +299,10 @@ def parse_yaml_hosts(text: str, source: str, defaults: Defaults) -> Inventory:
             }
         merged = {**common, **fields}
         host, port = merged["host"], merged.get("port")  # None: the ssh config's, else 22
-        if (host, port) in seen:
-            raise _error(
-                source, line, f"{host}:{port or 22} is listed twice (also line {seen[host, port]})"
-            )
-        seen[host, port] = line
+        if (same_host(host), port) in seen:
+            also = seen[same_host(host), port]
+            raise _error(source, line, f"{host}:{port or 22} is listed twice (also line {also})")
+        seen[same_host(host), port] = line
         nodes.append(
             Node(
                 name=f"node-{index}",
