@@ -10,11 +10,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
+from dtrun.engines.base import ClusterChoice
+from dtrun.engines.registry import EngineOptions
 from dtrun.engines.slurm.allocation import (
     allocation_request,
     cpus_per_node,
@@ -25,7 +27,8 @@ from dtrun.engines.slurm.allocation import (
 )
 from dtrun.engines.slurm.executor import SlurmExecutor, _Step, step_command, wrapper
 from dtrun.engines.slurm.fault import Heard, NodeLostError, ended_by_slurm
-from dtrun.engines.slurm.lease import hold_script
+from dtrun.engines.slurm.job import Head, open_slurm
+from dtrun.engines.slurm.lease import LEASE_ENV, hold_script
 from dtrun.engines.slurm.shell import SlurmShell, step_guard
 from dtrun.errors import NodeFailedError
 from dtrun.execute import LogCut
@@ -676,3 +679,38 @@ def test_exec_under_slurm_streams_the_node_s_lines_and_not_srun_s_own(tmp_path, 
         ("n1", "from n1"),
     ]
     assert (answers["n1"].output, answers["n1"].exit_code) == ("from n1", 3)
+
+
+@dataclass(frozen=True)
+class _SlowToAnswerSbatch(SlurmShell):
+    """A controller that takes dtrun's job and answers sbatch late: a Ctrl-C (or SIGTERM,
+    delivered as one) reaches dtrun while sbatch runs. Records every command."""
+
+    said: list[list[str]] = field(default_factory=list)
+
+    def run(
+        self, command: Sequence[str], *, stdin: str | None = None, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        self.said.append(list(command))
+        out = ""
+        if command[0] == "sbatch":
+            os.kill(os.getpid(), signal.SIGINT)  # the job exists; its id is on its way
+            out = "42\n"
+        elif command[0] == "squeue" and ["scancel", "42"] not in self.said:
+            out = "RUNNING|None|n[1-2]\n"
+        return subprocess.CompletedProcess(list(command), 0, out, "")
+
+
+def test_a_ctrl_c_while_sbatch_answers_cancels_the_job_it_made(monkeypatch):
+    """Reproduced on Slurm: a Ctrl-C while sbatch ran left the job dtrun had asked for
+    holding both nodes, with no word of it, until its lease ran out after it started."""
+    monkeypatch.setenv(LEASE_ENV, "0")
+    shell = _SlowToAnswerSbatch()
+    head = Head(shell, None, "python", None, "cpu")  # type: ignore[arg-type]  # never staged
+    choice = ClusterChoice(EngineOptions(slurm=True), nodes=2)
+    heard: list[str] = []
+    opened = open_slurm(None, choice, heard.append, head)  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt), opened:
+        pytest.fail("a cluster was opened after the Ctrl-C")
+    assert ["scancel", "42"] in shell.said
+    assert heard[-1] == "Slurm job 42 cancelled; squeue no longer lists it"
