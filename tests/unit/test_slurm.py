@@ -714,3 +714,14 @@ def test_a_ctrl_c_while_sbatch_answers_cancels_the_job_it_made(monkeypatch):
         pytest.fail("a cluster was opened after the Ctrl-C")
     assert ["scancel", "42"] in shell.said
     assert heard[-1] == "Slurm job 42 cancelled; squeue no longer lists it"
+
+
+def test_a_time_limit_s_advice_holds_for_a_command_that_is_no_sweep():
+    """Reproduced on Slurm: `dtrun run --slurm --time 1` told of "the whole sweep (every point
+    and repeat)" and advised `dtrun bench --dry-run`; run, exec and check have no sweep."""
+    heard = Heard(cancelled="JOB 4", due_to="TIME LIMIT", job="4")
+    results = (NodeResult("n1", "127.0.0.1", None, "n1.log", 1.0),)
+    error = ended_by_slurm(_Answers(job_state="TIMEOUT"), "4", heard, results)
+    assert error is not None
+    assert "every launch of the command runs in this one job" in str(error)
+    assert "for a sweep, `dtrun bench --dry-run`" in error.fix

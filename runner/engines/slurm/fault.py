@@ -188,9 +188,11 @@ def ended_by_slurm(
         error = SlurmEndedError(
             f"Slurm job {job_id} reached its time limit ({limit or 'the partition default'}) "
             "and Slurm ended it, with the launch",
-            why="the whole sweep (every point and repeat) runs in this one job",
+            # run, exec and check end here too: only bench's is a sweep, with a dry run
+            why="every launch of the command runs in this one job (a sweep's: every point and "
+            "repeat)",
             fix="pass a longer --time (or, inside your own allocation, give salloc or sbatch a "
-            "longer --time); `dtrun bench --dry-run` shows every launch the sweep makes",
+            "longer --time); for a sweep, `dtrun bench --dry-run` shows every launch it makes",
         )
         causes = dict.fromkeys(signalled, "time limit (Slurm)")
     elif heard.cancelled is not None or state == "CANCELLED":
