@@ -725,3 +725,26 @@ def test_a_time_limit_s_advice_holds_for_a_command_that_is_no_sweep():
     assert error is not None
     assert "every launch of the command runs in this one job" in str(error)
     assert "for a sweep, `dtrun bench --dry-run`" in error.fix
+
+
+def test_exec_s_node_that_slurm_cancelled_says_so_beside_its_exit_code(tmp_path, monkeypatch):
+    """Reproduced on Slurm: a scancel of the job from outside dtrun during `dtrun exec --slurm`
+    showed each node's exit 143 with an empty error column, and no word of Slurm's doing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(FAKE_SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    slurmstepd = "slurmstepd-n1: error: *** STEP 7.0 ON n1 CANCELLED AT 2026-12-07T11:30:30 ***"
+    (answer,) = (
+        SlurmExecutor(SlurmShell(), "7").command({"n1": f"echo '{slurmstepd}'; exit 143"}).values()
+    )
+    assert (answer.exit_code, answer.error) == (
+        143,
+        "Slurm cancelled the step 7.0: a scancel from outside dtrun",
+    )
+    # the same line printed by a command of another job's is the command's output
+    (other,) = (
+        SlurmExecutor(SlurmShell(), "8").command({"n1": f"echo '{slurmstepd}'; exit 143"}).values()
+    )
+    assert (other.exit_code, other.error) == (143, None)

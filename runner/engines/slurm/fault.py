@@ -94,11 +94,12 @@ def task_lines(on_line: LineSink) -> LineSink:
     return sink
 
 
-def srun_answer(said: list[str], code: int) -> Answer:
-    """A one-task `srun --label` step's answer (``said``: its lines, labelled): the task's
-    output (srun's own lines left out) and exit code, or srun's own error where srun ran no
-    task. A task's line that reads `srun: error` (labelled) or srun's line for the task's end
-    is no such error: the task ran."""
+def srun_answer(said: list[str], code: int, job: str) -> Answer:
+    """A one-task `srun --label` step's answer (``said``: its lines, labelled) in job ``job``:
+    the task's output (srun's own lines left out) and exit code, or srun's own error where srun
+    ran no task. A task's line that reads `srun: error` (labelled) or srun's line for the task's
+    end is no such error: the task ran. A task Slurm ended (a scancel from outside dtrun, the
+    job's time limit) keeps its exit code, and the error says Slurm's doing."""
     own = [line for line in said if _srun_s_own(line)]
     task = [line.removeprefix(TASK_LABEL) for line in said if not _srun_s_own(line)]
     output = "\n".join(task)
@@ -106,6 +107,12 @@ def srun_answer(said: list[str], code: int) -> Answer:
     ran = bool(task) or _TASK_END.match(last) is not None  # a task printed, or ended
     if code != 0 and not ran and last.startswith("srun: error"):
         return Answer(output, error=last)
+    heard = Heard(job=job)
+    for line in said:
+        heard.line(line)
+    if code != 0 and heard.cancelled is not None:
+        why = heard.due_to.lower() or "a scancel from outside dtrun"
+        return Answer(output, code, error=f"Slurm cancelled the {heard.cancelled.lower()}: {why}")
     return Answer(output, code)
 
 
