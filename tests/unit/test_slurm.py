@@ -29,8 +29,8 @@ from dtrun.engines.slurm.executor import SlurmExecutor, _Step, step_command, wra
 from dtrun.engines.slurm.fault import Heard, NodeLostError, ended_by_slurm
 from dtrun.engines.slurm.job import Head, open_slurm
 from dtrun.engines.slurm.lease import LEASE_ENV, hold_script
-from dtrun.engines.slurm.shell import SlurmShell, step_guard
-from dtrun.errors import NodeFailedError
+from dtrun.engines.slurm.shell import SlurmShell, cancel, step_guard
+from dtrun.errors import NodeFailedError, RunError
 from dtrun.execute import LogCut
 from dtrun.execute.guard import drop_guard
 from dtrun.plan.launchfiles import What, plan_launch
@@ -748,3 +748,28 @@ def test_exec_s_node_that_slurm_cancelled_says_so_beside_its_exit_code(tmp_path,
         SlurmExecutor(SlurmShell(), "8").command({"n1": f"echo '{slurmstepd}'; exit 143"}).values()
     )
     assert (other.exit_code, other.error) == (143, None)
+
+
+@dataclass(frozen=True)
+class _Squeue(SlurmShell):
+    """squeue's answer, whatever is asked: its exit code and its standard error."""
+
+    code: int = 1
+    stderr: str = "slurm_load_jobs error: Socket timed out on send/recv operation\n"
+
+    def run(
+        self, command: Sequence[str], *, stdin: str | None = None, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        code, err = (self.code, self.stderr) if command[0] == "squeue" else (0, "")
+        return subprocess.CompletedProcess(list(command), code, "", err)
+
+
+@pytest.mark.parametrize("target", ["24", "24.2"])
+def test_a_cancel_that_squeue_cannot_confirm_is_not_said_done(target):
+    """Reproduced on Slurm with slurmctld stopped (SIGSTOP): a SIGTERM'd `dtrun run --slurm`
+    said "Slurm job 24 cancelled; squeue no longer lists it" and "every process dtrun started
+    was stopped" while squeue answered only errors, and the job and its step were still
+    there."""
+    with pytest.raises(RunError, match=r"still unconfirmed \(squeue: .*Socket timed out"):
+        cancel(_Squeue(), target, wait_s=0)
+    cancel(_Squeue(stderr="slurm_load_jobs error: Invalid job id specified\n"), target, wait_s=0)
