@@ -10,11 +10,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
+from dtrun.engines.base import ClusterChoice
+from dtrun.engines.registry import EngineOptions
 from dtrun.engines.slurm.allocation import (
     allocation_request,
     cpus_per_node,
@@ -25,9 +27,10 @@ from dtrun.engines.slurm.allocation import (
 )
 from dtrun.engines.slurm.executor import SlurmExecutor, _Step, step_command, wrapper
 from dtrun.engines.slurm.fault import Heard, NodeLostError, ended_by_slurm
-from dtrun.engines.slurm.lease import hold_script
-from dtrun.engines.slurm.shell import SlurmShell, step_guard
-from dtrun.errors import NodeFailedError
+from dtrun.engines.slurm.job import Head, open_slurm
+from dtrun.engines.slurm.lease import LEASE_ENV, hold_script
+from dtrun.engines.slurm.shell import SlurmShell, cancel, step_guard
+from dtrun.errors import NodeFailedError, RunError
 from dtrun.execute import LogCut
 from dtrun.execute.guard import drop_guard
 from dtrun.plan.launchfiles import What, plan_launch
@@ -676,3 +679,97 @@ def test_exec_under_slurm_streams_the_node_s_lines_and_not_srun_s_own(tmp_path, 
         ("n1", "from n1"),
     ]
     assert (answers["n1"].output, answers["n1"].exit_code) == ("from n1", 3)
+
+
+@dataclass(frozen=True)
+class _SlowToAnswerSbatch(SlurmShell):
+    """A controller that takes dtrun's job and answers sbatch late: a Ctrl-C (or SIGTERM,
+    delivered as one) reaches dtrun while sbatch runs. Records every command."""
+
+    said: list[list[str]] = field(default_factory=list)
+
+    def run(
+        self, command: Sequence[str], *, stdin: str | None = None, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        self.said.append(list(command))
+        out = ""
+        if command[0] == "sbatch":
+            os.kill(os.getpid(), signal.SIGINT)  # the job exists; its id is on its way
+            out = "42\n"
+        elif command[0] == "squeue" and ["scancel", "42"] not in self.said:
+            out = "RUNNING|None|n[1-2]\n"
+        return subprocess.CompletedProcess(list(command), 0, out, "")
+
+
+def test_a_ctrl_c_while_sbatch_answers_cancels_the_job_it_made(monkeypatch):
+    """Reproduced on Slurm: a Ctrl-C while sbatch ran left the job dtrun had asked for
+    holding both nodes, with no word of it, until its lease ran out after it started."""
+    monkeypatch.setenv(LEASE_ENV, "0")
+    shell = _SlowToAnswerSbatch()
+    head = Head(shell, None, "python", None, "cpu")  # type: ignore[arg-type]  # never staged
+    choice = ClusterChoice(EngineOptions(slurm=True), nodes=2)
+    heard: list[str] = []
+    opened = open_slurm(None, choice, heard.append, head)  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt), opened:
+        pytest.fail("a cluster was opened after the Ctrl-C")
+    assert ["scancel", "42"] in shell.said
+    assert heard[-1] == "Slurm job 42 cancelled; squeue no longer lists it"
+
+
+def test_a_time_limit_s_advice_holds_for_a_command_that_is_no_sweep():
+    """Reproduced on Slurm: `dtrun run --slurm --time 1` told of "the whole sweep (every point
+    and repeat)" and advised `dtrun bench --dry-run`; run, exec and check have no sweep."""
+    heard = Heard(cancelled="JOB 4", due_to="TIME LIMIT", job="4")
+    results = (NodeResult("n1", "127.0.0.1", None, "n1.log", 1.0),)
+    error = ended_by_slurm(_Answers(job_state="TIMEOUT"), "4", heard, results)
+    assert error is not None
+    assert "every launch of the command runs in this one job" in str(error)
+    assert "for a sweep, `dtrun bench --dry-run`" in error.fix
+
+
+def test_exec_s_node_that_slurm_cancelled_says_so_beside_its_exit_code(tmp_path, monkeypatch):
+    """Reproduced on Slurm: a scancel of the job from outside dtrun during `dtrun exec --slurm`
+    showed each node's exit 143 with an empty error column, and no word of Slurm's doing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(FAKE_SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    slurmstepd = "slurmstepd-n1: error: *** STEP 7.0 ON n1 CANCELLED AT 2026-12-07T11:30:30 ***"
+    (answer,) = (
+        SlurmExecutor(SlurmShell(), "7").command({"n1": f"echo '{slurmstepd}'; exit 143"}).values()
+    )
+    assert (answer.exit_code, answer.error) == (
+        143,
+        "Slurm cancelled the step 7.0: a scancel from outside dtrun",
+    )
+    # the same line printed by a command of another job's is the command's output
+    (other,) = (
+        SlurmExecutor(SlurmShell(), "8").command({"n1": f"echo '{slurmstepd}'; exit 143"}).values()
+    )
+    assert (other.exit_code, other.error) == (143, None)
+
+
+@dataclass(frozen=True)
+class _Squeue(SlurmShell):
+    """squeue's answer, whatever is asked: its exit code and its standard error."""
+
+    code: int = 1
+    stderr: str = "slurm_load_jobs error: Socket timed out on send/recv operation\n"
+
+    def run(
+        self, command: Sequence[str], *, stdin: str | None = None, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        code, err = (self.code, self.stderr) if command[0] == "squeue" else (0, "")
+        return subprocess.CompletedProcess(list(command), code, "", err)
+
+
+@pytest.mark.parametrize("target", ["24", "24.2"])
+def test_a_cancel_that_squeue_cannot_confirm_is_not_said_done(target):
+    """Reproduced on Slurm with slurmctld stopped (SIGSTOP): a SIGTERM'd `dtrun run --slurm`
+    said "Slurm job 24 cancelled; squeue no longer lists it" and "every process dtrun started
+    was stopped" while squeue answered only errors, and the job and its step were still
+    there."""
+    with pytest.raises(RunError, match=r"still unconfirmed \(squeue: .*Socket timed out"):
+        cancel(_Squeue(), target, wait_s=0)
+    cancel(_Squeue(stderr="slurm_load_jobs error: Invalid job id specified\n"), target, wait_s=0)

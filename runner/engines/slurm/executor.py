@@ -346,7 +346,9 @@ class SlurmExecutor:
             )
 
         answers = run_scripts(scripts, start, None if on_line is None else task_lines(on_line))
-        return {name: srun_answer(said, code) for name, (said, code) in answers.items()}
+        return {
+            name: srun_answer(said, code, self.job_id) for name, (said, code) in answers.items()
+        }
 
 
 def _results(

@@ -94,11 +94,12 @@ def task_lines(on_line: LineSink) -> LineSink:
     return sink
 
 
-def srun_answer(said: list[str], code: int) -> Answer:
-    """A one-task `srun --label` step's answer (``said``: its lines, labelled): the task's
-    output (srun's own lines left out) and exit code, or srun's own error where srun ran no
-    task. A task's line that reads `srun: error` (labelled) or srun's line for the task's end
-    is no such error: the task ran."""
+def srun_answer(said: list[str], code: int, job: str) -> Answer:
+    """A one-task `srun --label` step's answer (``said``: its lines, labelled) in job ``job``:
+    the task's output (srun's own lines left out) and exit code, or srun's own error where srun
+    ran no task. A task's line that reads `srun: error` (labelled) or srun's line for the task's
+    end is no such error: the task ran. A task Slurm ended (a scancel from outside dtrun, the
+    job's time limit) keeps its exit code, and the error says Slurm's doing."""
     own = [line for line in said if _srun_s_own(line)]
     task = [line.removeprefix(TASK_LABEL) for line in said if not _srun_s_own(line)]
     output = "\n".join(task)
@@ -106,6 +107,12 @@ def srun_answer(said: list[str], code: int) -> Answer:
     ran = bool(task) or _TASK_END.match(last) is not None  # a task printed, or ended
     if code != 0 and not ran and last.startswith("srun: error"):
         return Answer(output, error=last)
+    heard = Heard(job=job)
+    for line in said:
+        heard.line(line)
+    if code != 0 and heard.cancelled is not None:
+        why = heard.due_to.lower() or "a scancel from outside dtrun"
+        return Answer(output, code, error=f"Slurm cancelled the {heard.cancelled.lower()}: {why}")
     return Answer(output, code)
 
 
@@ -188,9 +195,11 @@ def ended_by_slurm(
         error = SlurmEndedError(
             f"Slurm job {job_id} reached its time limit ({limit or 'the partition default'}) "
             "and Slurm ended it, with the launch",
-            why="the whole sweep (every point and repeat) runs in this one job",
+            # run, exec and check end here too: only bench's is a sweep, with a dry run
+            why="every launch of the command runs in this one job (a sweep's: every point and "
+            "repeat)",
             fix="pass a longer --time (or, inside your own allocation, give salloc or sbatch a "
-            "longer --time); `dtrun bench --dry-run` shows every launch the sweep makes",
+            "longer --time); for a sweep, `dtrun bench --dry-run` shows every launch it makes",
         )
         causes = dict.fromkeys(signalled, "time limit (Slurm)")
     elif heard.cancelled is not None or state == "CANCELLED":

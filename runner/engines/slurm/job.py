@@ -41,6 +41,7 @@ from dtrun.spec.text import plural
 if TYPE_CHECKING:
     from dtrun.cluster.outputs import StackOutputs
     from dtrun.engines.base import ClusterChoice, Engine
+    from dtrun.spec.slurmrequest import SlurmRequest
 
 Notice = Callable[[str], None]
 PENDING_EVERY_S = 30.0  # a job still pending for the same reason is mentioned this often
@@ -155,11 +156,7 @@ def open_slurm(
         inventory = _inventory("slurm:dry run (nodes as sinfo lists them)", nodes, gpus, head)
         yield _cluster(engine, choice, shell, "JOBID", inventory, head)
         return
-    job = submit(shell, request, count, choice.job_name)
-    notice(
-        f"Slurm job {job} asks for {plural(count, 'node')}; scancel {job} is run when dtrun ends"
-    )
-    try:
+    with asked_for(shell, request, count, choice.job_name, notice) as job:
         # renewed while dtrun lives; if it is killed outright, the job ends itself
         lease = Lease(shell, job, request.lease_s, notice) if request.lease_s else None
         with lease or contextlib.nullcontext():
@@ -171,15 +168,35 @@ def open_slurm(
             nodes, gpus = slurm_nodes(shell, names)
             inventory = _inventory(f"slurm:job {job}", nodes, gpus, head)
             yield _cluster(engine, choice, shell, job, inventory, head)
-    finally:
-        with sigint_deferred():
-            ended = job_end(shell, job, wait_s=0)[0]
-            if ended in LIVE or not ended:  # not listed: cancelled anyway, in case squeue erred
-                cancel(shell, job)
-        if ended in LIVE or not ended:
-            notice(f"Slurm job {job} cancelled; squeue no longer lists it")
-        else:  # a scancel from outside, its time limit, a node failure: not dtrun's doing
-            notice(f"Slurm job {job} had already ended ({ended})")
+
+
+@contextlib.contextmanager
+def asked_for(
+    shell: SlurmShell, request: SlurmRequest, count: int, name: str, notice: Notice
+) -> Iterator[str]:
+    """The job dtrun submits, cancelled when the block ends, however it ends. A Ctrl-C or
+    SIGTERM while sbatch runs waits for its answer: the controller may have taken the job, and
+    dtrun cancels only a job whose id it has."""
+    with contextlib.ExitStack() as ends:
+        with sigint_deferred():  # a stop held back arrives at the end, with the cancel set
+            job = submit(shell, request, count, name)
+            ends.callback(_end_job, shell, job, notice)
+            notice(
+                f"Slurm job {job} asks for {plural(count, 'node')}; scancel {job} is run when "
+                "dtrun ends"
+            )
+        yield job
+
+
+def _end_job(shell: SlurmShell, job: str, notice: Notice) -> None:
+    with sigint_deferred():
+        ended = job_end(shell, job, wait_s=0)[0]
+        if ended in LIVE or not ended:  # not listed: cancelled anyway, in case squeue erred
+            cancel(shell, job)
+    if ended in LIVE or not ended:
+        notice(f"Slurm job {job} cancelled; squeue no longer lists it")
+    else:  # a scancel from outside, its time limit, a node failure: not dtrun's doing
+        notice(f"Slurm job {job} had already ended ({ended})")
 
 
 def allocation_line(choice: ClusterChoice) -> str:

@@ -144,27 +144,34 @@ def never_runs(job_id: str, reason: str) -> UsageError:
 
 
 def cancel(shell: SlurmShell, target: str, *, wait_s: float = CANCEL_WAIT_S) -> None:
-    """scancel a job (or JOB.STEP), then wait until squeue no longer lists it as live."""
+    """scancel a job (or JOB.STEP), then wait until squeue no longer lists it as live. A
+    squeue that errs (a controller that does not answer) is no word that it left: it is asked
+    again, and after ``wait_s`` dtrun says the end is unconfirmed."""
     shell.run(["scancel", target])
     job_id = target.split(".")[0]
     deadline = time.monotonic() + wait_s
     while True:
         if "." in target:
             done = shell.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"])
-            if target not in done.stdout.split():
-                return
-            state = "running"
+            live, state = target in done.stdout.split(), "running"
         else:
-            seen = job_state(shell, job_id)
-            if seen is None or seen[0] not in LIVE:
-                return
-            state = seen[0]
+            done = shell.run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+            state = done.stdout.strip().partition("\n")[0]
+            live = state in LIVE
+        if done.returncode != 0 and _LEFT not in done.stderr:
+            said = (done.stderr or done.stdout).strip().splitlines()
+            live, state = True, f"unconfirmed (squeue: {said[-1] if said else done.returncode})"
+        if not live:
+            return
         if time.monotonic() >= deadline:
             raise RunError(
                 f"Slurm job {target} is still {state} {wait_s:.0f} s after dtrun cancelled it",
                 fix=f"check it with `squeue -j {job_id}` and cancel it with `scancel {target}`",
             )
         time.sleep(0.05)  # a cancelled job leaves squeue within a few tenths of a second
+
+
+_LEFT = "Invalid job id"  # squeue's words for a job that has left its records
 
 
 # Run with `sh -c CANCEL dtrun-step-cancel JOB NAME` where Slurm's commands run: scancel the
