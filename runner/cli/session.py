@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
 
@@ -21,7 +22,7 @@ from dtrun.cli.common import (
 )
 from dtrun.cli.display import RegistryBar
 from dtrun.cli.options import Launching, Where
-from dtrun.errors import UsageError, interruption
+from dtrun.errors import DtrunError, UsageError, interruption
 from dtrun.spec.text import one_line, plural
 
 if TYPE_CHECKING:
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from dtrun.engines.base import Cluster, ClusterChoice
     from dtrun.spec.cluster import Inventory
     from dtrun.spec.request import LaunchRequest
+
+Opened = TypeVar("Opened")
 
 
 @dataclass
@@ -194,9 +197,10 @@ class Session:
             drains=self.drains,
         )
         secrets = kept_secrets(command_secrets(spec))  # as the records here are redacted
-        with upload_after(store, launching.output / spec.run_id, secrets):
+        run_path = launching.output / spec.run_id
+        with upload_after(store, run_path, secrets):
             try:
-                with opened(choice, self.watch) as cluster:
+                with closed_recorded(opened(choice, self.watch), run_path) as cluster:
                     refuse_own_words(spec, cluster.inventory)  # known once it is opened
                     secrets[:] = kept_secrets(secrets, cluster.inventory)  # the upload's too
                     warn_oversubscribed(cluster, spec, local_nodes)
@@ -206,6 +210,42 @@ class Session:
                 # the copy says what the local records and the exit code say
                 self.record_late_stop()
                 raise
+
+
+@contextmanager
+def closed_recorded(opening: AbstractContextManager[Opened], run_path: Path) -> Iterator[Opened]:
+    """``opening``'s cluster for the block. An error its close raises (a Slurm job whose end
+    squeue cannot confirm) comes after the records said how the work ended: it is added to
+    them as `cleanup`, so they say what the terminal and the exit code say."""
+    entered, body = False, None  # an error opening it, or the block's: the work's to record
+    try:
+        with opening as cluster:
+            entered = True
+            try:
+                yield cluster
+            except BaseException as exc:
+                body = exc
+                raise
+    except DtrunError as exc:
+        if entered and exc is not body:  # the close's own
+            with contextlib.suppress(OSError, ValueError, DtrunError):  # its error stands
+                record_cleanup(run_path, exc.message)
+        raise
+
+
+def record_cleanup(run_path: Path, message: str) -> None:
+    """``message`` as `cleanup` in the run directory's record (run.json, a sweep's runs.json)
+    where this dtrun wrote it; a run directory it does not hold (another run's) is left."""
+    from dtrun.record.rundir import RunDir, amend
+    from dtrun.record.writer import holds_writer
+    from dtrun.redact import redact_text
+
+    if not holds_writer(run_path):
+        return
+    run_dir = RunDir(run_path)
+    for record in (run_path / "run.json", run_dir.runs):
+        if record.is_file():
+            amend(run_dir, record, cleanup=redact_text(message))
 
 
 def warn_oversubscribed(cluster: Cluster, spec: LaunchRequest, local_nodes: int) -> None:

@@ -382,8 +382,13 @@ def record_stop_after_run(run_dir: RunDir, error: str) -> None:
     """run.json of a program that ended, then had dtrun stopped (closing the cluster,
     uploading): the stop is recorded, so the record says what dtrun's exit code says."""
     path = run_dir.path / "run.json"
-    data = json.loads(path.read_text())  # written by this run of dtrun a moment ago
-    data.update(status=RunStatus.INTERRUPTED, error=redact_text(error), updated_at=now_iso())
+    amend(run_dir, path, status=RunStatus.INTERRUPTED, error=redact_text(error))
+
+
+def amend(run_dir: RunDir, path: Path, **fields: str) -> None:
+    """A record this run of dtrun wrote a moment ago (run.json, runs.json), ``fields`` set."""
+    data = json.loads(path.read_text())
+    data.update(fields, updated_at=now_iso())
     run_dir.write_json(path, data)
 
 

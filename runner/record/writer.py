@@ -58,6 +58,16 @@ def release_writer() -> None:
             os.close(_held.pop())
 
 
+def holds_writer(run_path: Path) -> bool:
+    """Whether this process holds ``run_path``'s writer lock: the run directory is its own."""
+    try:
+        mine = [os.fstat(fd) for fd in _held]
+        there = os.lstat(run_path / LOCK_FILE)
+    except OSError:
+        return False
+    return any((held.st_dev, held.st_ino) == (there.st_dev, there.st_ino) for held in mine)
+
+
 def writer_alive(run_path: Path) -> bool | None:
     """Whether a dtrun holds ``run_path`` for writing now; None where no lock file says (a run
     directory from before the lock, or copied without it)."""

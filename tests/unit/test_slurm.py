@@ -4,18 +4,21 @@ wrapper each task runs (golden, shellcheck, and run as srun would run it)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
-from dtrun.engines.base import ClusterChoice
+from dtrun.cli.options import Launching
+from dtrun.engines.base import Cluster, ClusterChoice
 from dtrun.engines.registry import EngineOptions
 from dtrun.engines.slurm.allocation import (
     allocation_request,
@@ -25,16 +28,19 @@ from dtrun.engines.slurm.allocation import (
     slurm_inventory,
     slurm_nodes,
 )
+from dtrun.engines.slurm.engine import SlurmEngine
 from dtrun.engines.slurm.executor import SlurmExecutor, _Step, step_command, wrapper
 from dtrun.engines.slurm.fault import Heard, NodeLostError, ended_by_slurm
 from dtrun.engines.slurm.job import Head, open_slurm
 from dtrun.engines.slurm.lease import LEASE_ENV, hold_script
 from dtrun.engines.slurm.shell import SlurmShell, cancel, step_guard
-from dtrun.errors import NodeFailedError, RunError
+from dtrun.errors import NodeFailedError, RunError, RunInterruptedError
 from dtrun.execute import LogCut
 from dtrun.execute.guard import drop_guard
 from dtrun.plan.launchfiles import What, plan_launch
 from dtrun.plan.resolve import resolve_run
+from dtrun.record.rundir import create_run_dir
+from dtrun.record.writer import release_writer
 from dtrun.spec.cluster import Node, Starter
 from dtrun.spec.outcome import NodeResult, SuccessRule
 from dtrun.spec.request import Program, ProgramKind, RunSpec
@@ -773,3 +779,56 @@ def test_a_cancel_that_squeue_cannot_confirm_is_not_said_done(target):
     with pytest.raises(RunError, match=r"still unconfirmed \(squeue: .*Socket timed out"):
         cancel(_Squeue(), target, wait_s=0)
     cancel(_Squeue(stderr="slurm_load_jobs error: Invalid job id specified\n"), target, wait_s=0)
+
+
+def test_a_job_end_squeue_cannot_confirm_as_the_cluster_closes_is_in_the_run_s_record(
+    tmp_path, monkeypatch
+):
+    """Reproduced on Slurm with slurmctld stopped (SIGSTOP): a SIGTERM'd `dtrun run --slurm`
+    exited 1 with "Slurm job 25 is still unconfirmed (squeue: ... Socket timed out ...) 60 s
+    after dtrun cancelled it", while run.json said only `interrupted`, "stopped by SIGTERM":
+    it was written before the cluster closed, and the failed cancel reached the terminal
+    alone."""
+    from dtrun.cli import session as sessions
+
+    inventory = slurm_inventory("slurm:job 25", NODES, gpus=8, python_bin="/v/bin", code_dir="/c")
+    choice = ClusterChoice(EngineOptions(slurm=True), nodes=1)
+
+    @contextlib.contextmanager
+    def slurm_job(choice_: ClusterChoice, watch: sessions.StackWatch) -> Iterator[Cluster]:
+        try:  # the job dtrun asked for, cancelled as the cluster closes (job.py _end_job)
+            yield Cluster(inventory, None, choice, SlurmEngine())  # type: ignore[arg-type]
+        finally:
+            cancel(_Squeue(), "25", wait_s=0)  # the controller does not answer
+
+    monkeypatch.setattr(sessions, "opened", slurm_job)
+    current = sessions.Session(Launching(output=tmp_path), EngineOptions(slurm=True))
+    spec = RunSpec("r1", program=Program(ProgramKind.SCRIPT, "t.py"), procs_per_node=8)
+    record = {"status": "interrupted", "error": "stopped by SIGTERM", "nodes": [{"n": 1}]}
+    with pytest.raises(RunError, match="still unconfirmed") as raised, current.cluster(spec, 1):
+        run_dir = create_run_dir(tmp_path, "r1")  # as `dtrun run` writes it, held
+        run_dir.write_json(run_dir.path / "run.json", record)
+        raise RunInterruptedError("dtrun stopped by SIGTERM")
+    said = json.loads((tmp_path / "r1" / "run.json").read_text())
+    assert {key: said[key] for key in record} == record  # what was written stays
+    assert said["cleanup"] == raised.value.message
+    assert "Slurm job 25 is still unconfirmed" in said["cleanup"]
+    assert "once the controller answers (`scontrol ping`)" in said["cleanup"]
+    assert "`scancel 25`" in said["cleanup"]
+    before = (tmp_path / "r1" / "run.json").read_bytes()
+
+    @contextlib.contextmanager
+    def no_controller(choice_: ClusterChoice, watch: sessions.StackWatch) -> Iterator[Cluster]:
+        raise RunError("Slurm's controller does not answer")  # as sbatch is run
+        yield  # a generator, never reached
+
+    monkeypatch.setattr(sessions, "opened", no_controller)
+    with pytest.raises(RunError, match="does not answer"), current.cluster(spec, 1):
+        pytest.fail("no cluster was opened")
+    assert (tmp_path / "r1" / "run.json").read_bytes() == before  # a --resume's, say: kept
+    # another run's directory, which this dtrun does not hold, is never written
+    release_writer()
+    monkeypatch.setattr(sessions, "opened", slurm_job)
+    with pytest.raises(RunError, match="still unconfirmed"), current.cluster(spec, 1):
+        pass
+    assert (tmp_path / "r1" / "run.json").read_bytes() == before

@@ -110,3 +110,18 @@ def test_a_job_ended_by_node_failure_with_every_node_back_names_them_all():
     error = ended_by_slurm(_Ended(), "1", Heard(), _results(("n1", None), ("n2", None)))
     assert isinstance(error, NodeLostError), error
     assert error.what.startswith("Slurm lost node n1, n2 (node failure)")
+
+
+def test_a_lost_node_s_message_says_its_processes_may_run_on_until_its_slurmd_returns():
+    """Reproduced on Slurm with n2's slurmd killed during `dtrun run --slurm`: dtrun exited 1
+    saying "the launch on it ended", while n2's torchrun and the program ran on until the
+    slurmd came back (no slurmd, no one there to end the step)."""
+    heard = Heard(lost=["n2"])
+    error = ended_by_slurm(_Slurm(held="n1"), "1", heard, _results(("n1", None), ("n2", None)))
+    assert isinstance(error, NodeLostError), error
+    assert "the launch on it ended" not in error.what
+    assert error.fix.startswith(
+        "the launch's processes may still run on n2 until its slurmd returns; check with "
+        "`ssh n2 ps -fu $USER`."
+    )
+    assert "--exclude n2" in error.fix

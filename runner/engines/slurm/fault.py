@@ -174,12 +174,16 @@ def ended_by_slurm(
             said.append(f"Slurm job {job_id} no longer holds {', '.join(out)}")
         if state != "RUNNING":  # its batch host lost, or an allocation without --no-kill
             said.append(f"Slurm job {job_id} ended with it ({state or 'gone from squeue'})")
+        # a node whose slurmd is gone has no one to end its step's processes: they run on
+        # until it returns, and Slurm then ends them (reproduced with slurmd SIGKILLed)
         error = NodeLostError(
-            f"Slurm lost node {', '.join(lost)} (node failure): the launch on it ended, and the "
-            "other nodes were stopped",
+            f"Slurm lost node {', '.join(lost)} (node failure): dtrun gave up the launch on it "
+            "and stopped the other nodes",
             why="; ".join(said) or f"srun: node failure on {', '.join(lost)}",
-            fix=f"`sinfo -R` and `scontrol show node {lost[0]}` say why; run again once it is "
-            f"back, or without it (--exclude {','.join(lost)})",
+            fix=f"the launch's processes may still run on {', '.join(lost)} until "
+            f"{'its slurmd returns' if len(lost) == 1 else 'their slurmds return'}; check with "
+            f"`ssh {lost[0]} ps -fu $USER`. `sinfo -R` and `scontrol show node {lost[0]}` say "
+            f"why; run again once it is back, or without it (--exclude {','.join(lost)})",
         )
         error.lost_node = lost[0]  # a check goes on without it while the job holds the rest
         error.others_held = state == "RUNNING"

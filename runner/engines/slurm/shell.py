@@ -164,9 +164,12 @@ def cancel(shell: SlurmShell, target: str, *, wait_s: float = CANCEL_WAIT_S) -> 
         if not live:
             return
         if time.monotonic() >= deadline:
+            unconfirmed = state.startswith("unconfirmed")
+            when = "once the controller answers (`scontrol ping`), " if unconfirmed else ""
             raise RunError(
                 f"Slurm job {target} is still {state} {wait_s:.0f} s after dtrun cancelled it",
-                fix=f"check it with `squeue -j {job_id}` and cancel it with `scancel {target}`",
+                fix=f"{when}check it with `squeue -j {job_id}` and cancel it with "
+                f"`scancel {target}`",
             )
         time.sleep(0.05)  # a cancelled job leaves squeue within a few tenths of a second
 
