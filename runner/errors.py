@@ -165,6 +165,10 @@ _PORT_TAKEN = re.compile(r"port: (\d+), useIpv6: \w+, code: -98, name: EADDRINUS
 class RunTimeoutError(RunError):
     """A launch ran past its timeout; every node was stopped."""
 
+    # the nodes that had stopped making progress, where the launch could tell (a check's:
+    # runner/check/stopped.py, Progress), the most silent first
+    hung_nodes: tuple[str, ...] = ()
+
 
 class HealthGateError(RunError):
     """--strict: a node's single-node all-reduce was below the expected bus bandwidth."""

@@ -1,12 +1,15 @@
 """check.json of a check that did not finish: how it ended (a signal, its timeout, a failed
-node), what each node's launch did, and no verdict (docs/check.md, "check.json")."""
+node, the nodes that had stopped making progress), what each node's launch did, and no verdict
+(docs/check.md, "check.json")."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dtrun.errors import (
     DtrunError,
@@ -21,6 +24,10 @@ from dtrun.errors import (
 from dtrun.record.writefail import with_cut_logs
 from dtrun.redact import redact_text
 from dtrun.spec.outcome import NodeResult
+from dtrun.spec.text import host_label
+
+if TYPE_CHECKING:
+    from dtrun.execute import LineSink
 
 CHECK_RECORD = "check.json"
 CHECK_SCHEMA = "dtrun.check-report/1"
@@ -42,6 +49,71 @@ UNRECORDED_CHECK = (
     "dtrun ended without recording how the check ended (SIGKILL, out of memory): "
     "recorded by its guard; the node logs in check/ show how far it got"
 )
+
+
+# The check workload's lines (runner/workloads/check.py, Watch): a rank's start, and its wait on
+# the others, said every HEARTBEAT_S (5 s) while it lasts
+_STARTED = re.compile(r"dtrun: rank (\d+) of \d+ started$")
+_WAITED = re.compile(r"dtrun: rank (\d+) has waited \d+ s for the others at (.+)$")
+# A rank that said nothing this long before the others' last wait had stopped making progress:
+# six heartbeats missed, more than any one step of the check takes on its own
+SILENT_S = 30.0
+
+
+class Progress:
+    """A launch's line sink that hears, beside ``on_line``, when each rank of the check last
+    said it started or waited on the others. A rank that stopped (a process stopped, a host
+    frozen, a kernel stuck) says nothing while the ranks that wait for it say so: at --timeout,
+    its node is the one named (``hung``)."""
+
+    def __init__(self, on_line: LineSink, clock: Callable[[], float] | None = None) -> None:
+        self.on_line, self.clock = on_line, clock or time.monotonic
+        self.started = self.clock()  # the launch's start (``start``), its deadline counted from
+        self.heard: dict[int, tuple[str, float]] = {}  # rank -> its node, when it last spoke
+        self.waited: tuple[float, str] | None = None  # the last wait said: when, where
+
+    def start(self) -> None:
+        """The launch starts now (its nodes ready)."""
+        self.started = self.clock()
+
+    def __call__(self, node: str, line: str) -> None:
+        self.on_line(node, line)
+        found = _WAITED.search(line) or _STARTED.search(line)
+        if found is not None:
+            now = self.clock()
+            self.heard[int(found[1])] = (node, now)
+            if found.re is _WAITED:
+                self.waited = (now, found[2][:200])
+
+    def hung(self, timeout_s: float) -> tuple[list[tuple[str, float]], str]:
+        """The nodes, the most silent first, whose ranks said nothing for more than SILENT_S
+        before the others' last wait (each with how long), and where the others waited; none
+        where no rank waited within SILENT_S of the deadline (every rank silent: nothing to
+        tell the hung ones by)."""
+        if self.waited is None or self.waited[0] < self.started + timeout_s - SILENT_S:
+            return [], ""
+        last, where = self.waited
+        silent: dict[str, float] = {}
+        for node, when in self.heard.values():
+            if last - when > SILENT_S:
+                silent[node] = max(silent.get(node, 0.0), last - when)
+        return sorted(silent.items(), key=lambda item: -item[1]), where
+
+    def name_hung(self, error: RunError, timeout_s: float, labels: dict[str, str]) -> None:
+        """A timeout's ``error`` naming the nodes that had stopped making progress, where the
+        lines tell."""
+        silent, where = self.hung(timeout_s)
+        if not silent or not isinstance(error, RunTimeoutError):
+            return
+        error.hung_nodes = tuple(labels.get(node, node) for node, _ in silent)
+        said = ", ".join(f"{host_label(node, labels.get(node))} said nothing for {seconds:.0f} s"
+                         for node, seconds in silent)  # fmt: skip
+        logs = {result.node: result.log_path for result in error.node_results}
+        read = ", ".join(logs.get(node) or f"{node}'s log" for node, _ in silent)
+        error.why = "; ".join([*filter(None, [error.why]),
+                               f"{said} while the others waited at {where}: stopped making "
+                               "progress (a process stopped or stuck, a host frozen)"])  # fmt: skip
+        error.fix = f"read {read} for where it stopped; run dtrun check again without it"
 
 
 def unrecorded_record() -> dict[str, Any]:
@@ -76,6 +148,8 @@ def stopped_record(
         )
         if failed is not None:
             record["failed_node"] = labels.get(failed, failed)
+        if isinstance(stop, RunTimeoutError) and stop.hung_nodes:
+            record["hung_nodes"] = list(stop.hung_nodes)
         results = stop.node_results if isinstance(stop, RunError) else tuple(ended)
     return {
         **record,

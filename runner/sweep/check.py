@@ -20,6 +20,7 @@ from dtrun.check.stopped import (
     CHECK_RECORD,
     CHECK_SCHEMA,
     CheckStatus,
+    Progress,
     stopped_record,
     unrecorded_record,
 )
@@ -247,9 +248,11 @@ def _checked(  # noqa: PLR0913 - run_check's state, handed on
         run_dir.makedirs(workdir)
         (workdir / RESULT_FILE).unlink(missing_ok=True)
         timeout = resolved.spec.timeout_s or float(resolved.join_timeout_s)
+        progress = Progress(on_line)  # which node stopped making progress, at a timeout
         try:
             cluster.ready(plan)
-            launched = cluster.executor.run(plan, workdir, timeout_s=timeout, on_line=on_line)
+            progress.start()
+            launched = cluster.executor.run(plan, workdir, timeout_s=timeout, on_line=progress)
             break
         except OSError as exc:  # an executor's write: a full disk, the run directory removed
             explained = write_error(exc, run_dir.path)
@@ -259,6 +262,7 @@ def _checked(  # noqa: PLR0913 - run_check's state, handed on
             raise explained from None
         except RunError as exc:
             _not_the_disk(exc, run_dir.path, ended)
+            progress.name_hung(exc, timeout, labels)
             name, why = _out_of(exc)
             failed = next((n for n in nodes if n.name == name), None)
             if failed is None or attempt == RETRIES or len(nodes) < 2:

@@ -21,9 +21,13 @@ Imports only torch, the standard library and its sibling modules: staged onto th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
-from collections.abc import Sequence
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,43 @@ SETTINGS = (
     "matrix", "memory", "message", "window", "repeats", "cycles", "more_cycles", "suspect",
     "one_at_a_time",
 )  # fmt: skip
+HEARTBEAT_S = 5.0  # a rank that has waited on the others this long says so, this often
+
+
+class Watch:
+    """Says, every HEARTBEAT_S, where this rank has waited on the others for that long: the
+    ranks that wait for a hung one (a process stopped, a host frozen) say so, the hung one says
+    nothing, and a check stopped at --timeout names its node (runner/check/stopped.py,
+    Progress). Its own work says nothing: a rank stuck in it is as silent as a hung one."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank = rank
+        self.waiting: tuple[str, float] | None = None  # where, since when: one value, one read
+        self.done = threading.Event()  # set: the thread ends
+        say(f"dtrun: rank {rank} of {world} started")
+        threading.Thread(target=self._say, daemon=True, name="dtrun-check-watch").start()
+
+    @contextlib.contextmanager
+    def at(self, where: str) -> Iterator[None]:
+        """Waiting on the others at ``where``."""
+        self.waiting = (where, time.monotonic())
+        try:
+            yield
+        finally:
+            self.waiting = None
+
+    def _say(self) -> None:
+        while not self.done.wait(HEARTBEAT_S):
+            waiting = self.waiting
+            if waiting is not None and (waited := time.monotonic() - waiting[1]) >= HEARTBEAT_S:
+                say(f"dtrun: rank {self.rank} has waited {waited:.0f} s for the others at "
+                    f"{waiting[0]}")  # fmt: skip
+
+
+def say(line: str) -> None:
+    """One line of the node log, whole: one write, not print's two (the Watch's thread too)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 class Fleet:
@@ -75,8 +116,9 @@ class Groups:
     their members create them, and a group of one process moves nothing."""
 
     def __init__(self, fleet: Fleet, groups: Sequence[Sequence[int]], args: argparse.Namespace,
-                 device: torch.device) -> None:  # fmt: skip
+                 device: torch.device, label: str) -> None:  # fmt: skip
         self.groups = [list(group) for group in groups]
+        self.label = label  # what the node logs call them: "pair round 2"
         self.ops: list[AllReduce | None] = []
         address = fleet.addresses[fleet.mine]
         bare = device.type == "cpu" and bool(address)  # gloo on the node's own address
@@ -94,25 +136,30 @@ class Groups:
         # this rank's seconds per all-reduce in each group, one list per cycle
         self.seconds: list[list[float | None]] = []
 
-    def cycle(self, args: argparse.Namespace) -> None:
+    def cycle(self, args: argparse.Namespace, watch: Watch) -> None:
         row: list[float | None] = []
-        for op in self.ops:
-            if args.one_at_a_time:
-                dist.barrier()
-            row.append(op.seconds(args.window, args.repeats) if op is not None else None)
-        dist.barrier()
+        with watch.at(f"{self.label}'s all-reduces, cycle {len(self.seconds) + 1}"):
+            for op in self.ops:
+                if args.one_at_a_time:
+                    dist.barrier()
+                row.append(op.seconds(args.window, args.repeats) if op is not None else None)
+            dist.barrier()
         self.seconds.append(row)
 
 
 def node_cycle(fleet: Fleet, args: argparse.Namespace, kernels: dict[str, Any],
-               figures: dict[str, list[float]]) -> None:  # fmt: skip
+               figures: dict[str, list[float]], watch: Watch) -> None:  # fmt: skip
     """This rank's compute and memory for one cycle; one node at a time when asked."""
+    cycle = len(next(iter(figures.values()))) + 1
     for node in range(len(fleet.names)) if args.one_at_a_time else [fleet.mine]:
-        dist.barrier()
+        whose = f"{fleet.names[node]}'s" if args.one_at_a_time else "the"
+        with watch.at(f"the barrier before {whose} compute, cycle {cycle}"):
+            dist.barrier()
         if node == fleet.mine:
             for key, kernel in kernels.items():
                 figures[key].append(kernel.rate(args.window, args.repeats))
-    dist.barrier()
+    with watch.at(f"the barrier after the compute, cycle {cycle}"):
+        dist.barrier()
 
 
 def busbw(size: int, seconds: Sequence[float], members: int) -> float:
@@ -180,9 +227,10 @@ def suspect(series: Sequence[Sequence[float | None]], share: float) -> bool:
 
 
 def looks_slow(fleet: Fleet, every: Sequence[Groups], figures: dict[str, list[float]],
-               args: argparse.Namespace) -> bool:  # fmt: skip
+               args: argparse.Namespace, watch: Watch) -> bool:  # fmt: skip
     """Any node or group that looks slow so far, from every rank's figures."""
-    gathered = _gather({"figures": figures, "seconds": [g.seconds for g in every]})
+    with watch.at("the figures' exchange after the first cycles"):
+        gathered = _gather({"figures": figures, "seconds": [g.seconds for g in every]})
     for key in figures:
         per_node = [
             [min(gathered[r]["figures"][key][c] for r in ranks) for c in range(len(figures[key]))]
@@ -208,32 +256,48 @@ def run(args: argparse.Namespace) -> int:
     device, backend = local_device(args.device)
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
     world = dist.get_world_size()
-    fleet = Fleet(
-        _gather({**rank_info(), "host": os.environ.get(EXECUTOR_HOST, "")}), dist.get_rank()
-    )
+    watch = Watch(dist.get_rank(), world)
+    try:
+        return _check(args, started, device, backend, watch)
+    finally:
+        watch.done.set()  # a Spark rank goes on in this process
+
+
+def _check(args: argparse.Namespace, started: datetime.datetime, device: torch.device,
+           backend: str, watch: Watch) -> int:  # fmt: skip
+    world = dist.get_world_size()
+    with watch.at("the start, as every rank joins"):
+        fleet = Fleet(
+            _gather({**rank_info(), "host": os.environ.get(EXECUTOR_HOST, "")}), dist.get_rank()
+        )
     count = len(fleet.names)
     rounds, levels = pair_rounds(count), bisection_levels(count)
     if dist.get_rank() == 0:  # every rank has joined: what the node logs say while it measures
         print(f"dtrun: checking {count} nodes ({world} processes)", flush=True)
     layouts: list[list[list[int]]] = [[[node] for node in range(count)]]
     layouts += [[list(pair) for pair in pairs] for pairs in rounds] + levels
-    every = [Groups(fleet, groups, args, device) for groups in layouts]
+    labels = ["in-node", *(f"pair round {i + 1}" for i in range(len(rounds))),
+              *(f"bisection level {i}" for i in range(len(levels)))]  # fmt: skip
+    with watch.at("the groups' set-up"):
+        every = [Groups(fleet, groups, args, device, label)
+                 for groups, label in zip(layouts, labels, strict=True)]  # fmt: skip
     kernels = {"compute_gflops": matmul(args.matrix, device),
                "memory_gbs": copy(args.memory, device)}  # fmt: skip
     figures: dict[str, list[float]] = {key: [] for key in kernels}
     cycles = args.cycles
     for cycle in range(args.cycles + args.more_cycles):
         if cycle == args.cycles:
-            if not looks_slow(fleet, every, figures, args):
+            if not looks_slow(fleet, every, figures, args, watch):
                 break
             cycles += args.more_cycles
-        node_cycle(fleet, args, kernels, figures)
+        node_cycle(fleet, args, kernels, figures, watch)
         for groups in every:
-            groups.cycle(args)
+            groups.cycle(args, watch)
     first = fleet.ranks[fleet.mine][0] == dist.get_rank()  # the node's first process
     mine = {"node": fleet.mine, **figures, "gpus": gpu_health() if first else None,
             "seconds": [groups.seconds for groups in every]}  # fmt: skip
-    gathered = _gather(mine)
+    with watch.at("the figures' gathering"):
+        gathered = _gather(mine)
     if dist.get_rank() == 0:
         found = [
             group_figures(fleet, groups, [g["seconds"][index] for g in gathered], args.message)

@@ -76,3 +76,51 @@ def test_a_node_that_hangs_mid_check_is_named_lost_and_the_others_are_checked(
     assert evidence[0].startswith("lost during the check:"), evidence
     record = json.loads((no_leftovers / "runs" / "check" / "check.json").read_text())
     assert record["nodes"] == data["nodes"]
+
+
+def _check_rank(sshd_pid: int) -> psutil.Process | None:
+    """The check workload's rank under an sshd (torchrun's worker: RANK set), once it runs."""
+    with contextlib.suppress(psutil.Error):
+        for proc in psutil.Process(sshd_pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "dtrun.workloads.check" in proc.cmdline() and "RANK" in proc.environ():
+                    return proc
+    return None
+
+
+def test_a_node_whose_check_process_hangs_is_named_at_the_timeout(sshd_cluster, no_leftovers):
+    """Only the fourth node's rank is SIGSTOPped: its sshd and torchrun answer, so no
+    connection is lost and the check runs to --timeout. The three others say, every 5 s, that
+    they wait on the others; the hung node says nothing, and is named. Before, the error said
+    only which nodes still ran when stopped: all four."""
+    hung = sshd_cluster.hosts[3]
+    hosts = _hosts(sshd_cluster, no_leftovers)
+    frozen: list[psutil.Process] = []
+
+    def hang() -> None:
+        wait_for(lambda: faults.check_said(no_leftovers, "dtrun: checking"), timeout=200,
+                 what="every rank to join")  # fmt: skip
+        rank = _check_rank(sshd_cluster.processes[hung.address].pid)
+        if rank is not None:
+            rank.send_signal(signal.SIGSTOP)
+            frozen.append(rank)
+
+    freezer = threading.Thread(target=hang, daemon=True)
+    freezer.start()
+    try:
+        done = run_dtrun(
+            "check", "--hosts", str(hosts), "--port", "29990", "--timeout", "120",
+            "--output", str(no_leftovers / "runs"), "--run-id", "check",
+            cwd=no_leftovers, timeout=300,
+        )  # fmt: skip
+    finally:
+        freezer.join(timeout=60)
+        for proc in frozen:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+    assert frozen, "the rank was never stopped"
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"({hung.address}) said nothing for" in done.stderr, done.stderr
+    assert "stopped making progress" in done.stderr, done.stderr
+    record = json.loads((no_leftovers / "runs" / "check" / "check.json").read_text())
+    assert (record["status"], record["hung_nodes"]) == ("timeout", [hung.address]), record

@@ -268,3 +268,105 @@ def test_a_node_log_a_full_disk_cut_keeps_each_node_s_end_in_the_record(tmp_path
     assert [(n["node"], n["exit_code"]) for n in record["launch"]] == [
         ("node-0", None), ("node-1", -15),
     ]  # fmt: skip
+
+
+class _Hangs(_LosesNode1):
+    """node-1's check stops making progress after its start (its process SIGSTOPped, its sshd
+    and torchrun alive): node-0 says, every 5 s up to ``waited_to`` s, that it waits on the
+    others, as the workload's Watch does; at 60 s the launch times out with both running."""
+
+    def __init__(self, clock: list[float], waited_to: float) -> None:
+        super().__init__()
+        self.clock, self.waited_to = clock, waited_to
+
+    def run(self, plan, workdir, *, timeout_s, on_line):
+        self.launched.append([launch.node.name for launch in plan.launches])
+        on_line("node-0", "dtrun: rank 0 of 2 started")
+        on_line("node-1", "dtrun: rank 1 of 2 started")
+        on_line("node-0", "dtrun: checking 2 nodes (2 processes)")
+        for second in range(10, int(self.waited_to) + 1, 5):
+            self.clock[0] = float(second)
+            on_line("node-0", f"dtrun: rank 0 has waited {second - 5} s for the others at "
+                    "pair round 1's all-reduces, cycle 2")  # fmt: skip
+        self.clock[0] = 60.0
+        error = RunTimeoutError(
+            "the launch on 2 nodes did not finish within 60 s",
+            why="still running when stopped: node-0, node-1",
+            fix="raise --timeout, or read the node logs for where it hung",
+        )
+        error.node_results = RESULTS
+        raise error
+
+
+def _hang(tmp_path, monkeypatch, waited_to: float) -> tuple[RunTimeoutError, dict[str, Any]]:
+    clock = [0.0]
+    monkeypatch.setattr(
+        "dtrun.check.stopped.time", SimpleNamespace(monotonic=lambda: clock[0]), raising=False
+    )
+    raised = _run_on(tmp_path, _Hangs(clock, waited_to), RunTimeoutError)
+    assert isinstance(raised, RunTimeoutError)
+    return raised, json.loads((tmp_path / "stopped" / "check.json").read_text())
+
+
+def test_a_check_that_times_out_names_the_node_that_stopped_making_progress(tmp_path, monkeypatch):
+    """Before, the error said only "still running when stopped: node-0, node-1", though the
+    point of a check is the node that holds the rest back."""
+    raised, record = _hang(tmp_path, monkeypatch, waited_to=55)
+    assert raised.why == (
+        "still running when stopped: node-0, node-1; node-1 said nothing for 55 s while the "
+        "others waited at pair round 1's all-reduces, cycle 2: stopped making progress (a "
+        "process stopped or stuck, a host frozen)"
+    )
+    assert raised.fix.startswith("read /r/check/node-1.log for where it stopped")
+    assert (record["status"], record["hung_nodes"]) == ("timeout", ["node-1"])
+    assert "node-1 said nothing for 55 s" in record["error"]
+
+
+def test_a_check_that_times_out_with_no_rank_waiting_near_its_end_names_no_node(
+    tmp_path, monkeypatch
+):
+    """node-0 last waited at 20 s, 40 s before the deadline: every rank was busy or silent
+    then (a check too long for its --timeout), so no silence tells a hung node apart."""
+    raised, record = _hang(tmp_path, monkeypatch, waited_to=20)
+    assert raised.why == "still running when stopped: node-0, node-1"
+    assert record["status"] == "timeout" and "hung_nodes" not in record
+
+
+def test_a_node_one_of_whose_ranks_stopped_is_named_though_its_others_wait():
+    """node-1's rank 3 stopped; its rank 2, like node-0's ranks, waits on it and says so."""
+    from dtrun.check.stopped import Progress
+
+    clock = [0.0]
+    progress = Progress(lambda node, line: None, clock=lambda: clock[0])
+    for rank in range(4):
+        progress(f"node-{rank // 2}", f"dtrun: rank {rank} of 4 started")
+    clock[0] = 50.0
+    for rank in (0, 1, 2):
+        said = f"dtrun: rank {rank} has waited 45 s for the others at the groups' set-up"
+        progress(f"node-{rank // 2}", said)
+    assert progress.hung(timeout_s=60) == ([("node-1", 50.0)], "the groups' set-up")
+
+
+def test_the_workload_s_lines_while_it_waits_on_the_others_are_heard(monkeypatch, capsys):
+    """The contract between the workload's Watch and Progress: a rank's start and each wait
+    past HEARTBEAT_S, and none for the rank's own work."""
+    from dtrun.check.stopped import Progress
+    from dtrun.workloads import check
+
+    monkeypatch.setattr(check, "HEARTBEAT_S", 0.01)
+    watch = check.Watch(rank=3, world=4)
+    try:
+        with watch.at("pair round 2's all-reduces, cycle 1"):
+            said = ""
+            while "has waited" not in said:
+                said += capsys.readouterr().out
+                watch.done.wait(0.01)
+    finally:
+        watch.done.set()
+    heard: list[str] = []
+    progress = Progress(lambda node, line: heard.append(line))
+    for line in said.splitlines():
+        progress("node-1", line)
+    assert heard[0] == "dtrun: rank 3 of 4 started"
+    assert set(progress.heard) == {3} and progress.waited is not None
+    assert progress.waited[1] == "pair round 2's all-reduces, cycle 1"
