@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from dtrun.execute import LineSink
-from dtrun.execute.guard import TAGGED, drop_guard, start_guard
+from dtrun.execute.guard import TAG, TAGGED, drop_guard, start_guard, stop_script
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.workloads.files import NodeLog, write_atomic
 
@@ -98,13 +98,19 @@ def _groups(processes: dict[str, subprocess.Popen[bytes]]) -> list[int]:
 
 
 def _stop_groups(processes: dict[str, subprocess.Popen[bytes]], tag: str = "") -> None:
-    """SIGTERM to each script's process group and what carries ``tag``, SIGKILL after the
+    """SIGTERM to each script's process group and what carries ``tag`` (TAG=VALUE; the
+    launches' stop script, runner/execute/guard.py stop_script, beside it), SIGKILL after the
     grace to what is left."""
+    sweep = None
+    if tag:
+        name, _, value = tag.partition("=")
+        assert name == TAG, tag
+        script = stop_script(value, _GRACE_S)
+        sweep = subprocess.Popen(["bash", "-c", script], stdout=subprocess.DEVNULL)
     groups = _groups(processes)
     for group in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGTERM)
-    _signal_tagged(tag, signal.SIGTERM)
     leaders = {process.pid: process for process in processes.values()}
     deadline = time.monotonic() + _GRACE_S
     for group in groups:
@@ -113,25 +119,8 @@ def _stop_groups(processes: dict[str, subprocess.Popen[bytes]], tag: str = "") -
             time.sleep(0.05)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
-    while time.monotonic() < deadline and _tagged(tag):
-        time.sleep(0.05)
-    _signal_tagged(tag, signal.SIGKILL)
-
-
-def _tagged(tag: str) -> list[int]:
-    """The processes whose environment holds the entry ``tag`` (none for no tag)."""
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ") if tag else ():
-        with contextlib.suppress(OSError):  # gone, or not ours to read
-            if tag.encode() in environ.read_bytes().split(b"\0"):
-                found.append(int(environ.parent.name))
-    return found
-
-
-def _signal_tagged(tag: str, signum: signal.Signals) -> None:
-    for pid in _tagged(tag):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signum)
+    if sweep is not None:
+        sweep.wait()
 
 
 def _group_alive(group: int) -> bool:
