@@ -139,10 +139,10 @@ def test_a_rank_whose_checkpoint_a_full_disk_refused_failed_of_its_own(
     assert isinstance(said, NodeFailedError) and said.node == "node-0"
 
 
-def stephook() -> Any:
-    """The step hook's module, loaded by its path as sitecustomize.py loads it."""
-    path = REPO / "runner" / "workloads" / "stephook" / "_dtrun_stephook.py"
-    spec = importlib.util.spec_from_file_location("_dtrun_stephook_tested", path)
+def steprecord() -> Any:
+    """The step hook's record module, loaded by its path as the hook loads it."""
+    path = REPO / "runner" / "workloads" / "stephook" / "_dtrun_steprecord.py"
+    spec = importlib.util.spec_from_file_location("_dtrun_steprecord_tested", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -170,7 +170,7 @@ _SAVE_FAILED = (
 def test_the_hook_says_an_exception_of_a_write_a_full_disk_refused(
     raised: BaseException | None, said: bool
 ):
-    assert stephook()._raised_write(raised) is said
+    assert steprecord().raised_write(raised) is said
 
 
 def test_the_hook_finds_a_full_disk_behind_the_exception_a_program_raised_from_it():
@@ -182,7 +182,7 @@ def test_the_hook_finds_a_full_disk_behind_the_exception_a_program_raised_from_i
 
     with pytest.raises(RuntimeError) as raised:
         save()
-    assert stephook()._raised_write(raised.value) is True
+    assert steprecord().raised_write(raised.value) is True
 
 
 def test_the_hook_says_torch_save_on_a_full_disk_failed_to_write(small_disk: Any):
@@ -194,4 +194,4 @@ def test_the_hook_says_torch_save_on_a_full_disk_failed_to_write(small_disk: Any
     fill(disk)
     with pytest.raises(RuntimeError) as raised:
         torch.save(torch.nn.Linear(4, 2).state_dict(), disk / "checkpoint.pt")
-    assert stephook()._raised_write(raised.value) is True
+    assert steprecord().raised_write(raised.value) is True

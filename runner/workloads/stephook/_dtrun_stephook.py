@@ -221,49 +221,13 @@ def _backend() -> str | None:
     return None
 
 
-# What an exception's text says where a write failed on a full disk: OSError's strerror
-# (ENOSPC, EDQUOT), and torch.save's RuntimeErrors, whose text names no errno (torch 2.13 on a
-# full tmpfs: "basic_ios::clear: iostream error", then "[enforce fail at inline_container.cc:
-# 672] . unexpected pos 576 vs 534"; caffe2/serialize: "PytorchStreamWriter failed writing
-# file data/0: file write failed")
-_WRITE_FAILED = (
-    "No space left on device",
-    "Disk quota exceeded",
-    "file write failed",
-    "PytorchStreamWriter failed writing",
-    "basic_ios::clear: iostream error",
-)
-_SAVING = os.path.join("torch", "serialization.py")  # noqa: PTH118 - torch.save's module
-
-
-def _raised_write(exc: BaseException | None) -> bool:
-    """Whether ``exc``, or an exception it was raised from or while handling, is a file write
-    that failed: its text says so, or torch.save raised it (torch/serialization.py is on its
-    traceback). Never a lost peer's error, whatever its type."""
-    for _ in range(8):  # a chain of causes, not a cycle
-        if exc is None:
-            return False
-        try:
-            if isinstance(exc, OSError) and exc.errno in (28, 122):  # ENOSPC, EDQUOT
-                return True
-            if any(said in str(exc) for said in _WRITE_FAILED) or _in_saving(exc):
-                return True
-        except Exception:  # an exception whose str() fails says nothing
-            pass
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def _in_saving(exc: BaseException) -> bool:
-    """Whether torch.save (torch/serialization.py) is on ``exc``'s traceback."""
-    trace = exc.__traceback__
-    while trace is not None:
-        if trace.tb_frame.f_code.co_filename.endswith(_SAVING):
-            name = trace.tb_frame.f_code.co_name
-            if name == "save" or name.startswith("_save"):
-                return True
-        trace = trace.tb_next
-    return False
+def _raised_write() -> bool:
+    """Whether the exception that ended the process is a file write that failed (a full disk:
+    _dtrun_steprecord.py), its own error whatever its type; False where that cannot be said."""
+    try:
+        return _dtrun("steprecord").raised_write(getattr(sys, "last_value", None)) is True
+    except Exception:
+        return False
 
 
 def _record() -> dict[str, Any]:
@@ -291,7 +255,7 @@ def _record() -> dict[str, Any]:
         "raised": getattr(getattr(sys, "last_type", None), "__name__", None),
         # whether that exception says a file could not be written (a full disk): the rank's
         # own error, whatever its type (torch.save's is a RuntimeError, as a lost peer's is)
-        "raised_write": _raised_write(getattr(sys, "last_value", None)),
+        "raised_write": _raised_write(),
     }
     if not steps.order:
         return record
