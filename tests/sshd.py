@@ -121,12 +121,14 @@ def start_cluster(
     settings: Mapping[str, str] = MappingProxyType({}),
     sftp: bool = True,
     shell: str = "",
+    wrapper: tuple[str, ...] = (),
 ) -> SshCluster:
     """``count`` instances on 127.0.0.<first> and the next addresses (``address``); ``settings``:
     lines of sshd_config by address, read before the defaults (sshd takes the first value it reads),
     e.g. {"127.0.0.40": "LogLevel DEBUG1\n"}; ``sftp`` False: no SFTP subsystem, as sites that
     disable it have (sshd refuses a second Subsystem line, so it is left out, not overridden);
-    ``shell``: the user's login shell in the sessions (``own_login``)."""
+    ``shell``: the user's login shell in the sessions (``own_login``); ``wrapper``: what sshd
+    runs under otherwise (a mount namespace of its own: a node's own disk, own_disk)."""
     require_e2e("sshd")
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege separation dir
     root.mkdir(parents=True, exist_ok=True)
@@ -168,7 +170,9 @@ def start_cluster(
         hosts.append(SshHost(name, port, host_key, config))
     known_hosts = root / "known_hosts"
     known_hosts.write_text("".join(host.known_hosts_line + "\n" for host in hosts))
-    cluster = SshCluster(root, getpass.getuser(), root / "client_key", known_hosts, hosts)
+    cluster = SshCluster(
+        root, getpass.getuser(), root / "client_key", known_hosts, hosts, wrapper=wrapper
+    )
     if shell:
         cluster.home = root / "home"
         cluster.wrapper = own_login(root, cluster.user, shell, cluster.home)
@@ -179,6 +183,15 @@ def start_cluster(
         cluster.close()
         raise
     return cluster
+
+
+def own_disk(folder: Path, size_k: int) -> tuple[str, ...]:
+    """The command that runs sshd with a disk of its own at ``folder`` (which must exist): a
+    new tmpfs of ``size_k`` KiB mounted there in a mount namespace of sshd's (unshare, root
+    only), as a remote node has its own disk at a path this machine has too. The sessions'
+    processes see it; this machine's ``folder`` is untouched."""
+    mount = f'mount -t tmpfs -o size={size_k}k dtrun-node-disk "$0" && exec "$@"'
+    return ("unshare", "--mount", "--propagation", "private", "sh", "-c", mount, str(folder))
 
 
 def own_login(root: Path, user: str, shell: str, home: Path) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dtrun.errors import DiskFullError, DtrunError, RunDirWriteError, RunError
 from dtrun.spec.outcome import NodeResult
-from dtrun.workloads.files import CUT_LOGS, PARTIAL, UNWRITTEN
+from dtrun.workloads.files import CUT_LOGS, PARTIAL, UNWRITTEN, folder_identity
 
 
 def write_error(exc: OSError, root: Path, path: Path | None = None) -> DtrunError | None:
@@ -81,9 +81,10 @@ def first_cause(first: DtrunError | None, refused: DtrunError, record: str) -> D
 
 def unwritten(error: RunError, root: Path) -> DtrunError | None:
     """A failed launch whose node could not write its result.json on a full disk (its
-    workload's `dtrun-unwritten: ERRNO PATH` line in the node's log), said as that disk's
-    failure, not the node's: in run directory ``root`` as write_error says it, elsewhere (a
-    node's own disk) naming the node. None for any other failure, a node's own."""
+    workload's `dtrun-unwritten: ERRNO FOLDER PATH` line in the node's log), said as that
+    disk's failure, not the node's: in run directory ``root`` as write_error says it, elsewhere
+    (a node's own disk, at the run directory's path too where an SSH node's workdir has it)
+    naming the node. None for any other failure, a node's own."""
     found = _refused(error, root)
     if found is None:
         return None
@@ -112,14 +113,26 @@ def _refused(error: RunError, root: Path) -> tuple[str, OSError, Path | None] | 
     """The first node of ``error`` whose log says a full disk refused its result file in this
     launch: the node, the write error said, and the file in ``root`` (None: elsewhere)."""
     for node in error.node_results:
-        said = _said_unwritten(Path(node.log_path))
+        said, folder = _said_unwritten(Path(node.log_path))
         if said is None or said.errno not in (errno.ENOSPC, errno.EDQUOT):
             continue
         path = Path(str(said.filename))
         if not _of_this_launch(path, Path(node.log_path), root):
             continue  # an older run's line that a program printed (an old log): its output
-        return node.node, said, _in_run_dir(path, root)
+        mine = folder is None or _same_folder(folder, path.parent)
+        return node.node, said, _in_run_dir(path, root) if mine else None
     return None
+
+
+def _same_folder(said: str, folder: Path) -> bool:
+    """Whether the folder a node said (files.folder_identity) is ``folder`` here: under this
+    kernel, the same device and inode (a node's own tmpfs at that path in a mount namespace
+    of its own is another device); under another (another machine, whose device numbers are
+    its own), the same inode, as shared storage (NFS) shows one folder to every machine."""
+    here, there = folder_identity(folder).split(":"), said.split(":")
+    if len(here) != 3 or len(there) != 3:  # no such folder here: the node's own
+        return False
+    return here[2] == there[2] and (here[0] != there[0] or here[1] == there[1])
 
 
 def _in_run_dir(path: Path, root: Path) -> Path | None:
@@ -143,23 +156,26 @@ def _of_this_launch(path: Path, log: Path, root: Path) -> bool:
     return False
 
 
-_UNWRITTEN_LINE = re.compile(rf"{re.escape(UNWRITTEN)} (\d+) (.+)$", re.MULTILINE)
+# ERRNO, the folder's identity (files.folder_identity; none in an older dtrun's line), PATH
+_UNWRITTEN_LINE = re.compile(rf"{re.escape(UNWRITTEN)} (\d+) (?:([^/\s]\S*) )?(/.*)$", re.MULTILINE)
 _LOG_TAIL = 65536  # bytes of a node log read for that line: it comes just before the end
 
 
-def _said_unwritten(log: Path) -> OSError | None:
-    """The write error a node's workload said (UNWRITTEN) in the end of its log, if any."""
+def _said_unwritten(log: Path) -> tuple[OSError | None, str | None]:
+    """The write error a node's workload said (UNWRITTEN) in the end of its log, if any, and
+    the identity of the folder it said it in ("-": unknown to the node; None: unsaid)."""
     try:
         with log.open("rb") as file:
             file.seek(max(0, file.seek(0, os.SEEK_END) - _LOG_TAIL))
             tail = file.read().decode(errors="replace")
     except OSError:  # no log (the node never started), or it went with its folder
-        return None
+        return None, None
     found = _UNWRITTEN_LINE.findall(tail)
     if not found:
-        return None
-    code, path = found[-1]
-    return OSError(int(code), os.strerror(int(code)), path.rstrip("\r"))
+        return None, None
+    code, folder, path = found[-1]
+    said = OSError(int(code), os.strerror(int(code)), path.rstrip("\r"))
+    return said, (None if folder in ("", "-") else folder)
 
 
 # write_atomic's temporary name for NAME (runner/workloads/files.py)

@@ -181,24 +181,33 @@ def redacted_copy(run_dir: Path, bodies: Mapping[Path, Body]) -> Path:
     copy where links cannot be made). For an upload that failed: the run directory itself
     holds the --env values verbatim in its launch scripts, so it must not be synced as it is."""
     copy = Path(tempfile.mkdtemp(prefix=f"{run_dir.name}.redacted-", dir=run_dir.parent))
-    for path, body in bodies.items():
-        target = copy / path.relative_to(run_dir)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(body, Path):  # a large file's redacted copy, made for the upload
-            shutil.copyfile(body, target)
-            target.chmod(path.stat().st_mode & 0o777)
-            continue
-        if body is not None:  # a redacted file, or the upload's own symlinks.json
-            mode = path.lstat().st_mode & 0o777 if path.name != LINKS_FILE else 0o644
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-            with os.fdopen(os.open(target, flags, mode), "wb") as out:
-                out.write(body)
-            continue
-        try:
-            os.link(path, target, follow_symlinks=False)
-        except OSError:
-            shutil.copyfile(path, target, follow_symlinks=False)
+    try:
+        for path, body in bodies.items():
+            _copy_one(path, body, copy / path.relative_to(run_dir))
+    except BaseException:
+        # half a copy (a full disk: a file empty, the rest missing) is no copy to sync, and
+        # it holds what space the disk had left
+        shutil.rmtree(copy, ignore_errors=True)
+        raise
     return copy
+
+
+def _copy_one(path: Path, body: Body, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(body, Path):  # a large file's redacted copy, made for the upload
+        shutil.copyfile(body, target)
+        target.chmod(path.stat().st_mode & 0o777)
+        return
+    if body is not None:  # a redacted file, or the upload's own symlinks.json
+        mode = path.lstat().st_mode & 0o777 if path.name != LINKS_FILE else 0o644
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        with os.fdopen(os.open(target, flags, mode), "wb") as out:
+            out.write(body)
+        return
+    try:
+        os.link(path, target, follow_symlinks=False)
+    except OSError:
+        shutil.copyfile(path, target, follow_symlinks=False)
 
 
 def copy_hint(run_dir: Path, url: str, bodies: Mapping[Path, Body]) -> str:

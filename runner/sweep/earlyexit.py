@@ -22,7 +22,8 @@ from dtrun.sweep.programresult import read_step_files
 # DistStoreError), Horovod's HorovodInternalError ("Horovod has been shut down ... after one of
 # the ranks finished execution", horovod/torch/mpi_ops.py's synchronize). A rank that raised
 # another (OSError saving a checkpoint, a ValueError) failed of its own, whichever rank ended
-# cleanly first.
+# cleanly first. So did one whose error says a file write failed for want of space, whatever
+# its type (the step hook's ``raised_write``): torch.save on a full disk raises RuntimeError.
 PEER_ERRORS = frozenset(
     {
         "RuntimeError",
@@ -52,7 +53,7 @@ def early_exit(error: DtrunError, steps: Path) -> DtrunError:
     ended = [r for r in records if isinstance(r.get("ended_at_s"), float | int)]
     raised = [r for r in ended if r.get("raised")]
     clean = [r for r in ended if not r.get("raised")]
-    if not raised or not clean or any(r["raised"] not in PEER_ERRORS for r in raised):
+    if not raised or not clean or any(_own(r) for r in raised):
         return error  # one raised its own error (a bug saving a checkpoint): no peer left
     first = min(clean, key=lambda r: r["ended_at_s"])
     if first["ended_at_s"] >= min(r["ended_at_s"] for r in raised) or _steps(first) > min(
@@ -75,6 +76,11 @@ def early_exit(error: DtrunError, steps: Path) -> DtrunError:
     )
     early.node_results = error.node_results
     return early
+
+
+def _own(record: dict[str, Any]) -> bool:
+    """Whether a rank's error was its own, not its peer's going (a full disk's, say)."""
+    return record["raised"] not in PEER_ERRORS or record.get("raised_write") is True
 
 
 def _steps(record: dict[str, Any]) -> int:

@@ -59,7 +59,7 @@ STEP_SHAPE = rb.obj(
      "peak_memory_bytes": rb.nullable(rb.AMOUNT), "param_digest": _TEXT,
      "errors": rb.list_of(rb.TEXT), "gradient_bytes": rb.ANY_OBJECT,
      "grads_ready_s": rb.list_of(rb.nullable(rb.NUMBER)),
-     "ended_at_s": rb.NUMBER, "raised": _TEXT},
+     "ended_at_s": rb.NUMBER, "raised": _TEXT, "raised_write": rb.FLAG},
 )  # fmt: skip
 
 

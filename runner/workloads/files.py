@@ -29,9 +29,11 @@ PARTIAL = ".partial"
 # record says so per node (runner/sweep/runlaunch.py), as does a full disk's message.
 CUT_LOGS: dict[str, str] = {}
 # The line a workload prints on its node where its result.json could not be written
-# (`dtrun-unwritten: ERRNO PATH`, runner/workloads/result.py): dtrun reads it in the node's log
-# and names that disk (a full one) rather than the node (runner/record/writefail.py).
+# (`dtrun-unwritten: ERRNO FOLDER PATH`, runner/workloads/result.py; FOLDER: folder_identity
+# of PATH's folder): dtrun reads it in the node's log and names that disk (a full one) rather
+# than the node, this machine's or the node's own (runner/record/writefail.py).
 UNWRITTEN = "dtrun-unwritten:"
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # Linux: random at each boot of a kernel
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -58,6 +60,19 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
         if isinstance(exc, OSError) and exc.filename is None:  # os.write's and fsync's: a full
             exc.filename = str(temporary)  # disk names the file (runner/record/writefail.py)
         raise
+
+
+def folder_identity(folder: Path) -> str:
+    """Which directory ``folder`` is, for another machine to compare: its kernel's boot id and
+    the folder's device and inode (``BOOT:DEV:INO``); "-" where they cannot be read. One
+    folder seen from a node and from this machine says the same; a node's own disk mounted at
+    the same path (an SSH node whose launch directory has the run directory's path) does not."""
+    try:
+        boot = BOOT_ID.read_text().strip()
+        found = folder.stat()
+    except OSError:
+        return "-"
+    return f"{boot}:{found.st_dev}:{found.st_ino}" if boot and " " not in boot else "-"
 
 
 def refuse_link(path: Path) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from dtrun.workloads.files import UNWRITTEN, write_atomic
+from dtrun.workloads.files import UNWRITTEN, folder_identity, write_atomic
 from dtrun.workloads.gpt import flops_per_token, param_counts
 from dtrun.workloads.hosted import hosted
 
@@ -225,7 +225,8 @@ def write_result(path: Path, result: dict[str, Any]) -> None:
     try:
         write_atomic(path, (json.dumps(result, indent=2) + "\n").encode())
     except OSError as exc:
-        print(f"{UNWRITTEN} {exc.errno} {path.absolute()}", file=sys.stderr, flush=True)
+        where = folder_identity(path.absolute().parent)  # whose disk: here, or the node's
+        print(f"{UNWRITTEN} {exc.errno} {where} {path.absolute()}", file=sys.stderr, flush=True)
         raise
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from dtrun.report.stats import ONE_LAUNCH
-from tests.conftest import DTRUN, default_signals, ends_within, run_dtrun, wait_for
+from dtrun.spec.launchplan import STEP_DIR
+from tests.conftest import DTRUN, default_signals, ends_within, fill, run_dtrun, wait_for
 from tests.paths import TESTS
 
 pytestmark = pytest.mark.e2e
@@ -181,6 +182,44 @@ def test_a_rank_that_exits_0_early_is_named_before_the_peer_it_left_failing(no_l
     ) in done.stderr
     runs = json.loads((run / "runs.json").read_text())
     assert [(r["nodes"], r["status"]) for r in runs["runs"]] == [(1, "ok"), (2, "failed")]
+
+
+def test_a_rank_whose_checkpoint_a_full_disk_refused_is_named_not_the_rank_that_ended_first(
+    no_leftovers, small_disk
+):
+    """Rank 1 ends cleanly after its last step; rank 0 then saves a checkpoint with torch.save
+    on a full disk (a 64 KiB tmpfs, filled), which torch raises as a RuntimeError, the type a
+    lost peer's error has. Before, node-1's rank 1 was named as having ended early, the
+    others failing after it; the failure is rank 0's own, the full disk's."""
+    disk = small_disk(64)
+    fill(disk)
+    program = no_leftovers / "save.py"
+    program.write_text(
+        "import os, time\n"
+        "import torch\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(4):\n"
+        "    model(torch.ones(2, 4)).sum().backward()\n"
+        "    opt.step()\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    time.sleep(1)  # rank 1 has ended by now\n"
+        f"    torch.save(model.state_dict(), {str(disk / 'checkpoint.pt')!r})\n"
+    )
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "bench", "--nodes", "2", "--repeat", "1", "--warmup", "1", "--port", "29834",
+        "--output", str(out), "--run-id", "full", "--quiet", "--", "python", str(program),
+        cwd=no_leftovers, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "error: node-0 (127.0.0.2) failed" in done.stderr, done.stderr
+    assert "ended with no traceback" not in done.stderr
+    assert "RuntimeError: " in done.stderr  # torch's, naming no disk: "iostream error"
+    record = json.loads((out / "full" / "n2" / "r0" / STEP_DIR / "rank-0.json").read_text())
+    assert (record["raised"], record["raised_write"]) == ("RuntimeError", True)
 
 
 def test_report_compare_and_resume_work_on_program_runs(no_leftovers):

@@ -3,9 +3,14 @@ the failed launch names that rank first, not the node whose rank then lost its p
 
 from __future__ import annotations
 
+import errno
+import importlib.util
 import json
+import os
 from pathlib import Path
 from typing import Any, cast
+
+import pytest
 
 from dtrun.errors import NodeFailedError
 from dtrun.execute import Executor
@@ -15,6 +20,8 @@ from dtrun.spec.launchplan import STEP_DIR, LaunchPlan
 from dtrun.spec.outcome import NodeResult, RunStatus
 from dtrun.spec.request import BenchSpec, Program, ProgramKind
 from dtrun.sweep.runlaunch import Outcome, always_ready, run_launch
+from tests.conftest import fill
+from tests.paths import REPO
 from tests.plans import sweep_plan
 
 PEER_LOST = "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer"
@@ -116,3 +123,75 @@ def test_a_rank_that_exited_0_under_horovod_is_named_before_the_shutdown_the_oth
     said = launch_failing(tmp_path, fixed_inventory, records).error
     assert said is not None
     assert said.message.startswith("node-1's rank 1 ended with no traceback after step 2")
+
+
+def test_a_rank_whose_checkpoint_a_full_disk_refused_failed_of_its_own(
+    tmp_path: Path, fixed_inventory: Inventory
+):
+    """Rank 1 finished cleanly; rank 0's torch.save then met a full disk, which torch raises as
+    a RuntimeError ("PytorchStreamWriter failed writing file data/0: file write failed"), the
+    type a lost peer's error has too. The hook says the write failed (``raised_write``): rank
+    0's own error stands. Before, rank 1 was named as the cause of a failure it had no part
+    in."""
+    records = [record(0, 2, 1000.5, "RuntimeError"), record(1, 2, 1000.0, None)]
+    records[0]["raised_write"] = True
+    said = launch_failing(tmp_path, fixed_inventory, records).error
+    assert isinstance(said, NodeFailedError) and said.node == "node-0"
+
+
+def steprecord() -> Any:
+    """The step hook's record module, loaded by its path as the hook loads it."""
+    path = REPO / "runner" / "workloads" / "stephook" / "_dtrun_steprecord.py"
+    spec = importlib.util.spec_from_file_location("_dtrun_steprecord_tested", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_SAVE_FAILED = (
+    "[enforce fail at inline_container.cc:626] . PytorchStreamWriter failed writing file "
+    "data/0: file write failed"
+)
+
+
+@pytest.mark.parametrize(
+    ("raised", "said"),
+    [
+        (RuntimeError(_SAVE_FAILED), True),
+        (RuntimeError("basic_ios::clear: iostream error"), True),
+        (OSError(errno.ENOSPC, "No space left on device"), True),
+        (OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), True),
+        (RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer"), False),
+        (OSError(errno.ECONNRESET, os.strerror(errno.ECONNRESET)), False),
+        (None, False),
+    ],
+)
+def test_the_hook_says_an_exception_of_a_write_a_full_disk_refused(
+    raised: BaseException | None, said: bool
+):
+    assert steprecord().raised_write(raised) is said
+
+
+def test_the_hook_finds_a_full_disk_behind_the_exception_a_program_raised_from_it():
+    def save() -> None:
+        try:
+            Path("/dev/full").write_bytes(b"checkpoint")  # ENOSPC, as a full disk says
+        except OSError as exc:
+            raise RuntimeError("saving the checkpoint failed") from exc
+
+    with pytest.raises(RuntimeError) as raised:
+        save()
+    assert steprecord().raised_write(raised.value) is True
+
+
+def test_the_hook_says_torch_save_on_a_full_disk_failed_to_write(small_disk: Any):
+    """torch.save on a full tmpfs (torch 2.13): "basic_ios::clear: iostream error", then
+    "unexpected pos 576 vs 534" raised while handling it; neither names the disk."""
+    import torch
+
+    disk = small_disk(64)
+    fill(disk)
+    with pytest.raises(RuntimeError) as raised:
+        torch.save(torch.nn.Linear(4, 2).state_dict(), disk / "checkpoint.pt")
+    assert steprecord().raised_write(raised.value) is True

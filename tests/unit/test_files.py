@@ -16,11 +16,17 @@ import pytest
 
 from dtrun.errors import DiskFullError, NodeFailedError, RunDirWriteError
 from dtrun.record.rundir import RunDir
-from dtrun.record.writefail import first_cause, unwritten, with_cut_logs, write_error
+from dtrun.record.writefail import (
+    first_cause,
+    unwritten,
+    unwritten_here,
+    with_cut_logs,
+    write_error,
+)
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.outcome import NodeResult
 from dtrun.spec.request import BenchSpec
-from dtrun.workloads.files import UNWRITTEN, NodeLog, write_atomic
+from dtrun.workloads.files import UNWRITTEN, NodeLog, folder_identity, write_atomic
 from dtrun.workloads.result import write_result
 from tests.conftest import fill, run_dtrun
 from tests.factories import fake_run_dir
@@ -395,24 +401,47 @@ def test_an_embedded_launch_a_cut_log_stopped_raises_it_with_how_every_node_ende
     ]
 
 
-@pytest.mark.parametrize("on_its_own_disk", [False, True])
+OTHER_BOOT = "7e1f0c1e-0000-4000-8000-000000000001"  # another machine's kernel
+
+
+@pytest.mark.parametrize(
+    ("disk", "seen_from_node"),
+    [
+        ("here", None),  # the node is this machine: the folder as it is
+        ("the node's", None),  # staged elsewhere (SSH without shared storage)
+        # at the run directory's path: another machine's folder (its inode another), or a
+        # tmpfs of the node's own under this kernel (a mount namespace: another device)
+        ("the node's", lambda boot, dev, ino: f"{OTHER_BOOT}:{dev}:{int(ino) + 1}"),
+        ("the node's", lambda boot, dev, ino: f"{boot}:{int(dev) + 1}:{ino}"),
+        # shared storage another machine mounts there too (NFS): its own device number
+        ("here", lambda boot, dev, ino: f"{OTHER_BOOT}:{int(dev) + 7}:{ino}"),
+    ],
+    ids=["here", "elsewhere", "other machine", "own mount", "shared storage"],
+)
 def test_a_result_a_nodes_full_disk_refused_is_said_as_that_disk_not_the_node(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    on_its_own_disk: bool,
+    disk: str,
+    seen_from_node: Callable[[str, str, str], str] | None,
 ):
-    """The workload says, in its node's log, which result.json the disk refused; dtrun reads
-    it there: the run directory's disk as write_error says it, or a node's own (SSH without
-    shared storage) with the node named. Before, the node failed: "exit code 1"."""
+    """The workload says, in its node's log, which result.json the disk refused, and which
+    folder that is (files.folder_identity); dtrun reads it there: the run directory's disk as
+    write_error says it, or a node's own with the node named. Before, the node failed: "exit
+    code 1". A node's own disk whose launch directory has the run directory's path (an SSH
+    node whose workdir is the folder dtrun runs in) is the node's too; before, this machine's
+    disk was said full, with this machine's free space."""
     run = tmp_path / "run"
     here = run / "health" / "node-0"  # the launch's folder here, and staged on its node
-    where = (
-        tmp_path / "node-disk" / "runs" / "run" / "health" / "node-0" if on_its_own_disk else here
-    )
+    where = tmp_path / "node-disk" / "runs" / "run" / "health" / "node-0"
+    where = where if disk == "the node's" and seen_from_node is None else here
     for folder in {here, where}:
         folder.mkdir(parents=True, exist_ok=True)
     failing_write(monkeypatch, errno.ENOSPC)
+    if seen_from_node is not None:
+        boot, dev, ino = folder_identity(here).split(":")
+        node_s = seen_from_node(boot, dev, ino)
+        monkeypatch.setattr("dtrun.workloads.result.folder_identity", lambda _: node_s)
     with pytest.raises(OSError, match="No space left on device"):  # the node's traceback
         write_result(where / "result.json", {"schema": "dtrun.allreduce/1"})
     monkeypatch.undo()
@@ -422,12 +451,14 @@ def test_a_result_a_nodes_full_disk_refused_is_said_as_that_disk_not_the_node(
     failed.node_results = (NodeResult("node-0", "10.0.0.4", 1, str(log), 1.0),)
     said = unwritten(failed, run)
     assert isinstance(said, DiskFullError) and said.exit_code == 1
-    if on_its_own_disk:
-        assert said.message.startswith(f"the disk holding {where} on node-0 is full")
-        assert "next: free space on node-0 and run the command again" in str(said)
-    else:
+    if disk == "here":
         assert said.message.startswith(f"the disk holding {run} is full (")
         assert "health/node-0/result.json could not be written" in said.message
+    else:
+        assert said.message.startswith(f"the disk holding {where} on node-0 is full")
+        assert "bytes free" not in said.message  # this machine's free space is no figure of its
+        assert "next: free space on node-0 and run the command again" in str(said)
+    assert (unwritten_here(failed, run) is None) is (disk != "here")
 
 
 def test_a_node_that_failed_on_its_own_is_no_disk_s_failure(tmp_path: Path):

@@ -18,6 +18,7 @@ from dtrun.store.base import UploadProgress, files_to_upload
 from dtrun.store.s3 import STORES, S3Store
 from dtrun.store.url import SCHEMES, StoreUrl, parse_results_url
 from tests.aws import ACCOUNT, BUCKET, LIST_ONLY, stored, user_keys
+from tests.conftest import fill
 
 
 @pytest.mark.parametrize(
@@ -308,6 +309,28 @@ def test_a_denied_upload_names_how_many_files_failed_and_keeps_the_local_copy(
     assert error.exit_code == 3
     assert {path: path.read_bytes() for path in files_to_upload(run_dir)} == local
     assert (run_dir / "runs.json.partial").exists()
+
+
+def test_a_redacted_copy_a_full_disk_cut_short_is_not_left_to_sync(
+    s3, tmp_path, monkeypatch, small_disk
+):
+    """A denied upload of a run on a full disk: its redacted copy, made beside it, cannot
+    take the redacted launch script. The advice is to sync the records alone, and no half
+    copy is left beside the run (its script empty, other files missing) for a user to sync
+    as if whole. Before, r1.redacted-XXXX stayed, taking what space the disk had left."""
+    run = small_disk(256) / "r1"
+    (run / "plan").mkdir(parents=True)
+    (run / "manifest.json").write_text('{"schema": "dtrun.manifest/1"}\n')
+    (run / "plan" / "node-0.sh").write_text("#!/bin/bash\nexport HF_TOKEN=hunter2-token\n")
+    fill(run.parent)
+    for name, value in user_keys("lister", actions=LIST_ONLY).items():
+        monkeypatch.setenv(name, value)
+    store = S3Store(parse_results_url(f"s3://{BUCKET}/dtrun"))
+    with enable_iam_authentication(), pytest.raises(UploadError) as caught:
+        store.upload(run, secrets=["hunter2-token"])
+    assert "no redacted copy could be made (No space left on device)" in caught.value.fix
+    assert f"aws s3 sync {run} s3://{BUCKET}/dtrun/r1/ --exclude '*'" in caught.value.fix
+    assert not list(run.parent.glob("r1.redacted-*"))
 
 
 def test_every_scheme_the_url_parser_accepts_has_a_store():

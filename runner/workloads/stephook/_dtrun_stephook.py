@@ -25,7 +25,8 @@ the engine found on the first step's call stack gives the ZeRO stage and the mod
 parameters, where the stepping optimizer holds a flat partition), and the noise window: the
 machine's and the process's CPU times from the end of the last warm-up step (``DTRUN_WARMUP``)
 to exit, as runner/workloads/noise.py reads them for dtrun's own workload, and how it ended:
-its exit time and the uncaught exception's type, if one ended it (runner/sweep/earlyexit.py).
+its exit time and the uncaught exception's type, if one ended it, and whether it said a write
+failed for want of space (runner/sweep/earlyexit.py).
 A forked child starts with no steps: only the steps a process made itself are its record, so a
 child that exits after its parent does not overwrite the parent's. It never writes to
 the program's stdout or stderr; a failure of the hook is recorded in the file, never raised into
@@ -220,6 +221,15 @@ def _backend() -> str | None:
     return None
 
 
+def _raised_write() -> bool:
+    """Whether the exception that ended the process is a file write that failed (a full disk:
+    _dtrun_steprecord.py), its own error whatever its type; False where that cannot be said."""
+    try:
+        return _dtrun("steprecord").raised_write(getattr(sys, "last_value", None)) is True
+    except Exception:
+        return False
+
+
 def _record() -> dict[str, Any]:
     steps = _STEPS
     record: dict[str, Any] = {
@@ -243,6 +253,9 @@ def _record() -> dict[str, Any]:
         # uncaught exception that ended it (Python sets sys.last_type before exit), or None
         "ended_at_s": time.time(),
         "raised": getattr(getattr(sys, "last_type", None), "__name__", None),
+        # whether that exception says a file could not be written (a full disk): the rank's
+        # own error, whatever its type (torch.save's is a RuntimeError, as a lost peer's is)
+        "raised_write": _raised_write(),
     }
     if not steps.order:
         return record

@@ -1,12 +1,15 @@
 """The step hook's record of a process's model (runner/workloads/stephook/_dtrun_stephook.py
 loads this file by its path as ``_dtrun_steprecord``, at exit): what it trained with, its
-gradient bytes, its parameter count, whether its parameters are sharded, and their digest.
+gradient bytes, its parameter count, whether its parameters are sharded, and their digest;
+and whether the exception that ended it was a failed file write (``raised_write``).
 
 torch only: the program has imported it by the time a step was taken. Python 3.10.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any
 
 
@@ -122,3 +125,48 @@ def _setting(params: list[Any], backend: str | None) -> dict[str, Any]:
         "backend": backend,
         "peak_memory_bytes": int(peak),
     }
+
+
+# What an exception's text says where a write failed on a full disk: OSError's strerror
+# (ENOSPC, EDQUOT), and torch.save's RuntimeErrors, whose text names no errno (torch 2.13 on a
+# full tmpfs: "basic_ios::clear: iostream error", then "[enforce fail at inline_container.cc:
+# 672] . unexpected pos 576 vs 534"; caffe2/serialize: "PytorchStreamWriter failed writing
+# file data/0: file write failed")
+_WRITE_FAILED = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "file write failed",
+    "PytorchStreamWriter failed writing",
+    "basic_ios::clear: iostream error",
+)
+_SAVING = os.path.join("torch", "serialization.py")  # noqa: PTH118 - torch.save's module
+
+
+def raised_write(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an exception it was raised from or while handling, is a file write
+    that failed: its text says so, or torch.save raised it (torch/serialization.py is on its
+    traceback). Never a lost peer's error, whatever its type."""
+    for _ in range(8):  # a chain of causes, not a cycle
+        if exc is None:
+            return False
+        try:
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                return True
+            if any(said in str(exc) for said in _WRITE_FAILED) or _in_saving(exc):
+                return True
+        except Exception:  # an exception whose str() fails says nothing
+            pass
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _in_saving(exc: BaseException) -> bool:
+    """Whether torch.save (torch/serialization.py) is on ``exc``'s traceback."""
+    trace = exc.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code.co_filename.endswith(_SAVING):
+            name = trace.tb_frame.f_code.co_name
+            if name == "save" or name.startswith("_save"):
+                return True
+        trace = trace.tb_next
+    return False
