@@ -243,11 +243,17 @@ def test_a_tool_s_own_option_values_are_not_taken_for_its_subcommand(line):
      ("-c", "sshpass -f pw.txt ssh -p 2222 h; ls -p /tmp"), ("ssh", "h", "redis-cli", "ping"),
      ("docker", "run", "-p", "8080:80", "img"), ("7z", "x", "-p", "d.7z"),
      ("htpasswd", "-c", "f", "bob"), ("htpasswd", "-n", "bob"), ("wandb", "login", "--relogin"),
-     ("aws", "configure", "set", "region", "eu-west-1")],
+     ("aws", "configure", "set", "region", "eu-west-1"),
+     ("mysql", "--password", "train"), ("mysqldump", "--password", "-h", "db", "train"),
+     ("bash", "-c", "mysql --pass train && mariadb --password1 -u bob db"),
+     ("bash", "-c", "echo sshpass -p password-file; cat password-file"),
+     ("bash", "-c", "echo use sshpass -p 2222 then ssh -p 2222 h"),
+     ("-c", "apt-get install -y sshpass redis-cli -a; ls -a")],
 )  # fmt: skip
 def test_the_same_short_flags_elsewhere_stay_visible(args):
-    """A port, a count or a user elsewhere; `mysql -p DB` prompts, DB is the database; curl
-    without a password prompts for it."""
+    """A port, a count or a user elsewhere; `mysql -p DB` and `mysql --password DB` prompt, DB
+    is the database (mysql(1)); curl without a password prompts for it. A tool's name in a line
+    where no command starts is a word (`echo sshpass -p FILE`): FILE was masked in every log."""
     assert redact_args(args) == args
     assert secret_args(args) == ()
 
@@ -297,6 +303,22 @@ def test_a_bare_argument_tool_after_a_command_that_runs_it_is_still_found(line):
     """sudo, env, nohup, time, timeout, ssh, xargs and a variable before it run the tool: it
     starts a command there, as after `;`, `&&`, `(` and `then`."""
     assert secret_args(("bash", "-c", line)) == ("Passw0rd",)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("bash", "-c", "docker exec -e A=1 -it db mysql -uroot -pPassw0rd"),
+     ("bash", "-c", "kubectl exec -n ml -it db -- mysql -pPassw0rd"),
+     ("bash", "-c", "ls; ssh -p 22 h sshpass -p Passw0rd ssh h"),
+     ("python", "t.py", "--setup", "sshpass -p Passw0rd ssh -p 2222 h"),
+     ("bash", "-c", "python t.py --setup 'redis-cli -a Passw0rd ping'"),
+     ("python", "launch.py", "curl", "-u", "bob:Passw0rd", "https://h/x"),
+     ("bash", "-c", "mysql --password=Passw0rd train")],
+)  # fmt: skip
+def test_a_short_flag_tool_where_a_command_starts_or_a_program_s_argument_is_found(args):
+    """Where a command starts (after `docker exec C`, `kubectl exec P --`, ssh), an option's
+    value that is a line the tool starts, and a program's own arguments, which it may run."""
+    assert secret_args(args) == ("Passw0rd",)
 
 
 @pytest.mark.parametrize(
