@@ -271,7 +271,7 @@ def scan_args(
     hide_next = False
     passwords = tool_passwords(args, REDACTED, anywhere=not words)
     tools = {index: (shown, password) for index, shown, password in passwords}
-    optional = optional_values(args, not words)  # mysql's `--password DB`: DB is no password
+    optional = optional_values(args)  # mysql's `--password DB`: DB is no password
     for index, arg in enumerate(args):
         if index in tools:
             redacted.append(tools[index][0])

@@ -140,13 +140,15 @@ def _tools_at(args: tuple[str, ...], anywhere: bool) -> Iterator[tuple[int, str]
         yield index, tool
 
 
-def optional_values(args: tuple[str, ...], anywhere: bool) -> frozenset[int]:
+def optional_values(args: tuple[str, ...]) -> frozenset[int]:
     """The indexes of ``args`` that are a tool's option whose value may only be attached, so
     the next argument is no value of it: mysql's `--password X` prompts, X being the database
-    (my_getopt's optional argument; `--password=X` is the password)."""
+    (my_getopt's optional argument; `--password=X` is the password). The tool named where a
+    command starts only, also in a program's arguments: `migrate.py --engine mysql --password
+    X` gives X to migrate.py."""
     return frozenset(
         index
-        for index, tool in _tools_at(args, anywhere)
+        for index, tool in _tools_at(args, anywhere=False)
         if _OPTIONAL.get(tool) is not None and _OPTIONAL[tool].fullmatch(args[index])
     )
 

@@ -313,11 +313,14 @@ def test_a_bare_argument_tool_after_a_command_that_runs_it_is_still_found(line):
      ("python", "t.py", "--setup", "sshpass -p Passw0rd ssh -p 2222 h"),
      ("bash", "-c", "python t.py --setup 'redis-cli -a Passw0rd ping'"),
      ("python", "launch.py", "curl", "-u", "bob:Passw0rd", "https://h/x"),
-     ("bash", "-c", "mysql --password=Passw0rd train")],
+     ("bash", "-c", "mysql --password=Passw0rd train"),
+     ("python", "migrate.py", "--engine", "mysql", "--password", "Passw0rd"),
+     ("bash", "-c", "python migrate.py --engine mysql --password Passw0rd")],
 )  # fmt: skip
 def test_a_short_flag_tool_where_a_command_starts_or_a_program_s_argument_is_found(args):
     """Where a command starts (after `docker exec C`, `kubectl exec P --`, ssh), an option's
-    value that is a line the tool starts, and a program's own arguments, which it may run."""
+    value that is a line the tool starts, and a program's own arguments, which it may run;
+    `--password X` is mysql's flag only where mysql is the command, not a program's word."""
     assert secret_args(args) == ("Passw0rd",)
 
 
