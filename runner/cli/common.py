@@ -299,8 +299,8 @@ _releasing: list[threading.Thread] = []
 def _release(until: float | None) -> None:
     for node, held in list(_held.items()):
         if not held.shown and (until is None or held.due <= until):
+            _held[node] = dataclasses.replace(held, shown=True)  # once, whatever the writing
             _show(held.console, node, held.line)
-            _held[node] = dataclasses.replace(held, shown=True)
 
 
 def _start_releasing() -> None:
@@ -309,7 +309,8 @@ def _start_releasing() -> None:
     def release() -> None:
         with _HOLDING:
             while True:
-                _release(time.monotonic())
+                with contextlib.suppress(DtrunError, OSError):  # stdout gone: said by the command
+                    _release(time.monotonic())
                 due = [held.due for held in _held.values() if not held.shown]
                 _HOLDING.wait(max(0.0, min(due) - time.monotonic()) if due else None)
 
