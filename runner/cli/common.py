@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import sys
@@ -14,7 +15,13 @@ from typing import IO, TYPE_CHECKING
 import typer
 
 from dtrun.errors import DtrunError, interrupted_exit_code, interruption
-from dtrun.redact import pem_line, redact_data, redact_text, secrets_in_environment
+from dtrun.redact import (
+    pem_line,
+    process_redactor,
+    redact_data,
+    redact_text,
+    secrets_in_environment,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -199,6 +206,7 @@ _node_lines_muted: list[bool] = []
 
 def mute_node_lines() -> None:
     """From now on, nodes' lines go to their logs, not to the console."""
+    release_node_lines()
     _node_lines_muted.append(True)
 
 
@@ -247,11 +255,81 @@ def print_node_line(console: Console, node: str, line: str) -> None:
     state = _progress(node, line)
     if state is None:
         return
-
-    from dtrun.cli.inert import printable, styled
-
     # what the program printed, less the secrets it was given (the node log keeps it whole)
     state, _pem_prefixes[node] = pem_line(state, _pem_prefixes.get(node))
+    hide = process_redactor()
+    with _HOLDING:
+        held = _held.pop(node, None)
+        if held is not None:  # its end may be a secret's start, that this line's start ends
+            before, state = hide.seam(held.line, state)
+            if not held.shown:
+                _show(held.console, node, before)
+        started = hide.started(state)
+        if started >= HOLD_FROM:
+            _held[node] = _Held(console, state, time.monotonic() + HOLD_S)
+            _start_releasing()
+        else:
+            _show(console, node, state)
+            if started:  # its one character shown; the rest on the next line still masked
+                _held[node] = _Held(console, state, 0.0, shown=True)
+
+
+# A node's line whose end may be the start of a secret value (docs/security.md): held until the
+# node's next line shows whether that starts with the rest, to mask both parts, for at most
+# HOLD_S (a program writes a wrapped line's pieces at once), or until the command ends. From
+# HOLD_FROM characters: a digit from 3 to 7 starts the hexadecimal of most values, so one
+# character would hold 73% of a training log's lines (20 values), two 13%.
+HOLD_S = 0.25
+HOLD_FROM = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class _Held:
+    console: Console
+    line: str
+    due: float
+    shown: bool = False  # shown when due: the next line's part is still masked
+
+
+_held: dict[str, _Held] = {}
+_HOLDING = threading.Condition()
+_releasing: list[threading.Thread] = []
+
+
+def _release(until: float | None) -> None:
+    for node, held in list(_held.items()):
+        if not held.shown and (until is None or held.due <= until):
+            _held[node] = dataclasses.replace(held, shown=True)  # once, whatever the writing
+            _show(held.console, node, held.line)
+
+
+def _start_releasing() -> None:
+    """Each held line shown when due, by one thread for the process."""
+
+    def release() -> None:
+        with _HOLDING:
+            while True:
+                with contextlib.suppress(DtrunError, OSError):  # stdout gone: said by the command
+                    _release(time.monotonic())
+                due = [held.due for held in _held.values() if not held.shown]
+                _HOLDING.wait(max(0.0, min(due) - time.monotonic()) if due else None)
+
+    if not _releasing:
+        _releasing.append(threading.Thread(target=release, name="node lines", daemon=True))
+        _releasing[0].start()
+    _HOLDING.notify()
+
+
+def release_node_lines() -> None:
+    """Show every node line held now: the command ends, or the nodes are being stopped."""
+    with _HOLDING:
+        _release(None)
+        _held.clear()
+
+
+def _show(console: Console, node: str, state: str) -> None:
+    from dtrun.cli.inert import printable, styled
+
     shown = redact_text(state)
     if console.color_system is None and not console.is_terminal and not console.record:
         # soft-wrapped, unstyled: rich writes "[node] LINE" and a line break, tabs expanded

@@ -63,7 +63,12 @@ def grouped(command: F) -> F:
         for name, group in groups.items():
             fields = [field.name for field in dataclasses.fields(group)]
             options[name] = group(**{field: options.pop(field) for field in fields})
-        command(**options)
+        try:
+            command(**options)
+        finally:  # a node's last line held to mask a secret it may begin (docs/security.md)
+            from dtrun.cli.common import release_node_lines
+
+            release_node_lines()
 
     del call.__wrapped__  # typer reads __signature__ and __annotations__, not the command's
     call.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

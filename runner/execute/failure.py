@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dtrun.errors import describe_exit, indent
-from dtrun.redact import pem_lines, redact_text
+from dtrun.redact import pem_lines, redact_cuts, redact_text
 
 TAIL_LINES = 20  # lines of a log quoted when nothing in it is recognised
 ERROR_LINES = 12  # at most, of the failing rank's traceback: its last frames and exception
@@ -121,7 +121,7 @@ def explain_log(path: Path) -> str:
         text = path.read_text(errors="replace")
     except FileNotFoundError:
         return ""
-    return explain(pem_lines(text))  # a key printed line by line: its last lines are no shape
+    return explain(pem_lines(redact_cuts(text)))  # a key printed line by line; a cut secret
 
 
 def explain(text: str) -> str:

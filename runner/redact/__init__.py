@@ -15,8 +15,9 @@ How a secret value is found again in free text (a program's output, an error, a 
 script): not only whole, but by its *fragments* (``fragments``): each line of a multi-line value
 (a PEM key printed line by line) and each piece in every quoting dtrun or a program writes it
 in (shell single and double quotes, JSON, Python repr, URL and HTML escapes, and each of those
-inside another), and in base64 (``base64_forms``: an HTTP Basic header, a config blob). A
-``Redactor`` knows the fragments of every secret value and masks them.
+inside another), and in base64 (``base64_forms``: an HTTP Basic header, a config blob); and
+where line breaks cut it (runner/redact/cuts.py). A ``Redactor`` knows the fragments of every
+secret value and masks them.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import quote, quote_plus
 
+from dtrun.redact.cuts import SHORTEST, cut_forms, mask_cuts, mask_wrapped, started
 from dtrun.redact.decoded import mask, readings
-from dtrun.redact.encoded import base64_forms, hex_forms, own_digits
+from dtrun.redact.encoded import base64_forms, hex_forms
 from dtrun.redact.shapes import (
     REDACTED,
     is_secret_name,
@@ -49,16 +51,15 @@ from dtrun.redact.shapes import (
 
 __all__ = [
     "REDACTED", "Redactor", "fragments", "is_secret_name", "is_secret_option", "name_words",
-    "pem_line", "pem_lines", "process_redactor", "redact_args", "redact_data", "redact_env",
-    "redact_text", "redact_url_credentials", "redact_value", "redact_var", "remember_secrets",
-    "secret_args", "secret_values", "secrets_in", "secrets_in_environment", "spare_secrets",
-    "worth_looking_for",
+    "pem_line", "pem_lines", "process_redactor", "redact_args", "redact_cuts", "redact_data",
+    "redact_env", "redact_text", "redact_url_credentials", "redact_value", "redact_var",
+    "remember_secrets", "secret_args", "secret_values", "secrets_in", "secrets_in_environment",
+    "spare_secrets", "worth_looking_for",
 ]  # fmt: skip
 
-# A value, or a line of one, is looked for in free text only from this length: shorter ones
-# ("1", "true", "yes") would blank ordinary words and numbers in every log and record. Those
-# values are still hidden wherever dtrun knows their name (records, the dry-run's scripts).
-SHORTEST = 6
+# A value, or a line of one, is looked for in free text only from SHORTEST characters: shorter
+# ones ("1", "true", "yes") would blank ordinary words and numbers in every log and record.
+# Those values are still hidden wherever dtrun knows their name (records, the dry-run's scripts).
 # Words of configuration, not secrets, even under a secret-looking name
 # (TOKENIZERS_PARALLELISM=false, AUTH_MODE=disabled): never looked for in free text.
 _ORDINARY = frozenset(
@@ -121,80 +122,6 @@ def fragments(value: str) -> frozenset[str]:
 
 Data = TypeVar("Data")
 
-# A secret printed across line breaks (a logger or rich wrapping a config dump at 80 columns,
-# a SAS token or a JWT being hundreds of characters): a line's end that is the start of a
-# secret, a line's start that is its end, and a line that lies wholly inside it are masked,
-# from this many characters, in values of at least WRAPPED_PIECE_SHORTEST (a short value
-# seldom wraps, and its pieces would be ordinary words). Fewer characters of a piece at a
-# break can show, as a value under SHORTEST can (docs/security.md).
-WRAPPED_SHORTEST = 8
-WRAPPED_PIECE_SHORTEST = 16
-_WRAP_BREAKS = re.compile(r"(\r\n|\r|\n|\\r\\n|\\r|\\n)")
-
-
-def wrapped_forms(piece: str) -> list[str]:
-    """What of ``piece`` may be cut by line breaks: the piece raw, in JSON and repr, its base64
-    as a whole value encoded (``base64`` and MIME wrap it at 76 columns, PEM at 64) and its
-    hexadecimal (``xxd -p`` at 60), where long enough to wrap at all (WRAPPED_PIECE_SHORTEST)."""
-    raw = piece.encode()
-    forms = [piece, json.dumps(piece)[1:-1], repr(piece)[1:-1], own_digits(raw, 0), raw.hex()]
-    return [form for form in dict.fromkeys(forms) if len(form) >= WRAPPED_PIECE_SHORTEST]
-
-
-def _body_end(line: str) -> int:
-    """Where ``line``'s text ends: before its trailing white space and the "…" that marks a
-    line cut short (runner/execute/failure.py quotes a log's lines so), where a secret may
-    be cut as at a line break."""
-    return len(line.rstrip().removesuffix("…"))
-
-
-def _wrapped_ends(line: str, piece: str) -> tuple[int, int]:
-    """How many characters at the start and at the end of ``line`` (its indent and trailing
-    white space aside) belong to ``piece`` broken across lines: its end, and its start."""
-    first = piece[:WRAPPED_SHORTEST]
-    body = line[: _body_end(line)]
-    tail = 0
-    at = body.find(first, max(0, len(body) - len(piece) + 1))
-    while at != -1:
-        if piece.startswith(body[at:]):
-            tail = len(body) - at
-            break
-        at = body.find(first, at + 1)
-    lead = len(line) - len(line.lstrip())
-    head, opening = 0, line[lead : lead + WRAPPED_SHORTEST]
-    if len(opening) == WRAPPED_SHORTEST:
-        at = piece.find(opening, 1)
-        while at != -1:
-            if line.startswith(piece[at:], lead):
-                head = len(piece) - at
-                break
-            at = piece.find(opening, at + 1)
-    return head, tail
-
-
-def mask_wrapped(text: str, pieces: Iterable[str]) -> str:
-    """``text`` with every piece's fragments at line breaks masked (WRAPPED_SHORTEST): "\n",
-    a lone "\r" that redraws a progress bar (its states are lines of their own), and either
-    written as an escape (a JSON log line's string, _LINE_BREAKS)."""
-    lines = _WRAP_BREAKS.split(text)  # odd indices: the breaks
-    for index, line in enumerate(lines):
-        if index % 2:
-            continue
-        for piece in pieces:
-            inner = line.strip()
-            if len(inner) >= WRAPPED_SHORTEST and inner in piece:
-                line = line.replace(inner, REDACTED)
-                continue
-            head, tail = _wrapped_ends(line, piece)
-            lead = len(line) - len(line.lstrip())
-            end = _body_end(line)
-            if tail >= WRAPPED_SHORTEST and end - tail >= lead + head:
-                line = line[: end - tail] + REDACTED + line[end:]
-            if head >= WRAPPED_SHORTEST:
-                line = line[:lead] + REDACTED + line[lead + head :]
-        lines[index] = line
-    return "".join(lines)
-
 
 @dataclass(frozen=True)
 class Redactor:
@@ -202,7 +129,7 @@ class Redactor:
     shapes, in any text, bytes or JSON-like data."""
 
     forms: tuple[str, ...] = ()  # longest first, so a form inside another goes with it
-    wrapped: tuple[str, ...] = ()  # the values and their lines looked for across line breaks
+    wrapped: tuple[str, ...] = ()  # the values and their lines looked for cut by line breaks
     read: tuple[str, ...] = ()  # the values and their lines, also as ``decoded`` reads them
     values: tuple[str, ...] = ()  # the values it was given (``sparing``)
 
@@ -217,7 +144,7 @@ class Redactor:
             forms |= fragments(value)
             lines = lines_of(value)
             read.update(filter(worth_looking_for, (r for p in lines for r in readings(p))))
-            wrapped.update(dict.fromkeys(f for p in lines for f in wrapped_forms(p)))
+            wrapped.update(dict.fromkeys(f for p in lines for f in cut_forms(p)))
         longest_first = tuple(sorted(forms, key=lambda form: (-len(form), form)))
         given = tuple(dict.fromkeys((*self.values, *values)))
         return Redactor(longest_first, tuple(wrapped), tuple(sorted(read)), given)
@@ -232,8 +159,19 @@ class Redactor:
                 text = text.replace(form, REDACTED)
         text = mask(text, self.read, REDACTED)  # a piece with escapes or colours between
         if self.wrapped:
-            text = mask_wrapped(text, self.wrapped)
+            text = mask_wrapped(mask_cuts(text, self.wrapped), self.wrapped)
         return redact_value(text)
+
+    def started(self, line: str) -> int:
+        """How many characters at ``line``'s end may start a value the next line ends (``seam``)."""
+        return started(line, self.wrapped)
+
+    def seam(self, line: str, after: str) -> tuple[str, str]:
+        """Two lines that follow each other, each with its part of a value the break between
+        them cuts masked: what each shows before its own redaction (``text``)."""
+        shown = mask_cuts(f"{line}\n{after}", self.wrapped)
+        before, _, rest = shown.rpartition("\n") if "\n" not in after else (line, "", after)
+        return before, rest
 
     def data(self, data: Data) -> Data:
         """``data`` (JSON-like: dicts, lists, strings) with every string redacted, each distinct
@@ -370,6 +308,12 @@ def redact_text(text: str) -> str:
     """Free text as the terminal and the records show it: every fragment of every remembered
     secret value, the credentials inside URLs and token-shaped words hidden."""
     return _process.text(text)
+
+
+def redact_cuts(text: str) -> str:
+    """``text`` with the remembered values masked only where line breaks cut them: a log whose
+    lines are then quoted apart or cut short (runner/execute/failure.py)."""
+    return mask_cuts(text, _process.wrapped)
 
 
 def redact_data(data: Data) -> Data:

@@ -6,12 +6,13 @@ URL credentials, credential headers and well-known token shapes (docs/security.m
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 import shlex
 from urllib.parse import unquote
 
-from dtrun.redact.tools import tool_passwords
+from dtrun.redact.tools import optional_values, tool_passwords
 
 REDACTED = "<redacted>"
 
@@ -253,18 +254,24 @@ _SHELL_BREAKS = re.compile(r"[\s;&|<>()]+")
 _ARG_NAME = re.compile(r"[-+~]{0,2}[A-Za-z_][A-Za-z0-9_.-]*")
 
 
-def scan_args(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def scan_args(
+    args: tuple[str, ...], words: bool = False
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``args`` with every secret value replaced by <redacted>, and those values.
 
     The value of a secret option is hidden whether it comes after `=` (``--api-key=X``,
     ``DB_PW=X``) or as the next argument (``--password X``), also when it starts with a single
     `-` (``--password -dashSecret99``); an argument starting with `--` after one is the next
-    option (a secret-named flag: ``--use-auth --lr 3e-4``). So is the password a well-known
-    tool takes after a short flag (``curl -u bob:PW``, ``sshpass -p PW``: ``tool_passwords``)."""
+    option (a secret-named flag: ``--use-auth --lr 3e-4``), but for mysql's (``--password
+    DB``). So is the password a well-known tool takes after a short flag (``curl -u bob:PW``,
+    ``sshpass -p PW``: ``tool_passwords``), named where a command starts in a line's
+    ``words``, anywhere in a program's arguments."""
     redacted: list[str] = []
     found: list[str] = []
     hide_next = False
-    tools = {index: (shown, password) for index, shown, password in tool_passwords(args, REDACTED)}
+    passwords = tool_passwords(args, REDACTED, anywhere=not words)
+    tools = {index: (shown, password) for index, shown, password in passwords}
+    optional = optional_values(args)  # mysql's `--password DB`: DB is no password
     for index, arg in enumerate(args):
         if index in tools:
             redacted.append(tools[index][0])
@@ -278,7 +285,7 @@ def scan_args(args: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
             continue
         name, equals, value = arg.partition("=")
         secret_name = bool(_ARG_NAME.fullmatch(name)) and is_secret_option(name)
-        hide_next = not equals and arg.startswith("-") and secret_name
+        hide_next = not equals and arg.startswith("-") and secret_name and index not in optional
         if equals and value and secret_name:
             redacted.append(f"{name}={REDACTED}")
             found.extend(unquoted(value))
@@ -313,7 +320,12 @@ def line_secrets(args: tuple[str, ...]) -> tuple[str, ...]:
     (``'"--hf-token X"'``, ``bash -c 'run "--token X"'``); and those of secret-named keys of
     JSON or a dict in any of them (``--config '{"hf_token": "X"}'``)."""
     words = shell_words(args)
-    found = [*scan_args(args)[1], *scan_args(words)[1], *scan_args(shell_words(words))[1]]
+    found = [*scan_args(args)[1], *scan_args(words, True)[1]]
+    found += scan_args(shell_words(words), True)[1]
+    # an option's value that is a line a short-flag tool starts (`--setup 'sshpass -p PW h'`)
+    for line in (b for a, b in itertools.pairwise((*args, "", *words)) if a[:1] == "-"):
+        passwords = tool_passwords(shell_words((line,)), REDACTED, anywhere=False, bare=False)
+        found += [x for _, _, password in passwords for x in unquoted(password)]
     found += [value for arg in args for value in _quoted_pairs(arg)]
     return tuple(dict.fromkeys(found))
 

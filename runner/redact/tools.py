@@ -25,6 +25,14 @@ _TOOLS: dict[str, dict[str, str]] = {
     "docker login": {"-p": "next"},  # `docker run -p 8080:80` publishes a port
     **dict.fromkeys(("7z", "7za", "7zr"), _ATTACHED_P),  # `7z x -p a.7z` prompts
 }
+# Long options whose value is optional, so only attached (`--password=PW`): mysql(1) "If you
+# omit the password value following the --password or -p option", it prompts, and the next
+# argument is the database; --password1..3 (MySQL 8.0.27's multifactor) and the unique
+# prefixes my_getopt takes (`--pass`) alike.
+_MYSQL_OPTIONAL = re.compile(r"--pass(?:w(?:o(?:r(?:d[123]?)?)?)?)?")
+_OPTIONAL = dict.fromkeys(
+    ("mysql", "mariadb", "mysqldump", "mysqladmin", "mariadb-dump"), _MYSQL_OPTIONAL
+)
 # Tools that take a password as a bare argument: the options of theirs that take a value, and
 # which argument that is no option is the password (1: the first), by the letters of the short
 # options given and those arguments (None: none is). htpasswd(1): `-b FILE USER PW`, `-nb USER
@@ -72,6 +80,10 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     "timeout": (frozenset({"-s", "-k", "--signal", "--kill-after"}), 1),
     "ssh": (frozenset({"-p", "-i", "-l", "-o", "-F", "-J", "-L", "-R", "-D", "-E", "-b", "-c",
                        "-m", "-O", "-Q", "-S", "-W", "-w", "-B"}), 1),
+    **dict.fromkeys(("docker exec", "podman exec"), (frozenset({"-e", "--env", "--env-file",
+                    "-u", "--user", "-w", "--workdir", "--detach-keys"}), 1)),  # CONTAINER CMD
+    "kubectl exec": (frozenset({"-c", "--container", "-n", "--namespace", "-f", "--filename",
+                                "--pod-running-timeout"}), 1),  # POD -- CMD
     "nice": (frozenset({"-n"}), 0), "exec": (frozenset({"-a"}), 0),
     "time": (frozenset({"-f", "-o"}), 0),
     **dict.fromkeys(("bash", "sh", "zsh", "dash"), _SHELL),
@@ -109,20 +121,48 @@ def _flag(arg: str, flag: str, how: str) -> tuple[str, str | None] | None:
     return arg[: at + 1], arg[at + 1 :] or None
 
 
-def tool_passwords(args: tuple[str, ...], mark: str) -> Iterator[tuple[int, str, str]]:
-    """For each argument of ``args`` (a program's, or a shell line's words) holding a password
-    that a well-known tool named before it takes: its index, the argument with the password
-    replaced by ``mark``, and the password."""
-    yield from _bare_passwords(args, mark)
-    tool, flags = "", {}
+def _tools_at(args: tuple[str, ...], anywhere: bool) -> Iterator[tuple[int, str]]:
+    """Each index of ``args`` with the tool of ``_TOOLS`` whose arguments it is among ("" for
+    none), until its command ends or, for a tool that runs another (sshpass), that command
+    starts. In a line's words the tool is one only where a command starts: elsewhere it is a
+    word (`echo sshpass -p password-file`: a file's name, masked in every log); ``anywhere``
+    among a program's own arguments, which it may run (`python launch.py curl -u bob:PW`)."""
+    starts = range(len(args)) if anywhere else frozenset(_command_starts(args))
+    tool = ""
     for index, arg in enumerate(args):
-        name = _tool(args, index)[0]
+        name = _tool(args, index)[0] if index in starts else ""
         if name in _TOOLS:
-            tool, flags = name, _TOOLS[name]
+            tool = name
         elif arg in _COMMAND_ENDS or (
             tool in _WRAPPERS and arg[:1] != "-" and args[index - 1] not in _WRAPPERS[tool][0]
         ):
-            tool, flags = "", {}
+            tool = ""
+        yield index, tool
+
+
+def optional_values(args: tuple[str, ...]) -> frozenset[int]:
+    """The indexes of ``args`` that are a tool's option whose value may only be attached, so
+    the next argument is no value of it: mysql's `--password X` prompts, X being the database
+    (my_getopt's optional argument; `--password=X` is the password). The tool named where a
+    command starts only, also in a program's arguments: `migrate.py --engine mysql --password
+    X` gives X to migrate.py."""
+    return frozenset(
+        index
+        for index, tool in _tools_at(args, anywhere=False)
+        if _OPTIONAL.get(tool) is not None and _OPTIONAL[tool].fullmatch(args[index])
+    )
+
+
+def tool_passwords(
+    args: tuple[str, ...], mark: str, anywhere: bool, bare: bool = True
+) -> Iterator[tuple[int, str, str]]:
+    """For each argument of ``args`` (a program's, or a shell line's words) holding a password
+    that a well-known tool named before it takes (``_tools_at``; ``bare``: also ``_BARE``'s):
+    its index, the argument with the password replaced by ``mark``, and the password."""
+    if bare:
+        yield from _bare_passwords(args, mark)
+    for index, tool in _tools_at(args, anywhere):
+        arg, flags = args[index], _TOOLS.get(tool, {})
         for flag, how in flags.items():
             split = _flag(arg, flag, how)
             if split is None:
@@ -164,7 +204,11 @@ def _command_starts(args: tuple[str, ...]) -> Iterator[int]:
             before -= 1
         else:
             yield index
-            valued, before = _WRAPPERS.get(arg.rsplit("/", 1)[-1], (frozenset(), -1))
+            name = arg.rsplit("/", 1)[-1]
+            both = f"{name} {args[index + 1]}" if index + 1 < len(args) else ""
+            if both in _WRAPPERS:  # `docker exec`: the subcommand runs the command
+                name, index = both, index + 1
+            valued, before = _WRAPPERS.get(name, (frozenset(), -1))
             expect = before >= 0
         index += 1
 
@@ -172,8 +216,7 @@ def _command_starts(args: tuple[str, ...]) -> Iterator[int]:
 def _bare_passwords(args: tuple[str, ...], mark: str) -> Iterator[tuple[int, str, str]]:
     """The passwords of ``_BARE``'s tools where a command starts in ``args``, as
     ``tool_passwords`` yields them: `echo wandb login failed` names wandb, and `failed` is no key.
-    Short-flag tools (``_TOOLS``) count anywhere: their flag must follow them too, and an
-    option's value may be a shell line that one starts (`--setup 'sshpass -p PW ssh h'`)."""
+    Short-flag tools (``_TOOLS``) alike (``_tools_at``)."""
     for start in _command_starts(args):
         tool, index = _tool(args, start)
         if tool not in _BARE:

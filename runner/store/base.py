@@ -156,6 +156,9 @@ def redacted_body(path: Path, hide: Redactor, spill: Path) -> Body:
                     continue
                 cut = len(data)
             piece, rest = data[:cut], data[cut:]
+            if chunk and piece.endswith(b"\n"):
+                piece, rest = _carry(piece, rest, hide)
+                changed = changed or not data.startswith(piece + rest.partition(b"\n")[0])
             body = hide.body(piece)
             changed = changed or body != piece
             out.write(body)
@@ -165,6 +168,20 @@ def redacted_body(path: Path, hide: Redactor, spill: Path) -> Body:
         Path(name).unlink()
         return None
     return Path(name)
+
+
+def _carry(piece: bytes, rest: bytes, hide: Redactor) -> tuple[bytes, bytes]:
+    """A piece less its last line, which goes on with the next (``rest``), the two lines masked
+    where the break between them cuts a secret (``Redactor.seam``): no piece ends at a line
+    whose next line it cannot see."""
+    before, sep, last = piece.removesuffix(b"\n").rpartition(b"\n")
+    if not sep:
+        return b"", piece + rest
+    head, newline, line = before.rpartition(b"\n")
+    text = line.decode(errors="surrogateescape"), last.decode(errors="surrogateescape")
+    if hide.started(text[0]):
+        line, last = (part.encode(errors="surrogateescape") for part in hide.seam(*text))
+    return head + newline + line + b"\n", last + b"\n" + rest
 
 
 # What a run directory's records are, for a copy made without dtrun: they are written

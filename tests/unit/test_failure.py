@@ -254,3 +254,17 @@ def test_a_private_key_printed_before_a_failure_is_not_quoted_from_its_last_line
     shown = redact_text(explain_log(tmp_path / "node-0.log"))
     assert len(body) > TAIL_LINES and "exit 1" in shown
     assert [line for line in body if line in shown] == []
+
+
+def test_a_short_secret_cut_by_a_log_s_line_break_is_masked_where_a_quoted_line_is_cut(
+    tmp_path, monkeypatch
+):
+    """A node's error quotes its log's last lines, a long one cut short with "…": a secret the
+    program's wrapped output cut at that line's end shows none of its rest on the next line."""
+    from dtrun import redact
+    from dtrun.redact import REDACTED, Redactor, redact_text
+
+    monkeypatch.setattr(redact, "_process", Redactor.of(["hunter2x"]))
+    (tmp_path / "node-0.log").write_text("step 1\n" + "x" * 300 + " pw hun\nter2x failed\n")
+    shown = redact_text(explain_log(tmp_path / "node-0.log"))
+    assert "…" in shown and f"\n    {REDACTED} failed" in shown and "ter2x" not in shown

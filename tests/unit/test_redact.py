@@ -243,11 +243,17 @@ def test_a_tool_s_own_option_values_are_not_taken_for_its_subcommand(line):
      ("-c", "sshpass -f pw.txt ssh -p 2222 h; ls -p /tmp"), ("ssh", "h", "redis-cli", "ping"),
      ("docker", "run", "-p", "8080:80", "img"), ("7z", "x", "-p", "d.7z"),
      ("htpasswd", "-c", "f", "bob"), ("htpasswd", "-n", "bob"), ("wandb", "login", "--relogin"),
-     ("aws", "configure", "set", "region", "eu-west-1")],
+     ("aws", "configure", "set", "region", "eu-west-1"),
+     ("mysql", "--password", "train"), ("mysqldump", "--password", "-h", "db", "train"),
+     ("bash", "-c", "mysql --pass train && mariadb --password1 -u bob db"),
+     ("bash", "-c", "echo sshpass -p password-file; cat password-file"),
+     ("bash", "-c", "echo use sshpass -p 2222 then ssh -p 2222 h"),
+     ("-c", "apt-get install -y sshpass redis-cli -a; ls -a")],
 )  # fmt: skip
 def test_the_same_short_flags_elsewhere_stay_visible(args):
-    """A port, a count or a user elsewhere; `mysql -p DB` prompts, DB is the database; curl
-    without a password prompts for it."""
+    """A port, a count or a user elsewhere; `mysql -p DB` and `mysql --password DB` prompt, DB
+    is the database (mysql(1)); curl without a password prompts for it. A tool's name in a line
+    where no command starts is a word (`echo sshpass -p FILE`): FILE was masked in every log."""
     assert redact_args(args) == args
     assert secret_args(args) == ()
 
@@ -297,6 +303,25 @@ def test_a_bare_argument_tool_after_a_command_that_runs_it_is_still_found(line):
     """sudo, env, nohup, time, timeout, ssh, xargs and a variable before it run the tool: it
     starts a command there, as after `;`, `&&`, `(` and `then`."""
     assert secret_args(("bash", "-c", line)) == ("Passw0rd",)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("bash", "-c", "docker exec -e A=1 -it db mysql -uroot -pPassw0rd"),
+     ("bash", "-c", "kubectl exec -n ml -it db -- mysql -pPassw0rd"),
+     ("bash", "-c", "ls; ssh -p 22 h sshpass -p Passw0rd ssh h"),
+     ("python", "t.py", "--setup", "sshpass -p Passw0rd ssh -p 2222 h"),
+     ("bash", "-c", "python t.py --setup 'redis-cli -a Passw0rd ping'"),
+     ("python", "launch.py", "curl", "-u", "bob:Passw0rd", "https://h/x"),
+     ("bash", "-c", "mysql --password=Passw0rd train"),
+     ("python", "migrate.py", "--engine", "mysql", "--password", "Passw0rd"),
+     ("bash", "-c", "python migrate.py --engine mysql --password Passw0rd")],
+)  # fmt: skip
+def test_a_short_flag_tool_where_a_command_starts_or_a_program_s_argument_is_found(args):
+    """Where a command starts (after `docker exec C`, `kubectl exec P --`, ssh), an option's
+    value that is a line the tool starts, and a program's own arguments, which it may run;
+    `--password X` is mysql's flag only where mysql is the command, not a program's word."""
+    assert secret_args(args) == ("Passw0rd",)
 
 
 @pytest.mark.parametrize(
@@ -392,7 +417,8 @@ def test_a_log_with_a_byte_that_is_not_utf8_is_still_redacted_as_text():
     URL credentials, token shapes and wrapped secrets are hidden, every other byte kept."""
     hide = Redactor.of(["Zq9xSecretVal77LongerAbc"])
     log = b"caf\xe9 https://bob:Pw0rdXyz@h/x " + GHP.encode() + b"\nZq9xSecretVal77Lo\nngerAbc\n"
-    assert hide.body(log) == b"caf\xe9 https://<redacted>@h/x <redacted>\n<redacted>\nngerAbc\n"
+    shown = b"caf\xe9 https://<redacted>@h/x <redacted>\n<redacted>\n<redacted>\n"
+    assert hide.body(log) == shown  # the 7 characters after the break too: read with its line
 
 
 KEY = "Zq9x/Secret~Val!77"  # a storage key's / and a password's ~ and !
@@ -674,3 +700,101 @@ def test_a_secret_wrapped_in_its_json_or_repr_escapes_shows_no_piece_of_8_charac
     for piece in (line[i : i + width] for i in range(0, len(line), width)):
         shown = hide.text(piece)
         assert _shown_of(written, shown) < 8, (piece, shown)
+
+
+SHORT = ["hunter2x", "Pw0-77!", "correct horse", "Zq9x/Secret~Val"]  # 6 to 15 characters
+
+
+@pytest.mark.parametrize("value", SHORT)
+@pytest.mark.parametrize("indent", ["", "    ", "\t"])
+def test_a_short_secret_cut_by_a_line_break_is_masked_on_both_lines_at_every_cut(value, indent):
+    """A program's output wrapped: line 1 ends with the value's first k characters, line 2
+    starts with the rest, for every k (a space the value holds may be where it was broken);
+    read together, as a record, a report or an upload reads a log, both parts are masked."""
+    hide = Redactor.of([value])
+    for k in range(1, len(value)):
+        first, rest = value[:k].rstrip(), value[k:].lstrip()
+        for brk in ("\n", "\r\n", "\r"):
+            text = f"pw: {first}{brk}{indent}{rest} ok"
+            assert hide.text(text) == f"pw: {REDACTED}{brk}{indent}{REDACTED} ok", text
+        line = json.dumps({"event": f"cfg = {{'pw': '{first}\n{indent}{rest}'}}"})
+        assert hide.text(line) == json.dumps(
+            {"event": f"cfg = {{'pw': '{REDACTED}\n{indent}{REDACTED}'}}"}
+        )
+
+
+def test_a_short_secret_s_pieces_elsewhere_are_left_whole():
+    """Only where both parts meet at a break: a line ending with a start of the value whose
+    next line does not go on with the rest, and the rest at a line's start after another."""
+    hide = Redactor.of(["hunter2x"])
+    for text in ["the hunt\nis on", "go hunter\n2 steps", "x\nter2x marks", "hun\n\tx ter2x",
+                 "step 1 loss 2.5\nstep 2 loss 2.4"]:  # fmt: skip
+        assert hide.text(text) == text
+
+
+def test_a_node_line_ending_with_a_secret_s_start_waits_for_the_next_on_the_console(monkeypatch):
+    """The console reads a node's output a line at a time: a line whose end may begin a
+    secret is held until that node's next line, so both parts are masked; another node's lines
+    go on meanwhile; a held line is shown when the command ends."""
+    import io
+
+    from dtrun.cli import common
+    from dtrun.cli.inert import inert_console_class
+
+    monkeypatch.setattr(redact, "_process", Redactor.of(["hunter2x"]))
+    monkeypatch.setattr(common, "HOLD_S", 60.0)  # shown by the next line, not by the clock
+    out = io.StringIO()
+    show = inert_console_class()(file=out)
+    for node, line in [("node-0", "pw: hun"), ("node-1", "step 1"), ("node-0", "ter2x ok"),
+                       ("node-0", "last: hu")]:  # fmt: skip
+        common.print_node_line(show, node, line)
+    assert out.getvalue() == (f"[node-1] step 1\n[node-0] pw: {REDACTED}\n[node-0] {REDACTED} ok\n")
+    common.release_node_lines()
+    assert out.getvalue().endswith("[node-0] last: hu\n")
+
+
+def test_a_node_line_ending_with_one_character_of_a_secret_is_shown_and_the_rest_masked(
+    monkeypatch,
+):
+    """One character is shown at once (a digit starts most values' hexadecimal: holding for it
+    would hold most lines); the next line's rest of the value is masked all the same."""
+    import io
+
+    from dtrun.cli import common
+    from dtrun.cli.inert import inert_console_class
+
+    monkeypatch.setattr(redact, "_process", Redactor.of(["hunter2x"]))
+    out = io.StringIO()
+    show = inert_console_class()(file=out)
+    common.print_node_line(show, "node-0", "pw: h")
+    assert out.getvalue() == "[node-0] pw: h\n"
+    common.print_node_line(show, "node-0", "unter2x ok")
+    assert out.getvalue() == f"[node-0] pw: h\n[node-0] {REDACTED} ok\n"
+
+
+def test_a_held_node_line_is_shown_when_due_and_the_next_line_s_part_still_masked(monkeypatch):
+    import io
+
+    from dtrun.cli import common
+    from dtrun.cli.inert import inert_console_class
+
+    monkeypatch.setattr(redact, "_process", Redactor.of(["hunter2x"]))
+    monkeypatch.setattr(common, "HOLD_S", 0.0)
+    out = io.StringIO()
+    show = inert_console_class()(file=out)
+    common.print_node_line(show, "node-0", "pw: hunt")
+    deadline = time.monotonic() + 10  # a bound on a thread's start, not a timing assertion
+    while "pw: hunt" not in out.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    common.print_node_line(show, "node-0", "er2x ok")
+    assert out.getvalue() == f"[node-0] pw: hunt\n[node-0] {REDACTED} ok\n"
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[shape.name for shape in SHAPES])
+def test_every_shape_cut_by_a_line_break_is_masked_on_both_lines(shape):
+    """The table's secrets up to 64 characters (a PEM key's lines are values of their own),
+    printed wrapped at every cut and read with both lines."""
+    value = shape.secret.splitlines()[1] if "\n" in shape.secret else shape.secret
+    for k in range(1, min(len(value), 64)):
+        printed = f"got {value[:k]}\n  {value[k:]} ok"
+        assert HIDE.text(printed) == f"got {REDACTED}\n  {REDACTED} ok", printed

@@ -91,6 +91,22 @@ def test_each_generated_secret_is_masked_in_hexadecimal(shape):
             assert hex_leaks(hide.text(printed)) == [], (value, printed)
 
 
+@pytest.mark.parametrize("shape", GENERATED, ids=[shape.name for shape in GENERATED])
+def test_each_generated_secret_cut_by_a_line_break_is_masked_on_both_lines(shape):
+    """A program's wrapped output: line 1 ends with the secret's first k characters and line 2
+    starts with the rest, for every k; both parts are masked where the lines are read together
+    (a record, the report, an upload of the log, the console's next line)."""
+    hide = Redactor.of(secret_args(shape.args))
+    value = shape.secret
+    for k in range(1, len(value)):
+        printed = f"got {value[:k]}\n  {value[k:]} ok"
+        assert hide.text(printed) == f"got {REDACTED}\n  {REDACTED} ok", printed
+        assert hide.seam(f"got {value[:k]}", f"  {value[k:]} ok") == (
+            f"got {REDACTED}",
+            f"  {REDACTED} ok",
+        )
+
+
 def test_the_generated_table_leaks_unless_redacted():
     """Each shape's secret is in its arguments, so the tests above and below can fail."""
     assert all(leaks(" ".join(shape.args)) for shape in GENERATED)

@@ -271,6 +271,24 @@ def test_a_log_over_the_in_memory_limit_is_redacted_piece_by_piece(
     assert list(own_tmp.iterdir()) == []  # the spill went with the upload
 
 
+def test_a_secret_cut_by_a_line_break_where_a_piece_ends_is_masked_on_both_lines(
+    s3, run_dir, monkeypatch, tmp_path
+):
+    """A log redacted piece by piece: a piece ends at a line's end, which may be where a
+    program's wrapped output cut a secret; both parts are masked all the same."""
+    from dtrun.store import base
+
+    monkeypatch.setattr(base, "SCAN_LIMIT", 23)  # pieces end at every kind of line
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    log = run_dir / "n1/r0/node-0.log"
+    log.write_text("".join(f"s{i}: hun\nter2x {i}\n" for i in range(40)))
+
+    S3Store(parse_results_url(f"s3://{BUCKET}")).upload(run_dir, secrets=["hunter2x"])
+
+    copy = stored(s3, "r1/")["r1/n1/r0/node-0.log"].decode()
+    assert copy == "".join(f"s{i}: <redacted>\n<redacted> {i}\n" for i in range(40))
+
+
 def test_short_values_are_not_taken_for_secrets(s3, run_dir):
     S3Store(parse_results_url(f"s3://{BUCKET}")).upload(run_dir, secrets=["true", "1"])
     assert stored(s3, "r1/")["r1/n1/r0/result.json"] == b'{"tokens_per_s": 10}\n'
