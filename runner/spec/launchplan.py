@@ -4,6 +4,7 @@ Frozen values; stdlib, dtrun.spec.cluster and dtrun.spec.outcome only."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from dtrun.spec.cluster import Node
 from dtrun.spec.outcome import SuccessRule
@@ -15,6 +16,17 @@ STEP_DIR = "dtrun-steps"  # `dtrun bench -- PROGRAM`: the step hook's records, p
 def point_dir(nodes: int, repeat: int) -> str:
     """Where one launch of a sweep's point keeps its files, relative to the run directory."""
     return f"n{nodes}/r{repeat}"
+
+
+PROBE_DIR = "probe"  # --probe's launch: in the folder of the program's launch it follows
+
+
+def staged_path(workdir: PurePath) -> str:
+    """Where a cluster's runs/ folder keeps launch directory ``workdir``: its folders from the
+    run directory's name on (<id>/n2/r0, <id>/health/node-0, <id>/n2/r0/probe), so that no
+    two runs share one there; `dtrun run`'s and `dtrun check`'s keep the run directory's
+    parent too (runs/<id>/launch)."""
+    return "/".join(workdir.parts[-4 if workdir.name == PROBE_DIR else -3 :])
 
 
 @dataclass(frozen=True)

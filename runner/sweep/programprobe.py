@@ -28,7 +28,7 @@ def probe_program(
     from dtrun.plan.launchfiles import What, plan_launch
     from dtrun.plan.workloads import WORKLOADS, allreduce_args
     from dtrun.report.resultfile import AllreduceResult, load_result
-    from dtrun.spec.launchplan import RESULT_FILE
+    from dtrun.spec.launchplan import PROBE_DIR, RESULT_FILE
     from dtrun.spec.request import Program, ProgramKind
     from dtrun.workloads.files import write_atomic
     from dtrun.workloads.sizes import probe_sizes
@@ -44,7 +44,7 @@ def probe_program(
     module = WORKLOADS["allreduce"].modules[resolved.framework]
     what = What(Program(ProgramKind.MODULE, module, args), "allreduce", int(spec.timeout_s))
     probe = plan_launch(inventory, resolved.launch, plan.nnodes, what)
-    probe_dir = workdir / "probe"
+    probe_dir = workdir / PROBE_DIR
     run_dir.makedirs(probe_dir)
     try:
         executor.run(probe, probe_dir, timeout_s=spec.timeout_s, on_line=on_line)

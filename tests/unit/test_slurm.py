@@ -34,6 +34,7 @@ from dtrun.engines.slurm.fault import Heard, NodeLostError, ended_by_slurm
 from dtrun.engines.slurm.job import Head, open_slurm
 from dtrun.engines.slurm.lease import LEASE_ENV, hold_script
 from dtrun.engines.slurm.shell import SlurmShell, cancel, step_guard
+from dtrun.engines.slurm.stage import HeadStaging
 from dtrun.errors import NodeFailedError, RunError, RunInterruptedError
 from dtrun.execute import LogCut
 from dtrun.execute.guard import drop_guard
@@ -42,6 +43,7 @@ from dtrun.plan.resolve import resolve_run
 from dtrun.record.rundir import create_run_dir
 from dtrun.record.writer import release_writer
 from dtrun.spec.cluster import Node, Starter
+from dtrun.spec.launchplan import PROBE_DIR
 from dtrun.spec.outcome import NodeResult, SuccessRule
 from dtrun.spec.request import Program, ProgramKind, RunSpec
 from dtrun.spec.slurmrequest import SlurmRequest
@@ -122,6 +124,17 @@ def test_mpirun_under_slurm_runs_on_the_head_with_a_hostfile_of_slurm_names():
     assert hostfile.content == "gpu01 slots=8\ngpu02 slots=8\n"
     assert "ras '^slurm'" in plan.launches[0].script
     assert "plm_rsh" not in plan.launches[0].script and "local-rsh" not in plan.launches[0].script
+
+
+def test_a_stack_s_slurm_stages_each_run_s_probe_in_that_run_s_folder():
+    """A stack's Slurm copies each launch directory to its shared storage: --probe's
+    (runs/<id>/n2/r0/probe here) goes in its run's folder there, beside the program's launch.
+    Before, every run's probe was <shared>/.dtrun/runs/n2/r0/probe, one folder for all."""
+    staging = HeadStaging(SlurmShell(), "/shared", "/shared/.dtrun/code")
+    probe = Path("runs/alice/n2/r0") / PROBE_DIR
+    assert staging.remote_dir(probe) == "/shared/.dtrun/runs/alice/n2/r0/probe"
+    assert staging.remote_dir(probe.parent) == "/shared/.dtrun/runs/alice/n2/r0"
+    assert staging.remote_dir(Path("runs/bob/n2/r0") / PROBE_DIR) != staging.remote_dir(probe)
 
 
 def test_the_step_output_becomes_each_nodes_log_and_exit(tmp_path):

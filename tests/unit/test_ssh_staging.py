@@ -18,12 +18,13 @@ import pytest
 from dtrun.engines.base import Cluster, ClusterChoice, wait_for_nodes
 from dtrun.engines.ssh.executor import SshExecutor
 from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+from dtrun.engines.ssh.remote import remote_launch_dir
 from dtrun.engines.ssh.transfer import Files
 from dtrun.errors import DiskFullError
 from dtrun.execute import Answer
 from dtrun.record.writefail import write_error
 from dtrun.spec.cluster import Inventory, Node
-from dtrun.spec.launchplan import RESULT_FILE, LaunchFile, LaunchPlan, NodeLaunch
+from dtrun.spec.launchplan import PROBE_DIR, RESULT_FILE, LaunchFile, LaunchPlan, NodeLaunch
 from tests.conftest import fill
 
 
@@ -171,6 +172,23 @@ def test_a_run_s_launch_reads_nothing_back_from_its_nodes(tmp_path):
     asyncio.run(executor._collect(plan, "/work/runs/id/launch", tmp_path))
     with pytest.raises(AttributeError, match="connection"):  # a built-in workload's does
         asyncio.run(executor._collect(replace(plan, workload="train"), "/w", tmp_path))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_each_run_s_probe_is_staged_in_its_own_run_s_folder_on_the_nodes(shared):
+    """--probe's launch (runs/<id>/n2/r0/probe here) is staged in its run's folder on a node,
+    beside the program's launch it follows, as every launch of a run is: two runs sharing a
+    cluster's workdir or shared storage get a folder each. Before, every run's probe was
+    <base>/runs/n2/r0/probe, one folder for all."""
+    inventory = _inventory(shared)
+    first, second = (
+        remote_launch_dir(inventory, Path("runs") / run / "n2" / "r0" / PROBE_DIR)
+        for run in ("alice", "bob")
+    )
+    program = remote_launch_dir(inventory, Path("runs/alice/n2/r0"))
+    assert first == f"{program}/{PROBE_DIR}"
+    assert second == first.replace("/alice/", "/bob/")
+    assert first != second
 
 
 class _Asked(Exception):

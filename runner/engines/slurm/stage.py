@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dtrun.engines.slurm.shell import SlurmShell
 from dtrun.errors import RunError
+from dtrun.spec.launchplan import staged_path
 
 
 def head_shell(
@@ -55,9 +56,9 @@ class HeadStaging:
     _code_staged: bool = field(default=False)
 
     def remote_dir(self, workdir: Path) -> str:
-        """runs/<id>/n<N>/r<k> here -> <shared>/.dtrun/runs/<id>/n<N>/r<k> there."""
-        run, point, repeat = workdir.parent.parent.name, workdir.parent.name, workdir.name
-        return f"{self.shared_dir}/.dtrun/runs/{run}/{point}/{repeat}"
+        """runs/<id>/n<N>/r<k> here -> <shared>/.dtrun/runs/<id>/n<N>/r<k> there; a probe's
+        in its run's folder too (staged_path)."""
+        return f"{self.shared_dir}/.dtrun/runs/{staged_path(workdir)}"
 
     def push(self, workdir: Path) -> str:
         """Copy the launch directory (and, once, dtrun's workload code) to the shared storage."""

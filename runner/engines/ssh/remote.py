@@ -14,18 +14,20 @@ from typing import TYPE_CHECKING
 from dtrun.engines.common.scripts import LINE_END, LINE_END_LONGEST
 from dtrun.execute.guard import TAG, TAGGED, WAIT_FOR_END, reaper_on_node, stop_script
 from dtrun.spec.cluster import Inventory
+from dtrun.spec.launchplan import staged_path
 
 if TYPE_CHECKING:
     import asyncssh
 
 
 def remote_launch_dir(inventory: Inventory, workdir: Path) -> str:
-    """runs/<id>/n<N>/r<k> here -> <shared>/.dtrun/runs/<id>/n<N>/r<k> (or <workdir>/runs/...)."""
+    """runs/<id>/n<N>/r<k> here -> <shared>/.dtrun/runs/<id>/n<N>/r<k> (or <workdir>/runs/...);
+    a probe's in its run's folder too (staged_path)."""
     ssh = inventory.ssh
     base = (
         f"{inventory.shared_dir}/.dtrun" if inventory.shared_dir else (ssh.workdir if ssh else "")
     )
-    return f"{base}/runs/{workdir.parent.parent.name}/{workdir.parent.name}/{workdir.name}"
+    return f"{base}/runs/{staged_path(workdir)}"
 
 
 DRAIN_S = 2.0  # how long output may trail a script's exit (a background child may hold it open)
