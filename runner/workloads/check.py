@@ -35,7 +35,15 @@ import torch
 import torch.distributed as dist
 
 from dtrun.workloads.allreduce import bus_factor
-from dtrun.workloads.check_measure import AllReduce, copy, gloo_group, gpu_health, matmul
+from dtrun.workloads.check_measure import (
+    AllReduce,
+    copy,
+    cpu_waits,
+    gloo_group,
+    gpu_health,
+    matmul,
+    waited_s,
+)
 from dtrun.workloads.check_plan import bisection_levels, pair_rounds
 from dtrun.workloads.result import device_name, local_device, rank_info, versions, write_result
 
@@ -45,6 +53,9 @@ SETTINGS = (
     "matrix", "memory", "message", "window", "repeats", "cycles", "more_cycles", "suspect",
     "one_at_a_time",
 )  # fmt: skip
+# each rank's figures in the result; cpu_wait_s over measured_s: its threads' time waiting for a
+# CPU over the cycles (check_measure.py cpu_waits), seconds
+RANK_KEYS = ("node", "compute_gflops", "memory_gbs", "gpus", "cpu_wait_s", "measured_s")
 HEARTBEAT_S = 5.0  # a rank that has waited on the others this long says so, this often
 
 
@@ -285,6 +296,7 @@ def _check(args: argparse.Namespace, started: datetime.datetime, device: torch.d
                "memory_gbs": copy(args.memory, device)}  # fmt: skip
     figures: dict[str, list[float]] = {key: [] for key in kernels}
     cycles = args.cycles
+    waits, began = cpu_waits(), time.perf_counter()  # what held this rank from its CPU
     for cycle in range(args.cycles + args.more_cycles):
         if cycle == args.cycles:
             if not looks_slow(fleet, every, figures, args, watch):
@@ -295,7 +307,9 @@ def _check(args: argparse.Namespace, started: datetime.datetime, device: torch.d
             groups.cycle(args, watch)
     first = fleet.ranks[fleet.mine][0] == dist.get_rank()  # the node's first process
     mine = {"node": fleet.mine, **figures, "gpus": gpu_health() if first else None,
-            "seconds": [groups.seconds for groups in every]}  # fmt: skip
+            "seconds": [groups.seconds for groups in every],
+            "cpu_wait_s": waited_s(waits, cpu_waits()),
+            "measured_s": time.perf_counter() - began}  # fmt: skip
     with watch.at("the figures' gathering"):
         gathered = _gather(mine)
     if dist.get_rank() == 0:
@@ -320,10 +334,7 @@ def _check(args: argparse.Namespace, started: datetime.datetime, device: torch.d
                     zip(fleet.names, fleet.addresses, strict=True)
                 )
             ],
-            "ranks": [
-                {key: g[key] for key in ("node", "compute_gflops", "memory_gbs", "gpus")}
-                for g in gathered
-            ],
+            "ranks": [{key: g[key] for key in RANK_KEYS} for g in gathered],
             "inside": found[0],
             "rounds": found[1 : 1 + len(rounds)],
             "bisection": found[1 + len(rounds) :],
