@@ -88,7 +88,11 @@ def _check_rank(sshd_pid: int) -> psutil.Process | None:
     return None
 
 
-@pytest.mark.parametrize(("timeout", "port"), [(120, 29990), (35, 29995)])
+@pytest.mark.parametrize(
+    ("timeout", "port"),
+    # 35 s: named only if start-up takes under about 20 s, which needs a quiet machine
+    [(120, 29990), pytest.param(35, 29995, marks=pytest.mark.alone)],
+)
 def test_a_node_whose_check_process_hangs_is_named_at_the_timeout(
     sshd_cluster, no_leftovers, timeout, port
 ):
