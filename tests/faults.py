@@ -126,6 +126,35 @@ def slow_sshd(cluster: SshCluster, address: str, share: float) -> Iterator[CpuGr
         yield group
 
 
+@contextlib.contextmanager
+def intermittent(group: CpuGroup, on_s: float, off_s: float) -> Iterator[CpuGroup]:
+    """``group``'s quota held for ``on_s``, lifted for ``off_s`` (cpu.cfs_quota_us -1: no
+    limit), over and over until the block ends: a node slowed part of the time, as a periodic
+    job beside it or a quota that a controller turns on and off would; lifted on the way out."""
+    quota = group.path / "cpu.cfs_quota_us"
+    held = str(round(group.share * PERIOD_US))
+    stop = threading.Event()
+
+    def toggle() -> None:
+        while True:
+            quota.write_text(held)
+            if stop.wait(on_s):
+                return
+            quota.write_text("-1")
+            if stop.wait(off_s):
+                return
+
+    thread = threading.Thread(target=toggle, name="intermittent-quota", daemon=True)
+    thread.start()
+    try:
+        yield group
+    finally:
+        stop.set()
+        thread.join()
+        with contextlib.suppress(FileNotFoundError):
+            quota.write_text("-1")
+
+
 def _processes(env_matches: Callable[[dict[str, str]], bool]) -> Iterator[psutil.Process]:
     """This test worker's processes whose environment ``env_matches``: this test session's (its
     DTRUN_TEST_SESSION) and, under xdist, those carrying the worker's PYTEST_XDIST_WORKER

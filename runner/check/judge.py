@@ -22,6 +22,16 @@ from dtrun.check.model import Cause, CheckReport, LinkCheck, LinkVerdict, NodeCh
 from dtrun.check.result import Group, Measured, Series
 from dtrun.check.stats import AllBut, Finding, judge_series, others
 
+# A node whose threads waited, runnable, for a CPU at least CPU_WAIT_SHARE seconds each second
+# of the cycles, and CPU_WAIT_RATIO times the other nodes' median, was held back by its CPU (a
+# quota, other processes): its slow all-reduces are its CPU's, not its network's
+# (docs/check.md, "Verdicts"). On the 4 sshd nodes sharing 2 busy cores, clean nodes waited
+# 0.20-0.44 s/s (at most 1.4x the others' median, a shaped link's node among them); one under
+# a 10% quota half the time 0.80-1.12 (1.9x-4.1x; 3.3x and 4.1x where a pair was slow and its
+# compute not), one under 20% a third of the time 0.45 (1.7x, nothing slow).
+CPU_WAIT_SHARE = 0.1
+CPU_WAIT_RATIO = 2.0
+
 
 @dataclass(frozen=True)
 class Pair:
@@ -116,6 +126,8 @@ def judge_check(
                 for level in measured.bisection
             ],
         }  # fmt: skip
+        if index < len(measured.cpu_wait):  # runner/workloads/check_measure.py cpu_waits
+            figures["cpu_wait_share"] = measured.cpu_wait[index]
         if measured.procs[index] > 1:
             figures["compute_gflops_each"] = [median_of(one) for one in measured.compute[index]]
         if measured.gpus[index] is not None:
@@ -205,13 +217,41 @@ def _verdict(
     if memory is not None and memory.flagged:
         return Verdict.SLOW, Cause.MEMORY, (f"memory {memory.describe('GB/s')}",)
     said = _inside(index, measured, expected, found["inside"][index])
-    if said is not None:
+    held = _cpu_held(index, measured)
+    if said is not None:  # on CPUs the in-node all-reduce is its CPU's work too
+        if held is not None and said[1] is Cause.NETWORK:
+            return Verdict.SLOW, Cause.COMPUTE, (*said[2], held)
         return said
     slow = [pair for pair in pairs if pair.slow]
+    partners = ", ".join(
+        f"{pair.busbw_gbs:.3g} GB/s with {labels[pair.b if pair.a == index else pair.a]}"
+        for pair in slow
+    )
     if len(pairs) >= 2 and len(slow) == len(pairs):
-        partners = ", ".join(
-            f"{pair.busbw_gbs:.3g} GB/s with {labels[pair.b if pair.a == index else pair.a]}"
-            for pair in slow
+        cause = Cause.COMPUTE if held else Cause.NETWORK
+        return Verdict.SLOW, cause, (f"slow with every partner: {partners}", *filter(None, [held]))
+    if slow and held:  # its links are slow when its CPU is held back, not for their network
+        return (
+            Verdict.SLOW,
+            Cause.COMPUTE,
+            (f"slow with {len(slow)} of {len(pairs)} partners: {partners}", held),
         )
-        return Verdict.SLOW, Cause.NETWORK, (f"slow with every partner: {partners}",)
     return Verdict.OK, None, ()
+
+
+def _cpu_held(index: int, measured: Measured) -> str | None:
+    """Why a node's slow all-reduces are its CPU's: its processes waited for a CPU far more
+    than the other nodes' (a quota, or a job beside it, that holds it back part of the time:
+    its compute's best-of timings can miss it, every all-reduce it joins waits on it)."""
+    waits = measured.cpu_wait
+    mine = waits[index] if index < len(waits) else None
+    theirs = [w for i, w in enumerate(waits) if i != index and w is not None]
+    if mine is None or not theirs:
+        return None
+    reference = statistics.median(theirs)
+    if mine < CPU_WAIT_SHARE or mine < CPU_WAIT_RATIO * reference:
+        return None
+    return (
+        f"its threads waited {mine:.2f} s for a CPU each second of the cycles, the other "
+        f"nodes' {reference:.2f} s (median): a CPU quota or other processes held it back"
+    )

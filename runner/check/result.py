@@ -12,6 +12,7 @@ from dtrun.record.readback import (
     ANY_OBJECT,
     GBS,
     TEXT,
+    WALL_SECONDS,
     WHOLE,
     list_of,
     nullable,
@@ -55,7 +56,11 @@ SHAPE = obj(
         "ranks": list_of(
             obj(
                 {"node": WHOLE, "compute_gflops": list_of(GFLOPS), "memory_gbs": list_of(GBS)},
-                {"gpus": nullable(list_of(_gpu_row))},
+                {
+                    "gpus": nullable(list_of(_gpu_row)),
+                    "cpu_wait_s": nullable(WALL_SECONDS),  # results before it: none
+                    "measured_s": WALL_SECONDS,
+                },
             )
         ),
         "inside": list_of(_GROUP),
@@ -89,6 +94,9 @@ class Measured:
     bisection: tuple[tuple[Group, ...], ...]  # the whole fleet, halves, quarters, ...
     settings: Mapping[str, Any]
     addresses: tuple[str, ...] = ()  # each node's address, as its rank 0 found it
+    # each node's seconds its threads waited, runnable, for a CPU per second of the cycles (its
+    # most-waiting process; runner/workloads/check_measure.py cpu_waits); None: older results
+    cpu_wait: tuple[float | None, ...] = ()
 
 
 def _groups(rows: list[dict[str, Any]]) -> tuple[Group, ...]:
@@ -101,6 +109,7 @@ def parse(data: dict[str, Any]) -> Measured:
     compute: list[list[Series]] = [[] for _ in names]
     memory: list[list[Series]] = [[] for _ in names]
     gpus: list[tuple[Mapping[str, str], ...] | None] = [None] * count
+    waits: list[float | None] = [None] * count
     _check_groups(data, count)
     for rank in data["ranks"]:
         node = rank["node"]
@@ -110,6 +119,9 @@ def parse(data: dict[str, Any]) -> Measured:
         memory[node].append(tuple(float(v) for v in rank["memory_gbs"]))
         if rank.get("gpus") is not None:
             gpus[node] = tuple(rank["gpus"])
+        if rank.get("cpu_wait_s") is not None and rank.get("measured_s"):
+            share = float(rank["cpu_wait_s"]) / float(rank["measured_s"])
+            waits[node] = max(share, waits[node] or 0.0)
     return Measured(
         device=data["device"],
         names=names,
@@ -122,6 +134,7 @@ def parse(data: dict[str, Any]) -> Measured:
         bisection=tuple(_groups(level) for level in data["bisection"]),
         settings=data["settings"],
         addresses=tuple(node["address"] for node in data["nodes"]),
+        cpu_wait=tuple(waits),
     )
 
 

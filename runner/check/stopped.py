@@ -51,25 +51,32 @@ UNRECORDED_CHECK = (
 )
 
 
-# The check workload's lines (runner/workloads/check.py, Watch): a rank's start, and its wait on
-# the others, said every HEARTBEAT_S (5 s) while it lasts
+# The check workload's lines (runner/workloads/check.py, Watch): a rank's start, then every
+# HEARTBEAT_S (5 s) how long it has waited on the others and where, or worked since it waited
 _STARTED = re.compile(r"dtrun: rank (\d+) of \d+ started$")
 _WAITED = re.compile(r"dtrun: rank (\d+) has waited \d+ s for the others at (.+)$")
-# A rank that said nothing this long before the others' last wait had stopped making progress:
-# six heartbeats missed, more than any one step of the check takes on its own
+_WORKED = re.compile(r"dtrun: rank (\d+) has worked (\d+) s since it last waited$")
+# A rank that said nothing this long before the others' last wait had stopped: three
+# heartbeats missed. Before every rank said so while it worked, only the waiting ones spoke,
+# and a rank was named only once silent 30 s: a --timeout had to pass start-up plus about 35 s.
+QUIET_S = 15.0
+# A rank that had worked this long without waiting on the others was stuck in its own work:
+# six heartbeats, more than any one step of the check takes on its own
 SILENT_S = 30.0
 
 
 class Progress:
     """A launch's line sink that hears, beside ``on_line``, when each rank of the check last
-    said it started or waited on the others. A rank that stopped (a process stopped, a host
-    frozen, a kernel stuck) says nothing while the ranks that wait for it say so: at --timeout,
-    its node is the one named (``hung``)."""
+    spoke, and since when it has worked without waiting on the others. A rank that stopped (a
+    process stopped, a host frozen) falls silent, one stuck in its own work (a kernel stuck)
+    says it works on, while the ranks that wait for it say so: at --timeout, its node is the
+    one named (``hung``)."""
 
     def __init__(self, on_line: LineSink, clock: Callable[[], float] | None = None) -> None:
         self.on_line, self.clock = on_line, clock or time.monotonic
         self.started = self.clock()  # the launch's start (``start``), its deadline counted from
         self.heard: dict[int, tuple[str, float]] = {}  # rank -> its node, when it last spoke
+        self.working: dict[int, float] = {}  # rank -> since when it has worked, not waited
         self.waited: tuple[float, str] | None = None  # the last wait said: when, where
 
     def start(self) -> None:
@@ -78,38 +85,50 @@ class Progress:
 
     def __call__(self, node: str, line: str) -> None:
         self.on_line(node, line)
-        found = _WAITED.search(line) or _STARTED.search(line)
-        if found is not None:
-            now = self.clock()
-            self.heard[int(found[1])] = (node, now)
-            if found.re is _WAITED:
-                self.waited = (now, found[2][:200])
+        found = _WAITED.search(line) or _WORKED.search(line) or _STARTED.search(line)
+        if found is None:
+            return
+        now, rank = self.clock(), int(found[1])
+        self.heard[rank] = (node, now)
+        self.working.pop(rank, None)
+        if found.re is _WORKED:
+            self.working[rank] = now - int(found[2])
+        elif found.re is _WAITED:
+            self.waited = (now, found[2][:200])
 
-    def hung(self, timeout_s: float) -> tuple[list[tuple[str, float]], str]:
-        """The nodes, the most silent first, whose ranks said nothing for more than SILENT_S
-        before the others' last wait (each with how long), and where the others waited; none
-        where no rank waited within SILENT_S of the deadline (every rank silent: nothing to
-        tell the hung ones by)."""
-        if self.waited is None or self.waited[0] < self.started + timeout_s - SILENT_S:
+    def hung(self, timeout_s: float) -> tuple[list[tuple[str, float, str]], str]:
+        """The nodes, the longest stalled first, whose ranks said nothing for more than QUIET_S
+        or had worked without waiting for more than SILENT_S before the others' last wait
+        (each with how long, and which), and where the others waited; none where no rank
+        waited within QUIET_S of the deadline (every rank silent: nothing to tell the hung
+        ones by)."""
+        if self.waited is None or self.waited[0] < self.started + timeout_s - QUIET_S:
             return [], ""
         last, where = self.waited
-        silent: dict[str, float] = {}
-        for node, when in self.heard.values():
-            if last - when > SILENT_S:
-                silent[node] = max(silent.get(node, 0.0), last - when)
-        return sorted(silent.items(), key=lambda item: -item[1]), where
+        stalled: dict[str, tuple[float, str]] = {}
+        for rank, (node, when) in self.heard.items():
+            quiet, worked = last - when, last - self.working.get(rank, last)
+            if quiet > QUIET_S:
+                found = (quiet, "said nothing")
+            elif worked > SILENT_S:
+                found = (worked, "worked without waiting on the others")
+            else:
+                continue
+            stalled[node] = max(stalled.get(node, found), found)
+        ordered = sorted(stalled.items(), key=lambda item: -item[1][0])
+        return [(node, seconds, said) for node, (seconds, said) in ordered], where
 
     def name_hung(self, error: RunError, timeout_s: float, labels: dict[str, str]) -> None:
         """A timeout's ``error`` naming the nodes that had stopped making progress, where the
         lines tell."""
-        silent, where = self.hung(timeout_s)
-        if not silent or not isinstance(error, RunTimeoutError):
+        stalled, where = self.hung(timeout_s)
+        if not stalled or not isinstance(error, RunTimeoutError):
             return
-        error.hung_nodes = tuple(labels.get(node, node) for node, _ in silent)
-        said = ", ".join(f"{host_label(node, labels.get(node))} said nothing for {seconds:.0f} s"
-                         for node, seconds in silent)  # fmt: skip
+        error.hung_nodes = tuple(labels.get(node, node) for node, _, _ in stalled)
+        said = ", ".join(f"{host_label(node, labels.get(node))} {what} for {seconds:.0f} s"
+                         for node, seconds, what in stalled)  # fmt: skip
         logs = {result.node: result.log_path for result in error.node_results}
-        read = ", ".join(logs.get(node) or f"{node}'s log" for node, _ in silent)
+        read = ", ".join(logs.get(node) or f"{node}'s log" for node, _, _ in stalled)
         error.why = "; ".join([*filter(None, [error.why]),
                                f"{said} while the others waited at {where}: stopped making "
                                "progress (a process stopped or stuck, a host frozen)"])  # fmt: skip

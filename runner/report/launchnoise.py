@@ -16,7 +16,7 @@ from typing import Any
 
 from dtrun.spec.request import MIN_LAUNCHES
 from dtrun.spec.text import host_label
-from dtrun.workloads.noise import ALONE, OTHER_CORES, STEAL_SHARE
+from dtrun.workloads.noise import ALONE, MIN_WINDOW_TICKS, OTHER_CORES, STEAL_SHARE
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class NodeNoise:
     steal_share: float | None  # of the machine's CPU time
     other_cores: float | None  # CPU seconds per second of work other than the launch's
     other_share: float | None  # ... as a share of the machine's CPU time
+    # why there are no steal and other-load figures ("window too short: ..."); None with them
+    load_why: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,21 @@ class LaunchNoise:
 
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def load_why(node: Mapping[str, Any]) -> str | None:
+    """Why a node's entry has no steal and other-load figures (runner/workloads/noise.py
+    machine_figures gives none), or None where it has them."""
+    if node["steal_share"] is not None or node["other_cores"] is not None:
+        return None
+    wall_s, clock, ticks = node.get("wall_s"), node.get("clock_ticks"), node.get("ticks")
+    if not ticks:
+        return "no /proc/stat on the node"
+    if wall_s is not None and clock and float(wall_s) * int(clock) < MIN_WINDOW_TICKS:
+        return (
+            f"window too short: {float(wall_s) * 1000:.0f} ms, under {MIN_WINDOW_TICKS} clock ticks"
+        )
+    return "no CPU time counted over the window"
 
 
 def parse_noise(
@@ -81,6 +98,7 @@ def parse_noise(
                 steal_share=_opt_float(node["steal_share"]),
                 other_cores=_opt_float(node["other_cores"]),
                 other_share=_opt_float(node["other_share"]),
+                load_why=load_why(node),
             )
             for node in data["nodes"]
         ),

@@ -365,10 +365,12 @@ def verdicts_on_quiet_points(
     rows: tuple[ScalingRow, ...], noise: NoiseReport
 ) -> tuple[ScalingRow, ...]:
     """A verdict stands only on figures measured quietly: where the Noise section calls the
-    point or the baseline unreliable, *scales* and *loses* become *inconclusive*, saying why
+    point or the baseline unreliable, *scales* and *loses* become *inconclusive*, saying why;
+    where it measured their slowest rank but not their load, the verdict says so
     (docs/report.md, "Noise")."""
     unreliable = {point.nodes for point in noise.points if point.unreliable}
-    if not rows or not unreliable:
+    partial = {p.nodes: p for p in noise.points if p.verdict == "partly measured"}
+    if not rows or not (unreliable or partial):
         return rows
     base = rows[0].nodes
     judged = []
@@ -385,5 +387,13 @@ def verdicts_on_quiet_points(
                 f"{which}-node point was measured in noise (see the noise findings); to "
                 "decide: rerun on a quieter machine",
             )
+        elif row.verdict in (Verdict.SCALES, Verdict.LOSES):
+            unmeasured = [partial[n] for n in dict.fromkeys((base, row.nodes)) if n in partial]
+            if unmeasured:
+                said = " and ".join(f"the {p.nodes}-node point's" for p in unmeasured)
+                whose = "their" if len(unmeasured) > 1 else "its"
+                said += f" CPU steal and other load were not measured ({unmeasured[0].load_why})"
+                row = replace(row, verdict_reason=f"{row.verdict_reason}; {said}, only {whose} "
+                              "slowest rank was")  # fmt: skip
         judged.append(row)
     return tuple(judged)

@@ -90,6 +90,10 @@ class PointNoise:
     left_out: tuple[int, ...] = ()
     left_out_note: str | None = None
     unused: int = 0  # launches after the look a point stopped at, for one that never came
+    # the kept launches (1-based) with no steal or other-load figure on any node, and why
+    # (the first one's reason: launchnoise.py load_why, "window too short: 12 ms, ...")
+    load_missing: tuple[int, ...] = ()
+    load_why: str | None = None
 
     @property
     def unreliable(self) -> bool:
@@ -101,14 +105,38 @@ class PointNoise:
         return max(self.stragglers, key=lambda s: s.ratio, default=None)
 
     @property
+    def load_measured(self) -> bool:
+        return self.steal_share is not None or self.other_cores is not None
+
+    @property
     def verdict(self) -> str:
-        """unreliable (a threshold crossed), quiet, or not measured (older results, no /proc
-        and no probe)."""
+        """unreliable (a threshold crossed); not measured (older results, no /proc and no
+        probe); partly measured (a slow-rank check but no load figure: a window under
+        MIN_WINDOW_TICKS), or quiet."""
         if self.findings:
             return "unreliable"
-        if self.steal_share is None and self.other_cores is None and self.probe_ratio is None:
+        if not self.load_measured and self.probe_ratio is None:
             return "not measured"
+        if not self.load_measured:
+            return "partly measured"
         return "quiet"
+
+    @property
+    def load_note(self) -> str | None:
+        """What was not measured, where a kept launch has no load figure: 'The 2-node point's
+        CPU steal and other load were not measured (window too short: ...): only its slowest
+        rank was, so nothing shows it was timed without other load'."""
+        if not self.load_missing:
+            return None
+        said = f"The {self.nodes}-node point's CPU steal and other load were not measured"
+        if self.load_measured:
+            which = ", ".join(str(k) for k in self.load_missing)
+            many = len(self.load_missing) > 1
+            return f"{said} in {'launches' if many else 'launch'} {which} ({self.load_why})"
+        said += f" ({self.load_why})"
+        if self.probe_ratio is not None:
+            said += ": only its slowest rank was, so nothing shows it was timed without other load"
+        return said
 
 
 @dataclass(frozen=True)
@@ -245,6 +273,11 @@ def point_noise(
     every = [node for _, noise in measured for node in noise.nodes]
     loads = [node.loadavg_1m for node in every if node.loadavg_1m is not None]
     probes = [noise for _, noise in measured]
+    missing = [
+        (k, next((node.load_why for node in noise.nodes if node.load_why), None))
+        for k, noise in measured
+        if noise.nodes and all(node.load_why for node in noise.nodes)
+    ]
     return PointNoise(
         nodes=nodes,
         launches=len(launches),
@@ -268,6 +301,8 @@ def point_noise(
         findings=tuple(findings),
         left_out=tuple(k for k, _ in left),
         left_out_note=left_out_note(nodes, left, len(launches)) if left else None,
+        load_missing=tuple(k for k, _ in missing),
+        load_why=missing[0][1] if missing else None,
     )
 
 

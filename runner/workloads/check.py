@@ -35,7 +35,15 @@ import torch
 import torch.distributed as dist
 
 from dtrun.workloads.allreduce import bus_factor
-from dtrun.workloads.check_measure import AllReduce, copy, gloo_group, gpu_health, matmul
+from dtrun.workloads.check_measure import (
+    AllReduce,
+    copy,
+    cpu_waits,
+    gloo_group,
+    gpu_health,
+    matmul,
+    waited_s,
+)
 from dtrun.workloads.check_plan import bisection_levels, pair_rounds
 from dtrun.workloads.result import device_name, local_device, rank_info, versions, write_result
 
@@ -45,18 +53,23 @@ SETTINGS = (
     "matrix", "memory", "message", "window", "repeats", "cycles", "more_cycles", "suspect",
     "one_at_a_time",
 )  # fmt: skip
-HEARTBEAT_S = 5.0  # a rank that has waited on the others this long says so, this often
+# each rank's figures in the result; cpu_wait_s over measured_s: its threads' time waiting for a
+# CPU over the cycles (check_measure.py cpu_waits), seconds
+RANK_KEYS = ("node", "compute_gflops", "memory_gbs", "gpus", "cpu_wait_s", "measured_s")
+HEARTBEAT_S = 5.0  # each rank says this often how long it has waited on the others, or worked
 
 
 class Watch:
-    """Says, every HEARTBEAT_S, where this rank has waited on the others for that long: the
-    ranks that wait for a hung one (a process stopped, a host frozen) say so, the hung one says
-    nothing, and a check stopped at --timeout names its node (runner/check/stopped.py,
-    Progress). Its own work says nothing: a rank stuck in it is as silent as a hung one."""
+    """Says, every HEARTBEAT_S, how long this rank has waited on the others and where, or how
+    long it has worked since it last waited: a rank that stops (a process stopped, a host
+    frozen) falls silent while the others go on saying, and one stuck in its own work says it
+    has worked longer than any step takes. A check stopped at --timeout names their node
+    (runner/check/stopped.py, Progress)."""
 
     def __init__(self, rank: int, world: int) -> None:
         self.rank = rank
         self.waiting: tuple[str, float] | None = None  # where, since when: one value, one read
+        self.worked_from = time.monotonic()  # when it last stopped waiting
         self.done = threading.Event()  # set: the thread ends
         say(f"dtrun: rank {rank} of {world} started")
         threading.Thread(target=self._say, daemon=True, name="dtrun-check-watch").start()
@@ -68,14 +81,19 @@ class Watch:
         try:
             yield
         finally:
+            self.worked_from = time.monotonic()
             self.waiting = None
 
     def _say(self) -> None:
         while not self.done.wait(HEARTBEAT_S):
-            waiting = self.waiting
-            if waiting is not None and (waited := time.monotonic() - waiting[1]) >= HEARTBEAT_S:
-                say(f"dtrun: rank {self.rank} has waited {waited:.0f} s for the others at "
-                    f"{waiting[0]}")  # fmt: skip
+            waiting, worked_from = self.waiting, self.worked_from
+            now = time.monotonic()
+            if waiting is not None:
+                say(f"dtrun: rank {self.rank} has waited {now - waiting[1]:.0f} s for the "
+                    f"others at {waiting[0]}")  # fmt: skip
+            else:
+                say(f"dtrun: rank {self.rank} has worked {now - worked_from:.0f} s since it "
+                    "last waited")  # fmt: skip
 
 
 def say(line: str) -> None:
@@ -285,6 +303,7 @@ def _check(args: argparse.Namespace, started: datetime.datetime, device: torch.d
                "memory_gbs": copy(args.memory, device)}  # fmt: skip
     figures: dict[str, list[float]] = {key: [] for key in kernels}
     cycles = args.cycles
+    waits, began = cpu_waits(), time.perf_counter()  # what held this rank from its CPU
     for cycle in range(args.cycles + args.more_cycles):
         if cycle == args.cycles:
             if not looks_slow(fleet, every, figures, args, watch):
@@ -295,7 +314,9 @@ def _check(args: argparse.Namespace, started: datetime.datetime, device: torch.d
             groups.cycle(args, watch)
     first = fleet.ranks[fleet.mine][0] == dist.get_rank()  # the node's first process
     mine = {"node": fleet.mine, **figures, "gpus": gpu_health() if first else None,
-            "seconds": [groups.seconds for groups in every]}  # fmt: skip
+            "seconds": [groups.seconds for groups in every],
+            "cpu_wait_s": waited_s(waits, cpu_waits()),
+            "measured_s": time.perf_counter() - began}  # fmt: skip
     with watch.at("the figures' gathering"):
         gathered = _gather(mine)
     if dist.get_rank() == 0:
@@ -320,10 +341,7 @@ def _check(args: argparse.Namespace, started: datetime.datetime, device: torch.d
                     zip(fleet.names, fleet.addresses, strict=True)
                 )
             ],
-            "ranks": [
-                {key: g[key] for key in ("node", "compute_gflops", "memory_gbs", "gpus")}
-                for g in gathered
-            ],
+            "ranks": [{key: g[key] for key in RANK_KEYS} for g in gathered],
             "inside": found[0],
             "rounds": found[1 : 1 + len(rounds)],
             "bisection": found[1 + len(rounds) :],

@@ -10,10 +10,12 @@ spent. Imports only torch and the standard library: staged onto the nodes.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,6 +40,33 @@ def timed(run: Callable[[], object], device: torch.device) -> float:
     run()
     sync(device)
     return time.perf_counter() - start
+
+
+def cpu_waits() -> dict[int, int]:
+    """Each thread of this process: the nanoseconds it has waited, runnable, for a CPU
+    (/proc/<pid>/task/<tid>/schedstat's second field, run_delay; Documentation/scheduler/
+    sched-stats.rst). A CPU quota's throttling counts there, and so does another process on
+    the cores: a node held back part of the time shows it, where its best-of timings may not.
+    Empty where there is no /proc or no schedstats."""
+    waits: dict[int, int] = {}
+    try:
+        tasks = list(Path(f"/proc/{os.getpid()}/task").iterdir())
+    except OSError:
+        return waits
+    for task in tasks:
+        try:
+            waits[int(task.name)] = int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
+    return waits
+
+
+def waited_s(before: dict[int, int], after: dict[int, int]) -> float | None:
+    """Seconds this process's threads waited for a CPU between two ``cpu_waits``; a thread
+    born since counts its whole wait. None without schedstats."""
+    if not after:
+        return None
+    return max(0.0, sum(ns - before.get(tid, 0) for tid, ns in after.items()) / 1e9)
 
 
 def reps_for(seconds: float, window: float) -> int:

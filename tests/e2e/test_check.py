@@ -126,6 +126,28 @@ def test_a_throttled_sshd_node_is_named_alone_with_cause_compute(sshd_cluster, n
     assert _kept(kept) == [h.address for h in sshd_cluster.hosts if h.address != slow]
 
 
+@pytest.mark.alone  # "named alone": the clean nodes flag nothing, a quiet machine's claim
+def test_a_node_throttled_part_of_the_time_is_named_with_cause_compute(sshd_cluster, no_leftovers):
+    """A 10% quota on for 1 s, off for 1 s: each compute timing's best of two can fall in a
+    free stretch, while a pair timed in the quota reads slow. Before, that pair was named a
+    slow link (0.21 GB/s against 1.0-1.2), or the node, slow with every partner, got cause
+    network. The time its threads waited for a CPU names the node and its CPU."""
+    slow = sshd_cluster.hosts[1].address
+    hosts = _hosts(sshd_cluster, no_leftovers)
+    sshd = sshd_cluster.processes[slow].pid
+    with faults.slow_tree(
+        sshd, 0.1, after=lambda: faults.check_said(no_leftovers, "dtrun: checking"),
+        until=lambda: faults.check_said(no_leftovers, "dtrun: checked"),
+    ) as group, faults.intermittent(group, on_s=1.0, off_s=1.0):  # fmt: skip
+        done, data = _check(no_leftovers, "--hosts", str(hosts), "--port", "29880")
+        periods, _ = group.throttled()
+    assert periods > 0, "the quota never held the node back"
+    assert done.returncode == 5, done.stdout + done.stderr
+    nodes, links = _flagged(data)
+    assert nodes == [(slow, "slow", "compute")], done.stdout
+    assert links == []
+
+
 def _shaped_pairs(run, shaped):
     """The pairs a slow link on ``shaped`` slows: gloo's higher rank of a pair connects to the
     lower's address, and the connecting socket is not bound, so on loopback it sends from

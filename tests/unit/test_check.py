@@ -7,6 +7,7 @@ import json
 import math
 import random
 import stat
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +199,55 @@ def test_a_node_slow_with_every_partner_is_the_node_with_cause_network():
     assert {link.verdict for link in report.links if "10.0.0.3" in (link.a, link.b)} == {
         LinkVerdict.NODE
     }
+
+
+@pytest.mark.parametrize(
+    ("waits", "cause"),
+    [
+        ((0.01, 0.02, 0.01, 0.45), Cause.COMPUTE),  # its processes waited for a CPU: held back
+        ((0.01, 0.02, 0.01, 0.03), Cause.NETWORK),  # no more than the others: its network
+        ((0.32, 0.39, 0.2, 0.44), Cause.NETWORK),  # clean nodes on a busy machine, as seen
+        ((None, None, None, None), Cause.NETWORK),  # results from before: as before
+    ],
+)
+def test_a_node_slow_with_every_partner_that_waited_for_its_cpu_is_slow_for_compute(waits, cause):
+    """A quota turned on and off: the compute's best-of timings fall in free stretches, every
+    all-reduce the node joins waits on it. Its time waiting for a CPU names the cause."""
+    slow = {pair: 0.02 for pairs in pair_rounds(4) for pair in pairs if 3 in pair}
+    report = check(replace(measured(pairs=slow), cpu_wait=waits))
+    assert [(n.host, n.cause) for n in report.flagged_nodes] == [("10.0.0.3", cause)]
+    evidence = report.flagged_nodes[0].evidence
+    assert evidence[0].startswith("slow with every partner: 0.02 GB/s with 10.0.0.")
+    if cause is Cause.COMPUTE:
+        assert evidence[1] == (
+            "its threads waited 0.45 s for a CPU each second of the cycles, the other nodes' "
+            "0.01 s (median): a CPU quota or other processes held it back"
+        )
+    assert report.nodes[3].figures["cpu_wait_share"] == waits[3]
+
+
+def test_a_slow_link_to_a_node_held_back_by_its_cpu_is_the_node_s_not_the_link_s():
+    """Seen for real: a node under a 10% CPU quota every other second, its one pair whose
+    timings fell in the quota 0.21 GB/s against 1.0-1.2, its other pairs fine: the link was
+    blamed. Its threads waited 1.12 s for a CPU each second, the others 0.25-0.29."""
+    waits = (0.25, 1.12, 0.26, 0.29)
+    report = check(replace(measured(pairs={(0, 1): 0.21}), cpu_wait=waits))
+    assert [(n.host, n.cause) for n in report.flagged_nodes] == [("10.0.0.1", Cause.COMPUTE)]
+    assert report.flagged_nodes[0].evidence[0] == (
+        "slow with 1 of 3 partners: 0.21 GB/s with 10.0.0.0"
+    )
+    assert report.slow_links == ()
+    quiet = check(replace(measured(pairs={(0, 1): 0.21}), cpu_wait=(0.25, 0.3, 0.26, 0.29)))
+    assert [(link.a, link.b) for link in quiet.slow_links] == [("10.0.0.0", "10.0.0.1")]
+
+
+def test_a_rank_s_cpu_wait_is_read_as_its_node_s_share_of_the_cycles():
+    data = _two_nodes()
+    data["ranks"][0].update(cpu_wait_s=0.5, measured_s=10.0)
+    data["ranks"][1].update(cpu_wait_s=4.0, measured_s=10.0)
+    assert parse(data).cpu_wait == (0.05, 0.4)
+    del data["ranks"][0]["cpu_wait_s"]
+    assert parse(data).cpu_wait == (None, 0.4)
 
 
 def test_with_two_nodes_one_pair_has_nothing_to_compare_with_and_is_not_judged():

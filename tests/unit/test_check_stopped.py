@@ -344,29 +344,93 @@ def test_a_node_one_of_whose_ranks_stopped_is_named_though_its_others_wait():
     for rank in (0, 1, 2):
         said = f"dtrun: rank {rank} has waited 45 s for the others at the groups' set-up"
         progress(f"node-{rank // 2}", said)
-    assert progress.hung(timeout_s=60) == ([("node-1", 50.0)], "the groups' set-up")
+    assert progress.hung(timeout_s=60) == (
+        [("node-1", 50.0, "said nothing")],
+        "the groups' set-up",
+    )
+
+
+def _heard(progress, clock, at, node, line):
+    clock[0] = at
+    progress(node, line)
+
+
+def test_a_rank_that_stops_right_after_start_is_named_at_a_timeout_30_s_past_it():
+    """Every rank started at 10 s; rank 1 stopped at once. At a 40 s --timeout it had been
+    silent 30 s: before, a rank was named only once silent more than 30 s (the waiting ranks
+    alone spoke, a working one was as silent as a hung one), so a --timeout had to pass
+    start-up plus about 35 s. Now every rank speaks every 5 s, and 15 s of silence tells."""
+    from dtrun.check.stopped import Progress
+
+    clock = [0.0]
+    progress = Progress(lambda node, line: None, clock=lambda: clock[0])
+    for rank in range(3):
+        _heard(progress, clock, 10.0, f"node-{rank}", f"dtrun: rank {rank} of 3 started")
+    for at in (15.0, 20.0, 25.0, 30.0, 35.0, 40.0):
+        for rank in (0, 2):
+            _heard(progress, clock, at, f"node-{rank}",
+                   f"dtrun: rank {rank} has waited {at - 15:.0f} s for the others at the "
+                   "groups' set-up")  # fmt: skip
+    assert progress.hung(timeout_s=40) == (
+        [("node-1", 30.0, "said nothing")],
+        "the groups' set-up",
+    )
+
+
+def test_a_rank_at_work_that_says_so_is_not_named_until_it_works_past_any_step():
+    """One node at a time on CPUs: the others wait while rank 1 computes, as while it hangs.
+    Saying it works, it is not named; working 30 s and more without waiting, it is stuck."""
+    from dtrun.check.stopped import Progress
+
+    clock = [0.0]
+    progress = Progress(lambda node, line: None, clock=lambda: clock[0])
+    for rank in range(2):
+        _heard(progress, clock, 0.0, f"node-{rank}", f"dtrun: rank {rank} of 2 started")
+    for at in range(5, 41, 5):
+        _heard(progress, clock, at, "node-1", f"dtrun: rank 1 has worked {at} s since it last "
+               "waited")  # fmt: skip
+        _heard(progress, clock, at, "node-0",
+               f"dtrun: rank 0 has waited {at} s for the others at the barrier before node-1's "
+               "compute, cycle 1")  # fmt: skip
+        if at == 25:
+            assert progress.hung(timeout_s=25) == ([], "the barrier before node-1's compute, "
+                                                       "cycle 1")  # fmt: skip
+    assert progress.hung(timeout_s=40) == (
+        [("node-1", 40.0, "worked without waiting on the others")],
+        "the barrier before node-1's compute, cycle 1",
+    )
 
 
 def test_the_workload_s_lines_while_it_waits_on_the_others_are_heard(monkeypatch, capsys):
-    """The contract between the workload's Watch and Progress: a rank's start and each wait
-    past HEARTBEAT_S, and none for the rank's own work."""
+    """The contract between the workload's Watch and Progress: a rank's start, and every
+    HEARTBEAT_S its wait on the others or its own work."""
     from dtrun.check.stopped import Progress
     from dtrun.workloads import check
 
     monkeypatch.setattr(check, "HEARTBEAT_S", 0.01)
     watch = check.Watch(rank=3, world=4)
-    try:
-        with watch.at("pair round 2's all-reduces, cycle 1"):
-            said = ""
-            while "has waited" not in said:
-                said += capsys.readouterr().out
-                watch.done.wait(0.01)
-    finally:
-        watch.done.set()
     heard: list[str] = []
     progress = Progress(lambda node, line: heard.append(line))
-    for line in said.splitlines():
-        progress("node-1", line)
+
+    def hear(until: str) -> None:
+        said = ""
+        for _ in range(1000):  # 10 s at most: a Watch that never says it fails, not hangs
+            said += capsys.readouterr().out
+            if until in said:
+                break
+            watch.done.wait(0.01)
+        assert until in said, said
+        for line in said.splitlines():
+            progress("node-1", line)
+
+    try:
+        hear("has worked")
+        assert set(progress.working) == {3}  # at work since it started
+        with watch.at("pair round 2's all-reduces, cycle 1"):
+            hear("has waited")
+    finally:
+        watch.done.set()
     assert heard[0] == "dtrun: rank 3 of 4 started"
+    assert any(line.startswith("dtrun: rank 3 has worked ") for line in heard)
     assert set(progress.heard) == {3} and progress.waited is not None
     assert progress.waited[1] == "pair round 2's all-reduces, cycle 1"

@@ -388,3 +388,65 @@ def test_a_manifest_the_program_wrote_over_is_a_damaged_run_not_a_traceback(
     run_dir.manifest.write_text(written)
     with pytest.raises(DamagedRunError, match=r"manifest\.json is damaged"):
         record_machine_noise(run_dir, None)
+
+
+def short_window(nodes=NODES, probe_s=(0.030, 0.031)):
+    """A launch timed over 19 ms: /proc/stat's ticks read the sampling, so the node entries
+    carry no steal or other load (runner/workloads/noise.py MIN_WINDOW_TICKS), only the probe."""
+    noise = noise_data(nodes, probe_s=list(probe_s) or None, window_s=0.019)
+    for node in noise["nodes"]:
+        node.update(steal_share=None, busy_share=None, other_cores=None, other_share=None)
+        node.update(wall_s=0.019, clock_ticks=100, ticks={"total": 4, "busy": 3, "steal": 0})
+    return noise
+
+
+def test_a_point_whose_load_was_not_measured_is_never_called_quiet(tmp_path, fixed_inventory):
+    """Only the slow-rank check measured: the section, the findings, summary.json and the
+    verdict say the load was not measured and why, never that the point was quiet."""
+    steps = {
+        1: [[0.030 + 0.0001 * (i % 5 + k) for i in range(50)] for k in range(3)],
+        2: [[0.045 + 0.0001 * (i % 5 + k) for i in range(50)] for k in range(3)],
+    }
+    noise = {1: [quiet(["node-0"], ())] * 3, 2: [short_window()] * 3}
+    run_dir = fake_run_dir(
+        tmp_path / "s", BenchSpec(run_id="s", repeat=3), fixed_inventory, {}, step_times=steps,
+        noise=noise,
+    )  # fmt: skip
+    build_report(run_dir)
+    why = "window too short: 19 ms, under 20 clock ticks"
+    section = noise_section(run_dir)
+    assert (
+        f"- The 2-node point's CPU steal and other load were not measured ({why}): only its "
+        "slowest rank was, so nothing shows it was timed without other load." in section
+    )
+    assert "| partly measured |" in noise_section(run_dir, html=True)
+    report = run_dir.report.read_text()
+    assert "- **Noise**: quiet" not in report
+    assert (
+        "- **Noise**: no measured figure crossed a noise threshold, but CPU steal and other load "
+        f"were not measured at 2 nodes ({why}): only the slowest rank was (see Noise)." in report
+    )
+    summary = json.loads(run_dir.summary.read_text())
+    point = summary["noise"]["points"][1]
+    assert (point["verdict"], point["load_missing"], point["load_why"]) == (
+        "partly measured",
+        [1, 2, 3],
+        why,
+    )
+    row = summary["rows"][1]
+    assert row["verdict"] == "loses"
+    assert row["verdict_reason"].endswith(
+        f"; the 2-node point's CPU steal and other load were not measured ({why}), only its "
+        "slowest rank was"
+    )
+
+
+def test_a_launch_without_load_figures_is_named_beside_the_launches_measured():
+    launches = [parse_train_result(result_data(world=2, tokens_per_s=1, noise=n), "t").noise
+                for n in (quiet(), short_window(), quiet())]  # fmt: skip
+    point = point_noise(2, launches)
+    assert point.verdict == "quiet"  # the other launches' load was measured and low
+    assert point.load_note == (
+        "The 2-node point's CPU steal and other load were not measured in launch 2 "
+        "(window too short: 19 ms, under 20 clock ticks)"
+    )
