@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dtrun.engines.ssh.endpoint import Endpoint, endpoint, jump_endpoint, user_ssh_config
-from dtrun.engines.ssh.keys import ClientKeys
+from dtrun.engines.ssh.keys import TOO_MANY_KEYS, ClientKeys, login_refused
 from dtrun.errors import RunError, UsageError
 from dtrun.spec.cluster import Inventory, Node
 
@@ -30,10 +30,6 @@ DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
 class SshError(RunError):
     """A node could not be reached or lost its connection."""
-
-
-class SshLoginError(UsageError):
-    """The node refused the user or key: the hosts file or stack settings are wrong."""
 
 
 class SshAlgorithmsError(UsageError):
@@ -247,7 +243,7 @@ class SshSession:
             except asyncssh.HostKeyNotVerifiable:
                 return await self._unknown_host_key(name, target, tunnel)
             except asyncssh.PermissionDenied:
-                raise _login_refused(name, target, too_many_keys=False) from None
+                raise login_refused(name, target, too_many_keys=False) from None
             except asyncssh.KeyExchangeFailed as exc:  # the same on every try: not retried
                 raise SshAlgorithmsError(
                     f"cannot agree on algorithms with {name} ({target})",
@@ -258,7 +254,7 @@ class SshSession:
                 ) from None
             except (OSError, asyncssh.Error) as exc:
                 if isinstance(exc, asyncssh.DisconnectError) and TOO_MANY_KEYS in exc.reason:
-                    raise _login_refused(name, target, too_many_keys=True) from None
+                    raise login_refused(name, target, too_many_keys=True) from None
                 if isinstance(exc, asyncssh.ConnectionLost) and attempts == 1:
                     attempts = 2
                     continue
@@ -324,29 +320,6 @@ class SshSession:
             f"{key.get_fingerprint()}) in {self.known_hosts_file}"
         )
         return connection
-
-
-TOO_MANY_KEYS = "Too many authentication failures"  # OpenSSH's sshd, past its MaxAuthTries
-
-
-def _login_refused(name: str, target: Endpoint, *, too_many_keys: bool) -> SshLoginError:
-    if too_many_keys:
-        why = (
-            "it cut the login off after too many keys (its MaxAuthTries): the ssh agent's keys "
-            "are offered before the host's own"
-        )
-        fix = (
-            "add `IdentitiesOnly yes` beside the host's IdentityFile in ~/.ssh/config, or "
-            "remove keys from the agent (`ssh-add -D`)"
-        )
-    else:
-        key = target.key_path or "the IdentityFile of ~/.ssh/config, your default keys, the agent"
-        why = f"the server refused the key ({key})"
-        fix = (
-            "check user and key for this host in the hosts file (or the stack's outputs), and "
-            "that the key is in the node's authorized_keys"
-        )
-    return SshLoginError(f"cannot log in to {name} as {target.user!r} ({target})", why=why, fix=fix)
 
 
 def _opened(task: asyncio.Task[asyncssh.SSHClientConnection]) -> bool:
