@@ -17,8 +17,9 @@ from dtrun.cluster.outputs import parse_outputs
 from dtrun.cluster.readiness import NotReadyError, Patience, wait_until_ready
 from dtrun.engines.ssh.executor import SshExecutor
 from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+from dtrun.engines.ssh.keys import SshLoginError
 from dtrun.engines.ssh.registration import wait_for_registry
-from dtrun.engines.ssh.session import HostKeyError, SshError, SshLoginError, SshSession
+from dtrun.engines.ssh.session import HostKeyError, SshError, SshSession
 from dtrun.errors import NodeFailedError
 from dtrun.spec.cluster import Inventory
 from dtrun.spec.launchplan import LaunchPlan, NodeLaunch

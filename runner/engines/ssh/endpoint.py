@@ -1,5 +1,5 @@
-"""Where a node is reached over SSH: host, port, user, key and jump host, resolved through the
-user's own ~/.ssh/config (asyncssh's parser) as OpenSSH would."""
+"""Where a node is reached over SSH: host, port, user, key, jump host or ProxyCommand, resolved
+through the user's own ~/.ssh/config (asyncssh's parser) as OpenSSH would."""
 
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ class Endpoint:
     key_path: str | None
     hostname: str = ""  # the config's HostName for ``host``; empty: ``host`` itself
     proxy_jump: str = ""  # the config's ProxyJump for ``host`` ("a,b": through a, then b)
+    # the config's ProxyCommand for ``host``: as asyncssh runs it (split, %h %p %r expanded),
+    # and as written (expanded), for messages; at most one of it and proxy_jump is set
+    proxy_command: tuple[str, ...] = ()
+    proxy_written: str = ""
     # the ciphers offered, in order; empty: as the config's Ciphers say (see _ciphers)
     ciphers: tuple[str, ...] = ()
     # the config's IdentityFile, CertificateFile and IdentitiesOnly for ``host``: the keys
@@ -134,13 +138,16 @@ def _resolve(
             fix="fix that HostName in ~/.ssh/config (`ssh -G HOST` shows what OpenSSH makes of it)",
         )
     config_of: Any = options.config  # the parsed config for this host
+    jump, command = _jump_or_command(config_of, options.tunnel, options.proxy_command)
     return Endpoint(
         host,
         int(options.port),
         str(options.username or getpass.getuser()),
         key_path,
         hostname if hostname != host else "",
-        options.tunnel if isinstance(options.tunnel, str) else "",
+        jump,
+        command,
+        str(config_of.get("ProxyCommand") or "") if command else "",
         _ciphers(options.encryption_algs),
         tuple(str(path) for path in config_of.get("IdentityFile", ())),
         tuple(str(path) for path in config_of.get("CertificateFile", ())),
@@ -148,6 +155,20 @@ def _resolve(
         float(config_of.get("ServerAliveInterval", Endpoint.alive_interval)),
         int(config_of.get("ServerAliveCountMax", Endpoint.alive_count_max)),
     )
+
+
+def _jump_or_command(config: Any, jump: object, command: object) -> tuple[str, tuple[str, ...]]:
+    """The ProxyJump or the ProxyCommand, whichever the config gives first, as OpenSSH takes
+    them (readconf.c: each is ignored once the other is set; `none` is a setting too, and
+    disables both). asyncssh keeps both and goes through the ProxyJump. Its parsed config
+    holds each setting's first value in the order read (a dict)."""
+    read = [name for name in getattr(config, "_options", ()) if name in _PROXIES]
+    if (read[0] if read else "ProxyJump" if jump else "ProxyCommand") == "ProxyCommand":
+        return "", tuple(str(word) for word in command) if isinstance(command, list) else ()
+    return (jump if isinstance(jump, str) else ""), ()
+
+
+_PROXIES = ("ProxyJump", "ProxyCommand")
 
 
 # AES-GCM before asyncssh's first default, chacha20-poly1305: asyncssh builds several cipher

@@ -10,6 +10,9 @@ IdentityFile of ~/.ssh/config, else the default ~/.ssh/id_* files. The agent is 
 A `key:` that cannot be read or is encrypted is a usage error (exit 2): dtrun logs into every
 node at once and asks for no passphrase. An IdentityFile of the config that is missing or is
 no private key is skipped, as `ssh` skips it; an encrypted one is left to the agent.
+
+A login the node refuses is a usage error too (``login_refused``): the key or user is wrong,
+or too many keys were offered.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ from typing import Any
 from dtrun.engines.ssh.endpoint import Endpoint
 from dtrun.errors import UsageError
 from dtrun.spec.cluster import Inventory
+
+
+class SshLoginError(UsageError):
+    """The node refused the user or key: the hosts file or stack settings are wrong."""
+
 
 _FALLBACK = "leave `key:` out to use ~/.ssh/config, your default keys and your ssh agent"
 
@@ -115,3 +123,26 @@ def _unusable(path: str, exc: Exception) -> UsageError:
         why=str(exc),
         fix=f"give the path of an OpenSSH or PEM private key, or {_FALLBACK}",
     )
+
+
+TOO_MANY_KEYS = "Too many authentication failures"  # OpenSSH's sshd, past its MaxAuthTries
+
+
+def login_refused(name: str, target: Endpoint, *, too_many_keys: bool) -> SshLoginError:
+    if too_many_keys:
+        why = (
+            "it cut the login off after too many keys (its MaxAuthTries): the ssh agent's keys "
+            "are offered before the host's own"
+        )
+        fix = (
+            "add `IdentitiesOnly yes` beside the host's IdentityFile in ~/.ssh/config, or "
+            "remove keys from the agent (`ssh-add -D`)"
+        )
+    else:
+        key = target.key_path or "the IdentityFile of ~/.ssh/config, your default keys, the agent"
+        why = f"the server refused the key ({key})"
+        fix = (
+            "check user and key for this host in the hosts file (or the stack's outputs), and "
+            "that the key is in the node's authorized_keys"
+        )
+    return SshLoginError(f"cannot log in to {name} as {target.user!r} ({target})", why=why, fix=fix)

@@ -13,10 +13,11 @@ import contextlib
 import shlex
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from dtrun.engines.ssh.endpoint import Endpoint, endpoint, jump_endpoint, user_ssh_config
-from dtrun.engines.ssh.keys import ClientKeys
+from dtrun.engines.ssh.keys import TOO_MANY_KEYS, ClientKeys, login_refused
+from dtrun.engines.ssh.proxy import ProxyLoop, ProxyRun
 from dtrun.errors import RunError, UsageError
 from dtrun.spec.cluster import Inventory, Node
 
@@ -30,10 +31,6 @@ DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
 class SshError(RunError):
     """A node could not be reached or lost its connection."""
-
-
-class SshLoginError(UsageError):
-    """The node refused the user or key: the hosts file or stack settings are wrong."""
 
 
 class SshAlgorithmsError(UsageError):
@@ -66,7 +63,7 @@ class SshSession:
         self.retries = retries
         self.notice = notice
         self.concurrency = concurrency
-        self._runner = asyncio.Runner()
+        self._runner = asyncio.Runner(loop_factory=ProxyLoop)  # ProxyCommands' stderr apart
         from dtrun.engines.ssh.endpoint import InlineOptions  # asyncssh options, no thread
 
         self._runner.get_loop().set_default_executor(InlineOptions())
@@ -94,10 +91,12 @@ class SshSession:
             jumps = [*self._hops.values(), *([self._jump] if self._jump else [])]
             await close([task.result() for task in jumps if _opened(task)])  # nodes' tunnels
             # openings under way, stopped, their ends read: else asyncio's traceback at close
-            others = asyncio.all_tasks() - {asyncio.current_task()}
+            loop = cast(ProxyLoop, asyncio.get_running_loop())
+            others = loop.stoppable(asyncio.all_tasks() - {asyncio.current_task()})
             for task in others:
                 task.cancel()
             await asyncio.gather(*others, return_exceptions=True)
+            await loop.proxies_ended()
 
         with contextlib.suppress(Exception):
             self._runner.run(close_all())
@@ -229,6 +228,7 @@ class SshSession:
         attempt = 0
         while attempt < attempts:
             attempt += 1
+            proxy = ProxyRun.of(target, tunneled=tunnel is not None)  # ~/.ssh/config's
             try:
                 async with self.limit:
                     return await asyncssh.connect(
@@ -239,15 +239,16 @@ class SshSession:
                         client_keys=self._client_keys(target),
                         known_hosts=self._known_hosts(),
                         tunnel=tunnel,  # None: direct (ProxyJump hosts were opened above)
+                        proxy_command=proxy.argv,  # None: no command (or through the tunnel)
                         encryption_algs=target.ciphers or (),  # (): the config's Ciphers
                         connect_timeout=self.connect_timeout,
                         keepalive_interval=target.alive_interval,  # as ~/.ssh/config says,
                         keepalive_count_max=target.alive_count_max,  # else 15 s x 3
                     )
             except asyncssh.HostKeyNotVerifiable:
-                return await self._unknown_host_key(name, target, tunnel)
+                return await self._unknown_host_key(name, target, tunnel, proxy)
             except asyncssh.PermissionDenied:
-                raise _login_refused(name, target, too_many_keys=False) from None
+                raise login_refused(name, target, too_many_keys=False) from None
             except asyncssh.KeyExchangeFailed as exc:  # the same on every try: not retried
                 raise SshAlgorithmsError(
                     f"cannot agree on algorithms with {name} ({target})",
@@ -258,7 +259,7 @@ class SshSession:
                 ) from None
             except (OSError, asyncssh.Error) as exc:
                 if isinstance(exc, asyncssh.DisconnectError) and TOO_MANY_KEYS in exc.reason:
-                    raise _login_refused(name, target, too_many_keys=True) from None
+                    raise login_refused(name, target, too_many_keys=True) from None
                 if isinstance(exc, asyncssh.ConnectionLost) and attempts == 1:
                     attempts = 2
                     continue
@@ -266,16 +267,24 @@ class SshSession:
                     raise SshError(
                         f"cannot reach {name} ({target})",
                         why=(str(exc) or f"no SSH answer in {self.connect_timeout:.0f} s")
-                        + (f" (after {attempt} attempts)" if attempt > 1 else ""),
-                        fix="check that the node is up and its sshd listens there; "
+                        + (f" (after {attempt} attempts)" if attempt > 1 else "")
+                        + proxy.said(),
+                        fix=proxy.fix(target)
+                        or "check that the node is up and its sshd listens there; "
                         "`dtrun exec ... -- true` tries every node",
                     ) from None
-                await asyncio.sleep(delay)
-                delay *= 2
+            finally:
+                proxy.remove()
+            await asyncio.sleep(delay)
+            delay *= 2
         raise AssertionError("unreachable")  # the loop returns or raises
 
     async def _unknown_host_key(
-        self, name: str, target: Endpoint, tunnel: asyncssh.SSHClientConnection | None
+        self,
+        name: str,
+        target: Endpoint,
+        tunnel: asyncssh.SSHClientConnection | None,
+        proxy: ProxyRun,
     ) -> asyncssh.SSHClientConnection:
         import asyncssh
 
@@ -310,6 +319,7 @@ class SshSession:
             client_keys=self._client_keys(target),
             known_hosts=None,  # accepting this once, on request; recorded below
             tunnel=tunnel,
+            proxy_command=proxy.argv,
             encryption_algs=target.ciphers or (),
             connect_timeout=self.connect_timeout,
         )
@@ -324,29 +334,6 @@ class SshSession:
             f"{key.get_fingerprint()}) in {self.known_hosts_file}"
         )
         return connection
-
-
-TOO_MANY_KEYS = "Too many authentication failures"  # OpenSSH's sshd, past its MaxAuthTries
-
-
-def _login_refused(name: str, target: Endpoint, *, too_many_keys: bool) -> SshLoginError:
-    if too_many_keys:
-        why = (
-            "it cut the login off after too many keys (its MaxAuthTries): the ssh agent's keys "
-            "are offered before the host's own"
-        )
-        fix = (
-            "add `IdentitiesOnly yes` beside the host's IdentityFile in ~/.ssh/config, or "
-            "remove keys from the agent (`ssh-add -D`)"
-        )
-    else:
-        key = target.key_path or "the IdentityFile of ~/.ssh/config, your default keys, the agent"
-        why = f"the server refused the key ({key})"
-        fix = (
-            "check user and key for this host in the hosts file (or the stack's outputs), and "
-            "that the key is in the node's authorized_keys"
-        )
-    return SshLoginError(f"cannot log in to {name} as {target.user!r} ({target})", why=why, fix=fix)
 
 
 def _opened(task: asyncio.Task[asyncssh.SSHClientConnection]) -> bool:
