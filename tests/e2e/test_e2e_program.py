@@ -5,6 +5,7 @@ failures, and the report, compare and resume on its runs."""
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -121,6 +122,28 @@ def test_placeholders_and_variables_carry_each_point_s_values(no_leftovers):
         seen = json.loads((run / f"n{nodes}" / "r0" / "seen.json").read_text())
         assert seen == {"argv": ["--global-batch-size", str(nodes), f"--nodes={nodes}"],
                         "env": str(nodes)}  # fmt: skip
+
+
+def test_a_shell_script_that_changes_directory_is_timed_by_its_optimizer_steps(no_leftovers):
+    """The program is a wrapper that cds elsewhere before Python starts: the step records still
+    land in the launch directory (they went to the wrapper's directory, and the launch was
+    timed whole)."""
+    elsewhere = no_leftovers / "elsewhere"
+    elsewhere.mkdir()
+    wrapper = no_leftovers / "train.sh"
+    wrapper.write_text(
+        f"#!/bin/bash\ncd {shlex.quote(str(elsewhere))}\n"
+        f'exec {shlex.quote(sys.executable)} {shlex.quote(DDP)} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    done, run = bench(
+        no_leftovers, "--", str(wrapper), "--steps", "6", run_id="cd", port=29876,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for nodes in (1, 2):
+        data = result(run, nodes)
+        assert (data["timing"], data["optimizer_steps"]) == ("optimizer steps", 6)
+    assert not (elsewhere / "dtrun-steps").exists()
 
 
 def test_a_program_with_no_optimizer_is_timed_whole_and_says_so(no_leftovers):

@@ -209,6 +209,21 @@ def test_results_without_noise_figures_say_so(tmp_path, fixed_inventory):
     assert [p["verdict"] for p in points] == ["not measured", "not measured"]
 
 
+def test_windows_too_short_to_judge_say_so_not_that_there_are_no_figures(tmp_path, fixed_inventory):
+    """A program's 0.14 s after its warm-up: the report said its ranks never stepped past it."""
+
+    def short(nodes):
+        data = noise_data(nodes, window_s=0.14)
+        for node in data["nodes"]:
+            node.update(steal_share=None, busy_share=None, other_cores=None, other_share=None)
+        return data
+
+    run_dir = build(tmp_path, fixed_inventory, {1: [short(["node-0"])], 2: [short(NODES)]})
+    section = noise_section(run_dir)
+    assert "No launch held a window long enough to judge" in section
+    assert "carry no noise figures" not in section
+
+
 def test_a_busy_machine_before_the_sweep_is_reported(tmp_path, fixed_inventory):
     run_dir = build(tmp_path, fixed_inventory, {1: [quiet(["node-0"], ())], 2: [quiet()]})
     before = {

@@ -18,3 +18,16 @@ def test_node_lines_reach_the_console_until_the_nodes_are_being_stopped(monkeypa
     text = out.export_text()
     assert "[node-0] step 3: loss 2.1" in text
     assert "SignalException" not in text
+
+
+def test_a_line_too_long_to_echo_is_named_by_its_length_and_not_shown(monkeypatch):
+    """Redacting a 200 KB line for the console held the program's pipe for 0.2 s a step."""
+    monkeypatch.setattr(common, "_node_lines_muted", [])
+    out = Console(record=True, width=120)
+    longest = "a" * common.ECHO_LONGEST
+    common.print_node_line(out, "node-0", longest)
+    common.print_node_line(out, "node-0", "b" * (common.ECHO_LONGEST + 1))
+    text = out.export_text()
+    assert longest in text
+    assert "bb" not in text
+    assert f"[node-0] (a line of {common.ECHO_LONGEST + 1:,} characters, not shown" in text
