@@ -1,5 +1,5 @@
 """How the end of dtrun's Slurm job is said and recorded: a cancel squeue cannot confirm after
-a stop, and a job an outside scancel left COMPLETING."""
+a stop, a job an outside scancel left COMPLETING, and a --resume after such an end."""
 
 from __future__ import annotations
 
@@ -23,10 +23,18 @@ from dtrun.engines.slurm.engine import SlurmEngine
 from dtrun.engines.slurm.job import _end_job
 from dtrun.engines.slurm.shell import SlurmShell
 from dtrun.errors import RunError, RunInterruptedError
-from dtrun.record.rundir import create_run_dir
+from dtrun.record.resume import read_resume
+from dtrun.record.rundir import amend, create_run_dir
+from dtrun.record.runsfile import write_runs
 from dtrun.record.writer import release_writer
+from dtrun.report.build import build_report
 from dtrun.spec.cluster import Node
-from dtrun.spec.request import Program, ProgramKind, RunSpec
+from dtrun.spec.outcome import SweepStatus
+from dtrun.spec.request import BenchSpec, Program, ProgramKind, RunSpec
+from dtrun.sweep.run import run_sweep
+from tests.factories import fake_run_dir
+from tests.plans import sweep_plan
+from tests.unit.test_sweep_records import Recorded
 
 NODES = (Node("n1", "10.0.0.1", 8), Node("n2", "10.0.0.2", 8))
 
@@ -164,3 +172,28 @@ def test_a_running_job_is_cancelled_by_dtrun_and_said_so():
     heard: list[str] = []
     _end_job(Running(), "9", heard.append)
     assert heard == ["Slurm job 9 cancelled; squeue no longer lists it"]
+
+
+def test_a_resume_keeps_the_cleanup_an_earlier_run_recorded_and_the_report_shows_it(
+    tmp_path, fixed_inventory
+):
+    """A sweep whose Slurm job's cancel went unconfirmed, then `dtrun bench --resume`: the
+    resume rewrote runs.json and the `cleanup` was gone, though the job may still have held
+    its nodes; nothing in the record or the report said it had happened."""
+    spec = BenchSpec("sw", node_counts=(1, 2), steps=4, warmup=1, repeat=1)
+    run_dir = fake_run_dir(tmp_path / "sw", spec, fixed_inventory, {1: [1.0]})
+    write_runs(run_dir, [], SweepStatus.INTERRUPTED, "stopped by SIGTERM")
+    said = "Slurm job 25 is still unconfirmed (squeue: ...)\n  next: `scancel 25`"
+    amend(run_dir, run_dir.runs, cleanup=said)  # as closed_recorded records it
+    resumed = read_resume(run_dir.path, ())
+    run_sweep(sweep_plan(fixed_inventory, resumed.spec), tmp_path, Recorded(), resumed=resumed)
+    runs = json.loads(run_dir.runs.read_text())
+    assert runs["status"] == SweepStatus.COMPLETE
+    assert runs["earlier_cleanup"] == [said] and "cleanup" not in runs
+    # and a second resume's own cleanup joins it, the earlier kept first
+    amend(run_dir, run_dir.runs, cleanup="second", status="interrupted")
+    assert read_resume(run_dir.path, ()).cleanups == (said, "second")
+    build_report(run_dir)
+    report = run_dir.report.read_text()
+    section = report.split("## What dtrun could not tidy up")[1]
+    assert f"```\n{said}\n```" in section and "```\nsecond\n```" in section
