@@ -22,7 +22,13 @@ from dtrun.cli.common import (
 )
 from dtrun.cli.display import RegistryBar
 from dtrun.cli.options import Launching, Where
-from dtrun.errors import DtrunError, UsageError, interruption
+from dtrun.errors import (
+    DtrunError,
+    RunInterruptedError,
+    UsageError,
+    interrupted_exit_code,
+    interruption,
+)
 from dtrun.spec.text import one_line, plural
 
 if TYPE_CHECKING:
@@ -205,9 +211,10 @@ class Session:
                     secrets[:] = kept_secrets(secrets, cluster.inventory)  # the upload's too
                     warn_oversubscribed(cluster, spec, local_nodes)
                     yield cluster
-            except KeyboardInterrupt:
-                # stopped while the cluster closed: recorded before the copy is uploaded, so
-                # the copy says what the local records and the exit code say
+            except (KeyboardInterrupt, RunInterruptedError):
+                # stopped while the cluster closed (a stop during an unconfirmed cancel raises
+                # the latter): recorded before the copy is uploaded, so the copy says what the
+                # local records and the exit code say
                 self.record_late_stop()
                 raise
 
@@ -216,7 +223,9 @@ class Session:
 def closed_recorded(opening: AbstractContextManager[Opened], run_path: Path) -> Iterator[Opened]:
     """``opening``'s cluster for the block. An error its close raises (a Slurm job whose end
     squeue cannot confirm) comes after the records said how the work ended: it is added to
-    them as `cleanup`, so they say what the terminal and the exit code say."""
+    them as `cleanup`, so they say what the terminal and the exit code say. Where a signal
+    had stopped the work, the exit code stays 128 + it (130, 143, 129): the error says what
+    the close left, the code what ended dtrun, as shells and schedulers read it."""
     entered, body = False, None  # an error opening it, or the block's: the work's to record
     try:
         with opening as cluster:
@@ -230,6 +239,8 @@ def closed_recorded(opening: AbstractContextManager[Opened], run_path: Path) -> 
         if entered and exc is not body:  # the close's own
             with contextlib.suppress(OSError, ValueError, DtrunError):  # its error stands
                 record_cleanup(run_path, exc.message)
+            if isinstance(body, KeyboardInterrupt | RunInterruptedError):
+                exc.exit_code = interrupted_exit_code()
         raise
 
 

@@ -38,7 +38,7 @@ from dtrun.record.readback import (
     read_record,
 )
 from dtrun.record.rundir import HEALTH_FILE, MANIFEST_SCHEMA, RunDir
-from dtrun.record.runsfile import RUNS_SCHEMA, segment_walls, sweep_launches
+from dtrun.record.runsfile import RUNS_SCHEMA, cleanups, segment_walls, sweep_launches
 from dtrun.record.writer import no_launch_recorded
 from dtrun.redact import REDACTED
 from dtrun.spec.launchplan import STEP_DIR
@@ -58,6 +58,8 @@ RUNS_SHAPE = obj(
         "replaced": list_of(kind("an object", dict)),
         "segment_wall_s": list_of(nullable(NUMBER)),
         "wall_s": nullable(NUMBER),
+        "cleanup": TEXT,
+        "earlier_cleanup": list_of(TEXT),
     },
 )
 
@@ -77,6 +79,8 @@ class Resumed:
     # it leaves launches timed in noise out (spec/request.py NOISY_LEFT_OUT); older sweeps: no
     leave_out: bool = True
     complete: bool = False  # runs.json says the sweep ended with every launch run: none left
+    # what earlier runs of dtrun on this sweep could not tidy up (runs.json's `cleanup`)
+    cleanups: tuple[str, ...] = ()
 
     def is_done(self, nodes: int, repeat: int) -> bool:
         return any(run.nodes == nodes and run.repeat == repeat for run in self.done)
@@ -258,7 +262,16 @@ def read_resume(
     replaced = (*earlier, *(run for run in every if run.status is not RunStatus.OK))
     walls = segment_walls(runs, 1 + len(manifest.get("resumed", [])))
     complete = runs.get("status") == SweepStatus.COMPLETE.value
-    return Resumed(run_dir, spec, done, replaced, walls, leaves_out(manifest["bench"]), complete)
+    return Resumed(
+        run_dir,
+        spec,
+        done,
+        replaced,
+        walls,
+        leaves_out(manifest["bench"]),
+        complete,
+        cleanups(runs),
+    )
 
 
 def written_paths(resumed: Resumed, derived: Iterable[str] = ()) -> list[Path]:

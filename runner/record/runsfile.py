@@ -51,6 +51,10 @@ RUNS = obj(
         "wall_s": nullable(WALL_SECONDS),
         "segment_wall_s": list_of(nullable(WALL_SECONDS)),
         "replaced": list_of(obj({"nodes": NODE_COUNT, "wall_s": WALL_SECONDS})),
+        # what a run of dtrun could not tidy up as it ended (a Slurm job whose cancel squeue
+        # did not confirm): this run's, and the earlier runs' a --resume carries forward
+        "cleanup": TEXT,
+        "earlier_cleanup": list_of(TEXT),
     },
 )
 
@@ -62,11 +66,14 @@ def write_runs(
     error: str | None,
     segment_wall_s: Sequence[float | None] = (),
     replaced: Sequence[RunResult] = (),
+    earlier_cleanup: Sequence[str] = (),
 ) -> None:
     """runs.json. ``segment_wall_s``: the wall time of each run of dtrun on this sweep (the
     first, then each --resume), from its start to now; ``wall_s`` is their sum (None when one
     is not known). ``replaced``: launches that ended without a result and that a --resume ran
-    again; they were paid for (the cost section's figures: docs/report.md "Cost")."""
+    again; they were paid for (the cost section's figures: docs/report.md "Cost").
+    ``earlier_cleanup``: the `cleanup` of each earlier run of dtrun on this sweep that had one
+    (runner/cli/session.py closed_recorded): what happened, kept by a --resume."""
     known = [wall for wall in segment_wall_s if wall is not None]
     wall_s = sum(known) if known and len(known) == len(segment_wall_s) else None
     run_dir.write_json(
@@ -80,6 +87,7 @@ def write_runs(
             "segment_wall_s": list(segment_wall_s),
             "runs": [_run(run) for run in runs],
             "replaced": [_run(run) for run in replaced],
+            **({"earlier_cleanup": list(earlier_cleanup)} if earlier_cleanup else {}),
         },
     )
 
@@ -90,6 +98,13 @@ def record_stop_after_sweep(run_dir: RunDir, error: str) -> None:
     data = json.loads(run_dir.runs.read_text())  # written by this run of dtrun a moment ago
     data.update(status=SweepStatus.INTERRUPTED, error=redact_text(error), updated_at=now_iso())
     run_dir.write_json(run_dir.runs, data)
+
+
+def cleanups(runs_data: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every `cleanup` runs.json holds, earlier runs of dtrun's first; a --resume carries them
+    forward (write_runs ``earlier_cleanup``)."""
+    earlier = runs_data.get("earlier_cleanup", [])
+    return (*earlier, *([runs_data["cleanup"]] if runs_data.get("cleanup") else []))
 
 
 def segment_walls(runs_data: Mapping[str, Any], parts: int) -> tuple[float | None, ...]:

@@ -18,6 +18,7 @@ from dtrun import __version__
 from dtrun.azure.sizefacts import ExpectedBusbw, expected_busbw
 from dtrun.predict.predict import CHECKED_INSIDE, CHECKED_OF, CHECKED_WITHIN_5, Prediction
 from dtrun.record.rundir import RunDir
+from dtrun.record.runsfile import cleanups
 from dtrun.record.writer import writer_alive
 from dtrun.redact import redact_text
 from dtrun.render import code_block, environment, render
@@ -113,12 +114,8 @@ THROUGHPUT = _Plot("throughput.png", "tokens/s against nodes, with the ideal lin
 EFFICIENCY = _Plot("efficiency.png", "efficiency against nodes, with the target")
 BUSBW = _Plot("busbw.png", "all-reduce busbw against message size")
 PLOTS = (THROUGHPUT, EFFICIENCY, BUSBW)
-OUTPUTS = (  # what build_report writes (each through a temporary file beside it) or removes
-    "summary.json",
-    "report.md",
-    "report.html",
-    *(plot.name for plot in PLOTS),
-)
+# what build_report writes (each through a temporary file beside it) or removes
+OUTPUTS = ("summary.json", "report.md", "report.html", *(plot.name for plot in PLOTS))
 
 
 def _only(results: Mapping[int, Sequence[Result]], kind: type[T]) -> dict[int, list[T]]:
@@ -313,6 +310,8 @@ def _context(report: Report) -> dict[str, Any]:
         "reproduce": reproducibility(manifest, report.first),
         "command": command_block(manifest),
         "error_block": code_block(str(report.runs["error"])) if report.runs.get("error") else "",
+        # what a run of dtrun on the sweep left to tidy up (runs.json's cleanup), oldest first
+        "cleanup_blocks": [code_block(text) for text in cleanups(report.runs)],
         **_program_context(report),
     }
 

@@ -112,9 +112,8 @@ class _Runner:
         self.current: tuple[Launch, float] | None = None  # the point under way, and its start
         self.answered: set[str] = set()  # nodes that answered (readiness, program check)
         self.started = time.monotonic()  # the sweep's start: its run directory was just made
-        # --resume: earlier runs' wall times, and their launches without a result, run again
-        self.earlier_walls: tuple[float | None, ...] = ()
-        self.replaced: tuple[RunResult, ...] = ()
+        # --resume: the earlier runs' records (wall times, launches without a result, cleanup)
+        self.resumed: Resumed | None = None
         # --step-pattern: node 0's matching lines of the launch under way (arrival, groups)
         self.matched: list[tuple[float, dict[str, str | None]]] = []
 
@@ -232,11 +231,11 @@ class _Runner:
     def write_runs(self) -> None:
         """runs.json; where the sweep failed already, a write refused (a full disk, often that
         failure's cause) raises the failure, saying runs.json lacks it."""
-        walls = (*self.earlier_walls, time.monotonic() - self.started)
+        earlier = self.resumed or Resumed(self.sweep.run_dir, self.plan.spec, ())
+        walls = (*earlier.walls, time.monotonic() - self.started)
         try:
-            write_runs(
-                self.sweep.run_dir, self.sweep.runs, self.status, self.error, walls, self.replaced
-            )
+            run_dir, runs, cleanup = self.sweep.run_dir, self.sweep.runs, earlier.cleanups
+            write_runs(run_dir, runs, self.status, self.error, walls, earlier.replaced, cleanup)
         except DtrunError as refused:  # a write refused: the sweep's first cause is kept
             raise first_cause(self.failure, refused, "runs.json") from None
 
@@ -370,7 +369,7 @@ def run_sweep(  # noqa: PLR0913 - the sweep, its collaborators, and the command 
     sweeping.answered.update(answered)
     if resumed is not None:
         sweeping.sweep.runs.extend(resumed.done)
-        sweeping.earlier_walls, sweeping.replaced = resumed.walls, resumed.replaced
+        sweeping.resumed = resumed
     try:
         try:
             sweeping.sweep.health = sweeping.gate()

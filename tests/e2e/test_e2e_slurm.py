@@ -642,3 +642,28 @@ def test_exec_s_command_failing_on_one_node_answers_its_exit_code(slurm, no_left
     # srun's line for the task's end is not n2's output: the table's exit 3 says it
     assert "Exited with exit code" not in said, said
     assert slurm.jobs() == []
+
+
+def test_a_sigterm_whose_job_cancel_the_frozen_controller_cannot_confirm_exits_143(
+    slurm, no_leftovers
+):
+    """slurmctld stopped (SIGSTOP), then dtrun SIGTERMed: squeue cannot confirm the cancel.
+    dtrun exited 1, as a failed launch does; the signal stopped it, so 143, with the error
+    and run.json's `cleanup` saying what to run once the controller answers."""
+    dtrun, job = _start_sleepers(slurm, no_leftovers, "--port", "29658")
+    controller = slurm.processes[0].pid
+    os.kill(controller, signal.SIGSTOP)
+    try:
+        dtrun.send_signal(signal.SIGTERM)
+        code, said, _nodes = _ended(dtrun, no_leftovers, timeout=300)
+    finally:
+        os.kill(controller, signal.SIGCONT)
+    assert code == 143, said
+    assert f"error: Slurm job {job} is still unconfirmed (squeue: " in said, said
+    assert f"`scancel {job}`" in said
+    record = json.loads((no_leftovers / "runs" / "f" / "run.json").read_text())
+    assert record["status"] == "interrupted"
+    assert f"Slurm job {job} is still unconfirmed" in record["cleanup"]
+    slurm.run("scancel", job)  # what the message says to run, once the controller answers
+    wait_for(lambda: slurm.jobs() == [], timeout=60, what="the job to end")
+    wait_for(lambda: launch_processes() == [], timeout=30, what="the step's processes to end")

@@ -34,7 +34,7 @@ from dtrun.engines.slurm.lease import Lease
 from dtrun.engines.slurm.options import request_of
 from dtrun.engines.slurm.shell import LIVE, SlurmShell, cancel
 from dtrun.engines.slurm.stage import HeadStaging, head_shell
-from dtrun.errors import UsageError
+from dtrun.errors import DtrunError, RunInterruptedError, UsageError, interruption
 from dtrun.spec.cluster import Inventory, Node
 from dtrun.spec.text import plural
 
@@ -189,14 +189,32 @@ def asked_for(
 
 
 def _end_job(shell: SlurmShell, job: str, notice: Notice) -> None:
-    with sigint_deferred():
-        ended = job_end(shell, job, wait_s=0)[0]
-        if ended in LIVE or not ended:  # not listed: cancelled anyway, in case squeue erred
-            cancel(shell, job)
+    """Cancel the job, unless it has ended; a stop (Ctrl-C, SIGTERM) meanwhile comes after.
+    A job COMPLETING had already ended (dtrun had not cancelled it: a scancel from outside,
+    its time limit, its lease): its final state is said once Slurm has it."""
+    with sigint_deferred(replay=False) as stops:
+        try:
+            ended = job_end(shell, job, wait_s=0)[0]
+            if ended in LIVE or not ended:  # not listed: cancelled anyway, in case squeue erred
+                cancel(shell, job)  # a COMPLETING job: waits until it has left
+            if ended == "COMPLETING":
+                ended = job_end(shell, job, wait_s=0)[0] or "COMPLETING, then gone from squeue"
+        except DtrunError as error:
+            if not stops:
+                raise
+            # stopped while the cancel went unconfirmed: the stop is the exit code (143), and
+            # the message keeps what is left to do
+            raise RunInterruptedError(
+                f"{interruption()} while dtrun cancelled Slurm job {job}",
+                why=error.what + (f": {error.why}" if error.why else ""),
+                fix=error.fix,
+            ) from None
     if ended in LIVE or not ended:
         notice(f"Slurm job {job} cancelled; squeue no longer lists it")
     else:  # a scancel from outside, its time limit, a node failure: not dtrun's doing
         notice(f"Slurm job {job} had already ended ({ended})")
+    if stops:
+        raise KeyboardInterrupt  # the stop held back, now that the job has ended
 
 
 def allocation_line(choice: ClusterChoice) -> str:
