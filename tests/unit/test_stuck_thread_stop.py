@@ -125,3 +125,41 @@ def test_daemon_threads_give_results_in_order_and_leave_stuck_calls_at_shutdown(
     assert [thread.daemon for thread in ours] == [True, True]
     release.set()
     assert [stuck[0].result(timeout=30), stuck[1].result(timeout=30)] == [True, True]
+
+
+_TAKEN_BY_A_THREAD = """
+import signal, sys, threading, time
+from dtrun.engines.common.threads import DaemonThreads
+
+workers = []
+
+def stuck(_):
+    workers.append(threading.get_ident())
+    time.sleep(60)  # a `Match exec` command's waitpid, say
+
+def send():  # the kernel gives the stop to the worker, not the main thread (signal(7))
+    while not workers:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    signal.pthread_kill(workers[0], signal.SIGINT)
+
+threading.Thread(target=send, daemon=True).start()
+try:
+    list(DaemonThreads(1, "dtrun-test").map(stuck, [1]))
+except KeyboardInterrupt:
+    print("stopped", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_a_stop_signal_a_worker_thread_takes_still_stops_the_main_thread_s_wait():
+    """Python runs a signal's handler in the main thread, and only once that thread runs
+    Python code again: a stop the kernel gave to a thread stuck in a `Match exec` command held
+    dtrun asleep in its wait for the thread's result, for good (once in a fresh clone's suite).
+    The wait wakes every WAKE_S: stopped within seconds, not after the call's 60 s."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", _TAKEN_BY_A_THREAD], env=env, capture_output=True, text=True,
+        timeout=55, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (130, "stopped\n"), done.stderr

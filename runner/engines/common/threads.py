@@ -6,6 +6,12 @@ concurrent.futures.ThreadPoolExecutor joins its threads twice: its shutdown (``w
 and, at exit, every thread it ever started (Python's own atexit hook); a stuck one kept dtrun
 running after the stop had said so, for good. These threads are daemons, and shutdown never
 waits for them: whoever needs a call's result waits for its Future, which Ctrl-C interrupts.
+
+That wait wakes every WAKE_S. A stop signal sent to dtrun goes to whichever of its threads the
+kernel picks (signal(7)); Python runs its handler in the main thread only, the next time that
+thread runs Python code (the signal module's docs). A signal taken by a thread stuck in a
+`Match exec` command's waitpid left the main thread asleep in a lock's wait for good: once in
+a fresh clone's unit tests (tests/unit/test_stuck_thread_stop.py).
 """
 
 from __future__ import annotations
@@ -13,12 +19,23 @@ from __future__ import annotations
 import functools
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 _Work = tuple[Future[Any], Callable[[], Any]]
+WAKE_S = 0.2  # how often a wait for a result lets the main thread run a stop's handler
+
+
+def result_of(future: Future[T]) -> T:
+    """``future``'s result, waited for in WAKE_S steps: a stop signal that another thread took
+    is handled within one (the module docstring)."""
+    while True:
+        try:
+            return future.result(timeout=WAKE_S)
+        except TimeoutError:
+            continue
 
 
 class DaemonThreads(ThreadPoolExecutor):
@@ -48,6 +65,27 @@ class DaemonThreads(ThreadPoolExecutor):
                 name = f"{self._name}-{self._started}"
                 threading.Thread(target=self._serve, name=name, daemon=True).start()
         return future
+
+    def map(
+        self,
+        fn: Callable[..., T],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+    ) -> Iterator[T]:
+        """Executor.map's results, in order, each waited for by ``result_of``; ``timeout`` and
+        ``chunksize`` are not used (no caller gives them)."""
+        futures = [self.submit(fn, *args) for args in zip(*iterables, strict=False)]
+
+        def results() -> Iterator[T]:
+            try:
+                for future in futures:
+                    yield result_of(future)
+            finally:
+                for future in futures:
+                    future.cancel()
+
+        return results()
 
     def _serve(self) -> None:
         while (work := self._work.get()) is not None:
