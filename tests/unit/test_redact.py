@@ -248,6 +248,7 @@ def test_a_tool_s_own_option_values_are_not_taken_for_its_subcommand(line):
      ("bash", "-c", "mysql --pass train && mariadb --password1 -u bob db"),
      ("bash", "-c", "echo sshpass -p password-file; cat password-file"),
      ("bash", "-c", "echo use sshpass -p 2222 then ssh -p 2222 h"),
+     ("bash", "-c", "srun -N 2 hostname; echo sshpass -p password-file"),
      ("-c", "apt-get install -y sshpass redis-cli -a; ls -a")],
 )  # fmt: skip
 def test_the_same_short_flags_elsewhere_stay_visible(args):
@@ -322,6 +323,21 @@ def test_a_short_flag_tool_where_a_command_starts_or_a_program_s_argument_is_fou
     value that is a line the tool starts, and a program's own arguments, which it may run;
     `--password X` is mysql's flag only where mysql is the command, not a program's word."""
     assert secret_args(args) == ("Passw0rd",)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("bash", "-c", "stdbuf -oL curl -u bob:Passw0rd https://h/x"),
+     ("bash", "-c", "srun -N 2 sshpass -p Passw0rd ssh h"),
+     ("bash", "-c", "mpirun -np 4 -x A curl -fsSLu bob:Passw0rd https://h/x"),
+     ("bash", "-c", "echo `sshpass -p Passw0rd ssh h cat f`"),
+     ("python", "t.py", "--setup=sshpass -p Passw0rd ssh h")],
+)  # fmt: skip
+def test_a_short_flag_tool_after_a_launcher_or_in_backticks_is_found(args):
+    """A tool after a launcher whose options dtrun does not list (srun, mpirun, stdbuf), between
+    backticks, or in an option's value after `=`: its password showed in every record."""
+    assert secret_args(args) == ("Passw0rd",)
+    assert "Passw0rd" not in " ".join(redact_args(args))
 
 
 @pytest.mark.parametrize(
