@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dtrun import redact
 from dtrun.engines.ssh.endpoint import resolve
 from dtrun.engines.ssh.proxy import MARK, ProxyLoop, ProxyRun
 
@@ -59,6 +60,18 @@ def test_a_failed_proxycommand_says_its_last_lines_with_secrets_hidden(tmp_path)
     run.remove()
     assert not target_stderr.exists()
     assert ProxyRun().said() == ""  # no ProxyCommand: nothing added
+
+
+@pytest.mark.parametrize("secret", ["hunter2pw", "s3cr3t-Pass-0042", "aB9xY7wQ2zLm5Rt8"])
+def test_a_secret_a_line_break_cuts_in_a_proxycommand_s_stderr_is_hidden(tmp_path, secret):
+    """Its last lines are quoted apart, joined by " | ": each part of a secret the command
+    wrapped showed, where a log's lines (runner/execute/failure.py) were masked together."""
+    redact.remember_secrets([secret])
+    stderr = tmp_path / "stderr"
+    stderr.write_text(f"auth with {secret[:5]}\n{secret[5:]} refused\n")
+    said = ProxyRun("ssh -W n:22 bastion", (MARK, str(stderr), "ssh"), str(stderr)).said()
+    assert secret[:5] not in said and secret[5:] not in said
+    assert "auth with" in said and "refused" in said
 
 
 def test_asyncio_s_early_reaping_warning_is_kept_off_the_terminal(ssh_config, caplog):

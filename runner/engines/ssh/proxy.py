@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dtrun.engines.ssh.endpoint import Endpoint
-from dtrun.redact import pem_lines, redact_text
+from dtrun.redact import pem_lines, redact_cuts, redact_text
 
 P = TypeVar("P", bound=asyncio.BaseProtocol)
 # The first of the argv that asyncssh is given: ``ProxyLoop`` takes it and the stderr file's
@@ -137,8 +137,9 @@ def _tail(path: str) -> str:
             text = file.read().decode(errors="replace")
     except OSError:
         return "nothing dtrun could read"
-    # a key printed line by line, hidden before its last lines alone are quoted
-    lines = [line.strip() for line in pem_lines(text).splitlines() if line.strip()]
+    # a key printed line by line, and a secret a line break cuts, hidden before its last
+    # lines alone are quoted
+    lines = [line.strip() for line in pem_lines(redact_cuts(text)).splitlines() if line.strip()]
     if not lines:
         return "nothing on stderr"
     return '"' + " | ".join(redact_text(_cut(line)) for line in lines[-SAID_LINES:]) + '"'
