@@ -769,6 +769,28 @@ def test_a_node_line_ending_with_a_secret_s_start_waits_for_the_next_on_the_cons
     assert out.getvalue().endswith("[node-0] last: hu\n")
 
 
+@pytest.mark.parametrize("cut", [("pw: hu", "nt3", "rPw9 x"), ("pw: hu", "n", "t3r", "Pw9 x")])
+def test_a_secret_cut_in_three_lines_or_more_is_masked_on_each_on_the_console(monkeypatch, cut):
+    """A line that is wholly the next part of a value the held line starts is held with it:
+    each part showed (`hu`, `nt3`, `rPw9`) where only two lines were read together."""
+    import io
+
+    from dtrun.cli import common
+    from dtrun.cli.inert import inert_console_class
+
+    monkeypatch.setattr(redact, "_process", Redactor.of(["hunt3rPw9"]))
+    monkeypatch.setattr(common, "HOLD_S", 60.0)  # shown by the next line, not by the clock
+    out = io.StringIO()
+    show = inert_console_class()(file=out)
+    for line in (*cut, "pw: hu", "n ok"):
+        common.print_node_line(show, "node-0", line)
+    middle = [f"[node-0] {REDACTED}\n"] * (len(cut) - 2)
+    assert out.getvalue() == "".join(
+        [f"[node-0] pw: {REDACTED}\n", *middle, f"[node-0] {REDACTED} x\n"]
+        + ["[node-0] pw: hu\n", "[node-0] n ok\n"]
+    )
+
+
 def test_a_node_line_ending_with_one_character_of_a_secret_is_shown_and_the_rest_masked(
     monkeypatch,
 ):
