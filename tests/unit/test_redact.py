@@ -785,10 +785,8 @@ def test_a_secret_cut_in_three_lines_or_more_is_masked_on_each_on_the_console(mo
     for line in (*cut, "pw: hu", "n ok"):
         common.print_node_line(show, "node-0", line)
     middle = [f"[node-0] {REDACTED}\n"] * (len(cut) - 2)
-    assert out.getvalue() == "".join(
-        [f"[node-0] pw: {REDACTED}\n", *middle, f"[node-0] {REDACTED} x\n"]
-        + ["[node-0] pw: hu\n", "[node-0] n ok\n"]
-    )
+    masked = [f"[node-0] pw: {REDACTED}\n", *middle, f"[node-0] {REDACTED} x\n"]
+    assert out.getvalue() == "".join([*masked, "[node-0] pw: hu\n", "[node-0] n ok\n"])
 
 
 def test_a_node_line_ending_with_one_character_of_a_secret_is_shown_and_the_rest_masked(
