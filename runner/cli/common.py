@@ -267,12 +267,18 @@ def print_node_line(console: Console, node: str, line: str) -> None:
     with _HOLDING:
         held = _held.pop(node, None)
         if held is not None:  # its end may be a secret's start, that this line's start ends
+            carry = held.carry + state.strip()
+            if not held.shown and state.strip() and hide.started(carry) == len(carry):
+                # the whole line goes on with that start (a value cut in three): held too
+                _held[node] = dataclasses.replace(held, line=f"{held.line}\n{state}", carry=carry)
+                return
             before, state = hide.seam(held.line, state)
             if not held.shown:
-                _show(held.console, node, before)
+                _show_lines(held.console, node, before)
         started = hide.started(state)
         if started >= HOLD_FROM:
-            _held[node] = _Held(console, state, time.monotonic() + HOLD_S)
+            carry = state.rstrip()[-started:]
+            _held[node] = _Held(console, state, time.monotonic() + HOLD_S, carry=carry)
             _start_releasing()
         else:
             _show(console, node, state)
@@ -295,6 +301,7 @@ class _Held:
     line: str
     due: float
     shown: bool = False  # shown when due: the next line's part is still masked
+    carry: str = ""  # the start of a value its lines end with
 
 
 _held: dict[str, _Held] = {}
@@ -306,7 +313,7 @@ def _release(until: float | None) -> None:
     for node, held in list(_held.items()):
         if not held.shown and (until is None or held.due <= until):
             _held[node] = dataclasses.replace(held, shown=True)  # once, whatever the writing
-            _show(held.console, node, held.line)
+            _show_lines(held.console, node, held.line)
 
 
 def _start_releasing() -> None:
@@ -331,6 +338,11 @@ def release_node_lines() -> None:
     with _HOLDING:
         _release(None)
         _held.clear()
+
+
+def _show_lines(console: Console, node: str, lines: str) -> None:
+    for line in lines.split("\n"):  # held lines, each read as the node's one line
+        _show(console, node, line)
 
 
 def _show(console: Console, node: str, state: str) -> None:

@@ -242,9 +242,9 @@ def shell_words(args: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(words)
 
 
-# shlex's punctuation and a new line: `wandb login<newline>python x` is two commands, so
-# `python` was taken for wandb's key
-_PUNCTUATION = "();<>|&\n"
+# shlex's punctuation, a new line and a backtick: `wandb login<newline>python x` is two
+# commands, so `python` was taken for wandb's key; a command between backticks is one too
+_PUNCTUATION = "();<>|&\n`"
 _ENDS = frozenset(_PUNCTUATION)
 _SHELL_BREAKS = re.compile(r"[\s;&|<>()]+")
 
@@ -322,8 +322,12 @@ def line_secrets(args: tuple[str, ...]) -> tuple[str, ...]:
     words = shell_words(args)
     found = [*scan_args(args)[1], *scan_args(words, True)[1]]
     found += scan_args(shell_words(words), True)[1]
-    # an option's value that is a line a short-flag tool starts (`--setup 'sshpass -p PW h'`)
-    for line in (b for a, b in itertools.pairwise((*args, "", *words)) if a[:1] == "-"):
+    # an option's value that is a line a short-flag tool starts (`--setup 'sshpass -p PW h'`,
+    # `--setup='sshpass -p PW h'`)
+    pairs = itertools.pairwise((*args, "", *words))
+    values = [b for a, b in pairs if a[:1] == "-"]
+    values += [a.partition("=")[2] for a in args if a[:1] == "-" and "=" in a]
+    for line in values:
         passwords = tool_passwords(shell_words((line,)), REDACTED, anywhere=False, bare=False)
         found += [x for _, _, password in passwords for x in unquoted(password)]
     found += [value for arg in args for value in _quoted_pairs(arg)]

@@ -90,12 +90,17 @@ _WRAPPERS: dict[str, tuple[frozenset[str], int]] = {
     **dict.fromkeys(("nohup", "command", "if", "then", "else", "elif", "while", "until", "do",
                      "!", "{"), (frozenset[str](), 0)),
 }  # fmt: skip
+# Launchers with many options, some taking a value (`srun -N 2 CMD`, `mpirun -np 4 CMD`,
+# `stdbuf -oL CMD`), not listed: each word after one, up to its command's end, may start the
+# command it runs.
+_LAUNCHERS = frozenset({"srun", "mpirun", "mpiexec", "stdbuf", "taskset", "numactl", "ionice",
+                        "setsid", "chrt", "flock", "unbuffer", "watch", "parallel"})  # fmt: skip
 # A variable set for the command, before it or after env (`A=1 wandb login KEY`).
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
 # curl's switches that a bundle holds before -u (`curl -fsSLu bob:PW`, `-ksubob:PW`).
 _CURL_SWITCHES = frozenset("fsSLkvi")
 # Shell words that end a command: the next word names a tool again (`sshpass -p X ssh h; ls -p`).
-_COMMAND_ENDS = frozenset({";", "&&", "||", "|", "|&", "&", "(", ")", "\n"})
+_COMMAND_ENDS = frozenset({";", "&&", "||", "|", "|&", "&", "(", ")", "\n", "`"})
 
 
 def _password(how: str, value: str, mark: str) -> tuple[str, str] | None:
@@ -190,12 +195,15 @@ def _tool(args: tuple[str, ...], index: int) -> tuple[str, int]:
 def _command_starts(args: tuple[str, ...]) -> Iterator[int]:
     """The indexes of ``args`` where a command starts: the first word, after a word that ends
     a command (``;``, ``&&``, ``|``, a new line, ``(``), after the variables set before it and
-    after a tool that runs it (``sudo -u bob CMD``, ``env A=1 CMD``, ``ssh -p 22 HOST CMD``)."""
-    expect, valued, before, index = True, frozenset[str](), 0, 0
+    after a tool that runs it (``sudo -u bob CMD``, ``env A=1 CMD``, ``ssh -p 22 HOST CMD``)
+    and at each word after a launcher (``_LAUNCHERS``)."""
+    expect, valued, before, index, loose = True, frozenset[str](), 0, 0, False
     while index < len(args):
         arg, option = args[index], args[index][:1] in ("-", "+") and len(args[index]) > 1
         if arg in _COMMAND_ENDS:
-            expect, valued, before = True, frozenset(), 0
+            expect, valued, before, loose = True, frozenset(), 0, False
+        elif loose and not option:
+            yield index
         elif not expect or _ASSIGNMENT.fullmatch(arg):
             pass
         elif option:  # a wrapper's, or those of the program whose arguments these are
@@ -209,7 +217,7 @@ def _command_starts(args: tuple[str, ...]) -> Iterator[int]:
             if both in _WRAPPERS:  # `docker exec`: the subcommand runs the command
                 name, index = both, index + 1
             valued, before = _WRAPPERS.get(name, (frozenset(), -1))
-            expect = before >= 0
+            expect, loose = before >= 0, name in _LAUNCHERS
         index += 1
 
 

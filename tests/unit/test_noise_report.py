@@ -465,3 +465,23 @@ def test_a_launch_without_load_figures_is_named_beside_the_launches_measured():
         "The 2-node point's CPU steal and other load were not measured in launch 2 "
         "(window too short: 19 ms, under 20 clock ticks)"
     )
+
+
+def test_a_point_left_out_in_noise_and_one_partly_measured_say_both(tmp_path, fixed_inventory):
+    """The findings' line said "no measured figure crossed a noise threshold" where a launch
+    crossed one and was left out: each is said."""
+    calm, loud = quiet(["node-0"], ()), noise_data(["node-0"], other_cores=0.5, probe_s=None)
+    throughput = {1: [1000.0, 500.0, 1000.0], 2: [1900.0] * 3}
+    noise = {1: [calm, loud, calm], 2: [short_window()] * 3}
+    bench = BenchSpec(run_id="b", repeat=3)
+    run_dir = fake_run_dir(tmp_path / "b", bench, fixed_inventory, throughput, noise=noise)
+    build_report(run_dir)
+    summary = json.loads(run_dir.summary.read_text())
+    assert [p["left_out"] for p in summary["noise"]["points"]] == [[2], []]
+    report = run_dir.report.read_text()
+    assert "no measured figure crossed" not in report
+    assert (
+        "- **Noise**: quiet once 1 launch timed in noise was left out, but CPU steal and other "
+        "load were not measured at 2 nodes (window too short: 19 ms, under 20 clock ticks): "
+        "only the slowest rank was (see Noise)." in report
+    )

@@ -248,6 +248,7 @@ def test_a_tool_s_own_option_values_are_not_taken_for_its_subcommand(line):
      ("bash", "-c", "mysql --pass train && mariadb --password1 -u bob db"),
      ("bash", "-c", "echo sshpass -p password-file; cat password-file"),
      ("bash", "-c", "echo use sshpass -p 2222 then ssh -p 2222 h"),
+     ("bash", "-c", "srun -N 2 hostname; echo sshpass -p password-file"),
      ("-c", "apt-get install -y sshpass redis-cli -a; ls -a")],
 )  # fmt: skip
 def test_the_same_short_flags_elsewhere_stay_visible(args):
@@ -322,6 +323,21 @@ def test_a_short_flag_tool_where_a_command_starts_or_a_program_s_argument_is_fou
     value that is a line the tool starts, and a program's own arguments, which it may run;
     `--password X` is mysql's flag only where mysql is the command, not a program's word."""
     assert secret_args(args) == ("Passw0rd",)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("bash", "-c", "stdbuf -oL curl -u bob:Passw0rd https://h/x"),
+     ("bash", "-c", "srun -N 2 sshpass -p Passw0rd ssh h"),
+     ("bash", "-c", "mpirun -np 4 -x A curl -fsSLu bob:Passw0rd https://h/x"),
+     ("bash", "-c", "echo `sshpass -p Passw0rd ssh h cat f`"),
+     ("python", "t.py", "--setup=sshpass -p Passw0rd ssh h")],
+)  # fmt: skip
+def test_a_short_flag_tool_after_a_launcher_or_in_backticks_is_found(args):
+    """A tool after a launcher whose options dtrun does not list (srun, mpirun, stdbuf), between
+    backticks, or in an option's value after `=`: its password showed in every record."""
+    assert secret_args(args) == ("Passw0rd",)
+    assert "Passw0rd" not in " ".join(redact_args(args))
 
 
 @pytest.mark.parametrize(
@@ -751,6 +767,26 @@ def test_a_node_line_ending_with_a_secret_s_start_waits_for_the_next_on_the_cons
     assert out.getvalue() == (f"[node-1] step 1\n[node-0] pw: {REDACTED}\n[node-0] {REDACTED} ok\n")
     common.release_node_lines()
     assert out.getvalue().endswith("[node-0] last: hu\n")
+
+
+@pytest.mark.parametrize("cut", [("pw: hu", "nt3", "rPw9 x"), ("pw: hu", "n", "t3r", "Pw9 x")])
+def test_a_secret_cut_in_three_lines_or_more_is_masked_on_each_on_the_console(monkeypatch, cut):
+    """A line that is wholly the next part of a value the held line starts is held with it:
+    each part showed (`hu`, `nt3`, `rPw9`) where only two lines were read together."""
+    import io
+
+    from dtrun.cli import common
+    from dtrun.cli.inert import inert_console_class
+
+    monkeypatch.setattr(redact, "_process", Redactor.of(["hunt3rPw9"]))
+    monkeypatch.setattr(common, "HOLD_S", 60.0)  # shown by the next line, not by the clock
+    out = io.StringIO()
+    show = inert_console_class()(file=out)
+    for line in (*cut, "pw: hu", "n ok"):
+        common.print_node_line(show, "node-0", line)
+    middle = [f"[node-0] {REDACTED}\n"] * (len(cut) - 2)
+    masked = [f"[node-0] pw: {REDACTED}\n", *middle, f"[node-0] {REDACTED} x\n"]
+    assert out.getvalue() == "".join([*masked, "[node-0] pw: hu\n", "[node-0] n ok\n"])
 
 
 def test_a_node_line_ending_with_one_character_of_a_secret_is_shown_and_the_rest_masked(

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 from pathlib import Path
 
 import pytest
 
+from dtrun import redact
 from dtrun.engines.ssh.endpoint import resolve
 from dtrun.engines.ssh.proxy import MARK, ProxyLoop, ProxyRun
+from dtrun.redact import REDACTED
 
 
 @pytest.fixture
@@ -59,6 +62,33 @@ def test_a_failed_proxycommand_says_its_last_lines_with_secrets_hidden(tmp_path)
     run.remove()
     assert not target_stderr.exists()
     assert ProxyRun().said() == ""  # no ProxyCommand: nothing added
+
+
+@pytest.mark.parametrize("secret", ["hunter2pw", "s3cr3t-Pass-0042", "aB9xY7wQ2zLm5Rt8"])
+def test_a_secret_a_line_break_cuts_in_a_proxycommand_s_stderr_is_hidden(tmp_path, secret):
+    """Its last lines are quoted apart, joined by " | ": each part of a secret the command
+    wrapped showed, where a log's lines (runner/execute/failure.py) were masked together."""
+    redact.remember_secrets([secret])
+    stderr = tmp_path / "stderr"
+    stderr.write_text(f"auth with {secret[:5]}\n{secret[5:]} refused\n")
+    said = ProxyRun("ssh -W n:22 bastion", (MARK, str(stderr), "ssh"), str(stderr)).said()
+    assert secret[:5] not in said and secret[5:] not in said
+    assert "auth with" in said and "refused" in said
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["sshpass -p Hunter2pw ssh -W n:22 bastion", "sh -c 'curl -su bob:Hunter2pw https://b/n'"],
+)
+def test_a_password_in_a_proxycommand_s_words_is_hidden_where_it_is_named(tmp_path, written):
+    """The error quotes the command as ~/.ssh/config writes it: a tool's password in it (not a
+    secret dtrun was given, nor a token's shape) showed there."""
+    stderr = tmp_path / "stderr"
+    stderr.write_text(f"debug1: Executing proxy command: exec {written}\nPermission denied\n")
+    argv = (MARK, str(stderr), *shlex.split(written))
+    said = ProxyRun(written, argv, str(stderr)).said()
+    assert "Hunter2pw" not in said and "Permission denied" in said
+    assert said.startswith(f"; its ProxyCommand `{written.replace('Hunter2pw', REDACTED)}`")
 
 
 def test_asyncio_s_early_reaping_warning_is_kept_off_the_terminal(ssh_config, caplog):

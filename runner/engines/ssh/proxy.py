@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dtrun.engines.ssh.endpoint import Endpoint
-from dtrun.redact import pem_lines, redact_text
+from dtrun.redact import Redactor, pem_lines, redact_cuts, redact_text, secret_args
 
 P = TypeVar("P", bound=asyncio.BaseProtocol)
 # The first of the argv that asyncssh is given: ``ProxyLoop`` takes it and the stderr file's
@@ -109,8 +109,10 @@ class ProxyRun:
         """What the error's why adds: the command and the last lines it wrote on stderr."""
         if self.argv is None:
             return ""
-        written = redact_text(_cut(self.written))
-        return f"; its ProxyCommand `{written}` said {_tail(self.stderr)}"
+        # a password the command's words hold (`sshpass -p PW ssh -W %h:%p bastion`) too
+        hide = Redactor.of(secret_args(self.argv[2:]))
+        written = redact_text(_cut(hide.text(self.written)))
+        return f"; its ProxyCommand `{written}` said {_tail(self.stderr, hide)}"
 
     def fix(self, target: Endpoint) -> str:
         """What to do when the node was not reached through the command ("" without one)."""
@@ -130,15 +132,17 @@ class ProxyRun:
                 Path(self.stderr).unlink()
 
 
-def _tail(path: str) -> str:
+def _tail(path: str, hide: Redactor) -> str:
     try:
         with Path(path).open("rb") as file:
             file.seek(max(0, os.fstat(file.fileno()).st_size - READ_BYTES))
             text = file.read().decode(errors="replace")
     except OSError:
         return "nothing dtrun could read"
-    # a key printed line by line, hidden before its last lines alone are quoted
-    lines = [line.strip() for line in pem_lines(text).splitlines() if line.strip()]
+    # a key printed line by line, a secret a line break cuts and a password of the command's
+    # words (`ssh -v` says the command it runs), hidden before its last lines alone are quoted
+    text = pem_lines(redact_cuts(hide.text(text)))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return "nothing on stderr"
     return '"' + " | ".join(redact_text(_cut(line)) for line in lines[-SAID_LINES:]) + '"'
