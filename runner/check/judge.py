@@ -243,6 +243,8 @@ def _cpu_held(index: int, measured: Measured) -> str | None:
     """Why a node's slow all-reduces are its CPU's: its processes waited for a CPU far more
     than the other nodes' (a quota, or a job beside it, that holds it back part of the time:
     its compute's best-of timings can miss it, every all-reduce it joins waits on it)."""
+    if measured.device == "cuda":  # NCCL's all-reduce is the GPUs' work, and the figures
+        return None  # above were measured on CPU ranks only
     waits = measured.cpu_wait
     mine = waits[index] if index < len(waits) else None
     theirs = [w for i, w in enumerate(waits) if i != index and w is not None]

@@ -241,6 +241,15 @@ def test_a_slow_link_to_a_node_held_back_by_its_cpu_is_the_node_s_not_the_link_s
     assert [(link.a, link.b) for link in quiet.slow_links] == [("10.0.0.0", "10.0.0.1")]
 
 
+def test_on_gpus_a_node_s_cpu_wait_names_no_cause_its_slow_link_stays_the_link_s():
+    """The CPU wait's figures come from CPU ranks, whose all-reduce is their CPU's work; NCCL's
+    is the GPUs'. On GPU nodes a link slow beside a busier CPU stays a slow link."""
+    waits = (0.25, 1.12, 0.26, 0.29)
+    report = check(replace(measured(pairs={(0, 1): 0.21}, device="cuda"), cpu_wait=waits))
+    assert [(link.a, link.b) for link in report.slow_links] == [("10.0.0.0", "10.0.0.1")]
+    assert Cause.COMPUTE not in {node.cause for node in report.flagged_nodes}
+
+
 def test_a_rank_s_cpu_wait_is_read_as_its_node_s_share_of_the_cycles():
     data = _two_nodes()
     data["ranks"][0].update(cpu_wait_s=0.5, measured_s=10.0)
