@@ -188,6 +188,27 @@ def _stop_on_signals() -> None:
             signal.signal(signum, _stop_like_ctrl_c)
 
 
+def _exit_stands() -> None:
+    """dtrun's exit is decided (its code, its last message): a stop signal from here on, or
+    one still pending, changes nothing. Handled, it would raise KeyboardInterrupt in place of
+    the exit (a traceback, then death by SIGINT); once the ending interpreter has dropped
+    Python's handlers, the signal's default action would kill dtrun (-2, -15) after its error
+    said 143. An ignored signal stays ignored to the process's end; Ctrl-\\ (SIGQUIT) still
+    kills an exit that hangs."""
+    for signum, action in (
+        (signal.SIGINT, signal.SIG_IGN),
+        (signal.SIGTERM, signal.SIG_IGN),
+        (signal.SIGHUP, signal.SIG_IGN),
+        (signal.SIGQUIT, signal.SIG_DFL),
+    ):
+        while True:
+            try:
+                signal.signal(signum, action)
+                break
+            except KeyboardInterrupt:  # a pending stop, run as signal.signal looks first
+                continue
+
+
 def _print_bug(exc: BaseException, heading: str = "") -> None:
     """A bug's traceback, as Python prints one, with every secret this process knows masked:
     its message or a line of its source may quote one (docs/security.md). Typer's own printer
@@ -212,10 +233,18 @@ def main() -> None:
     threading.excepthook = _print_thread_bug
     try:
         app()
+    except KeyboardInterrupt:
+        # a stop while click ended dtrun (dtrun's own stops end in user_errors, click's own
+        # Ctrl-C in "Aborted!"): the exit was decided and said; the stop is its code, no
+        # traceback, no death by SIGINT as Python ends a program a KeyboardInterrupt ended
+        from dtrun.errors import interrupted_exit_code
+
+        sys.exit(interrupted_exit_code())
     except Exception as exc:  # not dtrun's own errors (user_errors): a bug, traceback and exit 1
         _print_bug(exc)
         sys.exit(1)
     finally:
+        _exit_stands()
         # Nothing is collected after this point: move every object out of the collector's
         # reach, so interpreter shutdown does not walk matplotlib's and torch's object graphs
         # (a tenth of a second, every run).

@@ -5,6 +5,7 @@ that still bills (or its teardown). A command body says only what it does on the
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -238,25 +239,31 @@ def closed_recorded(opening: AbstractContextManager[Opened], run_path: Path) -> 
     except DtrunError as exc:
         if entered and exc is not body:  # the close's own
             with contextlib.suppress(OSError, ValueError, DtrunError):  # its error stands
-                record_cleanup(run_path, exc.message)
+                if record_cleanup(run_path, exc.message):  # the report was built before it
+                    report = f"`dtrun report {shlex.quote(str(run_path))}` adds this to the report"
+                    exc.fix = f"{exc.fix}; {one_line(report)}" if exc.fix else one_line(report)
             if isinstance(body, KeyboardInterrupt | RunInterruptedError):
                 exc.exit_code = interrupted_exit_code()
         raise
 
 
-def record_cleanup(run_path: Path, message: str) -> None:
+def record_cleanup(run_path: Path, message: str) -> bool:
     """``message`` as `cleanup` in the run directory's record (run.json, a sweep's runs.json)
-    where this dtrun wrote it; a run directory it does not hold (another run's) is left."""
+    where this dtrun wrote it; a run directory it does not hold (another run's) is left.
+    True where the run directory has a report, built before this (`dtrun report` adds it)."""
     from dtrun.record.rundir import RunDir, amend
     from dtrun.record.writer import holds_writer
     from dtrun.redact import redact_text
 
     if not holds_writer(run_path):
-        return
+        return False
     run_dir = RunDir(run_path)
+    amended = False
     for record in (run_path / "run.json", run_dir.runs):
         if record.is_file():
             amend(run_dir, record, cleanup=redact_text(message))
+            amended = True
+    return amended and run_dir.report.is_file()
 
 
 def warn_oversubscribed(cluster: Cluster, spec: LaunchRequest, local_nodes: int) -> None:

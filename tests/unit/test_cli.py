@@ -375,3 +375,72 @@ def test_a_port_another_program_listens_on_is_named_before_anything_starts(tmp_p
     runs = json.loads((tmp_path / "runs" / "busy" / "runs.json").read_text())
     assert runs["status"] == "failed" and "is in use" in runs["error"]
     assert not list((tmp_path / "runs" / "busy").glob("n1/r0/*.log"))  # no node was started
+
+
+@pytest.mark.parametrize("late", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_stop_signal_while_dtrun_exits_leaves_its_exit_code(late):
+    """A stop that comes once dtrun's exit is decided (its error printed, 143) changed it: one
+    in the interpreter's end, after Python dropped its handlers, killed dtrun with the
+    signal's default action (-2 for SIGINT), as a SIGTERM after a Slurm sweep's last point once
+    did. The object whose collection sends it stands for that moment."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, sys\n"
+        "import dtrun.cli.app as cli\n"
+        "class Late:\n"
+        "    def __init__(self):\n"
+        f"        self.kill, self.pid, self.sig = os.kill, os.getpid(), signal.{late}\n"
+        "    def __del__(self):  # while the interpreter ends\n"
+        "        self.kill(self.pid, self.sig)\n"
+        "def stopped():\n"
+        "    print('error: stopped by SIGTERM', file=sys.stderr)\n"
+        "    raise SystemExit(143)\n"
+        "cli.app = stopped\n"
+        "sys.late = Late()\n"
+        "cli.main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False,
+        preexec_fn=_default_stops,
+    )  # fmt: skip
+    assert done.returncode == 143, (done.returncode, done.stderr)
+    assert done.stderr == "error: stopped by SIGTERM\n"
+
+
+def _default_stops() -> None:
+    """A terminal's command: the stop signals at their defaults, unblocked."""
+    import signal
+
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    for signum in stops:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+
+
+def test_a_stop_while_click_ends_dtrun_exits_with_its_code_and_no_traceback():
+    """A SIGTERM while click raised dtrun's exit (its error already printed) came out of main
+    as KeyboardInterrupt: a traceback, then death by SIGINT (Python's end for a program a
+    KeyboardInterrupt ended)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, sys\n"
+        "import dtrun.cli.app as cli\n"
+        "def stopped():\n"
+        "    print('error: the sweep failed', file=sys.stderr)\n"
+        "    try:\n"
+        "        raise SystemExit(1)\n"
+        "    finally:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "cli.app = stopped\n"
+        "cli.main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False,
+        preexec_fn=_default_stops,
+    )  # fmt: skip
+    assert done.returncode == 143, (done.returncode, done.stderr)
+    assert done.stderr == "error: the sweep failed\n"

@@ -21,7 +21,7 @@ from dtrun.engines.registry import EngineOptions
 from dtrun.engines.slurm.allocation import slurm_inventory
 from dtrun.engines.slurm.engine import SlurmEngine
 from dtrun.engines.slurm.job import _end_job
-from dtrun.engines.slurm.shell import SlurmShell
+from dtrun.engines.slurm.shell import SlurmShell, cancel
 from dtrun.errors import RunError, RunInterruptedError
 from dtrun.record.resume import read_resume
 from dtrun.record.rundir import amend, create_run_dir
@@ -76,6 +76,8 @@ def _session(tmp_path, monkeypatch, shell: SlurmShell) -> sessions.Session:
             yield Cluster(inventory, None, choice, SlurmEngine())  # type: ignore[arg-type]
         finally:
             monkeypatch.setattr("dtrun.engines.slurm.shell.CANCEL_WAIT_S", 0.0)
+            # cancel's wait_s took the 60 s default at its definition: 60 s a test
+            monkeypatch.setattr(cancel, "__kwdefaults__", {"wait_s": 0.0})
             _end_job(shell, "25", lambda _: None)
 
     monkeypatch.setattr(sessions, "opened", slurm_job)
@@ -197,3 +199,25 @@ def test_a_resume_keeps_the_cleanup_an_earlier_run_recorded_and_the_report_shows
     report = run_dir.report.read_text()
     section = report.split("## What dtrun could not tidy up")[1]
     assert f"```\n{said}\n```" in section and "```\nsecond\n```" in section
+
+
+@pytest.mark.parametrize("reported", [True, False])
+def test_an_unconfirmed_cancel_after_the_report_says_dtrun_report_adds_it(
+    tmp_path, monkeypatch, sigterm, reported
+):
+    """The report a sweep builds before its cluster closes lacks the `cleanup` the close's
+    error adds to runs.json (`dtrun report` shows it): the message did not say so."""
+    current = _session(tmp_path, monkeypatch, _Frozen(stop_at=2))
+    with pytest.raises(RunInterruptedError) as raised, current.cluster(SPEC, 1):
+        run_dir = create_run_dir(tmp_path, "r1")
+        write_runs(run_dir, [], SweepStatus.COMPLETE, None)
+        if reported:
+            run_dir.report.write_text("# dtrun r1\n")
+        current.ended("the sweep", lambda error: None)
+    release_writer()
+    said = json.loads(run_dir.runs.read_text())["cleanup"]
+    assert "Slurm job 25 is still unconfirmed" in said and "dtrun report" not in said
+    hint = f"`dtrun report {tmp_path / 'r1'}` adds this to the report"
+    assert raised.value.fix.startswith("once the controller answers")
+    assert raised.value.fix.endswith(f"; {hint}") is reported
+    assert raised.value.exit_code == 143
