@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 import sys
@@ -14,6 +15,7 @@ from typing import IO, TYPE_CHECKING
 
 import typer
 
+from dtrun.cli.echoing import Echo
 from dtrun.errors import DtrunError, interrupted_exit_code, interruption
 from dtrun.redact import (
     pem_line,
@@ -211,19 +213,22 @@ def mute_node_lines() -> None:
 
 
 _WRITING = threading.Lock()  # node lines written without rich (print_node_line)
+_ECHO = Echo()  # the lines of a run's nodes, shown apart from the threads reading them
 # A progress bar's states (a line ending "\r", runner/engines/common/scripts.py segments): one
 # shown per node this often, and the bar's last state, which ends its line, always.
 PROGRESS_EVERY_S = 10.0
 _progress_shown: dict[str, float] = {}
 _pem_prefixes: dict[str, str | None] = {}  # a node printing a private key line by line
-# The longest line the console echoes, in characters. Redaction costs about 1 us a character
-# in the thread that reads the node's pipe, so a program printing a 200 KB line a step waited
-# on dtrun: its 21 ms steps were timed at 235 ms unless --quiet. Its node log keeps it whole.
+# The longest line the console echoes, in characters. Redaction costs about 1 us a character:
+# a 200 KB line a step held the echo 0.2 s a step, and, while the echo ran in the thread that
+# reads the node's pipe, the program's 21 ms steps were timed at 235 ms unless --quiet (the echo
+# has a thread of its own now: runner/cli/echoing.py). Its node log keeps it whole.
 ECHO_LONGEST = 8192
 
 
 def new_progress_clocks() -> None:
     """A launch begins: its bars' first states show at once, whenever the last launch's did."""
+    _ECHO.drain()  # the last launch's lines first, on the last launch's clocks
     _progress_shown.clear()
 
 
@@ -333,8 +338,21 @@ def _start_releasing() -> None:
     _HOLDING.notify()
 
 
+def queue_node_line(console: Console, node: str, line: str) -> None:
+    """``print_node_line``, by the echo's own thread: the thread that reads the node's pipe
+    never waits on the console (runner/cli/echoing.py)."""
+    _ECHO.put(functools.partial(print_node_line, console), node, line)
+
+
+def node_lines_shown() -> None:
+    """Wait until the console has shown the node lines handed to it (a launch ends)."""
+    _ECHO.drain()
+
+
 def release_node_lines() -> None:
-    """Show every node line held now: the command ends, or the nodes are being stopped."""
+    """Show every node line waiting or held now: the command ends, or the nodes are being
+    stopped."""
+    _ECHO.drain()
     with _HOLDING:
         _release(None)
         _held.clear()

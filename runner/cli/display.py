@@ -7,7 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dtrun import __version__
-from dtrun.cli.common import console, echo, new_progress_clocks, print_node_line
+from dtrun.cli.common import (
+    console,
+    echo,
+    new_progress_clocks,
+    node_lines_shown,
+    queue_node_line,
+)
 from dtrun.cli.inert import styled
 from dtrun.cli.tables import Column, Grid, print_grid
 from dtrun.spec.launchplan import point_dir
@@ -162,7 +168,7 @@ class SweepDisplay:
 
     def on_line(self, node: str, line: str) -> None:
         if not self.quiet:
-            print_node_line(self.console, node, line)
+            queue_node_line(self.console, node, line)
 
     def on_start(self, plan: LaunchPlan, repeat: int) -> None:
         new_progress_clocks()
@@ -175,6 +181,7 @@ class SweepDisplay:
     def on_done(self, run: RunResult, result: Result | None) -> None:
         from dtrun.report.results import TrainResult
 
+        node_lines_shown()  # the launch's lines before what dtrun says of it
         self.progress.advance(self.task)
         label = f"{plural(run.nodes, 'node')}, launch {run.repeat + 1}"
         if result is None:

@@ -16,7 +16,9 @@ from dtrun.cli.bench import launch_request, run_id_of
 from dtrun.cli.common import (
     command_secrets,
     console,
+    node_lines_shown,
     print_node_line,
+    queue_node_line,
     typed_command,
     user_errors,
 )
@@ -143,7 +145,7 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
 
     def on_line(node: str, line: str) -> None:
         if not launching.quiet:
-            print_node_line(out, node, line)
+            queue_node_line(out, node, line)
 
     def program_there(plan: LaunchPlan) -> None:
         from dtrun.cluster.program import check_program
@@ -154,10 +156,13 @@ def _run_program(cluster: Cluster, resolved: ResolvedRun, launching: Launching) 
             held = partial(cluster.executor.command, hold=True)  # the staging's session too
             cluster.answered = check_program(held, resolved.spec.program, nodes)
 
-    return run_program(
-        resolved, inventory, launching.output, cluster.executor, on_line, on_begin,
-        cluster.ready, program_there, command=typed_command(),
-    )  # fmt: skip
+    try:
+        return run_program(
+            resolved, inventory, launching.output, cluster.executor, on_line, on_begin,
+            cluster.ready, program_there, command=typed_command(),
+        )  # fmt: skip
+    finally:  # its lines before what dtrun says of it
+        node_lines_shown()
 
 
 @app.command("exec", context_settings={"allow_interspersed_args": False})

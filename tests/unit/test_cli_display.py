@@ -126,6 +126,7 @@ def test_a_launch_s_first_progress_state_shows_however_soon_after_the_last_launc
     now[0] += 3.0  # the next launch's bar, 3 s later: inside the 10 s between states
     display.on_start(plans[1].plan, 1)
     display.on_line("node-0", "second launch 1/30\r")
+    common.node_lines_shown()  # shown by the echo's thread (runner/cli/echoing.py)
     assert "second launch 1/30" in out.getvalue()
 
 
