@@ -1,0 +1,88 @@
+"""A secret a line break cuts, where an error quotes only a command's last lines (Slurm's and
+Pulumi's): masked on both sides there, though the tail drops the line its start is on."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from dtrun import redact
+from dtrun.engines.slurm.shell import SlurmShell
+from dtrun.errors import DtrunError
+from dtrun.redact import REDACTED, redact_text, remember_secrets
+
+SECRET = "hunter2xQ"  # short: its parts are no WRAPPED_SHORTEST piece a line alone shows
+SAID = "error: token hunt\ner2xQ rejected\n"
+
+
+@dataclass(frozen=True)
+class _Said(SlurmShell):
+    """A Slurm command that fails, printing ``said`` on stderr."""
+
+    said: str = ""
+
+    def run(
+        self, command: Sequence[str], *, stdin: str | None = None, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(list(command), 1, "", self.said)
+
+
+def _shown(error: DtrunError) -> str:
+    return redact_text(str(error))
+
+
+def test_slurms_last_line_quoted_alone_masks_a_secret_the_break_before_it_cuts():
+    remember_secrets([SECRET])
+    with pytest.raises(DtrunError) as caught:
+        _Said(said=SAID).check(["sinfo"], "list the nodes")
+    assert f"said: {REDACTED} rejected" in _shown(caught.value), _shown(caught.value)
+    assert "er2x" not in _shown(caught.value)
+
+
+def test_slurms_refusal_joined_to_one_line_masks_a_secret_its_line_break_cut():
+    from dtrun.engines.slurm.allocation import submit
+    from dtrun.spec.slurmrequest import SlurmRequest
+
+    remember_secrets([SECRET])
+    with pytest.raises(DtrunError) as caught:
+        submit(_Said(said=SAID), SlurmRequest(partition="gpu"), 2, "dtrun-x")
+    assert f"token {REDACTED} {REDACTED} rejected" in _shown(caught.value), _shown(caught.value)
+    assert "hunt" not in _shown(caught.value) and "er2x" not in _shown(caught.value)
+
+
+def test_a_site_failure_line_masks_a_secret_the_break_before_it_cuts():
+    from dtrun.engines.slurm.shell import site_failure
+
+    remember_secrets([SECRET])
+    down = site_failure("auth hunt\ner2xQ: Munge encode failed\n")
+    assert down is not None
+    assert "er2x" not in _shown(down), _shown(down)
+
+
+def test_a_srun_log_s_last_line_masks_a_secret_the_break_before_it_cuts():
+    from dtrun.engines.slurm.shell import last_said
+
+    remember_secrets([SECRET])
+    assert last_said(SAID) == f"{REDACTED} rejected"
+    assert last_said("\n \n") == ""
+
+
+def test_pulumis_tail_masks_a_secret_cut_where_the_tail_begins():
+    """15 lines are quoted: the secret's start on the 16th last is dropped, its end masked."""
+    from dtrun.azure.stack import _tail
+
+    remember_secrets([SECRET])
+    text = "step 1\npw: hu\nnter2xQ x\n" + "ok\n" * 14
+    shown = redact_text(_tail(text))
+    assert f"    {REDACTED} x" in shown.splitlines(), shown
+    assert "nter" not in shown
+
+
+def test_no_secret_no_change():
+    assert redact._process.wrapped == ()
+    from dtrun.engines.slurm.shell import last_said
+
+    assert last_said("a\nb c\n") == "b c"
