@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,24 @@ def test_no_secret_no_change():
     from dtrun.engines.slurm.shell import last_said
 
     assert last_said("a\nb c\n") == "b c"
+
+
+@pytest.mark.parametrize("blank", ["", "\n"])
+def test_a_secret_cut_over_three_lines_where_an_upload_piece_ends_is_masked_on_each(
+    monkeypatch, tmp_path, blank
+):
+    """A log over SCAN_LIMIT is redacted a piece at a time: at every piece end, a secret cut
+    over three lines (a blank one between two parts too) shows none of its parts."""
+    from dtrun.redact import Redactor
+    from dtrun.store import base
+
+    log = tmp_path / "node-0.log"
+    log.write_text("".join(f"s{i}: hu\nnte\n{blank}r2xQ {i}\n" for i in range(12)))
+    masked = "".join(f"s{i}: {REDACTED}\n{REDACTED}\n{blank}{REDACTED} {i}\n" for i in range(12))
+    for limit in range(8, 40):  # pieces end at every line
+        monkeypatch.setattr(base, "SCAN_LIMIT", limit)
+        spill = tmp_path / f"spill-{limit}"
+        spill.mkdir()
+        body = base.redacted_body(log, Redactor.of([SECRET]), spill)
+        assert isinstance(body, Path)
+        assert body.read_text() == masked, limit
