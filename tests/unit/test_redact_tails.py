@@ -108,3 +108,27 @@ def test_a_secret_cut_over_three_lines_where_an_upload_piece_ends_is_masked_on_e
         body = base.redacted_body(log, Redactor.of([SECRET]), spill)
         assert isinstance(body, Path)
         assert body.read_text() == masked, limit
+
+
+@pytest.mark.parametrize(
+    "cut", [("pw: h", "unt", "er2x ok"), ("pw: h", "un", "te", "r2x ok")], ids=["3", "4"]
+)
+def test_a_secret_whose_first_line_ends_in_one_character_is_masked_on_its_middle_lines(
+    monkeypatch, cut
+):
+    """The line ending in one character of a value is shown at once (HOLD_FROM); a next line
+    that wholly goes on with it is held, so the line that ends the value masks it too."""
+    import io
+
+    from dtrun.cli import common
+    from dtrun.cli.inert import inert_console_class
+
+    monkeypatch.setattr(redact, "_process", redact.Redactor.of(["hunter2x"]))
+    monkeypatch.setattr(common, "HOLD_S", 60.0)  # shown by the next line, not by the clock
+    out = io.StringIO()
+    show = inert_console_class()(file=out)
+    for line in (*cut, "step 3"):
+        common.print_node_line(show, "node-0", line)
+    middle = [f"[node-0] {REDACTED}\n"] * (len(cut) - 2)
+    expected = ["[node-0] pw: h\n", *middle, f"[node-0] {REDACTED} ok\n", "[node-0] step 3\n"]
+    assert out.getvalue() == "".join(expected)
