@@ -20,6 +20,7 @@ from dtrun.azure.project import project_folder, stack_settings, workspace
 from dtrun.azure.settingcheck import NAMESPACE
 from dtrun.errors import DtrunError, Lines, UsageError, indent
 from dtrun.extras import need
+from dtrun.redact import redact_cuts
 from dtrun.spec.cluster import ClusterSpec, ExpirySpec
 
 if TYPE_CHECKING:
@@ -68,8 +69,10 @@ def check_stack_name(name: str) -> str:
 
 
 def _tail(text: str, lines: int = 15) -> Lines:
-    """Pulumi's last lines, each indented under the message (runner/errors.py Lines)."""
-    return Lines("its last lines:\n" + indent("\n".join(text.strip().splitlines()[-lines:])))
+    """Pulumi's last lines, each indented under the message (runner/errors.py Lines); a secret
+    a line break cuts masked on each side first (redact_cuts), the side the tail drops too."""
+    said = redact_cuts(text).strip().splitlines()[-lines:]
+    return Lines("its last lines:\n" + indent("\n".join(said)))
 
 
 @contextlib.contextmanager

@@ -273,13 +273,17 @@ def print_node_line(console: Console, node: str, line: str) -> None:
         held = _held.pop(node, None)
         if held is not None:  # its end may be a secret's start, that this line's start ends
             carry = held.carry + state.strip()
-            if not held.shown and state.strip() and hide.started(carry) == len(carry):
-                # the whole line goes on with that start (a value cut in three): held too
-                _held[node] = dataclasses.replace(held, line=f"{held.line}\n{state}", carry=carry)
+            if held.carry and state.strip() and hide.started(carry) == len(carry):
+                # the whole line goes on with that start (a value cut in three): held too, after
+                # the lines already shown (one character, or shown when due)
+                said = held.line.count("\n") + 1 if held.shown else held.said
+                due = time.monotonic() + HOLD_S if held.shown else held.due
+                _held[node] = _Held(held.console, f"{held.line}\n{state}", due, False, carry, said)
+                _start_releasing()
                 return
             before, state = hide.seam(held.line, state)
             if not held.shown:
-                _show_lines(held.console, node, before)
+                _show_lines(held.console, node, before, held.said)
         started = hide.started(state)
         if started >= HOLD_FROM:
             carry = state.rstrip()[-started:]
@@ -287,8 +291,8 @@ def print_node_line(console: Console, node: str, line: str) -> None:
             _start_releasing()
         else:
             _show(console, node, state)
-            if started:  # its one character shown; the rest on the next line still masked
-                _held[node] = _Held(console, state, 0.0, shown=True)
+            if started:  # its one character shown; the rest on the next lines still masked
+                _held[node] = _Held(console, state, 0.0, True, state.rstrip()[-started:])
 
 
 # A node's line whose end may be the start of a secret value (docs/security.md): held until the
@@ -307,6 +311,7 @@ class _Held:
     due: float
     shown: bool = False  # shown when due: the next line's part is still masked
     carry: str = ""  # the start of a value its lines end with
+    said: int = 0  # its first lines, shown already
 
 
 _held: dict[str, _Held] = {}
@@ -318,7 +323,7 @@ def _release(until: float | None) -> None:
     for node, held in list(_held.items()):
         if not held.shown and (until is None or held.due <= until):
             _held[node] = dataclasses.replace(held, shown=True)  # once, whatever the writing
-            _show_lines(held.console, node, held.line)
+            _show_lines(held.console, node, held.line, held.said)
 
 
 def _start_releasing() -> None:
@@ -358,8 +363,8 @@ def release_node_lines() -> None:
         _held.clear()
 
 
-def _show_lines(console: Console, node: str, lines: str) -> None:
-    for line in lines.split("\n"):  # held lines, each read as the node's one line
+def _show_lines(console: Console, node: str, lines: str, said: int = 0) -> None:
+    for line in lines.split("\n")[said:]:  # held lines, each read as the node's one line
         _show(console, node, line)
 
 

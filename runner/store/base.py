@@ -171,17 +171,35 @@ def redacted_body(path: Path, hide: Redactor, spill: Path) -> Body:
 
 
 def _carry(piece: bytes, rest: bytes, hide: Redactor) -> tuple[bytes, bytes]:
-    """A piece less its last line, which goes on with the next (``rest``), the two lines masked
-    where the break between them cuts a secret (``Redactor.seam``): no piece ends at a line
-    whose next line it cannot see."""
-    before, sep, last = piece.removesuffix(b"\n").rpartition(b"\n")
-    if not sep:
+    """A piece less its last lines, which go on with the next (``rest``): its last line, and
+    the line before while that one or the first carried may lie wholly inside a secret cut
+    over three lines or more (``_inside``). The two lines at the break left are masked where
+    it cuts a secret (``Redactor.seam``): no piece ends at a line whose next lines it cannot
+    see."""
+    start = piece.rfind(b"\n", 0, len(piece) - 1) + 1  # where the carried lines start
+    for _ in range(max(map(len, hide.wrapped), default=0)):  # no cut spans more lines
+        if not start:
+            break
+        before = piece.rfind(b"\n", 0, start - 1) + 1  # where the line before them starts
+        first = piece[start : piece.index(b"\n", start)]
+        if not (_inside(first, hide) or _inside(piece[before : start - 1], hide)):
+            break
+        start = before
+    if not start:
         return b"", piece + rest
-    head, newline, line = before.rpartition(b"\n")
-    text = line.decode(errors="surrogateescape"), last.decode(errors="surrogateescape")
+    head, newline, line = piece[: start - 1].rpartition(b"\n")
+    first, _, after = piece[start:].partition(b"\n")
+    text = line.decode(errors="surrogateescape"), first.decode(errors="surrogateescape")
     if hide.started(text[0]):
-        line, last = (part.encode(errors="surrogateescape") for part in hide.seam(*text))
-    return head + newline + line + b"\n", last + b"\n" + rest
+        line, first = (part.encode(errors="surrogateescape") for part in hide.seam(*text))
+    return head + newline + line + b"\n", first + b"\n" + after + rest
+
+
+def _inside(line: bytes, hide: Redactor) -> bool:
+    """Whether ``line``, its indent and trailing white space aside, may be wholly a middle part
+    of a secret cut by line breaks (a blank line may be one too: cuts.py reads over it)."""
+    text = line.decode(errors="surrogateescape").strip()
+    return any(text in form for form in hide.wrapped)
 
 
 # What a run directory's records are, for a copy made without dtrun: they are written

@@ -32,6 +32,7 @@ from dtrun.engines.slurm.shell import (
     site_failure,
 )
 from dtrun.errors import InventoryError, RunError, UsageError
+from dtrun.redact import redact_cuts
 from dtrun.spec.cluster import Accelerator, Inventory, Node, Starter
 from dtrun.spec.slurmrequest import SlurmRequest
 from dtrun.spec.text import noun, plural
@@ -74,7 +75,7 @@ def submit(shell: SlurmShell, request: SlurmRequest, nodes: int, name: str) -> s
         down = site_failure(done.stderr)
         if down is not None:
             raise down
-        said = " ".join(line.strip() for line in done.stderr.strip().splitlines())
+        said = " ".join(line.strip() for line in redact_cuts(done.stderr).strip().splitlines())
         raise UsageError(
             f"Slurm refused dtrun's request for {plural(nodes, 'node')}",
             why=said or f"sbatch exited {done.returncode}",

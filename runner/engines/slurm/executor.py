@@ -24,7 +24,7 @@ from dtrun import __version__
 from dtrun.engines.common.scripts import run_scripts, write_launch_files, write_scripts
 from dtrun.engines.common.signals import sigint_deferred
 from dtrun.engines.slurm.fault import Heard, ended_by_slurm, srun_answer, task_lines
-from dtrun.engines.slurm.shell import SlurmShell, cancel, step_guard
+from dtrun.engines.slurm.shell import SlurmShell, cancel, last_said, step_guard
 from dtrun.engines.slurm.stage import HeadStaging
 from dtrun.errors import (
     LaunchInterrupted,
@@ -293,10 +293,9 @@ class SlurmExecutor:
                 raise ended
             srun_log = step.workdir / SRUN_LOG
             text = srun_log.read_text(errors="replace") if srun_log.exists() else ""
-            said = text.strip().splitlines()
             error = RunError(
                 f"srun did not run the launch on {plural(plan.nnodes, 'node')} (exit {code})",
-                why=said[-1] if said else "srun said nothing",
+                why=last_said(text) or "srun said nothing",
                 fix=f"read {srun_log}; check the job with `squeue -j {self.job_id}`",
             )
         if error is None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from dtrun.errors import InventoryError, RunError, SiteError, UsageError
 from dtrun.execute.guard import start_guard
+from dtrun.redact import redact_cuts
 
 POLL_S = 1.0  # how often squeue is asked while a job waits or ends
 CANCEL_WAIT_S = 60.0  # how long a cancelled job may take to leave squeue before dtrun says so
@@ -73,8 +74,7 @@ class SlurmShell:
             down = site_failure(done.stderr + done.stdout)
             if down is not None:
                 raise down
-            said = (done.stderr or done.stdout).strip().splitlines()
-            last = said[-1] if said else f"exit {done.returncode}"
+            last = last_said(done.stderr or done.stdout) or f"exit {done.returncode}"
             raise InventoryError(
                 f"Slurm could not {doing}",
                 why=f"`{shlex.join(command)}` said: {last}",
@@ -82,6 +82,13 @@ class SlurmShell:
                 "`sinfo` works here",
             )
         return done.stdout
+
+
+def last_said(text: str) -> str:
+    """The last line a command printed ("" for none) as an error quotes it alone: a secret
+    the break before it cuts masked there (redact_cuts), whose earlier part the error drops."""
+    said = redact_cuts(text).strip().splitlines()
+    return said[-1] if said else ""
 
 
 # What Slurm's client commands say when the site's services, not the request, are at fault
@@ -94,7 +101,7 @@ _CONTROLLER = ("Unable to contact slurm controller",)
 def site_failure(said: str) -> SiteError | None:
     """The site's own failure in what a Slurm command printed, or None: munge not answering
     (every Slurm command signs its request with munge) or a controller that does not."""
-    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    lines = [line.strip() for line in redact_cuts(said).splitlines() if line.strip()]
     munge = next((line for line in lines if any(mark in line for mark in _MUNGE[:2])), None)
     if munge is not None or any(_MUNGE[2] in line for line in lines):
         return SiteError(
@@ -159,8 +166,8 @@ def cancel(shell: SlurmShell, target: str, *, wait_s: float = CANCEL_WAIT_S) -> 
             state = done.stdout.strip().partition("\n")[0]
             live = state in LIVE
         if done.returncode != 0 and _LEFT not in done.stderr:
-            said = (done.stderr or done.stdout).strip().splitlines()
-            live, state = True, f"unconfirmed (squeue: {said[-1] if said else done.returncode})"
+            said = last_said(done.stderr or done.stdout) or done.returncode
+            live, state = True, f"unconfirmed (squeue: {said})"
         if not live:
             return
         if time.monotonic() >= deadline:
