@@ -224,17 +224,29 @@ threading.Thread(target=lambda: upload.set_result(sleeper()), daemon=True).start
 S3Store._wait({"key": upload})
 """
 
+_SSH_LOOP = """
+import asyncio
+from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+from dtrun.engines.ssh.session import SshSession
+text = "hosts: [127.0.0.93]\\nport: 29773\\n"
+session = SshSession(parse_hosts_file(text, "hosts.yaml", Defaults("u", sys.prefix + "/bin")))
+async def looked_up():  # a name lookup, or a child watcher's waitpid, in a loop's thread
+    await asyncio.get_running_loop().run_in_executor(None, sleeper)
+session.call(looked_up())
+"""
+
 
 @pytest.mark.parametrize(
     "case",
-    [_BESIDE, _SCRIPTS, _REPORT_HELPER, _UPLOADS],
-    ids=["sweep-beside", "node-scripts", "report-helper", "s3-uploads"],
+    [_BESIDE, _SCRIPTS, _REPORT_HELPER, _UPLOADS, _SSH_LOOP],
+    ids=["sweep-beside", "node-scripts", "report-helper", "s3-uploads", "ssh-loop"],
 )
 def test_a_stop_another_thread_takes_ends_the_main_thread_s_long_waits(case):
     """The sweep's wait for its work beside the first launch, run_scripts' wait for the
     scripts' output (dtrun exec, the checks), the wait for the report helper's answer, and for
-    an upload's transfers: each untimed, each held a stop the kernel gave to the thread it
-    waited on until that thread's 30 s ended. They wake every 0.2 s: stopped within seconds."""
+    an upload's transfers, and the SSH session's loop (asleep until its next event): each
+    untimed, each held a stop the kernel gave to the thread it waited on until that thread's
+    30 s ended. They wake every 0.2 s: stopped within seconds."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", _MAIN_WAITS, case], env=env, capture_output=True, text=True,
