@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from s3transfer.subscribers import BaseSubscriber
 
 
+WAKE_S = 0.2  # how often the wait for the uploads lets a stop's handler run
 # Content types a browser or the S3 console should show rather than download; anything else
 # is stored as S3's default binary/octet-stream.
 CONTENT_TYPES = {
@@ -255,6 +257,8 @@ class S3Store:
 
         failures = []
         for key, future in futures.items():
+            while not future.done():  # a stop a transfer thread takes is handled meanwhile
+                time.sleep(WAKE_S)  # (runner/engines/common/threads.py)
             try:
                 future.result()
             except ClientError as exc:

@@ -8,6 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from dtrun.engines.common.threads import joined
+
 T = TypeVar("T")
 
 
@@ -35,7 +37,7 @@ class Beside(Generic[T]):
 
     def join(self) -> T:
         self.start()
-        self._thread.join()
+        joined(self._thread)  # a stop another thread takes is handled meanwhile
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value] # set: the work returned

@@ -163,3 +163,93 @@ def test_a_stop_signal_a_worker_thread_takes_still_stops_the_main_thread_s_wait(
         timeout=55, check=False,
     )  # fmt: skip
     assert (done.returncode, done.stdout) == (130, "stopped\n"), done.stderr
+
+
+# Waits of dtrun's main thread while another thread of its own sits in a syscall; each case
+# (a statement) waits on a call that records its thread in `stuck` and then takes 30 s.
+_MAIN_WAITS = """
+import signal, sys, threading, time
+
+stuck = []
+
+def sleeper(seconds=30):
+    stuck.append(threading.get_ident())
+    time.sleep(seconds)
+
+def send():  # the kernel gives the stop to that thread, not the main thread (signal(7))
+    while not stuck:
+        time.sleep(0.01)
+    time.sleep(0.5)
+    signal.pthread_kill(stuck[0], signal.SIGINT)
+
+threading.Thread(target=send, daemon=True).start()
+try:
+    exec(sys.argv[1])
+except KeyboardInterrupt:
+    print("stopped", flush=True)
+    sys.exit(130)
+"""
+_BESIDE = """
+from dtrun.sweep.beside import Beside
+Beside(sleeper).join()
+"""
+_SCRIPTS = """
+import subprocess
+from dtrun.engines.common import scripts
+pump = scripts.pump
+def recorded(*args):
+    stuck.append(threading.get_ident())
+    pump(*args)
+scripts.pump = recorded
+start = lambda name: subprocess.Popen(
+    ["bash", "-s"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+)
+scripts.run_scripts({"n": "sleep 30"}, start)
+"""
+_REPORT_HELPER = """
+from dtrun.report.builder import ReportBuilder
+builder = ReportBuilder()
+answers = [t for t in threading.enumerate() if t.name == "dtrun-report-helper"]
+stuck.append(answers[0].ident)
+try:
+    builder.call(time.sleep, 30)
+finally:
+    builder._helper._process.kill()
+"""
+_UPLOADS = """
+from concurrent.futures import Future
+from dtrun.store.s3 import S3Store
+upload = Future()
+threading.Thread(target=lambda: upload.set_result(sleeper()), daemon=True).start()
+S3Store._wait({"key": upload})
+"""
+
+_SSH_LOOP = """
+import asyncio
+from dtrun.engines.ssh.hosts import Defaults, parse_hosts_file
+from dtrun.engines.ssh.session import SshSession
+text = "hosts: [127.0.0.93]\\nport: 29773\\n"
+session = SshSession(parse_hosts_file(text, "hosts.yaml", Defaults("u", sys.prefix + "/bin")))
+async def looked_up():  # a name lookup, or a child watcher's waitpid, in a loop's thread
+    await asyncio.get_running_loop().run_in_executor(None, sleeper)
+session.call(looked_up())
+"""
+
+
+@pytest.mark.parametrize(
+    "case",
+    [_BESIDE, _SCRIPTS, _REPORT_HELPER, _UPLOADS, _SSH_LOOP],
+    ids=["sweep-beside", "node-scripts", "report-helper", "s3-uploads", "ssh-loop"],
+)
+def test_a_stop_another_thread_takes_ends_the_main_thread_s_long_waits(case):
+    """The sweep's wait for its work beside the first launch, run_scripts' wait for the
+    scripts' output (dtrun exec, the checks), the wait for the report helper's answer, and for
+    an upload's transfers, and the SSH session's loop (asleep until its next event): each
+    untimed, each held a stop the kernel gave to the thread it waited on until that thread's
+    30 s ended. They wake every 0.2 s: stopped within seconds."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", _MAIN_WAITS, case], env=env, capture_output=True, text=True,
+        timeout=20, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (130, "stopped\n"), done.stderr

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
+from dtrun.engines.common.threads import joined
 from dtrun.execute import LineSink
 from dtrun.execute.guard import TAG, TAGGED, drop_guard, start_guard, stop_script
 from dtrun.spec.launchplan import LaunchPlan
@@ -63,7 +64,7 @@ def run_scripts(
             reader.start()
             readers.append(reader)
         for reader in readers:
-            reader.join()
+            joined(reader)  # a stop a reader thread takes is handled meanwhile
         stopped = False
     finally:
         drop_guard(guard)

@@ -38,6 +38,12 @@ def result_of(future: Future[T]) -> T:
             continue
 
 
+def joined(thread: threading.Thread) -> None:
+    """``thread`` ended, waited for in WAKE_S steps, as ``result_of`` waits."""
+    while thread.is_alive():
+        thread.join(WAKE_S)
+
+
 class DaemonThreads(ThreadPoolExecutor):
     """At most ``max_workers`` daemon threads, started as work comes; a call still running at
     shutdown or at dtrun's exit is left behind, never waited for. A ThreadPoolExecutor only to

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dtrun.cluster.names import host_problem
-from dtrun.engines.common.threads import DaemonThreads
+from dtrun.engines.common.threads import DaemonThreads, result_of
 from dtrun.errors import InventoryError, SiteError, UsageError
 from dtrun.spec.cluster import Accelerator, Inventory, Node, Starter
 
@@ -152,7 +152,7 @@ class RaySession:
     def close(self) -> None:
         """The job ends (module docstring); after close_soon, once its thread is done."""
         if self.closing is not None:
-            self.closing.result()
+            result_of(self.closing)
         else:
             self._close()
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dtrun.engines.common.threads import WAKE_S
 from dtrun.engines.ssh.endpoint import Endpoint
 from dtrun.redact import Redactor, pem_lines, redact_cuts, redact_text, secret_args
 
@@ -37,11 +38,17 @@ READ_BYTES = 64 * 1024  # from the end of the file
 
 class ProxyLoop(asyncio.SelectorEventLoop):
     """The SSH session's event loop: a ProxyCommand marked by ``ProxyRun`` writes its stderr
-    to its file (appending), not to the pipe asyncssh would read."""
+    to its file (appending), not to the pipe asyncssh would read. It wakes every WAKE_S: a
+    stop signal that one of its threads took (a name lookup's, a child watcher's waitpid) is
+    handled within one, as a wait for a thread's result is (runner/engines/common/threads.py)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.proxies: list[asyncio.SubprocessTransport] = []  # each command started
+        self._wake()
+
+    def _wake(self) -> None:
+        self.call_later(WAKE_S, self._wake)
 
     async def subprocess_exec(
         self, protocol_factory: Callable[[], P], program: Any, *args: Any, **kwargs: Any
