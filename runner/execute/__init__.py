@@ -10,14 +10,41 @@ success rule (success.py).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from dtrun.errors import LaunchInterrupted, RunError
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.spec.outcome import NodeResult
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future  # not imported for `dtrun --help`
+
+T = TypeVar("T")
+# How often the main thread's long waits wake: a stop signal the kernel gave to another of
+# dtrun's threads is handled only once the main thread runs Python code again
+# (runner/engines/common/threads.py says how that held a stop for good).
+WAKE_S = 0.2
+
+
+def result_of(future: Future[T]) -> T:
+    """``future``'s result, waited for in WAKE_S steps: a stop signal that another thread took
+    is handled within one."""
+    while True:
+        try:
+            return future.result(timeout=WAKE_S)
+        except TimeoutError:
+            continue
+
+
+def joined(thread: threading.Thread) -> None:
+    """``thread`` ended, waited for in WAKE_S steps, as ``result_of`` waits."""
+    while thread.is_alive():
+        thread.join(WAKE_S)
+
 
 LineSink = Callable[[str, str], None]  # (node name, one line of its output without newline)
 StopSink = Callable[[int], None]  # hears, at once, how many nodes a stop (Ctrl-C...) is stopping

@@ -58,7 +58,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 AUTOGROUP = Path("/proc/self/autogroup")  # "/autogroup-<id> nice <n>" (sched(7), "autogroup")
-WAKE_S = 0.2  # how often the wait for the helper's answer lets a stop's handler run
 CLOSE_WAIT_S = 10.0  # the most a closing dtrun waits for the helper to finish a report
 # The helper's start: dtrun's sys.path (the checkout or wheel this dtrun runs from, not one the
 # environment names), then serve. Nothing of dtrun's main script runs again in it.
@@ -115,14 +114,13 @@ class ReportBuilder:
         (whatever else went wrong there). An error dtrun explains (a full disk) is the work's
         own: raised as it is, not tried again here, where it would name another file."""
         from dtrun.errors import DtrunError
+        from dtrun.execute import result_of
 
         if self._helper is not None:
             self._helper.full_speed()
             try:
                 answer: Future[T] = self._helper.submit(_at_full_speed, work, *args)
-                while not answer.done():  # a stop the answers' thread takes is handled here
-                    time.sleep(WAKE_S)  # (runner/engines/common/threads.py)
-                return answer.result()
+                return result_of(answer)  # a stop the answers' thread takes is handled here
             except DtrunError:
                 raise
             except Exception:  # the helper broke: the same work, here

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dtrun.errors import StoreError, UploadError, UploadInterruptedError
+from dtrun.execute import WAKE_S
 from dtrun.extras import need
 from dtrun.redact import Redactor
 from dtrun.store.base import (
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
     from s3transfer.subscribers import BaseSubscriber
 
 
-WAKE_S = 0.2  # how often the wait for the uploads lets a stop's handler run
 # Content types a browser or the S3 console should show rather than download; anything else
 # is stored as S3's default binary/octet-stream.
 CONTENT_TYPES = {
@@ -258,7 +258,7 @@ class S3Store:
         failures = []
         for key, future in futures.items():
             while not future.done():  # a stop a transfer thread takes is handled meanwhile
-                time.sleep(WAKE_S)  # (runner/engines/common/threads.py)
+                time.sleep(WAKE_S)  # (dtrun.execute: a TransferFuture takes no timeout)
             try:
                 future.result()
             except ClientError as exc:

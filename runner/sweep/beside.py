@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from dtrun.engines.common.threads import joined
+from dtrun.execute import joined
 
 T = TypeVar("T")
 

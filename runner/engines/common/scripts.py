@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-from dtrun.engines.common.threads import joined
-from dtrun.execute import LineSink
+from dtrun.execute import LineSink, joined
 from dtrun.execute.guard import TAG, TAGGED, drop_guard, start_guard, stop_script
 from dtrun.spec.launchplan import LaunchPlan
 from dtrun.workloads.files import NodeLog, write_atomic

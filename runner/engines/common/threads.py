@@ -23,25 +23,10 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from dtrun.execute import result_of
+
 T = TypeVar("T")
 _Work = tuple[Future[Any], Callable[[], Any]]
-WAKE_S = 0.2  # how often a wait for a result lets the main thread run a stop's handler
-
-
-def result_of(future: Future[T]) -> T:
-    """``future``'s result, waited for in WAKE_S steps: a stop signal that another thread took
-    is handled within one (the module docstring)."""
-    while True:
-        try:
-            return future.result(timeout=WAKE_S)
-        except TimeoutError:
-            continue
-
-
-def joined(thread: threading.Thread) -> None:
-    """``thread`` ended, waited for in WAKE_S steps, as ``result_of`` waits."""
-    while thread.is_alive():
-        thread.join(WAKE_S)
 
 
 class DaemonThreads(ThreadPoolExecutor):

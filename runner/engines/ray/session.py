@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from dtrun.cluster.names import host_problem
-from dtrun.engines.common.threads import DaemonThreads, result_of
+from dtrun.engines.common.threads import DaemonThreads
 from dtrun.errors import InventoryError, SiteError, UsageError
+from dtrun.execute import result_of
 from dtrun.spec.cluster import Accelerator, Inventory, Node, Starter
 
 ADDRESS = re.compile(r"(?P<host>[A-Za-z0-9][A-Za-z0-9.\-]*):(?P<port>\d{1,5})")

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dtrun.engines.common.threads import WAKE_S
 from dtrun.engines.ssh.endpoint import Endpoint
+from dtrun.execute import WAKE_S
 from dtrun.redact import Redactor, pem_lines, redact_cuts, redact_text, secret_args
 
 P = TypeVar("P", bound=asyncio.BaseProtocol)
