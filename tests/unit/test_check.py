@@ -241,6 +241,32 @@ def test_a_slow_link_to_a_node_held_back_by_its_cpu_is_the_node_s_not_the_link_s
     assert [(link.a, link.b) for link in quiet.slow_links] == [("10.0.0.0", "10.0.0.1")]
 
 
+@pytest.mark.parametrize(
+    ("waits", "flagged"),
+    [
+        ((0.14, 0.79, 0.12, 0.12), True),  # seen in CI: a 10% quota half the time, 6x
+        ((0.32, 0.39, 0.2, 0.44), False),  # clean nodes on a busy machine, as seen
+        ((0.25, 0.45, 0.26, 0.29), False),  # a 20% quota a third of the time: 1.7x, too little
+        ((0.01, 0.4, 0.01, 0.01), False),  # many times the others', but under half a second
+        ((None, 0.79, None, None), False),  # nothing to compare with
+    ],
+)
+def test_a_node_held_back_by_its_cpu_is_slow_for_compute_where_nothing_it_timed_was(waits, flagged):
+    """Seen in CI: a node under a 10% quota every other second, all its pairs timed in free
+    stretches (1.0-1.3 GB/s), its compute's best-of too: it was called ok. Its threads waited
+    0.79 s for a CPU each second, the others 0.12-0.14: that alone names it, from 3x and 0.5 s."""
+    report = check(replace(measured(), cpu_wait=waits))
+    found = [(n.host, n.verdict, n.cause) for n in report.flagged_nodes]
+    assert found == ([("10.0.0.1", Verdict.SLOW, Cause.COMPUTE)] if flagged else [])
+    if flagged:
+        assert report.flagged_nodes[0].evidence == (
+            "nothing it timed read slow, but its threads waited 0.79 s for a CPU each second "
+            "of the cycles, the other nodes' 0.12 s (median): a CPU quota or other processes "
+            "held it back",
+        )
+    assert report.slow_links == ()
+
+
 def test_on_gpus_a_node_s_cpu_wait_names_no_cause_its_slow_link_stays_the_link_s():
     """The CPU wait's figures come from CPU ranks, whose all-reduce is their CPU's work; NCCL's
     is the GPUs'. On GPU nodes a link slow beside a busier CPU stays a slow link."""
