@@ -139,9 +139,8 @@ def mask_wrapped(text: str, pieces: Iterable[str]) -> str:
     written as an escape (a JSON log line's string)."""
     pieces = [piece for piece in pieces if len(piece) >= WRAPPED_PIECE_SHORTEST]
     lines = _WRAP_BREAKS.split(text)  # odd indices: the breaks
-    for index, line in enumerate(lines):
-        if index % 2:
-            continue
+    for index in _reached(text, lines, pieces):
+        line = lines[index]
         for piece in pieces:
             inner = line.strip()
             if len(inner) >= WRAPPED_SHORTEST and inner in piece:
@@ -156,3 +155,28 @@ def mask_wrapped(text: str, pieces: Iterable[str]) -> str:
                 line = line[:lead] + REDACTED + line[lead + head :]
         lines[index] = line
     return "".join(lines)
+
+
+def _reached(text: str, lines: list[str], pieces: list[str]) -> list[int]:
+    """The lines (even indices of ``lines``, ``text`` split at its breaks) ``mask_wrapped`` may
+    change, a few of a long log's: those starting (after their indent) with WRAPPED_SHORTEST
+    characters of a piece, or holding a piece's first WRAPPED_SHORTEST (each found in the
+    whole text at once). Any other line no piece's end, start or middle can match."""
+    if not pieces:
+        return []
+    openings = {
+        p[at : at + WRAPPED_SHORTEST] for p in pieces for at in range(len(p) - WRAPPED_SHORTEST + 1)
+    }
+    starts, at = [], 0
+    for part in lines:
+        starts.append(at)
+        at += len(part)
+    reached = {
+        i for i in range(0, len(lines), 2) if lines[i].lstrip()[:WRAPPED_SHORTEST] in openings
+    }
+    for first in {piece[:WRAPPED_SHORTEST] for piece in pieces}:
+        at = text.find(first)
+        while at != -1:
+            reached.add(bisect.bisect_right(starts, at) - 1)
+            at = text.find(first, at + 1)
+    return sorted(index for index in reached if index % 2 == 0)
