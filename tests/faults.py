@@ -256,6 +256,19 @@ def slow_tree(
     return _slow_while(under, share, "slow-tree", after, until, every_s)
 
 
+def slow_found(
+    found: Callable[[], Iterable[psutil.Process]],
+    share: float,
+    after: Callable[[], bool],
+    until: Callable[[], bool] = lambda: False,
+    every_s: float = 0.05,
+) -> contextlib.AbstractContextManager[CpuGroup]:
+    """Every process ``found()`` gives (a Slurm node's: its slurmd's UTS namespace, where
+    slurmstepd, reparented away from slurmd, and the tasks it starts live) in a cpu group
+    allowed ``share`` of one CPU, while ``after()`` and not ``until()`` (``_slow_while``)."""
+    return _slow_while(found, share, "slow-found", after, until, every_s)
+
+
 def slow_embedded_node(
     node: str,
     share: float,

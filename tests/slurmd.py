@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from tests.paths import require_e2e
 
 ENABLE = (
@@ -136,17 +138,27 @@ class SlurmCluster:
         does). The stopped pids, slurmd first; ``kill_frozen`` ends them."""
         import signal
 
-        import psutil
+        stopped = []
+        for proc in self.node_processes(name):
+            with contextlib.suppress(psutil.Error):  # one that ended meanwhile
+                proc.send_signal(signal.SIGSTOP)
+                stopped.append(proc.pid)
+        return stopped
 
+    def node_processes(self, name: str) -> list[psutil.Process]:
+        """Every process of the node, slurmd first: those in its UTS namespace, which its
+        slurmd, the slurmstepd it forks (reparented away from slurmd: not its children) and
+        their tasks share, and nothing else does."""
         slurmd = self.processes[1 + list(NODES).index(name)].pid
         uts = Path(f"/proc/{slurmd}/ns/uts").readlink()
-        stopped = []
+        found: list[psutil.Process] = []
         for proc in [psutil.Process(slurmd), *psutil.process_iter()]:
             with contextlib.suppress(OSError, psutil.Error):  # one that ended meanwhile
-                if proc.pid not in stopped and Path(f"/proc/{proc.pid}/ns/uts").readlink() == uts:
-                    proc.send_signal(signal.SIGSTOP)
-                    stopped.append(proc.pid)
-        return stopped
+                if proc.pid not in {p.pid for p in found} and (
+                    Path(f"/proc/{proc.pid}/ns/uts").readlink() == uts
+                ):
+                    found.append(proc)
+        return found
 
     def kill_frozen(self, name: str, pids: list[int]) -> None:
         """The hung node gone: SIGKILL what ``freeze_node`` stopped; then restart_node."""
@@ -190,8 +202,6 @@ class SlurmCluster:
 def _kill_stepds(root: Path) -> None:
     """slurmstepd processes of this cluster that outlived their slurmd (a failed launch): they
     write this cluster's logs. (Their environment is overwritten by their process title.)"""
-    import psutil
-
     for proc in psutil.process_iter(["name"]):
         with contextlib.suppress(psutil.Error):
             if proc.info["name"] == "slurmstepd" and any(

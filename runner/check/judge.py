@@ -45,6 +45,7 @@ class Pair:
     busbw_gbs: float | None  # the median over cycles
     finding: Finding | None = None
     below_expected: bool = False
+    judged: bool = True  # against other pairs or the size's expected busbw
 
     @property
     def slow(self) -> bool:
@@ -88,7 +89,8 @@ def _pairs(measured: Measured, thresholds: Thresholds, expected: Expected) -> li
             and value is not None
             and value < expected.pair_gbs * (1 - thresholds.network)
         )
-        out.append(Pair(group.nodes[0], group.nodes[1], value, finding, low))
+        judged = finding is not None or expected.pair_gbs is not None
+        out.append(Pair(group.nodes[0], group.nodes[1], value, finding, low, judged))
     return out
 
 
@@ -158,6 +160,8 @@ def judge_check(
 
 def _link(pair: Pair, labels: Sequence[str], flagged: set[str]) -> LinkCheck:
     a, b = labels[pair.a], labels[pair.b]
+    if not pair.judged:  # two nodes on CPUs: nothing says what their one pair should reach
+        return LinkCheck(a, b, pair.busbw_gbs, LinkVerdict.UNJUDGED)
     if not pair.slow:
         return LinkCheck(a, b, pair.busbw_gbs, LinkVerdict.OK)
     why = pair.finding.describe("GB/s") if _flag(pair.finding) and pair.finding else ""

@@ -34,6 +34,7 @@ class LinkVerdict(StrEnum):
     OK = "ok"
     SLOW = "slow"  # the link: its two nodes are fine with their other partners
     NODE = "node"  # slow because one of its nodes is flagged
+    UNJUDGED = "unjudged"  # two nodes' one pair, no busbw expected: nothing to compare it with
 
 
 class GroupVerdict(StrEnum):

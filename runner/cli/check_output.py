@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dtrun.check.model import LinkVerdict
 from dtrun.cli.common import console
 from dtrun.cli.inert import styled
 from dtrun.cli.tables import Column, Grid, print_grid
@@ -63,6 +64,11 @@ def print_report(done: CheckRun, *, wide: bool = False) -> None:
     print_grid(out, Grid(columns, rows, hint="--wide shows every column"), wide=wide)
     for link in report.slow_links:
         out.print(one_line(f"slow link {link.a} - {link.b}: {link.evidence}"), highlight=False)
+    for link in (link for link in report.links if link.verdict is LinkVerdict.UNJUDGED):
+        out.print(one_line(
+            f"note: link {link.a} - {link.b} ({_figure(link.busbw_gbs, 'GB/s')}) unjudged: "
+            "no other pair, and no busbw expected of these nodes"
+        ), highlight=False)  # fmt: skip
     for group in (group for group in report.groups if group.follow):
         said = "slow group" if group.slow else "note: a group"
         levels = f"at {group.levels} levels running" if group.levels > 1 else "at one level only"

@@ -4,12 +4,14 @@ daemons are the machine's, so tests/machine.py keeps every test that uses them o
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import threading
 
 import pytest
 
 from tests import faults
-from tests.conftest import run_dtrun, wait_for
+from tests.conftest import DTRUN, default_signals, ends_within, run_dtrun, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -25,9 +27,48 @@ def test_a_check_on_slurm_names_its_nodes_as_slurm_does_and_ends_its_job(slurm, 
     data = json.loads(done.stdout)
     assert [(n["host"], n["verdict"]) for n in data["nodes"]] == [("n1", "ok"), ("n2", "ok")]
     assert [(link["a"], link["b"], link["verdict"]) for link in data["links"]] == [
-        ("n1", "n2", "ok")
+        ("n1", "n2", "unjudged")  # two nodes' one pair: nothing to compare it with
     ]
     assert slurm.jobs() == []  # the allocation dtrun asked for is gone
+
+
+SHARE = 0.2  # of one CPU: the throttled node's quota, as tests/e2e/test_check.py's
+
+
+@pytest.mark.alone  # "the other ok": a quiet machine's claim
+@pytest.mark.parametrize(("slow", "port"), [("n2", "29890"), ("n1", "29892")])
+def test_a_throttled_slurm_node_is_named_slow_for_compute_by_its_slurm_name(
+    slurm, no_leftovers, slow, port
+):
+    """Every process of one node (its slurmd, the slurmstepd it forks, their tasks) held to a
+    fifth of a CPU from when every rank has joined: two nodes' one pair is judged against
+    nothing on CPUs (docs/check.md), their compute, each against the other's by the minimum
+    effect, names it (54-83% below here, loaded or not). n1 also runs the allocation's batch
+    script. (A tenth of a CPU for 1 s in every 2 was named in 4 of 5: missed where its timings
+    fell free and a loaded machine kept its CPU wait under 3x the other's, docs/check.md.)"""
+    with faults.slow_found(
+        lambda: slurm.node_processes(slow), SHARE,
+        after=lambda: faults.check_said(no_leftovers, "dtrun: checking"),
+        until=lambda: faults.check_said(no_leftovers, "dtrun: checked"),
+    ) as group:  # fmt: skip
+        done = run_dtrun(
+            "check", "--slurm", "--local-nodes", "2", "--port", port, "--json",
+            "--output", str(no_leftovers / "runs"), "--run-id", "slow",
+            cwd=no_leftovers, env=slurm.env, timeout=280,
+        )  # fmt: skip
+        periods, _ = group.throttled()
+    said = done.stdout + done.stderr
+    assert periods > 0, "the quota never held the node back"
+    assert done.returncode == 5, said
+    data = json.loads(done.stdout)
+    verdicts = {n["host"]: (n["verdict"], n["cause"]) for n in data["nodes"]}
+    other = "n1" if slow == "n2" else "n2"
+    assert verdicts == {slow: ("slow", "compute"), other: ("ok", None)}, said
+    assert [link["verdict"] for link in data["links"]] == ["unjudged"], said
+    assert f"next Slurm job: --exclude {slow}" in said, said
+    record = json.loads((no_leftovers / "runs" / "slow" / "check.json").read_text())
+    assert record["nodes"] == data["nodes"]
+    wait_for(lambda: slurm.jobs() == [], timeout=30, what="the allocation to end")
 
 
 @pytest.mark.parametrize(
@@ -111,3 +152,66 @@ def _down_mid_check(slurm, where, node: str, port: str, hang: bool = False):
     if hang:
         assert len(frozen) > 2, f"{node} was not frozen with its step: {frozen}"
     return done, done.stdout + done.stderr
+
+
+def test_a_check_on_slurm_stopped_by_sigterm_records_it_and_ends_its_job(slurm, no_leftovers):
+    """SIGTERM once every rank has joined: exit 143, check.json says interrupted by SIGTERM
+    with each node's end and no verdict, and the allocation and its steps are gone."""
+    out = no_leftovers / "runs"
+    with (no_leftovers / "dtrun.out").open("w+") as said:
+        dtrun = subprocess.Popen(
+            [*DTRUN, "check", "--slurm", "--local-nodes", "2", "--port", "29896", "--output",
+             str(out), "--run-id", "stopped"],
+            cwd=no_leftovers, env=slurm.env, stdout=said, stderr=subprocess.STDOUT,
+            preexec_fn=default_signals,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: faults.check_said(no_leftovers, "dtrun: checking"), timeout=200,
+                     what="every rank to join")  # fmt: skip
+        except BaseException:
+            dtrun.kill()
+            raise
+        dtrun.send_signal(signal.SIGTERM)
+        assert ends_within(dtrun, 120, said) == 143
+        said.seek(0)
+        text = said.read()
+    assert "Traceback" not in text, text
+    record = json.loads((out / "stopped" / "check.json").read_text())
+    assert (record["status"], record["signal"], record["error"]) == (
+        "interrupted", "SIGTERM", "stopped by SIGTERM",
+    ), record  # fmt: skip
+    assert sorted(node["node"] for node in record["launch"]) == ["n1", "n2"], record
+    assert "nodes" not in record and "links" not in record
+    assert slurm.jobs() == [] and slurm.steps() == []
+
+
+@pytest.mark.alone  # "both ok": a quiet machine's claim
+def test_a_slurmd_killed_mid_check_leaves_its_step_measured_and_the_job_ended(slurm, no_leftovers):
+    """n2's slurmd SIGKILLed once every rank has joined: its step's slurmstepd and ranks live
+    on, as on a real node, so the check measures both nodes; Slurm marks n2 down only after
+    SlurmdTimeout (30 s here)."""
+    measuring: list[bool] = []  # whether the check was still measuring when slurmd died
+
+    def kill() -> None:
+        wait_for(lambda: faults.check_said(no_leftovers, "dtrun: checking"), timeout=200,
+                 what="every rank to join")  # fmt: skip
+        slurm.kill_node("n2")
+        measuring.append(not faults.check_said(no_leftovers, "dtrun: checked"))
+
+    killer = threading.Thread(target=kill, daemon=True)
+    killer.start()
+    try:
+        done = run_dtrun(
+            "check", "--slurm", "--local-nodes", "2", "--port", "29898", "--json",
+            "--output", str(no_leftovers / "runs"), "--run-id", "killed",
+            cwd=no_leftovers, env=slurm.env, timeout=280,
+        )  # fmt: skip
+    finally:
+        killer.join(timeout=60)
+        slurm.restart_node("n2")
+    said = done.stdout + done.stderr
+    assert measuring == [True], "n2's slurmd was not killed mid-check"
+    assert done.returncode == 0, said
+    data = json.loads(done.stdout)
+    assert [(n["host"], n["verdict"]) for n in data["nodes"]] == [("n1", "ok"), ("n2", "ok")]
+    wait_for(lambda: slurm.jobs() == [], timeout=60, what="the allocation to end")

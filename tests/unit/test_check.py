@@ -286,8 +286,35 @@ def test_a_rank_s_cpu_wait_is_read_as_its_node_s_share_of_the_cycles():
 
 
 def test_with_two_nodes_one_pair_has_nothing_to_compare_with_and_is_not_judged():
+    """Said as such: before, the link read "ok" (two loopback Slurm nodes, one shaped to 20
+    Mbit/s: 0.0034 GB/s against 1.0-1.2 clean, "ok", exit 0)."""
     report = check(measured(n=2, pairs={(0, 1): 0.01}))
     assert report.exit_code == 0
+    assert [link.verdict for link in report.links] == [LinkVerdict.UNJUDGED]
+    assert report.to_json()["links"][0]["verdict"] == "unjudged"
+    slow = check(measured(n=2, compute={1: 20.0}))  # a slow node of two is still named
+    assert [(n.host, n.cause) for n in slow.flagged_nodes] == [("10.0.0.1", Cause.COMPUTE)]
+    assert [link.verdict for link in slow.links] == [LinkVerdict.UNJUDGED]
+    many = check(measured(n=4))
+    assert {link.verdict for link in many.links} == {LinkVerdict.OK}
+
+
+def test_the_table_notes_two_nodes_unjudged_pair_with_its_busbw(capsys):
+    from dtrun.cli.check_output import print_report
+    from dtrun.record.rundir import RunDir
+    from dtrun.sweep.check import CheckRun
+
+    m = measured(n=2, pairs={(0, 1): 0.0034})
+    print_report(CheckRun(check(m), RunDir(Path("runs/x")), Path("runs/x/check"), 1.0, {}, m))
+    out = " ".join(capsys.readouterr().out.split())
+    assert "note: link 10.0.0.0 - 10.0.0.1 (0.0034 GB/s) unjudged: no other pair" in out, out
+    assert "ok 2 nodes, 1 pair checked" in out
+
+
+def test_two_nodes_one_pair_is_judged_against_the_sizes_expected_busbw():
+    expected = Expected(pair_gbs=370.0, pair_source="ND96isr_H100_v5 across nodes")
+    report = check(measured(n=2, pairs={(0, 1): 400.0}), expected=expected)
+    assert [link.verdict for link in report.links] == [LinkVerdict.OK]
 
 
 def test_a_pair_below_the_sizes_expected_busbw_is_flagged_even_alone():
