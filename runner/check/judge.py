@@ -31,9 +31,12 @@ from dtrun.check.stats import AllBut, Finding, judge_series, others
 # compute not), one under 20% a third of the time 0.45 (1.7x, nothing slow).
 CPU_WAIT_SHARE = 0.1
 CPU_WAIT_RATIO = 2.0
-# With nothing it timed slow, a node is held back by its CPU alone from CPU_WAIT_ALONE_SHARE and
-# CPU_WAIT_ALONE_RATIO up: its timings all fell in free stretches. CI, the 10% quota half the
-# time: 0.79 s/s against 0.12-0.14 (6x), every pair 1.0-1.3 GB/s; clean nodes reach 1.4x.
+# With nothing it timed slow, a node is held back by its CPU alone where its compute threads
+# were held from a CPU CPU_WAIT_ALONE_SHARE of the cycles (its wait over torch's threads: a
+# daemon using half a core beside 120 busy threads is 0.004) and CPU_WAIT_ALONE_RATIO times the
+# other nodes' median: its timings all fell in free stretches. The sshd nodes here, 1 thread
+# each, a 10% quota half the time: CI 0.79 against 0.12-0.14, every pair 1.0-1.3 GB/s; here
+# 0.68-1.33 against 0.09-0.18; clean nodes 0.44 at most, and 1.4x.
 CPU_WAIT_ALONE_SHARE = 0.5
 CPU_WAIT_ALONE_RATIO = 3.0
 
@@ -245,21 +248,25 @@ def _verdict(
             Cause.COMPUTE,
             (f"slow with {len(slow)} of {len(pairs)} partners: {partners}", held),
         )
-    alone = _cpu_held(index, measured, CPU_WAIT_ALONE_SHARE, CPU_WAIT_ALONE_RATIO)
+    alone = _cpu_held(index, measured, CPU_WAIT_ALONE_SHARE, CPU_WAIT_ALONE_RATIO, per_thread=True)
     if alone:  # held back part of the time, its best-of timings all between
         return Verdict.SLOW, Cause.COMPUTE, (f"nothing it timed read slow, but {alone}",)
     return Verdict.OK, None, ()
 
 
 def _cpu_held(
-    index: int, measured: Measured, share: float = CPU_WAIT_SHARE, ratio: float = CPU_WAIT_RATIO
+    index: int,
+    measured: Measured,
+    share: float = CPU_WAIT_SHARE,
+    ratio: float = CPU_WAIT_RATIO,
+    per_thread: bool = False,
 ) -> str | None:
     """Why a node's slow all-reduces are its CPU's: its processes waited for a CPU far more
     than the other nodes' (a quota, or a job beside it, that holds it back part of the time:
     its compute's best-of timings can miss it, every all-reduce it joins waits on it)."""
     if measured.device == "cuda":  # NCCL's all-reduce is the GPUs' work, and the figures
         return None  # above were measured on CPU ranks only
-    waits = measured.cpu_wait
+    waits = measured.cpu_wait_thread if per_thread else measured.cpu_wait
     mine = waits[index] if index < len(waits) else None
     theirs = [w for i, w in enumerate(waits) if i != index and w is not None]
     if mine is None or not theirs:
@@ -267,7 +274,10 @@ def _cpu_held(
     reference = statistics.median(theirs)
     if mine < share or mine < ratio * reference:
         return None
-    return (
-        f"its threads waited {mine:.2f} s for a CPU each second of the cycles, the other "
-        f"nodes' {reference:.2f} s (median): a CPU quota or other processes held it back"
-    )
+    if per_thread:
+        said = f"its compute threads were held from a CPU {mine:.0%} of the cycles, the other "
+        said += f"nodes' {reference:.0%}"
+    else:
+        said = f"its threads waited {mine:.2f} s for a CPU each second of the cycles, the other "
+        said += f"nodes' {reference:.2f} s"
+    return f"{said} (median): a CPU quota or other processes held it back"

@@ -60,6 +60,7 @@ SHAPE = obj(
                     "gpus": nullable(list_of(_gpu_row)),
                     "cpu_wait_s": nullable(WALL_SECONDS),  # results before it: none
                     "measured_s": WALL_SECONDS,
+                    "cpu_threads": nullable(WHOLE),  # results before it: none
                 },
             )
         ),
@@ -97,6 +98,8 @@ class Measured:
     # each node's seconds its threads waited, runnable, for a CPU per second of the cycles (its
     # most-waiting process; runner/workloads/check_measure.py cpu_waits); None: older results
     cpu_wait: tuple[float | None, ...] = ()
+    # the same over its compute threads (torch's): the share of their time held from a CPU
+    cpu_wait_thread: tuple[float | None, ...] = ()
 
 
 def _groups(rows: list[dict[str, Any]]) -> tuple[Group, ...]:
@@ -110,6 +113,7 @@ def parse(data: dict[str, Any]) -> Measured:
     memory: list[list[Series]] = [[] for _ in names]
     gpus: list[tuple[Mapping[str, str], ...] | None] = [None] * count
     waits: list[float | None] = [None] * count
+    per_thread: list[float | None] = [None] * count
     _check_groups(data, count)
     for rank in data["ranks"]:
         node = rank["node"]
@@ -122,6 +126,9 @@ def parse(data: dict[str, Any]) -> Measured:
         if rank.get("cpu_wait_s") is not None and rank.get("measured_s"):
             share = float(rank["cpu_wait_s"]) / float(rank["measured_s"])
             waits[node] = max(share, waits[node] or 0.0)
+            if rank.get("cpu_threads"):
+                share /= int(rank["cpu_threads"])
+                per_thread[node] = max(share, per_thread[node] or 0.0)
     return Measured(
         device=data["device"],
         names=names,
@@ -135,6 +142,7 @@ def parse(data: dict[str, Any]) -> Measured:
         settings=data["settings"],
         addresses=tuple(node["address"] for node in data["nodes"]),
         cpu_wait=tuple(waits),
+        cpu_wait_thread=tuple(per_thread),
     )
 
 

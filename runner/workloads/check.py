@@ -54,8 +54,9 @@ SETTINGS = (
     "one_at_a_time",
 )  # fmt: skip
 # each rank's figures in the result; cpu_wait_s over measured_s: its threads' time waiting for a
-# CPU over the cycles (check_measure.py cpu_waits), seconds
-RANK_KEYS = ("node", "compute_gflops", "memory_gbs", "gpus", "cpu_wait_s", "measured_s")
+# CPU over the cycles (check_measure.py cpu_waits), seconds; cpu_threads: torch's compute threads
+RANK_KEYS = ("node", "compute_gflops", "memory_gbs", "gpus", "cpu_wait_s", "measured_s",
+             "cpu_threads")  # fmt: skip
 HEARTBEAT_S = 5.0  # each rank says this often how long it has waited on the others, or worked
 
 
@@ -316,7 +317,8 @@ def _check(args: argparse.Namespace, started: datetime.datetime, device: torch.d
     mine = {"node": fleet.mine, **figures, "gpus": gpu_health() if first else None,
             "seconds": [groups.seconds for groups in every],
             "cpu_wait_s": waited_s(waits, cpu_waits()),
-            "measured_s": time.perf_counter() - began}  # fmt: skip
+            "measured_s": time.perf_counter() - began,
+            "cpu_threads": torch.get_num_threads()}  # fmt: skip
     with watch.at("the figures' gathering"):
         gathered = _gather(mine)
     if dist.get_rank() == 0:

@@ -247,24 +247,37 @@ def test_a_slow_link_to_a_node_held_back_by_its_cpu_is_the_node_s_not_the_link_s
         ((0.14, 0.79, 0.12, 0.12), True),  # seen in CI: a 10% quota half the time, 6x
         ((0.32, 0.39, 0.2, 0.44), False),  # clean nodes on a busy machine, as seen
         ((0.25, 0.45, 0.26, 0.29), False),  # a 20% quota a third of the time: 1.7x, too little
-        ((0.01, 0.4, 0.01, 0.01), False),  # many times the others', but under half a second
+        ((0.001, 0.004, 0.001, 0.001), False),  # a daemon's half core beside 120 busy threads
+        ((0.01, 0.4, 0.01, 0.01), False),  # many times the others', but under half their time
         ((None, 0.79, None, None), False),  # nothing to compare with
     ],
 )
 def test_a_node_held_back_by_its_cpu_is_slow_for_compute_where_nothing_it_timed_was(waits, flagged):
     """Seen in CI: a node under a 10% quota every other second, all its pairs timed in free
-    stretches (1.0-1.3 GB/s), its compute's best-of too: it was called ok. Its threads waited
-    0.79 s for a CPU each second, the others 0.12-0.14: that alone names it, from 3x and 0.5 s."""
-    report = check(replace(measured(), cpu_wait=waits))
+    stretches (1.0-1.3 GB/s), its compute's best-of too: it was called ok. Its one compute
+    thread was held from a CPU 79% of the cycles, the others 12-14%: that alone names it, from
+    3x and half their time (counted per thread: on a many-core node a daemon beside the
+    check's threads is a sliver of each)."""
+    report = check(replace(measured(), cpu_wait=waits, cpu_wait_thread=waits))
     found = [(n.host, n.verdict, n.cause) for n in report.flagged_nodes]
     assert found == ([("10.0.0.1", Verdict.SLOW, Cause.COMPUTE)] if flagged else [])
     if flagged:
         assert report.flagged_nodes[0].evidence == (
-            "nothing it timed read slow, but its threads waited 0.79 s for a CPU each second "
-            "of the cycles, the other nodes' 0.12 s (median): a CPU quota or other processes "
-            "held it back",
+            "nothing it timed read slow, but its compute threads were held from a CPU 79% of "
+            "the cycles, the other nodes' 12% (median): a CPU quota or other processes held it "
+            "back",
         )
     assert report.slow_links == ()
+
+
+def test_a_busy_many_core_node_s_summed_wait_alone_names_nothing():
+    """Half a second of waiting each second, summed over 120 busy threads, is a sliver of each:
+    a daemon beside the check, not a node held back (rev14's case against the summed rule)."""
+    summed = (0.1, 0.5, 0.1, 0.12)
+    report = check(
+        replace(measured(), cpu_wait=summed, cpu_wait_thread=tuple(w / 120 for w in summed))
+    )
+    assert report.flagged_nodes == ()
 
 
 def test_on_gpus_a_node_s_cpu_wait_names_no_cause_its_slow_link_stays_the_link_s():
@@ -283,6 +296,8 @@ def test_a_rank_s_cpu_wait_is_read_as_its_node_s_share_of_the_cycles():
     assert parse(data).cpu_wait == (0.05, 0.4)
     del data["ranks"][0]["cpu_wait_s"]
     assert parse(data).cpu_wait == (None, 0.4)
+    data["ranks"][1]["cpu_threads"] = 8
+    assert parse(data).cpu_wait_thread == (None, 0.05)  # of each compute thread's time
 
 
 def test_with_two_nodes_one_pair_has_nothing_to_compare_with_and_is_not_judged():
