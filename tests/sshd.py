@@ -1,7 +1,8 @@
 """Real OpenSSH sshd instances on 127.0.0.2, 127.0.0.3, ...: the test cluster for SSH runs.
 
-Each instance has its own host key, listens on its own loopback address, accepts only the
-generated client key (no passwords, no PAM) and runs as the user running the tests.
+Each instance has its own host key, listens on its own loopback address, gives its sessions
+its own TMPDIR (a machine's own /tmp), accepts only the generated client key (no passwords, no
+PAM) and runs as the user running the tests.
 """
 
 from __future__ import annotations
@@ -142,12 +143,20 @@ def start_cluster(
     session = os.environ.get("DTRUN_TEST_SESSION")
     names = [f"PYTEST_XDIST_WORKER={xdist}"] if xdist else []
     names += [f"DTRUN_TEST_SESSION={session}"] if session else []
-    worker = f"SetEnv {' '.join(names)}\n" if names else ""  # one line: sshd takes the first
     hosts = []
     for index in range(count):
         name = address(index + first)
         home = root / name
         home.mkdir()
+        # each node's own temporary directory, as a machine has its own /tmp: the nodes share
+        # this host's name, and OpenMPI names its session directory after it (TMPDIR/ompi.
+        # HOST.UID/jf.JOB): every orted's start-up clears the job's tree there, another node's
+        # daemon's included, which once failed its mkdir, "File exists" (orte/util/
+        # session_dir.c, OpenMPI 4.1). One SetEnv line: sshd takes the first (a settings line
+        # of SetEnv replaces this one).
+        temp = home / "tmp"
+        temp.mkdir()
+        set_env = f"SetEnv {' '.join([*names, f'TMPDIR={temp}'])}\n"
         host_key = _keygen(home / "ssh_host_ed25519_key", f"host-{name}")
         config = home / "sshd_config"
         defaults = (
@@ -164,7 +173,7 @@ def start_cluster(
             "AcceptEnv DTRUN_*\n"
             "MaxStartups 200\n"
             "MaxSessions 200\n"
-            "LogLevel ERROR\n" + ("Subsystem sftp internal-sftp\n" if sftp else "") + worker
+            "LogLevel ERROR\n" + ("Subsystem sftp internal-sftp\n" if sftp else "") + set_env
         )
         config.write_text(settings.get(name, "") + defaults)
         hosts.append(SshHost(name, port, host_key, config))

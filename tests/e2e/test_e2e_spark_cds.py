@@ -34,6 +34,12 @@ def test_a_second_local_cluster_maps_the_class_data_the_first_recorded(no_leftov
     cache = no_leftovers / "cache"
     env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
     _sweep(no_leftovers, "records", env)
+    # the executor ended on its own, told to stop, and had the driver's wait to write its
+    # archive: Spark's stop SIGTERMs it and SIGKILLs it 10 s later, and under load the cache
+    # once held driver.jsa alone (ExecutorRunner.killProcess; session.py executors_exit)
+    (log,) = (no_leftovers / "runs" / "records").glob("n1/r0/spark-work/app-*/0/stderr")
+    assert "Driver commanded a shutdown" in log.read_text()
+    assert "RECEIVED SIGNAL TERM" not in log.read_text()
     (home,) = (cache / "dtrun" / "spark-cds").iterdir()
     assert sorted(p.name for p in home.glob("*.jsa")) == ["driver.jsa", "executor.jsa"]
     assert not list(home.glob("recording-*"))

@@ -62,6 +62,33 @@ def test_head_only_launchers_start_the_other_nodes_ranks_over_real_ssh(
     assert not (no_leftovers / "runs" / launcher / "n2" / "r0" / "node-1.log").exists()
 
 
+# each rank lists its node's OpenMPI daemons' session directories: TMPDIR/ompi.HOST.UID/jf.JOB/0/
+# VPID
+DAEMON_DIRS = 'echo "daemons $NODE_RANK" $(ls "${TMPDIR:-/tmp}"/ompi.*/jf.*/0)'
+
+
+def test_mpirun_s_daemon_on_each_node_keeps_its_session_directory_while_the_job_runs(
+    sshd_cluster, no_leftovers
+):
+    """The test nodes share this machine's host name, which names OpenMPI's session directory;
+    each orted's start-up clears its job's tree there. With one /tmp for all, the second daemon
+    removed the first one's directory, and a start in the middle of the first's mkdir failed it,
+    "File exists" (test_login_shells, ksh, 2026-12-07). Each node has its own TMPDIR (tests/
+    sshd.py), as a machine has its own /tmp."""
+    hosts = write_hosts(sshd_cluster, no_leftovers, count=2)
+    out = no_leftovers / "runs"
+    done = run_dtrun(
+        "run", "--hosts", str(hosts), "--launcher", "mpirun", "--nodes", "2", "--port", "29770",
+        "--timeout", "120", "--output", str(out), "--run-id", "mpi",
+        "--", "sh", "-c", DAEMON_DIRS, cwd=no_leftovers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (out / "mpi" / "launch" / "node-0.log").read_text()
+    seen = sorted(line.split()[1:] for line in log.splitlines() if line.startswith("daemons "))
+    assert [node for node, *_ in seen] == ["0", "1"], log
+    assert [len(dirs) for _, *dirs in seen] == [1, 1] and seen[0][1] != seen[1][1], log
+
+
 def test_exec_runs_on_every_host_and_fails_when_one_fails(sshd_cluster, tmp_path):
     hosts = write_hosts(sshd_cluster, tmp_path)
     ok = run_dtrun("exec", "--hosts", str(hosts), "--", "echo from $SSH_CONNECTION", cwd=tmp_path)

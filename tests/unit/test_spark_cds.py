@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -149,7 +150,7 @@ def _gateway(monkeypatch: pytest.MonkeyPatch, command: list[str]) -> subprocess.
 def test_the_driver_ends_its_jvm_by_its_stdin_and_waits_for_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dtrun.engines.spark.driver import jvm_exited
+    from dtrun.engines.spark.session import jvm_exited
 
     proc = _gateway(monkeypatch, ["cat"])  # exits at the end of its stdin, as the gateway does
     assert jvm_exited(30, lambda: False)
@@ -159,7 +160,7 @@ def test_the_driver_ends_its_jvm_by_its_stdin_and_waits_for_it(
 def test_a_signal_ends_the_wait_for_the_jvm_and_nothing_is_kept(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dtrun.engines.spark.driver import jvm_exited
+    from dtrun.engines.spark.session import jvm_exited
 
     proc = _gateway(monkeypatch, ["sleep", "60"])  # a JVM still writing its archive
     calls = iter(range(1000))
@@ -170,6 +171,65 @@ def test_a_signal_ends_the_wait_for_the_jvm_and_nothing_is_kept(
     finally:
         proc.kill()
         proc.wait()
+
+
+class _Executors:
+    """A stand-in for a local-cluster's Spark, as executors_exit reaches it; ``calls``: what
+    it was asked, in order. Each executor is a process named as an executor JVM, which ends
+    ``linger`` s after its stdin does (a JVM writing its archive as it exits)."""
+
+    def __init__(self, linger: float) -> None:
+        from dtrun.engines.spark.session import EXECUTOR_MAIN
+
+        code = f"import sys, time; sys.stdin.read(); time.sleep({linger})"
+        self.proc = subprocess.Popen([sys.executable, "-c", code, EXECUTOR_MAIN],
+                                     stdin=subprocess.PIPE)  # fmt: skip
+        self.calls: list[object] = []
+        jvm = types.SimpleNamespace(
+            PythonUtils=types.SimpleNamespace(toScalaMap=dict),
+            java=types.SimpleNamespace(util=types.SimpleNamespace(HashMap=dict)),
+        )
+        context = types.SimpleNamespace(
+            requestTotalExecutors=lambda total, *_: self.calls.append(("total", total)),
+            schedulerBackend=lambda: types.SimpleNamespace(stopExecutors=self.stop),
+        )
+        self.sparkContext = types.SimpleNamespace(
+            _jvm=jvm, _jsc=types.SimpleNamespace(sc=lambda: context)
+        )
+
+    def stop(self) -> None:  # Spark's StopExecutor to each
+        self.calls.append("stop")
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+
+
+def test_a_recording_application_s_executors_end_on_their_own_and_are_waited_for() -> None:
+    """Spark's own stop SIGTERMs each executor and SIGKILLs it 10 s later, cutting its
+    archive short under load (test_e2e_spark_cds): the driver first asks for no executor in
+    their place, then stops them, and waits for their JVMs to exit."""
+    from dtrun.engines.spark.session import executors_exit
+
+    spark = _Executors(linger=0.5)
+    try:
+        assert executors_exit(spark, 30, lambda: False)
+        assert spark.proc.poll() == 0  # exited, on its own
+        assert spark.calls == [("total", 0), "stop"]
+    finally:
+        spark.proc.kill()
+        spark.proc.wait()
+
+
+def test_a_signal_ends_the_wait_for_the_executors() -> None:
+    from dtrun.engines.spark.session import executors_exit
+
+    spark = _Executors(linger=60)
+    calls = iter(range(1000))
+    try:
+        assert not executors_exit(spark, 60, lambda: next(calls) >= 2)
+        assert spark.proc.poll() is None  # Spark's stop ends it, not the wait
+    finally:
+        spark.proc.kill()
+        spark.proc.wait()
 
 
 def test_a_kept_spark_home_that_cannot_be_set_right_costs_the_class_data_not_the_sweep(

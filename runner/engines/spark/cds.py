@@ -33,9 +33,10 @@ from pathlib import Path
 DRIVER, EXECUTOR = "driver", "executor"
 WRITTEN = "Written dynamic archive"  # the JVM's log line when the whole archive is on disk
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # CDS's warnings are not the user's to read
-# How long the driver waits for its JVM to write its archive as it exits (driver.py): 8 to 12 s
-# here for 120 to 160 MB. dtrun waits this long more for the driver (SparkApp's end_wait_s); an
-# archive cut short is not kept, and the next application records again.
+# How long the driver waits for its JVMs to write their archives as they exit, the executors'
+# and then its own (driver.py): 8 to 12 s here for 120 to 160 MB. dtrun waits this long more
+# for the driver (SparkApp's end_wait_s); an archive cut short is not kept, and the next
+# application records again.
 RECORD_WAIT_S = 60.0
 SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+@")
 

@@ -33,11 +33,9 @@ import os
 import queue
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -58,6 +56,8 @@ from dtrun.engines.spark.session import (
     CHECK_EVERY_S,
     LIGHT_JVM,
     await_executors,
+    executors_exit,
+    jvm_exited,
     local_executors,
     local_home,
     registered_executors,
@@ -311,11 +311,14 @@ class Driver:
             keep_work(self.work, self.first_launch)
             end_at_once()
         if self.spark is not None:
+            kept, stopped = self.archives, lambda: bool(self.stopped)
+            until = time.monotonic() + RECORD_WAIT_S  # every JVM's archive is written as it exits
+            if kept and kept.recording:  # the executors' first, ended by Spark's stop otherwise
+                executors_exit(self.spark, RECORD_WAIT_S, stopped)
             with contextlib.suppress(Exception):
                 self.spark.stop()
-            kept = self.archives
-            # its archive is written as it exits; a signal ends the wait, and nothing is kept
-            if kept and kept.recording and jvm_exited(RECORD_WAIT_S, lambda: bool(self.stopped)):
+            # then the driver's; a signal ends the waits, and nothing is kept
+            if kept and kept.recording and jvm_exited(until - time.monotonic(), stopped):
                 kept.adopt()
         keep_work(self.work, self.first_launch)
         return 128 + self.stopped[0] if self.stopped else 0
@@ -349,26 +352,6 @@ def end_at_once(wait_s: float = 5.0) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
-
-
-def jvm_exited(wait_s: float, stopped: Callable[[], bool]) -> bool:
-    """End the driver's JVM (pyspark's gateway: it exits at the end of its stdin) and wait up
-    to ``wait_s`` for it, unless ``stopped`` first; whether it exited, unstopped."""
-    from pyspark import SparkContext
-
-    proc = getattr(SparkContext._gateway, "proc", None)
-    if proc is None or stopped():
-        return False
-    with contextlib.suppress(OSError):
-        proc.stdin.close()
-    deadline = time.monotonic() + wait_s
-    while not stopped() and time.monotonic() < deadline:
-        try:
-            proc.wait(timeout=0.2)
-        except subprocess.TimeoutExpired:
-            continue
-        return not stopped()
-    return False
 
 
 def take_stdin() -> TextIO:

@@ -1,14 +1,17 @@
 """The sweep's SparkSession, as the driver (runner/engines/spark/driver.py) starts it: its
-configuration, a local-cluster's own Spark home and lighter JVMs, and the wait for its executors.
+configuration, a local-cluster's own Spark home and lighter JVMs, and the wait for its executors;
+at the end, where it records class data, the wait for its JVMs' own exit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
+import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +198,56 @@ def registered_executors(spark: Any) -> int:
         return max(0, len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1)
     except Exception:  # the context is stopping: no answer is not a count
         return -1
+
+
+EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"  # an executor JVM's
+
+
+def executors_exit(spark: Any, wait_s: float, stopped: Callable[[], bool]) -> bool:
+    """Let a local-cluster's executors end on their own, before the application does, and wait
+    up to ``wait_s`` for their JVMs to exit, unless ``stopped`` first; whether they all exited.
+    Each writes its class data as it exits (cds.py), which Spark's own stop cut short under
+    load: as the application ends, its worker SIGTERMs the executor, which is told to stop at
+    the same moment, and SIGKILLs it 10 s later (Spark's ExecutorRunner.killProcess); writing
+    60 MB took 8 s beside one busy process (2026-12-07). So: no executor to replace them (the
+    master starts one for any that exits while the application runs), then Spark's StopExecutor
+    to each (as its stop sends), with the worker left waiting for their exit."""
+    import psutil
+
+    def executor(process: psutil.Process) -> bool:
+        with contextlib.suppress(psutil.Error):
+            return EXECUTOR_MAIN in process.cmdline()
+        return False
+
+    try:
+        executors = [p for p in psutil.Process().children(recursive=True) if executor(p)]
+        context = spark.sparkContext._jsc.sc()
+        jvm = spark.sparkContext._jvm
+        context.requestTotalExecutors(0, 0, jvm.PythonUtils.toScalaMap(jvm.java.util.HashMap()))
+        context.schedulerBackend().stopExecutors()
+    except Exception:  # the context is stopping: Spark's stop ends them
+        return False
+    deadline = time.monotonic() + wait_s
+    while executors and not stopped() and time.monotonic() < deadline:
+        _, executors = psutil.wait_procs(executors, timeout=POLL_S)
+    return not executors
+
+
+def jvm_exited(wait_s: float, stopped: Callable[[], bool]) -> bool:
+    """End the driver's JVM (pyspark's gateway: it exits at the end of its stdin) and wait up
+    to ``wait_s`` for it, unless ``stopped`` first; whether it exited, unstopped."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None or stopped():
+        return False
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    deadline = time.monotonic() + wait_s
+    while not stopped() and time.monotonic() < deadline:
+        try:
+            proc.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            continue
+        return not stopped()
+    return False
