@@ -25,6 +25,12 @@ LOGIN_NAME_MOST = 255
 
 
 def is_ipv6(text: str) -> bool:
+    """``text`` is an IPv6 address, its zone (``fe80::1%eth0``), if any, in a host name's
+    characters: Python's ipaddress takes any text after the '%', and `fe80::1%b slots=64,x:8`
+    reached a hostfile line and horovodrun's -H list as it was."""
+    _, percent, zone = text.partition("%")
+    if percent and not HOST_NAME.fullmatch(zone):
+        return False
     try:
         ipaddress.IPv6Address(text)
     except ValueError:

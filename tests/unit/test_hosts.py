@@ -247,6 +247,11 @@ def hosts_of(text: str, source: str = "hostfile") -> list[tuple[str, int]]:
             [("fe80::1", 4), ("fe80::2", 1)],
             id="ipv6-list",
         ),
+        pytest.param(  # a link-local address with its zone, an interface's name or index
+            "fe80::1%eth0 slots=2\n[fe80::2%3] slots=1\n",
+            [("fe80::1%eth0", 2), ("fe80::2%3", 1)],
+            id="ipv6-zones",
+        ),
     ],
 )
 def test_hosts_files_as_each_ecosystem_writes_them(text, hosts):
