@@ -439,6 +439,48 @@ def test_a_hosts_file_that_never_ends_is_refused_after_its_first_megabytes(tmp_p
     assert caught.value.exit_code == 2
 
 
+def test_a_named_pipe_nothing_writes_to_is_refused_not_waited_on(tmp_path):
+    """open() of a FIFO waits for a writer: `--hosts FIFO` with none hung dtrun, silent."""
+    import threading
+
+    from dtrun.engines.inputs import read_text
+    from dtrun.errors import InventoryError
+
+    fifo = tmp_path / "hosts"
+    os.mkfifo(fifo)
+    caught: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            read_text(fifo, "hosts file")
+        except InventoryError as exc:
+            caught.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    if reader.is_alive():  # the old read: a writer that opens and closes lets it go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join()
+        pytest.fail("dtrun waited on a named pipe nothing writes to")
+    assert len(caught) == 1 and isinstance(caught[0], InventoryError)
+    assert caught[0].exit_code == 2
+    assert "a pipe (FIFO) that nothing wrote to" in caught[0].message
+
+
+def test_a_pipe_s_lines_are_read_to_its_end(tmp_path):
+    """--hosts <(...): the shell's pipe, its writer there, is read as it is written."""
+    from dtrun.engines.inputs import read_text
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"a slots=1\n")
+    os.close(write_end)
+    try:
+        assert read_text(Path(f"/dev/fd/{read_end}"), "hosts file") == "a slots=1\n"
+    finally:
+        os.close(read_end)
+
+
 @pytest.mark.parametrize("name", ["eth0", "lo", "ib0", "enp0s31f6", "bond0.100", "e" * 15, "é" * 7])
 def test_an_interface_linux_would_name_is_taken(name):
     assert parse(f"hosts: [a]\ninterface: '{name}'\n").interface == name
