@@ -56,7 +56,8 @@ def read_text(path: Path, what: str, fix: str = "") -> str:
             f"the {what} {path} is not UTF-8 text",
             why=f"byte {exc.start} is {data[exc.start : exc.start + 1]!r}"
             + (" (the file is UTF-16)" if utf16 else ""),
-            fix="save it as UTF-8 text (`iconv -f UTF-16 -t UTF-8`), one host per line",
+            fix="save it as UTF-8 text (`iconv -f UTF-16 -t UTF-8`)"
+            + (", one host per line" if what == "hosts file" else ""),
         ) from None
     control = next((c for c in text if ord(c) < 32 and c not in "\t\n\r"), None)
     if control is not None:

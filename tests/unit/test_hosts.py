@@ -439,6 +439,20 @@ def test_a_hosts_file_that_never_ends_is_refused_after_its_first_megabytes(tmp_p
     assert caught.value.exit_code == 2
 
 
+@pytest.mark.parametrize(("what", "lines"), [("hosts file", True), ("outputs file", False)])
+def test_a_file_that_is_not_utf8_is_refused_with_advice_for_what_it_is(tmp_path, what, lines):
+    """--outputs FILE in UTF-16 was told to be saved "one host per line", a hosts file's shape."""
+    from dtrun.engines.inputs import read_text
+    from dtrun.errors import InventoryError
+
+    path = tmp_path / "f"
+    path.write_bytes("{}".encode("utf-16"))
+    with pytest.raises(InventoryError) as caught:
+        read_text(path, what)
+    assert caught.value.message.startswith(f"the {what} {path} is not UTF-8 text")
+    assert ("one host per line" in str(caught.value.fix)) is lines
+
+
 def test_a_named_pipe_nothing_writes_to_is_refused_not_waited_on(tmp_path):
     """open() of a FIFO waits for a writer: `--hosts FIFO` with none hung dtrun, silent."""
     import threading
