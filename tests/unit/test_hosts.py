@@ -628,8 +628,28 @@ def test_a_host_yaml_reads_as_a_boolean_number_or_date_is_refused_naming_it(entr
 
 
 def test_a_quoted_host_that_yaml_would_read_as_a_number_is_taken_as_written():
-    inventory = parse("hosts: ['1.5', \"true\"]\n")
-    assert [node.ssh_host for node in inventory.nodes] == ["1.5", "true"]
+    inventory = parse("hosts: ['1_000', \"true\"]\n")  # YAML 1.1: 1_000 is 1000
+    assert [node.ssh_host for node in inventory.nodes] == ["1_000", "true"]
+
+
+@pytest.mark.parametrize(
+    "host", ["10.0.0.010", "127.0.0.01", "127.1", "1.5", "2130706433", "0x7f.0.0.1", "1.2.3.4.5"]
+)
+def test_a_host_of_numbers_only_that_is_no_plain_ipv4_address_is_refused(host):
+    """The C library reads these as IPv4 addresses its own way: 10.0.0.010 reached 10.0.0.8
+    (octal), and 127.0.0.1 with 127.0.0.01 was one machine listed as two nodes."""
+    with pytest.raises(HostsFileError, match=r"line 1: the host .* is numbers only") as caught:
+        hosts_of(f"{host} slots=1\n")
+    assert caught.value.exit_code == 2
+    with pytest.raises(HostsFileError, match=r"line 2: 'host' .* is numbers only"):
+        parse(f"hosts:\n  - '{host}'\n")
+
+
+@pytest.mark.parametrize(
+    "host", ["10.0.0.10", "255.255.255.255", "node001", "1.example", "0xbad.cafe"]
+)
+def test_a_host_with_a_letter_or_a_plain_ipv4_address_is_taken(host):
+    assert hosts_of(f"{host} slots=1\n") == [(host, 1)]
 
 
 @pytest.mark.parametrize(
