@@ -627,6 +627,25 @@ def test_a_host_yaml_reads_as_a_boolean_number_or_date_is_refused_naming_it(entr
     assert caught.value.exit_code == 2
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "field"),
+    [
+        ("hosts: [!!python/object:os.system a]\n", 1, "host"),
+        ("hosts: [a]\nuser: !!python/name:os.system x\n", 2, "user"),
+        ("hosts: [a]\nslots: !custom 4\n", 2, "slots"),
+        ("hosts:\n  - host: a\n    port: !<%1b[2J> 22\n", 3, "port"),
+    ],
+)
+def test_a_yaml_tag_dtrun_has_no_type_for_is_refused_naming_line_and_field(text, line, field):
+    """The safe loader's ConstructorError for an unknown tag was a traceback, exit 1."""
+    with pytest.raises(HostsFileError) as caught:
+        parse(text)
+    said = caught.value.message
+    assert said.startswith(f"hosts.yaml, line {line}: '{field}' is tagged "), said
+    assert "a YAML type dtrun does not read" in said and "\x1b" not in said
+    assert caught.value.exit_code == 2
+
+
 def test_a_quoted_host_that_yaml_would_read_as_a_number_is_taken_as_written():
     inventory = parse("hosts: ['1_000', \"true\"]\n")  # YAML 1.1: 1_000 is 1000
     assert [node.ssh_host for node in inventory.nodes] == ["1_000", "true"]
