@@ -25,6 +25,12 @@ LOGIN_NAME_MOST = 255
 
 
 def is_ipv6(text: str) -> bool:
+    """``text`` is an IPv6 address, its zone (``fe80::1%eth0``), if any, in a host name's
+    characters: Python's ipaddress takes any text after the '%', and `fe80::1%b slots=64,x:8`
+    reached a hostfile line and horovodrun's -H list as it was."""
+    _, percent, zone = text.partition("%")
+    if percent and not HOST_NAME.fullmatch(zone):
+        return False
     try:
         ipaddress.IPv6Address(text)
     except ValueError:
@@ -58,12 +64,34 @@ def remember_password(text: str) -> None:
         remember_secrets([user.partition(":")[2]])
 
 
+# A name of numbers only (decimal, 0-led octal, 0x hex) is an IPv4 address to the C library's
+# resolver (inet_aton, which getaddrinfo and ssh use): 10.0.0.010 reached 10.0.0.8, and 127.1
+# and 127.0.0.01 were 127.0.0.1 listed twice. No DNS name is numbers only (RFC 3696 §2: a
+# top-level domain is not all-numeric); Python's ipaddress refuses these forms for that reason.
+_NUMBERS_ONLY = re.compile(r"(?:0[xX][0-9A-Fa-f]*|[0-9]+)(?:\.(?:0[xX][0-9A-Fa-f]*|[0-9]+))*\.?")
+
+
+def _numbers_problem(text: str) -> str | None:
+    if not _NUMBERS_ONLY.fullmatch(text):
+        return None
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return (
+            "is numbers only but not an IPv4 address as four numbers 0 to 255 without leading "
+            "zeros: the C library reads it its own way (010 is octal 8, 127.1 is 127.0.0.1)"
+        )
+    return None
+
+
 def host_problem(text: str) -> str | None:
     """Why ``text`` is not a host name, ssh alias or IP address; None when it is one."""
     remember_password(text)
     if len(text) > HOST_NAME_MOST:
         return f"is {len(text):,} characters long; a host name has at most {HOST_NAME_MOST}"
-    if HOST_NAME.fullmatch(text) or is_ipv6(text):
+    if HOST_NAME.fullmatch(text):
+        return _numbers_problem(text)
+    if is_ipv6(text):
         return None
     control = control_character(text)
     if control:

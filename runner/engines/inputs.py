@@ -3,6 +3,8 @@ and a stack's outputs (SSH and a stack's own Slurm), from a saved file or from P
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,16 +22,26 @@ MAX_TEXT_BYTES = 16 * 1024 * 1024
 
 def read_text(path: Path, what: str, fix: str = "") -> str:
     """A text file as editors write it: UTF-8, with or without a byte-order mark; a pipe too
-    (--hosts <(...)), read no further than any such file goes."""
+    (--hosts <(...)), read no further than any such file goes. A named pipe is opened without
+    waiting for a writer: with none, open() waited for good, and dtrun said nothing."""
     try:
-        with path.open("rb") as file:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.set_blocking(descriptor, True)  # a writer there: wait for its lines and its end
+        with os.fdopen(descriptor, "rb") as file:
             data = file.read(MAX_TEXT_BYTES + 1)
+            unwritten = not data and stat.S_ISFIFO(os.fstat(file.fileno()).st_mode)
     except OSError as exc:
         raise InventoryError(
             f"cannot read the {what} {path}",
             why=exc.strerror or str(exc),
             fix=fix or f"pass an existing, readable file to --{what.split()[0]}",
         ) from None
+    if unwritten:
+        raise InventoryError(
+            f"cannot read the {what} {path}",
+            why="it is a pipe (FIFO) that nothing wrote to",
+            fix=fix or f"pass the {what} itself to --{what.split()[0]}",
+        )
     if len(data) > MAX_TEXT_BYTES:
         raise InventoryError(
             f"the {what} {path} is too large",
@@ -44,7 +56,8 @@ def read_text(path: Path, what: str, fix: str = "") -> str:
             f"the {what} {path} is not UTF-8 text",
             why=f"byte {exc.start} is {data[exc.start : exc.start + 1]!r}"
             + (" (the file is UTF-16)" if utf16 else ""),
-            fix="save it as UTF-8 text (`iconv -f UTF-16 -t UTF-8`), one host per line",
+            fix="save it as UTF-8 text (`iconv -f UTF-16 -t UTF-8`)"
+            + (", one host per line" if what == "hosts file" else ""),
         ) from None
     control = next((c for c in text if ord(c) < 32 and c not in "\t\n\r"), None)
     if control is not None:

@@ -578,8 +578,8 @@ def test_write_hosts_from_a_hosts_file_yaml_cannot_build_lists_the_inventory_s_n
 
 def test_write_hosts_keeps_each_name_of_a_hosts_file_as_written(tmp_path):
     """The hosts file's own YAML, less the flagged hosts: each name as the check read it, as
-    written. YAML 1.1 reads `0755` as the number 493 and `on` as true: the file written named
-    hosts 493 and true, user 83, and kept the flagged host `on`. (A host YAML reads as a
+    written. YAML 1.1 reads `1_000` as the number 1000 and `on` as true: the file written named
+    hosts 1000 and true, user 83, and kept the flagged host `on`. (A host YAML reads as a
     number or boolean is refused unless quoted; the user is as written.)"""
     from dataclasses import replace
 
@@ -590,7 +590,7 @@ def test_write_hosts_keeps_each_name_of_a_hosts_file_as_written(tmp_path):
     from dtrun.sweep.check import host_labels
 
     text = (
-        "user: 0123\nport: 2222\nhosts:\n  - host: '0755'\n  - host: 'on'\n"
+        "user: 0123\nport: 2222\nhosts:\n  - host: '1_000'\n  - host: 'on'\n"
         "  - {host: c, port: 22}\n"
     )
     hosts = tmp_path / "hosts.yaml"
@@ -601,7 +601,7 @@ def test_write_hosts_keeps_each_name_of_a_hosts_file_as_written(tmp_path):
     kept = kept_hosts(checked, {labels["node-1"]}, labels)
     back = parse_hosts_file(yaml.safe_dump(kept, sort_keys=False), "good.yaml", defaults)
     assert labels["node-1"] == "on"
-    assert [(n.address, n.ssh_port) for n in back.nodes] == [("0755", 2222), ("c", 22)]
+    assert [(n.address, n.ssh_port) for n in back.nodes] == [("1_000", 2222), ("c", 22)]
     assert back.ssh is not None and (back.ssh.user, back.ssh.port) == ("0123", 2222)
 
 

@@ -247,6 +247,11 @@ def hosts_of(text: str, source: str = "hostfile") -> list[tuple[str, int]]:
             [("fe80::1", 4), ("fe80::2", 1)],
             id="ipv6-list",
         ),
+        pytest.param(  # a link-local address with its zone, an interface's name or index
+            "fe80::1%eth0 slots=2\n[fe80::2%3] slots=1\n",
+            [("fe80::1%eth0", 2), ("fe80::2%3", 1)],
+            id="ipv6-zones",
+        ),
     ],
 )
 def test_hosts_files_as_each_ecosystem_writes_them(text, hosts):
@@ -434,6 +439,62 @@ def test_a_hosts_file_that_never_ends_is_refused_after_its_first_megabytes(tmp_p
     assert caught.value.exit_code == 2
 
 
+@pytest.mark.parametrize(("what", "lines"), [("hosts file", True), ("outputs file", False)])
+def test_a_file_that_is_not_utf8_is_refused_with_advice_for_what_it_is(tmp_path, what, lines):
+    """--outputs FILE in UTF-16 was told to be saved "one host per line", a hosts file's shape."""
+    from dtrun.engines.inputs import read_text
+    from dtrun.errors import InventoryError
+
+    path = tmp_path / "f"
+    path.write_bytes("{}".encode("utf-16"))
+    with pytest.raises(InventoryError) as caught:
+        read_text(path, what)
+    assert caught.value.message.startswith(f"the {what} {path} is not UTF-8 text")
+    assert ("one host per line" in str(caught.value.fix)) is lines
+
+
+def test_a_named_pipe_nothing_writes_to_is_refused_not_waited_on(tmp_path):
+    """open() of a FIFO waits for a writer: `--hosts FIFO` with none hung dtrun, silent."""
+    import threading
+
+    from dtrun.engines.inputs import read_text
+    from dtrun.errors import InventoryError
+
+    fifo = tmp_path / "hosts"
+    os.mkfifo(fifo)
+    caught: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            read_text(fifo, "hosts file")
+        except InventoryError as exc:
+            caught.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    if reader.is_alive():  # the old read: a writer that opens and closes lets it go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join()
+        pytest.fail("dtrun waited on a named pipe nothing writes to")
+    assert len(caught) == 1 and isinstance(caught[0], InventoryError)
+    assert caught[0].exit_code == 2
+    assert "a pipe (FIFO) that nothing wrote to" in caught[0].message
+
+
+def test_a_pipe_s_lines_are_read_to_its_end(tmp_path):
+    """--hosts <(...): the shell's pipe, its writer there, is read as it is written."""
+    from dtrun.engines.inputs import read_text
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"a slots=1\n")
+    os.close(write_end)
+    try:
+        assert read_text(Path(f"/dev/fd/{read_end}"), "hosts file") == "a slots=1\n"
+    finally:
+        os.close(read_end)
+
+
 @pytest.mark.parametrize("name", ["eth0", "lo", "ib0", "enp0s31f6", "bond0.100", "e" * 15, "é" * 7])
 def test_an_interface_linux_would_name_is_taken(name):
     assert parse(f"hosts: [a]\ninterface: '{name}'\n").interface == name
@@ -566,9 +627,48 @@ def test_a_host_yaml_reads_as_a_boolean_number_or_date_is_refused_naming_it(entr
     assert caught.value.exit_code == 2
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "field"),
+    [
+        ("hosts: [!!python/object:os.system a]\n", 1, "host"),
+        ("hosts: [a]\nuser: !!python/name:os.system x\n", 2, "user"),
+        ("hosts: [a]\nslots: !custom 4\n", 2, "slots"),
+        ("hosts:\n  - host: a\n    port: !<%1b[2J> 22\n", 3, "port"),
+    ],
+)
+def test_a_yaml_tag_dtrun_has_no_type_for_is_refused_naming_line_and_field(text, line, field):
+    """The safe loader's ConstructorError for an unknown tag was a traceback, exit 1."""
+    with pytest.raises(HostsFileError) as caught:
+        parse(text)
+    said = caught.value.message
+    assert said.startswith(f"hosts.yaml, line {line}: '{field}' is tagged "), said
+    assert "a YAML type dtrun does not read" in said and "\x1b" not in said
+    assert caught.value.exit_code == 2
+
+
 def test_a_quoted_host_that_yaml_would_read_as_a_number_is_taken_as_written():
-    inventory = parse("hosts: ['1.5', \"true\"]\n")
-    assert [node.ssh_host for node in inventory.nodes] == ["1.5", "true"]
+    inventory = parse("hosts: ['1_000', \"true\"]\n")  # YAML 1.1: 1_000 is 1000
+    assert [node.ssh_host for node in inventory.nodes] == ["1_000", "true"]
+
+
+@pytest.mark.parametrize(
+    "host", ["10.0.0.010", "127.0.0.01", "127.1", "1.5", "2130706433", "0x7f.0.0.1", "1.2.3.4.5"]
+)
+def test_a_host_of_numbers_only_that_is_no_plain_ipv4_address_is_refused(host):
+    """The C library reads these as IPv4 addresses its own way: 10.0.0.010 reached 10.0.0.8
+    (octal), and 127.0.0.1 with 127.0.0.01 was one machine listed as two nodes."""
+    with pytest.raises(HostsFileError, match=r"line 1: the host .* is numbers only") as caught:
+        hosts_of(f"{host} slots=1\n")
+    assert caught.value.exit_code == 2
+    with pytest.raises(HostsFileError, match=r"line 2: 'host' .* is numbers only"):
+        parse(f"hosts:\n  - '{host}'\n")
+
+
+@pytest.mark.parametrize(
+    "host", ["10.0.0.10", "255.255.255.255", "node001", "1.example", "0xbad.cafe"]
+)
+def test_a_host_with_a_letter_or_a_plain_ipv4_address_is_taken(host):
+    assert hosts_of(f"{host} slots=1\n") == [(host, 1)]
 
 
 @pytest.mark.parametrize(

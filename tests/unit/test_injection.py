@@ -235,6 +235,10 @@ YAML_BAD = [
     ('python: "/opt/v\\x1b[2Jbin"\nhosts: [a]\n', 1, "python"),
     ('workdir: "/tmp/x\\ny"\nhosts: [a]\n', 1, "workdir"),
     ('interface: "eth0\\n"\nhosts: [a]\n', 1, "interface"),
+    # Python's ipaddress takes any zone after '%': these reached hostfiles and -H lists whole
+    ('hosts:\n  - "fe80::2%b slots=64,evil:8"\n', 2, "host"),
+    ('hosts:\n  - host: "fe80::1%$(id)`id`"\n', 2, "host"),
+    ('hosts:\n  - host: a\n    address: "fe80::1%a;b"\n', 3, "address"),
 ]
 
 
@@ -263,7 +267,14 @@ def test_a_jump_host_with_a_password_is_refused_without_printing_it():
 
 
 @pytest.mark.parametrize(
-    "text", ["a$(touch${IFS}/tmp/p) slots=1\n", "`id` slots=2\n", "a\x1b[2J slots=1\n", "-x\n"]
+    "text",
+    [
+        "a$(touch${IFS}/tmp/p) slots=1\n",
+        "`id` slots=2\n",
+        "a\x1b[2J slots=1\n",
+        "-x\n",
+        "fe80::1%$(id) slots=1\n",  # an IPv6 zone is an interface's name, no more
+    ],
 )
 def test_an_mpi_hostfile_host_that_is_no_host_name_is_refused_naming_the_line(text):
     from dtrun.engines.ssh.hostlines import HostsFileError

@@ -70,6 +70,9 @@ def _scalar(node: yaml.Node, source: str, field: str, kind: type) -> Any:
         value: Any = loader.construct_object(node, deep=True)
     except ValueError:  # int() of 4,300+ digits, a date such as 2001-13-45: the text it is
         value = node.value
+    except yaml.YAMLError:  # a tag the safe schema has no type for (`!!python/object:x a`)
+        what = f"'{field}' is tagged {node.tag[:60]!r}, a YAML type dtrun does not read"
+        raise _error(source, line, what, "remove the tag (the word from '!' before it)") from None
     finally:
         loader.dispose()
     if kind is int:
