@@ -270,6 +270,24 @@ def test_a_node_held_back_by_its_cpu_is_slow_for_compute_where_nothing_it_timed_
     assert report.slow_links == ()
 
 
+def test_a_held_node_with_a_slow_pair_is_not_said_to_have_timed_nothing_slow():
+    """Nodes with unlike thread counts: node 1's one thread held 60% of the time, the others' 8
+    threads 10% each (0.8 summed, more than its 0.6). Its rule per thread names it; its pair with
+    node 0 read slow, and its evidence said "nothing it timed read slow"."""
+    report = check(
+        replace(
+            measured(pairs={(0, 1): 0.5}),
+            cpu_wait=(0.8, 0.6, 0.8, 0.8),
+            cpu_wait_thread=(0.1, 0.6, 0.1, 0.1),
+        )
+    )
+    [node] = report.flagged_nodes
+    assert (node.host, node.cause) == ("10.0.0.1", Cause.COMPUTE)
+    assert node.evidence[0].startswith("slow with 1 of 3 partners: 0.5 GB/s with 10.0.0.0")
+    assert not any("nothing it timed read slow" in line for line in node.evidence)
+    assert "held from a CPU 60% of the cycles" in node.evidence[1]
+
+
 def test_a_busy_many_core_node_s_summed_wait_alone_names_nothing():
     """Half a second of waiting each second, summed over 120 busy threads, is a sliver of each:
     a daemon beside the check, not a node held back (rev14's case against the summed rule)."""
