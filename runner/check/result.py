@@ -10,6 +10,7 @@ from typing import Any
 
 from dtrun.record.readback import (
     ANY_OBJECT,
+    COUNT,
     GBS,
     TEXT,
     WALL_SECONDS,
@@ -60,7 +61,7 @@ SHAPE = obj(
                     "gpus": nullable(list_of(_gpu_row)),
                     "cpu_wait_s": nullable(WALL_SECONDS),  # results before it: none
                     "measured_s": WALL_SECONDS,
-                    "cpu_threads": nullable(WHOLE),  # results before it: none
+                    "cpu_threads": nullable(COUNT),  # results before it: none
                 },
             )
         ),

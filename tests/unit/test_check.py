@@ -318,6 +318,15 @@ def test_a_rank_s_cpu_wait_is_read_as_its_node_s_share_of_the_cycles():
     assert parse(data).cpu_wait_thread == (None, 0.05)  # of each compute thread's time
 
 
+@pytest.mark.parametrize("threads", [-8, 0])
+def test_a_rank_s_compute_threads_below_one_are_damage(tmp_path, threads):
+    """torch runs one compute thread at least: -8 turned a held node's share per thread
+    negative, below every cut, and 0 silently dropped it; each is read as damage."""
+    data = _two_nodes()
+    data["ranks"][1].update(cpu_wait_s=4.0, measured_s=10.0, cpu_threads=threads)
+    assert "'ranks[1].cpu_threads'" in _damage(tmp_path, data).message
+
+
 def test_with_two_nodes_one_pair_has_nothing_to_compare_with_and_is_not_judged():
     """Said as such: before, the link read "ok" (two loopback Slurm nodes, one shaped to 20
     Mbit/s: 0.0034 GB/s against 1.0-1.2 clean, "ok", exit 0)."""
