@@ -276,8 +276,8 @@ def _cpu_held(
     if mine < share or mine < ratio * reference:
         return None
     if per_thread:
-        said = f"its compute threads were held from a CPU {mine:.0%} of the cycles, the other "
-        said += f"nodes' {reference:.0%}"
+        said = f"its threads waited {mine:.2f} s for a CPU per compute thread each second of the "
+        said += f"cycles, the other nodes' {reference:.2f} s"
     else:
         said = f"its threads waited {mine:.2f} s for a CPU each second of the cycles, the other "
         said += f"nodes' {reference:.2f} s"

@@ -99,7 +99,7 @@ class Measured:
     # each node's seconds its threads waited, runnable, for a CPU per second of the cycles (its
     # most-waiting process; runner/workloads/check_measure.py cpu_waits); None: older results
     cpu_wait: tuple[float | None, ...] = ()
-    # the same over its compute threads (torch's): the share of their time held from a CPU
+    # the same over its compute threads (torch's): every thread's wait per compute thread
     cpu_wait_thread: tuple[float | None, ...] = ()
 
 

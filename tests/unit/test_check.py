@@ -263,9 +263,9 @@ def test_a_node_held_back_by_its_cpu_is_slow_for_compute_where_nothing_it_timed_
     assert found == ([("10.0.0.1", Verdict.SLOW, Cause.COMPUTE)] if flagged else [])
     if flagged:
         assert report.flagged_nodes[0].evidence == (
-            "nothing it timed read slow, but its compute threads were held from a CPU 79% of "
-            "the cycles, the other nodes' 12% (median): a CPU quota or other processes held it "
-            "back",
+            "nothing it timed read slow, but its threads waited 0.79 s for a CPU per compute "
+            "thread each second of the cycles, the other nodes' 0.12 s (median): a CPU quota or "
+            "other processes held it back",
         )
     assert report.slow_links == ()
 
@@ -285,7 +285,16 @@ def test_a_held_node_with_a_slow_pair_is_not_said_to_have_timed_nothing_slow():
     assert (node.host, node.cause) == ("10.0.0.1", Cause.COMPUTE)
     assert node.evidence[0].startswith("slow with 1 of 3 partners: 0.5 GB/s with 10.0.0.0")
     assert not any("nothing it timed read slow" in line for line in node.evidence)
-    assert "held from a CPU 60% of the cycles" in node.evidence[1]
+    assert "waited 0.60 s for a CPU per compute thread" in node.evidence[1]
+
+
+def test_a_held_node_s_wait_per_thread_is_not_said_as_a_share_past_all_of_its_time():
+    """The wait is every thread's of the rank (gloo's, the heartbeat's) over its compute
+    threads: 1.33 s each second was seen here, said as "held from a CPU 133% of the cycles"."""
+    waits = (0.12, 1.33, 0.14, 0.12)
+    [node] = check(replace(measured(), cpu_wait=waits, cpu_wait_thread=waits)).flagged_nodes
+    assert "waited 1.33 s for a CPU per compute thread each second" in node.evidence[0]
+    assert "133%" not in node.evidence[0]
 
 
 def test_a_busy_many_core_node_s_summed_wait_alone_names_nothing():
