@@ -242,13 +242,14 @@ def _verdict(
     if len(pairs) >= 2 and len(slow) == len(pairs):
         cause = Cause.COMPUTE if held else Cause.NETWORK
         return Verdict.SLOW, cause, (f"slow with every partner: {partners}", *filter(None, [held]))
-    if slow and held:  # its links are slow when its CPU is held back, not for their network
+    alone = _cpu_held(index, measured, CPU_WAIT_ALONE_SHARE, CPU_WAIT_ALONE_RATIO, per_thread=True)
+    why = held or alone
+    if slow and why:  # its links are slow when its CPU is held back, not for their network
         return (
             Verdict.SLOW,
             Cause.COMPUTE,
-            (f"slow with {len(slow)} of {len(pairs)} partners: {partners}", held),
+            (f"slow with {len(slow)} of {len(pairs)} partners: {partners}", why),
         )
-    alone = _cpu_held(index, measured, CPU_WAIT_ALONE_SHARE, CPU_WAIT_ALONE_RATIO, per_thread=True)
     if alone:  # held back part of the time, its best-of timings all between
         return Verdict.SLOW, Cause.COMPUTE, (f"nothing it timed read slow, but {alone}",)
     return Verdict.OK, None, ()
@@ -275,8 +276,8 @@ def _cpu_held(
     if mine < share or mine < ratio * reference:
         return None
     if per_thread:
-        said = f"its compute threads were held from a CPU {mine:.0%} of the cycles, the other "
-        said += f"nodes' {reference:.0%}"
+        said = f"its threads waited {mine:.2f} s for a CPU per compute thread each second of the "
+        said += f"cycles, the other nodes' {reference:.2f} s"
     else:
         said = f"its threads waited {mine:.2f} s for a CPU each second of the cycles, the other "
         said += f"nodes' {reference:.2f} s"

@@ -10,6 +10,7 @@ from typing import Any
 
 from dtrun.record.readback import (
     ANY_OBJECT,
+    COUNT,
     GBS,
     TEXT,
     WALL_SECONDS,
@@ -60,7 +61,7 @@ SHAPE = obj(
                     "gpus": nullable(list_of(_gpu_row)),
                     "cpu_wait_s": nullable(WALL_SECONDS),  # results before it: none
                     "measured_s": WALL_SECONDS,
-                    "cpu_threads": nullable(WHOLE),  # results before it: none
+                    "cpu_threads": nullable(COUNT),  # results before it: none
                 },
             )
         ),
@@ -98,7 +99,7 @@ class Measured:
     # each node's seconds its threads waited, runnable, for a CPU per second of the cycles (its
     # most-waiting process; runner/workloads/check_measure.py cpu_waits); None: older results
     cpu_wait: tuple[float | None, ...] = ()
-    # the same over its compute threads (torch's): the share of their time held from a CPU
+    # the same over its compute threads (torch's): every thread's wait per compute thread
     cpu_wait_thread: tuple[float | None, ...] = ()
 
 

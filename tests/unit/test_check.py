@@ -263,11 +263,38 @@ def test_a_node_held_back_by_its_cpu_is_slow_for_compute_where_nothing_it_timed_
     assert found == ([("10.0.0.1", Verdict.SLOW, Cause.COMPUTE)] if flagged else [])
     if flagged:
         assert report.flagged_nodes[0].evidence == (
-            "nothing it timed read slow, but its compute threads were held from a CPU 79% of "
-            "the cycles, the other nodes' 12% (median): a CPU quota or other processes held it "
-            "back",
+            "nothing it timed read slow, but its threads waited 0.79 s for a CPU per compute "
+            "thread each second of the cycles, the other nodes' 0.12 s (median): a CPU quota or "
+            "other processes held it back",
         )
     assert report.slow_links == ()
+
+
+def test_a_held_node_with_a_slow_pair_is_not_said_to_have_timed_nothing_slow():
+    """Nodes with unlike thread counts: node 1's one thread held 60% of the time, the others' 8
+    threads 10% each (0.8 summed, more than its 0.6). Its rule per thread names it; its pair with
+    node 0 read slow, and its evidence said "nothing it timed read slow"."""
+    report = check(
+        replace(
+            measured(pairs={(0, 1): 0.5}),
+            cpu_wait=(0.8, 0.6, 0.8, 0.8),
+            cpu_wait_thread=(0.1, 0.6, 0.1, 0.1),
+        )
+    )
+    [node] = report.flagged_nodes
+    assert (node.host, node.cause) == ("10.0.0.1", Cause.COMPUTE)
+    assert node.evidence[0].startswith("slow with 1 of 3 partners: 0.5 GB/s with 10.0.0.0")
+    assert not any("nothing it timed read slow" in line for line in node.evidence)
+    assert "waited 0.60 s for a CPU per compute thread" in node.evidence[1]
+
+
+def test_a_held_node_s_wait_per_thread_is_not_said_as_a_share_past_all_of_its_time():
+    """The wait is every thread's of the rank (gloo's, the heartbeat's) over its compute
+    threads: 1.33 s each second was seen here, said as "held from a CPU 133% of the cycles"."""
+    waits = (0.12, 1.33, 0.14, 0.12)
+    [node] = check(replace(measured(), cpu_wait=waits, cpu_wait_thread=waits)).flagged_nodes
+    assert "waited 1.33 s for a CPU per compute thread each second" in node.evidence[0]
+    assert "133%" not in node.evidence[0]
 
 
 def test_a_busy_many_core_node_s_summed_wait_alone_names_nothing():
@@ -298,6 +325,15 @@ def test_a_rank_s_cpu_wait_is_read_as_its_node_s_share_of_the_cycles():
     assert parse(data).cpu_wait == (None, 0.4)
     data["ranks"][1]["cpu_threads"] = 8
     assert parse(data).cpu_wait_thread == (None, 0.05)  # of each compute thread's time
+
+
+@pytest.mark.parametrize("threads", [-8, 0])
+def test_a_rank_s_compute_threads_below_one_are_damage(tmp_path, threads):
+    """torch runs one compute thread at least: -8 turned a held node's share per thread
+    negative, below every cut, and 0 silently dropped it; each is read as damage."""
+    data = _two_nodes()
+    data["ranks"][1].update(cpu_wait_s=4.0, measured_s=10.0, cpu_threads=threads)
+    assert "'ranks[1].cpu_threads'" in _damage(tmp_path, data).message
 
 
 def test_with_two_nodes_one_pair_has_nothing_to_compare_with_and_is_not_judged():
