@@ -288,6 +288,23 @@ def test_a_held_node_with_a_slow_pair_is_not_said_to_have_timed_nothing_slow():
     assert "waited 0.60 s for a CPU per compute thread" in node.evidence[1]
 
 
+def test_a_node_slow_with_every_partner_held_per_compute_thread_is_slow_for_compute():
+    """rev15: with unlike thread counts only the rule per compute thread holds; a node slow
+    with every partner whose one thread was held 60% of the time read cause network."""
+    slow = {pair: 0.02 for pairs in pair_rounds(4) for pair in pairs if 3 in pair}
+    report = check(
+        replace(
+            measured(pairs=slow),
+            cpu_wait=(0.8, 0.8, 0.8, 0.6),
+            cpu_wait_thread=(0.1, 0.1, 0.1, 0.6),
+        )
+    )
+    [node] = report.flagged_nodes
+    assert (node.host, node.cause) == ("10.0.0.3", Cause.COMPUTE)
+    assert node.evidence[0].startswith("slow with every partner: 0.02 GB/s with 10.0.0.")
+    assert "waited 0.60 s for a CPU per compute thread" in node.evidence[1]
+
+
 def test_a_held_node_s_wait_per_thread_is_not_said_as_a_share_past_all_of_its_time():
     """The wait is every thread's of the rank (gloo's, the heartbeat's) over its compute
     threads: 1.33 s each second was seen here, said as "held from a CPU 133% of the cycles"."""
