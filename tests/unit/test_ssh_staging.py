@@ -163,6 +163,42 @@ def test_a_nodes_files_go_in_one_exec_channel_not_sftp_requests_per_file():
     }
 
 
+class _Killed:
+    exit_status, exit_signal, stderr, stdout = -1, ("KILL", False, "", ""), "", ""
+
+
+class _HeldKilled:
+    """The program check's held session, killed on the node before its STAGE came; the news
+    of its end not read yet: it looks open."""
+
+    exit_status, written = None, ""
+
+    def is_closing(self) -> bool:
+        return False
+
+    class stdin:
+        write = write_eof = staticmethod(lambda *_: None)
+
+    class stdout:
+        @staticmethod
+        async def readline() -> str:
+            return ""
+
+    async def wait(self, **_: object) -> _Killed:
+        return _Killed()
+
+
+def test_a_held_session_killed_unread_before_the_staging_is_replaced_by_a_new_channel():
+    """Seen in a fresh clone's e2e run under load (test_ssh_held.py): the held sh was killed
+    and the staging, sent through it, failed "`sh -s` exited -1 ..., and said nothing"."""
+    inventory = _inventory(shared=False)
+    session = _Connected(inventory)
+    executor = SshExecutor(session)  # type: ignore[arg-type]
+    executor._held["node-0"] = _HeldKilled()  # type: ignore[assignment]
+    asyncio.run(executor._stage(_plan(inventory), "/work/runs/id/n3/r0"))
+    assert session.connections["node-0"].asked == ["sh -s"]  # its own channel, in its place
+
+
 def test_a_run_s_launch_reads_nothing_back_from_its_nodes(tmp_path):
     # `dtrun run` records the nodes' exit codes and logs; looking for a result.json took an
     # SFTP session on every node that never had one (issue 41: 6 channels a node, now 4).

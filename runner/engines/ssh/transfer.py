@@ -112,6 +112,8 @@ async def exec_put(
         process.stdin.write(script + (put_script(code) if code else ""))
         process.stdin.write_eof()
         result = await process.wait(check=False)
+        if held is not None and result.exit_signal is not None and not _said(result, held).strip():
+            return await exec_put(connection, node, files, code)  # as below
         return _finish(node, result, _said(result, held), sent=bool(code))
     process.stdin.write(script + code_check_script(code))
     wanted = False
@@ -125,6 +127,14 @@ async def exec_put(
         process.stdin.write(put_script(code))
     process.stdin.write_eof()
     result = await process.wait(check=False)
+    if (
+        held is not None
+        and result.exit_signal is not None
+        and not _said(result, held, before).strip()
+    ):
+        # killed before its STAGE came, the news of its end not yet read when it was chosen
+        # (the executor takes only an open one): staged anew, on a channel of its own
+        return await exec_put(connection, node, files, code)
     return _finish(node, result, _said(result, held, before), sent=wanted)
 
 
