@@ -31,8 +31,8 @@ from dtrun.check.stats import AllBut, Finding, judge_series, others
 # compute not), one under 20% a third of the time 0.45 (1.7x, nothing slow).
 CPU_WAIT_SHARE = 0.1
 CPU_WAIT_RATIO = 2.0
-# With nothing it timed slow, a node is held back by its CPU alone where its compute threads
-# were held from a CPU CPU_WAIT_ALONE_SHARE of the cycles (its wait over torch's threads: a
+# With nothing it timed slow, a node is held back by its CPU alone where its threads waited
+# CPU_WAIT_ALONE_SHARE s for a CPU per compute thread each second (over torch's threads: a
 # daemon using half a core beside 120 busy threads is 0.004) and CPU_WAIT_ALONE_RATIO times the
 # other nodes' median: its timings all fell in free stretches. The sshd nodes here, 1 thread
 # each, a 10% quota half the time: CI 0.79 against 0.12-0.14, every pair 1.0-1.3 GB/s; here
