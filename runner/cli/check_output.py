@@ -8,7 +8,6 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dtrun.check.model import LinkVerdict
 from dtrun.cli.common import console
 from dtrun.cli.inert import styled
 from dtrun.cli.tables import Column, Grid, print_grid
@@ -64,6 +63,8 @@ def print_report(done: CheckRun, *, wide: bool = False) -> None:
     print_grid(out, Grid(columns, rows, hint="--wide shows every column"), wide=wide)
     for link in report.slow_links:
         out.print(one_line(f"slow link {link.a} - {link.b}: {link.evidence}"), highlight=False)
+    from dtrun.check.model import LinkVerdict  # not on --help's path
+
     for link in (link for link in report.links if link.verdict is LinkVerdict.UNJUDGED):
         out.print(one_line(
             f"note: link {link.a} - {link.b} ({_figure(link.busbw_gbs, 'GB/s')}) unjudged: "
