@@ -229,9 +229,8 @@ def _verdict(
     if memory is not None and memory.flagged:
         return Verdict.SLOW, Cause.MEMORY, (f"memory {memory.describe('GB/s')}",)
     said = _inside(index, measured, expected, found["inside"][index])
-    held = _cpu_held(index, measured) or _cpu_held(
-        index, measured, CPU_WAIT_ALONE_SHARE, CPU_WAIT_ALONE_RATIO, per_thread=True
-    )
+    alone = _cpu_held(index, measured, CPU_WAIT_ALONE_SHARE, CPU_WAIT_ALONE_RATIO, per_thread=True)
+    held = _cpu_held(index, measured) or alone
     if said is not None:  # on CPUs the in-node all-reduce is its CPU's work too
         if held is not None and said[1] is Cause.NETWORK:
             return Verdict.SLOW, Cause.COMPUTE, (*said[2], held)
@@ -250,7 +249,6 @@ def _verdict(
             Cause.COMPUTE,
             (f"slow with {len(slow)} of {len(pairs)} partners: {partners}", held),
         )
-    alone = _cpu_held(index, measured, CPU_WAIT_ALONE_SHARE, CPU_WAIT_ALONE_RATIO, per_thread=True)
     if alone:  # held back part of the time, its best-of timings all between
         return Verdict.SLOW, Cause.COMPUTE, (f"nothing it timed read slow, but {alone}",)
     return Verdict.OK, None, ()

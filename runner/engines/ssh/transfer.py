@@ -108,34 +108,28 @@ async def exec_put(
         process = held
     else:
         process = await connection.create_process("sh -s")
+    before = ""  # what sh said before its answer: a failure's message, where held
     if not code or not checkable(code):  # a path sha256sum would escape: sent every time
         process.stdin.write(script + (put_script(code) if code else ""))
-        process.stdin.write_eof()
-        result = await process.wait(check=False)
-        if held is not None and result.exit_signal is not None and not _said(result, held).strip():
-            return await exec_put(connection, node, files, code)  # as below
-        return _finish(node, result, _said(result, held), sent=bool(code))
-    process.stdin.write(script + code_check_script(code))
-    wanted = False
-    before = ""  # what sh said before its answer: a failure's message, where held
-    while line := await process.stdout.readline():
-        if line.strip() in (_THERE, _WANTED):
-            wanted = line.strip() == _WANTED
-            break
-        before += line
-    if wanted:
-        process.stdin.write(put_script(code))
+        sent = bool(code)
+    else:
+        process.stdin.write(script + code_check_script(code))
+        sent = False
+        while line := await process.stdout.readline():
+            if line.strip() in (_THERE, _WANTED):
+                sent = line.strip() == _WANTED
+                break
+            before += line
+        if sent:
+            process.stdin.write(put_script(code))
     process.stdin.write_eof()
     result = await process.wait(check=False)
-    if (
-        held is not None
-        and result.exit_signal is not None
-        and not _said(result, held, before).strip()
-    ):
+    said = _said(result, held, before)
+    if held is not None and result.exit_signal is not None and not said.strip():
         # killed before its STAGE came, the news of its end not yet read when it was chosen
         # (the executor takes only an open one): staged anew, on a channel of its own
         return await exec_put(connection, node, files, code)
-    return _finish(node, result, _said(result, held, before), sent=wanted)
+    return _finish(node, result, said, sent=sent)
 
 
 def _said(result: asyncssh.SSHCompletedProcess, held: object, before: str = "") -> str:
